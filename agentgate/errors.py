@@ -306,3 +306,9 @@ class BeyondLogEnd(InputError):
         """The size or index asked for."""
         self.size = size
         """Entries the log holds."""
+
+
+class SettlementRefused(InputError):
+    """A settlement by hand is refused: the budget reservation does not exist, is settled
+    already (also by its own process meanwhile), belongs to a call that must run once (``agentgate
+    tasks settle`` settles it), or is too recent (its call may still be running). CLI exit code 1."""

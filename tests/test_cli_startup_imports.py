@@ -123,7 +123,7 @@ def test_audit_verify_on_a_sqlite_store_loads_no_policy_layer(tmp_path: Path, to
     assert code == 0 and "agentgate.policy" not in modules
 
 
-GROUPS = ("keys", "grant", "approval", "broker", "audit", "policy", "tasks", "serve", "store")
+GROUPS = ("keys", "grant", "approval", "broker", "audit", "policy", "tasks", "budget", "serve", "store")
 
 
 def agentgate(*argv: str) -> subprocess.CompletedProcess[str]:

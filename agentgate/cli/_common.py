@@ -519,3 +519,24 @@ def listed(rows: list[Any], as_json: bool, nothing: str) -> bool:
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 """A URL scheme as ``open_store`` recognizes one."""
+
+
+def seconds_or_duration(value: str) -> float:
+    """``--older-than`` of ``tasks settle``, ``budget held`` and ``budget settle``: seconds
+    (``900``, ``0``, ``1.5``), as documented, or a DURATION (``15m``, ``1h30m``) as ``store prune
+    --older-than`` takes: the same flag name read two ways across verbs would refuse one or the
+    other."""
+    if re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", value, re.ASCII):
+        return float(value)
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", value, re.ASCII):
+        # Seconds, too many digits: said so, not 'write a number with a unit' (until review R55).
+        raise argparse.ArgumentTypeError(
+            f"{value[:40]!r}{'...' if len(value) > 40 else ''}: seconds are written in at most 12 "
+            "digits, and at most 9 after the point (or give a duration such as 15m)"
+        )
+    try:
+        return float(parse_duration(value))
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds (900) or a duration (15m), got {value!r}: {exc}"
+        ) from None

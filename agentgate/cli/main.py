@@ -35,6 +35,7 @@ GROUPS = (
     "agentgate.cli.audit",
     "agentgate.cli.policy",
     "agentgate.cli.tasks",
+    "agentgate.cli.budget",
     "agentgate.cli.serve",
     "agentgate.cli.store",
 )

@@ -24,13 +24,12 @@ from agentgate.cli._common import (
     one_line_text,
     open_audit_log,
     open_existing_store,
-    parse_duration,
     printable,
+    seconds_or_duration,
     text,
     unix,
     utc,
 )
-from agentgate.errors import InputError
 from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
 from agentgate.store.leases import SharedBreakers
 from agentgate.store.once import SETTLE_MIN_AGE_S, OnceCalls, settle
@@ -99,7 +98,7 @@ def register(subparsers: Any) -> None:
     )
     settling.add_argument(
         "--older-than",
-        type=_age,
+        type=seconds_or_duration,
         default=SETTLE_MIN_AGE_S,
         metavar="SECONDS",
         help="a call whose outcome was never recorded is settled only if it was allowed at least "
@@ -120,26 +119,6 @@ def _listing(sub: Any, name: str, *, help: str, description: str) -> Any:
         "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
     )
     return parser
-
-
-def _age(value: str) -> float:
-    """``--older-than`` of ``settle``: seconds (``900``, ``0``, ``1.5``), as documented, or a
-    DURATION (``15m``, ``1h30m``) as ``store prune --older-than`` takes: the same flag name read
-    two ways across verbs would refuse one or the other."""
-    if re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", value, re.ASCII):
-        return float(value)
-    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", value, re.ASCII):
-        # Seconds, too many digits: said so, not 'write a number with a unit' (until review R55).
-        raise argparse.ArgumentTypeError(
-            f"{_shown(value)}: seconds are written in at most 12 digits, and at most 9 after the "
-            "point (or give a duration such as 15m)"
-        )
-    try:
-        return float(parse_duration(value))
-    except InputError as exc:
-        raise argparse.ArgumentTypeError(
-            f"expected seconds (900) or a duration (15m), got {value!r}: {exc}"
-        ) from None
 
 
 MAX_LIMIT = 1_000_000

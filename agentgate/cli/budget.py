@@ -1,0 +1,138 @@
+"""``agentgate budget``: budget reservations left held by a process that stopped.
+
+``agentgate budget held [--older-than SECONDS] [--json] [--store URL]`` lists the reservations
+still held that were made at least that long ago (default ``SETTLE_MIN_AGE_S``), with their
+grant, amount, time and ``allow`` entry; ``agentgate budget settle ID --ran|--not-run`` settles
+one by hand, audited (``agentgate.store.held``). Exit codes: 0 done, 1 refused
+(``SettlementRefused``), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from agentgate.cli._common import (
+    MAX_FREE_TEXT,
+    given,
+    listed,
+    one_line_text,
+    open_audit_log,
+    printable,
+    seconds_or_duration,
+    text,
+)
+from agentgate.errors import SettlementRefused
+from agentgate.store.held import held, settle_held
+from agentgate.store.once import SETTLE_MIN_AGE_S
+
+_OLDER_THAN_HELP = (
+    "only reservations made at least this long ago: a younger one's call may still be running "
+    f"(default {SETTLE_MIN_AGE_S:.0f}; seconds, or a DURATION such as 15m)"
+)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "budget",
+        help="list and settle budget reservations left held by a process that stopped",
+        description="Budget reservations left held by a worker killed between a decision and its outcome.",
+    )
+    sub = parser.add_subparsers(dest="budget_command", metavar="ACTION", parser_class=type(parser))
+    sub.required = True
+    listing = sub.add_parser(
+        "held",
+        help="list reservations still held, oldest first",
+        description="List the budget reservations still held that were made at least --older-than ago: "
+        "grant, amount, when reserved, the allow entry that made it, the once-only call that holds it.",
+    )
+    listing.add_argument(
+        "--older-than",
+        type=seconds_or_duration,
+        default=SETTLE_MIN_AGE_S,
+        metavar="SECONDS",
+        help=_OLDER_THAN_HELP,
+    )
+    listing.add_argument("--json", action="store_true", help="one JSON array instead of a table")
+    listing.add_argument(
+        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
+    )
+    listing.set_defaults(handler=_held)
+    settling = sub.add_parser(
+        "settle",
+        help="settle a held reservation by hand: its call ran, or it did not (audited)",
+        description="Settle a held reservation: --ran (charged as reserved) or --not-run (released). "
+        "An outcome entry records it. A once-only call's reservation is settled with the call "
+        "(agentgate tasks settle).",
+    )
+    settling.add_argument("id", type=text, metavar="ID", help="the reservation's id (agentgate budget held)")
+    said = settling.add_mutually_exclusive_group(required=True)
+    said.add_argument("--ran", action="store_true", help="the call had its effect: charge the reservation")
+    said.add_argument(
+        "--not-run", action="store_true", help="the call had no effect: release the reservation"
+    )
+    settling.add_argument(
+        "--by",
+        default="operator",
+        type=one_line_text("--by", names=True),
+        metavar="NAME",
+        help="who settles it (default operator)",
+    )
+    settling.add_argument(
+        "--reason",
+        default="",
+        type=one_line_text("--reason"),
+        metavar="TEXT",
+        help=f"why, one line of text for the audit entry (at most {MAX_FREE_TEXT:,} characters)",
+    )
+    settling.add_argument(
+        "--older-than",
+        type=seconds_or_duration,
+        default=SETTLE_MIN_AGE_S,
+        metavar="SECONDS",
+        help=_OLDER_THAN_HELP,
+    )
+    settling.add_argument(
+        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
+    )
+    settling.set_defaults(handler=_settle)
+
+
+def _held(args: argparse.Namespace) -> int:
+    store, audit = open_audit_log(args.store, create_log=False, read_only=True)
+    try:
+        # Without a log no call was ever allowed, so nothing was reserved by a decision.
+        reservations = held(store, audit, min_age_s=args.older_than) if audit.exists else []
+    finally:
+        store.close()
+    if listed([r.to_json() for r in reservations], args.json, "no held reservations"):
+        return 0
+    sys.stdout.write(f"{'reserved':<28} {'amount':>12} {'entry':>7} {'grant':<16} {'id':<32}  settle with\n")
+    for r in reservations:
+        entry = "-" if r.allow_index is None else str(r.allow_index)
+        how = f"agentgate tasks settle {printable(r.once_key)}" if r.once_key else "agentgate budget settle"
+        sys.stdout.write(
+            f"{r.reserved_at:<28} {r.amount:>12} {entry:>7} {r.grant_id[:16]:<16} {r.id:<32}  {how}\n"
+        )
+    return 0
+
+
+def _settle(args: argparse.Namespace) -> int:
+    store, audit = open_audit_log(args.store, reads=False)
+    try:
+        reservation, index = settle_held(
+            store, audit, args.id, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than
+        )
+    except SettlementRefused as exc:
+        sys.stdout.write(f"REFUSED: {exc}\n")
+        return 1
+    finally:
+        store.close()
+    verdict = f"charged {reservation.amount}" if args.ran else f"released {reservation.amount}"
+    made = "" if reservation.allow_index is None else f", allowed by audit entry {reservation.allow_index}"
+    sys.stdout.write(
+        f"settled reservation {reservation.id} of grant {reservation.grant_id}{made}: {verdict} "
+        f"(audit entry {index})\n"
+    )
+    return 0

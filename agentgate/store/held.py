@@ -1,0 +1,268 @@
+"""Budget reservations left held: listed and settled by hand.
+
+A worker killed between a decision and its outcome (SIGKILL, the OOM killer, a lost host) leaves
+its ``allow`` entry and its budget reservation committed, and nothing after them: nothing
+releases the reservation on its own (that is what keeps a budget from being overspent), so the
+grant's budget stays that much smaller for as long as it lives. A once-only call's reservation
+is settled with the call (``agentgate.store.once.settle``); this module does the same for every
+other reservation, through ``agentgate budget held`` and ``agentgate budget settle``.
+
+``held`` lists the reservations still ``reserved`` that were made at least a given age ago (by
+default ``once.SETTLE_MIN_AGE_S``, far beyond any call's deadline), each with the ``allow``
+entry that made it where the log shows it, and the once-only call that holds it, if one does.
+``settle_held`` charges one (it ran) or releases it (it did not), in one transaction with an
+``outcome`` entry as ``once.settle`` writes one. The reservation's state changes by the ledger's
+conditional update from ``reserved``, so one settled meanwhile by its own process (which was
+slow, not dead) is refused, never settled twice.
+
+A reservation does not record its ``allow`` entry: the entry is found in the log as the first
+``allow`` appended at or after the reservation's time (both are written in one transaction that
+holds the log's append lock, the allow last) whose grant is the reservation's nearest the tip
+and whose ``budget_delta`` is its amount. A reservation that is not the first of its call (a
+model call's second unit), or whose caller's own grant has no budget, has none found.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from agentgate.audit.entry import format_time
+from agentgate.errors import AgentGateError, InputError, SettlementRefused
+from agentgate.store._base import Dialect, Store, Transaction
+from agentgate.store.audit import AuditLog
+from agentgate.store.ledger import BudgetLedger
+from agentgate.store.once import SETTLE_MIN_AGE_S, OnceCalls
+
+_ID = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
+"""A reservation id as ``ledger._reservation_id`` makes them."""
+
+_FIND_WITHIN_S = 5.0
+"""How long after a reservation its ``allow`` entry is looked for: both are written in one
+transaction, microseconds apart on one host; the rest allows for a slow commit."""
+
+_FIND_AT_MOST = 1000
+"""How many entries from the reservation's time on are read to find its ``allow`` entry."""
+
+_NAMES_RESERVATION: dict[Dialect, str] = {
+    "sqlite": "instr(reservations, ?) > 0",
+    "postgresql": "strpos(reservations, ?) > 0",
+}
+"""Whether a once-only call's ``reservations`` (a JSON list of ids) names the reservation given
+as ``"ID"``, quotes included, so that no longer text holding it matches."""
+
+
+@dataclass(frozen=True)
+class HeldReservation:
+    """A reservation not settled: its id, the grants it holds budget of (root first; the last is
+    the caller's own), its amount in the unit of that budget, when it was made, the ``allow``
+    entry that made it (``None`` where the log does not show which), and the key of the once-only
+    call it belongs to (``None`` for any other call; settle such a one with ``tasks settle``)."""
+
+    id: str
+    chain: tuple[str, ...]
+    amount: int
+    reserved_at: str
+    allow_index: int | None
+    once_key: str | None
+
+    @property
+    def grant_id(self) -> str:
+        """The grant whose budget the caller spends first (nearest the tip of its chain)."""
+        return self.chain[-1]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "grant_id": self.grant_id,
+            "chain": list(self.chain),
+            "amount": self.amount,
+            "reserved_at": self.reserved_at,
+            "allow_index": self.allow_index,
+            "once_key": self.once_key,
+        }
+
+
+def held(
+    store: Store, audit: AuditLog | None, *, min_age_s: float = SETTLE_MIN_AGE_S
+) -> list[HeldReservation]:
+    """The reservations still held that were made at least ``min_age_s`` seconds ago, oldest
+    first. Reads only: the ledger's and the once-only calls' tables are not made when missing
+    (none then, or none of a once-only call). ``audit``: the log to find each one's ``allow``
+    entry in (``None``: not looked for). ``InputError`` for an age that is not a number >= 0."""
+    cut = _cut(min_age_s)
+    there = _tables(store, ("budget_reservations", "agentgate_once"))
+    if "budget_reservations" not in there:
+        return []
+    rows = store.query(
+        "SELECT id, chain, amount, created FROM budget_reservations "
+        "WHERE state = 'reserved' AND created <= ? ORDER BY created, id",
+        (cut,),
+    )
+    once = "agentgate_once" in there
+    return [
+        HeldReservation(
+            str(id_),
+            tuple(json.loads(str(chain))),
+            int(str(amount)),
+            str(created),
+            _allow_index(audit, tuple(json.loads(str(chain))), int(str(amount)), str(created)),
+            _once_key(store, None, str(id_)) if once else None,
+        )
+        for id_, chain, amount, created in rows
+    ]
+
+
+def settle_held(
+    store: Store,
+    audit: AuditLog,
+    reservation: str,
+    *,
+    ran: bool,
+    by: str,
+    reason: str = "",
+    min_age_s: float = SETTLE_MIN_AGE_S,
+) -> tuple[HeldReservation, int]:
+    """Settle by hand a reservation left held; the reservation as it was and the index of the
+    ``outcome`` entry that records it.
+
+    In one transaction: ``ran`` charges it as reserved (its call had its effect), else it is
+    released whole, and an ``outcome`` entry (status ``ok`` or ``not_run``, ``budget_delta`` the
+    amount charged) names ``by``, ``reason`` and the reservation, referring to its ``allow``
+    entry where the log shows it. Raises ``InputError`` for an id that is not one
+    (32 hex digits), an empty ``by`` or a negative age, and ``SettlementRefused`` for a
+    reservation that does not exist, is settled already (also by its own process meanwhile),
+    belongs to a once-only call (``agentgate tasks settle`` settles the call with it) or was
+    made less than ``min_age_s`` seconds ago (its call may still be running).
+    """
+    if not isinstance(reservation, str) or not _ID.match(reservation):
+        raise InputError(f"a reservation id is 32 hexadecimal digits, got {reservation!r:.60}")
+    if not by.strip():
+        raise InputError("say who settles the reservation (by)")
+    cut = _cut(min_age_s)
+    ledger = BudgetLedger(store)
+    OnceCalls(store)  # its table, for the check below, in a store where none ran yet
+    rows = store.query(
+        "SELECT chain, amount, state, created FROM budget_reservations WHERE id = ?", (reservation,)
+    )
+    if not rows:
+        raise SettlementRefused(f"no budget reservation has the id {reservation}")
+    chain_text, amount_text, state, created = (str(v) for v in rows[0])
+    chain, amount = tuple(json.loads(chain_text)), int(amount_text)
+    if state != "reserved":
+        raise SettlementRefused(f"reservation {reservation} is {state}, not held: there is nothing to settle")
+    found = HeldReservation(
+        reservation, chain, amount, created, _allow_index(audit, chain, amount, created), None
+    )
+    allowed = audit.entry(found.allow_index) if found.allow_index is not None else None
+    with store.transaction() as tx:
+        audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
+        once_key = _once_key(store, tx, reservation)
+        if once_key is not None:
+            raise SettlementRefused(
+                f"reservation {reservation} is held for the call {once_key} of a tool that must run "
+                f"once: settle the call with agentgate tasks settle {once_key} --ran|--not-run"
+            )
+        if created > cut:
+            raise SettlementRefused(
+                f"reservation {reservation} was made at {created} and its call may still be running: "
+                f"settle it once it cannot be, {min_age_s:.0f} s after it was made (--older-than SECONDS)"
+            )
+        try:
+            # The ledger's conditional update from ``reserved`` decides: a reservation its own
+            # process settled since it was read above changes nothing here, and is refused.
+            if ran:
+                ledger.commit(reservation, amount, tx, exhaust=True)
+            else:
+                ledger.release(reservation, tx)
+        except InputError:
+            raise SettlementRefused(
+                f"reservation {reservation} was settled meanwhile (its call's process was not dead): "
+                "nothing was changed"
+            ) from None
+        tail = f" ({reason})" if reason else ""
+        said = "it ran" if ran else "it did not run"
+        index = audit.append(
+            {
+                "kind": "outcome",
+                "principal": allowed.principal if allowed else "unknown",
+                "chain_hash": allowed.chain_hash if allowed else found.grant_id,
+                "policy_hash": allowed.policy_hash if allowed else None,
+                "resource": allowed.resource if allowed else None,
+                "args_digest": allowed.args_digest if allowed else None,
+                "args": allowed.args if allowed else {},
+                "status": "ok" if ran else "not_run",
+                "ref": found.allow_index,
+                "budget_delta": amount if ran else 0,
+                "reasons": [f"settled by hand by {by}: {said}{tail}; budget reservation {reservation}"],
+            },
+            tx,
+        )
+    return found, index
+
+
+def _cut(min_age_s: float) -> str:
+    """The latest reservation time that is at least ``min_age_s`` seconds old, as stored."""
+    if isinstance(min_age_s, bool) or not isinstance(min_age_s, int | float) or not min_age_s >= 0:
+        raise InputError(f"the minimum age must be a number of seconds >= 0, got {min_age_s!r}")
+    try:
+        return format_time(datetime.now(UTC) - timedelta(seconds=min_age_s))
+    except OverflowError:  # older than the calendar: no reservation is that old
+        return "0000"
+
+
+def _tables(store: Store, names: Sequence[str]) -> set[str]:
+    """Which of the tables ``names`` the store holds, read without creating any (the listing
+    opens the store to read only, and a store where no call was ever allowed has none)."""
+    marks = ", ".join("?" for _ in names)
+    if store.dialect == "sqlite":
+        sql = f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
+    else:
+        sql = f"SELECT t FROM (VALUES {', '.join('(?)' for _ in names)}) AS n(t) WHERE to_regclass(t) IS NOT NULL"
+    return {str(row[0]) for row in store.query(sql, tuple(names))}
+
+
+def _once_key(store: Store, tx: Transaction | None, reservation: str) -> str | None:
+    """The key of the once-only call whose reservations name ``reservation``, if one does."""
+    sql = f"SELECT key FROM agentgate_once WHERE {_NAMES_RESERVATION[store.dialect]} ORDER BY key"
+    params = (json.dumps(reservation),)
+    rows = tx.execute(sql, params) if tx is not None else store.query(sql, params)
+    return str(rows[0][0]) if rows else None
+
+
+def _allow_index(audit: AuditLog | None, chain: Sequence[str], amount: int, created: str) -> int | None:
+    """The ``allow`` entry that made the reservation (module docstring), or ``None``."""
+    if audit is None or not chain:
+        return None
+    try:
+        first = _first_at_or_after(audit, created)
+        if first is None:
+            return None
+        until = format_time(datetime.fromisoformat(created) + timedelta(seconds=_FIND_WITHIN_S))
+        for entry in audit.entries(first, skip_malformed=True):
+            if entry.time > until or entry.index >= first + _FIND_AT_MOST:
+                return None
+            if entry.kind == "allow" and entry.chain_hash == chain[-1] and entry.budget_delta == amount:
+                return entry.index
+    except (AgentGateError, ValueError):  # a log edited (verify says so) or a time not in format
+        return None
+    return None
+
+
+def _first_at_or_after(audit: AuditLog, when: str) -> int | None:
+    """The first entry index whose time is ``when`` or later (entries are appended under the
+    log's lock, each stamped then: their times grow with their index on one clock)."""
+    low, high = 0, audit.size()
+    while low < high:
+        middle = (low + high) // 2
+        if audit.entry(middle).time < when:
+            low = middle + 1
+        else:
+            high = middle
+    return low if low < audit.size() else None
+
+
+__all__ = ["HeldReservation", "held", "settle_held"]
