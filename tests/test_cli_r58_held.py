@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from agentgate.capabilities import Call
 from agentgate.cli.main import main
 from agentgate.errors import SettlementRefused
 from agentgate.gate import AgentIdentity, Gate
-from agentgate.keys import SigningKey
+from agentgate.keys import SigningKey, save_key
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store
 from agentgate.store import held as held_module
@@ -72,6 +73,7 @@ def test_a_reservation_a_killed_worker_left_is_listed_and_settled_by_hand_audite
     assert _held(store) == []  # made moments ago: its call may still be running
     (row,) = _held(store, "--older-than", "0")
     assert (row["grant_id"], row["amount"], row["allow_index"], row["once_key"]) == (grant, 1, allow, None)
+    assert isinstance(row["reserved_at"], float) and abs(row["reserved_at"] - time.time()) < 600
     code, table = _cli("budget", "held", "--older-than", "0", "--store", store)
     assert code == 0 and row["id"] in table and "agentgate budget settle" in table
 
@@ -125,6 +127,18 @@ def test_a_reservation_its_own_slow_process_settled_meanwhile_is_refused_and_not
     with SQLiteStore(path) as store:
         assert BudgetLedger(store).usage(grant) == (1, 0)  # charged once, by its process; not released
         assert store.query("SELECT COUNT(*) FROM audit_log")[0][0] == size  # no outcome written
+
+
+def test_each_held_reservation_names_the_allow_entry_that_made_it(tmp_path: Path) -> None:
+    """Calls of one grant at one amount decided together, with other entries between them: each
+    reservation is listed with its own call's allow entry, the first at or after its time."""
+    keys, path, agent = _once_new(tmp_path)
+    with Gate(parse_policy(_policy_text(keys), source="once.yaml"), SQLiteStore(path)) as gate:
+        allows = []
+        for n in range(3):
+            allows.append(_killed_worker(gate, agent, Call.tool("lookup", {"id": f"o-{n}"})))
+            assert not gate.authorize(agent, Call.tool("nope", {})).allowed  # a deny between them
+    assert [row["allow_index"] for row in _held(str(path), "--older-than", "0")] == allows
 
 
 def test_a_once_only_calls_reservation_is_left_to_tasks_settle(tmp_path: Path) -> None:
@@ -196,3 +210,36 @@ def test_settle_held_refuses_with_a_typed_error(tmp_path: Path) -> None:
         ((reservation,),) = gate.store.query("SELECT id FROM budget_reservations")
         with pytest.raises(SettlementRefused, match="may still be running"):
             held_module.settle_held(gate.store, gate.audit, reservation, ran=True, by="ops")
+
+
+def test_a_gpu_leases_reservation_is_left_to_its_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R58: a GPU lease holds its reservation until the lease ends (hours maybe), and its
+    broker settles it then; settled by hand meanwhile, the broker's own settlement would fail.
+    Listed with its lease, and refused (exit 1), pointing to `agentgate broker leases`."""
+    from test_broker_restart_budget import World, lease
+
+    world = World(str(tmp_path / "agentgate.db"))
+    save_key(world.log_key, tmp_path, "log")
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    try:
+        answer = world.process.gated.submit(world.trainer, lease("ft-1"))
+        assert answer.allowed and answer.lease() is not None
+        world.process.gate.flush()
+        (row,) = _held(str(tmp_path / "agentgate.db"), "--older-than", "0")
+        assert row["lease"] == {"broker": "default", "request_id": "ft-1"} and row["once_key"] is None
+        code, out = _cli(
+            "budget",
+            "settle",
+            row["id"],
+            "--not-run",
+            "--older-than",
+            "0",
+            "--store",
+            str(tmp_path / "agentgate.db"),
+        )
+        assert code == 1 and "GPU lease ft-1 of broker default" in out, out
+        assert world.process.gate.ledger.reservation(row["id"]).state == "reserved"
+    finally:
+        world.process.gate.close()

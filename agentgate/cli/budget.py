@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime
 from typing import Any
 
 from agentgate.cli._common import (
@@ -22,6 +23,8 @@ from agentgate.cli._common import (
     printable,
     seconds_or_duration,
     text,
+    unix,
+    utc,
 )
 from agentgate.errors import SettlementRefused
 from agentgate.store.held import held, settle_held
@@ -106,16 +109,30 @@ def _held(args: argparse.Namespace) -> int:
         reservations = held(store, audit, min_age_s=args.older_than) if audit.exists else []
     finally:
         store.close()
-    if listed([r.to_json() for r in reservations], args.json, "no held reservations"):
+    rows = [{**r.to_json(), "reserved_at": unix(_seconds(r.reserved_at))} for r in reservations]
+    if listed(rows, args.json, "no held reservations"):
         return 0
-    sys.stdout.write(f"{'reserved':<28} {'amount':>12} {'entry':>7} {'grant':<16} {'id':<32}  settle with\n")
+    sys.stdout.write(f"{'reserved':<20} {'amount':>12} {'entry':>7} {'grant':<16} {'id':<32}  settle with\n")
     for r in reservations:
         entry = "-" if r.allow_index is None else str(r.allow_index)
-        how = f"agentgate tasks settle {printable(r.once_key)}" if r.once_key else "agentgate budget settle"
+        how = "agentgate budget settle"
+        if r.once_key is not None:
+            how = f"agentgate tasks settle {printable(r.once_key)}"
+        elif r.lease is not None:  # broker and request names come from callers: escaped
+            how = f"its broker, when lease {printable(r.lease[1])} of {printable(r.lease[0])} ends"
         sys.stdout.write(
-            f"{r.reserved_at:<28} {r.amount:>12} {entry:>7} {r.grant_id[:16]:<16} {r.id:<32}  {how}\n"
+            f"{utc(_seconds(r.reserved_at)):<20} {r.amount:>12} {entry:>7} {r.grant_id[:16]:<16} {r.id:<32}  {how}\n"
         )
     return 0
+
+
+def _seconds(stored: str) -> float | None:
+    """A reservation's time as stored (``2026-11-29T18:00:00.123456Z``) in Unix seconds; ``None``
+    for one that is not a time (written outside agentgate)."""
+    try:
+        return datetime.fromisoformat(stored).timestamp()
+    except ValueError:
+        return None
 
 
 def _settle(args: argparse.Namespace) -> int:

@@ -4,12 +4,15 @@ A worker killed between a decision and its outcome (SIGKILL, the OOM killer, a l
 its ``allow`` entry and its budget reservation committed, and nothing after them: nothing
 releases the reservation on its own (that is what keeps a budget from being overspent), so the
 grant's budget stays that much smaller for as long as it lives. A once-only call's reservation
-is settled with the call (``agentgate.store.once.settle``); this module does the same for every
-other reservation, through ``agentgate budget held`` and ``agentgate budget settle``.
+is settled with the call (``agentgate.store.once.settle``) and a GPU lease's by its broker when
+the lease ends; this module does the same for the others (an idempotent tool's, a model call's),
+through ``agentgate budget held`` and ``agentgate budget settle``.
 
 ``held`` lists the reservations still ``reserved`` that were made at least a given age ago (by
-default ``once.SETTLE_MIN_AGE_S``, far beyond any call's deadline), each with the ``allow``
-entry that made it where the log shows it, and the once-only call that holds it, if one does.
+default ``once.SETTLE_MIN_AGE_S``, the age ``tasks settle`` waits for), each with the ``allow``
+entry that made it where the log shows it, and the once-only call or the GPU lease that holds
+it, if one does: those are settled with their call (``agentgate tasks settle``) or when their
+lease ends (``GatedBroker``), never here.
 ``settle_held`` charges one (it ran) or releases it (it did not), in one transaction with an
 ``outcome`` entry as ``once.settle`` writes one. The reservation's state changes by the ledger's
 conditional update from ``reserved``, so one settled meanwhile by its own process (which was
@@ -35,7 +38,7 @@ from agentgate.errors import AgentGateError, InputError, SettlementRefused
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
 from agentgate.store.ledger import BudgetLedger
-from agentgate.store.once import SETTLE_MIN_AGE_S, OnceCalls
+from agentgate.store.once import SETTLE_MIN_AGE_S
 
 _ID = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
 """A reservation id as ``ledger._reservation_id`` makes them."""
@@ -51,8 +54,9 @@ _NAMES_RESERVATION: dict[Dialect, str] = {
     "sqlite": "instr(reservations, ?) > 0",
     "postgresql": "strpos(reservations, ?) > 0",
 }
-"""Whether a once-only call's ``reservations`` (a JSON list of ids) names the reservation given
-as ``"ID"``, quotes included, so that no longer text holding it matches."""
+"""Whether a row's ``reservations`` (JSON: a once-only call's list of ids, a lease decision's
+list of ``[id, unit, amount]``) names the reservation given as ``"ID"``, quotes included, so that
+no longer text holding it matches."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class HeldReservation:
     reserved_at: str
     allow_index: int | None
     once_key: str | None
+    lease: tuple[str, str] | None = None
+    """The GPU lease (broker, request id) whose decision holds it until the lease ends, if one does."""
 
     @property
     def grant_id(self) -> str:
@@ -83,6 +89,7 @@ class HeldReservation:
             "reserved_at": self.reserved_at,
             "allow_index": self.allow_index,
             "once_key": self.once_key,
+            "lease": None if self.lease is None else {"broker": self.lease[0], "request_id": self.lease[1]},
         }
 
 
@@ -94,7 +101,7 @@ def held(
     (none then, or none of a once-only call). ``audit``: the log to find each one's ``allow``
     entry in (``None``: not looked for). ``InputError`` for an age that is not a number >= 0."""
     cut = _cut(min_age_s)
-    there = _tables(store, ("budget_reservations", "agentgate_once"))
+    there = _tables(store, ("budget_reservations", "agentgate_once", "broker_decisions"))
     if "budget_reservations" not in there:
         return []
     rows = store.query(
@@ -102,15 +109,17 @@ def held(
         "WHERE state = 'reserved' AND created <= ? ORDER BY created, id",
         (cut,),
     )
-    once = "agentgate_once" in there
+    once, leases = "agentgate_once" in there, "broker_decisions" in there
+    size = audit.size() if audit is not None and rows else 0  # a count of the whole log: once
     return [
         HeldReservation(
             str(id_),
             tuple(json.loads(str(chain))),
             int(str(amount)),
             str(created),
-            _allow_index(audit, tuple(json.loads(str(chain))), int(str(amount)), str(created)),
+            _allow_index(audit, tuple(json.loads(str(chain))), int(str(amount)), str(created), size),
             _once_key(store, None, str(id_)) if once else None,
+            _lease(store, None, str(id_)) if leases else None,
         )
         for id_, chain, amount, created in rows
     ]
@@ -135,7 +144,8 @@ def settle_held(
     entry where the log shows it. Raises ``InputError`` for an id that is not one
     (32 hex digits), an empty ``by`` or a negative age, and ``SettlementRefused`` for a
     reservation that does not exist, is settled already (also by its own process meanwhile),
-    belongs to a once-only call (``agentgate tasks settle`` settles the call with it) or was
+    belongs to a once-only call (``agentgate tasks settle`` settles the call with it) or to a GPU
+    lease (its broker settles it when the lease ends) or was
     made less than ``min_age_s`` seconds ago (its call may still be running).
     """
     if not isinstance(reservation, str) or not _ID.match(reservation):
@@ -144,7 +154,7 @@ def settle_held(
         raise InputError("say who settles the reservation (by)")
     cut = _cut(min_age_s)
     ledger = BudgetLedger(store)
-    OnceCalls(store)  # its table, for the check below, in a store where none ran yet
+    there = _tables(store, ("agentgate_once", "broker_decisions"))  # the holders to look for
     rows = store.query(
         "SELECT chain, amount, state, created FROM budget_reservations WHERE id = ?", (reservation,)
     )
@@ -155,16 +165,22 @@ def settle_held(
     if state != "reserved":
         raise SettlementRefused(f"reservation {reservation} is {state}, not held: there is nothing to settle")
     found = HeldReservation(
-        reservation, chain, amount, created, _allow_index(audit, chain, amount, created), None
+        reservation, chain, amount, created, _allow_index(audit, chain, amount, created, audit.size()), None
     )
     allowed = audit.entry(found.allow_index) if found.allow_index is not None else None
     with store.transaction() as tx:
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
-        once_key = _once_key(store, tx, reservation)
+        once_key = _once_key(store, tx, reservation) if "agentgate_once" in there else None
         if once_key is not None:
             raise SettlementRefused(
                 f"reservation {reservation} is held for the call {once_key} of a tool that must run "
                 f"once: settle the call with agentgate tasks settle {once_key} --ran|--not-run"
+            )
+        lease = _lease(store, tx, reservation) if "broker_decisions" in there else None
+        if lease is not None:
+            raise SettlementRefused(
+                f"reservation {reservation} is held for GPU lease {lease[1]} of broker {lease[0]}, whose "
+                f"broker settles it when the lease ends (agentgate broker leases --broker {lease[0]})"
             )
         if created > cut:
             raise SettlementRefused(
@@ -233,12 +249,27 @@ def _once_key(store: Store, tx: Transaction | None, reservation: str) -> str | N
     return str(rows[0][0]) if rows else None
 
 
-def _allow_index(audit: AuditLog | None, chain: Sequence[str], amount: int, created: str) -> int | None:
-    """The ``allow`` entry that made the reservation (module docstring), or ``None``."""
+def _lease(store: Store, tx: Transaction | None, reservation: str) -> tuple[str, str] | None:
+    """The GPU lease (broker, request id) whose recorded decision names ``reservation``, if one
+    does: ``GatedBroker`` holds a lease's reservations until the lease ends, hours maybe."""
+    sql = (
+        f"SELECT broker, request_id FROM broker_decisions WHERE {_NAMES_RESERVATION[store.dialect]} "
+        "ORDER BY broker, request_id"
+    )
+    params = (json.dumps(reservation),)
+    rows = tx.execute(sql, params) if tx is not None else store.query(sql, params)
+    return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
+
+def _allow_index(
+    audit: AuditLog | None, chain: Sequence[str], amount: int, created: str, size: int
+) -> int | None:
+    """The ``allow`` entry that made the reservation (module docstring) in the first ``size``
+    entries of ``audit``, or ``None``."""
     if audit is None or not chain:
         return None
     try:
-        first = _first_at_or_after(audit, created)
+        first = _first_at_or_after(audit, created, size)
         if first is None:
             return None
         until = format_time(datetime.fromisoformat(created) + timedelta(seconds=_FIND_WITHIN_S))
@@ -252,17 +283,18 @@ def _allow_index(audit: AuditLog | None, chain: Sequence[str], amount: int, crea
     return None
 
 
-def _first_at_or_after(audit: AuditLog, when: str) -> int | None:
-    """The first entry index whose time is ``when`` or later (entries are appended under the
-    log's lock, each stamped then: their times grow with their index on one clock)."""
-    low, high = 0, audit.size()
+def _first_at_or_after(audit: AuditLog, when: str, size: int) -> int | None:
+    """The first index below ``size`` whose entry's time is ``when`` or later (entries are
+    appended under the log's lock, each stamped then: their times grow with their index on one
+    clock)."""
+    low, high = 0, size
     while low < high:
         middle = (low + high) // 2
         if audit.entry(middle).time < when:
             low = middle + 1
         else:
             high = middle
-    return low if low < audit.size() else None
+    return low if low < size else None
 
 
 __all__ = ["HeldReservation", "held", "settle_held"]
