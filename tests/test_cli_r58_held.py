@@ -243,3 +243,23 @@ def test_a_gpu_leases_reservation_is_left_to_its_broker(
         assert world.process.gate.ledger.reservation(row["id"]).state == "reserved"
     finally:
         world.process.gate.close()
+
+
+def test_a_reservation_a_sigkilled_worker_left_is_settled_and_the_budget_is_whole_again(
+    tmp_path: Path,
+) -> None:
+    """Review R58: a real worker process SIGKILLed after its allow committed and before its
+    outcome (tests/test_multiproc_r58_gate.py's ``killed`` worker, an idempotent tool): its
+    reservation is listed with that allow, and settled as not run the budget is whole again."""
+    from test_multiproc_r58_gate import CALLS, Shared
+
+    shared = Shared(tmp_path, str(tmp_path / "agentgate.db"))
+    decided = tmp_path / "decided"
+    shared.run([{"mode": "killed", "decided": str(decided)}], expect_exit=-9)
+    (row,) = _held(shared.url, "--older-than", "0")
+    assert (row["allow_index"], row["once_key"]) == (int(decided.read_text()), None)
+    code, out = _cli("budget", "settle", row["id"], "--not-run", "--older-than", "0", "--store", shared.url)
+    assert code == 0, out
+    with shared.gate() as gate:
+        assert gate.ledger.remaining(shared.agent.chain.root.id) == CALLS
+        assert gate.verify().ok

@@ -97,8 +97,8 @@ def held(
     store: Store, audit: AuditLog | None, *, min_age_s: float = SETTLE_MIN_AGE_S
 ) -> list[HeldReservation]:
     """The reservations still held that were made at least ``min_age_s`` seconds ago, oldest
-    first. Reads only: the ledger's and the once-only calls' tables are not made when missing
-    (none then, or none of a once-only call). ``audit``: the log to find each one's ``allow``
+    first. Reads only: the ledger's, the once-only calls' and the lease decisions' tables are
+    not made when missing (no reservation then, or none of a once-only call or a lease). ``audit``: the log to find each one's ``allow``
     entry in (``None``: not looked for). ``InputError`` for an age that is not a number >= 0."""
     cut = _cut(min_age_s)
     there = _tables(store, ("budget_reservations", "agentgate_once", "broker_decisions"))
@@ -242,8 +242,13 @@ def _tables(store: Store, names: Sequence[str]) -> set[str]:
 
 
 def _once_key(store: Store, tx: Transaction | None, reservation: str) -> str | None:
-    """The key of the once-only call whose reservations name ``reservation``, if one does."""
-    sql = f"SELECT key FROM agentgate_once WHERE {_NAMES_RESERVATION[store.dialect]} ORDER BY key"
+    """The key of the once-only call whose reservations name ``reservation``, if one does. Only
+    a call still ``started`` can: its outcome settles them in the transaction that marks it (the
+    table keeps a row per call for good; the others are not searched)."""
+    sql = (
+        "SELECT key FROM agentgate_once WHERE state = 'started' AND "
+        f"{_NAMES_RESERVATION[store.dialect]} ORDER BY key"
+    )
     params = (json.dumps(reservation),)
     rows = tx.execute(sql, params) if tx is not None else store.query(sql, params)
     return str(rows[0][0]) if rows else None
