@@ -263,3 +263,26 @@ def test_a_reservation_a_sigkilled_worker_left_is_settled_and_the_budget_is_whol
     with shared.gate() as gate:
         assert gate.ledger.remaining(shared.agent.chain.root.id) == CALLS
         assert gate.verify().ok
+
+
+@pytest.mark.parametrize("verb", ["held", "settle"])
+def test_a_reservation_row_written_outside_agentgate_is_named_not_a_traceback(
+    tmp_path: Path, verb: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R58: a held reservation whose chain is not JSON (a row edited by hand) made `budget
+    held` and `budget settle` end in a JSONDecodeError traceback; exit 2, one line naming it."""
+    keys, path, agent = _once_new(tmp_path)
+    with Gate(parse_policy(_policy_text(keys), source="once.yaml"), SQLiteStore(path)) as gate:
+        _killed_worker(gate, agent)
+    with SQLiteStore(path) as store, store.transaction() as tx:
+        tx.execute("UPDATE budget_reservations SET chain = 'not json'")
+        ((reservation,),) = tx.execute("SELECT id FROM budget_reservations")
+    argv = (
+        ["held", "--older-than", "0"]
+        if verb == "held"
+        else ["settle", reservation, "--ran", "--older-than", "0"]
+    )
+    code, _ = _cli("budget", *argv, "--store", str(path))
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("agentgate: error: budget_reservations: the row of reservation")
+    assert reservation in err and len(err.splitlines()) == 1

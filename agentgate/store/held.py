@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from agentgate.audit.entry import format_time
-from agentgate.errors import AgentGateError, InputError, SettlementRefused
+from agentgate.errors import AgentGateError, InputError, SettlementRefused, StoreError
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
 from agentgate.store.ledger import BudgetLedger
@@ -111,18 +111,21 @@ def held(
     )
     once, leases = "agentgate_once" in there, "broker_decisions" in there
     size = audit.size() if audit is not None and rows else 0  # a count of the whole log: once
-    return [
-        HeldReservation(
-            str(id_),
-            tuple(json.loads(str(chain))),
-            int(str(amount)),
-            str(created),
-            _allow_index(audit, tuple(json.loads(str(chain))), int(str(amount)), str(created), size),
-            _once_key(store, None, str(id_)) if once else None,
-            _lease(store, None, str(id_)) if leases else None,
+    found = []
+    for id_, chain_text, amount_text, created in rows:
+        chain, amount = _stored(id_, chain_text, amount_text)
+        found.append(
+            HeldReservation(
+                str(id_),
+                chain,
+                amount,
+                str(created),
+                _allow_index(audit, chain, amount, str(created), size),
+                _once_key(store, None, str(id_)) if once else None,
+                _lease(store, None, str(id_)) if leases else None,
+            )
         )
-        for id_, chain, amount, created in rows
-    ]
+    return found
 
 
 def settle_held(
@@ -160,8 +163,8 @@ def settle_held(
     )
     if not rows:
         raise SettlementRefused(f"no budget reservation has the id {reservation}")
-    chain_text, amount_text, state, created = (str(v) for v in rows[0])
-    chain, amount = tuple(json.loads(chain_text)), int(amount_text)
+    chain_text, amount_text, state, created = rows[0]
+    chain, amount, state, created = (*_stored(reservation, chain_text, amount_text), str(state), str(created))
     if state != "reserved":
         raise SettlementRefused(f"reservation {reservation} is {state}, not held: there is nothing to settle")
     found = HeldReservation(
@@ -218,6 +221,22 @@ def settle_held(
             tx,
         )
     return found, index
+
+
+def _stored(reservation: object, chain: object, amount: object) -> tuple[tuple[str, ...], int]:
+    """A reservation row's chain (a JSON list of grant ids) and amount; ``StoreError`` naming the
+    row when they are not (a row written outside agentgate), never a traceback."""
+    try:
+        grants = json.loads(str(chain))
+        if not isinstance(grants, list) or not grants or not all(isinstance(g, str) and g for g in grants):
+            raise ValueError("its chain is not a list of grant ids")
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
+            raise ValueError(f"its amount is {amount!r}")
+    except ValueError as exc:
+        raise StoreError(
+            f"budget_reservations: the row of reservation {reservation!r} is malformed: {exc}"
+        ) from None
+    return tuple(grants), amount
 
 
 def _cut(min_age_s: float) -> str:
