@@ -540,3 +540,25 @@ def seconds_or_duration(value: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected seconds (900) or a duration (15m), got {value!r}: {exc}"
         ) from None
+
+
+def settle_flags(settling: argparse.ArgumentParser, *, min_age_s: float, older_than_help: str) -> None:
+    """The flags ``tasks settle`` and ``budget settle`` share: who settles (``--by``), why
+    (``--reason``), and the least age of what is settled (``--older-than``, default ``min_age_s``)."""
+    settling.add_argument(
+        "--by",
+        default="operator",
+        type=one_line_text("--by", names=True),
+        metavar="NAME",
+        help="who settles it (default operator)",
+    )
+    settling.add_argument(
+        "--reason",
+        default="",
+        type=one_line_text("--reason"),
+        metavar="TEXT",
+        help=f"why, one line of text for the audit entry (at most {MAX_FREE_TEXT:,} characters)",
+    )
+    settling.add_argument(
+        "--older-than", type=seconds_or_duration, default=min_age_s, metavar="SECONDS", help=older_than_help
+    )

@@ -15,13 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from agentgate.cli._common import (
-    MAX_FREE_TEXT,
     given,
     listed,
-    one_line_text,
     open_audit_log,
     printable,
     seconds_or_duration,
+    settle_flags,
     text,
     unix,
     utc,
@@ -75,27 +74,7 @@ def register(subparsers: Any) -> None:
     said.add_argument(
         "--not-run", action="store_true", help="the call had no effect: release the reservation"
     )
-    settling.add_argument(
-        "--by",
-        default="operator",
-        type=one_line_text("--by", names=True),
-        metavar="NAME",
-        help="who settles it (default operator)",
-    )
-    settling.add_argument(
-        "--reason",
-        default="",
-        type=one_line_text("--reason"),
-        metavar="TEXT",
-        help=f"why, one line of text for the audit entry (at most {MAX_FREE_TEXT:,} characters)",
-    )
-    settling.add_argument(
-        "--older-than",
-        type=seconds_or_duration,
-        default=SETTLE_MIN_AGE_S,
-        metavar="SECONDS",
-        help=_OLDER_THAN_HELP,
-    )
+    settle_flags(settling, min_age_s=SETTLE_MIN_AGE_S, older_than_help=_OLDER_THAN_HELP)
     settling.add_argument(
         "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
     )

@@ -17,15 +17,13 @@ import sys
 from typing import Any
 
 from agentgate.cli._common import (
-    MAX_FREE_TEXT,
     given,
     given_text,
     listed,
-    one_line_text,
     open_audit_log,
     open_existing_store,
     printable,
-    seconds_or_duration,
+    settle_flags,
     text,
     unix,
     utc,
@@ -82,27 +80,11 @@ def register(subparsers: Any) -> None:
     said = settling.add_mutually_exclusive_group(required=True)
     said.add_argument("--ran", action="store_true", help="the call had its effect")
     said.add_argument("--not-run", action="store_true", help="the call had no effect")
-    settling.add_argument(
-        "--by",
-        default="operator",
-        type=one_line_text("--by", names=True),
-        metavar="NAME",
-        help="who settles it (default operator)",
-    )
-    settling.add_argument(
-        "--reason",
-        default="",
-        type=one_line_text("--reason"),
-        metavar="TEXT",
-        help=f"why, one line of text for the audit entry (at most {MAX_FREE_TEXT:,} characters)",
-    )
-    settling.add_argument(
-        "--older-than",
-        type=seconds_or_duration,
-        default=SETTLE_MIN_AGE_S,
-        metavar="SECONDS",
-        help="a call whose outcome was never recorded is settled only if it was allowed at least "
-        f"this long ago: a younger one may still be running (default {SETTLE_MIN_AGE_S:.0f}; a "
+    settle_flags(
+        settling,
+        min_age_s=SETTLE_MIN_AGE_S,
+        older_than_help="a call whose outcome was never recorded is settled only if it was allowed at "
+        f"least this long ago: a younger one may still be running (default {SETTLE_MIN_AGE_S:.0f}; a "
         "DURATION such as 15m, as store prune --older-than takes, also does)",
     )
     settling.add_argument(
