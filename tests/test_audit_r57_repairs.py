@@ -108,7 +108,7 @@ def test_gate_verify_signs_no_checkpoint_over_a_log_whose_trigger_was_dropped(tm
     try:
         assert setup.gate.verify().ok
         _drop_no_update(tmp_path / "agentgate.db")
-        setup.gate.issue(setup.keys["root"], name="lead", key=setup.keys["lead"], role="worker")
+        setup.gate.issue(setup.keys["root"], name="lead", key=setup.keys["lead"], role="lead")
         with pytest.raises(TamperDetected, match=DROPPED):
             setup.gate.verify()
         assert len(setup.gate.audit.checkpoints()) == 1

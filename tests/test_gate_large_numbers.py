@@ -73,7 +73,6 @@ def index() -> PolicyIndex:
 @pytest.mark.parametrize(
     "call",
     [
-        Call.tool("pay", {"amount": HUGE}),
         Call.model("m", {"max_tokens": HUGE}),
         Call.model("m", {"max_tokens": UNWRITABLE}),
     ],
@@ -81,14 +80,25 @@ def index() -> PolicyIndex:
 def test_a_gate_bound_is_met_by_an_integer_too_large_for_a_float(index: PolicyIndex, call: Call) -> None:
     """``_comparable`` asked ``math.isfinite`` about the value, which raises ``OverflowError`` for
     an integer beyond a double's range: ``evaluate`` (and ``Gate.authorize``, and the LangGraph
-    middleware with it) raised instead of asking for the approval. Integers compare exactly."""
+    middleware with it) raised instead of asking for the approval. Integers compare exactly. (A
+    declared tool argument that large is refused before any gate since review R58: below.)"""
     decision = index.evaluate("agent", call)
     assert decision.outcome is Outcome.APPROVAL_REQUIRED, decision.reasons
 
 
+def test_a_declared_tool_argument_beyond_64_bits_is_refused_before_any_gate(index: PolicyIndex) -> None:
+    """Review R58: a declared integer argument lies within -2**63 < v < 2**63, so a gate's bound
+    never sees one beyond it: the call is denied, naming the integer's size."""
+    for amount in (HUGE, -HUGE):
+        decision = index.evaluate("agent", Call.tool("pay", {"amount": amount}))
+        assert decision.outcome is Outcome.DENY
+        assert decision.reasons == (
+            "argument 'amount' is an integer of 1329 bits, beyond the range -2**63 < v < 2**63",
+        )
+
+
 def test_a_gate_bound_not_met_by_a_huge_negative_integer_does_not_apply(index: PolicyIndex) -> None:
-    for call in (Call.tool("pay", {"amount": -HUGE}), Call.model("m", {"max_tokens": -HUGE})):
-        assert index.evaluate("agent", call).outcome is Outcome.ALLOW
+    assert index.evaluate("agent", Call.model("m", {"max_tokens": -HUGE})).outcome is Outcome.ALLOW
 
 
 def test_the_gate_asks_for_an_approval_of_a_huge_model_argument(tmp_path: Path) -> None:
@@ -130,7 +140,8 @@ def test_a_rule_refusing_an_unwritable_integer_denies_and_says_why(index: Policy
     """The reason quoted the value with ``repr``, which raises ``ValueError`` for an integer of
     more than 4300 digits: ``evaluate`` raised instead of denying."""
     decision = index.evaluate("agent", Call.tool("capped", {"amount": UNWRITABLE}))
-    assert decision.outcome is Outcome.DENY and "too many digits" in decision.reasons[0]
+    # A declared argument: refused for its size before its rule (review R58), named by bits.
+    assert decision.outcome is Outcome.DENY and "an integer of 16610 bits" in decision.reasons[0]
     decision = index.evaluate("agent", Call.model("m", {"priority": UNWRITABLE}))
     assert decision.outcome is Outcome.DENY and "too many digits" in decision.reasons[0]
     assert (
