@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import httpx
@@ -78,6 +78,27 @@ async def test_a_non_streamed_answer_slower_than_first_token_s_is_not_a_failure(
         assert not any(dispatcher.is_down(n) for n in names)
 
 
+@contextlib.asynccontextmanager
+async def client_on(path: str, url: str, timeouts: Timeouts) -> AsyncIterator[BackendClient]:
+    """A ``BackendClient`` of one vLLM backend at ``url`` over ``path``: the dispatcher's own
+    aiohttp or httpx client, or the gateway's pool (``gateway-pool``); closed after."""
+    inventory = inventory_from_mapping(
+        {"backends": [{"name": "b", "url": url, "engine": "vllm", "models": ["m"]}]}
+    )
+    pool = UpstreamPool()
+    session = aiohttp.ClientSession() if path == "aiohttp" else None
+    try:
+        async with httpx.AsyncClient() as http_client:
+            client = BackendClient(inventory.backends[0], http_client, timeouts, session=session)
+            if path == "gateway-pool":
+                client.transport = pool
+            yield client
+    finally:
+        if session is not None:
+            await session.close()
+        await pool.aclose()
+
+
 @pytest.mark.parametrize("mode", ["ok", "hang"])
 @pytest.mark.parametrize("path", ["aiohttp", "httpx", "gateway-pool"])
 async def test_every_client_path_waits_for_a_non_streamed_answer_by_its_output_limit(
@@ -87,25 +108,12 @@ async def test_every_client_path_waits_for_a_non_streamed_answer_by_its_output_l
     slow answer within its deadline, and gives up on one that never comes at that deadline
     (``first_token_s`` + 1 token / 5 a second = 0.4 s), naming it."""
     backend.mode = mode
-    inventory = inventory_from_mapping(
-        {"backends": [{"name": "b", "url": backend.url, "engine": "vllm", "models": ["m"]}]}
-    )
-    pool = UpstreamPool()
-    session = aiohttp.ClientSession() if path == "aiohttp" else None
-    try:
-        async with httpx.AsyncClient() as http_client:
-            client = BackendClient(inventory.backends[0], http_client, TIMEOUTS, session=session)
-            if path == "gateway-pool":
-                client.transport = pool
-            if mode == "ok":
-                assert (await client.chat(PAYLOAD)).content
-            else:
-                with pytest.raises(BackendFailed, match=r"no answer within 0\.4s"):
-                    await client.chat({**PAYLOAD, "max_tokens": 1})
-    finally:
-        if session is not None:
-            await session.close()
-        await pool.aclose()
+    async with client_on(path, backend.url, TIMEOUTS) as client:
+        if mode == "ok":
+            assert (await client.chat(PAYLOAD)).content
+        else:
+            with pytest.raises(BackendFailed, match=r"no answer within 0\.4s"):
+                await client.chat({**PAYLOAD, "max_tokens": 1})
 
 
 def test_the_deadline_of_a_non_streamed_answer_grows_with_its_output_limit() -> None:

@@ -12,15 +12,13 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 
-import aiohttp
-import httpx
 import pytest
+from test_dispatch_r58_answer_deadline import client_on
 from test_gateway_hostile_backends import Hostile, _head
 
 from agentgate.dispatch import inventory_from_mapping
-from agentgate.dispatch.backends import MAX_ANSWER_BYTES, BackendClient, Timeouts
+from agentgate.dispatch.backends import MAX_ANSWER_BYTES, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
-from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.dispatch.router import Router
 from agentgate.errors import AnswerTooLarge
 
@@ -68,22 +66,9 @@ async def test_a_declared_length_over_the_limit_is_refused_at_the_head(
     ``BackendFailed`` (a payload error) and a body held back waited ``first_token_s`` and was a
     ``BackendFailed`` (a timeout). Every path now says ``AnswerTooLarge`` at the head."""
     backend.mode = mode
-    inventory = inventory_from_mapping(
-        {"backends": [{"name": "b", "url": backend.url, "engine": "vllm", "models": ["m"]}]}
-    )
-    pool = UpstreamPool()
-    session = aiohttp.ClientSession() if path == "aiohttp" else None
-    try:
-        async with httpx.AsyncClient() as http_client:
-            client = BackendClient(inventory.backends[0], http_client, TIMEOUTS, session=session)
-            if path == "gateway-pool":
-                client.transport = pool
-            with pytest.raises(AnswerTooLarge, match=f"larger than {MAX_ANSWER_BYTES} bytes"):
-                await client.chat(PAYLOAD)
-    finally:
-        if session is not None:
-            await session.close()
-        await pool.aclose()
+    async with client_on(path, backend.url, TIMEOUTS) as client:
+        with pytest.raises(AnswerTooLarge, match=f"larger than {MAX_ANSWER_BYTES} bytes"):
+            await client.chat(PAYLOAD)
     assert backend.asked == 1
 
 
