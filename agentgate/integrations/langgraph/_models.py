@@ -88,7 +88,12 @@ class DispatchedChatModel(BaseChatModel):
         """The backend's answer as an ``AIMessage``: its tool calls in ``tool_calls``, the malformed
         ones in ``invalid_tool_calls`` (see ``_tool_call``), as LangChain's own OpenAI model does.
 
-        Raises ``BackendFailed`` when ``tool_calls`` is there but not a list.
+        The reasoning of a reasoning model (``_reasoning``) is in ``additional_kwargs`` under
+        ``reasoning_content``, where LangChain's message content blocks read it; it is no part of
+        the usage, which is the backend's (its completion tokens count the reasoning already).
+
+        Raises ``BackendFailed`` when ``tool_calls`` is there but not a list, or the reasoning is
+        not a string.
         """
         message_body = served.body["choices"][0]["message"]  # an object: BackendClient.chat checked
         raw_calls = message_body.get("tool_calls") or []
@@ -96,13 +101,16 @@ class DispatchedChatModel(BaseChatModel):
             raise BackendFailed(f"{served.backend}: tool_calls is not a list: {raw_calls!r:.80}")
         calls, invalid = DispatchedChatModel._tool_calls(raw_calls)
         usage = served.usage
+        # The calls as the backend wrote them, as LangChain's OpenAI model keeps them: the
+        # middleware reads each call's arguments text for numbers no float holds.
+        kept: dict[str, Any] = {"tool_calls": raw_calls} if raw_calls else {}
+        if reasoning := _reasoning(served.backend, message_body):
+            kept[REASONING] = reasoning
         message = AIMessage(
             content=served.content,
             tool_calls=calls,
             invalid_tool_calls=invalid,
-            # The calls as the backend wrote them, as LangChain's OpenAI model keeps them: the
-            # middleware reads each call's arguments text for numbers no float holds.
-            additional_kwargs={"tool_calls": raw_calls} if raw_calls else {},
+            additional_kwargs=kept,
             usage_metadata=_usage_metadata(usage),
             response_metadata={"backend": served.backend, "finish_reason": served.finish_reason},
         )
@@ -208,8 +216,8 @@ class DispatchedChatModel(BaseChatModel):
         for served in self.gate.dispatch_stream(
             self._payload(messages), tenant=self.tenant, session=_session()
         ):
+            _watched_output(served)  # first: a chunk ``of`` refuses was sent all the same
             piece = pieces.of(served)
-            _watched_output(served)
             if run_manager is not None:
                 run_manager.on_llm_new_token(piece.text, chunk=piece)
             yield piece
@@ -225,8 +233,8 @@ class DispatchedChatModel(BaseChatModel):
         pieces = _Pieces()
         payload = self._payload(messages)
         async for served in self.gate.adispatch_stream(payload, tenant=self.tenant, session=_session()):
+            _watched_output(served)  # first: a chunk ``of`` refuses was sent all the same
             piece = pieces.of(served)
-            _watched_output(served)
             if run_manager is not None:
                 await run_manager.on_llm_new_token(piece.text, chunk=piece)
             yield piece
@@ -236,12 +244,44 @@ class DispatchedChatModel(BaseChatModel):
 def _watched_output(served: ChatChunk) -> None:
     """Tell the middleware's watch of this model call (``_WATCHED``), if one is set, that
     ``served`` carried output by the rule of the dispatcher and the gateway (``carries_output``):
-    a tool call fragment or reasoning, which this model does not hand LangChain's callbacks as it
-    comes, counts as text does, so a stream cut after it is charged as reserved, as the gateway
+    a tool call fragment, which this model does not hand LangChain's callbacks as it comes, or
+    anything else in the delta but its role, counts as text does, so a stream cut after it is charged as reserved, as the gateway
     charges it (until review R58 the watch saw nothing, and the call was released)."""
     watch = _WATCHED.get()
     if watch is not None and not watch.delivered and carries_output(served):
         watch.delivered = True
+
+
+REASONING = "reasoning_content"
+"""The ``additional_kwargs`` key of an answer's reasoning: where LangChain's content blocks read
+it (``AIMessage.content_blocks``: a ``reasoning`` block), as its DeepSeek, Ollama, xAI and Groq
+models put it. Streamed, each chunk carries its piece, and LangChain joins them as it adds the
+chunks up."""
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+"""Where an engine's reasoning parser puts the reasoning of an answer's ``message`` or a stream's
+``delta``: SGLang's (and vLLM's before v0.11) ``reasoning_content``, vLLM's ``reasoning``."""
+
+
+def _reasoning(backend: str, part: Mapping[str, Any]) -> str:
+    """The reasoning in ``part`` (an answer's ``message``, a stream's ``delta``): the first of
+    ``REASONING_FIELDS`` with text, once: a vLLM that sends both names sends the same text twice.
+    Empty when there is none. Raises ``BackendFailed`` for one that is not a string (as for
+    content that is not: ``BackendClient.chat``)."""
+    found = ""
+    for name in REASONING_FIELDS:
+        value = part.get(name)
+        if value is not None and not isinstance(value, str):
+            raise BackendFailed(f"{backend}: {name} is not a string: {value!r:.80}")
+        found = found or value or ""
+    return found
+
+
+def _delta(served: ChatChunk) -> Mapping[str, Any]:
+    """The delta of a streamed chunk's first choice, as the backend sent it (empty if none)."""
+    choices = served.event.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    delta = choice.get("delta") if isinstance(choice, Mapping) else None
+    return delta if isinstance(delta, Mapping) else {}
 
 
 def _usage_metadata(usage: Usage) -> UsageMetadata:
@@ -254,8 +294,8 @@ def _usage_metadata(usage: Usage) -> UsageMetadata:
 
 
 class _Pieces:
-    """A ``DispatchedChatModel`` stream as LangChain's chunks: each backend chunk's text as it
-    comes; the backend named on the first chunk only and the finish reason where sent (LangChain
+    """A ``DispatchedChatModel`` stream as LangChain's chunks: each backend chunk's text and
+    reasoning (``REASONING``) as they come; the backend named on the first chunk only and the finish reason where sent (LangChain
     concatenates text values of ``response_metadata`` when it adds chunks up).
 
     The usage comes once, on the last chunk: the last the backend reported, which the call is
@@ -292,7 +332,12 @@ class _Pieces:
             metadata["finish_reason"] = served.finish_reason  # once: a second would be concatenated
             self.finished = True
         self.usage.see(served)
-        message = AIMessageChunk(content=served.content, response_metadata=metadata)
+        reasoning = _reasoning(served.backend, _delta(served))
+        message = AIMessageChunk(
+            content=served.content,
+            additional_kwargs={REASONING: reasoning} if reasoning else {},
+            response_metadata=metadata,
+        )
         return ChatGenerationChunk(message=message)
 
     def _add(self, fragment: object) -> None:
