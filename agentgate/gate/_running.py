@@ -79,6 +79,16 @@ def _failure_carried(raised: list[BaseException]) -> BaseException | None:
     return None if cause is None or isinstance(cause, asyncio.CancelledError) else cause
 
 
+def _failure_reason(exc: BaseException) -> str:
+    """The reason an outcome gives for ``exc``: its class name, and for ``NoBackend`` and
+    ``BackendFailed`` why the backends failed (an HTTP 302, garbage, no answer in time, a stream
+    cut after output), as the gateway gives it: that belongs in the evidence, not only in a log,
+    and the message names no backend key (scrubbed)."""
+    if isinstance(exc, NoBackend | BackendFailed) and str(exc):
+        return f"{type(exc).__name__}: {str(exc)[:MAX_ERROR_DETAIL]}"
+    return type(exc).__name__
+
+
 _NO_FN = object()
 """``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
 
@@ -426,9 +436,7 @@ class _Running:
         error = type(exc).__name__
         started = started and (ran or error not in NOT_STARTED)
         if isinstance(exc, NoBackend | BackendFailed) and str(exc):
-            # Why the backends failed (an HTTP 302, garbage, no answer in time) belongs in the
-            # evidence, not only in the gateway's log; the message names no backend key (scrubbed).
-            error = f"{error}: {str(exc)[:MAX_ERROR_DETAIL]}"
+            error = _failure_reason(exc)
         elif not started and not pause and error not in NOT_STARTED:
             error = f"{error}: {NOT_STARTED_DETAIL}"
         usage = usage_after(auth, exc) if started else None
@@ -496,13 +504,16 @@ class _Running:
     ) -> None:
         """Settle a call that ran and returned ``result``: ``spent`` reads its usage, ``failed``
         says whether it failed. When either raises, the call is settled as an ``error`` charged
-        as reserved (it ran; what it cost cannot be read) and the exception is re-raised."""
+        as reserved (it ran; what it cost cannot be read), its reason ``_failure_reason`` (a
+        LangGraph stream cut after output is such a ``spent``'s ``BackendFailed``: until review
+        R59 its reason had no detail, where the gateway's for the same stream did), and the
+        exception is re-raised."""
         try:
             usage = spent(result) if spent is not None else None
             status = "error" if failed is not None and failed(result) else "ok"
         except BaseException as exc:
             if (
-                self._settle_unless_closed(auth, "error", type(exc).__name__, USAGE_UNREAD)
+                self._settle_unless_closed(auth, "error", _failure_reason(exc), USAGE_UNREAD)
                 and span.is_recording()
             ):
                 record_outcome_lost(span)
