@@ -296,15 +296,15 @@ def _storable(response: R) -> R:
     answer as the run's state can keep it (``_storable_answer``): a tool call whose arguments hold
     an integer beyond 64 bits kept with that integer as text and marked refused, which the tool
     hook then refuses before it is decided, telling the model why (until review R58 LangGraph's
-    checkpointer failed to store the answer and the run ended in a ``TypeError``). ``response``
-    itself when no answer changes (the usual case)."""
+    checkpointer failed to store the answer and the run ended in a ``TypeError``); such an
+    integer in the answer's metadata kept as text, in its ``usage_metadata`` left out (until
+    review R59 the same ``TypeError``). ``response`` itself when no answer changes (the usual
+    case)."""
     if isinstance(response, AIMessage):
-        return cast(R, _storable_answer(response)) if response.tool_calls else response
+        return cast(R, _storable_answer(response))
     if not isinstance(response, ModelResponse):
         return response
-    result = [
-        _storable_answer(m) if isinstance(m, AIMessage) and m.tool_calls else m for m in response.result
-    ]
+    result = [_storable_answer(m) if isinstance(m, AIMessage) else m for m in response.result]
     if all(new is old for new, old in zip(result, response.result, strict=True)):
         return response
     return cast(R, ModelResponse(result=result, structured_response=response.structured_response))

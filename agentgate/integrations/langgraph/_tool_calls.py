@@ -225,10 +225,21 @@ def _out_of_range(request: ToolCallRequest, answer: AIMessage | None, call_id: s
 
 
 def _storable_answer(message: AIMessage) -> AIMessage:
-    """``message`` as the run's state can keep it: when a tool call's arguments hold an integer
-    out of range (``INT_RANGE``), a copy in which each such integer is its decimal text and
-    ``response_metadata`` names why the call is refused (``OUT_OF_RANGE_KEY``), which the tool
-    hook reads (``_out_of_range``); else ``message`` itself. The other calls are kept as they are."""
+    """``message`` as the run's state can keep it, where it holds an integer out of range
+    (``INT_RANGE``): a copy in which
+
+    - a tool call's arguments hold each such integer as its decimal text, and
+      ``response_metadata`` names why the call is refused (``OUT_OF_RANGE_KEY``), which the tool
+      hook reads (``_out_of_range``); the other calls are kept as they are;
+    - ``additional_kwargs``, ``response_metadata`` and a content list hold each such integer as
+      its decimal text (a provider's raw usage, ``response_metadata["token_usage"]``);
+    - ``usage_metadata`` holding one is left out: LangChain keeps no text there, and the call was
+      charged already (``Gate.run``'s ``spent`` reads the answer first: a count over
+      ``MAX_USAGE_TOKENS`` is charged as reserved, its outcome saying what was reported).
+
+    ``message`` itself when it holds none (the usual case). Until review R59 a model reporting
+    such a usage (10**30 input tokens) ended a checkpointed run in LangGraph's ``TypeError``."""
+    update: dict[str, Any] = {}
     said: dict[str, str] = {}
     calls: list[Any] = []
     for call in message.tool_calls:
@@ -238,10 +249,16 @@ def _storable_answer(message: AIMessage) -> AIMessage:
             calls.append({**call, "args": _with_text_for(call.get("args"), found)})
         else:
             calls.append(call)
-    if not said:
-        return message
-    metadata = {**message.response_metadata, OUT_OF_RANGE_KEY: said}
-    return message.model_copy(update={"tool_calls": calls, "response_metadata": metadata})
+    if said:
+        update["tool_calls"] = calls
+        update["response_metadata"] = {**message.response_metadata, OUT_OF_RANGE_KEY: said}
+    for field in ("additional_kwargs", "response_metadata", "content"):
+        value = update.get(field, getattr(message, field))
+        if not isinstance(value, str) and (found := _integers_out_of_range(value)):
+            update[field] = _with_text_for(value, found)
+    if message.usage_metadata is not None and _integers_out_of_range(message.usage_metadata):
+        update["usage_metadata"] = None
+    return message.model_copy(update=update) if update else message
 
 
 def _with_text_for(args: object, found: list[tuple[tuple[object, ...], int]]) -> object:
