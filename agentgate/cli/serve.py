@@ -2,10 +2,11 @@
 
 ``agentgate serve --policy FILE --inventory FILE [--host 127.0.0.1] [--port 8000] [--store URL]
 [--stream-stall-s SECONDS] [--shutdown-grace-s SECONDS] [--head-timeout-s SECONDS]
-[--max-head-bytes N] [--unread-body-s SECONDS] [--body-timeout-s SECONDS] [--max-body-bytes N]``
-serves ``/v1/chat/completions``, ``/v1/models``, ``/metrics`` and ``/healthz`` with uvicorn until
-interrupted. Every call is decided under the policy's trust anchors and recorded in the store
-(``--store``, else ``AGENTGATE_STORE``, else the default SQLite file). A policy, inventory or
+[--max-head-bytes N] [--unread-body-s SECONDS] [--body-timeout-s SECONDS] [--max-body-bytes N]
+[--first-token-s SECONDS] [--decode-tokens-per-s N]`` serves ``/v1/chat/completions``,
+``/v1/models``, ``/metrics`` and ``/healthz`` with uvicorn until interrupted. Every call is
+decided under the policy's trust anchors and recorded in the store (``--store``, else
+``AGENTGATE_STORE``, else the default SQLite file). A policy, inventory or
 store that cannot be opened or does not exist (``agentgate store init`` creates one), an
 inventory without backends, a ``--host`` that does not resolve
 and an address that cannot be bound (a port in use) are a one-line error and exit code 2; the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import signal
 import socket
 import sys
@@ -96,6 +98,22 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="answer 413 to a request body over this many bytes (default 8388608, 8 MiB)",
     )
+    parser.add_argument(
+        "--first-token-s",
+        type=_first_token,
+        default=None,
+        metavar="SECONDS",
+        help="fail over from a backend that sends no first token of a stream in this long; a whole "
+        "(non-streamed) answer is waited for this plus its output limit at --decode-tokens-per-s "
+        "(default 60)",
+    )
+    parser.add_argument(
+        "--decode-tokens-per-s",
+        type=_decode_rate,
+        default=None,
+        metavar="N",
+        help="the slowest decode, in tokens a second, a whole answer is waited for (default 5)",
+    )
     parser.set_defaults(handler=_serve)
 
 
@@ -132,6 +150,13 @@ _seconds = _limit_seconds("a stall limit")
 _head_timeout = _limit_seconds("a head timeout")
 _unread_body = _limit_seconds("an unread body's time")
 _body_timeout = _limit_seconds("a body timeout")
+_first_token = _limit_seconds("a first token limit")
+_decode_rate = _parsed(
+    float,
+    "a number of tokens a second",
+    lambda v: 0 < v < math.inf,
+    "a decode rate is a positive finite number of tokens a second",
+)
 _max_head = _parsed(
     int,
     "a whole number of bytes",
@@ -151,6 +176,7 @@ def _terminated(signum: int, frame: object) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     # Imported here: the other commands need neither the gateway nor its web server.
+    from agentgate.dispatch.backends import Timeouts
     from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer
     from agentgate.dispatch.inventory import load_inventory
 
@@ -169,6 +195,11 @@ def _serve(args: argparse.Namespace) -> int:
                 Gateway(
                     gate,
                     inventory,
+                    timeouts=Timeouts(
+                        **_given(
+                            first_token_s=args.first_token_s, decode_tokens_per_s=args.decode_tokens_per_s
+                        )
+                    ),
                     **_given(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout_s),
                 ),
                 host=args.host,
