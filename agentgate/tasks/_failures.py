@@ -28,7 +28,6 @@ from agentgate.tasks._breaker import CircuitBreaker
 from agentgate.tasks._call import OVERFLOW_BREAKER, PER_NAME_STATE, ToolCall, says_pause
 from agentgate.tasks._classify import Classifier
 from agentgate.tasks._config import ToolLimits
-from agentgate.tasks._limits import SharedLimits
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import Failure, RetryRule, rule_for
 from agentgate.tasks._waiter import Waiter
@@ -54,7 +53,6 @@ class _Failures:
     there is a dead-letter store."""
 
     # The scheduler's state this part reads (``Scheduler.__init__`` sets it).
-    shared: SharedLimits
     metrics: SchedulerMetrics
     _rng: random.Random
     _classifier: Classifier
@@ -147,16 +145,15 @@ class _Failures:
         if reason is None:
             delay = full_jitter(limits.retry, number, self._rng)
             if deadline is None or now + delay < deadline:
-                with self.shared.lock:  # the sync facade's metrics are counted by many threads
-                    self.metrics.event(
-                        "retried",
-                        call.tool,
-                        {
-                            "agentgate.attempt": number,
-                            "agentgate.error_class": error_class,
-                            "agentgate.delay_s": delay,
-                        },
-                    )
+                self.metrics.event(
+                    "retried",
+                    call.tool,
+                    {
+                        "agentgate.attempt": number,
+                        "agentgate.error_class": error_class,
+                        "agentgate.delay_s": delay,
+                    },
+                )
                 return delay
             reason = "deadline"
         raise _GiveUp(reason, error) from error
@@ -175,8 +172,7 @@ class _Failures:
         try:
             self._dead_store.record(letter)
         except StoreError:
-            with self.shared.lock:  # the sync facade's metrics are counted by many threads
-                self.metrics.event("dead_letter_not_stored", letter.tool, {"agentgate.reason": letter.reason})
+            self.metrics.event("dead_letter_not_stored", letter.tool, {"agentgate.reason": letter.reason})
 
     def _record_dead(
         self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str

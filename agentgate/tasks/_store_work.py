@@ -97,8 +97,7 @@ class _StoreWork:
             # error replaced them, and a tool that ran and succeeded was recorded as failed (its
             # caller told so too). Not given back, the lease is not renewed either (``release``
             # forgot it first): it expires within lease_ttl_s, as ``_give_back``'s.
-            with self.shared.lock:
-                self.metrics.tally("lease_not_released", lease.key)
+            self.metrics.tally("lease_not_released", lease.key)
 
     async def _shared_token(
         self, key: str, limits: ToolLimits, loop: asyncio.AbstractEventLoop, deadline: float | None
