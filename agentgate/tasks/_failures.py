@@ -252,6 +252,16 @@ def _twin_late(call: ToolCall) -> DeadlineExceeded:
     )
 
 
+def _twin_out_of_time(call: ToolCall, error: DeadlineExceeded) -> SchedulingError:
+    """The error of a call whose running twin ended with ``DeadlineExceeded`` (``error``) while
+    this call's own deadline had not passed: a ``SchedulingError`` that says the deadline was
+    not this call's, never a ``DeadlineExceeded`` this call's caller would take for its own."""
+    return SchedulingError(
+        f"tool {call.tool}: the running call with this call's idempotency key ended at a deadline "
+        f"that is not this call's ({_message(error)})"
+    )
+
+
 def _give_up(error: SchedulingError) -> _GiveUp:
     """A call that could not start: given up for the reason ``error`` names."""
     reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}

@@ -66,7 +66,15 @@ from agentgate.tasks._breaker import BreakerSnapshot, CircuitBreaker
 from agentgate.tasks._call import Attempt, ToolCall, require_tool_call, require_tool_function
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
-from agentgate.tasks._failures import _circuit_open, _Failures, _give_up, _GiveUp, _started_late, _twin_late
+from agentgate.tasks._failures import (
+    _circuit_open,
+    _Failures,
+    _give_up,
+    _GiveUp,
+    _started_late,
+    _twin_late,
+    _twin_out_of_time,
+)
 from agentgate.tasks._limits import SharedLimits
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import RetryRule
@@ -263,7 +271,7 @@ class Scheduler(_StoreWork, _Failures):
         Raises ``Overloaded`` (queue full), ``DeadlineExceeded`` (could not start, or an attempt
         did not finish, before the deadline), ``CircuitOpen`` (breaker open), ``InputError`` (an
         unknown priority class, arguments that are not JSON, a ``call`` that is not a ``ToolCall``, an ``fn`` that is not callable), ``SchedulingError`` (scheduler
-        closed, limits refusing calls, or the running twin this call joined was cancelled), or the tool's own last exception when the call is given up (``DeadlineExceeded``
+        closed, limits refusing calls, or the running twin this call joined was cancelled, or ended at its own deadline before this call's), or the tool's own last exception when the call is given up (``DeadlineExceeded``
         instead when the deadline passed while a retry waited for its turn). Cancelling the
         caller cancels the running attempt and gives its slots back.
         """
@@ -309,11 +317,17 @@ class Scheduler(_StoreWork, _Failures):
                 if waiter is not None:
                     with self.shared.lock:
                         self.shared.hasten(waiter, priority)
+            # A DeadlineExceeded the twin ended with is this call's only when its own deadline
+            # has passed too: else it is the twin's, and this call is told so, not that it ran out.
             if call.deadline is None and call.grant_expires_at is None:
-                return await asyncio.shield(twin)
+                try:
+                    return await asyncio.shield(twin)
+                except DeadlineExceeded as exc:
+                    raise _twin_out_of_time(call, exc) from exc
             # The twin may run longer than this call may wait: this call's deadline bounds the wait.
             loop = asyncio.get_running_loop()
-            waiting = asyncio.timeout_at(self._deadline(call, loop.time()))
+            own = self._deadline(call, loop.time())
+            waiting = asyncio.timeout_at(own)
             try:
                 async with waiting:
                     return await asyncio.shield(twin)
@@ -321,6 +335,10 @@ class Scheduler(_StoreWork, _Failures):
                 if waiting.expired():
                     raise _twin_late(call) from exc
                 raise
+            except DeadlineExceeded as exc:
+                if loop.time() >= own:
+                    raise _twin_late(call) from exc
+                raise _twin_out_of_time(call, exc) from exc
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._twins[key] = outcome
         self._twin_classes[key] = priority

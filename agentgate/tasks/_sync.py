@@ -53,7 +53,14 @@ from agentgate.tasks._breaker import BreakerSnapshot
 from agentgate.tasks._call import Attempt, ToolCall, require_tool_call, require_tool_function
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
-from agentgate.tasks._failures import _circuit_open, _give_up, _GiveUp, _started_late, _twin_late
+from agentgate.tasks._failures import (
+    _circuit_open,
+    _give_up,
+    _GiveUp,
+    _started_late,
+    _twin_late,
+    _twin_out_of_time,
+)
 from agentgate.tasks._limits import SharedLimits
 from agentgate.tasks._scheduler import Scheduler, _attempt_deadline, _drain_timeout
 from agentgate.tasks._waiter import RUNNING, Waiter
@@ -310,6 +317,11 @@ class SyncScheduler:
                 deadline = core._deadline(call, time.monotonic())
             if not _wait_event(joined, deadline):
                 raise _twin_late(call)
+            if isinstance(twin.error, DeadlineExceeded):
+                # The twin's deadline, this call's only when its own has passed too.
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise _twin_late(call) from twin.error
+                raise _twin_out_of_time(call, twin.error) from twin.error
             if twin.error is not None:
                 raise twin.error
             if twin.interrupted:
