@@ -115,9 +115,11 @@ class Entry(Generic[T]):
     sets the other fields.
     """
 
-    __slots__ = ("alive", "item", "path", "seq", "tenant", "tool")
+    __slots__ = ("alive", "arrival", "item", "path", "seq", "tenant", "tool")
 
     alive: bool
+    #: Its ``seq`` when it first came, set by its first ``move`` (a move gives it a new ``seq``).
+    arrival: int
     path: tuple[_Node, ...]
     seq: int
     tenant: str
@@ -277,22 +279,44 @@ class FairQueue(Generic[T]):
         return next(rank for rank, node in self._ranks.items() if node is root)
 
     def move(
-        self, entry: Entry[T], rank: int, priority: str, priority_weight: float, tenant_weight: float
+        self,
+        entry: Entry[T],
+        rank: int,
+        priority: str,
+        priority_weight: float,
+        tenant_weight: float,
+        *,
+        back: bool = False,
     ) -> None:
         """Move ``entry`` (still in the queue) to the tail of its tool FIFO under ``rank`` and class
         ``priority``, its tenant and agent kept, as if it left and came again: it is counted
         waiting once throughout, and no pass grows (only serving an entry charges its nodes).
+        ``back``: not to the tail but to the place its first arrival gives it in that FIFO, after
+        the entries that came before it and before those that came after (a twin moved back
+        down when the urgent calls joined to it stopped waiting keeps its place in line).
 
         Its slot in its old FIFO holds a dead placeholder from now on (the FIFO drops it lazily,
         as it drops any entry that left), found by a scan of that one FIFO: a move is rare (a
-        more urgent call joined this one's outcome), a scan on the hot path would not be."""
+        more urgent call joined this one's outcome, or stopped waiting), a scan on the hot path
+        would not be. Every FIFO stays in ``seq`` order (the placeholder takes the entry's)."""
         fifo = entry.path[3].queues[entry.tool]
         gone: Entry[Any] = Entry(None)
         gone.alive = False
+        gone.seq = entry.seq
         fifo[fifo.index(entry)] = gone
+        arrival = getattr(entry, "arrival", entry.seq)  # unset until its first move
         tenant, agent, tool = entry.tenant, entry.path[3].key, entry.tool
         self.discard(entry)
         self.push_entry(entry, rank, priority, priority_weight, tenant, tenant_weight, agent, tool)
+        entry.arrival = arrival
+        if back:
+            fifo = entry.path[3].queues[tool]
+            fifo.pop()  # pushed at the tail: into its place by arrival instead
+            entry.seq = arrival
+            at = len(fifo)
+            while at and fifo[at - 1].seq > arrival:
+                at -= 1
+            fifo.insert(at, entry)
 
     def pop(
         self, open_tools: set[str], tenant_blocked: Blocked | None, agent_blocked: AgentBlocked | None

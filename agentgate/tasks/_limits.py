@@ -254,6 +254,24 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         share = self.shares.get(tenant) or self.config.tenant_share(tenant)
         queue.move(waiter, priority.rank, priority.name, priority.weight, share.weight)
 
+    def slow(self, waiter: Waiter, priority: PriorityClass) -> None:
+        """The calls joined to ``waiter``'s call that made it wait at a more urgent class stopped
+        waiting (cancelled, their deadlines passed): ``priority`` is now the most urgent class
+        among the callers still waiting on it. While ``waiter`` waits in the queue at another
+        class, it moves to ``priority``, at the place its first arrival gives it among that
+        class's calls of its tenant, agent and tool (``FairQueue.move``'s ``back``), counted once
+        throughout. A waiter granted, or no longer waiting, is left as it is. (Until review R59
+        the twin kept the class of a joiner that had left, and started before calls of its own
+        class that had come before it.)"""
+        if waiter.granted or not waiter.queued or not waiter.alive:
+            return
+        queue = self.queue
+        if waiter.path[1].key == priority.name and queue.rank_of(waiter) == priority.rank:
+            return
+        tenant = waiter.call.tenant
+        share = self.shares.get(tenant) or self.config.tenant_share(tenant)
+        queue.move(waiter, priority.rank, priority.name, priority.weight, share.weight, back=True)
+
     def has_room(self, call: ToolCall, limits: ToolLimits) -> bool:
         """Can ``call`` start now? Takes the rate token when it can (so: call once, then start)."""
         config = self.config

@@ -5,7 +5,8 @@ lease heartbeat is one thread, joined by ``aclose``).
 
 1. Reuse: a call with an idempotency key whose result is cached returns it without running; a
    call whose twin (same key) is running waits for the twin's outcome instead of running again
-   (a twin still waiting for a slot then waits at the joiner's class when that is more urgent).
+   (a twin still waiting for a slot then waits at the joiner's class when that is more urgent,
+   and goes back down when that joiner stops waiting).
 2. Admission: a call that can start now (nothing waiting, every limit has room) starts at once;
    otherwise it waits in the fair queue (``_fair.py``), or is refused with ``Overloaded`` when the
    queue or its tenant's share of it is full, or with ``DeadlineExceeded`` when its deadline
@@ -143,6 +144,9 @@ class Scheduler(_StoreWork, _Failures):
         #: Key of a running keyed call -> the most urgent class among it and the calls joined to
         #: it: its attempts queue at that class (``_submit_keyed``).
         self._twin_classes: dict[str, PriorityClass] = {}
+        #: Key of a running keyed call -> the classes of it and of the calls joined to it still
+        #: waiting, in the order they came (a joiner that stops waiting takes its class out).
+        self._twin_callers: dict[str, list[PriorityClass]] = {}
         #: Key of a running keyed call -> its latest attempt's waiter that was queued (a joiner
         #: more urgent than its class moves it up while it waits: ``SharedLimits.hasten``).
         self._twin_waiters: dict[str, Waiter] = {}
@@ -310,6 +314,7 @@ class Scheduler(_StoreWork, _Failures):
             self.metrics.event(
                 "reused", call.tool, {"agentgate.idempotency_key": key, "agentgate.joined": True}
             )
+            self._twin_callers[key].append(priority)
             if priority.rank < self._twin_classes[key].rank:
                 # This call waits for the twin: the twin waits for a slot at this call's class.
                 self._twin_classes[key] = priority
@@ -317,31 +322,15 @@ class Scheduler(_StoreWork, _Failures):
                 if waiter is not None:
                     with self.shared.lock:
                         self.shared.hasten(waiter, priority)
-            # A DeadlineExceeded the twin ended with is this call's only when its own deadline
-            # has passed too: else it is the twin's, and this call is told so, not that it ran out.
-            if call.deadline is None and call.grant_expires_at is None:
-                try:
-                    return await asyncio.shield(twin)
-                except DeadlineExceeded as exc:
-                    raise _twin_out_of_time(call, exc) from exc
-            # The twin may run longer than this call may wait: this call's deadline bounds the wait.
-            loop = asyncio.get_running_loop()
-            own = self._deadline(call, loop.time())
-            waiting = asyncio.timeout_at(own)
             try:
-                async with waiting:
-                    return await asyncio.shield(twin)
-            except TimeoutError as exc:
-                if waiting.expired():
-                    raise _twin_late(call) from exc
-                raise
-            except DeadlineExceeded as exc:
-                if loop.time() >= own:
-                    raise _twin_late(call) from exc
-                raise _twin_out_of_time(call, exc) from exc
+                return await self._join(call, twin)
+            finally:
+                if not twin.done():  # this call stopped waiting: its class no longer counts
+                    self._left_twin(key, priority)
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._twins[key] = outcome
         self._twin_classes[key] = priority
+        self._twin_callers[key] = [priority]
         try:
             result = await self._run(call, fn, limits, priority, key, preemptible)
         except BaseException as exc:
@@ -366,7 +355,49 @@ class Scheduler(_StoreWork, _Failures):
         finally:
             self._twins.pop(key, None)
             self._twin_classes.pop(key, None)
+            self._twin_callers.pop(key, None)
             self._twin_waiters.pop(key, None)
+
+    async def _join(self, call: ToolCall, twin: asyncio.Future[T]) -> T:
+        """The outcome of ``call``'s running ``twin``, waited for at most until ``call``'s own
+        deadline. A ``DeadlineExceeded`` the twin ended with is this call's only when its own
+        deadline has passed too: else it is the twin's, and this call is told so, not that it ran
+        out (``_twin_out_of_time``)."""
+        if call.deadline is None and call.grant_expires_at is None:
+            try:
+                return await asyncio.shield(twin)
+            except DeadlineExceeded as exc:
+                raise _twin_out_of_time(call, exc) from exc
+        # The twin may run longer than this call may wait: this call's deadline bounds the wait.
+        loop = asyncio.get_running_loop()
+        own = self._deadline(call, loop.time())
+        waiting = asyncio.timeout_at(own)
+        try:
+            async with waiting:
+                return await asyncio.shield(twin)
+        except TimeoutError as exc:
+            if waiting.expired():
+                raise _twin_late(call) from exc
+            raise
+        except DeadlineExceeded as exc:
+            if loop.time() >= own:
+                raise _twin_late(call) from exc
+            raise _twin_out_of_time(call, exc) from exc
+
+    def _left_twin(self, key: str, priority: PriorityClass) -> None:
+        """A call of class ``priority`` joined to the running call with ``key`` stopped waiting
+        for it: the running call's attempts queue at the most urgent class among the callers
+        still waiting (the first of them that came, among classes of one rank), and its waiting
+        attempt moves back to it (``SharedLimits.slow``)."""
+        callers = self._twin_callers[key]
+        callers.remove(priority)
+        urgent = min(callers, key=_rank)
+        if urgent != self._twin_classes[key]:
+            self._twin_classes[key] = urgent
+            waiter = self._twin_waiters.get(key)
+            if waiter is not None:
+                with self.shared.lock:
+                    self.shared.slow(waiter, urgent)
 
     async def _run(
         self,
@@ -615,6 +646,10 @@ class Scheduler(_StoreWork, _Failures):
         absolute = call.absolute_deadline()
         assert absolute is not None
         return now + (absolute - time.time())
+
+
+def _rank(priority: PriorityClass) -> int:
+    return priority.rank
 
 
 def _drain_timeout(timeout_s: object) -> float | None:

@@ -62,7 +62,7 @@ from agentgate.tasks._failures import (
     _twin_out_of_time,
 )
 from agentgate.tasks._limits import SharedLimits
-from agentgate.tasks._scheduler import Scheduler, _attempt_deadline, _drain_timeout
+from agentgate.tasks._scheduler import Scheduler, _attempt_deadline, _drain_timeout, _rank
 from agentgate.tasks._waiter import RUNNING, Waiter
 
 T = TypeVar("T")
@@ -174,13 +174,16 @@ class _Twin:
     ``priority`` and ``waiter`` are read and written under that lock too.
     """
 
-    __slots__ = ("error", "finished", "interrupted", "priority", "result", "waiter")
+    __slots__ = ("callers", "error", "finished", "interrupted", "priority", "result", "waiter")
 
     def __init__(self, priority: PriorityClass) -> None:
         self.result: Any = None
         self.error: Exception | None = None
         self.interrupted = False
         self.finished: threading.Event | None = None
+        #: The classes of the running call and of the calls joined to it still waiting, in the
+        #: order they came (a joiner that stops waiting takes its class out).
+        self.callers = [priority]
         #: The most urgent class among the running call and the calls joined to it: its attempts
         #: queue at that class.
         self.priority = priority
@@ -303,6 +306,7 @@ class SyncScheduler:
                 core.metrics.event(
                     "reused", call.tool, {"agentgate.idempotency_key": key, "agentgate.joined": True}
                 )
+                twin.callers.append(priority)
                 if priority.rank < twin.priority.rank:
                     # This call waits for the twin: the twin waits for a slot at this call's class.
                     twin.priority = priority
@@ -315,8 +319,12 @@ class SyncScheduler:
             deadline = None
             if call.deadline is not None or call.grant_expires_at is not None:
                 deadline = core._deadline(call, time.monotonic())
-            if not _wait_event(joined, deadline):
-                raise _twin_late(call)
+            try:
+                if not _wait_event(joined, deadline):
+                    raise _twin_late(call)
+            except BaseException:
+                self._left_twin(key, twin, priority)
+                raise
             if isinstance(twin.error, DeadlineExceeded):
                 # The twin's deadline, this call's only when its own has passed too.
                 if deadline is not None and time.monotonic() >= deadline:
@@ -351,6 +359,21 @@ class SyncScheduler:
         if done is not None:
             done.set()
         return result
+
+    def _left_twin(self, key: str, twin: _Twin, priority: PriorityClass) -> None:
+        """A call of class ``priority`` joined to ``twin`` stopped waiting for it: while ``twin``
+        still runs, its attempts queue at the most urgent class among the callers still waiting
+        (the first of them that came, among classes of one rank), and its waiting attempt moves
+        back to it (``SharedLimits.slow``)."""
+        with self._lock:
+            if self._twins.get(key) is not twin:
+                return  # it has ended meanwhile
+            twin.callers.remove(priority)
+            urgent = min(twin.callers, key=_rank)
+            if urgent != twin.priority:
+                twin.priority = urgent
+                if twin.waiter is not None:
+                    self.scheduler.shared.slow(twin.waiter, urgent)
 
     def _attempts(
         self,
