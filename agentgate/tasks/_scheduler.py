@@ -701,10 +701,12 @@ async def settled(future: asyncio.Future[Any]) -> None:
     """Wait until ``future`` is done, whatever it ends with, through further cancellations of
     the waiting task (the work it stands for runs on regardless and must be accounted for).
     Its outcome is retrieved, so the loop never logs it as never retrieved; reading it is the
-    caller's business."""
+    caller's business: an error it ended with is not raised here (until review R59 it was, and
+    replaced the cancellation its caller was waiting to go on with: a cancelled call's work that
+    failed at its end was told to the breaker, retried and dead-lettered as a failed attempt)."""
     while not future.done():
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(future)
+            await asyncio.wait((future,))
     if not future.cancelled():
         future.exception()
 
