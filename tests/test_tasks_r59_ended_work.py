@@ -1,6 +1,7 @@
 """Review R59: a call whose work no cancellation stops (``preemptible=False``) and whose caller is
-cancelled while that work runs: the work runs to its end, and the call then ends cancelled,
-whatever the work ended with.
+cancelled, or whose scheduler shuts down, while that work runs: the work runs to its end, the
+call then ends cancelled whatever the work ended with, and what the work returned is not lost
+for the calls joined to it nor for its idempotency key.
 
 Real scheduler, real worker threads, no mocks.
 """
@@ -12,6 +13,7 @@ import threading
 
 import pytest
 
+from agentgate.errors import SchedulingError
 from agentgate.tasks import Attempt, RetryPolicy, Scheduler, SchedulerConfig, ToolCall, ToolLimits, settled
 
 WAIT_S = 10.0  # bound on every wait: only a bug comes near it
@@ -75,3 +77,74 @@ async def test_settled_returns_when_the_future_fails() -> None:
     asyncio.get_running_loop().call_soon(future.set_exception, Transient("failed"))
     await settled(future)
     assert future.done() and isinstance(future.exception(), Transient)
+
+
+@pytest.mark.parametrize("stop", ["cancel", "shutdown"])
+async def test_a_cancelled_twins_ended_work_reaches_its_joiner_and_its_key(stop: str) -> None:
+    """Review R59: the twin's caller was cancelled (or the scheduler closed without draining)
+    while its sync work ran on, and the work then returned: the joiner got SchedulingError (the
+    twin was interrupted) and the result was not kept, so a later call with the same key ran the
+    tool again. The joiner now gets the result, and the key keeps it."""
+    scheduler = Scheduler(SchedulerConfig())
+    work = _Work()
+    owner = asyncio.create_task(scheduler.submit(_keyed(), work.attempt, preemptible=False))
+    assert await asyncio.to_thread(work.started.wait, WAIT_S)
+    joiner = asyncio.create_task(scheduler.submit(_keyed(), work.attempt, preemptible=False))
+    await asyncio.sleep(0)
+    assert scheduler.metrics.count("reused", "t") == 1
+    closing = None
+    if stop == "cancel":
+        owner.cancel()
+    else:
+        closing = asyncio.create_task(scheduler.aclose(drain=False))
+    await asyncio.sleep(0)
+    work.release.set()
+    async with asyncio.timeout(WAIT_S):
+        with pytest.raises(asyncio.CancelledError):
+            await owner
+        assert await joiner == "done"
+        if closing is not None:
+            await closing
+    if stop == "cancel":
+        assert await scheduler.submit(_keyed(), work.attempt) == "done"
+        assert scheduler.metrics.count("reused", "t") == 2
+        await scheduler.aclose()
+    assert work.runs == 1
+
+
+async def test_a_cancelled_twins_failed_work_still_says_interrupted() -> None:
+    """Review R59: work that failed after its caller was cancelled gives the joiner the
+    SchedulingError of an interrupted twin (no retry follows a cancellation), with the tool's
+    error as its cause; nothing is kept for the key."""
+    scheduler = Scheduler(SchedulerConfig())
+    work = _Work(fails=True)
+    owner = asyncio.create_task(scheduler.submit(_keyed(), work.attempt, preemptible=False))
+    assert await asyncio.to_thread(work.started.wait, WAIT_S)
+    joiner = asyncio.create_task(scheduler.submit(_keyed(), work.attempt, preemptible=False))
+    await asyncio.sleep(0)
+    owner.cancel()
+    await asyncio.sleep(0)
+    work.release.set()
+    async with asyncio.timeout(WAIT_S):
+        with pytest.raises(asyncio.CancelledError):
+            await owner
+        with pytest.raises(SchedulingError, match="interrupted") as joined:
+            await joiner
+    assert isinstance(joined.value.__cause__, Transient)
+    assert _keyed().idempotency_key() not in scheduler._results
+    await scheduler.aclose()
+
+
+async def test_a_callers_timeout_around_a_non_preemptible_call_is_still_a_timeout() -> None:
+    """Review R59: the cancellation that goes on once the work has ended is the caller's own
+    (``asyncio.timeout`` recognizes it by its exact type): a caller's timeout that cut the wait
+    raises TimeoutError, and the work's result is kept for its key."""
+    scheduler = Scheduler(SchedulerConfig())
+    work = _Work()
+    asyncio.get_running_loop().call_later(0.1, work.release.set)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await scheduler.submit(_keyed(), work.attempt, preemptible=False)
+    assert await scheduler.submit(_keyed(), work.attempt) == "done"
+    assert work.runs == 1
+    await scheduler.aclose()

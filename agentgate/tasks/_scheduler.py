@@ -150,6 +150,9 @@ class Scheduler(_StoreWork, _Failures):
         #: Key of a running keyed call -> its latest attempt's waiter that was queued (a joiner
         #: more urgent than its class moves it up while it waits: ``SharedLimits.hasten``).
         self._twin_waiters: dict[str, Waiter] = {}
+        #: Key of a running keyed call -> its attempt's work, ended, that its caller's cancellation
+        #: waited for (``_to_its_end``), until ``_submit_keyed`` reads it.
+        self._ended: dict[str, asyncio.Future[Any]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()  # tasks inside a call of this scheduler
         self._nested: dict[asyncio.Task[Any], int] = {}  # those inside more than one (a tool that submits)
         self._dead: list[DeadLetter] = []
@@ -334,29 +337,62 @@ class Scheduler(_StoreWork, _Failures):
         try:
             result = await self._run(call, fn, limits, priority, key, preemptible)
         except BaseException as exc:
-            if not isinstance(exc, Exception):
+            work = self._ended.pop(key, None)
+            if work is not None and not work.cancelled() and work.exception() is None:
+                # Its caller was cancelled, but its work ran to its end and returned: that is the
+                # call's outcome for the calls joined to it and for its key, as if it had waited
+                # (dropped, a later call with the key ran the tool again).
+                outcome.set_result(work.result())
+                self._keep(call, key, work.result())
+            elif not isinstance(exc, Exception):
                 # The twin's cancellation (or KeyboardInterrupt, SystemExit) is its caller's own: a
                 # joiner nobody interrupted gets the sync facade's answer, not a CancelledError it
                 # would take for its own, or an interrupt that would stop its event loop.
-                outcome.set_exception(
-                    SchedulingError(f"tool {call.tool}: the running twin of this call was interrupted")
+                interrupted = SchedulingError(
+                    f"tool {call.tool}: the running twin of this call was interrupted"
                 )
+                if work is not None and not work.cancelled():
+                    interrupted.__cause__ = work.exception()  # what the work ended with, to read
+                outcome.set_exception(interrupted)
+                outcome.exception()  # twins that never came must not log "never retrieved"
             else:
                 outcome.set_exception(exc)
-            outcome.exception()  # twins that never came must not log "never retrieved"
+                outcome.exception()
             raise
         else:
             outcome.set_result(result)
-            if self.config.result_cache_size and call.reuse_result:
-                self._results[key] = result
-                if len(self._results) > self.config.result_cache_size:
-                    self._results.popitem(last=False)
+            self._keep(call, key, result)
             return result
         finally:
             self._twins.pop(key, None)
             self._twin_classes.pop(key, None)
             self._twin_callers.pop(key, None)
             self._twin_waiters.pop(key, None)
+            self._ended.pop(key, None)
+
+    async def _to_its_end(self, work: Awaitable[T], key: str | None) -> T:
+        """Await ``work``, which stands for work no cancellation stops (a sync function in a worker
+        thread). When the awaiting task is cancelled, first wait until ``work`` has ended, through
+        further cancellations, so that the attempt's slot, lease and half-open probe are held while
+        the work runs; then let the cancellation go on. The ended work of a call with ``key`` is
+        noted for its ``_submit_keyed`` (``_ended``): what it returned is not lost with the
+        cancellation. (Noted on the scheduler, not on the CancelledError: a cancellation that
+        passes up through an outer call's tool would carry this call's work to that call.)"""
+        future = asyncio.ensure_future(work)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            await settled(future)
+            if key is not None:
+                self._ended[key] = future
+            raise
+
+    def _keep(self, call: ToolCall, key: str, result: Any) -> None:
+        """Keep ``result`` for ``key``, for later calls with the key (``result_cache_size``)."""
+        if self.config.result_cache_size and call.reuse_result:
+            self._results[key] = result
+            if len(self._results) > self.config.result_cache_size:
+                self._results.popitem(last=False)
 
     async def _join(self, call: ToolCall, twin: asyncio.Future[T]) -> T:
         """The outcome of ``call``'s running ``twin``, waited for at most until ``call``'s own
@@ -539,7 +575,7 @@ class Scheduler(_StoreWork, _Failures):
                             if type(work) is not CoroutineType:
                                 work = _awaitable(work)  # a plain function: it has run
                             if not preemptible:  # no cancellation stops it: slots held to its end
-                                result = await _to_its_end(work)
+                                result = await self._to_its_end(work, key)
                             elif attempt_deadline is None or not self._preemptive:
                                 result = await work
                             else:
@@ -682,19 +718,6 @@ def _awaitable(value: Any) -> Awaitable[Any]:
 
 async def _returned(value: T) -> T:
     return value
-
-
-async def _to_its_end(work: Awaitable[T]) -> T:
-    """Await ``work``, which stands for work no cancellation stops (a sync function in a worker
-    thread). When the awaiting task is cancelled, first wait until ``work`` has ended, through
-    further cancellations, so that the attempt's slot, lease and half-open probe are held while
-    the work runs; then let the cancellation go on (``work``'s own outcome is dropped)."""
-    future = asyncio.ensure_future(work)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        await settled(future)
-        raise
 
 
 async def settled(future: asyncio.Future[Any]) -> None:
