@@ -144,8 +144,9 @@ class Scheduler(_StoreWork, _Failures):
         #: Key of a running keyed call -> the most urgent class among it and the calls joined to
         #: it: its attempts queue at that class (``_submit_keyed``).
         self._twin_classes: dict[str, PriorityClass] = {}
-        #: Key of a running keyed call -> the classes of it and of the calls joined to it still
-        #: waiting, in the order they came (a joiner that stops waiting takes its class out).
+        #: Key of a running keyed call that was joined -> the classes of it and of the calls
+        #: joined to it still waiting, in the order they came (a joiner that stops waiting takes
+        #: its class out).
         self._twin_callers: dict[str, list[PriorityClass]] = {}
         #: Key of a running keyed call -> its latest attempt's waiter that was queued (a joiner
         #: more urgent than its class moves it up while it waits: ``SharedLimits.hasten``).
@@ -317,7 +318,11 @@ class Scheduler(_StoreWork, _Failures):
             self.metrics.event(
                 "reused", call.tool, {"agentgate.idempotency_key": key, "agentgate.joined": True}
             )
-            self._twin_callers[key].append(priority)
+            # Made at the first join (no joiner changed the class before it: it is the twin's own).
+            callers = self._twin_callers.get(key)
+            if callers is None:
+                callers = self._twin_callers[key] = [self._twin_classes[key]]
+            callers.append(priority)
             if priority.rank < self._twin_classes[key].rank:
                 # This call waits for the twin: the twin waits for a slot at this call's class.
                 self._twin_classes[key] = priority
@@ -333,7 +338,6 @@ class Scheduler(_StoreWork, _Failures):
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._twins[key] = outcome
         self._twin_classes[key] = priority
-        self._twin_callers[key] = [priority]
         try:
             result = await self._run(call, fn, limits, priority, key, preemptible)
         except BaseException as exc:
@@ -366,9 +370,11 @@ class Scheduler(_StoreWork, _Failures):
         finally:
             self._twins.pop(key, None)
             self._twin_classes.pop(key, None)
-            self._twin_callers.pop(key, None)
             self._twin_waiters.pop(key, None)
-            self._ended.pop(key, None)
+            if self._twin_callers:
+                self._twin_callers.pop(key, None)
+            if self._ended:
+                self._ended.pop(key, None)
 
     async def _to_its_end(self, work: Awaitable[T], key: str | None) -> T:
         """Await ``work``, which stands for work no cancellation stops (a sync function in a worker
