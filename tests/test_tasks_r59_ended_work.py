@@ -148,3 +148,31 @@ async def test_a_callers_timeout_around_a_non_preemptible_call_is_still_a_timeou
     assert await scheduler.submit(_keyed(), work.attempt) == "done"
     assert work.runs == 1
     await scheduler.aclose()
+
+
+async def test_an_outer_call_cancelled_through_a_nested_calls_ended_work_gets_none_of_its_result() -> None:
+    """Review R59: the ended work noted for a nested keyed call is that call's only: an outer
+    keyed call whose tool awaited it, cancelled with it, gives its own joiner the interrupted
+    twin's SchedulingError, not the nested call's result, and keeps nothing for its own key."""
+    scheduler = Scheduler(SchedulerConfig())
+    work = _Work()
+    inner = ToolCall("t", {"q": 2}, run_id="run", call_id="call-inner")
+
+    async def outer_tool(attempt: Attempt) -> str:
+        return "outer: " + await scheduler.submit(inner, work.attempt, preemptible=False)
+
+    outer = asyncio.create_task(scheduler.submit(_keyed(), outer_tool))
+    assert await asyncio.to_thread(work.started.wait, WAIT_S)
+    joiner = asyncio.create_task(scheduler.submit(_keyed(), outer_tool))
+    await asyncio.sleep(0)
+    outer.cancel()
+    await asyncio.sleep(0)
+    work.release.set()
+    async with asyncio.timeout(WAIT_S):
+        with pytest.raises(asyncio.CancelledError):
+            await outer
+        with pytest.raises(SchedulingError, match="interrupted"):
+            await joiner
+    assert _keyed().idempotency_key() not in scheduler._results
+    assert scheduler._results[inner.idempotency_key()] == "done"
+    await scheduler.aclose()
