@@ -425,11 +425,10 @@ class SyncScheduler:
                                 shared.unused(waiter)
                             raise _started_late(tool, waiter)
                         unix_deadline = _attempt_deadline(limits, deadline, now)[1]
-                    with lock:
-                        if traced:
-                            metrics.event("started", tool, {"agentgate.attempt": number})
-                        else:
-                            metrics.tally("started", tool)
+                    if traced:  # counted under the metrics' own lock
+                        metrics.event("started", tool, {"agentgate.attempt": number})
+                    else:
+                        metrics.tally("started", tool)
                     attempt = tuple.__new__(Attempt, (call, number, key, unix_deadline))
                     probing = 0  # from here on the outcome is reported to the breaker below
                     running = RUNNING.set(waiter)  # calls the tool makes are nested in this one
