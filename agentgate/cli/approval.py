@@ -106,16 +106,12 @@ def _list(args: argparse.Namespace) -> int:
 def _sign(args: argparse.Namespace) -> int:
     request = _request(_read(args.payload), args.payload)
     key = load_signing_key(args.key)
-    if request["expires_at"] <= time.time():
-        sys.stderr.write(
-            f"agentgate: refused: request {printable(request['id'])} expired at {utc(request['expires_at'])}\n"
-        )
-        return 1
-    if request.get("requester_did") == key.did:
-        sys.stderr.write("agentgate: refused: the approver must not be the requester\n")
-        return 1
-    if _call_hash(request) != request["call_hash"]:
-        sys.stderr.write("agentgate: refused: the request's call_hash is not the hash of the call it shows\n")
+    refusal = _refusal(request, key.did)
+    if refusal is not None:
+        # Named as every other line of the verb names it: the file given, then the request in it
+        # (until review R59 a refusal named only the request, not the file it was read from).
+        name = "-" if args.payload == "-" else shown_path(args.payload)
+        sys.stderr.write(f"agentgate: refused: {name}: request {printable(request['id'])}: {refusal}\n")
         return 1
     sys.stderr.write(_describe(request, key.did))
     approval = Approval.sign({"request": request}, key).to_dict()
@@ -129,6 +125,19 @@ def _sign(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _refusal(request: dict[str, Any], signer: str) -> str | None:
+    """Why signing ``request`` as ``signer`` would certainly be refused when the run resumes, or
+    ``None``: it has expired, the signer is its requester, or its ``call_hash`` is not the hash of
+    the call it shows."""
+    if request["expires_at"] <= time.time():
+        return f"expired at {utc(request['expires_at'])}"
+    if request.get("requester_did") == signer:
+        return "the approver must not be the requester"
+    if _call_hash(request) != request["call_hash"]:
+        return "its call_hash is not the hash of the call it shows"
+    return None
 
 
 MAX_PAYLOAD_BYTES = 1 << 20
