@@ -38,6 +38,7 @@ from agentgate.capabilities import Call, Capability
 from agentgate.capabilities._capability import MAX_CAPABILITY_TEXT
 from agentgate.cli._common import (
     MAX_FREE_TEXT,
+    escaped_once,
     given,
     given_path,
     given_text,
@@ -405,8 +406,12 @@ def _budget(text: str | None) -> Budget | None:
 
 
 def _finding_line(finding: Finding) -> str:
+    """``kind code [field]: message``, one line safe to print: the library quotes the text a
+    caller or a token gave (a tool name, an argument) escaped already (``repr``, a capability's
+    percent-encoding), and what it did not is escaped here, once (``escaped_once``), so a hostile
+    finding cannot add lines or send escape sequences (until review R59 it was printed raw)."""
     where = f" [{finding.field}]" if finding.field else ""
-    return f"{finding.kind.value} {finding.code}{where}: {finding.message}"
+    return escaped_once(f"{finding.kind.value} {finding.code}{where}: {finding.message}")
 
 
 def _issue(args: argparse.Namespace) -> int:
@@ -479,7 +484,7 @@ def _delegate(args: argparse.Namespace) -> int:
             if isinstance(exc.finding, Finding):
                 sys.stderr.write("deny: " + _finding_line(exc.finding) + "\n")
             else:
-                sys.stderr.write(f"deny: {exc}\n")
+                sys.stderr.write(f"deny: {escaped_once(str(exc))}\n")
             return 1
         _record_and_write(repo, chain, args.out)
     return 0
@@ -589,7 +594,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         write_json(decision.to_dict())
     else:
-        lines = [f"{decision.outcome.value}: {reason}" for reason in decision.reasons]
+        lines = [f"{decision.outcome.value}: {escaped_once(reason)}" for reason in decision.reasons]
         lines += ["  " + _finding_line(f) for f in decision.findings]
         sys.stdout.write("\n".join(lines) + "\n")
     return {Outcome.ALLOW: 0, Outcome.DENY: 1, Outcome.APPROVAL_REQUIRED: 3}[decision.outcome]
