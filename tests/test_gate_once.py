@@ -244,7 +244,7 @@ def test_a_person_settles_a_call_whose_outcome_was_lost_and_it_is_audited(tmp_pa
     )
     assert code == 0 and f"audit entry {row['allow_index']}" in out
     assert _cli("tasks", "unsettled", "--json", "--store", str(path)) == (0, "[]\n")
-    assert main(["tasks", "settle", row["key"], "--ran", "--store", str(path)]) == 2  # settled stays so
+    assert main(["tasks", "settle", row["key"], "--ran", "--store", str(path)]) == 1  # settled stays so
     with _gate(path, keys) as gate:
         (settled,) = [e for e in gate.audit.entries() if e.kind == "outcome"]
         assert settled.ref == row["allow_index"] and settled.status == ("ok" if ran else "not_run")
@@ -266,10 +266,10 @@ def test_settling_names_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixt
         gate.run(done, lambda: "paid", call_id="c1", run_id=RUN)
         gate.flush()
         (key,) = [r[0] for r in gate.store.query("SELECT key FROM agentgate_once")]
-    assert main(["tasks", "settle", key, "--not-run", "--store", str(path)]) == 2
-    assert "is ok, not unsettled" in capsys.readouterr().err
-    assert main(["tasks", "settle", "f" * 64, "--ran", "--store", str(path)]) == 2
-    assert "no call that must run once" in capsys.readouterr().err
+    assert main(["tasks", "settle", key, "--not-run", "--store", str(path)]) == 1  # refused (review R59)
+    assert "is ok, not unsettled" in capsys.readouterr().out
+    assert main(["tasks", "settle", "f" * 64, "--ran", "--store", str(path)]) == 1
+    assert "no call that must run once" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # --ran or --not-run, one of them
         main(["tasks", "settle", key, "--store", str(path)])
 

@@ -7,6 +7,7 @@ states that schedulers using that store have shared (each process also exports i
 ``agentgate_tasks_breaker_state`` metric). ``agentgate tasks unsettled`` lists the calls of tools
 that must run once whose outcome was never recorded (or that ran and failed), and ``agentgate
 tasks settle KEY --ran|--not-run`` settles one by hand, audited (``agentgate.store.once``).
+Exit codes: 0 done, 1 a settlement refused, 2 bad input.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from typing import Any
 
 from agentgate.cli._common import (
+    escaped_once,
     given,
     given_text,
     listed,
@@ -28,6 +30,7 @@ from agentgate.cli._common import (
     unix,
     utc,
 )
+from agentgate.errors import BeyondLogEnd, InputError
 from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
 from agentgate.store.leases import SharedBreakers
 from agentgate.store.once import SETTLE_MIN_AGE_S, OnceCalls, settle
@@ -219,11 +222,23 @@ def _unsettled(args: argparse.Namespace) -> int:
 
 
 def _settle(args: argparse.Namespace) -> int:
+    """Exit 0 settled; 1 refused, as ``budget settle`` refuses (``REFUSED: ...`` on standard
+    output, nothing written): no call has the key, it is not unsettled, or it was allowed too
+    recently. Until review R59 these were exit 2, which the CLI keeps for input it cannot use."""
+    if not args.by.strip():
+        raise InputError("say who settles the call (--by)")  # input, not a refusal: exit 2
     store, audit = open_audit_log(args.store, reads=False)
     try:
         record = settle(
             store, audit, args.key, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than
         )
+    except BeyondLogEnd:
+        raise  # the call's allow entry is past the log's end: a damaged store, not a refusal
+    except InputError as exc:
+        # ``settle`` raises ``InputError`` only for those three refusals: the flags it also
+        # checks (``--by``, ``--older-than``) were checked above and when they were read.
+        sys.stdout.write(f"REFUSED: {escaped_once(str(exc))}\n")
+        return 1
     finally:
         store.close()
     verdict = "ran: it is never run again" if args.ran else "did not run: it may run again"
