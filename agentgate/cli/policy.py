@@ -65,9 +65,8 @@ def _lint(args: argparse.Namespace) -> int:
             write_json(
                 {"file": args.file, "valid": False, "error": _error_dict(exc), "findings": []}, indent=None
             )
-        else:
-            sys.stderr.write(f"agentgate: error: {escaped_once(' '.join(str(exc).split()))}\n")
-        return 2
+            return 2
+        raise  # one line, escaped once, as main writes every error (a long one cut in its middle)
     findings = lint(policy)
     errors = sum(f.severity is Severity.ERROR for f in findings)
     if args.json:
