@@ -159,6 +159,17 @@ def given_text(value: str) -> str:
     return text(given(value))
 
 
+def given_utf8(value: str) -> str:
+    """``given_text`` for a name that is only compared, never stored (a DID or tool that ``audit
+    show`` filters on, the origin ``audit verify-proof`` expects): bytes that are not UTF-8 are
+    refused (exit 2) as where the name is stored, never read as a name that matches nothing
+    (until review R59 ``audit show --tool $'\\xff'`` listed nothing, exit 0)."""
+    name = given_text(value)
+    if any("\udc80" <= c <= "\udcff" for c in name):
+        raise argparse.ArgumentTypeError(f"{printable(name[:60])}: not UTF-8 text")
+    return name
+
+
 def given_path(text: str) -> Path:
     """``given``, as a ``Path`` (``Path("")`` would be the current directory)."""
     return Path(given(text))

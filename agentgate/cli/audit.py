@@ -43,7 +43,7 @@ from agentgate.audit.proof import ProofBundle, verify_bundle
 from agentgate.audit.report import render_report
 from agentgate.cli._common import (
     given,
-    given_text,
+    given_utf8,
     one_line_text,
     open_audit_log,
     open_existing_store,
@@ -87,9 +87,9 @@ def register(subparsers: Any) -> None:
     )
 
     show = add("show", "list entries", _show)
-    show.add_argument("--principal", type=given_text, metavar="DID")
+    show.add_argument("--principal", type=given_utf8, metavar="DID")
     show.add_argument(
-        "--tool", type=given_text, metavar="NAME", help="resource, e.g. tool:payments.refund (or its name)"
+        "--tool", type=given_utf8, metavar="NAME", help="resource, e.g. tool:payments.refund (or its name)"
     )
     show.add_argument("--kind", metavar="KIND", choices=ENTRY_KINDS, help=", ".join(ENTRY_KINDS))
     show.add_argument(
@@ -137,7 +137,7 @@ def register(subparsers: Any) -> None:
     verify_proof.add_argument(
         "--key", type=given, metavar="PUBFILE", required=True, help="the log's public key (log.pub)"
     )
-    verify_proof.add_argument("--origin", type=given_text, help="the log's origin, if it must match")
+    verify_proof.add_argument("--origin", type=given_utf8, help="the log's origin, if it must match")
     verify_proof.set_defaults(handler=_verify_proof)
 
     report = add("report", "write a self-contained HTML report", _report)
