@@ -58,7 +58,9 @@ def test_an_expired_request_is_refused_with_its_id_escaped(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("\n") == 1, captured.err
-    assert captured.err.startswith("agentgate: refused: request req-1\\n\\x1b[2J\\u202e")
+    assert captured.err.startswith(
+        f"agentgate: refused: {payload}: request req-1\\n\\x1b[2J\\u202e"
+    )  # R59: the file
     _no_hostile_text(captured.err)
 
 
