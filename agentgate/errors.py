@@ -309,6 +309,8 @@ class BeyondLogEnd(InputError):
 
 
 class SettlementRefused(InputError):
-    """A settlement by hand is refused: the budget reservation does not exist, is settled
-    already (also by its own process meanwhile), belongs to a call that must run once (``agentgate
-    tasks settle`` settles it), or is too recent (its call may still be running). CLI exit code 1."""
+    """A settlement by hand is refused: the budget reservation (``agentgate budget settle``) or
+    the call that must run once (``agentgate tasks settle``) does not exist, is settled already
+    (also by its own process meanwhile), or is too recent (its call may still be running); a
+    reservation that belongs to a call that must run once or to a GPU lease is settled with it.
+    CLI exit code 1."""

@@ -30,7 +30,7 @@ from agentgate.cli._common import (
     unix,
     utc,
 )
-from agentgate.errors import BeyondLogEnd, InputError
+from agentgate.errors import InputError, SettlementRefused
 from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
 from agentgate.store.leases import SharedBreakers
 from agentgate.store.once import SETTLE_MIN_AGE_S, OnceCalls, settle
@@ -232,11 +232,7 @@ def _settle(args: argparse.Namespace) -> int:
         record = settle(
             store, audit, args.key, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than
         )
-    except BeyondLogEnd:
-        raise  # the call's allow entry is past the log's end: a damaged store, not a refusal
-    except InputError as exc:
-        # ``settle`` raises ``InputError`` only for those three refusals: the flags it also
-        # checks (``--by``, ``--older-than``) were checked above and when they were read.
+    except SettlementRefused as exc:
         sys.stdout.write(f"REFUSED: {escaped_once(str(exc))}\n")
         return 1
     finally:

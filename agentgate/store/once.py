@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, cast
 
-from agentgate.errors import InputError
+from agentgate.errors import InputError, SettlementRefused
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
 from agentgate.store.ledger import BudgetLedger
@@ -144,7 +144,8 @@ def settle(
     In one transaction: ``ran`` marks it ``ok`` (never run again; a reservation its lost outcome
     left held is charged as reserved), else ``not_run`` (it may be decided and run again; such a
     reservation is released), and an ``outcome`` entry (status ``ok`` or ``not_run``) refers to
-    its ``allow`` entry, naming ``by`` and ``reason``. Raises ``InputError`` for an unknown key,
+    its ``allow`` entry, naming ``by`` and ``reason``. Raises ``InputError`` for an empty ``by``
+    or a negative ``min_age_s``, and ``SettlementRefused`` (an ``InputError``) for an unknown key,
     a call that is not unsettled, and a ``started`` call allowed less than ``min_age_s`` ago (it
     may still be running).
     """
@@ -157,15 +158,17 @@ def settle(
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
         rows = tx.execute(f"SELECT {_COLUMNS} FROM agentgate_once WHERE key = ?", (key,))
         if not rows:
-            raise InputError(f"no call that must run once has the key {key!r}")
+            raise SettlementRefused(f"no call that must run once has the key {key!r}")
         record = _record(rows[0])
         if record.state not in UNSETTLED:
-            raise InputError(f"call {key} is {record.state}, not unsettled: there is nothing to settle")
+            raise SettlementRefused(
+                f"call {key} is {record.state}, not unsettled: there is nothing to settle"
+            )
         allowed = audit.entry(record.allow_index)
         if record.state == "started":
             age = time.time() - datetime.fromisoformat(allowed.time).timestamp()
             if age < min_age_s:
-                raise InputError(
+                raise SettlementRefused(
                     f"call {key} was allowed {max(age, 0):.0f} s ago and may still be running: settle it "
                     f"once it cannot be, {min_age_s:.0f} s after it was allowed (--older-than SECONDS)"
                 )
