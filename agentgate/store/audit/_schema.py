@@ -3,8 +3,9 @@
 indexes the entries written before the index, and ``refuse_dropped_log``, which tells a log
 never made from one dropped (the record ``agentgate_store_parts`` keeps); and, for a log opened
 to read, which writes nothing, ``refs_complete`` (whether the reference index may be read) and
-``missing_protection`` (the triggers of the log's machinery that are not in force, and the
-repairs of them not accepted, which ``verify`` reports). ``audit_repairs`` (``REPAIRS_DDL``)
+``missing_protection`` (the triggers of the log's machinery that are not in force, the triggers
+on its tables that agentgate did not make, and the repairs not accepted, which ``verify``
+reports). ``audit_repairs`` (``REPAIRS_DDL``)
 records each protection trigger a writer's opening puts back, makes again or (PostgreSQL)
 enables, in the transaction that does it, and each acceptance of such a repair
 (``accept_repair``); ``agentgate_store_parts`` records it as made, so that a dropped one is
@@ -1058,13 +1059,66 @@ def _replica_sessions(store: Store) -> list[str]:
     return lines
 
 
+def _foreign_triggers(store: Store, tables: tuple[str, ...]) -> list[str]:
+    """A line for each trigger on ``tables`` (constants: the log's tables and the records of it)
+    that agentgate did not make: not a protection trigger of its table nor, on audit_log, the
+    reference index's (SQLite: its name in any letter case, as SQLite matches names; PostgreSQL:
+    the exact name, ``"AUDIT_LOG_APPEND_ONLY"`` being another trigger). Reported whatever it
+    does, since ``verify`` cannot read intent: a BEFORE trigger can change an entry as it is
+    appended (PostgreSQL: its leaf hash with it) or drop it (SQLite's ``RAISE(IGNORE)``), any
+    trigger can append rows of its own, and a function can be replaced at any time while the
+    trigger's row stays as it is. A writer's opening leaves it (it is not agentgate's to drop).
+    Reads the catalog only."""
+    if not tables:
+        return []
+    ours = {(name, table) for name, table, _refuses in PROTECTION_TRIGGERS[store.dialect]}
+    ours.add((_INDEX_TRIGGER, "audit_log"))
+    listed = ", ".join(f"'{name}'" for name in tables)
+    if store.dialect == "sqlite":
+        rows = store.query(
+            "SELECT name, lower(tbl_name) FROM sqlite_master "
+            f"WHERE type = 'trigger' AND lower(tbl_name) IN ({listed}) ORDER BY lower(tbl_name), name"
+        )
+        foreign = [
+            (str(name), str(table)) for name, table in rows if (str(name).lower(), str(table)) not in ours
+        ]
+        drop = "`DROP TRIGGER {name}` removes it"
+    else:
+        rows = store.query(
+            "SELECT t.tgname, c.relname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c "
+            f"ON c.oid = t.tgrelid WHERE NOT t.tgisinternal AND c.relname IN ({listed}) "
+            "AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY c.relname, t.tgname"
+        )
+        foreign = [(str(name), str(table)) for name, table in rows if (str(name), str(table)) not in ours]
+        drop = "`DROP TRIGGER {name} ON {table}` run as the table's owner removes it"
+    return [
+        f"the trigger {_quoted(name, store.dialect)} on table {table} is not one agentgate made: it runs "
+        "on every change of that table, and what it does cannot be told from here (a BEFORE trigger can "
+        "change or drop an entry as it is appended, any trigger can write rows of its own); check what "
+        "it did to the rows written since it was made, then "
+        + drop.format(name=_quoted(name, store.dialect), table=table)
+        + " (a writer's opening of the log leaves it)"
+        for name, table in foreign
+    ]
+
+
+def _quoted(name: str, dialect: Dialect) -> str:
+    """A trigger's name as SQL of ``dialect`` names it: double-quoted where it is not plain
+    lower-case letters, digits and underscores (PostgreSQL folds an unquoted name to lower case)."""
+    plain = name.isascii() and name.replace("_", "a").isalnum() and not name[:1].isdigit()
+    if plain and (dialect == "sqlite" or name == name.lower()):
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
 def missing_protection(store: Store) -> list[str]:
     """What is missing of the log's machinery, one line each, read from the catalog (nothing is
     written): each protection trigger (``PROTECTION_TRIGGERS``) that is missing from its table, is
     not the one agentgate made (``_changed``), or on PostgreSQL is disabled, and the reference
     index's trigger, the same way, where the index was built; on PostgreSQL also each setting of
     ``session_replication_role = replica`` under which one of them does not fire
-    (``_replica_sessions``); and each repair recorded in ``audit_repairs`` that no acceptance
+    (``_replica_sessions``); each trigger on those tables that agentgate did not make
+    (``_foreign_triggers``); and each repair recorded in ``audit_repairs`` that no acceptance
     names (``_unaccepted_repairs``), or, where the store records ``audit_repairs`` as made, that
     table missing (``_repairs_dropped``). Its tables are there (the log's were checked as it opened; the record's triggers are looked for
     only where the record's table is). Empty for a log whose machinery is whole."""
@@ -1093,6 +1147,9 @@ def missing_protection(store: Store) -> list[str]:
                 "audit_refs is no longer kept for new entries (audit explain reads the whole log "
                 f"instead); {fix}"
             )
+    lines.extend(
+        _foreign_triggers(store, tuple(table for table in (*LOG_TABLES, _PARTS, _REPAIRS) if table in held))
+    )
     if store.dialect == "postgresql":
         lines.extend(_replica_sessions(store))
     if _REPAIRS in held:
