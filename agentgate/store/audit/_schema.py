@@ -610,18 +610,24 @@ def create_audit_tables(store: Store) -> bool:
         else:  # read before REFS_DDL makes it again, where this role owns it
             index_changed = _index_changed(store)
         # Each protection trigger put back or made again is recorded in the transaction that
-        # does it (``_RECORD_REPAIRS``, run first), so the repair leaves evidence.
+        # does it (``_RECORD_REPAIRS``, run first), so the repair leaves evidence; the record's
+        # own (``PARTS_DDL``) too, where this role owns its table (until review R59 they were put
+        # back in a transaction of their own, after the repair of them was committed).
+        parts = record and _owns_parts(store)
         store.ensure_schema(
             "audit",
-            {d: _RECORD_REPAIRS[d] + AUDIT_DDL[d] + REPAIRS_DDL[d] for d in AUDIT_DDL}
+            {
+                d: _RECORD_REPAIRS[d] + AUDIT_DDL[d] + REPAIRS_DDL[d] + (PARTS_DDL[d] if parts else "")
+                for d in AUDIT_DDL
+            }
             if record
             else AUDIT_DDL,
         )
         if record:
             _warn_repaired(store, last)
-        # The record's triggers put back where one was dropped, and for a log made before the
-        # record, the record written, where this process may (not as a role without rights
-        # there; a later opener writes it).
+        # For a log made before the record, the record written (and where this role does not own
+        # it, a trigger of it put back where it may), where this process may (not as a role
+        # without rights there; a later opener writes it).
         try:
             store.ensure_schema("audit_parts", PARTS_DDL)
         except loaded_driver_errors(StoreError):
@@ -656,8 +662,9 @@ def _record_missing() -> dict[Dialect, str]:
     DDL ran (missing, this role's, or unchanged: a changed one that another role owns is left as
     it is, so nothing is recorded and ``verify`` goes on naming it); the tables whose triggers are
     looked for are there (a table made now is not repaired). The record's triggers
-    (``agentgate_store_parts``) are put back by ``PARTS_DDL`` just after, in a transaction of its
-    own: the evidence is committed first."""
+    (``agentgate_store_parts``) are put back by ``PARTS_DDL``, run in the same transaction after
+    ``AUDIT_DDL`` where this role owns that table (``_owns_parts``): the repair and its record
+    commit together, or neither does."""
     sqlite = "".join(
         "INSERT INTO audit_repairs (created, what, log_size, checkpoint_size) "
         f"SELECT {_NOW['sqlite']}, 'the protection trigger {name} on table {table} was missing', {_SIZES} "
@@ -847,6 +854,20 @@ def _changed(
                 fix,
             )
     return found
+
+
+def _owns_parts(store: Store) -> bool:
+    """Whether this role may put back the triggers of ``agentgate_store_parts`` in the transaction
+    that records their repair: on SQLite always; on PostgreSQL where the table is there and this
+    role owns it (or is a member of its owner), the role ``_RECORD_REPAIRS`` records repairs for.
+    Reads the catalog only."""
+    if store.dialect == "sqlite":
+        return True
+    rows = store.query(
+        "SELECT pg_catalog.pg_has_role(c.relowner, 'USAGE') FROM pg_catalog.pg_class c "
+        f"WHERE c.oid = pg_catalog.to_regclass('{_PARTS}')"
+    )
+    return bool(rows and rows[0][0])
 
 
 def _repairs_recorded(store: Store) -> bool:
