@@ -512,6 +512,14 @@ BEGIN
         CREATE TRIGGER audit_log_index_ref AFTER INSERT ON audit_log
             FOR EACH ROW EXECUTE FUNCTION agentgate_audit_index_ref();
     END IF;
+    -- One disabled (DISABLE, or ENABLE REPLICA: replica sessions only) is enabled by its table's
+    -- owner as CREATE TRIGGER makes it (O: not ALWAYS, which would fire in a logical-replication
+    -- subscriber's apply worker too); the entries appended meanwhile are indexed after this.
+    IF EXISTS (SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+               WHERE t.tgrelid = 'audit_log'::regclass AND t.tgname = 'audit_log_index_ref'
+                 AND t.tgenabled IN ('D', 'R') AND pg_has_role(c.relowner, 'USAGE')) THEN
+        ALTER TABLE audit_log ENABLE TRIGGER audit_log_index_ref;
+    END IF;
     -- It runs as its owner, so its search path names pg_temp last: first (where PostgreSQL puts
     -- it unless named), a caller's temporary table called audit_refs, with a trigger of the
     -- caller's, would run the caller's code as the owner. Set by its owner (functions made by
@@ -635,13 +643,18 @@ def create_audit_tables(store: Store) -> bool:
     # Entries appended while the index's trigger was dropped, or changed, are not in the index:
     # indexed again once the trigger is back (the index's rows are one per entry, so this adds
     # only those).
+    # A disabled one too (PostgreSQL; enabled by its owner's REFS_DDL since review R59).
+    enabled = _triggers(store, ("audit_log",)).get((_INDEX_TRIGGER, "audit_log"))
+    disabled = enabled is False
     dropped = "audit_refs_built" in _tables_held(store, ("audit_refs_built",)) and (
-        index_changed or (_INDEX_TRIGGER, "audit_log") not in _triggers(store, ("audit_log",))
+        index_changed or not enabled
     )
     try:
         store.ensure_schema("audit_refs", REFS_DDL)
         if index_changed and _index_changed(store):
             return False  # a role that does not own it leaves it changed: the index is not read
+        if disabled and not _triggers(store, ("audit_log",)).get((_INDEX_TRIGGER, "audit_log")):
+            return False  # nor disabled
         if not dropped and store.query("SELECT 1 FROM audit_refs_built"):
             return True
         with store.transaction() as tx:
@@ -1288,17 +1301,12 @@ def _state(
     changed: dict[tuple[str, str], tuple[str, str]],
 ) -> tuple[str, str]:
     """How a trigger not in force is (missing, changed, or disabled) and what puts it back in force:
-    a writer's opening as the store's owner, but for a disabled ``audit_log_index_ref``, which it
-    leaves (``_fire_always`` enables protection triggers only), enabled as ``REFS_DDL`` makes it
-    (fires in ordinary sessions only)."""
+    a writer's opening as the store's owner (a disabled ``audit_log_index_ref`` is enabled by
+    ``REFS_DDL`` as ``CREATE TRIGGER`` makes it, firing in ordinary sessions only, and the entries
+    appended meanwhile are indexed)."""
     if (name, table) in changed:
         how, fix = changed[(name, table)]
         return f"is not the one agentgate made: {how}", fix
-    if (name, table) in found and name == _INDEX_TRIGGER:
-        return (
-            "is disabled",
-            f"`ALTER TABLE {table} ENABLE TRIGGER {name}` run as the table's owner enables it",
-        )
     if (name, table) in found:
         return "is disabled", "`agentgate store init` run as the store's owner enables it"
     return "is missing", "`agentgate store init` run as the store's owner puts it back"
