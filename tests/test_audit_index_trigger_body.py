@@ -114,7 +114,7 @@ PG_CHANGES: dict[str, tuple[list[str], str]] = {
             "SECURITY DEFINER AS $fn$ BEGIN RETURN NULL; END; $fn$"
         ],
         "the trigger audit_log_index_ref on table audit_log is not the one agentgate made: its function "
-        "agentgate_audit_index_ref() is not the one agentgate made",
+        "public.agentgate_audit_index_ref() is not the one agentgate made",
     ),
     "when": (
         [

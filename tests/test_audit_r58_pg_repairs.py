@@ -98,10 +98,10 @@ def test_a_function_another_role_owns_is_not_recorded_as_made_again(postgres_url
     assert len(lines) == 8  # each trigger that runs it: every protection trigger but next_index
     assert all(line.startswith("the protection trigger ") for line in lines)
     line = next(line for line in lines if " audit_log_append_only on table audit_log " in line)
-    assert "its function agentgate_append_only() is not the one agentgate made" in line
+    assert "its function public.agentgate_append_only() is not the one agentgate made" in line
     assert (
         f"its function's owner {roles.other} is not the table's owner {roles.owner}, whose `agentgate "
-        f"store init` leaves the function as it is: `ALTER FUNCTION agentgate_append_only() OWNER TO "
+        f"store init` leaves the function as it is: `ALTER FUNCTION public.agentgate_append_only() OWNER TO "
         f"{roles.owner}` run as a superuser, then `agentgate store init` run as the store's owner makes it again"
     ) in line
     with psycopg.connect(postgres_url, autocommit=True) as conn:  # the fix the line names

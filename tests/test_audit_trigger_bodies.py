@@ -140,7 +140,7 @@ PG_CHANGES: dict[str, tuple[list[str], str]] = {
             "$fn$ BEGIN RETURN NEW; END; $fn$"
         ],
         "the protection trigger audit_log_append_only on table audit_log is not the one agentgate made: "
-        "its function agentgate_append_only() is not the one agentgate made",
+        "its function public.agentgate_append_only() is not the one agentgate made",
     ),
     "truncate": (
         [

@@ -831,18 +831,26 @@ def _changed(
             if not _same_sqlite(sql, made[str(name)])
         }
     functions = (*_PG_TRIGGER_FUNCTIONS, "agentgate_audit_index_ref")
-    # q: the function of the trigger's name where the store's statements find it, the one the
-    # trigger runs once made again; its owner, where the table's owner may not replace it.
+    # q: the function of the trigger's name in its table's schema (where agentgate made both), read
+    # by that schema-qualified name, not by the search path, on which a function of the same name
+    # in another schema may come first (until review R59 the line named that one's owner, and the
+    # function unqualified); its owner, where the table's owner may not replace it. A trigger that
+    # runs any other function fires otherwise.
+    home = "pg_catalog.quote_ident(n.nspname) || '.' || made.fn"
+    differs = _PG_TRIGGER_DIFFERS.replace(
+        "pg_catalog.to_regprocedure(made.fn || '()')", f"pg_catalog.to_regprocedure({home} || '()')"
+    )
     rows = store.query(
-        f"SELECT t.tgname, c.relname, {_PG_TRIGGER_DIFFERS}, made.fn, {_pg_runs_otherwise('p', functions)}, "
+        f"SELECT t.tgname, c.relname, {differs}, {home}, {_pg_runs_otherwise('p', functions)}, "
         "CASE WHEN q.oid IS NOT NULL AND NOT pg_catalog.pg_has_role(c.relowner, q.proowner, 'USAGE') "
         f"AND {_pg_runs_otherwise('q', functions)} "
         "THEN pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(q.proowner)) END, "
         "pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(c.relowner)) "
         "FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid "
+        "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
         f"JOIN {_pg_made(tables, fires)} ON t.tgname = made.name AND c.relname = made.tbl "
         "JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid "
-        "LEFT JOIN pg_catalog.pg_proc q ON q.oid = pg_catalog.to_regprocedure(made.fn || '()') "
+        f"LEFT JOIN pg_catalog.pg_proc q ON q.oid = pg_catalog.to_regprocedure({home} || '()') "
         "WHERE NOT t.tgisinternal AND pg_catalog.pg_table_is_visible(c.oid)"
     )
     found: dict[tuple[str, str], tuple[str, str]] = {}
