@@ -1135,7 +1135,7 @@ def _foreign_triggers(store: Store, tables: tuple[str, ...]) -> list[str]:
         drop = "`DROP TRIGGER {name} ON {table}` run as the table's owner removes it"
     return [
         f"the trigger {_quoted(name, store.dialect)} on table {table} is not one agentgate made: it runs "
-        "on every change of that table, and what it does cannot be told from here (a BEFORE trigger can "
+        "as that table is written to, and what it does cannot be told from here (a BEFORE trigger can "
         "change or drop an entry as it is appended, any trigger can write rows of its own); check what "
         "it did to the rows written since it was made, then "
         + drop.format(name=_quoted(name, store.dialect), table=table)
