@@ -68,3 +68,33 @@ def test_a_dropped_trigger_still_says_nothing_refuses_an_edit(
     code, out = _verify(db, monkeypatch, capsys)
     assert code == 1
     assert out.splitlines()[-1].endswith("nothing refuses an edit of them until the triggers are back")
+
+
+def test_a_trigger_agentgate_did_not_make_is_what_the_closing_line_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R59: an extra trigger on audit_log, every protection trigger in force, closed with "the triggers are back"."""
+    db = tmp_path / "agentgate.db"
+    _log(db)
+    _drop(db, "CREATE TRIGGER mirror AFTER INSERT ON audit_log BEGIN SELECT 1; END")
+    code, out = _verify(db, monkeypatch, capsys)
+    assert code == 1
+    closing = out.splitlines()[-1]
+    assert closing.startswith("the entries verify: 2 entries")
+    assert "the triggers are back" not in closing and "nothing refuses an edit" not in closing
+    assert "a trigger agentgate did not make runs as the log's tables are written" in closing
+
+
+def test_a_dropped_trigger_beside_an_extra_one_names_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R59: a dropped protection trigger and an extra one: the closing line says both."""
+    db = tmp_path / "agentgate.db"
+    _log(db)
+    _drop(db, "DROP TRIGGER audit_log_no_update")
+    _drop(db, "CREATE TRIGGER mirror AFTER INSERT ON audit_log BEGIN SELECT 1; END")
+    code, out = _verify(db, monkeypatch, capsys)
+    assert code == 1
+    closing = out.splitlines()[-1]
+    assert "nothing refuses an edit of them until the triggers are back" in closing
+    assert "a trigger agentgate did not make runs as the log's tables are written" in closing

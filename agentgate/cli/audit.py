@@ -54,7 +54,7 @@ from agentgate.cli._common import (
 from agentgate.errors import BeyondLogEnd, InputError, KeyFileError, LogDropped, StoreError, TamperDetected
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import SQLiteStore, Store
-from agentgate.store.audit import AuditLog, Explanation, VerifyReport, log_key_path
+from agentgate.store.audit import FOREIGN_TRIGGER, AuditLog, Explanation, VerifyReport, log_key_path
 
 
 def register(subparsers: Any) -> None:
@@ -368,12 +368,23 @@ def _verify(args: argparse.Namespace) -> int:
 def _machinery_said(report: VerifyReport) -> str:
     """What ``verify``'s closing line says of the log's machinery, for the lines it printed: a
     trigger not in force, only repairs not accepted, or only the record of repairs dropped (its
-    triggers may all be in force: saying that nothing refuses an edit would be untrue)."""
-    if len(report.repairs) + len(report.records_lost) < len(report.unprotected):
-        return "nothing refuses an edit of them until the triggers are back"
-    if report.records_lost:
-        return "the record of repairs is gone, so whether a trigger was ever put back cannot be told"
-    return "the triggers are back, and the entries a repair names are vouched for by nothing"
+    triggers may all be in force: saying that nothing refuses an edit would be untrue); and a
+    trigger agentgate did not make, alone or beside those (until review R59 such a trigger alone
+    closed with "the triggers are back")."""
+    foreign = sum(FOREIGN_TRIGGER in line for line in report.unprotected)
+    said = []
+    if len(report.repairs) + len(report.records_lost) < len(report.unprotected) - foreign:
+        said.append("nothing refuses an edit of them until the triggers are back")
+    elif report.records_lost:
+        said.append("the record of repairs is gone, so whether a trigger was ever put back cannot be told")
+    elif report.repairs:
+        said.append("the triggers are back, and the entries a repair names are vouched for by nothing")
+    if foreign:
+        said.append(
+            "a trigger agentgate did not make runs as the log's tables are written, so the entries "
+            "written since it was made may not be what was appended"
+        )
+    return "; ".join(said)
 
 
 def _print_accepted(report: VerifyReport) -> None:

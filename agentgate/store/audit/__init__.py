@@ -48,13 +48,21 @@ from agentgate.store.audit._keys import (
 )
 from agentgate.store.audit._log import AuditLog
 from agentgate.store.audit._proofs import Explanation
-from agentgate.store.audit._schema import APPEND_LOCK, AUDIT_DDL, PARTS_DDL, REFS_DDL, create_audit_tables
+from agentgate.store.audit._schema import (
+    APPEND_LOCK,
+    AUDIT_DDL,
+    FOREIGN_TRIGGER,
+    PARTS_DDL,
+    REFS_DDL,
+    create_audit_tables,
+)
 from agentgate.store.audit._verify import VerifyReport
 
 __all__ = [
     "APPEND_LOCK",
     "AUDIT_DDL",
     "DEFAULT_ORIGIN",
+    "FOREIGN_TRIGGER",
     "PARTS_DDL",
     "REFS_DDL",
     "AuditLog",

@@ -1101,6 +1101,11 @@ def _replica_sessions(store: Store) -> list[str]:
     return lines
 
 
+FOREIGN_TRIGGER = "is not one agentgate made"
+"""What ``verify``'s line for a trigger agentgate did not make (``_foreign_triggers``) says of it:
+``agentgate audit verify``'s closing line tells such lines from a trigger not in force."""
+
+
 def _foreign_triggers(store: Store, tables: tuple[str, ...]) -> list[str]:
     """A line for each trigger on ``tables`` (constants: the log's tables and the records of it)
     that agentgate did not make: not a protection trigger of its table nor, on audit_log, the
@@ -1134,7 +1139,7 @@ def _foreign_triggers(store: Store, tables: tuple[str, ...]) -> list[str]:
         foreign = [(str(name), str(table)) for name, table in rows if (str(name), str(table)) not in ours]
         drop = "`DROP TRIGGER {name} ON {table}` run as the table's owner removes it"
     return [
-        f"the trigger {_quoted(name, store.dialect)} on table {table} is not one agentgate made: it runs "
+        f"the trigger {_quoted(name, store.dialect)} on table {table} {FOREIGN_TRIGGER}: it runs "
         "as that table is written to, and what it does cannot be told from here (a BEFORE trigger can "
         "change or drop an entry as it is appended, any trigger can write rows of its own); check what "
         "it did to the rows written since it was made, then "
