@@ -7,16 +7,21 @@ with ``AGENTGATE_OPENAI_BASE_URL`` set it talks to any OpenAI-compatible endpoin
     AGENTGATE_OPENAI_BASE_URL=http://127.0.0.1:8000/v1   # vLLM, llama.cpp server, ...
     AGENTGATE_OPENAI_MODEL=meta-llama/Llama-3.1-8B-Instruct
     AGENTGATE_OPENAI_API_KEY=...                        # if the endpoint wants one
+    AGENTGATE_OPENAI_TIMEOUT=60                         # seconds a try waits for the answer
+    AGENTGATE_OPENAI_MAX_RETRIES=2                      # tries after a failed first one
 
-(that mode needs ``pip install langchain-openai``). An empty value counts as unset. A model call
-the endpoint fails (unreachable, a refused key, a model it does not serve, an error status, an
-answer that is no chat completion) stops the run with ``EndpointFailed``, whose message says what
-to check; the example then prints its summary of what was decided until then and exits with 1.
+(that mode needs ``pip install langchain-openai``). An empty value counts as unset; a timeout that
+is no number of seconds above 0, or retries that are no whole number 0 or more, end the example
+with one line and status 2. A model call the endpoint fails (unreachable, no answer in time, a
+refused key, a model it does not serve, an error status, an answer that is no chat completion)
+stops the run with ``EndpointFailed``, whose message says what to check; the example then
+prints its summary of what was decided until then and exits with 1.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -25,8 +30,9 @@ import sys
 import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -91,27 +97,87 @@ def _setting(name: str, default: str) -> str:
     return os.environ.get(name) or default
 
 
-def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None = None) -> BaseChatModel:
-    """The scripted model, or the OpenAI-compatible endpoint named by the environment, whose
-    failures raise ``EndpointFailed``."""
+def _misconfigured(message: str) -> NoReturn:
+    """End the example on a setting it cannot use: one line, status 2, before any model call."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
+@dataclass(frozen=True)
+class EndpointSettings:
+    """The OpenAI-compatible endpoint the environment names, as the examples use it."""
+
+    base_url: str
+    model: str | None
+    """``AGENTGATE_OPENAI_MODEL``; ``None`` where unset: each model is asked for by its own name."""
+    api_key: str
+    timeout: float
+    """Seconds a try waits for the endpoint's answer (``AGENTGATE_OPENAI_TIMEOUT``, default 60)."""
+    retries: int
+    """Tries after a failed first one (``AGENTGATE_OPENAI_MAX_RETRIES``, default 2): after a
+    connection error, no answer in time, 408, 409, 429 (waiting as ``Retry-After`` says) or 5xx."""
+
+    def served(self, name: str) -> str:
+        """The name the endpoint is asked for in place of the example's model ``name``."""
+        return self.model or name
+
+    def describe(self, name: str) -> str:
+        """One line naming the endpoint, the model asked for and how long a call may take."""
+        return (
+            f"Model calls served by {self.base_url} (model {self.served(name)!r}, "
+            f"timeout {self.timeout:g} s, max retries {self.retries})"
+        )
+
+
+def endpoint_settings() -> EndpointSettings | None:
+    """The endpoint named by ``AGENTGATE_OPENAI_*``; ``None`` where no base URL is set (offline).
+    A setting it cannot use ends the example with one line saying which, and status 2."""
     base_url = os.environ.get("AGENTGATE_OPENAI_BASE_URL")
     if not base_url:
-        return ScriptedChatModel(turns=list(turns), model_name=name, served_by=served_by)
+        return None
     if base_url != base_url.strip() or not base_url.startswith(("http://", "https://")):
-        sys.exit(
+        _misconfigured(
             f"AGENTGATE_OPENAI_BASE_URL={base_url!r} is not an http(s) URL without white space "
             "around it (an env file saved with CRLF endings adds a \\r), e.g. http://127.0.0.1:8000/v1"
         )
+    timeout_text = _setting("AGENTGATE_OPENAI_TIMEOUT", "60")
+    try:
+        timeout = float(timeout_text)
+    except ValueError:
+        timeout = math.nan
+    if not (math.isfinite(timeout) and timeout > 0):
+        _misconfigured(f"AGENTGATE_OPENAI_TIMEOUT={timeout_text!r} is not a number of seconds above 0")
+    retries_text = _setting("AGENTGATE_OPENAI_MAX_RETRIES", "2")
+    try:
+        retries = int(retries_text)
+    except ValueError:
+        retries = -1
+    if retries < 0:
+        _misconfigured(f"AGENTGATE_OPENAI_MAX_RETRIES={retries_text!r} is not a whole number, 0 or more")
+    return EndpointSettings(
+        base_url=base_url,
+        model=os.environ.get("AGENTGATE_OPENAI_MODEL") or None,
+        # An empty key counts as none: the client refuses an empty one when made ("Missing credentials").
+        api_key=_setting("AGENTGATE_OPENAI_API_KEY", "not-needed"),
+        timeout=timeout,
+        retries=retries,
+    )
+
+
+def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None = None) -> BaseChatModel:
+    """The scripted model, or the OpenAI-compatible endpoint named by the environment, whose
+    failures raise ``EndpointFailed``."""
+    endpoint = endpoint_settings()
+    if endpoint is None:
+        return ScriptedChatModel(turns=list(turns), model_name=name, served_by=served_by)
     try:
         from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
     except ImportError:
         sys.exit("AGENTGATE_OPENAI_BASE_URL is set: install the client with `pip install langchain-openai`")
-    served = _setting("AGENTGATE_OPENAI_MODEL", name)
-    # An empty key counts as none: the client refuses an empty one when made ("Missing credentials").
-    api_key = _setting("AGENTGATE_OPENAI_API_KEY", "not-needed")
+    served = endpoint.served(name)
 
     def failed(error: Exception) -> EndpointFailed:
-        return EndpointFailed(_endpoint_trouble(error, base_url, served, api_key))
+        return EndpointFailed(_endpoint_trouble(error, endpoint, served))
 
     class EndpointChatModel(ChatOpenAI):  # type: ignore[misc]
         """``ChatOpenAI`` whose every failure is one ``EndpointFailed`` saying what to check:
@@ -142,15 +208,29 @@ def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None 
             except Exception as error:
                 raise failed(error) from error
 
-    model: BaseChatModel = EndpointChatModel(base_url=base_url, model=served, api_key=api_key, temperature=0)
+    model: BaseChatModel = EndpointChatModel(
+        base_url=endpoint.base_url,
+        model=served,
+        api_key=endpoint.api_key,
+        temperature=0,
+        timeout=endpoint.timeout,
+        max_retries=endpoint.retries,
+    )
     return model
 
 
-def _endpoint_trouble(error: Exception, base_url: str, model: str, api_key: str) -> str:
+def _endpoint_trouble(error: Exception, endpoint: EndpointSettings, model: str) -> str:
     """What a person reads when a model call to the endpoint failed with ``error``."""
     import openai
 
-    if isinstance(error, openai.APIConnectionError):  # timeouts too
+    base_url, api_key = endpoint.base_url, endpoint.api_key
+    if isinstance(error, openai.APITimeoutError):
+        return (
+            f"the endpoint AGENTGATE_OPENAI_BASE_URL={base_url} did not answer within "
+            f"AGENTGATE_OPENAI_TIMEOUT={endpoint.timeout:g} s ({endpoint.retries + 1} tries): is it "
+            "overloaded, or still loading the model? A slow endpoint needs a larger AGENTGATE_OPENAI_TIMEOUT"
+        )
+    if isinstance(error, openai.APIConnectionError):
         return (
             f"cannot reach the endpoint AGENTGATE_OPENAI_BASE_URL={base_url} ({error.message}): "
             "is the server running there?"

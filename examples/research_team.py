@@ -22,7 +22,6 @@ The keys are made fresh for each run and the store lives in .agentgate/demo/rese
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from collections import defaultdict
 from datetime import timedelta
@@ -41,6 +40,7 @@ from _common import (
     calls,
     chat_model,
     demo_dir,
+    endpoint_settings,
     fresh_keys,
     run_ending,
     sign_pending,
@@ -176,12 +176,12 @@ def agents(gate: Gate, keys: dict[str, Any], bench: ToolBench) -> Any:
 
 async def main() -> int:
     """Run the team and print the summary; 1 where the endpoint failed a model call, else 0."""
+    endpoint = endpoint_settings()  # a setting it cannot use ends the example before anything is made
     workdir = demo_dir("research_team")
     policy, keys = fresh_keys(ROOT / "policies" / "research_team.yaml", workdir)
     store = workdir / "agentgate.db"
     gate = Gate(policy, SQLiteStore(store))
     # Offline: two simulated backends behind the dispatcher. With an endpoint: the endpoint alone.
-    endpoint = bool(os.environ.get("AGENTGATE_OPENAI_BASE_URL"))
     servers = [] if endpoint else [SimServer(model_name=MODEL, time_scale=0.2).start() for _ in range(2)]
     try:
         if servers:
@@ -209,6 +209,8 @@ async def main() -> int:
         config = {"configurable": {"thread_id": "research-1"}}
 
         print("agentgate demo: a supervisor and two sub-agents under policies/research_team.yaml")
+        if endpoint:
+            print(endpoint.describe(MODEL))
         stopped = None
         try:
             state = await team.ainvoke(
@@ -228,10 +230,11 @@ async def main() -> int:
                     ),
                 )
                 state = await team.ainvoke(Command(resume=approvals), config, context=supervisor)
-            print(f"Run finished: {run_ending(state['messages'])}")
+            ending = f"Run finished: {run_ending(state['messages'])}"
         except EndpointFailed as failure:
             stopped = failure
-            print(f"Run stopped: {failure}")
+            ending = f"Run stopped: {failure}"
+        # What served the model calls, then how the run ended, then the summary.
         if servers:
             served = [s.served for s in servers]
             per_backend = ", ".join(f"sim-{i} {n}" for i, n in enumerate(served))
@@ -242,8 +245,7 @@ async def main() -> int:
                     "backend\n  that holds its prefix cache while that backend meets the SLO "
                     "(docs/dispatch.md, Choose)"
                 )
-        else:
-            print(f"Model calls served by {os.environ['AGENTGATE_OPENAI_BASE_URL']}")
+        print(ending)
         summary(
             gate,
             [supervisor],

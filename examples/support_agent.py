@@ -32,6 +32,7 @@ from _common import (
     calls,
     chat_model,
     demo_dir,
+    endpoint_settings,
     fresh_keys,
     readable,
     run_ending,
@@ -87,6 +88,7 @@ def tools(gate: Gate, agent: list[AgentIdentity]) -> list[BaseTool]:
 
 def main() -> int:
     """Run the agent and print the summary; 1 where the endpoint failed a model call, else 0."""
+    endpoint = endpoint_settings()  # a setting it cannot use ends the example before anything is made
     workdir = demo_dir("support_agent")
     policy, keys = fresh_keys(ROOT / "policies" / "support.yaml", workdir)
     store = workdir / "agentgate.db"
@@ -96,6 +98,8 @@ def main() -> int:
     )
     config: Any = {"configurable": {"thread_id": "ticket-T-1001"}}
     print("agentgate demo: a support agent under policies/support.yaml")
+    if endpoint:
+        print(endpoint.describe("support-model"))
     stopped = None
     try:
         with sqlite3.connect(workdir / "checkpoints.sqlite", check_same_thread=False) as conn:

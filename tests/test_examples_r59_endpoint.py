@@ -1,0 +1,208 @@
+"""The examples against a loopback endpoint answering as real vLLM and llama.cpp servers can
+(review R59): one that never answers, or answers after an error status or a 429. Each run ends
+with a clear line and an exit status, never a traceback; the endpoint's timeout and retries are
+settings, checked.
+
+The examples run as in tests/test_examples_r58_endpoint.py (``_run``: ``runpy``, in this process);
+the server here also sends headers (``Retry-After``), lets the client retry, and can hang.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_examples_r58_endpoint import SERVED, _completion, _run
+
+Reply = tuple[int, bytes] | tuple[int, bytes, dict[str, str]]
+
+
+class Endpoint:
+    """``/v1/chat/completions`` and ``/v1/models`` on 127.0.0.1; the n-th chat answer (from 0) is
+    ``answer(n, request)``, with headers where it gives them, or none at all where it is ``None``:
+    the request then waits, unanswered, until the test ends (or ``late`` seconds, then "late")."""
+
+    def __init__(self, answer: Callable[[int, dict[str, Any]], Reply | None], late: float = 5.0) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.released = threading.Event()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._send(200, json.dumps({"object": "list", "data": [{"id": SERVED}]}).encode(), {})
+
+            def do_POST(self) -> None:
+                request = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+                endpoint.requests.append(request)
+                reply = answer(len(endpoint.requests) - 1, request)
+                if reply is None:
+                    if endpoint.released.wait(late):
+                        return  # the test is over: the client gave up long ago
+                    reply = _completion("late")  # a client that waits this long gets an answer
+                status, body, *headers = reply
+                self._send(status, body, headers[0] if headers else {})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Endpoint:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _first_turn(request: dict[str, Any]) -> bool:
+    return bool(request["messages"][-1]["role"] == "user")
+
+
+@pytest.fixture
+def run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., tuple[int, str]]:
+    """``run(name, endpoint, **settings)``: the example's exit status and what it printed."""
+
+    def run(name: str, endpoint: Endpoint, **settings: str) -> tuple[int, str]:
+        for setting, value in settings.items():
+            monkeypatch.setenv(f"AGENTGATE_OPENAI_{setting}", value)
+        return _run(name, endpoint.url, tmp_path, monkeypatch, capsys)
+
+    return run
+
+
+def _stopped(out: str) -> str:
+    stopped = re.search(r"^Run stopped: (.*)$", out, re.M)
+    assert stopped is not None, out[-3000:]
+    return stopped.group(1)
+
+
+# --- 1. the endpoint's timeout and retries ---------------------------------------------------------
+
+
+def test_an_endpoint_that_never_answers_stops_the_run_after_the_timeout_and_its_retries(
+    run: Callable[..., tuple[int, str]],
+) -> None:
+    """Review R59: a hanging endpoint made the example wait the client's 600 s a try, 3 tries, with no setting to shorten it."""
+    with Endpoint(lambda n, request: None) as endpoint:
+        status, out = run("support_agent.py", endpoint, TIMEOUT="0.2", MAX_RETRIES="1")
+    assert status == 1, out[-3000:]
+    assert _stopped(out) == (
+        f"the endpoint AGENTGATE_OPENAI_BASE_URL={endpoint.url} did not answer within "
+        "AGENTGATE_OPENAI_TIMEOUT=0.2 s (2 tries): is it overloaded, or still loading the model? "
+        "A slow endpoint needs a larger AGENTGATE_OPENAI_TIMEOUT"
+    )
+    assert len(endpoint.requests) == 2  # the first try and one retry
+    assert "VERIFIES" in out
+
+
+@pytest.mark.parametrize(
+    ("retries", "status", "tries"),
+    [("0", 1, 1), ("1", 0, 2), ("", 0, 2)],  # empty: the default, 2 retries
+)
+def test_an_error_status_is_tried_again_as_often_as_max_retries_says(
+    retries: str, status: int, tries: int, run: Callable[..., tuple[int, str]]
+) -> None:
+    """Review R59: the number of retries after a failed model call (500) could not be set."""
+
+    def answer(n: int, request: dict[str, Any]) -> Reply:
+        if n == 0:
+            return 500, b'{"error": {"message": "engine restarting"}}'
+        return _completion("Nothing to refund.")
+
+    with Endpoint(answer) as endpoint:
+        exit_status, out = run("support_agent.py", endpoint, MAX_RETRIES=retries)
+    assert exit_status == status, out[-3000:]
+    assert len(endpoint.requests) == tries
+    if status:
+        assert _stopped(out) == "the endpoint failed the model call (Error code: 500 - engine restarting)"
+    else:
+        assert "Run finished: the model said: Nothing to refund." in out
+
+
+def test_a_429_with_retry_after_is_tried_again(run: Callable[..., tuple[int, str]]) -> None:
+    """Review R59: a rate-limited model call (429, Retry-After) is tried again, and the run goes on."""
+
+    def answer(n: int, request: dict[str, Any]) -> Reply:
+        if n == 0:
+            return 429, b'{"error": {"message": "too many requests"}}', {"retry-after-ms": "10"}
+        search = ("web.search", json.dumps({"query": "kv cache"}))
+        return _completion(None, [search]) if _first_turn(request) else _completion("Searched.")
+
+    with Endpoint(answer) as endpoint:
+        status, out = run("research_team.py", endpoint)
+    assert status == 0, out[-3000:]
+    assert "Run finished: the model said: Searched." in out
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "says"),
+    [
+        ("TIMEOUT", "soon", "a number of seconds above 0"),
+        ("TIMEOUT", "0", "a number of seconds above 0"),
+        ("TIMEOUT", "-5", "a number of seconds above 0"),
+        ("TIMEOUT", "nan", "a number of seconds above 0"),
+        ("TIMEOUT", "inf", "a number of seconds above 0"),
+        ("MAX_RETRIES", "-1", "a whole number, 0 or more"),
+        ("MAX_RETRIES", "1.5", "a whole number, 0 or more"),
+        ("MAX_RETRIES", "two", "a whole number, 0 or more"),
+    ],
+)
+def test_a_timeout_or_retries_setting_that_is_no_such_number_ends_with_one_line_and_status_2(
+    setting: str, value: str, says: str, run: Callable[..., tuple[int, str]]
+) -> None:
+    """Review R59: AGENTGATE_OPENAI_TIMEOUT and _MAX_RETRIES are checked: one line, status 2, no call made."""
+    with Endpoint(lambda n, request: _completion("unused")) as endpoint:
+        status, out = run("support_agent.py", endpoint, **{setting: value})
+    assert status == 2, out[-3000:]
+    assert out.splitlines()[-1] == f"AGENTGATE_OPENAI_{setting}={value!r} is not {says}"
+    assert not endpoint.requests
+
+
+# --- 3. the order of what the run prints ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["support_agent.py", "research_team.py"])
+def test_the_endpoint_is_named_before_what_happened_and_how_the_run_ended(
+    name: str, run: Callable[..., tuple[int, str]]
+) -> None:
+    """Review R59: "Model calls served by URL" was printed after "Run stopped: cannot reach URL"."""
+    with Endpoint(lambda n, request: (500, b'{"error": {"message": "no GPU"}}')) as endpoint:
+        status, out = run(name, endpoint, MAX_RETRIES="0")
+    assert status == 1, out[-3000:]
+    lines = out.splitlines()
+    served = lines.index(
+        f"Model calls served by {endpoint.url} (model {SERVED!r}, timeout 60 s, max retries 0)"
+    )
+    stopped = next(i for i, line in enumerate(lines) if line.startswith("Run stopped: "))
+    assert lines[0].startswith("agentgate demo: ") and served == 1
+    assert served < stopped < lines.index("Decisions per agent (tool calls; model calls):")
+
+
+@pytest.fixture(autouse=True)
+def _no_endpoint_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test sets the timeout and retries it needs; none come from the environment it ran in."""
+    for setting in ("TIMEOUT", "MAX_RETRIES", "API_KEY"):
+        monkeypatch.delenv(f"AGENTGATE_OPENAI_{setting}", raising=False)
+    yield
