@@ -13,9 +13,9 @@ with ``AGENTGATE_OPENAI_BASE_URL`` set it talks to any OpenAI-compatible endpoin
 (that mode needs ``pip install langchain-openai``). An empty value counts as unset; a timeout that
 is no number of seconds above 0, or retries that are no whole number 0 or more, end the example
 with one line and status 2. A model call the endpoint fails (unreachable, no answer in time, a
-refused key, a model it does not serve, an error status, an answer that is no chat completion)
-stops the run with ``EndpointFailed``, whose message says what to check; the example then
-prints its summary of what was decided until then and exits with 1.
+refused key, a model it does not serve, an error status, an answer that is no chat completion or
+holds no choice) stops the run with ``EndpointFailed``, whose message says what to check; the
+example then prints its summary of what was decided until then and exits with 1.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from typing import Any, NoReturn
 import yaml
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.tool import invalid_tool_call
 
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import STOP_KEY, ScriptedChatModel
@@ -90,6 +91,10 @@ def fresh_keys(policy_file: Path, directory: Path) -> tuple[Policy, dict[str, Si
 
 class EndpointFailed(Exception):
     """A model call to the OpenAI-compatible endpoint failed; the message says how and what to check."""
+
+
+class _NoChoice(Exception):
+    """The endpoint's answer is a chat completion whose ``choices`` are empty."""
 
 
 def _setting(name: str, default: str) -> str:
@@ -181,7 +186,18 @@ def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None 
 
     class EndpointChatModel(ChatOpenAI):  # type: ignore[misc]
         """``ChatOpenAI`` whose every failure is one ``EndpointFailed`` saying what to check:
-        the client's own errors, and those of parsing an answer that is no chat completion."""
+        the client's own errors, and those of parsing an answer that is no chat completion.
+        Tool-call arguments that are JSON but no object are kept apart, as LangChain keeps
+        arguments that are no JSON (``invalid_tool_calls``): neither is decided nor run."""
+
+        def _create_chat_result(self, response: Any, generation_info: Any = None) -> Any:
+            response, apart = _set_apart_non_object_arguments(response)
+            result = super()._create_chat_result(response, generation_info)
+            if not result.generations:
+                raise _NoChoice("its choices are empty")
+            for generation, calls in zip(result.generations, apart, strict=False):
+                generation.message.invalid_tool_calls.extend(calls)
+            return result
 
         def _generate(self, *args: Any, **kwargs: Any) -> Any:
             try:
@@ -217,6 +233,52 @@ def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None 
         max_retries=endpoint.retries,
     )
     return model
+
+
+def _set_apart_non_object_arguments(response: Any) -> tuple[Any, list[list[Any]]]:
+    """The chat completion ``response`` without its tool calls whose arguments are JSON but no
+    object (``[1, 2]``, ``"x"``, ``40``), and those calls per choice, as LangChain's invalid tool
+    calls.
+
+    LangChain parses such arguments and then fails to build the message (a ``ValidationError``
+    for the whole answer); arguments that are no JSON it keeps apart itself, and those that are
+    empty or JSON that is false (``null``, ``[]``, ``0``) it reads as no arguments."""
+    import openai
+
+    answer = response.model_dump(warnings=False) if isinstance(response, openai.BaseModel) else response
+    if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list):
+        return response, []
+    apart: list[list[Any]] = []
+    changed = False
+    for choice in answer["choices"]:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict) or not isinstance(message.get("tool_calls"), list):
+            apart.append([])
+            continue
+        kept, set_apart = [], []
+        for raw in message["tool_calls"]:
+            function = raw.get("function") if isinstance(raw, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            try:  # read as LangChain reads them
+                parsed = json.loads(arguments, strict=False) if isinstance(arguments, str) else {}
+            except ValueError:
+                parsed = {}  # no JSON: LangChain keeps it apart itself
+            if isinstance(parsed, dict) or not parsed:  # LangChain reads null, [], 0 as no arguments
+                kept.append(raw)
+                continue
+            set_apart.append(
+                invalid_tool_call(
+                    name=function.get("name") if isinstance(function, dict) else None,
+                    args=arguments,
+                    id=raw.get("id"),
+                    error=f"the arguments are JSON but no object: {type(parsed).__name__}",
+                )
+            )
+        if set_apart:
+            changed = True
+            message["tool_calls"] = kept or None
+        apart.append(set_apart)
+    return (answer if changed else response), apart
 
 
 def _endpoint_trouble(error: Exception, endpoint: EndpointSettings, model: str) -> str:
@@ -267,6 +329,8 @@ def _endpoint_trouble(error: Exception, endpoint: EndpointSettings, model: str) 
         return f"the endpoint failed the model call ({error.message})"
     if isinstance(error, json.JSONDecodeError | openai.APIResponseValidationError):
         return f"the endpoint's answer is not an OpenAI chat completion ({type(error).__name__}: {_short(str(error))})"
+    if isinstance(error, _NoChoice):
+        return f"the endpoint's answer holds no choice ({error}): it answered no message"
     return f"the model call to the endpoint failed ({type(error).__name__}: {_short(str(error))})"
 
 
@@ -283,15 +347,17 @@ def _served_models(base_url: str, api_key: str) -> list[str] | None:
 
 
 def run_ending(messages: Sequence[BaseMessage]) -> str:
-    """How a run ended, as a person reads it: the model's last text, and the tool calls it asked
-    for whose arguments are no JSON object (LangChain's ``invalid_tool_calls``): these never reach
-    the tools, so they were neither decided nor run, and an answer holding only such calls ends
-    the run."""
+    """How a run ended, as a person reads it: the model's last text (and whether the endpoint cut
+    it at its token limit), and the tool calls it asked for whose arguments are no JSON object
+    (LangChain's ``invalid_tool_calls``): these never reach the tools, so they were neither
+    decided nor run, and an answer holding only such calls ends the run."""
     last = messages[-1]
     if last.response_metadata.get(STOP_KEY):  # the middleware's answer, not the model's
         said = f"agentgate ended it, as no later call could be allowed: {readable(last.text, 60)}"
     else:
         said = f"the model said: {_short(last.text, 70) if last.text.strip() else '(no text)'}"
+    if last.response_metadata.get("finish_reason") == "length":
+        said += "\n  the endpoint cut the model's last answer at its token limit (finish_reason length)"
     invalid: list[Mapping[str, Any]] = [
         each for message in messages for each in (getattr(message, "invalid_tool_calls", None) or [])
     ]

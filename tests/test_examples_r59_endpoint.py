@@ -1,7 +1,7 @@
 """The examples against a loopback endpoint answering as real vLLM and llama.cpp servers can
-(review R59): one that never answers, or answers after an error status or a 429. Each run ends
-with a clear line and an exit status, never a traceback; the endpoint's timeout and retries are
-settings, checked.
+(review R59): one that never answers, retries after an error status or a 429, arguments that are
+JSON but no object, an answer with no choice, a cut answer. Each run ends with a clear line and an
+exit status, never a traceback; the endpoint's timeout and retries are settings, checked.
 
 The examples run as in tests/test_examples_r58_endpoint.py (``_run``: ``runpy``, in this process);
 the server here also sends headers (``Retry-After``), lets the client retry, and can hang.
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_examples_r58_endpoint import SERVED, _completion, _run
+from test_examples_r58_endpoint import SERVED, _completion, _log, _run
 
 Reply = tuple[int, bytes] | tuple[int, bytes, dict[str, str]]
 
@@ -76,6 +76,13 @@ class Endpoint:
 
 def _first_turn(request: dict[str, Any]) -> bool:
     return bool(request["messages"][-1]["role"] == "user")
+
+
+def _refund(arguments: str) -> tuple[str, str]:
+    return ("payments.refund", arguments)
+
+
+REFUND_40 = _refund(json.dumps({"order_id": "O-1", "amount": 40, "currency": "EUR"}))
 
 
 @pytest.fixture
@@ -180,6 +187,51 @@ def test_a_timeout_or_retries_setting_that_is_no_such_number_ends_with_one_line_
     assert not endpoint.requests
 
 
+# --- 2. arguments that are JSON but no object; an answer with no choice ------------------------------
+
+
+@pytest.mark.parametrize("arguments", ["[1, 2]", '"x"', "40", "true"])
+def test_arguments_that_are_json_but_no_object_are_reported_as_such_and_the_run_goes_on(
+    arguments: str, tmp_path: Path, run: Callable[..., tuple[int, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R59: tool-call arguments that are JSON but no object ([1, 2], "x") stopped the run as EndpointFailed (ValidationError)."""
+
+    def answer(n: int, request: dict[str, Any]) -> Reply:
+        if _first_turn(request):
+            return _completion(None, [_refund(arguments), REFUND_40])
+        return _completion("Refunded what I could.")
+
+    with Endpoint(answer) as endpoint:
+        status, out = run("support_agent.py", endpoint)
+    assert status == 0, out[-3000:]
+    assert "Run finished: the model said: Refunded what I could." in out
+    assert (
+        "the model asked for 1 tool call(s) whose arguments are no JSON object, not decided, not run: "
+        f"payments.refund {arguments}"
+    ) in out
+    # the call beside it was decided and ran; the other reached no decision
+    entries = _log(tmp_path / "support_agent" / "agentgate.db", capsys)
+    refunds = [e for e in entries if e["resource"] == "tool:payments.refund"]
+    assert [(e["kind"], e["status"]) for e in refunds] == [("allow", None), ("outcome", "ok")]
+    assert refunds[0]["args"] == {"order_id": "O-1", "amount": 40, "currency": "EUR"}
+
+
+@pytest.mark.parametrize("name", ["support_agent.py", "research_team.py"])
+def test_an_answer_with_no_choice_stops_the_run_with_a_clear_line(
+    name: str, run: Callable[..., tuple[int, str]]
+) -> None:
+    """Review R59: an answer whose choices are empty ended the example with an IndexError traceback."""
+    empty = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": SERVED, "choices": []}
+    with Endpoint(lambda n, request: (200, json.dumps(empty).encode())) as endpoint:
+        status, out = run(name, endpoint)
+    assert status == 1, out[-3000:]
+    assert (
+        _stopped(out)
+        == "the endpoint's answer holds no choice (its choices are empty): it answered no message"
+    )
+    assert "VERIFIES" in out
+
+
 # --- 3. the order of what the run prints ----------------------------------------------------------
 
 
@@ -198,6 +250,22 @@ def test_the_endpoint_is_named_before_what_happened_and_how_the_run_ended(
     stopped = next(i for i, line in enumerate(lines) if line.startswith("Run stopped: "))
     assert lines[0].startswith("agentgate demo: ") and served == 1
     assert served < stopped < lines.index("Decisions per agent (tool calls; model calls):")
+
+
+# --- 5. a cut answer ------------------------------------------------------------------------------
+
+
+def test_an_answer_cut_at_the_token_limit_says_so(run: Callable[..., tuple[int, str]]) -> None:
+    """Review R59: an answer cut at the endpoint's token limit (finish_reason length) read as a model that chose to stop."""
+    cut = _refund('{"order_id": "O-1", "amount": 4')
+    status, body = _completion(None, [cut])
+    answer = json.loads(body)
+    answer["choices"][0]["finish_reason"] = "length"
+    with Endpoint(lambda n, request: (status, json.dumps(answer).encode())) as endpoint:
+        exit_status, out = run("support_agent.py", endpoint)
+    assert exit_status == 0, out[-3000:]
+    assert "the endpoint cut the model's last answer at its token limit (finish_reason length)" in out
+    assert "1 tool call(s) whose arguments are no JSON object" in out
 
 
 @pytest.fixture(autouse=True)
