@@ -93,8 +93,9 @@ class EndpointFailed(Exception):
     """A model call to the OpenAI-compatible endpoint failed; the message says how and what to check."""
 
 
-class _NoChoice(Exception):
-    """The endpoint's answer is a chat completion whose ``choices`` are empty."""
+class _UnusableAnswer(Exception):
+    """The endpoint's answer holds no message (``choices`` null or empty) or is an error object;
+    the message says which, as a person reads it."""
 
 
 def _setting(name: str, default: str) -> str:
@@ -191,10 +192,8 @@ def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None 
         arguments that are no JSON (``invalid_tool_calls``): neither is decided nor run."""
 
         def _create_chat_result(self, response: Any, generation_info: Any = None) -> Any:
-            response, apart = _set_apart_non_object_arguments(response)
+            response, apart = _as_langchain_reads_it(response)
             result = super()._create_chat_result(response, generation_info)
-            if not result.generations:
-                raise _NoChoice("its choices are empty")
             for generation, calls in zip(result.generations, apart, strict=False):
                 generation.message.invalid_tool_calls.extend(calls)
             return result
@@ -235,19 +234,33 @@ def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None 
     return model
 
 
-def _set_apart_non_object_arguments(response: Any) -> tuple[Any, list[list[Any]]]:
-    """The chat completion ``response`` without its tool calls whose arguments are JSON but no
-    object (``[1, 2]``, ``"x"``, ``40``), and those calls per choice, as LangChain's invalid tool
-    calls.
+def _as_langchain_reads_it(response: Any) -> tuple[Any, list[list[Any]]]:
+    """The chat completion ``response`` as LangChain can read it, and per choice the tool calls
+    set apart as its invalid tool calls: those whose arguments are JSON but no object (``[1, 2]``,
+    ``"x"``, ``40``), sent as a string of it or as itself. Arguments sent as an object itself, not
+    as a string of its JSON, are read as that string. An answer whose ``choices`` are null or empty,
+    or that is an error object, raises ``_UnusableAnswer``.
 
-    LangChain parses such arguments and then fails to build the message (a ``ValidationError``
-    for the whole answer); arguments that are no JSON it keeps apart itself, and those that are
-    empty or JSON that is false (``null``, ``[]``, ``0``) it reads as no arguments."""
+    LangChain fails the whole answer on the former (a ``ValidationError``), and on the latter with
+    an ``IndexError`` or its own words; arguments that are no JSON it keeps apart itself, and those
+    that are empty or JSON that is false (``null``, ``[]``, ``0``) it reads as no arguments."""
     import openai
 
     answer = response.model_dump(warnings=False) if isinstance(response, openai.BaseModel) else response
-    if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list):
-        return response, []
+    if not isinstance(answer, dict):
+        return response, []  # no JSON object: LangChain says so
+    if error := answer.get("error"):
+        said = error.get("message") if isinstance(error, dict) else None
+        raise _UnusableAnswer(
+            f"the endpoint failed the model call (its answer is an error: {_short(str(said or error))})"
+        )
+    if "choices" in answer and not answer["choices"]:
+        which = "null" if answer["choices"] is None else "empty"
+        raise _UnusableAnswer(
+            f"the endpoint's answer holds no choice (its choices are {which}): it answered no message"
+        )
+    if not isinstance(answer.get("choices"), list):
+        return response, []  # LangChain names what is missing
     apart: list[list[Any]] = []
     changed = False
     for choice in answer["choices"]:
@@ -258,9 +271,17 @@ def _set_apart_non_object_arguments(response: Any) -> tuple[Any, list[list[Any]]
         kept, set_apart = [], []
         for raw in message["tool_calls"]:
             function = raw.get("function") if isinstance(raw, dict) else None
-            arguments = function.get("arguments") if isinstance(function, dict) else None
+            if not isinstance(function, dict):
+                kept.append(raw)  # no call LangChain can read: it fails the answer, saying so
+                continue
+            arguments = function.get("arguments")
+            if isinstance(arguments, dict):
+                function["arguments"] = json.dumps(arguments)
+                changed = True
+                kept.append(raw)
+                continue
             try:  # read as LangChain reads them
-                parsed = json.loads(arguments, strict=False) if isinstance(arguments, str) else {}
+                parsed = json.loads(arguments, strict=False) if isinstance(arguments, str) else arguments
             except ValueError:
                 parsed = {}  # no JSON: LangChain keeps it apart itself
             if isinstance(parsed, dict) or not parsed:  # LangChain reads null, [], 0 as no arguments
@@ -268,8 +289,8 @@ def _set_apart_non_object_arguments(response: Any) -> tuple[Any, list[list[Any]]
                 continue
             set_apart.append(
                 invalid_tool_call(
-                    name=function.get("name") if isinstance(function, dict) else None,
-                    args=arguments,
+                    name=function.get("name"),
+                    args=arguments if isinstance(arguments, str) else json.dumps(arguments),
                     id=raw.get("id"),
                     error=f"the arguments are JSON but no object: {type(parsed).__name__}",
                 )
@@ -329,8 +350,8 @@ def _endpoint_trouble(error: Exception, endpoint: EndpointSettings, model: str) 
         return f"the endpoint failed the model call ({error.message})"
     if isinstance(error, json.JSONDecodeError | openai.APIResponseValidationError):
         return f"the endpoint's answer is not an OpenAI chat completion ({type(error).__name__}: {_short(str(error))})"
-    if isinstance(error, _NoChoice):
-        return f"the endpoint's answer holds no choice ({error}): it answered no message"
+    if isinstance(error, _UnusableAnswer):
+        return str(error)
     return f"the model call to the endpoint failed ({type(error).__name__}: {_short(str(error))})"
 
 

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -91,7 +92,7 @@ def run(
 ) -> Callable[..., tuple[int, str]]:
     """``run(name, endpoint, **settings)``: the example's exit status and what it printed."""
 
-    def run(name: str, endpoint: Endpoint, **settings: str) -> tuple[int, str]:
+    def run(name: str, endpoint: Endpoint | SimpleNamespace, **settings: str) -> tuple[int, str]:
         for setting, value in settings.items():
             monkeypatch.setenv(f"AGENTGATE_OPENAI_{setting}", value)
         return _run(name, endpoint.url, tmp_path, monkeypatch, capsys)
@@ -187,6 +188,16 @@ def test_a_timeout_or_retries_setting_that_is_no_such_number_ends_with_one_line_
     assert not endpoint.requests
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1\r", "127.0.0.1:8000/v1"])
+def test_a_base_url_that_is_no_http_url_ends_with_one_line_and_status_2(
+    url: str, run: Callable[..., tuple[int, str]]
+) -> None:
+    """Review R59: a base URL the examples cannot use ended them with status 1, the status of a failed model call."""
+    status, out = run("support_agent.py", SimpleNamespace(url=url))
+    assert status == 2, out[-3000:]
+    assert out.splitlines()[-1].startswith(f"AGENTGATE_OPENAI_BASE_URL={url!r} is not an http(s) URL ")
+
+
 # --- 2. arguments that are JSON but no object; an answer with no choice ------------------------------
 
 
@@ -230,6 +241,72 @@ def test_an_answer_with_no_choice_stops_the_run_with_a_clear_line(
         == "the endpoint's answer holds no choice (its choices are empty): it answered no message"
     )
     assert "VERIFIES" in out
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        (
+            {"choices": None},
+            "the endpoint's answer holds no choice (its choices are null): it answered no message",
+        ),
+        (
+            {"error": {"message": "prompt too long", "code": 400}},
+            "the endpoint failed the model call (its answer is an error: prompt too long)",
+        ),
+    ],
+)
+def test_an_answer_with_null_choices_or_an_error_says_so_in_its_own_words(
+    answer: dict[str, Any], says: str, run: Callable[..., tuple[int, str]]
+) -> None:
+    """Review R59: choices null, or an error object answered with status 200, stopped the run with LangChain's TypeError or a dict's repr."""
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": SERVED, **answer}
+    with Endpoint(lambda n, request: (200, json.dumps(body).encode())) as endpoint:
+        status, out = run("support_agent.py", endpoint)
+    assert status == 1, out[-3000:]
+    assert _stopped(out) == says
+
+
+@pytest.mark.parametrize(
+    ("arguments", "decided"),
+    [
+        ({"order_id": "O-1", "amount": 40, "currency": "EUR"}, True),  # the object itself: read as its JSON
+        ([1, 2], False),
+        (40, False),
+    ],
+)
+def test_arguments_sent_as_json_rather_than_as_a_string_of_it_stop_no_run(
+    arguments: Any,
+    decided: bool,
+    tmp_path: Path,
+    run: Callable[..., tuple[int, str]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Review R59: tool-call arguments sent as JSON, not as a string of JSON, stopped the run as EndpointFailed (ValidationError)."""
+
+    def answer(n: int, request: dict[str, Any]) -> Reply:
+        if not _first_turn(request):
+            return _completion("Done.")
+        status, body = _completion(None, [_refund("{}")])
+        sent = json.loads(body)
+        sent["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = arguments
+        return status, json.dumps(sent).encode()
+
+    with Endpoint(answer) as endpoint:
+        status, out = run("support_agent.py", endpoint)
+    assert status == 0, out[-3000:]
+    entries = _log(tmp_path / "support_agent" / "agentgate.db", capsys)
+    refunds = [e["args"] for e in entries if e["resource"] == "tool:payments.refund" and e["kind"] == "allow"]
+    if decided:
+        assert refunds == [arguments]
+        assert "Run finished: the model said: Done." in out
+    else:  # an answer holding only such a call ends the run
+        assert not refunds
+        assert "Run finished: the model said: (no text)" in out
+        assert (
+            f"whose arguments are no JSON object, not decided, not run: payments.refund {json.dumps(arguments)}"
+            in out
+        )
 
 
 # --- 3. the order of what the run prints ----------------------------------------------------------
