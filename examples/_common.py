@@ -367,6 +367,22 @@ def _served_models(base_url: str, api_key: str) -> list[str] | None:
         return None
 
 
+def exit_with(run: Callable[[], int]) -> NoReturn:
+    """Run the example (``run`` returns its exit status) and exit with that status. A reader that
+    went away (``| head``) ends it with 141, as a command killed by SIGPIPE shows in a shell, and
+    Ctrl-C with one line and 130: never a traceback."""
+    try:
+        status = run()
+        sys.stdout.flush()  # a dead pipe shows here, not as Python exits
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left goes nowhere
+        sys.exit(141)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(status)
+
+
 def run_ending(messages: Sequence[BaseMessage]) -> str:
     """How a run ended, as a person reads it: the model's last text (and whether the endpoint cut
     it at its token limit), and the tool calls it asked for whose arguments are no JSON object

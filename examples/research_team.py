@@ -41,6 +41,7 @@ from _common import (
     chat_model,
     demo_dir,
     endpoint_settings,
+    exit_with,
     fresh_keys,
     run_ending,
     sign_pending,
@@ -261,4 +262,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    exit_with(lambda: asyncio.run(main()))

@@ -33,6 +33,7 @@ from _common import (
     chat_model,
     demo_dir,
     endpoint_settings,
+    exit_with,
     fresh_keys,
     readable,
     run_ending,
@@ -149,4 +150,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)
