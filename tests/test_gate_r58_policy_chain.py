@@ -28,11 +28,10 @@ import pytest
 from test_gate_r57_policy_chain import LOOKUP, NAMES, REFUND, Rig, _policy
 
 from agentgate.authority import Budget, Chain, delegate, issue, parse_chain
-from agentgate.authority import _chain_findings as chain_findings_module
+from agentgate.authority import _decision as decision_module
 from agentgate.errors import ScopeCreep
 from agentgate.findings import Finding
 from agentgate.gate import AgentIdentity, Authorization, Gate
-from agentgate.gate import _gate as gate_module
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -217,22 +216,24 @@ def test_verifying_first_costs_an_allowed_or_repeated_call_no_signature_check(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Review R58: the chain is verified before the policy's checks only for a call the policy
-    refuses, and once per chain (the authority engine's cache): an allowed call's path is as before."""
+    refuses, and once per chain (the authority engine's cache): an allowed call's path is as before.
+    Counted where the engine verifies (since review R59 the Gate asks the engine itself of a call
+    the policy refuses): an allowed chain once, at its first call, a refused one once too."""
     checked: list[str] = []
-    real = chain_findings_module.chain_finding
+    real = decision_module.chain_finding
 
     def counted(chain: Chain, anchors: Any) -> Finding | None:
         checked.append(chain.id)
         return real(chain, anchors)
 
-    monkeypatch.setattr(gate_module, "chain_finding", counted)
+    monkeypatch.setattr(decision_module, "chain_finding", counted)
     for _ in range(3):
         assert rig.gate.authorize(rig.sup, LOOKUP).allowed
-    assert checked == []
+    assert checked == [rig.sup.chain.id]
     long = _holder(rig.keys["sup"], _sup_root(rig, ttl=10 * 86400, budget=Budget(1000, "calls")))
     for _ in range(3):
         _refused_with(rig, rig.gate.authorize(long, REFUND), "non_revocable_grant", "root_ttl_above_policy")
-    assert checked == [long.chain.id]
+    assert checked == [rig.sup.chain.id, long.chain.id]
 
 
 # 4. Gate.delegate hands nothing on from a chain the policy refuses.

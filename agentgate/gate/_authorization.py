@@ -1,6 +1,7 @@
 """What a decision about one call is: the verdict, the identity it was made for, and what it
-reserved (``Authorization``), as ``Gate.authorize`` returns it; and the type checks of the Gate's
-entry points (``expect``, ``listed``)."""
+reserved (``Authorization``), as ``Gate.authorize`` returns it; the refusal of a call on a chain
+with a revoked link (``revoked_refusal``), which the Gate and the gateway give alike; and the type
+checks of the Gate's entry points (``expect``, ``listed``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from agentgate._shown import shown as shown  # re-exported: the Gate's parts quo
 from agentgate.authority import Chain, Decision
 from agentgate.capabilities import Call
 from agentgate.errors import InputError
-from agentgate.findings import Finding
+from agentgate.findings import Finding, FindingKind
 from agentgate.keys import SigningKey
 
 
@@ -178,6 +179,26 @@ class Authorization:
             codes = [f.code for f in self.findings if f.code in _RESIGN]
             advice = _RESIGN[codes[0]] if codes else "Do not retry this call; choose another way or stop."
         return f"agentgate refused {what}: {why}. {advice}"
+
+
+COVERAGE_CODES = frozenset({"call_not_covered", "ambiguous_resource"})
+"""The authority engine's refusals of a call that a valid grant does not cover. The engine checks
+coverage before it reads revocation (and stops at the first fault), so a chain refused for one
+of these is read for revocation by its caller (``Gate._revoked_instead``)."""
+
+
+def revoked_refusal(
+    decision: Decision, call: Call, identity: AgentIdentity, revoked: set[str], since: str = ""
+) -> Authorization:
+    """The refusal of ``call`` on ``identity``'s chain, which holds a revoked grant (``revoked``:
+    the revoked ids); ``since`` is added after "was revoked" (when it was found)."""
+    which = next(i for i, grant in enumerate(identity.chain.ids) if grant in revoked)
+    finding = Finding(
+        kind=FindingKind.NON_REVOCABLE_GRANT,
+        code="revoked",
+        message=f"link {which} of this chain was revoked{since}; every grant below a revoked grant is dead",
+    )
+    return Authorization(Verdict.DENY, call, identity, (finding.message,), (finding,), decision=decision)
 
 
 _RESIGN = {

@@ -29,16 +29,23 @@ from agentgate.authority import (
     Decision,
     GrantRepository,
     Invocation,
-    parse_chain,
 )
-from agentgate.authority._chain_findings import chain_finding
 from agentgate.capabilities import Call
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.errors import InputError, PolicyError, TokenFormatError
-from agentgate.findings import FindingKind
+from agentgate.findings import Finding, FindingKind
 from agentgate.gate._approval import Approval
 from agentgate.gate._approval_gates import _Approvals
-from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict, expect, listed, shown
+from agentgate.gate._authorization import (
+    COVERAGE_CODES,
+    AgentIdentity,
+    Authorization,
+    Verdict,
+    expect,
+    listed,
+    revoked_refusal,
+    shown,
+)
 from agentgate.gate._checks import (
     _IDENTITY,
     _IDENTITY_OR_NONE,
@@ -60,7 +67,7 @@ from agentgate.gate._records import ran_before
 from agentgate.gate._running import _Running
 from agentgate.gate._settlement import _Settlement
 from agentgate.keys import PublicKey, SigningKey
-from agentgate.policy import Outcome, Policy, PolicyIndex, load_policy
+from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex, load_policy
 from agentgate.store import Store, open_store
 from agentgate.store.approvals import ApprovalStore
 from agentgate.store.audit import AuditLog, VerifyReport, log_origin, open_log_key, previous_log_keys
@@ -399,22 +406,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         # delegations: refused here, before anyone is asked to approve a call on it.
         fault = self._policy_chains.fault(identity.chain) if verdict.outcome is not Outcome.DENY else None
         if verdict.outcome is Outcome.DENY or fault is not None:
-            if self._unverified(identity.chain):
-                # As the gateway: a chain the authority engine refuses itself (forged, broken,
-                # from no trust anchor) is refused for that, whatever the policy also refuses.
-                # Asked only of a call the policy refuses: an allowed call's chain is verified
-                # once, by the decision below.
-                unproven = self.authority.decide_held(identity.key, identity.chain, call)
-                refused = Authorization(
-                    Verdict.DENY, call, identity, unproven.reasons, unproven.findings, decision=unproven
-                )
-            elif fault is None:
-                refused = Authorization(Verdict.DENY, call, identity, verdict.reasons)
-            else:
-                refused = Authorization(Verdict.DENY, call, identity, (fault.message,), (fault,))
-            return self._record_refusal(
-                refused, call_id, call_key=self._call_scope(identity, call_id, asked_in)
-            )
+            return self._refuse_against_policy(identity, call, verdict, fault, call_id, asked_in)
         try:
             request = self._approval_request(identity, call, verdict, call_id) if approval_gates else None
         except InputError as exc:  # arguments with no digest (text that is not valid Unicode)
@@ -482,32 +474,69 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             elif auth.allowed:
                 auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas, once, rule)
             else:
+                with self.grants.within(tx):  # read here: an allow's path reads nothing more
+                    revoked = self._revoked_instead(decision, call, identity)
+                if revoked is not None:
+                    auth = replace(revoked, rule=auth.rule)
                 own = self._call_scope(identity, call_id, asked_in)  # also without an approval gate now
                 auth = self._write_refusal(auth, tx, ref=self._close_asked(auth, call_id, tx, own))
         if not auth.allowed:
             self._refusal_span(auth, call_id)
         return auth
 
-    def _unverified(self, chain: Chain) -> bool:
-        """Whether the authority engine refuses ``chain`` itself, whatever the call: its token does
-        not parse, a signature or a link does not verify, or its root is not from a trust anchor
-        (``chain_finding``). Read from the engine's cache of verified chains, and kept there."""
-        token = chain.token
-        anchors = self.authority.anchors
-        if not isinstance(token, str):  # a hand-built chain: the engine refuses it
-            return True
-        if self.authority.cache.get(anchors, token) is not None:
-            return False
-        try:
-            parsed = parse_chain(token)
-        except TokenFormatError:
-            return True
-        if chain_finding(parsed, anchors) is not None:
-            return True
-        # Kept as the engine keeps the chains it verifies: a chain the policy refuses at every
-        # call is verified once, not at each.
-        self.authority.cache.put(anchors, token, parsed)
-        return False
+    def _refuse_against_policy(
+        self,
+        identity: AgentIdentity,
+        call: Call,
+        verdict: PolicyDecision,
+        fault: Finding | None,
+        call_id: str | None,
+        asked_in: tuple[str, str] | None,
+    ) -> Authorization:
+        """Record the refusal of a call the policy refuses: its verdict denies, or ``fault``, the
+        chain is outside its bounds (``PolicyChains``). As the gateway answers (authentication
+        before authorization), a call the authority engine refuses too is refused for the
+        engine's reason: a chain forged, broken, from no trust anchor, expired or not yet valid,
+        revoked, or whose tip does not cover the call (``_revoked_instead``), whatever the policy
+        also refuses; else for the policy's (until review R59 the policy's reasons came before
+        every refusal of the engine's but the chain's verification). Asked only of a call the
+        policy refuses: an allowed call's chain is decided once, by ``authorize``'s own decision.
+        The engine's approval hook answers ``None`` here (no approval gate is pending), so no
+        approval is ever asked for such a call. One transaction: revocation is read in it, with
+        the refusal's entry and the closing of the call's approval request."""
+        with self._decision_transaction() as tx:
+            with self.grants.within(tx):
+                decision = self.authority.decide_held(identity.key, identity.chain, call)
+                if decision.outcome.value != Verdict.DENY:
+                    refused = (
+                        Authorization(Verdict.DENY, call, identity, verdict.reasons)
+                        if fault is None
+                        else Authorization(Verdict.DENY, call, identity, (fault.message,), (fault,))
+                    )
+                else:
+                    refused = self._revoked_instead(decision, call, identity) or Authorization(
+                        Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
+                    )
+            own = self._call_scope(identity, call_id, asked_in)
+            refused = self._write_refusal(refused, tx, ref=self._close_asked(refused, call_id, tx, own))
+        self._refusal_span(refused, call_id)
+        return refused
+
+    def _revoked_instead(
+        self, decision: Decision, call: Call, identity: AgentIdentity
+    ) -> Authorization | None:
+        """The refusal ``revoked`` (``revoked_refusal``) of a call the authority engine refused only
+        because the chain's tip does not cover it (``COVERAGE_CODES``) when a link of the chain is
+        revoked, as the gateway answers it: the engine checks coverage before it reads revocation,
+        and a revoked grant is refused for that whatever it asks for. ``None`` for any other
+        decision. Reads revocation through ``self.grants`` (in the
+        decision's transaction when bound to one); raises ``StoreError`` when it cannot be read."""
+        if decision.outcome.value != Verdict.DENY or not decision.findings:
+            return None
+        if any(f.code not in COVERAGE_CODES for f in decision.findings):
+            return None
+        revoked = self.grants.revoked(identity.chain.ids)
+        return revoked_refusal(decision, call, identity, revoked) if revoked else None
 
     def _refuse_unreadable_approval(
         self, identity: AgentIdentity, call: Call, approval: object, call_id: str | None

@@ -32,13 +32,13 @@ from agentgate.dispatch.backends import ChatChunk, carries_output
 from agentgate.errors import BackendFailed, NoBackend, TokenFormatError
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import MAX_ERROR_DETAIL, AgentIdentity, Approval, Authorization, Gate, Verdict
+from agentgate.gate._authorization import COVERAGE_CODES, revoked_refusal
 from agentgate.gate._outcomes import USAGE_UNREAD
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Outcome, Policy, PolicyDecision
 from agentgate.store import Store, Transaction
 from agentgate.tasks import SchedulerConfig
 
-_COVERAGE_CODES = frozenset({"call_not_covered", "ambiguous_resource"})
 APPROVAL_HEADER = "X-Agentgate-Approval"
 """The header that carries a signed approval (compact JSON) for a call behind an approval gate."""
 UNVERIFIED_CALLER = "unknown"
@@ -55,19 +55,6 @@ def _approval(text: str) -> Approval | None:
     except (ValueError, RecursionError):
         return None
     return Approval.parse(value) if isinstance(value, dict) else None
-
-
-def _revoked_refusal(
-    decision: Decision, call: Call, identity: CallerIdentity, revoked: set[str], since: str = ""
-) -> Authorization:
-    """The refusal of a call whose chain holds a revoked grant (``revoked``: the revoked ids)."""
-    which = next(i for i, grant in enumerate(identity.chain.ids) if grant in revoked)
-    finding = Finding(
-        kind=FindingKind.NON_REVOCABLE_GRANT,
-        code="revoked",
-        message=f"link {which} of this chain was revoked{since}; every grant below a revoked grant is dead",
-    )
-    return Authorization(Verdict.DENY, call, identity, (finding.message,), (finding,), decision=decision)
 
 
 @dataclass(frozen=True)
@@ -278,7 +265,7 @@ class GatewayGate(Gate):
                 revoked = self.grants.revoked(identity.chain.ids)
             if revoked:
                 since = " while the call waited for its approval"
-                refused = _revoked_refusal(decision, call, identity, revoked, since)
+                refused = revoked_refusal(decision, call, identity, revoked, since)
                 answer = GatewayDecision(self._write_refusal(refused, tx), 401, "revoked")
             else:
                 answer = self._allow(decision, verdict, identity, call, tokens, approved, request, tx)
@@ -417,21 +404,22 @@ class GatewayGate(Gate):
 
         The engine checks coverage before it reads revocation (and stops at the first fault), so
         for a coverage refusal revocation is read here (in the transaction bound to
-        ``self.grants``, if any): a revoked grant is 401 ``revoked`` whatever it asks for.
-        Raises ``StoreError`` when revocation cannot be read.
+        ``self.grants``, if any), as ``Gate.authorize`` reads it (``Gate._revoked_instead``): a
+        revoked grant is 401 ``revoked`` whatever it asks for. Raises ``StoreError`` when
+        revocation cannot be read.
         """
         if decision.principal != identity.chain.holder:
             identity = self._as_signer(identity, decision.principal)
+        revoked = self._revoked_instead(decision, call, identity)
+        if revoked is not None:
+            return revoked, 401, "revoked"
         refused = Authorization(
             Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
         )
         codes = [f.code for f in decision.findings]
-        faults = [code for code in codes if code not in _COVERAGE_CODES]
+        faults = [code for code in codes if code not in COVERAGE_CODES]
         if faults or not codes:
             return refused, 401, faults[0] if faults else "invocation_refused"
-        revoked = self.grants.revoked(identity.chain.ids)
-        if revoked:
-            return _revoked_refusal(decision, call, identity, revoked), 401, "revoked"
         return refused, 403, codes[0]
 
     def _policy_chain_refusal(
