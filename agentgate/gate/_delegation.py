@@ -157,7 +157,8 @@ class _Delegation:
         holds none), and for a grant the policy's decisions would refuse (a role held through
         another whose ``ttl_s`` or ``budget`` is smaller: ``root_ttl_above_policy``,
         ``root_budget_above_policy``): until review R58 such a grant was issued, and every call
-        on it refused.
+        on it refused. A closed Gate raises ``StoreError`` (the store is closed), as ``authorize``
+        does, for a refusal too (``_audited_refusal``).
         """
         if not isinstance(name, str) or not name:
             raise InputError(
@@ -251,7 +252,8 @@ class _Delegation:
         refused), ``Expired``/``Denied`` from the authority engine, ``Denied`` when there
         is no parent identity at all, and ``InputError`` (nothing written) for arguments of the
         wrong type: a ``parent`` that is not an ``AgentIdentity``, a ``ttl`` that is not a positive
-        ``timedelta``, and the others ``_delegation_terms`` checks.
+        ``timedelta``, and the others ``_delegation_terms`` checks. A closed Gate raises
+        ``StoreError``, as ``authorize`` does, for a refusal too.
         """
         caps = _delegation_terms(name, key, capabilities, ttl, budget)
         expect(parent, _IDENTITY_OR_NONE, "parent", _IDENTITY)
@@ -406,7 +408,12 @@ class _Delegation:
         self, refused: AuthorityError, principal: str, resource: str, chain_hash: str | None = None
     ) -> AuthorityError:
         """``refused`` (a grant not issued or delegated), once its ``deny`` entry is appended: its
-        message and its finding as ``kind:code``, which ``audit_index`` then names."""
+        message and its finding as ``kind:code``, which ``audit_index`` then names.
+
+        Appended in a decision transaction, as a refused call's entry is: a closed Gate (or store)
+        raises ``StoreError`` (the store is closed), as ``authorize`` and a grant it would make
+        do (until review R59 ``AuditError``, as if the log had refused the entry); a log that
+        cannot be written raises ``AuditError``."""
         reasons = [str(refused), *(f"{f.kind}:{f.code}" for f in findings_of(refused))]
         entry = {
             "kind": "deny",
@@ -415,9 +422,10 @@ class _Delegation:
             "policy_hash": self.policy.digest or None,  # which version refused, mid-rollout too
             "reasons": reasons,
         }
-        refused.audit_index = self.audit.append(
-            entry if chain_hash is None else {**entry, "chain_hash": chain_hash}
-        )
+        with self._decision_transaction() as tx:
+            refused.audit_index = self.audit.append(
+                entry if chain_hash is None else {**entry, "chain_hash": chain_hash}, tx
+            )
         return refused
 
     def _role_not_held(self, key: SigningKey, role: str) -> ScopeCreep:
