@@ -263,7 +263,9 @@ class PolicyIndex:
 
     def _held_roles(self, did: str) -> tuple[str, ...]:
         """The roles the principal ``did`` holds itself (not those they inherit); none for a key
-        the policy does not name."""
+        the policy does not name. The terms of a grant (``budget``, ``ttl_s``, ``delegation``)
+        are read from these: ``inherits`` brings another role's rules only, and a call allowed by
+        an inherited rule is decided as the held role that brings it (``held_role``)."""
         name = self.principal_name(did)
         principal = self.policy.document.principals.get(name) if name else None
         return tuple(principal.roles) if principal else ()
