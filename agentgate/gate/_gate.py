@@ -417,6 +417,14 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
                 refused, call_id, call_key=self._call_scope(identity, call_id, asked_in)
             )
         rule = self._quorum_rule(verdict.approval)
+        if approval is not None and request is not None and rule is not None and rule.quorum > 1:
+            # A vote towards a quorum above one is recorded before the decision (a transaction of
+            # its own): as at the gateway, none is recorded for a call the authority refuses.
+            first = self._refused_by_authority(identity, call)
+            if first is not None:
+                return self._record_refusal(
+                    first, call_id, call_key=self._call_scope(identity, call_id, asked_in)
+                )
         call_key = self._scoped_call_key(identity, call_id, asked_in) if request is not None else None
         scope = None if call_key is None else call_key[0]
         approved, unused, pending = (
@@ -506,21 +514,29 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         the refusal's entry and the closing of the call's approval request."""
         with self._decision_transaction() as tx:
             with self.grants.within(tx):
-                decision = self.authority.decide_held(identity.key, identity.chain, call)
-                if decision.outcome.value != Verdict.DENY:
-                    refused = (
-                        Authorization(Verdict.DENY, call, identity, verdict.reasons)
-                        if fault is None
-                        else Authorization(Verdict.DENY, call, identity, (fault.message,), (fault,))
-                    )
-                else:
-                    refused = self._revoked_instead(decision, call, identity) or Authorization(
-                        Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
-                    )
+                refused = self._refused_by_authority(identity, call)
+            if refused is None:
+                refused = (
+                    Authorization(Verdict.DENY, call, identity, verdict.reasons)
+                    if fault is None
+                    else Authorization(Verdict.DENY, call, identity, (fault.message,), (fault,))
+                )
             own = self._call_scope(identity, call_id, asked_in)
             refused = self._write_refusal(refused, tx, ref=self._close_asked(refused, call_id, tx, own))
         self._refusal_span(refused, call_id)
         return refused
+
+    def _refused_by_authority(self, identity: AgentIdentity, call: Call) -> Authorization | None:
+        """The authority engine's refusal of ``call`` for ``identity`` (``_revoked_instead`` of a
+        call not covered on a revoked chain), or ``None`` when it allows it. Asked with no approval
+        gate pending (the engine's hook answers ``None``), so it asks for no approval. Reads
+        revocation through ``self.grants`` (in the transaction bound to it, if any)."""
+        decision = self.authority.decide_held(identity.key, identity.chain, call)
+        if decision.outcome.value != Verdict.DENY:
+            return None
+        return self._revoked_instead(decision, call, identity) or Authorization(
+            Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
+        )
 
     def _revoked_instead(
         self, decision: Decision, call: Call, identity: AgentIdentity
