@@ -363,6 +363,20 @@ class GateMachine(RuleBasedStateMachine):
         done = self.g.revoke(node.identity, by="r40", reason="model")
         assert (done.grant_id, done.already) == (node.identity.grant_id, node.revoked)
         self.entries += 0 if node.revoked else 1  # revoked again: nothing written (R53)
+        if not node.revoked:
+            # The open requests of the grant and of the grants below it are closed, each with a
+            # deny entry (review R55, ``Gate._void_revoked``).
+            holders = {n.identity.grant_id: n for n in self.nodes}
+            for request in self.requests.values():
+                held = holders.get(request.key[0])
+                if (
+                    request.state == "pending"
+                    and request.expires_at > self.clock.now
+                    and held is not None
+                    and node in held.chain()
+                ):
+                    request.state = "denied"
+                    self.entries += 1
         node.revoked = True
 
     @rule(seconds=st.sampled_from(ADVANCES))
@@ -393,14 +407,16 @@ class GateMachine(RuleBasedStateMachine):
     ) -> tuple[str, str]:
         """(verdict, why) the model expects; ``why`` is the refusal's kind."""
         now = self.clock.now
-        if tool == "pay" and amount is not None and amount > POLICY_PAY_LIMIT:
-            return "deny", "policy"
+        # The authority's refusals first, as at the gateway (review R59): times, then a revoked
+        # link (whatever the call asks for), then coverage; the policy's after them.
         if node.expired(now):
             return "deny", "grant_expired"
-        if not node.covers(tool, amount):
-            return "deny", "call_not_covered"
         if node.dead():
             return "deny", "revoked"
+        if not node.covers(tool, amount):
+            return "deny", "call_not_covered"
+        if tool == "pay" and amount is not None and amount > POLICY_PAY_LIMIT:
+            return "deny", "policy"
         key = (node.identity.grant_id, amount or 0, call_id or "")
         if tool == "pay" and call_id and self.once.get(key) in ("ok", "error", "started"):
             return "deny", "once"

@@ -191,8 +191,10 @@ def test_a_lowered_budget_refuses_the_live_grants_that_carry_more(tmp_path: Path
     new = restart(tmp_path, budget=1)
     try:
         assert agent.chain.tip.budget is not None and agent.chain.tip.budget.amount == 10_000
-        for identity in (agent, sub):
-            refused = new.authorize(identity, MODEL, tokens=(100, 10))
+        # Each asks a call its grant covers: one it does not is refused call_not_covered first,
+        # as the gateway answers (review R59).
+        for identity, call in ((agent, MODEL), (sub, LOOKUP)):
+            refused = new.authorize(identity, call, tokens=(100, 10) if call is MODEL else None)
             assert [(f.kind, f.code) for f in refused.findings] == [
                 ("scope_creep", "root_budget_above_policy")
             ]
