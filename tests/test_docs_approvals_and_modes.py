@@ -343,7 +343,9 @@ def test_a_constraint_on_an_injected_argument_is_never_met(rig: Rig, forged: str
     assert answer.status == "error"
     (denied,) = [e for e in rig.entries() if e.resource == "tool:pay"]
     assert denied.kind == "deny" and denied.args == {"amount": 5}
-    assert any("requires argument 'account'" in reason for reason in denied.reasons), denied.reasons
+    # The grant's own constraint refuses it first, as the gateway would (review R59); the policy's
+    # rule ("requires argument 'account'") refuses it too.
+    assert any("argument account is required" in reason for reason in denied.reasons), denied.reasons
 
 
 def test_an_injected_tool_call_id_constraint_is_never_met_either(rig: Rig) -> None:

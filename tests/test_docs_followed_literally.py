@@ -192,6 +192,7 @@ def test_the_rule_field_is_set_on_the_entries_audit_format_md_names(
     )
     # What the row says, checked below against the log.
     assert "`deny` of a call the policy refuses" in row and "null on the other entries" in row
+    assert "unless the grant chain refuses the call too: then they are the chain's refusal" in row
     assert "a `deny` that refuses it all the same (its grant chain" in row
     for name in ("root", "agent"):
         assert run(capsys, "keys", "new", name, "--dir", "keys")[0] == 0
@@ -231,7 +232,9 @@ def test_the_rule_field_is_set_on_the_entries_audit_format_md_names(
         ("revoke", None, None),
         ("deny", "tool:payments.refund", rule),  # the policy allows it, the revoked grant does not
     ]
-    assert "role agent rule 2" in entries[3]["reasons"][0]  # the refusal names the rule that did not match
+    # The grant (the role's template, amount <= 100) refuses amount=500 too, and its refusal comes
+    # first, as at the gateway (review R59); a call only the policy refuses names its rules.
+    assert "is outside the granted tool:payments.refund?amount<=100" in entries[3]["reasons"][0]
 
 
 # --- docs/cli.md, Output conventions: human times in UTC ------------------------------------------
