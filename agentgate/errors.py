@@ -175,6 +175,18 @@ class DeadlineExceeded(SchedulingError):
         self.waited_s = waited_s
 
 
+class TwinDeadlineExceeded(SchedulingError):
+    """A call joined to a running twin (the same idempotency key) got no outcome from it: the
+    twin was given up at its own deadline, before this call's. Not a ``DeadlineExceeded``: the
+    deadline that passed is not this call's.
+
+    ``tool``: the call's tool. The twin's ``DeadlineExceeded`` is its ``__cause__``."""
+
+    def __init__(self, message: str, *, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.tool = tool
+
+
 class CircuitOpen(SchedulingError):
     """The circuit breaker for a tool or backend is open.
 

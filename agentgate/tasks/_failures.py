@@ -21,6 +21,7 @@ from agentgate.errors import (
     Overloaded,
     SchedulingError,
     StoreError,
+    TwinDeadlineExceeded,
 )
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.tasks._backoff import full_jitter
@@ -38,11 +39,26 @@ _DEAD_LETTERS_KEPT = 1_000
 
 
 class _GiveUp(Exception):
-    """Internal: the call is given up for ``reason``; ``error`` is what the caller gets."""
+    """Internal: the call is given up for ``reason``; ``error`` is what the caller gets.
 
-    def __init__(self, reason: str, error: BaseException) -> None:
+    ``at_deadline``: ``error`` is the scheduler's ``DeadlineExceeded`` for the call's own deadline
+    (it could not start, or its attempt was cut, before it), not its tool's outcome: a call joined
+    to this one gets ``TwinDeadlineExceeded`` rather than a deadline it did not set."""
+
+    def __init__(self, reason: str, error: BaseException, *, at_deadline: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.error = error
+        self.at_deadline = at_deadline
+
+
+class _TwinOutOfTime(Exception):
+    """Internal: the outcome of a keyed call given up at its own deadline (``error``, its
+    ``DeadlineExceeded``), for the calls joined to it; each raises its own error for it. Never
+    raised to a caller, so no tool can raise it and be taken for it."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
         self.error = error
 
 
@@ -156,7 +172,7 @@ class _Failures:
                 )
                 return delay
             reason = "deadline"
-        raise _GiveUp(reason, error) from error
+        raise _GiveUp(reason, error, at_deadline=cut) from error
 
     async def _dead_letter(
         self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str
@@ -240,6 +256,7 @@ def _started_late(tool: str, waiter: Waiter) -> _GiveUp:
         DeadlineExceeded(
             f"tool {tool}: could not start before the call's deadline{queued}", tool=tool, waited_s=waited
         ),
+        at_deadline=True,
     )
 
 
@@ -252,20 +269,22 @@ def _twin_late(call: ToolCall) -> DeadlineExceeded:
     )
 
 
-def _twin_out_of_time(call: ToolCall, error: DeadlineExceeded) -> SchedulingError:
-    """The error of a call whose running twin ended with ``DeadlineExceeded`` (``error``) while
-    this call's own deadline had not passed: a ``SchedulingError`` that says the deadline was
-    not this call's, never a ``DeadlineExceeded`` this call's caller would take for its own."""
-    return SchedulingError(
+def _twin_out_of_time(call: ToolCall, error: BaseException) -> TwinDeadlineExceeded:
+    """The error of a call whose running twin was given up at its own deadline (``error``, its
+    ``DeadlineExceeded``) while this call's had not passed: ``TwinDeadlineExceeded``, never a
+    ``DeadlineExceeded`` this call's caller would take for its own."""
+    return TwinDeadlineExceeded(
         f"tool {call.tool}: the running call with this call's idempotency key ended at a deadline "
-        f"that is not this call's ({_message(error)})"
+        f"that is not this call's ({_message(error)})",
+        tool=call.tool,
     )
 
 
 def _give_up(error: SchedulingError) -> _GiveUp:
     """A call that could not start: given up for the reason ``error`` names."""
     reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
-    return _GiveUp(reasons.get(type(error), "closed"), error)
+    reason = reasons.get(type(error), "closed")
+    return _GiveUp(reason, error, at_deadline=reason == "deadline")
 
 
 def _digest_or_unknown(call: ToolCall) -> str:

@@ -75,6 +75,7 @@ from agentgate.tasks._failures import (
     _started_late,
     _twin_late,
     _twin_out_of_time,
+    _TwinOutOfTime,
 )
 from agentgate.tasks._limits import SharedLimits
 from agentgate.tasks._metrics import SchedulerMetrics
@@ -154,6 +155,9 @@ class Scheduler(_StoreWork, _Failures):
         #: Key of a running keyed call -> its attempt's work, ended, that its caller's cancellation
         #: waited for (``_to_its_end``), until ``_submit_keyed`` reads it.
         self._ended: dict[str, asyncio.Future[Any]] = {}
+        #: Keys of running keyed calls given up at their own deadline (``_GiveUp.at_deadline``),
+        #: until ``_submit_keyed`` tells the calls joined to them.
+        self._out_of_time: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()  # tasks inside a call of this scheduler
         self._nested: dict[asyncio.Task[Any], int] = {}  # those inside more than one (a tool that submits)
         self._dead: list[DeadLetter] = []
@@ -279,7 +283,7 @@ class Scheduler(_StoreWork, _Failures):
         Raises ``Overloaded`` (queue full), ``DeadlineExceeded`` (could not start, or an attempt
         did not finish, before the deadline), ``CircuitOpen`` (breaker open), ``InputError`` (an
         unknown priority class, arguments that are not JSON, a ``call`` that is not a ``ToolCall``, an ``fn`` that is not callable), ``SchedulingError`` (scheduler
-        closed, limits refusing calls, or the running twin this call joined was cancelled, or ended at its own deadline before this call's), or the tool's own last exception when the call is given up (``DeadlineExceeded``
+        closed, limits refusing calls, or the running twin this call joined was cancelled), ``TwinDeadlineExceeded`` (the running twin this call joined was given up at its own deadline, before this call's), or the tool's own last exception when the call is given up (``DeadlineExceeded``
         instead when the deadline passed while a retry waited for its turn). Cancelling the
         caller cancels the running attempt and gives its slots back.
         """
@@ -359,6 +363,10 @@ class Scheduler(_StoreWork, _Failures):
                     interrupted.__cause__ = work.exception()  # what the work ended with, to read
                 outcome.set_exception(interrupted)
                 outcome.exception()  # twins that never came must not log "never retrieved"
+            elif key in self._out_of_time:
+                # Given up at its own deadline: each joiner is told so, or gets its own deadline.
+                outcome.set_exception(_TwinOutOfTime(exc))
+                outcome.exception()
             else:
                 outcome.set_exception(exc)
                 outcome.exception()
@@ -375,6 +383,8 @@ class Scheduler(_StoreWork, _Failures):
                 self._twin_callers.pop(key, None)
             if self._ended:
                 self._ended.pop(key, None)
+            if self._out_of_time:
+                self._out_of_time.discard(key)
 
     async def _to_its_end(self, work: Awaitable[T], key: str | None) -> T:
         """Await ``work``, which stands for work no cancellation stops (a sync function in a worker
@@ -402,14 +412,15 @@ class Scheduler(_StoreWork, _Failures):
 
     async def _join(self, call: ToolCall, twin: asyncio.Future[T]) -> T:
         """The outcome of ``call``'s running ``twin``, waited for at most until ``call``'s own
-        deadline. A ``DeadlineExceeded`` the twin ended with is this call's only when its own
-        deadline has passed too: else it is the twin's, and this call is told so, not that it ran
-        out (``_twin_out_of_time``)."""
+        deadline. A twin given up at its own deadline (``_TwinOutOfTime``) gives this call
+        ``DeadlineExceeded`` only when this call's deadline has passed too: else this call is told
+        the deadline was the twin's (``TwinDeadlineExceeded``), not that it ran out. A
+        ``DeadlineExceeded`` that was the twin's tool's outcome is this call's outcome too."""
         if call.deadline is None and call.grant_expires_at is None:
             try:
                 return await asyncio.shield(twin)
-            except DeadlineExceeded as exc:
-                raise _twin_out_of_time(call, exc) from exc
+            except _TwinOutOfTime as ended:
+                raise _twin_out_of_time(call, ended.error) from ended.error
         # The twin may run longer than this call may wait: this call's deadline bounds the wait.
         loop = asyncio.get_running_loop()
         own = self._deadline(call, loop.time())
@@ -421,10 +432,10 @@ class Scheduler(_StoreWork, _Failures):
             if waiting.expired():
                 raise _twin_late(call) from exc
             raise
-        except DeadlineExceeded as exc:
+        except _TwinOutOfTime as ended:
             if loop.time() >= own:
-                raise _twin_late(call) from exc
-            raise _twin_out_of_time(call, exc) from exc
+                raise _twin_late(call) from ended.error
+            raise _twin_out_of_time(call, ended.error) from ended.error
 
     def _left_twin(self, key: str, priority: PriorityClass) -> None:
         """A call of class ``priority`` joined to the running call with ``key`` stopped waiting
@@ -637,6 +648,8 @@ class Scheduler(_StoreWork, _Failures):
                 except _GiveUp as stop:
                     if errors:
                         await self._dead_letter(call, key, errors, stop.reason)
+                    if stop.at_deadline and key is not None:
+                        self._out_of_time.add(key)  # for its _submit_keyed: told to the joiners
                     raise stop.error from None
         finally:
             nested = self._nested.get(task) if self._nested else None

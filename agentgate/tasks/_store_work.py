@@ -119,6 +119,7 @@ class _StoreWork:
                         f"no {key} rate token across processes before the deadline",
                         tool=key.removeprefix("tool:"),
                     ),
+                    at_deadline=True,
                 )
             # Jitter spreads the processes that all wait for the same token.
             await asyncio.sleep(wait * (1.0 + 0.1 * self._rng.random()))
@@ -155,6 +156,7 @@ class _StoreWork:
                         f"no {key} slot free across processes before the deadline",
                         tool=key.removeprefix("tool:"),
                     ),
+                    at_deadline=True,
                 )
             await asyncio.sleep(self._rng.uniform(0, pause))
             pause = min(pause * 2, _LEASE_POLL_MAX_S)

@@ -174,11 +174,14 @@ class _Twin:
     ``priority`` and ``waiter`` are read and written under that lock too.
     """
 
-    __slots__ = ("callers", "error", "finished", "interrupted", "priority", "result", "waiter")
+    __slots__ = ("callers", "error", "finished", "interrupted", "out_of_time", "priority", "result", "waiter")
 
     def __init__(self, priority: PriorityClass) -> None:
         self.result: Any = None
         self.error: Exception | None = None
+        #: ``error`` is the scheduler's ``DeadlineExceeded`` for the call's own deadline, not its
+        #: tool's outcome (``_GiveUp.at_deadline``).
+        self.out_of_time = False
         self.interrupted = False
         self.finished: threading.Event | None = None
         #: The classes of the running call and of the calls joined to it still waiting, in the
@@ -325,7 +328,8 @@ class SyncScheduler:
             except BaseException:
                 self._left_twin(key, twin, priority)
                 raise
-            if isinstance(twin.error, DeadlineExceeded):
+            if twin.out_of_time:
+                assert twin.error is not None
                 # The twin's deadline, this call's only when its own has passed too.
                 if deadline is not None and time.monotonic() >= deadline:
                     raise _twin_late(call) from twin.error
@@ -469,6 +473,9 @@ class SyncScheduler:
                         letter = core._record_dead(call, key, errors, stop.reason)
                     if core._dead_store is not None:
                         core._store_dead(letter)
+                if stop.at_deadline and twin is not None:
+                    with lock:
+                        twin.out_of_time = True  # its joiners are told the deadline was not theirs
                 raise stop.error from None
 
     def _admit(
