@@ -41,6 +41,13 @@ MAX_BURST = 2**53
 """Largest token bucket: buckets count tokens in floats, which hold integers exactly up to 2**53
 (a larger burst overflowed converting to float when the first call came)."""
 
+MAX_WEIGHT = 1_000_000
+"""Largest fair-queueing weight of a ``TenantShare`` or a ``PriorityClass``. Weights count only
+relative to each other, and the fair queue counts in integer strides, ``720720 * 2**32 / weight``
+rounded (``_fair.py``): up to this weight a stride is over 3e9, so its rounding moves a share by
+less than one call in six billion; above about 3e15 every weight had the stride 1, and tenants of
+weight 4e15 and 8e15 shared equally."""
+
 MAX_BACKOFF_S = 86_400.0
 """Longest backoff a ``RetryPolicy`` takes, one day: a retry waits with every slot released and
 nothing to show for it, and a call without a deadline waited the whole backoff (a cap of 1e308 s
@@ -208,7 +215,8 @@ class ToolLimits:
 
 @dataclass(frozen=True)
 class PriorityClass:
-    """A priority class. Lower ``rank`` runs first (strictly); classes of equal rank share by ``weight``."""
+    """A priority class. Lower ``rank`` runs first (strictly); classes of equal rank share by
+    ``weight`` (more than 0, at most ``MAX_WEIGHT``)."""
 
     name: str
     rank: int = 0
@@ -217,19 +225,20 @@ class PriorityClass:
     def __post_init__(self) -> None:
         _name(self.name, "priority class name")
         _integer(self.rank, f"priority class {self.name!r}: rank", 0)
-        _number(self.weight, f"priority class {self.name!r}: weight", 0, above=True)
+        _number(self.weight, f"priority class {self.name!r}: weight", 0, above=True, maximum=MAX_WEIGHT)
 
 
 @dataclass(frozen=True)
 class TenantShare:
-    """One tenant's share: fair-queueing ``weight``, and optional concurrency and queue bounds."""
+    """One tenant's share: fair-queueing ``weight`` (more than 0, at most ``MAX_WEIGHT``), and
+    optional concurrency and queue bounds."""
 
     weight: float = 1.0
     concurrency: int | None = None
     max_queued: int | None = None
 
     def __post_init__(self) -> None:
-        _number(self.weight, "tenant weight", 0, above=True)
+        _number(self.weight, "tenant weight", 0, above=True, maximum=MAX_WEIGHT)
         _integer(self.concurrency, "tenant concurrency", 1, optional=True)
         _integer(self.max_queued, "tenant max_queued", 0, optional=True)
 

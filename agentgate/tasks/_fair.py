@@ -57,7 +57,9 @@ _HEAP_AT = 32
 _HEAP_OFF = 8
 #: A weight of 1 has this stride: 720720 (the least common multiple of 1 to 16) times 2**32, so
 #: the strides of whole weights to 16 and of their halves and quarters are exact. Weights above
-#: it (about 3e15) all have the stride 1.
+#: it (about 3e15) would all have the stride 1: the configuration takes none above
+#: ``_config.MAX_WEIGHT`` (1e6), whose stride is over 3e9, so rounding moves a share by less than
+#: one call in six billion.
 _STRIDE_SCALE = 720_720 << 32
 #: Makes heap entries unique: a child entered again at an unchanged pass is never compared itself.
 _entries = itertools.count()
