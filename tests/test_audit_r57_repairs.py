@@ -214,8 +214,9 @@ def test_a_trigger_put_back_by_a_writer_is_recorded_reported_and_refused_until_a
     assert capsys.readouterr().out.startswith(
         "accepted: repair 1 (the protection trigger audit_log_no_update"
     )
-    assert _run(["audit", "accept-repair", "1", "--by", "Ana", "--reason", "again"]) == 2
-    assert "repair 1 was accepted already" in capsys.readouterr().err
+    # A refusal of well-formed input: exit 1, REFUSED on standard output (exit 2 until review R59).
+    assert _run(["audit", "accept-repair", "1", "--by", "Ana", "--reason", "again"]) == 1
+    assert capsys.readouterr().out == "REFUSED: repair 1 was accepted already\n"
     assert _run(["audit", "verify"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("intact: 5 entries")
@@ -228,12 +229,12 @@ def test_a_trigger_put_back_by_a_writer_is_recorded_reported_and_refused_until_a
 
 
 def test_accept_repair_refuses_an_id_of_no_repair(cli: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Review R57: accept-repair (new) names an id of no repair and writes nothing."""
+    """Review R57: accept-repair (new) names an id of no repair and writes nothing (a refusal, exit 1, since review R59)."""
     _forge_after_dropping_the_trigger(cli)
     capsys.readouterr()
-    assert _run(["audit", "accept-repair", "7", "--by", "Ana", "--reason", "x"]) == 2
-    assert "holds no repair 7" in capsys.readouterr().err
-    assert _run(["audit", "accept-repair", "0", "--by", "Ana", "--reason", "x"]) == 2
+    assert _run(["audit", "accept-repair", "7", "--by", "Ana", "--reason", "x"]) == 1
+    assert capsys.readouterr().out == "REFUSED: audit_repairs holds no repair 7\n"
+    assert _run(["audit", "accept-repair", "0", "--by", "Ana", "--reason", "x"]) == 2  # no repair id
 
 
 def as_made_before_the_record_of_repairs(db: Path) -> None:

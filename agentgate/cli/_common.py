@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from agentgate._json import exact_float, first_inexact, inexact_said
 from agentgate._shown import character_named, not_printable
 from agentgate._time import utc_text
+from agentgate.cli._lines import shortened
 from agentgate.errors import InputError, KeyFileError, NoStore, SourceError
 from agentgate.store import Store, checked_sqlite_path, is_conninfo, open_store, store_url
 from agentgate.store._existing import STORE_TABLES
@@ -227,6 +228,15 @@ def escaped_once(text: str) -> str:
     ``printable`` would escape a second time (``'x\\\\x1b'``). What the library quoted raw still
     cannot add a line or send an escape sequence."""
     return "".join(c.encode("unicode_escape").decode("ascii") if not_printable(c) else c for c in text)
+
+
+def refusal(message: str) -> str:
+    """The line (with its line break) that says on standard output that a command refused what
+    it was asked (exit 1): ``REFUSED: message``, escaped once (``escaped_once``: the library
+    quotes the key or id it names) and, when longer than 2,000 characters, cut in its middle as
+    an error line is (``_lines.shortened``): until review R59 a refusal quoting a key of 10,000
+    characters was written whole."""
+    return f"REFUSED: {escaped_once(shortened(message))}\n"
 
 
 def shown_policy(path: str | Path) -> Policy:

@@ -26,6 +26,7 @@ from typing import Any
 
 from agentgate.audit.entry import argument_digest
 from agentgate.cli._common import given, listed, open_existing_store, printable, unix, utc
+from agentgate.cli._lines import shortened
 from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
 from agentgate.keys import load_signing_key, read_regular_file, replace_file, shown_path
@@ -111,7 +112,9 @@ def _sign(args: argparse.Namespace) -> int:
         # Named as every other line of the verb names it: the file given, then the request in it
         # (until review R59 a refusal named only the request, not the file it was read from).
         name = "-" if args.payload == "-" else shown_path(args.payload)
-        sys.stderr.write(f"agentgate: refused: {name}: request {printable(request['id'])}: {refusal}\n")
+        # A request id of 10,000 characters loses its middle, as an error line's value does.
+        said = shortened(f"{name}: request {printable(request['id'])}: {refusal}")
+        sys.stderr.write(f"agentgate: refused: {said}\n")
         return 1
     sys.stderr.write(_describe(request, key.did))
     approval = Approval.sign({"request": request}, key).to_dict()

@@ -48,6 +48,7 @@ from agentgate.cli._common import (
     open_audit_log,
     open_existing_store,
     printable,
+    refusal,
     unprotected_log,
     utc,
 )
@@ -165,13 +166,24 @@ def _repair_id(text: str) -> int:
 
 def _accept_repair(args: argparse.Namespace) -> int:
     """Write the acceptance of a repair into ``audit_repairs``; the log is not opened to write (no
-    trigger is put back, no key is read)."""
+    trigger is put back, no key is read). Exit 0 accepted; 1 refused (``REFUSED: ...`` on standard
+    output, nothing written): an id that names no repair (none recorded in this store at all
+    included) or one accepted already, well-formed input asking what may not be done (until
+    review R59 exit 2, which is kept for input the command cannot use: a blank ``--by`` or
+    ``--reason``)."""
     from agentgate.store.audit._schema import accept_repair, refuse_dropped_log
 
+    for flag, value in (("--by", args.by), ("--reason", args.reason)):
+        if not value.strip():
+            raise InputError(f"{flag} is blank: accepting a repair needs who accepts it and why")
     store = open_existing_store(args.store)
     with store:
         refuse_dropped_log(store)
-        said = accept_repair(store, args.repair, args.by, args.reason)
+        try:
+            said = accept_repair(store, args.repair, args.by, args.reason)
+        except InputError as exc:  # --by and --reason are checked above: what is left refuses the id
+            sys.stdout.write(refusal(str(exc)))
+            return 1
     print(f"accepted: {printable(said)}, by {printable(args.by)}; audit verify now prints it as information")
     return 0
 
@@ -759,10 +771,12 @@ def _checkpoint(args: argparse.Namespace) -> int:
     try:
         unprotected = _unprotected(args.store)
         if unprotected:
-            print(
-                f"REFUSED: {printable(unprotected)}; nothing was signed or put back: a "
-                "checkpoint would sign what was appended or edited while nothing refused it; run "
-                "agentgate audit verify (with --checkpoint and the checkpoint saved last) first"
+            sys.stdout.write(
+                refusal(
+                    f"{printable(unprotected)}; nothing was signed or put back: a checkpoint would "
+                    "sign what was appended or edited while nothing refused it; run agentgate audit "
+                    "verify (with --checkpoint and the checkpoint saved last) first"
+                )
             )
             return 1
         # A log with no checkpoint yet is checked before its key is created: refused, none is left.
@@ -773,7 +787,7 @@ def _checkpoint(args: argparse.Namespace) -> int:
             note = log.checkpoint(saved=saved_in_out(log))
             public = log.public_key
     except (TamperDetected, LogDropped) as exc:
-        print(f"REFUSED: {exc}")
+        sys.stdout.write(refusal(str(exc)))
         if read and read[0] is not None:
             print(f"{args.out} is left as it was: it is the evidence")
         return 1

@@ -15,11 +15,11 @@ from datetime import datetime
 from typing import Any
 
 from agentgate.cli._common import (
-    escaped_once,
     given,
     listed,
     open_audit_log,
     printable,
+    refusal,
     seconds_or_duration,
     settle_flags,
     text,
@@ -122,7 +122,7 @@ def _settle(args: argparse.Namespace) -> int:
             store, audit, args.id, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than
         )
     except SettlementRefused as exc:
-        sys.stdout.write(f"REFUSED: {escaped_once(str(exc))}\n")
+        sys.stdout.write(refusal(str(exc)))
         return 1
     finally:
         store.close()

@@ -213,23 +213,16 @@ def _quiet_library_logs() -> None:
         logger.addHandler(logging.NullHandler())
 
 
-_LINE_HEAD, _LINE_TAIL = 1000, 960
-"""What an error line longer than 2,000 characters keeps of its start and of its end."""
-
-
 def _one_line(text: str) -> str:
     """An error as one line of at most 2,000 characters (and the note of what was cut), safe on a
     terminal: white space runs made one space, and what could still move the cursor or reorder
     the text (escape sequences, bidi overrides from a hostile token quoted in the message)
-    escaped. A longer line loses its middle, not its end: the value quoted first (a path of
-    10,000 characters) is cut, and what is wrong with it, said last, is kept (until review R59
+    escaped. A longer line loses its middle, not its end (``_lines.shortened``: until review R59
     the end was cut, and the line was 2,000 characters of the value alone)."""
     from agentgate._shown import not_printable  # on the error path only: keeps --help light
+    from agentgate.cli._lines import shortened
 
-    line = " ".join(text.split())
-    if len(line) > _LINE_HEAD + _LINE_TAIL + 40:
-        cut = len(line) - _LINE_HEAD - _LINE_TAIL
-        line = f"{line[:_LINE_HEAD]} ... ({cut:,} characters not shown) ... {line[-_LINE_TAIL:]}"
+    line = shortened(" ".join(text.split()))
     return "".join(c.encode("unicode_escape").decode("ascii") if not_printable(c) else c for c in line)
 
 

@@ -18,13 +18,13 @@ import sys
 from typing import Any
 
 from agentgate.cli._common import (
-    escaped_once,
     given,
     given_text,
     listed,
     open_audit_log,
     open_existing_store,
     printable,
+    refusal,
     settle_flags,
     text,
     unix,
@@ -233,7 +233,7 @@ def _settle(args: argparse.Namespace) -> int:
             store, audit, args.key, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than
         )
     except SettlementRefused as exc:
-        sys.stdout.write(f"REFUSED: {escaped_once(str(exc))}\n")
+        sys.stdout.write(refusal(str(exc)))
         return 1
     finally:
         store.close()
