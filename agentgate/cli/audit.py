@@ -42,6 +42,7 @@ from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
 from agentgate.audit.report import render_report
 from agentgate.cli._common import (
+    escaped_once,
     given,
     given_utf8,
     one_line_text,
@@ -344,7 +345,7 @@ def _verify(args: argparse.Namespace) -> int:
                 log.open_checkpoint(saved)
             except TamperDetected as exc:
                 raise InputError(
-                    f"{args.checkpoint}: not a checkpoint of this log signed by its key: {printable(str(exc))}"
+                    f"{args.checkpoint}: not a checkpoint of this log signed by its key: {exc}"
                 ) from exc
         if not log.exists:
             return _verify_no_log(log, saved)
@@ -840,7 +841,9 @@ def _verify_proof(args: argparse.Namespace) -> int:
     try:
         entry, checkpoint = verify_bundle(text, key, args.origin)
     except TamperDetected as exc:
-        print(f"INVALID: {printable(str(exc))}")  # quotes the bundle's own text (its origin line)
+        # The library quotes the bundle's own text (its origin line) escaped already (``repr``):
+        # escaped once more, each backslash showed doubled (until review R59).
+        print(f"INVALID: {escaped_once(str(exc))}")
         return 1
     print(
         f"valid: entry {entry.index} ({entry.kind}, {printable(entry.principal)}) is in {printable(checkpoint.origin)}"
@@ -861,7 +864,7 @@ def _refuse_malformed_bundle(path: str, text: str) -> None:
         Checkpoint.parse(bundle.checkpoint_note.partition("\n\n")[0] + "\n")
         AuditEntry.from_bytes(bundle.entry)
     except TamperDetected as exc:
-        raise InputError(f"{path}: not a well-formed proof bundle: {printable(str(exc))}") from None
+        raise InputError(f"{path}: not a well-formed proof bundle: {exc}") from None
 
 
 def _report(args: argparse.Namespace) -> int:
