@@ -4,6 +4,7 @@ as ``\\\\`` as ``repr`` wrote it, never ``\\\\\\\\``, and a control character as
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,21 @@ def test_verify_proof_of_a_malformed_bundle_quotes_its_text_once(
         "agentgate: error: q.bundle: not a well-formed proof bundle: "
         "checkpoint tree size '1\\\\z' is not a decimal number\n"
     )
+
+
+def test_verify_names_a_trigger_whose_name_holds_an_escape_sequence_escaped(
+    world: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R59: audit verify wrote a foreign trigger's name raw, so an escape sequence in it reached the terminal."""
+    copy = world / "foreign.db"
+    copy.write_bytes((world / "store.db").read_bytes())
+    raw = sqlite3.connect(copy)
+    raw.execute('CREATE TRIGGER "t\x1b[2Kx" AFTER INSERT ON audit_log BEGIN SELECT 1; END')
+    raw.commit()
+    raw.close()
+    monkeypatch.setenv("AGENTGATE_STORE", str(copy))
+    capsys.readouterr()
+    assert main(["audit", "verify"]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert '  - the trigger "t\\x1b[2Kx" on table audit_log is not one agentgate made: ' in out

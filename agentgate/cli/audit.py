@@ -367,7 +367,9 @@ def _verify(args: argparse.Namespace) -> int:
     if report.first_bad_index is not None:
         print(f"first bad index: {report.first_bad_index}")
     for problem in (*report.problems, *report.unprotected):
-        print(f"  - {problem}")
+        # A trigger's name is quoted as SQL names it, raw: whoever made it chose its characters
+        # (until review R59 an escape sequence in it reached the terminal as it is).
+        print(f"  - {escaped_once(problem)}")
     if report.entries_verify:
         # Only the log's machinery is wrong: the entries as they are now still verify.
         print(
