@@ -55,11 +55,12 @@ def test_prove_writes_no_bundle_for_an_entry_edited_in_the_database(
 ) -> None:
     """`audit prove 3` on a log whose entry 3 was edited after its checkpoint wrote the edited
     entry with a proof that does not lead to the signed root, said `wrote the proof` and exited 0:
-    evidence handed to an auditor that `verify-proof` then calls INVALID. It now refuses (exit 2,
-    TamperDetected named), writes nothing, and an intact entry of the same log still proves."""
+    evidence handed to an auditor that `verify-proof` then calls INVALID. It now refuses (exit 1,
+    REFUSED naming what is wrong), writes nothing, and an intact entry of the same log still proves."""
     out = edited / "entry.tlog-proof"
-    assert main(["audit", "prove", "3", "--out", str(out)]) == 2
-    assert "entry 3 is not the entry its signed checkpoint holds" in capsys.readouterr().err
+    # A refusal, as audit checkpoint's: exit 1, REFUSED on standard output (exit 2 until review R59).
+    assert main(["audit", "prove", "3", "--out", str(out)]) == 1
+    assert "entry 3 is not the entry its signed checkpoint holds" in capsys.readouterr().out
     assert not out.exists()
     assert main(["audit", "prove", "4", "--out", str(out)]) == 0
     assert main(["audit", "verify-proof", str(out), "--key", str(edited / "log.pub")]) == 0

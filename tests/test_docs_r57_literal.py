@@ -214,9 +214,10 @@ def test_prove_signs_no_checkpoint_over_a_log_whose_protection_trigger_is_missin
     _rewrite_entry_1_past_a_dropped_trigger(checkpointed)
     bundle = checkpointed.parent / "entry-1.proof"
     for index in ("1", "0"):  # the forged entry, and one the stored checkpoint covers
-        assert main(["audit", "prove", index, "--out", str(bundle)]) == 2
-        err = capsys.readouterr().err
-        assert "audit_log_no_update on table audit_log is missing" in err and "no proof written" in err
+        # A refusal, as audit checkpoint's: exit 1, REFUSED on standard output (exit 2 until review R59).
+        assert main(["audit", "prove", index, "--out", str(bundle)]) == 1
+        out = capsys.readouterr().out
+        assert "audit_log_no_update on table audit_log is missing" in out and "no proof written" in out
         assert not bundle.exists()
     with sqlite3.connect(checkpointed) as conn:
         assert conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone() == (1,)

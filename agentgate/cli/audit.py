@@ -812,23 +812,27 @@ def _refuse_signing_unprotected(log: AuditLog) -> None:
     latest = log.latest_checkpoint()
     if latest is not None and log.open_checkpoint(latest).size >= log.size():
         return  # the stored checkpoint covers the whole log: nothing is signed
-    raise TamperDetected(
-        f"{unprotected}; no checkpoint signed over it and no proof written, run agentgate audit verify"
-    )
+    raise TamperDetected(f"{unprotected}; no checkpoint signed over it")
 
 
 def _prove(args: argparse.Namespace) -> int:
+    """Exit 0 written; 1 refused (``REFUSED: ...`` on standard output, nothing signed or written),
+    as ``audit checkpoint`` refuses: a log whose protection trigger is not in force, where a
+    checkpoint would be signed, or an entry edited in the database (until review R59 both were
+    exit 2, which the CLI keeps for input it cannot use: an index past the end, an --out it cannot
+    write)."""
     _refuse_unwritable(args.out)
     store, log = _open(args)
     with store:
         _refuse_own_files(args.out, store, None)
         if not log.exists:
             raise BeyondLogEnd(args.index, 0, "entry")
-        _refuse_signing_unprotected(log)
-        try:  # a bundle is returned only when it verifies: an entry edited in the database does not
-            bundle = log.prove(args.index)
+        try:
+            _refuse_signing_unprotected(log)
+            bundle = log.prove(args.index)  # only a bundle that verifies: not an entry edited in the database
         except TamperDetected as exc:
-            raise TamperDetected(f"{exc}; no proof written, run agentgate audit verify") from exc
+            sys.stdout.write(refusal(f"{exc}; no proof written, run agentgate audit verify"))
+            return 1
     _write(args.out, bundle.text())
     print(f"wrote the proof of entry {args.index} ({len(bundle.proof)} hashes) to {args.out}")
     return 0
