@@ -92,12 +92,14 @@ def test_verify_names_a_trigger_whose_name_holds_an_escape_sequence_escaped(
     copy = world / "foreign.db"
     copy.write_bytes((world / "store.db").read_bytes())
     raw = sqlite3.connect(copy)
-    raw.execute('CREATE TRIGGER "t\x1b[2Kx" AFTER INSERT ON audit_log BEGIN SELECT 1; END')
+    raw.execute('CREATE TRIGGER "t\x1b[2K\\x" AFTER INSERT ON audit_log BEGIN SELECT 1; END')
     raw.commit()
     raw.close()
     monkeypatch.setenv("AGENTGATE_STORE", str(copy))
     capsys.readouterr()
     assert main(["audit", "verify"]) == 1
     out = capsys.readouterr().out
-    assert "\x1b" not in out
-    assert '  - the trigger "t\\x1b[2Kx" on table audit_log is not one agentgate made: ' in out
+    named = 'the trigger "t\\x1b[2K\\\\x" on table audit_log is not one agentgate made: '
+    assert "\x1b" not in out and f"  - {named}" in out
+    assert main(["audit", "checkpoint"]) == 1  # its refusal names the trigger in verify's words
+    assert capsys.readouterr().out.startswith(f"REFUSED: {named}")

@@ -366,10 +366,14 @@ def _verify(args: argparse.Namespace) -> int:
         print(wrong_key)
     if report.first_bad_index is not None:
         print(f"first bad index: {report.first_bad_index}")
-    for problem in (*report.problems, *report.unprotected):
-        # A trigger's name is quoted as SQL names it, raw: whoever made it chose its characters
-        # (until review R59 an escape sequence in it reached the terminal as it is).
+    # The library escaped what it quoted of an entry (``problems``), but names a trigger as SQL
+    # does, raw (``unprotected``): whoever made it chose its characters (until review R59 an
+    # escape sequence in one reached the terminal as it was). Escaped as audit checkpoint's
+    # refusal escapes the same line.
+    for problem in report.problems:
         print(f"  - {escaped_once(problem)}")
+    for line in report.unprotected:
+        print(f"  - {printable(line)}")
     if report.entries_verify:
         # Only the log's machinery is wrong: the entries as they are now still verify.
         print(
