@@ -32,6 +32,14 @@ from agentgate.store import Transaction
 from agentgate.store.approvals import ApprovalStore, QuorumRule
 from agentgate.store.audit import AuditLog
 
+OPEN_REQUESTS_KEPT = 4096
+"""How many approval requests asked in this process a Gate keeps the audit index of, for the
+``approval_given`` entry of their answer (``Gate._open_requests``); past it the oldest asked leave,
+and the answer to one of those reads its index from the store, as an answer to a request another
+process asked does. Until review R59 every request nobody answered was kept until it expired:
+about 370 bytes each, so a policy's ``expiry_s`` of a day at ten unanswered requests a second
+held about 300 MiB."""
+
 
 class _Approvals:
     """The ``Gate``'s approval requests: the request a call that needs an approval records (one
@@ -250,6 +258,16 @@ class _Approvals:
             votes = self.approvals.approvers(approval.request, tx=tx, rule=rule)
         return (approval, ()) if len(votes) >= rule.quorum else (None, unused)
 
+    def _keep_open_request(self, request_id: str, asked: tuple[str, int | None, float]) -> None:
+        """Keep ``asked`` (call hash, audit index, expiry) for ``request_id``, as the newest, within
+        ``OPEN_REQUESTS_KEPT``: the oldest kept leave first. A cache only: ``_asked_index`` reads
+        from the store what is not kept here. The caller holds ``_lock``."""
+        kept = self._open_requests
+        kept.pop(request_id, None)
+        while len(kept) >= OPEN_REQUESTS_KEPT:
+            del kept[next(iter(kept))]
+        kept[request_id] = asked
+
     def _asked_index(self, approval: Approval, request: Mapping[str, Any], tx: Transaction) -> int | None:
         """The index of the ``approval_required`` entry of the request ``approval`` answers: known
         here when this process asked that very request, else read from the store (another
@@ -429,7 +447,7 @@ class _Approvals:
                 asked = self.audit.append({**self._entry(auth, "approval_required"), "ref": known[1]}, t)
         if known is not None:
             with self._lock:
-                self._open_requests[known[0]] = (call_hash, known[1], known[2])
+                self._keep_open_request(known[0], (call_hash, known[1], known[2]))
         if known is not None:
             # The same call asked again (LangGraph re-runs a node when it resumes): one request,
             # one audit entry, until it is answered or expires.
@@ -465,7 +483,7 @@ class _Approvals:
                 # at most every DELEGATIONS_PURGE_S: a service's memory does not grow per request.
                 self._open_requests = {i: r for i, r in self._open_requests.items() if r[2] > now}
                 self._requests_purge_at = now + DELEGATIONS_PURGE_S
-            self._open_requests[request_id] = (call_hash, index, float(request["expires_at"]))
+            self._keep_open_request(request_id, (call_hash, index, float(request["expires_at"])))
         return replace(auth, audit_index=index, request={**request, "id": request_id, "approved_by": []})
 
     def _supersede(
@@ -591,8 +609,7 @@ class _Approvals:
         reasons.append(f"{when}: approval request {request['id']} is pending again")
         if request.get("asked_index") is not None:  # the resumed call asks for the same request
             with self._lock:
-                self._open_requests[request["id"]] = (
-                    request["call_hash"],
-                    request["asked_index"],
-                    float(request["expires_at"]),
+                self._keep_open_request(
+                    request["id"],
+                    (request["call_hash"], request["asked_index"], float(request["expires_at"])),
                 )
