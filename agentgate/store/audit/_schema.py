@@ -151,11 +151,41 @@ def _pg_made(tables: tuple[str, ...], fires: dict[str, tuple[str, int, str]] = _
 _PG_TRIGGER_DIFFERS = (
     "(t.tgtype <> made.type OR t.tgqual IS NOT NULL OR t.tgnargs <> 0 OR t.tgconstraint <> 0 "
     "OR cardinality(t.tgattr::int2[]) > 0 "
-    "OR t.tgfoid IS DISTINCT FROM pg_catalog.to_regprocedure(made.fn || '()'))"
+    "OR t.tgfoid IS DISTINCT FROM pg_catalog.to_regprocedure(pg_catalog.quote_ident(n.nspname) || '.' || made.fn || '()'))"
 )
 """SQL true when the trigger row ``t`` fires otherwise than ``made`` says: other events, timing or
 level, a WHEN clause, columns, arguments, a constraint trigger, or another function than the one
-of its name where the store's statements find it."""
+of its name in its table's schema (``n``, the pg_namespace row of that table), read by that
+schema-qualified name: a function of the same name earlier on the search path is not agentgate's
+(until review R59 the path's was read, and a writer's opening dropped each trigger for it)."""
+
+
+def _pinned_path(table: str) -> str:
+    """A PL/pgSQL step that sets the search path, to the end of the block (``_caller_path``), to the
+    schema of ``table`` (where the store's statements find it) and pg_temp, last: so that the
+    function names of the steps after it (``CREATE OR REPLACE FUNCTION``, ``CREATE TRIGGER ...
+    EXECUTE FUNCTION``, ``to_regprocedure``) are those of the log's tables' schema, where they are
+    made, and no function of the same name in a schema earlier on the caller's path (a schema named
+    after the role, which ``"$user"`` puts first) is replaced or run instead (until review R59 it
+    was). pg_catalog, not named, is searched first; the schema named first is where things are
+    made. Needs a variable ``caller_path text`` set to the caller's path."""
+    return f"""
+    PERFORM pg_catalog.set_config('search_path', pg_catalog.quote_ident((SELECT n.nspname
+        FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.oid = pg_catalog.to_regclass('{table}'))) || ', pg_temp', true);
+"""
+
+
+_CALLER_PATH = "caller_path text := pg_catalog.current_setting('search_path');"
+"""The PL/pgSQL variable that keeps the caller's search path, set again at the end of a block that
+pins it (``_pinned_path``, ``_caller_path``)."""
+
+_caller_path = """
+    PERFORM pg_catalog.set_config('search_path', caller_path, true);
+"""
+"""The PL/pgSQL step that sets the caller's search path again (``_CALLER_PATH``), at the end of a
+block that pinned it: the statements after the block, in the same transaction, find what the
+caller's path finds."""
 
 
 def _replace_changed_function(name: str) -> str:
@@ -180,7 +210,7 @@ def _drop_changed_triggers(
     ``changed record``."""
     return f"""
     FOR changed IN SELECT t.tgname, c.relname FROM pg_trigger t
-            JOIN pg_class c ON c.oid = t.tgrelid
+            JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
             JOIN {_pg_made(tables, fires)} ON t.tgname = made.name AND t.tgrelid = to_regclass(made.tbl)
             WHERE NOT t.tgisinternal AND pg_has_role(c.relowner, 'USAGE') AND {_PG_TRIGGER_DIFFERS} LOOP
         EXECUTE format('DROP TRIGGER %I ON %I', changed.tgname, changed.relname);
@@ -228,7 +258,13 @@ def _protected(table: str) -> str:
     """The PL/pgSQL steps that put ``table``'s protection triggers in force: a changed one dropped
     (``_drop_changed_triggers``), a missing one made (``_append_only_triggers``), each made to fire
     in every session (``_fire_always``)."""
-    return _drop_changed_triggers((table,)) + _append_only_triggers(table) + _fire_always((table,))
+    return (
+        _pinned_path(table)
+        + _drop_changed_triggers((table,))
+        + _append_only_triggers(table)
+        + _fire_always((table,))
+        + _caller_path
+    )
 
 
 AUDIT_DDL: dict[Dialect, str] = {
@@ -264,6 +300,9 @@ BEGIN SELECT RAISE(ABORT, 'audit_checkpoints is append-only'); END;
 DO $$
 DECLARE
     changed record;
+    """
+    + _CALLER_PATH
+    + """
 BEGIN
     -- Everything is created only when missing, so that a role that may only SELECT and INSERT
     -- (docs/operations.md, least privilege) can start agentgate on a schema made by the owner.
@@ -284,6 +323,7 @@ BEGIN
         );
     END IF;
 """
+    + _pinned_path("audit_log")
     + _replace_changed_function("agentgate_append_only")
     + """
     IF to_regprocedure('agentgate_audit_lock_next()') IS NULL THEN
@@ -311,6 +351,7 @@ BEGIN
 """
     + "".join(_append_only_triggers(table) for table in LOG_TABLES)
     + _fire_always(LOG_TABLES)
+    + _caller_path
     + """
 END;
 $$;
@@ -348,6 +389,9 @@ CREATE TABLE IF NOT EXISTS agentgate_store_parts (
 DO $$
 DECLARE
     changed record;
+    """
+    + _CALLER_PATH
+    + """
 BEGIN"""
     + _protected(_PARTS)
     + """
@@ -410,6 +454,9 @@ CREATE TABLE IF NOT EXISTS audit_repairs (
 DO $$
 DECLARE
     changed record;
+    """
+    + _CALLER_PATH
+    + """
 BEGIN"""
     + _protected(_REPAIRS)
     + """
@@ -486,7 +533,12 @@ DECLARE
     home text := (SELECT nspname FROM pg_class JOIN pg_namespace ON pg_namespace.oid = relnamespace
                   WHERE pg_class.oid = 'audit_refs'::regclass);
     changed record;
-BEGIN
+    """
+    + _CALLER_PATH
+    + """
+BEGIN"""
+    + _pinned_path("audit_log")
+    + """
     -- Made when missing, and made again by its owner when it is not agentgate's (another body,
     -- whitespace aside, language or security: one made again to do nothing, or the body that
     -- versions before 2026-11-30 04:00 made, commit 0626663, a backtracking regex, about 50 us
@@ -529,6 +581,9 @@ BEGIN
                AND proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, ' || quote_ident(home) || ', pg_temp']) THEN
         EXECUTE format('ALTER FUNCTION agentgate_audit_index_ref() SET search_path = pg_catalog, %I, pg_temp', home);
     END IF;
+"""
+    + _caller_path
+    + """
 END;
 $$;
 """,
@@ -697,9 +752,11 @@ BEGIN
            {_SIZES}
     FROM {_pg_made((*LOG_TABLES, _PARTS, _REPAIRS))}
     JOIN pg_class c ON c.oid = to_regclass(made.tbl)
+    JOIN pg_namespace n ON n.oid = c.relnamespace
     LEFT JOIN pg_trigger t ON t.tgrelid = c.oid AND t.tgname = made.name AND NOT t.tgisinternal
     LEFT JOIN pg_proc p ON p.oid = t.tgfoid
-    LEFT JOIN pg_proc q ON q.oid = to_regprocedure(made.fn || '()')
+    -- q: the function of its name in its table's schema, where the DDL after this makes it
+    LEFT JOIN pg_proc q ON q.oid = to_regprocedure(quote_ident(n.nspname) || '.' || made.fn || '()')
     WHERE pg_has_role(c.relowner, 'USAGE')
       AND (t.oid IS NULL OR {_PG_TRIGGER_DIFFERS} OR {_pg_runs_otherwise("p")} OR t.tgenabled IN ('D', 'R'))
       -- and the trigger runs agentgate's function once made: one made now, made again by its
@@ -837,11 +894,8 @@ def _changed(
     # function unqualified); its owner, where the table's owner may not replace it. A trigger that
     # runs any other function fires otherwise.
     home = "pg_catalog.quote_ident(n.nspname) || '.' || made.fn"
-    differs = _PG_TRIGGER_DIFFERS.replace(
-        "pg_catalog.to_regprocedure(made.fn || '()')", f"pg_catalog.to_regprocedure({home} || '()')"
-    )
     rows = store.query(
-        f"SELECT t.tgname, c.relname, {differs}, {home}, {_pg_runs_otherwise('p', functions)}, "
+        f"SELECT t.tgname, c.relname, {_PG_TRIGGER_DIFFERS}, {home}, {_pg_runs_otherwise('p', functions)}, "
         "CASE WHEN q.oid IS NOT NULL AND NOT pg_catalog.pg_has_role(c.relowner, q.proowner, 'USAGE') "
         f"AND {_pg_runs_otherwise('q', functions)} "
         "THEN pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(q.proowner)) END, "
