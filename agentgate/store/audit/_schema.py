@@ -4,9 +4,8 @@ indexes the entries written before the index, and ``refuse_dropped_log``, which 
 never made from one dropped (the record ``agentgate_store_parts`` keeps); and, for a log opened
 to read, which writes nothing, ``refs_complete`` (whether the reference index may be read) and
 ``missing_protection`` (the triggers of the log's machinery that are not in force, the triggers
-on its tables that agentgate did not make, and the repairs not accepted, which ``verify``
-reports). ``audit_repairs`` (``REPAIRS_DDL``)
-records each protection trigger a writer's opening puts back, makes again or (PostgreSQL)
+on its tables that agentgate did not make and the PostgreSQL rules on them, and the repairs not
+accepted, which ``verify`` reports). ``audit_repairs`` (``REPAIRS_DDL``) records each protection trigger a writer's opening puts back, makes again or (PostgreSQL)
 enables, in the transaction that does it, and each acceptance of such a repair
 (``accept_repair``); ``agentgate_store_parts`` records it as made, so that a dropped one is
 reported and refused, not made again empty (``_repairs_dropped``)."""
@@ -1156,8 +1155,9 @@ def _replica_sessions(store: Store) -> list[str]:
 
 
 FOREIGN_TRIGGER = "is not one agentgate made"
-"""What ``verify``'s line for a trigger agentgate did not make (``_foreign_triggers``) says of it:
-``agentgate audit verify``'s closing line tells such lines from a trigger not in force."""
+"""What ``verify``'s line for a trigger agentgate did not make (``_foreign_triggers``), or a
+PostgreSQL rule (``_rules``: agentgate makes none), says of it: ``agentgate audit verify``'s
+closing line tells such lines from a trigger not in force."""
 
 
 def _foreign_triggers(store: Store, tables: tuple[str, ...]) -> list[str]:
@@ -1203,6 +1203,33 @@ def _foreign_triggers(store: Store, tables: tuple[str, ...]) -> list[str]:
     ]
 
 
+def _rules(store: Store, tables: tuple[str, ...]) -> list[str]:
+    """A line for each PostgreSQL rule on ``tables`` (constants: the log's tables and the records of
+    it), enabled or not; agentgate makes none. Reported whatever it does, as a trigger agentgate did
+    not make (``_foreign_triggers``): a ``DO INSTEAD`` rule rewrites the statement before any
+    trigger runs, so one ``ON INSERT`` can drop each deny as it is appended (the INSERT succeeds
+    and writes nothing) and one ``ON UPDATE`` can turn an edit into another statement, and any rule
+    can write rows of its own (until review R59 none was read). A writer's opening leaves it.
+    Reads the catalog only; SQLite has no rules."""
+    if store.dialect != "postgresql" or not tables:
+        return []
+    listed = ", ".join(f"'{name}'" for name in tables)
+    rows = store.query(
+        "SELECT r.rulename, c.relname FROM pg_catalog.pg_rewrite r JOIN pg_catalog.pg_class c "
+        f"ON c.oid = r.ev_class WHERE c.relname IN ({listed}) AND r.rulename <> '_RETURN' "
+        "AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY c.relname, r.rulename"
+    )
+    return [
+        f"the rule {_quoted(str(name), 'postgresql')} on table {table} {FOREIGN_TRIGGER}: it rewrites "
+        "the statements that write that table, and what it does cannot be told from here (a DO "
+        "INSTEAD rule can drop or change an entry as it is appended, any rule can write rows of its "
+        "own); check what it did to the rows written since it was made, then "
+        f"`DROP RULE {_quoted(str(name), 'postgresql')} ON {table}` run as the table's owner removes it "
+        "(a writer's opening of the log leaves it)"
+        for name, table in rows
+    ]
+
+
 def _quoted(name: str, dialect: Dialect) -> str:
     """A trigger's name as SQL of ``dialect`` names it: double-quoted where it is not plain
     lower-case letters, digits and underscores (PostgreSQL folds an unquoted name to lower case)."""
@@ -1219,7 +1246,7 @@ def missing_protection(store: Store) -> list[str]:
     index's trigger, the same way, where the index was built; on PostgreSQL also each setting of
     ``session_replication_role = replica`` under which one of them does not fire
     (``_replica_sessions``); each trigger on those tables that agentgate did not make
-    (``_foreign_triggers``); and each repair recorded in ``audit_repairs`` that no acceptance
+    (``_foreign_triggers``), and each PostgreSQL rule on them (``_rules``); and each repair recorded in ``audit_repairs`` that no acceptance
     names (``_unaccepted_repairs``), or, where the store records ``audit_repairs`` as made, that
     table missing (``_repairs_dropped``). Its tables are there (the log's were checked as it opened; the record's triggers are looked for
     only where the record's table is). Empty for a log whose machinery is whole."""
@@ -1248,9 +1275,9 @@ def missing_protection(store: Store) -> list[str]:
                 "audit_refs is no longer kept for new entries (audit explain reads the whole log "
                 f"instead); {fix}"
             )
-    lines.extend(
-        _foreign_triggers(store, tuple(table for table in (*LOG_TABLES, _PARTS, _REPAIRS) if table in held))
-    )
+    present = tuple(table for table in (*LOG_TABLES, _PARTS, _REPAIRS) if table in held)
+    lines.extend(_foreign_triggers(store, present))
+    lines.extend(_rules(store, present))
     if store.dialect == "postgresql":
         lines.extend(_replica_sessions(store))
     if _REPAIRS in held:
