@@ -217,18 +217,28 @@ def _drop_changed_triggers(
 """
 
 
+def _owned(table: str) -> str:
+    """SQL true where this role owns ``table`` (or is a member of its owner): the role that puts a
+    protection trigger of it back, the one ``_RECORD_REPAIRS`` records the repair for. A role that
+    holds only the TRIGGER privilege there may run ``CREATE TRIGGER`` too (PostgreSQL asks no
+    more), but not ``DROP TRIGGER`` or ``ALTER TABLE ... ENABLE``: until review R59 it put a dropped
+    trigger back, and no repair was recorded; it leaves it now, and ``verify`` goes on naming it."""
+    return f"pg_has_role((SELECT relowner FROM pg_class WHERE oid = '{table}'::regclass), 'USAGE')"
+
+
 def _append_only_triggers(table: str) -> str:
     """A PL/pgSQL step that makes ``table``'s two protection triggers where missing (one dropped
-    alone, or changed and dropped by ``_drop_changed_triggers`` just before, is put back):
-    ``TABLE_append_only`` refuses an UPDATE or DELETE of a row, ``TABLE_no_truncate`` a TRUNCATE."""
+    alone, or changed and dropped by ``_drop_changed_triggers`` just before, is put back), where
+    this role owns the table (``_owned``): ``TABLE_append_only`` refuses an UPDATE or DELETE of a
+    row, ``TABLE_no_truncate`` a TRUNCATE."""
     return f"""
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '{table}'::regclass
-                   AND tgname = '{table}_append_only') THEN
+                   AND tgname = '{table}_append_only') AND {_owned(table)} THEN
         CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table}
             FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '{table}'::regclass
-                   AND tgname = '{table}_no_truncate') THEN
+                   AND tgname = '{table}_no_truncate') AND {_owned(table)} THEN
         CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table}
             FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
     END IF;
@@ -340,10 +350,12 @@ BEGIN
     + _drop_changed_triggers(LOG_TABLES)
     + """
     -- Each trigger is made when it is missing, whichever others are there: one dropped alone, or
-    -- changed (dropped just above), is put back by the next writer (``audit verify`` reports it
-    -- first: missing_protection).
+    -- changed (dropped just above), is put back by the next writer that owns the table (``audit
+    -- verify`` reports it first: missing_protection; ``_RECORD_REPAIRS`` records it).
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_log'::regclass
-                   AND tgname = 'audit_log_next_index') THEN
+                   AND tgname = 'audit_log_next_index') AND """
+    + _owned("audit_log")
+    + """ THEN
         CREATE TRIGGER audit_log_next_index BEFORE INSERT ON audit_log
             FOR EACH ROW EXECUTE FUNCTION agentgate_audit_next_index();
     END IF;
