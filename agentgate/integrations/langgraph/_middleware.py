@@ -61,6 +61,7 @@ from agentgate.integrations.langgraph._tool_calls import (
     _NO_CALL_ID,
     _no_such_tool,
     _refused_call,
+    _storable_result,
     _tool_call_of,
     _unusable_answer,
 )
@@ -334,7 +335,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         try:
             return self.gate.run(
                 auth,
-                lambda: self._keep(auth, handler(request)),
+                lambda: self._keep(auth, _storable_result(handler(request))),
                 call_id=call_id,
                 run_id=_run_id(request),
                 failed=_failed,
@@ -405,7 +406,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
 
         async def attempt() -> ToolResult:
             answered = handler(request) if threaded is None else threaded.attempt(handler)
-            return self._keep(auth, await answered)
+            return self._keep(auth, _storable_result(await answered))
 
         try:
             running = self.gate.arun(

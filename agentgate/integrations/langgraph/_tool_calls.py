@@ -1,17 +1,20 @@
 """What a tool-call request asks: the call to decide (``_tool_call_of``, ``_model_args``), the tool
 running it (``_running_tool``), and what makes a request unusable, refused before it is decided
 (``_refused_call``, ``_unusable_answer``, ``_inexact_arguments``, ``_out_of_range``,
-``_no_such_tool``); and a model's answer made fit for a checkpointer (``_storable_answer``)."""
+``_no_such_tool``); and a model's answer and a tool's made fit for a checkpointer
+(``_storable_answer``, ``_storable_result``)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
 
 from agentgate._json import inexact_argument
 from agentgate.capabilities import MAX_NAME_LENGTH, Call
@@ -23,6 +26,8 @@ from agentgate.integrations.langgraph._scope import (
     _calls_sharing,
     _cut_at_limit,
 )
+
+R = TypeVar("R")
 
 
 def _tool_call_of(request: ToolCallRequest) -> Call:
@@ -259,6 +264,33 @@ def _storable_answer(message: AIMessage) -> AIMessage:
     if message.usage_metadata is not None and _integers_out_of_range(message.usage_metadata):
         update["usage_metadata"] = None
     return message.model_copy(update=update) if update else message
+
+
+def _storable_result(result: R) -> R:
+    """``result`` (what a tool answered: a ``ToolMessage``, a ``Command`` whose update holds
+    messages, or a list of them) as the run's state can keep it: each ``ToolMessage`` whose
+    ``content`` or ``artifact`` holds an integer out of range (``INT_RANGE``) in its dicts and
+    lists copied with each such integer as its decimal text. ``result`` itself when none does (the
+    usual case). Until review R59 a ``content_and_artifact`` tool whose artifact held one (a
+    big-integer id, an amount in a currency's smallest unit) ran, was recorded as run, and then
+    ended a checkpointed run in LangGraph's ``TypeError: Type is not msgpack serializable:
+    ToolMessage``: the model never saw the result, and the run could not be resumed."""
+    if isinstance(result, ToolMessage):
+        update: dict[str, Any] = {}
+        for field in ("content", "artifact"):
+            value = getattr(result, field)
+            if not isinstance(value, str) and (found := _integers_out_of_range(value)):
+                update[field] = _with_text_for(value, found)
+        return cast(R, result.model_copy(update=update)) if update else result
+    if isinstance(result, list):
+        items = [_storable_result(item) for item in result]
+        same = all(new is old for new, old in zip(items, result, strict=True))
+        return result if same else cast(R, items)
+    if isinstance(result, Command) and isinstance(result.update, Mapping):
+        messages = result.update.get("messages")
+        if isinstance(messages, list) and (kept := _storable_result(messages)) is not messages:
+            return cast(R, dataclasses.replace(result, update={**result.update, "messages": kept}))
+    return result
 
 
 def _with_text_for(args: object, found: list[tuple[tuple[object, ...], int]]) -> object:
