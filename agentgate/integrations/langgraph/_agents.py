@@ -41,6 +41,7 @@ def create_gated_agent(
     max_tokens: int = 1024,
     middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
     checkpointer: Any = None,
+    response_format: Any = None,
 ) -> Any:
     """``create_agent`` with the gate's middleware installed last (innermost, after ``middleware``)
     and ``AgentIdentity`` as the context schema. Run it with ``context=identity``.
@@ -48,7 +49,9 @@ def create_gated_agent(
     Every call the other middleware makes goes through the gate: a retried tool is decided again
     (and a tool error, which the gate turns into a message, is not retried by them), a fallback
     model is decided under its own name (``model_name`` names ``model`` only), edited arguments
-    are decided as edited.
+    are decided as edited. ``response_format`` (``ToolStrategy``, ``ProviderStrategy``, a schema)
+    is ``create_agent``'s: the structured answer is no tool call, so it needs no grant; the model
+    call that gives it is decided and charged as any other (docs/langgraph.md).
     """
     return create_agent(
         model,
@@ -70,6 +73,7 @@ def create_gated_agent(
         context_schema=AgentIdentity,
         checkpointer=checkpointer,
         name=name,
+        response_format=response_format,
     )
 
 

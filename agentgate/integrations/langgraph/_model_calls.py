@@ -33,6 +33,7 @@ from agentgate.integrations.langgraph._calls import _WATCHED, _answer, _Cut, _St
 from agentgate.integrations.langgraph._models import USAGE_STALE, DispatchedChatModel, ScriptedChatModel
 from agentgate.integrations.langgraph._scope import identity_from_context
 from agentgate.integrations.langgraph._stops import _run_messages, _run_stop, _stop_mark
+from agentgate.integrations.langgraph._structured import _structured_in_range
 from agentgate.integrations.langgraph._tool_calls import _storable_answer
 
 R = TypeVar("R")
@@ -170,7 +171,7 @@ class _ModelCalls:
         if (stop := _run_stop(_run_messages(request))) is not None:
             return self._stop(stop)
         if not self.gate_models:
-            return _storable(handler(request))
+            return _storable(_structured_in_range(handler(request), request.response_format))
         auth, request = self._authorize_model(request)
         if not auth.allowed:
             return self._stopped(auth)
@@ -180,7 +181,7 @@ class _ModelCalls:
 
             def call() -> ModelResponse[Any] | _Cut:
                 try:
-                    return handler(request)
+                    return _structured_in_range(handler(request), request.response_format)
                 except GraphBubbleUp:
                     raise
                 except Exception as exc:
@@ -201,7 +202,7 @@ class _ModelCalls:
         if (stop := _run_stop(_run_messages(request))) is not None:
             return self._stop(stop)
         if not self.gate_models:
-            return _storable(await handler(request))
+            return _storable(_structured_in_range(await handler(request), request.response_format))
         auth, request = await self._decided(self._authorize_model, request, lambda decided: decided[0])
         if not auth.allowed:
             return self._stopped(auth)
@@ -211,7 +212,7 @@ class _ModelCalls:
 
             async def call() -> ModelResponse[Any] | _Cut:
                 try:
-                    return await handler(request)
+                    return _structured_in_range(await handler(request), request.response_format)
                 except GraphBubbleUp:
                     raise
                 except Exception as exc:
