@@ -24,9 +24,13 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from pydantic import BaseModel
 from test_langgraph_exact_numbers import _AsWritten
-from test_langgraph_r58_huge_integer import _Paying
+from test_langgraph_r58_huge_integer import POLICY, _Paying
 
+from agentgate.gate import Gate
 from agentgate.integrations.langgraph import create_gated_agent
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
 
 HUGE = 10**30
 SAID = f"field ['amount'] is {HUGE}, an integer beyond the range the run's state can hold"
@@ -43,8 +47,19 @@ def _structured(args: dict[str, Any], call_id: str = "s1") -> AIMessage:
 
 
 class _Structured(_Paying):
-    """``_Paying``'s gate and policy (no grant names ``Refund``), its agent answering ``turns``
-    in the form ``response_format``."""
+    """``_Paying``'s policy (no grant names ``Refund``) with a budget of tokens, its agent
+    answering ``turns`` in the form ``response_format``."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path)
+        self.gate.close()
+        keys = {n: SigningKey.generate() for n in ("root", "boss")}
+        text = POLICY.replace(
+            "    ttl_s: 3600", "    ttl_s: 3600\n    budget: {{limit: 1000000, unit: tokens}}"
+        )
+        policy = parse_policy(text.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
+        self.gate = Gate(policy, SQLiteStore(tmp_path / "structured.db"))
+        self.boss = self.gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
 
     def run(
         self, turns: list[AIMessage], response_format: Any, saver: str = "sqlite", mode: str = "sync"
@@ -144,3 +159,28 @@ def test_an_integer_given_as_text_is_refused_too(structured: _Structured) -> Non
     assert result["structured_response"] == Refund(order_id="O-1", amount=5)
     refused = next(m for m in result["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "s1")
     assert (refused.status, refused.content) == ("error", "bad amount")  # the user's handle_errors
+
+
+@pytest.mark.parametrize(
+    ("turns", "response_format"),
+    [
+        ([AIMessage(content='{"order_id": ')], ProviderStrategy(Refund)),
+        ([_structured({"order": 1})], ToolStrategy(Refund, handle_errors=False)),
+        ([_structured({"order_id": "O-1", "amount": HUGE})], ToolStrategy(Refund, handle_errors=False)),
+    ],
+    ids=["invalid-json", "wrong-shape", "beyond-64-bits"],
+)
+def test_a_model_call_whose_answer_cannot_be_parsed_is_charged(
+    structured: _Structured, turns: list[AIMessage], response_format: Any
+) -> None:
+    """Review R59, a model call whose structured answer LangChain could not parse was free.
+
+    LangChain raises ``StructuredOutputValidationError`` inside the model call, after the model
+    answered: the call was settled as an error that never ran, its reservation released
+    (``budget_delta`` 0), so each such answer was a free generation. It is charged as reserved."""
+    with pytest.raises(StructuredOutputValidationError):
+        structured.run(turns, response_format)
+    [_, outcome] = structured.entries()
+    assert (outcome.kind, outcome.status) == ("outcome", "error")
+    assert outcome.reasons[0] == "StructuredOutputValidationError"
+    assert outcome.budget_delta is not None and outcome.budget_delta > 0

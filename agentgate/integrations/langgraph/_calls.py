@@ -458,10 +458,13 @@ register_configure_hook(_WATCHED, inheritable=True)
 
 class _Cut:
     """What the function a model call runs under the Gate returns when the model failed after it
-    had streamed output (``_Streamed``): the Gate's ``spent`` reads it (``_tokens_or_cut``) and
-    raises ``exc`` there, so the call is recorded as an error charged as reserved (the backend
-    generated, and billed, output before the stream was cut; how much cannot be known), as the
-    gateway charges a stream cut after output was delivered, and ``exc`` goes on to the caller."""
+    had streamed output (``_Streamed``), or answered what the agent's ``response_format`` cannot
+    parse (LangChain's ``StructuredOutputError``): the Gate's ``spent`` reads it
+    (``_tokens_or_cut``) and raises ``exc`` there, so the call is recorded as an error charged as
+    reserved (the backend generated, and billed, output; how much cannot be known once the stream
+    was cut, as the gateway charges a stream cut after output was delivered), and ``exc`` goes on
+    to the caller. Until review R59 an unparsable structured answer was settled as an error
+    before it ran, its reservation released: each such call a free generation."""
 
     __slots__ = ("exc",)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
 from langchain.agents.middleware import ModelRequest, ModelResponse
+from langchain.agents.structured_output import StructuredOutputError
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool
@@ -184,6 +185,8 @@ class _ModelCalls:
                     return _structured_in_range(handler(request), request.response_format)
                 except GraphBubbleUp:
                     raise
+                except StructuredOutputError as exc:  # the model answered, unparsable: it ran (``_Cut``)
+                    return _Cut(exc)
                 except Exception as exc:
                     if watch.delivered:
                         return _Cut(exc)
@@ -215,6 +218,8 @@ class _ModelCalls:
                     return _structured_in_range(await handler(request), request.response_format)
                 except GraphBubbleUp:
                     raise
+                except StructuredOutputError as exc:  # the model answered, unparsable: it ran (``_Cut``)
+                    return _Cut(exc)
                 except Exception as exc:
                     if watch.delivered:
                         return _Cut(exc)
