@@ -79,13 +79,15 @@ def _refused_call(request: ToolCallRequest) -> tuple[Call, tuple[str, ...]]:
     """The call to record the refusal of an undecidable tool call under (``_undecidable``), and
     the reasons to add: ``Call.tool`` of it when its name is a resource name; else ``tool:NAME``
     as asked (the Gate never decides it), cut to the longest resource name, with the full
-    name's length and SHA-256 in a reason, so the entry fits the log."""
+    name's length and SHA-256 in a reason, so the entry fits the log. Its arguments are the
+    model's (``_as_sent``)."""
     with contextlib.suppress(InputError):
-        return _tool_call_of(request), ()
+        call = _tool_call_of(request)
+        return Call(call.resource, call.action, _as_sent(request, call.args)), ()
     name = _running_tool(request)
     name = name if isinstance(name, str) else repr(name)
     raw = request.tool_call.get("args") or {}
-    args = dict(raw) if isinstance(raw, Mapping) else {}
+    args = _as_sent(request, dict(raw)) if isinstance(raw, Mapping) else {}
     resource = f"tool:{name}"
     if len(resource) <= MAX_NAME_LENGTH:
         return Call(resource, "invoke", args), ()
@@ -178,6 +180,11 @@ OUT_OF_RANGE_KEY = "agentgate_out_of_range"
 refused: its arguments held an integer out of range, which the answer kept for the run's state
 holds as text (``_storable_answer``)."""
 
+OUT_OF_RANGE_AT_KEY = "agentgate_out_of_range_at"
+"""The key of an answer's ``response_metadata`` that lists, per tool call id, where in its
+arguments the answer kept an integer out of range as text (the keys and indexes that lead to
+each), so that the refusal is recorded with the arguments as the model sent them (``_as_sent``)."""
+
 
 def _integers_out_of_range(value: object) -> list[tuple[tuple[object, ...], int]]:
     """Each integer (not a boolean) of ``value`` out of range (``INT_RANGE``), with the keys and
@@ -235,7 +242,8 @@ def _storable_answer(message: AIMessage) -> AIMessage:
 
     - a tool call's arguments hold each such integer as its decimal text, and
       ``response_metadata`` names why the call is refused (``OUT_OF_RANGE_KEY``), which the tool
-      hook reads (``_out_of_range``); the other calls are kept as they are;
+      hook reads (``_out_of_range``), and where the text stands (``OUT_OF_RANGE_AT_KEY``), which
+      it reads to record the refusal (``_as_sent``); the other calls are kept as they are;
     - ``additional_kwargs``, ``response_metadata`` and a content list hold each such integer as
       its decimal text (a provider's raw usage, ``response_metadata["token_usage"]``);
     - ``usage_metadata`` holding one is left out: LangChain keeps no text there, and the call was
@@ -246,17 +254,20 @@ def _storable_answer(message: AIMessage) -> AIMessage:
     such a usage (10**30 input tokens) ended a checkpointed run in LangGraph's ``TypeError``."""
     update: dict[str, Any] = {}
     said: dict[str, str] = {}
+    at: dict[str, list[list[object]]] = {}
     calls: list[Any] = []
     for call in message.tool_calls:
         found = _integers_out_of_range(call.get("args"))
         if found:
             said[str(call.get("id"))] = _out_of_range_said(*found[0])
+            at[str(call.get("id"))] = [list(keys) for keys, _ in found]
             calls.append({**call, "args": _with_text_for(call.get("args"), found)})
         else:
             calls.append(call)
     if said:
         update["tool_calls"] = calls
-        update["response_metadata"] = {**message.response_metadata, OUT_OF_RANGE_KEY: said}
+        metadata = {**message.response_metadata, OUT_OF_RANGE_KEY: said, OUT_OF_RANGE_AT_KEY: at}
+        update["response_metadata"] = metadata
     for field in ("additional_kwargs", "response_metadata", "content"):
         value = update.get(field, getattr(message, field))
         if not isinstance(value, str) and (found := _integers_out_of_range(value)):
@@ -264,6 +275,43 @@ def _storable_answer(message: AIMessage) -> AIMessage:
     if message.usage_metadata is not None and _integers_out_of_range(message.usage_metadata):
         update["usage_metadata"] = None
     return message.model_copy(update=update) if update else message
+
+
+def _as_sent(request: ToolCallRequest, args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``args`` (``request``'s call's arguments as the run's state holds them) with each integer
+    out of range that the model hook kept as text (``OUT_OF_RANGE_AT_KEY``) back as the integer
+    the model sent: the refusal's ``args_digest`` and logged arguments are then over the call as
+    the model made it, which an auditor can match with the model's answer, and the same as a
+    ``gated_tool_node`` records for the same call (until review R59 they were over the text, the
+    digest of another call: one whose model sent that number as a string). ``args`` itself when
+    nothing was kept so (the usual case)."""
+    answer = _asking_answer(request)
+    noted = answer.response_metadata.get(OUT_OF_RANGE_AT_KEY) if answer is not None else None
+    paths = noted.get(request.tool_call.get("id")) if isinstance(noted, Mapping) else None
+    if not isinstance(paths, list):
+        return args
+    places: list[tuple[tuple[object, ...], object]] = []
+    for keys in paths:
+        text = _at(args, keys) if isinstance(keys, list) and keys else None
+        if isinstance(text, str) and text.isascii() and text.lstrip("-").isdigit():
+            with contextlib.suppress(ValueError):  # past Python's 4,300 digits: left as text
+                if not -INT_RANGE < (value := int(text)) < INT_RANGE:
+                    places.append((tuple(keys), value))
+    return cast(Mapping[str, Any], _with_values_at(args, places)) if places else args
+
+
+def _at(item: object, keys: list[object]) -> object:
+    """What ``item`` holds at the keys and indexes ``keys``; ``None`` where there is nothing."""
+    for key in keys:
+        if isinstance(item, Mapping):
+            if key not in item:
+                return None
+            item = item[key]
+        elif isinstance(item, list) and isinstance(key, int) and 0 <= key < len(item):
+            item = item[key]
+        else:
+            return None
+    return item
 
 
 def _storable_result(result: R) -> R:
@@ -294,18 +342,24 @@ def _storable_result(result: R) -> R:
 
 
 def _with_text_for(args: object, found: list[tuple[tuple[object, ...], int]]) -> object:
-    """A copy of ``args`` whose integers at the places ``found`` names are their decimal text:
-    each dict and list on the way to one copied (without recursion), the rest shared."""
+    """A copy of ``args`` whose integers at the places ``found`` names are their decimal text."""
+    return _with_values_at(args, [(keys, _integer_text(value)) for keys, value in found])
+
+
+def _with_values_at(args: object, places: list[tuple[tuple[object, ...], object]]) -> object:
+    """A copy of ``args`` holding, at each place ``places`` names (the keys and indexes that
+    lead to it), the value given with it: each dict and list on the way to one copied (without
+    recursion), the rest shared."""
     copy = _copied_container(args)
-    for keys, value in found:
-        if not keys:  # the arguments are the integer itself
-            return _integer_text(value)
+    for keys, value in places:
+        if not keys:  # the arguments are the value itself
+            return value
         place: Any = copy
         for key in keys[:-1]:
             inner = _copied_container(place[key])
             place[key] = inner
             place = inner
-        place[keys[-1]] = _integer_text(value)
+        place[keys[-1]] = value
     return copy
 
 
