@@ -62,7 +62,12 @@ class _Structured(_Paying):
         self.boss = self.gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
 
     def run(
-        self, turns: list[AIMessage], response_format: Any, saver: str = "sqlite", mode: str = "sync"
+        self,
+        turns: list[AIMessage],
+        response_format: Any,
+        saver: str = "sqlite",
+        mode: str = "sync",
+        gate_models: bool = True,
     ) -> Any:
         config: Any = {"configurable": {"thread_id": "t"}}
         asked = {"messages": [{"role": "user", "content": "which refund?"}]}
@@ -75,6 +80,7 @@ class _Structured(_Paying):
                 tools=[self.tool],
                 checkpointer=checkpointer,
                 response_format=response_format,
+                gate_models=gate_models,
             )
 
         if mode == "sync":
@@ -184,3 +190,16 @@ def test_a_model_call_whose_answer_cannot_be_parsed_is_charged(
     assert (outcome.kind, outcome.status) == ("outcome", "error")
     assert outcome.reasons[0] == "StructuredOutputValidationError"
     assert outcome.budget_delta is not None and outcome.budget_delta > 0
+
+
+def test_a_schema_given_alone_with_ungated_models_is_refused_alike(structured: _Structured) -> None:
+    """Review R59, the same ``TypeError`` with ``gate_models=False`` and the schema given alone
+    (which LangChain makes a ``ToolStrategy`` of): the model is told, and answers again."""
+    turns = [
+        _structured({"order_id": "O-1", "amount": HUGE}),
+        _structured({"order_id": "O-1", "amount": 5}, "s2"),
+    ]
+    result = structured.run(turns, Refund, gate_models=False)
+    assert result["structured_response"] == Refund(order_id="O-1", amount=5)
+    refused = next(m for m in result["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "s1")
+    assert refused.status == "error" and SAID in str(refused.content)
