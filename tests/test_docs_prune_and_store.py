@@ -666,6 +666,7 @@ def test_delegation_tool_terms_are_an_input_error_when_made(world: World, change
 @pytest.fixture
 def demo_dir(monkeypatch: pytest.MonkeyPatch) -> Any:
     import importlib.util
+    import sys
 
     spec = importlib.util.spec_from_file_location(
         "_r38_docs_examples_common", REPO / "examples" / "_common.py"
@@ -673,6 +674,7 @@ def demo_dir(monkeypatch: pytest.MonkeyPatch) -> Any:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     monkeypatch.syspath_prepend(str(REPO / "examples"))
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module.demo_dir
 
