@@ -9,12 +9,12 @@ Real schedulers (the async core, and the sync facade with and without a store).
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from _sync_callers import SyncCallers
 
 from agentgate.errors import DeadlineExceeded, SchedulingError, TwinDeadlineExceeded
 from agentgate.store import SQLiteStore
@@ -225,31 +225,9 @@ def _sync_race(
     store = SQLiteStore(tmp_path / "s.db") if with_store else None
     scheduler = SyncScheduler(CONFIG, store=store)
     core = scheduler.scheduler
-    outcomes: dict[str, BaseException | str] = {}
-    release = threading.Event()
-    holding = threading.Event()
-
-    def hold(attempt: Attempt) -> str:
-        holding.set()
-        release.wait(WAIT_S)
-        return "held"
-
-    def submit(label: str, call: ToolCall, fn: Callable[[Attempt], str]) -> threading.Thread:
-        def run() -> None:
-            try:
-                outcomes[label] = scheduler.submit(call, fn)
-            except BaseException as exc:
-                outcomes[label] = exc
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
-
-    def until(condition: Callable[[], bool]) -> None:
-        end = time.monotonic() + WAIT_S
-        while not condition() and time.monotonic() < end:
-            time.sleep(0.001)
-        assert condition()
+    callers = SyncCallers(scheduler, WAIT_S)
+    outcomes, release, holding = callers.outcomes, callers.release, callers.holding
+    hold, submit, until = callers.hold, callers.submit, callers.until
 
     try:
         holder = submit("holder", ToolCall("x"), hold)
