@@ -328,7 +328,12 @@ def test_the_scheduler_errors_tasks_md_lists_are_where_it_says() -> None:
         (DOCS / "tasks.md").read_text().split("## What the refusals carry")[1].split("\n## ")[0],
         flags=re.M,
     )
-    assert names == ["CircuitOpen", "Overloaded", "DeadlineExceeded"]
+    assert names == [
+        "CircuitOpen",
+        "Overloaded",
+        "DeadlineExceeded",
+        "TwinDeadlineExceeded",
+    ]  # the last since R59
     for name in names:
         assert issubclass(getattr(agentgate.errors, name), agentgate.errors.SchedulingError)
         assert not hasattr(agentgate.tasks, name)

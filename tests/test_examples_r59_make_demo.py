@@ -29,7 +29,12 @@ def checkout(tmp_path: Path) -> Path:
 
 def _would_run(checkout: Path, target: str) -> list[str]:
     result = subprocess.run(
-        ["make", "-n", target], cwd=checkout, capture_output=True, text=True, check=True, timeout=30
+        ["make", "--no-print-directory", "-n", target],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
     )
     return result.stdout.splitlines()
 
