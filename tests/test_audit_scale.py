@@ -474,7 +474,9 @@ def test_the_gate_writes_bounded_entries_for_a_huge_argument(tmp_path: Path) -> 
         refusal = gate.audit.entry(denied.audit_index)
         # The rule that refused quotes the argument: that reason is recorded by digest too.
         assert len(gate.audit.entry_bytes(denied.audit_index)) <= DEFAULT_MAX_ENTRY_BYTES
-        quoted, elided_id = refusal.reasons
+        # Since review R59 the authority's refusal (the grant does not cover it) is recorded too.
+        quoted, code, elided_id = refusal.reasons
+        assert code == "scope_creep:call_not_covered"
         assert quoted.startswith("elided reason: ") and elided_id.startswith("elided args.id: 300002 bytes")
         assert gate.verify().ok
     finally:
