@@ -10,12 +10,12 @@ queue.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from _sync_callers import SyncCallers
 
 from agentgate.errors import DeadlineExceeded
 from agentgate.store import SQLiteStore
@@ -121,14 +121,9 @@ def test_a_sync_twin_goes_back_down_when_its_urgent_joiner_leaves(with_store: bo
     scheduler = SyncScheduler(CONFIG, store=store)
     core = scheduler.scheduler
     order: list[str] = []
-    outcomes: dict[str, BaseException | str] = {}
-    release = threading.Event()
-    holding = threading.Event()
-
-    def hold(attempt: Attempt) -> str:
-        holding.set()
-        release.wait(WAIT_S)
-        return "held"
+    callers = SyncCallers(scheduler, WAIT_S)
+    outcomes, release, holding = callers.outcomes, callers.release, callers.holding
+    hold, submit, until = callers.hold, callers.submit, callers.until
 
     def named(name: str) -> Callable[[Attempt], str]:
         def tool(attempt: Attempt) -> str:
@@ -136,23 +131,6 @@ def test_a_sync_twin_goes_back_down_when_its_urgent_joiner_leaves(with_store: bo
             return name
 
         return tool
-
-    def submit(label: str, call: ToolCall, fn: Callable[[Attempt], str]) -> threading.Thread:
-        def run() -> None:
-            try:
-                outcomes[label] = scheduler.submit(call, fn)
-            except BaseException as exc:
-                outcomes[label] = exc
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
-
-    def until(condition: Callable[[], bool]) -> None:
-        end = time.monotonic() + WAIT_S
-        while not condition() and time.monotonic() < end:
-            time.sleep(0.001)
-        assert condition()
 
     try:
         threads = [submit("holder", ToolCall("x"), hold)]
