@@ -189,8 +189,11 @@ each), so that the refusal is recorded with the arguments as the model sent them
 def _integers_out_of_range(value: object) -> list[tuple[tuple[object, ...], int]]:
     """Each integer (not a boolean) of ``value`` out of range (``INT_RANGE``), with the keys and
     indexes that lead to it inside the objects and lists; walked without recursion, as the
-    parser nests."""
+    parser nests. Every model answer and tool result is looked at, so ``_holds_out_of_range``
+    answers first whether there is any (the usual answer: none) without building the paths."""
     found: list[tuple[tuple[object, ...], int]] = []
+    if not _holds_out_of_range(value):
+        return found
     stack: list[tuple[object, tuple[object, ...]]] = [(value, ())]
     while stack:
         item, keys = stack.pop()
@@ -202,6 +205,24 @@ def _integers_out_of_range(value: object) -> list[tuple[tuple[object, ...], int]
         elif isinstance(item, list | tuple):
             stack.extend((v, (*keys, i)) for i, v in reversed(list(enumerate(item))))
     return found
+
+
+def _holds_out_of_range(value: object) -> bool:
+    """Whether ``value`` holds an integer (not a boolean) out of range (``INT_RANGE``) inside its
+    objects and lists: ``_integers_out_of_range`` without the paths; walked without recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            continue
+        if isinstance(item, int):
+            if not -INT_RANGE < item < INT_RANGE and not isinstance(item, bool):
+                return True
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
 
 
 def _integer_text(value: int) -> str:
