@@ -11,15 +11,16 @@ with ``AGENTGATE_OPENAI_BASE_URL`` set it talks to any OpenAI-compatible endpoin
     AGENTGATE_OPENAI_MAX_RETRIES=2                      # tries after a failed first one
 
 (that mode needs ``pip install langchain-openai``). An empty value counts as unset; a timeout that
-is no number of seconds above 0, or retries that are no whole number 0 or more, end the example
-with one line and status 2. A model call the endpoint fails (unreachable, no answer in time, a
-refused key, a model it does not serve, an error status, an answer that is no chat completion or
+is no number of seconds above 0, retries that are no whole number 0 or more, or a missing
+``langchain-openai`` end the example with one line and status 2, before anything is made. A
+model call the endpoint fails (unreachable, no answer in time, a refused key, a model it does not serve, an error status, an answer that is no chat completion or
 holds no choice) stops the run with ``EndpointFailed``, whose message says what to check; the
 example then prints its summary of what was decided until then and exits with 1.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -103,6 +104,9 @@ def _setting(name: str, default: str) -> str:
     return os.environ.get(name) or default
 
 
+_NO_CLIENT = "AGENTGATE_OPENAI_BASE_URL is set: install the client with `pip install langchain-openai`"
+
+
 def _misconfigured(message: str) -> NoReturn:
     """End the example on a setting it cannot use: one line, status 2, before any model call."""
     print(message, file=sys.stderr)
@@ -160,6 +164,8 @@ def endpoint_settings() -> EndpointSettings | None:
         retries = -1
     if retries < 0:
         _misconfigured(f"AGENTGATE_OPENAI_MAX_RETRIES={retries_text!r} is not a whole number, 0 or more")
+    if importlib.util.find_spec("langchain_openai") is None:
+        _misconfigured(_NO_CLIENT)
     return EndpointSettings(
         base_url=base_url,
         model=os.environ.get("AGENTGATE_OPENAI_MODEL") or None,
@@ -178,8 +184,8 @@ def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None 
         return ScriptedChatModel(turns=list(turns), model_name=name, served_by=served_by)
     try:
         from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
-    except ImportError:
-        sys.exit("AGENTGATE_OPENAI_BASE_URL is set: install the client with `pip install langchain-openai`")
+    except ImportError:  # endpoint_settings found it: only a broken install is left here
+        _misconfigured(_NO_CLIENT)
     served = endpoint.served(name)
 
     def failed(error: Exception) -> EndpointFailed:
