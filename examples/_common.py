@@ -13,9 +13,10 @@ with ``AGENTGATE_OPENAI_BASE_URL`` set it talks to any OpenAI-compatible endpoin
 (that mode needs ``pip install langchain-openai``). An empty value counts as unset; a timeout that
 is no number of seconds above 0, retries that are no whole number 0 or more, or a missing
 ``langchain-openai`` end the example with one line and status 2, before anything is made. A
-model call the endpoint fails (unreachable, no answer in time, a refused key, a model it does not serve, an error status, an answer that is no chat completion or
-holds no choice) stops the run with ``EndpointFailed``, whose message says what to check; the
-example then prints its summary of what was decided until then and exits with 1.
+model call the endpoint fails (unreachable, no answer in time, a refused key, a model it does not
+serve, an error status, an answer that is no chat completion or holds no choice) stops the run
+with ``EndpointFailed``, whose message says what to check; the example then prints its summary of
+what was decided until then and exits with 1.
 """
 
 from __future__ import annotations
