@@ -54,7 +54,11 @@ already records a deny or an outcome is read from what it was given, not from wh
 left of its attributes (``_RECORDED``).
 
 Exporters: whatever ``TracerProvider`` the application installed; ``configure_from_env`` installs
-one from the standard ``OTEL_*`` variables for applications that have none.
+one from the standard ``OTEL_*`` variables for applications that have none. A span is evidence of
+a decision, never a condition of it: a span processor or sampler that raises as a span starts or
+ends (the SDK calls them in the caller's thread and lets what they raise out) is logged as a
+warning on the ``agentgate.audit.spans`` logger, and the call goes on as if untraced (a span that
+could not start is ``INVALID_SPAN``, which records nothing).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import logging
 import os
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
@@ -69,7 +74,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from agentgate.audit.entry import canonical_json
@@ -118,6 +123,7 @@ _RECORDED: weakref.WeakKeyDictionary[Span, dict[str, AttributeValue]] = weakref.
 attributes may have lost them to the limit, and what ``_span`` does with an exception (leave a
 deny or an outcome alone) is read here. Until review R57 it was read from the span's attributes,
 and with ``error.type`` dropped an exception relabelled a deny's span as a failure."""
+_log = logging.getLogger(__name__)
 _EXPORTERS = ("none", "console", "otlp")
 """The values ``configure_from_env`` reads in ``OTEL_TRACES_EXPORTER`` (any case)."""
 
@@ -162,28 +168,58 @@ def _capture(record_content: bool | None) -> bool:
 
 @contextmanager
 def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Tracer | None) -> Iterator[Span]:
+    """The span ``name`` made current for the block, ended once as the block leaves it, whatever
+    the tracer's span processors or sampler do (``_started``, ``_end``)."""
     clean = {k: v for k, v in attributes.items() if v is not None}
-    # Only the exception's type is exported: its message (and a recorded exception event with the
-    # message and stack) may hold a tool's arguments or a secret the audit log would redact.
-    with (tracer or get_tracer()).start_as_current_span(
-        name, kind=kind, attributes=clean, record_exception=False, set_status_on_exception=False
-    ) as span:
-        try:
-            yield span
-        except BaseException as exc:
-            # A call recorded as paused (LangGraph's interrupt() raises to pause a tool) has not
-            # failed; one whose outcome is recorded says how it ended (a stream cut because its
-            # caller left: CallerGone, not the CancelledError that ends the span); and a refusal
-            # recorded on the span (a refused delegation raises its AuthorityError through it)
-            # keeps agentgate.denied and its reasons: the exception that carries any of them out
-            # leaves the status alone.
-            recorded = _RECORDED.get(span) or {}
-            if "agentgate.outcome" not in recorded and recorded.get("error.type") != DENIED:
-                _record(span, {"error.type": type(exc).__qualname__})
-                span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
-            raise
-        finally:
-            _keep_essentials(span)
+    span = _started(tracer or get_tracer(), name, kind, clean)
+    try:
+        # Only the exception's type is exported: its message (and a recorded exception event with
+        # the message and stack) may hold a tool's arguments or a secret the audit log would redact.
+        with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+            try:
+                yield span
+            except BaseException as exc:
+                # A call recorded as paused (LangGraph's interrupt() raises to pause a tool) has
+                # not failed; one whose outcome is recorded says how it ended (a stream cut
+                # because its caller left: CallerGone, not the CancelledError that ends the
+                # span); and a refusal recorded on the span (a refused delegation raises its
+                # AuthorityError through it) keeps agentgate.denied and its reasons: the
+                # exception that carries any of them out leaves the status alone.
+                recorded = _RECORDED.get(span) or {}
+                if "agentgate.outcome" not in recorded and recorded.get("error.type") != DENIED:
+                    _record(span, {"error.type": type(exc).__qualname__})
+                    span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+                raise
+    finally:
+        _keep_essentials(span)
+        _end(span, name)
+
+
+def _started(tracer: Tracer, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Span:
+    """The span ``name`` started, or ``INVALID_SPAN`` (which records nothing) when starting it
+    raised: the SDK calls every span processor's ``on_start`` (and the sampler) in the caller's
+    thread and lets what they raise out. A span is evidence of a decision, never a condition of
+    it: until review R60 a processor that raised made ``Gate.run`` raise before its tool ran,
+    leaving the allow used up and its reservation held, and ``Gate.issue`` raise with the grant
+    recorded."""
+    try:
+        return tracer.start_span(
+            name, kind=kind, attributes=attributes, record_exception=False, set_status_on_exception=False
+        )
+    except Exception:
+        _log.warning("agentgate: span %r was not started: the tracer raised", name, exc_info=True)
+        return INVALID_SPAN
+
+
+def _end(span: Span, name: str) -> None:
+    """End ``span``; what its span processors raise (the SDK calls each one's ``on_end``, and
+    a ``SimpleSpanProcessor``'s export, in the caller's thread) is logged, never raised: until
+    review R60 it replaced the result of the call the span recorded (``Gate.run`` raised after
+    its tool ran and its outcome was written, ``Gate.issue`` after its grant was recorded)."""
+    try:
+        span.end()
+    except Exception:
+        _log.warning("agentgate: a span processor raised as span %r ended", name, exc_info=True)
 
 
 def _record(span: Span, values: Mapping[str, AttributeValue]) -> None:
