@@ -2,8 +2,9 @@
 
 Span events go on the caller's current span (the ``execute_tool`` span of the integration), named
 ``agentgate.task.<event>``: queued, started, retried, gave_up, shed, reused, breaker_opened,
-breaker_half_open, breaker_closed. Nothing is recorded when no span is recording, so the cost
-without tracing is one context lookup.
+breaker_half_open, breaker_closed; the names an event carries (``agentgate.tool``,
+``agentgate.tenant``) are cut to ``MAX_NAME_CHARS`` (200) characters. Nothing is recorded when no
+span is recording, so the cost without tracing is one context lookup.
 
 Prometheus metrics live in a per-scheduler ``CollectorRegistry``, or in one the caller passes, which
 several schedulers may share (each family is exported once: events and waits summed over the
@@ -36,6 +37,7 @@ from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from agentgate._names import MAX_NAME_CHARS
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState
 from agentgate.tasks._call import OTHER  # the label value of the values past MAX_LABEL_VALUES
 
@@ -259,11 +261,18 @@ class SchedulerMetrics:
             return key, self.events.get(key, 0)
 
     def event(self, name: str, tool: str, attributes: Mapping[str, str | int | float | bool]) -> None:
-        """Count ``name`` for ``tool`` and add it to the current span when one is recording."""
+        """Count ``name`` for ``tool`` and add it to the current span when one is recording, its
+        text (the tool's and the tenant's names) cut to ``MAX_NAME_CHARS`` characters: a
+        scheduler used alone takes names of any length from its caller, and an event carried a
+        name whole (until review R60, a 1,000,000-character tool name on each event of its call)."""
         self.tally(name, tool)
         span = trace.get_current_span()
         if span.is_recording():
-            span.add_event(f"agentgate.task.{name}", {"agentgate.tool": tool, **attributes})
+            values = {"agentgate.tool": tool, **attributes}
+            span.add_event(
+                f"agentgate.task.{name}",
+                {k: v[:MAX_NAME_CHARS] if type(v) is str else v for k, v in values.items()},
+            )
 
     def tally(self, name: str, tool: str) -> None:
         """Count ``name`` for ``tool`` only: for callers that know no span is recording."""
