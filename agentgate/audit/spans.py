@@ -297,15 +297,17 @@ def execute_tool_span(
 
 def record_tool_result(span: Span, result: Any, *, record_content: bool | None = None) -> None:
     """Set ``gen_ai.tool.call.result`` if content capture is opted in; otherwise record nothing.
-    A result JSON cannot encode (keys of mixed types, a cycle, nesting past the recursion limit)
-    or text that is not valid Unicode (a lone surrogate) is not recorded: the call goes on, as
-    with arguments."""
+    A result JSON cannot encode (keys of mixed types, a cycle, nesting past the recursion limit),
+    one holding an object whose ``str()`` raises (what JSON cannot encode is written as its
+    ``str()``), or text that is not valid Unicode (a lone surrogate) is not recorded: the call
+    goes on, as with arguments. Until review R60 an object whose ``str()`` raised (a
+    ``RuntimeError``, say) raised out of this function after the tool had run."""
     if not _capture(record_content):
         return
     try:
         text = result if isinstance(result, str) else json.dumps(result, default=str, sort_keys=True)
         text.encode()  # UnicodeEncodeError (a ValueError): not UTF-8, as OTLP carries text
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # whatever a result's own __str__ raises, as well as json's TypeError, ValueError
         return
     span.set_attributes(_bounded_content("gen_ai.tool.call.result", text))
 
