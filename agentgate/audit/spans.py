@@ -88,8 +88,9 @@ FAILED = "agentgate.failed"
 MAX_CALL_ID_CHARS = 200
 """Most characters of a call id a span records: the id is the caller's (a model's tool call id,
 whatever its text) and has no bound of its own, and one oversized attribute can make an
-exporter's whole batch too large to send. The same bound holds for every other name a caller
-gives a span: an agent's, a tool's or model's, a resource and an action (``_cut``)."""
+exporter's whole batch too large to send. The same bound holds for every other text a helper
+here puts on a span, captured content aside (``MAX_CONTENT_BYTES``): an agent's, a tool's or
+model's name, a resource, an action, a did, a grant id, a status (``_cut``)."""
 MAX_CONTENT_BYTES = 16 * 1024
 """Most bytes of UTF-8 of one captured content value a span records (``gen_ai.tool.call.arguments``,
 ``gen_ai.tool.call.result``): a tool's arguments and results are the caller's, of any size, and
@@ -134,7 +135,11 @@ def _cut(text: str) -> str:
     resource of any length (its action is at most ``MAX_NAME_LENGTH`` since review R56), and its
     span is the one that must reach the exporter;
     until review R56 only call ids were cut, and a refusal's span carried a 100,000-character
-    action twice (its name and ``agentgate.action``)."""
+    action twice (its name and ``agentgate.action``). Until review R60 the helpers still set
+    some of the text they are given whole: ``approval_span``'s resource, ``lease_outcome_span``'s
+    resource and status, ``grant_span``'s action, dids, parent and resources, ``invoke_agent_span``'s
+    agent id, ``chat_span``'s provider, ``record_usage``'s response model, ``record_revocation``'s
+    grant and ``record_decision``'s policy and capability ids; every one is cut here now."""
     return text[:MAX_CALL_ID_CHARS]
 
 
@@ -260,7 +265,7 @@ def invoke_agent_span(
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": name,
-        "gen_ai.agent.id": agent_id,
+        "gen_ai.agent.id": _cut(agent_id) if agent_id is not None else None,
     }
     with _span(f"invoke_agent {name}", SpanKind.INTERNAL, attributes, tracer) as span:
         yield span
@@ -320,7 +325,7 @@ def chat_span(model: str, *, provider: str | None = None, tracer: Tracer | None 
     attributes = {
         "gen_ai.operation.name": "chat",
         "gen_ai.request.model": model,
-        "gen_ai.provider.name": provider,
+        "gen_ai.provider.name": _cut(provider) if provider is not None else None,
     }
     with _span(f"chat {model}", SpanKind.CLIENT, attributes, tracer) as span:
         yield span
@@ -355,18 +360,18 @@ def grant_span(
     ``MAX_GRANT_RESOURCES`` distinct ``resources`` of its capabilities. ``name`` (the caller's,
     of any length) is cut to ``MAX_CALL_ID_CHARS`` characters. The decision is
     ``record_decision``'s: the new grant as ``capability_id``, or the refusal."""
-    resource = f"agent:{_cut(name)}"
+    resource, action = f"agent:{_cut(name)}", _cut(action)
     listed: dict[str, None] = {}
     for named in resources:
         if len(listed) == MAX_GRANT_RESOURCES:
             break
-        listed[named] = None
+        listed[_cut(named)] = None
     attributes = {
         "agentgate.resource": resource,
         "agentgate.action": action,
-        "agentgate.grant.issuer": issuer,
-        "agentgate.grant.audience": audience,
-        "agentgate.grant.parent": parent,
+        "agentgate.grant.issuer": _cut(issuer),
+        "agentgate.grant.audience": _cut(audience),
+        "agentgate.grant.parent": _cut(parent) if parent is not None else None,
         "agentgate.grant.resources": list(listed) or None,
     }
     with _span(f"{action} {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
@@ -396,6 +401,7 @@ def approval_span(
     ``agentgate.approval.request`` (the request answered; both cut to ``MAX_CALL_ID_CHARS``
     characters) and ``agentgate.audit.index`` (its ``approval_given`` entry). No
     ``agentgate.decision``: the decision is the call's, on the call's own span."""
+    resource = _cut(resource)
     attributes = {
         "agentgate.action": "approve",
         "agentgate.resource": resource,
@@ -426,6 +432,7 @@ def lease_outcome_span(
     ``agentgate.audit.ref`` (the decision it refers to, when it has one). An ``error`` outcome
     marks the span ERROR (``record_outcome``). No ``agentgate.decision``: the decision is on
     its own ``lease {resource}`` span."""
+    resource, status = _cut(resource), _cut(status)
     attributes = {
         "agentgate.resource": resource,
         "agentgate.action": "lease",
@@ -453,7 +460,7 @@ def record_revocation(
     (how many grants recorded below it are dead with it) and ``agentgate.audit.index`` (its
     ``revoke`` entry)."""
     values: dict[str, Any] = {
-        "agentgate.capability.id": grant_id,
+        "agentgate.capability.id": _cut(grant_id),
         "agentgate.revoke.already": already,
         "agentgate.revoke.descendants": descendants,
         "agentgate.audit.index": audit_index,
@@ -476,7 +483,7 @@ def record_usage(
         span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
     if response_model is not None:
-        span.set_attribute("gen_ai.response.model", response_model)
+        span.set_attribute("gen_ai.response.model", _cut(response_model))
 
 
 def _token_count(value: object) -> bool:
@@ -502,8 +509,8 @@ def record_decision(
     if its attribute limit dropped any, so that a low limit keeps them; an exception that
     leaves the span later does not relabel a deny."""
     values: dict[str, Any] = {
-        "agentgate.policy.id": policy_id,
-        "agentgate.capability.id": capability_id,
+        "agentgate.policy.id": _cut(policy_id) if policy_id is not None else None,
+        "agentgate.capability.id": _cut(capability_id) if capability_id is not None else None,
         "agentgate.chain.depth": chain_depth,
         "agentgate.budget.remaining": budget_remaining,
         "agentgate.audit.index": audit_index,
