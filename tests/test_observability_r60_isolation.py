@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_observability import SWEEP_POLICY
 
+from agentgate.audit.spans import execute_tool_span
 from agentgate.capabilities import Call
 from agentgate.gate import Gate
 from agentgate.keys import SigningKey
@@ -101,3 +102,31 @@ def test_a_span_processor_that_raises_changes_no_decision_result_or_entry(
 
 async def _found_2() -> str:
     return "found 2"
+
+
+class _RaisingFor(SpanProcessor):
+    """A span processor that raises as a span of one name starts."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if span.name == self.name:
+            raise RuntimeError(f"the processor broke at {self.name}")
+
+
+def test_a_span_that_could_not_start_leaves_the_spans_inside_it_in_their_trace() -> None:
+    """Review R60: a tool span whose start raised ended the call; made current as an invalid span, the tool's own spans would start traces of their own."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(_RaisingFor("execute_tool search"))
+    tracer = provider.get_tracer("r60")
+    with tracer.start_as_current_span("run") as run, execute_tool_span("search", tracer=tracer) as tool:
+        assert not tool.is_recording()
+        with tracer.start_as_current_span("inside the tool"):
+            pass
+    inside = next(s for s in exporter.get_finished_spans() if s.name == "inside the tool")
+    assert inside.parent is not None and inside.parent.span_id == run.get_span_context().span_id
+    assert inside.context.trace_id == run.get_span_context().trace_id
+    provider.shutdown()

@@ -174,9 +174,14 @@ def _capture(record_content: bool | None) -> bool:
 @contextmanager
 def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Tracer | None) -> Iterator[Span]:
     """The span ``name`` made current for the block, ended once as the block leaves it, whatever
-    the tracer's span processors or sampler do (``_started``, ``_end``)."""
+    the tracer's span processors or sampler do (``_started``, ``_end``). A span that could not
+    start is ``INVALID_SPAN`` and the block runs with the current span as it was: the spans made
+    inside it stay in their trace."""
     clean = {k: v for k, v in attributes.items() if v is not None}
     span = _started(tracer or get_tracer(), name, kind, clean)
+    if span is None:
+        yield INVALID_SPAN
+        return
     try:
         # Only the exception's type is exported: its message (and a recorded exception event with
         # the message and stack) may hold a tool's arguments or a secret the audit log would redact.
@@ -200,9 +205,8 @@ def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Trac
         _end(span, name)
 
 
-def _started(tracer: Tracer, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Span:
-    """The span ``name`` started, or ``INVALID_SPAN`` (which records nothing) when starting it
-    raised: the SDK calls every span processor's ``on_start`` (and the sampler) in the caller's
+def _started(tracer: Tracer, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Span | None:
+    """The span ``name`` started, or None when starting it raised: the SDK calls every span processor's ``on_start`` (and the sampler) in the caller's
     thread and lets what they raise out. A span is evidence of a decision, never a condition of
     it: until review R60 a processor that raised made ``Gate.run`` raise before its tool ran,
     leaving the allow used up and its reservation held, and ``Gate.issue`` raise with the grant
@@ -213,7 +217,7 @@ def _started(tracer: Tracer, name: str, kind: SpanKind, attributes: Mapping[str,
         )
     except Exception:
         _log.warning("agentgate: span %r was not started: the tracer raised", name, exc_info=True)
-        return INVALID_SPAN
+        return None
 
 
 def _end(span: Span, name: str) -> None:
