@@ -21,6 +21,7 @@ from agentgate.audit.spans import (
     invoke_agent_span,
     lease_outcome_span,
     record_decision,
+    record_outcome,
     record_revocation,
     record_tool_result,
     record_usage,
@@ -96,3 +97,22 @@ def test_every_helper_cuts_each_text_it_is_given(traced: tuple[Tracer, InMemoryS
     assert all(
         len(value) <= MAX_CALL_ID_CHARS for a in attributes for value in a.values() if isinstance(value, str)
     )
+
+
+def test_a_status_description_and_error_type_are_cut_too(traced: tuple[Tracer, InMemorySpanExporter]) -> None:
+    """Review R60: a deny's reason, an outcome's error type and an exception's class name reached the span's status and error.type whole."""
+    tracer, exporter = traced
+    long = "x" * 100_000
+    with execute_tool_span("a", tracer=tracer) as span:
+        record_decision(span, "deny", reason=long)
+    with execute_tool_span("b", tracer=tracer) as span:
+        record_decision(span, "allow")
+        record_outcome(span, "error", error_type=long)
+    raised = type("E" * 100_000, (Exception,), {})
+    with pytest.raises(raised), execute_tool_span("c", tracer=tracer):
+        raise raised()
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 3
+    assert all(len(s.status.description or "") <= MAX_CALL_ID_CHARS for s in spans)
+    assert all(len(str((s.attributes or {})["error.type"])) <= MAX_CALL_ID_CHARS for s in spans)
+    assert [s.status.status_code for s in spans] == [StatusCode.ERROR] * 3

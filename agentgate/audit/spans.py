@@ -139,7 +139,9 @@ def _cut(text: str) -> str:
     some of the text they are given whole: ``approval_span``'s resource, ``lease_outcome_span``'s
     resource and status, ``grant_span``'s action, dids, parent and resources, ``invoke_agent_span``'s
     agent id, ``chat_span``'s provider, ``record_usage``'s response model, ``record_revocation``'s
-    grant and ``record_decision``'s policy and capability ids; every one is cut here now."""
+    grant, ``record_decision``'s policy and capability ids and a deny's reason (the span's status
+    description), ``record_outcome``'s error type and an exception's class name; every one is cut
+    here now."""
     return text[:MAX_CALL_ID_CHARS]
 
 
@@ -197,8 +199,9 @@ def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Trac
                 # exception that carries any of them out leaves the status alone.
                 recorded = _RECORDED.get(span) or {}
                 if "agentgate.outcome" not in recorded and recorded.get("error.type") != DENIED:
-                    _record(span, {"error.type": type(exc).__qualname__})
-                    span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+                    kind = _cut(type(exc).__qualname__)
+                    _record(span, {"error.type": kind})
+                    span.set_status(Status(StatusCode.ERROR, kind))
                 raise
     finally:
         _keep_essentials(span)
@@ -508,7 +511,7 @@ def record_decision(
     reason: str | None = None,
 ) -> None:
     """The authority decision behind the span. A ``deny`` marks the span ERROR, ``agentgate.denied``,
-    with ``reason`` as the status description. ``agentgate.decision``, ``agentgate.audit.index``
+    with ``reason`` (its first ``MAX_CALL_ID_CHARS`` characters) as the status description. ``agentgate.decision``, ``agentgate.audit.index``
     and a deny's ``error.type`` are ``ESSENTIAL``: set last, and again as an agentgate span ends
     if its attribute limit dropped any, so that a low limit keeps them; an exception that
     leaves the span later does not relabel a deny."""
@@ -523,18 +526,18 @@ def record_decision(
     essential["agentgate.decision"] = decision
     if decision == "deny":
         essential["error.type"] = DENIED
-        span.set_status(Status(StatusCode.ERROR, reason or "denied by agentgate"))
+        span.set_status(Status(StatusCode.ERROR, _cut(reason) if reason else "denied by agentgate"))
     _record(span, essential)
 
 
 def record_outcome(span: Span, status: str, *, error_type: str | None = None) -> None:
     """How a call that ran ended, as its audit outcome says: ``agentgate.outcome`` is ``status``
     (``ok``, ``error``, ``paused``). An ``error`` marks the span ERROR with ``error.type``:
-    ``error_type`` (an exception's class name) or ``agentgate.failed`` (the call returned a
+    ``error_type`` (an exception's class name, cut as every name) or ``agentgate.failed`` (the call returned a
     failure). ``ok`` and ``paused`` leave the status as it is, and after ``paused`` an exception
     leaving the span (the one that carries the pause out) does not mark it ERROR."""
     if status == "error":
-        kind = error_type or FAILED
+        kind = _cut(error_type) if error_type else FAILED
         _record(span, {"agentgate.outcome": status, "error.type": kind})
         span.set_status(Status(StatusCode.ERROR, kind))
     else:
