@@ -199,9 +199,9 @@ def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Trac
                 # exception that carries any of them out leaves the status alone.
                 recorded = _RECORDED.get(span) or {}
                 if "agentgate.outcome" not in recorded and recorded.get("error.type") != DENIED:
-                    kind = _cut(type(exc).__qualname__)
-                    _record(span, {"error.type": kind})
-                    span.set_status(Status(StatusCode.ERROR, kind))
+                    failure = _cut(type(exc).__qualname__)
+                    _record(span, {"error.type": failure})
+                    span.set_status(Status(StatusCode.ERROR, failure))
                 raise
     finally:
         _keep_essentials(span)
