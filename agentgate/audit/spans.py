@@ -209,8 +209,8 @@ def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Trac
 
 
 def _started(tracer: Tracer, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Span | None:
-    """The span ``name`` started, or None when starting it raised: the SDK calls every span processor's ``on_start`` (and the sampler) in the caller's
-    thread and lets what they raise out. A span is evidence of a decision, never a condition of
+    """The span ``name`` started, or None when starting it raised: the SDK calls every span
+    processor's ``on_start`` (and the sampler) in the caller's thread and lets what they raise out. A span is evidence of a decision, never a condition of
     it: until review R60 a processor that raised made ``Gate.run`` raise before its tool ran,
     leaving the allow used up and its reservation held, and ``Gate.issue`` raise with the grant
     recorded."""
@@ -511,10 +511,11 @@ def record_decision(
     reason: str | None = None,
 ) -> None:
     """The authority decision behind the span. A ``deny`` marks the span ERROR, ``agentgate.denied``,
-    with ``reason`` (its first ``MAX_CALL_ID_CHARS`` characters) as the status description. ``agentgate.decision``, ``agentgate.audit.index``
-    and a deny's ``error.type`` are ``ESSENTIAL``: set last, and again as an agentgate span ends
-    if its attribute limit dropped any, so that a low limit keeps them; an exception that
-    leaves the span later does not relabel a deny."""
+    with ``reason`` (its first ``MAX_CALL_ID_CHARS`` characters) as the status description.
+    ``agentgate.decision``, ``agentgate.audit.index`` and a deny's ``error.type`` are
+    ``ESSENTIAL``: set last, and again as an agentgate span ends if its attribute limit dropped
+    any, so that a low limit keeps them; an exception that leaves the span later does not
+    relabel a deny."""
     values: dict[str, Any] = {
         "agentgate.policy.id": _cut(policy_id) if policy_id is not None else None,
         "agentgate.capability.id": _cut(capability_id) if capability_id is not None else None,
@@ -533,9 +534,10 @@ def record_decision(
 def record_outcome(span: Span, status: str, *, error_type: str | None = None) -> None:
     """How a call that ran ended, as its audit outcome says: ``agentgate.outcome`` is ``status``
     (``ok``, ``error``, ``paused``). An ``error`` marks the span ERROR with ``error.type``:
-    ``error_type`` (an exception's class name, cut as every name) or ``agentgate.failed`` (the call returned a
-    failure). ``ok`` and ``paused`` leave the status as it is, and after ``paused`` an exception
-    leaving the span (the one that carries the pause out) does not mark it ERROR."""
+    ``error_type`` (an exception's class name, cut as every name) or ``agentgate.failed`` (the
+    call returned a failure). ``ok`` and ``paused`` leave the status as it is, and after
+    ``paused`` an exception leaving the span (the one that carries the pause out) does not mark
+    it ERROR."""
     if status == "error":
         kind = _cut(error_type) if error_type else FAILED
         _record(span, {"agentgate.outcome": status, "error.type": kind})
