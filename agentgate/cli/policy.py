@@ -16,7 +16,17 @@ from agentgate.cli._common import escaped_once, given, given_text, json_object, 
 from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Severity
 from agentgate.keys import replace_file
-from agentgate.policy import Outcome, Policy, PolicyIndex, explain, json_schema_text, lint, load_policy
+from agentgate.policy import (
+    Budget,
+    Outcome,
+    Policy,
+    PolicyIndex,
+    RuleRef,
+    explain,
+    json_schema_text,
+    lint,
+    load_policy,
+)
 from agentgate.policy._index import PolicyDecision
 from agentgate.policy._load import describe_constraint
 
@@ -112,18 +122,22 @@ def _explain(args: argparse.Namespace) -> int:
         else:
             print(f"DENY: {escaped_once(str(exc))}")
         return 1
-    decision, text = explain(PolicyIndex(policy), args.principal, call)
+    index = PolicyIndex(policy)
+    decision, text = explain(index, args.principal, call)
     if args.json:
-        write_json(_explain_json(policy, decision), indent=None)
+        write_json(_explain_json(policy, decision, index.allowed_through(args.principal, call)), indent=None)
     else:
         print("\n".join(escaped_once(line) for line in text.split("\n")))
     return {Outcome.ALLOW: 0, Outcome.DENY: 1, Outcome.APPROVAL_REQUIRED: 3}[decision.outcome]
 
 
-def _explain_json(policy: Policy, decision: PolicyDecision) -> dict[str, Any]:
+def _explain_json(
+    policy: Policy, decision: PolicyDecision, through: tuple[tuple[str, RuleRef], ...] = ()
+) -> dict[str, Any]:
     """Every fact the text of ``policy explain`` shows, as JSON: the roles held, the rule and the
-    constraints it checked, the budget, each quota with its limit, the approval gate with its
-    approvers, quorum and expiry, and the reasons."""
+    constraints it checked, the budget, every role held through which a rule allows the call
+    (``through``: ``PolicyIndex.allowed_through``), each quota with its limit, the approval gate
+    with its approvers, quorum and expiry, and the reasons."""
     rule = decision.rule
     approval = decision.approval
     return {
@@ -135,9 +149,16 @@ def _explain_json(policy: Policy, decision: PolicyDecision) -> dict[str, Any]:
         "held_role": decision.held_role,
         "rule": str(rule) if rule else None,
         "constraints": [describe_constraint(a, c) for a, c in rule.capability.constraints] if rule else [],
-        "budget": (
-            {"limit": decision.budget.limit, "unit": decision.budget.unit} if decision.budget else None
-        ),
+        "budget": _budget(decision.budget),
+        "allowed_through": [
+            {
+                "held_role": held,
+                "role": r.role,
+                "rule": str(r),
+                "budget": _budget(policy.document.roles[held].budget),
+            }
+            for held, r in through
+        ],
         "approval": approval.gate if approval else None,
         "approvers": list(approval.approvers) if approval else [],
         "quorum": approval.quorum if approval else None,
@@ -149,6 +170,10 @@ def _explain_json(policy: Policy, decision: PolicyDecision) -> dict[str, Any]:
         ],
         "reasons": list(decision.reasons),
     }
+
+
+def _budget(budget: Budget | None) -> dict[str, Any] | None:
+    return {"limit": budget.limit, "unit": budget.unit} if budget is not None else None
 
 
 def _schema(args: argparse.Namespace) -> int:

@@ -39,11 +39,22 @@ def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecis
     args = "{" + ", ".join(f"{_json(name)}: {_json(value)}" for name, value in call.args.items()) + "}"
     lines = [f"{_VERDICT[decision.outcome]}: {who} calling {call.resource} with {args}"]
     if decision.principal is not None:
-        roles = policy.principal_roles(decision.principal)
-        lines.append(f"  roles held: {', '.join(roles) or 'none'}")
+        lines.append(f"  roles held: {_roles_held(index, decision.principal)}")
+    through = index.allowed_through(principal, call) if decision.rule is not None else ()
     if decision.rule is not None:
         cap = decision.rule.capability
         lines.append(f"  rule: {decision.rule}")
+        if decision.held_role is not None and decision.held_role != decision.rule.role:
+            lines.append(
+                f"  held through: role {decision.held_role}, which inherits role {decision.rule.role}"
+            )
+        if len(through) > 1:
+            # Until review R60 only the deciding role was named, and a principal holding another
+            # role that allows the call too (on another budget) read as if it held only the first.
+            lines.append(
+                f"  decided by role {decision.held_role}: the first of {decision.principal}'s roles, "
+                "in the order its entry in principals lists them, whose rules allow the call"
+            )
         if cap.constraints:
             lines.append(
                 "  constraints checked: " + "; ".join(describe_constraint(a, c) for a, c in cap.constraints)
@@ -54,6 +65,10 @@ def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecis
         lines.append(
             f"  budget of role {decision.held_role}: {decision.budget.limit} {decision.budget.unit} per grant"
         )
+    for held, rule in through[1:]:
+        budget = index.policy.document.roles[held].budget
+        terms = f"{budget.limit} {budget.unit} per grant" if budget is not None else "no budget"
+        lines.append(f"  also allowed through role {held}: {rule}; budget of role {held}: {terms}")
     for q in decision.quotas:
         lines.append(f"  quota {q.name} ({q.subject}): {q.limit} {q.unit} per {q.window_s}s")
     if decision.approval is not None:
@@ -75,3 +90,18 @@ def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecis
             else "    - anything not explicitly allowed is denied"
         )
     return decision, "\n".join(lines)
+
+
+def _roles_held(index: PolicyIndex, principal: str) -> str:
+    """The roles ``principal`` holds, each once, in the order ``evaluate`` reads them: those it
+    holds itself as named, those it holds only through one of them marked so
+    (``base (inherited through clerk)``); ``none`` without any."""
+    held = index.policy.document.principals[principal].roles
+    shown = []
+    for role in index.policy.principal_roles(principal):
+        if role in held:
+            shown.append(role)
+        else:
+            via = next(h for h in held if role in index.policy.role_closure(h))
+            shown.append(f"{role} (inherited through {via})")
+    return ", ".join(shown) or "none"

@@ -438,6 +438,43 @@ class PolicyIndex:
                 misses.append(_miss(compiled[0], call))
         return self._denied(entry, resource, misses)
 
+    def allowed_through(self, principal: str, call: Call) -> tuple[tuple[str, RuleRef], ...]:
+        """Every role ``principal`` holds itself through which a rule allows ``call``: for each,
+        in the order the principal's entry lists them, ``(held role, rule)``, the rule being the
+        first of that role or of a role it inherits (read in the order ``evaluate`` reads them)
+        whose action and constraints hold. The first pair is the one ``evaluate`` decides by
+        (``held_role``, ``rule``); the others name roles whose grants could carry the call too,
+        each on its own budget. Empty where ``evaluate`` allows through no rule (a deny before or
+        after reading the rules); approval gates apply whatever the role, so they are not read."""
+        decision = self.evaluate(principal, call)
+        if decision.rule is None or decision.principal is None:
+            return ()
+        resource = call.resource
+        slot = self._slots.get(resource)
+        found: list[tuple[str, RuleRef]] = []
+        for held in dict.fromkeys(self.policy.document.principals[decision.principal].roles):
+            for role in self.policy.role_closure(held):
+                rule = self._first_allowing(slot, role, call)
+                if rule is not None:
+                    found.append((held, rule))
+                    break
+        return tuple(found)
+
+    def _first_allowing(self, slot: _Slot | None, role: str, call: Call) -> RuleRef | None:
+        """The first rule of ``role`` itself that allows ``call`` (``slot``: the call's resource's,
+        ``None`` for an undeclared one, as ``evaluate`` reads them), or ``None``."""
+        if slot is not None:
+            for compiled in slot.rules.get(role, ()):
+                if compiled[1] in ("*", call.action) and _passes(compiled, call.args):
+                    rule: RuleRef = compiled[0]
+                    return rule
+            return None
+        resource = call.resource
+        rules = [*self._exact_other.get(resource, {}).get(role, ())]
+        for pattern in wild_ancestors(resource):
+            rules += self._wild_rules.get(pattern, {}).get(role, ())
+        return next((r for r in sorted(rules, key=lambda r: r.index) if _satisfies(r.capability, call)), None)
+
     def _evaluate_undeclared(self, entry: _Principal, call: Call) -> PolicyDecision:
         """Tools and models must be declared; other resources (``gpu:``) are matched by their rules.
 
