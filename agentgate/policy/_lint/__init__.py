@@ -53,6 +53,7 @@ from agentgate.policy._lint._principals import (
     AgentInheritsRole,
     InheritsRulesNotBudget,
     PrincipalWithoutKey,
+    RoleNeverHeld,
     TrustAnchorWithoutKey,
     WildcardCapabilityForAgent,
 )
@@ -75,6 +76,7 @@ RULES: tuple[LintRule, ...] = (
     DelegatedTtlAboveDelegator(),
     RevocationDisabled(),
     ToolWithoutRule(),
+    RoleNeverHeld(),
     RuleForUndeclaredResource(),
     QuotaCountsNothing(),
     ConstraintOnUndeclaredArgument(),

@@ -1,7 +1,7 @@
 """Lint rules on principals, keys and roles: an agent role that inherits a whole role or holds a
 wildcard, a role that inherits rules but no budget, a principal without a key of its own or an
-agent holding a trust anchor's (implicit_trust_inheritance), and a trust anchor without a key
-(authority_chain_opacity).
+agent holding a trust anchor's (implicit_trust_inheritance), a trust anchor without a key and a
+role no principal holds (authority_chain_opacity).
 """
 
 from __future__ import annotations
@@ -116,4 +116,30 @@ class TrustAnchorWithoutKey(LintRule):
             if did is None:
                 yield self.finding(
                     policy, f"trust anchor {name} has no key", policy.line_of("trust_anchors", name, key=True)
+                )
+
+
+class RoleNeverHeld(LintRule):
+    code = "role_never_held"
+    kind = OPAQUE
+    severity = Severity.WARNING
+    hint = "add the role to the roles of the principal meant to hold it, or remove the role"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        # A root grant is issued only for a role its holder holds (Gate.issue, ``grant issue
+        # --policy --role``) and a decision reads only the roles its principal holds: a role no
+        # principal holds, itself or through ``inherits``, never allows a call. Until review R60
+        # lint said nothing, and such a role read as authority someone had. A policy whose
+        # principals hold no role at all (a template, a deny-all) is not reported role by role,
+        # nor is a role that holds no rule, itself or through inherits (nothing reads as held).
+        held = {role for name in policy.document.principals for role in policy.principal_roles(name)}
+        if not held:
+            return
+        for name in policy.document.roles:
+            if name not in held and (rules := len(policy.effective_rules(name))):
+                yield self.finding(
+                    policy,
+                    f"role {name} is held by no principal, itself or through a role that inherits it: "
+                    f"no grant can be issued for it, and the {rules} rule(s) it holds never allow a call",
+                    policy.line_of("roles", name, key=True),
                 )
