@@ -43,3 +43,46 @@ def test_every_role_held_itself_or_through_inherits_draws_no_finding() -> None:
     assert _never_held(HEAD.replace("roles: [clerk]", "roles: [clerk, closer]") + closer) == []
     assert _never_held(HEAD + "  placeholder: {description: nothing yet}\n") == []
     assert _never_held(HEAD.replace("roles: [clerk]", "roles: []") + closer) == []
+
+
+FETCH = """\
+version: 1
+principals:
+  alice: {kind: human, roles: [r]}
+tools:
+  web.fetch: {args: {url: {type: string}}}
+roles:
+  r:
+    capabilities:
+      - resource: tool:web.fetch
+        constraints: {url: {prefix: PREFIX}}
+"""
+
+
+def _empty_prefix(text: str) -> list[tuple[int | None, str]]:
+    return [(f.line, f.message) for f in lint(parse_policy(text)) if f.code == "empty_prefix"]
+
+
+def test_an_empty_prefix_in_a_rule_or_a_delegation_rule_is_an_error() -> None:
+    """Review R60: a rule's ``prefix: ""`` (an unfilled template) read as a bound, allowed every text, and lint said nothing.
+
+    Reported at the rule's line, as an error, for a role's rule and for a delegation rule."""
+    text = FETCH.replace("PREFIX", '""')
+    ((line, message),) = _empty_prefix(text)
+    assert line == 9
+    assert message.endswith("the prefix of url is empty: every text starts with it, so it bounds nothing")
+    delegating = FETCH.replace("PREFIX", "https://a/") + (
+        "    delegation:\n      capabilities:\n        - resource: tool:web.fetch\n"
+        "          constraints: {url: {prefix: '', eq: 'https://a/b'}}\n"
+    )
+    assert [line for line, _ in _empty_prefix(delegating)] == [13]
+    (finding,) = [f for f in lint(parse_policy(text)) if f.code == "empty_prefix"]
+    assert finding.severity == "error"
+
+
+def test_a_non_empty_prefix_or_a_gate_condition_is_not_reported() -> None:
+    """A prefix of one character bounds; a gate's ``when`` with an empty prefix only makes the
+    gate apply to more calls (fail closed), so it is not reported."""
+    assert _empty_prefix(FETCH.replace("PREFIX", "' '")) == []
+    gate = "approvals:\n  g: {resource: tool:web.fetch, approvers: [alice], when: {url: {prefix: ''}}}\n"
+    assert _empty_prefix(FETCH.replace("PREFIX", "https://") + gate) == []

@@ -28,6 +28,7 @@ from agentgate.policy._lint._constraints import (
     ConstraintOnUndeclaredArgument,
     ConstraintTypeMismatch,
     ContradictoryConstraint,
+    EmptyPrefix,
     ShadowedRule,
 )
 from agentgate.policy._lint._declarations import (
@@ -81,6 +82,7 @@ RULES: tuple[LintRule, ...] = (
     QuotaCountsNothing(),
     ConstraintOnUndeclaredArgument(),
     ContradictoryConstraint(),
+    EmptyPrefix(),
     ConstraintTypeMismatch(),
     ShadowedRule(),
     TrustAnchorWithoutKey(),

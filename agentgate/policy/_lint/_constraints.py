@@ -1,7 +1,7 @@
 """Lint rules on constraints (authority_chain_opacity): a rule that constrains an argument its
 tool does not declare, a constraint or an approval gate's condition that no value satisfies, or
-no value of the argument's declared type, and a rule shadowed by another that allows everything
-it allows.
+no value of the argument's declared type, an empty prefix (which every text satisfies), and a
+rule shadowed by another that allows everything it allows.
 """
 
 from __future__ import annotations
@@ -66,6 +66,26 @@ class ContradictoryConstraint(LintRule):
                     f"approval gate {gname}: no value of {', '.join(empty)} satisfies its condition",
                     policy.line_of("approvals", gname, "when"),
                 )
+
+
+class EmptyPrefix(LintRule):
+    code = "empty_prefix"
+    kind = OPAQUE
+    hint = "write the prefix the values must start with; for any text, leave the operator out"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        # Every text starts with "": ``url: {prefix: ""}`` reads as a bound and allows any URL,
+        # as a template left unfilled (``prefix: "${PREFIX}"``) writes it. Until review R60 lint
+        # said nothing. A gate's ``when`` is not read: there it only makes the gate apply more.
+        for rules in (*policy.rules.values(), *policy.delegable.values()):
+            for rule in rules:
+                for arg, c in rule.capability.constraints:
+                    if c.prefix == "":
+                        yield self.finding(
+                            policy,
+                            f"{rule}: the prefix of {arg} is empty: every text starts with it, so it bounds nothing",
+                            rule.line,
+                        )
 
 
 class ConstraintTypeMismatch(LintRule):
