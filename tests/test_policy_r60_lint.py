@@ -86,3 +86,30 @@ def test_a_non_empty_prefix_or_a_gate_condition_is_not_reported() -> None:
     assert _empty_prefix(FETCH.replace("PREFIX", "' '")) == []
     gate = "approvals:\n  g: {resource: tool:web.fetch, approvers: [alice], when: {url: {prefix: ''}}}\n"
     assert _empty_prefix(FETCH.replace("PREFIX", "https://") + gate) == []
+
+
+REFUND = """\
+version: 1
+principals:
+  alice: {kind: human, roles: [r]}
+tools:
+  payments.refund:
+    args: {amount: {type: integer}, currency: {type: string}}
+    loggable: [currency, ammount]
+roles:
+  r:
+    capabilities: [{resource: tool:payments.refund}]
+"""
+
+
+def test_a_loggable_name_the_tool_does_not_declare_is_reported() -> None:
+    """Review R60: a loggable name that is no declared argument (``ammount``) drew no lint finding, and the argument meant stayed digested.
+
+    A warning at the name's line; a declared loggable name is not reported."""
+    findings = [f for f in lint(parse_policy(REFUND)) if f.code == "loggable_undeclared_argument"]
+    assert [(f.line, f.severity) for f in findings] == [(7, "warning")]
+    assert findings[0].message.startswith(
+        "tool:payments.refund marks 'ammount' loggable, which it does not declare"
+    )
+    fixed = REFUND.replace("ammount", "amount")
+    assert [f for f in lint(parse_policy(fixed)) if f.code == "loggable_undeclared_argument"] == []

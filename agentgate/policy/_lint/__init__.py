@@ -32,6 +32,7 @@ from agentgate.policy._lint._constraints import (
     ShadowedRule,
 )
 from agentgate.policy._lint._declarations import (
+    LoggableUndeclaredArgument,
     QuotaCountsNothing,
     RuleForUndeclaredResource,
     ToolNotAudited,
@@ -87,6 +88,7 @@ RULES: tuple[LintRule, ...] = (
     ShadowedRule(),
     TrustAnchorWithoutKey(),
     ToolNotAudited(),
+    LoggableUndeclaredArgument(),
     GateOnUndeclaredArgument(),
     ApprovalUnreachable(),
 )

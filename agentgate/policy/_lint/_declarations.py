@@ -1,6 +1,7 @@
 """Lint rules on what a policy declares and names (authority_chain_opacity): a tool no role can
-call or that is not audited, a rule or a quota that names an undeclared resource, and a quota
-that counts nothing (no resources, or a unit none of their calls use).
+call or that is not audited, a rule or a quota that names an undeclared resource, a quota that
+counts nothing (no resources, or a unit none of their calls use), and a loggable argument a tool
+does not declare.
 """
 
 from __future__ import annotations
@@ -153,3 +154,25 @@ class ToolNotAudited(LintRule):
                     f"calls to tool:{name} would not be audited",
                     policy.line_of("tools", name, "audit"),
                 )
+
+
+class LoggableUndeclaredArgument(LintRule):
+    code = "loggable_undeclared_argument"
+    kind = OPAQUE
+    severity = Severity.WARNING
+    hint = "name the argument as the tool declares it under args, or remove it from loggable"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        # A call with an argument its tool does not declare is denied, so a loggable name that is
+        # no declared argument is never written in clear: a typo (``ammount``) leaves the argument
+        # meant digested while the policy reads as if it were kept. Until review R60 lint said
+        # nothing.
+        for name, tool in policy.document.tools.items():
+            for i, arg in enumerate(tool.loggable):
+                if arg not in tool.args:
+                    yield self.finding(
+                        policy,
+                        f"tool:{name} marks {arg!r} loggable, which it does not declare: a call "
+                        "with it is denied, so it is never written in clear",
+                        policy.line_of("tools", name, "loggable", i),
+                    )
