@@ -56,6 +56,12 @@ DELEGATIONS_PURGE_S = 1.0
 requests asked in this process of expired ones)."""
 
 
+DELEGATIONS_KEPT = 4096
+"""The most delegations ``Gate.delegations`` keeps (the oldest go first): each holds its
+sub-agent's identity, its signing key included (about 16 KiB), and nothing decides from the list
+(a delegation for the same call is answered from the store, ``_delegated_before``)."""
+
+
 DELEGATED_PARSED_MAX = 1024
 """How many parsed delegated chains a Gate keeps for ``delegate(call=...)`` (cleared when full)."""
 
@@ -109,7 +115,8 @@ class _Delegation:
     """The ``Gate``'s grants: ``issue`` (a root grant for a role), ``delegate`` (an attenuated
     grant to a sub-agent, handed on again for the same call), ``revoke`` and ``revoke_holder``.
     Each grant, and each refusal to make one, is audited; ``delegations`` keeps the live
-    delegations this gate made."""
+    delegations this gate made (neither expired nor revoked through it; at most
+    ``DELEGATIONS_KEPT``)."""
 
     # The gate's state this part reads (``Gate.__init__`` sets it).
     policy: Policy
@@ -388,7 +395,7 @@ class _Delegation:
         self, parent: AgentIdentity, child: AgentIdentity, *, again: bool = False
     ) -> AgentIdentity:
         """``child``, kept in ``delegations`` (the live ones) under ``parent``'s name; one handed
-        on ``again`` is kept once."""
+        on ``again`` is kept once. At most ``DELEGATIONS_KEPT`` are kept: the oldest go."""
         chain = child.chain
         with self._lock:  # the live delegations only: a long-running service delegates per request
             now = time.time()
@@ -401,6 +408,7 @@ class _Delegation:
                 self._purge_at = max(soonest, now + DELEGATIONS_PURGE_S)
             if not again or all(d[1].chain.id != chain.id for d in self.delegations):
                 self.delegations.append((parent.name, child))
+                del self.delegations[: max(0, len(self.delegations) - DELEGATIONS_KEPT)]
             self._purge_at = min(self._purge_at, max(chain.tip.expires, now + DELEGATIONS_PURGE_S))
         return child
 
@@ -545,6 +553,7 @@ class _Delegation:
                     revoke(self.grants, grant_id, reason=reason)
                     index = self.audit.append(revocation_entry(grant_id, by, reason), tx)
                     self._void_revoked([grant_id], tx)
+            self._forget_revoked([grant_id])
             self._revoked_on(span, grant_id, already, index)
         return Revocation(grant_id, already=already)
 
@@ -569,6 +578,7 @@ class _Delegation:
                 done = revoke_holder(self.grants, holder, reason=reason)
                 indexes = [self.audit.append(revocation_entry(g, by, reason), tx) for g in done.revoked]
                 self._void_revoked(done.revoked, tx)
+            self._forget_revoked([*done.revoked, *done.already])
             if span.is_recording():
                 span.set_attributes(
                     {
@@ -582,6 +592,14 @@ class _Delegation:
                     with self._revoke_span(by) as each:
                         self._revoked_on(each, grant_id, False, index)
         return done
+
+    def _forget_revoked(self, grant_ids: Collection[str]) -> None:
+        """Drop from ``delegations`` every delegation whose chain holds one of ``grant_ids``
+        (revoked: its own grant or an ancestor's), with the sub-agent's key: until review R60 a
+        revoked sub-agent stayed until its grant expired. Asked once the revocation is committed."""
+        dead = set(grant_ids)
+        with self._lock:
+            self.delegations[:] = [d for d in self.delegations if dead.isdisjoint(d[1].chain.ids)]
 
     def _revoke_span(self, by: str, *, holder: bool = False) -> AbstractContextManager[Span]:
         """The span of one revocation (``revoke_span``); none while nothing could record it."""

@@ -208,7 +208,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         self._requests_purge_at = 0.0
         self.delegations: list[tuple[str, AgentIdentity]] = []
         """(parent agent name, sub-agent identity) for the live delegations this gate made, in
-        order; an expired one leaves at a later delegation (within ``DELEGATIONS_PURGE_S``)."""
+        order; an expired one leaves at a later delegation (within ``DELEGATIONS_PURGE_S``), a
+        revoked one (its grant or an ancestor's, through this gate) at once, and past
+        ``DELEGATIONS_KEPT`` the oldest. Informative: nothing decides from it."""
         self._purge_at = 0.0
         """When ``delegations`` next needs a pass for expired entries (``time.time()``)."""
         self._parsed_delegated: dict[str, Chain] = {}
