@@ -512,21 +512,17 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         every refusal of the engine's but the chain's verification). Asked only of a call the
         policy refuses: an allowed call's chain is decided once, by ``authorize``'s own decision.
         The engine's approval hook answers ``None`` here (no approval gate is pending), so no
-        approval is ever asked for such a call. One transaction: revocation is read in it, with
-        the refusal's entry and the closing of the call's approval request."""
-        with self._decision_transaction() as tx:
-            with self.grants.within(tx):
-                refused = self._refused_by_authority(identity, call)
-            if refused is None:
-                refused = (
-                    Authorization(Verdict.DENY, call, identity, verdict.reasons)
-                    if fault is None
-                    else Authorization(Verdict.DENY, call, identity, (fault.message,), (fault,))
-                )
-            own = self._call_scope(identity, call_id, asked_in)
-            refused = self._write_refusal(refused, tx, ref=self._close_asked(refused, call_id, tx, own))
-        self._refusal_span(refused, call_id)
-        return refused
+        approval is ever asked for such a call. One transaction (``_record_refusal``'s
+        ``authority_first``): revocation is read in it, with the refusal's entry and the closing
+        of the call's approval request."""
+        refused = (
+            Authorization(Verdict.DENY, call, identity, verdict.reasons)
+            if fault is None
+            else Authorization(Verdict.DENY, call, identity, (fault.message,), (fault,))
+        )
+        return self._record_refusal(
+            refused, call_id, call_key=self._call_scope(identity, call_id, asked_in), authority_first=True
+        )
 
     def _refused_by_authority(self, identity: AgentIdentity, call: Call) -> Authorization | None:
         """The authority engine's refusal of ``call`` for ``identity`` (``_revoked_instead`` of a

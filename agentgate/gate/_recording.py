@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import Span
 
 from agentgate.audit.entry import argument_digest, redact
-from agentgate.authority import Decision
+from agentgate.authority import Decision, GrantRepository
 from agentgate.capabilities import Call
 from agentgate.errors import BudgetExceeded, Denied, Expired, InputError, QuotaExceeded, Revoked
 from agentgate.findings import Finding
@@ -46,6 +46,7 @@ class _Recording:
     quotas: QuotaCounter
     once: OnceCalls
     approvals: ApprovalStore
+    grants: GrantRepository
     _store_lock: threading.RLock
 
     if TYPE_CHECKING:  # what this part calls of the gate's other parts
@@ -83,6 +84,8 @@ class _Recording:
         def _cost(self, call: Call, tokens: tuple[int, int] | None) -> dict[str, int]: ...
 
         def _span(self, auth: Authorization, call_id: str | None = None) -> AbstractContextManager[Span]: ...
+
+        def _refused_by_authority(self, identity: AgentIdentity, call: Call) -> Authorization | None: ...
 
     def _entry(self, auth: Authorization, kind: str) -> dict[str, Any]:
         identity = auth.identity
@@ -159,11 +162,17 @@ class _Recording:
         *,
         close_asked: bool = True,
         call_key: str | None = None,
+        authority_first: bool = False,
     ) -> Authorization:
         """Record a refusal in a decision transaction of its own; the refused authorization. With
         ``close_asked``, an approval request open for the call is closed (``_close_asked``; of the
-        framework call ``call_key`` only, when given)."""
+        framework call ``call_key`` only, when given). With ``authority_first``, a call the
+        authority engine refuses too is refused for the engine's reason instead
+        (``_refused_by_authority``), revocation read in that transaction."""
         with self._decision_transaction() as tx:
+            if authority_first and auth.identity is not None:
+                with self.grants.within(tx):
+                    auth = self._refused_by_authority(auth.identity, auth.call) or auth
             ref = self._close_asked(auth, call_id, tx, call_key) if close_asked else None
             refused = self._write_refusal(auth, tx, ref=ref)
         self._refusal_span(refused, call_id)
