@@ -29,11 +29,12 @@ from agentgate.authority import Chain, Decision, Invocation, chain_weight, parse
 from agentgate.capabilities import Call
 from agentgate.dispatch._sse import _StreamUsage
 from agentgate.dispatch.backends import ChatChunk, carries_output
-from agentgate.errors import BackendFailed, NoBackend, TokenFormatError
+from agentgate.errors import TokenFormatError
 from agentgate.findings import Finding, FindingKind
-from agentgate.gate import MAX_ERROR_DETAIL, AgentIdentity, Approval, Authorization, Gate, Verdict
+from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.gate._authorization import COVERAGE_CODES, revoked_refusal
 from agentgate.gate._outcomes import USAGE_UNREAD
+from agentgate.gate._running import _failure_reason
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Outcome, Policy, PolicyDecision
 from agentgate.store import Store, Transaction
@@ -372,9 +373,7 @@ class GatewayGate(Gate):
                     delivered = delivered or carries_output(chunk)
                     await queue.put(chunk)  # waits while the caller is STREAM_AHEAD chunks behind
             except Exception as exc:
-                error = error_type = type(exc).__name__
-                if isinstance(exc, NoBackend | BackendFailed) and str(exc):
-                    error = f"{error}: {str(exc)[:MAX_ERROR_DETAIL]}"  # why, as ``Gate`` keeps it
+                error, error_type = _failure_reason(exc), type(exc).__name__  # why, as ``Gate`` keeps it
                 last = exc
             except BaseException as exc:  # cancelled: the caller is gone, nobody reads the queue
                 error = (left() if left is not None else None) or type(exc).__name__
