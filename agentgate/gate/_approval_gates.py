@@ -83,12 +83,15 @@ class _Approvals:
         gate: PolicyApproval | None,
         identity: AgentIdentity,
         call_key: str | None = None,
+        *,
+        refusal: Callable[[Transaction], str | None] | None = None,
     ) -> tuple[Approval | None, tuple[str, ...], ApprovalRequirement | None]:
         """For a call with an approval ``request``: the approval that completes it (``None`` when
         none does), the reasons an approval given was not used, and the approval the call still
         needs (``None`` once approved, or when no policy gate asks for one). ``call_key``: the
-        framework call (``_scoped_call_key``), whose run an approval's request must be of."""
-        approved, unused = self._approval_complete(approval, request, rule, call_key)
+        framework call (``_scoped_call_key``), whose run an approval's request must be of.
+        ``refusal``: as ``_approval_complete`` takes it."""
+        approved, unused = self._approval_complete(approval, request, rule, call_key, refusal=refusal)
         if approved is not None and self._superseded(approved, request, identity, call_key):
             unused = (
                 f"approval of request {approved.request} not used: it expired, and the call was asked for again",
@@ -222,6 +225,8 @@ class _Approvals:
         request: Mapping[str, Any],
         rule: QuorumRule | None,
         call_key: str | None = None,
+        *,
+        refusal: Callable[[Transaction], str | None] | None = None,
     ) -> tuple[Approval | None, tuple[str, ...]]:
         """The approval that completes the gate's quorum, or ``None`` while it is not complete,
         and why the approval given did not count (a reason for the ``approval_required`` answer
@@ -233,6 +238,12 @@ class _Approvals:
         then it stays ``approval_required`` and the run asks the next approver. The quorum and
         the approvers who count are the policy's now (``rule``), also for a request asked under
         an earlier version of it.
+
+        ``refusal``: asked in the vote's transaction before the vote, why the authority refuses
+        the call (``None``: it does not); a call it refuses has no vote recorded, and the decision
+        that follows refuses it. Until review R60 the Gate asked the authority before this
+        transaction: a revocation committed between the two had the vote recorded (on a request
+        without grant rows, which ``approve`` does not read as void), then the call refused.
         """
         if approval is None or rule is None:
             return None, ()
@@ -243,6 +254,9 @@ class _Approvals:
             return approval, ()
         unused: tuple[str, ...] = ()
         with self._decision_transaction() as tx:
+            refused = refusal(tx) if refusal is not None else None
+            if refused is not None:
+                return None, (f"approval by {approval.approver} not counted: {refused:.300}",)
             try:
                 self.approvals.approve(
                     approval.request, approval.approver, call_hash=request["call_hash"], tx=tx, rule=rule

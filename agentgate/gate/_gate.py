@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import logging
 import os
 import threading
@@ -68,7 +69,7 @@ from agentgate.gate._running import _Running
 from agentgate.gate._settlement import _Settlement
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex, load_policy
-from agentgate.store import Store, open_store
+from agentgate.store import Store, Transaction, open_store
 from agentgate.store.approvals import ApprovalStore
 from agentgate.store.audit import AuditLog, VerifyReport, log_origin, open_log_key, previous_log_keys
 from agentgate.store.ledger import BudgetLedger
@@ -419,18 +420,21 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
                 refused, call_id, call_key=self._call_scope(identity, call_id, asked_in)
             )
         rule = self._quorum_rule(verdict.approval)
-        if approval is not None and request is not None and rule is not None and rule.quorum > 1:
-            # A vote towards a quorum above one is recorded before the decision (a transaction of
-            # its own): as at the gateway, none is recorded for a call the authority refuses.
-            first = self._refused_by_authority(identity, call)
-            if first is not None:
-                return self._record_refusal(
-                    first, call_id, call_key=self._call_scope(identity, call_id, asked_in)
-                )
         call_key = self._scoped_call_key(identity, call_id, asked_in) if request is not None else None
         scope = None if call_key is None else call_key[0]
+        # A vote towards a quorum above one is recorded before the decision (a transaction of its
+        # own): as at the gateway, none is recorded for a call the authority refuses, asked in
+        # that transaction; the decision below then refuses the call for the authority's reason.
         approved, unused, pending = (
-            self._approval_state(approval, request, rule, verdict.approval, identity, scope)
+            self._approval_state(
+                approval,
+                request,
+                rule,
+                verdict.approval,
+                identity,
+                scope,
+                refusal=functools.partial(self._authority_refusal_in, identity, call),
+            )
             if request is not None
             else (None, (), None)
         )
@@ -535,6 +539,13 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         return self._revoked_instead(decision, call, identity) or Authorization(
             Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
         )
+
+    def _authority_refusal_in(self, identity: AgentIdentity, call: Call, tx: Transaction) -> str | None:
+        """Why the authority engine refuses ``call`` for ``identity``, revocation read in ``tx``
+        (``_refused_by_authority``); ``None`` when it does not."""
+        with self.grants.within(tx):
+            refused = self._refused_by_authority(identity, call)
+        return None if refused is None else "; ".join(refused.reasons)
 
     def _revoked_instead(
         self, decision: Decision, call: Call, identity: AgentIdentity
