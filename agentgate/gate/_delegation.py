@@ -244,7 +244,8 @@ class _Delegation:
 
         ``call`` names the call that delegates (``delegation_tool``: the tool call's thread, step
         and id), signed into the grant's purpose as a digest. A live grant recorded in the store
-        for the same ``call``, parent, key and terms, by this process or another, is handed on
+        for the same ``call``, parent, key and terms (expiring no later than a fresh one of
+        ``ttl`` would), by this process or another, is handed on
         again instead of a fresh one, once the checks below pass as for a fresh one: a sub-agent
         resumed by another process (a restart, another worker) keeps the grant its pending
         approval is bound to. Handing it on again is not audited again; the grant's ``allow``
@@ -283,7 +284,9 @@ class _Delegation:
                 self._refuse_untrusted(parent)
                 self._refuse_outside_policy(parent)
                 self._check_delegation_rule(parent, caps, seconds, budget)
-                if call is not None and (again := self._delegated_before(parent, key, caps, budget, purpose)):
+                if call is not None and (
+                    again := self._delegated_before(parent, key, caps, budget, purpose, seconds)
+                ):
                     child = AgentIdentity(name, key, again, parent.tenant)
                     return self._granted_on(span, self._handed_on(parent, child, again=True))
                 unit = tip.budget.unit if tip.budget else "usd_micros"
@@ -369,12 +372,21 @@ class _Delegation:
         return refused
 
     def _delegated_before(
-        self, parent: AgentIdentity, key: SigningKey, caps: list[Capability], budget: int | None, purpose: str
+        self,
+        parent: AgentIdentity,
+        key: SigningKey,
+        caps: list[Capability],
+        budget: int | None,
+        purpose: str,
+        seconds: int,
     ) -> Chain | None:
         """The live chain recorded as delegated from ``parent`` to ``key`` with ``purpose`` and
-        these terms (``delegate``'s ``call``), if any."""
+        these terms (``delegate``'s ``call``), if any, that expires no later than a fresh one
+        living ``seconds`` would: until review R60 a grant made for a longer ``ttl`` was handed on
+        for a shorter one (ten minutes for one asked)."""
         parsed = self._parsed_delegated
-        for token in self.grants.delegated(parent.grant_id, key.did, now=int(time.time())):
+        now = int(time.time())
+        for token in self.grants.delegated(parent.grant_id, key.did, now=now):
             chain = parsed.get(token)
             if chain is None:
                 chain = parse_chain(token)  # raises for a malformed one, as before: never cached
@@ -384,6 +396,7 @@ class _Delegation:
             tip = chain.tip
             if (
                 tip.purpose == purpose
+                and tip.expires <= now + seconds
                 and list(tip.capabilities) == caps
                 and (budget is None or (tip.budget is not None and tip.budget.amount == budget))
                 and chain.links[:-1] == parent.chain.links
