@@ -40,6 +40,33 @@ _ROW_BYTES = 300
 _CHECKPOINT_BATCH = 1_000
 """Checkpoint rows one read fetches."""
 _INSERT = "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)"
+_LOG_SCHEMA = (
+    "SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+    "ON n.oid = c.relnamespace WHERE c.oid = pg_catalog.to_regclass('audit_log')"
+)
+"""SQL (PostgreSQL): the schema of the ``audit_log`` the store's statements find, quoted as an
+identifier: where the log's functions are made (``AUDIT_DDL`` pins the path to it)."""
+
+
+def _lock_next(tx: Transaction) -> tuple[str, ...]:
+    """PostgreSQL: the statements that take the append lock and read the next index, the last one
+    returning it: ``agentgate_audit_lock_next()`` of the log tables' schema (one round trip),
+    called by that schema-qualified name, so that a function of the same name in a schema earlier
+    on the writer's search path (a schema named after the role, which ``"$user"`` puts first) is
+    not run (until review R60 it ran at each append, and could refuse it or skip the lock). For a
+    schema whose name holds ``?``, which the store's statements read as a parameter, the lock and
+    the read are two statements (READ COMMITTED: the read sees every append committed before the
+    lock was granted). Raises ``AuditError`` where the store has no table audit_log."""
+    schema = _execute(tx, _LOG_SCHEMA)
+    if not schema:
+        raise AuditError("audit log: entry not written: the store has no table audit_log")
+    name = str(schema[0][0])
+    if "?" not in name:
+        return (f"SELECT {name}.agentgate_audit_lock_next()",)
+    return (
+        f"SELECT pg_catalog.pg_advisory_xact_lock({APPEND_LOCK})",
+        "SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log",
+    )
 
 
 def _wrap(exc: Exception, what: str) -> AuditError:
@@ -114,6 +141,9 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             )
         )
         self._guess: int | None = None
+        self._lock_next: tuple[str, ...] | None = None
+        """PostgreSQL: the statements that take the append lock and read the next index
+        (``_lock_next``), found at the first append."""
         # Entries, leaf hashes and roots are read as bytes whatever type the row holds: SQLite
         # stores what it is given, and an entry rewritten with replace() comes back as TEXT.
         # (PostgreSQL's BYTEA columns hold nothing else.)
@@ -160,7 +190,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         already took the database's one write lock.
         """
         if self.store.dialect == "postgresql":
-            tx.execute(f"SELECT pg_advisory_xact_lock({APPEND_LOCK})")
+            tx.execute(f"SELECT pg_catalog.pg_advisory_xact_lock({APPEND_LOCK})")
 
     def append(self, fields: Mapping[str, Any], tx: Transaction | None = None) -> int:
         """Append one entry and return its index.
@@ -191,9 +221,15 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             raise AuditError(f"audit log: entries not written: {exc}") from exc
 
     def _next_index(self, tx: Transaction) -> int:
-        """The next index, with the append lock held until ``tx`` ends (SQLite: its write lock)."""
+        """The next index, with the append lock held until ``tx`` ends (SQLite: its write lock;
+        PostgreSQL: ``_lock_next``)."""
         if self.store.dialect == "postgresql":
-            return int(_execute(tx, "SELECT agentgate_audit_lock_next()")[0][0])
+            if self._lock_next is None:
+                self._lock_next = _lock_next(tx)
+            found: list[Row] = []
+            for statement in self._lock_next:
+                found = _execute(tx, statement)
+            return int(found[0][0])
         return int(_execute(tx, "SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log")[0][0])
 
     def _row(self, index: int, fields: Mapping[str, Any]) -> tuple[int, bytes, bytes]:

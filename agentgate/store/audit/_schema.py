@@ -1371,7 +1371,7 @@ def accept_repair(store: Store, repair: int, by: str, reason: str) -> str:
         raise InputError(f"this store records no repair (no table {_REPAIRS})")
     with store.transaction() as tx:
         if store.dialect == "postgresql":  # one acceptance of a repair, whoever else accepts it
-            tx.execute(f"SELECT pg_advisory_xact_lock({APPEND_LOCK})")
+            tx.execute(f"SELECT pg_catalog.pg_advisory_xact_lock({APPEND_LOCK})")
         found = tx.execute(
             "SELECT what, log_size, checkpoint_size FROM audit_repairs WHERE id = ? AND accepts IS NULL",
             (repair,),
