@@ -326,3 +326,9 @@ class SettlementRefused(InputError):
     (also by its own process meanwhile), or is too recent (its call may still be running); a
     reservation that belongs to a call that must run once or to a GPU lease is settled with it.
     CLI exit code 1."""
+
+
+class RepairRefused(InputError):
+    """An acceptance of an audit log repair is refused (``agentgate audit accept-repair``): the id
+    names no repair recorded in ``audit_repairs`` (or the store records none), or the repair was
+    accepted already. Nothing is written. CLI exit code 1."""

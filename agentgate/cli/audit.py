@@ -53,7 +53,15 @@ from agentgate.cli._common import (
     unprotected_log,
     utc,
 )
-from agentgate.errors import BeyondLogEnd, InputError, KeyFileError, LogDropped, StoreError, TamperDetected
+from agentgate.errors import (
+    BeyondLogEnd,
+    InputError,
+    KeyFileError,
+    LogDropped,
+    RepairRefused,
+    StoreError,
+    TamperDetected,
+)
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.audit import FOREIGN_TRIGGER, AuditLog, Explanation, VerifyReport, log_key_path
@@ -169,9 +177,9 @@ def _accept_repair(args: argparse.Namespace) -> int:
     """Write the acceptance of a repair into ``audit_repairs``; the log is not opened to write (no
     trigger is put back, no key is read). Exit 0 accepted; 1 refused (``REFUSED: ...`` on standard
     output, nothing written): an id that names no repair (none recorded in this store at all
-    included) or one accepted already, well-formed input asking what may not be done (until
-    review R59 exit 2, which is kept for input the command cannot use: a blank ``--by`` or
-    ``--reason``)."""
+    included) or one accepted already (``RepairRefused``), well-formed input asking what may not
+    be done (until review R59 exit 2, which is kept for input the command cannot use: a blank
+    ``--by`` or ``--reason``)."""
     from agentgate.store.audit._schema import accept_repair, refuse_dropped_log
 
     for flag, value in (("--by", args.by), ("--reason", args.reason)):
@@ -182,7 +190,7 @@ def _accept_repair(args: argparse.Namespace) -> int:
         refuse_dropped_log(store)
         try:
             said = accept_repair(store, args.repair, args.by, args.reason)
-        except InputError as exc:  # --by and --reason are checked above: what is left refuses the id
+        except RepairRefused as exc:
             sys.stdout.write(refusal(str(exc)))
             return 1
     print(f"accepted: {printable(said)}, by {printable(args.by)}; audit verify now prints it as information")

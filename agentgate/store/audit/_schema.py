@@ -16,7 +16,7 @@ import functools
 import logging
 import sqlite3
 
-from agentgate.errors import InputError, LogDropped, StoreError
+from agentgate.errors import InputError, LogDropped, RepairRefused, StoreError
 from agentgate.store._base import Dialect, Store, loaded_driver_errors
 
 APPEND_LOCK = 27416741019937140
@@ -1363,12 +1363,13 @@ def accepted_repairs(store: Store) -> list[str]:
 def accept_repair(store: Store, repair: int, by: str, reason: str) -> str:
     """Record that ``by`` checked the entries a repair left unprotected against a copy kept outside
     the database and accepts it (``reason``): a row of ``audit_repairs`` naming the repair. Returns
-    the repair's line. Raises ``InputError`` for an id that names no repair, or one already
-    accepted, and for an empty ``by`` or ``reason``."""
+    the repair's line. Raises ``RepairRefused`` (an ``InputError``) for an id that names no repair
+    (none recorded in this store included) or one already accepted, and ``InputError`` for an
+    empty ``by`` or ``reason``; nothing is written."""
     if not by.strip() or not reason.strip():
         raise InputError("accepting a repair needs who accepts it (--by) and why (--reason)")
     if _REPAIRS not in _tables_held(store, (_REPAIRS,)):
-        raise InputError(f"this store records no repair (no table {_REPAIRS})")
+        raise RepairRefused(f"this store records no repair (no table {_REPAIRS})")
     with store.transaction() as tx:
         if store.dialect == "postgresql":  # one acceptance of a repair, whoever else accepts it
             tx.execute(f"SELECT pg_catalog.pg_advisory_xact_lock({APPEND_LOCK})")
@@ -1377,9 +1378,9 @@ def accept_repair(store: Store, repair: int, by: str, reason: str) -> str:
             (repair,),
         )
         if not found:
-            raise InputError(f"audit_repairs holds no repair {repair}")
+            raise RepairRefused(f"audit_repairs holds no repair {repair}")
         if tx.execute("SELECT 1 FROM audit_repairs WHERE accepts = ?", (repair,)):
-            raise InputError(f"repair {repair} was accepted already")
+            raise RepairRefused(f"repair {repair} was accepted already")
         tx.execute(
             f"INSERT INTO audit_repairs (created, what, accepts, accepted_by, reason) "
             f"SELECT {_NOW[store.dialect]}, 'acceptance', ?, ?, ?",

@@ -243,8 +243,8 @@ class _Verification:
         back) once ``by`` checked the entries it left unprotected against a copy kept outside the
         database: the acceptance is written to ``audit_repairs`` (append-only), and ``verify`` then
         prints the repair as information, not a problem. Returns the repair, in words. Raises
-        ``InputError`` for an id of no repair, one accepted already, or an empty ``by`` or
-        ``reason``."""
+        ``RepairRefused`` (an ``InputError``) for an id of no repair or one accepted already, and
+        ``InputError`` for an empty ``by`` or ``reason``."""
         return accept_repair(self.store, repair, by, reason)
 
     def repeated_indexes(self, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
