@@ -64,7 +64,7 @@ from agentgate.errors import (
 )
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import SQLiteStore, Store
-from agentgate.store.audit import FOREIGN_TRIGGER, AuditLog, Explanation, VerifyReport, log_key_path
+from agentgate.store.audit import AuditLog, Explanation, VerifyReport, log_key_path
 
 
 def register(subparsers: Any) -> None:
@@ -396,11 +396,12 @@ def _machinery_said(report: VerifyReport) -> str:
     """What ``verify``'s closing line says of the log's machinery, for the lines it printed: a
     trigger not in force, only repairs not accepted, or only the record of repairs dropped (its
     triggers may all be in force: saying that nothing refuses an edit would be untrue); and a
-    trigger agentgate did not make, alone or beside those (until review R59 such a trigger alone
-    closed with "the triggers are back")."""
-    foreign = sum(FOREIGN_TRIGGER in line for line in report.unprotected)
+    trigger agentgate did not make, or a PostgreSQL rule, each alone or beside those (until
+    review R59 such a trigger alone closed with "the triggers are back", and until review R60 a
+    rule was called "a trigger agentgate did not make")."""
+    foreign, rules = len(report.foreign_triggers), len(report.rules)
     said = []
-    if len(report.repairs) + len(report.records_lost) < len(report.unprotected) - foreign:
+    if len(report.repairs) + len(report.records_lost) < len(report.unprotected) - foreign - rules:
         said.append("nothing refuses an edit of them until the triggers are back")
     elif report.records_lost:
         said.append("the record of repairs is gone, so whether a trigger was ever put back cannot be told")
@@ -410,6 +411,11 @@ def _machinery_said(report: VerifyReport) -> str:
         said.append(
             "a trigger agentgate did not make runs as the log's tables are written, so the entries "
             "written since it was made may not be what was appended"
+        )
+    if rules:
+        said.append(
+            "a rule agentgate did not make rewrites what is written to the log's tables, so the "
+            "entries written since it was made may not be what was appended"
         )
     return "; ".join(said)
 

@@ -1172,6 +1172,12 @@ PostgreSQL rule (``_rules``: agentgate makes none), says of it: ``agentgate audi
 closing line tells such lines from a trigger not in force."""
 
 
+RULE_LINE = "the rule "
+"""How ``verify``'s line for a PostgreSQL rule on the log's tables (``_rules``) begins: the closing
+line of ``agentgate audit verify`` calls it a rule, not a trigger (until review R60 it said "a
+trigger agentgate did not make" of a store that held none)."""
+
+
 def _foreign_triggers(store: Store, tables: tuple[str, ...]) -> list[str]:
     """A line for each trigger on ``tables`` (constants: the log's tables and the records of it)
     that agentgate did not make: not a protection trigger of its table nor, on audit_log, the
@@ -1232,7 +1238,7 @@ def _rules(store: Store, tables: tuple[str, ...]) -> list[str]:
         "AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY c.relname, r.rulename"
     )
     return [
-        f"the rule {_quoted(str(name), 'postgresql')} on table {table} {FOREIGN_TRIGGER}: it rewrites "
+        f"{RULE_LINE}{_quoted(str(name), 'postgresql')} on table {table} {FOREIGN_TRIGGER}: it rewrites "
         "the statements that write that table, and what it does cannot be told from here (a DO "
         "INSTEAD rule can drop or change an entry as it is appended, any rule can write rows of its "
         "own); check what it did to the rows written since it was made, then "

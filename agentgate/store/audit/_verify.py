@@ -19,7 +19,9 @@ from agentgate.audit.note import Checkpoint, signer_key_ids
 from agentgate.errors import TamperDetected
 from agentgate.store._base import Row, Store
 from agentgate.store.audit._schema import (
+    FOREIGN_TRIGGER,
     RECORD_OF_REPAIRS_DROPPED,
+    RULE_LINE,
     accept_repair,
     accepted_repairs,
     missing_protection,
@@ -77,6 +79,20 @@ class VerifyReport:
         """The line of ``unprotected`` that names a dropped record of repairs (``audit_repairs``
         gone while the store records it as made): the protection triggers may all be in force."""
         return tuple(line for line in self.unprotected if line.startswith(RECORD_OF_REPAIRS_DROPPED))
+
+    @property
+    def foreign_triggers(self) -> tuple[str, ...]:
+        """The lines of ``unprotected`` that name a trigger on the log's tables that agentgate did
+        not make."""
+        return tuple(
+            line for line in self.unprotected if FOREIGN_TRIGGER in line and not line.startswith(RULE_LINE)
+        )
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        """The lines of ``unprotected`` that name a PostgreSQL rule on the log's tables (agentgate
+        makes none)."""
+        return tuple(line for line in self.unprotected if line.startswith(RULE_LINE))
 
     @property
     def ok(self) -> bool:
