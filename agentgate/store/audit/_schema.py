@@ -650,6 +650,47 @@ def refuse_dropped_log(store: Store) -> bool:
     )
 
 
+_ONE_SCHEMA = (*LOG_TABLES, _PARTS, _REPAIRS)
+"""The tables whose protection triggers a writer's opening makes and compares with the functions of
+``audit_log``'s schema (``AUDIT_DDL`` pins the path to it): they must be in that schema."""
+
+
+def _refuse_split_tables(store: Store) -> None:
+    """Raise ``StoreError`` where the tables of ``_ONE_SCHEMA`` that the store's statements find
+    (PostgreSQL: the search path) are not all in one schema, each moved by hand (``ALTER TABLE ...
+    SET SCHEMA``): agentgate makes the functions their triggers run in the schema of audit_log,
+    and a writer's opening cannot put the protection of a table in another schema back. Names each
+    table's schema and the statement that moves it to the schema most of them are in (audit_log's
+    where as many are in another). Until review R60 the opening failed on PostgreSQL's own words
+    (``relation "audit_checkpoints" does not exist``, ``function agentgate_append_only() does not
+    exist``), naming no schema. Reads the catalog only; SQLite has one schema."""
+    if store.dialect != "postgresql":
+        return
+    listed = ", ".join(f"'{name}'" for name in _ONE_SCHEMA)
+    rows = store.query(
+        "SELECT c.relname, n.nspname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+        f"ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'p') AND c.relname IN ({listed}) "
+        "AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY c.relname"
+    )
+    schemas = {str(table): str(schema) for table, schema in rows}
+    if len(set(schemas.values())) < 2:
+        return
+    counts = {schema: list(schemas.values()).count(schema) for schema in schemas.values()}
+    home = max(counts, key=lambda schema: (counts[schema], schema == schemas.get("audit_log")))
+    where = ", ".join(f"{table} in {_quoted(schema, 'postgresql')}" for table, schema in schemas.items())
+    moves = "; ".join(
+        f"ALTER TABLE {_quoted(schema, 'postgresql')}.{table} SET SCHEMA {_quoted(home, 'postgresql')}"
+        for table, schema in schemas.items()
+        if schema != home
+    )
+    raise StoreError(
+        f"the audit log's tables are not in one schema ({where}): agentgate makes them, and the "
+        "functions their protection triggers run, in one schema, and cannot put the protection of a "
+        f"table moved out of it back; nothing was changed: run `{moves}` as their owner, then open "
+        "the log again (docs/operations.md, The audit log's tables in one schema)"
+    )
+
+
 def create_audit_tables(store: Store) -> bool:
     """Create the audit log's tables (``AUDIT_DDL``) and its reference index (``REFS_DDL``), and
     index the entries written before the index, once. Returns whether the index is complete.
@@ -659,7 +700,9 @@ def create_audit_tables(store: Store) -> bool:
     A role that may not create or fill the index (an owner has not opened the log since the
     upgrade) gets ``False``, and ``explain`` scans instead. Raises ``LogDropped`` for a log that
     was dropped (``refuse_dropped_log``) or whose record of repairs was (``_repairs_dropped``),
-    creating nothing, and ``StoreError`` when the audit tables themselves cannot be created.
+    creating nothing, ``StoreError`` for a log whose tables were moved into other schemas by hand
+    (``_refuse_split_tables``), changing nothing, and ``StoreError`` when the audit tables
+    themselves cannot be created.
     """
     index_changed = False
     if not refuse_dropped_log(store):
@@ -672,6 +715,7 @@ def create_audit_tables(store: Store) -> bool:
             },
         )
     else:
+        _refuse_split_tables(store)
         # Refused rather than made again empty: the record of the repairs it held would be erased.
         dropped_at = _repairs_dropped(store)
         if dropped_at is not None:
