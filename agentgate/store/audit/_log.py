@@ -87,6 +87,10 @@ def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]
 class AuditLog(_Proofs, _CachedRoots, _Verification):
     """The append-only, signed Merkle audit log kept in ``store``."""
 
+    _lock_next: tuple[str, ...] | None = None
+    """PostgreSQL: the statements that take the append lock and read the next index
+    (``_lock_next``), found at the first append (a class default: set on the instance then)."""
+
     def __init__(
         self,
         store: Store,
@@ -141,9 +145,6 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             )
         )
         self._guess: int | None = None
-        self._lock_next: tuple[str, ...] | None = None
-        """PostgreSQL: the statements that take the append lock and read the next index
-        (``_lock_next``), found at the first append."""
         # Entries, leaf hashes and roots are read as bytes whatever type the row holds: SQLite
         # stores what it is given, and an entry rewritten with replace() comes back as TEXT.
         # (PostgreSQL's BYTEA columns hold nothing else.)
