@@ -313,7 +313,8 @@ class BeyondLogEnd(InputError):
     """A tree size or index asked for is past the end of the audit log (input, not tampering)."""
 
     def __init__(self, requested: int, size: int, what: str = "size") -> None:
-        super().__init__(f"audit log has only {size} entries; {what} {requested} is past its end")
+        entries = "entry" if size == 1 else "entries"
+        super().__init__(f"audit log has only {size} {entries}; {what} {requested} is past its end")
         self.requested = requested
         """The size or index asked for."""
         self.size = size

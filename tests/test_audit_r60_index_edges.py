@@ -65,7 +65,8 @@ def test_indexes_at_the_edges_of_a_small_log(
             said = capsys.readouterr()
             assert said.out == ""
             assert said.err == (
-                f"agentgate: error: audit log has only {size} entries; entry {index} is past its end\n"
+                f"agentgate: error: audit log has only {size} {'entry' if size == 1 else 'entries'}; "
+                f"entry {index} is past its end\n"
             )
         assert _run(["audit", "show", "--from", str(index)]) == 0
         assert capsys.readouterr() == ("", "")

@@ -184,9 +184,9 @@ def test_cli_prove_past_the_end_exits_2_with_the_log_size(
     log.append(decision())
     log.store.close()
     assert main(["audit", "prove", "3", "--out", str(tmp_path / "p")]) == 2
-    assert "audit log has only 1 entries; entry 3 is past its end" in capsys.readouterr().err
+    assert "audit log has only 1 entry; entry 3 is past its end" in capsys.readouterr().err
     assert main(["audit", "explain", "1"]) == 2
-    assert "audit log has only 1 entries; entry 1 is past its end" in capsys.readouterr().err
+    assert "audit log has only 1 entry; entry 1 is past its end" in capsys.readouterr().err
 
 
 def test_cli_explain_proves_what_it_shows_and_reads_only_that(
