@@ -6,9 +6,10 @@ server on its own thread and event loop. Engine steps take their simulated durat
 
 - ``POST /v1/chat/completions``: OpenAI chat completions, streaming (SSE) or not; the prompt is
   estimated at four characters per token and ``max_tokens`` tokens are generated, one choice per
-  request (``n`` or ``best_of`` other than 1 is refused). A malformed
-  body, or one whose prompt plus ``max_tokens`` exceeds ``max_model_len`` (the lesser of the
-  argument, default 131072, and the KV capacity), is a 400 with an OpenAI error body
+  request (``n`` or ``best_of`` other than 1 is refused). A body declared as anything but JSON
+  (``Content-Type``: ``_not_json``), a malformed body, or one whose prompt plus ``max_tokens``
+  exceeds ``max_model_len`` (the lesser of the argument, default 131072, and the KV capacity), is
+  a 400 with an OpenAI error body
   (``_request.py``); a body over ``MAX_BODY_BYTES`` (16 MiB) is a 413 as soon as it passes the
   limit (the rest is not buffered), and one that has not arrived in full ``body_timeout_s``
   (default 30) seconds after its headers is a 408.
@@ -446,6 +447,8 @@ class SimServer:
             return refused
         if self.fault in ("hang", "garbage", "error"):
             return await self._fault_response()
+        if (refused := _not_json(headers.get("content-type"))) is not None:
+            return refused
         try:
             async with asyncio.timeout(self.body_timeout_s):
                 body = await _read_body(request)
@@ -556,6 +559,26 @@ async def _read_body(request: Request) -> bytes:
             raise _BodyTooLarge(f"the body is larger than {MAX_BODY_BYTES} bytes")
         body += chunk
     return bytes(body)
+
+
+def _not_json(content_type: str | None) -> JSONResponse | None:
+    """A 400 for a chat body declared as anything but JSON; ``None`` for JSON or no declaration.
+
+    As vLLM (FastAPI) reads a body: with no (or an empty) ``Content-Type`` as JSON, with ``application/json`` or
+    ``application/*+json`` (any parameters) as JSON, and with any other type (``text/plain``, a
+    form) not at all, which fails its validation with a 400. Until review R60 the simulator
+    parsed and served such a body, where the backend it stands for refuses it."""
+    if not content_type:
+        return None
+    media = content_type.partition(";")[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    if kind == "application" and (subtype == "json" or subtype.endswith("+json")):
+        return None
+    return _error(
+        400,
+        "invalid_request_error",
+        f"the body must be JSON (Content-Type: application/json), not {content_type[:60]!r}",
+    )
 
 
 async def _drain(queue: asyncio.Queue[int | None]) -> None:
