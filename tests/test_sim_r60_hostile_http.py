@@ -1,8 +1,10 @@
-"""Review R60 of the simulated backend's HTTP server: a body declared as anything but JSON.
+"""Review R60 of the simulated backend's HTTP server: a body declared as anything but JSON, and a
+refused ``max_completion_tokens``.
 
 A real vLLM server (FastAPI) reads a chat body as JSON only when its ``Content-Type`` is JSON or
 absent, and refuses any other with a 400; the simulator parsed and served a ``text/plain`` or
-form body as if it were JSON.
+form body as if it were JSON. Its error for a ``max_completion_tokens`` out of range named
+``max_tokens``, a field the body may not hold or hold valid.
 """
 
 from __future__ import annotations
@@ -57,3 +59,15 @@ def test_a_body_declared_as_json_or_undeclared_is_served(server: SimServer, cont
     response = _post(server, json.dumps(_CHAT).encode(), headers)
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize("value", [0, -1, 2**63, 10**9])
+def test_a_refused_max_completion_tokens_is_named_as_sent(server: SimServer, value: int) -> None:
+    """Review R60: a ``max_completion_tokens`` out of range was refused as ``max_tokens must be
+    ...``, naming a field the body held valid (5 here)."""
+    body = {**_CHAT, "max_tokens": 5, "max_completion_tokens": value}
+    response = _post(server, json.dumps(body).encode(), {"content-type": "application/json"})
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert message.startswith("max_completion_tokens must be an integer from 1 to "), message
+    assert str(value) in message

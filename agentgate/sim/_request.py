@@ -101,11 +101,17 @@ def parse_chat(raw: bytes, max_model_len: int) -> ChatRequest:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
         raise InputError(f"{where}: {first['msg']}") from None
-    max_tokens = body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens
+    # The field named is the one read: max_completion_tokens takes precedence (until review R60 a
+    # refused max_completion_tokens was reported as max_tokens, which the body may hold valid).
+    field, max_tokens = (
+        ("max_tokens", body.max_tokens)
+        if body.max_completion_tokens is None
+        else ("max_completion_tokens", body.max_completion_tokens)
+    )
     if max_tokens is None:
         max_tokens = DEFAULT_MAX_TOKENS
     if not 1 <= max_tokens <= max_model_len:
-        raise InputError(f"max_tokens must be an integer from 1 to {max_model_len}, not {max_tokens}")
+        raise InputError(f"{field} must be an integer from 1 to {max_model_len}, not {max_tokens}")
     text = prompt_text(data["messages"])
     prompt_tokens = estimate_prompt_tokens(data["messages"])
     if prompt_tokens + max_tokens > max_model_len:
