@@ -197,7 +197,9 @@ class GangRequest:
 class TenantQuota:
     """A tenant's GPU quota, as a Kueue ClusterQueue with one resource.
 
-    Raises ``BrokerError`` on construction for a negative quota or limit.
+    Raises ``BrokerError`` on construction for a negative quota or limit, a tenant or cohort that
+    is not non-empty valid Unicode text (a cohort may be ``None``), or a ``borrowing_limit``
+    without a cohort (Kueue refuses it too: "borrowingLimit must be nil when cohort is empty").
     """
 
     tenant: str
@@ -218,6 +220,27 @@ class TenantQuota:
                 raise BrokerError(f"quota of {self.tenant!r}: nominal and borrowing_limit must be integers")
         if self.nominal < 0 or (self.borrowing_limit is not None and self.borrowing_limit < 0):
             raise BrokerError(f"quota of {self.tenant!r}: nominal and borrowing_limit must be >= 0")
+        if not _storable(self.tenant):
+            # No request could name it (``GangRequest`` refuses such text): a quota nobody can use.
+            raise BrokerError(
+                f"quota of {self.tenant!r}: the tenant is not valid Unicode text (a lone surrogate)"
+            )
+        if self.cohort is not None and (not isinstance(self.cohort, str) or not self.cohort):
+            # A list here was a TypeError out of ``Broker(...)`` (a cohort is a dict key there).
+            raise BrokerError(
+                f"quota of {self.tenant!r}: cohort must be a cohort's name or None, got {self.cohort!r}"
+            )
+        if self.cohort is not None and not _storable(self.cohort):
+            raise BrokerError(
+                f"quota of {self.tenant!r}: the cohort is not valid Unicode text (a lone surrogate)"
+            )
+        if self.borrowing_limit is not None and self.cohort is None:
+            # Without a cohort there is nobody to borrow from: the limit would be ignored, and a
+            # tenant its operator meant to let borrow would be held to its nominal quota unawares.
+            raise BrokerError(
+                f"quota of {self.tenant!r}: borrowing_limit needs a cohort to borrow from "
+                "(a tenant without one holds at most its nominal quota)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
