@@ -126,7 +126,7 @@ class GPU(_Frozen):
     """Model name, e.g. ``H100``, ``H200``, ``A800``: in lower case a resource name (ASCII
     letters, digits, ``_`` and ``-``, joined by ``.``), since a lease of it is authorized as
     ``gpu:<type in lower case>``."""
-    memory_gb: float = Field(gt=0, le=4096, strict=True)
+    memory_gb: float = Field(gt=0, le=4096, strict=True, allow_inf_nan=False)
     """Device memory in GB."""
     node: str
     """The node the GPU is installed in."""

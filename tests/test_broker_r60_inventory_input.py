@@ -1,0 +1,22 @@
+"""Review R60 of the inventory the broker reads: a GPU memory that is not a finite number.
+
+It is refused with an ``InventoryError`` that says what is wrong and where; a NaN memory was
+refused as "less than or equal to 4096", which it is not a number to be.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agentgate.dispatch.inventory import parse_inventory
+from agentgate.errors import InventoryError
+
+_GPU = "nodes: [{{name: n1}}]\ngpus:\n  - {{id: g0, type: H100, memory_gb: {memory}, node: n1}}\n"
+
+
+@pytest.mark.parametrize("memory", [".nan", ".NaN", ".inf", "-.inf"])
+def test_a_gpu_memory_that_is_not_a_finite_number_is_refused_as_such(memory: str) -> None:
+    """Review R60: memory_gb: .nan was refused as "Input should be less than or equal to 4096"."""
+    with pytest.raises(InventoryError) as refused:
+        parse_inventory(_GPU.format(memory=memory), source="cluster.yaml", read_keys=False)
+    assert str(refused.value) == "cluster.yaml:3:37: gpus.0.memory_gb: Input should be a finite number"
