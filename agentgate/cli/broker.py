@@ -26,6 +26,7 @@ from agentgate.cli._common import (
 )
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
 from agentgate.dispatch.inventory import load_inventory
+from agentgate.errors import InventoryError
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
 from agentgate.store.broker_leases import BrokerLeaseStore
 
@@ -103,6 +104,10 @@ def _table(rows: list[list[str]]) -> str:
 def _inventory(args: argparse.Namespace) -> int:
     with shown_source_error():
         inventory = load_inventory(args.inventory, read_keys=False)  # no backend is called
+    if not inventory.gpus:
+        # ``from_inventory`` refuses it too, but cannot name the file (until review R60 the one
+        # line said "the broker needs at least one GPU", not which inventory had none).
+        raise InventoryError("declares no GPUs: the broker has none to lease", file=args.inventory)
     topology = from_inventory(inventory)
     snapshot = _snapshot(args)
     leased: dict[str, str] = {}
