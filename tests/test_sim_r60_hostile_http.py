@@ -71,3 +71,24 @@ def test_a_refused_max_completion_tokens_is_named_as_sent(server: SimServer, val
     message = response.json()["error"]["message"]
     assert message.startswith("max_completion_tokens must be an integer from 1 to "), message
     assert str(value) in message
+
+
+@pytest.mark.parametrize("stream", [False, None])
+def test_stream_options_without_stream_true_is_a_400(server: SimServer, stream: bool | None) -> None:
+    """Review R60: {"stream": false, "stream_options": {"include_usage": true}} was served (200);
+    vLLM refuses it ("Stream options can only be defined when `stream=True`.")."""
+    body: dict[str, object] = {**_CHAT, "stream_options": {"include_usage": True}}
+    if stream is not None:
+        body["stream"] = stream
+    response = _post(server, json.dumps(body).encode(), {"content-type": "application/json"})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["message"] == "stream_options: Stream options can only be defined when `stream=True`."
+
+
+def test_empty_stream_options_without_stream_is_served(server: SimServer) -> None:
+    """vLLM's check is on a non-empty ``stream_options``: an empty object passes, as there."""
+    body = {**_CHAT, "stream": False, "stream_options": {}}
+    response = _post(server, json.dumps(body).encode(), {"content-type": "application/json"})
+    assert response.status_code == 200, response.text

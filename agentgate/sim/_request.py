@@ -5,7 +5,8 @@ hostile body is an ``InputError`` (HTTP 400) and never a 500 or unbounded work: 
 strict JSON (no ``NaN``/``Infinity``, nesting within the parser's depth), a JSON object whose
 ``messages`` are a non-empty list of objects with a string ``role``; ``max_tokens`` (or
 ``max_completion_tokens``) an integer from 1 to the context limit, defaulting to 16; ``stream`` a
-boolean and ``stream_options`` an object; ``n`` and ``best_of`` absent, null or 1 (one choice per
+boolean and ``stream_options`` an object, and only with ``stream`` true (unless empty), as vLLM
+refuses it otherwise; ``n`` and ``best_of`` absent, null or 1 (one choice per
 request: the engine models one sequence per request, so a request for several is refused rather
 than answered with one, and usage for one). Like vLLM, a request whose prompt plus ``max_tokens``
 exceeds the context limit (``max_model_len``) is refused rather than queued.
@@ -120,6 +121,10 @@ def parse_chat(raw: bytes, max_model_len: int) -> ChatRequest:
             f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in "
             "the completion). Please reduce the length of the messages or completion."
         )
+    if data.get("stream_options") and not data.get("stream"):
+        # vLLM's own check (``validate_stream_options``), on the body as sent: an empty object
+        # passes, any other needs ``stream: true``. Until review R60 the simulator served it.
+        raise InputError("stream_options: Stream options can only be defined when `stream=True`.")
     options = body.stream_options
     return ChatRequest(
         model=body.model,
