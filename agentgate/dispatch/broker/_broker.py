@@ -200,8 +200,10 @@ class Broker(_Restoring, _Preempting):
     def release(self, lease_id: str) -> list[BrokerEvent]:
         """End a lease now (or withdraw a waiting request); returns the events this call caused.
 
-        Raises ``LeaseLost`` when there is no such live lease or waiting request.
+        Raises ``LeaseLost`` when there is no such live lease or waiting request (an id that is
+        not text names none).
         """
+        _an_id(lease_id)
         with self._lock:
             now = self.clock()
             self._apply_time(now)
@@ -222,8 +224,10 @@ class Broker(_Restoring, _Preempting):
         """Extend a live lease to ``ttl_s`` from now and return it.
 
         A notified lease still ends at its notice deadline. Raises ``LeaseLost`` when the lease
-        is not live (a holder that renews too late learns here that its GPUs are gone).
+        is not live (a holder that renews too late learns here that its GPUs are gone), or its
+        id is not text.
         """
+        _an_id(lease_id)
         with self._lock:
             now = self.clock()
             self._apply_time(now)
@@ -580,3 +584,10 @@ class Broker(_Restoring, _Preempting):
         if self.journal is not None and self._dirty:
             self.journal.save(BrokerSnapshot(now, tuple(self.leases()), tuple(self.queue())))
         self._dirty = False
+
+
+def _an_id(lease_id: object) -> None:
+    """Raise ``LeaseLost`` for a lease id that is not text: no lease has it (a list was a
+    ``TypeError`` out of ``release`` and ``renew``, unhashable, until review R60)."""
+    if not isinstance(lease_id, str):
+        raise LeaseLost(f"lease {lease_id!r:.80} is not held: a lease id is text")

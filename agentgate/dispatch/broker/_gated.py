@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass
 
 from agentgate.capabilities import Call
-from agentgate.dispatch.broker._broker import Broker
+from agentgate.dispatch.broker._broker import Broker, _an_id
 from agentgate.dispatch.broker._lease_calls import _number, _outlived, _resource, _resource_or_any, _wait_left
 from agentgate.dispatch.broker._lease_outcomes import _held, _Recording
 from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, Lease
@@ -329,7 +329,9 @@ class GatedBroker(_Recording):
         )
 
     def _holder_request(self, identity: AgentIdentity, lease_id: str) -> GangRequest:
-        """The request of ``identity``'s live lease or waiting request ``lease_id``."""
+        """The request of ``identity``'s live lease or waiting request ``lease_id``; ``LeaseLost``
+        when there is none (an id that is not text names none)."""
+        _an_id(lease_id)
         found = {lease.id: lease.request for lease in self.broker.leases()}
         found.update((q.request.id, q.request) for q in self.broker.queue())
         request = found.get(lease_id)
