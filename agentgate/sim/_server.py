@@ -99,6 +99,12 @@ BODY_TIMEOUT_S = 30.0
 """Default most wall-clock seconds a chat body may take to arrive in full, from when its headers
 were read (``SimServer(body_timeout_s=...)``); a body slower than that is answered 408."""
 
+MIN_TIME_SCALE = 1e-6
+"""The smallest ``time_scale``: a million times faster than real time. The engine's clock is the
+wall clock divided by it; much smaller, and a step's few milliseconds round away against it (at
+1e-300 every step took no time), or it overflows to infinity (at 1e-320 within a second, and the
+server took requests and never answered them, until review R60)."""
+
 MAX_LAG_S = 0.05
 """Most wall-clock seconds the runner may fall behind its engine's schedule and still catch up."""
 
@@ -235,7 +241,8 @@ class SimServer:
     """A simulated vLLM backend served over HTTP on 127.0.0.1 from a background thread.
 
     Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is the base URL.
-    Raises ``InputError`` for a ``time_scale`` that is not a positive number, a negative
+    Raises ``InputError`` for a ``time_scale`` that is not a finite number of at least
+    ``MIN_TIME_SCALE`` (1e-6), a negative
     ``scrape_lag_s``, a ``max_model_len`` under 2, an empty ``api_key``, a ``body_timeout_s``
     that is not a positive number, or HTTP limits (``head_timeout_s``, ``max_head_bytes``,
     ``stall_s``, ``unread_body_s``) that ``HttpLimits`` refuses (``agentgate/_http_limits.py``).
@@ -258,8 +265,11 @@ class SimServer:
         stall_s: float | None = STALL_S,
         unread_body_s: float = UNREAD_BODY_S,
     ) -> None:
-        if not 0 < time_scale < math.inf:
-            raise InputError(f"time_scale must be a positive number (1.0 is real time), not {time_scale!r}")
+        if not MIN_TIME_SCALE <= time_scale < math.inf:
+            raise InputError(
+                f"time_scale must be a finite number of at least {MIN_TIME_SCALE:g} (1.0 is real time, "
+                f"{MIN_TIME_SCALE:g} a million times faster), not {time_scale!r}"
+            )
         if not 0 <= scrape_lag_s < math.inf:
             raise InputError(f"scrape_lag_s must be a number of seconds, 0 or more, not {scrape_lag_s!r}")
         if not max_model_len >= 2:  # NaN too: it refused every request
