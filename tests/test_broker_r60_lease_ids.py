@@ -1,8 +1,9 @@
-"""Review R60 of the broker's lease calls: a lease id that is not text.
+"""Review R60 of the broker's calls given a lease id or a tenant that is not text.
 
 ``release`` and ``renew`` of ``Broker`` and ``GatedBroker`` take the id a holder gives; a list
 (an id read from a JSON body as it came) was a ``TypeError`` traceback (unhashable). It names no
-lease: ``LeaseLost``, the answer for any id nobody holds, and nothing changes.
+lease: ``LeaseLost``, the answer for any id nobody holds, and nothing changes. ``Broker.usage``
+of such a tenant is an unknown tenant (``BrokerError``), as for any name without a quota.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from test_broker import FakeClock
 from test_broker_gated import Setup
 
 from agentgate.dispatch.broker import Broker, GangRequest, TenantQuota, synthetic_topology
-from agentgate.errors import LeaseLost
+from agentgate.errors import BrokerError, LeaseLost
 
 NOT_TEXT: list[Any] = [["ft-1"], {"id": "ft-1"}, None, 7]
 
@@ -48,3 +49,11 @@ def test_gated_release_and_renew_of_an_id_that_is_not_text_are_lease_lost(tmp_pa
         assert len(setup.entries()) == entries  # nothing decided, nothing audited
     finally:
         setup.gate.close()
+
+
+@pytest.mark.parametrize("tenant", [["a"], {"a": 1}])
+def test_usage_of_a_tenant_that_is_not_text_is_an_unknown_tenant(tenant: Any) -> None:
+    """Review R60: Broker.usage(["a"]) raised TypeError (unhashable) out of the quota lookup."""
+    broker = Broker(synthetic_topology(1, 8), [TenantQuota("a", 8)], clock=FakeClock())
+    with pytest.raises(BrokerError, match="unknown tenant"):
+        broker.usage(tenant)

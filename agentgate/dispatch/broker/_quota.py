@@ -47,11 +47,12 @@ class QuotaBook:
         return tenant in self._quotas
 
     def quota(self, tenant: str) -> TenantQuota:
-        """The tenant's quota; raises ``BrokerError`` for an unknown tenant."""
+        """The tenant's quota; raises ``BrokerError`` for an unknown tenant (a name that is not
+        text names none: a list was a ``TypeError`` out of ``Broker.usage`` until review R60)."""
         try:
             return self._quotas[tenant]
-        except KeyError:
-            raise BrokerError(f"unknown tenant {tenant!r}") from None
+        except (KeyError, TypeError):
+            raise BrokerError(f"unknown tenant {tenant!r:.80}") from None
 
     def used(self, tenant: str) -> int:
         """GPUs charged to the tenant; raises ``BrokerError`` for an unknown tenant."""
