@@ -248,12 +248,15 @@ def _out_of_range(request: ToolCallRequest, answer: AIMessage | None, call_id: s
     """Why the call is refused when its arguments, as the model wrote them, hold an integer out of
     range (``INT_RANGE``): as the answer that asked for it says (``OUT_OF_RANGE_KEY``: the model
     hook kept that integer as text, ``_storable_answer``), or as the call's arguments show it (an
-    answer that did not pass through the model hook)."""
+    answer that did not pass through the model hook), less the arguments LangGraph injects
+    (``_model_args``): the call decided has none of them, and a value a middleware outside the
+    gate put there (an account number, a key) is one the model must not be shown (until review
+    R60 such a value out of range refused the call, and the refusal quoted it to the model)."""
     if answer is not None:
         noted = answer.response_metadata.get(OUT_OF_RANGE_KEY)
         if isinstance(noted, Mapping) and isinstance(said := noted.get(call_id), str):
             return said
-    found = _integers_out_of_range(request.tool_call.get("args"))
+    found = _integers_out_of_range(_model_args(request))
     return _out_of_range_said(*found[0]) if found else None
 
 

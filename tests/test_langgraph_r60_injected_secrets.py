@@ -1,0 +1,122 @@
+"""Review R60: what the model is told of a refused or failed tool call never quotes a value it did
+not write. Arguments LangGraph injects (``InjectedToolArg``, ``InjectedState``, ...) are hidden from
+the model; a middleware outside the gate may fill one with a secret (an API key, an account)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import InjectedToolArg, StructuredTool
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from test_langgraph_exact_numbers import _AsWritten
+
+from agentgate.gate import Gate
+from agentgate.integrations.langgraph import create_gated_agent
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+POLICY = """
+version: 1
+trust_anchors: {{root: {{did: "{root}"}}}}
+principals:
+  boss: {{kind: agent, did: "{boss}", roles: [boss]}}
+tools:
+  pay:
+    args:
+      amount: {{type: integer, required: true}}
+models:
+  scripted: {{cost_per_mtok: {{input: 1, output: 1}}}}
+roles:
+  boss:
+    kind: agent
+    capabilities:
+      - resource: tool:pay
+        constraints:
+          amount: {{le: 500}}
+          {extra}
+      - resource: model:scripted
+    ttl_s: 3600
+"""
+
+SECRET = "sk-live-SECRET123"
+ACCOUNT = 2**70
+
+
+class _Injecting(AgentMiddleware[Any, Any, Any]):
+    """A middleware outside the gate that fills the tool's injected arguments."""
+
+    def __init__(self, values: dict[str, object]) -> None:
+        super().__init__()
+        self.values = values
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
+        call = {**request.tool_call, "args": {**request.tool_call["args"], **self.values}}
+        return handler(request.override(tool_call=call))  # type: ignore[arg-type]
+
+
+class _Paying:
+    def __init__(self, tmp_path: Path) -> None:
+        self.path = tmp_path
+        self.ran: list[int] = []
+        self.gate: Gate | None = None
+
+    def run(
+        self,
+        args: dict[str, object],
+        injected: dict[str, object],
+        *,
+        extra: str = "",
+        body: Callable[[], None] | None = None,
+    ) -> str:
+        """The text of the one ToolMessage the model receives for a call of ``pay`` with ``args``."""
+        keys = {n: SigningKey.generate() for n in ("root", "boss")}
+        text = POLICY.format(extra=extra, **{n: k.did for n, k in keys.items()})
+        self.gate = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(self.path / "agentgate.db"))
+        boss = self.gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+
+        def pay(
+            amount: int,
+            api_key: Annotated[str, InjectedToolArg] = "",
+            account: Annotated[int, InjectedToolArg] = 0,
+        ) -> str:
+            if body is not None:
+                body()
+            self.ran.append(amount)
+            return "paid"
+
+        tool = StructuredTool.from_function(func=pay, name="pay", description="pay")
+        asked = AIMessage(content="", tool_calls=[{"name": "pay", "args": args, "id": "c1"}])
+        agent = create_gated_agent(
+            self.gate,
+            name="boss",
+            model=_AsWritten(turns=[asked, AIMessage(content="done")]),
+            tools=[tool],
+            middleware=[_Injecting(injected)],
+        )
+        result = agent.invoke({"messages": [{"role": "user", "content": "pay"}]}, context=boss)
+        [answer] = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+        return str(answer.content)
+
+
+@pytest.fixture
+def paying(tmp_path: Path) -> Iterator[_Paying]:
+    made = _Paying(tmp_path)
+    yield made
+    if made.gate is not None:
+        made.gate.close()
+
+
+def test_an_injected_integer_beyond_64_bits_is_neither_quoted_nor_a_refusal(paying: _Paying) -> None:
+    """Review R60, an injected argument's integer out of range refused the call and was quoted.
+
+    The call decided holds no injected argument (``_model_args``), so the value reaches no record:
+    the model wrote nothing out of range, and its call runs."""
+    told = paying.run({"amount": 5}, {"account": ACCOUNT})
+    assert str(ACCOUNT) not in told
+    assert paying.ran == [5]
