@@ -120,3 +120,24 @@ def test_an_injected_integer_beyond_64_bits_is_neither_quoted_nor_a_refusal(payi
     told = paying.run({"amount": 5}, {"account": ACCOUNT})
     assert str(ACCOUNT) not in told
     assert paying.ran == [5]
+
+
+@pytest.mark.parametrize(
+    ("args", "extra", "rule"),
+    [
+        ({"amount": 900}, f'api_key: {{eq: "{SECRET}"}}', "api_key="),  # the bound crossed is amount's
+        ({"amount": 5}, f'api_key: {{in: ["{SECRET}", "sk-live-OTHER"]}}', "api_key="),
+        ({"amount": 5}, 'api_key: {prefix: "sk-live-SEC"}', "api_key^="),
+    ],
+)
+def test_a_grant_constraint_on_an_injected_argument_is_named_not_quoted(
+    paying: _Paying, args: dict[str, object], extra: str, rule: str
+) -> None:
+    """Review R60, the refusal quoted the grant's operand on an injected argument (the key itself).
+
+    The model is told the argument's name and the kind of rule; the refusal is still recorded
+    whole."""
+    told = paying.run(args, {"api_key": SECRET}, extra=extra)
+    assert "sk-live-" not in told
+    assert f"{rule}<not shown: an injected argument>" in told
+    assert told.startswith("agentgate refused tool:pay") and paying.ran == []

@@ -59,6 +59,7 @@ from agentgate.integrations.langgraph._stops import _disowned
 from agentgate.integrations.langgraph._tool_calls import (
     _ASYNC_ONLY,
     _NO_CALL_ID,
+    _injected_names,
     _no_such_tool,
     _refused_call,
     _storable_result,
@@ -185,7 +186,9 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         with self._results_lock:
             return self._in_flight.get(key)
 
-    def _answer_again(self, auth: Authorization, call_id: str, name: str) -> ToolMessage | Command[Any]:
+    def _answer_again(
+        self, auth: Authorization, request: ToolCallRequest, call_id: str, name: str
+    ) -> ToolMessage | Command[Any]:
         """The answer to a refused call: its kept answer when it is refused because it already
         ran to completion in this process (a hand-built graph's tools node run again whole on
         resume, after another of its calls paused for an approval: LangGraph re-runs the node, and
@@ -196,7 +199,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
                 kept = self._results.get(auth.once_key)
             if kept is not None:
                 return _copied(kept)
-        return _refusal(auth, call_id, name, self.gate)
+        return _refusal(auth, call_id, name, self.gate, _injected_names(request))
 
     def _authorize_tool(self, request: ToolCallRequest) -> Authorization:
         identity = _request_identity(request)
@@ -330,7 +333,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         except InputError as exc:
             return self._refuse_undecidable(request, call_id, name, exc)
         if not auth.allowed:
-            return self._answer_again(auth, call_id, name)
+            return self._answer_again(auth, request, call_id, name)
 
         try:
             return self.gate.run(
@@ -391,7 +394,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         except InputError as exc:
             return await self._arefuse_undecidable(request, call_id, name, exc)
         if not auth.allowed:
-            return self._answer_again(auth, call_id, name)
+            return self._answer_again(auth, request, call_id, name)
 
         # A sync tool runs in a worker thread under ainvoke, which no cancellation stops: not
         # preemptible, its attempt ends with its thread (its slot is not given back while it

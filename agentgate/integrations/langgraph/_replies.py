@@ -4,6 +4,8 @@ whether a kept result answers a call (``_answers_a_call``, ``_copied``)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection
 from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
@@ -49,14 +51,39 @@ def _undecidable(tool_call_id: str, name: str, exc: InputError) -> ToolMessage:
     )
 
 
-def _refusal(auth: Authorization, tool_call_id: str, name: str, gate: Gate) -> ToolMessage:
+def _refusal(
+    auth: Authorization, tool_call_id: str, name: str, gate: Gate, hidden: Collection[str] = ()
+) -> ToolMessage:
+    """The model's view of a refused call: ``auth.explain()``, each grant constraint on an
+    argument in ``hidden`` (those LangGraph injects, ``_injected_names``) with its operand
+    replaced (``_hiding``)."""
     return ToolMessage(
-        content=auth.explain(),
+        content=_hiding(auth.explain(), hidden),
         tool_call_id=tool_call_id,
         name=name,
         status="error",
         artifact=_stop_mark(auth, gate),
     )
+
+
+HIDDEN_OPERAND = "<not shown: an injected argument>"
+"""What the model is shown for the operand of a grant's constraint on an argument it does not
+write (``_hiding``)."""
+
+
+def _hiding(text: str, hidden: Collection[str]) -> str:
+    """``text`` with the operand of each constraint on an argument named in ``hidden`` replaced by
+    ``HIDDEN_OPERAND``, where ``text`` quotes a capability (``tool:pay?amount<=500&api_key=...``:
+    a clause follows ``?`` or ``&``, its operand is URL-quoted, so it ends at ``&``, ``;`` or a
+    space). An injected argument is filled by the framework and never shown to the model, and a
+    grant constraining it (``api_key: {eq: ...}``, an account's ``in`` list) holds what it may be
+    filled with: until review R60 a refusal of the call, for that constraint or for a bound
+    crossed on another argument, quoted it to the model. The model is told the argument's name
+    and the kind of rule; the audit entry keeps the reason whole."""
+    for name in hidden:
+        clause = re.compile(rf"(?<=[?&])({re.escape(name)}(?:<=|>=|\^=|=|<|>))[^&;\s]*")
+        text = clause.sub(lambda found: found.group(1) + HIDDEN_OPERAND, text)
+    return text
 
 
 def _failure(tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool = False) -> ToolMessage:

@@ -55,24 +55,34 @@ def _model_args(request: ToolCallRequest) -> Any:
     review R42). A constraint on an injected argument is therefore never met (the argument is
     missing from the call decided): a policy constrains what the model chooses."""
     args = request.tool_call.get("args") or {}
-    tool = request.tool
-    if tool is None or not isinstance(args, Mapping) or not args:
+    if not isinstance(args, Mapping) or not args:
         return args
-    try:
-        shown = tool.tool_call_schema  # memoized by LangChain
-        if isinstance(shown, dict) or not hasattr(shown, "model_fields"):
-            return args  # a JSON schema given as is: nothing is injected into it
-        if shown.model_fields.keys() >= args.keys():
-            return args  # the usual call: only what the model is shown (no input schema built)
-        full = tool.get_input_schema()
-    except Exception:  # a schema LangChain cannot build: ToolNode's own error, when it runs
-        return args
-    if not hasattr(full, "model_fields"):
-        return args
-    injected = full.model_fields.keys() - shown.model_fields.keys()
+    injected = _injected_names(request, args)
     if not injected.intersection(args):
         return args
     return {name: value for name, value in args.items() if name not in injected}
+
+
+def _injected_names(request: ToolCallRequest, args: Mapping[str, Any] | None = None) -> frozenset[str]:
+    """The names of the arguments LangGraph injects into ``request``'s tool (in its input schema,
+    not in the schema the model is shown); none for a tool LangChain cannot build a schema of.
+    With ``args`` (the call's arguments), none when they hold only what the model is shown: the
+    usual call, read without building the input schema."""
+    tool = request.tool
+    if tool is None:
+        return frozenset()
+    try:
+        shown = tool.tool_call_schema  # memoized by LangChain
+        if isinstance(shown, dict) or not hasattr(shown, "model_fields"):
+            return frozenset()  # a JSON schema given as is: nothing is injected into it
+        if args is not None and shown.model_fields.keys() >= args.keys():
+            return frozenset()
+        full = tool.get_input_schema()
+    except Exception:  # a schema LangChain cannot build: ToolNode's own error, when it runs
+        return frozenset()
+    if not hasattr(full, "model_fields"):
+        return frozenset()
+    return frozenset(full.model_fields.keys() - shown.model_fields.keys())
 
 
 def _refused_call(request: ToolCallRequest) -> tuple[Call, tuple[str, ...]]:
