@@ -4,7 +4,8 @@ the model; a middleware outside the gate may fill one with a secret (an API key,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,6 +16,7 @@ from langchain_core.tools import InjectedToolArg, StructuredTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from test_langgraph_exact_numbers import _AsWritten
 
+from agentgate.errors import InputError
 from agentgate.gate import Gate
 from agentgate.integrations.langgraph import create_gated_agent
 from agentgate.keys import SigningKey
@@ -28,6 +30,7 @@ principals:
   boss: {{kind: agent, did: "{boss}", roles: [boss]}}
 tools:
   pay:
+    {timeout}
     args:
       amount: {{type: integer, required: true}}
 models:
@@ -59,6 +62,12 @@ class _Injecting(AgentMiddleware[Any, Any, Any]):
         call = {**request.tool_call, "args": {**request.tool_call["args"], **self.values}}
         return handler(request.override(tool_call=call))  # type: ignore[arg-type]
 
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
+    ) -> Any:
+        call = {**request.tool_call, "args": {**request.tool_call["args"], **self.values}}
+        return await handler(request.override(tool_call=call))  # type: ignore[arg-type]
+
 
 class _Paying:
     def __init__(self, tmp_path: Path) -> None:
@@ -73,10 +82,13 @@ class _Paying:
         *,
         extra: str = "",
         body: Callable[[], None] | None = None,
+        mode: str = "sync",
+        slow: bool = False,
     ) -> str:
         """The text of the one ToolMessage the model receives for a call of ``pay`` with ``args``."""
         keys = {n: SigningKey.generate() for n in ("root", "boss")}
-        text = POLICY.format(extra=extra, **{n: k.did for n, k in keys.items()})
+        timeout = "timeout_s: 0.05" if slow else ""
+        text = POLICY.format(extra=extra, timeout=timeout, **{n: k.did for n, k in keys.items()})
         self.gate = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(self.path / "agentgate.db"))
         boss = self.gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
 
@@ -90,7 +102,12 @@ class _Paying:
             self.ran.append(amount)
             return "paid"
 
-        tool = StructuredTool.from_function(func=pay, name="pay", description="pay")
+        async def apay(amount: int) -> str:
+            await asyncio.sleep(5)  # past its deadline: cancelled there
+            return "paid"
+
+        made = {"func": pay} if not slow else {"coroutine": apay}
+        tool = StructuredTool.from_function(**made, name="pay", description="pay")
         asked = AIMessage(content="", tool_calls=[{"name": "pay", "args": args, "id": "c1"}])
         agent = create_gated_agent(
             self.gate,
@@ -99,7 +116,11 @@ class _Paying:
             tools=[tool],
             middleware=[_Injecting(injected)],
         )
-        result = agent.invoke({"messages": [{"role": "user", "content": "pay"}]}, context=boss)
+        asking = {"messages": [{"role": "user", "content": "pay"}]}
+        if mode == "sync":
+            result = agent.invoke(asking, context=boss)
+        else:
+            result = asyncio.run(agent.ainvoke(asking, context=boss))
         [answer] = [m for m in result["messages"] if isinstance(m, ToolMessage)]
         return str(answer.content)
 
@@ -141,3 +162,26 @@ def test_a_grant_constraint_on_an_injected_argument_is_named_not_quoted(
     assert "sk-live-" not in told
     assert f"{rule}<not shown: an injected argument>" in told
     assert told.startswith("agentgate refused tool:pay") and paying.ran == []
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_agentgate_error_the_tool_raises_is_told_by_its_type_only(paying: _Paying, mode: str) -> None:
+    """Review R60, the text of an agentgate error raised by the tool's own code was quoted.
+
+    A tool may raise ``InputError`` of its own (or a model it calls, ``BackendFailed``); its text
+    is the tool's, as any exception's, and may carry a secret."""
+
+    def failing() -> None:
+        raise InputError(f"the key {SECRET} was refused")
+
+    told = paying.run({"amount": 5}, {}, body=failing, mode=mode)
+    assert told == "agentgate: tool pay failed (InputError); the failure is recorded."
+
+
+def test_the_gates_own_error_is_still_told(paying: _Paying) -> None:
+    """An agentgate error the gate raises (a deadline it cut the tool at) is told with its text."""
+    told = paying.run({"amount": 5}, {}, mode="async", slow=True)
+    assert told == (
+        "agentgate: tool pay failed (tool pay: attempt 1 did not finish before its deadline); "
+        "the failure is recorded."
+    )

@@ -46,6 +46,7 @@ from agentgate.integrations.langgraph._replies import (
     _copied,
     _failure,
     _refusal,
+    _ToolRaised,
     _undecidable,
 )
 from agentgate.integrations.langgraph._scope import (
@@ -335,10 +336,11 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         if not auth.allowed:
             return self._answer_again(auth, request, call_id, name)
 
+        tool = _ToolRaised()
         try:
             return self.gate.run(
                 auth,
-                lambda: self._keep(auth, _storable_result(handler(request))),
+                lambda: self._keep(auth, _storable_result(tool.watch(lambda: handler(request)))),
                 call_id=call_id,
                 run_id=_run_id(request),
                 failed=_failed,
@@ -349,7 +351,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         except AgentGateError as exc:
             if self.enforce:
                 raise
-            return _failure(call_id, name, exc)
+            return _failure(call_id, name, exc, tools_own=tool.raised(exc))
         except Exception as exc:
             return _failure(call_id, name, exc)
 
@@ -407,9 +409,11 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         tool = request.tool  # not None: a call to no such tool was answered before its decision
         threaded = _ThreadedCall(request, tool) if tool is not None and _runs_in_a_thread(tool) else None
 
+        raised = _ToolRaised()
+
         async def attempt() -> ToolResult:
             answered = handler(request) if threaded is None else threaded.attempt(handler)
-            return self._keep(auth, _storable_result(await answered))
+            return self._keep(auth, _storable_result(await raised.awatch(answered)))
 
         try:
             running = self.gate.arun(
@@ -428,7 +432,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         except AgentGateError as exc:
             if self.enforce:
                 raise
-            return _failure(call_id, name, exc)
+            return _failure(call_id, name, exc, tools_own=raised.raised(exc))
         except Exception as exc:
             return _failure(call_id, name, exc)
 

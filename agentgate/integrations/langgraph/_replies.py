@@ -5,8 +5,8 @@ whether a kept result answers a call (``_answers_a_call``, ``_copied``)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, TypeVar, cast
 
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
@@ -16,6 +16,8 @@ from agentgate.findings import Finding
 from agentgate.gate import Authorization, Gate
 from agentgate.integrations.langgraph._calls import ToolResult
 from agentgate.integrations.langgraph._stops import STOP_KEY, _stop_mark
+
+R = TypeVar("R")
 
 
 def _answers_a_call(result: object) -> bool:
@@ -86,14 +88,20 @@ def _hiding(text: str, hidden: Collection[str]) -> str:
     return text
 
 
-def _failure(tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool = False) -> ToolMessage:
+def _failure(
+    tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool = False, tools_own: bool = False
+) -> ToolMessage:
     """The model's view of a call that failed. ``ends_run``: no later call can succeed (a
     delegation refused because the delegating grant is revoked or expired), so the run ends at
-    the model's next turn (``_run_stop``)."""
+    the model's next turn (``_run_stop``). ``tools_own``: ``exc`` came out of the tool's own run
+    (``_ToolRaised``), not from the gate."""
     # The exception's text can carry secrets from the tool's arguments or environment: the model
-    # is told the kind of failure only; the audit outcome records the same.
-    detail = str(exc) if isinstance(exc, AgentGateError) else type(exc).__name__
-    if isinstance(exc, AuthorityError) and isinstance(exc.finding, Finding):  # as ``explain`` names it
+    # is told the kind of failure only; the audit outcome records the same. The text of an
+    # agentgate error is the gate's (a deadline, a full queue, a refused delegation), unless the
+    # tool raised it: its code chose that text (until review R60 it was quoted to the model).
+    gates_own = isinstance(exc, AgentGateError) and not tools_own
+    detail = str(exc) if gates_own else type(exc).__name__
+    if gates_own and isinstance(exc, AuthorityError) and isinstance(exc.finding, Finding):  # as ``explain``
         detail += f" [{exc.finding.kind}/{exc.finding.code}]"
     return ToolMessage(
         content=f"agentgate: tool {name} failed ({detail}); the failure is recorded.",
@@ -102,6 +110,35 @@ def _failure(tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool
         status="error",
         artifact={STOP_KEY: True} if ends_run else None,
     )
+
+
+class _ToolRaised:
+    """The agentgate errors a call's tool raised out of its own run (``watch``, ``awatch``): its
+    code's (an ``InputError`` of its own, a ``BackendFailed`` of a model it called), as against
+    the gate's refusal of the call, which the model is told (``_failure``)."""
+
+    __slots__ = ("_raised",)
+
+    def __init__(self) -> None:
+        self._raised: list[BaseException] = []
+
+    def watch(self, run: Callable[[], R]) -> R:
+        try:
+            return run()
+        except AgentGateError as exc:
+            self._raised.append(exc)
+            raise
+
+    async def awatch(self, answer: Awaitable[R]) -> R:
+        try:
+            return await answer
+        except AgentGateError as exc:
+            self._raised.append(exc)
+            raise
+
+    def raised(self, exc: BaseException) -> bool:
+        """Whether ``exc`` came out of the tool's own run."""
+        return any(exc is own for own in self._raised)
 
 
 def _asking(auth: Authorization, first: Authorization) -> dict[str, Any]:
