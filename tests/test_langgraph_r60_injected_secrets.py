@@ -84,13 +84,23 @@ class _Paying:
         body: Callable[[], None] | None = None,
         mode: str = "sync",
         slow: bool = False,
+        granted: str | None = None,
     ) -> str:
-        """The text of the one ToolMessage the model receives for a call of ``pay`` with ``args``."""
+        """The text of the one ToolMessage the model receives for a call of ``pay`` with ``args``.
+        ``granted``: the grant was issued under the policy with that ``extra`` (the policy changed
+        since)."""
         keys = {n: SigningKey.generate() for n in ("root", "boss")}
         timeout = "timeout_s: 0.05" if slow else ""
-        text = POLICY.format(extra=extra, timeout=timeout, **{n: k.did for n, k in keys.items()})
-        self.gate = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(self.path / "agentgate.db"))
-        boss = self.gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+
+        def gate(extra: str) -> Gate:
+            text = POLICY.format(extra=extra, timeout=timeout, **{n: k.did for n, k in keys.items()})
+            return Gate(parse_policy(text, source="p.yaml"), SQLiteStore(self.path / "agentgate.db"))
+
+        issuing = gate(granted if granted is not None else extra)
+        boss = issuing.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+        if granted is not None:
+            issuing.close()
+        self.gate = gate(extra) if granted is not None else issuing
 
         def pay(
             amount: int,
@@ -162,6 +172,27 @@ def test_a_grant_constraint_on_an_injected_argument_is_named_not_quoted(
     assert "sk-live-" not in told
     assert f"{rule}<not shown: an injected argument>" in told
     assert told.startswith("agentgate refused tool:pay") and paying.ran == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "rule"),
+    [
+        (f'api_key: {{eq: "{SECRET}"}}', "api_key = "),
+        (f'api_key: {{in: ["{SECRET}", "sk-live-\\"x y]"]}}', "api_key in "),
+        ('api_key: {prefix: "sk-live-SEC"}', "api_key starts with "),
+    ],
+)
+def test_a_policy_rule_on_an_injected_argument_is_named_not_quoted(
+    paying: _Paying, extra: str, rule: str
+) -> None:
+    """Review R60, a policy rule's operand on an injected argument was quoted to the model.
+
+    The grant was issued before the policy constrained the argument, so the grant covers the
+    call and the policy refuses it, quoting its rule in words."""
+    told = paying.run({"amount": 5}, {"api_key": SECRET}, extra=extra, granted="")
+    assert "sk-live-" not in told and "x y" not in told
+    assert f"amount <= 500 and {rule}<not shown: an injected argument> (line " in told
+    assert paying.ran == []
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -69,22 +69,36 @@ def _refusal(
 
 
 HIDDEN_OPERAND = "<not shown: an injected argument>"
-"""What the model is shown for the operand of a grant's constraint on an argument it does not
-write (``_hiding``)."""
+"""What the model is shown for the operand of a grant's or a policy rule's constraint on an
+argument it does not write (``_hiding``)."""
+
+_JSON_TEXT = r'"(?:[^"\\]|\\.)*"'
+_OPERANDS = (
+    # A capability's clause (``tool:pay?amount<=500&api_key=...``, ``format_capability``): after
+    # ``?`` or ``&``, its operand URL-quoted, so it ends at ``&``, ``;`` or a space.
+    (r"(?<=[?&])", r"(?:<=|>=|\^=|=|<|>)", r"[^&;\s]*"),
+    # A policy rule's words (``tool:pay where amount <= 500 and api_key = "..."``,
+    # ``policy.describe``): after ``where`` or ``and``, its operand JSON (text, a list, a number).
+    (
+        r"(?:(?<= where )|(?<= and ))",
+        r" (?:<=|>=|=|<|>|in|starts with) ",
+        rf"(?:{_JSON_TEXT}|\[(?:{_JSON_TEXT}|[^\]\"])*\]|[^\s()]+)",
+    ),
+)
 
 
 def _hiding(text: str, hidden: Collection[str]) -> str:
     """``text`` with the operand of each constraint on an argument named in ``hidden`` replaced by
-    ``HIDDEN_OPERAND``, where ``text`` quotes a capability (``tool:pay?amount<=500&api_key=...``:
-    a clause follows ``?`` or ``&``, its operand is URL-quoted, so it ends at ``&``, ``;`` or a
-    space). An injected argument is filled by the framework and never shown to the model, and a
-    grant constraining it (``api_key: {eq: ...}``, an account's ``in`` list) holds what it may be
-    filled with: until review R60 a refusal of the call, for that constraint or for a bound
-    crossed on another argument, quoted it to the model. The model is told the argument's name
-    and the kind of rule; the audit entry keeps the reason whole."""
+    ``HIDDEN_OPERAND``, where ``text`` quotes a granted capability or a policy rule (the forms
+    ``_OPERANDS`` reads). An injected argument is filled by the framework and never shown to the
+    model, and a grant or rule constraining it (``api_key: {eq: ...}``, an account's ``in`` list)
+    holds what it may be filled with: until review R60 a refusal of the call, for that constraint
+    or for a bound crossed on another argument, quoted it to the model. The model is told the
+    argument's name and the kind of rule; the audit entry keeps the reason whole."""
     for name in hidden:
-        clause = re.compile(rf"(?<=[?&])({re.escape(name)}(?:<=|>=|\^=|=|<|>))[^&;\s]*")
-        text = clause.sub(lambda found: found.group(1) + HIDDEN_OPERAND, text)
+        for before, operator, operand in _OPERANDS:
+            clause = re.compile(f"{before}({re.escape(name)}{operator}){operand}")
+            text = clause.sub(lambda found: found.group(1) + HIDDEN_OPERAND, text)
     return text
 
 
