@@ -181,7 +181,7 @@ class _Running:
         *,
         call_id: str | None = None,
         run_id: str | None = None,
-        failed: Callable[[T], bool] | None = None,
+        failed: Callable[[T], bool | BaseException] | None = None,
         spent: Callable[[T], tuple[int, int] | None] | None = None,
         paused: Callable[[BaseException], bool] | None = None,
     ) -> T:
@@ -191,7 +191,9 @@ class _Running:
         ``close`` began. Re-raises what ``fn`` (or the scheduler: ``Overloaded``,
         ``DeadlineExceeded``, ``CircuitOpen``) raises, after recording the failure and releasing
         the reservation; what ``failed`` or ``spent`` raises, after recording an error outcome
-        charged as reserved (the call ran). ``fn`` gets no idempotency key, so a tool that
+        charged as reserved (the call ran); the exception ``failed`` returns (instead of a
+        boolean: the call ran and failed), after recording an error outcome charged at the usage
+        ``spent`` read. ``fn`` gets no idempotency key, so a tool that
         ``takes_idempotency_key`` is not repeated after an ambiguous failure (docs/tasks.md).
         An exception for which ``paused`` is true is a pause, not a failure (LangGraph's
         ``interrupt()`` inside a tool): the outcome is ``paused``, the reservation released, and
@@ -237,7 +239,7 @@ class _Running:
         *,
         call_id: str | None = None,
         run_id: str | None = None,
-        failed: Callable[[T], bool] | None = None,
+        failed: Callable[[T], bool | BaseException] | None = None,
         spent: Callable[[T], tuple[int, int] | None] | None = None,
         paused: Callable[[BaseException], bool] | None = None,
         preemptible: bool = True,
@@ -499,18 +501,23 @@ class _Running:
         span: Span,
         auth: Authorization,
         result: T,
-        failed: Callable[[T], bool] | None,
+        failed: Callable[[T], bool | BaseException] | None,
         spent: Callable[[T], tuple[int, int] | None] | None,
     ) -> None:
         """Settle a call that ran and returned ``result``: ``spent`` reads its usage, ``failed``
-        says whether it failed. When either raises, the call is settled as an ``error`` charged
+        says whether it failed, or gives the exception it failed with: the call is then settled
+        as an ``error`` at that usage, its reason ``_failure_reason`` of the exception, which is
+        raised (a LangGraph model call whose structured answer could not be parsed: it ran and
+        reported its usage; until review R60 it was charged as reserved, its outcome saying its
+        usage could not be read). When either raises, the call is settled as an ``error`` charged
         as reserved (it ran; what it cost cannot be read), its reason ``_failure_reason`` (a
         LangGraph stream cut after output is such a ``spent``'s ``BackendFailed``: until review
         R59 its reason had no detail, where the gateway's for the same stream did), and the
         exception is re-raised."""
         try:
             usage = spent(result) if spent is not None else None
-            status = "error" if failed is not None and failed(result) else "ok"
+            failure = failed(result) if failed is not None else False
+            status = "error" if failure else "ok"
         except BaseException as exc:
             if (
                 self._settle_unless_closed(auth, "error", _failure_reason(exc), USAGE_UNREAD)
@@ -523,9 +530,13 @@ class _Running:
             # left off the span, which must not show a count the log refused.
             if (counts := _usage_counts(usage)) is not None:
                 record_usage(span, *counts)
-            record_outcome(span, status)
-        if self._settle_unless_closed(auth, status, None, usage) and span.is_recording():
+            raised = type(failure).__name__ if isinstance(failure, BaseException) else None
+            record_outcome(span, status, error_type=raised)
+        reason = _failure_reason(failure) if isinstance(failure, BaseException) else None
+        if self._settle_unless_closed(auth, status, reason, usage) and span.is_recording():
             record_outcome_lost(span)
+        if isinstance(failure, BaseException):
+            raise failure
 
     async def to_thread(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking gate step (store I/O) off the event loop, keeping the context variables."""

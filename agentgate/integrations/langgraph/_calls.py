@@ -16,8 +16,9 @@ from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
 from langchain.agents.middleware import ModelResponse
+from langchain.agents.structured_output import StructuredOutputError
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, Tool, ToolException
 from langchain_core.tracers.context import register_configure_hook
 from langgraph.errors import GraphInterrupt
@@ -460,27 +461,42 @@ class _Cut:
     """What the function a model call runs under the Gate returns when the model failed after it
     had streamed output (``_Streamed``), or answered what the agent's ``response_format`` cannot
     parse (LangChain's ``StructuredOutputError``): the Gate's ``spent`` reads it
-    (``_tokens_or_cut``) and raises ``exc`` there, so the call is recorded as an error charged as
-    reserved (the backend generated, and billed, output; how much cannot be known once the stream
-    was cut, as the gateway charges a stream cut after output was delivered), and ``exc`` goes on
-    to the caller. Until review R59 an unparsable structured answer was settled as an error
-    before it ran, its reservation released: each such call a free generation."""
+    (``_tokens_or_cut``). ``usage``: the tokens the answer that could not be parsed reports
+    (``_tokens_used`` of the error's ``ai_message``); with them, the Gate's ``failed``
+    (``_cut_failure``) gives ``exc``, so the call is recorded as an error charged that usage, and
+    ``exc`` goes on to the caller (until review R60 it was charged as reserved, its outcome saying
+    its usage could not be read). Without them (a stream cut: how much was generated cannot be
+    known once the stream was cut), ``spent`` raises ``exc``, so the call is recorded as an error
+    charged as reserved (the backend generated, and billed, output, as the gateway charges a
+    stream cut after output was delivered), and ``exc`` goes on to the caller. Until review R59
+    an unparsable structured answer was settled as an error before it ran, its reservation
+    released: each such call a free generation."""
 
-    __slots__ = ("exc",)
+    __slots__ = ("exc", "usage")
 
     def __init__(self, exc: Exception) -> None:
         self.exc = exc
+        answer = getattr(exc, "ai_message", None) if isinstance(exc, StructuredOutputError) else None
+        self.usage = _tokens_used(answer) if isinstance(answer, AIMessage) else None
 
 
 def _tokens_or_cut(response: object) -> tuple[int, int] | None:
-    """``_tokens_used``, or raise the failure of a stream cut after output (``_Cut``)."""
+    """``_tokens_used``; for a ``_Cut``, the usage its answer reported, else raise its failure."""
     if isinstance(response, _Cut):
-        raise response.exc
+        if response.usage is None:
+            raise response.exc
+        return response.usage
     return _tokens_used(response)
 
 
+def _cut_failure(response: object) -> Exception | bool:
+    """The Gate's ``failed`` of a model call: the failure a ``_Cut`` carries, else none."""
+    return response.exc if isinstance(response, _Cut) else False
+
+
 def _answer(response: ModelResponse[Any] | _Cut) -> ModelResponse[Any]:
-    # ``Gate.run`` never returns a ``_Cut``: its ``spent`` raised the failure it carried.
+    # ``Gate.run`` never returns a ``_Cut``: its ``spent`` raised the failure it carried, or its
+    # ``failed`` gave it (``_cut_failure``) and the Gate raised it.
     if isinstance(response, _Cut):  # pragma: no cover
         raise response.exc
     return response

@@ -30,7 +30,14 @@ from agentgate.dispatch.prefix import (
 from agentgate.errors import CapabilityError, InputError
 from agentgate.gate import AgentIdentity, Authorization, Gate
 from agentgate.gate._outcomes import USAGE_UNREAD
-from agentgate.integrations.langgraph._calls import _WATCHED, _answer, _Cut, _Streamed, _tokens_or_cut
+from agentgate.integrations.langgraph._calls import (
+    _WATCHED,
+    _answer,
+    _Cut,
+    _cut_failure,
+    _Streamed,
+    _tokens_or_cut,
+)
 from agentgate.integrations.langgraph._models import USAGE_STALE, DispatchedChatModel, ScriptedChatModel
 from agentgate.integrations.langgraph._scope import identity_from_context
 from agentgate.integrations.langgraph._stops import _run_messages, _run_stop, _stop_mark
@@ -192,7 +199,7 @@ class _ModelCalls:
                         return _Cut(exc)
                     raise
 
-            return _storable(_answer(self.gate.run(auth, call, spent=_spent)))
+            return _storable(_answer(self.gate.run(auth, call, spent=_spent, failed=_cut_failure)))
         finally:
             _WATCHED.reset(watching)
 
@@ -225,7 +232,7 @@ class _ModelCalls:
                         return _Cut(exc)
                     raise
 
-            return _storable(_answer(await self.gate.arun(auth, call, spent=_spent)))
+            return _storable(_answer(await self.gate.arun(auth, call, spent=_spent, failed=_cut_failure)))
         finally:
             _WATCHED.reset(watching)
 
