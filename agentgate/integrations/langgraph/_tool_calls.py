@@ -356,7 +356,16 @@ def _storable_result(result: R) -> R:
     usual case). Until review R59 a ``content_and_artifact`` tool whose artifact held one (a
     big-integer id, an amount in a currency's smallest unit) ran, was recorded as run, and then
     ended a checkpointed run in LangGraph's ``TypeError: Type is not msgpack serializable:
-    ToolMessage``: the model never saw the result, and the run could not be resumed."""
+    ToolMessage``: the model never saw the result, and the run could not be resumed.
+
+    Not looked into: an ``artifact`` that is an object (a pydantic model, a dataclass), and a
+    ``Command``'s update keys other than ``messages``. No part of a tool's result reaches
+    agentgate's store or audit log: the gate reads only whether it reports a failure
+    (``_failed``), its outcome entry holds the status, the reasons and the budget change, and the
+    answers kept to answer a call again (``GateMiddleware._keep``) and the scheduler's reused
+    results stay in memory; so such an integer breaks no write of agentgate's (review R60 checked:
+    the call is recorded ``ok``, tests/test_langgraph_r60_object_artifacts.py). Only LangGraph's
+    checkpointer cannot store it (``TypeError``), as for any state the graph's own nodes write."""
     if isinstance(result, ToolMessage):
         update: dict[str, Any] = {}
         for field in ("content", "artifact"):
