@@ -11,7 +11,7 @@ from typing import Any, TypeVar, cast
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
 
-from agentgate.errors import AgentGateError, AuthorityError, InputError
+from agentgate.errors import AgentGateError, AuditError, AuthorityError, InputError, StoreError
 from agentgate.findings import Finding
 from agentgate.gate import Authorization, Gate
 from agentgate.integrations.langgraph._calls import ToolResult
@@ -102,6 +102,12 @@ def _hiding(text: str, hidden: Collection[str]) -> str:
     return text
 
 
+_MACHINERY = (StoreError, AuditError)
+"""The gate's errors whose text is about agentgate's own machinery, not the call: a store's path
+and its SQL error, the audit log's state. The model is told their type only (``_failure``): until
+review R60 a delegation that failed on the store told the supervisor's model the store's path."""
+
+
 def _failure(
     tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool = False, tools_own: bool = False
 ) -> ToolMessage:
@@ -112,9 +118,10 @@ def _failure(
     # The exception's text can carry secrets from the tool's arguments or environment: the model
     # is told the kind of failure only; the audit outcome records the same. The text of an
     # agentgate error is the gate's (a deadline, a full queue, a refused delegation), unless the
-    # tool raised it: its code chose that text (until review R60 it was quoted to the model).
+    # tool raised it: its code chose that text (until review R60 it was quoted to the model), or
+    # it is about the store or the log (``_MACHINERY``).
     gates_own = isinstance(exc, AgentGateError) and not tools_own
-    detail = str(exc) if gates_own else type(exc).__name__
+    detail = str(exc) if gates_own and not isinstance(exc, _MACHINERY) else type(exc).__name__
     if gates_own and isinstance(exc, AuthorityError) and isinstance(exc.finding, Finding):  # as ``explain``
         detail += f" [{exc.finding.kind}/{exc.finding.code}]"
     return ToolMessage(
