@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Collection
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 from langchain_core.messages import ToolMessage
@@ -58,15 +59,23 @@ def _refusal(
 ) -> ToolMessage:
     """The model's view of a refused call: ``auth.explain()``, each grant constraint on an
     argument in ``hidden`` (those LangGraph injects, ``_injected_names``) with its operand
-    replaced (``_hiding``)."""
+    replaced (``_hiding``), and without the list of every capability the grant holds (``_HELD``)."""
+    told = replace(auth, reasons=tuple(_HELD.sub("", reason) for reason in auth.reasons))
     return ToolMessage(
-        content=_hiding(auth.explain(), hidden),
+        content=_hiding(told.explain(), hidden),
         tool_call_id=tool_call_id,
         name=name,
         status="error",
         artifact=_stop_mark(auth, gate),
     )
 
+
+_HELD = re.compile(r" \(it holds .*\)$", re.S)
+"""The list of every capability the grant holds that the authority engine's refusal of a call no
+capability covers ends with (``the grant does not cover tool:other invoke (it holds ...)``). It
+is more than the bound the call crossed: the other tools' rules, with what the grant pins for an
+argument the framework injects (a key, an account); until review R60 the model was told it. The
+audit entry keeps it."""
 
 HIDDEN_OPERAND = "<not shown: an injected argument>"
 """What the model is shown for the operand of a grant's or a policy rule's constraint on an
