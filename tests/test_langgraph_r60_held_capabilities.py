@@ -82,3 +82,20 @@ def test_a_call_no_capability_covers_is_not_told_what_the_grant_holds(gate: tupl
     made.flush()
     [refusal] = [e for e in made.audit.entries() if e.resource == "tool:other"]
     assert "(it holds tool:pay?api_key=sk-live-SECRET, model:scripted)" in refusal.reasons[0]
+
+
+def test_a_model_call_no_capability_covers_is_not_told_what_the_grant_holds(tmp_path: Path) -> None:
+    """Review R60, the answer that ends the run on a refused model call listed the grant too."""
+    keys = {n: SigningKey.generate() for n in ("root", "boss")}
+    text = POLICY.replace("ROOT", keys["root"].did).replace("BOSS", keys["boss"].did)
+    text = text.replace("      - resource: model:scripted\n", "")
+    made = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        boss = made.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+        agent = create_gated_agent(made, name="boss", model=_AsWritten(turns=[AIMessage(content="hi")]))
+        result = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=boss)
+        last = str(result["messages"][-1].content)
+        assert "the grant does not cover model:scripted generate;" in last
+        assert "sk-live-" not in last and "it holds" not in last
+    finally:
+        made.close()

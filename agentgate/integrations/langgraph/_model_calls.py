@@ -39,6 +39,7 @@ from agentgate.integrations.langgraph._calls import (
     _tokens_or_cut,
 )
 from agentgate.integrations.langgraph._models import USAGE_STALE, DispatchedChatModel, ScriptedChatModel
+from agentgate.integrations.langgraph._replies import _explained
 from agentgate.integrations.langgraph._scope import identity_from_context
 from agentgate.integrations.langgraph._stops import _run_messages, _run_stop, _stop_mark
 from agentgate.integrations.langgraph._structured import _structured_in_range
@@ -158,7 +159,7 @@ class _ModelCalls:
 
     def _stopped(self, auth: Authorization) -> ModelResponse[Any]:
         """The answer that ends the run on a refused model call."""
-        return self._last_word(auth.explain(), _stop_mark(auth, self.gate))
+        return self._last_word(_explained(auth), _stop_mark(auth, self.gate))
 
     def _stop(self, refused: ToolMessage) -> ModelResponse[Any]:
         """The answer that ends the run on the refused tool call ``refused`` (``_run_stop``)."""

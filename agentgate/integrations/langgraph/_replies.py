@@ -1,4 +1,4 @@
-"""What the model is told: a refusal (``_refusal``), a failure (``_failure``), a call that could
+"""What the model is told: a refusal (``_refusal``, ``_explained``), a failure (``_failure``), a call that could
 not be decided (``_undecidable``), the question an approval interrupt asks (``_asking``), and
 whether a kept result answers a call (``_answers_a_call``, ``_copied``)."""
 
@@ -57,17 +57,22 @@ def _undecidable(tool_call_id: str, name: str, exc: InputError) -> ToolMessage:
 def _refusal(
     auth: Authorization, tool_call_id: str, name: str, gate: Gate, hidden: Collection[str] = ()
 ) -> ToolMessage:
-    """The model's view of a refused call: ``auth.explain()``, each grant constraint on an
-    argument in ``hidden`` (those LangGraph injects, ``_injected_names``) with its operand
-    replaced (``_hiding``), and without the list of every capability the grant holds (``_HELD``)."""
-    told = replace(auth, reasons=tuple(_HELD.sub("", reason) for reason in auth.reasons))
+    """The model's view of a refused call (``_explained``)."""
     return ToolMessage(
-        content=_hiding(told.explain(), hidden),
+        content=_explained(auth, hidden),
         tool_call_id=tool_call_id,
         name=name,
         status="error",
         artifact=_stop_mark(auth, gate),
     )
+
+
+def _explained(auth: Authorization, hidden: Collection[str] = ()) -> str:
+    """``auth.explain()`` as the model is told it: each grant or rule constraint on an argument in
+    ``hidden`` (those LangGraph injects, ``_injected_names``) with its operand replaced
+    (``_hiding``), and without the list of every capability the grant holds (``_HELD``)."""
+    told = replace(auth, reasons=tuple(_HELD.sub("", reason) for reason in auth.reasons))
+    return _hiding(told.explain(), hidden)
 
 
 _HELD = re.compile(r" \(it holds .*\)$", re.S)
