@@ -68,9 +68,11 @@ import importlib
 import json
 import logging
 import os
+import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import trace
@@ -124,6 +126,10 @@ _RECORDED: weakref.WeakKeyDictionary[Span, dict[str, AttributeValue]] = weakref.
 attributes may have lost them to the limit, and what ``_span`` does with an exception (leave a
 deny or an outcome alone) is read here. Until review R57 it was read from the span's attributes,
 and with ``error.type`` dropped an exception relabelled a deny's span as a failure."""
+_ENDS_HELD: ContextVar[tuple[int, list[Callable[[], None]]] | None] = ContextVar(
+    "agentgate_span_ends_held", default=None
+)
+"""The thread that holds span ends back (``ends_held``) and the ends it holds, in order."""
 _log = logging.getLogger(__name__)
 _EXPORTERS = ("none", "console", "otlp")
 """The values ``configure_from_env`` reads in ``OTEL_TRACES_EXPORTER`` (any case)."""
@@ -205,7 +211,34 @@ def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Trac
                 raise
     finally:
         _keep_essentials(span)
-        _end(span, name)
+        held = _ENDS_HELD.get()
+        if held is not None and held[0] == threading.get_ident():
+            held[1].append(lambda: _end(span, name))
+        else:
+            _end(span, name)
+
+
+@contextmanager
+def ends_held() -> Iterator[None]:
+    """Hold back the end of every span whose block leaves inside this one, in this thread, and
+    end them (in the order their blocks left) as this block leaves, raising or not. The ``Gate``
+    holds its store lock inside it (``_serialized``): a span's end runs the span processors in
+    the caller's thread (a ``SimpleSpanProcessor`` exports there and then), and until review R60
+    an exporter that blocked as a refusal's span ended held every other thread's decision until
+    the export returned. Nested, the outermost block ends them; another thread (a context
+    copied into it) ends its spans itself."""
+    outer = _ENDS_HELD.get()
+    if outer is not None and outer[0] == threading.get_ident():
+        yield
+        return
+    ends: list[Callable[[], None]] = []
+    token = _ENDS_HELD.set((threading.get_ident(), ends))
+    try:
+        yield
+    finally:
+        _ENDS_HELD.reset(token)
+        for end in ends:
+            end()
 
 
 def _started(tracer: Tracer, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Span | None:

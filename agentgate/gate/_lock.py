@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
+from agentgate.audit.spans import ends_held
+
 T = TypeVar("T")
 P = ParamSpec("P")
 
@@ -29,10 +31,14 @@ def _serialized(method: Callable[Concatenate[G, P], T]) -> Callable[Concatenate[
     for the write lock would wait in SQLite's busy handler (sleeps of milliseconds). The store
     pools its connections, so the threads a framework makes and drops (LangGraph makes a thread
     pool per run) leave none open.
+
+    The spans the method makes end once the lock is released (``ends_held``): ending a span
+    runs the tracer's span processors in this thread, and an exporter that blocks there (a
+    ``SimpleSpanProcessor``'s) must not hold every other thread's decision.
     """
 
     def wrapper(self: G, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        with self._store_lock:
+        with ends_held(), self._store_lock:
             return method(self, *args, **kwargs)
 
     functools.update_wrapper(wrapper, method)
