@@ -98,3 +98,40 @@ def test_a_blocked_export_holds_no_other_decision(
     assert "agentgate.audit.index" in ended[-1].attributes  # what it carried, it still carries
     if blocked == "execute_tool vault":
         assert ended[-1].attributes["agentgate.decision"] == "deny"
+
+
+def _boom() -> str:
+    raise RuntimeError("login failed with 99")
+
+
+def _unreadable(result: str) -> bool:
+    raise ValueError("no usage in " + result)
+
+
+@pytest.mark.parametrize(
+    ("fn", "failed", "error_type"),
+    [(_boom, None, "RuntimeError"), (lambda: "open", _unreadable, "ValueError")],
+)
+def test_a_call_that_raised_has_the_error_outcome_on_its_span(
+    traced: tuple[Gate, AgentIdentity, dict[str, SigningKey], TracerProvider],
+    fn: Callable[[], str],
+    failed: Callable[[str], bool] | None,
+    error_type: str,
+) -> None:
+    """Review R60: a call that raised (or whose result could not be read) had no agentgate.outcome on its span, while its audit outcome is error."""
+    gate, boss, _, provider = traced
+    kept = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(kept))
+    auth = gate.authorize(boss, Call.tool("lookup", {"id": "1"}), call_id="c1")
+    with pytest.raises(Exception, match=r"99|usage"):
+        gate.run(auth, fn, call_id="c1", failed=failed)
+    gate.flush()
+    (span,) = [s for s in kept.get_finished_spans() if s.name == "execute_tool lookup"]
+    assert span.attributes is not None
+    assert span.attributes["agentgate.outcome"] == "error"
+    assert span.attributes["error.type"] == error_type
+    assert span.status.status_code.name == "ERROR"
+    assert span.status.description == error_type  # the exception's message is never exported
+    allowed = span.attributes["agentgate.audit.index"]
+    (outcome,) = [e for e in gate.audit.entries() if e.kind == "outcome" and e.ref == allowed]
+    assert outcome.status == "error"  # what the span says

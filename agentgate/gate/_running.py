@@ -69,6 +69,13 @@ def _outcome_lost(auth: Authorization) -> None:
     )
 
 
+def _record_raised(span: Span, exc: BaseException) -> None:
+    """The ``error`` outcome of a call that ``exc`` ended, on its span: ``agentgate.outcome=error``
+    with ``error.type`` the exception's class name, as the exception leaving the span would set
+    it (its message is never exported)."""
+    record_outcome(span, "error", error_type=type(exc).__qualname__)
+
+
 def _failure_carried(raised: list[BaseException]) -> BaseException | None:
     """The failure that the last exception ``fn`` raised carries, when that is a cancellation
     raised from it (``raise cancelled from error``) and it is not a cancellation itself: the call
@@ -433,8 +440,13 @@ class _Running:
         came out of the call's function itself; a scheduler refusal it raised (a nested gated
         call's ``CircuitOpen``, after the call paid) is the call's failure, not a refusal of it."""
         pause = says_pause(paused, exc)  # a ``paused`` that raises says no: the outcome is recorded
-        if pause and span.is_recording():
-            record_outcome(span, "paused")
+        if span.is_recording():
+            # The span says what the outcome entry says (until review R60 a call that raised had
+            # only ``error.type``, and spans filtered on ``agentgate.outcome=error`` missed it).
+            if pause:
+                record_outcome(span, "paused")
+            else:
+                _record_raised(span, exc)
         error = type(exc).__name__
         started = started and (ran or error not in NOT_STARTED)
         if isinstance(exc, NoBackend | BackendFailed) and str(exc):
@@ -519,6 +531,8 @@ class _Running:
             failure = failed(result) if failed is not None else False
             status = "error" if failure else "ok"
         except BaseException as exc:
+            if span.is_recording():
+                _record_raised(span, exc)
             if (
                 self._settle_unless_closed(auth, "error", _failure_reason(exc), USAGE_UNREAD)
                 and span.is_recording()
