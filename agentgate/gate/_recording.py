@@ -24,7 +24,7 @@ from agentgate.gate._approval import Approval
 from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict, expect
 from agentgate.gate._costs import _METERED, _METERED_BY_TOKENS
 from agentgate.gate._lock import _serialized
-from agentgate.gate._records import PARAMETERS_IN_CLEAR, recordable, redact_reasons
+from agentgate.gate._records import PARAMETERS_IN_CLEAR, recordable, redact_reasons, without_held
 from agentgate.policy import Policy, QuotaRef
 from agentgate.store import Transaction
 from agentgate.store.approvals import ApprovalStore, QuorumRule
@@ -353,12 +353,16 @@ class _Recording:
 
     def explain_redacted(self, auth: Authorization) -> str:
         """``auth.explain()`` as the audit log would keep it: values of arguments the policy does
-        not mark loggable replaced. For text that may reach logs (a raised ``Denied``); the model
-        is told ``explain()`` itself, its own arguments included."""
+        not mark loggable replaced, and without the list of every capability the grant holds
+        (``without_held``), as the model is told a refusal. For text that may reach logs or a
+        model (a raised ``Denied``: under ``enforce=True`` the application gets it, and may hand
+        it to its model); the model is told ``explain()`` itself, its own arguments included.
+        Until review R60 the list stayed in this text; the audit entry, and the ``Decision`` on
+        the ``Denied``, keep it."""
         redacted = redact_reasons(
             auth.reasons, auth.call.args, self._loggable(auth.call), self._declared(auth.call)
         )
-        return replace(auth, reasons=tuple(redacted)).explain()
+        return replace(auth, reasons=tuple(without_held(reason) for reason in redacted)).explain()
 
 
 def _quota_exceeded(full: QuotaRef, amounts: Mapping[str, int]) -> QuotaExceeded:

@@ -4,6 +4,7 @@ and a revocation's entry and the entries of the approval requests it makes void.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
@@ -19,6 +20,20 @@ PARAMETERS_IN_CLEAR = {
     "model": ("max_tokens", "priority"),
     "gpu": ("count", "priority", "ttl_s", "grace_s", "timeout_s", "hold_s", "request"),
 }
+
+
+_HELD = re.compile(r" \(it holds .*\)$", re.S)
+"""The list of every capability the grant holds that the authority engine's refusal of a call no
+capability covers ends with (``the grant does not cover tool:other invoke (it holds ...)``)."""
+
+
+def without_held(reason: str) -> str:
+    """``reason`` without the list of every capability the grant holds (``_HELD``): it is more
+    than the bound the call crossed, namely the other tools' rules, with what the grant pins for
+    an argument the framework injects (a key, an account). What the model is told and the text
+    of a raised ``Denied`` leave it out; the audit entry, and the ``Decision`` a ``Denied``
+    carries, keep it."""
+    return _HELD.sub("", reason)
 
 
 def redact_reasons(

@@ -15,6 +15,7 @@ from langgraph.types import Command
 from agentgate.errors import AgentGateError, AuditError, AuthorityError, InputError, StoreError
 from agentgate.findings import Finding
 from agentgate.gate import Authorization, Gate
+from agentgate.gate._records import without_held
 from agentgate.integrations.langgraph._calls import ToolResult
 from agentgate.integrations.langgraph._stops import STOP_KEY, _stop_mark
 
@@ -70,17 +71,11 @@ def _refusal(
 def _explained(auth: Authorization, hidden: Collection[str] = ()) -> str:
     """``auth.explain()`` as the model is told it: each grant or rule constraint on an argument in
     ``hidden`` (those LangGraph injects, ``_injected_names``) with its operand replaced
-    (``_hiding``), and without the list of every capability the grant holds (``_HELD``)."""
-    told = replace(auth, reasons=tuple(_HELD.sub("", reason) for reason in auth.reasons))
+    (``_hiding``), and without the list of every capability the grant holds (``without_held``:
+    until review R60 the model was told it; the audit entry keeps it)."""
+    told = replace(auth, reasons=tuple(without_held(reason) for reason in auth.reasons))
     return _hiding(told.explain(), hidden)
 
-
-_HELD = re.compile(r" \(it holds .*\)$", re.S)
-"""The list of every capability the grant holds that the authority engine's refusal of a call no
-capability covers ends with (``the grant does not cover tool:other invoke (it holds ...)``). It
-is more than the bound the call crossed: the other tools' rules, with what the grant pins for an
-argument the framework injects (a key, an account); until review R60 the model was told it. The
-audit entry keeps it."""
 
 HIDDEN_OPERAND = "<not shown: an injected argument>"
 """What the model is shown for the operand of a grant's or a policy rule's constraint on an
