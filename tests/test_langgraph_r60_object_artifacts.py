@@ -1,8 +1,9 @@
 """Review R60: integers beyond 64 bits that ``_storable_result`` does not look into (an artifact
 that is a pydantic model or a dataclass, a ``Command``'s update key other than ``messages``) reach
-none of agentgate's records, so they break no write of agentgate's: the call is recorded ``ok``,
-and nothing the gate wrote holds the integer. (LangGraph's checkpointer cannot store them: that
-is the graph's state, not agentgate's.)"""
+none of agentgate's records, so they break no write of agentgate's, and nothing the gate wrote
+holds the integer. (LangGraph's checkpointer cannot store them, so since the second pass of
+review R60 the result is not kept and the call is recorded ``error``:
+tests/test_langgraph_r60b_unkept_results.py.)"""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def test_such_an_integer_in_a_tools_result_reaches_no_record_of_agentgate(paying
     )
     agent.invoke({"messages": [{"role": "user", "content": "refund O-1"}]}, context=paying.boss)
     [allow, outcome] = paying.refusals()  # every entry of the tool
-    assert (allow.kind, outcome.kind, outcome.status) == ("allow", "outcome", "ok")
+    assert (allow.kind, outcome.kind, outcome.status) == ("allow", "outcome", "error")
     with sqlite3.connect(paying.path / "agentgate.db") as db:
         tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for table in tables:

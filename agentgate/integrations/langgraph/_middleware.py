@@ -340,7 +340,9 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         try:
             return self.gate.run(
                 auth,
-                lambda: self._keep(auth, _storable_result(tool.watch(lambda: handler(request)))),
+                lambda: self._keep(
+                    auth, _storable_result(tool.watch(lambda: handler(request)), call_id, name)
+                ),
                 call_id=call_id,
                 run_id=_run_id(request),
                 failed=_failed,
@@ -413,7 +415,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
 
         async def attempt() -> ToolResult:
             answered = handler(request) if threaded is None else threaded.attempt(handler)
-            return self._keep(auth, _storable_result(await raised.awatch(answered)))
+            return self._keep(auth, _storable_result(await raised.awatch(answered), call_id, name))
 
         try:
             running = self.gate.arun(

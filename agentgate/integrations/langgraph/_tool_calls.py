@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
+from pydantic import BaseModel
 
 from agentgate._json import inexact_argument
 from agentgate.capabilities import MAX_NAME_LENGTH, Call
@@ -348,7 +349,7 @@ def _at(item: object, keys: list[object]) -> object:
     return item
 
 
-def _storable_result(result: R) -> R:
+def _storable_result(result: R, call_id: str, name: str) -> R:
     """``result`` (what a tool answered: a ``ToolMessage``, a ``Command`` whose update holds
     messages, or a list of them) as the run's state can keep it: each ``ToolMessage`` whose
     ``content`` or ``artifact`` holds an integer out of range (``INT_RANGE``) in its dicts and
@@ -358,14 +359,19 @@ def _storable_result(result: R) -> R:
     ended a checkpointed run in LangGraph's ``TypeError: Type is not msgpack serializable:
     ToolMessage``: the model never saw the result, and the run could not be resumed.
 
-    Not looked into: an ``artifact`` that is an object (a pydantic model, a dataclass), and a
-    ``Command``'s update keys other than ``messages``. No part of a tool's result reaches
-    agentgate's store or audit log: the gate reads only whether it reports a failure
-    (``_failed``), its outcome entry holds the status, the reasons and the budget change, and the
-    answers kept to answer a call again (``GateMiddleware._keep``) and the scheduler's reused
-    results stay in memory; so such an integer breaks no write of agentgate's (review R60 checked:
-    the call is recorded ``ok``, tests/test_langgraph_r60_object_artifacts.py). Only LangGraph's
-    checkpointer cannot store it (``TypeError``), as for any state the graph's own nodes write."""
+    An integer out of range that is no item of a dict or list (a field of an ``artifact`` that is
+    an object, a pydantic model or a dataclass; a ``Command``'s update key other than
+    ``messages``) is not turned to text: that would change the type of the tool's own object or
+    of the graph's state. Such a result is not kept: the call's answer is an error
+    ``ToolMessage`` (``_unkept``) telling the model that the tool ran and its result could not be
+    kept, and the call's outcome is ``error`` (``_failed``). Until review R60 the call was
+    recorded ``ok`` and LangGraph's checkpointer then ended the run in its ``TypeError``."""
+    kept = _with_integer_text(result)
+    return cast(R, _unkept(call_id, name)) if _holds_beyond_range(kept) else kept
+
+
+def _with_integer_text(result: R) -> R:
+    """``_storable_result`` of the integers in a result's dicts and lists: their decimal text."""
     if isinstance(result, ToolMessage):
         update: dict[str, Any] = {}
         for field in ("content", "artifact"):
@@ -374,14 +380,58 @@ def _storable_result(result: R) -> R:
                 update[field] = _with_text_for(value, found)
         return cast(R, result.model_copy(update=update)) if update else result
     if isinstance(result, list):
-        items = [_storable_result(item) for item in result]
+        items = [_with_integer_text(item) for item in result]
         same = all(new is old for new, old in zip(items, result, strict=True))
         return result if same else cast(R, items)
     if isinstance(result, Command) and isinstance(result.update, Mapping):
         messages = result.update.get("messages")
-        if isinstance(messages, list) and (kept := _storable_result(messages)) is not messages:
+        if isinstance(messages, list) and (kept := _with_integer_text(messages)) is not messages:
             return cast(R, dataclasses.replace(result, update={**result.update, "messages": kept}))
     return result
+
+
+def _holds_beyond_range(value: object) -> bool:
+    """Whether ``value`` holds an integer (not a boolean) out of range (``INT_RANGE``) anywhere
+    LangGraph's serializer looks: in dicts, lists, tuples and sets, and in the fields of pydantic
+    models (a ``ToolMessage`` too) and dataclasses (a ``Command`` too). Walked without recursion,
+    each object once (an object graph may hold a cycle)."""
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str | bytes | float | None):
+            continue
+        if isinstance(item, int):
+            if not -INT_RANGE < item < INT_RANGE and not isinstance(item, bool):
+                return True
+            continue
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack.extend(item)
+        elif isinstance(item, BaseModel):
+            stack.extend(vars(item).values())
+            stack.extend((item.__pydantic_extra__ or {}).values())
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            stack.extend(getattr(item, field.name) for field in dataclasses.fields(item))
+    return False
+
+
+def _unkept(call_id: str, name: str) -> ToolMessage:
+    """The answer to a call whose result the run's state cannot keep (``_storable_result``)."""
+    return ToolMessage(
+        content=(
+            f"agentgate: tool {name} ran, but its result holds an integer beyond 64 bits in an object "
+            "or a state update, which the run's state cannot keep: the result is not kept, and the "
+            "call is recorded as failed. It ran: do not assume that it did not."
+        ),
+        tool_call_id=call_id,
+        name=name,
+        status="error",
+    )
 
 
 def _with_text_for(args: object, found: list[tuple[tuple[object, ...], int]]) -> object:
