@@ -31,9 +31,11 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
   grant, once made, is ``agentgate.capability.id``; no token or key is recorded.
 
 ``record_decision`` adds ``agentgate.decision``, ``agentgate.policy.id``,
-``agentgate.capability.id``, ``agentgate.chain.depth``, ``agentgate.budget.remaining`` and
-``agentgate.audit.index`` (the index of the signed audit entry, so a trace links to the
-evidence). A deny sets the span status to ERROR and ``error.type=agentgate.denied``. An exception
+``agentgate.capability.id``, ``agentgate.chain.depth`` and ``agentgate.audit.index`` (the index
+of the signed audit entry, so a trace links to the evidence), and ``agentgate.budget.remaining``
+for a caller that passes it. The ``Gate`` does not: its reservation is one conditional update of
+the budget's row that does not read what is left, and reading it would cost a store read per
+decision (``Gate.remaining`` reads it; until review R60 this docstring listed it as set). A deny sets the span status to ERROR and ``error.type=agentgate.denied``. An exception
 escaping a span sets ERROR and ``error.type`` to the exception's class name (its message is not
 exported), unless the span already records a deny (which it keeps, reasons and all) or an outcome
 (``record_outcome``: how the call ended, a pause included, which the exception only carries out).
@@ -543,7 +545,8 @@ def record_decision(
     audit_index: int | None = None,
     reason: str | None = None,
 ) -> None:
-    """The authority decision behind the span. A ``deny`` marks the span ERROR, ``agentgate.denied``,
+    """The authority decision behind the span (``budget_remaining``: what the caller knows is
+    left of the caller's budget; the ``Gate`` passes none). A ``deny`` marks the span ERROR, ``agentgate.denied``,
     with ``reason`` (its first ``MAX_CALL_ID_CHARS`` characters) as the status description.
     ``agentgate.decision``, ``agentgate.audit.index`` and a deny's ``error.type`` are
     ``ESSENTIAL``: set last, and again as an agentgate span ends if its attribute limit dropped
