@@ -13,6 +13,8 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import InjectedToolArg, StructuredTool
 from test_langgraph_exact_numbers import _AsWritten
 from test_langgraph_r60_held_capabilities import POLICY
+from test_langgraph_r60_injected_secrets import POLICY as INJECTED_POLICY
+from test_langgraph_r60_injected_secrets import SECRET, _Injecting
 
 from agentgate.capabilities import Call
 from agentgate.errors import Denied
@@ -77,3 +79,37 @@ def test_running_a_refusal_raises_without_the_list(gate: tuple[Gate, Any]) -> No
         made.run(refused, lambda: "done")
     assert "it holds" not in str(raised.value)
     assert "the grant does not cover tool:other invoke" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "extra"),
+    [({"amount": 5}, f'api_key: {{eq: "{SECRET}"}}'), ({"amount": 600}, f'api_key: {{eq: "{SECRET}"}}')],
+)
+def test_an_enforced_refusal_names_a_constraint_on_an_injected_argument_without_its_operand(
+    tmp_path: Path, args: dict[str, object], extra: str
+) -> None:
+    """Review R60: under enforce=True the Denied's text quoted the grant's operand on an injected argument (the key itself), which the model's refusal hides."""
+    keys = {n: SigningKey.generate() for n in ("root", "boss")}
+    text = INJECTED_POLICY.format(extra=extra, timeout="", **{n: k.did for n, k in keys.items()})
+    made = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        boss = made.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+
+        def pay(amount: int, api_key: Annotated[str, InjectedToolArg] = "") -> str:
+            return "paid"
+
+        asked = AIMessage(content="", tool_calls=[{"name": "pay", "args": args, "id": "c1"}])
+        agent = create_gated_agent(
+            made,
+            name="boss",
+            model=_AsWritten(turns=[asked, AIMessage(content="done")]),
+            tools=[StructuredTool.from_function(func=pay, name="pay", description="pay")],
+            middleware=[_Injecting({"api_key": "sk-live-WRONG"})],
+            enforce=True,
+        )
+        with pytest.raises(Denied) as raised:
+            agent.invoke({"messages": [{"role": "user", "content": "pay"}]}, context=boss)
+        assert "sk-live-" not in str(raised.value)
+        assert "api_key=<not shown: an injected argument>" in str(raised.value)
+    finally:
+        made.close()

@@ -4,6 +4,7 @@ approval through ``interrupt()`` until it is approved or refused."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any
 
@@ -12,7 +13,7 @@ from langgraph.types import interrupt
 from agentgate.capabilities import Call
 from agentgate.errors import Denied, InputError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
-from agentgate.integrations.langgraph._replies import _asking
+from agentgate.integrations.langgraph._replies import _asking, _hiding
 from agentgate.integrations.langgraph._scope import _NO_CHECKPOINTER, _resumable
 
 
@@ -27,13 +28,22 @@ class _ApprovalLoop:
     agent_did: str | None
     enforce: bool
 
-    def _authorize(self, identity: AgentIdentity | None, call: Call, **context: Any) -> Authorization:
+    def _authorize(
+        self,
+        identity: AgentIdentity | None,
+        call: Call,
+        *,
+        hidden: Callable[[], Collection[str]] | None = None,
+        **context: Any,
+    ) -> Authorization:
         """``Gate.authorize`` of ``call`` as this agent (``context``: its other keyword arguments),
         and while it needs a human approval, again with each answer to ``interrupt()``: an
         approval that does not hold (wrong approver, the requester itself, another call's, already
         used) is asked for again, and an answer that is not an approval at all ("deny") refuses the
         call, recorded as a refusal that closes the request (``Gate.decline``). With ``enforce``, a
-        refusal raises ``Denied``."""
+        refusal raises ``Denied``, its text without the operand of a constraint on an argument
+        ``hidden`` names (those LangGraph injects, ``_hiding``), as the model is told a refusal:
+        until review R60 it quoted the grant's operand (a pinned key)."""
 
         def decide(approval: Approval | None) -> Authorization:
             return self.gate.authorize(
@@ -59,7 +69,8 @@ class _ApprovalLoop:
                 with contextlib.suppress(InputError):  # already closed (the approval's own, used)
                     self.gate.decline(asked, "the call was refused with the approval given")
         if not auth.allowed and self.enforce:
-            raise Denied(self.gate.explain_redacted(auth), auth.decision)
+            explained = self.gate.explain_redacted(auth)
+            raise Denied(_hiding(explained, hidden()) if hidden else explained, auth.decision)
         return auth
 
     def _refuse_pending(self, auth: Authorization, reason: str) -> Authorization:

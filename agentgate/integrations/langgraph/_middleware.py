@@ -211,6 +211,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             call_id=request.tool_call["id"],
             run_id=_run_id(request),
             asked_in=_asked_in(request),
+            hidden=lambda: _injected_names(request),
         )
 
     def _foreign(self, request: ToolCallRequest) -> Authorization | None:
