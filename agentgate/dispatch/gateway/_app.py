@@ -85,6 +85,7 @@ from agentgate.dispatch.gateway._request import (
     BodyTimedOut,
     BodyTooLarge,
     _bearer,
+    _declared_not_json,
     _declared_too_large,
     _parse_body,
     _prompt_estimate,
@@ -331,6 +332,8 @@ class Gateway:
                     raise InputError(
                         f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed"
                     )
+                if (not_json := _declared_not_json(request.headers)) is not None:
+                    raise InputError(not_json)
                 if (too_large := _declared_too_large(request, self.max_body_bytes)) is not None:
                     # No ``100 Continue`` goes out (only reading the body sends it), and the
                     # connection closes: whether the body follows or not, nothing after this

@@ -1,8 +1,9 @@
 """What the gateway reads from a chat request before deciding it: the body, bounded in size
 (``max_body_bytes``, default ``MAX_BODY_BYTES``) and in time (``body_timeout_s``, default
-``BODY_TIMEOUT_S``; both ``Gateway`` settings) and checked as a chat completion request of
-one choice; the prompt tokens reserved for it; the bearer token of its ``Authorization`` header,
-and whether a header that carries credentials is repeated (``_repeated_credentials``).
+``BODY_TIMEOUT_S``; both ``Gateway`` settings), declared as JSON or not at all
+(``_declared_not_json``) and checked as a chat completion request of one choice; the prompt
+tokens reserved for it; the bearer token of its ``Authorization`` header, and whether a header
+that carries credentials is repeated (``_repeated_credentials``).
 A body refused raises ``InputError`` naming what is wrong (``BodyTooLarge`` for one over the
 limit, ``BodyTimedOut`` for one too slow).
 """
@@ -71,6 +72,25 @@ def _declared_too_large(request: Request, max_bytes: int) -> str | None:
     if not declared.isdigit() or int(declared) <= max_bytes:
         return None
     return f"the body is over {max_bytes} bytes (Content-Length: {int(declared)})"
+
+
+def _declared_not_json(headers: Headers) -> str | None:
+    """Why the body is refused before it is read for the type it is declared as; else ``None``.
+
+    Read as vLLM (FastAPI) reads a body: with no (or an empty) ``Content-Type`` as JSON, with
+    ``application/json`` or ``application/*+json`` (any parameters) as JSON, and with any other
+    type (``text/plain``, a form) not at all, which it refuses with a 400. Every
+    ``Content-Type`` header counts (a proxy in front may have read another one). Until review
+    R60 the gateway decided and served a JSON body declared ``text/plain``, which the backend
+    it stands before refuses."""
+    for declared in headers.getlist("content-type"):
+        media = declared.partition(";")[0].strip().lower()
+        kind, _, subtype = media.partition("/")
+        if declared.strip() and not (
+            kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+        ):
+            return f"the body must be JSON (Content-Type: application/json), not {declared[:60]!r}"
+    return None
 
 
 def _parse_body(raw: bytes) -> dict[str, Any]:

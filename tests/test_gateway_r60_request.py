@@ -1,0 +1,63 @@
+"""What the gateway reads from a chat request before it decides anything (review R60): a body is
+refused 400 in OpenAI's error shape, audited as a refusal with nothing reserved and its
+invocation's nonce left unused, when the backend it stands before (vLLM, and the simulator)
+would refuse it anyway, so that no call is allowed, reserved and then refused by the backend.
+
+Real components: the gateway on loopback HTTP before simulated vLLM backends, a SQLite store."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from test_gateway import Env, _assert_refused, _body
+
+from agentgate.dispatch.gateway import invocation_headers
+
+pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
+
+
+def _send(env: Env, body: dict[str, object], headers: list[tuple[str, str]]) -> httpx.Response:
+    return httpx.post(
+        f"{env.base_url}/chat/completions", content=json.dumps(body).encode(), headers=headers, timeout=10
+    )
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        ["text/plain"],
+        ["application/x-www-form-urlencoded"],
+        ["multipart/form-data; boundary=x"],
+        ["; charset=utf-8"],
+        ["application/json", "text/plain"],
+    ],
+    ids=["text", "form", "multipart", "no_media_type", "json_then_text"],
+)
+def test_a_body_declared_as_anything_but_json_is_refused_before_it_is_decided(
+    env: Env, declared: list[str]
+) -> None:
+    """Review R60: a JSON body declared Content-Type: text/plain (or a form) was decided and served 200; vLLM refuses it 400."""
+    body = _body()
+    signed = list(invocation_headers(env.agent.key, env.agent.chain, body).items())
+    before, count = env.ledger(), len(env.entries())
+    answer = _send(env, body, [*(("content-type", value) for value in declared), *signed])
+    error = _assert_refused(env, answer, 400, before, count)
+    assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_request")
+    assert "Content-Type: application/json" in error["message"]
+    # Nothing was decided: the same signed invocation, declared as JSON, is allowed and served.
+    again = _send(env, body, [("content-type", "application/json"), *signed])
+    assert again.status_code == 200, again.text
+
+
+@pytest.mark.parametrize(
+    "declared", [[], [""], ["application/json; charset=utf-8"], ["application/vnd.x+json"]]
+)
+def test_a_body_declared_as_json_or_not_at_all_is_served(env: Env, declared: list[str]) -> None:
+    body = _body()
+    headers = [*(("content-type", value) for value in declared)]
+    headers += invocation_headers(env.agent.key, env.agent.chain, body).items()
+    answer = _send(env, body, headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["message"]["content"]
