@@ -61,3 +61,46 @@ def test_a_body_declared_as_json_or_not_at_all_is_served(env: Env, declared: lis
     answer = _send(env, body, headers)
     assert answer.status_code == 200, answer.text
     assert answer.json()["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"stream": False, "stream_options": {"include_usage": True}}, "only be defined when `stream=True`"),
+        ({"stream_options": {"include_usage": True}}, "only be defined when `stream=True`"),
+        ({"stream": None, "stream_options": {"include_usage": False}}, "only be defined when `stream=True`"),
+        ({"stream": True, "stream_options": ["include_usage"]}, "'stream_options' must be an object or null"),
+        ({"stream": False, "stream_options": "yes"}, "'stream_options' must be an object or null"),
+    ],
+    ids=["stream_false", "stream_absent", "stream_null", "list_streamed", "text"],
+)
+def test_stream_options_are_refused_before_the_call_is_decided_where_vllm_refuses_them(
+    env: Env, fields: dict[str, object], words: str
+) -> None:
+    """Review R60: a non-streaming call with stream_options was decided, reserved, then refused 400 rejected_by_backend."""
+    body = _body(**fields)
+    signed = list(invocation_headers(env.agent.key, env.agent.chain, body).items())
+    before, count = env.ledger(), len(env.entries())
+    answer = _send(env, body, [("content-type", "application/json"), *signed])
+    error = _assert_refused(env, answer, 400, before, count)
+    assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_request")
+    assert words in error["message"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"stream": False, "stream_options": {}},
+        {"stream_options": None},
+        {"stream": True, "stream_options": {"include_usage": True}},
+    ],
+    ids=["empty_unstreamed", "null", "streamed"],
+)
+def test_stream_options_vllm_takes_are_served(env: Env, fields: dict[str, object]) -> None:
+    body = _body(**fields)
+    headers = [
+        ("content-type", "application/json"),
+        *invocation_headers(env.agent.key, env.agent.chain, body).items(),
+    ]
+    answer = _send(env, body, headers)
+    assert answer.status_code == 200, answer.text

@@ -109,6 +109,14 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
     # OpenAI's API takes ``"stream": null`` as false (the SDKs send it for ``stream=None``).
     if body.get("stream") is not None and not isinstance(body["stream"], bool):
         raise InputError("'stream' must be true, false or null")
+    # vLLM refuses both with a 400 (its model validation, then ``validate_stream_options`` on the
+    # body as sent: an empty object passes): refused here, the call is never decided and reserved
+    # only to be refused by the backend. Until review R60 the gateway decided them.
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise InputError("'stream_options' must be an object or null")
+    if options and not body.get("stream"):
+        raise InputError("'stream_options': Stream options can only be defined when `stream=True`.")
     # Several choices would generate several times the output the invocation signs and the
     # reservation holds (and a grant's max_tokens caps per choice): one choice per call.
     for name in _ONE_CHOICE:
