@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import threading
 from collections import OrderedDict
@@ -246,7 +247,19 @@ class GatewayGate(Gate):
         request = self._approval_request(identity, call, verdict, None)
         assert request is not None
         rule = self._quorum_rule(verdict.approval)
-        approved, unused = self._approval_complete(approval, request, rule)
+        # A vote towards a quorum above one is recorded in a transaction of its own, before the
+        # allow's: revocation is read again in it (``_approval_complete``'s ``refusal``, as the
+        # Gate asks its authority there), and a call revoked since the decision above records no
+        # vote and is refused for that. Until review R60 a revocation committed between the two
+        # (by another process) had the vote recorded on a request without grant rows.
+        revoked: set[str] = set()
+        approved, unused = self._approval_complete(
+            approval, request, rule, refusal=functools.partial(self._revoked_in, identity, revoked)
+        )
+        if revoked:
+            since = " before the approval was counted"
+            refused = revoked_refusal(decision, call, identity, revoked, since)
+            return GatewayDecision(self._record_refusal(refused), 401, "revoked")
         if approved is None:
             asked = self._record_approval_request(
                 Authorization(
@@ -273,6 +286,14 @@ class GatewayGate(Gate):
         if not answer.allowed:
             self._refusal_span(answer.auth)
         return answer
+
+    def _revoked_in(self, identity: CallerIdentity, revoked: set[str], tx: Transaction) -> str | None:
+        """Why ``identity``'s chain is refused, revocation read in ``tx``: a link revoked, whose
+        ids are added to ``revoked``; ``None`` when none is. Raises ``StoreError`` when
+        revocation cannot be read."""
+        with self.grants.within(tx):
+            revoked.update(self.grants.revoked(identity.chain.ids))
+        return "a grant of the chain was revoked" if revoked else None
 
     def _allow(
         self,
