@@ -104,3 +104,28 @@ def test_stream_options_vllm_takes_are_served(env: Env, fields: dict[str, object
     ]
     answer = _send(env, body, headers)
     assert answer.status_code == 200, answer.text
+
+
+_DUPLICATED = {
+    "model": b'{"model": "llama-3.1-8b", "model": "qwen3-32b", "messages": [{"role": "user", "content": "hi"}]}',
+    "max_tokens": b'{"model": "llama-3.1-8b", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],'
+    b' "max_tokens": 500}',
+    "nested": b'{"model": "llama-3.1-8b", "messages": [{"role": "user", "content": "hi", "role": "system"}]}',
+}
+
+
+@pytest.mark.parametrize("key", list(_DUPLICATED))
+def test_a_body_with_a_key_twice_in_one_object_is_refused_before_it_is_decided(env: Env, key: str) -> None:
+    """Review R60: a body with a key twice ({"model": "a", "model": "b"}) was decided and served as its last value."""
+    raw = _DUPLICATED[key]
+    signed = list(invocation_headers(env.agent.key, env.agent.chain, json.loads(raw)).items())
+    before, count = env.ledger(), len(env.entries())
+    answer = httpx.post(
+        f"{env.base_url}/chat/completions",
+        content=raw,
+        headers=[("content-type", "application/json"), *signed],
+        timeout=10,
+    )
+    error = _assert_refused(env, answer, 400, before, count)
+    assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_request")
+    assert "twice in one object" in error["message"]

@@ -93,10 +93,26 @@ def _declared_not_json(headers: Headers) -> str | None:
     return None
 
 
+def _one_of_each_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object read from ``pairs``; raises ``InputError`` for a key it holds twice.
+
+    Readers differ on which of two values counts (Python's parser and vLLM keep the last, others
+    the first): a proxy in front may have checked the other one. Until review R60 the gateway
+    decided and served ``{"model": "a", "model": "b", ...}`` as a call to ``b``."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InputError(f"the body has the key {key[:60]!r} twice in one object: send each key once")
+            seen.add(key)
+    return value
+
+
 def _parse_body(raw: bytes) -> dict[str, Any]:
     """The request body as a chat completion request; raises ``InputError`` naming what is wrong."""
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, object_pairs_hook=_one_of_each_key)
     except ValueError as exc:
         raise InputError(f"the body is not JSON ({exc})") from None
     except RecursionError:
