@@ -129,3 +129,43 @@ def test_a_body_with_a_key_twice_in_one_object_is_refused_before_it_is_decided(e
     error = _assert_refused(env, answer, 400, before, count)
     assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_request")
     assert "twice in one object" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("message", "words"),
+    [
+        ({"role": None, "content": "hi"}, "'messages[0].role' must be a string"),
+        ({"content": "hi"}, "'messages[0].role' must be a string"),
+        ({"role": 1, "content": "hi"}, "'messages[0].role' must be a string"),
+        ({"role": "user", "content": 5}, "'messages[0].content' must be a string"),
+        ({"role": "user", "content": {"text": "hi"}}, "'messages[0].content' must be a string"),
+    ],
+    ids=["role_null", "role_missing", "role_number", "content_number", "content_object"],
+)
+def test_a_message_vllm_refuses_is_refused_before_the_call_is_decided(
+    env: Env, message: dict[str, object], words: str
+) -> None:
+    """Review R60: a message whose role or content vLLM refuses was decided, reserved, then refused 400 rejected_by_backend."""
+    body = _body(messages=[message])
+    signed = list(invocation_headers(env.agent.key, env.agent.chain, body).items())
+    before, count = env.ledger(), len(env.entries())
+    answer = _send(env, body, [("content-type", "application/json"), *signed])
+    error = _assert_refused(env, answer, 400, before, count)
+    assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_request")
+    assert words in error["message"]
+
+
+def test_messages_vllm_takes_are_served(env: Env) -> None:
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "user", "content": "and again"},
+    ]
+    body = _body(messages=messages)
+    headers = [
+        ("content-type", "application/json"),
+        *invocation_headers(env.agent.key, env.agent.chain, body).items(),
+    ]
+    answer = _send(env, body, headers)
+    assert answer.status_code == 200, answer.text

@@ -122,6 +122,14 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise InputError("'messages' must be a non-empty list of message objects")
+    # What vLLM's validation of a message refuses with a 400 (a role that is not text, content
+    # that is neither text, a list of parts nor null): refused here, before the call is decided
+    # and reserved only to be refused by the backend. Until review R60 the gateway decided them.
+    for i, message in enumerate(messages):
+        if not isinstance(message.get("role"), str):
+            raise InputError(f"'messages[{i}].role' must be a string")
+        if not isinstance(message.get("content"), str | list | None):
+            raise InputError(f"'messages[{i}].content' must be a string, a list of content parts or null")
     # OpenAI's API takes ``"stream": null`` as false (the SDKs send it for ``stream=None``).
     if body.get("stream") is not None and not isinstance(body["stream"], bool):
         raise InputError("'stream' must be true, false or null")
