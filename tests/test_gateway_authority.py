@@ -248,13 +248,15 @@ class _RevokedMeanwhile(GatewayGate):
     path: Path
     victim: str | None = None
 
-    def _approval_complete(self, approval: Any, request: Mapping[str, Any], verdict: Any) -> Any:
+    def _approval_complete(
+        self, approval: Any, request: Mapping[str, Any], verdict: Any, *args: Any, **kwargs: Any
+    ) -> Any:
         if self.victim is not None:
             with SQLiteStore(self.path) as other:
                 repo = GrantRepository(other)
                 revoke(repo, self.victim)
                 repo.close()
-        return super()._approval_complete(approval, request, verdict)
+        return super()._approval_complete(approval, request, verdict, *args, **kwargs)
 
 
 def test_a_gated_gateway_call_is_not_allowed_after_its_grant_was_revoked(tmp_path: Path) -> None:
