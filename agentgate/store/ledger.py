@@ -114,6 +114,15 @@ MAX_AMOUNT = 2**63 - 1
 """The largest amount a budget can hold (a 64-bit signed column on both stores)."""
 
 
+def _named(reservation: object) -> str:
+    """``reservation`` as a reservation id (text); ``InputError`` for anything else (a list or a
+    dict read from a JSON body names no reservation: until review R60 it raised ``TypeError``,
+    unhashable, out of the lookup of reservations made here)."""
+    if not isinstance(reservation, str):
+        raise InputError(f"reservation {reservation!r:.60} does not exist: a reservation id is text")
+    return reservation
+
+
 def _amount(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InputError(f"{what} must be a non-negative integer in minor units, got {value!r}")
@@ -288,8 +297,8 @@ class BudgetLedger:
         settled, committed at 0 with its amount moved (0 left), so that nothing is refunded or
         charged: the grants' budgets are as they were. For a holder that keeps adding to one
         hold (a lease's renewals) with one reservation to settle in the end. False, and nothing
-        written, when either is not open or their chains differ."""
-        if into == other:
+        written, when either is not open (or not text) or their chains differ."""
+        if into == other or not isinstance(into, str) or not isinstance(other, str):
             return False
         rows = tx.execute(
             "SELECT id, chain, amount FROM budget_reservations WHERE id IN (?, ?) AND state = 'reserved'",
@@ -315,8 +324,8 @@ class BudgetLedger:
         self, t: Transaction, reservation: str, state: str, actual: int
     ) -> tuple[tuple[str, ...], int]:
         """Mark ``reservation`` settled (``state``, ``actual``); its chain and amount as stored.
-        ``InputError`` if it does not exist or is already settled."""
-        known = self._held.pop(reservation, None)
+        ``InputError`` if it does not exist (also when it is not text) or is already settled."""
+        known = self._held.pop(_named(reservation), None)
         if known is not None:
             # Reserved by this ledger: the UPDATE names the chain and amount it stored, so a row
             # it changes holds exactly those, and nothing needs reading back. RETURNING costs
@@ -338,9 +347,10 @@ class BudgetLedger:
         return tuple(json.loads(chain)), int(amount)
 
     def reservation(self, reservation: str) -> Reservation:
-        """One reservation; ``InputError`` if unknown."""
+        """One reservation; ``InputError`` if unknown (also when ``reservation`` is not text)."""
         rows = self.store.query(
-            "SELECT chain, amount, state, actual FROM budget_reservations WHERE id = ?", (reservation,)
+            "SELECT chain, amount, state, actual FROM budget_reservations WHERE id = ?",
+            (_named(reservation),),
         )
         if not rows:
             raise InputError(f"reservation {reservation!r} does not exist")
