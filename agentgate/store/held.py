@@ -145,7 +145,7 @@ def settle_held(
     released whole, and an ``outcome`` entry (status ``ok`` or ``not_run``, ``budget_delta`` the
     amount charged) names ``by``, ``reason`` and the reservation, referring to its ``allow``
     entry where the log shows it. Raises ``InputError`` for an id that is not one
-    (32 hex digits), an empty ``by`` or a negative age, and ``SettlementRefused`` for a
+    (32 hex digits), a ``by`` that is empty or not text, an age that is not a number >= 0, and ``SettlementRefused`` for a
     reservation that does not exist, is settled already (also by its own process meanwhile),
     belongs to a once-only call (``agentgate tasks settle`` settles the call with it) or to a GPU
     lease (its broker settles it when the lease ends) or was
@@ -153,8 +153,8 @@ def settle_held(
     """
     if not isinstance(reservation, str) or not _ID.match(reservation):
         raise InputError(f"a reservation id is 32 hexadecimal digits, got {reservation!r:.60}")
-    if not by.strip():
-        raise InputError("say who settles the reservation (by)")
+    if not isinstance(by, str) or not by.strip():
+        raise InputError(f"say who settles the reservation (by, as text), got {by!r:.60}")
     cut = _cut(min_age_s)
     ledger = BudgetLedger(store)
     there = _tables(store, ("agentgate_once", "broker_decisions"))  # the holders to look for

@@ -144,15 +144,19 @@ def settle(
     In one transaction: ``ran`` marks it ``ok`` (never run again; a reservation its lost outcome
     left held is charged as reserved), else ``not_run`` (it may be decided and run again; such a
     reservation is released), and an ``outcome`` entry (status ``ok`` or ``not_run``) refers to
-    its ``allow`` entry, naming ``by`` and ``reason``. Raises ``InputError`` for an empty ``by``
-    or a negative ``min_age_s``, and ``SettlementRefused`` (an ``InputError``) for an unknown key,
+    its ``allow`` entry, naming ``by`` and ``reason``. Raises ``InputError`` for a ``key`` that is
+    not text, a ``by`` that is empty or not text, or a ``min_age_s`` that is not a number >= 0
+    (until review R60 a ``by`` of ``None`` raised ``AttributeError``, a ``min_age_s`` of ``"900"``
+    ``TypeError``), and ``SettlementRefused`` (an ``InputError``) for an unknown key,
     a call that is not unsettled, and a ``started`` call allowed less than ``min_age_s`` ago (it
     may still be running).
     """
-    if not by.strip():
-        raise InputError("say who settles the call (by)")
-    if not min_age_s >= 0:
-        raise InputError(f"the minimum age must be a number of seconds >= 0, got {min_age_s!r}")
+    if not isinstance(key, str):
+        raise InputError(f"the key of a call that must run once is text, got {key!r:.60}")
+    if not isinstance(by, str) or not by.strip():
+        raise InputError(f"say who settles the call (by, as text), got {by!r:.60}")
+    if isinstance(min_age_s, bool) or not isinstance(min_age_s, int | float) or not min_age_s >= 0:
+        raise InputError(f"the minimum age must be a number of seconds >= 0, got {min_age_s!r:.60}")
     ledger, calls = BudgetLedger(store), OnceCalls(store)
     with store.transaction() as tx:
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
