@@ -534,11 +534,21 @@ def test_a_decider_whose_clock_is_just_before_the_boundary_cannot_restart_a_full
     with shared.transaction() as tx:  # the lagging one: its window is still full
         assert counter.count(tx, [quota], {"calls": 1}, before) == quota
     assert counter.used(quota, before) == 2 and counter.used(quota, after) == 1
-    with shared.transaction() as tx:  # one window on, the one before the previous is dropped
+    with shared.transaction() as tx:  # one window on, the lagging one's window is still kept
         assert counter.count(tx, [quota], {"calls": 1}, after + 60) is None
+    # Since review R60 windows are dropped only an hour (or one window, if longer) on: a clock two
+    # windows behind still finds its count (tests/test_ledger_r60_quota_windows.py).
+    assert [r[0] for r in shared.query("SELECT window_start FROM quota_usage ORDER BY window_start")] == [
+        35940,
+        36000,
+        36060,
+    ]
+    with shared.transaction() as tx:  # an hour on, the windows before it are dropped
+        assert counter.count(tx, [quota], {"calls": 1}, after + 3600) is None
     assert [r[0] for r in shared.query("SELECT window_start FROM quota_usage ORDER BY window_start")] == [
         36000,
         36060,
+        39600,
     ]
 
 

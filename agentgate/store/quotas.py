@@ -52,6 +52,11 @@ def quota_key(quota: QuotaRef) -> str:
     return f"{quota.name} {quota.subject} {quota.unit} {quota.window_s}"
 
 
+KEEP_WINDOWS_S = 3600
+"""How long, at least, a window's count is kept after the window being started begins: a
+decider whose clock is behind the one that starts a window by less than this (another process,
+another host, a clock stepped back) still finds its own window's count, never a fresh zero."""
+
 _COUNT = "UPDATE quota_usage SET used = used + ? WHERE quota = ? AND window_start = ? AND used <= ? - ?"
 
 
@@ -88,16 +93,19 @@ class QuotaCounter:
             tx.execute(_COUNT, params)
             if tx.rowcount == 1:
                 continue
-            # First use of this window: start its row (and drop the quota's windows before the
-            # previous one, which nothing reads again), then the same conditional update decides.
-            # The previous window stays: a decider that read the clock just before the boundary
-            # (another process, or a host whose clock lags) still counts into it, and would
-            # otherwise find it gone and start it again from zero, past its limit. A window that a
+            # First use of this window: start its row (and drop the quota's windows that began
+            # KEEP_WINDOWS_S, or one window if longer, before it), then the same conditional
+            # update decides. The windows since stay: a decider that read the clock before the
+            # boundary (another process, a host whose clock lags, a clock stepped back) still
+            # counts into its own, and would otherwise find it gone and start it again from
+            # zero, past its limit. Until review R60 only the previous window stayed: a host
+            # whose clock ran two windows ahead dropped the window the others were counting
+            # into, each time it started one, and they started it again from zero. A window that a
             # release before ``quota_key`` counted under the bare name starts from that count
             # (unknown unit: the larger reading, so an upgrade never reopens a full window).
             tx.execute(
                 "DELETE FROM quota_usage WHERE quota IN (?, ?) AND window_start < ?",
-                (key, quota.name, start - quota.window_s),
+                (key, quota.name, start - max(quota.window_s, KEEP_WINDOWS_S)),
             )
             tx.execute(
                 "INSERT INTO quota_usage (quota, window_start, used) SELECT ?, ?, coalesce("
