@@ -99,15 +99,17 @@ def held(
     """The reservations still held that were made at least ``min_age_s`` seconds ago, oldest
     first. Reads only: the ledger's, the once-only calls' and the lease decisions' tables are
     not made when missing (no reservation then, or none of a once-only call or a lease). ``audit``: the log to find each one's ``allow``
-    entry in (``None``: not looked for). ``InputError`` for an age that is not a number >= 0."""
+    entry in (``None``: not looked for). An age of 0 lists every one, also those stamped later
+    than this host's clock says (``_cut``). ``InputError`` for an age that is not a number >= 0."""
     cut = _cut(min_age_s)
     there = _tables(store, ("budget_reservations", "agentgate_once", "broker_decisions"))
     if "budget_reservations" not in there:
         return []
+    aged = "" if cut is None else " AND created <= ?"
     rows = store.query(
         "SELECT id, chain, amount, created FROM budget_reservations "
-        "WHERE state = 'reserved' AND created <= ? ORDER BY created, id",
-        (cut,),
+        f"WHERE state = 'reserved'{aged} ORDER BY created, id",
+        () if cut is None else (cut,),
     )
     once, leases = "agentgate_once" in there, "broker_decisions" in there
     size = audit.size() if audit is not None and rows else 0  # a count of the whole log: once
@@ -149,7 +151,8 @@ def settle_held(
     reservation that does not exist, is settled already (also by its own process meanwhile),
     belongs to a once-only call (``agentgate tasks settle`` settles the call with it) or to a GPU
     lease (its broker settles it when the lease ends) or was
-    made less than ``min_age_s`` seconds ago (its call may still be running).
+    made less than ``min_age_s`` seconds ago (its call may still be running; an age of 0 bounds
+    nothing, ``_cut``).
     """
     if not isinstance(reservation, str) or not _ID.match(reservation):
         raise InputError(f"a reservation id is 32 hexadecimal digits, got {reservation!r:.60}")
@@ -185,7 +188,7 @@ def settle_held(
                 f"reservation {reservation} is held for GPU lease {lease[1]} of broker {lease[0]}, whose "
                 f"broker settles it when the lease ends (agentgate broker leases --broker {lease[0]})"
             )
-        if created > cut:
+        if cut is not None and created > cut:
             raise SettlementRefused(
                 f"reservation {reservation} was made at {created} and its call may still be running: "
                 f"settle it once it cannot be, {min_age_s:.0f} s after it was made (--older-than SECONDS)"
@@ -239,10 +242,16 @@ def _stored(reservation: object, chain: object, amount: object) -> tuple[tuple[s
     return tuple(grants), amount
 
 
-def _cut(min_age_s: float) -> str:
-    """The latest reservation time that is at least ``min_age_s`` seconds old, as stored."""
+def _cut(min_age_s: float) -> str | None:
+    """The latest reservation time that is at least ``min_age_s`` seconds old, as stored; ``None``
+    for an age of 0, which bounds nothing: a reservation stamped later than this host's clock
+    says (by a host whose clock ran ahead, or before this clock was stepped back) is as old as
+    any. Until review R60 such a one was neither listed nor settled, even at an age of 0, until
+    the clock here passed its stamp."""
     if isinstance(min_age_s, bool) or not isinstance(min_age_s, int | float) or not min_age_s >= 0:
         raise InputError(f"the minimum age must be a number of seconds >= 0, got {min_age_s!r}")
+    if min_age_s == 0:
+        return None
     try:
         return format_time(datetime.now(UTC) - timedelta(seconds=min_age_s))
     except OverflowError:  # older than the calendar: no reservation is that old

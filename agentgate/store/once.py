@@ -149,7 +149,9 @@ def settle(
     (until review R60 a ``by`` of ``None`` raised ``AttributeError``, a ``min_age_s`` of ``"900"``
     ``TypeError``), and ``SettlementRefused`` (an ``InputError``) for an unknown key,
     a call that is not unsettled, and a ``started`` call allowed less than ``min_age_s`` ago (it
-    may still be running).
+    may still be running). A ``min_age_s`` of 0 bounds nothing: a call whose ``allow`` is stamped
+    later than this host's clock says (by a host whose clock ran ahead, or before this clock was
+    stepped back) is settled too; until review R60 it was refused until the clock here passed it.
     """
     if not isinstance(key, str):
         raise InputError(f"the key of a call that must run once is text, got {key!r:.60}")
@@ -169,7 +171,7 @@ def settle(
                 f"call {key} is {record.state}, not unsettled: there is nothing to settle"
             )
         allowed = audit.entry(record.allow_index)
-        if record.state == "started":
+        if record.state == "started" and min_age_s > 0:  # 0: any age, also one stamped ahead
             age = time.time() - datetime.fromisoformat(allowed.time).timestamp()
             if age < min_age_s:
                 raise SettlementRefused(
