@@ -100,8 +100,10 @@ def _held(args: argparse.Namespace) -> int:
             how = f"agentgate tasks settle {printable(r.once_key)}"
         elif r.lease is not None:  # broker and request names come from callers: escaped
             how = f"its broker, when lease {printable(r.lease[1])} of {printable(r.lease[0])} ends"
+        # The grant and the id are the row's as stored: a row written outside agentgate is escaped.
+        grant, id_ = printable(r.grant_id[:16]), printable(r.id)
         sys.stdout.write(
-            f"{utc(_seconds(r.reserved_at)):<20} {r.amount:>12} {entry:>7} {r.grant_id[:16]:<16} {r.id:<32}  {how}\n"
+            f"{utc(_seconds(r.reserved_at)):<20} {r.amount:>12} {entry:>7} {grant:<16} {id_:<32}  {how}\n"
         )
     return 0
 
@@ -129,7 +131,7 @@ def _settle(args: argparse.Namespace) -> int:
     verdict = f"charged {reservation.amount}" if args.ran else f"released {reservation.amount}"
     made = "" if reservation.allow_index is None else f", allowed by audit entry {reservation.allow_index}"
     sys.stdout.write(
-        f"settled reservation {reservation.id} of grant {reservation.grant_id}{made}: {verdict} "
+        f"settled reservation {reservation.id} of grant {printable(reservation.grant_id)}{made}: {verdict} "
         f"(audit entry {index})\n"
     )
     return 0
