@@ -94,10 +94,11 @@ def _to_pyformat(sql: str) -> str:
 
 
 class _PgTransaction(Transaction):
-    def __init__(self, conn: psycopg.Connection[Any], read_only: str | None = None) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], shown_url: str, read_only: bool = False) -> None:
         self._conn = conn
+        self._url = shown_url
+        """The store's URL as errors show it."""
         self._read_only = read_only
-        """The store's URL as errors show it, when it is open to read only."""
         self._rowcount = 0
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
@@ -119,15 +120,17 @@ class _PgTransaction(Transaction):
             except psycopg.errors.ReadOnlySqlTransaction as exc:
                 raise self._refused(exc) from exc
 
-    def _refused(self, exc: psycopg.Error) -> Exception:
-        """The store's ``StoreError`` for a write a read-only session refused, where the store
-        is open to read only; else the driver's error, as any other statement's."""
-        if self._read_only is None:
-            return exc
-        return StoreError(
-            f"the PostgreSQL store {self._read_only} is open to read only: a statement would have "
-            f"written to it ({str(exc).splitlines()[0]}); nothing was written"
-        )
+    def _refused(self, exc: psycopg.Error) -> StoreError:
+        """The ``StoreError`` for a write a read-only session refused: the store open to read
+        only, or a server that takes no writes (a standby promoted away from, or a session made
+        read only by the server's, database's or role's settings after the store was opened)."""
+        said = str(exc).splitlines()[0]
+        if self._read_only:
+            return StoreError(
+                f"the PostgreSQL store {self._url} is open to read only: a statement would have "
+                f"written to it ({said}); nothing was written"
+            )
+        return StoreError(read_only_server(self._url, said))
 
     @property
     def rowcount(self) -> int:
@@ -198,7 +201,18 @@ class PostgresStore(Store):
         try:  # at once, rather than after the pool's wait for a connection it can never make
             parsed = psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.ProgrammingError:  # its message may quote the password: not repeated
-            raise StoreError(f"not a valid PostgreSQL URL: {_redact(url)}") from None
+            unknown = _unknown_parameters(url)
+            named = f" (libpq knows no parameter {', '.join(unknown)})" if unknown else ""
+            raise StoreError(f"not a valid PostgreSQL URL: {_redact(url)}{named}") from None
+        try:  # the pool's connections read it (the first connection below is given its own)
+            psycopg.conninfo.timeout_from_conninfo(parsed)
+        except psycopg.ProgrammingError:
+            where = "the URL's connect_timeout" if "connect_timeout" in parsed else "PGCONNECT_TIMEOUT"
+            value = parsed.get("connect_timeout", os.environ.get("PGCONNECT_TIMEOUT", ""))
+            raise StoreError(
+                f"{where} must be a number of seconds, got {str(value)[:40]!r} "
+                f"(PostgreSQL URL {_redact(url)})"
+            ) from None
         written = _USER_INFO.match(url)
         # A host name never holds an "@" (a socket directory, given as a path, may): one that
         # does is the rest of a password after a user name that ``_USER_INFO`` does not read
@@ -220,10 +234,13 @@ class PostgresStore(Store):
             self._network["options"] = f"{own} {READ_ONLY_OPTION}".strip()
         try:  # one connection first: its error says why (refused, unknown host, password), where
             # the pool would wait 10 s and say only that it could not fill itself
-            psycopg.connect(url, connect_timeout=10, **self._network).close()
+            with psycopg.connect(url, connect_timeout=10, **self._network) as first:
+                row = first.execute("SELECT current_setting('transaction_read_only')").fetchone()
         except psycopg.Error as exc:
             reason = " ".join(str(exc).split())[:300]
             raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {reason}") from None
+        if not read_only and row is not None and row[0] == "on":
+            raise StoreError(read_only_server(_redact(url), "transaction_read_only is on"))
         self._sizes = (min_size, max_size, timeout_s)
         self.pool = self._open_pool()
         self._pid = os.getpid()
@@ -317,7 +334,7 @@ class PostgresStore(Store):
             with self._connection() as conn:
                 used = conn  # before the BEGIN: the first statement a dropped connection fails
                 with conn.transaction():
-                    yield _PgTransaction(conn, _redact(self.url) if self.read_only else None)
+                    yield _PgTransaction(conn, _redact(self.url), self.read_only)
         except PoolTimeout as exc:  # a psycopg.Error too: its message alone does not say why
             raise StoreError(self._no_connection()) from exc
         except psycopg.Error as exc:
@@ -464,6 +481,17 @@ def _read_committed(conn: psycopg.Connection[Any]) -> None:
     _mark_idle(conn)  # a new connection may wait in the pool too before it is first used
 
 
+def read_only_server(shown_url: str, said: str) -> str:
+    """Why a store whose server or session takes no writes is refused: ``said`` is PostgreSQL's
+    word for it."""
+    return (
+        f"the PostgreSQL server at {shown_url} takes no writes in this session ({said}): a hot "
+        "standby (a replica), or default_transaction_read_only set on for the server, the "
+        "database, the role or in the URL's options; agentgate records every decision's nonce, "
+        "budget spend and audit entry there: point the store at the primary (nothing was written)"
+    )
+
+
 def _mark_idle(conn: psycopg.Connection[Any]) -> None:
     """Note when ``conn`` went (back) into the pool (the pool's ``reset`` callback, and
     ``_read_committed`` for a new one)."""
@@ -529,6 +557,23 @@ def _redact(url: str) -> str:
             shown.append(f"{name}=***" if secret else part)
         url = head + query_mark + "&".join(shown)
     return re.sub(r"//([^:]*?):.*@", r"//\1:***@", url, flags=re.DOTALL)
+
+
+def _unknown_parameters(url: str) -> list[str]:
+    """The names of ``url``'s query parameters that libpq does not know (a misspelt ``sslmod=``),
+    as written, for an error: never a part of a secret value (what ``_redact`` masks as one, an
+    ``&`` in a password followed by a name libpq does not know, is not a parameter)."""
+    unknown: list[str] = []
+    secret = False
+    for part in url.partition("?")[2].split("&"):
+        name, has_value, _ = part.partition("=")
+        key = unquote(name)
+        if secret and not (has_value and key in _libpq_keywords()):
+            continue
+        secret = bool(has_value) and key.lower() in _SECRET_PARAMETERS
+        if has_value and key not in _libpq_keywords():
+            unknown.append(repr(name[:40]))
+    return unknown
 
 
 @lru_cache(maxsize=1)
