@@ -469,17 +469,17 @@ class GrantRepository:
                     if not conn.closed:
                         conn.autocommit = False
         except loaded_driver_errors() as exc:
-            if used is not None and used.broken:
-                from agentgate.store._postgres import recheck
+            from psycopg_pool import PoolTimeout
 
+            from agentgate.store._postgres import recheck
+
+            if isinstance(exc, PoolTimeout):  # a psycopg.Error too: its message does not say why
+                raise StoreError(
+                    f"cannot record the invocation nonce: {self._postgres._no_connection()}"
+                ) from exc
+            if used is not None and used.broken:
                 recheck(self._postgres.pool)
             raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
-        except Exception as exc:
-            if type(exc).__name__ == "PoolTimeout":
-                raise StoreError(
-                    f"cannot record the invocation nonce: PostgreSQL unreachable: {exc}"
-                ) from exc
-            raise
 
     def prune(self, before: float, *, expired: Callable[[object, str, int], bool]) -> tuple[int, int]:
         """Forget the grants that expired before ``before`` (Unix seconds; never one that expired
