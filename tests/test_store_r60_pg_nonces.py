@@ -43,3 +43,22 @@ def test_a_nonce_that_finds_every_connection_in_use_says_so(postgres_url: str) -
     assert repo.consume_nonce("did:key:zA", "n-1", expires, ["g-1"]) == "fresh"
     repo.close()
     store.close()
+
+
+def test_a_nonce_refused_by_a_session_that_became_read_only_names_the_cause(postgres_url: str) -> None:
+    """Review R60: the nonce statement refused with SQLSTATE 25006 (a failover that left the URL
+    on a standby, a session made read only since the store opened) said only "cannot execute
+    INSERT in a read-only transaction"; it says the server takes no writes, as a transaction's
+    refused write does, and records nothing."""
+    store = PostgresStore(postgres_url, max_size=1)
+    repo = GrantRepository(store)
+    expires = int(time.time()) + 600
+    store.query("SET default_transaction_read_only = on")  # the session's, on the only connection
+    with pytest.raises(
+        StoreError, match=r"cannot record the invocation nonce: the PostgreSQL server at .* takes no writes"
+    ):
+        repo.consume_nonce("did:key:zA", "n-1", expires, ["g-1"])
+    store.query("SET default_transaction_read_only = off")
+    assert repo.consume_nonce("did:key:zA", "n-1", expires, ["g-1"]) == "fresh"
+    repo.close()
+    store.close()

@@ -469,14 +469,18 @@ class GrantRepository:
                     if not conn.closed:
                         conn.autocommit = False
         except loaded_driver_errors() as exc:
+            from psycopg.errors import ReadOnlySqlTransaction
             from psycopg_pool import PoolTimeout
 
-            from agentgate.store._postgres import recheck
+            from agentgate.store._postgres import _redact, read_only_server, recheck
 
             if isinstance(exc, PoolTimeout):  # a psycopg.Error too: its message does not say why
                 raise StoreError(
                     f"cannot record the invocation nonce: {self._postgres._no_connection()}"
                 ) from exc
+            if isinstance(exc, ReadOnlySqlTransaction):  # as a transaction's refused write says it
+                said = read_only_server(_redact(self._postgres.url), str(exc).splitlines()[0])
+                raise StoreError(f"cannot record the invocation nonce: {said}") from exc
             if used is not None and used.broken:
                 recheck(self._postgres.pool)
             raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
