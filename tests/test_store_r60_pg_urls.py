@@ -39,6 +39,23 @@ def test_a_url_parameter_libpq_does_not_know_is_named(query: str, named: str, un
         assert unnamed not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        # libpq takes a "?" in the user name as written: "pw&frob=x" is the password.
+        "postgresql://al?ce:pw&frob=x@/agentgate?host=/nonexistent&sslmod=1",
+        # unencoded "/": libpq reads the port "hun" and the query "frob=x/2@/agentgate?...".
+        "postgresql://alice:hun?frob=x/2@/agentgate?host=/nonexistent&sslmod=1",
+    ],
+)
+def test_a_parameter_named_is_never_a_part_of_a_password_holding_a_question_mark(url: str) -> None:
+    """Review R60: what reads as a parameter inside a password is never named."""
+    with pytest.raises(StoreError, match="not a valid PostgreSQL URL") as refused:
+        PostgresStore(url)
+    assert "libpq knows no parameter 'sslmod'" in str(refused.value)
+    assert "frob" not in str(refused.value)
+
+
 @pytest.mark.parametrize("value", ["abc", "", "10s"])
 def test_a_connect_timeout_that_is_not_a_number_is_refused_at_once_naming_it(
     postgres_url: str, value: str, monkeypatch: pytest.MonkeyPatch

@@ -201,9 +201,10 @@ class PostgresStore(Store):
         try:  # at once, rather than after the pool's wait for a connection it can never make
             parsed = psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.ProgrammingError:  # its message may quote the password: not repeated
-            unknown = _unknown_parameters(url)
+            shown = _redact(url)
+            unknown = _unknown_parameters(shown)
             named = f" (libpq knows no parameter {', '.join(unknown)})" if unknown else ""
-            raise StoreError(f"not a valid PostgreSQL URL: {_redact(url)}{named}") from None
+            raise StoreError(f"not a valid PostgreSQL URL: {shown}{named}") from None
         try:  # the pool's connections read it (the first connection below is given its own)
             psycopg.conninfo.timeout_from_conninfo(parsed)
         except psycopg.ProgrammingError:
@@ -559,19 +560,17 @@ def _redact(url: str) -> str:
     return re.sub(r"//([^:]*?):.*@", r"//\1:***@", url, flags=re.DOTALL)
 
 
-def _unknown_parameters(url: str) -> list[str]:
-    """The names of ``url``'s query parameters that libpq does not know (a misspelt ``sslmod=``),
-    as written, for an error: never a part of a secret value (what ``_redact`` masks as one, an
-    ``&`` in a password followed by a name libpq does not know, is not a parameter)."""
+def _unknown_parameters(shown_url: str) -> list[str]:
+    """The names of the query parameters that libpq does not know (a misspelt ``sslmod=``) in
+    ``shown_url``, a URL as ``_redact`` shows it, for an error: read from that, a name is never a
+    part of a password (a password's ``&`` or ``?`` followed by what reads as a parameter is
+    masked there with the rest of it). The query is the part after the last ``@`` (the end of the
+    masked user part): a parameter before an ``@`` in a query value is not named."""
+    query = shown_url[shown_url.rfind("@") + 1 :].partition("?")[2]
     unknown: list[str] = []
-    secret = False
-    for part in url.partition("?")[2].split("&"):
+    for part in query.split("&"):
         name, has_value, _ = part.partition("=")
-        key = unquote(name)
-        if secret and not (has_value and key in _libpq_keywords()):
-            continue
-        secret = bool(has_value) and key.lower() in _SECRET_PARAMETERS
-        if has_value and key not in _libpq_keywords():
+        if has_value and unquote(name) not in _libpq_keywords():
             unknown.append(repr(name[:40]))
     return unknown
 
