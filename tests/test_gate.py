@@ -821,7 +821,7 @@ def test_a_write_on_postgresql_takes_the_append_lock_before_any_row(postgres_url
             ).fetchall()
         assert waiting, "no gate transaction waited for the append lock"
         for pid, query in waiting:  # waiting at its first statement, having written nothing
-            assert query.startswith("SELECT pg_advisory_xact_lock"), query
+            assert query.startswith("SELECT pg_catalog.pg_advisory_xact_lock"), query  # named since R60
             written = holder.execute(
                 "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'transactionid'", (pid,)
             ).fetchone()

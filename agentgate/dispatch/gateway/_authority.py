@@ -25,7 +25,7 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from agentgate.audit.spans import record_outcome, record_usage
+from agentgate.audit.spans import ends_held, record_outcome, record_usage
 from agentgate.authority import Chain, Decision, Invocation, chain_weight, parse_chain
 from agentgate.capabilities import Call
 from agentgate.dispatch._sse import _StreamUsage
@@ -153,9 +153,11 @@ class GatewayGate(Gate):
         a refusal cannot be recorded.
 
         Runs holding the gate's store lock, as ``Gate.authorize`` does: decisions are recorded
-        one at a time, and the outcomes a decision's transaction carries are taken under it.
+        one at a time, and the outcomes a decision's transaction carries are taken under it. The
+        spans it makes end after the lock is released (``ends_held``), as the Gate's do: a span
+        exporter that blocks holds no other decision.
         """
-        with self._store_lock:
+        with ends_held(), self._store_lock:
             return self._authorize_invocation(chain_token, invocation_text, call, tokens, approval_text)
 
     def _authorize_invocation(
