@@ -46,8 +46,9 @@ roles:
 """
 
 
-@pytest.fixture
-def gate(tmp_path: Path) -> Iterator[tuple[Gate, Any]]:
+def boss_gate(tmp_path: Path) -> Iterator[tuple[Gate, Any]]:
+    """A Gate on POLICY and boss's root grant (the fixture ``gate`` here and in
+    test_langgraph_r60b_enforced_refusal)."""
     keys = {n: SigningKey.generate() for n in ("root", "boss")}
     text = POLICY.replace("ROOT", keys["root"].did).replace("BOSS", keys["boss"].did)
     made = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
@@ -55,9 +56,8 @@ def gate(tmp_path: Path) -> Iterator[tuple[Gate, Any]]:
     made.close()
 
 
-def test_a_call_no_capability_covers_is_not_told_what_the_grant_holds(gate: tuple[Gate, Any]) -> None:
-    """Review R60, the refusal listed every capability held, another tool's pinned key included."""
-    made, boss = gate
+def pay_and_other() -> list[StructuredTool]:
+    """``pay`` (its ``api_key`` injected, which the grant pins) and ``other`` (no capability)."""
 
     def pay(amount: int, api_key: Annotated[str, InjectedToolArg] = "") -> str:
         return "paid"
@@ -65,10 +65,22 @@ def test_a_call_no_capability_covers_is_not_told_what_the_grant_holds(gate: tupl
     def other() -> str:
         return "done"
 
-    tools = [
+    return [
         StructuredTool.from_function(func=pay, name="pay", description="pay"),
         StructuredTool.from_function(func=other, name="other", description="other"),
     ]
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[tuple[Gate, Any]]:
+    yield from boss_gate(tmp_path)
+
+
+def test_a_call_no_capability_covers_is_not_told_what_the_grant_holds(gate: tuple[Gate, Any]) -> None:
+    """Review R60, the refusal listed every capability held, another tool's pinned key included."""
+    made, boss = gate
+
+    tools = pay_and_other()
     asked = AIMessage(content="", tool_calls=[{"name": "other", "args": {}, "id": "c1"}])
     agent = create_gated_agent(
         made, name="boss", model=_AsWritten(turns=[asked, AIMessage(content="done")]), tools=tools

@@ -12,7 +12,7 @@ import pytest
 from langchain_core.messages import AIMessage
 from langchain_core.tools import InjectedToolArg, StructuredTool
 from test_langgraph_exact_numbers import _AsWritten
-from test_langgraph_r60_held_capabilities import POLICY
+from test_langgraph_r60_held_capabilities import boss_gate, pay_and_other
 from test_langgraph_r60_injected_secrets import POLICY as INJECTED_POLICY
 from test_langgraph_r60_injected_secrets import SECRET, _Injecting
 
@@ -29,27 +29,14 @@ HELD = "(it holds tool:pay?api_key=sk-live-SECRET, model:scripted)"
 
 @pytest.fixture
 def gate(tmp_path: Path) -> Iterator[tuple[Gate, Any]]:
-    keys = {n: SigningKey.generate() for n in ("root", "boss")}
-    text = POLICY.replace("ROOT", keys["root"].did).replace("BOSS", keys["boss"].did)
-    made = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
-    yield made, made.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
-    made.close()
+    yield from boss_gate(tmp_path)
 
 
 def test_an_enforced_refusal_does_not_list_what_the_grant_holds(gate: tuple[Gate, Any]) -> None:
     """Review R60: under enforce=True the Denied's text still listed every capability held, another tool's pinned key included, where the model's refusal no longer did."""
     made, boss = gate
 
-    def pay(amount: int, api_key: Annotated[str, InjectedToolArg] = "") -> str:
-        return "paid"
-
-    def other() -> str:
-        return "done"
-
-    tools = [
-        StructuredTool.from_function(func=pay, name="pay", description="pay"),
-        StructuredTool.from_function(func=other, name="other", description="other"),
-    ]
+    tools = pay_and_other()
     asked = AIMessage(content="", tool_calls=[{"name": "other", "args": {}, "id": "c1"}])
     agent = create_gated_agent(
         made,
