@@ -35,8 +35,9 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
 of the signed audit entry, so a trace links to the evidence), and ``agentgate.budget.remaining``
 for a caller that passes it. The ``Gate`` does not: its reservation is one conditional update of
 the budget's row that does not read what is left, and reading it would cost a store read per
-decision (``Gate.remaining`` reads it; until review R60 this docstring listed it as set). A deny sets the span status to ERROR and ``error.type=agentgate.denied``. An exception
-escaping a span sets ERROR and ``error.type`` to the exception's class name (its message is not
+decision (``Gate.remaining`` reads it; until review R60 this docstring listed it as set). A
+deny sets the span status to ERROR and ``error.type=agentgate.denied``. An exception escaping a
+span sets ERROR and ``error.type`` to the exception's class name (its message is not
 exported), unless the span already records a deny (which it keeps, reasons and all) or an outcome
 (``record_outcome``: how the call ended, a pause included, which the exception only carries out).
 ``record_outcome`` adds ``agentgate.outcome`` and marks a call that ran and failed ERROR (the
@@ -245,8 +246,8 @@ def ends_held() -> Iterator[None]:
 
 def _started(tracer: Tracer, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Span | None:
     """The span ``name`` started, or None when starting it raised: the SDK calls every span
-    processor's ``on_start`` (and the sampler) in the caller's thread and lets what they raise out. A span is evidence of a decision, never a condition of
-    it: until review R60 a processor that raised made ``Gate.run`` raise before its tool ran,
+    processor's ``on_start`` (and the sampler) in the caller's thread and lets what they raise out.
+    A span is evidence of a decision, never a condition of it: until review R60 a processor that raised made ``Gate.run`` raise before its tool ran,
     leaving the allow used up and its reservation held, and ``Gate.issue`` raise with the grant
     recorded."""
     try:
@@ -546,8 +547,8 @@ def record_decision(
     reason: str | None = None,
 ) -> None:
     """The authority decision behind the span (``budget_remaining``: what the caller knows is
-    left of the caller's budget; the ``Gate`` passes none). A ``deny`` marks the span ERROR, ``agentgate.denied``,
-    with ``reason`` (its first ``MAX_CALL_ID_CHARS`` characters) as the status description.
+    left of the caller's budget; the ``Gate`` passes none). A ``deny`` marks the span ERROR,
+    ``agentgate.denied``, with ``reason`` (its first ``MAX_CALL_ID_CHARS`` characters) as the status description.
     ``agentgate.decision``, ``agentgate.audit.index`` and a deny's ``error.type`` are
     ``ESSENTIAL``: set last, and again as an agentgate span ends if its attribute limit dropped
     any, so that a low limit keeps them; an exception that leaves the span later does not
