@@ -26,39 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_gate_r59_vote_after_authority import REFUND, _policy  # the same quorum-2 refund policy
 
 from agentgate.authority import GrantRepository, issue, revoke
-from agentgate.capabilities import Call
 from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Transaction
-
-REFUND = Call.tool("refund", {"amount": 5})
-
-
-def _policy(keys: dict[str, SigningKey]) -> str:
-    return f"""
-version: 1
-trust_anchors:
-  root: {{did: "{keys["root"].did}"}}
-principals:
-  sup: {{kind: agent, did: "{keys["sup"].did}", roles: [sup]}}
-  lead: {{kind: human, did: "{keys["lead"].did}", roles: []}}
-  lead2: {{kind: human, did: "{keys["lead2"].did}", roles: []}}
-tools:
-  refund: {{args: {{amount: {{type: integer}}}}}}
-roles:
-  sup:
-    kind: agent
-    capabilities: [{{resource: tool:refund}}]
-    ttl_s: 3600
-approvals:
-  big:
-    resource: tool:refund
-    approvers: [lead, lead2]
-    quorum: 2
-"""
 
 
 @dataclass
