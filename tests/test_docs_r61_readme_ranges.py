@@ -118,3 +118,12 @@ def test_readme_langgraph_ranges_hold_every_later_run() -> None:
         figures = _langgraph_later(kind)
         assert float(lo) <= min(figures) and float(hi) >= max(figures), (kind, lo, hi, figures)
         assert {lo, hi} <= recorded, (kind, lo, hi)
+
+
+def test_readme_measured_rows_give_a_day_not_this_session_or_today() -> None:
+    """Review R61: README's tasks and audit rows said "this session" and "today's full run", copied
+    from 2026-11-30 (git log -S); a reader of the table cannot tell which runs those were."""
+    measured = README.split("## Measured\n", 1)[1]
+    rows = [line for line in measured.splitlines() if line.startswith("| `")]
+    stale = [row[:60] for row in rows if re.search(r"\bthis session|\btoday", row)]
+    assert stale == []
