@@ -51,3 +51,11 @@ def test_every_file_of_benchmarks_that_is_no_benchmark_is_named_so() -> None:
     assert helpers, "benchmarks/ has no shared module any more: drop this test"
     for name in helpers:
         assert f"`{name}`" in _row(), name
+
+
+def test_the_examples_row_names_each_example_and_what_they_share() -> None:
+    """Review R61: the examples row said "runnable agents" and named none; `examples/_common.py`
+    (their demo directory, keys, model and summary) is no agent."""
+    [row] = [line for line in PAGE.splitlines() if line.startswith("| `examples/` |")]
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        assert f"`{path.name}`" in row, path.name
