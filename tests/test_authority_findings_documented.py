@@ -248,9 +248,9 @@ def test_inspect_marks_a_chain_whose_first_link_was_dropped(
     )
     Path("dropped.tok").write_text(_encode_chain([chain.links[1]]) + "\n")
     assert parse_chain(Path("dropped.tok").read_text().strip()).root.parent is not None
-    assert main(["grant", "inspect", "dropped.tok"]) == 0
+    assert main(["grant", "inspect", "dropped.tok"]) == 1  # a marked link (review R61)
     assert "root_has_parent" in capsys.readouterr().out
-    assert main(["grant", "inspect", "dropped.tok", "--json"]) == 0
+    assert main(["grant", "inspect", "dropped.tok", "--json"]) == 1
     shown = json.loads(capsys.readouterr().out)
     assert [f["code"] for f in shown["links"][0]["findings"]] == ["root_has_parent"]
 

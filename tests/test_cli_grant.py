@@ -76,7 +76,7 @@ def test_issue_delegate_check_revoke(env: Path, capsys: pytest.CaptureFixture[st
     code, out, _ = cli(capsys, *check, "--args", '{"amount": 50, "currency": "EUR"}', "--json")
     assert code == 1 and json.loads(out)["findings"][0]["code"] == "revoked"
     code, out, _ = cli(capsys, "grant", "inspect", "b.tok")
-    assert code == 0 and "REVOKED" in out
+    assert code == 1 and "REVOKED" in out  # a marked link exits 1 (review R61)
 
 
 def test_revoke_by_id(env: Path, capsys: pytest.CaptureFixture[str]) -> None:

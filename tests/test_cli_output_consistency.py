@@ -141,7 +141,7 @@ def _outputs(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
         "tasks unsettled": _json(capsys, ["tasks", "unsettled", "--json"]),
         "broker leases": _json(capsys, ["broker", "leases", "--json"]),
         "broker queue": _json(capsys, ["broker", "queue", "--json"]),
-        "grant inspect": _json(capsys, ["grant", "inspect", "b.tok", "--json"]),
+        "grant inspect": _json(capsys, ["grant", "inspect", "b.tok", "--json"], 1),  # revoked: exit 1
         "grant check": _json(capsys, ["grant", "check", "a.tok", "--as", "keys/alice.key", *trust, "--json"]),
         "policy lint": _json(capsys, ["policy", "lint", str(ROOT / "policies" / "support.yaml"), "--json"]),
     }

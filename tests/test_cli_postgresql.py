@@ -234,7 +234,7 @@ def walk(d: Path, owner: str, app: str, before_app: Callable[[], None]) -> list[
     assert by_id.out == (
         f"revoked {alice_root}\n1 recorded descendant grant(s) are dead with it: {shown['tip']}\n"
     ), by_id
-    tree = step(0, "grant inspect bob.tok")
+    tree = step(1, "grant inspect bob.tok")  # revoked links: exit 1 (review R61)
     assert tree.out.startswith("chain of 2 link(s); holder did:key:"), tree
     assert tree.out.count("[REVOKED]") == 2, tree
 

@@ -92,6 +92,13 @@ The store is AGENTGATE_STORE (a path or a postgresql:// URL), default .agentgate
 See docs/cli.md."""
 
 
+_INSPECT_EPILOG = """\
+exit codes: 0 every link sound (revocation unknown where no store can be read), 1 a link is marked
+(a finding, SIGNATURE INVALID, REVOKED or EXPIRED; the tree or JSON is printed all the same),
+2 unusable input (one line on stderr). The store is AGENTGATE_STORE, read only; none is created.
+See docs/cli.md."""
+
+
 _HOLDER_EPILOG = """\
 --holder revokes the grants recorded in this store (by grant issue/delegate, Gate.issue/delegate)
 whose audience is the key, when it reads them; a grant to the key that this store never recorded
@@ -159,7 +166,15 @@ def register(subparsers: Any) -> None:
     )
     p.set_defaults(handler=_delegate)
 
-    p = sub.add_parser("inspect", help="show a chain as a tree: who gave what to whom")
+    p = sub.add_parser(
+        "inspect",
+        help="show a chain as a tree: who gave what to whom (exit 1 if a link is marked)",
+        description="Show the chain in TOKENFILE as a tree, root first, each link marked where it does "
+        "not hold: a finding, a signature that does not verify, REVOKED (from the store) or EXPIRED. "
+        "Inspect needs no trust anchor and decides no call: grant check does.",
+        epilog=_INSPECT_EPILOG,
+        formatter_class=raw,
+    )
     p.add_argument("token", type=given_path, metavar="TOKENFILE")
     p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
     p.set_defaults(handler=_inspect)
@@ -543,9 +558,15 @@ def _inspect(args: argparse.Namespace) -> int:
                 "findings": problems,
             }
         )
+    # Exit 1 for a chain with a marked link, so that ``grant inspect t.tok && deploy`` stops
+    # there: until review R61 a spliced or forged chain printed its finding and exited 0.
+    marked = any(
+        shown["signature"] != "valid" or shown["findings"] or shown["revoked"] or shown["expired"]
+        for shown in links
+    )
     if args.json:
         write_json({"tip": chain.id, "holder": chain.holder, "links": links})
-        return 0
+        return 1 if marked else 0
     out = [f"chain of {len(links)} link(s); holder {chain.holder}; tip {chain.id}"]
     for i, shown in enumerate(links):
         pad = "   " * i
@@ -574,7 +595,7 @@ def _inspect(args: argparse.Namespace) -> int:
         for problem in shown["findings"]:
             out.append(f"{pad}     ! {problem['kind']} {problem['code']}: {printable(problem['message'])}")
     sys.stdout.write("\n".join(out) + "\n")
-    return 0
+    return 1 if marked else 0
 
 
 def _check(args: argparse.Namespace) -> int:
