@@ -73,11 +73,14 @@ def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding
                     allows = f"leaves {name} unconstrained (any value, or none)"
                 else:
                     allows = f"allows {name}={call.args.get(name, '<any value>')!r}"
+                # What the parent holds ends the message, as ``(it holds ...)``: a refusal told to
+                # a model leaves it out (``gate._records.without_held``), since it pins what an
+                # argument the framework injects may be filled with (an API key).
                 return _finding(
                     _SCOPE,
                     "constraint_widened",
-                    f"child capability {format_capability(cap)} {allows}, which the parent's "
-                    f"{format_capability(p)} does not; narrow {name} to within the parent's constraint",
+                    f"child capability {format_capability(cap)} {allows}, which the parent's capability "
+                    f"does not; narrow {name} to within the parent's constraint (it holds {format_capability(p)})",
                     child,
                     f"constraints.{name}",
                 )
@@ -89,8 +92,8 @@ def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding
     return _finding(
         _SCOPE,
         "capability_widened",
-        f"child capability {format_capability(cap)} allows {allows}, which no parent capability covers "
-        f"(parent holds {held}); delegate only capabilities within one the parent holds",
+        f"child capability {format_capability(cap)} allows {allows}, which no parent capability covers; "
+        f"delegate only capabilities within one the parent holds (it holds {held})",
         child,
         "capabilities",
     )

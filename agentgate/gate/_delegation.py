@@ -45,7 +45,7 @@ from agentgate.gate._authorization import AgentIdentity, expect, listed, shown
 from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE, _NO_CHAIN, _TEXT_OR_NONE, _finding
 from agentgate.gate._lock import _serialized
 from agentgate.gate._policy_chain import PolicyChains
-from agentgate.gate._records import recordable, revocation_entry
+from agentgate.gate._records import recordable, revocation_entry, without_held
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Policy, PolicyIndex, role_grant_template
 from agentgate.store import Transaction
@@ -261,7 +261,8 @@ class _Delegation:
         is no parent identity at all, and ``InputError`` (nothing written) for arguments of the
         wrong type: a ``parent`` that is not an ``AgentIdentity``, a ``ttl`` that is not a positive
         ``timedelta``, and the others ``_delegation_terms`` checks. A closed Gate raises
-        ``StoreError``, as ``authorize`` does, for a refusal too.
+        ``StoreError``, as ``authorize`` does, for a refusal too. A refusal's text leaves out what
+        the parent holds (``without_held``); its finding and its audit entry keep it.
         """
         caps = _delegation_terms(name, key, capabilities, ttl, budget)
         expect(parent, _IDENTITY_OR_NONE, "parent", _IDENTITY)
@@ -317,6 +318,12 @@ class _Delegation:
                 )
             except AuthorityError as exc:
                 self._refused_on(span, self._audited_refusal(exc, parent.did, resource, parent.grant_id))
+                # Raised, the refusal leaves out what the parent holds (``without_held``), as a
+                # refused call's ``Denied`` does: a supervisor's model is told this text, and the
+                # list pins what an argument the framework injects may be filled with (an API key).
+                # The audit entry (above) and the finding keep it. Until review R61 it was raised,
+                # and told, whole.
+                exc.args = (without_held(str(exc)),)
                 raise
             child = AgentIdentity(name, key, chain, parent.tenant, index)
             return self._granted_on(span, self._handed_on(parent, child))
