@@ -268,6 +268,20 @@ def chain_finding(chain: Chain, anchors: frozenset[str]) -> Finding | None:
             "issuer",
         )
     root_key = anchors.public_keys.get(root.issuer) if isinstance(anchors, TrustAnchors) else None
+    return _signatures_and_links(chain, root_key)
+
+
+def unsound_finding(chain: Chain) -> Finding | None:
+    """The first reason ``chain`` does not hold together whoever its trust anchors are (a first
+    link that names a parent, a signature that does not verify, a link that does not attenuate
+    or connect to the one before it); else ``None``. What ``delegate`` refuses to extend."""
+    started = root_findings(chain.root)
+    return started[0] if started else _signatures_and_links(chain, None)
+
+
+def _signatures_and_links(chain: Chain, root_key: bytes | None) -> Finding | None:
+    """The first signature that does not verify (the root's against ``root_key`` when given),
+    else the first link that does not attenuate its parent; else ``None``."""
     # Every signature before any link check (steps 4 and 5 of the page, in that order): a chain
     # with a widened link and a forged one later is ``bad_signature``, as any verifier written
     # from the page answers.

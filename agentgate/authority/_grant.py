@@ -155,6 +155,11 @@ class Chain:
     later ones compare the fields with it instead of parsing the token again. ``None`` (this class
     default) for one not checked yet, ``dataclasses.replace`` and a ``Chain`` built by hand
     included. Not a dataclass field: equality, ``repr`` and ``asdict`` see the links and token only."""
+    _sound: ClassVar[bool] = False
+    """Set on the instance once ``delegate`` has found this chain to hold together (its
+    signatures verify, its links connect and attenuate: ``unsound_finding``), on the parsed copy
+    that ``_parsed`` keeps: a supervisor delegating many times from the chain it holds verifies
+    its signatures once. Not a dataclass field, as ``_parsed``."""
 
     def __post_init__(self) -> None:
         links = self.links

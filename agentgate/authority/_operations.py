@@ -25,6 +25,7 @@ from agentgate.authority._chain_findings import (
     error_for,
     link_findings,
     time_finding,
+    unsound_finding,
 )
 from agentgate.authority._encoding import canonical_json
 from agentgate.authority._grant import (
@@ -276,6 +277,13 @@ def delegate(
     parent is no longer valid (expired, or starting more than ``DEFAULT_SKEW`` seconds from now).
     """
     chain = _signed_chain(parent)
+    # A chain no verifier accepts, whatever its anchors, is not extended: until review R61 one
+    # whose links did not connect was, and ``grant delegate`` recorded its forged link as a grant.
+    if not chain._sound:
+        unsound = unsound_finding(chain)
+        if unsound is not None:
+            raise error_for(unsound)
+        object.__setattr__(chain, "_sound", True)  # frozen: a cache, as ``_parsed``
     tip = chain.tip
     if _signing_key(holder, "the holder").did != tip.audience:
         raise error_for(
