@@ -9,7 +9,7 @@ Where each part lives (private modules: import ``lint``, ``RULES`` and ``LintRul
 package): the rules on what a role may delegate (``_delegation``), on approval gates and the paths
 around them (``_approvals``), on principals, keys and roles (``_principals``), on a grant's time
 to live and its revocation (``_lifetime``), on what the policy declares and names
-(``_declarations``), and on constraints and shadowed rules (``_constraints``); the ``LintRule``
+(``_declarations``), on how it names them (``_names``), and on constraints and shadowed rules (``_constraints``); the ``LintRule``
 base and the lookups several of them make, in ``_common``.
 """
 
@@ -51,10 +51,12 @@ from agentgate.policy._lint._lifetime import (
     RoleWithoutTtl,
     TtlAbovePolicyMax,
 )
+from agentgate.policy._lint._names import NamesDifferOnlyInCase, UnclearArgumentName
 from agentgate.policy._lint._principals import (
     AgentInheritsRole,
     InheritsRulesNotBudget,
     PrincipalWithoutKey,
+    RoleKindMismatch,
     RoleNeverHeld,
     TrustAnchorWithoutKey,
     WildcardCapabilityForAgent,
@@ -71,6 +73,7 @@ RULES: tuple[LintRule, ...] = (
     WildcardCapabilityForAgent(),
     PrincipalWithoutKey(),
     AgentApproves(),
+    RoleKindMismatch(),
     SubAgentSharesGrant(),
     RoleWithoutTtl(),
     TtlAbovePolicyMax(),
@@ -91,6 +94,8 @@ RULES: tuple[LintRule, ...] = (
     LoggableUndeclaredArgument(),
     GateOnUndeclaredArgument(),
     ApprovalUnreachable(),
+    NamesDifferOnlyInCase(),
+    UnclearArgumentName(),
 )
 """Every lint rule, in the order their findings are reported for the same line."""
 
