@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -307,6 +308,7 @@ def parse_policy(
             hint="re-save as UTF-8",
         ) from None
     content, locations = load_yaml(text, source=source)
+    _refuse_yaml_version(text, source)
     if content is None:
         written = null_written(text)
         if written is None:  # no value at all: nothing, comments, a bare ``---``
@@ -350,6 +352,39 @@ def parse_policy(
         raise _schema_error(exc, source, locations) from None
     return _Compiler(document, source, locations, base if base is not None else Path.cwd()).compile(
         hashlib.sha256(raw).hexdigest()
+    )
+
+
+_DIRECTIVE = re.compile(r"^\ufeff?%YAML[ \t]+(\S*)", re.MULTILINE)
+
+
+def _refuse_yaml_version(text: str, source: str) -> None:
+    """Refuse, at its line, a ``%YAML`` directive for any version but 1.2. agentgate reads a
+    policy as YAML 1.2 (``yes``, ``no``, ``on``, ``off`` are text; ``010`` is refused as
+    ambiguous), while ``%YAML 1.1`` tells every reader ``in: [no, off]`` holds two booleans: until
+    review R61 the directive was accepted and the file read against what it says. Reading it as
+    YAML 1.1 instead would bring back what 1.2 removed (``NO`` for Norway read as false), so it is
+    refused. Only a directive the parser reports counts: ``%YAML`` in a text value is no directive.
+    Runs on text that ``load_yaml`` has parsed; it parses again only up to the document's start."""
+    found = _DIRECTIVE.search(text)
+    if found is None:
+        return
+    parser = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        parser.get_event()  # the stream's start; the document's start comes next, with its version
+        version = getattr(parser.get_event(), "version", None)
+    finally:
+        parser.dispose()
+    if version is None or tuple(version) == (1, 2):
+        return
+    raise PolicyError(
+        f"%YAML {found.group(1)} directive: agentgate reads a policy as YAML 1.2, not as the directive "
+        "says (yes, no, on and off are text in 1.2, booleans in 1.1)",
+        file=source,
+        line=mark_at(text, found.start()).line,
+        column=1,
+        expected="no %YAML directive, or %YAML 1.2",
+        hint="remove the directive; write booleans as true or false and quote text such as 'no'",
     )
 
 
@@ -618,14 +653,35 @@ class _Compiler:
                 f"did you mean {close[0]!r}?" if close else f"declare it under {section}",
             )
 
+    def _roles_once(
+        self, loc: tuple[str | int, ...], roles: Sequence[str], owner: str, field: str = ""
+    ) -> None:
+        """Refuse a role listed twice in the list at ``loc``, at the repeat, naming both entries:
+        ``role clerk lists role base twice in inherits (entries 1 and 2)`` (``owner`` lists it,
+        in ``field``). A repeat means nothing the first entry does not, so it is a typo for
+        another name (``[reader, reader]`` for ``[reader, writer]``); until review R61 it loaded
+        silently. (An approver named twice is allowed: it counts once toward the quorum.)"""
+        first: dict[str, int] = {}
+        for i, role in enumerate(roles):
+            earlier = first.setdefault(role, i)
+            if earlier != i:
+                raise self.error(
+                    (*loc, i),
+                    f"{owner} lists role {role} twice{field} (entries {earlier + 1} and {i + 1})",
+                    "each role once",
+                    "remove the repeat, or write the role that was meant",
+                )
+
     def _references(self) -> None:
         doc = self.doc
         for name, p in doc.principals.items():
             if p.tenant is not None:
                 self._ref(("principals", name, "tenant"), p.tenant, "tenants")
+            self._roles_once(("principals", name, "roles"), p.roles, f"principal {name}")
             for i, held in enumerate(p.roles):
                 self._ref(("principals", name, "roles", i), held, "roles")
         for name, role in doc.roles.items():
+            self._roles_once(("roles", name, "inherits"), role.inherits, f"role {name}", " in inherits")
             for i, parent in enumerate(role.inherits):
                 self._ref(("roles", name, "inherits", i), parent, "roles")
         self._cycles()
