@@ -22,6 +22,7 @@ from agentgate.policy._lint._common import (
     _greatest_integer,
     _least_integer,
     _named_patterns,
+    _quoted,
     _tools_by_pattern,
     _tools_named,
     _type_can_satisfy,
@@ -283,7 +284,7 @@ class GateOnUndeclaredArgument(LintRule):
                 if missing:
                     yield self.finding(
                         policy,
-                        f"approval gate {gname} looks at {', '.join(missing)}, which tool:{name} does not declare",
+                        f"approval gate {gname} looks at {', '.join(map(_quoted, missing))}, which tool:{name} does not declare",
                         policy.line_of("approvals", gname, "when"),
                     )
 

@@ -4,12 +4,14 @@ several rules make.
 The lookups find the declared tools and models, the rules each role holds by resource pattern
 (``_held_by_role``: a few lookups, not a comparison of every rule with every other), the declared
 tools a pattern names, and whether some value of a declared type satisfies a constraint
-(``_type_can_satisfy``, exact for integers at any size).
+(``_type_can_satisfy``, exact for integers at any size), and how a message writes an argument
+name (``_quoted``).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import ClassVar
 
@@ -55,6 +57,17 @@ class LintRule:
             field=field,
             hint=hint or self.hint,
         )
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+def _quoted(name: str) -> str:
+    """An argument name as a finding's message writes it: as it is when a plain identifier
+    (``amount``), else quoted as Python writes it (``'other\\u202e'``), every character that is
+    not printable escaped. A tool's ``args`` and a gate's ``when`` may name any text: bare, a name
+    holding ``, `` or a bidi control read as several names or as other words of the message."""
+    return name if _PLAIN_NAME.fullmatch(name) else repr(name)
 
 
 def _declared(policy: Policy) -> list[str]:

@@ -15,6 +15,7 @@ from agentgate.policy._lint._common import (
     OPAQUE,
     LintRule,
     _held_by_role,
+    _quoted,
     _tools_by_pattern,
     _tools_named,
     _type_can_satisfy,
@@ -117,7 +118,7 @@ class ConstraintTypeMismatch(LintRule):
                     if decl is not None and not c.is_empty and not _type_can_satisfy(decl.type, c):
                         yield self.finding(
                             policy,
-                            f"approval gate {gname}: {arg} of tool:{name} is {_article(decl.type)} "
+                            f"approval gate {gname}: {_quoted(arg)} of tool:{name} is {_article(decl.type)} "
                             f"{decl.type} but the condition {_written(c)} admits no {decl.type}",
                             policy.line_of("approvals", gname, "when"),
                         )
