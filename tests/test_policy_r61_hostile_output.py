@@ -5,6 +5,7 @@ raw, never add a line, and a name that is no plain identifier is quoted, so that
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,16 @@ def test_a_gate_condition_of_the_wrong_type_quotes_an_argument_name_that_is_no_i
     ]
     assert finding.message.startswith("approval gate g: 'a\\x1b[2Jb\\nc\\u202ed")
     assert _raw(finding.message) == []
+
+
+def test_a_rule_label_writes_an_unprintable_constraint_value_as_a_json_escape() -> None:
+    """Review R61: a constraint value holding RLO, LS or NEL was written raw in the rule's label
+    (JSON escapes only C0 controls), which every decision's reasons, every lint message and
+    ``explain`` quote, to callers that do not escape what they print. Now each unprintable
+    character is its JSON escape: the same JSON value, read back exactly, and nothing raw."""
+    policy = parse_policy(POLICY)
+    label = policy.rules["clerk"][1].label
+    assert _raw(label) == []
+    written = label.split("starts with ", 1)[1].removesuffix(" (line 14)")
+    assert json.loads(written) == "a\x1b[2Jb\nc\u202ed\u2028e\x85f\u200bg\rh\u2066i\x07"
+    assert all(_raw(f.message) == [] for f in lint(policy))

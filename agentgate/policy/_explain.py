@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from agentgate.capabilities import Call
 from agentgate.findings import Outcome
 from agentgate.keys import shown_path
 from agentgate.policy._index import PolicyDecision, PolicyIndex, _shown
-from agentgate.policy._load import describe_constraint
+from agentgate.policy._load import describe_constraint, json_text
 
 _VERDICT = {
     Outcome.ALLOW: "ALLOW",
@@ -24,7 +23,7 @@ def _json(value: Any) -> str:
     integer of more than 4,300 digits, which Python refuses to write in decimal, or a value no
     JSON holds (from a Python caller)."""
     try:
-        return json.dumps(value, ensure_ascii=False)
+        return json_text(value)
     except (ValueError, TypeError):
         return _shown(value)
 

@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from agentgate._shown import not_printable
 from agentgate._yaml import (
     Locations,
     Mark,
@@ -80,16 +81,23 @@ def describe_constraint(name: str, constraint: Constraint) -> str:
     parts = []
     for op, value in constraint.to_dict().items():
         if op == "in":
-            parts.append(f"{name} in [{', '.join(_value(v) for v in value)}]")
+            parts.append(f"{name} in [{', '.join(json_text(v) for v in value)}]")
         elif op == "prefix":
-            parts.append(f"{name} starts with {_value(value)}")
+            parts.append(f"{name} starts with {json_text(value)}")
         else:
-            parts.append(f"{name} {_SYMBOLS[op]} {_value(value)}")
+            parts.append(f"{name} {_SYMBOLS[op]} {json_text(value)}")
     return " and ".join(parts)
 
 
-def _value(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False)
+def json_text(value: object) -> str:
+    """``value`` as JSON, each character that is not printable (a bidi control, a line
+    separator, NEL, a zero-width space) written as its escape, as JSON already writes a C0
+    control: the same JSON value, where until review R61 they were written raw into the rule's
+    label, which decisions, audit entries and lint messages quote."""
+    text = json.dumps(value, ensure_ascii=False)
+    if text.isprintable():
+        return text
+    return "".join(json.dumps(c)[1:-1] if not_printable(c) else c for c in text)
 
 
 def describe(capability: Capability) -> str:
@@ -936,7 +944,7 @@ class _Compiler:
                         f"text values of at most {MAX_CONSTRAINT_TEXT} characters",
                         "a decision quotes the rule's constraints; constrain a shorter prefix or value",
                     )
-                total += len(_value(v))
+                total += len(json_text(v))
         if total > MAX_CONSTRAINT_CHARS:
             raise self.error(
                 loc,

@@ -6,7 +6,6 @@ rule shadowed by another that allows everything it allows.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 from agentgate.capabilities import Constraint, attenuates
@@ -20,7 +19,7 @@ from agentgate.policy._lint._common import (
     _tools_named,
     _type_can_satisfy,
 )
-from agentgate.policy._load import Policy
+from agentgate.policy._load import Policy, json_text
 
 
 class ConstraintOnUndeclaredArgument(LintRule):
@@ -130,7 +129,7 @@ def _article(kind: str) -> str:
 
 def _written(constraint: Constraint) -> str:
     """The operators as JSON, so that a value keeps its type: ``{"eq": "5"}`` is text, not 5."""
-    return json.dumps(constraint.to_dict(), ensure_ascii=False)
+    return json_text(constraint.to_dict())
 
 
 class ShadowedRule(LintRule):
