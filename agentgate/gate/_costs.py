@@ -62,7 +62,7 @@ def _output_capped(usage: tuple[int, int], limit: int | None) -> tuple[int, int]
     prompt is charged as reported: the reservation's prompt is only an estimate.) ``limit``
     ``None`` (no output was reserved): ``usage`` unchecked."""
     prompt, output = usage
-    return (prompt, limit) if limit is not None and output > limit else usage
+    return (prompt, limit) if limit and output > limit else usage
 
 
 _METERED = frozenset({"calls", "tokens", "usd_micros", "micro_usd"})
@@ -115,6 +115,19 @@ class _Costs:
         return by_unit
 
     def _cost(self, call: Call, tokens: tuple[int, int] | None) -> dict[str, int]:
+        """What a call is estimated to cost in each budget unit, to reserve: ``_priced``, except
+        that a model call's estimate that costs nothing in tokens or money counts one prompt
+        token more (every model call sends a prompt; the integrations estimate one at least).
+        Until review R61 a direct caller's estimate of ``(0, 0)`` cost 0, was not reserved, and
+        left its outcome no reservation to charge the usage it reported (nor did a spent budget
+        refuse it). An estimate that costs something is reserved as it is."""
+        cost = self._priced(call, tokens)
+        if tokens is not None and (cost.get("tokens") == 0 or cost.get("usd_micros") == 0):
+            prompt, output = _token_counts(tokens)
+            cost = self._priced(call, (prompt + 1, output))
+        return cost
+
+    def _priced(self, call: Call, tokens: tuple[int, int] | None) -> dict[str, int]:
         """What a call costs in each budget unit: calls always 1; tokens and money for model calls;
         money for a GPU lease of a type the policy prices (``count`` GPUs for ``hold_s``, else
         ``ttl_s``, seconds: ``policy._schema.lease_cost``). Raises ``InputError`` for a priced
@@ -166,4 +179,4 @@ class _Costs:
             )
             reasons.append(over)
             _log.warning("agentgate: audit entry %s: %s", auth.audit_index, over)
-        return self._cost(auth.call, capped)
+        return self._priced(auth.call, capped)
