@@ -209,7 +209,10 @@ def _read(store: Store) -> list[dict[str, Any]]:
         data, stored = bytes(data), bytes(stored)
         fields = json.loads(data)
         assert position == idx == fields["index"], (position, idx)
-        assert set(fields) == FIELDS and fields["v"] == 1 and TIME.fullmatch(fields["time"])
+        # ``charges`` (review R61): an outcome's charge to each grant of its chain, when set.
+        optional = {"charges"} if fields.get("kind") == "outcome" else set()
+        assert FIELDS <= set(fields) <= FIELDS | optional, set(fields) ^ FIELDS
+        assert fields["v"] == 1 and TIME.fullmatch(fields["time"])
         assert fields["kind"] in KINDS and 1 <= len(fields["principal"]) <= 512
         assert _canonical(fields) == data, f"entry {idx} is not canonical"
         assert _leaf(data) == stored, f"entry {idx}: stored leaf hash differs"
@@ -273,6 +276,10 @@ def _reconcile(entries: list[dict[str, Any]], store: Store) -> dict[int, dict[st
     spent: Counter[str] = Counter()
     for allow_index, found in outcomes.items():
         for outcome in found:
+            if "charges" in outcome:  # each grant's charge, stated (review R61)
+                for grant_id, by_unit in outcome["charges"].items():
+                    spent[grant_id] += sum(by_unit.values())
+                continue
             charged = outcome["budget_delta"]
             for reason in outcome["reasons"]:
                 if reason.startswith("overran the "):

@@ -1,6 +1,7 @@
 """Audit entries and their canonical bytes (docs/audit-format.md, "Entry bytes").
 
-An entry's bytes are UTF-8 JSON with every field present (``null`` where unset), keys sorted,
+An entry's bytes are UTF-8 JSON with every field present (``null`` where unset; ``charges``
+only where set), keys sorted,
 no whitespace, and no floats outside the caller's clear arguments; ``"v": 1`` names the format.
 The bytes are what the Merkle leaf hashes, so every field that matters (decision, principal,
 chain hash, policy hash, rule, resource, argument digest, approver, budget delta, time, reasons,
@@ -308,8 +309,13 @@ def _fast_fields(fields: Mapping[str, Any]) -> dict[str, Any] | None:
     values inside ``args`` certainly makes a valid entry (``encode_entry`` checks those); ``None``
     when the model must judge them (then ``AuditEntry.build`` decides)."""
     values = {**_DEFAULTS, **fields}
+    charges = values.pop("charges", None)
     if len(values) != _FIELD_COUNT or not fields.keys() >= _REQUIRED:
         return None  # an unknown field, or index, time, kind or principal missing (or misspelt)
+    if charges is not None:
+        if not _plain_charges(charges):
+            return None
+        values["charges"] = charges
     index, when, kind, principal = values["index"], values["time"], values["kind"], values["principal"]
     ref, reasons, args = values["ref"], values["reasons"], values["args"]
     if not (
@@ -338,6 +344,16 @@ def _fast_fields(fields: Mapping[str, Any]) -> dict[str, Any] | None:
             return None
     values["reasons"] = list(reasons)
     return values
+
+
+def _plain_charges(charges: object) -> bool:
+    """Whether ``charges`` is a ``dict`` of grant id to a ``dict`` of unit to an ``int`` >= 0."""
+    return type(charges) is dict and all(
+        type(grant) is str
+        and type(by_unit) is dict
+        and all(type(unit) is str and type(n) is int and n >= 0 for unit, n in by_unit.items())
+        for grant, by_unit in charges.items()
+    )
 
 
 _MAX_MESSAGE = 500
@@ -406,6 +422,19 @@ class AuditEntry(BaseModel):
     """Outcome status (``ok``, ``error``, ``timeout``...) for outcome entries."""
     ref: int | None = Field(default=None, ge=0)
     """Index of the decision entry an outcome or spend belongs to."""
+    charges: dict[str, dict[str, int]] | None = Field(default=None, exclude_if=lambda value: value is None)
+    """On an outcome that committed budget reservations: what each grant of the chain was charged
+    (its spend grew by), by grant id and unit. Written only when set (added in review R61): an
+    entry without it has the bytes it had before."""
+
+    @field_validator("charges")
+    @classmethod
+    def _charges_are_amounts(
+        cls, value: dict[str, dict[str, int]] | None
+    ) -> dict[str, dict[str, int]] | None:
+        if value is not None and any(n < 0 for by_unit in value.values() for n in by_unit.values()):
+            raise ValueError("a charge is an amount in minor units, 0 or more")
+        return value
 
     @field_validator("time")
     @classmethod
@@ -453,7 +482,7 @@ class AuditEntry(BaseModel):
     def to_bytes(self) -> bytes:
         """The canonical bytes of this entry (docs/audit-format.md)."""
         data = self.model_dump(mode="python")
-        data["reasons"] = list(self.reasons)
+        data["reasons"] = list(self.reasons)  # ``charges`` is dumped only when set (``exclude_if``)
         return _dumps(data)  # every field was checked at construction; ``args`` by its validator
 
     @classmethod

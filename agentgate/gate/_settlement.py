@@ -237,8 +237,9 @@ class _Settlement:
                 reasons.append("no usage was reported; charged as reserved")
         else:
             actual = self._reported_cost(auth, usage, reasons)
+        charges: dict[str, dict[str, int]] = {}
         delta = self._settle_reservations(
-            tx, auth, status == "ok" or actual is not None or usage is USAGE_UNREAD, actual, reasons
+            tx, auth, status == "ok" or actual is not None or usage is USAGE_UNREAD, actual, reasons, charges
         )
         if auth.once_key is not None:
             self.once.finish(tx, auth.once_key, _once_state(status, started))
@@ -254,6 +255,7 @@ class _Settlement:
                 "ref": auth.audit_index,
                 "budget_delta": delta,
                 "reasons": [recordable(r) for r in reasons],
+                "charges": charges or None,
             },
             tx,
         )
@@ -267,16 +269,21 @@ class _Settlement:
         charge: bool,
         actual: Mapping[str, int] | None,
         reasons: list[str],
+        charges: dict[str, dict[str, int]],
     ) -> int:
         """Commit ``auth``'s reservations at their ``actual`` cost (else as reserved) when
-        ``charge``, else release them; returns what the caller's own budget was charged. An
-        overrun is added to ``reasons``."""
+        ``charge``, else release them; returns what the caller's own budget was charged. What
+        each grant was charged, by unit, is added to ``charges`` (the outcome entry's), and an
+        overrun to ``reasons``."""
         delta = 0
         for position, (reservation, unit, amount) in enumerate(auth.reservations):
             if charge:
                 used = actual.get(unit, amount) if actual is not None else amount
                 # The call has run: its cost is recorded even when it overruns what was left.
-                short = self.ledger.commit(reservation, used, tx, exhaust=True)
+                charged = self.ledger.charge(reservation, used, tx, exhaust=True)
+                for grant_id, n in charged.items():
+                    charges.setdefault(grant_id, {})[unit] = n
+                short = max((used - n for n in charged.values()), default=0)
                 if short:
                     reasons.append(f"overran the {unit} budget by {short}; the budget is exhausted")
                 if position == 0:  # the unit of the caller's own budget (``_caps``)

@@ -225,24 +225,35 @@ class BudgetLedger:
         its budget is left at zero. Use ``exhaust`` for a call that has already run: its cost is
         a fact to record, not a request to refuse. Returns the largest part of ``actual`` that a
         grant's budget could not cover (0 when everything fit): the caller records it. Raises
-        ``InputError`` if the reservation does not exist or was already settled.
+        ``InputError`` if the reservation does not exist or was already settled. ``charge``
+        settles the same way and says what each grant was charged.
         """
+        charged = self.charge(reservation, actual, tx, exhaust=exhaust)
+        return max((actual - n for n in charged.values()), default=0)
+
+    def charge(
+        self, reservation: str, actual: int, tx: Transaction | None = None, *, exhaust: bool = False
+    ) -> dict[str, int]:
+        """``commit``, returning what each grant of the reservation's chain was charged (its
+        ``spent`` grew by), root first: ``actual`` where it fit, less where ``exhaust`` charged a
+        budget all it had; an auditor needs each, since grants of one chain have different
+        amounts left (until review R61 only the largest shortfall was known)."""
         actual = _amount(actual, "actual amount")
-        beyond = 0  # what no column can hold: never charged, so part of the shortfall returned
-        if actual > MAX_AMOUNT:
+        if actual > MAX_AMOUNT:  # what no column can hold: never charged, so part of a shortfall
             if not exhaust:
                 raise BudgetExceeded(f"an amount of {actual} is more than any budget can hold")
-            actual, beyond = MAX_AMOUNT, actual - MAX_AMOUNT
+            actual = MAX_AMOUNT
         if tx is not None:
-            return self._commit(tx, reservation, actual, exhaust) + beyond
+            return self._commit(tx, reservation, actual, exhaust)
         with self.store.transaction() as own:
-            return self._commit(own, reservation, actual, exhaust) + beyond
+            return self._commit(own, reservation, actual, exhaust)
 
-    def _commit(self, t: Transaction, reservation: str, actual: int, exhaust: bool) -> int:
-        shortfall = 0
+    def _commit(self, t: Transaction, reservation: str, actual: int, exhaust: bool) -> dict[str, int]:
+        charged: dict[str, int] = {}
         chain, amount = self._settle(t, reservation, "committed", actual)
         delta = amount - actual  # > 0: refund; < 0: overrun to charge
         for grant_id in chain:
+            charged[grant_id] = actual
             if delta >= 0:
                 t.execute(
                     "UPDATE budget_ledger SET remaining = remaining + ?, spent = spent + ? WHERE grant_id = ?",
@@ -259,7 +270,7 @@ class BudgetLedger:
             if not exhaust:
                 raise BudgetExceeded(f"grant {grant_id}: overrun of {-delta} does not fit the budget")
             # Charge what the budget had (the reservation and what was left): ``spent`` never
-            # exceeds the cap; the caller records the shortfall (the audit entry says it).
+            # exceeds the cap; the caller records what each grant was charged (the audit entry).
             # What is left is read by an UPDATE, which locks the row (PostgreSQL) until the
             # charge below: a plain SELECT let another process reserve in between, and that
             # reservation was then charged twice (counted in ``left`` and spent on its own).
@@ -271,13 +282,13 @@ class BudgetLedger:
                     (grant_id,),
                 )[0][0]
             )
-            charged = min(left, -delta)
-            shortfall = max(shortfall, -delta - charged)
+            overrun = min(left, -delta)
+            charged[grant_id] = amount + overrun
             t.execute(
                 "UPDATE budget_ledger SET remaining = remaining - ?, spent = spent + ? WHERE grant_id = ?",
-                (charged, amount + charged, grant_id),
+                (overrun, amount + overrun, grant_id),
             )
-        return shortfall
+        return charged
 
     def release(self, reservation: str, tx: Transaction | None = None) -> None:
         """Return the whole reservation to every grant; ``InputError`` if unknown or already settled."""
