@@ -18,11 +18,15 @@ lease ends (``GatedBroker``), never here.
 conditional update from ``reserved``, so one settled meanwhile by its own process (which was
 slow, not dead) is refused, never settled twice.
 
-A reservation does not record its ``allow`` entry: the entry is found in the log as the first
-``allow`` appended at or after the reservation's time (both are written in one transaction that
-holds the log's append lock, the allow last) whose grant is the reservation's nearest the tip
-and whose ``budget_delta`` is its amount. A reservation that is not the first of its call (a
-model call's second unit), or whose caller's own grant has no budget, has none found.
+A reservation records the index of its ``allow`` entry (``budget_reservations.entry``: the log's
+next index when it was made, in the decision's transaction, which holds the log's lock, so the
+``allow`` appended after it takes it), checked when read: an ``allow`` whose grant is the
+reservation's nearest the tip and whose ``budget_delta`` is its amount. A reservation that is not
+the first of its call (a model call's second unit), or whose caller's own grant has no budget,
+has none found. Until review R61 the entry was searched for by time, which is not monotonic
+across a clock step back: a reservation could be given another call's ``allow``. Reservations
+made before (no ``entry``) are still searched for by time: the first ``allow`` appended at or
+after the reservation's time, within 5 s.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from agentgate.audit.entry import format_time
 from agentgate.errors import AgentGateError, InputError, SettlementRefused, StoreError
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
-from agentgate.store.ledger import BudgetLedger
+from agentgate.store.ledger import BudgetLedger, has_entry_column
 from agentgate.store.once import SETTLE_MIN_AGE_S
 
 _ID = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
@@ -107,14 +111,14 @@ def held(
         return []
     aged = "" if cut is None else " AND created <= ?"
     rows = store.query(
-        "SELECT id, chain, amount, created FROM budget_reservations "
+        f"SELECT id, chain, amount, created, {_ENTRY[has_entry_column(store)]} FROM budget_reservations "
         f"WHERE state = 'reserved'{aged} ORDER BY created, id",
         () if cut is None else (cut,),
     )
     once, leases = "agentgate_once" in there, "broker_decisions" in there
     size = audit.size() if audit is not None and rows else 0  # a count of the whole log: once
     found = []
-    for id_, chain_text, amount_text, created in rows:
+    for id_, chain_text, amount_text, created, entry in rows:
         chain, amount = _stored(id_, chain_text, amount_text)
         found.append(
             HeldReservation(
@@ -122,7 +126,7 @@ def held(
                 chain,
                 amount,
                 str(created),
-                _allow_index(audit, chain, amount, str(created), size),
+                _allow_index(audit, chain, amount, str(created), size, entry),
                 _once_key(store, None, str(id_)) if once else None,
                 _lease(store, None, str(id_)) if leases else None,
             )
@@ -162,17 +166,19 @@ def settle_held(
     ledger = BudgetLedger(store)
     there = _tables(store, ("agentgate_once", "broker_decisions"))  # the holders to look for
     rows = store.query(
-        "SELECT chain, amount, state, created FROM budget_reservations WHERE id = ?", (reservation,)
+        f"SELECT chain, amount, state, created, {_ENTRY[has_entry_column(store)]} FROM budget_reservations "
+        "WHERE id = ?",
+        (reservation,),
     )
     if not rows:
         raise SettlementRefused(f"no budget reservation has the id {reservation}")
-    chain_text, amount_text, state, created = rows[0]
-    chain, amount, state, created = (*_stored(reservation, chain_text, amount_text), str(state), str(created))
+    chain_text, amount_text, state_text, created_text, entry = rows[0]
+    chain, amount = _stored(reservation, chain_text, amount_text)
+    state, created = str(state_text), str(created_text)
     if state != "reserved":
         raise SettlementRefused(f"reservation {reservation} is {state}, not held: there is nothing to settle")
-    found = HeldReservation(
-        reservation, chain, amount, created, _allow_index(audit, chain, amount, created, audit.size()), None
-    )
+    allow_index = _allow_index(audit, chain, amount, created, audit.size(), entry)
+    found = HeldReservation(reservation, chain, amount, created, allow_index, None)
     allowed = audit.entry(found.allow_index) if found.allow_index is not None else None
     with store.transaction() as tx:
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
@@ -294,13 +300,27 @@ def _lease(store: Store, tx: Transaction | None, reservation: str) -> tuple[str,
     return (str(rows[0][0]), str(rows[0][1])) if rows else None
 
 
+_ENTRY = {True: "entry", False: "NULL"}
+"""What a reservation row's ``entry`` is read as: the column, or null in a store made before it."""
+
+
 def _allow_index(
-    audit: AuditLog | None, chain: Sequence[str], amount: int, created: str, size: int
+    audit: AuditLog | None, chain: Sequence[str], amount: int, created: str, size: int, entry: object = None
 ) -> int | None:
     """The ``allow`` entry that made the reservation (module docstring) in the first ``size``
-    entries of ``audit``, or ``None``."""
+    entries of ``audit``, or ``None``: the one at ``entry`` (as recorded) when it is the
+    reservation's, else none; searched for by time only for a reservation that recorded none."""
     if audit is None or not chain:
         return None
+    if entry is not None:
+        if isinstance(entry, bool) or not isinstance(entry, int) or not 0 <= entry < size:
+            return None
+        try:
+            made = audit.entry(entry)
+        except AgentGateError:  # an entry edited (verify says so)
+            return None
+        mine = made.kind == "allow" and made.chain_hash == chain[-1] and made.budget_delta == amount
+        return entry if mine else None
     try:
         first = _first_at_or_after(audit, created, size)
         if first is None:

@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS budget_reservations (
     state TEXT NOT NULL CHECK (state IN ('reserved', 'committed', 'released')),
     actual INTEGER,
     created TEXT NOT NULL,
-    settled TEXT
+    settled TEXT,
+    entry INTEGER
 ) WITHOUT ROWID;
 """,
     "postgresql": """
@@ -66,8 +67,18 @@ BEGIN
             state TEXT NOT NULL CHECK (state IN ('reserved', 'committed', 'released')),
             actual BIGINT,
             created TEXT NOT NULL,
-            settled TEXT
+            settled TEXT,
+            entry BIGINT
         );
+    END IF;
+    -- A table made before review R61: its owner adds ``entry``; any other role goes on without.
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('budget_reservations')
+                   AND attname = 'entry' AND NOT attisdropped) THEN
+        BEGIN
+            ALTER TABLE budget_reservations ADD COLUMN entry BIGINT;
+        EXCEPTION WHEN insufficient_privilege THEN
+            NULL;
+        END;
     END IF;
 END;
 $$;
@@ -80,6 +91,16 @@ _SETTLE_KNOWN = (
     "UPDATE budget_reservations SET state = ?, actual = ?, settled = ? "
     "WHERE id = ? AND state = 'reserved' AND chain = ? AND amount = ?"
 )
+_INSERT = (
+    "INSERT INTO budget_reservations (id, chain, amount, state, created) VALUES (?, ?, ?, 'reserved', ?)"
+)
+_INSERT_AT_ENTRY = (
+    "INSERT INTO budget_reservations (id, chain, amount, state, created, entry) "
+    "VALUES (?, ?, ?, 'reserved', ?, (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log))"
+)
+"""A reservation with the index the next audit entry takes (``entry``): in a decision's
+transaction, which holds the log's lock from its start, the ``allow`` that the reservation is
+for (the Gate appends nothing between them). One statement: no round trip more per decision."""
 _MAX_HELD = 4096
 """How many reservations a ledger remembers (chain and amount) until they are settled."""
 
@@ -97,6 +118,44 @@ _HELD_BY: dict[Dialect, str] = {
 }
 """Whether reservation ``r``'s chain names the budget's grant: its text holds the id. It may also
 hold it inside a longer id, which only keeps a budget longer, never removes one still needed."""
+
+
+def _add_entry_sqlite(store: Store) -> None:
+    """Add ``budget_reservations.entry`` to a SQLite store made before review R61."""
+
+    def missing(tx: Transaction) -> bool:
+        return not any(row[1] == "entry" for row in tx.execute("PRAGMA table_info(budget_reservations)"))
+
+    with store.transaction(immediate=False) as tx:
+        if not missing(tx):
+            return
+    with store.transaction() as tx:
+        if missing(tx):  # another process may have added it meanwhile
+            tx.execute("ALTER TABLE budget_reservations ADD COLUMN entry INTEGER")
+
+
+def _tables(store: Store) -> set[str]:
+    """Which of ``audit_log`` and ``budget_reservations.entry`` (the column) the store holds,
+    read without creating anything."""
+    if store.dialect == "sqlite":
+        found = {str(r[0]) for r in store.query("SELECT name FROM sqlite_master WHERE name = 'audit_log'")}
+        columns = store.query(
+            "SELECT name FROM pragma_table_info('budget_reservations') WHERE name = 'entry'"
+        )
+    else:
+        found = {
+            str(r[0]) for r in store.query("SELECT 'audit_log' WHERE to_regclass('audit_log') IS NOT NULL")
+        }
+        columns = store.query(
+            "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('budget_reservations') "
+            "AND attname = 'entry' AND NOT attisdropped"
+        )
+    return found | ({"budget_reservations.entry"} if columns else set())
+
+
+def has_entry_column(store: Store) -> bool:
+    """Whether the store's reservations record their ``allow`` entry (``entry``, review R61)."""
+    return "budget_reservations.entry" in _tables(store)
 
 
 def _reservation_id() -> str:
@@ -146,6 +205,13 @@ class BudgetLedger:
     def __init__(self, store: Store) -> None:
         self.store = store
         store.ensure_schema("ledger", LEDGER_DDL)
+        if store.dialect == "sqlite" and not getattr(store, "read_only", False):
+            _add_entry_sqlite(store)
+        self._insert = (
+            _INSERT_AT_ENTRY if _tables(store) >= {"audit_log", "budget_reservations.entry"} else _INSERT
+        )
+        """How a reservation is stored: with its ``allow`` entry's index where the store holds an
+        audit log and the column (``held`` finds the entry by it; time is not monotonic)."""
         self._held: dict[str, tuple[str, int, tuple[str, ...]]] = {}
         """Reservations made here and not yet settled here: id -> (chain as stored, amount, chain)."""
         self._stored_chains: dict[tuple[str, ...], str] = {}
@@ -204,10 +270,7 @@ class BudgetLedger:
             if len(self._stored_chains) >= _MAX_HELD:
                 self._stored_chains.clear()
             stored = self._stored_chains[held] = json.dumps(list(held))
-        t.execute(
-            "INSERT INTO budget_reservations (id, chain, amount, state, created) VALUES (?, ?, ?, 'reserved', ?)",
-            (reservation, stored, amount, utc_now()),
-        )
+        t.execute(self._insert, (reservation, stored, amount, utc_now()))
         if len(self._held) >= _MAX_HELD:
             self._held.clear()  # only a shortcut: a reservation not found here is read back
         self._held[reservation] = (stored, amount, held)
