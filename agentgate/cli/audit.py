@@ -398,10 +398,18 @@ def _machinery_said(report: VerifyReport) -> str:
     triggers may all be in force: saying that nothing refuses an edit would be untrue); and a
     trigger agentgate did not make, or a PostgreSQL rule, each alone or beside those (until
     review R59 such a trigger alone closed with "the triggers are back", and until review R60 a
-    rule was called "a trigger agentgate did not make")."""
-    foreign, rules = len(report.foreign_triggers), len(report.rules)
+    rule was called "a trigger agentgate did not make"); and the PostgreSQL append function missing
+    or not agentgate's (until review R61 no line named it), and the log's tables split across
+    schemas (until review R61 read as triggers not in force)."""
+    foreign, rules, function = len(report.foreign_triggers), len(report.rules), len(report.append_function)
+    apart = foreign + rules + function + len(report.split)
     said = []
-    if len(report.repairs) + len(report.records_lost) < len(report.unprotected) - foreign - rules:
+    if report.split:
+        said.append(
+            "the log's tables are split across schemas, so the protection of a moved one is read "
+            "again once it is moved back"
+        )
+    if len(report.repairs) + len(report.records_lost) < len(report.unprotected) - apart:
         said.append("nothing refuses an edit of them until the triggers are back")
     elif report.records_lost:
         said.append("the record of repairs is gone, so whether a trigger was ever put back cannot be told")
@@ -416,6 +424,13 @@ def _machinery_said(report: VerifyReport) -> str:
         said.append(
             "a rule agentgate did not make rewrites what is written to the log's tables, so the "
             "entries written since it was made may not be what was appended"
+        )
+    if any(" is missing: " in line for line in report.append_function):
+        said.append("every append fails until the append function is back")
+    elif function:
+        said.append(
+            "the function every append runs is not agentgate's, so the entries appended since it "
+            "was changed may not be what was appended"
         )
     return "; ".join(said)
 

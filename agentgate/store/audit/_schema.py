@@ -97,6 +97,18 @@ _INDEX_REF_BODY = """
 """The body of ``agentgate_audit_index_ref()``, the function of ``audit_log_index_ref`` (what
 ``REFS_DDL`` makes it with, and what ``_changed`` compares, whitespace aside)."""
 
+LOCK_NEXT = "agentgate_audit_lock_next"
+"""The function every PostgreSQL append calls (schema-qualified: ``_log._lock_next``) to take the
+append lock and read the next index, in one round trip."""
+
+_LOCK_NEXT_BODY = """
+        BEGIN
+            PERFORM pg_advisory_xact_lock(27416741019937140);  -- APPEND_LOCK, ASCII "agaudit"
+            RETURN (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log);
+        END;
+        """
+"""The body of ``agentgate_audit_lock_next()``, as every release made it (``AUDIT_DDL``)."""
+
 _PG_HOME = (
     "(SELECT n.nspname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
     "ON n.oid = c.relnamespace WHERE c.oid = pg_catalog.to_regclass('audit_refs'))"
@@ -111,8 +123,15 @@ def _pg_function_differs(proc: str, name: str, *, settings: bool = True) -> str:
     (``ALTER FUNCTION ... SET``): a protection trigger's function has none; the index's
     (``agentgate_audit_index_ref``) has the search path ``pg_catalog, <the schema of
     audit_refs>, pg_temp``, and runs as its owner (SECURITY DEFINER), compared whatever
-    ``settings``."""
-    body = " ".join({**_PG_TRIGGER_FUNCTIONS, "agentgate_audit_index_ref": _INDEX_REF_BODY}[name].split())
+    ``settings``. The append function (``LOCK_NEXT``) has no settings either, runs as its caller,
+    is VOLATILE (an IMMUTABLE or STABLE one may be evaluated once for a prepared statement's plan)
+    and returns bigint."""
+    bodies = {
+        **_PG_TRIGGER_FUNCTIONS,
+        "agentgate_audit_index_ref": _INDEX_REF_BODY,
+        LOCK_NEXT: _LOCK_NEXT_BODY,
+    }
+    body = " ".join(bodies[name].split())
     differs = (
         f"btrim(regexp_replace({proc}.prosrc, '[[:space:]]+', ' ', 'g'), ' ') <> $body${body}$body$ "
         f"OR {proc}.prolang IS DISTINCT FROM (SELECT oid FROM pg_catalog.pg_language WHERE lanname = 'plpgsql')"
@@ -126,6 +145,11 @@ def _pg_function_differs(proc: str, name: str, *, settings: bool = True) -> str:
             )
     elif settings:
         differs += f" OR {proc}.proconfig IS NOT NULL"
+    if name == LOCK_NEXT:
+        differs += (
+            f" OR {proc}.provolatile <> 'v' OR {proc}.prosecdef "
+            f"OR {proc}.prorettype <> 'pg_catalog.int8'::pg_catalog.regtype"
+        )
     return f"({differs})"
 
 
@@ -196,6 +220,31 @@ def _replace_changed_function(name: str) -> str:
        OR EXISTS (SELECT 1 FROM pg_proc p WHERE p.oid = to_regprocedure('{name}()')
                   AND pg_has_role(p.proowner, 'USAGE') AND {_pg_function_differs("p", name)}) THEN
         CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $fn${_PG_TRIGGER_FUNCTIONS[name]}$fn$;
+    END IF;
+"""
+
+
+def _replace_changed_lock_next() -> str:
+    """A PL/pgSQL step that makes the append function (``LOCK_NEXT``) when it is missing, and makes
+    it again when its owner runs it and it is not agentgate's (``_pg_function_differs``; one
+    returning another type is dropped first, which ``CREATE OR REPLACE`` cannot change): until
+    review R61 it was made only when missing, and one made otherwise (that skips the append lock,
+    or appends rows of its own as the appending role) was kept by every writer. A role that does
+    not own it leaves it (``verify`` reports it: ``_append_function``). Run with the path pinned
+    to the log's schema (``_pinned_path``)."""
+    owned_differs = (
+        f"EXISTS (SELECT 1 FROM pg_proc p WHERE p.oid = to_regprocedure('{LOCK_NEXT}()') "
+        "AND pg_has_role(p.proowner, 'USAGE') AND {differs})"
+    )
+    returns_other = "p.prorettype <> 'pg_catalog.int8'::pg_catalog.regtype"
+    return f"""
+    IF {owned_differs.format(differs=returns_other)} THEN
+        DROP FUNCTION {LOCK_NEXT}();
+    END IF;
+    IF to_regprocedure('{LOCK_NEXT}()') IS NULL OR {owned_differs.format(differs=_pg_function_differs("p", LOCK_NEXT))} THEN
+        -- One round trip: take the append lock (held to the end of the transaction), then read
+        -- the next index with a fresh snapshot (a volatile function's queries each take one).
+        CREATE OR REPLACE FUNCTION {LOCK_NEXT}() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn${_LOCK_NEXT_BODY}$fn$;
     END IF;
 """
 
@@ -334,18 +383,7 @@ BEGIN
 """
     + _pinned_path("audit_log")
     + _replace_changed_function("agentgate_append_only")
-    + """
-    IF to_regprocedure('agentgate_audit_lock_next()') IS NULL THEN
-        -- One round trip: take the append lock (held to the end of the transaction), then read
-        -- the next index with a fresh snapshot (a volatile function's queries each take one).
-        CREATE FUNCTION agentgate_audit_lock_next() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
-        BEGIN
-            PERFORM pg_advisory_xact_lock(27416741019937140);  -- APPEND_LOCK, ASCII "agaudit"
-            RETURN (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log);
-        END;
-        $fn$;
-    END IF;
-"""
+    + _replace_changed_lock_next()
     + _replace_changed_function("agentgate_audit_next_index")
     + _drop_changed_triggers(LOG_TABLES)
     + """
@@ -655,17 +693,20 @@ _ONE_SCHEMA = (*LOG_TABLES, _PARTS, _REPAIRS)
 ``audit_log``'s schema (``AUDIT_DDL`` pins the path to it): they must be in that schema."""
 
 
-def _refuse_split_tables(store: Store) -> None:
-    """Raise ``StoreError`` where the tables of ``_ONE_SCHEMA`` that the store's statements find
-    (PostgreSQL: the search path) are not all in one schema, each moved by hand (``ALTER TABLE ...
-    SET SCHEMA``): agentgate makes the functions their triggers run in the schema of audit_log,
-    and a writer's opening cannot put the protection of a table in another schema back. Names each
-    table's schema and the statement that moves it to the schema most of them are in (audit_log's
-    where as many are in another). Until review R60 the opening failed on PostgreSQL's own words
-    (``relation "audit_checkpoints" does not exist``, ``function agentgate_append_only() does not
-    exist``), naming no schema. Reads the catalog only; SQLite has one schema."""
+SPLIT_LINE = "the audit log's tables are not in one schema"
+"""How the refusal of a writer's opening, and ``verify``'s line, for a log whose tables were split
+across schemas begins (``_split_tables``)."""
+
+
+def _split_tables(store: Store) -> tuple[str, str, set[str]] | None:
+    """Where the tables of ``_ONE_SCHEMA`` that the store's statements find (PostgreSQL: the search
+    path) are not all in one schema, each moved by hand (``ALTER TABLE ... SET SCHEMA``): where each
+    is (``audit_log in public, audit_checkpoints in other, ...``), the statements that move each
+    back to the schema most of them are in (audit_log's where as many are in another), and the
+    tables outside it. ``None`` where they are in one schema, and on SQLite (one schema). Reads the
+    catalog only."""
     if store.dialect != "postgresql":
-        return
+        return None
     listed = ", ".join(f"'{name}'" for name in _ONE_SCHEMA)
     rows = store.query(
         "SELECT c.relname, n.nspname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
@@ -674,7 +715,7 @@ def _refuse_split_tables(store: Store) -> None:
     )
     schemas = {str(table): str(schema) for table, schema in rows}
     if len(set(schemas.values())) < 2:
-        return
+        return None
     counts = {schema: list(schemas.values()).count(schema) for schema in schemas.values()}
     home = max(counts, key=lambda schema: (counts[schema], schema == schemas.get("audit_log")))
     where = ", ".join(f"{table} in {_quoted(schema, 'postgresql')}" for table, schema in schemas.items())
@@ -683,8 +724,22 @@ def _refuse_split_tables(store: Store) -> None:
         for table, schema in schemas.items()
         if schema != home
     )
+    return where, moves, {table for table, schema in schemas.items() if schema != home}
+
+
+def _refuse_split_tables(store: Store) -> None:
+    """Raise ``StoreError`` where the log's tables are split across schemas (``_split_tables``):
+    agentgate makes the functions their triggers run in the schema of audit_log, and a writer's
+    opening cannot put the protection of a table in another schema back. Names each table's schema
+    and the statement that moves it back. Until review R60 the opening failed on PostgreSQL's own
+    words (``relation "audit_checkpoints" does not exist``, ``function agentgate_append_only() does
+    not exist``), naming no schema. Reads the catalog only."""
+    split = _split_tables(store)
+    if split is None:
+        return
+    where, moves, _moved = split
     raise StoreError(
-        f"the audit log's tables are not in one schema ({where}): agentgate makes them, and the "
+        f"{SPLIT_LINE} ({where}): agentgate makes them, and the "
         "functions their protection triggers run, in one schema, and cannot put the protection of a "
         f"table moved out of it back; nothing was changed: run `{moves}` as their owner, then open "
         "the log again (docs/operations.md, The audit log's tables in one schema)"
@@ -818,6 +873,16 @@ BEGIN
       -- owner (this role), or unchanged; one another role owns is left (verify names it).
       AND (q.oid IS NULL OR pg_has_role(q.proowner, 'USAGE') OR NOT {_pg_runs_otherwise("q")})
     ORDER BY made.name;
+    -- The append function, where this role owns it and it is not agentgate's: AUDIT_DDL makes it
+    -- again (``_replace_changed_lock_next``). A missing one is not recorded: no append ran.
+    INSERT INTO audit_repairs (created, what, log_size, checkpoint_size)
+    SELECT {_NOW["postgresql"]},
+           'the append function ' || quote_ident(n.nspname) || '.{LOCK_NEXT}() was not the one agentgate made',
+           {_SIZES}
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_proc p ON p.oid = to_regprocedure(quote_ident(n.nspname) || '.{LOCK_NEXT}()')
+    WHERE c.oid = to_regclass('audit_log') AND pg_has_role(p.proowner, 'USAGE')
+      AND {_pg_function_differs("p", LOCK_NEXT)};
 END;
 $$;
 """
@@ -1210,6 +1275,57 @@ def _replica_sessions(store: Store) -> list[str]:
     return lines
 
 
+APPEND_FUNCTION_LINE = "the append function "
+"""How ``verify``'s line for the append function (``_append_function``) begins."""
+
+
+def _append_function(store: Store) -> list[str]:
+    """A line for the append function (``LOCK_NEXT``) of the log's schema (the schema of
+    ``audit_log``, by that schema-qualified name, as an append calls it) where it is missing or not
+    the one agentgate makes (``_pg_function_differs``): every append runs it as the appending
+    role, and one made otherwise can skip the append lock or write rows of its own (until review
+    R61 nothing reported it). A function another role owns, of which the table's owner is not a
+    member, is made again by its owner only: the line names ``ALTER FUNCTION ... OWNER TO`` first.
+    Reads the catalog only (PostgreSQL; SQLite has no functions)."""
+    rows = store.query(
+        "SELECT pg_catalog.quote_ident(n.nspname), p.oid IS NOT NULL, "
+        f"p.oid IS NOT NULL AND {_pg_function_differs('p', LOCK_NEXT)}, "
+        "CASE WHEN NOT pg_catalog.pg_has_role(c.relowner, p.proowner, 'USAGE') "
+        "THEN pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(p.proowner)) END, "
+        "pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(c.relowner)) "
+        "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        "LEFT JOIN pg_catalog.pg_proc p ON p.oid = pg_catalog.to_regprocedure("
+        f"pg_catalog.quote_ident(n.nspname) || '.{LOCK_NEXT}()') "
+        "WHERE c.oid = pg_catalog.to_regclass('audit_log')"
+    )
+    if not rows:
+        return []
+    schema, present, differs, function_owner, table_owner = rows[0]
+    function = f"{schema}.{LOCK_NEXT}()"
+    if not present:
+        return [
+            f"{APPEND_FUNCTION_LINE}{function} is missing: every append fails (it takes the append "
+            "lock and reads the next index; someone with DDL rights on the store dropped it); "
+            "`agentgate store init` run as the store's owner puts it back"
+        ]
+    if not differs:
+        return []
+    fix = _REMADE_BY_INIT
+    if function_owner is not None:
+        fix = (
+            f"its owner {function_owner} is not the table's owner {table_owner}, whose `agentgate store "
+            f"init` leaves the function as it is: `ALTER FUNCTION {function} OWNER TO {table_owner}` "
+            f"run as a superuser, then {_REMADE_BY_INIT}"
+        )
+    return [
+        f"{APPEND_FUNCTION_LINE}{function} is not the one agentgate made (its body, language, "
+        "volatility, security, settings or return type were changed): every append runs it as the "
+        "appending role, to take the append lock and read the next index, and one made otherwise can "
+        "skip the append lock (two writers interleave) or write rows of its own (someone with DDL "
+        f"rights on the store changed it); {fix}"
+    ]
+
+
 FOREIGN_TRIGGER = "is not one agentgate made"
 """What ``verify``'s line for a trigger agentgate did not make (``_foreign_triggers``), or a
 PostgreSQL rule (``_rules``: agentgate makes none), says of it: ``agentgate audit verify``'s
@@ -1316,6 +1432,20 @@ def missing_protection(store: Store) -> list[str]:
     found = _triggers(store, (*LOG_TABLES, _PARTS, _REPAIRS))
     changed = _changed(store, (*LOG_TABLES, _PARTS, _REPAIRS), index=True)
     lines = []
+    split = _split_tables(store)
+    moved: set[str] = set()
+    if split is not None:
+        # A moved table's triggers run the functions of the schema it left, and read against its
+        # new schema's they are not agentgate's: the move back is the fix (until review R61 each
+        # line named `store init`, which refuses such a log), and they are compared after it.
+        where, moves, moved = split
+        lines.append(
+            f"{SPLIT_LINE} ({where}): agentgate makes them, and the functions their protection "
+            "triggers run, in one schema, so the protection of a table moved out of it cannot be "
+            f"read or put back (a writer's opening refuses the log); `{moves}` run as their owner "
+            "moves it back (docs/operations.md, The audit log's tables in one schema)"
+        )
+        changed = {found_at: said for found_at, said in changed.items() if found_at[1] not in moved}
     for name, table, refuses in PROTECTION_TRIGGERS[store.dialect]:
         if table not in held or (found.get((name, table)) and (name, table) not in changed):
             continue
@@ -1337,6 +1467,8 @@ def missing_protection(store: Store) -> list[str]:
                 "audit_refs is no longer kept for new entries (audit explain reads the whole log "
                 f"instead); {fix}"
             )
+    if store.dialect == "postgresql" and "audit_log" in held and "audit_log" not in moved:
+        lines.extend(_append_function(store))
     present = tuple(table for table in (*LOG_TABLES, _PARTS, _REPAIRS) if table in held)
     lines.extend(_foreign_triggers(store, present))
     lines.extend(_rules(store, present))

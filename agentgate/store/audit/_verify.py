@@ -19,9 +19,11 @@ from agentgate.audit.note import Checkpoint, signer_key_ids
 from agentgate.errors import TamperDetected
 from agentgate.store._base import Row, Store
 from agentgate.store.audit._schema import (
+    APPEND_FUNCTION_LINE,
     FOREIGN_TRIGGER,
     RECORD_OF_REPAIRS_DROPPED,
     RULE_LINE,
+    SPLIT_LINE,
     accept_repair,
     accepted_repairs,
     missing_protection,
@@ -93,6 +95,18 @@ class VerifyReport:
         """The lines of ``unprotected`` that name a PostgreSQL rule on the log's tables (agentgate
         makes none)."""
         return tuple(line for line in self.unprotected if line.startswith(RULE_LINE))
+
+    @property
+    def append_function(self) -> tuple[str, ...]:
+        """The line of ``unprotected`` that names the PostgreSQL append function
+        (``agentgate_audit_lock_next``) missing or not the one agentgate made."""
+        return tuple(line for line in self.unprotected if line.startswith(APPEND_FUNCTION_LINE))
+
+    @property
+    def split(self) -> tuple[str, ...]:
+        """The line of ``unprotected`` that names the log's tables split across schemas (PostgreSQL:
+        one moved by hand with ``ALTER TABLE ... SET SCHEMA``)."""
+        return tuple(line for line in self.unprotected if line.startswith(SPLIT_LINE))
 
     @property
     def ok(self) -> bool:
