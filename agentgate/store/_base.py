@@ -99,6 +99,19 @@ def _quoted(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def driver_error_line(exc: BaseException) -> str:
+    """A database driver's failure in one line: a PostgreSQL server error as its primary message
+    and SQLSTATE, without the lines psycopg's text adds after it (``CONTEXT: PL/pgSQL function
+    ... at RAISE``, ``LINE 1:`` and its caret, ``HINT:``; until review R61 they ran into the CLI's
+    one-line error); any other (SQLite's, a lost connection) as the driver words it, on one line."""
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None)
+    if not primary:
+        return " ".join(str(exc).split())
+    code = getattr(exc, "sqlstate", None)
+    return " ".join(str(primary).split()) + (f" (SQLSTATE {code})" if code else "")
+
+
 def loaded_driver_errors(*also: type[Exception]) -> tuple[type[Exception], ...]:
     """``also``, then the error classes of the database drivers this process has loaded:
     sqlite3's, and psycopg's once a PostgreSQL store imported it (``Store.driver_errors`` is one

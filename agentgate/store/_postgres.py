@@ -26,7 +26,15 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agentgate.errors import InputError, StoreError
-from agentgate.store._base import Dialect, Row, Store, Transaction, env_setting, unstorable_text
+from agentgate.store._base import (
+    Dialect,
+    Row,
+    Store,
+    Transaction,
+    driver_error_line,
+    env_setting,
+    unstorable_text,
+)
 from agentgate.store._existing import refuse_empty_database
 from agentgate.store._sqlite import foreign_table, required_store_columns, tables_of
 
@@ -344,11 +352,11 @@ class PostgresStore(Store):
             if self.read_only and isinstance(exc, psycopg.errors.UndefinedColumn):
                 # Opened to read only, a part's tables are not brought up to this version.
                 raise StoreError(
-                    f"PostgreSQL error: {' '.join(str(exc).split())[:300]} (a table of an earlier "
+                    f"PostgreSQL error: {driver_error_line(exc)[:300]} (a table of an earlier "
                     "version of agentgate, not upgraded where it is read only: run `agentgate store "
                     "init` as the schema's owner; docs/operations.md, Upgrading)"
                 ) from exc
-            raise StoreError(f"PostgreSQL error: {exc}") from exc
+            raise StoreError(f"PostgreSQL error: {driver_error_line(exc)}") from exc
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:

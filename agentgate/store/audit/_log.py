@@ -15,7 +15,7 @@ from agentgate.audit.merkle import RootAccumulator, leaf_hash
 from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
 from agentgate.errors import AuditError, BeyondLogEnd, InputError, StoreError, TamperDetected
 from agentgate.keys import PublicKey, SigningKey
-from agentgate.store._base import Row, Store, Transaction, loaded_driver_errors
+from agentgate.store._base import Row, Store, Transaction, driver_error_line, loaded_driver_errors
 from agentgate.store.audit._keys import DEFAULT_ORIGIN, entry_limit
 from agentgate.store.audit._nodes import _CachedRoots
 from agentgate.store.audit._proofs import _Proofs
@@ -70,7 +70,8 @@ def _lock_next(tx: Transaction) -> tuple[str, ...]:
 
 
 def _wrap(exc: Exception, what: str) -> AuditError:
-    return AuditError(f"audit log: {what} failed: {exc}")
+    """The ``AuditError`` for a statement the driver refused, its text on one line (``driver_error_line``)."""
+    return AuditError(f"audit log: {what} failed: {driver_error_line(exc)}")
 
 
 _MAX_INDEX = 2**63 - 1
