@@ -10,14 +10,23 @@ refuses it otherwise; ``n`` and ``best_of`` absent, null or 1 (one choice per
 request: the engine models one sequence per request, so a request for several is refused rather
 than answered with one, and usage for one). Like vLLM, a request whose prompt plus ``max_tokens``
 exceeds the context limit (``max_model_len``) is refused rather than queued.
+
+The sampling fields the engine does not model are checked as vLLM checks them, so that a request
+the simulator serves is one vLLM serves: ``seed`` a 64-bit integer, ``top_k`` an integer of at
+least -1, ``logprobs`` a boolean, ``top_logprobs`` an integer from 0 to 20 (vLLM's default
+``--max-logprobs``) and above 0 only with ``logprobs`` true. Every integer field (those, ``n``,
+``best_of``, ``max_tokens``, ``max_completion_tokens``) takes a number with no fractional part as
+the integer it is (``5.0`` is 5), as vLLM's pydantic in lax mode does; until review R61 ``n: 1.0``
+and ``max_tokens: 5.0`` were refused. Unlike vLLM's lax mode, text (``"5"``) and booleans are
+refused where an integer is meant, as JSON types are everywhere else here.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from agentgate.dispatch.prefix import estimate_prompt_tokens, prompt_text
 from agentgate.errors import InputError
@@ -26,6 +35,23 @@ DEFAULT_MAX_TOKENS = 16
 """Tokens generated when a request names no ``max_tokens`` (OpenAI's legacy default)."""
 _ONE_CHOICE = ("n", "best_of")
 """Fields that ask for several sequences (vLLM honours both): absent, null or 1 here."""
+MAX_LOGPROBS = 20
+"""The most ``top_logprobs`` a request may ask for: vLLM's default ``--max-logprobs``."""
+_INT64 = 2**63
+"""vLLM's ``seed`` is a 64-bit signed integer (``torch.long``); pydantic's lax mode reads a float
+as an integer only below this magnitude."""
+
+
+def _integral(value: object) -> object:
+    """A float with no fractional part as the integer it is, as vLLM's lax pydantic reads it (and
+    only below 2**63, as pydantic does); anything else as it is, for the strict check to judge."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < _INT64:
+        return int(value)
+    return value
+
+
+Integral = Annotated[int, BeforeValidator(_integral)]
+"""An integer field: an ``int`` (never a ``bool``, never text) or a float with no fraction."""
 
 
 class _Message(BaseModel):
@@ -46,10 +72,16 @@ class _Body(BaseModel):
 
     model: str | None = None
     messages: list[_Message] = Field(min_length=1)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_tokens: Integral | None = None
+    max_completion_tokens: Integral | None = None
     stream: bool | None = False
     stream_options: _StreamOptions | None = None
+    n: Integral | None = None
+    best_of: Integral | None = None
+    seed: Annotated[Integral, Field(ge=-_INT64, lt=_INT64)] | None = None
+    top_k: Annotated[Integral, Field(ge=-1)] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[Integral, Field(ge=0, le=MAX_LOGPROBS)] | None = None
 
 
 class ChatRequest(BaseModel):
@@ -79,8 +111,9 @@ def parse_chat(raw: bytes, max_model_len: int) -> ChatRequest:
     """Read a chat-completions body, refusing anything the simulated backend cannot serve.
 
     Raises ``InputError`` naming the offending field: for bytes that are not strict JSON (or nest
-    too deeply), fields of the wrong type, ``n`` or ``best_of`` other than 1, a ``max_tokens`` outside 1..``max_model_len``, or a
-    prompt plus ``max_tokens`` longer than ``max_model_len`` tokens.
+    too deeply), fields of the wrong type or outside vLLM's range (see the module docstring), ``n`` or
+    ``best_of`` other than 1, a ``max_tokens`` outside 1..``max_model_len``, or a prompt plus
+    ``max_tokens`` longer than ``max_model_len`` tokens.
     """
     try:
         data = json.loads(raw, parse_constant=_no_constant)
@@ -88,20 +121,22 @@ def parse_chat(raw: bytes, max_model_len: int) -> ChatRequest:
         raise InputError("the body nests too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"the body is not JSON: {exc}") from None
-    if isinstance(data, dict):
-        for name in _ONE_CHOICE:
-            value = data.get(name)
-            if value is not None and (value != 1 or not isinstance(value, int) or isinstance(value, bool)):
-                raise InputError(
-                    f"{name}: the simulated backend generates one choice per request; "
-                    f"send {name}=1 (or leave it out), not {json.dumps(value)[:40]}"
-                )
     try:
         body = _Body.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
         raise InputError(f"{where}: {first['msg']}") from None
+    for name in _ONE_CHOICE:
+        value = getattr(body, name)
+        if value is not None and value != 1:
+            raise InputError(
+                f"{name}: the simulated backend generates one choice per request; "
+                f"send {name}=1 (or leave it out), not {json.dumps(data[name])[:40]}"
+            )
+    if body.top_logprobs and not body.logprobs:
+        # vLLM's own check (``check_logprobs``): log-probabilities of the top tokens of nothing.
+        raise InputError("top_logprobs: when using `top_logprobs`, `logprobs` must be set to true.")
     # The field named is the one read: max_completion_tokens takes precedence (until review R60 a
     # refused max_completion_tokens was reported as max_tokens, which the body may hold valid).
     field, max_tokens = (
