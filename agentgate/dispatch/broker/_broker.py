@@ -57,6 +57,7 @@ from agentgate.dispatch.broker._model import (
     TimedOut,
     Withdrawn,
     finite_non_negative,
+    quoted,
     shown_number,
 )
 from agentgate.dispatch.broker._placement import (
@@ -190,7 +191,7 @@ class Broker(_Restoring, _Preempting):
             self._apply_time(now)
             self._check_placeable(request)
             if request.id in self._leases or request.id in self._waiting:
-                raise BrokerError(f"request {request.id!r} is already live")
+                raise BrokerError(f"request {quoted(request.id)} is already live")
             self._seq += 1
             self._waiting[request.id] = _Waiting(request, now, now + request.timeout_s, self._seq)
             self._dirty = True
@@ -216,7 +217,7 @@ class Broker(_Restoring, _Preempting):
                     self._withdraw_nominated(waiting)
                 self._outbox.append(Withdrawn(waiting.request))
             else:
-                raise LeaseLost(f"lease {lease_id!r} is not held (released, expired or preempted)")
+                raise LeaseLost(f"lease {quoted(lease_id)} is not held (released, expired or preempted)")
             self._schedule(now)
             return self._drain()
 
@@ -234,7 +235,7 @@ class Broker(_Restoring, _Preempting):
             self._schedule(now)
             lease = self._leases.get(lease_id)
             if lease is None:
-                raise LeaseLost(f"lease {lease_id!r} is not held (released, expired or preempted)")
+                raise LeaseLost(f"lease {quoted(lease_id)} is not held (released, expired or preempted)")
             lease = dataclasses.replace(lease, expires_at=now + self._ttl(lease.request))
             self._leases[lease_id] = lease
             self._dirty = True
@@ -355,13 +356,13 @@ class Broker(_Restoring, _Preempting):
         try:
             ceiling = self._quota.ceiling(request.tenant)
         except BrokerError as exc:
-            raise BrokerError(f"request {request.id!r}: {exc}") from None
+            raise BrokerError(f"request {quoted(request.id)}: {exc}") from None
         n = request.gpus
         if n > ceiling:
             # A count or a quota of thousands of digits is quoted as shown_number says: an int past
             # 4,300 digits has no str() (ValueError), and a traceback is no answer to bad input.
             raise BrokerError(
-                f"request {request.id!r}: {shown_number(n)} GPUs exceed what tenant {request.tenant!r} "
+                f"request {quoted(request.id)}: {shown_number(n)} GPUs exceed what tenant {quoted(request.tenant)} "
                 f"may ever hold ({shown_number(ceiling)})"
             )
         eligible = eligibility(request, self.topology)
@@ -371,14 +372,14 @@ class Broker(_Restoring, _Preempting):
             largest = max(sum(1 for i in g if eligible is None or eligible(i)) for g in groups)
             if n > largest:
                 raise BrokerError(
-                    f"request {request.id!r}: {shown_number(n)} GPUs never fit in one {constraint.level} "
+                    f"request {quoted(request.id)}: {shown_number(n)} GPUs never fit in one {constraint.level} "
                     f"(largest has {largest})"
                 )
         else:
             count = len(self.topology) if eligible is None else sum(map(eligible, range(len(self.topology))))
             if n > count:
                 raise BrokerError(
-                    f"request {request.id!r}: {shown_number(n)} GPUs but only {count} match its filters"
+                    f"request {quoted(request.id)}: {shown_number(n)} GPUs but only {count} match its filters"
                 )
 
     def _local_possible(self, request: GangRequest) -> bool:
@@ -590,4 +591,4 @@ def _an_id(lease_id: object) -> None:
     """Raise ``LeaseLost`` for a lease id that is not text: no lease has it (a list was a
     ``TypeError`` out of ``release`` and ``renew``, unhashable, until review R60)."""
     if not isinstance(lease_id, str):
-        raise LeaseLost(f"lease {lease_id!r:.80} is not held: a lease id is text")
+        raise LeaseLost(f"lease {quoted(lease_id)} is not held: a lease id is text")

@@ -38,7 +38,7 @@ from agentgate.capabilities import Call
 from agentgate.dispatch.broker._broker import Broker, _an_id
 from agentgate.dispatch.broker._lease_calls import _number, _outlived, _resource, _resource_or_any, _wait_left
 from agentgate.dispatch.broker._lease_outcomes import _held, _Recording
-from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, Lease
+from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, Lease, quoted
 from agentgate.errors import BrokerError, Denied, LeaseLost, StoreError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
@@ -119,9 +119,9 @@ class GatedBroker(_Recording):
             self._record([])  # what an earlier call could not record comes first
             live = self.decisions.get(request.id)
             if live is not None and identity is not None and live.principal == identity.did:
-                raise BrokerError(f"request {request.id!r} is already live")
+                raise BrokerError(f"request {quoted(request.id)} is already live")
             if identity is not None and (left := _outlived(identity, self._ttl(request))) is not None:
-                raise BrokerError(f"request {request.id!r}: {left}")
+                raise BrokerError(f"request {quoted(request.id)}: {left}")
             call = self._call(resource, request, self._ttl(request))
             auth = self.gate.authorize(identity, call, approval=approval, call_id=request.id)
             if not auth.allowed:
@@ -206,19 +206,19 @@ class GatedBroker(_Recording):
                 # an allow that nothing settles (until review R40 an ``allow`` of the renewal was
                 # audited all the same, with no outcome).
                 raise LeaseLost(
-                    f"lease {lease_id!r} is not granted yet: a waiting request has nothing to renew"
+                    f"lease {quoted(lease_id)} is not granted yet: a waiting request has nothing to renew"
                 )
             resource = _resource_or_any(request)
             call = self._call(resource, request, self._extension(request, lease))
             if (left := _outlived(identity, self._ttl(request))) is not None:
-                reason = f"renewal of lease {lease_id!r} refused: {left}"
+                reason = f"renewal of lease {quoted(lease_id)} refused: {left}"
                 raise Denied(reason, self.gate.record_refusal(identity, call, (reason,)).decision)
             # A lease behind an approval gate was approved when it was granted: its renewals are
             # not asked again (an approval is for one call; ``approval_gates=False``). What a
             # renewal checks is the authority, and its budget, reserved with the allow.
             auth = self.gate.authorize(identity, call, approval_gates=False)
             if not auth.allowed:
-                raise Denied(f"renewal of lease {lease_id!r} refused: {auth.explain()}", auth.decision)
+                raise Denied(f"renewal of lease {quoted(lease_id)} refused: {auth.explain()}", auth.decision)
             self.gate.trace_allowed(auth)
             held = _held(auth)
             try:
@@ -233,7 +233,7 @@ class GatedBroker(_Recording):
                 with self.gate.store.transaction() as tx:
                     self.gate.audit.lock(tx)
                     self._settle(tx, renewal, None)
-                    ended = f"lease {lease_id!r} ended before it was renewed"
+                    ended = f"lease {quoted(lease_id)} ended before it was renewed"
                     index = self._append(renewal, "error", ended, 0, tx)
                 self._outcome_span(renewal, "error", index)
                 self._record_pending()
@@ -339,6 +339,6 @@ class GatedBroker(_Recording):
             # One answer for both: another holder's live id is none of the caller's business (a
             # different one would tell any identity which of another tenant's ids are live).
             raise LeaseLost(
-                f"lease {lease_id!r} is not held by you (released, expired, preempted, or never yours)"
+                f"lease {quoted(lease_id)} is not held by you (released, expired, preempted, or never yours)"
             )
         return request

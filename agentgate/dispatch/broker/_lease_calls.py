@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from agentgate.capabilities import canonical_resource
-from agentgate.dispatch.broker._model import GangRequest
+from agentgate.dispatch.broker._model import GangRequest, quoted
 from agentgate.errors import BrokerError, CapabilityError
 from agentgate.gate import AgentIdentity
 
@@ -33,12 +33,14 @@ def _wait_left(identity: AgentIdentity, ttl_s: float) -> float:
 
 def _resource(request: GangRequest) -> str:
     if not request.gpu_type:
-        raise BrokerError(f"request {request.id!r}: name its gpu_type: grants cover gpu:TYPE, e.g. gpu:h100")
+        raise BrokerError(
+            f"request {quoted(request.id)}: name its gpu_type: grants cover gpu:TYPE, e.g. gpu:h100"
+        )
     try:
         return canonical_resource(f"gpu:{request.gpu_type.lower()}")
     except CapabilityError as exc:
         raise BrokerError(
-            f"request {request.id!r}: gpu_type {request.gpu_type!r} is no resource name: {exc}"
+            f"request {quoted(request.id)}: gpu_type {quoted(request.gpu_type)} is no resource name: {exc}"
         ) from exc
 
 

@@ -19,6 +19,7 @@ from agentgate.dispatch.broker._model import (
     LeaseEnded,
     TimedOut,
     Withdrawn,
+    quoted,
 )
 from agentgate.errors import AuditError, BrokerError, StoreError
 from agentgate.gate import AgentIdentity, Authorization, Gate
@@ -151,7 +152,7 @@ class _Recording:
     def _refuse_taken(self, decided: LeaseDecision) -> NoReturn:
         """Return an allowed request's reservations and record its ``error`` outcome, its id being
         another holder's live one; raise ``BrokerError``. (That holder's decision is untouched.)"""
-        reason = f"request {decided.request_id!r} is already live"
+        reason = f"request {quoted(decided.request_id)} is already live"
         self._abandon(decided, reason)
         raise BrokerError(reason)
 

@@ -7,6 +7,7 @@ mutates one a caller holds.
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -55,6 +56,34 @@ def shown_number(value: object) -> str:
     return repr(value)
 
 
+MAX_QUOTED_CHARS = 200
+"""The most characters of a caller's text (a lease id, a tenant, a GPU type) an error quotes, as
+names are bounded elsewhere (``agentgate._names.MAX_NAME_CHARS``)."""
+
+
+_SHORT_REPR = reprlib.Repr()
+"""The ``repr`` of a value that is not text, bounded as it is written (a list of a million items
+is not written out first)."""
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxlist = _SHORT_REPR.maxtuple = _SHORT_REPR.maxdict = _SHORT_REPR.maxset = 6
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = 60
+
+
+def quoted(value: object) -> str:
+    """``value`` as the broker's errors quote what a caller gave: text as its ``repr``, cut to
+    ``MAX_QUOTED_CHARS`` characters with its length said; anything else as a bounded ``repr``
+    (``reprlib``: a few items, each cut). Until review R61 each was quoted whole: a 1 MB lease id
+    given to ``release`` was a 1 MB ``LeaseLost`` message, logged and sent back as it was."""
+    if not isinstance(value, str):
+        try:
+            return _SHORT_REPR.repr(value)
+        except ValueError:  # an integer of more digits than Python writes (``reprlib`` writes it whole)
+            return f"a {type(value).__name__} holding an integer of more than 4300 digits"
+    if len(value) <= MAX_QUOTED_CHARS:
+        return repr(value)
+    return f"{value[:MAX_QUOTED_CHARS]!r}... ({len(value)} characters)"
+
+
 def finite_non_negative(value: object) -> bool:
     """Whether ``value`` is a number (no bool), finite and >= 0; an integer too large for a float
     is not (``math.isfinite`` raises ``OverflowError`` on it)."""
@@ -79,10 +108,12 @@ class WorkloadHint:
         """Raises ``BrokerError`` for a bound or kind that is none of the ones listed."""
         if self.bound not in get_args(Bound):
             raise BrokerError(
-                f"workload bound must be one of {', '.join(get_args(Bound))}, got {self.bound!r}"
+                f"workload bound must be one of {', '.join(get_args(Bound))}, got {quoted(self.bound)}"
             )
         if self.kind not in get_args(Kind):
-            raise BrokerError(f"workload kind must be one of {', '.join(get_args(Kind))}, got {self.kind!r}")
+            raise BrokerError(
+                f"workload kind must be one of {', '.join(get_args(Kind))}, got {quoted(self.kind)}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +130,9 @@ class TopologyConstraint:
         """Raises ``BrokerError`` for a level that is none of the three, or a ``required`` that is
         not ``True`` or ``False``."""
         if self.level not in LEVELS:
-            raise BrokerError(f"topology level must be one of {', '.join(LEVELS)}, got {self.level!r}")
+            raise BrokerError(f"topology level must be one of {', '.join(LEVELS)}, got {quoted(self.level)}")
         if not isinstance(self.required, bool):
-            raise BrokerError(f"topology required must be true or false, got {self.required!r}")
+            raise BrokerError(f"topology required must be true or false, got {quoted(self.required)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,43 +184,51 @@ class GangRequest:
         for name in ("gpus", "priority"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
-                raise BrokerError(f"request {self.id!r}: {name} must be an integer, got {value!r}")
+                raise BrokerError(
+                    f"request {quoted(self.id)}: {name} must be an integer, got {quoted(value)}"
+                )
         if self.gpus < 1:
-            raise BrokerError(f"request {self.id!r}: gpus must be at least 1, got {shown_number(self.gpus)}")
+            raise BrokerError(
+                f"request {quoted(self.id)}: gpus must be at least 1, got {shown_number(self.gpus)}"
+            )
         if not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
             raise BrokerError(
-                f"request {self.id!r}: priority must be between {MIN_PRIORITY} and {MAX_PRIORITY} "
+                f"request {quoted(self.id)}: priority must be between {MIN_PRIORITY} and {MAX_PRIORITY} "
                 f"(a 32-bit integer), got {shown_number(self.priority)}"
             )
         if not isinstance(self.hint, WorkloadHint):
-            raise BrokerError(f"request {self.id!r}: hint must be a WorkloadHint, got {self.hint!r}")
+            raise BrokerError(
+                f"request {quoted(self.id)}: hint must be a WorkloadHint, got {quoted(self.hint)}"
+            )
         if self.topology is not None and not isinstance(self.topology, TopologyConstraint):
             raise BrokerError(
-                f"request {self.id!r}: topology must be a TopologyConstraint, got {self.topology!r}"
+                f"request {quoted(self.id)}: topology must be a TopologyConstraint, got {quoted(self.topology)}"
             )
         if self.gpu_type is not None and (not isinstance(self.gpu_type, str) or not self.gpu_type):
             raise BrokerError(
-                f"request {self.id!r}: gpu_type must be a GPU type's name, got {self.gpu_type!r}"
+                f"request {quoted(self.id)}: gpu_type must be a GPU type's name, got {quoted(self.gpu_type)}"
             )
         if not isinstance(self.holder, str):
-            raise BrokerError(f"request {self.id!r}: holder must be text, got {self.holder!r}")
+            raise BrokerError(f"request {quoted(self.id)}: holder must be text, got {quoted(self.holder)}")
         for name in ("id", "tenant", "gpu_type", "holder"):
             value = getattr(self, name)
             if value is not None and not _storable(value):
-                raise BrokerError(f"request {self.id!r}: {name} is not valid Unicode text (a lone surrogate)")
+                raise BrokerError(
+                    f"request {quoted(self.id)}: {name} is not valid Unicode text (a lone surrogate)"
+                )
         for name in ("timeout_s", "ttl_s", "grace_s", "min_memory_gb"):
             value = getattr(self, name)
             if value is None and name in ("ttl_s", "grace_s"):
                 continue
             if not finite_non_negative(value):
                 raise BrokerError(
-                    f"request {self.id!r}: {name} must be finite and >= 0, got {shown_number(value)}"
+                    f"request {quoted(self.id)}: {name} must be finite and >= 0, got {shown_number(value)}"
                 )
         if self.ttl_s is not None and self.ttl_s <= 0:
             # A lease that ends as it is granted could not be used or renewed, and in the call
             # that granted it could be notified of a preemption and end in one breath.
             raise BrokerError(
-                f"request {self.id!r}: ttl_s must be more than 0, got {shown_number(self.ttl_s)}"
+                f"request {quoted(self.id)}: ttl_s must be more than 0, got {shown_number(self.ttl_s)}"
             )
 
 
@@ -217,28 +256,30 @@ class TenantQuota:
             raise BrokerError("a quota needs a tenant")
         for value in (self.nominal, 0 if self.borrowing_limit is None else self.borrowing_limit):
             if not isinstance(value, int) or isinstance(value, bool):
-                raise BrokerError(f"quota of {self.tenant!r}: nominal and borrowing_limit must be integers")
+                raise BrokerError(
+                    f"quota of {quoted(self.tenant)}: nominal and borrowing_limit must be integers"
+                )
         if self.nominal < 0 or (self.borrowing_limit is not None and self.borrowing_limit < 0):
-            raise BrokerError(f"quota of {self.tenant!r}: nominal and borrowing_limit must be >= 0")
+            raise BrokerError(f"quota of {quoted(self.tenant)}: nominal and borrowing_limit must be >= 0")
         if not _storable(self.tenant):
             # No request could name it (``GangRequest`` refuses such text): a quota nobody can use.
             raise BrokerError(
-                f"quota of {self.tenant!r}: the tenant is not valid Unicode text (a lone surrogate)"
+                f"quota of {quoted(self.tenant)}: the tenant is not valid Unicode text (a lone surrogate)"
             )
         if self.cohort is not None and (not isinstance(self.cohort, str) or not self.cohort):
             # A list here was a TypeError out of ``Broker(...)`` (a cohort is a dict key there).
             raise BrokerError(
-                f"quota of {self.tenant!r}: cohort must be a cohort's name or None, got {self.cohort!r}"
+                f"quota of {quoted(self.tenant)}: cohort must be a cohort's name or None, got {quoted(self.cohort)}"
             )
         if self.cohort is not None and not _storable(self.cohort):
             raise BrokerError(
-                f"quota of {self.tenant!r}: the cohort is not valid Unicode text (a lone surrogate)"
+                f"quota of {quoted(self.tenant)}: the cohort is not valid Unicode text (a lone surrogate)"
             )
         if self.borrowing_limit is not None and self.cohort is None:
             # Without a cohort there is nobody to borrow from: the limit would be ignored, and a
             # tenant its operator meant to let borrow would be held to its nominal quota unawares.
             raise BrokerError(
-                f"quota of {self.tenant!r}: borrowing_limit needs a cohort to borrow from "
+                f"quota of {quoted(self.tenant)}: borrowing_limit needs a cohort to borrow from "
                 "(a tenant without one holds at most its nominal quota)"
             )
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from agentgate.dispatch.broker._model import TenantQuota
+from agentgate.dispatch.broker._model import TenantQuota, quoted
 from agentgate.errors import BrokerError
 
 
@@ -32,7 +32,7 @@ class QuotaBook:
         self._quotas: dict[str, TenantQuota] = {}
         for quota in quotas:
             if quota.tenant in self._quotas:
-                raise BrokerError(f"tenant {quota.tenant!r} has two quotas")
+                raise BrokerError(f"tenant {quoted(quota.tenant)} has two quotas")
             self._quotas[quota.tenant] = quota
         self._cohort_nominal: dict[str, int] = {}
         for quota in self._quotas.values():
@@ -52,7 +52,7 @@ class QuotaBook:
         try:
             return self._quotas[tenant]
         except (KeyError, TypeError):
-            raise BrokerError(f"unknown tenant {tenant!r:.80}") from None
+            raise BrokerError(f"unknown tenant {quoted(tenant)}") from None
 
     def used(self, tenant: str) -> int:
         """GPUs charged to the tenant; raises ``BrokerError`` for an unknown tenant."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentgate.dispatch.broker._model import BrokerSnapshot, Lease, QueuedRequest, shown_number
+from agentgate.dispatch.broker._model import BrokerSnapshot, Lease, QueuedRequest, quoted, shown_number
 from agentgate.dispatch.broker._placement import FreeIndex
 from agentgate.dispatch.broker._quota import QuotaBook
 from agentgate.dispatch.broker._topology import Topology
@@ -37,17 +37,21 @@ class _Restoring:
         ids = [lease.id for lease in snapshot.leases] + [q.request.id for q in snapshot.queue]
         if len(set(ids)) != len(ids):
             twice = next(i for i in ids if ids.count(i) > 1)
-            raise BrokerError(f"snapshot: names {twice!r} twice (a lease or request id is live once)")
+            raise BrokerError(f"snapshot: names {quoted(twice)} twice (a lease or request id is live once)")
         for lease in snapshot.leases:
             if lease.id != lease.request.id:
-                raise BrokerError(f"snapshot: lease {lease.id!r} grants request {lease.request.id!r}")
+                raise BrokerError(
+                    f"snapshot: lease {quoted(lease.id)} grants request {quoted(lease.request.id)}"
+                )
             if lease.tenant not in self._quota:
-                raise BrokerError(f"snapshot: lease {lease.id!r} has unknown tenant {lease.tenant!r}")
+                raise BrokerError(
+                    f"snapshot: lease {quoted(lease.id)} has unknown tenant {quoted(lease.tenant)}"
+                )
             self._claim_snapshot_gpus(lease.id, lease.gpus, lease.request.gpus, holders)
         for q in snapshot.queue:
             if q.request.tenant not in self._quota:
                 raise BrokerError(
-                    f"snapshot: request {q.request.id!r} has unknown tenant {q.request.tenant!r}"
+                    f"snapshot: request {quoted(q.request.id)} has unknown tenant {quoted(q.request.tenant)}"
                 )
             self._claim_snapshot_gpus(q.request.id, q.nominated, q.request.gpus, reserved)
 
@@ -56,14 +60,16 @@ class _Restoring:
         raise ``BrokerError`` for a GPU this topology lacks or one ``into`` has already."""
         if len(gpus) not in (0, size):
             raise BrokerError(
-                f"snapshot: {owner!r} holds {len(gpus)} GPUs for a gang of {shown_number(size)}"
+                f"snapshot: {quoted(owner)} holds {len(gpus)} GPUs for a gang of {shown_number(size)}"
             )
         for gpu in gpus:
             if gpu not in self.topology.index:
-                raise BrokerError(f"snapshot: {owner!r} names unknown gpu {gpu!r}")
+                raise BrokerError(f"snapshot: {quoted(owner)} names unknown gpu {quoted(gpu)}")
             i = self.topology.index[gpu]
             if i in into:
-                raise BrokerError(f"snapshot: gpu {gpu!r} is held by {into[i]!r} and {owner!r}")
+                raise BrokerError(
+                    f"snapshot: gpu {quoted(gpu)} is held by {quoted(into[i])} and {quoted(owner)}"
+                )
             into[i] = owner
 
     def _restore_leases(self, leases: Sequence[Lease]) -> None:
