@@ -161,6 +161,10 @@ class Timeouts:
     """The slowest decode (tokens per second of one answer) a non-streamed answer is waited for
     at: well under what an engine decodes one sequence at even in a full batch (tens of tokens
     per second), so that only a backend that is stuck misses it."""
+    answer_max_s: float = 1800.0
+    """The most a non-streamed answer is waited for, whatever its output limit (``answer_s``):
+    30 minutes, 54,000 tokens at 30 a second. An answer that may take longer is one to stream,
+    whose deadlines are per chunk."""
 
     def answer_s(self, payload: Mapping[str, Any]) -> float:
         """The deadline of a non-streamed answer to ``payload``, which comes whole, after its last
@@ -168,14 +172,23 @@ class Timeouts:
         ``max_tokens``; ``DEFAULT_OUTPUT_TOKENS`` when it names no positive integer) decoded at
         ``decode_tokens_per_s``. Until review R58 it was ``first_token_s`` alone: an answer that
         took longer to generate (a few thousand tokens at 30 a second) was a ``BackendFailed``,
-        sent again to each of three backends, and each marked down."""
+        sent again to each of three backends, and each marked down. At most ``answer_max_s``:
+        until review R61 a backend that accepted the call and never answered held a call with
+        ``max_tokens`` 131072 for 7.3 hours, one with a billion for six years, per attempt."""
         tokens = payload.get("max_completion_tokens") or payload.get("max_tokens")
         if isinstance(tokens, bool) or not isinstance(tokens, int | float) or not 0 < tokens < math.inf:
             tokens = DEFAULT_OUTPUT_TOKENS  # as the router takes it (``Dispatcher.route_request``)
-        return self.first_token_s + tokens / self.decode_tokens_per_s
+        return min(self.answer_max_s, self.first_token_s + tokens / self.decode_tokens_per_s)
 
     def __post_init__(self) -> None:
-        for name in ("connect_s", "first_token_s", "idle_s", "probe_s", "decode_tokens_per_s"):
+        for name in (
+            "connect_s",
+            "first_token_s",
+            "idle_s",
+            "probe_s",
+            "decode_tokens_per_s",
+            "answer_max_s",
+        ):
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 raise InputError(f"timeout {name} must be positive and finite, got {value!r}")
