@@ -562,7 +562,12 @@ class BackendClient:
                 text = b"".join(parts).decode("utf-8", "replace")
         except (httpx.HTTPError, httpx.InvalidURL, TimeoutError) as exc:
             raise BackendFailed(f"{self.backend.name}: metrics: {type(exc).__name__}") from None
-        return load_from_text(text, self.backend.engine, now=now)
+        try:
+            return load_from_text(text, self.backend.engine, now=now)
+        except BackendFailed as exc:
+            # Metrics read but unusable (a count of 1e308, NaN, a page of HTML) name the backend
+            # too: until review R61 they did not, and a caller could not tell which had sent them.
+            raise BackendFailed(f"{self.backend.name}: metrics: {exc}") from None
 
     async def health(self) -> bool:
         """True if ``GET {url}{health_path}`` (``/health``: vLLM, SGLang, TGI, llama.cpp all serve
