@@ -39,6 +39,7 @@ from agentgate.gate._running import _failure_reason
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Outcome, Policy, PolicyDecision
 from agentgate.store import Store, Transaction
+from agentgate.store.approvals import QuorumRule
 from agentgate.tasks import SchedulerConfig
 
 APPROVAL_HEADER = "X-Agentgate-Approval"
@@ -263,7 +264,7 @@ class GatewayGate(Gate):
             refused = revoked_refusal(decision, call, identity, revoked, since)
             return GatewayDecision(self._record_refusal(refused), 401, "revoked")
         if approved is None:
-            asked = self._record_approval_request(
+            return self._ask_approval(
                 Authorization(
                     Verdict.APPROVAL_REQUIRED, call, identity, (*verdict.reasons, *unused), decision=decision
                 ),
@@ -271,8 +272,6 @@ class GatewayGate(Gate):
                 rule,
                 uncounted=self._refused_approval(approval, request, rule),
             )
-            self._refusal_span(asked)  # the call waits for a person: it shows in the trace too
-            return GatewayDecision(asked, 403, "approval_required")
         # The decision above read revocation outside this transaction, and a person's approval
         # may have taken long: a grant revoked since (by another process) must stop the call, so
         # revocation is read again in the transaction that records the allow.
@@ -288,6 +287,33 @@ class GatewayGate(Gate):
         if not answer.allowed:
             self._refusal_span(answer.auth)
         return answer
+
+    def _ask_approval(
+        self, asking: Authorization, request: Mapping[str, Any], rule: QuorumRule | None, *, uncounted: bool
+    ) -> GatewayDecision:
+        """Open the approval request ``asking`` waits for (or find the one open): 403
+        ``approval_required``; or, for a chain revoked since the call was decided, 401 ``revoked``,
+        nothing opened and a request the revocation made void closed (the refusal refers to it).
+
+        Revocation is read again in the transaction that opens the request: the decision read it
+        outside, and until review R61 a revocation committed between the two (by another process)
+        had a request opened, and a person asked to approve, for a call that can never run.
+        Raises ``StoreError`` when revocation cannot be read."""
+        identity = asking.identity
+        assert isinstance(identity, CallerIdentity) and asking.decision is not None
+        with self._decision_transaction() as tx:
+            with self.grants.within(tx):
+                revoked = self.grants.revoked(identity.chain.ids)
+            if not revoked:
+                asked = self._record_approval_request(asking, request, rule, tx, uncounted=uncounted)
+            else:
+                since = " before its approval was asked"
+                refused = revoked_refusal(asking.decision, asking.call, identity, revoked, since)
+                asked = self._write_refusal(refused, tx, ref=self._close_asked(refused, None, tx))
+        self._refusal_span(asked)  # a refused call, or one waiting for a person: in the trace too
+        if revoked:
+            return GatewayDecision(asked, 401, "revoked")
+        return GatewayDecision(asked, 403, "approval_required")
 
     def _revoked_in(self, identity: CallerIdentity, revoked: set[str], tx: Transaction) -> str | None:
         """Why ``identity``'s chain is refused, revocation read in ``tx``: a link revoked, whose
