@@ -164,7 +164,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             end = _head_end(seen)
             self._head_bytes += len(data) if end < 0 else end - len(self._tail)
             if self._head_bytes > self.max_head_bytes:
-                self._refuse(431, "Request Header Fields Too Large")
+                too_large = f"the request line and headers are over {self.max_head_bytes} bytes"
+                self._refuse(431, "Request Header Fields Too Large", too_large)
                 return
             self._tail = seen[-2:]
         else:
@@ -447,7 +448,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _head_too_slow(self) -> None:
         self._head_timer = None
         if self._reading_head and not self.transport.is_closing():
-            self._refuse(408, "Request Timeout")
+            self._refuse(
+                408, "Request Timeout", f"the request head did not arrive within {self.head_timeout_s:g} s"
+            )
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request its parser refuses, after those pipelined before it."""
@@ -459,10 +462,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         is refused once they are (``on_response_complete``), so that no refusal is read as the
         answer to an earlier request, nor cuts it."""
         self._stop_head_timer()
-        body = (text or reason).encode("ascii")
+        media_type, body = self.refusal_body(status, text or reason)
         self._refusal = (
-            b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n%s" % (status, reason.encode("ascii"), len(body), body)
+            b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (
+                status,
+                reason.encode("ascii"),
+                media_type.encode("ascii"),
+                len(body),
+                body,
+            )
         )
         running = self._running
         if (
@@ -483,6 +492,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.write(self._refusal)
         self.transport.close()
         self._start_tail_clock(None)  # a caller that stopped reading would hold the close
+
+    def refusal_body(self, status: int, text: str) -> tuple[str, bytes]:
+        """The media type and body of the protocol's refusal ``status``, which says ``text``: plain
+        text, as uvicorn's own. A server whose API has an error shape of its own answers in it
+        (the gateway: OpenAI's, ``agentgate/dispatch/gateway/_server.py``)."""
+        return "text/plain; charset=utf-8", text.encode("ascii")
 
     def _answering(self) -> bool:
         """Whether a request before the one being read is still being answered, or queued."""

@@ -1,6 +1,6 @@
 """The gateway's answers in OpenAI's error shape: ``error_response`` (a status and its OpenAI
-``type``), the answer to a call allowed but not served (``_dispatch_error``), and Starlette's own
-404 and 405 (``_http_error``). What the dispatcher says about backends (their names, addresses and
+``type``), the answer to a call allowed but not served (``_dispatch_error``), Starlette's own
+404 and 405 (``_http_error``) and the HTTP protocol's refusals (``protocol_error``). What the dispatcher says about backends (their names, addresses and
 bytes) goes to the gateway's log, never into an answer.
 """
 
@@ -35,6 +35,7 @@ _ERROR_TYPES = {
     405: "invalid_request_error",
     408: "invalid_request_error",
     413: "invalid_request_error",
+    431: "invalid_request_error",
     429: "rate_limit_error",
     502: "api_error",
     503: "service_unavailable",
@@ -62,6 +63,23 @@ def error_response(
         **(extra or {}),
     }
     return JSONResponse(body, status_code=status, headers=dict(headers or {}))
+
+
+_PROTOCOL_CODES = {
+    400: "invalid_http_request",
+    408: "request_timeout",
+    431: "request_header_fields_too_large",
+    501: "transfer_coding_not_supported",
+    505: "http_version_not_supported",
+}
+"""The codes of the HTTP protocol's refusals (``agentgate/_bounded_http.py``), by status."""
+
+
+def protocol_error(status: int, message: str) -> JSONResponse:
+    """The answer to a request the HTTP protocol refused before the app saw it (a head too large,
+    too slow, unparsable, of another HTTP version, a transfer coding not supported): OpenAI's
+    error shape, as every other refusal of the gateway (until review R61 it was plain text)."""
+    return error_response(status, message, _PROTOCOL_CODES.get(status, "invalid_http_request"))
 
 
 def _dispatch_error(exc: AgentGateError) -> Response:

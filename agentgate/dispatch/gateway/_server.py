@@ -22,11 +22,20 @@ from agentgate._http_limits import (
     HttpLimits,
     positive_seconds,
 )
+from agentgate.dispatch.gateway._errors import protocol_error
 from agentgate.dispatch.gateway._stream import LAST_EVENT_S
 from agentgate.errors import DispatchError
 
 if TYPE_CHECKING:
     from agentgate.dispatch.gateway._app import Gateway
+
+
+class _GatewayHttp(BoundedHttpToolsProtocol):
+    """The bounded HTTP protocol whose own refusals (431, 408, 400, 501, 505: before the app sees
+    the request) are OpenAI-shaped JSON errors, as the app's are (``protocol_error``)."""
+
+    def refusal_body(self, status: int, text: str) -> tuple[str, bytes]:
+        return "application/json", bytes(protocol_error(status, text).body)
 
 
 class _Server(uvicorn.Server):
@@ -122,7 +131,7 @@ class GatewayServer:
             ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
             # Request heads are bounded in size and time (a chain token, in a header, may be up
             # to 32 KiB: docs/token-format.md); uvicorn's own httptools protocol bounds neither.
-            http=BoundedHttpToolsProtocol.with_limits(self.limits),
+            http=_GatewayHttp.with_limits(self.limits),
             timeout_graceful_shutdown=shutdown_grace_s,
         )
         self.server: uvicorn.Server = _Server(config)
