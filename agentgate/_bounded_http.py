@@ -37,7 +37,9 @@ A request refused by the protocol (a head the parser rejects: 400; one without a
 ``Host``: 400; of another HTTP version: 505; with a transfer coding but ``chunked``: 501,
 ``_refused_head``; too large: 431; too slow: 408)
 behind requests still being answered is refused after their answers, never written ahead of or
-into them; nothing after it is read, and the connection closes with the refusal.
+into them; nothing after it is read, and the connection closes with the refusal. A refusal's body
+is ``refusal_body``'s: plain text here (the simulator's, as uvicorn's own), OpenAI's error shape
+at the gateway (``agentgate/dispatch/gateway/_server.py``).
 ``UNSENT`` lets an app ask how many bytes of its connection still wait in the gateway's own
 buffer (at shutdown it waits for them to leave before the process exits).
 
