@@ -395,13 +395,33 @@ class _Approvals:
         An open request is closed only for a tool call with an id. A void one is closed for any
         call refused as revoked (one without an id, a model call, a GPU lease): no caller can use
         it any more, and until review R56 such a request stayed ``pending`` for good when the
-        revocation was written straight into the store. Other refusals of those calls read nothing."""
+        revocation was written straight into the store. Other refusals of those calls read nothing.
+
+        A tool call refused with its ``call_key`` also closes the requests still open for that
+        framework call under other arguments or another tool, asked before its answer was edited
+        into the call refused now (``_close_changed``; since review R61)."""
         identity = refused.identity
         if identity is None:
             return None
         tool_call = bool(call_id) and refused.call.resource.startswith("tool:")
         if not tool_call and not any(finding.code == "revoked" for finding in refused.findings):
             return None
+        ref = self._close_refused(refused, identity, call_id if tool_call else None, tx, call_key)
+        if tool_call and call_id and call_key is not None:
+            self._close_changed(call_key, call_id, refused.call.action, tx)
+        return ref
+
+    def _close_refused(
+        self,
+        refused: Authorization,
+        identity: AgentIdentity,
+        call_id: str | None,
+        tx: Transaction,
+        call_key: str | None,
+    ) -> int | None:
+        """``_close_asked`` of the request for the very call refused (``call_id``: ``None`` but
+        for a tool call with an id); the index of its ``approval_required`` entry, or ``None``."""
+        tool_call = call_id is not None
         try:
             digest = argument_digest(refused.call.args)
         except InputError:
@@ -511,30 +531,49 @@ class _Approvals:
         ``approval_required`` entry, as a declined request's does; once ``tx`` commits, each
         such entry has its refusal span (``_superseded_span``)."""
         for old_id, _, asked_index in self.approvals.supersede(call_key, tx=tx):
-            with self._lock:
-                self._open_requests.pop(old_id, None)
-            if asked_index is None:
-                continue
-            asked = self.audit.entry(asked_index, tx)
             reason = (
                 f"approval request {old_id} superseded by request {request_id}: tool call "
                 f"{request['call_id']!r} was changed and asked for again"
             )
-            index = self.audit.append(
-                {
-                    **{name: getattr(asked, name) for name in ASKED_FIELDS},
-                    "kind": "deny",
-                    "policy_hash": self.policy.digest or None,
-                    "reasons": [recordable(reason)],
-                    "ref": asked_index,
-                },
-                tx,
+            self._answer_superseded(old_id, asked_index, reason, request["action"], request["call_id"], tx)
+
+    def _close_changed(self, call_key: str, call_id: str, action: str, tx: Transaction) -> None:
+        """Close the requests still open for the framework call ``call_key``, refused as it stands
+        now (``ApprovalStore.close_call``): each as a superseded request is (``_supersede``). An
+        edit that the policy or the grant refuses (an amount of the wrong type, a path outside the
+        grant) is refused before anyone is asked, so no new request closed the old ones: until
+        review R61 they stayed pending, listed to approvers, their entries never answered."""
+        for old_id, _, asked_index in self.approvals.close_call(call_key, tx=tx):
+            reason = f"approval request {old_id} superseded: tool call {call_id!r} was changed and refused"
+            self._answer_superseded(old_id, asked_index, reason, action, call_id, tx)
+
+    def _answer_superseded(
+        self, old_id: str, asked_index: int | None, reason: str, action: str, call_id: str, tx: Transaction
+    ) -> None:
+        """The ``deny`` entry, for ``reason``, of the call request ``old_id`` (closed as superseded)
+        named, referring to its ``approval_required`` entry at ``asked_index`` (none when it was
+        not recorded); once ``tx`` commits, its refusal span (``_superseded_span``)."""
+        with self._lock:
+            self._open_requests.pop(old_id, None)
+        if asked_index is None:
+            return
+        asked = self.audit.entry(asked_index, tx)
+        index = self.audit.append(
+            {
+                **{name: getattr(asked, name) for name in ASKED_FIELDS},
+                "kind": "deny",
+                "policy_hash": self.policy.digest or None,
+                "reasons": [recordable(reason)],
+                "ref": asked_index,
+            },
+            tx,
+        )
+        superseded = Call(asked.resource or "", action, {})
+        self._after_commit(
+            functools.partial(
+                self._superseded_span, superseded, asked.chain_hash, index, reason, call_id or None
             )
-            superseded = Call(asked.resource or "", request["action"], {})
-            call_id = request["call_id"] or None
-            self._after_commit(
-                functools.partial(self._superseded_span, superseded, asked.chain_hash, index, reason, call_id)
-            )
+        )
 
     def _void_revoked(self, grant_ids: Collection[str], tx: Transaction) -> None:
         """Close the approval requests that revoking ``grant_ids`` in ``tx`` makes void (of those

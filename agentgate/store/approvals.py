@@ -295,15 +295,33 @@ class ApprovalStore:
         (Two calls of one answer that share an id are asked in the same version: neither closes
         the other's request.) Returns each one's id, call hash and the index of its
         ``approval_required`` entry (``None`` when it was not recorded), oldest first."""
+        return self._close_superseded("AND c.asked_in <> ? ", call_key, now, tx)
+
+    def close_call(
+        self, call_key: str, *, now: float | None = None, tx: Transaction | None = None
+    ) -> list[tuple[str, str, int | None]]:
+        """Close, as ``supersede`` does, every request still open for the framework's call
+        ``call_key``, whatever version asked it: the call, as it stands now, was refused (an edit
+        the policy or the grant refuses is refused before anyone is asked, so ``supersede`` never
+        runs), and no run will make the calls those requests name. Until review R61 they stayed
+        pending, listed to approvers, until they expired. Returns as ``supersede``."""
+        return self._close_superseded("", (call_key,), now, tx)
+
+    def _close_superseded(
+        self, versions: str, params: tuple[str, ...], now: float | None, tx: Transaction | None
+    ) -> list[tuple[str, str, int | None]]:
+        """Close, as denied by ``agentgate:superseded``, the open requests keyed to the call
+        ``params[0]`` (and the further condition ``versions`` on ``c.asked_in`` with the rest of
+        ``params``): ``supersede`` and ``close_call``."""
         now = time.time() if now is None else now
         with self.store.within(tx) as t:
             rows = t.execute(
                 "SELECT a.id, a.call_hash, k.audit_index FROM approval_calls c "
                 "JOIN approvals a ON a.id = c.approval_id "
                 "LEFT JOIN approval_asked k ON k.approval_id = a.id "
-                "WHERE c.call_key = ? AND c.asked_in <> ? AND a.state IN ('pending', 'approved') "
+                f"WHERE c.call_key = ? {versions}AND a.state IN ('pending', 'approved') "
                 "AND a.expires_at > ? ORDER BY a.created, a.id",
-                (*call_key, now),
+                (*params, now),
             )
             closed: list[tuple[str, str, int | None]] = []
             for approval_id, old_hash, index in rows:
