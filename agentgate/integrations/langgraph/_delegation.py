@@ -23,11 +23,12 @@ from langgraph.runtime import get_runtime
 
 from agentgate.audit.spans import execute_tool_span, invoke_agent_span
 from agentgate.capabilities import Call, Capability
-from agentgate.errors import Denied, InputError
+from agentgate.errors import AuthorityError, Denied, InputError
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.gate._authorization import expect
 from agentgate.gate._delegation import _delegation_terms
+from agentgate.integrations.langgraph._replies import _hiding
 from agentgate.integrations.langgraph._scope import _task_scope, identity_from_context
 from agentgate.integrations.langgraph._stops import _BUDGET_KEY, STOP_KEY
 from agentgate.keys import SigningKey
@@ -134,15 +135,19 @@ def delegation_tool(
         context, config, tool_call_id = where
         scope = _task_scope(config)
         call = f"{scope}|{tool_call_id}" if tool_call_id and scope is not None else None
-        return gate.delegate(
-            identity_from_context(context),
-            name=name,
-            key=key,
-            capabilities=caps,
-            ttl=ttl,
-            budget=budget,
-            call=call,
-        )
+        parent = identity_from_context(context)
+        try:
+            return gate.delegate(
+                parent, name=name, key=key, capabilities=caps, ttl=ttl, budget=budget, call=call
+            )
+        except AuthorityError as exc:
+            # The supervisor's model is told this text (``_failure``): it may quote a declared or
+            # held capability whose constraint pins a secret (``tool:db?api_key=sk-...``), which
+            # the model has no use for (it cannot change the declaration). Each operand is hidden,
+            # its argument named; the finding and the audit entry keep the text whole. Until
+            # review R61 the model was told the operands.
+            exc.args = (_hiding(str(exc), _constrained(caps, parent), DECLARED_OPERAND),)
+            raise
 
     # Spans: the delegation is an ``execute_tool ask_NAME`` span holding the ``delegate agent:NAME``
     # span of ``Gate.delegate`` and then an ``invoke_agent NAME`` span, under which the sub-agent's
@@ -190,6 +195,18 @@ def delegation_tool(
     )
     _register_delegation(tool, gate)
     return tool
+
+
+DECLARED_OPERAND = "<not shown to the model>"
+"""What a supervisor's model is shown for each constraint's operand in a refused delegation's text
+(``delegation_tool``)."""
+
+
+def _constrained(caps: Iterable[Capability], parent: AgentIdentity | None) -> frozenset[str]:
+    """The argument names that a delegation's declared capabilities, or any capability of its
+    parent's chain, constrain: those whose operands a refusal's text may quote."""
+    held = [cap for link in parent.chain.links for cap in link.capabilities] if parent is not None else []
+    return frozenset(name for cap in [*caps, *held] for name, _ in cap.constraints)
 
 
 _STEERS_PARENT = Finding(

@@ -96,18 +96,19 @@ _OPERANDS = (
 )
 
 
-def _hiding(text: str, hidden: Collection[str]) -> str:
+def _hiding(text: str, hidden: Collection[str], shown: str = HIDDEN_OPERAND) -> str:
     """``text`` with the operand of each constraint on an argument named in ``hidden`` replaced by
     ``HIDDEN_OPERAND``, where ``text`` quotes a granted capability or a policy rule (the forms
     ``_OPERANDS`` reads). An injected argument is filled by the framework and never shown to the
     model, and a grant or rule constraining it (``api_key: {eq: ...}``, an account's ``in`` list)
     holds what it may be filled with: until review R60 a refusal of the call, for that constraint
     or for a bound crossed on another argument, quoted it to the model. The model is told the
-    argument's name and the kind of rule; the audit entry keeps the reason whole."""
+    argument's name and the kind of rule; the audit entry keeps the reason whole. ``shown``: what
+    stands for each operand."""
     for name in hidden:
         for before, operator, operand in _OPERANDS:
             clause = re.compile(f"{before}({re.escape(name)}{operator}){operand}")
-            text = clause.sub(lambda found: found.group(1) + HIDDEN_OPERAND, text)
+            text = clause.sub(lambda found: found.group(1) + shown, text)
     return text
 
 
