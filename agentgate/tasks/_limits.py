@@ -285,6 +285,32 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             return False
         return limits.rate is None or self._bucket(call.tool, limits).try_take()
 
+    def holding_back(self, waiter: Waiter) -> str:
+        """What keeps ``waiter``'s call waiting now, in words, for the error of a call whose
+        deadline passed in the queue: the first full limit (global, the tool's, the tenant's, the
+        agent's), else its tool's rate limit, else its turn (calls queued before it, or more
+        urgent ones, start first). Reads the state only: no token is taken."""
+        if waiter.granted:
+            return "a slot, granted only as its deadline passed"
+        call, limits, config = waiter.call, waiter.limits, self.config
+        if config.max_concurrency is not None and self.in_flight >= config.max_concurrency:
+            return f"the global concurrency limit ({config.max_concurrency})"
+        if limits.concurrency is not None and self.tool_in_flight.get(call.tool, 0) >= limits.concurrency:
+            return f"tool {call.tool}'s concurrency limit ({limits.concurrency})"
+        if self._tenant_blocked(call.tenant):
+            limit = config.tenant_share(call.tenant).concurrency
+            return f"tenant {call.tenant!r}'s concurrency limit ({limit})"
+        if self._agent_blocked(call.tenant, call.principal):
+            return (
+                f"agent {call.principal!r}'s concurrency limit ({config.principal_concurrency}, "
+                f"tenant {call.tenant!r})"
+            )
+        if limits.rate is not None:
+            wait = self._bucket(call.tool, limits).wait_s()
+            if wait > 0:
+                return f"tool {call.tool}'s rate limit (a token in {wait:.3f}s)"
+        return "its turn (calls queued before it, or of a more urgent class, start first)"
+
     def _bucket(self, tool: str, limits: ToolLimits) -> TokenBucket:
         bucket = self.buckets.get(tool)
         if bucket is None:

@@ -678,6 +678,8 @@ class Scheduler(_StoreWork, _Failures):
                     await future
         except BaseException as exc:
             with self.shared.lock:
+                # Read before the call leaves: the limit it waited for, named in its error.
+                holding = self.shared.holding_back(waiter) if isinstance(exc, TimeoutError) else ""
                 self.shared.abandon(waiter)
                 # Granted at the last moment under a lender's slot, which
                 # ended since: the slot's lease passed to this call.
@@ -687,7 +689,8 @@ class Scheduler(_StoreWork, _Failures):
             if isinstance(exc, TimeoutError):
                 waited = time.monotonic() - waiter.queued_at
                 raise DeadlineExceeded(
-                    f"tool {tool}: could not start before the call's deadline (queued {waited:.3f}s)",
+                    f"tool {tool}: could not start before the call's deadline (queued {waited:.3f}s "
+                    f"waiting for {holding})",
                     tool=tool,
                     waited_s=waited,
                 ) from exc

@@ -529,12 +529,14 @@ class SyncScheduler:
                 if woke and not wake.cancelled:
                     core.metrics.observe_wait(clock() - waiter.queued_at)
                     return waiter
+                holding = shared.holding_back(waiter)  # named in the error, read before it leaves
                 shared.abandon(waiter)  # out of the queue, or (granted at the last moment) its slot back
             if wake.cancelled:
                 raise SchedulingError("the scheduler shut down before the call could start")
             waited = clock() - waiter.queued_at
             raise DeadlineExceeded(
-                f"tool {call.tool}: could not start before the call's deadline (queued {waited:.3f}s)",
+                f"tool {call.tool}: could not start before the call's deadline (queued {waited:.3f}s "
+                f"waiting for {holding})",
                 tool=call.tool,
                 waited_s=waited,
             )
