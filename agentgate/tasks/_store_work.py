@@ -121,8 +121,13 @@ class _StoreWork:
                     ),
                     at_deadline=True,
                 )
-            # Jitter spreads the processes that all wait for the same token.
-            await asyncio.sleep(wait * (1.0 + 0.1 * self._rng.random()))
+            # Jitter spreads the processes that all wait for the same token, but never past the
+            # deadline: a token due before it is taken before it (until review R61 the jitter
+            # could wake the call after its deadline, and the token it then took was spent).
+            pause = wait * (1.0 + 0.1 * self._rng.random())
+            if deadline is not None:
+                pause = min(pause, wait + (deadline - loop.time() - wait) / 2)
+            await asyncio.sleep(pause)
 
     async def _lease(
         self, key: str, limit: int, loop: asyncio.AbstractEventLoop, deadline: float | None
