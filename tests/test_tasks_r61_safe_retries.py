@@ -201,3 +201,54 @@ async def test_an_idempotent_tool_is_retried_within_its_policy_and_deadline() ->
     assert len(keys) == 3 and len(set(keys)) == 1 and keys[0] is not None
     assert [letter.reason for letter in scheduler.dead_letters()] == ["attempts_exhausted"]
     await scheduler.aclose()
+
+
+async def test_a_tool_cut_by_its_timeout_that_raises_a_transient_error_on_the_way_out_runs_once() -> None:
+    """Review R61: a tool cut by its ``timeout_s`` that turns the cancellation into an error of
+    its own on the way out (cleanup that raises ``ConnectionRefusedError``, ``transient``) was
+    classified by that error and run again, although it had started and may have had its
+    effect. An attempt its timeout cut is now a ``DeadlineExceeded`` (``timeout``, ambiguous):
+    a tool not idempotent runs once."""
+    retry = RetryPolicy(attempts=3, backoff_initial_s=0.0, retry_on=("transient", "timeout"))
+    scheduler = Scheduler(_config(ToolLimits(timeout_s=0.05, retry=retry)))
+    ran: list[int] = []
+
+    async def pay(attempt: Attempt) -> None:
+        ran.append(attempt.number)
+        try:
+            await asyncio.sleep(WAIT_S)
+        except asyncio.CancelledError:
+            raise ConnectionRefusedError("cleanup: the connection was refused") from None
+
+    with pytest.raises(DeadlineExceeded):
+        await scheduler.submit(_keyed(), pay)
+    assert ran == [1]
+    (letter,) = scheduler.dead_letters()
+    assert (letter.reason, letter.errors[0].error_class) == ("ambiguous_not_idempotent", "timeout")
+    await scheduler.aclose()
+
+
+async def test_a_task_group_child_failing_in_a_tool_is_a_failed_attempt_not_a_cancellation() -> None:
+    """Review R61: a tool whose ``TaskGroup`` child fails raises an ``ExceptionGroup``, a failed
+    attempt retried by its policy, although on Python 3.11 the group leaves the task's
+    ``cancelling()`` count raised: the caller was not cancelled, and must not get
+    ``CancelledError`` (a first fix in this review, which read a raised count as the caller's
+    cancellation, did that)."""
+    retry = RetryPolicy(attempts=2, backoff_initial_s=0.0, retry_on=("error",))
+    scheduler = Scheduler(_config(ToolLimits(idempotent=True, retry=retry)))
+    ran: list[int] = []
+
+    async def refused() -> None:
+        raise ConnectionRefusedError
+
+    async def tool(attempt: Attempt) -> None:
+        ran.append(attempt.number)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(asyncio.sleep(WAIT_S))
+            group.create_task(refused())
+
+    with pytest.raises(ExceptionGroup):
+        await scheduler.submit(ToolCall("t"), tool)
+    assert ran == [1, 2]
+    assert scheduler.in_flight == 0
+    await scheduler.aclose()

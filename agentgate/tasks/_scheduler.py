@@ -600,7 +600,11 @@ class Scheduler(_StoreWork, _Failures):
                                 try:
                                     async with timeout:
                                         result = await work
-                                except TimeoutError as exc:
+                                except Exception as exc:
+                                    # Cut by the deadline, whatever the tool made of the cancellation
+                                    # (an error of its own on the way out, a transient one too): the
+                                    # attempt started and was cut, its effect unknown (until review R61
+                                    # classified by the tool's error, and run again).
                                     if timeout.expired():
                                         # The caller's deadline came before the tool's own timeout.
                                         cut = deadline is not None and attempt_deadline >= deadline
