@@ -192,3 +192,36 @@ async def test_a_shared_rate_token_due_before_the_deadline_is_not_jittered_past_
     await first.aclose()
     await second.aclose()
     store.close()
+
+
+async def test_a_sync_call_out_of_time_waiting_for_a_shared_lease_holds_nothing(tmp_path: Path) -> None:
+    """Review R61: under ``SyncScheduler`` with a store (each attempt handed to its loop thread),
+    a call whose deadline passes while another process holds the tool's only lease raises
+    ``DeadlineExceeded`` naming the lease, and holds no local slot or lease afterwards."""
+    store = SQLiteStore(tmp_path / "s.db")
+    config = SchedulerConfig(tools={"t": ToolLimits(concurrency=1)})
+    first = Scheduler(config, store=store)
+    second = SyncScheduler(config, store=store)
+    release = asyncio.Event()
+
+    async def hold(attempt: Attempt) -> str:
+        await release.wait()
+        return "held"
+
+    holder = asyncio.create_task(first.submit(ToolCall("t"), hold))
+    assert first._leases is not None
+    while first._leases.held() < 1:
+        await asyncio.sleep(0.001)
+    call = ToolCall("t", deadline=time.time() + SHORT_S)
+    with pytest.raises(DeadlineExceeded, match="slot free across processes"):
+        await asyncio.to_thread(second.submit, call, _sync_ok)
+    core = second.scheduler
+    assert core.in_flight == 0 and core.queued == 0
+    assert core._leases is not None and core._leases.held() == 0
+    release.set()
+    assert await holder == "held"
+    again = ToolCall("t", deadline=time.time() + WAIT_S)
+    assert await asyncio.to_thread(second.submit, again, _sync_ok) == "ok"
+    await first.aclose()
+    await asyncio.to_thread(second.close)
+    store.close()
