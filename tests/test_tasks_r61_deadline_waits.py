@@ -180,15 +180,16 @@ class _MostJitter(random.Random):
 
 async def test_a_shared_rate_token_due_before_the_deadline_is_not_jittered_past_it(tmp_path: Path) -> None:
     """Review R61: a call waiting for a rate token shared through the store slept the token's
-    wait plus up to 10% jitter, even past its deadline: a token due 1.5 s away, with a deadline
-    1.6 s away, was taken after the deadline and spent, the call refused with
-    ``DeadlineExceeded``. The sleep now ends before the deadline and the call runs."""
+    wait plus up to 10% jitter, even past its deadline: a token due 3 s away, with a deadline
+    3.25 s away, was taken after the deadline (the most jitter: 3.3 s) and spent, the call refused
+    with ``DeadlineExceeded``. The sleep now ends halfway between the token and the deadline
+    (3.125 s) and the call runs: 125 ms from either, for a loaded machine."""
     store = SQLiteStore(tmp_path / "s.db")
-    config = SchedulerConfig(tools={"t": ToolLimits(rate=RateLimit(per_second=1 / 1.5, burst=1))})
+    config = SchedulerConfig(tools={"t": ToolLimits(rate=RateLimit(per_second=1 / 3, burst=1))})
     first = Scheduler(config, store=store)
     second = Scheduler(config, store=store, rng=_MostJitter())
-    assert await first.submit(ToolCall("t"), _ok) == "ok"  # the shared token: the next in 1.5 s
-    assert await second.submit(ToolCall("t", deadline=time.time() + 1.6), _ok) == "ok"
+    assert await first.submit(ToolCall("t"), _ok) == "ok"  # the shared token: the next in 3 s
+    assert await second.submit(ToolCall("t", deadline=time.time() + 3.25), _ok) == "ok"
     await first.aclose()
     await second.aclose()
     store.close()
