@@ -91,6 +91,8 @@ _BREAK = re.compile("\r\n|[\r\n]")
 _YAML_ONLY_BREAK = re.compile("[\x85\u2028\u2029]")
 """What YAML (libyaml and PyYAML alike) also reads as a line break and an editor, ``grep -n`` and
 a reviewer show within a line: refused (``load_yaml``)."""
+_DIRECTIVE = re.compile(r"^%YAML[ \t]+(\S*)", re.MULTILINE)
+"""A line that starts a ``%YAML`` directive (the parser says whether it is one)."""
 _MAX_DIGITS = 4300
 """Most decimal digits Python converts between text and integers by default."""
 _MAX_INT = 10**_MAX_DIGITS
@@ -183,14 +185,20 @@ def read_source(path: str | Path, error: type[SourceError], *, limit: int, what:
 
 
 def load_yaml(
-    text: str, *, source: str, error: type[SourceError] = PolicyError, max_nodes: int = MAX_NODES
+    text: str,
+    *,
+    source: str,
+    error: type[SourceError] = PolicyError,
+    max_nodes: int = MAX_NODES,
+    what: str = "a policy",
 ) -> tuple[Any, Locations]:
     """Parse ``text`` and return ``(data, locations)``; ``data`` is ``None`` for an empty document.
 
     Raises ``error`` (with ``source``, line and column) on malformed YAML, several documents,
-    more than ``max_nodes`` nodes (``MAX_NODES`` unless the kind of file needs more: an
-    inventory lists every GPU), duplicate or non-string keys, merge keys, tags outside the core
-    schema, alias bombs, and nesting deeper than ``MAX_DEPTH``.
+    a ``%YAML`` directive for any version but 1.2, more than ``max_nodes`` nodes (``MAX_NODES``
+    unless the kind of file needs more: an inventory lists every GPU), duplicate or non-string
+    keys, merge keys, tags outside the core schema, alias bombs, and nesting deeper than
+    ``MAX_DEPTH``. ``what`` names the kind of file in messages (``a policy``, ``an inventory``).
     """
     # A leading byte order mark is no content; libyaml's marks do not count it, PyYAML's do.
     text = text.removeprefix("\ufeff")
@@ -244,6 +252,7 @@ def load_yaml(
     finally:
         if loader is not None:
             loader.dispose()
+    _refuse_yaml_version(text, source, error, what)
     locations = Locations()
     if node is None:
         return None, locations
@@ -252,6 +261,38 @@ def load_yaml(
         return builder.build(node, ()), locations
     finally:
         builder.close()
+
+
+def _refuse_yaml_version(text: str, source: str, error: type[SourceError], what: str) -> None:
+    """Refuse, at its line, a ``%YAML`` directive for any version but 1.2 (the parser itself
+    refuses all but 1.1 and 1.2). agentgate reads its files as YAML 1.2 (``yes``, ``no``, ``on``,
+    ``off`` are text; ``010`` is refused as ambiguous), while ``%YAML 1.1`` tells every reader
+    ``in: [no, off]`` holds two booleans: until review R61 the directive was accepted and the
+    file read against what it says (in a policy until early in R61, in an inventory until its
+    end). Reading it as YAML 1.1 instead would bring back what 1.2 removed (``NO`` for Norway
+    read as false), so it is refused. Only a directive the parser reports counts: ``%YAML`` in a
+    text value is no directive. Runs on text that has parsed; it parses again only up to the
+    document's start, and only where a line starts with ``%YAML``."""
+    found = _DIRECTIVE.search(text)
+    if found is None:
+        return
+    parser = _Loader(text)
+    try:
+        parser.get_event()  # the stream's start; the document's start comes next, with its version
+        version = getattr(parser.get_event(), "version", None)
+    finally:
+        parser.dispose()
+    if version is None or tuple(version) == (1, 2):
+        return
+    raise error(
+        f"%YAML {found.group(1)} directive: agentgate reads {what} as YAML 1.2, not as the directive "
+        "says (yes, no, on and off are text in 1.2, booleans in 1.1)",
+        file=source,
+        line=mark_at(text, found.start()).line,
+        column=1,
+        expected="no %YAML directive, or %YAML 1.2",
+        hint="remove the directive; write booleans as true or false and quote text such as 'no'",
+    )
 
 
 def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceError]) -> SourceError:

@@ -729,7 +729,9 @@ def parse_inventory(text: str, *, source: str = "<inventory>", read_keys: bool =
     Raises ``InventoryError`` with ``source:line:column`` for malformed YAML, unknown or missing fields,
     out-of-range values and references that do not resolve.
     """
-    data, lines = load_yaml(text, source=source, error=InventoryError, max_nodes=MAX_INVENTORY_NODES)
+    data, lines = load_yaml(
+        text, source=source, error=InventoryError, max_nodes=MAX_INVENTORY_NODES, what="an inventory"
+    )
     if data is None:
         data = {}
     if not isinstance(data, dict):

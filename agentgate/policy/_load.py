@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -316,7 +315,6 @@ def parse_policy(
             hint="re-save as UTF-8",
         ) from None
     content, locations = load_yaml(text, source=source)
-    _refuse_yaml_version(text, source)
     if content is None:
         written = null_written(text)
         if written is None:  # no value at all: nothing, comments, a bare ``---``
@@ -360,39 +358,6 @@ def parse_policy(
         raise _schema_error(exc, source, locations) from None
     return _Compiler(document, source, locations, base if base is not None else Path.cwd()).compile(
         hashlib.sha256(raw).hexdigest()
-    )
-
-
-_DIRECTIVE = re.compile(r"^\ufeff?%YAML[ \t]+(\S*)", re.MULTILINE)
-
-
-def _refuse_yaml_version(text: str, source: str) -> None:
-    """Refuse, at its line, a ``%YAML`` directive for any version but 1.2. agentgate reads a
-    policy as YAML 1.2 (``yes``, ``no``, ``on``, ``off`` are text; ``010`` is refused as
-    ambiguous), while ``%YAML 1.1`` tells every reader ``in: [no, off]`` holds two booleans: until
-    review R61 the directive was accepted and the file read against what it says. Reading it as
-    YAML 1.1 instead would bring back what 1.2 removed (``NO`` for Norway read as false), so it is
-    refused. Only a directive the parser reports counts: ``%YAML`` in a text value is no directive.
-    Runs on text that ``load_yaml`` has parsed; it parses again only up to the document's start."""
-    found = _DIRECTIVE.search(text)
-    if found is None:
-        return
-    parser = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
-    try:
-        parser.get_event()  # the stream's start; the document's start comes next, with its version
-        version = getattr(parser.get_event(), "version", None)
-    finally:
-        parser.dispose()
-    if version is None or tuple(version) == (1, 2):
-        return
-    raise PolicyError(
-        f"%YAML {found.group(1)} directive: agentgate reads a policy as YAML 1.2, not as the directive "
-        "says (yes, no, on and off are text in 1.2, booleans in 1.1)",
-        file=source,
-        line=mark_at(text, found.start()).line,
-        column=1,
-        expected="no %YAML directive, or %YAML 1.2",
-        hint="remove the directive; write booleans as true or false and quote text such as 'no'",
     )
 
 
