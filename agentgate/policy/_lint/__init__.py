@@ -21,6 +21,7 @@ from agentgate.policy._lint._approvals import (
     AgentApproves,
     ApprovalGateBypass,
     ApprovalUnreachable,
+    ApproverListedTwice,
     GateOnUndeclaredArgument,
 )
 from agentgate.policy._lint._common import LintRule
@@ -94,6 +95,7 @@ RULES: tuple[LintRule, ...] = (
     LoggableUndeclaredArgument(),
     GateOnUndeclaredArgument(),
     ApprovalUnreachable(),
+    ApproverListedTwice(),
     NamesDifferOnlyInCase(),
     UnclearArgumentName(),
 )

@@ -1,7 +1,8 @@
 """Lint rules on approval gates: a wildcard rule that reaches sibling tools taking the same
 arguments that no gate stops (scope_creep), an agent named as an approver
-(implicit_trust_inheritance), and a gate on a resource or an argument nothing declares, or one
-that no approval can satisfy for an approver's own calls (authority_chain_opacity).
+(implicit_trust_inheritance), and a gate on a resource or an argument nothing declares, one
+that no approval can satisfy for an approver's own calls, or one that names an approver twice
+(authority_chain_opacity).
 """
 
 from __future__ import annotations
@@ -244,6 +245,32 @@ class AgentApproves(LintRule):
                         f"an agent's decision through where a person's was asked for",
                         policy.line_of("approvals", gname, "approvers", i),
                     )
+
+
+class ApproverListedTwice(LintRule):
+    code = "approver_listed_twice"
+    kind = OPAQUE
+    severity = Severity.WARNING
+    hint = "list each approver once; name another person if another sign-off was meant"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        # The loader allows it (an approver counts once toward the quorum), but a reviewer reading
+        # [bob, bob] counts two people where one can sign.
+        for gname, gate in policy.document.approvals.items():
+            entries: dict[str, list[int]] = {}
+            for i, approver in enumerate(gate.approvers):
+                entries.setdefault(approver, []).append(i)
+            for approver, at in entries.items():
+                if len(at) < 2:
+                    continue
+                times = "twice" if len(at) == 2 else f"{len(at)} times"
+                listed = ", ".join(str(i + 1) for i in at[:-1]) + f" and {at[-1] + 1}"
+                yield self.finding(
+                    policy,
+                    f"approval gate {gname} lists approver {approver} {times} (entries {listed}): an "
+                    "approver counts once toward the quorum, so the list names fewer people than it reads",
+                    policy.line_of("approvals", gname, "approvers", at[1]),
+                )
 
 
 class GateOnUndeclaredArgument(LintRule):
