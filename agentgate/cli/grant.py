@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentgate.authority import (
+    DEFAULT_SKEW,
     MAX_TOKEN_BYTES,
     Budget,
     Chain,
@@ -94,7 +95,8 @@ See docs/cli.md."""
 
 _INSPECT_EPILOG = """\
 exit codes: 0 every link sound (revocation unknown where no store can be read), 1 a link is marked
-(a finding, SIGNATURE INVALID, REVOKED or EXPIRED; the tree or JSON is printed all the same),
+(a finding, SIGNATURE INVALID, REVOKED, EXPIRED or NOT YET VALID; the tree or JSON is printed
+all the same),
 2 unusable input (one line on stderr). The store is AGENTGATE_STORE, read only; none is created.
 See docs/cli.md."""
 
@@ -170,7 +172,8 @@ def register(subparsers: Any) -> None:
         "inspect",
         help="show a chain as a tree: who gave what to whom (exit 1 if a link is marked)",
         description="Show the chain in TOKENFILE as a tree, root first, each link marked where it does "
-        "not hold: a finding, a signature that does not verify, REVOKED (from the store) or EXPIRED. "
+        "not hold: a finding, a signature that does not verify, REVOKED (from the store), EXPIRED or "
+        "NOT YET VALID. "
         "Inspect needs no trust anchor and decides no call: grant check does.",
         epilog=_INSPECT_EPILOG,
         formatter_class=raw,
@@ -555,13 +558,20 @@ def _inspect(args: argparse.Namespace) -> int:
                 "signature": signature,
                 "revoked": None if revoked is None else link.id in revoked,
                 "expired": now >= link.expires,
+                # As a verifier reads not_before, with its default tolerance of clock skew: until
+                # review R61 a link valid only in an hour was shown unmarked and inspect exited 0.
+                "not_yet_valid": now + DEFAULT_SKEW < link.not_before,
                 "findings": problems,
             }
         )
     # Exit 1 for a chain with a marked link, so that ``grant inspect t.tok && deploy`` stops
     # there: until review R61 a spliced or forged chain printed its finding and exited 0.
     marked = any(
-        shown["signature"] != "valid" or shown["findings"] or shown["revoked"] or shown["expired"]
+        shown["signature"] != "valid"
+        or shown["findings"]
+        or shown["revoked"]
+        or shown["expired"]
+        or shown["not_yet_valid"]
         for shown in links
     )
     if args.json:
@@ -577,6 +587,8 @@ def _inspect(args: argparse.Namespace) -> int:
             marks.append(f"revocation unknown ({unknown})")
         if shown["expired"]:
             marks.append("EXPIRED")
+        if shown["not_yet_valid"]:
+            marks.append("NOT YET VALID")
         if shown["signature"] != "valid":
             marks.append("SIGNATURE INVALID")
         mark = f"  [{', '.join(marks)}]" if marks else ""
