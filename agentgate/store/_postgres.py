@@ -132,7 +132,7 @@ class _PgTransaction(Transaction):
         """The ``StoreError`` for a write a read-only session refused: the store open to read
         only, or a server that takes no writes (a standby promoted away from, or a session made
         read only by the server's, database's or role's settings after the store was opened)."""
-        said = str(exc).splitlines()[0]
+        said = driver_error_line(exc)
         if self._read_only:
             return StoreError(
                 f"the PostgreSQL store {self._url} is open to read only: a statement would have "
@@ -246,7 +246,7 @@ class PostgresStore(Store):
             with psycopg.connect(url, connect_timeout=10, **self._network) as first:
                 row = first.execute("SELECT current_setting('transaction_read_only')").fetchone()
         except psycopg.Error as exc:
-            reason = " ".join(str(exc).split())[:300]
+            reason = driver_error_line(exc)[:300]
             raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {reason}") from None
         if not read_only and row is not None and row[0] == "on":
             raise StoreError(read_only_server(_redact(url), "transaction_read_only is on"))
@@ -314,7 +314,9 @@ class PostgresStore(Store):
             )
             pool.wait(timeout=timeout_s)
         except Exception as exc:  # psycopg_pool raises PoolTimeout, psycopg OperationalError...
-            raise StoreError(f"cannot connect to PostgreSQL at {_redact(self.url)}: {exc}") from exc
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {_redact(self.url)}: {driver_error_line(exc)}"
+            ) from exc
         return pool
 
     def _own_pool(self) -> None:
@@ -445,7 +447,7 @@ class PostgresStore(Store):
                     raise StoreError(
                         f"{what} is missing and this role may not create it: run "
                         "`agentgate store init` as the schema's owner, then grant this role its rights "
-                        f"again (docs/operations.md, Upgrading). PostgreSQL said: {str(exc).splitlines()[0]}"
+                        f"again (docs/operations.md, Upgrading). PostgreSQL said: {driver_error_line(exc)}"
                     ) from exc
         self._schemas.add(name)
 

@@ -52,6 +52,7 @@ from agentgate.store._base import (
     Dialect,
     Store,
     Transaction,
+    driver_error_line,
     loaded_driver_errors,
     unix_time,
     unstorable_text,
@@ -260,7 +261,7 @@ class GrantRepository:
             try:
                 bound.executemany(sql, [(*row, now) for row in rows])
             except loaded_driver_errors() as exc:
-                raise StoreError(f"cannot record grants: {exc}") from exc
+                raise StoreError(f"cannot record grants: {driver_error_line(exc)}") from exc
             return
         with self.store.transaction() as tx:
             tx.executemany(sql, [(*row, now) for row in rows])
@@ -302,7 +303,7 @@ class GrantRepository:
             try:
                 bound.execute(sql, (grant_id, now, reason[:500]))
             except loaded_driver_errors() as exc:
-                raise StoreError(f"cannot record the revocation: {exc}") from exc
+                raise StoreError(f"cannot record the revocation: {driver_error_line(exc)}") from exc
             return bound.rowcount == 1
         with self.store.transaction() as tx:
             tx.execute(sql, (grant_id, now, reason[:500]))
@@ -328,7 +329,7 @@ class GrantRepository:
             try:
                 return self._revoke_holder(bound, audience, now, reason)
             except loaded_driver_errors() as exc:
-                raise StoreError(f"cannot record the revocations: {exc}") from exc
+                raise StoreError(f"cannot record the revocations: {driver_error_line(exc)}") from exc
         with self.store.transaction() as tx:
             return self._revoke_holder(tx, audience, now, reason)
 
@@ -375,7 +376,7 @@ class GrantRepository:
             try:
                 rows = bound.execute(sql, tuple(grant_ids))
             except loaded_driver_errors() as exc:
-                raise StoreError(f"cannot read revocations: {exc}") from exc
+                raise StoreError(f"cannot read revocations: {driver_error_line(exc)}") from exc
             return {str(r[0]) for r in rows}
         hot = self._hot_connection()
         if hot is not None:
@@ -388,7 +389,7 @@ class GrantRepository:
                 try:
                     rows = hot.execute(sql, tuple(grant_ids)).fetchall()
                 except sqlite3.Error as exc:
-                    raise StoreError(f"cannot read revocations: {exc}") from exc
+                    raise StoreError(f"cannot read revocations: {driver_error_line(exc)}") from exc
                 except UnicodeEncodeError as exc:  # the hot connection is no Transaction
                     raise unstorable_text(exc) from None
         else:
@@ -419,7 +420,7 @@ class GrantRepository:
                 if next(self._consumed) % _PRUNE_EVERY == 0:
                     bound.execute(_PRUNE_SQL[self.store.dialect], (_prune_before(),))
             except loaded_driver_errors() as exc:
-                raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
+                raise StoreError(f"cannot record the invocation nonce: {driver_error_line(exc)}") from exc
         elif hot is not None:
             if self._sqlite is not None:  # a nonce written to a removed file would be fresh again
                 self._sqlite.check_in_place()
@@ -429,7 +430,7 @@ class GrantRepository:
                     if next(self._consumed) % _PRUNE_EVERY == 0:
                         hot.execute(_PRUNE_SQL["sqlite"], (_prune_before(),))
                 except sqlite3.Error as exc:
-                    raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
+                    raise StoreError(f"cannot record the invocation nonce: {driver_error_line(exc)}") from exc
                 except UnicodeEncodeError as exc:
                     raise unstorable_text(exc) from None
         elif self._postgres is not None:
@@ -479,11 +480,11 @@ class GrantRepository:
                     f"cannot record the invocation nonce: {self._postgres._no_connection()}"
                 ) from exc
             if isinstance(exc, ReadOnlySqlTransaction):  # as a transaction's refused write says it
-                said = read_only_server(_redact(self._postgres.url), str(exc).splitlines()[0])
+                said = read_only_server(_redact(self._postgres.url), driver_error_line(exc))
                 raise StoreError(f"cannot record the invocation nonce: {said}") from exc
             if used is not None and used.broken:
                 recheck(self._postgres.pool)
-            raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
+            raise StoreError(f"cannot record the invocation nonce: {driver_error_line(exc)}") from exc
 
     def prune(self, before: float, *, expired: Callable[[object, str, int], bool]) -> tuple[int, int]:
         """Forget the grants that expired before ``before`` (Unix seconds; never one that expired
