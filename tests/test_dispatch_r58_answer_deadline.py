@@ -23,7 +23,7 @@ from agentgate.dispatch.backends import DEFAULT_OUTPUT_TOKENS, BackendClient, Ti
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.dispatch.router import Router
-from agentgate.errors import BackendFailed, InputError
+from agentgate.errors import BackendFailed, DispatchError, InputError
 
 TIMEOUTS = Timeouts(connect_s=2, first_token_s=0.2)
 """A first token limit the backend's delay passes; at the default 5 tokens a second, 8 tokens
@@ -118,13 +118,16 @@ async def test_every_client_path_waits_for_a_non_streamed_answer_by_its_output_l
 
 def test_the_deadline_of_a_non_streamed_answer_grows_with_its_output_limit() -> None:
     """``answer_s``: ``first_token_s`` plus the output limit (``max_completion_tokens`` first, as
-    the router reads it; ``DEFAULT_OUTPUT_TOKENS`` for none, or one that is no positive number)
-    over ``decode_tokens_per_s``."""
+    the router reads it; ``DEFAULT_OUTPUT_TOKENS`` for none; a ``DispatchError`` for one that is
+    no whole number) over ``decode_tokens_per_s``."""
     timeouts = Timeouts(first_token_s=60, decode_tokens_per_s=5)
     assert timeouts.answer_s({"max_tokens": 4000}) == 60 + 800
     assert timeouts.answer_s({"max_completion_tokens": 100, "max_tokens": 4000}) == 60 + 20
-    for limit in (None, 0, -5, True, "9", math.nan, math.inf):
+    for limit in (None, 0):
         assert timeouts.answer_s({"max_tokens": limit}) == 60 + DEFAULT_OUTPUT_TOKENS / 5
+    for limit in (-5, True, "9", math.nan, math.inf):  # review R61: refused, as the router refuses them
+        with pytest.raises(DispatchError, match=r"^max_tokens must be a whole number"):
+            timeouts.answer_s({"max_tokens": limit})
     assert Timeouts().answer_s({}) == 60 + DEFAULT_OUTPUT_TOKENS / 5
 
 

@@ -14,7 +14,7 @@ import pytest
 from test_dispatch_r61_backend_garbage import _DONE, _SSE, NAME, PAYLOAD, Garbage, _chunk, dispatcher_of
 
 from agentgate.dispatch._sse import MAX_CHARS_PER_TOKEN, _answer_limit
-from agentgate.errors import BackendFailed
+from agentgate.errors import BackendFailed, DispatchError
 
 
 @pytest.fixture
@@ -25,12 +25,15 @@ def garbage() -> Iterator[Garbage]:
 
 
 def test_the_answer_limit_reads_an_integral_float_as_its_integer() -> None:
-    """Review R61: ``max_tokens`` 5.0 bounds a stream as 5 does; a fraction, a bool, text or
-    nothing leave it to the backend, as before."""
+    """Review R61: ``max_tokens`` 5.0 bounds a stream as 5 does; nothing (or 0) leaves it to the
+    backend; a fraction, a bool or text is refused (``output_limit``, tests/test_dispatch_r61b_output_limit.py)."""
     assert _answer_limit({"max_tokens": 5.0}) == _answer_limit({"max_tokens": 5}) == 5 * MAX_CHARS_PER_TOKEN
     assert _answer_limit({"max_completion_tokens": 2.0, "max_tokens": 9}) == 2 * MAX_CHARS_PER_TOKEN
-    for value in (None, 0, -3.0, 5.5, True, "5", float("inf"), float("nan"), 1e300):
+    for value in (None, 0):
         assert _answer_limit({"max_tokens": value}) is None, value
+    for value in (-3.0, 5.5, True, "5", float("inf"), float("nan"), 1e300):
+        with pytest.raises(DispatchError, match=r"^max_tokens must be a whole number"):
+            _answer_limit({"max_tokens": value})
 
 
 async def test_a_backend_ignoring_a_float_max_tokens_is_cut_at_the_answer_limit(garbage: Garbage) -> None:

@@ -1,7 +1,8 @@
 """What a backend's answer is read into (``Usage``, ``ChatChunk``, ``ChatResult``) and the readers
 of the fields a streamed and a whole answer share: its usage, a choice's finish reason, an error
 reported with HTTP 200. Each refuses what is not what OpenAI's API promises (``ValueError``,
-``TypeError``; ``BackendFailed`` for a reported error)."""
+``TypeError``; ``BackendFailed`` for a reported error). And the reader of the output limit a call
+asks for (``output_limit``), which what its answer may be is measured against."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentgate.dispatch._redaction import _scrub
-from agentgate.errors import BackendFailed
+from agentgate.errors import BackendFailed, DispatchError
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,41 @@ def _reject_error(backend: str, body: object, key: str | None = None) -> None:
 MAX_USAGE_TOKENS = 1_000_000_000
 """The most tokens one count of one call's usage may report (no context window comes near a
 billion tokens): a larger count is garbage, not a bill."""
+
+
+_OUTPUT_LIMITS = ("max_completion_tokens", "max_tokens")
+"""The fields naming a call's output limit, in the order they are read (as OpenAI and vLLM read them)."""
+
+
+def output_limit(payload: Mapping[str, Any]) -> int | None:
+    """The output limit (tokens) ``payload`` names: its ``max_completion_tokens``, else its
+    ``max_tokens``, as vLLM reads them (``or``: absent, null or 0 names none); ``None`` when it
+    names none (the backend's own default applies). The one reader of it: the router's
+    (``Dispatcher.route_request``), a non-streamed answer's deadline (``Timeouts.answer_s``) and
+    a stream's answer bound (``_answer_limit``) all read it here.
+
+    Each field may be an integer, or a float with no fractional part read as that integer (as
+    vLLM's lax pydantic reads it, below 2**63), from 0 to ``MAX_USAGE_TOKENS``. Raises
+    ``DispatchError`` naming the field for anything else: text (``"100"``), a bool, a fraction,
+    a negative or larger number. Both fields are checked, as vLLM validates both. Until review
+    R61 the router read ``int()`` of the value (``5.5`` as 5, ``"100"`` as 100, ``true`` as 1)
+    while the deadline and the stream bound took such values as no limit: a stream with
+    ``max_tokens: "100"`` was routed for 100 tokens and streamed with no bound.
+    """
+    limits = [_whole_tokens(name, payload.get(name)) for name in _OUTPUT_LIMITS]
+    return limits[0] or limits[1] or None
+
+
+def _whole_tokens(name: str, value: object) -> int:
+    """``value`` of the field ``name`` as a count of tokens (``None`` as 0); raises
+    ``DispatchError`` when it is no whole number from 0 to ``MAX_USAGE_TOKENS``."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        value = int(value)
+    if type(value) is not int or not 0 <= value <= MAX_USAGE_TOKENS:
+        raise DispatchError(f"{name} must be a whole number from 0 to {MAX_USAGE_TOKENS}, not {value!r:.40}")
+    return value
 
 
 def _finish_reason(choice: Mapping[str, Any]) -> str | None:

@@ -11,7 +11,14 @@ from typing import Any
 
 import orjson
 
-from agentgate.dispatch._answers import ChatChunk, Usage, _finish_reason, _reject_error, _usage
+from agentgate.dispatch._answers import (
+    ChatChunk,
+    Usage,
+    _finish_reason,
+    _reject_error,
+    _usage,
+    output_limit,
+)
 from agentgate.dispatch._redaction import _scrub
 from agentgate.errors import BackendFailed
 
@@ -188,17 +195,12 @@ def _advances(chunk: ChatChunk, seen: _Seen, chars: int) -> bool:
 
 def _answer_limit(payload: Mapping[str, Any]) -> int | None:
     """The most characters a stream for ``payload`` may bring: ``MAX_CHARS_PER_TOKEN`` for each
-    token of its ``max_completion_tokens`` (else ``max_tokens``); ``None`` when it names no
-    positive integer limit (the backend's own default applies, and nothing here knows it). A
-    float with no fractional part is that integer, as vLLM's lax pydantic reads it (below 2**63,
-    as pydantic reads one): until review R61 a call of ``max_tokens: 1.0``, which vLLM honours as
-    1, was streamed without any bound."""
-    tokens = payload.get("max_completion_tokens") or payload.get("max_tokens")
-    if isinstance(tokens, float) and tokens.is_integer() and abs(tokens) < 2**63:
-        tokens = int(tokens)
-    if type(tokens) is not int or tokens <= 0:
-        return None
-    return tokens * MAX_CHARS_PER_TOKEN
+    token of its output limit (``output_limit``, which raises ``DispatchError`` for one that is no
+    whole number); ``None`` when it names none (the backend's own default applies, and nothing
+    here knows it). Until review R61 a float limit, which vLLM honours (``max_tokens: 1.0`` as
+    1), was streamed without any bound, and so was text (``"100"``) the router read as a limit."""
+    tokens = output_limit(payload)
+    return None if tokens is None else tokens * MAX_CHARS_PER_TOKEN
 
 
 def _answer_chars(chunk: ChatChunk) -> int:

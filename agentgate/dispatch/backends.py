@@ -55,6 +55,7 @@ from agentgate.dispatch._answers import (
     _finish_reason,
     _reject_error,
     _usage,
+    output_limit,
 )
 from agentgate.dispatch._redaction import _prompt_texts, _scrub
 from agentgate.dispatch._retry_after import MAX_RETRY_AFTER_S, retry_after_s
@@ -107,6 +108,7 @@ __all__ = [
     "Timeouts",
     "Usage",
     "carries_output",
+    "output_limit",
     "retry_after_s",
     "split_lines",
     "trace_headers",
@@ -169,15 +171,14 @@ class Timeouts:
     def answer_s(self, payload: Mapping[str, Any]) -> float:
         """The deadline of a non-streamed answer to ``payload``, which comes whole, after its last
         token: ``first_token_s`` plus its output limit (``max_completion_tokens``, else
-        ``max_tokens``; ``DEFAULT_OUTPUT_TOKENS`` when it names no positive integer) decoded at
+        ``max_tokens``, read by ``output_limit``, which raises ``DispatchError`` for one that is no
+        whole number; ``DEFAULT_OUTPUT_TOKENS`` when it names none) decoded at
         ``decode_tokens_per_s``. Until review R58 it was ``first_token_s`` alone: an answer that
         took longer to generate (a few thousand tokens at 30 a second) was a ``BackendFailed``,
         sent again to each of three backends, and each marked down. At most ``answer_max_s``:
         until review R61 a backend that accepted the call and never answered held a call with
         ``max_tokens`` 131072 for 7.3 hours, one with a billion for six years, per attempt."""
-        tokens = payload.get("max_completion_tokens") or payload.get("max_tokens")
-        if isinstance(tokens, bool) or not isinstance(tokens, int | float) or not 0 < tokens < math.inf:
-            tokens = DEFAULT_OUTPUT_TOKENS  # as the router takes it (``Dispatcher.route_request``)
+        tokens = output_limit(payload) or DEFAULT_OUTPUT_TOKENS  # as the router takes it
         return min(self.answer_max_s, self.first_token_s + tokens / self.decode_tokens_per_s)
 
     def __post_init__(self) -> None:

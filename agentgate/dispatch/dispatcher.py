@@ -51,12 +51,12 @@ from agentgate._names import check_session, check_tenant
 from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
 from agentgate.dispatch.backends import (
     DEFAULT_OUTPUT_TOKENS,
-    MAX_USAGE_TOKENS,
     BackendClient,
     ChatChunk,
     ChatResult,
     Timeouts,
     carries_output,
+    output_limit,
 )
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import block_hashes, estimate_prompt_tokens, prompt_text
@@ -317,10 +317,10 @@ class Dispatcher:
         session: str | None = None,
         request_id: str | None = None,
     ) -> RouteRequest:
-        """The ``RouteRequest`` for an OpenAI chat payload (its output limit: ``max_completion_tokens``,
-        else ``max_tokens``, else ``DEFAULT_OUTPUT_TOKENS`` (256); its TTFT budget: ``slo_ttft_s``, else ``slo_ttft(model)``);
+        """The ``RouteRequest`` for an OpenAI chat payload (its output limit: ``output_limit``, else
+        ``DEFAULT_OUTPUT_TOKENS`` (256); its TTFT budget: ``slo_ttft_s``, else ``slo_ttft(model)``);
         raises ``DispatchError`` if it is malformed (no model or messages, an output limit that is
-        no integer or over ``MAX_USAGE_TOKENS``), ``InputError`` for a ``tenant`` that is no name
+        no whole number from 0 to ``MAX_USAGE_TOKENS``: ``output_limit``), ``InputError`` for a ``tenant`` that is no name
         (``check_tenant``) or a ``session`` that is no id (``check_session``), as ``Gate.dispatch``
         checks them: until review R57 ``chat`` and ``stream`` called directly took any tenant, each
         one a new token bucket and metric series, and any session, kept as a key of the router's
@@ -333,15 +333,7 @@ class Dispatcher:
             raise DispatchError("a chat call needs a model name and a non-empty list of messages")
         chat = [m for m in messages if isinstance(m, Mapping)]
         text = prompt_text(chat)
-        try:
-            # ``max_completion_tokens`` first, as OpenAI and vLLM read it: the limit the backend honours.
-            max_tokens = int(
-                payload.get("max_completion_tokens") or payload.get("max_tokens") or DEFAULT_OUTPUT_TOKENS
-            )
-        except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
-            raise DispatchError("max_tokens must be an integer") from None
-        if max_tokens > MAX_USAGE_TOKENS:  # no backend generates that many; the router's floats overflow
-            raise DispatchError(f"max_tokens must be at most {MAX_USAGE_TOKENS}")
+        max_tokens = output_limit(payload) or DEFAULT_OUTPUT_TOKENS
         if request_id is not None and not isinstance(request_id, str):
             raise DispatchError(f"request_id must be text, got {type(request_id).__name__}")
         if not request_id:
@@ -352,7 +344,7 @@ class Dispatcher:
             id=request_id,
             model=model,
             prompt_tokens=estimate_prompt_tokens(chat),
-            max_output_tokens=max(1, max_tokens),
+            max_output_tokens=max_tokens,
             prefix_hashes=block_hashes(text, self.router.block_tokens),
             tenant=tenant,
             priority=priority,
