@@ -166,7 +166,7 @@ class Timeouts:
     answer_max_s: float = 1800.0
     """The most a non-streamed answer is waited for, whatever its output limit (``answer_s``):
     30 minutes, 54,000 tokens at 30 a second. An answer that may take longer is one to stream,
-    whose deadlines are per chunk."""
+    whose deadlines are per chunk and, in all, ``stream_s``, at least this."""
 
     def answer_s(self, payload: Mapping[str, Any]) -> float:
         """The deadline of a non-streamed answer to ``payload``, which comes whole, after its last
@@ -180,6 +180,20 @@ class Timeouts:
         ``max_tokens`` 131072 for 7.3 hours, one with a billion for six years, per attempt."""
         tokens = output_limit(payload) or DEFAULT_OUTPUT_TOKENS  # as the router takes it
         return min(self.answer_max_s, self.first_token_s + tokens / self.decode_tokens_per_s)
+
+    def stream_s(self, payload: Mapping[str, Any]) -> float:
+        """The most time a stream for ``payload`` may spend waiting on its backend, in all (its
+        head and every line; not the caller's time between chunks): ``first_token_s`` plus its
+        output limit (``output_limit``) decoded at ``decode_tokens_per_s``, as long as the slowest
+        honest engine takes to send it whole, and never less than ``answer_max_s`` (all of it for
+        a call that names no limit, whose length only the backend knows). Until review R61 a
+        stream had deadlines per chunk only: a backend dripping a character a chunk, each within
+        ``idle_s``, held a call of ``max_tokens`` 4096 for its 4,194,304 characters
+        (``MAX_CHARS_PER_TOKEN`` a token), at 29 s a chunk 3.9 years."""
+        tokens = output_limit(payload)
+        if tokens is None:
+            return self.answer_max_s
+        return max(self.answer_max_s, self.first_token_s + tokens / self.decode_tokens_per_s)
 
     def __post_init__(self) -> None:
         for name in (
@@ -396,7 +410,8 @@ class BackendClient:
         request or within ``idle_s`` of the previous chunk (lines that carry no chunk, such as
         keep-alive comments, do not count, nor do chunks that carry nothing, nor a finish reason or
         usage said again: ``_advances``), a
-        stream that ends without ``[DONE]``, an error event (``_reject_error``), or an event that
+        stream that has taken ``Timeouts.stream_s`` of the backend's time in all (a backend
+        dripping a character a chunk), a stream that ends without ``[DONE]``, an error event (``_reject_error``), or an event that
         is malformed (not JSON, nested too deeply, or fields of the wrong kind, as ``chat``
         refuses them); raises as ``chat`` for an HTTP error status.
         No message holds the backend's key. Closing the iterator cancels the request (the
@@ -411,6 +426,11 @@ class BackendClient:
         # chatters forever without producing output still fails in time.
         deadline = loop.time() + wait
         limit = _answer_limit(payload)
+        # The backend's time in all (``stream_s``): a backend dripping a character a chunk pushes
+        # ``deadline`` out with each, and only this ends it. The caller's time between chunks is
+        # not counted: a slow reader is not the backend's doing.
+        whole = self.timeouts.stream_s(payload)
+        left = whole
         produced = 0
         seen = _Seen()
         try:
@@ -418,27 +438,35 @@ class BackendClient:
                 # The answer's head (and an error's body) come under the first chunk's deadline
                 # too: a backend that accepts the connection and never answers must not hold the
                 # call, its slot and its reservation for ever (the lean pool has no timer of its own).
+                waited = loop.time()
                 try:
-                    async with asyncio.timeout_at(deadline):
+                    async with asyncio.timeout_at(min(deadline, waited + left)):
                         status, read, lines, retry_after = await opened.enter_async_context(
                             self._post_stream(body, trace)
                         )
                         # The start only: an error's body may never end (``_post_stream``).
                         refusal = self._excerpt(await read()) if status >= 300 else ""
                 except TimeoutError:
+                    if waited + left < deadline:
+                        raise self._overlong(whole) from None
                     raise BackendFailed(f"{self.backend.name}: no answer within {wait}s") from None
+                left -= loop.time() - waited
                 self._check_status(status, refusal, retry_after)
                 first = True
                 while True:
+                    waited = loop.time()
                     try:
-                        async with asyncio.timeout_at(deadline):
+                        async with asyncio.timeout_at(min(deadline, waited + left)):
                             line = await anext(lines)
                     except StopAsyncIteration:
                         raise BackendFailed(f"{self.backend.name}: stream ended without [DONE]") from None
                     except TimeoutError:
+                        if waited + left < deadline:
+                            raise self._overlong(whole) from None
                         raise BackendFailed(
                             f"{self.backend.name}: stream silent for {wait}s (no chunk)"
                         ) from None
+                    left -= loop.time() - waited
                     if first:
                         # The SSE format lets a stream open with a byte order mark, which belongs
                         # to no line: the first event after it was refused as not SSE.
@@ -470,6 +498,13 @@ class BackendClient:
         except DispatchError as exc:
             error = self._shown(exc, payload)
         raise error  # outside the handlers: nothing chained to it
+
+    def _overlong(self, whole: float) -> BackendFailed:
+        """The failure of a stream that has taken its backend's time in all (``stream_s``)."""
+        return BackendFailed(
+            f"{self.backend.name}: stream not done within {whole:g}s (its output limit at "
+            f"{self.timeouts.decode_tokens_per_s:g} tokens a second, at least answer_max_s)"
+        )
 
     @contextlib.asynccontextmanager
     async def _post_stream(
