@@ -312,7 +312,7 @@ class BackendClient:
         except TimeoutError:
             raise BackendFailed(f"{self.backend.name}: no answer within {deadline:g}s") from None
         except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
-            raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
+            raise BackendFailed(f"{self.backend.name}: {_failure_text(exc)}") from None
         except AnswerTooLarge as exc:  # from ``_capped``, or the transport's (the gateway's pool)
             raise AnswerTooLarge(
                 f"{self.backend.name}: {exc}: the call asked for more than is read "
@@ -494,7 +494,7 @@ class BackendClient:
                             deadline = loop.time() + wait
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
             # ValueError: a line over its limit (``split_lines``).
-            error = self._shown(BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}"), payload)
+            error = self._shown(BackendFailed(f"{self.backend.name}: {_failure_text(exc)}"), payload)
         except DispatchError as exc:
             error = self._shown(exc, payload)
         raise error  # outside the handlers: nothing chained to it
@@ -687,6 +687,23 @@ class BackendClient:
         exc.__cause__ = exc.__context__ = None
         exc.__suppress_context__ = True
         return exc
+
+
+def _failure_text(exc: BaseException) -> str:
+    """What a transport failure ``exc`` says, on one line: its type and its text, each line of
+    the text stripped and joined by a space, and a line that is only a caret left out (it points
+    into the line above, at nothing once they are joined). aiohttp reports an answer its parser
+    refuses as a ``ClientResponseError`` of status 400, its text the parser's message quoted with
+    ``repr`` (``message="Bad status line:\\n  ...\\n    ^"``): its own message is read instead,
+    under words that say the answer could not be read, not that the backend sent a 400. Until
+    review R61 those quoted line breaks and the caret reached the ``BackendFailed``, and so logs
+    and a model call's audit outcome."""
+    if isinstance(exc, aiohttp.ClientResponseError):
+        text = f"the answer is not HTTP that can be read: {exc.message}"
+    else:
+        text = str(exc)
+    lines = (line.strip() for line in text.splitlines())
+    return f"{type(exc).__name__}: " + " ".join(line for line in lines if line.strip("^"))
 
 
 def _encode(body: Mapping[str, Any]) -> bytes:
