@@ -16,10 +16,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from test_dispatch_r61_backend_garbage import NAME, PAYLOAD, Garbage, dispatcher_of
+from test_gateway_hostile_backends import _json
 
 from agentgate.dispatch.backends import BackendClient, Timeouts
 from agentgate.dispatch.inventory import inventory_from_mapping
-from agentgate.errors import BackendFailed
+from agentgate.errors import BackendFailed, DispatchError
 
 REPLIES: dict[str, tuple[bytes, str]] = {
     "status_line": (b"HTTP/1.1 2x0 OK\r\n\r\n", "Bad status line"),
@@ -80,3 +81,41 @@ async def test_an_unreadable_answer_fails_on_one_line_over_httpx(garbage: Garbag
         with pytest.raises(BackendFailed, match=f"^{NAME}: ") as caught:
             await client.chat(PAYLOAD)
     _one_line(str(caught.value))
+
+
+ERROR_BODIES: dict[str, tuple[bytes, type[DispatchError], str]] = {
+    "html_502": (
+        _json(
+            b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\n</body>\n</html>\n",
+            "502 Bad Gateway",
+            "text/html",
+        ),
+        BackendFailed,
+        "HTTP 502: <html> <head><title>502 Bad Gateway</title></head> <body> </body> </html>",
+    ),
+    "pretty_400": (
+        _json(b'{\n  "error": {\n    "message": "max_tokens is too large"\n  }\n}', "400 Bad Request"),
+        DispatchError,
+        'HTTP 400: { "error": { "message": "max_tokens is too large" } }',
+    ),
+}
+"""Error answers whose bodies span lines (an nginx page, a pretty-printed JSON error), each with
+the error raised and the words it quotes."""
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("case", sorted(ERROR_BODIES))
+async def test_an_error_body_over_several_lines_is_quoted_on_one(
+    garbage: Garbage, case: str, streamed: bool
+) -> None:
+    """Review R61: the start of an error answer's body is quoted with its line breaks (and the
+    runs of spaces around them) each one space: an nginx 502 page was quoted over five lines."""
+    garbage.reply, error, quoted = ERROR_BODIES[case]
+    async with dispatcher_of(garbage.url) as (dispatcher, _):
+        with pytest.raises(error) as caught:
+            if streamed:
+                async for _ in dispatcher.stream({**PAYLOAD, "stream": True}):
+                    pass
+            else:
+                await dispatcher.chat(PAYLOAD)
+    assert quoted in str(caught.value) and "\n" not in str(caught.value), str(caught.value)

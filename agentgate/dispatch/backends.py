@@ -665,8 +665,10 @@ class BackendClient:
 
     def _excerpt(self, body: bytes) -> str:
         """The start of an error answer's ``body`` for a message, scrubbed of the key before it is
-        cut (a key cut in two would not be found)."""
-        return _scrub(body[:_QUOTED].decode("utf-8", "replace"), self._key)[:200]
+        cut (a key cut in two would not be found), on one line: each run of white space, line
+        breaks and the indents after them, is one space (until review R61 an nginx error page or a
+        pretty-printed JSON error was quoted over several lines)."""
+        return " ".join(_scrub(body[:_QUOTED].decode("utf-8", "replace"), self._key).split())[:200]
 
     def _shown(self, exc: DispatchError, payload: Mapping[str, Any]) -> DispatchError:
         """``exc`` made fit to leave this client: nothing chained to it (the exceptions it was
