@@ -160,8 +160,8 @@ class Timeouts:
     probe_s: float = 1.0
     """For a health check or a metrics scrape."""
     decode_tokens_per_s: float = 5.0
-    """The slowest decode (tokens per second of one answer) a non-streamed answer is waited for
-    at: well under what an engine decodes one sequence at even in a full batch (tens of tokens
+    """The slowest decode (tokens per second of one answer) an answer is waited for at, whole
+    (``answer_s``) or streamed (``stream_s``): well under what an engine decodes one sequence at even in a full batch (tens of tokens
     per second), so that only a backend that is stuck misses it."""
     answer_max_s: float = 1800.0
     """The most a non-streamed answer is waited for, whatever its output limit (``answer_s``):
