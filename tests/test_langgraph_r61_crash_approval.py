@@ -189,54 +189,56 @@ def test_a_call_killed_after_its_approval_was_used_is_not_run_again_on_resume(
     assert _store_rows(crashed, "SELECT state FROM agentgate_once") == [("started",)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "store/once.py settle(ran=False) does not put back the approval the crashed allow used, "
-        "as Gate.run does for a not_run outcome (_rearm_approval): the resumed call is refused "
-        "'already used', and the open request it asked closed (outside helper r61-lg's files)"
-    ),
-)
+def _approved_again(d: Path, done: dict[str, Any]) -> dict[str, Any]:
+    """The run ``done`` paused asking again, resumed with dana's approval of the new request;
+    the interrupt says why the used approval did not count."""
+    (asked,) = done["__interrupt__"]
+    assert any("not used" in r and "does not count again" in r for r in asked.value["request"]["reasons"])
+    gate, _ = _gate_and_agent_identity(d)
+    keys = json.loads((d / "keys.json").read_text())
+    approval = gate.approve(asked.value, SigningKey(bytes.fromhex(keys["dana"])))
+    gate.close()
+    return _resume(d, Command(resume=approval))
+
+
 def test_a_killed_call_settled_as_not_run_runs_once_when_resumed(crashed: Path) -> None:
     """Review R61: a person finds the killed call had no effect and settles it as not run ("it may
-    be decided and run again", docs/langgraph.md); the run resumed then runs it once, with the
-    approval it was given or with one given again for a new request, never refused for good."""
+    be decided and run again", docs/langgraph.md); the run resumed then asks for the call's
+    approval again (the used approval never counts again: presented again it is a replay) and,
+    approved anew, runs it once; never refused for good (until review R61 it was, as already
+    used)."""
     gate, _ = _gate_and_agent_identity(crashed)
     try:
         (record,) = gate.once.unsettled()
         settle(gate.store, gate.audit, record.key, ran=False, by="operator", min_age_s=0)
     finally:
         gate.close()
-    done = _resume(crashed, None)
-    if "__interrupt__" in done:
-        gate, _ = _gate_and_agent_identity(crashed)
-        keys = json.loads((crashed / "keys.json").read_text())
-        approval = gate.approve(done["__interrupt__"][0].value, SigningKey(bytes.fromhex(keys["dana"])))
-        gate.close()
-        done = _resume(crashed, Command(resume=approval))
+    done = _approved_again(crashed, _resume(crashed, None))
     refusals = [
         str(m.content) for m in done["messages"] if isinstance(m, ToolMessage) and m.status == "error"
     ]
     assert refusals == []
     assert _Effects(crashed).done() == ["reports/final"]
     assert "__interrupt__" not in done
+    assert _store_rows(crashed, "SELECT state FROM approvals ORDER BY created") == [
+        ("consumed",),
+        ("consumed",),
+    ]
+    assert _store_rows(crashed, "SELECT state FROM agentgate_once") == [("ok",)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "an idempotent tool keeps no once-only record, and nothing puts back the approval an allow "
-        "left without an outcome by a dead process: the resumed call is refused 'already used' "
-        "(the allow's settlement, outside helper r61-lg's files)"
-    ),
-)
 def test_a_killed_idempotent_call_runs_when_resumed(crashed_idempotent: Path) -> None:
     """Review R61: an idempotent tool may run again; resumed after its process died with the
-    approval used and the tool not yet run, the run runs it (with the approval it was given, or
-    one given again for a new request), never refused for good."""
-    done = _resume(crashed_idempotent, None)
+    approval used and the tool not yet run, the run asks for the call's approval again and,
+    approved anew, runs it; never refused for good (until review R61 it was, as already used)."""
+    done = _approved_again(crashed_idempotent, _resume(crashed_idempotent, None))
     refusals = [
         str(m.content) for m in done["messages"] if isinstance(m, ToolMessage) and m.status == "error"
     ]
     assert refusals == []
     assert _Effects(crashed_idempotent).done() == ["reports/final"]
+    assert "__interrupt__" not in done
+    assert _store_rows(crashed_idempotent, "SELECT state FROM approvals ORDER BY created") == [
+        ("consumed",),
+        ("consumed",),
+    ]

@@ -31,6 +31,7 @@ from agentgate.policy import Outcome, Policy, PolicyDecision
 from agentgate.store import Transaction
 from agentgate.store.approvals import ApprovalStore, QuorumRule
 from agentgate.store.audit import AuditLog
+from agentgate.store.once import RUN_AGAIN, OnceCalls
 
 OPEN_REQUESTS_KEPT = 4096
 """How many approval requests asked in this process a Gate keeps the audit index of, for the
@@ -52,6 +53,7 @@ class _Approvals:
     policy: Policy
     audit: AuditLog
     approvals: ApprovalStore
+    once: OnceCalls
     _store_lock: threading.RLock
     _lock: threading.Lock
     _open_requests: dict[str, tuple[str, int | None, float]]
@@ -666,3 +668,54 @@ class _Approvals:
                     request["id"],
                     (request["call_hash"], request["asked_index"], float(request["expires_at"])),
                 )
+
+    def _ask_again_if_not_run(
+        self,
+        auth: Authorization,
+        exc: Exception,
+        approval: Approval | None,
+        request: Mapping[str, Any] | None,
+        rule: QuorumRule | None,
+        once_key: str | None,
+        tx: Transaction,
+    ) -> Authorization | None:
+        """``auth`` asking for approval again, in ``tx``, when its allow failed (``exc``) because
+        ``approval`` was used already, by an earlier allow of this call, and the call may run
+        again: a call that must run once whose record says it did not run (settled by
+        hand as not run, ``agentgate tasks settle KEY --not-run``), or a tool the policy marks
+        ``idempotent`` asked again in the framework call its approval was given in (a run resumed
+        after its process died between the allow and the tool's outcome). ``None`` otherwise: the
+        call is refused (``already used``), as any replay of a used approval is.
+
+        A used approval never counts again: presented again it is a replay, whoever presents it.
+        Asking again is safe (an approver signs a new approval, which cannot be replayed), where
+        refusing left such a call refused for good: until review R61 it could never run again.
+        The request asked is the one open for the call (the resumed node opened it, deciding first
+        without the approval) or a new one keyed to the same framework call; as for an approval
+        that does not count, an ``approval_required`` entry says why."""
+        if not isinstance(exc, Denied) or approval is None or request is None:
+            return None
+        if not self.approvals.used(approval.request, request["call_hash"], tx=tx):
+            return None
+        asked_call = self.approvals.asked_call(approval.request, tx=tx)
+        if once_key is not None:
+            last = self.once.last(tx, once_key)
+            if last is None or last[0] not in RUN_AGAIN:
+                return None
+            why = (
+                f"approval of request {approval.request} not used: it was used by the allow of this "
+                f"call at audit entry {last[1]}, and the call did not run ({last[0]}); a used approval "
+                "does not count again, so the call is asked for again"
+            )
+        else:
+            spec = self.policy.document.tools.get(auth.call.resource.removeprefix("tool:"))
+            idempotent = auth.call.resource.startswith("tool:") and spec is not None and spec.idempotent
+            if not idempotent or asked_call is None:
+                return None
+            why = (
+                f"approval of request {approval.request} not used: it was already used by an earlier "
+                "allow of this call; the tool is idempotent and may run again, but a used approval "
+                "does not count again, so the call is asked for again"
+            )
+        asking = replace(auth, verdict=Verdict.APPROVAL_REQUIRED, reasons=(*auth.reasons, why))
+        return self._record_approval_request(asking, request, rule, tx, asked_call, uncounted=True)

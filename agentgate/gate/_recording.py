@@ -71,6 +71,17 @@ class _Recording:
             self, approval: Approval, request: Mapping[str, Any], index: int
         ) -> None: ...
 
+        def _ask_again_if_not_run(
+            self,
+            auth: Authorization,
+            exc: Exception,
+            approval: Approval | None,
+            request: Mapping[str, Any] | None,
+            rule: QuorumRule | None,
+            once_key: str | None,
+            tx: Transaction,
+        ) -> Authorization | None: ...
+
         def _after_commit(self, span: Callable[[], None]) -> None: ...
 
         @staticmethod
@@ -252,6 +263,10 @@ class _Recording:
             if guarded:
                 tx.execute("ROLLBACK TO SAVEPOINT agentgate_allow")
                 tx.execute("RELEASE SAVEPOINT agentgate_allow")
+            # An approval used by an allow of this call that did not run: asked for again.
+            again = self._ask_again_if_not_run(auth, exc, approval, request, rule, once_key, tx)
+            if again is not None:
+                return again
             return self._refuse_unheld_allow(auth, exc, full, amounts, approval, request, tx)
         if guarded:
             tx.execute("RELEASE SAVEPOINT agentgate_allow")

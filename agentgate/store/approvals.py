@@ -400,6 +400,19 @@ class ApprovalStore:
         approval_id, index, expires_at = rows[0]
         return str(approval_id), None if index is None else int(index), float(expires_at)
 
+    def asked_call(self, approval_id: str, *, tx: Transaction | None = None) -> tuple[str, str] | None:
+        """The framework call request ``approval_id`` is keyed to and the version that asked it
+        (``request``'s ``call_key``), or ``None`` when it is keyed to none."""
+        sql = "SELECT call_key, asked_in FROM approval_calls WHERE approval_id = ?"
+        rows = tx.execute(sql, (approval_id,)) if tx is not None else self.store.query(sql, (approval_id,))
+        return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def used(self, approval_id: str, call_hash: str, *, tx: Transaction | None = None) -> bool:
+        """Whether request ``approval_id``, for the call ``call_hash``, was used (consumed)."""
+        sql = "SELECT 1 FROM approvals WHERE id = ? AND call_hash = ? AND state = 'consumed'"
+        params = (approval_id, call_hash)
+        return bool(tx.execute(sql, params) if tx is not None else self.store.query(sql, params))
+
     def call_key_of(self, approval_id: str, *, tx: Transaction | None = None) -> str | None:
         """The framework call request ``approval_id`` is keyed to (``request``'s ``call_key``,
         ``keep_call``), or ``None`` when it is keyed to none (or there is no such request)."""
