@@ -3,14 +3,13 @@ allow), presented again when the framework call is decided again. It never count
 is asked for again where it may run again (settled as not run, or an idempotent tool asked again
 in the framework call the approval was given in), and refused as before everywhere else. Decided
 through ``Gate.authorize`` as the LangGraph middleware calls it (a call id, a run scope and the
-framework call it was asked in), on a real SQLite store; the crash itself, a real ``SIGKILL`` of a
+framework call it was asked in), on a real SQLite store and a real PostgreSQL one; the crash itself, a real ``SIGKILL`` of a
 LangGraph run, is tests/test_langgraph_r61_crash_approval.py."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +17,7 @@ from agentgate.capabilities import Call
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
+from agentgate.store import Store
 from agentgate.store.once import settle
 
 POLICY = """
@@ -89,10 +88,11 @@ class Rig:
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
+def rig(store: Store) -> Iterator[Rig]:
+    """The Gate on each store (SQLite, and PostgreSQL through the fixtures' server)."""
     keys = {n: SigningKey.generate() for n in ("root", "agent", "alice")}
     text = POLICY.format(root=keys["root"].did, agent=keys["agent"].did, alice=keys["alice"].did)
-    with Gate(parse_policy(text, source="r61b.yaml"), SQLiteStore(tmp_path / "agentgate.db")) as gate:
+    with Gate(parse_policy(text, source="r61b.yaml"), store) as gate:
         agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
         yield Rig(gate, agent, keys["alice"])
 
