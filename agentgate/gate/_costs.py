@@ -120,11 +120,18 @@ class _Costs:
         token more (every model call sends a prompt; the integrations estimate one at least).
         Until review R61 a direct caller's estimate of ``(0, 0)`` cost 0, was not reserved, and
         left its outcome no reservation to charge the usage it reported (nor did a spent budget
-        refuse it). An estimate that costs something is reserved as it is."""
+        refuse it). An estimate that costs something is reserved as it is. A model whose prompt
+        is free and whose output is not is reserved one output token more in money instead: until
+        review R61 its ``(p, 0)`` cost no money, reserved none, and the output it reported was
+        never charged in ``usd_micros`` (nor did a spent money budget refuse it). A model free
+        for both costs nothing, and reserves nothing in money."""
         cost = self._priced(call, tokens)
         if tokens is not None and (cost.get("tokens") == 0 or cost.get("usd_micros") == 0):
             prompt, output = _token_counts(tokens)
             cost = self._priced(call, (prompt + 1, output))
+            if cost.get("usd_micros") == 0:  # its prompt is free: what one output token costs
+                money = self._priced(call, (prompt, output + 1))["usd_micros"]
+                cost["usd_micros"] = cost["micro_usd"] = money
         return cost
 
     def _priced(self, call: Call, tokens: tuple[int, int] | None) -> dict[str, int]:
