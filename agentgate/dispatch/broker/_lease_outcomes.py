@@ -30,6 +30,9 @@ from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision,
 _MONEY = ("usd_micros", "micro_usd")
 """The budget units a lease's price is reserved in (the Gate prices money under both names)."""
 
+Charges = dict[str, dict[str, int]]
+"""What each grant was charged, by unit: an outcome entry's ``charges``."""
+
 Held = tuple[int, float] | Literal["reserved"] | None
 """What a lease's end is charged for: the GPUs and seconds it held, everything reserved for it
 (a granted lease lost in a restart), or nothing (``None``: it never held GPUs)."""
@@ -164,7 +167,7 @@ class _Recording:
             recorded = self.decisions.get(decided.request_id, tx)
             if recorded is not None and recorded.audit_index == decided.audit_index:
                 self.decisions.remove(decided.request_id, tx)  # written, though the store said not
-            self._settle(tx, decided, None)
+            self._settle(tx, decided, None)  # returns all: nothing charged
             index = self._append(decided, "error", reason, 0, tx)
         self._outcome_span(decided, "error", index)
 
@@ -183,17 +186,19 @@ class _Recording:
         with self.gate.store.transaction() as tx:
             self.gate.audit.lock(tx)  # before any row, as every Gate write (docs/operations.md)
             decided = self.decisions.get(request_id, tx)
-            delta = 0
+            delta, charges = 0, Charges()
             if decided is not None:
-                delta = self._settle(tx, decided, held)
+                delta, charges = self._settle(tx, decided, held)
                 self.decisions.remove(request_id, tx)
             ended = decided or _unlinked(request_id, holder, resource)
-            index = self._append(ended, status, reason, delta, tx)
+            index = self._append(ended, status, reason, delta, tx, charges)
         self._outcome_span(ended, status, index)
 
-    def _settle(self, tx: Transaction, decided: LeaseDecision, held: Held) -> int:
+    def _settle(self, tx: Transaction, decided: LeaseDecision, held: Held) -> tuple[int, Charges]:
         """Commit what the lease used of its reservations and return the rest; the amount committed
-        in the unit of the first reservation (the caller's own budget's, see ``Gate._caps``).
+        in the unit of the first reservation (the caller's own budget's, see ``Gate._caps``), and
+        what each grant was charged by unit (the outcome's ``charges``; empty when all was
+        returned). Until review R61 a lease's outcome had no ``charges``.
 
         Each decision's call is spent once the lease was granted. Money: the GPUs times the held
         seconds (rounded up) at the lease's price, taken from its reservations in order. They
@@ -203,7 +208,7 @@ class _Recording:
         if held is None:
             for reservation, _unit, _amount in decided.reservations:
                 self.gate.ledger.release(reservation, tx)
-            return 0
+            return 0, {}
         reserved = {unit: sum(a for _, u, a in decided.reservations if u == unit) for unit in _MONEY}
         if held == "reserved":
             owed = reserved
@@ -213,21 +218,32 @@ class _Recording:
             cost = 0 if price is None else lease_cost(gpus, seconds, price)
             owed = {unit: min(cost, reserved[unit]) for unit in _MONEY}
         committed = 0
+        charges: Charges = {}
         primary = decided.reservations[0][1] if decided.reservations else None  # the caller's own unit
         for reservation, unit, amount in decided.reservations:
             used = min(amount, owed[unit]) if unit in owed else amount
             if unit in owed:
                 owed[unit] -= used
-            self.gate.ledger.commit(reservation, used, tx)
+            for grant_id, n in self.gate.ledger.charge(reservation, used, tx).items():
+                # Summed: a renewal under another chain keeps its own reservation of the unit.
+                by_unit = charges.setdefault(grant_id, {})
+                by_unit[unit] = by_unit.get(unit, 0) + n
             if unit == primary:  # an audit entry's budget_delta is in one unit, never a sum of several
                 committed += used
-        return committed
+        return committed, charges
 
     def _append(
-        self, decided: LeaseDecision, status: str, reason: str, delta: int, tx: Transaction | None = None
+        self,
+        decided: LeaseDecision,
+        status: str,
+        reason: str,
+        delta: int,
+        tx: Transaction | None = None,
+        charges: Charges | None = None,
     ) -> int:
-        """Append the lease's ``outcome`` entry (in ``tx``, else committed on its own); its index.
-        Its span (``_outcome_span``) is the caller's to make once the entry is committed."""
+        """Append the lease's ``outcome`` entry (in ``tx``, else committed on its own), with the
+        ``charges`` of its settlement where it charged any; its index. Its span
+        (``_outcome_span``) is the caller's to make once the entry is committed."""
         return self.gate.audit.append(
             {
                 "kind": "outcome",
@@ -238,6 +254,7 @@ class _Recording:
                 "ref": decided.audit_index,
                 "budget_delta": delta,
                 "reasons": [reason],
+                "charges": charges or None,
             },
             tx,
         )
