@@ -253,7 +253,7 @@ class _Recording:
             if approval is not None and request is not None:
                 auth, given = self._consume_approval(auth, approval, request, rule, tx)
             held = tuple(
-                (self.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount)
+                (self.ledger.reserve(tx, identity.chain.ids, caps, amount, unit=unit), unit, amount)
                 for unit, caps, amount in reserve
             )
             full = self.quotas.count(tx, quotas, amounts, time.time()) if quotas else None

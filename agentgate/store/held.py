@@ -14,7 +14,9 @@ entry that made it where the log shows it, and the once-only call or the GPU lea
 it, if one does: those are settled with their call (``agentgate tasks settle``) or when their
 lease ends (``GatedBroker``), never here.
 ``settle_held`` charges one (it ran) or releases it (it did not), in one transaction with an
-``outcome`` entry as ``once.settle`` writes one. The reservation's state changes by the ledger's
+``outcome`` entry as ``once.settle`` writes one, whose ``charges`` name the unit the reservation
+stores (``budget_reservations.unit``, since review R61; a row made before has none and its outcome
+no ``charges``). The reservation's state changes by the ledger's
 conditional update from ``reserved``, so one settled meanwhile by its own process (which was
 slow, not dead) is refused, never settled twice.
 
@@ -41,7 +43,7 @@ from agentgate.audit.entry import format_time
 from agentgate.errors import AgentGateError, InputError, SettlementRefused, StoreError
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
-from agentgate.store.ledger import BudgetLedger, has_entry_column
+from agentgate.store.ledger import BudgetLedger, has_entry_column, has_unit_column
 from agentgate.store.once import SETTLE_MIN_AGE_S
 
 _ID = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
@@ -166,13 +168,13 @@ def settle_held(
     ledger = BudgetLedger(store)
     there = _tables(store, ("agentgate_once", "broker_decisions"))  # the holders to look for
     rows = store.query(
-        f"SELECT chain, amount, state, created, {_ENTRY[has_entry_column(store)]} FROM budget_reservations "
-        "WHERE id = ?",
+        f"SELECT chain, amount, state, created, {_ENTRY[has_entry_column(store)]}, "
+        f"{_UNIT[has_unit_column(store)]} FROM budget_reservations WHERE id = ?",
         (reservation,),
     )
     if not rows:
         raise SettlementRefused(f"no budget reservation has the id {reservation}")
-    chain_text, amount_text, state_text, created_text, entry = rows[0]
+    chain_text, amount_text, state_text, created_text, entry, unit = rows[0]
     chain, amount = _stored(reservation, chain_text, amount_text)
     state, created = str(state_text), str(created_text)
     if state != "reserved":
@@ -202,9 +204,8 @@ def settle_held(
         try:
             # The ledger's conditional update from ``reserved`` decides: a reservation its own
             # process settled since it was read above changes nothing here, and is refused.
-            if ran:
-                ledger.commit(reservation, amount, tx, exhaust=True)
-            else:
+            charged = ledger.charge(reservation, amount, tx, exhaust=True) if ran else {}
+            if not ran:
                 ledger.release(reservation, tx)
         except InputError:
             raise SettlementRefused(
@@ -226,6 +227,7 @@ def settle_held(
                 "ref": found.allow_index,
                 "budget_delta": amount if ran else 0,
                 "reasons": [f"settled by hand by {by}: {said}{tail}; budget reservation {reservation}"],
+                "charges": _charges(charged, unit),
             },
             tx,
         )
@@ -302,6 +304,19 @@ def _lease(store: Store, tx: Transaction | None, reservation: str) -> tuple[str,
 
 _ENTRY = {True: "entry", False: "NULL"}
 """What a reservation row's ``entry`` is read as: the column, or null in a store made before it."""
+
+_UNIT = {True: "unit", False: "NULL"}
+"""What a reservation row's ``unit`` is read as: the column, or null in a store made before it."""
+
+
+def _charges(charged: dict[str, int], unit: object) -> dict[str, dict[str, int]] | None:
+    """An outcome's ``charges`` (docs/audit-format.md): what each grant was charged (``charged``)
+    in the reservation's ``unit`` as stored; ``None`` (not written) when nothing was charged or
+    the row records no unit (made before review R61, or by a role that could not add the
+    column): the outcome is then as before, its ``budget_delta`` charged to every budget."""
+    if not charged or not isinstance(unit, str) or not unit:
+        return None
+    return {grant_id: {unit: n} for grant_id, n in charged.items()}
 
 
 def _allow_index(

@@ -44,7 +44,8 @@ CREATE TABLE IF NOT EXISTS budget_reservations (
     actual INTEGER,
     created TEXT NOT NULL,
     settled TEXT,
-    entry INTEGER
+    entry INTEGER,
+    unit TEXT
 ) WITHOUT ROWID;
 """,
     "postgresql": """
@@ -68,7 +69,8 @@ BEGIN
             actual BIGINT,
             created TEXT NOT NULL,
             settled TEXT,
-            entry BIGINT
+            entry BIGINT,
+            unit TEXT
         );
     END IF;
     -- A table made before review R61: its owner adds ``entry``; any other role goes on without.
@@ -76,6 +78,15 @@ BEGIN
                    AND attname = 'entry' AND NOT attisdropped) THEN
         BEGIN
             ALTER TABLE budget_reservations ADD COLUMN entry BIGINT;
+        EXCEPTION WHEN insufficient_privilege THEN
+            NULL;
+        END;
+    END IF;
+    -- Likewise ``unit`` (review R61: an outcome settled by hand names its unit in ``charges``).
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('budget_reservations')
+                   AND attname = 'unit' AND NOT attisdropped) THEN
+        BEGIN
+            ALTER TABLE budget_reservations ADD COLUMN unit TEXT;
         EXCEPTION WHEN insufficient_privilege THEN
             NULL;
         END;
@@ -91,16 +102,21 @@ _SETTLE_KNOWN = (
     "UPDATE budget_reservations SET state = ?, actual = ?, settled = ? "
     "WHERE id = ? AND state = 'reserved' AND chain = ? AND amount = ?"
 )
-_INSERT = (
-    "INSERT INTO budget_reservations (id, chain, amount, state, created) VALUES (?, ?, ?, 'reserved', ?)"
-)
-_INSERT_AT_ENTRY = (
-    "INSERT INTO budget_reservations (id, chain, amount, state, created, entry) "
-    "VALUES (?, ?, ?, 'reserved', ?, (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log))"
-)
-"""A reservation with the index the next audit entry takes (``entry``): in a decision's
-transaction, which holds the log's lock from its start, the ``allow`` that the reservation is
-for (the Gate appends nothing between them). One statement: no round trip more per decision."""
+
+
+def _insert(at_entry: bool, unit: bool) -> str:
+    """How a reservation is stored: with its unit (``unit``, where the store has the column) and
+    the index the next audit entry takes (``at_entry``): in a decision's transaction, which holds
+    the log's lock from its start, the ``allow`` that the reservation is for (the Gate appends
+    nothing between them). One statement: no round trip more per decision."""
+    columns, values = "id, chain, amount, state, created", "?, ?, ?, 'reserved', ?"
+    if unit:
+        columns, values = f"{columns}, unit", f"{values}, ?"
+    if at_entry:
+        columns, values = f"{columns}, entry", f"{values}, (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log)"
+    return f"INSERT INTO budget_reservations ({columns}) VALUES ({values})"
+
+
 _MAX_HELD = 4096
 """How many reservations a ledger remembers (chain and amount) until they are settled."""
 
@@ -120,27 +136,32 @@ _HELD_BY: dict[Dialect, str] = {
 hold it inside a longer id, which only keeps a budget longer, never removes one still needed."""
 
 
-def _add_entry_sqlite(store: Store) -> None:
-    """Add ``budget_reservations.entry`` to a SQLite store made before review R61."""
+_ADDED_COLUMNS = {"entry": "INTEGER", "unit": "TEXT"}
+"""The columns of ``budget_reservations`` added in review R61, with their SQLite types."""
 
-    def missing(tx: Transaction) -> bool:
-        return not any(row[1] == "entry" for row in tx.execute("PRAGMA table_info(budget_reservations)"))
+
+def _add_columns_sqlite(store: Store) -> None:
+    """Add ``budget_reservations.entry`` and ``unit`` to a SQLite store made before review R61."""
+
+    def missing(tx: Transaction) -> list[str]:
+        there = {row[1] for row in tx.execute("PRAGMA table_info(budget_reservations)")}
+        return [name for name in _ADDED_COLUMNS if name not in there]
 
     with store.transaction(immediate=False) as tx:
         if not missing(tx):
             return
     with store.transaction() as tx:
-        if missing(tx):  # another process may have added it meanwhile
-            tx.execute("ALTER TABLE budget_reservations ADD COLUMN entry INTEGER")
+        for name in missing(tx):  # another process may have added some meanwhile
+            tx.execute(f"ALTER TABLE budget_reservations ADD COLUMN {name} {_ADDED_COLUMNS[name]}")
 
 
 def _tables(store: Store) -> set[str]:
-    """Which of ``audit_log`` and ``budget_reservations.entry`` (the column) the store holds,
-    read without creating anything."""
+    """Which of ``audit_log``, ``budget_reservations.entry`` and ``budget_reservations.unit``
+    (the columns) the store holds, read without creating anything."""
     if store.dialect == "sqlite":
         found = {str(r[0]) for r in store.query("SELECT name FROM sqlite_master WHERE name = 'audit_log'")}
         columns = store.query(
-            "SELECT name FROM pragma_table_info('budget_reservations') WHERE name = 'entry'"
+            "SELECT name FROM pragma_table_info('budget_reservations') WHERE name IN ('entry', 'unit')"
         )
     else:
         found = {
@@ -148,14 +169,19 @@ def _tables(store: Store) -> set[str]:
         }
         columns = store.query(
             "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('budget_reservations') "
-            "AND attname = 'entry' AND NOT attisdropped"
+            "AND attname IN ('entry', 'unit') AND NOT attisdropped"
         )
-    return found | ({"budget_reservations.entry"} if columns else set())
+    return found | {f"budget_reservations.{row[0]}" for row in columns}
 
 
 def has_entry_column(store: Store) -> bool:
     """Whether the store's reservations record their ``allow`` entry (``entry``, review R61)."""
     return "budget_reservations.entry" in _tables(store)
+
+
+def has_unit_column(store: Store) -> bool:
+    """Whether the store's reservations record their budget unit (``unit``, review R61)."""
+    return "budget_reservations.unit" in _tables(store)
 
 
 def _reservation_id() -> str:
@@ -206,21 +232,31 @@ class BudgetLedger:
         self.store = store
         store.ensure_schema("ledger", LEDGER_DDL)
         if store.dialect == "sqlite" and not getattr(store, "read_only", False):
-            _add_entry_sqlite(store)
-        self._insert = (
-            _INSERT_AT_ENTRY if _tables(store) >= {"audit_log", "budget_reservations.entry"} else _INSERT
-        )
+            _add_columns_sqlite(store)
+        there = _tables(store)
+        self._with_unit = "budget_reservations.unit" in there
+        self._insert = _insert({"audit_log", "budget_reservations.entry"} <= there, self._with_unit)
         """How a reservation is stored: with its ``allow`` entry's index where the store holds an
-        audit log and the column (``held`` finds the entry by it; time is not monotonic)."""
+        audit log and the column (``held`` finds the entry by it; time is not monotonic), and its
+        unit where the store has the column (an outcome settled by hand names it in ``charges``)."""
         self._held: dict[str, tuple[str, int, tuple[str, ...]]] = {}
         """Reservations made here and not yet settled here: id -> (chain as stored, amount, chain)."""
         self._stored_chains: dict[tuple[str, ...], str] = {}
         """The JSON text of the chains reserved against (a column of ``budget_reservations``)."""
 
     def reserve(
-        self, tx: Transaction | None, chain: Sequence[str], caps: Mapping[str, int], amount: int
+        self,
+        tx: Transaction | None,
+        chain: Sequence[str],
+        caps: Mapping[str, int],
+        amount: int,
+        *,
+        unit: str | None = None,
     ) -> str:
         """Reserve ``amount`` against every grant of ``chain`` (root..tip) that has a cap in ``caps``.
+
+        ``unit``: the budgets' unit, stored with the reservation where the store has the column
+        (``held``'s settlement names it in the outcome's ``charges``; ``None``: not known).
 
         Grants not in ``caps`` have no budget of their own. A grant's row is created on first use
         with its cap (later caps for the same grant are ignored: a grant's budget is fixed when
@@ -235,11 +271,13 @@ class BudgetLedger:
         if not chain or any(not isinstance(g, str) or not g for g in chain) or len(set(chain)) != len(chain):
             raise InputError("chain must be a non-empty list of distinct grant ids, root first")
         if tx is not None:  # the gate's path: no context manager layer per call
-            return self._reserve(tx, chain, caps, amount)
+            return self._reserve(tx, chain, caps, amount, unit)
         with self.store.transaction() as own:
-            return self._reserve(own, chain, caps, amount)
+            return self._reserve(own, chain, caps, amount, unit)
 
-    def _reserve(self, t: Transaction, chain: Sequence[str], caps: Mapping[str, int], amount: int) -> str:
+    def _reserve(
+        self, t: Transaction, chain: Sequence[str], caps: Mapping[str, int], amount: int, unit: str | None
+    ) -> str:
         for grant_id in chain:
             if grant_id not in caps:
                 continue
@@ -270,7 +308,13 @@ class BudgetLedger:
             if len(self._stored_chains) >= _MAX_HELD:
                 self._stored_chains.clear()
             stored = self._stored_chains[held] = json.dumps(list(held))
-        t.execute(self._insert, (reservation, stored, amount, utc_now()))
+        created = utc_now()
+        t.execute(
+            self._insert,
+            (reservation, stored, amount, created, unit)
+            if self._with_unit
+            else (reservation, stored, amount, created),
+        )
         if len(self._held) >= _MAX_HELD:
             self._held.clear()  # only a shortcut: a reservation not found here is read back
         self._held[reservation] = (stored, amount, held)

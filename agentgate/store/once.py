@@ -31,7 +31,7 @@ from typing import Literal, cast
 from agentgate.errors import InputError, SettlementRefused
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
-from agentgate.store.ledger import BudgetLedger
+from agentgate.store.ledger import BudgetLedger, has_unit_column
 
 ONCE_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -160,6 +160,7 @@ def settle(
     if isinstance(min_age_s, bool) or not isinstance(min_age_s, int | float) or not min_age_s >= 0:
         raise InputError(f"the minimum age must be a number of seconds >= 0, got {min_age_s!r:.60}")
     ledger, calls = BudgetLedger(store), OnceCalls(store)
+    unit_column = "unit" if has_unit_column(store) else "NULL"  # a row's unit: charges (review R61)
     with store.transaction() as tx:
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
         rows = tx.execute(f"SELECT {_COLUMNS} FROM agentgate_once WHERE key = ?", (key,))
@@ -180,18 +181,22 @@ def settle(
                 )
         tail = f" ({reason})" if reason else ""
         charged = 0
+        charges: dict[str, dict[str, int]] = {}
         if record.state == "started":  # its outcome was never written: its reservations are held
             for reservation in record.reservations:
                 held = tx.execute(
-                    "SELECT amount FROM budget_reservations WHERE id = ? AND state = 'reserved'",
+                    f"SELECT amount, {unit_column} FROM budget_reservations WHERE id = ? AND state = 'reserved'",
                     (reservation,),
                 )
                 if not held:
                     continue
                 if ran:
-                    amount = int(held[0][0])
-                    ledger.commit(reservation, amount, tx, exhaust=True)
+                    amount, unit = int(held[0][0]), held[0][1]
+                    by_grant = ledger.charge(reservation, amount, tx, exhaust=True)
                     charged = charged or amount  # the first: the unit of the caller's own budget
+                    if isinstance(unit, str) and unit:  # a row made before review R61 has none
+                        for grant_id, n in by_grant.items():
+                            charges.setdefault(grant_id, {})[unit] = n
                 else:
                     ledger.release(reservation, tx)
         calls.finish(tx, key, "ok" if ran else "not_run")
@@ -208,6 +213,7 @@ def settle(
                 "ref": record.allow_index,
                 "budget_delta": charged,
                 "reasons": [f"settled by hand by {by}: {'it ran' if ran else 'it did not run'}{tail}"],
+                "charges": charges or None,
             },
             tx,
         )
