@@ -52,6 +52,20 @@ def _amount(total: int) -> str:
         return f"{'-' if total < 0 else ''}about 10^{int(math.log10(abs(total)))}"
 
 
+def _charged(entry: AuditEntry) -> str:
+    """What each grant was charged by the outcome ``entry`` (its ``charges``, grant ids cut to 12
+    characters), below its budget figure; nothing for an entry without them. Until review R61 the
+    table showed ``budget_delta`` alone."""
+    if not entry.charges:
+        return ""
+    parts = (
+        f"{_e(grant_id[:12])}: {n} {_e(unit)}"
+        for grant_id, by_unit in sorted(entry.charges.items())
+        for unit, n in sorted(by_unit.items())
+    )
+    return f"<br><small>charged {'; '.join(parts)}</small>"
+
+
 _WIDTH = 900
 """Horizontal pixels of the charts: at most about this many points per series are drawn."""
 _TABLE_ROWS = 500
@@ -281,7 +295,7 @@ def render_report(
     )
     rows = "".join(
         f"<tr><td>{e.index}</td><td>{_e(e.time)}</td><td>{_e(e.kind)}</td><td><code>{_e(e.principal)}</code></td>"
-        f"<td>{_e(e.resource or '')}</td><td>{e.budget_delta}</td><td>{_e('; '.join(e.reasons))}</td></tr>"
+        f"<td>{_e(e.resource or '')}</td><td>{e.budget_delta}{_charged(e)}</td><td>{_e('; '.join(e.reasons))}</td></tr>"
         for e in summary.newest
     )
     return (

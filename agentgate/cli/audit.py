@@ -577,12 +577,17 @@ def _explain(args: argparse.Namespace) -> int:
     print(f"├── policy: {printable(entry.policy_hash or '-')}   rule: {printable(entry.rule or '-')}")
     print(f"├── approver: {printable(entry.approver or '(no approval)')}")
     print(f"├── budget delta: {entry.budget_delta}")
+    charged = sorted((entry.charges or {}).items())
+    for position, (grant_id, by_unit) in enumerate(charged):
+        branch = "└──" if position == len(charged) - 1 else "├──"
+        for unit, n in sorted(by_unit.items()):
+            print(f"│   {branch} charged grant {printable(grant_id)}: {n} {printable(unit)}")
     for reason in entry.reasons:
         print(f"├── reason: {printable(reason)}")
     for other in related:
         print(
             f"├── related entry {other.index}: {other.kind} {printable(other.status or '')} "
-            f"budget {other.budget_delta}"
+            f"budget {other.budget_delta}{_charged(other)}"
         )
     grant = (entry.resource or "").startswith("agent:")  # a grant entry has no outcome
     if entry.kind == "allow" and not grant and not any(other.kind == "outcome" for other in related):
@@ -595,6 +600,19 @@ def _explain(args: argparse.Namespace) -> int:
     print(f"├── outcome status: {printable(entry.status or '-')}")
     print(f"└── evidence: {_evidence(explained)}")
     return 0
+
+
+def _charged(entry: AuditEntry) -> str:
+    """`` (charged GRANT: N UNIT; ...)``: what each grant was charged by the outcome ``entry``
+    (its ``charges``, grant ids cut to 12 characters), or nothing for an entry without them."""
+    if not entry.charges:
+        return ""
+    parts = (
+        f"{printable(grant_id[:12])}: {n} {printable(unit)}"
+        for grant_id, by_unit in sorted(entry.charges.items())
+        for unit, n in sorted(by_unit.items())
+    )
+    return f" (charged {'; '.join(parts)})"
 
 
 def _link_states(links: list[_ShownGrant]) -> list[str]:
