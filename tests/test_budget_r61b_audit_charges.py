@@ -45,7 +45,7 @@ def overran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
                 "ref": allow,
                 "budget_delta": 50,
                 "reasons": ["overran the usd_micros budget by 20; the budget is exhausted"],
-                "charges": {ROOT: {"usd_micros": 50}, TIP: {"usd_micros": 30}},
+                "charges": {ROOT: {"usd_micros": 50}, TIP: {"calls": 1, "usd_micros": 30}},
             }
         )
     return allow, outcome
@@ -60,6 +60,7 @@ def test_explain_shows_each_grants_charge_of_an_outcome(
     out = capsys.readouterr().out
     assert "├── budget delta: 50\n" in out
     assert f"│   ├── charged grant {ROOT}: 50 usd_micros\n" in out
+    assert f"│   ├── charged grant {TIP}: 1 calls\n" in out  # one line a unit, the tree's last one closing
     assert f"│   └── charged grant {TIP}: 30 usd_micros\n" in out
 
 
@@ -72,7 +73,7 @@ def test_explain_of_an_allow_shows_its_outcomes_charges(
     out = capsys.readouterr().out
     assert (
         f"├── related entry {outcome}: outcome ok budget 50 "
-        f"(charged {ROOT[:12]}: 50 usd_micros; {TIP[:12]}: 30 usd_micros)\n"
+        f"(charged {ROOT[:12]}: 50 usd_micros; {TIP[:12]}: 1 calls; {TIP[:12]}: 30 usd_micros)\n"
     ) in out
 
 
@@ -93,6 +94,7 @@ def test_report_shows_each_grants_charge_in_the_entries_table(
     assert main(["audit", "report", "--out", str(out)]) == 0
     page = out.read_text()
     assert (
-        f"<td>50<br><small>charged {ROOT[:12]}: 50 usd_micros; {TIP[:12]}: 30 usd_micros</small></td>" in page
+        f"<td>50<br><small>charged {ROOT[:12]}: 50 usd_micros; {TIP[:12]}: 1 calls; {TIP[:12]}: 30 usd_micros</small></td>"
+        in page
     )
     assert "<td>10</td>" in page  # the allow: no charges, its figure alone

@@ -577,11 +577,13 @@ def _explain(args: argparse.Namespace) -> int:
     print(f"├── policy: {printable(entry.policy_hash or '-')}   rule: {printable(entry.rule or '-')}")
     print(f"├── approver: {printable(entry.approver or '(no approval)')}")
     print(f"├── budget delta: {entry.budget_delta}")
-    charged = sorted((entry.charges or {}).items())
-    for position, (grant_id, by_unit) in enumerate(charged):
-        branch = "└──" if position == len(charged) - 1 else "├──"
-        for unit, n in sorted(by_unit.items()):
-            print(f"│   {branch} charged grant {printable(grant_id)}: {n} {printable(unit)}")
+    charged = [
+        f"charged grant {printable(grant_id)}: {n} {printable(unit)}"
+        for grant_id, by_unit in sorted((entry.charges or {}).items())
+        for unit, n in sorted(by_unit.items())
+    ]
+    for position, line in enumerate(charged):
+        print(f"│   {'└──' if position == len(charged) - 1 else '├──'} {line}")
     for reason in entry.reasons:
         print(f"├── reason: {printable(reason)}")
     for other in related:
