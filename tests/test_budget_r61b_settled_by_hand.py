@@ -21,7 +21,7 @@ from agentgate.gate import AgentIdentity, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import Store
-from agentgate.store.held import settle_held
+from agentgate.store.held import held, settle_held
 from agentgate.store.ledger import BudgetLedger
 from agentgate.store.once import settle
 
@@ -123,3 +123,18 @@ def test_a_ledger_made_before_stores_the_unit_of_new_reservations(store: Store) 
     fresh = ledger.reserve(None, ["root"], {"root": 100}, 4, unit="tokens")
     rows = store.query("SELECT id, unit FROM budget_reservations ORDER BY created")
     assert rows == [("9d2e7c1a0b3f4e5d6c7b8a9f0e1d2c3b", None), (fresh, "tokens")]
+
+
+def test_held_lists_each_reservations_unit(gated: tuple[Gate, AgentIdentity]) -> None:
+    """Review R61: ``budget held`` (``held``, its ``--json``) names the unit a held reservation's
+    amount is in, as stored (null for a row made before its unit was)."""
+    gate, agent = gated
+    auth = gate.authorize(agent, Call.tool("lookup", {"id": "o-1"}))
+    gate.flush()
+    (listed,) = held(gate.store, gate.audit, min_age_s=0)
+    assert listed.id == auth.reservations[0][0]
+    assert listed.unit == "calls" and listed.to_json()["unit"] == "calls"
+    with gate.store.transaction() as tx:
+        tx.execute("UPDATE budget_reservations SET unit = NULL")
+    (listed,) = held(gate.store, gate.audit, min_age_s=0)
+    assert listed.unit is None and listed.to_json()["unit"] is None

@@ -80,6 +80,8 @@ class HeldReservation:
     once_key: str | None
     lease: tuple[str, str] | None = None
     """The GPU lease (broker, request id) whose decision holds it until the lease ends, if one does."""
+    unit: str | None = None
+    """The budget unit its amount is in, as stored (``None``: a row made before review R61)."""
 
     @property
     def grant_id(self) -> str:
@@ -96,6 +98,7 @@ class HeldReservation:
             "allow_index": self.allow_index,
             "once_key": self.once_key,
             "lease": None if self.lease is None else {"broker": self.lease[0], "request_id": self.lease[1]},
+            "unit": self.unit,
         }
 
 
@@ -113,14 +116,14 @@ def held(
         return []
     aged = "" if cut is None else " AND created <= ?"
     rows = store.query(
-        f"SELECT id, chain, amount, created, {_ENTRY[has_entry_column(store)]} FROM budget_reservations "
-        f"WHERE state = 'reserved'{aged} ORDER BY created, id",
+        f"SELECT id, chain, amount, created, {_ENTRY[has_entry_column(store)]}, {_UNIT[has_unit_column(store)]} "
+        f"FROM budget_reservations WHERE state = 'reserved'{aged} ORDER BY created, id",
         () if cut is None else (cut,),
     )
     once, leases = "agentgate_once" in there, "broker_decisions" in there
     size = audit.size() if audit is not None and rows else 0  # a count of the whole log: once
     found = []
-    for id_, chain_text, amount_text, created, entry in rows:
+    for id_, chain_text, amount_text, created, entry, unit in rows:
         chain, amount = _stored(id_, chain_text, amount_text)
         found.append(
             HeldReservation(
@@ -131,6 +134,7 @@ def held(
                 _allow_index(audit, chain, amount, str(created), size, entry),
                 _once_key(store, None, str(id_)) if once else None,
                 _lease(store, None, str(id_)) if leases else None,
+                _unit(unit),
             )
         )
     return found
@@ -180,7 +184,7 @@ def settle_held(
     if state != "reserved":
         raise SettlementRefused(f"reservation {reservation} is {state}, not held: there is nothing to settle")
     allow_index = _allow_index(audit, chain, amount, created, audit.size(), entry)
-    found = HeldReservation(reservation, chain, amount, created, allow_index, None)
+    found = HeldReservation(reservation, chain, amount, created, allow_index, None, unit=_unit(unit))
     allowed = audit.entry(found.allow_index) if found.allow_index is not None else None
     with store.transaction() as tx:
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
@@ -227,7 +231,7 @@ def settle_held(
                 "ref": found.allow_index,
                 "budget_delta": amount if ran else 0,
                 "reasons": [f"settled by hand by {by}: {said}{tail}; budget reservation {reservation}"],
-                "charges": _charges(charged, unit),
+                "charges": _charges(charged, found.unit),
             },
             tx,
         )
@@ -309,12 +313,17 @@ _UNIT = {True: "unit", False: "NULL"}
 """What a reservation row's ``unit`` is read as: the column, or null in a store made before it."""
 
 
-def _charges(charged: dict[str, int], unit: object) -> dict[str, dict[str, int]] | None:
+def _unit(stored: object) -> str | None:
+    """A reservation row's unit: ``None`` where it records none (made before review R61, or by a
+    role that could not add the column) or not as text (a row written outside agentgate)."""
+    return stored if isinstance(stored, str) and stored else None
+
+
+def _charges(charged: dict[str, int], unit: str | None) -> dict[str, dict[str, int]] | None:
     """An outcome's ``charges`` (docs/audit-format.md): what each grant was charged (``charged``)
-    in the reservation's ``unit`` as stored; ``None`` (not written) when nothing was charged or
-    the row records no unit (made before review R61, or by a role that could not add the
-    column): the outcome is then as before, its ``budget_delta`` charged to every budget."""
-    if not charged or not isinstance(unit, str) or not unit:
+    in the reservation's ``unit``; ``None`` (not written) when nothing was charged or the row
+    records no unit: the outcome is then as before, its ``budget_delta`` charged to every budget."""
+    if not charged or unit is None:
         return None
     return {grant_id: {unit: n} for grant_id, n in charged.items()}
 
