@@ -15,7 +15,7 @@ import html
 import itertools
 import math
 from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from agentgate.audit.entry import AuditEntry
@@ -52,18 +52,22 @@ def _amount(total: int) -> str:
         return f"{'-' if total < 0 else ''}about 10^{int(math.log10(abs(total)))}"
 
 
-def _charged(entry: AuditEntry) -> str:
-    """What each grant was charged by the outcome ``entry`` (its ``charges``, grant ids cut to 12
-    characters), below its budget figure; nothing for an entry without them. Until review R61 the
-    table showed ``budget_delta`` alone."""
-    if not entry.charges:
-        return ""
-    parts = (
-        f"{_e(grant_id[:12])}: {n} {_e(unit)}"
-        for grant_id, by_unit in sorted(entry.charges.items())
+def charged_text(entry: AuditEntry, quote: Callable[[str], str]) -> str:
+    """``GRANT: N UNIT; ...``: what each grant was charged by the outcome ``entry`` (its
+    ``charges``, grant ids cut to 12 characters, each text through ``quote`` for where it is
+    shown), or ``""`` for an entry without them. The report's table and ``audit explain`` show
+    it (until review R61 they showed ``budget_delta`` alone)."""
+    return "; ".join(
+        f"{quote(grant_id[:12])}: {n} {quote(unit)}"
+        for grant_id, by_unit in sorted((entry.charges or {}).items())
         for unit, n in sorted(by_unit.items())
     )
-    return f"<br><small>charged {'; '.join(parts)}</small>"
+
+
+def _charged(entry: AuditEntry) -> str:
+    """``charged_text`` below the table's budget figure."""
+    charged = charged_text(entry, _e)
+    return f"<br><small>charged {charged}</small>" if charged else ""
 
 
 _WIDTH = 900

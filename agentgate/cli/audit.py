@@ -40,7 +40,7 @@ from agentgate.audit.entry import ENTRY_KINDS, AuditEntry
 from agentgate.audit.note import Checkpoint, key_id, verifier_key
 from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
-from agentgate.audit.report import render_report
+from agentgate.audit.report import charged_text, render_report
 from agentgate.cli._common import (
     escaped_once,
     given,
@@ -605,16 +605,10 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _charged(entry: AuditEntry) -> str:
-    """`` (charged GRANT: N UNIT; ...)``: what each grant was charged by the outcome ``entry``
-    (its ``charges``, grant ids cut to 12 characters), or nothing for an entry without them."""
-    if not entry.charges:
-        return ""
-    parts = (
-        f"{printable(grant_id[:12])}: {n} {printable(unit)}"
-        for grant_id, by_unit in sorted(entry.charges.items())
-        for unit, n in sorted(by_unit.items())
-    )
-    return f" (charged {'; '.join(parts)})"
+    """`` (charged GRANT: N UNIT; ...)`` (``charged_text``), or nothing for an entry without
+    ``charges``."""
+    charged = charged_text(entry, printable)
+    return f" (charged {charged})" if charged else ""
 
 
 def _link_states(links: list[_ShownGrant]) -> list[str]:
