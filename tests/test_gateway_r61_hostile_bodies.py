@@ -17,7 +17,8 @@ import pytest
 from test_gateway import Env, _body
 from test_gateway_server_settings import _answer, _served
 
-from agentgate.dispatch.gateway import invocation_headers
+from agentgate.dispatch.gateway import invocation_headers, max_tokens_of
+from agentgate.dispatch.gateway._client import DEFAULT_MAX_TOKENS, MAX_TOKENS_LIMIT
 from agentgate.dispatch.gateway._request import _parse_body
 from agentgate.errors import InputError
 
@@ -109,3 +110,19 @@ def test_a_content_length_that_is_not_one_decimal_number_is_refused_by_the_parse
         (400, "invalid_http_request")
     ]
     assert env.entries() == []
+
+
+@pytest.mark.parametrize(("value", "read"), [(5, 5), (5.0, 5), (None, DEFAULT_MAX_TOKENS)])
+def test_max_tokens_as_a_whole_float_is_read_as_vllm_reads_it(value: Any, read: int) -> None:
+    """Review R61: ``max_tokens: 5.0`` (vLLM's lax pydantic serves it, and the dispatcher's
+    ``output_limit`` reads it as 5) was refused 400 by the gateway and its invocation signer; it
+    is read as 5, and the payload forwarded names the integer."""
+    assert max_tokens_of({"max_tokens": value}) == read
+    assert max_tokens_of({"max_completion_tokens": value, "max_tokens": 7}) == (read if value else 7)
+
+
+@pytest.mark.parametrize("value", [5.5, True, "5", 0, 0.0, -1, MAX_TOKENS_LIMIT + 1, float("inf"), [5]])
+def test_max_tokens_that_is_no_whole_number_in_range_is_refused(value: Any) -> None:
+    """Review R61: anything else stays refused before a decision, naming the value."""
+    with pytest.raises(InputError, match=r"^max_tokens must be a whole number from 1 to "):
+        max_tokens_of({"max_tokens": value})

@@ -45,13 +45,17 @@ _CLASS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 def max_tokens_of(body: Mapping[str, Any]) -> int:
     """The body's output limit (``max_completion_tokens``, else ``max_tokens``, else the default).
 
-    Raises ``InputError`` when it is present but not a whole number from 1 to 1,000,000.
+    Raises ``InputError`` when it is present but not a whole number from 1 to 1,000,000. A float
+    with no fractional part is that number (``5.0``), as vLLM's lax pydantic and the dispatcher's
+    ``output_limit`` read it (until review R61 it was refused here).
     """
     value = body.get("max_completion_tokens")
     if value is None:
         value = body.get("max_tokens")
     if value is None:
         return DEFAULT_MAX_TOKENS
+    if isinstance(value, float) and value.is_integer() and 0 < value <= MAX_TOKENS_LIMIT:
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_TOKENS_LIMIT:
         raise InputError(f"max_tokens must be a whole number from 1 to {MAX_TOKENS_LIMIT}, not {value!r}")
     return int(value)
