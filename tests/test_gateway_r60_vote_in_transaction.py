@@ -40,7 +40,7 @@ MODEL = "qwen3-32b"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200}
 
 
-def _policy(keys: dict[str, SigningKey]) -> str:
+def _policy(keys: dict[str, SigningKey], quorum: int = 2) -> str:
     return f"""
 version: 1
 trust_anchors:
@@ -61,7 +61,7 @@ approvals:
   long-answers:
     resource: model:{MODEL}
     approvers: [lead, lead2]
-    quorum: 2
+    quorum: {quorum}
 """
 
 

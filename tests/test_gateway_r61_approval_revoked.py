@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from test_gateway_r60_vote_in_transaction import BODY, _policy
 
 from agentgate.authority import GrantRepository, revoke
 from agentgate.dispatch.gateway import GatewayDecision, GatewayGate, invocation_headers
@@ -31,34 +32,6 @@ from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Transaction
-
-MODEL = "qwen3-32b"
-BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200}
-
-
-def _policy(keys: dict[str, SigningKey], quorum: int) -> str:
-    return f"""
-version: 1
-trust_anchors:
-  root: {{did: "{keys["root"].did}"}}
-principals:
-  agent: {{kind: agent, did: "{keys["agent"].did}", roles: [chat]}}
-  lead: {{kind: human, did: "{keys["lead"].did}", roles: []}}
-  lead2: {{kind: human, did: "{keys["lead2"].did}", roles: []}}
-models:
-  {MODEL}: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
-roles:
-  chat:
-    kind: agent
-    capabilities: [{{resource: "model:{MODEL}"}}]
-    budget: {{limit: 1000000, unit: usd_micros}}
-    ttl_s: 3600
-approvals:
-  long-answers:
-    resource: model:{MODEL}
-    approvers: [lead, lead2]
-    quorum: {quorum}
-"""
 
 
 @dataclass
