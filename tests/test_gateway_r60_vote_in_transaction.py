@@ -65,6 +65,29 @@ approvals:
 """
 
 
+def revoke_as_the_next_transaction_opens(
+    gate: GatewayGate, path: Path, grant_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Revoke ``grant_id`` in the store at ``path`` through another connection, as another process
+    would, once, just before ``gate``'s next decision transaction opens."""
+    opened = gate._decision_transaction
+    armed = [True]
+
+    def opening() -> AbstractContextManager[Transaction]:
+        if armed:
+            armed.clear()
+            other = SQLiteStore(path)
+            try:
+                repo = GrantRepository(other)
+                revoke(repo, grant_id, reason="revoked by another process")
+                repo.close()
+            finally:
+                other.close()
+        return opened()
+
+    monkeypatch.setattr(gate, "_decision_transaction", opening)
+
+
 @dataclass
 class Asked:
     path: Path
@@ -84,22 +107,7 @@ class Asked:
     def revoke_as_the_vote_opens(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Revoke the agent's grant through another connection, as another process would, once,
         just before the next decision transaction (the vote's) opens."""
-        opened = self.gate._decision_transaction
-        armed = [True]
-
-        def opening() -> AbstractContextManager[Transaction]:
-            if armed:
-                armed.clear()
-                other = SQLiteStore(self.path)
-                try:
-                    repo = GrantRepository(other)
-                    revoke(repo, self.agent.grant_id, reason="revoked by another process")
-                    repo.close()
-                finally:
-                    other.close()
-            return opened()
-
-        monkeypatch.setattr(self.gate, "_decision_transaction", opening)
+        revoke_as_the_next_transaction_opens(self.gate, self.path, self.agent.grant_id, monkeypatch)
 
     def vote(self) -> tuple[GatewayDecision, list[str]]:
         """lead's vote sent with the call: the decision, and the kinds of the call's entries."""

@@ -18,20 +18,18 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_gateway_r60_vote_in_transaction import BODY, _policy
+from test_gateway_r60_vote_in_transaction import BODY, _policy, revoke_as_the_next_transaction_opens
 
-from agentgate.authority import GrantRepository, revoke
 from agentgate.dispatch.gateway import GatewayDecision, GatewayGate, invocation_headers
 from agentgate.dispatch.gateway._client import INVOCATION_HEADER, chat_call
 from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore, Transaction
+from agentgate.store import SQLiteStore
 
 
 @dataclass
@@ -48,22 +46,7 @@ class Caller:
     def revoke_as_the_next_transaction_opens(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Revoke the agent's grant through another connection, as another process would, once,
         just before the next decision transaction opens (after the call's decision)."""
-        opened = self.gate._decision_transaction
-        armed = [True]
-
-        def opening() -> AbstractContextManager[Transaction]:
-            if armed:
-                armed.clear()
-                other = SQLiteStore(self.path)
-                try:
-                    repo = GrantRepository(other)
-                    revoke(repo, self.agent.grant_id, reason="revoked by another process")
-                    repo.close()
-                finally:
-                    other.close()
-            return opened()
-
-        monkeypatch.setattr(self.gate, "_decision_transaction", opening)
+        revoke_as_the_next_transaction_opens(self.gate, self.path, self.agent.grant_id, monkeypatch)
 
     def kinds(self) -> list[str]:
         """The kinds of the call's audit entries, oldest first."""
