@@ -13,30 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from test_cli_grant import REFUND, cli
 
 from agentgate.authority import issue
-from agentgate.cli.main import main
 from agentgate.keys import load_signing_key
 
-REFUND = "tool:payments.refund?amount<=500&currency=EUR|USD"
-
-
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "store.db"))
-    monkeypatch.chdir(tmp_path)
-    for name in ("root", "alice", "bob"):
-        assert main(["keys", "new", name, "--dir", "k"]) == 0
-    return tmp_path
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+pytest_plugins = ("test_cli_grant",)  # its ``env`` fixture (three keys, a store in tmp_path)
 
 
 def chain(capsys: pytest.CaptureFixture[str], name: str) -> None:
