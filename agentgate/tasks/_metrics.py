@@ -18,9 +18,13 @@ schedulers' own counters when scraped, so the hot path only bumps integers:
 - ``agentgate_tasks_breaker_state{key}``: 0 closed, 1 half open, 2 open.
 - ``agentgate_tasks_wait_seconds``: time each attempt waited for its slots, histogram.
 
-Label values are bounded: a family exports at most ``MAX_LABEL_VALUES`` distinct tools (tenants,
-breaker keys); the rest are counted under ``OTHER`` (summed; a breaker at its worst state), so
-hostile or generated names cannot make a series each. Counters admit tool names first come, once
+Label values are bounded in number: a family exports at most ``MAX_LABEL_VALUES`` distinct tools
+(tenants, breaker keys); the rest are counted under ``OTHER`` (summed; a breaker at its worst
+state), so hostile or generated names cannot make a series each. And each in length and
+characters (``label_value``): a name is exported as it is when ``Gate.issue`` would take it as a
+name (one line of visible text, at most ``MAX_NAME_CHARS`` characters), else as its first
+``MAX_NAME_CHARS`` characters with each one that is not printable written as its backslash escape;
+names equal once so written are one series (summed; the worst state). Counters admit tool names first come, once
 for the life of the registry (a counted name keeps its series, a folded one stays folded), and a
 scheduler keeps counts for at most that many names, so its memory is bounded too.
 """
@@ -38,6 +42,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from agentgate._names import MAX_NAME_CHARS
+from agentgate._shown import not_printable
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState
 from agentgate.tasks._call import OTHER  # the label value of the values past MAX_LABEL_VALUES
 
@@ -47,6 +52,24 @@ MAX_LABEL_VALUES = 1000
 """The most distinct values of a label (tool, tenant, breaker key) one family exports."""
 
 WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+def label_value(name: str) -> str:
+    """The label value ``name`` (a tool, a tenant, a breaker key) is exported under: ``name`` itself
+    when it is at most ``MAX_NAME_CHARS`` characters of which none is ``not_printable`` (every
+    name ``Gate.issue`` and a policy take); else its first ``MAX_NAME_CHARS`` characters, each one
+    that is not printable written as its backslash escape (``\\n``, ``\\x1b``, ``\\u202e``), cut again
+    to ``MAX_NAME_CHARS``. A scheduler used alone takes names of any length and text from its
+    callers; until review R62 each was a label value as it was: a 100,000-character tool in every
+    scrape, and a carriage return, an escape sequence or a bidi override (the exposition format
+    escapes only a backslash, a double quote and a line feed) in every dashboard showing it."""
+    if len(name) <= MAX_NAME_CHARS and (name.isprintable() or not any(map(not_printable, name))):
+        return name
+    # Escaping only lengthens: the first MAX_NAME_CHARS characters are all the label can show.
+    return "".join(
+        char.encode("unicode_escape").decode("ascii") if not_printable(char) else char
+        for char in name[:MAX_NAME_CHARS]
+    )[:MAX_NAME_CHARS]
 
 
 class _Admitted:
@@ -196,7 +219,8 @@ class _Collector:
         worst: dict[str, int] = {}
         for source in sources:
             for snap in source.breakers():
-                worst[snap.key] = max(worst.get(snap.key, 0), BREAKER_STATE_VALUE[snap.state])
+                key = label_value(snap.key)
+                worst[key] = max(worst.get(key, 0), BREAKER_STATE_VALUE[snap.state])
         for key, value in _bounded(sorted(worst.items()), max):
             state.add_metric([key], value)
         yield state
@@ -206,7 +230,8 @@ class _Collector:
 def _summed(parts: Iterable[list[tuple[str, int]]]) -> list[tuple[str, int]]:
     total: dict[str, int] = {}
     for part in parts:
-        for label, count in part:
+        for name, count in part:
+            label = label_value(name)
             total[label] = total.get(label, 0) + count
     return sorted(total.items())
 
@@ -255,9 +280,10 @@ class SchedulerMetrics:
         _collector(self.registry).add(self)
 
     def _admit(self, name: str, tool: str) -> tuple[tuple[str, str], int]:
-        """The key and count of a pair not counted yet: past ``MAX_LABEL_VALUES`` tools, ``OTHER``'s."""
+        """The key and count of a pair not counted yet: the tool's ``label_value``, or past
+        ``MAX_LABEL_VALUES`` tools ``OTHER``."""
         with self._lock:
-            key = (name, self._tools(tool))
+            key = (name, self._tools(label_value(tool)))
             return key, self.events.get(key, 0)
 
     def event(self, name: str, tool: str, attributes: Mapping[str, str | int | float | bool]) -> None:
@@ -280,11 +306,12 @@ class SchedulerMetrics:
         with self._lock:
             key = (name, tool)
             count = events.get(key)
-            if count is None:  # a new name: past MAX_LABEL_VALUES, counted as OTHER
-                key = (name, self._tools(tool))
+            if count is None:  # a new name, or one exported as its label_value; past MAX_LABEL_VALUES, OTHER
+                key = (name, self._tools(label_value(tool)))
                 count = events.get(key, 0)
             events[key] = count + 1
 
     def count(self, name: str, tool: str) -> int:
-        """How many ``name`` events ``tool`` had (a tool past ``MAX_LABEL_VALUES`` is counted as ``OTHER``)."""
-        return self.events.get((name, tool), 0)
+        """How many ``name`` events ``tool``'s label (``label_value``) had (a tool past
+        ``MAX_LABEL_VALUES`` is counted as ``OTHER``)."""
+        return self.events.get((name, label_value(tool)), 0)
