@@ -32,8 +32,9 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
 
 ``record_decision`` adds ``agentgate.decision``, ``agentgate.policy.id``,
 ``agentgate.capability.id``, ``agentgate.chain.depth`` and ``agentgate.audit.index`` (the index
-of the signed audit entry, so a trace links to the evidence), and ``agentgate.budget.remaining``
-for a caller that passes it. The ``Gate`` does not: its reservation is one conditional update of
+of the signed audit entry, so a trace links to the evidence), ``agentgate.budget.remaining``
+for a caller that passes it, and ``agentgate.finding.kinds`` / ``agentgate.finding.codes`` for
+a caller that passes the decision's findings (their messages are not recorded). The ``Gate`` does not: its reservation is one conditional update of
 the budget's row that does not read what is left, and reading it would cost a store read per
 decision (``Gate.remaining`` reads it; until review R60 this docstring listed it as set). A
 deny sets the span status to ERROR and ``error.type=agentgate.denied``. An exception escaping a
@@ -68,6 +69,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import json
 import logging
 import os
@@ -84,6 +86,7 @@ from opentelemetry.util.types import AttributeValue
 
 from agentgate.audit.entry import canonical_json
 from agentgate.errors import InputError
+from agentgate.findings import Finding
 
 SEMCONV_VERSION = "1.44.0"
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
@@ -109,6 +112,9 @@ captured attribute's name follows (``agentgate.content.truncated.gen_ai.tool.cal
 MAX_GRANT_RESOURCES = 32
 """Most resources a grant's span lists (the first, each once): a delegation names as many
 capabilities as its caller passes, and each resource is at most 200 characters already."""
+MAX_SPAN_FINDINGS = 16
+"""Most findings a decision's span lists (``agentgate.finding.kinds`` and ``.codes``, the first, in
+order): a refusal has one or two; the bound keeps a decision that gathered many within bounds."""
 MAX_ATTRIBUTE_INT = 2**63 - 1
 """The largest integer an attribute may hold: OTLP carries integers as signed 64 bits, and its
 encoder refuses a larger one, failing the export of the whole batch the span is in."""
@@ -545,10 +551,16 @@ def record_decision(
     budget_remaining: int | None = None,
     audit_index: int | None = None,
     reason: str | None = None,
+    findings: Iterable[Finding] = (),
 ) -> None:
     """The authority decision behind the span (``budget_remaining``: what the caller knows is
     left of the caller's budget; the ``Gate`` passes none). A ``deny`` marks the span ERROR,
     ``agentgate.denied``, with ``reason`` (its first ``MAX_CALL_ID_CHARS`` characters) as the status description.
+    ``findings`` (the decision's, as its audit entry lists them ``kind:code``) are
+    ``agentgate.finding.kinds`` and ``agentgate.finding.codes``, two lists in the same order, the
+    first ``MAX_SPAN_FINDINGS`` of them, each code cut to ``MAX_CALL_ID_CHARS`` characters; their
+    messages, which may quote an argument, are not recorded (review R62: until then a refusal's
+    kind was only in its description).
     ``agentgate.decision``, ``agentgate.audit.index`` and a deny's ``error.type`` are
     ``ESSENTIAL``: set last, and again as an agentgate span ends if its attribute limit dropped
     any, so that a low limit keeps them; an exception that leaves the span later does not
@@ -560,6 +572,10 @@ def record_decision(
         "agentgate.budget.remaining": budget_remaining,
         "agentgate.audit.index": audit_index,
     }
+    listed = [(str(f.kind), _cut(f.code)) for f in itertools.islice(findings, MAX_SPAN_FINDINGS)]
+    if listed:
+        values["agentgate.finding.kinds"] = [kind for kind, _ in listed]
+        values["agentgate.finding.codes"] = [code for _, code in listed]
     essential = {k: v for k, v in values.items() if v is not None}
     essential["agentgate.decision"] = decision
     if decision == "deny":
