@@ -20,6 +20,9 @@ from opentelemetry.trace import StatusCode
 from test_observability import Sweep
 
 from agentgate.capabilities import Call
+from agentgate.gate import Gate
+from agentgate.store import SQLiteStore
+from agentgate.tasks import SchedulerConfig, ToolLimits
 
 
 class _Started(SpanProcessor):
@@ -111,3 +114,56 @@ def test_a_cancelled_call_ends_its_span_as_cancelled(traced: _Traced) -> None:
     assert span.attributes is not None
     assert span.attributes["error.type"] == "CancelledError"
     assert span.attributes["agentgate.outcome"] == "error"
+
+
+def test_a_call_cancelled_while_it_waits_for_a_slot_ends_its_span(tmp_path: Path) -> None:
+    """Review R62: a call cancelled while it waits for its tool's only slot (another call holds
+    it) ends its span, ERROR with ``error.type=CancelledError``, before the holder finishes."""
+    traced = _Traced(tmp_path)
+    traced.gate.close()
+    gate = Gate(
+        traced.gate.policy,
+        SQLiteStore(tmp_path / "slots.db"),
+        tracer=traced.gate.tracer,
+        scheduler=SchedulerConfig(tools={"lookup": ToolLimits(concurrency=1)}),
+    )
+    boss = gate.issue(traced.keys["root"], name="boss", key=traced.keys["boss"], role="boss")
+
+    async def one_waits() -> None:
+        holding, release = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> str:
+            holding.set()
+            await release.wait()
+            return "held"
+
+        async def never() -> str:
+            raise AssertionError("the waiting call must not run")
+
+        first = gate.authorize(boss, Call.tool("lookup", {"id": "1"}), call_id="h")
+        second = gate.authorize(boss, Call.tool("lookup", {"id": "2"}), call_id="w")
+        holder = asyncio.ensure_future(gate.arun(first, hold, call_id="h"))
+        await holding.wait()
+        waiter = asyncio.ensure_future(gate.arun(second, never, call_id="w"))
+        for _ in range(20):  # let it reach the scheduler's queue
+            await asyncio.sleep(0)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        ended = {
+            s.attributes["gen_ai.tool.call.id"]: s
+            for s in traced.exporter.get_finished_spans()
+            if s.attributes and "gen_ai.tool.call.id" in s.attributes
+        }
+        assert "w" in ended and "h" not in ended  # the waiter's ended while the holder still runs
+        assert [e.name for e in ended["w"].events] == ["agentgate.task.queued"]  # it waited
+        assert ended["w"].status.status_code == StatusCode.ERROR
+        assert ended["w"].attributes is not None and ended["w"].attributes["error.type"] == "CancelledError"
+        release.set()
+        assert await holder == "held"
+
+    try:
+        asyncio.run(one_waits())
+    finally:
+        gate.close()
+    assert traced.started.open == {}
