@@ -225,6 +225,37 @@ def _message(error: BaseException) -> str:
         return f"<{type(error).__qualname__}: str() raised>"
 
 
+def _named(error: BaseException, keep_text: bool) -> str:
+    """``error`` as a scheduler's message names it: its class, and the first line of its text (at
+    most 200 characters) where ``keep_text`` (``ToolCall.keep_error_text``: a tool's text may quote
+    its arguments)."""
+    name = type(error).__qualname__
+    lines = _message(error).splitlines() if keep_text else ()
+    return f"{name}: {lines[0][:200]}" if lines and lines[0] else name
+
+
+def _final_error(
+    error: BaseException, failed: Exception | None, errors: list[AttemptError] | None
+) -> BaseException:
+    """The error a call given up with ``error`` ends with. ``failed``: its last failed attempt's
+    exception (``errors`` records it). When ``error`` is the scheduler's refusal of a later
+    attempt (the breaker opened, the scheduler closed, the deadline passed while the retry waited),
+    the tool's error becomes its ``__cause__`` and its message names it as the dead letter records
+    it (class, and text only where the call keeps error text), so that a user reading it sees why
+    the call failed, not only why it stopped (until review R62 it was raised ``from None``). The
+    tool's own error, and a ``DeadlineExceeded`` for a cut attempt, are returned as they are, with
+    the cause and context the tool gave them."""
+    if failed is None or error is failed or not errors or not isinstance(error, SchedulingError):
+        return error
+    last = errors[-1]
+    first_line = last.message.splitlines()[0][:200] if last.message else ""
+    named = f"{last.error_type}: {first_line}" if first_line else last.error_type
+    if len(error.args) == 1 and isinstance(error.args[0], str):
+        error.args = (f"{error.args[0]}; attempt {last.attempt} failed with {named}",)
+    error.__cause__ = failed
+    return error
+
+
 def _circuit_open(breaker: CircuitBreaker, tool: str | None = None) -> _GiveUp:
     """A call (to ``tool``) refused by ``breaker``: the error says which breaker and when it lets a
     probe through, and that the breaker is the shared overflow when it is."""

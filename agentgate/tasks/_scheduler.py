@@ -70,8 +70,10 @@ from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
 from agentgate.tasks._failures import (
     _circuit_open,
     _Failures,
+    _final_error,
     _give_up,
     _GiveUp,
+    _named,
     _started_late,
     _twin_late,
     _twin_out_of_time,
@@ -486,6 +488,7 @@ class Scheduler(_StoreWork, _Failures):
             context = otel_context.get_current()
             traced = bool(context) and trace.get_current_span(context).is_recording()
             errors: list[AttemptError] | None = None  # made at the first failure (most calls have none)
+            failed: Exception | None = None  # the last failed attempt's error
             number = 0
             cut = False  # an attempt was cut by the call's own deadline (the call then gives up)
             while True:
@@ -609,7 +612,8 @@ class Scheduler(_StoreWork, _Failures):
                                         # The caller's deadline came before the tool's own timeout.
                                         cut = deadline is not None and attempt_deadline >= deadline
                                         raise DeadlineExceeded(
-                                            f"tool {tool}: attempt {number} did not finish before its deadline",
+                                            f"tool {tool}: attempt {number} did not finish before its "
+                                            f"deadline{_raised_on_the_way_out(exc, call)}",
                                             tool=tool,
                                         ) from exc
                                     raise
@@ -621,6 +625,7 @@ class Scheduler(_StoreWork, _Failures):
                         # 3. a failed attempt: classify, tell the breaker, ask the retry rule
                         if errors is None:
                             errors = []
+                        failed = exc
                         delay = self._failed(
                             call, limits, key, exc, number, errors, breaker, deadline, loop.time(), held, cut
                         )
@@ -650,11 +655,15 @@ class Scheduler(_StoreWork, _Failures):
                     # 4. back off with every slot released (``aclose`` cuts it short), then try again
                     await self._back_off(delay)
                 except _GiveUp as stop:
-                    if errors:
-                        await self._dead_letter(call, key, errors, stop.reason)
-                    if stop.at_deadline and key is not None:
-                        self._out_of_time.add(key)  # for its _submit_keyed: told to the joiners
-                    raise stop.error from None
+                    given_up = stop
+                    break
+            if errors:
+                await self._dead_letter(call, key, errors, given_up.reason)
+            if given_up.at_deadline and key is not None:
+                self._out_of_time.add(key)  # for its _submit_keyed: told to the joiners
+            # Raised here, out of the handler: raised in it, the error's context became the internal
+            # _GiveUp, and ``from None`` erased the cause (until review R62).
+            raise _final_error(given_up.error, failed, errors)
         finally:
             nested = self._nested.get(task) if self._nested else None
             if nested is not None:
@@ -708,6 +717,15 @@ class Scheduler(_StoreWork, _Failures):
         absolute = call.absolute_deadline()
         assert absolute is not None
         return now + (absolute - time.time())
+
+
+def _raised_on_the_way_out(error: Exception, call: ToolCall) -> str:
+    """What a ``DeadlineExceeded`` for a cut attempt says of ``error``, what the tool raised as it
+    was cut: nothing for the ``TimeoutError`` of a tool that let the cancellation through, else the
+    error named (its text where the call keeps it)."""
+    if type(error) is TimeoutError:
+        return ""
+    return f"; the tool raised {_named(error, call.keep_error_text or isinstance(error, AgentGateError))} as it was cut"
 
 
 def _rank(priority: PriorityClass) -> int:

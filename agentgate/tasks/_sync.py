@@ -55,6 +55,7 @@ from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
 from agentgate.tasks._failures import (
     _circuit_open,
+    _final_error,
     _give_up,
     _GiveUp,
     _started_late,
@@ -404,6 +405,7 @@ class SyncScheduler:
         context = otel_context.get_current()
         traced = bool(context) and trace.get_current_span(context).is_recording()
         errors: list[AttemptError] = []
+        failed: Exception | None = None  # the last failed attempt's error
         number = 0
         while True:
             number += 1
@@ -444,6 +446,7 @@ class SyncScheduler:
                     raise
                 except Exception as exc:
                     # 3. a failed attempt: classify, tell the breaker, ask the retry rule
+                    failed = exc
                     delay = core._failed(
                         call, limits, key, exc, number, errors, breaker, deadline, clock(), held
                     )
@@ -468,15 +471,18 @@ class SyncScheduler:
                 # 4. back off with every slot released (close() cuts it short), then try again
                 _wait_event(self._closing, time.monotonic() + delay)  # a long backoff in steps
             except _GiveUp as stop:
-                if errors:
-                    with lock:
-                        letter = core._record_dead(call, key, errors, stop.reason)
-                    if core._dead_store is not None:
-                        core._store_dead(letter)
-                if stop.at_deadline and twin is not None:
-                    with lock:
-                        twin.out_of_time = True  # its joiners are told the deadline was not theirs
-                raise stop.error from None
+                given_up = stop
+                break
+        if errors:
+            with lock:
+                letter = core._record_dead(call, key, errors, given_up.reason)
+            if core._dead_store is not None:
+                core._store_dead(letter)
+        if given_up.at_deadline and twin is not None:
+            with lock:
+                twin.out_of_time = True  # its joiners are told the deadline was not theirs
+        # Out of the handler, as the async core raises it (``_final_error``).
+        raise _final_error(given_up.error, failed, errors)
 
     def _admit(
         self,
