@@ -542,6 +542,7 @@ class Scheduler(_StoreWork, _Failures):
                     lease: Lease | None = None
                     # held: the period of a half-open probe (0: none); probing: held, fn not started
                     held = probing = 0
+                    cancelling = task.cancelling()  # raised when the attempt fails: its caller was cancelled
                     try:
                         if not breaker.closed:
                             admitted = breaker.admit_in_period()
@@ -622,6 +623,13 @@ class Scheduler(_StoreWork, _Failures):
                     except _GiveUp:
                         raise
                     except Exception as exc:
+                        if task.cancelling() > cancelling and _from_a_cancellation(exc):
+                            # The tool turned its caller's cancellation into an error of its own: the
+                            # caller has left, and gets its cancellation (the tool's error as its
+                            # cause, as the Gate reads a call failed while cancelled), not a retry.
+                            if held:
+                                breaker.release(held)
+                            raise asyncio.CancelledError(*_cancellation_args(exc)) from exc
                         # 3. a failed attempt: classify, tell the breaker, ask the retry rule
                         if errors is None:
                             errors = []
@@ -717,6 +725,35 @@ class Scheduler(_StoreWork, _Failures):
         absolute = call.absolute_deadline()
         assert absolute is not None
         return now + (absolute - time.time())
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and what it was raised from or while handling, theirs too, each once (a chain
+    may loop), at most 100: ``raise X from Y`` in a handler has a cause and a context to follow."""
+    chain = [error]
+    for link in chain:
+        for linked in (link.__cause__, link.__context__):
+            if linked is not None and len(chain) < 100 and all(linked is not seen for seen in chain):
+                chain.append(linked)
+    return chain
+
+
+def _from_a_cancellation(error: Exception) -> bool:
+    """Whether ``error`` was raised while a ``CancelledError`` was handled (or from one): what a
+    tool that turns a cancellation into an error of its own raises, ``from None`` included (that
+    hides the context from tracebacks but keeps it). With the task's ``cancelling()`` count raised
+    during the attempt, this tells a caller's cancellation apart from the count a ``TaskGroup``
+    inside the tool leaves raised on Python 3.11 and 3.12 when one of its children fails (its
+    ``ExceptionGroup`` is raised while no cancellation is handled)."""
+    return any(isinstance(link, asyncio.CancelledError) for link in _chain(error))
+
+
+def _cancellation_args(error: Exception) -> tuple[Any, ...]:
+    """The arguments (the message of ``task.cancel(msg)``) of the cancellation ``error`` replaced."""
+    for link in _chain(error):
+        if isinstance(link, asyncio.CancelledError):
+            return link.args
+    return ()
 
 
 def _raised_on_the_way_out(error: Exception, call: ToolCall) -> str:
