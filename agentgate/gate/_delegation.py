@@ -62,6 +62,12 @@ sub-agent's identity, its signing key included (about 16 KiB), and nothing decid
 (a delegation for the same call is answered from the store, ``_delegated_before``)."""
 
 
+REVOKED_READ_AT_ONCE = 8192
+"""How many grant ids ``Gate.delegations`` asks the store about in one statement: every grant of
+the list at once (``DELEGATIONS_KEPT`` delegations and the few grants above them), below the bound
+parameters SQLite (32766) and PostgreSQL (65535) take in one statement."""
+
+
 DELEGATED_PARSED_MAX = 1024
 """How many parsed delegated chains a Gate keeps for ``delegate(call=...)`` (cleared when full)."""
 
@@ -114,9 +120,9 @@ def _delegation_terms(
 class _Delegation:
     """The ``Gate``'s grants: ``issue`` (a root grant for a role), ``delegate`` (an attenuated
     grant to a sub-agent, handed on again for the same call), ``revoke`` and ``revoke_holder``.
-    Each grant, and each refusal to make one, is audited; ``delegations`` keeps the live
-    delegations this gate made (neither expired nor revoked through it; at most
-    ``DELEGATIONS_KEPT``)."""
+    Each grant, and each refusal to make one, is audited; ``delegations`` lists the live
+    delegations this gate made (neither expired nor revoked, revocation read from the store; at
+    most ``DELEGATIONS_KEPT``)."""
 
     # The gate's state this part reads (``Gate.__init__`` sets it).
     policy: Policy
@@ -126,7 +132,7 @@ class _Delegation:
     authority: Authority
     _store_lock: threading.RLock
     _lock: threading.Lock
-    delegations: list[tuple[str, AgentIdentity]]
+    _delegations: list[tuple[str, AgentIdentity]]
     _purge_at: float
     _parsed_delegated: dict[str, Chain]
     _policy_chains: PolicyChains
@@ -142,6 +148,38 @@ class _Delegation:
         def _decision_transaction(self) -> Iterator[Transaction]: ...
 
         def _void_revoked(self, grant_ids: Collection[str], tx: Transaction) -> None: ...
+
+    @property
+    @_serialized
+    def delegations(self) -> list[tuple[str, AgentIdentity]]:
+        """(parent agent name, sub-agent identity) for the live delegations this gate made, in
+        order (at most ``DELEGATIONS_KEPT``, the latest): a new list at each read, without the
+        ones whose grant has expired or is revoked, its own or an ancestor's, by whoever revoked
+        it (this gate, another on the same store, ``agentgate grant revoke``).
+
+        Revocation is read from the store at each read, in one statement for the whole list
+        (``REVOKED_READ_AT_ONCE`` grant ids per statement); the revoked ones leave the list, with
+        their sub-agents' keys. Until review R62 only a revocation through this gate took one
+        off, and an expired one stayed until the next delegation. Informative: nothing decides
+        from it, and no decision reads it. Raises ``StoreError`` when the store cannot answer
+        (a closed gate's, with delegations listed): a revocation that cannot be read is never
+        shown as a grant still live."""
+        with self._lock:
+            held = self._delegations.copy()  # copied: the store is read without holding ``_lock``
+        ids = sorted({grant_id for _, child in held for grant_id in child.chain.ids})
+        revoked: set[str] = set()
+        for start in range(0, len(ids), REVOKED_READ_AT_ONCE):
+            revoked |= self.grants.revoked(ids[start : start + REVOKED_READ_AT_ONCE])
+        if revoked:
+            self._forget_revoked(revoked)
+        now = time.time()
+        return [d for d in held if d[1].chain.tip.expires > now and revoked.isdisjoint(d[1].chain.ids)]
+
+    @delegations.setter
+    def delegations(self, kept: list[tuple[str, AgentIdentity]]) -> None:
+        """Replace the list the delegations are kept in (a list this gate then appends to)."""
+        with self._lock:
+            self._delegations = kept
 
     @_serialized
     def issue(
@@ -423,12 +461,12 @@ class _Delegation:
                 # One pass over the list when its soonest grant has expired, at most once every
                 # DELEGATIONS_PURGE_S: a service with thousands of live delegations does not scan
                 # them all at every delegation.
-                self.delegations[:] = [d for d in self.delegations if d[1].chain.tip.expires > now]
-                soonest = min((d[1].chain.tip.expires for d in self.delegations), default=float("inf"))
+                self._delegations[:] = [d for d in self._delegations if d[1].chain.tip.expires > now]
+                soonest = min((d[1].chain.tip.expires for d in self._delegations), default=float("inf"))
                 self._purge_at = max(soonest, now + DELEGATIONS_PURGE_S)
-            if not again or all(d[1].chain.id != chain.id for d in self.delegations):
-                self.delegations.append((parent.name, child))
-                del self.delegations[: max(0, len(self.delegations) - DELEGATIONS_KEPT)]
+            if not again or all(d[1].chain.id != chain.id for d in self._delegations):
+                self._delegations.append((parent.name, child))
+                del self._delegations[: max(0, len(self._delegations) - DELEGATIONS_KEPT)]
             self._purge_at = min(self._purge_at, max(chain.tip.expires, now + DELEGATIONS_PURGE_S))
         return child
 
@@ -619,7 +657,7 @@ class _Delegation:
         revoked sub-agent stayed until its grant expired. Asked once the revocation is committed."""
         dead = set(grant_ids)
         with self._lock:
-            self.delegations[:] = [d for d in self.delegations if dead.isdisjoint(d[1].chain.ids)]
+            self._delegations[:] = [d for d in self._delegations if dead.isdisjoint(d[1].chain.ids)]
 
     def _revoke_span(self, by: str, *, holder: bool = False) -> AbstractContextManager[Span]:
         """The span of one revocation (``revoke_span``); none while nothing could record it."""

@@ -207,11 +207,12 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         Keyed by the request, as the store is: the same call asked in two threads has two requests
         (``approval_calls``), and until review R56 one thread's asking evicted the other's."""
         self._requests_purge_at = 0.0
-        self.delegations: list[tuple[str, AgentIdentity]] = []
-        """(parent agent name, sub-agent identity) for the live delegations this gate made, in
-        order; an expired one leaves at a later delegation (within ``DELEGATIONS_PURGE_S``), a
-        revoked one (its grant or an ancestor's, through this gate) at once, and past
-        ``DELEGATIONS_KEPT`` the oldest. Informative: nothing decides from it."""
+        self._delegations: list[tuple[str, AgentIdentity]] = []
+        """What ``delegations`` reads: (parent agent name, sub-agent identity) for the delegations
+        this gate made, in order; an expired one leaves at a later delegation (within
+        ``DELEGATIONS_PURGE_S``), a revoked one (its grant or an ancestor's) once the revocation
+        is committed through this gate or read by ``delegations``, and past ``DELEGATIONS_KEPT``
+        the oldest."""
         self._purge_at = 0.0
         """When ``delegations`` next needs a pass for expired entries (``time.time()``)."""
         self._parsed_delegated: dict[str, Chain] = {}
