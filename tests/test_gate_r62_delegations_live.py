@@ -7,7 +7,8 @@ live until its grant expired, and so did the delegation tree examples/research_t
 Reading the list now asks the store which of its grants are revoked, in one statement for all of
 them, and leaves out the expired ones.
 
-Real components: two Gates over one SQLite file (test_langgraph's team), the CLI in-process."""
+Real components: two Gates over one SQLite file (test_langgraph's team) or one PostgreSQL
+database, the CLI in-process."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from test_langgraph import Team, _make_team
+from test_langgraph import NAMES, Team, _make_team, _policy_text
 
 from agentgate.cli.main import main
-from agentgate.gate import AgentIdentity, Gate
+from agentgate.gate import AgentIdentity, Gate, _delegation
 from agentgate.keys import SigningKey
-from agentgate.store import SQLiteStore
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore, open_store
 
 CAPS = ["tool:search"]
 
@@ -114,3 +116,39 @@ def test_reading_the_list_asks_the_store_once_for_all_its_grants(
     assert _names(team.gate) == ["sub0", "sub1", "sub3", "sub4"]
     assert len(asked) == 1
     assert set(asked[0]) == {team.supervisor.grant_id, *(m.grant_id for m in made)}
+
+
+def test_a_list_longer_than_one_statement_takes_is_read_in_parts_and_stays_right(
+    team: Team, other: Gate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R62: past ``REVOKED_READ_AT_ONCE`` grant ids the list is read in parts; a revoked
+    grant in any part leaves the list."""
+    monkeypatch.setattr(_delegation, "REVOKED_READ_AT_ONCE", 2)
+    made = [_delegate(team, f"sub{i}") for i in range(5)]
+    other.revoke(made[4].grant_id, reason="the last part")
+    other.revoke(made[0].grant_id, reason="the first part")
+    assert _names(team.gate) == ["sub1", "sub2", "sub3"]
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_revocation_by_another_gate_leaves_a_long_list(postgres_url: str) -> None:
+    """Review R62: on a shared PostgreSQL store, a list of more than 64 grants (the revocation
+    read's ``IN`` form) drops the one another Gate revoked."""
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = parse_policy(
+        _policy_text({n: k.did for n, k in keys.items()}, 1_000_000, "usd_micros"), source="t.yaml"
+    )
+    with Gate(policy, open_store(postgres_url)) as gate, Gate(policy, open_store(postgres_url)) as elsewhere:
+        supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+        made = [
+            gate.delegate(
+                supervisor,
+                name=f"sub{i}",
+                key=SigningKey.generate(),
+                capabilities=CAPS,
+                ttl=timedelta(minutes=5),
+            )
+            for i in range(64)  # with the supervisor's grant, 65 ids: past the 64 of the seek form
+        ]
+        elsewhere.revoke(made[33].grant_id, reason="one of many")
+        assert [c.grant_id for _, c in gate.delegations] == [m.grant_id for m in made if m is not made[33]]
