@@ -21,6 +21,7 @@ import pytest
 from test_langgraph import NAMES, Team, _make_team, _policy_text
 
 from agentgate.cli.main import main
+from agentgate.errors import StoreError
 from agentgate.gate import AgentIdentity, Gate, _delegation
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -128,6 +129,16 @@ def test_a_list_longer_than_one_statement_takes_is_read_in_parts_and_stays_right
     other.revoke(made[4].grant_id, reason="the last part")
     other.revoke(made[0].grant_id, reason="the first part")
     assert _names(team.gate) == ["sub1", "sub2", "sub3"]
+
+
+def test_a_closed_gate_cannot_tell_which_delegations_are_live(tmp_path: Path) -> None:
+    """Review R62: with the store closed, revocation cannot be read: a typed ``StoreError``,
+    never the list shown as live."""
+    team = _make_team(tmp_path)
+    _delegate(team, "left")
+    team.gate.close()
+    with pytest.raises(StoreError, match="closed"):
+        _names(team.gate)
 
 
 @pytest.mark.postgres
