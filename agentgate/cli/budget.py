@@ -27,7 +27,7 @@ from agentgate.cli._common import (
     utc,
 )
 from agentgate.errors import SettlementRefused
-from agentgate.store.held import held, settle_held
+from agentgate.store.held import HeldReservation, held, settle_held
 from agentgate.store.once import SETTLE_MIN_AGE_S
 
 _OLDER_THAN_HELP = (
@@ -92,7 +92,9 @@ def _held(args: argparse.Namespace) -> int:
     rows = [{**r.to_json(), "reserved_at": unix(_seconds(r.reserved_at))} for r in reservations]
     if listed(rows, args.json, "no held reservations"):
         return 0
-    sys.stdout.write(f"{'reserved':<20} {'amount':>12} {'entry':>7} {'grant':<16} {'id':<32}  settle with\n")
+    sys.stdout.write(
+        f"{'reserved':<20} {'amount':>12} {'unit':<14} {'entry':>7} {'grant':<16} {'id':<32}  settle with\n"
+    )
     for r in reservations:
         entry = "-" if r.allow_index is None else str(r.allow_index)
         how = "agentgate budget settle"
@@ -103,9 +105,18 @@ def _held(args: argparse.Namespace) -> int:
         # The grant and the id are the row's as stored: a row written outside agentgate is escaped.
         grant, id_ = printable(r.grant_id[:16]), printable(r.id)
         sys.stdout.write(
-            f"{utc(_seconds(r.reserved_at)):<20} {r.amount:>12} {entry:>7} {grant:<16} {id_:<32}  {how}\n"
+            f"{utc(_seconds(r.reserved_at)):<20} {r.amount:>12} {_unit(r):<14} {entry:>7} {grant:<16} "
+            f"{id_:<32}  {how}\n"
         )
     return 0
+
+
+def _unit(reservation: HeldReservation) -> str:
+    """The unit of a reservation's amount as the policy names it (``calls``, ``usd_micros``),
+    escaped (a row written outside agentgate); ``(unit unknown)`` for a row that records none
+    (made before review R61), never a unit guessed. Until review R62 the text showed the amount
+    alone: ``500`` could be micro-dollars or tokens."""
+    return "(unit unknown)" if reservation.unit is None else printable(reservation.unit)
 
 
 def _seconds(stored: str) -> float | None:
@@ -128,7 +139,8 @@ def _settle(args: argparse.Namespace) -> int:
         return 1
     finally:
         store.close()
-    verdict = f"charged {reservation.amount}" if args.ran else f"released {reservation.amount}"
+    amount = f"{reservation.amount} {_unit(reservation)}"
+    verdict = f"charged {amount}" if args.ran else f"released {amount}"
     made = "" if reservation.allow_index is None else f", allowed by audit entry {reservation.allow_index}"
     sys.stdout.write(
         f"settled reservation {reservation.id} of grant {printable(reservation.grant_id)}{made}: {verdict} "

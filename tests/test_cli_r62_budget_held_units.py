@@ -1,0 +1,90 @@
+"""`agentgate budget held` and `agentgate budget settle` (agentgate/cli/budget.py) say the unit
+of every amount they print, in the words the policy and the other outputs use (`1 calls`,
+`500000 usd_micros`, as `audit explain`'s `charged` lines and `Budget` write them).
+
+Until review R62 the text table showed `amount` alone (its `--json` had the unit): a reader saw
+`500` and could not tell micro-dollars from tokens; `budget settle` said `charged 500`."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+from test_gate_once import _new, _policy_text
+
+from agentgate.capabilities import Call
+from agentgate.cli.main import main
+from agentgate.gate import Gate
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+LOOKUP = Call.tool("lookup", {"id": "o-1"})
+"""A call of the policy's idempotent tool, which costs 1 of the worker's `calls` budget."""
+
+
+def _cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(list(argv))
+    return code, out.getvalue()
+
+
+def _killed_worker(tmp_path: Path) -> Path:
+    """A store where a worker was killed after its `lookup` was allowed: one reservation held."""
+    keys, path, agent = _new(tmp_path)
+    with Gate(parse_policy(_policy_text(keys), source="once.yaml"), SQLiteStore(path)) as gate:
+        assert gate.authorize(agent, LOOKUP).allowed
+        gate.flush()
+    return path
+
+
+def test_held_text_names_the_unit_of_each_amount(tmp_path: Path) -> None:
+    """Review R62: `budget held`'s table gives each amount with its unit (`1 calls`), and its
+    header names the column; until now the line said `1` alone."""
+    path = _killed_worker(tmp_path)
+    code, out = _cli("budget", "held", "--older-than", "0", "--store", str(path))
+    assert code == 0
+    header, line = out.splitlines()
+    assert "unit" in header.split()
+    assert " 1 calls " in line, line
+
+
+def test_settle_text_names_the_unit_it_charged_or_released(tmp_path: Path) -> None:
+    """Review R62: `budget settle` says what it charged or released with its unit."""
+    path = _killed_worker(tmp_path)
+    (row,) = json.loads(_cli("budget", "held", "--json", "--older-than", "0", "--store", str(path))[1])
+    code, out = _cli("budget", "settle", row["id"], "--not-run", "--older-than", "0", "--store", str(path))
+    assert code == 0 and ": released 1 calls (audit entry " in out, out
+
+
+def test_held_on_a_store_made_before_units_were_stored_says_the_unit_is_unknown(tmp_path: Path) -> None:
+    """Review R62: a store whose reservations have neither `unit` nor `entry` (made before
+    review R61) is listed, read only, each amount marked `(unit unknown)`, never a unit guessed;
+    its `--json` unit is null."""
+    path = _killed_worker(tmp_path)
+    with contextlib.closing(sqlite3.connect(path)) as old:
+        old.execute("ALTER TABLE budget_reservations DROP COLUMN unit")
+        old.execute("ALTER TABLE budget_reservations DROP COLUMN entry")
+        old.commit()
+    code, out = _cli("budget", "held", "--older-than", "0", "--store", str(path))
+    assert code == 0
+    (line,) = out.splitlines()[1:]
+    assert " 1 (unit unknown) " in line, line
+    (row,) = json.loads(_cli("budget", "held", "--json", "--older-than", "0", "--store", str(path))[1])
+    assert row["unit"] is None and row["amount"] == 1
+    code, out = _cli("budget", "settle", row["id"], "--ran", "--older-than", "0", "--store", str(path))
+    assert code == 0 and ": charged 1 (unit unknown) (audit entry " in out, out
+
+
+def test_a_unit_written_outside_agentgate_is_escaped(tmp_path: Path) -> None:
+    """Review R62: a unit edited into the row by hand (a line break and an escape sequence) is
+    printed escaped, on the reservation's one line."""
+    path = _killed_worker(tmp_path)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("UPDATE budget_reservations SET unit = 'calls\n\x1b[31mFAKE'")
+        conn.commit()
+    code, out = _cli("budget", "held", "--older-than", "0", "--store", str(path))
+    assert code == 0 and len(out.splitlines()) == 2 and "\x1b" not in out, out
