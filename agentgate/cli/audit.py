@@ -527,7 +527,7 @@ def _show(args: argparse.Namespace) -> int:
                 reasons = printable("; ".join(entry.reasons))
                 print(
                     f"{entry.index:>6}  {entry.time}  {entry.kind:<17} {printable(entry.principal[:32]):<32} "
-                    f"{printable(entry.resource or '-'):<28} {entry.budget_delta:>8}  {reasons}"
+                    f"{printable(entry.resource or '-'):<28} {entry.budget_delta:>8}{_charged(entry)}  {reasons}"
                 )
         # Each index is listed once, the row verify reads; the others are named here, in verify's
         # words, not listed as entries (on standard error: --json stays one entry a line).
@@ -605,8 +605,9 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _charged(entry: AuditEntry) -> str:
-    """`` (charged GRANT: N UNIT; ...)`` (``charged_text``), or nothing for an entry without
-    ``charges``."""
+    """`` (charged GRANT: N UNIT; ...)`` (``charged_text``) after an entry's budget figure, on
+    ``show``'s line (since review R62) and on ``explain``'s line of a related entry, or nothing
+    for an entry without ``charges``."""
     charged = charged_text(entry, printable)
     return f" (charged {charged})" if charged else ""
 
