@@ -4,7 +4,9 @@
 (one fsync of the WAL per commit). ``AGENTGATE_SQLITE_SYNCHRONOUS=NORMAL`` trades that for speed:
 a committed transaction can then be lost on power failure (never on a process crash), which
 docs/operations.md explains. Durable stores checkpoint the WAL every ``DURABLE_WAL_PAGES`` pages. One connection per thread; writers serialize on SQLite's own lock,
-which works across processes.
+which works across processes. Its errors quote SQLite's words through ``driver_error_line``, on
+one line, as the PostgreSQL store's do (until review R62 a message of several lines, a trigger's
+``RAISE`` text, was quoted as it was).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.errors import InputError, StoreError
-from agentgate.store._base import Dialect, Row, Store, Transaction, unstorable_text
+from agentgate.store._base import Dialect, Row, Store, Transaction, driver_error_line, unstorable_text
 from agentgate.store._existing import missing_file, refuse_missing_sqlite, refuse_others_tables
 
 _SYNCHRONOUS = {"FULL", "NORMAL", "EXTRA"}
@@ -107,7 +109,7 @@ class _SQLiteTransaction(Transaction):
         # transaction of its own, committed at once, whatever the block does next.
         if self.failed is not None:
             raise StoreError(
-                f"the transaction met {self.failed!s:.200} and is rolled back; nothing was written"
+                f"the transaction met {driver_error_line(self.failed):.200} and is rolled back; nothing was written"
             )
 
     def _refuse_write(self, exc: sqlite3.Error) -> None:
@@ -118,7 +120,7 @@ class _SQLiteTransaction(Transaction):
         if self._read_only is not None and code is not None and code & 0xFF == sqlite3.SQLITE_READONLY:
             raise StoreError(
                 f"the SQLite store {self._read_only} is open to read only: a statement would have "
-                f"written to it ({exc}); nothing was written"
+                f"written to it ({driver_error_line(exc)}); nothing was written"
             ) from exc
 
     def _note(self, exc: sqlite3.Error) -> None:
@@ -513,7 +515,7 @@ class SQLiteStore(Store):
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA busy_timeout=30000")
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open the SQLite store {self.path}: {driver_error_line(exc)}") from exc
         return self._adopt(conn)
 
     def _adopt(self, conn: sqlite3.Connection) -> sqlite3.Connection:
@@ -545,7 +547,9 @@ class SQLiteStore(Store):
                 factory=_Connection,
             )
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the SQLite store {self.path} to read only: {exc}") from exc
+            raise StoreError(
+                f"cannot open the SQLite store {self.path} to read only: {driver_error_line(exc)}"
+            ) from exc
         try:
             conn.execute("PRAGMA query_only=ON")
             conn.execute("PRAGMA busy_timeout=30000")
@@ -564,7 +568,7 @@ class SQLiteStore(Store):
     def _unreadable(self, exc: sqlite3.Error) -> str:
         """Why the store open to read only cannot be read: SQLite's words, and where its
         write-ahead log cannot be read without an index SQLite may not create, what to do."""
-        said = f"cannot read the SQLite store {self.path} (opened to read only): {exc}"
+        said = f"cannot read the SQLite store {self.path} (opened to read only): {driver_error_line(exc)}"
         wal, shm = Path(f"{self._absolute}-wal"), Path(f"{self._absolute}-shm")
         cannot_open = getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_CANTOPEN
         if cannot_open and wal.exists() and not shm.exists():
@@ -668,14 +672,18 @@ class SQLiteStore(Store):
             try:
                 conn.execute("BEGIN IMMEDIATE" if immediate and not self.read_only else "BEGIN")
             except sqlite3.Error as exc:
-                raise StoreError(f"cannot start a transaction on {self.path}: {exc}") from exc
+                raise StoreError(
+                    f"cannot start a transaction on {self.path}: {driver_error_line(exc)}"
+                ) from exc
             tx = _SQLiteTransaction(conn, str(self.path) if self.read_only else None)
             try:
                 yield tx
             except BaseException as exc:
                 usable = self._rollback(conn)
                 if isinstance(exc, sqlite3.Error):
-                    raise StoreError(f"SQLite error on {self.path}: {exc}{self._not_upgraded(exc)}") from exc
+                    raise StoreError(
+                        f"SQLite error on {self.path}: {driver_error_line(exc)}{self._not_upgraded(exc)}"
+                    ) from exc
                 raise
             if tx.failed is not None:
                 # Caught inside the block (a savepoint rolled back, the rest went on), but the disk
@@ -683,7 +691,7 @@ class SQLiteStore(Store):
                 # would keep a part of what belongs together (outcomes written, others dropped).
                 usable = self._rollback(conn)
                 raise StoreError(
-                    f"SQLite error on {self.path}: {tx.failed}; nothing was written"
+                    f"SQLite error on {self.path}: {driver_error_line(tx.failed)}; nothing was written"
                 ) from tx.failed
             try:
                 self.check_in_place()
@@ -694,7 +702,7 @@ class SQLiteStore(Store):
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 usable = self._rollback(conn)
-                raise StoreError(f"commit failed on {self.path}: {exc}") from exc
+                raise StoreError(f"commit failed on {self.path}: {driver_error_line(exc)}") from exc
         finally:
             if usable:
                 self._release(conn)
@@ -742,7 +750,9 @@ class SQLiteStore(Store):
             usable = not conn.in_transaction or self._rollback(conn)
             if isinstance(exc, StoreError):
                 raise
-            raise StoreError(f"cannot create the {name} tables in {self.path}: {exc}") from exc
+            raise StoreError(
+                f"cannot create the {name} tables in {self.path}: {driver_error_line(exc)}"
+            ) from exc
         finally:
             if usable:
                 self._release(conn)
@@ -783,7 +793,9 @@ class SQLiteStore(Store):
                 conn.execute("PRAGMA query_only=OFF")
                 conn.execute(statement)
             except sqlite3.Error as exc:
-                raise StoreError(f"cannot read the SQLite store {self.path}: {exc}") from exc
+                raise StoreError(
+                    f"cannot read the SQLite store {self.path}: {driver_error_line(exc)}"
+                ) from exc
             finally:
                 conn.execute("PRAGMA query_only=ON")
         conn._agentgate_stand_ins = len(self._stand_ins)  # type: ignore[attr-defined]
