@@ -13,11 +13,13 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
 from test_gate_once import _new, _policy_text
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
 from agentgate.gate import Gate
+from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
 
@@ -88,3 +90,27 @@ def test_a_unit_written_outside_agentgate_is_escaped(tmp_path: Path) -> None:
         conn.commit()
     code, out = _cli("budget", "held", "--older-than", "0", "--store", str(path))
     assert code == 0 and len(out.splitlines()) == 2 and "\x1b" not in out, out
+
+
+@pytest.mark.postgres
+def test_held_on_a_postgresql_store_made_before_units_were_stored(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R62: the same on PostgreSQL: a `budget_reservations` without `unit` and `entry`
+    is listed with `(unit unknown)`, its `--json` unit null."""
+    from agentgate.store._postgres import PostgresStore
+
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    with Gate(parse_policy(_policy_text(keys), source="once.yaml"), PostgresStore(postgres_url)) as gate:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        assert gate.authorize(agent, LOOKUP).allowed
+        gate.flush()
+    with PostgresStore(postgres_url) as store, store.transaction() as tx:
+        tx.execute("ALTER TABLE budget_reservations DROP COLUMN unit, DROP COLUMN entry")
+    code, out = _cli("budget", "held", "--older-than", "0", "--store", postgres_url)
+    assert code == 0
+    (line,) = out.splitlines()[1:]
+    assert " 1 (unit unknown) " in line, line
+    (row,) = json.loads(_cli("budget", "held", "--json", "--older-than", "0", "--store", postgres_url)[1])
+    assert row["unit"] is None
