@@ -3,7 +3,8 @@
 One file, no external assets (inline CSS and SVG, no scripts): whether the log verified, the
 checkpoint it was made at, the delegation picture the entries hold (which principals acted on
 which grant chain tips), a decision timeline, the budget burn-down per principal (cumulative
-committed spend, from the ``spend`` and ``outcome`` entries, in minor units), and the allowed
+committed spend, from the ``spend`` and ``outcome`` entries, in minor units, one series per
+principal and unit: ``_spent_unit``), and the allowed
 tool and model calls that have no outcome (still running, or their outcome was lost: their
 reservations are held). Made in one pass over the entries: charts keep at most one point per pixel, the table the
 newest 500 entries.
@@ -93,10 +94,12 @@ class _Summary:
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     # kind -> bucket -> (index and title of the bucket's first entry, entries in the bucket)
     timeline: dict[str, dict[int, tuple[int, str, int]]] = field(default_factory=lambda: defaultdict(dict))
-    totals: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    totals: dict[tuple[str, str | None], int] = field(default_factory=lambda: defaultdict(int))
     top: int = 0
-    # principal -> bucket -> (index, cumulative spend) of the bucket's last spend
-    spend: dict[str, dict[int, tuple[int, int]]] = field(default_factory=lambda: defaultdict(dict))
+    # (principal, unit) -> bucket -> (index, cumulative spend) of the bucket's last spend
+    spend: dict[tuple[str, str | None], dict[int, tuple[int, int]]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
     tips: dict[str, set[str]] = field(default_factory=dict)
     other_tips: int = 0
     newest: deque[AuditEntry] = field(default_factory=lambda: deque(maxlen=_TABLE_ROWS))
@@ -119,10 +122,11 @@ class _Summary:
             title = f"#{entry.index} {_e(entry.time)} {_e(entry.principal)} {_e(entry.resource or '')}"
             points[bucket] = (entry.index, title, 1)
         if entry.kind in ("spend", "outcome") and entry.budget_delta:
-            self.totals[entry.principal] += entry.budget_delta
-            total = self.totals[entry.principal]
+            series = (entry.principal, _spent_unit(entry))
+            self.totals[series] += entry.budget_delta
+            total = self.totals[series]
             self.top = max(self.top, total)
-            self.spend[entry.principal][bucket] = (entry.index, total)
+            self.spend[series][bucket] = (entry.index, total)
         tip = entry.chain_hash or "(no chain recorded)"
         if tip in self.tips:
             self.tips[tip].add(entry.principal)
@@ -189,7 +193,7 @@ def _burn_down(summary: _Summary) -> str:
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 20}" height="{height + 30}">']
     parts.append(f'<rect x="10" y="10" width="{width}" height="{height}" fill="none" stroke="#ccc"/>')
     legend = []
-    for n, (principal, buckets) in enumerate(sorted(summary.spend.items())):
+    for n, ((principal, unit), buckets) in enumerate(sorted(summary.spend.items(), key=_by_series)):
         colour = _PALETTE[n % len(_PALETTE)]
         points = [(0, 0), *(point for _bucket, point in sorted(buckets.items()))]
         # A spend below -top is drawn at -top, under the chart already: v / top would overflow a
@@ -200,13 +204,37 @@ def _burn_down(summary: _Summary) -> str:
         parts.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="2"/>')
         legend.append(
             f'<li><span class="k" style="background:{colour}"></span><code>{_e(principal)}</code>: '
-            f"{_amount(summary.totals[principal])} spent</li>"
+            f"{_amount(summary.totals[principal, unit])} {_spent(unit)}</li>"
         )
     parts.append(
         f'<text x="12" y="{height + 25}" font-size="11">cumulative spend (max {_amount(top)}) by entry index</text>'
     )
     parts.append("</svg>")
     return "".join(parts) + "<ul>" + "".join(legend) + "</ul>"
+
+
+def _spent_unit(entry: AuditEntry) -> str | None:
+    """The unit of ``entry``'s ``budget_delta`` where its ``charges`` say it: the one unit its
+    own grant (the chain's tip) was charged in, else the one unit the whole chain was charged
+    in; ``None`` where they do not say (no ``charges``: a ``spend`` entry, an outcome written
+    before review R61; or several units and none the tip's alone). Until review R62 every figure
+    of a principal was summed into one, ``1`` call and ``500000`` micro-dollars read ``500001``."""
+    charges = entry.charges or {}
+    own = charges.get(entry.chain_hash or "", {})
+    units = set(own) if own else {unit for by_unit in charges.values() for unit in by_unit}
+    return next(iter(units)) if len(units) == 1 else None
+
+
+def _by_series(item: tuple[tuple[str, str | None], object]) -> tuple[str, str]:
+    """A burn-down series' sort key: by principal, then unit, the unrecorded unit last."""
+    (principal, unit), _points = item
+    return principal, "\uffff" if unit is None else unit
+
+
+def _spent(unit: str | None) -> str:
+    """What follows a burn-down total in its legend: ``UNIT spent``, or ``spent (unit not
+    recorded)`` for the figures whose entries do not say their unit (``_spent_unit``)."""
+    return "spent (unit not recorded)" if unit is None else f"{_e(unit)} spent"
 
 
 def _delegation(summary: _Summary) -> str:
