@@ -114,3 +114,27 @@ def test_held_on_a_postgresql_store_made_before_units_were_stored(
     assert " 1 (unit unknown) " in line, line
     (row,) = json.loads(_cli("budget", "held", "--json", "--older-than", "0", "--store", postgres_url)[1])
     assert row["unit"] is None
+
+
+@pytest.mark.parametrize("unit", ["calls\n", "Bad Unit", "x" * 5000, ""])
+def test_a_stored_unit_that_is_no_unit_is_unknown_and_never_logged_as_a_charge(
+    tmp_path: Path, unit: str
+) -> None:
+    """Review R62: a reservation row whose unit was edited outside agentgate into what no budget
+    is in (a line break, capitals and a space, 5,000 characters) is listed `(unit unknown)`,
+    `--json` null, and settled as one made before units were stored: charged, its outcome
+    without `charges`. Until now the text went into the signed log as a unit charged."""
+    path = _killed_worker(tmp_path)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("UPDATE budget_reservations SET unit = ?", (unit,))
+        conn.commit()
+    code, out = _cli("budget", "held", "--older-than", "0", "--store", str(path))
+    assert code == 0 and " 1 (unit unknown) " in out.splitlines()[1], out
+    (row,) = json.loads(_cli("budget", "held", "--json", "--older-than", "0", "--store", str(path))[1])
+    assert row["unit"] is None
+    code, out = _cli("budget", "settle", row["id"], "--ran", "--older-than", "0", "--store", str(path))
+    assert code == 0 and ": charged 1 (unit unknown) (audit entry " in out, out
+    with SQLiteStore(path) as store:
+        (logged,) = store.query("SELECT entry FROM audit_log ORDER BY idx DESC LIMIT 1")
+    text = bytes(logged[0]).decode()
+    assert '"kind":"outcome"' in text and '"charges"' not in text, text

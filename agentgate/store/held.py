@@ -49,6 +49,9 @@ from agentgate.store.once import SETTLE_MIN_AGE_S
 _ID = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
 """A reservation id as ``ledger._reservation_id`` makes them."""
 
+_BUDGET_UNIT = re.compile(r"[a-z][a-z0-9_]{0,31}", re.ASCII)
+"""A budget unit as a grant's budget may name one (``authority.Budget``): what the Gate stores."""
+
 _FIND_WITHIN_S = 5.0
 """How long after a reservation its ``allow`` entry is looked for: both are written in one
 transaction, microseconds apart on one host; the rest allows for a slow commit."""
@@ -315,8 +318,11 @@ _UNIT = {True: "unit", False: "NULL"}
 
 def _unit(stored: object) -> str | None:
     """A reservation row's unit: ``None`` where it records none (made before review R61, or by a
-    role that could not add the column) or not as text (a row written outside agentgate)."""
-    return stored if isinstance(stored, str) and stored else None
+    role that could not add the column), or none a budget can be in (``_BUDGET_UNIT``: a row
+    written outside agentgate, ``"calls\\n"`` or 5,000 characters). Such a one is settled as a row
+    without a unit, its outcome without ``charges``: until review R62 its text went into the
+    signed log as a unit charged."""
+    return stored if isinstance(stored, str) and _BUDGET_UNIT.fullmatch(stored) else None
 
 
 def _charges(charged: dict[str, int], unit: str | None) -> dict[str, dict[str, int]] | None:
