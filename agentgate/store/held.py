@@ -243,16 +243,18 @@ def settle_held(
 
 def _stored(reservation: object, chain: object, amount: object) -> tuple[tuple[str, ...], int]:
     """A reservation row's chain (a JSON list of grant ids) and amount; ``StoreError`` naming the
-    row when they are not (a row written outside agentgate), never a traceback."""
+    row when they are not (a row written outside agentgate), never a traceback; its id and amount
+    quoted cut at 60 characters (since review R62)."""
     try:
         grants = json.loads(str(chain))
         if not isinstance(grants, list) or not grants or not all(isinstance(g, str) and g for g in grants):
             raise ValueError("its chain is not a list of grant ids")
         if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
-            raise ValueError(f"its amount is {amount!r}")
+            raise ValueError(f"its amount is {amount!r:.60}")
     except ValueError as exc:
+        # Cut as ``settle_held`` quotes an id: an edited row may hold 100,000 characters.
         raise StoreError(
-            f"budget_reservations: the row of reservation {reservation!r} is malformed: {exc}"
+            f"budget_reservations: the row of reservation {reservation!r:.60} is malformed: {exc}"
         ) from None
     return tuple(grants), amount
 
