@@ -45,19 +45,29 @@ _CLASS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 def max_tokens_of(body: Mapping[str, Any]) -> int:
     """The body's output limit (``max_completion_tokens``, else ``max_tokens``, else the default).
 
-    Raises ``InputError`` when it is present but not a whole number from 1 to 1,000,000. A float
-    with no fractional part is that number (``5.0``), as vLLM's lax pydantic and the dispatcher's
-    ``output_limit`` read it (until review R61 it was refused here).
+    Raises ``InputError`` naming the field read when it is present but not a whole number from 1
+    to 1,000,000. A float with no fractional part is that number (``5.0``), as vLLM's lax
+    pydantic and the dispatcher's ``output_limit`` read it (until review R61 it was refused here).
+    0 is refused, not read as "no limit": the limit is signed, reserved and enforced, and vLLM's
+    ``SamplingParams`` and OpenAI's API refuse it too (until review R62 the message named
+    ``max_tokens`` whichever field was read, and did not say what to send instead).
     """
-    value = body.get("max_completion_tokens")
+    field, value = "max_completion_tokens", body.get("max_completion_tokens")
     if value is None:
-        value = body.get("max_tokens")
+        field, value = "max_tokens", body.get("max_tokens")
     if value is None:
         return DEFAULT_MAX_TOKENS
     if isinstance(value, float) and value.is_integer() and 0 < value <= MAX_TOKENS_LIMIT:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_TOKENS_LIMIT:
-        raise InputError(f"max_tokens must be a whole number from 1 to {MAX_TOKENS_LIMIT}, not {value!r}")
+        hint = (
+            f": leave it out for the default of {DEFAULT_MAX_TOKENS} tokens (0 is not read as no limit)"
+            if value == 0 and not isinstance(value, bool)
+            else ""
+        )
+        raise InputError(
+            f"{field} must be a whole number from 1 to {MAX_TOKENS_LIMIT}, not {value!r:.40}{hint}"
+        )
     return int(value)
 
 
