@@ -48,7 +48,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentgate._bounded_http import LOST, STALLED
 from agentgate._http_limits import positive_seconds
@@ -78,7 +78,13 @@ from agentgate.dispatch.gateway._cuts import (
     _uncancel_all,
     _Watch,
 )
-from agentgate.dispatch.gateway._errors import _dispatch_error, _http_error, error_response
+from agentgate.dispatch.gateway._errors import (
+    INTERNAL_ERROR,
+    _dispatch_error,
+    _http_error,
+    _internal_error,
+    error_response,
+)
 from agentgate.dispatch.gateway._request import (
     BODY_TIMEOUT_S,
     MAX_BODY_BYTES,
@@ -196,7 +202,8 @@ class Gateway:
             lifespan=self._lifespan,
             # A path or method the gateway does not serve is an OpenAI-shaped error, as every
             # other answer is (the SDKs read its message and code), not Starlette's plain text.
-            exception_handlers={HTTPException: _http_error},
+            # An unexpected error is an OpenAI-shaped 500 too, never its text (``_Entry`` logs it).
+            exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         )
         self.app = _Entry(self._chat, self._starlette)
         """The ASGI application: chat completions directly, everything else through Starlette."""
@@ -691,14 +698,71 @@ def _log_failure(task: asyncio.Task[None]) -> None:
 
 
 class _Entry:
-    """The ASGI entry point: ``POST /v1/chat/completions`` straight to ``chat``, the rest to ``other``."""
+    """The ASGI entry point: ``POST /v1/chat/completions`` straight to ``chat``, the rest to ``other``.
+
+    An unexpected error of either (any exception the gateway does not answer itself) is logged
+    once, with its traceback, at ERROR, and answered without its text (which may carry secrets):
+    an OpenAI-shaped 500 ``internal_error`` when no answer had begun; a stream that had begun ends
+    with an error event instead. Until review R62 it reached uvicorn, which answered a plain-text
+    ``Internal Server Error`` (or cut the stream) and logged it, twice for Starlette's routes.
+    """
 
     def __init__(self, chat: ASGIApp, other: ASGIApp) -> None:
         self.chat = chat
         self.other = other
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/chat/completions":
-            await self.chat(scope, receive, send)
-        else:
+        if scope["type"] != "http":
             await self.other(scope, receive, send)
+            return
+        app = (
+            self.chat if scope["method"] == "POST" and scope["path"] == "/v1/chat/completions" else self.other
+        )
+        sent = _SentWatch(send)
+        try:
+            await app(scope, receive, sent)
+        except Exception:
+            _log.exception(
+                "agentgate gateway: an internal error on %s %s", scope["method"], scope["path"][:200]
+            )
+            await sent.end_with_internal_error()
+
+
+class _SentWatch:
+    """An ASGI ``send`` that remembers how far the answer went, to end it after an internal error."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+        self.complete = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.complete = True
+        await self.send(message)
+
+    async def end_with_internal_error(self) -> None:
+        """Answer 500 ``internal_error`` if no answer began, else end a begun one with an error
+        event (only a stream is sent in pieces); never raises (the connection may be gone)."""
+        if self.complete:
+            return
+        if self.started:
+            messages: list[Message] = [
+                {
+                    "type": "http.response.body",
+                    "body": _error_event(INTERNAL_ERROR, "internal_error"),
+                    "more_body": True,
+                },
+                {"type": "http.response.body", "body": b"", "more_body": False},
+            ]
+        else:
+            answer = error_response(500, INTERNAL_ERROR, "internal_error")
+            messages = [
+                {"type": "http.response.start", "status": 500, "headers": answer.raw_headers},
+                {"type": "http.response.body", "body": answer.body, "more_body": False},
+            ]
+        with contextlib.suppress(Exception):
+            for message in messages:
+                await self.send(message)

@@ -38,6 +38,7 @@ _ERROR_TYPES = {
     431: "invalid_request_error",
     429: "rate_limit_error",
     502: "api_error",
+    500: "api_error",
     503: "service_unavailable",
 }
 _log = logging.getLogger("agentgate.dispatch.gateway._app")  # the gateway's one logger (docs/gateway.md)
@@ -153,3 +154,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     code = codes.get(exc.status_code, "http_error")
     message = f"{request.method} {request.url.path[:200]}: {exc.detail}"
     return error_response(exc.status_code, message, code, headers=exc.headers)
+
+
+INTERNAL_ERROR = "the gateway failed on an internal error; its log says more"
+"""The message of an unexpected error's answer: never the exception's text, which may carry secrets."""
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    """Starlette's answer to an unexpected error in one of its routes: an OpenAI-shaped 500
+    ``internal_error``. Starlette then raises the error on, to ``_Entry``, which logs it once."""
+    return error_response(500, INTERNAL_ERROR, "internal_error")
