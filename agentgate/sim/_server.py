@@ -315,7 +315,7 @@ class SimServer:
         joined by ``","``); an empty dict for a request that carried none."""
         self.port = port or _free_port()
         self._runner: _Runner | None = None
-        self._server: uvicorn.Server | None = None
+        self._server: _StoppableServer | None = None
         self._thread: threading.Thread | None = None
         self._ids = itertools.count()
         self._registry = CollectorRegistry(auto_describe=False)
@@ -346,7 +346,7 @@ class SimServer:
             ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
             http=BoundedHttpToolsProtocol.with_limits(self.http_limits),
         )
-        self._server = uvicorn.Server(config)
+        self._server = _StoppableServer(config)
         self._thread = threading.Thread(target=self._server.run, name=f"sim-{self.port}", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout
@@ -554,6 +554,32 @@ class SimServer:
             ],
             "usage": _usage(sim),
         }
+
+
+class _StoppableServer(uvicorn.Server):
+    """uvicorn's server, whose forced exit (``SimServer.stop``) cuts the requests in flight and
+    still shuts the app's lifespan down, logging nothing.
+
+    uvicorn's forced exit leaves both to the event loop's end, which cancels the lifespan task
+    (Starlette then reports the ``CancelledError`` as a failed shutdown, which uvicorn logs as a
+    traceback) and each request's task (logged "Exception in ASGI application"): until review R62
+    every simulator stopped logged one traceback for its lifespan and one for each request in
+    flight. Here each connection is reset instead (its request sees its caller gone, as one that
+    hung up), the requests' tasks are waited for, then the lifespan shutdown runs.
+    """
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.force_exit:
+            for connection in list(self.server_state.connections):
+                transport = getattr(connection, "transport", None)
+                if transport is not None:
+                    transport.abort()
+        await super().shutdown(sockets)
+        if not self.force_exit:
+            return
+        if tasks := list(self.server_state.tasks):
+            await asyncio.wait(tasks, timeout=5.0)
+        await self.lifespan.shutdown()
 
 
 class _BodyTooLarge(InputError):
