@@ -48,7 +48,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate._bounded_http import LOST, STALLED
 from agentgate._http_limits import positive_seconds
@@ -718,51 +718,31 @@ class _Entry:
         app = (
             self.chat if scope["method"] == "POST" and scope["path"] == "/v1/chat/completions" else self.other
         )
-        sent = _SentWatch(send)
         try:
-            await app(scope, receive, sent)
+            await app(scope, receive, send)
         except Exception:
             _log.exception(
                 "agentgate gateway: an internal error on %s %s", scope["method"], scope["path"][:200]
             )
-            await sent.end_with_internal_error()
+            await _end_with_internal_error(send)
 
 
-class _SentWatch:
-    """An ASGI ``send`` that remembers how far the answer went, to end it after an internal error."""
+async def _end_with_internal_error(send: Send) -> None:
+    """Answer 500 ``internal_error`` if no answer began, else end a begun one with an error event
+    (only a stream is sent in pieces); never raises (the connection may be gone).
 
-    def __init__(self, send: Send) -> None:
-        self.send = send
-        self.started = False
-        self.complete = False
-
-    async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.started = True
-        elif message["type"] == "http.response.body" and not message.get("more_body", False):
-            self.complete = True
-        await self.send(message)
-
-    async def end_with_internal_error(self) -> None:
-        """Answer 500 ``internal_error`` if no answer began, else end a begun one with an error
-        event (only a stream is sent in pieces); never raises (the connection may be gone)."""
-        if self.complete:
-            return
-        if self.started:
-            messages: list[Message] = [
-                {
-                    "type": "http.response.body",
-                    "body": _error_event(INTERNAL_ERROR, "internal_error"),
-                    "more_body": True,
-                },
-                {"type": "http.response.body", "body": b"", "more_body": False},
-            ]
-        else:
-            answer = error_response(500, INTERNAL_ERROR, "internal_error")
-            messages = [
-                {"type": "http.response.start", "status": 500, "headers": answer.raw_headers},
-                {"type": "http.response.body", "body": answer.body, "more_body": False},
-            ]
-        with contextlib.suppress(Exception):
-            for message in messages:
-                await self.send(message)
+    How far the answer went is the server's to know: it refuses (raises for) a second start, and
+    any message after the end. Nothing wraps ``send`` to track it, which would cost every message
+    of every answer a call.
+    """
+    answer = error_response(500, INTERNAL_ERROR, "internal_error")
+    try:
+        await send({"type": "http.response.start", "status": 500, "headers": answer.raw_headers})
+    except Exception:
+        with contextlib.suppress(Exception):  # ended already: nothing more may be sent
+            event = _error_event(INTERNAL_ERROR, "internal_error")
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
+    with contextlib.suppress(Exception):
+        await send({"type": "http.response.body", "body": answer.body, "more_body": False})
