@@ -17,6 +17,7 @@ from agentgate._bounded_http import BoundedHttpToolsProtocol
 from agentgate._http_limits import (
     HEAD_TIMEOUT_S,
     MAX_HEAD_BYTES,
+    MOST_SECONDS,
     STREAM_STALL_S,
     UNREAD_BODY_S,
     HttpLimits,
@@ -24,7 +25,7 @@ from agentgate._http_limits import (
 )
 from agentgate.dispatch.gateway._errors import protocol_error
 from agentgate.dispatch.gateway._stream import LAST_EVENT_S
-from agentgate.errors import DispatchError
+from agentgate.errors import DispatchError, InputError
 
 if TYPE_CHECKING:
     from agentgate.dispatch.gateway._app import Gateway
@@ -104,14 +105,22 @@ class GatewayServer:
         its request was answered before it all came (refused: too large, an encoding not
         supported); then the connection is closed.
 
-        Raises ``InputError`` naming the parameter unless each time is a positive number of
-        seconds, at most a day, and ``max_head_bytes`` a whole number from 1024 to 16 MiB
+        Raises ``InputError`` naming the parameter unless ``shutdown_grace_s`` is a whole number
+        of seconds from 0 to a day, each other time a positive number of seconds, at most a day,
+        and ``max_head_bytes`` a whole number from 1024 to 16 MiB
         (``agentgate/_http_limits.py``). (The body's limits are the ``Gateway``'s:
         ``max_body_bytes``, ``body_timeout_s``.)
         """
         self.gateway = gateway
         self.host = host
-        self.shutdown_grace_s = shutdown_grace_s
+        # Checked here, as the other limits are (until review R62 only ``agentgate serve`` checked
+        # it: ``"10"`` or NaN made a server whose ``stop()`` raised, after it stopped taking calls).
+        grace = shutdown_grace_s
+        if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= MOST_SECONDS:
+            raise InputError(
+                f"shutdown_grace_s must be a whole number of seconds from 0 to {MOST_SECONDS:g}, not {grace!r:.40}"
+            )
+        self.shutdown_grace_s = grace
         self.stream_stall_s = positive_seconds(stream_stall_s, "stream_stall_s")
         self.limits = HttpLimits(
             max_head_bytes=max_head_bytes,
