@@ -146,3 +146,32 @@ def test_an_unexpected_error_mid_stream_ends_it_with_an_error_event_logged_once(
     assert SECRET not in answer.text
     failures = [r for r in errors.records if r.levelno >= logging.ERROR]
     assert len(failures) == 1 and failures[0].exc_info is not None, [r.getMessage() for r in failures]
+
+
+class _FailingTenant(_FailingGate):
+    """A gate whose tenant look-up (after an allowed decision, before the call is sent) raises."""
+
+    def tenant_of(self, identity: Any) -> str:
+        raise RuntimeError(SECRET)
+
+
+def test_an_unexpected_error_between_the_decision_and_the_backend_releases_the_reservation(
+    served: tuple[Gateway, str, AgentIdentity], errors: pytest.LogCaptureFixture
+) -> None:
+    """Review R62: an allowed call that failed before it was sent (here its tenant look-up) was
+    answered 500 with its reservation left held and no outcome audited; it is released (nothing
+    charged, nothing held) and its outcome audited as an error that does not carry the text."""
+    gateway, url, agent = served
+    gateway.gate.__class__ = _FailingTenant
+    body = _body()
+    answer = httpx.post(
+        f"{url}/chat/completions", json=body, headers=invocation_headers(agent.key, agent.chain, body)
+    )
+    _assert_internal_error(answer, errors)
+    gate = gateway.gate
+    gate.flush()
+    assert list(gate.store.query("SELECT id FROM budget_reservations WHERE state = 'reserved'")) == []
+    assert gate.remaining(agent)[agent.chain.root.id][0] == 0
+    outcomes = [e for e in gate.audit.entries() if e.kind == "outcome"]
+    assert len(outcomes) == 1 and outcomes[0].status == "error", outcomes
+    assert SECRET not in str(outcomes[0])

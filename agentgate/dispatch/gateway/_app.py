@@ -402,14 +402,22 @@ class Gateway:
                 decision.status, decision.message, decision.code or "refused", headers=headers, extra=extra
             )
             return answer, False
-        identity = decision.auth.identity
-        tenant = self.gate.tenant_of(identity) if identity is not None else "default"
-        payload = {**body, "max_tokens": max_tokens}
-        payload.pop("max_completion_tokens", None)
-        # agentgate's class name is not the backend's (vLLM's ``priority`` is an integer): the
-        # dispatcher gets the class's rank instead, when the policy declares the class.
-        payload.pop(PRIORITY_FIELD, None)
-        route = self._route(tenant, priority_of(body), body.get("model"))
+        try:
+            identity = decision.auth.identity
+            tenant = self.gate.tenant_of(identity) if identity is not None else "default"
+            payload = {**body, "max_tokens": max_tokens}
+            payload.pop("max_completion_tokens", None)
+            # agentgate's class name is not the backend's (vLLM's ``priority`` is an integer): the
+            # dispatcher gets the class's rank instead, when the policy declares the class.
+            payload.pop(PRIORITY_FIELD, None)
+            route = self._route(tenant, priority_of(body), body.get("model"))
+        except Exception:
+            # An internal error before the call was sent (``_Entry`` logs it and answers 500):
+            # released, its outcome audited, instead of a reservation held with no outcome
+            # (until review R62). The error's own text stays out of the audit (it may carry secrets).
+            with contextlib.suppress(RuntimeError):
+                await self.gate.arun(decision.auth, _failed_before_sending)
+            raise
         headers = {"X-Agentgate-Audit-Index": str(decision.auth.audit_index)}
         if body.get("stream"):
             stream = await self._stream(decision, payload, route, headers, request.scope)
@@ -679,6 +687,11 @@ class Gateway:
         # so the counter cannot turn an answered, charged call into an error.
         self._tokens.labels(kind="prompt").inc(prompt)
         self._tokens.labels(kind="completion").inc(completion)
+
+
+async def _failed_before_sending() -> None:
+    """The backend call of an allowed call that an internal error stopped before it was sent."""
+    raise RuntimeError("an internal error of the gateway stopped the call before it was sent")
 
 
 def _shutting_down(message: str) -> Response:
