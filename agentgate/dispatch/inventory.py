@@ -113,7 +113,7 @@ class Node(_Frozen):
 
     name: str = Field(pattern=_NAME)
     """Unique node name."""
-    rack: str | None = None
+    rack: str | None = Field(default=None, pattern=_NAME)
     """The rack the node sits in; ``None`` when racks are not modelled."""
 
 
@@ -128,7 +128,7 @@ class GPU(_Frozen):
     ``gpu:<type in lower case>``."""
     memory_gb: float = Field(gt=0, le=4096, strict=True, allow_inf_nan=False)
     """Device memory in GB."""
-    node: str
+    node: str = Field(pattern=_NAME)
     """The node the GPU is installed in."""
     nvlink_domain: str | None = Field(default=None, pattern=_NAME)
     """The NVLink domain; GPUs in one domain talk over NVLink. ``None``: its own domain. Not
@@ -218,7 +218,7 @@ class Backend(_Frozen):
     models: tuple[str, ...] = Field(min_length=1)
     """Model names the backend serves: each a resource name as ``model:NAME`` (a call to it is
     authorized as that resource)."""
-    gpus: tuple[str, ...] = ()
+    gpus: tuple[Annotated[str, Field(pattern=_NAME)], ...] = ()
     """GPU ids the backend runs on."""
     max_concurrency: int = Field(default=256, ge=1, le=1_000_000, strict=True)
     """Most requests the router keeps in flight on this backend."""

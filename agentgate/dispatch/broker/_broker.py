@@ -57,7 +57,6 @@ from agentgate.dispatch.broker._model import (
     TimedOut,
     Withdrawn,
     finite_non_negative,
-    quoted,
     shown_number,
 )
 from agentgate.dispatch.broker._placement import (
@@ -70,6 +69,7 @@ from agentgate.dispatch.broker._placement import (
 )
 from agentgate.dispatch.broker._preemption import _Preempting
 from agentgate.dispatch.broker._quota import QuotaBook
+from agentgate.dispatch.broker._quoting import quoted
 from agentgate.dispatch.broker._restore import _Restoring
 from agentgate.dispatch.broker._topology import Topology
 from agentgate.dispatch.broker._waiting import _Waiting

@@ -38,7 +38,8 @@ from agentgate.capabilities import Call
 from agentgate.dispatch.broker._broker import Broker, _an_id
 from agentgate.dispatch.broker._lease_calls import _number, _outlived, _resource, _resource_or_any, _wait_left
 from agentgate.dispatch.broker._lease_outcomes import _held, _Recording
-from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, Lease, quoted
+from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, Lease
+from agentgate.dispatch.broker._quoting import quoted
 from agentgate.errors import BrokerError, Denied, LeaseLost, StoreError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision

@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 
 from agentgate.capabilities import canonical_resource
-from agentgate.dispatch.broker._model import GangRequest, quoted
+from agentgate.dispatch.broker._model import GangRequest
+from agentgate.dispatch.broker._quoting import quoted
 from agentgate.errors import BrokerError, CapabilityError
 from agentgate.gate import AgentIdentity
 

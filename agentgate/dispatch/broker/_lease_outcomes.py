@@ -19,8 +19,8 @@ from agentgate.dispatch.broker._model import (
     LeaseEnded,
     TimedOut,
     Withdrawn,
-    quoted,
 )
+from agentgate.dispatch.broker._quoting import quoted
 from agentgate.errors import AuditError, BrokerError, StoreError
 from agentgate.gate import AgentIdentity, Authorization, Gate
 from agentgate.policy._schema import lease_cost

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from agentgate.dispatch.broker._model import TenantQuota, quoted
+from agentgate.dispatch.broker._model import TenantQuota
+from agentgate.dispatch.broker._quoting import quoted
 from agentgate.errors import BrokerError
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentgate.dispatch.broker._model import BrokerSnapshot, Lease, QueuedRequest, quoted, shown_number
+from agentgate.dispatch.broker._model import BrokerSnapshot, Lease, QueuedRequest, shown_number
 from agentgate.dispatch.broker._placement import FreeIndex
 from agentgate.dispatch.broker._quota import QuotaBook
+from agentgate.dispatch.broker._quoting import quoted
 from agentgate.dispatch.broker._topology import Topology
 from agentgate.dispatch.broker._waiting import _Waiting
 from agentgate.errors import BrokerError

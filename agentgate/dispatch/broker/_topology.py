@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from agentgate.dispatch.broker._quoting import quoted
 from agentgate.errors import InventoryError
 
 if TYPE_CHECKING:
@@ -22,6 +23,17 @@ Level = Literal["nvlink_domain", "node", "rack"]
 """A level of the interconnect hierarchy, innermost first."""
 
 LEVELS: tuple[Level, ...] = ("nvlink_domain", "node", "rack")
+
+MAX_GPU_NAME_CHARS = 256
+"""The most characters a GPU's id, type, node, NVLink domain or rack may have: twice an
+inventory name's 128, which ``from_inventory`` prefixes for a GPU without a domain (``gpu:<id>``)
+or a node without a rack (``node:<name>``)."""
+
+MAX_GPU_MEMORY_GB = 4096
+"""The most device memory a GPU may declare, as in an inventory (``inventory.GPU.memory_gb``)."""
+
+_NAMES = ("id", "type", "node", "nvlink_domain", "rack")
+"""The fields of a ``GpuSpec`` that are names: quoted by the broker's errors and views."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +70,9 @@ class Topology:
     of group ``g`` in order; ``within[(inner, outer)][g]``
     whether group ``g`` at level ``inner`` lies inside one group at the outer level ``outer`` (an
     NVLink domain may span the nodes of a rack: GB200 NVL72). Raises ``InventoryError`` for an
-    empty list or a duplicate GPU id.
+    empty list, a duplicate GPU id, a name that is not text of 1 to ``MAX_GPU_NAME_CHARS``
+    printable characters or a ``memory_gb`` that is no positive finite number, naming the field
+    and the GPU's position (``gpus[3].id``).
     """
 
     gpus: tuple[GpuSpec, ...]
@@ -73,8 +87,11 @@ class Topology:
             raise InventoryError("the broker needs at least one GPU")
         index: dict[str, int] = {}
         for i, gpu in enumerate(self.gpus):
+            _check_gpu(i, gpu)
             if gpu.id in index:
-                raise InventoryError(f"duplicate gpu {gpu.id!r}")
+                raise InventoryError(
+                    f"gpus[{i}].id: duplicate gpu {quoted(gpu.id)} (also gpus[{index[gpu.id]}])"
+                )
             index[gpu.id] = i
         group_of: dict[Level, tuple[int, ...]] = {}
         members: dict[Level, tuple[tuple[int, ...], ...]] = {}
@@ -112,7 +129,7 @@ class Topology:
         try:
             return self.index[gpu_id]
         except KeyError:
-            raise InventoryError(f"unknown gpu {gpu_id!r}") from None
+            raise InventoryError(f"unknown gpu {quoted(gpu_id)}") from None
 
     def shared_level(self, numbers: Iterable[int]) -> Level | None:
         """The innermost level at which all the given GPUs share one group, or ``None``."""
@@ -124,6 +141,26 @@ class Topology:
             if len({of[i] for i in nums}) == 1:
                 return level
         return None
+
+
+def _check_gpu(i: int, gpu: GpuSpec) -> None:
+    """Refuse a GPU whose names the broker could not quote on one line, or whose memory no
+    request could be compared with. Until review R62 a GPU id of 10,000 characters, or one with
+    control characters, went whole into the broker's errors (``duplicate gpu``, ``unknown gpu``);
+    a ``GpuSpec`` is a plain dataclass, so the topology checks what it is given."""
+    for name in _NAMES:
+        value = getattr(gpu, name)
+        if not (isinstance(value, str) and 0 < len(value) <= MAX_GPU_NAME_CHARS and value.isprintable()):
+            raise InventoryError(
+                f"gpus[{i}].{name}: {quoted(value)} must be text of 1 to {MAX_GPU_NAME_CHARS} printable "
+                "characters (no line break, escape or other control character)"
+            )
+    memory = gpu.memory_gb
+    # NaN compares false with every bound, so it is refused too.
+    if isinstance(memory, bool) or not isinstance(memory, int | float) or not 0 < memory <= MAX_GPU_MEMORY_GB:
+        raise InventoryError(
+            f"gpus[{i}].memory_gb: {quoted(memory)} must be a number of GB above 0 and at most {MAX_GPU_MEMORY_GB}"
+        )
 
 
 def synthetic_topology(
