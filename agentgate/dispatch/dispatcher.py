@@ -104,6 +104,20 @@ def model_slos(policy: Policy | PolicyDocument) -> dict[str, float]:
     }
 
 
+def _with_output_limit(payload: Mapping[str, Any], request: RouteRequest) -> Mapping[str, Any]:
+    """``payload`` as sent to a backend: as it is when it names an output limit (``output_limit``);
+    else with ``max_tokens`` set to the limit ``request`` was routed and its tenant debited for
+    (``DEFAULT_OUTPUT_TOKENS``) and a ``max_completion_tokens`` of 0 or null left out, as the
+    gateway sends every call. Until review R62 it was sent as it was, and vLLM reads ``max_tokens``
+    0, null or absent as no limit (the rest of its context window): a call debited 256 tokens of
+    its tenant's quota could generate 100,000 and more, bounded by no stream bound either."""
+    if output_limit(payload) is not None:
+        return payload
+    sent = {name: value for name, value in payload.items() if name != "max_completion_tokens"}
+    sent["max_tokens"] = request.max_output_tokens
+    return sent
+
+
 class Dispatcher:
     """Routes and sends model calls over the inventory's backends. Use ``async with``.
 
@@ -387,6 +401,7 @@ class Dispatcher:
     ) -> ChatResult:
         self._require_started()
         request = self.route_request(payload, **route)
+        payload = _with_output_limit(payload, request)
         with self._only(request.id), self._in_progress():
             errors: list[str] = []
             for _ in range(self.max_attempts):
@@ -435,6 +450,7 @@ class Dispatcher:
         """
         self._require_started()
         request = self.route_request(payload, **route)
+        payload = _with_output_limit(payload, request)
         with self._only(request.id), self._in_progress():
             errors: list[str] = []
             for _ in range(self.max_attempts):
