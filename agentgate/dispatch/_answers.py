@@ -117,11 +117,23 @@ def _whole_tokens(name: str, value: object) -> int:
     return value
 
 
+MAX_FINISH_REASON_CHARS = 64
+"""The longest ``finish_reason`` taken: the engines' are a word or two (``stop``, ``length``,
+``tool_calls``, ``content_filter``, TGI's ``eos_token``)."""
+
+
 def _finish_reason(choice: Mapping[str, Any]) -> str | None:
-    """The choice's ``finish_reason``: a string or ``None``; raises ``TypeError`` for anything else."""
+    """The choice's ``finish_reason``: a string of at most ``MAX_FINISH_REASON_CHARS`` printable
+    characters, or ``None``; raises ``TypeError`` for anything else. Until review R62 a reason of
+    1 MB, or one holding an escape, was passed on, logged and recorded as it came."""
     reason = choice.get("finish_reason")
     if reason is not None and not isinstance(reason, str):
         raise TypeError(f"finish_reason is not a string: {reason!r:.80}")
+    if reason is not None and not (len(reason) <= MAX_FINISH_REASON_CHARS and reason.isprintable()):
+        raise TypeError(
+            f"finish_reason is not a reason ({len(reason)} characters, at most {MAX_FINISH_REASON_CHARS} "
+            f"printable ones): {reason!r:.80}"
+        )
     return reason
 
 

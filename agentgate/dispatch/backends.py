@@ -209,6 +209,13 @@ class Timeouts:
                 raise InputError(f"timeout {name} must be positive and finite, got {value!r}")
 
 
+def _choices_asked(payload: Mapping[str, Any]) -> int:
+    """How many choices ``payload`` asks for: its ``n`` when a whole number of at least 1 (the
+    backend refuses any other), else 1."""
+    n = payload.get("n")
+    return n if type(n) is int and n >= 1 else 1
+
+
 class BackendClient:
     """Talks to one backend over a shared, pooled ``httpx.AsyncClient`` (and ``session``, if given,
     for chat calls; ``transport``, if set, instead of both)."""
@@ -325,6 +332,9 @@ class BackendClient:
             choices = data["choices"]
             if not isinstance(choices, list) or not all(_is_choice(c, "message") for c in choices):
                 raise TypeError("choices is not a list of objects, each with a message object or none")
+            if len(choices) > (asked := _choices_asked(payload)):
+                # Until review R62 100,000 choices for a call of one were an answer.
+                raise ValueError(f"{len(choices)} choices for a call that asked for {asked}")
             choice = choices[0]
             text = choice["message"]["content"] or ""
             if not isinstance(text, str):
