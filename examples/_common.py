@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+import _interrupt
 import yaml
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -377,7 +378,10 @@ def _served_models(base_url: str, api_key: str) -> list[str] | None:
 def exit_with(run: Callable[[], int]) -> NoReturn:
     """Run the example (``run`` returns its exit status) and exit with that status. A reader that
     went away (``| head``) ends it with 141, as a command killed by SIGPIPE shows in a shell, and
-    Ctrl-C with one line and 130: never a traceback."""
+    Ctrl-C with one line and 130: never a traceback. During ``run`` Ctrl-C is a
+    ``KeyboardInterrupt``, so that the run's ``finally`` closes its gate and store; before and
+    after it, it ends the process at once (``_interrupt``)."""
+    _interrupt.inside_the_run()
     try:
         status = run()
         sys.stdout.flush()  # a dead pipe shows here, not as Python exits
@@ -385,8 +389,11 @@ def exit_with(run: Callable[[], int]) -> NoReturn:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left goes nowhere
         sys.exit(141)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        _interrupt.outside_the_run()
+        _interrupt.say_interrupted()
         sys.exit(130)
+    finally:
+        _interrupt.outside_the_run()
     sys.exit(status)
 
 

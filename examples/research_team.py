@@ -21,18 +21,20 @@ The keys are made fresh for each run and the store lives in .agentgate/demo/rese
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections import defaultdict
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
-
-from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# First, before the imports that take seconds: Ctrl-C from here on ends with one line.
+import _interrupt  # noqa: F401
+
+# isort: split
+
+import asyncio
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
 
 from _common import (
     ROOT,
@@ -47,6 +49,9 @@ from _common import (
     sign_pending,
     summary,
 )
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.dispatcher import Dispatcher

@@ -15,16 +15,18 @@ Model calls are not gated here: this policy governs tools only (``gate_models=Fa
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
-
-from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.types import Command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# First, before the imports that take seconds: Ctrl-C from here on ends with one line.
+import _interrupt  # noqa: F401
+
+# isort: split
+
+import sqlite3
+from typing import Any
 
 from _common import (
     ROOT,
@@ -40,6 +42,9 @@ from _common import (
     sign_pending,
     summary,
 )
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
 
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import create_gated_agent

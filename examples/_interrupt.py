@@ -1,0 +1,51 @@
+"""Ctrl-C ends an example with the line ``interrupted`` and status 130 at any moment, never a traceback.
+
+Each example imports this module first, before the imports that take seconds (langgraph,
+langchain, agentgate): importing it makes Ctrl-C end the process at once, with that line, as
+nothing has been written yet. While the run runs (``_common.exit_with``), Ctrl-C is Python's own
+``KeyboardInterrupt``, so that the run's ``finally`` closes the gate and what it wrote to its
+store stays whole; once the run has ended, Ctrl-C ends the process at once again (during the exit
+itself, which joins the run's threads). Standard library only: it must load in milliseconds.
+
+All this only where an example is the program (``python examples/NAME.py``): a test that runs
+one in its own process (``runpy``) keeps its own Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+_AN_EXAMPLE_IS_THE_PROGRAM = Path(sys.argv[0]).resolve().parent == Path(__file__).resolve().parent
+
+
+def say_interrupted() -> None:
+    """Print the one line a person reads after Ctrl-C (nowhere, where stderr is gone)."""
+    try:
+        sys.stderr.write("interrupted\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _end_now(signum: int, frame: FrameType | None) -> None:
+    say_interrupted()
+    os._exit(130)  # no exception to unwind through an import or the interpreter's exit
+
+
+def outside_the_run() -> None:
+    """Ctrl-C from now on ends the process at once: for while nothing is being written."""
+    if _AN_EXAMPLE_IS_THE_PROGRAM:
+        signal.signal(signal.SIGINT, _end_now)
+
+
+def inside_the_run() -> None:
+    """Ctrl-C from now on raises ``KeyboardInterrupt``, which the run's ``finally`` blocks see."""
+    if _AN_EXAMPLE_IS_THE_PROGRAM:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+outside_the_run()

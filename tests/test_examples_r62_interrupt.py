@@ -1,0 +1,88 @@
+"""Ctrl-C at any moment of an example (review R62): while it imports langgraph and langchain,
+while the agents run, and while it prints its summary and verifies the audit log. Each ends with
+the one line ``interrupted`` and status 130, never a traceback, and what the run wrote to its
+store still verifies (``agentgate audit verify``, the command the example itself points to)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentgate.cli.main import main as cli_main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+NAMES = ["research_team.py", "support_agent.py"]
+
+
+def _start(name: str, workdir: Path, *python_options: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTGATE_OPENAI_")}
+    return subprocess.Popen(
+        [sys.executable, *python_options, str(EXAMPLES / name)],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(env, PYTHONUNBUFFERED="1"),
+    )
+
+
+def _interrupt(example: subprocess.Popen[str]) -> tuple[str, str]:
+    example.send_signal(signal.SIGINT)
+    return example.communicate(timeout=120)
+
+
+def _store(name: str, workdir: Path) -> Path:
+    return workdir / ".agentgate" / "demo" / name.removesuffix(".py") / "agentgate.db"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ctrl_c_while_the_example_imports_says_interrupted(name: str, tmp_path: Path) -> None:
+    """Review R62: Ctrl-C in an example's first seconds, while it imported langgraph and
+    langchain (before its first line), printed a KeyboardInterrupt traceback and ended by the
+    signal (status -2), not with ``interrupted`` and 130."""
+    # -X importtime writes a line to stderr as each module is imported: the signal is sent once
+    # langchain is being imported, whatever the machine's speed.
+    with _start(name, tmp_path, "-X", "importtime") as example:
+        assert example.stderr is not None
+        while "langchain" not in (line := example.stderr.readline()):
+            assert line, "the example imported no langchain"
+        out, err = _interrupt(example)
+    said = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert out == ""  # interrupted before its first line
+    assert said == ["interrupted"], err[-3000:]
+    assert example.returncode == 130
+    assert not _store(name, tmp_path).exists()  # nothing was made
+
+
+def _interrupt_after(name: str, workdir: Path, line_starts: str) -> tuple[str, str, int]:
+    with _start(name, workdir) as example:
+        assert example.stdout is not None
+        seen = []
+        while not (line := example.stdout.readline()).startswith(line_starts):
+            assert line, "".join(seen)  # the example ended before printing that line
+            seen.append(line)
+        out, err = _interrupt(example)
+    return "".join(seen) + line + out, err, example.returncode
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "line_starts", ["agentgate demo:", "Spent (committed"], ids=["while_running", "while_summing_up"]
+)
+def test_ctrl_c_while_the_example_runs_leaves_a_store_that_verifies(
+    name: str, line_starts: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R62: Ctrl-C once the agents run, or while the example prints its summary and
+    verifies the audit log, ends with ``interrupted`` and 130, and the store the run wrote is
+    whole: its audit log verifies."""
+    out, err, status = _interrupt_after(name, tmp_path, line_starts)
+    assert err == "interrupted\n", err[-3000:]
+    assert status == 130
+    assert "Traceback" not in out
+    assert cli_main(["audit", "verify", "--store", str(_store(name, tmp_path))]) == 0
+    assert capsys.readouterr().out.startswith("intact:")
