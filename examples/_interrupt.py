@@ -8,7 +8,7 @@ store stays whole; once the run has ended, Ctrl-C ends the process at once again
 itself, which joins the run's threads). Standard library only: it must load in milliseconds.
 
 All this only where an example is the program (``python examples/NAME.py``): a test that runs
-one in its own process (``runpy``) keeps its own Ctrl-C.
+one in its own process (``runpy``, importing it) keeps its own Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-_AN_EXAMPLE_IS_THE_PROGRAM = Path(sys.argv[0]).resolve().parent == Path(__file__).resolve().parent
+# The interpreter's own command line: runpy sets sys.argv[0] to the example it runs, not this.
+_AN_EXAMPLE_IS_THE_PROGRAM = any(
+    Path(argument).resolve().parent == Path(__file__).resolve().parent for argument in sys.orig_argv[1:]
+)
 
 
 def say_interrupted() -> None:

@@ -6,6 +6,7 @@ store still verifies (``agentgate audit verify``, the command the example itself
 from __future__ import annotations
 
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -86,3 +87,20 @@ def test_ctrl_c_while_the_example_runs_leaves_a_store_that_verifies(
     assert "Traceback" not in out
     assert cli_main(["audit", "verify", "--store", str(_store(name, tmp_path))]) == 0
     assert capsys.readouterr().out.startswith("intact:")
+
+
+def test_an_example_run_inside_a_test_leaves_its_ctrl_c_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R62: an example run in a test's own process (``runpy``, as the endpoint tests run
+    them; runpy sets ``sys.argv[0]`` to the example) left its Ctrl-C handler there: the pytest-xdist
+    worker, which sends itself SIGINT as it stops, printed ``interrupted`` and ended with 130."""
+    before = signal.getsignal(signal.SIGINT)
+    for variable in ("AGENTGATE_OPENAI_BASE_URL", "AGENTGATE_DEMO_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the example puts examples/ on it
+    with pytest.raises(SystemExit) as exit:
+        runpy.run_path(str(EXAMPLES / "support_agent.py"), run_name="__main__")
+    assert exit.value.code == 0, capsys.readouterr()
+    assert signal.getsignal(signal.SIGINT) is before
