@@ -404,7 +404,7 @@ def run_ending(messages: Sequence[BaseMessage]) -> str:
     decided nor run, and an answer holding only such calls ends the run."""
     last = messages[-1]
     if last.response_metadata.get(STOP_KEY):  # the middleware's answer, not the model's
-        said = f"agentgate ended it, as no later call could be allowed: {readable(last.text, 60)}"
+        said = f"agentgate ended it, as no later call could be allowed:\n  {readable(last.text, WIDTH - 2)}"
     else:
         said = f"the model said: {_short(last.text, 70) if last.text.strip() else '(no text)'}"
     if last.response_metadata.get("finish_reason") == "length":
@@ -428,7 +428,8 @@ def sign_pending(
     the resume value, by interrupt id (several gated calls at once are several interrupts)."""
     approvals = {}
     for each in pending:
-        print(describe(each.value["request"]))
+        for line in describe(each.value["request"]).split("\n"):
+            print(line if len(line) <= WIDTH else line[: WIDTH - 1] + "…")
         approvals[each.id] = gate.approve(each.value, approver)
     return approvals
 
@@ -444,6 +445,9 @@ def calls(*items: tuple[str, dict[str, Any]], say: str = "") -> AIMessage:
 # --- the one-screen summary -----------------------------------------------------------------
 
 
+WIDTH = 100
+"""The columns the examples' output fits in: each line is cut to it, with an ellipsis."""
+
 _RULE = re.compile(r"(?:allowed by )?role \S+ rule \d+: .*?\(line (\d+)\):? ?")
 
 
@@ -456,6 +460,16 @@ def readable(text: str, width: int = 86) -> str:
 def _short(text: str, width: int = 86) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _row(start: str, rest: str, end: str = "") -> str:
+    """``start``, then ``rest`` cut so that the line, ``end`` included, fits in ``WIDTH``."""
+    return f"{start}{_short(rest, max(WIDTH - len(start) - len(end), 10))}{end}"
+
+
+def _column(values: Iterable[str]) -> int:
+    """The width of a column holding ``values``."""
+    return max((len(value) for value in values), default=0)
 
 
 def summary(
@@ -479,27 +493,36 @@ def summary(
         if e.kind in ("allow", "deny", "approval_required") and not (e.resource or "").startswith("agent:"):
             tally[(people.get(e.principal, e.principal[:16]), kind)] += 1
     print("\nDecisions per agent (tool calls; model calls):")
-    for who in dict.fromkeys(name for name, _ in tally):
+    agents = list(dict.fromkeys(name for name, _ in tally))
+    width = _column(agents)
+    for who in agents:
         print(
-            f"  {who:<12} {tally[(who, 'allow')]:>3} allowed {tally[(who, 'deny')]:>3} denied"
+            f"  {who:<{width}} {tally[(who, 'allow')]:>3} allowed {tally[(who, 'deny')]:>3} denied"
             f" {tally[(who, 'approval_required')]:>3} approval asked; {tally[(who, 'model')]:>3} model calls"
         )
     if not tally:
         print("  (none)")
     print("\nRefused, and why:")
     refused = [e for e in entries if e.kind == "deny"]
+    index, who_width, resource = (
+        _column(f"#{e.index}" for e in refused),
+        _column(people.get(e.principal, "?") for e in refused),
+        _column(e.resource or "" for e in refused),
+    )
     for e in refused:
         who = people.get(e.principal, "?")
         why = _RULE.sub(
             r"policy line \1: ", "; ".join(r for r in e.reasons if not r.startswith("approval gate"))
         )
-        print(f"  #{e.index:<3} {who:<11} {e.resource:<18} {_short(why, 84)}")
+        print(_row(f"  {f'#{e.index}':<{index}}  {who:<{who_width}}  {e.resource or '':<{resource}}  ", why))
     if not refused:
         print("  (none)")
     approved = [e for e in entries if e.kind == "allow" and e.approver]
     print("\nApproved by a human:")
+    index, resource = _column(f"#{e.index}" for e in approved), _column(e.resource or "" for e in approved)
     for e in approved:
-        print(f"  #{e.index:<3} {e.resource} {e.args} approved by {people.get(e.approver or '', e.approver)}")
+        by = f" approved by {people.get(e.approver or '', e.approver)}"
+        print(_row(f"  {f'#{e.index}':<{index}}  {e.resource or '':<{resource}} ", str(e.args), by))
     if not approved:
         print("  (none)")
     # A sub-agent's failure reaches its supervisor's model as a tool answer, not the person
@@ -507,29 +530,35 @@ def summary(
     failed = [e for e in entries if e.kind == "outcome" and e.status not in (None, "ok")]
     if failed:
         print("\nAllowed, but did not end ok:")
+        index, who_width, resource = (
+            _column(f"#{e.index}" for e in failed),
+            _column(people.get(e.principal, "?") for e in failed),
+            _column(e.resource or "" for e in failed),
+        )
         for e in failed:
             who = people.get(e.principal, "?")
-            print(
-                f"  #{e.index:<3} {who:<11} {e.resource:<18} {e.status}: {_short('; '.join(e.reasons), 60)}"
-            )
+            start = f"  {f'#{e.index}':<{index}}  {who:<{who_width}}  {e.resource or '':<{resource}}  "
+            print(_row(start, f"{e.status}: {'; '.join(e.reasons)}"))
     if peaks:
         print("\nScheduled (peak concurrent calls / policy limit):")
+        width = _column(peaks)
         for tool, peak in sorted(peaks.items()):
             spec = gate.policy.document.tools.get(tool)
             limit = spec.concurrency if spec and spec.concurrency else "none"
-            print(f"  {tool:<16} peak {peak}  limit {limit}")
+            print(f"  {tool:<{width}}  peak {peak:<3} limit {limit}")
     print("\nSpent (committed, against each grant's budget):")
-    seen: set[str] = set()
-    for identity in [*identities, *(child for _, child in gate.delegations)]:
-        for link in identity.chain.links:
-            if link.budget is None or link.id in seen:
-                continue
-            seen.add(link.id)
-            holder = people.get(link.audience, link.audience[:16])
-            print(
-                f"  grant {link.id[:10]} of {holder:<11} {gate.ledger.spent(link.id):>9} of "
-                f"{link.budget.amount:>10} {link.budget.unit}"
-            )
+    budgets = {
+        link.id: (people.get(link.audience, link.audience[:16]), link.budget)
+        for identity in [*identities, *(child for _, child in gate.delegations)]
+        for link in identity.chain.links
+        if link.budget is not None
+    }
+    width = _column(holder for holder, _ in budgets.values())
+    for key, (holder, budget) in budgets.items():
+        print(
+            f"  grant {key[:10]} of {holder:<{width}} {gate.ledger.spent(key):>9} of "
+            f"{budget.amount:>10} {budget.unit}"
+        )
     if gate.delegations:
         print("\nDelegation tree:")
         for parent, child in gate.delegations:
@@ -540,7 +569,7 @@ def summary(
             )
             life = tip.expires - tip.not_before
             print(f"  {parent} -> {child.name}: grant {tip.id[:10]}, {life}s, budget {tip.budget}")
-            print(f"      {_short(caps, 100)}")
+            print(_row("      ", caps))
     report = gate.verify()
     ok = report.first_bad_index is None and not report.problems
     print(
@@ -549,5 +578,5 @@ def summary(
     )
     # The installed command, wherever it was installed (docs/cli.md: `python -m agentgate` is the
     # same command where the script is not on PATH).
-    print(f"  check it yourself: AGENTGATE_STORE={shlex.quote(str(store))} agentgate audit verify")
-    print("  (or python -m agentgate audit verify, where the agentgate script is not on PATH)")
+    print("  check it yourself (python -m agentgate in place of agentgate, where it is not on PATH):")
+    print(f"    AGENTGATE_STORE={shlex.quote(str(store))} agentgate audit verify")

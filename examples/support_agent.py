@@ -30,6 +30,7 @@ from typing import Any
 
 from _common import (
     ROOT,
+    WIDTH,
     EndpointFailed,
     calls,
     chat_model,
@@ -129,9 +130,9 @@ def main() -> int:
                         pending,
                         keys["alice"],
                         lambda request: (
-                            "Paused for approval (checkpoint saved in SQLite): "
-                            f"{request['resource']} {request['args']} by {request['requester']}; "
-                            f"approvers {', '.join(request['approvers'])}; alice signs it."
+                            f"Paused for approval: {request['requester']} asks to run {request['resource']}"
+                            f"\n  {request['args']}\n  approvers {', '.join(request['approvers'])}; "
+                            "alice signs it (the paused run is checkpointed in SQLite)."
                         ),
                     )
                     state = agent.invoke(Command(resume=approvals), config, context=identity)
@@ -144,8 +145,10 @@ def main() -> int:
             print(f"Run finished: {run_ending(state['messages'])}")
         print("\nWhat the model was told:")
         told = [message for message in state.get("messages", []) if message.type == "tool"]
+        width = max((len(message.name or "") for message in told), default=0)
         for message in told:
-            print(f"  {message.status:<7} {message.name:<16} {readable(str(message.content), 90)}")
+            start = f"  {message.status:<7} {message.name or '':<{width}}  "
+            print(start + readable(str(message.content), WIDTH - len(start)))
         if not told:
             print("  (nothing: no tool call was answered)")
         summary(gate, [identity], store=store, names={k.did: n for n, k in keys.items()})
