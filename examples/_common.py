@@ -357,10 +357,16 @@ def _endpoint_trouble(error: Exception, endpoint: EndpointSettings, model: str) 
     if isinstance(error, openai.APIStatusError):
         return f"the endpoint failed the model call ({error.message})"
     if isinstance(error, json.JSONDecodeError | openai.APIResponseValidationError):
-        return f"the endpoint's answer is not an OpenAI chat completion ({type(error).__name__}: {_short(str(error))})"
+        return (
+            f"the endpoint AGENTGATE_OPENAI_BASE_URL={base_url} answered what is not an OpenAI chat "
+            f"completion ({type(error).__name__}: {_short(str(error))}): is an OpenAI-compatible server there?"
+        )
     if isinstance(error, _UnusableAnswer):
         return str(error)
-    return f"the model call to the endpoint failed ({type(error).__name__}: {_short(str(error))})"
+    return (
+        f"the model call to the endpoint AGENTGATE_OPENAI_BASE_URL={base_url} failed "
+        f"({type(error).__name__}: {_short(str(error))})"
+    )
 
 
 def _served_models(base_url: str, api_key: str) -> list[str] | None:
