@@ -413,6 +413,7 @@ class _Delegation:
                 policy_id=self.policy.digest or None,
                 audit_index=refused.audit_index,
                 reason=recordable(str(refused))[:200],
+                findings=findings_of(refused),
             )
         return refused
 

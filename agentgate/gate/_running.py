@@ -414,6 +414,7 @@ class _Running:
                         )
                     )[:200]
                     or None,
+                    findings=auth.findings,
                 )
                 # The name's first characters, as every name on a span; none for a caller that
                 # proved no name (a gateway request whose invocation's signature does not verify).
