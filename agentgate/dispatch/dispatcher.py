@@ -6,7 +6,8 @@ backend, two background loops (so that a backend whose probe hangs delays no oth
 metrics scraper (every ``scrape_interval_s``; a backend whose metrics cannot be read is simply
 left to the router's in-flight accounting once its last scrape is stale) and a health prober
 (every ``health_interval_s``; a backend that fails its probe, or a request, is marked down at
-once and skipped by the router; it is used again once it passes a probe after ``cooldown_s``, or
+once and skipped by the router, but not for a probe that fails while the backend answers calls:
+a probe slower than ``probe_s`` on a busy backend; it is used again once it passes a probe after ``cooldown_s``, or
 after the time its ``Retry-After`` asked for if that is longer: a 429 or 503 names it, read by
 ``backends.retry_after_s``, at most ``MAX_RETRY_AFTER_S``; it holds down every backend of that
 URL, one engine under several names). A call that fails before it has produced any output is retried on another
@@ -35,6 +36,7 @@ attempt per cooldown, the cooldowns growing, not one per call.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import itertools
@@ -177,6 +179,9 @@ class Dispatcher:
         """Backends marked down for rejecting our credentials (a subset of ``_down_since``)."""
         self._rejections: dict[str, int] = {}
         """Backend -> how many times it rejected our credentials since it last served a call."""
+        self._answers: collections.Counter[str] = collections.Counter()
+        """Backend -> how many calls it answered (a whole answer, or a stream's first output): a
+        probe that fails while it answers calls does not mark it down (``_health_loop``)."""
         self._held_until: dict[str, float] = {}
         """Backend -> the ``clock`` time its ``Retry-After`` (a 429 or 503) keeps it down until."""
         self._live: set[str] = set()
@@ -428,6 +433,7 @@ class Dispatcher:
                     self._finished(request.id)
                     raise
                 self._rejections.pop(plan.backend, None)  # it took our key: the next rejection starts over
+                self._answers[plan.backend] += 1
                 self.router.first_token(request.id, self.clock())
                 self._finished(request.id)
                 return result
@@ -499,6 +505,7 @@ class Dispatcher:
         the backend took our key (as a ``chat`` answered)."""
         self.router.first_token(request_id, self.clock())
         self._rejections.pop(backend, None)
+        self._answers[backend] += 1
 
     def _require_started(self) -> None:
         if self._closing:
@@ -661,11 +668,18 @@ class Dispatcher:
             self.router.observe(client.backend.name, await client.scrape(self.clock()))
 
     async def _health_loop(self, name: str) -> None:
+        """Probe ``name`` every ``health_interval_s``: a failed probe marks it down, unless it
+        answered a call while the probe was out (a probe slower than ``probe_s`` on a backend
+        busy serving calls: until review R62 one such probe took a serving backend out of the
+        rotation, and the calls routed to it only then failed over or waited); a backend down
+        comes back after its cooldown once a probe passes."""
         while True:
+            answered = self._answers[name]
             probe = self._credentials_probe(name) if name in self._rejected else self.clients[name].health()
             (ok,) = await asyncio.gather(probe, return_exceptions=True)
             if ok is not True:
-                self._mark_down(name)
+                if self._answers[name] == answered:
+                    self._mark_down(name)
             elif (
                 name in self._down_since
                 and self.clock() - self._down_since[name] >= self._cooldown(name)
