@@ -454,6 +454,12 @@ class _Running:
             error = _failure_reason(exc)
         elif not started and not pause and error not in NOT_STARTED:
             error = f"{error}: {NOT_STARTED_DETAIL}"
+        if isinstance(exc, SchedulingError) and isinstance(exc.__cause__, BaseException):
+            # The scheduler gave up after a failed attempt and chained the tool's last error
+            # (``tasks._failures._final_error``): the outcome names its class too, not its text,
+            # as a tool's own error is recorded (until review R62 an outcome read ``CircuitOpen``
+            # alone, and why the call failed was in the dead letter only).
+            error = f"{error} (after {type(exc.__cause__).__name__})"
         usage = usage_after(auth, exc) if started else None
         status = "paused" if pause else "error"
         if self._settle_unless_closed(auth, status, error, usage, started=started) and span.is_recording():
