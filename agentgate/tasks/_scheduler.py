@@ -317,13 +317,11 @@ class Scheduler(_StoreWork, _Failures):
         """A call with an idempotency key: reuse a completed result, join a running twin, or run."""
         if call.reuse_result and key in self._results:
             self._results.move_to_end(key)
-            self.metrics.event("reused", call.tool, {"agentgate.idempotency_key": key})
+            self.metrics.event("reused", call.tool, {"agentgate.joined": False})
             return self._results[key]  # type: ignore[no-any-return]
         twin = self._twins.get(key)
         if twin is not None:
-            self.metrics.event(
-                "reused", call.tool, {"agentgate.idempotency_key": key, "agentgate.joined": True}
-            )
+            self.metrics.event("reused", call.tool, {"agentgate.joined": True})
             # Made at the first join (no joiner changed the class before it: it is the twin's own).
             callers = self._twin_callers.get(key)
             if callers is None:

@@ -301,15 +301,13 @@ class SyncScheduler:
         with self._lock:
             if call.reuse_result and key in results:
                 results.move_to_end(key)
-                core.metrics.event("reused", call.tool, {"agentgate.idempotency_key": key})
+                core.metrics.event("reused", call.tool, {"agentgate.joined": False})
                 return results[key]  # type: ignore[no-any-return]
             twin = self._twins.get(key)
             if twin is None:
                 mine = self._twins[key] = _Twin(priority)
             else:
-                core.metrics.event(
-                    "reused", call.tool, {"agentgate.idempotency_key": key, "agentgate.joined": True}
-                )
+                core.metrics.event("reused", call.tool, {"agentgate.joined": True})
                 twin.callers.append(priority)
                 if priority.rank < twin.priority.rank:
                     # This call waits for the twin: the twin waits for a slot at this call's class.
