@@ -8,16 +8,15 @@ Until review R62 the text table showed `amount` alone (its `--json` had the unit
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import sqlite3
 from pathlib import Path
 
 import pytest
+from test_cli_r58_held import _cli
 from test_gate_once import _new, _policy_text
 
 from agentgate.capabilities import Call
-from agentgate.cli.main import main
 from agentgate.gate import Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -25,13 +24,6 @@ from agentgate.store import SQLiteStore
 
 LOOKUP = Call.tool("lookup", {"id": "o-1"})
 """A call of the policy's idempotent tool, which costs 1 of the worker's `calls` budget."""
-
-
-def _cli(*argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(list(argv))
-    return code, out.getvalue()
 
 
 def _killed_worker(tmp_path: Path) -> Path:

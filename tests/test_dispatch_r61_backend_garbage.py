@@ -172,6 +172,13 @@ def test_a_gated_call_answered_with_garbage_charges_nothing(
         garbage.mode = case
     else:
         garbage.reply = (STREAMED if stream else WHOLE)[case]
+    gated_call_charges_nothing(tmp_path, garbage, stream)
+
+
+def gated_call_charges_nothing(tmp_path: Path, garbage: Garbage, stream: bool = False) -> None:
+    """Through ``Gate.run`` of ``Gate.dispatch`` (or of ``Gate.dispatch_stream``, read to its
+    end) with ``garbage`` as the only backend, the call is a ``BackendFailed`` naming it and its
+    reservation is released: nothing charged."""
     setup = Setup(tmp_path)
     try:
         inventory = inventory_from_mapping(

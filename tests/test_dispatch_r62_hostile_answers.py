@@ -17,19 +17,14 @@ from test_dispatch_r61_backend_garbage import (
     _DONE,
     NAME,
     PAYLOAD,
-    TIMEOUTS,
     Garbage,
     _chunk,
     _whole,
     dispatcher_of,
+    gated_call_charges_nothing,
 )
-from test_gate_run import Setup
 from test_gateway_hostile_backends import _SSE
 
-from agentgate import Call
-from agentgate.dispatch import inventory_from_mapping
-from agentgate.dispatch.dispatcher import Dispatcher
-from agentgate.dispatch.router import Router
 from agentgate.errors import BackendFailed
 
 pytest_plugins = ["test_dispatch_r61_backend_garbage"]  # its ``garbage`` fixture
@@ -106,22 +101,4 @@ def test_a_gated_call_answered_with_a_hostile_answer_is_settled_once_charging_no
     """Review R62: through ``Gate.run`` of ``Gate.dispatch``, such an answer is a
     ``BackendFailed`` and the call's reservation is released once: nothing charged."""
     garbage.reply = WHOLE[case]
-    setup = Setup(tmp_path)
-    try:
-        inventory = inventory_from_mapping(
-            {"backends": [{"name": NAME, "url": garbage.url, "engine": "vllm", "models": ["small"]}]}
-        )
-        setup.gate.attach_dispatcher(
-            Dispatcher(inventory, Router(inventory), timeouts=TIMEOUTS, max_attempts=1)
-        )
-        gate = setup.gate
-        before = setup.spent()
-        auth = gate.authorize(setup.agent, Call.model("small"), tokens=(100, 10))
-        with pytest.raises(BackendFailed, match=NAME):
-            gate.run(auth, lambda: gate.dispatch(PAYLOAD))
-        gate.flush()
-        assert setup.spent() == before
-        settled = [gate.ledger.reservation(r) for r, _, _ in auth.reservations]
-        assert [(r.state, r.actual) for r in settled] == [("released", 0)] * len(settled)
-    finally:
-        setup.gate.close()
+    gated_call_charges_nothing(tmp_path, garbage)

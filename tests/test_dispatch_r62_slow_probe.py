@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import pytest
 from test_broker_library_use import SlowBackend, _inventory, _payload
 
 from agentgate.dispatch.backends import Timeouts
@@ -80,9 +81,16 @@ async def test_a_slow_probe_of_a_backend_answering_calls_does_not_take_it_out() 
         slow.stop()
 
 
-async def test_a_backend_failing_its_probes_while_answering_nothing_is_marked_down() -> None:
+@pytest.mark.parametrize(
+    "answer",
+    [lambda n: 503 if n >= 2 else 200, lambda n: None if n == 2 else 200],
+    ids=["failing", "slow-once"],
+)
+async def test_a_backend_answering_nothing_is_marked_down_by_a_failed_or_slow_probe(
+    answer: Callable[[int], int | None],
+) -> None:
     slow = SlowBackend(0.1)
-    probes = _probes_answered_by(slow, lambda n: 503 if n >= 2 else 200)
+    probes = _probes_answered_by(slow, answer)
     try:
         inv = _inventory(slow.url, max_concurrency=2)
         async with Dispatcher(
@@ -92,20 +100,5 @@ async def test_a_backend_failing_its_probes_while_answering_nothing_is_marked_do
                 while not d.is_down("b0"):
                     await asyncio.sleep(0.01)
         assert len(probes) >= 2
-    finally:
-        slow.stop()
-
-
-async def test_a_slow_probe_of_an_idle_backend_still_marks_it_down() -> None:
-    slow = SlowBackend(0.1)
-    _probes_answered_by(slow, lambda n: None if n == 2 else 200)
-    try:
-        inv = _inventory(slow.url, max_concurrency=2)
-        async with Dispatcher(
-            inv, Router(inv), timeouts=Timeouts(probe_s=PROBE_S), health_interval_s=0.05
-        ) as d:
-            async with asyncio.timeout(5):
-                while not d.is_down("b0"):
-                    await asyncio.sleep(0.01)
     finally:
         slow.stop()

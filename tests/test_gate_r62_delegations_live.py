@@ -27,14 +27,9 @@ from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, open_store
 
+pytest_plugins = ("test_gate_r60_delegations_kept",)  # its ``team`` fixture (a Team in tmp_path)
+
 CAPS = ["tool:search"]
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 @pytest.fixture
