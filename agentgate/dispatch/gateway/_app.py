@@ -80,6 +80,7 @@ from agentgate.dispatch.gateway._cuts import (
 )
 from agentgate.dispatch.gateway._errors import (
     INTERNAL_ERROR,
+    ErrorResponse,
     _dispatch_error,
     _http_error,
     _internal_error,
@@ -168,6 +169,12 @@ class Gateway:
             ["status"],
             registry=self.registry,
         )
+        self._errors = Counter(
+            "agentgate_gateway_errors",
+            "Error answers of every path, by HTTP status and error code (a stream's error event: 200).",
+            ["status", "code"],
+            registry=self.registry,
+        )
         self._decision_seconds = Histogram(
             "agentgate_gateway_decision_seconds",
             "Time to decide and record a call (authority, budget reservation, audit).",
@@ -203,9 +210,12 @@ class Gateway:
             # A path or method the gateway does not serve is an OpenAI-shaped error, as every
             # other answer is (the SDKs read its message and code), not Starlette's plain text.
             # An unexpected error is an OpenAI-shaped 500 too, never its text (``_Entry`` logs it).
-            exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+            exception_handlers={
+                HTTPException: self._counted_http_error,
+                Exception: self._counted_internal_error,
+            },
         )
-        self.app = _Entry(self._chat, self._starlette)
+        self.app = _Entry(self._chat, self._starlette, self._chat_failed)
         """The ASGI application: chat completions directly, everything else through Starlette."""
 
     @contextlib.asynccontextmanager
@@ -242,11 +252,43 @@ class Gateway:
         """``GET /v1/models/{model}`` (the SDKs' ``models.retrieve``): the model, or 404."""
         model = request.path_params["model"]
         if model not in self.models:
-            return error_response(404, f"the gateway serves no model {model[:200]!r}", "model_not_found")
+            answer = error_response(404, f"the gateway serves no model {model[:200]!r}", "model_not_found")
+            self._count_error(answer.status_code, answer.code)
+            return answer
         return JSONResponse({"id": model, "object": "model", "created": 0, "owned_by": "agentgate"})
 
     async def _metrics(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def _counted_http_error(self, request: Request, exc: Exception) -> Response:
+        answer = await _http_error(request, exc)
+        self._count_error(answer.status_code, answer.code)
+        return answer
+
+    async def _counted_internal_error(self, request: Request, exc: Exception) -> Response:
+        answer = await _internal_error(request, exc)
+        self._count_error(answer.status_code, answer.code)
+        return answer
+
+    # --- counting answers -----------------------------------------------------------------
+
+    def _count_error(self, status: int, code: str) -> None:
+        """Count an error answer (of any path, the HTTP protocol's refusals too: ``_server.py``).
+        Both labels are bounded: the statuses the gateway answers, and its codes, which are
+        literals of its own and of the gate's findings, never a caller's text."""
+        self._errors.labels(status=str(status), code=code).inc()
+
+    def _count_chat(self, response: Response) -> None:
+        """Count a chat completion answer, and its error code if it is an error."""
+        self._requests.labels(status=str(response.status_code)).inc()
+        if isinstance(response, ErrorResponse):
+            self._count_error(response.status_code, response.code)
+
+    def _chat_failed(self, status: int) -> None:
+        """Count a chat completion that an unexpected error ended (``_Entry``): answered 500
+        ``internal_error``, or, its stream begun (200), ended with that error event."""
+        self._requests.labels(status=str(status)).inc()
+        self._count_error(status, "internal_error")
 
     # --- chat completions -----------------------------------------------------------------
 
@@ -277,7 +319,7 @@ class Gateway:
         if STALLED in scope:
             _log.warning("agentgate gateway: %s", _stall_reason(scope))
             self._stalled.inc()
-        self._requests.labels(status=str(response.status_code)).inc()
+        self._count_chat(response)
 
     def _flush_when_idle(self) -> None:
         """Commit finished calls' outcomes in a worker thread if no chat call is in flight.
@@ -660,6 +702,7 @@ class Gateway:
             # Output already went out: the stream ends with an error event, as OpenAI's does.
             # The backend's own words stay in the gateway's log (names, addresses, its bytes).
             _log.warning("agentgate gateway: a stream broke after output: %s", exc)
+            self._count_error(200, "backend_failed")
             yield _error_event(
                 "the backend failed during the answer; the answer is incomplete", "backend_failed"
             )
@@ -718,11 +761,14 @@ class _Entry:
     an OpenAI-shaped 500 ``internal_error`` when no answer had begun; a stream that had begun ends
     with an error event instead. Until review R62 it reached uvicorn, which answered a plain-text
     ``Internal Server Error`` (or cut the stream) and logged it, twice for Starlette's routes.
+    A chat call's is counted by ``chat_failed`` (given the status that went out); Starlette's
+    routes count theirs in their exception handler, which answered it.
     """
 
-    def __init__(self, chat: ASGIApp, other: ASGIApp) -> None:
+    def __init__(self, chat: ASGIApp, other: ASGIApp, chat_failed: Callable[[int], None]) -> None:
         self.chat = chat
         self.other = other
+        self.chat_failed = chat_failed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -737,12 +783,16 @@ class _Entry:
             _log.exception(
                 "agentgate gateway: an internal error on %s %s", scope["method"], scope["path"][:200]
             )
-            await _end_with_internal_error(send)
+            answered = await _end_with_internal_error(send)
+            if app is self.chat:
+                # The only chat answer sent in pieces, so begun before the error, is a 200 stream.
+                self.chat_failed(500 if answered else 200)
 
 
-async def _end_with_internal_error(send: Send) -> None:
-    """Answer 500 ``internal_error`` if no answer began, else end a begun one with an error event
-    (only a stream is sent in pieces); never raises (the connection may be gone).
+async def _end_with_internal_error(send: Send) -> bool:
+    """Answer 500 ``internal_error`` if no answer began (and say so: ``True``), else end a begun
+    one with an error event (only a stream is sent in pieces); never raises (the connection may be
+    gone).
 
     How far the answer went is the server's to know: it refuses (raises for) a second start, and
     any message after the end. Nothing wraps ``send`` to track it, which would cost every message
@@ -756,6 +806,7 @@ async def _end_with_internal_error(send: Send) -> None:
             event = _error_event(INTERNAL_ERROR, "internal_error")
             await send({"type": "http.response.body", "body": event, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        return
+        return False
     with contextlib.suppress(Exception):
         await send({"type": "http.response.body", "body": answer.body, "more_body": False})
+    return True

@@ -44,6 +44,15 @@ _ERROR_TYPES = {
 _log = logging.getLogger("agentgate.dispatch.gateway._app")  # the gateway's one logger (docs/gateway.md)
 
 
+class ErrorResponse(JSONResponse):
+    """An OpenAI-style error answer, which knows its ``code`` (the gateway counts its answers by
+    status and code, ``agentgate_gateway_errors_total``)."""
+
+    def __init__(self, body: Mapping[str, Any], status: int, code: str, headers: Mapping[str, str]) -> None:
+        super().__init__(body, status_code=status, headers=dict(headers))
+        self.code = code
+
+
 def error_response(
     status: int,
     message: str,
@@ -51,7 +60,7 @@ def error_response(
     *,
     headers: Mapping[str, str] | None = None,
     extra: Mapping[str, Any] | None = None,
-) -> JSONResponse:
+) -> ErrorResponse:
     """An OpenAI-style error: ``{"error": {"message", "type", "param", "code"}}``, plus ``extra``'s
     top-level keys (an approval request: ``{"agentgate": "approval_required", "request": {...}}``)."""
     body: dict[str, Any] = {
@@ -63,7 +72,7 @@ def error_response(
         },
         **(extra or {}),
     }
-    return JSONResponse(body, status_code=status, headers=dict(headers or {}))
+    return ErrorResponse(body, status, code, headers or {})
 
 
 _PROTOCOL_CODES = {
@@ -76,7 +85,7 @@ _PROTOCOL_CODES = {
 """The codes of the HTTP protocol's refusals (``agentgate/_bounded_http.py``), by status."""
 
 
-def protocol_error(status: int, message: str) -> JSONResponse:
+def protocol_error(status: int, message: str) -> ErrorResponse:
     """The answer to a request the HTTP protocol refused before the app saw it (a head too large,
     too slow, unparsable, of another HTTP version, a transfer coding not supported): OpenAI's
     error shape, as every other refusal of the gateway (until review R61 it was plain text)."""
@@ -146,7 +155,7 @@ def _seconds(delay: float) -> str:
     return str(max(1, math.ceil(delay)))
 
 
-async def _http_error(request: Request, exc: Exception) -> Response:
+async def _http_error(request: Request, exc: Exception) -> ErrorResponse:
     """Starlette's own refusals (a path not served: 404; a method not allowed: 405, with its
     ``Allow`` header) in OpenAI's error shape. Nothing is decided or audited: no call was made."""
     assert isinstance(exc, HTTPException)
@@ -160,7 +169,7 @@ INTERNAL_ERROR = "the gateway failed on an internal error; its log says more"
 """The message of an unexpected error's answer: never the exception's text, which may carry secrets."""
 
 
-async def _internal_error(request: Request, exc: Exception) -> Response:
+async def _internal_error(request: Request, exc: Exception) -> ErrorResponse:
     """Starlette's answer to an unexpected error in one of its routes: an OpenAI-shaped 500
     ``internal_error``. Starlette then raises the error on, to ``_Entry``, which logs it once."""
     return error_response(500, INTERNAL_ERROR, "internal_error")

@@ -33,10 +33,21 @@ if TYPE_CHECKING:
 
 class _GatewayHttp(BoundedHttpToolsProtocol):
     """The bounded HTTP protocol whose own refusals (431, 408, 400, 501, 505: before the app sees
-    the request) are OpenAI-shaped JSON errors, as the app's are (``protocol_error``)."""
+    the request) are OpenAI-shaped JSON errors, as the app's are (``protocol_error``), counted in
+    the gateway's ``agentgate_gateway_errors_total`` as they are."""
+
+    gateway: Gateway
+    """The gateway served (``serving``)."""
+
+    @classmethod
+    def serving(cls, gateway: Gateway, limits: HttpLimits) -> type[BoundedHttpToolsProtocol]:
+        """This protocol with ``limits``, its refusals counted in ``gateway``'s metrics."""
+        return type(cls.__name__, (cls.with_limits(limits),), {"gateway": gateway, "__doc__": cls.__doc__})
 
     def refusal_body(self, status: int, text: str) -> tuple[str, bytes]:
-        return "application/json", bytes(protocol_error(status, text).body)
+        answer = protocol_error(status, text)
+        self.gateway._count_error(status, answer.code)
+        return "application/json", bytes(answer.body)
 
 
 class _Server(uvicorn.Server):
@@ -140,7 +151,7 @@ class GatewayServer:
             ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
             # Request heads are bounded in size and time (a chain token, in a header, may be up
             # to 32 KiB: docs/token-format.md); uvicorn's own httptools protocol bounds neither.
-            http=_GatewayHttp.with_limits(self.limits),
+            http=_GatewayHttp.serving(gateway, self.limits),
             timeout_graceful_shutdown=shutdown_grace_s,
         )
         self.server: uvicorn.Server = _Server(config)
