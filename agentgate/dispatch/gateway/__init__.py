@@ -17,6 +17,7 @@ from agentgate.dispatch.gateway._authority import (
 from agentgate.dispatch.gateway._client import (
     DEFAULT_MAX_TOKENS,
     INVOCATION_HEADER,
+    FieldError,
     InvocationSigner,
     chat_call,
     invocation_headers,
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "INVOCATION_HEADER",
     "CallerIdentity",
+    "FieldError",
     "Gateway",
     "GatewayDecision",
     "GatewayGate",

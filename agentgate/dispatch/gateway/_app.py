@@ -61,6 +61,7 @@ from agentgate.dispatch.gateway._authority import APPROVAL_HEADER, GatewayDecisi
 from agentgate.dispatch.gateway._client import (
     INVOCATION_HEADER,
     PRIORITY_FIELD,
+    FieldError,
     chat_call,
     max_tokens_of,
     priority_of,
@@ -399,7 +400,8 @@ class Gateway:
             except BodyTooLarge as exc:
                 return await self._refuse_large_body(str(exc)), False
             except InputError as exc:
-                return await self._refuse_body(str(exc)), False
+                param = exc.param if isinstance(exc, FieldError) else None
+                return await self._refuse_body(str(exc), param), False
             max_tokens = max_tokens_of(body)
             prompt = _prompt_estimate(body)
             started = time.perf_counter()  # the body is read, checked and hashed
@@ -567,9 +569,12 @@ class Gateway:
         window = quota.window_s
         return {"Retry-After": str(max(1, math.ceil(window - time.time() % window)))}
 
-    async def _refuse_body(self, reason: str) -> Response:
+    async def _refuse_body(self, reason: str, param: str | None) -> Response:
+        """The answer to a malformed chat body: 400 ``invalid_request``, ``param`` naming the field
+        at fault when one is (OpenAI's ``param``), audited as a refusal (nothing decided)."""
         decision = await self._blocking(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
-        return error_response(400, f"malformed chat completion request: {reason}", decision.code or "invalid")
+        message = f"malformed chat completion request: {reason}"
+        return error_response(400, message, decision.code or "invalid", param=param)
 
     async def _refuse_large_body(self, reason: str) -> Response:
         """The answer to a call whose body is over ``max_body_bytes`` (read, or declared by a caller

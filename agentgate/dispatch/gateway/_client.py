@@ -29,7 +29,7 @@ import httpx
 
 from agentgate.authority import Chain, Invocation, args_digest, parse_chain
 from agentgate.capabilities import Call
-from agentgate.errors import InputError, TokenFormatError
+from agentgate.errors import CapabilityError, InputError, TokenFormatError
 from agentgate.keys import SigningKey
 
 INVOCATION_HEADER = "X-Agentgate-Invocation"
@@ -42,11 +42,20 @@ _CLASS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 """A policy name (``agentgate.policy``'s ``Name``): what a priority class is called."""
 
 
+class FieldError(InputError):
+    """A chat completion body refused for one field: ``param`` names it as OpenAI's error body
+    does (``"max_tokens"``, ``"messages.[0].role"``), and the gateway's 400 carries it."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 def max_tokens_of(body: Mapping[str, Any]) -> int:
     """The body's output limit (``max_completion_tokens``, else ``max_tokens``, else the default).
 
-    Raises ``InputError`` naming the field read when it is present but not a whole number from 1
-    to 1,000,000. A float with no fractional part is that number (``5.0``), as vLLM's lax
+    Raises ``FieldError`` (an ``InputError``) naming the field read when it is present but not a
+    whole number from 1 to 1,000,000. A float with no fractional part is that number (``5.0``), as vLLM's lax
     pydantic and the dispatcher's ``output_limit`` read it (until review R61 it was refused here).
     0 is refused, not read as "no limit": the limit is signed, reserved and enforced, and vLLM's
     ``SamplingParams`` and OpenAI's API refuse it too (until review R62 the message named
@@ -65,8 +74,8 @@ def max_tokens_of(body: Mapping[str, Any]) -> int:
             if value == 0 and not isinstance(value, bool)
             else ""
         )
-        raise InputError(
-            f"{field} must be a whole number from 1 to {MAX_TOKENS_LIMIT}, not {value!r:.40}{hint}"
+        raise FieldError(
+            field, f"{field} must be a whole number from 1 to {MAX_TOKENS_LIMIT}, not {value!r:.40}{hint}"
         )
     return int(value)
 
@@ -76,7 +85,7 @@ def priority_of(body: Mapping[str, Any]) -> str | None:
     (the field absent or null).
 
     Whether the policy declares the class is the policy's business (a rule or grant constraining
-    ``priority`` refuses an unknown one). Raises ``InputError`` when the field is present but is
+    ``priority`` refuses an unknown one). Raises ``FieldError`` when the field is present but is
     not a string of a class name's form (a letter or digit, then up to 99 of ``A-Za-z0-9_.-``),
     e.g. vLLM's own integer ``priority``.
     """
@@ -84,8 +93,9 @@ def priority_of(body: Mapping[str, Any]) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or _CLASS_NAME.fullmatch(value) is None:
-        raise InputError(
-            f"'priority' must name a priority class of the policy (e.g. \"interactive\"), not {value!r:.60}"
+        raise FieldError(
+            PRIORITY_FIELD,
+            f"'priority' must name a priority class of the policy (e.g. \"interactive\"), not {value!r:.60}",
         )
     return value
 
@@ -94,13 +104,13 @@ def chat_call(body: Mapping[str, Any]) -> Call:
     """The call a chat completion body makes: ``model:<model>`` / ``generate`` with
     ``max_tokens`` and ``body_sha256``, and ``priority`` when the body names a priority class.
 
-    Raises ``InputError`` for a body without a model name, with a bad output limit or priority
-    class, or with a value that has no canonical JSON form (NaN, infinity); ``CapabilityError`` (an ``InputError``)
-    for a model name that is not a canonical resource name.
+    Raises ``FieldError`` (an ``InputError``) naming the field for a body without a model name,
+    with a model name that is not a canonical resource name, or with a bad output limit or
+    priority class; ``InputError`` for a value that has no canonical JSON form (NaN, infinity).
     """
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        raise InputError("the body needs a 'model' string")
+        raise FieldError("model", "the body needs a 'model' string")
     try:
         digest = args_digest(body)
     except (TokenFormatError, TypeError, ValueError) as exc:
@@ -109,7 +119,10 @@ def chat_call(body: Mapping[str, Any]) -> Call:
     priority = priority_of(body)
     if priority is not None:
         args[PRIORITY_FIELD] = priority
-    return Call.model(model, args)
+    try:
+        return Call.model(model, args)
+    except CapabilityError as exc:  # the arguments are checked above: the model name is at fault
+        raise FieldError("model", str(exc)) from None
 
 
 def invocation_headers(

@@ -60,14 +60,16 @@ def error_response(
     *,
     headers: Mapping[str, str] | None = None,
     extra: Mapping[str, Any] | None = None,
+    param: str | None = None,
 ) -> ErrorResponse:
     """An OpenAI-style error: ``{"error": {"message", "type", "param", "code"}}``, plus ``extra``'s
-    top-level keys (an approval request: ``{"agentgate": "approval_required", "request": {...}}``)."""
+    top-level keys (an approval request: ``{"agentgate": "approval_required", "request": {...}}``).
+    ``param`` names the request field at fault when one is (``"max_tokens"``), else null."""
     body: dict[str, Any] = {
         "error": {
             "message": message,
             "type": _ERROR_TYPES.get(status, "api_error"),
-            "param": None,
+            "param": param,
             "code": code,
         },
         **(extra or {}),

@@ -4,8 +4,8 @@
 (``_declared_not_json``) and checked as a chat completion request of one choice; the prompt
 tokens reserved for it; the bearer token of its ``Authorization`` header, and whether a header
 that carries credentials is repeated (``_repeated_credentials``).
-A body refused raises ``InputError`` naming what is wrong (``BodyTooLarge`` for one over the
-limit, ``BodyTimedOut`` for one too slow).
+A body refused raises ``InputError`` naming what is wrong (``FieldError`` for one field at fault,
+``BodyTooLarge`` for one over the limit, ``BodyTimedOut`` for one too slow).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER
-from agentgate.dispatch.gateway._client import INVOCATION_HEADER
+from agentgate.dispatch.gateway._client import INVOCATION_HEADER, FieldError
 from agentgate.dispatch.prefix import estimate_prompt_tokens, estimate_tokens
 from agentgate.errors import InputError
 
@@ -121,31 +121,36 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
         raise InputError("the body must be a JSON object")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise InputError("'messages' must be a non-empty list of message objects")
+        raise FieldError("messages", "'messages' must be a non-empty list of message objects")
     # What vLLM's validation of a message refuses with a 400 (a role that is not text, content
     # that is neither text, a list of parts nor null): refused here, before the call is decided
     # and reserved only to be refused by the backend. Until review R60 the gateway decided them.
     for i, message in enumerate(messages):
         if not isinstance(message.get("role"), str):
-            raise InputError(f"'messages[{i}].role' must be a string")
+            raise FieldError(f"messages.[{i}].role", f"'messages[{i}].role' must be a string")
         if not isinstance(message.get("content"), str | list | None):
-            raise InputError(f"'messages[{i}].content' must be a string, a list of content parts or null")
+            raise FieldError(
+                f"messages.[{i}].content",
+                f"'messages[{i}].content' must be a string, a list of content parts or null",
+            )
     # OpenAI's API takes ``"stream": null`` as false (the SDKs send it for ``stream=None``).
     if body.get("stream") is not None and not isinstance(body["stream"], bool):
-        raise InputError("'stream' must be true, false or null")
+        raise FieldError("stream", "'stream' must be true, false or null")
     # vLLM refuses both with a 400 (its model validation, then ``validate_stream_options`` on the
     # body as sent: an empty object passes): refused here, the call is never decided and reserved
     # only to be refused by the backend. Until review R60 the gateway decided them.
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
-        raise InputError("'stream_options' must be an object or null")
+        raise FieldError("stream_options", "'stream_options' must be an object or null")
     if options and not body.get("stream"):
-        raise InputError("'stream_options': Stream options can only be defined when `stream=True`.")
+        raise FieldError(
+            "stream_options", "'stream_options': Stream options can only be defined when `stream=True`."
+        )
     # Several choices would generate several times the output the invocation signs and the
     # reservation holds (and a grant's max_tokens caps per choice): one choice per call.
     for name in _ONE_CHOICE:
         if body.get(name) not in (None, 1) or isinstance(body.get(name), bool):
-            raise InputError(f"'{name}' must be 1: the gateway answers one choice per call")
+            raise FieldError(name, f"'{name}' must be 1: the gateway answers one choice per call")
     return body
 
 
