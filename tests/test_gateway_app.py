@@ -260,11 +260,15 @@ def _uvicorn_errors() -> Iterator[list[str]]:
 
     handler = Handler()
     logger = logging.getLogger("uvicorn.error")
+    # At ERROR whatever a simulator's uvicorn set it to (a ``GatewayServer`` leaves it as it is).
+    level = logger.level
+    logger.setLevel(logging.ERROR)
     logger.addHandler(handler)
     try:
         yield lines
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _until(condition: Callable[[], bool], what: str, within: float = 10.0) -> None:

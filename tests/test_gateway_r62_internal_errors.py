@@ -81,14 +81,18 @@ def served(
 
 @pytest.fixture
 def errors(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """The ERROR records of every logger, uvicorn's own (which does not propagate) included."""
+    """The ERROR records of every logger, uvicorn's own (which does not propagate) included, at
+    ERROR whatever a simulator's uvicorn set it to (a ``GatewayServer`` leaves it as it is)."""
     caplog.set_level(logging.ERROR)
     uvicorn_error = logging.getLogger("uvicorn.error")
+    level = uvicorn_error.level
+    uvicorn_error.setLevel(logging.ERROR)
     uvicorn_error.addHandler(caplog.handler)
     try:
         yield caplog
     finally:
         uvicorn_error.removeHandler(caplog.handler)
+        uvicorn_error.setLevel(level)
 
 
 def _assert_internal_error(answer: httpx.Response, caplog: pytest.LogCaptureFixture) -> None:

@@ -22,7 +22,7 @@ from agentgate.sim import SimServer
 
 @contextlib.contextmanager
 def _uvicorn_log(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    """uvicorn's error log at WARNING (as a ``GatewayServer`` leaves it), captured. Entered after
+    """uvicorn's error log at WARNING, captured. Entered after
     the server started: uvicorn's ``Config`` replaces the logger's handlers."""
     logger = logging.getLogger("uvicorn.error")
     level = logger.level
