@@ -37,7 +37,20 @@ MAX_SKEW = 3600
 a grant's not-before, and an invocation's signing time, mean nothing (review R53: ``skew=10**12``
 allowed an invocation dated three hours ahead)."""
 
-_UNIT = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_UNIT = re.compile(r"[a-z][a-z0-9_]{0,31}", re.ASCII)
+"""What a budget unit may be called, in a token and in a store's reservation row (``store.held``
+reads a stored unit only when it is one)."""
+_UNIT_RULE = "a lowercase letter first, then lowercase letters, digits or '_', at most 32 characters"
+BUDGET_UNITS = ("usd_micros", "tokens", "calls")
+"""The units agentgate meters (the policy schema's ``BudgetUnit``, the Gate's ``_METERED``): the
+token format allows any unit ``_UNIT`` names, but a grant in another unit has every call refused, so the
+CLI makes none (``Budget.parse(text, metered=True)``)."""
+
+
+def _quoted(text: str) -> str:
+    """``text`` quoted for an error: whole up to 40 characters, else its first 40 and its length
+    (a unit typed or signed may be 100,000 characters)."""
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -54,15 +67,19 @@ class Budget:
             )
         if not 0 <= self.amount <= MAX_AMOUNT:
             raise TokenFormatError(f"budget amount {self.amount} is outside 0 .. 2**63-1")
-        if not isinstance(self.unit, str) or not _UNIT.fullmatch(self.unit):
-            raise TokenFormatError(f"budget unit {self.unit!r} must match [a-z][a-z0-9_]{{0,31}}")
+        if not isinstance(self.unit, str):
+            raise TokenFormatError(f"budget unit must be text, got {type(self.unit).__name__}")
+        if not _UNIT.fullmatch(self.unit):
+            raise TokenFormatError(f"budget unit {_quoted(self.unit)} is not a unit name: {_UNIT_RULE}")
 
     @classmethod
-    def parse(cls, text: str) -> Budget:
+    def parse(cls, text: str, *, metered: bool = False) -> Budget:
         """``AMOUNT[:UNIT]``, e.g. ``500000`` or ``1000:calls``; without ``:UNIT``, ``usd_micros``.
 
         Raises ``TokenFormatError`` for signs, fractions, NaN, overflow, spaces anywhere, and a
         ``:`` with no unit after it (``500:``): a forgotten unit is refused, never defaulted.
+        ``metered``: also for a unit that is not one of ``BUDGET_UNITS`` (``5:usd``, a slip for
+        ``usd_micros``), which a person typing a budget never means.
         """
         amount, colon, unit = str(text).partition(":")
         if re.fullmatch(r"[0-9]+", amount) and (len(amount) > 19 or int(amount) > MAX_AMOUNT):
@@ -84,6 +101,11 @@ class Budget:
         if colon and not unit:
             raise TokenFormatError(
                 f"budget {text!r}: name the unit after ':' (e.g. {amount}:calls) or drop the ':'"
+            )
+        if metered and colon and unit not in BUDGET_UNITS:
+            raise TokenFormatError(
+                f"budget {_quoted(str(text))}: unit {_quoted(unit)} is not one agentgate meters; "
+                f"use {', '.join(BUDGET_UNITS[:-1])} or {BUDGET_UNITS[-1]}"
             )
         return cls(int(amount), unit if colon else "usd_micros")
 

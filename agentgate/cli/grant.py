@@ -88,7 +88,8 @@ stderr), 3 approval required.
 DURATION: a positive number with a unit s, m, h or d (30s, 15m, 1h, 7d; sums like 1h30m).
 CAP: RESOURCE[#ACTION][?FIELD OP VALUE(&FIELD OP VALUE)*], OP one of = (one of: V1|V2), <, <=,
 >, >=, ^= (prefix); e.g. 'tool:payments.refund?amount<=500&currency=EUR|USD'.
-AMOUNT: a whole number of minor units, optionally :UNIT (default usd_micros), e.g. 1000:calls.
+AMOUNT: a whole number of minor units, optionally :UNIT (usd_micros, the default; tokens; calls),
+e.g. 1000:calls.
 The store is AGENTGATE_STORE (a path or a postgresql:// URL), default .agentgate/agentgate.db.
 See docs/cli.md."""
 
@@ -314,7 +315,7 @@ def _role_grant(
         raise InputError(f"--ttl {args.ttl} exceeds {_ttl_cap(policy, args.role, template.ttl_s)}")
     budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
     if args.budget is not None:
-        asked = Budget.parse(args.budget)
+        asked = Budget.parse(args.budget, metered=True)
         if budget is not None and asked.unit != budget.unit:
             raise InputError(
                 f"--budget {args.budget} is in {asked.unit}; role {args.role}'s budget is {budget}: give "
@@ -420,7 +421,9 @@ def _repo(*, existing: bool = False) -> Iterator[GrantRepository]:
 
 
 def _budget(text: str | None) -> Budget | None:
-    return None if text is None else Budget.parse(text)
+    """``--budget``: in a unit agentgate meters, else refused (until review R62 ``5:usd``, a slip
+    for ``usd_micros``, made a grant every call on which was refused later)."""
+    return None if text is None else Budget.parse(text, metered=True)
 
 
 def _finding_line(finding: Finding) -> str:
