@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from agentgate.audit.entry import format_time
+from agentgate.authority._grant import _UNIT as _BUDGET_UNIT  # a unit as a grant's budget names one
 from agentgate.errors import AgentGateError, InputError, SettlementRefused, StoreError
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
@@ -48,9 +49,6 @@ from agentgate.store.once import SETTLE_MIN_AGE_S
 
 _ID = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
 """A reservation id as ``ledger._reservation_id`` makes them."""
-
-_BUDGET_UNIT = re.compile(r"[a-z][a-z0-9_]{0,31}", re.ASCII)
-"""A budget unit as a grant's budget may name one (``authority.Budget``): what the Gate stores."""
 
 _FIND_WITHIN_S = 5.0
 """How long after a reservation its ``allow`` entry is looked for: both are written in one
