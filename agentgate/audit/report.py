@@ -16,7 +16,7 @@ import html
 import itertools
 import math
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from agentgate.audit.entry import AuditEntry
@@ -53,16 +53,21 @@ def _amount(total: int) -> str:
         return f"{'-' if total < 0 else ''}about 10^{int(math.log10(abs(total)))}"
 
 
+def each_charge(entry: AuditEntry) -> Iterator[tuple[str, int, str]]:
+    """``(grant id, amount, unit)`` for each charge of the outcome ``entry`` (its ``charges``),
+    by grant id then unit; none for an entry without them. ``charged_text`` writes them on one
+    line, ``audit explain`` one per line of its tree."""
+    for grant_id, by_unit in sorted((entry.charges or {}).items()):
+        for unit, n in sorted(by_unit.items()):
+            yield grant_id, n, unit
+
+
 def charged_text(entry: AuditEntry, quote: Callable[[str], str]) -> str:
-    """``GRANT: N UNIT; ...``: what each grant was charged by the outcome ``entry`` (its
-    ``charges``, grant ids cut to 12 characters, each text through ``quote`` for where it is
-    shown), or ``""`` for an entry without them. The report's table and ``audit explain`` show
-    it (until review R61 they showed ``budget_delta`` alone)."""
-    return "; ".join(
-        f"{quote(grant_id[:12])}: {n} {quote(unit)}"
-        for grant_id, by_unit in sorted((entry.charges or {}).items())
-        for unit, n in sorted(by_unit.items())
-    )
+    """``GRANT: N UNIT; ...``: what each grant was charged by the outcome ``entry``
+    (``each_charge``, grant ids cut to 12 characters, each text through ``quote`` for where it
+    is shown), or ``""`` for an entry without them. The report's table, ``audit show`` and
+    ``audit explain``'s related entries show it (until review R61 ``budget_delta`` alone)."""
+    return "; ".join(f"{quote(grant_id[:12])}: {n} {quote(unit)}" for grant_id, n, unit in each_charge(entry))
 
 
 def _charged(entry: AuditEntry) -> str:

@@ -40,7 +40,7 @@ from agentgate.audit.entry import ENTRY_KINDS, AuditEntry
 from agentgate.audit.note import Checkpoint, key_id, verifier_key
 from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
-from agentgate.audit.report import charged_text, render_report
+from agentgate.audit.report import charged_text, each_charge, render_report
 from agentgate.cli._common import (
     escaped_once,
     given,
@@ -579,8 +579,7 @@ def _explain(args: argparse.Namespace) -> int:
     print(f"├── budget delta: {entry.budget_delta}")
     charged = [
         f"charged grant {printable(grant_id)}: {n} {printable(unit)}"
-        for grant_id, by_unit in sorted((entry.charges or {}).items())
-        for unit, n in sorted(by_unit.items())
+        for grant_id, n, unit in each_charge(entry)
     ]
     for position, line in enumerate(charged):
         print(f"│   {'└──' if position == len(charged) - 1 else '├──'} {line}")
