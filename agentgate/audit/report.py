@@ -4,9 +4,9 @@ One file, no external assets (inline CSS and SVG, no scripts): whether the log v
 checkpoint it was made at, the delegation picture the entries hold (which principals acted on
 which grant chain tips), a decision timeline, the budget burn-down per principal (cumulative
 committed spend, from the ``spend`` and ``outcome`` entries, in minor units, one series per
-principal and unit: ``_spent_unit``), and the allowed
+principal and unit: ``_spent_unit``, one chart per unit on its own scale), and the allowed
 tool and model calls that have no outcome (still running, or their outcome was lost: their
-reservations are held). Made in one pass over the entries: charts keep at most one point per pixel, the table the
+reservations are held, each in the unit the outcomes on its grant record). Made in one pass over the entries: charts keep at most one point per pixel, the table the
 newest 500 entries.
 """
 
@@ -100,7 +100,8 @@ class _Summary:
     # kind -> bucket -> (index and title of the bucket's first entry, entries in the bucket)
     timeline: dict[str, dict[int, tuple[int, str, int]]] = field(default_factory=lambda: defaultdict(dict))
     totals: dict[tuple[str, str | None], int] = field(default_factory=lambda: defaultdict(int))
-    top: int = 0
+    # unit -> the largest cumulative spend of any series in it: the top of its chart's scale
+    tops: dict[str | None, int] = field(default_factory=lambda: defaultdict(int))
     # (principal, unit) -> bucket -> (index, cumulative spend) of the bucket's last spend
     spend: dict[tuple[str, str | None], dict[int, tuple[int, int]]] = field(
         default_factory=lambda: defaultdict(dict)
@@ -108,9 +109,13 @@ class _Summary:
     tips: dict[str, set[str]] = field(default_factory=dict)
     other_tips: int = 0
     newest: deque[AuditEntry] = field(default_factory=lambda: deque(maxlen=_TABLE_ROWS))
-    # allow index -> (time, principal, resource, reserved) of allowed calls with no outcome yet
-    open_calls: dict[int, tuple[str, str, str, int]] = field(default_factory=dict)
+    # allow index -> (time, principal, resource, reserved, chain tip) of allowed calls with no
+    # outcome yet
+    open_calls: dict[int, tuple[str, str, str, int, str]] = field(default_factory=dict)
     unfollowed: int = 0
+    # chain tip -> the unit its outcomes record (``_spent_unit``): an allowed call's reservation
+    # is in it; the newest ``_MAX_OPEN`` tips kept
+    units: dict[str, str] = field(default_factory=dict)
 
     def add(self, entry: AuditEntry) -> None:
         self.count += 1
@@ -126,11 +131,17 @@ class _Summary:
         else:
             title = f"#{entry.index} {_e(entry.time)} {_e(entry.principal)} {_e(entry.resource or '')}"
             points[bucket] = (entry.index, title, 1)
+        unit = _spent_unit(entry) if entry.kind == "outcome" else None
+        if unit is not None and entry.chain_hash:
+            self.units.pop(entry.chain_hash, None)  # re-inserted: the newest tips are kept
+            self.units[entry.chain_hash] = unit
+            if len(self.units) > _MAX_OPEN:
+                del self.units[next(iter(self.units))]
         if entry.kind in ("spend", "outcome") and entry.budget_delta:
-            series = (entry.principal, _spent_unit(entry))
+            series = (entry.principal, unit)
             self.totals[series] += entry.budget_delta
             total = self.totals[series]
-            self.top = max(self.top, total)
+            self.tops[unit] = max(self.tops[unit], total)
             self.spend[series][bucket] = (entry.index, total)
         tip = entry.chain_hash or "(no chain recorded)"
         if tip in self.tips:
@@ -148,6 +159,7 @@ class _Summary:
                 entry.principal,
                 entry.resource or "",
                 entry.budget_delta,
+                entry.chain_hash or "",
             )
             if len(self.open_calls) > _MAX_OPEN:
                 del self.open_calls[next(iter(self.open_calls))]
@@ -190,15 +202,27 @@ def _timeline(summary: _Summary) -> str:
 
 
 def _burn_down(summary: _Summary) -> str:
+    """One chart per unit, each on its own scale (until review R62 every series was drawn on the
+    scale of the largest, 2 calls flat at the foot of a 500000 micro-dollar chart)."""
     if not summary.spend:
         return "<p>No committed spend in the log.</p>"
+    by_unit: dict[str | None, list[tuple[str, dict[int, tuple[int, int]]]]] = defaultdict(list)
+    for (principal, unit), buckets in sorted(summary.spend.items(), key=_by_series):
+        by_unit[unit].append((principal, buckets))
+    return "".join(_unit_chart(summary, unit, series) for unit, series in by_unit.items())
+
+
+def _unit_chart(
+    summary: _Summary, unit: str | None, series: list[tuple[str, dict[int, tuple[int, int]]]]
+) -> str:
+    """The burn-down of the principals' ``series`` in ``unit``, scaled to the largest of them."""
     width, height = _WIDTH, 260
     last = summary.last_index or 1
-    top = summary.top or 1
+    top = summary.tops[unit] or 1
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 20}" height="{height + 30}">']
     parts.append(f'<rect x="10" y="10" width="{width}" height="{height}" fill="none" stroke="#ccc"/>')
     legend = []
-    for n, ((principal, unit), buckets) in enumerate(sorted(summary.spend.items(), key=_by_series)):
+    for n, (principal, buckets) in enumerate(series):
         colour = _PALETTE[n % len(_PALETTE)]
         points = [(0, 0), *(point for _bucket, point in sorted(buckets.items()))]
         # A spend below -top is drawn at -top, under the chart already: v / top would overflow a
@@ -211,8 +235,9 @@ def _burn_down(summary: _Summary) -> str:
             f'<li><span class="k" style="background:{colour}"></span><code>{_e(principal)}</code>: '
             f"{_amount(summary.totals[principal, unit])} {_spent(unit)}</li>"
         )
+    spend = "spend (unit not recorded)" if unit is None else f"spend in {_e(unit)}"
     parts.append(
-        f'<text x="12" y="{height + 25}" font-size="11">cumulative spend (max {_amount(top)}) by entry index</text>'
+        f'<text x="12" y="{height + 25}" font-size="11">cumulative {spend} (max {_amount(top)}) by entry index</text>'
     )
     parts.append("</svg>")
     return "".join(parts) + "<ul>" + "".join(legend) + "</ul>"
@@ -262,7 +287,14 @@ def _delegation(summary: _Summary) -> str:
 def _open_calls(summary: _Summary) -> str:
     if not summary.open_calls and not summary.unfollowed:
         return "<p>Every allowed call has its outcome.</p>"
-    held = sum(reserved for *_rest, reserved in summary.open_calls.values())
+    held: dict[str | None, int] = defaultdict(int)
+    for *_rest, reserved, tip in summary.open_calls.values():
+        held[summary.units.get(tip)] += reserved
+    in_all = "; ".join(
+        f"{_amount(total)} in all, "
+        + ("in a unit no outcome on its grant records" if unit is None else f"in {_e(unit)}")
+        for unit, total in sorted(held.items(), key=lambda item: "\uffff" if item[0] is None else item[0])
+    )
     unfollowed = (
         f" ({summary.unfollowed} older allowed calls were not followed to their outcome: "
         "the page follows the newest 10,000 without one)"
@@ -271,8 +303,8 @@ def _open_calls(summary: _Summary) -> str:
     )
     rows = "".join(
         f"<tr><td>{index}</td><td>{_e(time)}</td><td><code>{_e(principal)}</code></td>"
-        f"<td>{_e(resource)}</td><td>{reserved}</td></tr>"
-        for index, (time, principal, resource, reserved) in itertools.islice(
+        f"<td>{_e(resource)}</td><td>{_reserved(reserved, summary.units.get(tip))}</td></tr>"
+        for index, (time, principal, resource, reserved, tip) in itertools.islice(
             summary.open_calls.items(), _TABLE_ROWS
         )
     )
@@ -284,13 +316,18 @@ def _open_calls(summary: _Summary) -> str:
     return (
         f"<p>{len(summary.open_calls)} allowed calls have no outcome{unfollowed}: still running when "
         "the page was made, or their outcome was lost (their process stopped before it was written). "
-        f"Each holds its reservation ({held} in all, each in its caller's own budget unit) until it "
-        "is settled; <code>agentgate audit explain INDEX</code> shows one, <code>agentgate tasks "
+        f"Each holds its reservation ({in_all or 'nothing held'}) until it is settled; "
+        "<code>agentgate audit explain INDEX</code> shows one, <code>agentgate tasks "
         "unsettled</code> lists those of tools that must run once. GPU lease decisions are not "
         "followed here (a renewal's decision has no outcome of its own).</p>"
         "<table><tr><th>#</th><th>time</th><th>principal</th><th>resource</th><th>reserved</th></tr>"
         f"{rows}</table>{more}"
     )
+
+
+def _reserved(amount: int, unit: str | None) -> str:
+    """An open call's reservation with its unit, as the outcomes on its grant record it."""
+    return f"{amount} (unit not recorded)" if unit is None else f"{amount} {_e(unit)}"
 
 
 def _verification(problems: Sequence[str] | None) -> str:
