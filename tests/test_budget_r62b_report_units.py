@@ -87,3 +87,15 @@ def test_an_open_call_whose_unit_no_outcome_records_says_so() -> None:
     )
     assert "(7 in all, in a unit no outcome on its grant records)" in section, section
     assert "<td>7 (unit not recorded)</td>" in section
+
+
+def test_the_entries_table_gives_each_budget_figure_its_unit() -> None:
+    """Review R62: the table's budget figure of an allow and of an outcome says its unit (the
+    one the outcomes on its grant record): `300000 usd_micros`, `1 calls`, never a bare number
+    that could be micro-dollars or calls; a figure whose unit is not recorded stays bare."""
+    page = render_report([*_log(), _entry(8, "allow", "c" * 64, 9)], None, [])
+    table = page.split("<h2>Latest entries</h2>", 1)[1]
+    rows = {int(row.split("</td>", 1)[0]): row for row in table.split("<tr><td>")[1:]}
+    assert "<td>300000 usd_micros</td>" in rows[7] and "<td>1 calls</td>" in rows[6]
+    assert "<td>500000 usd_micros<br><small>charged" in rows[3]
+    assert "<td>9</td>" in rows[8]

@@ -325,6 +325,21 @@ def _open_calls(summary: _Summary) -> str:
     )
 
 
+def _figure(entry: AuditEntry, summary: _Summary) -> str:
+    """The table's budget figure of ``entry`` with its unit where the log records it: an
+    outcome's from its ``charges`` (``_spent_unit``), an allow's from the outcomes on its grant;
+    bare where it does not (until review R62 always bare, micro-dollars or calls alike)."""
+    if entry.kind == "outcome":
+        unit = _spent_unit(entry)
+    else:
+        unit = summary.units.get(entry.chain_hash or "") if entry.kind == "allow" else None
+    return (
+        str(entry.budget_delta)
+        if unit is None or not entry.budget_delta
+        else f"{entry.budget_delta} {_e(unit)}"
+    )
+
+
 def _reserved(amount: int, unit: str | None) -> str:
     """An open call's reservation with its unit, as the outcomes on its grant record it."""
     return f"{amount} (unit not recorded)" if unit is None else f"{amount} {_e(unit)}"
@@ -369,7 +384,7 @@ def render_report(
     )
     rows = "".join(
         f"<tr><td>{e.index}</td><td>{_e(e.time)}</td><td>{_e(e.kind)}</td><td><code>{_e(e.principal)}</code></td>"
-        f"<td>{_e(e.resource or '')}</td><td>{e.budget_delta}{_charged(e)}</td><td>{_e('; '.join(e.reasons))}</td></tr>"
+        f"<td>{_e(e.resource or '')}</td><td>{_figure(e, summary)}{_charged(e)}</td><td>{_e('; '.join(e.reasons))}</td></tr>"
         for e in summary.newest
     )
     return (
