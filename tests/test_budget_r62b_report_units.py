@@ -85,13 +85,13 @@ def test_an_open_call_whose_unit_no_outcome_records_says_so() -> None:
     section = _section(
         render_report([_entry(0, "allow", CALLS, 7)], None, []), "Allowed calls without an outcome"
     )
-    assert "(7 in all, in a unit no outcome on its grant records)" in section, section
+    assert "(7 in all, in a unit no outcome records)" in section, section
     assert "<td>7 (unit not recorded)</td>" in section
 
 
 def test_the_entries_table_gives_each_budget_figure_its_unit() -> None:
     """Review R62: the table's budget figure of an allow and of an outcome says its unit (the
-    one the outcomes on its grant record): `300000 usd_micros`, `1 calls`, never a bare number
+    one the outcomes of its resource on its grant record): `300000 usd_micros`, `1 calls`, never a bare number
     that could be micro-dollars or calls; a figure whose unit is not recorded stays bare."""
     page = render_report([*_log(), _entry(8, "allow", "c" * 64, 9)], None, [])
     table = page.split("<h2>Latest entries</h2>", 1)[1]
@@ -99,3 +99,42 @@ def test_the_entries_table_gives_each_budget_figure_its_unit() -> None:
     assert "<td>300000 usd_micros</td>" in rows[7] and "<td>1 calls</td>" in rows[6]
     assert "<td>500000 usd_micros<br><small>charged" in rows[3]
     assert "<td>9</td>" in rows[8]
+
+
+def test_an_allows_unit_is_learnt_per_grant_and_resource() -> None:
+    """Review R62: on a chain whose tip has a `tokens` budget under a root's `calls` budget, a
+    tool call's figure is in calls (a tool costs nothing in tokens) and a model call's in tokens:
+    an open call is given the unit of the outcomes of the same resource on its grant, never
+    another resource's."""
+    tip = "d" * 64
+
+    def call(index: int, resource: str, delta: int, kind: str = "allow", **fields: object) -> AuditEntry:
+        return AuditEntry.build(
+            index=index,
+            time="2026-12-02T10:00:00.000000Z",
+            kind=kind,
+            principal=ALICE,
+            chain_hash=tip,
+            resource=resource,
+            budget_delta=delta,
+            **fields,
+        )
+
+    log = [
+        call(0, "tool:lookup", 1),
+        call(1, "tool:lookup", 1, kind="outcome", status="ok", ref=0, charges={CALLS: {"calls": 1}}),
+        call(2, "model:m", 50),
+        call(
+            3,
+            "model:m",
+            50,
+            kind="outcome",
+            status="ok",
+            ref=2,
+            charges={tip: {"tokens": 50}, CALLS: {"calls": 1}},
+        ),
+        call(4, "model:m", 40),
+        call(5, "tool:lookup", 1),
+    ]
+    section = _section(render_report(log, None, []), "Allowed calls without an outcome")
+    assert "(1 in all, in calls; 40 in all, in tokens)" in section, section

@@ -6,7 +6,7 @@ which grant chain tips), a decision timeline, the budget burn-down per principal
 committed spend, from the ``spend`` and ``outcome`` entries, in minor units, one series per
 principal and unit: ``_spent_unit``, one chart per unit on its own scale), and the allowed
 tool and model calls that have no outcome (still running, or their outcome was lost: their
-reservations are held, each in the unit the outcomes on its grant record). Made in one pass over the entries: charts keep at most one point per pixel, the table the
+reservations are held, each in the unit the outcomes of its resource on its grant record). Made in one pass over the entries: charts keep at most one point per pixel, the table the
 newest 500 entries.
 """
 
@@ -113,9 +113,10 @@ class _Summary:
     # outcome yet
     open_calls: dict[int, tuple[str, str, str, int, str]] = field(default_factory=dict)
     unfollowed: int = 0
-    # chain tip -> the unit its outcomes record (``_spent_unit``): an allowed call's reservation
-    # is in it; the newest ``_MAX_OPEN`` tips kept
-    units: dict[str, str] = field(default_factory=dict)
+    # (chain tip, resource) -> the unit its outcomes record (``_spent_unit``): an allowed call's
+    # reservation is in it (one chain's tool and model calls may cost in different units: a tool
+    # nothing in a tokens budget); the newest ``_MAX_OPEN`` kept
+    units: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def add(self, entry: AuditEntry) -> None:
         self.count += 1
@@ -133,8 +134,9 @@ class _Summary:
             points[bucket] = (entry.index, title, 1)
         unit = _spent_unit(entry) if entry.kind == "outcome" else None
         if unit is not None and entry.chain_hash:
-            self.units.pop(entry.chain_hash, None)  # re-inserted: the newest tips are kept
-            self.units[entry.chain_hash] = unit
+            call = (entry.chain_hash, entry.resource or "")
+            self.units.pop(call, None)  # re-inserted: the newest are kept
+            self.units[call] = unit
             if len(self.units) > _MAX_OPEN:
                 del self.units[next(iter(self.units))]
         if entry.kind in ("spend", "outcome") and entry.budget_delta:
@@ -288,11 +290,10 @@ def _open_calls(summary: _Summary) -> str:
     if not summary.open_calls and not summary.unfollowed:
         return "<p>Every allowed call has its outcome.</p>"
     held: dict[str | None, int] = defaultdict(int)
-    for *_rest, reserved, tip in summary.open_calls.values():
-        held[summary.units.get(tip)] += reserved
+    for _time, _principal, resource, reserved, tip in summary.open_calls.values():
+        held[summary.units.get((tip, resource))] += reserved
     in_all = "; ".join(
-        f"{_amount(total)} in all, "
-        + ("in a unit no outcome on its grant records" if unit is None else f"in {_e(unit)}")
+        f"{_amount(total)} in all, " + ("in a unit no outcome records" if unit is None else f"in {_e(unit)}")
         for unit, total in sorted(held.items(), key=lambda item: "\uffff" if item[0] is None else item[0])
     )
     unfollowed = (
@@ -303,7 +304,7 @@ def _open_calls(summary: _Summary) -> str:
     )
     rows = "".join(
         f"<tr><td>{index}</td><td>{_e(time)}</td><td><code>{_e(principal)}</code></td>"
-        f"<td>{_e(resource)}</td><td>{_reserved(reserved, summary.units.get(tip))}</td></tr>"
+        f"<td>{_e(resource)}</td><td>{_reserved(reserved, summary.units.get((tip, resource)))}</td></tr>"
         for index, (time, principal, resource, reserved, tip) in itertools.islice(
             summary.open_calls.items(), _TABLE_ROWS
         )
@@ -327,12 +328,13 @@ def _open_calls(summary: _Summary) -> str:
 
 def _figure(entry: AuditEntry, summary: _Summary) -> str:
     """The table's budget figure of ``entry`` with its unit where the log records it: an
-    outcome's from its ``charges`` (``_spent_unit``), an allow's from the outcomes on its grant;
+    outcome's from its ``charges`` (``_spent_unit``), an allow's from the outcomes of its resource on its grant;
     bare where it does not (until review R62 always bare, micro-dollars or calls alike)."""
     if entry.kind == "outcome":
         unit = _spent_unit(entry)
     else:
-        unit = summary.units.get(entry.chain_hash or "") if entry.kind == "allow" else None
+        call = (entry.chain_hash or "", entry.resource or "")
+        unit = summary.units.get(call) if entry.kind == "allow" else None
     return (
         str(entry.budget_delta)
         if unit is None or not entry.budget_delta
@@ -341,7 +343,8 @@ def _figure(entry: AuditEntry, summary: _Summary) -> str:
 
 
 def _reserved(amount: int, unit: str | None) -> str:
-    """An open call's reservation with its unit, as the outcomes on its grant record it."""
+    """An open call's reservation with its unit, as the outcomes of its resource on its grant
+    record it."""
     return f"{amount} (unit not recorded)" if unit is None else f"{amount} {_e(unit)}"
 
 
