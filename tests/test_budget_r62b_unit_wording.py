@@ -43,3 +43,19 @@ def test_a_unit_that_is_not_text_is_named_by_its_type() -> None:
     """Review R62: ``Budget(5, 7)`` says the unit must be text, not what an int fails to match."""
     with pytest.raises(TokenFormatError, match="budget unit must be text, got int"):
         Budget(5, 7)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("amount", [10**5000, -(10**5000), 2**63], ids=["10**5000", "-10**5000", "2**63"])
+def test_an_amount_out_of_range_is_a_token_format_error_however_large(amount: int) -> None:
+    """Review R62: ``Budget(10**5000)`` is refused as out of range, a ``TokenFormatError`` that
+    names the range, not a ``ValueError`` from writing an integer of more than 4300 digits."""
+    with pytest.raises(TokenFormatError, match=r"outside 0 \.\. 2\*\*63-1") as caught:
+        Budget(amount)
+    assert len(str(caught.value)) < 200
+
+
+def test_an_amount_that_is_not_an_integer_is_quoted_bounded() -> None:
+    """Review R62: ``Budget("x" * 100_000)`` quotes the value bounded, as a unit is."""
+    with pytest.raises(TokenFormatError, match="must be an integer number of minor units") as caught:
+        Budget("x" * 100_000)  # type: ignore[arg-type]
+    assert len(str(caught.value)) < 200 and "(100000 characters)" in str(caught.value)

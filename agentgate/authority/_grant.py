@@ -47,6 +47,15 @@ token format allows any unit ``_UNIT`` names, but a grant in another unit has ev
 CLI makes none (``Budget.parse(text, metered=True)``)."""
 
 
+def _shown_amount(amount: object) -> str:
+    """An amount that is not an integer, for its error: text quoted as ``_quoted`` does, anything
+    else (``1.5``, ``None``) as its ``repr``, cut at 40 characters."""
+    if isinstance(amount, str):
+        return _quoted(amount)
+    shown = repr(amount)
+    return shown if len(shown) <= 40 else f"{shown[:40]}... (a {type(amount).__name__})"
+
+
 def _quoted(text: str) -> str:
     """``text`` quoted for an error: whole up to 40 characters, else its first 40 and its length
     (a unit typed or signed may be 100,000 characters)."""
@@ -63,10 +72,15 @@ class Budget:
     def __post_init__(self) -> None:
         if isinstance(self.amount, bool) or not isinstance(self.amount, int):
             raise TokenFormatError(
-                f"budget amount must be an integer number of minor units, got {self.amount!r}"
+                f"budget amount must be an integer number of minor units, got {_shown_amount(self.amount)}"
             )
         if not 0 <= self.amount <= MAX_AMOUNT:
-            raise TokenFormatError(f"budget amount {self.amount} is outside 0 .. 2**63-1")
+            # Not written out: an integer of more than 4300 digits cannot be (a ValueError until
+            # review R62), and one of thousands says nothing more than its sign.
+            shown = (
+                self.amount if abs(self.amount) <= MAX_AMOUNT + 1 else "<0" if self.amount < 0 else ">2**63-1"
+            )
+            raise TokenFormatError(f"budget amount {shown} is outside 0 .. 2**63-1")
         if not isinstance(self.unit, str):
             raise TokenFormatError(f"budget unit must be text, got {type(self.unit).__name__}")
         if not _UNIT.fullmatch(self.unit):
