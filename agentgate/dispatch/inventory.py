@@ -173,11 +173,15 @@ class Interconnect(_Frozen):
     @classmethod
     def _ordered(cls, value: tuple[Level, ...]) -> tuple[Level, ...]:
         order = ("nvlink_domain", "node", "rack")
-        if len(set(value)) != len(value):
-            raise ValueError("hierarchy levels must be distinct")
-        positions = [order.index(level) for level in value]
-        if positions != sorted(positions):
-            raise ValueError("hierarchy must run from the innermost level out: nvlink_domain, node, rack")
+        for i in range(1, len(value)):
+            if value[i] in value[:i]:
+                raise _RefError((i,), "hierarchy levels must be distinct", named=True)
+            if order.index(value[i]) < order.index(value[i - 1]):
+                raise _RefError(
+                    (i,),
+                    "hierarchy must run from the innermost level out: nvlink_domain, node, rack",
+                    named=True,
+                )
         return value
 
     @model_validator(mode="after")
@@ -190,9 +194,11 @@ class Interconnect(_Frozen):
         ]
         for (inner, inner_gbps), (outer, outer_gbps) in itertools.pairwise(declared):
             if outer_gbps > inner_gbps:
-                raise ValueError(
+                raise _RefError(
+                    ("bandwidth_gbps", outer),
                     f"bandwidth_gbps of {outer} ({outer_gbps:g}) is above that of {inner} ({inner_gbps:g}), "
-                    "an inner level of the hierarchy: placement prefers inner levels as the faster ones"
+                    "an inner level of the hierarchy: placement prefers inner levels as the faster ones",
+                    named=True,
                 )
         return self
 
@@ -531,10 +537,10 @@ class Inventory(_Frozen):
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Inventory:
-        _unique("racks", [r.name for r in self.racks])
-        _unique("nodes", [n.name for n in self.nodes])
-        _unique("gpus", [g.id for g in self.gpus])
-        _unique("backends", [b.name for b in self.backends])
+        _unique("racks", "name", [r.name for r in self.racks])
+        _unique("nodes", "name", [n.name for n in self.nodes])
+        _unique("gpus", "id", [g.id for g in self.gpus])
+        _unique("backends", "name", [b.name for b in self.backends])
         racks = {r.name for r in self.racks}
         for i, node in enumerate(self.nodes):
             if node.rack is not None and node.rack not in racks:
@@ -561,8 +567,11 @@ class Inventory(_Frozen):
                     raise _RefError(
                         ("backends", i, "gpus", j), f"backend {backend.name!r}: unknown gpu {gpu_id!r}"
                     )
-            if len(set(backend.gpus)) != len(backend.gpus):
-                raise _RefError(("backends", i, "gpus"), f"backend {backend.name!r}: a gpu is listed twice")
+                if gpu_id in backend.gpus[:j]:
+                    raise _RefError(
+                        ("backends", i, "gpus", j),
+                        f"backend {backend.name!r}: gpu {gpu_id!r} is listed twice",
+                    )
         return self
 
     # --- lookups -------------------------------------------------------------------------
@@ -703,23 +712,31 @@ def _looks_like_a_key(name: str) -> bool:
 
 class _RefError(ValueError):
     """An inventory error at ``loc`` (relative to the model whose validator raised it), raised as
-    ``error``."""
+    ``error``; ``named``: its message starts with that location's full path, as pydantic's own
+    errors do (the reference and credential errors name the entry in their words instead)."""
 
     def __init__(
-        self, loc: tuple[str | int, ...], message: str, error: type[InventoryError] = InventoryError
+        self,
+        loc: tuple[str | int, ...],
+        message: str,
+        error: type[InventoryError] = InventoryError,
+        *,
+        named: bool = False,
     ) -> None:
         super().__init__(message)
         self.loc = loc
         self.message = message
         self.error = error
+        self.named = named
 
 
-def _unique(kind: str, names: list[str]) -> None:
-    seen: set[str] = set()
+def _unique(kind: str, field: str, names: list[str]) -> None:
+    """Refuse a name listed twice in ``kind``, at the repeat's ``field``, naming the first."""
+    first: dict[str, int] = {}
     for i, name in enumerate(names):
-        if name in seen:
-            raise _RefError((kind, i), f"duplicate {kind[:-1]} {name!r}")
-        seen.add(name)
+        if name in first:
+            raise _RefError((kind, i, field), f"duplicate {kind[:-1]} {name!r} (also {kind}.{first[name]})")
+        first[name] = i
 
 
 def parse_inventory(text: str, *, source: str = "<inventory>", read_keys: bool = True) -> Inventory:
@@ -752,14 +769,13 @@ def inventory_from_mapping(
     try:
         return Inventory.model_validate(dict(data), context={"read_keys": read_keys})
     except _RefError as exc:
-        raise _located(source, lines, exc.loc, exc.message, exc.error) from None
+        raise _ref_located(source, lines, (), exc) from None
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
         ctx_error = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_error, _RefError):
-            # ``loc`` locates the model whose validator raised it; its own ``loc`` is within that.
-            raise _located(source, lines, loc + ctx_error.loc, ctx_error.message, ctx_error.error) from None
+            raise _ref_located(source, lines, loc, ctx_error) from None
         field = dotted_path(loc) or "inventory"
         message = f"{field}: {err['msg'].removeprefix('Value error, ')}"  # pydantic's, for a validator's own
         if err["type"] == "extra_forbidden":
@@ -796,6 +812,17 @@ def load_inventory(path: str | Path, *, read_keys: bool = True) -> Inventory:
             f"cannot read: not UTF-8 text (byte {exc.start})", file=str(path), line=at.line, column=at.column
         ) from None
     return parse_inventory(text, source=str(path), read_keys=read_keys)
+
+
+def _ref_located(
+    source: str, lines: Locations, within: tuple[str | int, ...], exc: _RefError
+) -> InventoryError:
+    """``exc`` as its error, standing at its value's line and column (its message after that
+    value's full path when ``exc.named``): ``within`` locates the model whose validator raised
+    it, its own ``loc`` is inside."""
+    loc = within + exc.loc
+    message = f"{dotted_path(loc)}: {exc.message}" if exc.named else exc.message
+    return _located(source, lines, loc, message, exc.error)
 
 
 def _located(
