@@ -15,8 +15,8 @@ is no number of seconds above 0, retries that are no whole number 0 or more, or 
 ``langchain-openai`` end the example with one line and status 2, before anything is made. A
 model call the endpoint fails (unreachable, no answer in time, a refused key, a model it does not
 serve, an error status, an answer that is no chat completion or holds no choice) stops the run
-with ``EndpointFailed``, whose message says what to check; the example then prints its summary of
-what was decided until then and exits with 1.
+with ``EndpointFailed``, whose message names the endpoint and says what to check; the example then
+prints its summary of what was decided until then and exits with 1.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class EndpointFailed(Exception):
 
 class _UnusableAnswer(Exception):
     """The endpoint's answer holds no message (``choices`` null or empty) or is an error object;
-    the message says which, as a person reads it."""
+    the message says which, as a person reads it after "the endpoint"."""
 
 
 def _setting(name: str, default: str) -> str:
@@ -259,14 +259,10 @@ def _as_langchain_reads_it(response: Any) -> tuple[Any, list[list[Any]]]:
         return response, []  # no JSON object: LangChain says so
     if error := answer.get("error"):
         said = error.get("message") if isinstance(error, dict) else None
-        raise _UnusableAnswer(
-            f"the endpoint failed the model call (its answer is an error: {_short(str(said or error))})"
-        )
+        raise _UnusableAnswer(f"failed the model call (its answer is an error: {_short(str(said or error))})")
     if "choices" in answer and not answer["choices"]:
         which = "null" if answer["choices"] is None else "empty"
-        raise _UnusableAnswer(
-            f"the endpoint's answer holds no choice (its choices are {which}): it answered no message"
-        )
+        raise _UnusableAnswer(f"answered no message (its choices are {which})")
     if not isinstance(answer.get("choices"), list):
         return response, []  # LangChain names what is missing
     apart: list[list[Any]] = []
@@ -311,10 +307,13 @@ def _as_langchain_reads_it(response: Any) -> tuple[Any, list[list[Any]]]:
 
 
 def _endpoint_trouble(error: Exception, endpoint: EndpointSettings, model: str) -> str:
-    """What a person reads when a model call to the endpoint failed with ``error``."""
+    """What a person reads when a model call to the endpoint failed with ``error``: one line
+    naming the endpoint (``AGENTGATE_OPENAI_BASE_URL=...``) and what to check, the server's own
+    words in it cut short (a proxy's error page is many lines of HTML)."""
     import openai
 
     base_url, api_key = endpoint.base_url, endpoint.api_key
+    at = f"AGENTGATE_OPENAI_BASE_URL={base_url}"
     if isinstance(error, openai.APITimeoutError):
         return (
             f"the endpoint AGENTGATE_OPENAI_BASE_URL={base_url} did not answer within "
@@ -322,13 +321,10 @@ def _endpoint_trouble(error: Exception, endpoint: EndpointSettings, model: str) 
             "overloaded, or still loading the model? A slow endpoint needs a larger AGENTGATE_OPENAI_TIMEOUT"
         )
     if isinstance(error, openai.APIConnectionError):
-        return (
-            f"cannot reach the endpoint AGENTGATE_OPENAI_BASE_URL={base_url} ({error.message}): "
-            "is the server running there?"
-        )
+        return f"cannot reach the endpoint {at} ({_said(error)}): is the server running there?"
     if isinstance(error, openai.AuthenticationError | openai.PermissionDeniedError):
         return (
-            f"the endpoint refused the request ({error.message}): set AGENTGATE_OPENAI_API_KEY "
+            f"the endpoint refused the request ({_said(error)}) at {at}: set AGENTGATE_OPENAI_API_KEY "
             "to a key it accepts"
         )
     if isinstance(error, openai.NotFoundError):
@@ -345,28 +341,34 @@ def _endpoint_trouble(error: Exception, endpoint: EndpointSettings, model: str) 
                 if right is not None
                 else "the URL ends with the API's version, e.g. http://127.0.0.1:8000/v1 for vLLM or llama.cpp"
             )
-            return (
-                f"no OpenAI-compatible API at AGENTGATE_OPENAI_BASE_URL={base_url} "
-                f"({error.message}; GET /models fails too): {hint}"
-            )
+            return f"no OpenAI-compatible API at {at} ({_said(error)}; GET /models fails too): {hint}"
         if model not in served:
+            listed = ", ".join(served[:_LISTED]) + (
+                f" and {len(served) - _LISTED} more" if served[_LISTED:] else ""
+            )
             return (
-                f"the endpoint does not serve AGENTGATE_OPENAI_MODEL={model!r} ({error.message}); "
-                f"it serves: {', '.join(served) or 'no model'}"
+                f"the endpoint does not serve AGENTGATE_OPENAI_MODEL={model!r} ({_said(error)}) at {at}: "
+                f"set AGENTGATE_OPENAI_MODEL to one it serves: {listed or 'none'}"
             )
     if isinstance(error, openai.APIStatusError):
-        return f"the endpoint failed the model call ({error.message})"
+        return f"the endpoint failed the model call ({_said(error)}) at {at}: the server's log there says why"
     if isinstance(error, json.JSONDecodeError | openai.APIResponseValidationError):
         return (
-            f"the endpoint AGENTGATE_OPENAI_BASE_URL={base_url} answered what is not an OpenAI chat "
-            f"completion ({type(error).__name__}: {_short(str(error))}): is an OpenAI-compatible server there?"
+            f"the endpoint's answer is not an OpenAI chat completion ({type(error).__name__}: "
+            f"{_short(str(error))}) at {at}: is an OpenAI-compatible server there?"
         )
     if isinstance(error, _UnusableAnswer):
-        return str(error)
-    return (
-        f"the model call to the endpoint AGENTGATE_OPENAI_BASE_URL={base_url} failed "
-        f"({type(error).__name__}: {_short(str(error))})"
-    )
+        return f"the endpoint {error} at {at}: the server's log there says why"
+    return f"the model call to the endpoint {at} failed ({type(error).__name__}: {_short(str(error))})"
+
+
+_LISTED = 5
+"""The most models a refusal of the model names: a hosted endpoint may list hundreds."""
+
+
+def _said(error: Any) -> str:
+    """The client's message for ``error`` (the status and the server's words), on one line, cut."""
+    return _short(str(error.message), 200)
 
 
 def _served_models(base_url: str, api_key: str) -> list[str] | None:

@@ -144,7 +144,10 @@ def test_an_error_status_is_tried_again_as_often_as_max_retries_says(
     assert exit_status == status, out[-3000:]
     assert len(endpoint.requests) == tries
     if status:
-        assert _stopped(out) == "the endpoint failed the model call (Error code: 500 - engine restarting)"
+        assert _stopped(out) == (
+            f"the endpoint failed the model call (Error code: 500 - engine restarting) at "
+            f"AGENTGATE_OPENAI_BASE_URL={endpoint.url}: the server's log there says why"
+        )
     else:
         assert "Run finished: the model said: Nothing to refund." in out
 
@@ -236,9 +239,9 @@ def test_an_answer_with_no_choice_stops_the_run_with_a_clear_line(
     with Endpoint(lambda n, request: (200, json.dumps(empty).encode())) as endpoint:
         status, out = run(name, endpoint)
     assert status == 1, out[-3000:]
-    assert (
-        _stopped(out)
-        == "the endpoint's answer holds no choice (its choices are empty): it answered no message"
+    assert _stopped(out) == (
+        f"the endpoint answered no message (its choices are empty) at AGENTGATE_OPENAI_BASE_URL={endpoint.url}: "
+        "the server's log there says why"
     )
     assert "VERIFIES" in out
 
@@ -246,10 +249,7 @@ def test_an_answer_with_no_choice_stops_the_run_with_a_clear_line(
 @pytest.mark.parametrize(
     ("answer", "says"),
     [
-        (
-            {"choices": None},
-            "the endpoint's answer holds no choice (its choices are null): it answered no message",
-        ),
+        ({"choices": None}, "the endpoint answered no message (its choices are null)"),
         (
             {"error": {"message": "prompt too long", "code": 400}},
             "the endpoint failed the model call (its answer is an error: prompt too long)",
@@ -264,7 +264,10 @@ def test_an_answer_with_null_choices_or_an_error_says_so_in_its_own_words(
     with Endpoint(lambda n, request: (200, json.dumps(body).encode())) as endpoint:
         status, out = run("support_agent.py", endpoint)
     assert status == 1, out[-3000:]
-    assert _stopped(out) == says
+    assert (
+        _stopped(out)
+        == f"{says} at AGENTGATE_OPENAI_BASE_URL={endpoint.url}: the server's log there says why"
+    )
 
 
 @pytest.mark.parametrize(
