@@ -29,6 +29,7 @@ import re
 import shlex
 import shutil
 import sys
+import textwrap
 import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -463,6 +464,17 @@ def readable(text: str, width: int = 86) -> str:
     """A refusal as a person reads it: the policy rule named by its line, cut to ``width``."""
     text = re.sub(r"^agentgate refused \S+ \(\w+\): ", "refused: ", text)
     return _short(_RULE.sub(r"policy line \1: ", text), width)
+
+
+def fitted(text: str) -> str:
+    """``text`` with each line wrapped to ``WIDTH``, the lines it adds indented two spaces more
+    than the line they continue: what the examples print whole rather than cut, such as why a run
+    stopped (naming the endpoint's URL and what to check) and the endpoint it talks to."""
+    out = []
+    for line in text.split("\n"):
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        out += textwrap.wrap(line, WIDTH, subsequent_indent=indent + "  ", break_on_hyphens=False) or [line]
+    return "\n".join(out)
 
 
 def _short(text: str, width: int = 86) -> str:

@@ -44,6 +44,7 @@ from _common import (
     demo_dir,
     endpoint_settings,
     exit_with,
+    fitted,
     fresh_keys,
     run_ending,
     sign_pending,
@@ -216,7 +217,7 @@ async def main() -> int:
 
         print("agentgate demo: a supervisor and two sub-agents under policies/research_team.yaml")
         if endpoint:
-            print(endpoint.describe(MODEL))
+            print(fitted(endpoint.describe(MODEL)))
         stopped = None
         try:
             state = await team.ainvoke(
@@ -251,7 +252,7 @@ async def main() -> int:
                     "backend\n  that holds its prefix cache while that backend meets the SLO "
                     "(docs/dispatch.md, Choose)"
                 )
-        print(ending)
+        print(fitted(ending))
         summary(
             gate,
             [supervisor],

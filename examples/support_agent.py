@@ -37,6 +37,7 @@ from _common import (
     demo_dir,
     endpoint_settings,
     exit_with,
+    fitted,
     fresh_keys,
     readable,
     run_ending,
@@ -106,7 +107,7 @@ def main() -> int:
     config: Any = {"configurable": {"thread_id": "ticket-T-1001"}}
     print("agentgate demo: a support agent under policies/support.yaml")
     if endpoint:
-        print(endpoint.describe("support-model"))
+        print(fitted(endpoint.describe("support-model")))
     stopped = None
     try:
         with sqlite3.connect(workdir / "checkpoints.sqlite", check_same_thread=False) as conn:
@@ -138,11 +139,11 @@ def main() -> int:
                     state = agent.invoke(Command(resume=approvals), config, context=identity)
             except EndpointFailed as failure:
                 stopped = failure
-                print(f"Run stopped: {failure}")
+                print(fitted(f"Run stopped: {failure}"))
                 state = agent.get_state(config).values
         conn.close()
         if not stopped:
-            print(f"Run finished: {run_ending(state['messages'])}")
+            print(fitted(f"Run finished: {run_ending(state['messages'])}"))
         print("\nWhat the model was told:")
         told = [message for message in state.get("messages", []) if message.type == "tool"]
         width = max((len(message.name or "") for message in told), default=0)

@@ -100,8 +100,14 @@ def run(
     return run
 
 
+def _unwrapped(out: str) -> str:
+    """``out`` with each line the examples wrapped at 100 columns joined to the line it continues
+    (indented lines are joined too: enough to find what a line said)."""
+    return re.sub(r"\n {2,}", " ", out)
+
+
 def _stopped(out: str) -> str:
-    stopped = re.search(r"^Run stopped: (.*)$", out, re.M)
+    stopped = re.search(r"^Run stopped: (.*)$", _unwrapped(out), re.M)
     assert stopped is not None, out[-3000:]
     return stopped.group(1)
 
@@ -222,7 +228,7 @@ def test_arguments_that_are_json_but_no_object_are_reported_as_such_and_the_run_
     assert (
         "the model asked for 1 tool call(s) whose arguments are no JSON object, not decided, not run: "
         f"payments.refund {arguments}"
-    ) in out
+    ) in _unwrapped(out)
     # the call beside it was decided and ran; the other reached no decision
     entries = _log(tmp_path / "support_agent" / "agentgate.db", capsys)
     refunds = [e for e in entries if e["resource"] == "tool:payments.refund"]
@@ -308,7 +314,7 @@ def test_arguments_sent_as_json_rather_than_as_a_string_of_it_stop_no_run(
         assert "Run finished: the model said: (no text)" in out
         assert (
             f"whose arguments are no JSON object, not decided, not run: payments.refund {json.dumps(arguments)}"
-            in out
+            in _unwrapped(out)
         )
 
 
@@ -323,13 +329,14 @@ def test_the_endpoint_is_named_before_what_happened_and_how_the_run_ended(
     with Endpoint(lambda n, request: (500, b'{"error": {"message": "no GPU"}}')) as endpoint:
         status, out = run(name, endpoint, MAX_RETRIES="0")
     assert status == 1, out[-3000:]
-    lines = out.splitlines()
+    lines = _unwrapped(out).splitlines()
     served = lines.index(
         f"Model calls served by {endpoint.url} (model {SERVED!r}, timeout 60 s, max retries 0)"
     )
     stopped = next(i for i, line in enumerate(lines) if line.startswith("Run stopped: "))
     assert lines[0].startswith("agentgate demo: ") and served == 1
-    assert served < stopped < lines.index("Decisions per agent (tool calls; model calls):")
+    decisions = next(i for i, line in enumerate(lines) if line.startswith("Decisions per agent"))
+    assert served < stopped < decisions
 
 
 # --- 5. a cut answer ------------------------------------------------------------------------------

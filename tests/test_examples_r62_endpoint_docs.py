@@ -124,7 +124,8 @@ def _run(
 
 def _one_stop_naming(out: str, base_url: str) -> None:
     assert "Traceback" not in out
-    stopped = [line for line in out.splitlines() if line.startswith("Run stopped: ")]
+    unwrapped = re.sub(r"\n {2,}", " ", out)  # the lines the examples wrap at 100 columns, joined
+    stopped = [line for line in unwrapped.splitlines() if line.startswith("Run stopped: ")]
     assert len(stopped) == 1, out
     assert f"AGENTGATE_OPENAI_BASE_URL={base_url}" in stopped[0], stopped[0]
 

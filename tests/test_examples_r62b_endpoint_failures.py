@@ -2,7 +2,8 @@
 (nobody listening, no answer in time, a refused key, no API at the URL, a model it does not
 serve, an error status, garbage, an answer with no choice): the run stops with one message naming
 the endpoint (``AGENTGATE_OPENAI_BASE_URL=...``) and what to check, the server's words cut short,
-status 1, no traceback. The endpoint is agentgate's simulator (real HTTP on 127.0.0.1) or, for an
+status 1, no traceback, and every line printed fits in the examples' 100 columns (the message
+wrapped, its lines after the first indented). The endpoint is agentgate's simulator (real HTTP on 127.0.0.1) or, for an
 answer it cannot give, a loopback server."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from agentgate.sim import SimServer
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SERVED = "meta-llama/Llama-3.1-8B-Instruct"  # the model docs/quickstart.md names
 KEY = "sim-key-r62b"
+WIDTH = 100
 
 
 @pytest.fixture
@@ -82,6 +84,11 @@ def _stopped(out: str) -> str:
     return " ".join(message)
 
 
+def _fits(out: str) -> None:
+    wide = [f"{len(line)}: {line}" for line in out.splitlines() if len(line) > WIDTH]
+    assert not wide, "\n".join(wide)
+
+
 def _free_port_url() -> str:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -95,6 +102,7 @@ def _stops_naming(status: int, out: str, base_url: str, check: str) -> str:
     assert f"AGENTGATE_OPENAI_BASE_URL={base_url}" in message, message
     assert check in message, message
     assert "VERIFIES" in out
+    _fits(out)
     return message
 
 
@@ -103,7 +111,7 @@ def test_an_endpoint_nobody_listens_at(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Review R62: connection refused stops the run naming the URL and asking whether a server
-    runs there (as before review R62: kept)."""
+    runs there, on lines that fit in 100 columns (the message was one line of 130)."""
     url = _free_port_url()
     status, out = _run(name, url, tmp_path, monkeypatch, capsys)
     _stops_naming(status, out, url, "is the server running there?")
@@ -113,7 +121,7 @@ def test_an_endpoint_that_does_not_answer_in_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Review R62: no answer within AGENTGATE_OPENAI_TIMEOUT stops the run naming the URL and the
-    setting to raise (as before review R62: kept)."""
+    setting to raise, on lines that fit in 100 columns (the message was one line of 220)."""
     with Endpoint(lambda n, request: None) as endpoint:
         status, out = _run("support_agent.py", endpoint.url, tmp_path, monkeypatch, capsys, TIMEOUT="0.2")
     _stops_naming(status, out, endpoint.url, "needs a larger AGENTGATE_OPENAI_TIMEOUT")
@@ -211,3 +219,25 @@ def test_an_error_of_many_lines_is_one_message(
         status, out = _run("support_agent.py", endpoint.url, tmp_path, monkeypatch, capsys)
     message = _stops_naming(status, out, endpoint.url, "the server's log there says why")
     assert "engine failed: in step 1 in step 2 xxx" in message and len(message) < 600, message
+
+
+@pytest.mark.parametrize("name", ["support_agent.py", "research_team.py"])
+def test_a_run_that_ends_well_fits_in_100_columns(
+    name: str,
+    sim: SimServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Review R62: in endpoint mode the line naming the endpoint ("Model calls served by ...")
+    was 111 columns with the model docs/quickstart.md names; every line now fits in 100, the
+    endpoint still named before the run's end."""
+    url = sim.url + "/v1"
+    status, out = _run(name, url, tmp_path, monkeypatch, capsys)
+    assert status == 0, out[-3000:]
+    _fits(out)
+    lines = out.splitlines()
+    assert lines[1].startswith(f"Model calls served by {url} ")
+    described = " ".join([lines[1], *(line.strip() for line in lines[2:4] if line.startswith("  "))])
+    assert described.endswith(f"(model {SERVED!r}, timeout 60 s, max retries 0)"), described
+    assert any(line.startswith("Run finished: ") for line in lines)
