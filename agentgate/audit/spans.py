@@ -77,7 +77,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any
 
 from opentelemetry import trace
@@ -227,26 +227,35 @@ def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Trac
             _end(span, name)
 
 
-@contextmanager
-def ends_held() -> Iterator[None]:
+class ends_held:  # lower case: called as the function it replaced was, as contextlib's nullcontext is
     """Hold back the end of every span whose block leaves inside this one, in this thread, and
     end them (in the order their blocks left) as this block leaves, raising or not. The ``Gate``
     holds its store lock inside it (``_serialized``): a span's end runs the span processors in
     the caller's thread (a ``SimpleSpanProcessor`` exports there and then), and until review R60
     an exporter that blocked as a refusal's span ended held every other thread's decision until
     the export returned. Nested, the outermost block ends them; another thread (a context
-    copied into it) ends its spans itself."""
-    outer = _ENDS_HELD.get()
-    if outer is not None and outer[0] == threading.get_ident():
-        yield
-        return
-    ends: list[Callable[[], None]] = []
-    token = _ENDS_HELD.set((threading.get_ident(), ends))
-    try:
-        yield
-    finally:
-        _ENDS_HELD.reset(token)
-        for end in ends:
+    copied into it) ends its spans itself.
+
+    A class, not a ``@contextmanager`` generator: every ``Gate`` entry point enters one, and a
+    generator's context manager costs several times as much (review R62, sixteenth performance
+    pass, docs/langgraph.md)."""
+
+    __slots__ = ("_ends", "_token")
+
+    def __enter__(self) -> None:
+        outer = _ENDS_HELD.get()
+        ident = threading.get_ident()
+        if outer is not None and outer[0] == ident:
+            self._token: Token[tuple[int, list[Callable[[], None]]] | None] | None = None
+            return
+        self._ends: list[Callable[[], None]] = []
+        self._token = _ENDS_HELD.set((ident, self._ends))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is None:
+            return
+        _ENDS_HELD.reset(self._token)
+        for end in self._ends:
             end()
 
 
