@@ -237,8 +237,8 @@ class ends_held:  # lower case: called as the function it replaced was, as conte
     copied into it) ends its spans itself.
 
     A class, not a ``@contextmanager`` generator: every ``Gate`` entry point enters one, and a
-    generator's context manager costs several times as much (review R62, sixteenth performance
-    pass, docs/langgraph.md)."""
+    generator's context manager costs twice as much (review R62, sixteenth performance pass,
+    docs/langgraph.md)."""
 
     __slots__ = ("_ends", "_token")
 

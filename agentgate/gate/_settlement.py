@@ -80,9 +80,9 @@ class _Settlement:
         spans: list[Callable[[], None]] = []
         token = _AFTER_COMMIT.set(spans)
         try:
-            # The carrying generator itself, not its context manager: a generator's context
-            # manager costs several times what ``yield from`` does, and one is entered per
-            # decision (review R62, sixteenth performance pass, docs/langgraph.md).
+            # The carrying generator itself, not its context manager: one is entered per
+            # decision, and the context manager's machinery around it cost 9k instructions
+            # (review R62, sixteenth performance pass, docs/langgraph.md).
             yield from self._carried(carried)
         except BaseException:
             self._outcomes.restore(carried)
