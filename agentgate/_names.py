@@ -6,8 +6,14 @@ and ``run_id``, a dispatched call's session): ``_expect_id`` and ``check_session
 
 from __future__ import annotations
 
+import re
+
 from agentgate._shown import character_named, not_printable, shown
 from agentgate.errors import InputError
+
+BUDGET_UNIT = re.compile(r"[a-z][a-z0-9_]{0,31}", re.ASCII)
+"""What a budget unit may be called, in a token (``authority._grant``) and in a store's reservation
+row (``store.held`` reads a stored unit only when it is one): here, below both."""
 
 MAX_NAME_CHARS = 200
 """The most characters a name may hold: what spans keep of a name (``audit.spans.MAX_CALL_ID_CHARS``,

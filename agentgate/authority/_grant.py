@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from agentgate._names import BUDGET_UNIT
 from agentgate.authority._encoding import b64url_encode
 from agentgate.capabilities import Capability, format_capability
 from agentgate.errors import TokenFormatError
@@ -37,9 +38,7 @@ MAX_SKEW = 3600
 a grant's not-before, and an invocation's signing time, mean nothing (review R53: ``skew=10**12``
 allowed an invocation dated three hours ahead)."""
 
-_UNIT = re.compile(r"[a-z][a-z0-9_]{0,31}", re.ASCII)
-"""What a budget unit may be called, in a token and in a store's reservation row (``store.held``
-reads a stored unit only when it is one)."""
+_UNIT = BUDGET_UNIT
 _UNIT_RULE = "a lowercase letter first, then lowercase letters, digits or '_', at most 32 characters"
 BUDGET_UNITS = ("usd_micros", "tokens", "calls")
 """The units agentgate meters (the policy schema's ``BudgetUnit``, the Gate's ``_METERED``): the

@@ -39,8 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from agentgate._names import BUDGET_UNIT as _BUDGET_UNIT
 from agentgate.audit.entry import format_time
-from agentgate.authority._grant import _UNIT as _BUDGET_UNIT  # a unit as a grant's budget names one
 from agentgate.errors import AgentGateError, InputError, SettlementRefused, StoreError
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
