@@ -7,6 +7,7 @@ and ``run_id``, a dispatched call's session): ``_expect_id`` and ``check_session
 from __future__ import annotations
 
 import re
+from typing import Literal, get_args
 
 from agentgate._shown import character_named, not_printable, shown
 from agentgate.errors import InputError
@@ -14,6 +15,18 @@ from agentgate.errors import InputError
 BUDGET_UNIT = re.compile(r"[a-z][a-z0-9_]{0,31}", re.ASCII)
 """What a budget unit may be called, in a token (``authority._grant``) and in a store's reservation
 row (``store.held`` reads a stored unit only when it is one): here, below both."""
+
+BudgetUnit = Literal["usd_micros", "tokens", "calls"]
+"""The units agentgate meters, written once here, below every layer: what a policy's budgets and
+quotas may name (``policy._schema``), what the CLI makes a grant in (``authority._grant``'s
+``Budget.parse(metered=True)``) and what the Gate charges (``gate._costs``). Until review R63 each
+of the three wrote the set out itself, held equal only by a test."""
+BUDGET_UNITS: tuple[BudgetUnit, ...] = get_args(BudgetUnit)
+"""``BudgetUnit`` as a tuple, in the order messages name them."""
+METERED_UNITS = frozenset({*BUDGET_UNITS, "micro_usd"})
+"""The units the Gate charges a call in: ``BUDGET_UNITS`` and ``micro_usd``, an alias of
+``usd_micros`` that no policy names and the CLI makes no grant in, but a token made by the library
+may carry. A chain with a budget in any other unit has every call refused (fail closed)."""
 
 MAX_NAME_CHARS = 200
 """The most characters a name may hold: what spans keep of a name (``audit.spans.MAX_CALL_ID_CHARS``,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from agentgate._names import BUDGET_UNIT
+from agentgate._names import BUDGET_UNIT, BUDGET_UNITS
 from agentgate.authority._encoding import b64url_encode
 from agentgate.capabilities import Capability, format_capability
 from agentgate.errors import TokenFormatError
@@ -40,10 +40,6 @@ allowed an invocation dated three hours ahead)."""
 
 _UNIT = BUDGET_UNIT
 _UNIT_RULE = "a lowercase letter first, then lowercase letters, digits or '_', at most 32 characters"
-BUDGET_UNITS = ("usd_micros", "tokens", "calls")
-"""The units agentgate meters (the policy schema's ``BudgetUnit``, the Gate's ``_METERED``): the
-token format allows any unit ``_UNIT`` names, but a grant in another unit has every call refused, so the
-CLI makes none (``Budget.parse(text, metered=True)``)."""
 
 
 def _shown_amount(amount: object) -> str:
@@ -91,8 +87,10 @@ class Budget:
 
         Raises ``TokenFormatError`` for signs, fractions, NaN, overflow, spaces anywhere, and a
         ``:`` with no unit after it (``500:``): a forgotten unit is refused, never defaulted.
-        ``metered``: also for a unit that is not one of ``BUDGET_UNITS`` (``5:usd``, a slip for
-        ``usd_micros``), which a person typing a budget never means.
+        ``metered``: also for a unit that is not one of ``BUDGET_UNITS`` (``agentgate._names``: the
+        units agentgate meters; ``5:usd``, a slip for ``usd_micros``), which a person typing a
+        budget never means. The token format allows any unit ``_UNIT`` names, but a grant in
+        another has every call refused, so the CLI makes none.
         """
         amount, colon, unit = str(text).partition(":")
         if re.fullmatch(r"[0-9]+", amount) and (len(amount) > 19 or int(amount) > MAX_AMOUNT):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from agentgate._names import METERED_UNITS
 from agentgate.authority import Decision
 from agentgate.capabilities import Call
 from agentgate.dispatch._answers import MAX_USAGE_TOKENS
@@ -65,8 +66,8 @@ def _output_capped(usage: tuple[int, int], limit: int | None) -> tuple[int, int]
     return (prompt, limit) if limit and output > limit else usage
 
 
-_METERED = frozenset({"calls", "tokens", "usd_micros", "micro_usd"})
-"""The budget units ``Gate._cost`` charges (``micro_usd``: an alias of ``usd_micros``)."""
+_METERED = METERED_UNITS
+"""The budget units ``Gate._cost`` charges (``agentgate._names``; ``micro_usd``: an alias of ``usd_micros``)."""
 _METERED_BY_TOKENS = frozenset({"tokens", "usd_micros", "micro_usd"})
 """The units a model call is charged in from its token counts."""
 

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from agentgate._names import BudgetUnit
+
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
 Scalar = str | int | float | bool
 MAX_TTL_S = 10 * 365 * 86_400
@@ -19,7 +21,6 @@ MAX_TTL_S = 10 * 365 * 86_400
 MAX_AMOUNT = 2**63 - 1
 """Largest budget or quota: what a grant can carry and a 64-bit store column can hold."""
 PrincipalKind = Literal["human", "service", "agent"]
-BudgetUnit = Literal["usd_micros", "tokens", "calls"]
 RetryClass = Literal["transient", "timeout", "connection", "error"]
 """The scheduler's error classes (agentgate.tasks): ``transient`` failed before any effect;
 ``timeout`` and ``connection`` are ambiguous (the effect may have happened); ``error`` is anything else."""
