@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import re
 import sys
@@ -16,11 +17,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentgate._names import BUDGET_UNITS, METERED_UNITS
 from agentgate.authority import (
     DEFAULT_SKEW,
     MAX_TOKEN_BYTES,
     Budget,
     Chain,
+    Decision,
     GrantRepository,
     Invocation,
     Outcome,
@@ -64,7 +67,7 @@ from agentgate.errors import (
     StoreError,
     TokenFormatError,
 )
-from agentgate.findings import Finding
+from agentgate.findings import Finding, FindingKind
 from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file, shown_path
 from agentgate.store import Store, open_store
 from agentgate.store._sqlite import tables_of
@@ -554,6 +557,9 @@ def _inspect(args: argparse.Namespace) -> int:
         except (InvalidSignature, KeyFileError):
             signature = "INVALID"
         found = link_findings(chain.links[:i], link) if i else root_findings(link)
+        unmetered = _unmetered_finding(link.id, link.budget)
+        if unmetered is not None:
+            found = [*found, unmetered]
         problems = [f.model_dump(mode="json", exclude_none=True) for f in found]
         links.append(
             {
@@ -626,7 +632,7 @@ def _check(args: argparse.Namespace) -> int:
     )
     invocation = Invocation.sign(holder, chain, call)
     with _repo(existing=True) as repo:
-        decision = decide(invocation, repo=repo, trusted=anchors)
+        decision = _as_the_gate_meters(decide(invocation, repo=repo, trusted=anchors))
     if args.json:
         write_json(decision.to_dict())
     else:
@@ -634,6 +640,41 @@ def _check(args: argparse.Namespace) -> int:
         lines += ["  " + _finding_line(f) for f in decision.findings]
         sys.stdout.write("\n".join(lines) + "\n")
     return {Outcome.ALLOW: 0, Outcome.DENY: 1, Outcome.APPROVAL_REQUIRED: 3}[decision.outcome]
+
+
+def _unmetered_finding(grant_id: str, budget: Budget | None) -> Finding | None:
+    """``budget_unit_not_metered`` for a grant whose budget is in a unit the Gate does not charge
+    (``METERED_UNITS``), which the token format allows (a token made by the library or by another
+    implementation: ``5 usd``); ``None`` for a metered budget or none."""
+    if budget is None or budget.unit in METERED_UNITS:
+        return None
+    units = sorted(BUDGET_UNITS)
+    return Finding(
+        kind=FindingKind.AUTHORITY_CHAIN_OPACITY,
+        code="budget_unit_not_metered",
+        message=f"the budget of {budget.amount} {budget.unit!r} cannot be metered (agentgate charges "
+        f"{', '.join(units[:-1])} or {units[-1]}): the Gate refuses every call on this grant",
+        grant=grant_id,
+        field="budget",
+    )
+
+
+def _as_the_gate_meters(decision: Decision) -> Decision:
+    """``decision``, or a deny where it would let a call spend from a budget the Gate cannot
+    meter: the Gate refuses such a call after deciding its chain (fail closed: a budget never
+    charged would let its grant spend without limit), and until review R63 ``grant check``
+    printed ``allow`` for it. ``decide`` itself keeps to the token format, which allows the unit.
+    A denial stands as it is: the chain's own fault is said first, as the Gate says it."""
+    if decision.outcome is Outcome.DENY:
+        return decision
+    found = next(
+        (f for f in (_unmetered_finding(g, b) for g, b in reversed(decision.budgets)) if f is not None), None
+    )
+    if found is None:
+        return decision
+    return dataclasses.replace(
+        decision, outcome=Outcome.DENY, reasons=(found.message,), findings=(found,), approval=None
+    )
 
 
 _NOT_COVERED = (
