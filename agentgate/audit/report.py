@@ -4,7 +4,7 @@ One file, no external assets (inline CSS and SVG, no scripts): whether the log v
 checkpoint it was made at, the delegation picture the entries hold (which principals acted on
 which grant chain tips), a decision timeline, the budget burn-down per principal (cumulative
 committed spend, from the ``spend`` and ``outcome`` entries, in minor units, one series per
-principal and unit: ``_spent_unit``, one chart per unit on its own scale), and the allowed
+principal and unit: ``spent_unit``, one chart per unit on its own scale), and the allowed
 tool and model calls that have no outcome (still running, or their outcome was lost: their
 reservations are held, each in the unit the outcomes of its resource on its grant record). Made in one pass over the entries: charts keep at most one point per pixel, the table the
 newest 500 entries.
@@ -70,6 +70,20 @@ def charged_text(entry: AuditEntry, quote: Callable[[str], str]) -> str:
     return "; ".join(f"{quote(grant_id[:12])}: {n} {quote(unit)}" for grant_id, n, unit in each_charge(entry))
 
 
+def budget_figure(entry: AuditEntry, allow_unit: str | None, quote: Callable[[str], str]) -> str:
+    """``entry``'s ``budget_delta`` with its unit (through ``quote``) where the log records it,
+    ``300000 usd_micros``: an outcome's from its ``charges`` (``spent_unit``), an allow's as
+    ``allow_unit``, the unit its call's outcomes record (the caller follows the allow to them);
+    bare where neither says it, and for 0. The report's table, ``audit show`` and ``audit
+    explain`` write their figures with it (until review R63 the last two wrote them bare)."""
+    unit = spent_unit(entry) if entry.kind == "outcome" else allow_unit if entry.kind == "allow" else None
+    return (
+        str(entry.budget_delta)
+        if unit is None or not entry.budget_delta
+        else f"{entry.budget_delta} {quote(unit)}"
+    )
+
+
 def _charged(entry: AuditEntry) -> str:
     """``charged_text`` below the table's budget figure."""
     charged = charged_text(entry, _e)
@@ -113,7 +127,7 @@ class _Summary:
     # outcome yet
     open_calls: dict[int, tuple[str, str, str, int, str]] = field(default_factory=dict)
     unfollowed: int = 0
-    # (chain tip, resource) -> the unit its outcomes record (``_spent_unit``): an allowed call's
+    # (chain tip, resource) -> the unit its outcomes record (``spent_unit``): an allowed call's
     # reservation is in it (one chain's tool and model calls may cost in different units: a tool
     # nothing in a tokens budget); the newest ``_MAX_OPEN`` kept
     units: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -132,7 +146,7 @@ class _Summary:
         else:
             title = f"#{entry.index} {_e(entry.time)} {_e(entry.principal)} {_e(entry.resource or '')}"
             points[bucket] = (entry.index, title, 1)
-        unit = _spent_unit(entry) if entry.kind == "outcome" else None
+        unit = spent_unit(entry) if entry.kind == "outcome" else None
         if unit is not None and entry.chain_hash:
             call = (entry.chain_hash, entry.resource or "")
             self.units.pop(call, None)  # re-inserted: the newest are kept
@@ -245,7 +259,7 @@ def _unit_chart(
     return "".join(parts) + "<ul>" + "".join(legend) + "</ul>"
 
 
-def _spent_unit(entry: AuditEntry) -> str | None:
+def spent_unit(entry: AuditEntry) -> str | None:
     """The unit of ``entry``'s ``budget_delta`` where its ``charges`` say it: the one unit its
     own grant (the chain's tip) was charged in, else the one unit the whole chain was charged
     in; ``None`` where they do not say (no ``charges``: a ``spend`` entry, an outcome written
@@ -265,7 +279,7 @@ def _by_series(item: tuple[tuple[str, str | None], object]) -> tuple[str, str]:
 
 def _spent(unit: str | None) -> str:
     """What follows a burn-down total in its legend: ``UNIT spent``, or ``spent (unit not
-    recorded)`` for the figures whose entries do not say their unit (``_spent_unit``)."""
+    recorded)`` for the figures whose entries do not say their unit (``spent_unit``)."""
     return "spent (unit not recorded)" if unit is None else f"{_e(unit)} spent"
 
 
@@ -327,19 +341,10 @@ def _open_calls(summary: _Summary) -> str:
 
 
 def _figure(entry: AuditEntry, summary: _Summary) -> str:
-    """The table's budget figure of ``entry`` with its unit where the log records it: an
-    outcome's from its ``charges`` (``_spent_unit``), an allow's from the outcomes of its resource on its grant;
-    bare where it does not (until review R62 always bare, micro-dollars or calls alike)."""
-    if entry.kind == "outcome":
-        unit = _spent_unit(entry)
-    else:
-        call = (entry.chain_hash or "", entry.resource or "")
-        unit = summary.units.get(call) if entry.kind == "allow" else None
-    return (
-        str(entry.budget_delta)
-        if unit is None or not entry.budget_delta
-        else f"{entry.budget_delta} {_e(unit)}"
-    )
+    """The table's budget figure of ``entry`` (``budget_figure``), an allow's unit from the
+    outcomes of its resource on its grant (until review R62 always bare, micro-dollars or calls
+    alike)."""
+    return budget_figure(entry, summary.units.get((entry.chain_hash or "", entry.resource or "")), _e)
 
 
 def _reserved(amount: int, unit: str | None) -> str:

@@ -31,7 +31,7 @@ import re
 import sqlite3
 import stat
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from agentgate.audit.entry import ENTRY_KINDS, AuditEntry
 from agentgate.audit.note import Checkpoint, key_id, verifier_key
 from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
-from agentgate.audit.report import charged_text, each_charge, render_report
+from agentgate.audit.report import budget_figure, charged_text, each_charge, render_report, spent_unit
 from agentgate.cli._common import (
     escaped_once,
     given,
@@ -517,17 +517,20 @@ def _show(args: argparse.Namespace) -> int:
         start = args.start
         if args.last is not None and not _filtered(args):
             start = max(start, log.size() - args.last)  # read only the entries to be shown
-        shown: Iterable[AuditEntry] = (e for e in log.entries(start) if _matches(e, args))
+        # --json prints the logged bytes: no entry waits there for its outcome (``_with_units``).
+        read = ((e, None) for e in log.entries(start)) if args.json else _with_units(log.entries(start))
+        shown: Iterable[tuple[AuditEntry, str | None]] = ((e, u) for e, u in read if _matches(e, args))
         if args.last is not None:
             shown = collections.deque(shown, maxlen=args.last)  # the newest N: N entries held at most
-        for entry in shown:
+        for entry, allow_unit in shown:
             if args.json:  # the entry's own bytes (from_bytes checked they are the stored ones)
                 print(entry.to_bytes().decode("utf-8"))
             else:
                 reasons = printable("; ".join(entry.reasons))
+                figure = budget_figure(entry, allow_unit, printable)
                 print(
                     f"{entry.index:>6}  {entry.time}  {entry.kind:<17} {printable(entry.principal[:32]):<32} "
-                    f"{printable(entry.resource or '-'):<28} {entry.budget_delta:>8}{_charged(entry)}  {reasons}"
+                    f"{printable(entry.resource or '-'):<28} {figure:>8}{_charged(entry)}  {reasons}"
                 )
         # Each index is listed once, the row verify reads; the others are named here, in verify's
         # words, not listed as entries (on standard error: --json stays one entry a line).
@@ -538,6 +541,46 @@ def _show(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
+
+
+_UNIT_LOOKAHEAD = 1000
+"""How many entries after an allow ``show`` reads for the outcome that says the unit of its figure
+before printing it bare: an outcome is written when its call ends, most often a few entries later."""
+
+
+def _with_units(entries: Iterable[AuditEntry]) -> Iterator[tuple[AuditEntry, str | None]]:
+    """Each of ``entries``, in their order, with the unit its outcome records (``spent_unit``) for
+    an allow (``budget_figure``'s ``allow_unit``), else ``None``. An allow with a figure is held
+    back, with the entries after it, until its outcome (``ref``) is read or ``_UNIT_LOOKAHEAD``
+    entries later or the end: at most that many entries are held. Read before ``show``'s filters,
+    so that an outcome left out of the listing still says its allow's unit."""
+    held: collections.deque[AuditEntry] = collections.deque()
+    waiting: set[int] = set()  # allows held whose outcome is not read yet
+    units: dict[int, str | None] = {}  # allows held whose outcome is read: the unit it records
+    try:
+        for entry in entries:
+            if entry.kind == "outcome" and entry.ref in waiting:
+                waiting.discard(entry.ref)
+                units[entry.ref] = spent_unit(entry)
+            held.append(entry)
+            if (
+                entry.kind == "allow"
+                and entry.budget_delta
+                and not (entry.resource or "").startswith("agent:")
+            ):
+                waiting.add(entry.index)  # a grant's allow (agent:) has no outcome
+            while held and (held[0].index not in waiting or len(held) > _UNIT_LOOKAHEAD):
+                first = held.popleft()
+                waiting.discard(first.index)
+                yield first, units.pop(first.index, None)
+    except Exception:
+        # A malformed entry (``AuditLogError``) ends the listing: the entries read before it are
+        # printed first, then its error, as without the wait (review R63).
+        for waited in held:
+            yield waited, units.pop(waited.index, None)
+        raise
+    for entry in held:
+        yield entry, units.pop(entry.index, None)
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -576,7 +619,14 @@ def _explain(args: argparse.Namespace) -> int:
                 print(f"{pad}    │   {link.terms}")
     print(f"├── policy: {printable(entry.policy_hash or '-')}   rule: {printable(entry.rule or '-')}")
     print(f"├── approver: {printable(entry.approver or '(no approval)')}")
-    print(f"├── budget delta: {entry.budget_delta}")
+    outcomes = [e for e in (entry, *related) if e.kind == "outcome"]
+
+    def figure(shown: AuditEntry) -> str:
+        """``budget_figure``, an allow's unit from its outcome among those explain read."""
+        unit = next((spent_unit(o) for o in outcomes if o.ref == shown.index), None)
+        return budget_figure(shown, unit, printable)
+
+    print(f"├── budget delta: {figure(entry)}")
     charged = [
         f"charged grant {printable(grant_id)}: {n} {printable(unit)}"
         for grant_id, n, unit in each_charge(entry)
@@ -588,7 +638,7 @@ def _explain(args: argparse.Namespace) -> int:
     for other in related:
         print(
             f"├── related entry {other.index}: {other.kind} {printable(other.status or '')} "
-            f"budget {other.budget_delta}{_charged(other)}"
+            f"budget {figure(other)}{_charged(other)}"
         )
     grant = (entry.resource or "").startswith("agent:")  # a grant entry has no outcome
     if entry.kind == "allow" and not grant and not any(other.kind == "outcome" for other in related):
