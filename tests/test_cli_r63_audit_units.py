@@ -101,3 +101,19 @@ def test_explain_gives_the_budget_delta_and_a_related_figure_their_units(
     assert "├── budget delta: 1 calls\n" in out and "related entry 0: allow  budget 1 calls\n" in out, out
     assert main(["audit", "explain", "4"]) == 0
     assert "├── budget delta: 7\n" in capsys.readouterr().out
+
+
+def test_show_holds_at_most_its_lookahead_and_keeps_the_logs_order(
+    log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R63: an allow whose outcome lies beyond the lookahead is printed bare (the lines
+    after it are not held without bound), and the lines stay in the log's order either way."""
+    monkeypatch.setattr("agentgate.cli.audit._UNIT_LOOKAHEAD", 1)
+    lines = _show(capsys)
+    assert list(lines) == [0, 1, 2, 3, 4, 5], lines
+    assert lines[0].endswith("        1  ") and lines[1].endswith("   300000  "), lines  # outcomes 2 later
+    monkeypatch.setattr("agentgate.cli.audit._UNIT_LOOKAHEAD", 2)
+    lines = _show(capsys)
+    assert (
+        list(lines) == [0, 1, 2, 3, 4, 5] and " 1 calls  " in lines[0] and " 300000 usd_micros  " in lines[1]
+    )
