@@ -148,7 +148,7 @@ _CLAIMS = [
         "error",
     ),
     (
-        "let sub-agents run on the delegator's grant: a lint error",
+        "the delegator's grant: a lint error (`sub_agent_shares_grant`)",
         _set("roles", "support-agent", "delegation", "share_grant", True),
         "sub_agent_shares_grant",
         "error",
