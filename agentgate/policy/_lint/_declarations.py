@@ -151,7 +151,7 @@ class ToolNotAudited(LintRule):
             if not tool.audit:
                 yield self.finding(
                     policy,
-                    f"calls to tool:{name} would not be audited",
+                    f"tool:{name} asks that its calls not be audited; agentgate audits every call",
                     policy.line_of("tools", name, "audit"),
                 )
 

@@ -121,6 +121,7 @@ class SubAgentSharesGrant(LintRule):
             if role.delegation is not None and role.delegation.share_grant:
                 yield self.finding(
                     policy,
-                    f"role {name} lets sub-agents run on its own grant",
+                    f"role {name} asks that sub-agents run on its own grant; agentgate refuses a sub-agent "
+                    "on its delegator's identity",
                     policy.line_of("roles", name, "delegation", "share_grant"),
                 )

@@ -106,19 +106,21 @@ class DelegatedTtlAboveDelegator(LintRule):
 class RevocationDisabled(LintRule):
     code = "revocation_disabled"
     kind = REVOKE
-    hint = "remove 'revocation: false' / 'revocable: false'; a grant that cannot be revoked cannot be stopped"
+    hint = (
+        "remove 'revocation: false' / 'revocable: false': they switch nothing off, and a reader believes them"
+    )
 
     def check(self, policy: Policy) -> Iterator[Finding]:
         if not policy.document.settings.revocation:
             yield self.finding(
                 policy,
-                "revocation checks are switched off for the whole policy",
+                "the policy asks that revocation checks be switched off; agentgate always checks revocation",
                 policy.line_of("settings", "revocation"),
             )
         for name, role in policy.document.roles.items():
             if not role.revocable:
                 yield self.finding(
                     policy,
-                    f"grants for role {name} cannot be revoked",
+                    f"role {name} asks for grants that cannot be revoked; agentgate always checks revocation",
                     policy.line_of("roles", name, "revocable"),
                 )
