@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agentgate.errors import PolicyError
 from agentgate.policy import load_policy
 from agentgate.policy._lint import lint
 
@@ -35,3 +36,20 @@ def test_the_message_says_the_switch_does_nothing(case: str) -> None:
     for message in messages:
         assert truth in message, message
         assert not any(words in message for words in UNTRUE), message
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [("version: 1\ndelegation: {}\n", "delegation"), ("version: 1\nroles: {r: {audit: false}}\n", "audit")],
+)
+def test_a_field_of_another_section_is_not_suggested_as_itself(tmp_path: Path, text: str, field: str) -> None:
+    """Review R63 (r63-docs's finding): a field valid in another section but written in the wrong
+    one had the hint "did you mean 'delegation'?", the very name written. The hint says the field
+    belongs to another section."""
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    message = str(caught.value)
+    assert "unknown field" in message and f"did you mean {field!r}" not in message, message
+    assert f"{field!r} is a field of another section" in message, message

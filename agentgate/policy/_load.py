@@ -410,10 +410,14 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
     hint = "see docs/policy-reference.md for this section"
     if kind == "extra_forbidden":
         bad = str(loc[-1])
-        close = difflib.get_close_matches(bad, _all_field_names(), n=1)
-        hint = (
-            f"did you mean {close[0]!r}?" if close else "remove it; unknown fields are refused, never ignored"
-        )
+        known = _all_field_names()
+        close = difflib.get_close_matches(bad, [name for name in known if name != bad], n=1)
+        if bad in known:  # never "did you mean" the name itself (review R63)
+            hint = f"{bad!r} is a field of another section, not of this one: see docs/policy-reference.md"
+        elif close:
+            hint = f"did you mean {close[0]!r}?"
+        else:
+            hint = "remove it; unknown fields are refused, never ignored"
         message = f"unknown field {dotted}"
     elif kind == "missing":
         message = f"{dotted_path(loc)} is required"
