@@ -177,7 +177,9 @@ def test_a_literal_key_in_the_inventory_is_refused_at_its_line_without_the_key(t
     with pytest.raises(BackendCredentialError) as info:
         load_inventory(path)
     message = str(info.value)
-    assert message.startswith(f"{path}:5:14: backend 'b0': an API key is never written in the inventory")
+    assert message.startswith(
+        f"{path}:5:14: backends.0.api_key: backend 'b0': an API key is never written in the inventory"
+    )
     assert "api_key_env" in message and "api_key_file" in message and KEY not in message
 
 
@@ -188,7 +190,10 @@ def test_a_missing_variable_names_the_file_line_backend_and_variable(monkeypatch
     )
     with pytest.raises(InventoryError) as info:
         parse_inventory(text, source="inv.yaml")
-    assert str(info.value) == f"inv.yaml:5:18: backend 'b0': the environment variable {ENV} is not set"
+    assert (
+        str(info.value)
+        == f"inv.yaml:5:18: backends.0.api_key_env: backend 'b0': the environment variable {ENV} is not set"
+    )
 
 
 def test_env_and_file_together_are_refused(key_env: str, tmp_path: Path) -> None:
@@ -540,7 +545,8 @@ def test_serve_with_an_unusable_credential_is_one_line_naming_it(
         code = main(["serve", "--policy", str(policy), "--inventory", str(inventory), "--port", "9"])
         out, err = capsys.readouterr()
         assert code == 2 and out == ""
-        assert err.startswith(f"agentgate: error: {inventory}:5:{column}: backend 'b0': ") and expected in err
+        assert err.startswith(f"agentgate: error: {inventory}:5:{column}: backends.0.") and expected in err
+        assert ": backend 'b0': " in err
         assert KEY not in err and err.count("\n") == 1
 
 

@@ -250,7 +250,9 @@ def test_cli_bad_inventory_is_a_typed_error(tmp_path: Path) -> None:
     path = tmp_path / "inv.yaml"
     path.write_text("gpus:\n  - {id: a0, type: H100, memory_gb: 80, node: nowhere}\n")
     # The CLI turns the InventoryError into an InputError whose one line is escaped (printable).
-    with pytest.raises(InputError, match=r"inv\.yaml:2:\d+: gpu 'a0': unknown node 'nowhere'$"):
+    with pytest.raises(
+        InputError, match=r"inv\.yaml:2:\d+: gpus\.0\.node: gpu 'a0': unknown node 'nowhere'$"
+    ):
         run_cli(["broker", "inventory", "--inventory", str(path), "--store", str(tmp_path / "s.db")])
 
 

@@ -200,7 +200,7 @@ def test_a_key_pasted_in_place_of_its_file_or_variable_is_not_quoted_by_the_refu
         parse_inventory(text, source="inv.yaml")
     message = str(info.value)
     column = len(f"    {next(iter(field))}: ") + 1  # where the value starts
-    assert message.startswith(f"inv.yaml:5:{column}: backend 'b0': ")
+    assert message.startswith(f"inv.yaml:5:{column}: backends.0.{next(iter(field))}: backend 'b0': ")
     assert pasted[:8] not in message and pasted[-8:] not in message
 
 

@@ -450,8 +450,8 @@ def test_a_gpu_type_that_makes_no_resource_name_is_refused_when_loaded(gpu_type:
     cover it), however the policy and grants were written.
 
     Rule: each GPU's type, in lower case, is a resource name (``gpu:TYPE``); an inventory with
-    one that is not is refused when it is loaded, naming the GPU, its node and the type, at its
-    line."""
+    one that is not is refused when it is loaded, naming the GPU, its node and the type, at the
+    type's line (gpus.1.type)."""
     text = f"""nodes:
   - name: n1
 gpus:
@@ -467,7 +467,9 @@ gpus:
     with pytest.raises(InventoryError) as raised:
         parse_inventory(text, source="inv.yaml")
     message = str(raised.value)
-    assert "inv.yaml:8" in message and "'n1/1'" in message and "node 'n1'" in message
+    assert (
+        message.startswith("inv.yaml:9:11: gpus.1.type: ") and "'n1/1'" in message and "node 'n1'" in message
+    )
     assert repr(gpu_type) in message
 
 
@@ -485,7 +487,7 @@ def test_a_model_name_that_makes_no_resource_name_is_refused_when_loaded(model: 
 
     Rule: each model a backend serves is a resource name as ``model:NAME``, written as such; an
     inventory with one that is not is refused when it is loaded, naming the backend and the model
-    (its first 200 characters), at the backend's line."""
+    (its first 200 characters), at the model's line (backends.1.models.1)."""
     text = f"""backends:
   - name: good
     url: http://127.0.0.1:8000
@@ -497,7 +499,8 @@ def test_a_model_name_that_makes_no_resource_name_is_refused_when_loaded(model: 
     with pytest.raises(InventoryError) as raised:
         parse_inventory(text, source="inv.yaml")
     message = str(raised.value)
-    assert "inv.yaml:5" in message and "backend 'odd'" in message and repr(model[:200]) in message
+    assert message.startswith("inv.yaml:7:") and "backends.1.models.1: backend 'odd'" in message
+    assert repr(model[:200]) in message
     assert len(message) < 600
     assert (
         parse_inventory(text.split("  - name: odd")[0]).backends[0].models[1]
@@ -667,7 +670,10 @@ def test_a_mapped_address_and_a_dot_segment_are_keyed_as_the_plain_url() -> None
     [
         ("nodes:\n  - {name: n, bogus: 1}\n", "inv.yaml:2:15: nodes.0.bogus: unknown field"),
         ("nodes:\n  - name: n\n    bogus:\n      1\n", "inv.yaml:3:5: nodes.0.bogus: unknown field"),
-        ("gpus:\n  - {id: a0, type: H100, memory_gb: 80, node: nowhere}\n", "inv.yaml:2:47: gpu 'a0'"),
+        (
+            "gpus:\n  - {id: a0, type: H100, memory_gb: 80, node: nowhere}\n",
+            "inv.yaml:2:47: gpus.0.node: gpu 'a0'",
+        ),
         (
             "backends:\n  - name: b\n    models: [m]\n    url: http://h:1/v1\n",
             "inv.yaml:4:10: backends.0.url",

@@ -148,9 +148,10 @@ class GPU(_Frozen):
         try:
             canonical_resource(f"gpu:{self.type.lower()}")
         except CapabilityError as exc:
-            raise ValueError(
+            raise _RefError(
+                ("type",),
                 f"GPU {self.id!r} on node {self.node!r}: type {self.type!r} makes no resource name "
-                f"(leases are authorized as gpu:TYPE, the type in lower case): {exc}"
+                f"(leases are authorized as gpu:TYPE, the type in lower case): {exc}",
             ) from None
         return self
 
@@ -175,12 +176,11 @@ class Interconnect(_Frozen):
         order = ("nvlink_domain", "node", "rack")
         for i in range(1, len(value)):
             if value[i] in value[:i]:
-                raise _RefError((i,), "hierarchy levels must be distinct", named=True)
+                raise _RefError((i,), "hierarchy levels must be distinct")
             if order.index(value[i]) < order.index(value[i - 1]):
                 raise _RefError(
                     (i,),
                     "hierarchy must run from the innermost level out: nvlink_domain, node, rack",
-                    named=True,
                 )
         return value
 
@@ -198,7 +198,6 @@ class Interconnect(_Frozen):
                     ("bandwidth_gbps", outer),
                     f"bandwidth_gbps of {outer} ({outer_gbps:g}) is above that of {inner} ({inner_gbps:g}), "
                     "an inner level of the hierarchy: placement prefers inner levels as the faster ones",
-                    named=True,
                 )
         return self
 
@@ -268,18 +267,20 @@ class Backend(_Frozen):
         # A call is authorized as ``model:<name>`` (the gateway, ``Gate``): a name that makes no
         # resource name (a space in it, an empty one) could never be called, while the gateway
         # listed it in ``/v1/models`` and the backend sat in the inventory as if it served.
-        for name in self.models:
+        for j, name in enumerate(self.models):
             try:
                 canonical = canonical_resource(f"model:{name}")
             except CapabilityError as exc:
-                raise ValueError(
+                raise _RefError(
+                    ("models", j),
                     f"backend {self.name!r}: model {name[:200]!r} makes no resource name (calls are "
-                    f"authorized as model:NAME): {exc}"
+                    f"authorized as model:NAME): {exc}",
                 ) from None
             if canonical != f"model:{name}":
-                raise ValueError(
+                raise _RefError(
+                    ("models", j),
                     f"backend {self.name!r}: model {name[:200]!r} is not written as its resource "
-                    f"name {canonical!r}"
+                    f"name {canonical!r}",
                 )
         return self
 
@@ -712,22 +713,18 @@ def _looks_like_a_key(name: str) -> bool:
 
 class _RefError(ValueError):
     """An inventory error at ``loc`` (relative to the model whose validator raised it), raised as
-    ``error``; ``named``: its message starts with that location's full path, as pydantic's own
-    errors do (the reference and credential errors name the entry in their words instead)."""
+    ``error``; its message is given after that location's full path, as pydantic's own errors are."""
 
     def __init__(
         self,
         loc: tuple[str | int, ...],
         message: str,
         error: type[InventoryError] = InventoryError,
-        *,
-        named: bool = False,
     ) -> None:
         super().__init__(message)
         self.loc = loc
         self.message = message
         self.error = error
-        self.named = named
 
 
 def _unique(kind: str, field: str, names: list[str]) -> None:
@@ -817,12 +814,10 @@ def load_inventory(path: str | Path, *, read_keys: bool = True) -> Inventory:
 def _ref_located(
     source: str, lines: Locations, within: tuple[str | int, ...], exc: _RefError
 ) -> InventoryError:
-    """``exc`` as its error, standing at its value's line and column (its message after that
-    value's full path when ``exc.named``): ``within`` locates the model whose validator raised
-    it, its own ``loc`` is inside."""
+    """``exc`` as its error, its message after its value's full path, standing at that value's line
+    and column: ``within`` locates the model whose validator raised it, its own ``loc`` is inside."""
     loc = within + exc.loc
-    message = f"{dotted_path(loc)}: {exc.message}" if exc.named else exc.message
-    return _located(source, lines, loc, message, exc.error)
+    return _located(source, lines, loc, f"{dotted_path(loc)}: {exc.message}", exc.error)
 
 
 def _located(
