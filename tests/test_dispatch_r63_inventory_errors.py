@@ -1,0 +1,124 @@
+"""Review R63: every inventory error names the full path of the value at fault and stands at its
+``file:line:column``, and a hostile inventory (too large, an alias bomb, a GPU list of thousands,
+numbers out of any range, a URL with credentials or another scheme) ends in an ``InventoryError``
+naming what and where, in bounded time (agentgate/dispatch/inventory.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentgate.dispatch.inventory import (
+    MAX_INVENTORY_BYTES,
+    inventory_from_mapping,
+    load_inventory,
+    parse_inventory,
+)
+from agentgate.errors import InventoryError
+
+BACKEND = "backends:\n  - name: b\n    url: http://127.0.0.1:8000\n    models: [m]\n"
+
+
+def _gpus_listed(count: int, listed: bool) -> dict[str, Any]:
+    return {
+        "nodes": [{"name": "n"}],
+        "gpus": [{"id": f"g{i}", "type": "H100", "memory_gb": 80, "node": "n"} for i in range(count)],
+        "backends": [
+            {
+                "name": "b",
+                "url": "http://127.0.0.1:8000",
+                "models": ["m"],
+                "gpus": [f"g{i}" for i in range(count)] if listed else [],
+            }
+        ],
+    }
+
+
+def _validation_s(data: dict[str, Any]) -> float:
+    started = time.perf_counter()
+    inventory_from_mapping(data, read_keys=False)
+    return time.perf_counter() - started
+
+
+def test_a_backend_listing_thousands_of_gpus_is_checked_in_linear_work() -> None:
+    """Review R63: a GPU a backend lists twice was looked for in the slice of the list before it,
+    for every GPU: quadratic, a backend listing 10,000 GPUs took 25 times as long to validate as
+    the 10,000 GPUs themselves (22,000 GPUs, under the node limit, 7 s). Listing them now costs
+    about as much as defining them; compared with each other, so on any machine."""
+    count = 10_000
+    alone = min(_validation_s(_gpus_listed(count, listed=False)) for _ in range(2))
+    listed = min(_validation_s(_gpus_listed(count, listed=True)) for _ in range(2))
+    assert listed < 3 * alone + 0.05, (alone, listed)
+
+
+def test_a_gpu_listed_twice_among_many_is_still_named_at_the_repeat() -> None:
+    """Review R63: the linear check still refuses a GPU a backend lists twice, at the repeat."""
+    data = _gpus_listed(50, listed=True)
+    data["backends"][0]["gpus"].append("g7")
+    with pytest.raises(InventoryError) as caught:
+        inventory_from_mapping(data, source="inv.yaml", read_keys=False)
+    assert str(caught.value) == "inv.yaml: backends.0.gpus.50: backend 'b': gpu 'g7' is listed twice"
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (
+            BACKEND.replace("http://", "http://user:secret@"),
+            "3:10: backends.0.url: the URL carries credentials",
+        ),
+        (BACKEND.replace("http://", "http://user@"), "3:10: backends.0.url: the URL carries credentials"),
+        (
+            BACKEND.replace("http://127.0.0.1:8000", "file:///etc/passwd"),
+            "3:10: backends.0.url: 'file:///etc/passwd' must be an http:// or https:// URL",
+        ),
+        (
+            BACKEND.replace("http://127.0.0.1:8000", "unix:///run/engine.sock"),
+            "3:10: backends.0.url: 'unix:///run/engine.sock' must be an http:// or https:// URL",
+        ),
+        (BACKEND + "    max_concurrency: " + "1" + "0" * 30 + "\n", "5:22: backends.0.max_concurrency: "),
+        (BACKEND + "    kv_capacity_tokens: 1e30\n", "5:25: backends.0.kv_capacity_tokens: "),
+        (
+            "nodes: [{name: n}]\ngpus: [{id: g, type: H100, memory_gb: 1" + "0" * 30 + ", node: n}]\n",
+            "2:39: gpus.0.memory_gb: Input should be less than or equal to 4096",
+        ),
+        (
+            "interconnect:\n  bandwidth_gbps: {node: .nan}\n",
+            "2:26: interconnect.bandwidth_gbps.node: Input should be a finite number",
+        ),
+        (
+            "interconnect:\n  bandwidth_gbps: {rack: .inf}\n",
+            "2:26: interconnect.bandwidth_gbps.rack: Input should be a finite number",
+        ),
+        (
+            "interconnect:\n  bandwidth_gbps: {rack: 1e400}\n",
+            "2:26: interconnect.bandwidth_gbps.rack: Input should be a finite number",
+        ),
+        (
+            "a: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n"
+            "c: &c [*b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c]\n",
+            "4:5: more than 16 YAML aliases",
+        ),
+    ],
+)
+def test_a_hostile_inventory_is_refused_naming_what_and_where(text: str, where: str) -> None:
+    """Review R63: credentials in a URL, a scheme other than http(s), numbers of 10**30, NaN and
+    infinite bandwidths and an alias bomb are each refused as an ``InventoryError`` at the value
+    (its full path where it has one), never loaded and never a traceback."""
+    with pytest.raises(InventoryError) as caught:
+        parse_inventory(text, source="inv.yaml", read_keys=False)
+    assert str(caught.value).startswith(f"inv.yaml:{where}"), str(caught.value)
+    assert "secret" not in str(caught.value)
+
+
+def test_an_inventory_of_ten_megabytes_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    """Review R63: a 10 MiB inventory is refused as larger than ``MAX_INVENTORY_BYTES``, naming the
+    file, having read at most one byte more than the limit."""
+    path = tmp_path / "inventory.yaml"
+    path.write_bytes(b"# " + b"x" * (10 * 2**20) + b"\n")
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(path)
+    assert str(caught.value) == f"{path}: cannot read inventory: larger than {MAX_INVENTORY_BYTES} bytes"
