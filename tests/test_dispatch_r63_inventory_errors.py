@@ -22,6 +22,37 @@ from agentgate.errors import InventoryError
 BACKEND = "backends:\n  - name: b\n    url: http://127.0.0.1:8000\n    models: [m]\n"
 
 
+def test_an_unknown_bandwidth_level_is_named_and_stands_at_its_key() -> None:
+    """Review R63: a level ``bandwidth_gbps`` does not know was reported as
+    ``interconnect.bandwidth_gbps.bogus.[key]`` (pydantic's marker for a mapping key in the path)
+    at its value's column; it names ``interconnect.bandwidth_gbps.bogus``, at the key."""
+    text = "interconnect:\n  bandwidth_gbps: {node: 5, bogus: 1}\n"
+    with pytest.raises(InventoryError) as caught:
+        parse_inventory(text, source="inv.yaml")
+    assert str(caught.value).startswith(
+        "inv.yaml:2:29: interconnect.bandwidth_gbps.bogus: not a valid key: "
+    ), str(caught.value)
+    assert "'nvlink_domain', 'node' or 'rack'" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ('nodes: [{name: n, "[key]": 1}]\n', "inv.yaml:1:19: nodes.0.[key]: unknown field"),
+        (
+            'interconnect:\n  bandwidth_gbps: {"[key]": 1}\n',
+            "inv.yaml:2:20: interconnect.bandwidth_gbps.[key]: not a valid key: ",
+        ),
+    ],
+)
+def test_a_key_written_as_pydantics_key_marker_keeps_its_name(text: str, error: str) -> None:
+    """Review R63: only pydantic's own ``[key]`` marker is taken off a path: a field or level
+    written ``[key]`` in the file is named as written."""
+    with pytest.raises(InventoryError) as caught:
+        parse_inventory(text, source="inv.yaml")
+    assert str(caught.value).startswith(error), str(caught.value)
+
+
 def _gpus_listed(count: int, listed: bool) -> dict[str, Any]:
     return {
         "nodes": [{"name": "n"}],

@@ -777,16 +777,24 @@ def inventory_from_mapping(
         ctx_error = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_error, _RefError):
             raise _ref_located(source, lines, loc, ctx_error) from None
+        unknown = err["type"] == "extra_forbidden"
+        # pydantic ends the path of a mapping key it refuses (``bandwidth_gbps: {bogus: 1}``)
+        # with "[key]": the key is the value at fault, named by its own path, at where it is
+        # written (an unknown field's path ends in the field's name, which may be "[key]").
+        bad_key = not unknown and loc[-1:] == ("[key]",)
+        loc = loc[:-1] if bad_key else loc
         field = dotted_path(loc) or "inventory"
         message = f"{field}: {err['msg'].removeprefix('Value error, ')}"  # pydantic's, for a validator's own
-        if err["type"] == "extra_forbidden":
+        if unknown:
             message = f"{field}: unknown field"
+        elif bad_key:
+            message = f"{field}: not a valid key: {err['msg']}"
         elif err["type"] == "string_pattern_mismatch" and (
             said := _PATTERNS_SAID.get((err.get("ctx") or {}).get("pattern", ""))
         ):
             message = f"{field}: {shortened(str(err['input']))!r} must be {said}"
-        # An unknown field is located at its key, not at the value (maybe on the line below).
-        raise _located(source, lines, loc, message, key=err["type"] == "extra_forbidden") from None
+        # A key at fault is located at the key, not at its value (maybe on the line below).
+        raise _located(source, lines, loc, message, key=unknown or bad_key) from None
 
 
 MAX_INVENTORY_BYTES = 8 * 1024 * 1024
