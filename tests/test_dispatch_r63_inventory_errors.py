@@ -153,3 +153,42 @@ def test_an_inventory_of_ten_megabytes_is_refused_before_it_is_parsed(tmp_path: 
     with pytest.raises(InventoryError) as caught:
         load_inventory(path)
     assert str(caught.value) == f"{path}: cannot read inventory: larger than {MAX_INVENTORY_BYTES} bytes"
+
+
+def test_a_literal_key_beside_a_name_of_any_size_is_refused_in_one_short_line() -> None:
+    """Review R63: a backend's literal ``api_key`` is refused before its fields are validated, and
+    the refusal quoted the backend's name as it was: a name of 100,000 characters made an error
+    line of 100,209. The name is cut as every quote from the file is (``shortened``); a name that
+    is not text at all is not quoted."""
+    backend = "backends:\n  - name: NAME\n    url: http://127.0.0.1:8000\n    models: [m]\n    api_key: sk\n"
+    with pytest.raises(InventoryError) as caught:
+        parse_inventory(backend.replace("NAME", "n" * 100_000), source="inv.yaml")
+    message = str(caught.value)
+    assert message.startswith("inv.yaml:5:14: backends.0.api_key: backend 'nnnn"), message
+    assert "(100000 characters)" in message and len(message) < 600
+    with pytest.raises(InventoryError) as caught:
+        parse_inventory(backend.replace("NAME", "{a: [1, 2]}"), source="inv.yaml")
+    assert str(caught.value).startswith(
+        "inv.yaml:5:14: backends.0.api_key: the backend: an API key is never written"
+    ), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("mode", "content", "said"), [(0o644, b"sk-1\n", "mode 0644"), (0o600, b" \n", "empty")]
+)
+def test_a_key_file_named_with_a_line_break_is_quoted_on_one_line(
+    tmp_path: Path, mode: int, content: bytes, said: str
+) -> None:
+    """Review R63: an ``api_key_file`` whose name holds a line break was quoted as it was when the
+    file was readable by others or empty: the error (a ``BackendCredentialError``), logged, was
+    two lines, the second free text from the inventory. The path is quoted as every error quotes
+    a path (``shown_path``: a line break as ``\\n``), as a file that cannot be read already was."""
+    path = tmp_path / "key\nfile"
+    path.write_bytes(content)
+    path.chmod(mode)
+    text = BACKEND + f'    api_key_file: "{tmp_path}/key\\nfile"\n'
+    with pytest.raises(InventoryError) as caught:
+        parse_inventory(text, source="inv.yaml")
+    message = str(caught.value)
+    assert message.startswith("inv.yaml:5:19: backends.0.api_key_file: backend 'b': "), message
+    assert "\n" not in message and f"{tmp_path}/key\\nfile" in message and said in message

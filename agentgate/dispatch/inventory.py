@@ -62,7 +62,7 @@ from pydantic import (
 from agentgate._yaml import Locations, Mark, dotted_path, load_yaml, mark_at, read_source, shortened
 from agentgate.capabilities import canonical_resource
 from agentgate.errors import BackendCredentialError, CapabilityError, InputError, InventoryError
-from agentgate.keys import read_regular_file
+from agentgate.keys import read_regular_file, shown_path
 
 MAX_KV_CAPACITY_TOKENS = 10**12
 """The largest KV cache size believed (a trillion tokens: thousands of times any real engine's);
@@ -253,9 +253,12 @@ class Backend(_Frozen):
         """Refuse ``api_key``: a key written in the inventory would be committed, copied and
         printed with it. The message never holds the value."""
         if isinstance(data, Mapping) and "api_key" in data:
+            # Before validation: the name may be of any size or not text at all.
+            name = data.get("name")
+            backend = f"backend {shortened(name)!r}" if isinstance(name, str) else "the backend"
             raise _RefError(
                 ("api_key",),
-                f"backend {data.get('name')!r}: an API key is never written in the inventory; "
+                f"{backend}: an API key is never written in the inventory; "
                 "name where it is read with api_key_env (an environment variable) or "
                 "api_key_file (a file readable by its owner only)",
                 BackendCredentialError,
@@ -318,7 +321,7 @@ class Backend(_Frozen):
                     (field,), f"backend {self.name!r}: {where} is not set", BackendCredentialError
                 )
         elif self.api_key_file is not None:
-            where, field = f"the file {self.api_key_file}", "api_key_file"
+            where, field = f"the file {shown_path(self.api_key_file)}", "api_key_file"
             raw = _read_key_file(self.name, self.api_key_file)
         else:
             return None
@@ -689,14 +692,15 @@ def _read_key_file(backend: str, path: str) -> str:
     except InputError as exc:
         raise _RefError(at, f"backend {backend!r}: {exc}", BackendCredentialError) from None
     mode = status.st_mode
+    shown = shown_path(path)  # one line, whatever the name holds
     # libpq's rule for its key files: at most u=rw, or u=rw,g=r when root owns the file (a
     # secret mounted by Kubernetes or Docker, readable by the service's group).
     allowed = stat.S_IRGRP if status.st_uid == 0 else 0
     if mode & (stat.S_IRWXG | stat.S_IRWXO) & ~allowed:
         raise _RefError(
             at,
-            f"backend {backend!r}: {path}: the API key file is accessible by others "
-            f"(mode {stat.S_IMODE(mode):04o}); run chmod 600 {path} (or 640 for a file root owns; "
+            f"backend {backend!r}: {shown}: the API key file is accessible by others "
+            f"(mode {stat.S_IMODE(mode):04o}); run chmod 600 {shown} (or 640 for a file root owns; "
             "for a mounted secret, set its mode: docs/dispatch.md)",
             BackendCredentialError,
         )
@@ -704,7 +708,7 @@ def _read_key_file(backend: str, path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise _RefError(
-            at, f"backend {backend!r}: {path}: the API key file is not UTF-8 text", BackendCredentialError
+            at, f"backend {backend!r}: {shown}: the API key file is not UTF-8 text", BackendCredentialError
         ) from None
 
 
