@@ -192,3 +192,14 @@ def test_a_key_file_named_with_a_line_break_is_quoted_on_one_line(
     message = str(caught.value)
     assert message.startswith("inv.yaml:5:19: backends.0.api_key_file: backend 'b': "), message
     assert "\n" not in message and f"{tmp_path}/key\\nfile" in message and said in message
+
+
+@pytest.mark.parametrize("data", [[1, 2], "backends: []", None, 5])
+def test_inventory_data_that_is_no_mapping_is_an_inventory_error(data: Any) -> None:
+    """Review R63: ``inventory_from_mapping`` (data already parsed, from JSON or a caller) given a
+    list raised a bare ``TypeError`` from ``dict()`` (cannot convert dictionary update sequence
+    element), and a string or None the same; it is refused as an ``InventoryError`` naming the
+    source, as ``parse_inventory`` refuses a YAML document that is no mapping."""
+    with pytest.raises(InventoryError) as caught:
+        inventory_from_mapping(data, source="inv.json")
+    assert str(caught.value) == "inv.json: the inventory must be a mapping"

@@ -769,8 +769,17 @@ def inventory_from_mapping(
     lines: Locations | None = None,
     read_keys: bool = True,
 ) -> Inventory:
-    """Validate already-parsed inventory data; raises ``InventoryError`` like ``parse_inventory``."""
+    """Validate already-parsed inventory data; raises ``InventoryError`` like ``parse_inventory``
+    (and for data that is no mapping, which ``dict()`` would refuse with a bare ``TypeError``)."""
     lines = lines or Locations()
+    if not isinstance(data, Mapping):
+        at = lines.of(())
+        raise InventoryError(
+            "the inventory must be a mapping",
+            file=source,
+            line=at.line if at else None,
+            column=at.column if at else None,
+        )
     try:
         return Inventory.model_validate(dict(data), context={"read_keys": read_keys})
     except _RefError as exc:
