@@ -368,8 +368,8 @@ class Backend(_Frozen):
             parts = urlsplit(value)
             # ``port`` raises ValueError when it is out of range or not a number
             host = parts.hostname if parts.port is None or parts.port > 0 else None
-        except ValueError as exc:
-            raise ValueError(f"not a usable URL: {exc}") from None
+        except ValueError as exc:  # its words quote the port or host whole: cut, as quotes are
+            raise ValueError(f"not a usable URL: {shortened(str(exc))}") from None
         if not host:
             raise ValueError("the URL names no host, or port 0")
         if parts.username is not None or parts.password is not None:
