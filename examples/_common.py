@@ -179,9 +179,48 @@ def endpoint_settings() -> EndpointSettings | None:
     )
 
 
-def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None = None) -> BaseChatModel:
+class EndpointClients:
+    """The HTTP clients one run's endpoint models talk through: made for that run, closed as it
+    ends. langchain-openai otherwise keeps one client per base URL for the whole process, the
+    async one bound to the event loop of the run that first used it, so that a second run in the
+    same process (a notebook, a test importing the example) stopped with "Event loop is closed"."""
+
+    def __init__(self) -> None:
+        self._sync: list[Any] = []
+        self._async: list[Any] = []
+
+    def pair(self) -> dict[str, Any]:
+        """A fresh sync and async client for one model (``ChatOpenAI``'s ``http_client`` and
+        ``http_async_client``), with the openai client's own defaults."""
+        import openai
+
+        self._sync.append(openai.DefaultHttpxClient())
+        self._async.append(openai.DefaultAsyncHttpxClient())
+        return {"http_client": self._sync[-1], "http_async_client": self._async[-1]}
+
+    def close(self) -> None:
+        """Close the clients of a run that called its models synchronously: the async ones it
+        never opened hold no connection. A run that awaited them awaits ``aclose`` instead."""
+        for client in self._sync:
+            client.close()
+
+    async def aclose(self) -> None:
+        """Close every client, in the event loop of the run that used them."""
+        self.close()
+        for client in self._async:
+            await client.aclose()
+
+
+def chat_model(
+    turns: Sequence[AIMessage],
+    *,
+    name: str,
+    served_by: Gate | None = None,
+    clients: EndpointClients | None = None,
+) -> BaseChatModel:
     """The scripted model, or the OpenAI-compatible endpoint named by the environment, whose
-    failures raise ``EndpointFailed``."""
+    failures raise ``EndpointFailed``; it talks to the endpoint through ``clients`` (which the run
+    closes), or where none are given through langchain-openai's clients kept for the process."""
     endpoint = endpoint_settings()
     if endpoint is None:
         return ScriptedChatModel(turns=list(turns), model_name=name, served_by=served_by)
@@ -239,6 +278,7 @@ def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None 
         temperature=0,
         timeout=endpoint.timeout,
         max_retries=endpoint.retries,
+        **(clients.pair() if clients is not None else {}),
     )
     return model
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from _common import (
     ROOT,
+    EndpointClients,
     EndpointFailed,
     calls,
     chat_model,
@@ -95,7 +96,7 @@ class ToolBench:
         return StructuredTool.from_function(coroutine=run, name=name, description=name, args_schema=args)
 
 
-def agents(gate: Gate, keys: dict[str, Any], bench: ToolBench) -> Any:
+def agents(gate: Gate, keys: dict[str, Any], bench: ToolBench, clients: EndpointClients) -> Any:
     search = bench.tool("web.search", "5 results for '{query}'")
     fetch = bench.tool("web.fetch", "abstract of {url}", 0.1)
     write = bench.tool("docs.write", "wrote {path}")
@@ -115,6 +116,7 @@ def agents(gate: Gate, keys: dict[str, Any], bench: ToolBench) -> Any:
             ],
             name=MODEL,
             served_by=gate,
+            clients=clients,
         ),
         tools=[fetch, search, publish],
     )
@@ -131,6 +133,7 @@ def agents(gate: Gate, keys: dict[str, Any], bench: ToolBench) -> Any:
             ],
             name=MODEL,
             served_by=gate,
+            clients=clients,
         ),
         tools=[write],
     )
@@ -175,7 +178,7 @@ def agents(gate: Gate, keys: dict[str, Any], bench: ToolBench) -> Any:
         gate,
         name="supervisor",
         model_name=MODEL,
-        model=chat_model(supervisor_turns, name=MODEL, served_by=gate),
+        model=chat_model(supervisor_turns, name=MODEL, served_by=gate, clients=clients),
         tools=[search, write, publish, ask_researcher, ask_writer],
         checkpointer=InMemorySaver(),
     )
@@ -190,6 +193,7 @@ async def main() -> int:
     gate = Gate(policy, SQLiteStore(store))
     # Offline: two simulated backends behind the dispatcher. With an endpoint: the endpoint alone.
     servers = [] if endpoint else [SimServer(model_name=MODEL, time_scale=0.2).start() for _ in range(2)]
+    clients = EndpointClients()  # this run's: closed as it ends, whichever event loop runs the next
     try:
         if servers:
             inventory = inventory_from_mapping(
@@ -212,7 +216,7 @@ async def main() -> int:
             keys["research-root"], name="supervisor", key=keys["supervisor"], role="supervisor"
         )
         bench = ToolBench()
-        team = agents(gate, keys, bench)
+        team = agents(gate, keys, bench, clients)
         config = {"configurable": {"thread_id": "research-1"}}
 
         print("agentgate demo: a supervisor and two sub-agents under policies/research_team.yaml")
@@ -261,6 +265,7 @@ async def main() -> int:
             names={k.did: n for n, k in keys.items()},
         )
     finally:
+        await clients.aclose()
         gate.close()
         for server in servers:
             server.stop()

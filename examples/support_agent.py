@@ -31,6 +31,7 @@ from typing import Any
 from _common import (
     ROOT,
     WIDTH,
+    EndpointClients,
     EndpointFailed,
     calls,
     chat_model,
@@ -109,12 +110,13 @@ def main() -> int:
     if endpoint:
         print(fitted(endpoint.describe("support-model")))
     stopped = None
+    clients = EndpointClients()  # this run's: closed as it ends
     try:
         with sqlite3.connect(workdir / "checkpoints.sqlite", check_same_thread=False) as conn:
             agent = create_gated_agent(
                 gate,
                 name="support-agent",
-                model=chat_model(SCRIPT, name="support-model"),
+                model=chat_model(SCRIPT, name="support-model", clients=clients),
                 tools=tools(gate, [identity]),
                 checkpointer=SqliteSaver(conn),
                 gate_models=False,
@@ -154,6 +156,7 @@ def main() -> int:
             print("  (nothing: no tool call was answered)")
         summary(gate, [identity], store=store, names={k.did: n for n, k in keys.items()})
     finally:
+        clients.close()
         gate.close()
     return 1 if stopped else 0
 

@@ -30,11 +30,9 @@ WIDTH = 100
 
 @pytest.fixture
 def sim() -> Iterator[SimServer]:
-    """A simulator of its own for each test. Only support_agent.py runs against it here:
-    langchain-openai keeps one async HTTP client per base URL in the process, bound to the event
-    loop of the research_team.py run that made it, so a second such run in this process finds
-    that loop closed, and a keep-alive connection left in that client is reported unclosed when
-    it is collected (research_team.py runs against the loopback server, which closes each)."""
+    """A simulator of its own for each test. Only support_agent.py runs against it here
+    (research_team.py runs against the loopback server); both run against it, twice in one
+    process, in tests/test_examples_r63_rerun.py."""
     with SimServer(model_name=SERVED, time_scale=0.01) as server:
         yield server
 
