@@ -43,6 +43,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.tool import invalid_tool_call
 
+from agentgate.errors import PolicyError
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import STOP_KEY, ScriptedChatModel
 from agentgate.keys import SigningKey, save_key
@@ -59,7 +60,8 @@ _MADE_HERE = ".agentgate-demo"
 def demo_dir(name: str) -> Path:
     """``AGENTGATE_DEMO_DIR/NAME`` (default ``.agentgate/demo/NAME`` under the current directory),
     emptied: each run starts fresh. Under another ``AGENTGATE_DEMO_DIR``, a directory ``NAME`` that
-    an example did not make is never emptied (the run stops instead); an empty value is the default."""
+    an example did not make is never emptied (the run stops instead); an empty value is the default.
+    A directory it cannot empty or make ends the example with one line saying which, and status 2."""
     base = Path(os.environ.get("AGENTGATE_DEMO_DIR", "").strip() or DEFAULT_DEMO_DIR)
     path = base / name
     if path.exists() and base != DEFAULT_DEMO_DIR and not (path / _MADE_HERE).exists():
@@ -67,9 +69,16 @@ def demo_dir(name: str) -> Path:
             f"{path} exists and was not made by an agentgate example: move it, or point "
             "AGENTGATE_DEMO_DIR elsewhere (nothing was removed)"
         )
-    shutil.rmtree(path, ignore_errors=True)
-    (path / "keys").mkdir(parents=True)
-    (path / _MADE_HERE).touch()
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        (path / "keys").mkdir(parents=True)
+        (path / _MADE_HERE).touch()
+    except OSError as error:
+        _misconfigured(
+            f"cannot make the demo directory {path} ({error.strerror or error}: {error.filename}): "
+            "point AGENTGATE_DEMO_DIR at a directory you can write"
+        )
     return path
 
 
@@ -78,19 +87,32 @@ def fresh_keys(policy_file: Path, directory: Path) -> tuple[Policy, dict[str, Si
 
     Each ``did:`` in the file is replaced by the new key's did:key, in place, so that the line
     numbers in decisions still point into the real file; ``key:`` files are written to
-    ``directory/keys`` (with their private halves, 0600) and read from there.
+    ``directory/keys`` (with their private halves, 0600) and read from there. A file it cannot
+    read, or that is no policy, ends the example with one line saying what and where (agentgate's
+    ``PolicyError``: the file, and the line where it can), and status 2.
     """
-    text = policy_file.read_text()
-    document = yaml.safe_load(text)
+    source = str(policy_file.relative_to(ROOT)) if policy_file.is_relative_to(ROOT) else str(policy_file)
+    try:
+        data = policy_file.read_bytes()
+    except OSError as error:
+        _misconfigured(f"{source}: cannot read the policy ({error.strerror or error})")
+    try:
+        document = yaml.safe_load(data)
+    except yaml.YAMLError:
+        document = None  # no YAML: parse_policy says what is wrong, and where
     keys: dict[str, SigningKey] = {}
     for section in ("trust_anchors", "principals"):
-        for name, spec in (document.get(section) or {}).items():
+        entries = document.get(section) if isinstance(document, dict) else None
+        for name, spec in entries.items() if isinstance(entries, dict) else ():
             key = keys[name] = SigningKey.generate()
             save_key(key, directory / "keys", name)
-            if spec.get("did"):
-                text = text.replace(spec["did"], key.did)
-    source = str(policy_file.relative_to(ROOT)) if policy_file.is_relative_to(ROOT) else str(policy_file)
-    return parse_policy(text, source=source, base_dir=directory), keys
+            did = spec.get("did") if isinstance(spec, dict) else None
+            if isinstance(did, str) and did:
+                data = data.replace(did.encode(), key.did.encode())
+    try:
+        return parse_policy(data, source=source, base_dir=directory), keys
+    except PolicyError as error:
+        _misconfigured(str(error))
 
 
 class EndpointFailed(Exception):
