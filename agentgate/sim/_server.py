@@ -67,6 +67,7 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate._http_limits import HttpLimits
 from agentgate.dispatch.prefix import block_hashes
@@ -336,8 +337,9 @@ class SimServer:
         # Imported here: httptools and uvicorn's protocol are needed only once serving.
         from agentgate._bounded_http import BoundedHttpToolsProtocol
 
+        app = _QuietWhenCut(self._app())
         config = uvicorn.Config(
-            self._app(),
+            app,
             host="127.0.0.1",
             port=self.port,
             log_level="critical",
@@ -346,7 +348,7 @@ class SimServer:
             ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
             http=BoundedHttpToolsProtocol.with_limits(self.http_limits),
         )
-        self._server = _StoppableServer(config)
+        self._server = _StoppableServer(config, app)
         self._thread = threading.Thread(target=self._server.run, name=f"sim-{self.port}", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout
@@ -556,6 +558,28 @@ class SimServer:
         }
 
 
+class _QuietWhenCut:
+    """An ASGI app whose requests end quietly once a forced exit cut them (``cut``).
+
+    uvicorn logs any exception a request's task raises, ``CancelledError`` included, as
+    "Exception in ASGI application" with its traceback. A request cut by ``SimServer.stop`` (its
+    connection reset, then its task cancelled) has no caller left to answer, so its cancellation
+    ends it like a request whose caller hung up: nothing to log.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.cut = False
+        """Set by the forced exit before it cancels the requests in flight."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except asyncio.CancelledError:
+            if not (self.cut and scope["type"] == "http"):
+                raise
+
+
 class _StoppableServer(uvicorn.Server):
     """uvicorn's server, whose forced exit (``SimServer.stop``) cuts the requests in flight and
     still shuts the app's lifespan down, logging nothing.
@@ -564,9 +588,15 @@ class _StoppableServer(uvicorn.Server):
     (Starlette then reports the ``CancelledError`` as a failed shutdown, which uvicorn logs as a
     traceback) and each request's task (logged "Exception in ASGI application"): until review R62
     every simulator stopped logged one traceback for its lifespan and one for each request in
-    flight. Here each connection is reset instead (its request sees its caller gone, as one that
-    hung up), the requests' tasks are waited for, then the lifespan shutdown runs.
+    flight. Here each connection is reset instead (its caller sees it closed, as from a crashed
+    server), each request's task is cancelled (``app`` ends it quietly) and waited for, then the
+    lifespan shutdown runs. Until review R63 the requests were only waited for, up to 5 s: a
+    handler that watches no disconnect (the ``hang`` fault sleeps an hour) held every stop 5 s.
     """
+
+    def __init__(self, config: uvicorn.Config, app: _QuietWhenCut) -> None:
+        super().__init__(config)
+        self.app = app
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self.force_exit:
@@ -577,8 +607,11 @@ class _StoppableServer(uvicorn.Server):
         await super().shutdown(sockets)
         if not self.force_exit:
             return
-        if tasks := list(self.server_state.tasks):
-            await asyncio.wait(tasks, timeout=5.0)
+        if tasks := [task for task in self.server_state.tasks if not task.done()]:
+            self.app.cut = True
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
         await self.lifespan.shutdown()
 
 
