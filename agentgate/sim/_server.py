@@ -71,7 +71,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate._http_limits import HttpLimits
 from agentgate.dispatch.prefix import block_hashes
-from agentgate.errors import InputError
+from agentgate.errors import DispatchError, InputError
 from agentgate.sim._engine import Engine, EngineConfig, SimRequest
 from agentgate.sim._latency import LLAMA_8B_H100, LatencyModel
 from agentgate.sim._request import parse_chat
@@ -331,9 +331,16 @@ class SimServer:
     # --- lifecycle -----------------------------------------------------------------------
 
     def start(self, timeout: float = 10.0) -> SimServer:
-        """Serve in a background thread; returns once the port accepts connections."""
+        """Serve in a background thread; returns once the port accepts connections (at once if
+        serving already).
+
+        Raises ``DispatchError`` naming the port if it is in use (or cannot be bound), or if the
+        server does not start within ``timeout`` seconds; nothing is left running, and a later
+        ``start`` tries again.
+        """
         if self._thread is not None:
             return self
+        listener = _listen(self.port)
         # Imported here: httptools and uvicorn's protocol are needed only once serving.
         from agentgate._bounded_http import BoundedHttpToolsProtocol
 
@@ -349,12 +356,18 @@ class SimServer:
             http=BoundedHttpToolsProtocol.with_limits(self.http_limits),
         )
         self._server = _StoppableServer(config, app)
-        self._thread = threading.Thread(target=self._server.run, name=f"sim-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, args=([listener],), name=f"sim-{self.port}", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self._server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError(f"simulated backend on port {self.port} did not start")
+                self.stop()
+                listener.close()
+                raise DispatchError(
+                    f"the simulated backend on 127.0.0.1:{self.port} did not start within {timeout:g} s"
+                )
             time.sleep(0.01)
         return self
 
@@ -688,6 +701,27 @@ def _chunk(rid: str, created: int, model: str, delta: dict[str, str], finish: st
 
 def _sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _listen(port: int) -> socket.socket:
+    """A socket listening on loopback ``port``, for the server to serve on.
+
+    Bound here rather than by uvicorn, whose failure to bind was a line in its log and a thread
+    that died (``start`` then raised a bare "did not start" and, until review R63, kept the dead
+    thread, so that a later ``start`` served nothing)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(
+        socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
+    )  # as uvicorn's: revive() binds the port it just closed
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise DispatchError(
+            f"the simulated backend cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}"
+        ) from None
+    return sock
 
 
 def _free_port() -> int:
