@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from agentgate.errors import DispatchError
+from agentgate.errors import DispatchError, InputError
 from agentgate.sim import SimServer
 
 
@@ -59,3 +59,12 @@ def test_stop_before_start_and_twice_does_nothing_and_a_stopped_server_starts_ag
         httpx.get(f"{server.url}/health")
     with server:
         assert httpx.get(f"{server.url}/health").text == "ok"
+
+
+@pytest.mark.parametrize("port", [70_000, 65_536, -1, True, 1.5, "8000"])
+def test_a_port_that_is_no_tcp_port_is_refused_when_the_server_is_made(port: object) -> None:
+    """Review R63: ``SimServer(port=70000)`` and ``port="8000"`` were taken and started (70000
+    is no TCP port), ``True`` and ``-1`` were a bare ``RuntimeError`` at ``start``; a port that
+    is not an integer from 0 to 65535 is an ``InputError`` naming it when the server is made."""
+    with pytest.raises(InputError, match=rf"port must be an integer from 0 to 65535.*{port!r}"):
+        SimServer(port=port)  # type: ignore[arg-type]

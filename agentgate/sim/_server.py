@@ -314,6 +314,8 @@ class SimServer:
         """For each of the latest ``TRACE_HEADERS_KEPT`` ``POST /v1/chat/completions`` requests, in
         order of arrival, the ``TRACE_HEADERS`` it carried, by lower-case name (several of a name
         joined by ``","``); an empty dict for a request that carried none."""
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise InputError(f"port must be an integer from 0 to 65535 (0: any free port), not {port!r}")
         self.port = port or _free_port()
         self._runner: _Runner | None = None
         self._server: _StoppableServer | None = None
