@@ -267,6 +267,14 @@ class Gateway:
         return answer
 
     async def _counted_internal_error(self, request: Request, exc: Exception) -> Response:
+        # Logged before the answer goes out (review R63): logged after it, by ``_Entry`` once
+        # Starlette raised the error on, a reader of the answer could look at the log too early.
+        _log.error(
+            "agentgate gateway: an internal error on %s %s",
+            request.method,
+            request.url.path[:200],
+            exc_info=exc,
+        )
         answer = await _internal_error(request, exc)
         self._count_error(answer.status_code, answer.code)
         return answer
@@ -767,7 +775,8 @@ class _Entry:
     with an error event instead. Until review R62 it reached uvicorn, which answered a plain-text
     ``Internal Server Error`` (or cut the stream) and logged it, twice for Starlette's routes.
     A chat call's is counted by ``chat_failed`` (given the status that went out); Starlette's
-    routes count theirs in their exception handler, which answered it.
+    routes log and count theirs in their exception handler, which answered it before Starlette
+    raised it on to here (``_counted_internal_error``), so it is not logged again here.
     """
 
     def __init__(self, chat: ASGIApp, other: ASGIApp, chat_failed: Callable[[int], None]) -> None:
@@ -785,6 +794,8 @@ class _Entry:
         try:
             await app(scope, receive, send)
         except Exception:
+            if app is not self.chat:  # Starlette's handler logged, answered and counted it
+                return
             _log.exception(
                 "agentgate gateway: an internal error on %s %s", scope["method"], scope["path"][:200]
             )

@@ -173,5 +173,5 @@ INTERNAL_ERROR = "the gateway failed on an internal error; its log says more"
 
 async def _internal_error(request: Request, exc: Exception) -> ErrorResponse:
     """Starlette's answer to an unexpected error in one of its routes: an OpenAI-shaped 500
-    ``internal_error``. Starlette then raises the error on, to ``_Entry``, which logs it once."""
+    ``internal_error``. Its caller (``Gateway._counted_internal_error``) logs the error once, first."""
     return error_response(500, INTERNAL_ERROR, "internal_error")
