@@ -53,6 +53,11 @@ An answer of unknown length (a stream) to an HTTP/1.0 request is delimited by cl
 connection: uvicorn framed it ``Transfer-Encoding: chunked``, which an HTTP/1.0 client does not
 know (RFC 9112, section 6.1: it must not be sent to one), so the chunk sizes were read as part of
 the events. uvicorn never keeps an HTTP/1.0 connection alive, so its answer ends with the close.
+
+Both servers are embedded in an application's process, whose logging is the application's:
+``EmbeddedConfig`` is uvicorn's configuration less its logging set-up (``uvicorn.Config`` set the
+levels and handlers of the process's shared ``uvicorn`` loggers when it was made), and the
+protocol writes no access lines, whatever handlers ``uvicorn.access`` has.
 """
 
 from __future__ import annotations
@@ -65,9 +70,10 @@ import socket
 import struct
 import sys
 import termios
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httptools
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from agentgate._http_limits import HttpLimits
@@ -148,6 +154,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             "unread_body_s": limits.unread_body_s,
         }
         return type(cls.__name__, (cls,), {**settings, "__doc__": cls.__doc__})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # No access lines: uvicorn writes them whenever its shared ``uvicorn.access`` logger has a
+        # handler (``Config(access_log=False)`` only worked by removing its handlers, process-wide).
+        self.access_log = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -505,6 +517,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """Whether a request before the one being read is still being answered, or queued."""
         running = self._running
         return bool(self.pipeline) or (running is not None and not running.response_complete)
+
+
+class EmbeddedConfig(uvicorn.Config):
+    """uvicorn's configuration, less its logging set-up.
+
+    ``uvicorn.Config`` configures the process's shared ``uvicorn``, ``uvicorn.error`` and
+    ``uvicorn.access`` loggers when it is made: their handlers replaced, their levels set, access
+    logging's propagation turned off. Those are the application's to set (it may embed the
+    gateway or the simulator, or run a uvicorn server of its own in the same process): until
+    review R62 making a ``GatewayServer`` set ``uvicorn.error`` to WARNING for the whole process,
+    and until review R63 starting a ``SimServer`` set it to CRITICAL. uvicorn's own lines go to
+    those loggers as the application set them; ``BoundedHttpToolsProtocol`` writes no access line.
+    """
+
+    def configure_logging(self) -> None:
+        """Leave the process's logging as it is."""
 
 
 class _AnswerCycle(RequestResponseCycle):

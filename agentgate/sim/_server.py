@@ -344,14 +344,14 @@ class SimServer:
             return self
         listener = _listen(self.port)
         # Imported here: httptools and uvicorn's protocol are needed only once serving.
-        from agentgate._bounded_http import BoundedHttpToolsProtocol
+        from agentgate._bounded_http import BoundedHttpToolsProtocol, EmbeddedConfig
 
         app = _QuietWhenCut(self._app())
-        config = uvicorn.Config(
+        # The process's logging is left as it is (until review R63 uvicorn.error was set to CRITICAL).
+        config = EmbeddedConfig(
             app,
             host="127.0.0.1",
             port=self.port,
-            log_level="critical",
             lifespan="on",
             access_log=False,
             ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)

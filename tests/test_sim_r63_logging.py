@@ -1,0 +1,78 @@
+"""A ``SimServer`` leaves the process's logging as it was (review R63).
+
+uvicorn's ``Config`` configures the process-wide ``uvicorn``, ``uvicorn.error`` and
+``uvicorn.access`` loggers when it is made (their handlers replaced, their levels set, access
+logging's propagation turned off): ``SimServer.start`` set ``uvicorn.error`` to CRITICAL for the
+whole process, so a program that embeds the simulator (a test suite, a benchmark beside its own
+uvicorn server) lost its uvicorn errors. The gateway had the same defect (review R62,
+tests/test_gateway_r62b_logging.py). A real simulator on loopback."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from agentgate.sim import SimServer
+
+_UVICORN = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
+
+
+class _Kept(logging.Handler):
+    """An application's own handler: the records it was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _state(name: str) -> tuple[int, tuple[logging.Handler, ...], bool]:
+    logger = logging.getLogger(name)
+    return logger.level, tuple(logger.handlers), logger.propagate
+
+
+@pytest.fixture
+def app_logging() -> Iterator[_Kept]:
+    """uvicorn's loggers as an application set them (DEBUG, a handler of its own, access
+    logging propagated), restored afterwards."""
+    before = {name: _state(name) for name in _UVICORN}
+    kept = _Kept()
+    for name in _UVICORN:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.DEBUG)
+        logger.handlers = [kept]
+        logger.propagate = True
+    try:
+        yield kept
+    finally:
+        for name, (level, handlers, propagate) in before.items():
+            logger = logging.getLogger(name)
+            logger.setLevel(level)
+            logger.handlers = list(handlers)
+            logger.propagate = propagate
+
+
+def test_a_simulator_leaves_uvicorns_loggers_as_they_were(app_logging: _Kept) -> None:
+    """Review R63: ``SimServer.start`` set ``uvicorn.error`` to CRITICAL (and replaced uvicorn's
+    handlers, stopped access logging's propagation) for the whole process; each logger's level,
+    handlers and propagation are as the application left them while it serves and after it
+    stopped, uvicorn's own lines reach the application's handler, and the simulator writes no
+    access line."""
+    before = {name: _state(name) for name in _UVICORN}
+    server = SimServer(model_name="m", time_scale=0.01).start()
+    try:
+        assert {name: _state(name) for name in _UVICORN} == before
+        assert httpx.get(f"{server.url}/health").status_code == 200
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        assert httpx.post(f"{server.url}/v1/chat/completions", json=body).status_code == 200
+    finally:
+        server.stop()
+    assert {name: _state(name) for name in _UVICORN} == before
+    assert any(r.name == "uvicorn.error" and r.levelno == logging.INFO for r in app_logging.records)
+    access = [r.getMessage() for r in app_logging.records if r.name == "uvicorn.access"]
+    assert access == []
