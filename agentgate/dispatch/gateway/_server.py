@@ -9,11 +9,11 @@ import asyncio
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import uvicorn
 
-from agentgate._bounded_http import BoundedHttpToolsProtocol
+from agentgate._bounded_http import BoundedHttpToolsProtocol, EmbeddedConfig
 from agentgate._http_limits import (
     HEAD_TIMEOUT_S,
     MAX_HEAD_BYTES,
@@ -44,32 +44,10 @@ class _GatewayHttp(BoundedHttpToolsProtocol):
         """This protocol with ``limits``, its refusals counted in ``gateway``'s metrics."""
         return type(cls.__name__, (cls.with_limits(limits),), {"gateway": gateway, "__doc__": cls.__doc__})
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # No access lines: uvicorn writes them whenever its shared ``uvicorn.access`` logger has a
-        # handler (``Config(access_log=False)`` only worked by removing its handlers, process-wide).
-        self.access_log = False
-
     def refusal_body(self, status: int, text: str) -> tuple[str, bytes]:
         answer = protocol_error(status, text)
         self.gateway._count_error(status, answer.code)
         return "application/json", bytes(answer.body)
-
-
-class _Config(uvicorn.Config):
-    """uvicorn's configuration, less its logging set-up.
-
-    ``uvicorn.Config`` configures the process's shared ``uvicorn``, ``uvicorn.error`` and
-    ``uvicorn.access`` loggers when it is made: their handlers replaced, their levels set, access
-    logging's propagation turned off. Those are the application's to set (it may embed the
-    gateway, or run a uvicorn server of its own in the same process); until review R62 making a
-    ``GatewayServer`` set ``uvicorn.error`` to WARNING for the whole process. The gateway's own
-    messages go to its own logger (docs/gateway.md); no access line is written (``access_log``
-    is off, which the protocol reads per server).
-    """
-
-    def configure_logging(self) -> None:
-        """Leave the process's logging as it is."""
 
 
 class _Server(uvicorn.Server):
@@ -163,7 +141,7 @@ class GatewayServer:
         )
         """The bounds of each connection (the protocol's: ``agentgate/_bounded_http.py``)."""
         self.head_timeout_s = self.limits.head_timeout_s
-        config = _Config(
+        config = EmbeddedConfig(
             gateway.app,
             host=host,
             port=port,
