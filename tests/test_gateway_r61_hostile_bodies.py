@@ -25,11 +25,16 @@ from agentgate.errors import InputError
 pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
 
 
-def _request(env: Env, body: bytes, length: bytes, signed: dict[str, Any] | None = None) -> bytes:
+def _request(
+    env: Env, body: bytes, length: bytes, signed: dict[str, Any] | None = None, *, last: bool = False
+) -> bytes:
     """A chat request whose invocation signs ``signed`` (default: ``body`` parsed), sent with
-    ``Content-Length: length`` and ``body`` as they are; the connection closes after it."""
+    ``Content-Length: length`` and ``body`` as they are; ``last``: with ``Connection: close``, so
+    that the gateway closes the connection once it answered (else an answered request leaves it
+    open until the keep-alive timeout, 5 s)."""
     headers = invocation_headers(env.agent.key, env.agent.chain, signed or json.loads(body))
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += b"Connection: close\r\n" if last else b""
     head += b"".join(f"{name}: {value}\r\n".encode() for name, value in headers.items())
     return head + b"Content-Length: " + length + b"\r\n\r\n" + body
 
@@ -65,7 +70,7 @@ def test_a_body_with_a_utf8_bom_is_read_as_the_json_after_it(env: Env) -> None:
     body = json.dumps(_body()).encode()
     spent = env.spent()
     answers = _answers(
-        _answer(env.server.port, _request(env, b"\xef\xbb\xbf" + body, b"%d" % (len(body) + 3)))
+        _answer(env.server.port, _request(env, b"\xef\xbb\xbf" + body, b"%d" % (len(body) + 3), last=True))
     )
     assert [status for status, _ in answers] == [200], answers
     assert env.spent() > spent
