@@ -67,13 +67,18 @@ def test_a_parents_unmetered_budget_is_kept_by_a_delegation_without_budget(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Review R62: a token made by the library in another unit (the format allows it) is still
-    delegated by the CLI when no `--budget` is given: the refusal is of what a person types."""
+    delegated by the CLI when no `--budget` is given: the refusal is of what a person types.
+    Review R63: with a warning naming the unit, which `grant check` denies and the Gate refuses
+    (it was made without a word)."""
     assert cli(capsys, *ISSUE, "--out", "x.tok")[0] == 0  # makes the store grant delegate needs
     root, alice = load_signing_key(env / "k" / "root.key"), load_signing_key(env / "k" / "alice.key")
     chain = issue(root, alice.public, ["tool:x"], ttl=3600, budget=Budget(5, "gpu_seconds"), max_depth=1)
     (env / "p.tok").write_text(chain.token + "\n")
     code, _out, err = cli(capsys, *DELEGATE)
     assert code == 0 and (env / "c.tok").exists(), err
+    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "'gpu_seconds'" in warnings[0], err
+    assert warnings[0].startswith("warning: authority_chain_opacity budget_unit_not_metered [budget]:"), err
 
 
 def test_the_cli_units_are_the_policy_schemas_and_the_gates() -> None:

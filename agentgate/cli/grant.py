@@ -511,7 +511,21 @@ def _delegate(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"deny: {escaped_once(str(exc))}\n")
             return 1
         _record_and_write(repo, chain, args.out)
+    _warn_unmetered(chain)
     return 0
+
+
+def _warn_unmetered(chain: Chain) -> None:
+    """A warning on standard error where the new link spends from a budget the Gate cannot meter
+    (a parent made by the library in another unit, kept by a delegation without ``--budget``):
+    the delegation stands, as the token format allows it, but ``grant check`` denies its calls
+    and the Gate refuses them (review R63: it was made without a word)."""
+    for link in reversed(chain.links):
+        if link.budget is not None:
+            found = _unmetered_finding(link.id, link.budget)
+            if found is not None:
+                sys.stderr.write(f"warning: {_finding_line(found)}\n")
+            return
 
 
 def _revocations(ids: tuple[str, ...]) -> tuple[set[str] | None, str]:
