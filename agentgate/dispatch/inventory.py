@@ -202,12 +202,19 @@ class Interconnect(_Frozen):
         return self
 
 
+MAX_URL_CHARS = 2048
+"""The longest ``url`` or ``metrics_url`` (review R63: 100,000 characters loaded, and would have
+been sent with every call and probe); 2,048 is what HTTP clients and servers commonly take."""
+
+
 class BackendCost(_Frozen):
     """Price of a backend's tokens, integer micro-dollars per million tokens (never a float)."""
 
-    input_per_mtok: int = Field(default=0, ge=0, strict=True)
+    # At most 2**63-1, a budget's largest amount, as a policy's model cost (review R63: 10**4299
+    # was taken; the router only compares them, but a price no budget could hold is a typo).
+    input_per_mtok: int = Field(default=0, ge=0, le=2**63 - 1, strict=True)
     """Micro-dollars per million prompt tokens."""
-    output_per_mtok: int = Field(default=0, ge=0, strict=True)
+    output_per_mtok: int = Field(default=0, ge=0, le=2**63 - 1, strict=True)
     """Micro-dollars per million generated tokens."""
 
 
@@ -216,7 +223,7 @@ class Backend(_Frozen):
 
     name: str = Field(pattern=_NAME)
     """Unique backend name."""
-    url: str = Field(pattern=_URL)
+    url: str = Field(pattern=_URL, max_length=MAX_URL_CHARS)
     """Base URL; ``{url}/v1/chat/completions`` serves requests."""
     engine: Engine = "openai"
     """Which engine runs there; decides which metric names are read."""
@@ -227,7 +234,7 @@ class Backend(_Frozen):
     """GPU ids the backend runs on."""
     max_concurrency: int = Field(default=256, ge=1, le=1_000_000, strict=True)
     """Most requests the router keeps in flight on this backend."""
-    metrics_url: str | None = Field(default=None, pattern=_URL)
+    metrics_url: str | None = Field(default=None, pattern=_URL, max_length=MAX_URL_CHARS)
     """Prometheus text endpoint; ``None``: the router relies on its own in-flight accounting."""
     cost: BackendCost = Field(default_factory=BackendCost)
     """Token prices: the router's tie-break among backends about as fast prefers the cheapest

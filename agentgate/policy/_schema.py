@@ -178,9 +178,10 @@ class Tool(_Model):
 class ModelCost(_Model):
     """Price in micro-dollars per million tokens."""
 
-    input: int = Field(ge=0)
+    # At most MAX_AMOUNT, a budget's largest amount (review R63: 10**4299 was taken).
+    input: int = Field(ge=0, le=MAX_AMOUNT)
     """Micro-dollars per million input (prompt) tokens."""
-    output: int = Field(ge=0)
+    output: int = Field(ge=0, le=MAX_AMOUNT)
     """Micro-dollars per million output (generated) tokens."""
 
 
