@@ -10,51 +10,13 @@ tests/test_gateway_r62b_logging.py). A real simulator on loopback."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import httpx
-import pytest
+from test_gateway_r62b_logging import _UVICORN, _Kept, _state
 
 from agentgate.sim import SimServer
 
-_UVICORN = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
-
-
-class _Kept(logging.Handler):
-    """An application's own handler: the records it was given."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-def _state(name: str) -> tuple[int, tuple[logging.Handler, ...], bool]:
-    logger = logging.getLogger(name)
-    return logger.level, tuple(logger.handlers), logger.propagate
-
-
-@pytest.fixture
-def app_logging() -> Iterator[_Kept]:
-    """uvicorn's loggers as an application set them (DEBUG, a handler of its own, access
-    logging propagated), restored afterwards."""
-    before = {name: _state(name) for name in _UVICORN}
-    kept = _Kept()
-    for name in _UVICORN:
-        logger = logging.getLogger(name)
-        logger.setLevel(logging.DEBUG)
-        logger.handlers = [kept]
-        logger.propagate = True
-    try:
-        yield kept
-    finally:
-        for name, (level, handlers, propagate) in before.items():
-            logger = logging.getLogger(name)
-            logger.setLevel(level)
-            logger.handlers = list(handlers)
-            logger.propagate = propagate
+pytest_plugins = ("test_gateway_r62b_logging",)  # its ``app_logging`` fixture
 
 
 def test_a_simulator_leaves_uvicorns_loggers_as_they_were(app_logging: _Kept) -> None:
