@@ -2,10 +2,16 @@
 
 Each example imports this module first, before the imports that take seconds (langgraph,
 langchain, agentgate): importing it makes Ctrl-C end the process at once, with that line, as
-nothing has been written yet. While the run runs (``_common.exit_with``), Ctrl-C is Python's own
-``KeyboardInterrupt``, so that the run's ``finally`` closes the gate and what it wrote to its
-store stays whole; once the run has ended, Ctrl-C ends the process at once again (during the exit
-itself, which joins the run's threads). Standard library only: it must load in milliseconds.
+nothing has been written yet. While the run runs (``_common.exit_with``), Ctrl-C raises
+``KeyboardInterrupt`` where the run is, so that the run's ``finally`` closes the gate and what it
+wrote to its store stays whole; once the run has ended, Ctrl-C ends the process at once again
+(during the exit itself, which joins the run's threads). Standard library only: it must load in
+milliseconds.
+
+The handler that raises it is this module's, not ``signal.default_int_handler``: ``asyncio.run``
+replaces that one with its own for as long as it runs, which only cancels the main task at its
+next ``await``; a Ctrl-C during research_team's summary (no ``await`` in it) let the summary run
+to its end, then said ``interrupted`` (tests/test_examples_r63b_interrupt.py).
 
 All this only where an example is the program (``python examples/NAME.py``): a test that runs
 one in its own process (``runpy``, importing it) keeps its own Ctrl-C.
@@ -45,10 +51,15 @@ def outside_the_run() -> None:
         signal.signal(signal.SIGINT, _end_now)
 
 
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def inside_the_run() -> None:
-    """Ctrl-C from now on raises ``KeyboardInterrupt``, which the run's ``finally`` blocks see."""
+    """Ctrl-C from now on raises ``KeyboardInterrupt``, which the run's ``finally`` blocks see,
+    in an ``asyncio.run`` too (which leaves a handler other than Python's default in place)."""
     if _AN_EXAMPLE_IS_THE_PROGRAM:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _raise_interrupt)
 
 
 outside_the_run()
