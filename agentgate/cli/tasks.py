@@ -215,8 +215,11 @@ def _unsettled(args: argparse.Namespace) -> int:
     sys.stdout.write(f"{'allowed':<28} {'entry':>7} {'state':<8} {'resource':<28} key\n")
     for row in rows:
         resource = printable(str(row["resource"]))[:28]  # the tool name the agent asked for
+        # The key is the row's as stored: one written outside agentgate is escaped, as budget
+        # held prints the same key (until review R63 an escape sequence in it was sent).
         sys.stdout.write(
-            f"{row['allowed_at']:<28} {row['allow_index']:>7} {row['state']:<8} {resource:<28} {row['key']}\n"
+            f"{row['allowed_at']:<28} {row['allow_index']:>7} {row['state']:<8} {resource:<28} "
+            f"{printable(str(row['key']))}\n"
         )
     return 0
 
@@ -238,5 +241,7 @@ def _settle(args: argparse.Namespace) -> int:
     finally:
         store.close()
     verdict = "ran: it is never run again" if args.ran else "did not run: it may run again"
-    sys.stdout.write(f"settled {record.key} (allowed by audit entry {record.allow_index}): {verdict}\n")
+    sys.stdout.write(
+        f"settled {printable(record.key)} (allowed by audit entry {record.allow_index}): {verdict}\n"
+    )
     return 0

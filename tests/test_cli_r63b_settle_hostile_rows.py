@@ -1,0 +1,84 @@
+"""The operator verbs print text a store row holds escaped, one line per row, as ``budget held``
+does since review R60: a row written outside agentgate (a request's requester, a once-only
+call's key) with a terminal escape or a line break must not clear the screen or forge a row of
+``approval list`` or ``tasks unsettled``, nor a second line of what ``tasks settle`` says."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from test_gate_once import PAY, RUN, _gate, _new
+
+from agentgate.cli.main import main
+from agentgate.store import SQLiteStore
+from agentgate.store.approvals import ApprovalStore
+
+HOSTILE = "k\x1b[2J\nFORGED row"
+"""Text with a terminal escape (clear the screen) and a line break, as a row edited outside
+agentgate may hold."""
+
+SHOWN = "k\\x1b[2J\\nFORGED row"
+"""``HOSTILE`` as the verbs print it (``_common.printable``)."""
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert err == "", err
+    return code, out
+
+
+def _unsettled_call_keyed_hostile(tmp_path: Path) -> Path:
+    """A store with one once-only call allowed and never finished, its key edited to ``HOSTILE``."""
+    keys, path, agent = _new(tmp_path)
+    with _gate(path, keys) as gate:
+        assert gate.authorize(agent, PAY, call_id="c1", run_id=RUN).allowed
+        gate.flush()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("UPDATE agentgate_once SET key = ?", (HOSTILE,))
+        db.commit()
+    return path
+
+
+def test_approval_list_prints_a_stored_requester_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R63: approval list printed a request's requester as stored: a row whose requester
+    held an escape sequence and a line break cleared the screen and forged a row of the table."""
+    path = tmp_path / "agentgate.db"
+    with SQLiteStore(path) as store:
+        ApprovalStore(store).request("h1", HOSTILE, time.time() + 300)
+    code, out = _run(capsys, "approval", "list", "--store", str(path))
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 2 and "\x1b" not in out and lines[1].endswith(SHOWN), out
+
+
+def test_tasks_unsettled_prints_a_stored_key_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R63: tasks unsettled printed a call's key as stored (budget held, which names the
+    same key, escaped it since review R60): a key edited to hold a line break forged a row."""
+    path = _unsettled_call_keyed_hostile(tmp_path)
+    code, out = _run(capsys, "tasks", "unsettled", "--store", str(path))
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 2 and "\x1b" not in out and lines[1].endswith(SHOWN), out
+
+
+def test_tasks_settle_says_a_stored_key_escaped_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R63: tasks settle's 'settled KEY' line wrote the key raw (its refusals escape it):
+    the key given, as stored, sent its escape sequence and added a line."""
+    path = _unsettled_call_keyed_hostile(tmp_path)
+    code, out = _run(
+        capsys, "tasks", "settle", HOSTILE, "--not-run", "--older-than", "0", "--store", str(path)
+    )
+    assert code == 0
+    assert out.count("\n") == 1 and "\x1b" not in out and out.startswith(f"settled {SHOWN} "), out
