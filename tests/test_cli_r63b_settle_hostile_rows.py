@@ -14,6 +14,7 @@ import pytest
 from test_gate_once import PAY, RUN, _gate, _new
 
 from agentgate.cli.main import main
+from agentgate.keys import SigningKey, save_key
 from agentgate.store import SQLiteStore
 from agentgate.store.approvals import ApprovalStore
 
@@ -82,3 +83,20 @@ def test_tasks_settle_says_a_stored_key_escaped_on_one_line(
     )
     assert code == 0
     assert out.count("\n") == 1 and "\x1b" not in out and out.startswith(f"settled {SHOWN} "), out
+
+
+def test_approval_sign_names_its_out_file_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review R63: approval sign's 'approval written to FILE' line wrote the --out name raw, where
+    its error lines name a file escaped (_shown.shown_path): a name holding an escape sequence
+    and a line break sent the one and split the line."""
+    from test_cli_approval_hostile import request
+
+    key, _ = save_key(SigningKey.generate(), tmp_path / "k", "approver")
+    payload = tmp_path / "payload.json"
+    payload.write_text(request())
+    out_file = tmp_path / HOSTILE
+    capsys.readouterr()
+    assert main(["approval", "sign", str(payload), "--as", str(key), "--out", str(out_file)]) == 0
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert "\x1b" not in said and said.startswith("approval written to ") and SHOWN in said, said
+    assert out_file.is_file()

@@ -127,7 +127,8 @@ def _sign(args: argparse.Namespace) -> int:
             replace_file(Path(args.out), text.encode("utf-8"), 0o600)
         except OSError as exc:
             raise InputError(f"--out {args.out}: cannot write: {exc.strerror}") from None
-        sys.stderr.write(f"approval written to {args.out}: resume the run with it\n")
+        # Named as its errors name it (until review R63 raw: a name's escape sequence was sent).
+        sys.stderr.write(f"approval written to {shown_path(args.out)}: resume the run with it\n")
     else:
         sys.stdout.write(text)
     return 0
