@@ -128,15 +128,22 @@ def _prune(args: argparse.Namespace) -> int:
     before = int(time.time()) - parse_duration(args.older_than)
     store = open_existing_store(args.store)
     try:
-        ledger = BudgetLedger(store)
-        pruned: dict[str, int | None] = {
-            "approval_requests": ApprovalStore(store).prune(before),
-            "settled_reservations": ledger.prune(before),
-            "dead_letters": DeadLetterStore(store).prune(before),
-            # Budgets first: the record of a grant whose budget is kept stays for a later prune.
-            "expired_grant_budgets": ledger.prune_expired(before),
-        }
-        pruned["expired_grants"], pruned["expired_grant_revocations"] = _prune_grants(store, before)
+        # Every part opened before anything is deleted: a part whose tables are missing and that
+        # this role may not make (PostgreSQL's application role after an upgrade) is refused with
+        # nothing pruned, not after the parts before it were (until review R63).
+        approvals, ledger, letters = ApprovalStore(store), BudgetLedger(store), DeadLetterStore(store)
+        repo = GrantRepository(store)
+        try:
+            pruned: dict[str, int | None] = {
+                "approval_requests": approvals.prune(before),
+                "settled_reservations": ledger.prune(before),
+                "dead_letters": letters.prune(before),
+                # Budgets first: the record of a grant whose budget is kept stays for a later prune.
+                "expired_grant_budgets": ledger.prune_expired(before),
+            }
+            pruned["expired_grants"], pruned["expired_grant_revocations"] = _prune_grants(repo, before)
+        finally:
+            repo.close()
     finally:
         store.close()
     if args.json:
@@ -148,11 +155,10 @@ def _prune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prune_grants(store: Store, before: float) -> tuple[int | None, int | None]:
+def _prune_grants(repo: GrantRepository, before: float) -> tuple[int | None, int | None]:
     """``GrantRepository.prune``; ``(None, None)``, said on stderr, when the role may not delete
     grants or revocations (PostgreSQL's application role, docs/operations.md): the other tables
     are pruned all the same, and the store's owner prunes these."""
-    repo = GrantRepository(store)
     try:
         return prune_grants(repo, before)
     except StoreError as exc:
@@ -165,8 +171,6 @@ def _prune_grants(store: Store, before: float) -> tuple[int | None, int | None]:
             "the role that owns the schema to prune them\n"
         )
         return None, None
-    finally:
-        repo.close()
 
 
 def _create(name: str, make: Callable[[Store], Any], store: Store) -> Any:
