@@ -100,3 +100,17 @@ def test_approval_sign_names_its_out_file_escaped(tmp_path: Path, capsys: pytest
     said = capsys.readouterr().err.splitlines()[-1]
     assert "\x1b" not in said and said.startswith("approval written to ") and SHOWN in said, said
     assert out_file.is_file()
+
+
+def test_tasks_settle_refuses_an_empty_key_as_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R63: an empty KEY (``tasks settle "$KEY"`` with KEY unset) names nothing: exit 2, as
+    every value that names something (docs/cli.md, Conventions) and budget settle's empty ID; until
+    now it was looked up, and refused as an unknown key, exit 1."""
+    path = _unsettled_call_keyed_hostile(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["tasks", "settle", "", "--ran", "--older-than", "0", "--store", str(path)])
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2 and out == "" and "an empty value names nothing" in err, (out, err)

@@ -26,7 +26,6 @@ from agentgate.cli._common import (
     printable,
     refusal,
     settle_flags,
-    text,
     unix,
     utc,
 )
@@ -79,7 +78,9 @@ def register(subparsers: Any) -> None:
         description="Settle an unsettled call: --ran (never run again; a held reservation is charged) or "
         "--not-run (it may run again; a held reservation is released). An outcome entry records it.",
     )
-    settling.add_argument("key", type=text, metavar="KEY", help="the call's key (agentgate tasks unsettled)")
+    settling.add_argument(  # an empty KEY names nothing: exit 2, as budget settle's ID (review R63)
+        "key", type=given_text, metavar="KEY", help="the call's key (agentgate tasks unsettled)"
+    )
     said = settling.add_mutually_exclusive_group(required=True)
     said.add_argument("--ran", action="store_true", help="the call had its effect")
     said.add_argument("--not-run", action="store_true", help="the call had no effect")
