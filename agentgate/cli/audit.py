@@ -62,7 +62,7 @@ from agentgate.errors import (
     StoreError,
     TamperDetected,
 )
-from agentgate.keys import load_public_key, read_regular_file, replace_file
+from agentgate.keys import load_public_key, read_regular_file, replace_file, shown_path
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.audit import AuditLog, Explanation, VerifyReport, log_key_path
 
@@ -889,7 +889,7 @@ def _checkpoint(args: argparse.Namespace) -> int:
     except (TamperDetected, LogDropped) as exc:
         sys.stdout.write(refusal(str(exc)))
         if read and read[0] is not None:
-            print(f"{args.out} is left as it was: it is the evidence")
+            print(f"{shown_path(args.out)} is left as it was: it is the evidence")
         return 1
     if args.out:
         _write(args.out, note)
@@ -931,7 +931,7 @@ def _prove(args: argparse.Namespace) -> int:
             sys.stdout.write(refusal(f"{exc}; no proof written, run agentgate audit verify"))
             return 1
     _write(args.out, bundle.text())
-    print(f"wrote the proof of entry {args.index} ({len(bundle.proof)} hashes) to {args.out}")
+    print(f"wrote the proof of entry {args.index} ({len(bundle.proof)} hashes) to {shown_path(args.out)}")
     return 0
 
 
@@ -977,7 +977,7 @@ def _report(args: argparse.Namespace) -> int:
         if not log.exists:
             page = render_report(iter(()), None, [])
             _write(args.out, page)
-            print(f"wrote {args.out}: 0 entries, intact ({_NO_LOG_YET})")
+            print(f"wrote {shown_path(args.out)}: 0 entries, intact ({_NO_LOG_YET})")
             return 0
         verified = log.verify()
         note = log.latest_checkpoint()
@@ -986,5 +986,5 @@ def _report(args: argparse.Namespace) -> int:
         page = render_report(log.entries(skip_malformed=True), checkpoint, problems)
     _write(args.out, page)
     state = "intact" if verified.ok else f"TAMPERED, {len(problems)} problem(s) shown in the report"
-    print(f"wrote {args.out}: {verified.size} entries, {state}")
+    print(f"wrote {shown_path(args.out)}: {verified.size} entries, {state}")
     return 0 if verified.ok else 1

@@ -394,7 +394,7 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None) -> 
         replace_file(out, (chain.token + "\n").encode("ascii"), 0o600, lambda: record(repo, chain))
     except OSError as exc:
         raise InputError(f"{out}: cannot write token: {exc.strerror}") from None
-    sys.stderr.write(f"wrote {out} (grant {chain.id})\n")
+    sys.stderr.write(f"wrote {shown_path(out)} (grant {chain.id})\n")
 
 
 @contextlib.contextmanager

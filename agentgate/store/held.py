@@ -166,7 +166,7 @@ def settle_held(
     nothing, ``_cut``).
     """
     if not isinstance(reservation, str) or not _ID.match(reservation):
-        raise InputError(f"a reservation id is 32 hexadecimal digits, got {reservation!r:.60}")
+        raise InputError(f"a reservation id is 32 lower-case hexadecimal digits, got {reservation!r:.60}")
     if not isinstance(by, str) or not by.strip():
         raise InputError(f"say who settles the reservation (by, as text), got {by!r:.60}")
     cut = _cut(min_age_s)
