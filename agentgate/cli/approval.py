@@ -119,7 +119,6 @@ def _sign(args: argparse.Namespace) -> int:
         said = shortened(f"{name}: request {printable(request['id'])}: {refusal}")
         sys.stderr.write(f"agentgate: refused: {said}\n")
         return 1
-    sys.stderr.write(_describe(request, key.did))
     approval = Approval.sign({"request": request}, key).to_dict()
     text = json.dumps(approval, indent=2) + "\n"
     if args.out:
@@ -127,9 +126,13 @@ def _sign(args: argparse.Namespace) -> int:
             replace_file(Path(args.out), text.encode("utf-8"), 0o600)
         except OSError as exc:
             raise InputError(f"--out {args.out}: cannot write: {exc.strerror}") from None
+        # What was signed, said once it is written: an --out that cannot be written is the one
+        # error line exit 2 promises (until review R63 the description went first).
+        sys.stderr.write(_describe(request, key.did))
         # Named as its errors name it (until review R63 raw: a name's escape sequence was sent).
         sys.stderr.write(f"approval written to {shown_path(args.out)}: resume the run with it\n")
     else:
+        sys.stderr.write(_describe(request, key.did))
         sys.stdout.write(text)
     return 0
 
