@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, cast
 
-from agentgate.errors import InputError, SettlementRefused
+from agentgate.audit.entry import AuditEntry
+from agentgate.errors import BeyondLogEnd, InputError, SettlementRefused, StoreError
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
 from agentgate.store.ledger import BudgetLedger, has_unit_column
@@ -117,10 +118,30 @@ _COLUMNS = "key, allow_index, state, reservations"
 
 
 def _record(row: Sequence[object]) -> OnceRecord:
+    """A row of ``agentgate_once`` (``_COLUMNS``) as a record; ``StoreError`` naming the table,
+    the call and the column when it is not one (a row written outside agentgate), never a
+    traceback, never a value read as something it is not. Until review R63 ``reservations`` was
+    taken for a JSON list whatever it held: text that is no JSON was a traceback out of ``tasks
+    unsettled`` and ``tasks settle``, and a JSON string (object) was walked character by
+    character (key by key), so that ``settle`` settled the call and left its reservation held."""
     key, index, state, reservations = row
-    return OnceRecord(
-        str(key), int(cast(int, index)), cast(OnceState, state), tuple(json.loads(str(reservations)))
-    )
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise _malformed(key, f"its allow_index is {index!r:.60}, not an index of the audit log")
+    try:
+        ids = json.loads(str(reservations))
+    except (ValueError, RecursionError):
+        ids = None
+    if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+        raise _malformed(
+            key, f"its reservations are {reservations!r:.60}, not a JSON list of reservation ids"
+        )
+    return OnceRecord(str(key), index, cast(OnceState, state), tuple(ids))
+
+
+def _malformed(key: object, what: str) -> StoreError:
+    """The error for a malformed row of ``agentgate_once``: its key and value quoted cut at 60
+    characters, as ``held._stored`` quotes a reservation's (an edited row may hold 100,000)."""
+    return StoreError(f"agentgate_once: the row of call {key!r:.60} is malformed: {what}")
 
 
 SETTLE_MIN_AGE_S = 900.0
@@ -171,7 +192,7 @@ def settle(
             raise SettlementRefused(
                 f"call {key} is {record.state}, not unsettled: there is nothing to settle"
             )
-        allowed = audit.entry(record.allow_index)
+        allowed = _allow_entry(audit, record)
         if record.state == "started" and min_age_s > 0:  # 0: any age, also one stamped ahead
             age = time.time() - datetime.fromisoformat(allowed.time).timestamp()
             if age < min_age_s:
@@ -218,3 +239,26 @@ def settle(
             tx,
         )
     return record
+
+
+def _allow_entry(audit: AuditLog, record: OnceRecord) -> AuditEntry:
+    """The ``allow`` entry that let ``record``'s call run; ``StoreError`` naming the row when its
+    ``allow_index`` is past the end of the log or names an entry that is no ``allow`` of a tool
+    call (the only calls the Gate records as once-only; a row edited outside agentgate). Until
+    review R63 any entry was taken: an ``allow_index`` edited to 0 (a grant's issue) was settled
+    as "allowed by audit entry 0", its outcome naming that entry's principal and resource. An
+    entry whose bytes were edited raises the log's ``TamperDetected``. Another tool call's
+    ``allow`` is not told apart: the entry does not hold the run and call id the key is made of."""
+    try:
+        allowed = audit.entry(record.allow_index)
+    except BeyondLogEnd:
+        raise _malformed(
+            record.key, f"its allow_index {record.allow_index} is past the end of the audit log"
+        ) from None
+    if allowed.kind != "allow" or not (allowed.resource or "").startswith("tool:"):
+        raise _malformed(
+            record.key,
+            f"its allow_index {record.allow_index} names an audit entry that is no allow of a tool call "
+            f"({allowed.kind} {allowed.resource!r:.60})",
+        )
+    return allowed
