@@ -33,6 +33,7 @@ votes that count; a request counted without a rule has no such row, and every vo
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Collection, Sequence
@@ -737,10 +738,7 @@ class ApprovalStore:
         )
         if not rows:
             raise InputError(f"no approval request {approval_id!r}")
-        call_hash, requester, state, approver, expires_at, quorum = rows[0]
-        return Approval(
-            approval_id, str(call_hash), str(requester), str(state), approver, float(expires_at), int(quorum)
-        )
+        return _approval((approval_id, *rows[0]))
 
     def open_records(self, now: float | None = None) -> list[Approval]:
         """Requests still waiting for votes (pending, not expired, no grant revoked), oldest first."""
@@ -751,12 +749,7 @@ class ApprovalStore:
             "ORDER BY created, id",
             (moment,),
         )
-        return [
-            Approval(
-                str(i), str(call_hash), str(requester), str(state), approver, float(expires), int(quorum)
-            )
-            for i, call_hash, requester, state, approver, expires, quorum in rows
-        ]
+        return [_approval(row) for row in rows]
 
     def votes(self, approval_id: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The approvers who voted yes on the request, sorted, in two groups: those whose vote
@@ -793,6 +786,36 @@ class ApprovalStore:
                     tuple(v for v in votes if v not in voters),
                 )
         return found
+
+
+def _approval(row: Sequence[object]) -> Approval:
+    """A row of ``approvals`` (id, call hash, requester, state, approver, expiry, quorum) as an
+    ``Approval``; ``StoreError`` naming the table, the request and the column when its quorum is
+    no whole number >= 1 or its expiry no number of Unix seconds (NaN included), never a
+    traceback: SQLite's checks let text through (``'x' >= 1`` holds: text sorts above every
+    number), and PostgreSQL's DOUBLE PRECISION holds NaN, which sorts above every time (a request
+    that never expires). Values quoted cut at 60 characters, as ``held._stored`` quotes a
+    reservation's. Until review R63 ``int`` and ``float`` raised ``ValueError`` out of
+    ``agentgate approval list``."""
+    approval_id, call_hash, requester, state, approver, expires_at, quorum = row
+    if isinstance(quorum, bool) or not isinstance(quorum, int) or quorum < 1:
+        raise _malformed(approval_id, f"its quorum is {quorum!r:.60}, not a whole number >= 1")
+    if isinstance(expires_at, bool) or not isinstance(expires_at, int | float) or math.isnan(expires_at):
+        raise _malformed(approval_id, f"its expires_at is {expires_at!r:.60}, not a time in Unix seconds")
+    return Approval(
+        str(approval_id),
+        str(call_hash),
+        str(requester),
+        str(state),
+        None if approver is None else str(approver),
+        float(expires_at),
+        quorum,
+    )
+
+
+def _malformed(approval_id: object, what: str) -> StoreError:
+    """The error for a malformed row of ``approvals``, naming the request (quoted cut)."""
+    return StoreError(f"approvals: the row of request {approval_id!r:.60} is malformed: {what}")
 
 
 def _voters(approval_id: str, text: str) -> set[str]:
