@@ -166,3 +166,23 @@ def _log(store: Store) -> AuditLog:
 
 def _key(store: Store) -> str:
     return str(store.query("SELECT key FROM agentgate_once")[0][0])
+
+
+def test_a_decision_on_a_call_whose_row_has_an_allow_index_of_text_fails_closed(tmp_path: Path) -> None:
+    """Review R63: the Gate reads a once-only call's row (``OnceCalls.last``) when the same call
+    is decided again; an ``allow_index`` edited to text (SQLite's INTEGER column keeps it) was a
+    ``ValueError`` out of ``authorize``. Now a ``StoreError`` naming the row: refused, no allow
+    recorded."""
+    path = tmp_path / "agentgate.db"
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    with Gate(parse_policy(_policy_text(keys), source="once.yaml"), SQLiteStore(path)) as gate:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        assert gate.authorize(agent, PAY, call_id="c1", run_id=RUN).allowed
+        gate.flush()
+        _edit(lambda: SQLiteStore(path), "allow_index", "x")
+        size = _log_size(lambda: SQLiteStore(path))
+        with pytest.raises(
+            StoreError, match=r"agentgate_once: the row of call '[0-9a-f]+' .*its allow_index"
+        ):
+            gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
+    assert _log_size(lambda: SQLiteStore(path)) == size

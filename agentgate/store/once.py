@@ -83,12 +83,14 @@ class OnceCalls:
     def last(self, tx: Transaction, key: str) -> tuple[OnceState, int] | None:
         """The state of the call ``key`` and the index of its latest ``allow`` entry, or ``None``
         if it never ran. Read in ``tx``, which holds the audit append lock (every Gate write
-        takes it first), so two deciders of the same call cannot both find nothing."""
-        rows = tx.execute("SELECT state, allow_index FROM agentgate_once WHERE key = ?", (key,))
+        takes it first), so two deciders of the same call cannot both find nothing. ``StoreError``
+        for a row that is malformed (``_record``; until review R63 an ``allow_index`` of text was a
+        ``ValueError`` out of the decision)."""
+        rows = tx.execute(f"SELECT {_COLUMNS} FROM agentgate_once WHERE key = ?", (key,))
         if not rows:
             return None
-        state, index = rows[0]
-        return state, int(index)
+        record = _record(rows[0])
+        return record.state, record.allow_index
 
     def start(self, tx: Transaction, key: str, allow_index: int, reservations: Sequence[str] = ()) -> None:
         """Record in ``tx`` that the call ``key`` was allowed by entry ``allow_index`` and may run,
@@ -139,9 +141,10 @@ def _record(row: Sequence[object]) -> OnceRecord:
 
 
 def _malformed(key: object, what: str) -> StoreError:
-    """The error for a malformed row of ``agentgate_once``: its key and value quoted cut at 60
-    characters, as ``held._stored`` quotes a reservation's (an edited row may hold 100,000)."""
-    return StoreError(f"agentgate_once: the row of call {key!r:.60} is malformed: {what}")
+    """The error for a malformed row of ``agentgate_once``: its key quoted cut at 80 characters
+    (a key agentgate makes, 64 hexadecimal digits, is whole: ``tasks settle`` takes it) and its
+    value at 60, as ``held._stored`` quotes a reservation's (an edited row may hold 100,000)."""
+    return StoreError(f"agentgate_once: the row of call {key!r:.80} is malformed: {what}")
 
 
 SETTLE_MIN_AGE_S = 900.0
