@@ -186,3 +186,21 @@ def test_a_decision_on_a_call_whose_row_has_an_allow_index_of_text_fails_closed(
         ):
             gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
     assert _log_size(lambda: SQLiteStore(path)) == size
+
+
+def test_tasks_unsettled_refuses_an_allow_index_naming_no_allow_of_a_tool_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R63 (r63b-rows's finding, the lead's fix): ``tasks unsettled`` showed whatever entry
+    a row's ``allow_index`` named: edited to 0 (a grant's issue), the call was listed with that
+    entry's resource, ``agent:...``. It checks each entry as ``tasks settle`` does: one line, exit 2."""
+    path = tmp_path / "agentgate.db"
+    _allowed_and_never_finished(lambda: SQLiteStore(path))
+    _edit(lambda: SQLiteStore(path), "allow_index", 0)
+    capsys.readouterr()
+    assert main(["tasks", "unsettled", "--store", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, (out, err)
+    assert err.startswith("agentgate: error: agentgate_once: the row of call '") and "allow_index 0" in err, (
+        err
+    )

@@ -32,7 +32,7 @@ from agentgate.cli._common import (
 from agentgate.errors import InputError, SettlementRefused
 from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
 from agentgate.store.leases import SharedBreakers
-from agentgate.store.once import SETTLE_MIN_AGE_S, OnceCalls, settle
+from agentgate.store.once import SETTLE_MIN_AGE_S, OnceCalls, checked_allow, settle
 
 
 def register(subparsers: Any) -> None:
@@ -197,7 +197,9 @@ def _unsettled(args: argparse.Namespace) -> int:
         # The allow entries of all of them in a few statements, not one read per call: a year of
         # failed payments is thousands of rows, and on PostgreSQL each read was a round trip.
         entries = audit.entries_at(r.allow_index for r in records)
-        allowed = {r.key: entries[r.allow_index] for r in records}
+        # Each checked as tasks settle checks it: a row's allow_index edited to name another kind
+        # of entry (0, a grant's issue) was listed with that entry's resource (review R63).
+        allowed = {r.key: checked_allow(r, entries[r.allow_index]) for r in records}
     finally:
         store.close()
     rows = [

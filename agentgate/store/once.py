@@ -258,6 +258,13 @@ def _allow_entry(audit: AuditLog, record: OnceRecord) -> AuditEntry:
         raise _malformed(
             record.key, f"its allow_index {record.allow_index} is past the end of the audit log"
         ) from None
+    return checked_allow(record, allowed)
+
+
+def checked_allow(record: OnceRecord, allowed: AuditEntry) -> AuditEntry:
+    """``allowed``, the entry at ``record``'s ``allow_index``, if it is an ``allow`` of a tool
+    call; else ``StoreError`` naming the row (``_allow_entry``; ``agentgate tasks unsettled``,
+    which reads the entries of many rows at once, checks each the same way)."""
     if allowed.kind != "allow" or not (allowed.resource or "").startswith("tool:"):
         raise _malformed(
             record.key,
