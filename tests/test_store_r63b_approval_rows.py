@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,19 +21,6 @@ from agentgate.cli.main import main
 from agentgate.errors import StoreError
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.approvals import ApprovalStore
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """A SQLite file or a PostgreSQL database."""
-    if request.param == "sqlite":
-        opened: Store = SQLiteStore(tmp_path / "agentgate.db")
-    else:
-        from agentgate.store._postgres import PostgresStore
-
-        opened = PostgresStore(request.getfixturevalue("postgres_url"))
-    yield opened
-    opened.close()
 
 
 def _edited(store: Store, column: str, value: str) -> str:
