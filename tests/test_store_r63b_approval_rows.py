@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from agentgate.cli.main import main
-from agentgate.errors import StoreError
+from agentgate.errors import InputError, StoreError
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.approvals import ApprovalStore
 
@@ -81,3 +81,17 @@ def test_approval_list_says_a_damaged_row_in_one_line_exit_2(
     assert err.startswith(f"agentgate: error: approvals: the row of request '{approval_id}' is malformed"), (
         err
     )
+
+
+@pytest.mark.parametrize("expires_at", [float("nan"), float("inf"), "4000000000", True])
+def test_a_request_with_an_expiry_that_is_no_time_is_refused_and_nothing_stored(
+    store: Store, expires_at: object
+) -> None:
+    """Review R63 (r63b-rows's finding, the lead's fix): ``ApprovalStore.request`` stored
+    ``float(expires_at)``: NaN made a request that never expires on PostgreSQL (reads refuse
+    such a row now, but the write took it), and text or a bool was converted. Refused with the
+    field named, nothing stored."""
+    approvals = ApprovalStore(store)
+    with pytest.raises(InputError, match="expires_at must be a finite number of Unix seconds"):
+        approvals.request("h" * 64, "did:key:zRequester", expires_at)  # type: ignore[arg-type]
+    assert store.query("SELECT COUNT(*) FROM approvals")[0][0] == 0

@@ -245,8 +245,11 @@ class ApprovalStore:
         of the approvers whose votes count (the policy's), when known. ``call_key``: what names
         the framework's call whatever its tool and arguments (``approval_call_key``), and the
         version of what asked for it (a model answer), for ``supersede``. Returns its id.
-        ``InputError`` on empty values or a quorum below one.
+        ``InputError`` on empty values, a quorum below one, or an expiry that is no finite time
+        (``unix_time``: until review R63 ``float(nan)`` was stored, a request that never expires
+        on PostgreSQL, which sorts NaN above every time; reads refuse such a row).
         """
+        expires = unix_time(expires_at, "an approval request's expires_at")
         if not call_hash or not requester:
             raise InputError("an approval request needs a call hash and a requester")
         if not isinstance(quorum, int) or isinstance(quorum, bool) or quorum < 1:
@@ -256,7 +259,7 @@ class ApprovalStore:
             t.execute(
                 "INSERT INTO approvals (id, call_hash, requester, state, quorum, created, expires_at) "
                 "VALUES (?, ?, ?, 'pending', ?, ?, ?)",
-                (approval_id, call_hash, requester, quorum, time.time(), float(expires_at)),
+                (approval_id, call_hash, requester, quorum, time.time(), expires),
             )
             if grants:
                 t.executemany(
