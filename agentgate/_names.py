@@ -23,6 +23,8 @@ quotas may name (``policy._schema``), what the CLI makes a grant in (``authority
 of the three wrote the set out itself, held equal only by a test."""
 BUDGET_UNITS: tuple[BudgetUnit, ...] = get_args(BudgetUnit)
 """``BudgetUnit`` as a tuple, in the order messages name them."""
+METERED_IN_WORDS = f"{', '.join(BUDGET_UNITS[:-1])} or {BUDGET_UNITS[-1]}"
+"""``BUDGET_UNITS`` as every message names them: ``usd_micros, tokens or calls``."""
 METERED_UNITS = frozenset({*BUDGET_UNITS, "micro_usd"})
 """The units the Gate charges a call in: ``BUDGET_UNITS`` and ``micro_usd``, an alias of
 ``usd_micros`` that no policy names and the CLI makes no grant in, but a token made by the library

@@ -89,7 +89,7 @@ def test_grant_check_denies_an_unmetered_budget_with_a_finding_naming_the_units(
     assert code == 1 and err == "", err
     assert out.startswith("deny: "), out
     assert "authority_chain_opacity budget_unit_not_metered [budget]:" in out, out
-    assert "'usd'" in out and "calls, tokens or usd_micros" in out, out
+    assert "'usd'" in out and "usd_micros, tokens or calls" in out, out
     code, out, _ = cli(capsys, *CHECK, "--json")
     decision = json.loads(out)
     assert code == 1 and decision["outcome"] == "deny"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from agentgate._names import BUDGET_UNIT, BUDGET_UNITS
+from agentgate._names import BUDGET_UNIT, BUDGET_UNITS, METERED_IN_WORDS
 from agentgate.authority._encoding import b64url_encode
 from agentgate.capabilities import Capability, format_capability
 from agentgate.errors import TokenFormatError
@@ -116,7 +116,7 @@ class Budget:
         if metered and colon and unit not in BUDGET_UNITS:
             raise TokenFormatError(
                 f"budget {_quoted(str(text))}: unit {_quoted(unit)} is not one agentgate meters; "
-                f"use {', '.join(BUDGET_UNITS[:-1])} or {BUDGET_UNITS[-1]}"
+                f"use {METERED_IN_WORDS}"
             )
         return cls(int(amount), unit if colon else "usd_micros")
 

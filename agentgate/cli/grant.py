@@ -13,11 +13,11 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentgate._names import BUDGET_UNITS, METERED_UNITS
+from agentgate._names import METERED_IN_WORDS, METERED_UNITS
 from agentgate.authority import (
     DEFAULT_SKEW,
     MAX_TOKEN_BYTES,
@@ -520,12 +520,9 @@ def _warn_unmetered(chain: Chain) -> None:
     (a parent made by the library in another unit, kept by a delegation without ``--budget``):
     the delegation stands, as the token format allows it, but ``grant check`` denies its calls
     and the Gate refuses them (review R63: it was made without a word)."""
-    for link in reversed(chain.links):
-        if link.budget is not None:
-            found = _unmetered_finding(link.id, link.budget)
-            if found is not None:
-                sys.stderr.write(f"warning: {_finding_line(found)}\n")
-            return
+    found = _unmetered_from_tip(chain.budgets)
+    if found is not None:
+        sys.stderr.write(f"warning: {_finding_line(found)}\n")
 
 
 def _revocations(ids: tuple[str, ...]) -> tuple[set[str] | None, str]:
@@ -662,15 +659,22 @@ def _unmetered_finding(grant_id: str, budget: Budget | None) -> Finding | None:
     implementation: ``5 usd``); ``None`` for a metered budget or none."""
     if budget is None or budget.unit in METERED_UNITS:
         return None
-    units = sorted(BUDGET_UNITS)
     return Finding(
         kind=FindingKind.AUTHORITY_CHAIN_OPACITY,
         code="budget_unit_not_metered",
         message=f"the budget of {budget.amount} {budget.unit!r} cannot be metered (agentgate charges "
-        f"{', '.join(units[:-1])} or {units[-1]}): the Gate refuses every call on this grant",
+        f"{METERED_IN_WORDS}): the Gate refuses every call on this grant",
         grant=grant_id,
         field="budget",
     )
+
+
+def _unmetered_from_tip(budgets: Sequence[tuple[str, Budget]]) -> Finding | None:
+    """``_unmetered_finding`` of the budget nearest the tip of a chain's ``(grant id, budget)``
+    pairs, root first (``Chain.budgets``, ``Decision.budgets``), that the Gate cannot meter;
+    ``None`` if it can meter them all. (A chain's
+    budgets share one unit: a child in another is ``budget_unit_changed``.)"""
+    return next((f for f in (_unmetered_finding(g, b) for g, b in reversed(budgets)) if f is not None), None)
 
 
 def _as_the_gate_meters(decision: Decision) -> Decision:
@@ -681,9 +685,7 @@ def _as_the_gate_meters(decision: Decision) -> Decision:
     A denial stands as it is: the chain's own fault is said first, as the Gate says it."""
     if decision.outcome is Outcome.DENY:
         return decision
-    found = next(
-        (f for f in (_unmetered_finding(g, b) for g, b in reversed(decision.budgets)) if f is not None), None
-    )
+    found = _unmetered_from_tip(decision.budgets)
     if found is None:
         return decision
     return dataclasses.replace(

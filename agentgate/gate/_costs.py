@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from agentgate._names import METERED_UNITS
+from agentgate._names import METERED_IN_WORDS, METERED_UNITS
 from agentgate.authority import Decision
 from agentgate.capabilities import Call
 from agentgate.dispatch._answers import MAX_USAGE_TOKENS
@@ -90,7 +90,7 @@ class _Costs:
         if unknown:
             return (
                 f"the chain's budget in {unknown[0]!r} cannot be metered (agentgate charges "
-                f"{', '.join(sorted(_METERED - {'micro_usd'}))}): no call may spend from it"
+                f"{METERED_IN_WORDS}): no call may spend from it"
             )
         return "a model call on a tokens or usd_micros budget needs its token estimate (tokens=)"
 
