@@ -8,58 +8,19 @@ the policy its examples make. Review R63 ran them by hand: they hold; these test
 
 from __future__ import annotations
 
-import copy
 import json
-import re
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_policy_reference_spec import reference_examples
 
-from agentgate._yaml import load_yaml
 from agentgate.cli.main import main
 from agentgate.keys import SigningKey, save_key
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "policy-reference.md").read_text(encoding="utf-8")
-_DID = "did:key:z6MkqQP5oTUxZ95rgbJg29FwyrJ5N8HrRPpEBQbPrAUCkPXm"
-
-# What the examples name without declaring it in another example: the page says so.
-_NAMED_ELSEWHERE = {
-    "tenants": {"team-a": {}},
-    "principals": {"bob": {"kind": "human", "did": _DID}},
-    "tools": {"tickets.read": {}, "web.fetch": {"args": {"url": {"type": "string"}}}},
-    "roles": {"support-lead": {"kind": "human"}},
-}
-
-
-def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            assert key not in into, f"two examples set {key}"
-            into[key] = value
-
-
-def _examples_as_one_policy() -> dict[str, Any]:
-    """The page's YAML blocks in order; the two indented ones are parts of the role example."""
-    doc: dict[str, Any] = {}
-    parts: list[Any] = []
-    for block in re.findall(r"```yaml\n(.*?)```", PAGE, re.S):
-        data, _ = load_yaml(textwrap.dedent(block), source="policy-reference.md")
-        if block.startswith(" "):
-            parts.append(data)
-        else:
-            _merge(doc, data)
-    capabilities, delegation = parts
-    role = doc["roles"]["support-agent"]
-    role["capabilities"] += capabilities
-    role.update(delegation)
-    _merge(doc, copy.deepcopy(_NAMED_ELSEWHERE))
-    return doc
 
 
 def _lint(tmp_path: Path, doc: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
@@ -78,7 +39,7 @@ def test_the_examples_together_lint_clean(tmp_path: Path, capsys: pytest.Capture
     """Review R63: the page's examples, put together as its closing sentence of "Top level" says,
     load with ``agentgate policy lint`` and give no finding at all (exit 0)."""
     assert "put together, with `bob`" in " ".join(PAGE.split())
-    code, report = _lint(tmp_path, _examples_as_one_policy(), capsys)
+    code, report = _lint(tmp_path, reference_examples(), capsys)
     assert (code, report["valid"], report["findings"]) == (0, True, [])
 
 
@@ -199,7 +160,7 @@ def test_each_lint_finding_the_page_names_is_what_lint_reports(
     """Review R63: each field the page says lint reports, set on the page's own examples, gives
     exactly that one finding with the severity the page (and docs/lint.md) gives it."""
     assert " ".join(said.split()) in " ".join(PAGE.split()), said
-    doc = _examples_as_one_policy()
+    doc = reference_examples()
     change(doc)
     exit_code, report = _lint(tmp_path, doc, capsys)
     found = [(f["code"], f["severity"]) for f in report["findings"]]

@@ -348,7 +348,9 @@ def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
             into[key] = value
 
 
-def test_the_references_examples_together_load_and_mean_what_the_text_says() -> None:
+def reference_examples() -> dict[str, Any]:
+    """The reference's YAML examples as one policy document, as its closing sentence of "Top
+    level" says they go together (tests/test_docs_r63_policy_reference.py lints it too)."""
     text = (_REPO / "docs" / "policy-reference.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
     doc: dict[str, Any] = {}
@@ -374,6 +376,11 @@ def test_the_references_examples_together_load_and_mean_what_the_text_says() -> 
             "roles": {"support-lead": {"kind": "human"}},
         },
     )
+    return doc
+
+
+def test_the_references_examples_together_load_and_mean_what_the_text_says() -> None:
+    doc = reference_examples()
     policy = parse_policy(json.dumps(doc), source="reference.yaml", base_dir=_REPO / "policies")
     index = PolicyIndex(policy)
     refund = {"order_id": "o1", "currency": "EUR"}
