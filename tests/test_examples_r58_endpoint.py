@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import runpy
-import sys
 import threading
 import uuid
 from collections import Counter
@@ -23,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _examples import EXAMPLES, run_example
 
 from agentgate.cli.main import main as cli_main
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
 SERVED = "loopback-model"
 
 Answer = Callable[[dict[str, Any]], tuple[int, bytes]]
@@ -163,15 +160,8 @@ def _run(
     monkeypatch.setenv("AGENTGATE_OPENAI_BASE_URL", base_url)
     monkeypatch.setenv("AGENTGATE_OPENAI_MODEL", SERVED)
     monkeypatch.setenv("AGENTGATE_DEMO_DIR", str(workdir))
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the example puts examples/ on it
-    capsys.readouterr()
-    try:
-        runpy.run_path(str(EXAMPLES / name), run_name="__main__")
-        status = 0
-    except SystemExit as exit:
-        status = exit.code if isinstance(exit.code, int) else 1
-    printed = capsys.readouterr()
-    return status, printed.out + printed.err
+    status, out, err = run_example(EXAMPLES / name, capsys)
+    return status, out + err
 
 
 def _log(store: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:

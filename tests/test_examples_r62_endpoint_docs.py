@@ -10,7 +10,6 @@ import importlib.util
 import json
 import os
 import re
-import runpy
 import shlex
 import socket
 import subprocess
@@ -20,11 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _examples import EXAMPLES, run_example
 
 from agentgate.sim import SimServer
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
 QUICKSTART = ROOT / "docs" / "quickstart.md"
 
 
@@ -114,12 +113,8 @@ def _run(
     monkeypatch.setenv("AGENTGATE_OPENAI_MODEL", "sim/served-model")
     monkeypatch.setenv("AGENTGATE_OPENAI_MAX_RETRIES", "0")
     monkeypatch.setenv("AGENTGATE_DEMO_DIR", str(workdir))
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the example puts examples/ on it
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit:
-        runpy.run_path(str(EXAMPLES / "support_agent.py"), run_name="__main__")
-    printed = capsys.readouterr()
-    return int(exit.value.code or 0), printed.out + printed.err
+    status, out, err = run_example(EXAMPLES / "support_agent.py", capsys)
+    return status, out + err
 
 
 def _one_stop_naming(out: str, base_url: str) -> None:

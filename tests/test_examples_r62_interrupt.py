@@ -7,15 +7,14 @@ verify``, the command the example itself points to)."""
 from __future__ import annotations
 
 import os
-import runpy
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _examples import EXAMPLES, run_example
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 NAMES = ["research_team.py", "support_agent.py"]
 
 
@@ -69,8 +68,6 @@ def test_an_example_run_inside_a_test_leaves_its_ctrl_c_alone(
     for variable in ("AGENTGATE_OPENAI_BASE_URL", "AGENTGATE_DEMO_DIR"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the example puts examples/ on it
-    with pytest.raises(SystemExit) as exit:
-        runpy.run_path(str(EXAMPLES / "support_agent.py"), run_name="__main__")
-    assert exit.value.code == 0, capsys.readouterr()
+    status, out, err = run_example(EXAMPLES / "support_agent.py", capsys)
+    assert status == 0, out + err
     assert signal.getsignal(signal.SIGINT) is before

@@ -6,13 +6,11 @@ table aligned. The structure is checked, not the words."""
 from __future__ import annotations
 
 import re
-import runpy
-import sys
 from pathlib import Path
 
 import pytest
+from _examples import EXAMPLES, run_example
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 WIDTH = 100
 SCREEN = 50
 
@@ -25,14 +23,10 @@ def _run(
     for variable in ("AGENTGATE_OPENAI_BASE_URL", "AGENTGATE_OPENAI_MODEL", "AGENTGATE_DEMO_DIR"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.chdir(workdir)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the example puts examples/ on it
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit:
-        runpy.run_path(str(EXAMPLES / name), run_name="__main__")
-    printed = capsys.readouterr()
-    assert exit.value.code == 0, printed.out + printed.err
-    assert printed.err == ""
-    return printed.out
+    status, out, err = run_example(EXAMPLES / name, capsys)
+    assert status == 0, out + err
+    assert err == ""
+    return out
 
 
 def _section(out: str, head: str) -> list[str]:

@@ -9,20 +9,18 @@ answer it cannot give, a loopback server."""
 from __future__ import annotations
 
 import json
-import runpy
 import socket
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _examples import EXAMPLES, run_example
 from test_examples_r58_endpoint import _completion
 from test_examples_r59_endpoint import Endpoint
 
 from agentgate.sim import SimServer
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SERVED = "meta-llama/Llama-3.1-8B-Instruct"  # the model docs/quickstart.md names
 KEY = "sim-key-r62b"
 WIDTH = 100
@@ -61,15 +59,8 @@ def _run(
         monkeypatch.setenv(f"AGENTGATE_OPENAI_{setting}", value)
     monkeypatch.delenv("AGENTGATE_DEMO_DIR", raising=False)
     monkeypatch.chdir(workdir)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the example puts examples/ on it
-    capsys.readouterr()
-    try:
-        runpy.run_path(str(EXAMPLES / name), run_name="__main__")
-        status = 0
-    except SystemExit as exit:
-        status = exit.code if isinstance(exit.code, int) else 1
-    printed = capsys.readouterr()
-    return status, printed.out + printed.err
+    status, out, err = run_example(EXAMPLES / name, capsys)
+    return status, out + err
 
 
 def _stopped(out: str) -> str:

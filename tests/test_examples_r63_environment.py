@@ -6,13 +6,13 @@ it), from a copy of the checkout's examples/ and policies/ where the policy is t
 from __future__ import annotations
 
 import os
-import runpy
 import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from _examples import run_example
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 NAMES = ["research_team", "support_agent"]
@@ -27,7 +27,6 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
         monkeypatch.delenv(variable)
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the example puts examples/ on it
     yield
     for module in ("_common", "_interrupt"):
         sys.modules.pop(module, None)
@@ -37,16 +36,7 @@ def _run(root: Path, name: str, capsys: pytest.CaptureFixture[str]) -> tuple[int
     """``python ROOT/examples/NAME.py``: its exit status, stdout and stderr."""
     for module in ("_common", "_interrupt"):
         sys.modules.pop(module, None)
-    capsys.readouterr()
-    try:
-        runpy.run_path(str(root / "examples" / f"{name}.py"), run_name="__main__")
-        status = 0
-    except SystemExit as exit:
-        if isinstance(exit.code, str):  # sys.exit(message) prints it and ends with 1
-            print(exit.code, file=sys.stderr)
-        status = exit.code if isinstance(exit.code, int) else 1
-    printed = capsys.readouterr()
-    return status, printed.out, printed.err
+    return run_example(root / "examples" / f"{name}.py", capsys)
 
 
 def _copy(tmp_path: Path) -> Path:
