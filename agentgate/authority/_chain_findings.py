@@ -38,6 +38,14 @@ _REVOCABLE = FindingKind.NON_REVOCABLE_GRANT
 _OPACITY = FindingKind.AUTHORITY_CHAIN_OPACITY
 
 
+NO_FURTHER_DELEGATION = (
+    "the parent grant allows no further delegation (max depth 0); ask its issuer for a "
+    "grant that allows delegation, or for the sub-agent's own grant"
+)
+"""The message of ``delegation_not_allowed``, whether ``delegate`` refuses to sign the link or a
+verifier reads one signed by hand (until review R64 ``delegate``'s named no fix)."""
+
+
 def _finding(
     kind: FindingKind, code: str, message: str, grant: Grant | None, field: str | None = None
 ) -> Finding:
@@ -87,12 +95,19 @@ def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding
     call = witness(parent.capabilities[0], cap)
     assert call is not None
     held = ", ".join(format_capability(p) for p in parent.capabilities)
-    # An action the witness made up (``zz_witness``) for a child's ``*`` is any action.
-    allows = f"{call.resource} {call.action}" if cap.action != "*" else f"every action on {call.resource}"
+    # What the witness makes up for a child's ``*`` (the action ``zz_witness``, the tool
+    # ``tool:zz-witness``) names nothing the person wrote: the pattern is named instead.
+    action = "every action" if cap.action == "*" else cap.action
+    if cap.resource.endswith("*"):
+        allows = f"{action} on resources matching {cap.resource} that no parent capability covers"
+    elif cap.action == "*":
+        allows = f"every action on {call.resource}, which no parent capability covers"
+    else:
+        allows = f"{call.resource} {call.action}, which no parent capability covers"
     return _finding(
         _SCOPE,
         "capability_widened",
-        f"child capability {format_capability(cap)} allows {allows}, which no parent capability covers; "
+        f"child capability {format_capability(cap)} allows {allows}; "
         f"delegate only capabilities within one the parent holds (it holds {held})",
         child,
         "capabilities",
@@ -150,16 +165,7 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
             )
         )
     if parent.max_depth == 0:
-        out.append(
-            _finding(
-                _SCOPE,
-                "delegation_not_allowed",
-                "the parent grant allows no further delegation (max depth 0); ask its issuer for a "
-                "grant that allows delegation, or for the sub-agent's own grant",
-                child,
-                "max_depth",
-            )
-        )
+        out.append(_finding(_SCOPE, "delegation_not_allowed", NO_FURTHER_DELEGATION, child, "max_depth"))
     elif child.max_depth > parent.max_depth - 1:
         out.append(
             _finding(
@@ -321,7 +327,8 @@ def time_finding(chain: Chain, now: int, skew: int = DEFAULT_SKEW) -> Finding | 
             return _finding(
                 _SCOPE,
                 "grant_not_yet_valid",
-                f"grant is valid from {when(link.not_before)} (now {when(now)}, tolerance {skew}s)",
+                f"grant is valid from {when(link.not_before)} (now {when(now)}, tolerance {skew}s); "
+                "wait until then, or check this host's clock",
                 link,
                 "not_before",
             )

@@ -522,7 +522,8 @@ def _conclude(
             _f(
                 _REVOCABLE,
                 "revoked",
-                f"{where} of this chain has been revoked; every grant below a revoked grant is dead",
+                f"{where} of this chain has been revoked; every grant below a revoked grant is dead: "
+                "ask for a new grant",
                 ids[which] if which is not None else tip.id,
             )
         )

@@ -19,6 +19,7 @@ from agentgate.authority._chain_findings import (
     _OPACITY,
     _SCOPE,
     _TRUST,
+    NO_FURTHER_DELEGATION,
     _finding,
     _short,
     chain_finding,
@@ -290,7 +291,8 @@ def delegate(
             _finding(
                 _TRUST,
                 "not_the_audience",
-                f"{_short(holder.did)} cannot delegate a grant given to {_short(tip.audience)}",
+                f"{_short(holder.did)} cannot delegate a grant given to {_short(tip.audience)}: "
+                "delegate with the key of its holder, or ask its holder for a grant of your own",
                 tip,
                 "audience",
             )
@@ -305,15 +307,7 @@ def delegate(
     if found is not None:
         raise error_for(found)
     if tip.max_depth == 0:
-        raise error_for(
-            _finding(
-                _SCOPE,
-                "delegation_not_allowed",
-                "the parent grant allows no further delegation (max depth 0)",
-                tip,
-                "max_depth",
-            )
-        )
+        raise error_for(_finding(_SCOPE, "delegation_not_allowed", NO_FURTHER_DELEGATION, tip, "max_depth"))
     if start + ttl <= tip.not_before:  # only within the tolerance above: a parent starting soon
         raise TokenFormatError(
             f"a ttl of {ttl}s from now ({when(start)}) ends before the parent grant starts "

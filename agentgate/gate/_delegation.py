@@ -68,6 +68,11 @@ the list at once (``DELEGATIONS_KEPT`` delegations and the few grants above them
 parameters SQLite (32766) and PostgreSQL (65535) take in one statement."""
 
 
+_ANCHORS_FIX = "issue with one of the policy's trust anchors, or add this key to its trust_anchors"
+"""What a refusal ``untrusted_root`` of ``Gate.issue`` and ``Gate.delegate`` tells the person to do
+(until review R64 it named no fix)."""
+
+
 DELEGATED_PARSED_MAX = 1024
 """How many parsed delegated chains a Gate keeps for ``delegate(call=...)`` (cleared when full)."""
 
@@ -219,7 +224,9 @@ class _Delegation:
         expect(role, str, "role", "a role name of the policy")
         if anchor.did not in self.authority.anchors:
             with self._grant_span("issue", name, anchor.did, key) as span:
-                message = f"{anchor.did} is not a trust anchor of this policy: it issues nothing"
+                message = (
+                    f"{anchor.did} is not a trust anchor of this policy: it issues nothing; {_ANCHORS_FIX}"
+                )
                 refused = Denied(message)
                 refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
                 raise self._refused_on(span, self._audited_refusal(refused, anchor.did, f"agent:{name}"))
@@ -509,7 +516,8 @@ class _Delegation:
         issuer = parent.chain.root.issuer
         if issuer not in self.authority.anchors:
             message = (
-                f"{parent.name}'s chain was issued by {issuer}, which is not a trust anchor of this policy"
+                f"{parent.name}'s chain was issued by {issuer}, which is not a trust anchor of this "
+                f"policy; {_ANCHORS_FIX}"
             )
             refused = Denied(message)
             refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
@@ -533,7 +541,8 @@ class _Delegation:
         revoked = self.grants.revoked(parent.chain.ids)
         if revoked:
             message = (
-                f"grant {sorted(revoked)[0][:12]} of {parent.name}'s chain is revoked: nothing to delegate"
+                f"grant {sorted(revoked)[0][:12]} of {parent.name}'s chain is revoked: nothing to delegate; "
+                f"ask for a new grant for {parent.name}"
             )
             refused = Revoked(message)
             refused.finding = _finding(FindingKind.NON_REVOCABLE_GRANT, "revoked", message)
