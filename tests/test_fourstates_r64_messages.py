@@ -144,3 +144,13 @@ def test_the_gate_refusing_to_delegate_from_a_revoked_chain_says_what_to_do(team
     finding = refused.value.finding
     assert finding is not None and (finding.kind.value, finding.code) == ("non_revocable_grant", "revoked")
     assert "ask for a new grant" in finding.message
+
+
+def test_a_call_with_no_identity_says_how_to_give_the_run_one(team: Team) -> None:
+    """Review R64: ``no_chain`` said no authority could be shown, and left the fix to ``hint``,
+    which the reasons a caller reads (``Authorization.reasons``) do not carry."""
+    refused = team.gate.authorize(None, Call.tool("search", {"query": "q"}))
+    (finding,) = refused.findings
+    assert (finding.kind.value, finding.code) == ("authority_chain_opacity", "no_chain")
+    assert "context=AgentIdentity" in finding.message
+    assert "context=AgentIdentity" in refused.reasons[0]

@@ -30,6 +30,9 @@ def _finding(kind: FindingKind, code: str, message: str, hint: str | None = None
 _NO_CHAIN = _finding(
     FindingKind.AUTHORITY_CHAIN_OPACITY,
     "no_chain",
-    "the run carries no agent identity, so no authority can be shown for this call",
+    "the run carries no agent identity, so no authority can be shown for this call: run the agent "
+    "with context=AgentIdentity(...), made by Gate.issue or Gate.delegate",
     "run the agent with context=AgentIdentity(...)",
 )
+"""The fix is in the message as well as the hint: a refusal's reasons are its findings' messages
+(until review R64 this one named no fix)."""
