@@ -7,13 +7,24 @@ same standard as tests/test_fourstates_r57_findings.py, for the refusals that re
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from test_langgraph import Team, _make_team
 
-from agentgate.authority import Chain, GrantRepository, Invocation, decide, delegate, issue, revoke
+from agentgate.authority import (
+    Authority,
+    Chain,
+    GrantRepository,
+    Invocation,
+    decide,
+    delegate,
+    issue,
+    revoke,
+)
+from agentgate.authority._grant import _encode_chain
 from agentgate.capabilities import Call
 from agentgate.errors import AuthorityError
 from agentgate.findings import Finding
@@ -154,3 +165,65 @@ def test_a_call_with_no_identity_says_how_to_give_the_run_one(team: Team) -> Non
     assert (finding.kind.value, finding.code) == ("authority_chain_opacity", "no_chain")
     assert "context=AgentIdentity" in finding.message
     assert "context=AgentIdentity" in refused.reasons[0]
+
+
+def _links_decided(chain: Chain, tmp_path: Path) -> Finding:
+    repo = GrantRepository(SQLiteStore(tmp_path / "s.db"))
+    invocation = Invocation.sign(BOB, chain, Call.tool("search.web", {}), now=NOW + 1)
+    (finding,) = decide(invocation, repo=repo, trusted=ROOT.did, now=NOW + 1).findings
+    return finding
+
+
+def test_a_chain_spliced_or_cut_says_what_to_present_instead(tmp_path: Path) -> None:
+    """Review R64: ``parent_mismatch`` and ``root_has_parent`` said how the chain broke, not what
+    to present instead."""
+    child = delegate(_parent(), ALICE, BOB.did, ["tool:search.web"], ttl=60, now=NOW)
+    other = delegate(_parent(), ALICE, BOB.did, ["tool:search.web"], ttl=60, now=NOW)
+    spliced = Chain((child.links[0], other.links[1]), _encode_chain([child.links[0], other.links[1]]))
+    cut = Chain((child.links[1],), _encode_chain([child.links[1]]))
+    for chain, code in ((spliced, "parent_mismatch"), (cut, "root_has_parent")):
+        finding = _links_decided(chain, tmp_path)
+        assert (finding.kind.value, finding.code) == ("authority_chain_opacity", code)
+        assert "present the chain as it was delegated" in finding.message
+
+
+def test_a_delegation_back_up_the_chain_says_what_to_do(tmp_path: Path) -> None:
+    """Review R64: ``delegation_cycle`` said authority may not flow back, not what to do."""
+    middle = delegate(_parent(), ALICE, BOB.did, ["tool:search.web"], ttl=60, now=NOW)
+    with pytest.raises(AuthorityError) as refused:
+        delegate(middle, BOB, ALICE.did, ["tool:search.web"], ttl=30, now=NOW)
+    finding = refused.value.finding
+    assert finding is not None and finding.code == "delegation_cycle"
+    assert "uses the grant it already holds" in finding.message
+
+
+def test_an_edited_chain_object_says_what_to_pass_instead(tmp_path: Path) -> None:
+    """Review R64: ``tip_mismatch`` for a ``Chain`` whose fields were edited said only that its
+    links are not its token's, at ``decide_held`` and at ``delegate``."""
+    chain = _parent()
+    edited = replace(chain, links=_parent().links)  # another grant's links, this token
+    held = Authority(GrantRepository(SQLiteStore(tmp_path / "s.db")), ROOT.did)
+    (finding,) = held.decide_held(ALICE, edited, Call.tool("search.web", {}), now=NOW + 1).findings
+    assert finding.code == "tip_mismatch"
+    assert "pass the Chain parsed from its token (parse_chain), unedited" in finding.message
+    with pytest.raises(AuthorityError) as refused:
+        delegate(edited, ALICE, BOB.did, ["tool:search.web"], ttl=60, now=NOW)
+    assert refused.value.finding is not None
+    assert "pass the Chain parsed from its token (parse_chain), unedited" in refused.value.finding.message
+
+
+def test_arguments_that_cannot_be_digested_say_what_arguments_can_be(tmp_path: Path) -> None:
+    """Review R64: ``args_not_canonical`` quoted the encoder's complaint and no fix."""
+    held = Authority(GrantRepository(SQLiteStore(tmp_path / "s.db")), ROOT.did)
+    call = Call.tool("search.web", {"q": float("nan")})
+    (finding,) = held.decide_held(ALICE, _parent(), call, now=NOW + 1).findings
+    assert finding.code == "args_not_canonical"
+    assert "pass arguments JSON can carry" in finding.message
+
+
+def test_an_unreadable_chain_says_what_to_present_instead(tmp_path: Path) -> None:
+    """Review R64: ``malformed_token`` said the chain cannot be read and why, not what to do."""
+    held = Authority(GrantRepository(SQLiteStore(tmp_path / "s.db")), ROOT.did)
+    (finding,) = held.decide_held(ALICE, "ag1.nonsense", Call.tool("search.web", {}), now=NOW + 1).findings
+    assert finding.code == "malformed_token"
+    assert "present the token exactly as it was written" in finding.message

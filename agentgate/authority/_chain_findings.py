@@ -38,6 +38,12 @@ _REVOCABLE = FindingKind.NON_REVOCABLE_GRANT
 _OPACITY = FindingKind.AUTHORITY_CHAIN_OPACITY
 
 
+_PRESENT_AS_DELEGATED = "present the chain as it was delegated, every link in order from the root"
+"""The fix of a chain whose links do not connect (``parent_mismatch``, ``root_has_parent``)."""
+
+EDITED_CHAIN_FIX = "pass the Chain parsed from its token (parse_chain), unedited"
+"""The fix of ``tip_mismatch`` for a ``Chain`` object whose links are not its token's."""
+
 NO_FURTHER_DELEGATION = (
     "the parent grant allows no further delegation (max depth 0); ask its issuer for a "
     "grant that allows delegation, or for the sub-agent's own grant"
@@ -124,7 +130,7 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
                 _OPACITY,
                 "parent_mismatch",
                 "link does not name the previous link as its parent "
-                "(links reordered, spliced from another chain, or one dropped)",
+                f"(links reordered, spliced from another chain, or one dropped); {_PRESENT_AS_DELEGATED}",
                 child,
                 "parent",
             )
@@ -159,7 +165,8 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
                 _TRUST,
                 "delegation_cycle",
                 f"{_short(child.audience)} already appears in this chain; "
-                "authority may not flow back to an earlier holder",
+                "authority may not flow back to an earlier holder: that holder uses the grant it already "
+                "holds, and a delegation goes to a key not yet in the chain",
                 child,
                 "audience",
             )
@@ -249,7 +256,8 @@ def root_findings(root: Grant) -> list[Finding]:
         _finding(
             _OPACITY,
             "root_has_parent",
-            "the first link names a parent: the chain's start was dropped, or its links reordered",
+            "the first link names a parent: the chain's start was dropped, or its links reordered; "
+            + _PRESENT_AS_DELEGATED,
             root,
             "parent",
         )

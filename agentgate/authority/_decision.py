@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from agentgate._time import when
 from agentgate.authority._chain_cache import _SHARED_CACHE, ChainCache
-from agentgate.authority._chain_findings import _short, chain_finding, time_finding
+from agentgate.authority._chain_findings import EDITED_CHAIN_FIX, _short, chain_finding, time_finding
 from agentgate.authority._encoding import sha256_hex
 from agentgate.authority._grant import DEFAULT_SKEW, Budget, Chain, Grant
 from agentgate.authority._invocation import (
@@ -49,6 +49,11 @@ _SCOPE = FindingKind.SCOPE_CREEP
 _TRUST = FindingKind.IMPLICIT_TRUST_INHERITANCE
 _REVOCABLE = FindingKind.NON_REVOCABLE_GRANT
 _OPACITY = FindingKind.AUTHORITY_CHAIN_OPACITY
+
+_ARGS_FIX = "pass arguments JSON can carry (text keys, finite numbers, valid Unicode text)"
+"""The fix of ``args_not_canonical``; ``_UNREADABLE_FIX`` that of ``malformed_token`` (until
+review R64 each named only what was wrong)."""
+_UNREADABLE_FIX = "present the token exactly as it was written (grant issue, grant delegate), or ask its issuer for a new one"
 
 
 @dataclass(frozen=True)
@@ -203,7 +208,11 @@ def _verified_chain(
     try:
         chain = parse_chain(token)
     except TokenFormatError as exc:
-        return None, (), _f(_OPACITY, "malformed_token", f"the chain cannot be read: {exc}")
+        return (
+            None,
+            (),
+            _f(_OPACITY, "malformed_token", f"the chain cannot be read: {exc}; {_UNREADABLE_FIX}"),
+        )
     found = chain_finding(chain, anchors)
     if found is not None:
         return None, chain.ids, found
@@ -276,7 +285,11 @@ def _digest(call: Call, tip: Grant) -> tuple[str, None] | tuple[None, Finding]:
         return args_digest(call.args), None
     except TokenFormatError as exc:
         return None, _f(
-            _OPACITY, "args_not_canonical", f"call arguments cannot be digested: {exc}", tip.id, "args"
+            _OPACITY,
+            "args_not_canonical",
+            f"call arguments cannot be digested: {exc}; {_ARGS_FIX}",
+            tip.id,
+            "args",
         )
 
 
@@ -439,7 +452,7 @@ def _decide_held(
             _f(
                 _OPACITY,
                 "tip_mismatch",
-                "the chain's links are not the ones its token carries",
+                f"the chain's links are not the ones its token carries; {EDITED_CHAIN_FIX}",
                 tip.id,
                 "tip",
             )

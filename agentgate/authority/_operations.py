@@ -19,6 +19,7 @@ from agentgate.authority._chain_findings import (
     _OPACITY,
     _SCOPE,
     _TRUST,
+    EDITED_CHAIN_FIX,
     NO_FURTHER_DELEGATION,
     _finding,
     _short,
@@ -207,7 +208,7 @@ def _signed_chain(chain: Chain | str) -> Chain:
             _finding(
                 _OPACITY,
                 "tip_mismatch",
-                "the chain's links are not the ones its token carries",
+                f"the chain's links are not the ones its token carries; {EDITED_CHAIN_FIX}",
                 signed.tip,
                 "tip",
             )
