@@ -227,3 +227,13 @@ def test_an_unreadable_chain_says_what_to_present_instead(tmp_path: Path) -> Non
     (finding,) = held.decide_held(ALICE, "ag1.nonsense", Call.tool("search.web", {}), now=NOW + 1).findings
     assert finding.code == "malformed_token"
     assert "present the token exactly as it was written" in finding.message
+
+
+def test_a_child_outliving_its_parent_says_the_longest_ttl_it_may_have() -> None:
+    """Review R64: ``outlives_parent`` gave both expiries and the rule, not the ttl that fits."""
+    parent = issue(ROOT, ALICE.did, HELD, ttl=3600, now=NOW)
+    with pytest.raises(AuthorityError) as refused:
+        delegate(parent, ALICE, BOB.did, ["tool:search.web"], ttl=7200, now=NOW + 600)
+    finding = refused.value.finding
+    assert finding is not None and finding.code == "outlives_parent"
+    assert "give it a ttl of at most 3000s" in finding.message

@@ -224,12 +224,18 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
                 )
             )
     if child.expires > parent.expires:
+        left = parent.expires - child.not_before
+        fix = (
+            f": give it a ttl of at most {left}s"
+            if left > 0
+            else ": the parent has expired when it starts; delegate from a grant still valid then"
+        )
         out.append(
             _finding(
                 _REVOCABLE,
                 "outlives_parent",
                 f"child expires at {when(child.expires)}, after its parent "
-                f"({when(parent.expires)}); a child never outlives its parent",
+                f"({when(parent.expires)}); a child never outlives its parent{fix}",
                 child,
                 "expiry",
             )
