@@ -28,6 +28,7 @@ from agentgate.authority._grant import _encode_chain
 from agentgate.capabilities import Call
 from agentgate.errors import AuthorityError
 from agentgate.findings import Finding
+from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore
 
@@ -124,8 +125,6 @@ def test_the_gate_refusing_an_untrusted_issuer_says_what_to_do(team: Team) -> No
 
 def test_the_gate_refusing_to_delegate_from_an_untrusted_chain_says_what_to_do(team: Team) -> None:
     """Review R64: ``Gate.delegate`` from a chain of another anchor named no fix."""
-    from agentgate.gate import AgentIdentity
-
     stranger = issue(MALLORY, team.keys["supervisor"].public, ["tool:search"], ttl=600)
     parent = AgentIdentity("supervisor", team.keys["supervisor"], stranger)
     with pytest.raises(AuthorityError) as refused:
