@@ -236,3 +236,18 @@ def test_a_child_outliving_its_parent_says_the_longest_ttl_it_may_have() -> None
     finding = refused.value.finding
     assert finding is not None and finding.code == "outlives_parent"
     assert "give it a ttl of at most 3000s" in finding.message
+
+
+def test_delegating_with_no_identity_raises_saying_how_to_give_the_run_one(team: Team) -> None:
+    """Review R64: ``Gate.delegate(None, ...)`` raised "there is no grant to delegate from", with
+    no fix in the text a developer reads (the finding's hint had it)."""
+    with pytest.raises(AuthorityError) as refused:
+        team.gate.delegate(
+            None,
+            name="sub",
+            key=SigningKey.generate(),
+            capabilities=["tool:search"],
+            ttl=timedelta(minutes=1),
+        )
+    assert "context=AgentIdentity" in str(refused.value)
+    assert refused.value.finding is not None and refused.value.finding.code == "no_chain"

@@ -316,7 +316,10 @@ class _Delegation:
         purpose = f"sub-agent {name}" if call is None else f"sub-agent {name}; call {_call_tag(call)}"
         if parent is None:
             with self._grant_span("delegate", name, "unknown", key, caps) as span:
-                refused = Denied("no identity in the run context: there is no grant to delegate from")
+                refused = Denied(
+                    "no identity in the run context: there is no grant to delegate from; run the "
+                    "delegating agent with context=AgentIdentity(...), made by Gate.issue or Gate.delegate"
+                )
                 refused.finding = _NO_CHAIN
                 raise self._refused_on(span, self._audited_refusal(refused, "unknown", resource))
         with self._grant_span("delegate", name, parent.did, key, caps, parent.grant_id) as span:
