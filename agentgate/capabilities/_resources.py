@@ -45,6 +45,10 @@ def canonical_resource(resource: str) -> str:
 
 
 def _check_pattern(pattern: str) -> str:
+    """``pattern`` if it is a canonical name, ``kind:*`` or ``NAME.*`` naming some resource, else
+    ``CapabilityError``. A ``NAME.*`` whose stem leaves no room for a further segment within
+    ``MAX_NAME_LENGTH`` names nothing and is refused: until review R64 it was held, and judged
+    wider than any parent, with a witness no capability covers."""
     if pattern.endswith(":*"):
         kind = pattern[:-2]
         if kind not in RESOURCE_KINDS:
@@ -52,6 +56,11 @@ def _check_pattern(pattern: str) -> str:
         return pattern
     if pattern.endswith(".*"):
         canonical_resource(pattern[:-2])
+        if len(pattern) - 1 >= MAX_NAME_LENGTH:
+            raise CapabilityError(
+                f"resource pattern {pattern[:40]!r}... names no resource: a name is at most "
+                f"{MAX_NAME_LENGTH} characters, and its stem has {len(pattern) - 2}"
+            )
         return pattern
     return canonical_resource(pattern)
 
@@ -89,10 +98,10 @@ def pattern_within(child: str, parent: str) -> bool:
 
 
 def _pattern_witness(child: str, parent: str) -> str:
-    """A resource named by ``child``, preferably one that ``parent`` does not name."""
+    """A resource named by ``child``, preferably one that ``parent`` does not name. Each candidate
+    is a canonical name, so ``child`` names it (near the length limit only ``STEM.0`` fits)."""
     if not child.endswith((":*", ".*")):
         return child
-    for suffix in ("zz-witness", "zz-other.zz", "0"):
-        if not pattern_matches(parent, child[:-1] + suffix):
-            return child[:-1] + suffix
-    return child[:-1] + "zz-witness"
+    candidates = [child[:-1] + suffix for suffix in ("zz-witness", "zz-other.zz", "0")]
+    named = [c for c in candidates if _is_canonical(c)]
+    return next((c for c in named if not pattern_matches(parent, c)), named[0])
