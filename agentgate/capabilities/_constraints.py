@@ -59,7 +59,10 @@ class Constraint:
         subclasses the left's), so it could allow any amount; no operator at all was an
         ``AssertionError``. Integers are bounded as ``of`` and tokens bound them (``|v| < 2**63``):
         until review R55 ``Constraint(le=10**5000)`` was held, and printing it was a bare
-        ``ValueError`` (Python's limit on the digits of an integer it prints)."""
+        ``ValueError`` (Python's limit on the digits of an integer it prints). A set is held as
+        ``of`` holds it, each value once and a lone value (with no ``eq``) as ``eq``: until review
+        R64 ``Constraint(one_of=("EUR",))`` differed from the equal ``Constraint.of``, did not
+        round-trip through the one-line form, and ``issue`` refused it as not canonical."""
         where = "Constraint"
         given = (("eq", self.eq), ("lt", self.lt), ("le", self.le), ("gt", self.gt), ("ge", self.ge))
         if self.one_of is None and self.prefix is None and all(value is None for _, value in given):
@@ -80,8 +83,15 @@ class Constraint:
                 raise CapabilityError(
                     f"{where}: 'one_of' takes a non-empty tuple of at most {MAX_SET_SIZE} values"
                 )
-            if not all(_held(v, where) is v for v in one_of):
-                object.__setattr__(self, "one_of", _distinct(one_of, where))
+            # No two held values equal as Python compares them: none is a repeat (``_same`` implies ``==``).
+            if all(_held(v, where) is v for v in one_of) and len(set(one_of)) == len(one_of):
+                distinct = one_of
+            else:
+                distinct = _distinct(one_of, where)
+                object.__setattr__(self, "one_of", distinct)
+            if self.eq is None and len(distinct) == 1:
+                object.__setattr__(self, "eq", distinct[0])  # as ``of`` spells a single value
+                object.__setattr__(self, "one_of", None)
 
     @classmethod
     def of(cls, spec: Mapping[str, Any], where: str = "constraint") -> Constraint:
