@@ -225,3 +225,16 @@ def test_values_read_as_the_grammar_documents(text: str, expected: dict[str, Any
     is a number; quoted is text; `1` and `1.0` are one value; booleans are not numbers), and
     the integer limits either side are bounds."""
     assert parse_capability(text).to_dict()["constraints"] == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["tool:x?path^=/tmp/|/var/", "tool:x?a^=x|", 'tool:x?a^="x|y"', "tool:x?a^=|"]
+)
+def test_a_bare_bar_in_a_prefix_is_refused_not_read_as_text(text: str) -> None:
+    """Review R64: ``|`` separates the values of a one-of, and a prefix has one value, so
+    ``path^=/tmp/|/var/`` (two prefixes meant) is refused, naming the clause, where until review
+    R64 it was the one prefix ``/tmp/|/var/``; docs/cli.md has a literal ``|`` percent-encoded
+    (``%7C``), as ``format_capability`` writes it."""
+    with pytest.raises(CapabilityError, match=r"'\|'.*%7C"):
+        parse_capability(text)
+    assert parse_capability("tool:x?a^=x%7Cy").to_dict()["constraints"] == {"a": {"prefix": "x|y"}}

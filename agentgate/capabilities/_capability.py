@@ -220,7 +220,8 @@ def parse_capability(text: str) -> Capability:
     Raises ``CapabilityError`` for anything outside the grammar rather than guess: an empty
     action or clause list (``tool:x#``, ``tool:x?``), an empty value or alternative (``a=``,
     ``a=1|``: the empty string is ``""``), an empty prefix (``a^=``, which would match every
-    string: ``a^=""`` says so), an equals value starting with ``=``, ``<`` or ``>`` (``a==1``,
+    string: ``a^=""`` says so), a bare ``|`` in a prefix (``a^=x|y``: a prefix is one string;
+    ``%7C`` is a literal one), an equals value starting with ``=``, ``<`` or ``>`` (``a==1``,
     ``a=<5``: a misspelled operator; quote or escape such a value), a stray ``"`` and a ``%``
     that is not a UTF-8 percent-escape. A character in a clause that is not printable (a control
     character, a bidi override or isolate, another invisible format character, a line separator)
@@ -265,6 +266,11 @@ def parse_capability(text: str) -> Capability:
             if not raw:
                 raise CapabilityError(
                     f'{where}: an empty prefix matches every string; write ^="" if that is meant'
+                )
+            if "|" in raw:
+                raise CapabilityError(
+                    f"{where}: '|' separates the values of a one-of, and a prefix is one string; "
+                    "give one prefix, or percent-encode a '|' in it as %7C"
                 )
             key, value = "prefix", _parse_text(raw, where)
         else:
