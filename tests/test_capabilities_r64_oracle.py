@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentgate.capabilities import Call, Capability, Constraint, attenuates, covers, witness
+from agentgate.capabilities import Call, Capability, Constraint, attenuates, covers, intersects, witness
 from agentgate.errors import CapabilityError
 
 ARGS = ("a", "b")
@@ -145,6 +145,21 @@ def test_attenuates_agrees_with_brute_force_inclusion(
     assert (found is None) is expected
     if found is not None:
         assert covers(c, found) and not covers(p, found)
+
+
+OPERATORS = st.lists(OPERATOR, min_size=1, max_size=3).map(dict)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(OPERATORS, OPERATORS)
+def test_intersects_agrees_with_brute_force(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Review R64: ``intersects(a, b)`` (what the linter relies on) holds exactly when some value
+    of the oracle's domain satisfies every operator of both, and ``is_empty`` exactly when none
+    satisfies one of them."""
+    domain = [v for v in _domain({"a": a}, {"a": b}) if v is not MISSING]
+    x, y = Constraint.of(a), Constraint.of(b)
+    assert intersects(x, y) is any(_oracle_covers({"a": a, "b": b}, {"a": v, "b": v}) for v in domain)
+    assert x.is_empty is not any(_oracle_covers({"a": a}, {"a": v}) for v in domain)
 
 
 def test_a_child_that_admits_nothing_attenuates_any_parent_as_documented() -> None:
