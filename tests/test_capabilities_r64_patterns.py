@@ -9,6 +9,7 @@ further segments, so that a pattern pair differs, if at all, at one of them.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -180,3 +181,71 @@ def test_a_wildcard_near_the_name_limit_names_a_resource_or_is_refused(length: i
     assert not attenuates(parent, child)
     found = witness(parent, child)
     assert found is not None and covers(child, found) and not covers(parent, found)
+
+
+ACTIONS = ["invoke", "read", "*"]
+SPECS = st.sampled_from(
+    [
+        {},
+        {"a": {"le": 1}},
+        {"a": {"lt": 1}},
+        {"a": {"eq": 1}},
+        {"a": {"in": [1, "x"]}},
+        {"a": {"prefix": "x"}},
+        {"a": {"ge": 2, "le": 1}},
+        {"a": {"eq": True}},
+    ]
+)
+
+
+def _holds(op: str, bound: Any, v: object) -> bool:
+    """One operator, as the policy reference's table says (the values here hold no float that
+    equals an integer, so a type and ``==`` decide equality)."""
+    if op in ("eq", "in"):
+        return any(type(v) is type(m) and v == m for m in (bound if op == "in" else [bound]))
+    if op == "prefix":
+        return isinstance(v, str) and v.startswith(bound)
+    number: Any = v
+    return (
+        type(v) in (int, float) and {"le": number <= bound, "lt": number < bound, "ge": number >= bound}[op]
+    )
+
+
+def _oracle_covers_call(pattern: str, action: str, spec: dict[str, dict[str, Any]], call: Call) -> bool:
+    return (
+        _oracle_matches(pattern, call.resource)
+        and action in ("*", call.action)
+        and all(
+            name in call.args and all(_holds(op, bound, call.args[name]) for op, bound in ops.items())
+            for name, ops in spec.items()
+        )
+    )
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(
+    st.tuples(st.sampled_from(PATTERNS), st.sampled_from(ACTIONS), SPECS),
+    st.tuples(st.sampled_from(PATTERNS), st.sampled_from(ACTIONS), SPECS),
+)
+def test_attenuates_agrees_with_brute_force_over_resource_action_and_arguments(
+    parent: tuple[str, str, dict[str, dict[str, Any]]], child: tuple[str, str, dict[str, dict[str, Any]]]
+) -> None:
+    """Review R64: over every call of a domain of resources, actions (``invoke``, ``read``, one
+    no capability names) and argument values (missing included), ``attenuates`` holds exactly
+    when each call the child covers, the parent covers: resource, action and constraints
+    together, and a child that covers nothing (``a>=2&a<=1``) attenuates any parent."""
+    resources = [r for r in _resources(parent[0], child[0]) if _oracle_canonical(r)]
+    values: list[object] = [0, 0.5, 1, 2, True, "x", "xy", "y"]
+    calls = [
+        Call(r, action, {} if value is None else {"a": value})
+        for r in resources
+        for action in ("invoke", "read", "other")
+        for value in [*values, None]
+    ]
+    expected = all(_oracle_covers_call(*parent, call) for call in calls if _oracle_covers_call(*child, call))
+    assert (
+        attenuates(
+            Capability.of(parent[0], parent[1], parent[2]), Capability.of(child[0], child[1], child[2])
+        )
+        is expected
+    )
