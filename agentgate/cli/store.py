@@ -130,22 +130,24 @@ def _prune(args: argparse.Namespace) -> int:
     try:
         # Every part opened before anything is deleted: a part whose tables are missing and that
         # this role may not make (PostgreSQL's application role after an upgrade) is refused with
-        # nothing pruned, not after the parts before it were (until review R63).
+        # nothing pruned, not after the parts before it were (until review R63). Opened before
+        # the transaction, too: on SQLite, creating a table would wait for the lock it holds.
         approvals, ledger, letters = ApprovalStore(store), BudgetLedger(store), DeadLetterStore(store)
         repo = GrantRepository(store)
         try:
-            pruned: dict[str, int | None] = {
-                "approval_requests": approvals.prune(before),
-                "settled_reservations": ledger.prune(before),
-                "dead_letters": letters.prune(before),
-                # Budgets first: the record of a grant whose budget is kept stays for a later prune.
-                "expired_grant_budgets": ledger.prune_expired(before),
-            }
-            pruned["expired_grants"], pruned["expired_grant_revocations"] = _prune_grants(repo, before)
+            pruned, refused = _prune_parts(store, approvals, ledger, letters, repo, before)
         finally:
             repo.close()
+    except StoreError as exc:
+        raise StoreError(f"nothing was pruned: {exc}") from exc
     finally:
         store.close()
+    if refused is not None:
+        sys.stderr.write(
+            f"agentgate: expired grants not pruned: {refused}; this role may not delete grants or "
+            "revocations (docs/operations.md, PostgreSQL set-up): run `agentgate store prune` as "
+            "the role that owns the schema to prune them\n"
+        )
     if args.json:
         write_json({"before": before, "pruned": pruned}, indent=None)
     else:
@@ -155,22 +157,44 @@ def _prune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prune_grants(repo: GrantRepository, before: float) -> tuple[int | None, int | None]:
-    """``GrantRepository.prune``; ``(None, None)``, said on stderr, when the role may not delete
-    grants or revocations (PostgreSQL's application role, docs/operations.md): the other tables
-    are pruned all the same, and the store's owner prunes these."""
-    try:
-        return prune_grants(repo, before)
-    except StoreError as exc:
-        if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
-            raise
-        reason = str(exc.__cause__).splitlines()[0]
-        sys.stderr.write(
-            f"agentgate: expired grants not pruned: {reason}; this role may not delete grants or "
-            "revocations (docs/operations.md, PostgreSQL set-up): run `agentgate store prune` as "
-            "the role that owns the schema to prune them\n"
-        )
-        return None, None
+def _prune_parts(
+    store: Store,
+    approvals: ApprovalStore,
+    ledger: BudgetLedger,
+    letters: DeadLetterStore,
+    repo: GrantRepository,
+    before: float,
+) -> tuple[dict[str, int | None], str | None]:
+    """Prune every part in one transaction: a failure in any part (a lock another process
+    holds, a full disk) rolls back them all, so an operator never has to find out which parts
+    went (until review R64 each part committed on its own, and a failure after the first left
+    the earlier ones pruned, exit 2 without saying so). Returns the counts, and PostgreSQL's
+    reason when the role may not delete grants or revocations (the application role,
+    docs/operations.md): those two counts are then ``None``, the grants' part is rolled back to
+    its savepoint, and the other parts commit."""
+    refused: str | None = None
+    with store.transaction() as tx:
+        pruned: dict[str, int | None] = {
+            "approval_requests": approvals.prune(before, tx=tx),
+            "settled_reservations": ledger.prune(before, tx=tx),
+            "dead_letters": letters.prune(before, tx=tx),
+            # Budgets first: the record of a grant whose budget is kept stays for a later prune.
+            "expired_grant_budgets": ledger.prune_expired(before, tx=tx),
+        }
+        tx.execute("SAVEPOINT agentgate_prune_grants")
+        try:
+            with repo.within(tx):
+                grants = prune_grants(repo, before)
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
+                raise
+            tx.execute("ROLLBACK TO SAVEPOINT agentgate_prune_grants")
+            refused = str(exc.__cause__).splitlines()[0]
+            pruned["expired_grants"] = pruned["expired_grant_revocations"] = None
+        else:
+            pruned["expired_grants"], pruned["expired_grant_revocations"] = grants
+        tx.execute("RELEASE SAVEPOINT agentgate_prune_grants")
+    return pruned, refused
 
 
 def _create(name: str, make: Callable[[Store], Any], store: Store) -> Any:

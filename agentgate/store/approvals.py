@@ -715,19 +715,20 @@ class ApprovalStore:
         rows = tx.execute(sql, (approval_id,)) if tx is not None else self.store.query(sql, (approval_id,))
         return str(rows[0][0]) if rows else None
 
-    def prune(self, before: float) -> int:
+    def prune(self, before: float, *, tx: Transaction | None = None) -> int:
         """Forget the requests that expired before ``before`` (Unix seconds), whatever their
         state, with their votes and links; returns how many. An expired request can no longer
-        be approved, denied or used, and the audit log keeps what happened to it. ``InputError``
-        for a ``before`` that is not a finite number (until review R57, NaN forgot every request
-        on PostgreSQL and none on SQLite)."""
+        be approved, denied or used, and the audit log keeps what happened to it. In ``tx`` when
+        given (``agentgate store prune`` prunes every part in one), else in a transaction of its
+        own. ``InputError`` for a ``before`` that is not a finite number (until review R57, NaN
+        forgot every request on PostgreSQL and none on SQLite)."""
         before = unix_time(before, "the approval requests' prune time")
-        with self.store.transaction() as tx:
+        with self.store.within(tx) as work:
             old = "SELECT id FROM approvals WHERE expires_at < ?"
             for child in APPROVAL_CHILDREN:
-                tx.execute(f"DELETE FROM {child} WHERE approval_id IN ({old})", (before,))
-            tx.execute("DELETE FROM approvals WHERE expires_at < ?", (before,))
-            return tx.rowcount
+                work.execute(f"DELETE FROM {child} WHERE approval_id IN ({old})", (before,))
+            work.execute("DELETE FROM approvals WHERE expires_at < ?", (before,))
+            return work.rowcount
 
     def get(self, approval_id: str) -> Approval:
         """One request; ``InputError`` if there is none."""

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
 from agentgate.errors import StoreError
-from agentgate.store._base import Dialect, Store, unix_time, whole_number
+from agentgate.store._base import Dialect, Store, Transaction, unix_time, whole_number
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS agentgate_dead_letters (
@@ -127,15 +127,17 @@ class DeadLetterStore:
         )
         return [_letter(row) for row in rows]
 
-    def prune(self, before: float) -> int:
+    def prune(self, before: float, *, tx: Transaction | None = None) -> int:
         """Forget the dead letters recorded before ``before`` (Unix seconds); returns how many.
+        In ``tx`` when given (``agentgate store prune`` prunes every part in one), else in a
+        transaction of its own.
 
         Raises ``InputError`` for a ``before`` that is not a finite number (``unix_time``): until
         review R57, NaN forgot every letter on PostgreSQL and none on SQLite."""
         cut = unix_time(before, "the dead letters' prune time")
-        with self.store.transaction() as tx:
-            tx.execute("DELETE FROM agentgate_dead_letters WHERE recorded_at < ?", (cut,))
-            return tx.rowcount
+        with self.store.within(tx) as work:
+            work.execute("DELETE FROM agentgate_dead_letters WHERE recorded_at < ?", (cut,))
+            return work.rowcount
 
 
 def _storable(text: str | None) -> str | None:

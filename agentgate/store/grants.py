@@ -501,9 +501,14 @@ class GrantRepository:
 
         Needs ``DELETE`` on ``agentgate_grants`` and ``agentgate_revocations`` (PostgreSQL's
         application role has none: run it as the owner); it issues no ``DELETE`` when nothing is
-        to go, so a role without them prunes nothing without error. Raises ``StoreError``, and
-        ``InputError`` for a ``before`` that is not a finite number (until review R57, a
-        ``ValueError`` traceback).
+        to go, so a role without them prunes nothing without error. In this thread's bound
+        transaction (``within``: ``agentgate store prune`` prunes every part in one) when there
+        is one, else in a transaction of its own; the approvals' and the ledger's tables must then
+        exist already (an ``ApprovalStore`` and a ``BudgetLedger`` opened on this store before the
+        transaction began: on SQLite, creating them would wait for the write lock it holds).
+        Raises ``StoreError`` (in a bound transaction, caused by the driver's error, and the
+        transaction left to the caller), and ``InputError`` for a ``before`` that is not a finite
+        number (until review R57, a ``ValueError`` traceback).
         """
         before = unix_time(before, "the grants' prune time")
         from agentgate.store.approvals import APPROVALS_DDL
@@ -511,32 +516,43 @@ class GrantRepository:
 
         self.store.ensure_schema("approvals", APPROVALS_DDL)
         self.store.ensure_schema("ledger", LEDGER_DDL)
+        bound = self._bound_tx()
+        if bound is not None:
+            try:
+                return self._prune(bound, before, expired)
+            except loaded_driver_errors() as exc:
+                raise StoreError(f"cannot prune the expired grants: {driver_error_line(exc)}") from exc
+        with self.store.transaction() as tx:
+            return self._prune(tx, before, expired)
+
+    def _prune(
+        self, work: Transaction, before: float, expired: Callable[[object, str, int], bool]
+    ) -> tuple[int, int]:
         kept = (
             "expires < ? AND NOT EXISTS (SELECT 1 FROM agentgate_revocations r WHERE r.grant_id = "
             "agentgate_grants.id) AND NOT EXISTS (SELECT 1 FROM budget_ledger b WHERE b.grant_id = "
             "agentgate_grants.id)"
         )
-        with self.store.transaction() as tx:
-            cut = expired_cut(tx, self.store.dialect, before)
-            revoked = tx.execute(
-                "SELECT r.grant_id, g.token FROM agentgate_revocations r "
-                "JOIN agentgate_grants g ON g.id = r.grant_id WHERE g.expires < ? AND NOT EXISTS "
-                "(SELECT 1 FROM approval_grants a WHERE a.grant_id = r.grant_id)",
-                (cut,),
+        cut = expired_cut(work, self.store.dialect, before)
+        revoked = work.execute(
+            "SELECT r.grant_id, g.token FROM agentgate_revocations r "
+            "JOIN agentgate_grants g ON g.id = r.grant_id WHERE g.expires < ? AND NOT EXISTS "
+            "(SELECT 1 FROM approval_grants a WHERE a.grant_id = r.grant_id)",
+            (cut,),
+        )
+        gone = sorted({str(gid) for gid, token in revoked if expired(token, str(gid), cut)})
+        revocations = 0
+        for i in range(0, len(gone), 500):
+            part = gone[i : i + 500]
+            work.execute(
+                f"DELETE FROM agentgate_revocations WHERE grant_id IN ({','.join('?' * len(part))})",
+                tuple(part),
             )
-            gone = sorted({str(gid) for gid, token in revoked if expired(token, str(gid), cut)})
-            revocations = 0
-            for i in range(0, len(gone), 500):
-                part = gone[i : i + 500]
-                tx.execute(
-                    f"DELETE FROM agentgate_revocations WHERE grant_id IN ({','.join('?' * len(part))})",
-                    tuple(part),
-                )
-                revocations += tx.rowcount
-            if not gone and not tx.execute(f"SELECT 1 FROM agentgate_grants WHERE {kept} LIMIT 1", (cut,)):
-                return 0, 0
-            tx.execute(f"DELETE FROM agentgate_grants WHERE {kept}", (cut,))
-            return tx.rowcount, revocations
+            revocations += work.rowcount
+        if not gone and not work.execute(f"SELECT 1 FROM agentgate_grants WHERE {kept} LIMIT 1", (cut,)):
+            return 0, 0
+        work.execute(f"DELETE FROM agentgate_grants WHERE {kept}", (cut,))
+        return work.rowcount, revocations
 
     def close(self) -> None:
         """Close the dedicated connection (the store itself stays open)."""

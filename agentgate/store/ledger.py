@@ -475,21 +475,23 @@ class BudgetLedger:
         chain, amount, state, actual = rows[0]
         return Reservation(reservation, tuple(json.loads(chain)), int(amount), str(state), actual)
 
-    def prune(self, before: float) -> int:
+    def prune(self, before: float, *, tx: Transaction | None = None) -> int:
         """Forget the reservations settled (committed or released) before ``before`` (Unix
         seconds); returns how many. A settled reservation's amounts are in its grants' rows and
-        in the audit log; one still held is never touched. ``InputError`` for a ``before`` that is
-        not a finite number (until review R57, a ``ValueError`` traceback)."""
+        in the audit log; one still held is never touched. In ``tx`` when given (``agentgate
+        store prune`` prunes every part in one), else in a transaction of its own. ``InputError``
+        for a ``before`` that is not a finite number (until review R57, a ``ValueError``
+        traceback)."""
         before = unix_time(before, "the settled reservations' prune time")
         settled = format_time(datetime.fromtimestamp(before, UTC))
-        with self.store.transaction() as tx:
-            tx.execute(
+        with self.store.within(tx) as work:
+            work.execute(
                 "DELETE FROM budget_reservations WHERE state IN ('committed', 'released') AND settled < ?",
                 (settled,),
             )
-            return tx.rowcount
+            return work.rowcount
 
-    def prune_expired(self, before: float) -> int:
+    def prune_expired(self, before: float, *, tx: Transaction | None = None) -> int:
         """Forget the budgets (``budget_ledger`` rows) of grants recorded in the grant store
         (``agentgate_grants``) as expired before ``before`` (Unix seconds; never one that expired
         less than ``grants.PRUNE_MARGIN_S`` ago); returns how many. Such a grant's chains are
@@ -498,23 +500,26 @@ class BudgetLedger:
         settled) stays until that reservation is settled, which updates the row. Budgets of grants
         never recorded in this store stay: nothing here says when they expire. Run it before
         ``GrantRepository.prune``, which keeps the record of a grant whose budget is still here.
-        ``InputError`` for a ``before`` that is not a finite number (until review R57, a
-        ``ValueError`` traceback)."""
+        In ``tx`` when given (``agentgate store prune`` prunes every part in one), else in a
+        transaction of its own; the grant store's tables must then exist already (a
+        ``GrantRepository`` opened on this store before ``tx`` began: on SQLite, creating them
+        would wait for the write lock ``tx`` holds). ``InputError`` for a ``before`` that is not a
+        finite number (until review R57, a ``ValueError`` traceback)."""
         from agentgate.store.grants import GRANTS_DDL, expired_cut
 
         before = unix_time(before, "the expired budgets' prune time")
 
         self.store.ensure_schema("grants", GRANTS_DDL)
         dialect = self.store.dialect
-        with self.store.transaction() as tx:
-            cut = expired_cut(tx, dialect, before)
-            tx.execute(
+        with self.store.within(tx) as work:
+            cut = expired_cut(work, dialect, before)
+            work.execute(
                 "DELETE FROM budget_ledger WHERE grant_id IN (SELECT g.id FROM agentgate_grants g "
                 f"WHERE g.expires < ? AND {_GRANT_ID[dialect]}) AND NOT EXISTS (SELECT 1 FROM "
                 f"budget_reservations r WHERE r.state = 'reserved' AND {_HELD_BY[dialect]})",
                 (cut,),
             )
-            return tx.rowcount
+            return work.rowcount
 
     def remaining(self, grant_id: str) -> int | None:
         """What is left of a grant's budget, or ``None`` if it was never used."""
