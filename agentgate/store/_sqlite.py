@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.errors import InputError, StoreError
-from agentgate.store._base import Dialect, Row, Store, Transaction, driver_error_line, unstorable_text
+from agentgate.store._base import (
+    Dialect,
+    Row,
+    Store,
+    Transaction,
+    driver_error_line,
+    env_setting,
+    unstorable_text,
+)
 from agentgate.store._existing import missing_file, refuse_missing_sqlite, refuse_others_tables
 
 _SYNCHRONOUS = {"FULL", "NORMAL", "EXTRA"}
@@ -135,16 +143,40 @@ class _SQLiteTransaction(Transaction):
         return self._rowcount
 
 
-_WAL_WAIT_S = 30.0
-"""How long opening a connection waits for the lock that switching a new file to WAL takes."""
+BUSY_TIMEOUT_S = 30.0
+"""How long a connection waits for a lock another connection holds (SQLite's busy timeout) unless
+``AGENTGATE_SQLITE_BUSY_TIMEOUT`` says otherwise; also how long opening a connection waits for
+the lock that switching a new file to WAL takes."""
+_MOST_BUSY_TIMEOUT_S = 86400.0
 
 
-def _wal(conn: sqlite3.Connection) -> None:
+def busy_timeout_s() -> float:
+    """``AGENTGATE_SQLITE_BUSY_TIMEOUT``: seconds (a fraction allowed, 0 to a day) a SQLite
+    connection waits for the write lock another process holds before its statement fails;
+    ``BUSY_TIMEOUT_S`` when unset. ``InputError`` naming it for anything else (NaN, a negative
+    number, an infinity, text): SQLite would read those as no wait, or as one without end."""
+    seconds = env_setting("AGENTGATE_SQLITE_BUSY_TIMEOUT", float, BUSY_TIMEOUT_S, "a number of seconds")
+    if not 0 <= seconds <= _MOST_BUSY_TIMEOUT_S:  # NaN too
+        raise InputError(
+            f"AGENTGATE_SQLITE_BUSY_TIMEOUT must be a number of seconds from 0 to "
+            f"{_MOST_BUSY_TIMEOUT_S:g}, got {seconds!r}"
+        )
+    return seconds
+
+
+def _busy(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's ``SQLITE_BUSY`` (any extended code): another connection held
+    a lock this one needed for longer than the busy timeout."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF == sqlite3.SQLITE_BUSY
+
+
+def _wal(conn: sqlite3.Connection, wait_s: float) -> None:
     """Put the file in WAL mode. Switching a new file takes an exclusive lock, and SQLite answers
     ``database is locked`` at once, without its busy handler, while another connection holds the
     file (six Gates opening one new file at once: one of them failed to open). Tried again, a
-    few milliseconds apart, for up to ``_WAL_WAIT_S``, as a busy timeout would."""
-    deadline = time.monotonic() + _WAL_WAIT_S
+    few milliseconds apart, for up to ``wait_s`` (the busy timeout), as a busy timeout would."""
+    deadline = time.monotonic() + wait_s
     while True:
         try:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -450,6 +482,7 @@ class SQLiteStore(Store):
                 f"AGENTGATE_SQLITE_SYNCHRONOUS must be one of {sorted(_SYNCHRONOUS)}, got {mode!r}"
             )
         self.synchronous = mode
+        self.busy_timeout_s = busy_timeout_s()
         self.read_only = read_only
         tables_read = create or refuse_missing_sqlite(self.path)
         _prepare_file(self.path, create=create)
@@ -503,19 +536,21 @@ class SQLiteStore(Store):
         try:
             conn = sqlite3.connect(
                 self._absolute,
-                timeout=30.0,
+                timeout=self.busy_timeout_s,
                 isolation_level=None,
                 check_same_thread=False,
                 factory=_Connection,
             )
-            _wal(conn)
+            _wal(conn, self.busy_timeout_s)
             conn.execute(f"PRAGMA synchronous={mode}")
             if mode in _SYNCING:
                 conn.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES}")
             conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute(f"PRAGMA busy_timeout={round(self.busy_timeout_s * 1000)}")
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the SQLite store {self.path}: {driver_error_line(exc)}") from exc
+            raise self.busy(exc) or StoreError(
+                f"cannot open the SQLite store {self.path}: {driver_error_line(exc)}"
+            ) from exc
         return self._adopt(conn)
 
     def _adopt(self, conn: sqlite3.Connection) -> sqlite3.Connection:
@@ -541,7 +576,7 @@ class SQLiteStore(Store):
             conn = sqlite3.connect(
                 self._uri,
                 uri=True,
-                timeout=30.0,
+                timeout=self.busy_timeout_s,
                 isolation_level=None,
                 check_same_thread=False,
                 factory=_Connection,
@@ -552,11 +587,11 @@ class SQLiteStore(Store):
             ) from exc
         try:
             conn.execute("PRAGMA query_only=ON")
-            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute(f"PRAGMA busy_timeout={round(self.busy_timeout_s * 1000)}")
             conn.execute("PRAGMA schema_version").fetchone()
         except sqlite3.Error as exc:
             conn.close()
-            raise StoreError(self._unreadable(exc)) from exc
+            raise self.busy(exc) or StoreError(self._unreadable(exc)) from exc
         try:
             with self._lock:
                 self._stand_in(conn)
@@ -672,7 +707,7 @@ class SQLiteStore(Store):
             try:
                 conn.execute("BEGIN IMMEDIATE" if immediate and not self.read_only else "BEGIN")
             except sqlite3.Error as exc:
-                raise StoreError(
+                raise self.busy(exc) or StoreError(
                     f"cannot start a transaction on {self.path}: {driver_error_line(exc)}"
                 ) from exc
             tx = _SQLiteTransaction(conn, str(self.path) if self.read_only else None)
@@ -681,7 +716,7 @@ class SQLiteStore(Store):
             except BaseException as exc:
                 usable = self._rollback(conn)
                 if isinstance(exc, sqlite3.Error):
-                    raise StoreError(
+                    raise self.busy(exc) or StoreError(
                         f"SQLite error on {self.path}: {driver_error_line(exc)}{self._not_upgraded(exc)}"
                     ) from exc
                 raise
@@ -690,7 +725,7 @@ class SQLiteStore(Store):
                 # that was full for one statement is full for the transaction: committing the rest
                 # would keep a part of what belongs together (outcomes written, others dropped).
                 usable = self._rollback(conn)
-                raise StoreError(
+                raise self.busy(tx.failed) or StoreError(
                     f"SQLite error on {self.path}: {driver_error_line(tx.failed)}; nothing was written"
                 ) from tx.failed
             try:
@@ -702,12 +737,29 @@ class SQLiteStore(Store):
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 usable = self._rollback(conn)
-                raise StoreError(f"commit failed on {self.path}: {driver_error_line(exc)}") from exc
+                raise self.busy(exc) or StoreError(
+                    f"commit failed on {self.path}: {driver_error_line(exc)}"
+                ) from exc
         finally:
             if usable:
                 self._release(conn)
             else:
                 self.disconnect(conn)
+
+    def busy(self, exc: BaseException) -> StoreError | None:
+        """The ``StoreError`` for ``exc`` when it is SQLite's ``SQLITE_BUSY`` (``None`` for any
+        other error): another process held the store's write lock for longer than the busy
+        timeout. One line for wherever a command met it (opening a part's tables, starting a
+        transaction, a statement, the commit): until review R64 each said it in SQLite's words
+        after its own, ``cannot create the audit tables in PATH: database is locked`` of tables
+        that were there among them."""
+        if not _busy(exc):
+            return None
+        return StoreError(
+            f"the SQLite store {self.path} is busy: locked by another process (or connection) for "
+            f"longer than the busy timeout, {self.busy_timeout_s:g} s (AGENTGATE_SQLITE_BUSY_TIMEOUT); "
+            "nothing was written: run it again once that process is done"
+        )
 
     def _not_upgraded(self, exc: sqlite3.Error) -> str:
         """What to add to the error of a statement that met a column missing from a table in a
@@ -750,7 +802,7 @@ class SQLiteStore(Store):
             usable = not conn.in_transaction or self._rollback(conn)
             if isinstance(exc, StoreError):
                 raise
-            raise StoreError(
+            raise self.busy(exc) or StoreError(
                 f"cannot create the {name} tables in {self.path}: {driver_error_line(exc)}"
             ) from exc
         finally:
