@@ -45,7 +45,9 @@ from agentgate.errors import AgentGateError, InputError, SettlementRefused, Stor
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
 from agentgate.store.ledger import BudgetLedger, has_entry_column, has_unit_column
+from agentgate.store.once import _COLUMNS as _ONCE_COLUMNS
 from agentgate.store.once import SETTLE_MIN_AGE_S
+from agentgate.store.once import _record as _once_record
 
 _ID = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
 """A reservation id as ``ledger._reservation_id`` makes them."""
@@ -61,9 +63,9 @@ _NAMES_RESERVATION: dict[Dialect, str] = {
     "sqlite": "instr(reservations, ?) > 0",
     "postgresql": "strpos(reservations, ?) > 0",
 }
-"""Whether a row's ``reservations`` (JSON: a once-only call's list of ids, a lease decision's
-list of ``[id, unit, amount]``) names the reservation given as ``"ID"``, quotes included, so that
-no longer text holding it matches."""
+"""Whether a row's ``reservations`` (JSON: a lease decision's list of ``[id, unit, amount]``)
+names the reservation given as ``"ID"``, quotes included, so that no longer text holding it
+matches. Not for the once-only calls' rows, which are read whole (``_once_holders``)."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ def held(
         f"FROM budget_reservations WHERE state = 'reserved'{aged} ORDER BY created, id",
         () if cut is None else (cut,),
     )
-    once, leases = "agentgate_once" in there, "broker_decisions" in there
+    holders = _once_holders(store, None) if "agentgate_once" in there else {}
+    leases = "broker_decisions" in there
     size = audit.size() if audit is not None and rows else 0  # a count of the whole log: once
     found = []
     for id_, chain_text, amount_text, created, entry, unit in rows:
@@ -133,7 +136,7 @@ def held(
                 amount,
                 str(created),
                 _allow_index(audit, chain, amount, str(created), size, entry),
-                _once_key(store, None, str(id_)) if once else None,
+                holders.get(str(id_)),
                 _lease(store, None, str(id_)) if leases else None,
                 _unit(unit),
             )
@@ -189,7 +192,7 @@ def settle_held(
     allowed = audit.entry(found.allow_index) if found.allow_index is not None else None
     with store.transaction() as tx:
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
-        once_key = _once_key(store, tx, reservation) if "agentgate_once" in there else None
+        once_key = _once_holders(store, tx).get(reservation) if "agentgate_once" in there else None
         if once_key is not None:
             raise SettlementRefused(
                 f"reservation {reservation} is held for the call {once_key} of a tool that must run "
@@ -284,17 +287,31 @@ def _tables(store: Store, names: Sequence[str]) -> set[str]:
     return {str(row[0]) for row in store.query(sql, tuple(names))}
 
 
-def _once_key(store: Store, tx: Transaction | None, reservation: str) -> str | None:
-    """The key of the once-only call whose reservations name ``reservation``, if one does. Only
-    a call still ``started`` can: its outcome settles them in the transaction that marks it (the
-    table keeps a row per call for good; the others are not searched)."""
-    sql = (
-        "SELECT key FROM agentgate_once WHERE state = 'started' AND "
-        f"{_NAMES_RESERVATION[store.dialect]} ORDER BY key"
-    )
-    params = (json.dumps(reservation),)
-    rows = tx.execute(sql, params) if tx is not None else store.query(sql, params)
-    return str(rows[0][0]) if rows else None
+def _once_holders(store: Store, tx: Transaction | None) -> dict[str, str]:
+    """The reservations that once-only calls hold, each with its call's key. Only a call still
+    ``started`` holds any: its outcome settles them in the transaction that marks it (the table
+    keeps a row per call for good; the others are not read).
+
+    Every such row is read as JSON (``once._record``), not searched for an id's text: until
+    review R64 a row whose ``reservations`` named the id in another spelling (a JSON escape) or
+    was edited into no JSON (an id's quotes dropped) did not match, and ``budget settle`` settled
+    the reservation alone, leaving its call ``started``. Raises ``StoreError`` naming the row
+    when one is malformed: whether it holds a reservation cannot be told, and none is settled
+    on a guess (settle the call, or repair the row, first)."""
+    sql = f"SELECT {_ONCE_COLUMNS} FROM agentgate_once WHERE state = 'started' ORDER BY key"
+    rows = tx.execute(sql) if tx is not None else store.query(sql)
+    holders: dict[str, str] = {}
+    for row in rows:
+        try:
+            record = _once_record(row)
+        except StoreError as exc:
+            raise StoreError(
+                f"{exc}; a once-only call's row that cannot be read may hold any budget reservation, "
+                "so none is listed or settled by hand until it is repaired"
+            ) from None
+        for reservation in record.reservations:
+            holders.setdefault(reservation, record.key)
+    return holders
 
 
 def _lease(store: Store, tx: Transaction | None, reservation: str) -> tuple[str, str] | None:
