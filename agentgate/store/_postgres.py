@@ -348,7 +348,15 @@ class PostgresStore(Store):
                     yield _PgTransaction(conn, _redact(self.url), self.read_only)
         except PoolTimeout as exc:  # a psycopg.Error too: its message alone does not say why
             raise StoreError(self._no_connection()) from exc
+        except StoreError as exc:
+            # A part that met the lock inside the block said so in its own words (``cannot read
+            # revocations: canceling statement due to lock timeout``): said as the store says it.
+            if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+                raise self.busy() from exc.__cause__
+            raise
         except psycopg.Error as exc:
+            if isinstance(exc, psycopg.errors.LockNotAvailable):
+                raise self.busy() from exc
             if used is not None and used.broken:
                 recheck(self.pool)
             if self.read_only and isinstance(exc, psycopg.errors.UndefinedColumn):
@@ -390,6 +398,19 @@ class PostgresStore(Store):
                 self._lent -= 1
             if held is not None:
                 self.pool.putconn(held)
+
+    def busy(self) -> StoreError:
+        """The ``StoreError`` for a statement that waited for a lock another session held for
+        longer than ``lock_timeout`` (SQLSTATE 55P03), wherever it was met: the line the SQLite
+        store gives for its write lock (``SQLiteStore.busy``). Until review R64 it was
+        PostgreSQL's words alone (``PostgreSQL error: canceling statement due to lock
+        timeout``), or a part's prefix before them, and did not name the store."""
+        return StoreError(
+            f"the PostgreSQL store {_redact(self.url)} is busy: locked by another session for "
+            f"longer than the lock timeout (lock_timeout: {LOCK_TIMEOUT_S:g} s unless the server, "
+            "database, role or URL sets one; docs/operations.md); nothing was written: run it "
+            "again once that session is done"
+        )
 
     def _no_connection(self) -> str:
         """Why the pool found no connection within its timeout, for the ``StoreError``: libpq's

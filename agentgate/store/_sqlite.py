@@ -164,7 +164,7 @@ def busy_timeout_s() -> float:
     return seconds
 
 
-def _busy(exc: BaseException) -> bool:
+def _busy(exc: BaseException | None) -> bool:
     """Whether ``exc`` is SQLite's ``SQLITE_BUSY`` (any extended code): another connection held
     a lock this one needed for longer than the busy timeout."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -715,6 +715,8 @@ class SQLiteStore(Store):
                 yield tx
             except BaseException as exc:
                 usable = self._rollback(conn)
+                if isinstance(exc, StoreError) and (busy := self.busy(exc.__cause__)) is not None:
+                    raise busy from exc.__cause__  # a part's words for it: said as the store says it
                 if isinstance(exc, sqlite3.Error):
                     raise self.busy(exc) or StoreError(
                         f"SQLite error on {self.path}: {driver_error_line(exc)}{self._not_upgraded(exc)}"
@@ -746,7 +748,7 @@ class SQLiteStore(Store):
             else:
                 self.disconnect(conn)
 
-    def busy(self, exc: BaseException) -> StoreError | None:
+    def busy(self, exc: BaseException | None) -> StoreError | None:
         """The ``StoreError`` for ``exc`` when it is SQLite's ``SQLITE_BUSY`` (``None`` for any
         other error): another process held the store's write lock for longer than the busy
         timeout. One line for wherever a command met it (opening a part's tables, starting a
