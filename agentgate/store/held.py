@@ -42,8 +42,10 @@ from datetime import UTC, datetime, timedelta
 from agentgate._names import BUDGET_UNIT as _BUDGET_UNIT
 from agentgate.audit.entry import format_time
 from agentgate.errors import AgentGateError, InputError, SettlementRefused, StoreError
-from agentgate.store._base import Dialect, Store, Transaction
+from agentgate.store._base import Store, Transaction
 from agentgate.store.audit import AuditLog
+from agentgate.store.broker_decisions import _COLUMNS as _DECISION_COLUMNS
+from agentgate.store.broker_decisions import _decode as _decision
 from agentgate.store.ledger import BudgetLedger, has_entry_column, has_unit_column
 from agentgate.store.once import _COLUMNS as _ONCE_COLUMNS
 from agentgate.store.once import SETTLE_MIN_AGE_S
@@ -58,14 +60,6 @@ transaction, microseconds apart on one host; the rest allows for a slow commit."
 
 _FIND_AT_MOST = 1000
 """How many entries from the reservation's time on are read to find its ``allow`` entry."""
-
-_NAMES_RESERVATION: dict[Dialect, str] = {
-    "sqlite": "instr(reservations, ?) > 0",
-    "postgresql": "strpos(reservations, ?) > 0",
-}
-"""Whether a row's ``reservations`` (JSON: a lease decision's list of ``[id, unit, amount]``)
-names the reservation given as ``"ID"``, quotes included, so that no longer text holding it
-matches. Not for the once-only calls' rows, which are read whole (``_once_holders``)."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +118,7 @@ def held(
         () if cut is None else (cut,),
     )
     holders = _once_holders(store, None) if "agentgate_once" in there else {}
-    leases = "broker_decisions" in there
+    leases = _lease_holders(store, None) if "broker_decisions" in there else {}
     size = audit.size() if audit is not None and rows else 0  # a count of the whole log: once
     found = []
     for id_, chain_text, amount_text, created, entry, unit in rows:
@@ -137,7 +131,7 @@ def held(
                 str(created),
                 _allow_index(audit, chain, amount, str(created), size, entry),
                 holders.get(str(id_)),
-                _lease(store, None, str(id_)) if leases else None,
+                leases.get(str(id_)),
                 _unit(unit),
             )
         )
@@ -198,7 +192,7 @@ def settle_held(
                 f"reservation {reservation} is held for the call {once_key} of a tool that must run "
                 f"once: settle the call with agentgate tasks settle {once_key} --ran|--not-run"
             )
-        lease = _lease(store, tx, reservation) if "broker_decisions" in there else None
+        lease = _lease_holders(store, tx).get(reservation) if "broker_decisions" in there else None
         if lease is not None:
             raise SettlementRefused(
                 f"reservation {reservation} is held for GPU lease {lease[1]} of broker {lease[0]}, whose "
@@ -305,25 +299,37 @@ def _once_holders(store: Store, tx: Transaction | None) -> dict[str, str]:
         try:
             record = _once_record(row)
         except StoreError as exc:
-            raise StoreError(
-                f"{exc}; a once-only call's row that cannot be read may hold any budget reservation, "
-                "so none is listed or settled by hand until it is repaired"
-            ) from None
+            raise StoreError(f"{exc}; {_UNREADABLE_HOLDER}") from None
         for reservation in record.reservations:
             holders.setdefault(reservation, record.key)
     return holders
 
 
-def _lease(store: Store, tx: Transaction | None, reservation: str) -> tuple[str, str] | None:
-    """The GPU lease (broker, request id) whose recorded decision names ``reservation``, if one
-    does: ``GatedBroker`` holds a lease's reservations until the lease ends, hours maybe."""
-    sql = (
-        f"SELECT broker, request_id FROM broker_decisions WHERE {_NAMES_RESERVATION[store.dialect]} "
-        "ORDER BY broker, request_id"
-    )
-    params = (json.dumps(reservation),)
-    rows = tx.execute(sql, params) if tx is not None else store.query(sql, params)
-    return (str(rows[0][0]), str(rows[0][1])) if rows else None
+def _lease_holders(store: Store, tx: Transaction | None) -> dict[str, tuple[str, str]]:
+    """The reservations that GPU leases hold, each with its lease (broker, request id): the
+    recorded decision of a lease taken through ``GatedBroker`` holds them until the lease ends,
+    hours maybe. Every row is read as its broker reads it (``broker_decisions._decode``), not
+    searched for an id's text (until review R64: a row spelling the id otherwise, or edited into
+    no JSON, did not match, and ``budget settle`` settled the reservation alone, which the
+    broker's own settlement then failed on). Raises ``StoreError`` naming the row when one is
+    malformed: none is settled on a guess."""
+    sql = f"SELECT broker, {_DECISION_COLUMNS} FROM broker_decisions ORDER BY broker, request_id"
+    rows = tx.execute(sql) if tx is not None else store.query(sql)
+    holders: dict[str, tuple[str, str]] = {}
+    for broker, *decided in rows:
+        try:
+            decision = _decision(tuple(decided))
+        except StoreError as exc:
+            raise StoreError(f"{exc}; {_UNREADABLE_HOLDER}") from None
+        for reservation, _, _ in decision.reservations:
+            holders.setdefault(reservation, (str(broker), decision.request_id))
+    return holders
+
+
+_UNREADABLE_HOLDER = (
+    "a row that cannot be read may hold any budget reservation, so none is listed or settled by "
+    "hand until it is repaired"
+)
 
 
 _ENTRY = {True: "entry", False: "NULL"}
