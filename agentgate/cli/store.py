@@ -1,7 +1,7 @@
 """``agentgate store init [--store URL]``: create every table agentgate uses, at once.
 ``agentgate store prune --older-than DURATION [--store URL] [--json]``: forget what has been over
 for longer than DURATION (expired approval requests, settled budget reservations, dead letters,
-grants that expired with their budgets and revocations).
+grants that expired with their budgets and revocations), all in one transaction.
 
 Every part of agentgate creates its tables when it is first opened. A PostgreSQL role without
 CREATE on the schema (PostgreSQL 15's default for ``public``) can then not start a part whose
@@ -84,7 +84,8 @@ def register(subparsers: Any) -> None:
             "with their budgets and revocations, before then. The audit log keeps every decision "
             "about them; a reservation still held (and its grants' budgets), a request still open "
             "(and the revocations of its grants) and the log itself are never touched. Prints how "
-            "many rows of each went. Expired grants need DELETE on agentgate_grants and "
+            "many rows of each went. Every part is deleted in one transaction: a failure in any "
+            "of them prunes nothing. Expired grants need DELETE on agentgate_grants and "
             "agentgate_revocations, which PostgreSQL's application role lacks: with rows to delete, "
             "such a role prunes the rest and says on stderr that the grants were not pruned. "
             "Exit 0, or 2 with one line naming what failed."
