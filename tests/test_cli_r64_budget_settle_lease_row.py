@@ -81,3 +81,22 @@ def test_a_lease_row_naming_the_id_in_another_json_spelling_is_the_leases(
     assert main(["budget", "held", "--older-than", "0", "--json", "--store", str(path)]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["lease"] == {"broker": "default", "request_id": "ft-1"}
+
+
+@pytest.mark.parametrize("verb", ["settle", "held"])
+def test_a_lease_row_nested_past_the_parsers_depth_is_refused_in_one_line(
+    path: Path, capsys: pytest.CaptureFixture[str], verb: str
+) -> None:
+    """Review R64: reservations nested 100,000 lists deep: ``json.loads`` raises
+    ``RecursionError``, which ``broker_decisions`` let out as a traceback (from the broker's
+    reads, and since reading every lease row, from ``budget held`` and ``budget settle``). Now a
+    ``StoreError`` naming the row: exit 2, one line, the reservation still held."""
+    reservation = _held_by_a_lease(path, "[" * 100_000 + "]" * 100_000)
+    if verb == "settle":
+        code = _settle(path, reservation)
+    else:
+        code = main(["budget", "held", "--older-than", "0", "--store", str(path)])
+    out, err = capsys.readouterr()
+    assert _state(path, reservation) == "reserved"
+    assert code == 2 and out == "" and err.count("\n") == 1, (code, out, err[-500:])
+    assert "broker_decisions" in err and "ft-1" in err and "malformed" in err, err

@@ -149,7 +149,7 @@ def _decode(row: Row) -> LeaseDecision:
     request_id, principal, chain_hash, resource, audit_index, price, reservations = row
     try:
         held = tuple((str(r), str(u), int(a)) for r, u, a in json.loads(reservations))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: nested past the parser's depth
         raise StoreError(f"broker_decisions: row of request {request_id!r} is malformed: {exc}") from exc
     return LeaseDecision(
         str(request_id),
