@@ -48,7 +48,7 @@ DECISIONS_DDL: dict[Dialect, str] = {
 Reservation = tuple[str, str, int]
 """(reservation id in the budget ledger, unit, amount reserved)."""
 
-_COLUMNS = "request_id, principal, chain_hash, resource, audit_index, cost_per_gpu_hour, reservations"
+DECISION_COLUMNS = "request_id, principal, chain_hash, resource, audit_index, cost_per_gpu_hour, reservations"
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class BrokerDecisionStore:
         """Record ``decision``; ``False`` (and nothing written) if its request id already has one."""
         with self.store.within(tx) as t:
             t.execute(
-                f"INSERT INTO broker_decisions (broker, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                f"INSERT INTO broker_decisions (broker, {DECISION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (broker, request_id) DO NOTHING",
                 (
                     self.broker,
@@ -100,17 +100,18 @@ class BrokerDecisionStore:
 
     def get(self, request_id: str, tx: Transaction | None = None) -> LeaseDecision | None:
         """The decision of ``request_id``, or ``None``; read in ``tx`` when given."""
-        sql = f"SELECT {_COLUMNS} FROM broker_decisions WHERE broker = ? AND request_id = ?"
+        sql = f"SELECT {DECISION_COLUMNS} FROM broker_decisions WHERE broker = ? AND request_id = ?"
         params = (self.broker, request_id)
         rows = tx.execute(sql, params) if tx is not None else self.store.query(sql, params)
-        return _decode(rows[0]) if rows else None
+        return decoded_decision(rows[0]) if rows else None
 
     def all(self) -> list[LeaseDecision]:
         """Every recorded decision of this broker, by request id."""
         rows = self.store.query(
-            f"SELECT {_COLUMNS} FROM broker_decisions WHERE broker = ? ORDER BY request_id", (self.broker,)
+            f"SELECT {DECISION_COLUMNS} FROM broker_decisions WHERE broker = ? ORDER BY request_id",
+            (self.broker,),
         )
-        return [_decode(row) for row in rows]
+        return [decoded_decision(row) for row in rows]
 
     def add_reservations(
         self, request_id: str, reservations: Sequence[Reservation], tx: Transaction | None = None
@@ -145,7 +146,7 @@ def _encode(reservations: Sequence[Reservation]) -> str:
     return json.dumps([list(r) for r in reservations])
 
 
-def _decode(row: Row) -> LeaseDecision:
+def decoded_decision(row: Row) -> LeaseDecision:
     request_id, principal, chain_hash, resource, audit_index, price, reservations = row
     try:
         held = tuple((str(r), str(u), int(a)) for r, u, a in json.loads(reservations))

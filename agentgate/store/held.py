@@ -44,12 +44,9 @@ from agentgate.audit.entry import format_time
 from agentgate.errors import AgentGateError, InputError, SettlementRefused, StoreError
 from agentgate.store._base import Store, Transaction
 from agentgate.store.audit import AuditLog
-from agentgate.store.broker_decisions import _COLUMNS as _DECISION_COLUMNS
-from agentgate.store.broker_decisions import _decode as _decision
+from agentgate.store.broker_decisions import DECISION_COLUMNS, decoded_decision
 from agentgate.store.ledger import BudgetLedger, has_entry_column, has_unit_column
-from agentgate.store.once import _COLUMNS as _ONCE_COLUMNS
-from agentgate.store.once import SETTLE_MIN_AGE_S
-from agentgate.store.once import _record as _once_record
+from agentgate.store.once import ONCE_COLUMNS, SETTLE_MIN_AGE_S, once_record
 
 _ID = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
 """A reservation id as ``ledger._reservation_id`` makes them."""
@@ -286,18 +283,18 @@ def _once_holders(store: Store, tx: Transaction | None) -> dict[str, str]:
     ``started`` holds any: its outcome settles them in the transaction that marks it (the table
     keeps a row per call for good; the others are not read).
 
-    Every such row is read as JSON (``once._record``), not searched for an id's text: until
+    Every such row is read as JSON (``once.once_record``), not searched for an id's text: until
     review R64 a row whose ``reservations`` named the id in another spelling (a JSON escape) or
     was edited into no JSON (an id's quotes dropped) did not match, and ``budget settle`` settled
     the reservation alone, leaving its call ``started``. Raises ``StoreError`` naming the row
     when one is malformed: whether it holds a reservation cannot be told, and none is settled
     on a guess (settle the call, or repair the row, first)."""
-    sql = f"SELECT {_ONCE_COLUMNS} FROM agentgate_once WHERE state = 'started' ORDER BY key"
+    sql = f"SELECT {ONCE_COLUMNS} FROM agentgate_once WHERE state = 'started' ORDER BY key"
     rows = tx.execute(sql) if tx is not None else store.query(sql)
     holders: dict[str, str] = {}
     for row in rows:
         try:
-            record = _once_record(row)
+            record = once_record(row)
         except StoreError as exc:
             raise StoreError(f"{exc}; {_UNREADABLE_HOLDER}") from None
         for reservation in record.reservations:
@@ -308,17 +305,17 @@ def _once_holders(store: Store, tx: Transaction | None) -> dict[str, str]:
 def _lease_holders(store: Store, tx: Transaction | None) -> dict[str, tuple[str, str]]:
     """The reservations that GPU leases hold, each with its lease (broker, request id): the
     recorded decision of a lease taken through ``GatedBroker`` holds them until the lease ends,
-    hours maybe. Every row is read as its broker reads it (``broker_decisions._decode``), not
+    hours maybe. Every row is read as its broker reads it (``broker_decisions.decoded_decision``), not
     searched for an id's text (until review R64: a row spelling the id otherwise, or edited into
     no JSON, did not match, and ``budget settle`` settled the reservation alone, which the
     broker's own settlement then failed on). Raises ``StoreError`` naming the row when one is
     malformed: none is settled on a guess."""
-    sql = f"SELECT broker, {_DECISION_COLUMNS} FROM broker_decisions ORDER BY broker, request_id"
+    sql = f"SELECT broker, {DECISION_COLUMNS} FROM broker_decisions ORDER BY broker, request_id"
     rows = tx.execute(sql) if tx is not None else store.query(sql)
     holders: dict[str, tuple[str, str]] = {}
     for broker, *decided in rows:
         try:
-            decision = _decision(tuple(decided))
+            decision = decoded_decision(tuple(decided))
         except StoreError as exc:
             raise StoreError(f"{exc}; {_UNREADABLE_HOLDER}") from None
         for reservation, _, _ in decision.reservations:

@@ -84,12 +84,12 @@ class OnceCalls:
         """The state of the call ``key`` and the index of its latest ``allow`` entry, or ``None``
         if it never ran. Read in ``tx``, which holds the audit append lock (every Gate write
         takes it first), so two deciders of the same call cannot both find nothing. ``StoreError``
-        for a row that is malformed (``_record``; until review R63 an ``allow_index`` of text was a
+        for a row that is malformed (``once_record``; until review R63 an ``allow_index`` of text was a
         ``ValueError`` out of the decision)."""
-        rows = tx.execute(f"SELECT {_COLUMNS} FROM agentgate_once WHERE key = ?", (key,))
+        rows = tx.execute(f"SELECT {ONCE_COLUMNS} FROM agentgate_once WHERE key = ?", (key,))
         if not rows:
             return None
-        record = _record(rows[0])
+        record = once_record(rows[0])
         return record.state, record.allow_index
 
     def start(self, tx: Transaction, key: str, allow_index: int, reservations: Sequence[str] = ()) -> None:
@@ -110,17 +110,18 @@ class OnceCalls:
         """The calls a person may have to look at (``UNSETTLED``), oldest allow first."""
         marks = ", ".join("?" for _ in UNSETTLED)
         rows = self.store.query(
-            f"SELECT {_COLUMNS} FROM agentgate_once WHERE state IN ({marks}) ORDER BY allow_index", UNSETTLED
+            f"SELECT {ONCE_COLUMNS} FROM agentgate_once WHERE state IN ({marks}) ORDER BY allow_index",
+            UNSETTLED,
         )
-        return [_record(row) for row in rows]
+        return [once_record(row) for row in rows]
 
 
-_COLUMNS = "key, allow_index, state, reservations"
-"""The columns ``_record`` reads, in its order."""
+ONCE_COLUMNS = "key, allow_index, state, reservations"
+"""The columns ``once_record`` reads, in its order."""
 
 
-def _record(row: Sequence[object]) -> OnceRecord:
-    """A row of ``agentgate_once`` (``_COLUMNS``) as a record; ``StoreError`` naming the table,
+def once_record(row: Sequence[object]) -> OnceRecord:
+    """A row of ``agentgate_once`` (``ONCE_COLUMNS``) as a record; ``StoreError`` naming the table,
     the call and the column when it is not one (a row written outside agentgate), never a
     traceback, never a value read as something it is not. Until review R63 ``reservations`` was
     taken for a JSON list whatever it held: text that is no JSON was a traceback out of ``tasks
@@ -187,10 +188,10 @@ def settle(
     unit_column = "unit" if has_unit_column(store) else "NULL"  # a row's unit: charges (review R61)
     with store.transaction() as tx:
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
-        rows = tx.execute(f"SELECT {_COLUMNS} FROM agentgate_once WHERE key = ?", (key,))
+        rows = tx.execute(f"SELECT {ONCE_COLUMNS} FROM agentgate_once WHERE key = ?", (key,))
         if not rows:
             raise SettlementRefused(f"no call that must run once has the key {key!r}")
-        record = _record(rows[0])
+        record = once_record(rows[0])
         if record.state not in UNSETTLED:
             raise SettlementRefused(
                 f"call {key} is {record.state}, not unsettled: there is nothing to settle"
