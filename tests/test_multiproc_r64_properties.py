@@ -160,6 +160,11 @@ if mode == "replay":
             killed_after(answer.auth.audit_index)
         codes.append([answer.status, answer.code, answer.message])
     out = {"codes": codes}
+elif mode == "cli":  # an operator's command, run when the others run theirs
+    from agentgate.cli.main import main
+    wait_for_go()
+    out = {"rc": main(extra["argv"])}
+    gate = None
 else:
     gate = Gate(policy, open_store(url))
 
@@ -253,7 +258,26 @@ elif mode == "audit":  # decisions and outcomes; one worker dies inside a decisi
         if i % 2:
             gate.audit.checkpoint()
     out = {"allowed": allowed}
-gate.close()
+elif mode == "late":  # a call that runs on after an operator settled its reservation by hand
+    agent = identity("chatter", "agent")
+    wait_for_go()
+    call = Call.model(extra["model"], {"max_tokens": 90})
+    auth = gate.authorize(agent, call, tokens=tuple(extra["tokens"]), call_id="slow")
+    assert auth.allowed, auth.explain()
+    (work / "slow-allowed.tmp").write_text(str(auth.audit_index))
+    os.replace(work / "slow-allowed.tmp", work / "slow-allowed")  # whole when it appears
+    def slow_call():
+        deadline = time.monotonic() + 60
+        while not (work / "resume").exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return "done"
+    gate.run(auth, slow_call, spent=lambda _: tuple(extra["spent"]))
+    after = gate.authorize(agent, call, tokens=tuple(extra["tokens"]), call_id="after")
+    if after.allowed:
+        gate.run(after, lambda: "done", spent=lambda _: tuple(extra["spent"]))
+    out = {"after": after.allowed, "why": after.explain()}
+if gate is not None:
+    gate.close()
 print(json.dumps(out))
 """
 
@@ -289,6 +313,10 @@ class Workers:
 
     def run(self, extras: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
         """One worker per ``extras`` item, released at once: (exit status, JSON result) of each."""
+        return self.finish(self.start(extras))
+
+    def start(self, extras: list[dict[str, Any]]) -> list[subprocess.Popen[str]]:
+        """One worker per ``extras`` item, released at once (``finish`` waits for them)."""
         go = self.work / f"go-{time.monotonic_ns()}"
         env = {**os.environ, "AGENTGATE_SQLITE_SYNCHRONOUS": "NORMAL"}  # processes, not durability
         started = [
@@ -309,6 +337,10 @@ class Workers:
             ]
             time.sleep(0.005)
         go.touch()
+        return started
+
+    def finish(self, started: list[subprocess.Popen[str]]) -> list[tuple[int, dict[str, Any]]]:
+        """Wait for the workers ``start`` started: (exit status, JSON result) of each."""
         results = []
         for process in started:
             stdout, stderr = process.communicate(timeout=120)
@@ -503,3 +535,33 @@ def _cli_json(argv: list[str]) -> Any:
     with contextlib.redirect_stdout(out):
         assert main(argv) == 0
     return json.loads(out.getvalue())
+
+
+def test_a_held_reservation_settled_by_four_operators_at_once_and_by_its_own_late_process_is_settled_once(
+    workers: Workers,
+) -> None:
+    """Review R64: a call still running (its process slow, not dead) while four operators run
+    ``agentgate budget settle --not-run`` on its reservation at once: one settles it, three are
+    refused (exit 1); the process then ends its call, and its outcome is not recorded
+    (docs/cli.md): the reservation is released once, never charged too, the process goes on
+    deciding, and the log verifies with one outcome for the call, the operator's."""
+    late = workers.start([{"mode": "late", "model": MODEL, "tokens": TOKENS, "spent": SPENT}])
+    allowed = workers.work / "slow-allowed"
+    deadline = time.monotonic() + 60
+    while not allowed.exists():
+        assert time.monotonic() < deadline and late[0].poll() is None, late[0].communicate()
+        time.sleep(0.005)
+    allow_index = int(allowed.read_text())
+    (held,) = _cli_json(["budget", "held", "--older-than", "0", "--json", "--store", workers.url])
+    assert held["allow_index"] == allow_index
+    settle = ["budget", "settle", held["id"], "--not-run", "--older-than", "0", "--store", workers.url]
+    results = workers.run([{"mode": "cli", "argv": settle}] * WORKERS)
+    assert sorted(out["rc"] for _, out in results) == [0] + [1] * (WORKERS - 1), results
+    (workers.work / "resume").touch()
+    ((status, out),) = workers.finish(late)
+    assert status == 0 and out["after"], out
+    root = workers.chatter.chain.root.id
+    with workers.gate() as gate:
+        assert gate.ledger.remaining(root) == BUDGET - sum(SPENT)  # the second call's charge alone
+    entries = workers.verified()
+    assert [e.status for e in entries if e.kind == "outcome" and e.ref == allow_index] == ["not_run"]
