@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from agentgate.authority import Invocation
+from agentgate.authority import Invocation, parse_chain
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
 from agentgate.dispatch.gateway._client import chat_call
@@ -56,6 +56,9 @@ trust_anchors: {{root: {{did: "{root}"}}}}
 principals:
   agent: {{kind: agent, did: "{agent}", roles: [chatter, tooler]}}
   alice: {{kind: human, did: "{alice}"}}
+  bob: {{kind: human, did: "{bob}"}}
+  carol: {{kind: human, did: "{carol}"}}
+  dave: {{kind: human, did: "{dave}"}}
 models:
   {model}: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
 tools:
@@ -68,15 +71,25 @@ tools:
   count:
     args: {{n: {{type: integer, required: true}}}}
     idempotent: true
+  pay:
+    args: {{amount: {{type: integer, required: true}}}}
+  wire:
+    args: {{amount: {{type: integer, required: true}}}}
+    idempotent: true
 roles:
   chatter:
     kind: agent
     capabilities: [{{resource: "model:{model}"}}]
     budget: {{limit: {budget}, unit: usd_micros}}
     ttl_s: 600
+    delegation:
+      max_depth: 1
+      max_ttl_s: 600
+      budget: {{limit: {budget}, unit: usd_micros}}
+      capabilities: [{{resource: "model:{model}"}}]
   tooler:
     kind: agent
-    capabilities: [{{resource: tool:lookup}}, {{resource: tool:ping}}, {{resource: tool:count}}]
+    capabilities: [{{resource: tool:lookup}}, {{resource: tool:ping}}, {{resource: tool:count}}, {{resource: tool:pay}}, {{resource: tool:wire}}]
     budget: {{limit: 100000, unit: calls}}
     ttl_s: 600
     delegation:
@@ -87,6 +100,11 @@ approvals:
   lookup:
     resource: tool:lookup
     approvers: [alice]
+    expiry_s: 600
+  wire:
+    resource: tool:wire
+    approvers: [alice, bob, carol, dave]
+    quorum: 3
     expiry_s: 600
 quotas:
   pings:
@@ -169,7 +187,7 @@ else:
     gate = Gate(policy, open_store(url))
 
 if mode == "spend":
-    agent = identity("chatter", "agent")
+    agent = identity(*extra.get("who", ["chatter", "agent"]))
     wait_for_go()
     allowed, refused = 0, []
     for i in range(extra["n"]):
@@ -224,8 +242,8 @@ elif mode == "revoker":
     out = {"revoked_at": time.monotonic()}  # after the commit: every later decision must see it
 elif mode == "approved":
     agent = identity("tooler", "agent")
-    approval = Approval.parse(json.loads((work / "approval.json").read_text()))
-    call = Call.tool("lookup", {"id": "o-1"})
+    approval = Approval.parse(json.loads((work / extra.get("approval", "approval.json")).read_text()))
+    call = Call.tool(*extra.get("call", ["lookup", {"id": "o-1"}]))
     wait_for_go()
     answers = []
     for attempt in range(2):  # refused: the worker tries the same approved call once more
@@ -258,6 +276,21 @@ elif mode == "audit":  # decisions and outcomes; one worker dies inside a decisi
         if i % 2:
             gate.audit.checkpoint()
     out = {"allowed": allowed}
+elif mode == "once":  # one call of a tool that must run once, decided everywhere at once
+    agent = identity("tooler", "agent")
+    call = Call.tool("pay", {"amount": 40})
+    wait_for_go()
+    answers = []
+    for attempt in range(2):  # refused: the worker decides the same call once more
+        auth = gate.authorize(agent, call, call_id="p1", run_id="thread-1")
+        if auth.allowed:
+            if extra.get("kill"):
+                killed_after(auth.audit_index)
+            gate.run(auth, lambda: note(f"{me}"), call_id="p1", run_id="thread-1")
+            answers.append(["allowed", ""])
+            break
+        answers.append([str(auth.verdict), auth.explain()])
+    out = {"answers": answers}
 elif mode == "late":  # a call that runs on after an operator settled its reservation by hand
     agent = identity("chatter", "agent")
     wait_for_go()
@@ -287,7 +320,9 @@ class Workers:
 
     def __init__(self, work: Path, url: str) -> None:
         self.work, self.url = work, url
-        self.keys = {n: SigningKey.generate() for n in ("root", "agent", "alice", "sub")}
+        self.keys = {
+            n: SigningKey.generate() for n in ("root", "agent", "alice", "bob", "carol", "dave", "sub")
+        }
         dids = {n: k.did for n, k in self.keys.items() if n != "sub"}
         text = POLICY.format(model=MODEL, budget=BUDGET, quota=QUOTA, **dids)
         (work / "policy.yaml").write_text(text)
@@ -305,6 +340,25 @@ class Workers:
             (work / f"{name}.seed").write_text(self.keys[name].seed.hex())
         for name, held in (("chatter", self.chatter), ("tooler", self.tooler), ("sub", self.sub)):
             (work / f"{name}.chain").write_text(held.chain.token)
+
+    def delegate_each(self, n: int, budget: int) -> list[str]:
+        """``n`` sub-agents of the agent's ``chatter`` grant, each with ``budget``; their chain names."""
+        names = []
+        with self.gate() as gate:
+            for i in range(n):
+                key, name = SigningKey.generate(), f"kid{i}"
+                kid = gate.delegate(
+                    self.chatter,
+                    name=name,
+                    key=key,
+                    capabilities=[f"model:{MODEL}"],
+                    ttl=timedelta(minutes=5),
+                    budget=budget,
+                )
+                (self.work / f"{name}.seed").write_text(key.seed.hex())
+                (self.work / f"{name}.chain").write_text(kid.chain.token)
+                names.append(name)
+        return names
 
     def gate(self) -> Gate:
         return Gate(
@@ -565,3 +619,81 @@ def test_a_held_reservation_settled_by_four_operators_at_once_and_by_its_own_lat
         assert gate.ledger.remaining(root) == BUDGET - sum(SPENT)  # the second call's charge alone
     entries = workers.verified()
     assert [e.status for e in entries if e.kind == "outcome" and e.ref == allow_index] == ["not_run"]
+
+
+def test_sub_agents_spending_in_every_process_never_overspend_their_own_or_their_parents_budget(
+    workers: Workers,
+) -> None:
+    """Review R64: four sub-agents of one grant, each with half its budget, spend at once, one
+    per process: a spend counts against the sub-agent's budget and its parent's (docs/concepts.md,
+    reserved root to tip), so the parent's is never overspent though the halves add up to twice
+    it, and no sub-agent spends more than its own; the ledger holds exactly what was charged."""
+    kids = workers.delegate_each(WORKERS, BUDGET // 2)
+    spend = {"mode": "spend", "model": MODEL, "tokens": TOKENS, "spent": SPENT, "n": 5}
+    results = workers.run([{**spend, "who": [kid, kid]} for kid in kids])
+    assert [status for status, _ in results] == [0] * WORKERS, results
+    ran = [out["allowed"] for _, out in results]
+    refused = [why for _, out in results for why in out["refused"]]
+    assert refused and all("budget" in why for why in refused), refused
+    assert sum(ran) * sum(SPENT) <= BUDGET and sum(ran) == len(workers.ran()), ran
+    with workers.gate() as gate:
+        assert gate.ledger.remaining(workers.chatter.chain.root.id) == BUDGET - sum(ran) * sum(SPENT)
+        for kid, calls in zip(kids, ran, strict=True):
+            tip = parse_chain((workers.work / f"{kid}.chain").read_text()).tip.id
+            assert calls * sum(SPENT) <= BUDGET // 2
+            left = gate.ledger.remaining(tip)  # None: never reserved on (its parent's was spent)
+            assert left == BUDGET // 2 - calls * sum(SPENT) or (left is None and calls == 0)
+    workers.verified()
+
+
+@pytest.mark.parametrize("kill", [False, True])
+def test_a_call_that_must_run_once_decided_in_every_process_at_once_runs_once(
+    workers: Workers, kill: bool
+) -> None:
+    """Review R64: the same call (run, call id, arguments) of a tool the policy does not mark
+    idempotent, decided by four processes at once, each deciding it again once when refused:
+    one is allowed, once; also when the process allowed is SIGKILLed before the call runs (the
+    call is then refused as maybe still running, and ``agentgate tasks unsettled`` lists it)."""
+    results = workers.run([{"mode": "once", "kill": kill}] * WORKERS)
+    statuses = sorted(status for status, _ in results)
+    assert statuses == ([-signal.SIGKILL] if kill else []) + [0] * (WORKERS - int(kill)), results
+    answers = [a for _, out in results for a in out.get("answers", [])]
+    allowed = [a for a in answers if a[0] == "allowed"] + [["allowed", ""]] * len(workers.killed())
+    assert len(allowed) == 1, answers
+    assert len(workers.ran()) == (0 if kill else 1)
+    refused = [why for verdict, why in answers if verdict != "allowed"]
+    assert len(refused) == 2 * (WORKERS - 1), answers
+    assert all("once" in why for why in refused), refused
+    entries = workers.verified()
+    assert len([e for e in entries if e.kind == "allow" and e.resource == "tool:pay"]) == 1
+    if kill:
+        unsettled = _cli_json(["tasks", "unsettled", "--json", "--store", workers.url])
+        assert [u["allow_index"] for u in unsettled] == list(workers.killed().values()), unsettled
+
+
+def test_four_approvers_voting_in_four_processes_at_once_complete_a_quorum_of_three_once(
+    workers: Workers,
+) -> None:
+    """Review R64: a quorum of three of four approvers, each approver's yes presented by its own
+    process at once (each trying again once when refused): the call is allowed once, it runs
+    once, and the request is not left open with its votes in."""
+    call = Call.tool("wire", {"amount": 7})
+    with workers.gate() as gate:
+        asked = gate.authorize(workers.tooler, call, call_id="l1", run_id="thread-1")
+        assert asked.needs_approval
+        payload = dict(asked.request or {})
+    extras = []
+    for who in ("alice", "bob", "carol", "dave"):
+        (workers.work / f"{who}.json").write_text(
+            json.dumps(Approval.sign(payload, workers.keys[who]).to_dict())
+        )
+        extras.append({"mode": "approved", "approval": f"{who}.json", "call": ["wire", {"amount": 7}]})
+    results = workers.run(extras)
+    assert [status for status, _ in results] == [0] * WORKERS, results
+    answers = [a for _, out in results for a in out["answers"]]
+    assert len([a for a in answers if a[0] == "allowed"]) == 1, answers
+    assert len(workers.ran()) == 1
+    with workers.gate() as gate:
+        assert gate.approvals.open_records() == []
+    entries = workers.verified()
+    assert len([e for e in entries if e.kind == "allow" and e.resource == "tool:wire"]) == 1
