@@ -238,8 +238,35 @@ elif mode == "revoker":
         if time.monotonic() > deadline:
             raise SystemExit("the workers never ran")
         time.sleep(0.002)
-    gate.revoke(root, by="ops", reason="r64")
+    if extra.get("argv"):  # agentgate grant revoke, as an operator runs it
+        from agentgate.cli.main import main
+        assert main(extra["argv"]) == 0
+    else:
+        gate.revoke(root, by="ops", reason="r64")
     out = {"revoked_at": time.monotonic()}  # after the commit: every later decision must see it
+elif mode == "gateway":  # a sub-agent calling through the gateway, each call signed afresh
+    from agentgate.dispatch.gateway import GatewayGate
+    from agentgate.dispatch.gateway._client import chat_call, invocation_headers
+    gate.close()
+    gate = GatewayGate(policy, open_store(url))
+    kid = identity(extra["who"], extra["who"])
+    body = {"model": extra["model"], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    wait_for_go()
+    decisions, refused = [], 0
+    for i in range(extra["n"]):
+        began = time.monotonic()
+        headers = invocation_headers(kid.key, kid.chain, body)
+        answer = gate.authorize_invocation(
+            kid.chain.token, headers["X-Agentgate-Invocation"], chat_call(body), (1, 1)
+        )
+        decisions.append([began, answer.allowed, f"{answer.code}: {answer.message}", answer.auth.audit_index])
+        if answer.allowed:
+            note(f"{me}-{i}")
+        else:
+            refused += 1
+            if refused == 3:
+                break
+    out = {"decisions": decisions}
 elif mode == "approved":
     agent = identity("tooler", "agent")
     approval = Approval.parse(json.loads((work / extra.get("approval", "approval.json")).read_text()))
@@ -697,3 +724,27 @@ def test_four_approvers_voting_in_four_processes_at_once_complete_a_quorum_of_th
         assert gate.approvals.open_records() == []
     entries = workers.verified()
     assert len([e for e in entries if e.kind == "allow" and e.resource == "tool:wire"]) == 1
+
+
+def test_no_gateway_call_that_starts_after_grant_revoke_holder_committed_is_allowed(workers: Workers) -> None:
+    """Review R64: four gateway processes take signed calls of a sub-agent (below the agent's
+    grant) while a fifth runs ``agentgate grant revoke --holder`` for the agent's key (a leaked
+    key, docs/operations.md): no call started after the command returned is allowed (some
+    did start after), each process is answered 401 revoked from then on, and in the log no allow
+    of the sub-agent's model calls comes after the revoke entries."""
+    (kid,) = workers.delegate_each(1, BUDGET)
+    call = {"mode": "gateway", "who": kid, "model": MODEL, "n": 200}
+    argv = ["grant", "revoke", "--holder", workers.keys["agent"].did, "--by", "ops", "--store", workers.url]
+    results = workers.run([call] * WORKERS + [{"mode": "revoker", "after": 2 * WORKERS, "argv": argv}])
+    assert [status for status, _ in results] == [0] * (WORKERS + 1), results
+    revoked_at = results[-1][1]["revoked_at"]
+    decisions = [d for _, out in results[:-1] for d in out["decisions"]]
+    late = [d for d in decisions if d[0] > revoked_at]
+    assert late and not [d for d in late if d[1]], late
+    last = [d for _, out in results[:-1] for d in out["decisions"][-3:]]
+    assert all(not allowed and why.startswith("revoked:") for _, allowed, why, _ in last), last
+    entries = workers.verified()
+    first_revoke = min(e.index for e in entries if e.kind == "revoke")
+    called = [e for e in entries if e.kind == "allow" and e.resource == f"model:{MODEL}"]
+    assert [e.index for e in called if e.index > first_revoke] == []
+    assert len(called) == len([d for d in decisions if d[1]])
