@@ -21,6 +21,7 @@ import pytest
 from agentgate.cli.main import main
 from agentgate.errors import InputError, StoreError
 from agentgate.store import SQLiteStore
+from agentgate.store.grants import GrantRepository
 
 GRANT = "ab" * 32
 RESERVATION = "0123456789abcdef" * 2
@@ -107,3 +108,19 @@ def test_a_busy_timeout_that_is_no_number_of_seconds_is_refused(
     with pytest.raises(InputError, match="AGENTGATE_SQLITE_BUSY_TIMEOUT"):
         SQLiteStore(tmp_path / "agentgate.db")
     assert not (tmp_path / "agentgate.db").exists()
+
+
+def test_a_nonce_recorded_outside_a_transaction_says_the_store_is_busy(made: Path) -> None:
+    """Review R64: ``GrantRepository.consume_nonce`` outside a bound transaction writes on its
+    own connection to SQLite (``Authority.decide`` without a Gate); meeting the write lock there,
+    it said ``cannot record the invocation nonce: database is locked``: now the store's one line."""
+    store = SQLiteStore(made)
+    repo = GrantRepository(store)
+    try:
+        with held_write_lock(made), pytest.raises(StoreError) as refused:
+            repo.consume_nonce("did:key:zA", "n-1", 2**40, [GRANT])
+    finally:
+        repo.close()
+        store.close()
+    said = str(refused.value)
+    assert f"the SQLite store {made} is busy" in said and "AGENTGATE_SQLITE_BUSY_TIMEOUT" in said, said

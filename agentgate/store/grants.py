@@ -389,7 +389,7 @@ class GrantRepository:
                 try:
                     rows = hot.execute(sql, tuple(grant_ids)).fetchall()
                 except sqlite3.Error as exc:
-                    raise StoreError(f"cannot read revocations: {driver_error_line(exc)}") from exc
+                    raise self._hot_error(exc, "cannot read revocations") from exc
                 except UnicodeEncodeError as exc:  # the hot connection is no Transaction
                     raise unstorable_text(exc) from None
         else:
@@ -430,7 +430,7 @@ class GrantRepository:
                     if next(self._consumed) % _PRUNE_EVERY == 0:
                         hot.execute(_PRUNE_SQL["sqlite"], (_prune_before(),))
                 except sqlite3.Error as exc:
-                    raise StoreError(f"cannot record the invocation nonce: {driver_error_line(exc)}") from exc
+                    raise self._hot_error(exc, "cannot record the invocation nonce") from exc
                 except UnicodeEncodeError as exc:
                     raise unstorable_text(exc) from None
         elif self._postgres is not None:
@@ -449,6 +449,14 @@ class GrantRepository:
         if changed == 1:
             return "fresh"
         return "revoked" if self.revoked(grant_ids) else "replay"
+
+    def _hot_error(self, exc: sqlite3.Error, doing: str) -> StoreError:
+        """The ``StoreError`` for ``exc`` met on the SQLite hot connection: the store's own line
+        when another process held the write lock past the busy timeout (``SQLiteStore.busy``;
+        until review R64 ``cannot record the invocation nonce: database is locked``), else
+        ``doing`` and the driver's line."""
+        busy = self._sqlite.busy(exc) if self._sqlite is not None else None
+        return busy or StoreError(f"{doing}: {driver_error_line(exc)}")
 
     def _consume_pg(self, params: tuple[object, ...], n: int) -> int:
         """Run the nonce statement on PostgreSQL in one autocommit round trip; its row count.
