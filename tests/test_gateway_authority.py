@@ -151,7 +151,7 @@ def test_a_revoked_grant_asking_beyond_its_coverage_is_401_revoked_not_403(env: 
     response = _post(env, body, invocation_headers(narrow.key, narrow.chain, body))
     error = _assert_refused(env, response, 401, before, count)
     assert error["code"] == "revoked" and error["type"] == "authentication_error"
-    assert "link 0 of this chain was revoked" in error["message"]
+    assert f"link 0 ({env.agent.grant_id[:16]}...) of this chain was revoked" in error["message"]
 
 
 @pytest.mark.parametrize("scheme", ["Token", "Basic", ""])

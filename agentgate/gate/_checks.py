@@ -1,6 +1,6 @@
 """What the ``Gate`` and its parts check their arguments against (module-level type tuples, and
-the names of the expected values in ``InputError`` messages), and the finding of a call that
-carries no identity (``_NO_CHAIN``)."""
+the names of the expected values in ``InputError`` messages), and the findings of a call that
+carries no identity (``_NO_CHAIN``) or one that is not the agent's own (``inherited_identity``)."""
 
 from __future__ import annotations
 
@@ -36,3 +36,21 @@ _NO_CHAIN = _finding(
 )
 """The fix is in the message as well as the hint: a refusal's reasons are its findings' messages
 (until review R64 this one named no fix)."""
+
+
+_OWN_GRANT = (
+    "give the sub-agent a grant of its own with Gate.delegate (in LangGraph, expose it through "
+    "delegation_tool), or issue the principal a grant to its own key with Gate.issue"
+)
+
+
+def inherited_identity(what: str) -> Finding:
+    """The ``implicit_trust_inheritance`` finding of a call made on an identity that is not the
+    calling agent's own, ``what`` saying whose it is. The fix is in the message as well as the
+    hint, as ``_NO_CHAIN``'s (until review R64 the refusal's reason named none)."""
+    return _finding(
+        FindingKind.IMPLICIT_TRUST_INHERITANCE,
+        "inherited_identity",
+        f"{what}: {_OWN_GRANT}",
+        "expose the sub-agent through delegation_tool so that it gets its own attenuated grant",
+    )

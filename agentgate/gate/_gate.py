@@ -34,7 +34,7 @@ from agentgate.authority import (
 from agentgate.capabilities import Call
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.errors import InputError, PolicyError, TokenFormatError
-from agentgate.findings import Finding, FindingKind
+from agentgate.findings import Finding
 from agentgate.gate._approval import Approval
 from agentgate.gate._approval_gates import _Approvals
 from agentgate.gate._authorization import (
@@ -53,8 +53,8 @@ from agentgate.gate._checks import (
     _NO_CHAIN,
     _NONE,
     _expect_id,
-    _finding,
     _is_text_pair,
+    inherited_identity,
 )
 from agentgate.gate._config import scheduler_config
 from agentgate.gate._costs import _Costs
@@ -615,20 +615,25 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         if (agent is not None and identity.name != agent) or (
             agent_did is not None and identity.did != agent_did
         ):
-            return Authorization(
-                Verdict.DENY,
-                call,
-                identity,
-                (f"agent {agent} has no grant of its own; it is running on the identity of {identity.name}",),
-                (
-                    _finding(
-                        FindingKind.IMPLICIT_TRUST_INHERITANCE,
-                        "inherited_identity",
-                        f"nested agent {agent} inherited the run context of {identity.name}",
-                        "expose the sub-agent through delegation_tool so that it gets its own attenuated grant",
-                    ),
-                ),
+            who = agent if agent is not None else f"of key {agent_did}"
+            finding = inherited_identity(
+                f"agent {who} has no grant of its own; it is running on the identity of {identity.name}"
             )
+            return Authorization(Verdict.DENY, call, identity, (finding.message,), (finding,))
+        # The name an identity carries is the caller's word: a principal's name on another
+        # principal's key, with the grant that key holds (its parent's), is that principal running
+        # on a borrowed identity (until review R64 only the names were compared). Left to the
+        # engine and the policy: a chain another key holds (``wrong_holder``), and a key the
+        # policy does not name, a sub-agent's own (named as its delegator chose) or a replaced one.
+        own = self.policy.principal_dids.get(identity.name)
+        if own is not None and own != identity.did and identity.chain.holder == identity.did:
+            holder = self.index.principal_name(identity.did)
+            if holder is not None:
+                finding = inherited_identity(
+                    f"agent {identity.name} is running on the key and grant of {holder} "
+                    f"({identity.did}), not on its own key ({own} in the policy)"
+                )
+                return Authorization(Verdict.DENY, call, identity, (finding.message,), (finding,))
         return None
 
     @_serialized
