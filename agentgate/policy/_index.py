@@ -364,9 +364,14 @@ class PolicyIndex:
             if not named:  # nor is the chain's first holder: removed, or its key replaced
                 return refuse(
                     "delegation_not_in_policy",
-                    f"{who}'s chain was issued to {first_holder}, which is not a principal of this policy",
+                    f"{who}'s chain was issued to {first_holder}, which is not a principal of this "
+                    "policy: delegate from a grant issued to a principal the policy names",
                 )
-            return refuse("delegation_not_in_policy", f"the roles of {who} may not delegate at all")
+            return refuse(
+                "delegation_not_in_policy",
+                f"the roles of {who} may not delegate at all: give one of its roles a delegation "
+                "section in the policy, or issue the sub-agent a grant of its own with Gate.issue",
+            )
         # Each capability is bounded by the rule of a role that may hand it on: one such role
         # must admit the grant's whole lifetime and budget (another role's looser limits, for
         # capabilities it hands on, do not widen this one's).
@@ -378,7 +383,14 @@ class PolicyIndex:
                 and any(attenuates(rule.capability, cap) for rule in self.policy.delegable.get(r, ()))
             ]
             if not rules:
-                return refuse("delegation_wider_than_policy", f"the policy does not let {who} hand on {cap}")
+                handed = dict.fromkeys(
+                    str(rule.capability) for r in roles for rule in self.policy.delegable.get(r, ())
+                )
+                return refuse(
+                    "delegation_wider_than_policy",
+                    f"the policy does not let {who} hand on {cap}: delegate only what the policy lets "
+                    f"{who} hand on: {', '.join(handed) or 'nothing'}, or narrower",
+                )
             lasting = [d for d in rules if d.max_ttl_s is None or seconds <= d.max_ttl_s]
             if not lasting:
                 longest = max(d.max_ttl_s or 0 for d in rules)
@@ -386,17 +398,19 @@ class PolicyIndex:
                 # ttl_above_policy_max: authority that cannot be taken back in time.
                 return refuse(
                     "delegation_ttl_above_policy",
-                    f"a delegated grant with {cap} may live {longest}s at most, not {seconds}s",
+                    f"a delegated grant with {cap} may live {longest}s at most, not {seconds}s: "
+                    f"delegate it with a ttl of at most {longest}s",
                     FindingKind.NON_REVOCABLE_GRANT,
                 )
             if not any(
                 d.budget is None or (budget is not None and budget <= d.budget.limit) for d in lasting
             ):
-                largest = max(d.budget.limit for d in lasting if d.budget)
+                largest = max((d.budget for d in lasting if d.budget), key=lambda b: b.limit)
                 asked = "the parent's whole budget" if budget is None else str(budget)
                 return refuse(
                     "delegation_budget_above_policy",
-                    f"a delegated grant with {cap} may carry a budget of {largest} at most, not {asked}",
+                    f"a delegated grant with {cap} may carry a budget of {largest.limit} at most, not "
+                    f"{asked}: delegate it with a budget of at most {largest.limit} {largest.unit}",
                 )
         return None
 
