@@ -225,7 +225,7 @@ def test_grant_delegate_prints_its_deny_on_stderr_and_leaves_stdout_to_the_token
     assert cli(capsys, "grant", "revoke", "a.tok")[0] == 0
     code, out, err = cli(capsys, *delegate, "--allow", "tool:search.web")
     assert (code, out) == (1, "") and err.count("\n") == 1
-    assert err.startswith("deny: non_revocable_grant revoked: grant ")
+    assert err.startswith("deny: non_revocable_grant revoked: link 0 (")
 
 
 @pytest.mark.parametrize(

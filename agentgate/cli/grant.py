@@ -489,9 +489,9 @@ def _delegate(args: argparse.Namespace) -> int:
     with _repo(existing=True) as repo:
         revoked = repo.revoked(parent.ids)
         if revoked:
-            sys.stderr.write(
-                f"deny: non_revocable_grant revoked: grant {sorted(revoked)[0]} in this chain is revoked\n"
-            )
+            from agentgate.gate._authorization import revoked_finding  # the Gate's wording, loaded only here
+
+            sys.stderr.write("deny: " + _finding_line(revoked_finding(parent.ids, revoked)) + "\n")
             return 1
         try:
             chain = delegate(

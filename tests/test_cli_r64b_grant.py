@@ -1,0 +1,48 @@
+"""``agentgate grant`` messages and marks of the four failure states (review R64), through the
+real entry point: a delegation from a revoked parent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentgate.cli.main import main
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "store.db"))
+    monkeypatch.chdir(tmp_path)
+    for name in ("root", "alice", "bob", "mallory"):
+        assert main(["keys", "new", name, "--dir", "k"]) == 0
+    return tmp_path
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse refusals (usage, then one error line)
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+ISSUE = ("grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub", "--ttl", "1h")
+DELEGATE = ("grant", "delegate", "a.tok", "--as", "k/alice.key", "--to", "k/bob.pub", "--ttl", "5m")
+
+
+def test_delegating_from_a_revoked_parent_prints_the_librarys_finding_with_its_fix(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R64: ``grant delegate`` from a revoked parent printed a line built by hand ("grant
+    ID in this chain is revoked"), with no fix; it is now the ``revoked`` finding the Gate gives."""
+    assert cli(capsys, *ISSUE, "--allow", "tool:search.*", "--out", "a.tok")[0] == 0
+    code, out, _ = cli(capsys, "grant", "revoke", "a.tok", "--json")
+    assert code == 0
+    (revoked,) = json.loads(out)["revoked"]
+    code, out, err = cli(capsys, *DELEGATE, "--allow", "tool:search.web")
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert err.startswith(f"deny: non_revocable_grant revoked: link 0 ({revoked[:16]}...) of this chain")
+    assert err.endswith("every grant below a revoked grant is dead: ask for a new grant\n")
