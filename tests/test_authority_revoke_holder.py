@@ -203,7 +203,12 @@ def test_the_token_form_still_works_with_store_and_json(
     child = recorded(repo, delegate(grant, KEYS["agent"], KEYS["other"].public, CAP, ttl=60))
     rc, out, err = cli(capsys, "grant", "revoke", grant.id, "--store", url, "--json")
     assert (rc, err) == (0, "")
-    assert json.loads(out) == {"revoked": [grant.id], "already_revoked": [], "descendants": [child.id]}
+    assert json.loads(out) == {
+        "revoked": [grant.id],
+        "already_revoked": [],
+        "descendants": [child.id],
+        "recorded": True,
+    }
     assert revocations(repo.store) == {grant.id}
     assert not Path("unused.db").exists()
 

@@ -225,9 +225,19 @@ def test_revoking_a_revoked_grant_again_writes_nothing_and_says_so(
     code, out, _ = cli(capsys, "grant", "inspect", "b.tok", "--json")
     tip = json.loads(out)["tip"]
     code, out, _ = cli(capsys, "grant", "revoke", tip, "--reason", "first", "--json")
-    assert code == 0 and json.loads(out) == {"revoked": [tip], "already_revoked": [], "descendants": []}
+    assert code == 0 and json.loads(out) == {
+        "revoked": [tip],
+        "already_revoked": [],
+        "descendants": [],
+        "recorded": True,
+    }
     code, out, _ = cli(capsys, "grant", "revoke", "b.tok", "--reason", "again", "--by", "cron", "--json")
-    assert code == 0 and json.loads(out) == {"revoked": [], "already_revoked": [tip], "descendants": []}
+    assert code == 0 and json.loads(out) == {
+        "revoked": [],
+        "already_revoked": [tip],
+        "descendants": [],
+        "recorded": True,
+    }
     code, out, _ = cli(capsys, "grant", "revoke", tip)
     assert code == 0 and out == f"already revoked (nothing written) {tip}\n"
     code, out, _ = cli(capsys, "audit", "show", "--kind", "revoke", "--json")

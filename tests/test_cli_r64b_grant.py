@@ -1,5 +1,6 @@
 """``agentgate grant`` messages and marks of the four failure states (review R64), through the
-real entry point: a delegation from a revoked parent."""
+real entry point: a delegation from a revoked parent, and a revocation of an id the store never
+recorded."""
 
 from __future__ import annotations
 
@@ -46,3 +47,25 @@ def test_delegating_from_a_revoked_parent_prints_the_librarys_finding_with_its_f
     assert (code, out) == (1, "") and err.count("\n") == 1
     assert err.startswith(f"deny: non_revocable_grant revoked: link 0 ({revoked[:16]}...) of this chain")
     assert err.endswith("every grant below a revoked grant is dead: ask for a new grant\n")
+
+
+def test_revoking_an_id_the_store_never_recorded_says_so(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R64: ``grant revoke <64-hex id never recorded>`` printed ``revoked ID``, exit 0, as
+    for a real grant: a mistyped id looked like a successful revocation. It is still revoked (a
+    grant made offline is refused whenever presented), and a note on standard error and in
+    ``--json`` says the store records no such grant."""
+    assert cli(capsys, *ISSUE, "--allow", "tool:search.*", "--out", "a.tok")[0] == 0
+    unknown = "ab" * 32
+    code, out, err = cli(capsys, "grant", "revoke", unknown)
+    assert (code, out) == (0, f"revoked {unknown}\n")
+    assert err.startswith("note: no grant with this id is recorded in this store;")
+    code, out, err = cli(capsys, "grant", "revoke", "cd" * 32, "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["revoked"] == ["cd" * 32] and shown["recorded"] is False
+    assert shown["note"].startswith("no grant with this id is recorded in this store;")
+    assert err == ""
+    code, out, err = cli(capsys, "grant", "revoke", "a.tok", "--json")
+    assert code == 0 and json.loads(out)["recorded"] is True and "note" not in json.loads(out)
+    assert err == ""

@@ -288,8 +288,9 @@ def test_grant_revoke_says_it_puts_back_a_missing_protection_trigger_and_revokes
     done = capsys.readouterr()
     assert done.out == f"revoked {grant_id}\n"
     lines = done.err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(
+    assert len(lines) == 2 and lines[0].startswith(
         "agentgate: warning: the protection trigger audit_log_no_update on table audit_log is missing"
     )
+    assert lines[1].startswith("note: no grant with this id is recorded in this store")  # review R64
     assert "the revocation goes through" in lines[0] and "run agentgate audit verify" in lines[0]
     assert "audit_log_no_update" in _triggers(checkpointed)  # the writer's opening put it back

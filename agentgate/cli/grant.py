@@ -773,6 +773,23 @@ def _exists(path: str) -> bool:
         return False
 
 
+_UNRECORDED = (
+    "no grant with this id is recorded in this store; it is revoked all the same (a grant made "
+    "elsewhere, offline or recorded in another store, is refused wherever this store is read), but "
+    "if you typed the id, check it: a mistyped one revokes no grant that exists (grant inspect "
+    "TOKENFILE shows a chain's ids)"
+)
+"""What ``grant revoke`` says of an id the store never recorded (until review R64 nothing: a
+mistyped id printed ``revoked ID``, exit 0, as a real grant does)."""
+
+
+def _recorded(store: Store, grant_id: str) -> bool:
+    """Whether ``store`` records the grant ``grant_id`` (``grant issue``/``delegate``,
+    ``Gate.issue``/``delegate``). Read here, as ``audit explain`` reads the grants table: the
+    grant repository answers revocation and descendants, not whether a grant was ever recorded."""
+    return bool(store.query("SELECT 1 FROM agentgate_grants WHERE id = ?", (grant_id,)))
+
+
 def _revoke(args: argparse.Namespace) -> int:
     if args.holder is not None:
         return _revoke_holder(args)
@@ -800,10 +817,15 @@ def _revoke(args: argparse.Namespace) -> int:
             revoke(repo, grant_id, reason=args.reason)
             audit([grant_id])
         below = repo.descendants(grant_id)
+        recorded = _recorded(repo.store, grant_id)
     if args.json:
         done = {"revoked": [] if already else [grant_id], "already_revoked": [grant_id] if already else []}
-        write_json({**done, "descendants": below})
+        write_json(
+            {**done, "descendants": below, "recorded": recorded} | ({} if recorded else {"note": _UNRECORDED})
+        )
         return 0
+    if not recorded:
+        sys.stderr.write(f"note: {_UNRECORDED}\n")
     sys.stdout.write(f"{'already revoked (nothing written)' if already else 'revoked'} {grant_id}\n")
     if below:
         sys.stdout.write(f"{len(below)} recorded descendant grant(s) are dead with it: {', '.join(below)}\n")
