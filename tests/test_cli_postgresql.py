@@ -212,7 +212,7 @@ def walk(d: Path, owner: str, app: str, before_app: Callable[[], None]) -> list[
     assert not (d / "wide.tok").exists()
 
     shown = json.loads(step(0, "grant inspect bob.tok --json").out)
-    assert set(shown) == {"tip", "holder", "links"}
+    assert set(shown) == {"tip", "holder", "root_trusted", "links"}
     assert [(link["revoked"], link["signature"]) for link in shown["links"]] == [(False, "valid")] * 2
     alice_root = shown["links"][0]["id"]
 

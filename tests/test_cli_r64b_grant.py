@@ -1,6 +1,6 @@
 """``agentgate grant`` messages and marks of the four failure states (review R64), through the
-real entry point: a delegation from a revoked parent, and a revocation of an id the store never
-recorded."""
+real entry point: a delegation from a revoked parent, a revocation of an id the store never
+recorded, and a chain whose root issuer is no trust anchor."""
 
 from __future__ import annotations
 
@@ -69,3 +69,40 @@ def test_revoking_an_id_the_store_never_recorded_says_so(
     code, out, err = cli(capsys, "grant", "revoke", "a.tok", "--json")
     assert code == 0 and json.loads(out)["recorded"] is True and "note" not in json.loads(out)
     assert err == ""
+
+
+def test_inspect_with_trust_marks_a_root_issued_by_no_trust_anchor(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R64: ``grant inspect`` of a chain issued by a key that is no trust anchor printed no
+    mark and exited 0 (it took no ``--trust``). With ``--trust`` the root is marked
+    ``untrusted_root`` (exit 1, as inspect's other marks); without, the output says the root was
+    not checked against trust anchors."""
+    forged = ("grant", "issue", "--issuer", "k/mallory.key", "--to", "k/alice.pub", "--ttl", "1h")
+    assert cli(capsys, *forged, "--allow", "tool:search.*", "--out", "m.tok")[0] == 0
+    assert cli(capsys, *ISSUE, "--allow", "tool:search.*", "--out", "a.tok")[0] == 0
+
+    code, out, _ = cli(capsys, "grant", "inspect", "m.tok", "--trust", "k/root.pub")
+    assert code == 1
+    assert "! authority_chain_opacity untrusted_root: root grant issued by" in out
+    assert "root issuer: NOT one of the trust anchors given with --trust" in out
+    code, out, _ = cli(capsys, "grant", "inspect", "m.tok", "--trust", "k/root.pub", "--json")
+    shown = json.loads(out)
+    assert code == 1 and shown["root_trusted"] is False
+    assert [f["code"] for f in shown["links"][0]["findings"]] == ["untrusted_root"]
+
+    code, out, _ = cli(
+        capsys, "grant", "inspect", "a.tok", "--trust", "k/mallory.pub", "--trust", "k/root.pub"
+    )
+    assert code == 0 and "root issuer: a trust anchor given with --trust" in out
+    code, out, _ = cli(capsys, "grant", "inspect", "m.tok")
+    assert code == 0 and "root issuer: not checked against trust anchors (give --trust" in out
+    code, out, _ = cli(capsys, "grant", "inspect", "m.tok", "--json")
+    assert code == 0 and json.loads(out)["root_trusted"] is None
+
+
+def test_inspect_refuses_a_trust_that_is_no_public_key(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review R64: ``--trust`` is read as ``grant check`` reads it: no key, exit 2, one line."""
+    assert cli(capsys, *ISSUE, "--allow", "tool:search.*", "--out", "a.tok")[0] == 0
+    code, out, err = cli(capsys, "grant", "inspect", "a.tok", "--trust", "did:key:nonsense")
+    assert code == 2 and out == "" and err.count("\n") == 1

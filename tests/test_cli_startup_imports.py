@@ -159,5 +159,7 @@ def test_a_group_named_first_is_parsed_as_before() -> None:
     # Only the named group is registered: its own errors and usage are what they were.
     done = agentgate("grant", "inspect")
     assert done.returncode == 2
-    assert done.stderr.startswith("usage: agentgate grant inspect [-h] [--json] TOKENFILE\n")
+    assert done.stderr.startswith(
+        "usage: agentgate grant inspect [-h] [--trust PUBFILE] [--json] TOKENFILE\n"
+    )
     assert done.stderr.endswith("agentgate: error: the following arguments are required: TOKENFILE\n")

@@ -35,7 +35,7 @@ from agentgate.authority import (
     revoke,
     revoke_holder,
 )
-from agentgate.authority._chain_findings import link_findings, root_findings
+from agentgate.authority._chain_findings import chain_finding, link_findings, root_findings
 from agentgate.authority._grant import GRANT_CONTEXT, MAX_DEPTH, MAX_PURPOSE, TOKEN_PREFIX
 from agentgate.authority._signatures import verify_signature
 from agentgate.capabilities import Call, Capability
@@ -99,8 +99,8 @@ See docs/cli.md."""
 
 _INSPECT_EPILOG = """\
 exit codes: 0 every link sound (revocation unknown where no store can be read), 1 a link is marked
-(a finding, SIGNATURE INVALID, REVOKED, EXPIRED or NOT YET VALID; the tree or JSON is printed
-all the same),
+(a finding, untrusted_root with --trust among them, SIGNATURE INVALID, REVOKED, EXPIRED or NOT
+YET VALID; the tree or JSON is printed all the same),
 2 unusable input (one line on stderr). The store is AGENTGATE_STORE, read only; none is created.
 See docs/cli.md."""
 
@@ -177,12 +177,19 @@ def register(subparsers: Any) -> None:
         help="show a chain as a tree: who gave what to whom (exit 1 if a link is marked)",
         description="Show the chain in TOKENFILE as a tree, root first, each link marked where it does "
         "not hold: a finding, a signature that does not verify, REVOKED (from the store), EXPIRED or "
-        "NOT YET VALID. "
-        "Inspect needs no trust anchor and decides no call: grant check does.",
+        "NOT YET VALID, and with --trust a root issued by none of the trust anchors given. "
+        "Inspect decides no call: grant check does.",
         epilog=_INSPECT_EPILOG,
         formatter_class=raw,
     )
     p.add_argument("token", type=given_path, metavar="TOKENFILE")
+    p.add_argument(
+        "--trust",
+        action="append",
+        type=given,
+        metavar="PUBFILE",
+        help="a trust anchor (repeatable): mark a root issued by none of them untrusted_root",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
     p.set_defaults(handler=_inspect)
 
@@ -556,9 +563,29 @@ def _revocations(ids: tuple[str, ...]) -> tuple[set[str] | None, str]:
         store.close()
 
 
+def _untrusted_root(chain: Chain, anchors: frozenset[str]) -> Finding | None:
+    """The library's ``untrusted_root`` finding when ``chain``'s root was issued by none of
+    ``anchors``, as ``decide`` and ``grant check`` give it; ``None`` otherwise (a root with a
+    finding of its own, shown already, is not read for trust)."""
+    found = chain_finding(chain, anchors)
+    return found if found is not None and found.code == "untrusted_root" else None
+
+
+_ROOT_TRUST = {
+    True: "root issuer: a trust anchor given with --trust",
+    False: "root issuer: NOT one of the trust anchors given with --trust",
+    None: "root issuer: not checked against trust anchors (give --trust PUBFILE|DID to check it)",
+}
+"""Inspect's last line on the root's issuer, as ``audit explain`` words its own."""
+
+
 def _inspect(args: argparse.Namespace) -> int:
     chain = _read_token(args.token)
+    # A --trust that is no public key is refused before anything is read from the store.
+    anchors = None if args.trust is None else frozenset(load_public_key(spec).did for spec in args.trust)
     revoked, unknown = _revocations(chain.ids)
+    untrusted = None if anchors is None else _untrusted_root(chain, anchors)
+    root_trusted = None if anchors is None else chain.root.issuer in anchors
     now = int(time.time())
     links: list[dict[str, Any]] = []
     for i, link in enumerate(chain.links):
@@ -568,6 +595,8 @@ def _inspect(args: argparse.Namespace) -> int:
         except (InvalidSignature, KeyFileError):
             signature = "INVALID"
         found = link_findings(chain.links[:i], link) if i else root_findings(link)
+        if i == 0 and untrusted is not None:
+            found = [*found, untrusted]
         unmetered = _unmetered_finding(link.id, link.budget)
         if unmetered is not None:
             found = [*found, unmetered]
@@ -595,7 +624,7 @@ def _inspect(args: argparse.Namespace) -> int:
         for shown in links
     )
     if args.json:
-        write_json({"tip": chain.id, "holder": chain.holder, "links": links})
+        write_json({"tip": chain.id, "holder": chain.holder, "root_trusted": root_trusted, "links": links})
         return 1 if marked else 0
     out = [f"chain of {len(links)} link(s); holder {chain.holder}; tip {chain.id}"]
     for i, shown in enumerate(links):
@@ -626,6 +655,7 @@ def _inspect(args: argparse.Namespace) -> int:
             out.append(f"{pad}     purpose: {printable(shown['purpose'])}")
         for problem in shown["findings"]:
             out.append(f"{pad}     ! {problem['kind']} {problem['code']}: {printable(problem['message'])}")
+    out.append(_ROOT_TRUST[root_trusted])
     sys.stdout.write("\n".join(out) + "\n")
     return 1 if marked else 0
 
