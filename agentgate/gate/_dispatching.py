@@ -9,17 +9,20 @@ import contextlib
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context as otel_context
 
 from agentgate._names import MAX_SESSION_CHARS as MAX_SESSION_CHARS  # re-exported, as check_session
 from agentgate._names import check_session as check_session
 from agentgate._names import check_tenant as check_tenant
-from agentgate.dispatch.backends import ChatChunk, ChatResult
-from agentgate.dispatch.dispatcher import Dispatcher, model_slos
 from agentgate.errors import DispatchError
 from agentgate.policy import Policy
+
+# The dispatcher brings aiohttp, httpx and the GPU inventory: a gate without one never loads them.
+if TYPE_CHECKING:
+    from agentgate.dispatch._answers import ChatChunk, ChatResult
+    from agentgate.dispatch.dispatcher import Dispatcher
 
 T = TypeVar("T")
 
@@ -39,6 +42,8 @@ class _Dispatching:
         """Serve model calls through ``dispatcher`` (``dispatch.Dispatcher``), which runs on a
         private event loop thread owned by the gate until ``close()``. A model the policy gives a
         ``slo.ttft_ms`` is routed under it, unless the dispatcher was given its own for it."""
+        from agentgate.dispatch.dispatcher import model_slos  # here: the module brings aiohttp
+
         dispatcher.model_slo_ttft_s = {**model_slos(self.policy), **dispatcher.model_slo_ttft_s}
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="agentgate-dispatch", daemon=True)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
@@ -32,7 +33,6 @@ from agentgate.authority import (
     Invocation,
 )
 from agentgate.capabilities import Call
-from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.errors import InputError, PolicyError, TokenFormatError
 from agentgate.findings import Finding
 from agentgate.gate._approval import Approval
@@ -83,6 +83,10 @@ from agentgate.tasks import (
     SyncScheduler,
     idempotency_key,
 )
+
+# The dispatcher brings aiohttp, httpx and the GPU inventory: a gate without one never loads them.
+if TYPE_CHECKING:
+    from agentgate.dispatch.dispatcher import Dispatcher
 
 _log = logging.getLogger("agentgate.gate")
 
