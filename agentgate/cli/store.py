@@ -18,9 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
-
-from agentgate.authority import prune_grants
 from agentgate.cli._common import given, open_existing_store, parse_duration, write_json
 from agentgate.errors import StoreError
 from agentgate.store import Store, open_store
@@ -173,6 +170,8 @@ def _prune_parts(
     reason when the role may not delete grants or revocations (the application role,
     docs/operations.md): those two counts are then ``None``, the grants' part is rolled back to
     its savepoint, and the other parts commit."""
+    from agentgate.authority import prune_grants  # here: ``store init`` needs no authority engine
+
     refused: str | None = None
     with store.transaction() as tx:
         pruned: dict[str, int | None] = {
@@ -187,6 +186,8 @@ def _prune_parts(
             with repo.within(tx):
                 grants = prune_grants(repo, before)
         except StoreError as exc:
+            import psycopg  # here: a SQLite store never loads the PostgreSQL driver
+
             if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
                 raise
             tx.execute("ROLLBACK TO SAVEPOINT agentgate_prune_grants")
@@ -209,6 +210,8 @@ def _create(name: str, make: Callable[[Store], Any], store: Store) -> Any:
     try:
         return make(store)
     except StoreError as exc:
+        import psycopg  # here: a SQLite store never loads the PostgreSQL driver
+
         if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
             raise
         reason = str(exc.__cause__).splitlines()[0]
