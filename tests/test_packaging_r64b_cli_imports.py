@@ -56,3 +56,11 @@ def test_help_loads_no_postgresql_driver(tmp_path: Path) -> None:
     code, modules = loaded(tmp_path, "--help")
     assert code == 0
     assert "psycopg" not in modules
+
+
+def test_help_loads_no_gpu_inventory(tmp_path: Path) -> None:
+    """Review R64: ``agentgate --help`` registers the broker group without loading the GPU
+    inventory, which only ``agentgate broker inventory`` reads."""
+    code, modules = loaded(tmp_path, "--help")
+    assert code == 0
+    assert "agentgate.dispatch.inventory" not in modules

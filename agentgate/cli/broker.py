@@ -25,7 +25,6 @@ from agentgate.cli._common import (
     write_json,
 )
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
-from agentgate.dispatch.inventory import load_inventory
 from agentgate.errors import InventoryError
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
 from agentgate.store.broker_leases import BrokerLeaseStore
@@ -102,6 +101,8 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def _inventory(args: argparse.Namespace) -> int:
+    from agentgate.dispatch.inventory import load_inventory  # here: the other verbs read no inventory
+
     with shown_source_error():
         inventory = load_inventory(args.inventory, read_keys=False)  # no backend is called
     if not inventory.gpus:
