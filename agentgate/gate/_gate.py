@@ -33,7 +33,7 @@ from agentgate.authority import (
     Invocation,
 )
 from agentgate.capabilities import Call
-from agentgate.errors import InputError, PolicyError, TokenFormatError
+from agentgate.errors import Denied, InputError, PolicyError, TokenFormatError
 from agentgate.findings import Finding
 from agentgate.gate._approval import Approval
 from agentgate.gate._approval_gates import _Approvals
@@ -481,15 +481,24 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             ):
                 # Refused before a person is asked to approve a call that cannot run again.
                 auth = self._refuse_ran_before(auth, once, last)
-            if auth.needs_approval:
-                auth = self._record_approval_request(
-                    auth,
-                    request,
-                    rule,
-                    tx,
-                    call_key,
-                    uncounted=self._refused_approval(approval, request, rule, scope),
-                )
+            uncounted = self._refused_approval(approval, request, rule, scope)
+            if (
+                auth.needs_approval
+                and not uncounted
+                and approval is not None
+                and request is not None
+                and self.approvals.used(approval.request, request["call_hash"], tx=tx)
+            ):
+                # The vote was counted before this transaction (``_approval_complete``), with the
+                # quorum not yet met; another process's call met it and used the request since.
+                # Refused as that used approval is, not asked anew: until review R64 a new request
+                # was opened for a call already approved and run, and left pending.
+                used = Denied(f"approval {approval.request} was already used")
+                auth = self._ask_again_if_not_run(
+                    auth, used, approval, request, rule, once, tx
+                ) or self._refuse_unheld_allow(auth, used, None, {}, approval, request, tx)
+            elif auth.needs_approval:
+                auth = self._record_approval_request(auth, request, rule, tx, call_key, uncounted=uncounted)
             elif auth.allowed:
                 auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas, once, rule)
             else:
