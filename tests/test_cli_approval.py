@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import cli
 
 from agentgate.capabilities import Call
-from agentgate.cli.main import main
 from agentgate.gate import Approval, Authorization, Gate
 from agentgate.keys import SigningKey, save_key
 from agentgate.policy import parse_policy
@@ -73,15 +73,6 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
     made = Setup(tmp_path)
     yield made
     made.gate.close()
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_a_signed_approval_from_the_cli_lets_the_call_run(

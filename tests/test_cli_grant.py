@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli import cli
 
 from agentgate.authority import issue
 from agentgate.cli.grant import parse_duration
@@ -28,15 +29,6 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("root", "alice", "bob"):
         assert main(["keys", "new", name, "--dir", "k"]) == 0
     return tmp_path
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse refusals (usage, then one error line)
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def issue_and_delegate(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _cli import cli
 
 from agentgate.cli.main import main
 
@@ -19,15 +20,6 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("root", "alice", "bob", "mallory"):
         assert main(["keys", "new", name, "--dir", "k"]) == 0
     return tmp_path
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse refusals (usage, then one error line)
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 ISSUE = ("grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub", "--ttl", "1h")

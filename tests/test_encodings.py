@@ -59,9 +59,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import cli
 
 from agentgate.capabilities import Call
-from agentgate.cli.main import main
 from agentgate.errors import PolicyError
 from agentgate.gate import Gate
 from agentgate.keys import SigningKey, load_public_key, save_key
@@ -70,15 +70,6 @@ from agentgate.store import SQLiteStore
 
 ESC_TEXT = "\x1b]0;pwned\x07\x1b[2J\u202eX"
 """What a hostile file would send a terminal: an OSC title, a bell, a screen clear, a bidi override."""
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse refusals
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_error_line(err: str) -> str:

@@ -65,13 +65,13 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from _cli import cli
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentgate import Gate
 from agentgate.audit.spans import execute_tool_span, get_tracer
-from agentgate.cli.main import main
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.errors import BackendCredentialError, KeyFileError
 from agentgate.store import SQLiteStore
@@ -119,16 +119,6 @@ def agentgate(cwd: Path, *argv: str, **extra: str) -> subprocess.CompletedProces
         text=True,
         timeout=120,
     )
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """The command in this process (the environment as monkeypatched)."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_error_line(err: str) -> str:

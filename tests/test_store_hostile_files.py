@@ -64,6 +64,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from _cli import cli
 
 from agentgate.cli._common import STORE_TABLES
 from agentgate.cli.main import main
@@ -107,15 +108,6 @@ def one_line(code: int, err: str) -> str:
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("agentgate: error: "), (code, err)
     return lines[0]
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
