@@ -1,8 +1,8 @@
 """A Gate without a dispatcher loads no dispatch layer (review R64): every worker process, every
 CLI verb that builds a Gate and every subprocess of the test suite paid for the dispatcher, its
 HTTP client aiohttp and the GPU inventory at ``from agentgate.gate import Gate``, though only
-``Gate.attach_dispatcher`` uses them. (httpx still loads: the scheduler's default retry
-classifier, ``agentgate.tasks._classify``, imports it.)"""
+``Gate.attach_dispatcher`` uses them. httpx too, which the scheduler's default retry classifier
+(``agentgate.tasks._classify``) imported only to name its exceptions (the lead's follow-up)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 DISPATCH_LAYER = (
     "aiohttp",
+    "httpx",
     "agentgate.dispatch.backends",
     "agentgate.dispatch.dispatcher",
     "agentgate.dispatch.inventory",
