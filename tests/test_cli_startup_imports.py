@@ -28,7 +28,10 @@ ALWAYS_UNNEEDED = (
 _RUN = """
 import json, sys
 from agentgate.cli.main import main
-code = main(sys.argv[1:])
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exit:  # --help
+    code = exit.code
 sys.stdout.flush()
 print("\\n" + json.dumps({"code": code, "modules": sorted(sys.modules)}))
 """
@@ -163,3 +166,40 @@ def test_a_group_named_first_is_parsed_as_before() -> None:
         "usage: agentgate grant inspect [-h] [--trust PUBFILE] [--json] TOKENFILE\n"
     )
     assert done.stderr.endswith("agentgate: error: the following arguments are required: TOKENFILE\n")
+
+
+# Review R64: ``agentgate store`` on SQLite, and ``--help``, load no PostgreSQL driver:
+# ``agentgate.cli.store`` imported psycopg at module level to recognise PostgreSQL's ``permission
+# denied``, which only a PostgreSQL store (that has loaded psycopg) can raise, and help registers
+# every group, so each paid for the driver (about 0.15 s here).
+
+
+def test_store_init_on_sqlite_loads_no_postgresql_driver_nor_authority(tmp_path: Path) -> None:
+    """Review R64: ``agentgate store init`` on a SQLite file creates its tables without loading
+    psycopg, or the authority engine, which only ``store prune`` uses."""
+    code, modules = loaded(tmp_path, "store", "init")
+    assert code == 0 and (tmp_path / "s.db").exists()
+    assert sorted(modules & {"psycopg", "agentgate.authority"}) == []
+
+
+def test_store_prune_on_sqlite_loads_no_postgresql_driver(tmp_path: Path) -> None:
+    """Review R64: ``agentgate store prune`` on a SQLite file prunes without loading psycopg."""
+    assert loaded(tmp_path, "store", "init")[0] == 0
+    code, modules = loaded(tmp_path, "store", "prune", "--older-than", "30d")
+    assert code == 0
+    assert "psycopg" not in modules
+
+
+def test_help_loads_no_postgresql_driver(tmp_path: Path) -> None:
+    """Review R64: ``agentgate --help`` lists every group without loading psycopg."""
+    code, modules = loaded(tmp_path, "--help")
+    assert code == 0
+    assert "psycopg" not in modules
+
+
+def test_help_loads_no_gpu_inventory(tmp_path: Path) -> None:
+    """Review R64: ``agentgate --help`` registers the broker group without loading the GPU
+    inventory, which only ``agentgate broker inventory`` reads."""
+    code, modules = loaded(tmp_path, "--help")
+    assert code == 0
+    assert "agentgate.dispatch.inventory" not in modules
