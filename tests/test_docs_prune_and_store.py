@@ -88,6 +88,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _cli import cli
 from test_api_types_gate import World
 from test_audit_scale import KEY, ORIGIN, decision
 from test_authority_findings_documented import _documented_kinds
@@ -105,7 +106,6 @@ from test_store_dead_letters import letter
 
 from agentgate.authority import Authority, issue
 from agentgate.capabilities import Call
-from agentgate.cli.main import main
 from agentgate.errors import InputError, KeyFileError
 from agentgate.gate import Gate
 from agentgate.keys import SigningKey, save_key
@@ -128,15 +128,6 @@ def section(page: str, start: str, end: str = "\n## ") -> str:
     at = text.index(start)
     stop = text.find(end, at + len(start))
     return text[at : stop if stop != -1 else len(text)]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_error_line(err: str) -> str:
@@ -193,7 +184,7 @@ def test_each_command_shown_exists_with_every_flag_shown(
 ) -> None:
     words = shown.split()[1:]
     path = list(_leading_words(words))
-    code, out, _ = run(capsys, *path, "--help")
+    code, out, _ = cli(capsys, *path, "--help")
     assert code == 0 and out.startswith(f"usage: agentgate {' '.join(path)}"), out
     for flag in re.findall(r"--[a-z][a-z-]*", shown):
         assert flag in out, (shown, flag)
@@ -207,12 +198,12 @@ def _leading_words(words: list[str]) -> Iterator[str]:
 
 
 def test_store_help_lists_prune(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "store", "--help")
+    code, out, _ = cli(capsys, "store", "--help")
     assert code == 0 and re.search(r"^\s+prune\s", out, re.M), out
 
 
 def test_agentgate_help_mentions_prune(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "--help")
+    code, out, _ = cli(capsys, "--help")
     [line] = [line for line in out.splitlines() if line.strip().startswith("store ")]
     assert code == 0 and "prune" in line, line
 
@@ -223,7 +214,7 @@ def test_prune_takes_the_ttl_forms_and_reports_the_cut(
 ) -> None:
     SQLiteStore(tmp_path / "ag.db").close()
     before = time.time()
-    code, out, err = run(capsys, "store", "prune", "--older-than", duration, "--store", "ag.db", "--json")
+    code, out, err = cli(capsys, "store", "prune", "--older-than", duration, "--store", "ag.db", "--json")
     assert code == 0, err
     printed = json.loads(out)
     assert before - seconds - 1 <= printed["before"] <= time.time() - seconds
@@ -235,7 +226,7 @@ def test_prune_takes_the_ttl_forms_and_reports_the_cut(
 
 def test_a_bad_duration_is_one_escaped_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     SQLiteStore(tmp_path / "ag.db").close()
-    code, _, err = run(capsys, "store", "prune", "--older-than", "1\x1b[2J\nd", "--store", "ag.db")
+    code, _, err = cli(capsys, "store", "prune", "--older-than", "1\x1b[2J\nd", "--store", "ag.db")
     assert code == 2
     assert "\\x1b" in one_error_line(err)
 
@@ -245,7 +236,7 @@ def test_an_unrecognized_argument_is_one_escaped_error_line(
 ) -> None:
     SQLiteStore(tmp_path / "ag.db").close()
     hostile = "\x1b[31mX\nagentgate: error: forged"
-    code, _, err = run(capsys, "store", "prune", "--older-than", "1d", "--store", "ag.db", hostile)
+    code, _, err = cli(capsys, "store", "prune", "--older-than", "1d", "--store", "ag.db", hostile)
     assert code == 2
     one_error_line(err)
 
@@ -266,7 +257,7 @@ def test_each_refused_store_value_is_exit_2_one_line_and_creates_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     monkeypatch.setenv("AGENTGATE_STORE", value)
-    code, out, err = run(capsys, "grant", "revoke", "a" * 64)
+    code, out, err = cli(capsys, "grant", "revoke", "a" * 64)
     assert code == 2, out
     one_error_line(err)
     assert list(tmp_path.iterdir()) == []
@@ -347,7 +338,7 @@ def test_the_tables_growth_and_pruning_names_exist(
         "budget_ledger",
         "agentgate_revocations",
     }
-    assert run(capsys, "store", "init", "--store", "ag.db")[0] == 0
+    assert cli(capsys, "store", "init", "--store", "ag.db")[0] == 0
     present = {r[0] for r in sqlite3.connect(tmp_path / "ag.db").execute("SELECT name FROM sqlite_master")}
     assert named <= present
 
@@ -373,7 +364,7 @@ def test_audit_explain_says_the_same_of_a_request_before_and_after_it_is_pruned(
     def explained() -> list[str]:
         said = []
         for index in range(1, 5):
-            code, out, err = run(capsys, "audit", "explain", str(index), "--store", store)
+            code, out, err = cli(capsys, "audit", "explain", str(index), "--store", store)
             assert code == 0, err
             said.append(out)
         return said
@@ -382,7 +373,7 @@ def test_audit_explain_says_the_same_of_a_request_before_and_after_it_is_pruned(
     assert "related entry 2: approval_given" in before[0] and "related entry 3: allow" in before[3]
     with SQLiteStore(tmp_path / "ag.db") as opened, opened.transaction() as tx:
         tx.execute("UPDATE approvals SET expires_at = ?", (time.time() - 7200,))
-    code, out, _ = run(capsys, "store", "prune", "--older-than", "1h", "--store", store)
+    code, out, _ = cli(capsys, "store", "prune", "--older-than", "1h", "--store", store)
     assert code == 0 and "approval requests: 1 pruned" in out
     assert explained() == before
 
@@ -414,7 +405,7 @@ def test_tasks_unsettled_lists_started_and_error_not_paused(
     with SQLiteStore(tmp_path / "ag.db") as store:
         _once_rows(store)
     save_key(KEY, tmp_path, "log")  # the log's key, where the command looks for it
-    code, out, err = run(capsys, "tasks", "unsettled", "--json", "--store", "ag.db")
+    code, out, err = cli(capsys, "tasks", "unsettled", "--json", "--store", "ag.db")
     assert code == 0, err
     assert sorted(row["state"] for row in json.loads(out)) == ["error", "started"]
     said = " ".join(section("operations.md", "## Growth and pruning").split())
@@ -445,7 +436,7 @@ def test_the_application_role_of_the_set_up_runs_prune_and_the_hand_delete(
     from agentgate.store._postgres import PostgresStore
 
     url = postgres_server.create_database()
-    assert run(capsys, "store", "init", "--store", url)[0] == 0
+    assert cli(capsys, "store", "init", "--store", url)[0] == 0
     role = "r38app_" + uuid.uuid4().hex[:8]
     page = (DOCS / "operations.md").read_text()
     block = page.index("```sql", page.index("grant the application role"))
@@ -468,7 +459,7 @@ def test_the_application_role_of_the_set_up_runs_prune_and_the_hand_delete(
                 tx.execute(statement)
         _once_rows(owner)
     app = url.replace(f"postgresql://{postgres_server.user}@", f"postgresql://{role}@")
-    code, out, err = run(capsys, "store", "prune", "--older-than", "1h", "--store", app, "--json")
+    code, out, err = cli(capsys, "store", "prune", "--older-than", "1h", "--store", app, "--json")
     assert code == 0, err
     assert json.loads(out)["pruned"] == {
         **{"approval_requests": 1, "settled_reservations": 1, "dead_letters": 1},
@@ -500,7 +491,7 @@ def test_approval_list_shows_the_quorum_last_counted_against(
         assert approve(new, agent, asked, "alice").needs_approval
     finally:
         new.close()
-    code, out, err = run(capsys, "approval", "list", "--store", str(tmp_path / "ag.db"))
+    code, out, err = cli(capsys, "approval", "list", "--store", str(tmp_path / "ag.db"))
     assert code == 0, err
     assert re.search(r"\s1/3\s", out.splitlines()[1]), out
 
@@ -518,7 +509,7 @@ def test_approval_list_counts_only_the_votes_the_policy_counts(
         assert approve(new, agent, asked, "bob").needs_approval  # alice's vote no longer counts
     finally:
         new.close()
-    code, out, _ = run(capsys, "approval", "list", "--store", str(tmp_path / "ag.db"))
+    code, out, _ = cli(capsys, "approval", "list", "--store", str(tmp_path / "ag.db"))
     assert code == 0 and re.search(r"\s1/2\s", out.splitlines()[1]), out
 
 
@@ -537,7 +528,7 @@ def test_approval_list_shows_the_vote_that_no_longer_counts_apart_as_documented(
         assert approve(new, agent, asked, "bob").needs_approval
     finally:
         new.close()
-    code, out, _ = run(capsys, "approval", "list", "--json", "--store", str(tmp_path / "ag.db"))
+    code, out, _ = cli(capsys, "approval", "list", "--json", "--store", str(tmp_path / "ag.db"))
     [row] = json.loads(out)
     assert code == 0 and row["quorum"] == 2
     assert len(row["approved_by"]) == 1 and len(row["not_counted"]) == 1
