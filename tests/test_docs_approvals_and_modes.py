@@ -89,11 +89,12 @@ from typing import Annotated, Any
 import pytest
 import test_langgraph_langchain_features2 as lc2
 import test_langgraph_time_travel as timetravel
+from _cli import cli as run
 from langchain_core.messages import AIMessage
 from langchain_core.tools import InjectedToolCallId
 from langgraph.prebuilt import InjectedState
 from langgraph.types import Command, interrupt
-from test_docs_prune_and_store import DOCS, run, section
+from test_docs_prune_and_store import DOCS, section
 from test_gate_approvals import Approvals, _request_id
 from test_langgraph_langchain_features import Rig, _calls, _tool
 
