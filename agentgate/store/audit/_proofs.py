@@ -101,6 +101,7 @@ class _Proofs:
         if not 0 <= index < checkpoint.size:
             raise InputError(f"entry {index} is not covered by a checkpoint of size {checkpoint.size}")
         data = self.entry_bytes(index)
+        self._refuse_past_end(checkpoint, "the checkpoint given")
         ranges = inclusion_ranges(index, checkpoint.size)
         try:  # from the node cache when the proof it gives leads to the signed root
             proof = self._cached_roots(ranges)
@@ -188,6 +189,17 @@ class _Proofs:
                 related[idx] = (data, stored, other)
         return related
 
+    def _refuse_past_end(self, checkpoint: Checkpoint, which: str) -> None:
+        """Raise ``TamperDetected`` naming both sizes when ``checkpoint`` signs more entries than
+        the log holds (its newest entries deleted, or the database restored from an older copy),
+        before a proof is built against it: the node cache is asked for every block up to the
+        signed size, so a size of 2**40 held gigabytes and never ended (until review R65)."""
+        if checkpoint.size > self._end():
+            raise TamperDetected(
+                f"audit log has {self.size()} entries, but {which} covers {checkpoint.size} "
+                "(entries deleted, or the database restored from an older copy)"
+            )
+
     def _prove_included(self, leaves: Mapping[int, bytes]) -> tuple[Checkpoint | None, tuple[int, ...]]:
         """Prove each ``index -> leaf hash`` in ``leaves`` included in the latest stored checkpoint.
 
@@ -199,6 +211,7 @@ class _Proofs:
         if row is None:
             return None, tuple(sorted(leaves))
         checkpoint = self.open_checkpoint(_note(row[2]))
+        self._refuse_past_end(checkpoint, "its latest signed checkpoint")
         size = checkpoint.size
         covered = sorted(idx for idx in leaves if idx < size)
         paths = [inclusion_ranges(idx, size) for idx in covered]
