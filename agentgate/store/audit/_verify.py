@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from agentgate.audit.entry import AuditEntry, one_line
-from agentgate.audit.merkle import RootAccumulator
+from agentgate.audit.merkle import EMPTY_ROOT, RootAccumulator
 from agentgate.audit.note import Checkpoint, signer_key_ids
 from agentgate.errors import TamperDetected
 from agentgate.store._base import Row, Store
@@ -173,6 +173,13 @@ class _Verification:
         bad: list[int] = []
         unopened: list[tuple[str, ...]] = []
         expected, checked, saved_only = self._signed_roots(saved_checkpoint, problems, unopened)
+        if expected.get(0, EMPTY_ROOT) != EMPTY_ROOT:
+            # The pass compares a root once entries are added: the empty tree's is compared here
+            # (until review R65 a signed size 0 with another root verified; checkpoint refused it).
+            problems.append(
+                "checkpoint of size 0: root does not match the entries; the empty tree's root is "
+                "SHA-256 of no bytes"
+            )
         acc = RootAccumulator()
         last_good = 0
         refs_seen = 0  # rows of audit_refs compared with the entries they index
