@@ -203,3 +203,49 @@ def test_help_loads_no_gpu_inventory(tmp_path: Path) -> None:
     code, modules = loaded(tmp_path, "--help")
     assert code == 0
     assert "agentgate.dispatch.inventory" not in modules
+
+
+# Review R65: help loaded the authority engine and the policy package: grant, policy and approval
+# registered their parsers beside handlers that import them at module level. Their parsers live
+# apart now (cli/_grant_parser.py, _policy_parser.py, _approval_parser.py) and each handler is
+# imported when its verb runs.
+
+HEAVY_FOR_HELP = ("agentgate.authority", "agentgate.policy", "agentgate.gate._approval", "yaml")
+
+
+def test_help_loads_no_authority_engine_nor_policy_package(tmp_path: Path) -> None:
+    """Review R65: ``agentgate --help`` lists every group without loading the authority engine, the
+    policy package or the Gate's approval layer, which only the verbs that decide or sign use."""
+    code, modules = loaded(tmp_path, "--help")
+    assert code == 0
+    assert sorted(modules & set(HEAVY_FOR_HELP)) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("grant", "--help"),
+        ("grant", "check", "--help"),
+        ("grant", "issue", "--help"),
+        ("policy", "lint", "--help"),
+        ("policy", "explain", "--help"),
+        ("approval", "sign", "--help"),
+    ],
+    ids=" ".join,
+)
+def test_a_verbs_help_loads_no_authority_engine_nor_policy_package(
+    tmp_path: Path, argv: tuple[str, ...]
+) -> None:
+    """Review R65: a verb's ``--help`` builds its parser without loading the layer its handler uses."""
+    code, modules = loaded(tmp_path, *argv)
+    assert code == 0
+    assert sorted(modules & set(HEAVY_FOR_HELP)) == []
+
+
+def test_grant_help_states_the_token_formats_purpose_limit() -> None:
+    """Review R65: the grant parser states ``--purpose``'s limit without loading the authority
+    engine, so it writes the number itself: it must be the token format's."""
+    from agentgate.authority._grant import MAX_PURPOSE
+    from agentgate.cli import _grant_parser
+
+    assert _grant_parser.MAX_PURPOSE == MAX_PURPOSE

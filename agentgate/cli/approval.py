@@ -13,6 +13,10 @@ a PAYLOAD that is not a regular file or is larger than ``MAX_PAYLOAD_BYTES``).
 Signing does not decide anything: the Gate checks the signature, that the signer is an approver
 the policy names, that the approval is for this very call, unused and unexpired, when the run
 resumes. The command refuses early only what would certainly be refused then.
+
+The parser lives apart (agentgate/cli/_approval_parser.py), so that help loads none of the Gate's
+approval layer (and the authority engine below it) these handlers use; ``register`` is named here
+too, for a caller that registers this group by its module.
 """
 
 from __future__ import annotations
@@ -25,53 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.audit.entry import argument_digest
-from agentgate.cli._common import given, listed, open_existing_store, printable, unix, utc
+from agentgate.cli._approval_parser import register as register
+from agentgate.cli._common import listed, open_existing_store, printable, unix, utc
 from agentgate.cli._lines import shortened
 from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
 from agentgate.keys import load_signing_key, read_regular_file, replace_file, shown_path
 from agentgate.store.approvals import ApprovalStore
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "approval",
-        help="list open approval requests and sign one",
-        description="A human's side of an approval gate: see what is asked, sign a yes.",
-    )
-    sub = parser.add_subparsers(dest="approval_command", metavar="ACTION", parser_class=type(parser))
-    sub.required = True
-    listing = sub.add_parser(
-        "list",
-        help="requests still waiting for votes, oldest first",
-        description=(
-            "List approval requests that are pending and not expired, and whose call's grants are not "
-            "revoked, with the votes they have."
-        ),
-    )
-    listing.add_argument("--json", action="store_true", help="one JSON array instead of a table")
-    listing.add_argument(
-        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
-    )
-    listing.set_defaults(handler=_list)
-    sign = sub.add_parser(
-        "sign",
-        help="show what a request asks and sign a yes to it",
-        description=(
-            "Show the request in PAYLOAD (the interrupt payload, or the request inside it) and write "
-            "the signed approval, the value to resume the run with."
-        ),
-    )
-    sign.add_argument(
-        "payload", type=given, metavar="PAYLOAD", help="JSON file with the interrupt payload, or - for stdin"
-    )
-    sign.add_argument(
-        "--as", dest="key", required=True, type=given, metavar="KEYFILE", help="the approver's private key"
-    )
-    sign.add_argument(
-        "--out", type=given, metavar="FILE", help="write the approval here (default: standard output)"
-    )
-    sign.set_defaults(handler=_sign)
 
 
 def _list(args: argparse.Namespace) -> int:

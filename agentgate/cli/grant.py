@@ -1,7 +1,9 @@
 """``agentgate grant``: issue, delegate, inspect, check and revoke capability grants.
 
 Exit codes (docs/cli.md): 0 success or allow, 1 deny (a finding), 2 unusable input, 3 approval
-required. The store comes from ``AGENTGATE_STORE``.
+required. The store comes from ``AGENTGATE_STORE``. The parser lives apart
+(agentgate/cli/_grant_parser.py), so that help loads none of the authority engine these handlers
+use; ``register`` is named here too, for a caller that registers this group by its module.
 """
 
 from __future__ import annotations
@@ -36,27 +38,21 @@ from agentgate.authority import (
     revoke_holder,
 )
 from agentgate.authority._chain_findings import chain_finding, link_findings, root_findings
-from agentgate.authority._grant import GRANT_CONTEXT, MAX_DEPTH, MAX_PURPOSE, TOKEN_PREFIX
+from agentgate.authority._grant import GRANT_CONTEXT, TOKEN_PREFIX
 from agentgate.authority._signatures import verify_signature
 from agentgate.capabilities import Call, Capability
-from agentgate.capabilities._capability import MAX_CAPABILITY_TEXT
 from agentgate.cli._common import (
-    MAX_FREE_TEXT,
     escaped_once,
-    given,
-    given_path,
-    given_text,
     json_object,
-    one_line_text,
     open_existing_store,
     parse_duration,
     printable,
     shown_policy,
-    text,
     unprotected_log,
     utc,
     write_json,
 )
+from agentgate.cli._grant_parser import register as register
 from agentgate.errors import (
     AuthorityError,
     CapabilityError,
@@ -75,209 +71,6 @@ from agentgate.store.grants import GRANTS_DDL
 
 if TYPE_CHECKING:  # the policy layer is imported only for --policy (_role_grant)
     from agentgate.policy import Policy, PolicyIndex
-
-
-def _depth(text: str) -> int:
-    """An argparse ``type`` for ``--max-depth``: a whole number of further delegation levels, 0 to
-    ``MAX_DEPTH``, refused with the flag and the value named (as the serve flags are)."""
-    if not re.fullmatch(r"[0-9]{1,3}", text) or int(text) > MAX_DEPTH:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {MAX_DEPTH}, got {text[:40]!r}")
-    return int(text)
-
-
-_EPILOG = """\
-exit codes: 0 success or allow, 1 deny (the finding is printed), 2 unusable input (one line on
-stderr), 3 approval required.
-DURATION: a positive number with a unit s, m, h or d (30s, 15m, 1h, 7d; sums like 1h30m).
-CAP: RESOURCE[#ACTION][?FIELD OP VALUE(&FIELD OP VALUE)*], OP one of = (one of: V1|V2), <, <=,
->, >=, ^= (prefix); e.g. 'tool:payments.refund?amount<=500&currency=EUR|USD'.
-AMOUNT: a whole number of minor units, optionally :UNIT (usd_micros, the default; tokens; calls),
-e.g. 1000:calls.
-The store is AGENTGATE_STORE (a path or a postgresql:// URL), default .agentgate/agentgate.db.
-See docs/cli.md."""
-
-
-_INSPECT_EPILOG = """\
-exit codes: 0 every link sound (revocation unknown where no store can be read), 1 a link is marked
-(a finding, untrusted_root with --trust among them, SIGNATURE INVALID, REVOKED, EXPIRED or NOT
-YET VALID; the tree or JSON is printed all the same),
-2 unusable input (one line on stderr). The store is AGENTGATE_STORE, read only; none is created.
-See docs/cli.md."""
-
-
-_HOLDER_EPILOG = """\
---holder revokes the grants recorded in this store (by grant issue/delegate, Gate.issue/delegate)
-whose audience is the key, when it reads them; a grant to the key that this store never recorded
-(issued or delegated to it offline, or recorded in another store) is NOT revoked: remove the key
-from the policy and restart for those (docs/operations.md, Rotating keys). Grants the key
-delegated below a revoked grant die with it, recorded or not.
-exit codes: 0 done (also when nothing was recorded for the key), 2 unusable input."""
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "grant",
-        help="issue, delegate, inspect, check and revoke grants",
-        description=__doc__,
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="grant_command", metavar="ACTION", parser_class=type(parser))
-    sub.required = True
-
-    raw = argparse.RawDescriptionHelpFormatter
-    p = sub.add_parser(
-        "issue",
-        help="issue a root grant signed by a trust anchor's key",
-        description="Issue a root grant: give --allow CAP ... --ttl DURATION, or --policy FILE --role ROLE\n"
-        "(the role's capabilities, budget, TTL and depth; the flags may only narrow them).",
-        epilog=_EPILOG,
-        formatter_class=raw,
-    )
-    p.add_argument(
-        "--issuer", required=True, type=given_path, metavar="KEYFILE", help="the issuer's private key"
-    )
-    _common_grant_args(p, required=False)
-    p.add_argument(
-        "--max-depth",
-        type=_depth,
-        default=None,
-        metavar="N",
-        help="further delegation levels (default 2, or the role's)",
-    )
-    p.add_argument(
-        "--policy", type=given_path, metavar="FILE", help="take the grant from ROLE in this policy"
-    )
-    p.add_argument(
-        "--role",
-        type=given_text,
-        metavar="ROLE",
-        help="the policy role whose capabilities, budget, TTL and depth to grant",
-    )
-    p.set_defaults(handler=_issue)
-
-    p = sub.add_parser(
-        "delegate",
-        help="give part of a grant to another principal (exit 1 if it would widen)",
-        epilog=_EPILOG,
-        formatter_class=raw,
-    )
-    p.add_argument("token", type=given_path, metavar="TOKENFILE")
-    p.add_argument(
-        "--as", dest="holder", required=True, type=given_path, metavar="KEYFILE", help="the holder's key"
-    )
-    _common_grant_args(p)
-    p.add_argument(
-        "--max-depth", type=_depth, default=None, metavar="N", help="default: one less than the parent"
-    )
-    p.set_defaults(handler=_delegate)
-
-    p = sub.add_parser(
-        "inspect",
-        help="show a chain as a tree: who gave what to whom (exit 1 if a link is marked)",
-        description="Show the chain in TOKENFILE as a tree, root first, each link marked where it does "
-        "not hold: a finding, a signature that does not verify, REVOKED (from the store), EXPIRED or "
-        "NOT YET VALID, and with --trust a root issued by none of the trust anchors given. "
-        "Inspect decides no call: grant check does.",
-        epilog=_INSPECT_EPILOG,
-        formatter_class=raw,
-    )
-    p.add_argument("token", type=given_path, metavar="TOKENFILE")
-    p.add_argument(
-        "--trust",
-        action="append",
-        type=given,
-        metavar="PUBFILE",
-        help="a trust anchor (repeatable): mark a root issued by none of them untrusted_root",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
-    p.set_defaults(handler=_inspect)
-
-    p = sub.add_parser(
-        "check",
-        help="sign an invocation and decide it (exit 0 allow, 1 deny, 3 approval required)",
-        description="Sign an invocation of TOOL with ARGS as KEYFILE under the chain in TOKENFILE and decide it "
-        "against the trust anchor PUBFILE, with revocation and replay checked in the store.",
-        epilog=_EPILOG,
-        formatter_class=raw,
-    )
-    p.add_argument("token", type=given_path, metavar="TOKENFILE")
-    p.add_argument("--as", dest="holder", required=True, type=given_path, metavar="KEYFILE")
-    p.add_argument(
-        "--trust", required=True, action="append", type=given, metavar="PUBFILE", help="root key (repeatable)"
-    )
-    target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--tool", type=given_text, metavar="NAME", help="tool name, e.g. payments.refund")
-    target.add_argument("--model", type=text, metavar="NAME", help="model name, e.g. llama-3.1-8b")
-    p.add_argument(
-        "--args", default="{}", type=text, metavar="JSON", help="the call's arguments as a JSON object"
-    )
-    p.add_argument("--json", action="store_true", help="print the decision and its findings as JSON")
-    p.set_defaults(handler=_check)
-
-    p = sub.add_parser(
-        "revoke",
-        help="revoke a grant (or every recorded grant a key holds) and every grant below it",
-        description="Revoke the grant TOKENFILE|ID, or with --holder every grant this store records for "
-        "a key (a leaked agent key), and with them every grant below them. Audited; one transaction.",
-        epilog=_HOLDER_EPILOG,
-        formatter_class=raw,
-    )
-    what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument(
-        "target",
-        nargs="?",
-        type=given,
-        metavar="TOKENFILE|ID",
-        help="a token file (its tip is revoked) or a 64-hex grant id",
-    )
-    what.add_argument(
-        "--holder",
-        type=given,
-        metavar="DID|PUBFILE",
-        help="revoke every grant this store records with this key as its audience",
-    )
-    p.add_argument("--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
-    p.add_argument("--json", action="store_true", help="print what was revoked as JSON")
-    p.add_argument(
-        "--reason",
-        default="",
-        type=one_line_text("--reason", keeps_bytes=True),
-        metavar="TEXT",
-        help=f"one line of text, recorded with the revocation (at most {MAX_FREE_TEXT:,} characters)",
-    )
-    p.add_argument(
-        "--by",
-        type=one_line_text("--by", names=True, keeps_bytes=True),
-        default="operator",
-        metavar="NAME",
-        help="who revokes, recorded as the audit entry's principal (default: operator)",
-    )
-    p.set_defaults(handler=_revoke)
-
-
-def _common_grant_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    p.add_argument("--to", required=True, type=given, metavar="DID|PUBFILE", help="the audience")
-    p.add_argument(
-        "--allow",
-        required=required,
-        action="append",
-        type=one_line_text("--allow", MAX_CAPABILITY_TEXT),
-        metavar="CAP",
-        help="capability, one line of text (repeatable)",
-    )
-    p.add_argument("--ttl", required=required, metavar="DURATION", help="lifetime: 30s, 15m, 1h, 7d")
-    p.add_argument(
-        "--budget", metavar="AMOUNT", help="AMOUNT[:UNIT] in integer minor units (default usd_micros)"
-    )
-    p.add_argument(
-        "--purpose",
-        default="",
-        type=one_line_text("--purpose", MAX_PURPOSE),
-        metavar="TEXT",
-        help=f"one line of text, signed into the grant (at most {MAX_PURPOSE} characters)",
-    )
-    p.add_argument("--out", type=given_path, metavar="FILE", help="write the token here instead of stdout")
 
 
 def _capabilities(args: argparse.Namespace) -> list[Capability]:

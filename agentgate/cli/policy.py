@@ -1,7 +1,9 @@
 """``agentgate policy lint | explain | schema``.
 
 Exit codes: lint 0 clean (warnings allowed), 1 any error finding, 2 invalid file; explain 0
-allow, 1 deny, 3 approval required, 2 invalid input.
+allow, 1 deny, 3 approval required, 2 invalid input. The parser lives apart
+(agentgate/cli/_policy_parser.py), so that help loads none of the policy package these handlers
+use; ``register`` is named here too, for a caller that registers this group by its module.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.capabilities import Call
-from agentgate.cli._common import escaped_once, given, given_text, json_object, shown_policy, text, write_json
+from agentgate.cli._common import escaped_once, json_object, shown_policy, write_json
+from agentgate.cli._policy_parser import register as register
 from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Severity
 from agentgate.keys import replace_file
@@ -29,42 +32,6 @@ from agentgate.policy import (
 )
 from agentgate.policy._index import PolicyDecision
 from agentgate.policy._load import describe_constraint
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("policy", help="lint, explain and describe YAML policies")
-    sub = parser.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
-    sub.required = True
-
-    p_lint = sub.add_parser("lint", help="find the four failure states in a policy file")
-    p_lint.add_argument("file", type=given, metavar="FILE")
-    p_lint.add_argument("--json", action="store_true", help="print findings as JSON")
-    p_lint.set_defaults(handler=_lint)
-
-    p_explain = sub.add_parser("explain", help="say whether a call is allowed and why")
-    p_explain.add_argument("file", type=given, metavar="FILE")
-    p_explain.add_argument(
-        "--as",
-        dest="principal",
-        required=True,
-        type=given_text,
-        metavar="PRINCIPAL",
-        help="principal name or did:key",
-    )
-    p_explain.add_argument(
-        "--tool", required=True, type=given_text, metavar="NAME", help="tool name, e.g. payments.refund"
-    )
-    p_explain.add_argument(
-        "--args", default="{}", type=text, metavar="JSON", help="call arguments as a JSON object"
-    )
-    p_explain.add_argument("--json", action="store_true", help="print the decision as one JSON object")
-    p_explain.set_defaults(handler=_explain)
-
-    p_schema = sub.add_parser("schema", help="print the policy JSON Schema")
-    p_schema.add_argument(
-        "--output", "-o", type=given, metavar="FILE", help="write to this file instead of stdout"
-    )
-    p_schema.set_defaults(handler=_schema)
 
 
 def _lint(args: argparse.Namespace) -> int:
