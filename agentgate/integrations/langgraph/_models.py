@@ -29,8 +29,10 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_config
 from pydantic import Field, field_validator
 
-from agentgate.dispatch._sse import _StreamUsage
-from agentgate.dispatch.backends import ChatChunk, Usage, carries_output
+# From the dispatch layer's value modules, not ``dispatch.backends``, which re-exports them beside
+# the HTTP clients (aiohttp, httpx): an agent without a dispatcher loads none of those (review R65).
+from agentgate.dispatch._answers import ChatChunk, Usage
+from agentgate.dispatch._sse import _StreamUsage, carries_output
 from agentgate.errors import BackendFailed
 from agentgate.gate._dispatching import MAX_SESSION_CHARS, check_tenant
 from agentgate.integrations.langgraph._calls import _WATCHED
