@@ -65,6 +65,7 @@ from agentgate.errors import (
 from agentgate.keys import load_public_key, read_regular_file, replace_file, shown_path
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.audit import AuditLog, Explanation, VerifyReport, log_key_path
+from agentgate.store.grants import GrantRepository
 
 
 def register(subparsers: Any) -> None:
@@ -739,19 +740,15 @@ def _grant_chain(store: Store, tip: str) -> tuple[list[_ShownGrant], str, bool] 
     current: str | None = tip
     try:
         while current is not None and len(links) < 64:
-            rows = store.query(
-                "SELECT g.parent, g.issuer, g.audience, g.expires, r.grant_id, g.token FROM agentgate_grants g "
-                "LEFT JOIN agentgate_revocations r ON r.grant_id = g.id WHERE g.id = ?",
-                (current,),
-            )
-            if not rows:
+            recorded = GrantRepository.recorded(store, current)
+            if recorded is None:
                 break
-            parent, issuer, audience, expires, revoked, row_token = rows[0]
             if not links:
-                token = row_token
-            expiry = expires if type(expires) in (int, float) else None
-            links.append(_ShownGrant(current, str(issuer), str(audience), expiry, revoked is not None))
-            current = parent
+                token = recorded.token
+            expires = recorded.expires
+            expiry = expires if isinstance(expires, int | float) and not isinstance(expires, bool) else None
+            links.append(_ShownGrant(current, recorded.issuer, recorded.audience, expiry, recorded.revoked))
+            current = recorded.parent
         if not links:
             return None
         signed, why = _signed_chain(token, tip)

@@ -606,13 +606,6 @@ _UNRECORDED = (
 mistyped id printed ``revoked ID``, exit 0, as a real grant does)."""
 
 
-def _recorded(store: Store, grant_id: str) -> bool:
-    """Whether ``store`` records the grant ``grant_id`` (``grant issue``/``delegate``,
-    ``Gate.issue``/``delegate``). Read here, as ``audit explain`` reads the grants table: the
-    grant repository answers revocation and descendants, not whether a grant was ever recorded."""
-    return bool(store.query("SELECT 1 FROM agentgate_grants WHERE id = ?", (grant_id,)))
-
-
 def _revoke(args: argparse.Namespace) -> int:
     if args.holder is not None:
         return _revoke_holder(args)
@@ -640,7 +633,7 @@ def _revoke(args: argparse.Namespace) -> int:
             revoke(repo, grant_id, reason=args.reason)
             audit([grant_id])
         below = repo.descendants(grant_id)
-        recorded = _recorded(repo.store, grant_id)
+        recorded = GrantRepository.recorded(repo.store, grant_id) is not None
     if args.json:
         done = {"revoked": [] if already else [grant_id], "already_revoked": [grant_id] if already else []}
         write_json(

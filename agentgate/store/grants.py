@@ -44,6 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -117,6 +118,25 @@ CREATE TABLE IF NOT EXISTS agentgate_nonces (
 NonceStatus = Literal["fresh", "replay", "revoked"]
 GrantRow = tuple[str, str | None, str, str, int, str]
 """(id, parent id, issuer did, audience did, expires, chain token up to this grant)."""
+
+
+@dataclass(frozen=True)
+class RecordedGrant:
+    """A grant as a store records it (``GrantRepository.record_grants``): the store's word, not
+    signed, so each column is as read (a row edited in the database may hold anything)."""
+
+    id: str
+    parent: str | None
+    """The parent grant's id; ``None`` for a root grant."""
+    issuer: str
+    audience: str
+    expires: object
+    """Unix seconds, unless the row was edited (then whatever it holds)."""
+    token: object
+    """The chain token up to this grant, unless the row was edited."""
+    revoked: bool
+    """Whether the store records a revocation of this very grant (not of one above it)."""
+
 
 _PRUNE_EVERY = 1024
 
@@ -265,6 +285,31 @@ class GrantRepository:
             return
         with self.store.transaction() as tx:
             tx.executemany(sql, [(*row, now) for row in rows])
+
+    @staticmethod
+    def recorded(store: Store, grant_id: str) -> RecordedGrant | None:
+        """The grant ``grant_id`` as ``store`` records it, with whether it is revoked; ``None``
+        where the store records no such grant (a mistyped id, a grant made offline or recorded in
+        another store). Static: it reads a bare store in one statement and creates nothing, so a
+        store opened read only (``audit explain``) is read as it is. Raises ``StoreError`` where
+        the tables cannot be read (a store that has none)."""
+        rows = store.query(
+            "SELECT g.parent, g.issuer, g.audience, g.expires, g.token, r.grant_id FROM agentgate_grants g "
+            "LEFT JOIN agentgate_revocations r ON r.grant_id = g.id WHERE g.id = ?",
+            (grant_id,),
+        )
+        if not rows:
+            return None
+        parent, issuer, audience, expires, token, revoked = rows[0]
+        return RecordedGrant(
+            grant_id,
+            None if parent is None else str(parent),
+            str(issuer),
+            str(audience),
+            expires,
+            token,
+            revoked is not None,
+        )
 
     def delegated(self, parent: str, audience: str, *, now: int) -> list[str]:
         """The chain tokens of the unexpired grants recorded as delegated from ``parent`` to
@@ -575,4 +620,4 @@ class GrantRepository:
                 self._hot = None
 
 
-__all__ = ["GrantRepository", "GrantRow", "NonceStatus"]
+__all__ = ["GrantRepository", "GrantRow", "NonceStatus", "RecordedGrant"]
