@@ -64,7 +64,14 @@ from agentgate.errors import (
     TokenFormatError,
 )
 from agentgate.findings import Finding, FindingKind
-from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file, shown_path
+from agentgate.keys import (
+    PublicKey,
+    load_public_key,
+    load_signing_key,
+    read_regular_file,
+    replace_file,
+    shown_path,
+)
 from agentgate.store import Store, open_store
 from agentgate.store._sqlite import tables_of
 from agentgate.store.grants import GRANTS_DDL
@@ -466,7 +473,7 @@ def _check(args: argparse.Namespace) -> int:
     )
     invocation = Invocation.sign(holder, chain, call)
     with _repo(existing=True) as repo:
-        decision = _as_the_gate_meters(decide(invocation, repo=repo, trusted=anchors))
+        decision = _decided(repo, invocation, chain, anchors)
     if args.json:
         write_json(decision.to_dict())
     else:
@@ -474,6 +481,32 @@ def _check(args: argparse.Namespace) -> int:
         lines += ["  " + _finding_line(f) for f in decision.findings]
         sys.stdout.write("\n".join(lines) + "\n")
     return {Outcome.ALLOW: 0, Outcome.DENY: 1, Outcome.APPROVAL_REQUIRED: 3}[decision.outcome]
+
+
+class _Undone(Exception):
+    """Raised out of a transaction to roll it back, carrying the decision made in it."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__()
+        self.decision = decision
+
+
+def _decided(
+    repo: GrantRepository, invocation: Invocation, chain: Chain, anchors: list[PublicKey]
+) -> Decision:
+    """``decide`` as the Gate meters (``_as_the_gate_meters``). On a chain with a budget the Gate
+    cannot meter every answer is a deny, and a deny leaves the store as it was: ``decide`` is
+    asked all the same (the chain's own fault is said first, as the Gate says it), in a transaction
+    rolled back after, so the nonce it records for an allow is not kept (until review R65 a check
+    refused for its budget's unit recorded it). ``decide`` itself records the nonce in the step
+    that reads the revocations, so it cannot be asked to decide without it."""
+    if _unmetered_from_tip(chain.budgets) is None:
+        return _as_the_gate_meters(decide(invocation, repo=repo, trusted=anchors))
+    try:
+        with repo.store.transaction(immediate=False) as tx, repo.within(tx):
+            raise _Undone(_as_the_gate_meters(decide(invocation, repo=repo, trusted=anchors)))
+    except _Undone as undone:
+        return undone.decision
 
 
 def _unmetered_finding(grant_id: str, budget: Budget | None) -> Finding | None:
