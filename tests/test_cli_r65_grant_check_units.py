@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from agentgate.capabilities import Call
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.keys import load_signing_key
 from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
+from agentgate.store import SQLiteStore, open_store
 
 __all__ = ["env"]  # the fixture, imported: keys root, alice and bob under k/, a store in tmp_path
 
@@ -77,22 +76,35 @@ def test_grant_check_names_what_the_gate_names_for_a_chain_of_mixed_units(
     assert decision["reasons"] == list(refused.reasons)
 
 
+def _nonces(url: str) -> int:
+    store = open_store(url)
+    try:
+        return int(store.query("SELECT count(*) FROM agentgate_nonces")[0][0])
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_a_check_refused_for_an_unmetered_budget_records_no_nonce(
-    env: Path, capsys: pytest.CaptureFixture[str]
+    env: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    dialect: str,
 ) -> None:
     """Review R65: grant check recorded its invocation's nonce (the write ``decide`` makes for an
     allow) and then refused the call for its budget the Gate cannot meter: a refused check wrote
-    to the store. The refusal now leaves the nonce table as it was."""
+    to the store. The refusal now leaves the nonce table as it was, on SQLite and PostgreSQL."""
+    url = str(env / "store.db") if dialect == "sqlite" else request.getfixturevalue("postgres_url")
+    monkeypatch.setenv("AGENTGATE_STORE", url)
     assert cli(capsys, "store", "init")[0] == 0
     root, alice = load_signing_key(env / "k" / "root.key"), load_signing_key(env / "k" / "alice.key")
     chain = issue(root, alice.public, ["tool:lookup"], ttl=600, budget=Budget(5, "usd"), max_depth=0)
     (env / "t.tok").write_text(chain.token + "\n")
     code, out, _ = cli(capsys, *CHECK)
     assert code == 1 and "budget_unit_not_metered" in out
-    with sqlite3.connect(env / "store.db") as db:
-        assert db.execute("SELECT count(*) FROM agentgate_nonces").fetchone() == (0,)
+    assert _nonces(url) == 0
     chain = issue(root, alice.public, ["tool:lookup"], ttl=600, budget=Budget(5, "calls"), max_depth=0)
     (env / "t.tok").write_text(chain.token + "\n")
     assert cli(capsys, *CHECK)[0] == 0  # an allow records its nonce, as before
-    with sqlite3.connect(env / "store.db") as db:
-        assert db.execute("SELECT count(*) FROM agentgate_nonces").fetchone() == (1,)
+    assert _nonces(url) == 1
