@@ -726,7 +726,7 @@ def test_the_concepts_walkthrough_runs_as_printed(
         code == 0 and out.startswith("revoked ") and "1 recorded descendant grant(s) are dead with it" in out
     )
     code, out = run_cli(capsys, revoke[3].removeprefix("$ ") + "\n" + revoke[4])
-    assert code == 1 and "of this chain has been revoked; every grant below a revoked grant is dead" in out
+    assert code == 1 and "of this chain was revoked; every grant below a revoked grant is dead" in out
     assert "non_revocable_grant revoked:" in out
 
 

@@ -8,7 +8,7 @@ every link must attenuate its parent. Time is checked apart (``time_finding``), 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from agentgate._time import when
@@ -347,6 +347,37 @@ def time_finding(chain: Chain, now: int, skew: int = DEFAULT_SKEW) -> Finding | 
                 "not_before",
             )
     return None
+
+
+def revoked_finding(
+    ids: Sequence[str], revoked: Collection[str], *, since: str = "", delegator: str | None = None
+) -> Finding:
+    """The ``non_revocable_grant`` finding ``revoked`` of the chain of grant ``ids`` (root first),
+    of which ``revoked`` are revoked: it names the first revoked link by position and id (in
+    ``grant``) and ends with the fix. ``since`` follows "was revoked" (when it was found, e.g.
+    " while the call waited for its approval"); ``delegator``, the name of the holder asked to
+    hand the chain on, for a refused delegation (it hands nothing on), else a call's (``this
+    chain``). With no id of ``ids`` in ``revoked`` (a store that answered "revoked" and then
+    could not be read again) it names "a link" and the tip.
+
+    The one wording of this fact: the authority engine, the Gate, the gateway, ``Gate.delegate``
+    and ``agentgate grant delegate`` all give it (until review R65, three wordings, and the
+    Gate's delegation named the revoked id that sorts first, in no ``grant`` field)."""
+    which = next((i for i, grant in enumerate(ids) if grant in revoked), None)
+    where = "a link" if which is None else f"link {which} ({ids[which][:16]}...)"
+    whose = "this chain" if delegator is None else f"{delegator}'s chain"
+    dead = "every grant below a revoked grant is dead"
+    fix = (
+        f"{dead}: ask for a new grant"
+        if delegator is None
+        else f"{dead}, so it hands nothing on: ask for a new grant for {delegator}"
+    )
+    return Finding(
+        kind=_REVOCABLE,
+        code="revoked",
+        message=f"{where} of {whose} was revoked{since}; {fix}",
+        grant=ids[-1 if which is None else which] if ids else None,
+    )
 
 
 def error_for(finding: Finding) -> AuthorityError:

@@ -18,7 +18,13 @@ from typing import Any, Protocol
 
 from agentgate._time import when
 from agentgate.authority._chain_cache import _SHARED_CACHE, ChainCache
-from agentgate.authority._chain_findings import EDITED_CHAIN_FIX, _short, chain_finding, time_finding
+from agentgate.authority._chain_findings import (
+    EDITED_CHAIN_FIX,
+    _short,
+    chain_finding,
+    revoked_finding,
+    time_finding,
+)
 from agentgate.authority._encoding import sha256_hex
 from agentgate.authority._grant import DEFAULT_SKEW, Budget, Chain, Grant
 from agentgate.authority._invocation import (
@@ -529,17 +535,7 @@ def _conclude(
             revoked = repo.revoked(ids)
         except StoreError:
             revoked = set()
-        which = next((i for i, g in enumerate(ids) if g in revoked), None)
-        where = f"link {which} ({ids[which][:16]}...)" if which is not None else "a link"
-        return deny(
-            _f(
-                _REVOCABLE,
-                "revoked",
-                f"{where} of this chain has been revoked; every grant below a revoked grant is dead: "
-                "ask for a new grant",
-                ids[which] if which is not None else tip.id,
-            )
-        )
+        return deny(revoked_finding(ids, revoked))
     if status == "replay":
         return deny(
             _f(

@@ -1,7 +1,7 @@
 """What a decision about one call is: the verdict, the identity it was made for, and what it
 reserved (``Authorization``), as ``Gate.authorize`` returns it; the refusal of a call on a chain
-with a revoked link (``revoked_refusal``, its finding ``revoked_finding``), which the Gate, the
-gateway and ``agentgate grant delegate`` give alike; and the type
+with a revoked link (``revoked_refusal``, its finding the authority package's ``revoked_finding``,
+re-exported for ``agentgate grant delegate``), which the Gate and the gateway give alike; and the type
 checks of the Gate's entry points (``expect``, ``listed``)."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from typing import Any
 
 from agentgate._shown import shown as shown  # re-exported: the Gate's parts quote arguments through it
 from agentgate.authority import Chain, Decision
+from agentgate.authority._chain_findings import revoked_finding as revoked_finding  # for grant delegate
 from agentgate.capabilities import Call
 from agentgate.errors import InputError
-from agentgate.findings import Finding, FindingKind
+from agentgate.findings import Finding
 from agentgate.keys import SigningKey
 
 
@@ -188,28 +189,12 @@ coverage before it reads revocation (and stops at the first fault), so a chain r
 of these is read for revocation by its caller (``Gate._revoked_instead``)."""
 
 
-def revoked_finding(ids: tuple[str, ...], revoked: set[str], since: str = "") -> Finding:
-    """The ``non_revocable_grant`` finding ``revoked`` of a chain of grant ``ids`` of which
-    ``revoked`` are revoked, naming the first revoked link by position and id; ``since`` is added
-    after "was revoked" (when it was found). It ends with the fix, as the authority engine's
-    ``revoked`` does (until review R64 it named none). ``agentgate grant delegate`` prints it for
-    a revoked parent (until then a line of its own, with no fix)."""
-    which = next(i for i, grant in enumerate(ids) if grant in revoked)
-    return Finding(
-        kind=FindingKind.NON_REVOCABLE_GRANT,
-        code="revoked",
-        message=f"link {which} ({ids[which][:16]}...) of this chain was revoked{since}; every grant "
-        "below a revoked grant is dead: ask for a new grant",
-        grant=ids[which],
-    )
-
-
 def revoked_refusal(
     decision: Decision, call: Call, identity: AgentIdentity, revoked: set[str], since: str = ""
 ) -> Authorization:
     """The refusal of ``call`` on ``identity``'s chain, which holds a revoked grant (``revoked``:
-    the revoked ids), with its finding ``revoked_finding``."""
-    finding = revoked_finding(identity.chain.ids, revoked, since)
+    the revoked ids), with its finding ``revoked_finding`` (the authority engine's wording)."""
+    finding = revoked_finding(identity.chain.ids, revoked, since=since)
     return Authorization(Verdict.DENY, call, identity, (finding.message,), (finding,), decision=decision)
 
 

@@ -37,6 +37,7 @@ from agentgate.authority import (
     revoke,
     revoke_holder,
 )
+from agentgate.authority._chain_findings import revoked_finding
 from agentgate.authority._revocation import revoked_id
 from agentgate.capabilities import Capability
 from agentgate.errors import AuthorityError, CapabilityError, Denied, InputError, Revoked, ScopeCreep
@@ -540,15 +541,13 @@ class _Delegation:
             raise refused
 
     def _refuse_revoked(self, parent: AgentIdentity) -> None:
-        """Raise ``Revoked`` when a grant of ``parent``'s chain is revoked: it hands nothing on."""
+        """Raise ``Revoked`` when a grant of ``parent``'s chain is revoked: it hands nothing on
+        (``revoked_finding``, the authority engine's wording, for the delegating holder)."""
         revoked = self.grants.revoked(parent.chain.ids)
         if revoked:
-            message = (
-                f"grant {sorted(revoked)[0][:12]} of {parent.name}'s chain is revoked: nothing to delegate; "
-                f"ask for a new grant for {parent.name}"
-            )
-            refused = Revoked(message)
-            refused.finding = _finding(FindingKind.NON_REVOCABLE_GRANT, "revoked", message)
+            finding = revoked_finding(parent.chain.ids, revoked, delegator=parent.name)
+            refused = Revoked(finding.message)
+            refused.finding = finding
             raise refused
 
     def _record_grant(
