@@ -75,15 +75,17 @@ def test_a_call_outside_a_revoked_chain_says_to_ask_for_a_new_grant(team: Team) 
     assert refused.reasons == (finding.message,)
 
 
-def test_a_sub_agent_named_like_a_principal_on_its_own_delegated_key_is_not_refused(team: Team) -> None:
+def test_a_sub_agent_on_its_own_delegated_key_is_not_refused(team: Team) -> None:
     """Review R64: the new check refuses a principal's name on another *principal's* key only; a
     sub-agent that ``Gate.delegate`` gave a grant of its own, on a key the policy does not name,
-    runs whatever name its delegator chose (its grant is attenuated and its own)."""
+    runs under the name its delegator chose. Review R65: a name the policy gives another key
+    (``researcher``) is refused by ``Gate.delegate`` itself (tests/test_authority_r65_delegated_names.py),
+    so the sub-agent here is named as no principal is."""
     sub = team.gate.delegate(
         team.supervisor,
-        name="researcher",
+        name="helper",
         key=SigningKey.generate(),
         capabilities=["tool:search"],
         ttl=timedelta(minutes=1),
     )
-    assert team.gate.authorize(sub, SEARCH, agent="researcher").allowed
+    assert team.gate.authorize(sub, SEARCH, agent="helper").allowed

@@ -330,6 +330,7 @@ class _Delegation:
                 # A revoked grant (or ancestor) hands nothing on, whatever its signature still says;
                 # nor does a chain whose root this policy no longer trusts (its anchor rotated out):
                 # every call on it would be refused ``untrusted_root``, as Gate.issue refuses.
+                self._refuse_borrowed_name(name, key)
                 self._refuse_revoked(parent)
                 self._refuse_untrusted(parent)
                 self._refuse_outside_policy(parent)
@@ -538,6 +539,28 @@ class _Delegation:
                 f"{parent.name}'s chain is outside the policy, so it hands nothing on: {fault.message}"
             )
             refused.finding = fault
+            raise refused
+
+    def _refuse_borrowed_name(self, name: str, key: SigningKey) -> None:
+        """Raise ``Denied`` (``implicit_trust_inheritance``/``inherited_identity``, as
+        ``Gate.authorize`` refuses a principal's name on another principal's key) when the policy
+        gives ``name`` to a principal of another DID than ``key``'s: the sub-agent would act, and
+        the audit log would record its grant (``agent:NAME``), as that principal. Until review R65
+        it was delegated to."""
+        own = self.policy.principal_dids.get(name)
+        if own is not None and own != key.did:
+            message = (
+                f"a sub-agent named {name} on key {key.did} would act, and be recorded, as principal "
+                f"{name}, whose key in the policy is {own}: delegate under a name the policy does not "
+                f"give another key, or to {name}'s own key"
+            )
+            refused = Denied(message)
+            refused.finding = _finding(
+                FindingKind.IMPLICIT_TRUST_INHERITANCE,
+                "inherited_identity",
+                message,
+                "name the sub-agent with a name the policy does not give another key",
+            )
             raise refused
 
     def _refuse_revoked(self, parent: AgentIdentity) -> None:
