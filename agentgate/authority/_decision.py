@@ -144,6 +144,9 @@ def _f(
 
 
 def _not_covered(call: Call, capabilities: tuple[Capability, ...], grant: str) -> Finding:
+    """The ``call_not_covered`` finding of ``call``, which no capability of the grant covers: the
+    first constrained argument it lacks or holds outside its constraint, each with its fix (until
+    review R65 a missing one named none), else what the grant holds."""
     for cap in capabilities:
         if pattern_matches(cap.resource, call.resource) and cap.action in ("*", call.action):
             for name, constraint in cap.constraints:
@@ -151,7 +154,9 @@ def _not_covered(call: Call, capabilities: tuple[Capability, ...], grant: str) -
                     return _f(
                         _SCOPE,
                         "call_not_covered",
-                        f"argument {name} is required by {format_capability(cap)} but missing from the call",
+                        f"argument {name} is required by {format_capability(cap)} but missing from the "
+                        f"call; pass {name}, within the constraint, or ask for a grant that does not "
+                        f"constrain {name}",
                         grant,
                         f"constraints.{name}",
                     )
