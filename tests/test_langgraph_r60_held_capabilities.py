@@ -88,7 +88,7 @@ def test_a_call_no_capability_covers_is_not_told_what_the_grant_holds(gate: tupl
     result = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=boss)
     [told] = [m for m in result["messages"] if isinstance(m, ToolMessage)]
     assert told.content == (
-        "agentgate refused tool:other (invoke): the grant does not cover tool:other invoke; "
+        "agentgate refused tool:other (invoke): the grant does not cover tool:other invoke: ask for a grant that covers it; "
         "[scope_creep/call_not_covered]. Do not retry this call; choose another way or stop."
     )
     made.flush()
@@ -107,7 +107,7 @@ def test_a_model_call_no_capability_covers_is_not_told_what_the_grant_holds(tmp_
         agent = create_gated_agent(made, name="boss", model=_AsWritten(turns=[AIMessage(content="hi")]))
         result = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=boss)
         last = str(result["messages"][-1].content)
-        assert "the grant does not cover model:scripted generate;" in last
+        assert "the grant does not cover model:scripted generate: ask for a grant that covers it;" in last
         assert "sk-live-" not in last and "it holds" not in last
     finally:
         made.close()

@@ -48,7 +48,7 @@ def test_an_enforced_refusal_does_not_list_what_the_grant_holds(gate: tuple[Gate
     with pytest.raises(Denied) as raised:
         agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=boss)
     assert str(raised.value) == (
-        "agentgate refused tool:other (invoke): the grant does not cover tool:other invoke; "
+        "agentgate refused tool:other (invoke): the grant does not cover tool:other invoke: ask for a grant that covers it; "
         "[scope_creep/call_not_covered]. Do not retry this call; choose another way or stop."
     )
     assert "sk-live" not in str(raised.value)

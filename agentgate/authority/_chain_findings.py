@@ -143,7 +143,8 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
                 "issuer_not_parent_audience",
                 f"link is signed by {_short(child.issuer)}, but "
                 f"the parent grant was given to {_short(parent.audience)}; only the parent's holder "
-                "may delegate it",
+                "may delegate it: sign the link with the key the parent grant was given to, or "
+                "delegate from a grant of the signer's own",
                 child,
                 "issuer",
             )
@@ -246,7 +247,8 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
                 _SCOPE,
                 "starts_before_parent",
                 f"child becomes valid at {when(child.not_before)}, before its parent "
-                f"({when(parent.not_before)}); a child starts no earlier than its parent",
+                f"({when(parent.not_before)}); a child starts no earlier than its parent: sign it "
+                f"with a not-before of {when(parent.not_before)} or later",
                 child,
                 "not_before",
             )

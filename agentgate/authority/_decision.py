@@ -173,7 +173,8 @@ def _not_covered(call: Call, capabilities: tuple[Capability, ...], grant: str) -
     return _f(
         _SCOPE,
         "call_not_covered",
-        f"the grant does not cover {call.resource} {call.action} (it holds {held})",
+        f"the grant does not cover {call.resource} {call.action}: ask for a grant that covers it "
+        f"(it holds {held})",
         grant,
         "capabilities",
     )
@@ -513,7 +514,8 @@ def _conclude(
             _f(
                 _OPACITY,
                 "approval_check_failed",
-                f"the approval check failed ({type(exc).__name__}: {exc}); failing closed",
+                f"the approval check failed ({type(exc).__name__}: {exc}); failing closed: repair the "
+                "approval check (its error above), then make the call again",
                 tip.id,
             )
         )
