@@ -68,3 +68,20 @@ def test_the_principals_own_key_and_an_unnamed_sub_agent_are_delegated_to(team: 
     assert team.gate.authorize(own, SEARCH, agent="researcher").allowed  # type: ignore[arg-type]
     assert team.gate.authorize(helper, SEARCH, agent="helper").allowed  # type: ignore[arg-type]
     assert _granted(team, "researcher") == ["allow"] and _granted(team, "helper") == ["allow"]
+
+
+def test_issuing_under_a_principals_name_to_another_principals_key_is_refused(team: Team) -> None:
+    """Review R65: ``Gate.issue(name="researcher", key=<supervisor's key>, role="supervisor")`` was
+    issued, recorded as ``agent:researcher``, and every call on it then refused
+    ``inherited_identity``: a grant no call could use. Refused when asked, audited, as
+    ``Gate.delegate`` refuses it."""
+    before = _granted(team, "researcher")
+    with pytest.raises(AuthorityError) as refused:
+        team.gate.issue(team.keys["root"], name="researcher", key=team.keys["supervisor"], role="supervisor")
+    finding = refused.value.finding
+    assert finding is not None
+    assert (finding.kind.value, finding.code) == ("implicit_trust_inheritance", "inherited_identity")
+    assert team.keys["supervisor"].did in finding.message and team.keys["researcher"].did in finding.message
+    assert finding.message.startswith("an agent named researcher on key ")
+    assert refused.value.audit_index is not None
+    assert _granted(team, "researcher") == [*before, "deny"]

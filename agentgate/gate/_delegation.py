@@ -208,7 +208,9 @@ class _Delegation:
         holds none), and for a grant the policy's decisions would refuse (a role held through
         another whose ``ttl_s`` or ``budget`` is smaller: ``root_ttl_above_policy``,
         ``root_budget_above_policy``): until review R58 such a grant was issued, and every call
-        on it refused. A closed Gate raises ``StoreError`` (the store is closed), as ``authorize``
+        on it refused; ``Denied`` (audited, ``inherited_identity``) for a ``name`` the policy
+        gives a principal of another key (``_borrowed_name``: until review R65 issued, and every
+        call on it refused). A closed Gate raises ``StoreError`` (the store is closed), as ``authorize``
         does, for a refusal too (``_audited_refusal``).
         """
         if not isinstance(name, str) or not name:
@@ -232,6 +234,10 @@ class _Delegation:
                 refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
                 raise self._refused_on(span, self._audited_refusal(refused, anchor.did, f"agent:{name}"))
         template = role_grant_template(self.policy, role)
+        borrowed = self._borrowed_name(name, key, issuing=True)
+        if borrowed is not None:
+            with self._grant_span("issue", name, anchor.did, key, template.capabilities) as span:
+                raise self._refused_on(span, self._audited_refusal(borrowed, anchor.did, f"agent:{name}"))
         if not self.index.holds_role(key.did, role):
             with self._grant_span("issue", name, anchor.did, key, template.capabilities) as span:
                 raise self._refused_on(
@@ -304,7 +310,8 @@ class _Delegation:
         (``PolicyChains``: made outside the Gate beyond a root grant's ``ttl_s`` or ``budget``,
         or a delegation rule; until review R58 it handed on, and the sub-agent's every call was
         refused), ``Expired``/``Denied`` from the authority engine, ``Denied`` when there
-        is no parent identity at all, and ``InputError`` (nothing written) for arguments of the
+        is no parent identity at all or ``name`` is one the policy gives a principal of another
+        key (``_borrowed_name``, ``inherited_identity``; until review R65 delegated to), and ``InputError`` (nothing written) for arguments of the
         wrong type: a ``parent`` that is not an ``AgentIdentity``, a ``ttl`` that is not a positive
         ``timedelta``, and the others ``_delegation_terms`` checks. A closed Gate raises
         ``StoreError``, as ``authorize`` does, for a refusal too. A refusal's text leaves out what
@@ -330,7 +337,9 @@ class _Delegation:
                 # A revoked grant (or ancestor) hands nothing on, whatever its signature still says;
                 # nor does a chain whose root this policy no longer trusts (its anchor rotated out):
                 # every call on it would be refused ``untrusted_root``, as Gate.issue refuses.
-                self._refuse_borrowed_name(name, key)
+                borrowed = self._borrowed_name(name, key)
+                if borrowed is not None:
+                    raise borrowed
                 self._refuse_revoked(parent)
                 self._refuse_untrusted(parent)
                 self._refuse_outside_policy(parent)
@@ -541,27 +550,31 @@ class _Delegation:
             refused.finding = fault
             raise refused
 
-    def _refuse_borrowed_name(self, name: str, key: SigningKey) -> None:
-        """Raise ``Denied`` (``implicit_trust_inheritance``/``inherited_identity``, as
-        ``Gate.authorize`` refuses a principal's name on another principal's key) when the policy
-        gives ``name`` to a principal of another DID than ``key``'s: the sub-agent would act, and
-        the audit log would record its grant (``agent:NAME``), as that principal. Until review R65
-        it was delegated to."""
+    def _borrowed_name(self, name: str, key: SigningKey, *, issuing: bool = False) -> Denied | None:
+        """The refusal (``Denied``, ``implicit_trust_inheritance``/``inherited_identity``, as
+        ``Gate.authorize`` refuses a principal's name on another principal's key) of a grant to
+        ``key`` under ``name`` when the policy gives ``name`` to a principal of another DID: the
+        agent would act, and the audit log would record its grant (``agent:NAME``), as that
+        principal; else ``None``. ``issuing``: for ``issue`` (an agent), else ``delegate`` (a
+        sub-agent). Until review R65 such a grant was made (by ``issue``, one on which every call
+        was then refused)."""
         own = self.policy.principal_dids.get(name)
-        if own is not None and own != key.did:
-            message = (
-                f"a sub-agent named {name} on key {key.did} would act, and be recorded, as principal "
-                f"{name}, whose key in the policy is {own}: delegate under a name the policy does not "
-                f"give another key, or to {name}'s own key"
-            )
-            refused = Denied(message)
-            refused.finding = _finding(
-                FindingKind.IMPLICIT_TRUST_INHERITANCE,
-                "inherited_identity",
-                message,
-                "name the sub-agent with a name the policy does not give another key",
-            )
-            raise refused
+        if own is None or own == key.did:
+            return None
+        who, act = ("an agent", "issue") if issuing else ("a sub-agent", "delegate")
+        message = (
+            f"{who} named {name} on key {key.did} would act, and be recorded, as principal {name}, "
+            f"whose key in the policy is {own}: {act} under a name the policy does not give another "
+            f"key, or to {name}'s own key"
+        )
+        refused = Denied(message)
+        refused.finding = _finding(
+            FindingKind.IMPLICIT_TRUST_INHERITANCE,
+            "inherited_identity",
+            message,
+            "name the agent with a name the policy does not give another key",
+        )
+        return refused
 
     def _refuse_revoked(self, parent: AgentIdentity) -> None:
         """Raise ``Revoked`` when a grant of ``parent``'s chain is revoked: it hands nothing on
