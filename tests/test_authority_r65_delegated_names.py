@@ -13,10 +13,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from test_langgraph import Team, _make_team
+from langchain_core.messages import ToolMessage
+from test_langgraph import Team, _calls, _make_team, _researcher, _tools
 
 from agentgate.capabilities import Call
 from agentgate.errors import AuthorityError
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
 from agentgate.keys import SigningKey
 
 SEARCH = Call.tool("search", {"query": "q"})
@@ -85,3 +87,30 @@ def test_issuing_under_a_principals_name_to_another_principals_key_is_refused(te
     assert finding.message.startswith("an agent named researcher on key ")
     assert refused.value.audit_index is not None
     assert _granted(team, "researcher") == [*before, "deny"]
+
+
+def test_a_delegation_tool_under_a_principals_name_on_another_key_is_a_tool_error(team: Team) -> None:
+    """Review R65: ``delegation_tool(name="researcher", key=<a new key>)`` handed the supervisor's
+    authority on to a key recorded as researcher. Each call is now refused: a tool error that
+    names the fix, the sub-agent does not run, and the supervisor's run goes on (the refusal is
+    of this tool's terms, not of the supervisor's identity)."""
+    ask = delegation_tool(
+        team.gate,
+        name="researcher",
+        agent=_researcher(team),
+        key=SigningKey.generate(),
+        capabilities=["tool:search"],
+        ttl=timedelta(minutes=5),
+    )
+    model = ScriptedChatModel(
+        turns=[_calls(("ask_researcher", {"task": "find papers"})), _calls(("search", {"query": "x"}))]
+    )
+    search = [t for t in _tools(team) if t.name == "search"]
+    supervisor = create_gated_agent(team.gate, name="supervisor", model=model, tools=[ask, *search])
+    result = supervisor.invoke({"messages": [{"role": "user", "content": "go"}]}, context=team.supervisor)
+    told = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert told[0].status == "error" and "implicit_trust_inheritance/inherited_identity" in str(
+        told[0].content
+    )
+    assert "a name the policy does not give another key" in str(told[0].content)
+    assert team.ran == ["search:x"]
