@@ -65,3 +65,12 @@ def test_a_failing_approval_hook_says_what_to_do(tmp_path: Path) -> None:
         "approvals table missing); failing closed: repair the approval check (its error above), "
         "then make the call again"
     )
+
+
+def test_a_resource_name_that_is_not_canonical_says_to_use_the_canonical_one(tmp_path: Path) -> None:
+    """Review R65: ``ambiguous_resource`` ended "refused rather than guessed", with no fix."""
+    said = _call_decided(tmp_path, Call("tool:Search.Web", "invoke", {}))
+    assert said.startswith(
+        "authority_chain_opacity ambiguous_resource: resource name 'Search.Web' is not canonical"
+    )
+    assert said.endswith("; refused rather than guessed: make the call on the resource's canonical name")

@@ -287,7 +287,13 @@ def _resource_finding(call: Call, tip: Grant) -> Finding | None:
     try:
         canonical_resource(call.resource)
     except CapabilityError as exc:
-        return _f(_OPACITY, "ambiguous_resource", f"{exc}; refused rather than guessed", tip.id, "resource")
+        return _f(
+            _OPACITY,
+            "ambiguous_resource",
+            f"{exc}; refused rather than guessed: make the call on the resource's canonical name",
+            tip.id,
+            "resource",
+        )
     return None
 
 
