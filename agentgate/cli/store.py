@@ -181,21 +181,18 @@ def _prune_parts(
             # Budgets first: the record of a grant whose budget is kept stays for a later prune.
             "expired_grant_budgets": ledger.prune_expired(before, tx=tx),
         }
-        tx.execute("SAVEPOINT agentgate_prune_grants")
         try:
-            with repo.within(tx):
+            with tx.savepoint("agentgate_prune_grants"), repo.within(tx):
                 grants = prune_grants(repo, before)
         except StoreError as exc:
             import psycopg  # here: a SQLite store never loads the PostgreSQL driver
 
             if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
                 raise
-            tx.execute("ROLLBACK TO SAVEPOINT agentgate_prune_grants")
             refused = str(exc.__cause__).splitlines()[0]
             pruned["expired_grants"] = pruned["expired_grant_revocations"] = None
         else:
             pruned["expired_grants"], pruned["expired_grant_revocations"] = grants
-        tx.execute("RELEASE SAVEPOINT agentgate_prune_grants")
     return pruned, refused
 
 

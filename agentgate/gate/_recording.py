@@ -9,7 +9,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -247,29 +247,23 @@ class _Recording:
         )
         full: QuotaRef | None = None  # the quota whose window could not hold the call
         given: int | None = None  # the approval_given entry of an approval consumed now
-        if guarded:
-            tx.execute("SAVEPOINT agentgate_allow")
         try:
-            if approval is not None and request is not None:
-                auth, given = self._consume_approval(auth, approval, request, rule, tx)
-            held = tuple(
-                (self.ledger.reserve(tx, identity.chain.ids, caps, amount, unit=unit), unit, amount)
-                for unit, caps, amount in reserve
-            )
-            full = self.quotas.count(tx, quotas, amounts, time.time()) if quotas else None
-            if full is not None:
-                raise _quota_exceeded(full, amounts)
+            with tx.savepoint("agentgate_allow") if guarded else nullcontext():
+                if approval is not None and request is not None:
+                    auth, given = self._consume_approval(auth, approval, request, rule, tx)
+                held = tuple(
+                    (self.ledger.reserve(tx, identity.chain.ids, caps, amount, unit=unit), unit, amount)
+                    for unit, caps, amount in reserve
+                )
+                full = self.quotas.count(tx, quotas, amounts, time.time()) if quotas else None
+                if full is not None:
+                    raise _quota_exceeded(full, amounts)
         except (BudgetExceeded, QuotaExceeded, Denied, Expired, Revoked, InputError) as exc:
-            if guarded:
-                tx.execute("ROLLBACK TO SAVEPOINT agentgate_allow")
-                tx.execute("RELEASE SAVEPOINT agentgate_allow")
             # An approval used by an allow of this call that did not run: asked for again.
             again = self._ask_again_if_not_run(auth, exc, approval, request, rule, once_key, tx)
             if again is not None:
                 return again
             return self._refuse_unheld_allow(auth, exc, full, amounts, approval, request, tx)
-        if guarded:
-            tx.execute("RELEASE SAVEPOINT agentgate_allow")
         if given is not None:  # the yes holds with the allow: its span once the allow commits
             assert approval is not None and request is not None
             self._after_commit(functools.partial(self._approval_given_span, approval, request, given))

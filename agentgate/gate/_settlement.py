@@ -178,23 +178,20 @@ class _Settlement:
         (anything else) is dropped at once."""
         if not batch:
             return []
-        tx.execute("SAVEPOINT agentgate_outcomes")
         # Any exception, not only the store's: one outcome that cannot be written for a reason
         # nobody foresaw (a backend's garbage usage) must not put itself back before every later
         # decision and fail them all, nor end the thread that commits outcomes.
         try:
-            for outcome in batch:
-                self._write_outcome(tx, *outcome)
+            with tx.savepoint("agentgate_outcomes"):
+                for outcome in batch:
+                    self._write_outcome(tx, *outcome)
         except Exception:
-            tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcomes")
-            tx.execute("RELEASE SAVEPOINT agentgate_outcomes")
             refused: list[PendingOutcome] = []
             for outcome in batch:
-                tx.execute("SAVEPOINT agentgate_outcome")
                 try:
-                    self._write_outcome(tx, *outcome)
+                    with tx.savepoint("agentgate_outcome"):
+                        self._write_outcome(tx, *outcome)
                 except Exception as exc:
-                    tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcome")
                     if self._try_again(outcome[0], exc):
                         refused.append(outcome)
                     else:
@@ -203,9 +200,7 @@ class _Settlement:
                             outcome[0].audit_index,
                             exc,
                         )
-                tx.execute("RELEASE SAVEPOINT agentgate_outcome")
             return refused
-        tx.execute("RELEASE SAVEPOINT agentgate_outcomes")
         return []
 
     def _try_again(self, auth: Authorization, exc: Exception) -> bool:

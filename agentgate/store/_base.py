@@ -13,10 +13,11 @@ from __future__ import annotations
 import abc
 import math
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Literal, TypeVar
 
 from agentgate.errors import InputError, StoreError
@@ -137,6 +138,39 @@ class Transaction(abc.ABC):
     @abc.abstractmethod
     def rowcount(self) -> int:
         """Rows changed by the last ``execute``."""
+
+    @contextmanager
+    def savepoint(self, name: str) -> Iterator[None]:
+        """A block whose statements go together inside this transaction: released when the block
+        ends normally (its rows then commit or roll back with the transaction), rolled back to
+        and released when it raises, and the block's exception passes on unchanged; the
+        statements before it are kept and the transaction stays usable (on PostgreSQL, the
+        rollback also ends the aborted state a refused statement left). Savepoints nest.
+
+        ``name`` is a plain SQL identifier (it is written into the statements); anything else is
+        an ``InputError`` before a statement runs. Costs two statements (SAVEPOINT, RELEASE):
+        a decision takes one only where something can refuse after writing.
+
+        When the rollback itself fails, the block's exception still passes on: the transaction
+        is then one that cannot commit (SQLite refuses the rest of a transaction a full disk or
+        a lost lock ended, PostgreSQL an aborted one), and the block's error says why."""
+        if not _IDENTIFIER.fullmatch(name):
+            raise InputError(
+                f"a savepoint name must be an SQL identifier (letters, digits, _), got {_quoted(name)}"
+            )
+        self.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            with suppress(Exception):  # the block's error is the one to report (see above)
+                self.execute(f"ROLLBACK TO SAVEPOINT {name}")
+                self.execute(f"RELEASE SAVEPOINT {name}")
+            raise
+        self.execute(f"RELEASE SAVEPOINT {name}")
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+"""A savepoint's name: a plain identifier, at most 63 characters (PostgreSQL's limit)."""
 
 
 class Store(abc.ABC):
