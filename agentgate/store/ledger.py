@@ -521,10 +521,27 @@ class BudgetLedger:
             )
             return work.rowcount
 
-    def remaining(self, grant_id: str) -> int | None:
-        """What is left of a grant's budget, or ``None`` if it was never used."""
+    def remaining(self, grant_id: str, *, cap: int | None = None) -> int | None:
+        """What is left of a grant's own budget: its cap less what is spent and what
+        reservations not settled yet hold. Only the grant's own: an ancestor's budget may have
+        less left, and a reservation needs the amount at every budget of the chain.
+
+        A grant's row is made on its first reservation, so a grant with no reservation yet in
+        this store has none: a delegated grant whose every reservation was refused at a budget
+        above it (rows are taken root first), one never used, one whose row ``prune_expired``
+        removed. Nothing is spent or held against it then; ``cap``, the grant's budget as it was
+        signed (``grant.budget.amount``), is the answer when given, else ``None`` says there is
+        no row. Once the row is made it answers, whatever ``cap`` says (a grant's budget is
+        fixed when it is signed; ``reserve`` ignores a later cap too).
+
+        ``InputError`` for a ``grant_id`` that is not non-empty text, or a ``cap`` that is not a
+        non-negative whole number of minor units."""
+        if not isinstance(grant_id, str) or not grant_id:
+            raise InputError(f"a grant id must be non-empty text, got {grant_id!r:.60}")
+        if cap is not None:
+            cap = _amount(cap, f"cap of grant {grant_id}")
         rows = self.store.query("SELECT remaining FROM budget_ledger WHERE grant_id = ?", (grant_id,))
-        return int(rows[0][0]) if rows else None
+        return int(rows[0][0]) if rows else cap
 
     def spent(self, grant_id: str, *, tx: Transaction | None = None) -> int:
         """Committed spend of a grant (its own and its descendants'), 0 if never used; read in
