@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentgate.errors import InputError
+from agentgate.errors import InputError, StoreError
 from agentgate.store import Store
 
 
@@ -98,3 +98,31 @@ def test_a_savepoint_name_that_is_not_an_identifier_is_refused(table: Store, nam
             tx.execute("INSERT INTO r65_rows (name) VALUES ('never')")
         tx.execute("INSERT INTO r65_rows (name) VALUES ('after')")
     assert _names(table) == ["after"]
+
+
+@pytest.mark.postgres
+def test_a_postgresql_transaction_that_met_an_error_it_caught_does_not_say_it_committed(
+    postgres_url: str,
+) -> None:
+    """Review R65: a PostgreSQL transaction whose statement failed is aborted, and the server
+    answers its COMMIT with a rollback; psycopg returned normally, so a block that caught the
+    driver's error outside a savepoint and went on ended as if its writes were committed, with
+    none written. The transaction's end now raises ``StoreError`` saying nothing was written,
+    as SQLite's does after an error that ended its transaction."""
+    from agentgate.store._postgres import PostgresStore
+
+    store = PostgresStore(postgres_url)
+    try:
+        store.ensure_schema(
+            "r65_savepoints", {"sqlite": "", "postgresql": "CREATE TABLE r65_rows (name TEXT PRIMARY KEY)"}
+        )
+        with pytest.raises(StoreError, match="nothing was written"), store.transaction() as tx:
+            tx.execute("INSERT INTO r65_rows (name) VALUES ('believed written')")
+            with pytest.raises(store.driver_errors):
+                tx.execute("INSERT INTO r65_rows (name) VALUES ('believed written')")
+        assert _names(store) == []
+        with store.transaction() as tx:  # the connection is usable again
+            tx.execute("INSERT INTO r65_rows (name) VALUES ('written')")
+        assert _names(store) == ["written"]
+    finally:
+        store.close()

@@ -339,13 +339,25 @@ class PostgresStore(Store):
 
     @contextmanager
     def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
-        """As ``Store.transaction``; every PostgreSQL failure is a ``StoreError`` (see ``recheck``)."""
+        """As ``Store.transaction``; every PostgreSQL failure is a ``StoreError`` (see ``recheck``).
+        A statement's driver error may be caught inside the block only to roll back to a
+        savepoint (``Transaction.savepoint``): a block that goes on past one without it ends in
+        ``StoreError``, nothing committed (PostgreSQL aborts the transaction at the error)."""
         used: psycopg.Connection[Any] | None = None
         try:
             with self._connection() as conn:
                 used = conn  # before the BEGIN: the first statement a dropped connection fails
                 with conn.transaction():
                     yield _PgTransaction(conn, _redact(self.url), self.read_only)
+                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                        # A statement failed and the block caught its error outside a savepoint:
+                        # the server answers COMMIT with a rollback, and psycopg returns as if
+                        # it committed (until review R65 the block's writes were then lost unsaid).
+                        raise StoreError(
+                            f"a statement on the PostgreSQL store {_redact(self.url)} failed inside a "
+                            "transaction that went on after it: the transaction is aborted; nothing "
+                            "was written"
+                        )
         except PoolTimeout as exc:  # a psycopg.Error too: its message alone does not say why
             raise StoreError(self._no_connection()) from exc
         except StoreError as exc:
