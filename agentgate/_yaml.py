@@ -11,6 +11,8 @@ errors by location path, ``("roles", "support", "ttl_s")``, which this map turns
 - duplicate keys (PyYAML silently keeps the last one, so a second ``ttl_s`` would win);
 - custom or Python tags (``!!python/object``, ``!include``), and merge keys (``<<``);
 - a lone surrogate escape (``"\\ud800"``), which libyaml refuses and PyYAML's own reader builds;
+- a byte order mark (U+FEFF) anywhere but as the first character, which libyaml skips without
+  counting it in its marks (or, at a line's start, drops from the key PyYAML's reader keeps it in);
 - more than ``MAX_NODES`` nodes, counted from the parser's events before any node is built (8 MiB
   of ``[a,a,...`` composes into 1.3 GiB of nodes), more than ``MAX_ALIASES`` aliases or
   ``MAX_NODES`` built values (an alias bomb expands exponentially when the tree is built), or
@@ -202,6 +204,20 @@ def load_yaml(
     """
     # A leading byte order mark is no content; libyaml's marks do not count it, PyYAML's do.
     text = text.removeprefix("\ufeff")
+    if (bom := text.find("\ufeff")) != -1:
+        # Until review R65 a second one loaded: libyaml dropped it uncounted, every mark on from it
+        # one character early (``!!str 1e3`` read as 1000.0, its tag looked for a character too
+        # soon), and libyaml skips one that starts a line where PyYAML's reader keeps it in a key.
+        at = mark_at(text, bom)
+        raise error(
+            f"{character_named(text[bom])} (a byte order mark) after the start of the file: YAML "
+            "parsers disagree on what it is, and a reader cannot see it",
+            file=source,
+            line=at.line,
+            column=at.column,
+            expected="at most one byte order mark, as the file's first character",
+            hint="remove it, or write it as an escape (\\ufeff) in a double-quoted string",
+        )
     if (found := _YAML_ONLY_BREAK.search(text)) is not None:
         # Until review R57 such a file loaded: the text after one inside a comment was read as
         # YAML (``# note\u2028ttl_s: 99999`` set ttl_s while an editor showed one comment line),
