@@ -114,11 +114,11 @@ def shortened(text: str) -> str:
 
 def dotted_path(loc: Sequence[str | int]) -> str:
     """``roles.a.ttl_s``: a location path for a message, each key as written (``shortened``)
-    unless it holds a character that is not printable (a line break, an escape, a bidi
-    override), which is quoted as ``repr`` shows it: the message stays one line and says what
-    the key holds."""
+    unless it is empty or holds a character that is not printable (a line break, an escape, a
+    bidi override), which is quoted as ``repr`` shows it: the message stays one line and says
+    what the key holds (until review R65 an empty key was left out: ``roles.lead.``)."""
     parts = (shortened(str(p)) for p in loc)
-    return ".".join(p if p.isprintable() else repr(p) for p in parts)
+    return ".".join(p if p and p.isprintable() else repr(p) for p in parts)
 
 
 class Mark(NamedTuple):

@@ -64,3 +64,23 @@ def test_a_byte_order_mark_written_as_an_escape_is_a_value(parser: str) -> None:
     string is the value's, and a single leading byte order mark still loads."""
     data, _ = load_yaml('\ufeffa: "x\\ufeffy"\nb: !!str 1e3\n', source="p.yaml")
     assert data == {"a": "x\ufeffy", "b": "1e3"}
+
+
+# --- an empty key is named as one -----------------------------------------------------------------
+
+_POLICY = "version: 1\nroles:\n  lead: {ttl_s: 60}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (_POLICY + "'': 1\n", "unknown field ''"),
+        (_POLICY.replace("{ttl_s", "{'': 1, ttl_s"), "unknown field roles.lead.''"),
+        (_POLICY + "  '': {}\n", "roles.'': '' is not a valid name"),
+    ],
+)
+def test_an_empty_key_is_named_in_the_key_path(text: str, named: str) -> None:
+    """Review R65: an empty key (``'': 1``) was left out of the key path an error names: at the
+    top ``unknown field <top>`` (the policy itself, not its key), below it ``roles.lead.`` and
+    ``roles.:``. It is quoted, as a key that is not printable is."""
+    assert _refusal(text).message.startswith(named)

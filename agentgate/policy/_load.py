@@ -406,7 +406,7 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
     # A refused mapping key (pydantic's location ends in "[key]", e.g. a role named "a b") and an
     # unknown field are located at the key, not at the value on the line below it.
     mark = locations.of(data_loc, key=kind == "extra_forbidden" or loc[-1:] == ["[key]"])
-    dotted = dotted_path(data_loc) or "<top>"
+    dotted = dotted_path(data_loc) if data_loc else "<top>"
     hint = "see docs/policy-reference.md for this section"
     if kind == "extra_forbidden":
         bad = str(loc[-1])
