@@ -525,15 +525,29 @@ class _Builder:
             raise self._tag_error(node)
         if node.tag == _STR:
             return self._text(node)
+        # What YAML 1.1 reads as a boolean or a number and YAML 1.2 as text is text here when
+        # plain, and refused when tagged (``!!bool yes``): the tag says a boolean (a number) was
+        # meant, and YAML 1.2 has none such. Until review R65 a tagged one loaded as its text.
         if node.tag == _BOOL and node.value not in _BOOLEANS:
             # YAML 1.1 reads yes/no/on/off as booleans: ``in: [NO, SE, DK]`` would hold False,
             # not Norway. YAML 1.2 reads them as text, and so does agentgate; a field that wants
             # a boolean then refuses the text with its location.
+            if self._tagged(node):
+                raise self.error(
+                    node,
+                    f"not a boolean: {node.value[:40]!r}",
+                    "true or false",
+                    "write true or false (yes, no, on and off are text, as in YAML 1.2), or drop the tag",
+                )
             return node.value
         if node.tag == _FLOAT and ":" in node.value:
+            if self._tagged(node):
+                raise self._not_a_number(node)
             return node.value  # a sexagesimal float (``1:30.5``), text in YAML 1.2
         if node.tag == _INT and not _INTEGER.fullmatch(node.value):
             if _SEXAGESIMAL.fullmatch(node.value):
+                if self._tagged(node):
+                    raise self._not_a_number(node)
                 return node.value  # ``10:30`` is 630 in YAML 1.1, text in YAML 1.2 and here
             if _LEADING_ZERO.fullmatch(node.value):
                 raise self._ambiguous(node)
@@ -546,6 +560,12 @@ class _Builder:
                 "remove the underscore, or quote text",
             )
         return self._constructed(node)
+
+    def _tagged(self, node: yaml.Node) -> bool:
+        """Whether ``node``'s text starts with a tag (``!!bool yes``), not one resolved from its
+        plain text; a quoted scalar of a tag other than text always has one."""
+        quoted = isinstance(node, yaml.ScalarNode) and bool(node.style)
+        return quoted or _TAGGED.match(self.text, node.start_mark.index) is not None
 
     def _text(self, node: yaml.Node) -> Any:
         """A scalar PyYAML resolved as text: an unquoted, untagged number as YAML 1.2 reads it
