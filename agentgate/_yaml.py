@@ -512,7 +512,12 @@ class _Builder:
             # ``! 1`` is the text "1" in YAML 1.2, as ``!!str 1`` is; until review R56 it was the
             # integer PyYAML resolves it to, so ``in: [! 5]`` held what another reader reads as text.
             return self._unicode(node)
-        if node.tag in _TEXT_1_2 and node.value in ("=", "<<") and isinstance(node, yaml.ScalarNode):
+        if (
+            node.tag in _TEXT_1_2
+            and node.value in ("=", "<<")
+            and isinstance(node, yaml.ScalarNode)
+            and not self._tagged(node)  # ``!!merge <<``: a tag YAML 1.2 has not, refused below
+        ):
             return node.value  # a plain '=' or '<<' value: YAML 1.1's value and merge tags, text in 1.2
         if (
             node.tag == _TIMESTAMP

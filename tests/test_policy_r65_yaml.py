@@ -98,13 +98,16 @@ def test_an_empty_key_is_named_in_the_key_path(text: str, named: str) -> None:
         ("!!int 10:30", "not a number"),
         ("!<tag:yaml.org,2002:int> 1:00:00", "not a number"),
         ("!!float 1:30.5", "not a number"),
+        ("!!merge <<", "tag 'tag:yaml.org,2002:merge' is not allowed"),
+        ("!!value =", "tag 'tag:yaml.org,2002:value' is not allowed"),
     ],
 )
 def test_an_explicit_tag_is_not_silently_read_as_text(value: str, said: str, parser: str) -> None:
     """Review R65: ``!!bool yes`` and ``!!int 10:30`` loaded as the texts ``yes`` and ``10:30``,
     while ``!!int 3600.0`` was refused as not a number: the tag says the author meant a boolean
     (a number), which YAML 1.1 reads them as and YAML 1.2 has no such value for. Untagged, they
-    are text (YAML 1.2); tagged, they are refused where they are written."""
+    are text (YAML 1.2); tagged, they are refused where they are written. So are ``!!merge <<``
+    and ``!!value =``, YAML 1.1 tags YAML 1.2 does not have, which loaded as ``<<`` and ``=``."""
     with pytest.raises(PolicyError) as info:
         load_yaml(f"a: 1\nb: [x, {value}]\n", source="p.yaml")
     assert (info.value.line, info.value.column) == (2, 8)
@@ -114,5 +117,7 @@ def test_an_explicit_tag_is_not_silently_read_as_text(value: str, said: str, par
 def test_untagged_yes_and_sexagesimal_stay_text_and_tagged_booleans_load(parser: str) -> None:
     """Review R65: what the refusal above leaves as it was: plain ``yes``, ``10:30`` and
     ``1:30.5`` are text, and ``!!bool 'true'`` is the boolean the tag names."""
-    data, _ = load_yaml("a: [yes, 10:30, 1:30.5, !!bool 'true', !!bool FALSE, !!int '7']\n", source="p.yaml")
-    assert data == {"a": ["yes", "10:30", "1:30.5", True, False, 7]}
+    data, _ = load_yaml(
+        "a: [yes, 10:30, 1:30.5, !!bool 'true', !!bool FALSE, !!int '7', <<, =]\n", source="p.yaml"
+    )
+    assert data == {"a": ["yes", "10:30", "1:30.5", True, False, 7, "<<", "="]}
