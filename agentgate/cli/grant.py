@@ -37,7 +37,7 @@ from agentgate.authority import (
     revoke,
     revoke_holder,
 )
-from agentgate.authority._chain_findings import chain_finding, link_findings, root_findings
+from agentgate.authority._chain_findings import chain_finding, link_findings, revoked_finding, root_findings
 from agentgate.authority._grant import GRANT_CONTEXT, TOKEN_PREFIX
 from agentgate.authority._signatures import verify_signature
 from agentgate.capabilities import Call, Capability
@@ -296,8 +296,6 @@ def _delegate(args: argparse.Namespace) -> int:
     with _repo(existing=True) as repo:
         revoked = repo.revoked(parent.ids)
         if revoked:
-            from agentgate.gate._authorization import revoked_finding  # the Gate's wording, loaded only here
-
             sys.stderr.write("deny: " + _finding_line(revoked_finding(parent.ids, revoked)) + "\n")
             return 1
         try:

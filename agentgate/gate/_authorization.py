@@ -1,7 +1,7 @@
 """What a decision about one call is: the verdict, the identity it was made for, and what it
 reserved (``Authorization``), as ``Gate.authorize`` returns it; the refusal of a call on a chain
-with a revoked link (``revoked_refusal``, its finding the authority package's ``revoked_finding``,
-re-exported for ``agentgate grant delegate``), which the Gate and the gateway give alike; and the type
+with a revoked link (``revoked_refusal``, its finding the authority package's ``revoked_finding``),
+which the Gate and the gateway give alike; and the type
 checks of the Gate's entry points (``expect``, ``listed``)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from agentgate._shown import shown as shown  # re-exported: the Gate's parts quote arguments through it
 from agentgate.authority import Chain, Decision
-from agentgate.authority._chain_findings import revoked_finding as revoked_finding  # for grant delegate
+from agentgate.authority._chain_findings import revoked_finding
 from agentgate.capabilities import Call
 from agentgate.errors import InputError
 from agentgate.findings import Finding

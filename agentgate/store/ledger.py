@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -135,7 +136,12 @@ _HELD_BY: dict[Dialect, str] = {
 """Whether reservation ``r``'s chain names the budget's grant ``g``: its text holds the id. It may
 also hold it inside a longer id, which only keeps a budget longer, never removes one still needed."""
 
-_MATERIALIZED: dict[Dialect, str] = {"sqlite": "MATERIALIZED ", "postgresql": ""}
+_MATERIALIZED: dict[Dialect, str] = {
+    "sqlite": "MATERIALIZED " if sqlite3.sqlite_version_info >= (3, 35) else "",
+    "postgresql": "",
+}
+"""A hint that a common table expression is read once: SQLite 3.35 (2021) and later take it; an
+older one reads the same query, maybe folded back into each budget's check (slower, not wrong)."""
 
 
 _ADDED_COLUMNS = {"entry": "INTEGER", "unit": "TEXT"}
