@@ -44,13 +44,26 @@ _OWN_GRANT = (
 )
 
 
-def inherited_identity(what: str) -> Finding:
+_OWN_NAME = (
+    "delegate to the sub-agent under a name the policy does not give another key, or issue the "
+    "principal a grant to its own key with Gate.issue"
+)
+
+
+_DELEGATE_HINT = "expose the sub-agent through delegation_tool so that it gets its own attenuated grant"
+_NAME_HINT = "name the agent with a name the policy does not give another key"
+
+
+def inherited_identity(what: str, fix: str = _OWN_GRANT, hint: str = _DELEGATE_HINT) -> Finding:
     """The ``implicit_trust_inheritance`` finding of a call made on an identity that is not the
-    calling agent's own, ``what`` saying whose it is. The fix is in the message as well as the
-    hint, as ``_NO_CHAIN``'s (until review R64 the refusal's reason named none)."""
+    calling agent's own, ``what`` saying whose it is and ``fix`` (``hint``) what to do: by default give the
+    agent a grant of its own; ``_OWN_NAME`` (``_NAME_HINT``) for a sub-agent's own grant under a
+    principal's name.
+    The fix is in the message as well as the hint, as ``_NO_CHAIN``'s (until review R64 the
+    refusal's reason named none)."""
     return _finding(
         FindingKind.IMPLICIT_TRUST_INHERITANCE,
         "inherited_identity",
-        f"{what}: {_OWN_GRANT}",
-        "expose the sub-agent through delegation_tool so that it gets its own attenuated grant",
+        f"{what}: {fix}",
+        hint,
     )
