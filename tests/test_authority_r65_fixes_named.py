@@ -61,8 +61,8 @@ def test_a_failing_approval_hook_says_what_to_do(tmp_path: Path) -> None:
         raise RuntimeError("approvals table missing")
 
     assert _call_decided(tmp_path, Call.tool("search.web", {}), approvals=broken) == (
-        "authority_chain_opacity approval_check_failed: the approval check failed (RuntimeError: "
-        "approvals table missing); failing closed: repair the approval check (its error above), "
+        "authority_chain_opacity approval_check_failed: the approval check failed (RuntimeError); "
+        "failing closed: repair the approval check (its error is logged by agentgate.authority), "
         "then make the call again"
     )
 

@@ -12,6 +12,7 @@ time-independent verification of the chain (signatures, links, attenuation) is c
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -55,6 +56,15 @@ _SCOPE = FindingKind.SCOPE_CREEP
 _TRUST = FindingKind.IMPLICIT_TRUST_INHERITANCE
 _REVOCABLE = FindingKind.NON_REVOCABLE_GRANT
 _OPACITY = FindingKind.AUTHORITY_CHAIN_OPACITY
+
+_log = logging.getLogger("agentgate.authority")
+"""Where a failing approval hook's error is told in full (``_approval_check_failed``)."""
+
+
+class _NoAnswer(TypeError):
+    """An approval hook's answer that is neither ``None`` nor an ``ApprovalRequirement``: its
+    text is agentgate's own and names only the answer's type, so a refusal may quote it."""
+
 
 _ARGS_FIX = "pass arguments JSON can carry (text keys, finite numbers, valid Unicode text)"
 """The fix of ``args_not_canonical``; ``_UNREADABLE_FIX`` that of ``malformed_token`` (until
@@ -487,6 +497,30 @@ def _decide_held(
     return _conclude(chain, call, digest, t, skew, approvals, None, repo, holder, None, deny)
 
 
+def _approval_check_failed(exc: Exception, call: Call, grant_id: str) -> Finding:
+    """The refusal of a call whose approval hook raised ``exc``, and the hook's error logged in
+    full (``agentgate.authority``, with its traceback) for the operator. The finding names the
+    exception's type only: its message is the refusal's reason, which the caller is answered, an
+    audit entry keeps and a model may be told, and a hook's error text may carry what none of them
+    should see (a store path, a URL with its password, a SQL statement; until review R65b it was
+    quoted). agentgate's own text for an answer that is no answer (``_NoAnswer``) is quoted."""
+    _log.warning(
+        "agentgate: the approval check failed for %s %s on grant %s; the call is refused",
+        call.resource,
+        call.action,
+        grant_id,
+        exc_info=exc,
+    )
+    what = f"TypeError: {exc}" if isinstance(exc, _NoAnswer) else type(exc).__name__
+    return _f(
+        _OPACITY,
+        "approval_check_failed",
+        f"the approval check failed ({what}); failing closed: repair the approval check (its error "
+        "is logged by agentgate.authority), then make the call again",
+        grant_id,
+    )
+
+
 def _conclude(
     chain: Chain,
     call: Call,
@@ -514,17 +548,9 @@ def _conclude(
         requirement = approvals(call, chain, inv) if approvals is not None else None
         if requirement is not None and not isinstance(requirement, ApprovalRequirement):
             # ``False`` for "no approval needed" is an easy slip; it is no answer, not an allow.
-            raise TypeError(f"it answered a {type(requirement).__name__}, not an ApprovalRequirement or None")
+            raise _NoAnswer(f"it answered a {type(requirement).__name__}, not an ApprovalRequirement or None")
     except Exception as exc:  # a failing approval check must not let the call through: fail closed
-        return deny(
-            _f(
-                _OPACITY,
-                "approval_check_failed",
-                f"the approval check failed ({type(exc).__name__}: {exc}); failing closed: repair the "
-                "approval check (its error above), then make the call again",
-                tip.id,
-            )
-        )
+        return deny(_approval_check_failed(exc, call, tip.id))
     try:
         if requirement is None and inv is not None:
             # Keyed by the signed expiry plus a fixed 30 s, never this verifier's ``skew``: two
