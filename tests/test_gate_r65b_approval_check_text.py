@@ -68,3 +68,23 @@ def test_an_answer_that_is_no_answer_is_still_named(authority: Authority) -> Non
     (finding,) = answering.decide_held(BOB, chain, CALL, now=NOW + 1).findings
     assert finding.code == "approval_check_failed"
     assert "(TypeError: it answered a str, not an ApprovalRequirement or None)" in finding.message
+
+
+class Unprintable(Exception):
+    """A hook's error whose text cannot be made."""
+
+    def __str__(self) -> str:
+        raise ValueError("no text")
+
+
+def test_a_hook_error_without_text_is_still_a_refusal(authority: Authority) -> None:
+    """Review R65b: a hook raising an exception whose ``str`` raises made the decision raise that
+    error (the refusal's message quoted the text), where a failing approval check is a refusal."""
+
+    def unprintable(call: Call, chain: object, invocation: object) -> ApprovalRequirement | None:
+        raise Unprintable
+
+    chain = issue(ROOT, BOB.did, ["tool:search.*"], ttl=3600, now=NOW)
+    answering = Authority(authority.repo, ROOT.public, approvals=unprintable)
+    (finding,) = answering.decide_held(BOB, chain, CALL, now=NOW + 1).findings
+    assert finding.code == "approval_check_failed" and "(Unprintable)" in finding.message
