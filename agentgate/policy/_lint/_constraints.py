@@ -6,7 +6,7 @@ rule shadowed by another that allows everything it allows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from agentgate.capabilities import Constraint, attenuates
 from agentgate.findings import Finding, Severity
@@ -20,6 +20,7 @@ from agentgate.policy._lint._common import (
     _type_can_satisfy,
 )
 from agentgate.policy._load import Policy, json_text
+from agentgate.policy._schema import Tool
 
 
 class ConstraintOnUndeclaredArgument(LintRule):
@@ -96,18 +97,30 @@ class ConstraintTypeMismatch(LintRule):
     def check(self, policy: Policy) -> Iterator[Finding]:
         tools = policy.document.tools
         by_pattern = _tools_by_pattern(policy)
+        declared: dict[str, dict[str, dict[str, int]]] = {}  # pattern -> _types_declared, once
         for rules in (*policy.rules.values(), *policy.delegable.values()):
             for rule in rules:
-                for name in _tools_named(rule.capability.resource, tools, by_pattern):
-                    for arg, c in rule.capability.constraints:
-                        decl = tools[name].args.get(arg)
-                        if decl is not None and not c.is_empty and not _type_can_satisfy(decl.type, c):
-                            yield self.finding(
-                                policy,
-                                f"{rule}: {arg} is {_article(decl.type)} {decl.type} but the constraint "
-                                f"{_written(c)} admits no {decl.type}",
-                                rule.line,
-                            )
+                pattern = rule.capability.resource
+                if pattern not in declared:
+                    declared[pattern] = _types_declared(_tools_named(pattern, tools, by_pattern), tools)
+                types = declared[pattern]
+                # Once for each argument and type the named tools declare, in the order they first
+                # do: until review R65b, once for each tool (the same message for each of a
+                # pattern's tools, and rules x tools checks).
+                mismatches = sorted(
+                    (first, position, arg, kind, c)
+                    for position, (arg, c) in enumerate(rule.capability.constraints)
+                    if not c.is_empty
+                    for kind, first in types.get(arg, {}).items()
+                    if not _type_can_satisfy(kind, c)
+                )
+                for _first, _position, arg, kind, c in mismatches:
+                    yield self.finding(
+                        policy,
+                        f"{rule}: {arg} is {_article(kind)} {kind} but the constraint "
+                        f"{_written(c)} admits no {kind}",
+                        rule.line,
+                    )
         # A gate's condition that no value of the type satisfies does not say when the gate
         # applies: a call it cannot compare needs approval (fail closed), any other never does.
         for gname, gate in policy.document.approvals.items():
@@ -121,6 +134,16 @@ class ConstraintTypeMismatch(LintRule):
                             f"{decl.type} but the condition {_written(c)} admits no {decl.type}",
                             policy.line_of("approvals", gname, "when"),
                         )
+
+
+def _types_declared(names: Iterable[str], tools: Mapping[str, Tool]) -> dict[str, dict[str, int]]:
+    """For each argument the tools ``names`` declare, each type they declare it with and the
+    position (in ``names``) of the first tool that does."""
+    out: dict[str, dict[str, int]] = {}
+    for position, name in enumerate(names):
+        for arg, decl in tools[name].args.items():
+            out.setdefault(arg, {}).setdefault(decl.type, position)
+    return out
 
 
 def _article(kind: str) -> str:
