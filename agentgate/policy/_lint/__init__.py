@@ -43,6 +43,7 @@ from agentgate.policy._lint._delegation import (
     DelegatedBudgetAboveRole,
     DelegatesUnheldCapability,
     DelegationWiderThanRole,
+    DelegationWithoutDepth,
     SubAgentSharesGrant,
 )
 from agentgate.policy._lint._lifetime import (
@@ -98,6 +99,7 @@ RULES: tuple[LintRule, ...] = (
     ApproverListedTwice(),
     NamesDifferOnlyInCase(),
     UnclearArgumentName(),
+    DelegationWithoutDepth(),
 )
 """Every lint rule, in the order their findings are reported for the same line."""
 

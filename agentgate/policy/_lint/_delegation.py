@@ -1,6 +1,7 @@
 """Lint rules on delegation: a role that may delegate what it does not hold, more widely than
-it holds it, or a larger budget than its own (scope_creep), and sub-agents that run on the
-delegator's own grant (implicit_trust_inheritance).
+it holds it, or a larger budget than its own (scope_creep), sub-agents that run on the
+delegator's own grant (implicit_trust_inheritance), and capabilities to hand on that no holder
+can hand on (authority_chain_opacity).
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import sys
 from collections.abc import Iterator
 
 from agentgate.capabilities import Capability, Constraint, attenuates, witness
-from agentgate.findings import Finding
-from agentgate.policy._lint._common import INHERIT, SCOPE, LintRule, _held_by_role, _Holding
+from agentgate.findings import Finding, Severity
+from agentgate.policy._lint._common import INHERIT, OPAQUE, SCOPE, LintRule, _held_by_role, _Holding
 from agentgate.policy._load import Policy, RuleRef, describe
 
 
@@ -125,3 +126,37 @@ class SubAgentSharesGrant(LintRule):
                     "on its delegator's identity",
                     policy.line_of("roles", name, "delegation", "share_grant"),
                 )
+
+
+class DelegationWithoutDepth(LintRule):
+    code = "delegation_without_depth"
+    kind = OPAQUE
+    severity = Severity.WARNING
+    hint = "set delegation.max_depth to 1 or more, or remove the delegation capabilities"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        document = policy.document
+        depth = {
+            name: role.delegation.max_depth if role.delegation else 0 for name, role in document.roles.items()
+        }
+        # A grant goes as deep as the deepest role its holder holds, and each held role's entries
+        # bound what the holder hands on (PolicyIndex.delegation_fault): a role at depth 0 still
+        # hands on its capabilities for a holder that holds a deeper role too, or that is
+        # delegated to in a chain two steps deep or more, which any principal's roles may allow.
+        if any(max((depth[r] for r in p.roles), default=0) >= 2 for p in document.principals.values()):
+            return
+        deeper_held = {
+            r for p in document.principals.values() if any(depth[h] > 0 for h in p.roles) for r in p.roles
+        }
+        for name, role in document.roles.items():
+            d = role.delegation
+            if d is None or d.max_depth > 0 or not d.capabilities or name in deeper_held:
+                continue
+            n = len(d.capabilities)
+            yield self.finding(
+                policy,
+                f"role {name} lists {n} {'capability' if n == 1 else 'capabilities'} to hand on, but its "
+                "delegation.max_depth is 0 and no holder of it holds a role that delegates: a grant for "
+                "it takes no delegation step, so none is ever handed on",
+                policy.line_of("roles", name, "delegation", "max_depth"),
+            )
