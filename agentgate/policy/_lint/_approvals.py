@@ -174,6 +174,7 @@ def _paths_around(
     admits: dict[tuple[tuple[tuple[str, Constraint], ...], tuple[str | None, ...]], bool] = {}
     opened: dict[tuple[str, tuple[str, ...], tuple[str | None, ...]], list[str]] = {}
     stops: dict[str, bool] = {}  # another gate on a sibling -> whether it stops every call this one does
+    stopped = dict(conditions)
     for _position, _index, rule in reaching:
         pattern, constraints = rule.capability.resource, rule.capability.constraints
         constrained = tuple(a for a, _ in constraints)
@@ -196,7 +197,9 @@ def _paths_around(
                     for r in members
                     if r not in gated
                     and not any(
-                        _stops(policy, other, gname, stops) for other in gates_on.get(r, ()) if other != gname
+                        _stops(policy, other, stopped, stops)
+                        for other in gates_on.get(r, ())
+                        if other != gname
                     )
                 ]
             if paths:
@@ -205,22 +208,22 @@ def _paths_around(
             yield rule, list(itertools.islice(heapq.merge(*found), _LISTED)), sum(map(len, found))
 
 
-def _stops(policy: Policy, other: str, gname: str, known: dict[str, bool]) -> bool:
-    """``_applies_whenever(policy, other, gname)``, kept in ``known`` (by ``other``)."""
+def _stops(policy: Policy, other: str, than: Mapping[str, Constraint], known: dict[str, bool]) -> bool:
+    """``_applies_whenever(policy, other, than)``, kept in ``known`` (by ``other``)."""
     stopped = known.get(other)
     if stopped is None:
-        stopped = known[other] = _applies_whenever(policy, other, gname)
+        stopped = known[other] = _applies_whenever(policy, other, than)
     return stopped
 
 
-def _applies_whenever(policy: Policy, gate: str, than: str) -> bool:
-    """Whether approval gate ``gate`` applies to every call gate ``than`` applies to: each of its
-    conditions is one ``than`` sets too, at least as narrowly (a call missing the argument, or
-    giving a value it cannot compare, needs approval from both)."""
-    conditions = dict(policy.gate_conditions.get(than, ()))
-    return all(
-        arg in conditions and _within(conditions[arg], condition)
-        for arg, condition in policy.gate_conditions.get(gate, ())
+def _applies_whenever(policy: Policy, gate: str, than: Mapping[str, Constraint]) -> bool:
+    """Whether approval gate ``gate`` applies to every call a gate with conditions ``than``
+    applies to: each of its conditions is on an argument ``than`` looks at too, at least as
+    narrowly (a call missing the argument, or giving a value it cannot compare, needs approval
+    from both)."""
+    conditions = policy.gate_conditions.get(gate, ())
+    return all(arg in than for arg, _ in conditions) and all(
+        _within(than[arg], condition) for arg, condition in conditions
     )
 
 
