@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from agentgate.capabilities import Capability, Constraint, Scalar, attenuates, intersects, pattern_matches
 from agentgate.findings import Finding, Severity
@@ -185,7 +185,7 @@ def _paths_around(
         for types, (args, members) in kinds[key].items():
             admitted = admits.get((constraints, types))
             if admitted is None:
-                admitted = admits[constraints, types] = _admits_gated_call(rule.capability, conditions, args)
+                admitted = admits[constraints, types] = _admits_gated_call(constraints, conditions, args)
             if not admitted:
                 continue
             paths = opened.get((pattern, constrained, types))
@@ -246,15 +246,17 @@ def _attenuates_within(inner: Constraint, outer: Constraint) -> bool:
 
 
 def _admits_gated_call(
-    rule: Capability, conditions: tuple[tuple[str, Constraint], ...], args: Mapping[str, Argument]
+    rule: tuple[tuple[str, Constraint], ...],
+    conditions: tuple[tuple[str, Constraint], ...],
+    args: Mapping[str, Argument],
 ) -> bool:
-    """Whether ``rule`` admits a call on a tool declaring ``args`` that a gate with ``conditions``
+    """Whether a rule with constraints ``rule`` admits a call on a tool declaring ``args`` that a gate with ``conditions``
     would stop: each argument the rule constrains is declared and can take a value of its type
     that the rule admits, and on each argument the gate looks at, some such value meets the
     condition. An argument the rule leaves open may take any value, or none (a gate without
     conditions stops every call)."""
     admitted: dict[str, Constraint] = {}
-    for arg, constraint in rule.constraints:
+    for arg, constraint in rule:
         typed = _of_type(constraint, args[arg].type) if arg in args else None
         if typed is None:
             return False  # the tool refuses every call the rule admits
@@ -404,7 +406,7 @@ class ApprovalUnreachable(LintRule):
         declared = _declared(policy)
         by_pattern = _by_pattern(declared)
         guarded = _gated_tools(policy, by_pattern, set(declared))
-        calls: dict[str, dict[_Shape, dict[str, RuleRef]]] = {}  # approver -> _calls_held, once
+        calls: dict[str, _Calls] = {}  # approver -> _calls_held, once
         for gname, gate in document.approvals.items():
             approvers = list(dict.fromkeys(gate.approvers))
             gated = guarded[gname]  # a model it guards is in no tool call's reach: never hit
@@ -429,39 +431,68 @@ _Shape = tuple[tuple[tuple[str, Constraint], ...], tuple[tuple[str, str], ...]]
 """A rule's constraints and the declared arguments (name, type) of a tool it reaches: what
 ``_admits_gated_call`` reads of the pair."""
 
+_Calls = tuple[list[tuple[_Shape, dict[str, RuleRef]]], dict[str, list[int]]]
+"""What ``_calls_held`` finds: the shapes in the order the roles first reach them, each with the
+declared tools a rule of that shape reaches and the first such rule; and, by tool, the positions
+of the shapes that reach it."""
 
-def _calls_held(
-    policy: Policy, principal: str, by_pattern: Mapping[str, Sequence[str]]
-) -> dict[_Shape, dict[str, RuleRef]]:
-    """The tool calls ``principal``'s roles (inherited ones included) admit, by shape: for each
-    shape, the declared tools a rule of that shape reaches, each with the first such rule. A
-    policy's rules and tools mostly share a few shapes, so a gate is checked against each shape
-    once, not against every rule and tool (gates x tools checks took tens of seconds)."""
+
+def _calls_held(policy: Policy, principal: str, by_pattern: Mapping[str, Sequence[str]]) -> _Calls:
+    """The tool calls ``principal``'s roles (inherited ones included) admit, by shape (``_Calls``).
+    A policy's rules and tools mostly share a few shapes, so a gate is checked against each shape
+    once, not against every rule and tool (gates x tools checks took tens of seconds), and only
+    against the shapes that reach a tool it guards (until review R65b, every shape: gates x
+    rules x tools)."""
     tools = policy.document.tools
-    out: dict[_Shape, dict[str, RuleRef]] = {}
+    declared: dict[str, tuple[tuple[str, str], ...]] = {}  # tool -> its arguments, (name, type) sorted
+    for name, spec in tools.items():
+        declared[f"tool:{name}"] = tuple(sorted((a, arg.type) for a, arg in spec.args.items()))
+    shapes: list[tuple[_Shape, dict[str, RuleRef]]] = []
+    # By constraints, then by arguments: a rule's constraints are looked up once, not once for
+    # each tool it reaches (a constraint's hash is not cached).
+    found: dict[
+        tuple[tuple[str, Constraint], ...], dict[tuple[tuple[str, str], ...], dict[str, RuleRef]]
+    ] = {}
     for role in policy.principal_roles(principal):
         for rule in policy.rules.get(role, ()):
             cap = rule.capability
             if cap.action not in ("*", "invoke") or not cap.resource.startswith("tool:"):
                 continue
             reached = by_pattern.get(cap.resource, ()) if cap.resource.endswith("*") else (cap.resource,)
+            by_args = found.setdefault(cap.constraints, {})
             for tool in reached:
-                spec = tools.get(tool.removeprefix("tool:"))
-                if spec is not None:
-                    shape = (cap.constraints, tuple(sorted((a, arg.type) for a, arg in spec.args.items())))
-                    out.setdefault(shape, {}).setdefault(tool, rule)
-    return out
+                args = declared.get(tool)
+                if args is None:
+                    continue
+                held = by_args.get(args)
+                if held is None:
+                    held = by_args[args] = {}
+                    shapes.append(((cap.constraints, args), held))
+                held.setdefault(tool, rule)
+    reaching: dict[str, list[int]] = {}
+    for position, (_shape, held_on) in enumerate(shapes):
+        for tool in held_on:
+            reaching.setdefault(tool, []).append(position)
+    return shapes, reaching
 
 
 def _gated_call_held(
-    calls: Mapping[_Shape, Mapping[str, RuleRef]],
-    gated: set[str],
-    conditions: tuple[tuple[str, Constraint], ...],
+    calls: _Calls, gated: set[str], conditions: tuple[tuple[str, Constraint], ...]
 ) -> RuleRef | None:
     """A rule of ``calls`` (``_calls_held``) that admits a call on one of the ``gated`` tools that
-    a gate with ``conditions`` stops, else ``None``."""
-    for (constraints, args), reached in calls.items():
-        hit = gated.intersection(reached)
+    a gate with ``conditions`` stops, else ``None``: of the first shape, in order, that reaches a
+    gated tool and admits such a call, the rule for the first such tool by name."""
+    shapes, reaching = calls
+    # The shapes that reach a gated tool, looked up by tool; a gate on more tools than there are
+    # shapes (``tool:*``) asks each shape instead.
+    positions: Iterable[int] = (
+        sorted({p for tool in gated for p in reaching.get(tool, ())})
+        if len(gated) < len(shapes)
+        else range(len(shapes))
+    )
+    for position in positions:
+        (constraints, args), reached = shapes[position]
+        hit = reached.keys() & gated  # by the smaller of the two
         if hit and _admits_shape(constraints, conditions, args):
             return reached[min(hit)]
     return None
@@ -475,4 +506,4 @@ def _admits_shape(
 ) -> bool:
     """``_admits_gated_call`` for a rule's ``constraints`` on a tool declaring ``args``."""
     declared = {a: Argument(type=t) for a, t in args}  # type: ignore[arg-type]
-    return _admits_gated_call(Capability("tool:x", "invoke", constraints), conditions, declared)
+    return _admits_gated_call(constraints, conditions, declared)
