@@ -249,3 +249,93 @@ def test_grant_help_states_the_token_formats_purpose_limit() -> None:
     from agentgate.cli import _grant_parser
 
     assert _grant_parser.MAX_PURPOSE == MAX_PURPOSE
+
+
+# Review R65b: help still loaded every store implementation, the audit store, pydantic (the audit
+# entry's model) and nacl/cryptography (agentgate.keys): keys, broker, audit, tasks, budget and
+# store registered their parsers beside handlers that import them at module level, and
+# cli/_common.py imported the store package for the verbs that open one. Those parsers live apart
+# now (cli/_keys_parser.py, _broker_parser.py, _audit_parser.py, _tasks_parser.py,
+# _budget_parser.py, _store_parser.py), and _common imports the store where it opens one.
+
+STORE_FOR_HELP = (
+    "agentgate.store",
+    "agentgate.store.audit",
+    "agentgate.audit",
+    "agentgate.keys",
+    "pydantic",
+    "nacl",
+    "cryptography",
+)
+
+
+def test_help_loads_no_store_audit_store_pydantic_nor_signing_library(tmp_path: Path) -> None:
+    """Review R65b: ``agentgate --help`` lists every group without loading a store, the audit
+    store, pydantic or the signing libraries, which only the verbs that open or sign use."""
+    code, modules = loaded(tmp_path, "--help")
+    assert code == 0
+    assert sorted(modules & {*STORE_FOR_HELP, *HEAVY_FOR_HELP}) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        *((group, "--help") for group in GROUPS),
+        ("keys", "new", "--help"),
+        ("audit", "verify", "--help"),
+        ("audit", "show", "--help"),
+        ("tasks", "dead-letters", "--help"),
+        ("tasks", "settle", "--help"),
+        ("budget", "held", "--help"),
+        ("budget", "settle", "--help"),
+        ("store", "init", "--help"),
+        ("store", "prune", "--help"),
+        ("broker", "leases", "--help"),
+        ("approval", "list", "--help"),
+        ("grant", "revoke", "--help"),
+    ],
+    ids=" ".join,
+)
+def test_a_verbs_help_loads_no_store_audit_store_pydantic_nor_signing_library(
+    tmp_path: Path, argv: tuple[str, ...]
+) -> None:
+    """Review R65b: a group's or a verb's ``--help`` builds its parser without loading a store,
+    the audit store, pydantic or the signing libraries its handlers use."""
+    code, modules = loaded(tmp_path, *argv)
+    assert code == 0
+    assert sorted(modules & {*STORE_FOR_HELP, *HEAVY_FOR_HELP}) == []
+
+
+def test_audit_help_lists_the_entry_formats_kinds() -> None:
+    """Review R65b: the audit parser lists ``--kind``'s choices without loading the entry's pydantic
+    model, so it writes them itself: they must be the entry format's, in its order."""
+    from agentgate.audit.entry import ENTRY_KINDS
+    from agentgate.cli import _audit_parser
+
+    assert _audit_parser.ENTRY_KINDS == ENTRY_KINDS
+
+
+def test_settle_help_states_the_stores_least_age() -> None:
+    """Review R65b: ``tasks settle``, ``budget held`` and ``budget settle`` state (and default to)
+    the least age of what they settle without loading the store, so the CLI writes it itself: it
+    must be the store's."""
+    from agentgate.cli import _common
+    from agentgate.store.once import SETTLE_MIN_AGE_S
+
+    assert _common.SETTLE_MIN_AGE_S == SETTLE_MIN_AGE_S
+
+
+def test_the_whole_command_line_built_imports_every_handler(tmp_path: Path) -> None:
+    """Review R65b: ``build_parser()``, with no command line, still imports every verb group's
+    handlers (only a command line given loads parsers alone): tests and programs build it before
+    they drop to another account, which may not read the interpreter's files afterwards."""
+    code = "import json, sys\nfrom agentgate.cli.main import build_parser\nbuild_parser()\nprint(json.dumps(list(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    modules = set(json.loads(done.stdout))
+    assert {f"agentgate.cli.{group}" for group in GROUPS} <= modules

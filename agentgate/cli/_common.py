@@ -19,23 +19,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentgate._json import exact_float, first_inexact, inexact_said
+from agentgate._lazy import lazy_exports
 from agentgate._shown import character_named, not_printable
 from agentgate._time import utc_text
 from agentgate.cli._lines import shortened
 from agentgate.errors import InputError, KeyFileError, NoStore, SourceError
-from agentgate.store import Store, checked_sqlite_path, is_conninfo, open_store, store_url
-from agentgate.store._existing import STORE_TABLES
-from agentgate.store._sqlite import (
-    foreign_table,
-    required_store_columns,
-    sqlite_tables_read_only,
-    tables_and_columns,
-)
 
 if TYPE_CHECKING:  # imported where used: every verb group imports this module, few use these
     from agentgate.keys import PublicKey, SigningKey
     from agentgate.policy import Policy
+    from agentgate.store import Store
     from agentgate.store.audit import AuditLog
+
+# The store (its SQLite implementation, loaded with the package) is imported where a store is
+# opened: every parser imports this module, and help opens none (review R65b).
+__getattr__, __dir__ = lazy_exports(__name__, {"STORE_TABLES": "agentgate.store._existing"})
 
 
 _DURATION = re.compile(r"(?:[0-9]{1,9}[smhd])+")
@@ -303,6 +301,9 @@ def open_existing_store(
     ``--store``: ``AGENTGATE_STORE``). ``read_only``: a command that only reads opens the store
     so (``open_store(read_only=True)``): nothing in it is written, a SQLite file's journal mode
     and write-ahead log included, and a file it may only read can be read."""
+    from agentgate.store import checked_sqlite_path, open_store, store_url
+    from agentgate.store._sqlite import sqlite_tables_read_only, tables_and_columns
+
     target = store_url(url)
     path = sqlite_path(target)
     shown = "the store"
@@ -362,6 +363,8 @@ def sqlite_path(target: str) -> str | None:
     """The file a store URL names when it is a SQLite store (a path or ``sqlite:///PATH``, the
     scheme in any case, as ``open_store`` reads it); ``None`` for any other (PostgreSQL, a
     conninfo string, which ``open_store`` refuses)."""
+    from agentgate.store import is_conninfo
+
     scheme = _SCHEME.match(target)
     if scheme is None and is_conninfo(target):
         return None
@@ -381,6 +384,8 @@ def _refuse_foreign_table(
     would create every part's tables and answer from their emptiness. A file not read (``None``)
     passes; so does, without its columns read, one that holds every table of ``part_tables``
     (``open_existing_store``). A file of other tables only is ``open_store``'s ``NoStore``."""
+    from agentgate.store._sqlite import foreign_table, required_store_columns
+
     names = {name for name, _ in tables or () if not name.lower().startswith("sqlite_")}
     if not names or (part_tables and part_tables <= names):
         return
@@ -495,6 +500,8 @@ def privilege_hint(message: str) -> str:
     agentgate's tables (a role set up without the rights docs/operations.md grants, or a table
     added by an upgrade after the grants ran), what to grant: PostgreSQL names the table, never
     the right."""
+    from agentgate.store._existing import STORE_TABLES
+
     denied = _DENIED_TABLE.search(message)
     if denied is None or denied.group(1) not in STORE_TABLES:
         return message
@@ -561,6 +568,13 @@ def seconds_or_duration(value: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected seconds (900) or a duration (15m), got {value!r}: {exc}"
         ) from None
+
+
+SETTLE_MIN_AGE_S = 900.0
+"""How long ago a held reservation or an unsettled call must have been made before ``tasks settle``,
+``budget held`` and ``budget settle`` take it by default: the store's ``once.SETTLE_MIN_AGE_S``
+(held equal by tests/test_cli_startup_imports.py), written here so that the help that states it
+loads no store (review R65b)."""
 
 
 def settle_flags(settling: argparse.ArgumentParser, *, min_age_s: float, older_than_help: str) -> None:

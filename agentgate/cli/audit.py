@@ -27,25 +27,20 @@ import argparse
 import collections
 import json
 import os
-import re
 import sqlite3
 import stat
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from agentgate.audit.entry import ENTRY_KINDS, AuditEntry
+from agentgate.audit.entry import AuditEntry
 from agentgate.audit.note import Checkpoint, key_id, verifier_key
 from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
 from agentgate.audit.report import budget_figure, charged_text, each_charge, render_report, spent_unit
 from agentgate.cli._common import (
     escaped_once,
-    given,
-    given_utf8,
-    one_line_text,
     open_audit_log,
     open_existing_store,
     printable,
@@ -66,112 +61,6 @@ from agentgate.keys import load_public_key, read_regular_file, replace_file, sho
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.audit import AuditLog, Explanation, VerifyReport, log_key_path
 from agentgate.store.grants import GrantRepository
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``audit`` verb group."""
-    parser = subparsers.add_parser("audit", help="verify, read, prove and report on the signed audit log")
-    sub = parser.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", parser_class=type(parser))
-    sub.required = True
-
-    def add(name: str, help_text: str, handler: Any, *, reads: bool = True) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
-        p.add_argument(
-            "--store",
-            type=given,
-            metavar="URL",
-            help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)",
-        )
-        if reads:
-            p.add_argument(
-                "--key",
-                type=given,
-                metavar="PUBFILE",
-                help="the log's public key (log.pub or its did:key): read without the private log key",
-            )
-        p.set_defaults(handler=handler)
-        return p
-
-    verify = add("verify", "recompute the tree and check every checkpoint", _verify)
-    verify.add_argument(
-        "--checkpoint", type=given, metavar="FILE", help="a checkpoint saved earlier, outside the database"
-    )
-
-    show = add("show", "list entries", _show)
-    show.add_argument("--principal", type=given_utf8, metavar="DID")
-    show.add_argument(
-        "--tool", type=given_utf8, metavar="NAME", help="resource, e.g. tool:payments.refund (or its name)"
-    )
-    show.add_argument("--kind", metavar="KIND", choices=ENTRY_KINDS, help=", ".join(ENTRY_KINDS))
-    show.add_argument(
-        "--since", metavar="TIME", type=_since, help="UTC time prefix, e.g. 2026-11-29 or 2026-11-29T10:00"
-    )
-    show.add_argument(
-        "--from",
-        dest="start",
-        type=_index,
-        default=0,
-        metavar="INDEX",
-        help="start at this entry index (read from there, not from the first entry)",
-    )
-    show.add_argument(
-        "--last", type=_index, metavar="N", help="only the newest N entries that match, oldest first"
-    )
-    show.add_argument(
-        "--json", action="store_true", help="one entry per line, its exact bytes (docs/audit-format.md)"
-    )
-
-    explain = add("explain", "the authority behind one entry", _explain)
-    explain.add_argument("index", type=_index, metavar="INDEX")
-    explain.add_argument(
-        "--trust",
-        action="append",
-        type=given,
-        metavar="PUBFILE|DID",
-        help="a trust anchor's public key: say whether the chain's root issuer is one (repeatable)",
-    )
-
-    checkpoint = add("checkpoint", "sign and store a checkpoint of the log", _checkpoint, reads=False)
-    checkpoint.add_argument(
-        "--out",
-        type=given,
-        metavar="FILE",
-        help="also write the signed note here; a checkpoint already there must be one the log extends",
-    )
-
-    prove = add("prove", "write a proof bundle for one entry (signs a fresh checkpoint)", _prove, reads=False)
-    prove.add_argument("index", type=_index, metavar="INDEX")
-    prove.add_argument("--out", type=given, metavar="FILE", required=True)
-
-    verify_proof = sub.add_parser("verify-proof", help="verify a proof bundle offline")
-    verify_proof.add_argument("file", type=given, metavar="FILE")
-    verify_proof.add_argument(
-        "--key", type=given, metavar="PUBFILE", required=True, help="the log's public key (log.pub)"
-    )
-    verify_proof.add_argument("--origin", type=given_utf8, help="the log's origin, if it must match")
-    verify_proof.set_defaults(handler=_verify_proof)
-
-    report = add("report", "write a self-contained HTML report", _report)
-    report.add_argument("--out", type=given, metavar="FILE.html", required=True)
-
-    accept = add(
-        "accept-repair",
-        "record that a repair of a protection trigger was checked against an outside copy",
-        _accept_repair,
-        reads=False,
-    )
-    accept.add_argument("repair", type=_repair_id, metavar="ID")
-    accept.add_argument("--by", type=one_line_text("--by", names=True), required=True, metavar="NAME")
-    accept.add_argument("--reason", type=one_line_text("--reason"), required=True, metavar="TEXT")
-
-
-def _repair_id(text: str) -> int:
-    """A repair's id as ``audit verify`` names it: ASCII digits, 1 .. 2**63-1."""
-    if not re.fullmatch(r"[0-9]{1,19}", text, re.ASCII) or not 0 < int(text) < 2**63:
-        raise argparse.ArgumentTypeError(
-            f"expected a repair id (digits 0-9, as audit verify names it), got {text!r}"
-        )
-    return int(text)
 
 
 def _accept_repair(args: argparse.Namespace) -> int:
@@ -196,37 +85,6 @@ def _accept_repair(args: argparse.Namespace) -> int:
             return 1
     print(f"accepted: {printable(said)}, by {printable(args.by)}; audit verify now prints it as information")
     return 0
-
-
-def _index(text: str) -> int:
-    """An entry index as given on the command line: ASCII digits (``int`` would also read other
-    scripts' digits, ``_`` and a sign), a whole number 0 .. 2**63-1 (what a store's integer holds;
-    a larger one overflowed SQLite with a traceback)."""
-    if not re.fullmatch(r"-?[0-9]{1,40}", text, re.ASCII):
-        raise argparse.ArgumentTypeError(f"expected an entry index (digits 0-9), got {text!r}")
-    value = int(text)
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"an entry index is 0 or more, below 2**63; got {text!r}")
-    return value
-
-
-_TIME_FORMAT = "0000-00-00T00:00:00.000000Z"
-"""The entry time format, ``0`` standing for an ASCII digit."""
-
-
-def _since(text: str) -> str:
-    """A prefix of the entry time format (``2026``, ``2026-11``, ``2026-11-29T10:00`` ...):
-    entries are compared with it as text, so anything else (a ``Z`` after fewer than six digits
-    of a second's fraction included) would select nothing, everything or the wrong entries."""
-    form = _TIME_FORMAT[: len(text)]
-    fits = len(text) == len(form) and all(
-        char in "0123456789" if want == "0" else char == want for char, want in zip(text, form, strict=True)
-    )
-    if not text or not fits:
-        raise argparse.ArgumentTypeError(
-            f"expected a UTC time prefix like 2026-11-29 or 2026-11-29T10:00, got {text!r}"
-        )
-    return text
 
 
 def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store, AuditLog]:

@@ -15,8 +15,6 @@ import argparse
 from typing import Any
 
 from agentgate.cli._common import (
-    given,
-    given_text,
     open_existing_store,
     printable,
     shown_source_error,
@@ -28,44 +26,6 @@ from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from
 from agentgate.errors import InventoryError
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
 from agentgate.store.broker_leases import BrokerLeaseStore
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``broker`` verb group."""
-    parser = subparsers.add_parser("broker", help="show the GPU broker's inventory, leases and queue")
-    sub = parser.add_subparsers(dest="broker_command", metavar="SUBCOMMAND", parser_class=type(parser))
-    sub.required = True
-
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--store",
-            type=given,
-            metavar="URL",
-            help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)",
-        )
-        p.add_argument(
-            "--broker",
-            default="default",
-            type=given_text,
-            metavar="NAME",
-            help="broker name in the store (default: default)",
-        )
-        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-    inventory = sub.add_parser("inventory", help="GPUs by rack, node and NVLink domain, with who holds them")
-    inventory.add_argument(
-        "--inventory", required=True, type=given, metavar="FILE", help="inventory YAML file"
-    )
-    common(inventory)
-    inventory.set_defaults(handler=_inventory)
-
-    leases = sub.add_parser("leases", help="live leases")
-    common(leases)
-    leases.set_defaults(handler=_leases)
-
-    queue = sub.add_parser("queue", help="waiting requests in scheduling order")
-    common(queue)
-    queue.set_defaults(handler=_queue)
 
 
 def _snapshot(args: argparse.Namespace) -> BrokerSnapshot | None:

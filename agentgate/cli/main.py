@@ -3,7 +3,8 @@
 Each verb group lives in its own module with a ``register(subparsers)`` function; handlers
 return the exit code. A command imports only the group it names (``agentgate grant check``
 never loads the gateway's HTTP stack): scripts run these verbs in loops, and each import is paid
-per process. Help, no command and an unknown group load every group, so they list them all.
+per process. Help, no command and an unknown group register every group's parser, so they list
+them all; a group's handlers, and the layers they need, load only when one of its verbs runs.
 Exit codes are a contract (docs/cli.md): 0 success or allow, 1 deny, tampered or error
 findings, 2 unusable input, 3 approval required. Errors are one line on stderr, never a
 traceback.
@@ -41,13 +42,21 @@ GROUPS = (
 )
 
 PARSERS = {
+    "agentgate.cli.keys": "agentgate.cli._keys_parser",
     "agentgate.cli.grant": "agentgate.cli._grant_parser",
     "agentgate.cli.approval": "agentgate.cli._approval_parser",
+    "agentgate.cli.broker": "agentgate.cli._broker_parser",
+    "agentgate.cli.audit": "agentgate.cli._audit_parser",
     "agentgate.cli.policy": "agentgate.cli._policy_parser",
+    "agentgate.cli.tasks": "agentgate.cli._tasks_parser",
+    "agentgate.cli.budget": "agentgate.cli._budget_parser",
+    "agentgate.cli.store": "agentgate.cli._store_parser",
 }
 """Where a group's ``register`` lives apart from its handlers, which load a heavy layer (the
-authority engine, the policy package): help builds the parser from here and loads no handler,
-and a verb imports its group's module when it runs (``_handlers.handled_by``). Review R65."""
+authority engine, the policy package, a store, the audit store, pydantic, the signing library):
+help builds the parser from here and loads no handler, and a verb imports its group's module
+when it runs (``_handlers.handled_by``). Review R65 (grant, approval, policy) and R65b (the rest
+but serve, whose module imports nothing heavy at its top)."""
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -66,12 +75,19 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser for the command line ``argv``, with only the verb group it names registered when
     its first argument names one; with every group otherwise (``build_parser()``, no command, an
-    option first such as ``--help``, an unknown group), so that help and errors list them all."""
+    option first such as ``--help``, an unknown group), so that help and errors list them all.
+    Parsing loads no handler (``PARSERS``) but ``build_parser()``, with no command line, also
+    imports every group's handlers: a program that builds the whole command line before it
+    gives up its rights (``setuid``, a chroot) imports nothing after, when it may no longer read
+    the interpreter's files (tests run verbs as another account so). ``main`` passes a command
+    line, even an empty one."""
     parser = _Parser(prog="agentgate", description="Authority, scheduling and evidence for AI agents.")
     sub = parser.add_subparsers(dest="group", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in _groups_for(argv):
         importlib.import_module(PARSERS.get(name, name)).register(sub)
+        if argv is None:
+            importlib.import_module(name)
     return parser
 
 
