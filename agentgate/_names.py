@@ -34,6 +34,11 @@ MAX_NAME_CHARS = 200
 """The most characters a name may hold: what spans keep of a name (``audit.spans.MAX_CALL_ID_CHARS``,
 tests/test_gate_agent_names.py holds the two equal)."""
 
+MAX_PURPOSE = 256
+"""The most characters of a grant's purpose: a limit of the token format (``authority._grant``),
+which ``agentgate grant``'s help states (``cli._grant_parser``), here below both so that the help
+loads no authority engine. Until review R65b the parser kept a copy, held equal by a test."""
+
 
 def _unicode(text: str) -> bool:
     """Whether ``text`` is valid Unicode (no lone surrogate), as a grant's purpose and an audit

@@ -242,15 +242,6 @@ def test_a_verbs_help_loads_no_authority_engine_nor_policy_package(
     assert sorted(modules & set(HEAVY_FOR_HELP)) == []
 
 
-def test_grant_help_states_the_token_formats_purpose_limit() -> None:
-    """Review R65: the grant parser states ``--purpose``'s limit without loading the authority
-    engine, so it writes the number itself: it must be the token format's."""
-    from agentgate.authority._grant import MAX_PURPOSE
-    from agentgate.cli import _grant_parser
-
-    assert _grant_parser.MAX_PURPOSE == MAX_PURPOSE
-
-
 # Review R65b: help still loaded every store implementation, the audit store, pydantic (the audit
 # entry's model) and nacl/cryptography (agentgate.keys): keys, broker, audit, tasks, budget and
 # store registered their parsers beside handlers that import them at module level, and

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from agentgate._names import BUDGET_UNIT, BUDGET_UNITS, METERED_IN_WORDS
+from agentgate._names import MAX_PURPOSE as MAX_PURPOSE  # read here with the other token limits
 from agentgate.authority._encoding import b64url_encode
 from agentgate.capabilities import Capability, format_capability
 from agentgate.errors import TokenFormatError
@@ -28,7 +29,6 @@ MAX_DEPTH = MAX_LINKS - 1
 MAX_PAYLOAD_BYTES = 8 * 1024
 MAX_CAPABILITIES = 16
 """Per grant; bounds attenuation checking to 16 x 16 capability pairs per link."""
-MAX_PURPOSE = 256
 MAX_TIME = 2**40
 MAX_AMOUNT = 2**63 - 1
 DEFAULT_SKEW = 30

@@ -8,14 +8,10 @@ import argparse
 import re
 from typing import Any
 
+from agentgate._names import MAX_PURPOSE
 from agentgate.capabilities._capability import MAX_CAPABILITY_TEXT
 from agentgate.cli._common import MAX_FREE_TEXT, given, given_path, given_text, one_line_text, text
 from agentgate.cli._handlers import handled_by
-
-MAX_PURPOSE = 256
-"""The most characters of a grant's purpose: the token format's limit (``authority._grant``, held
-equal by tests/test_cli_r65_startup.py), written here so that the help that states it loads no
-authority engine."""
 
 _GRANT = "agentgate.cli.grant"
 
