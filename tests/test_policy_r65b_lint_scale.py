@@ -7,32 +7,13 @@ Work is counted (Python and C function calls, ``sys.setprofile``), never timed.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
-from typing import Any
+from test_policy_scale import calls_made
 
 from agentgate.findings import Finding
 from agentgate.policy import parse_policy
 from agentgate.policy._lint import RULES, lint
 
 BYPASS = tuple(rule for rule in RULES if rule.code == "approval_gate_bypass")
-
-
-def calls_made(fn: Callable[[], Any]) -> int:
-    """How many Python and C function calls ``fn()`` makes."""
-    count = 0
-
-    def profile(_frame: Any, event: str, _arg: Any) -> None:
-        nonlocal count
-        if event in ("call", "c_call"):
-            count += 1
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return count
 
 
 def gated_siblings_policy(tools: int, gates: int, rules: int) -> str:
