@@ -163,6 +163,21 @@ def first_to_claim():
         return False
     return True
 
+def decisions_until_seen_revoked(decide):
+    # Decides (``decide(i)``: allowed, why, audit index) until three decisions have begun after
+    # the revoker's "revoked" file appeared, which it writes once the revoke has returned: each
+    # of those began after ``revoked_at``, however late the revoker ran or the workers ran out.
+    decisions, after, i = [], 0, 0
+    deadline = time.monotonic() + 120
+    while after < 3:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the revoke never returned: {len(decisions)} decisions, none after it")
+        seen = (work / "revoked").exists()  # read before ``began``: this decision began after
+        began = time.monotonic()
+        decisions.append([began, *decide(i)])
+        after, i = after + seen, i + 1
+    return decisions
+
 def killed_after(index):
     # The decision has committed (its allow, reservation, nonce or approval); the call never runs.
     (work / f"killed-{me}").write_text(str(index))
@@ -220,21 +235,15 @@ elif mode == "ping":
         gate.run(auth, lambda: note(f"{me}-{i}"))
         allowed += 1
     out = {"allowed": allowed, "refused": refused}
-elif mode == "count":  # a sub-agent deciding until it is refused
+elif mode == "count":  # a sub-agent deciding until it has decided after the revoke returned
     sub = identity("sub", "sub")
     wait_for_go()
-    decisions, refused = [], 0
-    for i in range(extra["n"]):
-        began = time.monotonic()
+    def decide_count(i):
         auth = gate.authorize(sub, Call.tool("count", {"n": i}), call_id=f"c{me}-{i}")
-        decisions.append([began, auth.allowed, auth.explain(), auth.audit_index])
         if auth.allowed:
             gate.run(auth, lambda: note(f"{me}-{i}"))
-        else:
-            refused += 1
-            if refused == 3:  # two more after the first refusal: decisions begun after the revoke
-                break
-    out = {"decisions": decisions}
+        return [auth.allowed, auth.explain(), auth.audit_index]
+    out = {"decisions": decisions_until_seen_revoked(decide_count)}
 elif mode == "revoker":
     root = parse_chain((work / "tooler.chain").read_text()).tip.id
     if extra.get("argv"):  # imported before the start: the revoke follows the runs it waits for
@@ -250,6 +259,7 @@ elif mode == "revoker":
     else:
         gate.revoke(root, by="ops", reason="r64")
     out = {"revoked_at": time.monotonic()}  # after the commit: every later decision must see it
+    (work / "revoked").touch()  # after revoked_at: the deciding workers stop soon after they see it
 elif mode == "gateway":  # a sub-agent calling through the gateway, each call signed afresh
     from agentgate.dispatch.gateway import GatewayGate
     from agentgate.dispatch.gateway._client import chat_call, invocation_headers
@@ -258,21 +268,15 @@ elif mode == "gateway":  # a sub-agent calling through the gateway, each call si
     kid = identity(extra["who"], extra["who"])
     body = {"model": extra["model"], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     wait_for_go()
-    decisions, refused = [], 0
-    for i in range(extra["n"]):
-        began = time.monotonic()
+    def decide_call(i):  # a refusal for the budget, spent before the revoke, goes on too
         headers = invocation_headers(kid.key, kid.chain, body)
         answer = gate.authorize_invocation(
             kid.chain.token, headers["X-Agentgate-Invocation"], chat_call(body), (1, 1)
         )
-        decisions.append([began, answer.allowed, f"{answer.code}: {answer.message}", answer.auth.audit_index])
         if answer.allowed:
             note(f"{me}-{i}")
-        elif answer.code == "revoked":  # a refusal for the budget, spent before the revoke, goes on
-            refused += 1
-            if refused == 3:
-                break
-    out = {"decisions": decisions}
+        return [answer.allowed, f"{answer.code}: {answer.message}", answer.auth.audit_index]
+    out = {"decisions": decisions_until_seen_revoked(decide_call)}
 elif mode == "approved":
     agent = identity("tooler", "agent")
     approval = Approval.parse(json.loads((work / extra.get("approval", "approval.json")).read_text()))
@@ -553,15 +557,17 @@ def test_no_decision_that_starts_after_a_revocation_committed_allows_a_call_belo
 ) -> None:
     """Review R64: four processes decide calls of a sub-agent (a grant delegated below the
     agent's) while a fifth revokes the agent's grant: no allow started after the revocation
-    returned (some did), each process is refused as revoked from then on, and in the log no allow comes after
-    the revoke entry (a decision takes the log's lock before it reads revocation)."""
-    count = {"mode": "count", "n": 400}
-    results = workers.run([count] * WORKERS + [{"mode": "revoker", "after": 2 * WORKERS}])
+    returned, each process is refused as revoked from then on, and in the log no allow comes after
+    the revoke entry (a decision takes the log's lock before it reads revocation). Each process
+    decides until three of its decisions began after the revoke returned (review R65: a fixed
+    number of calls, or three refusals, could all end before the revoker, late under load, did)."""
+    results = workers.run([{"mode": "count"}] * WORKERS + [{"mode": "revoker", "after": 2 * WORKERS}])
     assert [status for status, _ in results] == [0] * (WORKERS + 1), results
     revoked_at = results[-1][1]["revoked_at"]
     decisions = [d for _, out in results[:-1] for d in out["decisions"]]
     late = [d for d in decisions if d[0] > revoked_at]
-    assert late and not [d for d in late if d[1]], late
+    assert len(late) >= 3 * WORKERS, (revoked_at, late)  # each worker's last three, at least
+    assert not [d for d in late if d[1]], late
     last = [d for _, out in results[:-1] for d in out["decisions"][-3:]]
     assert all(not allowed and "revoked" in why for _, allowed, why, _ in last), last
     entries = workers.verified()
@@ -746,18 +752,21 @@ def test_four_approvers_voting_in_four_processes_at_once_complete_a_quorum_of_th
 def test_no_gateway_call_that_starts_after_grant_revoke_holder_committed_is_allowed(workers: Workers) -> None:
     """Review R64: four gateway processes take signed calls of a sub-agent (below the agent's
     grant) while a fifth runs ``agentgate grant revoke --holder`` for the agent's key (a leaked
-    key, docs/operations.md): no call started after the command returned is allowed (some
-    did start after), each process is answered 401 revoked from then on, and in the log no allow
-    of the sub-agent's model calls comes after the revoke entries."""
+    key, docs/operations.md): no call started after the command returned is allowed, each
+    process is answered 401 revoked from then on, and in the log no allow of the sub-agent's model
+    calls comes after the revoke entries. Each process calls until three of its calls began after
+    the command returned (review R65: 2,000 calls, or three refusals, could all end before the
+    revoker, late under load, did)."""
     (kid,) = workers.delegate_each(1, BUDGET)
-    call = {"mode": "gateway", "who": kid, "model": MODEL, "n": 2000}
+    call = {"mode": "gateway", "who": kid, "model": MODEL}
     argv = ["grant", "revoke", "--holder", workers.keys["agent"].did, "--by", "ops", "--store", workers.url]
     results = workers.run([call] * WORKERS + [{"mode": "revoker", "after": 2 * WORKERS, "argv": argv}])
     assert [status for status, _ in results] == [0] * (WORKERS + 1), results
     revoked_at = results[-1][1]["revoked_at"]
     decisions = [d for _, out in results[:-1] for d in out["decisions"]]
     late = [d for d in decisions if d[0] > revoked_at]
-    assert late and not [d for d in late if d[1]], late
+    assert len(late) >= 3 * WORKERS, (revoked_at, late)  # each worker's last three, at least
+    assert not [d for d in late if d[1]], late
     last = [d for _, out in results[:-1] for d in out["decisions"][-3:]]
     assert all(not allowed and why.startswith("revoked:") for _, allowed, why, _ in last), last
     entries = workers.verified()
