@@ -33,6 +33,13 @@ What did not hold:
   ``close``) writes pending outcomes lost them: the batch was taken from the pending list and is not put
   back on a ``KeyboardInterrupt``, so not even the exit-time flush records it: the allow has no
   outcome and its reservation stays held for ever.
+- (open, found at review R65, ``agentgate/tasks/_sync.py``) A Ctrl-C that lands after the call
+  was put in the queue but before its thread waits for its turn (with a store: between
+  ``run_coroutine_threadsafe`` and ``inbox.get()`` in ``_submit_handed``; without: between
+  ``shared.enqueue`` and ``wake.wait`` in ``_admit``) leaves the call queued with no one waiting:
+  it is granted the slot (and lease) when the holder gives it back and keeps it for ever, so the
+  next call waits for ever. The Ctrl-C test above fails then ("after: waiting", "live leases:
+  1"), rarely, under load.
 """
 
 from __future__ import annotations
@@ -254,7 +261,7 @@ def after():
 
 later = threading.Thread(target=after, daemon=True)
 later.start()
-later.join(3)
+later.join(30)  # the slot back: at once; not back: never (review R65: 3 s, too short under load)
 print("after:", "ran" if ran else "waiting", flush=True)
 if gate.store.dialect == "postgresql":
     rows = gate.store.query(
