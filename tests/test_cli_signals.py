@@ -33,13 +33,15 @@ What did not hold:
   ``close``) writes pending outcomes lost them: the batch was taken from the pending list and is not put
   back on a ``KeyboardInterrupt``, so not even the exit-time flush records it: the allow has no
   outcome and its reservation stays held for ever.
-- (open, found at review R65, ``agentgate/tasks/_sync.py``) A Ctrl-C that lands after the call
+- (review R65b, ``agentgate/tasks/_sync.py``; mended, tests/test_tasks_r65b_interrupt_window.py
+  lands the interrupt there on purpose) A Ctrl-C that lands after the call
   was put in the queue but before its thread waits for its turn (with a store: between
   ``run_coroutine_threadsafe`` and ``inbox.get()`` in ``_submit_handed``; without: between
   ``shared.enqueue`` and ``wake.wait`` in ``_admit``) leaves the call queued with no one waiting:
   it is granted the slot (and lease) when the holder gives it back and keeps it for ever, so the
-  next call waits for ever. The Ctrl-C test above fails then ("after: waiting", "live leases:
-  1"), rarely, under load.
+  next call waits for ever. The Ctrl-C test above failed then ("after: waiting", "live leases:
+  1"), rarely, under load. Both are given up as a Ctrl-C during the wait is now; what is left
+  is a Ctrl-C inside ``enqueue`` itself (direct mode), a few statements under the lock.
 """
 
 from __future__ import annotations

@@ -515,12 +515,18 @@ class SyncScheduler:
                 if twin is not None:
                     priority = twin.priority
                 waiter = shared.enqueue(call, limits, priority, traced, wake, core.metrics, parent=parent)
-                if twin is not None:
-                    twin.waiter = waiter
-                if waiter.granted:
-                    core.metrics.observe_wait(clock() - waiter.queued_at)
-                    return waiter
-                self._waiting.add(wake)
+                try:
+                    if twin is not None:
+                        twin.waiter = waiter
+                    if waiter.granted:
+                        core.metrics.observe_wait(clock() - waiter.queued_at)
+                        return waiter
+                    self._waiting.add(wake)
+                except BaseException:
+                    # Ctrl-C before the wait below: given up as there (until review R65b it
+                    # escaped with the call queued, which later took the slot, never to run).
+                    shared.abandon(waiter)
+                    raise
             try:
                 woke = wake.wait(None if deadline is None else deadline - clock())
             except BaseException:
@@ -595,7 +601,8 @@ class SyncScheduler:
                 if work is not None:
                     with contextlib.suppress(RuntimeError):  # a closed loop cancelled it already
                         loop.call_soon_threadsafe(work[1].cancel)
-            outcome.cancel()
+            if outcome is not None:  # None: the interrupt came as the call was being queued
+                outcome.cancel()
 
         async def in_caller_context() -> tuple[T | None, Exception | None]:
             # The call's error is returned, not raised: the future of run_coroutine_threadsafe
@@ -610,12 +617,19 @@ class SyncScheduler:
             finally:
                 otel_context.detach(token)
 
+        outcome: concurrent.futures.Future[tuple[T | None, Exception | None]] | None = None
+        returned: list[T] = []  # what an attempt returned (no attempt follows it)
         try:
             outcome = asyncio.run_coroutine_threadsafe(in_caller_context(), loop)
+            outcome.add_done_callback(lambda _: inbox.put(None))
         except RuntimeError as exc:  # the loop was closed between the check and here
             raise SchedulingError("the scheduler is closed") from exc
-        outcome.add_done_callback(lambda _: inbox.put(None))
-        returned: list[T] = []  # what an attempt returned (no attempt follows it)
+        except BaseException:
+            # Ctrl-C as the call is queued, before the wait below: given up as there (until review
+            # R65b it escaped here with the call queued, which later took the slot and its lease
+            # and handed its attempt to nobody, holding both while the process lived).
+            stop_waiting()
+            raise
         while True:
             try:
                 work = inbox.get()
