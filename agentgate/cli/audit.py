@@ -39,6 +39,7 @@ from agentgate.audit.note import Checkpoint, key_id, verifier_key
 from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
 from agentgate.audit.report import budget_figure, charged_text, each_charge, render_report, spent_unit
+from agentgate.cli._audit_parser import register as register
 from agentgate.cli._common import (
     escaped_once,
     open_audit_log,

@@ -14,6 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from agentgate.cli._broker_parser import (
+    register as register,
+)
 from agentgate.cli._common import (
     open_existing_store,
     printable,

@@ -13,6 +13,9 @@ import argparse
 import sys
 from datetime import datetime
 
+from agentgate.cli._budget_parser import (
+    register as register,
+)
 from agentgate.cli._common import (
     listed,
     open_audit_log,

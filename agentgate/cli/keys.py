@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from agentgate._shown import character_named, not_printable
+from agentgate.cli._keys_parser import register as register
 from agentgate.errors import KeyFileError
 from agentgate.keys import SigningKey, is_key_text, save_key, shown_value
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentgate.cli._common import open_existing_store, parse_duration, write_json
+from agentgate.cli._store_parser import register as register
 from agentgate.errors import StoreError
 from agentgate.store import Store, open_store
 from agentgate.store.approvals import ApprovalStore

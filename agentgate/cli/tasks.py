@@ -25,6 +25,7 @@ from agentgate.cli._common import (
     unix,
     utc,
 )
+from agentgate.cli._tasks_parser import register as register
 from agentgate.errors import InputError, SettlementRefused
 from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
 from agentgate.store.leases import SharedBreakers

@@ -234,15 +234,17 @@ class _Delegation:
                 refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
                 raise self._refused_on(span, self._audited_refusal(refused, anchor.did, f"agent:{name}"))
         template = role_grant_template(self.policy, role)
-        borrowed = self._borrowed_name(name, key, issuing=True)
-        if borrowed is not None:
-            with self._grant_span("issue", name, anchor.did, key, template.capabilities) as span:
-                raise self._refused_on(span, self._audited_refusal(borrowed, anchor.did, f"agent:{name}"))
+        # A key that holds no such role (one the policy does not name: a principal's rotated key)
+        # is refused for that first; a borrowed name is then a principal's key under another's.
         if not self.index.holds_role(key.did, role):
             with self._grant_span("issue", name, anchor.did, key, template.capabilities) as span:
                 raise self._refused_on(
                     span, self._audited_refusal(self._role_not_held(key, role), anchor.did, f"agent:{name}")
                 )
+        borrowed = self._borrowed_name(name, key, issuing=True)
+        if borrowed is not None:
+            with self._grant_span("issue", name, anchor.did, key, template.capabilities) as span:
+                raise self._refused_on(span, self._audited_refusal(borrowed, anchor.did, f"agent:{name}"))
         budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
         with self._grant_span("issue", name, anchor.did, key, template.capabilities) as span:
             chain = issue(
