@@ -121,3 +121,12 @@ def check_session(session: object) -> None:
     _expect_id(session, "session")
     if isinstance(session, str) and len(session) > MAX_SESSION_CHARS:
         raise InputError(f"session must be at most {MAX_SESSION_CHARS} characters, got {len(session):,}")
+
+
+EntryKind = Literal["allow", "deny", "approval_required", "approval_given", "revoke", "spend", "outcome"]
+"""The kinds of audit entry (docs/audit-format.md), written once here, below the entry format
+(``audit.entry``, whose model loads pydantic) and ``agentgate audit show --kind``'s parser, whose
+help lists them and loads no pydantic. Until review R65b's second pass the parser kept a copy,
+held equal by a test."""
+ENTRY_KINDS: tuple[str, ...] = get_args(EntryKind)
+"""``EntryKind`` as a tuple, in the format's order."""

@@ -297,15 +297,6 @@ def test_a_verbs_help_loads_no_store_audit_store_pydantic_nor_signing_library(
     assert sorted(modules & {*STORE_FOR_HELP, *HEAVY_FOR_HELP}) == []
 
 
-def test_audit_help_lists_the_entry_formats_kinds() -> None:
-    """Review R65b: the audit parser lists ``--kind``'s choices without loading the entry's pydantic
-    model, so it writes them itself: they must be the entry format's, in its order."""
-    from agentgate.audit.entry import ENTRY_KINDS
-    from agentgate.cli import _audit_parser
-
-    assert _audit_parser.ENTRY_KINDS == ENTRY_KINDS
-
-
 def test_settle_help_states_the_stores_least_age() -> None:
     """Review R65b: ``tasks settle``, ``budget held`` and ``budget settle`` state (and default to)
     the least age of what they settle without loading the store, so the CLI writes it itself: it

@@ -578,6 +578,22 @@ def test_no_decision_that_starts_after_a_revocation_committed_allows_a_call_belo
     assert len(counted) == len([d for d in decisions if d[1]])
 
 
+def _allowed_once(workers: Workers, results: list[tuple[int, dict[str, Any]]], kill: bool) -> list[str]:
+    """What the once-only cases below assert alike of four workers each deciding one call twice:
+    every worker ended (one SIGKILLed with ``kill``), one decision allowed (the killed worker's,
+    with ``kill``), the call ran once (never with ``kill``); the refusals' reasons, one for every
+    other decision."""
+    statuses = sorted(status for status, _ in results)
+    assert statuses == ([-signal.SIGKILL] if kill else []) + [0] * (WORKERS - int(kill)), results
+    answers = [a for _, out in results for a in out.get("answers", [])]
+    allowed = [a for a in answers if a[0] == "allowed"] + [["allowed", ""]] * len(workers.killed())
+    assert len(allowed) == 1, answers
+    assert len(workers.ran()) == (0 if kill else 1)
+    refused = [why for verdict, why in answers if verdict != "allowed"]
+    assert len(refused) == 2 * (WORKERS - 1), answers
+    return refused
+
+
 @ON_SQLITE
 @pytest.mark.parametrize("kill", [False, True])
 def test_one_approval_presented_by_every_process_is_used_once(workers: Workers, kill: bool) -> None:
@@ -592,14 +608,7 @@ def test_one_approval_presented_by_every_process_is_used_once(workers: Workers, 
         approval = Approval.sign(dict(asked.request or {}), workers.keys["alice"])
     (workers.work / "approval.json").write_text(json.dumps(approval.to_dict()))
     results = workers.run([{"mode": "approved", "kill": kill}] * WORKERS)
-    statuses = sorted(status for status, _ in results)
-    assert statuses == ([-signal.SIGKILL] if kill else []) + [0] * (WORKERS - int(kill)), results
-    answers = [a for _, out in results for a in out.get("answers", [])]
-    allowed = [a for a in answers if a[0] == "allowed"] + [["allowed", ""]] * len(workers.killed())
-    assert len(allowed) == 1, answers
-    assert len(workers.ran()) == (0 if kill else 1)
-    refused = [why for verdict, why in answers if verdict != "allowed"]
-    assert len(refused) == 2 * (WORKERS - 1), answers
+    refused = _allowed_once(workers, results, kill)
     assert all("used" in why or "runs once" in why for why in refused), refused
     entries = workers.verified()
     assert len([e for e in entries if e.kind == "allow" and e.resource == "tool:lookup"]) == 1
@@ -703,14 +712,7 @@ def test_a_call_that_must_run_once_decided_in_every_process_at_once_runs_once(
     one is allowed, once; also when the process allowed is SIGKILLed before the call runs (the
     call is then refused as maybe still running, and ``agentgate tasks unsettled`` lists it)."""
     results = workers.run([{"mode": "once", "kill": kill}] * WORKERS)
-    statuses = sorted(status for status, _ in results)
-    assert statuses == ([-signal.SIGKILL] if kill else []) + [0] * (WORKERS - int(kill)), results
-    answers = [a for _, out in results for a in out.get("answers", [])]
-    allowed = [a for a in answers if a[0] == "allowed"] + [["allowed", ""]] * len(workers.killed())
-    assert len(allowed) == 1, answers
-    assert len(workers.ran()) == (0 if kill else 1)
-    refused = [why for verdict, why in answers if verdict != "allowed"]
-    assert len(refused) == 2 * (WORKERS - 1), answers
+    refused = _allowed_once(workers, results, kill)
     assert all("once" in why for why in refused), refused
     entries = workers.verified()
     assert len([e for e in entries if e.kind == "allow" and e.resource == "tool:pay"]) == 1

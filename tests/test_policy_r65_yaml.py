@@ -3,33 +3,18 @@
 from __future__ import annotations
 
 import pytest
-import yaml
+from test_policy_yaml_tags import _refusal, parser  # noqa: F401 (parser is a fixture)
 
-import agentgate._yaml
 from agentgate._yaml import load_yaml
 from agentgate.errors import PolicyError
-from agentgate.policy import parse_policy
 
-
-@pytest.fixture(params=["libyaml", "pure-python"])
-def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both parsers agentgate may run on."""
-    if request.param == "pure-python":
-        monkeypatch.setattr(agentgate._yaml, "_Loader", yaml.SafeLoader)
-    return str(request.param)
-
-
-def _refusal(text: str | bytes) -> PolicyError:
-    with pytest.raises(PolicyError) as info:
-        parse_policy(text, source="p.yaml")
-    return info.value
-
+pytestmark = pytest.mark.usefixtures("parser")  # every case under both YAML parsers
 
 # --- a byte order mark is one, at the start, and nowhere else ------------------------------------
 
 
 @pytest.mark.parametrize("text", ["\ufeff\ufeffa: !!str 1e3\n", "\ufeff\ufeff\ufeffa: ! 5\n"])
-def test_a_second_byte_order_mark_is_refused_at_its_place(text: str, parser: str) -> None:
+def test_a_second_byte_order_mark_is_refused_at_its_place(text: str) -> None:
     """Review R65: libyaml drops a byte order mark at the start of what it reads without counting
     it in its marks, so after the first (which agentgate drops itself) a second shifted every mark
     one character left: ``!!str 1e3`` loaded as the float 1000.0 and ``! 5`` as the integer 5 (the
@@ -44,9 +29,7 @@ def test_a_second_byte_order_mark_is_refused_at_its_place(text: str, parser: str
     "text",
     ["version: 1\n# note\n\ufeffname: x\n", "---\n\ufeffversion: 1\n", "version: 1\nname: a\ufeffb\n"],
 )
-def test_a_byte_order_mark_after_the_start_is_refused_with_its_line_and_column(
-    text: str, parser: str
-) -> None:
+def test_a_byte_order_mark_after_the_start_is_refused_with_its_line_and_column(text: str) -> None:
     """Review R65: a U+FEFF anywhere but at the very start is refused where it is: libyaml skips
     one that starts a line (the key ``\\ufeffname`` read as ``name``) where PyYAML's own reader
     keeps it, so the same file loaded differently with how PyYAML was installed; elsewhere it is
@@ -59,7 +42,7 @@ def test_a_byte_order_mark_after_the_start_is_refused_with_its_line_and_column(
     assert "U+FEFF" in error.message
 
 
-def test_a_byte_order_mark_written_as_an_escape_is_a_value(parser: str) -> None:
+def test_a_byte_order_mark_written_as_an_escape_is_a_value() -> None:
     """Review R65: the refusal is of the raw character only: ``"\\ufeff"`` in a double-quoted
     string is the value's, and a single leading byte order mark still loads."""
     data, _ = load_yaml('\ufeffa: "x\\ufeffy"\nb: !!str 1e3\n', source="p.yaml")
@@ -102,7 +85,7 @@ def test_an_empty_key_is_named_in_the_key_path(text: str, named: str) -> None:
         ("!!value =", "tag 'tag:yaml.org,2002:value' is not allowed"),
     ],
 )
-def test_an_explicit_tag_is_not_silently_read_as_text(value: str, said: str, parser: str) -> None:
+def test_an_explicit_tag_is_not_silently_read_as_text(value: str, said: str) -> None:
     """Review R65: ``!!bool yes`` and ``!!int 10:30`` loaded as the texts ``yes`` and ``10:30``,
     while ``!!int 3600.0`` was refused as not a number: the tag says the author meant a boolean
     (a number), which YAML 1.1 reads them as and YAML 1.2 has no such value for. Untagged, they
@@ -114,7 +97,7 @@ def test_an_explicit_tag_is_not_silently_read_as_text(value: str, said: str, par
     assert said in info.value.message
 
 
-def test_untagged_yes_and_sexagesimal_stay_text_and_tagged_booleans_load(parser: str) -> None:
+def test_untagged_yes_and_sexagesimal_stay_text_and_tagged_booleans_load() -> None:
     """Review R65: what the refusal above leaves as it was: plain ``yes``, ``10:30`` and
     ``1:30.5`` are text, and ``!!bool 'true'`` is the boolean the tag names."""
     data, _ = load_yaml(

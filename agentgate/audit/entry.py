@@ -21,17 +21,16 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from agentgate._json import is_plain
+from agentgate._names import ENTRY_KINDS as ENTRY_KINDS
+from agentgate._names import EntryKind as EntryKind
 from agentgate._shown import not_printable
 from agentgate.errors import InputError, TamperDetected
-
-EntryKind = Literal["allow", "deny", "approval_required", "approval_given", "revoke", "spend", "outcome"]
-ENTRY_KINDS: tuple[str, ...] = get_args(EntryKind)
 
 # ``\Z``, not ``$`` (which also matches before a final newline); ASCII digits only, not any
 # script's: exactly the format docs/audit-format.md gives, which a reader in another language checks.

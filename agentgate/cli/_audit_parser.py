@@ -8,15 +8,11 @@ import argparse
 import re
 from typing import Any
 
+from agentgate._names import ENTRY_KINDS
 from agentgate.cli._common import given, given_utf8, one_line_text
 from agentgate.cli._handlers import handled_by
 
 _AUDIT = "agentgate.cli.audit"
-
-ENTRY_KINDS = ("allow", "deny", "approval_required", "approval_given", "revoke", "spend", "outcome")
-"""The kinds of audit entry ``audit show --kind`` selects: the entry format's (``audit.entry``,
-held equal by tests/test_cli_startup_imports.py), written here so that the help that lists them
-loads no pydantic model."""
 
 
 def register(subparsers: Any) -> None:
