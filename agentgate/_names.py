@@ -39,6 +39,14 @@ MAX_PURPOSE = 256
 which ``agentgate grant``'s help states (``cli._grant_parser``), here below both so that the help
 loads no authority engine. Until review R65b the parser kept a copy, held equal by a test."""
 
+SETTLE_MIN_AGE_S = 900.0
+"""How long ago, by default, a call still ``started`` (``store.once.settle``) or a reservation
+still held (``store.held``) must have been made before it may be settled by hand: one made more
+recently may still be running (a person who settles it as not run would let it run twice, and its
+real outcome would contradict the one written by hand). Here, below the store and the CLI, so
+that the help of ``tasks settle``, ``budget held`` and ``budget settle``, which states it, loads no
+store; until review R66 the CLI kept a copy, held equal by a test."""
+
 
 def _unicode(text: str) -> bool:
     """Whether ``text`` is valid Unicode (no lone surrogate), as a grant's purpose and an audit

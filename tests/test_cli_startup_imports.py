@@ -297,16 +297,6 @@ def test_a_verbs_help_loads_no_store_audit_store_pydantic_nor_signing_library(
     assert sorted(modules & {*STORE_FOR_HELP, *HEAVY_FOR_HELP}) == []
 
 
-def test_settle_help_states_the_stores_least_age() -> None:
-    """Review R65b: ``tasks settle``, ``budget held`` and ``budget settle`` state (and default to)
-    the least age of what they settle without loading the store, so the CLI writes it itself: it
-    must be the store's."""
-    from agentgate.cli import _common
-    from agentgate.store.once import SETTLE_MIN_AGE_S
-
-    assert _common.SETTLE_MIN_AGE_S == SETTLE_MIN_AGE_S
-
-
 def test_the_whole_command_line_built_imports_every_handler(tmp_path: Path) -> None:
     """Review R65b: ``build_parser()``, with no command line, still imports every verb group's
     handlers (only a command line given loads parsers alone): tests and programs build it before

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgate.cli._common import SETTLE_MIN_AGE_S, given, seconds_or_duration, settle_flags, text
+from agentgate._names import SETTLE_MIN_AGE_S
+from agentgate.cli._common import given, seconds_or_duration, settle_flags, text
 from agentgate.cli._handlers import handled_by
 
 _BUDGET = "agentgate.cli.budget"

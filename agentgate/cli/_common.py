@@ -570,13 +570,6 @@ def seconds_or_duration(value: str) -> float:
         ) from None
 
 
-SETTLE_MIN_AGE_S = 900.0
-"""How long ago a held reservation or an unsettled call must have been made before ``tasks settle``,
-``budget held`` and ``budget settle`` take it by default: the store's ``once.SETTLE_MIN_AGE_S``
-(held equal by tests/test_cli_startup_imports.py), written here so that the help that states it
-loads no store (review R65b)."""
-
-
 def settle_flags(settling: argparse.ArgumentParser, *, min_age_s: float, older_than_help: str) -> None:
     """The flags ``tasks settle`` and ``budget settle`` share: who settles (``--by``), why
     (``--reason``), and the least age of what is settled (``--older-than``, default ``min_age_s``)."""

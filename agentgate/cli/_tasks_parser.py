@@ -8,7 +8,8 @@ import argparse
 import re
 from typing import Any
 
-from agentgate.cli._common import SETTLE_MIN_AGE_S, given, given_text, settle_flags
+from agentgate._names import SETTLE_MIN_AGE_S
+from agentgate.cli._common import given, given_text, settle_flags
 from agentgate.cli._handlers import handled_by
 
 _TASKS = "agentgate.cli.tasks"

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, cast
 
+from agentgate._names import SETTLE_MIN_AGE_S as SETTLE_MIN_AGE_S  # read here by store.held and tests
 from agentgate.audit.entry import AuditEntry
 from agentgate.errors import BeyondLogEnd, InputError, SettlementRefused, StoreError
 from agentgate.store._base import Dialect, Store, Transaction
@@ -146,12 +147,6 @@ def _malformed(key: object, what: str) -> StoreError:
     (a key agentgate makes, 64 hexadecimal digits, is whole: ``tasks settle`` takes it) and its
     value at 60, as ``held._stored`` quotes a reservation's (an edited row may hold 100,000)."""
     return StoreError(f"agentgate_once: the row of call {key!r:.80} is malformed: {what}")
-
-
-SETTLE_MIN_AGE_S = 900.0
-"""How long ago, by default, a call still ``started`` must have been allowed before it may be
-settled by hand: a call allowed more recently may still be running (a person who settles it as
-not run would let it run twice, and its real outcome would contradict the one written by hand)."""
 
 
 def settle(
