@@ -122,27 +122,38 @@ _MAX_HELD = 4096
 """How many reservations a ledger remembers (chain and amount) until they are settled."""
 
 
-_GRANT_ID: dict[Dialect, str] = {
-    "sqlite": "length(g.id) = 64 AND g.id NOT GLOB '*[^0-9a-f]*'",
-    "postgresql": "g.id ~ '^[0-9a-f]{64}$'",
-}
-"""A grant id as agentgate makes them (64 lower-case hex digits): written as itself in the JSON
-of a reservation's ``chain``, so that ``_HELD_BY`` finds every reservation naming it."""
-
-_HELD_BY: dict[Dialect, str] = {
-    "sqlite": "instr(r.chain, g.id) > 0",
-    "postgresql": "strpos(r.chain, g.id) > 0",
-}
-"""Whether reservation ``r``'s chain names the budget's grant ``g``: its text holds the id. It may
-also hold it inside a longer id, which only keeps a budget longer, never removes one still needed."""
-
-_MATERIALIZED: dict[Dialect, str] = {
-    "sqlite": "MATERIALIZED " if sqlite3.sqlite_version_info >= (3, 35) else "",
-    "postgresql": "",
-}
+_MATERIALIZED = "MATERIALIZED " if sqlite3.sqlite_version_info >= (3, 35) else ""
 """A hint that a common table expression is read once: SQLite 3.35 (2021) and later take it; an
 older one reads the same query, maybe folded back into each budget's check (slower, not wrong)."""
 
+
+_PRUNE_EXPIRED: dict[Dialect, str] = {
+    # The chains agentgate writes (JSON arrays) are read element by element (json_each, which the
+    # audit log's triggers need already: JSON1); any other text, only edited by hand, is searched
+    # for each budget's grant id (``odd``: none at all, as a rule). The CASE keeps json_type and
+    # json_each from ever reading text that is not JSON, which they refuse with an error.
+    "sqlite": f"""DELETE FROM budget_ledger WHERE grant_id IN (
+WITH r AS {_MATERIALIZED}(SELECT chain, CASE WHEN json_valid(chain) THEN json_type(chain) = 'array' ELSE 0 END AS plain
+    FROM budget_reservations WHERE state = 'reserved'),
+odd AS {_MATERIALIZED}(SELECT chain FROM r WHERE NOT plain)
+SELECT g.id FROM agentgate_grants g WHERE g.expires < ? AND length(g.id) = 64 AND g.id NOT GLOB '*[^0-9a-f]*'
+    AND NOT EXISTS (SELECT 1 FROM odd WHERE instr(odd.chain, g.id) > 0)
+EXCEPT
+SELECT j.value FROM r, json_each(CASE WHEN r.plain THEN r.chain ELSE '[]' END) j WHERE r.plain AND j.type = 'text')""",
+    # Every whole run of hexadecimal digits of a chain's text: its grant ids, as agentgate writes
+    # chains; text edited by hand keeps at least the budgets a settlement of it would touch (a
+    # grant id is written in it whole, between characters that are no hexadecimal digits). No
+    # JSON is parsed: a chain that is not JSON cannot make the prune fail.
+    "postgresql": """DELETE FROM budget_ledger WHERE grant_id IN (
+SELECT g.id FROM agentgate_grants g WHERE g.expires < ? AND g.id ~ '^[0-9a-f]{64}$'
+EXCEPT
+SELECT (regexp_matches(chain, '[0-9a-f]+', 'g'))[1] FROM budget_reservations WHERE state = 'reserved')""",
+}
+"""The prune of expired grants' budgets (``prune_expired``; its one parameter, the cut). Only a
+grant id as agentgate makes them (64 lower-case hex digits) is pruned. The grant ids that
+reservations still held name are read once, as a set that the expired grants are taken from
+(EXCEPT: a sort or a hash on both stores): work that grows with the rows, where until review R66
+each expired budget was searched for in every held chain's text (budgets x held reservations)."""
 
 _ADDED_COLUMNS = {"entry": "INTEGER", "unit": "TEXT"}
 """The columns of ``budget_reservations`` added in review R61, with their SQLite types."""
@@ -521,19 +532,7 @@ class BudgetLedger:
         dialect = self.store.dialect
         with self.store.within(tx) as work:
             cut = expired_cut(work, dialect, before)
-            # The reservations still held (calls in flight: a few) are read once, into a table
-            # of their own (SQLite would otherwise fold them back into the check): checked per
-            # budget, every expired budget scanned every reservation the store keeps (there is
-            # no index on ``state``), and 50,000 of them beside 2,000 reservations held SQLite's
-            # write lock for 33 s (review R65). PostgreSQL reads them once as it is (and 11 has
-            # no MATERIALIZED).
-            work.execute(
-                "DELETE FROM budget_ledger WHERE grant_id IN (WITH r AS "
-                f"{_MATERIALIZED[dialect]}(SELECT chain FROM budget_reservations WHERE state = 'reserved') "
-                f"SELECT g.id FROM agentgate_grants g WHERE g.expires < ? AND {_GRANT_ID[dialect]} "
-                f"AND NOT EXISTS (SELECT 1 FROM r WHERE {_HELD_BY[dialect]}))",
-                (cut,),
-            )
+            work.execute(_PRUNE_EXPIRED[dialect], (cut,))
             return work.rowcount
 
     def remaining(self, grant_id: str, *, cap: int | None = None) -> int | None:
