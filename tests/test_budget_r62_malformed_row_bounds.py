@@ -1,5 +1,6 @@
-"""A malformed reservation row (agentgate/store/held.py, ``_stored``) is named in a bounded line:
-its id and amount are quoted cut, as ``settle_held`` quotes an id it refuses.
+"""A malformed reservation row (agentgate/store/ledger.py, ``stored_reservation``; until review
+R66 ``held._stored``) is named in a bounded line: its id and amount are quoted cut, as
+``settle_held`` quotes an id it refuses.
 
 Until review R62 the ``StoreError`` quoted the row's id and amount whole: an amount edited into
 100,000 characters of text made an error of 100,000 characters (the CLI cut it; a library

@@ -798,7 +798,7 @@ def _approval(row: Sequence[object]) -> Approval:
     no whole number >= 1 or its expiry no number of Unix seconds (NaN included), never a
     traceback: SQLite's checks let text through (``'x' >= 1`` holds: text sorts above every
     number), and PostgreSQL's DOUBLE PRECISION holds NaN, which sorts above every time (a request
-    that never expires). Values quoted cut at 60 characters, as ``held._stored`` quotes a
+    that never expires). Values quoted cut at 60 characters, as ``ledger.stored_reservation`` quotes a
     reservation's. Until review R63 ``int`` and ``float`` raised ``ValueError`` out of
     ``agentgate approval list``."""
     approval_id, call_hash, requester, state, approver, expires_at, quorum = row

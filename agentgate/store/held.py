@@ -33,7 +33,6 @@ after the reservation's time, within 5 s.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from agentgate.errors import AgentGateError, InputError, SettlementRefused, Stor
 from agentgate.store._base import Store, Transaction
 from agentgate.store.audit import AuditLog
 from agentgate.store.broker_decisions import DECISION_COLUMNS, decoded_decision
-from agentgate.store.ledger import BudgetLedger, has_entry_column, has_unit_column
+from agentgate.store.ledger import BudgetLedger, has_entry_column, has_unit_column, stored_reservation
 from agentgate.store.once import ONCE_COLUMNS, SETTLE_MIN_AGE_S, once_record
 
 _ID = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
@@ -119,7 +118,7 @@ def held(
     size = audit.size() if audit is not None and rows else 0  # a count of the whole log: once
     found = []
     for id_, chain_text, amount_text, created, entry, unit in rows:
-        chain, amount = _stored(id_, chain_text, amount_text)
+        chain, amount = stored_reservation(id_, chain_text, amount_text)
         found.append(
             HeldReservation(
                 str(id_),
@@ -174,7 +173,7 @@ def settle_held(
     if not rows:
         raise SettlementRefused(f"no budget reservation has the id {reservation}")
     chain_text, amount_text, state_text, created_text, entry, unit = rows[0]
-    chain, amount = _stored(reservation, chain_text, amount_text)
+    chain, amount = stored_reservation(reservation, chain_text, amount_text)
     state, created = str(state_text), str(created_text)
     if state != "reserved":
         raise SettlementRefused(f"reservation {reservation} is {state}, not held: there is nothing to settle")
@@ -231,24 +230,6 @@ def settle_held(
             tx,
         )
     return found, index
-
-
-def _stored(reservation: object, chain: object, amount: object) -> tuple[tuple[str, ...], int]:
-    """A reservation row's chain (a JSON list of grant ids) and amount; ``StoreError`` naming the
-    row when they are not (a row written outside agentgate), never a traceback; its id and amount
-    quoted cut at 60 characters (since review R62)."""
-    try:
-        grants = json.loads(str(chain))
-        if not isinstance(grants, list) or not grants or not all(isinstance(g, str) and g for g in grants):
-            raise ValueError("its chain is not a list of grant ids")
-        if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
-            raise ValueError(f"its amount is {amount!r:.60}")
-    except ValueError as exc:
-        # Cut as ``settle_held`` quotes an id: an edited row may hold 100,000 characters.
-        raise StoreError(
-            f"budget_reservations: the row of reservation {reservation!r:.60} is malformed: {exc}"
-        ) from None
-    return tuple(grants), amount
 
 
 def _cut(min_age_s: float) -> str | None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from agentgate.audit.entry import format_time, utc_now
-from agentgate.errors import BudgetExceeded, InputError
+from agentgate.errors import BudgetExceeded, InputError, StoreError
 from agentgate.store._base import Dialect, Store, Transaction, unix_time
 
 LEDGER_DDL: dict[Dialect, str] = {
@@ -231,6 +231,26 @@ def _amount(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InputError(f"{what} must be a non-negative integer in minor units, got {value!r}")
     return value
+
+
+def stored_reservation(reservation: object, chain: object, amount: object) -> tuple[tuple[str, ...], int]:
+    """A reservation row's chain (a JSON list of grant ids) and amount; ``StoreError`` naming the
+    row when they are not (a row written outside agentgate), never a traceback; its id and amount
+    quoted cut at 60 characters (since review R62). Every settlement reads a row through it: until
+    review R66 only ``held`` did, and ``agentgate tasks settle`` (``once.settle``) of such a row
+    ended in ``ValueError`` or ``JSONDecodeError``, or settled a chain of no grant."""
+    try:
+        grants = json.loads(str(chain))
+        if not isinstance(grants, list) or not grants or not all(isinstance(g, str) and g for g in grants):
+            raise ValueError("its chain is not a list of grant ids")
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
+            raise ValueError(f"its amount is {amount!r:.60}")
+    except (ValueError, RecursionError) as exc:
+        # Cut as ``settle_held`` quotes an id: an edited row may hold 100,000 characters.
+        raise StoreError(
+            f"budget_reservations: the row of reservation {reservation!r:.60} is malformed: {exc}"
+        ) from None
+    return tuple(grants), amount
 
 
 @dataclass(frozen=True)
@@ -480,8 +500,7 @@ class BudgetLedger:
         )
         if len(rows) != 1:
             raise InputError(f"reservation {reservation!r} does not exist or is already settled")
-        chain, amount = rows[0]
-        return tuple(json.loads(chain)), int(amount)
+        return stored_reservation(reservation, *rows[0])
 
     def reservation(self, reservation: str) -> Reservation:
         """One reservation; ``InputError`` if unknown (also when ``reservation`` is not text)."""
@@ -492,7 +511,7 @@ class BudgetLedger:
         if not rows:
             raise InputError(f"reservation {reservation!r} does not exist")
         chain, amount, state, actual = rows[0]
-        return Reservation(reservation, tuple(json.loads(chain)), int(amount), str(state), actual)
+        return Reservation(reservation, *stored_reservation(reservation, chain, amount), str(state), actual)
 
     def prune(self, before: float, *, tx: Transaction | None = None) -> int:
         """Forget the reservations settled (committed or released) before ``before`` (Unix

@@ -33,7 +33,7 @@ from agentgate.audit.entry import AuditEntry
 from agentgate.errors import BeyondLogEnd, InputError, SettlementRefused, StoreError
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
-from agentgate.store.ledger import BudgetLedger, has_unit_column
+from agentgate.store.ledger import BudgetLedger, has_unit_column, stored_reservation
 
 ONCE_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -145,7 +145,7 @@ def once_record(row: Sequence[object]) -> OnceRecord:
 def _malformed(key: object, what: str) -> StoreError:
     """The error for a malformed row of ``agentgate_once``: its key quoted cut at 80 characters
     (a key agentgate makes, 64 hexadecimal digits, is whole: ``tasks settle`` takes it) and its
-    value at 60, as ``held._stored`` quotes a reservation's (an edited row may hold 100,000)."""
+    value at 60, as ``ledger.stored_reservation`` quotes a reservation's (an edited row may hold 100,000)."""
     return StoreError(f"agentgate_once: the row of call {key!r:.80} is malformed: {what}")
 
 
@@ -205,13 +205,15 @@ def settle(
         if record.state == "started":  # its outcome was never written: its reservations are held
             for reservation in record.reservations:
                 held = tx.execute(
-                    f"SELECT amount, {unit_column} FROM budget_reservations WHERE id = ? AND state = 'reserved'",
+                    f"SELECT chain, amount, {unit_column} FROM budget_reservations "
+                    "WHERE id = ? AND state = 'reserved'",
                     (reservation,),
                 )
                 if not held:
                     continue
+                _, amount = stored_reservation(reservation, held[0][0], held[0][1])  # or StoreError
                 if ran:
-                    amount, unit = int(held[0][0]), held[0][1]
+                    unit = held[0][2]
                     by_grant = ledger.charge(reservation, amount, tx, exhaust=True)
                     charged = charged or amount  # the first: the unit of the caller's own budget
                     if isinstance(unit, str) and unit:  # a row made before review R61 has none
