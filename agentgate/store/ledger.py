@@ -454,7 +454,8 @@ class BudgetLedger:
         settled, committed at 0 with its amount moved (0 left), so that nothing is refunded or
         charged: the grants' budgets are as they were. For a holder that keeps adding to one
         hold (a lease's renewals) with one reservation to settle in the end. False, and nothing
-        written, when either is not open (or not text) or their chains differ."""
+        changed, when either is not open (or not text), also when it was settled by another
+        transaction while this one ran, or their chains differ."""
         if into == other or not isinstance(into, str) or not isinstance(other, str):
             return False
         rows = tx.execute(
@@ -464,15 +465,25 @@ class BudgetLedger:
         found = {str(row[0]): (str(row[1]), int(row[2])) for row in rows}
         if len(found) != 2 or found[into][0] != found[other][0]:
             return False
+        moved = found[other][1]
+        # Each update must change its row: on PostgreSQL (READ COMMITTED) either reservation may
+        # have been settled by a transaction that committed since the read above. Until review
+        # R66 that went unnoticed: ``other``, released meanwhile, had its amount refunded and
+        # moved into ``into`` too, whose settlement then gave it back a second time.
         tx.execute(
             "UPDATE budget_reservations SET amount = amount + ? WHERE id = ? AND state = 'reserved'",
-            (found[other][1], into),
+            (moved, into),
         )
+        if tx.rowcount != 1:
+            return False  # ``into`` was settled meanwhile: nothing written
         tx.execute(
             "UPDATE budget_reservations SET amount = 0, state = 'committed', actual = 0, settled = ? "
-            "WHERE id = ? AND state = 'reserved'",
-            (utc_now(), other),
+            "WHERE id = ? AND state = 'reserved' AND amount = ?",
+            (utc_now(), other, moved),
         )
+        if tx.rowcount != 1:  # ``other`` was settled (or changed) meanwhile: ``into`` as it was
+            tx.execute("UPDATE budget_reservations SET amount = amount - ? WHERE id = ?", (moved, into))
+            return False
         self._held.pop(into, None)  # its amount changed: settled by the general path
         self._held.pop(other, None)
         return True
