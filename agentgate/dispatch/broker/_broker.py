@@ -12,8 +12,8 @@ process, without Kubernetes. The rules (docs/broker.md has worked examples):
 * **Preemption.** A request that does not fit may preempt, Kueue-style: lower-priority leases of
   its own tenant, and, when the request stays within its tenant's nominal quota, any lease of a
   cohort member that is borrowing (reclaim). Victims are chosen borrowing-tenants first, then
-  lowest priority, then newest, and the set is minimized; a lease whose grace would outlast the
-  request's wait is no candidate. Each victim gets a ``CheckpointNotice`` and keeps its GPUs
+  lowest priority, then newest, and the set is minimized; a lease whose grace would not end
+  before the request's wait does is no candidate (a lease with no grace always is one). Each victim gets a ``CheckpointNotice`` and keeps its GPUs
   until it releases them or its grace ends; the preemptor is *nominated*: the GPUs it will get
   are reserved so nobody else takes them, and it is granted only when every victim has ended
   and its quota holds it, if that is before its ``timeout_s`` is over (a caller that bounds the

@@ -47,9 +47,14 @@ class _Preempting:
         request = w.request
         found: list[tuple[Lease, PreemptReason]] = []
         for lease in self._leases.values():
-            # A lease whose grace would outlast the request's wait is no victim: the request
-            # would time out before it is sure to get the GPUs, and the checkpoint be for nobody.
-            if lease.id in self._victims or now + self._grace(lease.request) > w.deadline:
+            # A lease whose grace would last as long as the request's wait, or longer, is no
+            # victim: the request would time out before it is sure to get the GPUs, and the
+            # checkpoint be for nobody. A grace that ends as the wait does is too long, since a
+            # call applies timeouts before grace ends (``_apply_time``; until review R66 such a
+            # victim was ended as its preemptor timed out), unless there is none: that victim
+            # ends, and its preemptor is granted, in this very call.
+            grace_end = now + self._grace(lease.request)
+            if lease.id in self._victims or grace_end > w.deadline or now < grace_end == w.deadline:
                 continue
             if lease.tenant == request.tenant:
                 if lease.priority < request.priority:
