@@ -103,7 +103,8 @@ class Router(RoutingPolicy):
 
     Raises ``InputError`` for a ``tie_tolerance`` or ``affinity_slack`` that is not a finite
     number >= 0 (a negative or NaN tolerance left no near-tie at all, and the first routed call
-    failed with an untyped ``ValueError``), and as ``RoutingPolicy`` does.
+    failed with an untyped ``ValueError``), a ``max_sessions`` that is not a whole number >= 0
+    (0: no session affinity kept), and as ``RoutingPolicy`` does.
     """
 
     name = "agentgate"
@@ -128,6 +129,10 @@ class Router(RoutingPolicy):
         for name, value in (("tie_tolerance", tie_tolerance), ("affinity_slack", affinity_slack)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
                 raise InputError(f"router {name} must be a finite number >= 0, got {value!r}")
+        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 0:
+            # Until review R66 unchecked: a string failed the first call with a session (an
+            # untyped TypeError), and NaN or inf let the affinity map grow without bound.
+            raise InputError(f"router max_sessions must be a whole number >= 0, got {max_sessions!r}")
         self.predictor = predictor or predicted_ttft()
         self.quotas = dict(quotas or {})
         self.tie_tolerance = tie_tolerance
