@@ -479,12 +479,15 @@ class Broker(_Restoring, _Preempting):
                     self._quota.charge(request.tenant, request.gpus)
                     self._grant(w, chosen, now)
                     continue
-            if not self._try_preempt(w, now, loosen) and now - w.submitted_at >= self.drain_after_s:
+            if not self._try_preempt(w, now, loosen) and now >= w.submitted_at + self.drain_after_s:
                 self._try_drain(w)
 
     def _loosen(self, w: _Waiting, now: float) -> bool:
         """Whether ``w`` may be placed looser than it prefers (``PlacementPolicy.place``)."""
-        return now - w.submitted_at >= self.locality_wait_s or not self._local_possible(w.request)
+        # The waits end at the very sums ``next_deadline`` names: ``now - submitted_at >= wait``
+        # can be false then (0.7 + 0.1 - 0.7 < 0.1), and until review R66 a driver advancing at
+        # ``next_deadline`` found the wait not over, and no later deadline named it again.
+        return now >= w.submitted_at + self.locality_wait_s or not self._local_possible(w.request)
 
     def _place_draining(self, w: _Waiting, now: float) -> None:
         """Grant draining ``w`` where it would be placed now were it not draining (its reserved GPUs
