@@ -127,8 +127,8 @@ class Dispatcher:
     ``stream``; else its model's in ``model_slo_ttft_s`` (the policy's ``slo.ttft_ms``:
     ``model_slos``); else ``slo_ttft_s`` (2 s).
 
-    Raises ``InputError`` for an interval or an SLO that is not positive and finite, or a negative
-    or NaN cooldown or recovery wait.
+    Raises ``InputError`` for an interval or an SLO that is not positive and finite, a negative
+    or NaN cooldown or recovery wait, or a ``max_attempts`` that is not a whole number >= 1.
     """
 
     def __init__(
@@ -157,13 +157,17 @@ class Dispatcher:
         for name, value in (("cooldown_s", cooldown_s), ("recovery_wait_s", recovery_wait_s)):
             if not value >= 0:
                 raise InputError(f"dispatcher {name} must be >= 0, got {value!r}")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            # Until review R66 ``max(1, max_attempts)``: 2.0 failed every call (an untyped
+            # TypeError from ``range``), and 0 or NaN was one attempt without a word.
+            raise InputError(f"dispatcher max_attempts must be a whole number >= 1, got {max_attempts!r}")
         self.inventory = inventory
         self.router = router
         self.timeouts = timeouts or Timeouts()
         self.scrape_interval_s = scrape_interval_s
         self.health_interval_s = health_interval_s
         self.cooldown_s = cooldown_s
-        self.max_attempts = max(1, max_attempts)
+        self.max_attempts = max_attempts
         self.recovery_wait_s = recovery_wait_s
         self.clock = clock
         self.slo_ttft_s = slo_ttft_s
