@@ -31,7 +31,8 @@ process, without Kubernetes. The rules (docs/broker.md has worked examples):
   that does not fit does not block smaller ones behind it).
 
 Every public call first applies what the clock says has happened (expiries, grace ends,
-timeouts), then does its work, then tries the queue. The clock is injectable, so tests and the
+timeouts), then does its work, then tries the queue (a call refused with an error too, before it
+raises: its events come out of the next call). The clock is injectable, so tests and the
 benchmark run in simulated time.
 """
 
@@ -184,14 +185,21 @@ class Broker(_Restoring, _Preempting):
 
         Raises ``BrokerError`` for an unknown tenant, an id already live, or a gang that could
         never be placed (more GPUs than the cluster, its quota, its filters or its required
-        topology level allow). Nothing changes when it raises.
+        topology level allow). The request is not queued when it raises (the queue is tried all
+        the same, as the module docstring says).
         """
         with self._lock:
             now = self.clock()
             self._apply_time(now)
-            self._check_placeable(request)
-            if request.id in self._leases or request.id in self._waiting:
-                raise BrokerError(f"request {quoted(request.id)} is already live")
+            try:
+                self._check_placeable(request)
+                if request.id in self._leases or request.id in self._waiting:
+                    raise BrokerError(f"request {quoted(request.id)} is already live")
+            except BrokerError:
+                # The leases the clock ended make room all the same (until review R66 a refused
+                # call left their GPUs free and unjournaled until another call came).
+                self._schedule(now)
+                raise
             self._seq += 1
             self._waiting[request.id] = _Waiting(request, now, now + request.timeout_s, self._seq)
             self._dirty = True
@@ -217,6 +225,7 @@ class Broker(_Restoring, _Preempting):
                     self._withdraw_nominated(waiting)
                 self._outbox.append(Withdrawn(waiting.request))
             else:
+                self._schedule(now)  # as a refused ``submit`` does
                 raise LeaseLost(f"lease {quoted(lease_id)} is not held (released, expired or preempted)")
             self._schedule(now)
             return self._drain()
