@@ -52,6 +52,7 @@ from agentgate.integrations.langgraph._replies import (
 from agentgate.integrations.langgraph._scope import (
     _RUNNING_HERE,
     _asked_in,
+    _checkpoint_serde,
     _request_identity,
     _run_id,
     _running_key,
@@ -337,12 +338,12 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         if not auth.allowed:
             return self._answer_again(auth, request, call_id, name)
 
-        tool = _ToolRaised()
+        tool, serde = _ToolRaised(), _checkpoint_serde(request)
         try:
             return self.gate.run(
                 auth,
                 lambda: self._keep(
-                    auth, _storable_result(tool.watch(lambda: handler(request)), call_id, name)
+                    auth, _storable_result(tool.watch(lambda: handler(request)), call_id, name, serde)
                 ),
                 call_id=call_id,
                 run_id=_run_id(request),
@@ -412,11 +413,11 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         tool = request.tool  # not None: a call to no such tool was answered before its decision
         threaded = _ThreadedCall(request, tool) if tool is not None and _runs_in_a_thread(tool) else None
 
-        raised = _ToolRaised()
+        raised, serde = _ToolRaised(), _checkpoint_serde(request)
 
         async def attempt() -> ToolResult:
             answered = handler(request) if threaded is None else threaded.attempt(handler)
-            return self._keep(auth, _storable_result(await raised.awatch(answered), call_id, name))
+            return self._keep(auth, _storable_result(await raised.awatch(answered), call_id, name, serde))
 
         try:
             running = self.gate.arun(

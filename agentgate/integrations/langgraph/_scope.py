@@ -17,6 +17,7 @@ from typing import Any
 
 from langchain.agents.middleware import ModelRequest
 from langchain_core.messages import AIMessage
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.config import get_config
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -94,6 +95,14 @@ def _resumable() -> bool:
     except RuntimeError:
         return True  # outside a run: interrupt() says so itself
     return bool(configurable.get(CONFIG_KEY_CHECKPOINTER))
+
+
+def _checkpoint_serde(request: ToolCallRequest) -> SerializerProtocol | None:
+    """The serializer of the checkpointer the call's run keeps its state with (a sub-agent's run
+    has its parent's), which writes the call's result when its step ends; ``None`` without one."""
+    configurable = (getattr(request.runtime, "config", None) or {}).get("configurable") or {}
+    serde = getattr(configurable.get(CONFIG_KEY_CHECKPOINTER), "serde", None)
+    return serde if isinstance(serde, SerializerProtocol) else None
 
 
 def _asked_in(request: ToolCallRequest) -> tuple[str, str] | None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from pydantic import BaseModel
@@ -349,7 +350,7 @@ def _at(item: object, keys: list[object]) -> object:
     return item
 
 
-def _storable_result(result: R, call_id: str, name: str) -> R:
+def _storable_result(result: R, call_id: str, name: str, serde: SerializerProtocol | None = None) -> R:
     """``result`` (what a tool answered: a ``ToolMessage``, a ``Command`` whose update holds
     messages, or a list of them) as the run's state can keep it: each ``ToolMessage`` whose
     ``content`` or ``artifact`` holds an integer out of range (``INT_RANGE``) in its dicts and
@@ -365,9 +366,42 @@ def _storable_result(result: R, call_id: str, name: str) -> R:
     of the graph's state. Such a result is not kept: the call's answer is an error
     ``ToolMessage`` (``_unkept``) telling the model that the tool ran and its result could not be
     kept, and the call's outcome is ``error`` (``_failed``). Until review R60 the call was
-    recorded ``ok`` and LangGraph's checkpointer then ended the run in its ``TypeError``."""
+    recorded ``ok`` and LangGraph's checkpointer then ended the run in its ``TypeError``.
+
+    So is a result that ``serde`` (the run's checkpointer's serializer, ``_checkpoint_serde``;
+    ``None`` without a checkpointer: nothing is stored) cannot write: an object of the tool's own
+    class, a lock, a function, anywhere in it. A result other than text alone (``_plain_text``)
+    is serialized once more to find out. Until review R66 such a call was recorded ``ok``, and
+    the checkpointed run then ended in the same ``TypeError``."""
     kept = _with_integer_text(result)
-    return cast(R, _unkept(call_id, name)) if _holds_beyond_range(kept) else kept
+    if _holds_beyond_range(kept):
+        return cast(R, _unkept(call_id, name, _BEYOND_RANGE))
+    if serde is not None and not _plain_text(kept) and not _stores(serde, kept):
+        return cast(R, _unkept(call_id, name, _UNSTORABLE))
+    return kept
+
+
+def _plain_text(result: object) -> bool:
+    """Whether ``result`` is a ``ToolMessage`` of text alone (no artifact, no metadata): what a
+    tool answering text makes, which any checkpointer stores (``_storable_result`` does not
+    serialize it to find out)."""
+    return (
+        isinstance(result, ToolMessage)
+        and isinstance(result.content, str)
+        and result.artifact is None
+        and not result.additional_kwargs
+        and not result.response_metadata
+    )
+
+
+def _stores(serde: SerializerProtocol, result: object) -> bool:
+    """Whether ``serde`` (the run's checkpointer's serializer) can write ``result``, as the
+    checkpointer writes the tools node's output when the step ends."""
+    try:
+        serde.dumps_typed(result)
+    except Exception:  # any serializer's refusal: msgpack's TypeError, an encrypting one's own
+        return False
+    return True
 
 
 def _with_integer_text(result: R) -> R:
@@ -420,13 +454,20 @@ def _holds_beyond_range(value: object) -> bool:
     return False
 
 
-def _unkept(call_id: str, name: str) -> ToolMessage:
-    """The answer to a call whose result the run's state cannot keep (``_storable_result``)."""
+_BEYOND_RANGE = "an integer beyond 64 bits in an object or a state update, which the run's state cannot keep"
+"""What a result ``_storable_result`` does not keep holds: an integer it cannot turn to text."""
+
+_UNSTORABLE = "an object the run's checkpointer cannot store"
+"""What a result ``_storable_result`` does not keep holds: a value its serializer refuses."""
+
+
+def _unkept(call_id: str, name: str, holds: str) -> ToolMessage:
+    """The answer to a call whose result the run's state cannot keep (``_storable_result``), as
+    it ``holds`` (``_BEYOND_RANGE``, ``_UNSTORABLE``)."""
     return ToolMessage(
         content=(
-            f"agentgate: tool {name} ran, but its result holds an integer beyond 64 bits in an object "
-            "or a state update, which the run's state cannot keep: the result is not kept, and the "
-            "call is recorded as failed. It ran: do not assume that it did not."
+            f"agentgate: tool {name} ran, but its result holds {holds}: the result is not kept, and "
+            "the call is recorded as failed. It ran: do not assume that it did not."
         ),
         tool_call_id=call_id,
         name=name,
