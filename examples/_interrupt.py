@@ -4,7 +4,8 @@ Each example imports this module first, before the imports that take seconds (la
 langchain, agentgate): importing it makes Ctrl-C end the process at once, with that line, as
 nothing has been written yet. While the run runs (``_common.exit_with``), Ctrl-C raises
 ``KeyboardInterrupt`` where the run is, so that the run's ``finally`` closes the gate and what it
-wrote to its store stays whole; once the run has ended, Ctrl-C ends the process at once again
+wrote to its store stays whole (a second Ctrl-C while it does is held, a third ends the process
+at once); once the run has ended, Ctrl-C ends the process at once again
 (during the exit itself, which joins the run's threads). Standard library only: it must load in
 milliseconds.
 
@@ -52,12 +53,23 @@ def outside_the_run() -> None:
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGINT, _held)  # the run now unwinds: its cleanup is not to be cut
     raise KeyboardInterrupt
+
+
+def _held(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C again while the run unwinds from the first: held, so that its ``finally`` closes
+    the gate (which commits the outcomes of the calls that ran) and its store. Until review R66
+    it raised ``KeyboardInterrupt`` again wherever that cleanup was, which it cut, and under
+    ``asyncio.run`` a traceback followed ``interrupted``. Once more (a cleanup that seems stuck)
+    ends the process at once: every write of the store is its own transaction."""
+    signal.signal(signal.SIGINT, _end_now)
 
 
 def inside_the_run() -> None:
     """Ctrl-C from now on raises ``KeyboardInterrupt``, which the run's ``finally`` blocks see,
-    in an ``asyncio.run`` too (which leaves a handler other than Python's default in place)."""
+    in an ``asyncio.run`` too (which leaves a handler other than Python's default in place); a
+    second one while they run is held (``_held``), a third ends the process at once."""
     if _AN_EXAMPLE_IS_THE_PROGRAM:
         signal.signal(signal.SIGINT, _raise_interrupt)
 
