@@ -157,20 +157,51 @@ class _Seen:
     reported: bool = False
 
 
+def counts_answer(usage: Usage, chars: int, before: Usage | None = None) -> bool:
+    """Whether ``usage`` can be the count of an answer of ``chars`` characters (``_answer_chars``,
+    ``_message_chars``): at least one output token for each ``MAX_CHARS_PER_TOKEN`` of them (an
+    answer of any text took a token at least), and, for a usage said again in one stream, no
+    fewer prompt or output tokens than the one ``before`` it (usage counts the whole stream so
+    far: vLLM's continuous usage only grows). Until review R66 a usage was charged whatever it
+    said of its answer: five characters streamed, then ``completion_tokens: 0``, went free, and
+    a usage said a second time, lower, was the one charged."""
+    if chars > usage.completion_tokens * MAX_CHARS_PER_TOKEN:
+        return False
+    return before is None or (
+        usage.prompt_tokens >= before.prompt_tokens and usage.completion_tokens >= before.completion_tokens
+    )
+
+
 @dataclass(slots=True)
 class _StreamUsage:
     """The usage a stream has reported that counts all its output so far (``see`` each chunk): a
     usage counts the output sent with it and before it (OpenAI's comes last, vLLM's continuous
     one with each chunk), so output past the last one reported leaves none (``usage`` None,
-    ``stale`` True) until another is reported. What the gateway charges (a stale usage: the
-    reservation) and what its token counter counts (a stale usage: nothing) both read this."""
+    ``stale`` True) until another is reported; so does a usage that cannot count that output
+    (``counts_answer``: fewer output tokens than its characters need, or fewer tokens than a
+    usage reported before it). What the gateway charges (a stale usage: the reservation) and
+    what its token counter counts (a stale usage: nothing) both read this."""
 
     usage: Usage | None = None
     stale: bool = False
+    chars: int = 0
+    """The characters of answer seen so far (``_answer_chars``)."""
+    highest: Usage | None = None
+    """The highest counts reported so far (each count's own highest), ``None`` before any."""
 
     def see(self, chunk: ChatChunk) -> None:
-        if chunk.usage is not None:
-            self.usage, self.stale = chunk.usage, False
+        self.chars += _answer_chars(chunk)
+        if (reported := chunk.usage) is not None:
+            if counts_answer(reported, self.chars, self.highest):
+                self.usage, self.stale = reported, False
+            else:
+                self.usage, self.stale = None, True
+            if (highest := self.highest) is not None:
+                reported = Usage(
+                    max(reported.prompt_tokens, highest.prompt_tokens),
+                    max(reported.completion_tokens, highest.completion_tokens),
+                )
+            self.highest = reported
         elif self.usage is not None and carries_output(chunk):
             self.usage, self.stale = None, True
 
@@ -207,15 +238,32 @@ def _answer_chars(chunk: ChatChunk) -> int:
     """The characters of the answer ``chunk`` carries: the text of every value in its choices'
     deltas but the role (content, tool call names and arguments, a reasoning model's
     ``reasoning_content``), counted however the engine nests them."""
-    count = 0
-    pending: list[object] = []
     choices = chunk.event.get("choices")
     if isinstance(choices, list):
-        for choice in choices:
-            if isinstance(choice, Mapping) and isinstance(delta := choice.get("delta"), Mapping):
-                pending.extend(value for name, value in delta.items() if name != "role")
-    else:  # a chunk made without its event
-        pending.extend((chunk.content, list(chunk.tool_calls)))
+        return _choice_chars(choices, "delta")
+    return _text_chars([chunk.content, list(chunk.tool_calls)])  # a chunk made without its event
+
+
+def _message_chars(body: Mapping[str, Any]) -> int:
+    """The characters of a whole (not streamed) answer ``body``: as ``_answer_chars`` counts a
+    chunk's, of its choices' messages."""
+    choices = body.get("choices")
+    return _choice_chars(choices, "message") if isinstance(choices, list) else 0
+
+
+def _choice_chars(choices: list[object], part: str) -> int:
+    """The characters of the text of every value in ``choices``' ``part`` (``delta``, ``message``)
+    but the role."""
+    pending: list[object] = []
+    for choice in choices:
+        if isinstance(choice, Mapping) and isinstance(values := choice.get(part), Mapping):
+            pending.extend(value for name, value in values.items() if name != "role")
+    return _text_chars(pending)
+
+
+def _text_chars(pending: list[object]) -> int:
+    """The characters of every string in ``pending``, however nested in objects and lists."""
+    count = 0
     while pending:
         value = pending.pop()
         if isinstance(value, str):

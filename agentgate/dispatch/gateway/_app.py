@@ -113,6 +113,7 @@ from agentgate.errors import (
     InputError,
     StoreError,
 )
+from agentgate.gate._outcomes import USAGE_UNREAD
 
 _UNPARSED = Call("gateway:chat.completions", "generate")
 """The call recorded for a body too malformed to name a model."""
@@ -495,7 +496,9 @@ class Gateway:
             return _dispatch_error(exc), True
         assert not isinstance(result, _Cut | _TooLarge)  # ``_spent`` raised for it
         answered = time.perf_counter()
-        self._count_tokens(result.usage.prompt_tokens, result.usage.completion_tokens)
+        # The usage charged, as for a stream: none for a usage that cannot be the answer's.
+        if (charged := _spent(result)) is not None and charged is not USAGE_UNREAD:
+            self._count_tokens(*charged)
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
         headers["Server-Timing"] = (
             f"read;dur={(received - arrived) * 1000:.3f}, parse;dur={(started - received) * 1000:.3f}, "

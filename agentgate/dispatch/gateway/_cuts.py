@@ -15,8 +15,10 @@ from typing import Any
 from starlette.types import Scope
 
 from agentgate._bounded_http import LOST, ON_LOST, STALLED
+from agentgate.dispatch._sse import _message_chars, counts_answer
 from agentgate.dispatch.backends import ChatResult
 from agentgate.errors import AnswerTooLarge, CallerGone, GatewayStopped
+from agentgate.gate._outcomes import USAGE_UNREAD
 
 STOPPED = "agentgate.stopped"
 """Scope key set (True) on a streamed call cut by the end of the server's shutdown grace."""
@@ -88,9 +90,10 @@ class _TooLarge:
 
 def _spent(result: ChatResult | _Cut | _TooLarge) -> tuple[int, int] | None:
     """What an answered call is charged: the usage the backend reported, or ``None`` when the
-    answer reports no completion token count: ``Gate`` then charges the whole reservation
-    (prompt, max output) and its outcome says so (the output went out; the gateway never charges
-    less than may have been used, nor reports a usage no backend reported).
+    answer reports no completion token count, ``USAGE_UNREAD`` when its count cannot be the
+    answer's (``counts_answer``): ``Gate`` then charges the whole reservation (prompt, max
+    output) and its outcome says so (the output went out; the gateway never charges less than
+    may have been used, nor reports a usage no backend reported).
 
     Raises ``CallerGone`` for a call whose caller left, ``GatewayStopped`` for one the server's
     shutdown cut (``_Cut``), ``AnswerTooLarge`` for one whose answer was too large to read
@@ -106,6 +109,10 @@ def _spent(result: ChatResult | _Cut | _TooLarge) -> tuple[int, int] | None:
     usage = result.body.get("usage")
     if not isinstance(usage, Mapping) or usage.get("completion_tokens") is None:
         return None
+    if not counts_answer(result.usage, _message_chars(result.body)):
+        # Fewer output tokens than the answer's text needs (``completion_tokens: 0`` for
+        # ``hello``): not the call's usage (until review R66 it was charged, the answer free).
+        return USAGE_UNREAD
     return result.usage.prompt_tokens, result.usage.completion_tokens
 
 
