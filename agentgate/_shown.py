@@ -55,7 +55,13 @@ def shown_path(path: object) -> str:
     name that is not UTF-8) written as its backslash escape. A backslash stays as it is, so the
     CLI, which escapes the same characters in every error line (``cli.main._one_line``), shows
     each escape once."""
-    text = os.fsdecode(path) if isinstance(path, str | bytes | os.PathLike) else str(path)
+    return escaped(os.fsdecode(path) if isinstance(path, str | bytes | os.PathLike) else str(path))
+
+
+def escaped(text: str) -> str:
+    """``text`` with each character that is not printable (a line break, an escape, a bidi
+    override, a NUL) written as its backslash escape, and the rest as it is: what a message
+    quoting text from outside (a file name, a backend's error body) shows on one line."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

@@ -47,6 +47,7 @@ import httpx
 import orjson
 from opentelemetry.context import Context
 
+from agentgate._shown import escaped
 from agentgate.dispatch._answers import (
     MAX_USAGE_TOKENS,
     ChatChunk,
@@ -677,8 +678,10 @@ class BackendClient:
         """The start of an error answer's ``body`` for a message, scrubbed of the key before it is
         cut (a key cut in two would not be found), on one line: each run of white space, line
         breaks and the indents after them, is one space (until review R61 an nginx error page or a
-        pretty-printed JSON error was quoted over several lines)."""
-        return " ".join(_scrub(body[:_QUOTED].decode("utf-8", "replace"), self._key).split())[:200]
+        pretty-printed JSON error was quoted over several lines), and each other character that
+        is not printable written as its escape (``escaped``: until review R66 a terminal escape,
+        a bidi override or a NUL in the body reached the gateway's log and the audit outcome)."""
+        return escaped(" ".join(_scrub(body[:_QUOTED].decode("utf-8", "replace"), self._key).split())[:200])
 
     def _shown(self, exc: DispatchError, payload: Mapping[str, Any]) -> DispatchError:
         """``exc`` made fit to leave this client: nothing chained to it (the exceptions it was
