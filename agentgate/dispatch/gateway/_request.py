@@ -30,6 +30,10 @@ BODY_TIMEOUT_S = 60.0
 (``Gateway(body_timeout_s=...)``)."""
 _ONE_CHOICE = ("n", "best_of")
 """Body fields that ask a backend for several sequences (vLLM honours both): absent, null or 1."""
+_OTHER_LIMITS = ("n_predict",)
+"""Body fields that name an output limit the gateway does not read, which an engine reads over
+``max_tokens`` (llama.cpp's OpenAI chat route takes ``n_predict`` first, ``null`` and ``-1`` as
+no limit): refused whatever their value, as the limit signed, reserved and sent is ``max_tokens``."""
 CREDENTIAL_HEADERS = ("Authorization", INVOCATION_HEADER, APPROVAL_HEADER)
 """The headers that carry a call's credentials: each may be sent once (``_repeated_credentials``)."""
 
@@ -151,6 +155,15 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
     for name in _ONE_CHOICE:
         if body.get(name) not in (None, 1) or isinstance(body.get(name), bool):
             raise FieldError(name, f"'{name}' must be 1: the gateway answers one choice per call")
+    # Until review R66 a body with ``max_tokens: 8`` and ``n_predict: 100000`` was reserved for 8
+    # tokens, and a llama.cpp backend generated 100,000 (charged at most the 8 reserved).
+    for name in _OTHER_LIMITS:
+        if name in body:
+            raise FieldError(
+                name,
+                f"'{name}' is not taken: the output limit is max_tokens (or max_completion_tokens), "
+                "which the invocation signs and the budget reserves",
+            )
     return body
 
 
