@@ -62,6 +62,31 @@ def test_a_body_with_n_predict_is_refused_before_it_is_decided(
     assert len(env.outcomes()) == count
 
 
+@pytest.mark.parametrize("value", [4, 2.0, "2", True])
+def test_a_body_asking_for_several_completions_by_n_cmpl_is_refused(
+    env: Env, counting: _Counting, value: Any
+) -> None:
+    """Review R66: ``n_cmpl`` (llama.cpp's count of completions, of which ``n`` is its alias)
+    other than 1 was passed on: several completions generated for the one signed and reserved
+    (``n`` and ``best_of`` were refused already). Refused 400 naming it, nothing sent."""
+    _in_service(env)
+    spent, asked = env.spent(), counting.asked
+    answer = env.post({**_body(), "n_cmpl": value})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["param"] == "n_cmpl", answer.text
+    assert counting.asked == asked and env.spent() == spent
+
+
+@pytest.mark.parametrize("value", [1, 1.0, None])
+def test_n_cmpl_of_one_is_served(env: Env, counting: _Counting, value: Any) -> None:
+    """The rule's other side: ``n_cmpl`` of one (or null) is one choice, as ``n`` of one is."""
+    _in_service(env)
+    asked = counting.asked
+    answer = env.post({**_body(), "n_cmpl": value})
+    assert answer.status_code == 200, answer.text
+    assert counting.asked == asked + 1
+
+
 def test_a_body_without_it_is_served(env: Env, counting: _Counting) -> None:
     """The rule's other side: the same body without ``n_predict`` is sent and answered."""
     _in_service(env)

@@ -28,8 +28,9 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 BODY_TIMEOUT_S = 60.0
 """Default seconds a client has to send a whole request body once its head has arrived
 (``Gateway(body_timeout_s=...)``)."""
-_ONE_CHOICE = ("n", "best_of")
-"""Body fields that ask a backend for several sequences (vLLM honours both): absent, null or 1."""
+_ONE_CHOICE = ("n", "best_of", "n_cmpl")
+"""Body fields that ask a backend for several sequences (vLLM honours ``n`` and ``best_of``,
+llama.cpp ``n_cmpl``, of which its ``n`` is the alias): absent, null or 1."""
 _OTHER_LIMITS = ("n_predict",)
 """Body fields that name an output limit the gateway does not read, which an engine reads over
 ``max_tokens`` (llama.cpp's OpenAI chat route takes ``n_predict`` first, ``null`` and ``-1`` as
