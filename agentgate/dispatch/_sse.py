@@ -41,7 +41,9 @@ async def split_lines(
     ``\\n`` or a bare ``\\r``, as the SSE format allows all three (a ``\\r`` that ends one piece and
     a ``\\n`` that starts the next are one line end, not two); raises ``too_long(message)`` once a
     line passes ``limit`` bytes, as it arrives (httpx's ``aiter_lines`` holds a line whole, however
-    long). ``pieces`` is closed at the end, when it is an async generator. Used by every client
+    long), and so for a line that arrives whole in one piece (until review R66 it was yielded
+    whatever its length: httpx decompresses a few kB of gzip into one piece of megabytes).
+    ``pieces`` is closed at the end, when it is an async generator. Used by every client
     path: the dispatcher's httpx and aiohttp clients and the gateway's pool.
 
     Linear in the bytes read: each piece is searched once for each of the two line end bytes,
@@ -72,6 +74,8 @@ async def split_lines(
                         after_cr = True
                     elif buffer[after] == 0x0A:  # \r\n: one line end
                         after += 1
+                if end - begin > limit:  # whole in one piece (a decompressed one may be megabytes)
+                    raise too_long(f"a streamed line is over {limit} bytes")
                 yield buffer[begin:end].decode("utf-8", "replace")
                 begin = search = after
                 if 0 <= lf < search:
