@@ -300,7 +300,7 @@ class BackendClient:
         dispatcher retried on other backends, each marked down, the call released);
         ``BackendFailed`` on any transport failure, timeout, redirect, 5xx/429, an error
         reported with HTTP 200 (``_reject_error``) or a malformed body (a body that is not JSON, a
-        choice that is not an object with a message object, a first choice without string content, a ``finish_reason`` that is not a string, usage that is
+        choice that is not an object with a message object, a first choice whose content is neither a string, null nor absent, a ``finish_reason`` that is not a string, usage that is
         not counts: see ``_usage``); ``DispatchError`` when the backend rejects the request as
         invalid (400, 422, ...); ``BackendRejectedCredentials`` for 401/403. No message holds the
         backend's key (``_shown``).
@@ -337,7 +337,9 @@ class BackendClient:
                 # Until review R62 100,000 choices for a call of one were an answer.
                 raise ValueError(f"{len(choices)} choices for a call that asked for {asked}")
             choice = choices[0]
-            text = choice["message"]["content"] or ""
+            # No ``content`` key is none: TGI's tool call message has ``role`` and ``tool_calls``
+            # only (until review R66 such an answer was a BackendFailed, sent to every backend).
+            text = choice["message"].get("content") or ""
             if not isinstance(text, str):
                 raise TypeError("content is not a string")
             return ChatResult(
