@@ -35,6 +35,7 @@ import concurrent.futures
 import contextlib
 import queue
 import random
+import signal
 import threading
 import time
 import weakref
@@ -138,6 +139,54 @@ class _Wake:
                 return True
             timeout = end - time.monotonic()
         return self._lock.acquire(timeout=max(timeout, 0.0))
+
+
+class _HeldInterrupt:
+    """Ctrl-C held back while the caller's thread changes the shared admission state, raised
+    once the change is whole (``release``), where the call is given up as one interrupted while
+    it waited or ran: no slot, rate token or queue entry is left behind, and no waiting call is
+    woken without its slot counted. (Until review R66 a Ctrl-C could land between any two steps
+    of ``SharedLimits.enqueue``, of the fair queue's ``push_entry``, or of the dispatch waking
+    another call, and leave them half done: a slot taken that never came back, or given back
+    twice, the in-flight count then below zero.)
+
+    Only the main thread runs Python signal handlers, so only there is anything held; and only
+    when SIGINT's handler is a Python function (the default one raises ``KeyboardInterrupt``):
+    ``hold`` puts one in its place that notes the signal, ``release`` puts the handler back and
+    calls it with what was noted. ``hold`` may raise (a signal that came before it took over),
+    never after it returns; ``release`` raises what was held back. Both are no-ops when not
+    needed (not held; another thread), so ``release`` may be called on every way out.
+    """
+
+    __slots__ = ("_before", "_caught")
+
+    def __init__(self) -> None:
+        self._before: Callable[[int, Any], Any] | None = None
+        self._caught: tuple[int, Any] | None = None
+
+    def hold(self) -> None:
+        if self._before is not None or threading.get_ident() != threading.main_thread().ident:
+            return
+        before = signal.getsignal(signal.SIGINT)
+        if not callable(before):  # SIG_DFL, SIG_IGN, or set outside Python: nothing is raised
+            return
+        self._caught = None  # one left by a release that a signal interrupted (it raised then)
+        self._before = before
+        signal.signal(signal.SIGINT, self._catch)
+
+    def _catch(self, signum: int, frame: Any) -> None:
+        self._caught = (signum, frame)
+
+    def release(self) -> None:
+        before = self._before
+        if before is None:
+            return
+        self._before = None
+        signal.signal(signal.SIGINT, before)  # a signal from here on goes to it
+        caught = self._caught
+        if caught is not None:
+            self._caught = None
+            before(*caught)
 
 
 def _serve(loop: asyncio.AbstractEventLoop) -> None:
@@ -271,19 +320,24 @@ class SyncScheduler:
         if priority is None:
             priority = core._priorities[call.priority] = core.config.priority_class(call.priority)
         key = call.idempotency_key() if call.run_id and call.call_id else None
-        with self._lock:
-            if core._closed:
-                raise SchedulingError("the scheduler is closed")
-            self._active += 1
+        active = False  # counted in ``_active``: set with it, no signal lands between the two
         try:
+            with self._lock:
+                if core._closed:
+                    raise SchedulingError("the scheduler is closed")
+                self._active += 1
+                active = True
             if key is None:
                 return self._attempts(call, fn, limits, priority, None)
             return self._keyed(call, fn, limits, priority, key)
         finally:
-            with self._lock:
-                self._active -= 1
-                if not self._active and core._closed:
-                    self._idle.notify_all()
+            # Until review R66 a Ctrl-C after the count and before the ``try`` left it counted
+            # for good, and ``close()`` then waited for the call for ever.
+            if active:
+                with self._lock:
+                    self._active -= 1
+                    if not self._active and core._closed:
+                        self._idle.notify_all()
 
     # --- direct mode: scheduling in the caller's thread -------------------------------------------
 
@@ -298,70 +352,104 @@ class SyncScheduler:
         """A call with an idempotency key: reuse a completed result, join a running twin, or run."""
         core = self.scheduler
         results = core._results
-        with self._lock:
-            if call.reuse_result and key in results:
-                results.move_to_end(key)
-                core.metrics.event("reused", call.tool, {"agentgate.joined": False})
-                return results[key]  # type: ignore[no-any-return]
-            twin = self._twins.get(key)
-            if twin is None:
-                mine = self._twins[key] = _Twin(priority)
-            else:
-                core.metrics.event("reused", call.tool, {"agentgate.joined": True})
-                twin.callers.append(priority)
-                if priority.rank < twin.priority.rank:
-                    # This call waits for the twin: the twin waits for a slot at this call's class.
-                    twin.priority = priority
-                    if twin.waiter is not None:
-                        core.shared.hasten(twin.waiter, priority)
-                if twin.finished is None:
-                    twin.finished = threading.Event()
-                joined = twin.finished
-        if twin is not None:
-            deadline = None
-            if call.deadline is not None or call.grant_expires_at is not None:
-                deadline = core._deadline(call, time.monotonic())
-            try:
-                if not _wait_event(joined, deadline):
-                    raise _twin_late(call)
-            except BaseException:
-                self._left_twin(key, twin, priority)
-                raise
-            if twin.out_of_time:
-                assert twin.error is not None
-                # The twin's deadline, this call's only when its own has passed too.
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise _twin_late(call) from twin.error
-                raise _twin_out_of_time(call, twin.error) from twin.error
-            if twin.error is not None:
-                raise twin.error
-            if twin.interrupted:
-                raise SchedulingError(f"tool {call.tool}: the running twin of this call was interrupted")
-            return twin.result  # type: ignore[no-any-return]
+        mine: _Twin | None = None  # set with its entry in ``_twins``: no signal lands between the two
+        interrupts = _HeldInterrupt()  # made here: a Ctrl-C may land as a function begins
         try:
+            with self._lock:
+                if call.reuse_result and key in results:
+                    results.move_to_end(key)
+                    core.metrics.event("reused", call.tool, {"agentgate.joined": False})
+                    return results[key]  # type: ignore[no-any-return]
+                twin = self._twins.get(key)
+                if twin is None:
+                    mine = self._twins[key] = _Twin(priority)
+                else:
+                    core.metrics.event("reused", call.tool, {"agentgate.joined": True})
+                    twin.callers.append(priority)
+                    if priority.rank < twin.priority.rank:
+                        # This call waits for the twin: the twin waits for a slot at this call's class.
+                        twin.priority = priority
+                        if twin.waiter is not None:
+                            core.shared.hasten(twin.waiter, priority)
+                    if twin.finished is None:
+                        twin.finished = threading.Event()
+                    joined = twin.finished
+            if twin is not None:
+                return self._joined(call, key, twin, joined, priority)  # type: ignore[no-any-return]
             result = self._attempts(call, fn, limits, priority, key, mine)
         except BaseException as exc:
-            with self._lock:
-                del self._twins[key]
-                if isinstance(exc, Exception):
-                    mine.error = exc
-                else:
-                    mine.interrupted = True
-                done = mine.finished
-            if done is not None:
-                done.set()
+            if mine is not None:  # until review R66 a Ctrl-C before the ``try`` left it for good
+                try:
+                    interrupts.hold()
+                finally:
+                    self._twin_ended(key, mine, None, exc, False, interrupts)
             raise
+        assert mine is not None  # no twin joined: this call ran
+        try:
+            interrupts.hold()
+        finally:
+            self._twin_ended(key, mine, result, None, call.reuse_result, interrupts)
+        return result
+
+    def _joined(
+        self, call: ToolCall, key: str, twin: _Twin, joined: threading.Event, priority: PriorityClass
+    ) -> Any:
+        """Wait for the running ``twin`` of ``call`` (joined at ``priority``) and take its outcome."""
+        core = self.scheduler
+        deadline = None
+        if call.deadline is not None or call.grant_expires_at is not None:
+            deadline = core._deadline(call, time.monotonic())
+        try:
+            if not _wait_event(joined, deadline):
+                raise _twin_late(call)
+        except BaseException:
+            self._left_twin(key, twin, priority)
+            raise
+        if twin.out_of_time:
+            assert twin.error is not None
+            # The twin's deadline, this call's only when its own has passed too.
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _twin_late(call) from twin.error
+            raise _twin_out_of_time(call, twin.error) from twin.error
+        if twin.error is not None:
+            raise twin.error
+        if twin.interrupted:
+            raise SchedulingError(f"tool {call.tool}: the running twin of this call was interrupted")
+        return twin.result
+
+    def _twin_ended(
+        self,
+        key: str,
+        mine: _Twin,
+        result: Any,
+        exc: BaseException | None,
+        reuse: bool,
+        interrupts: _HeldInterrupt,
+    ) -> None:
+        """The keyed call of ``mine`` ended (``exc``: how it failed, else it returned ``result``,
+        kept in the result cache when ``reuse``): out of ``_twins``, its outcome kept for the
+        calls joined to it, which are woken (a
+        Ctrl-C held back meanwhile: until review R66 one landing before the wake-up left them
+        waiting until their deadlines). Called with ``interrupts`` held (entered from a ``finally``
+        after ``hold``, so that no Ctrl-C lands as it begins), which it releases at its end."""
+        core = self.scheduler
         with self._lock:
             del self._twins[key]
-            mine.result = result
+            if exc is None:
+                mine.result = result
+                if core.config.result_cache_size and reuse:
+                    results = core._results
+                    results[key] = result
+                    if len(results) > core.config.result_cache_size:
+                        results.popitem(last=False)
+            elif isinstance(exc, Exception):
+                mine.error = exc
+            else:
+                mine.interrupted = True
             done = mine.finished
-            if core.config.result_cache_size and call.reuse_result:
-                results[key] = result
-                if len(results) > core.config.result_cache_size:
-                    results.popitem(last=False)
         if done is not None:
             done.set()
-        return result
+        interrupts.release()
 
     def _left_twin(self, key: str, twin: _Twin, priority: PriorityClass) -> None:
         """A call of class ``priority`` joined to ``twin`` stopped waiting for it: while ``twin``
@@ -405,13 +493,19 @@ class SyncScheduler:
         errors: list[AttemptError] = []
         failed: Exception | None = None  # the last failed attempt's error
         number = 0
+        interrupts = _HeldInterrupt()  # held while a slot is taken or given back
         while True:
             number += 1
             try:
                 # 1. admission: start now, or wait in the fair queue (never past the deadline)
                 if not breaker.closed and breaker.refuses():
                     raise _circuit_open(breaker, tool)
-                waiter = self._admit(call, limits, priority, deadline, traced, twin)
+                interrupts.hold()  # released (raising a Ctrl-C held back) once the slot is in hand
+                try:
+                    waiter = self._admit(call, limits, priority, deadline, traced, interrupts, twin)
+                except BaseException:
+                    interrupts.release()
+                    raise
                 # 2. the attempt, under the breaker and the attempt deadline (checked, not enforced)
                 # held: the period of a half-open probe (0: none); probing: held, fn not started
                 held = probing = 0
@@ -421,6 +515,7 @@ class SyncScheduler:
                         if admitted is None:
                             raise _circuit_open(breaker, tool)
                         held = probing = admitted
+                    interrupts.release()  # the slot (and a probe) is given back below
                     unix_deadline = None
                     if deadline is not None or limits.timeout_s is not None:
                         now = clock()
@@ -462,10 +557,14 @@ class SyncScheduler:
                         breaker.record_success(period=held)
                     return result
                 finally:
-                    if probing:
-                        breaker.release(held)
-                    with lock:
-                        shared.finish(waiter)  # starts the fairest waiting call, of any scheduler
+                    try:
+                        interrupts.hold()  # no Ctrl-C lands in the dispatch that ``finish`` runs
+                    finally:
+                        if probing:
+                            breaker.release(held)
+                        with lock:
+                            shared.finish(waiter)  # starts the fairest waiting call, of any scheduler
+                        interrupts.release()
                 # 4. back off with every slot released (close() cuts it short), then try again
                 _wait_event(self._closing, time.monotonic() + delay)  # a long backoff in steps
             except _GiveUp as stop:
@@ -489,10 +588,14 @@ class SyncScheduler:
         priority: PriorityClass,
         deadline: float | None,
         traced: bool,
+        interrupts: _HeldInterrupt,
         twin: _Twin | None = None,
     ) -> Waiter:
         """Take the call's slots now, or wait for them in the fair queue (a keyed call's ``twin``
-        given: at its class, and where a more urgent joiner finds it); raises ``_GiveUp``."""
+        given: at its class, and where a more urgent joiner finds it); raises ``_GiveUp``.
+
+        Called with ``interrupts`` held; returns with them held (the caller releases them where
+        the slot is given back on every way out), released only while the call waits."""
         core = self.scheduler
         shared = core.shared
         lock = self._lock
@@ -528,11 +631,17 @@ class SyncScheduler:
                     shared.abandon(waiter)
                     raise
             try:
+                interrupts.release()  # a Ctrl-C held back while it was queued lands here
                 woke = wake.wait(None if deadline is None else deadline - clock())
+                interrupts.hold()
             except BaseException:
-                with lock:
-                    self._waiting.discard(wake)
-                    shared.abandon(waiter)
+                try:
+                    interrupts.hold()
+                finally:
+                    with lock:
+                        self._waiting.discard(wake)
+                        shared.abandon(waiter)
+                    interrupts.release()
                 raise
             with lock:
                 self._waiting.discard(wake)
