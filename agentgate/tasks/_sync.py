@@ -96,6 +96,8 @@ def _refuse_waiting_on_own_loop(shared: SharedLimits, call: ToolCall) -> None:
 
 
 _Work = tuple[Attempt, "asyncio.Future[Any]", Waiter | None]
+#: The thread that runs Python signal handlers (the main thread never changes).
+_MAIN_THREAD = threading.main_thread().ident
 #: Longest single lock wait: ``Lock.acquire`` overflows on timeouts past the platform's time_t.
 _LONGEST_WAIT_S = 86_400.0
 
@@ -156,6 +158,10 @@ class _HeldInterrupt:
     calls it with what was noted. ``hold`` may raise (a signal that came before it took over),
     never after it returns; ``release`` raises what was held back. Both are no-ops when not
     needed (not held; another thread), so ``release`` may be called on every way out.
+
+    Cost: two ``signal.signal`` calls (a ``sigaction`` each) per hold on the main thread, twice
+    per attempt (its admission, its release) and once more at a keyed call's end; nothing on
+    other threads, where sync tools run under LangGraph and in servers.
     """
 
     __slots__ = ("_before", "_caught")
@@ -165,7 +171,7 @@ class _HeldInterrupt:
         self._caught: tuple[int, Any] | None = None
 
     def hold(self) -> None:
-        if self._before is not None or threading.get_ident() != threading.main_thread().ident:
+        if self._before is not None or threading.get_ident() != _MAIN_THREAD:
             return
         before = signal.getsignal(signal.SIGINT)
         if not callable(before):  # SIG_DFL, SIG_IGN, or set outside Python: nothing is raised
