@@ -41,7 +41,7 @@ from agentgate.authority._chain_findings import revoked_finding
 from agentgate.authority._revocation import revoked_id
 from agentgate.capabilities import Capability
 from agentgate.errors import AuthorityError, CapabilityError, Denied, InputError, Revoked, ScopeCreep
-from agentgate.findings import FindingKind
+from agentgate.findings import Finding, FindingKind
 from agentgate.gate._authorization import AgentIdentity, expect, listed, shown
 from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE, _NO_CHAIN, _TEXT_OR_NONE, _finding
 from agentgate.gate._lock import _serialized
@@ -154,6 +154,8 @@ class _Delegation:
         def _decision_transaction(self) -> Iterator[Transaction]: ...
 
         def _void_revoked(self, grant_ids: Collection[str], tx: Transaction) -> None: ...
+
+        def _borrowed_identity(self, identity: AgentIdentity) -> Finding | None: ...
 
     @property
     @_serialized
@@ -313,7 +315,9 @@ class _Delegation:
         or a delegation rule; until review R58 it handed on, and the sub-agent's every call was
         refused), ``Expired``/``Denied`` from the authority engine, ``Denied`` when there
         is no parent identity at all or ``name`` is one the policy gives a principal of another
-        key (``_borrowed_name``, ``inherited_identity``; until review R65 delegated to), and ``InputError`` (nothing written) for arguments of the
+        key (``_borrowed_name``, ``inherited_identity``; until review R65 delegated to), or
+        ``parent`` carries such a name (``_refuse_borrowed_parent``, as ``authorize`` refuses a
+        call on it; until review R66 it delegated), and ``InputError`` (nothing written) for arguments of the
         wrong type: a ``parent`` that is not an ``AgentIdentity``, a ``ttl`` that is not a positive
         ``timedelta``, and the others ``_delegation_terms`` checks. A closed Gate raises
         ``StoreError``, as ``authorize`` does, for a refusal too. A refusal's text leaves out what
@@ -339,6 +343,7 @@ class _Delegation:
                 # A revoked grant (or ancestor) hands nothing on, whatever its signature still says;
                 # nor does a chain whose root this policy no longer trusts (its anchor rotated out):
                 # every call on it would be refused ``untrusted_root``, as Gate.issue refuses.
+                self._refuse_borrowed_parent(parent)
                 borrowed = self._borrowed_name(name, key)
                 if borrowed is not None:
                     raise borrowed
@@ -525,6 +530,18 @@ class _Delegation:
         refused = ScopeCreep(message)
         refused.finding = _finding(FindingKind.SCOPE_CREEP, "role_not_held", message)
         return refused
+
+    def _refuse_borrowed_parent(self, parent: AgentIdentity) -> None:
+        """Raise ``Denied`` (``inherited_identity``, the finding ``Gate.authorize`` refuses a call
+        on ``parent`` with) when ``parent`` carries a principal's name on a key the policy does not
+        give that principal (``_borrowed_identity``): it would delegate, and ``delegations`` list
+        the grant, as that principal. Until review R66 such an identity (built by hand, restored
+        from a checkpoint) delegated."""
+        finding = self._borrowed_identity(parent)
+        if finding is not None:
+            refused = Denied(finding.message)
+            refused.finding = finding
+            raise refused
 
     def _refuse_untrusted(self, parent: AgentIdentity) -> None:
         """Raise ``Denied`` (``untrusted_root``) when ``parent``'s chain was issued by a key that is

@@ -635,35 +635,41 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
                 f"agent {who} has no grant of its own; it is running on the identity of {identity.name}"
             )
             return Authorization(Verdict.DENY, call, identity, (finding.message,), (finding,))
-        # The name an identity carries is the caller's word, and the name the scheduler, approval
-        # requests and spans record. A principal's name on a key the policy does not give that
-        # principal, holding its own chain, is refused: on another principal's key (with that
-        # principal's grant) since review R64, on a sub-agent's key (a delegation under the
-        # principal's name, which Gate.delegate refuses since review R65, restored from a
-        # checkpoint or built by hand) since review R65b. Left to the engine and the policy: a
-        # chain another key holds (``wrong_holder``), and an identity the policy disowns (the
-        # principal's replaced key: refused as "not a principal of this policy", as
-        # docs/operations.md "Rotating keys" says).
+        borrowed = self._borrowed_identity(identity)
+        if borrowed is None:
+            return None
+        return Authorization(Verdict.DENY, call, identity, (borrowed.message,), (borrowed,))
+
+    def _borrowed_identity(self, identity: AgentIdentity) -> Finding | None:
+        """The ``inherited_identity`` finding of ``identity`` when it carries a principal's name on
+        a key the policy does not give that principal, holding its own chain; else ``None``.
+
+        The name an identity carries is the caller's word, and the name the scheduler, approval
+        requests, spans and ``Gate.delegations`` record. Refused: on another principal's key (with
+        that principal's grant) since review R64, on a sub-agent's key (a delegation under the
+        principal's name, which Gate.delegate refuses since review R65, restored from a
+        checkpoint or built by hand) since review R65b; by ``Gate.delegate`` for the delegating
+        identity since review R66. Left to the engine and the policy: a chain another key holds
+        (``wrong_holder``), and an identity the policy disowns (the principal's replaced key:
+        refused as "not a principal of this policy", as docs/operations.md "Rotating keys" says)."""
         own = self.policy.principal_dids.get(identity.name)
         if own is None or own == identity.did or identity.chain.holder != identity.did:
             return None
         holder = self.index.principal_name(identity.did)
         if holder is not None:
-            finding = inherited_identity(
+            return inherited_identity(
                 f"agent {identity.name} is running on the key and grant of {holder} "
                 f"({identity.did}), not on its own key ({own} in the policy)"
             )
-        elif not self.disowns(identity):
-            finding = inherited_identity(
-                f"agent {identity.name} is running on the key {identity.did} of a sub-agent of "
-                f"{self.index.principal_name(identity.chain.root.audience)}, not on its own key "
-                f"({own} in the policy), and would be recorded as {identity.name}",
-                _OWN_NAME,
-                _NAME_HINT,
-            )
-        else:
+        if self.disowns(identity):
             return None
-        return Authorization(Verdict.DENY, call, identity, (finding.message,), (finding,))
+        return inherited_identity(
+            f"agent {identity.name} is running on the key {identity.did} of a sub-agent of "
+            f"{self.index.principal_name(identity.chain.root.audience)}, not on its own key "
+            f"({own} in the policy), and would be recorded as {identity.name}",
+            _OWN_NAME,
+            _NAME_HINT,
+        )
 
     @_serialized
     def refuse_foreign(
