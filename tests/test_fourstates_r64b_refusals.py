@@ -47,10 +47,15 @@ def test_a_principal_name_on_another_principals_key_is_refused(team: Team, agent
 
 def test_the_principals_own_key_with_its_name_is_not_refused_by_the_check(team: Team) -> None:
     """Review R64: the new check refuses only a DID the policy does not give the name: the
-    supervisor on its own key, and a sub-agent named by no principal, still pass it."""
+    supervisor on its own key, and a sub-agent named by no principal, still pass it. (Since review
+    R66 the supervisor's grant under another name is refused for the name it was issued under,
+    which ``Gate.issue`` signs into it: tests/test_gate_r66_granted_names.py.)"""
     assert team.gate.authorize(team.supervisor, SEARCH, agent="supervisor").allowed
     helper = AgentIdentity("helper", team.keys["supervisor"], team.supervisor.chain)
-    assert team.gate.refuse_foreign(helper, SEARCH, agent="helper") is None
+    refused = team.gate.refuse_foreign(helper, SEARCH, agent="helper")
+    assert refused is not None
+    (finding,) = refused.findings
+    assert "agent helper presents grant" in finding.message and "principal" not in finding.message
 
 
 def test_a_call_naming_another_agent_says_how_to_give_it_its_own_grant(team: Team) -> None:

@@ -236,7 +236,7 @@ class Shared:
         (work / "policy.yaml").write_text(text)
         with self.gate() as gate:
             agent = gate.issue(self.keys["root"], name="agent", key=self.keys["agent"], role="worker")
-            pinger = gate.issue(self.keys["root"], name="agent", key=self.keys["agent"], role="pinger")
+            pinger = gate.issue(self.keys["root"], name="pinger", key=self.keys["agent"], role="pinger")
         self.agent = agent
         self._save("agent", agent)
         self._save("pinger", pinger)

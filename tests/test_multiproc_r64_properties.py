@@ -364,8 +364,10 @@ class Workers:
         text = POLICY.format(model=MODEL, budget=BUDGET, quota=QUOTA, **dids)
         (work / "policy.yaml").write_text(text)
         with self.gate() as gate:
-            self.chatter = gate.issue(self.keys["root"], name="agent", key=self.keys["agent"], role="chatter")
-            self.tooler = gate.issue(self.keys["root"], name="agent", key=self.keys["agent"], role="tooler")
+            self.chatter = gate.issue(
+                self.keys["root"], name="chatter", key=self.keys["agent"], role="chatter"
+            )
+            self.tooler = gate.issue(self.keys["root"], name="tooler", key=self.keys["agent"], role="tooler")
             self.sub = gate.delegate(
                 self.tooler,
                 name="sub",

@@ -4,6 +4,8 @@ carries no identity (``_NO_CHAIN``) or one that is not the agent's own (``inheri
 
 from __future__ import annotations
 
+import hashlib
+
 from agentgate._names import _expect_id as _expect_id  # re-exported: the Gate's parts check ids with it
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate._authorization import AgentIdentity
@@ -66,4 +68,70 @@ def inherited_identity(what: str, fix: str = _OWN_GRANT, hint: str = _DELEGATE_H
         "inherited_identity",
         f"{what}: {fix}",
         hint,
+    )
+
+
+_GRANTED_NAME = (
+    "run the agent under the name it was granted, or give it a grant of its own under this name "
+    "with Gate.issue or Gate.delegate"
+)
+_GRANTED_NAME_HINT = "run the agent under the name its grant was issued or delegated under"
+
+_SUB_AGENT = "sub-agent "
+_CALL = "; call "
+_AGENT = "; agent "
+_TAG_CHARS = 32
+_HEX = frozenset("0123456789abcdef")
+
+
+def name_tag(text: str) -> str:
+    """What the Gate signs into a grant's purpose for a name or a call: a digest (32 hex digits),
+    so that the purpose stays within ``MAX_PURPOSE`` whatever the name's length, and thread ids
+    and tool call ids do not show in the token."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:_TAG_CHARS]
+
+
+def issued_purpose(role: str, name: str) -> str:
+    """The purpose ``Gate.issue`` signs into a root grant for ``role`` to the agent ``name``
+    (a digest of the name: a role name and an agent name together may be longer than a purpose
+    holds)."""
+    return f"role {role}{_AGENT}{name_tag(name)}"
+
+
+def delegated_purpose(name: str, call: str | None) -> str:
+    """The purpose ``Gate.delegate`` signs into a grant to the sub-agent ``name`` (at most 249
+    characters: a name holds at most ``MAX_NAME_CHARS``), for ``call`` when one delegates."""
+    return f"{_SUB_AGENT}{name}" if call is None else f"{_SUB_AGENT}{name}{_CALL}{name_tag(call)}"
+
+
+def _is_tag(text: str) -> bool:
+    return len(text) == _TAG_CHARS and _HEX.issuperset(text)
+
+
+def granted_elsewhere(purpose: str, name: str) -> str | None:
+    """How a grant whose signed ``purpose`` is one the Gate writes (``issued_purpose``,
+    ``delegated_purpose``) was granted under another name than ``name``: the words for a
+    refusal's message; ``None`` when it was granted under ``name``, or its purpose binds no name
+    (a grant made outside the Gate, or by ``Gate.issue`` before review R66)."""
+    if purpose.startswith(_SUB_AGENT):
+        granted = purpose[len(_SUB_AGENT) :]
+        cut = len(granted) - _TAG_CHARS - len(_CALL)
+        if cut >= 0 and granted[cut : cut + len(_CALL)] == _CALL and _is_tag(granted[-_TAG_CHARS:]):
+            granted = granted[:cut]
+        return None if granted == name else f"delegated to sub-agent {granted}"
+    cut = purpose.rfind(_AGENT)
+    if not purpose.startswith("role ") or cut < 0 or not _is_tag(tag := purpose[cut + len(_AGENT) :]):
+        return None
+    return None if tag == name_tag(name) else f"issued as {purpose[:cut]} under another name"
+
+
+def renamed_identity(identity: AgentIdentity, granted: str) -> Finding:
+    """The ``inherited_identity`` finding of ``identity`` presenting a grant the Gate made under
+    another name (``granted``, ``granted_elsewhere``'s words): it would act, and be recorded,
+    under a name its grant was not given."""
+    return inherited_identity(
+        f"agent {identity.name} presents grant {identity.grant_id}, {granted}: it would act, and "
+        "be recorded, under a name its grant was not given",
+        _GRANTED_NAME,
+        _GRANTED_NAME_HINT,
     )

@@ -4,7 +4,6 @@ its audit entry."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections.abc import Collection, Iterable, Iterator
@@ -43,7 +42,15 @@ from agentgate.capabilities import Capability
 from agentgate.errors import AuthorityError, CapabilityError, Denied, InputError, Revoked, ScopeCreep
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate._authorization import AgentIdentity, expect, listed, shown
-from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE, _NO_CHAIN, _TEXT_OR_NONE, _finding
+from agentgate.gate._checks import (
+    _IDENTITY,
+    _IDENTITY_OR_NONE,
+    _NO_CHAIN,
+    _TEXT_OR_NONE,
+    _finding,
+    delegated_purpose,
+    issued_purpose,
+)
 from agentgate.gate._lock import _serialized
 from agentgate.gate._policy_chain import PolicyChains
 from agentgate.gate._records import recordable, revocation_entry, without_held
@@ -76,12 +83,6 @@ _ANCHORS_FIX = "issue with one of the policy's trust anchors, or add this key to
 
 DELEGATED_PARSED_MAX = 1024
 """How many parsed delegated chains a Gate keeps for ``delegate(call=...)`` (cleared when full)."""
-
-
-def _call_tag(call: str) -> str:
-    """What ``Gate.delegate`` signs into a grant's purpose for the call that delegates: a digest,
-    so that thread ids and tool call ids do not show in the token."""
-    return hashlib.sha256(call.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 MAX_AGENT_NAME_CHARS = MAX_NAME_CHARS
@@ -195,6 +196,10 @@ class _Delegation:
     ) -> AgentIdentity:
         """A root grant from ``anchor`` (a trust anchor) to ``key`` holding exactly what ``role`` allows.
 
+        The grant's signed purpose names the role and a digest of ``name`` (``issued_purpose``):
+        ``Gate.authorize`` refuses an identity that presents the grant under another name
+        (``inherited_identity``; until review R66 the name was a label its holder chose).
+
         The grant is recorded with its audit entry (an ``allow`` on ``agent:NAME`` by the anchor)
         in one transaction. Raises ``InputError`` for a ``name`` that is not non-empty, valid
         Unicode text of at most ``MAX_AGENT_NAME_CHARS`` visible characters on one line (no
@@ -256,7 +261,7 @@ class _Delegation:
                 ttl=template.ttl_s,
                 budget=budget,
                 max_depth=template.max_depth,
-                purpose=f"role {role}",
+                purpose=issued_purpose(role, name),
             )
             # The role's template is within the policy's bounds for the role; a role held only
             # through another that lives shorter or spends less is not: refused here, as the
@@ -327,7 +332,7 @@ class _Delegation:
         expect(parent, _IDENTITY_OR_NONE, "parent", _IDENTITY)
         expect(call, _TEXT_OR_NONE, "call", "text or None")
         resource = f"agent:{name}"
-        purpose = f"sub-agent {name}" if call is None else f"sub-agent {name}; call {_call_tag(call)}"
+        purpose = delegated_purpose(name, call)
         if parent is None:
             with self._grant_span("delegate", name, "unknown", key, caps) as span:
                 refused = Denied(

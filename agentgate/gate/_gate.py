@@ -56,7 +56,9 @@ from agentgate.gate._checks import (
     _OWN_NAME,
     _expect_id,
     _is_text_pair,
+    granted_elsewhere,
     inherited_identity,
+    renamed_identity,
 )
 from agentgate.gate._config import scheduler_config
 from agentgate.gate._costs import _Costs
@@ -651,10 +653,18 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         checkpoint or built by hand) since review R65b; by ``Gate.delegate`` for the delegating
         identity since review R66. Left to the engine and the policy: a chain another key holds
         (``wrong_holder``), and an identity the policy disowns (the principal's replaced key:
-        refused as "not a principal of this policy", as docs/operations.md "Rotating keys" says)."""
-        own = self.policy.principal_dids.get(identity.name)
-        if own is None or own == identity.did or identity.chain.holder != identity.did:
+        refused as "not a principal of this policy", as docs/operations.md "Rotating keys" says).
+
+        Else, since review R66, the finding of ``identity`` presenting a grant the Gate issued or
+        delegated under another name (``granted_elsewhere``: the name, or its digest, is in the
+        grant's signed purpose): until then the name was a label its holder chose, and the
+        scheduler's per-agent limit, the requester approvers are shown and the spans took it."""
+        if identity.chain.holder != identity.did:
             return None
+        own = self.policy.principal_dids.get(identity.name)
+        if own is None or own == identity.did:
+            granted = granted_elsewhere(identity.chain.tip.purpose, identity.name)
+            return None if granted is None else renamed_identity(identity, granted)
         holder = self.index.principal_name(identity.did)
         if holder is not None:
             return inherited_identity(
