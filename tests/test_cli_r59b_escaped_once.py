@@ -81,7 +81,7 @@ def test_verify_proof_of_a_malformed_bundle_quotes_its_text_once(
     assert out == ""
     assert err == (
         "agentgate: error: q.bundle: not a well-formed proof bundle: "
-        "checkpoint tree size '1\\\\z' is not a decimal number\n"
+        "checkpoint line 2 (tree size) '1\\\\z' is not a decimal number\n"
     )
 
 

@@ -66,8 +66,8 @@ class Checkpoint:
     def text(self) -> str:
         """The checkpoint body, three newline-terminated lines."""
         _check_name(self.origin)
-        if self.size < 0 or len(self.root) != HASH_SIZE:
-            raise InputError("a checkpoint needs a size >= 0 and a 32-byte root")
+        if not 0 <= self.size <= MAX_TREE_SIZE or len(self.root) != HASH_SIZE:
+            raise InputError("a checkpoint needs a size 0 .. 2**64-1 and a 32-byte root")
         return f"{self.origin}\n{self.size}\n{base64.b64encode(self.root).decode()}\n"
 
     @classmethod
@@ -77,8 +77,7 @@ class Checkpoint:
         if len(lines) < 4 or lines[-1] != "" or any(line == "" for line in lines[:-1]):
             raise TamperDetected("checkpoint body must be at least three non-empty lines ending in newline")
         origin, size_text, root_text = lines[0], lines[1], lines[2]
-        if not re.fullmatch(r"0|[1-9][0-9]{0,19}", size_text):
-            raise TamperDetected(f"checkpoint tree size {size_text[:40]!r} is not a decimal number")
+        _check_size(size_text)
         try:
             root = base64.b64decode(root_text, validate=True)
         except (binascii.Error, ValueError) as exc:
@@ -86,6 +85,28 @@ class Checkpoint:
         if len(root) != HASH_SIZE:
             raise TamperDetected(f"checkpoint root hash is {len(root)} bytes, not {HASH_SIZE}")
         return cls(origin, int(size_text), root)
+
+
+MAX_TREE_SIZE = 2**64 - 1
+"""The largest tree size a checkpoint may give: C2SP tlog-checkpoint's is a 64-bit unsigned
+number (Go's ``strconv.ParseUint(size, 10, 64)`` reads it)."""
+
+
+def _check_size(text: str) -> None:
+    """Raise ``TamperDetected`` naming checkpoint line 2 and what is wrong with it unless ``text``
+    is a tree size: ASCII digits, no leading zero, at most ``MAX_TREE_SIZE``. The digits are
+    counted before any is converted: a line of a million digits is refused as that, not by
+    Python's limit on converting long digit strings."""
+    where = "checkpoint line 2 (tree size)"
+    if not re.fullmatch(r"[0-9]+", text, re.ASCII):
+        raise TamperDetected(f"{where} {text[:40]!r} is not a decimal number")
+    if len(text) > 1 and text[0] == "0":
+        raise TamperDetected(f"{where} {text[:40]!r} has a leading zero")
+    if len(text) > len(str(MAX_TREE_SIZE)) or int(text) > MAX_TREE_SIZE:
+        shown = f"has {len(text)} digits:" if len(text) > 40 else f"{text} is"
+        raise TamperDetected(
+            f"{where} {shown} more than {MAX_TREE_SIZE} (2**64-1), the largest a checkpoint may give"
+        )
 
 
 def sign_note(text: str, key: SigningKey, name: str) -> str:

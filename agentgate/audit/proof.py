@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from agentgate.audit.entry import AuditEntry
-from agentgate.audit.merkle import leaf_hash, verify_inclusion
+from agentgate.audit.merkle import HASH_SIZE, leaf_hash, verify_inclusion
 from agentgate.audit.note import Checkpoint, open_checkpoint
 from agentgate.errors import TamperDetected
 from agentgate.keys import PublicKey
@@ -56,6 +56,7 @@ class ProofBundle:
         lines = head.split("\n")
         if lines[0] != HEADER:
             raise TamperDetected(f"not a tlog-proof (first line must be {HEADER!r})")
+        _refuse_blank_line_in_proof(len(lines) + 1, note)
         rest = lines[1:]
         entry = b""
         try:
@@ -70,6 +71,35 @@ class ProofBundle:
         if not entry:
             raise TamperDetected("proof bundle carries no entry (extra line)")
         return cls(index, entry, proof, note)
+
+
+def _refuse_blank_line_in_proof(blank: int, note: str) -> None:
+    """Raise ``TamperDetected`` naming the line when the bundle's first blank line, line ``blank``,
+    stands inside the proof, not between it and the checkpoint ``note`` (the text after it): the
+    note begins with another blank line, or with a line of the proof (``extra``, ``index``, or a
+    32-byte hash not followed by a tree size, which a checkpoint's origin line always is). Without
+    this a blank line added inside the proof was reported as a missing ``index`` line or a
+    malformed checkpoint body, with no line named."""
+    first, _, after = note.partition("\n")
+    if first == "":
+        raise TamperDetected(
+            f"proof bundle line {blank + 1} is blank: one blank line, line {blank}, ends the proof"
+        )
+    size_line = after.partition("\n")[0]
+    if first.startswith(("extra ", "index ")) or (
+        _is_hash(first) and not (size_line.isascii() and size_line.isdigit())
+    ):
+        raise TamperDetected(
+            f"proof bundle line {blank} is blank inside the proof: line {blank + 1} is still one of "
+            "its lines (the proof ends at its first blank line, where its checkpoint begins)"
+        )
+
+
+def _is_hash(line: str) -> bool:
+    try:
+        return len(base64.b64decode(line, validate=True)) == HASH_SIZE
+    except (binascii.Error, ValueError):
+        return False
 
 
 def verify_bundle(
