@@ -444,13 +444,21 @@ def _with_units(entries: Iterable[AuditEntry]) -> Iterator[tuple[AuditEntry, str
 
 
 def _explain(args: argparse.Namespace) -> int:
+    """Exit 0 shown; 1 refused (``REFUSED: ...`` on standard output, nothing shown) where the log
+    shows the entry or its evidence was tampered with, as ``prove`` and ``verify`` exit 1 for
+    the same log (until review R66 it was exit 2, which the CLI keeps for input it cannot use:
+    an index past the end, a ``--trust`` that is no key, a dropped log)."""
     anchors = None if args.trust is None else {load_public_key(spec).did for spec in args.trust}
     store, log = _open(args)
     with store:
         if not log.exists:
             raise BeyondLogEnd(args.index, 0, "entry")
         _warn_unprotected(log)
-        explained = log.explain(args.index)
+        try:
+            explained = log.explain(args.index)
+        except TamperDetected as exc:
+            sys.stdout.write(refusal(f"{exc}; nothing explained, run agentgate audit verify"))
+            return 1
         entry, related = explained.entry, explained.related
         chain = _grant_chain(store, entry.chain_hash) if entry.chain_hash else None
     print(f"entry {entry.index}: {entry.kind} at {entry.time}")
