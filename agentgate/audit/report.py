@@ -4,7 +4,7 @@ One file, no external assets (inline CSS and SVG, no scripts): whether the log v
 checkpoint it was made at, the delegation picture the entries hold (which principals acted on
 which grant chain tips), a decision timeline, the budget burn-down per principal (cumulative
 committed spend, from the ``spend`` and ``outcome`` entries, in minor units, one series per
-principal and unit: ``spent_unit``, one chart per unit on its own scale), and the allowed
+principal and unit: ``spent_unit``, one chart per unit on its own scale; the first 200 series drawn), and the allowed
 tool and model calls that have no outcome (still running, or their outcome was lost: their
 reservations are held, each in the unit the outcomes of its resource on its grant record). Made in one pass over the entries: charts keep at most one point per pixel, the table the
 newest 500 entries.
@@ -96,6 +96,12 @@ _TABLE_ROWS = 500
 """The newest entries listed in the table."""
 _MAX_TIPS = 200
 """Grant chain tips shown in the delegation picture; entries on others are counted."""
+_MAX_PRINCIPALS = 50
+"""Principals listed under one grant chain tip; entries by others on it are counted."""
+_MAX_SERIES = 200
+"""Burn-down series (principal and unit) drawn; spend entries of other series are counted.
+Until review R66 every principal and unit seen was kept: a log of 40,000 principals held 78 MB
+and wrote an 18 MB page."""
 _MAX_OPEN = 10_000
 """Allowed calls without an outcome followed at once (each a few hundred bytes); past that the
 oldest is no longer followed, and counted."""
@@ -122,6 +128,8 @@ class _Summary:
     )
     tips: dict[str, set[str]] = field(default_factory=dict)
     other_tips: int = 0
+    other_principals: int = 0  # entries by a principal not listed under their tip
+    other_series: int = 0  # spend entries of a series not drawn
     newest: deque[AuditEntry] = field(default_factory=lambda: deque(maxlen=_TABLE_ROWS))
     # allow index -> (time, principal, resource, reserved, chain tip) of allowed calls with no
     # outcome yet
@@ -154,14 +162,14 @@ class _Summary:
             if len(self.units) > _MAX_OPEN:
                 del self.units[next(iter(self.units))]
         if entry.kind in ("spend", "outcome") and entry.budget_delta:
-            series = (entry.principal, unit)
-            self.totals[series] += entry.budget_delta
-            total = self.totals[series]
-            self.tops[unit] = max(self.tops[unit], total)
-            self.spend[series][bucket] = (entry.index, total)
+            self._add_spend((entry.principal, unit), entry, bucket)
         tip = entry.chain_hash or "(no chain recorded)"
         if tip in self.tips:
-            self.tips[tip].add(entry.principal)
+            principals = self.tips[tip]
+            if entry.principal in principals or len(principals) < _MAX_PRINCIPALS:
+                principals.add(entry.principal)
+            else:
+                self.other_principals += 1
         elif len(self.tips) < _MAX_TIPS:
             self.tips[tip] = {entry.principal}
         else:
@@ -182,6 +190,16 @@ class _Summary:
                 self.unfollowed += 1
         elif entry.kind == "outcome" and entry.ref is not None:
             self.open_calls.pop(entry.ref, None)
+
+    def _add_spend(self, series: tuple[str, str | None], entry: AuditEntry, bucket: int) -> None:
+        """Add ``entry``'s spend to its ``series``; one not drawn yet, past ``_MAX_SERIES``, is counted."""
+        if series not in self.totals and len(self.totals) >= _MAX_SERIES:
+            self.other_series += 1
+            return
+        self.totals[series] += entry.budget_delta
+        total = self.totals[series]
+        self.tops[series[1]] = max(self.tops[series[1]], total)
+        self.spend[series][bucket] = (entry.index, total)
 
     def _widen(self) -> None:
         self.stride *= 2
@@ -225,7 +243,13 @@ def _burn_down(summary: _Summary) -> str:
     by_unit: dict[str | None, list[tuple[str, dict[int, tuple[int, int]]]]] = defaultdict(list)
     for (principal, unit), buckets in sorted(summary.spend.items(), key=_by_series):
         by_unit[unit].append((principal, buckets))
-    return "".join(_unit_chart(summary, unit, series) for unit, series in by_unit.items())
+    others = (
+        f"<p>{summary.other_series} more spend entries, by other principals or in other units, "
+        f"are not drawn (the first {_MAX_SERIES} series are).</p>"
+        if summary.other_series
+        else ""
+    )
+    return "".join(_unit_chart(summary, unit, series) for unit, series in by_unit.items()) + others
 
 
 def _unit_chart(
@@ -293,6 +317,11 @@ def _delegation(summary: _Summary) -> str:
         if summary.other_tips
         else ""
     )
+    if summary.other_principals:
+        others += (
+            f"<p>{summary.other_principals} more entries act as other principals on the tips shown "
+            f"(the first {_MAX_PRINCIPALS} of each tip are listed).</p>"
+        )
     return (
         "<p>The log records each decision's grant chain tip; the grants themselves live in the "
         "grant store.</p>"
