@@ -19,6 +19,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from agentgate._shown import not_printable
 from agentgate.audit.entry import AuditEntry
 from agentgate.audit.note import Checkpoint
 
@@ -41,7 +42,23 @@ ul.tree{list-style:none;padding-left:1em}ul.tree li{margin:.2em 0}
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """``text`` for the page: each ``not_printable`` character (a control character, a bidi
+    override, a line separator) and each backslash as its Python escape (``\\x1b``, ``\\u202e``,
+    ``\\\\``), as the CLI prints entries, then HTML-escaped. Until review R66 an entry's text went
+    in as it was: a bidi override reordered its cell, and ``cat`` of the page sent its escape
+    sequences to the terminal."""
+    return _escaped(str(text), backslashes=True)
+
+
+def _escaped(text: str, *, backslashes: bool) -> str:
+    """``text`` with each ``not_printable`` character (and, with ``backslashes``, each backslash)
+    as its Python escape, then HTML-escaped. Without ``backslashes`` for what verification
+    reports, which quotes an entry's text escaped already (as the CLI's ``escaped_once``)."""
+    shown = "".join(
+        c.encode("unicode_escape").decode("ascii") if (backslashes and c == "\\") or not_printable(c) else c
+        for c in text
+    )
+    return html.escape(shown, quote=True)
 
 
 def _amount(total: int) -> str:
@@ -387,7 +404,7 @@ def _verification(problems: Sequence[str] | None) -> str:
         return "<p>The log was not verified for this page (run <code>agentgate audit verify</code>).</p>"
     if not problems:
         return "<p><strong>Verified intact</strong> when this page was made (<code>agentgate audit verify</code>).</p>"
-    listed = "".join(f"<li>{_e(problem)}</li>" for problem in problems[:50])
+    listed = "".join(f"<li>{_escaped(problem, backslashes=False)}</li>" for problem in problems[:50])
     more = f"<li>and {len(problems) - 50} more</li>" if len(problems) > 50 else ""
     return (
         f'<p style="color:#c62828"><strong>TAMPERED: the log failed verification</strong> '
