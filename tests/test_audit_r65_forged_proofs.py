@@ -87,7 +87,8 @@ INVALID: list[tuple[str, Callable[[str], str], str]] = [
     ),
     ("index-moved", _index("4"), f"inclusion proof for leaf 4 does not lead to the root of size {SIZE}"),
     ("index-at-size", _index(str(SIZE)), f"leaf index {SIZE} is outside a tree of size {SIZE}"),
-    ("index-20-digits", _index("9" * 20), f"leaf index {'9' * 20} is outside a tree of size {SIZE}"),
+    # 2**64-1, the largest index the format holds (a larger one is a malformed bundle, review R66)
+    ("index-20-digits", _index(str(2**64 - 1)), f"leaf index {2**64 - 1} is outside a tree of size {SIZE}"),
     ("empty-signed-tree", _empty_tree, "leaf index 0 is outside a tree of size 0"),
     (
         "decision-edited",

@@ -18,7 +18,7 @@ from agentgate.store.audit import AuditLog
 
 KEY = SigningKey(b"\x66" * 32)
 ORIGIN = "r66.example/audit"
-TOO_LARGE = "more than 18446744073709551615 (2**64-1), the largest a checkpoint may give"
+TOO_LARGE = "more than 18446744073709551615 (2**64-1), the most the C2SP tlog formats allow"
 
 
 @pytest.fixture
@@ -128,3 +128,28 @@ def test_a_well_formed_bundle_still_parses(world: tuple[Path, str, str]) -> None
     assert ProofBundle.parse(bundle).index == 1
     with pytest.raises(TamperDetected, match="line 4 is blank"):
         ProofBundle.parse(bundle.replace("\nindex 1\n", "\nindex 1\n\n", 1))
+
+
+@pytest.mark.parametrize(
+    ("index", "said"),
+    [
+        ("99999999999999999999", f"99999999999999999999 is {TOO_LARGE}"),
+        ("1" * 21, f"111111111111111111111 is {TOO_LARGE}"),
+        ("01", "'01' has a leading zero"),
+        ("-1", "'-1' is not a decimal number"),
+    ],
+)
+def test_verify_proof_names_the_index_line_and_what_is_wrong(
+    world: tuple[Path, str, str], index: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R66: a bundle's index line of 21 digits, a leading zero or a sign was refused as
+    ``proof bundle has no valid 'index N' line``, naming neither the line nor what is wrong, and
+    one of 20 digits above 2**64-1 was read and reported INVALID (exit 1) as a proof that did not
+    verify. Rule: exit 2, naming line 3 (after the extra line) and what is wrong with it."""
+    tmp_path, _, bundle = world
+    (tmp_path / "p").write_text(bundle.replace("\nindex 1\n", f"\nindex {index}\n", 1))
+    capsys.readouterr()
+    assert main(["audit", "verify-proof", "p", "--key", "log.pub"]) == 2
+    assert capsys.readouterr().err == (
+        f"agentgate: error: p: not a well-formed proof bundle: proof bundle line 3 (index) {said}\n"
+    )

@@ -77,14 +77,14 @@ class Checkpoint:
         if len(lines) < 4 or lines[-1] != "" or any(line == "" for line in lines[:-1]):
             raise TamperDetected("checkpoint body must be at least three non-empty lines ending in newline")
         origin, size_text, root_text = lines[0], lines[1], lines[2]
-        _check_size(size_text)
+        size = tree_number(size_text, "checkpoint line 2 (tree size)")
         try:
             root = base64.b64decode(root_text, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise TamperDetected("checkpoint root hash is not base64") from exc
         if len(root) != HASH_SIZE:
             raise TamperDetected(f"checkpoint root hash is {len(root)} bytes, not {HASH_SIZE}")
-        return cls(origin, int(size_text), root)
+        return cls(origin, size, root)
 
 
 MAX_TREE_SIZE = 2**64 - 1
@@ -92,12 +92,11 @@ MAX_TREE_SIZE = 2**64 - 1
 number (Go's ``strconv.ParseUint(size, 10, 64)`` reads it)."""
 
 
-def _check_size(text: str) -> None:
-    """Raise ``TamperDetected`` naming checkpoint line 2 and what is wrong with it unless ``text``
-    is a tree size: ASCII digits, no leading zero, at most ``MAX_TREE_SIZE``. The digits are
-    counted before any is converted: a line of a million digits is refused as that, not by
-    Python's limit on converting long digit strings."""
-    where = "checkpoint line 2 (tree size)"
+def tree_number(text: str, where: str) -> int:
+    """``text`` as a tree size or leaf index: ASCII digits, no leading zero, at most
+    ``MAX_TREE_SIZE``. Raises ``TamperDetected`` naming ``where`` (``checkpoint line 2 (tree
+    size)``) and what is wrong. The digits are counted before any is converted: a line of a
+    million digits is refused as that, not by Python's limit on converting long digit strings."""
     if not re.fullmatch(r"[0-9]+", text, re.ASCII):
         raise TamperDetected(f"{where} {text[:40]!r} is not a decimal number")
     if len(text) > 1 and text[0] == "0":
@@ -105,8 +104,9 @@ def _check_size(text: str) -> None:
     if len(text) > len(str(MAX_TREE_SIZE)) or int(text) > MAX_TREE_SIZE:
         shown = f"has {len(text)} digits:" if len(text) > 40 else f"{text} is"
         raise TamperDetected(
-            f"{where} {shown} more than {MAX_TREE_SIZE} (2**64-1), the largest a checkpoint may give"
+            f"{where} {shown} more than {MAX_TREE_SIZE} (2**64-1), the most the C2SP tlog formats allow"
         )
+    return int(text)
 
 
 def sign_note(text: str, key: SigningKey, name: str) -> str:

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 from dataclasses import dataclass
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.audit.merkle import HASH_SIZE, leaf_hash, verify_inclusion
-from agentgate.audit.note import Checkpoint, open_checkpoint
+from agentgate.audit.note import Checkpoint, open_checkpoint, tree_number
 from agentgate.errors import TamperDetected
 from agentgate.keys import PublicKey
 
@@ -62,9 +61,9 @@ class ProofBundle:
         try:
             if rest and rest[0].startswith("extra "):
                 entry = base64.b64decode(rest.pop(0)[6:], validate=True)
-            if not rest or not re.fullmatch(r"index (0|[1-9][0-9]{0,19})", rest[0]):
+            if not rest or not rest[0].startswith("index "):
                 raise TamperDetected("proof bundle has no valid 'index N' line")
-            index = int(rest.pop(0)[6:])
+            index = tree_number(rest.pop(0)[6:], f"proof bundle line {len(lines) - len(rest)} (index)")
             proof = tuple(base64.b64decode(line, validate=True) for line in rest)
         except (binascii.Error, ValueError) as exc:
             raise TamperDetected("proof bundle holds a line that is not base64") from exc
