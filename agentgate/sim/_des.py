@@ -106,7 +106,10 @@ def replay(
     is not a positive number of seconds or an arrival that is not a finite time (either would keep
     the replay from ever returning: it scraped at the same instant for ever, or waited for ever),
     and for two requests with one ``id`` (requests and outcomes are kept by id: the replay failed
-    with a ``KeyError`` midway, or gave the second's outcome for both).
+    with a ``KeyError`` midway, or gave the second's outcome for both), and for a request whose
+    ``hashes`` are of other blocks than an engine's ``block_tokens`` (until review R66 an engine
+    read them at its own size: a Mooncake trace's 512-token shared blocks were cached as 16 tokens
+    each on a default engine).
     """
     if not scrape_interval > 0:
         raise InputError(f"scrape_interval must be a positive number of seconds, not {scrape_interval!r}")
@@ -117,6 +120,14 @@ def replay(
         if r.id in ids:
             raise InputError(f"request {r.id!r}: two requests of the trace have this id")
         ids.add(r.id)
+        if r.hashes:
+            for name, engine in engines.items():
+                if engine.config.block_tokens != r.block_tokens:
+                    raise InputError(
+                        f"request {r.id!r}: its hashes are of {r.block_tokens}-token blocks, but backend "
+                        f"{name!r} caches blocks of {engine.config.block_tokens} tokens "
+                        f"(EngineConfig(block_tokens={r.block_tokens}) reads them as they are cut)"
+                    )
     routes: list[tuple[float, int, TraceRequest]] = [(r.arrival, i, r) for i, r in enumerate(requests)]
     heapq.heapify(routes)
     seq = len(requests)
