@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -108,7 +108,10 @@ def load_mooncake(path: Path, limit: int | None = None) -> list[TraceRequest]:
 
 
 def load_azure(path: Path, limit: int | None = None) -> list[TraceRequest]:
-    """Read an Azure LLM inference CSV (``TIMESTAMP``, ``ContextTokens``, ``GeneratedTokens``)."""
+    """Read an Azure LLM inference CSV (``TIMESTAMP``, ``ContextTokens``, ``GeneratedTokens``).
+
+    A ``TIMESTAMP`` with no zone (the published trace's) is read on the trace's own clock (as
+    UTC), never in the loading machine's zone, so that arrivals are the same everywhere."""
     out: list[TraceRequest] = []
     try:
         with path.open("rb") as fh:
@@ -120,6 +123,11 @@ def load_azure(path: Path, limit: int | None = None) -> list[TraceRequest]:
                     lineno = reader.line_num  # the file's line: blank lines and quoted newlines count
                     try:
                         stamp = datetime.fromisoformat(row["TIMESTAMP"][:26])
+                        if stamp.tzinfo is None:
+                            # The trace's clock, whatever the loading machine's zone: a naive
+                            # time read as local shifted arrivals by an hour across a daylight
+                            # saving change there (until review R66).
+                            stamp = stamp.replace(tzinfo=UTC)
                         prompt = _tokens(int(row["ContextTokens"]), "ContextTokens")
                         req = TraceRequest(
                             id=f"r{lineno}",
