@@ -38,13 +38,16 @@ class EngineConfig:
     """KV capacity; ``None`` takes the latency model's."""
 
     def __post_init__(self) -> None:
-        """Refuse (``InputError``) a limit under 1: no request could ever be scheduled (a token
-        budget or batch of 0 left every request waiting for ever), and a KV capacity of 0 was
-        silently read as the model's."""
+        """Refuse (``InputError``) a limit that is not an integer of 1 or more: with one under 1
+        no request could ever be scheduled (a token budget or batch of 0 left every request
+        waiting for ever), and a KV capacity of 0 was silently read as the model's. Until review
+        R66 only the range was checked: text raised a bare ``TypeError`` from the comparison,
+        and a fraction was taken (``block_tokens=2.5`` failed inside the engine's first step,
+        and the HTTP server's chat requests with a 500)."""
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_tokens", "kv_capacity_tokens"):
             value = getattr(self, name)
-            if value is not None and not value >= 1:
-                raise InputError(f"{name} must be 1 or more, not {value!r}")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise InputError(f"{name} must be an integer of 1 or more, not {value!r:.40}")
 
 
 @dataclass(slots=True, eq=False)

@@ -243,8 +243,8 @@ class SimServer:
 
     Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is the base URL.
     Raises ``InputError`` for a ``time_scale`` that is not a finite number of at least
-    ``MIN_TIME_SCALE`` (1e-6), a negative
-    ``scrape_lag_s``, a ``max_model_len`` under 2, an empty ``api_key``, a ``body_timeout_s``
+    ``MIN_TIME_SCALE`` (1e-6), a ``scrape_lag_s`` that is not a number of 0 or more, a
+    ``max_model_len`` that is not an integer of at least 2, an empty ``api_key``, a ``body_timeout_s``
     that is not a positive number, or HTTP limits (``head_timeout_s``, ``max_head_bytes``,
     ``stall_s``, ``unread_body_s``) that ``HttpLimits`` refuses (``agentgate/_http_limits.py``).
     """
@@ -266,16 +266,19 @@ class SimServer:
         stall_s: float | None = STALL_S,
         unread_body_s: float = UNREAD_BODY_S,
     ) -> None:
-        if not MIN_TIME_SCALE <= time_scale < math.inf:
+        # Each type is checked before its range: until review R66 text raised a bare TypeError
+        # from the comparison, and max_model_len=2.5 was taken.
+        if not (_is_number(time_scale) and MIN_TIME_SCALE <= time_scale < math.inf):
             raise InputError(
                 f"time_scale must be a finite number of at least {MIN_TIME_SCALE:g} (1.0 is real time, "
-                f"{MIN_TIME_SCALE:g} a million times faster), not {time_scale!r}"
+                f"{MIN_TIME_SCALE:g} a million times faster), not {time_scale!r:.40}"
             )
-        if not 0 <= scrape_lag_s < math.inf:
-            raise InputError(f"scrape_lag_s must be a number of seconds, 0 or more, not {scrape_lag_s!r}")
-        if not max_model_len >= 2:  # NaN too: it refused every request
+        if not (_is_number(scrape_lag_s) and 0 <= scrape_lag_s < math.inf):
+            raise InputError(f"scrape_lag_s must be a number of seconds, 0 or more, not {scrape_lag_s!r:.40}")
+        if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2:
             raise InputError(
-                f"max_model_len must be at least 2 tokens (a prompt and an answer), not {max_model_len!r}"
+                "max_model_len must be an integer of at least 2 tokens (a prompt and an answer), "
+                f"not {max_model_len!r:.40}"
             )
         self.model = model
         self.config = config or EngineConfig()
@@ -289,8 +292,10 @@ class SimServer:
         capacity, so that every admitted request can run to completion alone."""
         if api_key is not None and not api_key:
             raise InputError("api_key must not be empty (None: no key asked for)")
-        if isinstance(body_timeout_s, bool) or not 0 < body_timeout_s < math.inf:
-            raise InputError(f"body_timeout_s must be a positive number of seconds, not {body_timeout_s!r}")
+        if not (_is_number(body_timeout_s) and 0 < body_timeout_s < math.inf):
+            raise InputError(
+                f"body_timeout_s must be a positive number of seconds, not {body_timeout_s!r:.40}"
+            )
         self.http_limits = HttpLimits(
             max_head_bytes=max_head_bytes,
             head_timeout_s=head_timeout_s,
@@ -675,6 +680,11 @@ async def _disconnected(request: Request) -> None:
     """Return once the client of ``request`` (whose body was read) hangs up."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+def _is_number(value: object) -> bool:
+    """Whether ``value`` is an ``int`` or a ``float`` (not a ``bool``), for a range check to judge."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _error(status: int, kind: str, message: str) -> JSONResponse:
