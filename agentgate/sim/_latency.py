@@ -13,7 +13,10 @@ The sources and the fit are in docs/simulation.md; the profiles below carry the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
+
+from agentgate.errors import InputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,27 @@ class LatencyModel:
     """Added per (prefill token, earlier context token) pair: prefill attention, quadratic."""
     kv_capacity_tokens: int
     """KV cache capacity of one replica in tokens (HBM left after weights / KV bytes per token)."""
+
+    def __post_init__(self) -> None:
+        """Refuse (``InputError``, naming the profile and the field) a coefficient that is not a
+        finite number of 0 or more, or a ``kv_capacity_tokens`` that is not an integer of 1 or
+        more. Until review R66 any was taken: with a NaN or infinite one a replay never returned,
+        with a negative one requests had their first token before they arrived."""
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.name == "name":
+                continue
+            if field.name == "kv_capacity_tokens":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise InputError(
+                        f"latency profile {self.name!r:.60}: kv_capacity_tokens must be an integer of "
+                        f"1 or more, not {value!r:.40}"
+                    )
+            elif isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+                raise InputError(
+                    f"latency profile {self.name!r:.60}: {field.name} must be a finite number of seconds, "
+                    f"0 or more, not {value!r:.40}"
+                )
 
     def step_time(self, n_decode: int, decode_context: int, prefill_tokens: int, prefill_pairs: int) -> float:
         """Seconds one step takes for this batch; never less than ``base_s``."""
