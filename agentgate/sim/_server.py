@@ -28,6 +28,9 @@ server on its own thread and event loop. Engine steps take their simulated durat
   simulated seconds (vLLM's own gauges also trail the engine).
 - ``GET /health``: 200 while serving.
 
+Any other path is a 404, and a method an endpoint does not take a 405, each with an OpenAI error
+body whose type is the status's phrase (``"Not Found"``), as vLLM answers them.
+
 With an ``api_key`` the ``/v1/*`` endpoints answer 401 (an OpenAI error body) to a request
 without ``Authorization: Bearer <api_key>``, as vLLM and SGLang started with ``--api-key`` do;
 ``/health`` and ``/metrics`` stay open, as theirs do. ``authorizations`` counts the
@@ -57,6 +60,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, Literal
 
 import uvicorn
@@ -64,6 +68,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -425,6 +430,7 @@ class SimServer:
                 Route("/health", self._health, methods=["GET"]),
             ],
             lifespan=lifespan,
+            exception_handlers={HTTPException: _http_exception},
         )
 
     async def _health(self, request: Request) -> Response:
@@ -685,6 +691,17 @@ async def _disconnected(request: Request) -> None:
 def _is_number(value: object) -> bool:
     """Whether ``value`` is an ``int`` or a ``float`` (not a ``bool``), for a range check to judge."""
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    """An OpenAI error body for an ``HTTPException`` (a path not served, 404; a method an endpoint
+    does not take, 405), as vLLM's ``http_exception_handler`` answers it: the detail as its
+    message, the status's phrase as its type, the exception's headers (``Allow``) kept. Until
+    review R66 Starlette's default answered ``text/plain``."""
+    assert isinstance(exc, HTTPException)
+    response = _error(exc.status_code, HTTPStatus(exc.status_code).phrase, exc.detail)
+    response.headers.update(exc.headers or {})
+    return response
 
 
 def _error(status: int, kind: str, message: str) -> JSONResponse:
