@@ -36,7 +36,8 @@ without ``Authorization: Bearer <api_key>``, as vLLM and SGLang started with ``-
 ``/health`` and ``/metrics`` stay open, as theirs do. ``authorizations`` counts the
 ``Authorization`` headers the ``/v1/*`` endpoints received, per path (``None``: none), so that
 tests can check what a client sent: the first ``AUTHORIZATIONS_KEPT`` distinct ones, then any
-other under ``OTHERS`` (a server that counted every distinct header grew without bound). ``trace_headers`` keeps, for each of the latest
+other under ``OTHERS`` (a server that counted every distinct header grew without bound). Both
+keep each value up to ``KEPT_HEADER_CHARS`` (8,192) characters, a longer one cut and marked. ``trace_headers`` keeps, for each of the latest
 ``TRACE_HEADERS_KEPT`` chat requests, the trace context headers it carried (``traceparent``,
 ``tracestate``, ``baggage``: what a vLLM or SGLang server started with OTLP tracing reads to join
 the caller's trace), so that tests can check that a call's trace reaches the backend.
@@ -124,6 +125,12 @@ AUTHORIZATIONS_KEPT = 1024
 """How many distinct (path, ``Authorization``) pairs ``SimServer.authorizations`` counts one by
 one; the requests of any pair after those are counted together under (path, ``OTHERS``)."""
 OTHERS = "(others)"
+KEPT_HEADER_CHARS = 8192
+"""Most characters of one header value ``trace_headers`` and ``authorizations`` keep: W3C
+Baggage's limit (8,192 bytes), the longest of the trace headers, and far above any API key. A
+longer value is kept as its first ``KEPT_HEADER_CHARS`` characters and ``...(N characters)``
+(``_kept``): until review R66 each was kept whole, up to a 4 MiB head, and 1,024 of them held
+some 4 GiB."""
 
 
 @dataclass(slots=True)
@@ -441,7 +448,7 @@ class SimServer:
     def _refused(self, request: Request) -> Response | None:
         """Count the request's ``Authorization``; a 401 if ``api_key`` is set and not presented."""
         sent = request.headers.getlist("authorization")
-        key = (request.url.path, ", ".join(sent) if sent else None)
+        key = (request.url.path, _kept(", ".join(sent)) if sent else None)
         if key not in self.authorizations and len(self.authorizations) >= AUTHORIZATIONS_KEPT:
             key = (request.url.path, OTHERS)  # each caller's own header would grow it without end
         self.authorizations[key] += 1
@@ -479,7 +486,7 @@ class SimServer:
     async def _chat(self, request: Request) -> Response:
         headers = request.headers
         self.trace_headers.append(
-            {name: ",".join(headers.getlist(name)) for name in TRACE_HEADERS if name in headers}
+            {name: _kept(",".join(headers.getlist(name))) for name in TRACE_HEADERS if name in headers}
         )
         if (refused := self._refused(request)) is not None:
             return refused
@@ -686,6 +693,14 @@ async def _disconnected(request: Request) -> None:
     """Return once the client of ``request`` (whose body was read) hangs up."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+def _kept(value: str) -> str:
+    """``value`` as ``trace_headers`` and ``authorizations`` keep it: whole up to
+    ``KEPT_HEADER_CHARS`` characters, else its first ones and its length."""
+    if len(value) <= KEPT_HEADER_CHARS:
+        return value
+    return f"{value[:KEPT_HEADER_CHARS]}...({len(value)} characters)"
 
 
 def _is_number(value: object) -> bool:
