@@ -169,7 +169,11 @@ def figures(outcomes: list[Outcome]) -> dict[str, Any]:
         "ttft_p90": pct(ttft, 0.9),
         "ttft_p99": pct(ttft, 0.99),
         "queue_delay_p99": pct(excess, 0.99),
-        "tpot_mean": statistics.fmean(tpot for o in served if (tpot := o.tpot) is not None),
+        # NaN, as the other figures of nothing, when no request served has a second token (a
+        # trace of one-token answers: until review R66, a StatisticsError traceback).
+        "tpot_mean": statistics.fmean(tpots)
+        if (tpots := [tpot for o in served if (tpot := o.tpot) is not None])
+        else math.nan,
         "e2e_p50": pct([e for o in served if (e := o.e2e) is not None], 0.5),
         "e2e_p99": pct([e for o in served if (e := o.e2e) is not None], 0.99),
         "prefix_hit_rate": sum(o.cached_tokens for o in served) / prompt if prompt else 0.0,
@@ -338,15 +342,20 @@ def goals(all_results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
             ratios, gaps, delays, floors = [], [], [], []
             for x in window:
                 base = {n: per[x] for n, per in routers_.items() if n != "agentgate"}
-                delays.append(
-                    routers_["agentgate"][x]["queue_delay_p99"]
-                    / min(f["queue_delay_p99"] for f in base.values())
+                own, best_delay = (
+                    routers_["agentgate"][x]["queue_delay_p99"],
+                    min(f["queue_delay_p99"] for f in base.values()),
                 )
+                # A baseline with no queueing delay at all (a light load, a short trace): equal if
+                # agentgate has none either, else no ratio (until review R66, ZeroDivisionError).
+                if best_delay > 0 or own == 0:
+                    delays.append(own / best_delay if best_delay > 0 else 1.0)
                 best_p99 = min(f["ttft_p99"] for f in base.values())
                 ratios.append(routers_["agentgate"][x]["ttft_p99"] / best_p99)
                 floors.append(res["ttft_p99_floor"] / best_p99)
                 gaps.append(routers_["agentgate"][x]["goodput"] - max(f["goodput"] for f in base.values()))
-            figs["mooncake.queue_delay_p99_vs_best_baseline_load_0.8_1.0"] = round(max(delays), 4)
+            if delays:
+                figs["mooncake.queue_delay_p99_vs_best_baseline_load_0.8_1.0"] = round(max(delays), 4)
             # No router's p99 can go below the floor: where this exceeds 0.8, so does every router.
             figs["mooncake.ttft_p99_floor_s"] = round(res["ttft_p99_floor"], 4)
             figs["mooncake.ttft_p99_floor_vs_best_baseline_load_0.8_1.0"] = round(max(floors), 4)
