@@ -106,12 +106,17 @@ class Engine:
     def add(self, request: SimRequest) -> None:
         """Queue a request (FCFS); an output length under one token is taken as one.
 
-        Raises ``InputError``, queuing nothing, for a negative prompt length, or a request that
+        Raises ``InputError``, queuing nothing, for a prompt of no tokens (vLLM refuses an empty
+        prompt at its API; until review R66 one of 0 tokens was prefilled in a chunk of 0 tokens,
+        outside the step's token budget, and had its first token for no work), or a request that
         could never finish: its prompt and output need more KV than the whole cache holds (it
         would block the FCFS queue for good; vLLM refuses it at its API, ``max_model_len``).
         """
-        if request.prompt_tokens < 0:
-            raise InputError(f"request {request.id!r}: a prompt of {request.prompt_tokens} tokens")
+        if request.prompt_tokens < 1:
+            raise InputError(
+                f"request {request.id!r}: a prompt of {request.prompt_tokens} tokens (an empty prompt "
+                "cannot be served)"
+            )
         needed = request.prompt_tokens + max(1, request.output_tokens) - 1  # the last token needs no KV
         if needed > self.kv.capacity:
             raise InputError(
