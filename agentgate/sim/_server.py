@@ -334,6 +334,9 @@ class SimServer:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise InputError(f"port must be an integer from 0 to 65535 (0: any free port), not {port!r}")
         self.port = port or _free_port()
+        self._may_choose_port = port == 0
+        """Whether ``start`` may choose another port if this one was taken meanwhile: the server
+        chose it itself and has never served on it."""
         self._runner: _Runner | None = None
         self._server: _StoppableServer | None = None
         self._thread: threading.Thread | None = None
@@ -355,11 +358,23 @@ class SimServer:
 
         Raises ``DispatchError`` naming the port if it is in use (or cannot be bound), or if the
         server does not start within ``timeout`` seconds; nothing is left running, and a later
-        ``start`` tries again.
+        ``start`` tries again. A port the server chose itself (``port=0``) that was taken before
+        its first ``start`` is chosen again (``port`` and ``url`` change); a port named, or one
+        served on before (``revive``), is kept.
         """
         if self._thread is not None:
             return self
-        listener = _listen(self.port)
+        try:
+            listener = _listen(self.port)
+        except DispatchError:
+            # A port this server chose when made (bound and closed) that another process took
+            # before ``start``: choose again (until review R66, "Address already in use" for a
+            # port the caller never named). A port named, or served on once, stays.
+            if not self._may_choose_port:
+                raise
+            self.port = _free_port()
+            listener = _listen(self.port)
+        self._may_choose_port = False
         # Imported here: httptools and uvicorn's protocol are needed only once serving.
         from agentgate._bounded_http import BoundedHttpToolsProtocol, EmbeddedConfig
 
