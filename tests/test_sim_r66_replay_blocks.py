@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import pytest
 
+from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch.baselines import MooncakeRouter
+from agentgate.dispatch.inventory import Inventory
 from agentgate.errors import InputError
 from agentgate.sim import LLAMA_8B_H100, Engine, EngineConfig, Send, replay
+from agentgate.sim.routing import PolicyDispatcher
 from agentgate.sim.traces import MOONCAKE_BLOCK_TOKENS, TraceRequest, chain_hashes
 
 
@@ -69,3 +73,30 @@ def test_a_request_without_hashes_replays_on_any_engine() -> None:
     trace = [TraceRequest("a", 0.0, 100, 5)]  # block_tokens 512 by default
     (outcome,) = replay(trace, {"b": Engine(LLAMA_8B_H100)}, _SendAll())  # type: ignore[arg-type]
     assert outcome.rejected is None and outcome.finished_at is not None
+
+
+def _one_backend() -> Inventory:
+    return inventory_from_mapping(
+        {"backends": [{"name": "b", "url": "http://x", "models": ["m"], "kv_capacity_tokens": 900_000}]}
+    )
+
+
+@pytest.mark.parametrize("router_block", [16, 1024])
+def test_a_router_cut_at_another_block_size_than_the_trace_is_refused(router_block: int) -> None:
+    """Review R66: ``PolicyDispatcher`` handed a trace's hashes to a router cut at another block
+    size (the default 16 for a Mooncake trace of 512), which read each as one of its own blocks:
+    its prefix-cache predictions were off by that factor, silently. It is now refused, naming
+    the request and both sizes, at the first request routed."""
+    engines = {"b": Engine(LLAMA_8B_H100, EngineConfig(block_tokens=MOONCAKE_BLOCK_TOKENS))}
+    dispatcher = PolicyDispatcher(MooncakeRouter(_one_backend(), block_tokens=router_block), "m")
+    with pytest.raises(InputError, match=rf"'a'.*{MOONCAKE_BLOCK_TOKENS}.*{router_block}"):
+        replay(_two_sharing_one_block(MOONCAKE_BLOCK_TOKENS), engines, dispatcher)
+    assert not engines["b"].has_work()
+
+
+def test_a_router_cut_as_the_trace_routes_it() -> None:
+    """Review R66 (checked, right already): the same router at the trace's block size serves both."""
+    engines = {"b": Engine(LLAMA_8B_H100, EngineConfig(block_tokens=MOONCAKE_BLOCK_TOKENS))}
+    dispatcher = PolicyDispatcher(MooncakeRouter(_one_backend(), block_tokens=MOONCAKE_BLOCK_TOKENS), "m")
+    out = replay(_two_sharing_one_block(MOONCAKE_BLOCK_TOKENS), engines, dispatcher)
+    assert [o.rejected for o in out] == [None, None] and out[1].cached_tokens == MOONCAKE_BLOCK_TOKENS

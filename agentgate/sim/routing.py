@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from agentgate.dispatch._policy import RouteRequest, RoutingPolicy
 from agentgate.dispatch.metrics import load_from_values
-from agentgate.errors import NoBackend
+from agentgate.errors import InputError, NoBackend
 from agentgate.sim._des import Choice, Reject, Send, Wait
 from agentgate.sim.traces import TraceRequest
 
@@ -19,6 +19,16 @@ class PolicyDispatcher:
         self.model = model
 
     def route(self, request: TraceRequest, now: float) -> Choice:
+        """The policy's choice for ``request``. Raises ``InputError`` for a request whose hashes
+        are of other blocks than the policy's ``block_tokens``: the policy would read each as
+        one of its own (until review R66 a Mooncake trace's 512-token blocks were read as 16
+        tokens each by a default router, silently)."""
+        if request.hashes and request.block_tokens != self.policy.block_tokens:
+            raise InputError(
+                f"request {request.id!r}: its hashes are of {request.block_tokens}-token blocks, but the "
+                f"router {self.policy.name!r} cuts prompts into blocks of {self.policy.block_tokens} tokens "
+                f"(make it with block_tokens={request.block_tokens})"
+            )
         req = RouteRequest(
             id=request.id,
             model=self.model,
