@@ -35,6 +35,23 @@ _OTHER_LIMITS = ("n_predict",)
 """Body fields that name an output limit the gateway does not read, which an engine reads over
 ``max_tokens`` (llama.cpp's OpenAI chat route takes ``n_predict`` first, ``null`` and ``-1`` as
 no limit): refused whatever their value, as the limit signed, reserved and sent is ``max_tokens``."""
+_STEERING = {
+    "lora": "llama.cpp's per-request LoRA adapters: another model than the one granted",
+    "lora_path": "SGLang's LoRA adapter: another model than the one granted",
+    "id_slot": "llama.cpp's slot, with the conversation cached in it",
+    "session_params": "SGLang's session: another request's prompt and output, or its end",
+    "kv_transfer_params": "vLLM's disaggregated serving: KV cache of another request",
+    "ec_transfer_params": "vLLM's disaggregated serving: encoder cache of another request",
+    "bootstrap_host": "SGLang's prefill-decode disaggregation: KV cache of another request",
+    "bootstrap_port": "SGLang's prefill-decode disaggregation: KV cache of another request",
+    "bootstrap_room": "SGLang's prefill-decode disaggregation: KV cache of another request",
+    "input_ids": "SGLang's prompt token ids, run instead of the messages",
+}
+"""Engine body fields with which a caller picks what the decision never named (an adapter, i.e. a
+model other than the one its ``model:`` capability grants; another request's cached state; a
+prompt other than the messages reserved), each with what it reaches: refused unless null, which
+every engine reads as the field left out. Sampling fields steer nothing the decision named and
+pass (docs/gateway.md, 'Errors')."""
 CREDENTIAL_HEADERS = ("Authorization", INVOCATION_HEADER, APPROVAL_HEADER)
 """The headers that carry a call's credentials: each may be sent once (``_repeated_credentials``)."""
 
@@ -164,6 +181,13 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
                 name,
                 f"'{name}' is not taken: the output limit is max_tokens (or max_completion_tokens), "
                 "which the invocation signs and the budget reserves",
+            )
+    # Until review R66 these were passed on: a llamacpp backend ran ``lora: [{"id": 1, ...}]``
+    # on an adapter no grant named, an SGLang one continued another request's session.
+    for name, reaches in _STEERING.items():
+        if body.get(name) is not None:
+            raise FieldError(
+                name, f"'{name}' is not taken: it picks what the call was not decided on ({reaches})"
             )
     return body
 
