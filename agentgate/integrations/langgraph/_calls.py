@@ -25,6 +25,9 @@ from langgraph.errors import GraphInterrupt
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from agentgate.dispatch._answers import Usage
+from agentgate.dispatch._sse import _text_chars, counts_answer
+from agentgate.gate._outcomes import USAGE_UNREAD
 from agentgate.tasks import settled
 
 ToolResult = ToolMessage | Command[Any]
@@ -504,15 +507,43 @@ def _answer(response: ModelResponse[Any] | _Cut) -> ModelResponse[Any]:
 
 def _tokens_used(response: object) -> tuple[int, int] | None:
     """(input, output) tokens the response reports in ``usage_metadata``; ``None`` when it reports
-    none, or counts that are not non-negative integers (the call is then charged what it reserved).
-    Their size is the Gate's to judge, as for every caller's ``spent``: a count over
-    ``MAX_USAGE_TOKENS`` is charged as reserved there, and its outcome entry says what was
-    reported (``gate._costs._usage_counts``)."""
+    none, or counts that are not non-negative integers (the call is then charged what it reserved);
+    ``USAGE_UNREAD`` (charged as reserved, its outcome saying its usage could not be read) when
+    the counts cannot be those of the answers that report them (``counts_answer`` of their
+    ``_answer_chars``), as the gateway charges such a usage. Until review R66 a model answering
+    20,000 characters with ``output_tokens: 0`` had its output free. The counts' size is the
+    Gate's to judge, as for every caller's ``spent``: a count over ``MAX_USAGE_TOKENS`` is charged
+    as reserved there, and its outcome entry says what was reported
+    (``gate._costs._usage_counts``)."""
     messages = response.result if isinstance(response, ModelResponse) else [response]
-    usages = [u for m in messages if (u := getattr(m, "usage_metadata", None))]
-    counts = [(u.get("input_tokens", 0), u.get("output_tokens", 0)) for u in usages if isinstance(u, Mapping)]
-    if not counts or len(counts) != len(usages):
+    reporting = [(m, u) for m in messages if (u := getattr(m, "usage_metadata", None))]
+    counts = [
+        (u.get("input_tokens", 0), u.get("output_tokens", 0)) for _, u in reporting if isinstance(u, Mapping)
+    ]
+    if not counts or len(counts) != len(reporting):
         return None
     if not all(type(n) is int and n >= 0 for pair in counts for n in pair):
         return None
-    return sum(i for i, _ in counts), sum(o for _, o in counts)
+    used = sum(i for i, _ in counts), sum(o for _, o in counts)
+    if not counts_answer(Usage(*used), sum(_answer_chars(m) for m, _ in reporting)):
+        return USAGE_UNREAD
+    return used
+
+
+def _answer_chars(message: object) -> int:
+    """The characters of a model answer's text, as ``counts_answer`` reads them: its content (a
+    string, or its text blocks: never a media block's data, which no count of characters
+    measures) and its tool calls' names and argument values, parsed or not. What it leaves out
+    (an argument's name, a number) only makes the check more lenient."""
+    content = getattr(message, "content", None)
+    parts: list[object] = [content] if isinstance(content, str) else []
+    if isinstance(content, list):
+        parts.extend(
+            block if isinstance(block, str) else block.get("text")
+            for block in content
+            if isinstance(block, str) or (isinstance(block, Mapping) and block.get("type") == "text")
+        )
+    for name in ("tool_calls", "invalid_tool_calls"):
+        calls = getattr(message, name, None) or ()
+        parts.extend((call.get("name"), call.get("args")) for call in calls if isinstance(call, Mapping))
+    return _text_chars(parts)
