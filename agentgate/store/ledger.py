@@ -488,6 +488,18 @@ class BudgetLedger:
         self._held.pop(other, None)
         return True
 
+    def still_held(self, reservations: Sequence[str], tx: Transaction) -> set[str]:
+        """Those of ``reservations`` that are open (``reserved``) as ``tx`` reads them: one that was
+        settled (by hand, ``store.held``) or never made is not."""
+        named = [r for r in reservations if isinstance(r, str)]
+        if not named:
+            return set()
+        marks = ", ".join("?" * len(named))
+        rows = tx.execute(
+            f"SELECT id FROM budget_reservations WHERE id IN ({marks}) AND state = 'reserved'", tuple(named)
+        )
+        return {str(row[0]) for row in rows}
+
     def _settle(
         self, t: Transaction, reservation: str, state: str, actual: int
     ) -> tuple[tuple[str, ...], int]:

@@ -75,10 +75,20 @@ class _Recording:
         """Add a renewal's reservations to its lease's decision, settled when the lease ends: each
         merged into the lease's reservation of its unit taken from the same chain
         (``BudgetLedger.merge``), so that however often a lease is renewed its decision holds one
-        reservation per unit and chain, not one per renewal; one that has none is added."""
-        if held and self._merge(lease_id, held):
-            return
-        if not self.decisions.add_reservations(lease_id, held):
+        reservation per unit and chain, not one per renewal; one that has none is added.
+
+        Only the reservations still held are linked, read under the log's lock, which a hand
+        settlement (``store.held.settle_held``) takes too before it looks for the lease holding
+        a reservation: one settled by hand since the renewal's decision made it is not the
+        lease's to settle. Until review R66 it was linked all the same (``merge`` refused it, and
+        it was kept apart), and the lease's end failed on it (already settled): the end was never
+        recorded and the lease's own reservation stayed held for ever."""
+        with self.gate.store.transaction() as tx:
+            self.gate.audit.lock(tx)  # before any row: the lock order of every Gate write
+            open_ = self.gate.ledger.still_held([reservation for reservation, _u, _a in held], tx)
+            held = tuple(r for r in held if r[0] in open_)
+            if self._merge(lease_id, held, tx) or self.decisions.add_reservations(lease_id, held, tx):
+                return
             # Queued around the gate: this renewal is the first decision the gate made for it.
             # Its lease was granted (only a live lease is renewed), which a ``lease_granted``
             # outcome of this decision says, so that ``reconcile`` charges the lease if a restart
@@ -92,33 +102,31 @@ class _Recording:
                 self._price(resource),
                 held,
             )
-            with self.gate.store.transaction() as tx:
-                self.gate.audit.lock(tx)
-                self.decisions.add(linked, tx)
-                index = self._append(
-                    linked,
-                    "lease_granted",
-                    "granted before its first decision; linked to it by this renewal",
-                    0,
-                    tx,
-                )
-            self._outcome_span(linked, "lease_granted", index)
+            self.decisions.add(linked, tx)
+            index = self._append(
+                linked,
+                "lease_granted",
+                "granted before its first decision; linked to it by this renewal",
+                0,
+                tx,
+            )
+        self._outcome_span(linked, "lease_granted", index)
 
-    def _merge(self, lease_id: str, held: tuple[Reservation, ...]) -> bool:
-        """Merge ``held`` into ``lease_id``'s decision (``_link``); False if it has none."""
-        with self.gate.store.transaction() as tx:
-            decided = self.decisions.get(lease_id, tx)
-            if decided is None:
-                return False
-            kept = list(decided.reservations)
-            for reservation, unit, amount in held:
-                for i, (into, kept_unit, kept_amount) in enumerate(kept):
-                    if kept_unit == unit and self.gate.ledger.merge(into, reservation, tx):
-                        kept[i] = (into, unit, kept_amount + amount)
-                        break
-                else:  # taken from another chain (renewed under another grant): kept apart
-                    kept.append((reservation, unit, amount))
-            self.decisions.set_reservations(lease_id, kept, tx)
+    def _merge(self, lease_id: str, held: tuple[Reservation, ...], tx: Transaction) -> bool:
+        """Merge ``held`` into ``lease_id``'s decision (``_link``), in ``tx``; False if it has none
+        (or ``held`` is empty)."""
+        decided = self.decisions.get(lease_id, tx) if held else None
+        if decided is None:
+            return False
+        kept = list(decided.reservations)
+        for reservation, unit, amount in held:
+            for i, (into, kept_unit, kept_amount) in enumerate(kept):
+                if kept_unit == unit and self.gate.ledger.merge(into, reservation, tx):
+                    kept[i] = (into, unit, kept_amount + amount)
+                    break
+            else:  # taken from another chain (renewed under another grant): kept apart
+                kept.append((reservation, unit, amount))
+        self.decisions.set_reservations(lease_id, kept, tx)
         return True
 
     def _record(self, events: list[BrokerEvent]) -> None:
