@@ -915,5 +915,18 @@ def role_grant_template(policy: Policy, role: str) -> GrantTemplate:
     max_ttl = policy.document.settings.max_ttl_s
     ttl = min(spec.ttl_s, max_ttl) if spec.ttl_s is not None else max_ttl
     depth = spec.delegation.max_depth if spec.delegation is not None else 0
-    caps = tuple(dict.fromkeys(rule.capability for rule in policy.effective_rules(role)))
+    caps = _each_once(rule.capability for rule in policy.effective_rules(role))
     return GrantTemplate(caps, spec.budget, ttl, depth)
+
+
+def _each_once(capabilities: Iterable[Capability]) -> tuple[Capability, ...]:
+    """``capabilities`` in order, each once: the same by value and by the types of the values
+    they list. ``x = 1`` and ``x = true`` compare equal (Python's ``True == 1``) yet allow
+    different calls: until review R66 a role's grant kept the first of the two only."""
+    kept: dict[tuple[Capability, tuple[type, ...]], Capability] = {}
+    for cap in capabilities:
+        listed = (
+            v for _arg, c in cap.constraints for v in ((c.eq,) if c.eq is not None else ()) + (c.one_of or ())
+        )
+        kept.setdefault((cap, tuple(map(type, listed))), cap)
+    return tuple(kept.values())
