@@ -26,6 +26,7 @@ from agentgate.policy._lint._common import (
     _fits,
     _greatest_integer,
     _least_integer,
+    _listed,
     _named_patterns,
     _quoted,
     _tools_by_pattern,
@@ -499,14 +500,19 @@ class GateOnUndeclaredArgument(LintRule):
                     hint="make the gate's resource name a tool declared under tools:",
                 )
                 continue
+            # One finding for each set of missing arguments (until review R66, for each tool).
+            lacking: dict[tuple[str, ...], list[str]] = {}
             for name in names:
-                missing = sorted(a for a in gate.when if a not in tools[name].args)
+                missing = tuple(sorted(a for a in gate.when if a not in tools[name].args))
                 if missing:
-                    yield self.finding(
-                        policy,
-                        f"approval gate {gname} looks at {', '.join(map(_quoted, missing))}, which tool:{name} does not declare",
-                        policy.line_of("approvals", gname, "when"),
-                    )
+                    lacking.setdefault(missing, []).append(f"tool:{name}")
+            for missing, lack in lacking.items():
+                does = "does" if len(lack) == 1 else "do"
+                yield self.finding(
+                    policy,
+                    f"approval gate {gname} looks at {', '.join(map(_quoted, missing))}, which {_listed(lack)} {does} not declare",
+                    policy.line_of("approvals", gname, "when"),
+                )
 
 
 class ApprovalUnreachable(LintRule):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar
 
 from agentgate.capabilities import Constraint
@@ -68,6 +68,16 @@ def _quoted(name: str) -> str:
     not printable escaped. A tool's ``args`` and a gate's ``when`` may name any text: bare, a name
     holding ``, `` or a bidi control read as several names or as other words of the message."""
     return name if _PLAIN_NAME.fullmatch(name) else repr(name)
+
+
+_LISTED = 20
+"""How many names a finding lists before "and N more" (as a load error lists names)."""
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``names`` as a finding lists them: the first ``_LISTED``, then how many more."""
+    more = f", and {len(names) - _LISTED} more" if len(names) > _LISTED else ""
+    return ", ".join(names[:_LISTED]) + more
 
 
 def _declared(policy: Policy) -> list[str]:

@@ -14,6 +14,7 @@ from agentgate.policy._lint._common import (
     OPAQUE,
     LintRule,
     _held_by_role,
+    _listed,
     _quoted,
     _tools_by_pattern,
     _tools_named,
@@ -34,14 +35,24 @@ class ConstraintOnUndeclaredArgument(LintRule):
         for rules in (*policy.rules.values(), *policy.delegable.values()):
             for rule in rules:
                 cap = rule.capability
+                # One finding for each set of missing arguments, naming the tools that lack them:
+                # until review R66 one for each tool (a rule on a pattern naming 1,000 tools, 1,000
+                # findings of the same words).
+                lacking: dict[tuple[str, ...], list[str]] = {}
                 for name in _tools_named(cap.resource, tools, by_pattern):
-                    missing = [a for a, _ in cap.constraints if a not in tools[name].args]
+                    missing = tuple(a for a, _ in cap.constraints if a not in tools[name].args)
                     if missing:
-                        yield self.finding(
-                            policy,
-                            f"{rule} constrains {', '.join(missing)}, which tool:{name} does not declare: it never matches",
-                            rule.line,
-                        )
+                        lacking.setdefault(missing, []).append(f"tool:{name}")
+                for missing, names in lacking.items():
+                    args = ", ".join(map(_quoted, missing))
+                    yield self.finding(
+                        policy,
+                        f"{rule} constrains {args}, which {names[0]} does not declare: it never matches"
+                        if len(names) == 1
+                        else f"{rule} constrains {args}, which {_listed(names)} do not declare: it never "
+                        "matches a call on them",
+                        rule.line,
+                    )
 
 
 class ContradictoryConstraint(LintRule):
