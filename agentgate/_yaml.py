@@ -24,6 +24,7 @@ It also records where a number loaded as a float other than the number written
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import string
@@ -264,10 +265,14 @@ def load_yaml(
             hint="remove the character, or write it as an escape in a double-quoted string",
         ) from None
     except yaml.YAMLError as exc:
-        raise _malformed(exc, text, source, error) from None
+        mark = getattr(exc, "problem_mark", None)
+        upto = _index_of(_line_starts(text), len(text), mark) if mark is not None else len(text)
+        raise _disagreed(text, source, error, upto) or _malformed(exc, text, source, error) from None
     finally:
         if loader is not None:
             loader.dispose()
+    if (disagreed := _disagreed(text, source, error, len(text))) is not None:
+        raise disagreed
     _refuse_yaml_version(text, source, error, what)
     locations = Locations()
     if node is None:
@@ -311,6 +316,141 @@ def _refuse_yaml_version(text: str, source: str, error: type[SourceError], what:
     )
 
 
+def _line_starts(text: str) -> list[int]:
+    """The index in ``text`` where each line starts, counting line breaks as YAML does."""
+    return [0] + [found.end() for found in _BREAK.finditer(text)]
+
+
+def _index_of(starts: Sequence[int], length: int, mark: Any) -> int:
+    """The index of a parser's mark (its line and column, which libyaml and PyYAML count alike)
+    in a text of ``length`` characters whose lines start at ``starts``, at most ``length``
+    (libyaml marks the end of a text without a final line break on the line after it)."""
+    line: int = mark.line
+    if line >= len(starts):
+        return length
+    column: int = mark.column
+    return min(starts[line] + column, length)
+
+
+_FLOW_START = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken)
+_FLOW_END = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken)
+
+
+def _disagreed(text: str, source: str, error: type[SourceError], upto: int) -> SourceError | None:
+    """``error`` at the first place up to ``upto`` where libyaml and PyYAML's own parser read
+    ``text`` differently, else ``None``; ``upto``: where parsing failed (else the text's end).
+
+    - A tab outside quoted text, a block scalar and a comment: libyaml reads one between tokens,
+      after an indicator or within plain text as a space; PyYAML refuses it (``found character
+      '\t' that cannot start any token``). Until review R66 ``a:\tb`` loaded with one parser
+      and not the other.
+    - A ``?`` within plain text in a flow collection (``[a ?b]``, ``{x?y: 1}``): libyaml keeps
+      it in the text, PyYAML ends the text there and reads a key (then refuses the collection).
+
+    Both are refused, at the same line and column on either parser. Read from the parser's
+    tokens (up to its error, if any), only for a text holding a tab or a ``?``."""
+    if "\t" not in text and "?" not in text:
+        return None
+    quoted: list[tuple[int, int]] = []  # quoted and block scalars: a tab there is text
+    scalars: list[tuple[int, int]] = []  # every scalar: a '#' there starts no comment
+    found: list[int] = []  # '?' within plain text in a flow collection
+    flow, plain_before = 0, False
+    starts = _line_starts(text)
+    scanner = _Loader(text)
+    try:
+        while (token := scanner.get_token()) is not None:
+            start = _index_of(starts, len(text), token.start_mark)
+            end = _index_of(starts, len(text), token.end_mark)
+            if start > upto:
+                break
+            if isinstance(token, _FLOW_START):
+                flow += 1
+            elif isinstance(token, _FLOW_END):
+                flow = max(flow - 1, 0)
+            elif isinstance(token, yaml.KeyToken) and flow and plain_before and text[start] == "?":
+                found.append(start)  # PyYAML: the text ended at the '?', which it reads as a key
+            if isinstance(token, yaml.ScalarToken):
+                scalars.append((start, end))
+                if token.style:
+                    quoted.append((start, end))
+                elif flow:
+                    within = text.find("?", start + 1, end)  # libyaml: the '?' is in the text
+                    if within != -1:
+                        found.append(within)
+            plain_before = isinstance(token, yaml.ScalarToken) and not token.style and flow > 0
+    except yaml.YAMLError:
+        pass  # what follows is not read alike by either parser: ``upto`` is at or before it
+    finally:
+        scanner.dispose()
+    comments: dict[int, int] = {}
+    tab = next(
+        (
+            i
+            for i in _tabs(text, upto)
+            if not _inside(i, quoted) and not _in_comment(text, i, starts, scalars, comments)
+        ),
+        None,
+    )
+    first = min([i for i in (*found, tab) if i is not None and i <= upto], default=None)
+    if first is None:
+        return None
+    at = mark_at(text, first)
+    if text[first] == "\t":
+        return error(
+            "a tab outside quoted text: YAML parsers disagree on it (libyaml reads it as a space, "
+            "PyYAML's own parser refuses it)",
+            file=source,
+            line=at.line,
+            column=at.column,
+            expected="spaces between YAML tokens and for indentation",
+            hint="replace the tab with spaces, or write it as \\t in a double-quoted string",
+        )
+    return error(
+        "'?' within plain text inside [...] or {...}: YAML parsers disagree on it (libyaml keeps it in "
+        "the text, PyYAML's own parser reads a key there)",
+        file=source,
+        line=at.line,
+        column=at.column,
+        expected="'?' only in quoted text inside [...] or {...}",
+        hint="quote the text ('a?b')",
+    )
+
+
+def _tabs(text: str, upto: int) -> Iterator[int]:
+    """The index of each tab in ``text`` up to ``upto``, ``upto`` included."""
+    at = text.find("\t", 0, upto + 1)
+    while at != -1:
+        yield at
+        at = text.find("\t", at + 1, upto + 1)
+
+
+def _inside(index: int, spans: Sequence[tuple[int, int]]) -> bool:
+    """Whether ``index`` is within one of ``spans`` (in order, none overlapping)."""
+    at = bisect.bisect_right(spans, (index, math.inf)) - 1
+    return at >= 0 and spans[at][0] <= index < spans[at][1]
+
+
+def _in_comment(
+    text: str, index: int, starts: Sequence[int], scalars: Sequence[tuple[int, int]], comments: dict[int, int]
+) -> bool:
+    """Whether ``text[index]`` is in a comment: after a ``#`` on its line that starts the line or
+    follows a space or a tab, outside every scalar. ``comments`` keeps where each line's comment
+    starts (``len(text)`` for none), so that a line is searched once however many tabs it holds;
+    ``starts``: where each line starts (``_line_starts``)."""
+    line_start = starts[bisect.bisect_right(starts, index) - 1]
+    if line_start not in comments:
+        line_end = _BREAK.search(text, line_start)
+        end = line_end.start() if line_end is not None else len(text)
+        comments[line_start] = len(text)
+        hash_at = text.find("#", line_start, end)
+        while hash_at != -1:
+            if (hash_at == line_start or text[hash_at - 1] in " \t") and not _inside(hash_at, scalars):
+                comments[line_start] = hash_at
+                break
+            hash_at = text.find("#", hash_at + 1, end)
+    return comments[line_start] < index
+
+
 def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceError]) -> SourceError:
     """``error`` for what PyYAML could not parse. PyYAML says what it found and where (the
     problem), and often what it was reading and where that began (the context: ``while scanning
@@ -322,6 +462,10 @@ def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceEr
     context = getattr(exc, "context", None)
     context_mark = getattr(exc, "context_mark", None)
     message = f"malformed YAML: {problem}"
+    if mark is not None:
+        mark = _clamped(text, mark)
+    if context_mark is not None:
+        context_mark = _clamped(text, context_mark)
     if context and context_mark is not None:
         opened = Mark(context_mark.line + 1, context_mark.column + 1)
         message = f"malformed YAML: {context} at line {opened.line}, column {opened.column}: {problem}"
@@ -335,6 +479,21 @@ def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceEr
         expected="a YAML mapping",
         hint="check the indentation and quoting around this position",
     )
+
+
+class _Place(NamedTuple):
+    line: int  # from 0, as a parser's mark
+    column: int
+
+
+def _clamped(text: str, mark: Any) -> Any:
+    """A parser's mark, or the end of ``text`` where the mark lies past it: libyaml marks the
+    end of a text without a final line break on the line after it, PyYAML at the text's end
+    (until review R66 an unclosed ``{?`` was refused at 2:1 by one, 1:3 by the other)."""
+    end = mark_at(text, len(text))
+    if (mark.line + 1, mark.column + 1) <= tuple(end):
+        return mark
+    return _Place(end.line - 1, end.column - 1)
 
 
 def _refuse_too_many_nodes(text: str, source: str, error: type[SourceError], max_nodes: int) -> None:
