@@ -332,6 +332,8 @@ def _index_of(starts: Sequence[int], length: int, mark: Any) -> int:
     return min(starts[line] + column, length)
 
 
+_BLOCK_HASH = re.compile(r"[|>][1-9+-]{0,2}#")
+"""A block scalar's header with a ``#`` right after its indicators (``|#``, ``>-#``)."""
 _FLOW_START = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken)
 _FLOW_END = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken)
 
@@ -344,16 +346,20 @@ def _disagreed(text: str, source: str, error: type[SourceError], upto: int) -> S
       after an indicator or within plain text as a space; PyYAML refuses it (``found character
       '\t' that cannot start any token``). Until review R66 ``a:\tb`` loaded with one parser
       and not the other.
+      A tab that starts the first line of a block scalar whose indentation is not written:
+      libyaml refuses it, PyYAML reads it as text.
     - A ``?`` within plain text in a flow collection (``[a ?b]``, ``{x?y: 1}``): libyaml keeps
       it in the text, PyYAML ends the text there and reads a key (then refuses the collection).
+    - A ``#`` right after a block scalar's indicator (``|#``): libyaml reads a comment, PyYAML
+      refuses it.
 
-    Both are refused, at the same line and column on either parser. Read from the parser's
-    tokens (up to its error, if any), only for a text holding a tab or a ``?``."""
-    if "\t" not in text and "?" not in text:
+    Each is refused, at the same line and column on either parser. Read from the parser's
+    tokens (up to its error, if any), only for a text that may hold one."""
+    if "\t" not in text and "?" not in text and _BLOCK_HASH.search(text) is None:
         return None
     quoted: list[tuple[int, int]] = []  # quoted and block scalars: a tab there is text
     scalars: list[tuple[int, int]] = []  # every scalar: a '#' there starts no comment
-    found: list[int] = []  # '?' within plain text in a flow collection
+    found: list[int] = []  # '?' within flow plain text, '#' after '|', a tab that starts a block
     flow, plain_before = 0, False
     starts = _line_starts(text)
     scanner = _Loader(text)
@@ -370,6 +376,13 @@ def _disagreed(text: str, source: str, error: type[SourceError], upto: int) -> S
             elif isinstance(token, yaml.KeyToken) and flow and plain_before and text[start] == "?":
                 found.append(start)  # PyYAML: the text ended at the '?', which it reads as a key
             if isinstance(token, yaml.ScalarToken):
+                if token.style in ("|", ">"):
+                    header = _BLOCK_HASH.match(text, start)
+                    if header is not None:
+                        found.append(header.end() - 1)
+                    start, tab_first = _block_content(text, start, end)
+                    if tab_first is not None:
+                        found.append(tab_first)
                 scalars.append((start, end))
                 if token.style:
                     quoted.append((start, end))
@@ -382,6 +395,10 @@ def _disagreed(text: str, source: str, error: type[SourceError], upto: int) -> S
         pass  # what follows is not read alike by either parser: ``upto`` is at or before it
     finally:
         scanner.dispose()
+    if upto < len(text) and text[upto] == "#":  # PyYAML refused the header, so made no token
+        header = _BLOCK_HASH.search(text, max(upto - 3, 0), upto + 1)
+        if header is not None and header.end() == upto + 1:
+            found.append(upto)
     comments: dict[int, int] = {}
     tab = next(
         (
@@ -397,13 +414,24 @@ def _disagreed(text: str, source: str, error: type[SourceError], upto: int) -> S
     at = mark_at(text, first)
     if text[first] == "\t":
         return error(
-            "a tab outside quoted text: YAML parsers disagree on it (libyaml reads it as a space, "
-            "PyYAML's own parser refuses it)",
+            "a tab outside quoted text and comments: YAML parsers disagree on it (libyaml reads it "
+            "as a space, PyYAML's own parser refuses it; at the start of a block scalar, the other "
+            "way round)",
             file=source,
             line=at.line,
             column=at.column,
             expected="spaces between YAML tokens and for indentation",
             hint="replace the tab with spaces, or write it as \\t in a double-quoted string",
+        )
+    if text[first] == "#":
+        return error(
+            "'#' right after a block scalar's indicator: YAML parsers disagree on it (libyaml reads "
+            "a comment, PyYAML's own parser refuses it)",
+            file=source,
+            line=at.line,
+            column=at.column,
+            expected="a space before a comment",
+            hint="write a space between the indicator and '#'",
         )
     return error(
         "'?' within plain text inside [...] or {...}: YAML parsers disagree on it (libyaml keeps it in "
@@ -414,6 +442,30 @@ def _disagreed(text: str, source: str, error: type[SourceError], upto: int) -> S
         expected="'?' only in quoted text inside [...] or {...}",
         hint="quote the text ('a?b')",
     )
+
+
+def _block_content(text: str, start: int, end: int) -> tuple[int, int | None]:
+    """Where the content of the block scalar written from ``start`` to ``end`` begins (after its
+    header line: a tab there is no text), and a tab that starts its first line with text when
+    its indentation is not written (``|``, not ``|2``), else ``None``: libyaml refuses it ("found
+    a tab character where an indentation space is expected"), PyYAML reads it as text."""
+    header_end = _BREAK.search(text, start, end)
+    if header_end is None:
+        return end, None
+    content = header_end.end()
+    if any(c.isdigit() for c in text[start : header_end.start()].partition("#")[0]):
+        return content, None
+    at = content
+    while at < end:
+        line_end = _BREAK.search(text, at, end)
+        stop = line_end.start() if line_end is not None else end
+        first = next((i for i in range(at, stop) if text[i] != " "), None)
+        if first is not None:
+            return content, first if text[first] == "\t" else None
+        if line_end is None:
+            break
+        at = line_end.end()
+    return content, None
 
 
 def _tabs(text: str, upto: int) -> Iterator[int]:

@@ -26,6 +26,9 @@ TABS = [
     ("a: 1\nb: x\t# why\n", (2, 5)),
     ("\ta: b\n", (1, 1)),
     ("{\t", (1, 2)),
+    ("a: |\t\n  x\n", (1, 5)),
+    ("a: |\n  \tx\n", (2, 3)),
+    ("a: >\n\n  \tx\n", (3, 3)),
 ]
 
 
@@ -41,9 +44,20 @@ def test_a_tab_outside_quoted_text_is_refused_where_it_is(text: str, at: tuple[i
 
 def test_a_tab_in_quoted_text_a_comment_or_a_block_scalar_is_text() -> None:
     """Review R66: where both parsers read a tab alike, it still loads."""
-    text = 'a: "x\ty"\nb: \'x\ty\'\nc: d # a\tcomment\n#\tcomment\ne: |\n  x\ty\nf: "#\t"\n'
+    text = (
+        'a: "x\ty"\nb: \'x\ty\'\nc: d # a\tcomment\n#\tcomment\ne: |\n  x\ty\n  \tz\nf: "#\t"\ng: |2\n  \tx\n'
+    )
     data, _ = load_yaml(text, source="p.yaml")
-    assert data == {"a": "x\ty", "b": "x\ty", "c": "d", "e": "x\ty\n", "f": "#\t"}
+    assert data == {"a": "x\ty", "b": "x\ty", "c": "d", "e": "x\ty\n\tz\n", "f": "#\t", "g": "\tx\n"}
+
+
+@pytest.mark.parametrize(("text", "at"), [("a: |#\n  x\n", (1, 5)), ("a: >-#\n  x\n", (1, 6))])
+def test_a_comment_right_after_a_block_indicator_is_refused(text: str, at: tuple[int, int]) -> None:
+    """Review R66: libyaml read ``|#`` as a block scalar and a comment, PyYAML's own parser
+    refused it (``expected a comment or a line break``). Both refuse it now, at the ``#``."""
+    error = _error(text)
+    assert (error.line, error.column) == at, (text, error)
+    assert "right after a block scalar's indicator" in error.message, error.message
 
 
 QUESTION_MARKS = [
