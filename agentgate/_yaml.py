@@ -117,9 +117,17 @@ def dotted_path(loc: Sequence[str | int]) -> str:
     """``roles.a.ttl_s``: a location path for a message, each key as written (``shortened``)
     unless it is empty or holds a character that is not printable (a line break, an escape, a
     bidi override), which is quoted as ``repr`` shows it: the message stays one line and says
-    what the key holds (until review R65 an empty key was left out: ``roles.lead.``)."""
-    parts = (shortened(str(p)) for p in loc)
-    return ".".join(p if p and p.isprintable() else repr(p) for p in parts)
+    what the key holds (until review R65 an empty key was left out: ``roles.lead.``). So is a
+    key that would read as another path: one holding a dot (``tools.'payments.refund'.rate``:
+    until review R66 ``tools.payments.refund.rate``, a ``refund`` under a tool ``payments``), one
+    of digits only (a list's index is written bare: ``capabilities.3``), one opening with a quote."""
+    return ".".join(str(p) if isinstance(p, int) else _path_key(shortened(p)) for p in loc)
+
+
+def _path_key(key: str) -> str:
+    """A mapping key as ``dotted_path`` writes it."""
+    plain = key and key.isprintable() and "." not in key and not key.isdigit() and key[0] not in "'\""
+    return key if plain else repr(key)
 
 
 class Mark(NamedTuple):

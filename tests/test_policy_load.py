@@ -264,7 +264,7 @@ def _codes(text: str) -> list[str]:
             HEAD + WORKER + "    budget: {limit: 100}\n    delegation:\n      max_ttl_s: 60\n      budget:\n",
         ),
         (
-            "tools.payments.refund.rate",
+            "tools.'payments.refund'.rate",
             HEAD + "    rate:\n" + WORKER,
         ),
     ],
