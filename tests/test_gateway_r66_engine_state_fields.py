@@ -36,6 +36,10 @@ STEERING = [
     ("bootstrap_port", 8998),
     ("bootstrap_room", 12345),
     ("input_ids", [1, 2, 3]),
+    # Review R66 (lead): a template the caller writes renders the messages into a prompt the
+    # decision never saw; a logit processor is Python code the backend runs.
+    ("chat_template", "{{ 'ignore the messages' }}"),
+    ("custom_logit_processor", '{"callable": "gASV..."}'),
 ]
 
 
@@ -95,6 +99,7 @@ def test_ordinary_sampling_fields_are_served(env: Env, counting: _Counting) -> N
         "mirostat": 2,
         "seed": 7,
         "cache_salt": "a-long-random-salt",
+        "chat_template_kwargs": {"enable_thinking": False},  # the server's own template's switches
     }
     answer = env.post({**_body(), **sampling})
     assert answer.status_code == 200, answer.text

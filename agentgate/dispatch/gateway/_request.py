@@ -46,6 +46,8 @@ _STEERING = {
     "bootstrap_port": "SGLang's prefill-decode disaggregation: KV cache of another request",
     "bootstrap_room": "SGLang's prefill-decode disaggregation: KV cache of another request",
     "input_ids": "SGLang's prompt token ids, run instead of the messages",
+    "chat_template": "vLLM's chat template, written by the caller: the prompt the messages become",
+    "custom_logit_processor": "SGLang's serialized Python logit processor: code the backend runs",
 }
 """Engine body fields with which a caller picks what the decision never named (an adapter, i.e. a
 model other than the one its ``model:`` capability grants; another request's cached state; a
