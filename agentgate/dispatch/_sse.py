@@ -163,7 +163,7 @@ class _Seen:
 
 def counts_answer(usage: Usage, chars: int, before: Usage | None = None) -> bool:
     """Whether ``usage`` can be the count of an answer of ``chars`` characters (``_answer_chars``,
-    ``_message_chars``): at least one output token for each ``MAX_CHARS_PER_TOKEN`` of them (an
+    ``message_chars``): at least one output token for each ``MAX_CHARS_PER_TOKEN`` of them (an
     answer of any text took a token at least), and, for a usage said again in one stream, no
     fewer prompt or output tokens than the one ``before`` it (usage counts the whole stream so
     far: vLLM's continuous usage only grows). Until review R66 a usage was charged whatever it
@@ -245,10 +245,10 @@ def _answer_chars(chunk: ChatChunk) -> int:
     choices = chunk.event.get("choices")
     if isinstance(choices, list):
         return _choice_chars(choices, "delta")
-    return _text_chars([chunk.content, list(chunk.tool_calls)])  # a chunk made without its event
+    return text_chars([chunk.content, list(chunk.tool_calls)])  # a chunk made without its event
 
 
-def _message_chars(body: Mapping[str, Any]) -> int:
+def message_chars(body: Mapping[str, Any]) -> int:
     """The characters of a whole (not streamed) answer ``body``: as ``_answer_chars`` counts a
     chunk's, of its choices' messages."""
     choices = body.get("choices")
@@ -262,10 +262,10 @@ def _choice_chars(choices: list[object], part: str) -> int:
     for choice in choices:
         if isinstance(choice, Mapping) and isinstance(values := choice.get(part), Mapping):
             pending.extend(value for name, value in values.items() if name != "role")
-    return _text_chars(pending)
+    return text_chars(pending)
 
 
-def _text_chars(pending: list[object]) -> int:
+def text_chars(pending: list[object]) -> int:
     """The characters of every string in ``pending``, however nested in objects and lists."""
     count = 0
     while pending:

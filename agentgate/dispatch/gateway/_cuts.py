@@ -15,7 +15,7 @@ from typing import Any
 from starlette.types import Scope
 
 from agentgate._bounded_http import LOST, ON_LOST, STALLED
-from agentgate.dispatch._sse import _message_chars, counts_answer
+from agentgate.dispatch._sse import counts_answer, message_chars
 from agentgate.dispatch.backends import ChatResult
 from agentgate.errors import AnswerTooLarge, CallerGone, GatewayStopped
 from agentgate.gate._outcomes import USAGE_UNREAD
@@ -109,7 +109,7 @@ def _spent(result: ChatResult | _Cut | _TooLarge) -> tuple[int, int] | None:
     usage = result.body.get("usage")
     if not isinstance(usage, Mapping) or usage.get("completion_tokens") is None:
         return None
-    if not counts_answer(result.usage, _message_chars(result.body)):
+    if not counts_answer(result.usage, message_chars(result.body)):
         # Fewer output tokens than the answer's text needs (``completion_tokens: 0`` for
         # ``hello``): not the call's usage (until review R66 it was charged, the answer free).
         return USAGE_UNREAD

@@ -26,7 +26,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from agentgate.dispatch._answers import Usage
-from agentgate.dispatch._sse import _text_chars, counts_answer
+from agentgate.dispatch._sse import counts_answer, text_chars
 from agentgate.gate._outcomes import USAGE_UNREAD
 from agentgate.tasks import settled
 
@@ -546,4 +546,4 @@ def _answer_chars(message: object) -> int:
     for name in ("tool_calls", "invalid_tool_calls"):
         calls = getattr(message, name, None) or ()
         parts.extend((call.get("name"), call.get("args")) for call in calls if isinstance(call, Mapping))
-    return _text_chars(parts)
+    return text_chars(parts)
