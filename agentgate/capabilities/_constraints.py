@@ -27,6 +27,7 @@ from agentgate.capabilities._values import (
     _is_number,
     _plain,
     _same,
+    _value_key,
 )
 from agentgate.errors import CapabilityError
 
@@ -34,9 +35,15 @@ OPERATORS = ("eq", "in", "lt", "le", "gt", "ge", "prefix")
 _INT_LIMIT = 2**63  # an integer value is within -(2**63) < v < 2**63, as in a token
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Constraint:
-    """A conjunction of operators on one argument. Immutable; build with ``Constraint.of``."""
+    """A conjunction of operators on one argument. Immutable; build with ``Constraint.of``.
+
+    Two constraints are equal when they give the same operators the same values as the algebra
+    compares values (``_same``): ``1`` and ``1.0`` are one value, a boolean is never a number.
+    Until review R66 equality and hash were the dataclass's, Python's, where ``True == 1``:
+    ``x = true`` equalled ``x = 1``, so a set or a dict of capabilities, or a cache keyed by one,
+    gave the one for the other though they allow different calls."""
 
     eq: Scalar | None = None
     one_of: tuple[Scalar, ...] | None = None
@@ -210,6 +217,29 @@ class Constraint:
 
     def __str__(self) -> str:
         return "&".join(f"{op}:{v}" for op, v in self.to_dict().items())
+
+    def _key(self) -> tuple[object, ...]:
+        """The fields, each value tagged with its kind (``_value_key``): equal keys, equal constraints."""
+        eq, one_of = self.eq, self.one_of
+        return (
+            None if eq is None else _value_key(eq),
+            None if one_of is None else tuple(map(_value_key, one_of)),
+            self.lt,
+            self.le,
+            self.gt,
+            self.ge,
+            self.prefix,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self is other or self._key() == other._key()
+
+    def __hash__(self) -> int:
+        # The fields as they are: values equal by kind are equal in Python, so their hashes agree
+        # (``True`` and ``1`` share one too, and ``__eq__`` tells them apart).
+        return hash((self.eq, self.one_of, self.lt, self.le, self.gt, self.ge, self.prefix))
 
 
 def _held(value: object, where: str) -> Scalar:

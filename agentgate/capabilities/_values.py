@@ -107,6 +107,14 @@ def _same(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _value_key(value: Scalar) -> tuple[str, Scalar]:
+    """A key whose equality and hash are ``_same`` for held values (the exact plain types): the
+    value tagged with its kind, so that ``True`` and ``1`` differ and ``1`` and ``1.0`` agree (a
+    number's hash agrees with its equality across ``int`` and ``float``)."""
+    kind = type(value)
+    return ("b" if kind is bool else "s" if kind is str else "n", value)
+
+
 def _distinct(raw: Iterable[object], where: str) -> tuple[Scalar, ...]:
     """The checked values of ``raw`` in order, each kept once (``_same``: ``1`` and ``1.0`` are one
     value, ``True`` and ``1`` two).
@@ -120,8 +128,7 @@ def _distinct(raw: Iterable[object], where: str) -> tuple[Scalar, ...]:
     keys: set[tuple[str, Scalar]] = set()
     for v in raw:
         checked = _check_value(v, where)
-        kind = type(checked)
-        key = ("b" if kind is bool else "s" if kind is str else "n", checked)
+        key = _value_key(checked)
         if key not in keys:
             keys.add(key)
             values.append(checked)

@@ -920,13 +920,8 @@ def role_grant_template(policy: Policy, role: str) -> GrantTemplate:
 
 
 def _each_once(capabilities: Iterable[Capability]) -> tuple[Capability, ...]:
-    """``capabilities`` in order, each once: the same by value and by the types of the values
-    they list. ``x = 1`` and ``x = true`` compare equal (Python's ``True == 1``) yet allow
-    different calls: until review R66 a role's grant kept the first of the two only."""
-    kept: dict[tuple[Capability, tuple[type, ...]], Capability] = {}
-    for cap in capabilities:
-        listed = (
-            v for _arg, c in cap.constraints for v in ((c.eq,) if c.eq is not None else ()) + (c.one_of or ())
-        )
-        kept.setdefault((cap, tuple(map(type, listed))), cap)
-    return tuple(kept.values())
+    """``capabilities`` in order, each once. Capabilities are equal when their constraints are,
+    value by value as the algebra compares values (``Constraint``): ``x = 1`` and ``x = true`` are
+    two. Until review R66 they compared equal (Python's ``True == 1``), and a role's grant kept
+    the first of the two only."""
+    return tuple(dict.fromkeys(capabilities))

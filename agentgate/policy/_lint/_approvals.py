@@ -88,9 +88,9 @@ _Typed = tuple[tuple[str, Constraint, tuple[type, ...]], ...]
 
 def _listed_types(constraint: Constraint) -> tuple[type, ...]:
     """The types of the values ``constraint`` lists, in order: with the constraint, what keys a
-    decision about it. ``Constraint(eq=True) == Constraint(eq=1)`` (Python's ``True == 1``), yet
-    one allows a boolean and the other a number: until review R66 a decision kept for one was
-    given for the other."""
+    decision about it. Until review R66 ``Constraint(eq=True) == Constraint(eq=1)`` (Python's
+    ``True == 1``), yet one allows a boolean and the other a number: a decision kept for one was
+    given for the other. ``Constraint`` now compares values by kind too; the types stay in the key."""
     listed = ((constraint.eq,) if constraint.eq is not None else ()) + (constraint.one_of or ())
     return tuple(map(type, listed))
 
