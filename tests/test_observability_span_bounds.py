@@ -23,6 +23,7 @@ from agentgate.audit.spans import (
     get_tracer,
     invoke_agent_span,
 )
+from agentgate.authority import issue
 from agentgate.capabilities import Call
 
 sweep = test_observability.sweep  # the fixture, shared
@@ -67,9 +68,18 @@ def test_an_agents_name_reaches_its_calls_spans_within_bounds(sweep: Sweep) -> N
     """Review R56: an agent issued under a name of 20,000 characters (Gate.issue bounded no name
     but by its audit entry's size; its grant span cut it to 200) put the whole name as
     gen_ai.agent.name on every span of every one of its calls. Gate.issue now refuses such a
-    name (tests/test_gate_agent_names.py); an identity built by hand may still carry one."""
+    name (tests/test_gate_agent_names.py); an identity built by hand may still carry one, on a
+    grant made outside the Gate (since review R66 a grant Gate.issue makes binds the name it was
+    issued under, and the same grant under another name is refused: tests/test_gate_r66_granted_names.py)."""
     issued = sweep.gate.issue(sweep.keys["root"], name="a", key=sweep.keys["helper"], role="helper")
-    agent = dataclasses.replace(issued, name="a" * 20_000)
+    outside = issue(
+        sweep.keys["root"],
+        sweep.keys["helper"].public,
+        issued.chain.tip.capabilities,
+        ttl=60,
+        purpose="role helper",
+    )
+    agent = dataclasses.replace(issued, name="a" * 20_000, chain=outside)
     auth = sweep.gate.authorize(agent, Call.tool("lookup", {"id": "1"}), call_id="c1")
     assert auth.allowed
     sweep.gate.run(auth, lambda: "found 1", call_id="c1")
