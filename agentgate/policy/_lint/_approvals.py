@@ -18,6 +18,7 @@ from agentgate.capabilities import Capability, Constraint, Scalar, attenuates, i
 from agentgate.findings import Finding, Severity
 from agentgate.policy._index import _comparable, wild_ancestors
 from agentgate.policy._lint._common import (
+    _LISTED,
     INHERIT,
     OPAQUE,
     SCOPE,
@@ -81,29 +82,6 @@ class ApprovalGateBypass(LintRule):
                     rule.line,
                 )
 
-
-_Typed = tuple[tuple[str, Constraint, tuple[type, ...]], ...]
-"""Constraints by argument, each with the types of the values it lists (``_typed``)."""
-
-
-def _listed_types(constraint: Constraint) -> tuple[type, ...]:
-    """The types of the values ``constraint`` lists, in order: with the constraint, what keys a
-    decision about it. Until review R66 ``Constraint(eq=True) == Constraint(eq=1)`` (Python's
-    ``True == 1``), yet one allows a boolean and the other a number: a decision kept for one was
-    given for the other. ``Constraint`` now compares values by kind too; the types stay in the key."""
-    listed = ((constraint.eq,) if constraint.eq is not None else ()) + (constraint.one_of or ())
-    return tuple(map(type, listed))
-
-
-def _typed(constraints: tuple[tuple[str, Constraint], ...]) -> _Typed:
-    """``constraints`` with the types each lists (``_listed_types``): a key that tells ``x = 1``
-    from ``x = true``."""
-    return tuple((arg, c, _listed_types(c)) for arg, c in constraints)
-
-
-_LISTED = 20
-"""How many sibling tools an ``approval_gate_bypass`` finding names before "and N more": a
-policy of G gates, K rules and T tools may open G x K paths of T tools each."""
 
 _Kinds = dict[tuple[str | None, ...], tuple[Mapping[str, Argument], list[str]]]
 """Sibling tools that take the same arguments, by the types they declare for the arguments a
@@ -281,7 +259,7 @@ def _paths_around(
     # other gate stops depends on the gate, not on the rule: found once for each kind. Until
     # review R65b each sibling was looked at for each rule of each gate (a 215 KB policy of
     # 1,000 gates, 1,000 tools and 64 rules on their pattern did not lint in 200 s).
-    admits: dict[tuple[_Typed, tuple[str | None, ...]], bool] = {}
+    admits: dict[tuple[tuple[tuple[str, Constraint], ...], tuple[str | None, ...]], bool] = {}
     opened: dict[tuple[str, tuple[str, ...], tuple[str | None, ...]], list[str]] = {}
     stops: dict[str, bool] = {}  # another gate on a sibling -> whether it stops every call this one does
     stopped = dict(conditions)
@@ -292,11 +270,10 @@ def _paths_around(
         if key not in kinds:
             kinds[key] = _sibling_kinds(policy, by_pattern.get(pattern, ()), constrained, looked_at)
         found: list[list[str]] = []
-        typed = _typed(constraints)
         for types, (args, members) in kinds[key].items():
-            admitted = admits.get((typed, types))
+            admitted = admits.get((constraints, types))
             if admitted is None:
-                admitted = admits[typed, types] = _admits_gated_call(constraints, conditions, args)
+                admitted = admits[constraints, types] = _admits_gated_call(constraints, conditions, args)
             if not admitted:
                 continue
             paths = opened.get((pattern, constrained, types))
@@ -345,14 +322,13 @@ def _within(inner: Constraint, outer: Constraint) -> bool:
     listed = ((inner.eq,) if inner.eq is not None else ()) + (inner.one_of or ())
     if any(inner.allows(v) and not outer.allows(v) for v in listed):
         return False
-    return _attenuates_within(inner, outer, _listed_types(inner), _listed_types(outer))
+    return _attenuates_within(inner, outer)
 
 
 @functools.lru_cache(maxsize=4096)
-def _attenuates_within(
-    inner: Constraint, outer: Constraint, _inner_types: tuple[type, ...], _outer_types: tuple[type, ...]
-) -> bool:
-    """``_within``, decided by ``attenuates`` (kept by the constraints and the types they list)."""
+def _attenuates_within(inner: Constraint, outer: Constraint) -> bool:
+    """``_within``, decided by ``attenuates`` (kept by the constraints, which tell ``x = 1`` from
+    ``x = true`` since review R66)."""
     return attenuates(
         Capability("tool:x", "invoke", (("v", outer),)), Capability("tool:x", "invoke", (("v", inner),))
     )
@@ -394,13 +370,8 @@ def _condition_may_hold(admitted: Constraint, condition: Constraint, kind: str) 
     return typed is not None and intersects(admitted, typed)
 
 
-def _of_type(constraint: Constraint, kind: str) -> Constraint | None:
-    """``_of_type_kept``, kept by the constraint and the types it lists."""
-    return _of_type_kept(constraint, kind, _listed_types(constraint))
-
-
 @functools.lru_cache(maxsize=8192)
-def _of_type_kept(constraint: Constraint, kind: str, _types: tuple[type, ...]) -> Constraint | None:
+def _of_type(constraint: Constraint, kind: str) -> Constraint | None:
     """The values of the declared ``kind`` that ``constraint`` allows, as a constraint, or ``None``
     when there is none. Integers are the whole numbers within the bounds, closed, so that two
     such constraints intersect exactly when an integer satisfies both. A side whose integer bound
@@ -550,8 +521,8 @@ class ApprovalUnreachable(LintRule):
                     )
 
 
-_Shape = tuple[_Typed, tuple[tuple[str, str], ...]]
-"""A rule's constraints (``_typed``) and the declared arguments (name, type) of a tool it reaches: what
+_Shape = tuple[tuple[tuple[str, Constraint], ...], tuple[tuple[str, str], ...]]
+"""A rule's constraints and the declared arguments (name, type) of a tool it reaches: what
 ``_admits_gated_call`` reads of the pair."""
 
 _Calls = tuple[list[tuple[_Shape, dict[str, RuleRef]]], dict[str, list[int]]]
@@ -573,15 +544,16 @@ def _calls_held(policy: Policy, principal: str, by_pattern: Mapping[str, Sequenc
     shapes: list[tuple[_Shape, dict[str, RuleRef]]] = []
     # By constraints, then by arguments: a rule's constraints are looked up once, not once for
     # each tool it reaches (a constraint's hash is not cached).
-    found: dict[_Typed, dict[tuple[tuple[str, str], ...], dict[str, RuleRef]]] = {}
+    found: dict[
+        tuple[tuple[str, Constraint], ...], dict[tuple[tuple[str, str], ...], dict[str, RuleRef]]
+    ] = {}
     for role in policy.principal_roles(principal):
         for rule in policy.rules.get(role, ()):
             cap = rule.capability
             if cap.action not in ("*", "invoke") or not cap.resource.startswith("tool:"):
                 continue
             reached = by_pattern.get(cap.resource, ()) if cap.resource.endswith("*") else (cap.resource,)
-            typed = _typed(cap.constraints)
-            by_args = found.setdefault(typed, {})
+            by_args = found.setdefault(cap.constraints, {})
             for tool in reached:
                 args = declared.get(tool)
                 if args is None:
@@ -589,7 +561,7 @@ def _calls_held(policy: Policy, principal: str, by_pattern: Mapping[str, Sequenc
                 held = by_args.get(args)
                 if held is None:
                     held = by_args[args] = {}
-                    shapes.append(((typed, args), held))
+                    shapes.append(((cap.constraints, args), held))
                 held.setdefault(tool, rule)
     reaching: dict[str, list[int]] = {}
     for position, (_shape, held_on) in enumerate(shapes):
@@ -615,15 +587,17 @@ def _gated_call_held(
     for position in positions:
         (constraints, args), reached = shapes[position]
         hit = reached.keys() & gated  # by the smaller of the two
-        if hit and _admits_shape(constraints, _typed(conditions), args):
+        if hit and _admits_shape(constraints, conditions, args):
             return reached[min(hit)]
     return None
 
 
 @functools.lru_cache(maxsize=4096)
-def _admits_shape(constraints: _Typed, conditions: _Typed, args: tuple[tuple[str, str], ...]) -> bool:
+def _admits_shape(
+    constraints: tuple[tuple[str, Constraint], ...],
+    conditions: tuple[tuple[str, Constraint], ...],
+    args: tuple[tuple[str, str], ...],
+) -> bool:
     """``_admits_gated_call`` for a rule's ``constraints`` on a tool declaring ``args``."""
     declared = {a: Argument(type=t) for a, t in args}  # type: ignore[arg-type]
-    return _admits_gated_call(
-        tuple((a, c) for a, c, _ in constraints), tuple((a, c) for a, c, _ in conditions), declared
-    )
+    return _admits_gated_call(constraints, conditions, declared)

@@ -71,7 +71,9 @@ def _quoted(name: str) -> str:
 
 
 _LISTED = 20
-"""How many names a finding lists before "and N more" (as a load error lists names)."""
+"""How many names a finding lists before "and N more" (as a load error lists names): the tools
+lacking an argument, the sibling tools of an ``approval_gate_bypass`` (a policy of G gates, K
+rules and T tools may open G x K paths of T tools each)."""
 
 
 def _listed(names: Sequence[str]) -> str:
