@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from test_broker import FakeClock
+
 from agentgate.dispatch.broker import (
     Broker,
     CheckpointNotice,
@@ -12,14 +14,6 @@ from agentgate.dispatch.broker import (
     TimedOut,
     synthetic_topology,
 )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_no_lease_is_preempted_whose_grace_ends_as_the_preemptors_wait_does() -> None:

@@ -5,17 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from test_broker import FakeClock
 
 from agentgate.dispatch.broker import Broker, BrokerSnapshot, GangRequest, TenantQuota, synthetic_topology
 from agentgate.errors import BrokerError, LeaseLost
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Journal:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from test_broker import FakeClock
+
 from agentgate.dispatch.broker import (
     Broker,
     GangRequest,
@@ -11,15 +13,6 @@ from agentgate.dispatch.broker import (
     WorkloadHint,
     synthetic_topology,
 )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
 
 SUBMITTED, WAIT = 0.7, 0.1
 """A submission time and a wait whose float sum, less the submission time, is below the wait:

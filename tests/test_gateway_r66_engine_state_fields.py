@@ -16,12 +16,12 @@ decided and reserved). Over real HTTP on 127.0.0.1, with the counting hostile ba
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import test_gateway_r66_output_limit_fields
 from test_gateway_end_to_end import _body
-from test_gateway_hostile_backends import Env, _gateway, _in_service
+from test_gateway_hostile_backends import Env, _in_service
 from test_gateway_r66_output_limit_fields import _Counting
 
 STEERING = [
@@ -43,17 +43,8 @@ STEERING = [
 ]
 
 
-@pytest.fixture(scope="module")
-def counting() -> Iterator[_Counting]:
-    backend = _Counting()
-    yield backend
-    backend.close()
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, counting: _Counting) -> Iterator[Env]:
-    with _gateway(tmp_path_factory.mktemp("r66-steering"), counting) as made:
-        yield made
+counting = test_gateway_r66_output_limit_fields.counting  # the fixtures, shared: a module's own instances
+env = test_gateway_r66_output_limit_fields.env
 
 
 @pytest.mark.parametrize("stream", [False, True])

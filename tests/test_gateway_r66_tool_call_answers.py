@@ -8,27 +8,18 @@ OpenAI send ``"content": null``). Over real HTTP on 127.0.0.1, with ``test_gatew
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
+import test_gateway_r57_streams
 from test_gateway_end_to_end import _body
-from test_gateway_hostile_backends import Env, _gateway, _in_service, _settled
+from test_gateway_hostile_backends import Env, _in_service, _settled
 from test_gateway_r57_streams import Chattering
 
 _CALL = {"id": "0", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
 
 
-@pytest.fixture(scope="module")
-def chattering() -> Iterator[Chattering]:
-    backend = Chattering()
-    yield backend
-    backend.close()
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, chattering: Chattering) -> Iterator[Env]:
-    with _gateway(tmp_path_factory.mktemp("r66-tools"), chattering) as made:
-        yield made
+chattering = test_gateway_r57_streams.chattering  # the fixtures, shared: a module's own instances
+env = test_gateway_r57_streams.env
 
 
 @pytest.mark.parametrize(

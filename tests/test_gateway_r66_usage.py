@@ -9,26 +9,16 @@ a given JSON answer."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
+import test_gateway_r57_streams
 from test_gateway_end_to_end import _body
-from test_gateway_hostile_backends import RESERVED, Env, _chunk, _gateway, _in_service, _settled
+from test_gateway_hostile_backends import RESERVED, Env, _chunk, _in_service, _settled
 from test_gateway_r57_charges import _tokens_counted
 from test_gateway_r57_streams import Chattering
 
-
-@pytest.fixture(scope="module")
-def chattering() -> Iterator[Chattering]:
-    backend = Chattering()
-    yield backend
-    backend.close()
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, chattering: Chattering) -> Iterator[Env]:
-    with _gateway(tmp_path_factory.mktemp("r66"), chattering) as made:
-        yield made
+chattering = test_gateway_r57_streams.chattering  # the fixtures, shared: a module's own instances
+env = test_gateway_r57_streams.env
 
 
 def _usage(prompt: int, completion: int) -> bytes:

@@ -12,19 +12,11 @@ rejected, as it does a request past the KV capacity.
 from __future__ import annotations
 
 import pytest
+from test_sim_trace_loaders import _SendAll
 
 from agentgate.errors import InputError
-from agentgate.sim import LLAMA_8B_H100, Engine, EngineConfig, Send, SimRequest, replay
+from agentgate.sim import LLAMA_8B_H100, Engine, EngineConfig, SimRequest, replay
 from agentgate.sim.traces import TraceRequest
-
-
-class _SendAll:
-    def route(self, request: TraceRequest, now: float) -> Send:
-        return Send("b")
-
-    def first_token(self, backend: str, request: TraceRequest, now: float) -> None: ...
-    def finished(self, backend: str, request: TraceRequest, now: float) -> None: ...
-    def observe(self, backend: str, metrics: object, now: float) -> None: ...
 
 
 def test_an_empty_prompt_is_refused_when_added() -> None:

@@ -14,20 +14,11 @@ import threading
 from typing import Any
 
 import pytest
+from test_sim_trace_loaders import _SendAll
 
 from agentgate.errors import InputError
-from agentgate.sim import LLAMA_8B_H100, PROFILES, Engine, Send, replay
+from agentgate.sim import LLAMA_8B_H100, PROFILES, Engine, replay
 from agentgate.sim.traces import TraceRequest
-
-
-class _SendAll:
-    def route(self, request: TraceRequest, now: float) -> Send:
-        return Send("b")
-
-    def first_token(self, backend: str, request: TraceRequest, now: float) -> None: ...
-    def finished(self, backend: str, request: TraceRequest, now: float) -> None: ...
-    def observe(self, backend: str, metrics: object, now: float) -> None: ...
-
 
 _BAD = [
     ("base_s", float("nan")),

@@ -11,23 +11,15 @@ cut finer than its engine was served as cached far past the prefix its prompts s
 from __future__ import annotations
 
 import pytest
+from test_sim_trace_loaders import _SendAll
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.baselines import MooncakeRouter
 from agentgate.dispatch.inventory import Inventory
 from agentgate.errors import InputError
-from agentgate.sim import LLAMA_8B_H100, Engine, EngineConfig, Send, replay
+from agentgate.sim import LLAMA_8B_H100, Engine, EngineConfig, replay
 from agentgate.sim.routing import PolicyDispatcher
 from agentgate.sim.traces import MOONCAKE_BLOCK_TOKENS, TraceRequest, chain_hashes
-
-
-class _SendAll:
-    def route(self, request: TraceRequest, now: float) -> Send:
-        return Send("b")
-
-    def first_token(self, backend: str, request: TraceRequest, now: float) -> None: ...
-    def finished(self, backend: str, request: TraceRequest, now: float) -> None: ...
-    def observe(self, backend: str, metrics: object, now: float) -> None: ...
 
 
 def _two_sharing_one_block(block_tokens: int) -> list[TraceRequest]:

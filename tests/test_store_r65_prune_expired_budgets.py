@@ -68,22 +68,28 @@ def _steps_to_prune(tmp_path: Path, name: str, budgets: int, kept: int) -> int:
     try:
         ledger = _opened(store)
         _fill(store, budgets, kept)
-        steps = 0
-
-        def count() -> int:
-            nonlocal steps
-            steps += 1
-            return 0
-
-        with store.transaction() as tx:
-            tx._conn.set_progress_handler(count, 1000)  # type: ignore[attr-defined]
-            try:
-                assert ledger.prune_expired(time.time(), tx=tx) == budgets
-            finally:
-                tx._conn.set_progress_handler(None, 0)  # type: ignore[attr-defined]
-        return steps
+        return pruning_steps(store, ledger, budgets)
     finally:
         store.close()
+
+
+def pruning_steps(store: SQLiteStore, ledger: BudgetLedger, budgets: int) -> int:
+    """SQLite virtual machine steps (in thousands) of ``ledger.prune_expired`` on ``store``,
+    which must prune ``budgets`` budgets."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    with store.transaction() as tx:
+        tx._conn.set_progress_handler(count, 1000)  # type: ignore[attr-defined]
+        try:
+            assert ledger.prune_expired(time.time(), tx=tx) == budgets
+        finally:
+            tx._conn.set_progress_handler(None, 0)  # type: ignore[attr-defined]
+    return steps
 
 
 def test_pruning_expired_budgets_grows_with_the_rows_not_their_product(tmp_path: Path) -> None:

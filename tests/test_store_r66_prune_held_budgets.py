@@ -8,6 +8,8 @@ import secrets
 import time
 from pathlib import Path
 
+from test_store_r65_prune_expired_budgets import pruning_steps
+
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.grants import GrantRepository
 from agentgate.store.ledger import BudgetLedger
@@ -77,20 +79,7 @@ def _steps_to_prune(tmp_path: Path, name: str, budgets: int, held: int) -> int:
     try:
         ledger = _opened(store)
         _fill(store, budgets, _others(held))
-        steps = 0
-
-        def count() -> int:
-            nonlocal steps
-            steps += 1
-            return 0
-
-        with store.transaction() as tx:
-            tx._conn.set_progress_handler(count, 1000)  # type: ignore[attr-defined]
-            try:
-                assert ledger.prune_expired(time.time(), tx=tx) == budgets
-            finally:
-                tx._conn.set_progress_handler(None, 0)  # type: ignore[attr-defined]
-        return steps
+        return pruning_steps(store, ledger, budgets)
     finally:
         store.close()
 
