@@ -21,18 +21,29 @@ ORIGIN = "r66.example/audit"
 TOO_LARGE = "more than 18446744073709551615 (2**64-1), the most the C2SP tlog formats allow"
 
 
-@pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, str]:
-    """A log of 3 entries with a checkpoint, its public key in log.pub; the checkpoint's root line
-    and the proof of entry 1."""
+def audit_cli_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point the ``audit`` verbs at the store ``tmp_path/agentgate.db`` (log origin ``ORIGIN``),
+    run from ``tmp_path``."""
     monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
     monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
     monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "agentgate.db"))
     monkeypatch.chdir(tmp_path)
+
+
+def allows(log: AuditLog, n: int) -> None:
+    """Append ``n`` allow entries to ``log``."""
+    for i in range(n):
+        log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": i})
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, str]:
+    """A log of 3 entries with a checkpoint, its public key in log.pub; the checkpoint's root line
+    and the proof of entry 1."""
+    audit_cli_on(tmp_path, monkeypatch)
     with SQLiteStore(tmp_path / "agentgate.db") as store:
         log = AuditLog(store, KEY, ORIGIN)
-        for i in range(3):
-            log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": i})
+        allows(log, 3)
         note = log.checkpoint()
         bundle = log.prove(1).text()
     (tmp_path / "log.pub").write_text(KEY.public.did + "\n")

@@ -10,6 +10,7 @@ import multiprocessing
 from pathlib import Path
 
 import pytest
+from test_audit_r66_checkpoint_lines import ORIGIN, allows, audit_cli_on
 
 from agentgate.cli.main import main
 from agentgate.keys import SigningKey, save_key
@@ -17,14 +18,11 @@ from agentgate.store import SQLiteStore
 from agentgate.store.audit import AuditLog
 
 KEY = SigningKey(b"\x68" * 32)
-ORIGIN = "r66.example/audit"
 
 
 def _log(path: Path, n: int) -> None:
     with SQLiteStore(path) as store:
-        log = AuditLog(store, KEY, ORIGIN)
-        for i in range(n):
-            log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": i})
+        allows(AuditLog(store, KEY, ORIGIN), n)
 
 
 def _checkpoint_when_both_are_ready(path: str, ready: multiprocessing.synchronize.Barrier) -> None:
@@ -62,10 +60,7 @@ def test_two_checkpoint_runs_at_one_size_store_only_the_same_note(tmp_path: Path
 @pytest.fixture
 def copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A log of 5 entries whose one checkpoint row was copied (an INSERT the triggers allow)."""
-    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
-    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
-    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "agentgate.db"))
-    monkeypatch.chdir(tmp_path)
+    audit_cli_on(tmp_path, monkeypatch)
     _log(tmp_path / "agentgate.db", 5)
     with SQLiteStore(tmp_path / "agentgate.db") as store:
         AuditLog(store, KEY, ORIGIN).checkpoint()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_audit_r66_checkpoint_lines import ORIGIN, allows, audit_cli_on
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.audit.merkle import leaf_hash
@@ -16,21 +17,16 @@ from agentgate.store import SQLiteStore
 from agentgate.store.audit import AuditLog
 
 KEY = SigningKey(b"\x67" * 32)
-ORIGIN = "r66.example/audit"
 
 
 @pytest.fixture
 def tampered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A log of 4 entries with a checkpoint, whose entry 2 was then edited past the triggers with
     its leaf hash rewritten to match (only the signed checkpoint can tell)."""
-    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
-    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
-    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "agentgate.db"))
-    monkeypatch.chdir(tmp_path)
+    audit_cli_on(tmp_path, monkeypatch)
     with SQLiteStore(tmp_path / "agentgate.db") as store:
         log = AuditLog(store, KEY, ORIGIN)
-        for i in range(4):
-            log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": i})
+        allows(log, 4)
         log.checkpoint()
         edited = AuditEntry.from_bytes(log.entry_bytes(2)).model_copy(update={"kind": "deny"}).to_bytes()
         with store.transaction() as tx:

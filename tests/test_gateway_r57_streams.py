@@ -6,6 +6,7 @@ names what was wrong.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -47,6 +48,15 @@ class Chattering(Hostile):
         self.json_answer = b""
         self.cut = threading.Event()
         self.ran_out = threading.Event()
+
+    @contextlib.contextmanager
+    def answering(self, mode: str) -> Iterator[None]:
+        """Answer in ``mode`` inside the block, then as a healthy backend (``ok``) again."""
+        self.mode = mode
+        try:
+            yield
+        finally:
+            self.mode = "ok"
 
     async def _answer(self, w: asyncio.StreamWriter, r: asyncio.StreamReader, stream: bool) -> bool:
         if self.mode == "json" and not stream:
@@ -104,12 +114,9 @@ def test_a_stream_of_deltas_without_text_does_not_hold_the_call_past_its_idle_li
     chattering.cut.clear()
     chattering.ran_out.clear()
     chattering.tick = TEXTLESS[tick]
-    chattering.mode = "chatter"
     spent, count = env.spent(), len(env.outcomes())
-    try:
+    with chattering.answering("chatter"):
         answer = env.post(_body(stream=True))
-    finally:
-        chattering.mode = "ok"
     assert answer.status_code == 200, answer.text
     events = [line for line in answer.text.splitlines() if line.startswith("data: ")]
     assert "[DONE]" not in answer.text and '"backend_failed"' in events[-1], answer.text[-300:]
@@ -146,12 +153,9 @@ def test_output_streamed_after_the_usage_reported_is_charged_its_reservation(
     """
     _in_service(env)
     chattering.script = STALE_USAGE[script]
-    chattering.mode = "script"
     spent, count = env.spent(), len(env.outcomes())
-    try:
+    with chattering.answering("script"):
         answer = env.post(_body(stream=True))
-    finally:
-        chattering.mode = "ok"
     assert answer.status_code == 200, answer.text
     assert answer.text.count('"content":"a"') + answer.text.count('"content":"b"') >= 5, answer.text
     outcomes = _settled(env, count + 1)
@@ -166,12 +170,9 @@ def test_a_usage_reported_after_the_output_is_what_is_charged(env: Env, chatteri
     _in_service(env)
     usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}\n\n'
     chattering.script = _ZERO_USAGE + _chunk("a") * 5 + usage + b"data: [DONE]\n\n"
-    chattering.mode = "script"
     spent, count = env.spent(), len(env.outcomes())
-    try:
+    with chattering.answering("script"):
         answer = env.post(_body(stream=True))
-    finally:
-        chattering.mode = "ok"
     assert answer.status_code == 200 and answer.text.rstrip().endswith("data: [DONE]"), answer.text
     assert _settled(env, count + 1)[-1].status == "ok"
     assert env.spent() == spent + 7
@@ -198,12 +199,9 @@ def test_a_json_answer_with_a_choice_that_is_not_a_choice_is_a_backend_failure(
     """
     _in_service(env)
     chattering.json_answer = json.dumps({"id": "c", "choices": ODD_CHOICES[odd], "usage": _USAGE}).encode()
-    chattering.mode = "json"
     spent, count = env.spent(), len(env.outcomes())
-    try:
+    with chattering.answering("json"):
         answer = env.post(_body())
-    finally:
-        chattering.mode = "ok"
     assert answer.status_code in (502, 503), (answer.status_code, answer.text)
     assert answer.json()["error"]["code"] in ("backend_failed", "no_backend"), answer.text
     assert _settled(env, count + 1)[-1].status == "error"
@@ -221,12 +219,9 @@ def test_a_streamed_event_with_a_choice_that_is_not_a_choice_ends_the_stream_in_
     _in_service(env)
     event = b'data: {"choices":[{"index":0,"delta":{"content":"b"}},' + odd.encode() + b"]}\n\n"
     chattering.script = _chunk("a") + event + b"data: [DONE]\n\n"
-    chattering.mode = "script"
     spent, count = env.spent(), len(env.outcomes())
-    try:
+    with chattering.answering("script"):
         answer = env.post(_body(stream=True))
-    finally:
-        chattering.mode = "ok"
     assert answer.status_code == 200, answer.text
     events = [line for line in answer.text.splitlines() if line.startswith("data: ")]
     assert '"backend_failed"' in events[-1] and '"b"' not in answer.text, answer.text

@@ -41,12 +41,9 @@ def test_a_tool_call_answer_without_content_is_served_and_charged_its_usage(
     choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
     usage = {"prompt_tokens": 3, "completion_tokens": 4}
     chattering.json_answer = json.dumps({"id": "c", "choices": [choice], "usage": usage}).encode()
-    chattering.mode = "json"
     spent, count = env.spent(), len(env.outcomes())
-    try:
+    with chattering.answering("json"):
         answer = env.post(_body())
-    finally:
-        chattering.mode = "ok"
     assert answer.status_code == 200, answer.text
     assert answer.json()["choices"][0]["message"]["tool_calls"] == [_CALL]
     assert _settled(env, count + 1)[-1].status == "ok"

@@ -51,12 +51,9 @@ def test_a_streamed_usage_that_cannot_count_the_answer_is_charged_the_reservatio
     is passed on whole."""
     _in_service(env)
     chattering.script = UNCOUNTED[script]
-    chattering.mode = "script"
     spent, count = env.spent(), len(env.outcomes())
-    try:
+    with chattering.answering("script"):
         answer = env.post(_body(stream=True))
-    finally:
-        chattering.mode = "ok"
     assert answer.status_code == 200 and answer.text.rstrip().endswith("data: [DONE]"), answer.text[-300:]
     outcomes = _settled(env, count + 1)
     assert "charged as reserved" in " ".join(outcomes[-1].reasons), outcomes[-1]
@@ -69,12 +66,9 @@ def test_a_usage_said_again_higher_is_charged(env: Env, chattering: Chattering) 
     and one that counts the answer it came with, is charged as reported."""
     _in_service(env)
     chattering.script = _usage(3, 0) + _chunk("a") * 5 + _usage(3, 2) + _usage(3, 4) + _DONE
-    chattering.mode = "script"
     spent, count = env.spent(), len(env.outcomes())
-    try:
+    with chattering.answering("script"):
         answer = env.post(_body(stream=True))
-    finally:
-        chattering.mode = "ok"
     assert answer.status_code == 200, answer.text
     assert _settled(env, count + 1)[-1].status == "ok"
     assert env.spent() == spent + 7
@@ -98,12 +92,9 @@ def test_a_json_answer_whose_usage_cannot_count_it_is_charged_the_reservation(
     counter count that usage (as it counts none a stream's charge did not read)."""
     _in_service(env)
     chattering.json_answer = _answer(content, completion)
-    chattering.mode = "json"
     spent, count, counted = env.spent(), len(env.outcomes()), _tokens_counted(env)
-    try:
+    with chattering.answering("json"):
         answer = env.post(_body())
-    finally:
-        chattering.mode = "ok"
     assert answer.status_code == 200, answer.text
     assert answer.json()["choices"][0]["message"]["content"] == content
     outcomes = _settled(env, count + 1)
@@ -117,12 +108,9 @@ def test_a_json_answer_whose_usage_counts_it_is_charged_that_usage(env: Env, cha
     """The rule's other side: an answer's usage that can count it is what is charged."""
     _in_service(env)
     chattering.json_answer = _answer("hello", 2)
-    chattering.mode = "json"
     spent, count, counted = env.spent(), len(env.outcomes()), _tokens_counted(env)
-    try:
+    with chattering.answering("json"):
         answer = env.post(_body())
-    finally:
-        chattering.mode = "ok"
     assert answer.status_code == 200, answer.text
     assert _settled(env, count + 1)[-1].status == "ok"
     assert env.spent() == spent + 5

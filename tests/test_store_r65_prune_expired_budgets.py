@@ -7,7 +7,7 @@ import secrets
 import time
 from pathlib import Path
 
-from agentgate.store import SQLiteStore, Store
+from agentgate.store import SQLiteStore, Store, Transaction
 from agentgate.store.grants import GrantRepository
 from agentgate.store.ledger import BudgetLedger
 
@@ -19,17 +19,8 @@ def _fill(store: Store, budgets: int, kept: int, held: list[str] | None = None) 
     """``budgets`` expired grants with a budget row each, ``kept`` settled reservations that a
     prune keeps (settled later than any cut), and a reservation still held against each grant
     of ``held``; the expired grants' ids."""
-    gids = [secrets.token_hex(32) for _ in range(budgets)]
     with store.transaction() as tx:
-        tx.executemany(
-            "INSERT INTO agentgate_grants (id, parent, issuer, audience, expires, recorded_at, token) "
-            "VALUES (?, NULL, 'did:key:z', 'did:key:y', ?, ?, 'token')",
-            [(g, _LONG_AGO, _LONG_AGO) for g in gids],
-        )
-        tx.executemany(
-            "INSERT INTO budget_ledger (grant_id, cap, remaining, spent) VALUES (?, 100, 90, 10)",
-            [(g,) for g in gids],
-        )
+        gids = expired_budgets(tx, budgets)
         rows = [
             (secrets.token_hex(16), json.dumps([secrets.token_hex(32)]), "committed", _RECENT)
             for _ in range(kept)
@@ -42,6 +33,21 @@ def _fill(store: Store, budgets: int, kept: int, held: list[str] | None = None) 
             "INSERT INTO budget_reservations (id, chain, amount, state, created, settled) VALUES (?, ?, 1, ?, ?, ?)",
             [(rid, chain, state, _RECENT, settled) for rid, chain, state, settled in rows],
         )
+    return gids
+
+
+def expired_budgets(tx: Transaction, budgets: int) -> list[str]:
+    """Write ``budgets`` grants that expired long ago, each with a budget row; their ids."""
+    gids = [secrets.token_hex(32) for _ in range(budgets)]
+    tx.executemany(
+        "INSERT INTO agentgate_grants (id, parent, issuer, audience, expires, recorded_at, token) "
+        "VALUES (?, NULL, 'did:key:z', 'did:key:y', ?, ?, 'token')",
+        [(g, _LONG_AGO, _LONG_AGO) for g in gids],
+    )
+    tx.executemany(
+        "INSERT INTO budget_ledger (grant_id, cap, remaining, spent) VALUES (?, 100, 90, 10)",
+        [(g,) for g in gids],
+    )
     return gids
 
 

@@ -8,40 +8,21 @@ import secrets
 import time
 from pathlib import Path
 
-from test_store_r65_prune_expired_budgets import pruning_steps
+from test_store_r65_prune_expired_budgets import _RECENT, _opened, expired_budgets, pruning_steps
 
 from agentgate.store import SQLiteStore, Store
-from agentgate.store.grants import GrantRepository
-from agentgate.store.ledger import BudgetLedger
-
-_LONG_AGO = int(time.time()) - 90 * 86400
-_RECENT = "2999-01-01T00:00:00.000000Z"
 
 
 def _fill(store: Store, budgets: int, chains: list[str]) -> list[str]:
     """``budgets`` expired grants with a budget row each, and a reservation still held for each
     chain text of ``chains``; the expired grants' ids."""
-    gids = [secrets.token_hex(32) for _ in range(budgets)]
     with store.transaction() as tx:
-        tx.executemany(
-            "INSERT INTO agentgate_grants (id, parent, issuer, audience, expires, recorded_at, token) "
-            "VALUES (?, NULL, 'did:key:z', 'did:key:y', ?, ?, 'token')",
-            [(g, _LONG_AGO, _LONG_AGO) for g in gids],
-        )
-        tx.executemany(
-            "INSERT INTO budget_ledger (grant_id, cap, remaining, spent) VALUES (?, 100, 90, 10)",
-            [(g,) for g in gids],
-        )
+        gids = expired_budgets(tx, budgets)
         tx.executemany(
             "INSERT INTO budget_reservations (id, chain, amount, state, created) VALUES (?, ?, 1, 'reserved', ?)",
             [(secrets.token_hex(16), chain, _RECENT) for chain in chains],
         )
     return gids
-
-
-def _opened(store: Store) -> BudgetLedger:
-    GrantRepository(store).close()
-    return BudgetLedger(store)
 
 
 def _others(count: int) -> list[str]:
