@@ -272,8 +272,9 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         share = self.shares.get(tenant) or self.config.tenant_share(tenant)
         queue.move(waiter, priority.rank, priority.name, priority.weight, share.weight, back=True)
 
-    def has_room(self, call: ToolCall, limits: ToolLimits) -> bool:
-        """Can ``call`` start now? Takes the rate token when it can (so: call once, then start)."""
+    def has_room(self, call: ToolCall, limits: ToolLimits, *, take: bool = True) -> bool:
+        """Can ``call`` start now? Takes the rate token when it can (so: call once, then start);
+        ``take=False`` only asks, the token left in the bucket."""
         config = self.config
         if config.max_concurrency is not None and self.in_flight >= config.max_concurrency:
             return False
@@ -283,7 +284,10 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             self._tenant_blocked(call.tenant) or self._agent_blocked(call.tenant, call.principal)
         ):
             return False
-        return limits.rate is None or self._bucket(call.tool, limits).try_take()
+        if limits.rate is None:
+            return True
+        bucket = self._bucket(call.tool, limits)
+        return bucket.try_take() if take else bucket.wait_s() == 0.0
 
     def holding_back(self, waiter: Waiter) -> str:
         """What keeps ``waiter``'s call waiting now, in words, for the error of a call whose

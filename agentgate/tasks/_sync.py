@@ -160,7 +160,8 @@ class _HeldInterrupt:
     needed (not held; another thread), so ``release`` may be called on every way out.
 
     Cost: two ``signal.signal`` calls (a ``sigaction`` each) per hold on the main thread, twice
-    per attempt (its admission, its release) and once more at a keyed call's end; nothing on
+    per attempt (its admission, its release) and once more at a keyed call's start and at its
+    end (a call joined to a twin: at its end only when it leaves by an error); nothing on
     other threads, where sync tools run under LangGraph and in servers.
     """
 
@@ -359,29 +360,37 @@ class SyncScheduler:
         core = self.scheduler
         results = core._results
         mine: _Twin | None = None  # set with its entry in ``_twins``: no signal lands between the two
+        twin: _Twin | None = None  # the running twin this call joined, its class among its callers
         interrupts = _HeldInterrupt()  # made here: a Ctrl-C may land as a function begins
         try:
-            with self._lock:
-                if call.reuse_result and key in results:
-                    results.move_to_end(key)
-                    core.metrics.event("reused", call.tool, {"agentgate.joined": False})
-                    return results[key]  # type: ignore[no-any-return]
-                twin = self._twins.get(key)
-                if twin is None:
-                    mine = self._twins[key] = _Twin(priority)
-                else:
-                    core.metrics.event("reused", call.tool, {"agentgate.joined": True})
-                    twin.callers.append(priority)
-                    if priority.rank < twin.priority.rank:
-                        # This call waits for the twin: the twin waits for a slot at this call's class.
-                        twin.priority = priority
-                        if twin.waiter is not None:
-                            core.shared.hasten(twin.waiter, priority)
-                    if twin.finished is None:
-                        twin.finished = threading.Event()
-                    joined = twin.finished
+            # Held while the call registers (its own twin, or its class among a twin's callers):
+            # a Ctrl-C lands after, where the ``except`` below takes the registration back.
+            interrupts.hold()
+            try:
+                with self._lock:
+                    if call.reuse_result and key in results:
+                        results.move_to_end(key)
+                        core.metrics.event("reused", call.tool, {"agentgate.joined": False})
+                        return results[key]  # type: ignore[no-any-return]
+                    running = self._twins.get(key)
+                    if running is None:
+                        mine = self._twins[key] = _Twin(priority)
+                    else:
+                        core.metrics.event("reused", call.tool, {"agentgate.joined": True})
+                        running.callers.append(priority)
+                        twin = running
+                        if priority.rank < twin.priority.rank:
+                            # This call waits for the twin: the twin waits for a slot at this call's class.
+                            twin.priority = priority
+                            if twin.waiter is not None:
+                                core.shared.hasten(twin.waiter, priority)
+                        if twin.finished is None:
+                            twin.finished = threading.Event()
+                        joined = twin.finished
+            finally:
+                interrupts.release()
             if twin is not None:
-                return self._joined(call, key, twin, joined, priority)  # type: ignore[no-any-return]
+                return self._joined(call, twin, joined)  # type: ignore[no-any-return]
             result = self._attempts(call, fn, limits, priority, key, mine)
         except BaseException as exc:
             if mine is not None:  # until review R66 a Ctrl-C before the ``try`` left it for good
@@ -389,6 +398,13 @@ class SyncScheduler:
                     interrupts.hold()
                 finally:
                     self._twin_ended(key, mine, None, exc, False, interrupts)
+            elif twin is not None:
+                # Until review R67 a Ctrl-C after the join and before the wait left this call's
+                # class among the twin's callers (the twin waited at it for nobody).
+                try:
+                    interrupts.hold()
+                finally:
+                    self._left_twin(key, twin, priority, interrupts)
             raise
         assert mine is not None  # no twin joined: this call ran
         try:
@@ -397,20 +413,15 @@ class SyncScheduler:
             self._twin_ended(key, mine, result, None, call.reuse_result, interrupts)
         return result
 
-    def _joined(
-        self, call: ToolCall, key: str, twin: _Twin, joined: threading.Event, priority: PriorityClass
-    ) -> Any:
-        """Wait for the running ``twin`` of ``call`` (joined at ``priority``) and take its outcome."""
+    def _joined(self, call: ToolCall, twin: _Twin, joined: threading.Event) -> Any:
+        """Wait for the running ``twin`` of ``call`` and take its outcome (on every way out by an
+        error the caller, ``_keyed``, takes the call's class out of the twin's callers)."""
         core = self.scheduler
         deadline = None
         if call.deadline is not None or call.grant_expires_at is not None:
             deadline = core._deadline(call, time.monotonic())
-        try:
-            if not _wait_event(joined, deadline):
-                raise _twin_late(call)
-        except BaseException:
-            self._left_twin(key, twin, priority)
-            raise
+        if not _wait_event(joined, deadline):
+            raise _twin_late(call)
         if twin.out_of_time:
             assert twin.error is not None
             # The twin's deadline, this call's only when its own has passed too.
@@ -457,20 +468,21 @@ class SyncScheduler:
             done.set()
         interrupts.release()
 
-    def _left_twin(self, key: str, twin: _Twin, priority: PriorityClass) -> None:
+    def _left_twin(self, key: str, twin: _Twin, priority: PriorityClass, interrupts: _HeldInterrupt) -> None:
         """A call of class ``priority`` joined to ``twin`` stopped waiting for it: while ``twin``
         still runs, its attempts queue at the most urgent class among the callers still waiting
         (the first of them that came, among classes of one rank), and its waiting attempt moves
-        back to it (``SharedLimits.slow``)."""
+        back to it (``SharedLimits.slow``). Called with ``interrupts`` held (as ``_twin_ended``),
+        which it releases at its end."""
         with self._lock:
-            if self._twins.get(key) is not twin:
-                return  # it has ended meanwhile
-            twin.callers.remove(priority)
-            urgent = min(twin.callers, key=_rank)
-            if urgent != twin.priority:
-                twin.priority = urgent
-                if twin.waiter is not None:
-                    self.scheduler.shared.slow(twin.waiter, urgent)
+            if self._twins.get(key) is twin:  # else it has ended meanwhile
+                twin.callers.remove(priority)
+                urgent = min(twin.callers, key=_rank)
+                if urgent != twin.priority:
+                    twin.priority = urgent
+                    if twin.waiter is not None:
+                        self.scheduler.shared.slow(twin.waiter, urgent)
+        interrupts.release()
 
     def _attempts(
         self,
@@ -677,11 +689,10 @@ class SyncScheduler:
         shared = self.scheduler.shared
         limits = self.scheduler._limits_cache.get(call.tool) or shared.tool_limits(call.tool)
         with self._lock:
-            must_wait = bool(shared.queue.size) or not shared.has_room(call, limits)
-            if not must_wait and limits.rate is not None:
-                # has_room took a token: back, for the core's admission to take. (Until review
-                # R54 it was kept, every call took two, and a burst of 3 started one call.)
-                shared._bucket(call.tool, limits).give_back()
+            # Asked without taking the rate token, which the core's admission takes. (Until
+            # review R54 it was taken and kept: every call took two, and a burst of 3 started
+            # one call; until R67 taken and given back, and a Ctrl-C between the two lost it.)
+            must_wait = bool(shared.queue.size) or not shared.has_room(call, limits, take=False)
         if must_wait:
             _refuse_waiting_on_own_loop(shared, call)
 
