@@ -275,6 +275,18 @@ class FairQueue(Generic[T]):
         else:
             del sizes[tool]
 
+    def most_urgent_class(self, tools: Iterable[str], above: int) -> str | None:
+        """The class of the calls to one of ``tools`` waiting at the lowest rank, if it is lower
+        than ``above`` (among classes of that rank, the one made first), else None."""
+        wanted = set(tools)
+        for rank in self._order:
+            if rank >= above:
+                return None
+            root = self._ranks[rank]
+            if not wanted.isdisjoint(root.tools):
+                return next(c.key for c in root.children.values() if not wanted.isdisjoint(c.tools))
+        return None
+
     def rank_of(self, entry: Entry[T]) -> int:
         """The rank ``entry`` (still in the queue) waits at."""
         root = entry.path[0]

@@ -9,10 +9,15 @@ slot, one borrower per slot at a time, so siblings are still limited. A borrowed
 to its lender when the borrower finishes; a lender that finishes first hands the slot on to the
 borrower, which then holds it as its own, so the counts never fall below what is running.
 
-A nested call that has to wait queues at the most urgent priority class of itself and its
-ancestors of these limits (``_inherited_priority``): its ancestors hold their slots while they
-wait for it, so it waiting at a less urgent rank than theirs would hold their slots behind every
-call of the ranks between (priority inversion).
+A nested call that has to wait queues at the most urgent priority class of itself, its
+ancestors of these limits, and the calls waiting for a slot of a tool those ancestors run
+(``_inherited_priority``; ``lend_priority`` when such a call queues after it): its ancestors hold
+their slots while they wait for it, so it waiting at a less urgent rank than theirs, or than a
+call waiting for their slots, would hold those behind every call of the ranks between (priority
+inversion: until review R67 an urgent call waiting for the tool slot of a low-class call whose
+tool waited for a nested call waited behind every call of the classes between to the nested
+call's tool, under a steady load of them until its deadline). Only tool slots are followed: a
+call waiting for a global, tenant or agent slot is not (any running call may hold it).
 """
 
 from __future__ import annotations
@@ -72,6 +77,8 @@ class _Lending:
 
         def _arm(self, at: float) -> None: ...
 
+        def hasten(self, waiter: Waiter, priority: PriorityClass) -> None: ...
+
     def _inherited_priority(self, priority: PriorityClass, parent: Waiter) -> PriorityClass:
         """The class a nested call made under ``parent`` queues at: ``priority``, or the class of
         the most urgent ancestor of these limits when its rank comes first. (Until review R54 a
@@ -79,13 +86,33 @@ class _Lending:
         of an urgent class, holding its slot while it waited for the call, waited behind every
         call of the classes between.)"""
         ancestor: Waiter | None = parent
+        held_tools = []
         while ancestor is not None:
             if ancestor.owner is self:
                 held = self.config.priority_class(ancestor.call.priority)
                 if held.rank < priority.rank:
                     priority = held
+                if ancestor.limits.concurrency is not None:
+                    held_tools.append(ancestor.call.tool)
             ancestor = ancestor.parent
-        return priority
+        # Calls queued for a tool slot an ancestor holds wait for this call too (review R67).
+        waiting = self.queue.most_urgent_class(held_tools, priority.rank) if held_tools else None
+        return priority if waiting is None else self.config.priority_class(waiting)
+
+    def lend_priority(self, tool: str, priority: PriorityClass) -> None:
+        """A call of class ``priority`` queued for a slot of ``tool``: each queued nested call an
+        ancestor of which runs ``tool`` (so holds such a slot, and waits for it) moves up to
+        ``priority`` while it waits at a less urgent rank (``hasten``; review R67). It is not
+        moved back when that call leaves the queue: it stays at most until it starts."""
+        for waiter in self.nested_waiting:
+            if self.queue.rank_of(waiter) <= priority.rank:
+                continue
+            ancestor = waiter.parent
+            while ancestor is not None:
+                if ancestor.owner is self and ancestor.call.tool == tool:
+                    self.hasten(waiter, priority)
+                    break
+                ancestor = ancestor.parent
 
     def _borrow_plan(
         self, call: ToolCall, limits: ToolLimits, parent: Waiter, prefer_tool: bool = False

@@ -221,6 +221,8 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             call.tool,
         )
         waiter.queued = True
+        if self.nested_waiting and limits.concurrency is not None:
+            self.lend_priority(call.tool, priority)  # nested calls this call waits for go first
         if parent is not None:
             waiter.parent = parent
             self.nested_waiting[waiter] = None
