@@ -105,7 +105,7 @@ class _Lending:
         ``priority`` while it waits at a less urgent rank (``hasten``; review R67). It is not
         moved back when that call leaves the queue: it stays at most until it starts."""
         for waiter in self.nested_waiting:
-            if self.queue.rank_of(waiter) <= priority.rank:
+            if not waiter.alive or self.queue.rank_of(waiter) <= priority.rank:
                 continue
             ancestor = waiter.parent
             while ancestor is not None:
