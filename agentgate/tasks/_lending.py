@@ -81,7 +81,8 @@ class _Lending:
 
     def _inherited_priority(self, priority: PriorityClass, parent: Waiter) -> PriorityClass:
         """The class a nested call made under ``parent`` queues at: ``priority``, or the class of
-        the most urgent ancestor of these limits when its rank comes first. (Until review R54 a
+        the most urgent ancestor of these limits, or of the most urgent call queued for a full
+        tool an ancestor runs, when its rank comes first. (Until review R54 a
         nested call queued at its own class, the default one when its tool did not say: a parent
         of an urgent class, holding its slot while it waited for the call, waited behind every
         call of the classes between.)"""
@@ -92,18 +93,19 @@ class _Lending:
                 held = self.config.priority_class(ancestor.call.priority)
                 if held.rank < priority.rank:
                     priority = held
-                if ancestor.limits.concurrency is not None:
-                    held_tools.append(ancestor.call.tool)
+                tool, limit = ancestor.call.tool, ancestor.limits.concurrency
+                if limit is not None and self.tool_in_flight.get(tool, 0) >= limit:
+                    held_tools.append(tool)  # full: its queued calls wait for the ancestor's slot
             ancestor = ancestor.parent
         # Calls queued for a tool slot an ancestor holds wait for this call too (review R67).
         waiting = self.queue.most_urgent_class(held_tools, priority.rank) if held_tools else None
         return priority if waiting is None else self.config.priority_class(waiting)
 
     def lend_priority(self, tool: str, priority: PriorityClass) -> None:
-        """A call of class ``priority`` queued for a slot of ``tool``: each queued nested call an
-        ancestor of which runs ``tool`` (so holds such a slot, and waits for it) moves up to
-        ``priority`` while it waits at a less urgent rank (``hasten``; review R67). It is not
-        moved back when that call leaves the queue: it stays at most until it starts."""
+        """A call of class ``priority`` queued for a slot of ``tool``, which is full: each queued
+        nested call an ancestor of which runs ``tool`` (so holds such a slot, and waits for it)
+        moves up to ``priority`` while it waits at a less urgent rank (``hasten``; review R67).
+        It is not moved back when that call leaves the queue: it stays at most until it starts."""
         for waiter in self.nested_waiting:
             if not waiter.alive or self.queue.rank_of(waiter) <= priority.rank:
                 continue

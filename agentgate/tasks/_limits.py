@@ -221,7 +221,11 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             call.tool,
         )
         waiter.queued = True
-        if self.nested_waiting and limits.concurrency is not None:
+        if (
+            self.nested_waiting
+            and limits.concurrency is not None
+            and self.tool_in_flight.get(call.tool, 0) >= limits.concurrency
+        ):
             self.lend_priority(call.tool, priority)  # nested calls this call waits for go first
         if parent is not None:
             waiter.parent = parent
