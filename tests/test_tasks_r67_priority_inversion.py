@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -115,10 +116,11 @@ def test_sync_callers_a_nested_call_that_an_urgent_call_waits_on_queues_at_its_c
     def submit(call: ToolCall) -> None:
         scheduler.submit(call, lambda attempt: note(f"{call.priority}-{call.tool}"))
 
-    def until(done: object) -> None:
+    def until(done: Callable[[], bool]) -> None:
         end = time.monotonic() + WAIT_S
-        while not done() and time.monotonic() < end:  # type: ignore[operator]  # the state, not a guess
+        while not done() and time.monotonic() < end:  # the state, not a guess of time
             time.sleep(0.001)
+        assert done()
 
     threads = [threading.Thread(target=scheduler.submit, args=(ToolCall("b"), hold_b))]
     threads[0].start()
