@@ -73,6 +73,23 @@ R = TypeVar("R")
 D = TypeVar("D")
 
 
+def _cancelling() -> tuple[asyncio.Task[Any] | None, int]:
+    """The running task and how many cancellations of it are pending (``Task.cancelling``), to be
+    compared after a tool call (``_own_cancellation``)."""
+    task = asyncio.current_task()
+    return task, task.cancelling() if task is not None else 0
+
+
+def _own_cancellation(task: asyncio.Task[Any] | None, cancelling: int) -> bool:
+    """Whether a ``CancelledError`` out of a tool call is the tool's own failure (its HTTP client
+    reporting a timeout so, a future another task cancelled), not a cancellation of the run:
+    nothing asked to cancel ``task`` since the call began (``cancelling``, as the scheduler
+    compares it). Such an error is told to the model as any exception a tool raises; until review
+    R67 it ended the whole run in LangGraph's ``NodeCancelledError``. A real cancellation goes on
+    (the call is settled by ``Gate.arun`` first)."""
+    return task is not None and task.cancelling() <= cancelling
+
+
 KEPT_RESULTS = 256
 """How many answers of calls that must run once, and ran, a ``GateMiddleware`` keeps (the
 newest), to answer them again when their tools node is run again (``_answer_again``)."""
@@ -356,7 +373,9 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             if self.enforce:
                 raise
             return _failure(call_id, name, exc, tools_own=tool.raised(exc))
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            # Under ``invoke`` nothing cancels a call: a ``CancelledError`` is the tool's own
+            # failure, told as under ``ainvoke`` (``_own_cancellation``).
             return _failure(call_id, name, exc)
 
     async def awrap_tool_call(
@@ -419,6 +438,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             answered = handler(request) if threaded is None else threaded.attempt(handler)
             return self._keep(auth, _storable_result(await raised.awatch(answered), call_id, name, serde))
 
+        task, cancelling = _cancelling()
         try:
             running = self.gate.arun(
                 auth,
@@ -438,6 +458,10 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
                 raise
             return _failure(call_id, name, exc, tools_own=raised.raised(exc))
         except Exception as exc:
+            return _failure(call_id, name, exc)
+        except asyncio.CancelledError as exc:
+            if not _own_cancellation(task, cancelling):
+                raise
             return _failure(call_id, name, exc)
 
     async def _decided(
