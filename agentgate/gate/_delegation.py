@@ -366,7 +366,8 @@ class _Delegation:
                 raise self._refused_on(span, self._audited_refusal(refused, "unknown", resource))
         with self._grant_span("delegate", name, parent.did, key, caps, parent.grant_id) as span:
             tip = parent.chain.tip
-            seconds = max(1, min(int(ttl.total_seconds()), tip.expires - int(time.time())))
+            asked = int(ttl.total_seconds())
+            seconds = max(1, min(asked, tip.expires - int(time.time())))
             try:
                 # A revoked grant (or ancestor) hands nothing on, whatever its signature still says;
                 # nor does a chain whose root this policy no longer trusts (its anchor rotated out):
@@ -378,7 +379,7 @@ class _Delegation:
                 self._refuse_revoked(parent)
                 self._refuse_untrusted(parent)
                 self._refuse_outside_policy(parent)
-                self._check_delegation_rule(parent, caps, seconds, budget)
+                self._check_delegation_rule(parent, caps, seconds, budget, asked)
                 if call is not None and (
                     again := self._delegated_before(parent, key, caps, budget, purpose, seconds)
                 ):
@@ -667,13 +668,14 @@ class _Delegation:
             )
 
     def _check_delegation_rule(
-        self, parent: AgentIdentity, caps: list[Capability], seconds: int, budget: int | None
+        self, parent: AgentIdentity, caps: list[Capability], seconds: int, budget: int | None, asked: int
     ) -> None:
         """Refuse (``ScopeCreep``, with the finding) a delegation the policy's rules for the
         parent's roles do not allow (``PolicyIndex.delegation_fault``, which decisions ask of each
-        link of a chain presented too)."""
+        link of a chain presented too). ``asked``: the TTL asked, of which ``seconds`` is what
+        the parent's remaining life leaves."""
         fault = self.index.delegation_fault(
-            parent.did, parent.chain.root.audience, caps, seconds, budget, parent.name
+            parent.did, parent.chain.root.audience, caps, seconds, budget, parent.name, asked_s=asked
         )
         if fault is not None:
             error = ScopeCreep(fault.message)

@@ -339,11 +339,16 @@ class PolicyIndex:
         seconds: int,
         budget: int | None,
         who: str,
+        *,
+        asked_s: int | None = None,
     ) -> Finding | None:
         """Why the ``delegation`` rules of the roles of ``delegator`` (a did:key) do not let it hand
         on a grant of ``capabilities`` that lives ``seconds`` and carries ``budget`` (``None``:
         the delegator's whole budget); ``None`` when they let it. ``first_holder``: the audience
-        of the chain's root grant; ``who``: the delegator as the message names it.
+        of the chain's root grant; ``who``: the delegator as the message names it. ``asked_s``: the
+        TTL asked, when ``seconds`` is less, capped to the delegator's remaining life
+        (``Gate.delegate``): a refusal for the TTL names both (until review R67 it named the
+        capped TTL as the one asked).
 
         The finding is ``scope_creep`` (``delegation_not_in_policy``,
         ``delegation_wider_than_policy``, ``delegation_budget_above_policy``), or
@@ -396,9 +401,11 @@ class PolicyIndex:
                 longest = max(d.max_ttl_s or 0 for d in rules)
                 # Too long-lived, as a child outliving its parent and the linter's
                 # ttl_above_policy_max: authority that cannot be taken back in time.
+                capped = f"{asked_s}s (its parent's grant has {seconds}s left)"
                 return refuse(
                     "delegation_ttl_above_policy",
-                    f"a delegated grant with {cap} may live {longest}s at most, not {seconds}s: "
+                    f"a delegated grant with {cap} may live {longest}s at most, not "
+                    f"{capped if asked_s is not None and asked_s > seconds else f'{seconds}s'}: "
                     f"delegate it with a ttl of at most {longest}s",
                     FindingKind.NON_REVOCABLE_GRANT,
                 )
