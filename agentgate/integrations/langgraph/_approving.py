@@ -4,7 +4,7 @@ approval through ``interrupt()`` until it is approved or refused."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -56,9 +56,10 @@ class _ApprovalLoop:
             # fail in LangGraph: an approval could never reach this call. Closed and refused now.
             auth = self._refuse_pending(auth, _NO_CHECKPOINTER)
         while auth.needs_approval:
-            approval = Approval.parse(interrupt(_asking(auth, first)))
+            answer = interrupt(_asking(auth, first))
+            approval = Approval.parse(answer)
             if approval is None:
-                auth = self._refuse_pending(auth, "the answer to the request was not an approval")
+                auth = self._refuse_pending(auth, _not_an_approval(answer))
                 break
             asked, auth = auth, decide(approval)
             if not auth.allowed and not auth.needs_approval:
@@ -80,3 +81,41 @@ class _ApprovalLoop:
             return self.gate.decline(auth, reason)
         except InputError as exc:  # decided meanwhile (approved, used, denied elsewhere)
             return replace(auth, verdict=Verdict.DENY, reasons=(*auth.reasons, str(exc)))
+
+
+_APPROVAL_FIELDS = ("request", "call_hash", "approver", "signature")
+"""The fields of an approval's ``to_dict()``, each text (``Approval.parse``)."""
+
+
+def _not_an_approval(answer: object) -> str:
+    """Why ``answer``, a resume value that ``Approval.parse`` refused, is not an approval: its
+    kind, or what a mapping lacks or holds wrongly (a field missing, not text, a signature that
+    is not hex, text that is not valid Unicode), never its values. The reason the refusal records
+    and the model is told. Until review R67 every such answer read "the answer to the request
+    was not an approval": an approval mangled on its way (a field lost in a queue, a signature
+    re-encoded) was refused with nothing to say what was wrong with it."""
+    said = "the answer to the request was not an approval: "
+    if isinstance(answer, str):
+        return said + "text, not an Approval or its to_dict()"
+    if not isinstance(answer, Mapping):
+        kind = type(answer).__name__
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
+        return said + f"{article} {kind}, not an Approval or its to_dict()"
+    try:
+        missing = [name for name in _APPROVAL_FIELDS if name not in answer]
+        if missing:
+            return said + f"a mapping without {', '.join(map(repr, missing))}"
+        fields = {name: answer[name] for name in _APPROVAL_FIELDS}
+    except Exception:  # a mapping that fails to answer for its own keys
+        return said + "a mapping whose fields cannot be read"
+    wrong = [name for name, value in fields.items() if not isinstance(value, str)]
+    if wrong:
+        return (
+            said
+            + f"a mapping whose {', '.join(map(repr, wrong))} {'is' if len(wrong) == 1 else 'are'} not text"
+        )
+    try:
+        bytes.fromhex(fields["signature"])
+    except ValueError:
+        return said + "a mapping whose 'signature' is not hex"
+    return said + "a mapping holding text that is not valid Unicode"
