@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import json
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
@@ -257,14 +258,26 @@ class _ThreadedCall:
         call = self.request.tool_call
         return ToolMessage(content, tool_call_id=call["id"], name=self._tool.name, status="error")
 
-    async def outcome(self, running: Awaitable[ToolResult]) -> ToolResult:
+    async def outcome(
+        self, running: Coroutine[Any, Any, ToolResult], abandon: Callable[[], None]
+    ) -> ToolResult:
         """Await ``running`` (``Gate.arun`` over ``attempt``). Cancelled while an attempt runs,
         the attempt runs to its end (its effect happens anyway), then ``running`` is cancelled:
         ``Gate.arun`` records and charges an attempt that returned as it ended, and starts no
         further attempt after one that failed or while none runs (waiting for a slot, before a
         retry). Then the cancellation goes on. (LangGraph does not cancel the tool's own task
-        while the attempt's thread runs, so ``running`` is shielded and cancelled here.)"""
-        future = asyncio.ensure_future(running)
+        while the attempt's thread runs, so ``running`` is shielded and cancelled here.)
+
+        ``running`` runs in a task of its own, which a cancellation before its first step (the
+        loop shutting down cancels every task at once; LangGraph cancels a call's task when a
+        call beside it failed) ends without running it: ``Gate.arun`` never saw the allow, so
+        ``abandon()`` settles it as a call that did not run (``Gate.abandon``). Until review R67
+        such an allow had no outcome and its reservation stayed held."""
+
+        async def run() -> ToolResult:
+            return await running
+
+        future = asyncio.ensure_future(run())
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
@@ -273,6 +286,9 @@ class _ThreadedCall:
                     await self._idle.wait()
             future.cancel()
             await settled(future)
+            if inspect.getcoroutinestate(running) == inspect.CORO_CREATED:
+                running.close()
+                abandon()
             raise
 
 
@@ -318,10 +334,19 @@ class _AttemptEnd:
             self._wakers.append(wake)
         return ended
 
-    async def until_set(self) -> None:
-        """Return once the attempt ended, the waiting task holding no thread meanwhile."""
-        if (ended := self._future()) is not None:
+    async def until_set(self, *, through_cancellations: bool = False) -> None:
+        """Return once the attempt ended, the waiting task holding no thread meanwhile; with
+        ``through_cancellations``, also when the waiting task is cancelled meanwhile (what it
+        waits for must be accounted for: the caller goes on with its cancellation after)."""
+        ended = self._future()
+        if ended is None:
+            return
+        if not through_cancellations:
             await ended
+            return
+        while not ended.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(ended)
 
     async def within(self, seconds: float) -> bool:
         """Whether the attempt ended, waiting for it at most ``seconds`` (holding no thread, and

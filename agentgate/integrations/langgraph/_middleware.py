@@ -450,7 +450,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
                 preemptible=threaded is None,
                 began=threaded.began if threaded is not None and threaded.marked else None,
             )
-            return await (threaded.outcome(running) if threaded else running)
+            return await (threaded.outcome(running, lambda: self.gate.abandon(auth)) if threaded else running)
         except GraphBubbleUp:
             raise
         except AgentGateError as exc:
@@ -484,7 +484,10 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             if deciding.give_up():
-                await deciding.end.until_set()
+                # Through further cancellations: LangGraph cancels a call's task when a call beside
+                # it failed, then the loop's shutdown cancels it again (until review R67 that left
+                # the allow with no outcome and its reservation held).
+                await deciding.end.until_set(through_cancellations=True)
                 if not deciding.failed and deciding.result is not None:
                     auth = auth_of(deciding.result)
                     if auth.allowed:
