@@ -276,6 +276,11 @@ class StoreError(AgentGateError):
     """The store cannot be reached or refused a write; callers fail closed on it."""
 
 
+class MalformedRow(StoreError):
+    """A row of the store is not one agentgate writes (edited outside it): reading it again reads
+    the same row, so nothing retries it; the message names the table and the row."""
+
+
 class NoStore(StoreError):
     """The store named does not exist, and the caller asked that none be created
     (``open_store(create=False)``): no file there, an empty file, another application's SQLite

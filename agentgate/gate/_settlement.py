@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from agentgate.errors import AgentGateError, StoreError
+from agentgate.errors import AgentGateError, MalformedRow, StoreError
 from agentgate.gate._authorization import Authorization
 from agentgate.gate._lock import _serialized
 from agentgate.gate._outcomes import USAGE_UNREAD, PendingOutcome, PendingOutcomes
@@ -32,7 +32,8 @@ OUTCOME_RETRY_S = 1.0
 OUTCOME_RETRY_FOR_S = 300.0
 """How long an outcome the store refuses on its own (a trigger, a lock or statement timeout on
 its budget row) is tried again, from its first refusal, before it is dropped (logged); its
-reservation then stays held until its grant expires."""
+reservation then stays held until its grant expires. Never one that met a malformed row
+(``MalformedRow``): reading it again reads the same row (``_Settlement._carry``)."""
 
 
 _AFTER_COMMIT: ContextVar[list[Callable[[], None]] | None] = ContextVar(
@@ -175,7 +176,10 @@ class _Settlement:
         only after the batch failed. (Decisions try ``_carry_all`` first.) An outcome the store
         refused (``StoreError``, a driver error: a trigger, a lock timeout on its budget row) is
         returned, to be tried again for ``OUTCOME_RETRY_FOR_S``; one refused for its own sake
-        (anything else) is dropped at once."""
+        (anything else) is dropped at once. One that met a malformed reservation row
+        (``MalformedRow``, a row edited outside agentgate) is written at once without settling
+        that reservation (``_past_malformed``); until review R67 it was tried again for
+        ``OUTCOME_RETRY_FOR_S``, failing every time, then dropped."""
         if not batch:
             return []
         # Any exception, not only the store's: one outcome that cannot be written for a reason
@@ -192,6 +196,8 @@ class _Settlement:
                     with tx.savepoint("agentgate_outcome"):
                         self._write_outcome(tx, *outcome)
                 except Exception as exc:
+                    if isinstance(exc, MalformedRow) and self._past_malformed(tx, outcome):
+                        continue
                     if self._try_again(outcome[0], exc):
                         refused.append(outcome)
                     else:
@@ -203,10 +209,23 @@ class _Settlement:
             return refused
         return []
 
+    def _past_malformed(self, tx: Transaction, outcome: PendingOutcome) -> bool:
+        """Write ``outcome`` in ``tx`` under a savepoint, each of its reservations settled under
+        one of its own: one whose row is malformed is left as it is, held (nothing can say what
+        to give back to which budget; a person settles it, ``agentgate budget held``, or it goes
+        with its grant), and a reason of the outcome names it. Whether it was written: not when
+        something else of it is malformed too (logged by the caller, never tried again)."""
+        try:
+            with tx.savepoint("agentgate_outcome"):
+                self._write_outcome(tx, *outcome, careful=True)
+        except Exception:
+            return False
+        return True
+
     def _try_again(self, auth: Authorization, exc: Exception) -> bool:
         """Whether an outcome that ``exc`` kept from being written is to be tried again (see
         ``_carry``); logged when it is."""
-        if not isinstance(exc, (StoreError, *self.store.driver_errors)):
+        if isinstance(exc, MalformedRow) or not isinstance(exc, (StoreError, *self.store.driver_errors)):
             self._outcome_refused_at.pop(id(auth), None)  # dropped: its id may name another one later
             return False
         now = time.monotonic()
@@ -227,7 +246,13 @@ class _Settlement:
         error: str | None,
         usage: tuple[int, int] | None,
         started: bool,
+        *,
+        careful: bool = False,
     ) -> None:
+        """Write one outcome in ``tx``: its reservations settled, a once-only call's state, an
+        approval re-armed, its ``outcome`` entry. ``careful``: each reservation settled under a
+        savepoint, one whose row is malformed left held and named in the reasons
+        (``_past_malformed``)."""
         identity = auth.identity
         reasons = [error] if error else []
         actual = None
@@ -240,7 +265,13 @@ class _Settlement:
             actual = self._reported_cost(auth, usage, reasons)
         charges: dict[str, dict[str, int]] = {}
         delta = self._settle_reservations(
-            tx, auth, status == "ok" or actual is not None or usage is USAGE_UNREAD, actual, reasons, charges
+            tx,
+            auth,
+            status == "ok" or actual is not None or usage is USAGE_UNREAD,
+            actual,
+            reasons,
+            charges,
+            careful,
         )
         if auth.once_key is not None:
             self.once.finish(tx, auth.once_key, _once_state(status, started))
@@ -271,27 +302,55 @@ class _Settlement:
         actual: Mapping[str, int] | None,
         reasons: list[str],
         charges: dict[str, dict[str, int]],
+        careful: bool = False,
     ) -> int:
         """Commit ``auth``'s reservations at their ``actual`` cost (else as reserved) when
         ``charge``, else release them; returns what the caller's own budget was charged. What
         each grant was charged, by unit, is added to ``charges`` (the outcome entry's), and an
-        overrun to ``reasons``."""
+        overrun to ``reasons``. ``careful`` (``_write_outcome``): each under a savepoint, one
+        whose row is malformed left held, named in ``reasons``."""
         delta = 0
         for position, (reservation, unit, amount) in enumerate(auth.reservations):
-            if charge:
-                used = actual.get(unit, amount) if actual is not None else amount
-                # The call has run: its cost is recorded even when it overruns what was left.
-                charged = self.ledger.charge(reservation, used, tx, exhaust=True)
-                for grant_id, n in charged.items():
-                    charges.setdefault(grant_id, {})[unit] = n
-                short = max((used - n for n in charged.values()), default=0)
-                if short:
-                    reasons.append(f"overran the {unit} budget by {short}; the budget is exhausted")
-                if position == 0:  # the unit of the caller's own budget (``_caps``)
-                    delta = used
+            if careful:
+                try:
+                    with tx.savepoint("agentgate_reservation"):
+                        used = self._settle_one(
+                            tx, reservation, unit, amount, charge, actual, reasons, charges
+                        )
+                except MalformedRow as exc:
+                    _log.warning("agentgate: outcome of audit entry %s: %s", auth.audit_index, exc)
+                    reasons.append(f"{exc}; left held, not settled")
+                    continue
             else:
-                self.ledger.release(reservation, tx)
+                used = self._settle_one(tx, reservation, unit, amount, charge, actual, reasons, charges)
+            if position == 0:  # the unit of the caller's own budget (``_caps``)
+                delta = used
         return delta
+
+    def _settle_one(
+        self,
+        tx: Transaction,
+        reservation: str,
+        unit: str,
+        amount: int,
+        charge: bool,
+        actual: Mapping[str, int] | None,
+        reasons: list[str],
+        charges: dict[str, dict[str, int]],
+    ) -> int:
+        """One reservation of ``_settle_reservations``: what it was charged (0 when released)."""
+        if not charge:
+            self.ledger.release(reservation, tx)
+            return 0
+        used = actual.get(unit, amount) if actual is not None else amount
+        # The call has run: its cost is recorded even when it overruns what was left.
+        charged = self.ledger.charge(reservation, used, tx, exhaust=True)
+        for grant_id, n in charged.items():
+            charges.setdefault(grant_id, {})[unit] = n
+        short = max((used - n for n in charged.values()), default=0)
+        if short:
+            reasons.append(f"overran the {unit} budget by {short}; the budget is exhausted")
+        return used
 
     @_serialized
     def flush(self) -> None:

@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from agentgate.errors import Denied, Expired, InputError, Revoked, StoreError
+from agentgate.errors import Denied, Expired, InputError, MalformedRow, Revoked, StoreError
 from agentgate.store._base import Dialect, Store, Transaction, unix_time
 from agentgate.store.grants import GRANTS_DDL
 
@@ -817,9 +817,9 @@ def _approval(row: Sequence[object]) -> Approval:
     )
 
 
-def _malformed(approval_id: object, what: str) -> StoreError:
+def _malformed(approval_id: object, what: str) -> MalformedRow:
     """The error for a malformed row of ``approvals``, naming the request (quoted cut)."""
-    return StoreError(f"approvals: the row of request {approval_id!r:.60} is malformed: {what}")
+    return MalformedRow(f"approvals: the row of request {approval_id!r:.60} is malformed: {what}")
 
 
 def _voters(approval_id: str, text: str) -> set[str]:

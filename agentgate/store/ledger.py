@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from agentgate.audit.entry import format_time, utc_now
-from agentgate.errors import BudgetExceeded, InputError, StoreError
+from agentgate.errors import BudgetExceeded, InputError, MalformedRow
 from agentgate.store._base import Dialect, Store, Transaction, unix_time
 
 LEDGER_DDL: dict[Dialect, str] = {
@@ -234,9 +234,10 @@ def _amount(value: object, what: str) -> int:
 
 
 def stored_reservation(reservation: object, chain: object, amount: object) -> tuple[tuple[str, ...], int]:
-    """A reservation row's chain (a JSON list of grant ids) and amount; ``StoreError`` naming the
-    row when they are not (a row written outside agentgate), never a traceback; its id and amount
-    quoted cut at 60 characters (since review R62). Every settlement reads a row through it: until
+    """A reservation row's chain (a JSON list of grant ids) and amount; ``MalformedRow`` (a
+    ``StoreError``; since review R67 its own kind: nothing tries it again) naming the row when
+    they are not (a row written outside agentgate), never a traceback; its id and amount quoted
+    cut at 60 characters (since review R62). Every settlement reads a row through it: until
     review R66 only ``held`` did, and ``agentgate tasks settle`` (``once.settle``) of such a row
     ended in ``ValueError`` or ``JSONDecodeError``, or settled a chain of no grant."""
     try:
@@ -247,7 +248,7 @@ def stored_reservation(reservation: object, chain: object, amount: object) -> tu
             raise ValueError(f"its amount is {amount!r:.60}")
     except (ValueError, RecursionError) as exc:
         # Cut as ``settle_held`` quotes an id: an edited row may hold 100,000 characters.
-        raise StoreError(
+        raise MalformedRow(
             f"budget_reservations: the row of reservation {reservation!r:.60} is malformed: {exc}"
         ) from None
     return tuple(grants), amount

@@ -30,7 +30,7 @@ from typing import Literal, cast
 
 from agentgate._names import SETTLE_MIN_AGE_S as SETTLE_MIN_AGE_S  # read here by store.held and tests
 from agentgate.audit.entry import AuditEntry
-from agentgate.errors import BeyondLogEnd, InputError, SettlementRefused, StoreError
+from agentgate.errors import BeyondLogEnd, InputError, MalformedRow, SettlementRefused
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
 from agentgate.store.ledger import BudgetLedger, has_unit_column, stored_reservation
@@ -142,11 +142,11 @@ def once_record(row: Sequence[object]) -> OnceRecord:
     return OnceRecord(str(key), index, cast(OnceState, state), tuple(ids))
 
 
-def _malformed(key: object, what: str) -> StoreError:
+def _malformed(key: object, what: str) -> MalformedRow:
     """The error for a malformed row of ``agentgate_once``: its key quoted cut at 80 characters
     (a key agentgate makes, 64 hexadecimal digits, is whole: ``tasks settle`` takes it) and its
     value at 60, as ``ledger.stored_reservation`` quotes a reservation's (an edited row may hold 100,000)."""
-    return StoreError(f"agentgate_once: the row of call {key!r:.80} is malformed: {what}")
+    return MalformedRow(f"agentgate_once: the row of call {key!r:.80} is malformed: {what}")
 
 
 def settle(
