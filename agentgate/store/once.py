@@ -164,7 +164,12 @@ def settle(
     In one transaction: ``ran`` marks it ``ok`` (never run again; a reservation its lost outcome
     left held is charged as reserved), else ``not_run`` (it may be decided and run again; such a
     reservation is released), and an ``outcome`` entry (status ``ok`` or ``not_run``) refers to
-    its ``allow`` entry, naming ``by`` and ``reason``. Raises ``InputError`` for a ``key`` that is
+    its ``allow`` entry, naming ``by`` and ``reason``. Its ``budget_delta`` is what was charged
+    in the unit of the caller's own budget (its first reservation's, as the Gate's outcome; the
+    sum where several reservations are in it, as a GPU lease's), 0 when that reservation is no
+    longer held, and its ``charges`` what each grant was charged by unit, summed; until review
+    R67 ``budget_delta`` was the first reservation still held, whatever its unit, and a unit
+    charged twice took the last amount in ``charges``. Raises ``InputError`` for a ``key`` that is
     not text, a ``by`` that is empty or not text, or a ``min_age_s`` that is not a number >= 0
     (until review R60 a ``by`` of ``None`` raised ``AttributeError``, a ``min_age_s`` of ``"900"``
     ``TypeError``), and ``SettlementRefused`` (an ``InputError``) for an unknown key,
@@ -202,23 +207,28 @@ def settle(
         tail = f" ({reason})" if reason else ""
         charged = 0
         charges: dict[str, dict[str, int]] = {}
+        own: object = None  # the unit of the caller's own budget: the first reservation's
         if record.state == "started":  # its outcome was never written: its reservations are held
-            for reservation in record.reservations:
-                held = tx.execute(
-                    f"SELECT chain, amount, {unit_column} FROM budget_reservations "
-                    "WHERE id = ? AND state = 'reserved'",
+            for position, reservation in enumerate(record.reservations):
+                rows = tx.execute(
+                    f"SELECT chain, amount, {unit_column}, state FROM budget_reservations WHERE id = ?",
                     (reservation,),
                 )
-                if not held:
+                unit = rows[0][2] if rows else None
+                known = isinstance(unit, str) and bool(unit)  # a row made before review R61 has none
+                if position == 0:
+                    own = unit if known else None
+                if not rows or rows[0][3] != "reserved":
                     continue
-                _, amount = stored_reservation(reservation, held[0][0], held[0][1])  # or StoreError
+                _, amount = stored_reservation(reservation, rows[0][0], rows[0][1])  # or MalformedRow
                 if ran:
-                    unit = held[0][2]
                     by_grant = ledger.charge(reservation, amount, tx, exhaust=True)
-                    charged = charged or amount  # the first: the unit of the caller's own budget
-                    if isinstance(unit, str) and unit:  # a row made before review R61 has none
+                    if position == 0 or (known and unit == own):
+                        charged += amount
+                    if known:
                         for grant_id, n in by_grant.items():
-                            charges.setdefault(grant_id, {})[unit] = n
+                            by_unit = charges.setdefault(grant_id, {})
+                            by_unit[str(unit)] = by_unit.get(str(unit), 0) + n
                 else:
                     ledger.release(reservation, tx)
         calls.finish(tx, key, "ok" if ran else "not_run")
