@@ -334,6 +334,11 @@ class SettlementRefused(InputError):
     CLI exit code 1."""
 
 
+class NotHeld(InputError):
+    """A budget reservation to settle is not held: no such reservation, or one settled already
+    (by hand, by another process); the ledger never settles one twice."""
+
+
 class RepairRefused(InputError):
     """An acceptance of an audit log repair is refused (``agentgate audit accept-repair``): the id
     names no repair recorded in ``audit_repairs`` (or the store records none), or the repair was

@@ -292,10 +292,11 @@ def test_an_allow_whose_audit_append_fails_writes_nothing_and_keeps_the_carried_
 def test_an_outcome_failing_inside_a_carried_batch_takes_no_other_and_none_is_doubled(
     store: Store, failing: int, carrier: str
 ) -> None:
-    """Three outcomes wait; the one at ``failing`` cannot be written (its reservation was released
-    by another ledger meanwhile: another process). Written without a savepoint first, the batch is
-    rolled back whole and rewritten: every other outcome is recorded exactly once, its settlement
-    applied once, the carrying decision (if any) committed, and the log verifies."""
+    """Three outcomes wait; the one at ``failing`` cannot be written as it is (its reservation was
+    released by another ledger meanwhile: another process). Written without a savepoint first, the
+    batch is rolled back whole and rewritten: every outcome is recorded exactly once (that one
+    without its reservation, charging nothing: since review R67; until then it was dropped), each
+    settlement applied once, the carrying decision (if any) committed, and the log verifies."""
     gate, agent = _gate(store)
     root = agent.chain.root.id
     try:
@@ -311,9 +312,8 @@ def test_an_outcome_failing_inside_a_carried_batch_takes_no_other_and_none_is_do
             assert carried.allowed and gate.audit.entry(carried.audit_index or 0).kind == "allow"
             gate.flush()
         expected = [
-            (auth.audit_index, "ok", 2 * used)
+            (auth.audit_index, "ok", 0 if i == failing else 2 * used)
             for i, (auth, used) in enumerate(zip(calls, (2, 4, 6), strict=True))
-            if i != failing
         ]
         assert _outcomes(gate) == expected
         spent = sum(delta for _, _, delta in expected)

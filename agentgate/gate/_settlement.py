@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from agentgate.errors import AgentGateError, MalformedRow, StoreError
+from agentgate.errors import AgentGateError, MalformedRow, NotHeld, StoreError
 from agentgate.gate._authorization import Authorization
 from agentgate.gate._lock import _serialized
 from agentgate.gate._outcomes import USAGE_UNREAD, PendingOutcome, PendingOutcomes
@@ -33,7 +33,8 @@ OUTCOME_RETRY_FOR_S = 300.0
 """How long an outcome the store refuses on its own (a trigger, a lock or statement timeout on
 its budget row) is tried again, from its first refusal, before it is dropped (logged); its
 reservation then stays held until its grant expires. Never one that met a malformed row
-(``MalformedRow``): reading it again reads the same row (``_Settlement._carry``)."""
+(``MalformedRow``: reading it again reads the same row) or a reservation settled already
+(``NotHeld``): such an outcome is written at once without it (``_Settlement._carry``)."""
 
 
 _AFTER_COMMIT: ContextVar[list[Callable[[], None]] | None] = ContextVar(
@@ -176,10 +177,13 @@ class _Settlement:
         only after the batch failed. (Decisions try ``_carry_all`` first.) An outcome the store
         refused (``StoreError``, a driver error: a trigger, a lock timeout on its budget row) is
         returned, to be tried again for ``OUTCOME_RETRY_FOR_S``; one refused for its own sake
-        (anything else) is dropped at once. One that met a malformed reservation row
-        (``MalformedRow``, a row edited outside agentgate) is written at once without settling
-        that reservation (``_past_malformed``); until review R67 it was tried again for
-        ``OUTCOME_RETRY_FOR_S``, failing every time, then dropped."""
+        (anything else) is dropped at once. One that met a reservation it cannot settle is
+        written at once without settling it (``_written_past``): a malformed row
+        (``MalformedRow``, edited outside agentgate; until review R67 tried again for
+        ``OUTCOME_RETRY_FOR_S``, failing every time, then dropped), or one settled already
+        (``NotHeld``: by hand, ``agentgate tasks settle`` or ``budget settle``, while the call
+        still ran; until review R67 dropped: a once-only call settled as not run stayed so, and
+        was allowed to run a second time)."""
         if not batch:
             return []
         # Any exception, not only the store's: one outcome that cannot be written for a reason
@@ -196,7 +200,7 @@ class _Settlement:
                     with tx.savepoint("agentgate_outcome"):
                         self._write_outcome(tx, *outcome)
                 except Exception as exc:
-                    if isinstance(exc, MalformedRow) and self._past_malformed(tx, outcome):
+                    if isinstance(exc, (MalformedRow, NotHeld)) and self._written_past(tx, outcome):
                         continue
                     if self._try_again(outcome[0], exc):
                         refused.append(outcome)
@@ -209,12 +213,15 @@ class _Settlement:
             return refused
         return []
 
-    def _past_malformed(self, tx: Transaction, outcome: PendingOutcome) -> bool:
+    def _written_past(self, tx: Transaction, outcome: PendingOutcome) -> bool:
         """Write ``outcome`` in ``tx`` under a savepoint, each of its reservations settled under
-        one of its own: one whose row is malformed is left as it is, held (nothing can say what
-        to give back to which budget; a person settles it, ``agentgate budget held``, or it goes
-        with its grant), and a reason of the outcome names it. Whether it was written: not when
-        something else of it is malformed too (logged by the caller, never tried again)."""
+        one of its own, past those it cannot settle, each named in a reason of the outcome: one
+        whose row is malformed is left as it is, held (nothing can say what to give back to
+        which budget; it goes with its grant), one settled already is not settled again (what
+        settled it stands: never charged twice). The rest is written as ever: the entry, a
+        once-only call's state (the call's own word over a hand's guess: a call settled as not
+        run that did run is never allowed again). Whether it was written: not when something
+        else of it fails too (logged by the caller, never tried again)."""
         try:
             with tx.savepoint("agentgate_outcome"):
                 self._write_outcome(tx, *outcome, careful=True)
@@ -251,8 +258,7 @@ class _Settlement:
     ) -> None:
         """Write one outcome in ``tx``: its reservations settled, a once-only call's state, an
         approval re-armed, its ``outcome`` entry. ``careful``: each reservation settled under a
-        savepoint, one whose row is malformed left held and named in the reasons
-        (``_past_malformed``)."""
+        savepoint, one it cannot settle left as it is and named in the reasons (``_written_past``)."""
         identity = auth.identity
         reasons = [error] if error else []
         actual = None
@@ -308,7 +314,7 @@ class _Settlement:
         ``charge``, else release them; returns what the caller's own budget was charged. What
         each grant was charged, by unit, is added to ``charges`` (the outcome entry's), and an
         overrun to ``reasons``. ``careful`` (``_write_outcome``): each under a savepoint, one
-        whose row is malformed left held, named in ``reasons``."""
+        that cannot be settled (``MalformedRow``, ``NotHeld``) left as it is, named in ``reasons``."""
         delta = 0
         for position, (reservation, unit, amount) in enumerate(auth.reservations):
             if careful:
@@ -320,6 +326,13 @@ class _Settlement:
                 except MalformedRow as exc:
                     _log.warning("agentgate: outcome of audit entry %s: %s", auth.audit_index, exc)
                     reasons.append(f"{exc}; left held, not settled")
+                    continue
+                except NotHeld as exc:
+                    _log.warning("agentgate: outcome of audit entry %s: %s", auth.audit_index, exc)
+                    reasons.append(
+                        f"reservation {reservation} was settled before this outcome (by hand, or by "
+                        "another process); not settled again"
+                    )
                     continue
             else:
                 used = self._settle_one(tx, reservation, unit, amount, charge, actual, reasons, charges)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from agentgate.audit.entry import format_time, utc_now
-from agentgate.errors import BudgetExceeded, InputError, MalformedRow
+from agentgate.errors import BudgetExceeded, InputError, MalformedRow, NotHeld
 from agentgate.store._base import Dialect, Store, Transaction, unix_time
 
 LEDGER_DDL: dict[Dialect, str] = {
@@ -505,7 +505,8 @@ class BudgetLedger:
         self, t: Transaction, reservation: str, state: str, actual: int
     ) -> tuple[tuple[str, ...], int]:
         """Mark ``reservation`` settled (``state``, ``actual``); its chain and amount as stored.
-        ``InputError`` if it does not exist (also when it is not text) or is already settled."""
+        ``NotHeld`` (an ``InputError``) if it does not exist or is already settled, ``InputError``
+        when it is not text, ``MalformedRow`` when its row is not one agentgate writes."""
         known = self._held.pop(_named(reservation), None)
         if known is not None:
             # Reserved by this ledger: the UPDATE names the chain and amount it stored, so a row
@@ -523,7 +524,7 @@ class BudgetLedger:
             (state, actual, utc_now(), reservation),
         )
         if len(rows) != 1:
-            raise InputError(f"reservation {reservation!r} does not exist or is already settled")
+            raise NotHeld(f"reservation {reservation!r} does not exist or is already settled")
         return stored_reservation(reservation, *rows[0])
 
     def reservation(self, reservation: str) -> Reservation:
