@@ -22,7 +22,9 @@ from test_gate_budgets import Books
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
+from agentgate.cli.main import main
 from agentgate.errors import MalformedRow, StoreError
+from agentgate.store import SQLiteStore
 from agentgate.store.ledger import stored_reservation
 
 
@@ -88,3 +90,64 @@ def test_a_malformed_row_is_a_store_error_of_its_own_kind() -> None:
         stored_reservation("r1", "not json", 5)
     assert isinstance(caught.value, StoreError)
     assert "budget_reservations: the row of reservation 'r1' is malformed" in str(caught.value)
+
+
+@pytest.mark.parametrize("spent", [(10, 10), (100_000, 100)], ids=["refund", "overrun"])
+def test_an_outcome_whose_budget_row_was_deleted_is_written_and_leaves_the_reservation_held(
+    books: Books, spent: tuple[int, int]
+) -> None:
+    """Review R67: a reservation naming a grant whose ``budget_ledger`` row was deleted outside
+    agentgate: its settlement charging an overrun ended in ``IndexError`` (the outcome dropped,
+    logged "list index out of range"), and one refunding marked the reservation settled while
+    writing nothing to any budget. Both are ``MalformedRow`` naming the reservation and the
+    grant: the outcome is written without settling it, the reservation left held."""
+    auth = books.gate.authorize(books.bot, Call.model("big"), tokens=(1000, 1000))
+    assert auth.allowed, auth.reasons
+    (reservation, _unit, _amount), *_ = auth.reservations
+    _edit(books, "DELETE FROM budget_ledger")
+    books.gate.run(auth, lambda: "t", spent=lambda _: spent)
+    books.gate.flush()
+    outcome = _outcome(books, auth.audit_index)
+    assert outcome is not None, "the call's outcome was not written"
+    assert outcome.budget_delta == 0 and outcome.charges is None
+    assert any("which has no budget_ledger row" in r and "left held" in r for r in outcome.reasons), (
+        outcome.reasons
+    )
+    rows = books.gate.store.query("SELECT state FROM budget_reservations WHERE id = ?", (reservation,))
+    assert rows == [("reserved",)]
+
+
+@pytest.mark.parametrize("said", ["--ran", "--not-run"])
+def test_budget_settle_of_a_reservation_whose_budget_row_was_deleted_is_refused_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], said: str
+) -> None:
+    """Review R67: ``agentgate budget settle`` of a reservation naming a grant without a budget
+    row marked it settled and wrote nothing to any budget (its outcome said the grant was
+    charged). It exits 2 with one line naming the reservation and the grant, escaped, and writes
+    nothing: the reservation is still held, no outcome is logged."""
+    books = Books(tmp_path / "agentgate.db")
+    try:
+        auth = books.gate.authorize(books.bot, Call.model("big"), tokens=(1000, 1000))
+        (reservation, _unit, _amount), *_ = auth.reservations
+        books.gate.flush()
+        _edit(books, "DELETE FROM budget_ledger")
+        logged = books.gate.audit.size()
+    finally:
+        books.gate.close()
+    argv = [
+        "budget",
+        "settle",
+        reservation,
+        said,
+        "--older-than",
+        "0",
+        "--store",
+        str(tmp_path / "agentgate.db"),
+    ]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "which has no budget_ledger row" in err and len(err.strip().splitlines()) == 1, err
+    with SQLiteStore(tmp_path / "agentgate.db") as store:
+        assert store.query("SELECT state FROM budget_reservations") == [("reserved",)]
+        assert store.query("SELECT COUNT(*) FROM audit_log") == [(logged,)]

@@ -26,6 +26,8 @@ def test_a_held_reservations_grant_written_outside_agentgate_is_printed_escaped(
         _killed_worker(gate, agent)
     with SQLiteStore(path) as store, store.transaction() as tx:
         tx.execute("UPDATE budget_reservations SET chain = ?", (json.dumps([HOSTILE]),))
+        # Its budget too (review R67: a chain naming a grant without one is refused to settle).
+        tx.execute("INSERT INTO budget_ledger (grant_id, cap, remaining) VALUES (?, 100, 99)", (HOSTILE,))
         ((reservation,),) = tx.execute("SELECT id FROM budget_reservations")
     code, table = _cli("budget", "held", "--older-than", "0", "--store", str(path))
     assert code == 0 and "\x1b" not in table and "\\x1b[2J" in table

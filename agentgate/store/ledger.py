@@ -254,6 +254,19 @@ def stored_reservation(reservation: object, chain: object, amount: object) -> tu
     return tuple(grants), amount
 
 
+def _no_budget(reservation: str, grant_id: str) -> MalformedRow:
+    """The error for a reservation whose chain names a grant without a ``budget_ledger`` row: a
+    row deleted outside agentgate (``prune_expired`` keeps every budget a held reservation
+    names), or a chain edited to name another grant. Raised before anything is written that
+    the caller's transaction keeps: the settlement is rolled back with it, the reservation held.
+    Until review R67 the settlement went on writing nothing to that budget (the reservation
+    marked settled), or, charging an overrun, ended in ``IndexError``."""
+    return MalformedRow(
+        f"budget_reservations: reservation {reservation!r:.60} names grant {grant_id!r:.80}, "
+        "which has no budget_ledger row (deleted outside agentgate?)"
+    )
+
+
 @dataclass(frozen=True)
 class Reservation:
     """A reservation as stored: the chain it was taken from, its amount and its state."""
@@ -406,6 +419,8 @@ class BudgetLedger:
                     "UPDATE budget_ledger SET remaining = remaining + ?, spent = spent + ? WHERE grant_id = ?",
                     (delta, actual, grant_id),
                 )
+                if t.rowcount != 1:
+                    raise _no_budget(reservation, grant_id)
                 continue
             t.execute(
                 "UPDATE budget_ledger SET remaining = remaining - ?, spent = spent + ? "
@@ -423,12 +438,13 @@ class BudgetLedger:
             # reservation was then charged twice (counted in ``left`` and spent on its own).
             # Another process may also have refunded since the conditional update failed, so
             # the overrun may fit now: only the overrun is charged, never all that is left.
-            left = int(
-                t.execute(
-                    "UPDATE budget_ledger SET remaining = remaining WHERE grant_id = ? RETURNING remaining",
-                    (grant_id,),
-                )[0][0]
+            rows = t.execute(
+                "UPDATE budget_ledger SET remaining = remaining WHERE grant_id = ? RETURNING remaining",
+                (grant_id,),
             )
+            if not rows:  # until review R67 an IndexError out of the settlement
+                raise _no_budget(reservation, grant_id)
+            left = int(rows[0][0])
             overrun = min(left, -delta)
             charged[grant_id] = amount + overrun
             t.execute(
@@ -448,6 +464,8 @@ class BudgetLedger:
             tx.execute(
                 "UPDATE budget_ledger SET remaining = remaining + ? WHERE grant_id = ?", (amount, grant_id)
             )
+            if tx.rowcount != 1:
+                raise _no_budget(reservation, grant_id)
 
     def merge(self, into: str, other: str, tx: Transaction) -> bool:
         """Move the open reservation ``other``'s amount into the open reservation ``into`` when
