@@ -17,11 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_gate_once import PAY, RUN, _gate, _new
+from test_gate_once import PAY, RUN, _gate, _new, _policy_text
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.gate import Gate
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import Store
 from agentgate.store.held import settle_held
 from agentgate.store.once import settle
 
@@ -80,3 +83,23 @@ def test_a_model_call_settled_by_hand_while_it_ran_still_gets_its_outcome(tmp_pa
         assert statuses == ["ok", "ok"], statuses
         assert gate.ledger.spent(agent.grant_id) == 1  # once
         assert gate.verify().ok
+
+
+def test_on_either_store_a_late_outcome_is_written_past_its_settled_reservation(store: Store) -> None:
+    """Review R67: as above, on SQLite and on PostgreSQL (the savepoints the outcome is written
+    under the second time): a lookup released by hand while it ran gets its own outcome, and its
+    grant is charged nothing."""
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    gate = Gate(parse_policy(_policy_text(keys), source="once.yaml"), store)
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        auth = gate.authorize(agent, Call.tool("lookup", {"id": "o-1"}))
+        gate.flush()
+        settle_held(gate.store, gate.audit, auth.reservations[0][0], ran=False, by="ops", min_age_s=0)
+        gate.run(auth, lambda: "found")
+        gate.flush()
+        assert [e.status for e in _outcomes(gate, auth.audit_index)] == ["not_run", "ok"]
+        assert gate.ledger.usage(agent.grant_id) == (0, 0)
+        assert gate.verify().ok
+    finally:
+        gate.close()
