@@ -40,7 +40,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 import aiohttp
 import httpx
@@ -120,8 +120,8 @@ _CREDENTIAL_ERRORS = frozenset({401, 403})
 _BUSY = frozenset({429, 503})
 """The statuses whose ``Retry-After`` is read (``retry_after_s``): too many requests, unavailable."""
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
-"""The largest non-streamed answer read (after decompression): a chat completion with every
-token's log-probabilities is a few MB. A larger one is ``AnswerTooLarge``: the call's own doing
+"""The largest non-streamed answer read (as sent: an encoded one is refused, ``_IDENTITY``): a
+chat completion with every token's log-probabilities is a few MB. A larger one is ``AnswerTooLarge``: the call's own doing
 (tens of thousands of tokens each with 20 log-probabilities, or a long prompt's
 ``prompt_logprobs``), not the backend's failure."""
 DEFAULT_OUTPUT_TOKENS = 256
@@ -132,7 +132,12 @@ _SMALL = 1 << 16
 _QUOTED = 1024
 """The most bytes of an error answer's body that are quoted (``_excerpt``): a streamed call reads
 no more of it than has arrived once any has (``_post_stream``)."""
-_JSON = {"content-type": "application/json"}
+_IDENTITY = {"accept-encoding": "identity"}
+"""Asked of a backend with every request: its answer as sent, never compressed. aiohttp and httpx
+unpack each network read whole before any bound here applies (until review R67 128 KiB of gzip
+were 128 MiB in memory at once), so an answer with another ``Content-Encoding`` is refused
+(``_refuse_encoded``), its body never decoded."""
+_JSON = {"content-type": "application/json", **_IDENTITY}
 
 
 def _refuse_declared(length: str | None) -> None:
@@ -144,6 +149,22 @@ def _refuse_declared(length: str | None) -> None:
     limit was a ``BackendFailed``: retried on other backends, each marked down."""
     if length is not None and length.strip().isdigit() and int(length) > MAX_ANSWER_BYTES:
         raise AnswerTooLarge(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
+
+
+def _refuse_encoded(name: str, encoding: str | None) -> None:
+    """Raise ``BackendFailed`` naming backend ``name`` for an answer whose ``Content-Encoding``
+    header (``encoding``, as sent; ``None`` without one) is other than ``identity``: it was asked
+    for none (``_IDENTITY``), and is not decoded (a few kB of gzip may unpack to gigabytes)."""
+    if _encoded(encoding):
+        raise BackendFailed(
+            f"{name}: answered with Content-Encoding: {escaped(encoding[:40])}, which it was not "
+            "asked for (Accept-Encoding: identity): not decoded"
+        )
+
+
+def _encoded(encoding: str | None) -> TypeGuard[str]:
+    """Whether an answer's ``Content-Encoding`` (``encoding``) is other than ``identity``."""
+    return encoding is not None and encoding.strip().lower() not in ("", "identity")
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,9 +276,9 @@ class BackendClient:
         self._authorization = f"Bearer {key}" if key is not None else None
         auth = {"Authorization": self._authorization} if self._authorization is not None else {}
         self._chat_headers = {**_JSON, **auth}
-        self._probe_headers = auth  # /health is on the origin of ``url``
+        self._probe_headers = {**_IDENTITY, **auth}  # /health is on the origin of ``url``
         same_origin = backend.metrics_url is not None and origin(backend.metrics_url) == origin(backend.url)
-        self._metrics_headers = auth if same_origin else {}
+        self._metrics_headers = {**_IDENTITY, **auth} if same_origin else _IDENTITY
 
     def reload_key(self) -> bool:
         """Read the backend's API key again from its source (``Backend.read_api_key``: a key file
@@ -375,15 +396,22 @@ class BackendClient:
                     total=None, connect=self.timeouts.connect_s, sock_read=deadline
                 ),
                 allow_redirects=False,
+                auto_decompress=False,  # an encoded answer is refused, never unpacked (``_IDENTITY``)
             ) as answer:
                 self._reading.add(answer)
                 try:
+                    encoding = answer.headers.get("Content-Encoding")
                     if answer.status >= 300:
                         retry_after = answer.headers.get("Retry-After")
-                        return answer.status, await answer.content.read(_QUOTED), retry_after
+                        return (
+                            answer.status,
+                            await _quoted(functools.partial(answer.content.read, _QUOTED), encoding),
+                            retry_after,
+                        )
+                    _refuse_encoded(self.backend.name, encoding)
                     _refuse_declared(answer.headers.get("Content-Length"))
                     small = answer.content_length is not None and answer.content_length <= _SMALL
-                    if small and "content-encoding" not in answer.headers:
+                    if small:
                         return answer.status, await answer.read(), None  # the usual answer: a few kB
                     return answer.status, await self._capped(answer.content.iter_chunked(1 << 20)), None
                 finally:
@@ -395,14 +423,18 @@ class BackendClient:
             headers=headers,
             timeout=self._timeout(deadline),
         ) as response:
+            encoding = response.headers.get("Content-Encoding")
             if response.status_code >= 300:
-                return response.status_code, await _start(response), response.headers.get("Retry-After")
+                quoted = await _quoted(functools.partial(_start, response), encoding)
+                return response.status_code, quoted, response.headers.get("Retry-After")
+            _refuse_encoded(self.backend.name, encoding)
             _refuse_declared(response.headers.get("Content-Length"))
-            return response.status_code, await self._capped(response.aiter_bytes()), None
+            # Raw: httpx would unpack each read whole (an encoded answer is refused above).
+            return response.status_code, await self._capped(response.aiter_raw()), None
 
     async def _capped(self, chunks: AsyncIterator[bytes]) -> bytes:
-        """The body, read up to ``MAX_ANSWER_BYTES`` (decoded: a gzip bomb counts at its size
-        unpacked); raises ``AnswerTooLarge`` once it is larger."""
+        """The body, read up to ``MAX_ANSWER_BYTES`` (as sent: an encoded answer is refused before
+        it comes here, ``_refuse_encoded``); raises ``AnswerTooLarge`` once it is larger."""
         parts: list[bytes] = []
         size = 0
         async for chunk in chunks:
@@ -545,12 +577,16 @@ class BackendClient:
                 headers=headers,
                 timeout=self._stream_session_timeout,
                 allow_redirects=False,
+                auto_decompress=False,  # an encoded answer is refused, never unpacked (``_IDENTITY``)
             ) as answer:
                 self._reading.add(answer)
                 try:
+                    encoding = answer.headers.get("Content-Encoding")
+                    if answer.status < 300:
+                        _refuse_encoded(self.backend.name, encoding)
                     yield (
                         answer.status,
-                        functools.partial(answer.content.read, _QUOTED),
+                        functools.partial(_quoted, functools.partial(answer.content.read, _QUOTED), encoding),
                         split_lines(answer.content.iter_any(), MAX_LINE_BYTES),
                         answer.headers.get("Retry-After"),
                     )
@@ -564,10 +600,13 @@ class BackendClient:
             headers=headers,
             timeout=self._stream_timeout,
         ) as response:
+            encoding = response.headers.get("Content-Encoding")
+            if response.status_code < 300:
+                _refuse_encoded(self.backend.name, encoding)
             yield (
                 response.status_code,
-                functools.partial(_start, response),
-                split_lines(response.aiter_bytes(), MAX_LINE_BYTES),
+                functools.partial(_quoted, functools.partial(_start, response), encoding),
+                split_lines(response.aiter_raw(), MAX_LINE_BYTES),
                 response.headers.get("Retry-After"),
             )
 
@@ -597,9 +636,10 @@ class BackendClient:
             ):
                 if response.status_code != 200:
                     raise BackendFailed(f"{self.backend.name}: metrics answered HTTP {response.status_code}")
+                _refuse_encoded(f"{self.backend.name}: metrics", response.headers.get("Content-Encoding"))
                 parts: list[bytes] = []
                 size = 0
-                async for chunk in response.aiter_bytes():
+                async for chunk in response.aiter_raw():
                     size += len(chunk)
                     if size > MAX_METRICS_CHARS:
                         raise BackendFailed(
@@ -731,8 +771,18 @@ def _encode(body: Mapping[str, Any]) -> bytes:
 
 
 async def _start(response: httpx.Response) -> bytes:
-    """The first piece of ``response``'s body to arrive, at most ``_QUOTED`` bytes."""
-    async for piece in response.aiter_bytes():
+    """The first piece of ``response``'s body to arrive, at most ``_QUOTED`` bytes, as sent (not
+    decoded)."""
+    async for piece in response.aiter_raw():
         if piece:
             return piece[:_QUOTED]
     return b""
+
+
+async def _quoted(read: Callable[[], Awaitable[bytes]], encoding: str | None) -> bytes:
+    """What is quoted of an error answer: the start of its body as ``read`` reads it (as sent), or
+    for a body sent with a ``Content-Encoding`` (``encoding``) words that say so, nothing read:
+    it is not decoded (``_IDENTITY``), and its bytes as sent say nothing."""
+    if not _encoded(encoding):
+        return await read()
+    return f"(a body with Content-Encoding: {encoding[:40]}, not decoded)".encode()

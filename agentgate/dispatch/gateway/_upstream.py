@@ -16,7 +16,9 @@ backend does not close it under a request).
 
 The request carries only what the caller of ``post`` or ``stream`` gives: the URL, the JSON body
 and the backend's ``authorization`` (``BackendClient`` passes its API key's ``Bearer`` value);
-no header of the gateway's own caller is ever written here.
+no header of the gateway's own caller is ever written here. Every request asks for
+``Accept-Encoding: identity`` (this client decodes nothing); a successful answer with another
+``Content-Encoding`` is an ``UpstreamError`` naming it.
 """
 
 from __future__ import annotations
@@ -135,6 +137,21 @@ class _Connection(asyncio.Protocol):
             self._framed = True
         elif name == b"retry-after":
             self.retry_after = value.decode("latin-1")
+        elif (
+            name == b"content-encoding"
+            and value.strip().lower() not in (b"", b"identity")
+            and 200 <= self._parser.get_status_code() < 300
+        ):
+            # Asked for none (``Accept-Encoding: identity``): its body, which this client does not
+            # decode, is not the JSON or SSE it would be read as. Until review R67 it was read as
+            # a malformed chat completion. Parsing stops here, the connection closed.
+            shown = value[:40].decode("latin-1").encode("unicode_escape").decode()
+            self._fail(
+                UpstreamError(
+                    f"the backend answered with Content-Encoding: {shown}, which it was not asked for"
+                )
+            )
+            raise UpstreamError("an encoded answer")
         # Only an answer read whole is bounded up front: of an error answer (300 or more) only the
         # start is read (``read_start``), whatever length it declares, and a 400 stays a 400.
         if (
@@ -413,7 +430,7 @@ class UpstreamPool:
                 auth = f"Authorization: {authorization}\r\n"
             head = (
                 f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
-                f"Accept: application/json\r\n{auth}Content-Length: "
+                f"Accept: application/json\r\nAccept-Encoding: identity\r\n{auth}Content-Length: "
             ).encode()
             known = self._heads[(url, authorization)] = (origin, head)
         return known
