@@ -48,6 +48,9 @@ _STEERING = {
     "input_ids": "SGLang's prompt token ids, run instead of the messages",
     "chat_template": "vLLM's chat template, written by the caller: the prompt the messages become",
     "custom_logit_processor": "SGLang's serialized Python logit processor: code the backend runs",
+    "vllm_xargs": "vLLM's extra arguments: read as kv_transfer_params, or by any extension installed",
+    "rid": "SGLang's request id: another request's, to collide with or stand for",
+    "request_id": "vLLM's request id: another request's, to collide with or stand for",
 }
 """Engine body fields with which a caller picks what the decision never named (an adapter, i.e. a
 model other than the one its ``model:`` capability grants; another request's cached state; a
@@ -185,7 +188,9 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
                 "which the invocation signs and the budget reserves",
             )
     # Until review R66 these were passed on: a llamacpp backend ran ``lora: [{"id": 1, ...}]``
-    # on an adapter no grant named, an SGLang one continued another request's session.
+    # on an adapter no grant named, an SGLang one continued another request's session (until
+    # review R67 ``vllm_xargs``, ``rid`` and ``request_id`` too: vLLM reads a request's
+    # ``kv_transfer_params`` from the dict ``vllm_xargs`` becomes).
     for name, reaches in _STEERING.items():
         if body.get(name) is not None:
             raise FieldError(
