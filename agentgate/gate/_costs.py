@@ -60,7 +60,8 @@ def _output_capped(usage: tuple[int, int], limit: int | None) -> tuple[int, int]
     tokens than ``limit`` (the output reserved: the ``max_tokens`` the call was sent), the prompt
     tokens as reported with ``limit`` completion tokens. A backend that reports more output than it
     was allowed is broken or hostile; charged as reported, one call could drain a budget. (The
-    prompt is charged as reported: the reservation's prompt is only an estimate.) ``limit``
+    prompt is not capped here: the reservation's prompt is only an estimate. A decider that
+    bounds it sets ``Authorization.prompt_tokens``, which ``_reported_cost`` caps it at.) ``limit``
     ``None`` (no output was reserved): ``usage`` unchecked."""
     prompt, output = usage
     return (prompt, limit) if limit and output > limit else usage
@@ -179,6 +180,16 @@ class _Costs:
                 f"{MAX_USAGE_TOKENS:,}; charged as reserved{charged}"
             )
             return None
+        if auth.prompt_tokens is not None and counts[0] > auth.prompt_tokens:
+            # Until review R67 a backend's count was charged whatever the prompt: 10^9 prompt
+            # tokens for a prompt of 100 bytes drained the caller's budget in one call.
+            over = (
+                f"the backend reported {counts[0]} prompt tokens, over the {auth.prompt_tokens} "
+                f"the prompt as sent can hold; charged {auth.prompt_tokens}"
+            )
+            reasons.append(over)
+            _log.warning("agentgate: audit entry %s: %s", auth.audit_index, over)
+            counts = (auth.prompt_tokens, counts[1])
         capped = _output_capped(counts, auth.output_tokens)
         if capped is not counts:
             over = (

@@ -210,13 +210,18 @@ class _Recording:
         quotas: Sequence[QuotaRef] = (),
         once_key: str | None = None,
         rule: QuorumRule | None = None,
+        prompt_tokens: int | None = None,
     ) -> Authorization:
         """Record an allow (approval consumed, budget reserved, policy quotas counted, audit
         entry, a call that must run once marked started) in ``tx``, or in a decision transaction
         of its own; a budget, a quota or an approval that does not hold turns it into a recorded
-        refusal in the same transaction (the partial writes rolled back to a savepoint)."""
+        refusal in the same transaction (the partial writes rolled back to a savepoint).
+        ``prompt_tokens``: for a model call, the most prompt tokens its outcome is charged
+        (``Authorization.prompt_tokens``; the gateway's bound of its prompt as sent)."""
         if tx is None:
-            return self._record_allow_alone(auth, approval, request, tokens, quotas, once_key, rule)
+            return self._record_allow_alone(
+                auth, approval, request, tokens, quotas, once_key, rule, prompt_tokens
+            )
         identity, decision = auth.identity, auth.decision
         assert identity is not None and decision is not None
         amounts = self._cost(auth.call, tokens)
@@ -274,7 +279,8 @@ class _Recording:
         if once_key is not None:
             self.once.start(tx, once_key, index, [reservation for reservation, _, _ in held])
         # The output a model call's outcome is charged at most (``_cost`` has checked ``tokens``).
-        output = tokens[1] if tokens is not None and auth.call.resource.startswith("model:") else None
+        model = auth.call.resource.startswith("model:")
+        output = tokens[1] if tokens is not None and model else None
         allowed = Authorization(  # built directly: dataclasses.replace costs more than the rest of this step
             auth.verdict,
             auth.call,
@@ -289,6 +295,7 @@ class _Recording:
             rule=auth.rule,
             once_key=once_key,
             output_tokens=output,
+            prompt_tokens=prompt_tokens if model else None,
         )
         allowed._use.sealed = self._seal(allowed)
         return allowed
@@ -302,10 +309,13 @@ class _Recording:
         quotas: Sequence[QuotaRef],
         once_key: str | None,
         rule: QuorumRule | None,
+        prompt_tokens: int | None = None,
     ) -> Authorization:
         """``_record_allow`` in a decision transaction of its own, with the span of a refusal."""
         with self._decision_transaction() as own:
-            recorded = self._record_allow(auth, approval, request, tokens, own, quotas, once_key, rule)
+            recorded = self._record_allow(
+                auth, approval, request, tokens, own, quotas, once_key, rule, prompt_tokens
+            )
         if not recorded.allowed:
             self._refusal_span(recorded)
         return recorded
@@ -357,6 +367,7 @@ class _Recording:
             auth.reservations,
             auth.once_key,
             auth.output_tokens,
+            auth.prompt_tokens,
             auth.request,
         )
 

@@ -97,6 +97,7 @@ from agentgate.dispatch.gateway._request import (
     _declared_too_large,
     _parse_body,
     _prompt_estimate,
+    _prompt_most,
     _read_body,
     _repeated_credentials,
 )
@@ -413,6 +414,7 @@ class Gateway:
                 return await self._refuse_body(str(exc), param), False
             max_tokens = max_tokens_of(body)
             prompt = _prompt_estimate(body)
+            prompt_most = _prompt_most(len(raw), body)
             started = time.perf_counter()  # the body is read, checked and hashed
             if (ambiguous := _repeated_credentials(request.headers)) is not None:
                 # Never resolved by order: a proxy in front may have checked the other one.
@@ -427,6 +429,7 @@ class Gateway:
                     call,
                     (prompt, max_tokens),
                     request.headers.get(APPROVAL_HEADER),
+                    prompt_most=prompt_most,
                 )
         except asyncio.CancelledError:
             # The shutdown grace ran out before the call was decided (its body still arriving,
@@ -498,7 +501,7 @@ class Gateway:
         answered = time.perf_counter()
         # The usage charged, as for a stream: none for a usage that cannot be the answer's.
         if (charged := _spent(result)) is not None and charged is not USAGE_UNREAD:
-            self._count_tokens(*charged)
+            self._count_tokens(*charged, decision.auth.prompt_tokens)
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
         headers["Server-Timing"] = (
             f"read;dur={(received - arrived) * 1000:.3f}, parse;dur={(started - received) * 1000:.3f}, "
@@ -659,7 +662,9 @@ class Gateway:
             SENDING.reset(sending)
         options = payload.get("stream_options")
         include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
-        events = self._events(chunks, first, str(payload["model"]), include_usage)
+        events = self._events(
+            chunks, first, str(payload["model"]), include_usage, decision.auth.prompt_tokens
+        )
         return _EventStream(events, media_type="text/event-stream", headers=headers)
 
     async def _events(
@@ -668,6 +673,7 @@ class Gateway:
         first: ChatChunk | None,
         model: str,
         include_usage: bool,
+        prompt_most: int | None = None,
     ) -> AsyncGenerator[bytes, None]:
         ident = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
@@ -728,7 +734,7 @@ class Gateway:
         # The usage charged, not a stale one (reported before more output: the call is charged
         # its reservation, ``GatewayGate._pump``); until review R57 the counter added that one.
         if (usage := reported.usage) is not None:
-            self._count_tokens(usage.prompt_tokens, usage.completion_tokens)
+            self._count_tokens(usage.prompt_tokens, usage.completion_tokens, prompt_most)
             if include_usage and not usage_sent:
                 yield event(
                     [],
@@ -740,11 +746,12 @@ class Gateway:
                 )
         yield b"data: [DONE]\n\n"
 
-    def _count_tokens(self, prompt: int, completion: int) -> None:
+    def _count_tokens(self, prompt: int, completion: int, prompt_most: int | None) -> None:
         # Never raises: the counts come from a ``Usage``, non-negative integers by construction
         # (a backend reporting negative usage is a ``BackendFailed`` before the answer gets here),
-        # so the counter cannot turn an answered, charged call into an error.
-        self._tokens.labels(kind="prompt").inc(prompt)
+        # so the counter cannot turn an answered, charged call into an error. The prompt counted
+        # is the one charged: at most ``prompt_most`` (``Authorization.prompt_tokens``).
+        self._tokens.labels(kind="prompt").inc(prompt if prompt_most is None else min(prompt, prompt_most))
         self._tokens.labels(kind="completion").inc(completion)
 
 

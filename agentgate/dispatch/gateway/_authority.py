@@ -140,6 +140,8 @@ class GatewayGate(Gate):
         call: Call,
         tokens: tuple[int, int],
         approval_text: str | None = None,
+        *,
+        prompt_most: int | None = None,
     ) -> GatewayDecision:
         """Decide ``call`` presented with a chain token and a signed invocation; record the decision.
 
@@ -151,7 +153,8 @@ class GatewayGate(Gate):
         ``approval_text``: the ``X-Agentgate-Approval`` header, a signed approval as JSON (what
         ``agentgate approval sign`` writes); 400 ``malformed_approval`` when it is not one. Each
         refusal is audited and reserves nothing. Raises ``AuditError``/``StoreError`` only if even
-        a refusal cannot be recorded.
+        a refusal cannot be recorded. ``prompt_most``: the most prompt tokens the call's outcome
+        is charged, whatever its backend reports (``Authorization.prompt_tokens``).
 
         Runs holding the gate's store lock, as ``Gate.authorize`` does: decisions are recorded
         one at a time, and the outcomes a decision's transaction carries are taken under it. The
@@ -159,7 +162,9 @@ class GatewayGate(Gate):
         exporter that blocks holds no other decision.
         """
         with ends_held(), self._store_lock:
-            return self._authorize_invocation(chain_token, invocation_text, call, tokens, approval_text)
+            return self._authorize_invocation(
+                chain_token, invocation_text, call, tokens, approval_text, prompt_most
+            )
 
     def _authorize_invocation(
         self,
@@ -168,6 +173,7 @@ class GatewayGate(Gate):
         call: Call,
         tokens: tuple[int, int],
         approval_text: str | None,
+        prompt_most: int | None = None,
     ) -> GatewayDecision:
         if invocation_text is not None:
             # A field value excludes the white space around it (RFC 9110, 5.5); httptools keeps
@@ -193,7 +199,9 @@ class GatewayGate(Gate):
         # computed first (it reads nothing) but only answered after the authority's.
         verdict = self.index.evaluate(self._policy_principal(identity), call)
         if verdict.outcome is Outcome.APPROVAL_REQUIRED:
-            return self._authorize_gated(invocation, identity, call, tokens, approval_text, verdict)
+            return self._authorize_gated(
+                invocation, identity, call, tokens, approval_text, verdict, prompt_most
+            )
         # The common path: the authority's nonce statement and revocation read, then the refusal,
         # or the budget reservation and the allow entry, in one transaction and one commit.
         with self._decision_transaction() as tx:
@@ -212,7 +220,7 @@ class GatewayGate(Gate):
                 refused, status, code = outside
                 answer = GatewayDecision(self._write_refusal(refused, tx), status, code)
             else:
-                answer = self._allow(decision, verdict, identity, call, tokens, None, None, tx)
+                answer = self._allow(decision, verdict, identity, call, tokens, None, None, tx, prompt_most)
         if not answer.allowed:
             self._refusal_span(answer.auth)
         return answer
@@ -225,6 +233,7 @@ class GatewayGate(Gate):
         tokens: tuple[int, int],
         approval_text: str | None,
         verdict: PolicyDecision,
+        prompt_most: int | None = None,
     ) -> GatewayDecision:
         """A call behind an approval gate: decided, then recorded in a second transaction, since
         an approval vote towards a quorum above one is written in a transaction of its own."""
@@ -283,7 +292,9 @@ class GatewayGate(Gate):
                 refused = revoked_refusal(decision, call, identity, revoked, since)
                 answer = GatewayDecision(self._write_refusal(refused, tx), 401, "revoked")
             else:
-                answer = self._allow(decision, verdict, identity, call, tokens, approved, request, tx)
+                answer = self._allow(
+                    decision, verdict, identity, call, tokens, approved, request, tx, prompt_most
+                )
         if not answer.allowed:
             self._refusal_span(answer.auth)
         return answer
@@ -333,6 +344,7 @@ class GatewayGate(Gate):
         approved: Approval | None,
         request: Mapping[str, Any] | None,
         tx: Transaction | None,
+        prompt_most: int | None = None,
     ) -> GatewayDecision:
         auth = Authorization(
             Verdict.ALLOW,
@@ -343,7 +355,14 @@ class GatewayGate(Gate):
             decision=decision,
         )
         recorded = self._record_allow(
-            auth, approved, request, tokens, tx, verdict.quotas, rule=self._quorum_rule(verdict.approval)
+            auth,
+            approved,
+            request,
+            tokens,
+            tx,
+            verdict.quotas,
+            rule=self._quorum_rule(verdict.approval),
+            prompt_tokens=prompt_most,
         )
         if not recorded.allowed:
             # The authority allowed the call; the ledger could not hold its reservation, a policy
