@@ -65,6 +65,13 @@ model other than the one its ``model:`` capability grants; another request's cac
 prompt other than the messages reserved), each with what it reaches: refused unless null, which
 every engine reads as the field left out. Sampling fields steer nothing the decision named and
 pass (docs/gateway.md, 'Errors')."""
+_TEMPLATE_ARGUMENTS = {
+    "chat_template": "the template itself, as the refused field 'chat_template' (GHSA-6fvq-23cw-5628)",
+    "tokenize": "tokenizing where the server renders text (GHSA-69j4-grxj-j64p)",
+}
+"""Keys of ``chat_template_kwargs`` that vLLM before 0.11 merged over its own arguments to
+``apply_chat_template``, each with what it reaches: refused, as the backend's version is not
+known here. Other keys are the template's own switches (``enable_thinking``) and pass."""
 CREDENTIAL_HEADERS = ("Authorization", INVOCATION_HEADER, APPROVAL_HEADER)
 """The headers that carry a call's credentials: each may be sent once (``_repeated_credentials``)."""
 
@@ -204,7 +211,25 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
             raise FieldError(
                 name, f"'{name}' is not taken: it picks what the call was not decided on ({reaches})"
             )
+    _check_template_kwargs(body.get("chat_template_kwargs"))
     return body
+
+
+def _check_template_kwargs(kwargs: object) -> None:
+    """Raise ``FieldError`` for ``chat_template_kwargs`` that is neither an object nor null (vLLM
+    refuses it with a 400), or that holds a key of ``_TEMPLATE_ARGUMENTS``. Until review R67
+    ``{"chat_template": ...}`` passed the refusal of ``chat_template`` by this other door."""
+    if kwargs is None:
+        return
+    if not isinstance(kwargs, dict):
+        raise FieldError("chat_template_kwargs", "'chat_template_kwargs' must be an object or null")
+    for name, reaches in _TEMPLATE_ARGUMENTS.items():
+        if name in kwargs:
+            raise FieldError(
+                "chat_template_kwargs",
+                f"'chat_template_kwargs' may not hold '{name}': it reaches {reaches}; "
+                "only the server's template's own switches (such as enable_thinking) are taken",
+            )
 
 
 def _prompt_estimate(body: Mapping[str, Any]) -> int:
