@@ -78,7 +78,7 @@ def test_a_reported_prompt_over_what_the_body_can_hold_is_charged_the_bound(env:
 
 
 def test_the_bound_counts_each_part_that_is_not_text() -> None:
-    """The bound's allowances: one token a byte of the body, ``PROMPT_TEMPLATE_TOKENS``, and
+    """Review R67: the bound's allowances: one token a byte of the body, ``PROMPT_TEMPLATE_TOKENS``, and
     ``MEDIA_PART_TOKENS_MOST`` for each content part that is not text (an image by URL is a few
     bytes of body and thousands of tokens)."""
     body = {
@@ -98,7 +98,7 @@ def test_the_bound_counts_each_part_that_is_not_text() -> None:
 
 
 def test_a_reported_prompt_within_the_bound_is_charged_as_reported(tmp_path: Path) -> None:
-    """The rule's other side: the hostile backend's usual 5 prompt tokens are charged as
+    """Review R67, the rule's other side: the hostile backend's usual 5 prompt tokens are charged as
     reported, with no reason added."""
     backend = Hostile()
     try:

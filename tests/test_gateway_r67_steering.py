@@ -59,7 +59,7 @@ def test_a_field_that_reaches_another_request_is_refused_before_it_is_decided(
 
 @pytest.mark.parametrize("name", sorted({name for name, _ in STEERING}))
 def test_the_field_null_is_the_field_absent(env: Env, counting: _Counting, name: str) -> None:
-    """The rule's other side: null is what every engine reads as the field left out."""
+    """Review R67, the rule's other side: null is what every engine reads as the field left out."""
     _in_service(env)
     asked = counting.asked
     answer = env.post({**_body(), name: None})

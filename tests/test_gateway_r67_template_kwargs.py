@@ -50,7 +50,7 @@ def test_template_kwargs_that_replace_the_template_are_refused(
 
 @pytest.mark.parametrize("kwargs", [None, {}, {"enable_thinking": False, "reasoning_effort": "low"}])
 def test_the_templates_own_switches_are_served(env: Env, counting: _Counting, kwargs: Any) -> None:
-    """The rule's other side: the server's own template's switches, an empty object and null pass."""
+    """Review R67, the rule's other side: the server's own template's switches, an empty object and null pass."""
     _in_service(env)
     asked = counting.asked
     answer = env.post({**_body(), "chat_template_kwargs": kwargs})
