@@ -5,10 +5,13 @@ carries no identity (``_NO_CHAIN``) or one that is not the agent's own (``inheri
 from __future__ import annotations
 
 import hashlib
+import unicodedata
+import weakref
 
 from agentgate._names import _expect_id as _expect_id  # re-exported: the Gate's parts check ids with it
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate._authorization import AgentIdentity
+from agentgate.policy import Policy
 
 _NONE = type(None)
 _TEXT_OR_NONE = (str, _NONE)
@@ -135,3 +138,24 @@ def renamed_identity(identity: AgentIdentity, granted: str) -> Finding:
         _GRANTED_NAME,
         _GRANTED_NAME_HINT,
     )
+
+
+_FOLDED_PRINCIPALS: weakref.WeakKeyDictionary[Policy, dict[str, str]] = weakref.WeakKeyDictionary()
+"""Per policy: each principal's name as ``_folded``, to the name."""
+
+
+def _folded(name: str) -> str:
+    """``name`` as a reader takes it in: NFKC (full-width and compatibility letters as their plain
+    forms), case folded. A policy's principal names are ASCII (``[A-Za-z0-9_.-]``); letters of
+    another script that look alike are not folded (no confusables table is kept)."""
+    return unicodedata.normalize("NFKC", name).casefold()
+
+
+def principal_named(policy: Policy, name: str) -> str | None:
+    """The principal whose name ``name`` is, or reads as (``_folded``), else ``None``."""
+    if name in policy.principal_dids:
+        return name
+    folded = _FOLDED_PRINCIPALS.get(policy)
+    if folded is None:
+        folded = _FOLDED_PRINCIPALS[policy] = {_folded(p): p for p in policy.principal_dids}
+    return folded.get(_folded(name))

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-import unicodedata
-import weakref
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
@@ -52,6 +50,7 @@ from agentgate.gate._checks import (
     _finding,
     delegated_purpose,
     issued_purpose,
+    principal_named,
 )
 from agentgate.gate._lock import _serialized
 from agentgate.gate._policy_chain import PolicyChains
@@ -124,27 +123,6 @@ def _delegation_terms(
             CapabilityError,
         )
     ]
-
-
-_FOLDED_PRINCIPALS: weakref.WeakKeyDictionary[Policy, dict[str, str]] = weakref.WeakKeyDictionary()
-"""Per policy: each principal's name as ``_folded``, to the name."""
-
-
-def _folded(name: str) -> str:
-    """``name`` as a reader takes it in: NFKC (full-width and compatibility letters as their plain
-    forms), case folded. A policy's principal names are ASCII (``[A-Za-z0-9_.-]``); letters of
-    another script that look alike are not folded (no confusables table is kept)."""
-    return unicodedata.normalize("NFKC", name).casefold()
-
-
-def _principal_named(policy: Policy, name: str) -> str | None:
-    """The principal whose name ``name`` is, or reads as (``_folded``), else ``None``."""
-    if name in policy.principal_dids:
-        return name
-    folded = _FOLDED_PRINCIPALS.get(policy)
-    if folded is None:
-        folded = _FOLDED_PRINCIPALS[policy] = {_folded(p): p for p in policy.principal_dids}
-    return folded.get(_folded(name))
 
 
 class _Delegation:
@@ -605,9 +583,9 @@ class _Delegation:
         agent would act, and the audit log would record its grant (``agent:NAME``), as that
         principal; else ``None``. ``issuing``: for ``issue`` (an agent), else ``delegate`` (a
         sub-agent). Until review R65 such a grant was made (by ``issue``, one on which every call
-        was then refused). ``name`` is compared as its NFKC, case-folded form (``_principal_named``:
+        was then refused). ``name`` is compared as its NFKC, case-folded form (``_checks.principal_named``:
         until review R66 exactly, and ``Researcher`` was granted)."""
-        principal = _principal_named(self.policy, name)
+        principal = principal_named(self.policy, name)
         own = None if principal is None else self.policy.principal_dids.get(principal)
         if own is None or own == key.did:
             return None

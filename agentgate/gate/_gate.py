@@ -58,6 +58,7 @@ from agentgate.gate._checks import (
     _is_text_pair,
     granted_elsewhere,
     inherited_identity,
+    principal_named,
     renamed_identity,
 )
 from agentgate.gate._config import scheduler_config
@@ -658,10 +659,16 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         Else, since review R66, the finding of ``identity`` presenting a grant the Gate issued or
         delegated under another name (``granted_elsewhere``: the name, or its digest, is in the
         grant's signed purpose): until then the name was a label its holder chose, and the
-        scheduler's per-agent limit, the requester approvers are shown and the spans took it."""
+        scheduler's per-agent limit, the requester approvers are shown and the spans took it.
+
+        A name is a principal's when it is, or reads as, that principal's name (NFKC, case folded:
+        ``_checks.principal_named``)."""
         if identity.chain.holder != identity.did:
             return None
-        own = self.policy.principal_dids.get(identity.name)
+        # Folded as ``Gate.issue`` and ``Gate.delegate`` fold it: until review R67 a grant that
+        # binds no name was decided under ``RESEARCHER`` on a key the researcher does not hold.
+        named = principal_named(self.policy, identity.name)
+        own = None if named is None else self.policy.principal_dids.get(named)
         if own is None or own == identity.did:
             granted = granted_elsewhere(identity.chain.tip.purpose, identity.name)
             return None if granted is None else renamed_identity(identity, granted)

@@ -160,6 +160,8 @@ class _Running:
             arguments=auth.call.args,
             tenant=self._tenant_of(self._policy_principal(identity)),
             principal=identity.name,
+            # The per-agent limit counts the key: a grant that binds no name may go by several.
+            holder=identity.did,
             # Idempotency keys (and the reuse of a completed result) are scoped to the run the
             # caller names (a LangGraph thread), else to the grant.
             run_id=run_id or identity.grant_id,

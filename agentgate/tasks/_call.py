@@ -153,6 +153,10 @@ class ToolCall:
     (LangGraph's ``interrupt()`` inside a tool): it leaves at once, not retried, not told to the
     breaker, no dead letter. A function or None (``InputError`` otherwise); one that raises says
     the exception is not a pause.
+    ``holder``: what the per-agent limit and fair share count instead of ``principal``, when
+    given (``agent_key``): ``Gate.run`` gives the agent's key, its ``did:key``, since review R67.
+    The holder of a grant that binds no name chooses the name it goes by, and took one share per
+    name; ``principal`` stays the name the idempotency key and a dead letter record.
     """
 
     tool: str
@@ -171,6 +175,7 @@ class ToolCall:
     keep_error_text: bool = True
     reuse_result: bool = True
     pauses: Callable[[BaseException], bool] | None = field(default=None, compare=False)
+    holder: str | None = None
 
     def __post_init__(self) -> None:
         """Raise ``InputError`` naming the first field of a type it cannot have (a list
@@ -190,6 +195,7 @@ class ToolCall:
                     none if self.breaker_key is None else self.breaker_key,
                     none if self.priority is None else self.priority,
                     none if self.arguments_digest is None else self.arguments_digest,
+                    none if self.holder is None else self.holder,
                     *self.authority_chain,
                 )
             )
@@ -226,13 +232,28 @@ class ToolCall:
             raise InputError(
                 f"tool call tenant and principal must be strings, got {self.tenant!r} and {self.principal!r}"
             )
-        for value in (self.priority, self.run_id, self.call_id, self.breaker_key, self.arguments_digest):
+        for value in (
+            self.priority,
+            self.run_id,
+            self.call_id,
+            self.breaker_key,
+            self.arguments_digest,
+            self.holder,
+        ):
             if value is not None and not isinstance(value, str):
                 raise InputError(
-                    "tool call priority, run_id, call_id, breaker_key and arguments_digest must be "
-                    f"strings or None, got {value!r}"
+                    "tool call priority, run_id, call_id, breaker_key, arguments_digest and holder "
+                    f"must be strings or None, got {value!r}"
                 )
-        for value in (self.tool, self.tenant, self.principal, self.run_id, self.call_id, self.breaker_key):
+        for value in (
+            self.tool,
+            self.tenant,
+            self.principal,
+            self.run_id,
+            self.call_id,
+            self.breaker_key,
+            self.holder,
+        ):
             if value is not None and not value.isascii():
                 _encodable(value)
         if self.tool == OTHER or self.breaker_key == OVERFLOW_BREAKER:
@@ -260,6 +281,12 @@ class ToolCall:
             raise InputError(
                 f"tool call pauses must be a function of an exception or None, got {self.pauses!r}"
             )
+
+    @property
+    def agent_key(self) -> str:
+        """Whom the per-agent limit (``principal_concurrency``) and the agent's fair share within
+        its tenant count this call against: ``holder``, else ``principal``."""
+        return self.principal if self.holder is None else self.holder
 
     def digest(self) -> str:
         """The argument digest: the given one, else ``argument_digest(arguments)``."""

@@ -42,7 +42,7 @@ def _dimension_key(call: ToolCall, dimension: str) -> object:
     if dimension == "tenant":
         return call.tenant
     if dimension == "principal":
-        return (call.tenant, call.principal)
+        return (call.tenant, call.agent_key)
     return None
 
 
@@ -134,7 +134,7 @@ class _Lending:
         if not self.per_tool_only:
             if self._tenant_blocked(call.tenant):
                 full.append("tenant")
-            if self._agent_blocked(call.tenant, call.principal):
+            if self._agent_blocked(call.tenant, call.agent_key):
                 full.append("principal")
         plan: dict[str, Waiter] = {}
         for dimension in full:
@@ -211,7 +211,7 @@ class _Lending:
             if "tenant" not in borrowed:
                 self.tenant_in_flight[call.tenant] = self.tenant_in_flight.get(call.tenant, 0) + 1
             if "principal" not in borrowed:
-                agent = (call.tenant, call.principal)
+                agent = (call.tenant, call.agent_key)
                 self.principal_in_flight[agent] = self.principal_in_flight.get(agent, 0) + 1
 
     def _finish_lending(self, waiter: Waiter) -> None:
@@ -245,7 +245,7 @@ class _Lending:
             elif dimension == "tenant":
                 _decrement(self.tenant_in_flight, call.tenant)
             else:
-                _decrement(self.principal_in_flight, (call.tenant, call.principal))
+                _decrement(self.principal_in_flight, (call.tenant, call.agent_key))
 
 
 def _decrement(counts: dict[Any, int], key: Any) -> None:

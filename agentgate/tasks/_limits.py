@@ -217,7 +217,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             priority.weight,
             call.tenant,
             share.weight,
-            call.principal,
+            call.agent_key,
             call.tool,
         )
         waiter.queued = True
@@ -287,7 +287,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         if limits.concurrency is not None and self.tool_in_flight.get(call.tool, 0) >= limits.concurrency:
             return False
         if not self.per_tool_only and (
-            self._tenant_blocked(call.tenant) or self._agent_blocked(call.tenant, call.principal)
+            self._tenant_blocked(call.tenant) or self._agent_blocked(call.tenant, call.agent_key)
         ):
             return False
         if limits.rate is None:
@@ -310,9 +310,10 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         if self._tenant_blocked(call.tenant):
             limit = config.tenant_share(call.tenant).concurrency
             return f"tenant {call.tenant!r}'s concurrency limit ({limit})"
-        if self._agent_blocked(call.tenant, call.principal):
+        if self._agent_blocked(call.tenant, call.agent_key):
+            key = "" if call.holder is None else f", counted by key {call.holder}"
             return (
-                f"agent {call.principal!r}'s concurrency limit ({config.principal_concurrency}, "
+                f"agent {call.principal!r}'s concurrency limit ({config.principal_concurrency}{key}, "
                 f"tenant {call.tenant!r})"
             )
         if limits.rate is not None:
@@ -363,7 +364,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         self.tool_in_flight[call.tool] = self.tool_in_flight.get(call.tool, 0) + 1
         if not self.per_tool_only:  # the tenant and principal counts matter only to their limits
             self.tenant_in_flight[call.tenant] = self.tenant_in_flight.get(call.tenant, 0) + 1
-            agent = (call.tenant, call.principal)
+            agent = (call.tenant, call.agent_key)
             self.principal_in_flight[agent] = self.principal_in_flight.get(agent, 0) + 1
 
     def finish(self, waiter: Waiter) -> None:
@@ -380,7 +381,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             _decrement(self.tool_in_flight, call.tool)
             if not self.per_tool_only:
                 _decrement(self.tenant_in_flight, call.tenant)
-                _decrement(self.principal_in_flight, (call.tenant, call.principal))
+                _decrement(self.principal_in_flight, (call.tenant, call.agent_key))
         if self.queue.size:  # ``dispatch``, written out: this runs once per attempt
             if self.per_tool_only:
                 self._dispatch_tool(call.tool)
