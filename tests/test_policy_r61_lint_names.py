@@ -42,13 +42,14 @@ def test_tenants_differing_only_in_case_are_an_error_at_the_second() -> None:
 
 
 def test_principals_roles_and_models_differing_only_in_case_are_reported_section_by_section() -> None:
-    """Review R61: principals, roles, approval gates and models that differ only in case each
-    draw the finding; a principal and a role of the same name (sections apart) do not."""
+    """Review R61: roles, approval gates and models that differ only in case each draw the
+    finding; a principal and a role of the same name (sections apart) do not. (Principals that
+    differ only in case are refused at load since review R67: tests/test_policy_r67_principal_names.py.)"""
     text = """\
 version: 1
 principals:
   alice: {kind: human, roles: [clerk]}
-  Alice: {kind: agent, roles: [Clerk]}
+  Alicia: {kind: agent, roles: [Clerk]}
   clerk: {kind: human, roles: [clerk]}
 tools:
   tickets.read: {}
@@ -63,7 +64,6 @@ roles:
 """
     found = _found(text, "names_differ_only_in_case")
     assert [(line, message.split(" differ")[0]) for line, _, message in found] == [
-        (4, "principals Alice and alice"),
         (10, "models Llama-3 and llama-3"),
         (14, "roles Clerk and clerk"),
     ]

@@ -606,6 +606,7 @@ class _Compiler:
         return mark.line if mark else None
 
     def _names(self) -> None:
+        self._principal_names()
         for section, kind in (("tools", "tool"), ("models", "model"), ("gpus", "gpu")):
             for name in getattr(self.doc, section):
                 try:
@@ -618,6 +619,24 @@ class _Compiler:
                         "use lower-case names joined by '.'",
                         key=True,
                     ) from None
+
+    def _principal_names(self) -> None:
+        """Refuse two principals whose names differ only in case, at the later one, naming both.
+        The Gate takes an agent's name for a principal's as its NFKC, case-folded form
+        (``gate._checks.principal_named``; a principal's name is ASCII, which NFKC keeps), so
+        it takes the two for one; until review R67 they loaded (lint reported them)."""
+        first: dict[str, str] = {}
+        for name in self.doc.principals:
+            earlier = first.setdefault(name.casefold(), name)
+            if earlier != name:
+                raise self.error(
+                    ("principals", name),
+                    f"principals {name} and {earlier} differ only in case: the Gate compares an "
+                    "agent's name with principals' names regardless of case, and would take them for one",
+                    "principal names that differ in more than case",
+                    "rename one of them (or merge the two, if one was meant)",
+                    key=True,
+                )
 
     def _ref(self, loc: tuple[str | int, ...], name: str, section: str) -> None:
         known = getattr(self.doc, section)

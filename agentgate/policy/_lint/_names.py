@@ -21,14 +21,14 @@ from agentgate.policy._load import Policy
 _NAMED_SECTIONS = (
     "trust_anchors",
     "tenants",
-    "principals",
     "models",
     "priority_classes",
     "roles",
     "quotas",
     "approvals",
 )
-"""The sections whose names may hold upper-case letters (tool and GPU names are lower case)."""
+"""The sections whose names may hold upper-case letters (tool and GPU names are lower case), but
+principals: two that differ only in case are refused at load (review R67)."""
 
 
 class NamesDifferOnlyInCase(LintRule):
