@@ -7,6 +7,7 @@ and ``run_id``, a dispatched call's session): ``_expect_id`` and ``check_session
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Literal, get_args
 
 from agentgate._shown import character_named, not_printable, shown
@@ -76,6 +77,70 @@ def check_name(name: str, whose: str) -> None:
         raise InputError(
             f"{whose} name holds {character_named(name[hidden])} at character {hidden + 1}: "
             "a name is one line of visible text"
+        )
+
+
+_SCRIPT_OF_WORD = {"CJK": "HAN", "IDEOGRAPHIC": "HAN"}
+"""Scripts whose letters' Unicode names start with another word than the script's name."""
+
+_MIXES_ALLOWED = (
+    frozenset({"LATIN", "HAN", "HIRAGANA", "KATAKANA"}),
+    frozenset({"LATIN", "HAN", "BOPOMOFO"}),
+    frozenset({"LATIN", "HAN", "HANGUL"}),
+)
+"""The mixes of scripts a name may hold (Unicode TR39's "highly restrictive" level): the ways
+Japanese, Chinese and Korean names are written, each with Latin."""
+
+
+def _script(letter: str) -> str:
+    """The script of ``letter`` as the first word of its Unicode name (``LATIN``, ``CYRILLIC``,
+    ``GREEK``, ``HAN`` for ``CJK ...``): Python's ``unicodedata`` has no Script property, and a
+    letter's name opens with its script's for every script a look-alike of Latin comes from."""
+    word = unicodedata.name(letter, "").partition(" ")[0]
+    return _SCRIPT_OF_WORD.get(word, word)
+
+
+def mixed_scripts(name: str) -> tuple[str, str, int] | None:
+    """Where ``name``, as NFKC reads it (full-width and mathematical letters as their plain
+    forms), holds letters of two scripts no allowed mix (``_MIXES_ALLOWED``) joins: (the first
+    letter's script, the other script, the other letter's index in the NFKC form); ``None`` for
+    a name of one script, or of an allowed mix. Letters only: digits, marks and punctuation
+    belong to every script. Not Unicode's confusables test (TR39 skeletons), which no library
+    this package depends on keeps: a name wholly in another script that looks Latin passes."""
+    if name.isascii():
+        return None
+    seen: dict[str, int] = {}
+    for at, char in enumerate(unicodedata.normalize("NFKC", name)):
+        if unicodedata.category(char) in ("Lu", "Ll", "Lt", "Lo"):
+            seen.setdefault(_script(char), at)
+    if len(seen) < 2 or any(mix.issuperset(seen) for mix in _MIXES_ALLOWED):
+        return None
+    first, *others = seen
+    other = next(o for o in others if not any({first, o} <= mix for mix in _MIXES_ALLOWED))
+    return first, other, seen[other]
+
+
+def mixed_scripts_said(name: str, mixed: tuple[str, str, int]) -> str:
+    """``name`` and the mix ``mixed_scripts`` found in it, in words: ``'rеsearcher' mixes Latin
+    and Cyrillic letters (U+0435 CYRILLIC SMALL LETTER IE at character 2)``."""
+    first, other, at = mixed
+    letter = unicodedata.normalize("NFKC", name)[at]
+    return (
+        f"{name[:80]!r} mixes {first.title()} and {other.title()} letters "
+        f"(U+{ord(letter):04X} {unicodedata.name(letter, 'an unnamed letter')} at character {at + 1})"
+    )
+
+
+def check_agent_name(name: str, whose: str) -> None:
+    """``check_name``, and ``InputError`` for a name whose letters mix scripts
+    (``mixed_scripts``): a Cyrillic ``е`` in ``rеsearcher`` reads as the researcher's name to an
+    approver and a reader of the audit log (until review R67 it was granted)."""
+    check_name(name, whose)
+    mixed = mixed_scripts(name)
+    if mixed is not None:
+        raise InputError(
+            f"{whose} name {mixed_scripts_said(name, mixed)}: it may read as another agent's name; "
+            "write a name in one script"
         )
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.trace import INVALID_SPAN, Span, Tracer
 
-from agentgate._names import MAX_NAME_CHARS
+from agentgate._names import MAX_NAME_CHARS, check_agent_name
 from agentgate._names import check_name as _check_name
 from agentgate.audit.spans import (
     grant_span,
@@ -108,7 +108,7 @@ def _delegation_terms(
         raise InputError(
             f"a sub-agent's name must be non-empty text, got {shown(name) if name != '' else 'empty text'}"
         )
-    _check_name(name, "a sub-agent's")
+    check_agent_name(name, "a sub-agent's")
     expect(key, SigningKey, "key", "the sub-agent's own SigningKey")
     if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
         raise InputError(f"a delegation's ttl is a positive timedelta, got {shown(ttl)}")
@@ -225,7 +225,7 @@ class _Delegation:
             raise InputError(
                 f"an agent's name must be non-empty text, got {shown(name) if name != '' else 'empty text'}"
             )
-        _check_name(name, "an agent's")
+        check_agent_name(name, "an agent's")
         if not isinstance(tenant, str | None):
             raise InputError(f"an agent's tenant must be text or None, got {shown(tenant)}")
         if tenant:  # empty text, as None: the tenant the policy gives the agent

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
+from agentgate._names import mixed_scripts, mixed_scripts_said
 from agentgate.audit.entry import argument_digest
 from agentgate.audit.spans import get_tracer
 from agentgate.authority import (
@@ -662,7 +663,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         scheduler's per-agent limit, the requester approvers are shown and the spans took it.
 
         A name is a principal's when it is, or reads as, that principal's name (NFKC, case folded:
-        ``_checks.principal_named``)."""
+        ``_checks.principal_named``). A name whose letters mix scripts (``_names.mixed_scripts``:
+        ``rеsearcher`` with a Cyrillic ``е``), which ``Gate.issue`` and ``Gate.delegate`` refuse,
+        is refused on a grant that binds no name since review R67."""
         if identity.chain.holder != identity.did:
             return None
         # Folded as ``Gate.issue`` and ``Gate.delegate`` fold it: until review R67 a grant that
@@ -671,7 +674,17 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         own = None if named is None else self.policy.principal_dids.get(named)
         if own is None or own == identity.did:
             granted = granted_elsewhere(identity.chain.tip.purpose, identity.name)
-            return None if granted is None else renamed_identity(identity, granted)
+            if granted is not None:
+                return renamed_identity(identity, granted)
+            mixed = mixed_scripts(identity.name)
+            if mixed is None:
+                return None
+            return inherited_identity(
+                f"agent {mixed_scripts_said(identity.name, mixed)}: it may read as another agent's "
+                "name, and would be recorded under it",
+                _OWN_NAME,
+                _NAME_HINT,
+            )
         holder = self.index.principal_name(identity.did)
         if holder is not None:
             return inherited_identity(
