@@ -132,16 +132,36 @@ def mixed_scripts_said(name: str, mixed: tuple[str, str, int]) -> str:
 
 
 def check_agent_name(name: str, whose: str) -> None:
-    """``check_name``, and ``InputError`` for a name whose letters mix scripts
-    (``mixed_scripts``): a Cyrillic ``е`` in ``rеsearcher`` reads as the researcher's name to an
-    approver and a reader of the audit log (until review R67 it was granted)."""
+    """``check_name``, and ``InputError`` for a name that opens or ends with a space, or whose
+    letters mix scripts (``mixed_scripts``): ``researcher `` and a Cyrillic ``е`` in
+    ``rеsearcher`` read as the researcher's name to an approver and a reader of the audit log
+    (until review R67 both were granted)."""
     check_name(name, whose)
+    if name.strip() != name:
+        raise InputError(
+            f"{whose} name {name[:80]!r} opens or ends with a space: it reads as the name without "
+            "it; write the name without the space"
+        )
     mixed = mixed_scripts(name)
     if mixed is not None:
         raise InputError(
             f"{whose} name {mixed_scripts_said(name, mixed)}: it may read as another agent's name; "
             "write a name in one script"
         )
+
+
+def agent_name_refused(name: str, whose: str) -> str | None:
+    """Why ``check_agent_name`` refuses ``name`` (its ``InputError``'s message), else ``None``:
+    for a decision, which refuses an identity under a name ``Gate.issue`` and ``Gate.delegate``
+    would not grant. A short name of printable ASCII without an edge space is answered without
+    the checks (a decision's usual case)."""
+    if len(name) <= MAX_NAME_CHARS and name.isascii() and name.isprintable() and name.strip() == name:
+        return None
+    try:
+        check_agent_name(name, whose)
+    except InputError as refused:
+        return str(refused)
+    return None
 
 
 def check_tenant(tenant: object) -> None:

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_observability import Sweep
 
+from agentgate._names import MAX_NAME_CHARS
 from agentgate.audit.spans import (
     MAX_CALL_ID_CHARS,
     chat_span,
@@ -70,7 +71,10 @@ def test_an_agents_name_reaches_its_calls_spans_within_bounds(sweep: Sweep) -> N
     gen_ai.agent.name on every span of every one of its calls. Gate.issue now refuses such a
     name (tests/test_gate_agent_names.py); an identity built by hand may still carry one, on a
     grant made outside the Gate (since review R66 a grant Gate.issue makes binds the name it was
-    issued under, and the same grant under another name is refused: tests/test_gate_r66_granted_names.py)."""
+    issued under, and the same grant under another name is refused: tests/test_gate_r66_granted_names.py).
+    Since review R67 a decision refuses, on any grant, a name Gate.issue would not grant
+    (tests/test_gate_r67_ungranted_names.py): the longest name it takes reaches the spans whole,
+    within their bound."""
     issued = sweep.gate.issue(sweep.keys["root"], name="a", key=sweep.keys["helper"], role="helper")
     outside = issue(
         sweep.keys["root"],
@@ -79,12 +83,17 @@ def test_an_agents_name_reaches_its_calls_spans_within_bounds(sweep: Sweep) -> N
         ttl=60,
         purpose="role helper",
     )
-    agent = dataclasses.replace(issued, name="a" * 20_000, chain=outside)
+    agent = dataclasses.replace(issued, name="a" * MAX_NAME_CHARS, chain=outside)
     auth = sweep.gate.authorize(agent, Call.tool("lookup", {"id": "1"}), call_id="c1")
     assert auth.allowed
     sweep.gate.run(auth, lambda: "found 1", call_id="c1")
     (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool lookup"]
-    assert (span.attributes or {})["gen_ai.agent.name"] == "a" * MAX_CALL_ID_CHARS
+    assert (span.attributes or {})["gen_ai.agent.name"] == "a" * MAX_NAME_CHARS
+    assert MAX_NAME_CHARS <= MAX_CALL_ID_CHARS
+    refused = sweep.gate.authorize(
+        dataclasses.replace(issued, name="a" * 20_000, chain=outside), Call.tool("lookup", {"id": "1"})
+    )
+    assert [f.code for f in refused.findings] == ["inherited_identity"]
 
 
 def test_span_helpers_cut_the_names_they_are_given() -> None:

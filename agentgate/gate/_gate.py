@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
-from agentgate._names import mixed_scripts, mixed_scripts_said
+from agentgate._names import agent_name_refused
 from agentgate.audit.entry import argument_digest
 from agentgate.audit.spans import get_tracer
 from agentgate.authority import (
@@ -663,9 +663,11 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         scheduler's per-agent limit, the requester approvers are shown and the spans took it.
 
         A name is a principal's when it is, or reads as, that principal's name (NFKC, case folded:
-        ``_checks.principal_named``). A name whose letters mix scripts (``_names.mixed_scripts``:
-        ``rеsearcher`` with a Cyrillic ``е``), which ``Gate.issue`` and ``Gate.delegate`` refuse,
-        is refused on a grant that binds no name since review R67."""
+        ``_checks.principal_named``). A name ``Gate.issue`` and ``Gate.delegate`` would not grant
+        (``_names.check_agent_name``: an invisible or control character, more than
+        ``MAX_NAME_CHARS``, an edge space, letters of mixed scripts such as ``rеsearcher`` with a
+        Cyrillic ``е``) is refused since review R67; until then a grant that binds no name was
+        decided, and recorded, under it."""
         if identity.chain.holder != identity.did:
             return None
         # Folded as ``Gate.issue`` and ``Gate.delegate`` fold it: until review R67 a grant that
@@ -676,12 +678,12 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             granted = granted_elsewhere(identity.chain.tip.purpose, identity.name)
             if granted is not None:
                 return renamed_identity(identity, granted)
-            mixed = mixed_scripts(identity.name)
-            if mixed is None:
+            refused = agent_name_refused(identity.name, "the agent's")
+            if refused is None:
                 return None
             return inherited_identity(
-                f"agent {mixed_scripts_said(identity.name, mixed)}: it may read as another agent's "
-                "name, and would be recorded under it",
+                f"{refused}; Gate.issue and Gate.delegate grant no such name, and the call would be "
+                "recorded under it",
                 _OWN_NAME,
                 _NAME_HINT,
             )
