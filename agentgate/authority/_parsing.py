@@ -266,11 +266,15 @@ def parse_chain(token: str) -> Chain:
             raise TokenFormatError(
                 f"unknown token version {parts[0]!r}; this verifier reads {TOKEN_PREFIX!r} tokens only"
             )
-        raise TokenFormatError(f"not an agentgate token: it does not start with {TOKEN_PREFIX!r}")
+        raise TokenFormatError(f"not an agentgate token: it does not start with '{TOKEN_PREFIX}.'")
     rest = parts[1:]
     if len(rest) > 2 * MAX_LINKS:
         raise TokenFormatError(f"chain longer than {MAX_LINKS} links")
-    if not rest or len(rest) % 2:
+    if not rest:
+        raise TokenFormatError(
+            f"token holds no link: {TOKEN_PREFIX} must be followed by payload.signature pairs"
+        )
+    if len(rest) % 2:
         raise TokenFormatError("token must be ag1 followed by payload.signature pairs (a link is unsigned)")
     links = []
     decoded = b64url_decode_parts(token[len(TOKEN_PREFIX) + 1 :])

@@ -1,0 +1,39 @@
+"""Review R67 (a new user's first commands): what the command line says to input it cannot use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _cli import cli
+
+from agentgate.authority import parse_chain
+from agentgate.errors import TokenFormatError
+
+
+@pytest.mark.parametrize("text", ["ag1garbage", "ag1!!", "ag1_x.y.z"])
+def test_a_token_that_starts_with_ag1_but_not_ag1_dot_is_not_said_to_miss_ag1(text: str) -> None:
+    """Review R67: ``ag1garbage`` was refused with ``it does not start with 'ag1'``, which it
+    does: the wire form starts with ``ag1.``, and the message now names that."""
+    with pytest.raises(TokenFormatError) as caught:
+        parse_chain(text)
+    assert "does not start with 'ag1.'" in str(caught.value)
+
+
+def test_a_token_of_ag1_alone_is_not_said_to_hold_an_unsigned_link() -> None:
+    """Review R67: ``ag1`` alone was refused as ``(a link is unsigned)``; it holds no link."""
+    with pytest.raises(TokenFormatError) as caught:
+        parse_chain("ag1")
+    assert str(caught.value) == "token holds no link: ag1 must be followed by payload.signature pairs"
+
+
+def test_grant_inspect_of_a_file_of_garbage_after_ag1_names_the_prefix_it_wants(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Review R67: ``agentgate grant inspect`` of a file holding ``ag1garbage!!`` said the file
+    does not start with ``ag1``; one line, exit 2, naming the file and ``ag1.``."""
+    token = tmp_path / "t.tok"
+    token.write_text("ag1garbage!!\n")
+    code, out, err = cli(capsys, "grant", "inspect", str(token))
+    assert (code, out) == (2, "")
+    assert err == f"agentgate: error: {token}: not an agentgate token: it does not start with 'ag1.'\n"
