@@ -37,3 +37,24 @@ def test_grant_inspect_of_a_file_of_garbage_after_ag1_names_the_prefix_it_wants(
     code, out, err = cli(capsys, "grant", "inspect", str(token))
     assert (code, out) == (2, "")
     assert err == f"agentgate: error: {token}: not an agentgate token: it does not start with 'ag1.'\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (("audit", "checkpoint", "--key", "k.key"), "usage: agentgate audit checkpoint "),
+        (("grant", "revoke", "t.tok", "--key", "k.key"), "usage: agentgate grant revoke "),
+        (("keys", "new", "alice", "--force"), "usage: agentgate keys new "),
+        (("store", "init", "extra"), "usage: agentgate store init "),
+    ],
+)
+def test_an_unknown_option_of_a_verb_shows_that_verbs_usage(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], usage: str
+) -> None:
+    """Review R67: an option a verb does not take (``agentgate audit checkpoint --key k.key``)
+    printed the top-level ``usage: agentgate [-h] COMMAND ...``, which names no option of the verb
+    the user was typing; it now prints that verb's usage, then the one error line, exit 2."""
+    code, out, err = cli(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith(usage), err
+    assert err.splitlines()[-1].startswith("agentgate: error: unrecognized arguments: ")

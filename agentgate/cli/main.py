@@ -65,11 +65,34 @@ _PIPE_CLOSED = 141
 command killed by SIGPIPE shows in a shell): never 0, which would pass for allow or intact."""
 
 
+_VERB_PARSER = "_agentgate_verb_parser"
+"""The attribute under which parsing leaves the innermost parser that read the command line."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         sys.stderr.write(f"agentgate: error: {_one_line(message)}\n")  # it may quote an argument
         raise SystemExit(2)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        vars(parsed).setdefault(_VERB_PARSER, self)  # a verb's parser returns first: it stays
+        return parsed, extras
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """As argparse's, but an argument no parser took is refused with the usage of the verb
+        it was given to (``agentgate audit checkpoint [-h] ...``), not the top level's
+        ``agentgate [-h] COMMAND ...``, which names none of that verb's options (review R67)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        verb: argparse.ArgumentParser = vars(parsed).pop(_VERB_PARSER, self)
+        if extras:
+            verb.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
