@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 from _cli import cli
 
 from agentgate.authority import parse_chain
+from agentgate.cli.main import build_parser
 from agentgate.errors import TokenFormatError
 
 
@@ -58,3 +60,29 @@ def test_an_unknown_option_of_a_verb_shows_that_verbs_usage(
     assert (code, out) == (2, "")
     assert err.startswith(usage), err
     assert err.splitlines()[-1].startswith("agentgate: error: unrecognized arguments: ")
+
+
+def _verbs(parser: argparse.ArgumentParser, name: str) -> list[tuple[str, argparse.ArgumentParser]]:
+    """Every parser of the command line below ``parser``, with the words that reach it."""
+    found = [(name, parser)]
+    for action in parser._actions:  # argparse lists its subcommands nowhere else
+        if isinstance(action, argparse._SubParsersAction):
+            for word, child in action.choices.items():
+                found += _verbs(child, f"{name} {word}")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("words", "parser"), [pytest.param(w, p, id=w) for w, p in _verbs(build_parser(), "agentgate")]
+)
+def test_every_verbs_help_says_what_it_does_in_plain_text(
+    words: str, parser: argparse.ArgumentParser
+) -> None:
+    """Review R67: ``agentgate audit verify --help`` (and 18 more: every ``audit``, ``broker`` and
+    ``policy`` verb, ``grant delegate``) printed the usage and options but no sentence saying what
+    the verb does, though ``agentgate audit --help`` lists one for it; ``agentgate grant --help``
+    printed reStructuredText markup (````agentgate grant````) and its exit codes twice."""
+    shown = parser.format_help()
+    assert parser.description, f"{words} --help says nothing of what it does"
+    assert "``" not in shown
+    assert shown.lower().count("exit codes") <= 1

@@ -15,12 +15,7 @@ from agentgate.cli._handlers import handled_by
 
 _GRANT = "agentgate.cli.grant"
 
-_DESCRIPTION = """\
-``agentgate grant``: issue, delegate, inspect, check and revoke capability grants.
-
-Exit codes (docs/cli.md): 0 success or allow, 1 deny (a finding), 2 unusable input, 3 approval
-required. The store comes from ``AGENTGATE_STORE``.
-"""
+_DESCRIPTION = "Issue, delegate, inspect, check and revoke capability grants."
 
 
 def _depth(text: str) -> int:

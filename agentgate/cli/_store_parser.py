@@ -16,7 +16,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "store",
         help="set up the store (create every table agentgate uses); prune what is long over",
-        description="Set up the store that AGENTGATE_STORE (or --store) names.",
+        description="Set up the store that AGENTGATE_STORE (or --store) names, and prune what is long over in it.",
     )
     sub = parser.add_subparsers(dest="store_command", metavar="ACTION", parser_class=type(parser))
     sub.required = True

@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from agentgate.errors import AgentGateError
 
@@ -70,6 +70,10 @@ _VERB_PARSER = "_agentgate_verb_parser"
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Verbs)
+
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         sys.stderr.write(f"agentgate: error: {_one_line(message)}\n")  # it may quote an argument
@@ -121,6 +125,20 @@ def _groups_for(argv: Sequence[str] | None) -> tuple[str, ...]:
     reads it with every group there."""
     named = [name for name in GROUPS if argv and name.rpartition(".")[2] == argv[0]]
     return tuple(named) or tuple(GROUPS)
+
+
+class _Verbs(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """The subcommands of a verb group: a verb registered with a ``help`` line but no
+    ``description`` takes that line as its description, so that ``agentgate audit verify
+    --help`` says what the verb does, as ``agentgate audit --help`` does (until review R67 it
+    printed the usage and options alone)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        help_text = kwargs.get("help")
+        if kwargs.get("description") is None and help_text:
+            kwargs["description"] = f"{help_text[0].upper()}{help_text[1:]}."
+        parser: argparse.ArgumentParser = super().add_parser(name, **kwargs)
+        return parser
 
 
 class _Terminated(KeyboardInterrupt):
