@@ -86,3 +86,13 @@ def test_every_verbs_help_says_what_it_does_in_plain_text(
     assert parser.description, f"{words} --help says nothing of what it does"
     assert "``" not in shown
     assert shown.lower().count("exit codes") <= 1
+
+
+def test_the_policy_groups_help_line_names_its_verbs(capsys: pytest.CaptureFixture[str]) -> None:
+    """Review R67: ``agentgate --help`` said ``policy: lint, explain and describe YAML policies``;
+    there is no ``describe``: the third verb is ``schema``, which prints the policy JSON Schema."""
+    code, out, _ = cli(capsys, "--help")
+    line = " ".join(out.split("    policy", 1)[1].split("\n    tasks", 1)[0].split())
+    assert code == 0
+    assert "describe" not in line
+    assert all(verb in line.lower() for verb in ("lint", "explain", "schema")), line

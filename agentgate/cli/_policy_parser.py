@@ -13,7 +13,7 @@ _POLICY = "agentgate.cli.policy"
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("policy", help="lint, explain and describe YAML policies")
+    parser = subparsers.add_parser("policy", help="lint and explain YAML policies; print their JSON Schema")
     sub = parser.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
     sub.required = True
 
