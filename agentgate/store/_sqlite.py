@@ -549,9 +549,30 @@ class SQLiteStore(Store):
             conn.execute(f"PRAGMA busy_timeout={round(self.busy_timeout_s * 1000)}")
         except sqlite3.Error as exc:
             raise self.busy(exc) or StoreError(
-                f"cannot open the SQLite store {self.path}: {driver_error_line(exc)}"
+                f"cannot open the SQLite store {self.path}: {driver_error_line(exc)}{self._unwritable(exc)}"
             ) from exc
         return self._adopt(conn)
+
+    def _unwritable(self, exc: sqlite3.Error) -> str:
+        """What keeps this process from writing the store, to add to SQLite's words when opening it
+        to write failed as one that cannot open or write it (``SQLITE_CANTOPEN``,
+        ``SQLITE_READONLY``): its directory (where SQLite makes ``-wal`` and ``-shm``) or its file on
+        a read-only file system, or not writable by this account; ``""`` when neither is so. Until
+        review R67 a read-only file system was SQLite's ``unable to open database file`` alone."""
+        if not str(getattr(exc, "sqlite_errorname", "")).startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY")):
+            return ""
+        absolute = Path(self._absolute)
+        directory = str(self.path.parent) if self.path.parent != Path() else "the current directory"
+        for shown, place in ((directory, absolute.parent), (str(self.path), absolute)):
+            try:
+                read_only = bool(os.statvfs(place).f_flag & os.ST_RDONLY)
+            except OSError:
+                return ""
+            if read_only:
+                return f" ({shown} is on a read-only file system, and this command writes the store)"
+            if not os.access(place, os.W_OK):
+                return f" ({shown} may not be written by this account, and this command writes the store)"
+        return ""
 
     def _adopt(self, conn: sqlite3.Connection) -> sqlite3.Connection:
         """``conn``, just opened, kept among this process's connections (``_made``) once the file
