@@ -96,3 +96,20 @@ def test_the_policy_groups_help_line_names_its_verbs(capsys: pytest.CaptureFixtu
     assert code == 0
     assert "describe" not in line
     assert all(verb in line.lower() for verb in ("lint", "explain", "schema")), line
+
+
+def test_every_store_flag_names_the_default_store_file() -> None:
+    """Review R67: ``--store``'s help said ``(default: AGENTGATE_STORE, then .agentgate)`` in
+    ``audit`` and ``broker``, naming a directory where the default is a file, and ``(default:
+    AGENTGATE_STORE)`` in the eleven other verbs, naming no default; each now says the same,
+    with the file used when AGENTGATE_STORE is unset."""
+    helps = {
+        words: action.help
+        for words, parser in _verbs(build_parser(), "agentgate")
+        for action in parser._actions
+        if "--store" in action.option_strings
+    }
+    assert len(helps) == 21
+    assert set(helps.values()) == {
+        "store URL or SQLite path (default: AGENTGATE_STORE, else .agentgate/agentgate.db)"
+    }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgate.cli._common import given
+from agentgate.cli._common import STORE_HELP, given
 from agentgate.cli._handlers import handled_by
 
 _APPROVAL = "agentgate.cli.approval"
@@ -29,9 +29,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     listing.add_argument("--json", action="store_true", help="one JSON array instead of a table")
-    listing.add_argument(
-        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
-    )
+    listing.add_argument("--store", type=given, metavar="URL", help=STORE_HELP)
     listing.set_defaults(handler=handled_by(_APPROVAL, "_list"))
     sign = sub.add_parser(
         "sign",

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from agentgate._names import ENTRY_KINDS
-from agentgate.cli._common import given, given_utf8, one_line_text
+from agentgate.cli._common import STORE_HELP, given, given_utf8, one_line_text
 from agentgate.cli._handlers import handled_by
 
 _AUDIT = "agentgate.cli.audit"
@@ -27,7 +27,7 @@ def register(subparsers: Any) -> None:
             "--store",
             type=given,
             metavar="URL",
-            help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)",
+            help=STORE_HELP,
         )
         if reads:
             p.add_argument(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agentgate.cli._common import given, given_text
+from agentgate.cli._common import STORE_HELP, given, given_text
 from agentgate.cli._handlers import handled_by
 
 _BROKER = "agentgate.cli.broker"
@@ -24,7 +24,7 @@ def register(subparsers: Any) -> None:
             "--store",
             type=given,
             metavar="URL",
-            help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)",
+            help=STORE_HELP,
         )
         p.add_argument(
             "--broker",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentgate._names import SETTLE_MIN_AGE_S
-from agentgate.cli._common import given, seconds_or_duration, settle_flags, text
+from agentgate.cli._common import STORE_HELP, given, seconds_or_duration, settle_flags, text
 from agentgate.cli._handlers import handled_by
 
 _BUDGET = "agentgate.cli.budget"
@@ -41,9 +41,7 @@ def register(subparsers: Any) -> None:
         help=_OLDER_THAN_HELP,
     )
     listing.add_argument("--json", action="store_true", help="one JSON array instead of a table")
-    listing.add_argument(
-        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
-    )
+    listing.add_argument("--store", type=given, metavar="URL", help=STORE_HELP)
     listing.set_defaults(handler=handled_by(_BUDGET, "_held"))
     settling = sub.add_parser(
         "settle",
@@ -59,7 +57,5 @@ def register(subparsers: Any) -> None:
         "--not-run", action="store_true", help="the call had no effect: release the reservation"
     )
     settle_flags(settling, min_age_s=SETTLE_MIN_AGE_S, older_than_help=_OLDER_THAN_HELP)
-    settling.add_argument(
-        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
-    )
+    settling.add_argument("--store", type=given, metavar="URL", help=STORE_HELP)
     settling.set_defaults(handler=handled_by(_BUDGET, "_settle"))

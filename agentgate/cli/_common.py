@@ -128,6 +128,10 @@ def _refuse_inexact(value: object, flag: str) -> None:
         raise InputError(f"{flag}: {inexact_said(*found)}")
 
 
+STORE_HELP = "store URL or SQLite path (default: AGENTGATE_STORE, else .agentgate/agentgate.db)"
+"""The help of every verb's ``--store`` (review R67: two wordings, one naming a directory)."""
+
+
 def given(text: str) -> str:
     """An argparse ``type`` for a value that names something (a file, a key, a store, a principal,
     a tool): an empty one is refused (exit 2), never read as the flag left out, so that

@@ -10,7 +10,15 @@ from typing import Any
 
 from agentgate._names import MAX_PURPOSE
 from agentgate.capabilities._capability import MAX_CAPABILITY_TEXT
-from agentgate.cli._common import MAX_FREE_TEXT, given, given_path, given_text, one_line_text, text
+from agentgate.cli._common import (
+    MAX_FREE_TEXT,
+    STORE_HELP,
+    given,
+    given_path,
+    given_text,
+    one_line_text,
+    text,
+)
 from agentgate.cli._handlers import handled_by
 
 _GRANT = "agentgate.cli.grant"
@@ -180,7 +188,7 @@ def register(subparsers: Any) -> None:
         metavar="DID|PUBFILE",
         help="revoke every grant this store records with this key as its audience",
     )
-    p.add_argument("--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    p.add_argument("--store", type=given, metavar="URL", help=STORE_HELP)
     p.add_argument("--json", action="store_true", help="print what was revoked as JSON")
     p.add_argument(
         "--reason",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgate.cli._common import given
+from agentgate.cli._common import STORE_HELP, given
 from agentgate.cli._handlers import handled_by
 
 _STORE = "agentgate.cli.store"
@@ -30,9 +30,7 @@ def register(subparsers: Any) -> None:
             "(docs/operations.md). Exit 0, or 2 with one line naming what failed."
         ),
     )
-    init.add_argument(
-        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
-    )
+    init.add_argument("--store", type=given, metavar="URL", help=STORE_HELP)
     init.set_defaults(handler=handled_by(_STORE, "_init"))
     prune = sub.add_parser(
         "prune",
@@ -60,7 +58,5 @@ def register(subparsers: Any) -> None:
         help="how long ago it ended, e.g. 30d (s, m, h or d)",
     )
     prune.add_argument("--json", action="store_true", help="one JSON object instead of lines")
-    prune.add_argument(
-        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
-    )
+    prune.add_argument("--store", type=given, metavar="URL", help=STORE_HELP)
     prune.set_defaults(handler=handled_by(_STORE, "_prune"))

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from agentgate._names import SETTLE_MIN_AGE_S
-from agentgate.cli._common import given, given_text, settle_flags
+from agentgate.cli._common import STORE_HELP, given, given_text, settle_flags
 from agentgate.cli._handlers import handled_by
 
 _TASKS = "agentgate.cli.tasks"
@@ -35,9 +35,7 @@ def register(subparsers: Any) -> None:
     dead.add_argument(
         "--tool", type=given_text, metavar="NAME", help="only letters of this tool: its name or tool:NAME"
     )
-    dead.add_argument(
-        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
-    )
+    dead.add_argument("--store", type=given, metavar="URL", help=STORE_HELP)
     dead.set_defaults(handler=handled_by(_TASKS, "_dead_letters"))
     _listing(
         sub,
@@ -71,9 +69,7 @@ def register(subparsers: Any) -> None:
         f"least this long ago: a younger one may still be running (default {SETTLE_MIN_AGE_S:.0f}; a "
         "DURATION such as 15m, as store prune --older-than takes, also does)",
     )
-    settling.add_argument(
-        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
-    )
+    settling.add_argument("--store", type=given, metavar="URL", help=STORE_HELP)
     settling.set_defaults(handler=handled_by(_TASKS, "_settle"))
 
 
@@ -81,9 +77,7 @@ def _listing(sub: Any, name: str, *, help: str, description: str) -> Any:
     """A listing action's parser with its ``--json`` and ``--store`` options."""
     parser = sub.add_parser(name, help=help, description=description)
     parser.add_argument("--json", action="store_true", help="one JSON array instead of a table")
-    parser.add_argument(
-        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
-    )
+    parser.add_argument("--store", type=given, metavar="URL", help=STORE_HELP)
     return parser
 
 

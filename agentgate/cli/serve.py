@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from agentgate._http_limits import LEAST_HEAD_BYTES, MOST_HEAD_BYTES, MOST_SECONDS
-from agentgate.cli._common import given, open_existing_store, shown_policy, shown_source_error
+from agentgate.cli._common import STORE_HELP, given, open_existing_store, shown_policy, shown_source_error
 from agentgate.errors import InputError, InventoryError
 
 T = TypeVar("T")
@@ -45,9 +45,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=8000, metavar="N", help="port (default 8000)")
-    parser.add_argument(
-        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
-    )
+    parser.add_argument("--store", type=given, metavar="URL", help=STORE_HELP)
     parser.add_argument(
         "--stream-stall-s",
         type=_seconds,
