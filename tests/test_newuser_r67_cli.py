@@ -113,3 +113,19 @@ def test_every_store_flag_names_the_default_store_file() -> None:
     assert set(helps.values()) == {
         "store URL or SQLite path (default: AGENTGATE_STORE, else .agentgate/agentgate.db)"
     }
+
+
+@pytest.mark.parametrize("name", ["alice.key", "alice.pub"])
+def test_keys_new_of_a_name_with_the_key_files_suffix_says_to_leave_it_out(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+) -> None:
+    """Review R67: ``agentgate keys new alice.key`` wrote ``alice.key.key`` and ``alice.key.pub``,
+    which no page names, so ``--issuer keys/alice.key`` then found no key; it is now refused, one
+    line naming the name to give, exit 2, nothing written."""
+    code, out, err = cli(capsys, "keys", "new", name, "--dir", str(tmp_path / "keys"))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"agentgate: error: invalid key name {name!r}: NAME is the name without .key or .pub: "
+        "agentgate keys new alice writes alice.key and alice.pub\n"
+    )
+    assert not (tmp_path / "keys").exists() or list((tmp_path / "keys").iterdir()) == []

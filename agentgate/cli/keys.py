@@ -17,6 +17,12 @@ def _new(args: argparse.Namespace) -> int:
         raise KeyFileError(
             f"invalid key name {_shown_name(args.name)}: {character_named(bad)}; use a plain file name"
         )
+    stem, dot, suffix = args.name.rpartition(".")
+    if dot and stem and suffix in ("key", "pub"):  # ``keys new alice.key`` wrote alice.key.key
+        raise KeyFileError(
+            f"invalid key name {args.name!r}: NAME is the name without .key or .pub: "
+            f"agentgate keys new {stem} writes {stem}.key and {stem}.pub"
+        )
     key = SigningKey.generate()
     save_key(key, args.dir, args.name)
     sys.stdout.write(key.did + "\n")
