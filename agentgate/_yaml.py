@@ -28,6 +28,7 @@ import bisect
 import math
 import re
 import string
+import unicodedata
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -242,12 +243,36 @@ def load_yaml(
             expected="printable text",
             hint="remove it, or write it as an escape (\\u2028) in a double-quoted string",
         )
+    try:
+        node = _composed(text, source, error, max_nodes, _Loader)
+    except yaml.YAMLError as exc:
+        raise _refused(text, source, error, max_nodes, exc) from None
+    if (disagreed := _disagreed(text, source, error, len(text), _Loader)) is not None:
+        raise disagreed
+    _refuse_yaml_version(text, source, error, what)
+    locations = Locations()
+    if node is None:
+        return None, locations
+    builder = _Builder(text, source, locations, error, max_nodes)
+    try:
+        return builder.build(node, ()), locations
+    finally:
+        builder.close()
+
+
+def _composed(
+    text: str, source: str, error: type[SourceError], max_nodes: int, parser: type[Any]
+) -> yaml.Node | None:
+    """The node tree of ``text`` as ``parser`` (libyaml's or PyYAML's own) composes it. Raises
+    ``error`` for a character YAML does not allow, a lone surrogate, more than ``max_nodes``
+    nodes or nesting too deep for PyYAML's composer; PyYAML's other errors propagate."""
     loader = None
     try:
         if len(text) > _COUNT_ABOVE:
-            _refuse_too_many_nodes(text, source, error, max_nodes)
-        loader = _Loader(text)  # PyYAML's own reader checks the characters here
-        node = loader.get_single_node()
+            _refuse_too_many_nodes(text, source, error, max_nodes, parser)
+        loader = parser(text)  # PyYAML's own reader checks the characters here
+        node: yaml.Node | None = loader.get_single_node()
+        return node
     except UnicodeEncodeError as exc:  # libyaml reads UTF-8: a lone surrogate cannot be encoded
         raise _lone_surrogate(error, source, exc.start) from None
     except RecursionError:  # PyYAML's pure-Python composer recurses per level (libyaml stops at 1000)
@@ -261,7 +286,7 @@ def load_yaml(
         if 0xD800 <= exc.character <= 0xDFFF:  # PyYAML's own reader meets a lone surrogate first
             raise _lone_surrogate(error, source, exc.position) from None
         index = exc.position
-        if not issubclass(_Loader, yaml.reader.Reader):  # libyaml counts the bytes of the UTF-8 it reads
+        if not issubclass(parser, yaml.reader.Reader):  # libyaml counts the bytes of the UTF-8 it reads
             index = len(text.encode("utf-8")[:index].decode("utf-8", errors="ignore"))
         at = mark_at(text, index)
         raise error(
@@ -272,24 +297,31 @@ def load_yaml(
             expected="printable text",
             hint="remove the character, or write it as an escape in a double-quoted string",
         ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        upto = _index_of(_line_starts(text), len(text), mark) if mark is not None else len(text)
-        raise _disagreed(text, source, error, upto) or _malformed(exc, text, source, error) from None
     finally:
         if loader is not None:
             loader.dispose()
-    if (disagreed := _disagreed(text, source, error, len(text))) is not None:
-        raise disagreed
-    _refuse_yaml_version(text, source, error, what)
-    locations = Locations()
-    if node is None:
-        return None, locations
-    builder = _Builder(text, source, locations, error, max_nodes)
-    try:
-        return builder.build(node, ()), locations
-    finally:
-        builder.close()
+
+
+def _refused(
+    text: str, source: str, error: type[SourceError], max_nodes: int, exc: yaml.YAMLError
+) -> SourceError:
+    """``error`` for ``text``, which the parser refused with ``exc``, located where PyYAML's own
+    parser stops, or at the first place before it where the two parsers read ``text`` differently
+    (``_disagreed``): the same line and column whichever parser runs. In a file already malformed
+    the two often stop at different places (``"x"x<tab>``: libyaml at the ``x``, PyYAML at the
+    tab); until review R67 the error then named a column or a line one or two off with libyaml
+    from where it did with PyYAML's own parser. Only a file libyaml refused is parsed again."""
+    pure: yaml.YAMLError | None = exc
+    if _Loader is not yaml.SafeLoader:
+        try:
+            _composed(text, source, error, max_nodes, yaml.SafeLoader)
+            pure = None  # libyaml alone refused it: ``_disagreed`` says where they part
+        except yaml.YAMLError as found:
+            pure = found
+    mark = getattr(pure, "problem_mark", None)
+    upto = _index_of(_line_starts(text), len(text), mark) if mark is not None else len(text)
+    disagreed = _disagreed(text, source, error, upto, yaml.SafeLoader)
+    return disagreed or _malformed(pure or exc, text, source, error)
 
 
 def _refuse_yaml_version(text: str, source: str, error: type[SourceError], what: str) -> None:
@@ -342,13 +374,21 @@ def _index_of(starts: Sequence[int], length: int, mark: Any) -> int:
 
 _BLOCK_HASH = re.compile(r"[|>][1-9+-]{0,2}#")
 """A block scalar's header with a ``#`` right after its indicators (``|#``, ``>-#``)."""
+_MAY_DISAGREE = re.compile(r"[\t?]|:[,?\[\]{}]|^%", re.MULTILINE)
+"""What a text holds where the parsers may read it differently (``_disagreed`` says whether they
+do), besides a block scalar's header followed by '#'."""
+_COLON_BEFORE_FLOW = frozenset(":" + c for c in ",?[]{}")
 _FLOW_START = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken)
 _FLOW_END = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken)
 
 
-def _disagreed(text: str, source: str, error: type[SourceError], upto: int) -> SourceError | None:
+def _disagreed(
+    text: str, source: str, error: type[SourceError], upto: int, parser: type[Any]
+) -> SourceError | None:
     """``error`` at the first place up to ``upto`` where libyaml and PyYAML's own parser read
-    ``text`` differently, else ``None``; ``upto``: where parsing failed (else the text's end).
+    ``text`` differently, else ``None``; ``upto``: where parsing failed (else the text's end);
+    ``parser``: the parser whose tokens are read (the one that ran, or PyYAML's own where it
+    failed: ``_refused``).
 
     - A tab outside quoted text, a block scalar and a comment: libyaml reads one between tokens,
       after an indicator or within plain text as a space; PyYAML refuses it (``found character
@@ -360,19 +400,23 @@ def _disagreed(text: str, source: str, error: type[SourceError], upto: int) -> S
       it in the text, PyYAML ends the text there and reads a key (then refuses the collection).
     - A ``#`` right after a block scalar's indicator (``|#``): libyaml reads a comment, PyYAML
       refuses it.
+    - A ``:`` right after plain text in a flow collection and right before one of ``,[]{}?``
+      (``{x:}``, ``[a, b:]``): libyaml refuses it (``found unexpected ':'``), PyYAML reads a key
+      (before ``?``, the ':' as text). Until review R67 ``{x:}`` loaded with one parser only.
+    - A directive other than ``%YAML`` and ``%TAG``: libyaml refuses it, PyYAML skips it.
 
     Each is refused, at the same line and column on either parser. Read from the parser's
     tokens (up to its error, if any), only for a text that may hold one."""
-    if "\t" not in text and "?" not in text and _BLOCK_HASH.search(text) is None:
+    if _MAY_DISAGREE.search(text) is None and _BLOCK_HASH.search(text) is None:
         return None
     quoted: list[tuple[int, int]] = []  # quoted and block scalars: a tab there is text
     scalars: list[tuple[int, int]] = []  # every scalar: a '#' there starts no comment
     found: list[int] = []  # '?' within flow plain text, '#' after '|', a tab that starts a block
-    flow, plain_before = 0, False
+    flow, plain_before, plain_end = 0, False, 0
     starts = _line_starts(text)
-    scanner = _Loader(text)
+    scanner = parser(text)
     try:
-        while (token := scanner.get_token()) is not None:
+        for token in _tokens(scanner):
             start = _index_of(starts, len(text), token.start_mark)
             end = _index_of(starts, len(text), token.end_mark)
             if start > upto:
@@ -383,6 +427,16 @@ def _disagreed(text: str, source: str, error: type[SourceError], upto: int) -> S
                 flow = max(flow - 1, 0)
             elif isinstance(token, yaml.KeyToken) and flow and plain_before and text[start] == "?":
                 found.append(start)  # PyYAML: the text ended at the '?', which it reads as a key
+            elif (
+                isinstance(token, yaml.ValueToken)
+                and flow
+                and plain_before
+                and text[start : start + 2] in _COLON_BEFORE_FLOW
+                and not text[plain_end:start].strip(" \t\r\n")
+            ):
+                found.append(start)  # libyaml: the plain text runs on to the ':', then refuses it
+            elif isinstance(token, yaml.DirectiveToken) and token.name not in ("YAML", "TAG"):
+                found.append(start)  # libyaml: "found unknown directive name"
             if isinstance(token, yaml.ScalarToken):
                 if token.style in ("|", ">"):
                     header = _BLOCK_HASH.match(text, start)
@@ -398,9 +452,10 @@ def _disagreed(text: str, source: str, error: type[SourceError], upto: int) -> S
                     within = text.find("?", start + 1, end)  # libyaml: the '?' is in the text
                     if within != -1:
                         found.append(within)
+                    if text[end - 1 : end + 1] == ":?":  # PyYAML: the ':' in the text, '?' a key
+                        found.append(end - 1)
             plain_before = isinstance(token, yaml.ScalarToken) and not token.style and flow > 0
-    except yaml.YAMLError:
-        pass  # what follows is not read alike by either parser: ``upto`` is at or before it
+            plain_end = end
     finally:
         scanner.dispose()
     if upto < len(text) and text[upto] == "#":  # PyYAML refused the header, so made no token
@@ -441,6 +496,26 @@ def _disagreed(text: str, source: str, error: type[SourceError], upto: int) -> S
             expected="a space before a comment",
             hint="write a space between the indicator and '#'",
         )
+    if text[first] == ":":
+        return error(
+            "':' right before ',', '[', ']', '{', '}' or '?' after plain text inside [...] or {...}: "
+            "YAML parsers disagree on it (libyaml refuses it, PyYAML's own parser reads a key)",
+            file=source,
+            line=at.line,
+            column=at.column,
+            expected="': ' (a colon and a space) after a key inside [...] or {...}",
+            hint="write a space after the ':', or quote the text ('x:')",
+        )
+    if text[first] == "%":
+        return error(
+            "a directive other than %YAML and %TAG: YAML parsers disagree on it (libyaml refuses "
+            "it, PyYAML's own parser skips it)",
+            file=source,
+            line=at.line,
+            column=at.column,
+            expected="no directive, or %YAML 1.2",
+            hint="remove the line",
+        )
     return error(
         "'?' within plain text inside [...] or {...}: YAML parsers disagree on it (libyaml keeps it in "
         "the text, PyYAML's own parser reads a key there)",
@@ -450,6 +525,18 @@ def _disagreed(text: str, source: str, error: type[SourceError], upto: int) -> S
         expected="'?' only in quoted text inside [...] or {...}",
         hint="quote the text ('a?b')",
     )
+
+
+def _tokens(scanner: Any) -> Iterator[Any]:
+    """The tokens ``scanner`` reads, up to its error if any (what follows is not read alike by
+    either parser: ``_disagreed``'s ``upto`` is at or before it). PyYAML's own scanner reads
+    ahead to tell a key: the tokens it had read when it failed are still given (until review
+    R67 the '?' of ``{a? "b}`` was never seen, held back while the quote was scanned)."""
+    try:
+        while (token := scanner.get_token()) is not None:
+            yield token
+    except yaml.YAMLError:
+        yield from getattr(scanner, "tokens", ())
 
 
 def _block_content(text: str, start: int, end: int) -> tuple[int, int | None]:
@@ -529,7 +616,8 @@ def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceEr
     if context and context_mark is not None:
         opened = Mark(context_mark.line + 1, context_mark.column + 1)
         message = f"malformed YAML: {context} at line {opened.line}, column {opened.column}: {problem}"
-        if mark is None or (mark.line + 1, mark.column + 1) >= mark_at(text, len(text)):
+        at_end = mark is None or (mark.line + 1, mark.column + 1) >= mark_at(text, len(text))
+        if at_end or context == "while scanning a tag":  # a tag libyaml reads is refused at its '!'
             mark = context_mark
     return error(
         message,
@@ -556,13 +644,15 @@ def _clamped(text: str, mark: Any) -> Any:
     return _Place(end.line - 1, end.column - 1)
 
 
-def _refuse_too_many_nodes(text: str, source: str, error: type[SourceError], max_nodes: int) -> None:
+def _refuse_too_many_nodes(
+    text: str, source: str, error: type[SourceError], max_nodes: int, parser: type[Any]
+) -> None:
     """Raise ``error`` at the node past ``max_nodes``, counting the parser's events and keeping
     none: time up to the budget, and memory for one event. PyYAML's errors propagate as they are."""
-    parser = _Loader(text)
+    events = parser(text)
     try:
         count = 0
-        while (event := parser.get_event()) is not None:
+        while (event := events.get_event()) is not None:
             if isinstance(event, _NODE_EVENTS):
                 count += 1
                 if count > max_nodes:
@@ -577,7 +667,7 @@ def _refuse_too_many_nodes(text: str, source: str, error: type[SourceError], max
                         hint="remove generated or repeated entries",
                     )
     finally:
-        parser.dispose()
+        events.dispose()
 
 
 def _lone_surrogate(error: type[SourceError], source: str, index: int) -> SourceError:
@@ -641,6 +731,8 @@ class _Builder:
         self.alias_parser: Any = None
         self.alias_marks: Iterator[Any] = iter(())
         self.scalars = yaml.SafeLoader("")
+        self.starts: list[int] | None = None
+        """Where each line of ``text`` starts (``_line_starts``), once an empty node needs them."""
 
     def close(self) -> None:
         self.scalars.dispose()
@@ -721,15 +813,21 @@ class _Builder:
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
         raise self._tag_error(node)
 
-    def _scalar(self, node: yaml.Node) -> Any:
-        if (
+    def _non_specific(self, node: yaml.Node) -> bool:
+        """Whether ``node`` is a plain scalar with the non-specific tag ``!`` that PyYAML resolved
+        as if it were untagged (``! 1`` the integer 1): text in YAML 1.2, as ``!!str 1`` is."""
+        return (
             node.tag in _RESOLVED
             and isinstance(node, yaml.ScalarNode)
             and not node.style
-            and _NON_SPECIFIC.match(self.text, node.start_mark.index)
-        ):
-            # ``! 1`` is the text "1" in YAML 1.2, as ``!!str 1`` is; until review R56 it was the
-            # integer PyYAML resolves it to, so ``in: [! 5]`` held what another reader reads as text.
+            and _NON_SPECIFIC.match(self.text, node.start_mark.index) is not None
+        )
+
+    def _scalar(self, node: yaml.Node) -> Any:
+        if self._non_specific(node):
+            # Until review R56 ``! 1`` was the integer PyYAML resolves it to, so ``in: [! 5]`` held
+            # what another reader reads as text (as a key, until review R67, refused by PyYAML's
+            # own parser, which resolves it so, and text to libyaml, which does not).
             return self._unicode(node)
         if (
             node.tag in _TEXT_1_2
@@ -876,12 +974,40 @@ class _Builder:
                 "write the values out; many aliases are how an alias bomb expands",
             )
 
+    def empty_at(self, node: yaml.Node) -> Any:
+        """Where ``node``, a child of a flow collection, is located if it is an empty plain
+        scalar (``{ttl_s: , x: 1}``, ``{? : 1}``), else ``None``. libyaml marks one at the next
+        token (the ','), PyYAML's own parser right after the indicator before it: until review
+        R67 a policy's ``{ttl_s: }`` was refused at columns two apart. Both are located at the
+        next token, past blanks, line breaks and comments."""
+        if not (isinstance(node, yaml.ScalarNode) and node.value == "" and not node.style):
+            return None
+        at = node.start_mark.index
+        if at != node.end_mark.index:  # an anchor or a tag is written: it is the node's start
+            return None
+        text = self.text
+        while at < len(text):
+            if text[at] in " \t\r\n":
+                at += 1
+            elif text[at] == "#":
+                line_end = _BREAK.search(text, at)
+                at = line_end.start() if line_end is not None else len(text)
+            else:
+                break
+        if self.starts is None:
+            self.starts = _line_starts(text)
+        line = bisect.bisect_right(self.starts, at) - 1
+        return _Place(line, at - self.starts[line])
+
     def _mapping(self, node: yaml.MappingNode, path: Path_) -> dict[str, Any]:
         if node.tag != _MAP:
             raise self._tag_error(node)
         out: dict[str, Any] = {}
+        normal: dict[str, str] = {}  # each key in NFC -> the key as first written
         for key_node, value_node in node.value:
             key_at = self.alias_mark(key_node) if self.is_alias(key_node) else key_node.start_mark
+            if node.flow_style:
+                key_at = self.empty_at(key_node) or key_at
             if key_node.tag == "tag:yaml.org,2002:merge":
                 raise self.error_at(
                     key_at,
@@ -889,7 +1015,9 @@ class _Builder:
                     "explicit keys",
                     "write the keys out: a merge silently brings in fields a reviewer does not see",
                 )
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
+            if not isinstance(key_node, yaml.ScalarNode) or (
+                key_node.tag != _STR and not self._non_specific(key_node)
+            ):
                 raise self.error_at(
                     key_at,
                     "mapping keys must be plain strings",
@@ -898,20 +1026,31 @@ class _Builder:
                 )
             key = self._unicode(key_node)
             child = (*path, key)
-            if key in out:
+            first = normal.setdefault(unicodedata.normalize("NFC", key), key)
+            if first in out:
+                # Until review R67 ``café`` written once as one character and once as ``e`` and a
+                # combining accent loaded as two keys, which every reader sees as one.
+                spelled = "" if first == key else ", spelled in another Unicode normalization form"
+                at_line = self.locations.keys[(*path, first)].line + 1
                 raise self.error_at(
                     key_at,
-                    f"duplicate key {shortened(key)!r} (first at line {self.locations.keys[child].line + 1})",
+                    f"duplicate key {shortened(key)!r} (first at line {at_line}{spelled})",
                     "each key once",
                     "remove one of them: YAML would silently keep only the last",
                 )
             self.locations.keys.setdefault(child, self.alias_at or key_at)
+            if node.flow_style and (empty := self.empty_at(value_node)) is not None:
+                self.locations.values.setdefault(child, self.alias_at or empty)
             out[key] = self.build(value_node, child)
         return out
 
     def _tag_error(self, node: yaml.Node) -> SourceError:
-        return self.error(
-            node,
+        # Located at the tag's '!', after the node's anchor if any: where PyYAML's own parser
+        # refuses a tag libyaml reads (``!*a!``: "while scanning a tag"), located there too.
+        tagged = _TAGGED.match(self.text, node.start_mark.index)
+        at = mark_at(self.text, tagged.end() - 1) if tagged is not None else None
+        return self.error_at(
+            _Place(at.line - 1, at.column - 1) if at is not None else node.start_mark,
             f"tag {shortened(node.tag)!r} is not allowed",
             "plain YAML values (strings, numbers, booleans, lists, mappings)",
             "remove the '!' tag; agentgate files use the YAML core schema only",
