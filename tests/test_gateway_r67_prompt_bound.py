@@ -19,7 +19,8 @@ import pytest
 from test_gateway_end_to_end import _body
 from test_gateway_hostile_backends import _SSE, Env, Hostile, _chunk, _gateway, _in_service, _json
 
-from agentgate.dispatch.gateway._request import MEDIA_PART_TOKENS_MOST, PROMPT_TEMPLATE_TOKENS, _prompt_most
+from agentgate.dispatch.prefix import MEDIA_PART_TOKENS_MOST, PROMPT_TEMPLATE_TOKENS
+from agentgate.dispatch.prefix import prompt_tokens_most as _prompt_most
 
 _REPORTED = 100_000_000
 _USAGE = {"prompt_tokens": _REPORTED, "completion_tokens": 2, "total_tokens": _REPORTED + 2}

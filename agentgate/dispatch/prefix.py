@@ -17,6 +17,7 @@ import hashlib
 import math
 import struct
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 CHARS_PER_TOKEN = 4
 """Characters per estimated token."""
@@ -40,6 +41,34 @@ size: a few pages as OpenAI reads a PDF (each page's text and an image of it, 1,
 tokens a page). Its bytes say little of its pages (a scanned page weighs a hundred text pages),
 and its base64 read as text reserved a token per three bytes; a longer document's tokens are in
 the usage the backend reports, which is what is charged."""
+
+
+PROMPT_TEMPLATE_TOKENS = 4096
+"""The prompt tokens a chat template may add to a call's messages and tools (role markers, a
+default system prompt, tool-use instructions), beyond one token a byte of its payload
+(``prompt_tokens_most``)."""
+MEDIA_PART_TOKENS_MOST = 65536
+"""The prompt tokens a content part that is not text (an image, audio, a video, a file, each
+perhaps by URL: its bytes are not in the payload) may become (``prompt_tokens_most``): a
+high-resolution image is thousands of tokens, a video tens of thousands."""
+
+
+def prompt_tokens_most(size: int, payload: Mapping[str, Any]) -> int:
+    """The most prompt tokens a chat payload of ``size`` bytes (its ``messages`` checked: a list
+    of objects) can become: one a byte (a tokenizer makes at most one token of each byte of text:
+    byte-level BPE, or SentencePiece with byte fallback), plus ``PROMPT_TEMPLATE_TOKENS``, plus
+    ``MEDIA_PART_TOKENS_MOST`` for each content part that is not text. A backend's report of more
+    is not the call's prompt: its outcome is charged this (``Authorization.prompt_tokens``: the
+    gateway's bound of a request body, the LangGraph middleware's of a dispatched call's
+    payload), the report recorded."""
+    media = sum(
+        1
+        for message in payload["messages"]
+        if isinstance(content := message.get("content"), list)
+        for part in content
+        if not (isinstance(part, Mapping) and part.get("type") == "text")
+    )
+    return size + PROMPT_TEMPLATE_TOKENS + MEDIA_PART_TOKENS_MOST * media
 
 
 def prompt_text(messages: Iterable[Mapping[str, object]]) -> str:

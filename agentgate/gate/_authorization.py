@@ -132,9 +132,10 @@ class Authorization:
     """For an allowed model call decided with its token estimate: the output tokens reserved (its
     ``max_tokens``), the most completion tokens its outcome is charged."""
     prompt_tokens: int | None = None
-    """For an allowed model call whose decider bounds its prompt (the gateway: one token a byte of
-    the request body plus allowances, ``_request._prompt_most``): the most prompt tokens its
-    outcome is charged. ``None``: the prompt is charged as reported."""
+    """For an allowed model call whose decider bounds its prompt (one token a byte of what it
+    sends plus allowances, ``dispatch.prefix.prompt_tokens_most``: the gateway of a request body,
+    the LangGraph middleware of a dispatched call's payload, ``Gate.authorize(prompt_most=)``):
+    the most prompt tokens its outcome is charged. ``None``: the prompt is charged as reported."""
     _use: _Once = field(default_factory=_Once, repr=False, compare=False)
     """Taken by the one ``Gate.run``/``arun``/gateway call an allow is good for (shared by copies)."""
     _asked_again: bool = field(default=False, repr=False, compare=False)

@@ -367,6 +367,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         run_id: str | None = None,
         asked_in: tuple[str, str] | None = None,
         approval_gates: bool = True,
+        prompt_most: int | None = None,
     ) -> Authorization:
         """Decide ``call`` for ``identity`` and record the decision before anything runs.
 
@@ -392,7 +393,10 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         ``approval`` that is not an ``Approval`` (``Approval.parse`` reads a resume value) is a
         recorded refusal. ``approval_gates=False``: the call continues one that its approval was
         given for (a GPU lease's renewal, ``GatedBroker.renew``), so the policy's approval gates
-        are not asked again; everything else is decided as always.
+        are not asked again; everything else is decided as always. ``prompt_most``: for a model
+        call, the most prompt tokens its outcome is charged, whatever its backend reports
+        (``Authorization.prompt_tokens``: ``dispatch.prefix.prompt_tokens_most`` of the payload it
+        sends; ``InputError`` for one that is not a non-negative integer).
         """
         # The hot path: isinstance checks against module-level tuples and ASCII ids, nothing
         # allocated; ``_check_decision`` (also for ids beyond ASCII, which it encodes to check)
@@ -405,6 +409,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             and (asked_in is None or _is_text_pair(asked_in))
         ):
             self._check_decision(identity, call, call_id, run_id, asked_in)
+        if prompt_most is not None and (type(prompt_most) is not int or prompt_most < 0):
+            raise InputError(f"prompt_most must be a non-negative integer, got {prompt_most!r:.80}")
         # A refusal closes the call's own approval request, never another run's: the same call
         # asked in another thread is another call (``_call_scope``).
         early = self._precheck(identity, call, agent, agent_did)
@@ -506,7 +512,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             elif auth.needs_approval:
                 auth = self._record_approval_request(auth, request, rule, tx, call_key, uncounted=uncounted)
             elif auth.allowed:
-                auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas, once, rule)
+                auth = self._record_allow(
+                    auth, approved, request, tokens, tx, verdict.quotas, once, rule, prompt_most
+                )
             else:
                 with self.grants.within(tx):  # read here: an allow's path reads nothing more
                     revoked = self._revoked_instead(decision, call, identity)

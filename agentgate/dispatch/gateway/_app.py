@@ -97,13 +97,13 @@ from agentgate.dispatch.gateway._request import (
     _declared_too_large,
     _parse_body,
     _prompt_estimate,
-    _prompt_most,
     _read_body,
     _repeated_credentials,
 )
 from agentgate.dispatch.gateway._stream import _error_event, _EventStream, _sse
 from agentgate.dispatch.gateway._upstream import SENDING, SendMark, UpstreamPool
 from agentgate.dispatch.inventory import Inventory
+from agentgate.dispatch.prefix import prompt_tokens_most
 from agentgate.dispatch.router import Router
 from agentgate.errors import (
     AgentGateError,
@@ -414,7 +414,7 @@ class Gateway:
                 return await self._refuse_body(str(exc), param), False
             max_tokens = max_tokens_of(body)
             prompt = _prompt_estimate(body)
-            prompt_most = _prompt_most(len(raw), body)
+            prompt_most = prompt_tokens_most(len(raw), body)
             started = time.perf_counter()  # the body is read, checked and hashed
             if (ambiguous := _repeated_credentials(request.headers)) is not None:
                 # Never resolved by order: a proxy in front may have checked the other one.

@@ -28,14 +28,6 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 BODY_TIMEOUT_S = 60.0
 """Default seconds a client has to send a whole request body once its head has arrived
 (``Gateway(body_timeout_s=...)``)."""
-PROMPT_TEMPLATE_TOKENS = 4096
-"""The prompt tokens a chat template may add to a call's messages and tools (role markers, a
-default system prompt, tool-use instructions), beyond one token a byte of its body
-(``_prompt_most``)."""
-MEDIA_PART_TOKENS_MOST = 65536
-"""The prompt tokens a content part that is not text (an image, audio, a video, a file, each
-perhaps by URL: its bytes are not in the body) may become (``_prompt_most``): a high-resolution
-image is thousands of tokens, a video tens of thousands."""
 _ONE_CHOICE = ("n", "best_of", "n_cmpl")
 """Body fields that ask a backend for several sequences (vLLM honours ``n`` and ``best_of``,
 llama.cpp ``n_cmpl``, of which its ``n`` is the alias): absent, null or 1."""
@@ -246,22 +238,6 @@ def _prompt_estimate(body: Mapping[str, Any]) -> int:
         if body.get(name):
             tokens += estimate_tokens(json.dumps(body[name], separators=(",", ":"), ensure_ascii=False))
     return tokens
-
-
-def _prompt_most(size: int, body: Mapping[str, Any]) -> int:
-    """The most prompt tokens a checked chat body of ``size`` bytes can become: one a byte (a
-    tokenizer makes at most one token of each byte of text: byte-level BPE, or SentencePiece
-    with byte fallback), plus ``PROMPT_TEMPLATE_TOKENS``, plus ``MEDIA_PART_TOKENS_MOST`` for
-    each content part that is not text. A backend's report of more is not the call's prompt:
-    its outcome is charged this (``Authorization.prompt_tokens``), the report recorded."""
-    media = sum(
-        1
-        for message in body["messages"]
-        if isinstance(content := message.get("content"), list)
-        for part in content
-        if not (isinstance(part, Mapping) and part.get("type") == "text")
-    )
-    return size + PROMPT_TEMPLATE_TOKENS + MEDIA_PART_TOKENS_MOST * media
 
 
 def _bearer(value: str | None) -> str | None:

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
 from langchain.agents.middleware import ModelRequest, ModelResponse
-from langchain.agents.structured_output import StructuredOutputError
+from langchain.agents.structured_output import (
+    AutoStrategy,
+    ProviderStrategy,
+    StructuredOutputError,
+    ToolStrategy,
+)
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool
@@ -25,6 +30,7 @@ from agentgate.dispatch.prefix import (
     IMAGE_TOKENS,
     audio_tokens,
     media_part_tokens,
+    prompt_tokens_most,
     split_media,
 )
 from agentgate.errors import CapabilityError, InputError
@@ -97,7 +103,14 @@ class _ModelCalls:
         prompt = (sum(_sent_chars(m) for m in sent) + shown) // CHARS_PER_TOKEN + 1
         # A model call behind an approval gate (e.g. on ``max_tokens``) is asked for as a tool
         # call is: refused without asking, it could never run, since no resume could approve it.
-        auth = self._authorize(identity, call, tokens=(prompt, call.args["max_tokens"]))
+        dispatched = isinstance(request.model, DispatchedChatModel) or (
+            self.gate.dispatches and not isinstance(request.model, ScriptedChatModel)
+        )
+        # A call the gate's dispatcher sends is charged at most the prompt its payload can hold,
+        # whatever the backend reports (until review R67 as reported: 10^8 prompt tokens for a
+        # two-word prompt spent the agent's budget); the gateway bounds its calls the same way.
+        most = self._dispatched_prompt_most(request, call, sent) if dispatched else None
+        auth = self._authorize(identity, call, tokens=(prompt, call.args["max_tokens"]), prompt_most=most)
         if auth.allowed and request.model_settings.get("max_tokens") != call.args["max_tokens"]:
             # The call runs with the output limit it was decided (and its cost reserved) for:
             # passed to the model as ``max_tokens``, as create_agent binds ``model_settings``.
@@ -121,6 +134,27 @@ class _ModelCalls:
         elif auth.allowed and getattr(request.model, "stream_usage", True) is None:
             request = request.override(model=self._with_stream_usage(request.model))
         return auth, request
+
+    def _dispatched_prompt_most(
+        self, request: ModelRequest[Any], call: Call, sent: Sequence[BaseMessage]
+    ) -> int | None:
+        """``prompt_tokens_most`` of the payload a ``DispatchedChatModel`` sends for ``request``
+        (``sent``: its messages, the system message first): the request's tools and the tools of
+        a structured output (``_format_tools``), as LangChain binds them. ``None`` where the
+        payload cannot be made (the model call fails on it, not the gate)."""
+        model = request.model
+        if not isinstance(model, DispatchedChatModel):
+            model = DispatchedChatModel(
+                gate=self.gate,
+                model_name=call.resource.removeprefix("model:"),
+                max_tokens=call.args["max_tokens"],
+            )
+        try:
+            tools = [*request.tools, *_format_tools(request.response_format)]
+            payload = (model.bind_tools(tools) if tools else model)._payload(list(sent))
+            return prompt_tokens_most(len(orjson.dumps(payload, default=str)), payload)
+        except Exception:
+            return None
 
     def _schema_chars(self, tool: BaseTool | dict[str, Any]) -> int:
         """About how many characters of ``tool``'s schema a model call sends (its OpenAI-format
@@ -236,6 +270,25 @@ class _ModelCalls:
             return _storable(_answer(await self.gate.arun(auth, call, spent=_spent, failed=_cut_failure)))
         finally:
             _WATCHED.reset(watching)
+
+
+def _format_tools(response_format: object) -> list[dict[str, Any]]:
+    """The tools LangChain binds for a structured output (``ToolStrategy``, or an ``AutoStrategy``
+    or bare schema a ``DispatchedChatModel`` gets as one), in OpenAI's format; none for a
+    ``ProviderStrategy`` (its schema goes to a model's own option, which ``DispatchedChatModel``
+    does not send) or no structured output."""
+    if response_format is None or isinstance(response_format, ProviderStrategy):
+        return []
+    if not isinstance(response_format, ToolStrategy):
+        schema = response_format.schema if isinstance(response_format, AutoStrategy) else response_format
+        response_format = ToolStrategy(cast(Any, schema))
+    return [
+        {
+            "type": "function",
+            "function": {"name": spec.name, "description": spec.description, "parameters": spec.json_schema},
+        }
+        for spec in response_format.schema_specs
+    ]
 
 
 _IMAGE_PARTS = frozenset({"image_url", "image"})
