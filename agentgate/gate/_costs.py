@@ -73,6 +73,17 @@ _METERED_BY_TOKENS = frozenset({"tokens", "usd_micros", "micro_usd"})
 """The units a model call is charged in from its token counts."""
 
 
+def charged_counts(usage: tuple[int, int], auth: Authorization) -> tuple[int, int]:
+    """The ``(prompt, output)`` tokens a model call decided as ``auth`` is charged for the
+    ``usage`` its backend reported (two counts, ``_usage_counts``): its prompt at most
+    ``auth.prompt_tokens``, its output at most ``auth.output_tokens``, as ``_reported_cost``
+    charges them (and records why). The gateway passes these on to its caller."""
+    prompt, output = usage
+    if auth.prompt_tokens is not None and prompt > auth.prompt_tokens:
+        prompt = auth.prompt_tokens
+    return _output_capped((prompt, output), auth.output_tokens)
+
+
 class _Costs:
     """The ``Gate``'s metering: what a call costs in each budget unit (``_cost``), a decision's
     budget caps by unit (``_caps``), why a call on budgets that cannot be metered or are spent is

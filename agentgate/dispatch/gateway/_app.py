@@ -114,6 +114,8 @@ from agentgate.errors import (
     InputError,
     StoreError,
 )
+from agentgate.gate._authorization import Authorization
+from agentgate.gate._costs import _usage_counts, charged_counts
 from agentgate.gate._outcomes import USAGE_UNREAD
 
 _UNPARSED = Call("gateway:chat.completions", "generate")
@@ -501,7 +503,7 @@ class Gateway:
         answered = time.perf_counter()
         # The usage charged, as for a stream: none for a usage that cannot be the answer's.
         if (charged := _spent(result)) is not None and charged is not USAGE_UNREAD:
-            self._count_tokens(*charged, decision.auth.prompt_tokens)
+            self._count_tokens(*charged_counts(charged, decision.auth))
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
         headers["Server-Timing"] = (
             f"read;dur={(received - arrived) * 1000:.3f}, parse;dur={(started - received) * 1000:.3f}, "
@@ -509,6 +511,10 @@ class Gateway:
             f"backend;dur={(answered - decided) * 1000:.3f}, "
             f"total;dur={(time.perf_counter() - arrived) * 1000:.3f}"
         )
+        # The usage the call was charged, where it is less than the backend reported (until review
+        # R67 the caller read the report: 100,000,000 prompt tokens where it was charged 4,000).
+        if (usage := _as_charged(result.body.get("usage"), decision.auth)) is not None:
+            return JSONResponse({**result.body, "usage": usage}, headers=headers), True
         # The backend's own bytes when it sent them (the body is not decoded and encoded again).
         if result.raw:
             return Response(result.raw, media_type="application/json", headers=headers), True
@@ -662,9 +668,7 @@ class Gateway:
             SENDING.reset(sending)
         options = payload.get("stream_options")
         include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
-        events = self._events(
-            chunks, first, str(payload["model"]), include_usage, decision.auth.prompt_tokens
-        )
+        events = self._events(chunks, first, str(payload["model"]), include_usage, decision.auth)
         return _EventStream(events, media_type="text/event-stream", headers=headers)
 
     async def _events(
@@ -673,7 +677,7 @@ class Gateway:
         first: ChatChunk | None,
         model: str,
         include_usage: bool,
-        prompt_most: int | None = None,
+        auth: Authorization,
     ) -> AsyncGenerator[bytes, None]:
         ident = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
@@ -703,6 +707,8 @@ class Gateway:
                     passed = dict(pending.event)
                     if not include_usage:
                         passed.pop("usage", None)
+                    elif (charged := _as_charged(passed.get("usage"), auth)) is not None:
+                        passed["usage"] = charged  # what the call is charged, as a JSON answer's
                     usage_sent = usage_sent or passed.get("usage") is not None
                     if (choices := passed.get("choices")) and not role_sent:
                         # OpenAI's first delta names the role; one an engine leaves out is added.
@@ -734,25 +740,45 @@ class Gateway:
         # The usage charged, not a stale one (reported before more output: the call is charged
         # its reservation, ``GatewayGate._pump``); until review R57 the counter added that one.
         if (usage := reported.usage) is not None:
-            self._count_tokens(usage.prompt_tokens, usage.completion_tokens, prompt_most)
+            prompt, completion = charged_counts((usage.prompt_tokens, usage.completion_tokens), auth)
+            self._count_tokens(prompt, completion)
             if include_usage and not usage_sent:
                 yield event(
                     [],
                     {
-                        "prompt_tokens": usage.prompt_tokens,
-                        "completion_tokens": usage.completion_tokens,
-                        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+                        "prompt_tokens": prompt,
+                        "completion_tokens": completion,
+                        "total_tokens": prompt + completion,
                     },
                 )
         yield b"data: [DONE]\n\n"
 
-    def _count_tokens(self, prompt: int, completion: int, prompt_most: int | None) -> None:
+    def _count_tokens(self, prompt: int, completion: int) -> None:
         # Never raises: the counts come from a ``Usage``, non-negative integers by construction
         # (a backend reporting negative usage is a ``BackendFailed`` before the answer gets here),
-        # so the counter cannot turn an answered, charged call into an error. The prompt counted
-        # is the one charged: at most ``prompt_most`` (``Authorization.prompt_tokens``).
-        self._tokens.labels(kind="prompt").inc(prompt if prompt_most is None else min(prompt, prompt_most))
+        # so the counter cannot turn an answered, charged call into an error. The counts are the
+        # ones charged (``charged_counts``; until review R67 the completion counted was the one
+        # reported, over ``max_tokens`` or not).
+        self._tokens.labels(kind="prompt").inc(prompt)
         self._tokens.labels(kind="completion").inc(completion)
+
+
+def _as_charged(usage: object, auth: Authorization) -> dict[str, Any] | None:
+    """``usage`` (a backend's, as an answer or a usage event carries it) with the token counts the
+    call is charged (``charged_counts``) and ``total_tokens`` their sum, its other fields kept;
+    ``None`` when it is charged as reported (or is no usage of two counts: such an answer was
+    refused, or is charged as reserved, before it gets here)."""
+    if not isinstance(usage, Mapping):
+        return None
+    counts = _usage_counts((usage.get("prompt_tokens", 0), usage.get("completion_tokens")))
+    if counts is None or (charged := charged_counts(counts, auth)) == counts:
+        return None
+    return {
+        **usage,
+        "prompt_tokens": charged[0],
+        "completion_tokens": charged[1],
+        "total_tokens": sum(charged),
+    }
 
 
 async def _failed_before_sending() -> None:
