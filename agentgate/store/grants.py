@@ -523,7 +523,7 @@ class GrantRepository:
                     if not conn.closed:
                         conn.autocommit = False
         except loaded_driver_errors() as exc:
-            from psycopg.errors import ReadOnlySqlTransaction
+            from psycopg.errors import LockNotAvailable, ReadOnlySqlTransaction
             from psycopg_pool import PoolTimeout
 
             from agentgate.store._postgres import _redact, read_only_server, recheck
@@ -535,6 +535,8 @@ class GrantRepository:
             if isinstance(exc, ReadOnlySqlTransaction):  # as a transaction's refused write says it
                 said = read_only_server(_redact(self._postgres.url), driver_error_line(exc))
                 raise StoreError(f"cannot record the invocation nonce: {said}") from exc
+            if isinstance(exc, LockNotAvailable):  # as a transaction that meets the lock says it
+                raise StoreError(f"cannot record the invocation nonce: {self._postgres.busy()}") from exc
             if used is not None and used.broken:
                 recheck(self._postgres.pool)
             raise StoreError(f"cannot record the invocation nonce: {driver_error_line(exc)}") from exc
