@@ -196,7 +196,7 @@ class PostgresStore(Store):
 
         ``read_only`` (with ``create`` false, else ``InputError``): every session is read only
         (``default_transaction_read_only``, set as it starts through libpq's ``options``, after
-        the URL's own), ``ensure_schema`` creates nothing (a part whose tables are missing is
+        the URL's own, else ``PGOPTIONS``), ``ensure_schema`` creates nothing (a part whose tables are missing is
         ``StoreError``), and a statement that would write raises ``StoreError``."""
         if read_only and create:
             raise InputError("a store opened to read only is never created: pass create=False")
@@ -238,8 +238,10 @@ class PostgresStore(Store):
                 "not percent-encoded: write them as %40 and %2F (and a : in the user name as %3A)"
             )
         self._network: dict[str, Any] = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in parsed}
-        if read_only:  # the URL's own options kept (libpq takes the last of one setting)
-            own = str(parsed.get("options", "")).strip()
+        if read_only:  # the session's own options kept (libpq takes the last of one setting)
+            # The URL's, else ``PGOPTIONS`` (libpq reads it only for a connection given none: a
+            # search path set there was lost to the verbs that only read, until review R67).
+            own = str(parsed.get("options", os.environ.get("PGOPTIONS", ""))).strip()
             self._network["options"] = f"{own} {READ_ONLY_OPTION}".strip()
         try:  # one connection first: its error says why (refused, unknown host, password), where
             # the pool would wait 10 s and say only that it could not fill itself
