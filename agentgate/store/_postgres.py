@@ -245,7 +245,7 @@ class PostgresStore(Store):
             self._network["options"] = f"{own} {READ_ONLY_OPTION}".strip()
         try:  # one connection first: its error says why (refused, unknown host, password), where
             # the pool would wait 10 s and say only that it could not fill itself
-            with psycopg.connect(url, connect_timeout=10, **self._network) as first:
+            with psycopg.connect(url, **self._connect_settings()) as first:
                 row = first.execute("SELECT current_setting('transaction_read_only')").fetchone()
         except psycopg.Error as exc:
             reason = driver_error_line(exc)[:300]
@@ -294,18 +294,25 @@ class PostgresStore(Store):
                 "another application's database? Check --store or AGENTGATE_STORE"
             )
 
-    def _open_pool(self) -> ConnectionPool:
-        """A new pool of connections to the store, waited for until it holds its first one."""
-        min_size, max_size, timeout_s = self._sizes
+    def _connect_settings(self) -> dict[str, Any]:
+        """The libpq parameters a connection to the store gets besides its URL's: ``_network``,
+        and ``connect_timeout`` ``POOL_CONNECT_TIMEOUT_S`` unless the URL or ``PGCONNECT_TIMEOUT``
+        sets one. The first connection too: until review R67 it was always given 10 s, so a URL's
+        ``connect_timeout=2`` (a multi-host URL failing over) waited 10 s per silent host."""
         settings: dict[str, Any] = dict(self._network)
         if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.url) and not os.environ.get(
             "PGCONNECT_TIMEOUT"
         ):
             settings["connect_timeout"] = POOL_CONNECT_TIMEOUT_S
+        return settings
+
+    def _open_pool(self) -> ConnectionPool:
+        """A new pool of connections to the store, waited for until it holds its first one."""
+        min_size, max_size, timeout_s = self._sizes
         try:
             pool = ConnectionPool(
                 self.url,
-                kwargs=settings,
+                kwargs=self._connect_settings(),
                 min_size=min_size,
                 max_size=max_size,
                 open=True,
