@@ -392,7 +392,8 @@ class PostgresStore(Store):
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A connection of the pool that works, as far as one can tell: one that sat idle for
-        more than ``IDLE_CHECK_S`` is tested first (one round trip). A server's
+        more than ``IDLE_CHECK_S`` (or half the server's ``idle_session_timeout``, when shorter:
+        ``_read_committed``) is tested first (one round trip). A server's
         ``idle_session_timeout``, a proxy, a firewall or a load balancer close connections that
         stay idle, and the pool learnt it only from the decision that used one, which failed (a
         deny, or outcomes not recorded) after every quiet spell. A dead one is given back (the
@@ -405,7 +406,8 @@ class PostgresStore(Store):
             self._lent += 1
         try:
             assert held is not None
-            if time.monotonic() - getattr(held, "_agentgate_idle_since", 0.0) > IDLE_CHECK_S:
+            idle_check_s = getattr(held, "_agentgate_idle_check_s", IDLE_CHECK_S)
+            if time.monotonic() - getattr(held, "_agentgate_idle_since", 0.0) > idle_check_s:
                 try:
                     ConnectionPool.check_connection(held)
                 except psycopg.Error:
@@ -516,10 +518,19 @@ def _read_committed(conn: psycopg.Connection[Any]) -> None:
     # read in the same round trip as the settings below, it costs a decision nothing.
     row = conn.execute(
         "SELECT set_config('default_transaction_isolation', 'read committed', false), "
-        "current_setting('lock_timeout'), current_setting('synchronous_commit')"
+        "current_setting('lock_timeout'), current_setting('synchronous_commit'), "
+        "(SELECT setting FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout')"
     ).fetchone()
     assert row is not None
-    _, lock_timeout, synchronous_commit = row
+    _, lock_timeout, synchronous_commit, idle_session_ms = row
+    # A server, database or role whose idle_session_timeout (PostgreSQL 14 on; milliseconds) is
+    # shorter than IDLE_CHECK_S ends a pooled session before ``_connection`` would test it: a
+    # process deciding more rarely than that failed every decision (until review R67). Such a
+    # connection is tested once idle for half of it.
+    idle_check_s = IDLE_CHECK_S
+    if idle_session_ms is not None and str(idle_session_ms).isdigit() and int(idle_session_ms) > 0:
+        idle_check_s = min(IDLE_CHECK_S, int(idle_session_ms) / 2000)
+    conn._agentgate_idle_check_s = idle_check_s  # type: ignore[attr-defined]
     # A writer that stops while it holds the audit append lock (SIGSTOP, a pause, a partition that
     # leaves its session open) would otherwise hold every other decision, in every process,
     # without end. One the server, database or role configures (not 0) is kept.
