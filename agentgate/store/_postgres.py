@@ -196,7 +196,8 @@ class PostgresStore(Store):
 
         ``read_only`` (with ``create`` false, else ``InputError``): every session is read only
         (``default_transaction_read_only``, set as it starts through libpq's ``options``, after
-        the URL's own, else ``PGOPTIONS``), ``ensure_schema`` creates nothing (a part whose tables are missing is
+        the URL's own, else ``PGOPTIONS``; ``target_session_attrs=read-write`` asked for as
+        ``primary``), ``ensure_schema`` creates nothing (a part whose tables are missing is
         ``StoreError``), and a statement that would write raises ``StoreError``."""
         if read_only and create:
             raise InputError("a store opened to read only is never created: pass create=False")
@@ -243,6 +244,12 @@ class PostgresStore(Store):
             # search path set there was lost to the verbs that only read, until review R67).
             own = str(parsed.get("options", os.environ.get("PGOPTIONS", ""))).strip()
             self._network["options"] = f"{own} {READ_ONLY_OPTION}".strip()
+            # A URL (or PGTARGETSESSIONATTRS) that asks for a read-write session, to find the
+            # primary of several hosts, would find none: this one is read only. The primary is
+            # asked for instead (until review R67 every verb that only reads failed there).
+            target = parsed.get("target_session_attrs", os.environ.get("PGTARGETSESSIONATTRS"))
+            if target == "read-write":
+                self._network["target_session_attrs"] = "primary"
         try:  # one connection first: its error says why (refused, unknown host, password), where
             # the pool would wait 10 s and say only that it could not fill itself
             with psycopg.connect(url, **self._connect_settings()) as first:
