@@ -82,7 +82,8 @@ def revoke_holder(
     the caller can write one audit entry per revoked id in the same transaction (``agentgate
     grant revoke --holder`` does). "Recorded" and the concurrency it gives:
     ``GrantRepository.revoke_holder``. Not covered: a grant to ``holder`` that this store never
-    recorded (issued or delegated to it offline, or recorded in another store); only removing
+    recorded (issued or delegated to it offline and no call allowed on it through a ``Gate`` of
+    this store, which records the chain of every allow; or recorded in another store); only removing
     the key from the policy refuses those. Raises ``KeyFileError`` (an ``InputError``) for a
     ``holder`` that is no did:key, ``InputError`` for a ``reason`` that is not text,
     ``StoreError`` when the store cannot be written (then nothing is revoked).

@@ -57,9 +57,10 @@ See docs/cli.md."""
 
 
 _HOLDER_EPILOG = """\
---holder revokes the grants recorded in this store (by grant issue/delegate, Gate.issue/delegate)
-whose audience is the key, when it reads them; a grant to the key that this store never recorded
-(issued or delegated to it offline, or recorded in another store) is NOT revoked: remove the key
+--holder revokes the grants recorded in this store (by grant issue/delegate, Gate.issue/delegate,
+and a Gate's allow of a call on a chain) whose audience is the key, when it reads them; a grant to
+the key that this store never recorded (issued or delegated to it offline with no call allowed on
+it through a Gate of this store, or recorded in another store) is NOT revoked: remove the key
 from the policy and restart for those (docs/operations.md, Rotating keys). Grants the key
 delegated below a revoked grant die with it, recorded or not.
 exit codes: 0 done (also when nothing was recorded for the key), 2 unusable input."""

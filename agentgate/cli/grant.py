@@ -548,8 +548,8 @@ def _as_the_gate_meters(decision: Decision) -> Decision:
 
 
 _NOT_COVERED = (
-    "grants to {did} that this store never recorded (issued or delegated to it offline, or recorded "
-    "in another store) are not revoked: remove the key from the policy and restart "
+    "grants to {did} that this store never recorded (issued or delegated to it offline, and no call "
+    "allowed on them through a Gate of this store; or recorded in another store) are not revoked: remove the key from the policy and restart "
     "(docs/operations.md, Rotating keys)"
 )
 

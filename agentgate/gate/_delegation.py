@@ -4,9 +4,10 @@ its audit entry."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -158,6 +159,10 @@ class _Delegation:
         def _void_revoked(self, grant_ids: Collection[str], tx: Transaction) -> None: ...
 
         def _borrowed_identity(self, identity: AgentIdentity) -> Finding | None: ...
+
+        def _after_commit(self, span: Callable[[], None]) -> None: ...
+
+        def _recorded_chain(self, tip: str) -> None: ...
 
     @property
     @_serialized
@@ -633,6 +638,7 @@ class _Delegation:
             if parent is not None:
                 self._refuse_revoked(parent)
             record(self.grants, chain)
+            self._after_commit(functools.partial(self._recorded_chain, chain.id))
             return self.audit.append(
                 {
                     "kind": "allow",

@@ -225,6 +225,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         the oldest."""
         self._purge_at = 0.0
         """When ``delegations`` next needs a pass for expired entries (``time.time()``)."""
+        self._recorded_chains: set[str] = set()
+        """The chain tips this Gate knows recorded in its grant store (``_record_chain``)."""
         self._parsed_delegated: dict[str, Chain] = {}
         """``parse_chain`` of the tokens ``_delegated_before`` read (bounded): a chain is a pure
         function of its token, and every delegation from a grant reads all of that grant's live

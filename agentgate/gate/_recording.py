@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import Span
 
 from agentgate.audit.entry import argument_digest, redact
-from agentgate.authority import Decision, GrantRepository
+from agentgate.authority import Chain, Decision, GrantRepository, parse_chain, record
 from agentgate.capabilities import Call
 from agentgate.errors import BudgetExceeded, Denied, Expired, InputError, QuotaExceeded, Revoked
 from agentgate.findings import Finding
@@ -33,6 +33,10 @@ from agentgate.store.ledger import BudgetLedger
 from agentgate.store.once import OnceCalls
 from agentgate.store.quotas import QuotaCounter
 
+RECORDED_CHAINS_KEPT = 65536
+"""How many chain tips a Gate remembers as recorded in its grant store (``_record_chain``; cleared
+when full, after which each chain is recorded once more, idempotently)."""
+
 
 class _Recording:
     """The ``Gate``'s decision entries: ``_entry`` (what the audit log keeps of a call), refusals
@@ -48,6 +52,7 @@ class _Recording:
     approvals: ApprovalStore
     grants: GrantRepository
     _store_lock: threading.RLock
+    _recorded_chains: set[str]
 
     if TYPE_CHECKING:  # what this part calls of the gate's other parts
 
@@ -272,6 +277,7 @@ class _Recording:
         if given is not None:  # the yes holds with the allow: its span once the allow commits
             assert approval is not None and request is not None
             self._after_commit(functools.partial(self._approval_given_span, approval, request, given))
+        self._record_chain(identity.chain, tx)
         entry = self._entry(auth, "allow")
         if held:
             entry["budget_delta"] = held[0][2]  # reserved, in the unit of the caller's own budget
@@ -299,6 +305,29 @@ class _Recording:
         )
         allowed._use.sealed = self._seal(allowed)
         return allowed
+
+    def _record_chain(self, chain: Chain, tx: Transaction) -> None:
+        """Record the links of ``chain``, on which a call is being allowed, in the grant store in
+        ``tx``, unless this Gate knows them recorded (it made the grant, or recorded it at an
+        earlier allow). A chain delegated outside the Gate (the library's ``delegate``, a token
+        handed on offline) is thereby named link by link by ``audit explain``, reached by
+        ``revoke_holder`` and listed among the descendants a revocation by id names: until review
+        R67 it was never recorded, and an allow on it showed only its tip's hash. Only an allowed
+        chain is recorded (verified, its root a trust anchor): a row is the signed grant's word.
+        Recorded from its token, as ``decide_held`` decided it."""
+        tip = chain.id
+        if tip in self._recorded_chains:
+            return
+        with self.grants.within(tx):
+            record(self.grants, parse_chain(chain.token))
+        self._after_commit(functools.partial(self._recorded_chain, tip))
+
+    def _recorded_chain(self, tip: str) -> None:
+        """Remember ``tip``'s chain as recorded (once its recording committed); at most
+        ``RECORDED_CHAINS_KEPT`` are remembered."""
+        if len(self._recorded_chains) >= RECORDED_CHAINS_KEPT:
+            self._recorded_chains.clear()
+        self._recorded_chains.add(tip)
 
     def _record_allow_alone(
         self,
