@@ -5,9 +5,10 @@ chain, so that revocation by id can list descendants) and ``prune_grants``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from agentgate.authority._grant import Chain, _encode_chain
+from agentgate.authority._grant import TOKEN_PREFIX, Chain, _encode_chain
 from agentgate.authority._operations import _now, _signed_chain
 from agentgate.authority._parsing import parse_chain
 from agentgate.errors import InputError, TokenFormatError
@@ -31,7 +32,8 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
 
 def revoked_id(grant: Chain | str) -> str:
     """The id of the grant ``revoke(repo, grant)`` revokes: a chain's tip, a chain token's tip, or
-    a 64-hex grant id itself. Raises ``TokenFormatError`` for a value that is none of these.
+    a 64-hex grant id itself. Raises ``TokenFormatError`` for a value that is none of these,
+    saying what a grant id is for one that is not quite (a line break around it, upper case).
 
     A ``Chain``'s id is computed from its token's signed bytes, never read from its fields: until
     review R57 a ``Chain`` whose tip's ``id`` was edited (``dataclasses.replace``, or one built by
@@ -39,9 +41,34 @@ def revoked_id(grant: Chain | str) -> str:
     stayed live."""
     if isinstance(grant, Chain):
         return parse_chain(grant.token).id
-    if isinstance(grant, str) and len(grant) == 64 and all(c in "0123456789abcdef" for c in grant):
+    if not isinstance(grant, str):
+        raise TokenFormatError(
+            f"a grant to revoke is a Chain, a chain token or a 64-hex grant id, got {type(grant).__name__}"
+        )
+    if _GRANT_ID.fullmatch(grant):
         return grant
+    if not grant.startswith(f"{TOKEN_PREFIX}."):
+        raise TokenFormatError(_not_a_grant(grant))
     return parse_chain(grant).id
+
+
+_GRANT_ID = re.compile(r"[0-9a-f]{64}")
+_ANY_CASE_ID = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def _not_a_grant(text: str) -> str:
+    """Why ``text``, no chain token, is no grant id either (until review R67 it was refused as a
+    token: ``not an agentgate token: it does not start with 'ag1'``, naming no grant id)."""
+    what = "a grant id is 64 lower-case hex digits (as grant inspect shows it)"
+    if _ANY_CASE_ID.fullmatch(text.strip()):
+        if text.strip() != text:
+            return (
+                f"a grant id with a line break or space around it ({text!r:.90}): {what}, nothing around them"
+            )
+        return f"{text!r}: {what}"
+    return (
+        f"neither a chain token nor a grant id ({len(text)} characters): {what}, a chain token starts 'ag1.'"
+    )
 
 
 def _storable_reason(reason: object) -> str:
