@@ -18,14 +18,16 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
-from test_langgraph import Team, _make_team
+from test_langgraph import NAMES, Team, _make_team, _policy_text
 
-from agentgate.authority import delegate, issue
+from agentgate.authority import Budget, Invocation, delegate, issue
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.gate import AgentIdentity
+from agentgate.dispatch.gateway import GatewayGate
+from agentgate.gate import AgentIdentity, Gate
 from agentgate.keys import SigningKey
-from agentgate.store import SQLiteStore
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore, Store
 from agentgate.store.grants import GrantRepository, GrantRow
 
 SEARCH = Call.tool("search", {"query": "q"})
@@ -178,10 +180,6 @@ def test_the_gateway_records_a_client_delegated_chain_it_allows(tmp_path: Path) 
     """Review R67: a gateway allow on a chain its client delegated to a helper (the usual remote
     set-up: the gateway never sees the delegation) left the chain unrecorded, so the helper's
     leaked key could not be cut off by ``revoke_holder``."""
-    from agentgate.authority import Budget, Invocation
-    from agentgate.dispatch.gateway import GatewayGate
-    from agentgate.policy import parse_policy
-
     root, agent, helper = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
     policy = parse_policy(GATEWAY_POLICY.format(root=root.did, agent=agent.did), source="p.yaml")
     gateway = GatewayGate(policy, SQLiteStore(tmp_path / "ag.db"))
@@ -199,3 +197,21 @@ def test_the_gateway_records_a_client_delegated_chain_it_allows(tmp_path: Path) 
         assert gateway.authorize_invocation(chain.token, invocation, call, (1, 1)).status == 401
     finally:
         gateway.close()
+
+
+def test_an_offline_chain_is_recorded_on_either_store(store: Store) -> None:
+    """Review R67: as above, on SQLite and PostgreSQL: the allow's chain is in the grant store
+    once the allow returns, link by link, and ``revoke_holder`` of its holder reaches it."""
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}, 1_000_000), source="team.yaml")
+    gate = Gate(policy, store)
+    try:
+        supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+        helper_key = SigningKey.generate()
+        chain = delegate(supervisor.chain, keys["supervisor"], helper_key.did, ["tool:search"], ttl=300)
+        assert gate.authorize(AgentIdentity("offline-helper", helper_key, chain), SEARCH).allowed
+        for link in chain.links:
+            assert GrantRepository.recorded(store, link.id) is not None
+        assert gate.revoke_holder(helper_key.did, by="ops").revoked == (chain.id,)
+    finally:
+        gate.close()
