@@ -386,6 +386,10 @@ def _inspect(args: argparse.Namespace) -> int:
     root_trusted = None if anchors is None else chain.root.issuer in anchors
     now = int(time.time())
     links: list[dict[str, Any]] = []
+    # The nearest link above that the store records revoked: a revocation takes every grant below
+    # it, and the store records only the grant revoked (until review R67 a link below one was shown
+    # unmarked, ``"revoked": false`` and nothing else, as if it held; ``audit explain`` names it).
+    through: str | None = None
     for i, link in enumerate(chain.links):
         try:
             verify_signature(link.issuer, GRANT_CONTEXT + link.payload, link.signature)
@@ -404,6 +408,7 @@ def _inspect(args: argparse.Namespace) -> int:
                 **link.to_dict(),
                 "signature": signature,
                 "revoked": None if revoked is None else link.id in revoked,
+                "revoked_through": through,
                 "expired": now >= link.expires,
                 # As a verifier reads not_before, with its default tolerance of clock skew: until
                 # review R61 a link valid only in an hour was shown unmarked and inspect exited 0.
@@ -411,12 +416,15 @@ def _inspect(args: argparse.Namespace) -> int:
                 "findings": problems,
             }
         )
+        if revoked is not None and link.id in revoked:
+            through = link.id
     # Exit 1 for a chain with a marked link, so that ``grant inspect t.tok && deploy`` stops
     # there: until review R61 a spliced or forged chain printed its finding and exited 0.
     marked = any(
         shown["signature"] != "valid"
         or shown["findings"]
         or shown["revoked"]
+        or shown["revoked_through"]
         or shown["expired"]
         or shown["not_yet_valid"]
         for shown in links
@@ -430,6 +438,9 @@ def _inspect(args: argparse.Namespace) -> int:
         marks = []
         if shown["revoked"]:
             marks.append("REVOKED")
+        elif shown["revoked_through"] is not None:
+            above = next(j for j, other in enumerate(links) if other["id"] == shown["revoked_through"])
+            marks.append(f"revoked through [{above}] {shown['revoked_through'][:16]}...")
         elif shown["revoked"] is None:
             marks.append(f"revocation unknown ({unknown})")
         if shown["expired"]:
