@@ -24,7 +24,7 @@ from agentgate.authority import Budget, Invocation, delegate, issue
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
 from agentgate.dispatch.gateway import GatewayGate
-from agentgate.gate import AgentIdentity, Gate
+from agentgate.gate import AgentIdentity, Gate, _recording
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store
@@ -215,3 +215,14 @@ def test_an_offline_chain_is_recorded_on_either_store(store: Store) -> None:
         assert gate.revoke_holder(helper_key.did, by="ops").revoked == (chain.id,)
     finally:
         gate.close()
+
+
+def test_the_tips_remembered_are_bounded(team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review R67: the set of chains a Gate knows recorded is cleared when full, and a chain
+    forgotten so is recorded again (idempotently) at its next allow, never refused."""
+    monkeypatch.setattr(_recording, "RECORDED_CHAINS_KEPT", 2)
+    helpers = [_offline(team, SigningKey.generate()) for _ in range(3)]
+    for helper in helpers * 2:
+        assert team.gate.authorize(helper, SEARCH).allowed
+    assert len(team.gate._recorded_chains) <= 2
+    assert all(_recorded(team, helper.grant_id) for helper in helpers)

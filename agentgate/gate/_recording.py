@@ -33,9 +33,9 @@ from agentgate.store.ledger import BudgetLedger
 from agentgate.store.once import OnceCalls
 from agentgate.store.quotas import QuotaCounter
 
-RECORDED_CHAINS_KEPT = 65536
+RECORDED_CHAINS_KEPT = 16384
 """How many chain tips a Gate remembers as recorded in its grant store (``_record_chain``; cleared
-when full, after which each chain is recorded once more, idempotently)."""
+when full, after which each chain is recorded once more, idempotently): about 2 MB of ids."""
 
 
 class _Recording:
