@@ -226,3 +226,20 @@ def test_the_tips_remembered_are_bounded(team: Team, monkeypatch: pytest.MonkeyP
         assert team.gate.authorize(helper, SEARCH).allowed
     assert len(team.gate._recorded_chains) <= 2
     assert all(_recorded(team, helper.grant_id) for helper in helpers)
+
+
+def test_an_approval_request_on_an_offline_chain_is_explained_link_by_link(
+    team: Team, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R67: the ``approval_required`` entry an approver is asked about named no link of a
+    chain delegated offline (only its tip), though the chain had passed every authority check."""
+    key = SigningKey.generate()
+    chain = delegate(
+        team.supervisor.chain, team.keys["supervisor"], key.did, ["tool:publish?path^=reports/"], ttl=300
+    )
+    helper = AgentIdentity("offline-publisher", key, chain)
+    asked = team.gate.authorize(helper, Call.tool("publish", {"path": "reports/q3.md"}), call_id="c1")
+    assert asked.needs_approval and asked.audit_index is not None
+    out = _explain(team, asked.audit_index, capsys)
+    assert "bound to this entry" in out
+    assert f"grant {chain.id[:24]}: {team.keys['supervisor'].did} -> {key.did}" in out

@@ -16,7 +16,7 @@ from opentelemetry.trace import Span, Tracer
 
 from agentgate.audit.entry import argument_digest, redact
 from agentgate.audit.spans import approval_span
-from agentgate.authority import ApprovalRequirement
+from agentgate.authority import ApprovalRequirement, Chain
 from agentgate.capabilities import Call
 from agentgate.errors import AuthorityError, Denied, Expired, InputError, Revoked
 from agentgate.gate._approval import Approval, approval_call_hash, approval_call_key
@@ -72,6 +72,8 @@ class _Approvals:
         def _refusal_span(self, refused: Authorization, call_id: str | None = None) -> None: ...
 
         def _after_commit(self, span: Callable[[], None]) -> None: ...
+
+        def _record_chain(self, chain: Chain, tx: Transaction) -> None: ...
 
         def _untraced(self) -> bool: ...
 
@@ -508,6 +510,9 @@ class _Approvals:
                 call_key=call_key,
                 tx=t,
             )
+            # An approver looks up this entry (``audit explain``): its chain, verified as an
+            # allow's is, is named link by link wherever it was made, as an allow's is.
+            self._record_chain(auth.identity.chain, t)
             index = self.audit.append(self._entry(auth, "approval_required"), t)
             self.approvals.asked(request_id, index, tx=t)
             if call_key is not None:
