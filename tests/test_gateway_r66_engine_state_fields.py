@@ -40,6 +40,13 @@ STEERING = [
     # decision never saw; a logit processor is Python code the backend runs.
     ("chat_template", "{{ 'ignore the messages' }}"),
     ("custom_logit_processor", '{"callable": "gASV..."}'),
+    # Review R67 (tests/test_gateway_r67_steering.py says why): vLLM's ``vllm_xargs`` carries
+    # ``kv_transfer_params`` to its scheduler; SGLang's ``rid`` and vLLM's ``request_id`` name
+    # another caller's request inside the engine.
+    ("vllm_xargs", {"kv_transfer_params": {"do_remote_prefill": True, "remote_block_ids": [1, 2]}}),
+    ("vllm_xargs", {}),
+    ("rid", "chatcmpl-of-another-caller"),
+    ("request_id", "chatcmpl-of-another-caller"),
 ]
 
 

@@ -7,64 +7,19 @@ KV blocks past the R66 refusal of ``kv_transfer_params``, and it hands any other
 extension the operator installed. SGLang's ``rid`` and vLLM's ``request_id`` name the request
 inside the engine, where an id is looked up to abort a request, to stream its output and (SGLang)
 to refuse a second one: a caller that picks one collides with, or stands for, another caller's
-request of that id. All three are refused unless null. Model names are not: an adapter reached
-as SGLang's ``base:adapter`` is a model of its own, routed only where the inventory lists that
-exact name (pinned below). Over real HTTP on 127.0.0.1, with the counting hostile backend of
-``test_gateway_r66_output_limit_fields``."""
+request of that id. All three are refused unless null: their cases are in
+``test_gateway_r66_engine_state_fields.STEERING``, run by its tests (each failed on the code
+before this round: 200, not 400). Model names are not refused: an adapter reached as SGLang's
+``base:adapter`` is a model of its own, routed only where the inventory lists that exact name
+(pinned below)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-import test_gateway_r66_output_limit_fields
 from test_dispatch_r61_backend_garbage import PAYLOAD, Garbage, dispatcher_of
-from test_gateway_end_to_end import _body
-from test_gateway_hostile_backends import Env, _in_service
-from test_gateway_r66_output_limit_fields import _Counting
 
 from agentgate.capabilities import Call, pattern_matches
 from agentgate.errors import NoBackend
-
-STEERING = [
-    ("vllm_xargs", {"kv_transfer_params": {"do_remote_prefill": True, "remote_block_ids": [1, 2]}}),
-    ("vllm_xargs", {}),
-    ("rid", "chatcmpl-of-another-caller"),
-    ("request_id", "chatcmpl-of-another-caller"),
-]
-
-counting = test_gateway_r66_output_limit_fields.counting  # the fixtures, shared: a module's own instances
-env = test_gateway_r66_output_limit_fields.env
-
-
-@pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize(("name", "value"), STEERING)
-def test_a_field_that_reaches_another_request_is_refused_before_it_is_decided(
-    env: Env, counting: _Counting, name: str, value: Any, stream: bool
-) -> None:
-    """Review R67: each was passed on to the backend (``vllm_xargs`` carrying the
-    ``kv_transfer_params`` refused on its own since R66). Refused 400 naming the field: nothing
-    decided, sent, reserved or charged."""
-    _in_service(env)
-    spent, count, asked = env.spent(), len(env.outcomes()), counting.asked
-    answer = env.post({**_body(stream=stream), name: value})
-    assert answer.status_code == 400, answer.text
-    error = answer.json()["error"]
-    assert error["param"] == name and error["code"] == "invalid_request", error
-    assert f"'{name}'" in error["message"], error
-    assert counting.asked == asked, "the call was sent to the backend"
-    assert env.spent() == spent and env.held() == []
-    assert len(env.outcomes()) == count
-
-
-@pytest.mark.parametrize("name", sorted({name for name, _ in STEERING}))
-def test_the_field_null_is_the_field_absent(env: Env, counting: _Counting, name: str) -> None:
-    """Review R67, the rule's other side: null is what every engine reads as the field left out."""
-    _in_service(env)
-    asked = counting.asked
-    answer = env.post({**_body(), name: None})
-    assert answer.status_code == 200, answer.text
-    assert counting.asked == asked + 1
 
 
 async def test_an_adapter_name_is_routed_only_where_the_inventory_lists_it() -> None:
