@@ -7,59 +7,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
+import test_langgraph_r61_delegation_operands
 from langchain_core.messages import AIMessage, ToolMessage
+from test_langgraph_r61_delegation_operands import Desk
 
 from agentgate.errors import ScopeCreep
-from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
-from agentgate.keys import SigningKey
-from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
 
-POLICY = """
-version: 1
-trust_anchors: {{root: {{did: "{root}"}}}}
-principals:
-  boss: {{kind: agent, did: "{boss}", roles: [boss]}}
-tools:
-  db: {{args: {{}}}}
-models:
-  scripted: {{cost_per_mtok: {{input: 1, output: 1}}}}
-roles:
-  boss:
-    kind: agent
-    capabilities: [{{resource: tool:db}}, {{resource: model:scripted}}]
-    ttl_s: 3600
-    delegation:
-      max_depth: 1
-      max_ttl_s: 600
-      capabilities: [{{resource: tool:db}}, {{resource: model:scripted}}]
-"""
-
-
-@dataclass
-class Desk:
-    gate: Gate
-    boss: AgentIdentity
-    helper: SigningKey
-
-
-@pytest.fixture
-def desk(tmp_path: Path) -> Iterator[Desk]:
-    keys = {n: SigningKey.generate() for n in ("root", "boss", "helper")}
-    text = POLICY.format(**{n: k.did for n, k in keys.items()})
-    gate = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
-    try:
-        boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
-        yield Desk(gate, boss, keys["helper"])
-    finally:
-        gate.close()
+desk = test_langgraph_r61_delegation_operands.desk  # the fixture, shared: the same policy and keys
 
 
 def _parent_left_within(desk: Desk, told: str, before: int) -> None:
