@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentgate.errors import InputError, StoreError
-from agentgate.store._base import Dialect, Store, positive_number, unstorable_text, whole_number
+from agentgate.store._base import Dialect, Store, Transaction, positive_number, unstorable_text, whole_number
 
 _logger = logging.getLogger(__name__)
 
@@ -167,8 +167,13 @@ class LeaseManager:
         self._closed = False
         store.ensure_schema("leases", SCHEMA)
 
-    def try_acquire(self, key: str, limit: int) -> Lease | None:
+    def try_acquire(
+        self, key: str, limit: int, *, guard: Callable[[Transaction, float], bool] | None = None
+    ) -> Lease | None:
         """Take a free slot of ``key`` (at most ``limit`` held at once, by everyone); None if all are held.
+
+        ``guard(tx, now)``, when given, is asked first in the same transaction: False takes no
+        slot (None), so a slot is taken only while what it reads holds (``SharedBreakers.probe_guard``).
 
         Raises ``InputError`` for a ``limit`` that is not a whole number >= 1 (a bool neither: a
         fractional one was a ``TypeError`` traceback), ``StoreError`` when the store cannot be
@@ -181,6 +186,8 @@ class LeaseManager:
         row_key = stored_key(key)
         with self.store.transaction() as tx:
             now = self._clock()
+            if guard is not None and not guard(tx, now):
+                return None
             taken = {row[0] for row in tx.execute(_TAKEN, (row_key, now))}
             # Every live slot counts, also one above ``limit``: a process whose policy allows more
             # (a rolling deploy that lowered the limit) holds slots this one does not take.
@@ -204,8 +211,11 @@ class LeaseManager:
                 self._heartbeat.start()
         return lease
 
-    def release(self, lease: Lease) -> None:
+    def release(self, lease: Lease, *, before: Callable[[Transaction], None] | None = None) -> None:
         """Give ``lease`` back (a lease already taken over after expiring is left alone).
+
+        ``before(tx)``, when given, runs first in the same transaction (``SharedBreakers.reopen``:
+        the store says a breaker opened again before its probe's claim is free).
 
         Raises ``InputError`` (nothing released) for a lease of another holder: only the holder
         gives a slot back; ``StoreError`` when the store cannot be reached (the lease is not
@@ -219,6 +229,8 @@ class LeaseManager:
         with self._lock:
             self._held.discard(lease)
         with self.store.transaction() as tx:
+            if before is not None:
+                before(tx)
             tx.execute(_RELEASE, (stored_key(lease.key), lease.slot, lease.lease_id, self.holder))
 
     def renew(self) -> int:
@@ -369,6 +381,14 @@ class SharedRateLimits:
         raise StoreError(f"rate bucket {key!r}: too much contention, no token taken")
 
 
+_BREAKER_READ = "SELECT state, opened_at, version FROM agentgate_breakers WHERE breaker_key = ?"
+_BREAKER_REOPEN = (
+    "INSERT INTO agentgate_breakers (breaker_key, state, opened_at, version) VALUES (?, 'open', ?, 1) "
+    "ON CONFLICT (breaker_key) DO UPDATE SET state = excluded.state, opened_at = excluded.opened_at, "
+    "version = agentgate_breakers.version + 1 WHERE agentgate_breakers.opened_at < excluded.opened_at"
+)
+
+
 @dataclass(frozen=True)
 class SharedBreakerState:
     """A breaker's state as the store has it: ``open`` or ``closed``, when it opened, its version."""
@@ -398,12 +418,44 @@ class SharedBreakers:
                 (stored_key(key), state, opened_at),
             )
 
+    @staticmethod
+    def probe_key(key: str) -> str:
+        """The lease key of the half-open probe claims of breaker ``key`` (``agentgate_leases``)."""
+        return "probe:" + key
+
+    @staticmethod
+    def probe_guard(key: str, reset_timeout_s: float) -> Callable[[Transaction, float], bool]:
+        """For ``LeaseManager.try_acquire``: a probe claim of breaker ``key`` is taken only while
+        the store does not say the breaker opened less than ``reset_timeout_s`` ago (another
+        process's probe failed, or its calls opened it, after this process's breaker half-opened).
+        A corrupt row says nothing (the claims still bound the probes)."""
+
+        def guard(tx: Transaction, now: float) -> bool:
+            rows = tx.execute(_BREAKER_READ, (stored_key(key),))
+            if not rows:
+                return True
+            try:
+                state = _breaker_state(key, *rows[0])
+            except StoreError:
+                return True
+            return state.state != "open" or now - state.opened_at >= reset_timeout_s
+
+        return guard
+
+    @staticmethod
+    def reopen(key: str, opened_at: float) -> Callable[[Transaction], None]:
+        """For ``LeaseManager.release``: write that breaker ``key`` opened at ``opened_at`` (wall
+        time), unless the row has a later transition, in the transaction that frees a failed
+        probe's claim: no other process takes the claim and probes before the store says open."""
+
+        def write(tx: Transaction) -> None:
+            tx.execute(_BREAKER_REOPEN, (stored_key(key), opened_at))
+
+        return write
+
     def read(self, key: str) -> SharedBreakerState | None:
         """The shared state of ``key``, or None if no process has published one."""
-        rows = self.store.query(
-            "SELECT state, opened_at, version FROM agentgate_breakers WHERE breaker_key = ?",
-            (stored_key(key),),
-        )
+        rows = self.store.query(_BREAKER_READ, (stored_key(key),))
         if not rows:
             return None
         return _breaker_state(key, *rows[0])

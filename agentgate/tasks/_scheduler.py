@@ -538,6 +538,7 @@ class Scheduler(_StoreWork, _Failures):
                         raise _give_up(exc) from exc
                     # 2. the attempt, under the breaker, the cross-process lease and the attempt deadline
                     lease: Lease | None = None
+                    claim: Lease | None = None  # a half-open probe's claim across processes
                     # held: the period of a half-open probe (0: none); probing: held, fn not started
                     held = probing = 0
                     cancelling = task.cancelling()  # raised when the attempt fails: its caller was cancelled
@@ -547,6 +548,8 @@ class Scheduler(_StoreWork, _Failures):
                             if admitted is None:
                                 raise _circuit_open(breaker, tool)
                             held = probing = admitted
+                            if held and self._leases is not None:
+                                claim = await self._probe_claim(breaker, tool)
                         # Running under an ancestor's tool slot: under its lease too (it waits for this
                         # call; should it finish first, the slot and its lease pass to this call,
                         # which may have happened already, before this call resumed).
@@ -649,6 +652,8 @@ class Scheduler(_StoreWork, _Failures):
                     finally:
                         if probing:
                             breaker.release(held)
+                        if claim is not None:
+                            self._end_probe(claim, breaker)
                         # The local slot first: a second cancellation during the lease's release
                         # must not skip it. The release itself runs to the end, shielded.
                         with lock:

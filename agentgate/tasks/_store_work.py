@@ -20,7 +20,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from agentgate.errors import DeadlineExceeded, StoreError
+from agentgate.errors import CircuitOpen, DeadlineExceeded, StoreError
+from agentgate.store._base import Transaction
 from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
 from agentgate.tasks._breaker import BreakerState, CircuitBreaker
 from agentgate.tasks._config import ToolLimits
@@ -166,6 +167,56 @@ class _StoreWork:
             await asyncio.sleep(self._rng.uniform(0, pause))
             pause = min(pause * 2, _LEASE_POLL_MAX_S)
 
+    async def _probe_claim(self, breaker: CircuitBreaker, tool: str) -> Lease:
+        """The claim of a half-open probe of ``breaker`` across every process of the store: one of
+        ``half_open_max_calls`` lease slots (key ``probe:<breaker key>``), taken only while the
+        store does not say the breaker opened again (``SharedBreakers.probe_guard``, read in the
+        same transaction). None free: ``CircuitOpen`` (the call fails fast, as while OPEN); the
+        store unreachable: ``store_unavailable``. A claim taken after the call was cancelled is
+        given back; one whose holder dies expires within ``lease_ttl_s``."""
+        assert self._leases is not None
+        key = breaker.key
+        guard = SharedBreakers.probe_guard(key, breaker.policy.reset_timeout_s)
+        taking = _Taking(
+            self._leases, SharedBreakers.probe_key(key), breaker.policy.half_open_max_calls, guard
+        )
+        asking = self._blocking(taking.take)
+        try:
+            claim = await asyncio.shield(asking)
+        except StoreError as exc:
+            raise _GiveUp("store_unavailable", exc) from exc
+        except asyncio.CancelledError:
+            asking.add_done_callback(_retrieved)
+            taken = taking.abandon()
+            if taken is not None:
+                self._give_back(self._leases, taken)
+            raise
+        if claim is None:
+            limit = breaker.policy.half_open_max_calls
+            raise _GiveUp(
+                "circuit_open",
+                CircuitOpen(
+                    f"the circuit breaker {key} is half open and its {limit} probe(s) run in this or "
+                    f"another process sharing the store, or the store says it opened again (tool {tool!r})",
+                    key=key,
+                    retry_after_s=0.0,
+                ),
+            )
+        return claim
+
+    def _end_probe(self, claim: Lease, breaker: CircuitBreaker) -> None:
+        """Give back a probe's claim (submitted now, not awaited: ``aclose`` waits for it). When
+        the breaker is OPEN now (the probe failed), the same transaction writes its opening to the
+        store first, so no other process probes before the store says open."""
+        assert self._leases is not None
+        before = None
+        if breaker.state is BreakerState.OPEN:
+            opened_at = self.shared.opened_wall.get(breaker.key)
+            if opened_at is not None:
+                before = SharedBreakers.reopen(breaker.key, opened_at)
+        releasing = self._blocking(functools.partial(self._leases.release, claim, before=before))
+        self._in_background(releasing, "lease_not_released", claim.key)
+
     def _give_back(self, manager: LeaseManager, lease: Lease) -> None:
         """Release ``lease`` (taken by ``manager``) on the store pool, submitted now, without
         waiting for it: for a call that cannot wait (cancelled). ``aclose`` waits for it."""
@@ -297,19 +348,26 @@ class _Taking:
     """One try for a cross-process lease, made in a worker thread (``take``) for a call that may
     be given up meanwhile (``abandon``): whichever comes second gives the lease back."""
 
-    __slots__ = ("_abandoned", "_key", "_limit", "_lock", "_manager", "_taken")
+    __slots__ = ("_abandoned", "_guard", "_key", "_limit", "_lock", "_manager", "_taken")
 
-    def __init__(self, manager: LeaseManager, key: str, limit: int) -> None:
+    def __init__(
+        self,
+        manager: LeaseManager,
+        key: str,
+        limit: int,
+        guard: Callable[[Transaction, float], bool] | None = None,
+    ) -> None:
         self._manager = manager
         self._key = key
         self._limit = limit
+        self._guard = guard
         self._lock = threading.Lock()
         self._abandoned = False
         self._taken: Lease | None = None
 
     def take(self) -> Lease | None:
         """Try for the lease (worker thread); one taken after ``abandon`` is given back here."""
-        lease = self._manager.try_acquire(self._key, self._limit)
+        lease = self._manager.try_acquire(self._key, self._limit, guard=self._guard)
         with self._lock:
             if not self._abandoned:
                 self._taken = lease
