@@ -26,7 +26,9 @@ host's clock would leave the bucket empty, for every process, until the wall clo
 A breaker state shared by processes is one row per breaker key: ``open`` (with the wall time it
 opened) or ``closed``, and a version that every write increases. A process publishes its own
 transitions to open and to closed and adopts newer ones it reads (half-open is derived locally
-from the opening time), so one process seeing a backend fail opens the breaker for all.
+from the opening time), so one process seeing a backend fail opens the breaker for all. A
+half-open probe holds a claim, a lease slot of ``probe:<breaker key>`` (``half_open_max_calls``
+slots), so the bound holds across processes (``SharedBreakers.probe_guard`` and ``reopen``).
 
 Expiry, refill and opening times are the holders' wall clocks (``time.time()``): hosts must keep their
 clocks within a small fraction of ``ttl_s`` of each other (NTP does).
