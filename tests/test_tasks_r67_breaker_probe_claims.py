@@ -33,7 +33,7 @@ PROBE_KEY = "probe:" + KEY  # the claims' lease key (SharedBreakers.probe_key)
 WAIT_S = 20.0  # bound on every wait: only a bug comes near it
 
 
-def _config(reset_s: float = 1.0, ttl_s: float = 30.0) -> SchedulerConfig:
+def _config(reset_s: float = 2.0, ttl_s: float = 30.0) -> SchedulerConfig:
     return SchedulerConfig(
         breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=reset_s, half_open_max_calls=1),
         lease_ttl_s=ttl_s,
@@ -181,7 +181,7 @@ async def test_a_killed_probers_claim_expires(url: str, stores: tuple[Store, Sto
     """Review R67: a process killed while its probe runs leaves its claim in the store: the other
     processes' probes are refused until the claim expires (``lease_ttl_s`` after its last
     renewal), never for good; then one runs and closes the breaker."""
-    ttl_s = 3.0
+    ttl_s = 5.0
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD, url, str(ttl_s)], stdout=subprocess.PIPE, text=True, env=env
