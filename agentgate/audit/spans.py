@@ -156,8 +156,20 @@ def _cut(text: str) -> str:
     agent id, ``chat_span``'s provider, ``record_usage``'s response model, ``record_revocation``'s
     grant, ``record_decision``'s policy and capability ids and a deny's reason (the span's status
     description), ``record_outcome``'s error type and an exception's class name; every one is cut
-    here now."""
-    return text[:MAX_CALL_ID_CHARS]
+    here now. What is not valid Unicode (a lone surrogate: a model's name in a gateway request's
+    JSON, ``"\\ud800"``) is escaped as the audit log records it (``\\ud800``, as
+    ``gate._records.recordable`` does), then cut again: OTLP carries text as UTF-8, and until
+    review R67 a refusal's span held the surrogate raw, which an OTLP exporter cannot encode, the
+    other spans of its batch lost with it."""
+    cut = text[:MAX_CALL_ID_CHARS]
+    if cut.isascii():  # the usual case, known without encoding a copy
+        return cut
+    try:
+        cut.encode()
+    except UnicodeEncodeError:
+        # Each character is escaped alone, so this is the first characters of the log's text.
+        return cut.encode("utf-8", "backslashreplace").decode()[:MAX_CALL_ID_CHARS]
+    return cut
 
 
 def _bounded_content(attribute: str, text: str) -> dict[str, Any]:
@@ -524,6 +536,14 @@ def record_revocation(
         "agentgate.audit.index": audit_index,
     }
     _record(span, {k: v for k, v in values.items() if v is not None})
+
+
+def record_agent_name(span: Span, name: str) -> None:
+    """The name of the agent whose decision the span records, as ``gen_ai.agent.name`` (cut and
+    escaped as every name: ``_cut``). Until review R67 the ``Gate`` set the name's first
+    characters itself, and the refusal of an identity built by hand under a name holding a lone
+    surrogate put the surrogate on its span."""
+    span.set_attribute("gen_ai.agent.name", _cut(name))
 
 
 def record_usage(

@@ -424,14 +424,20 @@ class _Approvals:
         call_key: str | None,
     ) -> int | None:
         """``_close_asked`` of the request for the very call refused (``call_id``: ``None`` but
-        for a tool call with an id); the index of its ``approval_required`` entry, or ``None``."""
+        for a tool call with an id); the index of its ``approval_required`` entry, or ``None``.
+        A call without a hash (arguments without a canonical form, a resource that is not valid
+        Unicode: a model's tool call named with a lone surrogate) was never asked about, and has
+        no request to close: until review R67 such a resource raised ``InputError`` out of the
+        refusal of a tool call with an id, which was then neither recorded nor traced."""
         tool_call = call_id is not None
+        call = refused.call
         try:
-            digest = argument_digest(refused.call.args)
+            digest = argument_digest(call.args)
+            call_hash = approval_call_hash(
+                call.resource, call.action, digest, identity.grant_id, call_id or ""
+            )
         except InputError:
             return None
-        call = refused.call
-        call_hash = approval_call_hash(call.resource, call.action, digest, identity.grant_id, call_id or "")
         known = (
             self.approvals.open_for(call_hash, identity.did, call_key=call_key, tx=tx) if tool_call else None
         )

@@ -17,10 +17,10 @@ from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, Tracer
 from prometheus_client import CollectorRegistry
 
 from agentgate.audit.spans import (
-    MAX_CALL_ID_CHARS,
     chat_span,
     decision_span,
     execute_tool_span,
+    record_agent_name,
     record_decision,
     record_outcome,
     record_outcome_lost,
@@ -421,7 +421,7 @@ class _Running:
                 # The name's first characters, as every name on a span; none for a caller that
                 # proved no name (a gateway request whose invocation's signature does not verify).
                 if identity is not None and identity.name:
-                    span.set_attribute("gen_ai.agent.name", identity.name[:MAX_CALL_ID_CHARS])
+                    record_agent_name(span, identity.name)
             yield span
 
     def _fail(
