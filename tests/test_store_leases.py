@@ -516,12 +516,14 @@ def test_every_publish_of_a_shared_breaker_raises_its_version(store: Store) -> N
     """Kills L28 (``publish`` keeping the version on an update): a process adopts a shared breaker
     state only when its version is newer than the one it saw, so with the version stuck at 1 a
     breaker opened again by one process after it closed was never adopted by the others, which
-    went on calling the failing backend. Rule: each publish makes the version grow by one."""
+    went on calling the failing backend. Rule: each publish written makes the version grow by one.
+    (Since review R67 processes order rows by transition time, the version is for operators; a
+    closing at the very time of the opening is no longer written: an opening outranks it.)"""
     from agentgate.store.leases import SharedBreakers
 
     breakers, other = SharedBreakers(store), SharedBreakers(store)
     breakers.publish("b", "open", 1000.0)
-    breakers.publish("b", "closed", 1000.0)
+    breakers.publish("b", "closed", 1010.0)
     other.publish("b", "open", 1030.0)
     state = breakers.read("b")
     assert state is not None and (state.state, state.opened_at, state.version) == ("open", 1030.0, 3)

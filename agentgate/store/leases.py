@@ -23,15 +23,23 @@ ahead of the taker's clock was written by a clock that has been stepped back sin
 off): it is believed only that far ahead and written back so, else a single forward step of one
 host's clock would leave the bucket empty, for every process, until the wall clock caught up.
 
-A breaker state shared by processes is one row per breaker key: ``open`` (with the wall time it
-opened) or ``closed``, and a version that every write increases. A process publishes its own
-transitions to open and to closed and adopts newer ones it reads (half-open is derived locally
-from the opening time), so one process seeing a backend fail opens the breaker for all. A
+A breaker state shared by processes is one row per breaker key: ``open`` or ``closed``, the wall
+time of that transition (``opened_at``: when it opened, or closed), and a version that every
+write increases. A process publishes its own transitions to open and to closed and adopts newer
+ones it reads (half-open is derived locally from the opening time), so one process seeing a
+backend fail opens the breaker for all. Newer is by transition time, not by version: a write
+takes only when it is newer than the row (an opening outranks a closing at the same time), so a
+publication that comes late changes nothing, and a process adopts a row only when it is newer
+than the latest transition it knows (its own or one adopted), so a row restored from a backup,
+its version back to a lower number, neither wins nor hides the transitions written after it. A
+row dated more than ``BREAKER_AHEAD_S`` ahead of a process's clock is taken as older than any. A
 half-open probe holds a claim, a lease slot of ``probe:<breaker key>`` (``half_open_max_calls``
 slots), so the bound holds across processes (``SharedBreakers.probe_guard`` and ``reopen``).
 
-Expiry, refill and opening times are the holders' wall clocks (``time.time()``): hosts must keep their
-clocks within a small fraction of ``ttl_s`` of each other (NTP does).
+Expiry, refill and transition times are the holders' wall clocks (``time.time()``): hosts must keep their
+clocks within a small fraction of ``ttl_s`` of each other (NTP does). Two breaker transitions of
+different hosts closer together than their clocks' offset may be ordered wrongly (the later one
+dropped); a host more than ``BREAKER_AHEAD_S`` ahead has its rows overwritten by every other.
 """
 
 from __future__ import annotations
@@ -383,12 +391,23 @@ class SharedRateLimits:
         raise StoreError(f"rate bucket {key!r}: too much contention, no token taken")
 
 
+BREAKER_AHEAD_S = 60.0
+"""The furthest a shared breaker row's transition time is believed ahead of a process's clock:
+a row dated further ahead was written by a clock that is far off (or stepped back since) and is
+taken as older than any transition (module docstring)."""
 _BREAKER_READ = "SELECT state, opened_at, version FROM agentgate_breakers WHERE breaker_key = ?"
-_BREAKER_REOPEN = (
-    "INSERT INTO agentgate_breakers (breaker_key, state, opened_at, version) VALUES (?, 'open', ?, 1) "
+_BREAKER_WRITE = (
+    "INSERT INTO agentgate_breakers (breaker_key, state, opened_at, version) VALUES (?, {state}, ?, 1) "
     "ON CONFLICT (breaker_key) DO UPDATE SET state = excluded.state, opened_at = excluded.opened_at, "
-    "version = agentgate_breakers.version + 1 WHERE agentgate_breakers.opened_at < excluded.opened_at"
+    "version = agentgate_breakers.version + 1 "
+    # Only a newer transition: a later time, or an opening at the same time as a closing (the
+    # safe direction); a row dated more than BREAKER_AHEAD_S ahead, or corrupt, is older than any.
+    "WHERE agentgate_breakers.opened_at < excluded.opened_at OR (agentgate_breakers.opened_at = "
+    "excluded.opened_at AND excluded.state = 'open' AND agentgate_breakers.state <> 'open') "
+    "OR agentgate_breakers.opened_at > ? OR agentgate_breakers.state NOT IN ('open', 'closed')"
 )
+_BREAKER_PUBLISH = _BREAKER_WRITE.format(state="?")
+_BREAKER_REOPEN = _BREAKER_WRITE.format(state="'open'")
 
 
 @dataclass(frozen=True)
@@ -404,21 +423,35 @@ class SharedBreakerState:
 class SharedBreakers:
     """Circuit breaker states in the store, shared by every process that uses it. Thread-safe."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
         self.store = store
+        self._clock = clock
         store.ensure_schema("leases", SCHEMA)
 
-    def publish(self, key: str, state: str, opened_at: float) -> None:
-        """Record that ``key`` became ``state`` (``open`` or ``closed``); raises ``StoreError``."""
+    def publish(self, key: str, state: str, opened_at: float) -> bool:
+        """Record that ``key`` became ``state`` (``open`` or ``closed``) at wall time
+        ``opened_at``, unless the row has a newer transition: one at a later time (a publication
+        that comes late, after another process's later transition, changes nothing), or an
+        opening at the same time. True when written. ``InputError`` for another state or a time
+        that is not a finite number; ``StoreError`` when the store cannot be reached.
+
+        Until review R67 every publication was written: one that came late overwrote a newer
+        transition of another process (a stale "open" reopened the breaker in every process after
+        a probe had closed it, a stale "closed" closed it on a failing backend)."""
         if state not in ("open", "closed"):
             raise InputError(f"a shared breaker state is open or closed, got {state!r}")
+        if (
+            isinstance(opened_at, bool)
+            or not isinstance(opened_at, int | float)
+            or not math.isfinite(opened_at)
+        ):
+            raise InputError(f"a shared breaker's transition time is a finite number, got {opened_at!r}")
         with self.store.transaction() as tx:
             tx.execute(
-                "INSERT INTO agentgate_breakers (breaker_key, state, opened_at, version) VALUES (?, ?, ?, 1) "
-                "ON CONFLICT (breaker_key) DO UPDATE SET state = excluded.state, opened_at = excluded.opened_at, "
-                "version = agentgate_breakers.version + 1",
-                (stored_key(key), state, opened_at),
+                _BREAKER_PUBLISH,
+                (stored_key(key), state, float(opened_at), self._clock() + BREAKER_AHEAD_S),
             )
+            return tx.rowcount == 1
 
     @staticmethod
     def probe_key(key: str) -> str:
@@ -430,7 +463,9 @@ class SharedBreakers:
         """For ``LeaseManager.try_acquire``: a probe claim of breaker ``key`` is taken only while
         the store does not say the breaker opened less than ``reset_timeout_s`` ago (another
         process's probe failed, or its calls opened it, after this process's breaker half-opened).
-        A corrupt row says nothing (the claims still bound the probes)."""
+        A corrupt row, or one dated more than ``BREAKER_AHEAD_S`` ahead of ``now``, says nothing
+        (the claims still bound the probes): until review R67 an opening written by a clock an
+        hour ahead refused every other process's probe for that hour."""
 
         def guard(tx: Transaction, now: float) -> bool:
             rows = tx.execute(_BREAKER_READ, (stored_key(key),))
@@ -440,18 +475,22 @@ class SharedBreakers:
                 state = _breaker_state(key, *rows[0])
             except StoreError:
                 return True
-            return state.state != "open" or now - state.opened_at >= reset_timeout_s
+            return (
+                state.state != "open"
+                or now - state.opened_at >= reset_timeout_s
+                or state.opened_at > now + BREAKER_AHEAD_S
+            )
 
         return guard
 
     @staticmethod
     def reopen(key: str, opened_at: float) -> Callable[[Transaction], None]:
         """For ``LeaseManager.release``: write that breaker ``key`` opened at ``opened_at`` (wall
-        time), unless the row has a later transition, in the transaction that frees a failed
+        time), unless the row has a newer transition (as ``publish``), in the transaction that frees a failed
         probe's claim: no other process takes the claim and probes before the store says open."""
 
         def write(tx: Transaction) -> None:
-            tx.execute(_BREAKER_REOPEN, (stored_key(key), opened_at))
+            tx.execute(_BREAKER_REOPEN, (stored_key(key), opened_at, time.time() + BREAKER_AHEAD_S))
 
         return write
 

@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from agentgate.store.leases import BREAKER_AHEAD_S
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
 from agentgate.tasks._call import OVERFLOW_BREAKER, PER_NAME_STATE, ToolCall
 from agentgate.tasks._config import SchedulerConfig
@@ -31,6 +32,7 @@ class _BreakerSharing:
     breakers: dict[str, CircuitBreaker]
     tool_breakers: dict[str, CircuitBreaker]
     opened_wall: dict[str, float]
+    breaker_latest: dict[str, tuple[float, bool]]
     _listeners: weakref.WeakSet[Scheduler]
     _listeners_lock: threading.Lock
     _adopting: threading.local
@@ -137,6 +139,21 @@ class _BreakerSharing:
             made = self._made.get(key, 0)
             return made if self._written.get(key, 0) >= made else None
 
+    def newer_than_known(self, key: str, order: tuple[float, bool], own: int) -> bool:
+        """Whether a row of ``key`` read while this process had made ``own`` transitions of it,
+        its transition ``order`` (wall time, whether to open), is newer than the latest this
+        process knows (``breaker_latest``: ordered as the store orders writes); then it becomes
+        the latest. A known one dated more than ``BREAKER_AHEAD_S`` ahead of this clock is older
+        than any (written by a clock far off)."""
+        with self._publish_lock:
+            if self._made.get(key, 0) != own:
+                return False  # a transition of this process was made meanwhile: read again
+            known = self.breaker_latest.get(key)
+            if known is not None and order <= known and known[0] <= time.time() + BREAKER_AHEAD_S:
+                return False
+            self.breaker_latest[key] = order
+            return True
+
     def busy_on(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Whether a scheduler of these limits has calls running or waiting on ``loop``. Called
         on ``loop``'s own thread (which then runs none of them): a sync call made there that has
@@ -171,6 +188,7 @@ class _BreakerSharing:
             self.opened_wall[key] = opened_at
         with self._publish_lock:
             generation = self._made[key] = self._made.get(key, 0) + 1
+            self.breaker_latest[key] = (opened_at, new is BreakerState.OPEN)
         for scheduler in listeners:
             if scheduler._publish_breaker(key, new, opened_at, generation):
                 return

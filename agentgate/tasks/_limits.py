@@ -77,6 +77,9 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         self.tool_breakers: dict[str, CircuitBreaker] = {}  # tool -> its default breaker
         #: Wall time this process knows each breaker opened (cross-process breaker sharing).
         self.opened_wall: dict[str, float] = {}
+        #: The newest transition this process knows of each breaker, its own or one adopted from the
+        #: store: (wall time, whether to open). A row no newer is not adopted (``_sync_breaker``).
+        self.breaker_latest: dict[str, tuple[float, bool]] = {}
         # Without global, tenant or principal limits, a slot given back can only start a call to its tool.
         self.per_tool_only = (
             config.max_concurrency is None

@@ -183,7 +183,7 @@ class Scheduler(_StoreWork, _Failures):
             finalizer.atexit = False  # type: ignore[misc]  # a documented attribute the stubs miss
         self._rates = SharedRateLimits(store) if store is not None else None
         self._shared_breakers = SharedBreakers(store) if store is not None else None
-        self._breaker_seen: dict[str, tuple[float, int]] = {}  # key -> (next read, version seen)
+        self._breaker_seen: dict[str, float] = {}  # key -> when its row is read next (loop time)
         self._background: set[asyncio.Future[None]] = set()
         # The pool the store work runs on (``_store_pool``): made on first use, shut down by ``aclose``.
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None

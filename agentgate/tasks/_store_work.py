@@ -53,7 +53,7 @@ class _StoreWork:
     _leases: LeaseManager | None
     _rates: SharedRateLimits | None
     _shared_breakers: SharedBreakers | None
-    _breaker_seen: dict[str, tuple[float, int]]
+    _breaker_seen: dict[str, float]
     _background: set[asyncio.Future[None]]
     _pool: concurrent.futures.ThreadPoolExecutor | None
     _pool_lock: threading.Lock
@@ -309,15 +309,20 @@ class _StoreWork:
         Never a row that may be older than a transition of this process: none is read while one
         is not written yet, and a row read while one was made is not adopted (read again next
         time). Such a row, a stale "closed" read before this process's "open" was written, closed
-        the breaker this process had just opened (and a stale "open" reopened one it closed)."""
+        the breaker this process had just opened (and a stale "open" reopened one it closed).
+        Nor a row no newer than the latest transition this process knows (``breaker_latest``,
+        ordered as the store orders writes: by time, an opening above a closing at the same
+        time), unless that one is dated more than ``BREAKER_AHEAD_S`` ahead of this clock. Until
+        review R67 a row was adopted when its version was above the last one read, and a store
+        restored from a backup (versions back to lower numbers) hid the other processes' new
+        transitions until the version passed the old one."""
         assert self._shared_breakers is not None
         key = breaker.key
         now = loop.time()
-        seen = self._breaker_seen.get(key)
-        if seen is not None and now < seen[0]:
+        next_read = self._breaker_seen.get(key)
+        if next_read is not None and now < next_read:
             return
-        version = seen[1] if seen is not None else 0
-        self._breaker_seen[key] = (now + _BREAKER_SYNC_S, version)
+        self._breaker_seen[key] = now + _BREAKER_SYNC_S
         own = self.shared.own_transitions(key)
         if own is None:
             # The store does not have this process's latest transition yet: its row is older.
@@ -330,9 +335,10 @@ class _StoreWork:
             remote = await self._blocking(self._shared_breakers.read, key)
         except StoreError:
             return  # the local breaker still protects this process
-        if remote is None or remote.version <= version or self.shared.own_transitions(key) != own:
-            return
-        self._breaker_seen[key] = (now + _BREAKER_SYNC_S, remote.version)
+        if remote is None or not self.shared.newer_than_known(
+            key, (remote.opened_at, remote.state == "open"), own
+        ):
+            return  # the row read before, one older (restored from a backup), or read too early
         opened_wall = self.shared.opened_wall
         with self.shared.adopting():
             if remote.state == "open":
