@@ -24,7 +24,7 @@ import pytest
 from agentgate.errors import InputError
 from agentgate.store import Store, open_store
 from agentgate.store.leases import BREAKER_AHEAD_S, LeaseManager, SharedBreakers
-from agentgate.tasks import BreakerPolicy, BreakerState, Scheduler, SchedulerConfig
+from agentgate.tasks import Attempt, BreakerPolicy, BreakerState, Scheduler, SchedulerConfig, ToolCall
 
 KEY = "tool:t"
 
@@ -44,6 +44,10 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Sto
 
 def _config() -> SchedulerConfig:
     return SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=60.0))
+
+
+async def _fail(attempt: Attempt) -> None:
+    raise ConnectionError("down")
 
 
 def _row(store: Store) -> tuple[str, float]:
@@ -172,3 +176,30 @@ def test_a_transition_time_that_is_not_a_finite_number_is_refused(
     with pytest.raises(InputError, match="transition time is a finite number"):
         shared.publish(KEY, "open", when)  # type: ignore[arg-type]
     assert shared.read(KEY) is None
+
+
+async def test_a_transition_after_a_row_from_a_clock_ahead_is_written(stores: tuple[Store, Store]) -> None:
+    """Review R67: a process's transition is dated by its clock. After adopting a row written by
+    a host whose clock is 5 s ahead (well within what is tolerated), its own opening, made after it
+    but dated before it, was dropped as older, and the process then adopted that older row and
+    closed the breaker it had just opened. A transition made after one this process knows is
+    dated after it (by at most ``BREAKER_AHEAD_S``), as it happened after it."""
+    a = Scheduler(_config(), store=stores[0])
+    loop = asyncio.get_running_loop()
+    breaker = a.breaker(KEY)
+    try:
+        ahead = time.time() + 5.0
+        SharedBreakers(stores[1]).publish(KEY, "closed", ahead)  # B's probe closed it
+        await a._sync_breaker(breaker, loop)
+        with pytest.raises(ConnectionError):  # then A's call fails: A opens it
+            await a.submit(ToolCall("t"), _fail)
+        assert breaker.state is BreakerState.OPEN
+        while a._background:
+            await asyncio.gather(*a._background)  # A's publish job, to its end
+        state, opened_at = _row(stores[1])
+        assert state == "open" and opened_at > ahead
+        a._breaker_seen.clear()
+        await a._sync_breaker(breaker, loop)
+        assert breaker.state is BreakerState.OPEN
+    finally:
+        await a.aclose()

@@ -37,9 +37,11 @@ half-open probe holds a claim, a lease slot of ``probe:<breaker key>`` (``half_o
 slots), so the bound holds across processes (``SharedBreakers.probe_guard`` and ``reopen``).
 
 Expiry, refill and transition times are the holders' wall clocks (``time.time()``): hosts must keep their
-clocks within a small fraction of ``ttl_s`` of each other (NTP does). Two breaker transitions of
-different hosts closer together than their clocks' offset may be ordered wrongly (the later one
-dropped); a host more than ``BREAKER_AHEAD_S`` ahead has its rows overwritten by every other.
+clocks within a small fraction of ``ttl_s`` of each other (NTP does). A scheduler dates a breaker
+transition made after one it knows just after that one (``_BreakerSharing``), so only transitions
+of hosts that know nothing of each other, closer together than their clocks' offset, may be
+ordered wrongly (the later one dropped); a host more than ``BREAKER_AHEAD_S`` ahead has its rows
+overwritten by every other.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 import time
 import weakref
@@ -184,11 +185,16 @@ class _BreakerSharing:
         if getattr(self._adopting, "active", False) or new is BreakerState.HALF_OPEN:
             return
         opened_at = time.time()
-        if new is BreakerState.OPEN:
-            self.opened_wall[key] = opened_at
         with self._publish_lock:
+            known = self.breaker_latest.get(key)
+            if known is not None and opened_at <= known[0] <= opened_at + BREAKER_AHEAD_S:
+                # Made after the transition this process knows (its own, or another host's whose
+                # clock is ahead): dated after it, else the store took it for the older one.
+                opened_at = math.nextafter(known[0], math.inf)
             generation = self._made[key] = self._made.get(key, 0) + 1
             self.breaker_latest[key] = (opened_at, new is BreakerState.OPEN)
+        if new is BreakerState.OPEN:
+            self.opened_wall[key] = opened_at
         for scheduler in listeners:
             if scheduler._publish_breaker(key, new, opened_at, generation):
                 return
