@@ -203,3 +203,30 @@ async def test_a_transition_after_a_row_from_a_clock_ahead_is_written(stores: tu
         assert breaker.state is BreakerState.OPEN
     finally:
         await a.aclose()
+
+
+async def test_beyond_the_tolerated_offset_the_local_breaker_still_protects(
+    stores: tuple[Store, Store],
+) -> None:
+    """Review R67: what a clock offset beyond ``BREAKER_AHEAD_S`` does (the docs say it): a row
+    from a host two minutes ahead is adopted, but the next transition of this process is written
+    over it (dated by its own clock, not after the far-ahead row) and this process keeps it: its
+    breaker, opened by its own failures, is not closed again by the far-ahead row."""
+    a = Scheduler(_config(), store=stores[0])
+    loop = asyncio.get_running_loop()
+    breaker = a.breaker(KEY)
+    try:
+        now = time.time()
+        SharedBreakers(stores[1]).publish(KEY, "closed", now + 120.0)
+        await a._sync_breaker(breaker, loop)
+        with pytest.raises(ConnectionError):
+            await a.submit(ToolCall("t"), _fail)
+        while a._background:
+            await asyncio.gather(*a._background)
+        state, opened_at = _row(stores[1])
+        assert state == "open" and opened_at < now + BREAKER_AHEAD_S
+        a._breaker_seen.clear()
+        await a._sync_breaker(breaker, loop)
+        assert breaker.state is BreakerState.OPEN
+    finally:
+        await a.aclose()
