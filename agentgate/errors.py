@@ -299,6 +299,18 @@ class NoStore(StoreError):
         self.tables = tables
 
 
+class NewerStore(StoreError):
+    """The store records a schema version (``agentgate_schema``) newer than this agentgate
+    knows: a newer agentgate wrote it. Refused as the store opens, read only or not, before
+    anything is written; upgrade agentgate. ``recorded``: the store's version; ``known``: this
+    code's."""
+
+    def __init__(self, message: str, *, recorded: int, known: int) -> None:
+        super().__init__(message)
+        self.recorded = recorded
+        self.known = known
+
+
 class LogDropped(StoreError):
     """The store records that its audit log was made (``agentgate_store_parts``), and the log's
     tables are gone: a log dropped, not one never started; or it records its record of repairs

@@ -481,6 +481,7 @@ _APP_ROLE_RIGHTS = {
     "audit_nodes": "SELECT, INSERT, DELETE",
     "agentgate_grants": "SELECT, INSERT",
     "agentgate_revocations": "SELECT, INSERT",
+    "agentgate_schema": "SELECT",
 }
 """The rights docs/operations.md (PostgreSQL set-up) gives the application role on the tables it
 may not change freely; on every other agentgate table it has SELECT, INSERT, UPDATE, DELETE."""

@@ -178,6 +178,9 @@ class Store(abc.ABC):
 
     dialect: Dialect
     url: str
+    schema_version: int | None = None
+    """The schema version the store recorded as it was opened (``agentgate.store._version``);
+    ``None`` for a store that recorded none (new, or made before the record existed)."""
     driver_errors: tuple[type[Exception], ...] = ()
     """What a statement in a ``Transaction`` may raise from the database driver (``execute``
     passes the driver's errors on, so that a caller can roll back to a savepoint and go on)."""

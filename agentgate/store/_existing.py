@@ -31,6 +31,7 @@ STORE_TABLES = (
     "agentgate_once",
     "agentgate_rate_buckets",
     "agentgate_revocations",
+    "agentgate_schema",
     "agentgate_store_parts",
     "approval_asked",
     "approval_calls",

@@ -37,6 +37,14 @@ from agentgate.store._base import (
 )
 from agentgate.store._existing import refuse_empty_database
 from agentgate.store._sqlite import foreign_table, required_store_columns, tables_of
+from agentgate.store._version import (
+    SCHEMA_VERSION,
+    VERSION_DDL,
+    VERSION_TABLE,
+    record_version,
+    recorded_version,
+    refuse_newer,
+)
 
 IDLE_CHECK_S = 5.0
 """A pooled connection idle for longer is tested before a transaction uses it (``_connection``).
@@ -268,6 +276,10 @@ class PostgresStore(Store):
             self._refuse_foreign_tables()
             if not create:
                 refuse_empty_database(self, _redact(url))
+            # Read once, here: a decision never reads it (no round trip more on the hot path).
+            with self.transaction(immediate=False) as tx:
+                self.schema_version = recorded_version(tx, "postgresql")
+            refuse_newer(_redact(url), self.schema_version)
         except BaseException:
             self.pool.close()
             raise
@@ -483,6 +495,9 @@ class PostgresStore(Store):
         # and write the tables (docs/operations.md, least privilege) could not start otherwise.
         with self.transaction() as tx:
             tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (f"agentgate-schema-{name}",))
+            # Read again: a newer agentgate may have written since the open.
+            recorded = recorded_version(tx, "postgresql")
+            refuse_newer(_redact(self.url), recorded)
             for statement in _split_sql(ddl["postgresql"]):
                 creates = _CREATE_IF_MISSING.match(statement)
                 if creates and tx.execute("SELECT to_regclass(?)", (creates.group(1),))[0][0] is not None:
@@ -500,7 +515,30 @@ class PostgresStore(Store):
                         "`agentgate store init` as the schema's owner, then grant this role its rights "
                         f"again (docs/operations.md, Upgrading). PostgreSQL said: {driver_error_line(exc)}"
                     ) from exc
+            if recorded != SCHEMA_VERSION:
+                self._record_version(tx)
         self._schemas.add(name)
+
+    def _record_version(self, tx: Transaction) -> None:
+        """Record ``SCHEMA_VERSION`` in ``tx``, the transaction of a part's DDL (creating
+        ``agentgate_schema`` where it is missing), under a lock every part's ``ensure_schema``
+        takes for it, so that two parts made at once do not both create the table. Skipped for a
+        role that may not (the application role of docs/operations.md, which may only read it):
+        the owner's ``agentgate store init`` records it; the tables it checked are this version's
+        all the same."""
+        tx.execute("SELECT pg_advisory_xact_lock(hashtext('agentgate-schema-version'))")
+        recorded = recorded_version(tx, "postgresql")
+        refuse_newer(_redact(self.url), recorded)
+        try:
+            with tx.savepoint("agentgate_schema_version"):
+                if tx.execute("SELECT to_regclass(?)", (VERSION_TABLE,))[0][0] is None:
+                    tx.execute(VERSION_DDL["postgresql"])
+                    # Every role reads it as the store opens, one granted rights on a few tables
+                    # only (an audit appender) too: a version number is no secret.
+                    tx.execute(f"GRANT SELECT ON {VERSION_TABLE} TO PUBLIC")
+                record_version(tx, recorded)
+        except psycopg.errors.InsufficientPrivilege:
+            pass
 
     def close(self) -> None:
         if self._pid == os.getpid():  # a child that never used the store: the pool is the parent's

@@ -35,6 +35,7 @@ from agentgate.store._base import (
     unstorable_text,
 )
 from agentgate.store._existing import missing_file, refuse_missing_sqlite, refuse_others_tables
+from agentgate.store._version import VERSION_DDL, record_version, recorded_version, refuse_newer
 
 _SYNCHRONOUS = {"FULL", "NORMAL", "EXTRA"}
 _SYNCING = {"FULL", "EXTRA"}
@@ -422,6 +423,7 @@ def required_store_columns() -> dict[str, frozenset[str]]:
         broker_leases.BROKER_DDL,
         dead_letters.SCHEMA,
         leases.SCHEMA,
+        VERSION_DDL,
     ):
         required.update(_required_columns(ddl["sqlite"]))
     return required
@@ -514,13 +516,17 @@ class SQLiteStore(Store):
         self._uri, immutable = read_only_uri(self._absolute) if read_only else ("", False)
         self._quiet = quiet if immutable else None
         self._release(self._connect())  # fail now, not at the first decision, if the file is unusable
-        if not tables_read:  # could not be read before it was opened: now
-            try:
+        try:
+            if not tables_read:  # could not be read before it was opened: now
                 names = self.query("SELECT name FROM sqlite_master WHERE type = 'table'")
                 refuse_others_tables(self.path, [str(row[0]) for row in names])
-            except BaseException:
-                self.close()
-                raise
+            # Read once, here: a decision never reads it (no statement more on the hot path).
+            with self.transaction(immediate=False) as tx:
+                self.schema_version = recorded_version(tx, "sqlite")
+            refuse_newer(str(self.path), self.schema_version)
+        except BaseException:
+            self.close()
+            raise
 
     def connect(self, synchronous: str | None = None) -> sqlite3.Connection:
         """A new connection outside the pool, set up as the pool's are (WAL, busy timeout,
@@ -817,9 +823,14 @@ class SQLiteStore(Store):
         usable = True
         try:
             conn.execute("BEGIN IMMEDIATE")
+            tx = _SQLiteTransaction(conn)
+            # Read again under the write lock: a newer agentgate may have written since the open.
+            recorded = recorded_version(tx, "sqlite")
+            refuse_newer(str(self.path), recorded)
             self._refuse_foreign_tables(conn, name, ddl["sqlite"])
-            for statement in statements:
+            for statement in [VERSION_DDL["sqlite"], *statements]:
                 conn.execute(statement)
+            record_version(tx, recorded)
             conn.execute("COMMIT")
         except (sqlite3.Error, StoreError) as exc:
             usable = not conn.in_transaction or self._rollback(conn)
