@@ -521,7 +521,8 @@ class SQLiteStore(Store):
                 names = self.query("SELECT name FROM sqlite_master WHERE type = 'table'")
                 refuse_others_tables(self.path, [str(row[0]) for row in names])
             # Read once, here: a decision never reads it (no statement more on the hot path).
-            with self.transaction(immediate=False) as tx:
+            # This class's own transaction: a subclass's (one that counts them) is not set up yet.
+            with SQLiteStore.transaction(self, immediate=False) as tx:
                 self.schema_version = recorded_version(tx, "sqlite")
             refuse_newer(str(self.path), self.schema_version)
         except BaseException:
