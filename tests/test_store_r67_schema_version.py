@@ -18,7 +18,7 @@ from test_store_postgresql_operations import _docs_grants, _role_url
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import NewerStore, StoreError
+from agentgate.errors import MalformedRow, NewerStore, StoreError
 from agentgate.gate import Gate
 from agentgate.policy import parse_policy
 from agentgate.store import open_store
@@ -238,3 +238,21 @@ def test_a_role_granted_no_table_reads_the_version_and_is_refused_a_newer_store(
     _raw(url, f"UPDATE agentgate_schema SET version = {SCHEMA_VERSION + 1}")
     with pytest.raises(NewerStore):
         open_store(role_url, create=False).close()
+
+
+@pytest.mark.parametrize("garbage", ["'abc'", "'1.5'", "2.5", "-1"])
+def test_a_version_row_edited_by_hand_is_refused_naming_it(url: str, garbage: str) -> None:
+    """Review R67 (lead): a version row that is not a whole number of at least 1 (text, a
+    fraction, a negative: edited by hand; SQLite keeps text in an INTEGER column) ended in a
+    ``ValueError`` traceback from ``int()`` as the store opened, or was taken as a version. It is
+    a ``MalformedRow`` naming the table and the value, before anything is written."""
+    assert main(["store", "init", "--store", url]) == 0
+    if url.startswith("postgresql://"):  # its INTEGER column holds neither: the column edited too
+        kind = "text" if garbage.startswith("'") else "double precision"
+        _raw(url, f"ALTER TABLE agentgate_schema ALTER COLUMN version TYPE {kind}")
+    _raw(url, f"UPDATE agentgate_schema SET version = {garbage}")
+    before = _contents(url)
+    with pytest.raises(MalformedRow, match="agentgate_schema") as refused:
+        open_store(url, create=False).close()
+    assert garbage.strip("'") in str(refused.value)
+    assert _contents(url) == before

@@ -19,7 +19,7 @@ before it existed) is read as this version and recorded as such by its next writ
 
 from __future__ import annotations
 
-from agentgate.errors import NewerStore
+from agentgate.errors import MalformedRow, NewerStore
 from agentgate.store._base import Dialect, Transaction
 
 SCHEMA_VERSION = 1
@@ -42,11 +42,23 @@ _EXISTS: dict[Dialect, str] = {
 
 def recorded_version(tx: Transaction, dialect: Dialect) -> int | None:
     """The version ``agentgate_schema`` records; ``None`` for a store without the table or row
-    (one made before it existed, or a new one)."""
+    (one made before it existed, or a new one); ``MalformedRow`` for a row that holds no whole
+    number of at least 1."""
     if not tx.execute(_EXISTS[dialect]):
         return None
     rows = tx.execute(f"SELECT version FROM {VERSION_TABLE} WHERE id = 1")
-    return int(rows[0][0]) if rows else None
+    if not rows:
+        return None
+    version = rows[0][0]
+    # Edited by hand (SQLite keeps text in an INTEGER column): refused, never read as a number
+    # (until review R67's lead pass, int() raised ValueError as the store opened, and 1.5 or -1
+    # were taken as versions).
+    if type(version) is not int or version < 1:
+        raise MalformedRow(
+            f"{VERSION_TABLE}: its row holds {version!r:.60}, not a schema version (a whole "
+            "number, 1 or more): edited outside agentgate? Put back the version that wrote the store"
+        )
+    return version
 
 
 def refuse_newer(shown_store: str, recorded: int | None) -> None:
