@@ -475,56 +475,45 @@ def _disagreed(
     if first is None:
         return None
     at = mark_at(text, first)
-    if text[first] == "\t":
-        return error(
-            "a tab outside quoted text and comments: YAML parsers disagree on it (libyaml reads it "
-            "as a space, PyYAML's own parser refuses it; at the start of a block scalar, the other "
-            "way round)",
-            file=source,
-            line=at.line,
-            column=at.column,
-            expected="spaces between YAML tokens and for indentation",
-            hint="replace the tab with spaces, or write it as \\t in a double-quoted string",
-        )
-    if text[first] == "#":
-        return error(
-            "'#' right after a block scalar's indicator: YAML parsers disagree on it (libyaml reads "
-            "a comment, PyYAML's own parser refuses it)",
-            file=source,
-            line=at.line,
-            column=at.column,
-            expected="a space before a comment",
-            hint="write a space between the indicator and '#'",
-        )
-    if text[first] == ":":
-        return error(
-            "':' right before ',', '[', ']', '{', '}' or '?' after plain text inside [...] or {...}: "
-            "YAML parsers disagree on it (libyaml refuses it, PyYAML's own parser reads a key)",
-            file=source,
-            line=at.line,
-            column=at.column,
-            expected="': ' (a colon and a space) after a key inside [...] or {...}",
-            hint="write a space after the ':', or quote the text ('x:')",
-        )
-    if text[first] == "%":
-        return error(
-            "a directive other than %YAML and %TAG: YAML parsers disagree on it (libyaml refuses "
-            "it, PyYAML's own parser skips it)",
-            file=source,
-            line=at.line,
-            column=at.column,
-            expected="no directive, or %YAML 1.2",
-            hint="remove the line",
-        )
-    return error(
+    problem, expected, hint = _DISAGREEMENTS[text[first]]
+    return error(problem, file=source, line=at.line, column=at.column, expected=expected, hint=hint)
+
+
+_DISAGREEMENTS = {
+    "\t": (
+        "a tab outside quoted text and comments: YAML parsers disagree on it (libyaml reads it "
+        "as a space, PyYAML's own parser refuses it; at the start of a block scalar, the other "
+        "way round)",
+        "spaces between YAML tokens and for indentation",
+        "replace the tab with spaces, or write it as \\t in a double-quoted string",
+    ),
+    "#": (
+        "'#' right after a block scalar's indicator: YAML parsers disagree on it (libyaml reads "
+        "a comment, PyYAML's own parser refuses it)",
+        "a space before a comment",
+        "write a space between the indicator and '#'",
+    ),
+    ":": (
+        "':' right before ',', '[', ']', '{', '}' or '?' after plain text inside [...] or {...}: "
+        "YAML parsers disagree on it (libyaml refuses it, PyYAML's own parser reads a key)",
+        "': ' (a colon and a space) after a key inside [...] or {...}",
+        "write a space after the ':', or quote the text ('x:')",
+    ),
+    "%": (
+        "a directive other than %YAML and %TAG: YAML parsers disagree on it (libyaml refuses "
+        "it, PyYAML's own parser skips it)",
+        "no directive, or %YAML 1.2",
+        "remove the line",
+    ),
+    "?": (
         "'?' within plain text inside [...] or {...}: YAML parsers disagree on it (libyaml keeps it in "
         "the text, PyYAML's own parser reads a key there)",
-        file=source,
-        line=at.line,
-        column=at.column,
-        expected="'?' only in quoted text inside [...] or {...}",
-        hint="quote the text ('a?b')",
-    )
+        "'?' only in quoted text inside [...] or {...}",
+        "quote the text ('a?b')",
+    ),
+}
+"""What ``_disagreed`` says of each place the parsers disagree on, by the character found there:
+the problem, what is expected, the hint."""
 
 
 def _tokens(scanner: Any) -> Iterator[Any]:
