@@ -141,18 +141,7 @@ class _StoreWork:
             # renewed by the heartbeat) with nobody to release it. The worker gives it back
             # itself when the call was given up first: the loop that asked may be gone by then
             # (``asyncio.run`` cancels what is left, then closes its loop), and nothing of it runs.
-            taking = _Taking(self._leases, key, limit)
-            asking = self._blocking(taking.take)
-            try:
-                lease = await asyncio.shield(asking)
-            except StoreError as exc:
-                raise _GiveUp("store_unavailable", exc) from exc
-            except asyncio.CancelledError:
-                asking.add_done_callback(_retrieved)
-                taken = taking.abandon()
-                if taken is not None:  # taken before the cancellation: given back from here
-                    self._give_back(self._leases, taken)
-                raise
+            lease = await self._take_once(_Taking(self._leases, key, limit))
             if lease is not None:
                 return lease
             if deadline is not None and loop.time() + pause >= deadline:
@@ -167,6 +156,23 @@ class _StoreWork:
             await asyncio.sleep(self._rng.uniform(0, pause))
             pause = min(pause * 2, _LEASE_POLL_MAX_S)
 
+    async def _take_once(self, taking: _Taking) -> Lease | None:
+        """One try of ``taking`` in a worker thread (``None``: no slot free). The store
+        unreachable: ``store_unavailable``. Cancelled meanwhile: a slot taken before the
+        cancellation is given back from here, one taken after by the worker (``_Taking``)."""
+        assert self._leases is not None
+        asking = self._blocking(taking.take)
+        try:
+            return await asyncio.shield(asking)
+        except StoreError as exc:
+            raise _GiveUp("store_unavailable", exc) from exc
+        except asyncio.CancelledError:
+            asking.add_done_callback(_retrieved)
+            taken = taking.abandon()
+            if taken is not None:  # taken before the cancellation: given back from here
+                self._give_back(self._leases, taken)
+            raise
+
     async def _probe_claim(self, breaker: CircuitBreaker, tool: str) -> Lease:
         """The claim of a half-open probe of ``breaker`` across every process of the store: one of
         ``half_open_max_calls`` lease slots (key ``probe:<breaker key>``), taken only while the
@@ -177,20 +183,9 @@ class _StoreWork:
         assert self._leases is not None
         key = breaker.key
         guard = SharedBreakers.probe_guard(key, breaker.policy.reset_timeout_s)
-        taking = _Taking(
-            self._leases, SharedBreakers.probe_key(key), breaker.policy.half_open_max_calls, guard
+        claim = await self._take_once(
+            _Taking(self._leases, SharedBreakers.probe_key(key), breaker.policy.half_open_max_calls, guard)
         )
-        asking = self._blocking(taking.take)
-        try:
-            claim = await asyncio.shield(asking)
-        except StoreError as exc:
-            raise _GiveUp("store_unavailable", exc) from exc
-        except asyncio.CancelledError:
-            asking.add_done_callback(_retrieved)
-            taken = taking.abandon()
-            if taken is not None:
-                self._give_back(self._leases, taken)
-            raise
         if claim is None:
             limit = breaker.policy.half_open_max_calls
             raise _GiveUp(
