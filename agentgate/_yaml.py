@@ -312,6 +312,11 @@ def _refused(
     tab); until review R67 the error then named a column or a line one or two off with libyaml
     from where it did with PyYAML's own parser. Only a file libyaml refused is parsed again."""
     pure: yaml.YAMLError | None = exc
+    if "nesting depth" in str(getattr(exc, "problem", "")):
+        # libyaml's depth limit, which PyYAML's own parser lacks: parsing such a text again (1 MB
+        # of '[') took minutes and recursed to Python's limit (its test's failure could not even
+        # be reported). Refused where libyaml stopped.
+        return _malformed(exc, text, source, error)
     if _Loader is not yaml.SafeLoader:
         try:
             _composed(text, source, error, max_nodes, yaml.SafeLoader)
