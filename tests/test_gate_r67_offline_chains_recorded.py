@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
+from test_gateway_chain_cache import POLICY as GATEWAY_POLICY
 from test_langgraph import NAMES, Team, _make_team, _policy_text
 
 from agentgate.authority import Budget, Invocation, delegate, issue
@@ -157,23 +158,6 @@ def test_revoking_the_parent_by_id_names_the_offline_grant_dead_with_it(
     store = str(team.path / "agentgate.db")
     assert main(["grant", "revoke", team.supervisor.grant_id, "--store", store]) == 0
     assert f"1 recorded descendant grant(s) are dead with it: {helper.grant_id}" in capsys.readouterr().out
-
-
-GATEWAY_POLICY = """
-version: 1
-trust_anchors: {{root: {{did: "{root}"}}}}
-principals:
-  agent: {{kind: agent, did: "{agent}", roles: [chat]}}
-models:
-  m: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
-roles:
-  chat:
-    kind: agent
-    capabilities: [{{resource: model:m}}]
-    budget: {{limit: 1000000, unit: usd_micros}}
-    ttl_s: 3600
-    delegation: {{max_depth: 2, capabilities: [{{resource: model:m}}]}}
-"""
 
 
 def test_the_gateway_records_a_client_delegated_chain_it_allows(tmp_path: Path) -> None:
