@@ -130,7 +130,15 @@ def _parse_canonical_reference(data: bytes, what: str) -> dict[str, Any]:
         raise TokenFormatError(f"{what}: not valid JSON: {str(exc)[:120]}") from None
     if not isinstance(value, dict):
         raise TokenFormatError(f"{what}: expected a JSON object")
-    if canonical_json(value) != data:
+    try:
+        canonical = canonical_json(value)
+    except TokenFormatError as exc:
+        # JSON can escape a lone surrogate (``"\ud800"``), which no UTF-8 text holds. Until review
+        # R68 the encoder's words alone were the refusal, naming neither the link nor the token.
+        unicode = isinstance(exc.__cause__, UnicodeEncodeError)
+        why = "a string is not valid Unicode text (an escaped lone surrogate)" if unicode else str(exc)
+        raise TokenFormatError(f"{what}: {why}") from None
+    if canonical != data:
         try:
             json.loads(text, object_pairs_hook=_pairs)
         except TokenFormatError as exc:
