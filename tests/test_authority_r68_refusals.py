@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agentgate.authority import Invocation, delegate, issue, parse_chain, verify_chain
@@ -50,3 +52,42 @@ def test_a_lone_surrogate_escaped_in_an_invocation_is_refused_naming_the_invocat
     wire = f"agi1.{b64url_encode(payload)}.{b64url_encode(ALICE.sign(INVOCATION_CONTEXT + payload))}"
     with pytest.raises(TokenFormatError, match=r"^invocation: .*not valid Unicode text"):
         Invocation.decode(wire, chain, Call.tool("pay"))
+
+
+@pytest.mark.parametrize(
+    ("written", "named"),
+    [
+        (
+            {"amount": {"in": [1, 1]}},
+            r"constraints\.amount is written \{\"in\":\[1,1\]\}; its canonical form is \{\"eq\":1\}",
+        ),
+        (
+            {"amount": {"in": [7]}},
+            r"constraints\.amount is written \{\"in\":\[7\]\}; its canonical form is \{\"eq\":7\}",
+        ),
+        (
+            {"amount": {"in": [1, 2, 1]}, "currency": {"eq": "EUR"}},
+            r"constraints\.amount is written \{\"in\":\[1,2,1\]\}; its canonical form is \{\"in\":\[1,2\]\}",
+        ),
+        (None, r"the field 'constraints' is missing \(\{\} for none\)"),
+    ],
+)
+def test_a_capability_not_in_canonical_form_is_refused_naming_the_argument(
+    written: dict[str, object] | None, named: str
+) -> None:
+    """Review R68: a link whose capability spells a constraint otherwise than its canonical form
+    (an ``in`` repeating a value, an ``in`` of one value, which is written ``eq``) or leaves out
+    ``constraints`` was refused ``link 1 caps[0]: capability is not in canonical form``, naming
+    neither the argument nor the spelling the format requires."""
+    token = _two_links()
+    cap: dict[str, object] = {"action": "invoke", "resource": "tool:pay"}
+    if written is not None:
+        cap["constraints"] = written
+    tip = parse_chain(token).tip
+    payload = tip.payload.replace(
+        b'"caps":[{"action":"invoke","constraints":{"amount":{"le":100}},"resource":"tool:pay"}]',
+        b'"caps":[' + json.dumps(cap, sort_keys=True, separators=(",", ":")).encode() + b"]",
+    )
+    assert payload != tip.payload
+    with pytest.raises(TokenFormatError, match=r"^link 1 caps\[0\]: " + named):
+        verify_chain(_with_tip_payload(token, payload, ALICE), ROOT.public, now=NOW)

@@ -103,7 +103,7 @@ def _parse_grant_reference(payload: bytes, signature: bytes, where: str) -> Gran
             raise TokenFormatError(f"{where} caps[{i}]: {exc}") from None
         # The payload holds no float (parse_canonical), so the token form is ``to_dict`` itself.
         if cap.to_dict() != raw:
-            raise TokenFormatError(f"{where} caps[{i}]: capability is not in canonical form")
+            raise TokenFormatError(f"{where} caps[{i}]: {_not_canonical(cap, raw)}")
         caps.append(cap)
     budget = None
     if raw_budget is not None:
@@ -138,6 +138,29 @@ def _parse_grant_reference(payload: bytes, signature: bytes, where: str) -> Gran
         signature=signature,
         id=sha256_hex(payload),
     )
+
+
+def _not_canonical(cap: Capability, raw: dict[str, Any]) -> str:
+    """What of ``raw``, read as ``cap``, differs from ``cap``'s canonical form (``to_dict``): the
+    ``constraints`` field left out, or a constraint spelled otherwise (an ``in`` repeating a value,
+    or of one value, which is written ``eq``), named with the spelling the format requires. Until
+    review R68 the refusal said only "capability is not in canonical form"."""
+    if "constraints" not in raw:
+        return "the field 'constraints' is missing ({} for none); a capability has exactly resource, action, constraints"
+    for name, spec in cap.to_dict()["constraints"].items():
+        given = raw["constraints"].get(name)
+        if given != spec:
+            return (
+                f"constraints.{name} is written {_json_text(given)}; its canonical form is {_json_text(spec)} "
+                "(an 'in' holds two or more values, each once; one value is written 'eq')"
+            )
+    return "capability is not in canonical form"  # pragma: no cover - every difference is named above
+
+
+def _json_text(value: object) -> str:
+    """``value`` as canonical JSON text, cut at 80 characters (an ``in`` may hold 1,000 values)."""
+    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
 def _grant_from_canonical(payload: bytes, signature: bytes) -> Grant | None:
