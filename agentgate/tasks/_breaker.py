@@ -211,21 +211,32 @@ class CircuitBreaker:
             ):
                 self._set(BreakerState.OPEN)
 
-    def adopt_open(self, opened_ago_s: float) -> None:
-        """Open because another process opened this breaker ``opened_ago_s`` seconds ago."""
+    def adopt_open(self, opened_ago_s: float, *, unchanged: Callable[[], bool] | None = None) -> bool:
+        """Open because another process opened this breaker ``opened_ago_s`` seconds ago.
+
+        ``unchanged``: asked with the breaker's lock held, so that no transition of this breaker
+        comes between the answer and the adoption; False leaves the breaker as it is (a
+        transition of this process came after the row was read: the row is older). True when
+        adopted."""
         with self._lock:
+            if unchanged is not None and not unchanged():
+                return False
             if self._state is not BreakerState.OPEN:
                 self._set(BreakerState.OPEN)
             self._opened_at = self._clock() - max(0.0, opened_ago_s)
             self._failures = 0
+            return True
 
-    def adopt_closed(self) -> None:
-        """Close because another process's probe succeeded."""
+    def adopt_closed(self, *, unchanged: Callable[[], bool] | None = None) -> bool:
+        """Close because another process's probe succeeded (``unchanged``: as for ``adopt_open``)."""
         with self._lock:
+            if unchanged is not None and not unchanged():
+                return False
             self._failures = 0
             if self._current() is not BreakerState.CLOSED:
                 self._set(BreakerState.CLOSED)
             self.healthy = True
+            return True
 
     def snapshot(self) -> BreakerSnapshot:
         """The visible state now."""

@@ -140,6 +140,14 @@ class _BreakerSharing:
             made = self._made.get(key, 0)
             return made if self._written.get(key, 0) >= made else None
 
+    def made_none_since(self, key: str, own: int) -> bool:
+        """Whether this process has made exactly ``own`` transitions of ``key`` (none since a read
+        made with that count). Asked by an adoption with the breaker's lock held: every
+        transition is counted under that lock too (``_breaker_changed`` runs inside it), so none
+        comes between this answer and the adoption."""
+        with self._publish_lock:
+            return self._made.get(key, 0) == own
+
     def newer_than_known(self, key: str, order: tuple[float, bool], own: int) -> bool:
         """Whether a row of ``key`` read while this process had made ``own`` transitions of it,
         its transition ``order`` (wall time, whether to open), is newer than the latest this

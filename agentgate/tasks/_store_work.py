@@ -335,14 +335,23 @@ class _StoreWork:
         ):
             return  # the row read before, one older (restored from a backup), or read too early
         opened_wall = self.shared.opened_wall
-        with self.shared.adopting():
+        # Adopted only while this process has made no transition of the key since the read, asked
+        # under the breaker's lock: one made on another thread after ``newer_than_known`` was
+        # overridden by this older row until the next transition (until review R68).
+        shared = self.shared
+
+        def unchanged() -> bool:
+            return shared.made_none_since(key, own)
+
+        with shared.adopting():
             if remote.state == "open":
                 known = opened_wall.get(key)
-                if breaker.state is BreakerState.CLOSED or known is None or remote.opened_at > known:
-                    breaker.adopt_open(time.time() - remote.opened_at)
+                if (
+                    breaker.state is BreakerState.CLOSED or known is None or remote.opened_at > known
+                ) and breaker.adopt_open(time.time() - remote.opened_at, unchanged=unchanged):
                     opened_wall[key] = remote.opened_at
             elif breaker.state is not BreakerState.CLOSED:
-                breaker.adopt_closed()
+                breaker.adopt_closed(unchanged=unchanged)
 
 
 class _Taking:
