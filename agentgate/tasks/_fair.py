@@ -275,16 +275,25 @@ class FairQueue(Generic[T]):
         else:
             del sizes[tool]
 
-    def most_urgent_class(self, tools: Iterable[str], above: int) -> str | None:
+    def most_urgent_class(
+        self, tools: Iterable[str], above: int, excluding: Entry[T] | None = None
+    ) -> str | None:
         """The class of the calls to one of ``tools`` waiting at the lowest rank, if it is lower
-        than ``above`` (among classes of that rank, the one made first), else None."""
+        than ``above`` (among classes of that rank, the one made first), else None. ``excluding``:
+        an entry not counted (a nested call asking which class its ancestors' waiters lend it
+        must not find the class it was lent)."""
         wanted = set(tools)
+        skip = (excluding.path[1], excluding.tool) if excluding is not None and excluding.alive else None
         for rank in self._order:
             if rank >= above:
                 return None
             root = self._ranks[rank]
-            if not wanted.isdisjoint(root.tools):
-                return next(c.key for c in root.children.values() if not wanted.isdisjoint(c.tools))
+            if wanted.isdisjoint(root.tools):
+                continue
+            for klass in root.children.values():
+                for tool in wanted.intersection(klass.tools):
+                    if (klass, tool) != skip or klass.tools[tool] > 1:
+                        return klass.key
         return None
 
     def rank_of(self, entry: Entry[T]) -> int:

@@ -17,7 +17,9 @@ call waiting for their slots, would hold those behind every call of the ranks be
 inversion: until review R67 an urgent call waiting for the tool slot of a low-class call whose
 tool waited for a nested call waited behind every call of the classes between to the nested
 call's tool, under a steady load of them until its deadline). Only tool slots are followed: a
-call waiting for a global, tenant or agent slot is not (any running call may hold it).
+call waiting for a global, tenant or agent slot is not (any running call may hold it). What is
+lent is taken back when the lender stops waiting (``take_back``), and an ancestor counts at its
+``urgency``, raised by calls joined to it (``reclass_nested``): review R68.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agentgate.tasks._call import ToolCall
-from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
+from agentgate.tasks._config import PriorityClass, SchedulerConfig, TenantShare, ToolLimits
 from agentgate.tasks._fair import FairQueue
 from agentgate.tasks._token_bucket import TokenBucket
 from agentgate.tasks._waiter import Waiter
@@ -61,6 +63,8 @@ class _Lending:
     principal_in_flight: dict[tuple[str, str], int]
     per_tool_only: bool
     nested_waiting: dict[Waiter, None]
+    lifted: dict[Waiter, None]
+    shares: dict[str, TenantShare]
 
     if TYPE_CHECKING:  # what this part calls of the limits' other parts
 
@@ -77,20 +81,23 @@ class _Lending:
 
         def _arm(self, at: float) -> None: ...
 
-        def hasten(self, waiter: Waiter, priority: PriorityClass) -> None: ...
-
-    def _inherited_priority(self, priority: PriorityClass, parent: Waiter) -> PriorityClass:
+    def _inherited_priority(
+        self, priority: PriorityClass, parent: Waiter, waiter: Waiter | None = None
+    ) -> PriorityClass:
         """The class a nested call made under ``parent`` queues at: ``priority``, or the class of
-        the most urgent ancestor of these limits, or of the most urgent call queued for a full
-        tool an ancestor runs, when its rank comes first. (Until review R54 a
+        the most urgent ancestor of these limits (its ``urgency``: raised by calls joined to it),
+        or of the most urgent call queued for a full tool an ancestor runs, when its rank comes
+        first. ``waiter``: the nested call's own entry, already queued (not counted among those
+        calls). (Until review R54 a
         nested call queued at its own class, the default one when its tool did not say: a parent
         of an urgent class, holding its slot while it waited for the call, waited behind every
-        call of the classes between.)"""
+        call of the classes between. Until review R68 an ancestor counted at its own class, not
+        the one an urgent call joined to it raised it to.)"""
         ancestor: Waiter | None = parent
         held_tools = []
         while ancestor is not None:
             if ancestor.owner is self:
-                held = self.config.priority_class(ancestor.call.priority)
+                held = ancestor.urgency or self.config.priority_class(ancestor.call.priority)
                 if held.rank < priority.rank:
                     priority = held
                 tool, limit = ancestor.call.tool, ancestor.limits.concurrency
@@ -98,23 +105,70 @@ class _Lending:
                     held_tools.append(tool)  # full: its queued calls wait for the ancestor's slot
             ancestor = ancestor.parent
         # Calls queued for a tool slot an ancestor holds wait for this call too (review R67).
-        waiting = self.queue.most_urgent_class(held_tools, priority.rank) if held_tools else None
+        waiting = self.queue.most_urgent_class(held_tools, priority.rank, waiter) if held_tools else None
         return priority if waiting is None else self.config.priority_class(waiting)
 
     def lend_priority(self, tool: str, priority: PriorityClass) -> None:
         """A call of class ``priority`` queued for a slot of ``tool``, which is full: each queued
         nested call an ancestor of which runs ``tool`` (so holds such a slot, and waits for it)
-        moves up to ``priority`` while it waits at a less urgent rank (``hasten``; review R67).
-        It is not moved back when that call leaves the queue: it stays at most until it starts."""
-        for waiter in self.nested_waiting:
+        moves up to ``priority`` while it waits at a less urgent rank (``reclass``; review R67).
+        It is lifted (``lifted``): moved back down once no call that lends it the class waits
+        any more (``take_back``)."""
+        for waiter in list(self.nested_waiting):
             if not waiter.alive or self.queue.rank_of(waiter) <= priority.rank:
                 continue
             ancestor = waiter.parent
             while ancestor is not None:
                 if ancestor.owner is self and ancestor.call.tool == tool:
-                    self.hasten(waiter, priority)
+                    self.reclass(waiter)
                     break
                 ancestor = ancestor.parent
+
+    def reclass(self, waiter: Waiter) -> None:
+        """Move ``waiter``, a queued nested call, to the class it inherits now
+        (``_inherited_priority`` of its ``urgency``): up to the tail of its tool's FIFO there,
+        or down to the place its first arrival gives it (``FairQueue.move``'s ``back``), counted
+        waiting once throughout. Noted in ``lifted`` while that class is more urgent than its
+        own (lock held)."""
+        parent, own = waiter.parent, waiter.urgency
+        assert parent is not None and own is not None
+        target = self._inherited_priority(own, parent, waiter)
+        queue = self.queue
+        rank = queue.rank_of(waiter)
+        if target.rank != rank or waiter.path[1].key != target.name:
+            tenant = waiter.call.tenant
+            share = self.shares.get(tenant) or self.config.tenant_share(tenant)
+            queue.move(
+                waiter, target.rank, target.name, target.weight, share.weight, back=target.rank >= rank
+            )
+        if target.rank < own.rank:
+            self.lifted[waiter] = None
+        else:
+            self.lifted.pop(waiter, None)
+
+    def take_back(self) -> None:
+        """A queued call left the queue (it started, was cancelled, its deadline passed): each
+        lifted nested call moves to the class still lent to it (``reclass``: down to its own
+        when no call waiting for its ancestors' slots is more urgent). (Until review R68 a
+        nested call lifted by an urgent call kept that class until it started, after that call
+        had left, ahead of the calls nobody urgent waited behind.)"""
+        for waiter in list(self.lifted):
+            if waiter.granted or not waiter.alive:
+                del self.lifted[waiter]
+            else:
+                self.reclass(waiter)
+
+    def reclass_nested(self, ancestor: Waiter) -> None:
+        """``ancestor``, running, was raised or lowered (calls joined to it came or left): the
+        queued nested calls under it move to the class they inherit now (lock held)."""
+        for waiter in list(self.nested_waiting):
+            if waiter.granted or not waiter.alive:
+                continue
+            above = waiter.parent
+            while above is not None and above is not ancestor:
+                above = above.parent
+            if above is not None:
+                self.reclass(waiter)
 
     def _borrow_plan(
         self, call: ToolCall, limits: ToolLimits, parent: Waiter, prefer_tool: bool = False

@@ -112,6 +112,9 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         #: of one agent and tool started out of order): started by ``_start_nested_waiting`` once an
         #: ancestor can lend.
         self.nested_waiting: dict[Waiter, None] = {}
+        #: Queued nested calls waiting at a class more urgent than their own, lent by calls
+        #: waiting for their ancestors' slots: moved back down when those leave (``take_back``).
+        self.lifted: dict[Waiter, None] = {}
 
     @property
     def queued(self) -> int:
@@ -187,10 +190,12 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         """
         if self.refusing is not None:
             raise SchedulingError(self.refusing)
+        own = priority
         if parent is not None:  # its ancestors wait for it, holding their slots
             priority = self._inherited_priority(priority, parent)
         waiter = Waiter(call, limits, time.monotonic(), self)
         waiter.future = future
+        waiter.urgency = own
         if loop is not None:
             waiter.loop = loop
             waiter.thread = threading.get_ident()
@@ -233,6 +238,10 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         if parent is not None:
             waiter.parent = parent
             self.nested_waiting[waiter] = None
+            if priority.rank < own.rank:
+                # Lent by its ancestors' class or by calls waiting for their slots: reclassed as
+                # those leave (cheap to over-include: ``take_back`` finds the class unchanged).
+                self.lifted[waiter] = None
         if traced:
             metrics.event(
                 "queued", call.tool, {"agentgate.tenant": call.tenant, "agentgate.priority": priority.name}
@@ -253,8 +262,21 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         does not wait behind calls less urgent than itself. Counted once throughout (no second
         ``queued``, no queue bound asked again). A waiter granted, or no longer waiting, is left
         as it is. (Until review R58 an urgent call joining a low-class twin waited at the low
-        rank: behind every call of the ranks between.)"""
-        if waiter.granted or not waiter.queued or not waiter.alive:
+        rank: behind every call of the ranks between.)
+
+        Its ``urgency`` becomes ``priority``: a nested call of it inherits that class (review
+        R68), and those already queued move up to it while it runs (``reclass_nested``)."""
+        own = waiter.urgency
+        if own is None or priority.rank < own.rank:
+            waiter.urgency = priority
+        if waiter.granted:
+            if not waiter.finished and self.nested_waiting:
+                self.reclass_nested(waiter)
+            return
+        if not waiter.queued or not waiter.alive:
+            return
+        if waiter.parent is not None:
+            self.reclass(waiter)  # a nested twin: at the most urgent of this and what it inherits
             return
         queue = self.queue
         if queue.rank_of(waiter) <= priority.rank:
@@ -271,8 +293,19 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         class's calls of its tenant, agent and tool (``FairQueue.move``'s ``back``), counted once
         throughout. A waiter granted, or no longer waiting, is left as it is. (Until review R59
         the twin kept the class of a joiner that had left, and started before calls of its own
-        class that had come before it.)"""
-        if waiter.granted or not waiter.queued or not waiter.alive:
+        class that had come before it.)
+
+        Its ``urgency`` becomes ``priority``: nested calls it made that wait move back with it,
+        and a nested twin itself stays at a class it inherits (review R68)."""
+        waiter.urgency = priority
+        if waiter.granted:
+            if not waiter.finished and self.nested_waiting:
+                self.reclass_nested(waiter)
+            return
+        if not waiter.queued or not waiter.alive:
+            return
+        if waiter.parent is not None:
+            self.reclass(waiter)
             return
         queue = self.queue
         if waiter.path[1].key == priority.name and queue.rank_of(waiter) == priority.rank:
@@ -358,6 +391,9 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         """Count ``waiter``'s slots as taken (not those it borrows from an ancestor)."""
         call = waiter.call
         waiter.granted = True
+        if self.lifted and waiter.queued:  # it left the queue: what it lent goes back
+            self.lifted.pop(waiter, None)
+            self.take_back()
         if waiter.parent is not None:
             self.nested_waiting.pop(waiter, None)
             if waiter.borrowed:
@@ -403,6 +439,9 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             self.queue.discard(waiter)
             if waiter.parent is not None:
                 self.nested_waiting.pop(waiter, None)
+            if self.lifted:  # what it lent goes back
+                self.lifted.pop(waiter, None)
+                self.take_back()
 
     def unused(self, waiter: Waiter) -> None:
         """``waiter`` was granted its start but its attempt never runs (it left at the grant, or
@@ -515,6 +554,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
                 refused += 1
                 _refuse(waiter, reason)
             self.nested_waiting.clear()
+            self.lifted.clear()
         return refused
 
 

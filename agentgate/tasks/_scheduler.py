@@ -525,6 +525,11 @@ class Scheduler(_StoreWork, _Failures):
                                 )
                                 if key is not None:
                                     self._twin_waiters[key] = waiter
+                            elif key is not None:
+                                # Started at once: found by a joiner all the same, whose class the
+                                # nested calls its tool makes inherit (review R68).
+                                waiter.urgency = self._twin_classes.get(key)
+                                self._twin_waiters[key] = waiter
                         if not waiter.queued:
                             self.metrics.observe_wait(0.0)
                         else:

@@ -629,6 +629,9 @@ class SyncScheduler:
                 parent = RUNNING.get()  # the attempt whose tool made this call, if any
                 waiter = shared.start_now(call, limits, parent)
                 if waiter is not None:
+                    if twin is not None:  # found by a joiner all the same (review R68)
+                        waiter.urgency = twin.priority
+                        twin.waiter = waiter
                     core.metrics.observe_wait(0.0)
                     return waiter
                 _refuse_waiting_on_own_loop(shared, call)

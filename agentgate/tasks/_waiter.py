@@ -9,7 +9,7 @@ import contextvars
 from typing import TYPE_CHECKING, Protocol
 
 from agentgate.tasks._call import ToolCall
-from agentgate.tasks._config import ToolLimits
+from agentgate.tasks._config import PriorityClass, ToolLimits
 from agentgate.tasks._fair import Entry
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ class Waiter(Entry["Waiter"]):
         "queued",
         "queued_at",
         "thread",
+        "urgency",
     )
 
     future: Signal  # set only when the call has to wait
@@ -75,6 +76,10 @@ class Waiter(Entry["Waiter"]):
         #: scheduler with a store sets it, and gives it back after ``finish``); passed on with the
         #: tool slot to a nested attempt that outlives this one (``_finish_lending``). None: none.
         self.lease: tuple[LeaseManager, Lease] | None = None
+        #: The class this call is scheduled at, not counting what it inherits as a nested call:
+        #: its own, or the more urgent one of calls joined to it (its twin's class). Read by the
+        #: nested calls it makes (``_inherited_priority``). None: its own class.
+        self.urgency: PriorityClass | None = None
 
     @property  # the entry's item is the waiter itself (a property: no reference cycle)
     def item(self) -> Waiter:  # type: ignore[override]
