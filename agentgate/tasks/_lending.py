@@ -83,11 +83,12 @@ class _Lending:
 
     def _inherited_priority(
         self, priority: PriorityClass, parent: Waiter, waiter: Waiter | None = None
-    ) -> PriorityClass:
+    ) -> tuple[PriorityClass, bool]:
         """The class a nested call made under ``parent`` queues at: ``priority``, or the class of
         the most urgent ancestor of these limits (its ``urgency``: raised by calls joined to it),
         or of the most urgent call queued for a full tool an ancestor runs, when its rank comes
-        first. ``waiter``: the nested call's own entry, already queued (not counted among those
+        first; and whether it is the last (lent by a waiting call: taken back when that call
+        leaves). ``waiter``: the nested call's own entry, already queued (not counted among those
         calls). (Until review R54 a
         nested call queued at its own class, the default one when its tool did not say: a parent
         of an urgent class, holding its slot while it waited for the call, waited behind every
@@ -106,7 +107,7 @@ class _Lending:
             ancestor = ancestor.parent
         # Calls queued for a tool slot an ancestor holds wait for this call too (review R67).
         waiting = self.queue.most_urgent_class(held_tools, priority.rank, waiter) if held_tools else None
-        return priority if waiting is None else self.config.priority_class(waiting)
+        return (priority, False) if waiting is None else (self.config.priority_class(waiting), True)
 
     def lend_priority(self, tool: str, priority: PriorityClass) -> None:
         """A call of class ``priority`` queued for a slot of ``tool``, which is full: each queued
@@ -128,11 +129,11 @@ class _Lending:
         """Move ``waiter``, a queued nested call, to the class it inherits now
         (``_inherited_priority`` of its ``urgency``): up to the tail of its tool's FIFO there,
         or down to the place its first arrival gives it (``FairQueue.move``'s ``back``), counted
-        waiting once throughout. Noted in ``lifted`` while that class is more urgent than its
-        own (lock held)."""
+        waiting once throughout. Noted in ``lifted`` while a waiting call lends it that class
+        (lock held)."""
         parent, own = waiter.parent, waiter.urgency
         assert parent is not None and own is not None
-        target = self._inherited_priority(own, parent, waiter)
+        target, lent = self._inherited_priority(own, parent, waiter)
         queue = self.queue
         rank = queue.rank_of(waiter)
         if target.rank != rank or waiter.path[1].key != target.name:
@@ -141,7 +142,7 @@ class _Lending:
             queue.move(
                 waiter, target.rank, target.name, target.weight, share.weight, back=target.rank >= rank
             )
-        if target.rank < own.rank:
+        if lent:
             self.lifted[waiter] = None
         else:
             self.lifted.pop(waiter, None)

@@ -191,8 +191,9 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         if self.refusing is not None:
             raise SchedulingError(self.refusing)
         own = priority
+        lent = False
         if parent is not None:  # its ancestors wait for it, holding their slots
-            priority = self._inherited_priority(priority, parent)
+            priority, lent = self._inherited_priority(priority, parent)
         waiter = Waiter(call, limits, time.monotonic(), self)
         waiter.future = future
         waiter.urgency = own
@@ -238,9 +239,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         if parent is not None:
             waiter.parent = parent
             self.nested_waiting[waiter] = None
-            if priority.rank < own.rank:
-                # Lent by its ancestors' class or by calls waiting for their slots: reclassed as
-                # those leave (cheap to over-include: ``take_back`` finds the class unchanged).
+            if lent:  # by a call waiting for an ancestor's slot: taken back when it leaves
                 self.lifted[waiter] = None
         if traced:
             metrics.event(
