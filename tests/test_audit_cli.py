@@ -673,7 +673,7 @@ def test_verify_says_a_log_without_a_checkpoint_is_unsigned(
     assert main(["audit", "checkpoint"]) == 0
     capsys.readouterr()
     assert main(["audit", "verify"]) == 0
-    assert capsys.readouterr().out.endswith(", 1 checkpoints\n")
+    assert capsys.readouterr().out.endswith(", 1 checkpoint\n")
 
 
 def test_grant_revoke_on_a_dropped_log_is_refused_and_makes_no_log(

@@ -263,7 +263,7 @@ def test_the_copy_the_paragraph_describes_verifies_as_another_account(
     copy = audit / "agentgate.db"
     subprocess.run(["sqlite3", str(store), f".backup {copy}"], check=True, timeout=60)
     code, out, err = as_auditor("audit", "verify", "--store", str(copy), "--key", str(shared_dir / "log.pub"))
-    assert code == 0 and out.startswith("intact: ") and "1 checkpoints" in out, err
+    assert code == 0 and out.startswith("intact: ") and "1 checkpoint\n" in out, err
     assert "`agentgate audit verify --store" in text and "--key" in text
 
 

@@ -175,7 +175,7 @@ def test_audit_prove_signs_a_checkpoint_so_it_needs_the_log_key(
     def checkpoints() -> int:
         capsys.readouterr()
         assert main(["audit", "verify"]) == 0
-        found = re.search(r"(\d+) checkpoints", capsys.readouterr().out)
+        found = re.search(r"(\d+) checkpoints?\b", capsys.readouterr().out)
         assert found is not None
         return int(found.group(1))
 

@@ -172,7 +172,7 @@ def test_the_store_flag_beats_the_variable(store_with_log: Path, tmp_path: Path)
     done = agentgate(tmp_path, "audit", "verify", **bad)
     assert done.returncode == 2 and "unsupported store URL" in one_error_line(done.stderr)
     done = agentgate(tmp_path, "audit", "verify", "--store", str(store_with_log), **bad)
-    assert done.returncode == 0 and done.stdout.startswith("intact: 1 entries"), done.stderr
+    assert done.returncode == 0 and done.stdout.startswith("intact: 1 entry,"), done.stderr
 
 
 # --- garbage values: one line, exit 2, nothing written -------------------------------------------

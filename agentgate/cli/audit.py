@@ -223,8 +223,8 @@ def _verify(args: argparse.Namespace) -> int:
         # is not read as "signed" (the triggers alone keep it; their owner can disable them).
         unsigned = UNSIGNED if report.size and not report.checkpoints_checked and saved is None else ""
         print(
-            f"intact: {report.size} entries, root {report.root.hex()}, "
-            f"{report.checkpoints_checked} checkpoints{unsigned}"
+            f"intact: {_counted(report.size, 'entry', 'entries')}, root {report.root.hex()}, "
+            f"{_counted(report.checkpoints_checked, 'checkpoint', 'checkpoints')}{unsigned}"
         )
         _print_accepted(report)
         return 0
@@ -245,11 +245,17 @@ def _verify(args: argparse.Namespace) -> int:
     if report.entries_verify:
         # Only the log's machinery is wrong: the entries as they are now still verify.
         print(
-            f"the entries verify: {report.size} entries, root {report.root.hex()}, "
-            f"{report.checkpoints_checked} checkpoints; {_machinery_said(report)}"
+            f"the entries verify: {_counted(report.size, 'entry', 'entries')}, root {report.root.hex()}, "
+            f"{_counted(report.checkpoints_checked, 'checkpoint', 'checkpoints')}; {_machinery_said(report)}"
         )
     _print_accepted(report)
     return 1
+
+
+def _counted(number: int, one: str, many: str) -> str:
+    """``number`` and the word that agrees with it: ``1 entry``, ``0 entries``, ``2 entries``
+    (until review R68 ``verify`` said ``1 entries``, ``1 checkpoints``)."""
+    return f"{number} {one if number == 1 else many}"
 
 
 def _machinery_said(report: VerifyReport) -> str:
@@ -865,5 +871,5 @@ def _report(args: argparse.Namespace) -> int:
         page = render_report(log.entries(skip_malformed=True), checkpoint, problems)
     _write(args.out, page)
     state = "intact" if verified.ok else f"TAMPERED, {len(problems)} problem(s) shown in the report"
-    print(f"wrote {shown_path(args.out)}: {verified.size} entries, {state}")
+    print(f"wrote {shown_path(args.out)}: {_counted(verified.size, 'entry', 'entries')}, {state}")
     return 0 if verified.ok else 1
