@@ -129,6 +129,38 @@ def _pick(values: Sequence[Any], positions: Sequence[int]) -> Sequence[Any]:
 _CHANGED_WITH_LEAF_HASH = "was changed together with its leaf hash"
 
 
+def _shown_index(value: object) -> str:
+    """An ``idx`` read from ``audit_log`` as ``verify`` names it: a whole number as it is, anything
+    else (in a SQLite table made again without its ``INTEGER PRIMARY KEY``) with what it is, so
+    that the text ``'9'`` does not read as the index 9 (until review R68 it did)."""
+    if type(value) is int:
+        return str(value)
+    return f"{_described(value)}, not a whole number: a row written outside agentgate"
+
+
+def _described(value: object) -> str:
+    """An ``idx`` that is not a whole number, with what it is: ``NULL``, ``'9' (text)``,
+    ``x'09' (bytes)``, ``3.5 (a fraction)``."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes):
+        return f"x'{value[:20].hex()}' (bytes)"
+    if isinstance(value, float):
+        return f"{value!r} (a fraction)"
+    return f"{str(value)[:40]!r} (text)"
+
+
+def _rowid_keyed(store: Store) -> bool:
+    """Whether SQLite's ``audit_log`` is keyed by ``idx`` as agentgate makes it, an ``INTEGER
+    PRIMARY KEY`` of a rowid table, which holds whole numbers only (not one ``WITHOUT ROWID`` or
+    declared ``DESC``: SQLite then keeps a separate key, which holds anything)."""
+    columns = store.query("PRAGMA table_info(audit_log)")
+    keys = [row for row in columns if row[5]]
+    if len(keys) != 1 or keys[0][1] != "idx" or str(keys[0][2]).upper() != "INTEGER":
+        return False
+    return not any(row[3] == "pk" for row in store.query("PRAGMA index_list(audit_log)"))
+
+
 class _Verification:
     """The ``AuditLog``'s ``verify``: indexes without gaps, entries against their leaf hashes,
     uncovered entries against their own index, checkpoints against their signatures, each other
@@ -194,7 +226,9 @@ class _Verification:
                 rows = [row for k, row in enumerate(rows) if not k or row[0] != rows[k - 1][0]]
                 gap = next((k for k, row in enumerate(rows) if row[0] != first + k), None)
             if gap is not None:
-                problems.append(f"entry {first + gap}: missing (the next stored index is {rows[gap][0]})")
+                problems.append(
+                    f"entry {first + gap}: missing (the next stored index is {_shown_index(rows[gap][0])})"
+                )
                 bad.append(first + gap)
                 rows = rows[:gap]
             computed = [_sha256(b"\x00" + row[1]).digest() for row in rows]
@@ -252,6 +286,7 @@ class _Verification:
                 f"audit_log has {below} row(s) at an index below 0 (the lowest {lowest}), which no "
                 "entry has: rows inserted outside agentgate"
             )
+        self._check_whole_indexes(problems)
         for cp_size in sorted(s for s in expected if s > size):
             problems.append(
                 f"a checkpoint covers {cp_size} entries but the log has {size}: "
@@ -317,6 +352,24 @@ class _Verification:
             bad.append(idx)
         if stored - size > sum(rows - 1 for _idx, rows in repeated):
             problems.append(f"audit_log has {stored - size} more row(s) below index {size} than entries")
+
+    def _check_whole_indexes(self, problems: list[str]) -> None:
+        """Append to ``problems`` the rows of a SQLite ``audit_log`` whose index is not a whole
+        number (NULL, text, a fraction, bytes): possible only in a table made again without its
+        ``INTEGER PRIMARY KEY``, and read by no reader of the log (the pass above reads from index
+        0 in index order, where SQLite sorts text and bytes after every number and leaves NULL
+        out). The table's own declaration is read first: a rowid table keyed by ``idx``, as
+        agentgate makes it, holds nothing else, and is not scanned again."""
+        if self.store.dialect != "sqlite" or _rowid_keyed(self.store):
+            return
+        count, lowest = self.store.query(
+            "SELECT COUNT(*), MIN(idx) FROM audit_log WHERE typeof(idx) != 'integer'"
+        )[0]
+        if count:
+            problems.append(
+                f"audit_log has {count} row(s) whose index is not a whole number (the first: "
+                f"{_described(lowest)}), which no entry has: rows written outside agentgate"
+            )
 
     def _signed_roots(
         self, saved_checkpoint: str | None, problems: list[str], unopened: list[tuple[str, ...]]
