@@ -300,15 +300,17 @@ class NoStore(StoreError):
 
 
 class NewerStore(StoreError):
-    """The store records a schema version (``agentgate_schema``) newer than this agentgate
-    knows: a newer agentgate wrote it. Refused as the store opens, read only or not, before
-    anything is written; upgrade agentgate. ``recorded``: the store's version; ``known``: this
-    code's."""
+    """The store records (``agentgate_schema``) that only an agentgate newer than this one may
+    open it: a newer agentgate wrote it with a change this one would read or write wrongly.
+    Refused as the store opens, read only or not, before anything is written; upgrade agentgate.
+    ``recorded``: the schema version of the newest agentgate that wrote the store; ``known``:
+    this code's; ``oldest_writer``: the oldest schema version that may open it."""
 
-    def __init__(self, message: str, *, recorded: int, known: int) -> None:
+    def __init__(self, message: str, *, recorded: int, known: int, oldest_writer: int) -> None:
         super().__init__(message)
         self.recorded = recorded
         self.known = known
+        self.oldest_writer = oldest_writer
 
 
 class LogDropped(StoreError):

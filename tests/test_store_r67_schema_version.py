@@ -22,7 +22,7 @@ from agentgate.errors import MalformedRow, NewerStore, StoreError
 from agentgate.gate import Gate
 from agentgate.policy import parse_policy
 from agentgate.store import open_store
-from agentgate.store._version import SCHEMA_VERSION
+from agentgate.store._version import OLDEST_WRITER, SCHEMA_VERSION
 from agentgate.store.grants import GrantRepository
 
 
@@ -65,9 +65,10 @@ def _contents(url: str) -> list[tuple[Any, ...]]:
 def test_a_store_records_the_schema_version_with_its_tables(url: str) -> None:
     """Review R67: there was no schema version anywhere: a store written by a newer agentgate
     was refused only where a statement happened to fail. ``store init`` (and every part's
-    tables) now record this version in one row, read as the store opens."""
+    tables) now record this version in one row, read as the store opens (since review R68 its
+    ``version`` is the oldest schema version that may open the store, ``OLDEST_WRITER``)."""
     assert main(["store", "init", "--store", url]) == 0
-    assert _raw(url, "SELECT id, version FROM agentgate_schema") == [(1, SCHEMA_VERSION)]
+    assert _raw(url, "SELECT id, version FROM agentgate_schema") == [(1, OLDEST_WRITER)]
     with open_store(url, create=False) as store:
         assert store.schema_version == SCHEMA_VERSION
 
@@ -135,7 +136,7 @@ def test_a_store_made_before_the_version_existed_is_adopted(url: str) -> None:
     with open_store(url, create=False) as store:
         assert store.schema_version is None
         assert GrantRepository(store).revoke("g1", now=1, reason="r67") is True
-    assert _raw(url, "SELECT id, version FROM agentgate_schema") == [(1, SCHEMA_VERSION)]
+    assert _raw(url, "SELECT id, version FROM agentgate_schema") == [(1, OLDEST_WRITER)]
 
 
 @pytest.mark.postgres

@@ -18,9 +18,12 @@ import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from agentgate.errors import InputError, StoreError
+
+if TYPE_CHECKING:
+    from agentgate.store._version import SchemaRecord
 
 Dialect = Literal["sqlite", "postgresql"]
 Row = tuple[Any, ...]
@@ -178,12 +181,18 @@ class Store(abc.ABC):
 
     dialect: Dialect
     url: str
-    schema_version: int | None = None
-    """The schema version the store recorded as it was opened (``agentgate.store._version``);
-    ``None`` for a store that recorded none (new, or made before the record existed)."""
+    schema: SchemaRecord | None = None
+    """What the store's ``agentgate_schema`` recorded as it was opened (``agentgate.store._version``);
+    ``None`` for a store that recorded nothing (new, or made before the record existed)."""
     driver_errors: tuple[type[Exception], ...] = ()
     """What a statement in a ``Transaction`` may raise from the database driver (``execute``
     passes the driver's errors on, so that a caller can roll back to a savepoint and go on)."""
+
+    @property
+    def schema_version(self) -> int | None:
+        """The schema version of the newest agentgate that wrote the store, as it was opened;
+        ``None`` for a store that recorded none."""
+        return None if self.schema is None else self.schema.newest
 
     @abc.abstractmethod
     @contextmanager

@@ -38,9 +38,9 @@ from agentgate.store._base import (
 from agentgate.store._existing import refuse_empty_database
 from agentgate.store._sqlite import foreign_table, required_store_columns, tables_of
 from agentgate.store._version import (
-    SCHEMA_VERSION,
     VERSION_DDL,
     VERSION_TABLE,
+    needs_record,
     record_version,
     recorded_version,
     refuse_newer,
@@ -278,8 +278,8 @@ class PostgresStore(Store):
                 refuse_empty_database(self, _redact(url))
             # Read once, here: a decision never reads it (no round trip more on the hot path).
             with self.transaction(immediate=False) as tx:
-                self.schema_version = recorded_version(tx, "postgresql")
-            refuse_newer(_redact(url), self.schema_version)
+                self.schema = recorded_version(tx, "postgresql")
+            refuse_newer(_redact(url), self.schema)
         except BaseException:
             self.pool.close()
             raise
@@ -515,7 +515,7 @@ class PostgresStore(Store):
                         "`agentgate store init` as the schema's owner, then grant this role its rights "
                         f"again (docs/operations.md, Upgrading). PostgreSQL said: {driver_error_line(exc)}"
                     ) from exc
-            if recorded != SCHEMA_VERSION:
+            if needs_record(recorded):
                 self._record_version(tx)
         self._schemas.add(name)
 
@@ -536,7 +536,7 @@ class PostgresStore(Store):
                     # Every role reads it as the store opens, one granted rights on a few tables
                     # only (an audit appender) too: a version number is no secret.
                     tx.execute(f"GRANT SELECT ON {VERSION_TABLE} TO PUBLIC")
-                record_version(tx, recorded)
+                record_version(tx, "postgresql", recorded)
         except psycopg.errors.InsufficientPrivilege:
             pass
 

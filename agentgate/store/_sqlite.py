@@ -523,8 +523,8 @@ class SQLiteStore(Store):
             # Read once, here: a decision never reads it (no statement more on the hot path).
             # This class's own transaction: a subclass's (one that counts them) is not set up yet.
             with SQLiteStore.transaction(self, immediate=False) as tx:
-                self.schema_version = recorded_version(tx, "sqlite")
-            refuse_newer(str(self.path), self.schema_version)
+                self.schema = recorded_version(tx, "sqlite")
+            refuse_newer(str(self.path), self.schema)
         except BaseException:
             self.close()
             raise
@@ -831,7 +831,7 @@ class SQLiteStore(Store):
             self._refuse_foreign_tables(conn, name, ddl["sqlite"])
             for statement in [VERSION_DDL["sqlite"], *statements]:
                 conn.execute(statement)
-            record_version(tx, recorded)
+            record_version(tx, "sqlite", recorded)
             conn.execute("COMMIT")
         except (sqlite3.Error, StoreError) as exc:
             usable = not conn.in_transaction or self._rollback(conn)
