@@ -49,7 +49,7 @@ from agentgate.integrations.langgraph._replies import _explained
 from agentgate.integrations.langgraph._scope import identity_from_context
 from agentgate.integrations.langgraph._stops import _run_messages, _run_stop, _stop_mark
 from agentgate.integrations.langgraph._structured import _structured_in_range
-from agentgate.integrations.langgraph._tool_calls import _storable_answer
+from agentgate.integrations.langgraph._tool_calls import _invalid_calls, _storable_answer
 
 R = TypeVar("R")
 D = TypeVar("D")
@@ -191,6 +191,27 @@ class _ModelCalls:
         self._usage_copies[id(model)] = (weakref.ref(model), copy)
         return copy
 
+    def _record_invalid(self, request: ModelRequest[Any], response: R) -> R:
+        """``response``, once each tool call of it that LangChain never routes to the tools (an
+        ``invalid_tool_calls`` entry: arguments that are no JSON object) is recorded as a refusal
+        (``_invalid_calls``: a ``deny`` entry by the run's identity naming the tool and why, never
+        an allow; the model is told at its next turn, by LangChain, that the call was malformed,
+        and an answer holding only such calls ends the run). Until review R68 such a call left no
+        trace in the audit log. One whose entry cannot be encoded (``InputError``) is not recorded;
+        a store that cannot write raises, as for any decision."""
+        messages = response.result if isinstance(response, ModelResponse) else [response]
+        invalid = [found for m in messages if isinstance(m, AIMessage) for found in _invalid_calls(m)]
+        if invalid:
+            identity = identity_from_context(request.runtime.context)
+            for call, reasons, call_id in invalid:
+                with contextlib.suppress(InputError):
+                    self.gate.record_refusal(identity, call, reasons, call_id=call_id)
+        return response
+
+    async def _arecord_invalid(self, request: ModelRequest[Any], response: R) -> R:
+        """The async twin of ``_record_invalid``: the records are written on a worker thread."""
+        return await self.gate.to_thread(self._record_invalid, request, response)
+
     def _stopped(self, auth: Authorization) -> ModelResponse[Any]:
         """The answer that ends the run on a refused model call."""
         return self._last_word(_explained(auth), _stop_mark(auth, self.gate))
@@ -214,7 +235,9 @@ class _ModelCalls:
         if (stop := _run_stop(_run_messages(request))) is not None:
             return self._stop(stop)
         if not self.gate_models:
-            return _storable(_structured_in_range(handler(request), request.response_format))
+            return self._record_invalid(
+                request, _storable(_structured_in_range(handler(request), request.response_format))
+            )
         auth, request = self._authorize_model(request)
         if not auth.allowed:
             return self._stopped(auth)
@@ -234,7 +257,9 @@ class _ModelCalls:
                         return _Cut(exc)
                     raise
 
-            return _storable(_answer(self.gate.run(auth, call, spent=_spent, failed=_cut_failure)))
+            return self._record_invalid(
+                request, _storable(_answer(self.gate.run(auth, call, spent=_spent, failed=_cut_failure)))
+            )
         finally:
             _WATCHED.reset(watching)
 
@@ -247,7 +272,9 @@ class _ModelCalls:
         if (stop := _run_stop(_run_messages(request))) is not None:
             return self._stop(stop)
         if not self.gate_models:
-            return _storable(_structured_in_range(await handler(request), request.response_format))
+            return await self._arecord_invalid(
+                request, _storable(_structured_in_range(await handler(request), request.response_format))
+            )
         auth, request = await self._decided(self._authorize_model, request, lambda decided: decided[0])
         if not auth.allowed:
             return self._stopped(auth)
@@ -267,7 +294,8 @@ class _ModelCalls:
                         return _Cut(exc)
                     raise
 
-            return _storable(_answer(await self.gate.arun(auth, call, spent=_spent, failed=_cut_failure)))
+            answered = _storable(_answer(await self.gate.arun(auth, call, spent=_spent, failed=_cut_failure)))
+            return await self._arecord_invalid(request, answered)
         finally:
             _WATCHED.reset(watching)
 

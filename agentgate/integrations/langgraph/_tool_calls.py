@@ -96,10 +96,17 @@ def _refused_call(request: ToolCallRequest) -> tuple[Call, tuple[str, ...]]:
     with contextlib.suppress(InputError):
         call = _tool_call_of(request)
         return Call(call.resource, call.action, _as_sent(request, call.args)), ()
-    name = _running_tool(request)
-    name = name if isinstance(name, str) else repr(name)
     raw = request.tool_call.get("args") or {}
-    args = _as_sent(request, dict(raw)) if isinstance(raw, Mapping) else {}
+    return _named_call(
+        _running_tool(request), _as_sent(request, dict(raw)) if isinstance(raw, Mapping) else {}
+    )
+
+
+def _named_call(name: object, args: Mapping[str, Any]) -> tuple[Call, tuple[str, ...]]:
+    """``tool:NAME`` as asked, for a refusal the Gate never decides (``name`` need be no resource
+    name), cut to the longest resource name, with the full name's length and SHA-256 in a reason
+    to add, so the entry fits the log."""
+    name = name if isinstance(name, str) else repr(name)
     resource = f"tool:{name}"
     if len(resource) <= MAX_NAME_LENGTH:
         return Call(resource, "invoke", args), ()
@@ -108,6 +115,34 @@ def _refused_call(request: ToolCallRequest) -> tuple[Call, tuple[str, ...]]:
         f"the tool name has {len(name)} characters (sha256:{digest}); "
         f"the resource recorded is its first {MAX_NAME_LENGTH - len('tool:')}",
     )
+
+
+def _invalid_calls(answer: AIMessage) -> list[tuple[Call, tuple[str, ...], str | None]]:
+    """The tool calls of ``answer`` that LangChain never routes to the tools: its
+    ``invalid_tool_calls`` (arguments that are no JSON object: malformed, or cut at the output
+    limit), each as the call to record the refusal of, the reasons, and its id (``None`` without
+    one). The reason gives the arguments' length and SHA-256, never their text: it is no mapping
+    whose loggable arguments the audit log could keep and the others hide (a secret the model
+    wrote in one would be written whole), nor is the parser's ``error``, which quotes them."""
+    found: list[tuple[Call, tuple[str, ...], str | None]] = []
+    for invalid in answer.invalid_tool_calls:
+        name = invalid.get("name")
+        extra: tuple[str, ...] = ()
+        try:
+            call = Call.tool(name if isinstance(name, str) else repr(name))
+        except InputError:
+            call, extra = _named_call(name, {})
+        raw = invalid.get("args")
+        text = raw if isinstance(raw, str) else ""
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        reason = (
+            f"the model's call of tool {call.resource.removeprefix('tool:')} was not run: its arguments "
+            f"({len(text)} characters, sha256:{digest}) are no JSON object, so LangChain never "
+            "hands it to the tools (an invalid tool call)"
+        )
+        call_id = invalid.get("id")
+        found.append((call, (reason, *extra), call_id if isinstance(call_id, str) and call_id else None))
+    return found
 
 
 _ASYNC_ONLY = (
