@@ -430,8 +430,28 @@ def _reports_failure(item: object) -> bool:
 
 
 def _paused(exc: BaseException) -> bool:
-    """A tool that called ``interrupt()``: it has not failed, it waits for its resume."""
-    return isinstance(exc, GraphInterrupt)
+    """A tool that called ``interrupt()``: it has not failed, it waits for its resume; or one
+    whose ``interrupt(..., response_schema=...)`` got a resume value the schema refuses
+    (``_invalid_resume``): it still waits for a valid one."""
+    return isinstance(exc, GraphInterrupt) or _invalid_resume(exc)
+
+
+def _invalid_resume(exc: BaseException) -> bool:
+    """Whether ``exc`` is LangGraph's ``ValidationError`` for a resume value that an
+    ``interrupt()``'s ``response_schema`` refuses (in the tool, or in a graph it ran). ``ToolNode``
+    lets it fail the run so that the interrupt stays pending and can be answered again; the
+    middleware does too (until review R68 it told the model the tool failed, recorded the call
+    ``error``, and the run went on without the interrupt). Never, on a LangGraph without
+    ``is_invalid_resume`` (before 1.2.x), which marks no such error."""
+    return _is_invalid_resume(exc)
+
+
+try:
+    from langgraph.errors import is_invalid_resume as _is_invalid_resume
+except ImportError:  # pragma: no cover - a LangGraph that marks no invalid resume
+
+    def _is_invalid_resume(error: BaseException) -> bool:
+        return False
 
 
 class _Streamed(BaseCallbackHandler):

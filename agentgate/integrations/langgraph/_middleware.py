@@ -35,6 +35,7 @@ from agentgate.integrations.langgraph._calls import (
     _AttemptEnd,
     _Deciding,
     _failed,
+    _invalid_resume,
     _paused,
     _runs_in_a_thread,
     _ThreadedCall,
@@ -333,6 +334,8 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             except GraphBubbleUp:
                 raise  # the sub-agent's interrupt (an approval) pauses the supervisor's run
             except Exception as exc:  # a failing sub-agent is a failing tool, not the end of the run
+                if _invalid_resume(exc):
+                    raise  # its interrupt waits for a valid answer: the supervisor's run fails
                 return self._delegation_failed(request, call_id, name, exc)
         if _async_only(request.tool):
             return self._refuse_undecidable(request, call_id, name, InputError(_ASYNC_ONLY.format(name=name)))
@@ -374,6 +377,8 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
                 raise
             return _failure(call_id, name, exc, tools_own=tool.raised(exc))
         except (Exception, asyncio.CancelledError) as exc:
+            if _invalid_resume(exc):
+                raise  # settled ``paused``: the run fails, its interrupt to be answered again
             # Under ``invoke`` nothing cancels a call: a ``CancelledError`` is the tool's own
             # failure, told as under ``ainvoke`` (``_own_cancellation``).
             return _failure(call_id, name, exc)
@@ -401,6 +406,8 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             except GraphBubbleUp:
                 raise
             except Exception as exc:
+                if _invalid_resume(exc):
+                    raise
                 return self._delegation_failed(request, call_id, name, exc)
         if (busy := self._ran_here(request)) is not None:
             await busy.until_set()  # holding no worker thread: the call waited for may need one
@@ -458,6 +465,8 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
                 raise
             return _failure(call_id, name, exc, tools_own=raised.raised(exc))
         except Exception as exc:
+            if _invalid_resume(exc):
+                raise  # settled ``paused``: the run fails, its interrupt to be answered again
             return _failure(call_id, name, exc)
         except asyncio.CancelledError as exc:
             if not _own_cancellation(task, cancelling):
