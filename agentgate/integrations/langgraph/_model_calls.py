@@ -203,9 +203,12 @@ class _ModelCalls:
         invalid = [found for m in messages if isinstance(m, AIMessage) for found in _invalid_calls(m)]
         if invalid:
             identity = identity_from_context(request.runtime.context)
-            for call, reasons, call_id in invalid:
+            for call, reasons in invalid:
+                # Without the call's id: a refusal with one closes the approval request open for
+                # that id and call, which here (no arguments) could be another run's request for
+                # a tool that takes none, under a model that numbers its calls alike.
                 with contextlib.suppress(InputError):
-                    self.gate.record_refusal(identity, call, reasons, call_id=call_id)
+                    self.gate.record_refusal(identity, call, reasons)
         return response
 
     async def _arecord_invalid(self, request: ModelRequest[Any], response: R) -> R:

@@ -117,14 +117,14 @@ def _named_call(name: object, args: Mapping[str, Any]) -> tuple[Call, tuple[str,
     )
 
 
-def _invalid_calls(answer: AIMessage) -> list[tuple[Call, tuple[str, ...], str | None]]:
+def _invalid_calls(answer: AIMessage) -> list[tuple[Call, tuple[str, ...]]]:
     """The tool calls of ``answer`` that LangChain never routes to the tools: its
     ``invalid_tool_calls`` (arguments that are no JSON object: malformed, or cut at the output
-    limit), each as the call to record the refusal of, the reasons, and its id (``None`` without
-    one). The reason gives the arguments' length and SHA-256, never their text: it is no mapping
-    whose loggable arguments the audit log could keep and the others hide (a secret the model
-    wrote in one would be written whole), nor is the parser's ``error``, which quotes them."""
-    found: list[tuple[Call, tuple[str, ...], str | None]] = []
+    limit), each as the call to record the refusal of and the reasons. The reason gives the
+    arguments' length and SHA-256, never their text: it is no mapping whose loggable arguments
+    the audit log could keep and the others hide (a secret the model wrote in one would be
+    written whole), nor is the parser's ``error``, which quotes them."""
+    found: list[tuple[Call, tuple[str, ...]]] = []
     for invalid in answer.invalid_tool_calls:
         name = invalid.get("name")
         extra: tuple[str, ...] = ()
@@ -140,8 +140,7 @@ def _invalid_calls(answer: AIMessage) -> list[tuple[Call, tuple[str, ...], str |
             f"({len(text)} characters, sha256:{digest}) are no JSON object, so LangChain never "
             "hands it to the tools (an invalid tool call)"
         )
-        call_id = invalid.get("id")
-        found.append((call, (reason, *extra), call_id if isinstance(call_id, str) and call_id else None))
+        found.append((call, (reason, *extra)))
     return found
 
 
