@@ -15,9 +15,15 @@ from typing import Any
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from test_langgraph import Team, _entries, _make_team, _tools
+from langchain_core.tools import StructuredTool
+from langgraph.checkpoint.memory import InMemorySaver
+from test_langgraph import NAMES, Team, _entries, _make_team, _policy_text, _tools
 
+from agentgate.gate import Gate
 from agentgate.integrations.langgraph import create_gated_agent
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
 
 GO = {"messages": [{"role": "user", "content": "go"}]}
 SECRET_ARGS = '{"query": "sk-live-123'
@@ -133,3 +139,37 @@ def test_an_invalid_call_is_recorded_once_when_the_model_turn_is_not_run_again(t
         assert [e.resource for e in _tool_entries(team) if e.kind == "deny"] == ["tool:search"]
     finally:
         team.gate.close()
+
+
+def test_an_invalid_call_closes_no_approval_request_of_another_run(tmp_path: Path) -> None:
+    """Review R68: recorded with the call's id, the refusal of an invalid call of a tool that
+    takes no arguments closed the approval request another thread of the same agent had open for
+    its own call of that tool under the same id (a model that numbers its calls alike)."""
+    keys = {name: SigningKey.generate() for name in NAMES}
+    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000)
+    text = text.replace("  shell:\n", "  deploy: {}\n  shell:\n", 1)
+    text = text.replace("      - resource: tool:ask_stowaway\n", "      - resource: tool:deploy\n", 1)
+    text += "  deploy:\n    resource: tool:deploy\n    approvers: [dana]\n    expiry_s: 600\n"
+    gate = Gate(parse_policy(text, source="team.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+    deploy = StructuredTool.from_function(func=lambda: "deployed", name="deploy", description="deploy")
+    asking = AIMessage(content="", tool_calls=[{"name": "deploy", "args": {}, "id": "call_0"}])
+    malformed = AIMessage(content="", invalid_tool_calls=[_invalid("deploy", "call_0")])
+
+    def agent(answer: AIMessage) -> Any:
+        return create_gated_agent(
+            gate,
+            name="supervisor",
+            model=_Answers(answers=[answer]),
+            model_name="scripted",
+            tools=[deploy],
+            checkpointer=InMemorySaver(),
+        )
+
+    try:
+        paused = agent(asking).invoke(GO, {"configurable": {"thread_id": "a"}}, context=supervisor)
+        assert paused["__interrupt__"]
+        agent(malformed).invoke(GO, {"configurable": {"thread_id": "b"}}, context=supervisor)
+        assert len(gate.store.query("SELECT id FROM approvals WHERE state = 'pending'")) == 1
+    finally:
+        gate.close()
