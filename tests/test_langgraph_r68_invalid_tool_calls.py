@@ -19,7 +19,7 @@ from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from test_langgraph import NAMES, Team, _entries, _make_team, _policy_text, _tools
 
-from agentgate.gate import Gate
+from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import create_gated_agent
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -141,10 +141,9 @@ def test_an_invalid_call_is_recorded_once_when_the_model_turn_is_not_run_again(t
         team.gate.close()
 
 
-def test_an_invalid_call_closes_no_approval_request_of_another_run(tmp_path: Path) -> None:
-    """Review R68: recorded with the call's id, the refusal of an invalid call of a tool that
-    takes no arguments closed the approval request another thread of the same agent had open for
-    its own call of that tool under the same id (a model that numbers its calls alike)."""
+def deploy_gate(tmp_path: Path) -> tuple[Gate, AgentIdentity, StructuredTool]:
+    """The test team's policy with ``deploy``, a tool that takes no arguments and waits for
+    dana's approval; its gate, the supervisor's identity and the tool."""
     keys = {name: SigningKey.generate() for name in NAMES}
     text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000)
     text = text.replace("  shell:\n", "  deploy: {}\n  shell:\n", 1)
@@ -153,23 +152,40 @@ def test_an_invalid_call_closes_no_approval_request_of_another_run(tmp_path: Pat
     gate = Gate(parse_policy(text, source="team.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
     supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
     deploy = StructuredTool.from_function(func=lambda: "deployed", name="deploy", description="deploy")
+    return gate, supervisor, deploy
+
+
+def answering(gate: Gate, answer: AIMessage, tools: list[StructuredTool]) -> Any:
+    """The supervisor's agent whose model answers ``answer``, then ``Done.``."""
+    return create_gated_agent(
+        gate,
+        name="supervisor",
+        model=_Answers(answers=[answer]),
+        model_name="scripted",
+        tools=tools,
+        checkpointer=InMemorySaver(),
+    )
+
+
+def pending(gate: Gate) -> int:
+    return len(gate.store.query("SELECT id FROM approvals WHERE state = 'pending'"))
+
+
+def test_an_invalid_call_closes_no_approval_request_of_another_run(tmp_path: Path) -> None:
+    """Review R68: recorded with the call's id, the refusal of an invalid call of a tool that
+    takes no arguments closed the approval request another thread of the same agent had open for
+    its own call of that tool under the same id (a model that numbers its calls alike)."""
+    gate, supervisor, deploy = deploy_gate(tmp_path)
     asking = AIMessage(content="", tool_calls=[{"name": "deploy", "args": {}, "id": "call_0"}])
     malformed = AIMessage(content="", invalid_tool_calls=[_invalid("deploy", "call_0")])
-
-    def agent(answer: AIMessage) -> Any:
-        return create_gated_agent(
-            gate,
-            name="supervisor",
-            model=_Answers(answers=[answer]),
-            model_name="scripted",
-            tools=[deploy],
-            checkpointer=InMemorySaver(),
-        )
-
     try:
-        paused = agent(asking).invoke(GO, {"configurable": {"thread_id": "a"}}, context=supervisor)
+        paused = answering(gate, asking, [deploy]).invoke(
+            GO, {"configurable": {"thread_id": "a"}}, context=supervisor
+        )
         assert paused["__interrupt__"]
-        agent(malformed).invoke(GO, {"configurable": {"thread_id": "b"}}, context=supervisor)
-        assert len(gate.store.query("SELECT id FROM approvals WHERE state = 'pending'")) == 1
+        answering(gate, malformed, [deploy]).invoke(
+            GO, {"configurable": {"thread_id": "b"}}, context=supervisor
+        )
+        assert pending(gate) == 1
     finally:
         gate.close()

@@ -21,7 +21,8 @@ from agentgate.capabilities import Call
 from agentgate.errors import BudgetExceeded, Denied, Expired, InputError, QuotaExceeded, Revoked
 from agentgate.findings import Finding
 from agentgate.gate._approval import Approval
-from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict, expect
+from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict, expect, shown
+from agentgate.gate._checks import _is_text_pair
 from agentgate.gate._costs import _METERED, _METERED_BY_TOKENS
 from agentgate.gate._lock import _serialized
 from agentgate.gate._records import PARAMETERS_IN_CLEAR, recordable, redact_reasons, without_held
@@ -62,6 +63,11 @@ class _Recording:
         def _close_asked(
             self, refused: Authorization, call_id: str | None, tx: Transaction, call_key: str | None = None
         ) -> int | None: ...
+
+        @classmethod
+        def _call_scope(
+            cls, identity: AgentIdentity | None, call_id: str | None, asked_in: tuple[str, str] | None
+        ) -> str | None: ...
 
         def _consume_approval(
             self,
@@ -161,15 +167,25 @@ class _Recording:
         *,
         findings: Sequence[Finding] = (),
         call_id: str | None = None,
+        asked_in: tuple[str, str] | None = None,
     ) -> Authorization:
         """Record, as a ``deny`` entry (and an error span), a call its caller refuses before the
         Gate could decide it (an integration's own check: a tool call without an id, a tool name
         that is no resource name; the gateway's malformed requests); the refusal. ``identity`` is
-        the caller's (``None``: unknown). Raises ``InputError`` when the entry cannot be encoded,
-        ``AuditError``/``StoreError`` when it cannot be written."""
+        the caller's (``None``: unknown). The approval request open for the call (``call_id``) is
+        closed; with ``asked_in`` (as ``authorize`` takes it) only its own run's, never another
+        run's asking the same call under the same id (until review R68 a refused call of one
+        thread closed another thread's request). Raises ``InputError`` when the entry cannot be
+        encoded, or ``asked_in`` is no pair of text, ``AuditError``/``StoreError`` when it cannot
+        be written."""
         expect(call, Call, "call", "a Call")
+        if not (asked_in is None or _is_text_pair(asked_in)):
+            raise InputError(
+                f"asked_in must be a (scope, version) pair of text or None, got {shown(asked_in)}"
+            )
         refused = Authorization(Verdict.DENY, call, identity, tuple(reasons), tuple(findings))
-        return self._record_refusal(refused, call_id)
+        call_key = None if asked_in is None else self._call_scope(identity, call_id, asked_in)
+        return self._record_refusal(refused, call_id, call_key=call_key)
 
     def _record_refusal(
         self,

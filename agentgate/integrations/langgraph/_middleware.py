@@ -280,6 +280,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
                 call,
                 (str(exc), *extra),
                 call_id=call_id if isinstance(call_id, str) and call_id else None,
+                asked_in=_asked_in(request),  # closes this run's request for the call, no other's
             )
 
     def _refuse_undecidable(
