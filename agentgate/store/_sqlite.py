@@ -408,12 +408,14 @@ def required_store_columns() -> dict[str, frozenset[str]]:
         once,
         quotas,
     )
+    from agentgate.store.audit._schema import REPAIRS_DDL
 
     required: dict[str, frozenset[str]] = {}
     for ddl in (
         audit.AUDIT_DDL,
         audit.PARTS_DDL,
         audit.REFS_DDL,
+        REPAIRS_DDL,
         grants.GRANTS_DDL,
         approvals.APPROVALS_DDL,
         ledger.LEDGER_DDL,
