@@ -44,7 +44,8 @@ def test_a_once_only_call_settled_as_not_run_while_it_ran_is_never_allowed_again
     """Review R67: a payment settled by hand as not run while it still ran, then finished: its
     outcome was dropped (its reservation already settled), the call stayed ``not_run``, and the
     same call was allowed again: a second payment. Its ``ok`` outcome is written, the call is
-    ``ok`` and refused when decided again; the hand's release stands (not charged again)."""
+    ``ok`` and refused when decided again. Since review R68 the call that ran is charged by its
+    outcome (the hand's release no longer stands; tests/test_budget_r68_late_outcomes.py)."""
     keys, path, agent = _new(tmp_path)
     paid: list[int] = []
     with _gate(path, keys) as gate:
@@ -58,8 +59,8 @@ def test_a_once_only_call_settled_as_not_run_while_it_ran_is_never_allowed_again
         statuses = [e.status for e in _outcomes(gate, auth.audit_index)]
         assert statuses == ["not_run", "ok"], statuses  # the hand's, then the call's own
         (own,) = [e for e in _outcomes(gate, auth.audit_index) if e.status == "ok"]
-        assert own.budget_delta == 0 and own.charges is None
-        assert any("settled before this outcome" in r for r in own.reasons), own.reasons
+        assert own.budget_delta == 1 and own.charges == {agent.grant_id: {"calls": 1}}
+        assert any("released before this outcome" in r for r in own.reasons), own.reasons
         again = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
         assert not again.allowed, "the payment would run a second time"
         assert "already ran to completion" in again.explain()
@@ -87,8 +88,8 @@ def test_a_model_call_settled_by_hand_while_it_ran_still_gets_its_outcome(tmp_pa
 
 def test_on_either_store_a_late_outcome_is_written_past_its_settled_reservation(store: Store) -> None:
     """Review R67: as above, on SQLite and on PostgreSQL (the savepoints the outcome is written
-    under the second time): a lookup released by hand while it ran gets its own outcome, and its
-    grant is charged nothing."""
+    under the second time): a lookup released by hand while it ran gets its own outcome, and
+    (since review R68) its grant is charged the call that ran, once."""
     keys = {n: SigningKey.generate() for n in ("root", "agent")}
     gate = Gate(parse_policy(_policy_text(keys), source="once.yaml"), store)
     try:
@@ -99,7 +100,7 @@ def test_on_either_store_a_late_outcome_is_written_past_its_settled_reservation(
         gate.run(auth, lambda: "found")
         gate.flush()
         assert [e.status for e in _outcomes(gate, auth.audit_index)] == ["not_run", "ok"]
-        assert gate.ledger.usage(agent.grant_id) == (0, 0)
+        assert gate.ledger.usage(agent.grant_id) == (1, 0)
         assert gate.verify().ok
     finally:
         gate.close()

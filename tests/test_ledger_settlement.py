@@ -150,7 +150,8 @@ def test_an_outcome_that_cannot_be_written_does_not_take_the_others_or_the_decis
             second = gate.authorize(agent, model, tokens=(10, 10))
             gate.run(first, lambda: "a", spent=lambda _: (5, 5))
             gate.run(second, lambda: "b", spent=lambda _: (5, 5))
-            gate.ledger.release(first.reservations[0][0])  # settled elsewhere: its outcome cannot be
+            # Settled elsewhere (charged as reserved): its outcome cannot be written as it is.
+            gate.ledger.commit(first.reservations[0][0], 20)
             with caplog.at_level(logging.WARNING, logger="agentgate.gate"):
                 third = gate.authorize(agent, model, tokens=(10, 10))
         assert third.allowed and third.audit_index is not None
@@ -165,8 +166,8 @@ def test_an_outcome_that_cannot_be_written_does_not_take_the_others_or_the_decis
         # The allow of the third call is in the log right after the second's outcome.
         assert gate.audit.entry(third.audit_index).kind == "allow"
         assert gate.verify().ok
-        # The first call's reservation was released (by hand), the second charged 10, the third holds 20.
-        assert gate.ledger.remaining(agent.chain.root.id) == 10_000 - 10 - 20
+        # The first call's reservation was charged 20 (by hand), the second 10, the third holds 20.
+        assert gate.ledger.remaining(agent.chain.root.id) == 10_000 - 20 - 10 - 20
     finally:
         gate.close()
 

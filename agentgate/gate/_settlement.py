@@ -280,7 +280,8 @@ class _Settlement:
             careful,
         )
         if auth.once_key is not None:
-            self.once.finish(tx, auth.once_key, _once_state(status, started))
+            assert auth.audit_index is not None  # a once-only call's allow is in the log
+            self.once.finish(tx, auth.once_key, _once_state(status, started), auth.audit_index)
         if (status == "paused" or not started) and auth.approver:
             self._rearm_approval(tx, auth, status, reasons)
         self.audit.append(
@@ -329,16 +330,61 @@ class _Settlement:
                     continue
                 except NotHeld as exc:
                     _log.warning("agentgate: outcome of audit entry %s: %s", auth.audit_index, exc)
-                    reasons.append(
-                        f"reservation {reservation} was settled before this outcome (by hand, or by "
-                        "another process); not settled again"
+                    late = self._charge_released(
+                        tx, reservation, unit, amount, charge, actual, reasons, charges
                     )
-                    continue
+                    if late is None:
+                        continue
+                    used = late
             else:
                 used = self._settle_one(tx, reservation, unit, amount, charge, actual, reasons, charges)
             if position == 0:  # the unit of the caller's own budget (``_caps``)
                 delta = used
         return delta
+
+    def _charge_released(
+        self,
+        tx: Transaction,
+        reservation: str,
+        unit: str,
+        amount: int,
+        charge: bool,
+        actual: Mapping[str, int] | None,
+        reasons: list[str],
+        charges: dict[str, dict[str, int]],
+    ) -> int | None:
+        """A reservation of ``_settle_reservations`` that was settled before its call's outcome
+        (by hand, or by another process): what it is charged now, or ``None`` (nothing). One a
+        person released (``--not-run``) whose call did run (``charge``) is charged as the call
+        ran, each budget at most what it has left, the overrun named in ``reasons``
+        (``BudgetLedger.charge_released``): a demanding operator's budget counts every call that
+        ran, and one that cannot be charged in full says so. Until review R68 it was charged
+        nothing. One committed already (``--ran``), pruned, or whose row cannot be charged is
+        left as it is (never charged twice), named in ``reasons``."""
+        if charge:
+            used = actual.get(unit, amount) if actual is not None else amount
+            try:
+                with tx.savepoint("agentgate_late_charge"):
+                    charged = self.ledger.charge_released(reservation, used, tx)
+            except (NotHeld, MalformedRow) as exc:
+                if isinstance(exc, MalformedRow):
+                    reasons.append(f"{exc}; not charged")
+            else:
+                for grant_id, n in charged.items():
+                    charges.setdefault(grant_id, {})[unit] = n
+                reasons.append(
+                    f"reservation {reservation} was released before this outcome (settled by hand as "
+                    "not run), but the call ran: charged now"
+                )
+                short = max((used - n for n in charged.values()), default=0)
+                if short:
+                    reasons.append(f"overran the {unit} budget by {short}; the budget is exhausted")
+                return used
+        reasons.append(
+            f"reservation {reservation} was settled before this outcome (by hand, or by "
+            "another process); not settled again"
+        )
+        return None
 
     def _settle_one(
         self,

@@ -453,6 +453,45 @@ class BudgetLedger:
             )
         return charged
 
+    def charge_released(self, reservation: str, actual: int, tx: Transaction) -> dict[str, int]:
+        """Charge ``actual`` in ``tx`` for a reservation released already whose call did run (its
+        outcome came after a person settled it as not run: ``agentgate tasks settle --not-run``,
+        ``budget settle --not-run``); what each grant of its chain was charged, root first. Its
+        amount went back at the release, so each budget is charged anew: ``actual`` where it
+        has that much left, else all it has (``spent`` never passes the cap; the caller records
+        the overrun, as ``charge`` with ``exhaust``). The reservation is marked committed at
+        ``actual``, from ``released`` by a conditional update: charged once. ``NotHeld`` when it
+        is not released (unknown, pruned, held, or committed), ``MalformedRow`` for a row not
+        agentgate's or a chain naming a grant without a budget row (nothing then written that
+        ``tx`` keeps, if the caller rolls back to its savepoint). Until review R68 such a call
+        was never charged: the release stood, and the budget said less was spent than was."""
+        actual = min(_amount(actual, "actual amount"), MAX_AMOUNT)
+        rows = tx.execute(
+            "UPDATE budget_reservations SET state = 'committed', actual = ?, settled = ? "
+            "WHERE id = ? AND state = 'released' RETURNING chain, amount",
+            (actual, utc_now(), _named(reservation)),
+        )
+        if len(rows) != 1:
+            raise NotHeld(f"reservation {reservation!r} does not exist or is not released")
+        chain, _ = stored_reservation(reservation, *rows[0])
+        charged: dict[str, int] = {}
+        for grant_id in chain:
+            # Read by an UPDATE, which locks the row (PostgreSQL) until the charge below: what
+            # is left cannot be reserved by another process in between (as ``_commit``).
+            left = tx.execute(
+                "UPDATE budget_ledger SET remaining = remaining WHERE grant_id = ? RETURNING remaining",
+                (grant_id,),
+            )
+            if not left:
+                raise _no_budget(reservation, grant_id)
+            n = min(int(left[0][0]), actual)
+            tx.execute(
+                "UPDATE budget_ledger SET remaining = remaining - ?, spent = spent + ? WHERE grant_id = ?",
+                (n, n, grant_id),
+            )
+            charged[grant_id] = n
+        return charged
+
     def release(self, reservation: str, tx: Transaction | None = None) -> None:
         """Return the whole reservation to every grant; ``InputError`` if unknown or already settled."""
         if tx is None:

@@ -103,9 +103,23 @@ class OnceCalls:
             (key, allow_index, json.dumps(list(reservations))),
         )
 
-    def finish(self, tx: Transaction, key: str, state: OnceState) -> None:
-        """Record in ``tx`` what became of the call ``key`` (``ok``, ``error``, ``paused``, ``not_run``)."""
-        tx.execute("UPDATE agentgate_once SET state = ? WHERE key = ?", (state, key))
+    def finish(self, tx: Transaction, key: str, state: OnceState, allow_index: int | None = None) -> None:
+        """Record in ``tx`` what became of the call ``key`` allowed by entry ``allow_index``
+        (``ok``, ``error``, ``paused``, ``not_run``; ``None``: by its latest allow, whichever
+        that is). The call's own word stands over a hand's
+        ``not_run`` (it did run: never allowed again), a hand's ``ok`` over the call's (it ran:
+        an ``error`` confirms it, and a settled call is not listed as unsettled again), and a
+        later allow's row over an earlier allow's outcome (the call was decided again after it
+        was settled as not run; the row is the later run's). Until review R68 every outcome set
+        the state: a call settled ``--ran`` that then failed was listed by ``tasks unsettled``
+        again, and an earlier run's outcome could mark a later run, still running, ``ok``."""
+        if allow_index is None:
+            tx.execute("UPDATE agentgate_once SET state = ? WHERE key = ? AND state <> 'ok'", (state, key))
+            return
+        tx.execute(
+            "UPDATE agentgate_once SET state = ? WHERE key = ? AND allow_index = ? AND state <> 'ok'",
+            (state, key, allow_index),
+        )
 
     def unsettled(self) -> list[OnceRecord]:
         """The calls a person may have to look at (``UNSETTLED``), oldest allow first."""
@@ -231,7 +245,7 @@ def settle(
                             by_unit[str(unit)] = by_unit.get(str(unit), 0) + n
                 else:
                     ledger.release(reservation, tx)
-        calls.finish(tx, key, "ok" if ran else "not_run")
+        calls.finish(tx, key, "ok" if ran else "not_run", record.allow_index)
         audit.append(
             {
                 "kind": "outcome",
