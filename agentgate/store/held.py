@@ -39,12 +39,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from agentgate._names import BUDGET_UNIT as _BUDGET_UNIT
-from agentgate.audit.entry import format_time
-from agentgate.errors import AgentGateError, InputError, SettlementRefused, StoreError
+from agentgate.audit.entry import AuditEntry, format_time
+from agentgate.errors import AgentGateError, InputError, MalformedRow, SettlementRefused, StoreError
 from agentgate.store._base import Store, Transaction
 from agentgate.store.audit import AuditLog
 from agentgate.store.broker_decisions import DECISION_COLUMNS, decoded_decision
-from agentgate.store.ledger import BudgetLedger, has_entry_column, has_unit_column, stored_reservation
+from agentgate.store.ledger import (
+    BudgetLedger,
+    has_entry_column,
+    has_unit_column,
+    stored_reservation,
+    unsettleable,
+)
 from agentgate.store.once import ONCE_COLUMNS, SETTLE_MIN_AGE_S, once_record
 
 _ID = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
@@ -118,7 +124,10 @@ def held(
     size = audit.size() if audit is not None and rows else 0  # a count of the whole log: once
     found = []
     for id_, chain_text, amount_text, created, entry, unit in rows:
-        chain, amount = stored_reservation(id_, chain_text, amount_text)
+        try:
+            chain, amount = stored_reservation(id_, chain_text, amount_text)
+        except MalformedRow as exc:
+            raise unsettleable(exc, _recorded_allow(audit, entry, size)) from None
         found.append(
             HeldReservation(
                 str(id_),
@@ -173,7 +182,10 @@ def settle_held(
     if not rows:
         raise SettlementRefused(f"no budget reservation has the id {reservation}")
     chain_text, amount_text, state_text, created_text, entry, unit = rows[0]
-    chain, amount = stored_reservation(reservation, chain_text, amount_text)
+    try:
+        chain, amount = stored_reservation(reservation, chain_text, amount_text)
+    except MalformedRow as exc:
+        raise unsettleable(exc, _recorded_allow(audit, entry, audit.size())) from None
     state, created = str(state_text), str(created_text)
     if state != "reserved":
         raise SettlementRefused(f"reservation {reservation} is {state}, not held: there is nothing to settle")
@@ -365,6 +377,18 @@ def _allow_index(
     except (AgentGateError, ValueError):  # a log edited (verify says so) or a time not in format
         return None
     return None
+
+
+def _recorded_allow(audit: AuditLog | None, entry: object, size: int) -> AuditEntry | None:
+    """The ``allow`` entry a malformed reservation row names (``entry``, as stored), to repair
+    the row from (``ledger.unsettleable``); ``None`` where it names none the log shows."""
+    if audit is None or isinstance(entry, bool) or not isinstance(entry, int) or not 0 <= entry < size:
+        return None
+    try:
+        made = audit.entry(entry)
+    except AgentGateError:  # an entry edited (verify says so)
+        return None
+    return made if made.kind == "allow" else None
 
 
 def _first_at_or_after(audit: AuditLog, when: str, size: int) -> int | None:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from agentgate.audit.entry import format_time, utc_now
+from agentgate.audit.entry import AuditEntry, format_time, utc_now
 from agentgate.errors import BudgetExceeded, InputError, MalformedRow, NotHeld
 from agentgate.store._base import Dialect, Store, Transaction, unix_time
 
@@ -252,6 +252,24 @@ def stored_reservation(reservation: object, chain: object, amount: object) -> tu
             f"budget_reservations: the row of reservation {reservation!r:.60} is malformed: {exc}"
         ) from None
     return tuple(grants), amount
+
+
+def unsettleable(exc: MalformedRow, allowed: AuditEntry | None) -> MalformedRow:
+    """``exc``, a held reservation's row found malformed by a settlement or a listing by hand
+    (``agentgate budget settle``, ``budget held``, ``tasks settle``), with what the operator can
+    do: nothing says what to give back to which budget, so the row is repaired, from its
+    ``allow`` entry (``allowed``, where the row names one: the grant and the amount it reserved
+    of that grant's budget), and settled then. Until review R68 the message named the row only,
+    and the reservation stayed held for good: nothing else settles it, nor prunes it."""
+    found = ""
+    if allowed is not None:
+        found = (
+            f"; its allow entry {allowed.index} reserved {allowed.budget_delta} of grant {allowed.chain_hash}"
+        )
+    return MalformedRow(
+        f"{exc}; it cannot be settled as it is: repair its chain (a JSON list of the ids of the "
+        f"grants with a budget, root first) and amount (minor units){found}, then settle it"
+    )
 
 
 def _no_budget(reservation: str, grant_id: str) -> MalformedRow:

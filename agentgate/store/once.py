@@ -33,7 +33,7 @@ from agentgate.audit.entry import AuditEntry
 from agentgate.errors import BeyondLogEnd, InputError, MalformedRow, SettlementRefused
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.audit import AuditLog
-from agentgate.store.ledger import BudgetLedger, has_unit_column, stored_reservation
+from agentgate.store.ledger import BudgetLedger, has_unit_column, stored_reservation, unsettleable
 
 ONCE_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -234,7 +234,10 @@ def settle(
                     own = unit if known else None
                 if not rows or rows[0][3] != "reserved":
                     continue
-                _, amount = stored_reservation(reservation, rows[0][0], rows[0][1])  # or MalformedRow
+                try:
+                    _, amount = stored_reservation(reservation, rows[0][0], rows[0][1])
+                except MalformedRow as exc:  # the allow's amount is the first reservation's
+                    raise unsettleable(exc, allowed if position == 0 else None) from None
                 if ran:
                     by_grant = ledger.charge(reservation, amount, tx, exhaust=True)
                     if position == 0 or (known and unit == own):
