@@ -655,8 +655,9 @@ def test_a_held_reservation_settled_by_four_operators_at_once_and_by_its_own_lat
     ``agentgate budget settle --not-run`` on its reservation at once: one settles it, three are
     refused (exit 1); the process then ends its call, and its outcome is recorded without
     settling the reservation again (docs/cli.md; until review R67 not recorded): the reservation
-    is released once, never charged too, the process goes on deciding, and the log verifies with
-    two outcomes for the call, the operator's, then its process's."""
+    is released once, then charged once by that outcome, since the call ran (review R68: until
+    then never charged), the process goes on deciding, and the log verifies with two outcomes
+    for the call, the operator's, then its process's."""
     late = workers.start([{"mode": "late", "model": MODEL, "tokens": TOKENS, "spent": SPENT}])
     allowed = workers.work / "slow-allowed"
     deadline = time.monotonic() + 60
@@ -674,7 +675,7 @@ def test_a_held_reservation_settled_by_four_operators_at_once_and_by_its_own_lat
     assert status == 0 and out["after"], out
     root = workers.chatter.chain.root.id
     with workers.gate() as gate:
-        assert gate.ledger.remaining(root) == BUDGET - sum(SPENT)  # the second call's charge alone
+        assert gate.ledger.remaining(root) == BUDGET - 2 * sum(SPENT)  # the late call's, the second's
     entries = workers.verified()
     assert [e.status for e in entries if e.kind == "outcome" and e.ref == allow_index] == ["not_run", "ok"]
 
