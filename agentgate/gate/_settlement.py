@@ -315,7 +315,8 @@ class _Settlement:
         ``charge``, else release them; returns what the caller's own budget was charged. What
         each grant was charged, by unit, is added to ``charges`` (the outcome entry's), and an
         overrun to ``reasons``. ``careful`` (``_write_outcome``): each under a savepoint, one
-        that cannot be settled (``MalformedRow``, ``NotHeld``) left as it is, named in ``reasons``."""
+        that cannot be settled (``MalformedRow``, ``NotHeld``) left as it is, named in ``reasons``,
+        but for one released by hand whose call ran, charged now (``_charge_released``)."""
         delta = 0
         for position, (reservation, unit, amount) in enumerate(auth.reservations):
             if careful:
