@@ -18,11 +18,14 @@ from pathlib import Path
 
 import pytest
 from test_gate_budgets import Books
-from test_gate_once import PAY, RUN, _gate, _new
+from test_gate_once import PAY, RUN, _gate, _new, _policy_text
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.gate import Gate
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import Store
 from agentgate.store.held import settle_held
 from agentgate.store.once import OnceCalls, settle
 
@@ -135,3 +138,30 @@ def test_a_late_outcome_leaves_a_call_decided_again_since_as_it_is(tmp_path: Pat
         (row,) = OnceCalls(gate.store).unsettled()
         assert (row.state, row.allow_index) == ("started", second.audit_index)
         assert gate.verify().ok
+
+
+def test_on_either_store_a_call_settled_as_ran_stays_settled_and_a_released_one_is_charged(
+    store: Store,
+) -> None:
+    """Review R68: as above, on SQLite and on PostgreSQL (the conditional state update and the
+    late charge under its savepoint): a payment settled ``--ran`` that then fails is not listed
+    again; another settled ``--not-run`` that ran is charged one call by its outcome."""
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    gate = Gate(parse_policy(_policy_text(keys), source="once.yaml"), store)
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        ran = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        released = gate.authorize(agent, PAY, call_id="c2", run_id=RUN)
+        assert ran.once_key is not None and released.once_key is not None
+        gate.flush()
+        settle(gate.store, gate.audit, ran.once_key, ran=True, by="ops", min_age_s=0)
+        settle(gate.store, gate.audit, released.once_key, ran=False, by="ops", min_age_s=0)
+        with pytest.raises(RuntimeError):
+            gate.run(ran, _fail, call_id="c1", run_id=RUN)
+        gate.run(released, lambda: "paid", call_id="c2", run_id=RUN)
+        gate.flush()
+        assert OnceCalls(gate.store).unsettled() == []
+        assert gate.ledger.usage(agent.grant_id) == (2, 0)  # each payment once
+        assert gate.verify().ok
+    finally:
+        gate.close()
