@@ -86,7 +86,8 @@ def capability_from_canonical(data: object) -> Capability | None:
     canonical-form check against ``to_dict``) must decide.
 
     Returns a capability only when ``Capability.from_dict(data)`` would return an equal one and
-    its ``to_dict()`` equals ``data``; never raises.
+    its ``to_dict()`` equals ``data``; never raises (a name, a resource or an action that is not
+    an exact ``str`` gives ``None``).
     """
     if type(data) is not dict or data.keys() != _CAPABILITY_FIELDS:
         return None
@@ -103,7 +104,14 @@ def capability_from_canonical(data: object) -> Capability | None:
     constraints: list[tuple[str, Constraint]] = []
     for name, spec in raw.items():
         constraint = _constraint_from_canonical(spec)
-        if constraint is None or len(name) > MAX_NAME_LENGTH or not _FIELD.fullmatch(name):
+        # An exact ``str`` only: until review R68 a name of another type raised a bare
+        # ``TypeError`` here (``len`` of an int), and one of a ``str`` subclass was held as it was.
+        if (
+            constraint is None
+            or type(name) is not str
+            or len(name) > MAX_NAME_LENGTH
+            or not _FIELD.fullmatch(name)
+        ):
             return None
         constraints.append((name, constraint))
     constraints.sort(key=_name)
