@@ -247,8 +247,8 @@ def test_delegated_names_only_unexpired_grants_to_that_audience(store: Store) ->
             ],
             now=now,
         )
-        assert repo.delegated("p" * 64, ALICE, now=now) == ["token-" + "1" * 64]
-        assert repo.delegated("p" * 64, BOB, now=now) == ["token-" + "2" * 64]
+        assert repo.delegated("p" * 64, ALICE, now=now) == [("1" * 64, "token-" + "1" * 64)]
+        assert repo.delegated("p" * 64, BOB, now=now) == [("2" * 64, "token-" + "2" * 64)]
         assert repo.delegated("p" * 64, AGENT, now=now) == []
     finally:
         repo.close()

@@ -5,6 +5,7 @@ its audit entry."""
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -37,10 +38,18 @@ from agentgate.authority import (
     revoke,
     revoke_holder,
 )
-from agentgate.authority._chain_findings import revoked_finding
+from agentgate.authority._chain_findings import chain_finding, revoked_finding
 from agentgate.authority._revocation import revoked_id
 from agentgate.capabilities import Capability
-from agentgate.errors import AuthorityError, CapabilityError, Denied, InputError, Revoked, ScopeCreep
+from agentgate.errors import (
+    AuthorityError,
+    CapabilityError,
+    Denied,
+    InputError,
+    Revoked,
+    ScopeCreep,
+    TokenFormatError,
+)
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate._authorization import AgentIdentity, expect, listed, shown
 from agentgate.gate._checks import (
@@ -60,6 +69,8 @@ from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Policy, PolicyIndex, role_grant_template
 from agentgate.store import Transaction
 from agentgate.store.audit import AuditLog
+
+_log = logging.getLogger("agentgate.gate")
 
 DELEGATIONS_PURGE_S = 1.0
 """How often, at most, ``Gate.delegations`` is cleared of expired delegations (and the approval
@@ -316,7 +327,9 @@ class _Delegation:
         again instead of a fresh one, once the checks below pass as for a fresh one: a sub-agent
         resumed by another process (a restart, another worker) keeps the grant its pending
         approval is bound to. Handing it on again is not audited again; the grant's ``allow``
-        entry is the one recorded when it was made.
+        entry is the one recorded when it was made. A recorded grant is handed on again only once
+        it verifies (``_delegated_before``): a row that does not (planted, edited, revoked) is
+        ignored, and the fresh grant's ``allow`` entry names it.
 
         The policy's ``delegation`` rule of the parent's roles bounds what may be handed on
         (capabilities, TTL, budget); the authority engine checks attenuation against the
@@ -363,9 +376,12 @@ class _Delegation:
                 self._refuse_untrusted(parent)
                 self._refuse_outside_policy(parent)
                 self._check_delegation_rule(parent, caps, seconds, budget, asked)
-                if call is not None and (
-                    again := self._delegated_before(parent, key, caps, budget, purpose, seconds)
-                ):
+                again, ignored = (
+                    (None, [])
+                    if call is None
+                    else self._delegated_before(parent, key, caps, budget, purpose, seconds)
+                )
+                if again is not None:
                     child = AgentIdentity(name, key, again, parent.tenant)
                     return self._granted_on(span, self._handed_on(parent, child, again=True))
                 unit = tip.budget.unit if tip.budget else "usd_micros"
@@ -393,6 +409,7 @@ class _Delegation:
                         else ""
                     ),
                     parent=parent,
+                    ignored=ignored,
                 )
             except AuthorityError as exc:
                 self._refused_on(span, self._audited_refusal(exc, parent.did, resource, parent.grant_id))
@@ -465,30 +482,77 @@ class _Delegation:
         budget: int | None,
         purpose: str,
         seconds: int,
-    ) -> Chain | None:
+    ) -> tuple[Chain | None, list[str]]:
         """The live chain recorded as delegated from ``parent`` to ``key`` with ``purpose`` and
         these terms (``delegate``'s ``call``), if any, that expires no later than a fresh one
-        living ``seconds`` would: until review R60 a grant made for a longer ``ttl`` was handed on
-        for a shorter one (ten minutes for one asked)."""
+        living ``seconds`` would (until review R60 a grant made for a longer ``ttl`` was handed on
+        for a shorter one, ten minutes for one asked); with the rows read and ignored, each named
+        with why (``_ignored_row``).
+
+        A row is the store's word, written by whoever may insert into the grants table: the
+        chain is handed on only once it verifies as a grant of ``parent``'s to ``key``
+        (``_untrusted_row``) and is not revoked. Until review R68 a row was handed on as read, a
+        planted one too (every call on it then refused ``bad_signature``), a revoked one (refused
+        ``revoked``), and a token that did not parse made every such delegation raise
+        ``TokenFormatError``."""
         parsed = self._parsed_delegated
         now = int(time.time())
-        for token in self.grants.delegated(parent.grant_id, key.did, now=now):
+        ignored: list[str] = []
+        for row_id, token in self.grants.delegated(parent.grant_id, key.did, now=now):
             chain = parsed.get(token)
             if chain is None:
-                chain = parse_chain(token)  # raises for a malformed one, as before: never cached
+                try:
+                    chain = parse_chain(token)
+                except TokenFormatError as exc:  # never cached: read, and named, each time
+                    ignored.append(self._ignored_row(row_id, f"its token does not parse ({exc})"))
+                    continue
                 if len(parsed) >= DELEGATED_PARSED_MAX:
                     parsed.clear()
                 parsed[token] = chain
             tip = chain.tip
-            if (
+            if not (
                 tip.purpose == purpose
                 and tip.expires <= now + seconds
                 and list(tip.capabilities) == caps
                 and (budget is None or (tip.budget is not None and tip.budget.amount == budget))
-                and chain.links[:-1] == parent.chain.links
             ):
-                return chain
-        return None
+                continue  # another call's grant, or other terms
+            why = self._untrusted_row(row_id, chain, parent, key, now)
+            if why is None and self.grants.revoked([tip.id]):
+                why = "it is revoked"
+            if why is not None:
+                ignored.append(self._ignored_row(row_id, why))
+                continue
+            return chain, ignored
+        return None, ignored
+
+    def _untrusted_row(
+        self, row_id: str, chain: Chain, parent: AgentIdentity, key: SigningKey, now: int
+    ) -> str | None:
+        """Why the recorded ``chain`` (row ``row_id``) is no grant of ``parent``'s to ``key`` that
+        a call could use: its tip is not the row's grant, its links above the tip are not
+        ``parent``'s chain, its tip is to another key or expired, or a signature or link does not
+        verify from this Gate's trust anchors (``chain_finding``, which a decision asks); else
+        ``None``."""
+        tip = chain.tip
+        if tip.id != row_id:
+            return f"its token's grant is {tip.id}, not the row's"
+        if chain.links[:-1] != parent.chain.links:
+            return f"its chain does not extend {parent.name}'s grant {parent.grant_id}"
+        if tip.audience != key.did:
+            return f"its grant is to {tip.audience}, not {key.did}"
+        if tip.expires <= now:
+            return "its grant has expired"
+        found = chain_finding(chain, self.authority.anchors)
+        return None if found is None else f"{found.kind}:{found.code}: {found.message}"
+
+    @staticmethod
+    def _ignored_row(row_id: str, why: str) -> str:
+        """The note (a reason of the fresh grant's ``allow`` entry, and a warning logged by
+        ``agentgate.gate``) on the grants row ``row_id``, read for a delegation and not handed on."""
+        note = f"ignored recorded grant {recordable(row_id)[:80]}: {why}"
+        _log.warning("agentgate: delegation: %s", note)
+        return note
 
     def _handed_on(
         self, parent: AgentIdentity, child: AgentIdentity, *, again: bool = False
@@ -628,12 +692,14 @@ class _Delegation:
         reason: str,
         *,
         parent: AgentIdentity | None = None,
+        ignored: Collection[str] = (),
     ) -> int:
         """Record a grant and its ``allow`` audit entry (by ``principal``, on ``resource``
         ``agent:NAME``) in one transaction, one commit; returns the entry's index. For a grant
         delegated by ``parent``, raises ``Revoked`` (nothing written) when the parent's chain was
         revoked meanwhile: revocation is read again in that transaction, so no allow follows a
-        revocation that has returned."""
+        revocation that has returned. ``ignored``: the notes on recorded grants read for this
+        delegation and not handed on (``_delegated_before``), kept as further reasons."""
         with self._decision_transaction() as tx, self.grants.within(tx):
             if parent is not None:
                 self._refuse_revoked(parent)
@@ -646,7 +712,7 @@ class _Delegation:
                     "chain_hash": chain_hash,
                     "policy_hash": self.policy.digest or None,
                     "resource": resource,
-                    "reasons": [reason],
+                    "reasons": [reason, *ignored],
                 },
                 tx,
             )

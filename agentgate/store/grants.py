@@ -311,15 +311,16 @@ class GrantRepository:
             revoked is not None,
         )
 
-    def delegated(self, parent: str, audience: str, *, now: int) -> list[str]:
-        """The chain tokens of the unexpired grants recorded as delegated from ``parent`` to
-        ``audience``, newest first (``Gate.delegate``, handing a sub-agent's grant on again)."""
+    def delegated(self, parent: str, audience: str, *, now: int) -> list[tuple[str, str]]:
+        """``(id, chain token)`` of the unexpired grants recorded as delegated from ``parent`` to
+        ``audience``, newest first (``Gate.delegate``, handing a sub-agent's grant on again, once
+        the token verifies: a row is the word of whoever may insert into the table)."""
         rows = self.store.query(
-            "SELECT token FROM agentgate_grants WHERE parent = ? AND audience = ? AND expires > ? "
+            "SELECT id, token FROM agentgate_grants WHERE parent = ? AND audience = ? AND expires > ? "
             "ORDER BY recorded_at DESC, id",
             (parent, audience, now),
         )
-        return [str(r[0]) for r in rows]
+        return [(str(r[0]), str(r[1])) for r in rows]
 
     def descendants(self, grant_id: str) -> list[str]:
         """Ids of recorded grants below ``grant_id`` (children, grandchildren...), nearest first."""
