@@ -423,7 +423,10 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         assert identity is not None
         if approval is not None and not isinstance(approval, Approval):
             return self._refuse_unreadable_approval(identity, call, approval, call_id)
-        verdict = self.index.evaluate(self._policy_principal(identity), call)
+        # The holders above the caller in its chain drive its call: an approval gate leaves them
+        # out of its approvers, as it leaves out the requester (review R68).
+        delegators = [link.audience for link in identity.chain.links[:-1]]
+        verdict = self.index.evaluate(self._policy_principal(identity), call, delegators=delegators)
         # A chain made outside the Gate never met the policy's bounds on root grants and
         # delegations: refused here, before anyone is asked to approve a call on it.
         fault = self._policy_chains.fault(identity.chain) if verdict.outcome is not Outcome.DENY else None

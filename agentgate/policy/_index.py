@@ -15,7 +15,7 @@ argument, or no rule that covers the call is a deny that says why.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -421,8 +421,14 @@ class PolicyIndex:
                 )
         return None
 
-    def evaluate(self, principal: str, call: Call) -> PolicyDecision:
+    def evaluate(self, principal: str, call: Call, *, delegators: Collection[str] = ()) -> PolicyDecision:
         """Decide ``call`` by ``principal`` (a policy name or a did:key). Never raises for a bad call: denies.
+
+        ``delegators``: the did:keys the caller's grant was delegated by (the holders above it in
+        its chain). An approval gate leaves them out of its approvers as it leaves out the
+        requester, who never approves its own call: a delegator drives its sub-agent's call.
+        Until review R68 only the principal judged was left out, and an approver that delegated
+        to a sub-agent the policy names approved that sub-agent's call.
 
         Raises ``CapabilityError`` for a ``call`` that is not a ``Call`` at all (a dict, a string).
         """
@@ -437,7 +443,7 @@ class PolicyIndex:
             )
         slot = self._slots.get(resource)
         if slot is None:
-            return self._evaluate_undeclared(entry, call)
+            return self._evaluate_undeclared(entry, call, delegators)
         if slot.types is not None:
             refusal = _check_arguments(slot, call)
             if refusal is not None:
@@ -455,7 +461,7 @@ class PolicyIndex:
             for compiled in slot.rules.get(role, ()):
                 action = compiled[1]
                 if (action == "*" or action == call.action) and _passes(compiled, call.args):
-                    return self._allowed(entry, call, compiled[0], slot.gates, compiled[2], role)
+                    return self._allowed(entry, call, compiled[0], slot.gates, compiled[2], role, delegators)
                 misses.append(_miss(compiled[0], call))
         return self._denied(entry, resource, misses)
 
@@ -496,7 +502,9 @@ class PolicyIndex:
             rules += self._wild_rules.get(pattern, {}).get(role, ())
         return next((r for r in sorted(rules, key=lambda r: r.index) if _satisfies(r.capability, call)), None)
 
-    def _evaluate_undeclared(self, entry: _Principal, call: Call) -> PolicyDecision:
+    def _evaluate_undeclared(
+        self, entry: _Principal, call: Call, delegators: Collection[str] = ()
+    ) -> PolicyDecision:
         """Tools and models must be declared; other resources (``gpu:``) are matched by their rules.
 
         Their names must be canonical: a wildcard rule (``gpu:*``) would otherwise allow
@@ -524,7 +532,7 @@ class PolicyIndex:
                 if _satisfies(rule.capability, call):
                     # The gates on this very resource (``gpu:h100``) and the wildcard ones that match it.
                     gates = self._gates_of(resource)
-                    return self._allowed(entry, call, rule, gates, rule.allowed_by, role)
+                    return self._allowed(entry, call, rule, gates, rule.allowed_by, role, delegators)
                 misses.append(_miss(rule, call))
         return self._denied(entry, resource, misses)
 
@@ -552,6 +560,7 @@ class PolicyIndex:
         gates: tuple[_Gate, ...],
         allowed_by: str,
         role: str,
+        delegators: Collection[str] = (),
     ) -> PolicyDecision:
         resource = call.resource
         quotas: tuple[QuotaRef, ...] = ()
@@ -573,7 +582,7 @@ class PolicyIndex:
         applying = [gate for gate in gates if _gate_applies(gate.requirement.conditions, call.args)]
         if applying:
             req, refusal = _combined_requirement(
-                applying, entry.name, self.policy.principal_dids.get(entry.name)
+                applying, entry.name, self.policy.principal_dids.get(entry.name), delegators
             )
             if req is None:
                 return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(allowed_by, refusal))
@@ -679,29 +688,45 @@ def wild_ancestors(resource: str) -> list[str]:
 
 
 def _combined_requirement(
-    applying: list[_Gate], requester: str, requester_did: str | None
+    applying: list[_Gate], requester: str, requester_did: str | None, delegators: Collection[str] = ()
 ) -> tuple[ApprovalRequirement, str] | tuple[None, str]:
     """One requirement that an approval meets only if it meets EVERY gate in ``applying``, or
     ``None`` and the reason no approval can.
 
-    The requester never approves their own call, so they leave every approver list. With one
-    gate that is all. With several, an approval must satisfy each of them, so the approvers are
-    those named by every gate, the quorum the largest, the expiry the shortest; when fewer such
-    approvers remain than the quorum, no approval could be valid and the call is denied.
+    The requester never approves their own call, so they leave every approver list, and so do
+    the approvers whose key is one of ``delegators`` (the holders the caller's grant was delegated
+    by, who drive its call). With one gate that is all. With several, an approval must satisfy
+    each of them, so the approvers are those named by every gate, the quorum the largest, the
+    expiry the shortest; when fewer such approvers remain than the quorum, no approval could be
+    valid and the call is denied.
     """
+    out = {requester}
+    if delegators:
+        above = set(delegators)
+        out |= {
+            a
+            for gate in applying
+            for a, did in zip(gate.requirement.approvers, gate.requirement.approver_dids, strict=True)
+            if did in above
+        }
+    who = (
+        f"the requester {requester}"
+        if len(out) == 1
+        else f"the requester {requester} and those its grant was delegated by ({', '.join(sorted(out - {requester}))})"
+    )
     for gate in applying:
         req = gate.requirement
-        remain = len(set(req.approvers) - {requester})
+        remain = len(set(req.approvers) - out)
         if remain < req.quorum:
             return None, (
-                f"approval gate {gate.name} applies, and without the requester {requester} only "
+                f"approval gate {gate.name} applies, and without {who} only "
                 f"{remain} approver(s) remain for a quorum of {req.quorum}: no approval can be valid"
             )
     first = applying[0].requirement
     named = set(first.approvers)
     for gate in applying[1:]:
         named &= set(gate.requirement.approvers)
-    named.discard(requester)
+    named -= out
     keep = [i for i, a in enumerate(first.approvers) if a in named and a not in first.approvers[:i]]
     if len(applying) == 1 and len(keep) == len(first.approvers):
         return _signable(first, requester_did)
