@@ -132,3 +132,34 @@ def test_no_approver_left_but_delegators_refuses_the_call(tmp_path: Path) -> Non
         assert any("lead" in r and "no approval can be valid" in r for r in refused.reasons), refused.reasons
     finally:
         made.gate.close()
+
+
+def test_a_grant_delegated_before_the_gate_was_added_meets_it(tmp_path: Path) -> None:
+    """Review R68: a grant carries no approval field, so a sub-agent's grant delegated (and
+    recorded) under a policy without the gate meets the gate once a Gate on the same store runs
+    the policy that adds it, handed on again for the same call or presented as it was."""
+    keys = {n: SigningKey.generate() for n in ("root", "lead", "alpha", "carol")}
+    dids = {n: k.did for n, k in keys.items()}
+    gated = POLICY.format(approvers="carol", quorum=1, **dids)
+    ungated = gated[: gated.index("approvals:")]
+    sub_key = SigningKey.generate()
+
+    def delegated(gate: Gate, lead: AgentIdentity) -> AgentIdentity:
+        return gate.delegate(
+            lead,
+            name="anon",
+            key=sub_key,
+            capabilities=["tool:pay?amount<11"],
+            ttl=timedelta(minutes=5),
+            call="c",
+        )
+
+    with Gate(parse_policy(ungated, source="old.yaml"), SQLiteStore(tmp_path / "g.db")) as before:
+        lead = before.issue(keys["root"], name="lead", key=keys["lead"], role="lead")
+        old = delegated(before, lead)
+        assert before.authorize(old, PAY, call_id="c0").verdict == "allow"
+    with Gate(parse_policy(gated, source="new.yaml"), SQLiteStore(tmp_path / "g.db")) as after:
+        assert after.authorize(old, PAY, call_id="c1").needs_approval
+        again = delegated(after, lead)
+        assert again.chain == old.chain  # handed on again: the grant recorded before the gate
+        assert after.authorize(again, PAY, call_id="c2").needs_approval
