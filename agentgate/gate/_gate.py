@@ -425,7 +425,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             return self._refuse_unreadable_approval(identity, call, approval, call_id)
         # The holders above the caller in its chain drive its call: an approval gate leaves them
         # out of its approvers, as it leaves out the requester (review R68).
-        delegators = [link.audience for link in identity.chain.links[:-1]]
+        links = identity.chain.links
+        delegators = [link.audience for link in links[:-1]] if len(links) > 1 else ()
         verdict = self.index.evaluate(self._policy_principal(identity), call, delegators=delegators)
         # A chain made outside the Gate never met the policy's bounds on root grants and
         # delegations: refused here, before anyone is asked to approve a call on it.
