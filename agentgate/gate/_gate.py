@@ -423,11 +423,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         assert identity is not None
         if approval is not None and not isinstance(approval, Approval):
             return self._refuse_unreadable_approval(identity, call, approval, call_id)
-        # The holders above the caller in its chain drive its call: an approval gate leaves them
-        # out of its approvers, as it leaves out the requester (review R68).
-        links = identity.chain.links
-        delegators = [link.audience for link in links[:-1]] if len(links) > 1 else ()
-        verdict = self.index.evaluate(self._policy_principal(identity), call, delegators=delegators)
+        verdict = self._policy_verdict(identity, call)
         # A chain made outside the Gate never met the policy's bounds on root grants and
         # delegations: refused here, before anyone is asked to approve a call on it.
         fault = self._policy_chains.fault(identity.chain) if verdict.outcome is not Outcome.DENY else None
@@ -751,6 +747,15 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
 
     def _policy_principal(self, identity: AgentIdentity) -> str:
         return self._principal_of(identity.did, identity.chain)
+
+    def _policy_verdict(self, identity: AgentIdentity, call: Call) -> PolicyDecision:
+        """The policy's verdict on ``call`` by ``identity`` (``Gate.authorize``, and the gateway's
+        ``authorize_invocation``). The holders above the caller in its chain drive its call: an
+        approval gate leaves them out of its approvers, as it leaves out the requester (review
+        R68; until then the gateway judged a sub-agent alone, and its delegator approved it)."""
+        links = identity.chain.links
+        delegators = [link.audience for link in links[:-1]] if len(links) > 1 else ()
+        return self.index.evaluate(self._policy_principal(identity), call, delegators=delegators)
 
     def disowns(self, identity: AgentIdentity) -> bool:
         """Whether the policy names neither ``identity``'s key nor the principal its chain was

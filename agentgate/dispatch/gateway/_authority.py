@@ -197,7 +197,7 @@ class GatewayGate(Gate):
         # Authentication before authorization: a caller that cannot prove its authority learns
         # nothing about what the policy would allow (401 before 403). The policy's verdict is
         # computed first (it reads nothing) but only answered after the authority's.
-        verdict = self.index.evaluate(self._policy_principal(identity), call)
+        verdict = self._policy_verdict(identity, call)
         if verdict.outcome is Outcome.APPROVAL_REQUIRED:
             return self._authorize_gated(
                 invocation, identity, call, tokens, approval_text, verdict, prompt_most
