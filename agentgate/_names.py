@@ -105,8 +105,9 @@ def mixed_scripts(name: str) -> tuple[str, str, int] | None:
     forms), holds letters of two scripts no allowed mix (``_MIXES_ALLOWED``) joins: (the first
     letter's script, the other script, the other letter's index in the NFKC form); ``None`` for
     a name of one script, or of an allowed mix. Letters only: digits, marks and punctuation
-    belong to every script. Not Unicode's confusables test (TR39 skeletons), which no library
-    this package depends on keeps: a name wholly in another script that looks Latin passes."""
+    belong to every script. A name wholly in another script that looks Latin passes here: the
+    Gate compares it with principals' names by Unicode's confusables (``_confusables.readings``,
+    ``gate._checks.principal_named``; since review R68)."""
     if name.isascii():
         return None
     seen: dict[str, int] = {}

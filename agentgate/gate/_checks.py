@@ -5,9 +5,9 @@ carries no identity (``_NO_CHAIN``) or one that is not the agent's own (``inheri
 from __future__ import annotations
 
 import hashlib
-import unicodedata
 import weakref
 
+from agentgate import _confusables
 from agentgate._names import _expect_id as _expect_id  # re-exported: the Gate's parts check ids with it
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate._authorization import AgentIdentity
@@ -140,22 +140,22 @@ def renamed_identity(identity: AgentIdentity, granted: str) -> Finding:
     )
 
 
-_FOLDED_PRINCIPALS: weakref.WeakKeyDictionary[Policy, dict[str, str]] = weakref.WeakKeyDictionary()
-"""Per policy: each principal's name as ``_folded``, to the name."""
-
-
-def _folded(name: str) -> str:
-    """``name`` as a reader takes it in: NFKC (full-width and compatibility letters as their plain
-    forms), case folded. A policy's principal names are ASCII (``[A-Za-z0-9_.-]``); letters of
-    another script that look alike are not folded (no confusables table is kept)."""
-    return unicodedata.normalize("NFKC", name).casefold()
+_READ_PRINCIPALS: weakref.WeakKeyDictionary[Policy, dict[str, str]] = weakref.WeakKeyDictionary()
+"""Per policy: each key of how a principal's name reads (``_confusables.readings``), to the name."""
 
 
 def principal_named(policy: Policy, name: str) -> str | None:
-    """The principal whose name ``name`` is, or reads as (``_folded``), else ``None``."""
+    """The principal whose name ``name`` is, or reads as, else ``None``. Reads as: the two are
+    confusable (Unicode TR39's skeletons, of the NFKC forms, case folded:
+    ``_confusables.readings``): ``Researcher``, a full-width ``ｒｅｓｅａｒｃｈｅｒ``, an all-Cyrillic
+    ``геѕеагсһег`` (until review R68 only NFKC and case were folded). A principal's exact name
+    computes nothing; another name's readings are kept (``readings``' cache). The policy refuses
+    two principals that read alike (``policy._load``), so at most one matches."""
     if name in policy.principal_dids:
         return name
-    folded = _FOLDED_PRINCIPALS.get(policy)
-    if folded is None:
-        folded = _FOLDED_PRINCIPALS[policy] = {_folded(p): p for p in policy.principal_dids}
-    return folded.get(_folded(name))
+    read = _READ_PRINCIPALS.get(policy)
+    if read is None:
+        read = _READ_PRINCIPALS[policy] = {
+            key: p for p in policy.principal_dids for key in _confusables.readings(p)
+        }
+    return next((read[key] for key in _confusables.readings(name) if key in read), None)

@@ -672,8 +672,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         grant's signed purpose): until then the name was a label its holder chose, and the
         scheduler's per-agent limit, the requester approvers are shown and the spans took it.
 
-        A name is a principal's when it is, or reads as, that principal's name (NFKC, case folded:
-        ``_checks.principal_named``). A name ``Gate.issue`` and ``Gate.delegate`` would not grant
+        A name is a principal's when it is, or reads as, that principal's name (NFKC, case folded,
+        and since review R68 Unicode's confusables: ``_checks.principal_named``). A name ``Gate.issue`` and ``Gate.delegate`` would not grant
         (``_names.check_agent_name``: an invisible or control character, more than
         ``MAX_NAME_CHARS``, an edge space, letters of mixed scripts such as ``rеsearcher`` with a
         Cyrillic ``е``) is refused since review R67; until then a grant that binds no name was
@@ -688,15 +688,18 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             granted = granted_elsewhere(identity.chain.tip.purpose, identity.name)
             if granted is not None:
                 return renamed_identity(identity, granted)
-            refused = agent_name_refused(identity.name, "the agent's")
-            if refused is None:
-                return None
+        # A name Gate.issue would not grant is refused as such first, as Gate.issue refuses it
+        # before comparing it with principals' names (``rеsearcher`` reads as ``researcher``).
+        refused = agent_name_refused(identity.name, "the agent's")
+        if refused is not None:
             return inherited_identity(
                 f"{refused}; Gate.issue and Gate.delegate grant no such name, and the call would be "
                 "recorded under it",
                 _OWN_NAME,
                 _NAME_HINT,
             )
+        if own is None or own == identity.did:
+            return None
         holder = self.index.principal_name(identity.did)
         if holder is not None:
             return inherited_identity(

@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from agentgate import _confusables
 from agentgate._shown import not_printable
 from agentgate._yaml import (
     Locations,
@@ -621,22 +622,30 @@ class _Compiler:
                     ) from None
 
     def _principal_names(self) -> None:
-        """Refuse two principals whose names differ only in case, at the later one, naming both.
-        The Gate takes an agent's name for a principal's as its NFKC, case-folded form
-        (``gate._checks.principal_named``; a principal's name is ASCII, which NFKC keeps), so
-        it takes the two for one; until review R67 they loaded (lint reported them)."""
+        """Refuse two principals whose names read as one (``_confusables.readings``: Unicode
+        TR39's confusable skeletons, case folded), at the later one, naming both. The Gate takes
+        an agent's name for a principal's by how it reads (``gate._checks.principal_named``), so
+        it would take the two for one. Names differing only in case were refused since review
+        R67; names a reader confuses otherwise (``mallory`` and ``rnallory``, ``bob1`` and
+        ``bobl``) loaded until review R68. Other sections' names are compared exactly; lint
+        reports theirs (``names_differ_only_in_case``, ``names_read_alike``)."""
         first: dict[str, str] = {}
         for name in self.doc.principals:
-            earlier = first.setdefault(name.casefold(), name)
-            if earlier != name:
-                raise self.error(
-                    ("principals", name),
-                    f"principals {name} and {earlier} differ only in case: the Gate compares an "
-                    "agent's name with principals' names regardless of case, and would take them for one",
-                    "principal names that differ in more than case",
-                    "rename one of them (or merge the two, if one was meant)",
-                    key=True,
-                )
+            keys = _confusables.readings(name)
+            earlier = next((first[key] for key in keys if key in first), None)
+            for key in keys:
+                first.setdefault(key, name)
+            if earlier is None:
+                continue
+            how = "differ only in case" if name.casefold() == earlier.casefold() else "read alike"
+            raise self.error(
+                ("principals", name),
+                f"principals {name} and {earlier} {how}: the Gate compares an agent's name with "
+                "principals' names by how they read, and would take them for one",
+                "principal names that read apart",
+                "rename one of them (or merge the two, if one was meant)",
+                key=True,
+            )
 
     def _ref(self, loc: tuple[str | int, ...], name: str, section: str) -> None:
         known = getattr(self.doc, section)
