@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from agentgate.errors import PolicyError
-from agentgate.policy import parse_policy
+from agentgate.policy import lint, parse_policy
 
 POLICY = """\
 version: 1
@@ -57,6 +57,27 @@ def test_principals_reading_alike_are_refused_at_load(first: str, second: str) -
     assert (error.file, error.line) == ("team.yaml", 4)
     assert f"principals {second} and {first} read alike" in str(error)
     assert "rename one of them" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("section", "fields", "line"),
+    [
+        ("tools", {"tool1": "payments.refund", "tool2": "payrnents.refund"}, 7),
+        ("models", {"model1": "llama-3", "model2": "IIama-3"}, 10),
+        ("roles", {"role1": "admin", "role2": "adrnin"}, 14),
+    ],
+)
+def test_other_names_reading_alike_are_reported_by_lint(
+    section: str, fields: dict[str, str], line: int
+) -> None:
+    """Review R68: tools ``payments.refund`` and ``payrnents.refund`` (models, roles) loaded and
+    lint said nothing. Reported ``names_read_alike`` at the later name, naming both."""
+    first, second = fields.values()
+    policy = parse_policy(POLICY.format(**{**PLAIN, **fields}), source="team.yaml")
+    found = [f for f in lint(policy) if f.code == "names_read_alike"]
+    assert [(f.line, f.severity.value) for f in found] == [(line, "error")]
+    assert f"{section} {second} and {first} read alike" in found[0].message
+    assert not [f for f in lint(parse_policy(POLICY.format(**PLAIN))) if f.code == "names_read_alike"]
 
 
 def test_names_that_read_apart_load() -> None:

@@ -53,7 +53,7 @@ from agentgate.policy._lint._lifetime import (
     RoleWithoutTtl,
     TtlAbovePolicyMax,
 )
-from agentgate.policy._lint._names import NamesDifferOnlyInCase, UnclearArgumentName
+from agentgate.policy._lint._names import NamesDifferOnlyInCase, NamesReadAlike, UnclearArgumentName
 from agentgate.policy._lint._principals import (
     AgentInheritsRole,
     InheritsRulesNotBudget,
@@ -98,6 +98,7 @@ RULES: tuple[LintRule, ...] = (
     ApprovalUnreachable(),
     ApproverListedTwice(),
     NamesDifferOnlyInCase(),
+    NamesReadAlike(),
     UnclearArgumentName(),
     DelegationWithoutDepth(),
 )

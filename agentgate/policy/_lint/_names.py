@@ -1,6 +1,7 @@
 """Lint rules on how a policy names things (authority_chain_opacity): two names of one section
-that differ only in case, and an argument name holding a character a reader cannot see or may
-take for another.
+that differ only in case, or that read alike otherwise (Unicode's confusables: ``rn`` and ``m``,
+``l`` and ``1``), and an argument name holding a character a reader cannot see or may take for
+another.
 
 Loading compares every name exactly, so neither changes a decision; both make the policy read
 as something it is not. A tenant ``acme`` beside ``Acme`` is two tenants a quota on one counts
@@ -13,6 +14,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterator
 
+from agentgate import _confusables
 from agentgate._shown import character_named, not_printable
 from agentgate.findings import Finding, Severity
 from agentgate.policy._lint._common import OPAQUE, LintRule
@@ -46,6 +48,33 @@ class NamesDifferOnlyInCase(LintRule):
                         policy,
                         f"{section} {name} and {earlier} differ only in case: every reference names "
                         "one of them exactly, where a reader takes them for one",
+                        policy.line_of(section, name, key=True),
+                    )
+
+
+_READ_SECTIONS = (*_NAMED_SECTIONS, "tools", "gpus")
+"""The sections ``NamesReadAlike`` reads: all but principals, which are refused at load when two
+read alike (review R68)."""
+
+
+class NamesReadAlike(LintRule):
+    code = "names_read_alike"
+    kind = OPAQUE
+    hint = "rename one of them: people read the two names as one"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for section in _READ_SECTIONS:
+            first: dict[str, str] = {}
+            for name in getattr(policy.document, section):
+                keys = _confusables.readings(name)
+                earlier = next((first[key] for key in keys if key in first), None)
+                for key in keys:
+                    first.setdefault(key, name)
+                if earlier is not None and earlier.casefold() != name.casefold():
+                    yield self.finding(
+                        policy,
+                        f"{section} {name} and {earlier} read alike (Unicode's confusables): every "
+                        "reference names one of them exactly, where a reader takes them for one",
                         policy.line_of(section, name, key=True),
                     )
 
