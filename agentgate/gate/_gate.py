@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import SpanContext, Tracer
 from prometheus_client import CollectorRegistry
 
 from agentgate._names import agent_name_refused
@@ -189,6 +189,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         self._store_lock = threading.RLock()
         self._outcomes = PendingOutcomes(self._write_outcomes, tick=self.flush)
         self._outcome_refused_at: dict[int, float] = {}  # id() of an outcome's allow -> its first refusal
+        # id() of a pending outcome's allow -> its call's span (``_Settlement._outcome_lost_span``)
+        self._outcome_spans: dict[int, SpanContext] = {}
         _OPEN_GATES.add(self)
         self._limits = SharedLimits(self._config)
         """One set of limits for every scheduler below: a policy's limits are the Gate's."""

@@ -144,6 +144,7 @@ class _Running:
             usage: tuple[int, int] | None,
             *,
             started: bool = True,
+            span: Span | None = None,
         ) -> None: ...
 
     def _tool_call(
@@ -358,15 +359,16 @@ class _Running:
         usage: tuple[int, int] | None,
         *,
         started: bool = True,
+        span: Span | None = None,
     ) -> bool:
         """``_settle``, unless ``close`` has committed its last outcomes: then nothing will write
         this one, which is logged as lost, and the answer is ``True`` (the call's span says so,
         ``record_outcome_lost``). Decided under the lock ``close`` sets that under, so an outcome
-        queued here is one its last flush takes."""
+        queued here is one its last flush takes. ``span``: the call's (``_settle``)."""
         with self._runs_changed:
             lost = self._outcomes_closed
             if not lost:
-                self._settle(auth, status, error, usage, started=started)
+                self._settle(auth, status, error, usage, started=started, span=span)
         if lost:
             _outcome_lost(auth)
         return lost
@@ -464,7 +466,10 @@ class _Running:
             error = f"{error} (after {type(exc.__cause__).__name__})"
         usage = usage_after(auth, exc) if started else None
         status = "paused" if pause else "error"
-        if self._settle_unless_closed(auth, status, error, usage, started=started) and span.is_recording():
+        if (
+            self._settle_unless_closed(auth, status, error, usage, started=started, span=span)
+            and span.is_recording()
+        ):
             record_outcome_lost(span)
 
     def abandon(self, auth: Authorization, why: str = NOT_STARTED_DETAIL) -> None:
@@ -543,7 +548,7 @@ class _Running:
             if span.is_recording():
                 _record_raised(span, exc)
             if (
-                self._settle_unless_closed(auth, "error", _failure_reason(exc), USAGE_UNREAD)
+                self._settle_unless_closed(auth, "error", _failure_reason(exc), USAGE_UNREAD, span=span)
                 and span.is_recording()
             ):
                 record_outcome_lost(span)
@@ -556,7 +561,7 @@ class _Running:
             raised = type(failure).__name__ if isinstance(failure, BaseException) else None
             record_outcome(span, status, error_type=raised)
         reason = _failure_reason(failure) if isinstance(failure, BaseException) else None
-        if self._settle_unless_closed(auth, status, reason, usage) and span.is_recording():
+        if self._settle_unless_closed(auth, status, reason, usage, span=span) and span.is_recording():
             record_outcome_lost(span)
         if isinstance(failure, BaseException):
             raise failure

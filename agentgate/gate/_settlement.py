@@ -12,6 +12,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
+from opentelemetry.trace import Span, SpanContext, Tracer
+
+from agentgate.audit.spans import outcome_lost_span
 from agentgate.errors import AgentGateError, MalformedRow, NotHeld, StoreError
 from agentgate.gate._authorization import Authorization
 from agentgate.gate._lock import _serialized
@@ -62,6 +65,8 @@ class _Settlement:
     _store_lock: threading.RLock
     _outcomes: PendingOutcomes
     _outcome_refused_at: dict[int, float]
+    _outcome_spans: dict[int, SpanContext]
+    tracer: Tracer
 
     if TYPE_CHECKING:  # what this part calls of the gate's other parts
 
@@ -120,14 +125,41 @@ class _Settlement:
                 self.audit.lock(tx)
                 self._carry_all(tx, batch)
                 yield tx
-                return
+            self._forget_spans(batch)  # committed: written
+            return
         except _CarryFailed:
             pass
+        dropped: list[tuple[PendingOutcome, Exception]] = []
         with self.store.transaction() as tx:
             self.audit.lock(tx)
-            refused = self._carry(tx, batch)
+            refused = self._carry(tx, batch, dropped)
             yield tx
         self._outcomes.restore(refused, retry_after_s=OUTCOME_RETRY_S)  # committed: try them again
+        if self._outcome_spans:
+            for outcome, exc in dropped:
+                self._outcome_lost_span(outcome[0], exc)
+            kept = {id(outcome) for outcome in refused}
+            self._forget_spans([outcome for outcome in batch if id(outcome) not in kept])
+
+    def _forget_spans(self, written: list[PendingOutcome]) -> None:
+        """Forget the call spans of ``written`` outcomes, committed (``_outcome_spans``)."""
+        if self._outcome_spans:
+            for outcome in written:
+                self._outcome_spans.pop(id(outcome[0]), None)
+
+    def _outcome_lost_span(self, auth: Authorization, exc: Exception) -> None:
+        """The ``outcome_lost`` span of ``auth``'s outcome, which the store refused for good
+        (``exc``), under the call's span, if the call had one."""
+        parent = self._outcome_spans.pop(id(auth), None)
+        if parent is not None:
+            with outcome_lost_span(
+                auth.call.resource,
+                parent=parent,
+                ref=auth.audit_index,
+                error_type=type(exc).__name__,
+                tracer=self.tracer,
+            ):
+                pass
 
     def _settle(
         self,
@@ -137,7 +169,12 @@ class _Settlement:
         usage: tuple[int, int] | None,
         *,
         started: bool = True,
+        span: Span | None = None,
     ) -> None:
+        """Queue ``auth``'s outcome. ``span``: the call's span, under which an outcome the store
+        refuses for good has its ``outcome_lost`` span (``_outcome_lost_span``)."""
+        if span is not None and span.is_recording():
+            self._outcome_spans[id(auth)] = span.get_span_context()
         # The decision was durable before the call ran; the outcome and its budget settlement
         # (one transaction for both) ride with the next decision or the background commit.
         self._outcomes.put((auth, status, error, usage, started))
@@ -167,9 +204,12 @@ class _Settlement:
         except Exception as exc:  # also an unforeseen one: it must not fail every later decision
             raise _CarryFailed from exc
 
-    def _carry(self, tx: Transaction, batch: list[PendingOutcome]) -> list[PendingOutcome]:
+    def _carry(
+        self, tx: Transaction, batch: list[PendingOutcome], dropped: list[tuple[PendingOutcome, Exception]]
+    ) -> list[PendingOutcome]:
         """Write ``batch`` in ``tx`` under a savepoint; the outcomes the store refused, to be
-        tried again once ``tx`` has committed.
+        tried again once ``tx`` has committed. Those not written for good are added to
+        ``dropped``, with why, for their spans once ``tx`` has committed (``outcome_lost``).
 
         An outcome that cannot be written (logged) never takes the others, or the decision that
         carries them, down with it. Its reservation stays held, which can only make a budget
@@ -210,6 +250,7 @@ class _Settlement:
                             outcome[0].audit_index,
                             exc,
                         )
+                        dropped.append((outcome, exc))
             return refused
         return []
 

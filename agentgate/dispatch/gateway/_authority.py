@@ -458,7 +458,7 @@ class GatewayGate(Gate):
                     usage = USAGE_UNREAD  # charged as reserved
                 if span.is_recording():
                     record_outcome(span, "ok" if error is None else "error", error_type=error_type)
-                self._settle(auth, "ok" if error is None else "error", error, usage)
+                self._settle(auth, "ok" if error is None else "error", error, usage, span=span)
         await queue.put(last)
 
     def _authority_refusal(
