@@ -85,3 +85,17 @@ def test_a_refused_outcome_carried_by_the_next_decision_has_its_span_after_that_
     call = next(s for s in spans if s.attributes and s.attributes.get("gen_ai.tool.call.id") == "c1")
     lost = [s for s in spans if s.name == "outcome_lost tool:lookup"]
     assert [s.parent.span_id for s in lost if s.parent] == [call.context.span_id]
+
+
+def test_an_abandoned_calls_refused_outcome_has_its_span_too(sweep: Sweep, tmp_path: Path) -> None:
+    """Review R68: an allow given up before it ran (``Gate.abandon``) had its outcome settled
+    before its span was made, so an outcome the store then refused had no ``outcome_lost`` span."""
+    _refuse_outcomes(tmp_path)
+    auth = sweep.gate.authorize(sweep.boss, Call.tool("lookup", {"id": "1"}), call_id="c1")
+    sweep.gate.abandon(auth)
+    sweep.gate.flush()
+    spans = sweep.exporter.get_finished_spans()
+    (call,) = [s for s in spans if s.name == "execute_tool lookup"]
+    assert call.attributes is not None and call.attributes["error.type"] == "CancelledError"
+    lost = [s for s in spans if s.name == "outcome_lost tool:lookup"]
+    assert [s.parent.span_id for s in lost if s.parent] == [call.context.span_id]

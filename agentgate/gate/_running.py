@@ -333,8 +333,7 @@ class _Running:
                 if loop is not None:
                     self._loop_runs[loop] = self._loop_runs.get(loop, 0) + 1
                 return
-        lost = self._settle_unless_closed(auth, "error", "SchedulingError", None, started=False)
-        self._not_run_span(auth, "SchedulingError", lost=lost)
+        self._settle_not_run(auth, "SchedulingError", "SchedulingError")
         raise SchedulingError(f"{auth.call.resource}: the gate is closed; the call was not run")
 
     def _end_run(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -482,8 +481,7 @@ class _Running:
         ``InputError`` for an ``auth`` that is not an ``Authorization``.
         """
         self._check_allowed(auth)
-        lost = self._settle_unless_closed(auth, "error", f"CancelledError: {why}", None, started=False)
-        self._not_run_span(auth, "CancelledError", lost=lost)
+        self._settle_not_run(auth, f"CancelledError: {why}", "CancelledError")
 
     def trace_allowed(self, auth: Authorization) -> None:
         """The span of an allow that no ``run`` of this Gate follows: a GPU lease or a renewal
@@ -510,13 +508,16 @@ class _Running:
         with self._span(auth):
             pass
 
-    def _not_run_span(self, auth: Authorization, error_type: str, *, lost: bool) -> None:
-        """The span of an allowed call settled without running (``abandon``, a ``run`` refused once
-        ``close`` began): the call's span with its decision, ended at once with the ``error``
-        outcome its audit entry records and ``error.type`` the exception's class name (the
-        spans of calls that run are made as they run). ``lost``: the gate had closed, so that
-        outcome was not written (``agentgate.outcome.lost``)."""
+    def _settle_not_run(self, auth: Authorization, error: str, error_type: str) -> None:
+        """Settle an allowed call that will not run (``abandon``, a ``run`` refused once ``close``
+        began) as an ``error`` outcome saying ``error``, inside its span: the call's span with its
+        decision, ended at once with that outcome and ``error.type`` the exception's class name
+        (the spans of calls that run are made as they run), and ``agentgate.outcome.lost`` when
+        the gate had closed, so that the outcome was not written. Settled inside the span, so an
+        outcome the store then refuses has its ``outcome_lost`` span under it (until review R68
+        it was settled before the span was made)."""
         with self._span(auth) as span:
+            lost = self._settle_unless_closed(auth, "error", error, None, started=False, span=span)
             if span.is_recording():
                 record_outcome(span, "error", error_type=error_type)
                 if lost:
