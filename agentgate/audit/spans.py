@@ -363,13 +363,14 @@ def execute_tool_span(
     tracer: Tracer | None = None,
 ) -> Iterator[Span]:
     """A span for one tool call. ``arguments`` are recorded only if content capture is opted in;
-    ``name`` and ``call_id`` up to ``MAX_CALL_ID_CHARS`` characters."""
+    ``name``, ``call_id`` and ``tool_type`` up to ``MAX_CALL_ID_CHARS`` characters (``_cut``;
+    until review R68 ``tool_type`` was set as given)."""
     name = _cut(name)
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": name,
         "gen_ai.tool.call.id": _cut(call_id) if call_id is not None else None,
-        "gen_ai.tool.type": tool_type,
+        "gen_ai.tool.type": _cut(tool_type),
     }
     if arguments is not None and _capture(record_content):
         # Arguments without a canonical form (NaN, a lone surrogate...) are not recorded; the call goes on.
@@ -599,6 +600,15 @@ def record_usage(
         span.set_attribute("gen_ai.response.model", _cut(response_model))
 
 
+def _attribute_int(value: object) -> int | None:
+    """``value`` when it is an ``int`` (not a bool) OTLP carries, a signed 64-bit integer; else
+    ``None`` (the attribute is left off): one integer past that range fails the OTLP export of
+    the whole batch its span is in."""
+    if type(value) is int and -MAX_ATTRIBUTE_INT - 1 <= value <= MAX_ATTRIBUTE_INT:
+        return value
+    return None
+
+
 def _token_count(value: object) -> bool:
     """Whether ``value`` is a token count a span can carry: an ``int`` (not a bool) from 0 to
     ``MAX_ATTRIBUTE_INT``."""
@@ -628,20 +638,22 @@ def record_decision(
     ``agentgate.decision``, ``agentgate.audit.index`` and a deny's ``error.type`` are
     ``ESSENTIAL``: set last, and again as an agentgate span ends if its attribute limit dropped
     any, so that a low limit keeps them; an exception that leaves the span later does not
-    relabel a deny."""
+    relabel a deny. ``decision`` is cut as every name; ``chain_depth``, ``budget_remaining`` and
+    ``audit_index`` are set only when each is an integer OTLP carries (``_attribute_int``): until
+    review R68 a count past 2**63 - 1, a bool, a fraction or text was set as given."""
     values: dict[str, Any] = {
         "agentgate.policy.id": _cut(policy_id) if policy_id is not None else None,
         "agentgate.capability.id": _cut(capability_id) if capability_id is not None else None,
-        "agentgate.chain.depth": chain_depth,
-        "agentgate.budget.remaining": budget_remaining,
-        "agentgate.audit.index": audit_index,
+        "agentgate.chain.depth": _attribute_int(chain_depth),
+        "agentgate.budget.remaining": _attribute_int(budget_remaining),
+        "agentgate.audit.index": _attribute_int(audit_index),
     }
     listed = [(str(f.kind), _cut(f.code)) for f in itertools.islice(findings, MAX_SPAN_FINDINGS)]
     if listed:
         values["agentgate.finding.kinds"] = [kind for kind, _ in listed]
         values["agentgate.finding.codes"] = [code for _, code in listed]
     essential = {k: v for k, v in values.items() if v is not None}
-    essential["agentgate.decision"] = decision
+    essential["agentgate.decision"] = _cut(decision)
     if decision == "deny":
         essential["error.type"] = DENIED
         span.set_status(Status(StatusCode.ERROR, _cut(reason) if reason else "denied by agentgate"))
@@ -652,7 +664,8 @@ def record_outcome(span: Span, status: str, *, error_type: str | None = None) ->
     """How a call that ran ended, as its audit outcome says: ``agentgate.outcome`` is ``status``
     (``ok``, ``error``, ``paused``). An ``error`` marks the span ERROR with ``error.type``:
     ``error_type`` (an exception's class name, cut as every name) or ``agentgate.failed`` (the
-    call returned a failure). ``ok`` and ``paused`` leave the status as it is, and after
+    call returned a failure). ``status`` is cut as every name (until review R68 it was set as
+    given). ``ok`` and ``paused`` leave the status as it is, and after
     ``paused`` an exception leaving the span (the one that carries the pause out) does not mark
     it ERROR."""
     if status == "error":
@@ -660,7 +673,7 @@ def record_outcome(span: Span, status: str, *, error_type: str | None = None) ->
         _record(span, {"agentgate.outcome": status, "error.type": kind})
         span.set_status(Status(StatusCode.ERROR, kind))
     else:
-        _record(span, {"agentgate.outcome": status})
+        _record(span, {"agentgate.outcome": _cut(status)})
 
 
 def record_outcome_lost(span: Span) -> None:
