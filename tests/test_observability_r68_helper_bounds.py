@@ -6,6 +6,7 @@ attribute fails the OTLP export of the whole batch the span is in."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -16,10 +17,14 @@ from opentelemetry.trace import Tracer
 from agentgate.audit.spans import (
     MAX_ATTRIBUTE_INT,
     MAX_CALL_ID_CHARS,
+    approval_span,
     execute_tool_span,
     get_tracer,
+    lease_outcome_span,
     record_decision,
     record_outcome,
+    record_revocation,
+    revoke_span,
 )
 
 LONG = "x" * 100_000
@@ -98,3 +103,24 @@ def test_record_decision_keeps_a_count_otlp_carries(traced: tuple[Tracer, InMemo
     assert attributes["agentgate.budget.remaining"] == MAX_ATTRIBUTE_INT
     assert attributes["agentgate.chain.depth"] == 0
     assert attributes["agentgate.audit.index"] == -1
+
+
+@pytest.mark.parametrize("value", [MAX_ATTRIBUTE_INT + 1, True, "7"])
+def test_the_other_helpers_leave_off_a_number_otlp_cannot_carry(
+    traced: tuple[Tracer, InMemorySpanExporter], value: Any
+) -> None:
+    """Review R68: ``approval_span``, ``lease_outcome_span`` and ``record_revocation`` set their
+    entry indexes and counts as given, as ``record_decision`` did."""
+    tracer, exporter = traced
+    with approval_span("tool:t", "did:key:a", "r1", audit_index=value, tracer=tracer):
+        pass
+    with lease_outcome_span(
+        "gpu:h100", "lease_granted", lease_id="l1", audit_index=value, ref=value, tracer=tracer
+    ):
+        pass
+    with revoke_span("admin", tracer=tracer) as span:
+        record_revocation(span, "g1", already=False, descendants=value, audit_index=value)
+    for span in exporter.get_finished_spans():
+        attributes = dict(span.attributes or {})
+        for name in ("agentgate.audit.index", "agentgate.audit.ref", "agentgate.revoke.descendants"):
+            assert name not in attributes, (span.name, name, attributes.get(name))

@@ -321,7 +321,7 @@ def _remember(span: Span, values: Mapping[str, Any]) -> None:
         kept = _RECORDED.get(span)
         if kept is None:
             kept = _RECORDED[span] = {}
-        kept.update((name, values[name]) for name in ESSENTIAL if name in values)
+        kept.update((name, values[name]) for name in ESSENTIAL if values.get(name) is not None)
 
 
 def _keep_essentials(span: Span) -> None:
@@ -489,7 +489,7 @@ def approval_span(
         "agentgate.resource": resource,
         "agentgate.approval.approver": _cut(approver),
         "agentgate.approval.request": _cut(request_id),
-        "agentgate.audit.index": audit_index,
+        "agentgate.audit.index": _attribute_int(audit_index),
     }
     with _span(f"approve {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
         _remember(span, attributes)
@@ -519,8 +519,8 @@ def lease_outcome_span(
         "agentgate.resource": resource,
         "agentgate.action": "lease",
         "agentgate.lease.id": _cut(lease_id),
-        "agentgate.audit.index": audit_index,
-        "agentgate.audit.ref": ref,
+        "agentgate.audit.index": _attribute_int(audit_index),
+        "agentgate.audit.ref": _attribute_int(ref),
     }
     with _span(f"{status} {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
         _remember(span, attributes)
@@ -542,7 +542,7 @@ def outcome_lost_span(
     with the next decision or by the background commit), so this one says that the log has no
     outcome for it (review R68: until then the trace said ``agentgate.outcome=ok`` alone)."""
     resource, kind = _cut(resource), _cut(error_type)
-    attributes = {"agentgate.resource": resource, "agentgate.audit.ref": ref}
+    attributes = {"agentgate.resource": resource, "agentgate.audit.ref": _attribute_int(ref)}
     with (
         trace.use_span(NonRecordingSpan(parent)),
         _span(f"outcome_lost {resource}", SpanKind.INTERNAL, attributes, tracer) as span,
@@ -568,8 +568,8 @@ def record_revocation(
     values: dict[str, Any] = {
         "agentgate.capability.id": _cut(grant_id),
         "agentgate.revoke.already": already,
-        "agentgate.revoke.descendants": descendants,
-        "agentgate.audit.index": audit_index,
+        "agentgate.revoke.descendants": _attribute_int(descendants),
+        "agentgate.audit.index": _attribute_int(audit_index),
     }
     _record(span, {k: v for k, v in values.items() if v is not None})
 
