@@ -4,8 +4,9 @@ said that the log has no outcome for the call."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,49 @@ def test_an_abandoned_calls_refused_outcome_has_its_span_too(sweep: Sweep, tmp_p
     assert call.attributes is not None and call.attributes["error.type"] == "CancelledError"
     lost = [s for s in spans if s.name == "outcome_lost tool:lookup"]
     assert [s.parent.span_id for s in lost if s.parent] == [call.context.span_id]
+
+
+def test_a_gateway_streams_refused_outcome_has_its_span_under_the_chat_span(tmp_path: Path) -> None:
+    """Review R68: the gateway's streamed call settles its outcome as the Gate's run does; an
+    outcome the store refused has its ``outcome_lost`` span under the call's ``chat`` span."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from test_gateway_authority import CHAT_POLICY
+
+    from agentgate.authority import Invocation
+    from agentgate.dispatch import ChatChunk
+    from agentgate.dispatch.gateway import GatewayGate
+    from agentgate.keys import SigningKey
+    from agentgate.policy import parse_policy
+    from agentgate.store import SQLiteStore
+
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    policy = parse_policy(CHAT_POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"), tracer=provider.get_tracer("r68"))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+        _refuse_outcomes(tmp_path)
+        call = Call.model("m")
+        invocation = Invocation.sign(agent.key, agent.chain, call)
+        decided = gate.authorize_invocation(agent.chain.token, invocation.encode(), call, (1, 1))
+        assert decided.status == 200
+
+        async def backend() -> AsyncIterator[ChatChunk]:
+            yield ChatChunk("hi", finish_reason="stop")
+
+        async def read() -> None:
+            async for _ in gate.gated_stream(decided.auth, backend()):
+                pass
+
+        asyncio.run(read())
+        gate.flush()
+        spans = exporter.get_finished_spans()
+        (chat,) = [s for s in spans if s.name == "chat m"]
+        lost = [s for s in spans if s.name == "outcome_lost model:m"]
+        assert [s.parent.span_id for s in lost if s.parent] == [chat.context.span_id]
+    finally:
+        gate.close()
