@@ -281,6 +281,11 @@ class MalformedRow(StoreError):
     the same row, so nothing retries it; the message names the table and the row."""
 
 
+class CommitUnknown(StoreError):
+    """The connection to the store was lost while its transaction committed (PostgreSQL): the
+    server may have committed it or not, and the client cannot tell which; nothing was retried."""
+
+
 class NoStore(StoreError):
     """The store named does not exist, and the caller asked that none be created
     (``open_store(create=False)``): no file there, an empty file, another application's SQLite

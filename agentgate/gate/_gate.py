@@ -191,6 +191,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         self._outcome_refused_at: dict[int, float] = {}  # id() of an outcome's allow -> its first refusal
         # id() of a pending outcome's allow -> its call's span (``_Settlement._outcome_lost_span``)
         self._outcome_spans: dict[int, SpanContext] = {}
+        # id() of an outcome's allow -> its entry's (index, time), while its commit is not known
+        self._outcome_at: dict[int, tuple[int, str]] = {}
         _OPEN_GATES.add(self)
         self._limits = SharedLimits(self._config)
         """One set of limits for every scheduler below: a policy's limits are the Gate's."""

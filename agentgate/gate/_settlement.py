@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.trace import Span, SpanContext, Tracer
 
+from agentgate.audit.entry import utc_now
 from agentgate.audit.spans import outcome_lost_span
-from agentgate.errors import AgentGateError, MalformedRow, NotHeld, StoreError
+from agentgate.errors import AgentGateError, CommitUnknown, InputError, MalformedRow, NotHeld, StoreError
 from agentgate.gate._authorization import Authorization
 from agentgate.gate._lock import _serialized
 from agentgate.gate._outcomes import USAGE_UNREAD, PendingOutcome, PendingOutcomes
@@ -67,6 +68,7 @@ class _Settlement:
     _outcome_refused_at: dict[int, float]
     _outcome_spans: dict[int, SpanContext]
     tracer: Tracer
+    _outcome_at: dict[int, tuple[int, str]]
 
     if TYPE_CHECKING:  # what this part calls of the gate's other parts
 
@@ -91,11 +93,13 @@ class _Settlement:
             # decision, and the context manager's machinery around it cost 9k instructions
             # (review R62, sixteenth performance pass, docs/langgraph.md).
             yield from self._carried(carried)
-        except BaseException:
+        except BaseException as exc:
+            self._written_unknown(carried, exc)
             self._outcomes.restore(carried)
             raise
         finally:
             _AFTER_COMMIT.reset(token)
+        self._written_unknown(carried, None)
         for span in spans:
             span()
 
@@ -186,11 +190,24 @@ class _Settlement:
         except AgentGateError as exc:
             # Kept, not dropped: a store that was restarted or unreachable takes them at a later
             # commit (a decision's, or this thread's, retried once a second).
+            self._written_unknown(batch, exc)
             self._outcomes.restore(batch, retry_after_s=OUTCOME_RETRY_S)
             _log.error("agentgate: %d outcomes not recorded yet (kept, retried): %s", len(batch), exc)
-        except BaseException:  # Ctrl-C or SIGTERM in the commit: kept for the flush at exit
+        except BaseException as exc:  # Ctrl-C or SIGTERM in the commit: kept for the flush at exit
+            self._written_unknown(batch, exc)
             self._outcomes.restore(batch)
             raise
+        else:
+            self._written_unknown(batch, None)
+
+    def _written_unknown(self, batch: list[PendingOutcome], failed: BaseException | None) -> None:
+        """Forget where the outcomes of ``batch`` were appended, once the transaction that wrote
+        them has ended (``failed``: how, ``None`` when it committed), unless its end is not known
+        (``CommitUnknown``): the server may have committed them, and ``_write_outcome`` then
+        looks there before it writes one again."""
+        if self._outcome_at and not isinstance(failed, CommitUnknown):
+            for outcome in batch:
+                self._outcome_at.pop(id(outcome[0]), None)
 
     def _carry_all(self, tx: Transaction, batch: list[PendingOutcome]) -> None:
         """Write every outcome of ``batch`` first thing in ``tx``, without a savepoint; raise
@@ -299,7 +316,13 @@ class _Settlement:
     ) -> None:
         """Write one outcome in ``tx``: its reservations settled, a once-only call's state, an
         approval re-armed, its ``outcome`` entry. ``careful``: each reservation settled under a
-        savepoint, one it cannot settle left as it is and named in the reasons (``_written_past``)."""
+        savepoint, one it cannot settle left as it is and named in the reasons (``_written_past``).
+        Nothing when the outcome is in the log already: written by a transaction whose COMMIT
+        the server carried out but whose answer was lost (``CommitUnknown``; until review R68 it
+        was written again, a second ``outcome`` entry for the call saying its reservation "was
+        settled before this outcome")."""
+        if self._outcome_at and self._in_log(tx, auth):
+            return
         identity = auth.identity
         reasons = [error] if error else []
         actual = None
@@ -325,9 +348,11 @@ class _Settlement:
             self.once.finish(tx, auth.once_key, _once_state(status, started), auth.audit_index)
         if (status == "paused" or not started) and auth.approver:
             self._rearm_approval(tx, auth, status, reasons)
-        self.audit.append(
+        written = utc_now()
+        index = self.audit.append(
             {
                 "kind": "outcome",
+                "time": written,
                 "principal": identity.did if identity else "unknown",
                 "chain_hash": identity.grant_id if identity else None,
                 "resource": auth.call.resource,
@@ -339,8 +364,24 @@ class _Settlement:
             },
             tx,
         )
+        self._outcome_at[id(auth)] = (index, written)
         if self._outcome_refused_at:  # written (if ``tx`` commits): no longer one being retried
             self._outcome_refused_at.pop(id(auth), None)
+
+    def _in_log(self, tx: Transaction, auth: Authorization) -> bool:
+        """Whether ``auth``'s outcome is the entry at the index an earlier transaction appended it
+        at (``_outcome_at``: kept only while that transaction's end is unknown), read in ``tx``.
+        The entry's time tells it from another one there (that transaction rolled back, and
+        another writer's entry took the index)."""
+        at = self._outcome_at.get(id(auth))
+        if at is None:
+            return False
+        index, written = at
+        try:
+            entry = self.audit.entry(index, tx)
+        except InputError:  # none there (rolled back, the log's end): not written
+            return False
+        return entry.kind == "outcome" and entry.ref == auth.audit_index and entry.time == written
 
     def _settle_reservations(
         self,

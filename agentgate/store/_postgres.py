@@ -25,7 +25,7 @@ from urllib.parse import unquote
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from agentgate.errors import InputError, StoreError
+from agentgate.errors import CommitUnknown, InputError, StoreError
 from agentgate.store._base import (
     Dialect,
     Row,
@@ -370,8 +370,11 @@ class PostgresStore(Store):
         """As ``Store.transaction``; every PostgreSQL failure is a ``StoreError`` (see ``recheck``).
         A statement's driver error may be caught inside the block only to roll back to a
         savepoint (``Transaction.savepoint``): a block that goes on past one without it ends in
-        ``StoreError``, nothing committed (PostgreSQL aborts the transaction at the error)."""
+        ``StoreError``, nothing committed (PostgreSQL aborts the transaction at the error). A
+        connection lost once the COMMIT was sent raises ``CommitUnknown``: the server may have
+        committed (``lost_commit``)."""
         used: psycopg.Connection[Any] | None = None
+        committing = False
         try:
             with self._connection() as conn:
                 used = conn  # before the BEGIN: the first statement a dropped connection fails
@@ -386,6 +389,7 @@ class PostgresStore(Store):
                             "transaction that went on after it: the transaction is aborted; nothing "
                             "was written"
                         )
+                    committing = True  # what fails from here on is the COMMIT
         except PoolTimeout as exc:  # a psycopg.Error too: its message alone does not say why
             raise StoreError(self._no_connection()) from exc
         except StoreError as exc:
@@ -399,6 +403,8 @@ class PostgresStore(Store):
                 raise self.busy() from exc
             if used is not None and used.broken:
                 recheck(self.pool)
+                if committing:
+                    raise CommitUnknown(lost_commit(_redact(self.url), driver_error_line(exc))) from exc
             if self.read_only and isinstance(exc, psycopg.errors.UndefinedColumn):
                 # Opened to read only, a part's tables are not brought up to this version.
                 raise StoreError(
@@ -598,6 +604,18 @@ def read_only_server(shown_url: str, said: str) -> str:
         "standby (a replica), or default_transaction_read_only set on for the server, the "
         "database, the role or in the URL's options; agentgate records every decision's nonce, "
         "budget spend and audit entry there: point the store at the primary (nothing was written)"
+    )
+
+
+def lost_commit(shown_url: str, said: str) -> str:
+    """Why a transaction's end is not known: the connection was lost once its COMMIT was sent
+    (``said``: libpq's word for it), so the server may have committed it. Until review R68 it
+    was libpq's words alone (``PostgreSQL error: consuming input failed: server closed the
+    connection unexpectedly``), read as nothing written."""
+    return (
+        f"the connection to the PostgreSQL store {shown_url} was lost while a transaction "
+        f"committed ({said}): the server may have committed it or not, and nothing was retried "
+        "(a decision it held is refused; docs/operations.md, A commit whose answer is lost)"
     )
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentgate.errors import StoreError
+from agentgate.errors import CommitUnknown, StoreError
 from agentgate.store._base import (
     Dialect,
     Store,
@@ -540,6 +540,15 @@ class GrantRepository:
                 raise StoreError(f"cannot record the invocation nonce: {self._postgres.busy()}") from exc
             if used is not None and used.broken:
                 recheck(self._postgres.pool)
+                # The statement is its own commit: the server may have run it, the answer lost
+                # (until review R68 said as a failure alone, and the same invocation decided again
+                # was then refused as a replay with nothing to say why).
+                raise CommitUnknown(
+                    "cannot record the invocation nonce: the connection to the PostgreSQL store "
+                    f"{_redact(self._postgres.url)} was lost while its statement ran "
+                    f"({driver_error_line(exc)}): the server may have recorded it or not, so this "
+                    "invocation decided again may be refused as a replay: sign the call afresh"
+                ) from exc
             raise StoreError(f"cannot record the invocation nonce: {driver_error_line(exc)}") from exc
 
     def prune(self, before: float, *, expired: Callable[[object, str, int], bool]) -> tuple[int, int]:
