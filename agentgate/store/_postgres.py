@@ -246,6 +246,7 @@ class PostgresStore(Store):
                 f"the user name or password of the PostgreSQL URL {_redact(url)} holds an @ or a / that is "
                 "not percent-encoded: write them as %40 and %2F (and a : in the user name as %3A)"
             )
+        _refuse_tls_on_a_socket(url, parsed)
         self._network: dict[str, Any] = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in parsed}
         if read_only:  # the session's own options kept (libpq takes the last of one setting)
             # The URL's, else ``PGOPTIONS`` (libpq reads it only for a connection given none: a
@@ -605,6 +606,35 @@ def read_only_server(shown_url: str, said: str) -> str:
         "database, the role or in the URL's options; agentgate records every decision's nonce, "
         "budget spend and audit entry there: point the store at the primary (nothing was written)"
     )
+
+
+_TLS_MODES = frozenset({"require", "verify-ca", "verify-full"})
+"""The ``sslmode`` values that ask for TLS (``prefer`` and ``allow`` only try it)."""
+
+
+def _refuse_tls_on_a_socket(url: str, parsed: dict[str, Any]) -> None:
+    """Raise ``StoreError`` when ``url`` (``parsed``), or ``PGSSLMODE`` for a URL without
+    ``sslmode``, asks for TLS and a host it names is a unix socket (a path, ``@`` an abstract
+    one, or none: libpq's default socket directory, unless ``PGHOST`` names one; a host given a
+    ``hostaddr`` is reached over TCP). libpq uses no TLS over a socket and connects without it,
+    saying nothing: a store meant to be reached over TLS was used in clear (until review R68)."""
+    mode = str(parsed.get("sslmode", os.environ.get("PGSSLMODE", "")))
+    if mode not in _TLS_MODES:
+        return
+    hosts = str(parsed.get("host", os.environ.get("PGHOST", ""))).split(",")
+    addresses = str(parsed.get("hostaddr", os.environ.get("PGHOSTADDR", ""))).split(",")
+    for position, host in enumerate(hosts):
+        address = addresses[position] if position < len(addresses) else ""
+        if address.strip() or not (host == "" or host.startswith(("/", "@"))):
+            continue
+        where = "in the URL" if "sslmode" in parsed else "from PGSSLMODE"
+        named = f"host {host}" if host else "no host (libpq's default socket directory)"
+        raise StoreError(
+            f"the PostgreSQL URL {_redact(url)} asks for TLS (sslmode={mode} {where}) but names "
+            f"{named}, which is a unix socket: libpq uses no TLS over one and would connect without "
+            "it. Name the server's TCP host (host=db.example) to use TLS, or ask for none "
+            "(sslmode=prefer, or no sslmode) to use the socket"
+        )
 
 
 def lost_commit(shown_url: str, said: str) -> str:
