@@ -204,7 +204,8 @@ class PostgresStore(Store):
 
         ``read_only`` (with ``create`` false, else ``InputError``): every session is read only
         (``default_transaction_read_only``, set as it starts through libpq's ``options``, after
-        the URL's own, else ``PGOPTIONS``; ``target_session_attrs=read-write`` asked for as
+        those libpq used for the first connection: the URL's own, else its service's, else
+        ``PGOPTIONS``; ``target_session_attrs=read-write`` asked for as
         ``primary``), ``ensure_schema`` creates nothing (a part whose tables are missing is
         ``StoreError``), and a statement that would write raises ``StoreError``."""
         if read_only and create:
@@ -248,11 +249,7 @@ class PostgresStore(Store):
             )
         _refuse_tls_on_a_socket(url, parsed)
         self._network: dict[str, Any] = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in parsed}
-        if read_only:  # the session's own options kept (libpq takes the last of one setting)
-            # The URL's, else ``PGOPTIONS`` (libpq reads it only for a connection given none: a
-            # search path set there was lost to the verbs that only read, until review R67).
-            own = str(parsed.get("options", os.environ.get("PGOPTIONS", ""))).strip()
-            self._network["options"] = f"{own} {READ_ONLY_OPTION}".strip()
+        if read_only:
             # A URL (or PGTARGETSESSIONATTRS) that asks for a read-write session, to find the
             # primary of several hosts, would find none: this one is read only. The primary is
             # asked for instead (until review R67 every verb that only reads failed there).
@@ -263,9 +260,17 @@ class PostgresStore(Store):
             # the pool would wait 10 s and say only that it could not fill itself
             with psycopg.connect(url, **self._connect_settings()) as first:
                 row = first.execute("SELECT current_setting('transaction_read_only')").fetchone()
+                used = {o.keyword: o.val for o in first.pgconn.info}
         except psycopg.Error as exc:
             reason = driver_error_line(exc)[:300]
             raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {reason}") from None
+        if read_only:  # the session's own options kept (libpq takes the last of one setting)
+            # As libpq used them for the first connection: the URL's, else a ``pg_service.conf``
+            # service's, else ``PGOPTIONS`` (libpq reads the latter two only for a connection
+            # given none: a search path set there was lost to the verbs that only read, until
+            # review R67 for ``PGOPTIONS``, R68 for a service's).
+            own = (used.get(b"options") or b"").decode(errors="replace").strip()
+            self._network["options"] = f"{own} {READ_ONLY_OPTION}".strip()
         if not read_only and row is not None and row[0] == "on":
             raise StoreError(read_only_server(_redact(url), "transaction_read_only is on"))
         self._sizes = (min_size, max_size, timeout_s)
