@@ -132,6 +132,17 @@ def mixed_scripts_said(name: str, mixed: tuple[str, str, int]) -> str:
     )
 
 
+def first_non_ascii(text: str) -> str | None:
+    """The first character of ``text`` that is not ASCII, in words (``U+212A KELVIN SIGN at
+    character 1``), else ``None``: for the errors that refuse a name compared in lower case, which
+    must be ASCII since ``str.lower`` maps some other letters to ASCII ones (the Kelvin sign
+    ``\u212a`` to ``k``: ``\u212a80`` reads as ``k80`` once lowered)."""
+    if text.isascii():
+        return None
+    at, char = next((at, char) for at, char in enumerate(text) if not char.isascii())
+    return f"U+{ord(char):04X} {unicodedata.name(char, 'an unnamed character')} at character {at + 1}"
+
+
 def check_agent_name(name: str, whose: str) -> None:
     """``check_name``, and ``InputError`` for a name that opens or ends with a space, or whose
     letters mix scripts (``mixed_scripts``): ``researcher `` and a Cyrillic ``е`` in

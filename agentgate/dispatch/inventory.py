@@ -59,6 +59,7 @@ from pydantic import (
     model_validator,
 )
 
+from agentgate._names import first_non_ascii
 from agentgate._yaml import Locations, Mark, dotted_path, load_yaml, mark_at, read_source, shortened
 from agentgate.capabilities import canonical_resource
 from agentgate.errors import BackendCredentialError, CapabilityError, InputError, InventoryError
@@ -123,8 +124,8 @@ class GPU(_Frozen):
     id: str = Field(pattern=_NAME)
     """Unique GPU id (e.g. ``node-a/0``)."""
     type: str = Field(min_length=1, max_length=64)
-    """Model name, e.g. ``H100``, ``H200``, ``A800``: in lower case a resource name (ASCII
-    letters, digits, ``_`` and ``-``, joined by ``.``), since a lease of it is authorized as
+    """Model name, e.g. ``H100``, ``H200``, ``A800``: ASCII, and in lower case a resource name
+    (letters, digits, ``_`` and ``-``, joined by ``.``), since a lease of it is authorized as
     ``gpu:<type in lower case>``."""
     memory_gb: float = Field(gt=0, le=4096, strict=True, allow_inf_nan=False)
     """Device memory in GB."""
@@ -144,7 +145,16 @@ class GPU(_Frozen):
     @model_validator(mode="after")
     def _type_is_a_resource_name(self) -> GPU:
         # A lease of this type is authorized as ``gpu:<type in lower case>`` (``GatedBroker``):
-        # a type that makes no resource name could never be leased through the gate.
+        # a type that makes no resource name could never be leased through the gate, and one that
+        # is not ASCII could lower to another's (until review R68 ``\u212a80``, KELVIN SIGN, was
+        # ``gpu:k80``).
+        where = first_non_ascii(self.type)
+        if where is not None:
+            raise _RefError(
+                ("type",),
+                f"GPU {self.id!r} on node {self.node!r}: type {self.type!r} holds {where}: a GPU type "
+                "is ASCII (leases are authorized as gpu:TYPE, the type in lower case)",
+            )
         try:
             canonical_resource(f"gpu:{self.type.lower()}")
         except CapabilityError as exc:

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from agentgate._names import first_non_ascii
 from agentgate.dispatch.broker._quoting import quoted
 from agentgate.dispatch.broker._topology import LEVELS, Level
 from agentgate.errors import BrokerError
@@ -115,9 +116,9 @@ class GangRequest:
     ``MAX_REQUEST_ID`` characters, fewer than one GPU, a
     priority outside ``MIN_PRIORITY..MAX_PRIORITY``, a negative or non-finite time, text that is
     not valid Unicode (a lone surrogate), or a field of the wrong kind (a ``hint`` that is no
-    ``WorkloadHint``, a ``topology`` that is no ``TopologyConstraint``, an empty or non-text
-    ``gpu_type``, a ``holder`` that is not text): a request the broker queues must be one it can
-    place and journal, or every later call would fail on it.
+    ``WorkloadHint``, a ``topology`` that is no ``TopologyConstraint``, an empty, non-text or
+    non-ASCII ``gpu_type``, a ``holder`` that is not text): a request the broker queues must be one
+    it can place and journal, or every later call would fail on it.
     """
 
     id: str
@@ -188,6 +189,14 @@ class GangRequest:
                 raise BrokerError(
                     f"request {quoted(self.id)}: {name} is not valid Unicode text (a lone surrogate)"
                 )
+        where = None if self.gpu_type is None else first_non_ascii(self.gpu_type)
+        if where is not None:
+            # ``GatedBroker`` decides a lease as ``gpu:<type in lower case>``: until review R68
+            # ``\u212a80`` (KELVIN SIGN) was decided as ``gpu:k80``. Topologies hold ASCII types.
+            raise BrokerError(
+                f"request {quoted(self.id)}: gpu_type {quoted(self.gpu_type)} holds {where}: "
+                "a GPU type is ASCII (a lease is decided as gpu:TYPE, the type in lower case)"
+            )
         for name in ("timeout_s", "ttl_s", "grace_s", "min_memory_gb"):
             value = getattr(self, name)
             if value is None and name in ("ttl_s", "grace_s"):

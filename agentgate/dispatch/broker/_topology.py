@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from agentgate._names import first_non_ascii
 from agentgate.dispatch.broker._quoting import quoted
 from agentgate.errors import InventoryError
 
@@ -71,7 +72,7 @@ class Topology:
     whether group ``g`` at level ``inner`` lies inside one group at the outer level ``outer`` (an
     NVLink domain may span the nodes of a rack: GB200 NVL72). Raises ``InventoryError`` for an
     empty list, a duplicate GPU id, a name that is not text of 1 to ``MAX_GPU_NAME_CHARS``
-    printable characters or a ``memory_gb`` that is no positive finite number, naming the field
+    printable characters, a type that is not ASCII or a ``memory_gb`` that is no positive finite number, naming the field
     and the GPU's position (``gpus[3].id``).
     """
 
@@ -155,6 +156,14 @@ def _check_gpu(i: int, gpu: GpuSpec) -> None:
                 f"gpus[{i}].{name}: {quoted(value)} must be text of 1 to {MAX_GPU_NAME_CHARS} printable "
                 "characters (no line break, escape or other control character)"
             )
+    where = first_non_ascii(gpu.type)
+    if where is not None:
+        # A lease is decided as ``gpu:<type in lower case>`` (``GatedBroker``): until review R68
+        # a type ``\u212a80`` (KELVIN SIGN) was leased under a grant for ``gpu:k80``.
+        raise InventoryError(
+            f"gpus[{i}].type: {quoted(gpu.type)} holds {where}: a GPU type is ASCII "
+            "(a lease is decided as gpu:TYPE, the type in lower case)"
+        )
     memory = gpu.memory_gb
     # NaN compares false with every bound, so it is refused too.
     if isinstance(memory, bool) or not isinstance(memory, int | float) or not 0 < memory <= MAX_GPU_MEMORY_GB:
