@@ -45,12 +45,14 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from typing import Any
+from typing import Any, get_args
 
 from agentgate.dispatch.broker import (
     BrokerSnapshot,
     GangRequest,
     Lease,
+    Level,
+    PreemptReason,
     QueuedRequest,
     TopologyConstraint,
     WorkloadHint,
@@ -308,8 +310,8 @@ def _read(tx: Transaction, broker: str) -> tuple[int | None, BrokerSnapshot | No
                 json.loads(body),
                 submitted_at=float(submitted_at),
                 deadline=math.inf if deadline is None else float(deadline),
-                nominated=tuple(json.loads(nominated)),
-                victims=tuple(json.loads(victims)),
+                nominated=_ids(json.loads(nominated), "nominated"),
+                victims=_ids(json.loads(victims), "victims"),
             )
             for body, submitted_at, deadline, nominated, victims in queue_rows
         )
@@ -386,4 +388,35 @@ def _lease_to_json(lease: Lease) -> dict[str, Any]:
 
 
 def _lease_from_json(data: dict[str, Any]) -> Lease:
-    return Lease(**{**data, "request": _request_from_json(data["request"]), "gpus": tuple(data["gpus"])})
+    """The lease a stored body holds; ``ValueError`` naming the field for one that is not a lease's.
+    Until review R68 the fields went into ``Lease`` unchecked: an ``expires_at`` of ``"soon"`` was a
+    ``TypeError`` out of ``Broker.restore`` and ``agentgate broker leases``, and a ``level`` of
+    ``"galaxy"`` was restored as it was."""
+    whose = f"lease {data['id']!r:.80}"
+    for name in ("granted_at", "expires_at", "notice_deadline"):
+        value = data[name]
+        if value is None and name == "notice_deadline":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(f"{whose}: {name} must be a finite number, got {value!r:.80}")
+    if data["preempted_by"] is not None and not isinstance(data["preempted_by"], str):
+        raise ValueError(
+            f"{whose}: preempted_by must be a request id or null, got {data['preempted_by']!r:.80}"
+        )
+    for name, allowed in (("preempt_reason", get_args(PreemptReason)), ("level", get_args(Level))):
+        if data[name] is not None and data[name] not in allowed:
+            raise ValueError(
+                f"{whose}: {name} must be one of {', '.join(allowed)} or null, got {data[name]!r:.80}"
+            )
+    return Lease(
+        **{**data, "request": _request_from_json(data["request"]), "gpus": _ids(data["gpus"], "gpus")}
+    )
+
+
+def _ids(value: object, name: str) -> tuple[str, ...]:
+    """``value``, a stored JSON list of ids (GPUs, leases), as a tuple; ``ValueError`` naming
+    ``name`` for anything else (a list of lists was a ``TypeError`` out of ``Broker.restore``, and
+    a text ``"low"`` was read as the ids ``l``, ``o`` and ``w``, until review R68)."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"{name} must be a list of ids, got {value!r:.80}")
+    return tuple(value)
