@@ -130,3 +130,30 @@ gpus:
     message = str(refused.value)
     assert message.startswith("inv.yaml:9:11: gpus.1.type: "), message
     assert "'n1/1'" in message and "node 'n1'" in message and "U+212A KELVIN SIGN" in message, message
+
+
+def test_a_gated_request_is_placed_on_the_type_its_decision_named_in_any_case(gated: _Gated) -> None:
+    """Review R68: a request for ``k80`` was decided as ``gpu:k80`` and allowed, then refused by
+    the broker ("only 0 match its filters", an ``error`` outcome): placement compared the type as
+    written with the inventory's ``K80``. The broker places on the type the decision named: the
+    type in lower case, ``k80`` is ``K80``."""
+    answer = gated.gated.submit(gated.trainer, GangRequest("r1", "team-a", 2, gpu_type="k80"))
+    lease = answer.lease()
+    assert answer.allowed and lease is not None and len(lease.gpus) == 2
+    assert gated.call_entries() == ["allow gpu:k80", "outcome gpu:k80"]
+
+
+def test_a_broker_places_a_gpu_type_in_any_case_on_the_gpus_of_that_type() -> None:
+    """Review R68: ``Broker`` itself compared a request's ``gpu_type`` with the topology's as
+    written (``h100`` matched no ``H100``), while the type a lease is decided and priced as is
+    the lower case one. A type matches in any case, and only that type."""
+    topology = synthetic_topology(nodes=2, gpus_per_node=4, types=(("H100", 80.0), ("A100", 40.0)))
+    broker = Broker(topology, [TenantQuota("t", 8)], clock=lambda: 1000.0)
+    broker.submit(GangRequest("r1", "t", 4, gpu_type="h100"))
+    broker.submit(GangRequest("r2", "t", 4, gpu_type="a100"))
+    types = {
+        lease.id: {topology.gpus[topology.number(g)].type for g in lease.gpus} for lease in broker.leases()
+    }
+    assert types == {"r1": {"H100"}, "r2": {"A100"}}
+    with pytest.raises(BrokerError, match="only 4 match its filters"):
+        broker.submit(GangRequest("r3", "t", 5, gpu_type="h100"))

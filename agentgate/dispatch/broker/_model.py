@@ -134,7 +134,8 @@ class GangRequest:
     topology: TopologyConstraint | None = None
     """Explicit topology constraint; ``None``: the hint decides."""
     gpu_type: str | None = None
-    """Only GPUs of this type."""
+    """Only GPUs of this type, in any case (``h100`` is ``H100``: a lease of it is decided as
+    ``gpu:h100``); ASCII."""
     min_memory_gb: float = 0.0
     """Only GPUs with at least this much memory."""
     timeout_s: float = 3600.0

@@ -101,12 +101,15 @@ class PlacementPolicy(Protocol):
 
 
 def eligibility(request: GangRequest, topology: Topology) -> Eligible:
-    """The request's GPU filter, or ``None`` when every GPU qualifies."""
+    """The request's GPU filter, or ``None`` when every GPU qualifies. The type is matched in lower
+    case (``Topology.type_keys``), as ``GatedBroker`` decides it: until review R68 a request for
+    ``h100``, decided and allowed as ``gpu:h100``, matched no GPU of the inventory's ``H100``."""
     if request.gpu_type is None and request.min_memory_gb <= 0:
         return None
-    gpus = topology.gpus
-    gpu_type, memory = request.gpu_type, request.min_memory_gb
-    return lambda i: (gpu_type is None or gpus[i].type == gpu_type) and gpus[i].memory_gb >= memory
+    gpus, keys = topology.gpus, topology.type_keys
+    gpu_type = None if request.gpu_type is None else request.gpu_type.lower()
+    memory = request.min_memory_gb
+    return lambda i: (gpu_type is None or keys[i] == gpu_type) and gpus[i].memory_gb >= memory
 
 
 def nested(request: GangRequest, topology: Topology, level: Level) -> tuple[bool, ...] | None:

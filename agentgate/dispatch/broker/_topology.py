@@ -82,6 +82,9 @@ class Topology:
     members: dict[Level, tuple[tuple[int, ...], ...]] = field(init=False, repr=False, compare=False)
     group_memory_gb: dict[Level, tuple[float, ...]] = field(init=False, repr=False, compare=False)
     within: dict[tuple[Level, Level], tuple[bool, ...]] = field(init=False, repr=False, compare=False)
+    type_keys: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    """Each GPU's type in lower case: what a request's ``gpu_type`` is matched with, the name a
+    lease of it is decided and priced as (``gpu:h100`` for ``H100``)."""
 
     def __post_init__(self) -> None:
         if not self.gpus:
@@ -117,6 +120,7 @@ class Topology:
                 outer_of = group_of[outer]
                 within[(inner, outer)] = tuple(len({outer_of[i] for i in m}) == 1 for m in members[inner])
         object.__setattr__(self, "within", within)
+        object.__setattr__(self, "type_keys", tuple(gpu.type.lower() for gpu in self.gpus))
         object.__setattr__(self, "index", index)
         object.__setattr__(self, "group_of", group_of)
         object.__setattr__(self, "members", members)
