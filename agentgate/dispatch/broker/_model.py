@@ -40,6 +40,12 @@ bounding only ``count`` allowed, made each call of every tenant rewrite it (8 of
 call, the broker locked meanwhile, against 3 ms)."""
 
 
+_NUL_HELD = "a NUL character (U+0000), which a store cannot hold (PostgreSQL text holds none)"
+"""Why a request's or a quota's text may hold no NUL: the journal writes it (the id and the tenant
+in their own columns), and until review R68 a request with one was granted, and the journal's
+write failed on it and on every later call of every tenant while it lived."""
+
+
 def _storable(value: str) -> bool:
     """Whether ``value`` is text a store can hold (UTF-8 encodable: no lone surrogate)."""
     try:
@@ -115,7 +121,7 @@ class GangRequest:
     Raises ``BrokerError`` on construction for an empty id or tenant, an id longer than
     ``MAX_REQUEST_ID`` characters, fewer than one GPU, a
     priority outside ``MIN_PRIORITY..MAX_PRIORITY``, a negative or non-finite time, text that is
-    not valid Unicode (a lone surrogate), or a field of the wrong kind (a ``hint`` that is no
+    not valid Unicode (a lone surrogate) or holds a NUL, or a field of the wrong kind (a ``hint`` that is no
     ``WorkloadHint``, a ``topology`` that is no ``TopologyConstraint``, an empty, non-text or
     non-ASCII ``gpu_type``, a ``holder`` that is not text): a request the broker queues must be one
     it can place and journal, or every later call would fail on it.
@@ -190,6 +196,8 @@ class GangRequest:
                 raise BrokerError(
                     f"request {quoted(self.id)}: {name} is not valid Unicode text (a lone surrogate)"
                 )
+            if value is not None and "\x00" in value:
+                raise BrokerError(f"request {quoted(self.id)}: {name} holds {_NUL_HELD}")
         where = None if self.gpu_type is None else first_non_ascii(self.gpu_type)
         if where is not None:
             # ``GatedBroker`` decides a lease as ``gpu:<type in lower case>``: until review R68
@@ -219,7 +227,7 @@ class TenantQuota:
     """A tenant's GPU quota, as a Kueue ClusterQueue with one resource.
 
     Raises ``BrokerError`` on construction for a negative quota or limit, a tenant or cohort that
-    is not non-empty valid Unicode text (a cohort may be ``None``), or a ``borrowing_limit``
+    is not non-empty valid Unicode text without a NUL (a cohort may be ``None``), or a ``borrowing_limit``
     without a cohort (Kueue refuses it too: "borrowingLimit must be nil when cohort is empty").
     """
 
@@ -257,6 +265,9 @@ class TenantQuota:
             raise BrokerError(
                 f"quota of {quoted(self.tenant)}: the cohort is not valid Unicode text (a lone surrogate)"
             )
+        for name in ("tenant", "cohort"):
+            if "\x00" in (getattr(self, name) or ""):
+                raise BrokerError(f"quota of {quoted(self.tenant)}: the {name} holds {_NUL_HELD}")
         if self.borrowing_limit is not None and self.cohort is None:
             # Without a cohort there is nobody to borrow from: the limit would be ignored, and a
             # tenant its operator meant to let borrow would be held to its nominal quota unawares.
