@@ -245,6 +245,14 @@ class BackendRejectedCredentials(BackendFailed):
     and none are configured). The dispatcher stops using it until it accepts them again."""
 
 
+class UsageUnreadable(BackendFailed):
+    """A backend answered a call (HTTP 200, its answer whole) with a usage that is not token
+    counts (not an object; a count that is negative, fractional, text, or over
+    ``MAX_USAGE_TOKENS``): the call ran, what it cost cannot be read. The dispatcher marks the
+    backend down but sends the call to no other (it would run again), and the Gate and the
+    gateway charge the call its reservation."""
+
+
 class AnswerTooLarge(DispatchError):
     """A backend answered a call (HTTP 200) with more than agentgate reads of a non-streamed answer
     (``dispatch.backends.MAX_ANSWER_BYTES``): what the call asked for (many tokens with their

@@ -91,6 +91,7 @@ from agentgate.errors import (
     BackendRejectedCredentials,
     DispatchError,
     InputError,
+    UsageUnreadable,
 )
 
 __all__ = [
@@ -363,11 +364,17 @@ class BackendClient:
             text = choice["message"].get("content") or ""
             if not isinstance(text, str):
                 raise TypeError("content is not a string")
-            return ChatResult(
-                self.backend.name, text, _finish_reason(choice), _usage(data.get("usage")), data, raw
-            )
+            reason = _finish_reason(choice)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendFailed(f"{self.backend.name}: malformed chat completion: {exc}") from None
+        try:
+            usage = _usage(data.get("usage"))
+        except ValueError as exc:
+            # The answer is whole: the call ran. Until review R68 this was a plain BackendFailed:
+            # the dispatcher sent the call to the next backend, which ran it again, and the Gate
+            # and the gateway released its reservation (a hostile usage made each call free).
+            raise UsageUnreadable(f"{self.backend.name}: malformed chat completion: {exc}") from None
+        return ChatResult(self.backend.name, text, reason, usage, data, raw)
 
     async def _post(
         self, content: bytes, trace: Mapping[str, str], deadline: float

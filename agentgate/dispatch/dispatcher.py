@@ -13,7 +13,8 @@ after the time its ``Retry-After`` asked for if that is longer: a 429 or 503 nam
 URL, one engine under several names). A call that fails before it has produced any output is retried on another
 backend, at most ``max_attempts`` times in all (not a call whose answer is ``AnswerTooLarge``: the
 call asked for that much, and another backend would generate it again; its backend is not marked
-down either); when every usable backend is marked down the
+down either; nor a call answered whole with a usage that is not token counts, ``UsageUnreadable``:
+it ran, and its backend is marked down); when every usable backend is marked down the
 call waits up to ``recovery_wait_s`` for one to come back before it fails with ``NoBackend``. A
 stream that fails after output has been delivered cannot be replayed transparently and ends
 with ``BackendFailed``; chunks that carry no output (an engine's opening ``{"role": "assistant"}``)
@@ -70,6 +71,7 @@ from agentgate.errors import (
     InputError,
     NoBackend,
     Shed,
+    UsageUnreadable,
 )
 from agentgate.policy import Policy, PolicyDocument
 
@@ -394,7 +396,9 @@ class Dispatcher:
 
         Raises ``Shed`` / ``NoBackend`` when the router refuses or nothing can serve,
         ``BackendFailed`` after ``max_attempts`` failed tries, ``AnswerTooLarge`` at once (not
-        retried) for an answer over ``backends.MAX_ANSWER_BYTES``, ``DispatchError`` for a bad request
+        retried) for an answer over ``backends.MAX_ANSWER_BYTES``, ``UsageUnreadable`` at once
+        (not retried: the call ran; the backend is marked down) for an answer whose usage is not
+        token counts, ``DispatchError`` for a bad request
         (or a ``request_id`` that a call in flight has) or a dispatcher that is not started (or
         already closed), ``InputError`` for a ``tenant`` that is no name (``route_request``); all
         when awaited.
@@ -421,6 +425,12 @@ class Dispatcher:
                     self._require_started()  # the dispatcher may have closed while the call waited
                     with self._out_of_reach(client):
                         result = await client.chat(payload, trace_context=trace_context)
+                except UsageUnreadable as exc:
+                    # The backend ran the call and answered it whole, its usage garbage: marked
+                    # down, but the call is not sent again (until review R68 the next backend ran
+                    # it again, and the caller was charged nothing for either run).
+                    self._failed(request.id, plan.backend, exc, errors)
+                    raise
                 except BackendFailed as exc:
                     self._failed(request.id, plan.backend, exc, errors)
                     request = dataclasses.replace(request, failover=True)  # its tenant paid once

@@ -8,7 +8,7 @@ import time
 import weakref
 from collections.abc import Callable
 
-from agentgate.errors import AnswerTooLarge
+from agentgate.errors import AnswerTooLarge, UsageUnreadable
 from agentgate.gate._authorization import Authorization
 
 PendingOutcome = tuple[Authorization, str, str | None, tuple[int, int] | None, bool]
@@ -152,9 +152,11 @@ def usage_after(auth: Authorization, exc: BaseException) -> tuple[int, int] | No
     already, so it is charged as reserved (``USAGE_UNREAD``), or repeated timeouts would be free
     generations. So is a model call whose answer was too large to read (``AnswerTooLarge``): the
     backend generated what the call asked for, as the gateway charges it (until review R57 it was
-    released in process, each such call a free generation)."""
+    released in process, each such call a free generation). So is one answered whole with a
+    usage that is not token counts (``UsageUnreadable``: until review R68 released, each such
+    call free)."""
     if auth.call.resource.startswith("model:") and (
-        not isinstance(exc, Exception) or isinstance(exc, AnswerTooLarge)
+        not isinstance(exc, Exception) or isinstance(exc, AnswerTooLarge | UsageUnreadable)
     ):
         return USAGE_UNREAD
     return None

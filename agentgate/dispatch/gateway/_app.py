@@ -75,8 +75,8 @@ from agentgate.dispatch.gateway._cuts import (
     _spent,
     _stall_reason,
     _stopped_before_sending,
-    _TooLarge,
     _uncancel_all,
+    _Unread,
     _Watch,
 )
 from agentgate.dispatch.gateway._errors import (
@@ -113,6 +113,7 @@ from agentgate.errors import (
     GatewayStopped,
     InputError,
     StoreError,
+    UsageUnreadable,
 )
 from agentgate.gate._authorization import Authorization
 from agentgate.gate._costs import _usage_counts, charged_counts
@@ -499,7 +500,7 @@ class Gateway:
             return _shutting_down(message), True
         except AgentGateError as exc:
             return _dispatch_error(exc), True
-        assert not isinstance(result, _Cut | _TooLarge)  # ``_spent`` raised for it
+        assert not isinstance(result, _Cut | _Unread)  # ``_spent`` raised for it
         answered = time.perf_counter()
         # The usage charged, as for a stream: none for a usage that cannot be the answer's.
         if (charged := _spent(result)) is not None and charged is not USAGE_UNREAD:
@@ -539,9 +540,10 @@ class Gateway:
 
     async def _backend_call(
         self, payload: Mapping[str, Any], route: Mapping[str, Any], scope: Scope
-    ) -> ChatResult | _Cut | _TooLarge:
+    ) -> ChatResult | _Cut | _Unread:
         """The dispatcher's answer to a JSON chat call, ``_Cut`` if the call was cut meanwhile, or
-        ``_TooLarge`` if its answer was larger than is read (``AnswerTooLarge``): ``_spent`` then
+        ``_Unread`` if its answer was larger than is read (``AnswerTooLarge``) or its usage is not
+        token counts (``UsageUnreadable``): ``_spent`` then
         settles the call as charged its reservation, as a cut one.
 
         The backend request is cancelled as soon as the connection is lost (the protocol calls
@@ -561,8 +563,8 @@ class Gateway:
             sending = SENDING.set(mark)
             try:
                 return await self.dispatcher.chat(payload, **route)
-            except AnswerTooLarge as exc:
-                return _TooLarge(exc)
+            except (AnswerTooLarge, UsageUnreadable) as exc:
+                return _Unread(exc)
             except asyncio.CancelledError:
                 if watch.task.uncancel() > 0:  # cancelled more than once: not this step's to end
                     raise

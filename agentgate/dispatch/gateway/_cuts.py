@@ -1,7 +1,7 @@
 """A chat call cut short: by its caller (the connection lost, seen by ``_Watch``; a stream's caller
 that stopped reading, ``STALLED``) or by the server (its shutdown grace over, the request's task is
 cancelled: ``STOPPED``). A JSON call cut once sent is charged its reservation (``_spent`` raises,
-``Gate.arun`` settles), as is one whose answer was too large to read (``_TooLarge``); a stream cut
+``Gate.arun`` settles), as is one whose answer was too large to read or whose usage is garbage (``_Unread``); a stream cut
 short has its outcome say why (``_left_reason``).
 """
 
@@ -17,7 +17,7 @@ from starlette.types import Scope
 from agentgate._bounded_http import LOST, ON_LOST, STALLED
 from agentgate.dispatch._sse import counts_answer, message_chars
 from agentgate.dispatch.backends import ChatResult
-from agentgate.errors import AnswerTooLarge, CallerGone, GatewayStopped
+from agentgate.errors import AnswerTooLarge, CallerGone, GatewayStopped, UsageUnreadable
 from agentgate.gate._outcomes import USAGE_UNREAD
 
 STOPPED = "agentgate.stopped"
@@ -79,16 +79,17 @@ class _Cut:
 
 
 @dataclass(frozen=True)
-class _TooLarge:
-    """A JSON call whose backend answered more than is read (``AnswerTooLarge``): generated for
-    what the call asked, so charged its reservation, as a cut call is (until review R57 it was
+class _Unread:
+    """A JSON call whose backend answered more than is read (``AnswerTooLarge``), or answered
+    whole with a usage that is not token counts (``UsageUnreadable``): generated, what it cost
+    unread, so charged its reservation, as a cut call is (until review R57 the first was
     released, and retried on every backend: a caller asking for a huge answer got it generated
-    three times, free)."""
+    three times, free; until review R68 the second was too)."""
 
-    error: AnswerTooLarge
+    error: AnswerTooLarge | UsageUnreadable
 
 
-def _spent(result: ChatResult | _Cut | _TooLarge) -> tuple[int, int] | None:
+def _spent(result: ChatResult | _Cut | _Unread) -> tuple[int, int] | None:
     """What an answered call is charged: the usage the backend reported, or ``None`` when the
     answer reports no completion token count, ``USAGE_UNREAD`` when its count cannot be the
     answer's (``counts_answer``): ``Gate`` then charges the whole reservation (prompt, max
@@ -96,11 +97,11 @@ def _spent(result: ChatResult | _Cut | _TooLarge) -> tuple[int, int] | None:
     may have been used, nor reports a usage no backend reported).
 
     Raises ``CallerGone`` for a call whose caller left, ``GatewayStopped`` for one the server's
-    shutdown cut (``_Cut``), ``AnswerTooLarge`` for one whose answer was too large to read
-    (``_TooLarge``): ``Gate.arun`` then settles it as an ``error`` charged its reservation (its
+    shutdown cut (``_Cut``), ``AnswerTooLarge`` for one whose answer was too large to read and
+    ``UsageUnreadable`` for one whose usage was garbage (``_Unread``): ``Gate.arun`` then settles it as an ``error`` charged its reservation (its
     usage cannot be read) and re-raises.
     """
-    if isinstance(result, _TooLarge):
+    if isinstance(result, _Unread):
         raise result.error
     if isinstance(result, _Cut):
         if result.caller_gone:

@@ -24,6 +24,7 @@ from agentgate.errors import (
     NoBackend,
     Shed,
     UnknownModel,
+    UsageUnreadable,
 )
 
 _ERROR_TYPES = {
@@ -108,6 +109,8 @@ def _dispatch_error(exc: AgentGateError) -> Response:
     backend's message, it is about the request, but not the backend's name. An answer over
     ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``) is 400 ``answer_too_large``, charged its reservation:
     the call asked for it (a 4xx, which the OpenAI SDKs do not retry, each retry generating it again).
+    An answer whose usage is not token counts (``UsageUnreadable``) is 502 ``backend_failed``,
+    charged its reservation: the backend ran the call (until review R68 "nothing was charged").
     """
     if isinstance(exc, Shed):
         # The router's reason is the caller's to read (its SLO, its tenant's quota); what failed
@@ -121,6 +124,10 @@ def _dispatch_error(exc: AgentGateError) -> Response:
         # models the gateway serves is public (``GET /v1/models``): the message may name it.
         _log.info("agentgate gateway: %s", exc)
         return error_response(404, f"{exc}; nothing was charged", "model_not_found")
+    if isinstance(exc, UsageUnreadable):
+        _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
+        message = "the backend answered the call with a usage that cannot be read; the call was charged its reservation"
+        return error_response(502, message, "backend_failed")
     if isinstance(exc, NoBackend | BackendFailed):
         _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
         status, code, failed = (
