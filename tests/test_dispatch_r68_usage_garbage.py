@@ -171,3 +171,63 @@ def test_a_direct_gate_dispatch_answered_with_garbage_usage_is_charged_as_reserv
         ]
     finally:
         setup.gate.close()
+
+
+MISSING = {
+    "no-prompt-tokens": {"completion_tokens": 2},
+    "null-prompt-tokens": {"prompt_tokens": None, "completion_tokens": 2},
+}
+
+
+@pytest.mark.parametrize("backends", list(MISSING.values()), ids=list(MISSING), indirect=True)
+def test_a_dispatched_agent_call_whose_usage_leaves_out_its_prompt_is_charged_its_reservation(
+    tmp_path: Path, backends: list[Reporting]
+) -> None:
+    """Review R68: a usage without ``prompt_tokens`` was read as 0 prompt tokens: the agent's call
+    was charged its 2 output tokens, its prompt free. Now it is charged its reservation (the
+    answer passed on), its outcome saying no usage was reported, as one without
+    ``completion_tokens`` is."""
+    team = _make_team(tmp_path, budget=1_000_000, unit="tokens")
+    try:
+        team.gate.attach_dispatcher(Dispatcher(_inventory(backends), Router(_inventory(backends))))
+        agent = create_gated_agent(
+            team.gate,
+            name="supervisor",
+            model=GenericFakeChatModel(messages=iter([])),
+            tools=_tools(team),
+            model_name="scripted",
+            max_tokens=16,
+        )
+        answer = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=team.supervisor)
+        assert answer["messages"][-1].content == "hi"
+        team.gate.flush()
+        [outcome] = [e for e in team.gate.audit.entries() if e.kind == "outcome"]
+        [allow] = [
+            e for e in team.gate.audit.entries() if e.kind == "allow" and e.resource == outcome.resource
+        ]
+        [(spent, _)] = team.gate.remaining(team.supervisor).values()
+        assert spent == allow.budget_delta > 2
+        assert list(outcome.reasons) == ["no usage was reported; charged as reserved"]
+    finally:
+        team.gate.close()
+
+
+@pytest.mark.parametrize("usage", list(MISSING.values()), ids=list(MISSING))
+def test_the_gateway_charges_a_usage_without_its_prompt_the_reservation(
+    tmp_path: Path, usage: object
+) -> None:
+    """Review R68: the gateway charged such a usage 0 prompt tokens; now its reservation, the
+    answer passed on (as for a usage without ``completion_tokens``)."""
+    backend = Reporting(usage)
+    try:
+        with _gateway(tmp_path, backend) as env:
+            before = env.spent()
+            answer = env.post(_body())
+            assert answer.status_code == 200, answer.text
+            [allow] = [
+                e for e in env.gate.audit.entries() if e.kind == "allow" and e.resource.startswith("model:")
+            ]
+            assert env.spent() - before == allow.budget_delta > 2
+            assert "no usage was reported; charged as reserved" in env.outcomes()[-1].reasons
+    finally:
+        backend.close()

@@ -167,3 +167,17 @@ def _usage(raw: object) -> Usage:
     details = raw.get("prompt_tokens_details")
     cached = _count(details, "cached_tokens") if isinstance(details, Mapping) else 0
     return Usage(_count(raw, "prompt_tokens"), _count(raw, "completion_tokens"), cached)
+
+
+def reports_usage(raw: object) -> bool:
+    """Whether an answer's ``usage`` (as the backend sent it; ``_usage`` has read it) names both
+    its prompt and its completion token counts (neither absent nor ``null``). ``_usage`` reads a
+    count left out as 0, which is right for ``cached_tokens`` but no bill: the gateway and the
+    LangGraph middleware charge an answer whose usage leaves out either count its reservation
+    ("no usage was reported"). Until review R68 one without ``prompt_tokens`` was charged its
+    completion tokens alone, its prompt free."""
+    return (
+        isinstance(raw, Mapping)
+        and raw.get("prompt_tokens") is not None
+        and raw.get("completion_tokens") is not None
+    )

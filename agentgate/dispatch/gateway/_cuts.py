@@ -8,13 +8,13 @@ short has its outcome say why (``_left_reason``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import Scope
 
 from agentgate._bounded_http import LOST, ON_LOST, STALLED
+from agentgate.dispatch._answers import reports_usage
 from agentgate.dispatch._sse import counts_answer, message_chars
 from agentgate.dispatch.backends import ChatResult
 from agentgate.errors import AnswerTooLarge, CallerGone, GatewayStopped, UsageUnreadable
@@ -91,7 +91,7 @@ class _Unread:
 
 def _spent(result: ChatResult | _Cut | _Unread) -> tuple[int, int] | None:
     """What an answered call is charged: the usage the backend reported, or ``None`` when the
-    answer reports no completion token count, ``USAGE_UNREAD`` when its count cannot be the
+    answer's usage leaves out its prompt or completion token count (``reports_usage``), ``USAGE_UNREAD`` when its count cannot be the
     answer's (``counts_answer``): ``Gate`` then charges the whole reservation (prompt, max
     output) and its outcome says so (the output went out; the gateway never charges less than
     may have been used, nor reports a usage no backend reported).
@@ -107,8 +107,7 @@ def _spent(result: ChatResult | _Cut | _Unread) -> tuple[int, int] | None:
         if result.caller_gone:
             raise CallerGone("the caller went away before the answer; the backend request was cancelled")
         raise GatewayStopped("the gateway stopped during the call; the backend request was cancelled")
-    usage = result.body.get("usage")
-    if not isinstance(usage, Mapping) or usage.get("completion_tokens") is None:
+    if not reports_usage(result.body.get("usage")):
         return None
     if not counts_answer(result.usage, message_chars(result.body)):
         # Fewer output tokens than the answer's text needs (``completion_tokens: 0`` for

@@ -31,7 +31,7 @@ from pydantic import Field, field_validator
 
 # From the dispatch layer's value modules, not ``dispatch.backends``, which re-exports them beside
 # the HTTP clients (aiohttp, httpx): an agent without a dispatcher loads none of those (review R65).
-from agentgate.dispatch._answers import ChatChunk, Usage
+from agentgate.dispatch._answers import ChatChunk, Usage, reports_usage
 from agentgate.dispatch._sse import _StreamUsage, carries_output
 from agentgate.errors import BackendFailed
 from agentgate.gate._dispatching import MAX_SESSION_CHARS, check_tenant
@@ -113,7 +113,9 @@ class DispatchedChatModel(BaseChatModel):
             tool_calls=calls,
             invalid_tool_calls=invalid,
             additional_kwargs=kept,
-            usage_metadata=_usage_metadata(usage),
+            # None for a usage that leaves out a count (``reports_usage``): charged as reserved,
+            # not its prompt free as 0 tokens (until review R68).
+            usage_metadata=_usage_metadata(usage) if reports_usage(served.body.get("usage")) else None,
             response_metadata={"backend": served.backend, "finish_reason": served.finish_reason},
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
