@@ -233,11 +233,16 @@ class Shed(NoBackend):
 class BackendFailed(DispatchError):
     """A backend answered with an error, garbage, or not at all. ``retry_after_s``: how long the
     backend asked not to be sent calls (its ``Retry-After`` on a 429 or 503, read by
-    ``dispatch.backends.retry_after_s``); ``None`` when it named no usable time."""
+    ``dispatch.backends.retry_after_s``); ``None`` when it named no usable time.
+    ``after_output``: a stream that failed after some of its output was delivered (it cannot be
+    sent again; it ran, so the Gate charges it its reservation)."""
 
-    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, retry_after_s: float | None = None, after_output: bool = False
+    ) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.after_output = after_output
 
 
 class BackendRejectedCredentials(BackendFailed):

@@ -19,7 +19,16 @@ from typing import Any
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from test_dispatch_r61_backend_garbage import NAME, PAYLOAD, TIMEOUTS, WHOLE, Garbage, garbage
+from test_dispatch_r61_backend_garbage import (
+    AFTER_OUTPUT,
+    NAME,
+    PAYLOAD,
+    STREAMED,
+    TIMEOUTS,
+    WHOLE,
+    Garbage,
+    garbage,
+)
 from test_gate_run import Setup
 from test_gateway_end_to_end import _body
 from test_gateway_hostile_backends import Hostile, _gateway, _json
@@ -29,7 +38,7 @@ from agentgate.capabilities import Call
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.router import Router
-from agentgate.errors import UsageUnreadable
+from agentgate.errors import BackendFailed, UsageUnreadable
 from agentgate.integrations.langgraph import create_gated_agent
 
 garbage = garbage  # the fixture, shared
@@ -231,3 +240,34 @@ def test_the_gateway_charges_a_usage_without_its_prompt_the_reservation(
             assert "no usage was reported; charged as reserved" in env.outcomes()[-1].reasons
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("case", sorted(AFTER_OUTPUT))
+def test_a_direct_gate_stream_that_breaks_after_output_is_charged_as_reserved(
+    tmp_path: Path, garbage: Garbage, case: str
+) -> None:
+    """Review R68: through ``Gate.run`` of ``Gate.dispatch_stream``, a stream that delivered "hi"
+    and then went wrong (a garbage usage, no ``[DONE]``, held open) ended in a plain ``BackendFailed`` ("broke after output"), and the
+    Gate released the reservation: the output delivered was free (review R61 pinned it so). It
+    says ``after_output`` now, and is charged as reserved."""
+    if case == "held":
+        garbage.mode = case
+    else:
+        garbage.reply = STREAMED[case]
+    setup = Setup(tmp_path)
+    try:
+        inventory = inventory_from_mapping(
+            {"backends": [{"name": NAME, "url": garbage.url, "engine": "vllm", "models": ["small"]}]}
+        )
+        setup.gate.attach_dispatcher(Dispatcher(inventory, Router(inventory), timeouts=TIMEOUTS))
+        auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(100, 10))
+        with pytest.raises(BackendFailed, match="broke after output") as broke:
+            setup.gate.run(auth, lambda: list(setup.gate.dispatch_stream({**PAYLOAD, "stream": True})))
+        assert broke.value.after_output
+        setup.gate.flush()
+        settled = [setup.gate.ledger.reservation(r) for r, _, _ in auth.reservations]
+        assert [(r.state, r.actual) for r in settled] == [
+            ("committed", amount) for _, _, amount in auth.reservations
+        ]
+    finally:
+        setup.gate.close()

@@ -466,7 +466,9 @@ class Dispatcher:
         the caller sees the chunks of one backend only. Every attempt carries the trace context
         of the span current where the stream is first read.
 
-        Raises as ``chat`` does; a failure after output was delivered raises ``BackendFailed``.
+        Raises as ``chat`` does; a failure after output was delivered raises ``BackendFailed``
+        with ``after_output`` (until review R68 without: ``Gate.run`` released the call, the
+        output delivered free).
         """
         self._require_started()
         request = self.route_request(payload, **route)
@@ -503,7 +505,8 @@ class Dispatcher:
                 except BackendFailed as exc:
                     self._failed(request.id, plan.backend, exc, errors)
                     if delivered:
-                        raise BackendFailed(f"stream from {plan.backend} broke after output: {exc}") from None
+                        broke = f"stream from {plan.backend} broke after output: {exc}"
+                        raise BackendFailed(broke, after_output=True) from None
                     request = dataclasses.replace(request, failover=True)  # its tenant paid once
                     continue
                 finally:

@@ -8,7 +8,7 @@ import time
 import weakref
 from collections.abc import Callable
 
-from agentgate.errors import AnswerTooLarge, UsageUnreadable
+from agentgate.errors import AnswerTooLarge, BackendFailed, UsageUnreadable
 from agentgate.gate._authorization import Authorization
 
 PendingOutcome = tuple[Authorization, str, str | None, tuple[int, int] | None, bool]
@@ -154,9 +154,12 @@ def usage_after(auth: Authorization, exc: BaseException) -> tuple[int, int] | No
     backend generated what the call asked for, as the gateway charges it (until review R57 it was
     released in process, each such call a free generation). So is one answered whole with a
     usage that is not token counts (``UsageUnreadable``: until review R68 released, each such
-    call free)."""
+    call free), and a stream that broke after output (``BackendFailed.after_output``: until review R68 released
+    under ``Gate.run`` of ``Gate.dispatch_stream``, the output delivered free)."""
     if auth.call.resource.startswith("model:") and (
-        not isinstance(exc, Exception) or isinstance(exc, AnswerTooLarge | UsageUnreadable)
+        not isinstance(exc, Exception)
+        or isinstance(exc, AnswerTooLarge | UsageUnreadable)
+        or (isinstance(exc, BackendFailed) and exc.after_output)
     ):
         return USAGE_UNREAD
     return None
