@@ -410,6 +410,7 @@ def open_audit_log(
     check_first: Callable[[AuditLog], object] | None = None,
     create_log: bool = True,
     read_only: bool = False,
+    unsigned: bool = False,
 ) -> tuple[Store, AuditLog]:
     """The store (as ``open_existing_store``) and its audit log, read with ``public_key``
     (``log.pub`` or its did:key) when given, else with the log key where agentgate finds it
@@ -421,7 +422,10 @@ def open_audit_log(
     that has none yet; ``False`` for a verb that only reads, which creates nothing there (the
     log's ``exists`` is then ``False``). A log that was dropped is ``LogDropped`` either way.
     ``read_only``: the store is opened to read only (``open_existing_store``; with ``create_log``
-    false). The caller closes the store."""
+    false). ``unsigned``: the verb reads entries and checks no signature (``budget held``,
+    ``tasks unsettled``), so no key is read or needed: the log is opened with a public key that
+    signs nothing (until review R68 these two refused to run without the log's private key,
+    and take no ``--key``). The caller closes the store."""
     from agentgate.keys import (
         SigningKey,
         load_public_key,
@@ -434,6 +438,8 @@ def open_audit_log(
         key: PublicKey | SigningKey
         if public_key:
             key = load_public_key(public_key)
+        elif unsigned:
+            key = SigningKey.generate().public
         else:
             path = log_key_path(store)
             if not create_key:

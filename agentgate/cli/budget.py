@@ -29,7 +29,7 @@ from agentgate.store.held import HeldReservation, held, settle_held
 
 
 def _held(args: argparse.Namespace) -> int:
-    store, audit = open_audit_log(args.store, create_log=False, read_only=True)
+    store, audit = open_audit_log(args.store, create_log=False, read_only=True, unsigned=True)
     try:
         # Without a log no call was ever allowed, so nothing was reserved by a decision.
         reservations = held(store, audit, min_age_s=args.older_than) if audit.exists else []

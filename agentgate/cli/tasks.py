@@ -96,7 +96,7 @@ def _unsettled(args: argparse.Namespace) -> int:
     # the log's and the once-only calls' tables made). Without a log no call was ever allowed,
     # so none is unsettled: the once-only calls' tables are not looked for (a PostgreSQL store
     # open to read only refuses a part whose tables it lacks).
-    store, audit = open_audit_log(args.store, create_log=False, read_only=True)
+    store, audit = open_audit_log(args.store, create_log=False, read_only=True, unsigned=True)
     try:
         records = OnceCalls(store).unsettled() if audit.exists else []
         # The allow entries of all of them in a few statements, not one read per call: a year of
