@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from _cli import cli
+from test_cli_approval import Setup
 
 from agentgate.store import SQLiteStore
 
@@ -70,3 +71,21 @@ def test_issue_and_delegate_refuse_an_out_that_is_the_audiences_key(
     _refused(capsys, [*delegate, "--to", "keys/alice.pub", "--out", "keys/alice.pub"], "the --to key file")
     assert (here / "keys" / "alice.pub").read_bytes() == alice
     assert _grants(here) == 1
+
+
+def test_approval_sign_refuses_an_out_that_is_its_payload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R68: `approval sign payload.json --out payload.json` replaced the request the
+    approver was shown (and a second approver of a quorum would sign from) with the approval,
+    exit 0; it is exit 2, the payload kept."""
+    made = Setup(tmp_path)
+    try:
+        payload = made.payload_file(made.ask())
+        before = payload.read_bytes()
+        sign = ["approval", "sign", str(payload), "--as", str(tmp_path / "k" / "lead.key")]
+        _refused(capsys, [*sign, "--out", str(tmp_path / "." / "payload.json")], "the PAYLOAD file")
+        assert payload.read_bytes() == before
+        assert cli(capsys, *sign, "--out", str(tmp_path / "approval.json"))[0] == 0
+    finally:
+        made.gate.close()

@@ -401,6 +401,26 @@ def _refuse_foreign_table(
         )
 
 
+def refuse_out_over_inputs(out: Path | str | None, inputs: dict[str, object]) -> None:
+    """Raise ``InputError`` when ``--out`` names, by any path, a file the command reads
+    (``inputs``: what each is called, its path as given): the token written there would replace
+    it: ``grant delegate``'s ``TOKENFILE`` (the holder's own token), ``grant issue``'s policy,
+    either's ``--to`` public key, ``approval sign``'s payload (until review R68 only the first
+    was refused: ``--out`` naming ``--policy`` lost the policy). A ``--to`` given as a did:key
+    names no file and is passed over."""
+    if out is None:
+        return
+    for what, given in inputs.items():
+        if given is None:
+            continue
+        try:
+            same = os.path.samefile(out, str(given))
+        except (OSError, ValueError):  # no file at --out (nothing there to lose), or at this one
+            continue
+        if same:
+            raise InputError(f"{out}: cannot write: it is {what} ({given}); name another file")
+
+
 def open_audit_log(
     url: str | None,
     public_key: str | None = None,

@@ -30,7 +30,7 @@ from typing import Any
 
 from agentgate.audit.entry import argument_digest
 from agentgate.cli._approval_parser import register as register
-from agentgate.cli._common import listed, open_existing_store, printable, unix, utc
+from agentgate.cli._common import listed, open_existing_store, printable, refuse_out_over_inputs, unix, utc
 from agentgate.cli._lines import shortened
 from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
@@ -72,6 +72,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _sign(args: argparse.Namespace) -> int:
+    if args.payload != "-":
+        refuse_out_over_inputs(args.out, {"the PAYLOAD file": args.payload})
     request = _request(_read(args.payload), args.payload)
     key = load_signing_key(args.key)
     refusal = _refusal(request, key.did)

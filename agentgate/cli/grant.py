@@ -47,6 +47,7 @@ from agentgate.cli._common import (
     open_existing_store,
     parse_duration,
     printable,
+    refuse_out_over_inputs,
     shown_policy,
     unprotected_log,
     utc,
@@ -246,7 +247,7 @@ def _finding_line(finding: Finding) -> str:
 
 
 def _issue(args: argparse.Namespace) -> int:
-    _refuse_out_over_inputs(args.out, {"the policy file": args.policy, "the --to key file": args.to})
+    refuse_out_over_inputs(args.out, {"the policy file": args.policy, "the --to key file": args.to})
     key = load_signing_key(args.issuer)
     audience = load_public_key(args.to)
     purpose = args.purpose
@@ -273,28 +274,9 @@ def _issue(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_out_over_inputs(out: Path | None, inputs: dict[str, object]) -> None:
-    """Raise ``InputError`` when ``--out`` names, by any path, a file the command reads
-    (``inputs``: what each is called, its path as given): the token written there would replace
-    it, the holder's own token (delegate's ``TOKENFILE``), the policy, or the audience's public
-    key (until review R68 only the first was refused: ``--out`` naming ``--policy`` lost the
-    policy). A ``--to`` given as a did:key names no file, and is passed over."""
-    if out is None:
-        return
-    for what, given in inputs.items():
-        if given is None:
-            continue
-        try:
-            same = os.path.samefile(out, str(given))
-        except (OSError, ValueError):  # no file at --out (nothing there to lose), or at this one
-            continue
-        if same:
-            raise InputError(f"{out}: cannot write: it is {what} ({given}); name another file")
-
-
 def _delegate(args: argparse.Namespace) -> int:
     parent = _read_token(args.token)
-    _refuse_out_over_inputs(
+    refuse_out_over_inputs(
         args.out, {"the token file delegated from": args.token, "the --to key file": args.to}
     )
     holder = load_signing_key(args.holder)
