@@ -132,13 +132,18 @@ STORE_HELP = "store URL or SQLite path (default: AGENTGATE_STORE, else .agentgat
 """The help of every verb's ``--store`` (review R67: two wordings, one naming a directory)."""
 
 
+LEAVE_THE_FLAG_OUT = ", or leave the flag out"
+"""The end of ``given``'s refusal that fits a flag only: the parser drops it for a positional
+argument, which has no flag and may not be left out (review R68)."""
+
+
 def given(text: str) -> str:
     """An argparse ``type`` for a value that names something (a file, a key, a store, a principal,
     a tool): an empty one is refused (exit 2), never read as the flag left out, so that
     ``--checkpoint "$SAVED"`` with ``SAVED`` unset cannot skip the check it asks for, nor
     ``--store "$URL"`` open the default store."""
     if not text:
-        raise argparse.ArgumentTypeError("an empty value names nothing: give one, or leave the flag out")
+        raise argparse.ArgumentTypeError(f"an empty value names nothing: give one{LEAVE_THE_FLAG_OUT}")
     return text
 
 

@@ -79,6 +79,19 @@ class _Parser(argparse.ArgumentParser):
         sys.stderr.write(f"agentgate: error: {_one_line(message)}\n")  # it may quote an argument
         raise SystemExit(2)
 
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        """As argparse's, but a positional argument's refusal says nothing of a flag: ``given``
+        tells an empty value to give one or leave the flag out, and a positional (``tasks settle
+        "$KEY"``) has no flag and may not be left out (until review R68 it said so all the same)."""
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError as exc:
+            from agentgate.cli._common import LEAVE_THE_FLAG_OUT
+
+            if action.option_strings or LEAVE_THE_FLAG_OUT not in exc.message:
+                raise
+            raise argparse.ArgumentError(action, exc.message.replace(LEAVE_THE_FLAG_OUT, "")) from None
+
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
