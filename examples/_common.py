@@ -259,7 +259,8 @@ def chat_model(
         """``ChatOpenAI`` whose every failure is one ``EndpointFailed`` saying what to check:
         the client's own errors, and those of parsing an answer that is no chat completion.
         Tool-call arguments that are JSON but no object are kept apart, as LangChain keeps
-        arguments that are no JSON (``invalid_tool_calls``): neither is decided nor run."""
+        arguments that are no JSON (``invalid_tool_calls``): neither is run (the middleware records
+        each as refused)."""
 
         def _create_chat_result(self, response: Any, generation_info: Any = None) -> Any:
             response, apart = _as_langchain_reads_it(response)
@@ -471,8 +472,9 @@ def exit_with(run: Callable[[], int]) -> NoReturn:
 def run_ending(messages: Sequence[BaseMessage]) -> str:
     """How a run ended, as a person reads it: the model's last text (and whether the endpoint cut
     it at its token limit), and the tool calls it asked for whose arguments are no JSON object
-    (LangChain's ``invalid_tool_calls``): these never reach the tools, so they were neither
-    decided nor run, and an answer holding only such calls ends the run."""
+    (LangChain's ``invalid_tool_calls``): these never reach the tools, so they were not run (the
+    middleware records each as refused, review R68), and an answer holding only such calls ends
+    the run."""
     last = messages[-1]
     if last.response_metadata.get(STOP_KEY):  # the middleware's answer, not the model's
         said = f"agentgate ended it, as no later call could be allowed:\n  {readable(last.text, WIDTH - 2)}"
@@ -488,7 +490,7 @@ def run_ending(messages: Sequence[BaseMessage]) -> str:
     asked = "; ".join(f"{each.get('name') or '?'} {_short(str(each.get('args')), 30)}" for each in invalid)
     return (
         f"{said}\n  the model asked for {len(invalid)} tool call(s) whose arguments are no JSON "
-        f"object, not decided, not run: {asked}"
+        f"object, refused, not run: {asked}"
     )
 
 

@@ -241,7 +241,7 @@ def test_support_agent_under_a_wayward_model_ends_cleanly_and_its_summary_is_the
     assert {
         (e["kind"], e["args"]["amount"])
         for e in refunds
-        if e["kind"] in ("allow", "deny", "approval_required")
+        if e["kind"] in ("allow", "deny", "approval_required") and e.get("args")
     } == {
         ("deny", 2500),
         ("approval_required", 800),
@@ -249,9 +249,11 @@ def test_support_agent_under_a_wayward_model_ends_cleanly_and_its_summary_is_the
         ("allow", 40),
     }
     assert any(e["kind"] == "deny" and e["resource"] == "tool:shell.exec" for e in entries)
-    # The call whose arguments are cut JSON reached no tool and no decision, and the run says so.
-    assert not any(e["args"].get("order_id") == "O-4" for e in entries)
-    assert "1 tool call(s) whose arguments are no JSON object, not decided, not run" in out
+    # The call whose arguments are cut JSON reached no tool, and the run says so; it is recorded
+    # refused, without its arguments (review R68: before, it was in no entry).
+    assert not any((e.get("args") or {}).get("order_id") == "O-4" for e in entries)
+    assert [e["kind"] for e in refunds if not e.get("args") and e["kind"] != "outcome"] == ["deny"]
+    assert "1 tool call(s) whose arguments are no JSON object, refused, not run" in out
 
 
 def test_research_team_under_a_wayward_model_ends_cleanly_and_its_summary_is_the_log(

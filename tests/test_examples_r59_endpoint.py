@@ -226,14 +226,16 @@ def test_arguments_that_are_json_but_no_object_are_reported_as_such_and_the_run_
     assert status == 0, out[-3000:]
     assert "Run finished: the model said: Refunded what I could." in out
     assert (
-        "the model asked for 1 tool call(s) whose arguments are no JSON object, not decided, not run: "
+        "the model asked for 1 tool call(s) whose arguments are no JSON object, refused, not run: "
         f"payments.refund {arguments}"
     ) in _unwrapped(out)
     # the call beside it was decided and ran; the other reached no decision
     entries = _log(tmp_path / "support_agent" / "agentgate.db", capsys)
     refunds = [e for e in entries if e["resource"] == "tool:payments.refund"]
-    assert [(e["kind"], e["status"]) for e in refunds] == [("allow", None), ("outcome", "ok")]
-    assert refunds[0]["args"] == {"order_id": "O-1", "amount": 40, "currency": "EUR"}
+    # the other is recorded refused, without its arguments (review R68)
+    assert [(e["kind"], e["status"]) for e in refunds] == [("deny", None), ("allow", None), ("outcome", "ok")]
+    assert "args" not in refunds[0] or not refunds[0]["args"], refunds[0]
+    assert refunds[1]["args"] == {"order_id": "O-1", "amount": 40, "currency": "EUR"}
 
 
 @pytest.mark.parametrize("name", ["support_agent.py", "research_team.py"])
@@ -313,7 +315,7 @@ def test_arguments_sent_as_json_rather_than_as_a_string_of_it_stop_no_run(
         assert not refunds
         assert "Run finished: the model said: (no text)" in out
         assert (
-            f"whose arguments are no JSON object, not decided, not run: payments.refund {json.dumps(arguments)}"
+            f"whose arguments are no JSON object, refused, not run: payments.refund {json.dumps(arguments)}"
             in _unwrapped(out)
         )
 
