@@ -21,25 +21,9 @@ import time
 from collections.abc import Callable
 
 import pytest
+from test_tasks_r67_priority_inversion import CONFIG, MIDS, WAIT_S
 
-from agentgate.tasks import (
-    Attempt,
-    PriorityClass,
-    Scheduler,
-    SchedulerConfig,
-    SyncScheduler,
-    ToolCall,
-    ToolLimits,
-)
-
-CLASSES = (PriorityClass("high", 0), PriorityClass("mid", 1), PriorityClass("low", 2))
-CONFIG = SchedulerConfig(
-    tools={"a": ToolLimits(concurrency=1), "b": ToolLimits(concurrency=1)},
-    priority_classes=CLASSES,
-    default_priority="mid",
-)
-MIDS = 50
-WAIT_S = 10.0  # bound on every wait: only a bug comes near it
+from agentgate.tasks import Attempt, Scheduler, SyncScheduler, ToolCall
 
 
 class _Setting:

@@ -268,14 +268,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         own = waiter.urgency
         if own is None or priority.rank < own.rank:
             waiter.urgency = priority
-        if waiter.granted:
-            if not waiter.finished and self.nested_waiting:
-                self.reclass_nested(waiter)
-            return
-        if not waiter.queued or not waiter.alive:
-            return
-        if waiter.parent is not None:
-            self.reclass(waiter)  # a nested twin: at the most urgent of this and what it inherits
+        if self._moved_as_nested(waiter):
             return
         queue = self.queue
         if queue.rank_of(waiter) <= priority.rank:
@@ -297,14 +290,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         Its ``urgency`` becomes ``priority``: nested calls it made that wait move back with it,
         and a nested twin itself stays at a class it inherits (review R68)."""
         waiter.urgency = priority
-        if waiter.granted:
-            if not waiter.finished and self.nested_waiting:
-                self.reclass_nested(waiter)
-            return
-        if not waiter.queued or not waiter.alive:
-            return
-        if waiter.parent is not None:
-            self.reclass(waiter)
+        if self._moved_as_nested(waiter):
             return
         queue = self.queue
         if waiter.path[1].key == priority.name and queue.rank_of(waiter) == priority.rank:
@@ -312,6 +298,21 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         tenant = waiter.call.tenant
         share = self.shares.get(tenant) or self.config.tenant_share(tenant)
         queue.move(waiter, priority.rank, priority.name, priority.weight, share.weight, back=True)
+
+    def _moved_as_nested(self, waiter: Waiter) -> bool:
+        """``hasten``'s and ``slow``'s first step, ``waiter``'s ``urgency`` set: the queued nested
+        calls of a granted ``waiter`` move to the class they inherit now (``reclass_nested``), a
+        queued nested twin to the most urgent of its own and what it inherits (``reclass``).
+        False only for a queued call with no parent, which the caller moves itself; True when
+        all is done (or ``waiter`` no longer waits)."""
+        if waiter.granted:
+            if not waiter.finished and self.nested_waiting:
+                self.reclass_nested(waiter)
+            return True
+        if waiter.queued and waiter.alive and waiter.parent is not None:
+            self.reclass(waiter)
+            return True
+        return not waiter.queued or not waiter.alive
 
     def has_room(self, call: ToolCall, limits: ToolLimits, *, take: bool = True) -> bool:
         """Can ``call`` start now? Takes the rate token when it can (so: call once, then start);
