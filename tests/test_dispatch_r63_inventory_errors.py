@@ -80,9 +80,11 @@ def test_a_backend_listing_thousands_of_gpus_is_checked_in_linear_work() -> None
     the 10,000 GPUs themselves (22,000 GPUs, under the node limit, 7 s). Listing them now costs
     about as much as defining them; compared with each other, so on any machine."""
     count = 10_000
-    alone = min(_validation_s(_gpus_listed(count, listed=False)) for _ in range(2))
-    listed = min(_validation_s(_gpus_listed(count, listed=True)) for _ in range(2))
-    assert listed < 3 * alone + 0.05, (alone, listed)
+    alone = min(_validation_s(_gpus_listed(count, listed=False)) for _ in range(3))
+    listed = min(_validation_s(_gpus_listed(count, listed=True)) for _ in range(3))
+    # Quadratic work made this 25 times; a quiet machine shows about 1.0 (review R68: a clean
+    # clone's run beside seven helpers saw 7.1, with 3 as the bound: the margin is for that).
+    assert listed < 10 * alone + 0.1, (alone, listed)
 
 
 def test_a_gpu_listed_twice_among_many_is_still_named_at_the_repeat() -> None:
