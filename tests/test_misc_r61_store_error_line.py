@@ -58,7 +58,7 @@ def test_a_bound_revocation_and_its_read_that_fail_are_one_line(repo: GrantRepos
     _renamed(repo, "agentgate_revocations", "revoked_at")
     said = [
         str(_bound(repo, lambda: repo.revoke("g1", now=1))),
-        str(_bound(repo, lambda: repo.revoke_holder("did:key:holder", now=1))),
+        str(_bound(repo, lambda: repo.revoke_holder("did:key:holder", now=1, holds=lambda *_: True))),
     ]
     _renamed(repo, "agentgate_revocations", "grant_id")
     said.append(str(_bound(repo, lambda: repo.revoked(["g1"]))))

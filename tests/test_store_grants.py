@@ -34,6 +34,12 @@ def _plan(path: Path) -> str:
         )
 
 
+def _any(token: object, grant_id: str) -> bool:
+    """Trusts every row: these rows' tokens are placeholders (``authority.revoke_holder`` checks
+    real ones, tests/test_authority_r68_holder_rows.py)."""
+    return True
+
+
 def _rows(n: int, audience: str) -> list[tuple[str, str | None, str, str, int, str]]:
     return [(f"{audience}-g{i}", None, "did:key:zIssuer", audience, 2_000_000_000, "token") for i in range(n)]
 
@@ -46,13 +52,15 @@ def test_a_new_sqlite_store_seeks_a_holders_grants_by_index(tmp_path: Path) -> N
         repo.record_grants(_rows(3, "did:key:zA") + _rows(2, "did:key:zB"), now=1)
         assert "agentgate_grants_audience" in _plan(path)
         assert "SCAN g" not in _plan(path)
-        assert repo.revoke_holder("did:key:zA", now=2) == (
+        assert repo.revoke_holder("did:key:zA", now=2, holds=_any) == (
             ["did:key:zA-g0", "did:key:zA-g1", "did:key:zA-g2"],
+            [],
             [],
         )
-        assert repo.revoke_holder("did:key:zA", now=3) == (
+        assert repo.revoke_holder("did:key:zA", now=3, holds=_any) == (
             [],
             ["did:key:zA-g0", "did:key:zA-g1", "did:key:zA-g2"],
+            [],
         )
     finally:
         repo.close()
@@ -81,7 +89,11 @@ def test_a_store_made_before_the_index_gets_it_when_opened_and_keeps_its_grants(
     repo = GrantRepository(store)
     try:
         assert "agentgate_grants_audience" in _plan(path)
-        assert repo.revoke_holder("did:key:zOld", now=2) == (["did:key:zOld-g0", "did:key:zOld-g1"], [])
+        assert repo.revoke_holder("did:key:zOld", now=2, holds=_any) == (
+            ["did:key:zOld-g0", "did:key:zOld-g1"],
+            [],
+            [],
+        )
     finally:
         repo.close()
         store.close()
@@ -135,7 +147,7 @@ def test_revoke_holder_revokes_every_grant_past_a_chunk_boundary(store: Store) -
         now = int(time.time())
         ids = [f"{i:064x}" for i in range(401)]
         repo.record_grants([_grant(g, None, AGENT, now + 3600) for g in ids], now=now)
-        revoked, already = repo.revoke_holder(AGENT, now=now, reason="key lost")
+        revoked, already, _ = repo.revoke_holder(AGENT, now=now, reason="key lost", holds=_any)
         assert revoked == sorted(ids) and already == []
         assert repo.revoked(ids) == set(ids)
         for i, gid in enumerate(ids):

@@ -96,6 +96,10 @@ class HolderRevocation:
     holder: str
     revoked: tuple[str, ...]
     already: tuple[str, ...]
+    untrusted: tuple[str, ...] = ()
+    """Ids of recorded rows whose ``audience`` column names ``holder`` but whose token does not
+    (``_holds``: a row written by hand, not by agentgate), sorted: neither revoked nor counted
+    (until review R68 they were revoked as the holder's, the column's word alone)."""
 
 
 def revoke_holder(
@@ -114,6 +118,12 @@ def revoke_holder(
     the key from the policy refuses those. Raises ``KeyFileError`` (an ``InputError``) for a
     ``holder`` that is no did:key, ``InputError`` for a ``reason`` that is not text,
     ``StoreError`` when the store cannot be written (then nothing is revoked).
+
+    The holder of a grant is what its recorded token says, never its row's ``audience`` column
+    alone (``_holds``): a row that names ``holder`` but whose token does not is left, and
+    reported in ``untrusted``. Not covered either: a grant of ``holder`` whose row was written
+    ahead of its record under another audience (a row only the application role or the owner
+    can write); revoke it by id (``revoke``), or remove the key from the policy.
     """
     if isinstance(holder, PublicKey):
         did = holder.did
@@ -122,8 +132,24 @@ def revoke_holder(
     else:
         raise InputError(f"holder must be a did:key or a PublicKey, got {type(holder).__name__}")
     storable = _storable_reason(reason)
-    revoked, already = repo.revoke_holder(did, now=_now(now), reason=storable)
-    return HolderRevocation(did, tuple(revoked), tuple(already))
+    revoked, already, untrusted = repo.revoke_holder(
+        did, now=_now(now), reason=storable, holds=lambda token, grant_id: _holds(token, grant_id, did)
+    )
+    return HolderRevocation(did, tuple(revoked), tuple(already), tuple(untrusted))
+
+
+def _holds(token: object, grant_id: str, did: str) -> bool:
+    """Whether ``token`` (a recorded chain up to ``grant_id``) proves that ``did`` holds
+    ``grant_id``: its tip's id (the SHA-256 of the signed payload, which holds the audience) is
+    ``grant_id`` and that audience is ``did``. A row's ``audience`` column alone proves nothing,
+    as its ``expires`` does not (``_proves_expired``)."""
+    if not isinstance(token, str):
+        return False
+    try:
+        tip = parse_chain(token).tip
+    except TokenFormatError:
+        return False
+    return tip.id == grant_id and tip.audience == did
 
 
 def prune_grants(repo: GrantRepository, before: float) -> tuple[int, int]:

@@ -679,6 +679,14 @@ def _revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+_UNTRUSTED = (
+    "warning: {n} recorded row(s) name {did} as the holder but their token does not (a row "
+    "written by hand, not by agentgate): not revoked: {ids}\n"
+)
+"""What ``grant revoke --holder`` says of the rows ``revoke_holder`` could not trust (until
+review R68 it revoked and logged their grants as the key's, on the ``audience`` column alone)."""
+
+
 def _revoke_holder(args: argparse.Namespace) -> int:
     """``grant revoke --holder``: every grant the store records for a key, with one audit entry
     per grant revoked, all in one transaction (nothing revoked or logged if any part fails)."""
@@ -696,10 +704,13 @@ def _revoke_holder(args: argparse.Namespace) -> int:
             "revoked": list(done.revoked),
             "already_revoked": list(done.already),
             "descendants": below,
+            "untrusted": list(done.untrusted),
             "not_covered": not_covered,
         }
         write_json(shown)
         return 0
+    if done.untrusted:
+        sys.stderr.write(_UNTRUSTED.format(n=len(done.untrusted), did=did, ids=", ".join(done.untrusted)))
     lines = []
     if not held:
         lines.append(f"no recorded grants held by {did} in this store: nothing revoked")

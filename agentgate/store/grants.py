@@ -355,11 +355,22 @@ class GrantRepository:
             tx.execute(sql, (grant_id, now, reason[:500]))
             return tx.rowcount == 1
 
-    def revoke_holder(self, audience: str, *, now: int, reason: str = "") -> tuple[list[str], list[str]]:
-        """Revoke every grant recorded with ``audience`` (a did:key) as its audience, in one
-        transaction: the caller's bound one (``within``: with its audit entries), else its own.
-        Returns ``(revoked, already)``: the ids revoked now and those that were revoked before,
-        each sorted. Descendants need no rows of their own, as for ``revoke``.
+    def revoke_holder(
+        self, audience: str, *, now: int, reason: str = "", holds: Callable[[object, str], bool]
+    ) -> tuple[list[str], list[str], list[str]]:
+        """Revoke every grant recorded with ``audience`` (a did:key) as its audience whose recorded
+        token says so (``holds(token, grant_id)``: the authority layer reads tokens,
+        ``authority.revoke_holder``), in one transaction: the caller's bound one (``within``: with
+        its audit entries), else its own. Returns ``(revoked, already, untrusted)``: the ids
+        revoked now, those that were revoked before, and those of rows whose column names
+        ``audience`` but whose token does not (nothing written for them), each sorted.
+        Descendants need no rows of their own, as for ``revoke``.
+
+        A row is the word of whoever may insert into the table (the application role): until
+        review R68 the ``audience`` column alone was trusted, so a row planted ahead of a real
+        grant's record, with its id and another audience, had that grant revoked by a
+        revocation of the other key. The rows are read once, by the index on ``audience`` on
+        SQLite, each token checked once: the work grows with the holder's rows, not the table's.
 
         The grants revoked are exactly those recorded (their recording transaction committed)
         when the grants are read: before the write lock is taken on SQLite (the transaction takes
@@ -373,21 +384,25 @@ class GrantRepository:
         bound = self._bound_tx()
         if bound is not None:
             try:
-                return self._revoke_holder(bound, audience, now, reason)
+                return self._revoke_holder(bound, audience, now, reason, holds)
             except loaded_driver_errors() as exc:
                 raise StoreError(f"cannot record the revocations: {driver_error_line(exc)}") from exc
         with self.store.transaction() as tx:
-            return self._revoke_holder(tx, audience, now, reason)
+            return self._revoke_holder(tx, audience, now, reason, holds)
 
     @staticmethod
-    def _revoke_holder(tx: Transaction, audience: str, now: int, reason: str) -> tuple[list[str], list[str]]:
+    def _revoke_holder(
+        tx: Transaction, audience: str, now: int, reason: str, holds: Callable[[object, str], bool]
+    ) -> tuple[list[str], list[str], list[str]]:
         rows = tx.execute(
-            "SELECT g.id, CASE WHEN r.grant_id IS NULL THEN 0 ELSE 1 END FROM agentgate_grants g "
+            "SELECT g.id, g.token, CASE WHEN r.grant_id IS NULL THEN 0 ELSE 1 END FROM agentgate_grants g "
             "LEFT JOIN agentgate_revocations r ON r.grant_id = g.id WHERE g.audience = ? ORDER BY g.id",
             (audience,),
         )
-        held = [str(gid) for gid, _ in rows]
-        todo = [str(gid) for gid, was in rows if not was]
+        trusted = [(str(gid), was) for gid, token, was in rows if holds(token, str(gid))]
+        untrusted = sorted({str(gid) for gid, _, _ in rows} - {gid for gid, _ in trusted})
+        held = [gid for gid, _ in trusted]
+        todo = [gid for gid, was in trusted if not was]
         revoked: set[str] = set()
         for i in range(0, len(todo), 200):  # the ids read above, never a second read: see above
             part = todo[i : i + 200]
@@ -399,7 +414,7 @@ class GrantRepository:
                 params,
             )
             revoked.update(str(r[0]) for r in inserted)
-        return sorted(revoked), sorted(set(held) - revoked)
+        return sorted(revoked), sorted(set(held) - revoked), untrusted
 
     def _hot_connection(self) -> sqlite3.Connection | None:
         if self._sqlite is not None and self._hot is None:
