@@ -51,6 +51,7 @@ import httpx
 from opentelemetry import context as otel_context
 
 from agentgate._names import check_session, check_tenant
+from agentgate.dispatch._connector import chat_session
 from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
 from agentgate.dispatch.backends import (
     DEFAULT_OUTPUT_TOKENS,
@@ -226,13 +227,7 @@ class Dispatcher:
         self._http = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100), trust_env=False
         )
-        # Idle connections are dropped before a backend's own keep-alive timeout (uvicorn's: 5 s)
-        # could close one under a request.
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=4.0),
-            skip_auto_headers=("User-Agent",),
-            read_bufsize=1 << 20,  # the longest stream event line it reads
-        )
+        self._session = chat_session()
         self.clients = {
             b.name: BackendClient(b, self._http, self.timeouts, session=self._session)
             for b in self.inventory.backends
