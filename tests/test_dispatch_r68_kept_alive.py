@@ -162,16 +162,16 @@ class KeptAlive:
 
 
 @contextlib.asynccontextmanager
-async def client_of(url: str, pool: str) -> AsyncIterator[BackendClient]:
+async def client_of(url: str, pool: str, timeouts: Timeouts = TIMEOUTS) -> AsyncIterator[BackendClient]:
     inventory = inventory_from_mapping(
-        {"backends": [{"name": "kept", "url": url, "engine": "vllm", "models": ["small"]}]}
+        {"backends": [{"name": "junk", "url": url, "engine": "vllm", "models": ["small"]}]}
     )
     async with httpx.AsyncClient() as http:
         if pool == "httpx":
-            yield BackendClient(inventory.backends[0], http, TIMEOUTS)
+            yield BackendClient(inventory.backends[0], http, timeouts)
             return
         async with chat_session() as session:  # the dispatcher's
-            yield BackendClient(inventory.backends[0], http, TIMEOUTS, session=session)
+            yield BackendClient(inventory.backends[0], http, timeouts, session=session)
 
 
 async def _call(client: BackendClient, stream: bool) -> str:
