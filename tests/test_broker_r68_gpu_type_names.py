@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_broker_gated import TRAINER_POLICY
 
 from agentgate.dispatch.broker import (
     Broker,
@@ -36,22 +37,8 @@ from agentgate.store import SQLiteStore
 KELVIN_80 = "\u212a80"
 """``K80`` spelled with the KELVIN SIGN: ``KELVIN_80.lower() == "k80"``."""
 
-POLICY = """
-version: 1
-trust_anchors:
-  root: {{did: "{root}"}}
-tenants:
-  team-a: {{}}
-principals:
-  trainer: {{kind: service, did: "{trainer}", tenant: team-a, roles: [trainer]}}
-roles:
-  trainer:
-    kind: service
-    capabilities:
-      - resource: gpu:k80
-        constraints: {{count: {{ge: 1, le: 8}}}}
-    ttl_s: 3600
-"""
+POLICY = TRAINER_POLICY.replace("gpu:h100", "gpu:k80")
+"""test_broker_gated's trainer policy, on K80s."""
 
 
 class _Gated:

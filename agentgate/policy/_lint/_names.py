@@ -12,7 +12,7 @@ apart; an argument declared ``amo\\u200bunt`` is one no call names, so every cal
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from agentgate import _confusables
 from agentgate._shown import character_named, not_printable
@@ -39,17 +39,33 @@ class NamesDifferOnlyInCase(LintRule):
     hint = "rename one of them: people, and tools that ignore case, read the two names as one"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
-        for section in _NAMED_SECTIONS:
-            first: dict[str, str] = {}
-            for name in getattr(policy.document, section):
-                earlier = first.setdefault(name.casefold(), name)
-                if earlier != name:
-                    yield self.finding(
-                        policy,
-                        f"{section} {name} and {earlier} differ only in case: every reference names "
-                        "one of them exactly, where a reader takes them for one",
-                        policy.line_of(section, name, key=True),
-                    )
+        for section, name, earlier in _taken_for_earlier(policy, _NAMED_SECTIONS, _case_folded):
+            yield self.finding(
+                policy,
+                f"{section} {name} and {earlier} differ only in case: every reference names "
+                "one of them exactly, where a reader takes them for one",
+                policy.line_of(section, name, key=True),
+            )
+
+
+def _case_folded(name: str) -> tuple[str]:
+    return (name.casefold(),)
+
+
+def _taken_for_earlier(
+    policy: Policy, sections: Iterable[str], keys: Callable[[str], Iterable[str]]
+) -> Iterator[tuple[str, str, str]]:
+    """Each ``(section, name, earlier)``: a name of one of ``sections`` that shares one of its
+    ``keys`` (how a reader takes it) with an earlier name of that section, the first such."""
+    for section in sections:
+        first: dict[str, str] = {}
+        for name in getattr(policy.document, section):
+            held = tuple(keys(name))
+            earlier = next((first[key] for key in held if key in first), None)
+            for key in held:
+                first.setdefault(key, name)
+            if earlier is not None:
+                yield section, name, earlier
 
 
 _READ_SECTIONS = (*_NAMED_SECTIONS, "tools", "gpus")
@@ -63,20 +79,14 @@ class NamesReadAlike(LintRule):
     hint = "rename one of them: people read the two names as one"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
-        for section in _READ_SECTIONS:
-            first: dict[str, str] = {}
-            for name in getattr(policy.document, section):
-                keys = _confusables.readings(name)
-                earlier = next((first[key] for key in keys if key in first), None)
-                for key in keys:
-                    first.setdefault(key, name)
-                if earlier is not None and earlier.casefold() != name.casefold():
-                    yield self.finding(
-                        policy,
-                        f"{section} {name} and {earlier} read alike (Unicode's confusables): every "
-                        "reference names one of them exactly, where a reader takes them for one",
-                        policy.line_of(section, name, key=True),
-                    )
+        for section, name, earlier in _taken_for_earlier(policy, _READ_SECTIONS, _confusables.readings):
+            if earlier.casefold() != name.casefold():  # else ``names_differ_only_in_case``'s
+                yield self.finding(
+                    policy,
+                    f"{section} {name} and {earlier} read alike (Unicode's confusables): every "
+                    "reference names one of them exactly, where a reader takes them for one",
+                    policy.line_of(section, name, key=True),
+                )
 
 
 class UnclearArgumentName(LintRule):
