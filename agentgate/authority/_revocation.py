@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agentgate.authority._grant import TOKEN_PREFIX, Chain, _encode_chain
+from agentgate.authority._grant import TOKEN_PREFIX, Chain, Grant, _encode_chain
 from agentgate.authority._operations import _now, _signed_chain
 from agentgate.authority._parsing import parse_chain
 from agentgate.errors import InputError, TokenFormatError
@@ -143,13 +143,20 @@ def _holds(token: object, grant_id: str, did: str) -> bool:
     ``grant_id``: its tip's id (the SHA-256 of the signed payload, which holds the audience) is
     ``grant_id`` and that audience is ``did``. A row's ``audience`` column alone proves nothing,
     as its ``expires`` does not (``_proves_expired``)."""
+    tip = _recorded_tip(token, grant_id)
+    return tip is not None and tip.audience == did
+
+
+def _recorded_tip(token: object, grant_id: str) -> Grant | None:
+    """The tip of ``token``, a recorded chain, if it is the grant ``grant_id`` (its id is the
+    SHA-256 of its signed payload, so of every field a row repeats), else ``None``."""
     if not isinstance(token, str):
-        return False
+        return None
     try:
         tip = parse_chain(token).tip
     except TokenFormatError:
-        return False
-    return tip.id == grant_id and tip.audience == did
+        return None
+    return tip if tip.id == grant_id else None
 
 
 def prune_grants(repo: GrantRepository, before: float) -> tuple[int, int]:
@@ -164,13 +171,8 @@ def _proves_expired(token: object, grant_id: str, cut: int) -> bool:
     ``grant_id`` and that ``exp`` is before ``cut``. A row's ``expires`` column alone proves
     nothing: a role that may insert grant rows (the application role) could record a made-up
     expiry for the id of a revoked grant it never recorded."""
-    if not isinstance(token, str):
-        return False
-    try:
-        tip = parse_chain(token).tip
-    except TokenFormatError:
-        return False
-    return tip.id == grant_id and tip.expires < cut
+    tip = _recorded_tip(token, grant_id)
+    return tip is not None and tip.expires < cut
 
 
 def record(repo: GrantRepository, chain: Chain, *, now: float | None = None) -> None:
