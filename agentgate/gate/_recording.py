@@ -187,6 +187,27 @@ class _Recording:
         call_key = None if asked_in is None else self._call_scope(identity, call_id, asked_in)
         return self._record_refusal(refused, call_id, call_key=call_key)
 
+    def record_refusals(
+        self, identity: AgentIdentity | None, refusals: Sequence[tuple[Call, Sequence[str]]]
+    ) -> list[Authorization]:
+        """Record, as ``record_refusal`` does one (without a call id: no approval request is
+        closed), each of ``refusals`` (a call and its reasons) in one decision transaction: all
+        or none are written, with one commit however many they are (a model answer's invalid
+        tool calls; until review R69 one transaction each). The refusals, in order. Raises
+        ``InputError`` when an entry cannot be encoded (nothing is written then),
+        ``AuditError``/``StoreError`` when they cannot be written."""
+        refused = []
+        for call, reasons in refusals:
+            expect(call, Call, "call", "a Call")
+            refused.append(Authorization(Verdict.DENY, call, identity, tuple(reasons)))
+        if not refused:
+            return []
+        with self._decision_transaction() as tx:
+            written = [self._write_refusal(auth, tx) for auth in refused]
+        for auth in written:
+            self._refusal_span(auth)
+        return written
+
     def _record_refusal(
         self,
         auth: Authorization,

@@ -197,18 +197,24 @@ class _ModelCalls:
         (``_invalid_calls``: a ``deny`` entry by the run's identity naming the tool and why, never
         an allow; the model is told at its next turn, by LangChain, that the call was malformed,
         and an answer holding only such calls ends the run). Until review R68 such a call left no
-        trace in the audit log. One whose entry cannot be encoded (``InputError``) is not recorded;
+        trace in the audit log. The answer's refusals (at most ``INVALID_CALLS_NAMED`` and one)
+        share one transaction; one whose entry cannot be encoded (``InputError``) is not recorded;
         a store that cannot write raises, as for any decision."""
         messages = response.result if isinstance(response, ModelResponse) else [response]
         invalid = [found for m in messages if isinstance(m, AIMessage) for found in _invalid_calls(m)]
         if invalid:
+            # One transaction for the answer's refusals, however many (until review R69 one each:
+            # an answer of thousands cost thousands of commits). Without the calls' ids: a refusal
+            # with one closes the approval request open for that id and call, which here (no
+            # arguments) could be another run's request for a tool that takes none, under a model
+            # that numbers its calls alike.
             identity = identity_from_context(request.runtime.context)
-            for call, reasons in invalid:
-                # Without the call's id: a refusal with one closes the approval request open for
-                # that id and call, which here (no arguments) could be another run's request for
-                # a tool that takes none, under a model that numbers its calls alike.
-                with contextlib.suppress(InputError):
-                    self.gate.record_refusal(identity, call, reasons)
+            try:
+                self.gate.record_refusals(identity, invalid)
+            except InputError:  # one entry cannot be encoded: the others are written one by one
+                for call, reasons in invalid:
+                    with contextlib.suppress(InputError):
+                        self.gate.record_refusal(identity, call, reasons)
         return response
 
     async def _arecord_invalid(self, request: ModelRequest[Any], response: R) -> R:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
@@ -117,31 +118,64 @@ def _named_call(name: object, args: Mapping[str, Any]) -> tuple[Call, tuple[str,
     )
 
 
+INVALID_CALLS_NAMED = 32
+"""How many of an answer's invalid tool calls the audit log names one entry each
+(``_invalid_calls``); the next one's entry says how many more the answer held, none of which ran,
+so a model answering thousands of them costs a bounded number of entries."""
+
+
 def _invalid_calls(answer: AIMessage) -> list[tuple[Call, tuple[str, ...]]]:
     """The tool calls of ``answer`` that LangChain never routes to the tools: its
     ``invalid_tool_calls`` (arguments that are no JSON object: malformed, or cut at the output
-    limit), each as the call to record the refusal of and the reasons. The reason gives the
+    limit), each as the call to record the refusal of and the reasons; the first
+    ``INVALID_CALLS_NAMED`` and one more, whose reason says exactly how many more the answer held
+    (none of which ran), with the SHA-256 of their names and arguments. The reason gives the
     arguments' length and SHA-256, never their text: it is no mapping whose loggable arguments
     the audit log could keep and the others hide (a secret the model wrote in one would be
     written whole), nor is the parser's ``error``, which quotes them."""
-    found: list[tuple[Call, tuple[str, ...]]] = []
-    for invalid in answer.invalid_tool_calls:
-        name = invalid.get("name")
-        extra: tuple[str, ...] = ()
-        try:
-            call = Call.tool(name if isinstance(name, str) else repr(name))
-        except InputError:
-            call, extra = _named_call(name, {})
-        raw = invalid.get("args")
-        text = raw if isinstance(raw, str) else ""
-        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-        reason = (
-            f"the model's call of tool {call.resource.removeprefix('tool:')} was not run: its arguments "
-            f"({len(text)} characters, sha256:{digest}) are no JSON object, so LangChain never "
-            "hands it to the tools (an invalid tool call)"
+    invalid = answer.invalid_tool_calls
+    found = [_invalid_call(call) for call in invalid[: INVALID_CALLS_NAMED + 1]]
+    if len(invalid) > len(found):
+        rest = [[_invalid_name(call), _invalid_args(call)] for call in invalid[len(found) :]]
+        digest = hashlib.sha256(json.dumps(rest).encode()).hexdigest()  # ASCII: lone surrogates too
+        call, reasons = found[-1]
+        found[-1] = (
+            call,
+            (
+                f"{reasons[0]}; the answer held {len(invalid)} invalid tool calls; {len(rest)} more "
+                f"after this one are not named (names and arguments: sha256:{digest}): none of them ran",
+                *reasons[1:],
+            ),
         )
-        found.append((call, (reason, *extra)))
     return found
+
+
+def _invalid_name(invalid: Mapping[str, Any]) -> str:
+    name = invalid.get("name")
+    return name if isinstance(name, str) else repr(name)
+
+
+def _invalid_args(invalid: Mapping[str, Any]) -> str:
+    raw = invalid.get("args")
+    return raw if isinstance(raw, str) else ""
+
+
+def _invalid_call(invalid: Mapping[str, Any]) -> tuple[Call, tuple[str, ...]]:
+    """The call and reasons of one of ``_invalid_calls``."""
+    name = invalid.get("name")
+    extra: tuple[str, ...] = ()
+    try:
+        call = Call.tool(_invalid_name(invalid))
+    except InputError:
+        call, extra = _named_call(name, {})
+    text = _invalid_args(invalid)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    reason = (
+        f"the model's call of tool {call.resource.removeprefix('tool:')} was not run: its arguments "
+        f"({len(text)} characters, sha256:{digest}) are no JSON object, so LangChain never "
+        "hands it to the tools (an invalid tool call)"
+    )
+    return call, (reason, *extra)
 
 
 _ASYNC_ONLY = (
