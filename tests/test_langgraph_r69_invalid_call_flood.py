@@ -17,6 +17,8 @@ from langchain_core.messages import AIMessage
 from test_langgraph import Team, _make_team
 from test_langgraph_r68_invalid_tool_calls import GO, _agent, _invalid, _tool_entries
 
+from agentgate.capabilities import Call
+from agentgate.errors import InputError
 from agentgate.integrations.langgraph._tool_calls import INVALID_CALLS_NAMED
 from agentgate.store import Transaction
 
@@ -96,3 +98,22 @@ def test_invalid_calls_under_the_bound_are_each_named_in_one_transaction(
     assert few == single
     assert len(entries) == INVALID_CALLS_NAMED + 1
     assert not any("more after this one" in e.reasons[0] for e in entries)
+
+
+def test_record_refusals_writes_all_or_none(team: Team) -> None:
+    """Review R69: ``Gate.record_refusals`` (the batch the model hook writes an answer's invalid
+    calls with) checks every refusal before writing any: a bad one is an ``InputError`` naming
+    it, and nothing is written; the good ones are written in order."""
+    size = team.gate.audit.size()
+    with pytest.raises(InputError, match="call must be a Call, got a str"):
+        team.gate.record_refusals(team.supervisor, [(Call.tool("search"), ["a"]), ("search", ["b"])])  # type: ignore[list-item]
+    team.gate.flush()
+    assert team.gate.audit.size() == size
+    written = team.gate.record_refusals(
+        team.supervisor, [(Call.tool("search"), ["a"]), (Call.tool("shell"), ["b"])]
+    )
+    assert [(r.verdict, r.call.resource, r.reasons) for r in written] == [
+        ("deny", "tool:search", ("a",)),
+        ("deny", "tool:shell", ("b",)),
+    ]
+    assert [e.index for e in _tool_entries(team)] == [r.audit_index for r in written]
