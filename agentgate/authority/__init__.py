@@ -37,11 +37,13 @@ from agentgate.authority._operations import delegate, issue, verify_chain
 from agentgate.authority._parsing import parse_chain
 from agentgate.authority._revocation import (
     HolderRevocation,
+    HolderScan,
     Revocation,
     prune_grants,
     record,
     revoke,
     revoke_holder,
+    scan_holder,
 )
 from agentgate.findings import Outcome
 from agentgate.store.grants import GrantRepository
@@ -65,6 +67,7 @@ __all__ = [
     "Grant",
     "GrantRepository",
     "HolderRevocation",
+    "HolderScan",
     "Invocation",
     "Outcome",
     "Revocation",
@@ -79,6 +82,7 @@ __all__ = [
     "record",
     "revoke",
     "revoke_holder",
+    "scan_holder",
     "sign_invocation",
     "verify_chain",
 ]

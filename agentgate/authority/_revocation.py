@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agentgate.authority._grant import TOKEN_PREFIX, Chain, Grant, _encode_chain
+from agentgate.authority._encoding import b64url_decode
+from agentgate.authority._grant import MAX_TOKEN_BYTES, TOKEN_PREFIX, Chain, Grant, _encode_chain
 from agentgate.authority._operations import _now, _signed_chain
 from agentgate.authority._parsing import parse_chain
 from agentgate.errors import InputError, TokenFormatError
@@ -100,14 +101,90 @@ class HolderRevocation:
     """Ids of recorded rows whose ``audience`` column names ``holder`` but whose token does not
     (``_holds``: a row written by hand, not by agentgate), sorted: neither revoked nor counted
     (until review R68 they were revoked as the holder's, the column's word alone)."""
+    mislabeled: tuple[str, ...] = ()
+    """Ids of the holder's grants (by their recorded tokens, ``_holds``) whose rows name another
+    audience (a row written by hand, not by agentgate), sorted: revoked (or already revoked) with
+    the others and in ``revoked`` or ``already`` too, listed here because the row disagrees with
+    its token (until review R69 they were missed: only the ``audience`` column was searched)."""
+
+
+@dataclass(frozen=True)
+class HolderScan:
+    """What ``scan_holder`` found: ``elsewhere``, the ids of rows whose token proves ``holder``'s
+    grant but whose ``audience`` column names another, sorted; ``read``, how many rows of another
+    audience it looked at (each once), and ``parsed``, how many of their tokens it parsed (those
+    whose tip payload holds ``holder``'s did at all)."""
+
+    holder: str
+    elsewhere: tuple[str, ...]
+    read: int
+    parsed: int
+
+
+def scan_holder(repo: GrantRepository, holder: PublicKey | str) -> HolderScan:
+    """Read every recorded grant once, outside any write lock (``GrantRepository.recorded_rows``:
+    pages of short read transactions, never this thread's bound one), and find the rows of
+    ``holder``'s grants that name another audience. The rows that name ``holder`` are left to
+    the revoking transaction, which reads them by index under the lock. The cost per row of
+    another audience is one base64 decoding of its tip's payload, and a parse of the token only
+    where that payload holds ``holder``'s did (a canonical payload writes it unescaped, so no
+    other can name it). No signature is checked: a token's tip id is the hash of its payload, so
+    a row whose tip hashes to its id and names ``holder`` proves that grant id is ``holder``'s.
+    Run it before opening the transaction that revokes (``revoke_holder(...,
+    scan=...)``): on SQLite a scan inside it would hold the write lock that every decision waits
+    for. Raises ``KeyFileError`` for a ``holder`` that is no did:key, ``StoreError``."""
+    did = _holder_did(holder)
+    quoted = f'"{did}"'.encode()
+    elsewhere: list[str] = []
+    read = parsed = 0
+    for grant_id, audience, token in repo.recorded_rows():
+        if audience == did:
+            continue
+        read += 1
+        if not _tip_payload_holds(token, quoted):
+            continue
+        parsed += 1
+        if _holds(token, grant_id, did):
+            elsewhere.append(grant_id)
+    return HolderScan(did, tuple(sorted(elsewhere)), read, parsed)
+
+
+def _tip_payload_holds(token: object, quoted: bytes) -> bool:
+    """Whether the last payload of ``token`` holds the bytes ``quoted`` (a did as a JSON string):
+    ``False`` only for a token ``_holds`` refuses for that did, at the cost of one decoding."""
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_BYTES:
+        return False
+    parts = token.rsplit(".", 2)
+    if len(parts) != 3:
+        return False
+    try:
+        return quoted in b64url_decode(parts[1], "the tip's payload")
+    except TokenFormatError:
+        return False
+
+
+def _holder_did(holder: object) -> str:
+    if isinstance(holder, PublicKey):
+        return holder.did
+    if isinstance(holder, str):
+        return PublicKey.from_did(holder.strip()).did
+    raise InputError(f"holder must be a did:key or a PublicKey, got {type(holder).__name__}")
 
 
 def revoke_holder(
-    repo: GrantRepository, holder: PublicKey | str, *, reason: str = "", now: float | None = None
+    repo: GrantRepository,
+    holder: PublicKey | str,
+    *,
+    reason: str = "",
+    now: float | None = None,
+    scan: HolderScan | None = None,
 ) -> HolderRevocation:
     """Revoke, in one transaction, every grant recorded in ``repo`` whose audience is ``holder``
     (a ``PublicKey`` or a ``did:key`` string): a leaked key's grants, and through them every
     grant below them (recorded or not: a grant the leaked key delegated offline dies too).
+    ``scan`` (``scan_holder``, run before the caller opens its transaction) finds the holder's
+    rows that name another audience; without one, it is run here first, before the transaction
+    (inside a bound transaction it then reads while that holds the store's write lock).
 
     Durable before it returns, as ``revoke``; inside ``repo.within(tx)`` it runs in ``tx``, so
     the caller can write one audit entry per revoked id in the same transaction (``agentgate
@@ -121,21 +198,30 @@ def revoke_holder(
 
     The holder of a grant is what its recorded token says, never its row's ``audience`` column
     alone (``_holds``): a row that names ``holder`` but whose token does not is left, and
-    reported in ``untrusted``. Not covered either: a grant of ``holder`` whose row was written
-    ahead of its record under another audience (a row only the application role or the owner
-    can write); revoke it by id (``revoke``), or remove the key from the policy.
+    reported in ``untrusted``; a row whose token proves ``holder``'s grant but that names
+    another audience (written ahead of its record, by the application role or the owner) is
+    revoked and reported in ``mislabeled`` (until review R69 it was missed). Such a row is found
+    if it was committed before ``scan`` began; a row agentgate records names its token's audience
+    and is found if committed before the revoking transaction reads.
+    Raises ``InputError`` too for a ``scan`` of another holder.
     """
-    if isinstance(holder, PublicKey):
-        did = holder.did
-    elif isinstance(holder, str):
-        did = PublicKey.from_did(holder.strip()).did
-    else:
-        raise InputError(f"holder must be a did:key or a PublicKey, got {type(holder).__name__}")
+    did = _holder_did(holder)
     storable = _storable_reason(reason)
+    if scan is None:
+        scan = scan_holder(repo, did)
+    elif not isinstance(scan, HolderScan) or scan.holder != did:
+        raise InputError(
+            f"scan must be scan_holder's for {did}, got one for {getattr(scan, 'holder', scan)!r:.120}"
+        )
     revoked, already, untrusted = repo.revoke_holder(
-        did, now=_now(now), reason=storable, holds=lambda token, grant_id: _holds(token, grant_id, did)
+        did,
+        now=_now(now),
+        reason=storable,
+        holds=lambda token, grant_id: _holds(token, grant_id, did),
+        also=scan.elsewhere,
     )
-    return HolderRevocation(did, tuple(revoked), tuple(already), tuple(untrusted))
+    mislabeled = sorted(set(scan.elsewhere) & {*revoked, *already})
+    return HolderRevocation(did, tuple(revoked), tuple(already), tuple(untrusted), tuple(mislabeled))
 
 
 def _holds(token: object, grant_id: str, did: str) -> bool:

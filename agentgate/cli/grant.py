@@ -27,6 +27,7 @@ from agentgate.authority import (
     Chain,
     Decision,
     GrantRepository,
+    HolderScan,
     Invocation,
     Outcome,
     decide,
@@ -36,6 +37,7 @@ from agentgate.authority import (
     record,
     revoke,
     revoke_holder,
+    scan_holder,
 )
 from agentgate.authority._chain_findings import chain_finding, link_findings, revoked_finding, root_findings
 from agentgate.authority._grant import GRANT_CONTEXT, TOKEN_PREFIX
@@ -571,13 +573,14 @@ def _warn_unprotected(store: Store) -> None:
 
 @contextlib.contextmanager
 def _revoking(
-    store: Store, args: argparse.Namespace
+    store: Store, args: argparse.Namespace, *, first: Callable[[GrantRepository], None] = lambda repo: None
 ) -> Iterator[tuple[GrantRepository, Callable[[Iterable[str]], None]]]:
     """The store's grants bound to one transaction that holds the audit log's lock, as
     ``Gate.revoke`` takes it, and what appends a ``revoke`` entry for each grant id given and
     closes the approval requests their revocation makes void (each with its ``deny`` entry): the
-    revocations and their entries commit together or not at all. The log key is refused at once
-    if garbage; the store is closed at the end."""
+    revocations and their entries commit together or not at all. ``first`` reads the store
+    before that transaction begins (``scan_holder``: no write lock held while it reads). The log
+    key is refused at once if garbage; the store is closed at the end."""
     # The audit log's layer: only the revoking verbs write to it.
     from agentgate.gate._records import revocation_entry, voided_request_entry, voided_request_reason
     from agentgate.store.approvals import ApprovalStore
@@ -594,6 +597,7 @@ def _revoking(
                 # upgrade whose ``store init`` was not run): the revocation is made all the same, and
                 # its void requests, already refused and unlisted, are closed when their call is.
                 approvals = ApprovalStore(store)
+            first(repo)
             with store.transaction() as tx, repo.within(tx):
                 log.lock(tx)
 
@@ -686,14 +690,23 @@ _UNTRUSTED = (
 """What ``grant revoke --holder`` says of the rows ``revoke_holder`` could not trust (until
 review R68 it revoked and logged their grants as the key's, on the ``audience`` column alone)."""
 
+_MISLABELED = (
+    "warning: {n} recorded row(s) hold a grant of {did} by their token but name another holder "
+    "(a row written by hand, not by agentgate): revoked as the key's: {ids}\n"
+)
+"""What ``grant revoke --holder`` says of the key's grants whose rows name another audience
+(until review R69 they were missed: only the ``audience`` column was searched)."""
+
 
 def _revoke_holder(args: argparse.Namespace) -> int:
     """``grant revoke --holder``: every grant the store records for a key, with one audit entry
     per grant revoked, all in one transaction (nothing revoked or logged if any part fails)."""
     did = load_public_key(args.holder).did  # a bad DID or file: exit 2 before the store is opened
     # A store that does not exist is a mistyped --store, not an empty answer ("no recorded grants").
-    with _revoking(open_existing_store(args.store, init_hint=True), args) as (repo, audit):
-        done = revoke_holder(repo, did, reason=args.reason)
+    scans: list[HolderScan] = []
+    store = open_existing_store(args.store, init_hint=True)
+    with _revoking(store, args, first=lambda repo: scans.append(scan_holder(repo, did))) as (repo, audit):
+        done = revoke_holder(repo, did, reason=args.reason, scan=scans[0])
         audit(done.revoked)
         held = set(done.revoked) | set(done.already)
         below = sorted({d for gid in sorted(held) for d in repo.descendants(gid)} - held)
@@ -705,12 +718,15 @@ def _revoke_holder(args: argparse.Namespace) -> int:
             "already_revoked": list(done.already),
             "descendants": below,
             "untrusted": list(done.untrusted),
+            "mislabeled": list(done.mislabeled),
             "not_covered": not_covered,
         }
         write_json(shown)
         return 0
     if done.untrusted:
         sys.stderr.write(_UNTRUSTED.format(n=len(done.untrusted), did=did, ids=", ".join(done.untrusted)))
+    if done.mislabeled:
+        sys.stderr.write(_MISLABELED.format(n=len(done.mislabeled), did=did, ids=", ".join(done.mislabeled)))
     lines = []
     if not held:
         lines.append(f"no recorded grants held by {did} in this store: nothing revoked")

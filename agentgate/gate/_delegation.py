@@ -37,6 +37,7 @@ from agentgate.authority import (
     record,
     revoke,
     revoke_holder,
+    scan_holder,
 )
 from agentgate.authority._chain_findings import chain_finding, revoked_finding
 from agentgate.authority._revocation import revoked_id
@@ -781,8 +782,9 @@ class _Delegation:
             expect(holder, str, "holder", "a did:key or a PublicKey")
             holder = PublicKey.from_did(holder.strip())
         with self._revoke_span(by, holder=True) as span:
+            scan = scan_holder(self.grants, holder)  # every row read before the write lock is taken
             with self._decision_transaction() as tx, self.grants.within(tx):
-                done = revoke_holder(self.grants, holder, reason=reason)
+                done = revoke_holder(self.grants, holder, reason=reason, scan=scan)
                 indexes = [self.audit.append(revocation_entry(g, by, reason), tx) for g in done.revoked]
                 self._void_revoked(done.revoked, tx)
             self._forget_revoked([*done.revoked, *done.already])

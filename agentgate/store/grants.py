@@ -42,7 +42,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -355,52 +355,92 @@ class GrantRepository:
             tx.execute(sql, (grant_id, now, reason[:500]))
             return tx.rowcount == 1
 
+    def recorded_rows(self, *, page: int = 500) -> Iterator[tuple[str, str, object]]:
+        """``(id, audience column, token)`` of every recorded grant, by id, read ``page`` rows at a
+        time, each page in a short read transaction of its own on the store (never this thread's
+        bound one): on SQLite no write lock is taken and no decision waits. Every row committed
+        before the first page is read and not removed since is yielded once; one committed
+        during the read may be or not (``authority.scan_holder``). Raises ``StoreError``."""
+        after = ""
+        while True:
+            rows = self.store.query(
+                "SELECT id, audience, token FROM agentgate_grants WHERE id > ? ORDER BY id LIMIT ?",
+                (after, page),
+            )
+            for gid, audience, token in rows:
+                yield str(gid), str(audience), token
+            if len(rows) < page:
+                return
+            after = str(rows[-1][0])
+
     def revoke_holder(
-        self, audience: str, *, now: int, reason: str = "", holds: Callable[[object, str], bool]
+        self,
+        audience: str,
+        *,
+        now: int,
+        reason: str = "",
+        holds: Callable[[object, str], bool],
+        also: Collection[str] = (),
     ) -> tuple[list[str], list[str], list[str]]:
         """Revoke every grant recorded with ``audience`` (a did:key) as its audience whose recorded
         token says so (``holds(token, grant_id)``: the authority layer reads tokens,
-        ``authority.revoke_holder``), in one transaction: the caller's bound one (``within``: with
-        its audit entries), else its own. Returns ``(revoked, already, untrusted)``: the ids
-        revoked now, those that were revoked before, and those of rows whose column names
-        ``audience`` but whose token does not (nothing written for them), each sorted.
-        Descendants need no rows of their own, as for ``revoke``.
+        ``authority.revoke_holder``), and every grant of ``also`` (ids whose rows name another
+        audience, found by ``authority.scan_holder``) whose row, read again here, still holds, in
+        one transaction: the caller's bound one (``within``: with its audit entries), else its
+        own. Returns ``(revoked, already, untrusted)``: the ids revoked now, those that were
+        revoked before, and those of rows whose column names ``audience`` but whose token does
+        not (nothing written for them), each sorted. An id of ``also`` whose row is gone or no
+        longer holds is in none of them. Descendants need no rows of their own, as for ``revoke``.
 
         A row is the word of whoever may insert into the table (the application role): until
         review R68 the ``audience`` column alone was trusted, so a row planted ahead of a real
         grant's record, with its id and another audience, had that grant revoked by a
         revocation of the other key. The rows are read once, by the index on ``audience`` on
-        SQLite, each token checked once: the work grows with the holder's rows, not the table's.
+        SQLite, and those of ``also`` by id, each token checked once: the work under the lock
+        grows with the holder's rows, not the table's (the whole table is read before, outside
+        the lock, by ``recorded_rows``).
 
         The grants revoked are exactly those recorded (their recording transaction committed)
         when the grants are read: before the write lock is taken on SQLite (the transaction takes
         it first), before that read statement starts on PostgreSQL. A grant recorded later is not
         revoked, and one recorded earlier is, with all its descendants: never some of a read
-        set. A grant to ``audience`` that this store never recorded (issued or delegated to it
-        offline, or recorded in another store) is not revoked: no store can list it. Needs only
+        set. A row of ``also`` is revoked if it still holds when read here (the scan that named
+        it read it earlier, outside this transaction). A grant to ``audience`` that this store
+        never recorded (issued or delegated to it offline, or recorded in another store) is not
+        revoked: no store can list it. Needs only
         ``SELECT`` on ``agentgate_grants`` and ``SELECT, INSERT`` on ``agentgate_revocations``
         (PostgreSQL's application role has them). Raises ``StoreError``.
         """
         bound = self._bound_tx()
         if bound is not None:
             try:
-                return self._revoke_holder(bound, audience, now, reason, holds)
+                return self._revoke_holder(bound, audience, now, reason, holds, also)
             except loaded_driver_errors() as exc:
                 raise StoreError(f"cannot record the revocations: {driver_error_line(exc)}") from exc
         with self.store.transaction() as tx:
-            return self._revoke_holder(tx, audience, now, reason, holds)
+            return self._revoke_holder(tx, audience, now, reason, holds, also)
 
     @staticmethod
     def _revoke_holder(
-        tx: Transaction, audience: str, now: int, reason: str, holds: Callable[[object, str], bool]
+        tx: Transaction,
+        audience: str,
+        now: int,
+        reason: str,
+        holds: Callable[[object, str], bool],
+        also: Collection[str],
     ) -> tuple[list[str], list[str], list[str]]:
-        rows = tx.execute(
+        read = (
             "SELECT g.id, g.token, CASE WHEN r.grant_id IS NULL THEN 0 ELSE 1 END FROM agentgate_grants g "
-            "LEFT JOIN agentgate_revocations r ON r.grant_id = g.id WHERE g.audience = ? ORDER BY g.id",
-            (audience,),
+            "LEFT JOIN agentgate_revocations r ON r.grant_id = g.id WHERE "
         )
+        rows = tx.execute(f"{read}g.audience = ? ORDER BY g.id", (audience,))
         trusted = [(str(gid), was) for gid, token, was in rows if holds(token, str(gid))]
         untrusted = sorted({str(gid) for gid, _, _ in rows} - {gid for gid, _ in trusted})
+        elsewhere = sorted(set(also) - {str(gid) for gid, _, _ in rows})
+        for i in range(0, len(elsewhere), 200):  # the scan's rows, by id: each must hold still
+            part = elsewhere[i : i + 200]
+            found = tx.execute(f"{read}g.id IN ({','.join('?' * len(part))})", part)
+            trusted += [(str(gid), was) for gid, token, was in found if holds(token, str(gid))]
         held = [gid for gid, _ in trusted]
         todo = [gid for gid, was in trusted if not was]
         revoked: set[str] = set()
