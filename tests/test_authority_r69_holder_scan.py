@@ -27,6 +27,7 @@ from test_authority_revoke_holder import CAP, KEYS, cli, recorded, repo, revocat
 
 from agentgate.authority import GrantRepository, delegate, issue
 from agentgate.authority._revocation import revoke_holder, scan_holder
+from agentgate.errors import InputError
 
 __all__ = ["repo", "url"]  # the fixtures, imported for their use here
 
@@ -143,3 +144,19 @@ def test_the_scan_reads_the_tip_of_a_delegated_chain_not_an_earlier_link(repo: G
 
     assert (done.revoked, done.mislabeled) == ((to_agent.id,), (to_agent.id,))
     assert revoke_holder(repo, other.did).mislabeled == (onward.id,)
+
+
+def test_a_scan_of_another_holder_is_refused_and_nothing_is_revoked(repo: GrantRepository) -> None:
+    """Review R69: ``revoke_holder``'s new ``scan`` argument names its holder; one read for another
+    key (whose ids are that key's grants) is an ``InputError``, nothing written."""
+    agent, other = KEYS["agent"], KEYS["other"]
+    hidden = issue(KEYS["root"], other.public, CAP, ttl=600)
+    _plant(repo, hidden, agent.did, hidden.token)
+    recorded(repo, issue(KEYS["root"], agent.public, CAP, ttl=600))
+    with pytest.raises(
+        InputError, match=rf"scan is scan_holder's for {other.did}, not for {agent.did}, the holder revoked"
+    ):
+        revoke_holder(repo, agent.did, scan=scan_holder(repo, other.did))
+    with pytest.raises(InputError, match=r"scan must be a HolderScan \(scan_holder's\), got str"):
+        revoke_holder(repo, agent.did, scan="not a scan")  # type: ignore[arg-type]
+    assert revocations(repo.store) == set()

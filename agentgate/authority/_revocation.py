@@ -203,16 +203,16 @@ def revoke_holder(
     revoked and reported in ``mislabeled`` (until review R69 it was missed). Such a row is found
     if it was committed before ``scan`` began; a row agentgate records names its token's audience
     and is found if committed before the revoking transaction reads.
-    Raises ``InputError`` too for a ``scan`` of another holder.
+    Raises ``InputError`` too for a ``scan`` that is no ``HolderScan`` or is of another holder.
     """
     did = _holder_did(holder)
     storable = _storable_reason(reason)
     if scan is None:
         scan = scan_holder(repo, did)
-    elif not isinstance(scan, HolderScan) or scan.holder != did:
-        raise InputError(
-            f"scan must be scan_holder's for {did}, got one for {getattr(scan, 'holder', scan)!r:.120}"
-        )
+    elif not isinstance(scan, HolderScan):
+        raise InputError(f"scan must be a HolderScan (scan_holder's), got {type(scan).__name__}")
+    elif scan.holder != did:
+        raise InputError(f"scan is scan_holder's for {scan.holder}, not for {did}, the holder revoked")
     revoked, already, untrusted = repo.revoke_holder(
         did,
         now=_now(now),
