@@ -81,6 +81,8 @@ class _Lending:
 
         def _arm(self, at: float) -> None: ...
 
+        def _dropped(self, waiter: Waiter) -> None: ...
+
     def _inherited_priority(
         self, priority: PriorityClass, parent: Waiter, waiter: Waiter | None = None
     ) -> tuple[PriorityClass, bool]:
@@ -249,7 +251,7 @@ class _Lending:
             else:
                 # Its loop is closed: it never runs, so the token taken for it goes back (until
                 # review R58 it was spent, and the tool had a token less than its rate allows).
-                self.nested_waiting.pop(waiter, None)
+                self._dropped(waiter)
                 if bucket is not None:
                     bucket.give_back()
 

@@ -488,10 +488,13 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             future = waiter.future
             # done: its caller was cancelled after it was picked. Read from another thread, a
             # cancellation can be missed: then the caller finds its slot granted and gives it back.
-            if not future.done() and self._wake(waiter):
-                if waiter.limits.rate is not None:
-                    self._bucket(started, waiter.limits).try_take()
-                self.start(waiter)
+            if not future.done():
+                if not self._wake(waiter):
+                    self._dropped(waiter)
+                else:
+                    if waiter.limits.rate is not None:
+                        self._bucket(started, waiter.limits).try_take()
+                    self.start(waiter)
             if started not in queue.tool_sizes or not self._tool_open(started):
                 open_tools.discard(started)
         if queue.size and self._rate_wait != _NEVER:
@@ -507,12 +510,28 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         while tool in tool_sizes and self._tool_open(tool):
             waiter = queue.pop_tool(tool)
             # done: its caller was cancelled after it was picked (see ``_dispatch_queue``).
-            if not waiter.future.done() and self._wake(waiter):
-                if waiter.limits.rate is not None:
-                    self._bucket(tool, waiter.limits).try_take()
-                self.start(waiter)
+            if not waiter.future.done():
+                if not self._wake(waiter):
+                    self._dropped(waiter)
+                else:
+                    if waiter.limits.rate is not None:
+                        self._bucket(tool, waiter.limits).try_take()
+                    self.start(waiter)
         if queue.size and self._rate_wait != _NEVER:
             self._arm(time.monotonic() + self._rate_wait)
+
+    def _dropped(self, waiter: Waiter) -> None:
+        """``waiter`` left the queue at its turn without starting: its loop is closed (``_wake``),
+        so no task of it runs again. It is no longer a queued nested call, and the class it lent
+        goes back now (``take_back``), as when a waiting call leaves any other way (lock held).
+        (Until review R69 only the next start took it back: a nested call it had lifted kept the
+        lent class, and when that call was the next to start, started ahead of calls nobody
+        urgent waited behind any more.)"""
+        if waiter.parent is not None:
+            self.nested_waiting.pop(waiter, None)
+        if self.lifted:
+            self.lifted.pop(waiter, None)
+            self.take_back()
 
     @staticmethod
     def _wake(waiter: Waiter) -> bool:
