@@ -33,6 +33,9 @@ from agentgate.tasks._fair import FairQueue
 from agentgate.tasks._token_bucket import TokenBucket
 from agentgate.tasks._waiter import Waiter
 
+#: What ``dict.pop`` returns for a key it does not hold (the dicts of waiters hold None).
+_ABSENT = object()
+
 #: The limits a slot counts against, in the order they are checked.
 _DIMENSIONS = ("global", "tool", "tenant", "principal")
 
@@ -63,6 +66,7 @@ class _Lending:
     principal_in_flight: dict[tuple[str, str], int]
     per_tool_only: bool
     nested_waiting: dict[Waiter, None]
+    nested_under: dict[Waiter, dict[Waiter, None]]
     lifted: dict[Waiter, None]
     shares: dict[str, TenantShare]
 
@@ -163,15 +167,42 @@ class _Lending:
 
     def reclass_nested(self, ancestor: Waiter) -> None:
         """``ancestor``, running, was raised or lowered (calls joined to it came or left): the
-        queued nested calls under it move to the class they inherit now (lock held)."""
-        for waiter in list(self.nested_waiting):
-            if waiter.granted or not waiter.alive:
-                continue
-            above = waiter.parent
-            while above is not None and above is not ancestor:
-                above = above.parent
-            if above is not None:
+        queued nested calls under it (``nested_under``: only those are visited) move to the class
+        they inherit now (lock held)."""
+        under = self.nested_under.get(ancestor)
+        if under is None:
+            return
+        for waiter in list(under):
+            if not waiter.granted and waiter.alive:
                 self.reclass(waiter)
+
+    def _nest(self, waiter: Waiter) -> None:
+        """``waiter``, a nested call, queued: noted in ``nested_waiting`` and, under each of its
+        ancestors of these limits, in ``nested_under`` (lock held)."""
+        self.nested_waiting[waiter] = None
+        ancestor = waiter.parent
+        while ancestor is not None:
+            if ancestor.owner is self:
+                under = self.nested_under.get(ancestor)
+                if under is None:
+                    under = self.nested_under[ancestor] = {}
+                under[waiter] = None
+            ancestor = ancestor.parent
+
+    def _unnest(self, waiter: Waiter) -> None:
+        """``waiter``, a nested call, no longer waits (started, left, dropped): out of
+        ``nested_waiting`` and ``nested_under`` (an ancestor with no queued nested call left is
+        forgotten). Nothing for a call that never queued (lock held)."""
+        if self.nested_waiting.pop(waiter, _ABSENT) is _ABSENT:
+            return
+        ancestor = waiter.parent
+        while ancestor is not None:
+            under = self.nested_under.get(ancestor)
+            if under is not None:
+                under.pop(waiter, None)
+                if not under:
+                    del self.nested_under[ancestor]
+            ancestor = ancestor.parent
 
     def _borrow_plan(
         self, call: ToolCall, limits: ToolLimits, parent: Waiter, prefer_tool: bool = False
@@ -231,7 +262,7 @@ class _Lending:
         came (lock held)."""
         for waiter in list(self.nested_waiting):
             if waiter.granted or not waiter.queued or not waiter.alive or waiter.future.done():
-                self.nested_waiting.pop(waiter, None)
+                self._unnest(waiter)
                 continue
             assert waiter.parent is not None
             plan = self._borrow_plan(waiter.call, waiter.limits, waiter.parent)

@@ -112,6 +112,10 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         #: of one agent and tool started out of order): started by ``_start_nested_waiting`` once an
         #: ancestor can lend.
         self.nested_waiting: dict[Waiter, None] = {}
+        #: Running attempt of these limits -> the queued nested calls under it (at any depth), in
+        #: arrival order: those ``reclass_nested`` moves when its class changes, found without
+        #: walking every queued nested call (until review R69: each join and leave visited all).
+        self.nested_under: dict[Waiter, dict[Waiter, None]] = {}
         #: Queued nested calls waiting at a class more urgent than their own, lent by calls
         #: waiting for their ancestors' slots: moved back down when those leave (``take_back``).
         self.lifted: dict[Waiter, None] = {}
@@ -238,7 +242,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             self.lend_priority(call.tool, priority)  # nested calls this call waits for go first
         if parent is not None:
             waiter.parent = parent
-            self.nested_waiting[waiter] = None
+            self._nest(waiter)
             if lent:  # by a call waiting for an ancestor's slot: taken back when it leaves
                 self.lifted[waiter] = None
         if traced:
@@ -395,7 +399,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             self.lifted.pop(waiter, None)
             self.take_back()
         if waiter.parent is not None:
-            self.nested_waiting.pop(waiter, None)
+            self._unnest(waiter)
             if waiter.borrowed:
                 self._start_borrowing(waiter)
                 return
@@ -438,7 +442,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         elif waiter.queued:
             self.queue.discard(waiter)
             if waiter.parent is not None:
-                self.nested_waiting.pop(waiter, None)
+                self._unnest(waiter)
             if self.lifted:  # what it lent goes back
                 self.lifted.pop(waiter, None)
                 self.take_back()
@@ -528,7 +532,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         lent class, and when that call was the next to start, started ahead of calls nobody
         urgent waited behind any more.)"""
         if waiter.parent is not None:
-            self.nested_waiting.pop(waiter, None)
+            self._unnest(waiter)
         if self.lifted:
             self.lifted.pop(waiter, None)
             self.take_back()
@@ -573,6 +577,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
                 refused += 1
                 _refuse(waiter, reason)
             self.nested_waiting.clear()
+            self.nested_under.clear()
             self.lifted.clear()
         return refused
 
