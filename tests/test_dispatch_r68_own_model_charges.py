@@ -14,6 +14,7 @@ budget has left is charged what is left, the budget exhausted, the outcome sayin
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from test_langgraph_hostile_model import GO, Hostile, Setup, _answer, _call, _make
@@ -47,10 +48,16 @@ def _spent(setup: Setup) -> int:
 
 def test_a_report_over_the_reservation_within_the_budget_is_charged_as_reported(tmp_path: Path) -> None:
     """Review R68 (pinned): 20,000 input tokens reported for a prompt reserved at a few dozen are
-    charged as reported (the provider's bill), with no reason: the budget is not overrun."""
+    charged as reported (the provider's bill): the budget is not overrun. Review R69: the outcome
+    says by how much the report exceeded the reservation (R68 pinned no reason: an operator could
+    not see that reservations run short)."""
     setup, outcomes = _run(tmp_path, {"input_tokens": 20_000, "output_tokens": 5, "total_tokens": 20_005})
     try:
-        assert outcomes == [(20_005, []), (20_005, [])]
+        assert [delta for delta, _ in outcomes] == [20_005, 20_005]
+        for _, reasons in outcomes:
+            [over] = reasons
+            said = re.fullmatch(r"the reported usage costs 20005 tokens, (\d+) over the (\d+) reserved", over)
+            assert said is not None and int(said[1]) + int(said[2]) == 20_005
         assert _spent(setup) == 40_010
     finally:
         setup.gate.close()
@@ -68,7 +75,10 @@ def test_a_report_over_what_the_budget_has_left_exhausts_it_and_says_so(tmp_path
         assert _spent(setup) == _BUDGET
         [(delta, reasons)] = outcomes
         assert delta == reported + 5
-        assert reasons == [f"overran the tokens budget by {reported + 5 - _BUDGET}; the budget is exhausted"]
+        assert (
+            reasons[-1] == f"overran the tokens budget by {reported + 5 - _BUDGET}; the budget is exhausted"
+        )
+        assert reasons[0].startswith(f"the reported usage costs {reported + 5} tokens, ")  # Review R69
         refused = [
             e for e in setup.gate.audit.entries() if e.kind == "deny" and e.resource == "model:scripted"
         ]

@@ -182,7 +182,9 @@ class _Costs:
         call's ``max_tokens``; ``None`` for usage that is not two token counts from 0 to
         ``MAX_USAGE_TOKENS`` (``_usage_counts``: the reservation is charged whole). Why a cost
         differs from what was reported is added to ``reasons``: for garbage, what was reported
-        and what the caller's budget was charged."""
+        and what the caller's budget was charged. ``None`` too for 0 prompt tokens reported for
+        a prompt agentgate bounded (``Authorization.prompt_tokens`` above 0): no count of a
+        prompt that was sent, charged as a usage that leaves its prompt out is."""
         counts = _usage_counts(usage)
         if counts is None:
             charged = f" ({auth.reservations[0][2]} {auth.reservations[0][1]})" if auth.reservations else ""
@@ -190,6 +192,18 @@ class _Costs:
                 f"reported usage {_bounded_repr(usage)} is not two token counts from 0 to "
                 f"{MAX_USAGE_TOKENS:,}; charged as reserved{charged}"
             )
+            return None
+        if counts[0] == 0 and auth.prompt_tokens:
+            # A prompt agentgate bounded was sent (the gateway's request body, a dispatched
+            # LangGraph call's payload: never empty, a chat template's tokens at least), so 0
+            # prompt tokens is no count of it: charged as a usage that leaves ``prompt_tokens``
+            # out is (``reports_usage``). Until review R69 the prompt went free.
+            zero = (
+                f"the backend reported 0 prompt tokens for a prompt of at most {auth.prompt_tokens}; "
+                "charged as reserved"
+            )
+            reasons.append(zero)
+            _log.warning("agentgate: audit entry %s: %s", auth.audit_index, zero)
             return None
         if auth.prompt_tokens is not None and counts[0] > auth.prompt_tokens:
             # Until review R67 a backend's count was charged whatever the prompt: 10^9 prompt

@@ -485,6 +485,13 @@ class _Settlement:
             self.ledger.release(reservation, tx)
             return 0
         used = actual.get(unit, amount) if actual is not None else amount
+        if used > amount:
+            # Charged in full all the same (the budget is the limit, not the reservation), but
+            # said: until review R69 nothing told an operator that reservations run short (a
+            # prompt estimate too low) until a budget ran out.
+            reasons.append(
+                f"the reported usage costs {used} {unit}, {used - amount} over the {amount} reserved"
+            )
         # The call has run: its cost is recorded even when it overruns what was left.
         charged = self.ledger.charge(reservation, used, tx, exhaust=True)
         for grant_id, n in charged.items():
