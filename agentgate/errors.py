@@ -251,9 +251,9 @@ class BackendRejectedCredentials(BackendFailed):
 
 
 class UsageUnreadable(BackendFailed):
-    """A backend answered a call (HTTP 200, its answer whole) with a usage that is not token
-    counts (not an object; a count that is negative, fractional, text, or over
-    ``MAX_USAGE_TOKENS``): the call ran, what it cost cannot be read. The dispatcher marks the
+    """A backend answered a call (HTTP 200, its answer whole, or a stream before any output) with
+    a usage that is not token counts (not an object; a count that is negative, fractional, text,
+    or over ``MAX_USAGE_TOKENS``): the call ran, what it cost cannot be read. The dispatcher marks the
     backend down but sends the call to no other (it would run again), and the Gate and the
     gateway charge the call its reservation."""
 

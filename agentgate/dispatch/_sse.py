@@ -20,7 +20,7 @@ from agentgate.dispatch._answers import (
     output_limit,
 )
 from agentgate.dispatch._redaction import _scrub
-from agentgate.errors import BackendFailed
+from agentgate.errors import BackendFailed, UsageUnreadable
 
 MAX_LINE_BYTES = 1 << 20
 """The longest line of a streamed answer held (an SSE event with every token's log-probabilities
@@ -99,7 +99,8 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
     orjson, not ``json``: it refuses ``NaN``, ``Infinity`` and numbers beyond float range, and
     nesting past 1024 levels, as a ``ValueError`` (``json`` would read ``1e999`` as infinity and
     overflow the stack on a line of a million ``[``).
-    Raises ``BackendFailed`` for a malformed event.
+    Raises ``BackendFailed`` for a malformed event: ``UsageUnreadable`` for one whose usage is
+    not token counts.
     """
     try:
         event = orjson.loads(data)
@@ -108,7 +109,13 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
         # one without a completion count (charged as nothing generated, its output would go free:
         # the stream is then settled as one that reported no usage, at its reservation).
         raw = event.get("usage")
-        usage = _usage(raw) if raw else None
+        try:
+            usage = _usage(raw) if raw else None
+        except ValueError as exc:
+            # The backend ran the call (a usage counts what it did), what it cost unreadable: not
+            # a failure to send it elsewhere, even before any output (until review R69 the next
+            # backend ran it again, the caller charged for no run), as for a whole answer's.
+            raise UsageUnreadable(f"{backend}: malformed stream event: {exc}") from None
         if usage is not None and raw.get("completion_tokens") is None:
             usage = None
         choices = event.get("choices") or []

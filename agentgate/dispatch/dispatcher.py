@@ -13,8 +13,8 @@ after the time its ``Retry-After`` asked for if that is longer: a 429 or 503 nam
 URL, one engine under several names). A call that fails before it has produced any output is retried on another
 backend, at most ``max_attempts`` times in all (not a call whose answer is ``AnswerTooLarge``: the
 call asked for that much, and another backend would generate it again; its backend is not marked
-down either; nor a call answered whole with a usage that is not token counts, ``UsageUnreadable``:
-it ran, and its backend is marked down); when every usable backend is marked down the
+down either; nor a call answered whole, or streamed before any output, with a usage that is not
+token counts, ``UsageUnreadable``: it ran, and its backend is marked down); when every usable backend is marked down the
 call waits up to ``recovery_wait_s`` for one to come back before it fails with ``NoBackend``. A
 stream that fails after output has been delivered cannot be replayed transparently and ends
 with ``BackendFailed``; chunks that carry no output (an engine's opening ``{"role": "assistant"}``)
@@ -458,7 +458,8 @@ class Dispatcher:
         chunks that carry none (``carries_output``: the role alone, an empty delta, a usage) are
         held back and passed on with the first that carries some (or at the stream's end), at
         most ``MAX_HELD_CHUNKS`` of them; a failure meanwhile fails over and they are dropped, so
-        the caller sees the chunks of one backend only. Every attempt carries the trace context
+        the caller sees the chunks of one backend only (not ``UsageUnreadable``, a usage that is
+        not token counts: the backend ran the call, and it is sent to no other). Every attempt carries the trace context
         of the span current where the stream is first read.
 
         Raises as ``chat`` does; a failure after output was delivered raises ``BackendFailed``
@@ -499,6 +500,10 @@ class Dispatcher:
                                     yield out
                 except BackendFailed as exc:
                     self._failed(request.id, plan.backend, exc, errors)
+                    if isinstance(exc, UsageUnreadable) and not delivered:
+                        # The backend ran the call (as ``chat``'s): sent to no other. Until
+                        # review R69 the next backend ran it again, the caller charged for none.
+                        raise
                     if delivered:
                         broke = f"stream from {plan.backend} broke after output: {exc}"
                         raise BackendFailed(broke, after_output=True) from None

@@ -30,7 +30,7 @@ from agentgate.authority import Chain, Decision, Invocation, chain_weight, parse
 from agentgate.capabilities import Call
 from agentgate.dispatch._sse import _StreamUsage
 from agentgate.dispatch.backends import ChatChunk, carries_output
-from agentgate.errors import TokenFormatError
+from agentgate.errors import TokenFormatError, UsageUnreadable
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.gate._authorization import COVERAGE_CODES, revoked_refusal
@@ -389,7 +389,9 @@ class GatewayGate(Gate):
         how much was generated, and never charges less than may have been used; the span carries
         no usage then. So is one whose last usage was followed by more output (a usage counts the
         output sent with it and before it: until review R57 a backend that reported zero usage
-        first, then streamed its answer, was charged nothing). One the backend fails before it delivered anything is released. One cut
+        first, then streamed its answer, was charged nothing). One the backend fails before it delivered
+        anything is released, but for ``UsageUnreadable`` (the backend ran it: charged its
+        reservation, as the 502 says). One cut
         by the caller going away (or the server's shutdown) before any output is charged its
         reservation too, as a JSON call cut so is (a long prompt's prefill is work done; released,
         hanging up before the first token made it free), unless ``unsent`` says no backend was
@@ -454,7 +456,10 @@ class GatewayGate(Gate):
                 if (known := reported.usage) is not None:  # only what the backend reported is the call's
                     usage = (known.prompt_tokens, known.completion_tokens)
                     record_usage(span, *usage)
-                elif reported.stale or (error is not None and (delivered or cut)):  # its usage unread:
+                elif reported.stale or (
+                    # A stream whose usage is garbage before any output ran (review R69: released).
+                    error is not None and (delivered or cut or isinstance(last, UsageUnreadable))
+                ):  # its usage unread:
                     usage = USAGE_UNREAD  # charged as reserved
                 if span.is_recording():
                     record_outcome(span, "ok" if error is None else "error", error_type=error_type)
