@@ -10,11 +10,20 @@ connection that has become readable. A connection that failed part-way through a
 never reused by either (its body not read to its end).
 
 The check is made where aiohttp takes a connection from its pool (``TCPConnector._get``, its
-form since aiohttp 3.11, the least version this package takes); nothing here is public.
+form since aiohttp 3.11, the least version this package takes); nothing here is public. It
+looks at what aiohttp has received (``should_close``) and, since review R69, at the socket
+itself (``_unread``: a peek, nothing read off it): bytes that reached the kernel while the
+event loop was busy, not yet handed to aiohttp, were read as the next call's answer before.
+What it cannot see is a byte that arrives after the check, between taking the connection and
+the request reaching the backend (a few microseconds of the loop's own work): sent then, unasked,
+it is indistinguishable on the wire from an answer to that request.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import socket
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -32,10 +41,33 @@ class _CheckedConnector(aiohttp.TCPConnector):
     async def _get(self, key: ConnectionKey, traces: list[Trace]) -> Connection | None:
         while (connection := await super()._get(key, traces)) is not None:
             protocol = connection.protocol
-            if protocol is not None and not protocol.should_close:
+            if protocol is not None and not protocol.should_close and not _unread(protocol.transport):
                 return connection
             connection.close()  # bytes arrived unasked: not the next call's to read
         return None
+
+
+def _unread(transport: object) -> bool:
+    """Whether the socket under ``transport`` holds bytes (or its peer's close) that the event loop
+    has not read yet: a non-blocking peek on a duplicate of its descriptor, nothing consumed.
+    False when there is no socket to look at (its absence is aiohttp's to find)."""
+    if not isinstance(transport, asyncio.Transport):
+        return False
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        # A duplicate: asyncio's ``TransportSocket`` offers no ``recv``, and the loop owns the original.
+        # Non-blocking already (the flag is the loop's descriptor's, shared): set again, so that
+        # the peek never waits whatever Python makes of the duplicate.
+        with socket.socket(fileno=os.dup(sock.fileno())) as peek:
+            peek.setblocking(False)
+            peek.recv(1, socket.MSG_PEEK)
+    except (BlockingIOError, InterruptedError):
+        return False  # nothing waiting: the connection is as the last answer left it
+    except OSError:
+        return True  # a reset or a closed descriptor: not one to send a call over
+    return True  # a byte, or b"" (the peer closed it)
 
 
 def chat_session() -> aiohttp.ClientSession:
