@@ -23,7 +23,7 @@ from agentgate.gate._outcomes import USAGE_UNREAD, PendingOutcome, PendingOutcom
 from agentgate.gate._records import recordable
 from agentgate.store import Store, Transaction
 from agentgate.store.audit import AuditLog
-from agentgate.store.ledger import BudgetLedger
+from agentgate.store.ledger import BudgetLedger, Reservation
 from agentgate.store.once import OnceCalls, OnceState
 
 _log = logging.getLogger("agentgate.gate")
@@ -414,7 +414,7 @@ class _Settlement:
                 except NotHeld as exc:
                     _log.warning("agentgate: outcome of audit entry %s: %s", auth.audit_index, exc)
                     late = self._charge_released(
-                        tx, reservation, unit, amount, charge, actual, reasons, charges
+                        tx, auth, reservation, unit, amount, charge, actual, reasons, charges
                     )
                     if late is None:
                         continue
@@ -428,6 +428,7 @@ class _Settlement:
     def _charge_released(
         self,
         tx: Transaction,
+        auth: Authorization,
         reservation: str,
         unit: str,
         amount: int,
@@ -442,32 +443,90 @@ class _Settlement:
         ran, each budget at most what it has left, the overrun named in ``reasons``
         (``BudgetLedger.charge_released``): a demanding operator's budget counts every call that
         ran, and one that cannot be charged in full says so. Until review R68 it was charged
-        nothing. One committed already (``--ran``), pruned, or whose row cannot be charged is
-        left as it is (never charged twice), named in ``reasons``."""
+        nothing. One a person charged as reserved (``--ran``) whose call reports using more is
+        charged the rest the same way (``BudgetLedger.charge_more``; until review R69 nothing
+        more); one that used less keeps the hand's charge, said in ``reasons`` (an outcome's
+        ``charges`` cannot refund). One whose row was pruned since is named as such: nothing is
+        charged, and the reason says where its settlement is (until review R69 it read "settled
+        before", and a call released by hand that ran went uncharged unsaid). Anything else
+        (committed at its cost already, a row that cannot be charged) is left as it is (never
+        charged twice), named in ``reasons``."""
+        used = actual.get(unit, amount) if actual is not None else amount
         if charge:
-            used = actual.get(unit, amount) if actual is not None else amount
             try:
                 with tx.savepoint("agentgate_late_charge"):
                     charged = self.ledger.charge_released(reservation, used, tx)
             except (NotHeld, MalformedRow) as exc:
                 if isinstance(exc, MalformedRow):
                     reasons.append(f"{exc}; not charged")
+                    return None
             else:
-                for grant_id, n in charged.items():
-                    charges.setdefault(grant_id, {})[unit] = n
+                self._late_charges(unit, used, charged, reasons, charges)
                 reasons.append(
                     f"reservation {reservation} was released before this outcome (settled by hand as "
                     "not run), but the call ran: charged now"
                 )
-                short = max((used - n for n in charged.values()), default=0)
-                if short:
-                    reasons.append(f"overran the {unit} budget by {short}; the budget is exhausted")
                 return used
+        try:
+            found = self.ledger.settled(reservation, tx)
+        except MalformedRow as exc:
+            reasons.append(f"{exc}; not settled again")
+            return None
+        if found is None:
+            cost = f"{used} {unit}" if charge else "nothing"
+            reasons.append(
+                f"reservation {reservation} was settled before this outcome and its row then pruned "
+                f"(agentgate store prune): nothing was charged or released by this outcome (the call "
+                f"used {cost}; if it was settled as not run, that is in no budget); its settlement "
+                f"is among the entries of agentgate audit explain {auth.audit_index}"
+            )
+            return None
+        if charge and found.state == "committed" and found.actual == found.amount and used != found.amount:
+            return self._trued_up(tx, found, unit, used, reasons, charges)
         reasons.append(
             f"reservation {reservation} was settled before this outcome (by hand, or by "
             "another process); not settled again"
         )
         return None
+
+    def _trued_up(
+        self,
+        tx: Transaction,
+        found: Reservation,
+        unit: str,
+        used: int,
+        reasons: list[str],
+        charges: dict[str, dict[str, int]],
+    ) -> int | None:
+        """``_charge_released`` of a reservation a person charged as reserved (``found``) whose
+        call reports ``used``: charged the rest when it is more (what was charged now), else the
+        hand's charge stands (``None``); said in ``reasons`` either way."""
+        hand = f"reservation {found.id} was charged as reserved ({found.amount}) by hand before this outcome"
+        if used < found.amount:
+            reasons.append(f"{hand}; the call used {used}, less: that charge stands, not refunded")
+            return None
+        try:
+            with tx.savepoint("agentgate_late_charge"):
+                charged = self.ledger.charge_more(found.id, used, tx)
+        except (NotHeld, MalformedRow) as exc:  # settled otherwise meanwhile (PostgreSQL)
+            reasons.append(f"{hand}; not charged again: {exc}")
+            return None
+        more = used - found.amount
+        self._late_charges(unit, more, charged, reasons, charges)
+        reasons.append(f"{hand}, but the call used {used}: {more} more charged now")
+        return more
+
+    @staticmethod
+    def _late_charges(
+        unit: str, due: int, charged: dict[str, int], reasons: list[str], charges: dict[str, dict[str, int]]
+    ) -> None:
+        """Record what a late outcome ``charged`` each grant in ``charges``, and in ``reasons`` an
+        overrun: the part of ``due`` a budget could not cover."""
+        for grant_id, n in charged.items():
+            charges.setdefault(grant_id, {})[unit] = n
+        short = max((due - n for n in charged.values()), default=0)
+        if short:
+            reasons.append(f"overran the {unit} budget by {short}; the budget is exhausted")
 
     def _settle_one(
         self,

@@ -492,6 +492,39 @@ class BudgetLedger:
         if len(rows) != 1:
             raise NotHeld(f"reservation {reservation!r} does not exist or is not released")
         chain, _ = stored_reservation(reservation, *rows[0])
+        return self._charge_anew(reservation, chain, actual, tx)
+
+    def charge_more(self, reservation: str, actual: int, tx: Transaction) -> dict[str, int]:
+        """Charge in ``tx`` what a reservation settled by hand as run (``agentgate tasks settle
+        --ran``, ``budget settle --ran``: committed as reserved) cost past its amount, now that
+        its call's own outcome reports ``actual``; what each grant of its chain was charged now,
+        root first: ``actual - amount`` where the budget has that much left, else all it has
+        (``spent`` never passes the cap; the caller records the overrun, as ``charge`` with
+        ``exhaust``). The row's ``actual`` becomes ``actual``, by a conditional update from a
+        commit as reserved below it: charged once. ``NotHeld`` when it is no such reservation
+        (unknown, pruned, not committed, committed at another amount, or ``actual`` not above
+        its amount), ``MalformedRow`` as for ``charge_released``. Nothing is refunded for a call
+        that used less: an outcome's ``charges`` are amounts >= 0 that sum to a grant's spend
+        (docs/audit-format.md), and the hand's charge, audited, stands. Until review R69 such a
+        call was charged as reserved only."""
+        actual = min(_amount(actual, "actual amount"), MAX_AMOUNT)
+        rows = tx.execute(
+            "UPDATE budget_reservations SET actual = ? "
+            "WHERE id = ? AND state = 'committed' AND actual = amount AND amount < ? RETURNING chain, amount",
+            (actual, _named(reservation), actual),
+        )
+        if len(rows) != 1:
+            raise NotHeld(
+                f"reservation {reservation!r} does not exist or was not committed as reserved below {actual}"
+            )
+        chain, amount = stored_reservation(reservation, *rows[0])
+        return self._charge_anew(reservation, chain, actual - amount, tx)
+
+    def _charge_anew(
+        self, reservation: str, chain: Sequence[str], amount: int, tx: Transaction
+    ) -> dict[str, int]:
+        """Charge ``amount`` to every grant of ``chain`` in ``tx``, each at most what it has left
+        (``charge_released``, ``charge_more``); what each was charged."""
         charged: dict[str, int] = {}
         for grant_id in chain:
             # Read by an UPDATE, which locks the row (PostgreSQL) until the charge below: what
@@ -502,13 +535,26 @@ class BudgetLedger:
             )
             if not left:
                 raise _no_budget(reservation, grant_id)
-            n = min(int(left[0][0]), actual)
+            n = min(int(left[0][0]), amount)
             tx.execute(
                 "UPDATE budget_ledger SET remaining = remaining - ?, spent = spent + ? WHERE grant_id = ?",
                 (n, n, grant_id),
             )
             charged[grant_id] = n
         return charged
+
+    def settled(self, reservation: str, tx: Transaction) -> Reservation | None:
+        """``reservation`` as ``tx`` reads it, or ``None`` when there is no row of that id (never
+        made, or settled and then pruned: ``prune``); ``MalformedRow`` for a row not agentgate's.
+        For a late outcome to say which (review R69)."""
+        rows = tx.execute(
+            "SELECT chain, amount, state, actual FROM budget_reservations WHERE id = ?",
+            (_named(reservation),),
+        )
+        if not rows:
+            return None
+        chain, amount, state, actual = rows[0]
+        return Reservation(reservation, *stored_reservation(reservation, chain, amount), str(state), actual)
 
     def release(self, reservation: str, tx: Transaction | None = None) -> None:
         """Return the whole reservation to every grant; ``InputError`` if unknown or already settled."""
