@@ -17,6 +17,7 @@ from agentgate.cli._budget_parser import (
     register as register,
 )
 from agentgate.cli._common import (
+    escaped_once,
     listed,
     open_audit_log,
     printable,
@@ -24,20 +25,34 @@ from agentgate.cli._common import (
     unix,
     utc,
 )
+from agentgate.cli._lines import shortened
 from agentgate.errors import SettlementRefused
-from agentgate.store.held import HeldReservation, held, settle_held
+from agentgate.store.held import HeldReservation, held_rows, settle_held
 
 
 def _held(args: argparse.Namespace) -> int:
     store, audit = open_audit_log(args.store, create_log=False, read_only=True, unsigned=True)
     try:
         # Without a log no call was ever allowed, so nothing was reserved by a decision.
-        reservations = held(store, audit, min_age_s=args.older_than) if audit.exists else []
+        reservations, unreadable = (
+            held_rows(store, audit, min_age_s=args.older_than) if audit.exists else ([], [])
+        )
     finally:
         store.close()
     rows = [{**r.to_json(), "reserved_at": unix(_seconds(r.reserved_at))} for r in reservations]
-    if listed(rows, args.json, "no held reservations"):
-        return 0
+    # "no held reservations" would be false where a row cannot be read: only its line then.
+    if (rows or args.json or not unreadable) and not listed(rows, args.json, "no held reservations"):
+        _table(reservations)
+    # Each row that cannot be read, after the others (until review R69 it hid them all): exit 2,
+    # one error line per row, as ``main`` writes the one of a command that fails.
+    for exc in unreadable:
+        sys.stdout.flush()
+        sys.stderr.write(f"agentgate: error: {escaped_once(shortened(' '.join(str(exc).split())))}\n")
+    return 2 if unreadable else 0
+
+
+def _table(reservations: list[HeldReservation]) -> None:
+    """``budget held``'s table of ``reservations`` (docs/cli.md)."""
     sys.stdout.write(
         f"{'reserved':<20} {'amount':>12} {'unit':<14} {'entry':>7} {'grant':<16} {'id':<32}  settle with\n"
     )
@@ -54,7 +69,6 @@ def _held(args: argparse.Namespace) -> int:
             f"{utc(_seconds(r.reserved_at)):<20} {r.amount:>12} {_unit(r):<14} {entry:>7} {grant:<16} "
             f"{id_:<32}  {how}\n"
         )
-    return 0
 
 
 def _unit(reservation: HeldReservation) -> str:

@@ -105,14 +105,32 @@ def held(
     store: Store, audit: AuditLog | None, *, min_age_s: float = SETTLE_MIN_AGE_S
 ) -> list[HeldReservation]:
     """The reservations still held that were made at least ``min_age_s`` seconds ago, oldest
-    first. Reads only: the ledger's, the once-only calls' and the lease decisions' tables are
-    not made when missing (no reservation then, or none of a once-only call or a lease). ``audit``: the log to find each one's ``allow``
-    entry in (``None``: not looked for). An age of 0 lists every one, also those stamped later
-    than this host's clock says (``_cut``). ``InputError`` for an age that is not a number >= 0."""
+    first (``held_rows``); ``MalformedRow`` for the first row that cannot be read, naming it and
+    what to repair it from."""
+    found, unreadable = held_rows(store, audit, min_age_s=min_age_s)
+    if unreadable:
+        raise unreadable[0]
+    return found
+
+
+def held_rows(
+    store: Store, audit: AuditLog | None, *, min_age_s: float = SETTLE_MIN_AGE_S
+) -> tuple[list[HeldReservation], list[MalformedRow]]:
+    """The reservations still held that were made at least ``min_age_s`` seconds ago, oldest
+    first, and for each row among them that cannot be read (its chain or amount edited outside
+    agentgate) a ``MalformedRow`` naming it and what to repair it from (``ledger.unsettleable``),
+    in the same order: one such row hides none of the others (until review R69 ``agentgate budget
+    held`` listed nothing until it was repaired). Reads only: the ledger's, the once-only calls'
+    and the lease decisions' tables are not made when missing (no reservation then, or none of a
+    once-only call or a lease). ``audit``: the log to find each one's ``allow`` entry in
+    (``None``: not looked for). An age of 0 lists every one, also those stamped later than this
+    host's clock says (``_cut``). ``InputError`` for an age that is not a number >= 0;
+    ``StoreError`` for a once-only call's or a lease's row that cannot be read (it may hold any
+    of them: none is listed)."""
     cut = _cut(min_age_s)
     there = _tables(store, ("budget_reservations", "agentgate_once", "broker_decisions"))
     if "budget_reservations" not in there:
-        return []
+        return [], []
     aged = "" if cut is None else " AND created <= ?"
     rows = store.query(
         f"SELECT id, chain, amount, created, {_ENTRY[has_entry_column(store)]}, {_UNIT[has_unit_column(store)]} "
@@ -123,11 +141,13 @@ def held(
     leases = _lease_holders(store, None) if "broker_decisions" in there else {}
     size = audit.size() if audit is not None and rows else 0  # a count of the whole log: once
     found = []
+    unreadable = []
     for id_, chain_text, amount_text, created, entry, unit in rows:
         try:
             chain, amount = stored_reservation(id_, chain_text, amount_text)
         except MalformedRow as exc:
-            raise unsettleable(exc, _recorded_allow(audit, entry, size)) from None
+            unreadable.append(unsettleable(exc, _recorded_allow(audit, entry, size)))
+            continue
         found.append(
             HeldReservation(
                 str(id_),
@@ -140,7 +160,7 @@ def held(
                 _unit(unit),
             )
         )
-    return found
+    return found, unreadable
 
 
 def settle_held(
@@ -405,4 +425,4 @@ def _first_at_or_after(audit: AuditLog, when: str, size: int) -> int | None:
     return low if low < size else None
 
 
-__all__ = ["HeldReservation", "held", "settle_held"]
+__all__ = ["HeldReservation", "held", "held_rows", "settle_held"]
