@@ -17,11 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_gate_budgets import Books
+from test_gate_budgets import POLICY, Books
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.gate import Authorization, Gate
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import Store
 from agentgate.store.held import settle_held
 
 RESERVED = 18_000
@@ -138,3 +141,29 @@ def test_a_late_outcome_of_a_pruned_reservation_says_it_was_pruned_and_nothing_c
     assert f"agentgate audit explain {auth.audit_index}" in said, said
     assert "by hand, or by another process" not in said, said
     assert gate.verify().ok
+
+
+def test_on_either_store_a_late_outcome_trues_up_a_hand_charge_and_names_a_pruned_row(store: Store) -> None:
+    """Review R69: as above, on SQLite and on PostgreSQL (the conditional update from a commit
+    as reserved, the late charge under its savepoint, the read of a pruned row): one call
+    settled ``--ran`` that used 66,000 is charged the rest; another settled ``--not-run``, its
+    row pruned, is charged nothing and its outcome says the row was pruned."""
+    keys = {n: SigningKey.generate() for n in ("root", "bot", "kid")}
+    gate = Gate(parse_policy(POLICY.format(**{n: k.did for n, k in keys.items()}), source="b.yaml"), store)
+    try:
+        bot = gate.issue(keys["root"], name="bot", key=keys["bot"], role="worker")
+        ran = gate.authorize(bot, Call.model("big"), tokens=(1000, 1000))
+        pruned = gate.authorize(bot, Call.model("big"), tokens=(1000, 1000))
+        gate.flush()
+        settle_held(gate.store, gate.audit, pruned.reservations[0][0], ran=False, by="ops", min_age_s=0)
+        assert gate.ledger.prune(time.time() + 60) == 1
+        settle_held(gate.store, gate.audit, ran.reservations[0][0], ran=True, by="ops", min_age_s=0)
+        gate.run(ran, lambda: "t", spent=lambda _: (17_000, 1000))
+        gate.run(pruned, lambda: "t", spent=lambda _: (1000, 1000))
+        gate.flush()
+        assert gate.ledger.spent(bot.grant_id) == 66_000  # the one trued up; the pruned one nothing
+        (said,) = [r for r in _outcomes(gate, pruned.audit_index)[-1].reasons if "pruned" in r]
+        assert "nothing was charged" in said
+        assert gate.verify().ok
+    finally:
+        gate.close()
