@@ -228,6 +228,14 @@ def printable(text: str) -> str:
     )
 
 
+def error_line(exc: Exception) -> str:
+    """The line (with its line break) that names on standard error one row a listing could not
+    read, after the rows it listed (``budget held``, ``tasks unsettled``; exit 2): as ``main``
+    writes a failed command's one line, ``agentgate: error: ...``, on one line, escaped once
+    and cut as ``refusal`` cuts. Review R69: until then one such row hid every other."""
+    return f"agentgate: error: {escaped_once(shortened(' '.join(str(exc).split())))}\n"
+
+
 def escaped_once(text: str) -> str:
     """``text`` with every ``not_printable`` character escaped (``\\n``, ``\\x1b``, ``\\u202e``)
     and backslashes left as they are: for text that the library already quotes escaped (a name

@@ -17,7 +17,7 @@ from agentgate.cli._budget_parser import (
     register as register,
 )
 from agentgate.cli._common import (
-    escaped_once,
+    error_line,
     listed,
     open_audit_log,
     printable,
@@ -25,7 +25,6 @@ from agentgate.cli._common import (
     unix,
     utc,
 )
-from agentgate.cli._lines import shortened
 from agentgate.errors import SettlementRefused
 from agentgate.store.held import HeldReservation, held_rows, settle_held
 
@@ -47,7 +46,7 @@ def _held(args: argparse.Namespace) -> int:
     # one error line per row, as ``main`` writes the one of a command that fails.
     for exc in unreadable:
         sys.stdout.flush()
-        sys.stderr.write(f"agentgate: error: {escaped_once(shortened(' '.join(str(exc).split())))}\n")
+        sys.stderr.write(error_line(exc))
     return 2 if unreadable else 0
 
 

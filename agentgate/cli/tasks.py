@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from agentgate.cli._common import (
+    error_line,
     listed,
     open_audit_log,
     open_existing_store,
@@ -26,10 +27,10 @@ from agentgate.cli._common import (
     utc,
 )
 from agentgate.cli._tasks_parser import register as register
-from agentgate.errors import InputError, SettlementRefused
+from agentgate.errors import InputError, MalformedRow, SettlementRefused
 from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
 from agentgate.store.leases import SharedBreakers
-from agentgate.store.once import OnceCalls, checked_allow, settle
+from agentgate.store.once import OnceCalls, beyond_log_end, checked_allow, settle
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
@@ -98,15 +99,25 @@ def _unsettled(args: argparse.Namespace) -> int:
     # open to read only refuses a part whose tables it lacks).
     store, audit = open_audit_log(args.store, create_log=False, read_only=True, unsigned=True)
     try:
-        records = OnceCalls(store).unsettled() if audit.exists else []
+        listed_rows, unreadable = OnceCalls(store).unsettled_rows() if audit.exists else ([], [])
         # The allow entries of all of them in a few statements, not one read per call: a year of
         # failed payments is thousands of rows, and on PostgreSQL each read was a round trip.
-        entries = audit.entries_at(r.allow_index for r in records)
+        size = audit.size() if listed_rows else 0
+        entries = audit.entries_at(r.allow_index for r in listed_rows if r.allow_index < size)
         # Each checked as tasks settle checks it: a row's allow_index edited to name another kind
-        # of entry (0, a grant's issue) was listed with that entry's resource (review R63).
-        allowed = {r.key: checked_allow(r, entries[r.allow_index]) for r in records}
+        # of entry (0, a grant's issue) was listed with that entry's resource (review R63). One
+        # that fails is named after the others, which are listed (until review R69: none was).
+        allowed = {}
+        for r in listed_rows:
+            try:
+                if r.allow_index not in entries:
+                    raise beyond_log_end(r)
+                allowed[r.key] = checked_allow(r, entries[r.allow_index])
+            except MalformedRow as exc:
+                unreadable.append(exc)
     finally:
         store.close()
+    records = [r for r in listed_rows if r.key in allowed]
     rows = [
         {
             "key": r.key,
@@ -118,8 +129,17 @@ def _unsettled(args: argparse.Namespace) -> int:
         }
         for r in records
     ]
-    if listed(rows, args.json, "no unsettled calls"):
-        return 0
+    # "no unsettled calls" would be false where a row cannot be read: only its line then.
+    if (rows or args.json or not unreadable) and not listed(rows, args.json, "no unsettled calls"):
+        _unsettled_table(rows)
+    for row_error in unreadable:  # exit 2, one error line per row, as ``main`` writes a command's one
+        sys.stdout.flush()
+        sys.stderr.write(error_line(row_error))
+    return 2 if unreadable else 0
+
+
+def _unsettled_table(rows: list[dict[str, Any]]) -> None:
+    """``tasks unsettled``'s table of ``rows`` (docs/cli.md)."""
     sys.stdout.write(f"{'allowed':<28} {'entry':>7} {'state':<8} {'resource':<28} key\n")
     for row in rows:
         resource = printable(str(row["resource"]))[:28]  # the tool name the agent asked for
@@ -129,7 +149,6 @@ def _unsettled(args: argparse.Namespace) -> int:
             f"{row['allowed_at']:<28} {row['allow_index']:>7} {row['state']:<8} {resource:<28} "
             f"{printable(str(row['key']))}\n"
         )
-    return 0
 
 
 def _settle(args: argparse.Namespace) -> int:

@@ -122,13 +122,31 @@ class OnceCalls:
         )
 
     def unsettled(self) -> list[OnceRecord]:
-        """The calls a person may have to look at (``UNSETTLED``), oldest allow first."""
+        """The calls a person may have to look at (``UNSETTLED``), oldest allow first;
+        ``MalformedRow`` for the first row that is not one (``unsettled_rows``)."""
+        found, unreadable = self.unsettled_rows()
+        if unreadable:
+            raise unreadable[0]
+        return found
+
+    def unsettled_rows(self) -> tuple[list[OnceRecord], list[MalformedRow]]:
+        """The calls a person may have to look at (``UNSETTLED``), oldest allow first, and for
+        each row among them that is not one (``once_record``: written outside agentgate) the
+        ``MalformedRow`` naming it, in the same order: one such row hides none of the others
+        (until review R69 ``agentgate tasks unsettled`` listed nothing until it was repaired)."""
         marks = ", ".join("?" for _ in UNSETTLED)
         rows = self.store.query(
             f"SELECT {ONCE_COLUMNS} FROM agentgate_once WHERE state IN ({marks}) ORDER BY allow_index",
             UNSETTLED,
         )
-        return [once_record(row) for row in rows]
+        found: list[OnceRecord] = []
+        unreadable: list[MalformedRow] = []
+        for row in rows:
+            try:
+                found.append(once_record(row))
+            except MalformedRow as exc:
+                unreadable.append(exc)
+        return found, unreadable
 
 
 ONCE_COLUMNS = "key, allow_index, state, reservations"
@@ -280,10 +298,13 @@ def _allow_entry(audit: AuditLog, record: OnceRecord) -> AuditEntry:
     try:
         allowed = audit.entry(record.allow_index)
     except BeyondLogEnd:
-        raise _malformed(
-            record.key, f"its allow_index {record.allow_index} is past the end of the audit log"
-        ) from None
+        raise beyond_log_end(record) from None
     return checked_allow(record, allowed)
+
+
+def beyond_log_end(record: OnceRecord) -> MalformedRow:
+    """The error for ``record``, whose ``allow_index`` is past the end of the audit log."""
+    return _malformed(record.key, f"its allow_index {record.allow_index} is past the end of the audit log")
 
 
 def checked_allow(record: OnceRecord, allowed: AuditEntry) -> AuditEntry:
