@@ -167,3 +167,21 @@ def test_on_either_store_a_late_outcome_trues_up_a_hand_charge_and_names_a_prune
         assert gate.verify().ok
     finally:
         gate.close()
+
+
+def test_a_late_outcome_whose_budget_was_pruned_with_its_expired_grant_says_so(books: Books) -> None:
+    """Review R69: a call released by hand whose grant then expired long ago, its budget row
+    pruned (``store prune``: no reservation held it any more); the call's late outcome charged
+    nothing (right: that budget is gone) but said the row was "deleted outside agentgate?",
+    sending an operator after an intruder. It names the prune of an expired grant's budget."""
+    gate, grant = books.gate, books.bot.grant_id
+    auth, _reservation = _settled_by_hand(books, ran=False)
+    with gate.store.transaction() as tx:  # a day past its expiry: as if the call took that long
+        tx.execute("UPDATE agentgate_grants SET expires = ? WHERE id = ?", (int(time.time()) - 86_400, grant))
+    assert gate.ledger.prune_expired(time.time()) == 1
+    gate.run(auth, lambda: "t", spent=lambda _: (1000, 1000))
+    gate.flush()
+    late = _outcomes(gate, auth.audit_index)[-1]
+    assert late.charges is None
+    (said,) = [r for r in late.reasons if "budget_ledger" in r]
+    assert "agentgate store prune" in said and "expired" in said, said

@@ -278,10 +278,13 @@ def _no_budget(reservation: str, grant_id: str) -> MalformedRow:
     names), or a chain edited to name another grant. Raised before anything is written that
     the caller's transaction keeps: the settlement is rolled back with it, the reservation held.
     Until review R67 the settlement went on writing nothing to that budget (the reservation
-    marked settled), or, charging an overrun, ended in ``IndexError``."""
+    marked settled), or, charging an overrun, ended in ``IndexError``. A late outcome of a call
+    settled by hand meets it after its grant expired and ``prune_expired`` took the budget (no
+    reservation held it): until review R69 the text said only "deleted outside agentgate?"."""
     return MalformedRow(
         f"budget_reservations: reservation {reservation!r:.60} names grant {grant_id!r:.80}, "
-        "which has no budget_ledger row (deleted outside agentgate?)"
+        "which has no budget_ledger row (pruned by agentgate store prune once its grant expired, "
+        "or deleted outside agentgate)"
     )
 
 
