@@ -8,6 +8,7 @@ import functools
 import logging
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.trace import INVALID_SPAN, Span, Tracer
 
+from agentgate import _confusables
 from agentgate._names import MAX_NAME_CHARS, check_agent_name
 from agentgate._names import check_name as _check_name
 from agentgate.audit.spans import (
@@ -83,6 +85,11 @@ DELEGATIONS_KEPT = 4096
 sub-agent's identity, its signing key included (about 16 KiB), and nothing decides from the list
 (a delegation for the same call is answered from the store, ``_delegated_before``)."""
 
+AGENT_NAMES_KEPT = 10_000
+"""The most agent names a Gate keeps how they read (``_read_alike``): the latest granted (a name
+granted again is the latest). At most two keys each; a name forgotten past it is no longer
+compared with."""
+
 
 REVOKED_READ_AT_ONCE = 8192
 """How many grant ids ``Gate.delegations`` asks the store about in one statement: every grant of
@@ -138,6 +145,17 @@ def _delegation_terms(
     ]
 
 
+def _first_difference(name: str, other: str) -> str:
+    """Where ``name`` first differs from ``other``, in words (``: character 3 is U+0049 LATIN
+    CAPITAL LETTER I, where the other has U+006C LATIN SMALL LETTER L``); empty when one is the
+    start of the other."""
+    at = next((i for i, (a, b) in enumerate(zip(name, other, strict=False)) if a != b), None)
+    if at is None:
+        return ""
+    said = [f"U+{ord(c):04X} {unicodedata.name(c, 'an unnamed character')}" for c in (name[at], other[at])]
+    return f": character {at + 1} is {said[0]}, where the other has {said[1]}"
+
+
 class _Delegation:
     """The ``Gate``'s grants: ``issue`` (a root grant for a role), ``delegate`` (an attenuated
     grant to a sub-agent, handed on again for the same call), ``revoke`` and ``revoke_holder``.
@@ -154,6 +172,8 @@ class _Delegation:
     _store_lock: threading.RLock
     _lock: threading.Lock
     _delegations: list[tuple[str, AgentIdentity]]
+    _agent_names: dict[str, frozenset[str]]
+    _name_readings: dict[str, str]
     _purge_at: float
     _parsed_delegated: dict[str, Chain]
     _policy_chains: PolicyChains
@@ -235,8 +255,10 @@ class _Delegation:
         ``root_budget_above_policy``): until review R58 such a grant was issued, and every call
         on it refused; ``Denied`` (audited, ``inherited_identity``) for a ``name`` the policy
         gives a principal of another key (``_borrowed_name``: until review R65 issued, and every
-        call on it refused). A closed Gate raises ``StoreError`` (the store is closed), as ``authorize``
-        does, for a refusal too (``_audited_refusal``).
+        call on it refused); ``Denied`` (audited, ``authority_chain_opacity``/``name_reads_alike``)
+        for a free ``name`` that reads as, and is not, one this Gate granted before (``_read_alike``:
+        ``heIper`` after ``helper``; until review R69 issued). A closed Gate raises ``StoreError``
+        (the store is closed), as ``authorize`` does, for a refusal too (``_audited_refusal``).
         """
         if not isinstance(name, str) or not name:
             raise InputError(
@@ -266,7 +288,7 @@ class _Delegation:
                 raise self._refused_on(
                     span, self._audited_refusal(self._role_not_held(key, role), anchor.did, f"agent:{name}")
                 )
-        borrowed = self._borrowed_name(name, key, issuing=True)
+        borrowed = self._borrowed_name(name, key, issuing=True) or self._read_alike(name, issuing=True)
         if borrowed is not None:
             with self._grant_span("issue", name, anchor.did, key, template.capabilities) as span:
                 raise self._refused_on(span, self._audited_refusal(borrowed, anchor.did, f"agent:{name}"))
@@ -302,6 +324,7 @@ class _Delegation:
                 + f"; {template.ttl_s}s"
                 + (f"; budget {budget.amount} {budget.unit}" if budget is not None else ""),
             )
+            self._remember_name(name)
             return self._granted_on(
                 span, AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did), index)
             )
@@ -342,7 +365,9 @@ class _Delegation:
         is no parent identity at all or ``name`` is one the policy gives a principal of another
         key (``_borrowed_name``, ``inherited_identity``; until review R65 delegated to), or
         ``parent`` carries such a name (``_refuse_borrowed_parent``, as ``authorize`` refuses a
-        call on it; until review R66 it delegated), and ``InputError`` (nothing written) for arguments of the
+        call on it; until review R66 it delegated), or a free ``name`` reads as, and is not, one
+        this Gate granted before (``_read_alike``, ``name_reads_alike``; until review R69
+        delegated to), and ``InputError`` (nothing written) for arguments of the
         wrong type: a ``parent`` that is not an ``AgentIdentity``, a ``ttl`` that is not a positive
         ``timedelta``, and the others ``_delegation_terms`` checks. A closed Gate raises
         ``StoreError``, as ``authorize`` does, for a refusal too. A refusal's text leaves out what
@@ -370,7 +395,7 @@ class _Delegation:
                 # nor does a chain whose root this policy no longer trusts (its anchor rotated out):
                 # every call on it would be refused ``untrusted_root``, as Gate.issue refuses.
                 self._refuse_borrowed_parent(parent)
-                borrowed = self._borrowed_name(name, key)
+                borrowed = self._borrowed_name(name, key) or self._read_alike(name)
                 if borrowed is not None:
                     raise borrowed
                 self._refuse_revoked(parent)
@@ -383,6 +408,7 @@ class _Delegation:
                     else self._delegated_before(parent, key, caps, budget, purpose, seconds)
                 )
                 if again is not None:
+                    self._remember_name(name)
                     child = AgentIdentity(name, key, again, parent.tenant)
                     return self._granted_on(span, self._handed_on(parent, child, again=True))
                 unit = tip.budget.unit if tip.budget else "usd_micros"
@@ -421,6 +447,7 @@ class _Delegation:
                 # and told, whole.
                 exc.args = (without_held(str(exc)),)
                 raise
+            self._remember_name(name)
             child = AgentIdentity(name, key, chain, parent.tenant, index)
             return self._granted_on(span, self._handed_on(parent, child))
 
@@ -673,6 +700,56 @@ class _Delegation:
             "name the agent with a name the policy does not give another key",
         )
         return refused
+
+    def _read_alike(self, name: str, *, issuing: bool = False) -> Denied | None:
+        """The refusal (``Denied``, ``authority_chain_opacity``/``name_reads_alike``) of a grant
+        under ``name`` when it reads as, and is not, a name this Gate granted before (one of the
+        last ``AGENT_NAMES_KEPT``; ``_confusables.readings``: ``heIper`` and ``helper``,
+        ``rnallory-bot`` and ``mallory-bot``): an approver and a reader of the audit log would
+        take the two agents for one. Else ``None``; a name that reads as a principal's is the
+        principal rule's (``_borrowed_name``). Until review R69 free names were compared with
+        nothing. A name granted before is one look-up; a new one, its readings (computed once,
+        ``readings``' cache) and two look-ups."""
+        if name in self._agent_names or principal_named(self.policy, name) is not None:
+            return None
+        keys = _confusables.readings(name)
+        earlier = next((self._name_readings[key] for key in keys if key in self._name_readings), None)
+        if earlier is None:
+            return None
+        who, act = ("an agent", "issue") if issuing else ("a sub-agent", "delegate")
+        message = (
+            f"{who} named {name!r} reads as {earlier!r}, an agent this Gate granted before "
+            f"(Unicode's confusables{_first_difference(name, earlier)}): an approver and a reader of "
+            f"the audit log would take one for the other; {act} under {earlier!r} itself if the same "
+            "agent is meant, else under a name that reads apart from it"
+        )
+        refused = Denied(message)
+        refused.finding = _finding(
+            FindingKind.AUTHORITY_CHAIN_OPACITY,
+            "name_reads_alike",
+            message,
+            "name the agent with a name that reads apart from the agents' names granted before",
+        )
+        return refused
+
+    def _remember_name(self, name: str) -> None:
+        """Keep how ``name``, just granted, reads (``_read_alike``), as the latest; past
+        ``AGENT_NAMES_KEPT`` names the oldest is forgotten. A principal's name is not kept: the
+        policy holds it."""
+        kept = self._agent_names
+        if name in kept:
+            kept[name] = kept.pop(name)
+            return
+        if principal_named(self.policy, name) is not None:
+            return
+        keys = kept[name] = _confusables.readings(name)
+        for key in keys:
+            self._name_readings.setdefault(key, name)
+        while len(kept) > AGENT_NAMES_KEPT:
+            oldest = next(iter(kept))
+            for key in kept.pop(oldest):
+                if self._name_readings.get(key) == oldest:
+                    del self._name_readings[key]
 
     def _refuse_revoked(self, parent: AgentIdentity) -> None:
         """Raise ``Revoked`` when a grant of ``parent``'s chain is revoked: it hands nothing on

@@ -227,6 +227,11 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         ``DELEGATIONS_PURGE_S``), a revoked one (its grant or an ancestor's) once the revocation
         is committed through this gate or read by ``delegations``, and past ``DELEGATIONS_KEPT``
         the oldest."""
+        self._agent_names: dict[str, frozenset[str]] = {}
+        """How each agent name this Gate granted reads (``_confusables.readings``), the latest
+        granted last (``_Delegation._remember_name``; at most ``AGENT_NAMES_KEPT``)."""
+        self._name_readings: dict[str, str] = {}
+        """Each key of ``_agent_names`` to the name that holds it: what ``_read_alike`` looks up."""
         self._purge_at = 0.0
         """When ``delegations`` next needs a pass for expired entries (``time.time()``)."""
         self._recorded_chains: set[str] = set()
