@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import functools
 import unicodedata
+from bisect import bisect_right
 from importlib import resources
 
+from agentgate._unicode13 import ASSIGNED
+
 _TABLE_FILE = "_confusables.txt"
+TABLE_VERSION = "13.0.0"
+"""The Unicode version of the table: what ``newer_than_table`` compares a name's characters with."""
 
 
 @functools.cache
@@ -63,6 +68,36 @@ def readings(name: str) -> frozenset[str]:
     a key. Kept for the last 4096 names: a decision for a name seen before computes nothing."""
     plain = unicodedata.normalize("NFKC", name)
     return frozenset({skeleton(plain.casefold()), skeleton(skeleton(plain).casefold())})
+
+
+@functools.cache
+def _assigned_bounds() -> tuple[int, ...]:
+    """The code points assigned in ``TABLE_VERSION`` (``_unicode13.ASSIGNED``) as half-open
+    bounds ``(start, end, start, end, ...)``: a code point is assigned when ``bisect_right``
+    puts it at an odd index."""
+    bounds: list[int] = []
+    for span in ASSIGNED.split():
+        start, _, end = span.partition("-")
+        bounds += (int(start, 16), int(end or start, 16) + 1)
+    return tuple(bounds)
+
+
+def newer_than_table(text: str) -> str | None:
+    """The first character of ``text`` that Unicode assigned after ``TABLE_VERSION``, in words
+    (``U+A7C1 LATIN SMALL LETTER OLD POLISH O at character 4``), else ``None``. The table has
+    no entry for such a character whatever it looks like, so what a name holding it reads as
+    is unknown (the running Python's ``unicodedata`` is newer: 14.0.0 on 3.11, 15.1.0 on
+    3.13). Characters assigned by then read alike under every later version: Unicode keeps
+    their normalization and case folding stable. ASCII text is answered without a look-up;
+    else one binary search (about ten comparisons) per character."""
+    if text.isascii():
+        return None
+    bounds = _assigned_bounds()
+    for at, char in enumerate(text):
+        if bisect_right(bounds, ord(char)) % 2 == 0:
+            named = unicodedata.name(char, "an unnamed character")
+            return f"U+{ord(char):04X} {named} at character {at + 1}"
+    return None
 
 
 def reads_alike(first: str, second: str) -> bool:

@@ -10,6 +10,7 @@ import re
 import unicodedata
 from typing import Literal, get_args
 
+from agentgate import _confusables
 from agentgate._shown import character_named, not_printable, shown
 from agentgate.errors import InputError
 
@@ -147,7 +148,9 @@ def check_agent_name(name: str, whose: str) -> None:
     """``check_name``, and ``InputError`` for a name that opens or ends with a space, or whose
     letters mix scripts (``mixed_scripts``): ``researcher `` and a Cyrillic ``е`` in
     ``rеsearcher`` read as the researcher's name to an approver and a reader of the audit log
-    (until review R67 both were granted)."""
+    (until review R67 both were granted); or that holds a character Unicode assigned after the
+    confusables table's version (``_confusables.newer_than_table``: ``rep\ua7c1rter``, a Latin
+    letter of Unicode 14.0, compared as itself; until review R69 granted)."""
     check_name(name, whose)
     if name.strip() != name:
         raise InputError(
@@ -159,6 +162,13 @@ def check_agent_name(name: str, whose: str) -> None:
         raise InputError(
             f"{whose} name {mixed_scripts_said(name, mixed)}: it may read as another agent's name; "
             "write a name in one script"
+        )
+    newer = _confusables.newer_than_table(name)
+    if newer is not None:
+        raise InputError(
+            f"{whose} name {name[:80]!r} holds {newer}, assigned after Unicode "
+            f"{_confusables.TABLE_VERSION}, the version of the confusables table agentgate compares "
+            "names by: what the name reads as is unknown; write it without that character"
         )
 
 
