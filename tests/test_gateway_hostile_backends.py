@@ -66,6 +66,7 @@ class Hostile:
     def __init__(self) -> None:
         self.mode = "ok"
         self.open = 0
+        self.writers: set[asyncio.StreamWriter] = set()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -89,9 +90,17 @@ class Hostile:
         for task in handlers:
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
+        # ``writer.close()`` closes the socket a loop turn later (after its buffer drains): with the
+        # loop stopped before that turn the socket was left to the garbage collector, whose
+        # ResourceWarning then failed whatever test happened to collect it. Aborted here, and one
+        # turn given to close them.
+        for writer in self.writers:
+            writer.transport.abort()
+        await asyncio.sleep(0)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.open += 1
+        self.writers.add(writer)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
