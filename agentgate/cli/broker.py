@@ -28,7 +28,7 @@ from agentgate.cli._common import (
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
 from agentgate.errors import InventoryError
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
-from agentgate.store.broker_leases import BrokerLeaseStore
+from agentgate.store.broker_leases import BrokerLeaseStore, SetAside
 
 
 def _snapshot(args: argparse.Namespace) -> BrokerSnapshot | None:
@@ -37,15 +37,26 @@ def _snapshot(args: argparse.Namespace) -> BrokerSnapshot | None:
 
 def _state(
     args: argparse.Namespace, *, decisions: bool = True
-) -> tuple[BrokerSnapshot | None, dict[str, LeaseDecision]]:
-    """The broker's journal and, if ``decisions``, the decisions its gated leases were granted
-    under (by lease id)."""
+) -> tuple[BrokerSnapshot | None, dict[str, LeaseDecision], tuple[SetAside, ...]]:
+    """The broker's journal, if ``decisions`` the decisions its gated leases were granted under
+    (by lease id), and the rows the journal set aside (written before review R68)."""
     with open_existing_store(args.store, read_only=True) as store:
-        snapshot = BrokerLeaseStore(store, args.broker).load()
+        journal = BrokerLeaseStore(store, args.broker)
+        snapshot = journal.load()
         decided = (
             {d.request_id: d for d in BrokerDecisionStore(store, args.broker).all()} if decisions else {}
         )
-    return snapshot, decided
+    return snapshot, decided, journal.set_aside
+
+
+def _set_aside_json(rows: tuple[SetAside, ...]) -> list[dict[str, str]]:
+    return [{"kind": r.kind, "id": r.id, "field": r.field, "value": r.value, "why": r.why} for r in rows]
+
+
+def _print_set_aside(rows: tuple[SetAside, ...]) -> None:
+    """Name each row set aside (review R69: until then the CLI failed on such a store)."""
+    for row in rows:
+        print(printable(str(row)))
 
 
 def _header(snapshot: BrokerSnapshot | None, broker: str) -> str:
@@ -150,14 +161,17 @@ def _lease_json(lease: Lease, decided: LeaseDecision | None) -> dict[str, Any]:
 
 
 def _leases(args: argparse.Namespace) -> int:
-    snapshot, decisions = _state(args)
+    snapshot, decisions, set_aside = _state(args)
     leases = () if snapshot is None else snapshot.leases
     if args.json:
         out = [_lease_json(x, decisions.get(x.id)) for x in leases]
         taken_at = None if snapshot is None else unix(snapshot.taken_at)
-        write_json({"taken_at": taken_at, "leases": out}, indent=None)
+        write_json(
+            {"taken_at": taken_at, "leases": out, "set_aside": _set_aside_json(set_aside)}, indent=None
+        )
         return 0
     print(_header(snapshot, args.broker))
+    _print_set_aside(set_aside)
     if not leases:
         print("no leases")
         return 0
@@ -201,18 +215,20 @@ def _queued_json(q: QueuedRequest) -> dict[str, Any]:
 
 
 def _queue(args: argparse.Namespace) -> int:
-    snapshot = _snapshot(args)
+    snapshot, _, set_aside = _state(args, decisions=False)
     queue = () if snapshot is None else snapshot.queue
     if args.json:
         write_json(
             {
                 "taken_at": None if snapshot is None else unix(snapshot.taken_at),
                 "queue": [_queued_json(q) for q in queue],
+                "set_aside": _set_aside_json(set_aside),
             },
             indent=None,
         )
         return 0
     print(_header(snapshot, args.broker))
+    _print_set_aside(set_aside)
     if not queue:
         print("queue empty")
         return 0

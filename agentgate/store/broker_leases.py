@@ -35,6 +35,10 @@ took over first) changes it, and the claiming write raises ``StoreError``, writi
 new broker must load the state again. A journal that restores a snapshot it did not load itself
 takes over only if the stored state is that snapshot (or there is none).
 
+Rows written before review R68: a lease or waiting request whose ``gpu_type`` is not ASCII or
+whose text holds a NUL, which this version refuses, is set aside by ``load`` (``set_aside``, a
+warning of ``agentgate.broker``), not restored, rather than failing the whole state (review R69).
+
 Upgrade: ``broker_state`` made before review R40 lacks ``generation``. SQLite adds it on open; on
 PostgreSQL ``agentgate store init`` run as the schema's owner adds it (an application role that
 may not alter the table gets a ``StoreError`` that says so), as for the tables a version adds.
@@ -43,10 +47,13 @@ may not alter the table gets a ``StoreError`` that says so), as for the tables a
 from __future__ import annotations
 
 import json
+import logging
 import math
 import uuid
-from typing import Any, get_args
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
+from agentgate._names import first_non_ascii
 from agentgate.dispatch.broker import (
     BrokerSnapshot,
     GangRequest,
@@ -117,9 +124,47 @@ BROKER_DDL: dict[Dialect, str] = {
     "postgresql": _TABLES.format(real="DOUBLE PRECISION", integer="BIGINT") + _ADD_GENERATION_PG,
 }
 
+_log = logging.getLogger("agentgate.broker")
+
 _LOAD_TRIES = 5
 """How many times ``load`` reads again a state written while it read (PostgreSQL's READ COMMITTED
 shows each statement the commits made before it began)."""
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """A stored lease or waiting request that ``load`` left out of the state: one written before
+    review R68, whose text this version refuses (a ``gpu_type`` that is not ASCII, a NUL)."""
+
+    kind: Literal["lease", "request"]
+    id: str
+    field: str
+    """The request's field refused: ``id``, ``tenant``, ``gpu_type`` or ``holder``."""
+    value: str
+    why: str
+
+    def __str__(self) -> str:
+        value = ascii(self.value)
+        shown = value if len(value) <= 200 else f"{value[:200]}... ({len(self.value)} characters)"
+        return (
+            f"{self.kind} {ascii(self.id)[:200]} set aside, not restored (written before review R68): "
+            f"its {self.field} {shown} {self.why}"
+        )
+
+
+def _written_before_r68(data: dict[str, Any]) -> tuple[str, str, str] | None:
+    """The field, value and why of a request's text (stored as JSON) that only a version before
+    review R68 wrote, or ``None``. Until review R69 such a row made the whole state unreadable:
+    an upgraded broker could not start."""
+    for name in ("id", "tenant", "gpu_type", "holder"):
+        value = data.get(name)
+        if isinstance(value, str) and "\x00" in value:
+            return name, value, "holds a NUL character (U+0000), which no request may hold now"
+    gpu_type = data.get("gpu_type")
+    where = first_non_ascii(gpu_type) if isinstance(gpu_type, str) else None
+    if isinstance(gpu_type, str) and where is not None:
+        return "gpu_type", gpu_type, f"holds {where}: a GPU type is ASCII now (it could read as another)"
+    return None
 
 
 class BrokerLeaseStore:
@@ -138,6 +183,9 @@ class BrokerLeaseStore:
         """The snapshot ``take_over`` was given (``None``: the one this journal loaded last)."""
         self._loaded: tuple[int | None, BrokerSnapshot | None] | None = None
         """The generation and the state ``load`` read last; ``None`` before the first ``load``."""
+        self.set_aside: tuple[SetAside, ...] = ()
+        """The rows the last ``load`` left out (``SetAside``), each also logged as a warning to
+        ``agentgate.broker``; the restored broker's first write drops them from the store."""
         store.ensure_schema("broker_leases", BROKER_DDL)
         if store.dialect == "sqlite":
             _add_generation_sqlite(store)
@@ -259,10 +307,13 @@ class BrokerLeaseStore:
         while the stored state is still that one (module docstring, "One writer")."""
         for _ in range(_LOAD_TRIES):
             with self.store.transaction(immediate=False) as tx:
-                generation, snapshot = _read(tx, self.broker)
+                generation, snapshot, set_aside = _read_all(tx, self.broker)
                 # Read again last: a write committed meanwhile may have changed the rows read.
                 if _generation(tx, self.broker) == generation:
                     self._loaded = (generation, snapshot)
+                    self.set_aside = set_aside
+                    for row in set_aside:
+                        _log.warning("broker %r: %s", self.broker, row)
                     return snapshot
         raise StoreError(
             f"broker {self.broker!r}: its state changed while it was read, {_LOAD_TRIES} times; try again"
@@ -291,9 +342,14 @@ def _add_generation_sqlite(store: Store) -> None:
 
 def _read(tx: Transaction, broker: str) -> tuple[int | None, BrokerSnapshot | None]:
     """The generation and the state of ``broker`` stored, read in ``tx``."""
+    return _read_all(tx, broker)[:2]
+
+
+def _read_all(tx: Transaction, broker: str) -> tuple[int | None, BrokerSnapshot | None, tuple[SetAside, ...]]:
+    """The generation and the state of ``broker`` stored, read in ``tx``, and the rows set aside."""
     state = tx.execute("SELECT taken_at, generation FROM broker_state WHERE broker = ?", (broker,))
     if not state:
-        return None, None
+        return None, None, ()
     lease_rows = tx.execute(
         "SELECT body FROM broker_leases WHERE broker = ? ORDER BY granted_at, lease_id",
         (broker,),
@@ -303,21 +359,37 @@ def _read(tx: Transaction, broker: str) -> tuple[int | None, BrokerSnapshot | No
         " WHERE broker = ? ORDER BY position",
         (broker,),
     )
+    set_aside: list[SetAside] = []
+
+    def kept(kind: Literal["lease", "request"], request: object, row_id: object) -> bool:
+        old = _written_before_r68(request) if isinstance(request, dict) else None
+        if old is not None:
+            set_aside.append(SetAside(kind, str(row_id), *old))
+        return old is None
+
     try:
-        leases = tuple(_lease_from_json(json.loads(row[0])) for row in lease_rows)
+        lease_bodies = [json.loads(row[0]) for row in lease_rows]
+        leases = tuple(
+            _lease_from_json(data)
+            for data in lease_bodies
+            if not isinstance(data, dict) or kept("lease", data.get("request"), data.get("id"))
+        )
         queue = tuple(
             _queued_from_json(
-                json.loads(body),
+                data,
                 submitted_at=float(submitted_at),
                 deadline=math.inf if deadline is None else float(deadline),
                 nominated=_ids(json.loads(nominated), "nominated"),
                 victims=_ids(json.loads(victims), "victims"),
             )
-            for body, submitted_at, deadline, nominated, victims in queue_rows
+            for data, submitted_at, deadline, nominated, victims in (
+                (json.loads(row[0]), *row[1:]) for row in queue_rows
+            )
+            if not isinstance(data, dict) or kept("request", data, data.get("id"))
         )
     except (ValueError, TypeError, KeyError, BrokerError) as exc:
         raise StoreError(f"broker {broker!r}: stored state is unreadable: {exc}") from exc
-    return int(state[0][1]), BrokerSnapshot(float(state[0][0]), leases, queue)
+    return int(state[0][1]), BrokerSnapshot(float(state[0][0]), leases, queue), tuple(set_aside)
 
 
 def _request_to_json(request: GangRequest) -> dict[str, Any]:
