@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_broker_restart_budget import World, lease
 from test_broker_store import FakeClock, busy_broker, empty_broker
 
 from agentgate.errors import LeaseLost
-from agentgate.store import SQLiteStore
+from agentgate.store import SQLiteStore, Store
 from agentgate.store.broker_leases import BrokerLeaseStore
 
 KELVIN_80 = "\u212a80"
@@ -133,3 +134,26 @@ def test_the_cli_lists_the_leases_and_names_the_row_set_aside(tmp_path: Path) ->
     (aside,) = data["set_aside"]
     assert aside["kind"] == "lease" and aside["id"] == "keep" and aside["field"] == "gpu_type"
     assert aside["value"] == KELVIN_80 and "KELVIN SIGN" in aside["why"]
+
+
+def test_a_gated_lease_set_aside_is_ended_by_reconcile_as_lost_and_charged(store: Store) -> None:
+    """Review R69: a gated lease stored before review R68 with a NUL in its holder made the
+    restarted process fail at ``load`` (``StoreError``), its decision never settled. The lease is
+    set aside and ``GatedBroker.reconcile`` ends its decision as ``lease_lost``, charged its
+    reservation (it was granted), as for any lease a restart lost; on SQLite and PostgreSQL."""
+    world = World(store.url)
+    try:
+        decision = world.process.gated.submit(world.trainer, lease("ft-1")).authorization.audit_index
+        with world.process.store.transaction() as tx:  # as a version before review R68 wrote it
+            (body,) = tx.execute("SELECT body FROM broker_leases WHERE lease_id = 'ft-1'")[0]
+            data = json.loads(body)
+            data["request"]["holder"] = "trainer\x00"
+            tx.execute("UPDATE broker_leases SET body = ? WHERE lease_id = 'ft-1'", (json.dumps(data),))
+        after = world.restart()
+        assert after.broker.leases() == []
+        assert after.gated.reconcile() == ["ft-1"]
+        lost = after.entries()[-1]
+        assert (lost.status, lost.ref, lost.budget_delta) == ("lease_lost", decision, 120_000)
+        assert after.gate.verify().ok
+    finally:
+        world.process.gate.close()
