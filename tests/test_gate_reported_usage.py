@@ -105,6 +105,7 @@ def test_a_span_does_not_carry_usage_its_outcome_read_as_garbage(tmp_path: Path)
         for usage in ((MAX_USAGE_TOKENS + 1, 5), (7, 5)):
             auth = made.gate.authorize(made.agent, Call.model("small", {"max_tokens": 100}), tokens=(50, 100))
             made.gate.run(auth, lambda: "x", spent=lambda _, usage=usage: usage)  # type: ignore[misc]
+        made.gate.flush()  # a call's span ends once its outcome is written (review R69)
         garbage, counted = [s for s in exporter.get_finished_spans() if s.name == "chat small"]
         assert garbage.attributes is not None and counted.attributes is not None
         assert "gen_ai.usage.input_tokens" not in garbage.attributes

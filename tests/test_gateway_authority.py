@@ -418,6 +418,7 @@ def test_the_span_of_a_forged_invocation_names_no_agent_and_a_copied_chain_its_s
                 }
                 served.exporter.clear()
                 answer = httpx.post(f"{served.url}/chat/completions", json=body, headers=headers, timeout=10)
+                gate.flush()  # a call's span ends once its outcome is written (review R69)
                 (span,) = served.exporter.get_finished_spans()
                 return answer.status_code, (span.attributes or {}).get("gen_ai.agent.name")
 

@@ -78,6 +78,7 @@ def test_allowed_refused_asked_and_failing_calls_each_end_their_span(traced: _Tr
 
     with pytest.raises(RuntimeError):
         gate.run(raising, explode, call_id="x")
+    gate.flush()  # a call's span ends once its outcome is written (review R69)
     assert traced.started.open == {}
     assert traced.span("execute_tool lookup").status.status_code == StatusCode.UNSET
     assert traced.span("execute_tool vault").status.status_code == StatusCode.ERROR
@@ -108,6 +109,7 @@ def test_a_cancelled_call_ends_its_span_as_cancelled(traced: _Traced) -> None:
             await task
 
     asyncio.run(cancelled())
+    gate.flush()  # a call's span ends once its outcome is written (review R69)
     assert traced.started.open == {}
     span = traced.span("execute_tool lookup")
     assert span.status.status_code == StatusCode.ERROR
@@ -150,6 +152,7 @@ def test_a_call_cancelled_while_it_waits_for_a_slot_ends_its_span(tmp_path: Path
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
+        gate.flush()  # a call's span ends once its outcome is written (review R69)
         ended = {
             s.attributes["gen_ai.tool.call.id"]: s
             for s in traced.exporter.get_finished_spans()

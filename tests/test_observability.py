@@ -490,6 +490,7 @@ def test_calls_made_inside_a_call_nest_under_it_sync_and_async_without_crossing(
         await asyncio.gather(*(outer_async(n) for n in range(3)))
 
     asyncio.run(both())
+    gate.flush()  # a call's span ends once its outcome is written (review R69)
     parents = _parents(sweep.exporter)
     assert parents["execute_tool lookup#in-s"] == "execute_tool vault#out-s"
     for n in range(3):

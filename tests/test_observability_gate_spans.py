@@ -91,6 +91,7 @@ def test_a_call_whose_outcome_is_an_error_has_an_error_span(sweep: Sweep) -> Non
     ToolMessage) is audited as an ``error`` outcome, but its span stayed UNSET with no error.type."""
     auth = sweep.gate.authorize(sweep.boss, Call.tool("lookup", {"id": "1"}), call_id="c1")
     sweep.gate.run(auth, lambda: "no such id", call_id="c1", failed=lambda _: True)
+    sweep.gate.flush()  # a call's span ends once its outcome is written (review R69)
     (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool lookup"]
     assert span.status.status_code == StatusCode.ERROR
     assert span.attributes is not None and "error.type" in span.attributes
@@ -165,6 +166,7 @@ def test_a_paused_call_is_not_an_error_span(sweep: Sweep) -> None:
     auth = sweep.gate.authorize(sweep.boss, Call.tool("lookup", {"id": "1"}), call_id="p1")
     with pytest.raises(Interrupt):
         sweep.gate.run(auth, lambda: (_ for _ in ()).throw(Interrupt()), call_id="p1", paused=lambda e: True)
+    sweep.gate.flush()  # a call's span ends once its outcome is written (review R69)
     (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool lookup"]
     assert span.status.status_code == StatusCode.UNSET
     assert span.attributes is not None and span.attributes.get("agentgate.outcome") == "paused"
@@ -377,7 +379,8 @@ def test_a_run_refused_after_close_returned_says_its_outcome_is_lost(sweep: Swee
 def test_a_call_still_running_when_close_returned_says_its_outcome_is_lost(sweep: Sweep) -> None:
     """Review R54: a call that settles after ``Gate.close()`` returned (close stopped waiting for
     it) has no outcome entry (logged as lost), yet its span said ``agentgate.outcome=ok`` as if
-    it were recorded: it now says ``agentgate.outcome.lost`` too."""
+    it were recorded: it now says ``agentgate.outcome.lost`` too, and (review R69) ERROR and no
+    ``agentgate.outcome``: a span says an outcome only once the log holds it."""
     gate = sweep.gate
     auth = gate.authorize(sweep.boss, Call.tool("lookup", {"id": "1"}), call_id="r1")
 
@@ -402,7 +405,9 @@ def test_a_call_still_running_when_close_returned_says_its_outcome_is_lost(sweep
         if dict(s.attributes or {}).get("agentgate.audit.index") == auth.audit_index
     ]
     attributes = dict(span.attributes or {})
-    assert attributes["agentgate.outcome"] == "ok" and attributes["agentgate.outcome.lost"] is True
+    assert "agentgate.outcome" not in attributes and attributes["agentgate.outcome.lost"] is True
+    assert attributes["error.type"] == "agentgate.outcome_lost"
+    assert span.status.status_code == StatusCode.ERROR
 
 
 def test_a_revocation_is_a_span_linking_its_revoke_entry(sweep: Sweep) -> None:
@@ -485,6 +490,7 @@ def test_trace_allowed_links_an_entry_once_and_uses_the_allow_up(sweep: Sweep) -
     gate.trace_allowed(traced)
     ran = gate.authorize(sweep.boss, Call.tool("lookup", {"id": "2"}))
     assert gate.run(ran, lambda: "found") == "found"
+    gate.flush()  # a call's span ends once its outcome is written (review R69)
     before = len(sweep.exporter.get_finished_spans())
     with pytest.raises(InputError, match="already used"):
         gate.trace_allowed(traced)

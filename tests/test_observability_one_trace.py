@@ -167,6 +167,7 @@ def test_an_agent_run_is_one_trace_down_to_the_inference_server(
         else:
             result = asyncio.run(agent.ainvoke(start, context=sweep.boss))
     assert [m.status for m in result["messages"] if isinstance(m, ToolMessage)] == ["success"] * 2
+    gate.flush()  # a call's span ends once its outcome is written (review R69)
     spans = list(sweep.exporter.get_finished_spans())
     assert {_hex(s.context.trace_id, 32) for s in spans if s.context is not None} == {TRACE}
     assert app.parent is not None and _hex(app.parent.span_id, 16) == PARENT
@@ -379,6 +380,7 @@ class GatewayEnv:
         )
 
     def chat_span(self) -> ReadableSpan:
+        self.gate.flush()  # a call's span ends once its outcome is written (review R69)
         (span,) = [s for s in self.exporter.get_finished_spans() if s.name == f"chat {MODEL}"]
         return span
 

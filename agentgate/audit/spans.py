@@ -47,9 +47,11 @@ exported), unless the span already records a deny (which it keeps, reasons and a
 ``Gate`` also gives an allowed call that never runs, ``Gate.abandon`` or a run refused while it
 closes, its span, ended at once with the ``error`` outcome its audit entry records). Allowed
 calls that succeed keep the status UNSET, as the conventions ask of instrumentation libraries (OK
-is for applications to set). A call whose outcome could not be written because the ``Gate``
-had closed (``close`` returned before it settled) also has ``agentgate.outcome.lost=true``
-(``record_outcome_lost``): its span says how it ended, the log has no outcome for it.
+is for applications to set). The ``Gate`` holds a call's span until its ``outcome`` entry is
+written (``await_outcome``): the span says ``agentgate.outcome`` only once the log holds it,
+and ends then, at the time the call ended; an outcome that will not be written (the store
+refused it for good, or the ``Gate`` had closed) leaves the span ERROR with
+``agentgate.outcome.lost=true`` and no ``agentgate.outcome`` (``outcome_not_written``).
 
 Under a low attribute count limit (``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``; the SDK drops the oldest
 attribute to make room for a new one) the ``ESSENTIAL`` attributes, ``agentgate.audit.index``,
@@ -76,6 +78,7 @@ import json
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -104,6 +107,9 @@ SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 DENIED = "agentgate.denied"
 FAILED = "agentgate.failed"
+OUTCOME_LOST = "agentgate.outcome_lost"
+"""The ``error.type`` of a call's span whose call succeeded (or paused) and whose outcome was not
+written because the gate had closed (``outcome_not_written``)."""
 MAX_CALL_ID_CHARS = 200
 """Most characters of a call id a span records: the id is the caller's (a model's tool call id,
 whatever its text) and has no bound of its own, and one oversized attribute can make an
@@ -242,12 +248,102 @@ def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Trac
                     span.set_status(Status(StatusCode.ERROR, failure))
                 raise
     finally:
-        _keep_essentials(span)
-        held = _ENDS_HELD.get()
-        if held is not None and held[0] == threading.get_ident():
-            held[1].append(lambda: _end(span, name))
-        else:
-            _end(span, name)
+        waiting = _AWAITING.get(span)
+        if waiting is None or not waiting.left(time.time_ns()):
+            _keep_essentials(span)
+            _end_soon(span, name)
+
+
+def _end_soon(span: Span, name: str, end_time: int | None = None) -> None:
+    """End ``span`` now, or as the ``ends_held`` block of this thread leaves."""
+    held = _ENDS_HELD.get()
+    if held is not None and held[0] == threading.get_ident():
+        held[1].append(lambda: _end(span, name, end_time))
+    else:
+        _end(span, name, end_time)
+
+
+class _Awaited:
+    """A call span whose end waits for its ``outcome`` entry (``await_outcome``): the status of
+    the outcome, until it is written; when the span's block left (its end time); whether the
+    outcome's fate is known (``settled``)."""
+
+    __slots__ = ("_lock", "left_at", "name", "settled", "status")
+
+    def __init__(self, name: str) -> None:
+        self._lock = threading.Lock()
+        self.name = name
+        self.status: str | None = None
+        self.left_at: int | None = None
+        self.settled = False
+
+    def left(self, at: int) -> bool:
+        """The span's block left at ``at``: whether its end waits (the outcome's fate unknown)."""
+        with self._lock:
+            self.left_at = at
+            return not self.settled
+
+    def settle(self, span: Span, lost: str | None) -> None:
+        """The outcome is written (``lost`` None), or will not be (``lost``: why, a store error's
+        class name, or ``""`` for a gate that had closed): say so on ``span``, and end it if its
+        block has left. Said under the lock ``left`` takes, so a block that leaves meanwhile ends
+        the span with it said."""
+        with self._lock:
+            if self.settled:
+                return
+            self.settled = True
+            left_at = self.left_at
+            if lost is None:
+                if self.status is not None:
+                    _record(span, {"agentgate.outcome": self.status})
+            else:
+                recorded = _RECORDED.get(span)
+                if recorded is not None:
+                    recorded.pop("agentgate.outcome", None)
+                why = _cut(lost)
+                kind = (recorded or {}).get("error.type") or why or OUTCOME_LOST
+                _record(span, {"agentgate.outcome.lost": True, "error.type": kind})
+                span.set_status(
+                    Status(StatusCode.ERROR, f"outcome not recorded: {why or 'the gate had closed'}")
+                )
+        if left_at is not None:
+            _keep_essentials(span)
+            _end_soon(span, self.name, left_at)
+
+
+_AWAITING: weakref.WeakKeyDictionary[Span, _Awaited] = weakref.WeakKeyDictionary()
+"""The spans whose end waits for their call's ``outcome`` entry (``await_outcome``)."""
+
+
+def await_outcome(span: Span) -> None:
+    """Hold ``span`` (a call's span, made by one of the helpers here) until its call's
+    ``outcome`` entry is written (``outcome_written``) or known not to be
+    (``outcome_not_written``): its block may leave before, its end then waits, and it ends at
+    the time its block left. Meanwhile ``record_outcome`` keeps the outcome's status off the
+    span: a span says ``agentgate.outcome`` only for an outcome the log holds (review R69: a
+    call's span said ``agentgate.outcome=ok`` before its entry was written, and kept saying it
+    when the store refused the entry). A span that records nothing is not held."""
+    if span.is_recording() and span not in _AWAITING:
+        _AWAITING[span] = _Awaited(getattr(span, "name", ""))
+
+
+def outcome_written(span: Span) -> None:
+    """The outcome ``span`` waits for (``await_outcome``) is in the log: ``agentgate.outcome``
+    is set, and the span ends if its block has left."""
+    waiting = _AWAITING.get(span)
+    if waiting is not None:
+        waiting.settle(span, None)
+
+
+def outcome_not_written(span: Span, error_type: str | None = None) -> None:
+    """The outcome ``span`` waits for (``await_outcome``) will not be in the log (``error_type``:
+    the class name of the store error that refused it; ``None``: the gate had closed): the span
+    is ERROR with ``agentgate.outcome.lost=true`` and no ``agentgate.outcome``; its
+    ``error.type`` is the call's own failure if it failed, else ``error_type``, else
+    ``agentgate.outcome_lost``. It ends if its block has left."""
+    waiting = _AWAITING.get(span)
+    if waiting is not None:
+        waiting.settle(span, error_type or "")
 
 
 class ends_held:  # lower case: called as the function it replaced was, as contextlib's nullcontext is
@@ -297,13 +393,13 @@ def _started(tracer: Tracer, name: str, kind: SpanKind, attributes: Mapping[str,
         return None
 
 
-def _end(span: Span, name: str) -> None:
+def _end(span: Span, name: str, end_time: int | None = None) -> None:
     """End ``span``; what its span processors raise (the SDK calls each one's ``on_end``, and
     a ``SimpleSpanProcessor``'s export, in the caller's thread) is logged, never raised: until
     review R60 it replaced the result of the call the span recorded (``Gate.run`` raised after
     its tool ran and its outcome was written, ``Gate.issue`` after its grant was recorded)."""
     try:
-        span.end()
+        span.end(end_time)
     except Exception:
         _log.warning("agentgate: a span processor raised as span %r ended", name, exc_info=True)
 
@@ -537,10 +633,9 @@ def outcome_lost_span(
     (``parent``, ended by then), ERROR with ``error.type`` the store error's class name (its
     message, which may quote the store's text, is not exported), ``agentgate.resource``,
     ``agentgate.outcome.lost=true`` and ``agentgate.audit.ref`` (the call's decision entry, the
-    one its span links). No ``agentgate.outcome``: the log records none. The call's span says how
-    the call ended; it ended before its outcome was written (outcomes are written after the call,
-    with the next decision or by the background commit), so this one says that the log has no
-    outcome for it (review R68: until then the trace said ``agentgate.outcome=ok`` alone)."""
+    one its span links). No ``agentgate.outcome``: the log records none; nor has the call's span,
+    which waits for its outcome and says it lost too (``outcome_not_written``; review R68: until
+    then the trace said ``agentgate.outcome=ok`` alone)."""
     resource, kind = _cut(resource), _cut(error_type)
     attributes = {"agentgate.resource": resource, "agentgate.audit.ref": _attribute_int(ref)}
     with (
@@ -668,20 +763,21 @@ def record_outcome(span: Span, status: str, *, error_type: str | None = None) ->
     given). ``ok`` and ``paused`` leave the status as it is, and after
     ``paused`` an exception leaving the span (the one that carries the pause out) does not mark
     it ERROR."""
+    status = _cut(status)
+    waiting = _AWAITING.get(span)
+    if waiting is not None and not waiting.settled:
+        # Set once the outcome is written (``outcome_written``); known here, for ``_span``.
+        waiting.status = status
+        _remember(span, {"agentgate.outcome": status})
+        outcome: dict[str, AttributeValue] = {}
+    else:
+        outcome = {"agentgate.outcome": status}
     if status == "error":
         kind = _cut(error_type) if error_type else FAILED
-        _record(span, {"agentgate.outcome": status, "error.type": kind})
+        _record(span, {**outcome, "error.type": kind})
         span.set_status(Status(StatusCode.ERROR, kind))
     else:
-        _record(span, {"agentgate.outcome": _cut(status)})
-
-
-def record_outcome_lost(span: Span) -> None:
-    """The call's outcome was not written to the audit log: the ``Gate`` had closed (``close``
-    returned) before the call settled, so its ``outcome`` entry is missing from the log (logged
-    as lost) and its reservation stays held. ``agentgate.outcome.lost`` is ``true``; whatever
-    ``agentgate.outcome`` the span says is how the call ended, not what the log records."""
-    _record(span, {"agentgate.outcome.lost": True})
+        _record(span, outcome)
 
 
 def configure_from_env() -> trace.TracerProvider:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from opentelemetry.trace import SpanContext, Tracer
+from opentelemetry.trace import Span, Tracer
 from prometheus_client import CollectorRegistry
 
 from agentgate._names import agent_name_refused
@@ -190,7 +190,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         self._outcomes = PendingOutcomes(self._write_outcomes, tick=self.flush)
         self._outcome_refused_at: dict[int, float] = {}  # id() of an outcome's allow -> its first refusal
         # id() of a pending outcome's allow -> its call's span (``_Settlement._outcome_lost_span``)
-        self._outcome_spans: dict[int, SpanContext] = {}
+        self._outcome_spans: dict[int, Span] = {}
         # id() of an outcome's allow -> its entry's (index, time), while its commit is not known
         self._outcome_at: dict[int, tuple[int, str]] = {}
         _OPEN_GATES.add(self)
@@ -328,6 +328,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
                     self._outcomes_closed = True
                 self.flush()
                 lost = self._outcomes.take()  # put back by a commit that failed: nothing will take them
+                self._spans_lost(lost)
                 if lost:
                     _log.error(
                         "agentgate: %d outcomes not recorded: the store failed as the gate closed", len(lost)

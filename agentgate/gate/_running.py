@@ -17,13 +17,14 @@ from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, Tracer
 from prometheus_client import CollectorRegistry
 
 from agentgate.audit.spans import (
+    await_outcome,
     chat_span,
     decision_span,
     execute_tool_span,
+    outcome_not_written,
     record_agent_name,
     record_decision,
     record_outcome,
-    record_outcome_lost,
     record_usage,
 )
 from agentgate.capabilities import Call
@@ -67,13 +68,6 @@ def _outcome_lost(auth: Authorization) -> None:
         "agentgate: the outcome of audit entry %s is not recorded: the gate closed before the call settled",
         auth.audit_index,
     )
-
-
-def _record_raised(span: Span, exc: BaseException) -> None:
-    """The ``error`` outcome of a call that ``exc`` ended, on its span: ``agentgate.outcome=error``
-    with ``error.type`` the exception's class name, as the exception leaving the span would set
-    it (its message is never exported)."""
-    record_outcome(span, "error", error_type=type(exc).__qualname__)
 
 
 def _failure_carried(raised: list[BaseException]) -> BaseException | None:
@@ -362,7 +356,7 @@ class _Running:
     ) -> bool:
         """``_settle``, unless ``close`` has committed its last outcomes: then nothing will write
         this one, which is logged as lost, and the answer is ``True`` (the call's span says so,
-        ``record_outcome_lost``). Decided under the lock ``close`` sets that under, so an outcome
+        ``outcome_not_written``). Decided under the lock ``close`` sets that under, so an outcome
         queued here is one its last flush takes. ``span``: the call's (``_settle``)."""
         with self._runs_changed:
             lost = self._outcomes_closed
@@ -371,6 +365,41 @@ class _Running:
         if lost:
             _outcome_lost(auth)
         return lost
+
+    def _settle_traced(
+        self,
+        span: Span,
+        auth: Authorization,
+        status: str,
+        error: str | None,
+        usage: tuple[int, int] | None,
+        *,
+        started: bool = True,
+        error_type: str | None = None,
+    ) -> None:
+        """``_settle_unless_closed``, with the outcome on the call's ``span`` as the log will have
+        it: the span waits for the outcome (``await_outcome``), says ``agentgate.outcome`` once it
+        is written and ends then (at the time its block left), or says that it is not written
+        (``outcome_not_written``: the gate had closed, or the store refused it for good; ERROR,
+        ``agentgate.outcome.lost=true``, no ``agentgate.outcome``). ``error_type``: the class name
+        of what ended the call, for ``error.type`` (``record_outcome``). One rule for tool and
+        model calls, sync or async, the gateway's streams and the calls that never run; until
+        review R69 the span said ``agentgate.outcome=ok`` before the entry was written, and kept
+        saying it when the store then refused the entry."""
+        traced = span.is_recording()
+        if traced:
+            await_outcome(span)
+            record_outcome(span, status, error_type=error_type)
+        try:
+            lost = self._settle_unless_closed(
+                auth, status, error, usage, started=started, span=span if traced else None
+            )
+        except BaseException:
+            if traced:
+                outcome_not_written(span)
+            raise
+        if lost and traced:
+            outcome_not_written(span)
 
     def _span(self, auth: Authorization, call_id: str | None = None) -> AbstractContextManager[Span]:
         """The GenAI span of the call (``execute_tool NAME`` or ``chat MODEL``) with the decision on it.
@@ -444,13 +473,6 @@ class _Running:
         came out of the call's function itself; a scheduler refusal it raised (a nested gated
         call's ``CircuitOpen``, after the call paid) is the call's failure, not a refusal of it."""
         pause = says_pause(paused, exc)  # a ``paused`` that raises says no: the outcome is recorded
-        if span.is_recording():
-            # The span says what the outcome entry says (until review R60 a call that raised had
-            # only ``error.type``, and spans filtered on ``agentgate.outcome=error`` missed it).
-            if pause:
-                record_outcome(span, "paused")
-            else:
-                _record_raised(span, exc)
         error = type(exc).__name__
         started = started and (ran or error not in NOT_STARTED)
         if isinstance(exc, NoBackend | BackendFailed) and str(exc):
@@ -464,12 +486,13 @@ class _Running:
             # alone, and why the call failed was in the dead letter only).
             error = f"{error} (after {type(exc.__cause__).__name__})"
         usage = usage_after(auth, exc) if started else None
-        status = "paused" if pause else "error"
-        if (
-            self._settle_unless_closed(auth, status, error, usage, started=started, span=span)
-            and span.is_recording()
-        ):
-            record_outcome_lost(span)
+        # The span says what the outcome entry says (until review R60 a call that raised had only
+        # ``error.type``, and spans filtered on ``agentgate.outcome=error`` missed it), with
+        # ``error.type`` the exception's class name (its message is never exported).
+        raised = None if pause else type(exc).__qualname__
+        self._settle_traced(
+            span, auth, "paused" if pause else "error", error, usage, started=started, error_type=raised
+        )
 
     def abandon(self, auth: Authorization, why: str = NOT_STARTED_DETAIL) -> None:
         """Settle an allow whose call will never run (its caller was cancelled between the
@@ -517,11 +540,7 @@ class _Running:
         outcome the store then refuses has its ``outcome_lost`` span under it (until review R68
         it was settled before the span was made)."""
         with self._span(auth) as span:
-            lost = self._settle_unless_closed(auth, "error", error, None, started=False, span=span)
-            if span.is_recording():
-                record_outcome(span, "error", error_type=error_type)
-                if lost:
-                    record_outcome_lost(span)
+            self._settle_traced(span, auth, "error", error, None, started=False, error_type=error_type)
 
     def _finish(
         self,
@@ -546,24 +565,16 @@ class _Running:
             failure = failed(result) if failed is not None else False
             status = "error" if failure else "ok"
         except BaseException as exc:
-            if span.is_recording():
-                _record_raised(span, exc)
-            if (
-                self._settle_unless_closed(auth, "error", _failure_reason(exc), USAGE_UNREAD, span=span)
-                and span.is_recording()
-            ):
-                record_outcome_lost(span)
+            raised = type(exc).__qualname__
+            self._settle_traced(span, auth, "error", _failure_reason(exc), USAGE_UNREAD, error_type=raised)
             raise
-        if span.is_recording():
-            # Usage the settlement reads as garbage (``_usage_counts``) is charged as reserved and
-            # left off the span, which must not show a count the log refused.
-            if (counts := _usage_counts(usage)) is not None:
-                record_usage(span, *counts)
-            raised = type(failure).__name__ if isinstance(failure, BaseException) else None
-            record_outcome(span, status, error_type=raised)
+        # Usage the settlement reads as garbage (``_usage_counts``) is charged as reserved and
+        # left off the span, which must not show a count the log refused.
+        if span.is_recording() and (counts := _usage_counts(usage)) is not None:
+            record_usage(span, *counts)
+        error_type = type(failure).__name__ if isinstance(failure, BaseException) else None
         reason = _failure_reason(failure) if isinstance(failure, BaseException) else None
-        if self._settle_unless_closed(auth, status, reason, usage, span=span) and span.is_recording():
-            record_outcome_lost(span)
+        self._settle_traced(span, auth, status, reason, usage, error_type=error_type)
         if isinstance(failure, BaseException):
             raise failure
 

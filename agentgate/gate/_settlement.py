@@ -12,10 +12,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from opentelemetry.trace import Span, SpanContext, Tracer
+from opentelemetry.trace import Span, Tracer
 
 from agentgate.audit.entry import utc_now
-from agentgate.audit.spans import outcome_lost_span
+from agentgate.audit.spans import outcome_lost_span, outcome_not_written, outcome_written
 from agentgate.errors import AgentGateError, CommitUnknown, InputError, MalformedRow, NotHeld, StoreError
 from agentgate.gate._authorization import Authorization
 from agentgate.gate._lock import _serialized
@@ -66,7 +66,7 @@ class _Settlement:
     _store_lock: threading.RLock
     _outcomes: PendingOutcomes
     _outcome_refused_at: dict[int, float]
-    _outcome_spans: dict[int, SpanContext]
+    _outcome_spans: dict[int, Span]
     tracer: Tracer
     _outcome_at: dict[int, tuple[int, str]]
 
@@ -146,24 +146,36 @@ class _Settlement:
             self._forget_spans([outcome for outcome in batch if id(outcome) not in kept])
 
     def _forget_spans(self, written: list[PendingOutcome]) -> None:
-        """Forget the call spans of ``written`` outcomes, committed (``_outcome_spans``)."""
+        """The call spans of ``written`` outcomes, committed, say so and end (``_outcome_spans``)."""
         if self._outcome_spans:
             for outcome in written:
-                self._outcome_spans.pop(id(outcome[0]), None)
+                span = self._outcome_spans.pop(id(outcome[0]), None)
+                if span is not None:
+                    outcome_written(span)
+
+    def _spans_lost(self, lost: list[PendingOutcome]) -> None:
+        """The call spans of ``lost`` outcomes, which nothing will write (the gate closed), say
+        so and end (``_outcome_spans``)."""
+        for outcome in lost:
+            span = self._outcome_spans.pop(id(outcome[0]), None)
+            if span is not None:
+                outcome_not_written(span)
 
     def _outcome_lost_span(self, auth: Authorization, exc: Exception) -> None:
         """The ``outcome_lost`` span of ``auth``'s outcome, which the store refused for good
-        (``exc``), under the call's span, if the call had one."""
-        parent = self._outcome_spans.pop(id(auth), None)
-        if parent is not None:
+        (``exc``), under the call's span, if the call had one; the call's span then says so and
+        ends (``outcome_not_written``)."""
+        span = self._outcome_spans.pop(id(auth), None)
+        if span is not None:
             with outcome_lost_span(
                 auth.call.resource,
-                parent=parent,
+                parent=span.get_span_context(),
                 ref=auth.audit_index,
                 error_type=type(exc).__name__,
                 tracer=self.tracer,
             ):
                 pass
+            outcome_not_written(span, type(exc).__name__)
 
     def _settle(
         self,
@@ -175,10 +187,12 @@ class _Settlement:
         started: bool = True,
         span: Span | None = None,
     ) -> None:
-        """Queue ``auth``'s outcome. ``span``: the call's span, under which an outcome the store
-        refuses for good has its ``outcome_lost`` span (``_outcome_lost_span``)."""
+        """Queue ``auth``'s outcome. ``span``: the call's span, held by the caller until the
+        outcome is written (``spans.await_outcome``): it ends once the outcome is committed
+        (``_forget_spans``), or refused for good, with its ``outcome_lost`` span under it
+        (``_outcome_lost_span``), or left when the gate closed (``_spans_lost``)."""
         if span is not None and span.is_recording():
-            self._outcome_spans[id(auth)] = span.get_span_context()
+            self._outcome_spans[id(auth)] = span
         # The decision was durable before the call ran; the outcome and its budget settlement
         # (one transaction for both) ride with the next decision or the background commit.
         self._outcomes.put((auth, status, error, usage, started))

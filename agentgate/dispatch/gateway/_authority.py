@@ -25,7 +25,7 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from agentgate.audit.spans import ends_held, record_outcome, record_usage
+from agentgate.audit.spans import ends_held, record_usage
 from agentgate.authority import Chain, Decision, Invocation, chain_weight, parse_chain
 from agentgate.capabilities import Call
 from agentgate.dispatch._sse import _StreamUsage
@@ -461,9 +461,9 @@ class GatewayGate(Gate):
                     error is not None and (delivered or cut or isinstance(last, UsageUnreadable))
                 ):  # its usage unread:
                     usage = USAGE_UNREAD  # charged as reserved
-                if span.is_recording():
-                    record_outcome(span, "ok" if error is None else "error", error_type=error_type)
-                self._settle(auth, "ok" if error is None else "error", error, usage, span=span)
+                self._settle_traced(
+                    span, auth, "ok" if error is None else "error", error, usage, error_type=error_type
+                )
         await queue.put(last)
 
     def _authority_refusal(
