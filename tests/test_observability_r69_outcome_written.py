@@ -176,3 +176,89 @@ def test_a_gateway_streams_span_says_its_outcome_is_lost(tmp_path: Path) -> None
         _assert_lost(_call_span(exporter.get_finished_spans(), "chat m"))
     finally:
         gate.close()
+
+
+def test_a_gateway_stream_cancelled_mid_call_ends_its_span_once(tmp_path: Path) -> None:
+    """Review R69: a streamed call whose reader is cancelled mid-stream ends its ``chat`` span
+    exactly once, with the ``error`` outcome the log records."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from test_gateway_authority import CHAT_POLICY
+
+    from agentgate.authority import Invocation
+    from agentgate.dispatch import ChatChunk
+    from agentgate.dispatch.gateway import GatewayGate
+    from agentgate.keys import SigningKey
+    from agentgate.policy import parse_policy
+    from agentgate.store import SQLiteStore
+
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    policy = parse_policy(CHAT_POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"), tracer=provider.get_tracer("r69"))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+        call = Call.model("m")
+        invocation = Invocation.sign(agent.key, agent.chain, call)
+        decided = gate.authorize_invocation(agent.chain.token, invocation.encode(), call, (1, 1))
+        assert decided.status == 200
+
+        async def backend() -> AsyncIterator[ChatChunk]:
+            yield ChatChunk("hi")
+            await asyncio.Event().wait()
+            yield ChatChunk("never", finish_reason="stop")
+
+        async def read() -> None:
+            got = asyncio.Event()
+
+            async def consume() -> None:
+                async for _ in gate.gated_stream(decided.auth, backend()):
+                    got.set()
+
+            task = asyncio.create_task(consume())
+            await got.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(read())
+        gate.flush()
+        spans = [s for s in exporter.get_finished_spans() if s.name == "chat m"]
+        assert len(spans) == 1
+        attributes = dict(spans[0].attributes or {})
+        assert attributes["agentgate.outcome"] == "error" and "agentgate.outcome.lost" not in attributes
+        assert spans[0].status.status_code == StatusCode.ERROR
+        assert '"status":"error"' in _outcomes(tmp_path)[-1]
+    finally:
+        gate.close()
+
+
+REFUSE_SETTLEMENTS = """
+CREATE TRIGGER refuse_settle BEFORE UPDATE ON budget_reservations
+BEGIN SELECT RAISE(ABORT, 'no settlement'); END;
+CREATE TRIGGER refuse_release BEFORE DELETE ON budget_reservations
+BEGIN SELECT RAISE(ABORT, 'no settlement'); END;
+"""
+
+
+def test_an_outcome_retried_until_the_gate_closed_says_so_on_the_calls_span(tmp_path: Path) -> None:
+    """Review R69: an outcome the store kept refusing (its budget row locked by a trigger: tried
+    again, not dropped) and still unwritten when the gate closed (logged 'not recorded: the store
+    failed as the gate closed') left the call's span saying ``agentgate.outcome=ok``, and no
+    span said otherwise. The span now waits while the outcome is retried and ends lost."""
+    sweep = Sweep(tmp_path)
+    with sqlite3.connect(tmp_path / "agentgate.db") as db:
+        db.executescript(REFUSE_SETTLEMENTS)
+    auth = sweep.gate.authorize(sweep.boss, Call.model("scripted", {}), tokens=(10, 10))
+    assert auth.allowed and auth.reservations
+    sweep.gate.run(auth, lambda: "answer")
+    sweep.gate.flush()  # refused, kept to be tried again: its fate is not known yet
+    assert not [s for s in sweep.exporter.get_finished_spans() if s.name == "chat scripted"]
+    sweep.gate.close()
+    assert _outcomes(tmp_path) == []
+    span = _call_span(sweep.exporter.get_finished_spans(), "chat scripted")
+    _assert_lost(span)
+    assert dict(span.attributes or {})["error.type"] == "agentgate.outcome_lost"

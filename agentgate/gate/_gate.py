@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from agentgate._names import agent_name_refused
 from agentgate.audit.entry import argument_digest
-from agentgate.audit.spans import get_tracer
+from agentgate.audit.spans import ends_held, get_tracer
 from agentgate.authority import (
     ApprovalRequirement,
     Authority,
@@ -323,7 +323,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             # Outcomes are taken until this last commit: a call refused while the threads stopped
             # (an allow decided in another thread just before) is recorded and its reservation
             # released. A decision waits for the store lock, then finds the store closed.
-            with self._store_lock:
+            # The spans of outcomes found lost here end once the lock is released (``ends_held``).
+            with ends_held(), self._store_lock:
                 with self._runs_changed:
                     self._outcomes_closed = True
                 self.flush()
