@@ -102,6 +102,12 @@ BEGIN
             consumed_at DOUBLE PRECISION
         );
     END IF;
+    -- A table made before ``quorum`` (2026-11-29 17:27): its owner adds it (store init); its
+    -- requests needed one approver. Any other role fails here until then, naming the column.
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('approvals')
+                   AND attname = 'quorum' AND NOT attisdropped) THEN
+        ALTER TABLE approvals ADD COLUMN quorum INTEGER NOT NULL DEFAULT 1 CHECK (quorum >= 1);
+    END IF;
     IF to_regclass('approvals_call') IS NULL THEN
         CREATE INDEX approvals_call ON approvals (call_hash);
     END IF;
@@ -209,6 +215,24 @@ class QuorumRule:
         return f"approver IN ({', '.join('?' * len(ordered))})", ordered
 
 
+def _add_quorum_sqlite(store: Store) -> None:
+    """Add ``approvals.quorum`` to a SQLite store made before it (2026-11-29 17:27, commit
+    843da025): every request inserts it, and ``CREATE TABLE IF NOT EXISTS`` keeps the earlier
+    table. Its requests needed one approver: the default."""
+
+    def missing(tx: Transaction) -> bool:
+        return not any(row[1] == "quorum" for row in tx.execute("PRAGMA table_info(approvals)"))
+
+    with store.transaction(immediate=False) as tx:
+        if not missing(tx):
+            return
+    with store.transaction() as tx:
+        if missing(tx):  # another process may have added it meanwhile
+            tx.execute(
+                "ALTER TABLE approvals ADD COLUMN quorum INTEGER NOT NULL DEFAULT 1 CHECK (quorum >= 1)"
+            )
+
+
 class ApprovalStore:
     """Approval requests and decisions, shared by every process on the store."""
 
@@ -217,6 +241,8 @@ class ApprovalStore:
         # The revocation table is read here (a void request): made if this store has none yet.
         store.ensure_schema("grants", GRANTS_DDL)
         store.ensure_schema("approvals", APPROVALS_DDL)
+        if store.dialect == "sqlite" and not getattr(store, "read_only", False):
+            _add_quorum_sqlite(store)
 
     def _run(self, tx: Transaction | None, sql: str, params: tuple[object, ...]) -> int:
         if tx is not None:
