@@ -230,7 +230,8 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     pair another process is writing.
 
     Raises ``KeyFileError`` for a name that is not a plain file name, an existing ``NAME.key`` or
-    ``NAME.pub``, or a target that cannot be written (``DIR`` a file, ``NAME.pub`` a directory, a
+    ``NAME.pub``, a ``DIR`` others may change (``unsafe_directory``: where the key could be
+    replaced, and where ``load_signing_key`` would refuse it), or a target that cannot be written (``DIR`` a file, ``NAME.pub`` a directory, a
     name too long, no space, a file system without hard links), or when another process holds
     the lock on ``DIR`` for more than ten seconds.
     """
@@ -255,6 +256,11 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
             f"{str(directory)!r}: cannot create the key directory: the path holds a NUL byte"
         ) from None
     key_path, pub_path = directory / f"{name}.key", directory / f"{name}.pub"
+    unsafe = unsafe_directory(key_path)  # where the key could be replaced, and never be read
+    if unsafe is not None:
+        raise KeyFileError(
+            f"{shown_path(directory)}: cannot write a private key in a directory others may change: {unsafe}"
+        )
     pem = Ed25519PrivateKey.from_private_bytes(key.seed).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
@@ -576,8 +582,10 @@ def load_signing_key(path: Path | str) -> SigningKey:
 
     Raises ``KeyFileError`` for a file that cannot be read, is not a regular file (a FIFO is
     refused at once, never waited on), holds more than ``MAX_KEY_FILE_BYTES``, does not hold
-    exactly one Ed25519 private key, is readable or writable by group or others, or is owned by
-    another user than this process's or root. What the file
+    exactly one Ed25519 private key, is readable or writable by group or others, is owned by
+    another user than this process's or root, or lies in a directory others may change
+    (``unsafe_directory``: one group or others may write, not sticky, or one another user owns,
+    on the path as given or the file's real one). What the file
     holds is judged first, so that a public key given in its place is called that, not a private
     key to ``chmod``.
     """
@@ -612,7 +620,41 @@ def load_signing_key(path: Path | str) -> SigningKey:
             f"{shown_path(path)}: private key is owned by another user (uid {status.st_uid}), who may change "
             f"it; run chown {os.geteuid()} {shown_path(path)}"
         )
+    unsafe = unsafe_directory(path)
+    if unsafe is not None:
+        raise KeyFileError(f"{shown_path(path)}: private key is in a directory others may change: {unsafe}")
     return SigningKey(private.private_bytes_raw())
+
+
+def unsafe_directory(path: Path) -> str | None:
+    """Why a file at ``path`` could be replaced by another user through a directory on its way,
+    as ssh's StrictModes judges a key's directories; ``None`` when it cannot. Each directory the
+    path passes through counts, those of the path as given (a link in one of them can be
+    pointed elsewhere) and those of the file it reaches, up to ``/``: one that group or others
+    may write, unless it is sticky (as ``/tmp``, 1777: there only an entry's owner may rename or
+    remove it), or that is owned by another user than this process's or root (its owner may
+    replace any entry in it). The answer names the directory, what is wrong and the fix."""
+    given = Path(os.getcwd(), path) if not os.path.isabs(path) else Path(path)
+    seen: set[tuple[int, int]] = set()
+    for directory in (*given.parents, *Path(os.path.realpath(given)).parents):
+        try:
+            status = os.stat(directory)
+        except OSError:
+            continue  # not reachable now: the file was read through it, so it is judged by its real path
+        if (status.st_dev, status.st_ino) in seen:
+            continue
+        seen.add((status.st_dev, status.st_ino))
+        if status.st_uid not in (os.geteuid(), 0):
+            return (
+                f"{shown_path(directory)}: owned by uid {status.st_uid}, who may replace any file in it; "
+                "move the key into a directory of your own (agentgate keys new --dir DIR makes one)"
+            )
+        if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not status.st_mode & stat.S_ISVTX:
+            return (
+                f"{shown_path(directory)} (mode {stat.S_IMODE(status.st_mode):04o}): group or others "
+                f"may rename files in it; run chmod go-w {shown_path(directory)}"
+            )
+    return None
 
 
 def load_public_key(spec: str | Path) -> PublicKey:
