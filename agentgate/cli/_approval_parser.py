@@ -18,7 +18,7 @@ def register(subparsers: Any) -> None:
         help="list open approval requests and sign one",
         description="A human's side of an approval gate: see what is asked, sign a yes.",
     )
-    sub = parser.add_subparsers(dest="approval_command", metavar="ACTION", parser_class=type(parser))
+    sub = parser.add_subparsers(dest="approval_command", metavar="SUBCOMMAND", parser_class=type(parser))
     sub.required = True
     listing = sub.add_parser(
         "list",

@@ -45,7 +45,9 @@ def register(subparsers: Any) -> None:
     )
 
     show = add("show", "list entries", "_show")
-    show.add_argument("--principal", type=given_utf8, metavar="DID")
+    show.add_argument(
+        "--principal", type=given_utf8, metavar="DID", help="only entries of this principal (its did:key)"
+    )
     show.add_argument(
         "--tool", type=given_utf8, metavar="NAME", help="resource, e.g. tool:payments.refund (or its name)"
     )
@@ -69,7 +71,9 @@ def register(subparsers: Any) -> None:
     )
 
     explain = add("explain", "the authority behind one entry", "_explain")
-    explain.add_argument("index", type=_index, metavar="INDEX")
+    explain.add_argument(
+        "index", type=_index, metavar="INDEX", help="the entry's index (as audit show lists it)"
+    )
     explain.add_argument(
         "--trust",
         action="append",
@@ -89,19 +93,27 @@ def register(subparsers: Any) -> None:
     prove = add(
         "prove", "write a proof bundle for one entry (signs a fresh checkpoint)", "_prove", reads=False
     )
-    prove.add_argument("index", type=_index, metavar="INDEX")
-    prove.add_argument("--out", type=given, metavar="FILE", required=True)
+    prove.add_argument(
+        "index", type=_index, metavar="INDEX", help="the entry's index (as audit show lists it)"
+    )
+    prove.add_argument("--out", type=given, metavar="FILE", required=True, help="write the proof bundle here")
 
     verify_proof = sub.add_parser("verify-proof", help="verify a proof bundle offline")
-    verify_proof.add_argument("file", type=given, metavar="FILE")
+    verify_proof.add_argument(
+        "file", type=given, metavar="FILE", help="the proof bundle (as audit prove writes it)"
+    )
     verify_proof.add_argument(
         "--key", type=given, metavar="PUBFILE", required=True, help="the log's public key (log.pub)"
     )
-    verify_proof.add_argument("--origin", type=given_utf8, help="the log's origin, if it must match")
+    verify_proof.add_argument(
+        "--origin", type=given_utf8, metavar="ORIGIN", help="the log's origin, if it must match"
+    )
     verify_proof.set_defaults(handler=handled_by(_AUDIT, "_verify_proof"))
 
     report = add("report", "write a self-contained HTML report", "_report")
-    report.add_argument("--out", type=given, metavar="FILE.html", required=True)
+    report.add_argument(
+        "--out", type=given, metavar="FILE.html", required=True, help="write the HTML report here"
+    )
 
     accept = add(
         "accept-repair",
@@ -109,9 +121,23 @@ def register(subparsers: Any) -> None:
         "_accept_repair",
         reads=False,
     )
-    accept.add_argument("repair", type=_repair_id, metavar="ID")
-    accept.add_argument("--by", type=one_line_text("--by", names=True), required=True, metavar="NAME")
-    accept.add_argument("--reason", type=one_line_text("--reason"), required=True, metavar="TEXT")
+    accept.add_argument(
+        "repair", type=_repair_id, metavar="ID", help="the repair's id, as audit verify names it"
+    )
+    accept.add_argument(
+        "--by",
+        type=one_line_text("--by", names=True),
+        required=True,
+        metavar="NAME",
+        help="who checked the repair, recorded as the audit entry's principal",
+    )
+    accept.add_argument(
+        "--reason",
+        type=one_line_text("--reason"),
+        required=True,
+        metavar="TEXT",
+        help="how it was checked, one line of text for the audit entry",
+    )
 
 
 def _repair_id(text: str) -> int:

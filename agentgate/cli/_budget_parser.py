@@ -25,7 +25,7 @@ def register(subparsers: Any) -> None:
         help="list and settle budget reservations left held by a process that stopped",
         description="Budget reservations left held by a worker killed between a decision and its outcome.",
     )
-    sub = parser.add_subparsers(dest="budget_command", metavar="ACTION", parser_class=type(parser))
+    sub = parser.add_subparsers(dest="budget_command", metavar="SUBCOMMAND", parser_class=type(parser))
     sub.required = True
     listing = sub.add_parser(
         "held",

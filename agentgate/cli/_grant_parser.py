@@ -74,7 +74,7 @@ def register(subparsers: Any) -> None:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="grant_command", metavar="ACTION", parser_class=type(parser))
+    sub = parser.add_subparsers(dest="grant_command", metavar="SUBCOMMAND", parser_class=type(parser))
     sub.required = True
 
     raw = argparse.RawDescriptionHelpFormatter
@@ -114,9 +114,16 @@ def register(subparsers: Any) -> None:
         epilog=_EPILOG,
         formatter_class=raw,
     )
-    p.add_argument("token", type=given_path, metavar="TOKENFILE")
     p.add_argument(
-        "--as", dest="holder", required=True, type=given_path, metavar="KEYFILE", help="the holder's key"
+        "token", type=given_path, metavar="TOKENFILE", help="the token file of the grant to give part of"
+    )
+    p.add_argument(
+        "--as",
+        dest="holder",
+        required=True,
+        type=given_path,
+        metavar="KEYFILE",
+        help="the holder's private key",
     )
     _common_grant_args(p)
     p.add_argument(
@@ -134,7 +141,7 @@ def register(subparsers: Any) -> None:
         epilog=_INSPECT_EPILOG,
         formatter_class=raw,
     )
-    p.add_argument("token", type=given_path, metavar="TOKENFILE")
+    p.add_argument("token", type=given_path, metavar="TOKENFILE", help="the token file of the chain to show")
     p.add_argument(
         "--trust",
         action="append",
@@ -153,8 +160,17 @@ def register(subparsers: Any) -> None:
         epilog=_EPILOG,
         formatter_class=raw,
     )
-    p.add_argument("token", type=given_path, metavar="TOKENFILE")
-    p.add_argument("--as", dest="holder", required=True, type=given_path, metavar="KEYFILE")
+    p.add_argument(
+        "token", type=given_path, metavar="TOKENFILE", help="the token file of the chain to decide under"
+    )
+    p.add_argument(
+        "--as",
+        dest="holder",
+        required=True,
+        type=given_path,
+        metavar="KEYFILE",
+        help="the holder's private key, which signs the invocation",
+    )
     p.add_argument(
         "--trust", required=True, action="append", type=given, metavar="PUBFILE", help="root key (repeatable)"
     )

@@ -16,7 +16,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "keys", help="create Ed25519 key pairs", description="Manage Ed25519 keys."
     )
-    sub = parser.add_subparsers(dest="keys_command", metavar="ACTION", parser_class=type(parser))
+    sub = parser.add_subparsers(dest="keys_command", metavar="SUBCOMMAND", parser_class=type(parser))
     sub.required = True
     new = sub.add_parser(
         "new",

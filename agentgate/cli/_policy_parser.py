@@ -18,12 +18,12 @@ def register(subparsers: Any) -> None:
     sub.required = True
 
     p_lint = sub.add_parser("lint", help="find the four failure states in a policy file")
-    p_lint.add_argument("file", type=given, metavar="FILE")
+    p_lint.add_argument("file", type=given, metavar="FILE", help="the policy YAML file")
     p_lint.add_argument("--json", action="store_true", help="print findings as JSON")
     p_lint.set_defaults(handler=handled_by(_POLICY, "_lint"))
 
     p_explain = sub.add_parser("explain", help="say whether a call is allowed and why")
-    p_explain.add_argument("file", type=given, metavar="FILE")
+    p_explain.add_argument("file", type=given, metavar="FILE", help="the policy YAML file")
     p_explain.add_argument(
         "--as",
         dest="principal",

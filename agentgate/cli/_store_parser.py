@@ -18,7 +18,7 @@ def register(subparsers: Any) -> None:
         help="set up the store (create every table agentgate uses); prune what is long over",
         description="Set up the store that AGENTGATE_STORE (or --store) names, and prune what is long over in it.",
     )
-    sub = parser.add_subparsers(dest="store_command", metavar="ACTION", parser_class=type(parser))
+    sub = parser.add_subparsers(dest="store_command", metavar="SUBCOMMAND", parser_class=type(parser))
     sub.required = True
     init = sub.add_parser(
         "init",

@@ -21,7 +21,7 @@ def register(subparsers: Any) -> None:
         help="inspect the tool-call scheduler; settle calls whose outcome was lost",
         description="Inspect the tool-call scheduler.",
     )
-    sub = parser.add_subparsers(dest="tasks_command", metavar="ACTION", parser_class=type(parser))
+    sub = parser.add_subparsers(dest="tasks_command", metavar="SUBCOMMAND", parser_class=type(parser))
     sub.required = True
     dead = sub.add_parser(
         "dead-letters",

@@ -43,7 +43,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--inventory", required=True, type=given, metavar="FILE", help="inventory YAML file (backends)"
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", metavar="ADDRESS", help="address to listen on (default 127.0.0.1)"
+    )
     parser.add_argument("--port", type=_port, default=8000, metavar="N", help="port (default 8000)")
     parser.add_argument("--store", type=given, metavar="URL", help=STORE_HELP)
     parser.add_argument(
