@@ -132,6 +132,11 @@ STORE_HELP = "store URL or SQLite path (default: AGENTGATE_STORE, else .agentgat
 """The help of every verb's ``--store`` (review R67: two wordings, one naming a directory)."""
 
 
+STORE_NAMED_BY = "--store or AGENTGATE_STORE"
+"""What names the store, as the store's errors say to check it (the library's own included:
+a directory where the file belongs, a table of another application's)."""
+
+
 LEAVE_THE_FLAG_OUT = ", or leave the flag out"
 """The end of ``given``'s refusal that fits a flag only: the parser drops it for a positional
 argument, which has no flag and may not be left out (review R68)."""
@@ -298,7 +303,7 @@ def open_existing_store(
     *,
     init_hint: bool = False,
     part_tables: frozenset[str] = frozenset(),
-    named_by: str = "--store or AGENTGATE_STORE",
+    named_by: str = STORE_NAMED_BY,
     read_only: bool = False,
 ) -> Store:
     """``open_store(create=False)`` for a command that only reads, or that writes what must reach
@@ -394,7 +399,7 @@ def _refuse_foreign_table(
     shown: str,
     tables: list[tuple[str, frozenset[str]]] | None,
     part_tables: frozenset[str] = frozenset(),
-    named_by: str = "--store or AGENTGATE_STORE",
+    named_by: str = STORE_NAMED_BY,
 ) -> None:
     """Raise ``InputError`` when a SQLite file holds a table of one of agentgate's names without
     a column a row of it must have: another application's, in which a command that only reads
@@ -537,6 +542,16 @@ def unprotected_log(store: Store) -> str | None:
 
     refuse_dropped_log(store)
     return protection_said(store)
+
+
+def named_for(message: str, options: frozenset[str]) -> str:
+    """``message`` as a verb of ``options`` may say it: one without ``--store`` (``grant issue``,
+    ``check``, ``delegate``, ``inspect``: ``AGENTGATE_STORE`` alone names their store) is not
+    told to check ``--store``, which it would refuse as an unrecognized argument (until review
+    R69 the store's errors said so to every verb)."""
+    if "--store" in options:
+        return message
+    return message.replace(STORE_NAMED_BY, "AGENTGATE_STORE")
 
 
 def privilege_hint(message: str) -> str:

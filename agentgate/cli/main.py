@@ -73,6 +73,9 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", _Verbs)
+        self.verb_options: frozenset[str] = frozenset()
+        """The options of the verb the last command line parsed named (``parse_args``): what an
+        error's hint may tell to give (``named_for``)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
@@ -107,6 +110,7 @@ class _Parser(argparse.ArgumentParser):
         ``agentgate [-h] COMMAND ...``, which names none of that verb's options (review R67)."""
         parsed, extras = self.parse_known_args(args, namespace)
         verb: argparse.ArgumentParser = vars(parsed).pop(_VERB_PARSER, self)
+        self.verb_options = frozenset(option for action in verb._actions for option in action.option_strings)
         if extras:
             verb.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed
@@ -180,19 +184,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
+    options: frozenset[str] = frozenset()
     try:
         argv = sys.argv[1:] if argv is None else argv
         parser = build_parser(argv)
         args = parser.parse_args(argv)
+        options = getattr(parser, "verb_options", options)
         handler: Handler = args.handler
         code = handler(args)
     except BrokenPipeError:  # the reader went away before the command had said all: no verdict
         _drop_stdout()
         return _PIPE_CLOSED
     except AgentGateError as exc:
-        from agentgate.cli._common import privilege_hint  # on the error path only
+        from agentgate.cli._common import named_for, privilege_hint  # on the error path only
 
-        _say(f"agentgate: error: {_one_line(privilege_hint(str(exc)))}\n")
+        _say(f"agentgate: error: {_one_line(privilege_hint(named_for(str(exc), options)))}\n")
         return 2
     except UnicodeError as exc:  # an argument of bytes that are not UTF-8 (``$'\xff'``), sent to a store
         _say(f"agentgate: error: input that is not UTF-8 text: {_one_line(str(exc))}\n")
