@@ -390,7 +390,15 @@ def test_keys_new_into_an_unwritable_directory_leaves_nothing(user_dir: Path) ->
 def test_a_key_file_of_another_user_that_cannot_be_read_is_one_line(user_dir: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs a file of another user: run as root to make one")
-    private, public = save_key(SigningKey.generate(), user_dir / "rootkeys", "root")  # root's, 0600
+    # root's, 0600, in a directory root owns: save_key refuses a directory another user may change
+    # (review R69), so the pair is written in a directory of root's and moved below user_dir.
+    made = Path(tempfile.mkdtemp(prefix="agentgate-r69-"))
+    try:
+        save_key(SigningKey.generate(), made / "rootkeys", "root")
+        (made / "rootkeys").rename(user_dir / "rootkeys")
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+    private, public = user_dir / "rootkeys" / "root.key", user_dir / "rootkeys" / "root.pub"
     code, err = as_user("grant", "issue", "--issuer", str(private), "--to", str(public),
                         "--allow", "tool:x", "--ttl", "1h", cwd=user_dir, store=user_dir / "s.db")  # fmt: skip
     line = one_line(code, err)
