@@ -38,7 +38,7 @@ def _depth(text: str) -> int:
 
 _EPILOG = """\
 exit codes: 0 success or allow, 1 deny (the finding is printed), 2 unusable input (one line on
-stderr), 3 approval required.
+stderr).
 DURATION: a positive number with a unit s, m, h or d (30s, 15m, 1h, 7d; sums like 1h30m).
 CAP: RESOURCE[#ACTION][?FIELD OP VALUE(&FIELD OP VALUE)*], OP one of = (one of: V1|V2), <, <=,
 >, >=, ^= (prefix); e.g. 'tool:payments.refund?amount<=500&currency=EUR|USD'.
@@ -154,9 +154,11 @@ def register(subparsers: Any) -> None:
 
     p = sub.add_parser(
         "check",
-        help="sign an invocation and decide it (exit 0 allow, 1 deny, 3 approval required)",
+        help="sign an invocation and decide it under its chain alone (exit 0 allow, 1 deny)",
         description="Sign an invocation of TOOL with ARGS as KEYFILE under the chain in TOKENFILE and decide it "
-        "against the trust anchor PUBFILE, with revocation and replay checked in the store.",
+        "against the trust anchor PUBFILE, with revocation and replay checked in the store. It reads no "
+        "policy: a call the policy refuses or puts behind an approval gate can be allowed here; "
+        "agentgate policy explain answers for the policy.",
         epilog=_EPILOG,
         formatter_class=raw,
     )
