@@ -237,6 +237,7 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     """
     if not name or "/" in name or name.startswith(".") or "\x00" in name:
         raise KeyFileError(f"invalid key name {shown_value(name)}: use a plain file name")
+    _refuse_unsafe_directory(directory, directory / f"{name}.key")  # before anything is made
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # as ssh-keygen makes ~/.ssh
     except FileExistsError:  # something that is no directory is there (mkdir says "File exists")
@@ -256,11 +257,7 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
             f"{str(directory)!r}: cannot create the key directory: the path holds a NUL byte"
         ) from None
     key_path, pub_path = directory / f"{name}.key", directory / f"{name}.pub"
-    unsafe = unsafe_directory(key_path)  # where the key could be replaced, and never be read
-    if unsafe is not None:
-        raise KeyFileError(
-            f"{shown_path(directory)}: cannot write a private key in a directory others may change: {unsafe}"
-        )
+    _refuse_unsafe_directory(directory, key_path)  # the parents mkdir made with the umask's mode
     pem = Ed25519PrivateKey.from_private_bytes(key.seed).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
@@ -320,6 +317,19 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     except OSError as exc:  # DIR cannot be opened for its lock, or a temporary file not removed
         raise KeyFileError(f"{directory}: cannot write a key pair there: {exc.strerror}") from None
     return key_path, pub_path
+
+
+def _refuse_unsafe_directory(directory: Path, key_path: Path) -> None:
+    """Raise ``KeyFileError`` when a private key at ``key_path`` could be replaced through a
+    directory on its way (``unsafe_directory``): where it would also never be read."""
+    try:
+        unsafe = unsafe_directory(key_path)
+    except ValueError:  # a NUL byte in the path: mkdir says so
+        return
+    if unsafe is not None:
+        raise KeyFileError(
+            f"{shown_path(directory)}: cannot write a private key in a directory others may change: {unsafe}"
+        )
 
 
 @contextlib.contextmanager

@@ -118,3 +118,25 @@ def test_keys_new_refuses_to_write_into_a_world_writable_directory(
         f"agentgate: error: {shared}: cannot write a private key in a directory others may change: {shared}"
     )
     assert sorted(shared.iterdir()) == []
+
+
+def test_keys_new_makes_no_directory_below_a_world_writable_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R69: refused below a world-writable directory, ``keys new --dir NEW`` still left
+    ``NEW`` made; and the directories ``--dir a/b/keys`` makes above ``keys`` get the umask's
+    mode (0775 under umask 002), where the key would be refused when read: ``NEW`` is not made,
+    and no key is written below such a directory."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    code, _, err = cli(capsys, "keys", "new", "root", "--dir", str(shared / "keys"))
+    assert code == 2 and f"directory others may change: {shared} " in err
+    assert not (shared / "keys").exists()
+    old = os.umask(0o002)
+    try:
+        code, _, err = cli(capsys, "keys", "new", "root", "--dir", str(tmp_path / "a" / "b" / "keys"))
+    finally:
+        os.umask(old)
+    assert code == 2 and f"directory others may change: {tmp_path / 'a' / 'b'} (mode 0775)" in err
+    assert not (tmp_path / "a" / "b" / "keys" / "root.key").exists()
