@@ -319,6 +319,24 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     return key_path, pub_path
 
 
+def _private_group(gid: int, owner: int) -> bool:
+    """Whether the group ``gid`` holds no one but the user ``owner``: the primary group of no
+    other user, and no other member (a user private group, as Debian's ssh judges one; a group of
+    no member at all is not one). Such a group may write where its owner may."""
+    import grp  # on the path of a group-writable directory only
+    import pwd
+
+    try:
+        group = grp.getgrgid(gid)
+        name = pwd.getpwuid(owner).pw_name
+    except KeyError:  # a group or user the system does not know: nobody can say who is in it
+        return False
+    primary = [user.pw_uid for user in pwd.getpwall() if user.pw_gid == gid]
+    if any(uid != owner for uid in primary) or any(member != name for member in group.gr_mem):
+        return False
+    return bool(primary or group.gr_mem)
+
+
 def _refuse_unsafe_directory(directory: Path, key_path: Path) -> None:
     """Raise ``KeyFileError`` when a private key at ``key_path`` could be replaced through a
     directory on its way (``unsafe_directory``): where it would also never be read."""
@@ -640,10 +658,12 @@ def unsafe_directory(path: Path) -> str | None:
     """Why a file at ``path`` could be replaced by another user through a directory on its way,
     as ssh's StrictModes judges a key's directories; ``None`` when it cannot. Each directory the
     path passes through counts, those of the path as given (a link in one of them can be
-    pointed elsewhere) and those of the file it reaches, up to ``/``: one that group or others
-    may write, unless it is sticky (as ``/tmp``, 1777: there only an entry's owner may rename or
-    remove it), or that is owned by another user than this process's or root (its owner may
-    replace any entry in it). The answer names the directory, what is wrong and the fix."""
+    pointed elsewhere) and those of the file it reaches, up to ``/``: one that others may
+    write, or its group unless that is its owner's private group (``_private_group``: a user's
+    own group, as a umask of 002 makes directories 0775 in), unless it is sticky (as ``/tmp``,
+    1777: there only an entry's owner may rename or remove it), or one owned by another user
+    than this process's or root (its owner may replace any entry in it). The answer names the
+    directory, what is wrong and the fix."""
     given = Path(os.getcwd(), path) if not os.path.isabs(path) else Path(path)
     seen: set[tuple[int, int]] = set()
     for directory in (*given.parents, *Path(os.path.realpath(given)).parents):
@@ -659,7 +679,10 @@ def unsafe_directory(path: Path) -> str | None:
                 f"{shown_path(directory)}: owned by uid {status.st_uid}, who may replace any file in it; "
                 "move the key into a directory of your own (agentgate keys new --dir DIR makes one)"
             )
-        if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not status.st_mode & stat.S_ISVTX:
+        writable = status.st_mode & stat.S_IWOTH or (
+            status.st_mode & stat.S_IWGRP and not _private_group(status.st_gid, status.st_uid)
+        )
+        if writable and not status.st_mode & stat.S_ISVTX:
             return (
                 f"{shown_path(directory)} (mode {stat.S_IMODE(status.st_mode):04o}): group or others "
                 f"may rename files in it; run chmod go-w {shown_path(directory)}"

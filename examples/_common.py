@@ -43,7 +43,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.tool import invalid_tool_call
 
-from agentgate.errors import PolicyError
+from agentgate.errors import KeyFileError, PolicyError
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import STOP_KEY, ScriptedChatModel
 from agentgate.keys import SigningKey, save_key
@@ -105,7 +105,10 @@ def fresh_keys(policy_file: Path, directory: Path) -> tuple[Policy, dict[str, Si
         entries = document.get(section) if isinstance(document, dict) else None
         for name, spec in entries.items() if isinstance(entries, dict) else ():
             key = keys[name] = SigningKey.generate()
-            save_key(key, directory / "keys", name)
+            try:
+                save_key(key, directory / "keys", name)
+            except KeyFileError as error:  # a demo directory others may change (review R69)
+                _misconfigured(str(error))
             did = spec.get("did") if isinstance(spec, dict) else None
             if isinstance(did, str) and did:
                 data = data.replace(did.encode(), key.did.encode())

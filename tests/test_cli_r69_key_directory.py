@@ -5,6 +5,8 @@ then only the key file's own mode and owner were checked, so a key in a world-wr
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,9 +31,14 @@ def _key_in(directory: Path, mode: int) -> Path:
 def test_a_key_in_a_directory_group_or_others_may_write_is_refused(tmp_path: Path, mode: int) -> None:
     """Review R69: a key in a directory that group or others may write (not sticky) was used;
     anyone who may write there can rename another key into its place. Refused, naming the
-    directory, its mode and the fix."""
+    directory, its mode and the fix. The group is one of no known members (a user private
+    group may write: below)."""
     shared = tmp_path / "shared"
     key_path = _key_in(shared, mode)
+    if mode & 0o020 and not mode & 0o002:
+        if os.geteuid() != 0:
+            pytest.skip("giving a directory to a group of others needs root")
+        os.chown(shared, -1, OTHER_UID)  # a group id the system does not know
     with pytest.raises(KeyFileError) as caught:
         load_signing_key(key_path)
     message = str(caught.value)
@@ -125,7 +132,7 @@ def test_keys_new_makes_no_directory_below_a_world_writable_one(
 ) -> None:
     """Review R69: refused below a world-writable directory, ``keys new --dir NEW`` still left
     ``NEW`` made; and the directories ``--dir a/b/keys`` makes above ``keys`` get the umask's
-    mode (0775 under umask 002), where the key would be refused when read: ``NEW`` is not made,
+    mode (0777 under umask 000), where the key would be refused when read: ``NEW`` is not made,
     and no key is written below such a directory."""
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -133,10 +140,55 @@ def test_keys_new_makes_no_directory_below_a_world_writable_one(
     code, _, err = cli(capsys, "keys", "new", "root", "--dir", str(shared / "keys"))
     assert code == 2 and f"directory others may change: {shared} " in err
     assert not (shared / "keys").exists()
-    old = os.umask(0o002)
+    old = os.umask(0o000)
     try:
         code, _, err = cli(capsys, "keys", "new", "root", "--dir", str(tmp_path / "a" / "b" / "keys"))
     finally:
         os.umask(old)
-    assert code == 2 and f"directory others may change: {tmp_path / 'a' / 'b'} (mode 0775)" in err
+    assert code == 2 and f"directory others may change: {tmp_path / 'a' / 'b'} (mode 0777)" in err
     assert not (tmp_path / "a" / "b" / "keys" / "root.key").exists()
+
+
+def _own_private_group() -> bool:
+    """Whether this process's group is a user private group of its user alone."""
+    import grp
+    import pwd
+
+    gid, name = os.getegid(), pwd.getpwuid(os.geteuid()).pw_name
+    others = [user for user in pwd.getpwall() if user.pw_gid == gid and user.pw_uid != os.geteuid()]
+    return not others and all(member == name for member in grp.getgrgid(gid).gr_mem)
+
+
+def test_a_directory_its_users_private_group_may_write_is_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under a umask of 002 (Ubuntu's and Fedora's for a user whose group is their own) every
+    directory a user makes is 0775, a checkout and its ``keys`` included: its group, the user's
+    private group, holds nobody else, so a key there is used and ``keys new`` writes there, as
+    Debian's ssh accepts such a directory."""
+    if not _own_private_group():
+        pytest.skip("this process's group is not a private group of its user alone")
+    project = tmp_path / "project"
+    project.mkdir()
+    os.chown(project, -1, os.getegid())
+    project.chmod(0o775)
+    code, _, err = cli(capsys, "keys", "new", "root", "--dir", str(project / "keys"))
+    assert (code, err) == (0, "")
+    assert load_signing_key(project / "keys" / "root.key").did.startswith("did:key:")
+
+
+def test_an_example_under_a_world_writable_demo_dir_ends_in_one_line(tmp_path: Path) -> None:
+    """Review R69: with the directory rule, an example whose ``AGENTGATE_DEMO_DIR`` lies in a
+    world-writable directory ended in a ``KeyFileError`` traceback from ``save_key``; it is one
+    line and status 2, as any demo directory it cannot use."""
+    root = Path(__file__).resolve().parents[1]
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    env = {**os.environ, "PYTHONPATH": str(root), "AGENTGATE_DEMO_DIR": str(shared)}
+    run = subprocess.run(
+        [sys.executable, str(root / "examples" / "support_agent.py")],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.count("\n") == 1 and f"directory others may change: {shared} " in run.stderr
