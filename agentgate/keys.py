@@ -664,7 +664,10 @@ def unsafe_directory(path: Path) -> str | None:
     1777: there only an entry's owner may rename or remove it), or one owned by another user
     than this process's or root (its owner may replace any entry in it). The answer names the
     directory, what is wrong and the fix."""
-    given = Path(os.getcwd(), path) if not os.path.isabs(path) else Path(path)
+    try:
+        given = Path(os.getcwd(), path) if not os.path.isabs(path) else Path(path)
+    except OSError as exc:  # the working directory was removed: its chain cannot be told
+        return f"the working directory, which cannot be found ({exc.strerror}); cd to one that exists"
     seen: set[tuple[int, int]] = set()
     for directory in (*given.parents, *Path(os.path.realpath(given)).parents):
         try:

@@ -192,3 +192,22 @@ def test_an_example_under_a_world_writable_demo_dir_ends_in_one_line(tmp_path: P
     )  # fmt: skip
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.count("\n") == 1 and f"directory others may change: {shared} " in run.stderr
+
+
+def test_a_relative_key_path_in_a_removed_working_directory_is_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R69: the directory check looks the working directory up (``os.getcwd``), which
+    fails once it was removed: ``keys new --dir keys`` there must still end in one line,
+    exit 2, saying so (it said "cannot write the output: No such file or directory", main's
+    line for a standard output it cannot write)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    code, out, err = cli(capsys, "keys", "new", "root", "--dir", "keys")
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert err.startswith(
+        "agentgate: error: keys: cannot write a private key in a directory others may change: "
+    )
+    assert "the working directory, which cannot be found" in err
