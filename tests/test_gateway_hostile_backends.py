@@ -11,7 +11,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from test_gateway import MODEL, NAMES, _policy_text
 from test_gateway_end_to_end import _body
 
 from agentgate.dispatch import inventory_from_mapping
-from agentgate.dispatch.backends import BackendClient, Timeouts, split_lines
+from agentgate.dispatch.backends import BackendClient, Timeouts
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
 from agentgate.dispatch.gateway import _upstream as upstream
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
@@ -370,31 +370,6 @@ def test_a_stream_whose_usage_has_no_completion_count_is_charged_its_reservation
     assert _settled(env, count + 1)[-1].status == "ok"
     assert env.spent() == spent + RESERVED
     env.backend.mode = "ok"
-
-
-def _line_splitting_seconds(lines: int) -> float:
-    """CPU seconds ``split_lines`` takes over one piece of ``lines`` empty lines (the least of three)."""
-
-    async def one_piece() -> AsyncGenerator[bytes, None]:
-        yield b"\n" * lines
-
-    async def split() -> float:
-        started = time.process_time()
-        async for _ in split_lines(one_piece(), 1 << 20):
-            pass
-        return time.process_time() - started
-
-    return min(asyncio.run(split()) for _ in range(3))
-
-
-def test_splitting_a_streamed_piece_into_lines_is_linear_in_its_size() -> None:
-    # Defect (fixed in _upstream._lines, now backends.split_lines): each line cut the rest of the
-    # buffer off, a copy of the piece per line. A backend sending a piece of 256 Ki short lines
-    # (or a normal stream piling up 256 KiB while its caller reads slowly) held the gateway's
-    # event loop, every caller's, for seconds: 2.5 s for 256 Ki lines here, against 0.2 s now.
-    # Eight times the lines must cost about eight times the time, not sixty-four.
-    small, large = _line_splitting_seconds(32 * 1024), _line_splitting_seconds(256 * 1024)
-    assert large / max(small, 1e-3) < 24, (small, large)
 
 
 def test_nested_siblings_whose_own_calls_need_each_others_slot_wait_until_their_deadline() -> None:
