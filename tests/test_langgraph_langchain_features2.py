@@ -21,7 +21,8 @@ Defects:
   resume values to its ``interrupt()`` calls by order, and the node's calls run at once, so the
   answers cross. Sync: the approved call is declined (the tool's "yes" reaches the approval;
   never runs). Async: the tool runs with the signed approval dict as its confirmation, which
-  nobody gave it. Route such tools one call per task (``Send``), as ``create_agent`` does.
+  nobody gave it (in every run since review R69 pinned the order of its two interrupts; before,
+  by the race, in some). Route such tools one call per task (``Send``), as ``create_agent`` does.
   ``test_a_tools_own_interrupt_beside_an_approval_in_one_tool_node``. (Review R52 weighed
   deciding every call of the message first, in the node's own thread and in message order, so
   that approvals take the first positions: it does not hold across resumes. Once an approved
@@ -70,7 +71,8 @@ never run (3 of 8 runs).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -266,14 +268,26 @@ def _seq(*turns: AIMessage, **kwargs: Any) -> Seq:
     return Seq(turns=list(turns), asked=[], **kwargs)
 
 
-def _drive(rig: Rig, app: Any, mode: str, first: Any, config: Any, *, one_at_a_time: bool = False) -> Any:
-    """Run, then resume every interrupt with its answer (``Rig.answer``) until none is left."""
+def _drive(
+    rig: Rig,
+    app: Any,
+    mode: str,
+    first: Any,
+    config: Any,
+    *,
+    one_at_a_time: bool = False,
+    before_each: Callable[[], object] = lambda: None,
+) -> Any:
+    """Run, then resume every interrupt with its answer (``Rig.answer``) until none is left;
+    ``before_each`` is called before each run."""
+    before_each()
     out = _run(app, mode, first, config, context=rig.me)
     for _ in range(6):
         pending = out.get("__interrupt__")
         if not pending:
             return out
         answers = {p.id: rig.answer(p) for p in (pending[:1] if one_at_a_time else pending)}
+        before_each()
         out = _run(app, mode, Command(resume=answers), config, context=rig.me)
     raise AssertionError("still interrupted after 6 resumes")
 
@@ -551,8 +565,13 @@ def test_tools_bound_to_the_model_alone_never_run_and_middleware_tools_are_decid
 # --- interrupt() inside a tool beside an approval -------------------------------------------------
 
 
-def _confirming_tools(rig: Rig) -> list[StructuredTool]:
+def _confirming_tools(rig: Rig, after: Callable[[], bool] = lambda: True) -> list[StructuredTool]:
+    """``note`` asks its own question (once ``after()`` holds) and ``publish`` needs approval."""
+
     def note(text: str) -> str:
+        waited = time.monotonic() + 10
+        while not after() and time.monotonic() < waited:
+            time.sleep(0.005)
         answer = interrupt({"confirm": text})  # the tool's own question, not agentgate's
         rig.ran.append(f"note:{text}:{answer}")
         return f"noted {answer}"
@@ -593,26 +612,47 @@ _CROSSED = (
 )
 
 
-# Sync: the answers cross in every run (strict). Async: the node's calls race, and in about 3 of
-# 20 runs (since R43 fixed the approved call given up before its thread began) the tool's own
-# interrupt comes up only at the next resume, and nothing crosses: not strict there.
-@pytest.mark.parametrize(
-    "mode",
-    [
-        pytest.param("sync", marks=pytest.mark.xfail(strict=True, reason=_CROSSED)),
-        pytest.param("async", marks=pytest.mark.xfail(strict=False, reason=_CROSSED + "; async: racy")),
-    ],
-)
+# Sync: the answers cross in every run. Async: the node's calls race, and whether they crossed
+# depended on which of the two interrupt() calls each run reached first (they crossed in one run
+# of two to twenty, by the machine's load), so the xfail was not strict and could never fail.
+# Review R69: the async run pins one order: the tool asks only once the approval's interrupt has
+# been reached in that run and the approved call is over (a new approval_required, outcome or
+# deny on tool:publish). Then the answers cross in every run: strict as well (the approval is
+# taken first; on the last resume LangGraph gives the approval's place the tool's "yes", refused
+# as no approval, and the tool the approval).
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.xfail(strict=True, reason=_CROSSED)
 def test_a_tools_own_interrupt_beside_an_approval_in_one_tool_node(rig: Rig, mode: str) -> None:
+    """Review R69: the async case was a non-strict xfail ("racy") that passed or failed by the
+    order two threads reached interrupt(); with the order fixed it fails in every run, a strict
+    xfail like the sync case's, which fails the suite the day the answers stop crossing."""
+
+    def asked() -> int:  # publish's call has asked (approval_required) or is over (outcome, deny)
+        return sum(k in ("approval_required", "outcome", "deny") for k in rig.kinds("tool:publish"))
+
+    seen = [0]
+
+    def mark() -> None:
+        seen[0] = asked()
+
+    after = (lambda: asked() > seen[0]) if mode == "async" else (lambda: True)
     graph = StateGraph(MessagesState)
-    graph.add_node("tools", gated_tool_node(rig.gate, _confirming_tools(rig), agent="supervisor"))
+    graph.add_node("tools", gated_tool_node(rig.gate, _confirming_tools(rig, after), agent="supervisor"))
     graph.add_edge(START, "tools")
     graph.add_edge("tools", END)
     app = graph.compile(checkpointer=InMemorySaver())
     ask = _calls(("note", {"text": "t"}), ("publish", {"path": "p"}))
     # One interrupt answered per resume (``Command(resume={id: value})``, as an approver and the
     # tool's user answer at different times): the later one is always matched by position.
-    _drive(rig, app, mode, {"messages": [ask]}, {"configurable": {"thread_id": "t"}}, one_at_a_time=True)
+    _drive(
+        rig,
+        app,
+        mode,
+        {"messages": [ask]},
+        {"configurable": {"thread_id": "t"}},
+        one_at_a_time=True,
+        before_each=mark,
+    )
     # The tool got its own answer, the approved call ran, once.
     assert sorted(rig.ran) == ["note:t:yes", "publish:p"]
 
