@@ -49,7 +49,6 @@ Defects outside this review's files (were strict xfails, fixed by the lead):
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -417,12 +416,17 @@ def test_verify_chain_with_a_skew_of_the_wrong_type_is_a_typed_error() -> None:
 
 
 def test_revoke_with_no_reason_is_not_an_attribute_error(tmp_path: Path) -> None:
+    """Review R69: this test took any typed error or none (``contextlib.suppress``), so it held
+    whatever ``revoke`` did but raise another exception; it now pins what it does: a typed
+    refusal naming the argument, and nothing revoked."""
     from agentgate.store.grants import GrantRepository
 
     store = ag.open_store(str(tmp_path / "g.db"))
     try:
-        with contextlib.suppress(AgentGateError):  # a typed refusal is fine too
+        with pytest.raises(InputError) as caught:
             ag.revoke(GrantRepository(store), CHAIN, reason=None)  # type: ignore[arg-type]
+        assert str(caught.value) == "reason must be text, got NoneType"
+        assert store.query("SELECT COUNT(*) FROM agentgate_revocations")[0][0] == 0
     finally:
         store.close()
 

@@ -3,7 +3,6 @@ and open_store / open_existing_store with every documented form of a path or URL
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import pytest
 
 from agentgate.cli._common import open_existing_store
 from agentgate.cli.main import main
-from agentgate.errors import AgentGateError, StoreError
+from agentgate.errors import StoreError
 from agentgate.store import SQLiteStore, Store, open_store
 from agentgate.store.approvals import ApprovalStore
 from agentgate.store.grants import GrantRepository
@@ -225,6 +224,16 @@ def test_a_postgresql_url_with_a_query_string_opens(postgres_url: str) -> None:
 def test_open_store_of_a_path_object_is_opened_or_refused_with_a_typed_error(
     tmp_path: Path, kind: str
 ) -> None:
+    """Review R69: this test took either outcome for either kind (``contextlib.suppress``), so
+    it held whatever ``open_store`` did but raise an untyped error; it now pins each: a path
+    object opens its SQLite file, bytes are refused naming what a store may be."""
     target: Any = tmp_path / "ag.db" if kind == "path" else str(tmp_path / "ag.db").encode()
-    with contextlib.suppress(AgentGateError):  # refused, naming the parameter: fine
-        open_store(target).close()
+    if kind == "path":
+        with open_store(target) as store:
+            assert isinstance(store, SQLiteStore)
+        assert (tmp_path / "ag.db").is_file()
+    else:
+        with pytest.raises(StoreError) as caught:
+            open_store(target)
+        assert str(caught.value) == "a store is a URL or a path, given as text or a path object, got bytes"
+        assert not (tmp_path / "ag.db").exists()
