@@ -76,8 +76,9 @@ NETWORK_DEFAULTS = {
     "keepalives_count": "3",
     "tcp_user_timeout": "10000",
 }
-"""libpq parameters every connection to the store gets unless its URL sets that one itself
-(docs/operations.md, PostgreSQL over a network): a server that stops answering without closing
+"""libpq parameters every connection to the store gets unless its URL, or the URL's
+``pg_service.conf`` service, sets that one itself (``libpq_settings``; docs/operations.md,
+PostgreSQL over a network): a server that stops answering without closing
 the connection (a firewall that drops, a frozen host, a cable pulled) ends the connection after
 about 10 s of silence, where libpq's defaults (keepalives after 2 hours, the kernel's
 retransmissions for about 15 minutes) left a decision, or the check of an idle connection,
@@ -88,7 +89,7 @@ kernel still acknowledges is found by neither (``LOCK_TIMEOUT_S`` and the pool's
 what waits on it)."""
 POOL_CONNECT_TIMEOUT_S = 10
 """How long the pool's attempt to open a connection may take (libpq's ``connect_timeout``), unless
-the URL or ``PGCONNECT_TIMEOUT`` sets it: without one, an attempt at a host that does not answer
+the URL, its service or ``PGCONNECT_TIMEOUT`` sets it: without one, an attempt at a host that does not answer
 waited the kernel's retries (minutes) before the pool could try again."""
 READ_ONLY_OPTION = "-c default_transaction_read_only=on"
 """The libpq ``options`` that make every transaction of a session read only
@@ -223,15 +224,19 @@ class PostgresStore(Store):
             unknown = _unknown_parameters(shown)
             named = f" (libpq knows no parameter {', '.join(unknown)})" if unknown else ""
             raise StoreError(f"not a valid PostgreSQL URL: {shown}{named}") from None
-        try:  # the pool's connections read it (the first connection below is given its own)
-            psycopg.conninfo.timeout_from_conninfo(parsed)
+        # What libpq connects with besides what agentgate adds: the URL's, else its service's
+        # (``pg_service.conf``), else the ``PG*`` variables'. agentgate's defaults fill in only
+        # what none of them sets (until review R69 they replaced a service's).
+        merged = libpq_settings(url)
+        timeout = parsed.get("connect_timeout", merged.get("connect_timeout"))  # the URL's, even empty
+        try:  # psycopg waits for a connection itself, for what it is given (a service's unread)
+            psycopg.conninfo.timeout_from_conninfo({} if timeout is None else {"connect_timeout": timeout})
         except psycopg.ProgrammingError:
-            where = "the URL's connect_timeout" if "connect_timeout" in parsed else "PGCONNECT_TIMEOUT"
-            value = parsed.get("connect_timeout", os.environ.get("PGCONNECT_TIMEOUT", ""))
             raise StoreError(
-                f"{where} must be a number of seconds, got {str(value)[:40]!r} "
-                f"(PostgreSQL URL {_redact(url)})"
+                f"{_timeout_source(parsed, timeout)} must be a number of seconds, got "
+                f"{str(timeout)[:40]!r} (PostgreSQL URL {_redact(url)})"
             ) from None
+        self._connect_timeout: int | str = POOL_CONNECT_TIMEOUT_S if timeout is None else timeout
         written = _USER_INFO.match(url)
         # A host name never holds an "@" (a socket directory, given as a path, may): one that
         # does is the rest of a password after a user name that ``_USER_INFO`` does not read
@@ -248,12 +253,13 @@ class PostgresStore(Store):
                 "not percent-encoded: write them as %40 and %2F (and a : in the user name as %3A)"
             )
         _refuse_tls_on_a_socket(url, parsed)
-        self._network: dict[str, Any] = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in parsed}
+        self._network: dict[str, Any] = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in merged}
         if read_only:
-            # A URL (or PGTARGETSESSIONATTRS) that asks for a read-write session, to find the
-            # primary of several hosts, would find none: this one is read only. The primary is
-            # asked for instead (until review R67 every verb that only reads failed there).
-            target = parsed.get("target_session_attrs", os.environ.get("PGTARGETSESSIONATTRS"))
+            # A URL (or its service, or PGTARGETSESSIONATTRS) that asks for a read-write session,
+            # to find the primary of several hosts, would find none: this one is read only. The
+            # primary is asked for instead (until review R67 every verb that only reads failed
+            # there; until review R69 when its service asked).
+            target = merged.get("target_session_attrs")
             if target == "read-write":
                 self._network["target_session_attrs"] = "primary"
         try:  # one connection first: its error says why (refused, unknown host, password), where
@@ -321,15 +327,12 @@ class PostgresStore(Store):
 
     def _connect_settings(self) -> dict[str, Any]:
         """The libpq parameters a connection to the store gets besides its URL's: ``_network``,
-        and ``connect_timeout`` ``POOL_CONNECT_TIMEOUT_S`` unless the URL or ``PGCONNECT_TIMEOUT``
-        sets one. The first connection too: until review R67 it was always given 10 s, so a URL's
+        and ``connect_timeout``: the URL's, else its service's, else ``PGCONNECT_TIMEOUT``, else
+        ``POOL_CONNECT_TIMEOUT_S``, given explicitly because psycopg, which waits for the
+        connection itself, reads no service (until review R69 a service's was replaced by 10 s).
+        The first connection too: until review R67 it was always given 10 s, so a URL's
         ``connect_timeout=2`` (a multi-host URL failing over) waited 10 s per silent host."""
-        settings: dict[str, Any] = dict(self._network)
-        if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.url) and not os.environ.get(
-            "PGCONNECT_TIMEOUT"
-        ):
-            settings["connect_timeout"] = POOL_CONNECT_TIMEOUT_S
-        return settings
+        return {**self._network, "connect_timeout": self._connect_timeout}
 
     def _open_pool(self) -> ConnectionPool:
         """A new pool of connections to the store, waited for until it holds its first one."""
@@ -652,6 +655,43 @@ def lost_commit(shown_url: str, said: str) -> str:
         f"committed ({said}): the server may have committed it or not, and nothing was retried "
         "(a decision it held is refused; docs/operations.md, A commit whose answer is lost)"
     )
+
+
+_UNREACHABLE_SSLMODE = "agentgate-settings-only"
+"""An ``sslmode`` libpq refuses, which ``libpq_settings`` gives its connection so that it ends
+after its settings are read, before any attempt to reach a host."""
+
+
+def libpq_settings(url: str) -> dict[str, str]:
+    """The libpq parameters that a connection to ``url`` would be made with, as libpq merges them:
+    the URL's, else those of its ``pg_service.conf`` service (``service=``, else ``PGSERVICE``;
+    the file ``PGSERVICEFILE``, else ``~/.pg_service.conf``, else ``PGSYSCONFDIR``'s), else the
+    ``PG*`` variables', else libpq's own defaults; a parameter none of them sets is absent.
+    libpq reads them itself (``PQconnectStart``, then ``PQconninfo``): psycopg's
+    ``conninfo_to_dict`` reads no service. The connection is refused by libpq before it
+    reaches any host (``_UNREACHABLE_SSLMODE``): nothing is sent, no name looked up. Empty for
+    a service that cannot be read or found, which the store's first connection then reports."""
+    probe = psycopg.pq.PGconn.connect_start(
+        psycopg.conninfo.make_conninfo(url, sslmode=_UNREACHABLE_SSLMODE).encode()
+    )
+    try:
+        return {
+            option.keyword.decode(): option.val.decode(errors="replace")
+            for option in probe.info
+            if option.val is not None and option.keyword != b"sslmode"
+        }
+    finally:
+        probe.finish()
+
+
+def _timeout_source(parsed: dict[str, Any], value: object) -> str:
+    """Where the ``connect_timeout`` ``value`` of a URL (``parsed``) came from, for an error."""
+    if "connect_timeout" in parsed:
+        return "the URL's connect_timeout"
+    if os.environ.get("PGCONNECT_TIMEOUT") == value:
+        return "PGCONNECT_TIMEOUT"
+    service = parsed.get("service") or os.environ.get("PGSERVICE", "")
+    return f"the service {service}'s connect_timeout"
 
 
 def _mark_idle(conn: psycopg.Connection[Any]) -> None:
