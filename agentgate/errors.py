@@ -296,7 +296,13 @@ class MalformedRow(StoreError):
 
 class CommitUnknown(StoreError):
     """The connection to the store was lost while its transaction committed (PostgreSQL): the
-    server may have committed it or not, and the client cannot tell which; nothing was retried."""
+    server may have committed it or not, and the client cannot tell which; nothing was retried.
+    ``session``: the server process of the lost connection (its backend pid), when known: once
+    it has ended, what its transaction wrote is final and visible to every other session."""
+
+    def __init__(self, message: str, *, session: int | None = None) -> None:
+        super().__init__(message)
+        self.session = session
 
 
 class NoStore(StoreError):

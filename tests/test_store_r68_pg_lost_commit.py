@@ -202,7 +202,9 @@ def test_a_decision_whose_commit_was_not_acknowledged_is_refused_saying_so(
         again = gate.authorize(agent, MODEL, tokens=(10, 5))
         assert again.allowed
         held = sum(amount for _, _, amount in again.reservations)
-        assert gate.ledger.remaining(agent.grant_id) == BUDGET - 2 * held  # the lost one held once
+        # The lost one's reservation, held once (until review R69 until settled by hand), is
+        # released by the next decision, which finds it committed (test_store_r69_pg_lost_decision).
+        assert gate.ledger.remaining(agent.grant_id) == BUDGET - held
         allows = [e for e in gate.audit.entries() if e.kind == "allow" and e.resource == "model:small"]
         assert [e.index for e in allows][-1] == again.audit_index and len(allows) == 2
         assert list(gate.audit.verify().problems) == []

@@ -95,6 +95,8 @@ class _Recording:
 
         def _after_commit(self, span: Callable[[], None]) -> None: ...
 
+        def _allowed(self, auth: Authorization) -> None: ...
+
         @staticmethod
         def _unmetered(by_unit: Mapping[str, object]) -> str: ...
 
@@ -341,6 +343,7 @@ class _Recording:
             prompt_tokens=prompt_tokens if model else None,
         )
         allowed._use.sealed = self._seal(allowed)
+        self._allowed(allowed)
         return allowed
 
     def _record_chain(self, chain: Chain, tx: Transaction) -> None:

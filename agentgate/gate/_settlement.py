@@ -45,6 +45,13 @@ _AFTER_COMMIT: ContextVar[list[Callable[[], None]] | None] = ContextVar(
     "agentgate_after_commit", default=None
 )
 """The spans waiting for the current decision transaction to commit (``_after_commit``)."""
+_ALLOWED: ContextVar[list[Authorization] | None] = ContextVar("agentgate_allowed", default=None)
+"""The allows holding reservations written in the current decision transaction (``_allowed``)."""
+LOST_DECISION = (
+    "the commit of this call's decision was not acknowledged (the connection to the store was lost "
+    "once it was sent; CommitUnknown): the call was not run, and its reservation is released"
+)
+"""The reason of the outcome that settles an allow whose commit was not known (``_settle_unknown``)."""
 
 
 class _CarryFailed(Exception):
@@ -69,6 +76,7 @@ class _Settlement:
     _outcome_spans: dict[int, Span]
     tracer: Tracer
     _outcome_at: dict[int, tuple[int, str]]
+    _decided_unknown: dict[int, tuple[Authorization, int]]
 
     if TYPE_CHECKING:  # what this part calls of the gate's other parts
 
@@ -87,7 +95,8 @@ class _Settlement:
         (``_after_commit``) are made."""
         carried = self._outcomes.take()
         spans: list[Callable[[], None]] = []
-        token = _AFTER_COMMIT.set(spans)
+        allowed: list[Authorization] = []
+        token, allowed_token = _AFTER_COMMIT.set(spans), _ALLOWED.set(allowed)
         try:
             # The carrying generator itself, not its context manager: one is entered per
             # decision, and the context manager's machinery around it cost 9k instructions
@@ -96,9 +105,12 @@ class _Settlement:
         except BaseException as exc:
             self._written_unknown(carried, exc)
             self._outcomes.restore(carried)
+            if isinstance(exc, CommitUnknown):
+                self._settle_unknown(allowed, exc.session)
             raise
         finally:
             _AFTER_COMMIT.reset(token)
+            _ALLOWED.reset(allowed_token)
         self._written_unknown(carried, None)
         for span in spans:
             span()
@@ -113,6 +125,46 @@ class _Settlement:
             span()
         else:
             pending.append(span)
+
+    @staticmethod
+    def _allowed(auth: Authorization) -> None:
+        """Note ``auth``, an allow just written in the current decision transaction, if it holds
+        reservations: settled as not run should that transaction's end not be known."""
+        pending = _ALLOWED.get()
+        if pending is not None and auth.reservations:
+            pending.append(auth)
+
+    def _settle_unknown(self, allowed: list[Authorization], session: int | None) -> None:
+        """Queue a not-run outcome for each of ``allowed``, the allows of a decision transaction
+        whose COMMIT was sent but not answered (``CommitUnknown``; the caller got no allow, so
+        the call never runs), to be written only if that transaction turns out committed
+        (``_decision_committed``). Until review R69 their reservations stayed held until
+        settled by hand (``agentgate budget settle ID --not-run``). ``session``: the server
+        process of the lost connection; without it nothing is queued (left held, as before)."""
+        if session is None:
+            return
+        for auth in allowed:
+            self._decided_unknown[id(auth)] = (auth, session)
+            self._settle(auth, "error", LOST_DECISION, None, started=False)
+
+    def _decision_committed(self, tx: Transaction, auth: Authorization) -> bool:
+        """Whether the decision of ``auth`` (``_settle_unknown``) committed and its reservations
+        are still held, read in ``tx``; from then on its outcome is written as any other. A
+        reservation's id is never made twice, so one held is this decision's, committed. Read
+        only once the server process of the lost connection has ended (its transaction final
+        and visible, committed or not; a statement later, in a snapshot of its own): until then
+        ``StoreError``, and the outcome is tried again (``_carry``), left held if that process
+        outlives ``OUTCOME_RETRY_FOR_S``."""
+        _, session = self._decided_unknown[id(auth)]
+        if self.store.dialect == "postgresql":
+            rows = tx.execute("SELECT pid FROM pg_catalog.pg_stat_activity WHERE pid = ?", (session,))
+            if rows:
+                raise StoreError(
+                    f"the decision at audit entry {auth.audit_index} may still be committing (server "
+                    f"process {session}, whose connection was lost, has not ended): its outcome waits"
+                )
+        del self._decided_unknown[id(auth)]
+        return bool(self.ledger.still_held([r for r, _, _ in auth.reservations], tx))
 
     @contextmanager
     def _carrying(self, batch: list[PendingOutcome]) -> Iterator[Transaction]:
@@ -306,11 +358,13 @@ class _Settlement:
         ``_carry``); logged when it is."""
         if isinstance(exc, MalformedRow) or not isinstance(exc, (StoreError, *self.store.driver_errors)):
             self._outcome_refused_at.pop(id(auth), None)  # dropped: its id may name another one later
+            self._decided_unknown.pop(id(auth), None)
             return False
         now = time.monotonic()
         first = self._outcome_refused_at.setdefault(id(auth), now)
         if now - first > OUTCOME_RETRY_FOR_S:
             del self._outcome_refused_at[id(auth)]
+            self._decided_unknown.pop(id(auth), None)
             return False
         _log.warning(
             "agentgate: outcome of audit entry %s not recorded yet (kept, retried): %s", auth.audit_index, exc
@@ -337,6 +391,12 @@ class _Settlement:
         settled before this outcome")."""
         if self._outcome_at and self._in_log(tx, auth):
             return
+        if (
+            self._decided_unknown
+            and id(auth) in self._decided_unknown
+            and not self._decision_committed(tx, auth)
+        ):
+            return  # its decision never committed, or was settled by hand: nothing to settle
         identity = auth.identity
         reasons = [error] if error else []
         actual = None

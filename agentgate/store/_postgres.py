@@ -383,10 +383,12 @@ class PostgresStore(Store):
         connection lost once the COMMIT was sent raises ``CommitUnknown``: the server may have
         committed (``lost_commit``)."""
         used: psycopg.Connection[Any] | None = None
+        session: int | None = None  # the server process of ``used``
         committing = False
         try:
             with self._connection() as conn:
                 used = conn  # before the BEGIN: the first statement a dropped connection fails
+                session = conn.info.backend_pid  # libpq's, known at once: no round trip
                 with conn.transaction():
                     yield _PgTransaction(conn, _redact(self.url), self.read_only)
                     if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
@@ -413,7 +415,9 @@ class PostgresStore(Store):
             if used is not None and used.broken:
                 recheck(self.pool)
                 if committing:
-                    raise CommitUnknown(lost_commit(_redact(self.url), driver_error_line(exc))) from exc
+                    raise CommitUnknown(
+                        lost_commit(_redact(self.url), driver_error_line(exc)), session=session
+                    ) from exc
             if self.read_only and isinstance(exc, psycopg.errors.UndefinedColumn):
                 # Opened to read only, a part's tables are not brought up to this version.
                 raise StoreError(

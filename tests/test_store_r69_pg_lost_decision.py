@@ -1,0 +1,114 @@
+"""Review R69: a decision whose COMMIT the real server carried out, its answer lost
+(``CommitUnknown``), no longer leaves its budget reservation held until settled by hand: the
+gate reads back whether the reservation was committed (by its id, unique, never reused) and, if
+it was, releases it with a ``not run`` outcome; if not, there is nothing to settle. A loopback TCP
+proxy between the store and the session's PostgreSQL server forwards the COMMIT, swallows the
+server's answer and closes the connection (``test_store_r68_pg_lost_commit.CommitCutter``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_gate_approvals import _agent, _gate
+from test_gate_policy_change import MODEL
+from test_store_r68_pg_lost_commit import BUDGET, CommitCutter, _recv, _shut, _through
+
+from agentgate.errors import CommitUnknown
+from agentgate.store._postgres import PostgresStore
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def cutter(postgres_server: Any) -> Iterator[CommitCutter]:
+    proxy = CommitCutter(f"{postgres_server.socket_dir}/.s.PGSQL.{postgres_server.port}")
+    yield proxy
+    proxy.close()
+
+
+def test_a_decision_whose_commit_was_not_acknowledged_has_its_reservation_released(
+    postgres_url: str, cutter: CommitCutter
+) -> None:
+    """Review R69: the decision's transaction committed (its ``allow`` entry and reservation
+    stand), the answer lost: the call was not run, yet its reservation stayed held, the budget
+    smaller by it, until someone ran ``agentgate budget settle ID --not-run``. The next commit
+    (here, the next decision's) finds the reservation committed and releases it, with an
+    ``outcome`` entry for that ``allow`` saying the call was not run; the budget is charged for
+    the second decision only."""
+    gate = _gate(PostgresStore(_through(postgres_url, cutter)))
+    try:
+        agent = _agent(gate)
+        cutter.arm(b'"kind":"allow"')
+        with pytest.raises(CommitUnknown):
+            gate.authorize(agent, MODEL, tokens=(10, 5))
+        assert cutter.cut == 1
+        lost = [e for e in gate.audit.entries() if e.kind == "allow" and e.resource == "model:small"]
+        assert len(lost) == 1  # committed by the server
+        again = gate.authorize(agent, MODEL, tokens=(10, 5))
+        assert again.allowed
+        held = sum(amount for _, _, amount in again.reservations)
+        assert gate.ledger.remaining(agent.grant_id) == BUDGET - held
+        outcomes = [e for e in gate.audit.entries() if e.kind == "outcome"]
+        assert [o.ref for o in outcomes] == [lost[0].index]
+        assert outcomes[0].budget_delta == 0
+        assert any("not acknowledged" in r and "not run" in r for r in outcomes[0].reasons), outcomes[
+            0
+        ].reasons
+        states = gate.store.query("SELECT id, state FROM budget_reservations ORDER BY state")
+        assert states == [(states[0][0], "released"), (again.reservations[0][0], "reserved")]
+        assert list(gate.audit.verify().problems) == []
+    finally:
+        gate.close()
+
+
+class CommitDropper(CommitCutter):
+    """``CommitCutter``, but the COMMIT is never forwarded: the connection is closed in its place,
+    and the server rolls the transaction back."""
+
+    def _up(self, client: Any, server: Any, state: dict[str, bool]) -> None:
+        while data := _recv(client):
+            with self._lock:
+                if self.marker is not None and self.marker in data:
+                    self.marker = None
+                    state["marked"] = True
+            if state["marked"] and self.then in data:
+                self.cut += 1
+                break
+            try:
+                server.sendall(data)
+            except OSError:
+                break
+        _shut(client, server)
+
+
+@pytest.fixture
+def dropper(postgres_server: Any) -> Iterator[CommitCutter]:
+    proxy = CommitDropper(f"{postgres_server.socket_dir}/.s.PGSQL.{postgres_server.port}")
+    yield proxy
+    proxy.close()
+
+
+def test_a_decision_whose_commit_did_not_happen_leaves_nothing_to_settle(
+    postgres_url: str, dropper: CommitCutter
+) -> None:
+    """Review R69: the read-back that settles a lost decision (above) must not settle one the
+    server rolled back (its COMMIT never reached it, the connection lost once it was sent): no reservation of its id exists, so no ``outcome`` entry is written for an
+    ``allow`` that is not in the log."""
+    gate = _gate(PostgresStore(_through(postgres_url, dropper)))
+    try:
+        agent = _agent(gate)
+        dropper.arm(b'"kind":"allow"')
+        with pytest.raises(CommitUnknown):
+            gate.authorize(agent, MODEL, tokens=(10, 5))
+        assert dropper.cut == 1
+        assert [e for e in gate.audit.entries() if e.kind == "allow" and e.resource == "model:small"] == []
+        again = gate.authorize(agent, MODEL, tokens=(10, 5))
+        assert again.allowed
+        gate.flush()
+        assert [e.kind for e in gate.audit.entries() if e.kind == "outcome"] == []
+        held = sum(amount for _, _, amount in again.reservations)
+        assert gate.ledger.remaining(agent.grant_id) == BUDGET - held
+    finally:
+        gate.close()
