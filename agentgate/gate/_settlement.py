@@ -163,7 +163,7 @@ class _Settlement:
                     f"the decision at audit entry {auth.audit_index} may still be committing (server "
                     f"process {session}, whose connection was lost, has not ended): its outcome waits"
                 )
-        del self._decided_unknown[id(auth)]
+        self._decided_unknown.pop(id(auth), None)
         return bool(self.ledger.still_held([r for r, _, _ in auth.reservations], tx))
 
     @contextmanager

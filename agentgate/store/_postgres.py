@@ -388,7 +388,7 @@ class PostgresStore(Store):
         try:
             with self._connection() as conn:
                 used = conn  # before the BEGIN: the first statement a dropped connection fails
-                session = conn.info.backend_pid  # libpq's, known at once: no round trip
+                session = conn.pgconn.backend_pid  # libpq's, known at once: no round trip
                 with conn.transaction():
                     yield _PgTransaction(conn, _redact(self.url), self.read_only)
                     if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
