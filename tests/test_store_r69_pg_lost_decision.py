@@ -112,3 +112,62 @@ def test_a_decision_whose_commit_did_not_happen_leaves_nothing_to_settle(
         assert gate.ledger.remaining(agent.grant_id) == BUDGET - held
     finally:
         gate.close()
+
+
+class CommitHolder(CommitCutter):
+    """``CommitCutter``, but the server's end of the cut connection is kept open (``kept``): its
+    server process committed and lives on, as one waiting for a synchronous standby does."""
+
+    def __init__(self, socket_path: str) -> None:
+        super().__init__(socket_path)
+        self.kept: list[Any] = []
+
+    def _down(self, server: Any, client: Any, state: dict[str, bool]) -> None:
+        while data := _recv(server):
+            if state["cutting"]:
+                self.cut += 1
+                self.kept.append(server)
+                _shut(client)
+                return
+            try:
+                client.sendall(data)
+            except OSError:
+                break
+        _shut(client, server)
+
+
+def test_a_lost_decision_is_read_back_only_once_its_server_process_has_ended(
+    postgres_server: Any, postgres_url: str
+) -> None:
+    """Review R69: the read-back (above) must not run while the lost connection's server process
+    lives: its COMMIT may not be visible yet (a synchronous standby awaited), and a decision read
+    then as not committed would keep its reservation held for good. Here that process committed
+    and lives on: the outcome waits, the reservation held, and is written once the process has
+    ended. (Without the wait it is written at once: the state this test checks in between.)"""
+    holder = CommitHolder(f"{postgres_server.socket_dir}/.s.PGSQL.{postgres_server.port}")
+    gate = _gate(PostgresStore(_through(postgres_url, holder)))
+    try:
+        agent = _agent(gate)
+        holder.arm(b'"kind":"allow"')
+        with pytest.raises(CommitUnknown) as lost:
+            gate.authorize(agent, MODEL, tokens=(10, 5))
+        assert holder.cut == 1 and lost.value.session is not None
+        again = gate.authorize(agent, MODEL, tokens=(10, 5))
+        assert again.allowed
+        gate.flush()
+        states = gate.store.query("SELECT state FROM budget_reservations")
+        assert sorted(s for (s,) in states) == ["reserved", "reserved"]  # the lost one waits
+        assert [e for e in gate.audit.entries() if e.kind == "outcome"] == []
+        _shut(*holder.kept)
+        for _ in range(100_000):  # the server process notices its client gone
+            if not gate.store.query("SELECT 1 FROM pg_stat_activity WHERE pid = ?", (lost.value.session,)):
+                break
+        else:
+            pytest.fail(f"server process {lost.value.session} never ended")
+        gate.flush()
+        states = gate.store.query("SELECT state FROM budget_reservations")
+        assert sorted(s for (s,) in states) == ["released", "reserved"]
+        assert [e.ref for e in gate.audit.entries() if e.kind == "outcome"] != []
+    finally:
+        gate.close()
+        holder.close()
