@@ -109,6 +109,18 @@ def _recv(end: socket.socket) -> bytes:
         return b""
 
 
+def settled_after(gate: Any, lost: CommitUnknown) -> None:
+    """Wait until the server process of ``lost``'s connection has ended (it notices its client
+    gone), then have ``gate`` commit what it holds: a lost decision is read back only then
+    (review R69, ``test_store_r69_pg_lost_decision``)."""
+    for _ in range(100_000):
+        if not gate.store.query("SELECT 1 FROM pg_stat_activity WHERE pid = ?", (lost.session,)):
+            break
+    else:
+        pytest.fail(f"server process {lost.session} never ended")
+    gate.flush()
+
+
 @pytest.fixture
 def cutter(postgres_server: Any) -> Iterator[CommitCutter]:
     proxy = CommitCutter(f"{postgres_server.socket_dir}/.s.PGSQL.{postgres_server.port}")
@@ -196,11 +208,12 @@ def test_a_decision_whose_commit_was_not_acknowledged_is_refused_saying_so(
     try:
         agent = _agent(gate)
         cutter.arm(b'"kind":"allow"')
-        with pytest.raises(CommitUnknown, match="the server may have committed it or not"):
+        with pytest.raises(CommitUnknown, match="the server may have committed it or not") as lost:
             gate.authorize(agent, MODEL, tokens=(10, 5))
         assert cutter.cut == 1
         again = gate.authorize(agent, MODEL, tokens=(10, 5))
         assert again.allowed
+        settled_after(gate, lost.value)
         held = sum(amount for _, _, amount in again.reservations)
         # The lost one's reservation, held once (until review R69 until settled by hand), is
         # released by the next decision, which finds it committed (test_store_r69_pg_lost_decision).

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from test_gate_approvals import _agent, _gate
 from test_gate_policy_change import MODEL
-from test_store_r68_pg_lost_commit import BUDGET, CommitCutter, _recv, _shut, _through
+from test_store_r68_pg_lost_commit import BUDGET, CommitCutter, _recv, _shut, _through, settled_after
 
 from agentgate.errors import CommitUnknown
 from agentgate.store._postgres import PostgresStore
@@ -41,13 +41,14 @@ def test_a_decision_whose_commit_was_not_acknowledged_has_its_reservation_releas
     try:
         agent = _agent(gate)
         cutter.arm(b'"kind":"allow"')
-        with pytest.raises(CommitUnknown):
+        with pytest.raises(CommitUnknown) as unknown:
             gate.authorize(agent, MODEL, tokens=(10, 5))
         assert cutter.cut == 1
         lost = [e for e in gate.audit.entries() if e.kind == "allow" and e.resource == "model:small"]
         assert len(lost) == 1  # committed by the server
         again = gate.authorize(agent, MODEL, tokens=(10, 5))
         assert again.allowed
+        settled_after(gate, unknown.value)
         held = sum(amount for _, _, amount in again.reservations)
         assert gate.ledger.remaining(agent.grant_id) == BUDGET - held
         outcomes = [e for e in gate.audit.entries() if e.kind == "outcome"]
@@ -100,13 +101,13 @@ def test_a_decision_whose_commit_did_not_happen_leaves_nothing_to_settle(
     try:
         agent = _agent(gate)
         dropper.arm(b'"kind":"allow"')
-        with pytest.raises(CommitUnknown):
+        with pytest.raises(CommitUnknown) as unknown:
             gate.authorize(agent, MODEL, tokens=(10, 5))
         assert dropper.cut == 1
         assert [e for e in gate.audit.entries() if e.kind == "allow" and e.resource == "model:small"] == []
         again = gate.authorize(agent, MODEL, tokens=(10, 5))
         assert again.allowed
-        gate.flush()
+        settled_after(gate, unknown.value)
         assert [e.kind for e in gate.audit.entries() if e.kind == "outcome"] == []
         held = sum(amount for _, _, amount in again.reservations)
         assert gate.ledger.remaining(agent.grant_id) == BUDGET - held
