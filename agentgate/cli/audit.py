@@ -68,7 +68,8 @@ def _accept_repair(args: argparse.Namespace) -> int:
     """Write the acceptance of a repair into ``audit_repairs``; the log is not opened to write (no
     trigger is put back, no key is read). Exit 0 accepted; 1 refused (``REFUSED: ...`` on standard
     output, nothing written): an id that names no repair (none recorded in this store at all
-    included) or one accepted already (``RepairRefused``), well-formed input asking what may not
+    included, and a protection trigger an upgrade added), or one accepted already
+    (``RepairRefused``), well-formed input asking what may not
     be done (until review R59 exit 2, which is kept for input the command cannot use: a blank
     ``--by`` or ``--reason``)."""
     from agentgate.store.audit._schema import accept_repair, refuse_dropped_log
@@ -302,8 +303,9 @@ def _machinery_said(report: VerifyReport) -> str:
 
 
 def _print_accepted(report: VerifyReport) -> None:
-    """A line for each accepted repair of a protection trigger: information, not a problem."""
-    for line in report.accepted_repairs:
+    """A line for each accepted repair of a protection trigger, and each protection trigger an
+    upgrade added: information, not a problem."""
+    for line in (*report.accepted_repairs, *report.added_on_upgrade):
         print(f"note: {printable(line)}")
 
 

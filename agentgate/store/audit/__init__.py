@@ -9,8 +9,10 @@ Tables (DDL per dialect below):
 - ``agentgate_store_parts(part, made)``: a row ``audit_log`` written with the log's tables, which
   tells a log dropped from one never made (``refuse_dropped_log``).
 - ``audit_repairs``: a row for each protection trigger a writer's opening put back or made again
-  (with the log's size and the latest checkpoint's size then), and for each acceptance of one;
-  append-only. ``verify`` reports a repair not accepted.
+  (with the log's size and the latest checkpoint's size then), for each acceptance of one, and for
+  each protection trigger an upgrade added to a log made before a release made it (no repair:
+  ``ADDED_BY_UPGRADE`` in ``_schema``); append-only. ``verify`` reports a repair not accepted, and
+  prints an accepted one and an addition as notes.
 - ``audit_refs(idx, ref)`` (kept by a trigger on ``audit_log``) and ``audit_nodes(level,
   position, hash)`` (a cache of block roots): lookup aids for ``explain`` and ``prove``, covered
   by no signature, so everything read through them is proven against a signed checkpoint.

@@ -7,7 +7,9 @@ to read, which writes nothing, ``refs_complete`` (whether the reference index ma
 on its tables that agentgate did not make and the PostgreSQL rules on them, and the repairs not
 accepted, which ``verify`` reports). ``audit_repairs`` (``REPAIRS_DDL``) records each protection trigger a writer's opening puts back, makes again or (PostgreSQL)
 enables, in the transaction that does it, and each acceptance of such a repair
-(``accept_repair``); ``agentgate_store_parts`` records it as made, so that a dropped one is
+(``accept_repair``), and each protection trigger an upgrade adds to a log made before a release
+made it (``ADDED_BY_UPGRADE``: no repair, ``upgrade_additions``); ``agentgate_store_parts``
+records it as made, so that a dropped one is
 reported and refused, not made again empty (``_repairs_dropped``)."""
 
 from __future__ import annotations
@@ -33,6 +35,30 @@ the audit log), append-only, outside the log's own tables."""
 _REPAIRS = "audit_repairs"
 """The table that records each protection trigger a writer's opening put back or made again
 (``REPAIRS_DDL``), append-only."""
+
+ADDED_BY_UPGRADE = "was added by an upgrade"
+"""How the ``what`` of a row of ``audit_repairs`` ends for a protection trigger that a writer's
+opening added to a log made before a release made it (``_LATER_TRIGGERS``): no repair, and nothing
+to accept; ``verify`` prints it as a note (``upgrade_additions``)."""
+
+_LATER_TRIGGERS: dict[Dialect, tuple[str, ...]] = {
+    "sqlite": ("audit_checkpoints_no_replace",),
+    "postgresql": (),
+}
+"""The protection triggers that a release added to the log's tables after they were first made:
+``audit_checkpoints_no_replace`` came with commit b10e47b3 (2026-11-29 21:00); every other one,
+on either store, came with its table (commit ee8f40bf, 2026-11-29 16:16), or is on a table made
+with it (``agentgate_store_parts``, ``audit_repairs``)."""
+
+_MARKS = ("audit_refs", _PARTS, _REPAIRS)
+"""Tables that a writer's opening of every release since ``_LATER_TRIGGERS`` were added made with
+the log's tables and triggers, in the same opening: ``audit_refs`` (commit 5da1c4f6, 2026-11-30
+03:50), ``agentgate_store_parts`` (ac9fc378, 2026-12-03) and ``audit_repairs`` (38d4a5e5,
+2026-12-03). Where one is there a release that made those triggers opened the log, and one missing
+was dropped: a repair. Where none is, the log was last opened by a release before them (or an
+attacker dropped those tables too, which only a checkpoint saved outside the database catches, as
+for a dropped log): such a trigger is recorded as added by an upgrade, not as a repair (review
+R69: an upgrade from the first release said TAMPERED until a repair of nothing was accepted)."""
 
 _logger = logging.getLogger("agentgate.audit")
 
@@ -776,6 +802,8 @@ def create_audit_tables(store: Store) -> bool:
         if dropped_at is not None:
             raise LogDropped(f"{_repairs_dropped_said(dropped_at)}; nothing was created in its place")
         # Where a table of the log is made now (a store of an early release), it is not repaired.
+        # Read before this opening makes any of them (``_repairs_recorded`` makes audit_repairs).
+        upgrade = not _tables_held(store, _MARKS)
         record = len(_tables_held(store, LOG_TABLES)) == len(LOG_TABLES) and _repairs_recorded(store)
         last = _last_repair(store) if record else 0
         if store.dialect == "sqlite":  # PostgreSQL's DDL makes a changed one again itself
@@ -790,7 +818,10 @@ def create_audit_tables(store: Store) -> bool:
         store.ensure_schema(
             "audit",
             {
-                d: _RECORD_REPAIRS[d] + AUDIT_DDL[d] + REPAIRS_DDL[d] + (PARTS_DDL[d] if parts else "")
+                d: (_RECORD_UPGRADE if upgrade else _RECORD_REPAIRS)[d]
+                + AUDIT_DDL[d]
+                + REPAIRS_DDL[d]
+                + (PARTS_DDL[d] if parts else "")
                 for d in AUDIT_DDL
             }
             if record
@@ -831,7 +862,7 @@ def create_audit_tables(store: Store) -> bool:
     return True
 
 
-def _record_missing() -> dict[Dialect, str]:
+def _record_missing(upgrade: bool) -> dict[Dialect, str]:
     """``_RECORD_REPAIRS``: SQL that writes a row of ``audit_repairs`` for each protection trigger
     that the DDL run after it in the same transaction puts back: on SQLite each one missing (a
     changed one is recorded by ``_put_back_changed_sqlite``), on PostgreSQL each one missing or
@@ -842,14 +873,19 @@ def _record_missing() -> dict[Dialect, str]:
     looked for are there (a table made now is not repaired). The record's triggers
     (``agentgate_store_parts``) are put back by ``PARTS_DDL``, run in the same transaction after
     ``AUDIT_DDL`` where this role owns that table (``_owns_parts``): the repair and its record
-    commit together, or neither does."""
+    commit together, or neither does. Where ``upgrade`` (``_RECORD_UPGRADE``: the log shows no mark
+    of a release that made the triggers of ``_LATER_TRIGGERS``, ``_MARKS``), such a trigger missing
+    is recorded as added by an upgrade (``ADDED_BY_UPGRADE``), not as a repair."""
     sqlite = "".join(
         "INSERT INTO audit_repairs (created, what, log_size, checkpoint_size) "
-        f"SELECT {_NOW['sqlite']}, 'the protection trigger {name} on table {table} was missing', {_SIZES} "
+        f"SELECT {_NOW['sqlite']}, 'the protection trigger {name} on table {table} "
+        f"{ADDED_BY_UPGRADE if upgrade and name in _LATER_TRIGGERS['sqlite'] else 'was missing'}', {_SIZES} "
         f"WHERE NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND lower(name) = '{name}') "
         f"AND EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND lower(name) = '{table}');\n"
         for name, table, _refuses in PROTECTION_TRIGGERS["sqlite"]
     )
+    # Every PostgreSQL protection trigger came with its table (``_LATER_TRIGGERS``): none is added
+    # by an upgrade there, and each one missing is a repair.
     postgresql = f"""
 DO $$
 BEGIN
@@ -923,7 +959,8 @@ PROTECTION_TRIGGERS: dict[Dialect, tuple[tuple[str, str, str], ...]] = {
     ),
 }
 
-_RECORD_REPAIRS = _record_missing()
+_RECORD_REPAIRS = _record_missing(upgrade=False)
+_RECORD_UPGRADE = _record_missing(upgrade=True)
 
 _INDEX_TRIGGER = "audit_log_index_ref"
 """The trigger that keeps the reference index (``audit_refs``) complete as entries are appended."""
@@ -1113,6 +1150,11 @@ def _repairs_dropped_said(made: str) -> str:
     )
 
 
+_NOT_ADDED = f"what NOT LIKE '% {ADDED_BY_UPGRADE}'"
+"""SQL: a row of ``audit_repairs`` that is not a trigger added by an upgrade (``ADDED_BY_UPGRADE``
+holds no ``%`` or ``_``)."""
+
+
 def _last_repair(store: Store) -> int:
     """The id of the newest row of ``audit_repairs`` (0 for none)."""
     return int(store.query("SELECT COALESCE(MAX(id), 0) FROM audit_repairs")[0][0])
@@ -1122,7 +1164,7 @@ def _warn_repaired(store: Store, after: int) -> None:
     """A warning on the ``agentgate.audit`` logger for each repair recorded after the row ``after``."""
     for rid, what, size, checkpoint in store.query(
         "SELECT id, what, log_size, checkpoint_size FROM audit_repairs WHERE id > ? AND accepts IS NULL "
-        "ORDER BY id",
+        f"AND {_NOT_ADDED} ORDER BY id",
         (after,),
     ):
         _logger.warning(
@@ -1485,7 +1527,8 @@ def missing_protection(store: Store) -> list[str]:
 
 _REPAIRS_UNACCEPTED = (
     "SELECT r.id, r.created, r.what, r.log_size, r.checkpoint_size FROM audit_repairs r "
-    "WHERE r.accepts IS NULL AND {accepted} (SELECT 1 FROM audit_repairs a WHERE a.accepts = r.id) ORDER BY r.id"
+    "WHERE r.accepts IS NULL AND r." + _NOT_ADDED + " AND {accepted} "
+    "(SELECT 1 FROM audit_repairs a WHERE a.accepts = r.id) ORDER BY r.id"
 )
 
 
@@ -1542,11 +1585,35 @@ def accepted_repairs(store: Store) -> list[str]:
     ]
 
 
+def upgrade_additions(store: Store) -> list[str]:
+    """A line for each protection trigger that a writer's opening added to a log made before a
+    release made it (``ADDED_BY_UPGRADE``): what ``verify`` prints as information, not a problem.
+    Reads only."""
+    if _REPAIRS not in _tables_held(store, (_REPAIRS,)):
+        return []
+    try:
+        rows = store.query(
+            "SELECT created, what, log_size, checkpoint_size FROM audit_repairs "
+            f"WHERE accepts IS NULL AND NOT ({_NOT_ADDED}) ORDER BY id"
+        )
+    except loaded_driver_errors(StoreError):
+        return []
+    return [
+        f"{what} at {created}, when the log held {size} entries: the log was made by a release "
+        "before the trigger (2026-11-29), and the store held none of the tables a later release "
+        f"makes with the log ({', '.join(_MARKS)}); nothing to accept (what the trigger refuses "
+        "was refused by nothing before it, as on every log of that release: a checkpoint saved "
+        "outside the database vouches for the log)"
+        for created, what, size, _checkpoint in rows
+    ]
+
+
 def accept_repair(store: Store, repair: int, by: str, reason: str) -> str:
     """Record that ``by`` checked the entries a repair left unprotected against a copy kept outside
     the database and accepts it (``reason``): a row of ``audit_repairs`` naming the repair. Returns
     the repair's line. Raises ``RepairRefused`` (an ``InputError``) for an id that names no repair
-    (none recorded in this store included) or one already accepted, and ``InputError`` for an
+    (none recorded in this store included, and a protection trigger an upgrade added:
+    ``ADDED_BY_UPGRADE``) or one already accepted, and ``InputError`` for an
     empty ``by`` or ``reason``; nothing is written."""
     if not by.strip() or not reason.strip():
         raise InputError("accepting a repair needs who accepts it (--by) and why (--reason)")
@@ -1561,6 +1628,11 @@ def accept_repair(store: Store, repair: int, by: str, reason: str) -> str:
         )
         if not found:
             raise RepairRefused(f"audit_repairs holds no repair {repair}")
+        if str(found[0][0]).endswith(f" {ADDED_BY_UPGRADE}"):
+            raise RepairRefused(
+                f"audit_repairs row {repair} is no repair: {found[0][0]}, to a log made before a "
+                "release made it, and needs no acceptance (audit verify prints it as a note)"
+            )
         if tx.execute("SELECT 1 FROM audit_repairs WHERE accepts = ?", (repair,)):
             raise RepairRefused(f"repair {repair} was accepted already")
         tx.execute(

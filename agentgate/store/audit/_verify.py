@@ -27,6 +27,7 @@ from agentgate.store.audit._schema import (
     accept_repair,
     accepted_repairs,
     missing_protection,
+    upgrade_additions,
 )
 from agentgate.store.audit._stored import _bytes, _index_of, _note
 
@@ -70,6 +71,11 @@ class VerifyReport:
     """Each repair of a protection trigger (``audit_repairs``) that was accepted, with who accepted
     it, when and why, one line each: information, not a problem (an unaccepted repair is in
     ``unprotected``)."""
+
+    added_on_upgrade: tuple[str, ...] = field(default_factory=tuple)
+    """Each protection trigger that a writer's opening added to a log made before a release made
+    it (``audit_checkpoints_no_replace`` on a SQLite log of 2026-11-29), one line each: information,
+    not a problem, and no repair to accept."""
 
     @property
     def repairs(self) -> tuple[str, ...]:
@@ -302,6 +308,7 @@ class _Verification:
             tuple(unopened),
             self.unprotected(),
             tuple(accepted_repairs(self.store)),
+            tuple(upgrade_additions(self.store)),
         )
 
     def unprotected(self) -> tuple[str, ...]:
