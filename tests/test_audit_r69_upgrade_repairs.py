@@ -191,3 +191,24 @@ def test_a_postgresql_log_of_an_earlier_release_is_upgraded_without_a_repair_or_
         report = log.verify()
         assert report.ok and report.unprotected == () and report.added_on_upgrade == ()
         assert store.query("SELECT COUNT(*) FROM audit_repairs")[0][0] == 0
+
+
+def test_verify_of_a_log_made_before_a_protection_trigger_says_so_before_the_upgrade(
+    tmp_path: Path, cli: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R69: ``audit verify`` (which writes nothing) of a SQLite log made before
+    audit_checkpoints_no_replace, not yet upgraded, said the trigger is missing because "someone
+    with DDL rights on the store changed it": no one did. It is still not in force (exit 1), and
+    the line says what is known: made before the trigger, or dropped, and ``store init`` adds it."""
+    url = _earlier(tmp_path, None, "sqlite", "896aa7a8")
+    assert _run(["audit", "verify", "--store", url, "--key", KEY.public.did]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "the protection trigger audit_checkpoints_no_replace on table audit_checkpoints is missing: "
+        "the log holds none of the tables a release that made the trigger makes with it (audit_refs, "
+        "agentgate_store_parts, audit_repairs), so it was made before the trigger (2026-11-29) and "
+        "never had it, or someone with DDL rights on the store dropped it and those tables; it is not "
+        "protected against a checkpoint's replacement; `agentgate store init` run as the store's "
+        "owner adds it (docs/operations.md, Upgrading)" in out
+    )
+    assert "changed it" not in out

@@ -1488,10 +1488,23 @@ def missing_protection(store: Store) -> list[str]:
             "moves it back (docs/operations.md, The audit log's tables in one schema)"
         )
         changed = {found_at: said for found_at, said in changed.items() if found_at[1] not in moved}
+    unmarked = not _tables_held(store, _MARKS)
     for name, table, refuses in PROTECTION_TRIGGERS[store.dialect]:
         if table not in held or (found.get((name, table)) and (name, table) not in changed):
             continue
         state, fix = _state(name, table, found, changed)
+        if unmarked and name in _LATER_TRIGGERS[store.dialect] and (name, table) not in found:
+            # Not yet upgraded, or dropped with the tables that tell (``_MARKS``): no one is
+            # accused (until review R69 the line said someone changed it).
+            lines.append(
+                f"the protection trigger {name} on table {table} is missing: the log holds none of "
+                "the tables a release that made the trigger makes with it "
+                f"({', '.join(_MARKS)}), so it was made before the trigger (2026-11-29) and never "
+                "had it, or someone with DDL rights on the store dropped it and those tables; it is "
+                f"not protected against {refuses}; `agentgate store init` run as the store's owner "
+                "adds it (docs/operations.md, Upgrading)"
+            )
+            continue
         lines.append(
             f"the protection trigger {name} on table {table} {state}: the log is no longer protected "
             f"against {refuses} (someone with DDL rights on the store changed it); {fix}"
