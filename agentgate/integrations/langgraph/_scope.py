@@ -3,14 +3,20 @@ delegation tool: the identity in the run's context (``identity_from_context``), 
 call runs once in (``_run_id``: the thread and the answer that asked for it, else the task,
 ``_task_scope``), the answer that asked for a tool call and its version (``_asking_answer``,
 ``_asked_in``), whether the run keeps checkpoints (``_resumable``), the key of a call running in
-this process (``_running_key``, ``_RUNNING_HERE``), and an answer cut at its output limit
-(``_cut_at_limit``)."""
+this process (``_running_key``, ``_RUNNING_HERE``), an answer cut at its output limit
+(``_cut_at_limit``), and what each tool call reads of its answer, read once per answer
+(``_answer_calls``)."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import functools
 import hashlib
 import json
 import re
+import threading
+import weakref
 from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -76,9 +82,118 @@ def _asking_answer(request: ToolCallRequest) -> AIMessage | None:
     if not isinstance(messages, list) or not call_id:
         return None
     for message in reversed(messages):
-        if isinstance(message, AIMessage) and any(c.get("id") == call_id for c in message.tool_calls):
+        if isinstance(message, AIMessage) and _answer_calls(message).sharing(call_id):
             return message
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _AnswerCalls:
+    """What the tool hook reads of one model answer for each of its tool calls, read once per
+    answer (``_answer_calls``): until review R69 each call of an answer read the whole answer again
+    (which calls carry its id, where the model wrote it, the answer's version), so an answer of
+    ``N`` calls cost ``N**2`` steps (some 2,000,000 at 1,500 calls)."""
+
+    ids: Mapping[str, int]
+    """How many of the answer's tool calls carry each id."""
+    written: Mapping[str, object]
+    """Each id's first call as the model wrote it (``additional_kwargs["tool_calls"]``, the OpenAI
+    form): its ``function``."""
+    shown: tuple[object, ...]
+    """The answer's id and each of its tool calls' id, name and arguments: what its version is a
+    digest of."""
+
+    def sharing(self, call_id: object) -> int:
+        """How many of the answer's tool calls carry ``call_id``."""
+        return self.ids.get(call_id, 0) if isinstance(call_id, str) else 0
+
+    @functools.cached_property
+    def version(self) -> str | None:
+        """A digest of the answer's id and tool calls (``_asked_in``); ``None`` for calls that
+        cannot be encoded (nested too deep). Made when first asked for: most answers' calls run
+        without a thread, and need none."""
+        try:
+            text = json.dumps(self.shown, sort_keys=True, default=repr, ensure_ascii=True)
+        except (RecursionError, ValueError):
+            # Arguments nested deeper than the encoder's stack reaches (a hostile model's): until
+            # review R51 the ``RecursionError`` ended the run with a traceback. No version then;
+            # the Gate refuses the call itself, as arguments too deep to digest (``MAX_DEPTH``).
+            return None
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read_calls(answer: AIMessage) -> _AnswerCalls:
+    """``_AnswerCalls`` of ``answer``, each call visited once."""
+    ids: dict[str, int] = {}
+    shown = []
+    for call in answer.tool_calls:
+        call_id = call.get("id")
+        if isinstance(call_id, str):
+            ids[call_id] = ids.get(call_id, 0) + 1
+        shown.append((call_id, call.get("name"), call.get("args")))
+    written: dict[str, object] = {}
+    raw = answer.additional_kwargs.get("tool_calls")
+    for call in raw if isinstance(raw, list) else ():
+        if isinstance(call, Mapping) and isinstance(call_id := call.get("id"), str):
+            written.setdefault(call_id, call.get("function"))
+    return _AnswerCalls(ids, written, (answer.id, shown))
+
+
+KEPT_ANSWERS = 32
+"""How many answers' ``_AnswerCalls`` are kept: the newest read, less those whose answer is gone
+(dropped at the next answer read). The tool calls of one answer run at once (LangGraph's tools
+node runs them as parallel tasks), so a few cover every answer in flight."""
+
+_ANSWERS: collections.OrderedDict[int, tuple[weakref.ref[AIMessage], _Read, _AnswerCalls]] = (
+    collections.OrderedDict()
+)
+_ANSWERS_LOCK = threading.Lock()
+
+
+def _answer_calls(answer: AIMessage) -> _AnswerCalls:
+    """``_AnswerCalls`` of ``answer``, read once while ``answer`` and what it was read from stay
+    as they were (``_Read``). Safe under threads: the tasks of one answer's calls (the sync tools
+    node's threads) read it once between them. The newest ``KEPT_ANSWERS`` are kept, each by a
+    weak reference to its answer: none is kept alive by it."""
+    read = _Read.of(answer)
+    with _ANSWERS_LOCK:
+        found = _ANSWERS.get(id(answer))
+        if found is not None and found[0]() is answer and found[1].same(read):
+            _ANSWERS.move_to_end(id(answer))
+            return found[2]
+        calls = _read_calls(answer)
+        for key in [key for key, (ref, _, _) in _ANSWERS.items() if ref() is None]:
+            del _ANSWERS[key]
+        _ANSWERS[id(answer)] = (weakref.ref(answer), read, calls)
+        while len(_ANSWERS) > KEPT_ANSWERS:
+            _ANSWERS.popitem(last=False)
+        return calls
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Read:
+    """What an answer's ``_AnswerCalls`` were read from: its id, its tool calls and the calls as
+    written (the objects themselves, so that one replaced is never taken for another at its
+    address) and their lengths (a call appended in place)."""
+
+    answer_id: str | None
+    calls: list[Any]
+    written: object
+    lengths: tuple[int, int]
+
+    @classmethod
+    def of(cls, answer: AIMessage) -> _Read:
+        raw = answer.additional_kwargs.get("tool_calls")
+        lengths = (len(answer.tool_calls), len(raw) if isinstance(raw, list) else 0)
+        return cls(answer.id, answer.tool_calls, raw, lengths)
+
+    def same(self, other: _Read) -> bool:
+        return (
+            self.answer_id == other.answer_id
+            and self.calls is other.calls
+            and self.written is other.written
+            and self.lengths == other.lengths
+        )
 
 
 _NO_CHECKPOINTER = (
@@ -115,15 +230,8 @@ def _asked_in(request: ToolCallRequest) -> tuple[str, str] | None:
     scope, answer = _thread_scope(request), _asking_answer(request)
     if scope is None or answer is None:
         return None
-    calls = [(c.get("id"), c.get("name"), c.get("args")) for c in answer.tool_calls]
-    try:
-        shown = json.dumps([answer.id, calls], sort_keys=True, default=repr, ensure_ascii=True)
-    except (RecursionError, ValueError):
-        # Arguments nested deeper than the encoder's stack reaches (a hostile model's): until
-        # review R51 the ``RecursionError`` ended the run with a traceback. No version then; the
-        # Gate refuses the call itself, as arguments too deep to digest (``MAX_DEPTH``).
-        return None
-    return scope, hashlib.sha256(shown.encode()).hexdigest()
+    version = _answer_calls(answer).version
+    return None if version is None else (scope, version)
 
 
 _RUNNING_HERE: ContextVar[frozenset[tuple[str | None, str | None, str]]] = ContextVar(
@@ -170,9 +278,7 @@ of what was to be 5000 becomes a call with ``amount`` 50."""
 
 def _calls_sharing(answer: AIMessage | None, call_id: str) -> int:
     """How many of ``answer``'s tool calls carry ``call_id`` (0 without an answer)."""
-    if answer is None:
-        return 0
-    return sum(1 for call in answer.tool_calls if call.get("id") == call_id)
+    return 0 if answer is None else _answer_calls(answer).sharing(call_id)
 
 
 _SHARED_ID = (

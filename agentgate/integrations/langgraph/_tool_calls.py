@@ -25,6 +25,7 @@ from agentgate.errors import InputError
 from agentgate.integrations.langgraph._scope import (
     _CUT_CALL,
     _SHARED_ID,
+    _answer_calls,
     _asking_answer,
     _calls_sharing,
     _cut_at_limit,
@@ -225,19 +226,12 @@ def _inexact_arguments(request: ToolCallRequest, answer: AIMessage | None, call_
     model, ``DispatchedChatModel``); a call whose arguments were changed since they were read
     from it (another middleware's edit) is decided as it is. As the command line refuses such
     ``--args`` (``_json.inexact_argument``)."""
-    raw = answer.additional_kwargs.get("tool_calls") if answer is not None else None
-    if not isinstance(raw, list):
+    function = _answer_calls(answer).written.get(call_id) if answer is not None else None
+    if not isinstance(function, Mapping):
         return None
-    for written in raw:
-        if not isinstance(written, Mapping) or written.get("id") != call_id:
-            continue
-        function = written.get("function")
-        if not isinstance(function, Mapping):
-            return None
-        text = function.get("arguments")
-        said = inexact_argument(text, request.tool_call.get("args")) if isinstance(text, str) else None
-        return InputError(said) if said is not None else None
-    return None
+    text = function.get("arguments")
+    said = inexact_argument(text, request.tool_call.get("args")) if isinstance(text, str) else None
+    return InputError(said) if said is not None else None
 
 
 def _no_such_tool(name: object) -> InputError:
