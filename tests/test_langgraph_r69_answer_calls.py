@@ -5,6 +5,7 @@ the same decisions as when each call read the whole answer."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hashlib
 import json
@@ -16,11 +17,13 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
-from test_langgraph import Team, _make_team
-from test_langgraph_r68_invalid_tool_calls import GO, _agent, _tool_entries
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from test_langgraph import Team, _make_team, _tools
+from test_langgraph_r68_invalid_tool_calls import GO, _Answers, _tool_entries
 
 import agentgate
-from agentgate.integrations.langgraph import _scope
+from agentgate.integrations.langgraph import _scope, create_gated_agent, gated_tool_node
 from agentgate.integrations.langgraph._scope import KEPT_ANSWERS, _answer_calls, _calls_sharing
 
 AGENTGATE = str(Path(agentgate.__file__).parent)
@@ -68,14 +71,34 @@ def _answer(
     return answer
 
 
-def _run(team: Team, answer: AIMessage, *, asynchronous: bool = False) -> list[ToolMessage]:
-    agent = _agent(team, [answer], gate_models=False)
-    if asynchronous:
-        import asyncio
-
-        result = asyncio.run(agent.ainvoke(GO, context=team.supervisor))
+def _run(team: Team, answer: AIMessage, *, asynchronous: bool, built: str) -> list[ToolMessage]:
+    """The tool messages of a run, in a thread with a checkpointer (each call then has a version,
+    ``_asked_in``), of an agent whose model answers ``answer`` (``create_gated_agent``: each call
+    a task of its own), or of a hand-built graph whose state holds ``answer`` (``gated_tool_node``:
+    the answer's calls in one task)."""
+    config = {"configurable": {"thread_id": "t"}}
+    if built == "create_gated_agent":
+        app = create_gated_agent(
+            team.gate,
+            name="supervisor",
+            model=_Answers(answers=[answer]),
+            model_name="scripted",
+            tools=_tools(team),
+            gate_models=False,
+            checkpointer=InMemorySaver(),
+        )
+        state: dict[str, Any] = GO
     else:
-        result = agent.invoke(GO, context=team.supervisor)
+        graph = StateGraph(MessagesState)
+        graph.add_node("tools", gated_tool_node(team.gate, _tools(team), agent="supervisor"))
+        graph.add_edge(START, "tools")
+        graph.add_edge("tools", END)
+        app = graph.compile(checkpointer=InMemorySaver())
+        state = {"messages": [answer]}
+    if asynchronous:
+        result = asyncio.run(app.ainvoke(state, config, context=team.supervisor))
+    else:
+        result = app.invoke(state, config, context=team.supervisor)
     return [m for m in result["messages"] if isinstance(m, ToolMessage)]
 
 
@@ -86,12 +109,19 @@ def team(tmp_path: Path) -> Iterator[Team]:
     made.gate.close()
 
 
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
-def test_an_answer_of_many_calls_keeps_its_decisions(team: Team, asynchronous: bool) -> None:
+RUNS = pytest.mark.parametrize(
+    ("asynchronous", "built"),
+    [(a, b) for a in (False, True) for b in ("create_gated_agent", "gated_tool_node")],
+    ids=[f"{a}-{b}" for a in ("invoke", "ainvoke") for b in ("agent", "node")],
+)
+
+
+@RUNS
+def test_an_answer_of_many_calls_keeps_its_decisions(team: Team, asynchronous: bool, built: str) -> None:
     """Review R69: the decisions read once per answer are those read per call: of an answer of
     60 calls, the two sharing an id are refused (none of them runs), the one written with a
     number no float holds is refused, and the other 57 run."""
-    messages = _run(team, _answer(60, [0], shared=20, inexact=40), asynchronous=asynchronous)
+    messages = _run(team, _answer(60, [0], shared=20, inexact=40), asynchronous=asynchronous, built=built)
     refused = {m.tool_call_id: str(m.content) for m in messages if m.status == "error"}
     assert sorted(team.ran) == sorted(f"search:{n}" for n in range(60) if n not in (19, 20, 40))
     assert set(refused) == {"c19", "c40"} and len([m for m in messages if m.tool_call_id == "c19"]) == 2
@@ -101,8 +131,10 @@ def test_an_answer_of_many_calls_keeps_its_decisions(team: Team, asynchronous: b
     assert len(denies) == 3
 
 
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
-def test_the_calls_of_an_answer_are_read_once_per_answer(tmp_path: Path, asynchronous: bool) -> None:
+@RUNS
+def test_the_calls_of_an_answer_are_read_once_per_answer(
+    tmp_path: Path, asynchronous: bool, built: str
+) -> None:
     """Review R69: each tool call of an answer read the whole answer again (its calls for one
     sharing the id, the calls as written for its text, all its calls for its version), so an
     answer of N calls cost agentgate some 5 N**2 visits to its calls (200,000 at 200 calls; some
@@ -113,7 +145,7 @@ def test_the_calls_of_an_answer_are_read_once_per_answer(tmp_path: Path, asynchr
         visits = [0]
         team = _make_team(tmp_path / str(count))
         try:
-            messages = _run(team, _answer(count, visits), asynchronous=asynchronous)
+            messages = _run(team, _answer(count, visits), asynchronous=asynchronous, built=built)
             assert len(team.ran) == count and all(m.status == "success" for m in messages)
         finally:
             team.gate.close()
