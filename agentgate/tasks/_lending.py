@@ -25,6 +25,7 @@ lent is taken back when the lender stops waiting (``take_back``), and an ancesto
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from agentgate.tasks._call import ToolCall
@@ -65,8 +66,9 @@ class _Lending:
     tenant_in_flight: dict[str, int]
     principal_in_flight: dict[tuple[str, str], int]
     per_tool_only: bool
-    nested_waiting: dict[Waiter, None]
+    nested_waiting: dict[Waiter, int]
     nested_under: dict[Waiter, dict[Waiter, None]]
+    nested_by: dict[tuple[str, object], dict[Waiter, None]]
     lifted: dict[Waiter, None]
     shares: dict[str, TenantShare]
 
@@ -177,32 +179,89 @@ class _Lending:
                 self.reclass(waiter)
 
     def _nest(self, waiter: Waiter) -> None:
-        """``waiter``, a nested call, queued: noted in ``nested_waiting`` and, under each of its
-        ancestors of these limits, in ``nested_under`` (lock held)."""
-        self.nested_waiting[waiter] = None
+        """``waiter``, a nested call, just queued: noted in ``nested_waiting`` (with its place in
+        the queue's arrival order), under each of its ancestors of these limits in
+        ``nested_under``, and under each slot it
+        counts against in ``nested_by`` (lock held)."""
+        self.nested_waiting[waiter] = waiter.seq
         ancestor = waiter.parent
         while ancestor is not None:
             if ancestor.owner is self:
-                under = self.nested_under.get(ancestor)
-                if under is None:
-                    under = self.nested_under[ancestor] = {}
-                under[waiter] = None
+                _index(self.nested_under, ancestor, waiter)
             ancestor = ancestor.parent
+        for slot in self._nested_slots(waiter.call):
+            _index(self.nested_by, slot, waiter)
 
     def _unnest(self, waiter: Waiter) -> None:
         """``waiter``, a nested call, no longer waits (started, left, dropped): out of
-        ``nested_waiting`` and ``nested_under`` (an ancestor with no queued nested call left is
-        forgotten). Nothing for a call that never queued (lock held)."""
+        ``nested_waiting`` and every index ``_nest`` put it in (a key with no queued nested call
+        left is forgotten). Nothing for a call that never queued (lock held)."""
         if self.nested_waiting.pop(waiter, _ABSENT) is _ABSENT:
             return
         ancestor = waiter.parent
         while ancestor is not None:
-            under = self.nested_under.get(ancestor)
-            if under is not None:
-                under.pop(waiter, None)
-                if not under:
-                    del self.nested_under[ancestor]
+            if ancestor.owner is self:
+                _unindex(self.nested_under, ancestor, waiter)
             ancestor = ancestor.parent
+        for slot in self._nested_slots(waiter.call):
+            _unindex(self.nested_by, slot, waiter)
+
+    def _nested_slots(self, call: ToolCall) -> tuple[tuple[str, object], ...]:
+        """The slots other than the global one that a call of ``call`` counts against, as keys of
+        ``nested_by``: its tool's, and its tenant's and agent's where those limits count."""
+        if self.per_tool_only:
+            return (("tool", call.tool),)
+        return (("tool", call.tool), ("tenant", call.tenant), ("principal", (call.tenant, call.agent_key)))
+
+    def _unblocking(self, waiter: Waiter) -> tuple[list[Waiter], list[str]]:
+        """What the finish of ``waiter`` (not yet counted) can give queued nested calls to start
+        under: the ancestors whose slot it borrowed and gives back to them (not passed on to a
+        nested call of its own), and the limits (``_DIMENSIONS``) whose slot it frees, full
+        until now (lock held). Called only while nested calls wait (the hot path skips it)."""
+        borrowed = waiter.borrowed or {}
+        lent = waiter.lent or {}
+        lenders = [lender for dimension, lender in borrowed.items() if dimension not in lent]
+        call = waiter.call
+        freed = [
+            dimension
+            for dimension in _DIMENSIONS
+            if dimension not in borrowed
+            and dimension not in lent
+            and not (self.per_tool_only and dimension in ("tenant", "principal"))
+            and self._slot_full(dimension, call, waiter.limits)
+        ]
+        return lenders, freed
+
+    def _unblocked(self, finished: Waiter, lenders: list[Waiter], freed: list[str]) -> list[Waiter]:
+        """The queued nested calls the finish of ``finished`` may let start, in the order they
+        came: those under an ancestor in ``lenders`` (its slot is free to lend again), and those
+        counting against a slot in ``freed`` that is still free after the queue's dispatch
+        (their limit is no longer full; a global slot: every nested call). Every other queued
+        nested call cannot start now: nothing it needs changed but slots taken (review R69;
+        lock held)."""
+        found: set[Waiter] = set()
+        for lender in lenders:
+            found.update(self.nested_under.get(lender, ()))
+        call = finished.call
+        for dimension in freed:
+            if self._slot_full(dimension, call, finished.limits):
+                continue  # taken again by the dispatch: nothing changed for the nested calls
+            if dimension == "global":
+                return list(self.nested_waiting)
+            found.update(self.nested_by.get((dimension, _dimension_key(call, dimension)), ()))
+        return sorted(found, key=self.nested_waiting.__getitem__)
+
+    def _slot_full(self, dimension: str, call: ToolCall, limits: ToolLimits) -> bool:
+        """Is the limit of ``dimension`` that ``call`` counts against at its limit now?"""
+        if dimension == "global":
+            limit = self.config.max_concurrency
+            return limit is not None and self.in_flight >= limit
+        if dimension == "tool":
+            limit = limits.concurrency
+            return limit is not None and self.tool_in_flight.get(call.tool, 0) >= limit
+        if dimension == "tenant":
+            return self._tenant_blocked(call.tenant)
+        return self._agent_blocked(call.tenant, call.agent_key)
 
     def _borrow_plan(
         self, call: ToolCall, limits: ToolLimits, parent: Waiter, prefer_tool: bool = False
@@ -257,10 +316,11 @@ class _Lending:
                 lender.lent = {}
             lender.lent[dimension] = waiter
 
-    def _start_nested_waiting(self) -> None:
+    def _start_nested_waiting(self, candidates: Iterable[Waiter] | None = None) -> None:
         """Start queued nested calls that can now run under an ancestor's slot, in the order they
-        came (lock held)."""
-        for waiter in list(self.nested_waiting):
+        came (lock held). ``candidates``: only those may (in the order they came); None: every
+        queued nested call is looked at."""
+        for waiter in list(self.nested_waiting) if candidates is None else candidates:
             if waiter.granted or not waiter.queued or not waiter.alive or waiter.future.done():
                 self._unnest(waiter)
                 continue
@@ -334,6 +394,21 @@ class _Lending:
                 _decrement(self.tenant_in_flight, call.tenant)
             else:
                 _decrement(self.principal_in_flight, (call.tenant, call.agent_key))
+
+
+def _index(index: dict[Any, dict[Waiter, None]], key: Any, waiter: Waiter) -> None:
+    entries = index.get(key)
+    if entries is None:
+        entries = index[key] = {}
+    entries[waiter] = None
+
+
+def _unindex(index: dict[Any, dict[Waiter, None]], key: Any, waiter: Waiter) -> None:
+    entries = index.get(key)
+    if entries is not None:
+        entries.pop(waiter, None)
+        if not entries:
+            del index[key]
 
 
 def _decrement(counts: dict[Any, int], key: Any) -> None:

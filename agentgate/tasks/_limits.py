@@ -28,6 +28,7 @@ import contextlib
 import threading
 import time
 import weakref
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from agentgate.errors import InputError, Overloaded, SchedulingError
@@ -109,13 +110,18 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         #: Set by ``refuse_waiting``: why no call starts any more (None: calls start).
         self.refusing: str | None = None
         #: Queued nested calls, in arrival order (a dict: a set's order is its hashes', and siblings
-        #: of one agent and tool started out of order): started by ``_start_nested_waiting`` once an
-        #: ancestor can lend.
-        self.nested_waiting: dict[Waiter, None] = {}
+        #: of one agent and tool started out of order), each with its place in that order (its
+        #: first ``seq`` in the queue): started by ``_start_nested_waiting`` once an ancestor can lend.
+        self.nested_waiting: dict[Waiter, int] = {}
         #: Running attempt of these limits -> the queued nested calls under it (at any depth), in
-        #: arrival order: those ``reclass_nested`` moves when its class changes, found without
-        #: walking every queued nested call (until review R69: each join and leave visited all).
+        #: arrival order: those ``reclass_nested`` moves when its class changes, and those a
+        #: finish giving it back a lent slot may start, found without walking every queued nested
+        #: call (until review R69: each join, leave and finish visited all).
         self.nested_under: dict[Waiter, dict[Waiter, None]] = {}
+        #: Slot (("tool", tool), ("tenant", tenant), ("principal", (tenant, agent))) -> the queued
+        #: nested calls counting against it, in arrival order: those a finish freeing such a slot
+        #: may start (``_unblocked``; review R69).
+        self.nested_by: dict[tuple[str, object], dict[Waiter, None]] = {}
         #: Queued nested calls waiting at a class more urgent than their own, lent by calls
         #: waiting for their ancestors' slots: moved back down when those leave (``take_back``).
         self.lifted: dict[Waiter, None] = {}
@@ -255,7 +261,9 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         if limits.rate is not None or (
             limits.concurrency is None or self.tool_in_flight.get(call.tool, 0) < limits.concurrency
         ):
-            self.dispatch(call.tool)
+            # Of the queued nested calls only this one can start by borrowing now: the others
+            # could not at the last dispatch or finish, and since then slots were only taken.
+            self.dispatch(call.tool, () if parent is None else (waiter,))
         return waiter
 
     def hasten(self, waiter: Waiter, priority: PriorityClass) -> None:
@@ -417,6 +425,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         still runs passes to that call, which then gives it back itself."""
         call = waiter.call
         waiter.finished = True
+        unblocking = self._unblocking(waiter) if self.nested_waiting else None
         if waiter.borrowed or waiter.lent:
             self._finish_lending(waiter)
         else:
@@ -430,8 +439,9 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
                 self._dispatch_tool(call.tool)
             else:
                 self._dispatch_queue(None)
-            if self.nested_waiting:
-                self._start_nested_waiting()
+            if self.nested_waiting and unblocking is not None:
+                # Only those it can unblock (until review R69 every queued nested call, each finish).
+                self._start_nested_waiting(self._unblocked(waiter, *unblocking))
 
     def abandon(self, waiter: Waiter) -> None:
         """A waiting call gives up (deadline, cancellation): out of the queue, or its slot (and
@@ -456,17 +466,18 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         if limits.rate is not None:
             self._bucket(waiter.call.tool, limits).give_back()
 
-    def dispatch(self, tool: str | None = None) -> None:
+    def dispatch(self, tool: str | None = None, nested: Iterable[Waiter] | None = None) -> None:
         """Start waiting calls, fairest first, while limits have room; arm the rate timer if needed.
         Then start queued nested calls that can run under an ancestor's slot.
 
         ``tool``: only that tool's room can have changed (a call to it was queued, or it gave a
         slot back while no global, tenant or principal limit is configured), so only its
         waiting calls can start: after every dispatch, no other tool with waiting calls has room.
+        ``nested``: only these queued nested calls can start under an ancestor's slot (None: any).
         """
         self._dispatch_queue(tool)
         if self.nested_waiting:
-            self._start_nested_waiting()
+            self._start_nested_waiting(nested)
 
     def _dispatch_queue(self, tool: str | None) -> None:
         """``dispatch``'s walk of the fair queue."""
@@ -578,6 +589,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
                 _refuse(waiter, reason)
             self.nested_waiting.clear()
             self.nested_under.clear()
+            self.nested_by.clear()
             self.lifted.clear()
         return refused
 
