@@ -7,11 +7,12 @@ finish visits the nested calls under an ancestor whose lent slot it gave back (`
 and those counting against a slot it freed that is still free after the queue's dispatch
 (``nested_by``; a global slot: every one of them), in the order they came, as before; a call
 queued looks only at itself (the others could not start at the last look, and since then slots
-were only taken).
+were only taken). ``lend_priority`` likewise visits only the nested calls under an ancestor running
+the full tool (``nested_under_tool``), not every one.
 
-Shown by counting, not timing: the reads of ``Waiter.granted`` (the first thing a visit of
-``_start_nested_waiting`` reads) of each queued nested call, and the calls of the new helpers by
-calls that are not nested (none).
+Shown by counting, not timing: the reads of a waiter slot (``granted``, the first thing a visit of
+``_start_nested_waiting`` reads; ``alive``, the first of ``lend_priority``) of each queued nested
+call, and the calls of the new helpers by calls that are not nested (none).
 """
 
 from __future__ import annotations
@@ -201,6 +202,47 @@ async def test_a_finish_visits_only_the_nested_calls_it_can_unblock(monkeypatch:
     await asyncio.wait_for(asyncio.gather(*tasks), WAIT_S)
     assert shared.queued == 0 and shared.in_flight == 0
     assert not shared.nested_waiting and not shared.nested_under and not shared.nested_by
+    assert not shared.nested_under_tool
+    await scheduler.aclose()
+
+
+async def test_a_call_queued_for_a_full_tool_lifts_only_the_nested_calls_under_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review R69: 40 nested calls wait for ``b`` under calls to ``a``; one more waits for ``b``
+    under a call to ``d``, which is full. A high call queued for ``d`` lifts that one to its class
+    (``lend_priority``) and visits none of the 40 (until review R69 it visited every queued
+    nested call: 40 visits)."""
+    scheduler = Scheduler(CONFIG)
+    shared = scheduler.shared
+    release, go_on = asyncio.Event(), asyncio.Event()
+    tasks, others = await _waiting_under_others(scheduler, release)
+
+    async def nested(attempt: Attempt) -> None:
+        pass
+
+    async def under_d(attempt: Attempt) -> None:
+        await scheduler.submit(ToolCall("b", priority="low", call_id="W"), nested)
+
+    async def high(attempt: Attempt) -> None:
+        await go_on.wait()
+
+    tasks.append(asyncio.create_task(scheduler.submit(ToolCall("d", priority="low"), under_d)))
+    await _until(lambda: shared.queued == ANCESTORS + 1)
+    [lifted] = [w for w in shared.nested_waiting if w.call.call_id == "W"]
+    reads: Counter[int] = Counter()
+    with monkeypatch.context() as patch:
+        patch.setattr(Waiter, "alive", _CountedReads(_slot("alive"), reads))
+        tasks.append(asyncio.create_task(scheduler.submit(ToolCall("d", priority="high"), high)))
+        await _until(lambda: shared.queued == ANCESTORS + 2)
+    assert shared.queue.rank_of(lifted) == CLASSES[0].rank
+    visited = sum(reads[id(w)] for w in others)
+    assert visited == 0, f"{visited} visits to nested calls under no call to d"
+    assert reads[id(lifted)] > 0
+    release.set()
+    go_on.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), WAIT_S)
+    assert shared.queued == 0 and shared.in_flight == 0
     await scheduler.aclose()
 
 

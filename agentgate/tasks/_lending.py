@@ -68,6 +68,7 @@ class _Lending:
     per_tool_only: bool
     nested_waiting: dict[Waiter, int]
     nested_under: dict[Waiter, dict[Waiter, None]]
+    nested_under_tool: dict[str, dict[Waiter, None]]
     nested_by: dict[tuple[str, object], dict[Waiter, None]]
     lifted: dict[Waiter, None]
     shares: dict[str, TenantShare]
@@ -122,16 +123,15 @@ class _Lending:
         nested call an ancestor of which runs ``tool`` (so holds such a slot, and waits for it)
         moves up to ``priority`` while it waits at a less urgent rank (``reclass``; review R67).
         It is lifted (``lifted``): moved back down once no call that lends it the class waits
-        any more (``take_back``)."""
-        for waiter in list(self.nested_waiting):
-            if not waiter.alive or self.queue.rank_of(waiter) <= priority.rank:
-                continue
-            ancestor = waiter.parent
-            while ancestor is not None:
-                if ancestor.owner is self and ancestor.call.tool == tool:
-                    self.reclass(waiter)
-                    break
-                ancestor = ancestor.parent
+        any more (``take_back``). Only the nested calls under a call to ``tool`` are visited
+        (``nested_under_tool``; until review R69 every queued nested call was, on every such
+        call queued)."""
+        under = self.nested_under_tool.get(tool)
+        if under is None:
+            return
+        for waiter in list(under):
+            if waiter.alive and self.queue.rank_of(waiter) > priority.rank:
+                self.reclass(waiter)
 
     def reclass(self, waiter: Waiter) -> None:
         """Move ``waiter``, a queued nested call, to the class it inherits now
@@ -181,13 +181,14 @@ class _Lending:
     def _nest(self, waiter: Waiter) -> None:
         """``waiter``, a nested call, just queued: noted in ``nested_waiting`` (with its place in
         the queue's arrival order), under each of its ancestors of these limits in
-        ``nested_under``, and under each slot it
+        ``nested_under`` and under their tools in ``nested_under_tool``, and under each slot it
         counts against in ``nested_by`` (lock held)."""
         self.nested_waiting[waiter] = waiter.seq
         ancestor = waiter.parent
         while ancestor is not None:
             if ancestor.owner is self:
                 _index(self.nested_under, ancestor, waiter)
+                _index(self.nested_under_tool, ancestor.call.tool, waiter)
             ancestor = ancestor.parent
         for slot in self._nested_slots(waiter.call):
             _index(self.nested_by, slot, waiter)
@@ -202,6 +203,7 @@ class _Lending:
         while ancestor is not None:
             if ancestor.owner is self:
                 _unindex(self.nested_under, ancestor, waiter)
+                _unindex(self.nested_under_tool, ancestor.call.tool, waiter)
             ancestor = ancestor.parent
         for slot in self._nested_slots(waiter.call):
             _unindex(self.nested_by, slot, waiter)

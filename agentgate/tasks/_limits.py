@@ -118,6 +118,9 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         #: finish giving it back a lent slot may start, found without walking every queued nested
         #: call (until review R69: each join, leave and finish visited all).
         self.nested_under: dict[Waiter, dict[Waiter, None]] = {}
+        #: Tool -> the queued nested calls under a running call to it, in arrival order: those a
+        #: call queued for it while it is full lifts (``lend_priority``; review R69).
+        self.nested_under_tool: dict[str, dict[Waiter, None]] = {}
         #: Slot (("tool", tool), ("tenant", tenant), ("principal", (tenant, agent))) -> the queued
         #: nested calls counting against it, in arrival order: those a finish freeing such a slot
         #: may start (``_unblocked``; review R69).
@@ -589,6 +592,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
                 _refuse(waiter, reason)
             self.nested_waiting.clear()
             self.nested_under.clear()
+            self.nested_under_tool.clear()
             self.nested_by.clear()
             self.lifted.clear()
         return refused
