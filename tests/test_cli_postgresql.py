@@ -195,7 +195,7 @@ def walk(d: Path, owner: str, app: str, before_app: Callable[[], None]) -> list[
         return done
 
     init = step(0, "store init", store=owner)
-    assert init.out.splitlines()[0] == "audit log: ready" and len(init.out.splitlines()) == 12, init
+    assert init.out.splitlines()[0] == "audit log: ready" and len(init.out.splitlines()) == 13, init
     step(0, "audit checkpoint", store=owner)  # the log key and a first checkpoint
     before_app()
 

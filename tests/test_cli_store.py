@@ -22,7 +22,7 @@ def test_store_init_creates_every_table_once_and_again_changes_nothing(
     first = capsys.readouterr().out.splitlines()
     assert (
         first[0] == "audit log: ready"
-        and len(first) == 12
+        and len(first) == 13
         and all(line.endswith(": ready") for line in first)
     )
     tables = {row[0] for row in SQLiteStore(url).query("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -30,6 +30,7 @@ def test_store_init_creates_every_table_once_and_again_changes_nothing(
         "audit_log",
         "audit_refs",
         "agentgate_grants",
+        "agentgate_agent_names",
         "budget_ledger",
         "approvals",
         "approval_asked",

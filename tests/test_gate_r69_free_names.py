@@ -6,7 +6,8 @@ delegated to ``helper`` and then to ``heIper`` (a capital ``I``), two agents an 
 reader of the audit log take for one. The Gate now keeps how each name it granted reads (its
 ``_confusables.readings``, for the last ``AGENT_NAMES_KEPT`` names) and refuses a new name that
 reads as one of them: ``Denied``, ``authority_chain_opacity``/``name_reads_alike``, naming both,
-audited as any refused grant is."""
+audited as any refused grant is. The store keeps them for every process on it
+(tests/test_gate_r69_store_names.py)."""
 
 from __future__ import annotations
 
@@ -105,11 +106,14 @@ def test_a_name_granted_before_computes_no_reading(team: Team, monkeypatch: pyte
 
 
 def test_the_names_kept_are_bounded(team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
-    """At most ``AGENT_NAMES_KEPT`` names are kept, the latest granted: the oldest is forgotten,
-    and a name reading as it is granted again (a bounded memory, documented)."""
+    """At most ``AGENT_NAMES_KEPT`` names are kept in memory, the latest granted: the oldest is
+    forgotten there, and a name reading as it is still refused, by the store's record of the names
+    granted (``agentgate_agent_names``; tests/test_gate_r69_store_names.py)."""
     monkeypatch.setattr(_delegation, "AGENT_NAMES_KEPT", 2)
     for name in ("helper", "writer", "editor"):
         _delegate(team, name)
-    assert _delegate(team, "heIper").name == "heIper"
+    assert "helper" not in team.gate._agent_names
+    with pytest.raises(Denied, match="'heIper' reads as 'helper'"):
+        _delegate(team, "heIper")
     with pytest.raises(Denied, match="'edItor' reads as 'editor'"):
         _delegate(team, "edItor")

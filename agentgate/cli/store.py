@@ -22,6 +22,7 @@ from agentgate.cli._common import open_existing_store, parse_duration, write_jso
 from agentgate.cli._store_parser import register as register
 from agentgate.errors import StoreError
 from agentgate.store import Store, open_store
+from agentgate.store.agent_names import AgentNames
 from agentgate.store.approvals import ApprovalStore
 from agentgate.store.audit import create_audit_tables
 from agentgate.store.broker_decisions import BrokerDecisionStore
@@ -35,6 +36,7 @@ from agentgate.store.quotas import QuotaCounter
 
 PARTS: tuple[tuple[str, Any], ...] = (
     ("grants, revocations and nonces", GrantRepository),
+    ("agent names", AgentNames),
     ("budget ledger", BudgetLedger),
     ("quotas", QuotaCounter),
     ("approvals", ApprovalStore),

@@ -70,7 +70,8 @@ from agentgate.gate._policy_chain import PolicyChains
 from agentgate.gate._records import recordable, revocation_entry, without_held
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Policy, PolicyIndex, role_grant_template
-from agentgate.store import Transaction
+from agentgate.store import Store, Transaction
+from agentgate.store.agent_names import AgentNames
 from agentgate.store.audit import AuditLog
 
 _log = logging.getLogger("agentgate.gate")
@@ -169,6 +170,8 @@ class _Delegation:
     audit: AuditLog
     grants: GrantRepository
     authority: Authority
+    store: Store
+    _names_on_store: AgentNames | None
     _store_lock: threading.RLock
     _lock: threading.Lock
     _delegations: list[tuple[str, AgentIdentity]]
@@ -256,8 +259,10 @@ class _Delegation:
         on it refused; ``Denied`` (audited, ``inherited_identity``) for a ``name`` the policy
         gives a principal of another key (``_borrowed_name``: until review R65 issued, and every
         call on it refused); ``Denied`` (audited, ``authority_chain_opacity``/``name_reads_alike``)
-        for a free ``name`` that reads as, and is not, one this Gate granted before (``_read_alike``:
-        ``heIper`` after ``helper``; until review R69 issued). A closed Gate raises ``StoreError``
+        for a free ``name`` that reads as, and is not, one granted before on the store, by this Gate
+        or another process (``_read_alike``, ``_claim_name``: ``heIper`` after ``helper``; until
+        review R69 issued); ``StoreError`` (nothing written) where the store's record of the names
+        (``agentgate_agent_names``) is missing and this role may not create it. A closed Gate raises ``StoreError``
         (the store is closed), as ``authorize`` does, for a refusal too (``_audited_refusal``).
         """
         if not isinstance(name, str) or not name:
@@ -314,16 +319,22 @@ class _Delegation:
                 outside.finding = fault
                 raise self._refused_on(span, self._audited_refusal(outside, anchor.did, f"agent:{name}"))
             # A root grant is an act of authority like a delegation: the log shows who issued what to whom.
-            index = self._record_grant(
-                chain,
-                anchor.did,
-                chain.id,
-                f"agent:{name}",
-                f"issued grant {chain.id} to {name} ({key.did}) as role {role}: "
-                + ", ".join(str(c) for c in template.capabilities)
-                + f"; {template.ttl_s}s"
-                + (f"; budget {budget.amount} {budget.unit}" if budget is not None else ""),
-            )
+            try:
+                index = self._record_grant(
+                    chain,
+                    anchor.did,
+                    chain.id,
+                    f"agent:{name}",
+                    f"issued grant {chain.id} to {name} ({key.did}) as role {role}: "
+                    + ", ".join(str(c) for c in template.capabilities)
+                    + f"; {template.ttl_s}s"
+                    + (f"; budget {budget.amount} {budget.unit}" if budget is not None else ""),
+                    name=name,
+                )
+            except Denied as taken:  # the name reads as one another process granted (``_claim_name``)
+                raise self._refused_on(
+                    span, self._audited_refusal(taken, anchor.did, f"agent:{name}")
+                ) from None
             self._remember_name(name)
             return self._granted_on(
                 span, AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did), index)
@@ -366,9 +377,11 @@ class _Delegation:
         key (``_borrowed_name``, ``inherited_identity``; until review R65 delegated to), or
         ``parent`` carries such a name (``_refuse_borrowed_parent``, as ``authorize`` refuses a
         call on it; until review R66 it delegated), or a free ``name`` reads as, and is not, one
-        this Gate granted before (``_read_alike``, ``name_reads_alike``; until review R69
-        delegated to), and ``InputError`` (nothing written) for arguments of the
-        wrong type: a ``parent`` that is not an ``AgentIdentity``, a ``ttl`` that is not a positive
+        granted before on the store, by this Gate or another process (``_read_alike``,
+        ``_claim_name``, ``name_reads_alike``; until review R69 delegated to), ``StoreError``
+        (nothing written) where the store's record of the names cannot be made (as for
+        ``issue``), and ``InputError`` (nothing written) for arguments of the wrong type: a
+        ``parent`` that is not an ``AgentIdentity``, a ``ttl`` that is not a positive
         ``timedelta``, and the others ``_delegation_terms`` checks. A closed Gate raises
         ``StoreError``, as ``authorize`` does, for a refusal too. A refusal's text leaves out what
         the parent holds (``without_held``); its finding and its audit entry keep it.
@@ -437,6 +450,7 @@ class _Delegation:
                     ),
                     parent=parent,
                     ignored=ignored,
+                    name=name,
                 )
             except AuthorityError as exc:
                 self._refused_on(span, self._audited_refusal(exc, parent.did, resource, parent.grant_id))
@@ -709,16 +723,20 @@ class _Delegation:
         take the two agents for one. Else ``None``; a name that reads as a principal's is the
         principal rule's (``_borrowed_name``). Until review R69 free names were compared with
         nothing. A name granted before is one look-up; a new one, its readings (computed once,
-        ``readings``' cache) and two look-ups."""
+        ``readings``' cache) and two look-ups. This Gate's memory only: the names other
+        processes granted on the store are compared as the grant is recorded (``_claim_name``)."""
         if name in self._agent_names or principal_named(self.policy, name) is not None:
             return None
         keys = _confusables.readings(name)
         earlier = next((self._name_readings[key] for key in keys if key in self._name_readings), None)
-        if earlier is None:
-            return None
+        return None if earlier is None else self._reads_as(name, earlier, issuing=issuing)
+
+    def _reads_as(self, name: str, earlier: str, *, issuing: bool) -> Denied:
+        """The refusal (``Denied``, ``name_reads_alike``) of a grant under ``name``, which reads
+        as ``earlier``, a name granted before (``_read_alike``, ``_claim_name``)."""
         who, act = ("an agent", "issue") if issuing else ("a sub-agent", "delegate")
         message = (
-            f"{who} named {name!r} reads as {earlier!r}, an agent this Gate granted before "
+            f"{who} named {name!r} reads as {earlier!r}, an agent granted before on this store "
             f"(Unicode's confusables{_first_difference(name, earlier)}): an approver and a reader of "
             f"the audit log would take one for the other; {act} under {earlier!r} itself if the same "
             "agent is meant, else under a name that reads apart from it"
@@ -771,16 +789,24 @@ class _Delegation:
         *,
         parent: AgentIdentity | None = None,
         ignored: Collection[str] = (),
+        name: str,
     ) -> int:
         """Record a grant and its ``allow`` audit entry (by ``principal``, on ``resource``
         ``agent:NAME``) in one transaction, one commit; returns the entry's index. For a grant
         delegated by ``parent``, raises ``Revoked`` (nothing written) when the parent's chain was
         revoked meanwhile: revocation is read again in that transaction, so no allow follows a
         revocation that has returned. ``ignored``: the notes on recorded grants read for this
-        delegation and not handed on (``_delegated_before``), kept as further reasons."""
+        delegation and not handed on (``_delegated_before``), kept as further reasons. ``name``,
+        the agent's, is claimed in the same transaction (``_claim_name``): ``Denied`` (nothing
+        written) when it reads as a name granted before on the store."""
+        names = None
+        if name not in self._agent_names and principal_named(self.policy, name) is None:
+            names = self._names_part()  # made before the transaction: SQLite's DDL would wait for its lock
         with self._decision_transaction() as tx, self.grants.within(tx):
             if parent is not None:
                 self._refuse_revoked(parent)
+            if names is not None:
+                self._claim_name(names, tx, name, issuing=parent is None)
             record(self.grants, chain)
             self._after_commit(functools.partial(self._recorded_chain, chain.id))
             return self.audit.append(
@@ -794,6 +820,25 @@ class _Delegation:
                 },
                 tx,
             )
+
+    def _names_part(self) -> AgentNames:
+        """The store's record of the free agent names granted (``agentgate_agent_names``), opened
+        at this Gate's first grant of a name it has not granted: a Gate that only decides never
+        needs it. Raises ``StoreError`` where the table is missing and this role may not create
+        it (a least-privilege PostgreSQL role before the owner's ``agentgate store init`` of
+        this version: docs/operations.md, Upgrading); the grant is then not made."""
+        if self._names_on_store is None:
+            self._names_on_store = AgentNames(self.store)
+        return self._names_on_store
+
+    def _claim_name(self, names: AgentNames, tx: Transaction, name: str, *, issuing: bool) -> None:
+        """Claim ``name``'s readings in ``tx``, the grant's transaction (``AgentNames.claim``);
+        ``Denied`` (``name_reads_alike``, the transaction then rolled back) when another name
+        granted on the store, by any process or by this Gate before a restart, holds one: until
+        review R69 only this Gate object's own memory was compared (``_read_alike``)."""
+        earlier = names.claim(tx, name, _confusables.readings(name), int(time.time()))
+        if earlier is not None:
+            raise self._reads_as(name, earlier, issuing=issuing)
 
     def _check_delegation_rule(
         self, parent: AgentIdentity, caps: list[Capability], seconds: int, budget: int | None, asked: int

@@ -76,6 +76,7 @@ from agentgate.gate._settlement import _Settlement
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex, load_policy
 from agentgate.store import Store, Transaction, open_store
+from agentgate.store.agent_names import AgentNames
 from agentgate.store.approvals import ApprovalStore
 from agentgate.store.audit import AuditLog, VerifyReport, log_origin, open_log_key, previous_log_keys
 from agentgate.store.ledger import BudgetLedger
@@ -235,6 +236,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         granted last (``_Delegation._remember_name``; at most ``AGENT_NAMES_KEPT``)."""
         self._name_readings: dict[str, str] = {}
         """Each key of ``_agent_names`` to the name that holds it: what ``_read_alike`` looks up."""
+        self._names_on_store: AgentNames | None = None
+        """The store's record of the agent names granted (``_Delegation._names_part``), opened at
+        the first grant of a name this Gate has not granted."""
         self._purge_at = 0.0
         """When ``delegations`` next needs a pass for expired entries (``time.time()``)."""
         self._recorded_chains: set[str] = set()

@@ -23,6 +23,7 @@ from agentgate.errors import NoStore
 from agentgate.store._base import Store
 
 STORE_TABLES = (
+    "agentgate_agent_names",
     "agentgate_breakers",
     "agentgate_dead_letters",
     "agentgate_grants",

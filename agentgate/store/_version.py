@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from agentgate.errors import MalformedRow, NewerStore
 from agentgate.store._base import Dialect, Transaction
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """This code's schema version. Raise it whenever the DDL of any part changes (a table, column,
 index, constraint, trigger or function), and record the new layout
 (``tests/test_store_r68_schema_fingerprint.py`` fails until both are done)."""
@@ -44,7 +44,11 @@ OLDEST_WRITER = 1
 upgraded correctly: this code's changes since it are ones that code ignores without harm (a new
 table it never reads, a nullable column it never fills). Set it to ``SCHEMA_VERSION`` for a
 change it would read or write wrongly; it never goes down from one version to the next.
-Version 2 added ``newest`` to ``agentgate_schema``, which version 1 never reads."""
+Version 2 added ``newest`` to ``agentgate_schema``, which version 1 never reads. Version 3 added
+``agentgate_agent_names`` (the free agent names granted, ``agentgate.store.agent_names``), which
+versions 1 and 2 never read nor write: their grants are not claimed there, so a Gate of version 3
+does not know the names they grant (as no Gate knew another's before), and nothing they decide
+reads it."""
 
 VERSION_TABLE = "agentgate_schema"
 
