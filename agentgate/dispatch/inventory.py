@@ -63,7 +63,7 @@ from agentgate._names import first_non_ascii
 from agentgate._yaml import Locations, Mark, dotted_path, load_yaml, mark_at, read_source, shortened
 from agentgate.capabilities import canonical_resource
 from agentgate.errors import BackendCredentialError, CapabilityError, InputError, InventoryError
-from agentgate.keys import read_regular_file, shown_path
+from agentgate.keys import read_regular_file, shown_path, unsafe_directory
 
 MAX_KV_CAPACITY_TOKENS = 10**12
 """The largest KV cache size believed (a trillion tokens: thousands of times any real engine's);
@@ -694,7 +694,9 @@ def _read_key_file(backend: str, path: str) -> str:
     """The text of the API key file ``path``; raises ``_RefError`` (a ``BackendCredentialError``)
     for a relative path, a file that cannot be read (not a regular file, too large: as key files,
     ``keys.read_regular_file``), one readable or writable by group or others (group read is
-    allowed when root owns the file), or not UTF-8."""
+    allowed when root owns the file), one in a directory others may change (``keys.unsafe_directory``,
+    the rule private keys follow: anyone who may rename files there may put their own key in its
+    place), or not UTF-8."""
     at = ("api_key_file",)
     if not os.path.isabs(path):
         # Not quoted: a relative "path" is most likely the key itself, pasted in its place.
@@ -719,6 +721,13 @@ def _read_key_file(backend: str, path: str) -> str:
             f"backend {backend!r}: {shown}: the API key file is accessible by others "
             f"(mode {stat.S_IMODE(mode):04o}); run chmod 600 {shown} (or 640 for a file root owns; "
             "for a mounted secret, set its mode: docs/dispatch.md)",
+            BackendCredentialError,
+        )
+    unsafe = unsafe_directory(Path(path))
+    if unsafe is not None:
+        raise _RefError(
+            at,
+            f"backend {backend!r}: {shown}: the API key file is in a directory others may change: {unsafe}",
             BackendCredentialError,
         )
     try:
