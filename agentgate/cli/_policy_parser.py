@@ -43,6 +43,12 @@ def register(subparsers: Any) -> None:
 
     p_schema = sub.add_parser("schema", help="print the policy JSON Schema")
     p_schema.add_argument(
-        "--output", "-o", type=given, metavar="FILE", help="write to this file instead of stdout"
+        "--out",
+        "--output",  # the spelling until review R69, kept for the scripts that use it
+        "-o",
+        dest="out",
+        type=given,
+        metavar="FILE",
+        help="write to this file instead of stdout",
     )
     p_schema.set_defaults(handler=handled_by(_POLICY, "_schema"))

@@ -18,7 +18,7 @@ from agentgate.cli._common import escaped_once, json_object, shown_policy, write
 from agentgate.cli._policy_parser import register as register
 from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Severity
-from agentgate.keys import replace_file
+from agentgate.keys import replace_file, shown_path
 from agentgate.policy import (
     Budget,
     Outcome,
@@ -145,11 +145,12 @@ def _budget(budget: Budget | None) -> dict[str, Any] | None:
 
 def _schema(args: argparse.Namespace) -> int:
     text = json_schema_text()
-    if args.output:
+    if args.out:
         try:  # whole or not at all, never through a symbolic link or into a FIFO
-            replace_file(Path(args.output), text.encode("utf-8"), 0o644)
+            replace_file(Path(args.out), text.encode("utf-8"), 0o644)
         except OSError as exc:
-            raise InputError(f"{args.output}: cannot write the schema: {exc.strerror or exc}") from None
+            raise InputError(f"{args.out}: cannot write the schema: {exc.strerror or exc}") from None
+        print(f"wrote {shown_path(args.out)}")
     else:
         sys.stdout.write(text)
     return 0
