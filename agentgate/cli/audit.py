@@ -524,9 +524,20 @@ def _explain(args: argparse.Namespace) -> int:
             "├── outcome: no outcome found (the call may still be running; audit verify checks "
             "the reference index that found none)"
         )
-    print(f"├── outcome status: {printable(entry.status or '-')}")
+    print(f"├── outcome status: {_outcome_status(entry, related, grant)}")
     print(f"└── evidence: {_evidence(explained)}")
     return 0
+
+
+def _outcome_status(entry: AuditEntry, related: tuple[AuditEntry, ...], grant: bool) -> str:
+    """How the call ``entry`` stands for ended, for ``explain``'s ``outcome status`` line: an
+    outcome's own status; for the allow of a call, each status of the outcomes related to it,
+    with its entry (``ok (entry 12)``), or ``no outcome recorded yet``; ``-`` for any other
+    entry. An allow has no status of its own: until review R69 the line read it, ``-`` always."""
+    if entry.kind != "allow" or grant:
+        return printable(entry.status or "-")
+    ended = [f"{printable(o.status or '-')} (entry {o.index})" for o in related if o.kind == "outcome"]
+    return ", ".join(ended) or "no outcome recorded yet"
 
 
 def _charged(entry: AuditEntry) -> str:
