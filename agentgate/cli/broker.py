@@ -31,10 +31,6 @@ from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
 from agentgate.store.broker_leases import BrokerLeaseStore, SetAside
 
 
-def _snapshot(args: argparse.Namespace) -> BrokerSnapshot | None:
-    return _state(args, decisions=False)[0]
-
-
 def _state(
     args: argparse.Namespace, *, decisions: bool = True
 ) -> tuple[BrokerSnapshot | None, dict[str, LeaseDecision], tuple[SetAside, ...]]:
@@ -84,7 +80,9 @@ def _inventory(args: argparse.Namespace) -> int:
         # line said "the broker needs at least one GPU", not which inventory had none).
         raise InventoryError("declares no GPUs: the broker has none to lease", file=args.inventory)
     topology = from_inventory(inventory)
-    snapshot = _snapshot(args)
+    # The rows set aside are named as leases and queue name them: a lease set aside shows its
+    # GPUs free, although its holder may still run on them until its next renewal ends it.
+    snapshot, _, set_aside = _state(args, decisions=False)
     leased: dict[str, str] = {}
     reserved: dict[str, str] = {}
     if snapshot is not None:
@@ -110,7 +108,14 @@ def _inventory(args: argparse.Namespace) -> int:
             for g in topology.gpus
         ]
         taken_at = None if snapshot is None else unix(snapshot.taken_at)
-        write_json({"taken_at": taken_at, "gpus": out, "unknown_gpus": unknown})
+        write_json(
+            {
+                "taken_at": taken_at,
+                "gpus": out,
+                "unknown_gpus": unknown,
+                "set_aside": _set_aside_json(set_aside),
+            }
+        )
         return 0
     holder = {gpu: f"(reserved: {request})" for gpu, request in reserved.items()}
     holder.update(leased)  # a GPU reserved for a preemptor is still held by its victim's lease
@@ -121,6 +126,7 @@ def _inventory(args: argparse.Namespace) -> int:
         )
     free = sum(1 for g in topology.gpus if g.id not in holder)
     print(_header(snapshot, args.broker))
+    _print_set_aside(set_aside)
     print(_table(rows))
     print(f"{len(topology)} GPUs, {free} free")
     if unknown:
