@@ -583,7 +583,8 @@ def _evidence(explained: Explanation) -> str:
     """What proves that the entries ``explain`` printed are in the signed log."""
     shown = 1 + len(explained.related)
     if explained.checkpoint is None:
-        return f"not proven: the log has no checkpoint yet ({shown} entries shown; run audit checkpoint)"
+        counted = _counted(shown, "entry", "entries")  # until review R69 "1 entries shown"
+        return f"not proven: the log has no checkpoint yet ({counted} shown; run audit checkpoint)"
     proven = shown - len(explained.unproven)
     text = f"{proven} of {shown} entries proven in the log signed at size {explained.checkpoint.size}"
     if explained.unproven:
