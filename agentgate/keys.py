@@ -680,7 +680,7 @@ def unsafe_directory(path: Path) -> str | None:
         if status.st_uid not in (os.geteuid(), 0):
             return (
                 f"{shown_path(directory)}: owned by uid {status.st_uid}, who may replace any file in it; "
-                "move the key into a directory of your own (agentgate keys new --dir DIR makes one)"
+                "move the key into a directory of your own (mkdir -m 700 DIR makes one)"
             )
         writable = status.st_mode & stat.S_IWOTH or (
             status.st_mode & stat.S_IWGRP and not _private_group(status.st_gid, status.st_uid)

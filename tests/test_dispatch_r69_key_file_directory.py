@@ -6,6 +6,7 @@ rule is the one private keys follow, ``agentgate.keys.unsafe_directory`` (ssh's 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from agentgate.dispatch import inventory_from_mapping
 from agentgate.errors import BackendCredentialError
 
 KEY = "sk-r69-directory-key"
+OTHER_UID = 54321
 
 
 def _inventory(key_file: Path) -> Any:
@@ -75,3 +77,19 @@ def test_a_key_file_in_a_sticky_directory_is_read(tmp_path: Path) -> None:
     sticky.chmod(0o1777)
     key = _inventory(path).backends[0].api_key
     assert key is not None and key.get_secret_value() == KEY
+
+
+def test_a_key_file_in_another_users_directory_is_refused_with_a_fix_that_fits(tmp_path: Path) -> None:
+    """Review R69: a directory another user owns lets that user replace any file in it. Refused;
+    the fix names no ``agentgate keys new`` (which makes a signing key pair, not a place for an
+    API key, as the shared rule's words said at first), only a directory of one's own."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    theirs = tmp_path / "theirs"
+    path = _key_file_in(theirs)
+    os.chown(theirs, OTHER_UID, -1)
+    with pytest.raises(BackendCredentialError) as caught:
+        _inventory(path)
+    message = str(caught.value)
+    assert f"directory others may change: {theirs}: owned by uid {OTHER_UID}" in message
+    assert "keys new" not in message and "mkdir -m 700 DIR" in message
