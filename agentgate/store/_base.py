@@ -231,3 +231,22 @@ class Store(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def add_sqlite_columns(store: Store, table: str, columns: dict[str, str]) -> None:
+    """Add to ``table`` of a SQLite ``store`` made before them each of ``columns`` (name -> its
+    declaration: type, default, check) it lacks: ``CREATE TABLE IF NOT EXISTS`` keeps an earlier
+    table as it was. Read first in a plain read transaction (nothing to add: no write lock), then
+    added under the write lock, each checked again (another process may have added it
+    meanwhile). ``table`` and ``columns`` are agentgate's own names, never input."""
+
+    def missing(tx: Transaction) -> list[str]:
+        there = {row[1] for row in tx.execute(f'PRAGMA table_info("{table}")')}
+        return [name for name in columns if name not in there]
+
+    with store.transaction(immediate=False) as tx:
+        if not missing(tx):
+            return
+    with store.transaction() as tx:
+        for name in missing(tx):
+            tx.execute(f'ALTER TABLE "{table}" ADD COLUMN {name} {columns[name]}')

@@ -40,7 +40,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from agentgate.errors import Denied, Expired, InputError, MalformedRow, Revoked, StoreError
-from agentgate.store._base import Dialect, Store, Transaction, unix_time
+from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns, unix_time
 from agentgate.store.grants import GRANTS_DDL
 
 APPROVALS_DDL: dict[Dialect, str] = {
@@ -215,24 +215,6 @@ class QuorumRule:
         return f"approver IN ({', '.join('?' * len(ordered))})", ordered
 
 
-def _add_quorum_sqlite(store: Store) -> None:
-    """Add ``approvals.quorum`` to a SQLite store made before it (2026-11-29 17:27, commit
-    843da025): every request inserts it, and ``CREATE TABLE IF NOT EXISTS`` keeps the earlier
-    table. Its requests needed one approver: the default."""
-
-    def missing(tx: Transaction) -> bool:
-        return not any(row[1] == "quorum" for row in tx.execute("PRAGMA table_info(approvals)"))
-
-    with store.transaction(immediate=False) as tx:
-        if not missing(tx):
-            return
-    with store.transaction() as tx:
-        if missing(tx):  # another process may have added it meanwhile
-            tx.execute(
-                "ALTER TABLE approvals ADD COLUMN quorum INTEGER NOT NULL DEFAULT 1 CHECK (quorum >= 1)"
-            )
-
-
 class ApprovalStore:
     """Approval requests and decisions, shared by every process on the store."""
 
@@ -242,7 +224,10 @@ class ApprovalStore:
         store.ensure_schema("grants", GRANTS_DDL)
         store.ensure_schema("approvals", APPROVALS_DDL)
         if store.dialect == "sqlite" and not getattr(store, "read_only", False):
-            _add_quorum_sqlite(store)
+            # Added 2026-11-29 17:27 (commit 843da025): earlier requests needed one approver.
+            add_sqlite_columns(
+                store, "approvals", {"quorum": "INTEGER NOT NULL DEFAULT 1 CHECK (quorum >= 1)"}
+            )
 
     def _run(self, tx: Transaction | None, sql: str, params: tuple[object, ...]) -> int:
         if tx is not None:

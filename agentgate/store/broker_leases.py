@@ -65,7 +65,7 @@ from agentgate.dispatch.broker import (
     WorkloadHint,
 )
 from agentgate.errors import BrokerError, StoreError
-from agentgate.store._base import Dialect, Store, Transaction
+from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS broker_state (
@@ -188,7 +188,8 @@ class BrokerLeaseStore:
         ``agentgate.broker``; the restored broker's first write drops them from the store."""
         store.ensure_schema("broker_leases", BROKER_DDL)
         if store.dialect == "sqlite":
-            _add_generation_sqlite(store)
+            # Added in review R40.
+            add_sqlite_columns(store, "broker_state", {"generation": "INTEGER NOT NULL DEFAULT 0"})
 
     def save(self, snapshot: BrokerSnapshot) -> None:
         """Replace this broker's stored state with ``snapshot``, atomically.
@@ -324,20 +325,6 @@ def _generation(tx: Transaction, broker: str) -> int | None:
     """The generation of ``broker``'s stored state; ``None`` when it has none."""
     rows = tx.execute("SELECT generation FROM broker_state WHERE broker = ?", (broker,))
     return int(rows[0][0]) if rows else None
-
-
-def _add_generation_sqlite(store: Store) -> None:
-    """Add ``broker_state.generation`` to a SQLite store made before review R40."""
-
-    def missing(tx: Transaction) -> bool:
-        return not any(row[1] == "generation" for row in tx.execute("PRAGMA table_info(broker_state)"))
-
-    with store.transaction(immediate=False) as tx:
-        if not missing(tx):
-            return
-    with store.transaction() as tx:
-        if missing(tx):  # another process may have added it meanwhile
-            tx.execute("ALTER TABLE broker_state ADD COLUMN generation INTEGER NOT NULL DEFAULT 0")
 
 
 def _read(tx: Transaction, broker: str) -> tuple[int | None, BrokerSnapshot | None]:

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 
 from agentgate.audit.entry import AuditEntry, format_time, utc_now
 from agentgate.errors import BudgetExceeded, InputError, MalformedRow, NotHeld
-from agentgate.store._base import Dialect, Store, Transaction, unix_time
+from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns, unix_time
 
 LEDGER_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -156,22 +156,8 @@ reservations still held name are read once, as a set that the expired grants are
 each expired budget was searched for in every held chain's text (budgets x held reservations)."""
 
 _ADDED_COLUMNS = {"entry": "INTEGER", "unit": "TEXT"}
-"""The columns of ``budget_reservations`` added in review R61, with their SQLite types."""
-
-
-def _add_columns_sqlite(store: Store) -> None:
-    """Add ``budget_reservations.entry`` and ``unit`` to a SQLite store made before review R61."""
-
-    def missing(tx: Transaction) -> list[str]:
-        there = {row[1] for row in tx.execute("PRAGMA table_info(budget_reservations)")}
-        return [name for name in _ADDED_COLUMNS if name not in there]
-
-    with store.transaction(immediate=False) as tx:
-        if not missing(tx):
-            return
-    with store.transaction() as tx:
-        for name in missing(tx):  # another process may have added some meanwhile
-            tx.execute(f"ALTER TABLE budget_reservations ADD COLUMN {name} {_ADDED_COLUMNS[name]}")
+"""The columns of ``budget_reservations`` added in review R61, with their SQLite types
+(``add_sqlite_columns``)."""
 
 
 def _tables(store: Store) -> set[str]:
@@ -306,7 +292,7 @@ class BudgetLedger:
         self.store = store
         store.ensure_schema("ledger", LEDGER_DDL)
         if store.dialect == "sqlite" and not getattr(store, "read_only", False):
-            _add_columns_sqlite(store)
+            add_sqlite_columns(store, "budget_reservations", _ADDED_COLUMNS)
         there = _tables(store)
         self._with_unit = "budget_reservations.unit" in there
         self._insert = _insert({"audit_log", "budget_reservations.entry"} <= there, self._with_unit)
