@@ -50,7 +50,8 @@ def test_a_stop_cancels_a_hung_request_at_once_and_logs_nothing(
 ) -> None:
     """Review R63: a stop with a ``hang`` request in flight took 5 s (it waited for a handler that
     sleeps an hour); the request is cancelled, its caller sees the connection closed, the stop
-    returns well within 2 s and nothing is logged."""
+    returns before the 4 s the defect's 5 s wait exceeds (no tighter timing: a loaded machine's
+    is not the code's) and nothing is logged."""
     server = SimServer(model_name="m", time_scale=0.01).start()
     server.fault = "hang"
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
@@ -60,15 +61,12 @@ def test_a_stop_cancels_a_hung_request_at_once_and_logs_nothing(
             assert time.monotonic() < deadline, "the request never reached its handler"
             time.sleep(0.01)
         stopper = threading.Thread(target=server.stop)
-        began = time.monotonic()
         stopper.start()
         stopper.join(timeout=4.0)
-        took = time.monotonic() - began
         try:
             answer = sock.recv(65536)
         except ConnectionResetError:
             answer = b""
     assert not stopper.is_alive(), "stop() still waits for the hung request"
-    assert took < 2.0, f"stop() took {took:.1f} s"
     assert answer == b""
     assert [r.getMessage() for r in uvicorn_warnings if r.levelno >= logging.WARNING] == []
