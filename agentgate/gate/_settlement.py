@@ -154,7 +154,10 @@ class _Settlement:
         only once the server process of the lost connection has ended (its transaction final
         and visible, committed or not; a statement later, in a snapshot of its own): until then
         ``StoreError``, and the outcome is tried again (``_carry``), left held if that process
-        outlives ``OUTCOME_RETRY_FOR_S``."""
+        outlives ``OUTCOME_RETRY_FOR_S``. Read again until a transaction that read it commits
+        (``_forget_written``): until review R69 (helper review) it was forgotten as it was read,
+        and when that transaction was rolled back the outcome was then written without it, an
+        ``outcome`` entry for a decision the server never committed."""
         _, session = self._decided_unknown[id(auth)]
         if self.store.dialect == "postgresql":
             rows = tx.execute("SELECT pid FROM pg_catalog.pg_stat_activity WHERE pid = ?", (session,))
@@ -163,7 +166,6 @@ class _Settlement:
                     f"the decision at audit entry {auth.audit_index} may still be committing (server "
                     f"process {session}, whose connection was lost, has not ended): its outcome waits"
                 )
-        self._decided_unknown.pop(id(auth), None)
         return bool(self.ledger.still_held([r for r, _, _ in auth.reservations], tx))
 
     @contextmanager
@@ -181,7 +183,7 @@ class _Settlement:
                 self.audit.lock(tx)
                 self._carry_all(tx, batch)
                 yield tx
-            self._forget_spans(batch)  # committed: written
+            self._forget_written(batch)  # committed: written
             return
         except _CarryFailed:
             pass
@@ -191,14 +193,19 @@ class _Settlement:
             refused = self._carry(tx, batch, dropped)
             yield tx
         self._outcomes.restore(refused, retry_after_s=OUTCOME_RETRY_S)  # committed: try them again
-        if self._outcome_spans:
+        if self._outcome_spans or self._decided_unknown:
             for outcome, exc in dropped:
                 self._outcome_lost_span(outcome[0], exc)
             kept = {id(outcome) for outcome in refused}
-            self._forget_spans([outcome for outcome in batch if id(outcome) not in kept])
+            self._forget_written([outcome for outcome in batch if id(outcome) not in kept])
 
-    def _forget_spans(self, written: list[PendingOutcome]) -> None:
-        """The call spans of ``written`` outcomes, committed, say so and end (``_outcome_spans``)."""
+    def _forget_written(self, written: list[PendingOutcome]) -> None:
+        """Forget what ``written`` outcomes, committed, waited for: whether a lost decision
+        committed (``_decided_unknown``, read in the transaction that wrote them); their call
+        spans say so and end (``_outcome_spans``)."""
+        if self._decided_unknown:
+            for outcome in written:
+                self._decided_unknown.pop(id(outcome[0]), None)
         if self._outcome_spans:
             for outcome in written:
                 span = self._outcome_spans.pop(id(outcome[0]), None)
@@ -241,7 +248,7 @@ class _Settlement:
     ) -> None:
         """Queue ``auth``'s outcome. ``span``: the call's span, held by the caller until the
         outcome is written (``spans.await_outcome``): it ends once the outcome is committed
-        (``_forget_spans``), or refused for good, with its ``outcome_lost`` span under it
+        (``_forget_written``), or refused for good, with its ``outcome_lost`` span under it
         (``_outcome_lost_span``), or left when the gate closed (``_spans_lost``)."""
         if span is not None and span.is_recording():
             self._outcome_spans[id(auth)] = span
