@@ -6,15 +6,17 @@ drops a COMMIT (``test_store_r69_pg_lost_decision.CommitDropper``): the server r
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from test_gate_approvals import _agent, _gate
 from test_gate_policy_change import MODEL
-from test_store_r68_pg_lost_commit import BUDGET, CommitCutter, _through, settled_after
-from test_store_r69_pg_lost_decision import CommitDropper
+from test_store_r68_pg_lost_commit import BUDGET, CommitCutter, _shut, _through, settled_after
+from test_store_r69_pg_lost_decision import CommitDropper, CommitHolder
 
 from agentgate.errors import CommitUnknown
+from agentgate.store import Transaction
 from agentgate.store._postgres import PostgresStore
 
 pytestmark = pytest.mark.postgres
@@ -66,3 +68,50 @@ def test_a_lost_decision_read_back_in_a_transaction_rolled_back_is_read_back_aga
         assert list(gate.audit.verify().problems) == []
     finally:
         gate.close()
+
+
+class CountingStore(PostgresStore):
+    """A ``PostgresStore`` that counts its transactions left by an exception (rolled back)."""
+
+    rolled_back = 0
+
+    @contextmanager
+    def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
+        try:
+            with super().transaction(immediate=immediate) as tx:
+                yield tx
+        except BaseException:
+            self.rolled_back += 1
+            raise
+
+
+def test_outcomes_carried_with_a_lost_decision_still_committing_roll_nothing_back(
+    postgres_server: Any, postgres_url: str
+) -> None:
+    """Review R69: while the server process of a lost decision's connection lives (it may still
+    be committing), its outcome waits (``_decision_committed`` raises ``StoreError``). That was
+    raised in the first transaction of every decision that carried it, which was rolled back
+    whole and made again with a savepoint per outcome: two transactions, the other calls'
+    outcomes written twice, for every decision until that process ended (up to
+    ``OUTCOME_RETRY_FOR_S``). The other calls' outcomes and the decisions that carry them are
+    written at once, and nothing is rolled back."""
+    holder = CommitHolder(f"{postgres_server.socket_dir}/.s.PGSQL.{postgres_server.port}")
+    store = CountingStore(_through(postgres_url, holder))
+    gate = _gate(store)
+    try:
+        agent = _agent(gate)
+        other = gate.authorize(agent, MODEL, tokens=(10, 5))
+        holder.arm(b'"kind":"allow"')
+        with pytest.raises(CommitUnknown):
+            gate.authorize(agent, MODEL, tokens=(10, 5))
+        store.rolled_back = 0  # the lost decision's
+        gate.abandon(other)  # its outcome waits in the queue with the lost decision's
+        for _ in range(3):
+            assert gate.authorize(agent, MODEL, tokens=(10, 5)).allowed
+        gate.flush()
+        assert [e.ref for e in gate.audit.entries() if e.kind == "outcome"] == [other.audit_index]
+        assert store.rolled_back == 0
+    finally:
+        gate.close()
+        _shut(*holder.kept)
+        holder.close()

@@ -177,8 +177,14 @@ class _Settlement:
         yield from self._carried(batch)
 
     def _carried(self, batch: list[PendingOutcome]) -> Generator[Transaction, None, None]:
-        """``_carrying``'s generator: yields the transaction once."""
+        """``_carrying``'s generator: yields the transaction once. A batch with the outcome of a
+        lost decision (``_decided_unknown``), which waits while that decision may still be
+        committing (``_decision_committed``), is written with ``_carry`` at once: until review
+        R69 (helper review) each decision that carried it made a first transaction, rolled back
+        whole, then a second."""
         try:
+            if self._decided_unknown and any(id(outcome[0]) in self._decided_unknown for outcome in batch):
+                raise _CarryFailed
             with self.store.transaction() as tx:
                 self.audit.lock(tx)
                 self._carry_all(tx, batch)
