@@ -421,6 +421,7 @@ class _Delegation:
                     else self._delegated_before(parent, key, caps, budget, purpose, seconds)
                 )
                 if again is not None:
+                    self._claim_unknown_name(name)  # granted by a version before the store kept names
                     self._remember_name(name)
                     child = AgentIdentity(name, key, again, parent.tenant)
                     return self._granted_on(span, self._handed_on(parent, child, again=True))
@@ -830,6 +831,19 @@ class _Delegation:
         if self._names_on_store is None:
             self._names_on_store = AgentNames(self.store)
         return self._names_on_store
+
+    def _claim_unknown_name(self, name: str) -> None:
+        """Claim ``name`` for a grant handed on again (``_delegated_before``), in a transaction of
+        its own, when this Gate has not granted it (``_claim_name``; ``Denied`` when it reads as
+        another). The grant's signed purpose names its name, so its first grant claimed it
+        unless a version before review R69 made it: until review R69 such a name was kept as
+        this Gate's (``_remember_name``) unclaimed, and later grants under it, which then skip
+        the claim, left the store without it: another Gate granted a name that reads as it."""
+        if name in self._agent_names or principal_named(self.policy, name) is not None:
+            return
+        names = self._names_part()
+        with self._decision_transaction() as tx:
+            self._claim_name(names, tx, name, issuing=False)
 
     def _claim_name(self, names: AgentNames, tx: Transaction, name: str, *, issuing: bool) -> None:
         """Claim ``name``'s readings in ``tx``, the grant's transaction (``AgentNames.claim``);
