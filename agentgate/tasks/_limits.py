@@ -506,13 +506,12 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             future = waiter.future
             # done: its caller was cancelled after it was picked. Read from another thread, a
             # cancellation can be missed: then the caller finds its slot granted and gives it back.
-            if not future.done():
-                if not self._wake(waiter):
-                    self._dropped(waiter)
-                else:
-                    if waiter.limits.rate is not None:
-                        self._bucket(started, waiter.limits).try_take()
-                    self.start(waiter)
+            if future.done() or not self._wake(waiter):
+                self._dropped(waiter)
+            else:
+                if waiter.limits.rate is not None:
+                    self._bucket(started, waiter.limits).try_take()
+                self.start(waiter)
             if started not in queue.tool_sizes or not self._tool_open(started):
                 open_tools.discard(started)
         if queue.size and self._rate_wait != _NEVER:
@@ -528,23 +527,24 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         while tool in tool_sizes and self._tool_open(tool):
             waiter = queue.pop_tool(tool)
             # done: its caller was cancelled after it was picked (see ``_dispatch_queue``).
-            if not waiter.future.done():
-                if not self._wake(waiter):
-                    self._dropped(waiter)
-                else:
-                    if waiter.limits.rate is not None:
-                        self._bucket(tool, waiter.limits).try_take()
-                    self.start(waiter)
+            if waiter.future.done() or not self._wake(waiter):
+                self._dropped(waiter)
+            else:
+                if waiter.limits.rate is not None:
+                    self._bucket(tool, waiter.limits).try_take()
+                self.start(waiter)
         if queue.size and self._rate_wait != _NEVER:
             self._arm(time.monotonic() + self._rate_wait)
 
     def _dropped(self, waiter: Waiter) -> None:
         """``waiter`` left the queue at its turn without starting: its loop is closed (``_wake``),
-        so no task of it runs again. It is no longer a queued nested call, and the class it lent
-        goes back now (``take_back``), as when a waiting call leaves any other way (lock held).
-        (Until review R69 only the next start took it back: a nested call it had lifted kept the
-        lent class, and when that call was the next to start, started ahead of calls nobody
-        urgent waited behind any more.)"""
+        so no task of it runs again, or its caller was cancelled (its future done) and gives it
+        up (``abandon``) when its task next runs. It is no longer a queued nested call, and the
+        class it lent goes back now (``take_back``), as when a waiting call leaves any other way
+        (lock held). (Until review R69 only the next start, or the cancelled task's ``abandon``,
+        took it back: a nested call it had lifted kept the lent class, and when that call was the
+        next to start, started ahead of calls nobody urgent waited behind any more; a cancelled
+        nested call stayed indexed, tests/test_tasks_r69_cancelled_at_turn.py.)"""
         if waiter.parent is not None:
             self._unnest(waiter)
         if self.lifted:
