@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
@@ -47,6 +48,8 @@ APPROVAL_HEADER = "X-Agentgate-Approval"
 UNVERIFIED_CALLER = "unknown"
 """The ``principal`` of the entry of a call refused before its caller was known: the request
 named no readable invocation, or its invocation's signature does not verify (docs/audit-format.md)."""
+_log = logging.getLogger("agentgate.dispatch.gateway._app")  # the gateway's one logger (docs/gateway.md)
+
 STREAM_AHEAD = 64
 """Chunks of a streamed answer read from the backend ahead of the caller (``gated_stream``)."""
 
@@ -452,7 +455,21 @@ class GatewayGate(Gate):
                 raise
             finally:
                 if isinstance(chunks, AsyncGenerator):
-                    await chunks.aclose()  # closes the backend request now, not at garbage collection
+                    try:
+                        await chunks.aclose()  # closes the backend request now, not at garbage collection
+                    except Exception as exc:
+                        # Its cleanup failed (met when the caller left, the stream suspended at a
+                        # chunk): the call is settled all the same (until review R69 the error
+                        # left before the outcome was queued, the reservation held), with this
+                        # as its error when nothing else failed first.
+                        _log.warning(
+                            "agentgate gateway: closing the backend stream of %s failed: %s",
+                            auth.call.resource,
+                            exc,
+                        )
+                        if error is None:
+                            error, error_type = _failure_reason(exc), type(exc).__name__
+                            last = exc
                 if (known := reported.usage) is not None:  # only what the backend reported is the call's
                     usage = (known.prompt_tokens, known.completion_tokens)
                     record_usage(span, *usage)
