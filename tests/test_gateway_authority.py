@@ -10,9 +10,10 @@ Real components: the gateway on loopback HTTP before simulated vLLM backends, a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +25,7 @@ import test_gateway_hostile_backends
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
 from test_audit_reconciliation import _read, _reconcile, traced_gateway
 from test_gate import R29_POLICY
 from test_gateway import MODEL, OTHER, Env, _assert_refused, _body, _post
@@ -36,7 +38,7 @@ from agentgate.authority import Budget, GrantRepository, Invocation, issue, revo
 from agentgate.capabilities import Call
 from agentgate.dispatch.gateway import APPROVAL_HEADER, INVOCATION_HEADER, GatewayGate, invocation_headers
 from agentgate.dispatch.gateway._client import chat_call
-from agentgate.gate import Approval
+from agentgate.gate import Approval, Authorization
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.sim import SimServer
@@ -205,6 +207,25 @@ roles:
     budget: {{limit: 1000000, unit: usd_micros}}
     ttl_s: 3600
 """
+
+
+@contextlib.contextmanager
+def chat_allowed(path: Path, tracer: Tracer | None = None) -> Iterator[tuple[GatewayGate, Authorization]]:
+    """A ``GatewayGate`` of ``CHAT_POLICY`` on a SQLite file at ``path`` and its allow of an
+    agent's call of model ``m`` (signed invocation, as the gateway receives it); the gate is
+    closed at the end."""
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    policy = parse_policy(CHAT_POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
+    gate = GatewayGate(policy, SQLiteStore(path), tracer=tracer)
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+        call = Call.model("m")
+        invocation = Invocation.sign(agent.key, agent.chain, call)
+        decided = gate.authorize_invocation(agent.chain.token, invocation.encode(), call, (1, 1))
+        assert decided.status == 200
+        yield gate, decided.auth
+    finally:
+        gate.close()
 
 
 # What an OpenAI SDK pointed at the gateway sends as its Bearer token: the user's provider key.

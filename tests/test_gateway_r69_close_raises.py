@@ -14,15 +14,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from test_gateway_authority import CHAT_POLICY
+from test_gateway_authority import chat_allowed
 
-from agentgate.authority import Invocation
-from agentgate.capabilities import Call
 from agentgate.dispatch import ChatChunk
-from agentgate.dispatch.gateway import GatewayGate
-from agentgate.keys import SigningKey
-from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
 
 
 def _outcomes(path: Path) -> list[str]:
@@ -32,19 +26,11 @@ def _outcomes(path: Path) -> list[str]:
 
 
 def _run(tmp_path: Path, backend: AsyncIterator[ChatChunk], *, leave_early: bool) -> list[str]:
-    keys = {n: SigningKey.generate() for n in ("root", "agent")}
-    policy = parse_policy(CHAT_POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
     db = tmp_path / "agentgate.db"
-    gate = GatewayGate(policy, SQLiteStore(db))
-    try:
-        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
-        call = Call.model("m")
-        invocation = Invocation.sign(agent.key, agent.chain, call)
-        decided = gate.authorize_invocation(agent.chain.token, invocation.encode(), call, (1, 1))
-        assert decided.status == 200
+    with chat_allowed(db) as (gate, auth):
 
         async def read() -> None:
-            stream = gate.gated_stream(decided.auth, backend)
+            stream = gate.gated_stream(auth, backend)
             try:
                 async for _ in stream:
                     if leave_early:
@@ -54,8 +40,6 @@ def _run(tmp_path: Path, backend: AsyncIterator[ChatChunk], *, leave_early: bool
 
         asyncio.run(read())
         gate.flush()
-    finally:
-        gate.close()
     return _outcomes(db)
 
 

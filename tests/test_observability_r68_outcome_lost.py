@@ -108,34 +108,21 @@ def test_a_gateway_streams_refused_outcome_has_its_span_under_the_chat_span(tmp_
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from test_gateway_authority import CHAT_POLICY
+    from test_gateway_authority import chat_allowed
 
-    from agentgate.authority import Invocation
     from agentgate.dispatch import ChatChunk
-    from agentgate.dispatch.gateway import GatewayGate
-    from agentgate.keys import SigningKey
-    from agentgate.policy import parse_policy
-    from agentgate.store import SQLiteStore
 
-    keys = {n: SigningKey.generate() for n in ("root", "agent")}
-    policy = parse_policy(CHAT_POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"), tracer=provider.get_tracer("r68"))
-    try:
-        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+    with chat_allowed(tmp_path / "agentgate.db", provider.get_tracer("r68")) as (gate, auth):
         _refuse_outcomes(tmp_path)
-        call = Call.model("m")
-        invocation = Invocation.sign(agent.key, agent.chain, call)
-        decided = gate.authorize_invocation(agent.chain.token, invocation.encode(), call, (1, 1))
-        assert decided.status == 200
 
         async def backend() -> AsyncIterator[ChatChunk]:
             yield ChatChunk("hi", finish_reason="stop")
 
         async def read() -> None:
-            async for _ in gate.gated_stream(decided.auth, backend()):
+            async for _ in gate.gated_stream(auth, backend()):
                 pass
 
         asyncio.run(read())
@@ -144,5 +131,3 @@ def test_a_gateway_streams_refused_outcome_has_its_span_under_the_chat_span(tmp_
         (chat,) = [s for s in spans if s.name == "chat m"]
         lost = [s for s in spans if s.name == "outcome_lost model:m"]
         assert [s.parent.span_id for s in lost if s.parent] == [chat.context.span_id]
-    finally:
-        gate.close()

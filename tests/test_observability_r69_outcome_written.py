@@ -141,41 +141,26 @@ def test_a_gateway_streams_span_says_its_outcome_is_lost(tmp_path: Path) -> None
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from test_gateway_authority import CHAT_POLICY
+    from test_gateway_authority import chat_allowed
 
-    from agentgate.authority import Invocation
     from agentgate.dispatch import ChatChunk
-    from agentgate.dispatch.gateway import GatewayGate
-    from agentgate.keys import SigningKey
-    from agentgate.policy import parse_policy
-    from agentgate.store import SQLiteStore
 
-    keys = {n: SigningKey.generate() for n in ("root", "agent")}
-    policy = parse_policy(CHAT_POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"), tracer=provider.get_tracer("r69"))
-    try:
-        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+    with chat_allowed(tmp_path / "agentgate.db", provider.get_tracer("r69")) as (gate, auth):
         _refuse_outcomes(tmp_path)
-        call = Call.model("m")
-        invocation = Invocation.sign(agent.key, agent.chain, call)
-        decided = gate.authorize_invocation(agent.chain.token, invocation.encode(), call, (1, 1))
-        assert decided.status == 200
 
         async def backend() -> AsyncIterator[ChatChunk]:
             yield ChatChunk("hi", finish_reason="stop")
 
         async def read() -> None:
-            async for _ in gate.gated_stream(decided.auth, backend()):
+            async for _ in gate.gated_stream(auth, backend()):
                 pass
 
         asyncio.run(read())
         gate.flush()
         _assert_lost(_call_span(exporter.get_finished_spans(), "chat m"))
-    finally:
-        gate.close()
 
 
 def test_a_gateway_stream_cancelled_mid_call_ends_its_span_once(tmp_path: Path) -> None:
@@ -184,27 +169,14 @@ def test_a_gateway_stream_cancelled_mid_call_ends_its_span_once(tmp_path: Path) 
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from test_gateway_authority import CHAT_POLICY
+    from test_gateway_authority import chat_allowed
 
-    from agentgate.authority import Invocation
     from agentgate.dispatch import ChatChunk
-    from agentgate.dispatch.gateway import GatewayGate
-    from agentgate.keys import SigningKey
-    from agentgate.policy import parse_policy
-    from agentgate.store import SQLiteStore
 
-    keys = {n: SigningKey.generate() for n in ("root", "agent")}
-    policy = parse_policy(CHAT_POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"), tracer=provider.get_tracer("r69"))
-    try:
-        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
-        call = Call.model("m")
-        invocation = Invocation.sign(agent.key, agent.chain, call)
-        decided = gate.authorize_invocation(agent.chain.token, invocation.encode(), call, (1, 1))
-        assert decided.status == 200
+    with chat_allowed(tmp_path / "agentgate.db", provider.get_tracer("r69")) as (gate, auth):
 
         async def backend() -> AsyncIterator[ChatChunk]:
             yield ChatChunk("hi")
@@ -215,7 +187,7 @@ def test_a_gateway_stream_cancelled_mid_call_ends_its_span_once(tmp_path: Path) 
             got = asyncio.Event()
 
             async def consume() -> None:
-                async for _ in gate.gated_stream(decided.auth, backend()):
+                async for _ in gate.gated_stream(auth, backend()):
                     got.set()
 
             task = asyncio.create_task(consume())
@@ -232,8 +204,6 @@ def test_a_gateway_stream_cancelled_mid_call_ends_its_span_once(tmp_path: Path) 
         assert attributes["agentgate.outcome"] == "error" and "agentgate.outcome.lost" not in attributes
         assert spans[0].status.status_code == StatusCode.ERROR
         assert '"status":"error"' in _outcomes(tmp_path)[-1]
-    finally:
-        gate.close()
 
 
 REFUSE_SETTLEMENTS = """
