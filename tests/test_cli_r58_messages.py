@@ -225,7 +225,7 @@ def test_grant_delegate_prints_its_deny_on_stderr_and_leaves_stdout_to_the_token
     [
         (("policy", "explain"), "--as PRINCIPAL --tool NAME [--args JSON] [--json] FILE"),
         (("policy", "lint"), "[--json] FILE"),
-        (("policy", "schema"), "[--output FILE]"),
+        (("policy", "schema"), "[--out FILE]"),
         (("audit", "explain"), "[--store URL] [--key PUBFILE] [--trust PUBFILE|DID] INDEX"),
         (("audit", "prove"), "[--store URL] --out FILE INDEX"),
         (("broker", "leases"), "[--store URL] [--broker NAME] [--json]"),
