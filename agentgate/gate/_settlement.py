@@ -41,12 +41,20 @@ reservation then stays held until its grant expires. Never one that met a malfor
 (``NotHeld``): such an outcome is written at once without it (``_Settlement._carry``)."""
 
 
-_AFTER_COMMIT: ContextVar[list[Callable[[], None]] | None] = ContextVar(
-    "agentgate_after_commit", default=None
-)
-"""The spans waiting for the current decision transaction to commit (``_after_commit``)."""
-_ALLOWED: ContextVar[list[Authorization] | None] = ContextVar("agentgate_allowed", default=None)
-"""The allows holding reservations written in the current decision transaction (``_allowed``)."""
+class _Deciding:
+    """What the current decision transaction keeps until its end is known: the spans waiting
+    for its commit (``_after_commit``), and the allows holding reservations it wrote
+    (``_allowed``: settled as not run should its COMMIT's answer be lost)."""
+
+    __slots__ = ("allowed", "spans")
+
+    def __init__(self) -> None:
+        self.spans: list[Callable[[], None]] = []
+        self.allowed: list[Authorization] = []
+
+
+_DECIDING: ContextVar[_Deciding | None] = ContextVar("agentgate_deciding", default=None)
+"""The current decision transaction's ``_Deciding``; ``None`` outside one."""
 LOST_DECISION = (
     "the commit of this call's decision was not acknowledged (the connection to the store was lost "
     "once it was sent; CommitUnknown): the call was not run, and its reservation is released"
@@ -94,9 +102,8 @@ class _Settlement:
         once it has committed, the spans of the entries it wrote that no caller makes itself
         (``_after_commit``) are made."""
         carried = self._outcomes.take()
-        spans: list[Callable[[], None]] = []
-        allowed: list[Authorization] = []
-        token, allowed_token = _AFTER_COMMIT.set(spans), _ALLOWED.set(allowed)
+        deciding = _Deciding()
+        token = _DECIDING.set(deciding)
         try:
             # The carrying generator itself, not its context manager: one is entered per
             # decision, and the context manager's machinery around it cost 9k instructions
@@ -106,13 +113,12 @@ class _Settlement:
             self._written_unknown(carried, exc)
             self._outcomes.restore(carried)
             if isinstance(exc, CommitUnknown):
-                self._settle_unknown(allowed, exc.session)
+                self._settle_unknown(deciding.allowed, exc.session)
             raise
         finally:
-            _AFTER_COMMIT.reset(token)
-            _ALLOWED.reset(allowed_token)
+            _DECIDING.reset(token)
         self._written_unknown(carried, None)
-        for span in spans:
+        for span in deciding.spans:
             span()
 
     @staticmethod
@@ -120,19 +126,19 @@ class _Settlement:
         """Make ``span`` (the span of an entry written in the current decision transaction) once
         that transaction has committed: a span never links an entry rolled back. Outside a
         decision transaction it is made now."""
-        pending = _AFTER_COMMIT.get()
-        if pending is None:
+        deciding = _DECIDING.get()
+        if deciding is None:
             span()
         else:
-            pending.append(span)
+            deciding.spans.append(span)
 
     @staticmethod
     def _allowed(auth: Authorization) -> None:
         """Note ``auth``, an allow just written in the current decision transaction, if it holds
         reservations: settled as not run should that transaction's end not be known."""
-        pending = _ALLOWED.get()
-        if pending is not None and auth.reservations:
-            pending.append(auth)
+        deciding = _DECIDING.get()
+        if deciding is not None and auth.reservations:
+            deciding.allowed.append(auth)
 
     def _settle_unknown(self, allowed: list[Authorization], session: int | None) -> None:
         """Queue a not-run outcome for each of ``allowed``, the allows of a decision transaction
