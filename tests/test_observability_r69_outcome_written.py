@@ -9,33 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from test_observability import Sweep
+from test_observability_r68_outcome_lost import _refuse_outcomes
+from test_observability_r68_outcome_lost import sweep as sweep  # the fixture the tests take
 
 from agentgate.capabilities import Call
-
-REFUSE_OUTCOMES = """
-CREATE TRIGGER refuse_outcomes BEFORE INSERT ON audit_log
-WHEN instr(CAST(NEW.entry AS TEXT), '"kind":"outcome"') > 0
-BEGIN SELECT RAISE(ABORT, 'outcomes refused'); END
-"""
-
-
-@pytest.fixture
-def sweep(tmp_path: Path) -> Iterator[Sweep]:
-    made = Sweep(tmp_path)
-    yield made
-    made.gate.close()
-
-
-def _refuse_outcomes(path: Path) -> None:
-    with sqlite3.connect(path / "agentgate.db") as db:
-        db.executescript(REFUSE_OUTCOMES)
 
 
 def _outcomes(path: Path) -> list[str]:
