@@ -182,6 +182,33 @@ def test_a_direct_gate_dispatch_answered_with_garbage_usage_is_charged_as_reserv
         setup.gate.close()
 
 
+def dispatched_agent_call(tmp_path: Path, backends: list[Reporting]) -> tuple[int, Any, Any]:
+    """A LangGraph agent's one model call dispatched to ``backends``, answered "hi": what its
+    budget was charged, its ``allow`` entry and its ``outcome`` entry."""
+    team = _make_team(tmp_path, budget=1_000_000, unit="tokens")
+    try:
+        team.gate.attach_dispatcher(Dispatcher(_inventory(backends), Router(_inventory(backends))))
+        agent = create_gated_agent(
+            team.gate,
+            name="supervisor",
+            model=GenericFakeChatModel(messages=iter([])),  # raises if called: the dispatcher serves
+            tools=_tools(team),
+            model_name="scripted",
+            max_tokens=16,
+        )
+        answer = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=team.supervisor)
+        assert answer["messages"][-1].content == "hi"
+        team.gate.flush()
+        [outcome] = [e for e in team.gate.audit.entries() if e.kind == "outcome"]
+        [allow] = [
+            e for e in team.gate.audit.entries() if e.kind == "allow" and e.resource == outcome.resource
+        ]
+        [(spent, _)] = team.gate.remaining(team.supervisor).values()
+        return spent, allow, outcome
+    finally:
+        team.gate.close()
+
+
 MISSING = {
     "no-prompt-tokens": {"completion_tokens": 2},
     "null-prompt-tokens": {"prompt_tokens": None, "completion_tokens": 2},
@@ -196,29 +223,9 @@ def test_a_dispatched_agent_call_whose_usage_leaves_out_its_prompt_is_charged_it
     was charged its 2 output tokens, its prompt free. Now it is charged its reservation (the
     answer passed on), its outcome saying no usage was reported, as one without
     ``completion_tokens`` is."""
-    team = _make_team(tmp_path, budget=1_000_000, unit="tokens")
-    try:
-        team.gate.attach_dispatcher(Dispatcher(_inventory(backends), Router(_inventory(backends))))
-        agent = create_gated_agent(
-            team.gate,
-            name="supervisor",
-            model=GenericFakeChatModel(messages=iter([])),
-            tools=_tools(team),
-            model_name="scripted",
-            max_tokens=16,
-        )
-        answer = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=team.supervisor)
-        assert answer["messages"][-1].content == "hi"
-        team.gate.flush()
-        [outcome] = [e for e in team.gate.audit.entries() if e.kind == "outcome"]
-        [allow] = [
-            e for e in team.gate.audit.entries() if e.kind == "allow" and e.resource == outcome.resource
-        ]
-        [(spent, _)] = team.gate.remaining(team.supervisor).values()
-        assert spent == allow.budget_delta > 2
-        assert list(outcome.reasons) == ["no usage was reported; charged as reserved"]
-    finally:
-        team.gate.close()
+    spent, allow, outcome = dispatched_agent_call(tmp_path, backends)
+    assert spent == allow.budget_delta > 2
+    assert list(outcome.reasons) == ["no usage was reported; charged as reserved"]
 
 
 @pytest.mark.parametrize("usage", list(MISSING.values()), ids=list(MISSING))

@@ -13,45 +13,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from test_dispatch_r68_usage_garbage import Reporting, _inventory
+from test_dispatch_r68_usage_garbage import Reporting, dispatched_agent_call
 from test_gate_run import Setup
 from test_gateway_end_to_end import _body
 from test_gateway_hostile_backends import _gateway
-from test_langgraph import _make_team, _tools
 
 from agentgate.capabilities import Call
-from agentgate.dispatch.dispatcher import Dispatcher
-from agentgate.dispatch.router import Router
-from agentgate.integrations.langgraph import create_gated_agent
 
 
 def _agent_call(tmp_path: Path, usage: object) -> tuple[int, Any, Any]:
     """A dispatched LangGraph agent's one model call, answered "hi" with ``usage``: what its
     budget was charged, its ``allow`` entry and its ``outcome`` entry."""
     backends = [Reporting(usage)]
-    team = _make_team(tmp_path, budget=1_000_000, unit="tokens")
     try:
-        team.gate.attach_dispatcher(Dispatcher(_inventory(backends), Router(_inventory(backends))))
-        agent = create_gated_agent(
-            team.gate,
-            name="supervisor",
-            model=GenericFakeChatModel(messages=iter([])),  # raises if called: the dispatcher serves
-            tools=_tools(team),
-            model_name="scripted",
-            max_tokens=16,
-        )
-        answer = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=team.supervisor)
-        assert answer["messages"][-1].content == "hi"
-        team.gate.flush()
-        [outcome] = [e for e in team.gate.audit.entries() if e.kind == "outcome"]
-        [allow] = [
-            e for e in team.gate.audit.entries() if e.kind == "allow" and e.resource == outcome.resource
-        ]
-        [(spent, _)] = team.gate.remaining(team.supervisor).values()
-        return spent, allow, outcome
+        return dispatched_agent_call(tmp_path, backends)
     finally:
-        team.gate.close()
         backends[0].close()
 
 
