@@ -548,11 +548,16 @@ class SyncScheduler:
                         metrics.tally("started", tool)
                     attempt = tuple.__new__(Attempt, (call, number, key, unix_deadline))
                     probing = 0  # from here on the outcome is reported to the breaker below
-                    running = RUNNING.set(waiter)  # calls the tool makes are nested in this one
+                    # Calls the tool makes are nested in this one. Marked inside the ``try`` and
+                    # restored by value: a Ctrl-C as ``set`` returns (signals are checked there)
+                    # cannot leave the mark behind (until review R70 ``token = RUNNING.set(...)``
+                    # stood before the ``try``, and later calls of the thread ran as nested ones).
+                    parent = RUNNING.get()
                     try:
+                        RUNNING.set(waiter)
                         result = fn(attempt)
                     finally:
-                        RUNNING.reset(running)
+                        RUNNING.set(parent)
                 except _GiveUp:
                     raise
                 except Exception as exc:
@@ -776,8 +781,9 @@ class SyncScheduler:
                     raise error
                 return result  # type: ignore[return-value]  # T (None only beside an error)
             attempt, done, running = work
-            token = RUNNING.set(running)
+            parent = RUNNING.get()
             try:
+                RUNNING.set(running)  # inside the ``try``, restored by value: as in ``_attempts``
                 value = fn(attempt)
             except Exception as exc:
                 self._settle(done, None, exc)
@@ -792,7 +798,7 @@ class SyncScheduler:
                 returned.append(value)
                 self._settle(done, value, None)
             finally:
-                RUNNING.reset(token)
+                RUNNING.set(parent)
 
     def _settle(self, done: asyncio.Future[Any], value: Any, error: Exception | None) -> None:
         def settle() -> None:
