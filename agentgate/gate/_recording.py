@@ -189,13 +189,16 @@ class _Recording:
         call_key = None if asked_in is None else self._call_scope(identity, call_id, asked_in)
         return self._record_refusal(refused, call_id, call_key=call_key)
 
+    @_serialized
     def record_refusals(
         self, identity: AgentIdentity | None, refusals: Sequence[tuple[Call, Sequence[str]]]
     ) -> list[Authorization]:
         """Record, as ``record_refusal`` does one (without a call id: no approval request is
         closed), each of ``refusals`` (a call and its reasons) in one decision transaction: all
         or none are written, with one commit however many they are (a model answer's invalid
-        tool calls; until review R69 one transaction each). The refusals, in order. Raises
+        tool calls; until review R69 one transaction each). Holds the gate's store lock, as
+        ``record_refusal`` does (until review R70 it wrote while another thread's decision held
+        it). The refusals, in order. Raises
         ``InputError`` when an entry cannot be encoded (nothing is written then),
         ``AuditError``/``StoreError`` when they cannot be written."""
         refused = []
