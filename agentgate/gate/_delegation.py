@@ -20,6 +20,7 @@ from agentgate import _confusables
 from agentgate._names import MAX_NAME_CHARS, check_agent_name
 from agentgate._names import check_name as _check_name
 from agentgate.audit.spans import (
+    ends_held,
     grant_span,
     record_decision,
     record_revocation,
@@ -918,8 +919,11 @@ class _Delegation:
             expect(holder, str, "holder", "a did:key or a PublicKey")
             holder = PublicKey.from_did(holder.strip())
         with self._revoke_span(by, holder=True) as span:
-            scan = scan_holder(self.grants, holder)  # every row read before the write lock is taken
-            with self._decision_transaction() as tx, self.grants.within(tx):
+            scan = scan_holder(self.grants, holder)  # every row read before either lock is taken
+            # The revoking transaction holds the store lock, as every decision's does (until
+            # review R70 it wrote while another thread's decision held it); the scan does not:
+            # a whole-table read would hold every decision.
+            with ends_held(), self._store_lock, self._decision_transaction() as tx, self.grants.within(tx):
                 done = revoke_holder(self.grants, holder, reason=reason, scan=scan)
                 indexes = [self.audit.append(revocation_entry(g, by, reason), tx) for g in done.revoked]
                 self._void_revoked(done.revoked, tx)
