@@ -21,7 +21,7 @@ from agentgate.capabilities import Call
 from agentgate.errors import BudgetExceeded, Denied, Expired, InputError, QuotaExceeded, Revoked
 from agentgate.findings import Finding
 from agentgate.gate._approval import Approval
-from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict, expect, shown
+from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict, expect, listed, shown
 from agentgate.gate._checks import _is_text_pair
 from agentgate.gate._costs import _METERED, _METERED_BY_TOKENS
 from agentgate.gate._lock import _serialized
@@ -178,14 +178,16 @@ class _Recording:
         closed; with ``asked_in`` (as ``authorize`` takes it) only its own run's, never another
         run's asking the same call under the same id (until review R68 a refused call of one
         thread closed another thread's request). Raises ``InputError`` when the entry cannot be
-        encoded, or ``asked_in`` is no pair of text, ``AuditError``/``StoreError`` when it cannot
-        be written."""
+        encoded, ``reasons`` is no list of text (until review R70 a bare ``TypeError`` or
+        ``AttributeError``, or one reason per character of a string), or ``asked_in`` is no pair
+        of text, ``AuditError``/``StoreError`` when it cannot be written."""
         expect(call, Call, "call", "a Call")
+        said = _reasons(reasons, "reasons")
         if not (asked_in is None or _is_text_pair(asked_in)):
             raise InputError(
                 f"asked_in must be a (scope, version) pair of text or None, got {shown(asked_in)}"
             )
-        refused = Authorization(Verdict.DENY, call, identity, tuple(reasons), tuple(findings))
+        refused = Authorization(Verdict.DENY, call, identity, said, tuple(findings))
         call_key = None if asked_in is None else self._call_scope(identity, call_id, asked_in)
         return self._record_refusal(refused, call_id, call_key=call_key)
 
@@ -198,13 +200,18 @@ class _Recording:
         or none are written, with one commit however many they are (a model answer's invalid
         tool calls; until review R69 one transaction each). Holds the gate's store lock, as
         ``record_refusal`` does (until review R70 it wrote while another thread's decision held
-        it). The refusals, in order. Raises
-        ``InputError`` when an entry cannot be encoded (nothing is written then),
-        ``AuditError``/``StoreError`` when they cannot be written."""
+        it). The refusals, in order. Raises ``InputError`` when an entry cannot be encoded, or
+        an item is no (``Call``, list of text) pair, naming it (until review R70 a bare
+        ``ValueError`` or ``TypeError``; nothing is written then), ``AuditError``/``StoreError``
+        when they cannot be written."""
         refused = []
-        for call, reasons in refusals:
-            expect(call, Call, "call", "a Call")
-            refused.append(Authorization(Verdict.DENY, call, identity, tuple(reasons)))
+        for n, item in enumerate(listed(refusals, "refusals", "(Call, reasons) pairs")):
+            where = f"refusals[{n}]"
+            if not (isinstance(item, tuple | list) and len(item) == 2):
+                raise InputError(f"{where} must be a (Call, reasons) pair, got {shown(item)}")
+            call, reasons = item
+            expect(call, Call, f"{where} call", "a Call")
+            refused.append(Authorization(Verdict.DENY, call, identity, _reasons(reasons, f"{where} reasons")))
         if not refused:
             return []
         with self._decision_transaction() as tx:
@@ -466,3 +473,13 @@ def _quota_exceeded(full: QuotaRef, amounts: Mapping[str, int]) -> QuotaExceeded
         if alone > full.limit
         else f"quota {full.name} reached: {quota}"
     )
+
+
+def _reasons(reasons: object, name: str) -> tuple[str, ...]:
+    """``reasons`` (a refusal's, given to ``record_refusal``/``record_refusals``) as a tuple of
+    text; ``InputError`` naming ``name`` for anything else, before anything is written."""
+    said = tuple(listed(reasons, name, "text"))
+    for reason in said:
+        if not isinstance(reason, str):
+            raise InputError(f"{name} must be a list of text, got an item {shown(reason)}")
+    return said
