@@ -117,7 +117,8 @@ def test_a_decision_whose_commit_did_not_happen_leaves_nothing_to_settle(
 
 class CommitHolder(CommitCutter):
     """``CommitCutter``, but the server's end of the cut connection is kept open (``kept``): its
-    server process committed and lives on, as one waiting for a synchronous standby does."""
+    server process committed and lives on, idle (since review R70 read back at once:
+    ``test_store_r70_pg_lost_decision``)."""
 
     def __init__(self, socket_path: str) -> None:
         super().__init__(socket_path)
@@ -137,15 +138,46 @@ class CommitHolder(CommitCutter):
         _shut(client, server)
 
 
+class CommitHolderBusy(CommitHolder):
+    """``CommitHolder``, but once the COMMIT is answered the kept connection is handed a long
+    statement: its server process lives on ``active``, as one whose COMMIT awaits a synchronous
+    standby is (review R70: one idle with no transaction open is read back at once), until it
+    is ended (``pg_terminate_backend``)."""
+
+    def _down(self, server: Any, client: Any, state: dict[str, bool]) -> None:
+        super()._down(server, client, state)
+        if self.kept and self.kept[-1] is server:
+            query = b"SELECT pg_sleep(3600)\x00"
+            server.sendall(b"Q" + (len(query) + 4).to_bytes(4, "big") + query)
+
+
+def _until_busy(gate: Any, session: int | None) -> None:
+    """Wait until the server process ``session`` runs the statement ``CommitHolderBusy`` gave it."""
+    for _ in range(100_000):
+        if gate.store.query("SELECT state FROM pg_stat_activity WHERE pid = ?", (session,)) == [("active",)]:
+            return
+    pytest.fail(f"server process {session} never busy")
+
+
+def _terminate(gate: Any, session: int | None) -> None:
+    """End the server process ``session`` and wait until it has."""
+    gate.store.query("SELECT pg_terminate_backend(?)", (session,))
+    for _ in range(100_000):
+        if not gate.store.query("SELECT 1 FROM pg_stat_activity WHERE pid = ?", (session,)):
+            return
+    pytest.fail(f"server process {session} never ended")
+
+
 def test_a_lost_decision_is_read_back_only_once_its_server_process_has_ended(
     postgres_server: Any, postgres_url: str
 ) -> None:
     """Review R69: the read-back (above) must not run while the lost connection's server process
     lives: its COMMIT may not be visible yet (a synchronous standby awaited), and a decision read
     then as not committed would keep its reservation held for good. Here that process committed
-    and lives on: the outcome waits, the reservation held, and is written once the process has
-    ended. (Without the wait it is written at once: the state this test checks in between.)"""
-    holder = CommitHolder(f"{postgres_server.socket_dir}/.s.PGSQL.{postgres_server.port}")
+    and lives on, busy (since review R70 one idle is read back at once): the outcome waits, the
+    reservation held, and is written once the process has ended. (Without the wait it is written
+    at once: the state this test checks in between.)"""
+    holder = CommitHolderBusy(f"{postgres_server.socket_dir}/.s.PGSQL.{postgres_server.port}")
     gate = _gate(PostgresStore(_through(postgres_url, holder)))
     try:
         agent = _agent(gate)
@@ -153,22 +185,19 @@ def test_a_lost_decision_is_read_back_only_once_its_server_process_has_ended(
         with pytest.raises(CommitUnknown) as lost:
             gate.authorize(agent, MODEL, tokens=(10, 5))
         assert holder.cut == 1 and lost.value.session is not None
+        _until_busy(gate, lost.value.session)
         again = gate.authorize(agent, MODEL, tokens=(10, 5))
         assert again.allowed
         gate.flush()
         states = gate.store.query("SELECT state FROM budget_reservations")
         assert sorted(s for (s,) in states) == ["reserved", "reserved"]  # the lost one waits
         assert [e for e in gate.audit.entries() if e.kind == "outcome"] == []
-        _shut(*holder.kept)
-        for _ in range(100_000):  # the server process notices its client gone
-            if not gate.store.query("SELECT 1 FROM pg_stat_activity WHERE pid = ?", (lost.value.session,)):
-                break
-        else:
-            pytest.fail(f"server process {lost.value.session} never ended")
+        _terminate(gate, lost.value.session)
         gate.flush()
         states = gate.store.query("SELECT state FROM budget_reservations")
         assert sorted(s for (s,) in states) == ["released", "reserved"]
         assert [e.ref for e in gate.audit.entries() if e.kind == "outcome"] != []
     finally:
         gate.close()
+        _shut(*holder.kept)
         holder.close()

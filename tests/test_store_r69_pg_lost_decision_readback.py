@@ -13,7 +13,7 @@ import pytest
 from test_gate_approvals import _agent, _gate
 from test_gate_policy_change import MODEL
 from test_store_r68_pg_lost_commit import BUDGET, CommitCutter, _shut, _through, settled_after
-from test_store_r69_pg_lost_decision import CommitDropper, CommitHolder
+from test_store_r69_pg_lost_decision import CommitDropper, CommitHolderBusy, _terminate, _until_busy
 
 from agentgate.errors import CommitUnknown
 from agentgate.store import Transaction
@@ -94,16 +94,18 @@ def test_outcomes_carried_with_a_lost_decision_still_committing_roll_nothing_bac
     whole and made again with a savepoint per outcome: two transactions, the other calls'
     outcomes written twice, for every decision until that process ended (up to
     ``OUTCOME_RETRY_FOR_S``). The other calls' outcomes and the decisions that carry them are
-    written at once, and nothing is rolled back."""
-    holder = CommitHolder(f"{postgres_server.socket_dir}/.s.PGSQL.{postgres_server.port}")
+    written at once, and nothing is rolled back. (Its process kept busy: since review R70 one
+    idle after its COMMIT is read back at once.)"""
+    holder = CommitHolderBusy(f"{postgres_server.socket_dir}/.s.PGSQL.{postgres_server.port}")
     store = CountingStore(_through(postgres_url, holder))
     gate = _gate(store)
     try:
         agent = _agent(gate)
         other = gate.authorize(agent, MODEL, tokens=(10, 5))
         holder.arm(b'"kind":"allow"')
-        with pytest.raises(CommitUnknown):
+        with pytest.raises(CommitUnknown) as lost:
             gate.authorize(agent, MODEL, tokens=(10, 5))
+        _until_busy(gate, lost.value.session)
         store.rolled_back = 0  # the lost decision's
         gate.abandon(other)  # its outcome waits in the queue with the lost decision's
         for _ in range(3):
@@ -111,6 +113,7 @@ def test_outcomes_carried_with_a_lost_decision_still_committing_roll_nothing_bac
         gate.flush()
         assert [e.ref for e in gate.audit.entries() if e.kind == "outcome"] == [other.audit_index]
         assert store.rolled_back == 0
+        _terminate(gate, lost.value.session)
     finally:
         gate.close()
         _shut(*holder.kept)

@@ -194,9 +194,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         self._outcome_spans: dict[int, Span] = {}
         # id() of an outcome's allow -> its entry's (index, time), while its commit is not known
         self._outcome_at: dict[int, tuple[int, str]] = {}
-        # id() of an allow whose decision's commit is not known -> it and the lost connection's
-        # server process (``_Settlement._settle_unknown``), until that is read back
-        self._decided_unknown: dict[int, tuple[Authorization, int]] = {}
+        # id() of an allow whose decision's commit is not known -> it, the lost connection's
+        # server process and its entry's time (``_Settlement._settle_unknown``), until read back
+        self._decided_unknown: dict[int, tuple[Authorization, int, str | None]] = {}
         _OPEN_GATES.add(self)
         self._limits = SharedLimits(self._config)
         """One set of limits for every scheduler below: a policy's limits are the Gate's."""

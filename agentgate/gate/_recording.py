@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Span
 
-from agentgate.audit.entry import argument_digest, redact
+from agentgate.audit.entry import argument_digest, redact, utc_now
 from agentgate.authority import Chain, Decision, GrantRepository, parse_chain, record
 from agentgate.capabilities import Call
 from agentgate.errors import BudgetExceeded, Denied, Expired, InputError, QuotaExceeded, Revoked
@@ -95,7 +95,7 @@ class _Recording:
 
         def _after_commit(self, span: Callable[[], None]) -> None: ...
 
-        def _allowed(self, auth: Authorization) -> None: ...
+        def _allowed(self, auth: Authorization, written: str | None = None) -> None: ...
 
         @staticmethod
         def _unmetered(by_unit: Mapping[str, object]) -> str: ...
@@ -330,6 +330,10 @@ class _Recording:
         entry = self._entry(auth, "allow")
         if held:
             entry["budget_delta"] = held[0][2]  # reserved, in the unit of the caller's own budget
+        elif once_key is not None or auth.approver is not None:
+            # Known here, it tells this allow at its index from another should its COMMIT's
+            # answer be lost (``_Settlement._decision_committed``).
+            entry["time"] = utc_now()
         index = self.audit.append(entry, tx)
         if once_key is not None:
             self.once.start(tx, once_key, index, [reservation for reservation, _, _ in held])
@@ -353,7 +357,7 @@ class _Recording:
             prompt_tokens=prompt_tokens if model else None,
         )
         allowed._use.sealed = self._seal(allowed)
-        self._allowed(allowed)
+        self._allowed(allowed, entry.get("time"))
         return allowed
 
     def _record_chain(self, chain: Chain, tx: Transaction) -> None:

@@ -43,14 +43,15 @@ reservation then stays held until its grant expires. Never one that met a malfor
 
 class _Deciding:
     """What the current decision transaction keeps until its end is known: the spans waiting
-    for its commit (``_after_commit``), and the allows holding reservations it wrote
-    (``_allowed``: settled as not run should its COMMIT's answer be lost)."""
+    for its commit (``_after_commit``), and the allows it wrote that leave something to settle
+    (``_allowed``: settled as not run should its COMMIT's answer be lost), each with the time
+    of its ``allow`` entry (``None`` for one read back by its reservations)."""
 
     __slots__ = ("allowed", "spans")
 
     def __init__(self) -> None:
         self.spans: list[Callable[[], None]] = []
-        self.allowed: list[Authorization] = []
+        self.allowed: list[tuple[Authorization, str | None]] = []
 
 
 _DECIDING: ContextVar[_Deciding | None] = ContextVar("agentgate_deciding", default=None)
@@ -84,7 +85,7 @@ class _Settlement:
     _outcome_spans: dict[int, Span]
     tracer: Tracer
     _outcome_at: dict[int, tuple[int, str]]
-    _decided_unknown: dict[int, tuple[Authorization, int]]
+    _decided_unknown: dict[int, tuple[Authorization, int, str | None]]
 
     if TYPE_CHECKING:  # what this part calls of the gate's other parts
 
@@ -133,46 +134,71 @@ class _Settlement:
             deciding.spans.append(span)
 
     @staticmethod
-    def _allowed(auth: Authorization) -> None:
-        """Note ``auth``, an allow just written in the current decision transaction, if it holds
-        reservations: settled as not run should that transaction's end not be known."""
+    def _allowed(auth: Authorization, written: str | None = None) -> None:
+        """Note ``auth``, an allow just written in the current decision transaction, if it leaves
+        something to settle: settled as not run should that transaction's end not be known. One
+        holding reservations is read back by them; one without, a once-only call's or one that
+        used an approval, by its ``allow`` entry's time, ``written`` (without it, not noted)."""
         deciding = _DECIDING.get()
-        if deciding is not None and auth.reservations:
-            deciding.allowed.append(auth)
+        if deciding is None:
+            return
+        if auth.reservations:
+            deciding.allowed.append((auth, None))
+        elif written is not None and (auth.once_key is not None or auth.approver is not None):
+            deciding.allowed.append((auth, written))
 
-    def _settle_unknown(self, allowed: list[Authorization], session: int | None) -> None:
+    def _settle_unknown(self, allowed: list[tuple[Authorization, str | None]], session: int | None) -> None:
         """Queue a not-run outcome for each of ``allowed``, the allows of a decision transaction
         whose COMMIT was sent but not answered (``CommitUnknown``; the caller got no allow, so
         the call never runs), to be written only if that transaction turns out committed
         (``_decision_committed``). Until review R69 their reservations stayed held until
-        settled by hand (``agentgate budget settle ID --not-run``). ``session``: the server
+        settled by hand (``agentgate budget settle ID --not-run``), and until review R70 so
+        did an allow without one: a once-only call's row stayed ``started`` (``agentgate tasks
+        settle KEY --not-run``), an approval it used stayed used. ``session``: the server
         process of the lost connection; without it nothing is queued (left held, as before)."""
         if session is None:
             return
-        for auth in allowed:
-            self._decided_unknown[id(auth)] = (auth, session)
+        for auth, written in allowed:
+            self._decided_unknown[id(auth)] = (auth, session, written)
             self._settle(auth, "error", LOST_DECISION, None, started=False)
 
     def _decision_committed(self, tx: Transaction, auth: Authorization) -> bool:
-        """Whether the decision of ``auth`` (``_settle_unknown``) committed and its reservations
-        are still held, read in ``tx``; from then on its outcome is written as any other. A
-        reservation's id is never made twice, so one held is this decision's, committed. Read
-        only once the server process of the lost connection has ended (its transaction final
-        and visible, committed or not; a statement later, in a snapshot of its own): until then
-        ``StoreError``, and the outcome is tried again (``_carry``), left held if that process
-        outlives ``OUTCOME_RETRY_FOR_S``. Read again until a transaction that read it commits
-        (``_forget_written``): until review R69 (helper review) it was forgotten as it was read,
-        and when that transaction was rolled back the outcome was then written without it, an
-        ``outcome`` entry for a decision the server never committed."""
-        _, session = self._decided_unknown[id(auth)]
-        if self.store.dialect == "postgresql":
-            rows = tx.execute("SELECT pid FROM pg_catalog.pg_stat_activity WHERE pid = ?", (session,))
-            if rows:
-                raise StoreError(
-                    f"the decision at audit entry {auth.audit_index} may still be committing (server "
-                    f"process {session}, whose connection was lost, has not ended): its outcome waits"
-                )
-        return bool(self.ledger.still_held([r for r, _, _ in auth.reservations], tx))
+        """Whether the decision of ``auth`` (``_settle_unknown``) committed and is not settled
+        yet, read in ``tx``; from then on its outcome is written as any other. With
+        reservations: they are still held (a reservation's id is never made twice, so one held
+        is this decision's, committed). Without (``_allowed``): the entry at its audit index is
+        its ``allow``, written at the time noted (another allow may take that index once the
+        decision rolled back: the same call decided again, whose row must not be settled), and
+        a once-only call's row is still ``started`` by it (not settled by hand meanwhile).
+
+        Read only once the server process of the lost connection is no longer in the
+        transaction (``Store.may_be_committing``: it has ended, or lingers idle; that
+        transaction is then final and visible, committed or not, to a statement later, in a
+        snapshot of its own): until then ``StoreError``, and the outcome is tried again
+        (``_carry``), left held if that process stays in it for ``OUTCOME_RETRY_FOR_S``. Read
+        again until a transaction that read it commits (``_forget_written``): until review R69
+        (helper review) it was forgotten as it was read, and when that transaction was rolled
+        back the outcome was then written without it, an ``outcome`` entry for a decision the
+        server never committed."""
+        _, session, written = self._decided_unknown[id(auth)]
+        if self.store.may_be_committing(session, tx):
+            raise StoreError(
+                f"the decision at audit entry {auth.audit_index} may still be committing (server "
+                f"process {session}, whose connection was lost, is still in its transaction): its "
+                "outcome waits"
+            )
+        if auth.reservations:
+            return bool(self.ledger.still_held([r for r, _, _ in auth.reservations], tx))
+        assert auth.audit_index is not None  # an allow is in the log
+        try:
+            entry = self.audit.entry(auth.audit_index, tx)
+        except InputError:  # none there (rolled back, the log's end): not committed
+            return False
+        if entry.kind != "allow" or entry.time != written:
+            return False
+        if auth.once_key is None:
+            return True
+        return self.once.last(tx, auth.once_key) == ("started", auth.audit_index)
 
     @contextmanager
     def _carrying(self, batch: list[PendingOutcome]) -> Iterator[Transaction]:

@@ -222,6 +222,15 @@ class Store(abc.ABC):
         with self.transaction(immediate=False) as tx:
             return tx.execute(sql, params)
 
+    def may_be_committing(self, session: int, tx: Transaction) -> bool:
+        """Whether the server process ``session`` (``CommitUnknown.session``: that of a
+        connection lost as its COMMIT was sent) may still be in the transaction it was
+        committing, read in ``tx``. Once it is not, that transaction is over, committed or
+        rolled back, and what it wrote (if anything) is visible to a statement started after
+        this one. Here (SQLite, which has no server processes: a commit is this process's own)
+        ``False``."""
+        return False
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release connections; the store cannot be used afterwards."""

@@ -473,6 +473,21 @@ class PostgresStore(Store):
             "again once that session is done"
         )
 
+    def may_be_committing(self, session: int, tx: Transaction) -> bool:
+        """As ``Store.may_be_committing``: while ``pg_stat_activity`` has a row for ``session``
+        that is not ``idle`` with no transaction (``backend_xid`` null). A process idle outside
+        a transaction has ended the one it was committing (committed or not: final either
+        way), though the process lingers (its client's end lost unnoticed: until review R70 the gate waited for it to end, and left the
+        decision held after ``OUTCOME_RETRY_FOR_S``). Any other state (``active``: a COMMIT
+        awaiting a synchronous standby; ``idle in transaction``: the COMMIT not read yet; a
+        state this role may not see, null) may still commit. No row: the process has ended (a
+        row of another process given the same pid since is read the same way: at worst a wait)."""
+        rows = tx.execute(
+            "SELECT state = 'idle' AND backend_xid IS NULL FROM pg_catalog.pg_stat_activity WHERE pid = ?",
+            (session,),
+        )
+        return bool(rows) and rows[0][0] is not True
+
     def _no_connection(self) -> str:
         """Why the pool found no connection within its timeout, for the ``StoreError``: libpq's
         reason from one direct attempt (the server is down, refuses this role or database more
