@@ -74,6 +74,7 @@ def test_a_once_only_call_whose_decision_commit_was_lost_may_be_decided_again(
         outcomes = [e for e in gate.audit.entries() if e.kind == "outcome"]
         assert [o.ref for o in outcomes] == [allow]
         assert any("not acknowledged" in r for r in outcomes[0].reasons), outcomes[0].reasons
+        assert not any("reservation" in r for r in outcomes[0].reasons), outcomes[0].reasons  # none held
         again = gate.authorize(agent, SMALL_REFUND, call_id="c1")
         assert again.allowed, again.reasons
         assert list(gate.audit.verify().problems) == []

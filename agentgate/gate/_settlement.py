@@ -56,10 +56,13 @@ class _Deciding:
 
 _DECIDING: ContextVar[_Deciding | None] = ContextVar("agentgate_deciding", default=None)
 """The current decision transaction's ``_Deciding``; ``None`` outside one."""
-LOST_DECISION = (
+LOST_UNRESERVED = (
     "the commit of this call's decision was not acknowledged (the connection to the store was lost "
-    "once it was sent; CommitUnknown): the call was not run, and its reservation is released"
+    "once it was sent; CommitUnknown): the call was not run"
 )
+"""The reason of the outcome that settles an allow whose commit was not known (``_settle_unknown``)
+and that reserved nothing (review R70: until then it said its reservation was released)."""
+LOST_DECISION = f"{LOST_UNRESERVED}, and its reservation is released"
 """The reason of the outcome that settles an allow whose commit was not known (``_settle_unknown``)."""
 
 
@@ -160,7 +163,8 @@ class _Settlement:
             return
         for auth, written in allowed:
             self._decided_unknown[id(auth)] = (auth, session, written)
-            self._settle(auth, "error", LOST_DECISION, None, started=False)
+            lost = LOST_DECISION if auth.reservations else LOST_UNRESERVED
+            self._settle(auth, "error", lost, None, started=False)
 
     def _decision_committed(self, tx: Transaction, auth: Authorization) -> bool:
         """Whether the decision of ``auth`` (``_settle_unknown``) committed and is not settled
