@@ -204,8 +204,14 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
-        """Create one domain's tables if missing; idempotent, safe to call from every process."""
+    def ensure_schema(
+        self, name: str, ddl: dict[Dialect, str], *, made: Callable[[Transaction], None] | None = None
+    ) -> None:
+        """Create one domain's tables if missing; idempotent, safe to call from every process.
+        ``made``, when given, runs in the same transaction, after the script, where it created
+        the part's tables (none of them was there): what a part new to the store fills in from
+        the others as it is made (``store.agent_names``: the names granted before it), so that
+        no other process sees the tables without it."""
 
     @contextmanager
     def within(self, tx: Transaction | None) -> Iterator[Transaction]:

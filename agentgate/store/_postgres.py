@@ -16,7 +16,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
@@ -505,7 +505,9 @@ class PostgresStore(Store):
             return f"{where}: {waited}: the pool is still reopening its connections (a direct one succeeds: the server is back)"
         return f"{where}: {waited}: all {self.pool.max_size} connections of this process's pool stayed in use"
 
-    def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
+    def ensure_schema(
+        self, name: str, ddl: dict[Dialect, str], *, made: Callable[[Transaction], None] | None = None
+    ) -> None:
         if name in self._schemas:
             return
         if self.read_only:  # nothing created: the part's tables (the same in both dialects) looked for
@@ -532,6 +534,10 @@ class PostgresStore(Store):
             # Read again: a newer agentgate may have written since the open.
             recorded = recorded_version(tx, "postgresql")
             refuse_newer(_redact(self.url), recorded)
+            new = made is not None and not tx.execute(
+                "SELECT t FROM unnest(?::text[]) AS t WHERE to_regclass(t) IS NOT NULL",
+                (sorted(tables_of(ddl["sqlite"])),),
+            )
             for statement in _split_sql(ddl["postgresql"]):
                 creates = _CREATE_IF_MISSING.match(statement)
                 if creates and tx.execute("SELECT to_regclass(?)", (creates.group(1),))[0][0] is not None:
@@ -549,6 +555,8 @@ class PostgresStore(Store):
                         "`agentgate store init` as the schema's owner, then grant this role its rights "
                         f"again (docs/operations.md, Upgrading). PostgreSQL said: {driver_error_line(exc)}"
                     ) from exc
+            if new and made is not None:
+                made(tx)
             if needs_record(recorded):
                 self._record_version(tx)
         self._schemas.add(name)

@@ -431,6 +431,13 @@ def required_store_columns() -> dict[str, frozenset[str]]:
     return required
 
 
+def _none_held(conn: sqlite3.Connection, tables: frozenset[str]) -> bool:
+    """Whether the SQLite file holds none of ``tables`` (``ensure_schema``'s ``made``)."""
+    marks = ", ".join("?" * len(tables))
+    sql = f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN ({marks}) LIMIT 1"
+    return not conn.execute(sql, sorted(tables)).fetchall()
+
+
 def tables_of(ddl: str) -> frozenset[str]:
     """The names of the tables the SQLite script ``ddl`` creates (a part's ``*_DDL["sqlite"]``)."""
     return frozenset(_required_columns(ddl))
@@ -812,9 +819,12 @@ class SQLiteStore(Store):
             return False
         return True
 
-    def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
+    def ensure_schema(
+        self, name: str, ddl: dict[Dialect, str], *, made: Callable[[Transaction], None] | None = None
+    ) -> None:
         """As ``Store.ensure_schema``, in one transaction: a script stopped half-way (a full disk)
-        leaves nothing, never a table without the triggers that keep it append-only."""
+        leaves nothing, never a table without the triggers that keep it append-only (nor without
+        what ``made`` fills in)."""
         if name in self._schemas:
             return
         if self.read_only:
@@ -831,8 +841,11 @@ class SQLiteStore(Store):
             recorded = recorded_version(tx, "sqlite")
             refuse_newer(str(self.path), recorded)
             self._refuse_foreign_tables(conn, name, ddl["sqlite"])
+            new = made is not None and _none_held(conn, tables_of(ddl["sqlite"]))
             for statement in [VERSION_DDL["sqlite"], *statements]:
                 conn.execute(statement)
+            if new and made is not None:
+                made(tx)
             record_version(tx, "sqlite", recorded)
             conn.execute("COMMIT")
         except (sqlite3.Error, StoreError) as exc:

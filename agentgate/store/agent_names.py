@@ -13,12 +13,23 @@ time), and a grant refused or rolled back claims nothing.
 Rows are only added: a name, once granted, holds its readings for as long as the store lives
 (nothing prunes them). Version 2's code, which knows nothing of the
 table, grants without claiming (docs/operations.md, Upgrading).
+
+The table is filled, in the transaction that makes it (``Store.ensure_schema``'s ``made``), with
+the names granted before it (``granted_before``): a store of schema version 2 or earlier holds
+them in its audit log, one ``allow`` entry on ``agent:NAME`` per grant ``Gate.issue`` or
+``Gate.delegate`` made, and no other process sees the table without them. Until review R70 it was
+made empty, and ``heIper`` was granted after an upgrade on a store whose ``helper`` was granted
+before it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import json
+from collections.abc import Collection, Iterator
+from datetime import datetime
 
+from agentgate import _confusables
+from agentgate._names import agent_name_refused
 from agentgate.store._base import Dialect, Store, Transaction
 
 AGENT_NAMES_DDL: dict[Dialect, str] = {
@@ -44,12 +55,83 @@ _CLAIM = (
 )
 
 
+_GRANTED = ("issued grant ", "delegated grant ")
+"""How the first reason of a grant's ``allow`` entry opens (``gate._delegation``)."""
+
+_AGENT_ENTRIES: dict[Dialect, str] = {
+    "sqlite": (
+        "SELECT idx, entry FROM audit_log WHERE idx > ? "
+        """AND instr(CAST(entry AS TEXT), '"resource":"agent:') > 0 ORDER BY idx LIMIT ?"""
+    ),
+    "postgresql": (
+        "SELECT idx, entry FROM audit_log WHERE idx > ? "
+        """AND position(convert_to('"resource":"agent:', 'UTF8') in entry) > 0 ORDER BY idx LIMIT ?"""
+    ),
+}
+"""The audit entries on a resource ``agent:...`` after an index, in index order (an entry's
+canonical bytes hold ``"resource":"agent:`` just so; one that holds it in an argument is read
+and passed over)."""
+
+_HAS_LOG: dict[Dialect, str] = {
+    "sqlite": "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_log'",
+    "postgresql": "SELECT 1 WHERE to_regclass('audit_log') IS NOT NULL",
+}
+
+_BATCH = 1000
+
+
+def granted_before(tx: Transaction, dialect: Dialect) -> Iterator[tuple[str, int]]:
+    """``(name, when)`` for each grant ``Gate.issue`` and ``Gate.delegate`` recorded in the
+    store's audit log (its ``allow`` entry on ``agent:NAME``, in index order; ``when`` in Unix
+    seconds), read in batches of ``_BATCH`` in ``tx``; none where the store has no log. An entry
+    that is not one (unreadable bytes: ``audit verify`` reports those) is passed over, as is a
+    name the Gate would no longer grant and no decision takes (``agent_name_refused``: a Cyrillic
+    ``е`` in ``rеsearcher``, granted before review R67): such a grant is dead, and its readings
+    would only refuse the name it imitates."""
+    if not tx.execute(_HAS_LOG[dialect]):
+        return
+    after = -1
+    while rows := tx.execute(_AGENT_ENTRIES[dialect], (after, _BATCH)):
+        for idx, data in rows:
+            after = int(idx)
+            granted = _grant_named(data)
+            if granted is not None and agent_name_refused(granted[0], "an agent's") is None:
+                yield granted
+
+
+def _grant_named(data: object) -> tuple[str, int] | None:
+    """The agent's name and the time, in Unix seconds, of a grant's ``allow`` entry (its stored
+    bytes, or text where SQLite keeps it so); else ``None``."""
+    try:
+        entry = json.loads(data if isinstance(data, str) else bytes(data))  # type: ignore[call-overload]
+        resource, reasons, kind = entry["resource"], entry["reasons"], entry["kind"]
+        when = datetime.fromisoformat(entry["time"].replace("Z", "+00:00")).timestamp()
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+    if kind != "allow" or not isinstance(resource, str) or not resource.startswith("agent:"):
+        return None
+    if not reasons or not isinstance(reasons[0], str) or not reasons[0].startswith(_GRANTED):
+        return None
+    name = resource.removeprefix("agent:")
+    return (name, int(when)) if name else None
+
+
 class AgentNames:
     """The free agent names granted on a store, shared by every process that uses it."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        store.ensure_schema("agent_names", AGENT_NAMES_DDL)
+        store.ensure_schema("agent_names", AGENT_NAMES_DDL, made=self._fill_in)
+
+    def _fill_in(self, tx: Transaction) -> None:
+        """Claim, in ``tx`` (the one that makes the table), the readings of every name granted
+        before it (``granted_before``), in the order they were granted: where two read alike,
+        the first granted holds the reading, as ``claim`` would have decided then. A principal's
+        name is claimed too (which names are the policy's is not known here): a free name that
+        reads as it is refused as the principal rule refuses it."""
+        for name, when in granted_before(tx, self.store.dialect):
+            for reading in sorted(_confusables.readings(name)):
+                tx.execute(_CLAIM, (reading, name, when))
 
     def claim(self, tx: Transaction, name: str, readings: Collection[str], now: int) -> str | None:
         """Record ``readings`` as ``name``'s in ``tx`` where no other name holds them; returns
