@@ -172,6 +172,28 @@ def check_agent_name(name: str, whose: str) -> None:
         )
 
 
+def check_canonical_name(name: str, whose: str) -> None:
+    """``InputError`` naming ``whose`` name and the form to write unless ``name`` is in Unicode's
+    NFKC form, the form names are compared in (``_confusables.readings``): for a free agent name
+    (one no principal's reads as), which holds its readings on the store, the first granted
+    winning (``store.agent_names``). Until review R70 ``\ufb01ler`` (a ligature), granted
+    first, kept the plain ``filer`` out for as long as the store lives. A principal's name and
+    its variants are not refused here: the principal rule (``gate._checks.principal_named``)
+    compares them."""
+    if name.isascii():
+        return
+    canonical = unicodedata.normalize("NFKC", name)
+    if canonical == name:
+        return
+    at = next((i for i, (a, b) in enumerate(zip(name, canonical, strict=False)) if a != b), len(canonical))
+    char = name[at]
+    raise InputError(
+        f"{whose} name {name[:80]!r} is not in Unicode's NFKC form (U+{ord(char):04X} "
+        f"{unicodedata.name(char, 'an unnamed character')} at character {at + 1}): it reads as "
+        f"{canonical[:80]!r}, the form agent names are compared and registered in; write {canonical[:80]!r}"
+    )
+
+
 def agent_name_refused(name: str, whose: str) -> str | None:
     """Why ``check_agent_name`` refuses ``name`` (its ``InputError``'s message), else ``None``:
     for a decision, which refuses an identity under a name ``Gate.issue`` and ``Gate.delegate``

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.trace import INVALID_SPAN, Span, Tracer
 
 from agentgate import _confusables
-from agentgate._names import MAX_NAME_CHARS, check_agent_name
+from agentgate._names import MAX_NAME_CHARS, check_agent_name, check_canonical_name
 from agentgate._names import check_name as _check_name
 from agentgate.audit.spans import (
     ends_held,
@@ -271,6 +271,7 @@ class _Delegation:
                 f"an agent's name must be non-empty text, got {shown(name) if name != '' else 'empty text'}"
             )
         check_agent_name(name, "an agent's")
+        self._check_free_name_form(name, "an agent's")
         if not isinstance(tenant, str | None):
             raise InputError(f"an agent's tenant must be text or None, got {shown(tenant)}")
         if tenant:  # empty text, as None: the tenant the policy gives the agent
@@ -388,6 +389,7 @@ class _Delegation:
         the parent holds (``without_held``); its finding and its audit entry keep it.
         """
         caps = _delegation_terms(name, key, capabilities, ttl, budget)
+        self._check_free_name_form(name, "a sub-agent's")
         expect(parent, _IDENTITY_OR_NONE, "parent", _IDENTITY)
         expect(call, _TEXT_OR_NONE, "call", "text or None")
         resource = f"agent:{name}"
@@ -716,6 +718,14 @@ class _Delegation:
             "name the agent with a name the policy does not give another key",
         )
         return refused
+
+    def _check_free_name_form(self, name: str, whose: str) -> None:
+        """``InputError`` (nothing written, nothing audited, as for a name of mixed scripts) for a
+        free ``name`` (one no principal's reads as) that is not in NFKC form
+        (``check_canonical_name``): the form registered on the store is the one compared
+        (since review R70)."""
+        if not name.isascii() and principal_named(self.policy, name) is None:
+            check_canonical_name(name, whose)
 
     def _read_alike(self, name: str, *, issuing: bool = False) -> Denied | None:
         """The refusal (``Denied``, ``authority_chain_opacity``/``name_reads_alike``) of a grant
