@@ -11,7 +11,9 @@ second insert waits for the first's transaction; SQLite's write transactions run
 time), and a grant refused or rolled back claims nothing.
 
 Rows are only added: a name, once granted, holds its readings for as long as the store lives
-(nothing prunes them). Version 2's code, which knows nothing of the
+(nothing prunes them, by design: the audit log keeps the name for as long, and freeing the
+readings of a revoked or expired agent's name would let a look-alike of it be granted and read as
+that agent in the log's history; about 150 bytes a 20-character name on SQLite, review R70). Version 2's code, which knows nothing of the
 table, grants without claiming (docs/operations.md, Upgrading).
 
 The table is filled, in the transaction that makes it (``Store.ensure_schema``'s ``made``), with
