@@ -127,3 +127,51 @@ def test_a_gates_first_grant_fills_them_in_too(url: str, keys: dict[str, Signing
             _delegate(gate, keys, "heIper")
     finally:
         gate.close()
+
+
+def test_a_dead_name_and_an_entry_that_is_no_grant_are_left_out(
+    url: str, keys: dict[str, SigningKey]
+) -> None:
+    """The fill-in reads grants only: a grant under a name no Gate grants today (``rеsearcher-bot``
+    with a Cyrillic ``е``, as a version before review R67 granted it, which no decision takes)
+    would keep the plain ``researcher-bot`` out, and a refusal or an allowed call whose
+    argument holds ``"resource":"agent:`` is no grant."""
+    dead = "r\u0435searcher-bot"
+    _version_2_store(url, keys)
+    gate = _gate(url, keys)
+    try:
+        gate.audit.append(
+            {
+                "kind": "allow",
+                "principal": keys["supervisor"].did,
+                "resource": f"agent:{dead}",
+                "reasons": [f"delegated grant g1 to {dead} (did:key:z6Mk): tool:search; 60s"],
+            }
+        )
+        gate.audit.append(
+            {
+                "kind": "deny",
+                "principal": keys["supervisor"].did,
+                "resource": "agent:wrIter",
+                "reasons": ["no"],
+            }
+        )
+        gate.audit.append(
+            {
+                "kind": "allow",
+                "principal": keys["supervisor"].did,
+                "resource": "tool:search",
+                "args": {"query": '"resource":"agent:p1anner"'},
+                "reasons": ["issued grant x"],
+            }
+        )
+    finally:
+        gate.close()
+    _init(url)
+    assert _held(url) == set()
+    gate = _gate(url, keys)
+    try:
+        for name in ("researcher-bot", "writer", "planner"):
+            assert _delegate(gate, keys, name).name == name
+    finally:
+        gate.close()
