@@ -340,9 +340,18 @@ def parse_policy(
             expected="a mapping starting with 'version: 1'",
             hint="top-level keys are version, settings, trust_anchors, principals, tools, roles, ...",
         )
-    version = content.get("version")
+    if "version" not in content:  # said in words: until review R70, "policy version None"
+        raise PolicyError(
+            "missing policy version: the file has no 'version' key",
+            file=source,
+            line=1,
+            column=1,
+            expected=f"version: {schema.SCHEMA_VERSION}",
+            hint=f"add 'version: {schema.SCHEMA_VERSION}' at the top of the file",
+        )
+    version = content["version"]
     if type(version) is not int or version != schema.SCHEMA_VERSION:  # not True, not 1.0
-        mark = locations.of(("version",)) if "version" in content else Mark(1, 1)
+        mark = locations.of(("version",))
         raise PolicyError(
             # The value as written may be megabytes long (a list, a text): quoted shortened, as
             # keys are, so that the error stays one readable line (until review R56 it was whole).
@@ -351,7 +360,8 @@ def parse_policy(
             line=mark.line if mark else None,
             column=mark.column if mark else None,
             expected=f"version: {schema.SCHEMA_VERSION}",
-            hint=f"add 'version: {schema.SCHEMA_VERSION}' at the top of the file",
+            hint=f"write 'version: {schema.SCHEMA_VERSION}': this agentgate reads version "
+            f"{schema.SCHEMA_VERSION} policies only",
         )
     try:
         document = schema.PolicyDocument.model_validate(content)
