@@ -174,6 +174,11 @@ def _read_token(path: Path) -> Chain:
         text = data.decode("ascii").rstrip("\r\n")
     except UnicodeDecodeError:
         raise TokenFormatError(f"{shown}: token is not ASCII") from None
+    if not text:  # said so (until review R70 "it does not start with 'ag1.'"): a refused `... > t.tok`
+        raise TokenFormatError(
+            f"{shown}: the file is empty: it holds no token (a command whose output was redirected "
+            "here may have been refused: it writes no token then)"
+        )
     if "\n" in text or "\r" in text:  # said so, not 'link 0 signature: not unpadded base64url'
         raise TokenFormatError(f"{shown}: holds more than one line; a token file holds one token on one line")
     control = next((c for c in text if not c.isprintable()), None)
