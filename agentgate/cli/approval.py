@@ -220,7 +220,11 @@ def _describe(request: dict[str, Any], signer: str) -> str:
         f"  asks for   {text('resource')} {text('action')} {json.dumps(request.get('args', {}), sort_keys=True)}",
         "  arguments  all shown"
         if complete
-        else "  arguments  NOT all shown: only those the policy marks loggable; the digest signed covers all",
+        # Left out (not loggable) or changed on the way: a digest cannot tell which, so the line
+        # names both (until review R70 it named the first alone, and an edited amount read as the call's).
+        else "  arguments  NOT all shown: those shown do not hash to the args_digest signed: some are left "
+        "out (the log keeps only those the policy marks loggable) or changed; the signature covers "
+        "the call as it was made, not the arguments shown",
         f"  gate       {text('gate')}; approvers {approvers}",
         f"  why        {reasons}",
         f"  expires    {utc(request['expires_at'])}",
