@@ -93,12 +93,28 @@ def _capabilities(args: argparse.Namespace) -> list[Capability]:
 
 def _capability(text: str) -> Capability:
     try:
-        return Capability.parse(text)
+        capability = Capability.parse(text)
+        _integers_only(capability)
+        return capability
     except CapabilityError as exc:
         shown = f"{text[:60]!r}{'...' if len(text) > 60 else ''}"
         # The parser quotes the whole value first where it names it: said once, shortened, here.
         why = str(exc).removeprefix(f"capability {text!r}: ")
         raise CapabilityError(f"--allow {shown}: {why}") from None
+
+
+def _integers_only(capability: Capability) -> None:
+    """Refuse a constraint number with a fraction, which no token carries: here, where the flag is
+    read, so that the error names ``--allow`` and its value (until review R70 ``issue`` refused it
+    later, as ``tool:x amount: 500.5 is not an integer``, naming neither)."""
+    for name, spec in capability.to_dict()["constraints"].items():
+        for value in spec.values():
+            for number in value if isinstance(value, list) else [value]:
+                if isinstance(number, float) and not number.is_integer():
+                    raise CapabilityError(
+                        f"argument {name!r}: {number!r} is not an integer; tokens carry integers only "
+                        "(use minor units)"
+                    )
 
 
 def _role_grant(
