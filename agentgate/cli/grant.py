@@ -190,6 +190,14 @@ def _read_token(path: Path) -> Chain:
         text = data.decode("ascii").rstrip("\r\n")
     except UnicodeDecodeError:
         raise TokenFormatError(f"{shown}: token is not ASCII") from None
+    # A key where the token belongs (arguments swapped) is named as one, never quoted (until
+    # review R70 "holds more than one line" or "does not start with 'ag1.'").
+    if text.lstrip().startswith("-----BEGIN"):
+        raise TokenFormatError(f"{shown}: holds a PEM key, not a token; a token file holds one ag1. token")
+    if text.startswith("did:key:"):
+        raise TokenFormatError(
+            f"{shown}: holds a did:key (a public key), not a token; a token file holds one ag1. token"
+        )
     if not text:  # said so (until review R70 "it does not start with 'ag1.'"): a refused `... > t.tok`
         raise TokenFormatError(
             f"{shown}: the file is empty: it holds no token (a command whose output was redirected "
