@@ -337,7 +337,8 @@ def outcome_written(span: Span) -> None:
 
 def outcome_not_written(span: Span, error_type: str | None = None) -> None:
     """The outcome ``span`` waits for (``await_outcome``) will not be in the log (``error_type``:
-    the class name of the store error that refused it; ``None``: the gate had closed): the span
+    the class name of the store error that refused it, or of what the ``Gate``'s last commit at
+    ``close`` raised; ``None``: the gate had closed): the span
     is ERROR with ``agentgate.outcome.lost=true`` and no ``agentgate.outcome``; its
     ``error.type`` is the call's own failure if it failed, else ``error_type``, else
     ``agentgate.outcome_lost``. It ends if its block has left."""

@@ -334,16 +334,30 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             with ends_held(), self._store_lock:
                 with self._runs_changed:
                     self._outcomes_closed = True
-                self.flush()
-                lost = self._outcomes.take()  # put back by a commit that failed: nothing will take them
-                self._spans_lost(lost)
-                if lost:
-                    _log.error(
-                        "agentgate: %d outcomes not recorded: the store failed as the gate closed", len(lost)
-                    )
-                _OPEN_GATES.discard(self)
-                self.grants.close()
-                self.store.close()
+                try:
+                    self.flush()
+                except BaseException as exc:  # Ctrl-C, a SIGTERM handler's exit, anything unforeseen
+                    self._close_store(type(exc).__name__)
+                    raise
+                self._close_store(None)
+
+    def _close_store(self, failure: str | None) -> None:
+        """The end of ``close``, once its last commit of outcomes is done (``failure``: the class
+        name of what that commit raised, which ``close`` raises then): the spans of the outcomes
+        still pending say they were not written and end, and the store is closed. Until review
+        R70 an exception that was not an agentgate error (Ctrl-C in that commit) left those spans
+        unended, never exported, and the store open."""
+        lost = self._outcomes.take()  # put back by a commit that failed: nothing will take them
+        self._spans_lost(lost, failure)
+        if lost:
+            _log.error(
+                "agentgate: %d outcomes not recorded: the store failed as the gate closed%s",
+                len(lost),
+                f" ({failure})" if failure else "",
+            )
+        _OPEN_GATES.discard(self)
+        self.grants.close()
+        self.store.close()
 
     def __enter__(self) -> Gate:
         return self

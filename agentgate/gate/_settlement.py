@@ -254,13 +254,14 @@ class _Settlement:
                 if span is not None:
                     outcome_written(span)
 
-    def _spans_lost(self, lost: list[PendingOutcome]) -> None:
-        """The call spans of ``lost`` outcomes, which nothing will write (the gate closed), say
-        so and end (``_outcome_spans``)."""
+    def _spans_lost(self, lost: list[PendingOutcome], failure: str | None = None) -> None:
+        """The call spans of ``lost`` outcomes, which nothing will write (the gate closed;
+        ``failure``: the class name of what the last commit raised, if it raised), say so and
+        end (``_outcome_spans``)."""
         for outcome in lost:
             span = self._outcome_spans.pop(id(outcome[0]), None)
             if span is not None:
-                outcome_not_written(span)
+                outcome_not_written(span, failure)
 
     def _outcome_lost_span(self, auth: Authorization, exc: Exception) -> None:
         """The ``outcome_lost`` span of ``auth``'s outcome, which the store refused for good
