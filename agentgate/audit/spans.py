@@ -23,8 +23,6 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
   approver, the request and the index of its ``approval_given`` entry;
 - ``{status} {resource}`` (INTERNAL, ``lease_outcome_span``): what happened to a GPU lease after
   its decision (``lease_granted gpu:h100``), with the index of its ``outcome`` entry;
-- ``outcome_lost {resource}`` (INTERNAL, ``outcome_lost_span``): a call's ``outcome`` entry that
-  the store refused for good, a child of the call's span, ERROR with the store error's type;
 - ``issue agent:{name}`` and ``delegate agent:{name}`` (INTERNAL, ``grant_span``): a grant decision
   (``Gate.issue``, ``Gate.delegate``), the same form with ``agentgate.grant.issuer`` and
   ``agentgate.grant.audience`` (dids), ``agentgate.grant.parent`` (the grant delegated from) and
@@ -51,7 +49,8 @@ is for applications to set). The ``Gate`` holds a call's span until its ``outcom
 written (``await_outcome``): the span says ``agentgate.outcome`` only once the log holds it,
 and ends then, at the time the call ended; an outcome that will not be written (the store
 refused it for good, or the ``Gate`` had closed) leaves the span ERROR with
-``agentgate.outcome.lost=true`` and no ``agentgate.outcome`` (``outcome_not_written``).
+``agentgate.outcome.lost=true`` and no ``agentgate.outcome`` (``outcome_not_written``); no
+other span says it (until review R70 an ``outcome_lost {resource}`` child said it again).
 
 Under a low attribute count limit (``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``; the SDK drops the oldest
 attribute to make room for a new one) the ``ESSENTIAL`` attributes, ``agentgate.audit.index``,
@@ -88,9 +87,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import (
     INVALID_SPAN,
-    NonRecordingSpan,
     Span,
-    SpanContext,
     SpanKind,
     Status,
     StatusCode,
@@ -622,29 +619,6 @@ def lease_outcome_span(
     with _span(f"{status} {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
         _remember(span, attributes)
         record_outcome(span, status)
-        yield span
-
-
-@contextmanager
-def outcome_lost_span(
-    resource: str, *, parent: SpanContext, ref: int | None, error_type: str, tracer: Tracer | None = None
-) -> Iterator[Span]:
-    """A span for a call's ``outcome`` entry that the store refused for good (the ``Gate`` logs
-    it as not recorded): ``outcome_lost {resource}`` (INTERNAL), a child of the call's span
-    (``parent``, ended by then), ERROR with ``error.type`` the store error's class name (its
-    message, which may quote the store's text, is not exported), ``agentgate.resource``,
-    ``agentgate.outcome.lost=true`` and ``agentgate.audit.ref`` (the call's decision entry, the
-    one its span links). No ``agentgate.outcome``: the log records none; nor has the call's span,
-    which waits for its outcome and says it lost too (``outcome_not_written``; review R68: until
-    then the trace said ``agentgate.outcome=ok`` alone)."""
-    resource, kind = _cut(resource), _cut(error_type)
-    attributes = {"agentgate.resource": resource, "agentgate.audit.ref": _attribute_int(ref)}
-    with (
-        trace.use_span(NonRecordingSpan(parent)),
-        _span(f"outcome_lost {resource}", SpanKind.INTERNAL, attributes, tracer) as span,
-    ):
-        _record(span, {"agentgate.outcome.lost": True, "error.type": kind})
-        span.set_status(Status(StatusCode.ERROR, kind))
         yield span
 
 

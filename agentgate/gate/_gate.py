@@ -190,7 +190,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         self._store_lock = threading.RLock()
         self._outcomes = PendingOutcomes(self._write_outcomes, tick=self.flush)
         self._outcome_refused_at: dict[int, float] = {}  # id() of an outcome's allow -> its first refusal
-        # id() of a pending outcome's allow -> its call's span (``_Settlement._outcome_lost_span``)
+        # id() of a pending outcome's allow -> its call's span (``_Settlement._span_refused``)
         self._outcome_spans: dict[int, Span] = {}
         # id() of an outcome's allow -> its entry's (index, time), while its commit is not known
         self._outcome_at: dict[int, tuple[int, str]] = {}

@@ -537,8 +537,8 @@ class _Running:
         decision, ended at once with that outcome and ``error.type`` the exception's class name
         (the spans of calls that run are made as they run), and ``agentgate.outcome.lost`` when
         the gate had closed, so that the outcome was not written. Settled inside the span, so an
-        outcome the store then refuses has its ``outcome_lost`` span under it (until review R68
-        it was settled before the span was made)."""
+        outcome the store then refuses says so on it (until review R68 it was settled before the
+        span was made)."""
         with self._span(auth) as span:
             self._settle_traced(span, auth, "error", error, None, started=False, error_type=error_type)
 

@@ -12,10 +12,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from opentelemetry.trace import Span, Tracer
+from opentelemetry.trace import Span
 
 from agentgate.audit.entry import utc_now
-from agentgate.audit.spans import outcome_lost_span, outcome_not_written, outcome_written
+from agentgate.audit.spans import outcome_not_written, outcome_written
 from agentgate.errors import AgentGateError, CommitUnknown, InputError, MalformedRow, NotHeld, StoreError
 from agentgate.gate._authorization import Authorization
 from agentgate.gate._lock import _serialized
@@ -86,7 +86,6 @@ class _Settlement:
     _outcomes: PendingOutcomes
     _outcome_refused_at: dict[int, float]
     _outcome_spans: dict[int, Span]
-    tracer: Tracer
     _outcome_at: dict[int, tuple[int, str]]
     _decided_unknown: dict[int, tuple[Authorization, int, str | None]]
 
@@ -237,7 +236,7 @@ class _Settlement:
         self._outcomes.restore(refused, retry_after_s=OUTCOME_RETRY_S)  # committed: try them again
         if self._outcome_spans or self._decided_unknown:
             for outcome, exc in dropped:
-                self._outcome_lost_span(outcome[0], exc)
+                self._span_refused(outcome[0], exc)
             kept = {id(outcome) for outcome in refused}
             self._forget_written([outcome for outcome in batch if id(outcome) not in kept])
 
@@ -263,20 +262,13 @@ class _Settlement:
             if span is not None:
                 outcome_not_written(span, failure)
 
-    def _outcome_lost_span(self, auth: Authorization, exc: Exception) -> None:
-        """The ``outcome_lost`` span of ``auth``'s outcome, which the store refused for good
-        (``exc``), under the call's span, if the call had one; the call's span then says so and
-        ends (``outcome_not_written``)."""
+    def _span_refused(self, auth: Authorization, exc: Exception) -> None:
+        """The call span of ``auth``'s outcome, which the store refused for good (``exc``), says
+        so and ends (``outcome_not_written``), if the call had one. It alone says so: until
+        review R70 an ``outcome_lost`` child span (review R68) said it again, with nothing the
+        call's span lacks since review R69, and a refusal counted by span was counted twice."""
         span = self._outcome_spans.pop(id(auth), None)
         if span is not None:
-            with outcome_lost_span(
-                auth.call.resource,
-                parent=span.get_span_context(),
-                ref=auth.audit_index,
-                error_type=type(exc).__name__,
-                tracer=self.tracer,
-            ):
-                pass
             outcome_not_written(span, type(exc).__name__)
 
     def _settle(
@@ -291,8 +283,8 @@ class _Settlement:
     ) -> None:
         """Queue ``auth``'s outcome. ``span``: the call's span, held by the caller until the
         outcome is written (``spans.await_outcome``): it ends once the outcome is committed
-        (``_forget_written``), or refused for good, with its ``outcome_lost`` span under it
-        (``_outcome_lost_span``), or left when the gate closed (``_spans_lost``)."""
+        (``_forget_written``), or refused for good (``_span_refused``), or left when the gate
+        closed (``_spans_lost``)."""
         if span is not None and span.is_recording():
             self._outcome_spans[id(auth)] = span
         # The decision was durable before the call ran; the outcome and its budget settlement
@@ -342,7 +334,7 @@ class _Settlement:
     ) -> list[PendingOutcome]:
         """Write ``batch`` in ``tx`` under a savepoint; the outcomes the store refused, to be
         tried again once ``tx`` has committed. Those not written for good are added to
-        ``dropped``, with why, for their spans once ``tx`` has committed (``outcome_lost``).
+        ``dropped``, with why, for their spans once ``tx`` has committed (``_span_refused``).
 
         An outcome that cannot be written (logged) never takes the others, or the decision that
         carries them, down with it. Its reservation stays held, which can only make a budget
