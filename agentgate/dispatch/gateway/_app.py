@@ -505,6 +505,8 @@ class Gateway:
         # The usage charged, as for a stream: none for a usage that cannot be the answer's.
         if (charged := _spent(result)) is not None and charged is not USAGE_UNREAD:
             self._count_tokens(*charged_counts(charged, decision.auth))
+        if (why := _reserved_why(charged, decision.auth)) is not None:
+            headers["X-Agentgate-Charged"] = f"reserved; {why}"
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
         headers["Server-Timing"] = (
             f"read;dur={(received - arrived) * 1000:.3f}, parse;dur={(started - received) * 1000:.3f}, "
@@ -781,6 +783,23 @@ def _as_charged(usage: object, auth: Authorization) -> dict[str, Any] | None:
         "completion_tokens": charged[1],
         "total_tokens": sum(charged),
     }
+
+
+def _reserved_why(charged: tuple[int, int] | None, auth: Authorization) -> str | None:
+    """Why an answered JSON call is charged its whole reservation, not the usage its answer
+    carries (``charged``: ``_spent``'s), as the ``Gate`` settles it (``_Costs._reported_cost``);
+    ``None`` when its usage is what it is charged, or it holds no reservation. Said in the
+    answer's ``X-Agentgate-Charged`` header: until review R70 the caller read the backend's usage
+    block alone (0 prompt tokens, or none) while its budget was charged the reservation."""
+    if not auth.reservations:
+        return None
+    if charged is None:
+        return "no usage was reported"
+    if charged is USAGE_UNREAD:
+        return "the usage reported cannot count the answer"
+    if charged[0] == 0 and auth.prompt_tokens:
+        return "the backend reported 0 prompt tokens"
+    return None
 
 
 async def _failed_before_sending() -> None:
