@@ -505,6 +505,7 @@ class Gateway:
         # The usage charged, as for a stream: none for a usage that cannot be the answer's.
         if (charged := _spent(result)) is not None and charged is not USAGE_UNREAD:
             self._count_tokens(*charged_counts(charged, decision.auth))
+            self._say_overrun(decision.auth, charged_counts(charged, decision.auth))
         if (why := _reserved_why(charged, decision.auth)) is not None:
             headers["X-Agentgate-Charged"] = f"reserved; {why}"
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
@@ -746,6 +747,7 @@ class Gateway:
         if (usage := reported.usage) is not None:
             prompt, completion = charged_counts((usage.prompt_tokens, usage.completion_tokens), auth)
             self._count_tokens(prompt, completion)
+            self._say_overrun(auth, (prompt, completion))
             if include_usage and not usage_sent:
                 yield event(
                     [],
@@ -756,6 +758,29 @@ class Gateway:
                     },
                 )
         yield b"data: [DONE]\n\n"
+
+    def _say_overrun(self, auth: Authorization, charged: tuple[int, int]) -> None:
+        """Log one warning line when the usage ``charged`` (the counts the ``Gate`` charges an
+        answered call, ``charged_counts``) costs more than the call's reservation in any unit:
+        it is charged as reported while the budget holds it, its outcome saying ``the reported
+        usage costs N UNIT, D over the R reserved``, but a reservation that runs short is a
+        prompt estimate that does, which an operator watches for before budgets run out. Until
+        review R70 the gateway's log said nothing of it. Nothing for a call charged its
+        reservation (0 prompt tokens reported for a prompt sent: ``_reserved_why``)."""
+        if charged[0] == 0 and auth.prompt_tokens:
+            return
+        cost = self.gate._priced(auth.call, charged)
+        over = [
+            f"{cost[unit]} {unit}, {cost[unit] - amount} over the {amount} reserved"
+            for _, unit, amount in auth.reservations
+            if cost.get(unit, amount) > amount
+        ]
+        if over:
+            _log.warning(
+                "agentgate gateway: audit entry %s: the reported usage costs %s",
+                auth.audit_index,
+                "; ".join(over),
+            )
 
     def _count_tokens(self, prompt: int, completion: int) -> None:
         # Never raises: the counts come from a ``Usage``, non-negative integers by construction
