@@ -73,6 +73,14 @@ _METERED_BY_TOKENS = frozenset({"tokens", "usd_micros", "micro_usd"})
 """The units a model call is charged in from its token counts."""
 
 
+def prompt_unreported(usage: tuple[int, int], auth: Authorization) -> bool:
+    """Whether ``usage`` (two counts, ``_usage_counts``) reports 0 prompt tokens for a prompt
+    agentgate bounded (``Authorization.prompt_tokens`` above 0), which was sent, so is never
+    empty: no count of it; the call is charged its reservation (``_Costs._reported_cost``), and
+    the gateway says so to its caller."""
+    return usage[0] == 0 and bool(auth.prompt_tokens)
+
+
 def charged_counts(usage: tuple[int, int], auth: Authorization) -> tuple[int, int]:
     """The ``(prompt, output)`` tokens a model call decided as ``auth`` is charged for the
     ``usage`` its backend reported (two counts, ``_usage_counts``): its prompt at most
@@ -193,7 +201,7 @@ class _Costs:
                 f"{MAX_USAGE_TOKENS:,}; charged as reserved{charged}"
             )
             return None
-        if counts[0] == 0 and auth.prompt_tokens:
+        if prompt_unreported(counts, auth):
             # A prompt agentgate bounded was sent (the gateway's request body, a dispatched
             # LangGraph call's payload: never empty, a chat template's tokens at least), so 0
             # prompt tokens is no count of it: charged as a usage that leaves ``prompt_tokens``

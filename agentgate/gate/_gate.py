@@ -291,7 +291,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         (its reservation stays held, so a budget is never overspent). Called from an event
         loop's thread, it cannot wait for that loop's own ``arun`` calls (they cannot progress
         while it blocks): their outcomes are lost too; close the gate after they end, or from
-        another thread.
+        another thread. Whatever its last commit of outcomes raises (Ctrl-C), the spans of the
+        outcomes left unwritten end, saying so, and the store is closed before it is raised.
         """
         with self._runs_changed:
             if self._closing:

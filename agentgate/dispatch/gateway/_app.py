@@ -116,7 +116,7 @@ from agentgate.errors import (
     UsageUnreadable,
 )
 from agentgate.gate._authorization import Authorization
-from agentgate.gate._costs import _usage_counts, charged_counts
+from agentgate.gate._costs import _usage_counts, charged_counts, prompt_unreported
 from agentgate.gate._outcomes import USAGE_UNREAD
 
 _UNPARSED = Call("gateway:chat.completions", "generate")
@@ -766,8 +766,8 @@ class Gateway:
         usage costs N UNIT, D over the R reserved``, but a reservation that runs short is a
         prompt estimate that does, which an operator watches for before budgets run out. Until
         review R70 the gateway's log said nothing of it. Nothing for a call charged its
-        reservation (0 prompt tokens reported for a prompt sent: ``_reserved_why``)."""
-        if charged[0] == 0 and auth.prompt_tokens:
+        reservation (0 prompt tokens reported for a prompt sent: ``prompt_unreported``)."""
+        if prompt_unreported(charged, auth):
             return
         cost = self.gate._priced(auth.call, charged)
         over = [
@@ -812,7 +812,8 @@ def _as_charged(usage: object, auth: Authorization) -> dict[str, Any] | None:
 
 def _reserved_why(charged: tuple[int, int] | None, auth: Authorization) -> str | None:
     """Why an answered JSON call is charged its whole reservation, not the usage its answer
-    carries (``charged``: ``_spent``'s), as the ``Gate`` settles it (``_Costs._reported_cost``);
+    carries (``charged``: ``_spent``'s), as the ``Gate`` settles it (``_spent``,
+    ``prompt_unreported``);
     ``None`` when its usage is what it is charged, or it holds no reservation. Said in the
     answer's ``X-Agentgate-Charged`` header: until review R70 the caller read the backend's usage
     block alone (0 prompt tokens, or none) while its budget was charged the reservation."""
@@ -822,7 +823,7 @@ def _reserved_why(charged: tuple[int, int] | None, auth: Authorization) -> str |
         return "no usage was reported"
     if charged is USAGE_UNREAD:
         return "the usage reported cannot count the answer"
-    if charged[0] == 0 and auth.prompt_tokens:
+    if prompt_unreported(charged, auth):
         return "the backend reported 0 prompt tokens"
     return None
 
