@@ -71,6 +71,11 @@ _VERB_PARSER = "_agentgate_verb_parser"
 
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # A flag is read only as spelled in full: argparse's default takes a prefix (``--iss``)
+        # for the one flag it begins, which a script then relies on until a new flag shares the
+        # prefix and the line means another flag or is refused (review R70). Every parser of the
+        # command line is of this class (``parser_class``), so every verb inherits it.
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", _Verbs)
         self.verb_options: frozenset[str] = frozenset()
