@@ -25,10 +25,10 @@ def _said(text: str) -> list[str]:
 
 
 def test_grant_issue_names_its_out_file_escaped(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _out, err = cli(capsys, "grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub",
-                          "--allow", "tool:x", "--ttl", "1h", "--out", HOSTILE)  # fmt: skip
+    code, out, err = cli(capsys, "grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub",
+                         "--allow", "tool:x", "--ttl", "1h", "--out", HOSTILE)  # fmt: skip
     assert code == 0 and (env / HOSTILE).exists(), err
-    [line] = _said(err)
+    [line] = _said(out)  # on stdout since review R70
     assert line.startswith("wrote t\\x1b[2J\\nFORGED line.out (grant "), line
 
 

@@ -97,7 +97,7 @@ def test_approval_sign_names_its_out_file_escaped(tmp_path: Path, capsys: pytest
     out_file = tmp_path / HOSTILE
     capsys.readouterr()
     assert main(["approval", "sign", str(payload), "--as", str(key), "--out", str(out_file)]) == 0
-    said = capsys.readouterr().err.splitlines()[-1]
+    said = capsys.readouterr().out.splitlines()[-1]  # on stdout since review R70
     assert "\x1b" not in said and said.startswith("approval written to ") and SHOWN in said, said
     assert out_file.is_file()
 

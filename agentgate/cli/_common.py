@@ -573,6 +573,23 @@ def privilege_hint(message: str) -> str:
     )
 
 
+def say_written(line: str) -> None:
+    """Say ``line`` (``wrote FILE ...``) on standard output once a verb's ``--out`` file is in
+    place: every verb that writes one says so there, where nothing else goes in that mode (until
+    review R70 ``grant issue``, ``grant delegate`` and ``approval sign`` said it on standard
+    error). The write is done by then: a standard output that cannot take the line (closed with
+    ``>&-``, a full disk, a reader gone) drops it, and the command keeps the exit code of what it
+    did, since exit 2 would say the file was not written (and a retried ``grant issue`` would
+    issue a second grant)."""
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        from agentgate.cli.main import _drop_stdout  # on the error path only
+
+        _drop_stdout()  # what could not be written is not written again at exit
+
+
 def write_json(value: object, indent: int | None = 2) -> None:
     """Write ``value`` to standard output as one JSON document and a newline: the one way every
     ``--json`` writes (``audit show --json`` aside, which writes the logged bytes). Text is written

@@ -30,7 +30,15 @@ from typing import Any
 
 from agentgate.audit.entry import argument_digest
 from agentgate.cli._approval_parser import register as register
-from agentgate.cli._common import listed, open_existing_store, printable, refuse_out_over_inputs, unix, utc
+from agentgate.cli._common import (
+    listed,
+    open_existing_store,
+    printable,
+    refuse_out_over_inputs,
+    say_written,
+    unix,
+    utc,
+)
 from agentgate.cli._lines import shortened
 from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
@@ -96,7 +104,7 @@ def _sign(args: argparse.Namespace) -> int:
         # error line exit 2 promises (until review R63 the description went first).
         sys.stderr.write(_describe(request, key.did))
         # Named as its errors name it (until review R63 raw: a name's escape sequence was sent).
-        sys.stderr.write(f"approval written to {shown_path(args.out)}: resume the run with it\n")
+        say_written(f"approval written to {shown_path(args.out)}: resume the run with it")
     else:
         sys.stderr.write(_describe(request, key.did))
         sys.stdout.write(text)

@@ -46,6 +46,7 @@ from agentgate.cli._common import (
     open_existing_store,
     printable,
     refusal,
+    say_written,
     unprotected_log,
     utc,
 )
@@ -830,7 +831,9 @@ def _prove(args: argparse.Namespace) -> int:
             sys.stdout.write(refusal(f"{exc}; no proof written, run agentgate audit verify"))
             return 1
     _write(args.out, bundle.text())
-    print(f"wrote the proof of entry {args.index} ({len(bundle.proof)} hashes) to {shown_path(args.out)}")
+    say_written(
+        f"wrote the proof of entry {args.index} ({len(bundle.proof)} hashes) to {shown_path(args.out)}"
+    )
     return 0
 
 
@@ -876,7 +879,7 @@ def _report(args: argparse.Namespace) -> int:
         if not log.exists:
             page = render_report(iter(()), None, [])
             _write(args.out, page)
-            print(f"wrote {shown_path(args.out)}: 0 entries, intact ({_NO_LOG_YET})")
+            say_written(f"wrote {shown_path(args.out)}: 0 entries, intact ({_NO_LOG_YET})")
             return 0
         verified = log.verify()
         note = log.latest_checkpoint()
@@ -885,5 +888,5 @@ def _report(args: argparse.Namespace) -> int:
         page = render_report(log.entries(skip_malformed=True), checkpoint, problems)
     _write(args.out, page)
     state = "intact" if verified.ok else f"TAMPERED, {len(problems)} problem(s) shown in the report"
-    print(f"wrote {shown_path(args.out)}: {_counted(verified.size, 'entry', 'entries')}, {state}")
+    say_written(f"wrote {shown_path(args.out)}: {_counted(verified.size, 'entry', 'entries')}, {state}")
     return 0 if verified.ok else 1

@@ -50,6 +50,7 @@ from agentgate.cli._common import (
     parse_duration,
     printable,
     refuse_out_over_inputs,
+    say_written,
     shown_policy,
     unprotected_log,
     utc,
@@ -217,7 +218,8 @@ def _read_token(path: Path) -> Chain:
 
 
 def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None) -> None:
-    """Record ``chain`` in the store and hand its token out: to ``out`` (mode 0600) or stdout.
+    """Record ``chain`` in the store and hand its token out: to ``out`` (mode 0600, then a line
+    saying so on stdout) or stdout.
 
     The token is written to a new 0600 file beside ``out`` first; the grant is recorded only once
     that write succeeded, and the file is renamed over ``out`` only once the grant is recorded.
@@ -233,7 +235,7 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None) -> 
         replace_file(out, (chain.token + "\n").encode("ascii"), 0o600, lambda: record(repo, chain))
     except OSError as exc:
         raise InputError(f"{out}: cannot write token: {exc.strerror}") from None
-    sys.stderr.write(f"wrote {shown_path(out)} (grant {chain.id})\n")
+    say_written(f"wrote {shown_path(out)} (grant {chain.id})")
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.capabilities import Call
-from agentgate.cli._common import escaped_once, json_object, shown_policy, write_json
+from agentgate.cli._common import escaped_once, json_object, say_written, shown_policy, write_json
 from agentgate.cli._policy_parser import register as register
 from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Severity
@@ -150,7 +150,7 @@ def _schema(args: argparse.Namespace) -> int:
             replace_file(Path(args.out), text.encode("utf-8"), 0o644)
         except OSError as exc:
             raise InputError(f"{args.out}: cannot write the schema: {exc.strerror or exc}") from None
-        print(f"wrote {shown_path(args.out)}")
+        say_written(f"wrote {shown_path(args.out)}")
     else:
         sys.stdout.write(text)
     return 0
