@@ -657,8 +657,11 @@ def load_signing_key(path: Path | str) -> SigningKey:
 def unsafe_directory(path: Path) -> str | None:
     """Why a file at ``path`` could be replaced by another user through a directory on its way,
     as ssh's StrictModes judges a key's directories; ``None`` when it cannot. Each directory the
-    path passes through counts, those of the path as given (a link in one of them can be
-    pointed elsewhere) and those of the file it reaches, up to ``/``: one that others may
+    path passes through counts (``_walked``): those of the path as given (a link in one of them
+    can be pointed elsewhere), those in which each link of a chain of links lies (until review
+    R70 a link in the middle of a chain, ``keys -> hop/a -> real``, was not judged: ``hop`` was
+    on neither the given path nor the real one) and those of the file it reaches, up to ``/``:
+    one that others may
     write, or its group unless that is its owner's private group (``_private_group``: a user's
     own group, as a umask of 002 makes directories 0775 in), unless it is sticky (as ``/tmp``,
     1777: there only an entry's owner may rename or remove it), or one owned by another user
@@ -669,7 +672,7 @@ def unsafe_directory(path: Path) -> str | None:
     except OSError as exc:  # the working directory was removed: its chain cannot be told
         return f"the working directory, which cannot be found ({exc.strerror}); cd to one that exists"
     seen: set[tuple[int, int]] = set()
-    for directory in (*given.parents, *Path(os.path.realpath(given)).parents):
+    for directory in (*_walked(given), *given.parents, *Path(os.path.realpath(given)).parents):
         try:
             status = os.stat(directory)
         except OSError:
@@ -691,6 +694,44 @@ def unsafe_directory(path: Path) -> str | None:
                 f"may rename files in it; run chmod go-w {shown_path(directory)}"
             )
     return None
+
+
+_MAX_LINKS = 40
+"""Links followed on one path before the walk gives up, as Linux's ``ELOOP`` limit."""
+
+
+def _walked(path: Path) -> list[Path]:
+    """The directories in which a name is looked up on the way from ``/`` to the file at the
+    absolute ``path``, each link followed where it lies (a relative target read from the
+    directory holding the link, ``..`` as the kernel reads it, from the directory reached):
+    nearest the file first. No link is left in them, so ``os.stat`` judges each as it is. The
+    walk stops at a part that cannot be read, and after ``_MAX_LINKS`` links (a loop): the rest
+    is judged by the path as given and the real path."""
+    parts = list(path.parts)
+    current = Path(path.anchor)
+    walked: list[Path] = []
+    links = 0
+    while parts:
+        name = parts.pop(0)
+        if name == path.anchor or name in ("", "."):
+            continue
+        walked.append(current)
+        if name == "..":
+            current = current.parent
+            continue
+        step = current / name
+        try:
+            target = os.readlink(step)
+        except OSError:  # not a link (or not there): the walk goes on into it as it is
+            current = step
+            continue
+        links += 1
+        if links > _MAX_LINKS:
+            break
+        if os.path.isabs(target):
+            current = Path(Path(target).anchor)
+        parts[:0] = Path(target).parts
+    return walked[::-1]
 
 
 def load_public_key(spec: str | Path) -> PublicKey:
