@@ -60,6 +60,11 @@ STORE_TABLES = (
 _INIT = "agentgate store init --store"
 
 
+def init_command(path: Path) -> str:
+    """The command that sets up, or upgrades, the SQLite store at ``path``, ready to paste."""
+    return f"{_INIT} {shlex.quote(shown(str(path)))}"
+
+
 def shown(text: str) -> str:
     """``text`` (a path, a table name) as one line an error may quote: a character that is not
     printable (a line break, an escape, a byte that is not UTF-8) as its backslash escape."""

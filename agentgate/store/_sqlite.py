@@ -34,7 +34,7 @@ from agentgate.store._base import (
     env_setting,
     unstorable_text,
 )
-from agentgate.store._existing import missing_file, refuse_missing_sqlite, refuse_others_tables
+from agentgate.store._existing import init_command, missing_file, refuse_missing_sqlite, refuse_others_tables
 from agentgate.store._version import VERSION_DDL, record_version, recorded_version, refuse_newer
 
 _SYNCHRONOUS = {"FULL", "NORMAL", "EXTRA"}
@@ -802,12 +802,14 @@ class SQLiteStore(Store):
 
     def _not_upgraded(self, exc: sqlite3.Error) -> str:
         """What to add to the error of a statement that met a column missing from a table in a
-        store open to read only, whose parts' tables are not brought up to this version."""
+        store open to read only, whose parts' tables are not brought up to this version: the
+        command that upgrades this file (until review R70 ``agentgate store init`` alone, which
+        upgrades the default store or ``AGENTGATE_STORE``'s, not one given with ``--store``)."""
         if not self.read_only or "no such column" not in str(exc):
             return ""
         return (
             " (a table of an earlier version of agentgate, not upgraded where it is read only: "
-            "`agentgate store init` upgrades it; docs/operations.md, Upgrading)"
+            f"`{init_command(self.path)}` upgrades it; docs/operations.md, Upgrading)"
         )
 
     @staticmethod
