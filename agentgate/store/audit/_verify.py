@@ -167,6 +167,28 @@ def _rowid_keyed(store: Store) -> bool:
     return not any(row[3] == "pk" for row in store.query("PRAGMA index_list(audit_log)"))
 
 
+_UNIQUE_IDX_KEY = (
+    "SELECT 1 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a "
+    "ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
+    "WHERE i.indrelid = pg_catalog.to_regclass('audit_log') AND i.indisunique AND i.indisvalid "
+    "AND i.indimmediate AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL "
+    "AND a.attname = 'idx' AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits "
+    "WHERE inhparent = i.indrelid) LIMIT 1"
+)
+"""PostgreSQL: a row when the ``audit_log`` the store's statements find has a unique index on
+``idx`` alone, checked at once, over every row (its primary key as agentgate makes it), and no
+table inherits from it (a child's rows are read with it, and its index does not cover them)."""
+
+
+def _one_row_per_index(store: Store) -> bool:
+    """Whether ``audit_log``'s key rules out two rows of one index: SQLite's ``idx INTEGER PRIMARY
+    KEY`` of a rowid table (``_rowid_keyed``), PostgreSQL's unique index on ``idx`` alone. A table
+    made again without it (or its key dropped) may hold a second row of an index."""
+    if store.dialect == "sqlite":
+        return _rowid_keyed(store)
+    return bool(store.query(_UNIQUE_IDX_KEY))
+
+
 class _Verification:
     """The ``AuditLog``'s ``verify``: indexes without gaps, entries against their leaf hashes,
     uncovered entries against their own index, checkpoints against their signatures, each other
@@ -269,7 +291,13 @@ class _Verification:
             if gap is not None:
                 break
         size = acc.size
-        self._check_repeated_indexes(size, bad, problems)
+        # The table as agentgate makes it (keyed by idx) holds one row per index (in SQLite, each a
+        # whole number): the counts of repeated and of not whole indexes, each a walk over the
+        # table again (until review R70 the first was made on every log), are made only on one
+        # made again without that key, or whose key was dropped.
+        keyed = _one_row_per_index(self.store)
+        if not keyed:
+            self._check_repeated_indexes(size, bad, problems)
         if self.refs_indexed:
             # Rows past the entries read are left alone: an entry appended since (its row committed
             # with it) must not read as tampering, and a row for an index not written yet only
@@ -292,7 +320,7 @@ class _Verification:
                 f"audit_log has {below} row(s) at an index below 0 (the lowest {lowest}), which no "
                 "entry has: rows inserted outside agentgate"
             )
-        self._check_whole_indexes(problems)
+        self._check_whole_indexes(keyed, problems)
         for cp_size in sorted(s for s in expected if s > size):
             problems.append(
                 f"a checkpoint covers {cp_size} entries but the log has {size}: "
@@ -360,14 +388,15 @@ class _Verification:
         if stored - size > sum(rows - 1 for _idx, rows in repeated):
             problems.append(f"audit_log has {stored - size} more row(s) below index {size} than entries")
 
-    def _check_whole_indexes(self, problems: list[str]) -> None:
+    def _check_whole_indexes(self, keyed: bool, problems: list[str]) -> None:
         """Append to ``problems`` the rows of a SQLite ``audit_log`` whose index is not a whole
         number (NULL, text, a fraction, bytes): possible only in a table made again without its
         ``INTEGER PRIMARY KEY``, and read by no reader of the log (the pass above reads from index
         0 in index order, where SQLite sorts text and bytes after every number and leaves NULL
-        out). The table's own declaration is read first: a rowid table keyed by ``idx``, as
-        agentgate makes it, holds nothing else, and is not scanned again."""
-        if self.store.dialect != "sqlite" or _rowid_keyed(self.store):
+        out). ``keyed``: the table's own declaration, read by the caller (``_one_row_per_index``): a
+        rowid table keyed by ``idx``, as agentgate makes it, holds nothing else, and is not scanned
+        again."""
+        if self.store.dialect != "sqlite" or keyed:
             return
         count, lowest = self.store.query(
             "SELECT COUNT(*), MIN(idx) FROM audit_log WHERE typeof(idx) != 'integer'"
