@@ -6,6 +6,7 @@ It inherits its proofs and ``explain`` (``_proofs``), the cached roots of blocks
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
@@ -468,10 +469,13 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             # A NULL entry or leaf hash (a tampered table without its NOT NULL constraints)
             # reads as empty bytes: it then fails the leaf hash check instead of crashing. Both
             # dialects return the (cast) columns as bytes, so the rows are used as they come.
+            # Every entry from start (verify's pass): no CASE for each row (review R70).
+            every = include_entry_from <= start
+            entry = f"COALESCE({self._entry}, {self._empty})"
             rows = self.store.query(
-                f"SELECT idx, CASE WHEN idx >= ? THEN COALESCE({self._entry}, {self._empty}) END, "
+                f"SELECT idx, {entry if every else f'CASE WHEN idx >= ? THEN {entry} END'}, "
                 f"COALESCE({self._leaf}, {self._empty}) FROM audit_log WHERE idx > ? ORDER BY idx LIMIT ?",
-                (include_entry_from, last, limit),
+                (last, limit) if every else (include_entry_from, last, limit),
             )
             batch = cast(list[tuple[int, bytes | None, bytes]], rows)
             if batch:
@@ -479,7 +483,9 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             if len(rows) < limit:
                 return
             last = batch[-1][0]
-            size = sum(len(entry) for _i, entry, _h in batch if entry is not None) + _ROW_BYTES * len(batch)
+            # C-level calls, not a Python step per row (verify reads every row through here).
+            entries = filter(None, map(operator.itemgetter(1), batch))
+            size = sum(map(len, entries)) + _ROW_BYTES * len(batch)
             limit = max(1, min(_BATCH, _BATCH_BYTES * len(batch) // size))
 
     def _batches(self, start: int = 0) -> Iterator[list[tuple[int, bytes, bytes]]]:

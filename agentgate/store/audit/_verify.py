@@ -32,6 +32,9 @@ from agentgate.store.audit._schema import (
 from agentgate.store.audit._stored import _bytes, _index_of, _note
 
 _sha256 = hashlib.sha256
+_ENTRY, _LEAF = operator.itemgetter(1), operator.itemgetter(2)
+_LEAF_PREFIX = _sha256(b"\x00")
+"""SHA-256 fed the leaf prefix (RFC 6962): each leaf hash continues a copy of it, never this one."""
 _REF_KEY = b',"ref":'
 """The top-level ``ref`` key of an entry's bytes: its last occurrence (``args`` and ``reasons`` come
 before it, and the keys after it hold no objects; a string holds no unescaped quote)."""
@@ -259,8 +262,17 @@ class _Verification:
                 )
                 bad.append(first + gap)
                 rows = rows[:gap]
-            computed = [_sha256(b"\x00" + row[1]).digest() for row in rows]
-            stored = [row[2] for row in rows]
+            entries = list(map(_ENTRY, rows))
+            # Each leaf hash from a copy of the hash of its 0x00 prefix: no copy of the entry's
+            # bytes behind the prefix (review R70: about an eighth less time than hashing the two
+            # joined, per entry).
+            computed: list[bytes] = []
+            append, prefixed = computed.append, _LEAF_PREFIX.copy
+            for data in entries:
+                leaf = prefixed()
+                leaf.update(data)
+                append(leaf.digest())
+            stored = list(map(_LEAF, rows))
             edited = set()
             if computed != stored:
                 for k, (c, h) in enumerate(zip(computed, stored, strict=True)):
@@ -286,7 +298,7 @@ class _Verification:
                     bad.append(first + k)
                     misplaced.add(k)
             if self.refs_indexed:
-                refs_seen += self._check_refs(rows, edited | misplaced, problems)
+                refs_seen += self._check_refs(first, entries, edited | misplaced, problems)
             last_good = self._feed(acc, computed, sizes, expected, saved_only, last_good, bad, problems)
             if gap is not None:
                 break
@@ -504,13 +516,11 @@ class _Verification:
             problems.append(f"checkpoint of size {acc.size}: root does not match the entries; {cause}")
         return last_good
 
-    def _check_refs(
-        self, rows: Sequence[tuple[int, bytes, bytes]], skip: set[int], problems: list[str]
-    ) -> int:
-        """Compare the rows of ``audit_refs`` for the entries ``rows`` (consecutive indexes) with the
-        references those entries carry, appending each difference to ``problems``; entries at
-        positions ``skip`` (already reported: edited, moved or not canonical) are left out.
-        Returns how many index rows it read.
+    def _check_refs(self, first: int, entries: Sequence[bytes], skip: set[int], problems: list[str]) -> int:
+        """Compare the rows of ``audit_refs`` for the entries ``entries`` (the bytes of consecutive
+        indexes from ``first``) with the references those entries carry, appending each difference
+        to ``problems``; entries at positions ``skip`` (already reported: edited, moved or not
+        canonical) are left out. Returns how many index rows it read.
 
         The reference is read from each entry's bytes (the last ``,"ref":``) by C-level scans, not by
         parsing the entry: this runs for every entry ``verify`` reads. An intact batch is confirmed
@@ -518,10 +528,9 @@ class _Verification:
         reference where its entry's is); only a batch where that fails is examined entry by entry
         to name the differences.
         """
-        if not rows:
+        if not entries:
             return 0
-        first, count = rows[0][0], len(rows)
-        entries = list(map(operator.itemgetter(1), rows))
+        count = len(entries)
         at = list(map(bytes.rfind, entries, itertools.repeat(_REF_KEY)))
         table = self.store.query(
             "SELECT idx - ?, ref FROM audit_refs WHERE idx >= ? AND idx < ? AND ref < ? ORDER BY idx",
