@@ -10,6 +10,7 @@ the facade's frame at the first instruction after the mark is set, as the signal
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import sys
 from collections.abc import Callable
@@ -20,12 +21,21 @@ from typing import Any
 import pytest
 
 from agentgate.store import SQLiteStore
-from agentgate.tasks import Attempt, SchedulerConfig, SyncScheduler, ToolCall, ToolLimits, _sync
+from agentgate.tasks import (
+    Attempt,
+    Scheduler,
+    SchedulerConfig,
+    SyncScheduler,
+    ToolCall,
+    ToolLimits,
+    _scheduler,
+    _sync,
+)
 from agentgate.tasks._waiter import RUNNING
 
 
 def _interrupt_once_marked() -> Callable[..., Any]:
-    """A tracer raising ``KeyboardInterrupt`` in ``_sync``'s frames at the first instruction that
+    """A tracer raising ``KeyboardInterrupt`` in ``_sync``'s and ``_scheduler``'s frames at the first instruction that
     runs while ``RUNNING`` names an attempt, before the tool is called."""
     fired = False
 
@@ -37,7 +47,7 @@ def _interrupt_once_marked() -> Callable[..., Any]:
         return on_opcode
 
     def on_call(frame: FrameType, event: str, arg: object) -> Any:
-        if frame.f_code.co_filename != _sync.__file__:
+        if frame.f_code.co_filename not in (_sync.__file__, _scheduler.__file__):
             return None
         frame.f_trace_opcodes = True
         return on_opcode
@@ -74,3 +84,24 @@ def _interrupt_then_call(handed: bool, tmp_path: Path) -> None:
     finally:
         if store is not None:
             store.close()
+
+
+def test_ctrl_c_as_the_async_core_marks_the_attempt_leaves_no_mark() -> None:
+    """Review R70: the async core's ``RUNNING.set(waiter)`` stood before its ``try`` too; the
+    attempt runs in the caller's task, whose later calls a mark left behind made nested."""
+    contextvars.Context().run(asyncio.run, _interrupt_then_call_async())
+
+
+async def _interrupt_then_call_async() -> None:
+    scheduler = Scheduler(SchedulerConfig(tools={"t": ToolLimits(concurrency=1)}))
+    try:
+        sys.settrace(_interrupt_once_marked())
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                await scheduler.submit(ToolCall(tool="t"), _tool)
+        finally:
+            sys.settrace(None)
+        assert RUNNING.get() is None
+        assert await scheduler.submit(ToolCall(tool="t"), _tool) == "ran"
+    finally:
+        await scheduler.aclose()
