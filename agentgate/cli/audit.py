@@ -226,7 +226,8 @@ def _verify(args: argparse.Namespace) -> int:
         unsigned = UNSIGNED if report.size and not report.checkpoints_checked and saved is None else ""
         print(
             f"intact: {_counted(report.size, 'entry', 'entries')}, root {report.root.hex()}, "
-            f"{_counted(report.checkpoints_checked, 'checkpoint', 'checkpoints')}{unsigned}"
+            f"{_counted(report.checkpoints_checked, 'checkpoint', 'checkpoints')}"
+            f"{unsigned or _not_yet_covered(report)}"
         )
         _print_accepted(report)
         return 0
@@ -252,6 +253,23 @@ def _verify(args: argparse.Namespace) -> int:
         )
     _print_accepted(report)
     return 1
+
+
+_COVER = "run agentgate audit checkpoint"
+"""What ``verify`` says to do for entries that no checkpoint covers yet."""
+
+
+def _not_yet_covered(report: VerifyReport) -> str:
+    """What ``verify`` adds to the verdict ``intact`` of a log whose newest entries lie past every
+    checkpoint (stored, or saved and given): how many, their indexes and how to cover them; empty
+    when a checkpoint covers the whole log (until review R70 the verdict said nothing, as though a
+    checkpoint signed every entry)."""
+    first, size = report.signed_size, report.size
+    if first >= size:
+        return ""
+    if size - first == 1:
+        return f" (the last entry, {first}, is not yet covered by a checkpoint: {_COVER})"
+    return f" (the last {size - first} entries, {first}..{size - 1}, are not yet covered by a checkpoint: {_COVER})"
 
 
 def _counted(number: int, one: str, many: str) -> str:

@@ -80,6 +80,11 @@ class VerifyReport:
     it (``audit_checkpoints_no_replace`` on a SQLite log of 2026-11-29), one line each: information,
     not a problem, and no repair to accept."""
 
+    signed_size: int = 0
+    """The largest size a checkpoint that opened signs (a stored one, or the saved one given):
+    the entries from it up to ``size`` are covered by no signature yet, only by the database's
+    triggers (not tampering: ``AuditLog.checkpoint`` covers them)."""
+
     @property
     def repairs(self) -> tuple[str, ...]:
         """The lines of ``unprotected`` that name a repair not accepted (``audit_repairs``)."""
@@ -349,6 +354,7 @@ class _Verification:
             self.unprotected(),
             tuple(accepted_repairs(self.store)),
             tuple(upgrade_additions(self.store)),
+            signed_size=max(expected, default=0),
         )
 
     def unprotected(self) -> tuple[str, ...]:
