@@ -11,7 +11,7 @@ import itertools
 import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agentgate.audit.entry import AuditEntry, one_line
 from agentgate.audit.merkle import EMPTY_ROOT, RootAccumulator
@@ -164,37 +164,44 @@ def _described(value: object) -> str:
     return f"{str(value)[:40]!r} (text)"
 
 
-def _rowid_keyed(store: Store) -> bool:
-    """Whether SQLite's ``audit_log`` is keyed by ``idx`` as agentgate makes it, an ``INTEGER
-    PRIMARY KEY`` of a rowid table, which holds whole numbers only (not one ``WITHOUT ROWID`` or
-    declared ``DESC``: SQLite then keeps a separate key, which holds anything)."""
-    columns = store.query("PRAGMA table_info(audit_log)")
+KeyedByIdx = Literal["audit_log", "audit_refs"]
+"""The tables of the log keyed by ``idx`` whose key ``_one_row_per_index`` reads (only these names
+are put into its catalog queries)."""
+
+
+def _rowid_keyed(store: Store, table: KeyedByIdx) -> bool:
+    """Whether SQLite's ``table`` is keyed by ``idx`` as agentgate makes it, an ``INTEGER PRIMARY
+    KEY`` of a rowid table, which holds whole numbers only (not one ``WITHOUT ROWID`` or declared
+    ``DESC``: SQLite then keeps a separate key, which holds anything)."""
+    columns = store.query(f"PRAGMA table_info({table})")
     keys = [row for row in columns if row[5]]
     if len(keys) != 1 or keys[0][1] != "idx" or str(keys[0][2]).upper() != "INTEGER":
         return False
-    return not any(row[3] == "pk" for row in store.query("PRAGMA index_list(audit_log)"))
+    return not any(row[3] == "pk" for row in store.query(f"PRAGMA index_list({table})"))
 
 
 _UNIQUE_IDX_KEY = (
     "SELECT 1 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a "
     "ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
-    "WHERE i.indrelid = pg_catalog.to_regclass('audit_log') AND i.indisunique AND i.indisvalid "
+    "WHERE i.indrelid = pg_catalog.to_regclass('{table}') AND i.indisunique AND i.indisvalid "
     "AND i.indimmediate AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL "
     "AND a.attname = 'idx' AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits "
     "WHERE inhparent = i.indrelid) LIMIT 1"
 )
-"""PostgreSQL: a row when the ``audit_log`` the store's statements find has a unique index on
-``idx`` alone, checked at once, over every row (its primary key as agentgate makes it), and no
-table inherits from it (a child's rows are read with it, and its index does not cover them)."""
+"""PostgreSQL: a row when the table (``{table}``, a ``KeyedByIdx``) the store's statements
+find has a unique index on ``idx`` alone, checked at once, over every row (its primary key as
+agentgate makes it), and no table inherits from it (a child's rows are read with it, and its index
+does not cover them)."""
 
 
-def _one_row_per_index(store: Store) -> bool:
-    """Whether ``audit_log``'s key rules out two rows of one index: SQLite's ``idx INTEGER PRIMARY
-    KEY`` of a rowid table (``_rowid_keyed``), PostgreSQL's unique index on ``idx`` alone. A table
-    made again without it (or its key dropped) may hold a second row of an index."""
+def _one_row_per_index(store: Store, table: KeyedByIdx = "audit_log") -> bool:
+    """Whether ``table``'s key (``audit_log``, or the reference index ``audit_refs``) rules out two
+    rows of one index: SQLite's ``idx INTEGER PRIMARY KEY`` of a rowid table (``_rowid_keyed``),
+    PostgreSQL's unique index on ``idx`` alone. A table made again without it (or its key dropped)
+    may hold a second row of an index."""
     if store.dialect == "sqlite":
-        return _rowid_keyed(store)
-    return bool(store.query(_UNIQUE_IDX_KEY))
+        return _rowid_keyed(store, table)
+    return bool(store.query(_UNIQUE_IDX_KEY.format(table=table)))
 
 
 class _Verification:
@@ -329,6 +336,8 @@ class _Verification:
                     f"audit_refs has {rows_in_index - refs_seen} row(s) that verify did not compare with "
                     "their entries (the reference index changed while verify read it)"
                 )
+            if not _one_row_per_index(self.store, "audit_refs"):
+                self._check_repeated_refs(size, problems)
         # Every read above starts at index 0: a row below it (inserted with the triggers dropped)
         # is in no tree, and only this count sees it.
         below, lowest = self.store.query("SELECT COUNT(*), MIN(idx) FROM audit_log WHERE idx < 0")[0]
@@ -405,6 +414,24 @@ class _Verification:
             bad.append(idx)
         if stored - size > sum(rows - 1 for _idx, rows in repeated):
             problems.append(f"audit_log has {stored - size} more row(s) below index {size} than entries")
+
+    def _check_repeated_refs(self, size: int, problems: list[str]) -> None:
+        """Append to ``problems`` each entry below ``size`` (the first ten) that more than one row
+        of the reference index ``audit_refs`` holds: possible only in a table whose primary key was
+        dropped (or, PostgreSQL, with a table inheriting from it). The comparison with the entries
+        keeps one row per index, and the count of the index's rows counts every one, so a second
+        row, even a copy, is seen only here (until review R70 it passed unreported); ``explain``
+        would list the entry twice. The entries themselves are intact: no bad index is named."""
+        repeated = self.store.query(
+            "SELECT idx, COUNT(*) FROM audit_refs WHERE idx >= 0 AND idx < ? "
+            "GROUP BY idx HAVING COUNT(*) > 1 ORDER BY idx LIMIT 10",
+            (size,),
+        )
+        for idx, rows in repeated:
+            problems.append(
+                f"audit_refs has {int(rows)} rows for entry {_shown_index(idx)}, where an entry has at "
+                "most one (the reference index was tampered with: rows inserted outside agentgate)"
+            )
 
     def _check_whole_indexes(self, keyed: bool, problems: list[str]) -> None:
         """Append to ``problems`` the rows of a SQLite ``audit_log`` whose index is not a whole
