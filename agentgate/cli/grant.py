@@ -107,14 +107,22 @@ def _capability(text: str) -> Capability:
 def _integers_only(capability: Capability) -> None:
     """Refuse a constraint number with a fraction, which no token carries: here, where the flag is
     read, so that the error names ``--allow`` and its value (until review R70 ``issue`` refused it
-    later, as ``tool:x amount: 500.5 is not an integer``, naming neither)."""
+    later, as ``tool:x amount: 500.5 is not an integer``, naming neither), and a whole one out of
+    a token's range (``1e30``: until review R70's second reading ``issue`` refused it as
+    ``integer 1000000000000000019884624838656 is out of range``, a number never written)."""
     for name, spec in capability.to_dict()["constraints"].items():
         for value in spec.values():
             for number in value if isinstance(value, list) else [value]:
-                if isinstance(number, float) and not number.is_integer():
+                if not isinstance(number, float):
+                    continue
+                if not number.is_integer():
                     raise CapabilityError(
                         f"argument {name!r}: {number!r} is not an integer; tokens carry integers only "
                         "(use minor units)"
+                    )
+                if abs(number) >= 2**63:
+                    raise CapabilityError(
+                        f"argument {name!r}: {number!r} is out of range for a token (|v| < 2**63)"
                     )
 
 
