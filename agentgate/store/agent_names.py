@@ -112,7 +112,11 @@ def _grant_named(data: object) -> tuple[str, int] | None:
         return None
     if kind != "allow" or not isinstance(resource, str) or not resource.startswith("agent:"):
         return None
-    if not reasons or not isinstance(reasons[0], str) or not reasons[0].startswith(_GRANTED):
+    # Checked as a list before it is read: an entry edited in the database is passed over, never
+    # a KeyError or TypeError that stops the upgrade (until review R70's second reading).
+    if not isinstance(reasons, list) or not reasons or not isinstance(reasons[0], str):
+        return None
+    if not reasons[0].startswith(_GRANTED):
         return None
     name = resource.removeprefix("agent:")
     return (name, int(when)) if name else None
