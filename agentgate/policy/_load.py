@@ -272,6 +272,17 @@ def load_policy(path: str | Path, *, key_dir: str | Path | None = None) -> Polic
     return parse_policy(data, source=str(path), base_dir=base if base is not None else path.resolve().parent)
 
 
+def _version_as_written(version: object) -> str:
+    """A policy's ``version`` value as its error names it: null and the booleans as YAML and JSON
+    write them (until review R70's second reading Python's ``None`` and ``True``, which the file
+    never held), anything else quoted shortened."""
+    if version is None:
+        return "null (the key has no value)"
+    if isinstance(version, bool):
+        return "true" if version else "false"
+    return shortened(repr(version))
+
+
 def parse_policy(
     data: bytes | str, *, source: str = "<policy>", base_dir: str | Path | None = None
 ) -> Policy:
@@ -355,7 +366,7 @@ def parse_policy(
         raise PolicyError(
             # The value as written may be megabytes long (a list, a text): quoted shortened, as
             # keys are, so that the error stays one readable line (until review R56 it was whole).
-            f"unsupported or missing policy version {shortened(repr(version))}",
+            f"unsupported or missing policy version {_version_as_written(version)}",
             file=source,
             line=mark.line if mark else None,
             column=mark.column if mark else None,
