@@ -293,6 +293,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         while it blocks): their outcomes are lost too; close the gate after they end, or from
         another thread. Whatever its last commit of outcomes raises (Ctrl-C), the spans of the
         outcomes left unwritten end, saying so, and the store is closed before it is raised.
+        Ctrl-C while it waits for the calls running ends that wait as ``timeout_s`` would: the
+        gate is closed, then it is raised.
         """
         with self._runs_changed:
             if self._closing:
@@ -304,10 +306,18 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             here = None
+        interrupted: BaseException | None = None
         with self._runs_changed:
             # ``arun`` calls of the loop that called close() cannot progress while it waits.
             own = self._loop_runs.get(here, 0) if here is not None else 0
-            self._runs_changed.wait_for(lambda: self._runs <= own, timeout_s)
+            try:
+                self._runs_changed.wait_for(lambda: self._runs <= own, timeout_s)
+            except BaseException as exc:  # Ctrl-C: it ends the wait as the timeout does
+                # The gate is closed all the same, then it is raised: until review R70 it left
+                # the threads running and the store open, and a second close() (the gate was
+                # closing already) did nothing.
+                interrupted = exc
+                deadline = time.monotonic()
             if self._runs:
                 _log.error(
                     "agentgate: %d calls had not settled when close() stopped waiting (after at most "
@@ -341,6 +351,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
                     self._close_store(type(exc).__name__)
                     raise
                 self._close_store(None)
+        if interrupted is not None:
+            raise interrupted
 
     def _close_store(self, failure: str | None) -> None:
         """The end of ``close``, once its last commit of outcomes is done (``failure``: the class
