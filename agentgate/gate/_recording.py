@@ -22,7 +22,7 @@ from agentgate.errors import BudgetExceeded, Denied, Expired, InputError, QuotaE
 from agentgate.findings import Finding
 from agentgate.gate._approval import Approval
 from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict, expect, listed, shown
-from agentgate.gate._checks import _is_text_pair
+from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE, _expect_id, _is_text_pair
 from agentgate.gate._costs import _METERED, _METERED_BY_TOKENS
 from agentgate.gate._lock import _serialized
 from agentgate.gate._records import PARAMETERS_IN_CLEAR, recordable, redact_reasons, without_held
@@ -179,15 +179,24 @@ class _Recording:
         run's asking the same call under the same id (until review R68 a refused call of one
         thread closed another thread's request). Raises ``InputError`` when the entry cannot be
         encoded, ``reasons`` is no list of text (until review R70 a bare ``TypeError`` or
-        ``AttributeError``, or one reason per character of a string), or ``asked_in`` is no pair
-        of text, ``AuditError``/``StoreError`` when it cannot be written."""
+        ``AttributeError``, or one reason per character of a string), ``identity`` is no
+        ``AgentIdentity`` or ``None``, ``findings`` no list of ``Finding``, ``call_id`` no text
+        (until review R70 a bare ``AttributeError`` or ``TypeError``, a ``call_id`` taken as it
+        came), or ``asked_in`` is no pair of text, ``AuditError``/``StoreError`` when it cannot
+        be written."""
+        expect(identity, _IDENTITY_OR_NONE, "identity", _IDENTITY + " or None")
         expect(call, Call, "call", "a Call")
         said = _reasons(reasons, "reasons")
+        found = tuple(listed(findings, "findings", "Finding"))
+        for finding in found:
+            if not isinstance(finding, Finding):
+                raise InputError(f"findings must be a list of Finding, got an item {shown(finding)}")
+        _expect_id(call_id, "call_id")
         if not (asked_in is None or _is_text_pair(asked_in)):
             raise InputError(
                 f"asked_in must be a (scope, version) pair of text or None, got {shown(asked_in)}"
             )
-        refused = Authorization(Verdict.DENY, call, identity, said, tuple(findings))
+        refused = Authorization(Verdict.DENY, call, identity, said, found)
         call_key = None if asked_in is None else self._call_scope(identity, call_id, asked_in)
         return self._record_refusal(refused, call_id, call_key=call_key)
 
@@ -201,9 +210,11 @@ class _Recording:
         tool calls; until review R69 one transaction each). Holds the gate's store lock, as
         ``record_refusal`` does (until review R70 it wrote while another thread's decision held
         it). The refusals, in order. Raises ``InputError`` when an entry cannot be encoded, or
-        an item is no (``Call``, list of text) pair, naming it (until review R70 a bare
-        ``ValueError`` or ``TypeError``; nothing is written then), ``AuditError``/``StoreError``
-        when they cannot be written."""
+        an item is no (``Call``, list of text) pair, naming it, or ``identity`` is no
+        ``AgentIdentity`` or ``None`` (until review R70 a bare ``ValueError``, ``TypeError`` or
+        ``AttributeError``; nothing is written then), ``AuditError``/``StoreError`` when they
+        cannot be written."""
+        expect(identity, _IDENTITY_OR_NONE, "identity", _IDENTITY + " or None")
         refused = []
         for n, item in enumerate(listed(refusals, "refusals", "(Call, reasons) pairs")):
             where = f"refusals[{n}]"
