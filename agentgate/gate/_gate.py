@@ -359,18 +359,24 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         name of what that commit raised, which ``close`` raises then): the spans of the outcomes
         still pending say they were not written and end, and the store is closed. Until review
         R70 an exception that was not an agentgate error (Ctrl-C in that commit) left those spans
-        unended, never exported, and the store open."""
-        lost = self._outcomes.take()  # put back by a commit that failed: nothing will take them
-        self._spans_lost(lost, failure)
-        if lost:
-            _log.error(
-                "agentgate: %d outcomes not recorded: the store failed as the gate closed%s",
-                len(lost),
-                f" ({failure})" if failure else "",
-            )
-        _OPEN_GATES.discard(self)
-        self.grants.close()
-        self.store.close()
+        unended, never exported, and the store open. The store is closed whatever the steps
+        before raise (a second Ctrl-C as the loss is logged: until review R70 it stayed open, and
+        a second ``close()`` did nothing)."""
+        try:
+            lost = self._outcomes.take()  # put back by a commit that failed: nothing will take them
+            self._spans_lost(lost, failure)
+            if lost:
+                _log.error(
+                    "agentgate: %d outcomes not recorded: the store failed as the gate closed%s",
+                    len(lost),
+                    f" ({failure})" if failure else "",
+                )
+        finally:
+            _OPEN_GATES.discard(self)
+            try:
+                self.grants.close()
+            finally:
+                self.store.close()
 
     def __enter__(self) -> Gate:
         return self
