@@ -134,8 +134,13 @@ class AgentNames:
         before it (``granted_before``), in the order they were granted: where two read alike,
         the first granted holds the reading, as ``claim`` would have decided then. A principal's
         name is claimed too (which names are the policy's is not known here): a free name that
-        reads as it is refused as the principal rule refuses it."""
+        reads as it is refused as the principal rule refuses it. A name granted again is claimed
+        once, at its first grant: its later grants would only insert nothing again."""
+        filled: set[str] = set()
         for name, when in granted_before(tx, self.store.dialect):
+            if name in filled:
+                continue
+            filled.add(name)
             for reading in sorted(_confusables.readings(name)):
                 tx.execute(_CLAIM, (reading, name, when))
 
