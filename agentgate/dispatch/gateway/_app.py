@@ -503,11 +503,14 @@ class Gateway:
         assert not isinstance(result, _Cut | _Unread)  # ``_spent`` raised for it
         answered = time.perf_counter()
         # The usage charged, as for a stream: none for a usage that cannot be the answer's.
-        if (charged := _spent(result)) is not None and charged is not USAGE_UNREAD:
-            self._count_tokens(*charged_counts(charged, decision.auth))
-            self._say_overrun(decision.auth, charged_counts(charged, decision.auth))
+        # A call charged its reservation (0 prompt tokens reported) counts none: until review R70
+        # the counter added (0, n) for it.
+        charged = _spent(result)
         if (why := _reserved_why(charged, decision.auth)) is not None:
             headers["X-Agentgate-Charged"] = f"reserved; {why}"
+        elif charged is not None and charged is not USAGE_UNREAD:
+            self._count_tokens(*charged_counts(charged, decision.auth))
+            self._say_overrun(decision.auth, charged_counts(charged, decision.auth))
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
         headers["Server-Timing"] = (
             f"read;dur={(received - arrived) * 1000:.3f}, parse;dur={(started - received) * 1000:.3f}, "
@@ -687,7 +690,9 @@ class Gateway:
         ident = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
 
-        def event(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> bytes:
+        def event(
+            choices: list[dict[str, Any]], usage: dict[str, int] | None = None, why: str | None = None
+        ) -> bytes:
             body: dict[str, Any] = {
                 "id": ident,
                 "object": "chat.completion.chunk",
@@ -697,11 +702,14 @@ class Gateway:
             }
             if usage is not None:
                 body["usage"] = usage
+            if why is not None:
+                body["agentgate"] = _charge_field(why)
             return _sse(body)
 
         reported = _StreamUsage()
         usage_sent = False
         role_sent = False
+        said = False  # the last event sent carries the ``agentgate`` charge (``_charge_field``)
         try:
             pending = first
             while pending is not None:
@@ -710,19 +718,29 @@ class Gateway:
                     # The backend's own event, whole (reasoning, logprobs, ...: what a JSON answer
                     # passes on too), less the usage the gateway asked for and the caller did not.
                     passed = dict(pending.event)
+                    passed.pop("agentgate", None)  # the gateway's own word (a backend's: not this call's)
                     if not include_usage:
                         passed.pop("usage", None)
                     elif (charged := _as_charged(passed.get("usage"), auth)) is not None:
                         passed["usage"] = charged  # what the call is charged, as a JSON answer's
                     usage_sent = usage_sent or passed.get("usage") is not None
+                    # A usage the call is not charged (0 prompt tokens, or one that cannot count
+                    # the output): the event says so (a usage event is the stream's last as a rule).
+                    if (
+                        passed.get("usage") is not None
+                        and (reserved := _reserved_why(_stream_charged(reported), auth)) is not None
+                    ):
+                        passed["agentgate"] = _charge_field(reserved)
                     if (choices := passed.get("choices")) and not role_sent:
                         # OpenAI's first delta names the role; one an engine leaves out is added.
                         opening = {"role": "assistant", **(choices[0].get("delta") or {})}
                         passed["choices"] = [{**choices[0], "delta": opening}, *choices[1:]]
                         role_sent = True
                     if choices or passed.get("usage") is not None:
+                        said = "agentgate" in passed
                         yield _sse(passed)
                 elif pending.content or pending.finish_reason or pending.tool_calls:
+                    said = False
                     delta: dict[str, Any] = {"content": pending.content}
                     if pending.tool_calls:
                         delta["tool_calls"] = list(pending.tool_calls)
@@ -744,19 +762,22 @@ class Gateway:
             await chunks.aclose()
         # The usage charged, not a stale one (reported before more output: the call is charged
         # its reservation, ``GatewayGate._pump``); until review R57 the counter added that one.
+        why = _reserved_why(_stream_charged(reported), auth)
         if (usage := reported.usage) is not None:
             prompt, completion = charged_counts((usage.prompt_tokens, usage.completion_tokens), auth)
-            self._count_tokens(prompt, completion)
-            self._say_overrun(auth, (prompt, completion))
+            if why is None:  # charged its reservation (0 prompt tokens): no tokens counted
+                self._count_tokens(prompt, completion)
+                self._say_overrun(auth, (prompt, completion))
             if include_usage and not usage_sent:
-                yield event(
-                    [],
-                    {
-                        "prompt_tokens": prompt,
-                        "completion_tokens": completion,
-                        "total_tokens": prompt + completion,
-                    },
-                )
+                counts = {"prompt_tokens": prompt, "completion_tokens": completion}
+                yield event([], {**counts, "total_tokens": prompt + completion}, why)
+                said = True
+        if why is not None:
+            # The headers went out before the usage was known: the stream says what the call was
+            # charged at its end (until review R70 it said nothing, its usage event the backend's).
+            if include_usage and not said:
+                yield event([], why=why)
+            yield f": x-agentgate-charged: reserved; {why}\n\n".encode()
         yield b"data: [DONE]\n\n"
 
     def _say_overrun(self, auth: Authorization, charged: tuple[int, int]) -> None:
@@ -826,6 +847,23 @@ def _reserved_why(charged: tuple[int, int] | None, auth: Authorization) -> str |
     if prompt_unreported(charged, auth):
         return "the backend reported 0 prompt tokens"
     return None
+
+
+def _stream_charged(reported: _StreamUsage) -> tuple[int, int] | None:
+    """What a stream is charged so far, as ``_reserved_why`` reads it: the counts of a usage that
+    counts all its output, ``USAGE_UNREAD`` for one followed by more output or unable to count it
+    (``_StreamUsage.stale``), ``None`` for none; as ``GatewayGate._pump`` settles it."""
+    if (usage := reported.usage) is not None:
+        return usage.prompt_tokens, usage.completion_tokens
+    return USAGE_UNREAD if reported.stale else None
+
+
+def _charge_field(why: str) -> dict[str, str]:
+    """The ``agentgate`` field of a stream's last chunk when the call is charged its whole
+    reservation, ``why`` saying why (``_reserved_why``): a JSON answer's ``X-Agentgate-Charged``,
+    which a stream cannot carry (its headers go out before its usage is known). The OpenAI SDKs
+    keep a chunk's unknown fields (``model_extra``) and read the rest as usual."""
+    return {"charged": "reserved", "why": why}
 
 
 async def _failed_before_sending() -> None:
