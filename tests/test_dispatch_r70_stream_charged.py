@@ -22,6 +22,7 @@ from test_dispatch_r68_usage_garbage import Reporting
 from test_gateway_end_to_end import _body
 from test_gateway_hostile_backends import _SSE, Env, Hostile, _chunk, _gateway
 
+from agentgate.dispatch.dispatcher import MAX_HELD_CHUNKS
 from agentgate.dispatch.gateway import invocation_headers
 
 ZERO_PROMPT = "the backend reported 0 prompt tokens"
@@ -44,12 +45,13 @@ SCRIPTS = {
 class Scripted(Hostile):
     """A backend that streams ``script`` (SSE events) then ``[DONE]`` for every call."""
 
-    def __init__(self, script: bytes) -> None:
+    def __init__(self, script: bytes, done: bool = True) -> None:
         super().__init__()
         self.script = script
+        self.done = done
 
     async def _answer(self, w: asyncio.StreamWriter, r: asyncio.StreamReader, stream: bool) -> bool:
-        w.write(_SSE + self.script + b"data: [DONE]\n\n")
+        w.write(_SSE + self.script + (b"data: [DONE]\n\n" if self.done else b""))
         await w.drain()
         return False
 
@@ -112,6 +114,40 @@ def test_a_stream_without_usage_asked_says_it_in_a_comment_alone(tmp_path: Path)
             assert answer.text.endswith(f": x-agentgate-charged: reserved; {why}\n\ndata: [DONE]\n\n")
             events = _events(answer.text)
             assert all(e["choices"] and "agentgate" not in e and "usage" not in e for e in events), events
+    finally:
+        backend.close()
+
+
+def test_a_stream_broken_after_output_says_its_charge_before_its_error_event(tmp_path: Path) -> None:
+    """Review R70: a stream the backend broke after output is charged its reservation (no usage
+    was reported); its error event said only that the answer is incomplete. The comment now
+    comes before the error event, which stays the stream's last."""
+    backend = Scripted(_chunk("hi") + b'data: {"choices": [{"delta": {"cont', done=False)
+    try:
+        with _gateway(tmp_path, backend) as env:
+            before = env.spent()
+            answer = env.post(_body(stream=True, stream_options={"include_usage": True}))
+            assert answer.status_code == 200, answer.text
+            said, _, error = answer.text.rpartition(f": x-agentgate-charged: reserved; {NO_USAGE}\n\n")
+            assert said and json.loads(error.removeprefix("data: "))["error"]["code"] == "backend_failed"
+            assert env.spent() - before == _allowed(env) > 2
+    finally:
+        backend.close()
+
+
+def test_a_stream_broken_before_any_output_is_released_and_says_no_charge(tmp_path: Path) -> None:
+    """Review R70: the rule's other side: a stream the backend broke after chunks without output
+    (the dispatcher passes them on once it holds ``MAX_HELD_CHUNKS``) is released, nothing
+    charged, so it carries no such comment."""
+    role = b'data: {"id": "c", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}\n\n'
+    backend = Scripted(role * MAX_HELD_CHUNKS + b'data: {"choices": [{"delta": {"cont', done=False)
+    try:
+        with _gateway(tmp_path, backend) as env:
+            before = env.spent()
+            answer = env.post(_body(stream=True))
+            assert answer.status_code == 200, answer.text
+            assert '"backend_failed"' in answer.text and "x-agentgate-charged" not in answer.text
+            assert env.spent() == before
     finally:
         backend.close()
 

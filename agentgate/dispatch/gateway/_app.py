@@ -54,7 +54,7 @@ from agentgate._bounded_http import LOST, STALLED
 from agentgate._http_limits import positive_seconds
 from agentgate.capabilities import Call
 from agentgate.dispatch._policy import RoutingPolicy
-from agentgate.dispatch._sse import _StreamUsage
+from agentgate.dispatch._sse import _StreamUsage, carries_output
 from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER, GatewayDecision, GatewayGate
@@ -710,10 +710,12 @@ class Gateway:
         usage_sent = False
         role_sent = False
         said = False  # the last event sent carries the ``agentgate`` charge (``_charge_field``)
+        delivered = False  # any output passed on (``GatewayGate._pump``'s rule for a failure)
         try:
             pending = first
             while pending is not None:
                 reported.see(pending)
+                delivered = delivered or carries_output(pending)
                 if pending.event:
                     # The backend's own event, whole (reasoning, logprobs, ...: what a JSON answer
                     # passes on too), less the usage the gateway asked for and the caller did not.
@@ -754,6 +756,13 @@ class Gateway:
             # The backend's own words stay in the gateway's log (names, addresses, its bytes).
             _log.warning("agentgate gateway: a stream broke after output: %s", exc)
             self._count_error(200, "backend_failed")
+            # As a whole stream says it (below), where it is charged so (``GatewayGate._pump``:
+            # one that failed before any output is released, nothing charged); the error event
+            # stays the last (an SDK raises at it), so a comment alone.
+            so_far = _stream_charged(reported)
+            ran = so_far is not None or delivered or isinstance(exc, UsageUnreadable)
+            if ran and (why := _reserved_why(so_far, auth)) is not None:
+                yield _charged_comment(why)
             yield _error_event(
                 "the backend failed during the answer; the answer is incomplete", "backend_failed"
             )
@@ -777,7 +786,7 @@ class Gateway:
             # charged at its end (until review R70 it said nothing, its usage event the backend's).
             if include_usage and not said:
                 yield event([], why=why)
-            yield f": x-agentgate-charged: reserved; {why}\n\n".encode()
+            yield _charged_comment(why)
         yield b"data: [DONE]\n\n"
 
     def _say_overrun(self, auth: Authorization, charged: tuple[int, int]) -> None:
@@ -864,6 +873,12 @@ def _charge_field(why: str) -> dict[str, str]:
     which a stream cannot carry (its headers go out before its usage is known). The OpenAI SDKs
     keep a chunk's unknown fields (``model_extra``) and read the rest as usual."""
     return {"charged": "reserved", "why": why}
+
+
+def _charged_comment(why: str) -> bytes:
+    """The SSE comment that a stream charged its whole reservation sends before its end (every
+    SSE parser skips a comment): the JSON answer's ``X-Agentgate-Charged`` header as a line."""
+    return f": x-agentgate-charged: reserved; {why}\n\n".encode()
 
 
 async def _failed_before_sending() -> None:
