@@ -201,3 +201,21 @@ def test_the_openai_sdk_reads_the_charge_and_skips_the_comment(tmp_path: Path, c
             assert (last.usage is not None) == (case == "zero-prompt")
     finally:
         backend.close()
+
+
+def test_a_backends_own_agentgate_field_is_not_passed_on(tmp_path: Path) -> None:
+    """Review R70: the ``agentgate`` field is the gateway's word on this call's charge; one in a
+    backend's events (another agentgate gateway's, or made up) was passed on whole, saying
+    "reserved" of a call charged its usage."""
+    usage = {"prompt_tokens": 5, "completion_tokens": 2}
+    forged = {"id": "c", "choices": [], "usage": usage, "agentgate": {"charged": "reserved", "why": "x"}}
+    backend = Scripted(_chunk("hi") + b"data: " + json.dumps(forged).encode() + b"\n\n")
+    try:
+        with _gateway(tmp_path, backend) as env:
+            answer = env.post(_body(stream=True, stream_options={"include_usage": True}))
+            assert answer.status_code == 200, answer.text
+            events = _events(answer.text)
+            assert events[-1]["usage"]["prompt_tokens"] == 5
+            assert all("agentgate" not in e for e in events), events
+    finally:
+        backend.close()
