@@ -55,7 +55,7 @@ def _assert_empty(scheduler: Scheduler) -> None:
     assert shared.in_flight == 0 and shared.queue.size == 0
     assert not shared.queue.tenant_sizes and not shared.queue.tool_sizes
     for root in shared.queue._ranks.values():
-        assert root.backlog == 0 and not root.tools and root.active == 0
+        assert root.backlog == 0 and not root.tools  # backlog: its classes with calls waiting
 
 
 @pytest.mark.parametrize("cancel_at", [0, 10])
