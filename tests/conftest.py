@@ -50,6 +50,17 @@ def sqlite_store(tmp_path: Path) -> Iterator[SQLiteStore]:
     store.close()
 
 
+@pytest.fixture
+def postgres_store(postgres_url: str) -> Iterator[Store]:
+    """A store on a fresh PostgreSQL database, for a test of PostgreSQL alone (mark it
+    ``postgres``): not the ``store`` fixture and a skip of its SQLite case."""
+    from agentgate.store._postgres import PostgresStore
+
+    opened = PostgresStore(postgres_url)
+    yield opened
+    opened.close()
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """The same test against both stores."""

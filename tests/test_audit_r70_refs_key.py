@@ -75,13 +75,12 @@ def test_an_intact_log_reads_the_key_not_the_rows(store: Store, monkeypatch: pyt
     assert _refs_counts(sent)
 
 
-def test_a_postgresql_table_inheriting_from_the_reference_index_is_searched(store: Store) -> None:
+@pytest.mark.postgres
+def test_a_postgresql_table_inheriting_from_the_reference_index_is_searched(postgres_store: Store) -> None:
     """Review R70: on PostgreSQL the rows of a table inheriting from ``audit_refs`` are read with
     it, and its primary key does not cover them: a second row for an entry held there is named."""
-    if store.dialect != "postgresql":
-        pytest.skip("SQLite tables do not inherit")
-    log = _log(store)
-    _index_sql(store, "CREATE TABLE audit_refs_child () INHERITS (audit_refs)")
-    _index_sql(store, "INSERT INTO audit_refs_child SELECT * FROM audit_refs WHERE idx = 3")
+    log = _log(postgres_store)
+    _index_sql(postgres_store, "CREATE TABLE audit_refs_child () INHERITS (audit_refs)")
+    _index_sql(postgres_store, "INSERT INTO audit_refs_child SELECT * FROM audit_refs WHERE idx = 3")
     problems = log.verify().problems
     assert any(p.startswith("audit_refs has 2 rows for entry 3, ") for p in problems), problems
