@@ -69,6 +69,28 @@ MAX_POOL_TIMEOUT_S = 3600.0
 LOCK_TIMEOUT_S = 10.0
 """How long a statement waits for a lock (the audit append lock, a row) before it fails, unless the
 server, database or role sets its own ``lock_timeout``."""
+IDLE_IN_TRANSACTION_TIMEOUT_S = 30.0
+"""How long the server lets one of agentgate's sessions sit idle inside a transaction before it
+ends the session (``idle_in_transaction_session_timeout``), unless the server, database, role or
+URL sets one (not 0). A transaction of agentgate's is idle between two of its statements only
+while its process does its own work (a decision's signature checks, its policy, building the
+next entry: milliseconds; a garbage collection or a loaded host, seconds): 30 s, three times
+``LOCK_TIMEOUT_S``, ends only one whose client stopped (SIGSTOP, a debugger, a partition, a
+process gone without its host closing the connection). Such a session held the audit append
+lock, which every decision transaction takes first, and until review R70 every decision of
+every process failed as busy until the server noticed the client gone (its keepalives: the
+operating system's, about 2 hours)."""
+SERVER_KEEPALIVES = {"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2", "tcp_keepalives_count": "3"}
+"""The server's keepalives on each session's socket (seconds, seconds, probes: as libpq's in
+``NETWORK_DEFAULTS``), unless the server, database, role or URL sets one: a client whose host
+vanished (powered off, cut off) is found in about 11 s, its session ended and what it held
+released. The operating system's defaults (the server's ``0``) took about 2 hours. A unix socket
+ignores them."""
+CLIENT_CHECK_INTERVAL_S = 5.0
+"""How often the server checks, while a statement of a session runs, that its client is still
+connected (``client_connection_check_interval``, PostgreSQL 14 on, where the server's platform
+can tell), unless the server, database, role or URL sets it (not 0): a statement of a client
+that went away is cancelled rather than run to its end."""
 NETWORK_DEFAULTS = {
     "keepalives": "1",
     "keepalives_idle": "5",
@@ -412,6 +434,12 @@ class PostgresStore(Store):
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.errors.LockNotAvailable):
                 raise self.busy() from exc
+            if isinstance(exc, psycopg.errors.IdleInTransactionSessionTimeout):
+                # Sent by the server instead of running what came next, the COMMIT included: it
+                # ended the session before it read it, so nothing committed (until review R70 a
+                # COMMIT met it as ``CommitUnknown``).
+                recheck(self.pool)
+                raise StoreError(self._ended_idle()) from exc
             if used is not None and used.broken:
                 recheck(self.pool)
                 if committing:
@@ -471,6 +499,15 @@ class PostgresStore(Store):
             f"longer than the lock timeout (lock_timeout: {LOCK_TIMEOUT_S:g} s unless the server, "
             "database, role or URL sets one; docs/operations.md); nothing was written: run it "
             "again once that session is done"
+        )
+
+    def _ended_idle(self) -> str:
+        """Why a transaction failed whose session the server ended for sitting idle in it."""
+        return (
+            f"the PostgreSQL server ended a session of the store {_redact(self.url)} that sat idle in "
+            "transaction for longer than idle_in_transaction_session_timeout "
+            f"({IDLE_IN_TRANSACTION_TIMEOUT_S:g} s unless the server, database, role or URL sets one; "
+            "docs/operations.md): the transaction was rolled back, nothing was written"
         )
 
     def may_be_committing(self, session: int, tx: Transaction) -> bool:
@@ -587,13 +624,32 @@ class PostgresStore(Store):
             self.pool.close()
 
 
+_SESSION_READ = (
+    "SELECT set_config('default_transaction_isolation', 'read committed', false), "
+    "current_setting('lock_timeout'), current_setting('synchronous_commit'), "
+    "(SELECT setting FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout'), "
+    "ARRAY(SELECT name FROM pg_catalog.pg_settings WHERE (name IN "
+    "('idle_in_transaction_session_timeout', 'client_connection_check_interval') AND setting = '0') "
+    "OR (name IN ('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count') "
+    "AND source = 'default'))"
+)
+"""The one round trip that sets a new session's isolation default and reads what ``_read_committed``
+may set: ``lock_timeout``, ``synchronous_commit``, ``idle_session_timeout``, and the names of
+the settings of ``IDLE_IN_TRANSACTION_TIMEOUT_S``, ``SERVER_KEEPALIVES`` and
+``CLIENT_CHECK_INTERVAL_S`` that nobody set: the two timeouts at 0 (none), the keepalives at
+their default source (they read as the operating system's values, 7200 s or so, not as 0; one
+set anywhere is kept). A setting the server does not have (before PostgreSQL 14) is not listed."""
+
+
 def _read_committed(conn: psycopg.Connection[Any]) -> None:
     """Run every transaction of ``conn`` at READ COMMITTED, whatever the server, database or role
     default (``default_transaction_isolation``), an autocommit statement's included: the locks and conditional updates of the audit
     log, the ledger and the quotas are written for it, and at REPEATABLE READ or SERIALIZABLE
     concurrent decisions failed with serialization errors (most of them, under contention).
-    A wait for a lock ends after ``LOCK_TIMEOUT_S`` unless the server sets a ``lock_timeout``, and
-    ``synchronous_commit = off`` is set back on."""
+    A wait for a lock ends after ``LOCK_TIMEOUT_S`` unless the server sets a ``lock_timeout``,
+    ``synchronous_commit = off`` is set back on, and a session left idle in a transaction, or
+    whose client vanished, is ended by the server (``IDLE_IN_TRANSACTION_TIMEOUT_S``,
+    ``SERVER_KEEPALIVES``, ``CLIENT_CHECK_INTERVAL_S``) unless it sets its own."""
     conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
     # The session's default too, for what runs outside a transaction block: psycopg names the
     # level in its BEGIN, and an autocommit statement has none. The unbound nonce statement runs
@@ -603,13 +659,9 @@ def _read_committed(conn: psycopg.Connection[Any]) -> None:
     # committed after the statement's snapshot fails it with a serialization error, which the
     # decision read as "the revocation state cannot be read" (until review R57). Set once here,
     # read in the same round trip as the settings below, it costs a decision nothing.
-    row = conn.execute(
-        "SELECT set_config('default_transaction_isolation', 'read committed', false), "
-        "current_setting('lock_timeout'), current_setting('synchronous_commit'), "
-        "(SELECT setting FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout')"
-    ).fetchone()
+    row = conn.execute(_SESSION_READ).fetchone()
     assert row is not None
-    _, lock_timeout, synchronous_commit, idle_session_ms = row
+    _, lock_timeout, synchronous_commit, idle_session_ms, unset = row
     # A server, database or role whose idle_session_timeout (PostgreSQL 14 on; milliseconds) is
     # shorter than IDLE_CHECK_S ends a pooled session before ``_connection`` would test it: a
     # process deciding more rarely than that failed every decision (until review R67). Such a
@@ -618,16 +670,36 @@ def _read_committed(conn: psycopg.Connection[Any]) -> None:
     if idle_session_ms is not None and str(idle_session_ms).isdigit() and int(idle_session_ms) > 0:
         idle_check_s = min(IDLE_CHECK_S, int(idle_session_ms) / 2000)
     conn._agentgate_idle_check_s = idle_check_s  # type: ignore[attr-defined]
+    settings: dict[str, str] = {}
     # A writer that stops while it holds the audit append lock (SIGSTOP, a pause, a partition that
     # leaves its session open) would otherwise hold every other decision, in every process,
     # without end. One the server, database or role configures (not 0) is kept.
     if lock_timeout == "0":
-        conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{round(LOCK_TIMEOUT_S * 1000)}ms",))
+        settings["lock_timeout"] = f"{round(LOCK_TIMEOUT_S * 1000)}ms"
     # A commit must be durable before agentgate says it happened (an allow runs after it): a
     # session started with synchronous_commit off (libpq's PGOPTIONS='-c synchronous_commit=off',
     # a role's or database's setting) is set back on. Other values (local, remote_*) are kept.
     if synchronous_commit == "off":
-        conn.execute("SELECT set_config('synchronous_commit', 'on', false)")
+        settings["synchronous_commit"] = "on"
+    # And the session ends, what it holds released, once its client stopped inside a transaction
+    # or vanished (review R70): ``_SESSION_READ`` lists those left at the server's default.
+    for name in unset:
+        if name == "idle_in_transaction_session_timeout":
+            settings[name] = f"{round(IDLE_IN_TRANSACTION_TIMEOUT_S * 1000)}ms"
+        elif name in SERVER_KEEPALIVES:
+            settings[name] = SERVER_KEEPALIVES[name]
+    if settings:
+        conn.execute(
+            "SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
+            [value for pair in settings.items() for value in pair],
+        )
+    if "client_connection_check_interval" in unset:
+        # A server whose platform cannot tell a closed connection refuses any value but 0.
+        conn.execute(
+            "DO $$ BEGIN PERFORM set_config('client_connection_check_interval', "
+            f"'{round(CLIENT_CHECK_INTERVAL_S * 1000)}ms', false); "
+            "EXCEPTION WHEN invalid_parameter_value THEN NULL; END $$"
+        )
     conn.commit()
     _mark_idle(conn)  # a new connection may wait in the pool too before it is first used
 
