@@ -175,3 +175,28 @@ def test_a_bound_or_keepalive_the_operator_set_is_kept(tcp_server: PostgresServe
         assert said["tcp_keepalives_count"] == "3"
     finally:
         store.close()
+
+
+def test_a_busy_error_names_the_session_holding_the_append_lock(
+    postgres_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R70: a decision that waited for the audit append lock past ``lock_timeout`` said only
+    that the store was busy: the operator had no way to tell which session held the lock, nor
+    that it ends by itself. Now the error names its server process, its state and since when,
+    and what ends it."""
+    monkeypatch.setattr(pg, "LOCK_TIMEOUT_S", 0.5)
+    url = postgres_server.create_database()
+    stopped, decider = PostgresStore(url), PostgresStore(url)
+    holder = _Holder(stopped)
+    try:
+        with pytest.raises(StoreError) as raised, decider.transaction() as tx:
+            tx.execute(f"SELECT pg_advisory_xact_lock({APPEND_LOCK})")
+    finally:
+        holder.release()
+    said = str(raised.value)
+    assert " is busy: locked by another session" in said, said
+    assert f"server process {holder.pid} (idle in transaction since " in said, said
+    assert f"pg_terminate_backend({holder.pid})" in said, said
+    assert "idle_in_transaction_session_timeout" in said, said
+    stopped.close()
+    decider.close()

@@ -116,6 +116,15 @@ waited the kernel's retries (minutes) before the pool could try again."""
 READ_ONLY_OPTION = "-c default_transaction_read_only=on"
 """The libpq ``options`` that make every transaction of a session read only
 (``PostgresStore(read_only=True)``); the server refuses a write in one with SQLSTATE 25006."""
+_APPEND_LOCK_HOLDER = (
+    "SELECT l.pid, a.state, a.state_change FROM pg_catalog.pg_locks l "
+    "LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::oid AND l.objid = %s::oid "
+    "AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_catalog.pg_database "
+    "WHERE datname = pg_catalog.current_database()) LIMIT 1"
+)
+"""The server process that holds the audit append lock (``pg_advisory_xact_lock`` of a bigint:
+its high and low 32 bits, ``objsubid`` 1) in this database, its state and since when."""
 _PLACEHOLDER = re.compile(r"\?")
 _PROBE_TIMEOUT_S = 2
 """How long the direct attempt that finds why the pool got no connection may take (seconds)."""
@@ -491,14 +500,55 @@ class PostgresStore(Store):
     def busy(self) -> StoreError:
         """The ``StoreError`` for a statement that waited for a lock another session held for
         longer than ``lock_timeout`` (SQLSTATE 55P03), wherever it was met: the line the SQLite
-        store gives for its write lock (``SQLiteStore.busy``). Until review R64 it was
+        store gives for its write lock (``SQLiteStore.busy``), and the session that holds the
+        audit append lock, if one does (``_append_lock_holder``). Until review R64 it was
         PostgreSQL's words alone (``PostgreSQL error: canceling statement due to lock
-        timeout``), or a part's prefix before them, and did not name the store."""
+        timeout``), or a part's prefix before them, and did not name the store; until review
+        R70 it did not say which session held the lock, nor how that ends."""
         return StoreError(
             f"the PostgreSQL store {_redact(self.url)} is busy: locked by another session for "
             f"longer than the lock timeout (lock_timeout: {LOCK_TIMEOUT_S:g} s unless the server, "
             "database, role or URL sets one; docs/operations.md); nothing was written: run it "
-            "again once that session is done"
+            f"again once that session is done{self._append_lock_holder()}"
+        )
+
+    def _append_lock_holder(self) -> str:
+        """What ``busy`` adds about the session that holds the audit append lock, which every
+        write transaction of a Gate takes first: its server process, state and since when
+        (``pg_locks`` and ``pg_stat_activity``; a state this role may not see is said so), and
+        how it ends. Read in one statement on a connection of the pool, only on the error path
+        and never waiting more than ``_PROBE_TIMEOUT_S`` for one; empty when no session holds
+        it or it cannot be read."""
+        from agentgate.store.audit import APPEND_LOCK  # the audit part imports the store's
+
+        try:
+            conn = self.pool.getconn(timeout=_PROBE_TIMEOUT_S)
+        except psycopg.Error:  # PoolTimeout too: nothing more to say
+            return ""
+        try:
+            row = conn.execute(_APPEND_LOCK_HOLDER, (APPEND_LOCK >> 32, APPEND_LOCK & 0xFFFFFFFF)).fetchone()
+        except psycopg.Error:  # a dead connection: the pool replaces it
+            row = None
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                conn.rollback()
+            self.pool.putconn(conn)
+        if row is None:
+            return ""
+        pid, state, since = int(row[0]), row[1], row[2]
+        if state is None:  # another role's session, without pg_read_all_stats
+            held = f"server process {pid} (its state not visible to this role)"
+        else:
+            held = f"server process {pid} ({state}{'' if since is None else f' since {since:%Y-%m-%d %H:%M:%S %Z}'})"
+        ends = ""
+        if state == "idle in transaction":
+            ends = (
+                "the server ends it after idle_in_transaction_session_timeout "
+                f"({IDLE_IN_TRANSACTION_TIMEOUT_S:g} s unless the server, database, role or URL sets one), or "
+            )
+        return (
+            f"; the audit append lock is held by {held}: {ends}end it now with "
+            f"SELECT pg_terminate_backend({pid}) if its client is gone"
         )
 
     def _ended_idle(self) -> str:
