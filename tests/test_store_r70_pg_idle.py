@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -200,3 +201,20 @@ def test_a_busy_error_names_the_session_holding_the_append_lock(
     assert "idle_in_transaction_session_timeout" in said, said
     stopped.close()
     decider.close()
+
+
+def test_a_role_that_may_not_use_plpgsql_still_gets_its_sessions(postgres_server: Any) -> None:
+    """Review R70: the check interval is set where the server's platform may refuse it, without
+    PL/pgSQL (a ``DO`` block, tried first, left every connection of a role whose database
+    revoked ``USAGE ON LANGUAGE plpgsql`` from ``PUBLIC`` failing: the store could not open).
+    Set in a savepoint, the role's sessions get it like any other's."""
+    url = postgres_server.create_database()
+    role = f"r70_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute("REVOKE USAGE ON LANGUAGE plpgsql FROM PUBLIC")
+    store = PostgresStore(url.replace(f"//{postgres_server.user}@", f"//{role}@"))
+    try:
+        assert _settings(store)["client_connection_check_interval"] == "5000"
+    finally:
+        store.close()

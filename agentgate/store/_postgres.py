@@ -744,12 +744,14 @@ def _read_committed(conn: psycopg.Connection[Any]) -> None:
             [value for pair in settings.items() for value in pair],
         )
     if "client_connection_check_interval" in unset:
-        # A server whose platform cannot tell a closed connection refuses any value but 0.
-        conn.execute(
-            "DO $$ BEGIN PERFORM set_config('client_connection_check_interval', "
-            f"'{round(CLIENT_CHECK_INTERVAL_S * 1000)}ms', false); "
-            "EXCEPTION WHEN invalid_parameter_value THEN NULL; END $$"
-        )
+        # A server whose platform cannot tell a closed connection refuses any value but 0: in a
+        # savepoint, so that the refusal undoes nothing else (a ``DO`` block needs PL/pgSQL,
+        # which a database may deny a role).
+        with contextlib.suppress(psycopg.errors.InvalidParameterValue), conn.transaction():
+            conn.execute(
+                "SELECT set_config('client_connection_check_interval', %s, false)",
+                (f"{round(CLIENT_CHECK_INTERVAL_S * 1000)}ms",),
+            )
     conn.commit()
     _mark_idle(conn)  # a new connection may wait in the pool too before it is first used
 
