@@ -218,3 +218,29 @@ def test_a_role_that_may_not_use_plpgsql_still_gets_its_sessions(postgres_server
         assert _settings(store)["client_connection_check_interval"] == "5000"
     finally:
         store.close()
+
+
+def test_a_busy_error_read_by_another_role_says_the_holders_state_is_not_visible(
+    postgres_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R70: a role without ``pg_read_all_stats`` sees no state of another role's session
+    (``pg_stat_activity`` gives it null): the busy error still names the holder's server process
+    and says that its state is not visible, rather than a state it did not read."""
+    monkeypatch.setattr(pg, "LOCK_TIMEOUT_S", 0.5)
+    url = postgres_server.create_database()
+    role = f"r70_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+    stopped = PostgresStore(url)
+    decider = PostgresStore(url.replace(f"//{postgres_server.user}@", f"//{role}@"))
+    holder = _Holder(stopped)
+    try:
+        with pytest.raises(StoreError) as raised, decider.transaction() as tx:
+            tx.execute(f"SELECT pg_advisory_xact_lock({APPEND_LOCK})")
+    finally:
+        holder.release()
+    said = str(raised.value)
+    assert f"server process {holder.pid} (its state not visible to this role)" in said, said
+    assert f"pg_terminate_backend({holder.pid})" in said, said
+    stopped.close()
+    decider.close()
