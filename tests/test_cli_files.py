@@ -45,10 +45,15 @@ ROOT = Path(__file__).resolve().parents[1]
 ISSUE = ("grant", "issue", "--allow", "tool:x", "--ttl", "1h")
 
 
-def run(cwd: Path, *argv: str, timeout: float = 60.0, limit_as: int | None = None) -> tuple[int, str, str]:
-    """Run ``agentgate ARGV`` in ``cwd`` with the store ``cwd/store.db``: (exit code, stdout,
-    stderr). A command still running after ``timeout`` seconds is killed and reported as -9."""
+def run(
+    cwd: Path, *argv: str, timeout: float = 60.0, limit_as: int | None = None, store: bool = True
+) -> tuple[int, str, str]:
+    """Run ``agentgate ARGV`` in ``cwd`` with the store ``cwd/store.db`` (``store=False``: no
+    ``AGENTGATE_STORE``, the store left unnamed): (exit code, stdout, stderr). A command still
+    running after ``timeout`` seconds is killed and reported as -9."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENTGATE_STORE": str(cwd / "store.db")}
+    if not store:
+        del env["AGENTGATE_STORE"]
 
     def cap_memory() -> None:
         if limit_as is not None:
@@ -405,7 +410,10 @@ def test_approval_sign_signs_a_whole_request_with_an_empty_call_id(tmp_path: Pat
     save_key(SigningKey.generate(), tmp_path, "approver")
     request = approval_request()
     (tmp_path / "p.json").write_text(json.dumps({"request": request}))
-    code, _out, err = run(tmp_path, "approval", "sign", "p.json", "--as", "approver.key", "--out", "a.json")
+    # No store named: a request made by hand is in none (AGENTGATE_STORE would check it there).
+    code, _out, err = run(
+        tmp_path, "approval", "sign", "p.json", "--as", "approver.key", "--out", "a.json", store=False
+    )
     assert code == 0, err
     assert json.loads((tmp_path / "a.json").read_text())["call_hash"] == request["call_hash"]
     assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o600
@@ -419,7 +427,7 @@ def test_approval_sign_shows_payload_text_escaped(tmp_path: Path) -> None:
         requester="agent\n  asks for   tool:search.query {}", reasons=["ok\x1b[2K"], gate="g\u202e"
     )
     (tmp_path / "p.json").write_text(json.dumps({"request": request}))
-    code, _out, err = run(tmp_path, "approval", "sign", "p.json", "--as", "approver.key")
+    code, _out, err = run(tmp_path, "approval", "sign", "p.json", "--as", "approver.key", store=False)
     assert code == 0, err
     assert next(line for line in err.splitlines() if "asks for" in line).startswith("  requester")
     assert "\x1b" not in err and "\u202e" not in err

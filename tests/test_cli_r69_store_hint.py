@@ -41,7 +41,6 @@ WITHOUT_STORE = {
     "grant delegate": ["a.tok", "--as", "k/alice.key", "--to", "k/bob.pub", "--allow", "tool:x"],
     "grant inspect": ["a.tok"],
     "grant check": ["a.tok", "--as", "k/alice.key", "--trust", "k/root.pub", "--tool", "x"],
-    "approval sign": ["payload.json", "--as", "k/alice.key"],
     "audit verify-proof": ["proof.txt", "--key", "k/root.pub"],
     "keys new": ["carol", "--dir", "k2"],
     "policy lint": ["policy.yaml"],
@@ -53,6 +52,7 @@ WITHOUT_STORE = {
 WITH_STORE = {
     "grant revoke": ["a.tok"],
     "approval list": [],
+    "approval sign": ["payload.json", "--as", "k/alice.key"],  # --store since review R70
     "broker inventory": [],
     "broker leases": [],
     "broker queue": [],

@@ -48,4 +48,11 @@ def register(subparsers: Any) -> None:
     sign.add_argument(
         "--out", type=given, metavar="FILE", help="write the approval here (default: standard output)"
     )
+    sign.add_argument(
+        "--store",
+        type=given,
+        metavar="URL",
+        help="check what PAYLOAD shows against the Gate's store (default: AGENTGATE_STORE when set; "
+        "neither: not checked)",
+    )
     sign.set_defaults(handler=handled_by(_APPROVAL, "_sign"))

@@ -2,11 +2,14 @@
 
 ``agentgate approval list [--store URL] [--json]`` lists the requests still waiting for votes
 (not those void because a grant of their call was revoked).
-``agentgate approval sign PAYLOAD --as KEYFILE [--out FILE]`` shows what the request in
+``agentgate approval sign PAYLOAD --as KEYFILE [--out FILE] [--store URL]`` shows what the request in
 PAYLOAD asks (the JSON that ``interrupt()`` carried, or the request inside it; ``-`` reads standard
 input) and writes the signed approval: the value to resume the run with
-(``Command(resume=approval)``). Exit codes: 0 signed (or listed), 1 refused (the request expired,
-or the signer is the requester, or its call_hash is not the hash of the call it shows), 2
+(``Command(resume=approval)``). With a store (``--store``, else ``AGENTGATE_STORE`` when set), what
+the payload shows is first checked against the store's request and its ``approval_required``
+audit entry (``_against_store``). Exit codes: 0 signed (or listed), 1 refused (the request expired,
+or the signer is the requester, or its call_hash is not the hash of the call it shows, or it
+shows what the store does not hold), 2
 unreadable or malformed input (a request that does not show every part of the call it hashes,
 a PAYLOAD that is not a regular file or is larger than ``MAX_PAYLOAD_BYTES``).
 
@@ -23,15 +26,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from agentgate.audit.entry import argument_digest
+from agentgate.audit.entry import AuditEntry, argument_digest, canonical_json, elision
 from agentgate.cli._approval_parser import register as register
 from agentgate.cli._common import (
     listed,
+    open_audit_log,
     open_existing_store,
     printable,
     refuse_out_over_inputs,
@@ -85,6 +91,9 @@ def _sign(args: argparse.Namespace) -> int:
     request = _request(_read(args.payload), args.payload)
     key = load_signing_key(args.key)
     refusal = _refusal(request, key.did)
+    entry = None
+    if refusal is None and (args.store is not None or "AGENTGATE_STORE" in os.environ):
+        refusal, entry = _against_store(request, args.store)
     if refusal is not None:
         # Named as every other line of the verb names it: the file given, then the request in it
         # (until review R59 a refusal named only the request, not the file it was read from).
@@ -102,11 +111,11 @@ def _sign(args: argparse.Namespace) -> int:
             raise InputError(f"--out {args.out}: cannot write: {exc.strerror}") from None
         # What was signed, said once it is written: an --out that cannot be written is the one
         # error line exit 2 promises (until review R63 the description went first).
-        sys.stderr.write(_describe(request, key.did))
+        sys.stderr.write(_describe(request, key.did, entry))
         # Named as its errors name it (until review R63 raw: a name's escape sequence was sent).
         say_written(f"approval written to {shown_path(args.out)}: resume the run with it")
     else:
-        sys.stderr.write(_describe(request, key.did))
+        sys.stderr.write(_describe(request, key.did, entry))
         sys.stdout.write(text)
     return 0
 
@@ -122,6 +131,88 @@ def _refusal(request: dict[str, Any], signer: str) -> str | None:
     if _call_hash(request) != request["call_hash"]:
         return "its call_hash is not the hash of the call it shows"
     return None
+
+
+def _against_store(request: dict[str, Any], url: str | None) -> tuple[str | None, AuditEntry | None]:
+    """Why what ``request`` shows is not what the store ``url`` (``None``: ``AGENTGATE_STORE``)
+    holds of it, or ``None``; and the request's ``approval_required`` audit entry.
+
+    The payload reaches the approver through the application (a UI, a queue): until review R70
+    nothing the approver could run checked the arguments and reasons it shows, so an amount edited
+    on the way (800 shown as 80) was signed as shown while the signature approved the call made.
+    The store's request (``approvals``) gives the call hash, the requester's DID, the expiry and
+    the quorum; its ``approval_required`` entry, which the Gate writes in the same transaction,
+    the arguments the policy marks loggable (or their ``elided`` digests) and the reasons (values
+    of arguments not loggable as ``<not loggable>``). The call hash binds resource, action,
+    ``args_digest``, grant and call id (``_refusal`` checked it is theirs). Opened to read only;
+    no log key is needed (``audit verify`` says whether the log itself was edited)."""
+    store, log = open_audit_log(url, reads=True, create_log=False, read_only=True, unsigned=True)
+    with store:
+        approvals = ApprovalStore(store)
+        try:
+            row = approvals.get(request["id"])
+        except InputError:
+            return (
+                "the store has no approval request of this id: another store, or the 'id' was changed",
+                None,
+            )
+        index = approvals.asked_index(row.id, row.call_hash)
+        entry = log.entry(index) if index is not None and log.exists else None
+    held = {"call_hash": row.call_hash, "requester_did": row.requester, "expires_at": row.expires_at}
+    for field, value in (*held.items(), ("quorum", row.quorum)):
+        if field in request and request[field] != value:
+            return f"its {field!r} is not the store's for this request: changed on its way", None
+    if entry is None or entry.kind != "approval_required":
+        return (
+            "the store has no approval_required audit entry for this request: nothing to check it against",
+            None,
+        )
+    if not _args_recorded(request.get("args", {}), entry):
+        return f"its 'args' are not those audit entry {entry.index} records: changed on its way", None
+    shown = request.get("reasons", [])
+    if len(shown) > len(entry.reasons) or not all(map(_reason_recorded, shown, entry.reasons)):
+        return f"its 'reasons' are not those audit entry {entry.index} records: changed on its way", None
+    return None, entry
+
+
+def _json(value: Any) -> bytes | None:
+    try:
+        return canonical_json(value)
+    except InputError:  # no canonical form (NaN...): never what the Gate recorded
+        return None
+
+
+def _args_recorded(shown: dict[str, Any], entry: AuditEntry) -> bool:
+    """Whether ``shown`` are the arguments ``entry`` records: in clear, or, for an entry over the
+    log's size limit, by the digest an ``elided args.KEY`` or ``elided args`` reason gives."""
+    kept, notes, rest = dict(entry.args), set(entry.reasons), {}
+    for key, value in shown.items():
+        if key in kept:
+            if _json(kept.pop(key)) != _json(value):
+                return False
+        else:
+            data = _json(value)
+            if data is None or elision(f"args.{key}", data) not in notes:
+                rest[key] = value
+    if kept:  # the log shows an argument the payload does not
+        return False
+    data = _json(rest)
+    return not rest or (not entry.args and data is not None and elision("args", data) in notes)
+
+
+_PLACEHOLDERS = re.compile(
+    r"<not loggable>|<an undeclared argument name>|<a reason quoting an argument that is not loggable>"
+)
+
+
+def _reason_recorded(shown: str, recorded: str) -> bool:
+    """Whether the reason ``shown`` is the one ``recorded``: the same, recorded by digest
+    (``elided reason``), or the same but for what the log keeps as a placeholder (a value not
+    loggable, which the payload may show and the log does not)."""
+    if shown == recorded or recorded == elision("reason", shown.encode("utf-8")):
+        return True
+    parts = _PLACEHOLDERS.split(recorded)
+    return len(parts) > 1 and re.fullmatch(".*".join(map(re.escape, parts)), shown, re.DOTALL) is not None
 
 
 MAX_PAYLOAD_BYTES = 1 << 20
@@ -212,30 +303,51 @@ def _digest(args: Any) -> str | None:
         return None
 
 
-def _describe(request: dict[str, Any], signer: str) -> str:
+def _describe(request: dict[str, Any], signer: str, entry: AuditEntry | None = None) -> str:
     """What the approver is about to say yes to, in the words of the request; text from the
-    payload is escaped (``printable``), so a hostile payload cannot add or disguise lines."""
+    payload is escaped (``printable``), so a hostile payload cannot add or disguise lines.
+    ``entry``: the request's ``approval_required`` audit entry it was checked against
+    (``_against_store``), whose reasons are then shown: a reason left out on the way too."""
     complete = request.get("args_digest") == _digest(request.get("args", {}))
 
     def text(field: str) -> str:
         return printable(str(request.get(field, "?")))
 
     approvers = printable(", ".join(map(str, request.get("approvers", []))))
-    reasons = printable("; ".join(map(str, request.get("reasons", [])))) or "-"
+    why = request.get("reasons", []) if entry is None else entry.reasons
+    reasons = printable("; ".join(map(str, why))) or "-"
+    if complete:
+        arguments = "all shown"
+    elif entry is not None:
+        arguments = (
+            f"NOT all shown: those shown are the ones the policy marks loggable, as audit entry "
+            f"{entry.index} records them; the signature covers the others as the call made them"
+        )
+    else:
+        # Left out (not loggable) or changed on the way: a digest cannot tell which, so the line
+        # names both (until review R70 it named the first alone, and an edited amount read as the
+        # call's), and how to tell (review R70: --store).
+        arguments = (
+            "NOT all shown: those shown do not hash to the args_digest signed: some are left out "
+            "(the log keeps only those the policy marks loggable) or changed; they could not be "
+            "checked: pass --store (the Gate's store) to check them against the request's audit "
+            "entry; the signature covers the call as it was made, not the arguments shown"
+        )
     lines = [
         f"approval request {text('id')}",
         f"  requester  {text('requester')} ({text('requester_did')})",
         f"  asks for   {text('resource')} {text('action')} {json.dumps(request.get('args', {}), sort_keys=True)}",
-        "  arguments  all shown"
-        if complete
-        # Left out (not loggable) or changed on the way: a digest cannot tell which, so the line
-        # names both (until review R70 it named the first alone, and an edited amount read as the call's).
-        else "  arguments  NOT all shown: those shown do not hash to the args_digest signed: some are left "
-        "out (the log keeps only those the policy marks loggable) or changed; the signature covers "
-        "the call as it was made, not the arguments shown",
+        f"  arguments  {arguments}",
         f"  gate       {text('gate')}; approvers {approvers}",
         f"  why        {reasons}",
         f"  expires    {utc(request['expires_at'])}",
         f"  signed by  {signer}",
     ]
+    if entry is not None:
+        lines.insert(
+            -3,
+            f"  checked    against the store's request and audit entry {entry.index}: call, requester "
+            "DID, arguments shown, reasons, expiry, quorum (the requester's name, gate and approvers "
+            "are the payload's word)",
+        )
     return "\n".join(lines) + "\n"
