@@ -17,6 +17,7 @@ from agentgate.gate import Gate, approval_call_hash
 from agentgate.keys import SigningKey, save_key
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
+from agentgate.store._postgres import PostgresStore
 
 POLICY = """
 version: 1
@@ -50,19 +51,19 @@ approvals:
 
 
 class Asked:
-    """A real Gate on a SQLite file that asked for approval of a refund of 800 (its note is not
+    """A real Gate on a SQLite file (or the PostgreSQL database ``url``) that asked for approval of a refund of 800 (its note is not
     loggable, so the payload does not show every argument)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, url: str | None = None) -> None:
         self.path = path
         keys = {n: SigningKey.generate() for n in ("root", "agent", "lead")}
         for name, key in keys.items():
             save_key(key, path / "k", name)
         self.lead = str(path / "k" / "lead.key")
         self.db = path / "agentgate.db"
-        self.gate = Gate(
-            parse_policy(POLICY.format(**{n: k.did for n, k in keys.items()})), SQLiteStore(self.db)
-        )
+        self.url = url or str(self.db)
+        store = SQLiteStore(self.db) if url is None else PostgresStore(url)
+        self.gate = Gate(parse_policy(POLICY.format(**{n: k.did for n, k in keys.items()})), store)
         agent = self.gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
         call = Call.tool("refund", {"amount": 800, "note": "customer 42"})
         asked = self.gate.authorize(agent, call, call_id="call-1")
@@ -189,3 +190,21 @@ def test_a_reason_the_log_keeps_with_a_placeholder_matches_the_reason_shown() ->
     assert _reason_recorded("note='customer 42' is not allowed", recorded)
     assert not _reason_recorded("note='customer 42' is allowed", recorded)
     assert not _reason_recorded("a routine refund", "approval gate big-refund applies")
+
+
+@pytest.mark.postgres
+def test_a_postgresql_store_is_checked_as_a_sqlite_one(
+    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R70: the check reads a PostgreSQL store too: the Gate's payload signs, an edited one
+    is refused."""
+    monkeypatch.delenv("AGENTGATE_STORE", raising=False)
+    made = Asked(tmp_path, postgres_url)
+    try:
+        code, _, err = cli(capsys, "approval", "sign", made.write(), "--as", made.lead, "--store", made.url)
+        assert code == 0, err
+        edited = made.write(lambda r: r["args"].update(amount=80))
+        code, out, err = cli(capsys, "approval", "sign", edited, "--as", made.lead, "--store", made.url)
+        assert (code, out) == (1, "") and "'args'" in err, err
+    finally:
+        made.gate.close()
