@@ -18,6 +18,7 @@ from agentgate.dispatch._answers import (
     _reject_error,
     _usage,
     output_limit,
+    reports_usage,
 )
 from agentgate.dispatch._redaction import _scrub
 from agentgate.errors import BackendFailed, UsageUnreadable
@@ -107,7 +108,9 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
         _reject_error(backend, event, key)
         # vLLM sends ``"usage": null`` on every chunk but the last: an empty usage is none. So is
         # one without a completion count (charged as nothing generated, its output would go free:
-        # the stream is then settled as one that reported no usage, at its reservation).
+        # the stream is then settled as one that reported no usage, at its reservation), or
+        # without a prompt count, as a whole answer's is (``reports_usage``; until review R70 a
+        # stream read it as 0 prompt tokens reported, and said so of its charge).
         raw = event.get("usage")
         try:
             usage = _usage(raw) if raw else None
@@ -116,7 +119,7 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
             # a failure to send it elsewhere, even before any output (until review R69 the next
             # backend ran it again, the caller charged for no run), as for a whole answer's.
             raise UsageUnreadable(f"{backend}: malformed stream event: {exc}") from None
-        if usage is not None and raw.get("completion_tokens") is None:
+        if usage is not None and not reports_usage(raw):
             usage = None
         choices = event.get("choices") or []
         if not isinstance(choices, list) or not all(_is_choice(choice, "delta") for choice in choices):
