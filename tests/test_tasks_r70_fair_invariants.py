@@ -72,6 +72,26 @@ def _check_node(node: _Node, by_agent: dict[int, list[Entry[int]]], depth: int) 
             assert child.entry[0] == child.pass_
 
 
+def _most_urgent_class(
+    queue: FairQueue[int], live: dict[int, Entry[int]], tools: set[str], above: int, excluding: Entry[int]
+) -> str | None:
+    """``most_urgent_class`` from the live entries: the lowest rank below ``above`` with a call to
+    one of ``tools`` other than ``excluding``, its first class (by creation) with one."""
+    for rank in sorted(queue._ranks):
+        if rank >= above:
+            return None
+        for key in queue._ranks[rank].children:
+            if any(
+                entry is not excluding
+                and entry.tool in tools
+                and entry.path[0].key == str(rank)
+                and entry.path[1].key == key
+                for entry in live.values()
+            ):
+                return key
+    return None
+
+
 def _random_open(rng: random.Random) -> set[str]:
     return set(rng.sample(_TOOLS, rng.randint(1, len(_TOOLS))))
 
@@ -148,3 +168,9 @@ def test_counts_equal_a_recount_after_random_operations(seed: int) -> None:
                 entry = live.pop(got_or_none)
                 assert entry.tool in open_tools
         _check(queue, live)
+        if live and step % 5 == 0:
+            excluding = live[rng.choice(list(live))]
+            tools = _random_open(rng)
+            above = rng.choice((1, 2))
+            found = queue.most_urgent_class(tools, above, excluding)
+            assert found == _most_urgent_class(queue, live, tools, above, excluding)
