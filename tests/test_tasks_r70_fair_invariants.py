@@ -159,14 +159,23 @@ def test_counts_equal_a_recount_after_random_operations(seed: int) -> None:
         else:
             open_tools = _random_open(rng)
             blocked = frozenset(f"T{n}" for n in rng.sample(range(48), 10))
+            tenants_limited, agents_limited = rng.random() < 0.5, rng.random() < 0.5
             got_or_none = queue.pop(
                 open_tools,
-                blocked.__contains__ if rng.random() < 0.5 else None,
-                (lambda tenant, agent: agent == "A0") if rng.random() < 0.5 else None,
+                blocked.__contains__ if tenants_limited else None,
+                (lambda tenant, agent: agent == "A0") if agents_limited else None,
             )
+            startable = [
+                entry
+                for entry in live.values()
+                if entry.tool in open_tools
+                and not (tenants_limited and entry.tenant in blocked)
+                and not (agents_limited and entry.path[3].key == "A0")
+            ]
+            assert (got_or_none is None) == (not startable)  # work-conserving
             if got_or_none is not None:
                 entry = live.pop(got_or_none)
-                assert entry.tool in open_tools
+                assert entry in startable
         _check(queue, live)
         if live and step % 5 == 0:
             excluding = live[rng.choice(list(live))]
