@@ -5,7 +5,8 @@ tool) and is updated only when a child starts or stops having some, and a node w
 names it (``only``). After every operation of a seeded random run (pushes, removals, moves
 between ranks and classes, both kinds of pop) every node's counts must equal a recount from the
 live entries, every live entry's path must be the tree's, every heap must hold each waiting
-child's live entry, and ``pop_tool`` must serve the call ``pop``'s general walk serves.
+child's live entry, ``pop_tool`` must serve the call ``pop``'s general walk serves, ``pop`` must
+serve a call that can start whenever one can, and ``most_urgent_class`` must agree with a recount.
 """
 
 from __future__ import annotations
