@@ -93,7 +93,7 @@ def _sign(args: argparse.Namespace) -> int:
     refusal = _refusal(request, key.did)
     entry = None
     if refusal is None and (args.store is not None or "AGENTGATE_STORE" in os.environ):
-        refusal, entry = _against_store(request, args.store)
+        refusal, entry = _against_store(request, args.store, key.did)
     if refusal is not None:
         # Named as every other line of the verb names it: the file given, then the request in it
         # (until review R59 a refusal named only the request, not the file it was read from).
@@ -133,9 +133,12 @@ def _refusal(request: dict[str, Any], signer: str) -> str | None:
     return None
 
 
-def _against_store(request: dict[str, Any], url: str | None) -> tuple[str | None, AuditEntry | None]:
+def _against_store(
+    request: dict[str, Any], url: str | None, signer: str
+) -> tuple[str | None, AuditEntry | None]:
     """Why what ``request`` shows is not what the store ``url`` (``None``: ``AGENTGATE_STORE``)
-    holds of it, or ``None``; and the request's ``approval_required`` audit entry.
+    holds of it, or why ``signer`` may not sign it (the store's requester), or ``None``; and the
+    request's ``approval_required`` audit entry.
 
     The payload reaches the approver through the application (a UI, a queue): until review R70
     nothing the approver could run checked the arguments and reasons it shows, so an amount edited
@@ -158,10 +161,16 @@ def _against_store(request: dict[str, Any], url: str | None) -> tuple[str | None
             )
         index = approvals.asked_index(row.id, row.call_hash)
         entry = log.entry(index) if index is not None and log.exists else None
+    if row.requester == signer:  # whatever DID the payload shows, or none (until review R70's second reading)
+        return "the approver must not be the requester", None
     held = {"call_hash": row.call_hash, "requester_did": row.requester, "expires_at": row.expires_at}
     for field, value in (*held.items(), ("quorum", row.quorum)):
-        if field in request and request[field] != value:
-            return f"its {field!r} is not the store's for this request: changed on its way", None
+        # The fields the description shows or the signature binds are compared left out too: until
+        # review R70's second reading a payload without its requester_did was signed under a
+        # "checked" line naming it (the quorum, not shown, is compared where the payload has it).
+        if (field in request or field in held) and request.get(field) != value:
+            what = "left out" if field not in request else "changed"
+            return f"its {field!r} is not the store's for this request: {what} on its way", None
     if entry is None or entry.kind != "approval_required":
         return (
             "the store has no approval_required audit entry for this request: nothing to check it against",
