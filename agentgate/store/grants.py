@@ -211,6 +211,10 @@ refuses the grant by time, so nothing it could still accept loses its revocation
 _SERVER_NOW = "SELECT CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS BIGINT)"
 
 
+_PRUNE_PAGE = 1000
+"""The revoked grants ``GrantRepository.prune`` reads and checks in one statement's page."""
+
+
 def expired_cut(tx: Transaction, dialect: Dialect, before: float) -> int:
     """The cut below which a grant's ``expires`` marks it long expired: ``before``, but never
     later than ``PRUNE_MARGIN_S`` before now (this host's clock, and on PostgreSQL the server's)."""
@@ -654,13 +658,26 @@ class GrantRepository:
             "agentgate_grants.id)"
         )
         cut = expired_cut(work, self.store.dialect, before)
-        revoked = work.execute(
-            "SELECT r.grant_id, g.token FROM agentgate_revocations r "
-            "JOIN agentgate_grants g ON g.id = r.grant_id WHERE g.expires < ? AND NOT EXISTS "
-            "(SELECT 1 FROM approval_grants a WHERE a.grant_id = r.grant_id)",
-            (cut,),
-        )
-        gone = sorted({str(gid) for gid, token in revoked if expired(token, str(gid), cut)})
+        # Read and checked a page at a time: each check parses a token (tens of microseconds),
+        # and a transaction idle between two statements longer than PostgreSQL's
+        # ``idle_in_transaction_session_timeout`` (30 s unless set: ``_postgres``) is ended by
+        # the server. Until review R70's second reading every row was read in one statement and
+        # checked before the next: a store with a million such grants could not be pruned.
+        found: set[str] = set()
+        after = ""
+        while True:
+            revoked = work.execute(
+                "SELECT r.grant_id, g.token FROM agentgate_revocations r "
+                "JOIN agentgate_grants g ON g.id = r.grant_id WHERE g.expires < ? AND r.grant_id > ? "
+                "AND NOT EXISTS (SELECT 1 FROM approval_grants a WHERE a.grant_id = r.grant_id) "
+                "ORDER BY r.grant_id LIMIT ?",
+                (cut, after, _PRUNE_PAGE),
+            )
+            found.update(str(gid) for gid, token in revoked if expired(token, str(gid), cut))
+            if len(revoked) < _PRUNE_PAGE:
+                break
+            after = str(revoked[-1][0])
+        gone = sorted(found)
         revocations = 0
         for i in range(0, len(gone), 500):
             part = gone[i : i + 500]
