@@ -109,7 +109,13 @@ def test_every_store_flag_names_the_default_store_file() -> None:
         for action in parser._actions
         if "--store" in action.option_strings
     }
-    assert len(helps) == 21
+    assert len(helps) == 22
+    # ``approval sign --store`` (review R70) reads no default store file: without the flag or
+    # AGENTGATE_STORE, nothing is checked.
+    assert helps.pop("agentgate approval sign") == (
+        "check what PAYLOAD shows against the Gate's store (default: AGENTGATE_STORE when set; "
+        "neither: not checked)"
+    )
     assert set(helps.values()) == {
         "store URL or SQLite path (default: AGENTGATE_STORE, else .agentgate/agentgate.db)"
     }
