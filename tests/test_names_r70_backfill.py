@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import io
 from contextlib import redirect_stdout
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from test_langgraph import NAMES, _policy_text
+from test_gate_r69_store_names import _delegate, _gate
+from test_langgraph import NAMES
 from test_store_r68_schema_fingerprint import _postgresql_schema, _sqlite_schema
 
 from agentgate.cli.main import main
 from agentgate.errors import Denied
-from agentgate.gate import AgentIdentity, Gate
 from agentgate.keys import SigningKey
-from agentgate.policy import parse_policy
 from agentgate.store import open_store
 
 SCHEMAS = Path(__file__).parent / "schema"
@@ -40,24 +38,6 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def keys() -> dict[str, SigningKey]:
     return {name: SigningKey.generate() for name in NAMES}
-
-
-def _gate(url: str, keys: dict[str, SigningKey]) -> Gate:
-    policy = parse_policy(
-        _policy_text({n: k.did for n, k in keys.items()}, 1_000_000, "usd_micros"), source="team.yaml"
-    )
-    return Gate(policy, open_store(url))
-
-
-def _delegate(gate: Gate, keys: dict[str, SigningKey], name: str) -> AgentIdentity:
-    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
-    return gate.delegate(
-        supervisor,
-        name=name,
-        key=SigningKey.generate(),
-        capabilities=["tool:search"],
-        ttl=timedelta(minutes=1),
-    )
 
 
 def _init(url: str) -> None:
