@@ -7,6 +7,8 @@ afterwards.
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,17 @@ from agentgate.store._pgserver import PostgresServer
 # have failed the run. Tests that set their own settings keep them.
 settings.register_profile("agentgate", deadline=None)
 settings.load_profile("agentgate")
+
+
+@pytest.fixture
+def default_sigint() -> Iterator[None]:
+    """Ctrl-C raises ``KeyboardInterrupt`` in the main thread, as in a program run by hand (the
+    tests that press it: a worker's handler may be another)."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("needs the main thread (signals)")
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,16 +16,6 @@ from test_observability import Sweep
 from agentgate.capabilities import Call
 from agentgate.errors import StoreError
 from agentgate.gate._gate import _OPEN_GATES
-
-
-@pytest.fixture
-def default_sigint() -> Iterator[None]:
-    """Ctrl-C raises ``KeyboardInterrupt`` in the main thread, as in a program run by hand."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("needs the main thread (signals)")
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
 
 
 def test_ctrl_c_while_close_waits_for_a_running_call_still_closes_the_gate(

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import _thread
 import logging
-import signal
 import sqlite3
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,16 +18,6 @@ from test_observability_r70_close_spans import CTRL_C_AT_CLOSE
 
 from agentgate.capabilities import Call
 from agentgate.errors import StoreError
-
-
-@pytest.fixture
-def default_sigint() -> Iterator[None]:
-    """Ctrl-C raises ``KeyboardInterrupt`` in the main thread, as in a program run by hand."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("needs the main thread (signals)")
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
 
 
 class _SecondCtrlC(logging.Handler):

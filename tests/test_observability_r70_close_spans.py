@@ -7,10 +7,8 @@ still leaves ``close``."""
 from __future__ import annotations
 
 import _thread
-import signal
 import sqlite3
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,16 +32,6 @@ BEGIN SELECT CASE WHEN on_main_thread() THEN ctrl_c() ELSE RAISE(ABORT, 'not yet
 
 def _on_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
-
-
-@pytest.fixture
-def default_sigint() -> Iterator[None]:
-    """Ctrl-C raises ``KeyboardInterrupt`` in the main thread, as in a program run by hand."""
-    if not _on_main_thread():
-        pytest.skip("needs the main thread (signals)")
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
 
 
 def test_ctrl_c_in_the_flush_at_close_still_ends_every_call_span(
