@@ -48,6 +48,7 @@ from agentgate.cli._common import (
 from agentgate.cli._lines import shortened
 from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
+from agentgate.gate._records import PLACEHOLDERS
 from agentgate.keys import load_signing_key, read_regular_file, replace_file, shown_path
 from agentgate.store.approvals import ApprovalStore
 
@@ -209,9 +210,7 @@ def _args_recorded(shown: dict[str, Any], entry: AuditEntry) -> bool:
     return not rest or (not entry.args and data is not None and elision("args", data) in notes)
 
 
-_PLACEHOLDERS = re.compile(
-    r"<not loggable>|<an undeclared argument name>|<a reason quoting an argument that is not loggable>"
-)
+_PLACEHOLDERS = re.compile("|".join(map(re.escape, PLACEHOLDERS)))  # the log's (``redact_reasons``)
 
 
 def _reason_recorded(shown: str, recorded: str) -> bool:

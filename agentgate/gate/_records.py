@@ -36,6 +36,17 @@ def without_held(reason: str) -> str:
     return _HELD.sub("", reason)
 
 
+UNDECLARED_NAME = "<an undeclared argument name>"
+"""What ``redact_reasons`` writes for the quoted name of an argument the tool does not declare."""
+UNRENDERED_REASON = "<a reason quoting an argument that is not loggable>"
+"""What ``redact_reasons`` writes for a reason whose argument value has no ``repr``."""
+NOT_LOGGABLE = "<not loggable>"
+"""What ``redact_reasons`` writes for the value of an argument the policy does not log."""
+PLACEHOLDERS = (NOT_LOGGABLE, UNDECLARED_NAME, UNRENDERED_REASON)
+"""Every text ``redact_reasons`` puts in a reason's place or part (``approval sign --store``
+matches a payload's reasons against the log's by them)."""
+
+
 def redact_reasons(
     reasons: Iterable[str],
     args: Mapping[str, Any],
@@ -51,7 +62,7 @@ def redact_reasons(
     undeclared = [repr(name) for name in args if name not in declared] if declared is not None else []
     for reason in reasons:
         for quoted_name in undeclared:
-            reason = reason.replace(quoted_name, "<an undeclared argument name>")
+            reason = reason.replace(quoted_name, UNDECLARED_NAME)
         # Only the arguments a reason names are rendered: a value nested thousands deep has no
         # repr (RecursionError), and a large one costs its repr on every refusal.
         for name, value in args.items():
@@ -60,9 +71,9 @@ def redact_reasons(
             try:
                 quoted = f"{name}={value!r}"
             except RecursionError:
-                reason = "<a reason quoting an argument that is not loggable>"
+                reason = UNRENDERED_REASON
                 break
-            reason = reason.replace(quoted, f"{name}=<not loggable>")
+            reason = reason.replace(quoted, f"{name}={NOT_LOGGABLE}")
         out.append(reason)
     return out
 
