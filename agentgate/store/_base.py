@@ -248,6 +248,20 @@ class Store(abc.ABC):
         self.close()
 
 
+def tables_held(
+    execute: Callable[[str, Sequence[Any]], list[Row]], dialect: Dialect, names: Sequence[str]
+) -> set[str]:
+    """Which of the tables ``names`` the store holds, read with ``execute`` (a transaction's, or
+    ``Store.query``) without creating any: SQLite's catalog, PostgreSQL's ``to_regclass`` (the
+    tables its statements would find on the search path)."""
+    marks = ", ".join("?" for _ in names)
+    if dialect == "sqlite":
+        sql = f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
+    else:
+        sql = f"SELECT t FROM (VALUES {', '.join('(?)' for _ in names)}) AS n(t) WHERE to_regclass(t) IS NOT NULL"
+    return {str(row[0]) for row in execute(sql, tuple(names))}
+
+
 def add_sqlite_columns(store: Store, table: str, columns: dict[str, str]) -> None:
     """Add to ``table`` of a SQLite ``store`` made before them each of ``columns`` (name -> its
     declaration: type, default, check) it lacks: ``CREATE TABLE IF NOT EXISTS`` keeps an earlier

@@ -33,6 +33,7 @@ from agentgate.store._base import (
     Transaction,
     driver_error_line,
     env_setting,
+    tables_held,
     unstorable_text,
 )
 from agentgate.store._existing import refuse_empty_database
@@ -621,9 +622,8 @@ class PostgresStore(Store):
             # Read again: a newer agentgate may have written since the open.
             recorded = recorded_version(tx, "postgresql")
             refuse_newer(_redact(self.url), recorded)
-            new = made is not None and not tx.execute(
-                "SELECT t FROM unnest(?::text[]) AS t WHERE to_regclass(t) IS NOT NULL",
-                (sorted(tables_of(ddl["sqlite"])),),
+            new = made is not None and not tables_held(
+                tx.execute, "postgresql", sorted(tables_of(ddl["sqlite"]))
             )
             for statement in _split_sql(ddl["postgresql"]):
                 creates = _CREATE_IF_MISSING.match(statement)

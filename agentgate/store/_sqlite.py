@@ -32,6 +32,7 @@ from agentgate.store._base import (
     Transaction,
     driver_error_line,
     env_setting,
+    tables_held,
     unstorable_text,
 )
 from agentgate.store._existing import init_command, missing_file, refuse_missing_sqlite, refuse_others_tables
@@ -429,13 +430,6 @@ def required_store_columns() -> dict[str, frozenset[str]]:
     ):
         required.update(_required_columns(ddl["sqlite"]))
     return required
-
-
-def _none_held(conn: sqlite3.Connection, tables: frozenset[str]) -> bool:
-    """Whether the SQLite file holds none of ``tables`` (``ensure_schema``'s ``made``)."""
-    marks = ", ".join("?" * len(tables))
-    sql = f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN ({marks}) LIMIT 1"
-    return not conn.execute(sql, sorted(tables)).fetchall()
 
 
 def tables_of(ddl: str) -> frozenset[str]:
@@ -843,7 +837,7 @@ class SQLiteStore(Store):
             recorded = recorded_version(tx, "sqlite")
             refuse_newer(str(self.path), recorded)
             self._refuse_foreign_tables(conn, name, ddl["sqlite"])
-            new = made is not None and _none_held(conn, tables_of(ddl["sqlite"]))
+            new = made is not None and not tables_held(tx.execute, "sqlite", sorted(tables_of(ddl["sqlite"])))
             for statement in [VERSION_DDL["sqlite"], *statements]:
                 conn.execute(statement)
             if new and made is not None:

@@ -32,7 +32,7 @@ from datetime import datetime
 
 from agentgate import _confusables
 from agentgate._names import agent_name_refused
-from agentgate.store._base import Dialect, Store, Transaction
+from agentgate.store._base import Dialect, Store, Transaction, tables_held
 
 AGENT_NAMES_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -74,11 +74,6 @@ _AGENT_ENTRIES: dict[Dialect, str] = {
 canonical bytes hold ``"resource":"agent:`` just so; one that holds it in an argument is read
 and passed over)."""
 
-_HAS_LOG: dict[Dialect, str] = {
-    "sqlite": "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_log'",
-    "postgresql": "SELECT 1 WHERE to_regclass('audit_log') IS NOT NULL",
-}
-
 _BATCH = 1000
 
 
@@ -90,7 +85,7 @@ def granted_before(tx: Transaction, dialect: Dialect) -> Iterator[tuple[str, int
     name the Gate would no longer grant and no decision takes (``agent_name_refused``: a Cyrillic
     ``е`` in ``rеsearcher``, granted before review R67): such a grant is dead, and its readings
     would only refuse the name it imitates."""
-    if not tx.execute(_HAS_LOG[dialect]):
+    if not tables_held(tx.execute, dialect, ["audit_log"]):
         return
     after = -1
     while rows := tx.execute(_AGENT_ENTRIES[dialect], (after, _BATCH)):

@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 from agentgate._names import BUDGET_UNIT as _BUDGET_UNIT
 from agentgate.audit.entry import AuditEntry, format_time
 from agentgate.errors import AgentGateError, InputError, MalformedRow, SettlementRefused, StoreError
-from agentgate.store._base import Store, Transaction
+from agentgate.store._base import Store, Transaction, tables_held
 from agentgate.store.audit import AuditLog
 from agentgate.store.broker_decisions import DECISION_COLUMNS, decoded_decision
 from agentgate.store.ledger import (
@@ -283,12 +283,7 @@ def _cut(min_age_s: float) -> str | None:
 def _tables(store: Store, names: Sequence[str]) -> set[str]:
     """Which of the tables ``names`` the store holds, read without creating any (the listing
     opens the store to read only, and a store where no call was ever allowed has none)."""
-    marks = ", ".join("?" for _ in names)
-    if store.dialect == "sqlite":
-        sql = f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
-    else:
-        sql = f"SELECT t FROM (VALUES {', '.join('(?)' for _ in names)}) AS n(t) WHERE to_regclass(t) IS NOT NULL"
-    return {str(row[0]) for row in store.query(sql, tuple(names))}
+    return tables_held(store.query, store.dialect, names)
 
 
 def _once_holders(store: Store, tx: Transaction | None) -> dict[str, str]:
