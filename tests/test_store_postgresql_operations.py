@@ -285,18 +285,21 @@ def test_a_gate_deciding_in_threads_fails_closed_across_a_restart_and_decides_ag
     entries = list(gate.audit.entries())
     allows = sum(1 for e in entries if e.kind == "allow" and e.resource == "model:scripted")
     outcomes = [e for e in entries if e.kind == "outcome"]
-    assert len(ran) == len(allowed) == len(outcomes)
-    # An allow whose commit's answer the server never sent is in the log, refused to its caller.
+    # An allow whose commit's answer the server never sent is in the log, refused to its caller;
+    # since review R69 it is read back once the server is back and settled as not run, its
+    # reservation released (this test counted it as held, with no outcome, and failed in the
+    # clean-clone CI of fa5d6c5 when the stop landed between a commit and its answer: 52 calls
+    # run, 53 outcomes).
     assert len(allowed) <= allows <= len(allowed) + len(failures)
-    # The ledger's spend is what the outcomes charged. Such an allow, whose caller was refused, has
-    # no outcome: its reservation stays held (never spent, never free again), so the budget can
-    # only look smaller. (This line counted it as spent, and failed whenever the stop landed
-    # between a commit and its answer.)
+    lost = [e for e in outcomes if any("not acknowledged" in r and "not run" in r for r in e.reasons)]
+    assert len(ran) == len(allowed) == len(outcomes) - len(lost)
+    assert len(lost) == allows - len(allowed)
+    # The ledger's spend is what the outcomes charged; nothing stays held.
     spent, limit = gate.remaining(boss)[boss.grant_id]
     assert spent == 2 * len(ran)
     remaining = gate.ledger.remaining(boss.grant_id)
     assert remaining is not None  # the grant has been charged
-    assert limit - remaining - spent == 2 * (allows - len(allowed))
+    assert limit - remaining - spent == 0
     assert gate.authorize(boss, Call.tool("lookup", {"id": "after"})).verdict == "allow"
     assert gate.verify().ok
     gate.close()
