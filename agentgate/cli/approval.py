@@ -11,7 +11,8 @@ audit entry (``_against_store``). Exit codes: 0 signed (or listed), 1 refused (t
 or the signer is the requester, or its call_hash is not the hash of the call it shows, or it
 shows what the store does not hold), 2
 unreadable or malformed input (a request that does not show every part of the call it hashes,
-a PAYLOAD that is not a regular file or is larger than ``MAX_PAYLOAD_BYTES``).
+a quorum that is not a whole number, a key given twice in one JSON object, a PAYLOAD that is not
+a regular file or is larger than ``MAX_PAYLOAD_BYTES``).
 
 Signing does not decide anything: the Gate checks the signature, that the signer is an approver
 the policy names, that the approval is for this very call, unused and unexpired, when the run
@@ -50,6 +51,7 @@ from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
 from agentgate.gate._records import PLACEHOLDERS
 from agentgate.keys import load_signing_key, read_regular_file, replace_file, shown_path
+from agentgate.policy._index import gate_named
 from agentgate.store.approvals import ApprovalStore
 
 
@@ -182,7 +184,21 @@ def _against_store(
     shown = request.get("reasons", [])
     if len(shown) > len(entry.reasons) or not all(map(_reason_recorded, shown, entry.reasons)):
         return f"its 'reasons' are not those audit entry {entry.index} records: changed on its way", None
-    return None, entry
+    return _gate_recorded(request, entry), entry
+
+
+def _gate_recorded(request: dict[str, Any], entry: AuditEntry) -> str | None:
+    """Why the gate or the approvers ``request`` shows are not those its ``approval_required``
+    ``entry`` records (in the policy's reason ``gate_reason``), or ``None``. Until review R71 they
+    were the payload's word under ``--store``: an editor on the way could show another gate, or an
+    approver who would never be asked. The requester's name is still the payload's word: the
+    log records the requester by DID (checked), and the name is no part of what the approval
+    signs or what the Gate checks when the run resumes."""
+    named = next(filter(None, map(gate_named, entry.reasons)), None)
+    for field, recorded in zip(("gate", "approvers"), named or (None, None), strict=True):
+        if field in request and request[field] != recorded:
+            return f"its {field!r} is not what audit entry {entry.index} records: changed on its way"
+    return None
 
 
 def _json(value: Any) -> bytes | None:
@@ -247,7 +263,8 @@ def _read(source: str) -> Any:
     """The JSON in the file ``source`` (``-``: standard input), read bounded.
 
     Raises ``InputError`` for a file that cannot be read, is not a regular file (a FIFO is refused
-    at once, never waited on), holds more than ``MAX_PAYLOAD_BYTES``, or is not UTF-8 JSON.
+    at once, never waited on), holds more than ``MAX_PAYLOAD_BYTES``, is not UTF-8 JSON, or gives
+    a key twice in one object.
     """
     if source == "-":
         try:
@@ -263,9 +280,30 @@ def _read(source: str) -> Any:
     except UnicodeDecodeError:
         raise InputError(f"{source}: cannot read approval payload: not UTF-8 text") from None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_once_each)
+    except _GivenTwice as exc:
+        raise InputError(
+            f"{source}: the key {exc.key[:100]!r} is given twice in one object: readers differ on which "
+            "value counts (this command reads the last, a viewer may show the first)"
+        ) from None
     except (ValueError, RecursionError) as exc:
         raise InputError(f"{source}: not JSON: {str(exc)[:120]}") from None
+
+
+class _GivenTwice(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once; raises ``_GivenTwice`` for one given twice
+    (review R71: until then the last was read, whatever the approver was shown)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _GivenTwice(key)
+        seen.add(key)
+    return dict(pairs)
 
 
 _TEXT_FIELDS = ("gate", "resource", "action", "grant", "call_id", "args_digest", "requester", "requester_did")
@@ -300,6 +338,10 @@ def _request(payload: Any, source: str) -> dict[str, Any]:
         value = inner.get(field, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InputError(f"{name}: the request's {field!r} must be a list of text")
+    quorum = inner.get("quorum", 1)
+    if isinstance(quorum, bool) or not isinstance(quorum, int) or quorum < 1:
+        # Until review R71 ``true`` and ``1.0`` passed the store's check (``True == 1``).
+        raise InputError(f"{name}: the request's 'quorum' must be a whole number >= 1")
     if not isinstance(inner.get("args", {}), dict):
         raise InputError(f"{name}: the request's 'args' must be an object")
     try:
@@ -371,7 +413,7 @@ def _describe(request: dict[str, Any], signer: str, entry: AuditEntry | None = N
         lines.insert(
             -3,
             f"  checked    against the store's request and audit entry {entry.index}: call, requester "
-            "DID, arguments shown, reasons, expiry, quorum (the requester's name, gate and approvers "
-            "are the payload's word)",
+            "DID, gate, approvers, arguments shown, reasons, expiry, quorum (the requester's name is "
+            "the payload's word)",
         )
     return "\n".join(lines) + "\n"

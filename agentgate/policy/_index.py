@@ -15,6 +15,7 @@ argument, or no rule that covers the call is a deny that says why.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -586,10 +587,6 @@ class PolicyIndex:
             )
             if req is None:
                 return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(allowed_by, refusal))
-            reason = (
-                f"approval gate {req.gate} applies: {req.quorum} of {', '.join(req.approvers)} must approve"
-                f" within {req.expiry_s}s"
-            )
             return PolicyDecision(
                 Outcome.APPROVAL_REQUIRED,
                 entry.name,
@@ -599,12 +596,32 @@ class PolicyIndex:
                 budget,
                 quotas,
                 req,
-                (allowed_by, reason),
+                (allowed_by, gate_reason(req)),
                 held,
             )
         return PolicyDecision(
             Outcome.ALLOW, entry.name, resource, rule.role, rule, budget, quotas, None, (allowed_by,), held
         )
+
+
+def gate_reason(req: ApprovalRequirement) -> str:
+    """The reason a call that needs ``req`` is asked for approval, which its ``approval_required``
+    audit entry records: the gate, the quorum, the approvers and the expiry."""
+    approvers = ", ".join(req.approvers)
+    return (
+        f"approval gate {req.gate} applies: {req.quorum} of {approvers} must approve within {req.expiry_s}s"
+    )
+
+
+_GATE_REASON = re.compile(r"approval gate (\S+) applies: [0-9]+ of (\S.*) must approve within [0-9]+s")
+
+
+def gate_named(reason: str) -> tuple[str, list[str]] | None:
+    """The gate and the approvers a ``gate_reason`` names, or ``None`` for any other reason.
+    Unambiguous: a gate's and an approver's names hold no space or comma (``schema.Name``), and
+    a combined gate's name joins its gates' with ``+``."""
+    found = _GATE_REASON.fullmatch(reason)
+    return None if found is None else (found[1], found[2].split(", "))
 
 
 def _counts_in(unit: str, resource: str, priced_gpus: frozenset[str]) -> bool:
