@@ -49,7 +49,7 @@ from agentgate.cli._common import (
 from agentgate.cli._lines import shortened
 from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
-from agentgate.gate._records import PLACEHOLDERS
+from agentgate.gate._records import PLACEHOLDERS, UNCOUNTED
 from agentgate.keys import load_signing_key, read_regular_file, replace_file, shown_path
 from agentgate.policy._index import gate_named
 from agentgate.store.approvals import ApprovalStore
@@ -181,8 +181,7 @@ def _against_store(
         )
     if not _args_recorded(request.get("args", {}), entry):
         return f"its 'args' are not those audit entry {entry.index} records: changed on its way", None
-    shown = request.get("reasons", [])
-    if len(shown) > len(entry.reasons) or not all(map(_reason_recorded, shown, entry.reasons)):
+    if not _reasons_recorded(request.get("reasons", []), entry.reasons):
         return f"its 'reasons' are not those audit entry {entry.index} records: changed on its way", None
     return _gate_recorded(request, entry), entry
 
@@ -224,6 +223,19 @@ def _args_recorded(shown: dict[str, Any], entry: AuditEntry) -> bool:
         return False
     data = _json(rest)
     return not rest or (not entry.args and data is not None and elision("args", data) in notes)
+
+
+def _reasons_recorded(shown: list[str], recorded: tuple[str, ...]) -> bool:
+    """Whether the reasons ``shown`` are, in order, the first ones ``recorded`` (``_reason_recorded``),
+    followed by none but the Gate's word on an approval given before that did not count
+    (``UNCOUNTED``), which a LangGraph payload asked again ends with and the request's first
+    entry cannot hold: until review R71 such a payload was refused as changed on its way. Those
+    are not shown (``_describe`` shows the entry's reasons): they are about an earlier approval,
+    not the call signed."""
+    checked = 0
+    while checked < min(len(shown), len(recorded)) and _reason_recorded(shown[checked], recorded[checked]):
+        checked += 1
+    return all(UNCOUNTED.match(reason) for reason in shown[checked:])
 
 
 _PLACEHOLDERS = re.compile("|".join(map(re.escape, PLACEHOLDERS)))  # the log's (``redact_reasons``)

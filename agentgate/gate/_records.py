@@ -47,6 +47,15 @@ PLACEHOLDERS = (NOT_LOGGABLE, UNDECLARED_NAME, UNRENDERED_REASON)
 matches a payload's reasons against the log's by them)."""
 
 
+UNCOUNTED = re.compile(r"approval (?:not counted|by \S+ not counted|of request \S+ not used): ")
+"""The start of every reason the Gate gives for an approval presented that did not count
+(``_approval_gates``): ``approval not counted: ...``, ``approval by DID not counted: ...``,
+``approval of request ID not used: ...``. The LangGraph payload of a call asked again ends with
+them (``_asking``), after its request's own reasons; ``approval sign --store`` lets them follow
+the reasons it checks against the request's first ``approval_required`` entry, which cannot
+hold them (a later entry of the request does)."""
+
+
 def redact_reasons(
     reasons: Iterable[str],
     args: Mapping[str, Any],
