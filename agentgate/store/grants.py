@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agentgate.errors import CommitUnknown, StoreError
 from agentgate.store._base import (
     Dialect,
+    Row,
     Store,
     Transaction,
     driver_error_line,
@@ -213,6 +214,44 @@ _SERVER_NOW = "SELECT CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS BIGINT)"
 
 _PRUNE_PAGE = 1000
 """The revoked grants ``GrantRepository.prune`` reads and checks in one statement's page."""
+
+
+_HOLDER_PAGE = 1000
+"""The rows of a holder's grants ``GrantRepository.revoke_holder`` reads, checks and revokes in
+one page (a token check is tens of microseconds: a page is tens of milliseconds of work)."""
+
+_REVOKED_BEFORE = "CASE WHEN r.grant_id IS NULL THEN 0 ELSE 1 END"
+_HOLDER_READ = (
+    f"SELECT g.id, g.token, {_REVOKED_BEFORE} FROM agentgate_grants g "
+    "LEFT JOIN agentgate_revocations r ON r.grant_id = g.id WHERE "
+)
+"""The rows ``revoke_holder`` checks, and whether each was revoked before; the condition follows."""
+
+
+def _revoke_page(
+    tx: Transaction,
+    trusted: Sequence[tuple[str, object]],
+    now: int,
+    reason: str,
+    revoked: list[str],
+    already: list[str],
+) -> None:
+    """Revoke the ids of ``trusted`` (``(id, revoked before)``) not revoked before, and add each
+    id to ``revoked`` (revoked by this statement) or ``already``."""
+    todo = [gid for gid, was in trusted if not was]
+    done: set[str] = set()
+    for i in range(0, len(todo), 200):  # 3 parameters a row: under any SQLite's limit
+        part = todo[i : i + 200]
+        values = ",".join(["(?, ?, ?)"] * len(part))
+        params = [v for gid in part for v in (gid, now, reason[:500])]
+        inserted = tx.execute(
+            f"INSERT INTO agentgate_revocations (grant_id, revoked_at, reason) VALUES {values} "
+            "ON CONFLICT DO NOTHING RETURNING grant_id",
+            params,
+        )
+        done.update(str(r[0]) for r in inserted)
+    for gid, _ in trusted:
+        (revoked if gid in done else already).append(gid)
 
 
 def expired_cut(tx: Transaction, dialect: Dialect, before: float) -> int:
@@ -402,11 +441,14 @@ class GrantRepository:
         revocation of the other key. The rows are read once, by the index on ``audience`` on
         SQLite, and those of ``also`` by id, each token checked once: the work under the lock
         grows with the holder's rows, not the table's (the whole table is read before, outside
-        the lock, by ``recorded_rows``).
+        the lock, by ``recorded_rows``). They are read, checked and revoked ``_HOLDER_PAGE`` rows
+        at a time (``_holder_pages``), so that the transaction is never idle for long between two
+        statements and holds one page of tokens; it is still one transaction: a failure in any
+        page revokes nothing (until review R71 one statement read them all).
 
         The grants revoked are exactly those recorded (their recording transaction committed)
         when the grants are read: before the write lock is taken on SQLite (the transaction takes
-        it first), before that read statement starts on PostgreSQL. A grant recorded later is not
+        it first), before the cursor that reads them is declared on PostgreSQL. A grant recorded later is not
         revoked, and one recorded earlier is, with all its descendants: never some of a read
         set. A row of ``also`` is revoked if it still holds when read here (the scan that named
         it read it earlier, outside this transaction). A grant to ``audience`` that this store
@@ -424,8 +466,8 @@ class GrantRepository:
         with self.store.transaction() as tx:
             return self._revoke_holder(tx, audience, now, reason, holds, also)
 
-    @staticmethod
     def _revoke_holder(
+        self,
         tx: Transaction,
         audience: str,
         now: int,
@@ -433,32 +475,73 @@ class GrantRepository:
         holds: Callable[[object, str], bool],
         also: Collection[str],
     ) -> tuple[list[str], list[str], list[str]]:
-        read = (
-            "SELECT g.id, g.token, CASE WHEN r.grant_id IS NULL THEN 0 ELSE 1 END FROM agentgate_grants g "
-            "LEFT JOIN agentgate_revocations r ON r.grant_id = g.id WHERE "
-        )
-        rows = tx.execute(f"{read}g.audience = ? ORDER BY g.id", (audience,))
-        trusted = [(str(gid), was) for gid, token, was in rows if holds(token, str(gid))]
-        untrusted = sorted({str(gid) for gid, _, _ in rows} - {gid for gid, _ in trusted})
-        elsewhere = sorted(set(also) - {str(gid) for gid, _, _ in rows})
-        for i in range(0, len(elsewhere), 200):  # the scan's rows, by id: each must hold still
-            part = elsewhere[i : i + 200]
-            found = tx.execute(f"{read}g.id IN ({','.join('?' * len(part))})", part)
-            trusted += [(str(gid), was) for gid, token, was in found if holds(token, str(gid))]
-        held = [gid for gid, _ in trusted]
-        todo = [gid for gid, was in trusted if not was]
-        revoked: set[str] = set()
-        for i in range(0, len(todo), 200):  # the ids read above, never a second read: see above
-            part = todo[i : i + 200]
-            values = ",".join(["(?, ?, ?)"] * len(part))
-            params = [v for gid in part for v in (gid, now, reason[:500])]
-            inserted = tx.execute(
-                f"INSERT INTO agentgate_revocations (grant_id, revoked_at, reason) VALUES {values} "
-                "ON CONFLICT DO NOTHING RETURNING grant_id",
-                params,
+        # A page at a time (``_HOLDER_PAGE``): each page's tokens checked and its revocations
+        # written before the next page is read, so that the transaction is never idle longer than
+        # one page's checks (PostgreSQL ends a session idle in a transaction for
+        # ``idle_in_transaction_session_timeout``: 30 s unless set, ``_postgres``) and holds one
+        # page's tokens, not the holder's all. Until review R71 all of them were read in one
+        # statement and checked before the next: a key with about a million recorded grants
+        # could not be revoked on PostgreSQL. What one read gives is unchanged: see ``_holder_pages``.
+        page = _HOLDER_PAGE
+        wanted = set(also)
+        revoked: list[str] = []
+        already: list[str] = []
+        untrusted: list[str] = []
+        named: set[str] = set()  # the ids of ``also`` whose rows name ``audience``: read here already
+        for rows in self._holder_pages(tx, audience, page):
+            trusted = []
+            for gid, token, was in rows:
+                grant_id = str(gid)
+                if grant_id in wanted:
+                    named.add(grant_id)
+                if holds(token, grant_id):
+                    trusted.append((grant_id, was))
+                else:
+                    untrusted.append(grant_id)
+            _revoke_page(tx, trusted, now, reason, revoked, already)
+        elsewhere = sorted(wanted - named)
+        for i in range(0, len(elsewhere), page):  # the scan's rows, by id: each must hold still
+            part = elsewhere[i : i + page]
+            found = tx.execute(f"{_HOLDER_READ}g.id IN ({','.join('?' * len(part))})", part)
+            trusted = [(str(gid), was) for gid, token, was in found if holds(token, str(gid))]
+            _revoke_page(tx, trusted, now, reason, revoked, already)
+        return sorted(revoked), sorted(already), sorted(untrusted)
+
+    def _holder_pages(self, tx: Transaction, audience: str, page: int) -> Iterator[list[Row]]:
+        """``(id, token, revoked before: 0 or 1)`` of every row that names ``audience``, ``page``
+        rows at a time, each read as one snapshot gives them: the rows committed before the
+        first page is read (on SQLite, before ``tx`` took the write lock), none committed later
+        (``revoke_holder``). SQLite: by the index on ``audience`` and the row's ``rowid``, a seek
+        per page, under the write lock that ``tx`` holds. PostgreSQL: a cursor of ``tx``, its
+        snapshot taken as it is declared (under READ COMMITTED a statement per page would see
+        what was committed between two pages), ``FETCH`` a page at a time; the table has no index
+        on ``audience`` (module docstring), so the cursor reads it once, not once per page."""
+        if self.store.dialect == "postgresql":
+            tx.execute(
+                f"DECLARE agentgate_holder_rows NO SCROLL CURSOR FOR {_HOLDER_READ}g.audience = ?",
+                (audience,),
             )
-            revoked.update(str(r[0]) for r in inserted)
-        return sorted(revoked), sorted(set(held) - revoked), untrusted
+            while True:
+                rows = tx.execute(f"FETCH FORWARD {int(page)} FROM agentgate_holder_rows")
+                if rows:
+                    yield rows
+                if len(rows) < page:
+                    break
+            tx.execute("CLOSE agentgate_holder_rows")
+            return
+        after = 0
+        while True:
+            rows = tx.execute(
+                f"SELECT g.rowid, g.id, g.token, {_REVOKED_BEFORE} FROM agentgate_grants g "
+                "LEFT JOIN agentgate_revocations r ON r.grant_id = g.id "
+                "WHERE g.audience = ? AND g.rowid > ? ORDER BY g.rowid LIMIT ?",
+                (audience, after, page),
+            )
+            if rows:
+                yield [row[1:] for row in rows]
+            if len(rows) < page:
+                return
+            after = int(rows[-1][0])
 
     def _hot_connection(self) -> sqlite3.Connection | None:
         if self._sqlite is not None and self._hot is None:
