@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote
@@ -118,14 +119,19 @@ READ_ONLY_OPTION = "-c default_transaction_read_only=on"
 """The libpq ``options`` that make every transaction of a session read only
 (``PostgresStore(read_only=True)``); the server refuses a write in one with SQLSTATE 25006."""
 _APPEND_LOCK_HOLDER = (
-    "SELECT l.pid, a.state, a.state_change FROM pg_catalog.pg_locks l "
+    "SELECT l.pid, a.state, a.state_change, p.gid, p.prepared FROM pg_catalog.pg_locks l "
     "LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid "
+    "LEFT JOIN pg_catalog.pg_locks x ON l.pid IS NULL AND x.pid IS NULL "
+    "AND x.locktype = 'transactionid' AND x.virtualtransaction = l.virtualtransaction "
+    "LEFT JOIN pg_catalog.pg_prepared_xacts p ON p.transaction = x.transactionid "
     "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::oid AND l.objid = %s::oid "
     "AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_catalog.pg_database "
     "WHERE datname = pg_catalog.current_database()) LIMIT 1"
 )
 """The server process that holds the audit append lock (``pg_advisory_xact_lock`` of a bigint:
-its high and low 32 bits, ``objsubid`` 1) in this database, its state and since when."""
+its high and low 32 bits, ``objsubid`` 1) in this database, its state and since when; or, where
+a prepared transaction holds it (``pid`` null: no process of its own), that one's gid and when it
+was prepared (found by the lock on its own transaction id, which has the same virtual one)."""
 _PLACEHOLDER = re.compile(r"\?")
 _PROBE_TIMEOUT_S = 2
 """How long the direct attempt that finds why the pool got no connection may take (seconds)."""
@@ -536,6 +542,8 @@ class PostgresStore(Store):
             self.pool.putconn(conn)
         if row is None:
             return ""
+        if row[0] is None:
+            return _prepared_holder(row[3], row[4])
         pid, state, since = int(row[0]), row[1], row[2]
         if state is None:  # another role's session, without pg_read_all_stats
             held = f"server process {pid} (its state not visible to this role)"
@@ -672,6 +680,23 @@ class PostgresStore(Store):
     def close(self) -> None:
         if self._pid == os.getpid():  # a child that never used the store: the pool is the parent's
             self.pool.close()
+
+
+def _prepared_holder(gid: object, prepared: object) -> str:
+    """What ``busy`` says of a prepared transaction that holds the audit append lock: its gid, when
+    it was prepared and how it ends. It has no server process (``pg_locks.pid`` is null, and
+    until review R71 reading it as one raised ``TypeError`` instead of the busy error) and no
+    timeout ends it: it holds the lock until someone commits or rolls it back. agentgate
+    prepares none; a tool's two-phase commit on the same database may."""
+    if not isinstance(gid, str):  # ended between the two reads, or hidden: nothing more to say
+        return "; the audit append lock is held by a prepared transaction (PREPARE TRANSACTION)"
+    quoted = "'" + gid[:200].replace("'", "''") + "'"
+    when = f" at {prepared:%Y-%m-%d %H:%M:%S %Z}" if isinstance(prepared, datetime) else ""
+    return (
+        f"; the audit append lock is held by the prepared transaction {quoted} (prepared{when}, "
+        "by a tool's two-phase commit, not agentgate): nothing ends it by itself; once its "
+        f"coordinator is known to be gone, end it with ROLLBACK PREPARED {quoted} (or COMMIT PREPARED)"
+    )
 
 
 _SESSION_READ = (
