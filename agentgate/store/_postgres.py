@@ -446,6 +446,11 @@ class PostgresStore(Store):
             # revocations: canceling statement due to lock timeout``): said as the store says it.
             if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
                 raise self.busy() from exc.__cause__
+            if isinstance(exc.__cause__, psycopg.errors.IdleInTransactionSessionTimeout):
+                # Likewise a part that met the session the server ended (until review R71 said
+                # in the part's words alone, neither why nor that nothing was written).
+                recheck(self.pool)
+                raise StoreError(self._ended_idle()) from exc.__cause__
             raise
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.errors.LockNotAvailable):
