@@ -11,14 +11,15 @@ revokes nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from test_authority_r68_holder_rows import _plant
-from test_authority_revoke_holder import CAP, KEYS, recorded, repo, revocations, url
+from test_authority_revoke_holder import CAP, KEYS, cli, recorded, repo, revocations, url
 
-from agentgate.authority import GrantRepository, issue, revoke
+from agentgate.authority import GrantRepository, delegate, issue, revoke
 from agentgate.authority import _revocation as revocation
 from agentgate.authority._revocation import revoke_holder, scan_holder
 from agentgate.errors import StoreError
@@ -140,3 +141,29 @@ def test_a_failure_in_the_middle_revokes_nothing(
     with pytest.raises(StoreError, match="refused by a trigger"):
         revoke_holder(repo, agent.did, reason="leaked")  # in a transaction of its own too
     assert revocations(repo.store) == set()
+
+
+def test_the_command_reads_the_descendants_after_its_transaction(
+    repo: GrantRepository, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R71: ``grant revoke --holder`` listed the recorded descendants of the revoked grants
+    with one read per grant on another connection while its revoking transaction stayed open:
+    a million grants of the key kept that transaction idle (PostgreSQL ended it after
+    ``idle_in_transaction_session_timeout``, nothing revoked) and, on SQLite, every decision
+    waiting for the write lock it held. Now they are read once it has committed."""
+    agent = KEYS["agent"]
+    one = recorded(repo, issue(KEYS["root"], agent.public, CAP, ttl=600))
+    below = recorded(repo, delegate(one, agent, KEYS["other"].public, CAP, ttl=60))
+    bound: list[object] = []
+    real = GrantRepository.descendants
+
+    def descendants(self: GrantRepository, grant_id: str) -> list[str]:
+        bound.append(self._bound_tx())
+        return real(self, grant_id)
+
+    monkeypatch.setattr(GrantRepository, "descendants", descendants)
+    rc, out, err = cli(capsys, "grant", "revoke", "--holder", agent.did, "--json")
+    assert (rc, err) == (0, ""), err
+    shown = json.loads(out)
+    assert (shown["revoked"], shown["descendants"]) == ([one.id], [below.id])
+    assert bound == [None]  # read once, in no transaction of the command's

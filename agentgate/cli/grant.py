@@ -612,14 +612,19 @@ def _warn_unprotected(store: Store) -> None:
 
 @contextlib.contextmanager
 def _revoking(
-    store: Store, args: argparse.Namespace, *, first: Callable[[GrantRepository], None] = lambda repo: None
+    store: Store,
+    args: argparse.Namespace,
+    *,
+    first: Callable[[GrantRepository], None] = lambda repo: None,
+    then: Callable[[GrantRepository], None] = lambda repo: None,
 ) -> Iterator[tuple[GrantRepository, Callable[[Iterable[str]], None]]]:
     """The store's grants bound to one transaction that holds the audit log's lock, as
     ``Gate.revoke`` takes it, and what appends a ``revoke`` entry for each grant id given and
     closes the approval requests their revocation makes void (each with its ``deny`` entry): the
     revocations and their entries commit together or not at all. ``first`` reads the store
-    before that transaction begins (``scan_holder``: no write lock held while it reads). The log
-    key is refused at once if garbage; the store is closed at the end."""
+    before that transaction begins (``scan_holder``: no write lock held while it reads), ``then``
+    once it has committed (never if it failed). The log key is refused at once if garbage; the
+    store is closed at the end."""
     # The audit log's layer: only the revoking verbs write to it.
     from agentgate.gate._records import revocation_entry, voided_request_entry, voided_request_reason
     from agentgate.store.approvals import ApprovalStore
@@ -653,6 +658,7 @@ def _revoking(
                             log.append(voided_request_entry(asked, asked_index, reason, None), tx)
 
                 yield repo, audit
+            then(repo)
         finally:
             repo.close()
     finally:
@@ -741,14 +747,25 @@ def _revoke_holder(args: argparse.Namespace) -> int:
     """``grant revoke --holder``: every grant the store records for a key, with one audit entry
     per grant revoked, all in one transaction (nothing revoked or logged if any part fails)."""
     did = load_public_key(args.holder).did  # a bad DID or file: exit 2 before the store is opened
-    # A store that does not exist is a mistyped --store, not an empty answer ("no recorded grants").
     scans: list[HolderScan] = []
+    held: set[str] = set()
+    below: list[str] = []
+
+    def scan(repo: GrantRepository) -> None:
+        scans.append(scan_holder(repo, did))
+
+    def read_below(repo: GrantRepository) -> None:
+        # Once the revocations committed: one read per grant, on another connection, would keep
+        # the revoking transaction idle (PostgreSQL ends it after
+        # idle_in_transaction_session_timeout) and SQLite's write lock held (until review R71).
+        below.extend(sorted({d for gid in sorted(held) for d in repo.descendants(gid)} - held))
+
+    # A store that does not exist is a mistyped --store, not an empty answer ("no recorded grants").
     store = open_existing_store(args.store, init_hint=True)
-    with _revoking(store, args, first=lambda repo: scans.append(scan_holder(repo, did))) as (repo, audit):
+    with _revoking(store, args, first=scan, then=read_below) as (repo, audit):
         done = revoke_holder(repo, did, reason=args.reason, scan=scans[0])
         audit(done.revoked)
-        held = set(done.revoked) | set(done.already)
-        below = sorted({d for gid in sorted(held) for d in repo.descendants(gid)} - held)
+        held.update(done.revoked, done.already)
     not_covered = _NOT_COVERED.format(did=did)
     if args.json:
         shown = {
