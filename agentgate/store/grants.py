@@ -500,8 +500,9 @@ class GrantRepository:
                     untrusted.append(grant_id)
             _revoke_page(tx, trusted, now, reason, revoked, already)
         elsewhere = sorted(wanted - named)
-        for i in range(0, len(elsewhere), page):  # the scan's rows, by id: each must hold still
-            part = elsewhere[i : i + page]
+        step = min(page, 200)  # ids bound as parameters: under any SQLite's limit
+        for i in range(0, len(elsewhere), step):  # the scan's rows, by id: each must hold still
+            part = elsewhere[i : i + step]
             found = tx.execute(f"{_HOLDER_READ}g.id IN ({','.join('?' * len(part))})", part)
             trusted = [(str(gid), was) for gid, token, was in found if holds(token, str(gid))]
             _revoke_page(tx, trusted, now, reason, revoked, already)
