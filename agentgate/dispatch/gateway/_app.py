@@ -509,8 +509,7 @@ class Gateway:
         if (why := _reserved_why(charged, decision.auth)) is not None:
             headers["X-Agentgate-Charged"] = f"reserved; {why}"
         elif charged is not None and charged is not USAGE_UNREAD:
-            self._count_tokens(*charged_counts(charged, decision.auth))
-            self._say_overrun(decision.auth, charged_counts(charged, decision.auth))
+            self._count_charged(decision.auth, charged)
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
         headers["Server-Timing"] = (
             f"read;dur={(received - arrived) * 1000:.3f}, parse;dur={(started - received) * 1000:.3f}, "
@@ -520,8 +519,17 @@ class Gateway:
         )
         # The usage the call was charged, where it is less than the backend reported (until review
         # R67 the caller read the report: 100,000,000 prompt tokens where it was charged 4,000).
-        if (usage := _as_charged(result.body.get("usage"), decision.auth)) is not None:
-            return JSONResponse({**result.body, "usage": usage}, headers=headers), True
+        # The ``agentgate`` field is agentgate's word, as a stream's: a call charged its
+        # reservation says so (the header's words), and a backend's own field is never passed on
+        # (until review R71 it was: a backend could tell the caller it was charged something else).
+        usage = _as_charged(result.body.get("usage"), decision.auth)
+        if usage is not None or why is not None or "agentgate" in result.body:
+            passed = {k: v for k, v in result.body.items() if k != "agentgate"}
+            if usage is not None:
+                passed["usage"] = usage
+            if why is not None:
+                passed["agentgate"] = _charge_field(why)
+            return JSONResponse(passed, headers=headers), True
         # The backend's own bytes when it sent them (the body is not decoded and encoded again).
         if result.raw:
             return Response(result.raw, media_type="application/json", headers=headers), True
@@ -761,8 +769,12 @@ class Gateway:
             # stays the last (an SDK raises at it), so a comment alone.
             so_far = _stream_charged(reported)
             ran = so_far is not None or delivered or isinstance(exc, UsageUnreadable)
-            if ran and (why := _reserved_why(so_far, auth)) is not None:
+            if (why := _reserved_why(so_far, auth) if ran else None) is not None:
                 yield _charged_comment(why)
+            elif (usage := reported.usage) is not None:
+                # Charged the usage it reported (one covering its output): counted as a whole
+                # stream's is (until review R71 the counter counted nothing for it).
+                self._count_charged(auth, (usage.prompt_tokens, usage.completion_tokens))
             yield _error_event(
                 "the backend failed during the answer; the answer is incomplete", "backend_failed"
             )
@@ -775,8 +787,7 @@ class Gateway:
         if (usage := reported.usage) is not None:
             prompt, completion = charged_counts((usage.prompt_tokens, usage.completion_tokens), auth)
             if why is None:  # charged its reservation (0 prompt tokens): no tokens counted
-                self._count_tokens(prompt, completion)
-                self._say_overrun(auth, (prompt, completion))
+                self._count_charged(auth, (usage.prompt_tokens, usage.completion_tokens))
             if include_usage and not usage_sent:
                 counts = {"prompt_tokens": prompt, "completion_tokens": completion}
                 yield event([], {**counts, "total_tokens": prompt + completion}, why)
@@ -788,6 +799,14 @@ class Gateway:
                 yield event([], why=why)
             yield _charged_comment(why)
         yield b"data: [DONE]\n\n"
+
+    def _count_charged(self, auth: Authorization, reported: tuple[int, int]) -> None:
+        """Count the tokens a call charged its usage ``reported`` is charged (``charged_counts``),
+        and log its overrun (``_say_overrun``): a JSON answer's, a whole stream's, or a stream's
+        that broke after a usage covering its output (review R71)."""
+        charged = charged_counts(reported, auth)
+        self._count_tokens(*charged)
+        self._say_overrun(auth, charged)
 
     def _say_overrun(self, auth: Authorization, charged: tuple[int, int]) -> None:
         """Log one warning line when the usage ``charged`` (the counts the ``Gate`` charges an
