@@ -345,6 +345,10 @@ def open_existing_store(
     try:
         store = open_store(target, create=False, read_only=read_only)  # any other scheme: StoreError
     except NoStore as exc:
+        if exc.reason == "no_tables":  # a PostgreSQL database: named by its URL, password masked
+            from agentgate.store._postgres import _redact  # here: a SQLite store never loads psycopg
+
+            shown = printable(_redact(target))
         raise InputError(_no_store(exc.reason, exc.tables, shown, path, init_hint, named_by)) from None
     try:
         if store.dialect == "sqlite":  # the file could not be read before it was opened: now
@@ -374,8 +378,10 @@ def _no_store(
             f"no store at {shown}: it is another application's SQLite database (tables {listed_names}), "
             f"holding none of agentgate's; check {named_by}"
         )
+    # ``shown``: the URL, its password masked, as the store's other errors name it (until review
+    # R71 "the database the store URL names": which one, of which env file, went unsaid).
     return (
-        "no store in the PostgreSQL database the store URL names: it holds none of "
+        f"no store in the PostgreSQL database {shown}: it holds none of "
         f"agentgate's tables; check {named_by} (the database name), or run "
         "`agentgate store init` there as its owner to set up a new store"
     )
