@@ -249,27 +249,36 @@ def _verify(args: argparse.Namespace) -> int:
         # Only the log's machinery is wrong: the entries as they are now still verify.
         print(
             f"the entries verify: {_counted(report.size, 'entry', 'entries')}, root {report.root.hex()}, "
-            f"{_counted(report.checkpoints_checked, 'checkpoint', 'checkpoints')}; {_machinery_said(report)}"
+            f"{_counted(report.checkpoints_checked, 'checkpoint', 'checkpoints')}"
+            f"{_not_yet_covered(report, _REFUSED_UNTIL_INTACT)}; {_machinery_said(report)}"
         )
     _print_accepted(report)
     return 1
 
 
-_COVER = "run agentgate audit checkpoint"
-"""What ``verify`` says to do for entries that no checkpoint covers yet."""
+_COVER = ": run agentgate audit checkpoint"
+"""What ``verify`` says to do for entries that no checkpoint covers yet, in a log verified intact."""
+
+_REFUSED_UNTIL_INTACT = "; audit checkpoint signs none until audit verify says intact"
+"""What ``verify`` says of those entries when only the log's machinery is wrong: ``audit
+checkpoint`` refuses such a log (``_unprotected``), so telling to run it would be no way out."""
 
 
-def _not_yet_covered(report: VerifyReport) -> str:
-    """What ``verify`` adds to the verdict ``intact`` of a log whose newest entries lie past every
-    checkpoint (stored, or saved and given): how many, their indexes and how to cover them; empty
-    when a checkpoint covers the whole log (until review R70 the verdict said nothing, as though a
-    checkpoint signed every entry)."""
+def _not_yet_covered(report: VerifyReport, cover: str = _COVER) -> str:
+    """What ``verify`` adds to its verdict (``intact``, or the closing line ``the entries
+    verify`` of a log whose machinery alone is wrong) when the log's newest entries lie past every
+    checkpoint (stored, or saved and given): how many, their indexes and ``cover``, how they get
+    covered; empty when a checkpoint covers the whole log (until review R70 the verdict said
+    nothing, as though a checkpoint signed every entry, and until review R71 the closing line of a
+    log whose trigger was dropped still said nothing)."""
     first, size = report.signed_size, report.size
     if first >= size:
         return ""
     if size - first == 1:
-        return f" (the last entry, {first}, is not yet covered by a checkpoint: {_COVER})"
-    return f" (the last {size - first} entries, {first}..{size - 1}, are not yet covered by a checkpoint: {_COVER})"
+        return f" (the last entry, {first}, is not yet covered by a checkpoint{cover})"
+    return (
+        f" (the last {size - first} entries, {first}..{size - 1}, are not yet covered by a checkpoint{cover})"
+    )
 
 
 def _counted(number: int, one: str, many: str) -> str:
