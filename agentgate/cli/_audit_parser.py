@@ -43,6 +43,9 @@ def register(subparsers: Any) -> None:
     verify.add_argument(
         "--checkpoint", type=given, metavar="FILE", help="a checkpoint saved earlier, outside the database"
     )
+    verify.add_argument(
+        "--json", action="store_true", help="one JSON object: the verdict, sizes, problems and notes"
+    )
 
     show = add("show", "list entries", "_show")
     show.add_argument(

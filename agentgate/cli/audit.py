@@ -1,6 +1,7 @@
 """``agentgate audit``: verify, read, prove and report on the signed audit log.
 
-    agentgate audit verify [--checkpoint FILE] [--key PUBFILE]   exit 0 intact, 1 tampered, 2 unusable
+    agentgate audit verify [--checkpoint FILE] [--key PUBFILE] [--json]
+                                                     exit 0 intact, 1 tampered, 2 unusable
     agentgate audit show [--principal DID] [--tool NAME] [--kind KIND] [--since TIME] [--json]
     agentgate audit explain INDEX [--trust PUBFILE|DID]   the authority behind one entry, its
                                                      related entries (found by index), proven in
@@ -27,6 +28,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import sqlite3
 import stat
 import sys
@@ -49,6 +51,7 @@ from agentgate.cli._common import (
     say_written,
     unprotected_log,
     utc,
+    write_json,
 )
 from agentgate.errors import (
     BeyondLogEnd,
@@ -203,6 +206,9 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         store, log = _open(args)
     except LogDropped as exc:  # not an empty log: the log's tables are gone
+        if args.json:
+            write_json(_verdict_json(None, log_exists=False, problems=[_problem("log", str(exc))]))
+            return 1
         print("TAMPERED: 1 problem(s)")
         print(f"  - {printable(str(exc))}")
         return 1
@@ -218,8 +224,11 @@ def _verify(args: argparse.Namespace) -> int:
                     f"{args.checkpoint}: not a checkpoint of this log signed by its key: {exc}"
                 ) from exc
         if not log.exists:
-            return _verify_no_log(log, saved)
+            return _verify_no_log(log, saved, as_json=args.json)
         report = log.verify(saved_checkpoint=saved)
+    if args.json:
+        write_json(_verdict_json(report, wrong_key=_wrong_key(report, log), saved=saved is not None))
+        return 0 if report.ok else 1
     if report.ok:
         # Nothing signs a log with entries and no checkpoint: the verdict says so, so that "intact"
         # is not read as "signed" (the triggers alone keep it; their owner can disable them).
@@ -337,20 +346,105 @@ def _print_accepted(report: VerifyReport) -> None:
         print(f"note: {printable(line)}")
 
 
-def _verify_no_log(log: AuditLog, saved: str | None) -> int:
+def _verify_no_log(log: AuditLog, saved: str | None, *, as_json: bool) -> int:
     """``verify``'s verdict on a store where no log was ever made (``log.exists`` False): intact
     and empty, unless a saved checkpoint of this log signed entries (exit 1: the log and the
     store's record of it are gone, or the store is another one)."""
     kept = log.open_checkpoint(saved).size if saved is not None else 0
+    gone = (
+        f"the saved checkpoint signs {kept} entries, and this store holds no audit log and no "
+        "record of one: the log was dropped with that record, or this is another store"
+    )
+    if as_json:
+        problems = [_problem("saved checkpoint", gone)] if kept else []
+        write_json(_verdict_json(None, log_exists=False, problems=problems, saved=saved is not None))
+        return 1 if kept else 0
     if kept:
         print("TAMPERED: 1 problem(s)")
-        print(
-            f"  - the saved checkpoint signs {kept} entries, and this store holds no audit log and no "
-            "record of one: the log was dropped with that record, or this is another store"
-        )
+        print(f"  - {gone}")
         return 1
     print(f"intact: 0 entries ({_NO_LOG_YET})")
     return 0
+
+
+_ENTRY_PROBLEM = re.compile(r"entry ([0-9]+): ")
+"""How the library names the entry a problem is about (``entry 7: bytes do not match ...``)."""
+
+_PROBLEM_PLACES = ("checkpoint #", "checkpoint of size ", "saved checkpoint")
+"""How the library's problems about one checkpoint begin: the place is named up to its colon."""
+
+
+def _problem(where: str, message: str, index: int | None = None) -> dict[str, object]:
+    """One problem as ``verify --json`` lists it: where it was found, the entry index it names
+    (``null`` where it names none), and the library's message, whole."""
+    return {"where": where, "index": index, "message": message}
+
+
+def _entries_problem(message: str) -> dict[str, object]:
+    """A problem with the entries or checkpoints (``VerifyReport.problems``) with its place read
+    from how the library words it: ``entry N`` (and its index), ``checkpoint #K``, ``checkpoint
+    of size N``, ``saved checkpoint``, the table a count is about (``audit_log``,
+    ``audit_refs``), else ``log``."""
+    found = _ENTRY_PROBLEM.match(message)
+    if found:
+        return _problem(f"entry {found[1]}", message, int(found[1]))
+    if message.startswith(_PROBLEM_PLACES):
+        return _problem(message.partition(": ")[0], message)
+    table = message.partition(" ")[0]
+    return _problem(table if table in ("audit_log", "audit_refs") else "log", message)
+
+
+def _verdict_json(
+    report: VerifyReport | None,
+    *,
+    log_exists: bool = True,
+    problems: list[dict[str, object]] | None = None,
+    wrong_key: str | None = None,
+    saved: bool = False,
+) -> dict[str, object]:
+    """``verify --json``'s one object: the verdict and the facts the text prints, each in its own
+    key (docs/cli.md, audit verify --json). ``report`` is ``None`` where no log was verified (none
+    made, or dropped: ``log_exists`` false, ``problems`` given)."""
+    if report is None:
+        listed = problems or []
+        return {
+            "verdict": "tampered" if listed else "intact",
+            "log_exists": log_exists,
+            "entries": 0 if not listed else None,
+            "root": None,
+            "checkpoints_checked": 0,
+            "saved_checkpoint": saved,
+            "signed_size": 0,
+            "unsigned": False,
+            "not_covered": None,
+            "entries_verify": not listed,
+            "first_bad_index": None,
+            "likely_cause": None,
+            "problems": listed,
+            "machinery": None,
+            "notes": [],
+        }
+    first, size = report.signed_size, report.size
+    return {
+        "verdict": "intact" if report.ok else "tampered",
+        "log_exists": True,
+        "entries": size,
+        "root": report.root.hex(),
+        "checkpoints_checked": report.checkpoints_checked,
+        "saved_checkpoint": saved,
+        "signed_size": first,
+        "unsigned": bool(size) and not report.checkpoints_checked and not saved,
+        "not_covered": {"first": first, "last": size - 1, "count": size - first} if first < size else None,
+        "entries_verify": report.entries_verify,
+        "first_bad_index": report.first_bad_index,
+        "likely_cause": wrong_key,
+        "problems": [
+            *map(_entries_problem, report.problems),
+            *(_problem("log machinery", line) for line in report.unprotected),
+        ],
+        "machinery": _machinery_said(report) if report.entries_verify and not report.ok else None,
+        "notes": [*report.accepted_repairs, *report.added_on_upgrade],
+    }
 
 
 def _wrong_key(report: VerifyReport, log: AuditLog) -> str | None:
