@@ -994,6 +994,8 @@ def _refuse_malformed_bundle(path: str, text: str) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    # Refused before the log is verified and read (until review R71 after, in the system's words).
+    _refuse_unwritable(args.out)
     store, log = _open(args)
     with store:
         _refuse_own_files(args.out, store, args.key)
