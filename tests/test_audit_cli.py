@@ -159,12 +159,17 @@ def test_verify_with_another_key_names_both_key_ids_and_stays_tampered(
     assert "likely cause" not in capsys.readouterr().out
 
 
-def test_verify_without_a_log_key_is_unusable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verify_without_a_log_key_needs_one_only_for_a_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store with no checkpoint has no signature to check: verified without a key (review R71;
+    exit 2 before); one with a checkpoint needs the key (tests/test_cli_audit_r71_empty_store_no_key.py)."""
     monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
     SQLiteStore(tmp_path / "empty.db").close()
     monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "empty.db"))
     monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
-    assert main(["audit", "verify"]) == 2
+    assert main(["audit", "verify"]) == 0
+    assert main(["audit", "verify", "--checkpoint", str(tmp_path / "none.note")]) == 2
 
 
 def test_a_mistyped_store_is_refused_not_created(

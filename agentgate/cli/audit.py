@@ -64,6 +64,7 @@ from agentgate.errors import (
 )
 from agentgate.keys import load_public_key, read_regular_file, replace_file, shown_path
 from agentgate.store import SQLiteStore, Store
+from agentgate.store._base import loaded_driver_errors
 from agentgate.store.audit import AuditLog, Explanation, VerifyReport, log_key_path
 from agentgate.store.grants import GrantRepository
 
@@ -110,6 +111,32 @@ def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store,
         create_log=False,
         read_only=reads,
     )
+
+
+def _nothing_signed_and_no_key(args: argparse.Namespace, saved: str | None) -> bool:
+    """Whether ``verify`` reads the log with no key: none given (``--key``) or found where
+    agentgate looks for the log key, no ``--checkpoint``, and no checkpoint stored (or no log):
+    there is no signature to check. Until review R71 such a store (``store init`` just made it)
+    was exit 2 for want of a key that signs only the next checkpoint."""
+    if args.key or saved is not None:
+        return False
+    store = open_existing_store(args.store, read_only=True)
+    with store:
+        try:
+            if os.path.lexists(log_key_path(store)):
+                return False
+        except KeyFileError:
+            return False  # named in a way opening the log refuses, in its words
+        try:
+            return not store.query("SELECT 1 FROM audit_checkpoints LIMIT 1")
+        except loaded_driver_errors(StoreError):
+            return True  # no log's tables (none made, or dropped: opening the log says which)
+
+
+def _open_unsigned(args: argparse.Namespace) -> tuple[Store, AuditLog]:
+    """The store and its log as ``_open`` opens them for a verb that reads, with a public key
+    that signs nothing (``_nothing_signed_and_no_key``)."""
+    return open_audit_log(args.store, reads=True, create_log=False, read_only=True, unsigned=True)
 
 
 _NO_LOG_YET = "no audit log in this store yet; nothing was created"
@@ -204,7 +231,8 @@ def _verify(args: argparse.Namespace) -> int:
         except TamperDetected as exc:
             raise InputError(f"{args.checkpoint}: not a checkpoint: {exc}") from exc
     try:
-        store, log = _open(args)
+        keyless = _nothing_signed_and_no_key(args, saved)
+        store, log = _open_unsigned(args) if keyless else _open(args)
     except LogDropped as exc:  # not an empty log: the log's tables are gone
         if args.json:
             write_json(_verdict_json(None, log_exists=False, problems=[_problem("log", str(exc))]))
@@ -226,6 +254,12 @@ def _verify(args: argparse.Namespace) -> int:
         if not log.exists:
             return _verify_no_log(log, saved, as_json=args.json)
         report = log.verify(saved_checkpoint=saved)
+    if keyless and report.unopened_signers:
+        # A checkpoint signed since it was looked for: read again as without this way in, with
+        # the log key (or refused for want of it), so that no checkpoint reads as tampering.
+        store, log = _open(args)
+        with store:
+            report = log.verify(saved_checkpoint=saved)
     if args.json:
         write_json(_verdict_json(report, wrong_key=_wrong_key(report, log), saved=saved is not None))
         return 0 if report.ok else 1
