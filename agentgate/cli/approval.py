@@ -192,8 +192,25 @@ def _gate_recorded(request: dict[str, Any], entry: AuditEntry) -> str | None:
     were the payload's word under ``--store``: an editor on the way could show another gate, or an
     approver who would never be asked. The requester's name is still the payload's word: the
     log records the requester by DID (checked), and the name is no part of what the approval
-    signs or what the Gate checks when the run resumes."""
-    named = next(filter(None, map(gate_named, entry.reasons)), None)
+    signs or what the Gate checks when the run resumes.
+
+    A reason the entry records by digest (``elided reason``: a gate of many approvers in a bounded
+    log) is read as the payload shows it where its digest is the entry's: until review R71's
+    second reading such a genuine payload was refused as changed on its way. Where the payload
+    does not show it, the gate and approvers cannot be checked, and the refusal says so."""
+    if "gate" not in request and "approvers" not in request:
+        return None
+    shown = request.get("reasons", [])
+    clear = [
+        shown[k] if k < len(shown) and recorded == elision("reason", shown[k].encode("utf-8")) else recorded
+        for k, recorded in enumerate(entry.reasons)
+    ]
+    named = next(filter(None, map(gate_named, clear)), None)
+    if named is None and any(reason.startswith("elided reason: ") for reason in clear):
+        return (
+            f"its 'gate' and 'approvers' cannot be checked: audit entry {entry.index} records the reason "
+            "naming them by digest only, and the payload does not show that reason"
+        )
     for field, recorded in zip(("gate", "approvers"), named or (None, None), strict=True):
         if field in request and request[field] != recorded:
             return f"its {field!r} is not what audit entry {entry.index} records: changed on its way"
