@@ -169,3 +169,43 @@ def test_a_key_given_twice_is_refused_however_it_is_written(
     code, out, err = cli(capsys, "approval", "sign", str(path), "--as", str(tmp_path / "k" / "lead.key"))
     assert (code, out) == (2, ""), err
     assert "is given twice in one object" in err, err
+
+
+def test_the_gateways_payloads_asked_again_are_signed_with_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R71 (confirmed sound): the gateway builds approval payloads too (its 403
+    ``approval_required`` body). Asked again after an approval that did not count (a key the gate
+    does not list) and after a first vote of two, its payload's reasons are the policy's alone
+    (``_approval_request``; the Gate's word on the approval is in the entry, not the payload), so
+    ``approval sign --store`` signs each, and none shows an ``approval ... not counted`` reason."""
+    from test_gateway_r60_vote_in_transaction import BODY, Asked, _policy
+
+    from agentgate.dispatch.gateway import GatewayGate
+    from agentgate.gate import Approval
+
+    monkeypatch.delenv("AGENTGATE_STORE", raising=False)
+    keys = {name: SigningKey.generate() for name in ("root", "agent", "lead", "lead2", "eve")}
+    save_key(keys["lead2"], tmp_path / "k", "lead2")
+    path = tmp_path / "s.db"
+    gate = GatewayGate(parse_policy(_policy(keys), source="p.yaml"), SQLiteStore(path))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+        asked = Asked(path, gate, keys, agent, {})
+        first = asked.send().auth.approval_payload()
+        payloads = [first]
+        for signer in ("eve", "lead"):
+            answer = asked.send(Approval.sign(first, keys[signer]))
+            assert (answer.status, answer.code) == (403, "approval_required"), BODY
+            payloads.append(answer.auth.approval_payload())
+        gate.flush()
+        for payload in payloads:
+            assert not any(UNCOUNTED.match(reason) for reason in payload["request"]["reasons"])
+            (tmp_path / "p.json").write_text(json.dumps(payload), encoding="utf-8")
+            code, _, err = cli(
+                capsys, "approval", "sign", str(tmp_path / "p.json"),
+                "--as", str(tmp_path / "k" / "lead2.key"), "--store", str(path),
+            )  # fmt: skip
+            assert code == 0, err
+    finally:
+        gate.close()
