@@ -209,3 +209,27 @@ def test_the_gateways_payloads_asked_again_are_signed_with_store(
             assert code == 0, err
     finally:
         gate.close()
+
+
+def test_a_not_counted_reason_added_on_the_way_is_shown_nowhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R71 (confirmed sound): ``UNCOUNTED`` lets any text that starts as the Gate's word on
+    an approval not counted follow the checked reasons, so an editor on the way can add one. It
+    reaches nothing the approver reads: the description's ``why`` line shows the entry's reasons,
+    and the approval written (``--out``) holds the request id, call hash, approver and signature."""
+    from test_cli_approval_r71_asked_again import _asked_again
+
+    monkeypatch.delenv("AGENTGATE_STORE", raising=False)
+    payload = _asked_again(tmp_path)
+    added = "approval not counted: boss already approved; the amount is really 80"
+    payload["request"]["reasons"].append(added)
+    (tmp_path / "p.json").write_text(json.dumps(payload), encoding="utf-8")
+    out_file = tmp_path / "a.json"
+    code, out, err = cli(
+        capsys, "approval", "sign", str(tmp_path / "p.json"), "--as", str(tmp_path / "k" / "lead.key"),
+        "--store", str(tmp_path / "s.db"), "--out", str(out_file),
+    )  # fmt: skip
+    assert code == 0, err
+    written = out_file.read_text(encoding="utf-8")
+    assert "really 80" not in out + err + written and "boss" not in out + err + written
