@@ -39,7 +39,8 @@ class Approval:
     def sign(cls, payload: Mapping[str, Any], approver: SigningKey) -> Approval:
         """Sign the request shown in an interrupt payload (or the request itself) as ``approver``.
 
-        Raises ``InputError`` when the payload carries no request id and call hash, when the
+        Raises ``InputError`` when the payload is no mapping (LangGraph's ``Interrupt`` itself:
+        the message says to pass its ``.value``), carries no request id and call hash, when the
         request does not show, as text, every part of the call its hash covers (``resource``,
         ``action``, ``args_digest``, ``grant``, ``call_id``; the Gate writes all five), when its
         ``call_hash`` is not the hash of those parts (``approval_call_hash``: the approver would
@@ -47,6 +48,11 @@ class Approval:
         public key cannot sign). Until review R53 only ``agentgate approval sign`` checked the
         hash; this signed whatever hash the payload carried.
         """
+        if not isinstance(payload, Mapping) and _wraps_payload(payload):
+            raise InputError(
+                f"the approval payload must be the interrupt payload (a mapping), got a "
+                f"{type(payload).__name__}: pass its .value (state['__interrupt__'][0].value)"
+            )
         expect(payload, Mapping, "the approval payload", "the interrupt payload (a mapping)")
         expect(approver, SigningKey, "approver", "the approver's SigningKey")
         inner = payload.get("request", payload)
@@ -127,3 +133,13 @@ def approval_call_key(requester: str, run_id: str, call_id: str) -> str:
     that asked for it (``ApprovalStore.supersede``)."""
     fields = {"who": requester, "run": run_id, "call": call_id}
     return hashlib.sha256(canonical_json(fields)).hexdigest()
+
+
+def _wraps_payload(value: object) -> bool:
+    """Whether ``value`` holds an interrupt payload in its ``value`` attribute, as LangGraph's
+    ``Interrupt`` (``state["__interrupt__"][0]``) does: the first thing a developer passes to
+    ``Gate.approve``, so the refusal says to pass its ``.value`` instead."""
+    try:
+        return isinstance(value.value, Mapping)  # type: ignore[attr-defined]
+    except Exception:  # any object: one whose attribute raises is simply not such a wrapper
+        return False
