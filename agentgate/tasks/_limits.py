@@ -433,7 +433,12 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             self._finish_lending(waiter)
         else:
             self.in_flight -= 1
-            _decrement(self.tool_in_flight, call.tool)
+            counts = self.tool_in_flight  # ``_decrement`` written out: once per attempt
+            left = counts[call.tool] - 1
+            if left:
+                counts[call.tool] = left
+            else:
+                del counts[call.tool]
             if not self.per_tool_only:
                 _decrement(self.tenant_in_flight, call.tenant)
                 _decrement(self.principal_in_flight, (call.tenant, call.agent_key))
@@ -524,6 +529,28 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         queue = self.queue
         tool_sizes = queue.tool_sizes
         self._rate_wait = _NEVER
+        limits = self.limits_cache.get(tool) or self.tool_limits(tool)
+        if limits.rate is None:
+            # ``_tool_open`` written out for a tool without a rate limit (no token time to note, so
+            # no timer to arm): this loop runs after every finish while calls wait, and the check
+            # that ends it (the slot just given back was taken) is the second of two per finish.
+            concurrency = limits.concurrency
+            in_flight = self.tool_in_flight
+            while tool in tool_sizes and (concurrency is None or in_flight.get(tool, 0) < concurrency):
+                waiter = queue.pop_tool(tool)
+                future, loop = waiter.future, waiter.loop
+                # done: its caller was cancelled after it was picked (see ``_dispatch_queue``).
+                if future.done():
+                    self._dropped(waiter)
+                elif loop is not None and waiter.thread == threading.get_ident() and not loop.is_closed():
+                    # ``_wake``'s common case written out: a waiter of this thread's open loop.
+                    future.set_result(None)
+                    self.start(waiter)
+                elif self._wake(waiter):
+                    self.start(waiter)
+                else:
+                    self._dropped(waiter)
+            return
         while tool in tool_sizes and self._tool_open(tool):
             waiter = queue.pop_tool(tool)
             # done: its caller was cancelled after it was picked (see ``_dispatch_queue``).
