@@ -290,8 +290,10 @@ class Scheduler(_StoreWork, _Failures):
         caller cancels the running attempt and gives its slots back.
         """
         try:
-            require_tool_call(call)
-            require_tool_function(fn)
+            if type(call) is not ToolCall:  # the checks' calls only where they can find something
+                require_tool_call(call)
+            if not callable(fn):
+                require_tool_function(fn)
             if self._closed:
                 raise SchedulingError("the scheduler is closed")
             limits = self._limits_cache.get(call.tool) or self.shared.tool_limits(call.tool)
