@@ -657,6 +657,7 @@ class Gateway:
             self.dispatcher.stream(payload, **route),
             left=lambda: _left_reason(scope, handler),
             unsent=lambda: lean and not mark.sent,
+            settled=lambda usage: self._count_settled(decision.auth, usage),
         )
         # Wait for the first chunk before answering, so that a call no backend can take gets an
         # HTTP error status rather than a 200 stream that fails. A caller that leaves meanwhile
@@ -769,12 +770,10 @@ class Gateway:
             # stays the last (an SDK raises at it), so a comment alone.
             so_far = _stream_charged(reported)
             ran = so_far is not None or delivered or isinstance(exc, UsageUnreadable)
+            # (Charged the usage it reported, one covering its output: counted where it is
+            # settled, ``_count_settled``.)
             if (why := _reserved_why(so_far, auth) if ran else None) is not None:
                 yield _charged_comment(why)
-            elif (usage := reported.usage) is not None:
-                # Charged the usage it reported (one covering its output): counted as a whole
-                # stream's is (until review R71 the counter counted nothing for it).
-                self._count_charged(auth, (usage.prompt_tokens, usage.completion_tokens))
             yield _error_event(
                 "the backend failed during the answer; the answer is incomplete", "backend_failed"
             )
@@ -782,12 +781,11 @@ class Gateway:
         finally:
             await chunks.aclose()
         # The usage charged, not a stale one (reported before more output: the call is charged
-        # its reservation, ``GatewayGate._pump``); until review R57 the counter added that one.
+        # its reservation, ``GatewayGate._pump``). Its tokens are counted where the call is
+        # settled (``_count_settled``).
         why = _reserved_why(_stream_charged(reported), auth)
         if (usage := reported.usage) is not None:
             prompt, completion = charged_counts((usage.prompt_tokens, usage.completion_tokens), auth)
-            if why is None:  # charged its reservation (0 prompt tokens): no tokens counted
-                self._count_charged(auth, (usage.prompt_tokens, usage.completion_tokens))
             if include_usage and not usage_sent:
                 counts = {"prompt_tokens": prompt, "completion_tokens": completion}
                 yield event([], {**counts, "total_tokens": prompt + completion}, why)
@@ -800,10 +798,19 @@ class Gateway:
             yield _charged_comment(why)
         yield b"data: [DONE]\n\n"
 
+    def _count_settled(self, auth: Authorization, usage: tuple[int, int]) -> None:
+        """Count a stream's tokens once it is settled with the ``usage`` its backend reported
+        (``GatewayGate.gated_stream``'s ``settled``), however it ended: a whole stream, a broken
+        one, or one whose caller left after its usage event (until review R71 the counter was
+        counted at the end of the caller's stream, which that caller's leaving closes first);
+        nothing for one charged its reservation (``_reserved_why``: 0 prompt tokens reported)."""
+        if _reserved_why(usage, auth) is None:
+            self._count_charged(auth, usage)
+
     def _count_charged(self, auth: Authorization, reported: tuple[int, int]) -> None:
         """Count the tokens a call charged its usage ``reported`` is charged (``charged_counts``),
-        and log its overrun (``_say_overrun``): a JSON answer's, a whole stream's, or a stream's
-        that broke after a usage covering its output (review R71)."""
+        and log its overrun (``_say_overrun``): a JSON answer's, or a stream's once settled
+        (``_count_settled``)."""
         charged = charged_counts(reported, auth)
         self._count_tokens(*charged)
         self._say_overrun(auth, charged)

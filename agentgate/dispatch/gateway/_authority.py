@@ -384,6 +384,7 @@ class GatewayGate(Gate):
         *,
         left: Callable[[], str | None] | None = None,
         unsent: Callable[[], bool] | None = None,
+        settled: Callable[[tuple[int, int]], None] | None = None,
     ) -> AsyncGenerator[ChatChunk, None]:
         """Pass a streamed answer through for an allowed call, in its span, then settle its budget.
 
@@ -409,10 +410,16 @@ class GatewayGate(Gate):
         ``left``, when given, is asked why the caller went away when the stream is abandoned
         (e.g. it stopped reading and its connection was cut); its answer is the outcome's reason
         in the audit log, instead of the bare cancellation.
+
+        ``settled``, when given, is called with the usage the call was settled with (the
+        backend's counts), once its outcome is settled, however the stream ended (whole, broken,
+        or its caller gone): the gateway's token counter counts there what the call is charged
+        (until review R71 it counted in the caller's stream, which a caller leaving after the
+        usage event closes before the count). Not called for a call settled without a usage.
         """
         self._check_allowed(auth)
         queue: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue(STREAM_AHEAD)
-        pump = asyncio.create_task(self._pump(auth, chunks, queue, left, unsent))
+        pump = asyncio.create_task(self._pump(auth, chunks, queue, left, unsent, settled))
         try:
             while (item := await queue.get()) is not None:
                 if isinstance(item, BaseException):
@@ -431,6 +438,7 @@ class GatewayGate(Gate):
         queue: asyncio.Queue[ChatChunk | BaseException | None],
         left: Callable[[], str | None] | None,
         unsent: Callable[[], bool] | None,
+        settled: Callable[[tuple[int, int]], None] | None = None,
     ) -> None:
         usage: tuple[int, int] | None = None
         reported = _StreamUsage()  # a usage followed by output (``stale``) is not the call's
@@ -481,6 +489,8 @@ class GatewayGate(Gate):
                 self._settle_traced(
                     span, auth, "ok" if error is None else "error", error, usage, error_type=error_type
                 )
+                if settled is not None and usage is not None and usage is not USAGE_UNREAD:
+                    settled(usage)
         await queue.put(last)
 
     def _authority_refusal(
