@@ -38,7 +38,9 @@ _LEAF_PREFIX = _sha256(b"\x00")
 _REF_KEY = b',"ref":'
 """The top-level ``ref`` key of an entry's bytes: its last occurrence (``args`` and ``reasons`` come
 before it, and the keys after it hold no objects; a string holds no unescaped quote)."""
-_NO_REF = b'null,"resource":'
+_NUMBER_START = b"-0123456789"
+"""The bytes a number ``%d`` writes can start with: an entry whose last ``,"ref":`` is followed by
+one of them has a reference for the comparison with ``audit_refs`` (null starts with ``n``)."""
 _REF_NEEDLE = b',"ref":%d,"resource":'
 """What an entry holds at its last ``,"ref":`` when its reference is the number formatted in."""
 _MAX_REF = 10**18
@@ -557,9 +559,9 @@ class _Verification:
 
         The reference is read from each entry's bytes (the last ``,"ref":``) by C-level scans, not by
         parsing the entry: this runs for every entry ``verify`` reads. An intact batch is confirmed
-        with C-level calls (a count of the entries whose reference is null, and each row's
-        reference where its entry's is); only a batch where that fails is examined entry by entry
-        to name the differences.
+        with C-level calls (a count of the entries with a number after their last ``,"ref":``, and
+        each row's reference where its entry's is); only a batch where that fails is examined entry
+        by entry to name the differences.
         """
         if not entries:
             return 0
@@ -570,18 +572,29 @@ class _Verification:
             (first, first, first + count, _MAX_REF),
         )
         if not skip:
-            # Intact when each row's entry holds the row's reference at its last ,"ref": (so the
-            # rows, one per index, are among the entries with a reference) and there are as many
-            # rows as entries whose reference is not null.
-            nulls = sum(map(bytes.startswith, entries, itertools.repeat(_REF_KEY + _NO_REF), at))
+            # Intact when the rows are at distinct entries, each row's entry holds the row's
+            # reference at its last ,"ref": (so its entry has a number there), and as many
+            # entries have a number there as there are rows: then every entry with a reference
+            # (a digit after its last ,"ref":) has its row. The byte after each entry's last
+            # ,"ref": is read into one bytes object, its digits counted by one call (review R71:
+            # about 40% less time than testing each entry for null,"resource":); an entry with
+            # none is read at its 7th byte, where a number only sends the batch to the check below.
             spots = list(map(operator.itemgetter(0), table))
             refs = list(map(operator.itemgetter(1), table))
             needles = map(_REF_NEEDLE.__mod__, refs)
+            try:
+                heads = bytes(
+                    map(operator.getitem, entries, map(operator.add, at, itertools.repeat(len(_REF_KEY))))
+                )
+            except IndexError:  # an entry that ends at its last ,"ref": (or shorter, with none)
+                heads = None
             # Whole numbers only: %d would read a reference SQLite keeps as 0.5 as the 0 it is not
             # (explain looks for 0 and does not find that row).
             if (
-                len(table) == count - nulls
+                heads is not None
+                and len(table) == count - len(heads.translate(None, _NUMBER_START))
                 and set(map(type, refs)) <= {int}
+                and len(set(spots)) == len(spots)
                 and all(map(bytes.startswith, _pick(entries, spots), needles, _pick(at, spots)))
             ):
                 return len(table)
