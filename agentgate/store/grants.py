@@ -444,7 +444,8 @@ class GrantRepository:
         the lock, by ``recorded_rows``). They are read, checked and revoked ``_HOLDER_PAGE`` rows
         at a time (``_holder_pages``), so that the transaction is never idle for long between two
         statements and holds one page of tokens; it is still one transaction: a failure in any
-        page revokes nothing (until review R71 one statement read them all).
+        page revokes nothing (until review R71 one statement read them all); in the caller's
+        transaction, the call is a savepoint of it, which a failure leaves as it was.
 
         The grants revoked are exactly those recorded (their recording transaction committed)
         when the grants are read: before the write lock is taken on SQLite (the transaction takes
@@ -460,7 +461,13 @@ class GrantRepository:
         bound = self._bound_tx()
         if bound is not None:
             try:
-                return self._revoke_holder(bound, audience, now, reason, holds, also)
+                # A savepoint: a failure in a later page (a refused statement, ``holds`` raising)
+                # takes the earlier pages' revocations, and PostgreSQL's cursor, with it, and
+                # leaves the caller's transaction as it was (until review R71 they stayed in
+                # it, unaudited, and a retry in it reported them ``already`` revoked, or on
+                # PostgreSQL could not declare its cursor again).
+                with bound.savepoint("agentgate_revoke_holder"):
+                    return self._revoke_holder(bound, audience, now, reason, holds, also)
             except loaded_driver_errors() as exc:
                 raise StoreError(f"cannot record the revocations: {driver_error_line(exc)}") from exc
         with self.store.transaction() as tx:
