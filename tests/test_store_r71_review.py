@@ -23,6 +23,7 @@ import pytest
 from agentgate.store import Store
 from agentgate.store import grants as grants_module
 from agentgate.store._base import Transaction
+from agentgate.store._postgres import _prepared_holder
 from agentgate.store.grants import GrantRepository
 
 HOLDER = "did:key:holder"
@@ -177,3 +178,40 @@ def test_a_call_that_fails_midway_in_the_callers_transaction_leaves_it_as_it_was
             assert _revocations(tx) == {(gid, 6) for gid in ids}
     finally:
         repo.close()
+
+
+GIDS = [
+    "tool-1",
+    "it's",
+    "x\\'; SELECT pg_sleep(0); --",
+    "two\nlines",
+    "tab\tand\rcr\x1b[2J",
+    "r\u202etl-override",
+    "caf\u00e9 \U0001f600",
+    "\\" * 199,
+]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("conforming", ["on", "off"])
+def test_the_suggested_command_names_the_prepared_transaction_exactly_on_one_line(
+    postgres_url: str, conforming: str
+) -> None:
+    """Review R71: the busy error suggests ``ROLLBACK PREPARED '<gid>'`` with the gid's quotes
+    doubled and nothing else: a gid (chosen by whoever prepared it: the application role may)
+    with a line break or a terminal control split or rewrote the one-line error, and one with a
+    backslash read back, in a session with ``standard_conforming_strings`` off, as another text
+    (``x\\'; ...``: a quote that ends the literal early, the rest run as SQL once pasted). Now
+    the literal is one line and reads back as the gid whatever that setting."""
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"SET standard_conforming_strings = {conforming}")
+        conn.execute("SET escape_string_warning = off")
+        for gid in GIDS:
+            said = _prepared_holder(gid, None)
+            assert said.isprintable(), repr(said)
+            literal = said.split("ROLLBACK PREPARED ", 1)[1].removesuffix(" (or COMMIT PREPARED)")
+            row = conn.execute(f"SELECT {literal}").fetchone()  # type: ignore[arg-type]
+            assert row == (gid,), (gid, literal, row)
+            assert f"the prepared transaction {literal} (prepared" in said, said

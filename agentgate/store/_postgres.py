@@ -695,13 +695,34 @@ def _prepared_holder(gid: object, prepared: object) -> str:
     prepares none; a tool's two-phase commit on the same database may."""
     if not isinstance(gid, str):  # ended between the two reads, or hidden: nothing more to say
         return "; the audit append lock is held by a prepared transaction (PREPARE TRANSACTION)"
-    quoted = "'" + gid[:200].replace("'", "''") + "'"
+    quoted = _sql_literal(gid[:200])
     when = f" at {prepared:%Y-%m-%d %H:%M:%S %Z}" if isinstance(prepared, datetime) else ""
     return (
         f"; the audit append lock is held by the prepared transaction {quoted} (prepared{when}, "
         "by a tool's two-phase commit, not agentgate): nothing ends it by itself; once its "
         f"coordinator is known to be gone, end it with ROLLBACK PREPARED {quoted} (or COMMIT PREPARED)"
     )
+
+
+def _sql_literal(text: str) -> str:
+    """``text`` as an SQL string constant, on one line, that PostgreSQL reads back as ``text``
+    whatever the session's ``standard_conforming_strings``: ``'...'`` (quotes doubled) where it
+    has no backslash and nothing unprintable, else ``E'...'`` with each backslash, quote and
+    unprintable character (a line break, a terminal control, a bidirectional override)
+    escaped. Until review R71 a quoted gid kept its backslashes and line breaks as they were: a
+    suggested command split the one-line error, and with that setting off, pasted, a gid such as
+    ``x\\'; ...`` ended the literal early and ran the rest as SQL."""
+    if text.isprintable() and "\\" not in text:
+        return "'" + text.replace("'", "''") + "'"
+    escaped = []
+    for char in text:
+        if char in "\\'":
+            escaped.append("\\" + char)
+        elif not char.isprintable():
+            escaped.append(f"\\u{ord(char):04X}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08X}")
+        else:
+            escaped.append(char)
+    return "E'" + "".join(escaped) + "'"
 
 
 _SESSION_READ = (
