@@ -750,6 +750,7 @@ def _revoke_holder(args: argparse.Namespace) -> int:
     scans: list[HolderScan] = []
     held: set[str] = set()
     below: list[str] = []
+    revoked: list[str] = []
 
     def scan(repo: GrantRepository) -> None:
         scans.append(scan_holder(repo, did))
@@ -758,7 +759,16 @@ def _revoke_holder(args: argparse.Namespace) -> int:
         # Once the revocations committed: one read per grant, on another connection, would keep
         # the revoking transaction idle (PostgreSQL ends it after
         # idle_in_transaction_session_timeout) and SQLite's write lock held (until review R71).
-        below.extend(sorted({d for gid in sorted(held) for d in repo.descendants(gid)} - held))
+        try:
+            below.extend(sorted({d for gid in sorted(held) for d in repo.descendants(gid)} - held))
+        except StoreError as exc:
+            # After the commit: said as such (until review R71 the store's error alone, which
+            # read as if nothing was revoked).
+            raise StoreError(
+                f"{len(revoked)} grant(s) of {did} revoked and audited (committed), "
+                f"{len(held) - len(revoked)} already revoked; then listing their recorded "
+                f"descendants failed: {exc} (a second run lists them and logs nothing for these)"
+            ) from exc
 
     # A store that does not exist is a mistyped --store, not an empty answer ("no recorded grants").
     store = open_existing_store(args.store, init_hint=True)
@@ -766,6 +776,7 @@ def _revoke_holder(args: argparse.Namespace) -> int:
         done = revoke_holder(repo, did, reason=args.reason, scan=scans[0])
         audit(done.revoked)
         held.update(done.revoked, done.already)
+        revoked.extend(done.revoked)
     not_covered = _NOT_COVERED.format(did=did)
     if args.json:
         shown = {
