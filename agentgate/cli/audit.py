@@ -235,7 +235,8 @@ def _verify(args: argparse.Namespace) -> int:
         store, log = _open_unsigned(args) if keyless else _open(args)
     except LogDropped as exc:  # not an empty log: the log's tables are gone
         if args.json:
-            write_json(_verdict_json(None, log_exists=False, problems=[_problem("log", str(exc))]))
+            dropped = [_problem("log", str(exc))]
+            write_json(_verdict_json(None, log_exists=False, problems=dropped, saved=saved is not None))
             return 1
         print("TAMPERED: 1 problem(s)")
         print(f"  - {printable(str(exc))}")
@@ -391,7 +392,9 @@ def _verify_no_log(log: AuditLog, saved: str | None, *, as_json: bool) -> int:
     )
     if as_json:
         problems = [_problem("saved checkpoint", gone)] if kept else []
-        write_json(_verdict_json(None, log_exists=False, problems=problems, saved=saved is not None))
+        write_json(
+            _verdict_json(None, log_exists=False, problems=problems, saved=saved is not None, signed=kept)
+        )
         return 1 if kept else 0
     if kept:
         print("TAMPERED: 1 problem(s)")
@@ -407,6 +410,22 @@ _ENTRY_PROBLEM = re.compile(r"entry ([0-9]+): ")
 _PROBLEM_PLACES = ("checkpoint #", "checkpoint of size ", "saved checkpoint")
 """How the library's problems about one checkpoint begin: the place is named up to its colon."""
 
+_REFS_PROBLEM = re.compile(
+    r"entry ([0-9]+) refers to entry [0-9]+, but audit_refs "
+    r"|audit_refs has (?:a row|[0-9]+ rows) for entry ([0-9]+)[ ,]"
+)
+"""How the library words a problem of the reference index ``audit_refs`` about one entry: ``entry 1
+refers to entry 0, but audit_refs says 4``, ``audit_refs has a row for entry 4 (to 0) ...``,
+``audit_refs has 2 rows for entry 4, ...``."""
+
+_FOUND_AT_FAULT = re.compile(
+    r"checkpoint of size [0-9]+: root does not match the entries; (?:explained by )?entry ([0-9]+) "
+)
+"""How the library names the entry it found at fault behind a checkpoint's root that does not match."""
+
+_LARGER_THAN_THE_LOG = re.compile(r"a checkpoint covers ([0-9]+) entries but the log has ")
+"""How the library words a checkpoint that signs more entries than the log holds."""
+
 
 def _problem(where: str, message: str, index: int | None = None) -> dict[str, object]:
     """One problem as ``verify --json`` lists it: where it was found, the entry index it names
@@ -417,13 +436,23 @@ def _problem(where: str, message: str, index: int | None = None) -> dict[str, ob
 def _entries_problem(message: str) -> dict[str, object]:
     """A problem with the entries or checkpoints (``VerifyReport.problems``) with its place read
     from how the library words it: ``entry N`` (and its index), ``checkpoint #K``, ``checkpoint
-    of size N``, ``saved checkpoint``, the table a count is about (``audit_log``,
-    ``audit_refs``), else ``log``."""
+    of size N`` (with the entry found at fault, when it names one; a checkpoint larger than the
+    log too), ``saved checkpoint``, the table a count is about (``audit_log``), ``audit_refs``
+    (with the entry a row is about, when it names one), else ``log``. Until review R71 a problem of
+    the reference index about one entry, and a checkpoint larger than the log, came out as
+    ``log`` or with no index."""
     found = _ENTRY_PROBLEM.match(message)
     if found:
         return _problem(f"entry {found[1]}", message, int(found[1]))
+    found = _REFS_PROBLEM.match(message)
+    if found:
+        return _problem("audit_refs", message, int(found[1] or found[2]))
+    found = _LARGER_THAN_THE_LOG.match(message)
+    if found:
+        return _problem(f"checkpoint of size {found[1]}", message)
     if message.startswith(_PROBLEM_PLACES):
-        return _problem(message.partition(": ")[0], message)
+        found = _FOUND_AT_FAULT.match(message)
+        return _problem(message.partition(": ")[0], message, int(found[1]) if found else None)
     table = message.partition(" ")[0]
     return _problem(table if table in ("audit_log", "audit_refs") else "log", message)
 
@@ -435,10 +464,12 @@ def _verdict_json(
     problems: list[dict[str, object]] | None = None,
     wrong_key: str | None = None,
     saved: bool = False,
+    signed: int = 0,
 ) -> dict[str, object]:
     """``verify --json``'s one object: the verdict and the facts the text prints, each in its own
     key (docs/cli.md, audit verify --json). ``report`` is ``None`` where no log was verified (none
-    made, or dropped: ``log_exists`` false, ``problems`` given)."""
+    made, or dropped: ``log_exists`` false, ``problems`` given; ``signed``, the size the saved
+    checkpoint signs: until review R71 0 whatever it signed)."""
     if report is None:
         listed = problems or []
         return {
@@ -448,7 +479,7 @@ def _verdict_json(
             "root": None,
             "checkpoints_checked": 0,
             "saved_checkpoint": saved,
-            "signed_size": 0,
+            "signed_size": signed,
             "unsigned": False,
             "not_covered": None,
             "entries_verify": not listed,
