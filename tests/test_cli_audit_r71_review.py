@@ -10,13 +10,19 @@ found at fault after its place; each came out as ``log`` or with no index.
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
 from test_audit_r57_repairs import ENTRY, ORIGIN
 from test_audit_r68_verify_counts import _cli
 
+from agentgate.cli._handlers import handled_by
 from agentgate.store import SQLiteStore
 from agentgate.store.audit import AuditLog, open_log_key
 
@@ -144,3 +150,87 @@ def test_no_log_and_a_saved_checkpoint_say_what_it_signs(
     code, printed = _problems(db, monkeypatch, capsys, "--checkpoint", str(saved))
     assert code == 1 and printed["log_exists"] is False
     assert printed["signed_size"] == 2 and printed["saved_checkpoint"] is True
+
+
+class Stop(BaseException):
+    """What the handlers the tests put in place of Ctrl-C's and SIGTERM's raise."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise Stop(signum)
+
+
+@pytest.fixture
+def handlers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``_stop`` as the handler of SIGINT and SIGTERM, put back as they were after the test;
+    ``tmp_path`` on the import path."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = {signum: signal.signal(signum, _stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+def _module(tmp_path: Path, name: str, body: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / f"{name}.py").write_text(body + "IMPORTED_WHOLE = True\ndef run(args):\n    return 0\n")
+    monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_a_second_signal_during_the_import_acts_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handlers: None
+) -> None:
+    """Review R71: every Ctrl-C and SIGTERM during a handler module's import was held until the
+    import ended: an import that hangs (a network filesystem, a lock) could be stopped by
+    nothing short of SIGKILL. Rule: the first is held (the import is whole, then it acts); a
+    second, the operator insisting, acts at once, and the handlers are put back."""
+    _module(
+        tmp_path,
+        "r71_rev_d_hung",
+        "import os, signal\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "for _ in range(1000):\n    pass\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "for _ in range(1000):\n    pass\n",
+        monkeypatch,
+    )
+    with pytest.raises(Stop):
+        handled_by("r71_rev_d_hung", "run")(None)  # type: ignore[arg-type]
+    assert not getattr(sys.modules.get("r71_rev_d_hung"), "IMPORTED_WHOLE", False)
+    assert signal.getsignal(signal.SIGINT) is _stop and signal.getsignal(signal.SIGTERM) is _stop
+
+
+def test_a_signal_while_the_handlers_are_put_back_leaves_none_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handlers: None
+) -> None:
+    """Review R71: the held handlers were put back one by one with both signals live: a Ctrl-C
+    landing once SIGINT's handler was back raised there, before SIGTERM's was, and SIGTERM stayed
+    held by a handler that notes it for no one, for as long as the process lived. Rule: both are
+    put back whatever arrives meanwhile (the signal then acts once they are)."""
+    _module(tmp_path, "r71_rev_d_plain", "", monkeypatch)
+    fired: list[bool] = []
+
+    def line(frame: FrameType, event: str, arg: Any) -> Any:
+        imported = getattr(sys.modules.get("r71_rev_d_plain"), "IMPORTED_WHOLE", False)
+        if (
+            not fired
+            and imported
+            and signal.getsignal(signal.SIGINT) is _stop
+            and signal.getsignal(signal.SIGTERM) is not _stop
+        ):
+            fired.append(True)  # one handler put back, the other not yet: Ctrl-C lands now
+            signal.raise_signal(signal.SIGINT)
+        return line
+
+    def call(frame: FrameType, event: str, arg: Any) -> Any:
+        return line if frame.f_globals.get("__name__") == "agentgate.cli._handlers" else None
+
+    sys.settrace(call)
+    try:
+        with pytest.raises(Stop):
+            handled_by("r71_rev_d_plain", "run")(None)  # type: ignore[arg-type]
+    finally:
+        sys.settrace(None)
+    assert fired, "the handlers were never between put back and held"
+    assert signal.getsignal(signal.SIGTERM) is _stop and signal.getsignal(signal.SIGINT) is _stop

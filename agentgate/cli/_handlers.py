@@ -6,15 +6,19 @@ imported from the group's module only when that verb runs. ``agentgate --help`` 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import signal
 import threading
-from collections.abc import Callable
-from types import ModuleType
+from collections.abc import Callable, Iterator
+from types import FrameType, ModuleType
 from typing import Any
 
 _HELD = (signal.SIGINT, signal.SIGTERM)
 """The signals whose Python handlers wait while a handler's module is imported."""
+
+_Handlers = dict[signal.Signals, Callable[[int, FrameType | None], Any]]
+"""The Python handlers of the signals held (``_HELD``), each as it was before the import."""
 
 
 def _imported(module: str) -> ModuleType:
@@ -22,23 +26,55 @@ def _imported(module: str) -> ModuleType:
     noted and its handler (``KeyboardInterrupt``, ``main``'s ``_Terminated``) runs once the import
     is done. Until review R71 it raised inside the import, also inside an extension module's
     initialization, and orjson's then crashed the interpreter (SIGSEGV, no ``agentgate:
-    interrupted`` line). Only the main thread runs signal handlers: elsewhere it imports as is."""
+    interrupted`` line). A second signal, the operator insisting (an import that hangs on a
+    network filesystem), acts at once (until review R71 every one waited for the import). The
+    handlers are swapped with both signals blocked (``_blocked``), so that one landing between
+    two swaps cannot leave the other held for good (until review R71 it could). Only the main
+    thread runs signal handlers: elsewhere it imports as is."""
     if threading.current_thread() is not threading.main_thread():
         return importlib.import_module(module)
     caught: list[tuple[int, Any]] = []
-    before = {signum: signal.getsignal(signum) for signum in _HELD}
-    held = [signum for signum, handler in before.items() if callable(handler)]
-    for signum in held:
-        signal.signal(signum, lambda signum, frame: caught.append((signum, frame)))
+    with _blocked():
+        before = {signum: signal.getsignal(signum) for signum in _HELD}
+        held: _Handlers = {signum: handler for signum, handler in before.items() if callable(handler)}
+
+        def hold(signum: int, frame: Any) -> None:
+            if caught:  # a second one: put the handlers back and let this one act now
+                caught.clear()
+                _put_back(held)
+                held[signal.Signals(signum)](signum, frame)
+            else:
+                caught.append((signum, frame))
+
+        for signum in held:
+            signal.signal(signum, hold)
     try:
         return importlib.import_module(module)
     finally:
-        for signum in held:
-            signal.signal(signum, before[signum])
+        _put_back(held)
         for number, frame in caught[:1]:
-            handler = before[signal.Signals(number)]
-            if callable(handler):
-                handler(number, frame)
+            held[signal.Signals(number)](number, frame)
+
+
+def _put_back(held: _Handlers) -> None:
+    """The handlers ``held`` put back, swapped with the signals blocked: one that comes meanwhile
+    acts once all are back."""
+    with _blocked():
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _blocked() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked (delivered once unblocked) where the platform can block them."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: swapped as they come
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def handled_by(module: str, name: str) -> Callable[[argparse.Namespace], int]:
