@@ -24,23 +24,33 @@ def _holding(held: list[_Holding], pattern: str) -> list[RuleRef]:
     return [rule for h in held for rule in h.holding(pattern)]
 
 
+def _delegations_and_holdings(policy: Policy) -> Iterator[tuple[str, RuleRef, list[RuleRef]]]:
+    """Each delegation entry of each role, with the rules the role holds that name the entry's
+    resource and action (its pattern holds the resource, its action is the same or ``*``), in order."""
+    held_by_role = _held_by_role(policy, policy.delegable)
+    for role, delegable in policy.delegable.items():
+        held = held_by_role[role]
+        for d in delegable:
+            cap = d.capability
+            named = [
+                h for h in _holding(held, cap.resource) if _action_within(cap.action, h.capability.action)
+            ]
+            yield role, d, named
+
+
 class DelegatesUnheldCapability(LintRule):
     code = "delegates_unheld_capability"
     kind = SCOPE
     hint = "delegate only capabilities the role holds, or add the capability to the role"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
-        held_by_role = _held_by_role(policy, policy.delegable)
-        for role, delegable in policy.delegable.items():
-            held = held_by_role[role]
-            for d in delegable:
-                cap = d.capability
-                if not any(
-                    _action_within(cap.action, h.capability.action) for h in _holding(held, cap.resource)
-                ):
-                    yield self.finding(
-                        policy, f"role {role} may delegate {describe(cap)}, which it does not hold", d.line
-                    )
+        for role, d, named in _delegations_and_holdings(policy):
+            if not named:
+                yield self.finding(
+                    policy,
+                    f"role {role} may delegate {describe(d.capability)}, which it does not hold",
+                    d.line,
+                )
 
 
 class DelegationWiderThanRole(LintRule):
@@ -49,23 +59,17 @@ class DelegationWiderThanRole(LintRule):
     hint = "narrow the delegated constraints to within the role's own (or drop the delegation entry)"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
-        held_by_role = _held_by_role(policy, policy.delegable)
-        for role, delegable in policy.delegable.items():
-            held = held_by_role[role]
-            for d in delegable:
-                cap = d.capability
-                named = [
-                    h for h in _holding(held, cap.resource) if _action_within(cap.action, h.capability.action)
-                ]
-                if named and not any(attenuates(h.capability, cap) for h in named):
-                    parent = named[0].capability
-                    call = witness(parent, _typed(cap, parent, policy))
-                    example = f"; e.g. {call.args}" if call is not None and call.args else ""
-                    yield self.finding(
-                        policy,
-                        f"role {role} may delegate {describe(cap)}, wider than what it holds ({describe(parent)}){example}",
-                        d.line,
-                    )
+        for role, d, named in _delegations_and_holdings(policy):
+            cap = d.capability
+            if named and not any(attenuates(h.capability, cap) for h in named):
+                parent = named[0].capability
+                call = witness(parent, _typed(cap, parent, policy))
+                example = f"; e.g. {call.args}" if call is not None and call.args else ""
+                yield self.finding(
+                    policy,
+                    f"role {role} may delegate {describe(cap)}, wider than what it holds ({describe(parent)}){example}",
+                    d.line,
+                )
 
 
 # Every value of a declared type, as a constraint: what a witness may pick for an argument the
