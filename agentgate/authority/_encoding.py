@@ -90,6 +90,28 @@ def _holds_float(value: dict[str, Any]) -> bool:
     return False
 
 
+def read_sorted_object(data: bytes) -> dict[str, Any] | None:
+    """``data`` parsed by orjson when it is a JSON object whose sorted re-encoding by orjson is
+    byte-for-byte ``data``; ``None`` otherwise (the reference steps decide). Never raises.
+
+    The fast paths' shared first step: without floats orjson writes exactly the canonical form
+    (``parse_canonical``), so the caller accepts the value only once it has refused floats, by
+    ``_holds_float`` or by checking every value's exact type.
+    """
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if type(value) is not dict:
+        return None
+    try:
+        if orjson.dumps(value, option=orjson.OPT_SORT_KEYS) != data:
+            return None
+    except TypeError:  # pragma: no cover - orjson refuses to write what it parsed; the reference decides
+        return None
+    return value
+
+
 def parse_canonical(data: bytes, what: str) -> dict[str, Any]:
     """Parse one canonical JSON object; refuses anything that is not byte-for-byte canonical.
 
@@ -104,18 +126,9 @@ def parse_canonical(data: bytes, what: str) -> dict[str, Any]:
     parser keeps one of them, so the bytes differ); the duplicate-detecting parse runs only to
     name the problem in the error.
     """
-    try:
-        fast = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        fast = None
-    if type(fast) is dict and not _holds_float(fast):
-        try:
-            if orjson.dumps(fast, option=orjson.OPT_SORT_KEYS) == data:
-                return fast
-        except (
-            TypeError
-        ):  # pragma: no cover - orjson refuses what it cannot write; the reference path decides
-            pass
+    fast = read_sorted_object(data)
+    if fast is not None and not _holds_float(fast):
+        return fast
     return _parse_canonical_reference(data, what)
 
 

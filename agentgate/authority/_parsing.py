@@ -13,7 +13,13 @@ from typing import Any
 
 import orjson
 
-from agentgate.authority._encoding import b64url_decode, b64url_decode_parts, parse_canonical, sha256_hex
+from agentgate.authority._encoding import (
+    b64url_decode,
+    b64url_decode_parts,
+    parse_canonical,
+    read_sorted_object,
+    sha256_hex,
+)
 from agentgate.authority._grant import (
     _UNIT,
     MAX_AMOUNT,
@@ -175,16 +181,8 @@ def _grant_from_canonical(payload: bytes, signature: bytes) -> Grant | None:
     doubt (a boolean constraint value, an extension, a bad field) returns ``None``, and the
     reference steps accept or name the problem as before. Never raises.
     """
-    try:
-        obj = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
-    if type(obj) is not dict or obj.keys() != _REQUIRED:
-        return None
-    try:
-        if orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) != payload:
-            return None
-    except TypeError:  # pragma: no cover - orjson refuses to write what it parsed; the reference decides
+    obj = read_sorted_object(payload)
+    if obj is None or obj.keys() != _REQUIRED:
         return None
     version, issuer, audience, raw_caps, raw_budget = (
         obj["v"],
