@@ -18,6 +18,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,11 @@ from agentgate.errors import TokenFormatError
 _B64URL_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
+
+DIGEST_HEX = re.compile(r"[0-9a-f]{64}")
+"""A SHA-256 digest as tokens write it (a grant id, an arguments digest): 64 lower-case hex digits."""
+NONCE_HEX = re.compile(r"[0-9a-f]{32}")
+"""A nonce as tokens write it: 32 lower-case hex digits."""
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 

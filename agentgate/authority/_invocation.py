@@ -8,7 +8,6 @@ trust, so an ``Invocation`` whose fields were edited simply fails its signature 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from json.encoder import encode_basestring
@@ -18,6 +17,8 @@ import orjson
 
 from agentgate.audit.entry import canonical_json as entry_json
 from agentgate.authority._encoding import (
+    DIGEST_HEX,
+    NONCE_HEX,
     b64url_decode,
     b64url_decode_parts,
     b64url_encode,
@@ -40,8 +41,6 @@ DEFAULT_INVOCATION_TTL = 60
 MAX_INVOCATION_TTL = 300
 MAX_INVOCATION_BYTES = 4096
 _FIELDS = frozenset({"v", "iss", "tip", "res", "act", "args", "nonce", "iat", "exp"})
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
 def args_digest(args: Mapping[str, Any]) -> str:
@@ -210,7 +209,11 @@ class Invocation:
         if set(obj) != _FIELDS:
             raise TokenFormatError(f"invocation: fields must be exactly {', '.join(sorted(_FIELDS))}")
         tip, digest, nonce = (require(obj, name, str, "invocation") for name in ("tip", "args", "nonce"))
-        if not _HEX64.fullmatch(tip) or not _HEX64.fullmatch(digest) or not _HEX32.fullmatch(nonce):
+        if (
+            not DIGEST_HEX.fullmatch(tip)
+            or not DIGEST_HEX.fullmatch(digest)
+            or not NONCE_HEX.fullmatch(nonce)
+        ):
             raise TokenFormatError("invocation: tip and args are 64 hex digits, nonce 32")
         issued, expires = (require(obj, name, int, "invocation") for name in ("iat", "exp"))
         if not 0 <= issued < expires < MAX_TIME or expires - issued > MAX_INVOCATION_TTL:
@@ -271,9 +274,9 @@ def _decode_common(text: object, token: str, call: Call) -> Invocation | None:
         or type(expires) is not int
         or not 0 <= issued < expires < MAX_TIME
         or expires - issued > MAX_INVOCATION_TTL
-        or not _HEX64.fullmatch(tip)
-        or not _HEX64.fullmatch(digest)
-        or not _HEX32.fullmatch(nonce)
+        or not DIGEST_HEX.fullmatch(tip)
+        or not DIGEST_HEX.fullmatch(digest)
+        or not NONCE_HEX.fullmatch(nonce)
     ):
         return None
     try:

@@ -14,6 +14,8 @@ from typing import Any
 import orjson
 
 from agentgate.authority._encoding import (
+    DIGEST_HEX,
+    NONCE_HEX,
     b64url_decode,
     b64url_decode_parts,
     parse_canonical,
@@ -50,9 +52,7 @@ _REQUIRED = frozenset(
 _OPTIONAL = frozenset({"ext", "crit"})
 _BUDGET_FIELDS = frozenset({"amount", "unit"})
 _FIELD_ORDER = ("v", "iss", "aud", "caps", "budget", "nbf", "exp", "depth", "nonce", "purpose", "parent")
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 _DID_FORMAT = re.compile(r"did:key:z[1-9A-HJ-NP-Za-km-z]{47}")
-_HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
 def parse_grant(payload: bytes, signature: bytes, where: str = "grant") -> Grant:
@@ -123,11 +123,11 @@ def _parse_grant_reference(payload: bytes, signature: bytes, where: str) -> Gran
         raise TokenFormatError(f"{where}: need 0 <= nbf < exp < 2**40")
     if not 0 <= depth <= MAX_DEPTH:
         raise TokenFormatError(f"{where}: depth must be 0 to {MAX_DEPTH}")
-    if not _HEX32.fullmatch(nonce):
+    if not NONCE_HEX.fullmatch(nonce):
         raise TokenFormatError(f"{where}: nonce must be 32 lower-case hex digits")
     if len(purpose) > MAX_PURPOSE:
         raise TokenFormatError(f"{where}: purpose longer than {MAX_PURPOSE} characters")
-    if parent is not None and not _HEX64.fullmatch(parent):
+    if parent is not None and not DIGEST_HEX.fullmatch(parent):
         raise TokenFormatError(f"{where}: parent must be 64 lower-case hex digits or null")
     return Grant(
         issuer=issuer,
@@ -210,10 +210,10 @@ def _grant_from_canonical(payload: bytes, signature: bytes) -> Grant | None:
         or len(purpose) > MAX_PURPOSE
         or not _DID_FORMAT.fullmatch(issuer)
         or not _DID_FORMAT.fullmatch(audience)
-        or not _HEX32.fullmatch(nonce)
+        or not NONCE_HEX.fullmatch(nonce)
     ):
         return None
-    if parent is not None and (type(parent) is not str or not _HEX64.fullmatch(parent)):
+    if parent is not None and (type(parent) is not str or not DIGEST_HEX.fullmatch(parent)):
         return None
     budget = None
     if raw_budget is not None:
