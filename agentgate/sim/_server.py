@@ -214,6 +214,25 @@ class _Runner:
                     live.queue.put_nowait(None)
 
 
+_ENGINE_METRICS: tuple[tuple[type[GaugeMetricFamily] | type[CounterMetricFamily], str, str], ...] = (
+    (GaugeMetricFamily, "vllm:num_requests_running", "Number of requests in model execution batches."),
+    (GaugeMetricFamily, "vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+    (GaugeMetricFamily, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+    (
+        CounterMetricFamily,
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+    ),
+    (
+        CounterMetricFamily,
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+    ),
+    (CounterMetricFamily, "vllm:num_preemptions", "Cumulative number of preemption from the engine."),
+)
+"""The engine figures ``/metrics`` serves, as vLLM names and documents them: kind, name, help."""
+
+
 class _Metrics(Collector):
     def __init__(self, server: SimServer) -> None:
         self.server = server
@@ -223,22 +242,10 @@ class _Metrics(Collector):
         snap = runner.snapshot if runner is not None else {}
         labels = ["model_name", "engine"]
         values = [self.server.model_name, "0"]
-        for name, doc in (
-            ("vllm:num_requests_running", "Number of requests in model execution batches."),
-            ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
-        ):
-            gauge = GaugeMetricFamily(name, doc, labels=labels)
-            gauge.add_metric(values, snap.get(name, 0.0))
-            yield gauge
-        for name, doc in (
-            ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
-            ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
-            ("vllm:num_preemptions", "Cumulative number of preemption from the engine."),
-        ):
-            counter = CounterMetricFamily(name, doc, labels=labels)
-            counter.add_metric(values, snap.get(name, 0.0))
-            yield counter
+        for family, name, doc in _ENGINE_METRICS:
+            metric = family(name, doc, labels=labels)
+            metric.add_metric(values, snap.get(name, 0.0))
+            yield metric
         engine = self.server.engine
         info = GaugeMetricFamily(
             "vllm:cache_config_info",
