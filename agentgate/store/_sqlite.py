@@ -90,14 +90,9 @@ class _SQLiteTransaction(Transaction):
         try:
             cursor = self._conn.execute(sql, tuple(params))
             rows = cursor.fetchall()
-        except sqlite3.Error as exc:
-            self._refuse_write(exc)
-            self._note(exc)
+        except (sqlite3.Error, UnicodeEncodeError, OverflowError) as exc:
+            self._statement_failed(exc)
             raise
-        except UnicodeEncodeError as exc:
-            raise unstorable_text(exc) from None
-        except OverflowError:
-            raise _unstorable_integer() from None
         self._rowcount = cursor.rowcount
         return rows
 
@@ -105,13 +100,21 @@ class _SQLiteTransaction(Transaction):
         self._refuse_after_failure()
         try:
             self._conn.executemany(sql, rows)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeEncodeError, OverflowError) as exc:
+            self._statement_failed(exc)
+            raise
+
+    def _statement_failed(self, exc: sqlite3.Error | UnicodeEncodeError | OverflowError) -> None:
+        """What ``execute`` and ``executemany`` do with their statement's error: raise the store's
+        ``StoreError`` for text or an integer SQLite cannot store, or for a write to a store open
+        to read only (``_refuse_write``); note any other SQLite error (``_note``) and return, for
+        the caller to raise it as it is."""
+        if isinstance(exc, sqlite3.Error):
             self._refuse_write(exc)
             self._note(exc)
-            raise
-        except UnicodeEncodeError as exc:
+        elif isinstance(exc, UnicodeEncodeError):
             raise unstorable_text(exc) from None
-        except OverflowError:
+        else:
             raise _unstorable_integer() from None
 
     def _refuse_after_failure(self) -> None:
