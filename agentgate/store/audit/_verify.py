@@ -589,11 +589,13 @@ class _Verification:
             except IndexError:  # an entry that ends at its last ,"ref": (or shorter, with none)
                 heads = None
             # Whole numbers only: %d would read a reference SQLite keeps as 0.5 as the 0 it is not
-            # (explain looks for 0 and does not find that row).
+            # (explain looks for 0 and does not find that row); an index kept as 3.5 (a table
+            # without its key) picks no entry (until review R71 it raised TypeError here).
             if (
                 heads is not None
                 and len(table) == count - len(heads.translate(None, _NUMBER_START))
                 and set(map(type, refs)) <= {int}
+                and set(map(type, spots)) <= {int}
                 and len(set(spots)) == len(spots)
                 and all(map(bytes.startswith, _pick(entries, spots), needles, _pick(at, spots)))
             ):
@@ -604,7 +606,9 @@ class _Verification:
             digits = data[start : data.find(b",", start)]
             if found >= 0 and 0 < len(digits) <= 18 and digits.isdigit():
                 said[first + k] = int(digits)
-        held = {first + int(spot): ref for spot, ref in table}  # as stored: 0.5 is not 0
+        # As stored: a reference or an index of 0.5 is not 0 (until review R71 an index of 3.5 was
+        # read as 3), one of 3.0 (a column without a type keeps it) is 3.
+        held = {first + spot: ref for spot, ref in table}
         for k in skip:
             said.pop(first + k, None)
             held.pop(first + k, None)
@@ -613,8 +617,14 @@ class _Verification:
             if ref == row:
                 continue
             if ref is None:
+                if idx != int(idx):  # not the index of an entry (explain finds no entry through it)
+                    problems.append(
+                        f"audit_refs has a row (to {row}) at index {_shown_index(idx)} (the reference "
+                        "index was tampered with)"
+                    )
+                    continue
                 problems.append(
-                    f"audit_refs has a row for entry {idx} (to {row}), which refers to no entry "
+                    f"audit_refs has a row for entry {int(idx)} (to {row}), which refers to no entry "
                     "(the reference index was tampered with)"
                 )
                 continue
