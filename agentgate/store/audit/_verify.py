@@ -590,11 +590,14 @@ class _Verification:
                 heads = None
             # Whole numbers only: %d would read a reference SQLite keeps as 0.5 as the 0 it is not
             # (explain looks for 0 and does not find that row); an index kept as 3.5 (a table
-            # without its key) picks no entry (until review R71 it raised TypeError here).
+            # without its key) picks no entry (until review R71 it raised TypeError here). Not
+            # below 0: %d writes -2 as an entry edited to it says, but the check below reads no
+            # reference there and names the row (until review R71 this check let it pass).
             if (
                 heads is not None
                 and len(table) == count - len(heads.translate(None, _NUMBER_START))
                 and set(map(type, refs)) <= {int}
+                and min(refs, default=0) >= 0
                 and set(map(type, spots)) <= {int}
                 and len(set(spots)) == len(spots)
                 and all(map(bytes.startswith, _pick(entries, spots), needles, _pick(at, spots)))
