@@ -1,5 +1,5 @@
 """``python -m agentgate``: the ``agentgate`` command, where its script is not on ``PATH``."""
 
-from agentgate.cli.main import main
+from agentgate.cli import run
 
-raise SystemExit(main())
+run()

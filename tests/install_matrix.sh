@@ -28,7 +28,7 @@ package = {n for n in sdist if n.startswith("agentgate/") and n.endswith((".py",
 bad = [f"wheel lacks {n}" for n in sorted(package - names)]
 bad += [f"wheel lacks {n}" for n in ("agentgate/py.typed", "agentgate/__main__.py") if n not in names]
 points = wheel.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
-if "agentgate = agentgate.cli.main:main" not in points:
+if "agentgate = agentgate.cli:run" not in points:
     bad.append("wheel lacks the agentgate console script")
 bad += [f"wheel holds {n}" for n in sorted(names) if n.split("/")[0] in ("tests", "docs", "examples", "policies")]
 if any(n.startswith("tests/test_") for n in sdist):

@@ -110,7 +110,7 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: Wheel) -> None:
 
 
 def test_the_wheel_installs_the_command_and_its_version(wheel: Wheel) -> None:
-    assert "agentgate = agentgate.cli.main:main" in wheel.entry_points
+    assert "agentgate = agentgate.cli:run" in wheel.entry_points  # review R71: was cli.main:main
     assert wheel.metadata["Name"] == "agentgate-middleware"
     assert wheel.metadata["Version"] == agentgate.__version__
     assert wheel.metadata["Requires-Python"] == ">=3.11"

@@ -1,1 +1,52 @@
-"""The ``agentgate`` command (docs/cli.md)."""
+"""The ``agentgate`` command (docs/cli.md).
+
+``run`` is what the console script and ``python -m agentgate`` call: the first code of
+agentgate's the command runs, in a module that imports nothing, so that a Ctrl-C or SIGTERM while
+the command's own module loads (``agentgate.cli.main``: argparse, logging, about 20 ms) is the one
+line and exit code ``main`` gives later, not a traceback (review R71). What comes before it, the
+interpreter's start-up and the import of this package, is Python's.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, ``docker stop``, a service manager), raised where the command is, so
+    that it unwinds as Ctrl-C does: temporary files removed, transactions rolled back."""
+
+
+def terminate(signum: int, frame: object) -> None:
+    """The command's SIGTERM handler: raises ``Terminated``."""
+    raise Terminated
+
+
+def run() -> NoReturn:
+    """Run the command of ``sys.argv`` and exit with its code; Ctrl-C before ``main`` catches it
+    is ``agentgate: interrupted`` and exit 130, SIGTERM ``agentgate: terminated`` and 143."""
+    import signal  # imported by agentgate.cli.main all the same: no module more at start-up
+
+    previous = signal.signal(signal.SIGTERM, terminate)  # a script's main thread: always allowed
+    try:
+        from agentgate.cli.main import main
+
+        code = main()
+    except Terminated:
+        code = _said("agentgate: terminated\n", 143)
+    except KeyboardInterrupt:
+        code = _said("agentgate: interrupted\n", 130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    raise SystemExit(code)
+
+
+def _said(line: str, code: int) -> int:
+    """``code``, after ``line`` on standard error if it can be written (closed, it is dropped)."""
+    try:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+    return code

@@ -24,6 +24,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from agentgate.cli import Terminated as _Terminated
+from agentgate.cli import terminate as _terminate
 from agentgate.errors import AgentGateError
 
 # One module per verb group, named as the group (``agentgate.cli.keys`` is ``agentgate keys``);
@@ -161,15 +163,6 @@ class _Verbs(argparse._SubParsersAction):  # type: ignore[type-arg]
             kwargs["description"] = f"{help_text[0].upper()}{help_text[1:]}."
         parser: argparse.ArgumentParser = super().add_parser(name, **kwargs)
         return parser
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM (``timeout``, ``docker stop``, a service manager), raised where the command is, so
-    that it unwinds as Ctrl-C does: temporary files removed, transactions rolled back."""
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise _Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
