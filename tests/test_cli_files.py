@@ -239,11 +239,15 @@ def test_keys_new_writes_a_0600_key_and_its_did(tmp_path: Path) -> None:
 
 
 def test_out_to_an_existing_file_is_mode_0600(keys: Path) -> None:
-    """`--out FILE` writes the token mode 0600 even over an existing world-readable file."""
+    """`--out FILE --force` writes the token mode 0600 even over an existing world-readable file
+    (without `--force` a file that is not empty is refused since review R71:
+    test_cli_r71_out_existing.py)."""
     out = keys / "a.tok"
     out.write_text("old\n")
     out.chmod(0o644)
-    code, _out, err = run(keys, *ISSUE, "--issuer", "root.key", "--to", "alice.pub", "--out", str(out))
+    code, _out, err = run(
+        keys, *ISSUE, "--issuer", "root.key", "--to", "alice.pub", "--out", str(out), "--force"
+    )
     assert code == 0, err
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     assert parse_chain(out.read_text().rstrip("\n")).holder == load_public_key(keys / "alice.pub").did

@@ -330,8 +330,8 @@ def test_key_and_token_file_line_endings_and_encodings(
         ("bom", b"\xef\xbb\xbf" + key),
     ):
         code, _, err = cli(
-            capsys, *issue, "--issuer", _write(keydir / f"{label}.key", data), "--out", "a.tok"
-        )
+            capsys, *issue, "--issuer", _write(keydir / f"{label}.key", data), "--out", "a.tok", "--force"
+        )  # --force: each replaces the last (a file that is not empty is refused without it, review R71)
         assert code == 0, (label, err)
     token = (keydir / "a.tok").read_bytes()
     code, out, _ = cli(capsys, "grant", "inspect", _write(keydir / "crlf.tok", token.replace(b"\n", b"\r\n")))

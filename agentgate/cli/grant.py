@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -225,9 +226,30 @@ def _read_token(path: Path) -> Chain:
         raise TokenFormatError(f"{shown}: {exc}") from None
 
 
-def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None) -> None:
+def _refuse_filled_out(out: Path | None, force: bool) -> None:
+    """Raise ``InputError`` when ``out`` is a regular file that is not empty and ``force`` is not
+    given: it may be the only copy of a token handed out, whose grant stays live and recorded
+    (the store keeps its token, but no verb gives it back), as ``keys new`` never replaces a key.
+    An empty file (``mktemp``'s) holds nothing to lose. Until review R71 any file was replaced."""
+    if out is None or force:
+        return
+    try:
+        there = os.lstat(out)
+    except OSError:  # nothing there (or nothing to stat): the write says what is wrong
+        return
+    if stat.S_ISREG(there.st_mode) and there.st_size > 0:
+        raise InputError(
+            f"{shown_path(out)}: a file that is not empty is there (a grant whose token it holds stays "
+            "valid until it expires or is revoked); give --force to replace it, or name another file"
+        )
+
+
+def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, force: bool = False) -> None:
     """Record ``chain`` in the store and hand its token out: to ``out`` (mode 0600, then a line
-    saying so on stdout) or stdout.
+    saying so on stdout) or stdout. A file at ``out`` that is not empty is replaced only with
+    ``force`` (``_refuse_filled_out``, looked at once the token is written beside it, just before
+    the grant is recorded and the file renamed: a key or a store there is refused first, as
+    such, force or not).
 
     The token is written to a new 0600 file beside ``out`` first; the grant is recorded only once
     that write succeeded, and the file is renamed over ``out`` only once the grant is recorded.
@@ -239,8 +261,13 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None) -> 
         record(repo, chain)
         sys.stdout.write(chain.token + "\n")
         return
+
+    def record_unless_filled() -> None:
+        _refuse_filled_out(out, force)
+        record(repo, chain)
+
     try:
-        replace_file(out, (chain.token + "\n").encode("ascii"), 0o600, lambda: record(repo, chain))
+        replace_file(out, (chain.token + "\n").encode("ascii"), 0o600, record_unless_filled)
     except OSError as exc:
         raise InputError(f"{out}: cannot write token: {exc.strerror}") from None
     say_written(f"wrote {shown_path(out)} (grant {chain.id})")
@@ -311,7 +338,7 @@ def _issue(args: argparse.Namespace) -> int:
         if fault is not None:
             raise InputError(f"--role {args.role}: {fault.message}")
     with _repo() as repo:
-        _record_and_write(repo, chain, args.out)
+        _record_and_write(repo, chain, args.out, force=args.force)
     return 0
 
 
@@ -345,7 +372,7 @@ def _delegate(args: argparse.Namespace) -> int:
             else:
                 sys.stderr.write(f"deny: {escaped_once(str(exc))}\n")
             return 1
-        _record_and_write(repo, chain, args.out)
+        _record_and_write(repo, chain, args.out, force=args.force)
     _warn_unmetered(chain)
     return 0
 
