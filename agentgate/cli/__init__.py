@@ -12,6 +12,11 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
+WARNINGS: list[str] = []
+"""``warning:`` lines a verb leaves for ``main`` to say once the command has ended with a verdict
+(0, 1 or 3): a command that fails says its one error line alone (exit 2), and one interrupted,
+its one line. ``main`` empties it after each command."""
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``timeout``, ``docker stop``, a service manager), raised where the command is, so

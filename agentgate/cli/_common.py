@@ -496,10 +496,35 @@ def open_audit_log(
                     )
                 )
             key = open_log_key(store, create=create_key)
+            _warn_default_log_key(store, path)
         return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys(), create=create_log)
     except BaseException:
         store.close()
         raise
+
+
+def _warn_default_log_key(store: Store, path: Path) -> None:
+    """One ``warning:`` line on standard error when ``store`` is PostgreSQL, its log has no
+    checkpoint yet, and its log key was taken from the default place, ``.agentgate/log.key``
+    under the working directory (no ``AGENTGATE_LOG_KEY``): the key made or found there (a
+    SQLite quickstart's has the same path) becomes the shared log's key with its first
+    checkpoint, and a command run from any other directory then finds no key (``no log key
+    there``). Until review R71 nothing said so. Said only before the first checkpoint, the
+    moment the key is chosen, and a warning, not a refusal: a script that works keeps its exit
+    code and output, and a cron job is not warned every minute for a key already in use."""
+    from agentgate.store import SQLiteStore
+    from agentgate.store.audit._keys import _has_checkpoints
+
+    if isinstance(store, SQLiteStore) or os.environ.get("AGENTGATE_LOG_KEY") or _has_checkpoints(store):
+        return
+    from agentgate.cli import WARNINGS  # said once the command has ended without an error
+
+    WARNINGS.append(
+        f"warning: the audit log's key is {printable(os.path.abspath(path))}, .agentgate/log.key under "
+        "the working directory (the default for a PostgreSQL store), and becomes the log's key with "
+        "its first checkpoint: run from another directory, agentgate finds no key there; set "
+        "AGENTGATE_LOG_KEY to the key's path (docs/operations.md, The log key)\n"
+    )
 
 
 def _refuse_missing_log_key(path: Path, *, reads: bool | None) -> None:
