@@ -176,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
+    WARNINGS.clear()  # left by a caller that used a verb's helpers outside a command
     try:
         code = _run(argv)
     finally:
