@@ -17,8 +17,12 @@ DEFAULT_PATH = ".agentgate/agentgate.db"
 
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-_HALF_URL = re.compile(r"(postgres(?:ql)?|sqlite|file)(?:\+[A-Za-z0-9]+)?:(?!//)", re.IGNORECASE)
-"""A store scheme whose ``//`` is missing (``postgresql:/db``, ``sqlite:file.db``): a mistyped URL."""
+_HALF_URL = re.compile(
+    r"(postgres(?:ql)?|sqlite|file)(?:\+[A-Za-z0-9]+)?(?::(?!//)|[^A-Za-z0-9:/]?//)", re.IGNORECASE
+)
+"""A store scheme not followed by ``://``: its ``//`` missing (``postgresql:/db``, ``sqlite:file.db``),
+or its ``:`` missing or mistyped (``postgresql//u:PW@h/db``, ``postgres;//...``): a mistyped URL,
+never a path (taken as one, a password in it was printed whole in "no store at ...")."""
 _KEYWORD = re.compile(r"\s*([A-Za-z_]+)\s*=")
 _UNEXPANDED = re.compile(r"^~|(?:^|/)\$\{?[A-Za-z_]")
 """A path that a shell would have expanded, left as written (``~/ag.db``, ``$HOME/ag.db``,
@@ -78,7 +82,8 @@ def open_store(
     (``postgresql+psycopg://``, ``mysql://``) would quietly become a new local file, and whatever
     was written there (a revocation, say) would never reach the store the operator named. So does
     a libpq key=value connection string (``host=db dbname=agentgate``), for the same reason, and a
-    store scheme without its ``//`` (``postgresql:/db``, ``sqlite:file.db``, ``file:x``). A NUL
+    store scheme without its ``//`` (``postgresql:/db``, ``sqlite:file.db``, ``file:x``) or its
+    ``:`` (``postgresql//u:PW@h/db``, ``postgres;//...``), its password never shown. A NUL
     character is refused too (``StoreError``): libpq would read a database name only up to it, and
     so is a URL or path with white space or a line break at an end (a CRLF env file), and a
     ``sqlite:///`` URL with a query or fragment (``sqlite:///x.db?mode=ro``), whose file would
@@ -117,11 +122,6 @@ def open_store(
         # Refused, and not quoted (a URL may hold a password).
         raise StoreError("the store URL or path begins or ends with white space or a line break: remove it")
     if scheme is None:
-        if (half := _HALF_URL.match(url)) is not None:
-            raise StoreError(
-                f"the store URL {half.group(0)}... lacks the // after its scheme: write "
-                "postgresql://USER@HOST/DBNAME, sqlite:///PATH, or a plain path"
-            )
         return SQLiteStore(checked_sqlite_path(url, from_url=False), create=create, read_only=read_only)
     name = scheme.group(1).lower()
     if name in ("postgresql", "postgres"):
@@ -142,7 +142,14 @@ def checked_sqlite_path(path: str, *, from_url: bool) -> str:
     """``path``, a SQLite store's file as a plain path or as what follows ``sqlite://``
     (``from_url``), as ``open_store`` takes it, else ``StoreError``: a query or fragment in a URL,
     an unexpanded ``~`` or ``$VARIABLE`` (``_literal_path``). A command that refuses a missing
-    store checks this first, so that it names the mistake, not a file that does not exist."""
+    store checks this first, so that it names the mistake, not a file that does not exist. A
+    plain path that starts with a store scheme not followed by ``://`` (``postgresql//u:PW@h/db``,
+    ``sqlite:file.db``) is a mistyped URL: ``StoreError``, naming its scheme only."""
+    if not from_url and (half := _HALF_URL.match(path)) is not None:
+        raise StoreError(
+            f"the store URL {half.group(1)}... lacks the :// after its scheme: write "
+            "postgresql://USER@HOST/DBNAME, sqlite:///PATH, or a plain path"
+        )
     if from_url and ("?" in path or "#" in path):
         # ``sqlite:///agentgate.db?mode=ro`` (SQLAlchemy's form, or SQLite's URI parameters)
         # would be a new, empty store named ``agentgate.db?mode=ro`` beside the one meant.

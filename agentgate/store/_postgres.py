@@ -941,26 +941,61 @@ def _redact(url: str) -> str:
     ``password=`` or ``sslpassword=`` parameter, replaced by ``***``. A parameter is named as
     libpq reads its name, percent-decoded (``pass%77ord=`` is ``password=``).
 
-    Masked as libpq reads the URL, or as it was meant where libpq refuses it: a parameter's value
-    runs to the next ``&`` that starts a parameter libpq knows (a ``#`` is a part of it, and so is
-    an ``&`` that starts none: ``password=sec&ret``), and a user name runs to its first ``:``
-    (it may hold a ``?`` or a ``#``, which libpq takes as written), the password after it to the
-    last ``@``. The parameters are masked first: masking the user part to its last ``@`` can join
-    a ``:`` before the query to an ``@`` in it, and would then leave a secret parameter's name
-    masked and a part of its value shown."""
-    head, query_mark, query = url.partition("?")
-    if query_mark:
-        shown: list[str] = []
-        secret = False
-        for part in query.split("&"):
-            name, has_value, _ = part.partition("=")
-            key = unquote(name)
-            if secret and not (has_value and key in _libpq_keywords()):
-                continue  # more of the secret value, masked with it
-            secret = bool(has_value) and key.lower() in _SECRET_PARAMETERS
-            shown.append(f"{name}=***" if secret else part)
-        url = head + query_mark + "&".join(shown)
-    return re.sub(r"//([^:]*?):.*@", r"//\1:***@", url, flags=re.DOTALL)
+    Masked as libpq reads the URL, or as it was meant where libpq misreads or refuses it. libpq
+    ends the user part at the first ``@`` after ``//`` unless a ``/`` comes first (a ``?`` or a
+    ``#`` before it is a part of the user name or password: ``u:abc?password=x@/db`` is the
+    password ``abc?password=x``), and the user name at its first ``:``. Where it then reads a
+    host holding an ``@``, or cannot parse the URL at all, the password was meant to run on, to
+    the last ``@`` before the path (``u:p@ss@host/db``); where it finds no user part before a
+    ``/``, one may still have been meant (``u:p/ss@host/db``), and the URL is masked from the
+    first ``:`` to its last ``@``. A parameter's value runs to the next ``&`` that starts a
+    parameter libpq knows (a ``#`` is a part of it, and so is an ``&`` that starts none:
+    ``password=sec&ret``); a user name holding a ``?`` has its parameters masked too."""
+    scheme, slashes, rest = url.partition("://")
+    user_part = _LIBPQ_USER_PART.match(rest) if slashes else None
+    if user_part is None:
+        # The parameters first: masking to the last "@" can join a ":" before the query to an
+        # "@" in it, and would then leave a secret parameter's name masked and its value shown.
+        return re.sub(r"//([^:]*?):.*@", r"//\1:***@", _mask_parameters(url), flags=re.DOTALL)
+    end = user_part.end() - 1
+    if not _user_part_read_as_written(url):
+        path = rest.find("/", end)
+        end = rest.rfind("@", 0, len(rest) if path < 0 else path)
+    user, colon, _ = rest[:end].partition(":")
+    return f"{scheme}://{_mask_parameters(user)}{colon and ':***'}@{_mask_parameters(rest[end + 1 :])}"
+
+
+_LIBPQ_USER_PART = re.compile(r"[^@/]*@")
+"""The user part of a URL after its ``//``, as libpq reads it: to the first ``@``, unless a ``/``
+comes before it (then there is none)."""
+
+
+def _user_part_read_as_written(url: str) -> bool:
+    """Whether libpq parses ``url`` and reads no host holding an ``@`` (a socket directory, given
+    as a path, may hold one): else the password held an ``@`` and libpq ended it there."""
+    try:
+        parsed = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return False
+    hosts = str(parsed.get("host", "")).split(",")
+    return not any("@" in host and not host.startswith("/") for host in hosts)
+
+
+def _mask_parameters(text: str) -> str:
+    """``text`` with the values of its query's secret parameters (after its first ``?``) masked."""
+    head, query_mark, query = text.partition("?")
+    if not query_mark:
+        return text
+    shown: list[str] = []
+    secret = False
+    for part in query.split("&"):
+        name, has_value, _ = part.partition("=")
+        key = unquote(name)
+        if secret and not (has_value and key in _libpq_keywords()):
+            continue  # more of the secret value, masked with it
+        secret = bool(has_value) and key.lower() in _SECRET_PARAMETERS
+        shown.append(f"{name}=***" if secret else part)
+    return head + query_mark + "&".join(shown)
 
 
 def _unknown_parameters(shown_url: str) -> list[str]:
