@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict
 
 from agentgate.cli.main import main
@@ -72,6 +74,35 @@ def test_the_reviewers_url_shows_its_database_and_socket() -> None:
     """Review R71: the refusal printed ``postgresql://postgres:abc?password=***&port=7164``."""
     url = "postgresql://postgres:abc?password=s3cret@/DB?host=/tmp/x&port=7164"
     assert _redact(url) == "postgresql://postgres:***@/DB?host=/tmp/x&port=7164"
+
+
+_SECRET = st.text(alphabet="?@/#&:=%Zq", max_size=6).map(lambda inner: f"Zq{inner}Zq")
+_FORMS = [
+    "postgresql://{user}:{secret}@{host}{tail}",
+    "postgresql://{user}@{host}/db?password={secret}&port=1",
+    "postgresql://{host}/db?sslpassword={secret}",
+]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    secret=_SECRET,
+    form=st.sampled_from(_FORMS),
+    user=st.sampled_from(["u", "al?ice", "al#ice", "", "u?x=1"]),
+    host=st.sampled_from(["h:1", "", "h"]),
+    tail=st.sampled_from(["/db", "/db?host=/tmp/x&port=1", "/db?application_name=a@b", "?dbname=d", ""]),
+)
+def test_no_piece_of_any_password_is_shown(secret: str, form: str, user: str, host: str, tail: str) -> None:
+    """Review R71: whatever a password holds (``?``, ``@``, ``/``, ``#``, ``&``, ``:``), in the
+    user part or as a parameter, no piece of it is shown, as libpq reads the URL or as it was
+    meant; and where libpq reads the URL as meant and a database or host holds none of it, that
+    is shown."""
+    url = form.format(user=user, secret=secret, host=host, tail=tail)
+    shown = _redact(url)
+    assert _MARK not in shown, (url, shown)
+    if "@" not in secret and "/" not in secret:
+        for name, value in _libpq_reads(url).items():
+            assert value in shown, (url, shown, name)
 
 
 _MISTYPED = [

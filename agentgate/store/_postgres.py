@@ -941,28 +941,43 @@ def _redact(url: str) -> str:
     ``password=`` or ``sslpassword=`` parameter, replaced by ``***``. A parameter is named as
     libpq reads its name, percent-decoded (``pass%77ord=`` is ``password=``).
 
-    Masked as libpq reads the URL, or as it was meant where libpq misreads or refuses it. libpq
-    ends the user part at the first ``@`` after ``//`` unless a ``/`` comes first (a ``?`` or a
-    ``#`` before it is a part of the user name or password: ``u:abc?password=x@/db`` is the
-    password ``abc?password=x``), and the user name at its first ``:``. Where it then reads a
-    host holding an ``@``, or cannot parse the URL at all, the password was meant to run on, to
-    the last ``@`` before the path (``u:p@ss@host/db``); where it finds no user part before a
-    ``/``, one may still have been meant (``u:p/ss@host/db``), and the URL is masked from the
-    first ``:`` to its last ``@``. A parameter's value runs to the next ``&`` that starts a
-    parameter libpq knows (a ``#`` is a part of it, and so is an ``&`` that starts none:
-    ``password=sec&ret``); a user name holding a ``?`` has its parameters masked too."""
-    scheme, slashes, rest = url.partition("://")
-    user_part = _LIBPQ_USER_PART.match(rest) if slashes else None
-    if user_part is None:
-        # The parameters first: masking to the last "@" can join a ":" before the query to an
-        # "@" in it, and would then leave a secret parameter's name masked and its value shown.
-        return re.sub(r"//([^:]*?):.*@", r"//\1:***@", _mask_parameters(url), flags=re.DOTALL)
-    end = user_part.end() - 1
-    if not _user_part_read_as_written(url):
-        path = rest.find("/", end)
-        end = rest.rfind("@", 0, len(rest) if path < 0 else path)
-    user, colon, _ = rest[:end].partition(":")
-    return f"{scheme}://{_mask_parameters(user)}{colon and ':***'}@{_mask_parameters(rest[end + 1 :])}"
+    Masked as libpq reads the URL: the user part runs from ``//`` to the first ``@``, unless a
+    ``/`` comes first (then there is none), and a ``?`` or a ``#`` in it is a part of the user
+    name or password (``u:abc?password=x@/db`` is the password ``abc?password=x``); the password
+    runs from the user part's first ``:``; the query starts at the first ``?`` after the user
+    part, and a parameter's value runs to the next ``&`` that starts a parameter libpq knows (a
+    ``#`` is a part of it, and so is an ``&`` that starts none: ``password=sec&ret``).
+
+    Where libpq's reading is not what was meant (``_read_as_meant``: it cannot parse the URL, or
+    reads a host holding an ``@`` or a port that is not a number, or an ``@`` follows the user
+    part before the query: a password holding an ``@``, a ``/`` or a ``?``, ``u:p@ss@host/db``,
+    ``u:p/ss@host/db``), what any meant reading would take for a secret is masked as well: the
+    parameters after every ``?``, and the URL from its first ``:`` after ``//`` to its last
+    ``@`` outside a secret's value (a secret's ``@`` would end that mask inside it, leaving the
+    rest of the value shown)."""
+    scheme, slashes, _ = url.partition("://")
+    start = len(scheme) + len(slashes) if slashes else 0
+    user_part = _LIBPQ_USER_PART.match(url, start) if slashes else None
+    after = user_part.end() if user_part else start  # where the host starts
+    spans: list[tuple[int, int]] = []
+    if user_part is not None and (colon := url.find(":", start, after - 1)) >= 0:
+        spans.append((colon + 1, after - 1))
+    if user_part is not None:  # a user name holding ``?password=``: as libpq reads it, no secret
+        spans += _secret_parameters(url, url.find("?", start, after - 1), after - 1)
+    spans += _secret_parameters(url, url.find("?", after))
+    if not _read_as_meant(url, start, after):
+        for mark in (i for i, char in enumerate(url) if char == "?"):
+            spans += _secret_parameters(url, mark)
+        colon = url.find(":", start)
+        ends = [i for i, char in enumerate(url) if char == "@" and not any(s <= i < e for s, e in spans)]
+        if colon >= 0 and ends and ends[-1] > colon:
+            spans.append((colon + 1, ends[-1]))
+    shown, last = [], 0
+    for begin, end in sorted(spans):
+        if end > last:
+            shown.append(url[last:begin] + "***" if begin > last else "")
+            last = end
+    return "".join(shown) + url[last:]
 
 
 _LIBPQ_USER_PART = re.compile(r"[^@/]*@")
@@ -970,32 +985,51 @@ _LIBPQ_USER_PART = re.compile(r"[^@/]*@")
 comes before it (then there is none)."""
 
 
-def _user_part_read_as_written(url: str) -> bool:
-    """Whether libpq parses ``url`` and reads no host holding an ``@`` (a socket directory, given
-    as a path, may hold one): else the password held an ``@`` and libpq ended it there."""
+def _read_as_meant(url: str, start: int, after: int) -> bool:
+    """Whether libpq reads ``url`` (its user part from ``start``, its host from ``after``) as it
+    was plainly meant: it parses it, reads no host holding an ``@`` (a socket directory, given as
+    a path, may) and no port that is not a number, no ``@`` follows the user part before the
+    query (a password holding an ``@`` or a ``/``, or a user part that libpq did not find, would
+    leave one), and the user part is not a host and port followed by a secret parameter whose
+    value holds an ``@`` (``//h:5432?password=p@ss``, which libpq reads as the user ``h``)."""
+    if "@" in url[after:].partition("?")[0]:
+        return False
+    mark = url.find("?", start, after)
+    if _HOST_AND_PORT.fullmatch(url, start, max(mark, start)) and _secret_parameters(url, mark, after):
+        return False
     try:
         parsed = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError:
         return False
     hosts = str(parsed.get("host", "")).split(",")
-    return not any("@" in host and not host.startswith("/") for host in hosts)
+    ports = str(parsed.get("port", "")).split(",")
+    return not any("@" in host and not host.startswith("/") for host in hosts) and all(
+        port.isdigit() or not port for port in ports
+    )
 
 
-def _mask_parameters(text: str) -> str:
-    """``text`` with the values of its query's secret parameters (after its first ``?``) masked."""
-    head, query_mark, query = text.partition("?")
-    if not query_mark:
-        return text
-    shown: list[str] = []
+_HOST_AND_PORT = re.compile(r"[^:@/?]*(?::[0-9]*)?")
+
+
+def _secret_parameters(url: str, mark: int, end: int | None = None) -> list[tuple[int, int]]:
+    """Where the values of the secret parameters of the query that starts at the ``?`` at
+    ``mark`` (none for -1) and runs to ``end`` (else the end) lie in ``url``."""
+    if mark < 0:
+        return []
+    spans: list[tuple[int, int]] = []
     secret = False
-    for part in query.split("&"):
+    offset = mark + 1
+    for part in url[mark + 1 : end].split("&"):
         name, has_value, _ = part.partition("=")
         key = unquote(name)
         if secret and not (has_value and key in _libpq_keywords()):
-            continue  # more of the secret value, masked with it
-        secret = bool(has_value) and key.lower() in _SECRET_PARAMETERS
-        shown.append(f"{name}=***" if secret else part)
-    return head + query_mark + "&".join(shown)
+            spans[-1] = (spans[-1][0], offset + len(part))  # more of the secret value, masked with it
+        else:
+            secret = bool(has_value) and key.lower() in _SECRET_PARAMETERS
+            if secret:
+                spans.append((offset + len(name) + 1, offset + len(part)))
+        offset += len(part) + 1
+    return spans
 
 
 def _unknown_parameters(shown_url: str) -> list[str]:
