@@ -113,6 +113,9 @@ _MISTYPED = [
     "postgresql.//u:Zq1@h/db",
     "postgresql+psycopg//u:Zq1@h/db",
     "sqlite//x.db",
+    "postgresql/u:Zq1@h/db",
+    "postgresql ://u:Zq1@h/db",
+    "postgresql\\\\u:Zq1@h/db",
 ]
 
 
@@ -166,3 +169,14 @@ def test_a_url_with_an_empty_host_is_not_a_mistyped_one() -> None:
     with pytest.raises(StoreError) as refused:
         open_store("postgresql:///db?host=/nonexistent", create=False).close()
     assert "lacks" not in str(refused.value) and "cannot connect" in str(refused.value)
+
+
+def test_a_path_under_a_directory_named_like_a_scheme_is_still_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a URL's shape is refused: ``postgresql/agentgate.db`` (a directory of that name, no
+    user name and password) is a SQLite file, as before."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "postgresql").mkdir()
+    open_store("postgresql/agentgate.db").close()
+    assert (tmp_path / "postgresql" / "agentgate.db").is_file()

@@ -18,11 +18,15 @@ DEFAULT_PATH = ".agentgate/agentgate.db"
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _HALF_URL = re.compile(
-    r"(postgres(?:ql)?|sqlite|file)(?:\+[A-Za-z0-9]+)?(?::(?!//)|[^A-Za-z0-9:/]?//)", re.IGNORECASE
+    r"(postgres(?:ql)?|sqlite|file)(?:\+[A-Za-z0-9]+)?"
+    r"(?::(?!//)|[^A-Za-z0-9:/]?//|[^A-Za-z0-9]{1,4}[^/@]*:[^/]*@)",
+    re.IGNORECASE,
 )
 """A store scheme not followed by ``://``: its ``//`` missing (``postgresql:/db``, ``sqlite:file.db``),
-or its ``:`` missing or mistyped (``postgresql//u:PW@h/db``, ``postgres;//...``): a mistyped URL,
-never a path (taken as one, a password in it was printed whole in "no store at ...")."""
+or its ``:`` missing or mistyped (``postgresql//u:PW@h/db``, ``postgres;//...``), or signs other
+than ``://`` before a user name and password (``postgresql/u:PW@h/db``, ``postgresql ://...``):
+a mistyped URL, never a path (taken as one, a password in it was printed whole in "no store at
+...")."""
 _KEYWORD = re.compile(r"\s*([A-Za-z_]+)\s*=")
 _UNEXPANDED = re.compile(r"^~|(?:^|/)\$\{?[A-Za-z_]")
 """A path that a shell would have expanded, left as written (``~/ag.db``, ``$HOME/ag.db``,
