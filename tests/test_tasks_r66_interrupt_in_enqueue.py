@@ -18,6 +18,7 @@ up to the last one before the call waits: each point in turn, deterministically.
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import threading
@@ -64,6 +65,10 @@ def _interrupt_at(k: int) -> tuple[Callable[[FrameType, str, Any], Any], list[in
 def _submit_interrupted(scheduler: SyncScheduler, call: ToolCall, k: int) -> tuple[bool, int]:
     """Submit ``call`` with the interrupt armed at line ``k``: (interrupted, lines run)."""
     profile, count = _interrupt_at(k)
+    # No collection while armed: one that falls on the k-th point runs the finalizers of earlier
+    # runs' schedulers, and Python ignores a KeyboardInterrupt raised in a finalizer (review R71:
+    # the fair queue's holders lists moved a collection onto a point, and its interrupt was lost).
+    gc.disable()
     sys.setprofile(profile)
     try:
         scheduler.submit(call, lambda attempt: "ran")
@@ -73,6 +78,7 @@ def _submit_interrupted(scheduler: SyncScheduler, call: ToolCall, k: int) -> tup
         return False, count[0]
     finally:
         sys.setprofile(None)
+        gc.enable()
     return False, count[0]
 
 
