@@ -1,8 +1,11 @@
 """The fair queue (agentgate/tasks/_fair.py) against its own copy from before review R71 (fairq2).
 
 Review R71 (fairq2) wrote the removal of a served call into ``_serve`` (no ``discard`` call per
-dispatch, the call taken off the head of its FIFO at once instead of lazily at the next pop) and
-``pop_tool``'s walk out. The order served must not change for any sequence of operations: random
+dispatch, the call taken off the head of its FIFO at once instead of lazily at the next pop), and
+gave each node above an agent, and the queue, per-tool lists of the children with calls waiting
+(``holders``), which ``pop_tool`` and ``_first`` walk instead of every child.
+
+The order served must not change for any sequence of operations: random
 runs of pushes (random rank, class, tenant, agent, tool), removals, moves between ranks and
 classes (the lending of a nested call's ancestors), both kinds of pop, ``most_urgent_class`` and
 ``rank_of`` go to the queue and to ``ReferenceFairQueue``, the class as it was before, copied
@@ -484,6 +487,22 @@ _CLASSES = {"hi": 3.0, "mid": 1.0, "lo": 0.5}
 _RANKS = (0, 1, 2)
 
 
+def _check_holders(queue: FairQueue[int]) -> None:
+    """Every ``holders`` list (the queue's and each node's above an agent) is a recount: the
+    children with calls to the tool waiting, in creation order (ranks: lowest first)."""
+    roots = [queue._ranks[rank] for rank in sorted(queue._ranks)]
+    assert queue._holders == {tool: [r for r in roots if tool in r.tools] for tool in queue.tool_sizes}
+    pending = list(roots)
+    while pending:
+        node = pending.pop()
+        if not node.children or node.queues:
+            continue
+        children = list(node.children.values())
+        assert [c.order for c in children] == sorted(c.order for c in children)
+        assert node.holders == {tool: [c for c in children if tool in c.tools] for tool in node.tools}
+        pending.extend(children)
+
+
 def _run(seed: int, steps: int, tenants: int, agents: int, tools: int) -> int:
     """Run ``steps`` random operations on both queues; return how many items were served."""
     rng = random.Random(seed)
@@ -541,6 +560,8 @@ def _run(seed: int, steps: int, tenants: int, agents: int, tools: int) -> int:
                 live.pop(got_or_none)
                 served += 1
         assert (new.size, new.tenant_sizes, new.tool_sizes) == (old.size, old.tenant_sizes, old.tool_sizes)
+        if rng.random() < 0.1:
+            _check_holders(new)
         if live and rng.random() < 0.2:
             pair = live[rng.choice(list(live))]
             wanted = set(rng.sample(tool_names, rng.randint(1, tools)))

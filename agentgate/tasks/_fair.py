@@ -35,6 +35,9 @@ walk down asks only whether a child has some). So a push or a removal changes on
 and those above it only when the agent starts or stops having calls (to that tool) waiting, and
 so on up: under load, with calls queued, it touches one node, not four (review R70). A node
 with a single child names it (``only``): the fast dispatch passes such a level without a search.
+A rank, class or tenant also lists per tool its children with calls to it waiting, in creation
+order (``holders``), and the queue its ranks with some, lowest first: the fast dispatch compares
+only those, not every child (review R71; the lists change only when the counts start or stop).
 
 Nodes of tenants and agents with nothing waiting are forgotten once they outnumber the others
 (``_sweep``), so the tree does not grow with every agent ever seen, and neither does the cost of
@@ -85,6 +88,7 @@ class _Node:
         "children",
         "entry",
         "heap",
+        "holders",
         "key",
         "made",
         "only",
@@ -115,6 +119,9 @@ class _Node:
         #: Per tool, an agent's calls to it waiting; a rank's, class's or tenant's children with calls
         #: to it waiting (which is all a reader above an agent asks: whether a child has some).
         self.tools: dict[str, int] = {}
+        #: Per tool, a rank's, class's or tenant's children with calls to it waiting, in the order
+        #: they were made (``order``): ``_first`` compares these only, not every child.
+        self.holders: dict[str, list[_Node]] = {}
         self.children: dict[str, _Node] = {}
         #: Its child while it has exactly one (``pop_tool`` passes such a level without a search).
         self.only: _Node | None = None
@@ -155,6 +162,9 @@ class FairQueue(Generic[T]):
         self.tenant_sizes: dict[str, int] = {}
         self.tool_sizes: dict[str, int] = {}
         self._paths: dict[tuple[int, str, str, str], tuple[_Node, ...]] = {}
+        #: Per tool, the nodes of the ranks with calls to it waiting, lowest rank first (a rank's
+        #: node has its rank as its ``order``).
+        self._holders: dict[str, list[_Node]] = {}
 
     def push_entry(
         self,
@@ -177,26 +187,30 @@ class FairQueue(Generic[T]):
         if path is None:
             path = self._path(rank, priority, priority_weight, tenant, tenant_weight, agent)
         leaf = path[3]
-        queue = leaf.queues.get(tool)
-        if queue is None:
-            queue = leaf.queues[tool] = deque()
         self._seq += 1
         entry.seq = self._seq
         entry.tenant = tenant
         entry.tool = tool
         entry.path = path
         entry.alive = True
-        queue.append(entry)
-        counts = leaf.tools
-        had = counts.get(tool, 0)
-        counts[tool] = had + 1
-        if not had:  # the agent's first call to ``tool`` waiting: its ancestors may have none either
+        queue = leaf.queues.get(tool)  # there while the agent has calls to ``tool`` waiting
+        if queue is not None:
+            queue.append(entry)
+            leaf.tools[tool] += 1
+        else:  # the agent's first call to ``tool`` waiting: its ancestors may have none either
+            leaf.queues[tool] = deque((entry,))
+            leaf.tools[tool] = 1
+            child = leaf
             for member in (path[2], path[1], path[0]):
+                _hold(member.holders, tool, child)
                 counts = member.tools
                 had = counts.get(tool, 0)
                 counts[tool] = had + 1
                 if had:
                     break
+                child = member
+            else:  # the rank's first call to ``tool`` waiting
+                _hold(self._holders, tool, child)
         had = leaf.backlog
         leaf.backlog = had + 1
         if not had:  # the agent had nothing waiting: it enters its tenant's waiting children, and so on up
@@ -221,7 +235,7 @@ class FairQueue(Generic[T]):
     ) -> tuple[_Node, ...]:
         root = self._ranks.get(rank)
         if root is None:
-            root = self._ranks[rank] = _Node(str(rank), 1.0)
+            root = self._ranks[rank] = _Node(str(rank), 1.0, rank)
             at = bisect.bisect(self._order, rank)
             self._order.insert(at, rank)
             self._roots.insert(at, root)
@@ -273,13 +287,18 @@ class FairQueue(Generic[T]):
         else:  # the agent's last call to ``tool``: its FIFO holds only dead entries now
             del counts[tool]
             del leaf.queues[tool]
+            child = leaf
             for member in (path[2], path[1], path[0]):
+                _release(member.holders, tool, child)
                 counts = member.tools
                 left = counts[tool] - 1
                 if left:
                     counts[tool] = left
                     break
                 del counts[tool]
+                child = member
+            else:
+                _release(self._holders, tool, child)
         left = leaf.backlog - 1
         leaf.backlog = left
         if not left:  # the agent leaves its tenant's waiting children, and so on up while one empties
@@ -416,17 +435,18 @@ class FairQueue(Generic[T]):
         has one that can start, so the first child in turn at each level is the one ``pop``
         would serve: it is found without ordering the others (about a microsecond less per
         dispatch)."""
-        for root in self._roots:
-            if tool in root.tools:
-                klass = root.only or _first(root, tool)
-                tenant = klass.only or _first(klass, tool)
-                agent = tenant.only or _first(tenant, tool)
-                queue = agent.queues[tool]
-                entry = queue.popleft()
-                while not entry.alive:  # it left earlier: its slot is dropped now
-                    entry = queue.popleft()
-                return self._serve(root, klass, tenant, agent, entry)
-        raise KeyError(tool)
+        roots = self._holders.get(tool)
+        if roots is None:
+            raise KeyError(tool)
+        root = roots[0]
+        klass = root.only or _first(root, tool)
+        tenant = klass.only or _first(klass, tool)
+        agent = tenant.only or _first(tenant, tool)
+        queue = agent.queues[tool]
+        entry = queue.popleft()
+        while not entry.alive:  # it left earlier: its slot is dropped now
+            entry = queue.popleft()
+        return self._serve(root, klass, tenant, agent, entry)
 
     def _serve(self, root: _Node, klass: _Node, tenant: _Node, agent: _Node, entry: Entry[T]) -> T:
         """Take ``entry`` (of ``agent``, under ``tenant``, ``klass`` and ``root``, waiting, just
@@ -467,13 +487,18 @@ class FairQueue(Generic[T]):
         else:  # the agent's last call to ``tool``: its FIFO holds only dead entries now
             del counts[tool]
             del agent.queues[tool]
+            child = agent
             for member in (tenant, klass, root):
+                _release(member.holders, tool, child)
                 counts = member.tools
                 left = counts[tool] - 1
                 if left:
                     counts[tool] = left
                     break
                 del counts[tool]
+                child = member
+            else:
+                _release(self._holders, tool, child)
         left = agent.backlog - 1
         agent.backlog = left
         if not left:  # the agent leaves its tenant's waiting children, and so on up while one empties
@@ -544,6 +569,26 @@ def _leaf_keys(node: _Node, keys: tuple[str, ...]) -> Iterator[tuple[str, str, s
 
 #: A node's pass (a C-level key function: sorting a node's children calls no Python function).
 _by_pass = operator.attrgetter("pass_")
+#: A node's rank among its parent's children by creation (``holders``' order).
+_by_order = operator.attrgetter("order")
+
+
+def _hold(holders: dict[str, list[_Node]], tool: str, child: _Node) -> None:
+    """Enter ``child`` (its first call to ``tool`` waiting) in ``holders[tool]``, by ``order``."""
+    held = holders.get(tool)
+    if held is None:
+        holders[tool] = [child]
+    else:
+        bisect.insort(held, child, key=_by_order)
+
+
+def _release(holders: dict[str, list[_Node]], tool: str, child: _Node) -> None:
+    """Take ``child`` (its last call to ``tool`` gone) out of ``holders[tool]``."""
+    held = holders[tool]
+    if len(held) == 1:
+        del holders[tool]
+    else:
+        held.remove(child)
 
 
 def _heap_push(parent: _Node, child: _Node) -> None:
@@ -595,11 +640,11 @@ def _first(node: _Node, tool: str) -> _Node:
     waiting (``node`` has some): the lowest pass, ties to the child made first."""
     if node.heap is not None:
         return next(iter(_heap_turns(node.heap, {tool})))
-    best: _Node | None = None
-    for child in node.children.values():  # in the order they were made
-        if tool in child.tools and (best is None or child.pass_ < best.pass_):
+    held = node.holders[tool]  # in the order they were made
+    best = held[0]
+    for child in held:
+        if child.pass_ < best.pass_:
             best = child
-    assert best is not None
     return best
 
 
@@ -613,7 +658,7 @@ def _by_turn(node: _Node, open_tools: set[str]) -> Iterable[_Node]:
         return _heap_turns(node.heap, open_tools)
     if len(open_tools) == 1:
         [tool] = open_tools
-        active = [c for c in children.values() if tool in c.tools]
+        active = list(node.holders.get(tool, ()))
     else:
         active = [c for c in children.values() if not open_tools.isdisjoint(c.tools)]
     if len(active) > 1:
