@@ -10,7 +10,10 @@ interpreter's start-up and the import of this package, is Python's.
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 WARNINGS: list[str] = []
 """``warning:`` lines a verb leaves for ``main`` to say once the command has ended with a verdict
@@ -28,12 +31,38 @@ def terminate(signum: int, frame: object) -> None:
     raise Terminated
 
 
+def terminate_on_sigterm() -> Callable[[], None]:
+    """Make SIGTERM raise ``Terminated``; returns what puts back the handler it replaced. Left as
+    it is, with nothing to put back, outside the main thread (Python takes a handler only there)
+    and where SIGTERM is ignored (SIG_IGN, inherited from whoever started the process), as
+    Python leaves an inherited ignored SIGINT ignored: until review R71 (r71-rev-f) ``run``
+    raised ``ValueError`` outside the main thread, and an ignored SIGTERM ended the command."""
+    import signal  # here, not at the top: importing this package loads no module more
+
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        return _nothing
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread
+        return _nothing
+    if previous is None:  # a handler not set from Python: none that can be put back
+        return _nothing
+
+    def put_back() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return put_back
+
+
+def _nothing() -> None:
+    """Nothing to put back."""
+
+
 def run() -> NoReturn:
     """Run the command of ``sys.argv`` and exit with its code; Ctrl-C before ``main`` catches it
-    is ``agentgate: interrupted`` and exit 130, SIGTERM ``agentgate: terminated`` and 143."""
-    import signal  # imported by agentgate.cli.main all the same: no module more at start-up
-
-    previous = signal.signal(signal.SIGTERM, terminate)  # a script's main thread: always allowed
+    is ``agentgate: interrupted`` and exit 130, SIGTERM ``agentgate: terminated`` and 143
+    (``terminate_on_sigterm``: in the main thread, where SIGTERM is not ignored)."""
+    restore = terminate_on_sigterm()
     try:
         from agentgate.cli.main import main
 
@@ -43,7 +72,7 @@ def run() -> NoReturn:
     except KeyboardInterrupt:
         code = _said("agentgate: interrupted\n", 130)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        restore()
     raise SystemExit(code)
 
 

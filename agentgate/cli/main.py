@@ -18,15 +18,12 @@ import importlib
 import io
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from agentgate.cli import WARNINGS
+from agentgate.cli import WARNINGS, terminate_on_sigterm
 from agentgate.cli import Terminated as _Terminated
-from agentgate.cli import terminate as _terminate
 from agentgate.errors import AgentGateError
 
 # One module per verb group, named as the group (``agentgate.cli.keys`` is ``agentgate keys``);
@@ -169,19 +166,17 @@ class _Verbs(argparse._SubParsersAction):  # type: ignore[type-arg]
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code. Ctrl-C at any point after this is entered (while
     the verb groups load, while parsing, in a handler) is one line on stderr and exit 130;
-    SIGTERM, received in the main thread, is the same with exit 143. The ``warning:`` lines a
+    SIGTERM, received in the main thread (and not ignored, ``terminate_on_sigterm``), is the same
+    with exit 143. The ``warning:`` lines a
     verb left (``agentgate.cli.WARNINGS``) come last on stderr, and only with exit 0, 1 or 3."""
     _quiet_library_logs()
     _standard_streams()
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _terminate)
+    restore = terminate_on_sigterm()
     WARNINGS.clear()  # left by a caller that used a verb's helpers outside a command
     try:
         code = _run(argv)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        restore()
         warnings = WARNINGS[:]
         WARNINGS.clear()
     if code in (0, 1, 3):
