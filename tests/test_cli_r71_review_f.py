@@ -20,6 +20,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from _cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,3 +109,31 @@ def test_run_from_a_thread_that_is_not_the_main_one_runs_the_command(tmp_path: P
     )
     assert (done.returncode, done.stderr) == (0, "codes [0]\n"), done.stderr
     assert done.stdout.startswith("{"), done.stdout[:200]
+
+
+def test_a_verb_that_signs_no_checkpoint_says_nothing_of_the_default_log_key(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R71: the PostgreSQL default-log-key warning (53d5bc6e) was said by every verb that
+    opened the log with its private key while the log had no checkpoint, ``audit verify`` and
+    ``audit show`` among them, which sign nothing: the key they read becomes nothing. Rule: only
+    a verb that may sign the log's first checkpoint (``audit checkpoint``, ``audit prove``) says it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
+    monkeypatch.delenv("AGENTGATE_STORE", raising=False)
+    # A SQLite quickstart's key, at the PostgreSQL default's path, .agentgate/log.key: no checkpoint
+    # of the PostgreSQL log is signed with it.
+    sqlite = str(tmp_path / ".agentgate" / "agentgate.db")
+    assert cli(capsys, "store", "init", "--store", sqlite)[0] == 0
+    assert cli(capsys, "audit", "checkpoint", "--store", sqlite)[0] == 0
+    assert (tmp_path / ".agentgate" / "log.key").exists()
+    assert cli(capsys, "store", "init", "--store", postgres_url)[0] == 0
+    for verb in ("verify", "show"):
+        code, _out, err = cli(capsys, "audit", verb, "--store", postgres_url)
+        assert (verb, code, [line for line in err.splitlines() if line.startswith("warning:")]) == (
+            verb,
+            0,
+            [],
+        )
+    code, _out, err = cli(capsys, "audit", "checkpoint", "--store", postgres_url)
+    assert code == 0 and "warning: the audit log's key is" in err, err

@@ -455,6 +455,7 @@ def open_audit_log(
     create_log: bool = True,
     read_only: bool = False,
     unsigned: bool = False,
+    signs: bool = False,
 ) -> tuple[Store, AuditLog]:
     """The store (as ``open_existing_store``) and its audit log, read with ``public_key``
     (``log.pub`` or its did:key) when given, else with the log key where agentgate finds it
@@ -469,7 +470,9 @@ def open_audit_log(
     false). ``unsigned``: the verb reads entries and checks no signature (``budget held``,
     ``tasks unsettled``), so no key is read or needed: the log is opened with a public key that
     signs nothing (until review R68 these two refused to run without the log's private key,
-    and take no ``--key``). The caller closes the store."""
+    and take no ``--key``). ``signs``: the verb may sign a checkpoint (``audit prove``; ``audit
+    checkpoint``, which gives ``create_key``): only such a verb says which key a PostgreSQL log's
+    first checkpoint is signed with (``_warn_default_log_key``). The caller closes the store."""
     from agentgate.keys import (
         SigningKey,
         load_public_key,
@@ -496,7 +499,8 @@ def open_audit_log(
                     )
                 )
             key = open_log_key(store, create=create_key)
-            _warn_default_log_key(store, path)
+            if signs or create_key:
+                _warn_default_log_key(store, path)
         return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys(), create=create_log)
     except BaseException:
         store.close()
@@ -510,7 +514,8 @@ def _warn_default_log_key(store: Store, path: Path) -> None:
     SQLite quickstart's has the same path) becomes the shared log's key with its first
     checkpoint, and a command run from any other directory then finds no key (``no log key
     there``). Until review R71 nothing said so. Said only before the first checkpoint, the
-    moment the key is chosen, and a warning, not a refusal: a script that works keeps its exit
+    moment the key is chosen, by a verb that may sign it (``open_audit_log``'s ``signs``: not
+    ``audit verify`` or ``show``, which read the key and sign nothing), and a warning, not a refusal: a script that works keeps its exit
     code and output, and a cron job is not warned every minute for a key already in use."""
     from agentgate.store import SQLiteStore
     from agentgate.store.audit._keys import _has_checkpoints

@@ -110,6 +110,7 @@ def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store,
         reads=reads,
         create_log=False,
         read_only=reads,
+        signs=not reads,  # prove: it signs a checkpoint where the log grew
     )
 
 
