@@ -193,7 +193,7 @@ def test_a_vote_after_the_revocation_is_not_logged_as_an_approval(tmp_path: Path
         assert auth.request is not None
         desk.gate.revoke(desk.supervisor)
         payload = auth.approval_payload()
-        vote = Approval.parse(desk.gate.approve(payload, desk.keys["dana"]))
+        vote = Approval.sign(payload, desk.keys["dana"])  # Gate.approve refuses a void request (R71)
 
         refused = desk.gate.authorize(desk.supervisor, PUBLISH, call_id="publish-0", approval=vote)
 

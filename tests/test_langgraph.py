@@ -31,7 +31,7 @@ from test_observability_gate_spans import _team
 
 from agentgate.audit.entry import argument_digest
 from agentgate.errors import Denied
-from agentgate.gate import AgentIdentity, Gate
+from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.integrations.langgraph import (
     ScriptedChatModel,
     create_gated_agent,
@@ -445,10 +445,11 @@ def test_approval_pauses_and_resumes_with_a_signed_approval(team: Team) -> None:
     assert request["requester"] == "supervisor" and request["args"] == {"path": "reports/final"}
     assert team.ran == []
 
-    # The requester cannot approve its own call; nor can someone the policy does not name.
+    # The requester cannot approve its own call; nor can someone the policy does not name (signed
+    # with Approval.sign: Gate.approve refuses both keys since review R71).
     for wrong in (team.keys["supervisor"], team.keys["researcher"]):
         again = agent.invoke(
-            Command(resume=team.gate.approve(pending.value, wrong)), config, context=team.supervisor
+            Command(resume=Approval.sign(pending.value, wrong).to_dict()), config, context=team.supervisor
         )
         assert "__interrupt__" in again and team.ran == []
         pending = again["__interrupt__"][0]

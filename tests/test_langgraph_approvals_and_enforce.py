@@ -19,7 +19,7 @@ from test_langgraph_resume_after_policy_change import policy as team_policy
 
 from agentgate.capabilities import Call
 from agentgate.errors import Denied
-from agentgate.gate import Gate
+from agentgate.gate import Approval, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -80,8 +80,9 @@ async def test_a_model_call_behind_an_approval_gate_pauses_for_the_approval_and_
     (pending,) = paused["__interrupt__"]
     assert pending.value["request"]["resource"] == "model:scripted" and team.ran == []
 
-    # The requester's own approval is asked for again, as for a tool call.
-    again = await run(Command(resume=team.gate.approve(pending.value, team.keys["supervisor"])))
+    # The requester's own approval is asked for again, as for a tool call (signed with
+    # Approval.sign: Gate.approve refuses the requester's key since review R71).
+    again = await run(Command(resume=Approval.sign(pending.value, team.keys["supervisor"]).to_dict()))
     (pending,) = again["__interrupt__"]
     assert team.ran == []
 

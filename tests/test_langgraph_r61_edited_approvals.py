@@ -17,7 +17,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
-from agentgate.gate import AgentIdentity, Gate
+from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -237,7 +237,8 @@ def test_an_approval_signed_by_the_requester_is_refused_and_the_run_stays_resuma
     graph = bank.graph(_turn(({"amount": 5, "to": "bob"}, "t-1")))
     config = _thread("self")
     paused = graph.invoke(GO, config, context=bank.agent)
-    own = bank.sign(paused["__interrupt__"][0].value, "agent")
+    # Signed with Approval.sign: Gate.approve refuses the requester's key since review R71.
+    own = Approval.sign(paused["__interrupt__"][0].value, bank.keys["agent"]).to_dict()
     _refused_then_resumed(
         bank, graph, config, own, "approval not counted: the approver must not be the requester"
     )

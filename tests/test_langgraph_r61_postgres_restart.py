@@ -10,7 +10,7 @@ import pytest
 from langgraph.types import Command
 from test_langgraph import NAMES, Team, _entries, _policy_text, _publisher
 
-from agentgate.gate import Gate
+from agentgate.gate import Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 
@@ -45,7 +45,7 @@ def test_a_bad_approval_after_a_restart_is_refused_and_a_good_one_resumes(
     gate = Gate(policy, PostgresStore(postgres_url), log_key=log_key)  # a new process
     try:
         with PostgresSaver.from_conn_string(postgres_url) as saver:
-            own = gate.approve(payload, keys["supervisor"])
+            own = Approval.sign(payload, keys["supervisor"]).to_dict()  # Gate.approve refuses it (R71)
             again = _publisher(gate, saver, team).invoke(Command(resume=own), config, context=supervisor)
             (pending,) = again["__interrupt__"]
             assert pending.value["request"]["id"] == payload["request"]["id"]

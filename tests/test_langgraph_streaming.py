@@ -68,7 +68,7 @@ from langgraph.types import Command, Interrupt
 from pydantic import Field
 from test_langgraph import Team, _ask_researcher, _calls, _entries, _make_team, _publisher, _tools
 
-from agentgate.gate import Gate
+from agentgate.gate import Approval, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 
 INPUT = {"messages": [{"role": "user", "content": "go"}]}
@@ -440,7 +440,8 @@ async def test_approval_interrupt_in_the_stream_and_resume_through_it(team: Team
     assert request["requester"] == "supervisor" and request["args"] == {"path": "reports/final"}
     assert team.ran == []
 
-    wrong = team.gate.approve(pending.value, team.keys["researcher"])
+    # Signed with Approval.sign: Gate.approve refuses a key that is no approver (review R71).
+    wrong = Approval.sign(pending.value, team.keys["researcher"]).to_dict()
     (again,) = _interrupts(await _drain(agent, Command(resume=wrong), config, team, way))
     assert again.value["request"]["id"] == request["id"] and team.ran == []
 
