@@ -27,9 +27,9 @@ from agentgate.gate._lock import _serialized
 from agentgate.gate._records import ASKED_FIELDS, recordable, voided_request_entry, voided_request_reason
 from agentgate.keys import SigningKey
 from agentgate.policy import ApprovalRequirement as PolicyApproval
-from agentgate.policy import Outcome, Policy, PolicyDecision
+from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex
 from agentgate.store import Transaction
-from agentgate.store.approvals import ApprovalStore, QuorumRule
+from agentgate.store.approvals import SUPERSEDED, VOIDED, ApprovalStore, QuorumRule
 from agentgate.store.audit import AuditLog
 from agentgate.store.once import RUN_AGAIN, OnceCalls
 
@@ -51,6 +51,7 @@ class _Approvals:
 
     # The gate's state this part reads (``Gate.__init__`` sets it).
     policy: Policy
+    index: PolicyIndex
     audit: AuditLog
     approvals: ApprovalStore
     once: OnceCalls
@@ -176,14 +177,24 @@ class _Approvals:
             # Until review R55 two threads asking the same call shared one request: an approval
             # shown in one thread's interrupt ran the call in the other.
             return "approval not counted: it was given for this call in another run (another thread)"
-        # The requester first: the policy takes the requester off the approvers, and a self-signed
-        # approval said only "not one of this call's approvers", hiding what was tried.
-        if approval.approver == request["requester_did"]:
-            return "approval not counted: the approver must not be the requester"
-        if approval.approver not in rule.voters:
-            return "approval not counted: its approver is not one of this call's approvers"
+        signer = self._signer_refusal(approval.approver, request["requester_did"], rule.voters)
+        if signer is not None:
+            return f"approval not counted: {signer}"
         if not approval.verify():
             return f"approval not counted: its signature is not {approval.approver}'s"
+        return None
+
+    @staticmethod
+    def _signer_refusal(approver: str, requester_did: object, voters: Collection[str] | None) -> str | None:
+        """Why a yes signed by ``approver`` never counts for a call asked by ``requester_did`` whose
+        approvers' DIDs are ``voters`` (``None``: not known), or ``None``: the rule the resumed run
+        applies (``_approval_invalid``) and ``approve`` applies before it signs."""
+        # The requester first: the policy takes the requester off the approvers, and a self-signed
+        # approval said only "not one of this call's approvers", hiding what was tried.
+        if approver == requester_did:
+            return "the approver must not be the requester"
+        if voters is not None and approver not in voters:
+            return "its approver is not one of this call's approvers"
         return None
 
     def _refused_approval(
@@ -335,12 +346,69 @@ class _Approvals:
         ):
             pass
 
+    @_serialized
     def approve(self, payload: Mapping[str, Any], approver: SigningKey) -> dict[str, str]:
         """Convenience for a human's tool: sign the request in ``payload``; the resume value.
 
         ``InputError`` for a ``payload`` that carries no request, an ``approver`` that is not a
-        ``SigningKey`` (``Approval.sign``)."""
-        return Approval.sign(payload, approver).to_dict()
+        ``SigningKey`` (``Approval.sign``), and, signing nothing, for an approval this Gate can
+        tell would never count when the run resumes (``_unusable``): ``approver`` is the
+        requester (the payload's or the store's), or none of the approvers of the policy's gates
+        on the call (this Gate's policy, which the resumed run applies, not the list the payload
+        shows); or the store holds no request of the payload's id, holds it for another call, or
+        closed it (declined, void, superseded). Until review R71 such an approval was signed and
+        refused only in the resumed run's next interrupt. A request that expired or was used is
+        still signed: the resumed run asks an expired one's call again, and a used one is put
+        back when its call pauses or does not start. ``Approval.sign`` signs without these checks.
+        """
+        approval = Approval.sign(payload, approver)
+        refusal = self._unusable(approval, payload.get("request", payload))
+        if refusal is not None:
+            raise InputError(f"approval request {approval.request[:100]!r}: {refusal}; not signed")
+        return approval.to_dict()
+
+    def _unusable(self, approval: Approval, request: Mapping[str, Any]) -> str | None:
+        """Why ``approval`` of ``request`` (a payload's, checked by ``Approval.sign``) can never
+        count when the run resumes, as far as the store and the policy now tell, or ``None``."""
+        try:
+            asked = self.approvals.get(approval.request)
+        except InputError:
+            return (
+                "this Gate's store holds no approval request of this id (its id changed on its way, "
+                "or this Gate is on another store than the run that asked)"
+            )
+        gates = self.index.approval_gates(request["resource"])
+        voters = (
+            frozenset(did for gate in gates if (rule := self._quorum_rule(gate)) for did in rule.voters)
+            if gates
+            else None
+        )
+        for requester in (request.get("requester_did"), asked.requester):
+            signer = self._signer_refusal(approval.approver, requester, voters)
+            if signer is not None:
+                named = dict.fromkeys(
+                    name
+                    for gate in gates
+                    for name, did in zip(gate.approvers, gate.approver_dids, strict=True)
+                    if did is not None and did not in (request.get("requester_did"), asked.requester)
+                )
+                return (
+                    f"{signer} (the key of {approval.approver}): sign with the key of one of the "
+                    f"approvers of {request['resource'][:200]} under this Gate's policy "
+                    f"({', '.join(named) or 'none'})"
+                )
+        if asked.call_hash != approval.call_hash:
+            return "the store's request of this id was asked for another call than the payload shows"
+        if asked.state == "denied":
+            if asked.approver == VOIDED:
+                return "the request is void (a grant of its call was revoked): nothing waits for it"
+            if asked.approver == SUPERSEDED:
+                return (
+                    "the request was denied as superseded (its call was changed and asked for "
+                    "again): approve the new request"
+                )
+            return "the request was denied (declined): nothing waits for it"
+        return None
 
     @_serialized
     def decline(self, auth: Authorization, reason: str = "no approval was given") -> Authorization:

@@ -546,6 +546,12 @@ class PolicyIndex:
         )
         return self._exact_gates.get(resource, ()) + tuple(g for _position, g in wild)
 
+    def approval_gates(self, resource: str) -> tuple[ApprovalRequirement, ...]:
+        """Every approval gate that names ``resource`` (``_gates_of``, as ``evaluate`` finds them),
+        whatever its conditions: the approvers of the gate a call on it needs are among theirs,
+        less the requester and its delegators (``Gate.approve`` refuses a key that is none)."""
+        return tuple(gate.requirement for gate in self._gates_of(resource))
+
     def _denied(self, entry: _Principal, resource: str, misses: list[str]) -> PolicyDecision:
         if not misses:
             misses = [
