@@ -4,6 +4,7 @@ review R71 it signed it and the run refused it only once resumed, in the next in
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
+from test_gate_r68_delegated_approval import PAY
+from test_gate_r68_delegated_approval import _team as _r68_team
 
 from agentgate.errors import InputError
 from agentgate.gate import Approval, Gate, approval_call_hash
@@ -195,3 +198,40 @@ def test_approval_sign_makes_the_same_bytes_gate_approve_returned(
     returns (Ed25519 is deterministic)."""
     _agent, _identity, _config, payload = _paused(gate, keys)
     assert gate.approve(payload, keys["alice"]) == Approval.sign(payload, keys["alice"]).to_dict()
+
+
+def test_a_holder_above_the_requester_is_refused(tmp_path: Path) -> None:
+    """Review R71: lead, an approver of the pay gate, delegated to alpha; the policy leaves lead out
+    of the approvers of alpha's call (review R68), yet ``gate.approve(payload, lead's key)``
+    signed, and the approval did not count once presented. Refused at once; carol signs, and her
+    approval allows the call."""
+    team = _r68_team(tmp_path)
+    try:
+        alpha = team.sub("alpha")
+        asked = team.gate.authorize(alpha, PAY, call_id="c1")
+        payload = asked.approval_payload()
+        with pytest.raises(InputError, match="not one of this call's approvers") as refused:
+            team.gate.approve(payload, team.keys["lead"])
+        assert "(carol)" in str(refused.value), refused.value
+        approval = Approval.parse(team.gate.approve(payload, team.keys["carol"]))
+        assert team.gate.authorize(alpha, PAY, call_id="c1", approval=approval).verdict == "allow"
+    finally:
+        team.gate.close()
+
+
+def test_a_request_whose_grant_was_revoked_is_refused(tmp_path: Path) -> None:
+    """Review R71: a request still pending in the table whose call's grant was revoked (void: no
+    approval of it ever counts, a revocation is for good), the revocation written into the store
+    by another writer than a Gate, was signed. Refused at once, naming the revoked grant."""
+    team = _r68_team(tmp_path)
+    try:
+        alpha = team.sub("alpha")
+        asked = team.gate.authorize(alpha, PAY, call_id="c1")
+        assert asked.request is not None
+        team.gate.grants.revoke(alpha.grant_id, now=int(time.time()))  # the store, not Gate.revoke
+        assert team.gate.approvals.get(asked.request["id"]).state == "pending"
+        with pytest.raises(InputError, match="void") as refused:
+            team.gate.approve(asked.approval_payload(), team.keys["carol"])
+        assert alpha.grant_id in str(refused.value), refused.value
+    finally:
+        team.gate.close()

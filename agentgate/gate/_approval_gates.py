@@ -28,9 +28,10 @@ from agentgate.gate._records import ASKED_FIELDS, recordable, voided_request_ent
 from agentgate.keys import SigningKey
 from agentgate.policy import ApprovalRequirement as PolicyApproval
 from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex
-from agentgate.store import Transaction
+from agentgate.store import Store, Transaction
 from agentgate.store.approvals import SUPERSEDED, VOIDED, ApprovalStore, QuorumRule
 from agentgate.store.audit import AuditLog
+from agentgate.store.grants import GrantRepository
 from agentgate.store.once import RUN_AGAIN, OnceCalls
 
 OPEN_REQUESTS_KEPT = 4096
@@ -52,6 +53,7 @@ class _Approvals:
     # The gate's state this part reads (``Gate.__init__`` sets it).
     policy: Policy
     index: PolicyIndex
+    store: Store
     audit: AuditLog
     approvals: ApprovalStore
     once: OnceCalls
@@ -369,7 +371,12 @@ class _Approvals:
 
     def _unusable(self, approval: Approval, request: Mapping[str, Any]) -> str | None:
         """Why ``approval`` of ``request`` (a payload's, checked by ``Approval.sign``) can never
-        count when the run resumes, as far as the store and the policy now tell, or ``None``."""
+        count when the run resumes, as far as the store and the policy now tell, or ``None``.
+        The store's request is the word on who asked and for which call (its call hash binds the
+        payload's grant); the rule on the key is the resumed run's (``_signer_refusal``), with
+        the approvers of every gate of the policy on the call's resource (``_quorum_rule``: the
+        gate that applies, whatever its conditions on the arguments, is one of them) less the
+        holders above the requester in its chain, whom the policy leaves out too."""
         try:
             asked = self.approvals.get(approval.request)
         except InputError:
@@ -377,28 +384,34 @@ class _Approvals:
                 "this Gate's store holds no approval request of this id (its id changed on its way, "
                 "or this Gate is on another store than the run that asked)"
             )
+        if asked.call_hash != approval.call_hash:
+            return "the store's request of this id was asked for another call than the payload shows"
+        above, revoked = self._chain_above(request["grant"])
+        if revoked is not None:
+            return (
+                f"the request is void (grant {revoked[:100]!r} of its call was revoked): nothing waits for it"
+            )
         gates = self.index.approval_gates(request["resource"])
+        left_out = {asked.requester, *above}
         voters = (
             frozenset(did for gate in gates if (rule := self._quorum_rule(gate)) for did in rule.voters)
+            - left_out
             if gates
             else None
         )
-        for requester in (request.get("requester_did"), asked.requester):
-            signer = self._signer_refusal(approval.approver, requester, voters)
-            if signer is not None:
-                named = dict.fromkeys(
-                    name
-                    for gate in gates
-                    for name, did in zip(gate.approvers, gate.approver_dids, strict=True)
-                    if did is not None and did not in (request.get("requester_did"), asked.requester)
-                )
-                return (
-                    f"{signer} (the key of {approval.approver}): sign with the key of one of the "
-                    f"approvers of {request['resource'][:200]} under this Gate's policy "
-                    f"({', '.join(named) or 'none'})"
-                )
-        if asked.call_hash != approval.call_hash:
-            return "the store's request of this id was asked for another call than the payload shows"
+        signer = self._signer_refusal(approval.approver, asked.requester, voters)
+        if signer is not None:
+            named = dict.fromkeys(
+                name
+                for gate in gates
+                for name, did in zip(gate.approvers, gate.approver_dids, strict=True)
+                if did is not None and did not in left_out
+            )
+            return (
+                f"{signer} (the key of {approval.approver}): sign with the key of one of the "
+                f"approvers of {request['resource'][:200]} under this Gate's policy, other than the "
+                f"requester and the holders above it ({', '.join(named) or 'none'})"
+            )
         if asked.state == "denied":
             if asked.approver == VOIDED:
                 return "the request is void (a grant of its call was revoked): nothing waits for it"
@@ -409,6 +422,26 @@ class _Approvals:
                 )
             return "the request was denied (declined): nothing waits for it"
         return None
+
+    def _chain_above(self, grant_id: str) -> tuple[list[str], str | None]:
+        """The holders of the grants above ``grant_id`` in its chain, as the store records it (the
+        Gate records a call's chain with its approval request), and a revoked grant of the
+        chain (``None``: none is). Revocation is for good, so a void request never counts."""
+        above: list[str] = []
+        revoked = None
+        seen: set[str] = set()
+        current: str | None = grant_id
+        while current is not None and current not in seen:
+            seen.add(current)
+            row = GrantRepository.recorded(self.store, current)
+            if row is None:
+                break
+            if row.revoked and revoked is None:
+                revoked = row.id
+            if current != grant_id:
+                above.append(row.audience)
+            current = row.parent
+        return above, revoked
 
     @_serialized
     def decline(self, auth: Authorization, reason: str = "no approval was given") -> Authorization:
