@@ -274,21 +274,25 @@ class FairQueue(Generic[T]):
 
     def discard(self, entry: Entry[T]) -> None:
         """Take ``entry`` out of the queue if it is still in it (its slot in the FIFO is dropped lazily)."""
-        if not entry.alive:
-            return
+        if entry.alive:
+            path = entry.path
+            self._take_out(entry, path[0], path[1], path[2], path[3])
+
+    def _take_out(self, entry: Entry[T], root: _Node, klass: _Node, tenant: _Node, agent: _Node) -> None:
+        """Take ``entry``, alive, out of the counts of its path (``root`` to ``agent``) and of the
+        queue's sizes: ``discard``'s removal, which ``_serve`` makes with the path its pop walked
+        (its slot in the agent's FIFO is dropped lazily)."""
         entry.alive = False
         tool = entry.tool
-        path = entry.path
-        leaf = path[3]
-        counts = leaf.tools
+        counts = agent.tools
         left = counts[tool] - 1
         if left:
             counts[tool] = left
         else:  # the agent's last call to ``tool``: its FIFO holds only dead entries now
             del counts[tool]
-            del leaf.queues[tool]
-            child = leaf
-            for member in (path[2], path[1], path[0]):
+            del agent.queues[tool]
+            child = agent
+            for member in (tenant, klass, root):
                 _release(member.holders, tool, child)
                 counts = member.tools
                 left = counts[tool] - 1
@@ -299,11 +303,11 @@ class FairQueue(Generic[T]):
                 child = member
             else:
                 _release(self._holders, tool, child)
-        left = leaf.backlog - 1
-        leaf.backlog = left
+        left = agent.backlog - 1
+        agent.backlog = left
         if not left:  # the agent leaves its tenant's waiting children, and so on up while one empties
-            child = leaf
-            for parent in (path[2], path[1], path[0]):
+            child = agent
+            for parent in (tenant, klass, root):
                 child.entry = None
                 left = parent.backlog - 1
                 parent.backlog = left
@@ -453,9 +457,9 @@ class FairQueue(Generic[T]):
         taken off the head of its FIFO) out of the queue and advance the passes of the nodes that
         served it; return its item.
 
-        The removal is ``discard``'s, written out with the path the caller walked (review R71:
-        one call and the path's reads less per dispatch; tests/test_tasks_r71_fair_reference.py
-        holds the order served to the queue's from before).
+        The removal is ``discard``'s (``_take_out``), given the path the caller walked (review
+        R71: the path's reads less per dispatch; tests/test_tasks_r71_fair_reference.py holds the
+        order served to the queue's from before).
 
         A served node's pass is first brought up to its parent's virtual time: a node that was
         skipped while none of its calls could start (their tool full or out of tokens, its tenant
@@ -478,53 +482,7 @@ class FairQueue(Generic[T]):
             served = tenant.vtime
         tenant.vtime = served
         agent.pass_ = served + agent.stride
-        entry.alive = False
-        tool = entry.tool
-        counts = agent.tools
-        left = counts[tool] - 1
-        if left:
-            counts[tool] = left
-        else:  # the agent's last call to ``tool``: its FIFO holds only dead entries now
-            del counts[tool]
-            del agent.queues[tool]
-            child = agent
-            for member in (tenant, klass, root):
-                _release(member.holders, tool, child)
-                counts = member.tools
-                left = counts[tool] - 1
-                if left:
-                    counts[tool] = left
-                    break
-                del counts[tool]
-                child = member
-            else:
-                _release(self._holders, tool, child)
-        left = agent.backlog - 1
-        agent.backlog = left
-        if not left:  # the agent leaves its tenant's waiting children, and so on up while one empties
-            child = agent
-            for parent in (tenant, klass, root):
-                child.entry = None
-                left = parent.backlog - 1
-                parent.backlog = left
-                if parent.heap is not None and left < _HEAP_OFF:
-                    parent.heap = None
-                if left:
-                    break
-                child = parent
-        self.size -= 1
-        sizes = self.tenant_sizes
-        left = sizes[entry.tenant] - 1
-        if left:
-            sizes[entry.tenant] = left
-        else:
-            del sizes[entry.tenant]
-        sizes = self.tool_sizes
-        left = sizes[tool] - 1
-        if left:
-            sizes[tool] = left
-        else:
-            del sizes[tool]
+        self._take_out(entry, root, klass, tenant, agent)
         # The served nodes' passes grew: where a heap orders them, enter them anew.
         if root.heap is not None and klass.backlog:
             _heap_push(root, klass)
