@@ -2,12 +2,15 @@
 entries: ``audit.entry``): knowing when orjson's sorted output already is the canonical form; and
 what the readers of a call's arguments as JSON text share (the command line's ``--args``, a
 LangGraph tool call's arguments as the model wrote them): finding a number no float holds as
-written (``exact_float``, ``first_inexact``, ``inexact_argument``)."""
+written (``exact_float``, ``first_inexact``, ``inexact_argument``); and what every strict reader of
+JSON shares (tokens, ``--args``, the gateway's request bodies, approval payloads): refusing an
+object that gives a key twice (``once_each``)."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -117,3 +120,21 @@ def inexact_argument(text: str, parsed: object) -> str | None:
     except (ValueError, RecursionError):
         return None
     return inexact_said(*found) if plain == parsed else None
+
+
+def once_each(refused: Callable[[str], Exception]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """A ``json.loads`` ``object_pairs_hook`` that reads an object whose keys are each given once,
+    and raises ``refused(key)`` for the first key given again: readers differ on which of two
+    values counts (Python's parser keeps the last, a viewer or a proxy may show the first)."""
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        value = dict(pairs)
+        if len(value) != len(pairs):
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    raise refused(key)
+                seen.add(key)
+        return value
+
+    return hook

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from agentgate._json import is_plain
+from agentgate._json import is_plain, once_each
 from agentgate.errors import TokenFormatError
 
 _B64URL_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -62,13 +62,7 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise TokenFormatError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
+_pairs = once_each(lambda key: TokenFormatError(f"duplicate key {key!r}"))
 
 
 def _no_float(text: str) -> Any:

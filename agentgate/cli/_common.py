@@ -18,7 +18,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentgate._json import exact_float, first_inexact, inexact_said
+from agentgate._json import exact_float, first_inexact, inexact_said, once_each
 from agentgate._lazy import lazy_exports
 from agentgate._shown import character_named, not_printable
 from agentgate._time import utc_text
@@ -85,13 +85,7 @@ def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
     anything but an object are refused with ``InputError`` naming ``flag``.
     """
 
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
-        for key, value in items:
-            if key in seen:
-                raise InputError(f"{flag}: duplicate key {key!r}")
-            seen[key] = value
-        return seen
+    pairs = once_each(lambda key: InputError(f"{flag}: duplicate key {key!r}"))
 
     def constant(name: str) -> Any:
         raise InputError(f"{flag}: {name} is not a JSON value")

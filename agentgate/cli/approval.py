@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentgate._json import once_each
 from agentgate.audit.entry import AuditEntry, argument_digest, canonical_json, elision
 from agentgate.cli._approval_parser import register as register
 from agentgate.cli._common import (
@@ -309,30 +310,17 @@ def _read(source: str) -> Any:
     except UnicodeDecodeError:
         raise InputError(f"{source}: cannot read approval payload: not UTF-8 text") from None
     try:
-        return json.loads(text, object_pairs_hook=_once_each)
-    except _GivenTwice as exc:
-        raise InputError(
-            f"{source}: the key {exc.key[:100]!r} is given twice in one object: readers differ on which "
-            "value counts (this command reads the last, a viewer may show the first)"
-        ) from None
+        # A key given twice (review R71: until then the last was read, whatever the approver was shown).
+        return json.loads(text, object_pairs_hook=once_each(lambda key: _given_twice(source, key)))
     except (ValueError, RecursionError) as exc:
         raise InputError(f"{source}: not JSON: {str(exc)[:120]}") from None
 
 
-class _GivenTwice(Exception):
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are each given once; raises ``_GivenTwice`` for one given twice
-    (review R71: until then the last was read, whatever the approver was shown)."""
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise _GivenTwice(key)
-        seen.add(key)
-    return dict(pairs)
+def _given_twice(source: str, key: str) -> InputError:
+    return InputError(
+        f"{source}: the key {key[:100]!r} is given twice in one object: readers differ on which "
+        "value counts (this command reads the last, a viewer may show the first)"
+    )
 
 
 _TEXT_FIELDS = ("gate", "resource", "action", "grant", "call_id", "args_digest", "requester", "requester_did")

@@ -18,6 +18,7 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.requests import Request
 
+from agentgate._json import once_each
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER
 from agentgate.dispatch.gateway._client import INVOCATION_HEADER, FieldError
 from agentgate.dispatch.prefix import estimate_prompt_tokens, estimate_tokens
@@ -127,20 +128,13 @@ def _declared_not_json(headers: Headers) -> str | None:
     return None
 
 
-def _one_of_each_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object read from ``pairs``; raises ``InputError`` for a key it holds twice.
-
-    Readers differ on which of two values counts (Python's parser and vLLM keep the last, others
-    the first): a proxy in front may have checked the other one. Until review R60 the gateway
-    decided and served ``{"model": "a", "model": "b", ...}`` as a call to ``b``."""
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise InputError(f"the body has the key {key[:60]!r} twice in one object: send each key once")
-            seen.add(key)
-    return value
+_one_of_each_key = once_each(
+    lambda key: InputError(f"the body has the key {key[:60]!r} twice in one object: send each key once")
+)
+"""A JSON object's hook that refuses a key it holds twice: readers differ on which of two values
+counts (Python's parser and vLLM keep the last, others the first), and a proxy in front may have
+checked the other one. Until review R60 the gateway decided and served ``{"model": "a", "model":
+"b", ...}`` as a call to ``b``."""
 
 
 def _parse_body(raw: bytes) -> dict[str, Any]:
