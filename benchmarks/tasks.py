@@ -21,7 +21,11 @@ in microseconds per call; and 8 threads sharing a limit of 2 (every call contend
 scheduler against ``threading.BoundedSemaphore(2)`` doing the same work (which barges and keeps
 no order, so it is a floor, not an equal).
 
-    .venv/bin/python benchmarks/tasks.py [--quick] [--json] [--calls N] [--repeat R]
+Opcodes (``--opcodes N``, no goal): the Python opcodes each side runs per call over N calls
+(``sys.settrace`` with ``f_trace_opcodes``), a count a loaded machine does not move, where the
+timings move by several percent: what docs/tasks.md's reviews of the scheduler's hot path give.
+
+    .venv/bin/python benchmarks/tasks.py [--quick] [--json] [--calls N] [--repeat R] [--opcodes N]
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's agentgate, not an installed one
 
@@ -158,6 +164,32 @@ def sync_contended(calls: int) -> tuple[float, float]:
     return sched_us, bare_us
 
 
+def opcodes_per_call(run: Callable[[int], Awaitable[float]], calls: int) -> float:
+    """The Python opcodes ``run(calls)`` runs per call, counted by ``sys.settrace`` with
+    ``f_trace_opcodes`` in every frame it enters (the event loop's Python frames included)."""
+    count = 0
+
+    def opcode(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal count
+        if event == "opcode":
+            count += 1
+        return opcode
+
+    def entered(frame: FrameType, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        return opcode
+
+    async def traced() -> None:
+        sys.settrace(entered)
+        try:
+            await run(calls)
+        finally:
+            sys.settrace(None)
+
+    asyncio.run(traced())
+    return count / calls
+
+
 def _at_least(least: int) -> Callable[[str], int]:
     """An argparse type: a whole number no smaller than ``least``."""
 
@@ -180,6 +212,13 @@ def main() -> None:
     # The contended sync figure runs calls // 8 calls: at least one.
     parser.add_argument("--calls", type=_at_least(8), default=20_000)
     parser.add_argument("--repeat", type=_at_least(1), default=9)
+    parser.add_argument(
+        "--opcodes",
+        type=_at_least(0),
+        default=0,
+        metavar="N",
+        help="also count opcodes per call over N calls",
+    )
     args = parser.parse_args()
     calls, repeat = (2_000, 2) if args.quick else (args.calls, args.repeat)
 
@@ -218,6 +257,16 @@ def main() -> None:
         f"sync, 8 threads, limit 2: scheduler {sync_busy:.1f} us/call, "
         f"BoundedSemaphore {semaphore_busy:.1f} us/call ({sync_calls // 4} calls)"
     )
+    counted = {}
+    if args.opcodes:
+        counted = {
+            "opcodes_per_call_bare": round(opcodes_per_call(bare, args.opcodes), 1),
+            "opcodes_per_call_scheduler": round(opcodes_per_call(scheduled, args.opcodes), 1),
+        }
+        print(
+            f"opcodes per call over {args.opcodes} calls: bare {counted['opcodes_per_call_bare']}, "
+            f"scheduler {counted['opcodes_per_call_scheduler']}"
+        )
     print(
         json.dumps(
             {
@@ -234,6 +283,7 @@ def main() -> None:
                     "sync_submit_keyed_digested_us": round(sync_digested, 2),
                     "sync_contended_us": round(sync_busy, 2),
                     "semaphore_contended_us": round(semaphore_busy, 2),
+                    **counted,
                 },
                 "goals": {
                     "scheduler_vs_bare_ratio": {"value": round(ratio, 3), "limit": 2.0, "better": "lower"}

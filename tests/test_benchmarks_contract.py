@@ -161,3 +161,16 @@ def test_tasks_scheduler_side_times_making_its_tool_calls(monkeypatch: pytest.Mo
     monkeypatch.setattr(bench, "ToolCall", CostlyToolCall)
     calls = 50
     assert asyncio.run(bench.scheduled(calls)) >= 0.9 * calls * 0.002
+
+
+def test_tasks_opcode_count_is_the_same_run_after_run_and_counts_the_scheduler() -> None:
+    """``benchmarks/tasks.py --opcodes`` is what docs/tasks.md's reviews of the scheduler's hot
+    path give (until the second reading of session 43 a scratch script outside the repository
+    did): once a first run has made what is made once (caches, lazy imports), the count does
+    not move between runs, as timings do, and it sees the scheduler's own Python work (the
+    scheduled side runs more than the bare one)."""
+    bench = _load("tasks")
+    bench.opcodes_per_call(bench.scheduled, 40)
+    first = bench.opcodes_per_call(bench.scheduled, 40)
+    assert first == bench.opcodes_per_call(bench.scheduled, 40)
+    assert first > bench.opcodes_per_call(bench.bare, 40) > 0
