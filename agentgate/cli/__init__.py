@@ -67,13 +67,19 @@ def run() -> NoReturn:
         from agentgate.cli.main import main
 
         code = main()
-    except Terminated:
-        code = _said("agentgate: terminated\n", 143)
-    except KeyboardInterrupt:
-        code = _said("agentgate: interrupted\n", 130)
+    except KeyboardInterrupt as exc:
+        code = _said(*ending(exc))
     finally:
         restore()
     raise SystemExit(code)
+
+
+def ending(exc: KeyboardInterrupt) -> tuple[str, int]:
+    """The line and the exit code of a command that SIGTERM (``Terminated``: 143) or Ctrl-C (130)
+    ended, said alike by ``main`` and, before ``main`` runs, by ``run``."""
+    if isinstance(exc, Terminated):
+        return "agentgate: terminated\n", 143
+    return "agentgate: interrupted\n", 130
 
 
 def _said(line: str, code: int) -> int:

@@ -23,7 +23,7 @@ _Handlers = dict[signal.Signals, Callable[[int, FrameType | None], Any]]
 
 def _imported(module: str) -> ModuleType:
     """``module``, imported whole before Ctrl-C or SIGTERM act: a signal that comes meanwhile is
-    noted and its handler (``KeyboardInterrupt``, ``main``'s ``_Terminated``) runs once the import
+    noted and its handler (``KeyboardInterrupt``, SIGTERM's ``agentgate.cli.Terminated``) runs once the import
     is done. Until review R71 it raised inside the import, also inside an extension module's
     initialization, and orjson's then crashed the interpreter (SIGSEGV, no ``agentgate:
     interrupted`` line). A second signal, the operator insisting (an import that hangs on a

@@ -22,8 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from agentgate.cli import WARNINGS, terminate_on_sigterm
-from agentgate.cli import Terminated as _Terminated
+from agentgate.cli import WARNINGS, ending, terminate_on_sigterm
 from agentgate.errors import AgentGateError
 
 # One module per verb group, named as the group (``agentgate.cli.keys`` is ``agentgate keys``);
@@ -205,12 +204,10 @@ def _run(argv: Sequence[str] | None) -> int:
     except UnicodeError as exc:  # an argument of bytes that are not UTF-8 (``$'\xff'``), sent to a store
         _say(f"agentgate: error: input that is not UTF-8 text: {_one_line(str(exc))}\n")
         return 2
-    except _Terminated:
-        _say("agentgate: terminated\n")
-        return 143
-    except KeyboardInterrupt:
-        _say("agentgate: interrupted\n")
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (``Terminated``)
+        line, code = ending(exc)
+        _say(line)
+        return code
     except OSError as exc:  # standard output cannot be written (disk full, I/O error), or a file
         if exc.filename is not None:
             _say(f"agentgate: error: {_one_line(f'{exc.filename}: {exc.strerror or exc}')}\n")
