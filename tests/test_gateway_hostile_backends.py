@@ -93,9 +93,14 @@ class Hostile:
         # ``writer.close()`` closes the socket a loop turn later (after its buffer drains): with the
         # loop stopped before that turn the socket was left to the garbage collector, whose
         # ResourceWarning then failed whatever test happened to collect it. Aborted here, and one
-        # turn given to close them.
+        # turn given to close them. Only those whose socket is still open: a transport closed
+        # with bytes still buffered, whose buffer then drained, has already ended its connection
+        # without counting it (CPython 3.11's ``_write_ready``), and its ``abort()`` reached the
+        # loop it had let go of (an AttributeError in a CI run's teardown, stop 54).
         for writer in self.writers:
-            writer.transport.abort()
+            sock = writer.transport.get_extra_info("socket")
+            if sock is not None and sock.fileno() != -1:
+                writer.transport.abort()
         await asyncio.sleep(0)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
