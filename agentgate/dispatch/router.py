@@ -213,7 +213,7 @@ class Router(RoutingPolicy):
         """The waiters in line that the free slots go to (matched as ``_free`` matches them, in
         order of the line): the ones worth waking when a slot frees; the rest would be told to
         wait. Waiters that stopped asking are passed over."""
-        given, _ = self._match((math.inf, math.inf, math.inf), now)
+        given, _, _ = self._match((math.inf, math.inf, math.inf), now)
         return [name for names in given.values() for name in names]
 
     def _free(self, candidates: list[BackendState], request: RouteRequest, now: float) -> list[BackendState]:
@@ -232,8 +232,7 @@ class Router(RoutingPolicy):
             key: tuple[float, float, float] = (math.inf, math.inf, math.inf)
         else:
             key = mine.key if mine is not None else (request.priority, _arrival(request, now), math.inf)
-        given, usable = self._match(key, now)
-        spare = self._spare()
+        given, usable, spare = self._match(key, now)
         left = set()
         for state in candidates:
             url = state.backend.engine_key
@@ -255,9 +254,10 @@ class Router(RoutingPolicy):
 
     def _match(
         self, key: tuple[float, float, float], now: float
-    ) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
-        """The free slots given to the waiters ahead of ``key`` in line (engine -> waiters), and
-        the engines each of those may use; the walk stops once every free slot is given. A waiter
+    ) -> tuple[dict[str, list[str]], dict[str, set[str]], dict[str, int]]:
+        """The free slots given to the waiters ahead of ``key`` in line (engine -> waiters), the
+        engines each of those may use, and the free slots of each engine (``_spare``, counted
+        once per ask); the walk stops once every free slot is given. A waiter
         whose tenant's token bucket cannot pay for it now is given none (it is shed at its next
         ask unless a slot is left over for it)."""
         if now - self._swept > WAITER_TIMEOUT_S:
@@ -289,7 +289,7 @@ class Router(RoutingPolicy):
                 and (waiter.allowed is None or waiter.allowed(state.backend))
             }
             _place(name, usable, given, spare, set())
-        return given, usable
+        return given, usable, spare
 
     def choose(self, candidates: list[BackendState], request: RouteRequest, now: float) -> RoutePlan:
         """Apply the rule in the module docstring; raises ``Shed`` when the request is refused."""
