@@ -43,6 +43,24 @@ from agentgate.errors import Denied, Expired, InputError, MalformedRow, Revoked,
 from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns, unix_time
 from agentgate.store.grants import GRANTS_DDL
 
+_DIALECT_FREE_DDL = """CREATE TABLE IF NOT EXISTS approval_grants (
+    approval_id TEXT NOT NULL REFERENCES approvals (id),
+    grant_id TEXT NOT NULL,
+    PRIMARY KEY (approval_id, grant_id)
+);
+CREATE TABLE IF NOT EXISTS approval_counted (
+    approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
+    voters TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS approval_calls (
+    approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
+    call_key TEXT NOT NULL,
+    asked_in TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS approval_calls_key ON approval_calls (call_key);
+"""
+"""The tables of a request written alike in both dialects (no time or counter column)."""
+
 APPROVALS_DDL: dict[Dialect, str] = {
     "sqlite": """
 CREATE TABLE IF NOT EXISTS approvals (
@@ -68,89 +86,46 @@ CREATE TABLE IF NOT EXISTS approval_asked (
     approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
     audit_index INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS approval_grants (
-    approval_id TEXT NOT NULL REFERENCES approvals (id),
-    grant_id TEXT NOT NULL,
-    PRIMARY KEY (approval_id, grant_id)
-);
-CREATE TABLE IF NOT EXISTS approval_counted (
-    approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
-    voters TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS approval_calls (
-    approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
-    call_key TEXT NOT NULL,
-    asked_in TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS approval_calls_key ON approval_calls (call_key);
-""",
+"""
+    + _DIALECT_FREE_DDL,
+    # Each CREATE ... IF NOT EXISTS of a table or index that exists is skipped, not run
+    # (PostgresStore.ensure_schema), so a role without CREATE on the schema can still start.
     "postgresql": """
+CREATE TABLE IF NOT EXISTS approvals (
+    id TEXT PRIMARY KEY,
+    call_hash TEXT NOT NULL,
+    requester TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'denied', 'consumed')),
+    approver TEXT,
+    quorum INTEGER NOT NULL DEFAULT 1 CHECK (quorum >= 1),
+    created DOUBLE PRECISION NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL,
+    decided_at DOUBLE PRECISION,
+    consumed_at DOUBLE PRECISION
+);
 DO $$
 BEGIN
-    -- Created only when missing: a role without CREATE on the schema can still start agentgate.
-    IF to_regclass('approvals') IS NULL THEN
-        CREATE TABLE approvals (
-            id TEXT PRIMARY KEY,
-            call_hash TEXT NOT NULL,
-            requester TEXT NOT NULL,
-            state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'denied', 'consumed')),
-            approver TEXT,
-            quorum INTEGER NOT NULL DEFAULT 1 CHECK (quorum >= 1),
-            created DOUBLE PRECISION NOT NULL,
-            expires_at DOUBLE PRECISION NOT NULL,
-            decided_at DOUBLE PRECISION,
-            consumed_at DOUBLE PRECISION
-        );
-    END IF;
     -- A table made before ``quorum`` (2026-11-29 17:27): its owner adds it (store init); its
     -- requests needed one approver. Any other role fails here until then, naming the column.
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('approvals')
                    AND attname = 'quorum' AND NOT attisdropped) THEN
         ALTER TABLE approvals ADD COLUMN quorum INTEGER NOT NULL DEFAULT 1 CHECK (quorum >= 1);
     END IF;
-    IF to_regclass('approvals_call') IS NULL THEN
-        CREATE INDEX approvals_call ON approvals (call_hash);
-    END IF;
-    IF to_regclass('approval_votes') IS NULL THEN
-        CREATE TABLE approval_votes (
-            approval_id TEXT NOT NULL REFERENCES approvals (id),
-            approver TEXT NOT NULL,
-            decided_at DOUBLE PRECISION NOT NULL,
-            PRIMARY KEY (approval_id, approver)
-        );
-    END IF;
-    IF to_regclass('approval_asked') IS NULL THEN
-        CREATE TABLE approval_asked (
-            approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
-            audit_index BIGINT NOT NULL
-        );
-    END IF;
-    IF to_regclass('approval_grants') IS NULL THEN
-        CREATE TABLE approval_grants (
-            approval_id TEXT NOT NULL REFERENCES approvals (id),
-            grant_id TEXT NOT NULL,
-            PRIMARY KEY (approval_id, grant_id)
-        );
-    END IF;
-    IF to_regclass('approval_counted') IS NULL THEN
-        CREATE TABLE approval_counted (
-            approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
-            voters TEXT NOT NULL
-        );
-    END IF;
-    IF to_regclass('approval_calls') IS NULL THEN
-        CREATE TABLE approval_calls (
-            approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
-            call_key TEXT NOT NULL,
-            asked_in TEXT NOT NULL
-        );
-    END IF;
-    IF to_regclass('approval_calls_key') IS NULL THEN
-        CREATE INDEX approval_calls_key ON approval_calls (call_key);
-    END IF;
 END;
 $$;
-""",
+CREATE INDEX IF NOT EXISTS approvals_call ON approvals (call_hash);
+CREATE TABLE IF NOT EXISTS approval_votes (
+    approval_id TEXT NOT NULL REFERENCES approvals (id),
+    approver TEXT NOT NULL,
+    decided_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (approval_id, approver)
+);
+CREATE TABLE IF NOT EXISTS approval_asked (
+    approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
+    audit_index BIGINT NOT NULL
+);
+"""
+    + _DIALECT_FREE_DDL,
 }
 
 APPROVAL_CHILDREN = (
