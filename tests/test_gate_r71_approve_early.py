@@ -71,8 +71,9 @@ def gate(tmp_path: Path, keys: dict[str, SigningKey]) -> Iterator[Gate]:
     opened.close()
 
 
-def _paused(gate: Gate, keys: dict[str, SigningKey]) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
-    """The desk agent, paused on the approval of one refund; its interrupt's payload."""
+def _paused_state(gate: Gate, keys: dict[str, SigningKey]) -> tuple[Any, Any, dict[str, Any], Any]:
+    """The desk agent, paused on the approval of one refund, as docs/quickstart.md runs it; the
+    state its run returned (with ``__interrupt__``)."""
     asks = AIMessage(
         "", tool_calls=[{"name": "payments.refund", "id": "c1", "args": {"order_id": "O-1", "amount": 800}}]
     )
@@ -87,6 +88,12 @@ def _paused(gate: Gate, keys: dict[str, SigningKey]) -> tuple[Any, Any, dict[str
     identity = gate.issue(keys["root"], name="desk", key=keys["desk"], role="desk")
     config = {"configurable": {"thread_id": "ticket-1"}}
     state = agent.invoke({"messages": [("user", "refund O-1")]}, config, context=identity)
+    return agent, identity, config, state
+
+
+def _paused(gate: Gate, keys: dict[str, SigningKey]) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
+    """The desk agent, paused on the approval of one refund; its interrupt's payload."""
+    agent, identity, config, state = _paused_state(gate, keys)
     return agent, identity, config, state["__interrupt__"][0].value
 
 
