@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from test_langgraph import Team, _make_team, _policy_text
+from test_langgraph import Team, _policy_text
+from test_langgraph import team as team  # the fixture
 
 from agentgate import Gate
 from agentgate.errors import AgentGateError, PolicyError, Revoked, ScopeCreep
@@ -33,13 +32,6 @@ from agentgate.store.approvals import ApprovalStore, QuorumRule
 
 CAPS = ["tool:search", "model:scripted"]
 CALL = "thread-1|tools:6f1c|call-0"
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _delegate(

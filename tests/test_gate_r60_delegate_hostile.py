@@ -15,12 +15,11 @@ Real components: a Gate over a SQLite store (test_langgraph's team)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from test_langgraph import Team, _make_team
+from test_langgraph import Team
+from test_langgraph import team as team  # the fixture
 
 from agentgate.authority import Budget, issue
 from agentgate.errors import AuthorityError, Denied, Expired, Revoked, ScopeCreep
@@ -29,13 +28,6 @@ from agentgate.keys import SigningKey
 from agentgate.policy import role_grant_template
 
 CAPS = ["tool:search"]
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _delegate(

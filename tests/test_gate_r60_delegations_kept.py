@@ -13,25 +13,17 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from test_langgraph import Team, _make_team
+from test_langgraph import Team
+from test_langgraph import team as team  # the fixture
 
 from agentgate.errors import Revoked
 from agentgate.gate import AgentIdentity, _delegation
 from agentgate.keys import SigningKey
 
 CAPS = ["tool:search"]
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _delegate(

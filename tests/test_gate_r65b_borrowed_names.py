@@ -9,13 +9,13 @@ refusal is the one docs/operations.md ("Rotating keys") promises."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage
 from test_langgraph import NAMES, Team, _calls, _make_team, _policy_text, _tools
+from test_langgraph import team as team  # the fixture
 
 from agentgate.capabilities import Call
 from agentgate.gate import AgentIdentity, Gate
@@ -25,13 +25,6 @@ from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
 
 SEARCH = Call.tool("search", {"query": "q"})
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _sub_agent(team: Team, key: SigningKey) -> AgentIdentity:

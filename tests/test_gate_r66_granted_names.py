@@ -12,12 +12,11 @@ no such purpose, and their holders still name themselves (docs/concepts.md, "Age
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from test_langgraph import Team, _make_team
+from test_langgraph import Team
+from test_langgraph import team as team  # the fixture
 
 from agentgate.authority import issue
 from agentgate.capabilities import Call
@@ -26,13 +25,6 @@ from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 
 SEARCH = Call.tool("search", {"query": "q"})
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _helper(team: Team, call: str | None = None) -> AgentIdentity:

@@ -11,24 +11,16 @@ not: docs/concepts.md, "Agent name"."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from test_langgraph import Team, _make_team
+from test_langgraph import Team
+from test_langgraph import team as team  # the fixture
 
 from agentgate.errors import Denied
 from agentgate.keys import SigningKey
 
 VARIANTS = ["Researcher", "RESEARCHER", "\uff52\uff45\uff53\uff45\uff41\uff52\uff43\uff48\uff45\uff52"]
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _granted(team: Team, name: str) -> list[str]:

@@ -13,13 +13,12 @@ caught: docs/concepts.md, "Agent name"."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from test_gate_r67_unbound_names import _outside_grant
-from test_langgraph import Team, _make_team
+from test_langgraph import Team
+from test_langgraph import team as team  # the fixture
 
 from agentgate._names import mixed_scripts
 from agentgate.capabilities import Call
@@ -30,13 +29,6 @@ from agentgate.keys import SigningKey
 SEARCH = Call.tool("search", {"query": "q"})
 CYRILLIC_E = "r\u0435searcher"  # the second letter is CYRILLIC SMALL LETTER IE
 GREEK_O = "superv\u03bfisor"  # GREEK SMALL LETTER OMICRON
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 @pytest.mark.parametrize(

@@ -14,12 +14,13 @@ Real components: the team's Gate over a SQLite file, the CLI in-process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 from test_gateway_chain_cache import POLICY as GATEWAY_POLICY
 from test_langgraph import NAMES, Team, _make_team, _policy_text
+from test_langgraph import team as team  # the fixture
 
 from agentgate.authority import Budget, Invocation, delegate, issue
 from agentgate.capabilities import Call
@@ -32,13 +33,6 @@ from agentgate.store import SQLiteStore, Store
 from agentgate.store.grants import GrantRepository, GrantRow
 
 SEARCH = Call.tool("search", {"query": "q"})
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _offline(team: Team, key: SigningKey) -> AgentIdentity:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 from test_langgraph import Team, _make_team
+from test_langgraph import team as team  # the fixture
 
 from agentgate.authority import Budget, issue
 from agentgate.capabilities import Call
@@ -28,13 +29,6 @@ from agentgate.tasks import SchedulerConfig
 
 SEARCH = Call.tool("search", {"query": "q"})
 WAIT_S = 10.0
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _outside_grant(team: Team, key: SigningKey) -> Any:

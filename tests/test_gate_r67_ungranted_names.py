@@ -9,13 +9,12 @@ both: it reads as the name without the space."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from test_gate_r67_unbound_names import _outside_grant
-from test_langgraph import Team, _make_team
+from test_langgraph import Team
+from test_langgraph import team as team  # the fixture
 
 from agentgate.capabilities import Call
 from agentgate.errors import InputError
@@ -23,13 +22,6 @@ from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 
 SEARCH = Call.tool("search", {"query": "q"})
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 @pytest.mark.parametrize(

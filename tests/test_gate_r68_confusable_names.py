@@ -9,13 +9,12 @@ as ``researcher`` there is: ``implicit_trust_inheritance``/``inherited_identity`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from test_gate_r67_unbound_names import _outside_grant
-from test_langgraph import Team, _make_team
+from test_langgraph import Team
+from test_langgraph import team as team  # the fixture
 
 from agentgate import _confusables
 from agentgate._names import mixed_scripts
@@ -27,13 +26,6 @@ from agentgate.keys import SigningKey
 
 SEARCH = Call.tool("search", {"query": "q"})
 CYRILLIC_RESEARCHER = "\u0433\u0435\u0455\u0435\u0430\u0433\u0441\u04bb\u0435\u0433"  # геѕеагсһег
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def test_the_name_is_in_one_script() -> None:

@@ -11,24 +11,16 @@ audited as any refused grant is. The store keeps them for every process on it
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from test_langgraph import Team, _entries, _make_team
+from test_langgraph import Team, _entries
+from test_langgraph import team as team  # the fixture
 
 from agentgate import _confusables
 from agentgate.errors import Denied
 from agentgate.gate import AgentIdentity, _delegation
 from agentgate.keys import SigningKey
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _delegate(team: Team, name: str, key: SigningKey | None = None) -> AgentIdentity:

@@ -9,22 +9,12 @@ went on acting after its holder was revoked. What holds now: the grant is revoke
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from test_gate_r67_offline_chains_recorded import SEARCH, _offline
-from test_langgraph import Team, _make_team
+from test_langgraph import Team
+from test_langgraph import team as team  # the fixture
 
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def test_a_grant_recorded_under_another_audience_is_revoked_by_its_holder(team: Team) -> None:

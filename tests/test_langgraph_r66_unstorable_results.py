@@ -24,7 +24,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.types import Command
-from test_langgraph import Team, _calls, _entries, _make_team, _tool_messages
+from test_langgraph import Team, _calls, _entries, _tool_messages
+from test_langgraph import team as team  # the fixture
 
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 
@@ -44,13 +45,6 @@ def _result(kind: str) -> Any:
     if kind == "function":
         return "found", lambda: "later"
     return Command(update={"messages": [ToolMessage("found", tool_call_id="search-0", artifact=_Handle())]})
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _agent(team: Team, artifact: Any, checkpointer: Any) -> Any:

@@ -7,23 +7,15 @@ node runs: the request stays open, and the run resumes with a real approval afte
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from test_langgraph import Team, _entries, _make_team, _publisher
+from test_langgraph import Team, _entries, _publisher
+from test_langgraph import team as team  # the fixture
 
 GO = {"messages": [{"role": "user", "content": "go"}]}
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _declined(team: Team, value: object) -> str:

@@ -20,6 +20,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from test_langgraph import Team, _make_team, _tools
+from test_langgraph import team as team  # the fixture
 from test_langgraph_r68_invalid_tool_calls import GO, _Answers, _tool_entries
 
 import agentgate
@@ -100,13 +101,6 @@ def _run(team: Team, answer: AIMessage, *, asynchronous: bool, built: str) -> li
     else:
         result = app.invoke(state, config, context=team.supervisor)
     return [m for m in result["messages"] if isinstance(m, ToolMessage)]
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 RUNS = pytest.mark.parametrize(

@@ -7,7 +7,7 @@ ran. Nothing is allowed, nothing runs."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -15,19 +15,13 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage
 from test_langgraph import Team, _make_team
+from test_langgraph import team as team  # the fixture
 from test_langgraph_r68_invalid_tool_calls import GO, _agent, _invalid, _tool_entries
 
 from agentgate.capabilities import Call
 from agentgate.errors import InputError
 from agentgate.integrations.langgraph._tool_calls import INVALID_CALLS_NAMED
 from agentgate.store import Transaction
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _transactions_of_run(team: Team, answer: AIMessage, monkeypatch: pytest.MonkeyPatch) -> int:

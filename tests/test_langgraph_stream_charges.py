@@ -29,19 +29,13 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk
 from langchain_core.tools import StructuredTool
 from test_langgraph import Team, _calls, _entries, _make_team, _tool_messages, _tools
+from test_langgraph import team as team  # the fixture
 from test_langgraph_streaming import INPUT, USAGE, StreamedChatModel
 
 from agentgate.integrations import langgraph as lg
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
 from agentgate.integrations.langgraph import _calls as lg_calls
 from agentgate.integrations.langgraph import _delegation as lg_delegation
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _spent(team: Team) -> int:

@@ -67,6 +67,7 @@ from langgraph.config import get_stream_writer
 from langgraph.types import Command, Interrupt
 from pydantic import Field
 from test_langgraph import Team, _ask_researcher, _calls, _entries, _make_team, _publisher, _tools
+from test_langgraph import team as team  # the fixture
 
 from agentgate.gate import Approval, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
@@ -155,13 +156,6 @@ class StreamedChatModel(ScriptedChatModel):
                 await run_manager.on_llm_new_token(str(chunk.message.content), chunk=chunk)
             yield chunk
             await asyncio.sleep(self.pause)
-
-
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    made = _make_team(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _spent(team: Team) -> int:
