@@ -11,12 +11,12 @@ character but a lone surrogate was taken.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from test_gate import Setup
+from test_gate import setup as setup  # the fixture
 
 from agentgate.errors import InputError
 from agentgate.gate import AgentIdentity
@@ -24,13 +24,6 @@ from agentgate.integrations.langgraph import delegation_tool
 
 MAX_AGENT_NAME_CHARS = 200
 """``agentgate.gate.MAX_AGENT_NAME_CHARS`` (``test_the_bound_is_the_one_spans_cut_names_at``)."""
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _issue(setup: Setup, name: str) -> AgentIdentity:

@@ -8,24 +8,17 @@ Gate, real SQLite file."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from test_gate_run import Setup
+from test_gate_run import setup as setup  # the fixture
 
 from agentgate.capabilities import Call
 from agentgate.errors import InputError
 from agentgate.findings import Finding, FindingKind
 
 CALL = Call.tool("search")
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
 
 
 BAD: list[tuple[str, Callable[[Setup], object], str]] = [

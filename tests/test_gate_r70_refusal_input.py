@@ -7,23 +7,15 @@ Real Gate, real SQLite file."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from test_gate_run import Setup
+from test_gate_run import setup as setup  # the fixture
 
 from agentgate.capabilities import Call
 from agentgate.errors import InputError
 
 CALL = Call.tool("search")
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ usd_micros budget by 99999999999999..." with the budget spent out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_gate import Setup
+from test_gate import setup as setup  # the fixture
 from test_langgraph import _make_team
 
 from agentgate.capabilities import Call
@@ -36,13 +36,6 @@ ABSURD = 10**20
 # ``small`` costs 1 micro-dollar a prompt token and 2 an output token (test_gate.POLICY): a call
 # of ``max_tokens`` 100 estimated at a 50-token prompt reserves 50 + 2 * 100.
 RESERVED = 50 + 2 * 100
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _garbage(reasons: list[str]) -> list[str]:

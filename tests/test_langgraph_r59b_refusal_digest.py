@@ -5,26 +5,17 @@ the model sent them (the integer, not the text the run's state keeps it as), so 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 from test_langgraph_r58_huge_integer import ARGS, HUGE, _Paying, _run
+from test_langgraph_r58_huge_integer import paying as paying  # the fixture
 
 from agentgate.authority._invocation import args_digest
 from agentgate.gate import AgentIdentity
 from agentgate.integrations.langgraph import gated_tool_node
 
 AS_SENT = f"sha256:{args_digest(ARGS)}"
-
-
-@pytest.fixture
-def paying(tmp_path: Path) -> Iterator[_Paying]:
-    made = _Paying(tmp_path)
-    yield made
-    made.gate.close()
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

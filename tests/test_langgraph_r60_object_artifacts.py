@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +20,7 @@ from langgraph.types import Command
 from pydantic import BaseModel
 from test_langgraph_exact_numbers import _AsWritten
 from test_langgraph_r58_huge_integer import _Paying
+from test_langgraph_r58_huge_integer import paying as paying  # the fixture
 
 from agentgate.integrations.langgraph import create_gated_agent
 
@@ -49,13 +48,6 @@ def _result(kind: str) -> Any:
     if kind == "command":
         return Command(update={"messages": [ToolMessage("refunded", tool_call_id="c1")], "extra": HUGE})
     return ("refunded", _Receipt(id=HUGE) if kind == "pydantic" else _Ledger(id=HUGE))
-
-
-@pytest.fixture
-def paying(tmp_path: Path) -> Iterator[_Paying]:
-    made = _Paying(tmp_path)
-    yield made
-    made.gate.close()
 
 
 @pytest.mark.parametrize("kind", ["pydantic", "dataclass", "command"])

@@ -6,21 +6,13 @@ the answer, ``ai_message``, and its ``usage_metadata``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain.agents.structured_output import ProviderStrategy, StructuredOutputValidationError, ToolStrategy
 from langchain_core.messages import AIMessage
 from test_langgraph_r59b_structured_output import HUGE, Refund, _Structured, _structured
-
-
-@pytest.fixture
-def structured(tmp_path: Path) -> Iterator[_Structured]:
-    made = _Structured(tmp_path)
-    yield made
-    made.gate.close()
+from test_langgraph_r59b_structured_output import structured as structured  # the fixture
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

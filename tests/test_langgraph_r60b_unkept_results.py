@@ -7,8 +7,6 @@ Until then the call was recorded ``ok`` and a checkpointed run ended in LangGrap
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,16 +15,10 @@ from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from test_langgraph_exact_numbers import _AsWritten
 from test_langgraph_r58_huge_integer import _Paying
+from test_langgraph_r58_huge_integer import paying as paying  # the fixture
 from test_langgraph_r60_object_artifacts import HUGE, _result, _WithExtra
 
 from agentgate.integrations.langgraph import create_gated_agent
-
-
-@pytest.fixture
-def paying(tmp_path: Path) -> Iterator[_Paying]:
-    made = _Paying(tmp_path)
-    yield made
-    made.gate.close()
 
 
 @pytest.mark.parametrize("kind", ["pydantic", "dataclass", "command"])

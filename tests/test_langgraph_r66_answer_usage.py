@@ -12,14 +12,13 @@ sets; sync and async."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain.agents.structured_output import ProviderStrategy, StructuredOutputValidationError
 from pydantic import BaseModel
-from test_langgraph_hostile_model import GO, Hostile, Setup, _answer, _call, _make
+from test_langgraph_hostile_model import GO, Hostile, Setup, _answer, _call
+from test_langgraph_hostile_model import setup as setup  # the fixture
 
 from agentgate.dispatch._sse import MAX_CHARS_PER_TOKEN
 from agentgate.integrations.langgraph import create_gated_agent
@@ -27,13 +26,6 @@ from agentgate.integrations.langgraph import create_gated_agent
 UNREAD = "the call ran but its usage could not be read; charged as reserved"
 LIMIT = 64
 """The output tokens each model call reserves (``create_gated_agent(max_tokens=...)``)."""
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    made = _make(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _usage(output: int) -> dict[str, int]:

@@ -19,7 +19,7 @@ What holds:
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from langchain_core.tools import StructuredTool
 from test_langgraph import Team, _calls, _entries, _make_team, _tool_messages, _tools
 from test_langgraph import team as team  # the fixture
 from test_langgraph_streaming import INPUT, USAGE, StreamedChatModel
+from test_langgraph_streaming import sim_url as sim_url  # the fixture
 
 from agentgate.integrations import langgraph as lg
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
@@ -168,17 +169,6 @@ async def test_the_watch_ends_with_the_model_call(team: Team) -> None:
 
 
 # --- stream_usage ----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sim_url() -> Iterator[str]:
-    from agentgate.sim import SimServer
-
-    server = SimServer(model_name="scripted", time_scale=0.05).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 def _chat_openai(url: str, **kw: Any) -> Any:

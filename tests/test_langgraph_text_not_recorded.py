@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,15 +18,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage
 from test_observability import Sweep, _calls, _span_bytes
+from test_observability import sweep as sweep  # the fixture
 
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
-
-
-@pytest.fixture
-def sweep(tmp_path: Path) -> Iterator[Sweep]:
-    made = Sweep(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _store_bytes(directory: Path) -> bytes:
