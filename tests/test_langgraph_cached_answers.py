@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,19 +47,13 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from test_dispatch_usage import EvilBackend
-from test_langgraph_time_travel import GO, Rig, _rig, _turn
+from test_langgraph_time_travel import GO, Rig, _turn
+from test_langgraph_time_travel import rig as rig  # the fixture
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.router import Router
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    made = _rig(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _cached_agent(rig: Rig, checkpointer: Any = None) -> Any:

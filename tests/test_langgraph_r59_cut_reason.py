@@ -8,24 +8,16 @@ the gateway are those of tests/test_gateway_r58_cut_after_output.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_gate_r57_stream_usage import Scripted
+from test_gate_r57_stream_usage import backend as backend  # the fixture
 from test_gateway_end_to_end import _body
 from test_gateway_hostile_backends import _chunk, _gateway, _settled
 from test_gateway_r58_cut_after_output import CUT_AFTER, UNREAD, _agent_outcome
 
 CUTS = {**CUT_AFTER, "text": _chunk("Let me")}
-
-
-@pytest.fixture
-def backend() -> Iterator[Scripted]:
-    made = Scripted()
-    made.mode = "script"
-    yield made
-    made.close()
 
 
 @pytest.mark.parametrize("output", sorted(CUTS))
