@@ -422,6 +422,24 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         errors = [first, *(e for e in errors if e not in alternatives)]
         if first["type"].endswith("_type"):  # no member came close: name them all
             union_expected = " or ".join(_EXPECTED.get(e["type"], e["type"]) for e in alternatives)
+    # A required field written misspelt (``approver:`` for ``approvers:``) is both missing and an
+    # unknown field of the same mapping: report the field as written, suggesting the missing one,
+    # not "add it" at the mapping's first key (review R72).
+    missing = first["loc"][-1] if first["type"] == "missing" and first["loc"] else None
+    misspelt = [
+        e
+        for e in errors
+        if e["type"] == "extra_forbidden"
+        and e["loc"][:-1] == first["loc"][:-1]
+        and isinstance(missing, str)
+        and difflib.get_close_matches(str(e["loc"][-1]), [missing], n=1)
+    ]
+    if misspelt:  # one mistake, counted once: the missing field is the misspelt one
+        left_out = first
+        first = max(
+            misspelt, key=lambda e: difflib.SequenceMatcher(None, str(e["loc"][-1]), str(missing)).ratio()
+        )
+        errors = [first, *(e for e in errors if e is not first and e is not left_out)]
     loc = [part for part in first["loc"] if isinstance(part, str | int)]
     data_loc = _data_path(loc, locations)
     kind = first["type"]
@@ -434,7 +452,9 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         bad = str(loc[-1])
         known = _all_field_names()
         close = difflib.get_close_matches(bad, [name for name in known if name != bad], n=1)
-        if bad in known:  # never "did you mean" the name itself (review R63)
+        if misspelt:
+            hint = f"did you mean {missing!r}?"
+        elif bad in known:  # never "did you mean" the name itself (review R63)
             hint = f"{bad!r} is a field of another section, not of this one: see docs/policy-reference.md"
         elif close:
             hint = f"did you mean {close[0]!r}?"
