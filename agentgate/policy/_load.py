@@ -166,13 +166,17 @@ class RuleRef:
     """Its position in that list."""
     capability: Capability
     line: int | None = None
+    delegation: bool = False
+    """Whether the rule is in the role's ``delegation.capabilities``, not its ``capabilities``."""
     label: str = field(init=False, repr=False, compare=False)
-    """``role R rule N: CAPABILITY (line L)``, formatted once (decisions quote it)."""
+    """``role R rule N: CAPABILITY (line L)`` (``role R delegation rule N: ...`` for a delegation
+    rule), formatted once (decisions and lint quote it)."""
     allowed_by: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f" (line {self.line})" if self.line is not None else ""
-        label = f"role {self.role} rule {self.index + 1}: {describe(self.capability)}{where}"
+        which = "delegation rule" if self.delegation else "rule"
+        label = f"role {self.role} {which} {self.index + 1}: {describe(self.capability)}{where}"
         object.__setattr__(self, "label", label)
         object.__setattr__(self, "allowed_by", "allowed by " + label)
 
@@ -606,6 +610,7 @@ class _Compiler:
                     i,
                     self._capability(("roles", role, "delegation", "capabilities", i), rule),
                     self._line(("roles", role, "delegation", "capabilities", i)),
+                    delegation=True,
                 )
                 for i, rule in enumerate(spec.delegation.capabilities)
             )
