@@ -223,25 +223,14 @@ UNSIGNED = " (unsigned: no checkpoint yet, protected only by the database's trig
 """What ``verify`` adds to the verdict ``intact`` of a log with entries that no checkpoint signs."""
 
 
-def _verify(args: argparse.Namespace) -> int:
-    saved = None
-    if args.checkpoint:
-        saved = _read(args.checkpoint, MAX_CHECKPOINT_FILE_BYTES, "checkpoint")
-        try:
-            _parse_saved(saved)
-        except TamperDetected as exc:
-            raise InputError(f"{args.checkpoint}: not a checkpoint: {exc}") from exc
-    try:
-        keyless = _nothing_signed_and_no_key(args, saved)
-        store, log = _open_unsigned(args) if keyless else _open(args)
-    except LogDropped as exc:  # not an empty log: the log's tables are gone
-        if args.json:
-            dropped = [_problem("log", str(exc))]
-            write_json(_verdict_json(None, log_exists=False, problems=dropped, saved=saved is not None))
-            return 1
-        print("TAMPERED: 1 problem(s)")
-        print(f"  - {printable(str(exc))}")
-        return 1
+def _verified(
+    args: argparse.Namespace, saved: str | None, *, keyless: bool
+) -> tuple[AuditLog, VerifyReport | None]:
+    """The log ``verify`` reads (with a public key that signs nothing when ``keyless``, else as
+    ``_open``) and its report against ``saved``, the store closed again; the report is ``None``
+    where no log was ever made (``log.exists`` false). Raises ``LogDropped`` for a dropped log,
+    and ``InputError`` for a saved checkpoint that is not this log's."""
+    store, log = _open_unsigned(args) if keyless else _open(args)
     with store:
         if saved is not None:
             # The saved checkpoint is the caller's evidence, not the database's: one that is not
@@ -254,14 +243,37 @@ def _verify(args: argparse.Namespace) -> int:
                     f"{args.checkpoint}: not a checkpoint of this log signed by its key: {exc}"
                 ) from exc
         if not log.exists:
-            return _verify_no_log(log, saved, as_json=args.json)
-        report = log.verify(saved_checkpoint=saved)
-    if keyless and report.unopened_signers:
-        # A checkpoint signed since it was looked for: read again as without this way in, with
-        # the log key (or refused for want of it), so that no checkpoint reads as tampering.
-        store, log = _open(args)
-        with store:
-            report = log.verify(saved_checkpoint=saved)
+            return log, None
+        return log, log.verify(saved_checkpoint=saved)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    saved = None
+    if args.checkpoint:
+        saved = _read(args.checkpoint, MAX_CHECKPOINT_FILE_BYTES, "checkpoint")
+        try:
+            _parse_saved(saved)
+        except TamperDetected as exc:
+            raise InputError(f"{args.checkpoint}: not a checkpoint: {exc}") from exc
+    try:
+        keyless = _nothing_signed_and_no_key(args, saved)
+        log, report = _verified(args, saved, keyless=keyless)
+        if keyless and report is not None and report.unopened_signers:
+            # A checkpoint signed since it was looked for: read again as without this way in, with
+            # the log key (or refused for want of it), so that no checkpoint reads as tampering.
+            # A log dropped meanwhile is the verdict below, as at the first opening (until review
+            # R72 this opening was not guarded: exit 2, ``agentgate: error:``).
+            log, report = _verified(args, saved, keyless=False)
+    except LogDropped as exc:  # not an empty log: the log's tables are gone
+        if args.json:
+            dropped = [_problem("log", str(exc))]
+            write_json(_verdict_json(None, log_exists=False, problems=dropped, saved=saved is not None))
+            return 1
+        print("TAMPERED: 1 problem(s)")
+        print(f"  - {printable(str(exc))}")
+        return 1
+    if report is None:
+        return _verify_no_log(log, saved, as_json=args.json)
     if args.json:
         write_json(_verdict_json(report, wrong_key=_wrong_key(report, log), saved=saved is not None))
         return 0 if report.ok else 1
