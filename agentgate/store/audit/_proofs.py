@@ -210,7 +210,14 @@ class _Proofs:
         row = self._latest_checkpoint_row()
         if row is None:
             return None, tuple(sorted(leaves))
-        checkpoint = self.open_checkpoint(_note(row[2]))
+        try:
+            checkpoint = self.open_checkpoint(_note(row[2]))
+        except TamperDetected as exc:
+            # Named, as verify names each checkpoint: the note's own error does not say which note
+            # (until review R72 ``signed note has no signature block``, nothing more).
+            raise TamperDetected(
+                f"audit log: its latest stored checkpoint (size {row[0]!r}) does not open: {exc}"
+            ) from None
         self._refuse_past_end(checkpoint, "its latest signed checkpoint")
         size = checkpoint.size
         covered = sorted(idx for idx in leaves if idx < size)

@@ -1,0 +1,74 @@
+"""``audit explain`` refused over a stored checkpoint that does not open: the refusal names it.
+
+Until review R72 the line quoted only the signed note's own error (``REFUSED: signed note has no
+signature block; ...``, ``REFUSED: note carries no signature by the log key ...``), so that an
+operator could not tell that the note was the log's latest stored checkpoint (the one explain
+proves against), rather than the entry or a file given on the command line.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from _cli import cli
+from test_audit_r57_repairs import ENTRY, ORIGIN
+
+from agentgate.keys import SigningKey
+from agentgate.store import SQLiteStore
+from agentgate.store.audit import AuditLog, open_log_key
+
+
+@pytest.fixture(autouse=True)
+def _environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
+    for name in ("AGENTGATE_LOG_KEY", "AGENTGATE_LOG_PREVIOUS_KEYS", "AGENTGATE_STORE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _checkpointed(db: Path) -> None:
+    with SQLiteStore(db) as store:
+        log = AuditLog(store, open_log_key(store, create=True), ORIGIN)
+        log.append_many([ENTRY] * 3)
+        log.checkpoint()
+
+
+def test_a_stored_checkpoint_without_signature_is_named_in_the_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R72: a copy of the stored checkpoint appended with a NUL after its signature line
+    (the table is append-only, not checked on insert) was refused as ``REFUSED: signed note has
+    no signature block``. Rule: the refusal says it is the latest stored checkpoint, of which
+    size, that does not open, then why."""
+    db = tmp_path / "agentgate.db"
+    _checkpointed(db)
+    raw = sqlite3.connect(db)
+    raw.execute(
+        "INSERT INTO audit_checkpoints(size, root, note, created) "
+        "SELECT size, root, note || char(0), created FROM audit_checkpoints"
+    )
+    raw.commit()
+    raw.close()
+    code, out, _err = cli(capsys, "audit", "explain", "1", "--store", str(db))
+    assert code == 1, out
+    assert out.startswith(
+        "REFUSED: audit log: its latest stored checkpoint (size 3) does not open: signed note has no signature block"
+    ), out
+
+
+def test_a_wrong_key_names_the_checkpoint_it_does_not_open(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R72: ``explain --key`` with another log's public key was refused as ``REFUSED: note
+    carries no signature by the log key ...``: which note was not said. Rule: the latest stored
+    checkpoint is named, then the signature's error, whole."""
+    db = tmp_path / "agentgate.db"
+    _checkpointed(db)
+    other = tmp_path / "other.pub"
+    other.write_text(SigningKey.generate().public.did + "\n", encoding="utf-8")
+    code, out, _err = cli(capsys, "audit", "explain", "1", "--store", str(db), "--key", str(other))
+    assert code == 1, out
+    assert out.startswith(
+        "REFUSED: audit log: its latest stored checkpoint (size 3) does not open: note carries no signature"
+    ), out
