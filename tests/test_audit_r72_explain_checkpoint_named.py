@@ -1,9 +1,10 @@
-"""``audit explain`` refused over a stored checkpoint that does not open: the refusal names it.
+"""A stored or saved checkpoint that does not open is named where ``audit explain`` and ``audit
+checkpoint`` refuse over it.
 
-Until review R72 the line quoted only the signed note's own error (``REFUSED: signed note has no
-signature block; ...``, ``REFUSED: note carries no signature by the log key ...``), so that an
-operator could not tell that the note was the log's latest stored checkpoint (the one explain
-proves against), rather than the entry or a file given on the command line.
+Until review R72 the refusal quoted only the signed note's own error (``REFUSED: signed note has
+no signature block; ...``, ``REFUSED: note carries no signature by the log key ...``), so that an
+operator could not tell which note it was: the log's latest stored checkpoint (the one explain
+proves against and checkpoint extends), or the one saved in ``--out FILE``.
 """
 
 from __future__ import annotations
@@ -72,3 +73,48 @@ def test_a_wrong_key_names_the_checkpoint_it_does_not_open(
     assert out.startswith(
         "REFUSED: audit log: its latest stored checkpoint (size 3) does not open: note carries no signature"
     ), out
+
+
+def test_checkpoint_names_the_stored_checkpoint_that_does_not_open(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R72: ``audit checkpoint`` over a latest stored checkpoint that does not open said
+    ``REFUSED: signed note has no signature block``, as explain did. Rule: named the same way."""
+    db = tmp_path / "agentgate.db"
+    _checkpointed(db)
+    raw = sqlite3.connect(db)
+    raw.execute(
+        "INSERT INTO audit_checkpoints(size, root, note, created) "
+        "SELECT size, root, note || char(0), created FROM audit_checkpoints"
+    )
+    raw.commit()
+    raw.close()
+    code, out, _err = cli(capsys, "audit", "checkpoint", "--store", str(db))
+    assert code == 1, out
+    assert out.startswith(
+        "REFUSED: audit log: its latest stored checkpoint (size 3) does not open: signed note has no signature block"
+    ), out
+
+
+def test_checkpoint_out_names_a_saved_checkpoint_of_another_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R72: ``audit checkpoint --out FILE`` where FILE holds another log's checkpoint said
+    ``REFUSED: note carries no signature by the log key ...``: whether the note was FILE's or the
+    stored one was not said. Rule: the saved checkpoint is named, and FILE is kept."""
+    db = tmp_path / "agentgate.db"
+    _checkpointed(db)
+    other = tmp_path / "other" / "agentgate.db"
+    other.parent.mkdir()
+    _checkpointed(other)
+    saved = tmp_path / "cp.txt"
+    with SQLiteStore(other) as store:
+        note = AuditLog(store, open_log_key(store), ORIGIN).latest_checkpoint()
+    assert note is not None
+    saved.write_text(note, encoding="utf-8")
+    code, out, _err = cli(capsys, "audit", "checkpoint", "--store", str(db), "--out", str(saved))
+    assert code == 1, out
+    assert out.startswith(
+        "REFUSED: audit log: the saved checkpoint does not open: note carries no signature"
+    ), out
+    assert saved.read_text(encoding="utf-8") == note

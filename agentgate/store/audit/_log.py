@@ -326,13 +326,16 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         # size -> (root, what it is): the roots the log must still have at those sizes.
         targets: dict[int, tuple[bytes, str]] = {}
         if saved is not None:
-            kept = self.open_checkpoint(saved)
+            try:
+                kept = self.open_checkpoint(saved)
+            except TamperDetected as exc:  # named: the stored one is read next (until review R72 not said)
+                raise TamperDetected(f"audit log: the saved checkpoint does not open: {exc}") from None
             targets[kept.size] = (kept.root, "the saved checkpoint")
         latest = self._latest_checkpoint_row()
         prev_size = 0
         if latest:
             # What was signed, not the row's unsigned columns, is what the log must still match.
-            signed = self.open_checkpoint(_note(latest[2]))
+            signed = self._open_latest(latest)
             # The size column as stored: SQLite keeps text or a fraction there if given one.
             if (signed.size, signed.root) != (latest[0], _bytes(latest[1])) or type(latest[0]) is not int:
                 raise TamperDetected("audit log: the latest checkpoint row does not match its signed note")

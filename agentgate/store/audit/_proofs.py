@@ -200,6 +200,18 @@ class _Proofs:
                 "(entries deleted, or the database restored from an older copy)"
             )
 
+    def _open_latest(self, row: Row) -> Checkpoint:
+        """The checkpoint the latest stored row (size, root, note) signs, its signature checked
+        (``open_checkpoint``); ``TamperDetected`` naming that row when its note does not open, as
+        verify names each checkpoint: the note's own error does not say which note (until review
+        R72 explain and checkpoint refused with ``signed note has no signature block`` alone)."""
+        try:
+            return self.open_checkpoint(_note(row[2]))
+        except TamperDetected as exc:
+            raise TamperDetected(
+                f"audit log: its latest stored checkpoint (size {row[0]!r}) does not open: {exc}"
+            ) from None
+
     def _prove_included(self, leaves: Mapping[int, bytes]) -> tuple[Checkpoint | None, tuple[int, ...]]:
         """Prove each ``index -> leaf hash`` in ``leaves`` included in the latest stored checkpoint.
 
@@ -210,14 +222,7 @@ class _Proofs:
         row = self._latest_checkpoint_row()
         if row is None:
             return None, tuple(sorted(leaves))
-        try:
-            checkpoint = self.open_checkpoint(_note(row[2]))
-        except TamperDetected as exc:
-            # Named, as verify names each checkpoint: the note's own error does not say which note
-            # (until review R72 ``signed note has no signature block``, nothing more).
-            raise TamperDetected(
-                f"audit log: its latest stored checkpoint (size {row[0]!r}) does not open: {exc}"
-            ) from None
+        checkpoint = self._open_latest(row)
         self._refuse_past_end(checkpoint, "its latest signed checkpoint")
         size = checkpoint.size
         covered = sorted(idx for idx in leaves if idx < size)
