@@ -189,6 +189,25 @@ def _refuse_unwritable(path: str) -> None:
         raise InputError(f"{path}: cannot write: no directory {Path(path).parent} to write it in")
 
 
+def _refuse_replacing_checkpoint(path: str) -> None:
+    """Raise ``InputError`` when the regular file ``path`` holds a saved checkpoint (a signed note,
+    as ``audit checkpoint --out`` writes it): ``prove`` and ``report`` would replace it with a
+    bundle or a page, and the evidence of a rollback (``audit verify --checkpoint``) would go with
+    it at a slip of tab completion (until review R72 it was replaced unread). Any other file (an
+    earlier bundle or page, a file over ``MAX_CHECKPOINT_FILE_BYTES``, one that is not text) is
+    left to be replaced; one that is not a regular file was refused by ``_refuse_unwritable``."""
+    if not os.path.isfile(path):
+        return
+    try:
+        _parse_saved(_read(path, MAX_CHECKPOINT_FILE_BYTES, "file"))
+    except (InputError, TamperDetected):
+        return  # no saved checkpoint: nothing there is evidence
+    raise InputError(
+        f"{path}: cannot write: it holds a saved checkpoint, the evidence audit verify --checkpoint "
+        "reads; refusing to replace it (move it away or name another file)"
+    )
+
+
 def _refuse_own_files(path: str, store: Store, key: str | None) -> None:
     """Raise ``InputError`` when ``path`` is a file this command reads, however spelled: the
     SQLite database (with its write-ahead log, shared memory and journal), the log key and the
@@ -1018,6 +1037,7 @@ def _prove(args: argparse.Namespace) -> int:
     exit 2, which the CLI keeps for input it cannot use: an index past the end, an --out it cannot
     write)."""
     _refuse_unwritable(args.out)
+    _refuse_replacing_checkpoint(args.out)
     store, log = _open(args)
     with store:
         _refuse_own_files(args.out, store, None)
@@ -1074,6 +1094,7 @@ def _refuse_malformed_bundle(path: str, text: str) -> None:
 def _report(args: argparse.Namespace) -> int:
     # Refused before the log is verified and read (until review R71 after, in the system's words).
     _refuse_unwritable(args.out)
+    _refuse_replacing_checkpoint(args.out)
     store, log = _open(args)
     with store:
         _refuse_own_files(args.out, store, args.key)
