@@ -7,13 +7,14 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Span, Tracer
 
+from agentgate._time import when
 from agentgate.audit.entry import argument_digest, redact
 from agentgate.audit.spans import approval_span
 from agentgate.authority import ApprovalRequirement, Chain
@@ -30,6 +31,7 @@ from agentgate.policy import ApprovalRequirement as PolicyApproval
 from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex
 from agentgate.store import Store, Transaction
 from agentgate.store.approvals import SUPERSEDED, VOIDED, ApprovalStore, QuorumRule
+from agentgate.store.approvals import Approval as StoredRequest
 from agentgate.store.audit import AuditLog
 from agentgate.store.grants import GrantRepository
 from agentgate.store.once import RUN_AGAIN, OnceCalls
@@ -358,10 +360,13 @@ class _Approvals:
         requester (the payload's or the store's), or none of the approvers of the policy's gates
         on the call (this Gate's policy, which the resumed run applies, not the list the payload
         shows); or the store holds no request of the payload's id, holds it for another call, or
-        closed it (declined, void, superseded). Until review R71 such an approval was signed and
-        refused only in the resumed run's next interrupt. A request that expired or was used is
-        still signed: the resumed run asks an expired one's call again, and a used one is put
-        back when its call pauses or does not start. ``Approval.sign`` signs without these checks.
+        closed it (declined, void, superseded); or the request was used (single use), expired
+        (the store's rule: it counts while ``expires_at > now``; the message says to invoke the
+        run again without a resume value, which asks for the call under a new request), or
+        ``approver``'s yes is counted on it already (a quorum counts each approver once; the
+        message names who may still sign). Until review R71 such an approval was signed and
+        refused only in the resumed run's next interrupt; until review R72 an expired or used
+        request and a repeated yes were still signed. ``Approval.sign`` signs without these checks.
         """
         approval = Approval.sign(payload, approver)
         refusal = self._unusable(approval, payload.get("request", payload))
@@ -376,7 +381,8 @@ class _Approvals:
         payload's grant); the rule on the key is the resumed run's (``_signer_refusal``), with
         the approvers of every gate of the policy on the call's resource (``_quorum_rule``: the
         gate that applies, whatever its conditions on the arguments, is one of them) less the
-        holders above the requester in its chain, whom the policy leaves out too."""
+        holders above the requester in its chain, whom the policy leaves out too; then what
+        became of the request (``_spent``)."""
         try:
             asked = self.approvals.get(approval.request)
         except InputError:
@@ -401,16 +407,10 @@ class _Approvals:
         )
         signer = self._signer_refusal(approval.approver, asked.requester, voters)
         if signer is not None:
-            named = dict.fromkeys(
-                name
-                for gate in gates
-                for name, did in zip(gate.approvers, gate.approver_dids, strict=True)
-                if did is not None and did not in left_out
-            )
             return (
                 f"{signer} (the key of {approval.approver}): sign with the key of one of the "
                 f"approvers of {request['resource'][:200]} under this Gate's policy, other than the "
-                f"requester and the holders above it ({', '.join(named) or 'none'})"
+                f"requester and the holders above it ({', '.join(_named(gates, left_out)) or 'none'})"
             )
         if asked.state == "denied":
             if asked.approver == VOIDED:
@@ -421,6 +421,36 @@ class _Approvals:
                     "again): approve the new request"
                 )
             return "the request was denied (declined): nothing waits for it"
+        return self._spent(approval, asked, gates, left_out)
+
+    def _spent(
+        self, approval: Approval, asked: StoredRequest, gates: Sequence[PolicyApproval], left_out: set[str]
+    ) -> str | None:
+        """Why ``approval`` of the open request ``asked`` never counts though its signer may sign
+        it (``_unusable``), or ``None``: the request was used, its deadline passed, or the signer's
+        yes is counted already. None of these can be undone (an expiry is not moved, a used request
+        is put back only for the call that used it, replaying the approvals it was given, and a
+        vote is cleared only then), so no approval refused here would have counted later."""
+        if asked.state == "consumed":
+            return (
+                "the request was already used: an approval is single use, and the store consumed this "
+                "one when its call was allowed; nothing waits for another yes (a call that paused "
+                "counts again the approvals it was given; a call made again is a new request: sign that one)"
+            )
+        if asked.expires_at <= time.time():  # the store's rule: a request counts while expires_at > now
+            return (
+                f"the request expired at {when(int(asked.expires_at))}: a late yes never counts; "
+                "invoke the run again without a resume value (graph.invoke(None, config)), or make "
+                "the call again, and its call is asked for under a new request: sign that one"
+            )
+        votes = self.approvals.approvers(approval.request)
+        if approval.approver in votes:
+            others = _named(gates, left_out | set(votes))
+            return (
+                f"{approval.approver} has already approved this request ({len(votes)} of "
+                f"{asked.quorum} votes in): a quorum counts each approver once; another of its "
+                f"approvers must sign ({', '.join(others) or 'none left'})"
+            )
         return None
 
     def _chain_above(self, grant_id: str) -> tuple[list[str], str | None]:
@@ -831,3 +861,16 @@ class _Approvals:
             )
         asking = replace(auth, verdict=Verdict.APPROVAL_REQUIRED, reasons=(*auth.reasons, why))
         return self._record_approval_request(asking, request, rule, tx, asked_call, uncounted=True)
+
+
+def _named(gates: Sequence[PolicyApproval], left_out: Collection[str]) -> list[str]:
+    """The names of the approvers of ``gates`` whose DIDs are known and not in ``left_out``, once
+    each, in the policy's order."""
+    return list(
+        dict.fromkeys(
+            name
+            for gate in gates
+            for name, did in zip(gate.approvers, gate.approver_dids, strict=True)
+            if did is not None and did not in left_out
+        )
+    )
