@@ -31,6 +31,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,9 @@ def _sign(args: argparse.Namespace) -> int:
     request = _request(_read(args.payload), args.payload)
     key = load_signing_key(args.key)
     refusal = _refusal(request, key.did)
-    entry = None
+    logged = None
     if refusal is None and (args.store is not None or "AGENTGATE_STORE" in os.environ):
-        refusal, entry = _against_store(request, args.store, key.did)
+        refusal, logged = _against_store(request, args.store, key.did)
     if refusal is not None:
         # Named as every other line of the verb names it: the file given, then the request in it
         # (until review R59 a refusal named only the request, not the file it was read from).
@@ -115,11 +116,11 @@ def _sign(args: argparse.Namespace) -> int:
             raise InputError(f"--out {args.out}: cannot write: {exc.strerror}") from None
         # What was signed, said once it is written: an --out that cannot be written is the one
         # error line exit 2 promises (until review R63 the description went first).
-        sys.stderr.write(_describe(request, key.did, entry))
+        sys.stderr.write(_describe(request, key.did, logged))
         # Named as its errors name it (until review R63 raw: a name's escape sequence was sent).
         say_written(f"approval written to {shown_path(args.out)}: resume the run with it")
     else:
-        sys.stderr.write(_describe(request, key.did, entry))
+        sys.stderr.write(_describe(request, key.did, logged))
         sys.stdout.write(text)
     return 0
 
@@ -139,10 +140,11 @@ def _refusal(request: dict[str, Any], signer: str) -> str | None:
 
 def _against_store(
     request: dict[str, Any], url: str | None, signer: str
-) -> tuple[str | None, AuditEntry | None]:
+) -> tuple[str | None, _Logged | None]:
     """Why what ``request`` shows is not what the store ``url`` (``None``: ``AGENTGATE_STORE``)
-    holds of it, or why ``signer`` may not sign it (the store's requester), or ``None``; and the
-    request's ``approval_required`` audit entry.
+    holds of it, or why ``signer`` may not sign it (the store's requester), or ``None``; and, for
+    ``None``, what the log holds of the request (``_Logged``): its ``approval_required`` entry and
+    the later ones referring to it that say an approval presented did not count.
 
     The payload reaches the approver through the application (a UI, a queue): until review R70
     nothing the approver could run checked the arguments and reasons it shows, so an amount edited
@@ -165,6 +167,11 @@ def _against_store(
             )
         index = approvals.asked_index(row.id, row.call_hash)
         entry = log.entry(index) if index is not None and log.exists else None
+        later = (
+            [e for e in log.referring(index) if e.kind == "approval_required"]
+            if entry is not None and index is not None and entry.kind == "approval_required"
+            else []
+        )
     if row.requester == signer:  # whatever DID the payload shows, or none (until review R70's second reading)
         return "the approver must not be the requester", None
     held = {"call_hash": row.call_hash, "requester_did": row.requester, "expires_at": row.expires_at}
@@ -182,9 +189,46 @@ def _against_store(
         )
     if not _args_recorded(request.get("args", {}), entry):
         return f"its 'args' are not those audit entry {entry.index} records: changed on its way", None
-    if not _reasons_recorded(request.get("reasons", []), entry.reasons):
+    added = _added_reasons(request.get("reasons", []), entry.reasons)
+    if added is None:
         return f"its 'reasons' are not those audit entry {entry.index} records: changed on its way", None
-    return _gate_recorded(request, entry), entry
+    refusal = _gate_recorded(request, entry)
+    return refusal, None if refusal is not None else _Logged(entry, *_not_counted(entry, later, added))
+
+
+@dataclass(frozen=True)
+class _Logged:
+    """What the store's log holds of a request whose payload passed ``_against_store``."""
+
+    entry: AuditEntry
+    """The request's ``approval_required`` entry."""
+    uncounted: tuple[tuple[str, tuple[int, ...]], ...]
+    """The Gate's word on each approval presented that did not count (``UNCOUNTED``), as the
+    ``approval_required`` entries referring to ``entry`` record it, with their indexes; a reason
+    recorded by digest in the words the payload shows it where its digest is the entry's."""
+    unheld: int
+    """How many such reasons the payload shows that no entry holds (a repeated or late yes, which
+    the Gate says only in the payload it asks again with, or text added on the way)."""
+
+
+def _not_counted(
+    entry: AuditEntry, later: list[AuditEntry], added: list[str]
+) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], int]:
+    """``_Logged.uncounted`` and ``_Logged.unheld`` of the request whose first entry is ``entry``,
+    from the entries referring to it (``later``) and the reasons its payload shows after those
+    ``entry`` holds (``added``, each the Gate's word on an approval not counted).
+
+    Until review R72 none was shown: an approver signing never learnt from the description that
+    a forged, self-signed or misdirected yes had been presented, though the log says so."""
+    by_digest = {elision("reason", text.encode("utf-8")): text for text in added}
+    found: dict[str, list[int]] = {}
+    for other in later:
+        for recorded in other.reasons:
+            text = by_digest.get(recorded, recorded)
+            if recorded not in entry.reasons and UNCOUNTED.match(text):
+                found.setdefault(text, []).append(other.index)
+    unheld = sum(1 for text in added if text not in found)
+    return tuple((text, tuple(indexes)) for text, indexes in found.items()), unheld
 
 
 def _gate_recorded(request: dict[str, Any], entry: AuditEntry) -> str | None:
@@ -201,11 +245,7 @@ def _gate_recorded(request: dict[str, Any], entry: AuditEntry) -> str | None:
     does not show it, the gate and approvers cannot be checked, and the refusal says so."""
     if "gate" not in request and "approvers" not in request:
         return None
-    shown = request.get("reasons", [])
-    clear = [
-        shown[k] if k < len(shown) and recorded == elision("reason", shown[k].encode("utf-8")) else recorded
-        for k, recorded in enumerate(entry.reasons)
-    ]
+    clear = _in_words(entry.reasons, request.get("reasons", []))
     named = next(filter(None, map(gate_named, clear)), None)
     if named is None and any(reason.startswith("elided reason: ") for reason in clear):
         return (
@@ -216,6 +256,13 @@ def _gate_recorded(request: dict[str, Any], entry: AuditEntry) -> str | None:
         if field in request and request[field] != recorded:
             return f"its {field!r} is not what audit entry {entry.index} records: changed on its way"
     return None
+
+
+def _in_words(recorded: tuple[str, ...], shown: list[str]) -> list[str]:
+    """The reasons an entry records (``recorded``), each it keeps by digest (``elided reason``)
+    in the words of the text among ``shown`` (the payload's) that the digest is of."""
+    words = {elision("reason", text.encode("utf-8")): text for text in shown}
+    return [words.get(reason, reason) for reason in recorded]
 
 
 def _json(value: Any) -> bytes | None:
@@ -243,17 +290,18 @@ def _args_recorded(shown: dict[str, Any], entry: AuditEntry) -> bool:
     return not rest or (not entry.args and data is not None and elision("args", data) in notes)
 
 
-def _reasons_recorded(shown: list[str], recorded: tuple[str, ...]) -> bool:
-    """Whether the reasons ``shown`` are, in order, the first ones ``recorded`` (``_reason_recorded``),
-    followed by none but the Gate's word on an approval given before that did not count
-    (``UNCOUNTED``), which a LangGraph payload asked again ends with and the request's first
-    entry cannot hold: until review R71 such a payload was refused as changed on its way. Those
-    are not shown (``_describe`` shows the entry's reasons): they are about an earlier approval,
-    not the call signed."""
+def _added_reasons(shown: list[str], recorded: tuple[str, ...]) -> list[str] | None:
+    """The reasons ``shown`` after the first ones ``recorded`` (``_reason_recorded``), in order,
+    when each is the Gate's word on an approval given before that did not count (``UNCOUNTED``),
+    which a LangGraph payload asked again ends with and the request's first entry cannot hold:
+    until review R71 such a payload was refused as changed on its way. ``None`` when the reasons
+    are not so. ``_describe`` quotes those the log holds (``_not_counted``), never the payload's
+    word alone: an editor on the way may add such a reason."""
     checked = 0
     while checked < min(len(shown), len(recorded)) and _reason_recorded(shown[checked], recorded[checked]):
         checked += 1
-    return all(UNCOUNTED.match(reason) for reason in shown[checked:])
+    added = shown[checked:]
+    return added if all(UNCOUNTED.match(reason) for reason in added) else None
 
 
 _PLACEHOLDERS = re.compile("|".join(map(re.escape, PLACEHOLDERS)))  # the log's (``redact_reasons``)
@@ -386,18 +434,26 @@ def _digest(args: Any) -> str | None:
         return None
 
 
-def _describe(request: dict[str, Any], signer: str, entry: AuditEntry | None = None) -> str:
+def _describe(request: dict[str, Any], signer: str, logged: _Logged | None = None) -> str:
     """What the approver is about to say yes to, in the words of the request; text from the
     payload is escaped (``printable``), so a hostile payload cannot add or disguise lines.
-    ``entry``: the request's ``approval_required`` audit entry it was checked against
-    (``_against_store``), whose reasons are then shown: a reason left out on the way too."""
+    ``logged``: what the log holds of the request it was checked against (``_against_store``):
+    the ``why`` line shows its entry's reasons (a reason left out on the way too; one the entry
+    keeps by digest in the payload's words, the digest the entry's: until review R72 the digest),
+    and a ``not counted`` line each reason a later entry holds that an approval presented did
+    not count, then how many more the payload shows that no entry holds."""
+    entry = None if logged is None else logged.entry
     complete = request.get("args_digest") == _digest(request.get("args", {}))
 
     def text(field: str) -> str:
         return printable(str(request.get(field, "?")))
 
     approvers = printable(", ".join(map(str, request.get("approvers", []))))
-    why = request.get("reasons", []) if entry is None else entry.reasons
+    shown = request.get("reasons", [])
+    # The decision's own reason, which the payload does not show, as the authority words it
+    # (``authority._decision``) from the gate and approvers checked against the entry.
+    asked = f"approval required from {', '.join(request.get('approvers', []))}: approval gate {request.get('gate')}"
+    why = shown if entry is None else _in_words(entry.reasons, [*shown, asked])
     reasons = printable("; ".join(map(str, why))) or "-"
     if complete:
         arguments = "all shown"
@@ -433,4 +489,18 @@ def _describe(request: dict[str, Any], signer: str, entry: AuditEntry | None = N
             "DID, gate, approvers, arguments shown, reasons, expiry, quorum (the requester's name is "
             "the payload's word)",
         )
+    if logged is not None:
+        at = lines.index(next(line for line in lines if line.startswith("  why ")))
+        noted = [
+            f"  not counted {printable(text)} (audit entr{'y' if len(at_) == 1 else 'ies'} "
+            f"{', '.join(map(str, at_))})"
+            for text, at_ in logged.uncounted
+        ]
+        if logged.unheld:
+            noted.append(
+                f"  not counted {logged.unheld} more the payload shows that no audit entry of the "
+                "request holds: not shown (the Gate says a repeated or late yes only in the payload "
+                "it asks again with; an editor on the way may add any)"
+            )
+        lines[at + 1 : at + 1] = noted
     return "\n".join(lines) + "\n"
