@@ -9,6 +9,7 @@ input) and writes the signed approval: the value to resume the run with
 the payload shows is first checked against the store's request and its ``approval_required``
 audit entry (``_against_store``). Exit codes: 0 signed (or listed), 1 refused (the request expired,
 or the signer is the requester, or its call_hash is not the hash of the call it shows, or it
+is used, closed or already approved by the signer (with a store), or it
 shows what the store does not hold), 2
 unreadable or malformed input (a request that does not show every part of the call it hashes,
 a quorum that is not a whole number, a key given twice in one JSON object, a PAYLOAD that is not
@@ -54,7 +55,8 @@ from agentgate.gate import Approval, approval_call_hash
 from agentgate.gate._records import PLACEHOLDERS, UNCOUNTED
 from agentgate.keys import load_signing_key, read_regular_file, replace_file, shown_path
 from agentgate.policy._index import gate_named
-from agentgate.store.approvals import ApprovalStore
+from agentgate.store.approvals import SUPERSEDED, VOIDED, ApprovalStore
+from agentgate.store.approvals import Approval as StoredRequest
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -167,6 +169,7 @@ def _against_store(
             )
         index = approvals.asked_index(row.id, row.call_hash)
         entry = log.entry(index) if index is not None and log.exists else None
+        standing = _standing(approvals, row, signer)
         later = (
             [e for e in log.referring(index) if e.kind == "approval_required"]
             if entry is not None and index is not None and entry.kind == "approval_required"
@@ -192,8 +195,31 @@ def _against_store(
     added = _added_reasons(request.get("reasons", []), entry.reasons)
     if added is None:
         return f"its 'reasons' are not those audit entry {entry.index} records: changed on its way", None
-    refusal = _gate_recorded(request, entry)
+    refusal = _gate_recorded(request, entry) or standing
     return refusal, None if refusal is not None else _Logged(entry, *_not_counted(entry, later, added))
+
+
+def _standing(approvals: ApprovalStore, row: StoredRequest, signer: str) -> str | None:
+    """Why no yes of ``signer`` to the store's request ``row`` can count, from where it stands,
+    or ``None``: it is closed (declined, superseded, void), used, or ``signer``'s vote is on it
+    already, as ``Gate.approve`` refuses (until review R72 this command signed all of these).
+    That it expired ``_refusal`` says (the payload's ``expires_at`` is checked to be the row's)."""
+    if row.state == "consumed":
+        return "it was already used: an approval is single use, and nothing waits for another yes"
+    if row.state == "denied":
+        if row.approver == VOIDED:
+            return "it is void (a grant of its call was revoked): nothing waits for it"
+        if row.approver == SUPERSEDED:
+            return (
+                "it was closed as superseded (its call was changed and asked for again): sign the new request"
+            )
+        return "it was declined: nothing waits for it"
+    revoked = approvals.revoked_grant(row.id)
+    if revoked is not None:
+        return f"it is void (grant {printable(revoked[:100])} of its call was revoked): nothing waits for it"
+    if signer in approvals.approvers(row.id):
+        return f"{signer} has already approved it: a quorum counts each approver once; another approver must sign"
+    return None
 
 
 @dataclass(frozen=True)

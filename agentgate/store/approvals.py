@@ -691,6 +691,11 @@ class ApprovalStore:
             raise Denied(f"{approver} has already approved request {approval_id}; each approver counts once")
         raise Denied(f"approval {approval_id} is {record.state}")
 
+    def revoked_grant(self, approval_id: str) -> str | None:
+        """A revoked grant of request ``approval_id``'s call (the first by id), or ``None``: one
+        there is makes the request void (``agentgate approval sign --store`` refuses to sign it)."""
+        return self._revoked_grant(None, approval_id)
+
     def _revoked_grant(self, tx: Transaction | None, approval_id: str) -> str | None:
         """A revoked grant of the request's call (the first by id), or ``None``."""
         sql = (
