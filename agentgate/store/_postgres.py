@@ -262,6 +262,10 @@ class PostgresStore(Store):
             unknown = _unknown_parameters(shown)
             named = f" (libpq knows no parameter {', '.join(unknown)})" if unknown else ""
             raise StoreError(f"not a valid PostgreSQL URL: {shown}{named}") from None
+        except UnicodeDecodeError:  # psycopg decodes what libpq read: a ``ValueError`` until review R72
+            raise StoreError(
+                f"not a valid PostgreSQL URL: {_redact(url)} (a percent-escape in it, %XX, is not UTF-8 text)"
+            ) from None
         # What libpq connects with besides what agentgate adds: the URL's, else its service's
         # (``pg_service.conf``), else the ``PG*`` variables'. agentgate's defaults fill in only
         # what none of them sets (until review R69 they replaced a service's).
@@ -953,9 +957,16 @@ def _redact(url: str) -> str:
     part before the query: a password holding an ``@``, a ``/`` or a ``?``, ``u:p@ss@host/db``,
     ``u:p/ss@host/db``), what any meant reading would take for a secret is masked as well: the
     parameters after every ``?``, and the URL from its first ``:`` after ``//`` to its last
-    ``@`` outside a secret's value (a secret's ``@`` would end that mask inside it, leaving the
-    rest of the value shown)."""
+    ``@``, wherever it is (until review R72 the last outside a secret's value: where every ``@``
+    after the password's start lay in one, as some reading of the URL has it, or one after the
+    meant one did, the password's start was shown: ``u:p?password=/s@h``, ``u:p@s?password=x@h``).
+
+    A libpq key=value connection string (no ``://``, an ``=``; ``PostgresStore`` takes one,
+    ``open_store`` refuses it) is masked by ``_redact_conninfo``: until review R72 it was shown
+    whole, password and all."""
     scheme, slashes, _ = url.partition("://")
+    if not slashes and "=" in url:
+        return _redact_conninfo(url)
     start = len(scheme) + len(slashes) if slashes else 0
     user_part = _LIBPQ_USER_PART.match(url, start) if slashes else None
     after = user_part.end() if user_part else start  # where the host starts
@@ -969,9 +980,9 @@ def _redact(url: str) -> str:
         for mark in (i for i, char in enumerate(url) if char == "?"):
             spans += _secret_parameters(url, mark)
         colon = url.find(":", start)
-        ends = [i for i, char in enumerate(url) if char == "@" and not any(s <= i < e for s, e in spans)]
-        if colon >= 0 and ends and ends[-1] > colon:
-            spans.append((colon + 1, ends[-1]))
+        end = url.rfind("@")
+        if 0 <= colon < end:
+            spans.append((colon + 1, end))
     shown, last = [], 0
     for begin, end in sorted(spans):
         if end > last:
@@ -990,16 +1001,18 @@ def _read_as_meant(url: str, start: int, after: int) -> bool:
     was plainly meant: it parses it, reads no host holding an ``@`` (a socket directory, given as
     a path, may) and no port that is not a number, no ``@`` follows the user part before the
     query (a password holding an ``@`` or a ``/``, or a user part that libpq did not find, would
-    leave one), and the user part is not a host and port followed by a secret parameter whose
-    value holds an ``@`` (``//h:5432?password=p@ss``, which libpq reads as the user ``h``)."""
+    leave one), and the user part is not a list of hosts (``_HOST_AND_PORT``) followed by a query
+    that holds a secret parameter, before or after that ``@`` (``//h:5432?password=p@ss``,
+    which libpq reads as the user ``h``; ``//?application_name=a@b&password=p``, until review
+    R72 read as meant, its password shown as a part of the host)."""
     if "@" in url[after:].partition("?")[0]:
         return False
     mark = url.find("?", start, after)
-    if _HOST_AND_PORT.fullmatch(url, start, max(mark, start)) and _secret_parameters(url, mark, after):
+    if _HOST_AND_PORT.fullmatch(url, start, max(mark, start)) and _secret_parameters(url, mark):
         return False
     try:
         parsed = psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
+    except (psycopg.ProgrammingError, UnicodeDecodeError):  # a percent-escape that is not UTF-8
         return False
     hosts = str(parsed.get("host", "")).split(",")
     ports = str(parsed.get("port", "")).split(",")
@@ -1008,7 +1021,49 @@ def _read_as_meant(url: str, start: int, after: int) -> bool:
     )
 
 
-_HOST_AND_PORT = re.compile(r"[^:@/?]*(?::[0-9]*)?")
+_HOST_AND_PORT = re.compile(
+    r"(?:\[[^\]@/?]*\]|[^:@/?,\[\]]*)(?::[0-9]*)?(?:,(?:\[[^\]@/?]*\]|[^:@/?,\[\]]*)(?::[0-9]*)?)*"
+)
+"""A list of hosts, each a name or a bracketed IPv6 address, perhaps with a port: until review R72
+a single name and port only, so ``//h1:1,h2:2?password=p@ss`` and ``//[::1]?password=p@ss``,
+which libpq reads as a user part, were taken as read as meant, the end of the password shown."""
+
+
+def _redact_conninfo(conninfo: str) -> str:
+    """``conninfo``, a libpq key=value connection string, as ``_redact`` shows it: the values of
+    ``password`` and ``sslpassword`` (any case) replaced by ``***``, read as libpq reads them
+    (white space around ``=``, a value in single quotes with ``\\`` escapes, or up to white space
+    with them). Where it stops parsing as one (a keyword without ``=``, a quote not closed), the
+    rest of it is masked: no reading of it can then be trusted to end a secret."""
+    shown: list[str] = []
+    at, size = 0, len(conninfo)
+    while True:
+        start = at
+        while at < size and conninfo[at].isspace():
+            at += 1
+        if at == size:
+            return "".join(shown) + conninfo[start:]
+        key_start = at
+        while at < size and not conninfo[at].isspace() and conninfo[at] != "=":
+            at += 1
+        key = conninfo[key_start:at]
+        while at < size and conninfo[at].isspace():
+            at += 1
+        if not key or at == size or conninfo[at] != "=":
+            return "".join(shown) + conninfo[start:key_start] + "***"
+        at += 1
+        while at < size and conninfo[at].isspace():
+            at += 1
+        value_start = at
+        quoted = at < size and conninfo[at] == "'"
+        at += quoted
+        while at < size and (conninfo[at] != "'" if quoted else not conninfo[at].isspace()):
+            at += 2 if conninfo[at] == "\\" else 1
+        if quoted and at >= size:  # a quote not closed: libpq refuses it
+            return "".join(shown) + conninfo[start:value_start] + "***"
+        at = min(at + quoted, size)
+        secret = key.lower() in _SECRET_PARAMETERS
+        shown.append(conninfo[start:value_start] + ("***" if secret else conninfo[value_start:at]))
 
 
 def _secret_parameters(url: str, mark: int, end: int | None = None) -> list[tuple[int, int]]:
