@@ -12,7 +12,7 @@ revokes nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import pytest
@@ -155,13 +155,13 @@ def test_the_command_reads_the_descendants_after_its_transaction(
     one = recorded(repo, issue(KEYS["root"], agent.public, CAP, ttl=600))
     below = recorded(repo, delegate(one, agent, KEYS["other"].public, CAP, ttl=60))
     bound: list[object] = []
-    real = GrantRepository.descendants
+    real = GrantRepository.descendants_of  # the listing's one statement (review R72)
 
-    def descendants(self: GrantRepository, grant_id: str) -> list[str]:
+    def descendants_of(self: GrantRepository, grant_ids: Collection[str]) -> list[str]:
         bound.append(self._bound_tx())
-        return real(self, grant_id)
+        return real(self, grant_ids)
 
-    monkeypatch.setattr(GrantRepository, "descendants", descendants)
+    monkeypatch.setattr(GrantRepository, "descendants_of", descendants_of)
     rc, out, err = cli(capsys, "grant", "revoke", "--holder", agent.did, "--json")
     assert (rc, err) == (0, ""), err
     shown = json.loads(out)

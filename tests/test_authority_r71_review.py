@@ -30,10 +30,11 @@ def test_a_descendants_listing_that_fails_after_the_commit_says_the_revocations_
     one = recorded(repo, issue(KEYS["root"], agent.public, CAP, ttl=600))
     recorded(repo, delegate(one, agent, KEYS["other"].public, CAP, ttl=60))
 
-    def descendants(self: GrantRepository, grant_id: str) -> list[str]:
+    def descendants_of(self: GrantRepository, grant_ids: object) -> list[str]:
         raise StoreError("cannot reach the store (a fault injected after the commit)")
 
-    monkeypatch.setattr(GrantRepository, "descendants", descendants)
+    # The listing's one statement (review R72; it was ``descendants``, once per grant)
+    monkeypatch.setattr(GrantRepository, "descendants_of", descendants_of)
     rc, out, err = cli(capsys, "grant", "revoke", "--holder", agent.did)
 
     assert rc != 0 and out == "", (rc, out)

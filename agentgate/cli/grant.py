@@ -783,11 +783,12 @@ def _revoke_holder(args: argparse.Namespace) -> int:
         scans.append(scan_holder(repo, did))
 
     def read_below(repo: GrantRepository) -> None:
-        # Once the revocations committed: one read per grant, on another connection, would keep
-        # the revoking transaction idle (PostgreSQL ends it after
-        # idle_in_transaction_session_timeout) and SQLite's write lock held (until review R71).
+        # Once the revocations committed: a read on another connection would keep the revoking
+        # transaction idle (PostgreSQL ends it after idle_in_transaction_session_timeout) and
+        # SQLite's write lock held (until review R71). One statement for all of them (until
+        # review R72 one per grant).
         try:
-            below.extend(sorted({d for gid in sorted(held) for d in repo.descendants(gid)} - held))
+            below.extend(repo.descendants_of(held))
         except StoreError as exc:
             # After the commit: said as such (until review R71 the store's error alone, which
             # read as if nothing was revoked).

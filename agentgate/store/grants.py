@@ -38,6 +38,7 @@ unchanged (their key is stricter; pruning uses their ``expires`` index).
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sqlite3
 import threading
@@ -376,6 +377,31 @@ class GrantRepository:
             (grant_id,),
         )
         return [str(r[0]) for r in rows]
+
+    def descendants_of(self, grant_ids: Collection[str]) -> list[str]:
+        """Ids of the recorded grants below any of ``grant_ids`` (children, grandchildren...,
+        within ``descendants``'s 64 levels) that are not among them, sorted: in one statement
+        however many ids are given, bound as one parameter (a PostgreSQL array, a JSON array
+        on SQLite: no limit on parameters). ``grant revoke --holder`` lists what it cut off with
+        it: until review R72 one ``descendants`` statement per grant revoked. Raises
+        ``StoreError``."""
+        given = set(grant_ids)
+        if not given:
+            return []
+        if self.store.dialect == "postgresql":
+            seeds: str = "parent = ANY(?)"
+            bound: object = sorted(given)
+        else:
+            seeds, bound = "parent IN (SELECT value FROM json_each(?))", json.dumps(sorted(given))
+        rows = self.store.query(
+            "WITH RECURSIVE below(id, level) AS ("
+            f" SELECT id, 1 FROM agentgate_grants WHERE {seeds}"
+            " UNION SELECT g.id, b.level + 1 FROM agentgate_grants g JOIN below b ON g.parent = b.id"
+            " WHERE b.level < 64"
+            ") SELECT DISTINCT id FROM below",
+            (bound,),
+        )
+        return sorted({str(r[0]) for r in rows} - given)
 
     def revoke(self, grant_id: str, *, now: int, reason: str = "") -> bool:
         """Revoke one grant, durably; every chain through it is dead from the next decision on.
