@@ -68,6 +68,7 @@ def _submit_interrupted(scheduler: SyncScheduler, call: ToolCall, k: int) -> tup
     # No collection while armed: one that falls on the k-th point runs the finalizers of earlier
     # runs' schedulers, and Python ignores a KeyboardInterrupt raised in a finalizer (review R71:
     # the fair queue's holders lists moved a collection onto a point, and its interrupt was lost).
+    collecting = gc.isenabled()  # restore what was found: a caller may have switched it off
     gc.disable()
     sys.setprofile(profile)
     try:
@@ -78,7 +79,8 @@ def _submit_interrupted(scheduler: SyncScheduler, call: ToolCall, k: int) -> tup
         return False, count[0]
     finally:
         sys.setprofile(None)
-        gc.enable()
+        if collecting:
+            gc.enable()
     return False, count[0]
 
 
