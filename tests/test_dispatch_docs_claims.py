@@ -522,7 +522,7 @@ async def test_a_call_no_backend_could_ever_serve_fails_at_once_while_another_ba
     backend was down; no backend coming back could serve it. It now waits only while a backend
     it could use is down."""
     inv = _inventory(four[:2])
-    async with Dispatcher(inv, Router(inv), health_interval_s=0.05, recovery_wait_s=10.0) as dispatcher:
+    async with Dispatcher(inv, Router(inv), health_interval_s=0.05, recovery_wait_s=60.0) as dispatcher:
         four[1].fault = "error"  # b1 fails its probes and stays down; b0 serves
         while not dispatcher.is_down("b1"):
             await asyncio.sleep(0.01)
@@ -535,7 +535,8 @@ async def test_a_call_no_backend_could_ever_serve_fails_at_once_while_another_ba
         started = time.monotonic()
         with pytest.raises(NoBackend):
             await dispatcher.chat(payload, **route)
-        assert time.monotonic() - started < 2.0  # not the recovery wait (10 s)
+        # Not the recovery wait (60 s): the bound leaves a loaded machine 30 s (2 s was tight).
+        assert time.monotonic() - started < 30.0
         # A call for the model is served as before, by the backend that is up.
         result = await dispatcher.chat({**payload, "model": MODEL})
         assert result.backend == "b0"

@@ -264,10 +264,11 @@ async def test_an_async_call_joined_to_a_slow_twin_gives_up_at_its_own_deadline(
 
     first = asyncio.ensure_future(scheduler.submit(ToolCall("t", run_id="r", call_id="c"), slow))
     await asyncio.sleep(0)
-    started = time.monotonic()
     with pytest.raises(DeadlineExceeded, match="idempotency key"):
         await scheduler.submit(ToolCall("t", run_id="r", call_id="c", deadline=time.time() + 0.05), slow)
-    assert time.monotonic() - started < 1.0
+    # Given up while the twin still runs (observed, not timed: a loaded machine can stall a
+    # wall-clock bound); a joiner waiting for the twin would wait here for ever.
+    assert not first.done()
     release.set()
     assert await first == "done"
     # A joiner without a deadline still gets the twin's result.
@@ -291,10 +292,9 @@ def test_a_sync_call_joined_to_a_slow_twin_gives_up_at_its_own_deadline() -> Non
         first.start()
         assert running.wait(WAIT_S)
         try:
-            started = time.monotonic()
             with pytest.raises(DeadlineExceeded, match="idempotency key"):
                 sync.submit(ToolCall("t", run_id="r", call_id="c", deadline=time.time() + 0.05), slow)
-            assert time.monotonic() - started < 1.0
+            assert first.is_alive()  # given up while the twin still runs: observed, not timed
         finally:
             release.set()
             first.join(WAIT_S)

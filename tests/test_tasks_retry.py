@@ -184,13 +184,12 @@ async def test_deadline_cuts_retries() -> None:
     no_breaker = BreakerPolicy(failure_threshold=1000)
     scheduler = Scheduler(SchedulerConfig(tools={"t": ToolLimits(retry=policy)}, breaker=no_breaker))
     seen, tool = flaky(1000)
-    started = time.monotonic()
     # The last error when the next backoff would end past the deadline; DeadlineExceeded when a
     # busy machine overslept the backoff and the deadline passed before the retry could start.
     with pytest.raises((Transient, DeadlineExceeded)):
         await scheduler.submit(ToolCall("t", deadline=time.time() + 0.1), tool)  # type: ignore[arg-type]
-    # Cut at the deadline (0.1 s); 100 attempts, each after a backoff of 0 to 0.1 s, take ~5 s.
-    assert time.monotonic() - started < 1.0
+    # Cut at the deadline (0.1 s): counted, not timed (100 attempts, each after a backoff of 0 to
+    # 0.1 s, take ~5 s; a wall-clock bound could fail on a loaded machine that stalls the test).
     assert 1 <= len(seen) < 100
     assert scheduler.dead_letters()[0].reason == "deadline"
     await scheduler.aclose()
