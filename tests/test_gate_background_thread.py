@@ -22,7 +22,6 @@ import pytest
 from agentgate.capabilities import Call
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.gate import _outcomes as _outcomes_module
-from agentgate.gate._outcomes import PARK_AFTER_TICKS
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -43,8 +42,6 @@ roles:
     budget: {{limit: 1000000, unit: calls}}
     ttl_s: 600
 """
-
-IDLE_S = 0.02 * PARK_AFTER_TICKS  # ticks of linger_s / 2 = 10 ms: the thread has parked by then
 
 
 class _CountedTicks:
@@ -83,6 +80,15 @@ def _outcomes(gate: Gate) -> int:
     return int(rows[0][0])
 
 
+def _until_parked(gate: Gate) -> None:
+    """Wait (10 s at most) until the gate's outcome thread has parked: observed, where a sleep
+    of its idle ticks and 0.1 s then an assertion could fail on a loaded machine."""
+    deadline = time.monotonic() + 10.0
+    while not gate._outcomes._parked:
+        assert time.monotonic() < deadline, "the idle outcome thread never parked"
+        time.sleep(0.005)
+
+
 def _counted(gate: Gate) -> _CountedTicks:
     ticks = _CountedTicks(gate._outcomes._tick)
     gate._outcomes._tick = ticks  # type: ignore[assignment]
@@ -93,7 +99,7 @@ def test_an_idle_gate_thread_stops_ticking(tmp_path: Path) -> None:
     gate, identity = _gate(tmp_path / "a.db")
     try:
         _call(gate, identity, 0)
-        time.sleep(IDLE_S + 0.1)  # the outcome committed by the thread, then nothing to do
+        _until_parked(gate)  # the outcome committed by the thread, then nothing to do
         assert _outcomes(gate) == 1
         ticks = _counted(gate)
         time.sleep(0.3)  # 30 ticks of 10 ms before the thread parked
@@ -111,8 +117,7 @@ def test_a_parked_thread_commits_the_next_outcome_in_time(
     gate, identity = _gate(tmp_path / "b.db")
     try:
         _call(gate, identity, 0)
-        time.sleep(IDLE_S + 0.1)
-        assert gate._outcomes._parked
+        _until_parked(gate)
         _call(gate, identity, 1)  # no decision follows: only the woken thread can commit it
         deadline = time.monotonic() + 2.0
         while _outcomes(gate) < 2 and time.monotonic() < deadline:
@@ -168,8 +173,7 @@ def test_a_parked_gate_closes_at_once_and_one_dropped_leaves_no_thread(
     monkeypatch.setattr(_outcomes_module, "PARK_CHECK_S", 30.0)
     gate, identity = _gate(tmp_path / "d.db")
     _call(gate, identity, 0)
-    time.sleep(IDLE_S + 0.1)
-    assert gate._outcomes._parked
+    _until_parked(gate)
     start = time.monotonic()
     gate.close()
     assert time.monotonic() - start < 3.0
@@ -178,8 +182,7 @@ def test_a_parked_gate_closes_at_once_and_one_dropped_leaves_no_thread(
 
     dropped, identity = _gate(tmp_path / "e.db")
     _call(dropped, identity, 0)
-    time.sleep(IDLE_S + 0.1)
-    assert dropped._outcomes._parked
+    _until_parked(dropped)
     thread = dropped._outcomes._thread
     ref = weakref.ref(dropped)
     del dropped

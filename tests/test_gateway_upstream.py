@@ -161,10 +161,13 @@ def test_an_idle_connection_older_than_idle_s_is_not_reused() -> None:
     async def scenario() -> None:
         backend = _Backend(answer)
         async with backend as url:
-            pool = UpstreamPool(idle_s=0.05)
+            # Fresh for a minute, so that a loaded machine's pause between the two calls cannot
+            # age it (with 50 ms, one could); then 50 ms, and idle twice that.
+            pool = UpstreamPool(idle_s=60.0)
             assert await pool.post(url, b"{}") == (200, b"{}", None)
             assert await pool.post(url, b"{}") == (200, b"{}", None)
             assert backend.connections == 1  # reused while fresh
+            pool.idle_s = 0.05
             await asyncio.sleep(0.1)
             assert await pool.post(url, b"{}") == (200, b"{}", None)
             assert backend.connections == 2

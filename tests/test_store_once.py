@@ -4,7 +4,6 @@ and settling one by hand is refused while it may still be running."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from test_audit_reconciliation import _keys
@@ -29,11 +28,16 @@ def test_a_call_still_running_is_not_settled_by_hand_as_lost(r27_gate: Gate) -> 
     keys = _keys()
     boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
     allowed = gate.authorize(boss, Call.tool("explode", {}), call_id="pay-1")
-    release = threading.Event()
-    running = threading.Thread(target=lambda: gate.run(allowed, lambda: release.wait(10), call_id="pay-1"))
+    release, ran = threading.Event(), threading.Event()
+
+    def tool() -> bool:
+        ran.set()
+        return release.wait(10)
+
+    running = threading.Thread(target=lambda: gate.run(allowed, tool, call_id="pay-1"))
     running.start()
     try:
-        time.sleep(0.2)
+        assert ran.wait(10)  # the call is running (a 0.2 s sleep was a guess a loaded machine could miss)
         ((key, state),) = gate.store.query("SELECT key, state FROM agentgate_once")
         assert state == "started"
         with pytest.raises(InputError):
