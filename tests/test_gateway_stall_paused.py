@@ -439,7 +439,10 @@ def _pipelined_scene() -> bool:
     with _Drip() as served, connected(served) as (sock, protocol, transport):
         _Drip.allowed = threading.Semaphore(0)
         sock.sendall(b"GET /tail HTTP/1.1\r\nHost: x\r\n\r\nGET /drip HTTP/1.1\r\nHost: x\r\n\r\n")
-        deadline = time.monotonic() + 2
+        # 10 s: a bound on the server's turns only (56 KiB of tail is more than the kernel's
+        # buffers take, about 30 KiB, while the caller reads nothing); 2 s, three scenes in a
+        # row, was a loaded machine's risk.
+        deadline = time.monotonic() + 10
         while transport.get_write_buffer_size() == 0 or protocol.pipeline:
             if time.monotonic() > deadline:
                 for _ in range(STEPS):
