@@ -208,9 +208,11 @@ class ToolCall:
         # instructions, 2.4 -> 1.4 us; one per ``Gate.run`` and per call of benchmarks/tasks.py,
         # review R70); a store per field into the instance's dict holds the same state. The
         # fields, their order and defaults are the dataclass's (tests/test_tasks_r70_tool_call_init.py).
+        if arguments is _NO_ARGUMENTS:
+            arguments = {}
         values = self.__dict__
         values["tool"] = tool
-        values["arguments"] = {} if arguments is _NO_ARGUMENTS else arguments
+        values["arguments"] = arguments
         values["tenant"] = tenant
         values["principal"] = principal
         values["priority"] = priority
@@ -226,48 +228,46 @@ class ToolCall:
         values["reuse_result"] = reuse_result
         values["pauses"] = pauses
         values["holder"] = holder
-        self.__post_init__()
-
-    def __post_init__(self) -> None:
-        """Raise ``InputError`` naming the first field of a type it cannot have (a list
-        ``authority_chain`` is taken as a tuple)."""
-        # One join type-checks every text field (TypeError for one that is not a string) and gives
-        # one string to test for ASCII: on the hot path (a call per Gate.run) this is cheaper than
-        # the field-by-field checks, which run only when it finds something to look at.
+        # The checks read the arguments, not the fields just stored from them (no
+        # ``__post_init__`` call, no attribute read per field: review R72). One join type-checks every text field
+        # (TypeError for one that is not a string) and gives one string to test for ASCII: on the
+        # hot path (a call per Gate.run) this is cheaper than the field-by-field checks, which
+        # run only when it finds something to look at and raise ``InputError`` naming the first
+        # field of a type it cannot have (a list ``authority_chain`` is taken as a tuple).
         none = ""
         try:
             text = none.join(
                 (
-                    self.tool,
-                    self.tenant,
-                    self.principal,
-                    none if self.run_id is None else self.run_id,
-                    none if self.call_id is None else self.call_id,
-                    none if self.breaker_key is None else self.breaker_key,
-                    none if self.priority is None else self.priority,
-                    none if self.arguments_digest is None else self.arguments_digest,
-                    none if self.holder is None else self.holder,
-                    *self.authority_chain,
+                    tool,
+                    tenant,
+                    principal,
+                    none if run_id is None else run_id,
+                    none if call_id is None else call_id,
+                    none if breaker_key is None else breaker_key,
+                    none if priority is None else priority,
+                    none if arguments_digest is None else arguments_digest,
+                    none if holder is None else holder,
+                    *authority_chain,
                 )
             )
         except TypeError:  # a field that is not a string: the checks below name it
             text = "\x80"
         if (
             not text.isascii()
-            or not self.tool
-            or type(self.arguments) is not dict
-            or type(self.authority_chain) is not tuple
-            or (self.key_reaches_tool is not True and self.key_reaches_tool is not False)
-            or (self.keep_error_text is not True and self.keep_error_text is not False)
-            or (self.reuse_result is not True and self.reuse_result is not False)
-            or self.tool == OTHER
-            or self.breaker_key == OVERFLOW_BREAKER
-            or (self.pauses is not None and not callable(self.pauses))
+            or not tool
+            or type(arguments) is not dict
+            or type(authority_chain) is not tuple
+            or (key_reaches_tool is not True and key_reaches_tool is not False)
+            or (keep_error_text is not True and keep_error_text is not False)
+            or (reuse_result is not True and reuse_result is not False)
+            or tool == OTHER
+            or breaker_key == OVERFLOW_BREAKER
+            or (pauses is not None and not callable(pauses))
         ):
             self._check_fields()
-        if self.deadline is not None or self.grant_expires_at is not None:
-            _check_time(self.deadline, "deadline")
-            _check_time(self.grant_expires_at, "grant_expires_at")
+        if deadline is not None or grant_expires_at is not None:
+            _check_time(deadline, "deadline")
+            _check_time(grant_expires_at, "grant_expires_at")
 
     def _check_fields(self) -> None:
         """Raise ``InputError`` naming the first field of a type it cannot have; take a list
