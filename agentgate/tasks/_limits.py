@@ -258,6 +258,15 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             metrics.event(
                 "queued", call.tool, {"agentgate.tenant": call.tenant, "agentgate.priority": priority.name}
             )
+        elif loop is not None:
+            # An event loop's scheduler, on that loop's thread: its events are written there only,
+            # so counted without the metrics' lock, as its attempt loop counts ``started`` (review R72).
+            events = metrics.events
+            counted = ("queued", call.tool)
+            count = events.get(counted)
+            if count is None:  # a new name: past MAX_LABEL_VALUES, counted as OTHER
+                counted, count = metrics._admit("queued", call.tool)
+            events[counted] = count + 1
         else:
             metrics.tally("queued", call.tool)
         # A tool at its concurrency limit starts nothing now; a rate-limited one needs its timer armed.
