@@ -255,9 +255,10 @@ class SchedulerMetrics:
 
     ``event`` and ``tally`` may be called from any thread: they count under the metrics' own lock
     (a breaker transition is counted on the thread that made it, beside the scheduler's loop and
-    the sync facade's callers; unguarded, two threads counting one pair lost counts). The one
-    count made without it is the async scheduler's ``started``, on its hot path: only that
-    scheduler's loop counts ``started`` for it, so no other thread writes those pairs.
+    the sync facade's callers; unguarded, two threads counting one pair lost counts). The two
+    counts made without it are the async scheduler's ``started`` and ``queued`` (``_run`` and
+    ``SharedLimits.enqueue`` with its loop; review R72 added ``queued``), on its hot path: only that
+    scheduler's loop counts them for it, so no other thread writes those pairs.
     """
 
     def __init__(
