@@ -424,7 +424,7 @@ _SQLITE_HEADERS = (b"SQLite format 3\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x
 """The first bytes of a SQLite database and of its write-ahead log (both byte orders)."""
 
 
-def _irreplaceable(path: Path) -> str | None:
+def irreplaceable(path: Path) -> str | None:
     """What the regular file ``path`` holds that an output must never replace, or ``None``: a
     private key (PEM, any kind: lost for good) or a SQLite database or write-ahead log (a store's
     grants, revocations and audit log). ``--out`` naming one is a slip of tab completion, and
@@ -441,7 +441,19 @@ def _irreplaceable(path: Path) -> str | None:
     return None
 
 
-def replace_file(path: Path, data: bytes, mode: int, before_rename: Callable[[], None] | None = None) -> None:
+class FilledFile(FileExistsError):
+    """``replace_file(..., exclusive=True)``: a file that is not empty is at the path when the new
+    one would take its place."""
+
+
+def replace_file(
+    path: Path,
+    data: bytes,
+    mode: int,
+    before_rename: Callable[[], None] | None = None,
+    *,
+    exclusive: bool = False,
+) -> None:
     """Write ``data`` to a new file beside ``path`` and rename it over ``path``, with ``mode``.
 
     The new file is created with ``O_EXCL`` and mode 0600 (then set to ``mode``), written and
@@ -449,10 +461,20 @@ def replace_file(path: Path, data: bytes, mode: int, before_rename: Callable[[],
     part, and readers see the old file or the whole new one. Only a regular file is replaced:
     ``path`` being a symbolic link (neither followed nor replaced), a directory, a FIFO or a
     device raises ``OSError`` before anything is written, and so does a regular file that holds
-    what no output may replace: a private key or a SQLite database (``_irreplaceable``).
+    what no output may replace: a private key or a SQLite database (``irreplaceable``).
     ``before_rename`` runs after the data is safely written and before the rename; if it raises,
     nothing is renamed. Raises ``OSError`` (or what ``before_rename`` raises); the temporary file
     never outlives a failure.
+
+    ``exclusive``: what is at ``path`` is replaced only if it is an empty regular file, and that
+    holds at the moment of writing, not only when it was looked at (review R72: a file created
+    between a caller's look and the rename was replaced). Once the data is written, the name is
+    taken with ``O_CREAT | O_EXCL`` (an empty placeholder, 0600) before ``before_rename`` runs:
+    a file already there that is not empty, or a file made there since, raises ``FilledFile``,
+    and nothing is renamed; the placeholder is removed if ``before_rename`` or the rename fails.
+    A crash leaves at most that empty file, never part of ``data``. An empty file that was there
+    is replaced as it is (a writer that holds it open and writes to it at that very moment
+    loses what it writes).
     """
     try:
         existing = os.lstat(path).st_mode
@@ -461,7 +483,7 @@ def replace_file(path: Path, data: bytes, mode: int, before_rename: Callable[[],
     if existing is not None and not stat.S_ISREG(existing):
         kind = "a symbolic link" if stat.S_ISLNK(existing) else "not a regular file"
         raise OSError(errno.EEXIST, f"{kind} is there; refusing to replace it")
-    if existing is not None and (held := _irreplaceable(path)):
+    if existing is not None and (held := irreplaceable(path)):
         raise OSError(errno.EEXIST, f"{held} is there; refusing to replace it (name another file)")
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".agentgate-", suffix=".tmp")
     try:
@@ -470,12 +492,42 @@ def replace_file(path: Path, data: bytes, mode: int, before_rename: Callable[[],
             out.flush()
             os.fchmod(out.fileno(), mode)
             os.fsync(out.fileno())
-        if before_rename is not None:
-            before_rename()
-        os.replace(temporary, path)
+        placeholder = _take_name(path) if exclusive else None
+        try:
+            if before_rename is not None:
+                before_rename()
+            os.replace(temporary, path)
+        except BaseException:
+            if placeholder is not None:
+                _remove_placeholder(path, placeholder)
+            raise
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def _take_name(path: Path) -> os.stat_result | None:
+    """Create ``path`` empty (0600) if nothing is there, returning the new file's status; ``None``
+    where an empty regular file is there already. Raises ``FilledFile`` for anything else."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        there = os.lstat(path)
+        if stat.S_ISREG(there.st_mode) and there.st_size == 0:
+            return None
+        raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path)) from None
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_placeholder(path: Path, placeholder: os.stat_result) -> None:
+    """Remove the empty file ``_take_name`` made at ``path``, if it is still that file."""
+    with contextlib.suppress(OSError):
+        there = os.lstat(path)
+        if (there.st_dev, there.st_ino) == (placeholder.st_dev, placeholder.st_ino) and there.st_size == 0:
+            os.unlink(path)
 
 
 def _refuse_more_than_one_pem_block(path: Path, data: bytes, what: str) -> None:

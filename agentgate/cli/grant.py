@@ -70,7 +70,9 @@ from agentgate.errors import (
 )
 from agentgate.findings import Finding, FindingKind
 from agentgate.keys import (
+    FilledFile,
     PublicKey,
+    irreplaceable,
     load_public_key,
     load_signing_key,
     read_regular_file,
@@ -237,22 +239,36 @@ def _refuse_filled_out(out: Path | None, force: bool) -> None:
         there = os.lstat(out)
     except OSError:  # nothing there (or nothing to stat): the write says what is wrong
         return
-    if stat.S_ISREG(there.st_mode) and there.st_size > 0:
-        raise InputError(
-            f"{shown_path(out)}: a file that is not empty is there (a grant whose token it holds stays "
-            "valid until it expires or is revoked); give --force to replace it, or name another file"
-        )
+    if stat.S_ISREG(there.st_mode) and there.st_size > 0 and not irreplaceable(out):
+        raise _filled(out)  # a key or a store: refused as such by replace_file, force or not
+
+
+def _filled(out: Path) -> InputError:
+    """The refusal of a file at ``out`` that is not empty, without ``--force``."""
+    return InputError(
+        f"{shown_path(out)}: a file that is not empty is there (a grant whose token it holds stays "
+        "valid until it expires or is revoked); give --force to replace it, or name another file"
+    )
+
+
+def _refuse_force_without_out(args: argparse.Namespace) -> None:
+    """``--force`` replaces the file ``--out`` names: without ``--out`` it would replace nothing,
+    and the token goes to standard output (until review R72 it was taken without a word)."""
+    if args.force and args.out is None:
+        raise InputError("--force replaces the file --out names: give --out FILE, or leave --force out")
 
 
 def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, force: bool = False) -> None:
     """Record ``chain`` in the store and hand its token out: to ``out`` (mode 0600, then a line
     saying so on stdout) or stdout. A file at ``out`` that is not empty is replaced only with
-    ``force`` (``_refuse_filled_out``, looked at once the token is written beside it, just before
-    the grant is recorded and the file renamed: a key or a store there is refused first, as
-    such, force or not).
+    ``force``: looked at first (``_refuse_filled_out``; a key or a store there is refused first,
+    as such, force or not), and again at the moment of writing (``replace_file``'s
+    ``exclusive``): until review R72 a file made at ``out`` between the look and the rename was
+    replaced.
 
-    The token is written to a new 0600 file beside ``out`` first; the grant is recorded only once
-    that write succeeded, and the file is renamed over ``out`` only once the grant is recorded.
+    The token is written to a new 0600 file beside ``out`` first, then the name ``out`` is taken
+    (without ``force``); the grant is recorded only once that succeeded, and the file is renamed
+    over ``out`` only once the grant is recorded.
     Only a regular file at ``out`` is replaced (a symbolic link, directory or FIFO is refused). Raises ``InputError`` when ``out`` cannot be
     written (then nothing is recorded) and ``StoreError`` when the store fails (then ``out`` is
     untouched).
@@ -262,12 +278,13 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, 
         sys.stdout.write(chain.token + "\n")
         return
 
-    def record_unless_filled() -> None:
-        _refuse_filled_out(out, force)
-        record(repo, chain)
-
+    _refuse_filled_out(out, force)
     try:
-        replace_file(out, (chain.token + "\n").encode("ascii"), 0o600, record_unless_filled)
+        replace_file(
+            out, (chain.token + "\n").encode("ascii"), 0o600, lambda: record(repo, chain), exclusive=not force
+        )
+    except FilledFile:
+        raise _filled(out) from None
     except OSError as exc:
         raise InputError(f"{out}: cannot write token: {exc.strerror}") from None
     say_written(f"wrote {shown_path(out)} (grant {chain.id})")
@@ -315,6 +332,7 @@ def _finding_line(finding: Finding) -> str:
 
 
 def _issue(args: argparse.Namespace) -> int:
+    _refuse_force_without_out(args)
     refuse_out_over_inputs(args.out, {"the policy file": args.policy, "the --to key file": args.to})
     key = load_signing_key(args.issuer)
     audience = load_public_key(args.to)
@@ -343,6 +361,7 @@ def _issue(args: argparse.Namespace) -> int:
 
 
 def _delegate(args: argparse.Namespace) -> int:
+    _refuse_force_without_out(args)
     parent = _read_token(args.token)
     refuse_out_over_inputs(
         args.out, {"the token file delegated from": args.token, "the --to key file": args.to}
