@@ -318,7 +318,7 @@ def _unwarned(err: str) -> str:
     return "".join(
         line
         for line in err.splitlines(keepends=True)
-        if not line.startswith("warning: the audit log's key is ")
+        if not line.startswith("agentgate: warning: the audit log's key is ")
     )
 
 

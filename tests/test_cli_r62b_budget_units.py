@@ -76,9 +76,11 @@ def test_a_parents_unmetered_budget_is_kept_by_a_delegation_without_budget(
     (env / "p.tok").write_text(chain.token + "\n")
     code, _out, err = cli(capsys, *DELEGATE)
     assert code == 0 and (env / "c.tok").exists(), err
-    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    warnings = [line for line in err.splitlines() if line.startswith("agentgate: warning: ")]
     assert len(warnings) == 1 and "'gpu_seconds'" in warnings[0], err
-    assert warnings[0].startswith("warning: authority_chain_opacity budget_unit_not_metered [budget]:"), err
+    assert warnings[0].startswith(
+        "agentgate: warning: authority_chain_opacity budget_unit_not_metered [budget]:"
+    ), err
 
 
 def test_the_cli_units_are_the_policy_schemas_and_the_gates() -> None:

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.postgres
 
 
 def _warnings(err: str) -> list[str]:
-    return [line for line in err.splitlines() if line.startswith("warning:")]
+    return [line for line in err.splitlines() if line.startswith("agentgate: warning:")]
 
 
 @pytest.fixture

@@ -16,9 +16,19 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 WARNINGS: list[str] = []
-"""``warning:`` lines a verb leaves for ``main`` to say once the command has ended with a verdict
-(0, 1 or 3): a command that fails says its one error line alone (exit 2), and one interrupted,
-its one line. ``main`` empties it after each command."""
+"""The ``agentgate: warning: ...`` lines a command left (``warn``), which ``main`` says on standard
+error when it ends: after its output, before its error line if it fails (exit 2) or the line of
+an interruption. ``main`` empties it before and after each command."""
+
+
+def warn(text: str) -> None:
+    """Leave ``text`` (one line, already escaped) as a warning for ``main`` to say when the command
+    ends, once however often it is left: every warning of the command goes this way (review R72:
+    some were printed at once, as ``warning:`` or ``agentgate: warning:``, and one was left here
+    and said only if the command did not fail)."""
+    line = f"agentgate: warning: {text}\n"
+    if line not in WARNINGS:
+        WARNINGS.append(line)
 
 
 class Terminated(KeyboardInterrupt):

@@ -502,7 +502,7 @@ def open_audit_log(
 
 
 def _warn_default_log_key(store: Store, path: Path) -> None:
-    """One ``warning:`` line on standard error when ``store`` is PostgreSQL, its log has no
+    """One warning (``agentgate.cli.warn``) when ``store`` is PostgreSQL, its log has no
     checkpoint yet, and its log key was taken from the default place, ``.agentgate/log.key``
     under the working directory (no ``AGENTGATE_LOG_KEY``): the key made or found there (a
     SQLite quickstart's has the same path) becomes the shared log's key with its first
@@ -516,13 +516,13 @@ def _warn_default_log_key(store: Store, path: Path) -> None:
 
     if isinstance(store, SQLiteStore) or os.environ.get("AGENTGATE_LOG_KEY") or _has_checkpoints(store):
         return
-    from agentgate.cli import WARNINGS  # said once the command has ended without an error
+    from agentgate.cli import warn  # said when the command ends
 
-    WARNINGS.append(
-        f"warning: the audit log's key is {printable(os.path.abspath(path))}, .agentgate/log.key under "
+    warn(
+        f"the audit log's key is {printable(os.path.abspath(path))}, .agentgate/log.key under "
         "the working directory (the default for a PostgreSQL store), and becomes the log's key with "
         "its first checkpoint: run from another directory, agentgate finds no key there; set "
-        "AGENTGATE_LOG_KEY to the key's path (docs/operations.md, The log key)\n"
+        "AGENTGATE_LOG_KEY to the key's path (docs/operations.md, The log key)"
     )
 
 

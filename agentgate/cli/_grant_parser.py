@@ -249,5 +249,7 @@ def _common_grant_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     )
     p.add_argument("--out", type=given_path, metavar="FILE", help="write the token here instead of stdout")
     p.add_argument(
-        "--force", action="store_true", help="replace a file at --out that is not empty (refused without it)"
+        "--force",
+        action="store_true",
+        help="replace a file at --out that is not empty (refused without it); only with --out",
     )

@@ -41,6 +41,7 @@ from agentgate.audit.note import Checkpoint, key_id, verifier_key
 from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
 from agentgate.audit.report import budget_figure, charged_text, each_charge, render_report, spent_unit
+from agentgate.cli import warn
 from agentgate.cli._audit_parser import register as register
 from agentgate.cli._common import (
     escaped_once,
@@ -583,15 +584,12 @@ def _matches(entry: AuditEntry, args: argparse.Namespace) -> bool:
 
 
 def _warn_unprotected(log: AuditLog) -> None:
-    """One line on standard error when a trigger of the log's machinery is not in force (what
-    ``verify`` reports as TAMPERED): ``show`` and ``explain`` show the log, they do not verify it,
-    so their exit code stays; reading the catalog writes nothing."""
+    """A warning (``agentgate.cli.warn``) when a trigger of the log's machinery is not in force
+    (what ``verify`` reports as TAMPERED): ``show`` and ``explain`` show the log, they do not
+    verify it, so their exit code stays; reading the catalog writes nothing."""
     unprotected = unprotected_log(log.store)
     if unprotected:
-        print(
-            f"agentgate: warning: {printable(unprotected)}; run agentgate audit verify",
-            file=sys.stderr,
-        )
+        warn(f"{printable(unprotected)}; run agentgate audit verify")
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -622,10 +620,9 @@ def _show(args: argparse.Namespace) -> int:
         # Each index is listed once, the row verify reads; the others are named here, in verify's
         # words, not listed as entries (on standard error: --json stays one entry a line).
         for index, rows in log.repeated_indexes(start):
-            print(
-                f"agentgate: warning: entry {index}: {rows} rows hold this index, which one entry has: "
-                "rows inserted outside agentgate (one of them shown; run agentgate audit verify)",
-                file=sys.stderr,
+            warn(
+                f"entry {index}: {rows} rows hold this index, which one entry has: "
+                "rows inserted outside agentgate (one of them shown; run agentgate audit verify)"
             )
     return 0
 

@@ -44,6 +44,7 @@ from agentgate.authority._chain_findings import chain_finding, link_findings, re
 from agentgate.authority._grant import GRANT_CONTEXT, TOKEN_PREFIX
 from agentgate.authority._signatures import verify_signature
 from agentgate.capabilities import Call, Capability
+from agentgate.cli import warn
 from agentgate.cli._common import (
     escaped_once,
     json_object,
@@ -397,13 +398,13 @@ def _delegate(args: argparse.Namespace) -> int:
 
 
 def _warn_unmetered(chain: Chain) -> None:
-    """A warning on standard error where the new link spends from a budget the Gate cannot meter
+    """A warning (``agentgate.cli.warn``) where the new link spends from a budget the Gate cannot meter
     (a parent made by the library in another unit, kept by a delegation without ``--budget``):
     the delegation stands, as the token format allows it, but ``grant check`` denies its calls
     and the Gate refuses them (review R63: it was made without a word)."""
     found = _unmetered_from_tip(chain.budgets)
     if found is not None:
-        sys.stderr.write(f"warning: {_finding_line(found)}\n")
+        warn(_finding_line(found))
 
 
 def _revocations(ids: tuple[str, ...]) -> tuple[set[str] | None, str]:
@@ -642,17 +643,16 @@ _NOT_COVERED = (
 
 
 def _warn_unprotected(store: Store) -> None:
-    """One line on standard error naming a trigger of the audit log's machinery not in force, read
+    """A warning (``agentgate.cli.warn``) naming a trigger of the audit log's machinery not in force, read
     from the catalog before the log is opened to write, which puts it back where this role may:
     ``audit verify`` then no longer names it. A revocation always goes through, so this is said,
     not refused (``audit checkpoint``, which would sign over the log, refuses)."""
     unprotected = unprotected_log(store)
     if unprotected:
-        print(
-            f"agentgate: warning: {printable(unprotected)}; the revocation goes through, and "
+        warn(
+            f"{printable(unprotected)}; the revocation goes through, and "
             "opening the log to write puts the trigger back where this role may, after which audit "
-            "verify no longer names it: run agentgate audit verify for what was edited meanwhile",
-            file=sys.stderr,
+            "verify no longer names it: run agentgate audit verify for what was edited meanwhile"
         )
 
 

@@ -19,10 +19,10 @@ import io
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
-from agentgate.cli import WARNINGS, ending, terminate_on_sigterm
+from agentgate.cli import WARNINGS, ending, terminate_on_sigterm, warn
 from agentgate.errors import AgentGateError
 
 # One module per verb group, named as the group (``agentgate.cli.keys`` is ``agentgate keys``);
@@ -166,22 +166,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code. Ctrl-C at any point after this is entered (while
     the verb groups load, while parsing, in a handler) is one line on stderr and exit 130;
     SIGTERM, received in the main thread (and not ignored, ``terminate_on_sigterm``), is the same
-    with exit 143. The ``warning:`` lines a
-    verb left (``agentgate.cli.WARNINGS``) come last on stderr, and only with exit 0, 1 or 3."""
+    with exit 143. The ``agentgate: warning:`` lines the command left (``agentgate.cli.warn``)
+    come on stderr when it ends, each once: after its output, before its error or interruption
+    line (``_end``)."""
     _quiet_library_logs()
     _standard_streams()
     restore = terminate_on_sigterm()
     WARNINGS.clear()  # left by a caller that used a verb's helpers outside a command
     try:
-        code = _run(argv)
+        return _run(argv)
     finally:
         restore()
-        warnings = WARNINGS[:]
-        WARNINGS.clear()
-    if code in (0, 1, 3):
-        for line in warnings:
-            _say(line)
-    return code
+        _say_warnings()
+
+
+def _say_warnings() -> None:
+    """Say the warnings the command left (``agentgate.cli.WARNINGS``), and forget them."""
+    warnings = WARNINGS[:]
+    WARNINGS.clear()
+    for line in warnings:
+        _say(line)
+
+
+def _end(line: str) -> None:
+    """Say the last line of a command that failed or was interrupted, after its warnings."""
+    _say_warnings()
+    _say(line)
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -192,28 +202,29 @@ def _run(argv: Sequence[str] | None) -> int:
         args = parser.parse_args(argv)
         options = getattr(parser, "verb_options", options)
         handler: Handler = args.handler
-        code = handler(args)
+        with _log_warnings_said(args.group != "serve"):
+            code = handler(args)
     except BrokenPipeError:  # the reader went away before the command had said all: no verdict
         _drop_stdout()
         return _PIPE_CLOSED
     except AgentGateError as exc:
         from agentgate.cli._common import named_for, privilege_hint  # on the error path only
 
-        _say(f"agentgate: error: {_one_line(privilege_hint(named_for(str(exc), options)))}\n")
+        _end(f"agentgate: error: {_one_line(privilege_hint(named_for(str(exc), options)))}\n")
         return 2
     except UnicodeError as exc:  # an argument of bytes that are not UTF-8 (``$'\xff'``), sent to a store
-        _say(f"agentgate: error: input that is not UTF-8 text: {_one_line(str(exc))}\n")
+        _end(f"agentgate: error: input that is not UTF-8 text: {_one_line(str(exc))}\n")
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (``Terminated``)
         line, code = ending(exc)
-        _say(line)
+        _end(line)
         return code
     except OSError as exc:  # standard output cannot be written (disk full, I/O error), or a file
         if exc.filename is not None:
-            _say(f"agentgate: error: {_one_line(f'{exc.filename}: {exc.strerror or exc}')}\n")
+            _end(f"agentgate: error: {_one_line(f'{exc.filename}: {exc.strerror or exc}')}\n")
             return 2
         _drop_stdout()
-        _say(f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n")
+        _end(f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n")
         return 2
     try:
         sys.stdout.flush()  # a full disk or a dead pipe shows here, not after main() returned
@@ -221,9 +232,37 @@ def _run(argv: Sequence[str] | None) -> int:
         _drop_stdout()
     except OSError as exc:
         _drop_stdout()
-        _say(f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n")
+        _end(f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n")
         return 2
     return code
+
+
+class _Warned(logging.Handler):
+    """Says a log record as a warning of the command (``agentgate.cli.warn``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            warn(_one_line(record.getMessage()))
+        except Exception:  # a record whose arguments do not fit its message
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def _log_warnings_said(said: bool) -> Iterator[None]:
+    """While a command runs, agentgate's own log records of WARNING and above (the audit log's
+    ``a protection trigger ... was put back``) are said as its warnings, ``agentgate: warning:
+    ...`` once when it ends, not by Python's last-resort handler as a bare line among the
+    command's own (until review R72). ``serve``, which runs until stopped, keeps its log lines
+    as they come (docs/gateway.md)."""
+    if not said:
+        yield
+        return
+    logger, handler = logging.getLogger("agentgate"), _Warned(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def _say(line: str) -> None:

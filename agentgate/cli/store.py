@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from agentgate.cli import warn
 from agentgate.cli._common import open_existing_store, parse_duration, write_json
 from agentgate.cli._store_parser import register as register
 from agentgate.errors import StoreError
@@ -90,10 +91,10 @@ def _prune(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if refused is not None:
-        sys.stderr.write(
-            f"agentgate: expired grants not pruned: {refused}; this role may not delete grants or "
+        warn(
+            f"expired grants not pruned: {refused}; this role may not delete grants or "
             "revocations (docs/operations.md, PostgreSQL set-up): run `agentgate store prune` as "
-            "the role that owns the schema to prune them\n"
+            "the role that owns the schema to prune them"
         )
     if args.json:
         write_json({"before": before, "pruned": pruned}, indent=None)
