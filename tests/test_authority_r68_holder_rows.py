@@ -91,7 +91,7 @@ def test_the_command_reports_the_rows_it_could_not_trust(
     rc, out, err = cli(capsys, "grant", "revoke", "--holder", other.did)
     assert rc == 0 and out.splitlines()[0] == f"revoked 0 grant(s) held by {other.did}"
     assert err == (
-        f"warning: 1 recorded row(s) name {other.did} as the holder but their token does not "
+        f"agentgate: warning: 1 recorded row(s) name {other.did} as the holder but their token does not "
         f"(a row written by hand, not by agentgate): not revoked: {theirs.id}\n"
     )
 

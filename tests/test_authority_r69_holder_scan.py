@@ -75,7 +75,7 @@ def test_the_command_revokes_audits_and_names_the_mislabeled_row(
     rc, out, err = cli(capsys, "grant", "revoke", "--holder", agent.did)
     assert rc == 0 and out.splitlines()[0] == f"revoked 0 grant(s) held by {agent.did}"
     assert err == (
-        f"warning: 1 recorded row(s) hold a grant of {agent.did} by their token but name another "
+        f"agentgate: warning: 1 recorded row(s) hold a grant of {agent.did} by their token but name another "
         f"holder (a row written by hand, not by agentgate): revoked as the key's: {hidden.id}\n"
     )
 

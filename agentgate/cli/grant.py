@@ -775,15 +775,15 @@ def _revoke(args: argparse.Namespace) -> int:
 
 
 _UNTRUSTED = (
-    "warning: {n} recorded row(s) name {did} as the holder but their token does not (a row "
-    "written by hand, not by agentgate): not revoked: {ids}\n"
+    "{n} recorded row(s) name {did} as the holder but their token does not (a row "
+    "written by hand, not by agentgate): not revoked: {ids}"
 )
 """What ``grant revoke --holder`` says of the rows ``revoke_holder`` could not trust (until
 review R68 it revoked and logged their grants as the key's, on the ``audience`` column alone)."""
 
 _MISLABELED = (
-    "warning: {n} recorded row(s) hold a grant of {did} by their token but name another holder "
-    "(a row written by hand, not by agentgate): revoked as the key's: {ids}\n"
+    "{n} recorded row(s) hold a grant of {did} by their token but name another holder "
+    "(a row written by hand, not by agentgate): revoked as the key's: {ids}"
 )
 """What ``grant revoke --holder`` says of the key's grants whose rows name another audience
 (until review R69 they were missed: only the ``audience`` column was searched)."""
@@ -838,9 +838,9 @@ def _revoke_holder(args: argparse.Namespace) -> int:
         write_json(shown)
         return 0
     if done.untrusted:
-        sys.stderr.write(_UNTRUSTED.format(n=len(done.untrusted), did=did, ids=", ".join(done.untrusted)))
+        warn(_UNTRUSTED.format(n=len(done.untrusted), did=did, ids=printable(", ".join(done.untrusted))))
     if done.mislabeled:
-        sys.stderr.write(_MISLABELED.format(n=len(done.mislabeled), did=did, ids=", ".join(done.mislabeled)))
+        warn(_MISLABELED.format(n=len(done.mislabeled), did=did, ids=printable(", ".join(done.mislabeled))))
     lines = []
     if not held:
         lines.append(f"no recorded grants held by {did} in this store: nothing revoked")
