@@ -428,22 +428,14 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
             union_expected = " or ".join(_EXPECTED.get(e["type"], e["type"]) for e in alternatives)
     # A required field written misspelt (``approver:`` for ``approvers:``) is both missing and an
     # unknown field of the same mapping: report the field as written, suggesting the missing one,
-    # not "add it" at the mapping's first key (review R72).
-    missing = first["loc"][-1] if first["type"] == "missing" and first["loc"] else None
-    misspelt = [
-        e
-        for e in errors
-        if e["type"] == "extra_forbidden"
-        and e["loc"][:-1] == first["loc"][:-1]
-        and isinstance(missing, str)
-        and difflib.get_close_matches(str(e["loc"][-1]), [missing], n=1)
-    ]
-    if misspelt:  # one mistake, counted once: the missing field is the misspelt one
-        left_out = first
-        first = max(
-            misspelt, key=lambda e: difflib.SequenceMatcher(None, str(e["loc"][-1]), str(missing)).ratio()
-        )
-        errors = [first, *(e for e in errors if e is not first and e is not left_out)]
+    # not "add it" at the mapping's first key, and count the pair as one error wherever it comes
+    # (review R72).
+    meant = _misspelt_required(errors)
+    paired = [m for m, _ in meant.values()]
+    written = next((e for m, e in meant.values() if m is first), first)
+    errors = [written, *(e for e in errors if e is not written and not any(e is m for m in paired))]
+    first = written
+    missing = next((m["loc"][-1] for m, e in meant.values() if e is first), None)
     loc = [part for part in first["loc"] if isinstance(part, str | int)]
     data_loc = _data_path(loc, locations)
     kind = first["type"]
@@ -456,8 +448,10 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         bad = str(loc[-1])
         known = _all_field_names()
         close = difflib.get_close_matches(bad, [name for name in known if name != bad], n=1)
-        if misspelt:
+        if missing is not None:
             hint = f"did you mean {missing!r}?"
+            if bad in known:  # no mere typo: the writer needs to know both (review R72)
+                hint += f" {bad!r} is a field of another section: see docs/policy-reference.md"
         elif bad in known:  # never "did you mean" the name itself (review R63)
             hint = f"{bad!r} is a field of another section, not of this one: see docs/policy-reference.md"
         elif close:
@@ -492,6 +486,30 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         or (None if kind == "value_error" else first["msg"].removeprefix("Input should be ").strip() or None),
         hint=hint,
     )
+
+
+def _misspelt_required(errors: list[ErrorDetails]) -> dict[int, tuple[ErrorDetails, ErrorDetails]]:
+    """Each required field left out that an unknown field of the same mapping spells closely
+    (``approver:`` for ``approvers:``), as ``id(unknown error) -> (missing error, unknown
+    error)``: one mistake each, the missing field paired with the unknown field closest to it,
+    an unknown field paired once."""
+    pairs: dict[int, tuple[ErrorDetails, ErrorDetails]] = {}
+    for missing in errors:
+        name = missing["loc"][-1] if missing["type"] == "missing" and missing["loc"] else None
+        if not isinstance(name, str):
+            continue
+        unknown = [
+            e
+            for e in errors
+            if e["type"] == "extra_forbidden"
+            and id(e) not in pairs
+            and e["loc"][:-1] == missing["loc"][:-1]
+            and difflib.get_close_matches(str(e["loc"][-1]), [name], n=1)
+        ]
+        if unknown:
+            best = max(unknown, key=lambda e: difflib.SequenceMatcher(None, str(e["loc"][-1]), name).ratio())
+            pairs[id(best)] = (missing, best)
+    return pairs
 
 
 def _yaml_kind(value: object) -> str:
