@@ -4,10 +4,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from _cli import cli
+from test_audit_r57_repairs import ENTRY, ORIGIN
 
 from agentgate.errors import PolicyError
 from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+from agentgate.store.audit import AuditLog, open_log_key
 
 POLICY = """\
 version: 1
@@ -54,3 +60,35 @@ def test_a_field_of_another_section_is_not_called_a_misspelling_alone() -> None:
         "did you mean 'cost_per_mtok'? 'cost_per_gpu_hour' is a field of another section: "
         "see docs/policy-reference.md"
     )
+
+
+@pytest.fixture
+def _environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
+    for name in ("AGENTGATE_LOG_KEY", "AGENTGATE_LOG_PREVIOUS_KEYS", "AGENTGATE_STORE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("_environment")
+@pytest.mark.parametrize("verb", [("prove", "1"), ("report",)], ids=["prove", "report"])
+@pytest.mark.parametrize("copy", ["crlf", "bom+crlf"])
+def test_a_saved_checkpoint_copied_as_windows_writes_it_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: tuple[str, ...], copy: str
+) -> None:
+    """Review R72: ``prove/report --out`` refused a saved checkpoint only as ``checkpoint --out``
+    writes it: the same checkpoint whose line breaks became CRLF (a copy through a Windows editor
+    or share, with or without a byte order mark) was replaced with a bundle or a page, exit
+    0, where ``checkpoint --out`` keeps it (naming the CRLF) and the evidence is one ``dos2unix``
+    away. Refused alike now, the file kept byte for byte."""
+    db = tmp_path / "agentgate.db"
+    with SQLiteStore(db) as store:
+        log = AuditLog(store, open_log_key(store, create=True), ORIGIN)
+        log.append_many([ENTRY] * 3)
+        note = log.checkpoint()
+    saved = tmp_path / "cp.txt"
+    data = (("\ufeff" if copy == "bom+crlf" else "") + note.replace("\n", "\r\n")).encode("utf-8")
+    saved.write_bytes(data)
+    code, out, err = cli(capsys, "audit", *verb, "--store", str(db), "--out", str(saved))
+    assert (code, out) == (2, ""), (code, out, err)
+    assert err.startswith(f"agentgate: error: {saved}: cannot write: it holds a saved checkpoint"), err
+    assert saved.read_bytes() == data

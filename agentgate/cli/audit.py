@@ -199,8 +199,8 @@ def _refuse_replacing_checkpoint(path: str) -> None:
     left to be replaced; one that is not a regular file was refused by ``_refuse_unwritable``."""
     if not os.path.isfile(path):
         return
-    try:
-        _parse_saved(_read(path, MAX_CHECKPOINT_FILE_BYTES, "file"))
+    try:  # a copy whose line breaks became CRLF is kept too, as checkpoint --out keeps it (R72)
+        _parse_saved(_read(path, MAX_CHECKPOINT_FILE_BYTES, "file").replace("\r\n", "\n"))
     except (InputError, TamperDetected):
         return  # no saved checkpoint: nothing there is evidence
     raise InputError(
