@@ -421,16 +421,25 @@ class _Approvals:
                     "again): approve the new request"
                 )
             return "the request was denied (declined): nothing waits for it"
-        return self._spent(approval, asked, gates, left_out)
+        return self._spent(approval, asked, gates, left_out, voters)
 
     def _spent(
-        self, approval: Approval, asked: StoredRequest, gates: Sequence[PolicyApproval], left_out: set[str]
+        self,
+        approval: Approval,
+        asked: StoredRequest,
+        gates: Sequence[PolicyApproval],
+        left_out: set[str],
+        voters: Collection[str] | None,
     ) -> str | None:
         """Why ``approval`` of the open request ``asked`` never counts though its signer may sign
         it (``_unusable``), or ``None``: the request was used, its deadline passed, or the signer's
         yes is counted already. None of these can be undone (an expiry is not moved, a used request
         is put back only for the call that used it, replaying the approvals it was given, and a
-        vote is cleared only then), so no approval refused here would have counted later."""
+        vote is cleared only then), so no approval refused here would have counted later. The
+        votes said to be in are those of ``voters`` (the policy's approvers, as the resumed run
+        counts them), of the policy's quorum where its gates on the call agree on one: until
+        review R72's second reading a vote of a key the policy no longer lists was counted in,
+        and the quorum was the one the request was last counted against."""
         if asked.state == "consumed":
             return (
                 "the request was already used: an approval is single use, and the store consumed this "
@@ -446,9 +455,12 @@ class _Approvals:
         votes = self.approvals.approvers(approval.request)
         if approval.approver in votes:
             others = _named(gates, left_out | set(votes))
+            counted = [vote for vote in votes if voters is None or vote in voters]
+            quorums = {gate.quorum for gate in gates}
+            quorum = quorums.pop() if len(quorums) == 1 else asked.quorum
             return (
-                f"{approval.approver} has already approved this request ({len(votes)} of "
-                f"{asked.quorum} votes in): a quorum counts each approver once; another of its "
+                f"{approval.approver} has already approved this request ({len(counted)} of "
+                f"{quorum} votes in): a quorum counts each approver once; another of its "
                 f"approvers must sign ({', '.join(others) or 'none left'})"
             )
         return None

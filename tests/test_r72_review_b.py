@@ -1,0 +1,76 @@
+"""Review R72 (second reading, helper r72-rev-b) of ``Gate.approve``'s refusals of an approval
+that can no longer count and of ``agentgate approval sign --store``'s (real Gate, real SQLite
+store, real LangGraph interrupts)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.types import Command
+from test_gate_r71_approve_early import POLICY, _paused
+
+from agentgate.errors import InputError
+from agentgate.gate import Gate
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+_CAROL = (
+    '  bob: {kind: human, did: "BOB", roles: [lead]}\n  carol: {kind: human, did: "CAROL", roles: [lead]}\n'
+)
+
+
+def _gate(path: Path, keys: dict[str, SigningKey], approvers: str) -> Gate:
+    """A Gate on the store at ``path`` whose refunds gate is ``approvers`` (the policy's text)."""
+    text = POLICY.replace('  bob: {kind: human, did: "BOB", roles: [lead]}\n', _CAROL)
+    text = text.replace("approvers: [APPROVERS]}", f"{approvers}}}")
+    for name, key in keys.items():
+        text = text.replace(f'"{name.upper()}"', key.did)
+    return Gate(parse_policy(text, source="desk.yaml"), SQLiteStore(path))
+
+
+@pytest.fixture
+def keys() -> dict[str, SigningKey]:
+    return {name: SigningKey.generate() for name in ("root", "desk", "alice", "bob", "carol")}
+
+
+@pytest.fixture
+def three_of(tmp_path: Path, keys: dict[str, SigningKey]) -> Iterator[Gate]:
+    opened = _gate(tmp_path / "agentgate.db", keys, "approvers: [alice, bob, carol], quorum: 3")
+    yield opened
+    opened.close()
+
+
+def _voted(gate: Gate, keys: dict[str, SigningKey], *names: str) -> tuple[Any, Any, dict[str, Any], Any]:
+    """The desk agent paused on a refund, each of ``names`` having approved it in turn; the
+    payload it asks with then."""
+    agent, identity, config, payload = _paused(gate, keys)
+    for name in names:
+        state = agent.invoke(Command(resume=gate.approve(payload, keys[name])), config, context=identity)
+        payload = state["__interrupt__"][0].value
+    return agent, identity, config, payload
+
+
+def test_a_repeated_yes_counts_only_the_votes_the_policy_counts(
+    three_of: Gate, keys: dict[str, SigningKey], tmp_path: Path
+) -> None:
+    """Review R72: alice and carol voted under a quorum of three; the policy then dropped carol
+    and asks two of alice and bob. ``gate.approve`` of alice's second yes is refused (right: a
+    quorum counts her once), but it said "(2 of 3 votes in)": carol's vote, which the policy no
+    longer counts, and the quorum the request was last counted against, where the resumed run
+    counts one vote of two: the message now says so."""
+    *_, payload = _voted(three_of, keys, "alice", "carol")
+    assert payload["request"]["approved_by"] == sorted([keys["alice"].did, keys["carol"].did])
+    changed = _gate(tmp_path / "agentgate.db", keys, "approvers: [alice, bob], quorum: 2")
+    try:
+        with pytest.raises(InputError) as refused:
+            changed.approve(payload, keys["alice"])
+        message = str(refused.value)
+        assert "has already approved" in message, message
+        assert "(1 of 2 votes in" in message, message
+        assert "(bob)" in message, message
+    finally:
+        changed.close()
