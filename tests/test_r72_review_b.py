@@ -12,8 +12,9 @@ import pytest
 from langgraph.types import Command
 from test_gate_r71_approve_early import POLICY, _paused
 
+from agentgate.capabilities import Call
 from agentgate.errors import InputError
-from agentgate.gate import Gate
+from agentgate.gate import Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -74,3 +75,30 @@ def test_a_repeated_yes_counts_only_the_votes_the_policy_counts(
         assert "(bob)" in message, message
     finally:
         changed.close()
+
+
+def test_a_repeated_yes_is_signed_where_a_lowered_quorum_counts_it(
+    keys: dict[str, SigningKey], tmp_path: Path
+) -> None:
+    """Review R72: alice's vote was in on a refund asked under a quorum of two; the policy then
+    lowered it to one. Her vote alone now meets it, so an approval of hers presented again counts
+    (the run's vote is refused as a repeat, and the use of the request, counted under the policy
+    in force, lets the refund run). ``gate.approve`` refused to sign it ("has already approved"),
+    an approval that would have counted. It now signs it, and the call it approves is allowed."""
+    path = tmp_path / "agentgate.db"
+    two = _gate(path, keys, "approvers: [alice, bob], quorum: 2")
+    try:
+        identity = two.issue(keys["root"], name="desk", key=keys["desk"], role="desk")
+        call = Call.tool("payments.refund", {"order_id": "O-1", "amount": 800})
+        asked = two.authorize(identity, call, call_id="c1")
+        payload = asked.approval_payload()
+        first = Approval.parse(two.approve(payload, keys["alice"]))
+        assert two.authorize(identity, call, call_id="c1", approval=first).needs_approval
+    finally:
+        two.close()
+    one = _gate(path, keys, "approvers: [alice, bob], quorum: 1")
+    try:
+        again = Approval.parse(one.approve(payload, keys["alice"]))
+        assert one.authorize(identity, call, call_id="c1", approval=again).allowed
+    finally:
+        one.close()

@@ -363,8 +363,9 @@ class _Approvals:
         closed it (declined, void, superseded); or the request was used (single use), expired
         (the store's rule: it counts while ``expires_at > now``; the message says to invoke the
         run again without a resume value, which asks for the call under a new request), or
-        ``approver``'s yes is counted on it already (a quorum counts each approver once; the
-        message names who may still sign). Until review R71 such an approval was signed and
+        ``approver``'s yes is counted on it already while the votes that count are fewer than
+        the policy's quorum (a quorum counts each approver once; the message names who may still
+        sign). Until review R71 such an approval was signed and
         refused only in the resumed run's next interrupt; until review R72 an expired or used
         request and a repeated yes were still signed. ``Approval.sign`` signs without these checks.
         """
@@ -435,11 +436,13 @@ class _Approvals:
         it (``_unusable``), or ``None``: the request was used, its deadline passed, or the signer's
         yes is counted already. None of these can be undone (an expiry is not moved, a used request
         is put back only for the call that used it, replaying the approvals it was given, and a
-        vote is cleared only then), so no approval refused here would have counted later. The
-        votes said to be in are those of ``voters`` (the policy's approvers, as the resumed run
-        counts them), of the policy's quorum where its gates on the call agree on one: until
-        review R72's second reading a vote of a key the policy no longer lists was counted in,
-        and the quorum was the one the request was last counted against."""
+        vote is cleared only then), so no approval refused here would have counted later. A
+        repeated yes is refused only while the votes of ``voters`` (the policy's approvers, as
+        the resumed run counts them) are fewer than the smallest quorum of the policy's gates on
+        the call: a policy that lowered the quorum to the votes in makes any approver's yes, a
+        repeated one too, use the request (``_consume_approval``). Until review R72's second
+        reading that yes was refused, and the message counted a vote of a key the policy no
+        longer lists, against the quorum the request was last counted under."""
         if asked.state == "consumed":
             return (
                 "the request was already used: an approval is single use, and the store consumed this "
@@ -453,11 +456,10 @@ class _Approvals:
                 "the call again, and its call is asked for under a new request: sign that one"
             )
         votes = self.approvals.approvers(approval.request)
-        if approval.approver in votes:
+        counted = [vote for vote in votes if voters is None or vote in voters]
+        quorum = min((gate.quorum for gate in gates), default=asked.quorum)
+        if approval.approver in votes and len(counted) < quorum:
             others = _named(gates, left_out | set(votes))
-            counted = [vote for vote in votes if voters is None or vote in voters]
-            quorums = {gate.quorum for gate in gates}
-            quorum = quorums.pop() if len(quorums) == 1 else asked.quorum
             return (
                 f"{approval.approver} has already approved this request ({len(counted)} of "
                 f"{quorum} votes in): a quorum counts each approver once; another of its "
