@@ -4,12 +4,14 @@ store, real LangGraph interrupts)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langgraph.types import Command
+from test_cli_approval_r72_closed import TWO, _Rig
 from test_gate_r71_approve_early import POLICY, _paused
 
 from agentgate.capabilities import Call
@@ -102,3 +104,32 @@ def test_a_repeated_yes_is_signed_where_a_lowered_quorum_counts_it(
         assert one.authorize(identity, call, call_id="c1", approval=again).allowed
     finally:
         one.close()
+
+
+@pytest.fixture
+def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Rig]:
+    monkeypatch.delenv("AGENTGATE_STORE", raising=False)
+    opened = _Rig(tmp_path, TWO)
+    yield opened
+    opened.gate.close()
+
+
+def test_cli_signs_a_repeated_yes_on_a_request_its_quorum_approved(
+    rig: _Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R72: under a quorum of two, lead's vote and lead2's are in (lead2's counted by
+    another process, whose allow has not used the request yet: the store holds it approved).
+    Any approval of one of its approvers now uses it, lead's again too (the run refuses the
+    vote as a repeat and counts the quorum met). ``approval sign --store`` refused lead's
+    ("has already approved", exit 1), an approval that would have counted. It signs it now
+    (exit 0), and the call it approves is allowed."""
+    payload = rig.asked.approval_payload()
+    first = Approval.parse(rig.gate.approve(payload, rig.keys["lead"]))
+    again = rig.gate.authorize(rig.agent, rig.call, call_id="call-1", approval=first)
+    assert again.needs_approval
+    rig.gate.approvals.approve(payload["request"]["id"], rig.keys["lead2"].did)
+    assert rig.gate.approvals.get(payload["request"]["id"]).state == "approved"
+    code, out, err = rig.sign(capsys, again.approval_payload(), "lead")
+    assert code == 0, err
+    signed = Approval.parse(json.loads(out))
+    assert rig.gate.authorize(rig.agent, rig.call, call_id="call-1", approval=signed).allowed

@@ -202,7 +202,11 @@ def _against_store(
 def _standing(approvals: ApprovalStore, row: StoredRequest, signer: str) -> str | None:
     """Why no yes of ``signer`` to the store's request ``row`` can count, from where it stands,
     or ``None``: it is closed (declined, superseded, void), used, or ``signer``'s vote is on it
-    already, as ``Gate.approve`` refuses (until review R72 this command signed all of these).
+    already while the votes that count are fewer than its quorum, as ``Gate.approve`` refuses
+    (until review R72 this command signed all of these). A quorum met (the request approved, not
+    yet used) makes any approver's yes use it, a repeated one too: until review R72's second
+    reading that was refused. The quorum is the store's, as last counted: a policy that lowered
+    it since is not known here, and ``Gate.approve`` is the check that applies the policy.
     That it expired ``_refusal`` says (the payload's ``expires_at`` is checked to be the row's)."""
     if row.state == "consumed":
         return "it was already used: an approval is single use, and nothing waits for another yes"
@@ -217,7 +221,8 @@ def _standing(approvals: ApprovalStore, row: StoredRequest, signer: str) -> str 
     revoked = approvals.revoked_grant(row.id)
     if revoked is not None:
         return f"it is void (grant {printable(revoked[:100])} of its call was revoked): nothing waits for it"
-    if signer in approvals.approvers(row.id):
+    counted, uncounted = approvals.votes(row.id)
+    if signer in (*counted, *uncounted) and len(counted) < row.quorum:
         return f"{signer} has already approved it: a quorum counts each approver once; another approver must sign"
     return None
 
