@@ -133,3 +133,25 @@ def test_cli_signs_a_repeated_yes_on_a_request_its_quorum_approved(
     assert code == 0, err
     signed = Approval.parse(json.loads(out))
     assert rig.gate.authorize(rig.agent, rig.call, call_id="call-1", approval=signed).allowed
+
+
+def test_the_expired_advice_keeps_the_runs_identity(keys: dict[str, SigningKey], tmp_path: Path) -> None:
+    """Review R72: ``gate.approve`` of an expired request said to invoke the run again as
+    ``graph.invoke(None, config)``. Followed as written on the gated agent of
+    docs/quickstart.md, the run carries no identity, and the call is refused for good ("the run
+    carries no agent identity ... Do not retry this call"), where the advice promised it asked
+    again. The message now says to pass the run's context too, and so invoked the run asks the
+    call again under a new request."""
+    gate = _gate(tmp_path / "agentgate.db", keys, "approvers: [alice]")
+    try:
+        agent, identity, config, payload = _paused(gate, keys)
+        with gate.store.transaction() as tx:
+            tx.execute("UPDATE approvals SET expires_at = 1 WHERE id = ?", (payload["request"]["id"],))
+        with pytest.raises(InputError) as refused:
+            gate.approve(payload, keys["alice"])
+        message = str(refused.value)
+        assert "graph.invoke(None, config, context=" in message, message
+        again = agent.invoke(None, config, context=identity)["__interrupt__"][0].value
+        assert again["request"]["id"] != payload["request"]["id"]
+    finally:
+        gate.close()

@@ -362,7 +362,9 @@ class _Approvals:
         shows); or the store holds no request of the payload's id, holds it for another call, or
         closed it (declined, void, superseded); or the request was used (single use), expired
         (the store's rule: it counts while ``expires_at > now``; the message says to invoke the
-        run again without a resume value, which asks for the call under a new request), or
+        run again without a resume value, with its config and context: until review R72's second
+        reading it left the context out, and the gated agent so invoked carries no identity and
+        refuses the call; so invoked it asks for the call under a new request), or
         ``approver``'s yes is counted on it already while the votes that count are fewer than
         the policy's quorum (a quorum counts each approver once; the message names who may still
         sign). Until review R71 such an approval was signed and
@@ -452,8 +454,9 @@ class _Approvals:
         if asked.expires_at <= time.time():  # the store's rule: a request counts while expires_at > now
             return (
                 f"the request expired at {when(int(asked.expires_at))}: a late yes never counts; "
-                "invoke the run again without a resume value (graph.invoke(None, config)), or make "
-                "the call again, and its call is asked for under a new request: sign that one"
+                "invoke the run again without a resume value, with its config and context "
+                "(graph.invoke(None, config, context=identity)), or make the call again, and its "
+                "call is asked for under a new request: sign that one"
             )
         votes = self.approvals.approvers(approval.request)
         counted = [vote for vote in votes if voters is None or vote in voters]
