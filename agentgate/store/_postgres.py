@@ -963,10 +963,12 @@ def _redact(url: str) -> str:
 
     A libpq key=value connection string (no ``://``, an ``=``; ``PostgresStore`` takes one,
     ``open_store`` refuses it) is masked by ``_redact_conninfo``: until review R72 it was shown
-    whole, password and all."""
-    scheme, slashes, _ = url.partition("://")
-    if not slashes and "=" in url:
+    whole, password and all. It is one where no ``scheme://`` starts ``url``, as libpq tells them
+    apart: a ``://`` in a value (``password=pa://ss``, ``application_name=http://x``) does not
+    make it a URL (until review R72 it did, and the string was shown whole)."""
+    if "=" in url and not _URL_SCHEME.match(url):
         return _redact_conninfo(url)
+    scheme, slashes, _ = url.partition("://")
     start = len(scheme) + len(slashes) if slashes else 0
     user_part = _LIBPQ_USER_PART.match(url, start) if slashes else None
     after = user_part.end() if user_part else start  # where the host starts
@@ -989,6 +991,11 @@ def _redact(url: str) -> str:
             shown.append(url[last:begin] + "***" if begin > last else "")
             last = end
     return "".join(shown) + url[last:]
+
+
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+"""The ``scheme://`` that starts a URL (``open_store``'s ``_SCHEME``): any scheme, so a URL that
+names another (``mysql://``, refused) is masked as a URL too."""
 
 
 _LIBPQ_USER_PART = re.compile(r"[^@/]*@")
