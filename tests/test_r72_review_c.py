@@ -49,6 +49,25 @@ def test_a_store_given_such_a_string_never_quotes_its_password() -> None:
 
 
 @pytest.mark.parametrize(
+    "conninfo",
+    [
+        "host=db password=ab\u00a0cd=ef",
+        "host=db password=ab\u2003cd=ef port=5432",
+        "host=db password=ab\x1ccd=ef",
+        "host=db password=\u00a0cd=ef",
+    ],
+)
+def test_a_password_holding_white_space_libpq_does_not_end_a_value_at_is_masked_whole(conninfo: str) -> None:
+    """Review R72: ``_redact_conninfo`` ended an unquoted value at what Python calls white space
+    (a no-break space, an em space, ``\\x1c``), where libpq ends it only at a space, tab or line
+    break: the rest of such a password, ``cd=ef``, read as another parameter and was shown."""
+    assert psycopg.conninfo.conninfo_to_dict(conninfo)["password"].endswith("cd=ef")  # libpq's reading
+    shown = _redact(conninfo)
+    assert "cd=ef" not in shown and "ef" not in shown.partition("password=")[2], shown
+    assert shown.startswith("host=db password=***"), shown
+
+
+@pytest.mark.parametrize(
     "url",
     [
         "postgresql://u:hunter2@db/agentgate?application_name=a=b",

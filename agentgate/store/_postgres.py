@@ -1040,37 +1040,45 @@ def _redact_conninfo(conninfo: str) -> str:
     """``conninfo``, a libpq key=value connection string, as ``_redact`` shows it: the values of
     ``password`` and ``sslpassword`` (any case) replaced by ``***``, read as libpq reads them
     (white space around ``=``, a value in single quotes with ``\\`` escapes, or up to white space
-    with them). Where it stops parsing as one (a keyword without ``=``, a quote not closed), the
-    rest of it is masked: no reading of it can then be trusted to end a secret."""
+    with them; white space as libpq has it, ``_LIBPQ_SPACE``). Where it stops parsing as one (a
+    keyword without ``=``, a quote not closed), the rest of it is masked: no reading of it can
+    then be trusted to end a secret."""
     shown: list[str] = []
     at, size = 0, len(conninfo)
     while True:
         start = at
-        while at < size and conninfo[at].isspace():
+        while at < size and conninfo[at] in _LIBPQ_SPACE:
             at += 1
         if at == size:
             return "".join(shown) + conninfo[start:]
         key_start = at
-        while at < size and not conninfo[at].isspace() and conninfo[at] != "=":
+        while at < size and conninfo[at] not in _LIBPQ_SPACE and conninfo[at] != "=":
             at += 1
         key = conninfo[key_start:at]
-        while at < size and conninfo[at].isspace():
+        while at < size and conninfo[at] in _LIBPQ_SPACE:
             at += 1
         if not key or at == size or conninfo[at] != "=":
             return "".join(shown) + conninfo[start:key_start] + "***"
         at += 1
-        while at < size and conninfo[at].isspace():
+        while at < size and conninfo[at] in _LIBPQ_SPACE:
             at += 1
         value_start = at
         quoted = at < size and conninfo[at] == "'"
         at += quoted
-        while at < size and (conninfo[at] != "'" if quoted else not conninfo[at].isspace()):
+        while at < size and (conninfo[at] != "'" if quoted else conninfo[at] not in _LIBPQ_SPACE):
             at += 2 if conninfo[at] == "\\" else 1
         if quoted and at >= size:  # a quote not closed: libpq refuses it
             return "".join(shown) + conninfo[start:value_start] + "***"
         at = min(at + quoted, size)
         secret = key.lower() in _SECRET_PARAMETERS
         shown.append(conninfo[start:value_start] + ("***" if secret else conninfo[value_start:at]))
+
+
+_LIBPQ_SPACE = frozenset(" \t\n\v\f\r")
+"""What libpq takes for white space in a key=value string (C's ``isspace``, byte by byte), not
+what ``str.isspace`` does, which also has a no-break space, an em space, ``\\x1c``: until
+review R72 ``_redact_conninfo`` ended a password there, and showed the rest of it, read as a
+parameter (``password=ab\\u00a0cd=ef``)."""
 
 
 def _secret_parameters(url: str, mark: int, end: int | None = None) -> list[tuple[int, int]]:
