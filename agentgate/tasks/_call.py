@@ -269,6 +269,15 @@ class ToolCall:
             _check_time(deadline, "deadline")
             _check_time(grant_expires_at, "grant_expires_at")
 
+    def __post_init__(self) -> None:
+        """The checks of ``__init__``, for a dataclass subclass of ``ToolCall``: its generated
+        ``__init__`` sets the fields and calls this, never ``ToolCall.__init__`` (review R72: with
+        the checks moved into ``__init__`` and no ``__post_init__``, such a subclass made calls
+        with an empty tool name or a NaN deadline unchecked)."""
+        self._check_fields()
+        _check_time(self.deadline, "deadline")
+        _check_time(self.grant_expires_at, "grant_expires_at")
+
     def _check_fields(self) -> None:
         """Raise ``InputError`` naming the first field of a type it cannot have; take a list
         ``authority_chain`` as a tuple."""
