@@ -492,38 +492,88 @@ def replace_file(
             out.flush()
             os.fchmod(out.fileno(), mode)
             os.fsync(out.fileno())
-        placeholder = _take_name(path) if exclusive else None
-        try:
+        if not exclusive:
             if before_rename is not None:
                 before_rename()
             os.replace(temporary, path)
-        except BaseException:
-            if placeholder is not None:
-                _remove_placeholder(path, placeholder)
-            raise
+            return
+        with _name_taken(path) as made:
+            if before_rename is not None:
+                before_rename()
+            _put(temporary, path, made)
     except BaseException:
-        os.unlink(temporary)
+        with contextlib.suppress(FileNotFoundError):  # linked and unlinked already (``_put``)
+            os.unlink(temporary)
         raise
 
 
-def _take_name(path: Path) -> os.stat_result | None:
-    """Create ``path`` empty (0600) if nothing is there, returning the new file's status; ``None``
-    where an empty regular file is there already. Raises ``FilledFile`` for anything else."""
+@contextlib.contextmanager
+def _name_taken(path: Path) -> Iterator[os.stat_result | None]:
+    """Hold the name ``path`` for ``replace_file(..., exclusive=True)``: create it empty (0600)
+    and yield the new file's status, or, where an empty regular file is there already, yield
+    ``None``; in both cases with an exclusive ``flock`` on that file until the block ends, so that
+    another exclusive writer (another ``grant issue --out`` of the same file) is refused and does
+    not take the placeholder for an empty file a user left (review R72: it did, and the two
+    tokens were renamed over each other, both said written). Raises ``FilledFile`` for a file
+    that is not empty, or one another writer holds. The placeholder made here is removed if the
+    block fails while it is still there, empty."""
+    made: os.stat_result | None = None
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        made = os.fstat(fd)
     except FileExistsError:
-        there = os.lstat(path)
-        if stat.S_ISREG(there.st_mode) and there.st_size == 0:
-            return None
-        raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path)) from None
+        try:  # O_NONBLOCK: a FIFO made there since is not waited on (it is refused below)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:  # a symbolic link (ELOOP) or nothing any more: not the empty file looked at
+            raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path)) from None
     try:
-        return os.fstat(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FilledFile(errno.EEXIST, "another command is writing it", str(path)) from None
+        held = os.fstat(fd)
+        if not (stat.S_ISREG(held.st_mode) and held.st_size == 0 and _is_there(path, held)):
+            raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path))
+        try:
+            yield made
+        except BaseException:
+            if made is not None:
+                _remove_placeholder(path, made)
+            raise
     finally:
-        os.close(fd)
+        os.close(fd)  # releases the lock
+
+
+def _put(temporary: str, path: Path, made: os.stat_result | None) -> None:
+    """Put the written file ``temporary`` at ``path``, held by ``_name_taken``: the placeholder
+    made there is removed and the file linked in its place, which fails rather than replace a
+    file put there meanwhile by a writer that took no lock (a ``mv`` over it); an empty file that
+    was there is replaced if it is still that file, empty. Raises ``FilledFile`` otherwise."""
+    if made is not None:
+        _remove_placeholder(path, made)
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            raise FilledFile(errno.EEXIST, "a file was put there while it was written", str(path)) from None
+        os.unlink(temporary)
+        return
+    there = os.lstat(path)
+    if not (stat.S_ISREG(there.st_mode) and there.st_size == 0):
+        raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path))
+    os.replace(temporary, path)
+
+
+def _is_there(path: Path, held: os.stat_result) -> bool:
+    """Whether ``path`` names the file ``held`` is the status of."""
+    try:
+        there = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _remove_placeholder(path: Path, placeholder: os.stat_result) -> None:
-    """Remove the empty file ``_take_name`` made at ``path``, if it is still that file."""
+    """Remove the empty file ``_name_taken`` made at ``path``, if it is still that file, empty."""
     with contextlib.suppress(OSError):
         there = os.lstat(path)
         if (there.st_dev, there.st_ino) == (placeholder.st_dev, placeholder.st_ino) and there.st_size == 0:

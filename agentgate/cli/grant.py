@@ -268,8 +268,11 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, 
     replaced.
 
     The token is written to a new 0600 file beside ``out`` first, then the name ``out`` is taken
-    (without ``force``); the grant is recorded only once that succeeded, and the file is renamed
-    over ``out`` only once the grant is recorded.
+    (without ``force``: held with a lock, which another such command is refused by); the grant is
+    recorded only once that succeeded, and the file is put at ``out`` only once the grant is
+    recorded (linked in place of the empty file taken, which fails rather than replace a file a
+    writer that took no lock put there meanwhile: then the grant stays recorded, its token
+    unwritten, and the error says to revoke it).
     Only a regular file at ``out`` is replaced (a symbolic link, directory or FIFO is refused). Raises ``InputError`` when ``out`` cannot be
     written (then nothing is recorded) and ``StoreError`` when the store fails (then ``out`` is
     untouched).
@@ -280,11 +283,21 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, 
         return
 
     _refuse_filled_out(out, force)
+    recorded: list[bool] = []
+
+    def record_it() -> None:
+        record(repo, chain)
+        recorded.append(True)
+
     try:
-        replace_file(
-            out, (chain.token + "\n").encode("ascii"), 0o600, lambda: record(repo, chain), exclusive=not force
-        )
+        replace_file(out, (chain.token + "\n").encode("ascii"), 0o600, record_it, exclusive=not force)
     except FilledFile:
+        if recorded:  # a writer that took no lock put a file there while the grant was recorded
+            raise InputError(
+                f"{shown_path(out)}: a file was put there while grant {chain.id} was recorded: it is kept, "
+                f"and the grant's token was not written; revoke it (agentgate grant revoke {chain.id}) "
+                "and issue another to a file of its own"
+            ) from None
         raise _filled(out) from None
     except OSError as exc:
         raise InputError(f"{out}: cannot write token: {exc.strerror}") from None
