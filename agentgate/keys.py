@@ -446,6 +446,11 @@ class FilledFile(FileExistsError):
     one would take its place."""
 
 
+class HeldFile(FilledFile):
+    """``replace_file(..., exclusive=True)``: another such call holds the path (it is writing a file
+    there at this moment)."""
+
+
 def replace_file(
     path: Path,
     data: bytes,
@@ -517,20 +522,21 @@ def _name_taken(path: Path) -> Iterator[os.stat_result | None]:
     tokens were renamed over each other, both said written). Raises ``FilledFile`` for a file
     that is not empty, or one another writer holds. The placeholder made here is removed if the
     block fails while it is still there, empty."""
-    made: os.stat_result | None = None
+    created = True
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        made = os.fstat(fd)
     except FileExistsError:
+        created = False
         try:  # O_NONBLOCK: a FIFO made there since is not waited on (it is refused below)
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:  # a symbolic link (ELOOP) or nothing any more: not the empty file looked at
             raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path)) from None
     try:
+        made = os.fstat(fd) if created else None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise FilledFile(errno.EEXIST, "another command is writing it", str(path)) from None
+            raise HeldFile(errno.EEXIST, "another command is writing it", str(path)) from None
         held = os.fstat(fd)
         if not (stat.S_ISREG(held.st_mode) and held.st_size == 0 and _is_there(path, held)):
             raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path))

@@ -117,7 +117,10 @@ def test_two_grant_issues_of_one_out_file(tmp_path: Path, monkeypatch: pytest.Mo
     assert code == 0
     [done] = second
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("agentgate: error: new.tok: "), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("agentgate: error: new.tok: another command is writing a token to it"), (
+        done.stderr
+    )
     first_token = (tmp_path / "new.tok").read_text()
     assert first_token.startswith("ag1.") and first_token not in done.stdout
     assert _leftovers(tmp_path) == []

@@ -72,6 +72,7 @@ from agentgate.errors import (
 from agentgate.findings import Finding, FindingKind
 from agentgate.keys import (
     FilledFile,
+    HeldFile,
     PublicKey,
     irreplaceable,
     load_public_key,
@@ -291,6 +292,11 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, 
 
     try:
         replace_file(out, (chain.token + "\n").encode("ascii"), 0o600, record_it, exclusive=not force)
+    except HeldFile:
+        raise InputError(
+            f"{shown_path(out)}: another command is writing a token to it at this moment; nothing "
+            "recorded: name another file"
+        ) from None
     except FilledFile:
         if recorded:  # a writer that took no lock put a file there while the grant was recorded
             raise InputError(
