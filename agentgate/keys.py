@@ -561,12 +561,27 @@ def _put(temporary: str, path: Path, made: os.stat_result | None) -> None:
             os.link(temporary, path)
         except FileExistsError:
             raise FilledFile(errno.EEXIST, "a file was put there while it was written", str(path)) from None
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+            # A file system without hard links (FAT, some network mounts): renamed, if nothing
+            # was put there since the placeholder was removed a moment ago.
+            if os.path.lexists(path):
+                raise FilledFile(
+                    errno.EEXIST, "a file was put there while it was written", str(path)
+                ) from None
+            os.replace(temporary, path)
+            return
         os.unlink(temporary)
         return
     there = os.lstat(path)
     if not (stat.S_ISREG(there.st_mode) and there.st_size == 0):
         raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path))
     os.replace(temporary, path)
+
+
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
+"""What ``link`` raises on a file system that has no hard links (FAT's ``EPERM``)."""
 
 
 def _is_there(path: Path, held: os.stat_result) -> bool:

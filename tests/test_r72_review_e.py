@@ -12,6 +12,7 @@ function, once as a real ``agentgate`` process.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
@@ -182,3 +183,22 @@ class _Captured:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             code = main(list(argv))
         return code, err.getvalue()
+
+
+def test_a_file_system_without_hard_links_is_still_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R72: linking the token in place of the placeholder fails on a file system without
+    hard links (FAT on a USB stick, some network mounts: ``EPERM``), after the grant is recorded;
+    the token is then renamed in place, as before. The one part stood in for: ``os.link``
+    raising as FAT's does (no such file system can be mounted here)."""
+
+    def no_links(*args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    out = tmp_path / "new.tok"
+    replace_file(out, b"ours\n", 0o600, exclusive=True)
+    assert out.read_bytes() == b"ours\n"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert _leftovers(tmp_path) == []
