@@ -92,9 +92,14 @@ def chat_world(tmp_path: Path) -> Iterator[tuple[Path, Path, Path, SimServer, Ga
     policy = tmp_path / "policy.yaml"
     policy.write_text(CHAT_POLICY.format(root=root.did, agent=agent_key.did, model=MODEL))
     with SimServer(model_name=MODEL, time_scale=0.02) as sim:
+        # Probed on /v1/models, which the sim answers under its "hang" fault: /health hangs with
+        # its calls, and the gateway rightly marked the backend down one probe (1 s) after it
+        # started; a call that came later (a loaded machine) was answered 503 no_backend and
+        # never reached the backend.
         inventory = tmp_path / "inventory.yaml"
         inventory.write_text(
-            f"backends:\n  - {{name: sim, url: '{sim.url}', engine: vllm, models: [{MODEL}]}}\n"
+            f"backends:\n  - {{name: sim, url: '{sim.url}', engine: vllm, models: [{MODEL}],"
+            " health_path: /v1/models}\n"
         )
         store = tmp_path / "serve.db"
         issuer = GatewayGate(parse_policy(policy.read_text(), source=str(policy)), SQLiteStore(store))
@@ -177,12 +182,16 @@ def test_serve_stopped_with_a_call_in_flight_settles_it_and_prints_no_traceback(
         finally:
             begun.set()
 
+    def reached() -> bool:
+        return begun.is_set() if stream else _chat_requests(sim) > 0
+
     caller = threading.Thread(target=call, daemon=True)
     try:
         wait_until_serving(f"http://127.0.0.1:{port}", process)
         caller.start()
         deadline = time.monotonic() + 20
-        while not (begun.is_set() if stream else _chat_requests(sim) > 0):
+        while not reached():
+            assert caller.is_alive() or reached(), ("answered before it reached the backend", answer)
             assert time.monotonic() < deadline, "the call never reached the backend"
             time.sleep(0.01)
         for sent in signals:
