@@ -7,7 +7,8 @@ metrics scraper (every ``scrape_interval_s``; a backend whose metrics cannot be 
 left to the router's in-flight accounting once its last scrape is stale) and a health prober
 (every ``health_interval_s``; a backend that fails its probe, or a request, is marked down at
 once and skipped by the router, but not for a probe that fails while the backend answers calls:
-a probe slower than ``probe_s`` on a busy backend; it is used again once it passes a probe after ``cooldown_s``, or
+a probe slower than ``probe_s`` on a busy backend; nor for one that failed late, the loop held
+past ``probe_s``, before a second probe fails too; it is used again once it passes a probe after ``cooldown_s``, or
 after the time its ``Retry-After`` asked for if that is longer: a 429 or 503 names it, read by
 ``backends.retry_after_s``, at most ``MAX_RETRY_AFTER_S``; it holds down every backend of that
 URL, one engine under several names). A call that fails before it has produced any output is retried on another
@@ -95,6 +96,10 @@ bound on what a backend chattering without output can make the dispatcher hold."
 MAX_REJECTED_COOLDOWN_S = 300.0
 """The longest a backend that keeps rejecting our credentials is left down before it is tried again
 (its cooldown doubles with each rejection; see the module docstring)."""
+
+LATE_PROBE_S = 0.1
+"""How far past ``probe_s`` a failed health probe may end and still mark its backend down; one
+that ends later says the event loop was late, and is sent again (``Dispatcher._health_loop``)."""
 
 
 def model_slos(policy: Policy | PolicyDocument) -> dict[str, float]:
@@ -689,11 +694,26 @@ class Dispatcher:
         answered a call while the probe was out (a probe slower than ``probe_s`` on a backend
         busy serving calls: until review R62 one such probe took a serving backend out of the
         rotation, and the calls routed to it only then failed over or waited); a backend down
-        comes back after its cooldown once a probe passes."""
+        comes back after its cooldown once a probe passes.
+
+        A probe that failed after longer than ``probe_s`` allows (``LATE_PROBE_S`` past it) is
+        sent again at once, and that one judges: the loop was late (held by other work, or the
+        process starved of CPU), and the probe's timeout and the backend's answer were both due
+        when it ran again; the timeout won. Until review R72 such a probe marked a healthy
+        backend down, and calls found no backend while the gateway was loaded. A backend whose
+        probes hang is marked down one probe later for it, never more."""
+        loop = asyncio.get_running_loop()
+        late_before = False
         while True:
             answered = self._answers[name]
             probe = self._credentials_probe(name) if name in self._rejected else self.clients[name].health()
+            sent = loop.time()
             (ok,) = await asyncio.gather(probe, return_exceptions=True)
+            late = loop.time() - sent > self.timeouts.probe_s + LATE_PROBE_S
+            if ok is not True and late and not late_before:
+                late_before = True
+                continue  # its verdict is the loop's, not the backend's: ask the backend again
+            late_before = False
             if ok is not True:
                 if self._answers[name] == answered:
                     self._mark_down(name)
