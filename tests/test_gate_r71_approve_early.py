@@ -192,7 +192,7 @@ def test_a_declined_request_is_refused(gate: Gate, keys: dict[str, SigningKey]) 
     agent, identity, config, payload = _paused(gate, keys)
     state = agent.invoke(Command(resume="no"), config, context=identity)
     assert "__interrupt__" not in state
-    with pytest.raises(InputError, match="denied"):
+    with pytest.raises(InputError, match="declined"):
         gate.approve(payload, keys["alice"])
     assert Approval.sign(payload, keys["alice"]).approver == keys["alice"].did
 

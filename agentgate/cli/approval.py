@@ -55,8 +55,8 @@ from agentgate.gate import Approval, approval_call_hash
 from agentgate.gate._records import PLACEHOLDERS, UNCOUNTED
 from agentgate.keys import load_signing_key, read_regular_file, replace_file, shown_path
 from agentgate.policy._index import gate_named
-from agentgate.store.approvals import SUPERSEDED, VOIDED, ApprovalStore
 from agentgate.store.approvals import Approval as StoredRequest
+from agentgate.store.approvals import ApprovalStore, how_closed
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -210,14 +210,9 @@ def _standing(approvals: ApprovalStore, row: StoredRequest, signer: str) -> str 
     That it expired ``_refusal`` says (the payload's ``expires_at`` is checked to be the row's)."""
     if row.state == "consumed":
         return "it was already used: an approval is single use, and nothing waits for another yes"
-    if row.state == "denied":
-        if row.approver == VOIDED:
-            return "it is void (a grant of its call was revoked): nothing waits for it"
-        if row.approver == SUPERSEDED:
-            return (
-                "it was closed as superseded (its call was changed and asked for again): sign the new request"
-            )
-        return "it was declined: nothing waits for it"
+    closed = how_closed(row)
+    if closed is not None:
+        return f"it {closed}"
     revoked = approvals.revoked_grant(row.id)
     if revoked is not None:
         return f"it is void (grant {printable(revoked[:100])} of its call was revoked): nothing waits for it"

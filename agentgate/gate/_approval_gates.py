@@ -30,8 +30,8 @@ from agentgate.keys import SigningKey
 from agentgate.policy import ApprovalRequirement as PolicyApproval
 from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex
 from agentgate.store import Store, Transaction
-from agentgate.store.approvals import SUPERSEDED, VOIDED, ApprovalStore, QuorumRule
 from agentgate.store.approvals import Approval as StoredRequest
+from agentgate.store.approvals import ApprovalStore, QuorumRule, how_closed
 from agentgate.store.audit import AuditLog
 from agentgate.store.grants import GrantRepository
 from agentgate.store.once import RUN_AGAIN, OnceCalls
@@ -415,15 +415,9 @@ class _Approvals:
                 f"approvers of {request['resource'][:200]} under this Gate's policy, other than the "
                 f"requester and the holders above it ({', '.join(_named(gates, left_out)) or 'none'})"
             )
-        if asked.state == "denied":
-            if asked.approver == VOIDED:
-                return "the request is void (a grant of its call was revoked): nothing waits for it"
-            if asked.approver == SUPERSEDED:
-                return (
-                    "the request was denied as superseded (its call was changed and asked for "
-                    "again): approve the new request"
-                )
-            return "the request was denied (declined): nothing waits for it"
+        closed = how_closed(asked)
+        if closed is not None:
+            return f"the request {closed}"
         return self._spent(approval, asked, gates, left_out, voters)
 
     def _spent(

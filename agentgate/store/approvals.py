@@ -144,6 +144,20 @@ VOIDED = "agentgate:revoked"
 """Who closed a void request (a grant of its call revoked): the revocation (``void_standing_on``),
 or the refusal of its call (``void``)."""
 
+
+def how_closed(request: Approval) -> str | None:
+    """How ``request`` was closed (declined, void or superseded), in words that follow "the request"
+    in a refusal, or ``None`` when it is not closed: ``Gate.approve`` and ``approval sign --store``
+    say it alike (review R72: each wrote its own)."""
+    if request.state != "denied":
+        return None
+    if request.approver == VOIDED:
+        return "is void (a grant of its call was revoked): nothing waits for it"
+    if request.approver == SUPERSEDED:
+        return "was closed as superseded (its call was changed and asked for again): sign the new request"
+    return "was declined: nothing waits for it"
+
+
 _IDS_PER_READ = 500
 """Request ids bound in one statement by ``ApprovalStore.votes_of`` (within every driver's limit)."""
 
