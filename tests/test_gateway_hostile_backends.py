@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from _raw_server import RawServer
 from test_gateway import MODEL, NAMES, _policy_text
 from test_gateway_end_to_end import _body
 
@@ -66,46 +67,24 @@ class Hostile:
     def __init__(self) -> None:
         self.mode = "ok"
         self.open = 0
-        self.writers: set[asyncio.StreamWriter] = set()
+        # Every connection tracked and ended by ``close`` (a subclass's ``_serve`` included).
+        self.raw = RawServer(self._serve)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, "127.0.0.1", 0), self.loop
-        ).result(10)
-        self.server = server
-        self.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        port = asyncio.run_coroutine_threadsafe(self.raw.start(), self.loop).result(10)
+        self.url = f"http://127.0.0.1:{port}"
 
     def close(self) -> None:
         # Connections still open (a gateway's idle pool) are ended inside the loop: a handler
         # left pending would be finalized later, in whatever test collects it, on a closed loop.
-        asyncio.run_coroutine_threadsafe(self._shut(), self.loop).result(10)
+        asyncio.run_coroutine_threadsafe(self.raw.stop(), self.loop).result(15)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
 
-    async def _shut(self) -> None:
-        self.server.close()
-        handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in handlers:
-            task.cancel()
-        await asyncio.gather(*handlers, return_exceptions=True)
-        # ``writer.close()`` closes the socket a loop turn later (after its buffer drains): with the
-        # loop stopped before that turn the socket was left to the garbage collector, whose
-        # ResourceWarning then failed whatever test happened to collect it. Aborted here, and one
-        # turn given to close them. Only those whose socket is still open: a transport closed
-        # with bytes still buffered, whose buffer then drained, has already ended its connection
-        # without counting it (CPython 3.11's ``_write_ready``), and its ``abort()`` reached the
-        # loop it had let go of (an AttributeError in a CI run's teardown, stop 54).
-        for writer in self.writers:
-            sock = writer.transport.get_extra_info("socket")
-            if sock is not None and sock.fileno() != -1:
-                writer.transport.abort()
-        await asyncio.sleep(0)
-
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.open += 1
-        self.writers.add(writer)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -452,17 +431,17 @@ def test_an_answer_head_or_trailer_that_never_ends_is_refused_once_past_its_boun
         writer.close()
 
     async def main() -> BaseException | None:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        server = RawServer(serve)
+        port = await server.start()
         pool = upstream.UpstreamPool()
         try:
             async with asyncio.timeout(10):
-                await pool.post(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/x", b"{}")
+                await pool.post(f"http://127.0.0.1:{port}/v1/x", b"{}")
         except (OSError, TimeoutError) as exc:
             return exc
         finally:
             await pool.aclose()
-            server.close()
-            await server.wait_closed()
+            await server.stop()
         return None
 
     error = asyncio.run(main())
@@ -516,8 +495,8 @@ def test_a_health_or_metrics_answer_without_end_is_refused_while_it_arrives(prob
         writer.close()
 
     async def main() -> object:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        server = RawServer(serve)
+        url = f"http://127.0.0.1:{await server.start()}"
         inventory = inventory_from_mapping(
             {
                 "backends": [
@@ -540,8 +519,7 @@ def test_a_health_or_metrics_answer_without_end_is_refused_while_it_arrives(prob
                     await client.scrape(0.0)
                 return None
         finally:
-            server.close()
-            await server.wait_closed()
+            await server.stop()
 
     assert asyncio.run(main()) is (True if probe == "health" else None)
     assert sent[0] < 32, f"{sent[0]} MiB were sent before the client stopped reading"
