@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
+from _raw_server import RawServer
 from opentelemetry import baggage
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -53,11 +54,11 @@ async def _read_request(reader: asyncio.StreamReader) -> None:
 
 async def _serving(
     handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
-) -> tuple[asyncio.Server, Inventory]:
+) -> tuple[RawServer, Inventory]:
     """A loopback server answering with ``handler``, and an inventory of one vLLM backend ``b0``
     (model ``m``) at its address."""
-    server = await asyncio.start_server(handler, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    server = RawServer(handler)  # its stop() ends every connection (review R72)
+    url = f"http://127.0.0.1:{await server.start()}"
     return server, inventory_from_mapping(
         {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
     )
@@ -84,8 +85,7 @@ async def _client_on(
             yield client
     finally:
         await pool.aclose()
-        server.close()
-        await server.wait_closed()
+        await server.stop()
 
 
 class Raw:
@@ -407,8 +407,7 @@ async def test_a_streamed_line_without_end_fails_the_stream_as_it_arrives(path: 
                     await _chunks(client)
     finally:
         release.set()
-        server.close()
-        await server.wait_closed()
+        await server.stop()
 
 
 @pytest.mark.parametrize(
@@ -458,9 +457,8 @@ async def test_chunks_that_carry_nothing_do_not_keep_a_stream_alive(chatter: dic
         assert received and not any(chunk.content for chunk in received)  # passed on, as sent
     finally:
         release.set()
-        server.close()
         await asyncio.wait(handlers, timeout=5)  # each closes its writer once released
-        await server.wait_closed()
+        await server.stop()
 
 
 @pytest.mark.parametrize(
@@ -512,9 +510,8 @@ async def test_a_finish_reason_or_usage_said_again_does_not_keep_a_stream_alive(
         assert [chunk.content for chunk in received[:1]] == ["hi"] and len(received) > 2
     finally:
         release.set()
-        server.close()
         await asyncio.wait(handlers, timeout=5)
-        await server.wait_closed()
+        await server.stop()
 
 
 @pytest.mark.parametrize("ends", [False, True], ids=["endless", "within-its-limit"])
@@ -572,9 +569,8 @@ async def test_a_stream_past_what_its_max_tokens_allows_fails_as_it_arrives(ends
         assert received == limit  # everything up to the limit passed on, nothing past it
     finally:
         release.set()
-        server.close()
         await asyncio.wait(handlers, timeout=5)
-        await server.wait_closed()
+        await server.stop()
 
 
 # --- the key never leaves in an error ---------------------------------------------------------

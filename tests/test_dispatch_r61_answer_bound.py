@@ -17,6 +17,7 @@ import math
 from collections.abc import AsyncIterator
 
 import pytest
+from _raw_server import RawServer
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch._answers import MAX_USAGE_TOKENS
@@ -37,15 +38,12 @@ async def silent_backend() -> AsyncIterator[str]:
                 pass
         writer.close()
 
-    server = await asyncio.start_server(hold, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    server = RawServer(hold)
+    port = await server.start()
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        server.close()
-        # Connections still open are cut by the client's close; do not wait for them.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(server.wait_closed(), 1)
+        await server.stop()  # every connection ended, however far its client has got
 
 
 def test_the_deadline_of_a_non_streamed_answer_is_bounded_by_answer_max_s() -> None:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from _raw_server import RawServer
 from test_dispatch_r61_backend_garbage import NAME, PAYLOAD, TIMEOUTS, Garbage, dispatcher_of
 from test_gateway_hostile_backends import _head
 
@@ -158,8 +159,8 @@ async def test_gzipped_metrics_are_refused_undecoded() -> None:
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    server = RawServer(serve)
+    url = f"http://127.0.0.1:{await server.start()}"
     backend = inventory_from_mapping(
         {
             "backends": [
@@ -182,6 +183,5 @@ async def test_gzipped_metrics_are_refused_undecoded() -> None:
             ):
                 await client.scrape(0.0)
     finally:
-        server.close()
-        await server.wait_closed()
+        await server.stop()
     assert heads and b"\r\naccept-encoding: identity\r\n" in heads[0]
