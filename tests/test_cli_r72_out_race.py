@@ -20,53 +20,14 @@ from pathlib import Path
 
 import pytest
 from _cli import cli
+from test_cli_r71_out_existing import _DELEGATE as _DELEGATE_UNTIMED
+from test_cli_r71_out_existing import _ISSUE, _grants
+from test_cli_r71_out_existing import here as here  # the fixture
 
 import agentgate.cli.grant as grant_cli
-from agentgate.store import SQLiteStore
 
-_ISSUE = [
-    "grant",
-    "issue",
-    "--issuer",
-    "keys/ops-root.key",
-    "--to",
-    "keys/bob.pub",
-    "--allow",
-    "tool:x",
-    "--ttl",
-    "1h",
-]
-_DELEGATE = [
-    "grant",
-    "delegate",
-    "bob.tok",
-    "--as",
-    "keys/bob.key",
-    "--to",
-    "keys/alice.pub",
-    "--allow",
-    "tool:x",
-    "--ttl",
-    "30m",
-]
+_DELEGATE = [*_DELEGATE_UNTIMED, "--ttl", "30m"]
 _THEIRS = b"ag1.someone-else's-token\n"
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Path:
-    """A directory with three keys, a store, and bob's token in bob.tok."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "st.db"))
-    for name in ("ops-root", "alice", "bob"):
-        assert cli(capsys, "keys", "new", name, "--dir", "keys")[0] == 0
-    assert cli(capsys, "store", "init")[0] == 0
-    assert cli(capsys, *_ISSUE, "--out", "bob.tok")[0] == 0
-    return tmp_path
-
-
-def _grants(here: Path) -> int:
-    with contextlib.closing(SQLiteStore(here / "st.db")) as store:
-        return int(store.query("SELECT COUNT(*) FROM agentgate_grants")[0][0])
 
 
 def _appearing_after_the_look(monkeypatch: pytest.MonkeyPatch, out: Path) -> None:
