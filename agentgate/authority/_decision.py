@@ -80,6 +80,13 @@ class ApprovalRequirement:
     quorum: int = 1
     reason: str = ""
 
+    @property
+    def asked(self) -> str:
+        """The reason a decision that needs this approval gives, which its ``approval_required``
+        audit entry records (``approval sign --store`` reads it back from the payload's words)."""
+        asked = f"approval required from {', '.join(self.approvers) or 'an approver'}"
+        return f"{asked}: {self.reason}" if self.reason else asked
+
 
 class ApprovalHook(Protocol):
     """Given a verified call and chain, says whether a human must approve it first.
@@ -589,8 +596,7 @@ def _conclude(
     reason = (
         f"{call.resource} {call.action} is covered by grant {tip.id[:16]}... held by {principal}"
         if requirement is None
-        else f"approval required from {', '.join(requirement.approvers) or 'an approver'}"
-        + (f": {requirement.reason}" if requirement.reason else "")
+        else requirement.asked
     )
     # Every field given, each of its declared type: built without the frozen dataclass's
     # ``__init__`` (13 ``object.__setattr__`` calls, ~6 us of a ~230 us warm decision).

@@ -38,6 +38,7 @@ from typing import Any
 
 from agentgate._json import once_each
 from agentgate.audit.entry import AuditEntry, argument_digest, canonical_json, elision
+from agentgate.authority import ApprovalRequirement
 from agentgate.cli._approval_parser import register as register
 from agentgate.cli._common import (
     listed,
@@ -246,11 +247,9 @@ def _not_counted(
 
     Until review R72 none was shown: an approver signing never learnt from the description that
     a forged, self-signed or misdirected yes had been presented, though the log says so."""
-    by_digest = {elision("reason", text.encode("utf-8")): text for text in added}
     found: dict[str, list[int]] = {}
     for other in later:
-        for recorded in other.reasons:
-            text = by_digest.get(recorded, recorded)
+        for recorded, text in zip(other.reasons, _in_words(other.reasons, added), strict=True):
             if recorded not in entry.reasons and UNCOUNTED.match(text):
                 found.setdefault(text, []).append(other.index)
     unheld = sum(1 for text in added if text not in found)
@@ -477,8 +476,9 @@ def _describe(request: dict[str, Any], signer: str, logged: _Logged | None = Non
     approvers = printable(", ".join(map(str, request.get("approvers", []))))
     shown = request.get("reasons", [])
     # The decision's own reason, which the payload does not show, as the authority words it
-    # (``authority._decision``) from the gate and approvers checked against the entry.
-    asked = f"approval required from {', '.join(request.get('approvers', []))}: approval gate {request.get('gate')}"
+    # (``ApprovalRequirement.asked``) from the gate and approvers checked against the entry.
+    gate = f"approval gate {request.get('gate')}"
+    asked = ApprovalRequirement(tuple(map(str, request.get("approvers", []))), reason=gate).asked
     why = shown if entry is None else _in_words(entry.reasons, [*shown, asked])
     reasons = printable("; ".join(map(str, why))) or "-"
     if complete:
