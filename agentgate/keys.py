@@ -424,7 +424,7 @@ _SQLITE_HEADERS = (b"SQLite format 3\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x
 """The first bytes of a SQLite database and of its write-ahead log (both byte orders)."""
 
 
-def irreplaceable(path: Path) -> str | None:
+def _irreplaceable(path: Path) -> str | None:
     """What the regular file ``path`` holds that an output must never replace, or ``None``: a
     private key (PEM, any kind: lost for good) or a SQLite database or write-ahead log (a store's
     grants, revocations and audit log). ``--out`` naming one is a slip of tab completion, and
@@ -466,7 +466,7 @@ def replace_file(
     part, and readers see the old file or the whole new one. Only a regular file is replaced:
     ``path`` being a symbolic link (neither followed nor replaced), a directory, a FIFO or a
     device raises ``OSError`` before anything is written, and so does a regular file that holds
-    what no output may replace: a private key or a SQLite database (``irreplaceable``).
+    what no output may replace: a private key or a SQLite database (``_irreplaceable``).
     ``before_rename`` runs after the data is safely written and before the rename; if it raises,
     nothing is renamed. Raises ``OSError`` (or what ``before_rename`` raises); the temporary file
     never outlives a failure.
@@ -474,12 +474,14 @@ def replace_file(
     ``exclusive``: what is at ``path`` is replaced only if it is an empty regular file, and that
     holds at the moment of writing, not only when it was looked at (review R72: a file created
     between a caller's look and the rename was replaced). Once the data is written, the name is
-    taken with ``O_CREAT | O_EXCL`` (an empty placeholder, 0600) before ``before_rename`` runs:
-    a file already there that is not empty, or a file made there since, raises ``FilledFile``,
-    and nothing is renamed; the placeholder is removed if ``before_rename`` or the rename fails.
-    A crash leaves at most that empty file, never part of ``data``. An empty file that was there
-    is replaced as it is (a writer that holds it open and writes to it at that very moment
-    loses what it writes).
+    taken (``_name_taken``: an empty placeholder made with ``O_CREAT | O_EXCL``, 0600, or the
+    empty file there, held with ``flock`` until the end, which another exclusive writer is
+    refused by, ``HeldFile``) before ``before_rename`` runs; then the data is linked in the
+    placeholder's place (``_put``: a file put there meanwhile by a writer that took no lock is
+    kept, ``FilledFile``). A file already there that is not empty raises ``FilledFile`` and nothing
+    is written; the placeholder is removed if ``before_rename`` or the link fails. A crash leaves
+    at most that empty file, never part of ``data``. An empty file that was there is replaced as
+    it is (a writer that holds it open and writes to it at that very moment loses what it writes).
     """
     try:
         existing = os.lstat(path).st_mode
@@ -488,7 +490,7 @@ def replace_file(
     if existing is not None and not stat.S_ISREG(existing):
         kind = "a symbolic link" if stat.S_ISLNK(existing) else "not a regular file"
         raise OSError(errno.EEXIST, f"{kind} is there; refusing to replace it")
-    if existing is not None and (held := irreplaceable(path)):
+    if existing is not None and (held := _irreplaceable(path)):
         raise OSError(errno.EEXIST, f"{held} is there; refusing to replace it (name another file)")
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".agentgate-", suffix=".tmp")
     try:

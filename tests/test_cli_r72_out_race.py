@@ -1,15 +1,15 @@
 """`grant issue --out FILE` / `grant delegate --out FILE`: the refusal of a file that is not empty
 must hold at the moment the token is written, and `--force` must name a file to replace.
 
-Until review R72 the file was looked at (``_refuse_filled_out``) and the token renamed over it a
-moment later: a file another process created in between was replaced, its token lost. And
+Until review R72 the file was looked at (then ``_refuse_filled_out``) and the token renamed over
+it a moment later: a file another process created in between was replaced, its token lost. And
 `--force` without `--out` was taken silently, though it replaces nothing.
 
-The race is made deterministic by wrapping the one function that looks (``_refuse_filled_out``)
-so that, right after it has looked, the file appears, as a second process would create it: the
-window is microseconds in a real run, and two processes racing for it would be a test of timing.
-The command itself runs in this process (``tests/_cli.py``), with a real SQLite store and real
-files; nothing else is replaced.
+The race is made deterministic by wrapping the one function that writes (``replace_file``, as
+the command calls it) so that the file appears as the write begins, as a second process would
+create it: the window is microseconds in a real run, and two processes racing for it would be a
+test of timing. The command itself runs in this process (``tests/_cli.py``), with a real SQLite
+store and real files; nothing else is replaced.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _cli import cli
@@ -31,15 +32,15 @@ _THEIRS = b"ag1.someone-else's-token\n"
 
 
 def _appearing_after_the_look(monkeypatch: pytest.MonkeyPatch, out: Path) -> None:
-    """Make a file holding another token appear at ``out`` right after the command has looked."""
-    looked = grant_cli._refuse_filled_out
+    """Make a file holding another token appear at ``out`` as the command begins to write it."""
+    write = grant_cli.replace_file
 
-    def look_then_appear(path: Path | None, force: bool) -> None:
-        looked(path, force)
-        if path is not None and not out.exists():
+    def appear_then_write(path: Path, *args: Any, **kwargs: Any) -> None:
+        if not out.exists():
             out.write_bytes(_THEIRS)
+        write(path, *args, **kwargs)
 
-    monkeypatch.setattr(grant_cli, "_refuse_filled_out", look_then_appear)
+    monkeypatch.setattr(grant_cli, "replace_file", appear_then_write)
 
 
 @pytest.mark.parametrize("argv", [_ISSUE, _DELEGATE], ids=["issue", "delegate"])

@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import os
 import re
-import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -74,7 +73,6 @@ from agentgate.keys import (
     FilledFile,
     HeldFile,
     PublicKey,
-    irreplaceable,
     load_public_key,
     load_signing_key,
     read_regular_file,
@@ -230,23 +228,11 @@ def _read_token(path: Path) -> Chain:
         raise TokenFormatError(f"{shown}: {exc}") from None
 
 
-def _refuse_filled_out(out: Path | None, force: bool) -> None:
-    """Raise ``InputError`` when ``out`` is a regular file that is not empty and ``force`` is not
-    given: it may be the only copy of a token handed out, whose grant stays live and recorded
-    (the store keeps its token, but no verb gives it back), as ``keys new`` never replaces a key.
-    An empty file (``mktemp``'s) holds nothing to lose. Until review R71 any file was replaced."""
-    if out is None or force:
-        return
-    try:
-        there = os.lstat(out)
-    except OSError:  # nothing there (or nothing to stat): the write says what is wrong
-        return
-    if stat.S_ISREG(there.st_mode) and there.st_size > 0 and not irreplaceable(out):
-        raise _filled(out)  # a key or a store: refused as such by replace_file, force or not
-
-
 def _filled(out: Path) -> InputError:
-    """The refusal of a file at ``out`` that is not empty, without ``--force``."""
+    """The refusal of a file at ``out`` that is not empty, without ``--force``: it may be the only
+    copy of a token handed out, whose grant stays live and recorded (the store keeps its token, but
+    no verb gives it back), as ``keys new`` never replaces a key. An empty file (``mktemp``'s) holds
+    nothing to lose. Until review R71 any file was replaced."""
     return InputError(
         f"{shown_path(out)}: a file that is not empty is there (a grant whose token it holds stays "
         "valid until it expires or is revoked); give --force to replace it, or name another file"
@@ -263,10 +249,10 @@ def _refuse_force_without_out(args: argparse.Namespace) -> None:
 def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, force: bool = False) -> None:
     """Record ``chain`` in the store and hand its token out: to ``out`` (mode 0600, then a line
     saying so on stdout) or stdout. A file at ``out`` that is not empty is replaced only with
-    ``force``: looked at first (``_refuse_filled_out``; a key or a store there is refused first,
-    as such, force or not), and again at the moment of writing (``replace_file``'s
-    ``exclusive``): until review R72 a file made at ``out`` between the look and the rename was
-    replaced.
+    ``force``, and that holds at the moment of writing (``replace_file``'s ``exclusive``; a key
+    or a store there is refused as such, force or not): until review R72 the file was looked at
+    first and a file made at ``out`` between the look and the rename was replaced; the look went
+    in its second reading, the exclusive write being the one check.
 
     The token is written to a new 0600 file beside ``out`` first, then the name ``out`` is taken
     (without ``force``: held with a lock, which another such command is refused by); the grant is
@@ -283,7 +269,6 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, 
         sys.stdout.write(chain.token + "\n")
         return
 
-    _refuse_filled_out(out, force)
     recorded: list[bool] = []
 
     def record_it() -> None:
