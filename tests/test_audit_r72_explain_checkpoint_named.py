@@ -9,6 +9,7 @@ proves against and checkpoint extends), or the one saved in ``--out FILE``.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -28,11 +29,19 @@ def _environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def _checkpointed(db: Path) -> None:
+def _checkpointed(db: Path, *, then_unsigned: bool = False) -> None:
+    """A log of three entries and a checkpoint; ``then_unsigned``: and a copy of that checkpoint
+    appended with a NUL after its signature line (the table is append-only, not checked on insert)."""
     with SQLiteStore(db) as store:
         log = AuditLog(store, open_log_key(store, create=True), ORIGIN)
         log.append_many([ENTRY] * 3)
         log.checkpoint()
+    if then_unsigned:
+        with contextlib.closing(sqlite3.connect(db)) as raw, raw:
+            raw.execute(
+                "INSERT INTO audit_checkpoints(size, root, note, created) "
+                "SELECT size, root, note || char(0), created FROM audit_checkpoints"
+            )
 
 
 def test_a_stored_checkpoint_without_signature_is_named_in_the_refusal(
@@ -43,14 +52,7 @@ def test_a_stored_checkpoint_without_signature_is_named_in_the_refusal(
     no signature block``. Rule: the refusal says it is the latest stored checkpoint, of which
     size, that does not open, then why."""
     db = tmp_path / "agentgate.db"
-    _checkpointed(db)
-    raw = sqlite3.connect(db)
-    raw.execute(
-        "INSERT INTO audit_checkpoints(size, root, note, created) "
-        "SELECT size, root, note || char(0), created FROM audit_checkpoints"
-    )
-    raw.commit()
-    raw.close()
+    _checkpointed(db, then_unsigned=True)
     code, out, _err = cli(capsys, "audit", "explain", "1", "--store", str(db))
     assert code == 1, out
     assert out.startswith(
@@ -81,14 +83,7 @@ def test_checkpoint_names_the_stored_checkpoint_that_does_not_open(
     """Review R72: ``audit checkpoint`` over a latest stored checkpoint that does not open said
     ``REFUSED: signed note has no signature block``, as explain did. Rule: named the same way."""
     db = tmp_path / "agentgate.db"
-    _checkpointed(db)
-    raw = sqlite3.connect(db)
-    raw.execute(
-        "INSERT INTO audit_checkpoints(size, root, note, created) "
-        "SELECT size, root, note || char(0), created FROM audit_checkpoints"
-    )
-    raw.commit()
-    raw.close()
+    _checkpointed(db, then_unsigned=True)
     code, out, _err = cli(capsys, "audit", "checkpoint", "--store", str(db))
     assert code == 1, out
     assert out.startswith(
