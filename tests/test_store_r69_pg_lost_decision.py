@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from test_gate_approvals import _agent, _gate
 from test_gate_policy_change import MODEL
@@ -129,6 +130,7 @@ class CommitHolder(CommitCutter):
             if state["cutting"]:
                 self.cut += 1
                 self.kept.append(server)
+                self._before_cut(server)
                 _shut(client)
                 return
             try:
@@ -137,24 +139,46 @@ class CommitHolder(CommitCutter):
                 break
         _shut(client, server)
 
+    def _before_cut(self, server: Any) -> None:
+        """Runs once the COMMIT is answered, before the client's end is cut (and learns its
+        COMMIT's answer is lost)."""
+
 
 class CommitHolderBusy(CommitHolder):
     """``CommitHolder``, but once the COMMIT is answered the kept connection is handed a long
     statement: its server process lives on ``active``, as one whose COMMIT awaits a synchronous
     standby is (review R70: one idle with no transaction open is read back at once), until it
-    is ended (``pg_terminate_backend``)."""
+    is ended (``pg_terminate_backend``). The client is cut only once that statement runs (review
+    R72: cut first, a gate that read back at once found the process idle, between the COMMIT and
+    the statement, and wrote the outcome a test says waits; a clean-clone CI run under load)."""
 
-    def _down(self, server: Any, client: Any, state: dict[str, bool]) -> None:
-        super()._down(server, client, state)
-        if self.kept and self.kept[-1] is server:
-            query = b"SELECT pg_sleep(3600)\x00"
+    def __init__(self, socket_path: str) -> None:
+        super().__init__(socket_path)
+        directory, _, name = socket_path.rpartition("/")
+        self.conninfo = f"host={directory} port={name.rsplit('.', 1)[1]} user=postgres dbname=postgres"
+
+    def _before_cut(self, server: Any) -> None:
+        counted = "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query = %s"
+        with psycopg.connect(self.conninfo, autocommit=True) as probe:
+            (before,) = probe.execute(counted, (BUSY_STATEMENT,)).fetchone() or (0,)
+            query = BUSY_STATEMENT.encode() + b"\x00"
             server.sendall(b"Q" + (len(query) + 4).to_bytes(4, "big") + query)
+            for _ in range(100_000):
+                if (probe.execute(counted, (BUSY_STATEMENT,)).fetchone() or (0,))[0] > before:
+                    return
+
+
+BUSY_STATEMENT = "SELECT pg_sleep(3600)"
+"""What ``CommitHolderBusy`` hands the kept connection once its COMMIT is answered."""
 
 
 def _until_busy(gate: Any, session: int | None) -> None:
-    """Wait until the server process ``session`` runs the statement ``CommitHolderBusy`` gave it."""
+    """Wait until the server process ``session`` runs the statement ``CommitHolderBusy`` gave it:
+    that statement, not only ``active``, which the COMMIT itself also is while it runs (review
+    R72; ``CommitHolderBusy`` now cuts the client only once it runs, so this finds it at once)."""
     for _ in range(100_000):
-        if gate.store.query("SELECT state FROM pg_stat_activity WHERE pid = ?", (session,)) == [("active",)]:
+        state = gate.store.query("SELECT state, query FROM pg_stat_activity WHERE pid = ?", (session,))
+        if state == [("active", BUSY_STATEMENT)]:
             return
     pytest.fail(f"server process {session} never busy")
 
