@@ -39,6 +39,7 @@ from agentgate.capabilities import (
     Capability,
     Constraint,
     canonical_resource,
+    parse_capability,
 )
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError
 from agentgate.keys import as_path, is_key_text, load_public_key
@@ -466,13 +467,14 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         message = f"{dotted}: {first['msg'].removeprefix('Value error, ')}"
     elif kind in ("model_type", "dict_type"):  # not pydantic's "instance of <its class name>"
         message = f"{dotted}: got {_yaml_kind(first.get('input'))}"
+        hint = _mapping_hint(data_loc, first.get("input")) or hint
     elif kind == "string_pattern_mismatch":  # the expected text says it, not pydantic's regex
         message = f"{dotted}: {str(first.get('input'))[:100]!r} is not a valid name"
     else:
         message = f"{dotted}: {first['msg']}"
         text = first.get("input")
         if kind in ("int_type", "float_type", "bool_type") and isinstance(text, str):
-            hint = _text_hint(kind, text)
+            hint = _seconds_hint(loc, text) or _text_hint(kind, text)
     more = len(errors) - 1
     if more:
         message += f" (and {more} more error{'s' if more > 1 else ''})"
@@ -525,6 +527,56 @@ def _yaml_kind(value: object) -> str:
     if isinstance(value, list | tuple):
         return "a list"
     return type(value).__name__
+
+
+_TYPE_NAMES = frozenset({"string", "integer", "number", "boolean"})
+
+
+def _mapping_hint(loc: Sequence[str | int], value: object) -> str | None:
+    """What to write for text where a mapping belongs, where the text says what was meant: a
+    capability in the one-line form ``--allow`` takes (docs/concepts.md writes them so), an
+    argument declared by its type's name alone (review R73)."""
+    if not isinstance(value, str):
+        return None
+    if len(loc) >= 2 and loc[-2] == "capabilities" and loc[0] == "roles":
+        try:
+            capability = parse_capability(value)
+        except CapabilityError:
+            return "write it as a mapping: {resource: tool:NAME, constraints: {ARGUMENT: {OPERATOR: VALUE}}}"
+        return f"write it as a mapping: {_flow_mapping(capability)} (the one-line form is the command line's)"
+    if len(loc) == 4 and loc[0] == "tools" and loc[2] == "args" and value in _TYPE_NAMES:
+        return f"write {loc[3]}: {{type: {value}}}"
+    return None
+
+
+def _flow_mapping(capability: Capability) -> str:
+    """A capability as a YAML flow mapping that loads as it: values written as JSON, which YAML
+    reads as written; the action left out where it is the resource kind's default."""
+    parts = [f"resource: {json.dumps(capability.resource)}"]
+    if capability.action != DEFAULT_ACTIONS.get(capability.resource.partition(":")[0]):
+        parts.append(f"action: {json.dumps(capability.action)}")
+    if capability.constraints:
+        constraints = ", ".join(
+            f"{name}: {{{', '.join(f'{op}: {json.dumps(v)}' for op, v in c.to_dict().items())}}}"
+            for name, c in capability.constraints
+        )
+        parts.append(f"constraints: {{{constraints}}}")
+    return "{" + ", ".join(parts) + "}"
+
+
+_DURATION = re.compile(r"([0-9]+)\s*([smhd])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _seconds_hint(loc: Sequence[str | int], text: str) -> str | None:
+    """For a field in seconds (``ttl_s``, ``expiry_s``) given a duration with a unit, as the
+    command line's ``--ttl 8h`` takes it: the seconds to write (review R73)."""
+    name = loc[-1] if loc else None
+    match = _DURATION.fullmatch(text.strip())
+    if not (isinstance(name, str) and name.endswith("_s") and match):
+        return None
+    seconds = int(match[1]) * _UNIT_SECONDS[match[2]]
+    return f"write a plain number, without a unit: {name} is whole seconds, {seconds} for {text.strip()}"
 
 
 def _text_hint(kind: str, text: str) -> str:
