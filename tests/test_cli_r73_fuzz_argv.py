@@ -228,7 +228,13 @@ def hostile_work(work: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     max_examples=60,
     derandomize=True,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    database=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+        HealthCheck.data_too_large,
+    ],
 )
 @given(argv=_COMMAND_LINES)
 def test_any_command_line_is_an_exit_code_of_the_contract_never_a_traceback(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hypothesis import event, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_dispatch_r73_fuzz_answers import _VALUES, _mutated
 
@@ -40,7 +40,13 @@ def _inventories(draw: st.DrawFn) -> str:
     return yaml.safe_dump(draw(_mutated(EXAMPLE, _VALUES | _YAML_ONLY)), allow_unicode=True)
 
 
-@settings(max_examples=60, derandomize=True, deadline=None)
+@settings(
+    max_examples=60,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+)
 @given(text=_inventories())
 def test_an_inventory_changed_as_data_loads_and_routes_or_is_a_located_inventory_error(text: str) -> None:
     """Review R73: the example inventory with values replaced or removed loads as an inventory that
