@@ -96,7 +96,9 @@ def test_checkpoint_out_names_a_saved_checkpoint_of_another_log(
 ) -> None:
     """Review R72: ``audit checkpoint --out FILE`` where FILE holds another log's checkpoint said
     ``REFUSED: note carries no signature by the log key ...``: whether the note was FILE's or the
-    stored one was not said. Rule: the saved checkpoint is named, and FILE is kept."""
+    stored one was not said. Rule: the saved checkpoint is named, and FILE is kept. Since review
+    R73 (test_audit_r73_saved_checkpoint_codes.py) it is unusable input, exit 2, as ``verify
+    --checkpoint`` of the same file: one error line naming FILE."""
     db = tmp_path / "agentgate.db"
     _checkpointed(db)
     other = tmp_path / "other" / "agentgate.db"
@@ -107,9 +109,9 @@ def test_checkpoint_out_names_a_saved_checkpoint_of_another_log(
         note = AuditLog(store, open_log_key(store), ORIGIN).latest_checkpoint()
     assert note is not None
     saved.write_text(note, encoding="utf-8")
-    code, out, _err = cli(capsys, "audit", "checkpoint", "--store", str(db), "--out", str(saved))
-    assert code == 1, out
-    assert out.startswith(
-        "REFUSED: audit log: the saved checkpoint does not open: note carries no signature"
-    ), out
+    code, out, err = cli(capsys, "audit", "checkpoint", "--store", str(db), "--out", str(saved))
+    assert (code, out) == (2, ""), out
+    assert err.startswith(
+        f"agentgate: error: {saved}: not a checkpoint of this log signed by its key: note carries no signature"
+    ), err
     assert saved.read_text(encoding="utf-8") == note

@@ -8,7 +8,8 @@
                                                      the log; whether the root is a trusted anchor
     agentgate audit checkpoint [--out FILE]          sign and store a checkpoint, print or save it
                                                      (exit 1, nothing signed: the log does not extend
-                                                     the checkpoint stored last or saved in FILE)
+                                                     the checkpoint stored last or saved in FILE;
+                                                     exit 2: FILE holds no checkpoint of this log)
     agentgate audit prove INDEX --out FILE           a C2SP tlog-proof bundle for one entry
     agentgate audit verify-proof FILE --key PUBFILE  offline, with only the log's public key
     agentgate audit report --out FILE.html           one self-contained page for people (verifies
@@ -944,6 +945,21 @@ def _saved(path: str) -> str | None:
     return text
 
 
+def _refuse_another_logs(path: str, saved: str, log: AuditLog) -> None:
+    """Raise ``InputError`` when ``saved``, the checkpoint in ``checkpoint --out``'s ``path``, is
+    no checkpoint of ``log`` signed by its key (or a rotated-out one): another log's, or one whose
+    signature line was edited. It says nothing about this log, so it is unusable input (exit 2),
+    as ``verify --checkpoint`` refuses the same file; until review R73 it was ``REFUSED`` (exit 1),
+    the code of a log that does not extend a checkpoint of its own (a rollback)."""
+    try:
+        log.open_checkpoint(saved)
+    except TamperDetected as exc:
+        raise InputError(
+            f"{path}: not a checkpoint of this log signed by its key: {exc}; "
+            "refusing to replace it (move it away or name another file)"
+        ) from None
+
+
 def _parse_saved(text: str) -> Checkpoint:
     """The checkpoint of a saved signed note's body, signature unchecked; ``TamperDetected`` when
     ``text`` is no signed note's form: the body alone, without the blank line and signature line
@@ -976,11 +992,14 @@ def _checkpoint(args: argparse.Namespace) -> int:
     read: list[str | None] = []  # the checkpoint saved in --out, once read
 
     def saved_in_out(log: AuditLog) -> str | None:
-        """What ``--out`` holds (``_saved``), once it is known not to be a file this command reads."""
+        """What ``--out`` holds (``_saved``), once it is known not to be a file this command reads,
+        and known to be a checkpoint of ``log`` (``_refuse_another_logs``)."""
         if args.out:
             _refuse_own_files(args.out, log.store, None)
         if not read:
             read.append(_saved(args.out) if args.out else None)
+        if read[0] is not None:
+            _refuse_another_logs(args.out, read[0], log)
         return read[0]
 
     try:
