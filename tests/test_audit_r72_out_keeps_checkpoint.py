@@ -53,14 +53,15 @@ def test_a_saved_checkpoint_is_not_replaced(
 
 
 @pytest.mark.parametrize("verb", [("prove", "1"), ("report",)], ids=["prove", "report"])
-def test_any_other_file_is_still_replaced(
+def test_a_checkpoint_body_alone_is_kept_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: tuple[str, ...]
 ) -> None:
-    """Review R72: only a saved checkpoint is kept: an earlier bundle or page, or a checkpoint's
-    body alone (no signature: no evidence), is replaced as before (exit 0)."""
+    """Review R72 kept only a saved checkpoint and replaced a checkpoint's body alone (exit 0).
+    Since review R73 (test_audit_r73_out_refuses.py) only an earlier bundle or page, or an empty
+    file, is replaced: the body alone, a damaged checkpoint, is refused (exit 2) and kept."""
     db, _saved_file, note = _saved(tmp_path)
     out_file = tmp_path / "out.txt"
     out_file.write_text(note.partition("\n\n")[0] + "\n", encoding="utf-8")
     code, out, err = cli(capsys, "audit", *verb, "--store", str(db), "--out", str(out_file))
-    assert code == 0, (out, err)
-    assert out_file.read_text(encoding="utf-8") != note.partition("\n\n")[0] + "\n"
+    assert (code, out) == (2, ""), (out, err)
+    assert out_file.read_text(encoding="utf-8") == note.partition("\n\n")[0] + "\n"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from agentgate.audit.report import PAGE_START
 from agentgate.cli.main import build_parser, main
 from agentgate.keys import SigningKey, save_key
 
@@ -145,9 +146,10 @@ def test_audit_out_replaces_a_regular_file_whole(
     store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # ``audit checkpoint --out`` replaces only a checkpoint the log extends (test_audit_cli.py):
-    # a report or a proof replaces whatever regular file is there, whole.
+    # a report or a proof replaces an earlier one, whole, however long (since review R73 it
+    # refuses any other file that is not empty: test_audit_r73_out_refuses.py).
     out = tmp_path / "report.html"
-    out.write_text("x" * 1_000_000)
+    out.write_text(PAGE_START + "x" * 1_000_000)
     assert main(["audit", "report", "--out", str(out)]) == 0
     page = out.read_text()
     assert page.rstrip().endswith("</html>") and "x" * 100 not in page

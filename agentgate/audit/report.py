@@ -413,6 +413,13 @@ def _verification(problems: Sequence[str] | None) -> str:
     )
 
 
+PAGE_START = (
+    '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>agentgate audit report</title>'
+)
+"""How every page ``render_report`` writes begins: ``audit report --out`` replaces a file that
+begins so (an earlier report), and refuses to replace any other that is not empty."""
+
+
 def render_report(
     entries: Iterable[AuditEntry], checkpoint: Checkpoint | None, problems: Sequence[str] | None = None
 ) -> str:
@@ -442,8 +449,7 @@ def render_report(
         for e in summary.newest
     )
     return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>agentgate audit report</title>'
-        f"<style>{_STYLE}</style></head><body><h1>agentgate audit report</h1>"
+        f"{PAGE_START}<style>{_STYLE}</style></head><body><h1>agentgate audit report</h1>"
         f"{_verification(problems)}"
         f"<p>{summary.count} entries; {head}</p><ul>{kinds}</ul>"
         f"<p>{len(summary.open_calls)} allowed calls without an outcome (below).</p>"

@@ -41,7 +41,14 @@ from agentgate.audit.entry import AuditEntry
 from agentgate.audit.note import Checkpoint, key_id, verifier_key
 from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
-from agentgate.audit.report import budget_figure, charged_text, each_charge, render_report, spent_unit
+from agentgate.audit.report import (
+    PAGE_START,
+    budget_figure,
+    charged_text,
+    each_charge,
+    render_report,
+    spent_unit,
+)
 from agentgate.cli import warn
 from agentgate.cli._audit_parser import register as register
 from agentgate.cli._common import (
@@ -191,23 +198,48 @@ def _refuse_unwritable(path: str) -> None:
         raise InputError(f"{path}: cannot write: no directory {Path(path).parent} to write it in")
 
 
-def _refuse_replacing_checkpoint(path: str) -> None:
-    """Raise ``InputError`` when the regular file ``path`` holds a saved checkpoint (a signed note,
-    as ``audit checkpoint --out`` writes it): ``prove`` and ``report`` would replace it with a
-    bundle or a page, and the evidence of a rollback (``audit verify --checkpoint``) would go with
-    it at a slip of tab completion (until review R72 it was replaced unread). Any other file (an
-    earlier bundle or page, a file over ``MAX_CHECKPOINT_FILE_BYTES``, one that is not text) is
-    left to be replaced; one that is not a regular file was refused by ``_refuse_unwritable``."""
+def _refuse_replacing(path: str, ours: str, what: str) -> None:
+    """Raise ``InputError`` when the regular file ``path`` is not empty and does not begin with
+    ``ours``, as ``what`` (the output of this verb: a proof bundle, a report page) begins, so that
+    ``prove`` and ``report`` replace only a file they wrote before. A saved checkpoint is the
+    evidence of a rollback (``audit verify --checkpoint``), and a damaged one (a line edited, its
+    signature cut off) or any other text is what someone kept there: until review R72 every file
+    was replaced unread, and until review R73 all but a well-formed checkpoint. One that is not a
+    regular file was refused by ``_refuse_unwritable``."""
     if not os.path.isfile(path):
         return
-    try:  # a copy whose line breaks became CRLF is kept too, as checkpoint --out keeps it (R72)
+    start = _file_start(path, len(ours.encode("utf-8")))
+    if not start or start == ours.encode("utf-8"):
+        return
+    keep = "refusing to replace it (move it away or name another file)"
+    try:  # a copy whose line breaks became CRLF is a checkpoint too, as checkpoint --out keeps it (R72)
         _parse_saved(_read(path, MAX_CHECKPOINT_FILE_BYTES, "file").replace("\r\n", "\n"))
     except (InputError, TamperDetected):
-        return  # no saved checkpoint: nothing there is evidence
+        raise InputError(
+            f"{path}: cannot write: it is not empty and holds no {what} written before (a damaged "
+            f"checkpoint, another file); {keep}"
+        ) from None
     raise InputError(
         f"{path}: cannot write: it holds a saved checkpoint, the evidence audit verify --checkpoint "
-        "reads; refusing to replace it (move it away or name another file)"
+        f"reads; {keep}"
     )
+
+
+def _file_start(path: str, size: int) -> bytes:
+    """The first ``size`` bytes of the regular file ``path`` (fewer if it is shorter), opened as
+    ``read_regular_file`` opens (no waiting on a FIFO put there meanwhile). Raises ``InputError``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: cannot read what is there: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"{path}: cannot write: not a regular file is there; refusing to replace it")
+        return os.read(fd, size)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: cannot read what is there: {exc.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 def _refuse_own_files(path: str, store: Store, key: str | None) -> None:
@@ -1053,10 +1085,12 @@ def _prove(args: argparse.Namespace) -> int:
     exit 2, which the CLI keeps for input it cannot use: an index past the end, an --out it cannot
     write)."""
     _refuse_unwritable(args.out)
-    _refuse_replacing_checkpoint(args.out)
     store, log = _open(args)
     with store:
         _refuse_own_files(args.out, store, None)
+        _refuse_replacing(
+            args.out, PROOF_HEADER + "\n", "proof bundle"
+        )  # after: the database or a key is named as such
         if not log.exists:
             raise BeyondLogEnd(args.index, 0, "entry")
         try:
@@ -1110,10 +1144,12 @@ def _refuse_malformed_bundle(path: str, text: str) -> None:
 def _report(args: argparse.Namespace) -> int:
     # Refused before the log is verified and read (until review R71 after, in the system's words).
     _refuse_unwritable(args.out)
-    _refuse_replacing_checkpoint(args.out)
     store, log = _open(args)
     with store:
         _refuse_own_files(args.out, store, args.key)
+        _refuse_replacing(
+            args.out, PAGE_START, "audit report page"
+        )  # after: the database or a key is named as such
         if not log.exists:
             page = render_report(iter(()), None, [])
             _write(args.out, page)
