@@ -536,7 +536,16 @@ class Scheduler(_StoreWork, _Failures):
                             self.metrics.observe_wait(0.0)
                         else:
                             if not waiter.granted:
-                                await self._await_turn(waiter, future, deadline, tool)
+                                if deadline is None:
+                                    # Awaited here, not in ``_await_turn``: one coroutine less alive
+                                    # per waiting call (for the garbage collector to count and walk).
+                                    try:
+                                        await future
+                                    except BaseException as exc:
+                                        self._left_queue(waiter, exc, tool)
+                                        raise
+                                else:
+                                    await self._await_turn(waiter, future, deadline, tool)
                             waited = time.monotonic() - waiter.queued_at
                             histogram = self.metrics.wait
                             histogram.counts[bisect.bisect_left(histogram.buckets, waited)] += 1
@@ -697,37 +706,39 @@ class Scheduler(_StoreWork, _Failures):
                     self._idle.set()
 
     async def _await_turn(
-        self, waiter: Waiter, future: asyncio.Future[None], deadline: float | None, tool: str
+        self, waiter: Waiter, future: asyncio.Future[None], deadline: float, tool: str
     ) -> None:
         """Wait in the fair queue until ``waiter`` is granted a start, at most until ``deadline``
-        (loop time). Leaving the queue any other way (the deadline, a cancellation) abandons its
-        place, and gives back a lease it inherited meanwhile; the deadline raises
-        ``DeadlineExceeded``."""
+        (loop time; a call without one awaits ``future`` in ``_run`` itself). Leaving the queue
+        any other way (the deadline, a cancellation) is ``_left_queue``'s."""
         try:
-            if deadline is None:
+            async with asyncio.timeout_at(deadline):
                 await future
-            else:
-                async with asyncio.timeout_at(deadline):
-                    await future
         except BaseException as exc:
-            with self.shared.lock:
-                # Read before the call leaves: the limit it waited for, named in its error.
-                holding = self.shared.holding_back(waiter) if isinstance(exc, TimeoutError) else ""
-                self.shared.abandon(waiter)
-                # Granted at the last moment under a lender's slot, which
-                # ended since: the slot's lease passed to this call.
-                inherited, waiter.lease = waiter.lease, None
-            if inherited is not None:
-                self._give_back(*inherited)
-            if isinstance(exc, TimeoutError):
-                waited = time.monotonic() - waiter.queued_at
-                raise DeadlineExceeded(
-                    f"tool {tool}: could not start before the call's deadline (queued {waited:.3f}s "
-                    f"waiting for {holding})",
-                    tool=tool,
-                    waited_s=waited,
-                ) from exc
+            self._left_queue(waiter, exc, tool)
             raise
+
+    def _left_queue(self, waiter: Waiter, exc: BaseException, tool: str) -> None:
+        """``waiter`` stopped waiting for its turn with ``exc`` (its deadline's ``TimeoutError``, a
+        cancellation): it abandons its place and gives back a lease it inherited meanwhile. The
+        deadline raises ``DeadlineExceeded`` (from ``exc``); otherwise the caller re-raises ``exc``."""
+        with self.shared.lock:
+            # Read before the call leaves: the limit it waited for, named in its error.
+            holding = self.shared.holding_back(waiter) if isinstance(exc, TimeoutError) else ""
+            self.shared.abandon(waiter)
+            # Granted at the last moment under a lender's slot, which
+            # ended since: the slot's lease passed to this call.
+            inherited, waiter.lease = waiter.lease, None
+        if inherited is not None:
+            self._give_back(*inherited)
+        if isinstance(exc, TimeoutError):
+            waited = time.monotonic() - waiter.queued_at
+            raise DeadlineExceeded(
+                f"tool {tool}: could not start before the call's deadline (queued {waited:.3f}s "
+                f"waiting for {holding})",
+                tool=tool,
+                waited_s=waited,
+            ) from exc
 
     # --- the steps of an attempt loop, shared with the sync facade's (``_sync.py``) --------------
 
