@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 import psycopg
@@ -966,7 +966,7 @@ def _redact(url: str) -> str:
     whole, password and all. It is one where no ``scheme://`` starts ``url``, as libpq tells them
     apart: a ``://`` in a value (``password=pa://ss``, ``application_name=http://x``) does not
     make it a URL (until review R72 it did, and the string was shown whole)."""
-    if "=" in url and not _URL_SCHEME.match(url):
+    if "=" in url and not _URL_SCHEME.match(url.lstrip()):
         return _redact_conninfo(url)
     scheme, slashes, _ = url.partition("://")
     start = len(scheme) + len(slashes) if slashes else 0
@@ -980,7 +980,7 @@ def _redact(url: str) -> str:
     spans += _secret_parameters(url, url.find("?", after))
     if not _read_as_meant(url, start, after):
         for mark in (i for i, char in enumerate(url) if char == "?"):
-            spans += _secret_parameters(url, mark)
+            spans += _secret_parameters(url, mark, unknown=False)
         colon = url.find(":", start)
         end = url.rfind("@")
         if 0 <= colon < end:
@@ -1015,7 +1015,9 @@ def _read_as_meant(url: str, start: int, after: int) -> bool:
     if "@" in url[after:].partition("?")[0]:
         return False
     mark = url.find("?", start, after)
-    if _HOST_AND_PORT.fullmatch(url, start, max(mark, start)) and _secret_parameters(url, mark):
+    if _HOST_AND_PORT.fullmatch(url, start, max(mark, start)) and _secret_parameters(
+        url, mark, unknown=False
+    ):
         return False
     try:
         parsed = psycopg.conninfo.conninfo_to_dict(url)
@@ -1040,17 +1042,88 @@ def _redact_conninfo(conninfo: str) -> str:
     """``conninfo``, a libpq key=value connection string, as ``_redact`` shows it: the values of
     ``password`` and ``sslpassword`` (any case) replaced by ``***``, read as libpq reads them
     (white space around ``=``, a value in single quotes with ``\\`` escapes, or up to white space
-    with them; white space as libpq has it, ``_LIBPQ_SPACE``). Where it stops parsing as one (a
-    keyword without ``=``, a quote not closed), the rest of it is masked: no reading of it can
-    then be trusted to end a secret."""
+    with them; white space as libpq has it, ``_LIBPQ_SPACE``).
+
+    libpq's own reading (``conninfo_to_dict``) is the judge: where it parses the string and
+    reads the same pairs as ``_conninfo_pairs``, the string is shown as written, its secrets
+    masked; where it reads other pairs, its own reading is shown, rebuilt, secrets masked. Where
+    it refuses the string, the pairs before the first it would not take are shown (a keyword it
+    knows, not a secret); from there all is masked but that pair's keyword, if it is one: a
+    keyword it does not know may be a misspelt ``password`` (``pasword=``), a keyword holding
+    more than letters, digits and ``_`` a URL it was not given as one (a space before
+    ``postgresql://``, ``postgresql:/``), and a password holding an unquoted space continues
+    past it (``password=ab cd=ef``). Until review R73 all of those were shown."""
+    pairs, complete = _conninfo_pairs(conninfo)
+    try:
+        parsed: dict[str, Any] | None = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except (psycopg.ProgrammingError, UnicodeDecodeError):
+        parsed = None
+    if parsed is not None and complete and {pair.key: pair.value for pair in pairs} == parsed:
+        return (
+            "".join(
+                conninfo[pair.start : pair.value_start]
+                + ("***" if _is_secret(pair.key) else pair.written(conninfo))
+                for pair in pairs
+            )
+            + conninfo[pairs[-1].end if pairs else 0 :]
+        )
+    if parsed is not None:
+        return psycopg.conninfo.make_conninfo(
+            "", **{key: "***" if _is_secret(key) else value for key, value in parsed.items()}
+        )
     shown: list[str] = []
+    for pair in pairs:
+        if pair.key in _libpq_keywords() and not _is_secret(pair.key):
+            shown.append(conninfo[pair.start : pair.end])
+            continue
+        if _PLAIN_KEYWORD.fullmatch(pair.key):
+            return "".join(shown) + conninfo[pair.start : pair.value_start] + "***"
+        return "".join(shown) + conninfo[pair.start : pair.key_start] + "***"
+    rest = conninfo[pairs[-1].end if pairs else 0 :]
+    if complete:
+        return "".join(shown) + rest
+    return "".join(shown) + rest[: len(rest) - len(rest.lstrip(_LIBPQ_SPACE_TEXT))] + "***"
+
+
+_PLAIN_KEYWORD = re.compile(r"[A-Za-z0-9_]+")
+"""A keyword as libpq's are written: one holding anything else is not one mistyped."""
+
+
+def _is_secret(key: str) -> bool:
+    """Whether the value of the parameter ``key`` (any case) is a secret."""
+    return key.lower() in _SECRET_PARAMETERS
+
+
+class _ConninfoPair(NamedTuple):
+    """One ``keyword=value`` of a libpq key=value connection string, where it lies in it."""
+
+    start: int
+    """Where the white space before its keyword starts."""
+    key_start: int
+    key: str
+    value_start: int
+    """Where its value starts, after the ``=`` and any white space."""
+    end: int
+    """Where its value ends (after its closing quote, if quoted)."""
+    value: str
+    """The value as libpq reads it: its quotes removed, its escapes undone."""
+
+    def written(self, conninfo: str) -> str:
+        """The value as ``conninfo`` writes it."""
+        return conninfo[self.value_start : self.end]
+
+
+def _conninfo_pairs(conninfo: str) -> tuple[list[_ConninfoPair], bool]:
+    """The pairs of ``conninfo`` read as libpq's ``conninfo_parse`` reads them, up to where it
+    would stop (a keyword without ``=``, a quote not closed), and whether it read to the end."""
+    pairs: list[_ConninfoPair] = []
     at, size = 0, len(conninfo)
     while True:
         start = at
         while at < size and conninfo[at] in _LIBPQ_SPACE:
             at += 1
         if at == size:
-            return "".join(shown) + conninfo[start:]
+            return pairs, True
         key_start = at
         while at < size and conninfo[at] not in _LIBPQ_SPACE and conninfo[at] != "=":
             at += 1
@@ -1058,20 +1131,23 @@ def _redact_conninfo(conninfo: str) -> str:
         while at < size and conninfo[at] in _LIBPQ_SPACE:
             at += 1
         if not key or at == size or conninfo[at] != "=":
-            return "".join(shown) + conninfo[start:key_start] + "***"
+            return pairs, False
         at += 1
         while at < size and conninfo[at] in _LIBPQ_SPACE:
             at += 1
         value_start = at
         quoted = at < size and conninfo[at] == "'"
         at += quoted
+        value: list[str] = []
         while at < size and (conninfo[at] != "'" if quoted else conninfo[at] not in _LIBPQ_SPACE):
-            at += 2 if conninfo[at] == "\\" else 1
+            if conninfo[at] == "\\":
+                at += 1  # the next character, whatever it is, is the value's (none at the end)
+            value.append(conninfo[at : at + 1])
+            at += 1
         if quoted and at >= size:  # a quote not closed: libpq refuses it
-            return "".join(shown) + conninfo[start:value_start] + "***"
+            return pairs, False
         at = min(at + quoted, size)
-        secret = key.lower() in _SECRET_PARAMETERS
-        shown.append(conninfo[start:value_start] + ("***" if secret else conninfo[value_start:at]))
+        pairs.append(_ConninfoPair(start, key_start, key, value_start, at, "".join(value)))
 
 
 _LIBPQ_SPACE = frozenset(" \t\n\v\f\r")
@@ -1079,42 +1155,68 @@ _LIBPQ_SPACE = frozenset(" \t\n\v\f\r")
 what ``str.isspace`` does, which also has a no-break space, an em space, ``\\x1c``: until
 review R72 ``_redact_conninfo`` ended a password there, and showed the rest of it, read as a
 parameter (``password=ab\\u00a0cd=ef``)."""
+_LIBPQ_SPACE_TEXT = "".join(sorted(_LIBPQ_SPACE))
 
 
-def _secret_parameters(url: str, mark: int, end: int | None = None) -> list[tuple[int, int]]:
+def _secret_parameters(
+    url: str, mark: int, end: int | None = None, *, unknown: bool = True
+) -> list[tuple[int, int]]:
     """Where the values of the secret parameters of the query that starts at the ``?`` at
-    ``mark`` (none for -1) and runs to ``end`` (else the end) lie in ``url``."""
+    ``mark`` (none for -1) and runs to ``end`` (else the end) lie in ``url``, and, if
+    ``unknown``, those of the parameters libpq does not know (``_masked_as``): not in a query
+    only some reading of ``url`` has (``_redact``), where that masked all that followed."""
     if mark < 0:
         return []
     spans: list[tuple[int, int]] = []
-    secret = False
+    run: str | None = None  # what the last parameter's masked value was: "secret", "unknown"
     offset = mark + 1
     for part in url[mark + 1 : end].split("&"):
         name, has_value, _ = part.partition("=")
         key = unquote(name)
-        if secret and not (has_value and key in _libpq_keywords()):
-            spans[-1] = (spans[-1][0], offset + len(part))  # more of the secret value, masked with it
+        if (run == "secret" and not (has_value and key in _libpq_keywords())) or (
+            run == "unknown" and not has_value
+        ):
+            spans[-1] = (spans[-1][0], offset + len(part))  # more of the masked value, masked with it
         else:
-            secret = bool(has_value) and key.lower() in _SECRET_PARAMETERS
-            if secret:
+            # A parameter libpq does not know may be a misspelt password (``pasword=``): its
+            # value is masked too, and an ``&`` in it (until review R73 it was shown), its name
+            # kept; the next parameter named ends it.
+            run = _masked_as(key) if has_value else None
+            run = None if run == "unknown" and not unknown else run
+            if run is not None:
                 spans.append((offset + len(name) + 1, offset + len(part)))
         offset += len(part) + 1
     return spans
+
+
+def _masked_as(key: str) -> str | None:
+    """Why the value of the URL parameter ``key`` is masked: ``"secret"`` (a password: it runs
+    to the next parameter libpq knows, an ``&`` before that being a part of it), ``"unknown"``
+    (libpq knows no such parameter: a misspelt password, ``pasword=``, perhaps; it runs to the
+    next parameter named), else ``None``."""
+    if _is_secret(key):
+        return "secret"
+    return None if key in _libpq_keywords() else "unknown"
 
 
 def _unknown_parameters(shown_url: str) -> list[str]:
     """The names of the query parameters that libpq does not know (a misspelt ``sslmod=``) in
     ``shown_url``, a URL as ``_redact`` shows it, for an error: read from that, a name is never a
     part of a password (a password's ``&`` or ``?`` followed by what reads as a parameter is
-    masked there with the rest of it). The query is the part after the last ``@`` (the end of the
-    masked user part): a parameter before an ``@`` in a query value is not named."""
-    query = shown_url[shown_url.rfind("@") + 1 :].partition("?")[2]
+    masked there with the rest of it). Read after the last ``@`` (the end of the masked user
+    part): a parameter before an ``@`` in a query value is not named. A name is one that a
+    ``?`` or an ``&`` starts, wherever: the value of a parameter libpq does not know is masked
+    up to the next one named, a ``?`` with it (``frob=x/2@/db?host=h``, the rest of a password
+    holding an unencoded ``/``: review R73)."""
     unknown: list[str] = []
-    for part in query.split("&"):
-        name, has_value, _ = part.partition("=")
-        if has_value and unquote(name) not in _libpq_keywords():
+    for name in _PARAMETER_NAME.findall(shown_url[shown_url.rfind("@") + 1 :]):
+        if unquote(name) not in _libpq_keywords():
             unknown.append(repr(name[:40]))
     return unknown
+
+
+_PARAMETER_NAME = re.compile(r"[?&]([^?&=#]*)=")
+"""A URL parameter's name, as ``_unknown_parameters`` finds it."""
 
 
 @lru_cache(maxsize=1)
