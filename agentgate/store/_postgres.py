@@ -478,7 +478,18 @@ class PostgresStore(Store):
                     "version of agentgate, not upgraded where it is read only: run `agentgate store "
                     "init` as the schema's owner; docs/operations.md, Upgrading)"
                 ) from exc
+            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+                raise StoreError(self._no_privilege(driver_error_line(exc))) from exc
             raise StoreError(f"PostgreSQL error: {driver_error_line(exc)}") from exc
+
+    def _no_privilege(self, said: str) -> str:
+        """The refusal of a statement the store's role has no right to run (SQLSTATE 42501):
+        a role never granted its rights on agentgate's tables, or granted them before an
+        upgrade added one. Until review R73 it was PostgreSQL's words alone, naming no store."""
+        return (
+            f"PostgreSQL error on the store {_redact(self.url)}: {said[:300]} (its role lacks a right "
+            "on agentgate's tables: docs/operations.md, PostgreSQL set-up, lists what to grant)"
+        )
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -655,7 +666,8 @@ class PostgresStore(Store):
                     creates = creates or _CREATES.match(exc.diag.internal_query or "")
                     what = f"{creates.group(1)} ({name})" if creates else f"a part of the {name} tables"
                     raise StoreError(
-                        f"{what} is missing and this role may not create it: run "
+                        f"{what} is missing in the PostgreSQL store {_redact(self.url)} and this role "
+                        "may not create it: run "
                         "`agentgate store init` as the schema's owner, then grant this role its rights "
                         f"again (docs/operations.md, Upgrading). PostgreSQL said: {driver_error_line(exc)}"
                     ) from exc
