@@ -53,7 +53,7 @@ def shown_path(path: object) -> str:
     """``path`` as an error message quotes it: one line that a terminal or a log shows as it is,
     each character that is not printable (a line break, an escape, a bidi override, a byte of the
     name that is not UTF-8) written as its backslash escape. A backslash stays as it is, so the
-    CLI, which escapes the same characters in every error line (``cli.main._one_line``), shows
+    CLI, which escapes the same characters in every error line (``cli._lines.one_line``), shows
     each escape once."""
     return escaped(os.fsdecode(path) if isinstance(path, str | bytes | os.PathLike) else str(path))
 

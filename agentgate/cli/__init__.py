@@ -15,20 +15,16 @@ from typing import TYPE_CHECKING, NoReturn
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-WARNINGS: list[str] = []
-"""The ``agentgate: warning: ...`` lines a command left (``warn``), which ``main`` says on standard
-error when it ends: after its output, before its error line if it fails (exit 2) or the line of
-an interruption. ``main`` empties it before and after each command."""
-
 
 def warn(text: str) -> None:
-    """Leave ``text`` (one line, already escaped) as a warning for ``main`` to say when the command
-    ends, once however often it is left: every warning of the command goes this way (review R72:
-    some were printed at once, as ``warning:`` or ``agentgate: warning:``, and one was left here
-    and said only if the command did not fail)."""
-    line = f"agentgate: warning: {text}\n"
-    if line not in WARNINGS:
-        WARNINGS.append(line)
+    """Leave ``text`` (one line, already escaped) as a warning for ``main`` to say when the running
+    command ends, once however often it is left (``_warnings.warn``, where it is kept: this
+    package imports nothing). Every warning of a command goes this way (review R72: some were
+    printed at once, as ``warning:`` or ``agentgate: warning:``, and one was left here and said
+    only if the command did not fail)."""
+    from agentgate.cli import _warnings
+
+    _warnings.warn(text)
 
 
 class Terminated(KeyboardInterrupt):

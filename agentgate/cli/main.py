@@ -16,13 +16,13 @@ import argparse
 import contextlib
 import importlib
 import io
-import logging
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from agentgate.cli import WARNINGS, ending, terminate_on_sigterm, warn
+from agentgate.cli import _warnings, ending, terminate_on_sigterm
+from agentgate.cli._lines import one_line as _one_line
 from agentgate.errors import AgentGateError
 
 # One module per verb group, named as the group (``agentgate.cli.keys`` is ``agentgate keys``);
@@ -169,22 +169,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     with exit 143. The ``agentgate: warning:`` lines the command left (``agentgate.cli.warn``)
     come on stderr when it ends, each once: after its output, before its error or interruption
     line (``_end``)."""
-    _quiet_library_logs()
     _standard_streams()
     restore = terminate_on_sigterm()
-    WARNINGS.clear()  # left by a caller that used a verb's helpers outside a command
-    try:
-        return _run(argv)
-    finally:
-        restore()
-        _say_warnings()
+    with _warnings.running():
+        try:
+            return _run(argv)
+        finally:
+            restore()
+            _say_warnings()
 
 
 def _say_warnings() -> None:
-    """Say the warnings the command left (``agentgate.cli.WARNINGS``), and forget them."""
-    warnings = WARNINGS[:]
-    WARNINGS.clear()
-    for line in warnings:
+    """Say the warnings the command left (``_warnings.said``), each once."""
+    for line in _warnings.said():
         _say(line)
 
 
@@ -202,7 +199,7 @@ def _run(argv: Sequence[str] | None) -> int:
         args = parser.parse_args(argv)
         options = getattr(parser, "verb_options", options)
         handler: Handler = args.handler
-        with _log_warnings_said(args.group != "serve"):
+        with _warnings.log_records_said(args.group != "serve"):
             code = handler(args)
     except BrokenPipeError:  # the reader went away before the command had said all: no verdict
         _drop_stdout()
@@ -235,34 +232,6 @@ def _run(argv: Sequence[str] | None) -> int:
         _end(f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n")
         return 2
     return code
-
-
-class _Warned(logging.Handler):
-    """Says a log record as a warning of the command (``agentgate.cli.warn``)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            warn(_one_line(record.getMessage()))
-        except Exception:  # a record whose arguments do not fit its message
-            self.handleError(record)
-
-
-@contextlib.contextmanager
-def _log_warnings_said(said: bool) -> Iterator[None]:
-    """While a command runs, agentgate's own log records of WARNING and above (the audit log's
-    ``a protection trigger ... was put back``) are said as its warnings, ``agentgate: warning:
-    ...`` once when it ends, not by Python's last-resort handler as a bare line among the
-    command's own (until review R72). ``serve``, which runs until stopped, keeps its log lines
-    as they come (docs/gateway.md)."""
-    if not said:
-        yield
-        return
-    logger, handler = logging.getLogger("agentgate"), _Warned(logging.WARNING)
-    logger.addHandler(handler)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
 
 
 def _say(line: str) -> None:
@@ -322,31 +291,6 @@ def _drop(stream: TextIO) -> None:
         os.dup2(devnull, descriptor)
     finally:
         os.close(devnull)
-
-
-def _quiet_library_logs() -> None:
-    """Keep libraries' log records off stderr, whose contract is one ``agentgate: error:`` line.
-
-    With no handler configured, Python prints warnings through its last-resort handler: psycopg's
-    pool wrote one line per failed connection attempt before the command's own error. A handler
-    that drops them stops that; a program that configures logging itself keeps its own handlers.
-    """
-    logger = logging.getLogger("psycopg")
-    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
-        logger.addHandler(logging.NullHandler())
-
-
-def _one_line(text: str) -> str:
-    """An error as one line of at most 2,000 characters (and the note of what was cut), safe on a
-    terminal: white space runs made one space, and what could still move the cursor or reorder
-    the text (escape sequences, bidi overrides from a hostile token quoted in the message)
-    escaped. A longer line loses its middle, not its end (``_lines.shortened``: until review R59
-    the end was cut, and the line was 2,000 characters of the value alone)."""
-    from agentgate._shown import not_printable  # on the error path only: keeps --help light
-    from agentgate.cli._lines import shortened
-
-    line = shortened(" ".join(text.split()))
-    return "".join(c.encode("unicode_escape").decode("ascii") if not_printable(c) else c for c in line)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,229 @@
+"""The warnings of a command (docs/cli.md, Warnings): each ``agentgate: warning: ...`` line said
+once, by the command that left it, when it ends.
+
+Warnings belong to a command, not to the process: ``main`` may run while another ``main`` runs
+(a hook of an embedding program calls it from inside a command, in the same thread or another),
+so each command keeps its own list in a context variable (``running``), and a warning goes to the
+command whose code left it. Until review R73 there was one list for the process, and a command
+started inside another emptied it: the outer command's warnings were never said.
+
+agentgate's own log records of WARNING and above, logged by a command's code, are its warnings
+too (``log_records_said``). While any command says them, one handler on the ``agentgate`` logger
+takes every record from propagation and hands on, as propagation would, each one that is not a
+command's warning: a record below WARNING, a ``serve`` command's (which keeps its log lines as they
+come), one a thread outside any command logs. Until review R73 the records also went on to an
+embedding program's root handler, which printed each warning a second time, bare. What a command
+changes in the logging configuration is made when the first command starts and undone when the
+last ends (``_WhileCommandsRun``): ``main`` leaves the logging of its caller as it found it.
+
+This is written here rather than taken from a library: the standard library's ``logging`` has
+no way to take some records of a logger from propagation, and no library does this for a CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+
+
+class _Command:
+    """What a running command has left to say, and whether its log records are its warnings."""
+
+    __slots__ = ("says_log_records", "warnings")
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+        self.says_log_records = False
+
+
+_RUNNING: ContextVar[_Command | None] = ContextVar("agentgate_cli_command", default=None)
+"""The command running in this context (thread, task); ``None`` outside any."""
+
+
+def warn(text: str) -> None:
+    """Leave ``text`` (one line, already escaped) as a warning of the running command, said once
+    however often it is left. Outside any command (a program that calls a verb's helper itself)
+    there is no command to say it: it is a WARNING record of the ``agentgate.cli`` logger, which
+    the program's handlers (or Python's last-resort handler) get at once. Until review R73 it
+    waited in a list that the next command emptied, and was never said."""
+    command = _RUNNING.get()
+    if command is None:
+        logging.getLogger("agentgate.cli").warning("%s", text)
+        return
+    line = f"agentgate: warning: {text}\n"
+    if line not in command.warnings:
+        command.warnings.append(line)
+
+
+def said() -> list[str]:
+    """The lines of the warnings the running command has left since it was last asked, forgotten
+    (so that each is said once); none outside a command."""
+    command = _RUNNING.get()
+    if command is None:
+        return []
+    lines = command.warnings[:]
+    command.warnings.clear()
+    return lines
+
+
+class _WhileCommandsRun:
+    """A change to the logging configuration that holds while at least one command runs: made
+    when the first starts (``held``), undone when the last ends, whatever their nesting or
+    threads; a change made and undone by each command would pile up, or be undone under one that
+    still runs."""
+
+    def __init__(self, make: Callable[[], None], undo: Callable[[], None]) -> None:
+        self._make, self._undo = make, undo
+        self._lock = threading.Lock()
+        self._commands = 0
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._commands == 0:
+                self._make()
+            self._commands += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._commands -= 1
+                if self._commands == 0:
+                    self._undo()
+
+
+class _QuietLibraries:
+    """Keeps libraries' log records off standard error, whose contract is one ``agentgate: error:``
+    line: with no handler configured, Python prints warnings through its last-resort handler
+    (psycopg's pool wrote one line per failed connection attempt before the command's own error).
+    A ``NullHandler`` on the library's logger stops that; a program that configures logging
+    itself keeps its own handlers. Taken off again when the last command ends (until review R73
+    it stayed on for good)."""
+
+    def __init__(self, *names: str) -> None:
+        self._names = names
+        self._added: list[tuple[logging.Logger, logging.Handler]] = []
+
+    def make(self) -> None:
+        for name in self._names:
+            logger = logging.getLogger(name)
+            if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+                handler = logging.NullHandler()
+                logger.addHandler(handler)
+                self._added.append((logger, handler))
+
+    def undo(self) -> None:
+        while self._added:
+            logger, handler = self._added.pop()
+            logger.removeHandler(handler)
+
+
+class _SaidAsWarnings(logging.Handler):
+    """On the ``agentgate`` logger, which does not propagate while it is there: says a record of
+    WARNING and above that a command whose log records are its warnings logged (``warn``), and
+    hands every other record on to the handlers above, as propagation would have."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.propagated = True
+        """Whether the ``agentgate`` logger propagated before this handler took its place."""
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        command = _RUNNING.get()
+        if command is None or not command.says_log_records or record.levelno < logging.WARNING:
+            self._hand_on(record)
+            return True
+        from agentgate.cli._lines import one_line
+
+        try:
+            text = one_line(record.getMessage())
+        except Exception:  # a record whose arguments do not fit its message
+            self.handleError(record)
+            return True
+        warn(text)
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Never called: ``handle`` says or hands on each record."""
+
+    def _hand_on(self, record: logging.LogRecord) -> None:
+        """Give ``record`` to the handlers of the loggers above ``agentgate``, as
+        ``Logger.callHandlers`` does when it propagates, and to Python's last-resort handler when
+        no handler at all took it (none on its logger, nor on any logger it propagates to)."""
+        found = self._handlers_below(record)
+        parent = _AGENTGATE.parent if self.propagated else None
+        while parent is not None:
+            for handler in parent.handlers:
+                found += 1
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+            parent = parent.parent if parent.propagate else None
+        last = logging.lastResort
+        if found == 0 and last is not None and record.levelno >= last.level:
+            last.handle(record)
+
+    def _handlers_below(self, record: logging.LogRecord) -> int:
+        """How many handlers the record met before this one (those of its logger and of the loggers
+        between it and ``agentgate``, and the others on ``agentgate``): Python called them."""
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        found = 0
+        while logger is not None and logger is not _AGENTGATE:
+            found += len(logger.handlers)
+            logger = logger.parent
+        return found + sum(handler is not self for handler in _AGENTGATE.handlers)
+
+
+_AGENTGATE = logging.getLogger("agentgate")
+_SAYS = _SaidAsWarnings()
+
+
+def _take_records() -> None:
+    _SAYS.propagated = _AGENTGATE.propagate
+    _AGENTGATE.addHandler(_SAYS)
+    _AGENTGATE.propagate = False
+
+
+def _give_records_back() -> None:
+    _AGENTGATE.removeHandler(_SAYS)
+    _AGENTGATE.propagate = _SAYS.propagated
+
+
+_QUIET = _QuietLibraries("psycopg")
+_QUIETED = _WhileCommandsRun(_QUIET.make, _QUIET.undo)
+_RECORDS_TAKEN = _WhileCommandsRun(_take_records, _give_records_back)
+
+
+@contextlib.contextmanager
+def running() -> Iterator[None]:
+    """Run a command in this context: a list of warnings of its own (the command that ran here
+    before it, if any, keeps its list, and has it back after), libraries' log records kept off
+    standard error."""
+    token = _RUNNING.set(_Command())
+    try:
+        with _QUIETED.held():
+            yield
+    finally:
+        _RUNNING.reset(token)
+
+
+@contextlib.contextmanager
+def log_records_said(said: bool) -> Iterator[None]:
+    """While the running command runs its verb, agentgate's own log records of WARNING and above
+    that it logs (the audit log's ``a protection trigger ... was put back``) are said as its
+    warnings, not by Python's last-resort handler as a bare line among the command's own (until
+    review R72), nor by a root handler of the program that runs it, a second time (until review
+    R73). ``said`` false (``serve``, which runs until stopped): its log lines go as they come
+    (docs/gateway.md)."""
+    command = _RUNNING.get()
+    if not said or command is None:
+        yield
+        return
+    command.says_log_records = True
+    try:
+        with _RECORDS_TAKEN.held():
+            yield
+    finally:
+        command.says_log_records = False
