@@ -56,6 +56,7 @@ from agentgate.policy._lint._lifetime import (
 from agentgate.policy._lint._names import NamesDifferOnlyInCase, NamesReadAlike, UnclearArgumentName
 from agentgate.policy._lint._principals import (
     AgentInheritsRole,
+    AgentWithoutRoles,
     InheritsRulesNotBudget,
     PrincipalWithoutKey,
     RoleKindMismatch,
@@ -76,6 +77,7 @@ RULES: tuple[LintRule, ...] = (
     PrincipalWithoutKey(),
     AgentApproves(),
     RoleKindMismatch(),
+    AgentWithoutRoles(),
     SubAgentSharesGrant(),
     RoleWithoutTtl(),
     TtlAbovePolicyMax(),

@@ -1,8 +1,8 @@
 """Lint rules on principals, keys and roles: an agent role that inherits a whole role or holds a
 wildcard, a role that inherits rules but no budget, a principal without a key of its own or an
 agent holding a trust anchor's, a role declared for another kind of principal than one that
-holds it (implicit_trust_inheritance), a trust anchor without a key and a
-role no principal holds (authority_chain_opacity).
+holds it (implicit_trust_inheritance), a trust anchor without a key, a
+role no principal holds and an agent that holds no role (authority_chain_opacity).
 """
 
 from __future__ import annotations
@@ -143,6 +143,34 @@ class RoleNeverHeld(LintRule):
                     f"role {name} is held by no principal, itself or through a role that inherits it: "
                     f"no grant can be issued for it, and the {rules} rule(s) it holds never allow a call",
                     policy.line_of("roles", name, key=True),
+                )
+
+
+class AgentWithoutRoles(LintRule):
+    code = "agent_without_roles"
+    kind = OPAQUE
+    severity = Severity.WARNING
+    hint = (
+        "list the roles the agent needs under its 'roles', or remove the principal if it is not meant to act"
+    )
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        # A decision reads only the roles of the principal a call acts for, and a root grant is
+        # issued only for a role its holder holds: an agent declared with no roles is refused every
+        # call, a sub-agent holding its key too, whatever its grant says (docs/policy-reference.md,
+        # delegation). Until review R73 lint said nothing. A policy without any rule (a template,
+        # a deny-all) allows no one anything, and is not reported agent by agent; nor is an agent
+        # named as an approver, which is there to sign, not to act (``agent_approves`` reports it).
+        if not any(policy.effective_rules(role) for role in policy.document.roles):
+            return
+        approvers = {name for gate in policy.document.approvals.values() for name in gate.approvers}
+        for name, principal in policy.document.principals.items():
+            if principal.kind == "agent" and not principal.roles and name not in approvers:
+                yield self.finding(
+                    policy,
+                    f"agent {name} holds no role: every call it makes, or a sub-agent holding its key "
+                    "makes, is denied, whatever grant it holds",
+                    policy.line_of("principals", name, key=True),
                 )
 
 
