@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import threading
+import weakref
 
 from test_tasks_r67_priority_inversion import CLASSES, MIDS, WAIT_S
 
@@ -92,6 +94,11 @@ async def test_a_call_dropped_for_its_closed_loop_takes_back_the_class_it_lent()
     await asyncio.wait_for(asyncio.gather(holder, second, *mids), WAIT_S)
     assert limits.queued == 0 and limits.in_flight == 0
     assert order.index("nested-b") == MIDS, order  # after every mid call, at its own class
-    kept.clear()
-    await scheduler.aclose()  # ``other``'s loop is closed: its task never ends, so it is not closed
+    await scheduler.aclose()
+    await other.aclose()  # its call's loop is closed: forgotten, not waited for (review R73)
     limits.close()
+    # Its pending task, a cycle with ``other``, is collected here: at a later collection it was
+    # reported destroyed while pending at a pytest-xdist worker's exit (review R73).
+    dead = weakref.ref(kept.pop())
+    gc.collect()
+    assert dead() is None

@@ -230,12 +230,16 @@ class Scheduler(_StoreWork, _Failures):
         Draining waits at most ``timeout_s`` (None or infinity: until done; 0 or less: not at
         all) and cancels what is left after it. On return no call of this scheduler is running or
         waiting, its leases are given back, and the limits it made itself (none given) are closed.
-        A ``timeout_s`` that is not a number, or NaN, raises ``InputError`` before anything stops.
+        A call whose event loop was closed under it can never run or be cancelled: it is neither
+        waited for nor cancelled, only forgotten (asyncio reports its task as destroyed while
+        pending when it is collected). A ``timeout_s`` that is not a number, or NaN, raises
+        ``InputError`` before anything stops.
         """
         timeout_s = _drain_timeout(timeout_s)
         self._closed = True
         if self._closing is not None:
             self._closing[1].set()
+        self._forget_dead_tasks()
         if self._tasks and drain:
             self._idle = asyncio.Event()
             try:
@@ -259,6 +263,21 @@ class Scheduler(_StoreWork, _Failures):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False)  # idle now; a later use (a breaker to publish) makes another
+
+    def _forget_dead_tasks(self) -> None:
+        """Drop the calls whose event loop was closed under them: nothing can end them any more.
+
+        Such a call never finishes, and cancelling it needs its closed loop (``RuntimeError``):
+        draining waited for it forever. Its slot and queue place are the limits' to reclaim
+        (they drop a closed loop's waiter at its turn); what is left is a pending task for the
+        collector, which asyncio reports as destroyed while pending, as it does for any task of a
+        loop closed under it.
+        """
+        dead = {task for task in self._tasks if task.get_loop().is_closed()}
+        if dead:
+            self._tasks -= dead
+            for task in dead:
+                self._nested.pop(task, None)
 
     # --- the call -------------------------------------------------------------------------------
 
