@@ -171,6 +171,7 @@ def _against_store(
         index = approvals.asked_index(row.id, row.call_hash)
         entry = log.entry(index) if index is not None and log.exists else None
         standing = _standing(approvals, row, signer)
+        counted, _ = approvals.votes(row.id)
         later = (
             [e for e in log.referring(index) if e.kind == "approval_required"]
             if entry is not None and index is not None and entry.kind == "approval_required"
@@ -197,7 +198,9 @@ def _against_store(
     if added is None:
         return f"its 'reasons' are not those audit entry {entry.index} records: changed on its way", None
     refusal = _gate_recorded(request, entry) or standing
-    return refusal, None if refusal is not None else _Logged(entry, *_not_counted(entry, later, added))
+    if refusal is not None:
+        return refusal, None
+    return None, _Logged(entry, *_not_counted(entry, later, added), _votes(counted, row.quorum, signer))
 
 
 def _standing(approvals: ApprovalStore, row: StoredRequest, signer: str) -> str | None:
@@ -236,6 +239,29 @@ class _Logged:
     unheld: int
     """How many such reasons the payload shows that no entry holds (a repeated or late yes, which
     the Gate says only in the payload it asks again with, or text added on the way)."""
+    votes: str
+    """How many of the request's quorum are given and what the signer's yes makes of it (``_votes``)."""
+
+
+def _votes(counted: tuple[str, ...], quorum: int, signer: str) -> str:
+    """The ``votes`` line of a request the store holds with ``quorum`` and the approvers whose
+    votes count ``counted`` (as last counted: ``ApprovalStore.votes``), for a yes of ``signer``:
+    how many are given, and whether this yes completes the quorum or how many more are needed
+    after it. Until review R73 the signer was not told, and a quorum of two read as done after
+    the first yes. ``_standing`` has refused a yes of ``signer`` counted already while the quorum
+    is not met."""
+    given = len(counted)
+    said = f"{given} of {quorum} given"
+    after = given if signer in counted else given + 1
+    if given >= quorum:
+        told = f"{said}; the quorum is met: this yes uses the request"
+    elif after >= quorum:
+        told = f"{said}; this yes completes the quorum"
+    else:
+        told = f"{said}; this yes makes {after} of {quorum}: {quorum - after} more needed"
+    # The store's count, as the policy in force at the last vote made it: the Gate counts again
+    # under the policy in force when the run resumes (a quorum raised since needs more).
+    return f"{told} (the store's count; the Gate counts again, under its policy, when the run resumes)"
 
 
 def _not_counted(
@@ -529,4 +555,5 @@ def _describe(request: dict[str, Any], signer: str, logged: _Logged | None = Non
                 "it asks again with; an editor on the way may add any)"
             )
         lines[at + 1 : at + 1] = noted
+        lines.insert(at, f"  votes      {logged.votes}")
     return "\n".join(lines) + "\n"

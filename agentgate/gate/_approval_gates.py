@@ -25,7 +25,13 @@ from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict,
 from agentgate.gate._checks import _AUTHORIZATION
 from agentgate.gate._delegation import DELEGATIONS_PURGE_S
 from agentgate.gate._lock import _serialized
-from agentgate.gate._records import ASKED_FIELDS, recordable, voided_request_entry, voided_request_reason
+from agentgate.gate._records import (
+    ASKED_FIELDS,
+    quorum_tally,
+    recordable,
+    voided_request_entry,
+    voided_request_reason,
+)
 from agentgate.keys import SigningKey
 from agentgate.policy import ApprovalRequirement as PolicyApproval
 from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex
@@ -642,6 +648,7 @@ class _Approvals:
             )
             return replace(
                 auth,
+                reasons=_tallied(auth.reasons, len(votes), request["quorum"]),
                 audit_index=known[1],
                 request={**request, "id": known[0], "expires_at": known[2], "approved_by": votes},
                 _asked_again=True,
@@ -673,7 +680,12 @@ class _Approvals:
                 self._open_requests = {i: r for i, r in self._open_requests.items() if r[2] > now}
                 self._requests_purge_at = now + DELEGATIONS_PURGE_S
             self._keep_open_request(request_id, (call_hash, index, float(request["expires_at"])))
-        return replace(auth, audit_index=index, request={**request, "id": request_id, "approved_by": []})
+        return replace(
+            auth,
+            reasons=_tallied(auth.reasons, 0, request["quorum"]),
+            audit_index=index,
+            request={**request, "id": request_id, "approved_by": []},
+        )
 
     def _supersede(
         self, call_key: tuple[str, str], request: Mapping[str, Any], request_id: str, tx: Transaction
@@ -872,6 +884,12 @@ class _Approvals:
             )
         asking = replace(auth, verdict=Verdict.APPROVAL_REQUIRED, reasons=(*auth.reasons, why))
         return self._record_approval_request(asking, request, rule, tx, asked_call, uncounted=True)
+
+
+def _tallied(reasons: tuple[str, ...], given: int, quorum: int) -> tuple[str, ...]:
+    """``reasons`` of a call waiting for approval, and, for a quorum above one, how many of its
+    approvals are ``given`` (``quorum_tally``), after the entry that records them is written."""
+    return reasons if quorum <= 1 else (*reasons, quorum_tally(given, quorum))
 
 
 def _named(gates: Sequence[PolicyApproval], left_out: Collection[str]) -> list[str]:

@@ -56,6 +56,24 @@ the reasons it checks against the request's first ``approval_required`` entry, w
 hold them (a later entry of the request does)."""
 
 
+TALLY = re.compile(r"approval quorum: \d+ of \d+ given; ")
+"""The start of the reason a call waiting for a quorum above one gives (``quorum_tally``)."""
+
+
+def quorum_tally(given: int, quorum: int) -> str:
+    """The reason a call of a gate of ``quorum`` above one gives while it waits: how many of the
+    approvals it needs are ``given`` (the votes that count under the policy in force), and how
+    many more are needed (review R73: until then the reasons named the gate and its approvers
+    only, and "1 of 2" was to be read from the payload's ``approved_by``). Added to the answer,
+    never to the log, which holds each vote as an ``approval_given`` entry of its own; and left
+    out of a LangGraph payload asked again (``_asking``), which shows ``approved_by``."""
+    if given >= quorum:  # met, not yet used: the policy lowered the quorum to the votes in
+        return (
+            f"approval quorum: {given} of {quorum} given; met: an approval of the request presented uses it"
+        )
+    return f"approval quorum: {given} of {quorum} given; {quorum - given} more needed"
+
+
 def redact_reasons(
     reasons: Iterable[str],
     args: Mapping[str, Any],

@@ -15,7 +15,7 @@ from langgraph.types import Command
 from agentgate.errors import AgentGateError, AuditError, AuthorityError, InputError, StoreError
 from agentgate.findings import Finding
 from agentgate.gate import Authorization, Gate
-from agentgate.gate._records import without_held
+from agentgate.gate._records import TALLY, without_held
 from agentgate.integrations.langgraph._calls import ToolResult
 from agentgate.integrations.langgraph._stops import STOP_KEY, _stop_mark
 
@@ -177,9 +177,11 @@ def _asking(auth: Authorization, first: Authorization) -> dict[str, Any]:
     followed by why the approval presented did not count: the reasons ``auth`` has that ``first``
     (the call decided without an approval) has not (another call's, the requester's own, a key
     the gate does not list, a vote not counted). Until review R54 the request showed only the
-    policy's reasons, so an approver asked again was not told why."""
+    policy's reasons, so an approver asked again was not told why. How many of a quorum are
+    given (``quorum_tally``) is left out: the payload shows it (``approved_by``, ``quorum``), and
+    ``approval sign --store`` reads it from the store."""
     payload = auth.approval_payload()
-    why = [reason for reason in auth.reasons if reason not in first.reasons]
+    why = [reason for reason in auth.reasons if reason not in first.reasons and not TALLY.match(reason)]
     if why:
         request = payload["request"]
         payload = {**payload, "request": {**request, "reasons": [*request.get("reasons", ()), *why]}}
