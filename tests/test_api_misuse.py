@@ -354,7 +354,7 @@ GATE_MISUSES: dict[str, Callable[[World], object]] = {
     "approve-payload-None": lambda w: w.gate.approve(None, w.keys["lead"]),  # type: ignore[arg-type]
     "revoke-reason-None": lambda w: w.gate.revoke(w.agent, reason=None),  # type: ignore[arg-type]
     "revoke-by-None": lambda w: w.gate.revoke(w.agent, by=None),  # type: ignore[arg-type]
-    "remaining-str": lambda w: w.gate.remaining("agent"),  # type: ignore[arg-type]
+    "budget_usage-str": lambda w: w.gate.budget_usage("agent"),  # type: ignore[arg-type]
     "tenant_of-None": lambda w: w.gate.tenant_of(None),  # type: ignore[arg-type]
     "decline-str": lambda w: w.gate.decline("agent"),  # type: ignore[arg-type]
     "run-None": lambda w: w.gate.run(None, lambda: 1),  # type: ignore[arg-type]
@@ -500,7 +500,7 @@ def test_a_closed_gate_refuses_everything_typed_from_any_thread(tmp_path: Path) 
             ttl=timedelta(seconds=60),
         ),
         lambda: gate.revoke(agent),
-        lambda: gate.remaining(agent),
+        lambda: gate.budget_usage(agent),
         gate.verify,
     ]
     for call in calls:

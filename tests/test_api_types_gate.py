@@ -145,7 +145,7 @@ NAMED: dict[str, tuple[str, Callable[[World], object]]] = {
     "delegate-budget-float": ("budget", lambda w: _delegate(w, budget=1.5)),
     "delegate-name-empty": ("name", lambda w: _delegate(w, name="")),
     "revoke-reason": ("reason", lambda w: w.gate.revoke(w.agent, reason=5)),  # type: ignore[arg-type]
-    "remaining": ("identity", lambda w: w.gate.remaining(w.agent.chain)),  # type: ignore[arg-type]
+    "budget_usage": ("identity", lambda w: w.gate.budget_usage(w.agent.chain)),  # type: ignore[arg-type]
     "approve-approver": (
         "approver",
         lambda w: w.gate.approve({"id": "r", "call_hash": "h"}, w.keys["lead"].did),

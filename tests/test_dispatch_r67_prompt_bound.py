@@ -62,7 +62,7 @@ def _agent_spends(tmp_path: Path, backend: Inflating, stream: bool) -> tuple[int
             assert agent.invoke(request, context=team.supervisor)["messages"][-1].content == "hi"
         team.gate.flush()
         [outcome] = [e for e in team.gate.audit.entries() if e.kind == "outcome"]
-        [(spent, _)] = team.gate.remaining(team.supervisor).values()
+        [(spent, _)] = team.gate.budget_usage(team.supervisor).values()
         return spent, list(outcome.reasons)
     finally:
         team.gate.close()
@@ -119,7 +119,7 @@ def test_a_direct_dispatch_decided_with_its_bound_is_charged_at_most_it(
             spent=lambda r: (r.usage.prompt_tokens, r.usage.completion_tokens),
         )
         assert answer.usage.prompt_tokens == _REPORTED  # the backend's report, as it sent it
-        [(spent, _)] = team.gate.remaining(team.supervisor).values()
+        [(spent, _)] = team.gate.budget_usage(team.supervisor).values()
         assert spent == most + 2
     finally:
         team.gate.close()

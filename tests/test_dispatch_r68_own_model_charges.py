@@ -42,7 +42,7 @@ def _run(tmp_path: Path, usage: dict[str, int]) -> tuple[Setup, list[tuple[int |
 
 
 def _spent(setup: Setup) -> int:
-    [(spent, _)] = setup.gate.remaining(setup.boss).values()
+    [(spent, _)] = setup.gate.budget_usage(setup.boss).values()
     return int(spent)
 
 

@@ -127,7 +127,7 @@ def test_a_dispatched_agent_call_answered_with_garbage_usage_is_charged_its_rese
         [allow] = [
             e for e in team.gate.audit.entries() if e.kind == "allow" and e.resource == outcome.resource
         ]
-        [(spent, _)] = team.gate.remaining(team.supervisor).values()
+        [(spent, _)] = team.gate.budget_usage(team.supervisor).values()
         assert spent == allow.budget_delta > 0
         assert outcome.reasons[0].startswith("UsageUnreadable: ")
         assert "charged as reserved" in outcome.reasons[-1]
@@ -203,7 +203,7 @@ def dispatched_agent_call(tmp_path: Path, backends: list[Reporting]) -> tuple[in
         [allow] = [
             e for e in team.gate.audit.entries() if e.kind == "allow" and e.resource == outcome.resource
         ]
-        [(spent, _)] = team.gate.remaining(team.supervisor).values()
+        [(spent, _)] = team.gate.budget_usage(team.supervisor).values()
         return spent, allow, outcome
     finally:
         team.gate.close()

@@ -278,7 +278,7 @@ class GatewayOverEvil:
 
     def spent(self) -> int:
         self.gate.flush()
-        return self.gate.remaining(self.agent)[self.agent.chain.root.id][0]
+        return self.gate.budget_usage(self.agent)[self.agent.chain.root.id][0]
 
     def outcomes(self) -> list[str]:
         self.gate.flush()

@@ -414,7 +414,7 @@ def _agent_run(
             agent.invoke(request, context=team.supervisor)
         entries = [e for e in team.gate.audit.entries() if e.kind in ("allow", "outcome")]
         assert team.gate.verify().first_bad_index is None
-        return team.ran, sorted(team.gate.remaining(team.supervisor).values()), len(entries)
+        return team.ran, sorted(team.gate.budget_usage(team.supervisor).values()), len(entries)
     finally:
         team.gate.close()
 

@@ -220,7 +220,7 @@ def test_model_cost_is_reserved_then_committed_at_actual_usage(setup: Setup) -> 
     assert [(unit, amount) for _, unit, amount in auth.reservations] == [("usd_micros", 250)]
     setup.gate.run(auth, lambda: "text", spent=lambda _: (50, 10))
     root = setup.agent.chain.root.id
-    assert setup.gate.remaining(setup.agent)[root] == (70, 10_000)
+    assert setup.gate.budget_usage(setup.agent)[root] == (70, 10_000)
     assert setup.entries()[-1].budget_delta == 70
 
 
@@ -232,7 +232,7 @@ def test_failed_call_releases_its_reservation(setup: Setup) -> None:
 
     with pytest.raises(ConnectionError):
         setup.gate.run(auth, broken)
-    assert setup.gate.remaining(setup.agent)[setup.agent.chain.root.id] == (0, 10_000)
+    assert setup.gate.budget_usage(setup.agent)[setup.agent.chain.root.id] == (0, 10_000)
     assert setup.entries()[-1].status == "error"
 
 
@@ -406,7 +406,7 @@ def test_the_same_path_on_both_stores(store: Store) -> None:
     assert not gate.authorize(agent, call, call_id="c", approval=approval).allowed
     gate.revoke(agent)
     assert not gate.authorize(agent, Call.tool("lookup", {"id": "1"})).allowed
-    assert gate.remaining(agent)[agent.chain.root.id] == (200, 1000)
+    assert gate.budget_usage(agent)[agent.chain.root.id] == (200, 1000)
     report = gate.verify()
     assert report.ok and report.size == 10
     kinds = sorted(e.kind for e in gate.audit.entries())
@@ -944,7 +944,7 @@ async def test_a_call_that_no_cancellation_stops_is_recorded_and_charged_as_it_e
         assert task.cancelled()
         (outcome,) = [e for e in _entries(gate) if e.kind == "outcome"]
         assert (outcome.status, outcome.budget_delta) == ("ok", 1)
-        assert gate.remaining(supervisor)[supervisor.grant_id] == (1, 10)
+        assert gate.budget_usage(supervisor)[supervisor.grant_id] == (1, 10)
     finally:
         gate.close()
 

@@ -86,7 +86,7 @@ def test_a_model_call_without_an_estimate_is_refused_or_charged_what_it_used(boo
     auth = gate.authorize(bot, Call.model("big", {"max_tokens": 1_000_000}))
     if auth.allowed:
         gate.run(auth, lambda: "text", spent=lambda _result: (0, 1_000_000))
-    spent, limit = gate.remaining(bot)[bot.grant_id]
+    spent, limit = gate.budget_usage(bot)[bot.grant_id]
     assert not auth.allowed or spent == limit == 100_000
 
 

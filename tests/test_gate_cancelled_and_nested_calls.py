@@ -38,7 +38,7 @@ def test_a_model_call_cancelled_while_running_is_charged_as_reserved_not_release
         asyncio.run(scenario())
         gate.flush()
         # The backend ran for 0.2 s: it may have produced up to max_tokens. Released, it is 0.
-        assert gate.remaining(agent)[agent.chain.root.id][0] == 110
+        assert gate.budget_usage(agent)[agent.chain.root.id][0] == 110
 
 
 def test_a_gate_refuses_a_retry_class_its_classifier_never_returns_when_it_is_made(tmp_path: Path) -> None:

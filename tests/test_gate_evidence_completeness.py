@@ -666,7 +666,7 @@ async def test_scheduler_refusals_and_a_cancelled_wait_each_leave_an_error_outco
             _is(outcome, "outcome", boss, auth.call.resource, ref=auth.audit_index)
             assert outcome.status == "error" and outcome.reasons[0].startswith(why), outcome
         assert _outcome_of(s, first.audit_index).status == "ok"
-        assert gate.remaining(boss)[boss.grant_id][0] == 0  # no tool call charged a usd budget
+        assert gate.budget_usage(boss)[boss.grant_id][0] == 0  # no tool call charged a usd budget
         held = gate.store.query("SELECT COUNT(*) FROM budget_reservations")[0][0]
         assert held == 0  # every reservation released
         assert s.verified()

@@ -242,7 +242,7 @@ def test_two_gates_on_one_database_in_threads_share_the_budget_log_and_revocatio
         t.join()
     assert verdicts.count("allow") == 10 and len(verdicts) == 24
     for gate in (a, b):
-        assert gate.remaining(agent)[agent.grant_id] == (0, 10_000)
+        assert gate.budget_usage(agent)[agent.grant_id] == (0, 10_000)
     # One log written by both: contiguous, each entry once, and it verifies.
     a.flush()
     b.flush()

@@ -137,7 +137,7 @@ def test_an_outcome_pending_across_a_server_restart_is_committed_later(postgres_
         outcomes = [e for e in gate.audit.entries() if e.kind == "outcome"]
         time.sleep(0.1)
     assert [o.ref for o in outcomes] == [auth.audit_index]
-    assert gate.remaining(boss)[boss.grant_id][0] == 2  # charged what it spent, not the 20 reserved
+    assert gate.budget_usage(boss)[boss.grant_id][0] == 2  # charged what it spent, not the 20 reserved
     gate.close()
 
 

@@ -125,7 +125,7 @@ def _agent_spends(
         assert "".join(str(p.content) for p in pieces if isinstance(p, AIMessageChunk)) == "aaaaa"
         team.gate.flush()
         [outcome] = [e for e in team.gate.audit.entries() if e.kind == "outcome"]
-        return sorted(team.gate.remaining(team.supervisor).values()), list(outcome.reasons)
+        return sorted(team.gate.budget_usage(team.supervisor).values()), list(outcome.reasons)
     finally:
         team.gate.close()
 

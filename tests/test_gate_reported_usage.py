@@ -56,7 +56,7 @@ def test_usage_past_max_usage_tokens_is_charged_as_reserved_and_says_so(
     outcome = setup.entries()[-1]
     assert outcome.kind == "outcome" and outcome.status == "ok"
     assert outcome.budget_delta == RESERVED
-    assert setup.gate.remaining(setup.agent)[setup.agent.chain.root.id] == (RESERVED, 10_000)
+    assert setup.gate.budget_usage(setup.agent)[setup.agent.chain.root.id] == (RESERVED, 10_000)
     (reason,) = _garbage(outcome.reasons)
     assert reason == (
         f"reported usage {usage!r} is not two token counts from 0 to {MAX_USAGE_TOKENS:,}; "
@@ -72,7 +72,7 @@ def test_usage_of_max_usage_tokens_is_a_bill(setup: Setup) -> None:
     setup.gate.run(auth, lambda: "x", spent=lambda _: (MAX_USAGE_TOKENS, 5))
     outcome = setup.entries()[-1]
     assert outcome.budget_delta == MAX_USAGE_TOKENS + 2 * 5 and _garbage(outcome.reasons) == []
-    assert setup.gate.remaining(setup.agent)[setup.agent.chain.root.id] == (10_000, 10_000)
+    assert setup.gate.budget_usage(setup.agent)[setup.agent.chain.root.id] == (10_000, 10_000)
 
 
 async def test_an_async_call_reporting_absurd_usage_is_charged_as_reserved(setup: Setup) -> None:
@@ -152,7 +152,7 @@ def test_a_langgraph_model_reporting_absurd_usage_is_charged_as_reserved(
         assert reason.startswith(f"reported usage {reported!r} is not two token counts")
         assert reason.endswith(f"charged as reserved ({allow.budget_delta} usd_micros)")
         assert not any(r.startswith("overran") for r in outcome.reasons)
-        spent, limit = team.gate.remaining(team.supervisor)[team.supervisor.chain.root.id]
+        spent, limit = team.gate.budget_usage(team.supervisor)[team.supervisor.chain.root.id]
         assert spent == allow.budget_delta < limit
         assert team.gate.verify().ok
     finally:

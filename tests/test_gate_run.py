@@ -182,13 +182,13 @@ def test_a_spent_callback_that_raises_leaves_an_error_outcome_charged_as_reserve
     outcome = two.outcomes()[auth.audit_index]  # type: ignore[index]
     assert outcome.status == "error" and "KeyError" in outcome.reasons
     assert any("charged as reserved" in r for r in outcome.reasons)
-    assert gate.remaining(two.alice) == {two.alice.grant_id: (1, 10)}  # the call ran: charged
+    assert gate.budget_usage(two.alice) == {two.alice.grant_id: (1, 10)}  # the call ran: charged
 
     # Control: a tool that fails is released, not charged.
     failing = gate.authorize(two.alice, Call.tool("orders", {}), call_id="x2")
     with pytest.raises(RuntimeError):
         gate.run(failing, lambda: (_ for _ in ()).throw(RuntimeError("down")))
-    assert gate.remaining(two.alice) == {two.alice.grant_id: (1, 10)}
+    assert gate.budget_usage(two.alice) == {two.alice.grant_id: (1, 10)}
 
 
 def test_a_failed_callback_that_raises_leaves_an_outcome(two: TwoTenants) -> None:
@@ -488,7 +488,7 @@ class Setup:
         return list(self.gate.audit.entries())
 
     def spent(self, identity: AgentIdentity | None = None) -> int:
-        return self.gate.remaining(identity or self.agent)[(identity or self.agent).chain.root.id][0]
+        return self.gate.budget_usage(identity or self.agent)[(identity or self.agent).chain.root.id][0]
 
 
 @pytest.fixture

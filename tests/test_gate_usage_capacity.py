@@ -63,7 +63,7 @@ def test_completion_tokens_over_max_tokens_are_charged_at_max_tokens(
         answer = setup.gate.run(auth, lambda: "the answer", spent=lambda _: (60, REPORTED))
     assert answer == "the answer"  # the call still succeeds
     charged = 60 + 2 * 100  # the prompt as reported, the output at the reserved 100
-    assert setup.gate.remaining(setup.agent)[setup.agent.chain.root.id][0] == charged
+    assert setup.gate.budget_usage(setup.agent)[setup.agent.chain.root.id][0] == charged
     outcome = setup.entries()[-1]
     assert outcome.kind == "outcome" and outcome.status == "ok" and outcome.budget_delta == charged
     (reason,) = _over_limit(outcome.reasons)
@@ -88,7 +88,7 @@ def test_the_cap_is_the_output_reserved_on_a_tokens_budget_too(tmp_path: Path) -
         auth = gate.authorize(agent, Call.model("small"), tokens=(30, 40))  # no max_tokens argument
         gate.run(auth, lambda: "x", spent=lambda _: (35, REPORTED))
         gate.flush()
-        assert gate.remaining(agent)[agent.chain.root.id][0] == 35 + 40
+        assert gate.budget_usage(agent)[agent.chain.root.id][0] == 35 + 40
     finally:
         gate.close()
 

@@ -138,7 +138,7 @@ class Env:
 
     def spent(self, identity: AgentIdentity | None = None) -> int:
         who = identity or self.agent
-        return self.gate.remaining(who)[who.chain.root.id][0]
+        return self.gate.budget_usage(who)[who.chain.root.id][0]
 
 
 @pytest.fixture(scope="module")
@@ -766,13 +766,13 @@ def test_the_gateway_decides_and_charges_on_both_stores(
         assert allowed.status_code == 200
         usage = allowed.json()["usage"]
         assert (
-            gate.remaining(agent)[agent.chain.root.id][0]
+            gate.budget_usage(agent)[agent.chain.root.id][0]
             == usage["prompt_tokens"] + usage["completion_tokens"]
         )
         body = _body(max_tokens=200)
         refused = httpx.post(url, json=body, headers=invocation_headers(poor.key, poor.chain, body))
         assert refused.status_code == 402 and refused.json()["error"]["code"] == "budget_exhausted"
-        assert gate.remaining(poor) == {poor.chain.root.id: (0, 100)}
+        assert gate.budget_usage(poor) == {poor.chain.root.id: (0, 100)}
         gate.flush()
         assert [e.kind for e in gate.audit.entries()][-1] == "deny"
     finally:

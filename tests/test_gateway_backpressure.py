@@ -196,4 +196,4 @@ def test_gated_stream_reads_the_backend_only_a_bounded_way_ahead_of_its_caller(t
         outcomes = [e for e in gate.audit.entries() if e.kind == "outcome"]
         assert len(outcomes) == 1 and outcomes[0].status == "error"  # abandoned mid-answer
         # Output was delivered without usage: the whole reservation is charged.
-        assert gate.remaining(agent)[agent.chain.root.id][0] == 110  # spent
+        assert gate.budget_usage(agent)[agent.chain.root.id][0] == 110  # spent

@@ -201,7 +201,7 @@ class Env:
 
     def spent(self) -> int:
         self.gate.flush()
-        return int(self.gate.remaining(self.agent)[self.agent.chain.root.id][0])
+        return int(self.gate.budget_usage(self.agent)[self.agent.chain.root.id][0])
 
     def outcomes(self) -> list[Any]:
         self.gate.flush()

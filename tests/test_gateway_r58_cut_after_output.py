@@ -56,7 +56,7 @@ def _agent_outcome(tmp_path: Path, backend: Scripted) -> tuple[str, list[str], b
         served = {"name": "raw", "url": backend.url, "engine": "vllm", "models": ["scripted"]}
         inventory = inventory_from_mapping({"backends": [served]})
         team.gate.attach_dispatcher(Dispatcher(inventory, Router(inventory), max_attempts=1))
-        before = sorted(team.gate.remaining(team.supervisor).values())
+        before = sorted(team.gate.budget_usage(team.supervisor).values())
         agent = create_gated_agent(
             team.gate,
             name="supervisor",
@@ -71,7 +71,7 @@ def _agent_outcome(tmp_path: Path, backend: Scripted) -> tuple[str, list[str], b
                 pass
         team.gate.flush()
         [outcome] = [e for e in team.gate.audit.entries() if e.kind == "outcome"]
-        charged = sorted(team.gate.remaining(team.supervisor).values()) != before
+        charged = sorted(team.gate.budget_usage(team.supervisor).values()) != before
         return outcome.status, list(outcome.reasons), charged
     finally:
         team.gate.close()

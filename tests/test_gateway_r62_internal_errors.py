@@ -175,7 +175,7 @@ def test_an_unexpected_error_between_the_decision_and_the_backend_releases_the_r
     gate = gateway.gate
     gate.flush()
     assert list(gate.store.query("SELECT id FROM budget_reservations WHERE state = 'reserved'")) == []
-    assert gate.remaining(agent)[agent.chain.root.id][0] == 0
+    assert gate.budget_usage(agent)[agent.chain.root.id][0] == 0
     outcomes = [e for e in gate.audit.entries() if e.kind == "outcome"]
     assert len(outcomes) == 1 and outcomes[0].status == "error", outcomes
     assert SECRET not in str(outcomes[0])

@@ -275,7 +275,7 @@ class Env:
     def spent(self, who: AgentIdentity | None = None) -> int:
         who = who or self.agent
         self.gate.flush()
-        return self.gate.remaining(who)[who.chain.root.id][0]
+        return self.gate.budget_usage(who)[who.chain.root.id][0]
 
     def held(self) -> int:
         """Micro-dollars still reserved (calls decided and not settled)."""

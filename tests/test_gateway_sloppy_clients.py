@@ -125,7 +125,7 @@ class Env:
 
     def spent(self) -> int:
         self.gate.flush()
-        return self.gate.remaining(self.agent)[self.agent.chain.root.id][0]
+        return self.gate.budget_usage(self.agent)[self.agent.chain.root.id][0]
 
 
 EnvT = TypeVar("EnvT", bound=Env)

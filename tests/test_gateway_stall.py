@@ -457,7 +457,7 @@ def test_a_caller_gone_during_a_json_call_stops_the_backend_and_is_charged_its_r
         time.sleep(0.05)
     (outcome,) = [e for e in env.gate.audit.entries() if e.kind == "outcome"]
     assert outcome.status == "error" and "CallerGone" in outcome.reasons, outcome.reasons
-    assert env.gate.remaining(env.agent)[env.agent.chain.root.id][0] == _reserved(body)
+    assert env.gate.budget_usage(env.agent)[env.agent.chain.root.id][0] == _reserved(body)
     assert env.gate.verify().ok
 
 
@@ -509,7 +509,7 @@ def test_a_json_call_cut_by_the_gateways_shutdown_is_charged_its_reservation(tmp
         gate.flush()
         (outcome,) = [e for e in gate.audit.entries() if e.kind == "outcome"]
         assert outcome.status == "error", outcome
-        assert gate.remaining(agent)[agent.chain.root.id][0] == _reserved(body)
+        assert gate.budget_usage(agent)[agent.chain.root.id][0] == _reserved(body)
         assert answers and answers[0] != 200, answers
     finally:
         gate.close()
@@ -575,7 +575,7 @@ def test_a_caller_gone_before_a_streams_first_token_stops_the_backend_at_once(tm
                 assert outcome.status == "error" and "CallerGone" in outcome.reasons, outcome.reasons
                 assert any("charged as reserved" in r for r in outcome.reasons)
                 assert outcome.budget_delta and outcome.budget_delta > 0
-                assert gate.remaining(agent)[agent.chain.root.id][0] == outcome.budget_delta
+                assert gate.budget_usage(agent)[agent.chain.root.id][0] == outcome.budget_delta
                 assert gate.verify().ok
             finally:
                 server.stop()
@@ -672,4 +672,4 @@ def test_a_stream_whose_caller_hangs_up_mid_answer_is_audited_as_caller_gone(env
         time.sleep(0.05)
     (outcome,) = [e for e in env.gate.audit.entries() if e.kind == "outcome"]
     assert outcome.status == "error" and "CallerGone" in outcome.reasons, outcome.reasons
-    assert env.gate.remaining(env.agent)[env.agent.chain.root.id][0] == _reserved(body)
+    assert env.gate.budget_usage(env.agent)[env.agent.chain.root.id][0] == _reserved(body)

@@ -422,7 +422,7 @@ def test_budget_exhaustion_ends_the_run_gracefully(tmp_path: Path) -> None:
         assert isinstance(last, AIMessage) and not last.tool_calls
         assert "budget exhausted" in str(last.content) and "of 400 usd_micros spent" in str(last.content)
         assert 0 < len(made.ran) < 20
-        spent, limit = made.gate.remaining(made.supervisor)[made.supervisor.chain.root.id]
+        spent, limit = made.gate.budget_usage(made.supervisor)[made.supervisor.chain.root.id]
         assert spent <= limit == 400
     finally:
         made.gate.close()
@@ -593,7 +593,7 @@ def test_model_calls_are_routed_through_the_dispatcher_to_a_backend(team: Team) 
         usage = answer.usage_metadata
         assert usage is not None and 0 < usage["output_tokens"] <= 16
         # 1 micro-dollar per token at this policy's price: the budget is charged what the backend reported.
-        spent, _ = team.gate.remaining(team.supervisor)[team.supervisor.chain.root.id]
+        spent, _ = team.gate.budget_usage(team.supervisor)[team.supervisor.chain.root.id]
         assert spent == usage["input_tokens"] + usage["output_tokens"]
     finally:
         server.stop()

@@ -46,12 +46,12 @@ def test_a_supervisor_whose_budget_its_sub_agents_spent_stops_delegating(tmp_pat
         else:
             result = asyncio.run(supervisor.ainvoke(GO, context=team.supervisor, config=config))
 
-        spent = [team.gate.remaining(child)[child.grant_id][0] for _, child in team.gate.delegations]
+        spent = [team.gate.budget_usage(child)[child.grant_id][0] for _, child in team.gate.delegations]
         assert len(spent) < len(asks)
         assert spent[-1] == 0 and all(s > 0 for s in spent[:-1])  # none after one that paid for nothing
         last = result["messages"][-1]
         assert last.type == "ai" and not last.tool_calls and "budget exhausted" in str(last.content)
-        root_spent, limit = team.gate.remaining(team.supervisor)[team.supervisor.chain.root.id]
+        root_spent, limit = team.gate.budget_usage(team.supervisor)[team.supervisor.chain.root.id]
         assert root_spent <= limit == 300
     finally:
         team.gate.close()

@@ -185,7 +185,7 @@ class Setup:
         return self.gate.verify().ok
 
     def spent(self) -> tuple[int, int]:
-        return self.gate.remaining(self.boss)[self.boss.chain.root.id]
+        return self.gate.budget_usage(self.boss)[self.boss.chain.root.id]
 
 
 class _Crash(BaseException):

@@ -345,7 +345,7 @@ def test_a_sub_agent_that_spent_part_of_its_budget_then_ran_out_does_not_end_the
     delegated, paid = _tool_messages(result)
     assert "budget exhausted" in str(delegated.content)
     (_, child), *_ = crew.gate.delegations
-    spent, limit = crew.gate.remaining(child)[child.grant_id]
+    spent, limit = crew.gate.budget_usage(child)[child.grant_id]
     assert 0 < spent <= limit == 200
     assert paid.status == "success" and crew.ran[-1] == "pay:3"
 
@@ -570,7 +570,7 @@ async def test_a_model_call_reserves_its_system_prompt_so_a_budget_it_cannot_pay
         assert "budget" in str(ended["messages"][-1].content)
         models = [e for e in crew.entries() if e.resource == "model:scripted"]
         assert [e.kind for e in models] == ["deny"]
-        assert crew.gate.remaining(crew.boss)[crew.boss.chain.root.id] == (0, 6000)
+        assert crew.gate.budget_usage(crew.boss)[crew.boss.chain.root.id] == (0, 6000)
     finally:
         crew.gate.close()
 

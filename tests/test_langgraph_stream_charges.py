@@ -40,7 +40,7 @@ from agentgate.integrations.langgraph import _delegation as lg_delegation
 
 
 def _spent(team: Team) -> int:
-    return team.gate.remaining(team.supervisor)[team.supervisor.chain.root.id][0]
+    return team.gate.budget_usage(team.supervisor)[team.supervisor.chain.root.id][0]
 
 
 def _held(team: Team) -> int:

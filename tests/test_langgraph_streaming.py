@@ -159,7 +159,7 @@ class StreamedChatModel(ScriptedChatModel):
 
 
 def _spent(team: Team) -> int:
-    return team.gate.remaining(team.supervisor)[team.supervisor.chain.root.id][0]
+    return team.gate.budget_usage(team.supervisor)[team.supervisor.chain.root.id][0]
 
 
 def _held(gate: Gate, *grants: str) -> int:

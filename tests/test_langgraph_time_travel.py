@@ -157,7 +157,7 @@ class Rig:
         return self.gate.store.query("SELECT id FROM approvals WHERE state IN ('pending', 'approved')")
 
     def spent(self) -> int:
-        return self.gate.remaining(self.agent)[self.agent.chain.root.id][0]
+        return self.gate.budget_usage(self.agent)[self.agent.chain.root.id][0]
 
     def held(self) -> int:
         self.gate.flush()

@@ -295,7 +295,7 @@ def test_a_gate_deciding_in_threads_fails_closed_across_a_restart_and_decides_ag
     assert len(ran) == len(allowed) == len(outcomes) - len(lost)
     assert len(lost) == allows - len(allowed)
     # The ledger's spend is what the outcomes charged; nothing stays held.
-    spent, limit = gate.remaining(boss)[boss.grant_id]
+    spent, limit = gate.budget_usage(boss)[boss.grant_id]
     assert spent == 2 * len(ran)
     remaining = gate.ledger.remaining(boss.grant_id)
     assert remaining is not None  # the grant has been charged

@@ -103,10 +103,10 @@ def test_a_tenant_token_quota_counts_every_principal_of_the_tenant(team: Team) -
     the tenant's principals; a refused call reserves nothing, so the budget is untouched."""
     gate = team.gate
     assert gate.authorize(team.bot, Call.model("small"), tokens=(100, 500)).allowed  # 600 of 1,000
-    spent_before = gate.remaining(team.other)
+    spent_before = gate.budget_usage(team.other)
     refused = gate.authorize(team.other, Call.model("small"), tokens=(100, 400))  # 1,100 > 1,000
     assert refused.quota_exceeded == "team-tokens"
-    assert gate.remaining(team.other) == spent_before
+    assert gate.budget_usage(team.other) == spent_before
     assert gate.authorize(team.other, Call.model("small"), tokens=(100, 300)).allowed  # exactly 1,000
 
 

@@ -153,7 +153,7 @@ def _day(gate: Gate, store: Store, backup: Any) -> tuple[AgentIdentity, AgentIde
     # Before the restore, all of it holds: the approval is spent, the call ran, the grant is revoked.
     assert gate.authorize(agent, PAY, approval=approval, call_id="c1", run_id="r1").verdict == "deny"
     assert gate.authorize(other, LOOK).verdict == "deny"
-    assert next(iter(gate.remaining(agent).values())) == (2, 5)
+    assert next(iter(gate.budget_usage(agent).values())) == (2, 5)
     gate.flush()
     saved = _log(store).checkpoint()
     return agent, other, approval, saved
@@ -168,7 +168,7 @@ def _after_restore(gate: Gate, store: Store, agent: AgentIdentity, other: AgentI
     assert not report.ok and report.first_bad_index == backup_size
     assert any("restored from an older copy" in p for p in report.problems), report.problems
     # Budget spent after the backup is back.
-    assert next(iter(gate.remaining(agent).values())) == (0, 5)
+    assert next(iter(gate.budget_usage(agent).values())) == (0, 5)
     # The revoked grant decides allow again until it is revoked once more.
     again = gate.authorize(other, LOOK)
     assert again.verdict == "allow"

@@ -818,9 +818,11 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         return self.index.principal_name(self._policy_principal(identity)) is None
 
     @_serialized
-    def remaining(self, identity: AgentIdentity) -> dict[str, tuple[int, int]]:
-        """Per grant of the identity's chain that has a budget: (spent, limit). ``InputError`` for
-        an ``identity`` that is not an ``AgentIdentity``."""
+    def budget_usage(self, identity: AgentIdentity) -> dict[str, tuple[int, int]]:
+        """Per grant of the identity's chain that has a budget: (spent, limit), the outcomes
+        pending flushed first. ``InputError`` for an ``identity`` that is not an
+        ``AgentIdentity``. Named ``remaining`` until review R73, beside ``BudgetLedger.remaining``,
+        which gives what is left, not what was spent; ``remaining`` is kept as its other name."""
         expect(identity, AgentIdentity, "identity", _IDENTITY)
         self.flush()
         return {
@@ -828,6 +830,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             for link in identity.chain.links
             if link.budget is not None
         }
+
+    remaining = budget_usage
+    """``budget_usage`` under the name it had until review R73 (docs/operations.md)."""
 
     @_serialized
     def verify(self) -> VerifyReport:

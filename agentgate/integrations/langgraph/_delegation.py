@@ -258,7 +258,7 @@ def _paid_for_nothing(gate: Gate, child: AgentIdentity) -> bool:
     refused again. One that spent part of its grant first is answered as usual: a budget of its
     own may be what ran out, and the next delegation, given a fresh one, is refused its first call
     if the supervisor's ran out."""
-    spent = gate.remaining(child).get(child.grant_id)
+    spent = gate.budget_usage(child).get(child.grant_id)
     return spent is not None and spent[0] == 0
 
 
