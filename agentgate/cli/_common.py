@@ -14,10 +14,10 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterator
-from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentgate._durations import parse_duration
 from agentgate._json import exact_float, first_inexact, inexact_said, once_each
 from agentgate._lazy import lazy_exports
 from agentgate._shown import character_named, not_printable
@@ -34,46 +34,6 @@ if TYPE_CHECKING:  # imported where used: every verb group imports this module, 
 # The store (its SQLite implementation, loaded with the package) is imported where a store is
 # opened: every parser imports this module, and help opens none (review R65b).
 __getattr__, __dir__ = lazy_exports(__name__, {"STORE_TABLES": "agentgate.store._existing"})
-
-
-_DURATION = re.compile(r"(?:[0-9]{1,9}[smhd])+")
-_LONG_DURATION = re.compile(r"(?:[0-9]+[smhd])+")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str) -> int:
-    """Seconds in ``30s``, ``15m``, ``1h``, ``7d`` or a sum like ``1h30m`` (each unit at most once,
-    largest first: ``1h1h`` and ``30m1h`` are refused); zero, negative or more than ten years of
-    365 days (315,360,000 s: the longest lifetime a policy may hold too) is refused with
-    ``InputError``."""
-    from agentgate.policy._schema import MAX_TTL_S  # the schema's pydantic models: not at start-up
-
-    shown = repr(text[:40]) + ("..." if len(text) > 40 else "") if isinstance(text, str) else repr(text)
-    if isinstance(text, str) and _LONG_DURATION.fullmatch(text) and not _DURATION.fullmatch(text):
-        # Well formed, with a number of ten digits or more (99999999999d): said to be too long,
-        # not malformed (until review R55), and never converted (a number of any length).
-        raise InputError(
-            f"duration {shown} must be more than zero and at most 10 years ({MAX_TTL_S}s); "
-            "write each number in at most 9 digits"
-        )
-    if not isinstance(text, str) or not _DURATION.fullmatch(text):
-        raise InputError(
-            f"duration {shown}: write a positive whole number with a unit s, m, h or d (e.g. 15m, 7d)"
-        )
-    parts = re.findall(r"([0-9]+)([smhd])", text)
-    units = [u for _, u in parts]
-    if any(_UNITS[a] <= _UNITS[b] for a, b in pairwise(units)):
-        # 1h1h, 30m1h: a slip (a value pasted twice, a unit mistyped) more likely than a sum meant,
-        # in a grant's lifetime; refused, as Prometheus durations are (read as a sum until review R55).
-        repeated = next((u for u in units if units.count(u) > 1), None)
-        what = f"the unit {repeated} comes more than once" if repeated else "its units are out of order"
-        raise InputError(
-            f"duration {shown}: {what}; write each unit at most once, largest first (d, h, m, s), e.g. 1h30m"
-        )
-    seconds = sum(int(n) * _UNITS[u] for n, u in parts)
-    if seconds <= 0 or seconds > MAX_TTL_S:
-        raise InputError(f"duration {shown} must be more than zero and at most 10 years ({MAX_TTL_S}s)")
-    return seconds
 
 
 def json_object(text: str, flag: str = "--args") -> dict[str, Any]:

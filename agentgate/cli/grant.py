@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentgate._durations import parse_duration
 from agentgate._names import METERED_IN_WORDS, METERED_UNITS
 from agentgate.authority import (
     DEFAULT_SKEW,
@@ -48,7 +49,6 @@ from agentgate.cli._common import (
     escaped_once,
     json_object,
     open_existing_store,
-    parse_duration,
     printable,
     refuse_out_over_inputs,
     say_written,

@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from agentgate._durations import parse_duration
 from agentgate.cli import warn
-from agentgate.cli._common import open_existing_store, parse_duration, write_json
+from agentgate.cli._common import open_existing_store, write_json
 from agentgate.cli._store_parser import register as register
 from agentgate.errors import StoreError
 from agentgate.store import Store, open_store

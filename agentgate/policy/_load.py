@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from agentgate import _confusables
+from agentgate._durations import LONG_DURATION, parse_duration
 from agentgate._shown import not_printable
 from agentgate._yaml import (
     Locations,
@@ -41,7 +42,7 @@ from agentgate.capabilities import (
     canonical_resource,
     parse_capability,
 )
-from agentgate.errors import CapabilityError, KeyFileError, PolicyError
+from agentgate.errors import CapabilityError, InputError, KeyFileError, PolicyError
 from agentgate.keys import as_path, is_key_text, load_public_key
 from agentgate.policy import _schema as schema
 
@@ -538,7 +539,7 @@ def _mapping_hint(loc: Sequence[str | int], value: object) -> str | None:
     argument declared by its type's name alone (review R73)."""
     if not isinstance(value, str):
         return None
-    if len(loc) >= 2 and loc[-2] == "capabilities" and loc[0] == "roles":
+    if len(loc) >= 2 and loc[-2] == "capabilities" and isinstance(loc[-1], int) and loc[0] == "roles":
         try:
             capability = parse_capability(value)
         except CapabilityError:
@@ -564,18 +565,18 @@ def _flow_mapping(capability: Capability) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-_DURATION = re.compile(r"([0-9]+)\s*([smhd])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def _seconds_hint(loc: Sequence[str | int], text: str) -> str | None:
     """For a field in seconds (``ttl_s``, ``expiry_s``) given a duration with a unit, as the
-    command line's ``--ttl 8h`` takes it: the seconds to write (review R73)."""
+    command line's ``--ttl 8h`` takes it: the seconds to write, read as the command line reads it
+    (``1h30m`` too), or why it is no lifetime (``0h``; review R73)."""
     name = loc[-1] if loc else None
-    match = _DURATION.fullmatch(text.strip())
-    if not (isinstance(name, str) and name.endswith("_s") and match):
+    written = "".join(text.split())
+    if not (isinstance(name, str) and name.endswith("_s") and LONG_DURATION.fullmatch(written)):
         return None
-    seconds = int(match[1]) * _UNIT_SECONDS[match[2]]
+    try:
+        seconds = parse_duration(written)
+    except InputError as refused:
+        return f"write a plain number, without a unit: {name} is whole seconds; {refused}"
     return f"write a plain number, without a unit: {name} is whole seconds, {seconds} for {text.strip()}"
 
 
