@@ -248,7 +248,7 @@ class _Delegation:
         control, bidi or invisible format character: ``_check_name``), a ``tenant`` that is not
         ``None`` or such text (until review R56 any text, carried on the identity and handed on to
         its sub-agents), an ``anchor`` or ``key`` that is not a ``SigningKey``, a ``role`` that is
-        not text; ``PolicyError`` for an unknown role,
+        not text; ``PolicyError`` for an unknown role (its hint "did you mean" a close one),
         ``Denied`` (audited, as a refused delegation) for an ``anchor`` that is not one of this
         Gate's trust anchors (a key rotated out of the policy): every call on such a grant would
         be refused ``untrusted_root``; ``ScopeCreep`` (audited, with its finding) for a ``role``

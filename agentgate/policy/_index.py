@@ -30,7 +30,7 @@ from agentgate.capabilities import (
 )
 from agentgate.errors import CapabilityError, PolicyError
 from agentgate.findings import Finding, FindingKind, Outcome
-from agentgate.policy._load import Policy, RuleRef, describe_constraint
+from agentgate.policy._load import Policy, RuleRef, describe_constraint, did_you_mean
 from agentgate.policy._schema import Budget
 
 # Exact types: a bool is not an integer here, and a str subclass is not a string.
@@ -965,7 +965,7 @@ def role_grant_template(policy: Policy, role: str) -> GrantTemplate:
             f"no role {role!r}",
             file=policy.source,
             expected=f"one of: {', '.join(policy.document.roles) or '(none)'}",
-            hint="see the roles section of the policy",
+            hint=did_you_mean(role, policy.document.roles) or "see the roles section of the policy",
         )
     max_ttl = policy.document.settings.max_ttl_s
     ttl = min(spec.ttl_s, max_ttl) if spec.ttl_s is not None else max_ttl

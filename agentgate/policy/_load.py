@@ -13,7 +13,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -449,7 +449,7 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
     if kind == "extra_forbidden":
         bad = str(loc[-1])
         known = _all_field_names()
-        close = difflib.get_close_matches(bad, [name for name in known if name != bad], n=1)
+        close = did_you_mean(bad, known)
         if missing is not None:
             hint = f"did you mean {missing!r}?"
             if bad in known:  # no mere typo: the writer needs to know both (review R72)
@@ -457,7 +457,7 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         elif bad in known:  # never "did you mean" the name itself (review R63)
             hint = f"{bad!r} is a field of another section, not of this one: see docs/policy-reference.md"
         elif close:
-            hint = f"did you mean {close[0]!r}?"
+            hint = close
         else:
             hint = "remove it; unknown fields are refused, never ignored"
         message = f"unknown field {dotted}"
@@ -604,6 +604,15 @@ def _union_member(error: ErrorDetails, first: ErrorDetails) -> bool:
 
 
 _UNION_MEMBERS = frozenset({"str", "int", "float", "bool"})
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str | None:
+    """``did you mean 'x'?`` for the name of ``known`` closest to ``name`` (difflib's closeness:
+    ``approver`` for ``approvers``, ``support_agent`` for ``support-agent``), never ``name``
+    itself; ``None`` where none is close. One reading for a misspelt field, a reference the
+    policy does not declare and a role a caller names (``role_grant_template``; review R73)."""
+    close = difflib.get_close_matches(name, [other for other in known if other != name], n=1)
+    return f"did you mean {close[0]!r}?" if close else None
 
 
 def _known(names: list[str]) -> str:
@@ -767,12 +776,11 @@ class _Compiler:
     def _ref(self, loc: tuple[str | int, ...], name: str, section: str) -> None:
         known = getattr(self.doc, section)
         if name not in known:
-            close = difflib.get_close_matches(name, list(known), n=1)
             raise self.error(
                 loc,
                 f"{name!r} is not declared in {section}",
                 _known(sorted(known)),
-                f"did you mean {close[0]!r}?" if close else f"declare it under {section}",
+                did_you_mean(name, known) or f"declare it under {section}",
             )
 
     def _roles_once(
