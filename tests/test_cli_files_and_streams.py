@@ -203,14 +203,17 @@ def test_policy_explain_json_of_a_non_canonical_tool_is_json(capsys: pytest.Capt
 
 
 def test_library_warnings_do_not_reach_stderr(tmp_path: Path) -> None:
-    # psycopg's pool logs each failed connection attempt as a warning; with no handler set up,
-    # Python printed them before the command's own one-line error.
+    """psycopg's pool logs each failed connection attempt as a warning; with no handler set up,
+    Python printed them before the command's own one-line error. Review R73: the ``agentgate``
+    command (``run``) keeps them off until its process exits (a pool thread can log as the
+    interpreter exits: here an ``atexit`` hook, after the command's own exit), while ``main``
+    alone now leaves a program's logging as it was (test_cli_r73_warnings_nested)."""
     script = (
-        "import logging, sys\n"
-        "from agentgate.cli.main import main\n"
-        f"code = main(['policy', 'schema', '-o', {str(tmp_path / 's.json')!r}])\n"
-        "logging.getLogger('psycopg.pool').warning(\"error connecting in 'pool-1'\")\n"
-        "sys.exit(code)\n"
+        "import atexit, logging, sys\n"
+        "from agentgate.cli import run\n"
+        "atexit.register(logging.getLogger('psycopg.pool').warning, \"error connecting in 'pool-1'\")\n"
+        f"sys.argv = ['agentgate', 'policy', 'schema', '-o', {str(tmp_path / 's.json')!r}]\n"
+        "run()\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0

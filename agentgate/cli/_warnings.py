@@ -107,13 +107,14 @@ class _QuietLibraries:
         self._names = names
         self._added: list[tuple[logging.Logger, logging.Handler]] = []
 
-    def make(self) -> None:
+    def make(self, *, for_good: bool = False) -> None:
         for name in self._names:
             logger = logging.getLogger(name)
             if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
                 handler = logging.NullHandler()
                 logger.addHandler(handler)
-                self._added.append((logger, handler))
+                if not for_good:
+                    self._added.append((logger, handler))
 
     def undo(self) -> None:
         while self._added:
@@ -194,6 +195,13 @@ def _give_records_back() -> None:
 _QUIET = _QuietLibraries("psycopg")
 _QUIETED = _WhileCommandsRun(_QUIET.make, _QUIET.undo)
 _RECORDS_TAKEN = _WhileCommandsRun(_take_records, _give_records_back)
+
+
+def quiet_libraries_for_good() -> None:
+    """For the ``agentgate`` command's own process (``run``): libraries' log records stay off
+    standard error until it exits, not only while a command runs (psycopg's pool threads can still
+    log as the interpreter exits). A program that calls ``main`` keeps its logging as it was."""
+    _QUIET.make(for_good=True)
 
 
 @contextlib.contextmanager
