@@ -71,7 +71,7 @@ from agentgate.errors import (
     StoreError,
     TamperDetected,
 )
-from agentgate.keys import load_public_key, read_regular_file, replace_file, shown_path
+from agentgate.keys import FilledFile, load_public_key, read_regular_file, replace_file, shown_path
 from agentgate.store import SQLiteStore, Store
 from agentgate.store._base import loaded_driver_errors
 from agentgate.store.audit import AuditLog, Explanation, VerifyReport, log_key_path
@@ -198,19 +198,49 @@ def _refuse_unwritable(path: str) -> None:
         raise InputError(f"{path}: cannot write: no directory {Path(path).parent} to write it in")
 
 
-def _refuse_replacing(path: str, ours: str, what: str) -> None:
+def _write_own(path: str, text: str, ours: str, what: str) -> None:
+    """``_write`` for ``prove`` and ``report``, whose ``path`` was looked at before the log was
+    read (``_refuse_replacing``, before anything is signed): that refusal holds at the moment of
+    writing too (until review R73 a file put there in between was replaced unread). Where nothing
+    or an empty file is there, the write is ``replace_file``'s ``exclusive`` one (a file put there
+    meanwhile is kept); where an earlier output is there, it is looked at again once ``text`` is
+    written beside it, just before the rename. Raises ``InputError``."""
+    earlier = _refuse_replacing(path, ours, what)
+
+    def look_again() -> None:
+        _refuse_replacing(path, ours, what)
+
+    try:
+        replace_file(
+            Path(path),
+            text.encode("utf-8"),
+            0o644,
+            look_again if earlier else None,
+            exclusive=not earlier,
+        )
+    except FilledFile as exc:  # or ``HeldFile``: another such command is writing it
+        raise InputError(
+            f"{path}: cannot write: {exc.strerror} at the moment of writing the {what}; it is "
+            "kept, nothing written (move it away or name another file)"
+        ) from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _refuse_replacing(path: str, ours: str, what: str) -> bool:
     """Raise ``InputError`` when the regular file ``path`` is not empty and does not begin with
     ``ours``, as ``what`` (the output of this verb: a proof bundle, a report page) begins, so that
-    ``prove`` and ``report`` replace only a file they wrote before. A saved checkpoint is the
+    ``prove`` and ``report`` replace only a file they wrote before; return whether one is there
+    (``False``: no file, or an empty one). A saved checkpoint is the
     evidence of a rollback (``audit verify --checkpoint``), and a damaged one (a line edited, its
     signature cut off) or any other text is what someone kept there: until review R72 every file
     was replaced unread, and until review R73 all but a well-formed checkpoint. One that is not a
     regular file was refused by ``_refuse_unwritable``."""
     if not os.path.isfile(path):
-        return
+        return False
     start = _file_start(path, len(ours.encode("utf-8")))
     if not start or start == ours.encode("utf-8"):
-        return
+        return bool(start)
     keep = "refusing to replace it (move it away or name another file)"
     try:  # a copy whose line breaks became CRLF is a checkpoint too, as checkpoint --out keeps it (R72)
         _parse_saved(_read(path, MAX_CHECKPOINT_FILE_BYTES, "file").replace("\r\n", "\n"))
@@ -1099,7 +1129,7 @@ def _prove(args: argparse.Namespace) -> int:
         except TamperDetected as exc:
             sys.stdout.write(refusal(f"{exc}; no proof written, run agentgate audit verify"))
             return 1
-    _write(args.out, bundle.text())
+    _write_own(args.out, bundle.text(), PROOF_HEADER + "\n", "proof bundle")
     say_written(
         f"wrote the proof of entry {args.index} ({len(bundle.proof)} hashes) to {shown_path(args.out)}"
     )
@@ -1152,7 +1182,7 @@ def _report(args: argparse.Namespace) -> int:
         )  # after: the database or a key is named as such
         if not log.exists:
             page = render_report(iter(()), None, [])
-            _write(args.out, page)
+            _write_own(args.out, page, PAGE_START, "audit report page")
             say_written(f"wrote {shown_path(args.out)}: 0 entries, intact ({_NO_LOG_YET})")
             return 0
         verified = log.verify()
@@ -1160,7 +1190,7 @@ def _report(args: argparse.Namespace) -> int:
         checkpoint = log.open_checkpoint(note) if note and verified.ok else None
         problems = (*verified.problems, *verified.unprotected)
         page = render_report(log.entries(skip_malformed=True), checkpoint, problems)
-    _write(args.out, page)
+    _write_own(args.out, page, PAGE_START, "audit report page")
     state = "intact" if verified.ok else f"TAMPERED, {len(problems)} problem(s) shown in the report"
     say_written(f"wrote {shown_path(args.out)}: {_counted(verified.size, 'entry', 'entries')}, {state}")
     return 0 if verified.ok else 1
