@@ -455,6 +455,10 @@ class PostgresStore(Store):
                 # in the part's words alone, neither why nor that nothing was written).
                 recheck(self.pool)
                 raise StoreError(self._ended_idle()) from exc.__cause__
+            if isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege) and (
+                _redact(self.url) not in str(exc)  # not the store's own (``ensure_schema``'s)
+            ):
+                raise StoreError(self._no_privilege(str(exc))) from exc.__cause__  # in the part's words
             raise
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.errors.LockNotAvailable):
