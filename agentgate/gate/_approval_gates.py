@@ -29,6 +29,7 @@ from agentgate.gate._records import (
     ASKED_FIELDS,
     quorum_tally,
     recordable,
+    untallied,
     voided_request_entry,
     voided_request_reason,
 )
@@ -508,9 +509,9 @@ class _Approvals:
         request = auth.request
         if not auth.needs_approval or request is None or "id" not in request or auth.audit_index is None:
             raise InputError("only an authorization waiting for a recorded approval request can be declined")
-        refused = replace(
-            auth, verdict=Verdict.DENY, reasons=(*auth.reasons, f"approval declined: {reason}"[:500])
-        )
+        # The quorum's tally is the waiting answer's, never the log's (``quorum_tally``).
+        said = (*untallied(auth.reasons), f"approval declined: {reason}"[:500])
+        refused = replace(auth, verdict=Verdict.DENY, reasons=said)
         with self._decision_transaction() as tx:
             try:
                 self.approvals.deny(request["id"], "agentgate:declined", tx=tx)

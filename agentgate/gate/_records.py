@@ -65,13 +65,22 @@ def quorum_tally(given: int, quorum: int) -> str:
     approvals it needs are ``given`` (the votes that count under the policy in force), and how
     many more are needed (review R73: until then the reasons named the gate and its approvers
     only, and "1 of 2" was to be read from the payload's ``approved_by``). Added to the answer,
-    never to the log, which holds each vote as an ``approval_given`` entry of its own; and left
-    out of a LangGraph payload asked again (``_asking``), which shows ``approved_by``."""
+    never to the log, which holds each vote as an ``approval_given`` entry of its own (a declined
+    call's ``deny`` entry leaves it out: ``untallied``); and left out of a LangGraph payload asked
+    again (``_asking``), which shows ``approved_by``."""
     if given >= quorum:  # met, not yet used: the policy lowered the quorum to the votes in
         return (
             f"approval quorum: {given} of {quorum} given; met: an approval of the request presented uses it"
         )
     return f"approval quorum: {given} of {quorum} given; {quorum - given} more needed"
+
+
+def untallied(reasons: Iterable[str]) -> tuple[str, ...]:
+    """``reasons`` without the tally of a call waiting for a quorum (``quorum_tally``): those a
+    refusal of that call records (``Gate.decline``). Until review R73's review the ``deny`` entry
+    of a declined request of a quorum above one held "approval quorum: 1 of 2 given; ...", which
+    is the waiting answer's alone."""
+    return tuple(reason for reason in reasons if not TALLY.match(reason))
 
 
 def redact_reasons(
