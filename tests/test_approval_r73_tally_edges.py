@@ -5,9 +5,13 @@ with argv."""
 
 from __future__ import annotations
 
-from test_approval_r73_quorum_tally import _Rig, two
+from pathlib import Path
+
+import pytest
+from test_approval_r73_quorum_tally import _Rig, _votes_line, two
 
 from agentgate.gate._records import TALLY
+from agentgate.keys import SigningKey, save_key
 
 __all__ = ["two"]  # the fixture, imported for pytest to find
 
@@ -24,3 +28,21 @@ def test_a_declined_quorum_request_logs_no_tally(two: _Rig) -> None:
     assert entry.kind == "deny"
     assert "approval declined: nobody else answered" in entry.reasons
     assert not [reason for reason in entry.reasons if TALLY.match(reason)], entry.reasons
+
+
+def test_sign_with_the_store_does_not_count_a_key_no_approver_holds(
+    two: _Rig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R73: the ``votes`` line of a yes signed with a key that is none of the approvers the
+    store last counted the request among says that yes is not counted, never "this yes makes 1 of
+    2" or "this yes completes the quorum", which the resumed run refuses."""
+    save_key(SigningKey.generate(), tmp_path / "k", "stranger")
+    code, _, err = two.sign(capsys, two.asked.approval_payload(), "stranger")
+    assert code == 0, err
+    line = _votes_line(err).split(None, 1)[1]
+    assert line.startswith("0 of 2 given; this yes is not counted"), line
+    voted = two.vote("lead", two.asked.approval_payload())
+    code, _, err = two.sign(capsys, voted.approval_payload(), "stranger")
+    assert code == 0, err
+    line = _votes_line(err).split(None, 1)[1]
+    assert line.startswith("1 of 2 given; this yes is not counted"), line

@@ -172,6 +172,7 @@ def _against_store(
         entry = log.entry(index) if index is not None and log.exists else None
         standing = _standing(approvals, row, signer)
         counted, _ = approvals.votes(row.id)
+        voters = approvals.counted_among(row.id)
         later = (
             [e for e in log.referring(index) if e.kind == "approval_required"]
             if entry is not None and index is not None and entry.kind == "approval_required"
@@ -200,7 +201,9 @@ def _against_store(
     refusal = _gate_recorded(request, entry) or standing
     if refusal is not None:
         return refusal, None
-    return None, _Logged(entry, *_not_counted(entry, later, added), _votes(counted, row.quorum, signer))
+    return None, _Logged(
+        entry, *_not_counted(entry, later, added), _votes(counted, row.quorum, signer, voters)
+    )
 
 
 def _standing(approvals: ApprovalStore, row: StoredRequest, signer: str) -> str | None:
@@ -243,17 +246,24 @@ class _Logged:
     """How many of the request's quorum are given and what the signer's yes makes of it (``_votes``)."""
 
 
-def _votes(counted: tuple[str, ...], quorum: int, signer: str) -> str:
+def _votes(counted: tuple[str, ...], quorum: int, signer: str, voters: frozenset[str] | None) -> str:
     """The ``votes`` line of a request the store holds with ``quorum`` and the approvers whose
     votes count ``counted`` (as last counted: ``ApprovalStore.votes``), for a yes of ``signer``:
     how many are given, and whether this yes completes the quorum or how many more are needed
     after it. Until review R73 the signer was not told, and a quorum of two read as done after
     the first yes. ``_standing`` has refused a yes of ``signer`` counted already while the quorum
-    is not met."""
+    is not met. A ``signer`` outside ``voters`` (the DIDs the request was last counted among,
+    ``None``: none on record) is told its yes is not counted: until review R73's review a key no
+    approver holds read "this yes completes the quorum"."""
     given = len(counted)
     said = f"{given} of {quorum} given"
     after = given if signer in counted else given + 1
-    if given >= quorum:
+    if voters is not None and signer not in voters:
+        told = (
+            f"{said}; this yes is not counted: its key is none of the approvers the request was last "
+            "counted among"
+        )
+    elif given >= quorum:
         told = f"{said}; the quorum is met: this yes uses the request"
     elif after >= quorum:
         told = f"{said}; this yes completes the quorum"

@@ -766,6 +766,13 @@ class ApprovalStore:
         and those whose vote no longer does (a key the policy in force no longer names)."""
         return self.votes_of([approval_id])[approval_id]
 
+    def counted_among(self, approval_id: str) -> frozenset[str] | None:
+        """The DIDs of the approvers request ``approval_id`` was last counted among (``None``: it
+        has none on record, and every vote counts): a yes of a key outside them does not count
+        under the policy the request was last counted under (``agentgate approval sign --store``)."""
+        rows = self.store.query("SELECT voters FROM approval_counted WHERE approval_id = ?", (approval_id,))
+        return frozenset(_voters(approval_id, str(rows[0][0]))) if rows else None
+
     def votes_of(self, approval_ids: Sequence[str]) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
         """``votes`` of each request of ``approval_ids``, read in two statements per
         ``_IDS_PER_READ`` requests (``agentgate approval list`` on a long list)."""
