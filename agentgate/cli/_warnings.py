@@ -182,14 +182,22 @@ _SAYS = _SaidAsWarnings()
 
 
 def _take_records() -> None:
+    """Put ``_SAYS`` in the place of the ``agentgate`` logger's propagation; when it is there
+    already, nothing: an interruption (Ctrl-C, ``Terminated``) that lands after a command took the
+    records and before it was counted, or as the last one gives them back, leaves them taken with
+    no command running. Until review R73 the next command then kept "does not propagate" as what
+    to restore, and no agentgate record reached the program's root handler again."""
+    if _SAYS in _AGENTGATE.handlers:
+        return
     _SAYS.propagated = _AGENTGATE.propagate
     _AGENTGATE.addHandler(_SAYS)
     _AGENTGATE.propagate = False
 
 
 def _give_records_back() -> None:
-    _AGENTGATE.removeHandler(_SAYS)
-    _AGENTGATE.propagate = _SAYS.propagated
+    if _SAYS in _AGENTGATE.handlers:
+        _AGENTGATE.removeHandler(_SAYS)
+        _AGENTGATE.propagate = _SAYS.propagated
 
 
 _QUIET = _QuietLibraries("psycopg")
