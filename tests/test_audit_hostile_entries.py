@@ -202,8 +202,10 @@ def test_a_saved_checkpoint_of_another_key_is_not_signed_over(
         saved.write_text(log.checkpoint())
     evidence = saved.read_text()
     capsys.readouterr()
-    assert main(["audit", "checkpoint", "--out", str(saved)]) == 1
-    assert "REFUSED" in capsys.readouterr().out
+    # Review R73: a file that says nothing about this log is unusable input, exit 2, as
+    # ``audit verify --checkpoint`` says of it (docs/cli.md, saved checkpoints); it was 1, REFUSED.
+    assert main(["audit", "checkpoint", "--out", str(saved)]) == 2
+    assert "not a checkpoint of this log signed by its key" in capsys.readouterr().err
     assert saved.read_text() == evidence
 
 
