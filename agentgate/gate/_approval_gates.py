@@ -366,7 +366,9 @@ class _Approvals:
         tell would never count when the run resumes (``_unusable``): ``approver`` is the
         requester (the payload's or the store's), or none of the approvers of the policy's gates
         on the call (this Gate's policy, which the resumed run applies, not the list the payload
-        shows); or the store holds no request of the payload's id, holds it for another call, or
+        shows; a key that a gate always applying to the call does not name is none: review R74),
+        or the policy's gates leave fewer keys than their quorum (``_no_quorum``: no approval can
+        count, and the resumed run refuses the call; since review R74); or the store holds no request of the payload's id, holds it for another call, or
         closed it (declined, void, superseded); or the request was used (single use), expired
         (the store's rule: it counts while ``expires_at > now``; the message says to invoke the
         run again without a resume value, with its config and context: until review R72's second
@@ -389,10 +391,15 @@ class _Approvals:
         count when the run resumes, as far as the store and the policy now tell, or ``None``.
         The store's request is the word on who asked and for which call (its call hash binds the
         payload's grant); the rule on the key is the resumed run's (``_signer_refusal``), with
-        the approvers of every gate of the policy on the call's resource (``_quorum_rule``: the
-        gate that applies, whatever its conditions on the arguments, is one of them) less the
-        holders above the requester in its chain, whom the policy leaves out too; then what
-        became of the request (``_spent``)."""
+        the keys that may sign under the policy's gates on the call's resource (``_may_sign``:
+        those of every gate that always applies, within those of any gate that may) less the
+        requester and the holders above it in its chain, whom the policy leaves out too. When
+        those keys are fewer than the quorum such a gate asks (a policy changed while the
+        request waited: an approver removed, left without a key, or now the requester's), no
+        approval can count, and the resumed run refuses the call (``_no_quorum``); then what
+        became of the request (``_spent``). Until review R74 the keys were those of any gate on
+        the resource, and a key only one of two gates names, or any yes under a policy that left
+        too few keys, was signed and not counted when the run resumed."""
         try:
             asked = self.approvals.get(approval.request)
         except InputError:
@@ -408,31 +415,27 @@ class _Approvals:
                 f"the request is void (grant {revoked[:100]!r} of its call was revoked): nothing waits for it"
             )
         gates = self.index.approval_gates(request["resource"])
-        left_out = {asked.requester, *above}
-        voters = (
-            frozenset(did for gate in gates if (rule := self._quorum_rule(gate)) for did in rule.voters)
-            - left_out
-            if gates
-            else None
-        )
+        voters = _may_sign(gates, {asked.requester, *above})
+        short = _no_quorum(gates, voters)
+        if short is not None:
+            return short
         signer = self._signer_refusal(approval.approver, asked.requester, voters)
         if signer is not None:
             return (
                 f"{signer} (the key of {approval.approver}): sign with the key of one of the "
                 f"approvers of {request['resource'][:200]} under this Gate's policy, other than the "
-                f"requester and the holders above it ({', '.join(_named(gates, left_out)) or 'none'})"
+                f"requester and the holders above it ({', '.join(_named(gates, voters or ())) or 'none'})"
             )
         closed = how_closed(asked)
         if closed is not None:
             return f"the request {closed}"
-        return self._spent(approval, asked, gates, left_out, voters)
+        return self._spent(approval, asked, gates, voters)
 
     def _spent(
         self,
         approval: Approval,
         asked: StoredRequest,
         gates: Sequence[PolicyApproval],
-        left_out: set[str],
         voters: Collection[str] | None,
     ) -> str | None:
         """Why ``approval`` of the open request ``asked`` never counts though its signer may sign
@@ -440,12 +443,12 @@ class _Approvals:
         yes is counted already. None of these can be undone (an expiry is not moved, a used request
         is put back only for the call that used it, replaying the approvals it was given, and a
         vote is cleared only then), so no approval refused here would have counted later. A
-        repeated yes is refused only while the votes of ``voters`` (the policy's approvers, as
-        the resumed run counts them) are fewer than the smallest quorum of the policy's gates on
-        the call: a policy that lowered the quorum to the votes in makes any approver's yes, a
-        repeated one too, use the request (``_consume_approval``). Until review R72's second
-        reading that yes was refused, and the message counted a vote of a key the policy no
-        longer lists, against the quorum the request was last counted under."""
+        repeated yes is refused only while the votes of ``voters`` (the keys that may sign, as
+        the resumed run counts them) are fewer than the least quorum the call needs
+        (``_least_quorum``): a policy that lowered the quorum to the votes in makes any
+        approver's yes, a repeated one too, use the request (``_consume_approval``). Until review
+        R72's second reading that yes was refused, and the message counted a vote of a key the
+        policy no longer lists, against the quorum the request was last counted under."""
         if asked.state == "consumed":
             return (
                 "the request was already used: an approval is single use, and the store consumed this "
@@ -461,9 +464,9 @@ class _Approvals:
             )
         votes = self.approvals.approvers(approval.request)
         counted = [vote for vote in votes if voters is None or vote in voters]
-        quorum = min((gate.quorum for gate in gates), default=asked.quorum)
+        quorum = _least_quorum(gates, asked.quorum)
         if approval.approver in votes and len(counted) < quorum:
-            others = _named(gates, left_out | set(votes))
+            others = _named(gates, set(voters or ()) - set(votes))
             return (
                 f"{approval.approver} has already approved this request ({len(counted)} of "
                 f"{quorum} votes in): a quorum counts each approver once; another of its "
@@ -893,14 +896,68 @@ def _tallied(reasons: tuple[str, ...], given: int, quorum: int) -> tuple[str, ..
     return reasons if quorum <= 1 else (*reasons, quorum_tally(given, quorum))
 
 
-def _named(gates: Sequence[PolicyApproval], left_out: Collection[str]) -> list[str]:
-    """The names of the approvers of ``gates`` whose DIDs are known and not in ``left_out``, once
-    each, in the policy's order."""
+def _named(gates: Sequence[PolicyApproval], keys: Collection[str]) -> list[str]:
+    """The names of the approvers of ``gates`` whose DIDs are among ``keys``, once each, in the
+    policy's order."""
     return list(
         dict.fromkeys(
             name
             for gate in gates
             for name, did in zip(gate.approvers, gate.approver_dids, strict=True)
-            if did is not None and did not in left_out
+            if did is not None and did in keys
         )
+    )
+
+
+def _keys_of(gate: PolicyApproval) -> set[str]:
+    """The DIDs of ``gate``'s approvers that have one."""
+    return {did for did in gate.approver_dids if did is not None}
+
+
+def _may_sign(gates: Sequence[PolicyApproval], left_out: Collection[str]) -> frozenset[str] | None:
+    """The keys whose yes the resumed run may count for a call on a resource that ``gates`` name
+    (``PolicyIndex.approval_gates``: every gate on it, whatever its conditions), less
+    ``left_out`` (the requester and the holders above it); ``None`` when no gate names it.
+
+    An approval must meet every gate that applies to the call (``_combined_requirement``): a gate
+    without conditions applies to every call on the resource, so only keys it names may sign; a
+    gate with conditions may or may not apply (the payload need not show every argument), so it
+    can only add keys. Never a key less than the resumed run counts."""
+    if not gates:
+        return None
+    may = set().union(*map(_keys_of, gates))
+    for gate in gates:
+        if not gate.conditions:
+            may &= _keys_of(gate)
+    return frozenset(may.difference(left_out))
+
+
+def _least_quorum(gates: Sequence[PolicyApproval], default: int) -> int:
+    """The least quorum a call on a resource that ``gates`` name needs: the largest of the gates
+    that always apply (the policy takes the largest quorum of the gates that apply), else the
+    smallest of any gate; ``default`` (the request's, as the store last counted it) without
+    gates."""
+    always = [gate.quorum for gate in gates if not gate.conditions]
+    return max(always, default=min((gate.quorum for gate in gates), default=default))
+
+
+def _no_quorum(gates: Sequence[PolicyApproval], voters: Collection[str] | None) -> str | None:
+    """Why no approval can count for a call on a resource that ``gates`` name, whose keys that may
+    sign are ``voters`` (``_may_sign``), or ``None``: fewer keys than the quorum of the gates
+    that always apply, which the policy (``_combined_requirement``, ``_signable``) refuses the
+    call for when the run resumes, closing its request."""
+    always = [gate for gate in gates if not gate.conditions]
+    if voters is None or not always:
+        return None
+    quorum = _least_quorum(gates, 1)
+    if len(voters) >= quorum:
+        return None
+    names = " and ".join(gate.gate for gate in always)
+    return (
+        f"under this Gate's policy no approval can count: approval gate {names} "
+        f"{'applies' if len(always) == 1 else 'apply'} to every call on it, and the approvers of "
+        f"{'it' if len(always) == 1 else 'all of them'} other than the requester and the holders above "
+        f"it hold only {len(voters)} distinct key(s) for a quorum of {quorum} "
+        f"({', '.join(_named(gates, voters)) or 'none'}); the call is refused when the run resumes, "
+        "which closes the request: change the policy, or make the call again"
     )
