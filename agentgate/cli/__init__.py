@@ -70,10 +70,10 @@ def run() -> NoReturn:
     (``terminate_on_sigterm``: in the main thread, where SIGTERM is not ignored)."""
     restore = terminate_on_sigterm()
     try:
-        from agentgate.cli._warnings import quiet_libraries_for_good
+        from agentgate.cli._warnings import own_the_process
         from agentgate.cli.main import main
 
-        quiet_libraries_for_good()
+        own_the_process()
         code = main()
     except KeyboardInterrupt as exc:
         code = _said(*ending(exc))

@@ -30,13 +30,40 @@ from contextvars import ContextVar
 
 
 class _Command:
-    """What a running command has left to say, and whether its log records are its warnings."""
+    """What a running command has left to say, and whether its log records are its warnings. Its
+    warnings may be left by another thread of the process (``_THE_PROCESS``) while it says them:
+    ``lock`` keeps each said once."""
 
-    __slots__ = ("says_log_records", "warnings")
+    __slots__ = ("lock", "says_log_records", "warnings")
 
     def __init__(self) -> None:
         self.warnings: list[str] = []
         self.says_log_records = False
+        self.lock = threading.Lock()
+
+
+class _Process:
+    """Whether this process is the ``agentgate`` command's own (``own_the_process``), and the
+    command it runs: the one whose warnings a record logged outside any command's context is."""
+
+    def __init__(self) -> None:
+        self.owned = False
+        self.command: _Command | None = None
+
+    @contextlib.contextmanager
+    def running(self, command: _Command) -> Iterator[None]:
+        """``command`` is the process's while it runs, if the process is owned and runs no other."""
+        if not self.owned or self.command is not None:
+            yield
+            return
+        self.command = command
+        try:
+            yield
+        finally:
+            self.command = None
+
+
+_THE_PROCESS = _Process()
 
 
 _RUNNING: ContextVar[_Command | None] = ContextVar("agentgate_cli_command", default=None)
@@ -53,9 +80,15 @@ def warn(text: str) -> None:
     if command is None:
         logging.getLogger("agentgate.cli").warning("%s", text)
         return
+    _leave(command, text)
+
+
+def _leave(command: _Command, text: str) -> None:
+    """Leave ``text`` as a warning of ``command``, unless it has it already."""
     line = f"agentgate: warning: {text}\n"
-    if line not in command.warnings:
-        command.warnings.append(line)
+    with command.lock:
+        if line not in command.warnings:
+            command.warnings.append(line)
 
 
 def said() -> list[str]:
@@ -64,8 +97,9 @@ def said() -> list[str]:
     command = _RUNNING.get()
     if command is None:
         return []
-    lines = command.warnings[:]
-    command.warnings.clear()
+    with command.lock:
+        lines = command.warnings[:]
+        command.warnings.clear()
     return lines
 
 
@@ -133,7 +167,7 @@ class _SaidAsWarnings(logging.Handler):
         """Whether the ``agentgate`` logger propagated before this handler took its place."""
 
     def handle(self, record: logging.LogRecord) -> bool:
-        command = _RUNNING.get()
+        command = _RUNNING.get() or _THE_PROCESS.command
         if command is None or not command.says_log_records or record.levelno < logging.WARNING:
             self._hand_on(record)
             return True
@@ -144,7 +178,7 @@ class _SaidAsWarnings(logging.Handler):
         except Exception:  # a record whose arguments do not fit its message
             self.handleError(record)
             return True
-        warn(text)
+        _leave(command, text)
         return True
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -205,11 +239,14 @@ _QUIETED = _WhileCommandsRun(_QUIET.make, _QUIET.undo)
 _RECORDS_TAKEN = _WhileCommandsRun(_take_records, _give_records_back)
 
 
-def quiet_libraries_for_good() -> None:
+def own_the_process() -> None:
     """For the ``agentgate`` command's own process (``run``): libraries' log records stay off
     standard error until it exits, not only while a command runs (psycopg's pool threads can still
-    log as the interpreter exits). A program that calls ``main`` keeps its logging as it was."""
+    log as the interpreter exits), and agentgate's records that a thread outside the command's
+    context logs while it runs are its warnings (``_THE_PROCESS``). A program that calls ``main``
+    keeps its logging as it was, and the records of its own threads."""
     _QUIET.make(for_good=True)
+    _THE_PROCESS.owned = True
 
 
 @contextlib.contextmanager
@@ -217,9 +254,10 @@ def running() -> Iterator[None]:
     """Run a command in this context: a list of warnings of its own (the command that ran here
     before it, if any, keeps its list, and has it back after), libraries' log records kept off
     standard error."""
-    token = _RUNNING.set(_Command())
+    command = _Command()
+    token = _RUNNING.set(command)
     try:
-        with _QUIETED.held():
+        with _QUIETED.held(), _THE_PROCESS.running(command):
             yield
     finally:
         _RUNNING.reset(token)
