@@ -6,8 +6,10 @@ and ``run_id``, a dispatched call's session): ``_expect_id`` and ``check_session
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
+from collections.abc import Iterable
 from typing import Literal, get_args
 
 from agentgate import _confusables
@@ -267,3 +269,13 @@ help lists them and loads no pydantic. Until review R65b's second pass the parse
 held equal by a test."""
 ENTRY_KINDS: tuple[str, ...] = get_args(EntryKind)
 """``EntryKind`` as a tuple, in the format's order."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str | None:
+    """``did you mean 'x'?`` for the name of ``known`` closest to ``name`` (difflib's closeness:
+    ``approver`` for ``approvers``, ``support_agent`` for ``support-agent``), never ``name``
+    itself; ``None`` where none is close. One reading for a misspelt field, a reference the
+    policy does not declare and a role a caller names (``role_grant_template``; review R73), and
+    for a misspelt command, verb, flag or choice of the command line (``cli.main``; review R74)."""
+    close = difflib.get_close_matches(name, [other for other in known if other != name], n=1)
+    return f"did you mean {close[0]!r}?" if close else None

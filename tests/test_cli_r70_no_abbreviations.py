@@ -15,15 +15,18 @@ from agentgate.cli.main import build_parser
     [
         (
             ["grant", "issue", "--iss", "root.key", "--to", "did:key:z", "--allow", "x", "--ttl", "1h"],
-            "the following arguments are required: --issuer",
+            "unrecognized arguments: --iss (did you mean '--issuer'?)",
         ),
-        (["grant", "revoke", "--hold", "did:key:z"], "unrecognized arguments: --hold"),
+        (
+            ["grant", "revoke", "--hold", "did:key:z"],
+            "unrecognized arguments: --hold (did you mean '--holder'?)",
+        ),
         (
             ["audit", "verify", "--sto", "sqlite:///nowhere.db"],
-            "unrecognized arguments: --sto sqlite:///nowhere.db",
+            "unrecognized arguments: --sto sqlite:///nowhere.db (did you mean '--store'?)",
         ),
-        (["policy", "lint", "policy.yaml", "--js"], "unrecognized arguments: --js"),
-        (["approval", "list", "--js"], "unrecognized arguments: --js"),
+        (["policy", "lint", "policy.yaml", "--js"], "unrecognized arguments: --js (did you mean '--json'?)"),
+        (["approval", "list", "--js"], "unrecognized arguments: --js (did you mean '--json'?)"),
     ],
 )
 def test_a_shortened_flag_is_refused(
@@ -31,7 +34,8 @@ def test_a_shortened_flag_is_refused(
 ) -> None:
     """Review R70: every parser took a unique prefix of a flag for the flag (`grant issue --iss
     KEY` ran as `--issuer KEY`, `approval list --js` printed JSON); it is now refused with
-    argparse's usage and exit 2, before anything is read."""
+    argparse's usage and exit 2, before anything is read; since review R74 the refusal names the
+    shortened flag (not the required one it left missing) and the flag it begins."""
     code, out, err = cli(capsys, *argv)
     assert (code, out) == (2, ""), err
     assert err.startswith("usage: agentgate "), err

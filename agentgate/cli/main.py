@@ -17,6 +17,7 @@ import contextlib
 import importlib
 import io
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -77,14 +78,61 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", _Verbs)
+        self._given: list[str] = []
+        """The arguments this parser was last given (``parse_known_args``)."""
         self.verb_options: frozenset[str] = frozenset()
         """The options of the verb the last command line parsed named (``parse_args``): what an
         error's hint may tell to give (``named_for``)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        """Refuse the command line: the usage, then one ``agentgate: error:`` line. A line that
+        misses a required argument and holds a flag this parser does not know names that flag,
+        with the one meant (``--isuer``: until review R74 the refusal said ``the following
+        arguments are required: --issuer, --to``, and never which flag was misspelt)."""
+        unknown = self._unknown_flags()
+        if unknown and message.startswith(_MISSING):
+            message = self.unrecognized(unknown)
         self.print_usage(sys.stderr)
         sys.stderr.write(f"agentgate: error: {_one_line(message)}\n")  # it may quote an argument
         raise SystemExit(2)
+
+    def unrecognized(self, extras: Sequence[str]) -> str:
+        """The refusal of arguments no parser took, each flag among them that is close to one of
+        this parser's named with it: ``unrecognized arguments: --jsn (did you mean '--json'?)``."""
+        from agentgate._names import did_you_mean  # on the error path only
+
+        hints = [
+            hint
+            for extra in extras
+            if _looks_like_a_flag(extra)
+            and (hint := did_you_mean(extra.partition("=")[0], self._option_string_actions))
+        ]
+        return f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")
+
+    def _unknown_flags(self) -> list[str]:
+        """The arguments this parser was last given that look like flags it does not know (up to
+        ``--``, after which every argument is a positional)."""
+        given = self._given[: self._given.index("--")] if "--" in self._given else self._given
+        return [arg for arg in given if _looks_like_a_flag(arg) and not self._knows(arg)]
+
+    def _knows(self, arg: str) -> bool:
+        """Whether ``arg`` is one of this parser's flags, alone, with ``=VALUE`` or (a short one)
+        with its value attached (``-ofile``)."""
+        known = self._option_string_actions
+        return arg.partition("=")[0] in known or (not arg.startswith("--") and arg[:2] in known)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """As argparse's, but a command, verb or choice that is not one names the closest that
+        is: ``invalid choice: 'revok' (choose from ...); did you mean 'revoke'?`` (review R74)."""
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            from agentgate._names import did_you_mean  # on the error path only
+
+            hint = did_you_mean(str(value), [str(choice) for choice in action.choices or ()])
+            if hint is None:
+                raise
+            raise argparse.ArgumentError(action, f"{exc.message}; {hint}") from None
 
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
         """As argparse's, but a positional argument's refusal says nothing of a flag: ``given``
@@ -102,6 +150,7 @@ class _Parser(argparse.ArgumentParser):
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(sys.argv[1:] if args is None else args)
         parsed, extras = super().parse_known_args(args, namespace)
         vars(parsed).setdefault(_VERB_PARSER, self)  # a verb's parser returns first: it stays
         return parsed, extras
@@ -113,11 +162,24 @@ class _Parser(argparse.ArgumentParser):
         it was given to (``agentgate audit checkpoint [-h] ...``), not the top level's
         ``agentgate [-h] COMMAND ...``, which names none of that verb's options (review R67)."""
         parsed, extras = self.parse_known_args(args, namespace)
-        verb: argparse.ArgumentParser = vars(parsed).pop(_VERB_PARSER, self)
+        verb: _Parser = vars(parsed).pop(_VERB_PARSER, self)
         self.verb_options = frozenset(option for action in verb._actions for option in action.option_strings)
         if extras:
-            verb.error(f"unrecognized arguments: {' '.join(extras)}")
+            verb.error(verb.unrecognized(extras))
         return parsed
+
+
+_MISSING = ("the following arguments are required", "one of the arguments")
+"""How argparse's refusals of a command line that misses a required argument begin."""
+
+_NUMBER = re.compile(r"-\d+(\.\d*)?|-\.\d+")
+"""A negative number, which argparse reads as a value, not a flag."""
+
+
+def _looks_like_a_flag(arg: str) -> bool:
+    """Whether argparse reads ``arg`` as a flag: ``-x``, ``--name``, ``--name=value``; not ``-``
+    (standard input) nor a negative number."""
+    return arg.startswith("-") and arg != "-" and not _NUMBER.fullmatch(arg)
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:

@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from agentgate._names import did_you_mean
 from agentgate.capabilities import (
     Call,
     Capability,
@@ -30,7 +31,7 @@ from agentgate.capabilities import (
 )
 from agentgate.errors import CapabilityError, PolicyError
 from agentgate.findings import Finding, FindingKind, Outcome
-from agentgate.policy._load import Policy, RuleRef, describe_constraint, did_you_mean
+from agentgate.policy._load import Policy, RuleRef, describe_constraint
 from agentgate.policy._schema import Budget
 
 # Exact types: a bool is not an integer here, and a str subclass is not a string.

@@ -13,7 +13,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -23,6 +23,7 @@ from pydantic_core import ErrorDetails
 
 from agentgate import _confusables
 from agentgate._durations import LONG_DURATION, parse_duration
+from agentgate._names import did_you_mean
 from agentgate._shown import not_printable
 from agentgate._yaml import (
     Locations,
@@ -604,15 +605,6 @@ def _union_member(error: ErrorDetails, first: ErrorDetails) -> bool:
 
 
 _UNION_MEMBERS = frozenset({"str", "int", "float", "bool"})
-
-
-def did_you_mean(name: str, known: Iterable[str]) -> str | None:
-    """``did you mean 'x'?`` for the name of ``known`` closest to ``name`` (difflib's closeness:
-    ``approver`` for ``approvers``, ``support_agent`` for ``support-agent``), never ``name``
-    itself; ``None`` where none is close. One reading for a misspelt field, a reference the
-    policy does not declare and a role a caller names (``role_grant_template``; review R73)."""
-    close = difflib.get_close_matches(name, [other for other in known if other != name], n=1)
-    return f"did you mean {close[0]!r}?" if close else None
 
 
 def _known(names: list[str]) -> str:
