@@ -33,7 +33,7 @@ import re
 import sqlite3
 import stat
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -170,18 +170,8 @@ def _read(path: str, limit: int, what: str) -> str:
         raise InputError(f"{path}: cannot read {what}: not UTF-8 text") from None
 
 
-def _write(path: str, text: str) -> None:
-    """Write ``text`` to a new file beside ``path`` and rename it into place (``replace_file``):
-    never a partly written file, and a symbolic link, directory, FIFO or device at ``path`` is
-    refused, neither followed nor replaced. Raises ``InputError``."""
-    try:
-        replace_file(Path(path), text.encode("utf-8"), 0o644)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
-
-
 def _refuse_unwritable(path: str) -> None:
-    """Raise ``InputError`` when ``_write`` could not replace ``path``: something other than a
+    """Raise ``InputError`` when ``_write_checked`` could not replace ``path``: something other than a
     regular file is there (a symbolic link, a directory, a FIFO, a device), or no directory to
     write it in. Checked before anything is signed: a command that fails stores no checkpoint,
     and ``checkpoint --out`` never signs a log it did not compare with the checkpoint there."""
@@ -199,23 +189,34 @@ def _refuse_unwritable(path: str) -> None:
 
 
 def _write_own(path: str, text: str, ours: str, what: str) -> None:
-    """``_write`` for ``prove`` and ``report``, whose ``path`` was looked at before the log was
+    """The write of ``prove`` and ``report``, whose ``path`` was looked at before the log was
     read (``_refuse_replacing``, before anything is signed): that refusal holds at the moment of
-    writing too (until review R73 a file put there in between was replaced unread). Where nothing
-    or an empty file is there, the write is ``replace_file``'s ``exclusive`` one (a file put there
-    meanwhile is kept); where an earlier output is there, it is looked at again once ``text`` is
-    written beside it, just before the rename. Raises ``InputError``."""
+    writing too (until review R73 a file put there in between was replaced unread), through
+    ``_write_checked``. Raises ``InputError``."""
     earlier = _refuse_replacing(path, ours, what)
+    _write_checked(path, text, what, earlier, lambda: _refuse_replacing(path, ours, what))
 
-    def look_again() -> None:
-        _refuse_replacing(path, ours, what)
+
+def _write_checked(path: str, text: str, what: str, earlier: bool, look_again: Callable[[], object]) -> None:
+    """Write ``text``, the ``what`` (a proof bundle, a report page, a checkpoint), to ``path``,
+    which the command looked at before it read the log, so that what it judged there is what is
+    replaced. Where nothing or an empty file was there (``earlier`` false), the write is
+    ``replace_file``'s ``exclusive`` one (a file put there meanwhile is kept); where an earlier
+    output was there, ``path`` is looked at again once ``text`` is written beside it, just before
+    the rename: still a regular file (``_refuse_unwritable``: until review R74 a symbolic link put
+    in its place was replaced), and still what ``look_again`` accepts (it raises ``InputError``
+    otherwise). Raises ``InputError``."""
+
+    def still_there() -> None:
+        _refuse_unwritable(path)
+        look_again()
 
     try:
         replace_file(
             Path(path),
             text.encode("utf-8"),
             0o644,
-            look_again if earlier else None,
+            still_there if earlier else None,
             exclusive=not earlier,
         )
     except FilledFile as exc:  # or ``HeldFile``: another such command is writing it
@@ -225,6 +226,23 @@ def _write_own(path: str, text: str, ours: str, what: str) -> None:
         ) from None
     except OSError as exc:
         raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _refuse_changed_checkpoint(path: str, compared: str) -> None:
+    """Raise ``InputError`` unless the file ``path`` still holds ``compared``, the saved checkpoint
+    ``checkpoint --out`` found there and compared the log with before signing: another checkpoint
+    saved there since (or anything else) is kept, as ``_saved`` keeps what is not a checkpoint
+    (until review R74 it was replaced unread)."""
+    try:
+        same = _saved(path) == compared
+    except InputError:
+        same = False
+    if not same:
+        raise InputError(
+            f"{path}: cannot write: it changed while the checkpoint was signed (it no longer holds "
+            "the checkpoint the log was compared with); it is kept, nothing written to it (the new "
+            "checkpoint is stored in the log; move the file away or name another one)"
+        )
 
 
 def _refuse_replacing(path: str, ours: str, what: str) -> bool:
@@ -1088,7 +1106,14 @@ def _checkpoint(args: argparse.Namespace) -> int:
             print(f"{shown_path(args.out)} is left as it was: it is the evidence")
         return 1
     if args.out:
-        _write(args.out, note)
+        compared = read[0]
+        _write_checked(
+            args.out,
+            note,
+            "checkpoint",
+            compared is not None,
+            lambda: _refuse_changed_checkpoint(args.out, compared or ""),
+        )
     sys.stdout.write(note)
     print(f"verifier key: {verifier_key(log.origin, public)}")
     return 0
