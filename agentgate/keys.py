@@ -699,6 +699,8 @@ def _not_a_private_key(data: bytes) -> str:
     names what it is when it is a key of the wrong kind: a public key (PEM, or a did:key as
     ``NAME.pub`` holds it) given where its private key belongs is told so, not called malformed."""
     stripped = data.removeprefix(b"\xef\xbb\xbf").strip()
+    if not stripped:  # until review R74 "not a PKCS#8 PEM private key", as though of a wrong format
+        return "empty (or only white space): no private key in it; give the private key (NAME.key)"
     public = stripped.startswith(b"did:key:")
     if not public and b"-----BEGIN" in stripped:
         with contextlib.suppress(ValueError, UnsupportedAlgorithm):
@@ -877,6 +879,11 @@ def load_public_key(spec: str | Path) -> PublicKey:
     path = Path(spec)
     data, _ = read_regular_file(path, MAX_KEY_FILE_BYTES, "public key", KeyFileError)
     stripped = data.removeprefix(b"\xef\xbb\xbf").strip()  # a UTF-8 BOM (an editor's), as a PEM file may have
+    if not stripped:  # until review R74 "neither a did:key nor a PEM public key", as though of a wrong format
+        raise KeyFileError(
+            f"{shown_path(path)}: empty (or only white space): no public key in it; give a file of one "
+            "did:key or PEM public key (NAME.pub)"
+        )
     if stripped.startswith(b"did:"):
         if len(stripped.splitlines()) > 1:
             raise KeyFileError(

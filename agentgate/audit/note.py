@@ -198,6 +198,33 @@ def signer_key_ids(note: str, name: str) -> tuple[str, ...]:
     return tuple(ids)
 
 
+def other_signer(note: str, name: str, public_key: PublicKey) -> str | None:
+    """The hex key id of the one key whose signature lines under ``name`` ``note`` carries, when
+    that key is not ``public_key`` (``None`` for no such line, several keys, or ``public_key``'s):
+    a note that does not open under the key given and is signed by one other key."""
+    ids = set(signer_key_ids(note, name))
+    if len(ids) != 1:
+        return None
+    (only,) = ids
+    return None if only == key_id(name, public_key).hex() else only
+
+
+def wrong_key_cause(found: str, given: str, signer: str) -> str:
+    """The ``likely cause:`` every audit verb gives, in the same words, when ``found`` (what did
+    not verify: ``none of the 2 stored checkpoint(s) verifies``) under the key given (key id
+    ``given``) is signed by one other key (key id ``signer``): a wrong key is the likelier story,
+    though replacing every signature with one's own looks the same, so the verb still refuses or
+    says TAMPERED or INVALID, and the reader tells the two apart (review R54 for ``audit verify``;
+    review R74 for ``verify-proof``, ``checkpoint``, ``prove`` and the verbs that read the latest
+    stored checkpoint)."""
+    return (
+        f"likely cause: {found} under the key given (key id {given}), and all are signed by one "
+        f"other key (key id {signer}): if the key given is not this log's key (--key, "
+        "AGENTGATE_LOG_KEY), run again with the right one; if it is, the signatures were replaced: "
+        "tampering"
+    )
+
+
 def sign_checkpoint(checkpoint: Checkpoint, key: SigningKey) -> str:
     """The checkpoint as a signed note, signed under its origin as key name."""
     return sign_note(checkpoint.text(), key, checkpoint.origin)

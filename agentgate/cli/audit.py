@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from agentgate.audit.entry import AuditEntry
-from agentgate.audit.note import Checkpoint, key_id, verifier_key
+from agentgate.audit.note import Checkpoint, key_id, other_signer, verifier_key, wrong_key_cause
 from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
 from agentgate.audit.report import (
@@ -71,7 +71,7 @@ from agentgate.errors import (
     StoreError,
     TamperDetected,
 )
-from agentgate.keys import FilledFile, load_public_key, read_regular_file, replace_file, shown_path
+from agentgate.keys import FilledFile, PublicKey, load_public_key, read_regular_file, replace_file, shown_path
 from agentgate.store import SQLiteStore, Store
 from agentgate.store._base import loaded_driver_errors
 from agentgate.store.audit import AuditLog, Explanation, VerifyReport, log_key_path
@@ -636,13 +636,8 @@ def _wrong_key(report: VerifyReport, log: AuditLog) -> str | None:
     if len(set(report.unopened_signers)) != 1 or len(report.unopened_signers[0]) != 1:
         return None
     given = key_id(log.origin, log.public_key).hex()
-    return (
-        f"likely cause: none of the {len(report.unopened_signers)} stored checkpoint(s) verifies under "
-        f"the key given (key id {given}), and all are signed by one other key (key id "
-        f"{report.unopened_signers[0][0]}): if the key given is not this log's public key (--key, "
-        "AGENTGATE_LOG_KEY), verify again with the right one; if it is, every checkpoint was "
-        "replaced: tampering"
-    )
+    found = f"none of the {len(report.unopened_signers)} stored checkpoint(s) verifies"
+    return wrong_key_cause(found, given, report.unopened_signers[0][0])
 
 
 def _filtered(args: argparse.Namespace) -> bool:
@@ -1173,12 +1168,28 @@ def _verify_proof(args: argparse.Namespace) -> int:
         # The library quotes the bundle's own text (its origin line) escaped already (``repr``):
         # escaped once more, each backslash showed doubled (until review R59).
         print(f"INVALID: {escaped_once(str(exc))}")
+        cause = _bundle_signed_by_another(text, key)
+        if cause:
+            print(cause)
         return 1
     print(
         f"valid: entry {entry.index} ({entry.kind}, {printable(entry.principal)}) is in {printable(checkpoint.origin)}"
     )
     print(f"       at tree size {checkpoint.size}, signed by {key.did}")
     return 0
+
+
+def _bundle_signed_by_another(text: str, key: PublicKey) -> str | None:
+    """``verify``'s ``likely cause:`` line (``wrong_key_cause``) for the well-formed bundle ``text``
+    whose checkpoint does not verify under ``key``, when one other key signs it; else ``None``.
+    Until review R74 ``verify-proof`` said only that "any other key is a forgery"."""
+    note = ProofBundle.parse(text).checkpoint_note
+    name = note.partition("\n")[0]
+    signer = other_signer(note, name, key)
+    if signer is None:
+        return None
+    found = "the bundle's checkpoint does not verify"
+    return printable(wrong_key_cause(found, key_id(name, key).hex(), signer))
 
 
 def _refuse_malformed_bundle(path: str, text: str) -> None:

@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.audit.merkle import consistency_ranges, inclusion_ranges, leaf_hash, verify_inclusion
-from agentgate.audit.note import Checkpoint
+from agentgate.audit.note import Checkpoint, key_id, other_signer, wrong_key_cause
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import BeyondLogEnd, InputError, TamperDetected
 from agentgate.store._base import Row, Store, Transaction
 from agentgate.store.audit._stored import _note, _parsed, _whole
+
+if TYPE_CHECKING:
+    from agentgate.keys import PublicKey
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,12 @@ class _Proofs:
     # The log's state this part reads (``AuditLog.__init__`` sets it).
     store: Store
     refs_indexed: bool
+    origin: str
 
     if TYPE_CHECKING:  # what this part calls of the log's other parts
+
+        @property
+        def public_key(self) -> PublicKey: ...
 
         def size(self) -> int: ...
 
@@ -205,12 +212,20 @@ class _Proofs:
         (``open_checkpoint``); ``TamperDetected`` naming that row when its note does not open, as
         verify names each checkpoint: the note's own error does not say which note (until review
         R72 explain and checkpoint refused with ``signed note has no signature block`` alone)."""
+        note = _note(row[2])
         try:
-            return self.open_checkpoint(_note(row[2]))
+            return self.open_checkpoint(note)
         except TamperDetected as exc:
+            signer = other_signer(note, self.origin, self.public_key)
+            cause = "" if signer is None else "; " + self._wrong_key_cause(signer)
             raise TamperDetected(
-                f"audit log: its latest stored checkpoint (size {row[0]!r}) does not open: {exc}"
+                f"audit log: its latest stored checkpoint (size {row[0]!r}) does not open: {exc}{cause}"
             ) from None
+
+    def _wrong_key_cause(self, signer: str) -> str:
+        """``wrong_key_cause`` for the latest stored checkpoint signed by ``signer`` alone."""
+        given = key_id(self.origin, self.public_key).hex()
+        return wrong_key_cause("the latest stored checkpoint does not verify", given, signer)
 
     def _prove_included(self, leaves: Mapping[int, bytes]) -> tuple[Checkpoint | None, tuple[int, ...]]:
         """Prove each ``index -> leaf hash`` in ``leaves`` included in the latest stored checkpoint.

@@ -1,0 +1,134 @@
+"""The audit verbs given a key that is not the log's: one ``likely cause:`` in the same words.
+
+``audit verify`` with a public key under which no stored checkpoint verifies, all signed by one
+other key, says the likelier cause (a wrong key) and names both key ids (review R54). Until review
+R74 the other verbs that check a signature under the key they are given said only that the note
+"carries no signature by the log key ... any other key is a forgery": ``verify-proof --key`` with
+another key's ``log.pub``, and ``checkpoint``, ``prove`` and ``explain`` with another log key (or
+another ``--key``). Each still refuses (exit 1: a replaced checkpoint looks the same), and now
+adds the same ``likely cause:`` naming both key ids and ``--key, AGENTGATE_LOG_KEY``. A key file
+that is no key (empty) is named as that, exit 2.
+
+Real SQLite stores, real key files, the command run in this process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _cli import cli
+from test_audit_r57_repairs import ORIGIN
+from test_audit_r73_out_refuses import _checkpoints, _environment, _store
+
+from agentgate.audit.note import key_id
+from agentgate.keys import SigningKey, save_key
+from agentgate.store import SQLiteStore
+from agentgate.store.audit import open_log_key
+
+assert _environment  # the autouse fixture, imported to apply here
+
+
+def _other_key(tmp_path: Path) -> tuple[Path, Path, SigningKey]:
+    """Another Ed25519 key pair (not the log's), saved as ``keys/other.key`` and ``other.pub``."""
+    directory = tmp_path / "keys"
+    directory.mkdir(mode=0o700)
+    key = SigningKey.generate()
+    private, public = save_key(key, directory, "other")
+    return private, public, key
+
+
+def _ids(db: Path, other: SigningKey) -> tuple[str, str]:
+    """The key ids of the log key and of ``other`` under the log's origin."""
+    with SQLiteStore(db) as store:
+        ours = open_log_key(store).public
+    return key_id(ORIGIN, ours).hex(), key_id(ORIGIN, other.public).hex()
+
+
+def _says_likely_cause(text: str, ours: str, theirs: str) -> None:
+    cause = text[text.index("likely cause: ") :]
+    assert f"(key id {theirs})" in cause and f"signed by one other key (key id {ours})" in cause, text
+    assert "--key, AGENTGATE_LOG_KEY" in cause, text
+
+
+def test_verify_proof_with_another_public_key_says_the_likely_cause(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R74: ``verify-proof --key`` with another key's public key said INVALID and "any
+    other key is a forgery", no more. Rule: still INVALID, exit 1, and a second line ``likely
+    cause:`` naming both key ids, as ``audit verify`` words it."""
+    db, _note = _store(tmp_path)
+    bundle = tmp_path / "one.proof"
+    code, _out, err = cli(capsys, "audit", "prove", "1", "--store", str(db), "--out", str(bundle))
+    assert code == 0, err
+    _private, public, other = _other_key(tmp_path)
+    code, out, err = cli(capsys, "audit", "verify-proof", str(bundle), "--key", str(public))
+    assert (code, err) == (1, ""), (code, out, err)
+    first, second = out.splitlines()
+    assert first.startswith("INVALID: "), out
+    assert second.startswith("likely cause: "), out
+    _says_likely_cause(second, *_ids(db, other))
+
+
+@pytest.mark.parametrize("verb", [("checkpoint",), ("prove", "1")], ids=["checkpoint", "prove"])
+def test_signing_with_another_log_key_says_the_likely_cause(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    verb: tuple[str, ...],
+) -> None:
+    """Review R74: ``checkpoint`` and ``prove`` with ``AGENTGATE_LOG_KEY`` naming another key were
+    REFUSED for a stored checkpoint that "does not open", no more. Rule: still REFUSED, exit 1,
+    nothing signed or written, and the line says the likely cause, naming both key ids."""
+    db, _note = _store(tmp_path)
+    private, _public, other = _other_key(tmp_path)
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(private))
+    before = _checkpoints(db)
+    out_file = tmp_path / "out.txt"
+    code, out, err = cli(capsys, "audit", *verb, "--store", str(db), "--out", str(out_file))
+    assert (code, err) == (1, ""), (code, out, err)
+    assert out.startswith("REFUSED: "), out
+    monkeypatch.delenv("AGENTGATE_LOG_KEY")
+    _says_likely_cause(out, *_ids(db, other))
+    assert _checkpoints(db) == before and not out_file.exists()
+
+
+def test_explain_with_another_public_key_says_the_likely_cause(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R74: ``explain --key`` with another key's public key refused for a stored checkpoint
+    that "does not open", no more. Rule: the same refusal, and the likely cause, both key ids."""
+    db, _note = _store(tmp_path)
+    _private, public, other = _other_key(tmp_path)
+    code, out, err = cli(capsys, "audit", "explain", "1", "--store", str(db), "--key", str(public))
+    assert code != 0, (code, out, err)
+    _says_likely_cause(out + err, *_ids(db, other))
+
+
+@pytest.mark.parametrize("verb", ["verify", "verify-proof", "checkpoint"])
+def test_an_empty_key_file_is_named_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], verb: str
+) -> None:
+    """Review R74: an empty key file was "neither a did:key nor a PEM public key" (or "not a
+    PKCS#8 PEM private key"), which sends one looking at a key's format. Rule: exit 2, one line
+    naming the file and that it is empty, nothing written."""
+    db, _note = _store(tmp_path)
+    empty = tmp_path / "keys" / "empty.key"
+    empty.parent.mkdir(mode=0o700)
+    empty.write_bytes(b"")
+    empty.chmod(0o600)
+    before = _checkpoints(db)
+    if verb == "checkpoint":
+        monkeypatch.setenv("AGENTGATE_LOG_KEY", str(empty))
+        argv: tuple[str, ...] = ("checkpoint", "--store", str(db))
+    elif verb == "verify":
+        argv = ("verify", "--store", str(db), "--key", str(empty))
+    else:
+        bundle = tmp_path / "one.proof"
+        bundle.write_text("c2sp.org/tlog-proof@v1\n", encoding="utf-8")
+        argv = ("verify-proof", str(bundle), "--key", str(empty))
+    code, out, err = cli(capsys, "audit", *argv)
+    assert (code, out) == (2, ""), (code, out, err)
+    assert err.startswith(f"agentgate: error: {empty}: ") and err.count("\n") == 1, err
+    assert " empty" in err, err
+    assert _checkpoints(db) == before
