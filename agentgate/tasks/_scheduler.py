@@ -167,7 +167,9 @@ class Scheduler(_StoreWork, _Failures):
         # WeakKeyDictionary, which a strong reference here would keep alive forever (one loop,
         # scheduler and registry leaked per ``asyncio.run``).
         self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        self._idle: asyncio.Event | None = None
+        # Set by a draining ``aclose``, with the loop it waits on: the last call to end wakes it
+        # (unless that loop was closed under the drain: the event cannot be set then).
+        self._idle: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         # Set by ``aclose``: ends the retries' backoffs. One per event loop (an Event is bound to
         # the loop it first waits in, and a scheduler outlives an ``asyncio.run``).
         self._closing: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
@@ -233,20 +235,26 @@ class Scheduler(_StoreWork, _Failures):
         A call whose event loop was closed under it can never run or be cancelled: it is neither
         waited for nor cancelled, only forgotten (asyncio reports its task as destroyed while
         pending when it is collected). A ``timeout_s`` that is not a number, or NaN, raises
-        ``InputError`` before anything stops.
+        ``InputError`` before anything stops. Awaited on another event loop than the live one
+        calls of this scheduler run on (in another thread), it raises ``SchedulingError`` before
+        anything stops: those calls can only be waited for and cancelled from their own loop.
         """
         timeout_s = _drain_timeout(timeout_s)
-        self._closed = True
-        if self._closing is not None:
-            self._closing[1].set()
         self._forget_dead_tasks()
+        _refuse_foreign_loops(self._tasks, asyncio.get_running_loop())
+        self._closed = True
+        if self._closing is not None and not self._closing[0].is_closed():
+            self._closing[1].set()  # a backoff on a loop closed under it never wakes (RuntimeError)
         if self._tasks and drain:
-            self._idle = asyncio.Event()
+            idle = asyncio.Event()
+            self._idle = (asyncio.get_running_loop(), idle)
             try:
                 async with asyncio.timeout(timeout_s):
-                    await self._idle.wait()
+                    await idle.wait()
             except TimeoutError:
                 pass
+            finally:
+                self._idle = None
         current = asyncio.current_task()
         pending = [t for t in self._tasks if t is not current]
         for task in pending:
@@ -721,8 +729,10 @@ class Scheduler(_StoreWork, _Failures):
                     del self._nested[task]
             else:
                 self._tasks.discard(task)
-                if not self._tasks and self._idle is not None:
-                    self._idle.set()
+                if not self._tasks and self._idle is not None and not self._idle[0].is_closed():
+                    # A call collected after its loop was closed under a drain ends here too
+                    # (review R74: setting the event raised "Event loop is closed" at collection).
+                    self._idle[1].set()
 
     async def _await_turn(
         self, waiter: Waiter, future: asyncio.Future[None], deadline: float, tool: str
@@ -767,6 +777,18 @@ class Scheduler(_StoreWork, _Failures):
         absolute = call.absolute_deadline()
         assert absolute is not None
         return now + (absolute - time.time())
+
+
+def _refuse_foreign_loops(tasks: set[asyncio.Task[Any]], loop: asyncio.AbstractEventLoop) -> None:
+    """``SchedulingError`` when a call of ``tasks`` runs on a live event loop other than ``loop``
+    (the one ``aclose`` runs on): cancelling its task or waiting for it from this loop's thread
+    is not thread-safe (asyncio's ``RuntimeError``, or a drain that never ends)."""
+    foreign = {task.get_loop() for task in tasks} - {loop}
+    if foreign:
+        raise SchedulingError(
+            f"aclose must run on the event loop its calls run on: {len(foreign)} other event loop(s) "
+            "still run calls of this scheduler (close it there, or from a Gate or SyncScheduler)"
+        )
 
 
 def _chain(error: BaseException) -> list[BaseException]:

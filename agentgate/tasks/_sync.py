@@ -297,7 +297,15 @@ class SyncScheduler:
         self._finalizer = weakref.finalize(self, _stop, self._loop)
         self._finalizer.atexit = False  # type: ignore[misc]  # a documented attribute the stubs miss
         self._closed = False
+        # Held through ``close``: a second one (another thread) returns once the scheduler is
+        # closed, not while the first still drains. ``_shut``: closed to the end; until then a
+        # ``close`` interrupted (a Ctrl-C) is finished by the next one, which waits for the
+        # loop's close steps already begun (``_aclosing``, ``_executor_shut``) instead of
+        # starting them again.
         self._close_lock = threading.Lock()
+        self._shut = False
+        self._aclosing: concurrent.futures.Future[None] | None = None
+        self._executor_shut: concurrent.futures.Future[None] | None = None
 
     @property
     def registry(self) -> CollectorRegistry:
@@ -831,39 +839,55 @@ class SyncScheduler:
         draining, queued calls are refused with ``SchedulingError``. A sync tool already running
         cannot be interrupted: it finishes in its caller's thread and its result is returned.
         ``timeout_s`` as in ``Scheduler.aclose`` (not a number, or NaN: ``InputError``, and nothing
-        is closed).
+        is closed). A second ``close`` (another thread's) returns once the first has closed the
+        scheduler; after a ``close`` interrupted (a Ctrl-C), the next one finishes the job, a drain
+        already begun on the loop going on unless it is called with ``drain=False`` (until review
+        R74 both returned at once, the loop thread left running).
         """
         timeout_s = _drain_timeout(timeout_s)
         with self._close_lock:
-            if self._closed:
+            if self._shut:
                 return
             self._closed = True
-        self._finalizer.detach()
-        if self._direct:
-            with self._lock:
-                self.scheduler._closed = True
-            self._closing.set()
-            with self._lock:
-                if drain:  # in steps: a lock cannot wait longer than a day or so at once
-                    end = None if timeout_s is None else time.monotonic() + timeout_s
-                    while self._active:
-                        step = (
-                            _LONGEST_WAIT_S if end is None else min(end - time.monotonic(), _LONGEST_WAIT_S)
-                        )
-                        if step <= 0:
-                            break
-                        self._idle.wait(step)
-                for wake in self._waiting:
-                    wake.cancel()
-        asyncio.run_coroutine_threadsafe(
-            self.scheduler.aclose(drain=drain, timeout_s=timeout_s), self._loop
-        ).result()
-        # On the scheduler's own loop thread: the caller's thread may be running an event loop
-        # of its own (an async app's shutdown handler), where run_until_complete would refuse.
-        asyncio.run_coroutine_threadsafe(self._loop.shutdown_default_executor(), self._loop).result()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+            self._finalizer.detach()
+            if self._direct:
+                self._drain_callers(drain, timeout_s)
+            aclosing = self._aclosing
+            if aclosing is None or (not drain and not aclosing.done()):
+                if aclosing is not None:
+                    aclosing.cancel()  # an interrupted close's drain: this close does not drain
+                aclosing = self._aclosing = asyncio.run_coroutine_threadsafe(
+                    self.scheduler.aclose(drain=drain, timeout_s=timeout_s), self._loop
+                )
+            aclosing.result()
+            # On the scheduler's own loop thread: the caller's thread may be running an event loop
+            # of its own (an async app's shutdown handler), where run_until_complete would refuse.
+            if self._executor_shut is None:
+                self._executor_shut = asyncio.run_coroutine_threadsafe(
+                    self._loop.shutdown_default_executor(), self._loop
+                )
+            self._executor_shut.result()
+            _stop(self._loop)  # closed already when an interrupted close got past this
+            self._thread.join()
+            self._loop.close()
+            self._shut = True
+
+    def _drain_callers(self, drain: bool, timeout_s: float | None) -> None:
+        """``close``'s part in direct mode: refuse new calls and retries, wait for the calls in
+        progress (``drain``, at most ``timeout_s``), then refuse the queued ones."""
+        with self._lock:
+            self.scheduler._closed = True
+        self._closing.set()
+        with self._lock:
+            if drain:  # in steps: a lock cannot wait longer than a day or so at once
+                end = None if timeout_s is None else time.monotonic() + timeout_s
+                while self._active:
+                    step = _LONGEST_WAIT_S if end is None else min(end - time.monotonic(), _LONGEST_WAIT_S)
+                    if step <= 0:
+                        break
+                    self._idle.wait(step)
+            for wake in self._waiting:
+                wake.cancel()
 
     def __enter__(self) -> SyncScheduler:
         return self
