@@ -188,12 +188,14 @@ def _refuse_unwritable(path: str) -> None:
         raise InputError(f"{path}: cannot write: no directory {Path(path).parent} to write it in")
 
 
-def _write_own(path: str, text: str, ours: str, what: str) -> None:
+def _write_own(path: str, text: str, ours: str, what: str, *, earlier: bool) -> None:
     """The write of ``prove`` and ``report``, whose ``path`` was looked at before the log was
-    read (``_refuse_replacing``, before anything is signed): that refusal holds at the moment of
-    writing too (until review R73 a file put there in between was replaced unread), through
-    ``_write_checked``. Raises ``InputError``."""
-    earlier = _refuse_replacing(path, ours, what)
+    read (``_refuse_replacing``, before anything is signed; ``earlier`` is what it returned): that
+    refusal holds at the moment of writing too (until review R73 a file put there in between was
+    replaced unread), through ``_write_checked``'s two looks, which close the window. Until review
+    R74 ``path`` was also looked at once more on entry, which only chose between them with a later
+    view (and so replaced, rather than kept, an output of this verb that another run wrote
+    meanwhile where nothing was). Raises ``InputError``."""
     _write_checked(path, text, what, earlier, lambda: _refuse_replacing(path, ours, what))
 
 
@@ -1138,7 +1140,7 @@ def _prove(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
         _refuse_own_files(args.out, store, None)
-        _refuse_replacing(
+        earlier = _refuse_replacing(
             args.out, PROOF_HEADER + "\n", "proof bundle"
         )  # after: the database or a key is named as such
         if not log.exists:
@@ -1149,7 +1151,7 @@ def _prove(args: argparse.Namespace) -> int:
         except TamperDetected as exc:
             sys.stdout.write(refusal(f"{exc}; no proof written, run agentgate audit verify"))
             return 1
-    _write_own(args.out, bundle.text(), PROOF_HEADER + "\n", "proof bundle")
+    _write_own(args.out, bundle.text(), PROOF_HEADER + "\n", "proof bundle", earlier=earlier)
     say_written(
         f"wrote the proof of entry {args.index} ({len(bundle.proof)} hashes) to {shown_path(args.out)}"
     )
@@ -1213,12 +1215,12 @@ def _report(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
         _refuse_own_files(args.out, store, args.key)
-        _refuse_replacing(
+        earlier = _refuse_replacing(
             args.out, PAGE_START, "audit report page"
         )  # after: the database or a key is named as such
         if not log.exists:
             page = render_report(iter(()), None, [])
-            _write_own(args.out, page, PAGE_START, "audit report page")
+            _write_own(args.out, page, PAGE_START, "audit report page", earlier=earlier)
             say_written(f"wrote {shown_path(args.out)}: 0 entries, intact ({_NO_LOG_YET})")
             return 0
         verified = log.verify()
@@ -1226,7 +1228,7 @@ def _report(args: argparse.Namespace) -> int:
         checkpoint = log.open_checkpoint(note) if note and verified.ok else None
         problems = (*verified.problems, *verified.unprotected)
         page = render_report(log.entries(skip_malformed=True), checkpoint, problems)
-    _write_own(args.out, page, PAGE_START, "audit report page")
+    _write_own(args.out, page, PAGE_START, "audit report page", earlier=earlier)
     state = "intact" if verified.ok else f"TAMPERED, {len(problems)} problem(s) shown in the report"
     say_written(f"wrote {shown_path(args.out)}: {_counted(verified.size, 'entry', 'entries')}, {state}")
     return 0 if verified.ok else 1
