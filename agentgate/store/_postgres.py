@@ -1062,13 +1062,15 @@ def _redact_conninfo(conninfo: str) -> str:
 
     libpq's own reading (``conninfo_to_dict``) is the judge: where it parses the string and
     reads the same pairs as ``_conninfo_pairs``, the string is shown as written, its secrets
-    masked; where it reads other pairs, its own reading is shown, rebuilt, secrets masked. Where
-    it refuses the string, the pairs before the first it would not take are shown (a keyword it
-    knows, not a secret); from there all is masked but that pair's keyword, if it is one: a
-    keyword it does not know may be a misspelt ``password`` (``pasword=``), a keyword holding
-    more than letters, digits and ``_`` a URL it was not given as one (a space before
-    ``postgresql://``, ``postgresql:/``), and a password holding an unquoted space continues
-    past it (``password=ab cd=ef``). Until review R73 all of those were shown."""
+    masked; where it reads other pairs (a NUL, where libpq's C text ends: the pairs after it,
+    and the rest of a value holding it, are never read), its own reading is shown, rebuilt, in
+    libpq's order, secrets masked. Where it refuses the string, the pairs before the first it
+    would not take are shown (a keyword it knows, not a secret); from there all is masked but
+    that pair's keyword, if it is one: a keyword it does not know may be a misspelt ``password``
+    (``pasword=``), a keyword holding more than letters, digits and ``_`` a URL it was not given
+    as one (a space before ``postgresql://``, ``postgresql:/``), and a password holding an
+    unquoted space continues past it (``password=ab cd=ef``). Until review R73 all of those were
+    shown."""
     pairs, complete = _conninfo_pairs(conninfo)
     try:
         parsed: dict[str, Any] | None = psycopg.conninfo.conninfo_to_dict(conninfo)
