@@ -15,6 +15,8 @@ come), one a thread outside any command logs. Until review R73 the records also 
 embedding program's root handler, which printed each warning a second time, bare. What a command
 changes in the logging configuration is made when the first command starts and undone when the
 last ends (``_WhileCommandsRun``): ``main`` leaves the logging of its caller as it found it.
+Only the ``agentgate`` command's own process (``run``) keeps libraries' records quiet until it
+exits (``quiet_libraries_for_good``).
 
 This is written here rather than taken from a library: the standard library's ``logging`` has
 no way to take some records of a logger from propagation, and no library does this for a CLI.
@@ -134,26 +136,42 @@ class _QuietLibraries:
     line: with no handler configured, Python prints warnings through its last-resort handler
     (psycopg's pool wrote one line per failed connection attempt before the command's own error).
     A ``NullHandler`` on the library's logger stops that; a program that configures logging
-    itself keeps its own handlers. Taken off again when the last command ends (until review R73
-    it stayed on for good)."""
+    itself keeps its own handlers, and a logger that has a ``NullHandler`` already gets none.
+
+    Two lifetimes: ``make`` and ``undo`` while commands run (``_QUIETED``), the handlers taken off
+    again when the last command ends, so that a program that calls ``main`` has its logging back
+    as it was (until review R73 they stayed on for good); ``make_for_good`` for the ``agentgate``
+    command's own process (``quiet_libraries_for_good``), never taken off."""
 
     def __init__(self, *names: str) -> None:
         self._names = names
         self._added: list[tuple[logging.Logger, logging.Handler]] = []
 
-    def make(self, *, for_good: bool = False) -> None:
-        for name in self._names:
-            logger = logging.getLogger(name)
-            if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
-                handler = logging.NullHandler()
-                logger.addHandler(handler)
-                if not for_good:
-                    self._added.append((logger, handler))
+    def make(self) -> None:
+        """Add the handlers, to be taken off by ``undo``."""
+        self._added += self._add()
+
+    def make_for_good(self) -> None:
+        """Add the handlers, for the rest of the process: ``undo`` leaves them. Called before any
+        command runs (``run``): while one runs, each logger has the handler ``make`` put there,
+        gets no other, and is left without one when the last command ends."""
+        self._add()
 
     def undo(self) -> None:
         while self._added:
             logger, handler = self._added.pop()
             logger.removeHandler(handler)
+
+    def _add(self) -> list[tuple[logging.Logger, logging.Handler]]:
+        """Put a ``NullHandler`` on each library's logger that has none; return those put."""
+        added: list[tuple[logging.Logger, logging.Handler]] = []
+        for name in self._names:
+            logger = logging.getLogger(name)
+            if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+                handler = logging.NullHandler()
+                logger.addHandler(handler)
+                added.append((logger, handler))
+        return added
 
 
 class _SaidAsWarnings(logging.Handler):
@@ -245,7 +263,7 @@ def own_the_process() -> None:
     log as the interpreter exits), and agentgate's records that a thread outside the command's
     context logs while it runs are its warnings (``_THE_PROCESS``). A program that calls ``main``
     keeps its logging as it was, and the records of its own threads."""
-    _QUIET.make(for_good=True)
+    _QUIET.make_for_good()
     _THE_PROCESS.owned = True
 
 
