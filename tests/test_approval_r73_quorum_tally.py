@@ -6,53 +6,27 @@ or a PostgreSQL database, the CLI's main run with argv."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli import cli
+from _approval_rig import ApprovalRig
 from test_cli_approval_r72_closed import TWO
 
-from agentgate.capabilities import Call
-from agentgate.gate import Approval, Authorization, Gate
-from agentgate.keys import SigningKey, save_key
-from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore, Store
-from agentgate.store._postgres import PostgresStore
+from agentgate.gate import Approval, Authorization
 
 
-class _Rig:
+class _Rig(ApprovalRig):
     """A Gate whose refund of 800 needs two of lead and lead2 (``TWO``), asked once."""
 
     def __init__(self, path: Path, url: str | None) -> None:
-        self.keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "lead2")}
-        for name in ("lead", "lead2"):
-            save_key(self.keys[name], path / "k", name)
-        self.path = path
-        self.url = url or str(path / "s.db")
-        store: Store = PostgresStore(url) if url else SQLiteStore(path / "s.db")
-        text = TWO.format(**{n: k.did for n, k in self.keys.items()})
-        self.gate = Gate(parse_policy(text), store)
-        self.agent = self.gate.issue(self.keys["root"], name="agent", key=self.keys["agent"], role="worker")
-        self.call = Call.tool("refund", {"amount": 800})
-        self.asked = self.gate.authorize(self.agent, self.call, call_id="call-1")
-        assert self.asked.needs_approval
+        super().__init__(path, TWO, url)
 
     def vote(self, who: str, payload: dict[str, Any]) -> Authorization:
         """``who``'s yes presented to the Gate, as a resumed run presents it."""
         approval = Approval.parse(self.gate.approve(payload, self.keys[who]))
         return self.gate.authorize(self.agent, self.call, call_id="call-1", approval=approval)
-
-    def sign(
-        self, capsys: pytest.CaptureFixture[str], payload: dict[str, Any], who: str
-    ) -> tuple[int, str, str]:
-        (self.path / "p.json").write_text(json.dumps(payload), encoding="utf-8")
-        return cli(
-            capsys, "approval", "sign", str(self.path / "p.json"), "--as", str(self.path / "k" / f"{who}.key"),
-            "--store", self.url,
-        )  # fmt: skip
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

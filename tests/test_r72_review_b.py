@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _approval_rig import ApprovalRig
 from langgraph.types import Command
-from test_cli_approval_r72_closed import TWO, _Rig
+from test_cli_approval_r72_closed import TWO
 from test_gate_r71_approve_early import POLICY, _paused
 
 from agentgate.capabilities import Call
@@ -107,15 +108,15 @@ def test_a_repeated_yes_is_signed_where_a_lowered_quorum_counts_it(
 
 
 @pytest.fixture
-def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Rig]:
+def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ApprovalRig]:
     monkeypatch.delenv("AGENTGATE_STORE", raising=False)
-    opened = _Rig(tmp_path, TWO)
+    opened = ApprovalRig(tmp_path, TWO)
     yield opened
     opened.gate.close()
 
 
 def test_cli_signs_a_repeated_yes_on_a_request_its_quorum_approved(
-    rig: _Rig, capsys: pytest.CaptureFixture[str]
+    rig: ApprovalRig, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Review R72: under a quorum of two, lead's vote and lead2's are in (lead2's counted by
     another process, whose allow has not used the request yet: the store holds it approved).
