@@ -10,42 +10,20 @@ report page); anything else is refused, exit 2, one line naming FILE, nothing si
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 from _cli import cli
-from test_audit_r57_repairs import ENTRY, ORIGIN
+from _signed_log import checkpoints, log_environment, signed_log
 
-from agentgate.store import SQLiteStore
-from agentgate.store.audit import AuditLog, open_log_key
-
-
-@pytest.fixture(autouse=True)
-def _environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
-    for name in ("AGENTGATE_LOG_KEY", "AGENTGATE_LOG_PREVIOUS_KEYS", "AGENTGATE_STORE"):
-        monkeypatch.delenv(name, raising=False)
+assert log_environment  # the autouse fixture, imported to apply here
 
 
 def _store(tmp_path: Path) -> tuple[Path, str]:
     """A store with 3 entries, a checkpoint over them, and 2 entries past it (so that ``prove``
     signs a new checkpoint); the checkpoint is returned."""
     db = tmp_path / "agentgate.db"
-    with SQLiteStore(db) as store:
-        log = AuditLog(store, open_log_key(store, create=True), ORIGIN)
-        log.append_many([ENTRY] * 3)
-        note = log.checkpoint()
-        log.append_many([ENTRY] * 2)
-    return db, note
-
-
-def _checkpoints(db: Path) -> int:
-    raw = sqlite3.connect(db)
-    try:
-        return int(raw.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone()[0])
-    finally:
-        raw.close()
+    return db, signed_log(db, 3, after=2)
 
 
 def _body_edited(note: str) -> str:
@@ -77,13 +55,13 @@ def test_out_holding_what_the_verb_did_not_write_is_kept(
     out_file = tmp_path / "out.txt"
     text = CONTENTS[content](note)
     out_file.write_text(text, encoding="utf-8")
-    before = _checkpoints(db)
+    before = checkpoints(db)
     code, out, err = cli(capsys, "audit", *VERBS[verb], "--store", str(db), "--out", str(out_file))
     assert (code, out) == (2, ""), (code, out, err)
     assert err.startswith(f"agentgate: error: {out_file}: cannot write: "), err
     assert "refusing to replace it" in err and err.count("\n") == 1, err
     assert out_file.read_text(encoding="utf-8") == text
-    assert _checkpoints(db) == before
+    assert checkpoints(db) == before
 
 
 @pytest.mark.parametrize("verb", list(VERBS))

@@ -17,34 +17,21 @@ from pathlib import Path
 
 import pytest
 from _cli import cli
+from _signed_log import checkpoints, log_environment, signed_log
 from test_audit_r57_repairs import ENTRY, ORIGIN
 
 from agentgate.store import SQLiteStore
 from agentgate.store.audit import AuditLog, open_log_key
 
-
-@pytest.fixture(autouse=True)
-def _environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
-    for name in ("AGENTGATE_LOG_KEY", "AGENTGATE_LOG_PREVIOUS_KEYS", "AGENTGATE_STORE"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def _log(db: Path, entries: int) -> str:
-    """A store at ``db`` with ``entries`` entries and a checkpoint over them, which it returns."""
-    db.parent.mkdir(exist_ok=True)
-    with SQLiteStore(db) as store:
-        log = AuditLog(store, open_log_key(store, create=True), ORIGIN)
-        log.append_many([ENTRY] * entries)
-        return log.checkpoint()
+assert log_environment  # the autouse fixture, imported to apply here
 
 
 def _another_logs(tmp_path: Path) -> str:
-    return _log(tmp_path / "other" / "agentgate.db", 3)
+    return signed_log(tmp_path / "other" / "agentgate.db", 3)
 
 
 def _signature_edited(tmp_path: Path) -> str:
-    note = _log(tmp_path / "third" / "agentgate.db", 3)
+    note = signed_log(tmp_path / "third" / "agentgate.db", 3)
     body, _, signature = note.partition("\n\n")
     return f"{body}\n\n{signature[:-10]}AAAAAAAAA=\n"
 
@@ -74,14 +61,6 @@ CASES = {
 }
 
 
-def _checkpoints(db: Path) -> int:
-    raw = sqlite3.connect(db)
-    try:
-        return int(raw.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone()[0])
-    finally:
-        raw.close()
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_verify_and_checkpoint_give_one_code_for_one_saved_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
@@ -91,12 +70,12 @@ def test_verify_and_checkpoint_give_one_code_for_one_saved_checkpoint(
     code from both (2 for a file that is no checkpoint of this log, 1 for a rollback), one error
     line on stderr for exit 2, nothing signed, FILE kept."""
     db = tmp_path / "agentgate.db"
-    _log(db, 3)
+    signed_log(db, 3)
     make, expected = CASES[case]
     saved = tmp_path / "cp.txt"
     note = make(tmp_path)
     saved.write_text(note, encoding="utf-8")
-    before = _checkpoints(db)
+    before = checkpoints(db)
 
     verified, _out, verify_err = cli(
         capsys, "audit", "verify", "--store", str(db), "--checkpoint", str(saved)
@@ -112,7 +91,7 @@ def test_verify_and_checkpoint_give_one_code_for_one_saved_checkpoint(
         assert err.rstrip("\n").endswith("refusing to replace it (move it away or name another file)"), err
         assert err.count("\n") == 1, err
     assert saved.read_text(encoding="utf-8") == note
-    assert _checkpoints(db) == before
+    assert checkpoints(db) == before
 
 
 def test_checkpoint_out_of_another_log_leaves_no_log_key(
