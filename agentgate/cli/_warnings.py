@@ -16,7 +16,7 @@ embedding program's root handler, which printed each warning a second time, bare
 changes in the logging configuration is made when the first command starts and undone when the
 last ends (``_WhileCommandsRun``): ``main`` leaves the logging of its caller as it found it.
 Only the ``agentgate`` command's own process (``run``) keeps libraries' records quiet until it
-exits (``quiet_libraries_for_good``).
+exits (``own_the_process``).
 
 This is written here rather than taken from a library: the standard library's ``logging`` has
 no way to take some records of a logger from propagation, and no library does this for a CLI.
@@ -141,7 +141,7 @@ class _QuietLibraries:
     Two lifetimes: ``make`` and ``undo`` while commands run (``_QUIETED``), the handlers taken off
     again when the last command ends, so that a program that calls ``main`` has its logging back
     as it was (until review R73 they stayed on for good); ``make_for_good`` for the ``agentgate``
-    command's own process (``quiet_libraries_for_good``), never taken off."""
+    command's own process (``own_the_process``), never taken off."""
 
     def __init__(self, *names: str) -> None:
         self._names = names
