@@ -22,12 +22,13 @@ from typing import Any
 
 import pytest
 from _cli import cli
-from test_audit_r73_out_refuses import VERBS, _environment, _store
+from _signed_log import log_environment
+from test_audit_r73_out_refuses import VERBS, _store
 
 import agentgate.cli.audit as audit_cli
 import agentgate.keys
 
-assert _environment  # the autouse fixture, imported to apply here
+assert log_environment  # the autouse fixture, imported to apply here
 
 _THEIRS = "what someone kept here\n"
 

@@ -18,15 +18,16 @@ from pathlib import Path
 
 import pytest
 from _cli import cli
+from _signed_log import checkpoints, log_environment
 from test_audit_r57_repairs import ORIGIN
-from test_audit_r73_out_refuses import _checkpoints, _environment, _store
+from test_audit_r73_out_refuses import _store
 
 from agentgate.audit.note import key_id
 from agentgate.keys import SigningKey, save_key
 from agentgate.store import SQLiteStore
 from agentgate.store.audit import open_log_key
 
-assert _environment  # the autouse fixture, imported to apply here
+assert log_environment  # the autouse fixture, imported to apply here
 
 
 def _other_key(tmp_path: Path) -> tuple[Path, Path, SigningKey]:
@@ -83,14 +84,14 @@ def test_signing_with_another_log_key_says_the_likely_cause(
     db, _note = _store(tmp_path)
     private, _public, other = _other_key(tmp_path)
     monkeypatch.setenv("AGENTGATE_LOG_KEY", str(private))
-    before = _checkpoints(db)
+    before = checkpoints(db)
     out_file = tmp_path / "out.txt"
     code, out, err = cli(capsys, "audit", *verb, "--store", str(db), "--out", str(out_file))
     assert (code, err) == (1, ""), (code, out, err)
     assert out.startswith("REFUSED: "), out
     monkeypatch.delenv("AGENTGATE_LOG_KEY")
     _says_likely_cause(out, *_ids(db, other))
-    assert _checkpoints(db) == before and not out_file.exists()
+    assert checkpoints(db) == before and not out_file.exists()
 
 
 def test_explain_with_another_public_key_says_the_likely_cause(
@@ -117,7 +118,7 @@ def test_an_empty_key_file_is_named_empty(
     empty.parent.mkdir(mode=0o700)
     empty.write_bytes(b"")
     empty.chmod(0o600)
-    before = _checkpoints(db)
+    before = checkpoints(db)
     if verb == "checkpoint":
         monkeypatch.setenv("AGENTGATE_LOG_KEY", str(empty))
         argv: tuple[str, ...] = ("checkpoint", "--store", str(db))
@@ -131,4 +132,4 @@ def test_an_empty_key_file_is_named_empty(
     assert (code, out) == (2, ""), (code, out, err)
     assert err.startswith(f"agentgate: error: {empty}: ") and err.count("\n") == 1, err
     assert " empty" in err, err
-    assert _checkpoints(db) == before
+    assert checkpoints(db) == before
