@@ -168,11 +168,15 @@ class _Approvals:
         }
 
     @staticmethod
-    def _quorum_rule(gate: PolicyApproval | None) -> QuorumRule | None:
-        """The quorum of the policy's approval gate now and the DIDs of the approvers it names."""
+    def _quorum_rule(gate: PolicyApproval | None, requester_did: str) -> QuorumRule | None:
+        """The quorum of the policy's approval gate now and the DIDs of the approvers it names,
+        less ``requester_did``: an approver name sharing the requester's key never signs for its
+        call (``_signer_refusal``), and until review R74's review that key was stored among the
+        request's counted approvers (``approval_counted``), which ``agentgate approval list``
+        shows without the policy."""
         if gate is None:
             return None
-        return QuorumRule(gate.quorum, frozenset(did for did in gate.approver_dids if did))
+        return QuorumRule(gate.quorum, frozenset(did for did in gate.approver_dids if did) - {requester_did})
 
     def _approval_invalid(
         self, approval: Approval, request: Mapping[str, Any], rule: QuorumRule, call_key: str | None = None
@@ -416,7 +420,9 @@ class _Approvals:
             )
         gates = self.index.approval_gates(request["resource"])
         voters = _may_sign(gates, {asked.requester, *above})
-        short = _no_quorum(gates, voters)
+        # Only of a request still waiting: a closed or used one says so below.
+        waiting = asked.state in ("pending", "approved")
+        short = _no_quorum(gates, voters, request["resource"]) if waiting else None
         if short is not None:
             return short
         signer = self._signer_refusal(approval.approver, asked.requester, voters)
@@ -941,11 +947,12 @@ def _least_quorum(gates: Sequence[PolicyApproval], default: int) -> int:
     return max(always, default=min((gate.quorum for gate in gates), default=default))
 
 
-def _no_quorum(gates: Sequence[PolicyApproval], voters: Collection[str] | None) -> str | None:
-    """Why no approval can count for a call on a resource that ``gates`` name, whose keys that may
-    sign are ``voters`` (``_may_sign``), or ``None``: fewer keys than the quorum of the gates
+def _no_quorum(gates: Sequence[PolicyApproval], voters: Collection[str] | None, resource: str) -> str | None:
+    """Why no approval can count for a call on ``resource``, which ``gates`` name, whose keys that
+    may sign are ``voters`` (``_may_sign``), or ``None``: fewer keys than the quorum of the gates
     that always apply, which the policy (``_combined_requirement``, ``_signable``) refuses the
-    call for when the run resumes, closing its request."""
+    call for when the run resumes, closing its request. The message names ``resource`` (until
+    review R74's review it said "every call on it")."""
     always = [gate for gate in gates if not gate.conditions]
     if voters is None or not always:
         return None
@@ -955,7 +962,7 @@ def _no_quorum(gates: Sequence[PolicyApproval], voters: Collection[str] | None) 
     names = " and ".join(gate.gate for gate in always)
     return (
         f"under this Gate's policy no approval can count: approval gate {names} "
-        f"{'applies' if len(always) == 1 else 'apply'} to every call on it, and the approvers of "
+        f"{'applies' if len(always) == 1 else 'apply'} to every call on {resource[:200]}, and the approvers of "
         f"{'it' if len(always) == 1 else 'all of them'} other than the requester and the holders above "
         f"it hold only {len(voters)} distinct key(s) for a quorum of {quorum} "
         f"({', '.join(_named(gates, voters)) or 'none'}); the call is refused when the run resumes, "

@@ -489,7 +489,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             return self._record_refusal(
                 refused, call_id, call_key=self._call_scope(identity, call_id, asked_in)
             )
-        rule = self._quorum_rule(verdict.approval)
+        rule = self._quorum_rule(verdict.approval, identity.did)
         call_key = self._scoped_call_key(identity, call_id, asked_in) if request is not None else None
         scope = None if call_key is None else call_key[0]
         # A vote towards a quorum above one is recorded before the decision (a transaction of its

@@ -261,7 +261,7 @@ class GatewayGate(Gate):
         # arguments): the caller retries the same body, with a fresh invocation, and the header.
         request = self._approval_request(identity, call, verdict, None)
         assert request is not None
-        rule = self._quorum_rule(verdict.approval)
+        rule = self._quorum_rule(verdict.approval, identity.did)
         # A vote towards a quorum above one is recorded in a transaction of its own, before the
         # allow's: revocation is read again in it (``_approval_complete``'s ``refusal``, as the
         # Gate asks its authority there), and a call revoked since the decision above records no
@@ -364,7 +364,7 @@ class GatewayGate(Gate):
             tokens,
             tx,
             verdict.quotas,
-            rule=self._quorum_rule(verdict.approval),
+            rule=self._quorum_rule(verdict.approval, identity.did),
             prompt_tokens=prompt_most,
         )
         if not recorded.allowed:
