@@ -372,7 +372,8 @@ class _Approvals:
         on the call (this Gate's policy, which the resumed run applies, not the list the payload
         shows; a key that a gate always applying to the call does not name is none: review R74),
         or the policy's gates leave fewer keys than their quorum (``_no_quorum``: no approval can
-        count, and the resumed run refuses the call; since review R74); or the store holds no request of the payload's id, holds it for another call, or
+        count, and the resumed run refuses the call; since review R74); or the store holds no
+        request of the payload's id, holds it for another call, or
         closed it (declined, void, superseded); or the request was used (single use), expired
         (the store's rule: it counts while ``expires_at > now``; the message says to invoke the
         run again without a resume value, with its config and context: until review R72's second
