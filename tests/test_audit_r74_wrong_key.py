@@ -6,7 +6,9 @@ R74 the other verbs that check a signature under the key they are given said onl
 "carries no signature by the log key ... any other key is a forgery": ``verify-proof --key`` with
 another key's ``log.pub``, and ``checkpoint``, ``prove`` and ``explain`` with another log key (or
 another ``--key``). Each still refuses (exit 1: a replaced checkpoint looks the same), and now
-adds the same ``likely cause:`` naming both key ids and ``--key, AGENTGATE_LOG_KEY``. A key file
+adds the same ``likely cause:`` naming both key ids and how that verb is given its key: ``--key``
+for ``verify-proof``, ``AGENTGATE_LOG_KEY`` for ``checkpoint`` and ``prove`` (neither takes the
+other; until the review of R74 every verb named both), both for the verbs that read. A key file
 that is no key (empty) is named as that, exit 2.
 
 Real SQLite stores, real key files, the command run in this process.
@@ -46,10 +48,12 @@ def _ids(db: Path, other: SigningKey) -> tuple[str, str]:
     return key_id(ORIGIN, ours).hex(), key_id(ORIGIN, other.public).hex()
 
 
-def _says_likely_cause(text: str, ours: str, theirs: str) -> None:
+def _says_likely_cause(text: str, ours: str, theirs: str, where: str) -> None:
+    """``text`` gives the likely cause naming both key ids and ``where``, the way the verb is given
+    its key, and no way it does not take (review R74: ``--key, AGENTGATE_LOG_KEY`` for all)."""
     cause = text[text.index("likely cause: ") :]
     assert f"(key id {theirs})" in cause and f"signed by one other key (key id {ours})" in cause, text
-    assert "--key, AGENTGATE_LOG_KEY" in cause, text
+    assert f"not this log's key ({where})" in cause, text
 
 
 def test_verify_proof_with_another_public_key_says_the_likely_cause(
@@ -57,7 +61,8 @@ def test_verify_proof_with_another_public_key_says_the_likely_cause(
 ) -> None:
     """Review R74: ``verify-proof --key`` with another key's public key said INVALID and "any
     other key is a forgery", no more. Rule: still INVALID, exit 1, and a second line ``likely
-    cause:`` naming both key ids, as ``audit verify`` words it."""
+    cause:`` naming both key ids, as ``audit verify`` words it, and ``--key``, the one way this
+    verb takes a key (not ``AGENTGATE_LOG_KEY``, which it does not read)."""
     db, _note = _store(tmp_path)
     bundle = tmp_path / "one.proof"
     code, _out, err = cli(capsys, "audit", "prove", "1", "--store", str(db), "--out", str(bundle))
@@ -68,7 +73,7 @@ def test_verify_proof_with_another_public_key_says_the_likely_cause(
     first, second = out.splitlines()
     assert first.startswith("INVALID: "), out
     assert second.startswith("likely cause: "), out
-    _says_likely_cause(second, *_ids(db, other))
+    _says_likely_cause(second, *_ids(db, other), "--key")
 
 
 @pytest.mark.parametrize("verb", [("checkpoint",), ("prove", "1")], ids=["checkpoint", "prove"])
@@ -80,7 +85,8 @@ def test_signing_with_another_log_key_says_the_likely_cause(
 ) -> None:
     """Review R74: ``checkpoint`` and ``prove`` with ``AGENTGATE_LOG_KEY`` naming another key were
     REFUSED for a stored checkpoint that "does not open", no more. Rule: still REFUSED, exit 1,
-    nothing signed or written, and the line says the likely cause, naming both key ids."""
+    nothing signed or written, and the line says the likely cause, naming both key ids and
+    ``AGENTGATE_LOG_KEY`` (these verbs take no ``--key``)."""
     db, _note = _store(tmp_path)
     private, _public, other = _other_key(tmp_path)
     monkeypatch.setenv("AGENTGATE_LOG_KEY", str(private))
@@ -90,7 +96,7 @@ def test_signing_with_another_log_key_says_the_likely_cause(
     assert (code, err) == (1, ""), (code, out, err)
     assert out.startswith("REFUSED: "), out
     monkeypatch.delenv("AGENTGATE_LOG_KEY")
-    _says_likely_cause(out, *_ids(db, other))
+    _says_likely_cause(out, *_ids(db, other), "AGENTGATE_LOG_KEY")
     assert checkpoints(db) == before and not out_file.exists()
 
 
@@ -103,7 +109,7 @@ def test_explain_with_another_public_key_says_the_likely_cause(
     _private, public, other = _other_key(tmp_path)
     code, out, err = cli(capsys, "audit", "explain", "1", "--store", str(db), "--key", str(public))
     assert code != 0, (code, out, err)
-    _says_likely_cause(out + err, *_ids(db, other))
+    _says_likely_cause(out + err, *_ids(db, other), "--key, AGENTGATE_LOG_KEY")
 
 
 @pytest.mark.parametrize("verb", ["verify", "verify-proof", "checkpoint"])

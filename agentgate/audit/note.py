@@ -209,19 +209,20 @@ def other_signer(note: str, name: str, public_key: PublicKey) -> str | None:
     return None if only == key_id(name, public_key).hex() else only
 
 
-def wrong_key_cause(found: str, given: str, signer: str) -> str:
+def wrong_key_cause(found: str, given: str, signer: str, where: str) -> str:
     """The ``likely cause:`` every audit verb gives, in the same words, when ``found`` (what did
     not verify: ``none of the 2 stored checkpoint(s) verifies``) under the key given (key id
     ``given``) is signed by one other key (key id ``signer``): a wrong key is the likelier story,
     though replacing every signature with one's own looks the same, so the verb still refuses or
     says TAMPERED or INVALID, and the reader tells the two apart (review R54 for ``audit verify``;
     review R74 for ``verify-proof``, ``checkpoint``, ``prove`` and the verbs that read the latest
-    stored checkpoint)."""
+    stored checkpoint). ``where`` is how that verb is given its key (``--key`` for
+    ``verify-proof``, ``AGENTGATE_LOG_KEY`` for the verbs that sign): a way it does not take would
+    send the reader to set what it never reads (until the review of R74 all named both)."""
     return (
         f"likely cause: {found} under the key given (key id {given}), and all are signed by one "
-        f"other key (key id {signer}): if the key given is not this log's key (--key, "
-        "AGENTGATE_LOG_KEY), run again with the right one; if it is, the signatures were replaced: "
-        "tampering"
+        f"other key (key id {signer}): if the key given is not this log's key ({where}), run again "
+        "with the right one; if it is, the signatures were replaced: tampering"
     )
 
 

@@ -639,7 +639,7 @@ def _wrong_key(report: VerifyReport, log: AuditLog) -> str | None:
         return None
     given = key_id(log.origin, log.public_key).hex()
     found = f"none of the {len(report.unopened_signers)} stored checkpoint(s) verifies"
-    return wrong_key_cause(found, given, report.unopened_signers[0][0])
+    return wrong_key_cause(found, given, report.unopened_signers[0][0], "--key, AGENTGATE_LOG_KEY")
 
 
 def _filtered(args: argparse.Namespace) -> bool:
@@ -1191,7 +1191,7 @@ def _bundle_signed_by_another(text: str, key: PublicKey) -> str | None:
     if signer is None:
         return None
     found = "the bundle's checkpoint does not verify"
-    return printable(wrong_key_cause(found, key_id(name, key).hex(), signer))
+    return printable(wrong_key_cause(found, key_id(name, key).hex(), signer, "--key"))
 
 
 def _refuse_malformed_bundle(path: str, text: str) -> None:

@@ -18,7 +18,7 @@ from agentgate.store._base import Row, Store, Transaction
 from agentgate.store.audit._stored import _note, _parsed, _whole
 
 if TYPE_CHECKING:
-    from agentgate.keys import PublicKey
+    from agentgate.keys import PublicKey, SigningKey
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class _Proofs:
     store: Store
     refs_indexed: bool
     origin: str
+    signer: SigningKey | None
 
     if TYPE_CHECKING:  # what this part calls of the log's other parts
 
@@ -223,9 +224,12 @@ class _Proofs:
             ) from None
 
     def _wrong_key_cause(self, signer: str) -> str:
-        """``wrong_key_cause`` for the latest stored checkpoint signed by ``signer`` alone."""
+        """``wrong_key_cause`` for the latest stored checkpoint signed by ``signer`` alone. A log
+        opened to sign was given its key by ``AGENTGATE_LOG_KEY`` (``checkpoint`` and ``prove``
+        take no ``--key``); one opened with a public key, by ``--key`` or that variable."""
         given = key_id(self.origin, self.public_key).hex()
-        return wrong_key_cause("the latest stored checkpoint does not verify", given, signer)
+        where = "AGENTGATE_LOG_KEY" if self.signer is not None else "--key, AGENTGATE_LOG_KEY"
+        return wrong_key_cause("the latest stored checkpoint does not verify", given, signer, where)
 
     def _prove_included(self, leaves: Mapping[int, bytes]) -> tuple[Checkpoint | None, tuple[int, ...]]:
         """Prove each ``index -> leaf hash`` in ``leaves`` included in the latest stored checkpoint.
