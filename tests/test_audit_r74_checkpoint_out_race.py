@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from _cli import cli
-from _signed_log import log_environment
+from _signed_log import checkpoints, log_environment
 from test_audit_r73_out_refuses import VERBS, _store
 
 import agentgate.cli.audit as audit_cli
@@ -128,3 +128,30 @@ def test_a_symbolic_link_put_in_place_of_the_earlier_output_is_kept(
     _changing_once_checked(monkeypatch, _linked_to_copy(out_file))
     _refused(capsys, db, out_file, *args)
     assert out_file.is_symlink()
+
+
+@pytest.mark.parametrize("change", ["put", "saved over", "linked"])
+def test_a_refused_write_says_the_checkpoint_is_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], change: str
+) -> None:
+    """Review R74: when FILE changed while the checkpoint was signed, the checkpoint is stored in
+    the log all the same (it is one of the log, signed; FILE alone is kept), and only a checkpoint
+    saved over the one compared with said so: a file put where there was none, or a symbolic link
+    put in place, left the reader to believe nothing was signed. Rule: each refusal's one line
+    says the new checkpoint is stored in the log, and it is."""
+    db, note = _store(tmp_path)
+    out_file = tmp_path / "cp.txt"
+    if change == "put":
+        _changing_as_written(monkeypatch, lambda: out_file.write_text(_THEIRS, encoding="utf-8"))
+    else:
+        out_file.write_text(note, encoding="utf-8")
+        if change == "saved over":
+            _changing_as_written(monkeypatch, lambda: out_file.write_text(_THEIRS, encoding="utf-8"))
+        else:
+            _changing_once_checked(monkeypatch, _linked_to_copy(out_file))
+    before = checkpoints(db)
+    code, out, err = cli(capsys, "audit", "checkpoint", "--store", str(db), "--out", str(out_file))
+    assert (code, out) == (2, ""), (code, out, err)
+    assert err.startswith(f"agentgate: error: {out_file}: cannot write: ") and err.count("\n") == 1, err
+    assert "the new checkpoint is stored in the log" in err, err
+    assert checkpoints(db) == before + 1

@@ -242,8 +242,8 @@ def _refuse_changed_checkpoint(path: str, compared: str) -> None:
     if not same:
         raise InputError(
             f"{path}: cannot write: it changed while the checkpoint was signed (it no longer holds "
-            "the checkpoint the log was compared with); it is kept, nothing written to it (the new "
-            "checkpoint is stored in the log; move the file away or name another one)"
+            "the checkpoint the log was compared with); it is kept, nothing written to it (move it "
+            "away or name another file)"
         )
 
 
@@ -1103,17 +1103,30 @@ def _checkpoint(args: argparse.Namespace) -> int:
             print(f"{shown_path(args.out)} is left as it was: it is the evidence")
         return 1
     if args.out:
-        compared = read[0]
-        _write_checked(
-            args.out,
-            note,
-            "checkpoint",
-            compared is not None,
-            lambda: _refuse_changed_checkpoint(args.out, compared or ""),
-        )
+        _write_checkpoint(args.out, note, read[0])
     sys.stdout.write(note)
     print(f"verifier key: {verifier_key(log.origin, public)}")
     return 0
+
+
+def _write_checkpoint(path: str, note: str, compared: str | None) -> None:
+    """Write ``note``, the checkpoint just signed and stored, to ``checkpoint --out``'s ``path``,
+    where ``compared`` (``None``: nothing, or an empty file) was found and compared with the log
+    (``_write_checked``). Raises ``InputError`` when ``path`` is not written; its line says the
+    checkpoint is stored in the log all the same, whatever kept ``path`` (a file put there, a
+    symbolic link, another checkpoint saved, a write that failed): it is a checkpoint of the log,
+    signed, and only the file is refused (until the review of R74 only a checkpoint saved over the
+    one compared with said so, and the reader of the others believed nothing was signed)."""
+    try:
+        _write_checked(
+            path,
+            note,
+            "checkpoint",
+            compared is not None,
+            lambda: _refuse_changed_checkpoint(path, compared or ""),
+        )
+    except InputError as exc:
+        raise InputError(f"{exc}; the new checkpoint is stored in the log") from None
 
 
 def _refuse_signing_unprotected(log: AuditLog) -> None:
