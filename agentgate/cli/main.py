@@ -88,9 +88,11 @@ class _Parser(argparse.ArgumentParser):
         """Refuse the command line: the usage, then one ``agentgate: error:`` line. A line that
         misses a required argument and holds a flag this parser does not know names that flag,
         with the one meant (``--isuer``: until review R74 the refusal said ``the following
-        arguments are required: --issuer, --to``, and never which flag was misspelt)."""
+        arguments are required: --issuer, --to``, and never which flag was misspelt). A command or
+        verb group's line that misses its verb says so, unless a flag in it is close to one of the
+        group's own (``--hepl``): ``audit --json`` names the verb missing, not ``--json``."""
         unknown = self._unknown_flags()
-        if unknown and message.startswith(_MISSING):
+        if unknown and message.startswith(_MISSING) and (self._hints(unknown) or not self._takes_a_verb()):
             message = self.unrecognized(unknown)
         self.print_usage(sys.stderr)
         sys.stderr.write(f"agentgate: error: {_one_line(message)}\n")  # it may quote an argument
@@ -99,21 +101,34 @@ class _Parser(argparse.ArgumentParser):
     def unrecognized(self, extras: Sequence[str]) -> str:
         """The refusal of arguments no parser took, each flag among them that is close to one of
         this parser's named with it: ``unrecognized arguments: --jsn (did you mean '--json'?)``."""
-        from agentgate._names import did_you_mean  # on the error path only
-
-        hints = [
-            hint
-            for extra in extras
-            if _looks_like_a_flag(extra)
-            and (hint := did_you_mean(extra.partition("=")[0], self._option_string_actions))
-        ]
+        hints = self._hints(extras)
         return f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")
 
+    def _hints(self, args: Sequence[str]) -> list[str]:
+        """``did you mean '--json'?`` for each flag of ``args`` close to one of this parser's (none
+        for ``--`` nor for what follows it, a positional)."""
+        from agentgate._names import did_you_mean  # on the error path only
+
+        return [
+            hint
+            for arg in _before_dashes(args)
+            if _looks_like_a_flag(arg)
+            and (hint := did_you_mean(arg.partition("=")[0], self._option_string_actions))
+        ]
+
     def _unknown_flags(self) -> list[str]:
-        """The arguments this parser was last given that look like flags it does not know (up to
-        ``--``, after which every argument is a positional)."""
-        given = self._given[: self._given.index("--")] if "--" in self._given else self._given
-        return [arg for arg in given if _looks_like_a_flag(arg) and not self._knows(arg)]
+        """The arguments this parser was last given that argparse read as flags it does not know:
+        none after ``--``, nor one with a space, which argparse reads as a value (``--purpose '-a
+        b'``) or a positional."""
+        return [
+            arg
+            for arg in _before_dashes(self._given)
+            if _looks_like_a_flag(arg) and " " not in arg and not self._knows(arg)
+        ]
+
+    def _takes_a_verb(self) -> bool:
+        """Whether this parser is a command or verb group's, whose line names a verb next."""
+        return any(isinstance(action, _Verbs) for action in self._actions)
 
     def _knows(self, arg: str) -> bool:
         """Whether ``arg`` is one of this parser's flags, alone, with ``=VALUE`` or (a short one)
@@ -174,6 +189,11 @@ _MISSING = ("the following arguments are required", "one of the arguments")
 
 _NUMBER = re.compile(r"-\d+(\.\d*)?|-\.\d+")
 """A negative number, which argparse reads as a value, not a flag."""
+
+
+def _before_dashes(args: Sequence[str]) -> Sequence[str]:
+    """``args`` up to ``--``, after which argparse reads every argument as a positional."""
+    return args[: list(args).index("--")] if "--" in args else args
 
 
 def _looks_like_a_flag(arg: str) -> bool:
