@@ -6,9 +6,11 @@ that names a verb's flag. Each test runs ``main`` on the real parser.
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
-from agentgate.cli.main import main
+from agentgate.cli.main import build_parser, main
 
 
 def _refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -53,3 +55,20 @@ def test_double_dash_and_what_follows_it_get_no_flag_hint(capsys: pytest.Capture
     line = _refusal(argv, capsys)
     assert line.startswith("agentgate: error: unrecognized arguments: "), line
     assert line.endswith("--purpos"), line
+
+
+def test_argparse_adds_no_second_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
+    """Review R74: Python 3.14 added argparse's own ``suggest_on_error`` (``invalid choice: 'grnat',
+    maybe you meant 'grant'? (choose from ...)``) and 3.15 turned it on by default, so a
+    refusal there would carry two hints, argparse's and ``; did you mean 'grant'?``. Rule: every
+    parser of the command line has argparse's off (the attribute its ``_check_value`` reads on
+    3.14 and later, set on older ones too), and a refusal says ``did you mean`` once."""
+    parsers = [build_parser()]
+    for parser in parsers:
+        assert getattr(parser, "suggest_on_error", None) is False, parser.prog
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+    assert len(parsers) > 10, parsers
+    line = _refusal(["grnat"], capsys)
+    assert "maybe you meant" not in line and line.count("did you mean") == 1, line

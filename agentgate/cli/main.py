@@ -77,6 +77,10 @@ class _Parser(argparse.ArgumentParser):
         # command line is of this class (``parser_class``), so every verb inherits it.
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        # argparse's own hint (Python 3.14, on by default from 3.15: ``maybe you meant 'grant'?``)
+        # would say it a second time beside ``_check_value``'s; an attribute, as argparse's
+        # documentation advises for code that runs on older Pythons too.
+        self.suggest_on_error = False
         self.register("action", "parsers", _Verbs)
         self._given: list[str] = []
         """The arguments this parser was last given (``parse_known_args``)."""
