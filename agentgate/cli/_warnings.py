@@ -34,14 +34,15 @@ from contextvars import ContextVar
 class _Command:
     """What a running command has left to say, and whether its log records are its warnings. Its
     warnings may be left by another thread of the process (``_THE_PROCESS``) while it says them:
-    ``lock`` keeps each said once."""
+    ``lock`` keeps each said once, and ``ended`` (it has said its last) none lost."""
 
-    __slots__ = ("lock", "says_log_records", "warnings")
+    __slots__ = ("ended", "lock", "says_log_records", "warnings")
 
     def __init__(self) -> None:
         self.warnings: list[str] = []
         self.says_log_records = False
         self.lock = threading.Lock()
+        self.ended = False
 
 
 class _Process:
@@ -79,29 +80,33 @@ def warn(text: str) -> None:
     the program's handlers (or Python's last-resort handler) get at once. Until review R73 it
     waited in a list that the next command emptied, and was never said."""
     command = _RUNNING.get()
-    if command is None:
+    if command is None or not _leave(command, text):
         logging.getLogger("agentgate.cli").warning("%s", text)
-        return
-    _leave(command, text)
 
 
-def _leave(command: _Command, text: str) -> None:
-    """Leave ``text`` as a warning of ``command``, unless it has it already."""
+def _leave(command: _Command, text: str) -> bool:
+    """Leave ``text`` as a warning of ``command``, unless it has it already; ``False`` where the
+    command has said its last (``said(last=True)``): a thread's record that arrives then goes on
+    as if no command ran. Until review R74 (r74-rev-cli) it went into the list no one said."""
     line = f"agentgate: warning: {text}\n"
     with command.lock:
+        if command.ended:
+            return False
         if line not in command.warnings:
             command.warnings.append(line)
+        return True
 
 
-def said() -> list[str]:
+def said(*, last: bool = False) -> list[str]:
     """The lines of the warnings the running command has left since it was last asked, forgotten
-    (so that each is said once); none outside a command."""
+    (so that each is said once); none outside a command. ``last``: the command takes no more."""
     command = _RUNNING.get()
     if command is None:
         return []
     with command.lock:
         lines = command.warnings[:]
         command.warnings.clear()
+        command.ended = command.ended or last
     return lines
 
 
@@ -196,7 +201,8 @@ class _SaidAsWarnings(logging.Handler):
         except Exception:  # a record whose arguments do not fit its message
             self.handleError(record)
             return True
-        _leave(command, text)
+        if not _leave(command, text):
+            self._hand_on(record)
         return True
 
     def emit(self, record: logging.LogRecord) -> None:

@@ -262,12 +262,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(argv)
         finally:
             restore()
-            _say_warnings()
+            _say_warnings(last=True)
 
 
-def _say_warnings() -> None:
-    """Say the warnings the command left (``_warnings.said``), each once."""
-    for line in _warnings.said():
+def _say_warnings(*, last: bool = False) -> None:
+    """Say the warnings the command left (``_warnings.said``), each once; ``last``: it leaves no
+    more (one a thread leaves later goes on as if no command ran)."""
+    for line in _warnings.said(last=last):
         _say(line)
 
 
