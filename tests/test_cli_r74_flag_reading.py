@@ -9,19 +9,9 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from test_cli_r74_did_you_mean import _refusal
 
-from agentgate.cli.main import build_parser, main
-
-
-def _refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """The last line on stderr of the command line ``argv``, refused with exit 2."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as ended:
-        main(argv)
-    lines = capsys.readouterr().err.splitlines()
-    assert ended.value.code == 2, lines
-    assert lines[0].startswith("usage: agentgate"), lines
-    return lines[-1]
+from agentgate.cli.main import build_parser
 
 
 def test_a_flags_value_with_a_space_is_no_unknown_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,14 +7,9 @@ child process on a real SQLite store, with a real thread.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from test_cli_r74_warnings_threads import _python, _store_without_its_trigger
 
 _LATE = """
 import logging, sys, threading
@@ -50,32 +45,12 @@ run()
 """
 
 
-def _python(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
-    environment.pop("AGENTGATE_LOG_PREVIOUS_KEYS", None)
-    environment.pop("AGENTGATE_STORE", None)
-    return subprocess.run(
-        [sys.executable, *argv],
-        cwd=cwd,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_a_warning_left_after_the_command_said_its_last_is_not_lost(tmp_path: Path) -> None:
     """Review R74: a thread that began to log a warning while the verb ran (taken as the
     command's) and left it after the command had said its warnings put it in the ended
     command's list, which no one said again: lost. Rule: the command says its warnings a last
     time and takes no more; a later one is printed as if no command ran, once."""
-    store = str(tmp_path / "agentgate.db")
-    for argv in (["store", "init"], ["grant", "revoke", "b" * 64]):
-        done = _python(tmp_path, "-m", "agentgate", *argv, "--store", store)
-        assert done.returncode == 0, done.stderr
-    with contextlib.closing(sqlite3.connect(store)) as db, db:
-        db.execute("DROP TRIGGER audit_log_no_update")
+    store = _store_without_its_trigger(tmp_path)
     done = _python(tmp_path, "-c", _LATE, "grant", "revoke", "a" * 64, "--store", store)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("lease keep lost") == 1, done.stderr
