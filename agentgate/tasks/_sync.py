@@ -298,11 +298,12 @@ class SyncScheduler:
         self._finalizer.atexit = False  # type: ignore[misc]  # a documented attribute the stubs miss
         self._closed = False
         # Held through ``close``: a second one (another thread) returns once the scheduler is
-        # closed, not while the first still drains. ``_shut``: closed to the end; until then a
-        # ``close`` interrupted (a Ctrl-C) is finished by the next one, which waits for the
-        # loop's close steps already begun (``_aclosing``, ``_executor_shut``) instead of
-        # starting them again.
-        self._close_lock = threading.Lock()
+        # closed, not while the first still drains; re-entrant: a signal handler closing the
+        # scheduler in the thread that closes it must not wait for itself. ``_shut``: closed to
+        # the end; until then a ``close`` interrupted (a Ctrl-C) is finished by the next one,
+        # which waits for the loop's close steps already begun (``_aclosing``,
+        # ``_executor_shut``) instead of starting them again.
+        self._close_lock = threading.RLock()
         self._shut = False
         self._aclosing: concurrent.futures.Future[None] | None = None
         self._executor_shut: concurrent.futures.Future[None] | None = None
@@ -842,10 +843,18 @@ class SyncScheduler:
         is closed). A second ``close`` (another thread's) returns once the first has closed the
         scheduler; after a ``close`` interrupted (a Ctrl-C), the next one finishes the job, a drain
         already begun on the loop going on unless it is called with ``drain=False`` (until review
-        R74 both returned at once, the loop thread left running).
+        R74 both returned at once, the loop thread left running). Two closes that cannot wait for
+        each other do not: one re-entered in the thread closing (a signal handler) closes the
+        scheduler itself, and one from a running tool's thread while another close is in progress
+        returns at once (that close may be draining this very call). From the scheduler's own
+        thread it raises ``SchedulingError``: the close waits for work of that thread.
         """
         timeout_s = _drain_timeout(timeout_s)
-        with self._close_lock:
+        if threading.get_ident() == self._thread_id:
+            raise SchedulingError("SyncScheduler.close must not be called from the scheduler's own thread")
+        if not self._close_lock.acquire(blocking=RUNNING.get() is None):
+            return  # a tool's thread: the close in progress may wait for this very call
+        try:
             if self._shut:
                 return
             self._closed = True
@@ -871,6 +880,8 @@ class SyncScheduler:
             self._thread.join()
             self._loop.close()
             self._shut = True
+        finally:
+            self._close_lock.release()
 
     def _drain_callers(self, drain: bool, timeout_s: float | None) -> None:
         """``close``'s part in direct mode: refuse new calls and retries, wait for the calls in
