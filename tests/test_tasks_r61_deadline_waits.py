@@ -183,13 +183,15 @@ async def test_a_shared_rate_token_due_before_the_deadline_is_not_jittered_past_
     wait plus up to 10% jitter, even past its deadline: a token due 3 s away, with a deadline
     3.25 s away, was taken after the deadline (the most jitter: 3.3 s) and spent, the call refused
     with ``DeadlineExceeded``. The sleep now ends halfway between the token and the deadline
-    (3.125 s) and the call runs: 125 ms from either, for a loaded machine."""
+    and the call runs. Here the token is due 10 s away and the deadline 10.9 s away (the most
+    jitter still sleeps past it: 10.99 s), so the sleep ends 450 ms from either: with 3 s and
+    3.25 s (125 ms), a full run on two busy cores once woke too late (review R74)."""
     store = SQLiteStore(tmp_path / "s.db")
-    config = SchedulerConfig(tools={"t": ToolLimits(rate=RateLimit(per_second=1 / 3, burst=1))})
+    config = SchedulerConfig(tools={"t": ToolLimits(rate=RateLimit(per_second=1 / 10, burst=1))})
     first = Scheduler(config, store=store)
     second = Scheduler(config, store=store, rng=_MostJitter())
-    assert await first.submit(ToolCall("t"), _ok) == "ok"  # the shared token: the next in 3 s
-    assert await second.submit(ToolCall("t", deadline=time.time() + 3.25), _ok) == "ok"
+    assert await first.submit(ToolCall("t"), _ok) == "ok"  # the shared token: the next in 10 s
+    assert await second.submit(ToolCall("t", deadline=time.time() + 10.9), _ok) == "ok"
     await first.aclose()
     await second.aclose()
     store.close()
