@@ -56,6 +56,19 @@ def _daemon(target: object) -> threading.Thread:
     return thread
 
 
+def _both_ended_and_closed(
+    scheduler: SyncScheduler, caller: threading.Thread, closer: threading.Thread, outcome: list[object]
+) -> None:
+    """The call ran to its end and the close returned, neither waiting for the other: the
+    scheduler's loop is closed."""
+    caller.join(WAIT_S)
+    closer.join(WAIT_S)
+    assert not caller.is_alive()
+    assert not closer.is_alive()
+    assert outcome == ["ran"]
+    assert scheduler._loop.is_closed()
+
+
 def test_a_close_from_a_running_tool_while_another_close_drains_does_not_deadlock() -> None:
     """Review R74: a tool that closes its own scheduler (``drain=False``), while another thread's
     ``close()`` drains waiting for that very call, returns instead of waiting for that close: with
@@ -78,13 +91,7 @@ def test_a_close_from_a_running_tool_while_another_close_drains_does_not_deadloc
     while not scheduler.scheduler._closed:
         threading.Event().wait(0.001)
     draining.set()
-    caller.join(WAIT_S)
-    closer.join(WAIT_S)
-
-    assert not caller.is_alive()
-    assert not closer.is_alive()
-    assert outcome == ["ran"]
-    assert scheduler._loop.is_closed()
+    _both_ended_and_closed(scheduler, caller, closer, outcome)
 
 
 class _CloseInWait(threading.Condition):
@@ -108,7 +115,7 @@ class _CloseInWait(threading.Condition):
 def test_a_close_reentered_in_the_closing_thread_does_not_deadlock() -> None:
     """Review R74: ``close()`` re-entered in the thread that is closing (a signal handler that
     closes the scheduler, landing while ``close()`` drains) returns at once, and the first close
-    then finishes: the close lock is not re-entrant, so the handler waited for ever for its own
+    then finishes: with a close lock that was not re-entrant, the handler waited for ever for its own
     thread (before R74 it returned at once)."""
     scheduler = SyncScheduler(CONFIG)
     running = threading.Event()
@@ -129,13 +136,7 @@ def test_a_close_reentered_in_the_closing_thread_does_not_deadlock() -> None:
     while idle.scheduler is not None:
         threading.Event().wait(0.001)
     release.set()
-    caller.join(WAIT_S)
-    closer.join(WAIT_S)
-
-    assert not caller.is_alive()
-    assert not closer.is_alive()
-    assert outcome == ["ran"]
-    assert scheduler._loop.is_closed()
+    _both_ended_and_closed(scheduler, caller, closer, outcome)
 
 
 def test_a_close_from_the_schedulers_own_thread_is_refused() -> None:

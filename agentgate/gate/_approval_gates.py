@@ -933,10 +933,14 @@ def _may_sign(gates: Sequence[PolicyApproval], left_out: Collection[str]) -> fro
     if not gates:
         return None
     may = set().union(*map(_keys_of, gates))
-    for gate in gates:
-        if not gate.conditions:
-            may &= _keys_of(gate)
+    for gate in _always(gates):
+        may &= _keys_of(gate)
     return frozenset(may.difference(left_out))
+
+
+def _always(gates: Sequence[PolicyApproval]) -> list[PolicyApproval]:
+    """The gates of ``gates`` without conditions: those that apply to every call on their resource."""
+    return [gate for gate in gates if not gate.conditions]
 
 
 def _least_quorum(gates: Sequence[PolicyApproval], default: int) -> int:
@@ -944,8 +948,8 @@ def _least_quorum(gates: Sequence[PolicyApproval], default: int) -> int:
     that always apply (the policy takes the largest quorum of the gates that apply), else the
     smallest of any gate; ``default`` (the request's, as the store last counted it) without
     gates."""
-    always = [gate.quorum for gate in gates if not gate.conditions]
-    return max(always, default=min((gate.quorum for gate in gates), default=default))
+    smallest = min((gate.quorum for gate in gates), default=default)
+    return max((gate.quorum for gate in _always(gates)), default=smallest)
 
 
 def _no_quorum(gates: Sequence[PolicyApproval], voters: Collection[str] | None, resource: str) -> str | None:
@@ -954,7 +958,7 @@ def _no_quorum(gates: Sequence[PolicyApproval], voters: Collection[str] | None, 
     that always apply, which the policy (``_combined_requirement``, ``_signable``) refuses the
     call for when the run resumes, closing its request. The message names ``resource`` (until
     review R74's review it said "every call on it")."""
-    always = [gate for gate in gates if not gate.conditions]
+    always = _always(gates)
     if voters is None or not always:
         return None
     quorum = _least_quorum(gates, 1)
