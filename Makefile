@@ -35,13 +35,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy agentgate benchmarks
 
-# The suite runs on every core, up to four (pytest-xdist): each worker starts its own PostgreSQL
-# server. On two cores it takes a little over half the time of one process. Bytecode is written
+# The suite runs on one worker more than the cores, four at most (pytest-xdist): a worker often
+# waits (a subprocess starting, a PostgreSQL round trip, a deadline), and on two cores a third
+# worker took a run from 1730 s to 1375 s, and the suite's files in memory (where there is
+# room: tests/conftest.py) to 1099 s. Each worker starts its own PostgreSQL server. Bytecode is written
 # even where the environment sets PYTHONDONTWRITEBYTECODE (this project's machines do): else
 # each worker rewrites and compiles every test module (about 15 s of its collection) and each of
 # the suite's `python -m agentgate` processes compiles agentgate again.
+WORKERS := $(shell n=$$(nproc 2>/dev/null || echo 1); if [ $$n -ge 4 ]; then echo 4; else echo $$((n + 1)); fi)
+
 pytest: $(STAMP) postgres-tools
-	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest -q -n auto --maxprocesses=4
+	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest -q -n $(WORKERS)
 
 test: lint typecheck pytest
 

@@ -84,6 +84,16 @@ class PostgresServer:
             conn.execute(f"CREATE DATABASE {name} STRATEGY = FILE_COPY")
         return self.url(name)
 
+    def drop_database(self, url: str) -> None:
+        """Drops a database ``create_database`` made, its sessions ended (``FORCE``); a server
+        already stopped has nothing to drop."""
+        name = url.split("@/", 1)[1].split("?", 1)[0]
+        try:
+            with psycopg.connect(self.url(), autocommit=True) as conn:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        except psycopg.OperationalError:
+            pass
+
     def destroy(self) -> None:
         self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
