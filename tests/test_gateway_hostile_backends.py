@@ -227,7 +227,9 @@ def _gateway(tmp_path: Path, backend: Hostile) -> Iterator[Env]:
     inventory = inventory_from_mapping(
         {"backends": [{"name": "hostile", "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
     )
-    timeouts = Timeouts(connect_s=1.0, first_token_s=0.8, idle_s=0.8, probe_s=0.5)
+    # 2 s to the first token: a clean-clone run on three workers over two cores once waited
+    # past 0.8 s for an answer the backend had written at once (the test then got a 503).
+    timeouts = Timeouts(connect_s=1.0, first_token_s=2.0, idle_s=0.8, probe_s=0.5)
     gateway = Gateway(gate, inventory, timeouts=timeouts)
     # A failed lone backend: shed at once, not after 2 s, and back in service for the next test.
     gateway.dispatcher.recovery_wait_s = 0.2

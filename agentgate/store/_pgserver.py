@@ -7,6 +7,7 @@ root, so under root the server runs as the ``postgres`` user.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -15,6 +16,8 @@ import uuid
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 
 def pg_binary(name: str) -> str | None:
@@ -87,12 +90,12 @@ class PostgresServer:
     def drop_database(self, url: str) -> None:
         """Drops a database ``create_database`` made, its sessions ended (``FORCE``); a server
         already stopped has nothing to drop."""
-        name = url.split("@/", 1)[1].split("?", 1)[0]
-        try:
-            with psycopg.connect(self.url(), autocommit=True) as conn:
-                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        except psycopg.OperationalError:
-            pass
+        name = str(conninfo_to_dict(url)["dbname"])
+        with (
+            contextlib.suppress(psycopg.OperationalError),
+            psycopg.connect(self.url(), autocommit=True) as conn,
+        ):
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
     def destroy(self) -> None:
         self.stop("immediate")
