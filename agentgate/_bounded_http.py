@@ -307,6 +307,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # the answer. The body is all here; what comes next is a next request's head (bounded).
         self.flow.resume_reading()
 
+    def shutdown(self) -> None:
+        # uvicorn keeps no connection alive past the answer of its newest request (``cycle``),
+        # which with requests pipelined is a queued one: the running answer ended with the
+        # connection kept alive, and uvicorn started the next request of a stopping server
+        # (review R76: decided, sent to a backend and answered during the shutdown grace). The
+        # running one's end closes the connection; nothing queued behind it is started.
+        running = self._running
+        if running is not None and not running.response_complete:
+            running.keep_alive = False
+        super().shutdown()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
         self._stop_unread_timer()

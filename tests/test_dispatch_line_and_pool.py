@@ -269,7 +269,9 @@ def test_stopping_with_requests_pipelined_behind_a_stream_decides_only_the_runni
         finally:
             sock.close()
         assert b'"code": "shutting_down"' in seen
-        assert seen.count(b"HTTP/1.1 ") == 1, seen.count(b"HTTP/1.1 ")
+        # The cut stream's end closes the connection: no answer follows it (until review R76 the
+        # JSON call queued behind was started, answered 503, and on a loaded machine decided).
+        assert seen.count(b"HTTP/1.1 ") == 0, seen.count(b"HTTP/1.1 ")
         env.gate.flush()
         kinds = [e.kind for e in env.gate.audit.entries()]
         assert kinds.count("outcome") == 1, kinds
