@@ -201,6 +201,9 @@ class _SaidAsWarnings(logging.Handler):
         except Exception:  # a record whose arguments do not fit its message
             self.handleError(record)
             return True
+        # The library's records name agentgate for a program's log; the command's line does
+        # (until review R76: "agentgate: warning: agentgate: audit entry 3: ...").
+        text = text.removeprefix("agentgate: ")
         if not _leave(command, text):
             self._hand_on(record)
         return True

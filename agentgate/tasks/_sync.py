@@ -868,7 +868,12 @@ class SyncScheduler:
                 aclosing = self._aclosing = asyncio.run_coroutine_threadsafe(
                     self.scheduler.aclose(drain=drain, timeout_s=timeout_s), self._loop
                 )
-            aclosing.result()
+            try:
+                aclosing.result()
+            except concurrent.futures.CancelledError:
+                if self._shut:  # a close re-entered here with drain=False cancelled this drain
+                    return  # and closed the scheduler (until review R76 this raised)
+                raise
             # On the scheduler's own loop thread: the caller's thread may be running an event loop
             # of its own (an async app's shutdown handler), where run_until_complete would refuse.
             if self._executor_shut is None:
