@@ -1160,11 +1160,20 @@ def _prove(args: argparse.Namespace) -> int:
             raise BeyondLogEnd(args.index, 0, "entry")
         try:
             _refuse_signing_unprotected(log)
+            stored = log.latest_checkpoint()
             bundle = log.prove(args.index)  # only a bundle that verifies: not an entry edited in the database
         except TamperDetected as exc:
             sys.stdout.write(refusal(f"{exc}; no proof written, run agentgate audit verify"))
             return 1
-    _write_own(args.out, bundle.text(), PROOF_HEADER + "\n", "proof bundle", earlier=earlier)
+        signed = log.latest_checkpoint() != stored
+    try:
+        _write_own(args.out, bundle.text(), PROOF_HEADER + "\n", "proof bundle", earlier=earlier)
+    except InputError as exc:
+        if not signed:
+            raise
+        # As ``checkpoint --out`` says it (until review R76 only ``checkpoint`` did): the bundle's
+        # checkpoint was signed for it and is one of the log, whatever kept FILE.
+        raise InputError(f"{exc}; the new checkpoint is stored in the log") from None
     say_written(
         f"wrote the proof of entry {args.index} ({len(bundle.proof)} hashes) to {shown_path(args.out)}"
     )
