@@ -201,8 +201,8 @@ class _SaidAsWarnings(logging.Handler):
         except Exception:  # a record whose arguments do not fit its message
             self.handleError(record)
             return True
-        # The library's records name agentgate for a program's log; the command's line does
-        # (until review R76: "agentgate: warning: agentgate: audit entry 3: ...").
+        # The library's records begin "agentgate: " to stand out in a program's log; the
+        # command's line begins so already (until review R76 "agentgate: warning: agentgate: ...").
         text = text.removeprefix("agentgate: ")
         if not _leave(command, text):
             self._hand_on(record)
