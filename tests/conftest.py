@@ -62,6 +62,9 @@ def default_sigint() -> Iterator[None]:
     signal.signal(signal.SIGINT, before)
 
 
+_SESSION_SERVER: list[PostgresServer] = []  # the session's PostgreSQL server, once started
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     # fsync off: the tests kill and restart servers as processes, never the machine, and a
@@ -69,19 +72,30 @@ def postgres_server() -> Iterator[PostgresServer]:
     server = PostgresServer(fsync=False)
     server.init()
     server.start()
+    _SESSION_SERVER.append(server)
     try:
         yield server
     finally:
+        _SESSION_SERVER.clear()
         server.destroy()
 
 
+@pytest.fixture(autouse=True)
+def _databases_dropped() -> Iterator[None]:
+    """Every database a test made on the session's PostgreSQL server (``postgres_url``, the
+    ``store`` fixture's, or ``postgres_server.create_database()`` itself) is dropped after it,
+    its fixtures closed: a worker makes hundreds, 7.5 MB each, and a cluster of ~400 took 25-45 s
+    to remove at the run's end."""
+    before = len(_SESSION_SERVER[0].made) if _SESSION_SERVER else 0
+    yield
+    for server in _SESSION_SERVER:  # started by this test, or before it
+        server.drop_made(before)
+
+
 @pytest.fixture
-def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
-    """A fresh, empty database on the session's PostgreSQL server, dropped after the test (a
-    worker makes hundreds, 7.5 MB each)."""
-    url = postgres_server.create_database()
-    yield url
-    postgres_server.drop_database(url)
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A fresh, empty database on the session's PostgreSQL server (dropped after the test)."""
+    return postgres_server.create_database()
 
 
 @pytest.fixture

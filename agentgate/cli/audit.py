@@ -1126,7 +1126,13 @@ def _write_checkpoint(path: str, note: str, compared: str | None) -> None:
             lambda: _refuse_changed_checkpoint(path, compared or ""),
         )
     except InputError as exc:
-        raise InputError(f"{exc}; the new checkpoint is stored in the log") from None
+        raise _stored_all_the_same(exc) from None
+
+
+def _stored_all_the_same(refused: InputError) -> InputError:
+    """``refused``, a write of ``--out`` refused after the verb signed and stored a checkpoint,
+    saying so: that checkpoint is one of the log whatever kept the file."""
+    return InputError(f"{refused}; the new checkpoint is stored in the log")
 
 
 def _refuse_signing_unprotected(log: AuditLog) -> None:
@@ -1171,9 +1177,7 @@ def _prove(args: argparse.Namespace) -> int:
     except InputError as exc:
         if not signed:
             raise
-        # As ``checkpoint --out`` says it (until review R76 only ``checkpoint`` did): the bundle's
-        # checkpoint was signed for it and is one of the log, whatever kept FILE.
-        raise InputError(f"{exc}; the new checkpoint is stored in the log") from None
+        raise _stored_all_the_same(exc) from None  # until review R76 only ``checkpoint`` said it
     say_written(
         f"wrote the proof of entry {args.index} ({len(bundle.proof)} hashes) to {shown_path(args.out)}"
     )

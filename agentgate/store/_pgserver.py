@@ -16,8 +16,6 @@ import uuid
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
 
 def pg_binary(name: str) -> str | None:
@@ -56,6 +54,8 @@ class PostgresServer:
             shutil.chown(self.socket_dir, "postgres")
             self.as_user = ["runuser", "-u", "postgres", "--"]
         self.user = "postgres" if self.as_user else os.environ.get("USER", "postgres")
+        self.made: list[str] = []
+        """The databases ``create_database`` made and ``drop_made`` has not dropped, oldest first."""
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*self.as_user, *args], check=check, capture_output=True, text=True)
@@ -85,17 +85,19 @@ class PostgresServer:
         name = "t_" + uuid.uuid4().hex[:12]
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name} STRATEGY = FILE_COPY")
+        self.made.append(name)
         return self.url(name)
 
-    def drop_database(self, url: str) -> None:
-        """Drops a database ``create_database`` made, its sessions ended (``FORCE``); a server
-        already stopped has nothing to drop."""
-        name = str(conninfo_to_dict(url)["dbname"])
+    def drop_made(self, since: int = 0) -> None:
+        """Drop the databases ``create_database`` made after the first ``since`` of ``made``,
+        their sessions ended (``FORCE``); a server already stopped has nothing to drop."""
+        names, self.made[since:] = self.made[since:], []
         with (
             contextlib.suppress(psycopg.OperationalError),
             psycopg.connect(self.url(), autocommit=True) as conn,
         ):
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            for name in names:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
     def destroy(self) -> None:
         self.stop("immediate")
