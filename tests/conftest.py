@@ -30,8 +30,8 @@ settings.load_profile("agentgate")
 
 # The suite's files go to a tmpfs when the machine has one with room, unless TMPDIR names a place:
 # on this project's machines a SQLite commit's fsync costs 1.4 ms on the disk and 0.08 ms there,
-# and CREATE DATABASE 83 ms against 34 ms (postgres_url drops each database after its test: a
-# worker's cluster of ~400 kept ones took 25-45 s to remove at the run's end). No test observes
+# and CREATE DATABASE 83 ms against 34 ms (each test's databases are dropped after it:
+# ``_databases_dropped``). No test observes
 # the disk: whether a commit survives a power cut is beyond what a test can cause. Set here, at
 # the suite's start, so that pytest's tmp_path, the PostgreSQL servers and every subprocess
 # (which inherit the environment, xdist's workers too) use it.
