@@ -52,14 +52,20 @@ class _Process:
     def __init__(self) -> None:
         self.owned = False
         self.command: _Command | None = None
+        self._lock = threading.Lock()
 
     @contextlib.contextmanager
     def running(self, command: _Command) -> Iterator[None]:
-        """``command`` is the process's while it runs, if the process is owned and runs no other."""
-        if not self.owned or self.command is not None:
+        """``command`` is the process's while it runs, if the process is owned and runs no other.
+        Two commands that start at once in two threads cannot both take it (until the review of
+        R77 each could see none running, and the first to end left the other's records none)."""
+        with self._lock:
+            took = self.owned and self.command is None
+            if took:
+                self.command = command
+        if not took:
             yield
             return
-        self.command = command
         try:
             yield
         finally:
