@@ -546,6 +546,7 @@ class SQLiteStore(Store):
         self._leave_inherited()
         if self.read_only:
             return self._connect_read_only()
+        conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(
                 self._absolute,
@@ -561,6 +562,8 @@ class SQLiteStore(Store):
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute(f"PRAGMA busy_timeout={round(self.busy_timeout_s * 1000)}")
         except sqlite3.Error as exc:
+            if conn is not None:  # opened, then refused (no database, locked): closed now, not
+                conn.close()  # when collected (until review R77, an open file until then)
             raise self.busy(exc) or StoreError(
                 f"cannot open the SQLite store {self.path}: {driver_error_line(exc)}{self._unwritable(exc)}"
             ) from exc
