@@ -41,6 +41,9 @@ def _interrupt_once_marked() -> Callable[..., Any]:
 
     def on_opcode(frame: FrameType, event: str, arg: object) -> Any:
         nonlocal fired
+        # From CPython 3.12 a frame's opcode events start only when asked for at a line event:
+        # asking at its call event alone (enough on 3.11) is ignored (review R77).
+        frame.f_trace_opcodes = True
         if event == "opcode" and not fired and RUNNING.get() is not None:
             fired = True
             raise KeyboardInterrupt
