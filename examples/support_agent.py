@@ -26,6 +26,7 @@ import _interrupt  # noqa: F401
 # isort: split
 
 import sqlite3
+from contextlib import closing
 from typing import Any
 
 from _common import (
@@ -112,7 +113,8 @@ def main() -> int:
     stopped = None
     clients = EndpointClients()  # this run's: closed as it ends
     try:
-        with sqlite3.connect(workdir / "checkpoints.sqlite", check_same_thread=False) as conn:
+        # closing(): sqlite3's own with block commits and leaves the connection open
+        with closing(sqlite3.connect(workdir / "checkpoints.sqlite", check_same_thread=False)) as conn:
             agent = create_gated_agent(
                 gate,
                 name="support-agent",

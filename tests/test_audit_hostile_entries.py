@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _raw_sqlite import opened
 from test_audit_cli import audit_cli_store
 
 from agentgate.audit.entry import MAX_DEPTH, AuditEntry, argument_digest, canonical_json, encode_entry
@@ -129,7 +130,7 @@ def _rollback(path: Path, backup: Path) -> None:
 
 def _copy(path: Path, backup: Path) -> None:
     source = sqlite3.connect(path)
-    with sqlite3.connect(backup) as copy:
+    with opened(backup) as copy:
         source.backup(copy)
     copy.close()
     source.close()

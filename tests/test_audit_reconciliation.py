@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _raw_sqlite import opened, query
 from nacl.signing import VerifyKey
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -845,14 +846,9 @@ def test_each_single_row_tampering_is_found_by_the_reader_and_the_command_line(
     signed_log: tuple[Path, int, str], tmp_path: Path, attack: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     original, size, _note = signed_log
-    assert (
-        json.loads(
-            sqlite3.connect(original).execute("SELECT entry FROM audit_log WHERE idx = 2").fetchone()[0]
-        )["status"]
-        == "ok"
-    )
+    assert json.loads(query(original, "SELECT entry FROM audit_log WHERE idx = 2")[0][0])["status"] == "ok"
     copy = tmp_path / "agentgate.db"
-    with sqlite3.connect(original) as source, sqlite3.connect(copy) as target:
+    with opened(original) as source, opened(copy) as target:
         source.backup(target)
     db = sqlite3.connect(copy)
     for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
@@ -876,7 +872,7 @@ def test_a_tail_cut_with_its_checkpoints_is_found_with_the_saved_checkpoint(
 ) -> None:
     original, size, note = signed_log
     copy = tmp_path / "agentgate.db"
-    with sqlite3.connect(original) as source, sqlite3.connect(copy) as target:
+    with opened(original) as source, opened(copy) as target:
         source.backup(target)
     db = sqlite3.connect(copy)
     for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():

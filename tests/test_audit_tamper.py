@@ -6,10 +6,10 @@ can), then edits, deletes, inserts or reorders rows. ``verify`` must report each
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 from test_audit_checkpoints import ALICE, _log
 from test_audit_checkpoints import KEY as LOG_KEY
 from test_audit_checkpoints import ORIGIN as LOG_ORIGIN
@@ -304,8 +304,8 @@ def test_database_restored_from_an_older_copy_is_caught(tmp_path: Path) -> None:
     store = SQLiteStore(path)
     log = _fill(store, 6)
     backup = tmp_path / "old.db"
-    with sqlite3.connect(backup) as copy:
-        sqlite3.connect(path).backup(copy)
+    with opened(backup) as copy, opened(path) as source:
+        source.backup(copy)
     for i in range(4):
         log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": i})
     saved = log.checkpoint()

@@ -37,11 +37,11 @@ signing with a compromised key): now it does, with a "Rotating keys" section for
 from __future__ import annotations
 
 import json
-import sqlite3
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 
 from agentgate.audit.note import key_id
 from agentgate.audit.proof import verify_bundle
@@ -294,7 +294,7 @@ def test_a_leaked_agent_key_is_cut_off_at_once_by_revoking_every_grant_it_holds(
             (403, "delegation_wider_than_policy")
         ]
         # docs/operations.md, Rotating keys: the grants the store records for the leaked DID
-        with sqlite3.connect(env / "ag.db") as db:
+        with opened(env / "ag.db") as db:
             query = "SELECT id FROM agentgate_grants WHERE audience = ?"
             ids = sorted(row[0] for row in db.execute(query, (KEYS["agent"].did,)))
         db.close()

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import base64
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 
 from agentgate.authority import Chain, delegate, issue, parse_chain
 from agentgate.authority._encoding import canonical_json
@@ -82,5 +82,5 @@ def test_grant_delegate_of_a_disconnected_chain_exits_1_and_records_nothing(
     out, err = capsys.readouterr()
     assert err.startswith("deny: authority_chain_opacity issuer_not_parent_audience [issuer]: ")
     assert (code, out) == (1, "") and not Path("child.tok").exists()
-    with sqlite3.connect(tmp_path / "store.db") as db:
+    with opened(tmp_path / "store.db") as db:
         assert db.execute("SELECT count(*) FROM agentgate_grants").fetchone() == (0,)

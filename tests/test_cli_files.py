@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa, x25519
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -83,7 +83,7 @@ def one_line_error(code: int, err: str) -> bool:
 def recorded_grants(store: Path) -> int:
     if not store.exists():
         return 0
-    with sqlite3.connect(store) as db:
+    with opened(store) as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if "agentgate_grants" not in tables:
             return 0
@@ -288,18 +288,18 @@ def test_out_naming_a_private_key_or_a_database_replaces_neither(keys: Path, tar
     Rule: an output never replaces a private key, a SQLite database or its write-ahead log."""
     code, _out, err = run(keys, *ISSUE, "--issuer", "root.key", "--to", "alice.pub")  # makes store.db
     assert code == 0, err
-    with sqlite3.connect(keys / "store.db") as db:  # a write-ahead log beside it, as a live store has
+    with opened(keys / "store.db") as db:  # open throughout: a write-ahead log beside it, as a live store has
         db.execute("PRAGMA journal_mode=WAL")
         (keys / "store.db-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
-    before = (keys / target).read_bytes()
-    code, _out, err = run(keys, *ISSUE, "--issuer", "root.key", "--to", "alice.pub", "--out", target)
-    kind = "a private key" if target.endswith(".key") else "a SQLite database"
-    assert one_line_error(code, err) and f"{kind} is there" in err, (code, err)
-    assert (keys / target).read_bytes() == before
-    assert recorded_grants(keys / "store.db") == 1  # the refused issue recorded nothing
-    code, _out, err = run(keys, "policy", "schema", "--output", target)
-    assert one_line_error(code, err) and f"{kind} is there" in err, (code, err)
-    assert (keys / target).read_bytes() == before
+        before = (keys / target).read_bytes()
+        code, _out, err = run(keys, *ISSUE, "--issuer", "root.key", "--to", "alice.pub", "--out", target)
+        kind = "a private key" if target.endswith(".key") else "a SQLite database"
+        assert one_line_error(code, err) and f"{kind} is there" in err, (code, err)
+        assert (keys / target).read_bytes() == before
+        assert recorded_grants(keys / "store.db") == 1  # the refused issue recorded nothing
+        code, _out, err = run(keys, "policy", "schema", "--output", target)
+        assert one_line_error(code, err) and f"{kind} is there" in err, (code, err)
+        assert (keys / target).read_bytes() == before
 
 
 def test_replace_file_renames_nothing_when_the_hook_fails(tmp_path: Path) -> None:

@@ -4,10 +4,10 @@ force (where a checkpoint would be signed) and an entry edited in the database a
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 from test_audit_proofs import edited
 from test_docs_r57_literal import _rewrite_entry_1_past_a_dropped_trigger, checkpointed
 
@@ -17,7 +17,7 @@ __all__ = ["checkpointed", "edited"]  # the fixtures, shared with the tests they
 
 
 def _checkpoints(db: Path) -> int:
-    with sqlite3.connect(db) as conn:
+    with opened(db) as conn:
         (count,) = conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone()
     conn.close()
     return int(count)

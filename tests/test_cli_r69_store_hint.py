@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from _cli import cli
+from _raw_sqlite import opened
 
 from agentgate.cli.main import build_parser, main
 
@@ -80,7 +80,7 @@ def _a_directory(path: Path) -> None:
 
 
 def _a_foreign_grants_table(path: Path) -> None:
-    with sqlite3.connect(path) as conn:
+    with opened(path) as conn:
         conn.execute("CREATE TABLE agentgate_grants (name TEXT)")
     conn.close()
 

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -73,7 +73,7 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _tamper(store: Path) -> None:
     """Edit every other entry of the audit log behind agentgate's back (its triggers dropped)."""
-    with sqlite3.connect(store) as db:
+    with opened(store) as db:
         for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
             db.execute(f'DROP TRIGGER "{name}"')
         db.execute("UPDATE audit_log SET entry = replace(entry, 'deny', 'allow') WHERE idx % 2 = 0")
@@ -223,7 +223,7 @@ def test_output_is_utf8_whatever_the_encoding_and_json_lines_are_the_logged_byte
         timeout=60,
     )
     assert latin.returncode == 0 and latin.stderr == b""
-    with sqlite3.connect(work / "s.db") as db:
+    with opened(work / "s.db") as db:
         leaves = [bytes(row[0]) for row in db.execute("SELECT leaf_hash FROM audit_log ORDER BY idx")]
     db.close()
     lines = latin.stdout.splitlines()
@@ -422,7 +422,7 @@ def test_an_argument_that_is_not_utf8_is_one_line_exit_2_and_changes_nothing(
     monkeypatch.chdir(work)
     assert main(argv) == 2
     _one_error_line(capsys.readouterr().err, "not UTF-8 text")
-    with sqlite3.connect(work / "s.db") as db:
+    with opened(work / "s.db") as db:
         tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         revoked = (
             db.execute("SELECT count(*) FROM agentgate_revocations").fetchone()[0]
@@ -440,7 +440,7 @@ def test_a_revocation_whose_reason_is_not_utf8_still_revokes(
     # recorded escaped and the grant is dead.
     monkeypatch.chdir(work)
     assert main(["grant", "revoke", "t.tok", "--reason", _NOT_UTF8]) == 0
-    with sqlite3.connect(work / "s.db") as db:
+    with opened(work / "s.db") as db:
         ((revoked, reason),) = db.execute("SELECT count(*), max(reason) FROM agentgate_revocations")
     db.close()
     assert revoked == 1 and "\\udcff" in reason, reason

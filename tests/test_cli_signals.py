@@ -50,7 +50,6 @@ import json
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -61,6 +60,7 @@ from typing import Any
 
 import httpx
 import pytest
+from _raw_sqlite import opened
 from test_gateway import _free_port, wait_until_serving
 from test_gateway_stall import MODEL
 from test_gateway_stall import POLICY as CHAT_POLICY
@@ -431,7 +431,7 @@ def test_sigterm_inside_store_prune_rolls_back_and_leaves_the_store_usable(
             gate.run(gate.authorize(agent, call, tokens=(10, 10)), lambda: "answered")
     finally:
         gate.close()
-    with sqlite3.connect(db) as conn:  # settled long ago, as far as prune can tell
+    with opened(db) as conn:  # settled long ago, as far as prune can tell
         conn.execute("UPDATE budget_reservations SET settled = '2000-01-01T00:00:00Z'")
     conn.close()
     process = subprocess.Popen(

@@ -78,7 +78,6 @@ import json
 import os
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -90,6 +89,7 @@ import pytest
 import test_langgraph_langchain_features2 as lc2
 import test_langgraph_time_travel as timetravel
 from _cli import cli as run
+from _raw_sqlite import opened
 from langchain_core.messages import AIMessage
 from langchain_core.tools import InjectedToolCallId
 from langgraph.prebuilt import InjectedState
@@ -224,7 +224,7 @@ def test_a_group_writable_directory_lets_a_reader_lock_the_owner_out(shared_dir:
     directory = shared_dir / "store"
     directory.mkdir()
     path = directory / "x.db"
-    with sqlite3.connect(path) as db:
+    with opened(path) as db:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("CREATE TABLE t (a)")
     db.close()
@@ -268,7 +268,7 @@ def test_the_copy_the_paragraph_describes_verifies_as_another_account(
 
 
 def _foreign_with_audit_log(path: Path) -> bytes:
-    with sqlite3.connect(path) as db:
+    with opened(path) as db:
         db.executescript(
             "CREATE TABLE audit_log (x); INSERT INTO audit_log VALUES (1); CREATE TABLE users (id);"
         )
@@ -300,7 +300,7 @@ def test_the_paragraph_says_what_a_foreign_audit_log_meets_today(
     assert code == 2 and "audit_log" in err and "not agentgate's" in err
     code, out, err = run(capsys, "approval", "list", "--store", str(path))
     assert code == 2 and out == "" and "audit_log" in err and "not agentgate's" in err
-    with sqlite3.connect(path) as db:
+    with opened(path) as db:
         assert db.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'approvals'").fetchone() == (0,)
     db.close()
     text = " ".join(section("operations.md", "**Who may read the SQLite file.**", "\n\n").split())

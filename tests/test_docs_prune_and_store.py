@@ -79,7 +79,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -89,6 +88,7 @@ from typing import Any
 
 import pytest
 from _cli import cli
+from _raw_sqlite import query
 from test_api_types_gate import World
 from test_audit_scale import KEY, ORIGIN, decision
 from test_authority_findings_documented import _documented_kinds
@@ -339,7 +339,7 @@ def test_the_tables_growth_and_pruning_names_exist(
         "agentgate_revocations",
     }
     assert cli(capsys, "store", "init", "--store", "ag.db")[0] == 0
-    present = {r[0] for r in sqlite3.connect(tmp_path / "ag.db").execute("SELECT name FROM sqlite_master")}
+    present = {r[0] for r in query(tmp_path / "ag.db", "SELECT name FROM sqlite_master")}
     assert named <= present
 
 

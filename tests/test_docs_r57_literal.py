@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sqlite3
 import typing
 from pathlib import Path
 
 import psycopg
 import pytest
+from _raw_sqlite import opened
 from pydantic import BaseModel
 
 from agentgate.cli.main import main
@@ -69,7 +69,7 @@ def checkpointed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _rewrite_entry_1_past_a_dropped_trigger(db: Path) -> None:
     """What someone with DDL rights does: drop the trigger that refuses an edit, rewrite an entry
     no checkpoint covers yet, with the leaf hash that matches it."""
-    with sqlite3.connect(db) as conn:
+    with opened(db) as conn:
         conn.execute("DROP TRIGGER audit_log_no_update")
         (entry,) = conn.execute("SELECT entry FROM audit_log WHERE idx = 1").fetchone()
         forged = bytes(entry).replace(b"second", b"SECOND")
@@ -79,7 +79,7 @@ def _rewrite_entry_1_past_a_dropped_trigger(db: Path) -> None:
 
 
 def _triggers(db: Path) -> set[str]:
-    with sqlite3.connect(db) as conn:
+    with opened(db) as conn:
         names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
     conn.close()
     return names
@@ -102,7 +102,7 @@ def test_checkpoint_refuses_a_log_whose_protection_trigger_is_missing_and_puts_n
     assert "agentgate audit verify" in out and "nothing was signed" in out
     assert _triggers(checkpointed) == triggers  # nothing put back: the evidence stays
     assert not saved.exists()
-    with sqlite3.connect(checkpointed) as conn:
+    with opened(checkpointed) as conn:
         assert conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone() == (1,)
     conn.close()
     assert main(["audit", "verify"]) == 1  # still TAMPERED, naming the trigger
@@ -113,7 +113,7 @@ def test_checkpoint_signs_again_once_store_init_put_the_trigger_back(
     checkpointed: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Review R57: the way out that the refusal names, store init as the owner, then checkpoint."""
-    with sqlite3.connect(checkpointed) as conn:
+    with opened(checkpointed) as conn:
         conn.execute("DROP TRIGGER audit_log_no_update")
     conn.close()
     assert main(["audit", "checkpoint"]) == 1
@@ -219,7 +219,7 @@ def test_prove_signs_no_checkpoint_over_a_log_whose_protection_trigger_is_missin
         out = capsys.readouterr().out
         assert "audit_log_no_update on table audit_log is missing" in out and "no proof written" in out
         assert not bundle.exists()
-    with sqlite3.connect(checkpointed) as conn:
+    with opened(checkpointed) as conn:
         assert conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone() == (1,)
     conn.close()
 
@@ -231,7 +231,7 @@ def test_prove_signs_a_checkpoint_when_the_log_grew_whichever_entry_it_proves(
     covers; it signs one whenever the log grew since the last (cli.md's prove row), as here."""
 
     def checkpoints() -> int:
-        with sqlite3.connect(checkpointed) as conn:
+        with opened(checkpointed) as conn:
             (count,) = conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone()
         conn.close()
         return int(count)
@@ -280,7 +280,7 @@ def test_grant_revoke_says_it_puts_back_a_missing_protection_trigger_and_revokes
 ) -> None:
     """Review R57: grant revoke put a dropped protection trigger back without a word, so the one
     trace of it (verify's TAMPERED line) was gone; the revocation goes through, and it says so."""
-    with sqlite3.connect(checkpointed) as conn:
+    with opened(checkpointed) as conn:
         conn.execute("DROP TRIGGER audit_log_no_update")
     conn.close()
     grant_id = "a" * 64

@@ -11,7 +11,6 @@ when; approving or denying it raises ``Revoked`` naming the grant.
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
@@ -287,7 +287,7 @@ CREATE TABLE agentgate_revocations (
 def test_a_request_of_a_store_made_before_grants_were_kept_behaves_as_before(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     now = time.time()
-    with sqlite3.connect(path) as old:
+    with opened(path) as old:
         old.executescript(OLD_SQLITE_TABLES)
         old.execute(
             "INSERT INTO approvals (id, call_hash, requester, state, quorum, created, expires_at) "

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _raw_sqlite import opened
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -340,7 +340,7 @@ def test_a_langgraph_run_resumed_after_a_crash_does_not_pay_twice(tmp_path: Path
     tool = StructuredTool.from_function(pay, name="pay", description="pay")
     with (
         _gate(path, keys) as gate,
-        sqlite3.connect(tmp_path / "checkpoints.sqlite", check_same_thread=False) as conn,
+        opened(tmp_path / "checkpoints.sqlite", check_same_thread=False) as conn,
     ):
         graph = scripted_payer(gate, tool, SqliteSaver(conn))
         # The restarted process resumes the thread: LangGraph runs the tool node again, with the

@@ -18,7 +18,6 @@ Real components: a Gate over a SQLite store, and a second connection to it."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _raw_sqlite import opened
 from test_gate_r59_vote_after_authority import REFUND, _policy  # the same quorum-2 refund policy
 
 from agentgate.authority import GrantRepository, issue, revoke
@@ -84,7 +84,7 @@ def asked(tmp_path: Path) -> Iterator[Asked]:
 
 def _as_asked_before_grant_rows(asked: Asked) -> None:
     """The request as an older release left it: no grant rows (``approval_grants``)."""
-    with sqlite3.connect(asked.path) as db:
+    with opened(asked.path) as db:
         db.execute("DELETE FROM approval_grants WHERE approval_id = ?", (asked.request["id"],))
 
 

@@ -11,9 +11,8 @@ same approval presented again allow the call once, with no vote or entry twice.
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
+from _raw_sqlite import opened
 from test_gate_run import Setup
 from test_gate_run import setup as setup  # the fixture
 
@@ -25,7 +24,7 @@ from agentgate.gate import Approval
 def _refuse(setup: Setup, kind: str) -> None:
     """Make the store refuse to append an audit entry of ``kind`` (a trigger, as a full disk or a
     lost connection would fail that statement)."""
-    with sqlite3.connect(setup.path / "agentgate.db") as conn:
+    with opened(setup.path / "agentgate.db") as conn:
         conn.execute(
             f"CREATE TRIGGER refuse_{kind} BEFORE INSERT ON audit_log "
             f"WHEN json_extract(CAST(NEW.entry AS TEXT), '$.kind') = '{kind}' "
@@ -35,7 +34,7 @@ def _refuse(setup: Setup, kind: str) -> None:
 
 
 def _allow_again(setup: Setup, kind: str) -> None:
-    with sqlite3.connect(setup.path / "agentgate.db") as conn:
+    with opened(setup.path / "agentgate.db") as conn:
         conn.execute(f"DROP TRIGGER refuse_{kind}")
     conn.close()
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import _thread
 import logging
-import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 from test_observability import Sweep
 from test_observability_r70_close_spans import CTRL_C_AT_CLOSE
 
@@ -36,7 +36,7 @@ def test_a_second_ctrl_c_as_close_logs_the_outcomes_lost_still_closes_the_store(
     closed it later. Now the store is closed whatever that step raises, and the second
     interruption leaves ``close`` (the first is its context)."""
     sweep = Sweep(tmp_path)
-    with sqlite3.connect(tmp_path / "agentgate.db") as db:
+    with opened(tmp_path / "agentgate.db") as db:
         db.executescript(CTRL_C_AT_CLOSE)
     for conn in list(sweep.gate.store._made):  # type: ignore[attr-defined]
         conn.create_function(

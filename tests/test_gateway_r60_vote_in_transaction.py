@@ -19,7 +19,6 @@ Real components: a GatewayGate over a SQLite store, and a second connection to i
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _raw_sqlite import opened
 
 from agentgate.authority import GrantRepository, revoke
 from agentgate.dispatch.gateway import GatewayDecision, GatewayGate, invocation_headers
@@ -136,7 +136,7 @@ def asked(tmp_path: Path) -> Iterator[Asked]:
 
 def _as_asked_before_grant_rows(asked: Asked) -> None:
     """The request as an older release left it: no grant rows (``approval_grants``)."""
-    with sqlite3.connect(asked.path) as db:
+    with opened(asked.path) as db:
         db.execute("DELETE FROM approval_grants WHERE approval_id = ?", (asked.request["request"]["id"],))
 
 

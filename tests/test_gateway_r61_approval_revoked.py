@@ -16,12 +16,12 @@ Real components: a GatewayGate over a SQLite store, and a second connection to i
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 from test_gateway_r60_vote_in_transaction import BODY, _policy, revoke_as_the_next_transaction_opens
 
 from agentgate.dispatch.gateway import GatewayDecision, GatewayGate, invocation_headers
@@ -55,7 +55,7 @@ class Caller:
 
     def requests(self) -> list[tuple[str, str]]:
         """Every approval request in the store: (state, approver)."""
-        with sqlite3.connect(self.path) as db:
+        with opened(self.path) as db:
             rows = db.execute(
                 "SELECT state, coalesce(approver, '') FROM approvals ORDER BY created"
             ).fetchall()

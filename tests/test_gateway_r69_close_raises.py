@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 from test_gateway_authority import chat_allowed
 
 from agentgate.dispatch import ChatChunk
 
 
 def _outcomes(path: Path) -> list[str]:
-    with sqlite3.connect(path) as db:
+    with opened(path) as db:
         rows = db.execute("SELECT CAST(entry AS TEXT) FROM audit_log").fetchall()
     return [row[0] for row in rows if '"kind":"outcome"' in row[0]]
 

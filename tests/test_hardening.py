@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
@@ -508,7 +509,7 @@ def test_revoke_on_a_damaged_sqlite_store_is_one_line_and_exit_2(
     store = SQLiteStore(db)
     revoke(GrantRepository(store), "ab" * 32)
     store.close()
-    with sqlite3.connect(db) as raw:
+    with opened(db) as raw:
         raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         root = raw.execute(
             "SELECT rootpage FROM sqlite_master WHERE name = 'agentgate_revocations'"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from typing import Annotated, Any
 
 import pytest
 import test_langgraph_time_travel as timetravel
+from _raw_sqlite import opened
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -493,7 +493,7 @@ def test_approval_is_single_use_and_bound_to_the_call(team: Team) -> None:
 def test_approval_resumes_after_a_restart_with_sqlite_saver(team: Team) -> None:
     db = team.path / "checkpoints.sqlite"
     config = {"configurable": {"thread_id": "restart"}}
-    with sqlite3.connect(db, check_same_thread=False) as conn:
+    with opened(db, check_same_thread=False) as conn:
         agent = _publisher(team.gate, SqliteSaver(conn), team)
         paused = agent.invoke(
             {"messages": [{"role": "user", "content": "go"}]}, config, context=team.supervisor
@@ -503,7 +503,7 @@ def test_approval_resumes_after_a_restart_with_sqlite_saver(team: Team) -> None:
 
     gate = team.reopen()  # a new process: new gate, new saver, same files
     approval = gate.approve(payload, team.keys["dana"])
-    with sqlite3.connect(db, check_same_thread=False) as conn:
+    with opened(db, check_same_thread=False) as conn:
         agent = _publisher(gate, SqliteSaver(conn), team)
         done = agent.invoke(Command(resume=approval), config, context=team.supervisor)
     conn.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from _raw_sqlite import opened
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -162,14 +162,14 @@ def test_a_resume_after_a_restart_leaves_no_request_waiting_for_votes(team: Team
     # (ref) to the second request's approval_required entry while naming the first request.
     db = team.path / "checkpoints.sqlite"
     config = {"configurable": {"thread_id": "restart"}}
-    with sqlite3.connect(db, check_same_thread=False) as conn:
+    with opened(db, check_same_thread=False) as conn:
         paused = _gated_publisher(team.gate, SqliteSaver(conn), team).invoke(
             {"messages": [{"role": "user", "content": "go"}]}, config, context=team.supervisor
         )
     conn.close()
     payload = paused["__interrupt__"][0].value
     gate = team.reopen()
-    with sqlite3.connect(db, check_same_thread=False) as conn:
+    with opened(db, check_same_thread=False) as conn:
         agent = _gated_publisher(gate, SqliteSaver(conn), team)
         agent.invoke(
             Command(resume=gate.approve(payload, team.keys["dana"])), config, context=team.supervisor

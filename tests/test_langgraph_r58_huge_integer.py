@@ -7,12 +7,12 @@ one, a call with no constraint on that argument was allowed and ran."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _raw_sqlite import opened
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -95,7 +95,7 @@ def _run(paying: _Paying, saver: str, mode: str, answer: AIMessage | None = None
     config: Any = {"configurable": {"thread_id": "t"}}
     asked = {"messages": [{"role": "user", "content": "refund O-1"}]}
     if mode == "sync":
-        with sqlite3.connect(paying.path / "checkpoints.sqlite", check_same_thread=False) as conn:
+        with opened(paying.path / "checkpoints.sqlite", check_same_thread=False) as conn:
             checkpointer = {"none": None, "memory": InMemorySaver(), "sqlite": SqliteSaver(conn)}[saver]
             result: dict[str, Any] = paying.agent(checkpointer, answer).invoke(
                 asked, config, context=paying.boss

@@ -11,12 +11,12 @@ parse, the model told which field."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _raw_sqlite import opened
 from langchain.agents.structured_output import ProviderStrategy, StructuredOutputValidationError, ToolStrategy
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -84,7 +84,7 @@ class _Structured(_Paying):
             )
 
         if mode == "sync":
-            with sqlite3.connect(self.path / "checkpoints.sqlite", check_same_thread=False) as conn:
+            with opened(self.path / "checkpoints.sqlite", check_same_thread=False) as conn:
                 checkpointer = {"memory": InMemorySaver(), "sqlite": SqliteSaver(conn)}[saver]
                 return agent(checkpointer).invoke(asked, config, context=self.boss)
 

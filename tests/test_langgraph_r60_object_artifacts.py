@@ -8,10 +8,10 @@ tests/test_langgraph_r60b_unkept_results.py.)"""
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from typing import Any
 
 import pytest
+from _raw_sqlite import opened
 from langchain.agents import AgentState
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, ToolMessage
@@ -77,7 +77,7 @@ def test_such_an_integer_in_a_tools_result_reaches_no_record_of_agentgate(paying
     agent.invoke({"messages": [{"role": "user", "content": "refund O-1"}]}, context=paying.boss)
     [allow, outcome] = paying.refusals()  # every entry of the tool
     assert (allow.kind, outcome.kind, outcome.status) == ("allow", "outcome", "error")
-    with sqlite3.connect(paying.path / "agentgate.db") as db:
+    with opened(paying.path / "agentgate.db") as db:
         tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for table in tables:
             for row in db.execute(f'SELECT * FROM "{table}"'):

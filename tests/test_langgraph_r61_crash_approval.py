@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _raw_sqlite import opened
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -105,7 +105,7 @@ def _killed(tmp_path: Path, *, idempotent: bool) -> Path:
     supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
     (tmp_path / "chain.txt").write_text(supervisor.chain.token)
     effects = _Effects(tmp_path)
-    with sqlite3.connect(tmp_path / "checkpoints.sqlite", check_same_thread=False) as conn:
+    with opened(tmp_path / "checkpoints.sqlite", check_same_thread=False) as conn:
         paused = _agent(gate, SqliteSaver(conn), effects.publish).invoke(
             GO, CONFIG, context=supervisor, durability="sync"
         )
@@ -154,7 +154,7 @@ def crashed_idempotent(killed_idempotent: Path, tmp_path: Path) -> Path:
 def _resume(d: Path, resume: Any) -> dict[str, Any]:
     gate, supervisor = _gate_and_agent_identity(d)
     try:
-        with sqlite3.connect(d / "checkpoints.sqlite", check_same_thread=False) as conn:
+        with opened(d / "checkpoints.sqlite", check_same_thread=False) as conn:
             return dict(
                 _agent(gate, SqliteSaver(conn), _Effects(d).publish).invoke(
                     resume, CONFIG, context=supervisor, durability="sync"
@@ -166,7 +166,7 @@ def _resume(d: Path, resume: Any) -> dict[str, Any]:
 
 
 def _store_rows(d: Path, sql: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(d / "agentgate.db") as conn:
+    with opened(d / "agentgate.db") as conn:
         return list(conn.execute(sql))
 
 

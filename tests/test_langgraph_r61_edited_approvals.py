@@ -4,13 +4,13 @@ langchain, real SQLite stores, ``InMemorySaver`` (``SqliteSaver`` across a resta
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+from _raw_sqlite import opened
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import InjectedToolArg, InjectedToolCallId, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -277,7 +277,7 @@ def test_an_approval_by_a_key_rotated_out_is_refused_after_a_restart(bank: Bank)
     policy): an approval signed with the old key is not one of this call's approvers', is said to
     be so, and dana's approval with the new key resumes the run, once."""
     config = _thread("rotated")
-    with sqlite3.connect(bank.path / "checkpoints.sqlite", check_same_thread=False) as conn:
+    with opened(bank.path / "checkpoints.sqlite", check_same_thread=False) as conn:
         paused = bank.graph(
             _turn(({"amount": 5, "to": "bob"}, "t-1")), checkpointer=SqliteSaver(conn)
         ).invoke(GO, config, context=bank.agent)
@@ -288,7 +288,7 @@ def test_an_approval_by_a_key_rotated_out_is_refused_after_a_restart(bank: Bank)
     policy = parse_policy(bank.policy_text(), source="bank.yaml")
     bank.gate = Gate(policy, SQLiteStore(bank.path / "agentgate.db"))
     try:
-        with sqlite3.connect(bank.path / "checkpoints.sqlite", check_same_thread=False) as conn:
+        with opened(bank.path / "checkpoints.sqlite", check_same_thread=False) as conn:
             graph = bank.graph(_turn(({"amount": 5, "to": "bob"}, "t-1")), checkpointer=SqliteSaver(conn))
             _refused_then_resumed(
                 bank,

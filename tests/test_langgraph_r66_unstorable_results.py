@@ -10,7 +10,6 @@ SQLite file), sync and async."""
 from __future__ import annotations
 
 import datetime
-import sqlite3
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _raw_sqlite import opened
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -69,7 +69,7 @@ def _saver(kind: str, path: Path) -> Iterator[Any]:
     if kind == "memory":
         yield InMemorySaver()
         return
-    with sqlite3.connect(path / "checkpoints.sqlite", check_same_thread=False) as conn:
+    with opened(path / "checkpoints.sqlite", check_same_thread=False) as conn:
         yield SqliteSaver(conn)
     conn.close()
 

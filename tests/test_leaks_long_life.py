@@ -56,6 +56,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from _raw_sqlite import query
 
 from agentgate.capabilities import Call
 from agentgate.dispatch import inventory_from_mapping
@@ -509,7 +510,7 @@ def test_the_wal_of_a_durable_store_stays_near_its_checkpoint_threshold(tmp_path
                 gate.run(auth, lambda: 1)
             gate.flush()
             sizes.append(wal.stat().st_size)
-        page = int(sqlite3.connect(db).execute("PRAGMA page_size").fetchone()[0])
+        page = int(query(db, "PRAGMA page_size")[0][0])
     finally:
         gate.close()
     # The threshold plus the transaction that crossed it (a few pages), whatever was written.

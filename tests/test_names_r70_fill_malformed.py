@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import io
 import json
-import sqlite3
 from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 
 from agentgate.cli.main import main
 from agentgate.store import open_store
@@ -35,7 +35,7 @@ def test_an_entry_whose_reasons_are_no_list_is_passed_over(tmp_path: Path, reaso
         "reasons": reasons,
         "time": "2026-12-01T00:00:00.000000Z",
     }
-    with sqlite3.connect(path) as conn:
+    with opened(path) as conn:
         conn.execute("DROP TABLE agentgate_agent_names")
         conn.execute(
             "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (0, ?, ?)",

@@ -6,11 +6,11 @@ review R70 the call's own span says it, as it does since R69, and the child is g
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from test_observability import Sweep
@@ -32,7 +32,7 @@ def sweep(tmp_path: Path) -> Iterator[Sweep]:
 
 
 def _refuse_outcomes(path: Path) -> None:
-    with sqlite3.connect(path / "agentgate.db") as db:
+    with opened(path / "agentgate.db") as db:
         db.executescript(REFUSE_OUTCOMES)
 
 

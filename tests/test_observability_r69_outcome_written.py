@@ -8,11 +8,11 @@ calls, async runs and the gateway's streamed calls."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from test_observability import Sweep
@@ -23,7 +23,7 @@ from agentgate.capabilities import Call
 
 
 def _outcomes(path: Path) -> list[str]:
-    with sqlite3.connect(path / "agentgate.db") as db:
+    with opened(path / "agentgate.db") as db:
         rows = db.execute("SELECT CAST(entry AS TEXT) FROM audit_log").fetchall()
     return [row[0] for row in rows if '"kind":"outcome"' in row[0]]
 
@@ -204,7 +204,7 @@ def test_an_outcome_retried_until_the_gate_closed_says_so_on_the_calls_span(tmp_
     failed as the gate closed') left the call's span saying ``agentgate.outcome=ok``, and no
     span said otherwise. The span now waits while the outcome is retried and ends lost."""
     sweep = Sweep(tmp_path)
-    with sqlite3.connect(tmp_path / "agentgate.db") as db:
+    with opened(tmp_path / "agentgate.db") as db:
         db.executescript(REFUSE_SETTLEMENTS)
     auth = sweep.gate.authorize(sweep.boss, Call.model("scripted", {}), tokens=(10, 10))
     assert auth.allowed and auth.reservations

@@ -7,11 +7,11 @@ still leaves ``close``."""
 from __future__ import annotations
 
 import _thread
-import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 from opentelemetry.trace import StatusCode
 from test_observability import Sweep
 
@@ -42,7 +42,7 @@ def test_ctrl_c_in_the_flush_at_close_still_ends_every_call_span(
     ``agentgate.outcome.lost=true``, its status naming the interruption; ``close`` still raises
     ``KeyboardInterrupt`` and the store is closed."""
     sweep = Sweep(tmp_path)
-    with sqlite3.connect(tmp_path / "agentgate.db") as db:
+    with opened(tmp_path / "agentgate.db") as db:
         db.executescript(CTRL_C_AT_CLOSE)
     for conn in list(sweep.gate.store._made):  # type: ignore[attr-defined]
         conn.create_function("on_main_thread", 0, _on_main_thread)

@@ -6,12 +6,12 @@ whatever another process or a host clock ahead prunes."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from _raw_sqlite import opened
 from test_store_approvals import AGENT, ALICE, BOB
 
 from agentgate.authority import issue, record, revoke
@@ -28,7 +28,7 @@ _HOLDER_READ = (
 
 
 def _plan(path: Path) -> str:
-    with sqlite3.connect(path) as conn:
+    with opened(path) as conn:
         return " | ".join(
             str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + _HOLDER_READ, ("did:key:zA",))
         )
@@ -69,7 +69,7 @@ def test_a_new_sqlite_store_seeks_a_holders_grants_by_index(tmp_path: Path) -> N
 
 def test_a_store_made_before_the_index_gets_it_when_opened_and_keeps_its_grants(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
-    with sqlite3.connect(path) as conn:  # the grants table as earlier versions made it
+    with opened(path) as conn:  # the grants table as earlier versions made it
         conn.executescript(
             "CREATE TABLE agentgate_grants (id TEXT PRIMARY KEY, parent TEXT, issuer TEXT NOT NULL, "
             "audience TEXT NOT NULL, expires INTEGER NOT NULL, recorded_at INTEGER NOT NULL, token TEXT NOT NULL);"

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -65,6 +64,7 @@ from pathlib import Path
 
 import pytest
 from _cli import cli
+from _raw_sqlite import opened
 
 from agentgate.cli._common import STORE_TABLES
 from agentgate.cli.main import main
@@ -139,7 +139,7 @@ def umask() -> Iterator[object]:
 
 
 def schema(path: Path) -> list[tuple[str, str]]:
-    with sqlite3.connect(path) as db:
+    with opened(path) as db:
         return sorted(db.execute("SELECT type, name FROM sqlite_master"))
 
 
@@ -187,7 +187,7 @@ def test_a_file_that_is_no_sqlite_database_is_one_line_and_left_as_it_was(
 ) -> None:
     good = tmp_path / "good.db"
     SQLiteStore(good).close()
-    with sqlite3.connect(good) as db:
+    with opened(good) as db:
         db.execute("PRAGMA journal_mode=DELETE")
         db.execute("CREATE TABLE filler (x)")
         db.executemany("INSERT INTO filler VALUES (?)", [("x" * 500,)] * 40)
@@ -225,7 +225,7 @@ def test_symbolic_links_as_the_store(tmp_path: Path, umask: object) -> None:
 
 
 def foreign_db(path: Path, tables: str) -> bytes:
-    with sqlite3.connect(path) as db:
+    with opened(path) as db:
         db.executescript(tables)
     db.close()
     return path.read_bytes()
@@ -246,7 +246,7 @@ def test_a_foreign_database_with_agentgates_table_names_is_refused_whole(
     with pytest.raises(StoreError, match=r"audit_log.*not agentgate's"):  # refused as it opens (R44)
         SQLiteStore(path)
     assert schema(path) == before
-    with sqlite3.connect(path) as db:  # the other application still owns its table
+    with opened(path) as db:  # the other application still owns its table
         db.execute("UPDATE audit_log SET x = 2")
         db.execute("DELETE FROM audit_log")
 
@@ -437,7 +437,7 @@ def test_processes_creating_one_new_store_at_once_all_succeed(tmp_path: Path) ->
     with ThreadPoolExecutor(4) as pool:
         runs = list(pool.map(init, range(4)))
     assert [(r.returncode, r.stderr) for r in runs] == [(0, "")] * 4
-    with sqlite3.connect(path) as db:
+    with opened(path) as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert set(STORE_TABLES) <= tables
     assert stat.S_IMODE(path.stat().st_mode) == 0o600

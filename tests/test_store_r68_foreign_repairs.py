@@ -3,11 +3,11 @@ after any other table of agentgate's (real SQLite files and the session's Postgr
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import psycopg
 import pytest
+from _raw_sqlite import opened
 
 from agentgate.errors import StoreError
 from agentgate.store import SQLiteStore
@@ -21,7 +21,7 @@ def test_a_foreign_audit_repairs_table_is_refused_at_open_on_sqlite(tmp_path: Pa
     store holding another application's table of that name opened (a foreign ``audit_log`` was
     refused at open since review R44), and only the audit log's creation noticed it later."""
     path = tmp_path / "other.db"
-    with sqlite3.connect(path) as db:
+    with opened(path) as db:
         db.executescript(FOREIGN)
     db.close()
     before = path.read_bytes()

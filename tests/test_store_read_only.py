@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from _raw_sqlite import query
 
 from agentgate.cli.main import main
 from agentgate.errors import InputError, StoreError
@@ -155,7 +156,7 @@ def test_a_store_opened_to_read_only_refuses_every_write(tmp_path: Path) -> None
         stand_in = "INSERT INTO agentgate_breakers (breaker_key, state, opened_at, version) VALUES ('k', 'open', 1, 1)"
         with pytest.raises(StoreError, match="open to read only"), store.transaction() as tx:
             tx.execute(stand_in)
-    assert sqlite3.connect(copy / "s.db").execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    assert query(copy / "s.db", "PRAGMA journal_mode") == [("delete",)]
     assert sorted(p.name for p in copy.iterdir()) == ["s.db"]
 
 

@@ -15,11 +15,11 @@ opening it) are summed up in docs/operations.md, "Upgrading".
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 
 from agentgate.audit.merkle import RootAccumulator, leaf_hash
 from agentgate.audit.note import Checkpoint, sign_checkpoint
@@ -159,7 +159,7 @@ def test_a_reservation_held_in_an_earlier_rowid_ledger_is_settled_once_and_spent
     table and work: what was spent stays spent, a reservation held at the upgrade (a call in
     flight when the earlier process stopped) is settled exactly once, and new ones are taken."""
     path = tmp_path / "agentgate.db"
-    with sqlite3.connect(path) as old:
+    with opened(path) as old:
         old.executescript(OLD_LEDGER)
         old.execute("INSERT INTO budget_ledger VALUES ('root', 100, 90, 7), ('tip', 10, 5, 2)")
         rows = [

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import opened
 
 from agentgate.errors import DeadlineExceeded, InputError, Overloaded, SchedulingError
 from agentgate.store import SQLiteStore
@@ -495,7 +496,6 @@ async def test_a_dead_letter_the_store_refuses_is_counted_and_the_caller_gets_th
     ``StoreError``, and the lost record was not counted.
     Rule: the caller gets the tool's own error whether or not its dead letter is stored; a
     dead letter the store refuses is counted (``dead_letter_not_stored``), not hidden."""
-    import sqlite3
 
     path = tmp_path / "s.db"
     store = SQLiteStore(path)
@@ -507,7 +507,7 @@ async def test_a_dead_letter_the_store_refuses_is_counted_and_the_caller_gets_th
     with pytest.raises(ConnectionRefusedError):
         await scheduler.submit(ToolCall("t"), down)
     assert scheduler.metrics.count("dead_letter_not_stored", "t") == 0  # stored
-    with sqlite3.connect(path) as other:  # another process drops the table: the next write fails
+    with opened(path) as other:  # another process drops the table: the next write fails
         other.execute("DROP TABLE agentgate_dead_letters")
     with pytest.raises(ConnectionRefusedError, match="upstream down"):
         await scheduler.submit(ToolCall("t"), down)
