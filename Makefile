@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# Another Python: `make test PYTHON=python3.13 VENV=.venv-3.13` (docs/operations.md, Python versions).
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
 PY := $(VENV)/bin/python
 # What each command needs installed: the demo, the package and its langgraph extra; the tests
 # and benchmarks, everything (the test extra holds the langgraph one, so it stands for both).

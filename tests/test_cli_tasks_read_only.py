@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from _raw_sqlite import query
 from test_store_read_only import _digests, _run, copied_as
 
 from agentgate.store import SQLiteStore, open_store
@@ -79,10 +80,7 @@ def test_tasks_unsettled_of_a_store_without_an_audit_log_lists_nothing_and_creat
     assert _run(["tasks", "unsettled", "--json", "--store", str(path)]) == 0
     assert json.loads(capsys.readouterr().out) == []
     assert _digests(path.parent) == before
-    tables = {
-        name
-        for (name,) in sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-    }
+    tables = {name for (name,) in query(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert not tables & {"audit_log", "agentgate_once"}
 
 
