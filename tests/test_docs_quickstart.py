@@ -220,7 +220,7 @@ def test_the_quickstart_says_what_make_clean_deletes_besides_build() -> None:
     makefile = (ROOT / "Makefile").read_text()
     recipe = re.search(r"^clean:\n\t(.*)$", makefile, flags=re.M)
     assert recipe is not None
-    venv = re.search(r"^VENV := (\S+)$", makefile, flags=re.M)
+    venv = re.search(r"^VENV \??:?= (\S+)$", makefile, flags=re.M)
     assert venv is not None
     deleted = set(recipe.group(1).replace("$(VENV)", venv.group(1)).split()) & {".venv", ".agentgate"}
     assert deleted == {".venv", ".agentgate"}
