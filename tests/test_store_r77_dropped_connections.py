@@ -7,8 +7,11 @@ themselves when collected."""
 from __future__ import annotations
 
 import gc
+import sqlite3
 import warnings
 from pathlib import Path
+
+import pytest
 
 from agentgate.authority import GrantRepository
 from agentgate.store import SQLiteStore
@@ -18,12 +21,8 @@ def test_a_connection_of_the_store_closes_itself_when_collected(tmp_path: Path) 
     store = SQLiteStore(tmp_path / "agentgate.db")
     conn = store.connect()
     conn.__del__()  # what collecting it runs
-    try:
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
         conn.execute("SELECT 1")
-    except Exception as exc:  # sqlite3.ProgrammingError: closed
-        assert "closed" in str(exc)
-    else:
-        raise AssertionError("the connection is still open after its finalizer ran")
     store.close()
 
 
