@@ -11,7 +11,6 @@ one line, as the PostgreSQL store's do (until review R62 a message of several li
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import sqlite3
@@ -82,8 +81,12 @@ class _Connection(sqlite3.Connection):
         # Gate, store or repository dropped without ``close()`` lets go of its connections by
         # design (docs/operations.md, Python versions), and the program that dropped it could not
         # silence the warning (review R77, the suite on 3.13).
-        with contextlib.suppress(sqlite3.Error):
+        # No module global here (``contextlib``, ``sqlite3``): at interpreter exit they may be
+        # gone before the last connections are collected.
+        try:  # noqa: SIM105 (contextlib.suppress is a module global)
             self.close()
+        except Exception:
+            pass
 
 
 class _SQLiteTransaction(Transaction):
