@@ -132,7 +132,6 @@ def _copy(path: Path, backup: Path) -> None:
     source = sqlite3.connect(path)
     with opened(backup) as copy:
         source.backup(copy)
-    copy.close()
     source.close()
 
 

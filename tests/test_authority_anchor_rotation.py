@@ -297,7 +297,6 @@ def test_a_leaked_agent_key_is_cut_off_at_once_by_revoking_every_grant_it_holds(
         with opened(env / "ag.db") as db:
             query = "SELECT id FROM agentgate_grants WHERE audience = ?"
             ids = sorted(row[0] for row in db.execute(query, (KEYS["agent"].did,)))
-        db.close()
         assert ids == sorted([one.grant_id, two.grant_id])
         for grant_id in ids:  # another process, as an operator would
             assert main(["grant", "revoke", grant_id, "--reason", "key leaked", "--by", "ops"]) == 0

@@ -19,7 +19,6 @@ __all__ = ["checkpointed", "edited"]  # the fixtures, shared with the tests they
 def _checkpoints(db: Path) -> int:
     with opened(db) as conn:
         (count,) = conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone()
-    conn.close()
     return int(count)
 
 

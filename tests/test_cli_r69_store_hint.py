@@ -82,7 +82,6 @@ def _a_directory(path: Path) -> None:
 def _a_foreign_grants_table(path: Path) -> None:
     with opened(path) as conn:
         conn.execute("CREATE TABLE agentgate_grants (name TEXT)")
-    conn.close()
 
 
 def _an_empty_file(path: Path) -> None:

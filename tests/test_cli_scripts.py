@@ -77,7 +77,6 @@ def _tamper(store: Path) -> None:
         for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
             db.execute(f'DROP TRIGGER "{name}"')
         db.execute("UPDATE audit_log SET entry = replace(entry, 'deny', 'allow') WHERE idx % 2 = 0")
-    db.close()
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -225,7 +224,6 @@ def test_output_is_utf8_whatever_the_encoding_and_json_lines_are_the_logged_byte
     assert latin.returncode == 0 and latin.stderr == b""
     with opened(work / "s.db") as db:
         leaves = [bytes(row[0]) for row in db.execute("SELECT leaf_hash FROM audit_log ORDER BY idx")]
-    db.close()
     lines = latin.stdout.splitlines()
     assert [hashlib.sha256(b"\x00" + line).digest() for line in lines] == leaves
 
@@ -429,7 +427,6 @@ def test_an_argument_that_is_not_utf8_is_one_line_exit_2_and_changes_nothing(
             if ("agentgate_revocations" in tables)
             else 0
         )
-    db.close()
     assert revoked == 0
 
 
@@ -442,5 +439,4 @@ def test_a_revocation_whose_reason_is_not_utf8_still_revokes(
     assert main(["grant", "revoke", "t.tok", "--reason", _NOT_UTF8]) == 0
     with opened(work / "s.db") as db:
         ((revoked, reason),) = db.execute("SELECT count(*), max(reason) FROM agentgate_revocations")
-    db.close()
     assert revoked == 1 and "\\udcff" in reason, reason

@@ -433,7 +433,6 @@ def test_sigterm_inside_store_prune_rolls_back_and_leaves_the_store_usable(
         gate.close()
     with opened(db) as conn:  # settled long ago, as far as prune can tell
         conn.execute("UPDATE budget_reservations SET settled = '2000-01-01T00:00:00Z'")
-    conn.close()
     process = subprocess.Popen(
         [sys.executable, "-c", PRUNING, str(db)],
         stdout=subprocess.PIPE,

@@ -227,7 +227,6 @@ def test_a_group_writable_directory_lets_a_reader_lock_the_owner_out(shared_dir:
     with opened(path) as db:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("CREATE TABLE t (a)")
-    db.close()
     os.chown(path, owner, AUDITORS)
     path.chmod(0o640)
     os.chown(directory, owner, AUDITORS)
@@ -272,7 +271,6 @@ def _foreign_with_audit_log(path: Path) -> bytes:
         db.executescript(
             "CREATE TABLE audit_log (x); INSERT INTO audit_log VALUES (1); CREATE TABLE users (id);"
         )
-    db.close()
     return path.read_bytes()
 
 
@@ -302,7 +300,6 @@ def test_the_paragraph_says_what_a_foreign_audit_log_meets_today(
     assert code == 2 and out == "" and "audit_log" in err and "not agentgate's" in err
     with opened(path) as db:
         assert db.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'approvals'").fetchone() == (0,)
-    db.close()
     text = " ".join(section("operations.md", "**Who may read the SQLite file.**", "\n\n").split())
     assert "`store init` refuses" in text and "refuses, through a read-only connection, both" in text
 

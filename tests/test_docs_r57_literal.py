@@ -75,13 +75,11 @@ def _rewrite_entry_1_past_a_dropped_trigger(db: Path) -> None:
         forged = bytes(entry).replace(b"second", b"SECOND")
         digest = hashlib.sha256(b"\x00" + forged).digest()
         conn.execute("UPDATE audit_log SET entry = ?, leaf_hash = ? WHERE idx = 1", (forged, digest))
-    conn.close()
 
 
 def _triggers(db: Path) -> set[str]:
     with opened(db) as conn:
         names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-    conn.close()
     return names
 
 
@@ -104,7 +102,6 @@ def test_checkpoint_refuses_a_log_whose_protection_trigger_is_missing_and_puts_n
     assert not saved.exists()
     with opened(checkpointed) as conn:
         assert conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone() == (1,)
-    conn.close()
     assert main(["audit", "verify"]) == 1  # still TAMPERED, naming the trigger
     assert "audit_log_no_update on table audit_log is missing" in capsys.readouterr().out
 
@@ -115,7 +112,6 @@ def test_checkpoint_signs_again_once_store_init_put_the_trigger_back(
     """Review R57: the way out that the refusal names, store init as the owner, then checkpoint."""
     with opened(checkpointed) as conn:
         conn.execute("DROP TRIGGER audit_log_no_update")
-    conn.close()
     assert main(["audit", "checkpoint"]) == 1
     assert main(["store", "init"]) == 0
     capsys.readouterr()
@@ -221,7 +217,6 @@ def test_prove_signs_no_checkpoint_over_a_log_whose_protection_trigger_is_missin
         assert not bundle.exists()
     with opened(checkpointed) as conn:
         assert conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone() == (1,)
-    conn.close()
 
 
 def test_prove_signs_a_checkpoint_when_the_log_grew_whichever_entry_it_proves(
@@ -233,7 +228,6 @@ def test_prove_signs_a_checkpoint_when_the_log_grew_whichever_entry_it_proves(
     def checkpoints() -> int:
         with opened(checkpointed) as conn:
             (count,) = conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone()
-        conn.close()
         return int(count)
 
     bundle = checkpointed.parent / "p"
@@ -282,7 +276,6 @@ def test_grant_revoke_says_it_puts_back_a_missing_protection_trigger_and_revokes
     trace of it (verify's TAMPERED line) was gone; the revocation goes through, and it says so."""
     with opened(checkpointed) as conn:
         conn.execute("DROP TRIGGER audit_log_no_update")
-    conn.close()
     grant_id = "a" * 64
     assert main(["grant", "revoke", grant_id, "--reason", "leaked"]) == 0
     done = capsys.readouterr()

@@ -295,7 +295,6 @@ def test_a_request_of_a_store_made_before_grants_were_kept_behaves_as_before(tmp
             (now, now + 300),
         )
         old.execute("INSERT INTO agentgate_revocations VALUES ('g-any', 1, '')")
-    old.close()
     store = SQLiteStore(path)
     try:
         approvals = ApprovalStore(store)

@@ -348,7 +348,6 @@ def test_a_langgraph_run_resumed_after_a_crash_does_not_pay_twice(tmp_path: Path
         result = graph.invoke(None, {"configurable": {"thread_id": "t-1"}}, context=agent)
         (message,) = [m for m in result["messages"] if isinstance(m, ToolMessage)]
         assert message.status == "error" and "outcome was never recorded" in str(message.content)
-    conn.close()
     assert paid_again == [] and (tmp_path / "paid").read_text() == "40"
 
 

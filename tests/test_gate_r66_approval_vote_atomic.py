@@ -30,13 +30,11 @@ def _refuse(setup: Setup, kind: str) -> None:
             f"WHEN json_extract(CAST(NEW.entry AS TEXT), '$.kind') = '{kind}' "
             "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
         )
-    conn.close()
 
 
 def _allow_again(setup: Setup, kind: str) -> None:
     with opened(setup.path / "agentgate.db") as conn:
         conn.execute(f"DROP TRIGGER refuse_{kind}")
-    conn.close()
 
 
 def _votes(setup: Setup, request: str) -> list[str]:

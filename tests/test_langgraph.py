@@ -499,14 +499,12 @@ def test_approval_resumes_after_a_restart_with_sqlite_saver(team: Team) -> None:
             {"messages": [{"role": "user", "content": "go"}]}, config, context=team.supervisor
         )
         payload = paused["__interrupt__"][0].value
-    conn.close()
 
     gate = team.reopen()  # a new process: new gate, new saver, same files
     approval = gate.approve(payload, team.keys["dana"])
     with opened(db, check_same_thread=False) as conn:
         agent = _publisher(gate, SqliteSaver(conn), team)
         done = agent.invoke(Command(resume=approval), config, context=team.supervisor)
-    conn.close()
     assert "__interrupt__" not in done
     assert team.ran == ["publish:reports/final"]
     assert gate.verify().first_bad_index is None

@@ -166,7 +166,6 @@ def test_a_resume_after_a_restart_leaves_no_request_waiting_for_votes(team: Team
         paused = _gated_publisher(team.gate, SqliteSaver(conn), team).invoke(
             {"messages": [{"role": "user", "content": "go"}]}, config, context=team.supervisor
         )
-    conn.close()
     payload = paused["__interrupt__"][0].value
     gate = team.reopen()
     with opened(db, check_same_thread=False) as conn:
@@ -174,7 +173,6 @@ def test_a_resume_after_a_restart_leaves_no_request_waiting_for_votes(team: Team
         agent.invoke(
             Command(resume=gate.approve(payload, team.keys["dana"])), config, context=team.supervisor
         )
-    conn.close()
     assert team.ran == ["publish:reports/final"]
     assert gate.approvals.open_records() == []
     asked = [e.index for e in _entries(gate) if e.kind == "approval_required"]

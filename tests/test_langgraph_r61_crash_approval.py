@@ -109,7 +109,6 @@ def _killed(tmp_path: Path, *, idempotent: bool) -> Path:
         paused = _agent(gate, SqliteSaver(conn), effects.publish).invoke(
             GO, CONFIG, context=supervisor, durability="sync"
         )
-    conn.close()
     approval = gate.approve(paused["__interrupt__"][0].value, keys["dana"])
     (tmp_path / "approval.json").write_text(json.dumps(approval))
     gate.close()

@@ -281,7 +281,6 @@ def test_an_approval_by_a_key_rotated_out_is_refused_after_a_restart(bank: Bank)
         paused = bank.graph(
             _turn(({"amount": 5, "to": "bob"}, "t-1")), checkpointer=SqliteSaver(conn)
         ).invoke(GO, config, context=bank.agent)
-    conn.close()
     old = bank.sign(paused["__interrupt__"][0].value)
     bank.gate.close()
     bank.keys["dana"] = SigningKey.generate()

@@ -71,7 +71,6 @@ def _saver(kind: str, path: Path) -> Iterator[Any]:
         return
     with opened(path / "checkpoints.sqlite", check_same_thread=False) as conn:
         yield SqliteSaver(conn)
-    conn.close()
 
 
 @asynccontextmanager

@@ -41,7 +41,6 @@ def test_an_entry_whose_reasons_are_no_list_is_passed_over(tmp_path: Path, reaso
             "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (0, ?, ?)",
             (json.dumps(entry, sort_keys=True, separators=(",", ":")).encode(), b"\0" * 32),
         )
-    conn.close()
     assert _init(path) == 0
     store = open_store(str(path))
     try:

@@ -227,7 +227,6 @@ def test_symbolic_links_as_the_store(tmp_path: Path, umask: object) -> None:
 def foreign_db(path: Path, tables: str) -> bytes:
     with opened(path) as db:
         db.executescript(tables)
-    db.close()
     return path.read_bytes()
 
 

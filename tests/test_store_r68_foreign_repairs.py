@@ -23,7 +23,6 @@ def test_a_foreign_audit_repairs_table_is_refused_at_open_on_sqlite(tmp_path: Pa
     path = tmp_path / "other.db"
     with opened(path) as db:
         db.executescript(FOREIGN)
-    db.close()
     before = path.read_bytes()
     with pytest.raises(StoreError, match=r"audit_repairs.*not agentgate's"):
         SQLiteStore(path)

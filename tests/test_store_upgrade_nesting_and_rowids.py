@@ -172,7 +172,6 @@ def test_a_reservation_held_in_an_earlier_rowid_ledger_is_settled_once_and_spent
             "VALUES (?, ?, ?, ?, ?, '2026-11-29T18:00:00.000000Z')",
             rows,
         )
-    old.close()
     with SQLiteStore(path) as store:
         ledger = BudgetLedger(store)
         assert (ledger.usage("root"), ledger.usage("tip")) == ((7, 3), (2, 3))
