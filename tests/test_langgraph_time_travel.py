@@ -565,7 +565,10 @@ async def test_a_non_idempotent_call_beside_an_approval_in_one_tool_node_keeps_i
 
     paused = await run({"messages": [turn]})
     done = await run(Command(resume=rig.approve(paused["__interrupt__"][0].value)))
-    assert rig.ran == ["pay:9", "publish:reports/n"]  # holds: the payment did not run twice
+    # Each ran once: the payment did not run twice. Their order is not the rule: the two calls run
+    # in parallel, and the payment may not have started when the approval paused the node (seen
+    # under load on Python 3.12 and 3.13, review R77); it then runs after the resume.
+    assert sorted(rig.ran) == ["pay:9", "publish:reports/n"]
     by_id = {m.tool_call_id: m for m in _tool_messages(done)}
     assert by_id["pay-1"].status == "success" and by_id["pay-1"].content == "paid 9", by_id["pay-1"].content
 

@@ -33,6 +33,12 @@ from agentgate.tasks import (
 )
 from agentgate.tasks._waiter import RUNNING
 
+pytestmark = pytest.mark.skipif(
+    sys.version_info[:2] == (3, 12),
+    reason="CPython 3.12 misses opcode events of sys.settrace (python/cpython#114480, seen on "
+    "3.12.1): the tracer cannot land the interrupt; 3.11 (CI) and 3.13 run these tests",
+)
+
 
 def _interrupt_once_marked() -> Callable[..., Any]:
     """A tracer raising ``KeyboardInterrupt`` in ``_sync``'s and ``_scheduler``'s frames at the first instruction that
