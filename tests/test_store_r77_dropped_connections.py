@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import sqlite3
+import sys
 import warnings
 from pathlib import Path
 
@@ -26,6 +27,11 @@ def test_a_connection_of_the_store_closes_itself_when_collected(tmp_path: Path) 
     store.close()
 
 
+@pytest.mark.skipif(
+    sys.version_info < (3, 13),
+    reason="before 3.13 sqlite3 warns nothing for a connection collected open, so this could not "
+    "fail; the finalizer itself is tested above on every version",
+)
 def test_dropping_a_store_and_its_repository_unclosed_warns_nothing(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "agentgate.db")
     repo = GrantRepository(store)

@@ -845,9 +845,10 @@ class SyncScheduler:
         already begun on the loop going on unless it is called with ``drain=False`` (until review
         R74 both returned at once, the loop thread left running). Two closes that cannot wait for
         each other do not: one re-entered in the thread closing (a signal handler) closes the
-        scheduler itself (the first then returns), and one from a running tool's thread while another close is in progress
-        returns at once (that close may be draining this very call). From the scheduler's own
-        thread it raises ``SchedulingError``: the close waits for work of that thread.
+        scheduler itself (the first then returns), and one from a running tool's thread while
+        another close is in progress returns at once (that close may be draining this very call).
+        From the scheduler's own thread it raises ``SchedulingError``: the close waits for work of
+        that thread.
         """
         timeout_s = _drain_timeout(timeout_s)
         if threading.get_ident() == self._thread_id:
