@@ -7,6 +7,11 @@ PY := $(VENV)/bin/python
 # and benchmarks, everything (the test extra holds the langgraph one, so it stands for both).
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
+# pip compiles no bytecode at install (--no-compile): it compiled every file of every dependency
+# (LiteLLM, LangChain, the OpenAI SDK...), most of which nothing here imports, and that was half of
+# a fresh install (90 s, 42 s without). What is imported is compiled then, once, where bytecode may
+# be written (the suite writes it: see WORKERS below).
+PIP_INSTALL := $(PY) -m pip install --quiet --no-compile
 
 .PHONY: demo test lint typecheck pytest bench clean postgres-tools
 
@@ -15,11 +20,11 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(DEMO_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[langgraph]'
+	$(PIP_INSTALL) -e '.[langgraph]'
 	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PIP_INSTALL) -e '.[test,bench]'
 	touch $(STAMP) $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
