@@ -7,11 +7,12 @@ PY := $(VENV)/bin/python
 # and benchmarks, everything (the test extra holds the langgraph one, so it stands for both).
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
-# pip compiles no bytecode at install (--no-compile): it compiled every file of every dependency
-# (LiteLLM, LangChain, the OpenAI SDK...), most of which nothing here imports, and that was half of
-# a fresh install (90 s, 42 s without). What is imported is compiled then, once, where bytecode may
-# be written (the suite writes it: see WORKERS below).
-PIP_INSTALL := $(PY) -m pip install --quiet --no-compile
+# The test and bench extras are installed without compiling their bytecode (--no-compile): pip
+# compiled every file of every dependency (LiteLLM, the OpenAI SDK...), most of which nothing here
+# imports, half of a fresh install (90 s, 42 s without). The suite compiles what it imports, once:
+# it writes bytecode (see WORKERS below). The demo's install keeps compiling (5 s of its 46 s):
+# where PYTHONDONTWRITEBYTECODE is set (this project's machines), a module without bytecode is
+# compiled again by every process that imports it (a `grant check` took 1.0 CPU-s, not 0.6).
 
 .PHONY: demo test lint typecheck pytest bench clean postgres-tools
 
@@ -20,11 +21,11 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(DEMO_STAMP): pyproject.toml | $(PY)
-	$(PIP_INSTALL) -e '.[langgraph]'
+	$(PY) -m pip install --quiet -e '.[langgraph]'
 	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PIP_INSTALL) -e '.[test,bench]'
+	$(PY) -m pip install --quiet --no-compile -e '.[test,bench]'
 	touch $(STAMP) $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
@@ -57,10 +58,11 @@ test: lint typecheck pytest
 
 # Every benchmark, each ending with its JSON line. calibrate_gpu.py measures a CUDA GPU with PyTorch
 # (neither is a dependency): here it fits the calibration saved in benchmarks/calibration/ again.
+# Bytecode is written, as by the suite: the test and bench extras are installed without it.
 bench: $(STAMP)
 	for b in benchmarks/*.py; do case $$b in */_*) continue;; \
 	  */calibrate_gpu.py) set -- --fit benchmarks/calibration/llama-3.1-8b-h200.json;; *) set --;; esac; \
-	  $(PY) $$b "$$@" --json || exit 1; done
+	  PYTHONDONTWRITEBYTECODE= $(PY) $$b "$$@" --json || exit 1; done
 
 clean:
 	rm -rf $(VENV) .agentgate .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info

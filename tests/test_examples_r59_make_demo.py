@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO_INSTALL = "-m pip install --quiet --no-compile -e '.[langgraph]'"
+DEMO_INSTALL = "-m pip install --quiet -e '.[langgraph]'"
 FULL_INSTALL = "-m pip install --quiet --no-compile -e '.[test,bench]'"
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
