@@ -1020,7 +1020,7 @@ def traced_gateway(tmp_path: Path) -> Iterator[TracedGateway]:
 
 
 def test_gateway_requests_over_http_reconcile(tmp_path: Path) -> None:
-    import httpx
+    import _http
     from test_gateway import MODEL, OTHER
 
     from agentgate.dispatch.gateway import invocation_headers
@@ -1043,11 +1043,11 @@ def test_gateway_requests_over_http_reconcile(tmp_path: Path) -> None:
             backend.mode = mode
             body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, **extra}
             headers = invocation_headers(who.key, who.chain, body)
-            answers.append(httpx.post(url, json=body, headers=headers, timeout=10).status_code)
+            answers.append(_http.post(url, json=body, headers=headers, timeout=10).status_code)
             if mode == "ok" and not extra:  # the same invocation again: a replay
-                answers.append(httpx.post(url, json=body, headers=headers, timeout=10).status_code)
+                answers.append(_http.post(url, json=body, headers=headers, timeout=10).status_code)
         answers.append(
-            httpx.post(url, json=body, headers={"Authorization": "Bearer ag1.x"}, timeout=10).status_code
+            _http.post(url, json=body, headers={"Authorization": "Bearer ag1.x"}, timeout=10).status_code
         )
     try:
         gate.flush()

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import _http
 import openai
 import pytest
 from test_gateway import _free_port, wait_until_serving
@@ -215,7 +215,7 @@ async def _client_calls(client: BackendClient) -> tuple[str, str]:
 async def test_chat_and_stream_send_the_key_and_succeed(key_env: str) -> None:
     with SimServer(time_scale=0.01, api_key=KEY) as server:
         backend = _inventory(_backend(server.url, api_key_env=key_env)).backends[0]
-        async with httpx.AsyncClient() as http:
+        async with _http.AsyncClient() as http:
             content, streamed = await _client_calls(BackendClient(backend, http))
         assert content and streamed
         assert server.authorizations == {(CHAT, f"Bearer {KEY}"): 2}
@@ -228,7 +228,7 @@ async def test_a_401_is_rejected_credentials_naming_the_backend_never_the_key(
     monkeypatch.setenv(ENV, KEY)
     with SimServer(time_scale=0.01, api_key="sk-the-right-one") as server:
         extra = {"api_key_env": ENV} if sent == "wrong" else {}
-        client = BackendClient(_inventory(_backend(server.url, **extra)).backends[0], httpx.AsyncClient())
+        client = BackendClient(_inventory(_backend(server.url, **extra)).backends[0], _http.AsyncClient())
         try:
             with pytest.raises(
                 BackendRejectedCredentials, match="b0 rejected our credentials: HTTP 401"
@@ -306,7 +306,7 @@ async def test_probes_carry_the_key_to_the_backends_origin_only(
     home, other = recorders
     same = _inventory(_backend(home.url, api_key_env=key_env, metrics_url=home.url + "/metrics")).backends[0]
     away = _inventory(_backend(home.url, api_key_env=key_env, metrics_url=other.url + "/metrics")).backends[0]
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         for backend in (same, away):
             client = BackendClient(backend, http, Timeouts(probe_s=30.0))  # a loaded machine: no 1 s limit
             assert await client.health() and await client.accepts_credentials()
@@ -336,7 +336,7 @@ async def test_a_metrics_url_of_the_backends_origin_spelled_otherwise_gets_the_k
                 f"http://[::1]:{port}", api_key_env=key_env, metrics_url=f"http://[0:0::1]:{port}/metrics"
             )
         ).backends[0]
-        async with httpx.AsyncClient() as http:
+        async with _http.AsyncClient() as http:
             assert (await BackendClient(backend, http, Timeouts(probe_s=30.0)).scrape(0.0)).running == 1
         assert home.seen == [("/metrics", f"Bearer {KEY}")]
     finally:
@@ -359,7 +359,7 @@ async def test_a_backend_echoing_the_key_gets_it_scrubbed_from_every_error(
     echo = recorders[0]
     echo.answer = (status, template)
     client = BackendClient(
-        _inventory(_backend(echo.url, api_key_env=key_env)).backends[0], httpx.AsyncClient()
+        _inventory(_backend(echo.url, api_key_env=key_env)).backends[0], _http.AsyncClient()
     )
     try:
         with pytest.raises(error) as plain:
@@ -378,7 +378,7 @@ async def test_a_hosted_endpoint_without_health_is_probed_on_its_health_path(
 ) -> None:
     home = recorders[0]
     backend = _inventory(_backend(home.url, api_key_env=key_env, health_path="/v1/models")).backends[0]
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         # A probe's 1 s default is the product's; a loaded CI machine can take longer to answer.
         assert await BackendClient(backend, http, Timeouts(probe_s=30.0)).health()
     assert home.seen == [("/v1/models", f"Bearer {KEY}")]
@@ -472,7 +472,7 @@ def _gateway_calls(tmp_path: Path, server: SimServer, backend: dict[str, Any]) -
         agent = gate.issue(root, name="agent", key=key, role="chat")
         signer = InvocationSigner(agent.key, agent.chain)
         with (
-            signer.client() as http,
+            signer.client(verify=_http.TLS) as http,
             openai.OpenAI(
                 base_url=gateway.url, api_key=agent.chain.token, http_client=http, max_retries=0
             ) as client,
@@ -486,7 +486,7 @@ def _gateway_calls(tmp_path: Path, server: SimServer, backend: dict[str, Any]) -
                     results.append(list(made) if stream else made)
                 except openai.APIStatusError as exc:
                     results.append(exc)
-            results.append(httpx.get(gateway.url + "/metrics").text)
+            results.append(_http.get(gateway.url + "/metrics").text)
     finally:
         gateway.stop()
         gate.close()
@@ -587,7 +587,7 @@ def test_agentgate_serve_sends_the_key_and_prints_or_logs_it_nowhere(tmp_path: P
             for backend_key in (KEY, "sk-rotated"):
                 server.api_key = backend_key  # the second call: the backend no longer takes ours
                 headers = invocation_headers(agent.key, agent.chain, BODY)
-                statuses.append(httpx.post(base + CHAT, json=BODY, headers=headers, timeout=20).status_code)
+                statuses.append(_http.post(base + CHAT, json=BODY, headers=headers, timeout=20).status_code)
         finally:
             process.terminate()
             out, err = process.communicate(timeout=20)

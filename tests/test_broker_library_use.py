@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import _http
 import pytest
 from test_broker_gated import Setup
 from test_broker_restart_budget import World, lease
@@ -736,7 +736,7 @@ async def test_an_answer_larger_than_any_chat_completion_is_answer_too_large(
                 with pytest.raises(refused[0], match=refused[1]):
                     await d.chat(_payload(), priority=0)
         else:
-            async with httpx.AsyncClient() as http_client:
+            async with _http.AsyncClient() as http_client:
                 client = BackendClient(inv.backends[0], http_client, Timeouts(first_token_s=10))
                 with pytest.raises(refused[0], match=refused[1]):
                     await client.chat(_payload())

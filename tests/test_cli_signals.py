@@ -58,6 +58,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import pytest
 from _raw_sqlite import opened
@@ -166,7 +167,7 @@ def test_serve_stopped_with_a_call_in_flight_settles_it_and_prints_no_traceback(
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         headers = invocation_headers(agent.key, agent.chain, body)
         try:
-            with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as response:
+            with _http.stream("POST", url, json=body, headers=headers, timeout=60) as response:
                 answer["status"] = response.status_code
                 if not stream:
                     answer["body"] = json.loads(response.read())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import http.server
 
-import httpx
+import _http
 import pytest
 from test_broker_library_use import RawBackend, _inventory, _payload
 
@@ -40,7 +40,7 @@ async def test_an_answer_larger_than_any_chat_completion_is_refused_on_every_pat
     backend = RawBackend(_huge_answer)
     pool = UpstreamPool()
     try:
-        async with httpx.AsyncClient() as http_client:
+        async with _http.AsyncClient() as http_client:
             client = BackendClient(
                 _inventory(backend.url).backends[0], http_client, Timeouts(first_token_s=20)
             )

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import _http
 import pytest
 from test_dispatch_backends import Raw as LoopbackRaw
 from test_observability import Sweep
@@ -64,7 +64,7 @@ def _inventory(server: Raw, *, key: bool = True) -> Any:
 
 async def _failure(server: Raw, *, stream: bool, key: bool = True) -> str:
     """The message of the error a call to ``server`` raises (it must raise one)."""
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         client = BackendClient(
             _inventory(server, key=key).backends[0], http, Timeouts(first_token_s=10, idle_s=10, probe_s=10)
         )

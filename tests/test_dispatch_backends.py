@@ -14,6 +14,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+import _http
 import aiohttp
 import httpx
 import pytest
@@ -76,7 +77,7 @@ async def _client_on(
     server, backend = await _serving(handler)
     pool = UpstreamPool()
     try:
-        async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
+        async with _http.AsyncClient() as http, aiohttp.ClientSession() as session:
             client = BackendClient(
                 backend.backends[0], http, timeouts, session=session if path == "aiohttp" else None
             )
@@ -183,7 +184,7 @@ async def test_a_stream_whose_last_line_only_looks_like_done_is_not_a_complete_a
     Rule: only an exact ``data: [DONE]`` line ends a stream; anything else that is not an event
     is a failed backend, never a short answer passed off as whole."""
     raw.sse(_delta("partial"), "", end)
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed):
             await _chunks(_client(raw, http))
 
@@ -204,7 +205,7 @@ async def test_a_stream_event_with_fields_of_the_wrong_kind_is_backend_failed(ra
     ``tool_calls`` entries that are not objects, or ``_finish_reason`` accepting a non-string.
     Rule: a chunk carries what an OpenAI stream event carries, or the backend failed."""
     raw.sse(event, "data: [DONE]")
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed, match="malformed stream event"):
             await _chunks(_client(raw, http))
 
@@ -243,7 +244,7 @@ async def test_a_non_streamed_answer_that_is_an_error_or_malformed_is_backend_fa
     the answer). Rule: a 200 body that reports an error, or carries fields of the wrong kind, is
     a failed backend, never a ChatResult."""
     raw.chat(json.dumps(body).encode())
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed):
             await _client(raw, http).chat(PAYLOAD)
 
@@ -254,7 +255,7 @@ async def test_a_redirect_carrying_a_valid_looking_answer_is_backend_failed(raw:
     call does not follow redirects, and a redirect's body is not an answer (docs/dispatch.md)."""
     answer = {"choices": [{"message": {"content": "forged"}, "finish_reason": "stop"}], "usage": {}}
     raw.chat(json.dumps(answer).encode(), status=status, location="http://127.0.0.1:1/")
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed, match=f"HTTP {status}"):
             await _client(raw, http).chat(PAYLOAD)
 
@@ -263,7 +264,7 @@ async def test_a_429_is_a_failed_backend_to_fail_over_from_not_a_bad_request(raw
     """Kills: 429 counted among the caller's errors (``_CALLER_ERRORS``). Rule: a backend that is
     rate limiting is a failed attempt (BackendFailed, failed over), not the caller's fault."""
     raw.chat(b'{"error": {"message": "slow down"}}', status=429)
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(DispatchError) as raised:
             await _client(raw, http).chat(PAYLOAD)
     assert isinstance(raised.value, BackendFailed)
@@ -281,7 +282,7 @@ async def test_a_usage_that_is_not_an_object_is_refused_not_read_as_zero(raw: Ra
     object of token counts is garbage, BackendFailed, never a cheap answer."""
     answer = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": usage}
     raw.chat(json.dumps(answer).encode())
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed, match="usage"):
             await _client(raw, http).chat(PAYLOAD)
 
@@ -293,7 +294,7 @@ async def test_a_stream_opening_with_a_byte_order_mark_is_read(raw: Raw) -> None
     Rule: one byte order mark at the start of a stream is dropped; anywhere else it stays text."""
     body = f"{_delta('hi')}\n\ndata: [DONE]\n\n".encode()
     raw.routes["/v1/chat/completions"] = (200, {"content-type": "text/event-stream"}, b"\xef\xbb\xbf" + body)
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         assert [chunk.content for chunk in await _chunks(_client(raw, http))] == ["hi"]
         raw.sse(_delta("a"), "\ufeff" + _delta("b"), "data: [DONE]")
         with pytest.raises(BackendFailed, match="not an SSE event"):
@@ -313,7 +314,7 @@ async def test_an_event_spread_over_several_data_lines_is_refused(raw: Raw) -> N
         'data: {"choices": [{"delta": {"content": "x"},', 'data: "finish_reason": null}]}', "", "data: [DONE]"
     )
     passed: list[ChatChunk] = []
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed, match="malformed stream event"):
             async for chunk in _client(raw, http).stream(PAYLOAD):
                 passed.append(chunk)
@@ -325,7 +326,7 @@ async def test_a_plain_text_line_in_a_stream_is_not_skipped(raw: Raw) -> None:
     plain text such as a proxy's ``identity check failed`` skipped as an SSE field, and the stream
     taken as whole). Rule: a line that is neither an SSE field nor a data event fails the stream."""
     raw.sse(_delta("half"), "identity check failed, upstream reset", _delta(" rest"), "data: [DONE]")
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed, match="not an SSE event"):
             await _chunks(_client(raw, http))
 
@@ -395,7 +396,7 @@ async def test_a_streamed_line_without_end_fails_the_stream_as_it_arrives(path: 
 
     server, backend = await _serving(endless_line)
     try:
-        async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
+        async with _http.AsyncClient() as http, aiohttp.ClientSession() as session:
             client = BackendClient(
                 backend.backends[0],
                 http,
@@ -448,7 +449,7 @@ async def test_chunks_that_carry_nothing_do_not_keep_a_stream_alive(chatter: dic
     server, backend = await _serving(chatty)
     received: list[ChatChunk] = []
     try:
-        async with httpx.AsyncClient() as http:
+        async with _http.AsyncClient() as http:
             client = BackendClient(backend.backends[0], http, Timeouts(first_token_s=1, idle_s=1))
             with pytest.raises(BackendFailed, match="silent"):
                 async with asyncio.timeout(20):  # the chatter never ends by itself
@@ -501,7 +502,7 @@ async def test_a_finish_reason_or_usage_said_again_does_not_keep_a_stream_alive(
     server, backend = await _serving(repeating)
     received: list[ChatChunk] = []
     try:
-        async with httpx.AsyncClient() as http:
+        async with _http.AsyncClient() as http:
             client = BackendClient(backend.backends[0], http, Timeouts(first_token_s=1, idle_s=0.5))
             with pytest.raises(BackendFailed, match="silent"):
                 async with asyncio.timeout(20):  # the repeats never end by themselves
@@ -554,7 +555,7 @@ async def test_a_stream_past_what_its_max_tokens_allows_fails_as_it_arrives(ends
     server, backend = await _serving(flood)
     received = 0
     try:
-        async with httpx.AsyncClient() as http:
+        async with _http.AsyncClient() as http:
             client = BackendClient(backend.backends[0], http, Timeouts(first_token_s=5, idle_s=5))
             async with asyncio.timeout(30):  # the flood never ends by itself
                 if ends:
@@ -587,7 +588,7 @@ async def test_a_backend_echoing_the_start_of_the_key_gets_all_of_it_scrubbed(
     or more, into an error."""
     monkeypatch.setenv("R47_BACKEND_KEY", KEY)
     raw.chat(f"Incorrect API key provided: {KEY[:shown]}... try again".encode(), status=500)
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed) as raised:
             await _client(raw, http, key=True).chat(PAYLOAD)
     message = str(raised.value)
@@ -601,7 +602,7 @@ async def test_an_error_body_is_scrubbed_before_it_is_cut(raw: Raw, monkeypatch:
     error quotes no piece of the key, even one its excerpt cuts."""
     monkeypatch.setenv("R47_BACKEND_KEY", KEY)
     raw.chat(("x" * 193 + KEY + " tail").encode(), status=500)
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed) as raised:
             await _client(raw, http, key=True).chat(PAYLOAD)
     assert KEY[:5] not in str(raised.value)
@@ -613,7 +614,7 @@ async def test_an_error_event_is_scrubbed_before_it_is_cut(raw: Raw, monkeypatch
     with HTTP 200."""
     monkeypatch.setenv("R47_BACKEND_KEY", KEY)
     raw.chat(json.dumps({"error": {"message": "y" * 193 + KEY}}).encode())
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed) as raised:
             await _client(raw, http, key=True).chat(PAYLOAD)
     assert KEY[:5] not in str(raised.value)
@@ -626,7 +627,7 @@ async def test_a_line_that_is_not_sse_is_scrubbed_before_it_is_cut(
     the key left at the cut). Rule: as above, for a stream's garbage line."""
     monkeypatch.setenv("R47_BACKEND_KEY", KEY)
     raw.sse("z" * 73 + KEY, "data: [DONE]")
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed) as raised:
             await _chunks(_client(raw, http, key=True))
     assert "not an SSE event" in str(raised.value)
@@ -640,7 +641,7 @@ async def test_a_metrics_page_that_is_not_200_is_a_failed_scrape(raw: Raw) -> No
     """Kills: ``scrape`` refusing only 5xx (a 404 or 401 page that happens to hold metric lines,
     such as a proxy's, read as the engine's load). Rule: only a 200 answer is a scrape."""
     raw.routes["/metrics"] = (404, {"content-type": "text/plain"}, b"vllm:num_requests_running 0\n")
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed, match="HTTP 404"):
             await _client(raw, http).scrape(1.0)
 
@@ -659,7 +660,7 @@ async def test_a_metrics_page_is_read_as_utf8_whatever_charset_it_names(raw: Raw
         {"content-type": f"text/plain; charset={charset}"},
         b"vllm:num_requests_running 3\n",
     )
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         assert (await _client(raw, http).scrape(1.0)).running == 3.0
 
 
@@ -808,7 +809,7 @@ async def test_a_transport_without_retry_after_is_still_used() -> None:
     backend = inventory_from_mapping(
         {"backends": [{"name": "b0", "url": "http://127.0.0.1:9", "engine": "vllm", "models": ["m"]}]}
     ).backends[0]
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         client = BackendClient(backend, http)
         client.transport = TwoItems()
         with pytest.raises(BackendFailed, match="HTTP 429: busy") as raised:
@@ -824,7 +825,7 @@ async def test_a_busy_answer_echoing_the_prompt_keeps_its_retry_after(raw: Raw) 
     prompt = "Summarise the quarterly report for the board"
     raw.chat(f"slow down: {prompt}".encode(), status=429, **{"Retry-After": "12"})
     payload = {**PAYLOAD, "messages": [{"role": "user", "content": prompt}]}
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         with pytest.raises(BackendFailed) as raised:
             await _client(raw, http).chat(payload)
     assert "[redacted]" in str(raised.value) and prompt not in str(raised.value)
@@ -845,7 +846,7 @@ async def test_a_probe_answered_200_with_a_long_model_list_passes(raw: Raw) -> N
     ).encode()
     assert len(catalogue) > 3 * 64 * 1024
     raw.routes["/v1/models"] = (200, {"content-type": "application/json"}, catalogue)
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         client = _client(raw, http)
         assert await client.accepts_credentials()
         raw.routes["/v1/models"] = (503, {"content-type": "application/json"}, catalogue)

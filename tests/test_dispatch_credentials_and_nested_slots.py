@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import _http
 import aiohttp
-import httpx
 import pytest
 from test_backend_credentials import _Recorder
 
@@ -165,7 +165,7 @@ async def test_an_echoed_key_is_in_no_error_nor_any_exception_chained_to_it(
         }
     ).backends[0]
     errors: list[BaseException] = []
-    async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
+    async with _http.AsyncClient() as http, aiohttp.ClientSession() as session:
         client = BackendClient(backend, http, session=session if transport == "aiohttp" else None)
         for call in ("chat", "stream"):
             with pytest.raises(DispatchError) as info:

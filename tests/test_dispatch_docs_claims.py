@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import _http
 import pytest
 
 from agentgate.dispatch import inventory_from_mapping
@@ -187,7 +187,7 @@ def _stream_times(
     }
     times: list[float] = []
     cached = -1
-    with httpx.Client(timeout=60.0) as client:
+    with _http.Client(timeout=60.0) as client:
         started = time.perf_counter()
         with client.stream("POST", server.url + "/v1/chat/completions", json=body) as answer:
             for line in answer.iter_lines():

@@ -126,10 +126,10 @@ async def test_garbage_answer_is_backend_failed_and_fails_over(
 
 
 async def test_client_maps_garbage_and_hang_to_backend_failed(servers: list[SimServer]) -> None:
-    import httpx
+    import _http
 
     inv = inventory(servers[:1])
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         client = BackendClient(inv.backends[0], http, Timeouts(first_token_s=0.3, idle_s=0.3, probe_s=0.3))
         servers[0].fault = "garbage"
         with pytest.raises(BackendFailed, match="malformed"):

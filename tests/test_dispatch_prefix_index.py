@@ -14,7 +14,7 @@ import http.server
 import threading
 from collections.abc import Iterator
 
-import httpx
+import _http
 import pytest
 
 from agentgate.dispatch import inventory_from_mapping, prefix_index
@@ -193,7 +193,7 @@ async def test_a_scrape_of_vllm_before_0_9_2_carries_its_prefix_counters(old_vll
             ]
         }
     ).backends[0]
-    async with httpx.AsyncClient() as http_client:
+    async with _http.AsyncClient() as http_client:
         load = await BackendClient(backend, http_client, Timeouts(probe_s=5.0)).scrape(1.0)
     assert (load.prefix_queries, load.prefix_hits, load.scraped_at) == (3200.0, 800.0, 1.0)
 

@@ -13,8 +13,8 @@ import contextlib
 import math
 from collections.abc import AsyncIterator, Iterator
 
+import _http
 import aiohttp
-import httpx
 import pytest
 from test_gateway_hostile_backends import _OK_JSON, Hostile, _json
 
@@ -88,7 +88,7 @@ async def client_on(path: str, url: str, timeouts: Timeouts) -> AsyncIterator[Ba
     pool = UpstreamPool()
     session = aiohttp.ClientSession() if path == "aiohttp" else None
     try:
-        async with httpx.AsyncClient() as http_client:
+        async with _http.AsyncClient() as http_client:
             client = BackendClient(inventory.backends[0], http_client, timeouts, session=session)
             if path == "gateway-pool":
                 client.transport = pool

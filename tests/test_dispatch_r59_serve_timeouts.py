@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import _http
 import pytest
 from test_dispatch_r58_answer_deadline import Slow
 from test_gateway import MODEL, NAMES, _body, _free_port, _policy_text, wait_until_serving
@@ -63,7 +63,7 @@ def test_agentgate_serve_waits_for_a_backend_by_its_timeout_flags(tmp_path: Path
         wait_until_serving(base, process)
         body = _body(max_tokens=1)
         headers = invocation_headers(agent.key, agent.chain, body)
-        answer = httpx.post(base + "/v1/chat/completions", json=body, headers=headers, timeout=30)
+        answer = _http.post(base + "/v1/chat/completions", json=body, headers=headers, timeout=30)
     finally:
         process.terminate()
         process.communicate(timeout=20)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-import httpx
+import _http
 import pytest
 from test_gateway_hostile_backends import Hostile, _head
 
@@ -75,7 +75,7 @@ async def test_metrics_that_cannot_be_used_are_backend_failed_naming_the_backend
             ]
         }
     )
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         client = BackendClient(inventory.backends[0], http, Timeouts())
         with pytest.raises(BackendFailed, match=r"^gauges: "):
             await client.scrape(0.0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
+import _http
 import pytest
 from test_dispatch_r61_backend_garbage import NAME, PAYLOAD, Garbage, dispatcher_of
 from test_gateway_hostile_backends import _json
@@ -76,7 +76,7 @@ async def test_an_unreadable_answer_fails_on_one_line_over_httpx(garbage: Garbag
     backend = inventory_from_mapping(
         {"backends": [{"name": NAME, "url": garbage.url, "engine": "vllm", "models": ["small"]}]}
     ).backends[0]
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         client = BackendClient(backend, http, Timeouts(first_token_s=2, idle_s=0.5))
         with pytest.raises(BackendFailed, match=f"^{NAME}: ") as caught:
             await client.chat(PAYLOAD)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
+import _http
 import pytest
 from test_dispatch_r61_backend_garbage import _DONE, _SSE, NAME, PAYLOAD, Garbage, _chunk, dispatcher_of
 
@@ -120,7 +120,7 @@ async def test_a_backend_client_refuses_a_max_tokens_that_is_no_whole_number(
         {"backends": [{"name": NAME, "url": garbage.url, "engine": "vllm", "models": ["small"]}]}
     ).backends[0]
     payload = {**PAYLOAD, "max_tokens": "100"}
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         client = BackendClient(backend, http, Timeouts(first_token_s=2, idle_s=0.5))
         with pytest.raises(DispatchError, match=r"^max_tokens must be a whole number"):
             if streamed:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import AsyncIterator, Iterator
 
-import httpx
+import _http
 import pytest
 from test_dispatch_r61_backend_garbage import NAME, PAYLOAD, TIMEOUTS, Garbage, dispatcher_of
 from test_gateway_hostile_backends import _head
@@ -61,7 +61,7 @@ async def test_a_gzipped_line_over_the_bound_fails_the_stream_over_httpx(garbage
     backend = inventory_from_mapping(
         {"backends": [{"name": NAME, "url": garbage.url, "engine": "vllm", "models": ["small"]}]}
     ).backends[0]
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         client = BackendClient(backend, http, TIMEOUTS)
         with pytest.raises(BackendFailed, match=f"^{NAME}: .*Content-Encoding: gzip"):
             async for _ in client.stream({**PAYLOAD, "stream": True}):

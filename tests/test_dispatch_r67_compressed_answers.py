@@ -17,7 +17,7 @@ import tracemalloc
 import zlib
 from collections.abc import Iterator
 
-import httpx
+import _http
 import pytest
 from _raw_server import RawServer
 from test_dispatch_r61_backend_garbage import NAME, PAYLOAD, TIMEOUTS, Garbage, dispatcher_of
@@ -124,7 +124,7 @@ async def test_a_gzip_bomb_over_httpx_is_refused_undecoded(bomb: Recording, stre
     backend = inventory_from_mapping(
         {"backends": [{"name": NAME, "url": bomb.url, "engine": "vllm", "models": ["small"]}]}
     ).backends[0]
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         client = BackendClient(backend, http, TIMEOUTS)
         with _peak_under(16 << 20), pytest.raises(BackendFailed, match=f"^{NAME}: .*Content-Encoding: gzip"):
             if stream:
@@ -175,7 +175,7 @@ async def test_gzipped_metrics_are_refused_undecoded() -> None:
         }
     ).backends[0]
     try:
-        async with httpx.AsyncClient() as http:
+        async with _http.AsyncClient() as http:
             client = BackendClient(backend, http, TIMEOUTS)
             with (
                 _peak_under(16 << 20),

@@ -20,7 +20,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 
-import httpx
+import _http
 import pytest
 
 from agentgate.dispatch import inventory_from_mapping
@@ -171,7 +171,7 @@ async def client_of(url: str, pool: str, timeouts: Timeouts = TIMEOUTS) -> Async
     inventory = inventory_from_mapping(
         {"backends": [{"name": "junk", "url": url, "engine": "vllm", "models": ["small"]}]}
     )
-    async with httpx.AsyncClient() as http:
+    async with _http.AsyncClient() as http:
         if pool == "httpx":
             yield BackendClient(inventory.backends[0], http, timeouts)
             return

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-import httpx
+import _http
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch._connector import chat_session
@@ -113,7 +113,7 @@ async def test_bytes_not_yet_read_off_a_pooled_connection_are_not_the_next_answe
         inventory = inventory_from_mapping(
             {"backends": [{"name": "b", "url": backend.url, "engine": "vllm", "models": ["small"]}]}
         )
-        async with httpx.AsyncClient() as http, chat_session() as session:
+        async with _http.AsyncClient() as http, chat_session() as session:
             client = BackendClient(inventory.backends[0], http, Timeouts(), session=session)
             assert (await client.chat(PAYLOAD)).content == "FIRST"
             time.sleep(0.5)  # the loop held: LEFTOVER arrives in the socket's buffer, unread by it
@@ -128,7 +128,7 @@ async def test_a_quiet_pooled_connection_is_still_reused() -> None:
             {"backends": [{"name": "b", "url": backend.url, "engine": "vllm", "models": ["small"]}]}
         )
         backend.requests = 1  # no LEFTOVER: every answer is FRESH
-        async with httpx.AsyncClient() as http, chat_session() as session:
+        async with _http.AsyncClient() as http, chat_session() as session:
             client = BackendClient(inventory.backends[0], http, Timeouts(), session=session)
             for _ in range(3):
                 assert (await client.chat(PAYLOAD)).content == "FRESH"

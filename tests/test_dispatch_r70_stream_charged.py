@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import _http
 import openai
 import pytest
 from test_dispatch_r68_usage_garbage import Reporting
@@ -190,7 +191,12 @@ def test_the_openai_sdk_reads_the_charge_and_skips_the_comment(tmp_path: Path, c
     backend = Scripted(script)
     try:
         with _gateway(tmp_path, backend) as env:
-            client = openai.OpenAI(base_url=env.server.url, api_key="unused", max_retries=0)
+            client = openai.OpenAI(
+                base_url=env.server.url,
+                api_key="unused",
+                max_retries=0,
+                http_client=openai.DefaultHttpxClient(verify=_http.TLS),
+            )
             body = _body(stream=True, stream_options={"include_usage": True})
             signed = invocation_headers(env.agent.key, env.agent.chain, body)
             with client:

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import pytest
 
@@ -153,10 +154,10 @@ def test_the_gateway_routes_each_model_under_the_policys_slo(
     def post(body: dict[str, Any]) -> httpx.Response:
         content = json.dumps(body).encode()
         headers = {"content-type": "application/json", **invocation_headers(agent.key, agent.chain, body)}
-        return httpx.post(f"{server.url}/chat/completions", content=content, headers=headers, timeout=30)
+        return _http.post(f"{server.url}/chat/completions", content=content, headers=headers, timeout=30)
 
     try:
-        with httpx.Client(timeout=30) as client:
+        with _http.Client(timeout=30) as client:
             answers: dict[str, httpx.Response] = {}
             for model in (FAST, PLAIN):
                 held_body = {**_payload(model, "hold the slot", 4000), "stream": True}

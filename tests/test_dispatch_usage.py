@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import pytest
 from langchain_core.messages import HumanMessage
@@ -129,13 +130,13 @@ BAD_USAGES = [
 
 
 async def _client_chat(evil: EvilBackend) -> Any:
-    async with httpx.AsyncClient() as http_client:
+    async with _http.AsyncClient() as http_client:
         client = BackendClient(evil.inventory().backends[0], http_client, Timeouts(first_token_s=2))
         return await client.chat({"model": MODEL, "messages": [], "max_tokens": 4})
 
 
 async def _client_stream(evil: EvilBackend) -> list[Any]:
-    async with httpx.AsyncClient() as http_client:
+    async with _http.AsyncClient() as http_client:
         client = BackendClient(evil.inventory().backends[0], http_client, Timeouts(first_token_s=2, idle_s=2))
         return [c async for c in client.stream({"model": MODEL, "messages": [], "max_tokens": 4})]
 
@@ -266,7 +267,7 @@ class GatewayOverEvil:
 
     def post(self, **extra: Any) -> httpx.Response:
         body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, **extra}
-        return httpx.post(
+        return _http.post(
             f"{self.server.url}/chat/completions",
             content=json.dumps(body).encode(),
             headers={
@@ -285,7 +286,7 @@ class GatewayOverEvil:
         return [e.status for e in self.gate.audit.entries() if e.kind == "outcome"]
 
     def tokens_counted(self) -> dict[str, float]:
-        text = httpx.get(f"{self.server.url[: -len('/v1')]}/metrics", timeout=10).text
+        text = _http.get(f"{self.server.url[: -len('/v1')]}/metrics", timeout=10).text
         return {
             kind: float(line.split()[-1])
             for line in text.splitlines()

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import _http
 import pytest
 from test_gateway import wait_until_serving
 
@@ -142,7 +142,7 @@ def test_the_gateway_pages_walk_through_runs_as_printed(
             exec(compile(block, "gateway.md", "exec"), namespace)  # a refusal raises: each call ran
         body = json.loads(_block(GATEWAY, "**Priority classes.**", "json"))
         assert body == namespace["body"]  # the body the page shows is the one it signs
-        sent = httpx.post(base + "/v1/chat/completions", json=body, headers=namespace["headers"])
+        sent = _http.post(base + "/v1/chat/completions", json=body, headers=namespace["headers"])
         assert sent.status_code == 200, sent.text
         namespace["client"].close()
         namespace.clear()

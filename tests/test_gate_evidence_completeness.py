@@ -79,6 +79,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -731,7 +732,7 @@ class Gw:
         who = identity or self.agent
         signed = invocation_headers(who.key, who.chain, body) if isinstance(body, dict) else {}
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
-        return httpx.post(
+        return _http.post(
             f"{self.server.url}/chat/completions",
             content=content,
             headers={"content-type": "application/json", **signed, **headers},
@@ -813,7 +814,7 @@ def test_a_stolen_chain_is_not_recorded_as_its_holders_call(gw: Gw) -> None:
     body = _chat()
     thief = gw.keys["thief"]
     headers = invocation_headers(thief, gw.agent.chain, body)
-    answer = httpx.post(
+    answer = _http.post(
         f"{gw.server.url}/chat/completions",
         content=json.dumps(body).encode(),
         headers={"content-type": "application/json", **headers},

@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import openai
 import pytest
@@ -113,7 +114,7 @@ class Env:
         client = openai.OpenAI(
             base_url=self.base_url,
             api_key=who.chain.token,
-            http_client=signer.client(),
+            http_client=signer.client(verify=_http.TLS),
             max_retries=0,
             **kwargs,
         )
@@ -187,7 +188,7 @@ def _body(**extra: Any) -> dict[str, Any]:
 
 def _post(env: Env, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(
+    return _http.post(
         f"{env.base_url}/chat/completions",
         content=content,
         headers={"content-type": "application/json", **(headers or {})},
@@ -263,7 +264,7 @@ def test_a_stream_without_usage_requested_is_still_charged_what_the_backend_repo
 
 def test_chat_openai_invoke_stream_and_ainvoke(env: Env) -> None:
     signer = InvocationSigner(env.agent.key, env.agent.chain)
-    sync_http, async_http = signer.client(), signer.async_client()
+    sync_http, async_http = signer.client(verify=_http.TLS), signer.async_client(verify=_http.TLS)
     env.clients.append(sync_http)
     chat = ChatOpenAI(
         model=MODEL,
@@ -299,10 +300,10 @@ def test_chat_openai_invoke_stream_and_ainvoke(env: Env) -> None:
 def test_models_health_and_metrics(env: Env) -> None:
     client = env.openai()
     assert sorted(m.id for m in client.models.list()) == sorted([MODEL, OTHER])
-    assert httpx.get(env.base_url.removesuffix("/v1") + "/healthz").json() == {"status": "ok"}
+    assert _http.get(env.base_url.removesuffix("/v1") + "/healthz").json() == {"status": "ok"}
     client.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=4)
     _post(env, _body())  # no invocation: 401
-    metrics = httpx.get(env.base_url.removesuffix("/v1") + "/metrics").text
+    metrics = _http.get(env.base_url.removesuffix("/v1") + "/metrics").text
     assert 'agentgate_gateway_requests_total{status="200"} 1.0' in metrics
     assert 'agentgate_gateway_requests_total{status="401"} 1.0' in metrics
     assert 'agentgate_gateway_tokens_total{kind="completion"} 4.0' in metrics
@@ -396,7 +397,12 @@ def test_no_invocation_is_401_with_nothing_charged(env: Env) -> None:
     assert error["type"] == "authentication_error" and error["code"] == "missing_invocation"
     # The official client sees the same refusal as its own error type.
     before, count = env.ledger(), len(env.entries())
-    plain = openai.OpenAI(base_url=env.base_url, api_key="not-a-chain", max_retries=0)
+    plain = openai.OpenAI(
+        base_url=env.base_url,
+        api_key="not-a-chain",
+        max_retries=0,
+        http_client=openai.DefaultHttpxClient(verify=_http.TLS),
+    )
     env.clients.append(plain)
     with pytest.raises(openai.AuthenticationError):
         plain.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=8)
@@ -546,7 +552,7 @@ def wait_until_serving(base: str, process: subprocess.Popen[Any]) -> None:
     deadline = time.monotonic() + 60
     while True:
         try:
-            if httpx.get(base + "/healthz").status_code == 200:
+            if _http.get(base + "/healthz").status_code == 200:
                 return
         except httpx.TransportError:
             pass
@@ -578,7 +584,7 @@ def test_agentgate_serve_answers_models_health_and_chat(
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until_serving(base, process)
-        models = httpx.get(base + "/v1/models").json()
+        models = _http.get(base + "/v1/models").json()
         assert sorted(m["id"] for m in models["data"]) == sorted([MODEL, OTHER])
         # The grant is issued into the store the server uses; the server decides against it.
         issuer = GatewayGate(parse_policy(policy.read_text(), source=str(policy)), SQLiteStore(store))
@@ -587,11 +593,11 @@ def test_agentgate_serve_answers_models_health_and_chat(
         finally:
             issuer.close()
         body = _body()
-        response = httpx.post(
+        response = _http.post(
             base + "/v1/chat/completions", json=body, headers=invocation_headers(agent.key, agent.chain, body)
         )
         assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 8
-        assert httpx.post(base + "/v1/chat/completions", json=body).status_code == 401
+        assert _http.post(base + "/v1/chat/completions", json=body).status_code == 401
     finally:
         process.terminate()
         process.communicate(timeout=20)
@@ -646,7 +652,7 @@ def test_agentgate_serve_refuses_a_store_that_does_not_exist(tmp_path: Path) -> 
         deadline = time.monotonic() + 60
         while process.poll() is None and time.monotonic() < deadline:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                if _http.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
                     break
             except httpx.TransportError:
                 time.sleep(0.1)
@@ -715,7 +721,7 @@ def test_a_stream_the_caller_abandons_is_charged_its_whole_reservation(env: Env)
             **invocation_headers(env.agent.key, env.agent.chain, body),
         }
         with (
-            httpx.Client(timeout=10) as http,
+            _http.Client(timeout=10) as http,
             http.stream(
                 "POST", f"{server.url}/chat/completions", content=json.dumps(body), headers=headers
             ) as response,
@@ -762,7 +768,7 @@ def test_the_gateway_decides_and_charges_on_both_stores(
         poor = gate.issue(keys["root"], name="poor", key=keys["poor"], role="thrifty")
         url = f"{server.url}/chat/completions"
         body = _body()
-        allowed = httpx.post(url, json=body, headers=invocation_headers(agent.key, agent.chain, body))
+        allowed = _http.post(url, json=body, headers=invocation_headers(agent.key, agent.chain, body))
         assert allowed.status_code == 200
         usage = allowed.json()["usage"]
         assert (
@@ -770,7 +776,7 @@ def test_the_gateway_decides_and_charges_on_both_stores(
             == usage["prompt_tokens"] + usage["completion_tokens"]
         )
         body = _body(max_tokens=200)
-        refused = httpx.post(url, json=body, headers=invocation_headers(poor.key, poor.chain, body))
+        refused = _http.post(url, json=body, headers=invocation_headers(poor.key, poor.chain, body))
         assert refused.status_code == 402 and refused.json()["error"]["code"] == "budget_exhausted"
         assert gate.budget_usage(poor) == {poor.chain.root.id: (0, 100)}
         gate.flush()
@@ -955,7 +961,7 @@ def test_upstream_pool_raises_for_an_answer_it_cannot_read_and_the_client_report
             with pytest.raises(UpstreamError):
                 await pool.post(url + path, b"{}")
             # Through the backend client, as the gateway calls it: a BackendFailed (failover), nothing else.
-            async with httpx.AsyncClient() as http:
+            async with _http.AsyncClient() as http:
                 client = BackendClient(Backend(name="raw", url=url + path, models=(MODEL,)), http)
                 client.transport = pool
                 with pytest.raises(BackendFailed, match="raw"):

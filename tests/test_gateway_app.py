@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import pytest
 from test_gateway import Env, _body, _post
@@ -504,7 +505,7 @@ def test_a_credential_header_sent_twice_is_refused_never_resolved_by_order(
     else:
         headers.insert(valid, extra)
     before, count = env.ledger(), len(env.entries())
-    answer = httpx.post(
+    answer = _http.post(
         f"{env.base_url}/chat/completions", content=json.dumps(body).encode(), headers=headers, timeout=10
     )
     assert answer.status_code == 401, answer.text
@@ -530,7 +531,7 @@ def test_every_content_encoding_header_counts_not_only_the_first(env: Env) -> No
         ("Content-Encoding", "gzip"),
     ]
     before, count = env.ledger(), len(env.entries())
-    answer = httpx.post(
+    answer = _http.post(
         f"{env.base_url}/chat/completions", content=json.dumps(body).encode(), headers=headers, timeout=10
     )
     assert answer.status_code == 400, answer.text

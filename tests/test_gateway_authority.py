@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import pytest
 import test_gateway_hostile_backends
@@ -327,7 +328,7 @@ def test_the_gateway_does_not_export_the_reservation_as_the_usage_of_a_call_with
             agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
             body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
             served.backend.mode = "no_usage"
-            answer = httpx.post(
+            answer = _http.post(
                 f"{served.url}/chat/completions",
                 json=body,
                 headers=invocation_headers(agent.key, agent.chain, body),
@@ -438,7 +439,7 @@ def test_the_span_of_a_forged_invocation_names_no_agent_and_a_copied_chain_its_s
                     INVOCATION_HEADER: invocation.encode(),
                 }
                 served.exporter.clear()
-                answer = httpx.post(f"{served.url}/chat/completions", json=body, headers=headers, timeout=10)
+                answer = _http.post(f"{served.url}/chat/completions", json=body, headers=headers, timeout=10)
                 gate.flush()  # a call's span ends once its outcome is written (review R69)
                 (span,) = served.exporter.get_finished_spans()
                 return answer.status_code, (span.attributes or {}).get("gen_ai.agent.name")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import openai
 import pytest
@@ -161,7 +162,7 @@ class Env:
 
     def post(self, body: dict[str, Any], **headers: str) -> httpx.Response:
         signed = invocation_headers(self.agent.key, self.agent.chain, body)
-        return httpx.post(self.url, json=body, headers={**signed, **headers}, timeout=10)
+        return _http.post(self.url, json=body, headers={**signed, **headers}, timeout=10)
 
     def spent(self) -> int:
         self.gate.flush()
@@ -252,7 +253,7 @@ def test_an_expired_invocation_is_401_not_403(env: Env) -> None:
     body = _body()
     headers = invocation_headers(env.agent.key, env.agent.chain, body, ttl=1)
     time.sleep(2.1)
-    answer = httpx.post(env.url, json=body, headers=headers, timeout=10)
+    answer = _http.post(env.url, json=body, headers=headers, timeout=10)
     assert answer.status_code == 401, answer.text
     assert answer.json()["error"] == {
         "message": answer.json()["error"]["message"],
@@ -272,7 +273,10 @@ def test_a_streamed_tool_call_reaches_the_openai_client(env: Env) -> None:
     env.backend.mode = "tools"
     signer = InvocationSigner(env.agent.key, env.agent.chain)
     with openai.OpenAI(
-        base_url=env.server.url, api_key=env.agent.chain.token, http_client=signer.client(), max_retries=0
+        base_url=env.server.url,
+        api_key=env.agent.chain.token,
+        http_client=signer.client(verify=_http.TLS),
+        max_retries=0,
     ) as client:
         stream = client.chat.completions.create(
             model=MODEL,
@@ -480,8 +484,8 @@ def test_an_invocation_replayed_to_a_second_gateway_on_the_same_store_is_401(
         try:
             body = _body()
             headers = invocation_headers(env.agent.key, env.agent.chain, body)
-            assert httpx.post(env.url, json=body, headers=headers, timeout=10).status_code == 200
-            replay = httpx.post(f"{other.url}/chat/completions", json=body, headers=headers, timeout=10)
+            assert _http.post(env.url, json=body, headers=headers, timeout=10).status_code == 200
+            replay = _http.post(f"{other.url}/chat/completions", json=body, headers=headers, timeout=10)
             assert replay.status_code == 401 and replay.json()["error"]["code"] == "replayed_invocation"
             assert len(scripted.bodies) == 1
         finally:
@@ -502,7 +506,7 @@ def test_a_body_other_than_the_one_signed_is_401_and_reaches_no_backend(
 ) -> None:
     signed = _body()
     headers = invocation_headers(env.agent.key, env.agent.chain, signed)
-    answer = httpx.post(env.url, json={**signed, **change}, headers=headers, timeout=10)
+    answer = _http.post(env.url, json={**signed, **change}, headers=headers, timeout=10)
     assert answer.status_code == 401 and answer.json()["error"]["code"] == code, answer.text
     assert env.backend.bodies == [] and env.spent() == 0 and env.kinds() == ["deny"]
 
@@ -519,7 +523,7 @@ def test_a_compressed_body_is_a_400_that_says_so(env: Env) -> None:
     # A gzip'd body was refused as "not JSON ('utf-8' codec can't decode byte 0x8b...)".
     body = _body()
     headers = {**invocation_headers(env.agent.key, env.agent.chain, body), "Content-Encoding": "gzip"}
-    answer = httpx.post(
+    answer = _http.post(
         env.url, content=gzip.compress(json.dumps(body).encode()), headers=headers, timeout=10
     )
     assert answer.status_code == 400 and "Content-Encoding 'gzip' is not supported" in answer.text
@@ -541,7 +545,7 @@ def test_stopping_the_gateway_does_not_wait_for_ever_on_a_stream_and_settles_it(
         body = _body(stream=True, max_tokens=500)
         headers = invocation_headers(env.agent.key, env.agent.chain, body)
         with (
-            httpx.Client(timeout=30) as http,
+            _http.Client(timeout=30) as http,
             http.stream("POST", f"{server.url}/chat/completions", json=body, headers=headers) as answer,
         ):
             assert answer.status_code == 200
@@ -572,7 +576,7 @@ def test_max_tokens_absent_huge_or_not_a_count_never_reaches_a_backend(
     body = {k: v for k, v in _body(max_tokens=max_tokens).items() if v is not None}
     signed = {k: v for k, v in _body(max_tokens=8).items() if k != "max_tokens"} if status == 400 else body
     headers = invocation_headers(env.agent.key, env.agent.chain, signed)
-    answer = httpx.post(env.url, json=body, headers=headers, timeout=10)
+    answer = _http.post(env.url, json=body, headers=headers, timeout=10)
     assert answer.status_code == status and answer.json()["error"]["code"] == code, answer.text
     assert env.backend.bodies == [] and env.spent() == 0 and env.kinds() == ["deny"]
 

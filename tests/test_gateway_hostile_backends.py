@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import pytest
 from _raw_server import RawServer
@@ -197,7 +198,7 @@ class Env:
 
     def post(self, body: dict[str, Any]) -> httpx.Response:
         signed = invocation_headers(self.agent.key, self.agent.chain, body)
-        return httpx.post(self.url, json=body, headers=signed, timeout=20)
+        return _http.post(self.url, json=body, headers=signed, timeout=20)
 
     def spent(self) -> int:
         self.gate.flush()
@@ -513,7 +514,7 @@ def test_a_health_or_metrics_answer_without_end_is_refused_while_it_arrives(prob
             }
         )
         try:
-            async with httpx.AsyncClient() as http, asyncio.timeout(20):
+            async with _http.AsyncClient() as http, asyncio.timeout(20):
                 client = BackendClient(inventory.backends[0], http, Timeouts(probe_s=3.0))
                 if probe == "health":
                     return await client.health()
@@ -552,6 +553,6 @@ def test_a_prompt_carried_in_an_assistant_turns_tool_calls_counts_in_the_reserva
         ],
     }
     signed = invocation_headers(poor.key, poor.chain, body)
-    answer = httpx.post(env.url, json=body, headers=signed, timeout=20)
+    answer = _http.post(env.url, json=body, headers=signed, timeout=20)
     assert answer.status_code == 402, answer.text
     assert answer.json()["error"]["code"] == "budget_exhausted"

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import _http
 import pytest
 from test_gateway import MODEL, NAMES, _policy_text
 from test_gateway_sloppy_clients import Env as _Env
@@ -212,7 +212,7 @@ def test_the_base_url_of_a_gateway_on_an_ipv6_address_is_a_url(tmp_path: Path, b
     server = GatewayServer(Gateway(gate, inventory), host="::1", port=0).start()
     try:
         assert server.url == f"http://[::1]:{server.port}/v1"
-        answer = httpx.get(f"{server.url}/models", timeout=10)
+        answer = _http.get(f"{server.url}/models", timeout=10)
         assert answer.status_code == 200 and answer.json()["data"][0]["id"] == MODEL
     finally:
         server.stop()

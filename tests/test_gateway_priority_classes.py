@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import openai
 import pytest
@@ -80,7 +81,7 @@ class Env:
     chain: Any
 
     def post(self, body: dict[str, Any]) -> httpx.Response:
-        return httpx.post(
+        return _http.post(
             f"{self.server.url}/chat/completions",
             content=json.dumps(body).encode(),
             headers={"content-type": "application/json", **invocation_headers(self.agent, self.chain, body)},
@@ -165,7 +166,7 @@ def test_a_priority_that_is_not_a_class_name_is_a_bad_request(env: Env, bad: Any
     body = _body(priority=bad)
     with pytest.raises(InputError, match="priority"):
         chat_call(body)
-    answer = httpx.post(
+    answer = _http.post(
         f"{env.server.url}/chat/completions",
         content=json.dumps(body).encode(),
         headers={"content-type": "application/json"},
@@ -188,7 +189,7 @@ def test_invocation_headers_sign_the_priority(env: Env) -> None:
     assert invocation.args_digest != args_digest({"max_tokens": 8, "body_sha256": args_digest(body)})
     # The same body with another class signed: the digests differ, so it cannot stand in.
     other = invocation_headers(env.agent, env.chain, _body(priority="batch"))[INVOCATION_HEADER]
-    answer = httpx.post(
+    answer = _http.post(
         f"{env.server.url}/chat/completions",
         content=json.dumps(body).encode(),
         headers={
@@ -206,7 +207,10 @@ def test_the_openai_client_names_the_class_with_extra_body(env: Env) -> None:
     """docs/gateway.md: ``extra_body={"priority": ...}``; the signer signs the bytes sent."""
     signer = InvocationSigner(env.agent, env.chain)
     with openai.OpenAI(
-        base_url=env.server.url, api_key=env.chain.token, http_client=signer.client(), max_retries=0
+        base_url=env.server.url,
+        api_key=env.chain.token,
+        http_client=signer.client(verify=_http.TLS),
+        max_retries=0,
     ) as client:
         answer = client.chat.completions.create(
             model=MODEL,

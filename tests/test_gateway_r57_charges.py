@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import _http
 import pytest
 from test_gateway import MODEL, NAMES, _policy_text
 from test_gateway_end_to_end import _body
@@ -114,7 +114,7 @@ def _all_in_service(env: Env, within: float = 10.0) -> None:
 
 def _tokens_counted(env: Env) -> dict[str, float]:
     """``agentgate_gateway_tokens_total`` by kind, read from the gateway's ``/metrics``."""
-    text = httpx.get(env.server.url.removesuffix("/v1") + "/metrics", timeout=10).text
+    text = _http.get(env.server.url.removesuffix("/v1") + "/metrics", timeout=10).text
     found = re.findall(r'^agentgate_gateway_tokens_total\{kind="(\w+)"\} (\S+)$', text, re.MULTILINE)
     return {kind: float(value) for kind, value in found}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import _http
 import httpx
 import pytest
 from test_gateway import Env, _assert_refused, _body
@@ -19,7 +20,7 @@ pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
 
 
 def _send(env: Env, body: dict[str, object], headers: list[tuple[str, str]]) -> httpx.Response:
-    return httpx.post(
+    return _http.post(
         f"{env.base_url}/chat/completions", content=json.dumps(body).encode(), headers=headers, timeout=10
     )
 
@@ -120,7 +121,7 @@ def test_a_body_with_a_key_twice_in_one_object_is_refused_before_it_is_decided(e
     raw = _DUPLICATED[key]
     signed = list(invocation_headers(env.agent.key, env.agent.chain, json.loads(raw)).items())
     before, count = env.ledger(), len(env.entries())
-    answer = httpx.post(
+    answer = _http.post(
         f"{env.base_url}/chat/completions",
         content=raw,
         headers=[("content-type", "application/json"), *signed],

@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Iterator
 
-import httpx
+import _http
 import pytest
 from test_gateway_end_to_end import _body
 from test_gateway_hostile_backends import (
@@ -90,7 +90,7 @@ def test_a_caller_gone_mid_stream_cuts_the_backend_request_and_settles_once(
     spent, count = env.spent(), len(env.outcomes())
     body = _body(stream=True)
     headers = invocation_headers(env.agent.key, env.agent.chain, body)
-    with httpx.stream("POST", env.url, json=body, headers=headers, timeout=20) as answer:
+    with _http.stream("POST", env.url, json=body, headers=headers, timeout=20) as answer:
         assert answer.status_code == 200
         lines = answer.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))

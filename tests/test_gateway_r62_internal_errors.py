@@ -13,6 +13,7 @@ from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import pytest
 from test_gateway import MODEL, NAMES, SimServer, _body, _policy_text
@@ -115,7 +116,7 @@ def test_an_unexpected_error_in_a_decision_is_an_openai_500_logged_once(
     assert isinstance(gateway.gate, _FailingGate)
     gateway.gate.fail_at = "decide"
     body = _body()
-    answer = httpx.post(
+    answer = _http.post(
         f"{url}/chat/completions", json=body, headers=invocation_headers(agent.key, agent.chain, body)
     )
     _assert_internal_error(answer, errors)
@@ -128,7 +129,7 @@ def test_an_unexpected_error_in_a_starlette_route_is_an_openai_500_logged_once(
     traceback logged twice (Starlette re-raises to uvicorn); it is an OpenAI-shaped 500."""
     gateway, url, _ = served
     gateway.registry.register(_FailingCollector())  # type: ignore[arg-type]
-    answer = httpx.get(url.removesuffix("/v1") + "/metrics")
+    answer = _http.get(url.removesuffix("/v1") + "/metrics")
     _assert_internal_error(answer, errors)
 
 
@@ -141,7 +142,7 @@ def test_an_unexpected_error_mid_stream_ends_it_with_an_error_event_logged_once(
     assert isinstance(gateway.gate, _FailingGate)
     gateway.gate.fail_at = "stream"
     body = _body(stream=True)
-    answer = httpx.post(
+    answer = _http.post(
         f"{url}/chat/completions", json=body, headers=invocation_headers(agent.key, agent.chain, body)
     )
     assert answer.status_code == 200
@@ -168,7 +169,7 @@ def test_an_unexpected_error_between_the_decision_and_the_backend_releases_the_r
     gateway, url, agent = served
     gateway.gate.__class__ = _FailingTenant
     body = _body()
-    answer = httpx.post(
+    answer = _http.post(
         f"{url}/chat/completions", json=body, headers=invocation_headers(agent.key, agent.chain, body)
     )
     _assert_internal_error(answer, errors)

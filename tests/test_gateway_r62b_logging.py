@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import _http
 import pytest
 from test_gateway import MODEL, NAMES, SimServer, _body, _policy_text
 from test_gateway_r62_internal_errors import _FailingGate
@@ -93,7 +93,7 @@ def test_a_gateway_server_leaves_uvicorns_loggers_as_they_were(
         body = _body()
         headers = invocation_headers(agent.key, agent.chain, body)
         with caplog.at_level(logging.ERROR, logger="agentgate.dispatch.gateway._app"):
-            assert httpx.post(f"{server.url}/chat/completions", json=body, headers=headers).status_code == 500
+            assert _http.post(f"{server.url}/chat/completions", json=body, headers=headers).status_code == 500
     finally:
         server.stop()
         gate.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+import _http
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from test_gateway import _body
@@ -27,7 +28,7 @@ pytest_plugins = ("test_gateway", "test_gateway_r62_internal_errors")  # ``backe
 
 def _scraped(root: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """The gateway's samples, by name and sorted labels."""
-    text = httpx.get(f"{root}/metrics").text
+    text = _http.get(f"{root}/metrics").text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -55,7 +56,7 @@ def test_every_error_answer_is_counted_by_status_and_code(
 
     def chat(payload: dict[str, object]) -> httpx.Response:
         headers = invocation_headers(agent.key, agent.chain, payload)
-        return httpx.post(f"{url}/chat/completions", json=payload, headers=headers)
+        return _http.post(f"{url}/chat/completions", json=payload, headers=headers)
 
     gateway.gate.fail_at = "decide"
     assert chat(body).status_code == 500
@@ -63,11 +64,11 @@ def test_every_error_answer_is_counted_by_status_and_code(
     assert chat(_body(stream=True)).status_code == 200  # ends with an internal_error event
     gateway.gate.fail_at = ""
     assert chat(body).status_code == 200
-    assert httpx.post(f"{url}/chat/completions", json=body).status_code == 401
-    assert httpx.post(f"{url}/chat/completions", content=b"{").status_code == 400
-    assert httpx.get(f"{url}/models/no-such-model").status_code == 404
-    assert httpx.get(f"{root}/nowhere").status_code == 404
-    assert httpx.delete(f"{root}/healthz").status_code == 405
+    assert _http.post(f"{url}/chat/completions", json=body).status_code == 401
+    assert _http.post(f"{url}/chat/completions", content=b"{").status_code == 400
+    assert _http.get(f"{url}/models/no-such-model").status_code == 404
+    assert _http.get(f"{root}/nowhere").status_code == 404
+    assert _http.delete(f"{root}/healthz").status_code == 405
     port = urlsplit(url).port
     assert port is not None
     assert _answer(port, b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 505")
@@ -95,7 +96,7 @@ def test_an_internal_error_outside_the_chat_path_is_counted(
     root = url.removesuffix("/v1")
     failing = _FailingCollector()
     gateway.registry.register(failing)  # type: ignore[arg-type]
-    assert httpx.get(f"{root}/metrics").status_code == 500
+    assert _http.get(f"{root}/metrics").status_code == 500
     gateway.registry.unregister(failing)  # type: ignore[arg-type]
     exported = _scraped(root)
     assert exported[_errors("500", "internal_error")] == 1

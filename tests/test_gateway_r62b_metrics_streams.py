@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
+import _http
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_gateway_end_to_end import _body
@@ -37,7 +37,7 @@ def test_a_stream_that_breaks_after_output_is_counted_as_an_error(broken: Env) -
     root = broken.server.url.removesuffix("/v1")
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(httpx.get(f"{root}/metrics").text)
+        for family in text_string_to_metric_families(_http.get(f"{root}/metrics").text)
         for s in family.samples
     }
     assert samples[("agentgate_gateway_errors_total", (("code", "backend_failed"), ("status", "200")))] == 1

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import _http
 from test_dispatch_r70_stream_charged import _tokens, _usage
 from test_gateway import MODEL, NAMES, _policy_text
 from test_gateway_end_to_end import _body
@@ -76,7 +76,7 @@ def test_a_caller_gone_after_the_usage_event_counts_the_tokens_it_is_charged(tmp
             before, counted, settled = env.spent(), _tokens(env), len(env.outcomes())
             body = _body(stream=True, stream_options={"include_usage": True})
             headers = invocation_headers(env.agent.key, env.agent.chain, body)
-            with httpx.stream("POST", env.url, json=body, headers=headers, timeout=20) as answer:
+            with _http.stream("POST", env.url, json=body, headers=headers, timeout=20) as answer:
                 assert answer.status_code == 200
                 assert any('"usage"' in line for line in answer.iter_lines())  # then hang up
             assert backend.cut.wait(10), "the backend request was not cut"

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import openai
 import pytest
@@ -243,7 +244,7 @@ class Env:
 
     def http(self, who: AgentIdentity | None = None, **hooks: Any) -> httpx.Client:
         signer = InvocationSigner((who or self.agent).key, (who or self.agent).chain)
-        client = httpx.Client(
+        client = _http.Client(
             event_hooks={"request": [signer], "response": [self._seen, *hooks.get("response", ())]}
         )
         self.closers.append(client)
@@ -454,7 +455,11 @@ def test_a_stream_is_sse_framed_with_the_fields_the_sdk_parses_and_usage_only_wh
 
 def _refusals(env: Env) -> list[tuple[Any, type[openai.APIStatusError], int, str]]:
     """(how the call is made, the SDK's exception, status, code) for each refusal a caller meets."""
-    unsigned = openai.OpenAI(base_url=env.url, api_key=env.agent.chain.token)
+    unsigned = openai.OpenAI(
+        base_url=env.url,
+        api_key=env.agent.chain.token,
+        http_client=openai.DefaultHttpxClient(verify=_http.TLS),
+    )
     env.closers.append(unsigned)
     agent, poor = env.client(), env.client(env.poor)
     call = agent.chat.completions.create
@@ -797,7 +802,7 @@ def test_chat_openai_bind_tools_invoke_stream_ainvoke_and_astream(env: Env) -> N
     assert merged.usage_metadata is not None and merged.usage_metadata["total_tokens"] == 8
 
     async def run_async() -> tuple[Any, Any]:
-        async_http = signer.async_client()  # opened and closed on this event loop
+        async_http = signer.async_client(verify=_http.TLS)  # opened and closed on this event loop
         try:
             abound = ChatOpenAI(
                 model=TOOLY,
@@ -827,7 +832,7 @@ def test_async_openai_concurrent_calls_are_each_decided_charged_and_audited_once
     signer = InvocationSigner(env.agent.key, env.agent.chain)
 
     async def main() -> list[int]:
-        http = signer.async_client()
+        http = signer.async_client(verify=_http.TLS)
         client = openai.AsyncOpenAI(base_url=env.url, api_key=env.agent.chain.token, http_client=http)
         try:
 

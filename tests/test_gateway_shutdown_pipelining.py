@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import pytest
 from test_gateway_stall import MODEL, POLICY
@@ -148,7 +149,7 @@ def test_a_pipelined_stream_whose_caller_stops_reading_is_audited_as_stalled(tmp
             assert env.backend_idle(within=5), "the backend request still runs"
         finally:
             sock.close()
-        metrics = httpx.get(env.server.url.removesuffix("/v1") + "/metrics", timeout=10).text
+        metrics = _http.get(env.server.url.removesuffix("/v1") + "/metrics", timeout=10).text
         assert "agentgate_gateway_streams_stalled_total 1.0" in metrics
         assert len(env.outcomes()) == 1  # the queued request was never decided nor run
         assert not _held_reservations(env)
@@ -233,7 +234,7 @@ def test_a_stream_cut_at_the_end_of_the_shutdown_grace_is_audited_gateway_stoppe
         headers = invocation_headers(env.agent.key, env.agent.chain, STREAM)
         events: list[str] = []
         with (
-            httpx.Client(timeout=30) as http,
+            _http.Client(timeout=30) as http,
             http.stream("POST", f"{env.server.url}/chat/completions", json=STREAM, headers=headers) as answer,
         ):
             assert answer.status_code == 200
@@ -259,7 +260,7 @@ def test_a_stream_cut_before_its_first_token_at_shutdown_is_answered_503_and_aud
         answers: list[httpx.Response] = []
         caller = threading.Thread(
             target=lambda: answers.append(
-                httpx.post(f"{env.server.url}/chat/completions", json=STREAM, headers=headers, timeout=30)
+                _http.post(f"{env.server.url}/chat/completions", json=STREAM, headers=headers, timeout=30)
             )
         )
         caller.start()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import _http
 import httpx
 import pytest
 import uvicorn
@@ -168,13 +169,13 @@ def test_a_caller_that_stops_reading_a_stream_is_cut_settled_audited_and_closed(
         # ... and the caller's connection is reset by the gateway.
         _assert_reset(sock)
     assert env.gate.verify().ok
-    metrics = httpx.get(env.server.url.removesuffix("/v1") + "/metrics", timeout=10).text
+    metrics = _http.get(env.server.url.removesuffix("/v1") + "/metrics", timeout=10).text
     assert "agentgate_gateway_streams_stalled_total 1.0" in metrics
     # The gateway still serves.
     small = {**body, "max_tokens": 4, "stream": False}
     headers = invocation_headers(env.agent.key, env.agent.chain, small)
     assert (
-        httpx.post(f"{env.server.url}/chat/completions", json=small, headers=headers, timeout=10).status_code
+        _http.post(f"{env.server.url}/chat/completions", json=small, headers=headers, timeout=10).status_code
         == 200
     )
 
@@ -371,7 +372,7 @@ def test_agentgate_serve_takes_its_limits_and_stops_on_sigterm_with_outcomes_com
             signed = invocation_headers(agent.key, agent.chain, body)
             events: list[str] = []
             cut = False
-            with httpx.Client(timeout=30) as http:
+            with _http.Client(timeout=30) as http:
                 url = f"http://127.0.0.1:{port}/v1/chat/completions"
                 with http.stream("POST", url, json=body, headers=signed) as answer:
                     assert answer.status_code == 200
@@ -416,7 +417,7 @@ def test_the_simulated_backend_refuses_several_choices_rather_than_answer_one(ex
     # SimServer ignored `n`: asked for 3 choices it generated and answered one, with the usage of
     # one, so anything measured through it (a gateway's charge for n choices, latency under n)
     # was off by n. It serves one choice per request and says so, as an OpenAI-style 400.
-    with SimServer(time_scale=0.05) as sim, httpx.Client() as http:
+    with SimServer(time_scale=0.05) as sim, _http.Client() as http:
         body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
         answer = http.post(f"{sim.url}/v1/chat/completions", json={**body, **extra})
         assert answer.status_code == 400, answer.text
@@ -487,7 +488,7 @@ def test_a_json_call_cut_by_the_gateways_shutdown_is_charged_its_reservation(tmp
             def call() -> None:
                 try:
                     answers.append(
-                        httpx.post(
+                        _http.post(
                             f"{server.url}/chat/completions", json=body, headers=headers, timeout=30
                         ).status_code
                     )

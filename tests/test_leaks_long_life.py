@@ -54,7 +54,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
+import _http
 import pytest
 from _raw_sqlite import query
 
@@ -278,7 +278,7 @@ def test_gateway_server_cycles_leave_no_descriptor_or_thread_behind(
         try:
             agent = world.agent(gate)
             headers = {"content-type": "application/json", **invocation_headers(agent.key, agent.chain, body)}
-            with httpx.Client() as client:
+            with _http.Client() as client:
                 answer = client.post(
                     f"{server.url}/chat/completions", content=json.dumps(body), headers=headers
                 )

@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
@@ -379,7 +380,7 @@ def test_the_gateway_exports_no_token_key_or_prompt(
     def post(sent: dict[str, Any], **headers: str) -> httpx.Response:
         signed = invocation_headers(agent.key, agent.chain, sent)
         invocations.append(signed["X-Agentgate-Invocation"])
-        return httpx.post(url, json=sent, headers={**signed, **headers}, timeout=10)
+        return _http.post(url, json=sent, headers={**signed, **headers}, timeout=10)
 
     answers: list[httpx.Response] = []
     try:
@@ -388,17 +389,17 @@ def test_the_gateway_exports_no_token_key_or_prompt(
             answers.append(post(body(max_tokens=600)))  # over the grant's max_tokens: refused
             answers.append(post(body(model=OTHER, max_tokens=200)))  # approval required
             answers.append(
-                httpx.post(url, json=body(), headers={"Authorization": f"Bearer {agent.chain.token}"})
+                _http.post(url, json=body(), headers={"Authorization": f"Bearer {agent.chain.token}"})
             )
             answers.append(post(body(), **{"X-Agentgate-Invocation": invocations[0][:-8] + "AAAAAAAA"}))
             answers.append(
-                httpx.post(url, json=body(), headers={"Authorization": "Bearer ag1.CANARY-BEARER"})
+                _http.post(url, json=body(), headers={"Authorization": "Bearer ag1.CANARY-BEARER"})
             )
             scripted.mode = "die"
             answers.append(post(body(stream=True)))
             scripted.mode = "ok"
-            health = httpx.get(f"{root}/healthz", timeout=10)
-            metrics = httpx.get(f"{root}/metrics", timeout=10)
+            health = _http.get(f"{root}/healthz", timeout=10)
+            metrics = _http.get(f"{root}/metrics", timeout=10)
     finally:
         scripted.mode = "ok"
         server.stop()

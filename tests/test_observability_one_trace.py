@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import pytest
 import test_observability
@@ -372,7 +373,7 @@ class GatewayEnv:
             *invocation_headers(self.agent.key, self.agent.chain, body).items(),
             *(extra or []),
         ]
-        return httpx.post(
+        return _http.post(
             f"{self.server.url}/chat/completions",
             content=json.dumps(body).encode(),
             headers=headers,

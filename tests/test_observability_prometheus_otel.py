@@ -14,7 +14,7 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
+import _http
 import pytest
 import test_audit_spans
 import test_observability
@@ -176,7 +176,7 @@ def test_a_streamed_calls_failure_exports_its_class_name_and_no_backend_text(
             "max_tokens": 8,
             "stream": True,
         }
-        answer = httpx.post(
+        answer = _http.post(
             f"{server.url}/chat/completions",
             content=json.dumps(body).encode(),
             headers={"content-type": "application/json", **invocation_headers(agent.key, agent.chain, body)},

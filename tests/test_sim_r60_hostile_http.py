@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import _http
 import httpx
 import pytest
 
@@ -27,7 +28,7 @@ def server() -> Iterator[SimServer]:
 
 
 def _post(server: SimServer, body: bytes, headers: dict[str, str]) -> httpx.Response:
-    with httpx.Client(timeout=5.0) as http:
+    with _http.Client(timeout=5.0) as http:
         return http.post(server.url + "/v1/chat/completions", content=body, headers=headers)
 
 

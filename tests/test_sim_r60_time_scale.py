@@ -9,7 +9,7 @@ made.
 
 from __future__ import annotations
 
-import httpx
+import _http
 import pytest
 
 from agentgate.errors import InputError
@@ -28,7 +28,7 @@ def test_the_smallest_time_scale_answers() -> None:
     """At ``MIN_TIME_SCALE`` the server answers as at any other (a million times faster)."""
     assert MIN_TIME_SCALE == 1e-6
     with SimServer(time_scale=MIN_TIME_SCALE) as server:
-        response = httpx.post(
+        response = _http.post(
             server.url + "/v1/chat/completions",
             json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
             timeout=5.0,

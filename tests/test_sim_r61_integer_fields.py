@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import _http
 import pytest
 
 from agentgate.errors import InputError
@@ -89,7 +89,7 @@ def test_an_integer_field_vllm_refuses_is_an_input_error_naming_it(
 
 def test_the_http_server_serves_n_one_point_zero() -> None:
     """Review R61: over HTTP, ``n: 1.0`` with ``max_tokens: 2.0`` is answered 200 with 2 tokens."""
-    with SimServer(time_scale=0.001) as server, httpx.Client(timeout=5.0) as http:
+    with SimServer(time_scale=0.001) as server, _http.Client(timeout=5.0) as http:
         answer = http.post(server.url + "/v1/chat/completions", json={**_CHAT, "n": 1.0, "max_tokens": 2.0})
         assert answer.status_code == 200, answer.text
         assert answer.json()["usage"]["completion_tokens"] == 2

@@ -8,6 +8,7 @@ import logging
 import socket
 from collections.abc import Iterator
 
+import _http
 import httpx
 import pytest
 
@@ -40,7 +41,7 @@ def test_a_port_in_use_is_a_typed_error_naming_it_and_a_later_start_serves(
     held_port.close()
     server.start()
     try:
-        assert httpx.get(f"{server.url}/health").text == "ok"
+        assert _http.get(f"{server.url}/health").text == "ok"
     finally:
         server.stop()
 
@@ -52,13 +53,13 @@ def test_stop_before_start_and_twice_does_nothing_and_a_stopped_server_starts_ag
     server = SimServer(model_name="m", time_scale=0.01)
     server.stop()
     assert server.start() is server.start()
-    assert httpx.get(f"{server.url}/health").text == "ok"
+    assert _http.get(f"{server.url}/health").text == "ok"
     server.stop()
     server.stop()
     with pytest.raises(httpx.ConnectError):
-        httpx.get(f"{server.url}/health")
+        _http.get(f"{server.url}/health")
     with server:
-        assert httpx.get(f"{server.url}/health").text == "ok"
+        assert _http.get(f"{server.url}/health").text == "ok"
 
 
 @pytest.mark.parametrize("port", [70_000, 65_536, -1, True, 1.5, "8000"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-import httpx
+import _http
 from test_gateway_r62b_logging import _UVICORN, _Kept, _state
 
 from agentgate.sim import SimServer
@@ -29,9 +29,9 @@ def test_a_simulator_leaves_uvicorns_loggers_as_they_were(app_logging: _Kept) ->
     server = SimServer(model_name="m", time_scale=0.01).start()
     try:
         assert {name: _state(name) for name in _UVICORN} == before
-        assert httpx.get(f"{server.url}/health").status_code == 200
+        assert _http.get(f"{server.url}/health").status_code == 200
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-        assert httpx.post(f"{server.url}/v1/chat/completions", json=body).status_code == 200
+        assert _http.post(f"{server.url}/v1/chat/completions", json=body).status_code == 200
     finally:
         server.stop()
     assert {name: _state(name) for name in _UVICORN} == before

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 
-import httpx
+import _http
 import pytest
 
 from agentgate.errors import DispatchError
@@ -36,7 +36,7 @@ def test_a_port_it_chose_and_lost_before_starting_is_chosen_again() -> None:
         server.start()
         try:
             assert server.port != chosen
-            assert httpx.get(f"{server.url}/health", timeout=30).text == "ok"
+            assert _http.get(f"{server.url}/health", timeout=30).text == "ok"
         finally:
             server.stop()
 

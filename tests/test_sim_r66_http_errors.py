@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
+import _http
 import pytest
 
 from agentgate.sim import SimServer
@@ -39,7 +39,7 @@ def test_a_request_no_endpoint_serves_gets_an_openai_error_body(
 ) -> None:
     """Review R66: these were answered ``text/plain`` "Not Found" / "Method Not Allowed"; vLLM
     answers them with an OpenAI error body whose type is the status's phrase."""
-    answer = httpx.request(method, f"{server.url}{path}", timeout=30)
+    answer = _http.request(method, f"{server.url}{path}", timeout=30)
     assert answer.status_code == status
     assert answer.headers["content-type"].startswith("application/json")
     assert answer.json() == {"error": {"message": phrase, "type": phrase, "param": None, "code": status}}
@@ -49,6 +49,6 @@ def test_a_request_no_endpoint_serves_gets_an_openai_error_body(
 
 def test_the_server_keeps_serving_after_them(server: SimServer) -> None:
     """Review R66 (checked, right already): a chat request after those is served."""
-    httpx.get(f"{server.url}/nope", timeout=30)
+    _http.get(f"{server.url}/nope", timeout=30)
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
-    assert httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30).status_code == 200
+    assert _http.post(f"{server.url}/v1/chat/completions", json=body, timeout=30).status_code == 200

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
+import _http
 import pytest
 
 from agentgate.sim import SimServer
@@ -31,7 +31,7 @@ def server() -> Iterator[SimServer]:
 
 def test_an_oversized_trace_header_is_kept_cut_and_marked(server: SimServer) -> None:
     """Review R66: a 1 MiB ``tracestate`` was kept whole in ``trace_headers``."""
-    answer = httpx.post(
+    answer = _http.post(
         f"{server.url}/v1/chat/completions", json=_BODY, headers={"tracestate": "a" * _LONG}, timeout=30
     )
     assert answer.status_code == 200
@@ -41,7 +41,7 @@ def test_an_oversized_trace_header_is_kept_cut_and_marked(server: SimServer) -> 
 
 def test_an_oversized_authorization_is_counted_cut_and_marked(server: SimServer) -> None:
     """Review R66: a 1 MiB ``Authorization`` was a key of ``authorizations`` whole."""
-    httpx.get(f"{server.url}/v1/models", headers={"authorization": "b" * _LONG}, timeout=30)
+    _http.get(f"{server.url}/v1/models", headers={"authorization": "b" * _LONG}, timeout=30)
     cut = "b" * KEPT_HEADER_CHARS + f"...({_LONG} characters)"
     assert server.authorizations[("/v1/models", cut)] == 1
     assert max(len(value or "") for _, value in server.authorizations) < KEPT_HEADER_CHARS + 40
@@ -54,7 +54,7 @@ def test_real_headers_are_kept_exactly(server: SimServer) -> None:
     baggage = "k=" + "v" * (KEPT_HEADER_CHARS - 2)
     headers = {"traceparent": traceparent, "baggage": baggage, "authorization": "Bearer sk-123"}
     assert (
-        httpx.post(f"{server.url}/v1/chat/completions", json=_BODY, headers=headers, timeout=30).status_code
+        _http.post(f"{server.url}/v1/chat/completions", json=_BODY, headers=headers, timeout=30).status_code
         == 200
     )
     assert server.trace_headers[-1] == {"traceparent": traceparent, "baggage": baggage}

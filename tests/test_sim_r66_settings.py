@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import _http
 import pytest
 
 from agentgate.errors import InputError
@@ -82,5 +82,5 @@ def test_a_server_with_whole_number_settings_serves() -> None:
     """Review R66 (checked, right already): an integer ``time_scale`` and ``max_model_len``."""
     with SimServer(time_scale=1, max_model_len=64, scrape_lag_s=0) as server:
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-        answer = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
+        answer = _http.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
         assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-import httpx
+import _http
 import pytest
 
 from agentgate.sim import SimServer
@@ -55,7 +55,7 @@ def test_a_hostile_chat_body_is_a_400_naming_what_is_wrong(
     body, named = BODIES[case]
     if stream and body.startswith(b"{") and body.endswith(b"}"):
         body = body[:-1] + b', "stream": true}'
-    with httpx.Client(timeout=10) as http:
+    with _http.Client(timeout=10) as http:
         answer = http.post(
             f"http://127.0.0.1:{server.port}/v1/chat/completions",
             content=body,

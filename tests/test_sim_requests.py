@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import _http
 import httpx
 import pytest
 
@@ -27,7 +28,7 @@ _REPO = Path(__file__).resolve().parents[1]
 
 
 def _post(server: SimServer, body: bytes, timeout: float = 2.0) -> httpx.Response:
-    with httpx.Client(timeout=timeout) as http:
+    with _http.Client(timeout=timeout) as http:
         return http.post(
             server.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
         )
@@ -133,7 +134,7 @@ def test_a_non_streaming_client_that_hangs_up_frees_the_engine() -> None:
     """A plain (non-SSE) request whose client disconnects is aborted in the engine: it leaves the
     runner's live set and gives its KV back, instead of decoding for nobody."""
     with SimServer(time_scale=1.0) as server:
-        with pytest.raises(httpx.TimeoutException), httpx.Client(timeout=0.5) as http:
+        with pytest.raises(httpx.TimeoutException), _http.Client(timeout=0.5) as http:
             http.post(server.url + "/v1/chat/completions", content=_body(max_tokens=100_000))
         deadline = time.monotonic() + 2.0
         while server._runner is not None and server._runner.live and time.monotonic() < deadline:

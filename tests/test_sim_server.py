@@ -7,7 +7,7 @@ import json
 import socket
 import time
 
-import httpx
+import _http
 import openai
 import pytest
 
@@ -40,7 +40,7 @@ def test_openai_client_talks_to_the_simulator() -> None:
 
 
 def test_metrics_use_vllm_names_and_trail_the_engine() -> None:
-    with SimServer(time_scale=0.05, scrape_lag_s=0.2) as server, httpx.Client() as http:
+    with SimServer(time_scale=0.05, scrape_lag_s=0.2) as server, _http.Client() as http:
         http.post(
             server.url + "/v1/chat/completions",
             json={
@@ -59,7 +59,7 @@ def test_metrics_use_vllm_names_and_trail_the_engine() -> None:
 
 
 def test_bad_requests_get_openai_errors() -> None:
-    with SimServer(time_scale=0.05) as server, httpx.Client() as http:
+    with SimServer(time_scale=0.05) as server, _http.Client() as http:
         url = server.url + "/v1/chat/completions"
         assert http.post(url, content=b"not json").status_code == 400
         assert http.post(url, json={"model": "llama-3.1-8b", "messages": []}).status_code == 400
@@ -72,7 +72,7 @@ def test_bad_requests_get_openai_errors() -> None:
 
 
 def test_cancelled_stream_frees_the_engine() -> None:
-    with SimServer(time_scale=0.05) as server, httpx.Client() as http:
+    with SimServer(time_scale=0.05) as server, _http.Client() as http:
         body = {"model": "llama-3.1-8b", "messages": [{"role": "user", "content": "x"}], "max_tokens": 5000}
         with http.stream("POST", server.url + "/v1/chat/completions", json={**body, "stream": True}) as resp:
             for line in resp.iter_lines():
@@ -90,7 +90,7 @@ def test_authorizations_are_counted_within_a_bound() -> None:
     pairs are counted one by one, any later one under ``OTHERS``; nothing is lost from the total."""
     from agentgate.sim._server import AUTHORIZATIONS_KEPT, OTHERS
 
-    with SimServer(time_scale=0.05) as server, httpx.Client() as http:
+    with SimServer(time_scale=0.05) as server, _http.Client() as http:
         for i in range(AUTHORIZATIONS_KEPT + 5):
             http.get(f"{server.url}/v1/models", headers={"Authorization": f"Bearer k{i}"})
         assert len(server.authorizations) == AUTHORIZATIONS_KEPT + 1
@@ -205,7 +205,7 @@ def test_a_head_that_trickles_in_is_answered_408_and_the_connection_closed() -> 
         assert closed
         assert got.startswith(b"HTTP/1.1 408 "), got[:200]
         assert server.served == 0
-        assert httpx.get(server.url + "/health").status_code == 200
+        assert _http.get(server.url + "/health").status_code == 200
 
 
 @pytest.mark.parametrize("seconds", [0, -1.0, float("nan"), float("inf"), True])

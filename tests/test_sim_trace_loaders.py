@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import _http
 import httpx
 import pytest
 
@@ -182,7 +183,7 @@ def test_a_prefix_shared_outside_ascii_is_cached_only_for_the_tokens_it_covers()
     """Two Chinese prompts of 3,000 characters (750 estimated tokens) sharing their first 1,000
     characters (about 250 tokens): the second has at most those tokens cached, not 736."""
     shared = "汉" * 1000
-    with SimServer(time_scale=0.001) as server, httpx.Client(timeout=10) as http:
+    with SimServer(time_scale=0.001) as server, _http.Client(timeout=10) as http:
         _chat(http, server, shared + "字" * 2000)
         usage = _chat(http, server, shared + "语" * 2000)
     cached = usage["prompt_tokens_details"]["cached_tokens"]

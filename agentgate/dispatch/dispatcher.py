@@ -41,8 +41,10 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import itertools
 import math
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any
@@ -126,6 +128,17 @@ def _with_output_limit(payload: Mapping[str, Any], request: RouteRequest) -> Map
     sent = {name: value for name, value in payload.items() if name != "max_completion_tokens"}
     sent["max_tokens"] = request.max_output_tokens
     return sent
+
+
+@functools.cache
+def _trust_store() -> ssl.SSLContext:
+    """The TLS context of every dispatcher's probe and scrape client in this process, built once:
+    httpx built one per client, loading the CA bundle each time (45-60 ms of CPU), for every
+    dispatcher started, although most inventories name ``http://`` backends only. What httpx
+    would build for the client (``trust_env=False``: certifi's bundle, as before). Shared safely:
+    these clients speak HTTP/1.1 only, so the ALPN list httpcore sets on it per connection is
+    always the same."""
+    return httpx.create_ssl_context(trust_env=False)
 
 
 class Dispatcher:
@@ -230,7 +243,9 @@ class Dispatcher:
         # variables); through an HTTP_PROXY from the environment the probes and scrapes handed
         # the backend's key, in clear, to the proxy.
         self._http = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100), trust_env=False
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+            trust_env=False,
+            verify=_trust_store(),
         )
         self._session = chat_session()
         self.clients = {
