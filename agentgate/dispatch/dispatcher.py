@@ -133,12 +133,16 @@ def _with_output_limit(payload: Mapping[str, Any], request: RouteRequest) -> Map
 @functools.cache
 def _trust_store() -> ssl.SSLContext:
     """The TLS context of every dispatcher's probe and scrape client in this process, built once:
-    httpx built one per client, loading the CA bundle each time (45-60 ms of CPU), for every
-    dispatcher started, although most inventories name ``http://`` backends only. What httpx
-    would build for the client (``trust_env=False``: certifi's bundle, as before). Shared safely:
-    these clients speak HTTP/1.1 only, so the ALPN list httpcore sets on it per connection is
-    always the same."""
-    return httpx.create_ssl_context(trust_env=False)
+    httpx built one per client, loading a CA bundle each time (45-60 ms of CPU per dispatcher
+    started, although most inventories name ``http://`` backends only). The system's trust store,
+    as the chat calls' (aiohttp's default context: OpenSSL's default paths, which ``SSL_CERT_FILE``
+    and ``SSL_CERT_DIR`` can name): until review R79 the probes and scrapes trusted certifi's
+    bundle instead, and a backend behind a private CA installed on the host answered its calls
+    but failed every probe, marked down. Shared safely: these clients speak HTTP/1.1 only, so the
+    ALPN list httpcore sets on it for each connection is always the same."""
+    context = ssl.create_default_context()
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 class Dispatcher:
