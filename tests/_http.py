@@ -2,7 +2,7 @@
 
 Every ``httpx.Client()``, ``httpx.AsyncClient()`` and module-level ``httpx.get``/``post`` builds
 its own ``ssl.SSLContext`` and loads the CA bundle into it (45-60 ms of CPU here), although the
-tests only ever speak ``http://`` to loopback: about a tenth of the suite's CPU went to that
+tests only ever speak ``http://`` to loopback: about 5% of the suite's CPU went to that
 (tests/README.md, "How long it takes, and where the time goes"). These take the same arguments as
 httpx's and hand it the one context ``TLS`` instead (an argument ``verify=`` of a call's own wins).
 """
@@ -23,4 +23,3 @@ request = functools.partial(httpx.request, verify=TLS)
 stream = functools.partial(httpx.stream, verify=TLS)
 Client = functools.partial(httpx.Client, verify=TLS)
 AsyncClient = functools.partial(httpx.AsyncClient, verify=TLS)
-

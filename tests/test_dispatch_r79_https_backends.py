@@ -3,8 +3,8 @@
 The chat calls go over aiohttp, which verifies a backend's certificate against the system's trust
 store (OpenSSL's default paths, which ``SSL_CERT_FILE`` names); the probes and scrapes went over
 httpx with certifi's bundle. A backend whose certificate comes from a private CA the operator
-installed (the common case for a self-hosted vLLM behind TLS) answered every chat call and failed
-every probe, so the dispatcher marked it down and never sent it one. No test had run an https
+installed (a self-hosted vLLM behind TLS, say) answered every chat call and failed every probe, so
+the dispatcher marked it down at its first probe and kept it down. No test had run an https
 backend: this one does, in a fresh interpreter whose ``SSL_CERT_FILE`` names the test's own CA
 (aiohttp builds its context when imported)."""
 

@@ -28,7 +28,7 @@ async def test_dispatchers_started_in_one_process_load_the_ca_bundle_once(
 
     monkeypatch.setattr(ssl, "create_default_context", counted)
     _trust_store.cache_clear()  # as in a process that has started none yet
-    url = f"http://127.0.0.1:{unused_tcp_port}"  # nothing listens: the probes fail, as may be
+    url = f"http://127.0.0.1:{unused_tcp_port}"  # nothing listens there; the probes' outcome is no matter
     inventory = inventory_from_mapping(
         {"backends": [{"name": "b", "url": url, "engine": "vllm", "models": ["m"]}]}
     )
