@@ -10,10 +10,14 @@ With no policy at all, use ``Policy.deny_all()``: every call is denied.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import itertools
 import json
 from typing import Any
 
 from agentgate.findings import Outcome
+from agentgate.policy import _schema
 from agentgate.policy._explain import explain
 from agentgate.policy._index import (
     ApprovalRequirement,
@@ -29,13 +33,39 @@ from agentgate.policy._schema import SCHEMA_VERSION, Budget, PolicyDocument, Too
 
 
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of a policy file (draft 2020-12), for editors."""
+    """The JSON Schema of a policy file (draft 2020-12), for editors; each field's description is
+    its docstring in ``_schema``, as Pydantic's ``use_attribute_docstrings`` would give it."""
     schema = PolicyDocument.model_json_schema(mode="validation")
+    definitions = {PolicyDocument.__name__: schema, **schema["$defs"]}
+    for model, docstrings in _field_docstrings().items():
+        fields = getattr(_schema, model).model_fields
+        for field, text in docstrings.items():
+            if field in fields and model in definitions:
+                described = definitions[model]["properties"][fields[field].alias or field]
+                described.setdefault("description", text)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://agentgate.dev/schema/policy-v1.json",
         **schema,
     }
+
+
+def _field_docstrings() -> dict[str, dict[str, str]]:
+    """Each model of ``_schema`` with its fields' docstrings (the string right below a field), read
+    from the module's source."""
+    found: dict[str, dict[str, str]] = {}
+    for node in ast.parse(inspect.getsource(_schema)).body:
+        if isinstance(node, ast.ClassDef):
+            found[node.name] = {
+                field.target.id: inspect.cleandoc(after.value.value)
+                for field, after in itertools.pairwise(node.body)
+                if isinstance(field, ast.AnnAssign)
+                and isinstance(field.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            }
+    return found
 
 
 def json_schema_text() -> str:
