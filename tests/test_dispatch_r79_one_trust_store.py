@@ -1,7 +1,7 @@
 """Review R79: the dispatchers of one process share one TLS context for their probe and scrape
 client. Each ``Dispatcher.start`` built its own (httpx loads the CA bundle into a fresh
 ``ssl.SSLContext`` per client: 45-60 ms of CPU), although most inventories name ``http://``
-backends only; a test suite that starts hundreds of dispatchers spent minutes of CPU on it
+backends only; the suite, which starts hundreds of dispatchers, spent tens of CPU-seconds on it
 (tests/README.md, "How long it takes, and where the time goes")."""
 
 from __future__ import annotations

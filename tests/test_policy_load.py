@@ -3,6 +3,7 @@ refused at its line and explained; the examples are valid; no policy means deny-
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 from pathlib import Path
@@ -43,6 +44,21 @@ def test_schema_file_is_in_sync_with_the_models() -> None:
     role = schema["$defs"]["Role"]["properties"]
     assert {"capabilities", "budget", "ttl_s", "delegation", "inherits"} <= set(role)
     assert role["ttl_s"]["description"]
+
+
+def test_schema_without_the_models_source_has_no_descriptions_and_no_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review R79: the field descriptions are read from the models' source when a schema is asked
+    for; where it is not installed the schema comes without them, as Pydantic's
+    ``use_attribute_docstrings`` gave it, not as a traceback of ``agentgate policy schema``."""
+
+    def no_source(_: object) -> str:
+        raise OSError("could not get source code")
+
+    monkeypatch.setattr(inspect, "getsource", no_source)
+    role = json.loads(json_schema_text())["$defs"]["Role"]["properties"]
+    assert "ttl_s" in role and "description" not in role["ttl_s"]
 
 
 def test_deny_all_denies_everything() -> None:

@@ -52,9 +52,14 @@ def json_schema() -> dict[str, Any]:
 
 def _field_docstrings() -> dict[str, dict[str, str]]:
     """Each model of ``_schema`` with its fields' docstrings (the string right below a field), read
-    from the module's source."""
+    from the module's source; none where the source is not installed (as Pydantic did: the schema
+    without descriptions, not an error)."""
+    try:
+        source = inspect.getsource(_schema)
+    except OSError:
+        return {}
     found: dict[str, dict[str, str]] = {}
-    for node in ast.parse(inspect.getsource(_schema)).body:
+    for node in ast.parse(source).body:
         if isinstance(node, ast.ClassDef):
             found[node.name] = {
                 field.target.id: inspect.cleandoc(after.value.value)
