@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO_INSTALL = "-m pip install --quiet -e '.[langgraph]'"
-FULL_INSTALL = "-m pip install --quiet --no-compile -e '.[test,bench]'"
+UV = "-m uv pip install --quiet --python .venv/bin/python"
+DEMO_INSTALL = f"{UV} --compile-bytecode -e '.[langgraph]'"
+FULL_INSTALL = f"{UV} -e '.[test,bench]'"
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 
