@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from _forked import Worker
 
 from agentgate.capabilities import Call
 from agentgate.dispatch.dispatcher import Dispatcher
@@ -61,7 +60,7 @@ approvals:
 
 BIG = Call.tool("refund", {"amount": 500})
 
-# Another process with a gate of its own on the same store: it decides the same call for the
+# Another process (``_forked.Worker``) with a gate of its own on the same store: it decides the same call for the
 # same agent, then declines the approval it asks for, or runs the call with an approval.
 OTHER_PROCESS = r"""
 import json, sys
@@ -113,12 +112,7 @@ class Deployment:
             "chain": self.agent.chain.token,
             "approval": approval,
         }
-        done = subprocess.run(
-            [sys.executable, "-c", OTHER_PROCESS, json.dumps(job)], capture_output=True, text=True, timeout=60
-        )
-        assert done.returncode == 0, done.stderr
-        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-        return result
+        return Worker(self.path.parent, OTHER_PROCESS, [json.dumps(job)]).result()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ shared concurrency limit and the last GPU of two brokers restored from one saved
 process, a broker killed holding a lease leaves it journaled until its TTL, and a process killed
 between its decision and its outcome leaves a log that verifies and a reservation held.
 
-Each worker is a fork of a fork server that imported agentgate once (as in
+Each worker is a fork of a fork server that imported agentgate once (``_forked.Worker``, as in
 tests/test_store_multiprocess.py); the workers open the store themselves, say they are ready,
 wait for a start file, act and write one JSON line.
 """
@@ -17,14 +17,13 @@ import contextlib
 import json
 import multiprocessing
 import multiprocessing.connection
-import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _forked import Worker
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
@@ -214,17 +213,6 @@ gate.close()
 print(json.dumps(out))
 """
 
-_FORKSERVER = multiprocessing.get_context("forkserver")
-_FORKSERVER.set_forkserver_preload(["agentgate.gate", "agentgate.store", "agentgate.policy"])
-
-
-def _worker_main(argv: list[str], out: str) -> None:
-    """One worker process: ``WORKER`` with ``argv``, its JSON line written to ``out``."""
-    os.environ["AGENTGATE_SQLITE_SYNCHRONOUS"] = "NORMAL"  # processes under test, not durability
-    sys.argv = ["worker", *argv]
-    with open(out, "w") as sink, contextlib.redirect_stdout(sink):
-        exec(compile(WORKER, "worker", "exec"), {"__name__": "worker"})
-
 
 class Shared:
     """One store (SQLite file or PostgreSQL database), its policy and identities in ``work``."""
@@ -253,32 +241,29 @@ class Shared:
         """One worker per ``extras`` item, released at once; their JSON results."""
         return self.finish(self.start(extras), expect_exit=expect_exit)
 
-    def start(self, extras: list[dict[str, Any]]) -> list[tuple[Any, Path]]:
+    def start(self, extras: list[dict[str, Any]]) -> list[Worker]:
         """One worker per ``extras`` item, released at once (``finish`` waits for them)."""
         go = self.work / f"go-{time.monotonic_ns()}"
-        started = []
-        for me, extra in enumerate(extras):
-            out = self.work / f"out-{time.monotonic_ns()}"
-            argv = [str(self.work), self.url, str(go), str(me), json.dumps(extra)]
-            process = _FORKSERVER.Process(target=_worker_main, args=(argv, str(out)))
-            process.start()
-            started.append((process, out))
+        started = [
+            Worker(self.work, WORKER, [str(self.work), self.url, str(go), str(me), json.dumps(extra)])
+            for me, extra in enumerate(extras)
+        ]
         deadline = time.monotonic() + 120
         while not all((self.work / f"ready-{go.name}-{me}").exists() for me in range(len(extras))):
-            assert time.monotonic() < deadline and all(p.exitcode is None for p, _ in started), (
-                "a worker never got ready"
-            )
+            assert time.monotonic() < deadline and all(p.poll() is None for p in started), [
+                p.stderr()[-2000:] for p in started if p.poll() is not None
+            ]
             time.sleep(0.005)
         go.touch()
         return started
 
-    def finish(self, started: list[tuple[Any, Path]], *, expect_exit: int = 0) -> list[dict[str, Any]]:
+    def finish(self, started: list[Worker], *, expect_exit: int = 0) -> list[dict[str, Any]]:
         """Wait for the workers ``start`` started; their JSON results."""
         results = []
-        for process, out in started:
-            process.join(timeout=120)
-            assert process.exitcode == expect_exit, f"worker exit {process.exitcode}; see stderr"
-            lines = out.read_text().strip().splitlines() if out.exists() else []
+        for process in started:
+            code = process.wait()
+            assert code == expect_exit, f"worker exit {code}: {process.stderr()[-3000:]}"
+            lines = process.stdout().strip().splitlines()
             results.append(json.loads(lines[-1]) if lines else {})
         return results
 
@@ -382,7 +367,7 @@ def test_one_langgraph_interrupt_resumed_by_two_processes_at_once_runs_its_tool_
     tests = str(Path(__file__).resolve().parent)
     started = shared.start([{"mode": "resume", "approval": approval, "tests": tests}] * 2)
     # One process pays and is held in the tool; the other must end without paying.
-    multiprocessing.connection.wait([process.sentinel for process, _ in started], timeout=60)
+    multiprocessing.connection.wait([worker.process.sentinel for worker in started], timeout=60)
     (shared.work / "release").touch()
     results = shared.finish(started)
     assert len(shared.ran()) == 1, (shared.ran(), results)

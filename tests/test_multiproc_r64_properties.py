@@ -9,12 +9,13 @@ wrote verifies with its indexes gap-free.
 
 Replay, budgets, revocation and the log run on both stores; the others (a quota, approvals, a
 call that runs once, sub-agents' budgets, settling by hand, revocation through the gateway) on
-SQLite alone (``ON_SQLITE``): on PostgreSQL they pass too (run at review R64), but each takes
-10 to 20 s of worker start-ups, and `make test` stays well under 15 minutes on two cores.
+SQLite alone (``ON_SQLITE``): on PostgreSQL they pass too (run at review R64), and `make test`
+is already over the 15 minutes it aims for on two cores (tests/README.md).
 
-Each worker is a fresh interpreter (``subprocess``, as multiprocessing's spawn starts one): it
-inherits no lock, no SQLite connection and no pool. It opens the store itself, says it is ready,
-waits for a start file, acts, and writes one JSON line.
+Each worker is forked from a fork server that has imported agentgate and opened nothing
+(``_forked.Worker``; a fresh interpreter each until review R80): it inherits no lock, no SQLite
+connection and no pool. It opens the store itself, says it is ready, waits for a start file, acts,
+and writes one JSON line.
 """
 
 from __future__ import annotations
@@ -22,10 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -33,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _forked import Worker
 
 from agentgate.authority import Invocation, parse_chain
 from agentgate.capabilities import Call
@@ -408,38 +407,31 @@ class Workers:
         """One worker per ``extras`` item, released at once: (exit status, JSON result) of each."""
         return self.finish(self.start(extras))
 
-    def start(self, extras: list[dict[str, Any]]) -> list[subprocess.Popen[str]]:
+    def start(self, extras: list[dict[str, Any]]) -> list[Worker]:
         """One worker per ``extras`` item, released at once (``finish`` waits for them)."""
         go = self.work / f"go-{time.monotonic_ns()}"
-        env = {**os.environ, "AGENTGATE_SQLITE_SYNCHRONOUS": "NORMAL"}  # processes, not durability
         started = [
-            subprocess.Popen(
-                [sys.executable, "-c", WORKER, str(self.work), self.url, str(go), str(me), json.dumps(extra)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
+            Worker(self.work, WORKER, [str(self.work), self.url, str(go), str(me), json.dumps(extra)])
             for me, extra in enumerate(extras)
         ]
         deadline = time.monotonic() + 120
         while not all((self.work / f"ready-{go.name}-{me}").exists() for me in range(len(extras))):
             exited = [p.poll() for p in started]
             assert time.monotonic() < deadline and exited == [None] * len(started), [
-                p.communicate()[1][-2000:] for p in started if p.poll() is not None
+                p.stderr()[-2000:] for p in started if p.poll() is not None
             ]
             time.sleep(0.005)
         go.touch()
         return started
 
-    def finish(self, started: list[subprocess.Popen[str]]) -> list[tuple[int, dict[str, Any]]]:
+    def finish(self, started: list[Worker]) -> list[tuple[int, dict[str, Any]]]:
         """Wait for the workers ``start`` started: (exit status, JSON result) of each."""
         results = []
         for process in started:
-            stdout, stderr = process.communicate(timeout=120)
-            assert process.returncode in (0, -signal.SIGKILL), stderr[-3000:]
-            lines = stdout.strip().splitlines()
-            results.append((process.returncode, json.loads(lines[-1]) if lines else {}))
+            code = process.wait()
+            assert code in (0, -signal.SIGKILL), process.stderr()[-3000:]
+            lines = process.stdout().strip().splitlines()
+            results.append((code, json.loads(lines[-1]) if lines else {}))
         return results
 
     def killed(self) -> dict[int, int]:
@@ -662,7 +654,7 @@ def test_a_held_reservation_settled_by_four_operators_at_once_and_by_its_own_lat
     allowed = workers.work / "slow-allowed"
     deadline = time.monotonic() + 60
     while not allowed.exists():
-        assert time.monotonic() < deadline and late[0].poll() is None, late[0].communicate()
+        assert time.monotonic() < deadline and late[0].poll() is None, late[0].stderr()
         time.sleep(0.005)
     allow_index = int(allowed.read_text())
     (held,) = _cli_json(["budget", "held", "--older-than", "0", "--json", "--store", workers.url])

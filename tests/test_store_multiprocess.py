@@ -8,18 +8,15 @@ overspent, revocations and nonces seen across processes.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import multiprocessing
-import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _forked import Worker
 
 from agentgate.audit.merkle import leaf_hash, verify_consistency, verify_inclusion
 from agentgate.audit.note import open_checkpoint
@@ -165,51 +162,18 @@ print(json.dumps(out))
 """
 
 
-_FORKSERVER = multiprocessing.get_context("forkserver")
-# The fork server imports agentgate once; each worker is then a fork of it, not a fresh
-# interpreter that imports everything again (about a second per worker on a loaded machine).
-_FORKSERVER.set_forkserver_preload(
-    ["agentgate.store.audit", "agentgate.store.ledger", "agentgate.store.grants"]
-)
-
-
-def _worker_main(argv: list[str], out: str) -> None:
-    """One worker process: run ``WORKER`` with ``argv``, its JSON result written to ``out``."""
-    # Concurrency is under test here, not durability (tests/test_audit_crash.py): no fsync per commit.
-    os.environ["AGENTGATE_SQLITE_SYNCHRONOUS"] = "NORMAL"
-    sys.argv = ["worker", *argv]
-    with open(out, "w") as sink, contextlib.redirect_stdout(sink):
-        exec(compile(WORKER, "worker", "exec"), {"__name__": "worker"})
-
-
-class _Worker:
-    def __init__(self, tmp_path: Path, argv: list[str]) -> None:
-        self.out = tmp_path / f"out-{time.monotonic_ns()}"
-        self.process = _FORKSERVER.Process(target=_worker_main, args=(argv, str(self.out)))
-        self.process.start()
-
-    def running(self) -> bool:
-        return self.process.is_alive()
-
-    def result(self) -> dict[str, Any]:
-        """Wait for the worker; its JSON result (a worker that failed fails the test)."""
-        self.process.join(timeout=120)
-        assert self.process.exitcode == 0, f"worker failed (exit {self.process.exitcode}); see stderr"
-        result: dict[str, Any] = json.loads(self.out.read_text().strip().splitlines()[-1])
-        return result
-
-
-def _start(tmp_path: Path, mode: str, url: str, extras: list[dict[str, Any]]) -> list[_Worker]:
+def _start(tmp_path: Path, mode: str, url: str, extras: list[dict[str, Any]]) -> list[Worker]:
     """Start one worker per ``extras`` item and release them at once."""
     go = tmp_path / f"go-{mode}-{time.monotonic_ns()}"
     workers = [
-        _Worker(tmp_path, [mode, url, str(go), str(me), json.dumps(extra)]) for me, extra in enumerate(extras)
+        Worker(tmp_path, WORKER, [mode, url, str(go), str(me), json.dumps(extra)])
+        for me, extra in enumerate(extras)
     ]
     go.touch()
     return workers
 
 
-def _finish(workers: list[_Worker]) -> list[dict[str, Any]]:
+def _finish(workers: list[Worker]) -> list[dict[str, Any]]:
     """Wait for the workers; their JSON results."""
     return [w.result() for w in workers]
 
@@ -282,7 +246,7 @@ def test_cli_verify_passes_while_several_processes_append(
     monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
     procs = _start(tmp_path, "append", shared.url, [{"n": 30, "checkpoint_every": 4} for _ in range(2)])
     runs = 0
-    while runs < 3 or any(p.running() for p in procs):  # verify, again and again, during the appends
+    while runs < 3 or any(p.poll() is None for p in procs):  # verify, again and again, during the appends
         code = main(["audit", "verify", "--store", shared.url])
         assert code == 0, capsys.readouterr()
         runs += 1
@@ -370,7 +334,9 @@ def test_a_revocation_is_seen_by_other_processes_on_their_next_decision(
     ready = [tmp_path / "ready-0"]
     go = tmp_path / "go-revoke"
     procs = [
-        _Worker(tmp_path, ["revoke-watch", shared.url, str(go), str(me), json.dumps({"ready": str(r)})])
+        Worker(
+            tmp_path, WORKER, ["revoke-watch", shared.url, str(go), str(me), json.dumps({"ready": str(r)})]
+        )
         for me, r in enumerate(ready)
     ]
     deadline = time.monotonic() + 60
