@@ -8,11 +8,14 @@ starved of CPU is) while a probe is out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
+import socket
 import socketserver
 import threading
 import time
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -26,15 +29,23 @@ PROBE_S = 0.3
 
 class _Healthy(http.server.BaseHTTPRequestHandler):
     """``GET`` anything: 200 after ``delay`` seconds (50 ms: well within ``PROBE_S``; 60 s: a
-    backend that hangs); ``asked`` set on each probe."""
+    backend that hangs); ``asked`` set on each probe. Once ``released`` (the test over), a
+    request still waiting ends unanswered: its answer, written 60 s later to a connection the
+    dispatcher had closed, printed a ``BrokenPipeError`` traceback into the stderr of whatever
+    test the worker ran then, which failed it (review R80)."""
 
     protocol_version = "HTTP/1.1"
     asked = threading.Event()
+    released = threading.Event()
     delay = 0.05
+    handlers: ClassVar[list[threading.Thread]] = []
 
     def do_GET(self) -> None:
+        self.handlers.append(threading.current_thread())
         self.asked.set()
-        time.sleep(self.delay)
+        if self.released.wait(self.delay):
+            self.close_connection = True
+            return
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()
@@ -44,9 +55,13 @@ class _Healthy(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def healthy() -> Iterator[str]:
-    _Healthy.delay = 0.05
+@contextlib.contextmanager
+def _serving(delay: float = 0.05) -> Iterator[str]:
+    """The backend on loopback, answering after ``delay``; its URL."""
+    _Healthy.delay = delay
+    _Healthy.released.clear()
+    _Healthy.asked.clear()
+    _Healthy.handlers.clear()
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Healthy)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -54,9 +69,16 @@ def healthy() -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        _Healthy.released.set()
         server.shutdown()
         server.server_close()
         _Healthy.delay = 0.05
+
+
+@pytest.fixture
+def healthy() -> Iterator[str]:
+    with _serving() as url:
+        yield url
 
 
 def _dispatcher(url: str) -> Dispatcher:
@@ -105,3 +127,15 @@ async def test_a_backend_whose_probe_hangs_while_the_loop_is_starved_is_still_ma
         while dispatcher.router.states["b"].healthy:
             assert time.monotonic() < deadline, "a backend whose probes hang was never marked down"
             await asyncio.sleep(0.01)
+
+
+def test_a_request_still_waiting_when_the_backend_stops_ends_unanswered_at_once() -> None:
+    """Review R80: the hung backend's handler slept its 60 s after its test, then wrote to a
+    closed connection, and the traceback it printed failed an unrelated test in the same worker."""
+    with _serving(delay=60) as url, socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1]))) as c:
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: b\r\n\r\n")
+        assert _Healthy.asked.wait(10)
+    deadline = time.monotonic() + 10
+    while any(handler.is_alive() for handler in _Healthy.handlers):
+        assert time.monotonic() < deadline, "a handler still waits after the backend stopped"
+        time.sleep(0.01)
