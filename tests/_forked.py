@@ -46,10 +46,14 @@ PROCESSES_NOT_DURABILITY = {"AGENTGATE_SQLITE_SYNCHRONOUS": "NORMAL"}
 whether a commit survives a power cut (tests/test_audit_crash.py), so no fsync per commit."""
 
 
-def _main(code: str, argv: list[str], out: str, err: str, env: dict[str, str]) -> None:
-    """In the forked worker: its stdout and stderr to files (each file descriptor, so that a
-    traceback or a C library's message lands there too), then ``code`` run as a script."""
+def _main(code: str, argv: list[str], out: str, err: str, env: dict[str, str], cwd: str) -> None:
+    """In the forked worker: the environment and directory the test had when it started it (the
+    fork server's are those of the first test that started one), its stdout and stderr to files
+    (each file descriptor, so that a traceback or a C library's message lands there too), then
+    ``code`` run as a script."""
+    os.environ.clear()
     os.environ.update(env)
+    os.chdir(cwd)
     for fd, path in ((1, out), (2, err)):
         sink = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(sink, fd)
@@ -59,10 +63,10 @@ def _main(code: str, argv: list[str], out: str, err: str, env: dict[str, str]) -
 
 
 class Worker:
-    """``code`` (a script's text) run in a forked worker with ``argv`` as ``sys.argv[1:]``, and
-    the test's environment with ``env`` over it; its stdout and stderr kept beside ``work``'s
-    other files. ``poll`` and ``returncode`` read as ``subprocess.Popen``'s: a worker killed by a
-    signal has its negative number."""
+    """``code`` (a script's text) run in a forked worker with ``argv`` as ``sys.argv[1:]``, in the
+    test's current directory and environment with ``env`` over it, as ``subprocess`` would start
+    it; its stdout and stderr kept beside ``work``'s other files. ``poll`` reads as
+    ``subprocess.Popen``'s: a worker killed by a signal has its negative number."""
 
     def __init__(
         self, work: Path, code: str, argv: list[str], env: Mapping[str, str] = PROCESSES_NOT_DURABILITY
@@ -70,13 +74,9 @@ class Worker:
         stem = work / f"worker-{time.monotonic_ns()}"
         self.out, self.err = stem.with_suffix(".out"), stem.with_suffix(".err")
         self.process = _FORKSERVER.Process(
-            target=_main, args=(code, argv, str(self.out), str(self.err), dict(env))
+            target=_main, args=(code, argv, str(self.out), str(self.err), {**os.environ, **env}, os.getcwd())
         )
         self.process.start()
-
-    @property
-    def returncode(self) -> int | None:
-        return self.process.exitcode
 
     def poll(self) -> int | None:
         return self.process.exitcode

@@ -60,8 +60,9 @@ approvals:
 
 BIG = Call.tool("refund", {"amount": 500})
 
-# Another process (``_forked.Worker``) with a gate of its own on the same store: it decides the same call for the
-# same agent, then declines the approval it asks for, or runs the call with an approval.
+# Another process (``_forked.Worker``) with a gate of its own on the same store: it decides the
+# same call for the same agent, then declines the approval it asks for, or runs the call with an
+# approval.
 OTHER_PROCESS = r"""
 import json, sys
 from agentgate.authority import parse_chain
