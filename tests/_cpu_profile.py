@@ -12,7 +12,9 @@ Per test, over setup, call and teardown: the worker's own CPU (``RUSAGE_SELF``, 
 included), the CPU of the subprocesses it waited for (``RUSAGE_CHILDREN``), the wall time, and
 the TLS contexts it built in its own process (``ssl.create_default_context``, which loads the CA
 bundle: every ``httpx.Client()``, module-level ``httpx.get`` and SDK client builds one) with their
-CPU. What runs outside tests (the PostgreSQL servers, collection, pytest itself) is not counted.
+CPU. What runs outside tests (the PostgreSQL servers, collection, pytest itself) is not counted,
+nor are the workers ``_forked.Worker`` starts: they are the fork server's children, not the
+test's (measure their files by the machine's busy time, ``/proc/stat``, instead).
 Not loaded by the suite; a measuring tool, not a test (no ``test_`` prefix: never collected).
 """
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import multiprocessing.connection
 import time
 from collections.abc import Iterator

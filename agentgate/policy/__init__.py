@@ -38,11 +38,13 @@ def json_schema() -> dict[str, Any]:
     schema = PolicyDocument.model_json_schema(mode="validation")
     definitions = {PolicyDocument.__name__: schema, **schema["$defs"]}
     for model, docstrings in _field_docstrings().items():
+        if not docstrings or model not in definitions:
+            continue  # a class with no documented field, or not in the schema
         fields = getattr(_schema, model).model_fields
+        properties = definitions[model]["properties"]
         for field, text in docstrings.items():
-            if field in fields and model in definitions:
-                described = definitions[model]["properties"][fields[field].alias or field]
-                described.setdefault("description", text)
+            if field in fields:
+                properties[fields[field].alias or field].setdefault("description", text)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://agentgate.dev/schema/policy-v1.json",
