@@ -12,6 +12,10 @@ from agentgate.errors import InputError
 _DURATION = re.compile(r"(?:[0-9]{1,9}[smhd])+")
 LONG_DURATION = re.compile(r"(?:[0-9]+[smhd])+")  # well formed, numbers of any length
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_TTL_S = 10 * 365 * 86_400
+"""Longest lifetime or window a policy may name, and the longest duration the command line reads:
+ten years. Here, not in the policy schema, so that reading ``--ttl`` imports no Pydantic model
+(until review R81 every ``grant issue`` and ``grant delegate`` imported the whole schema for it)."""
 
 
 def parse_duration(text: str) -> int:
@@ -19,8 +23,6 @@ def parse_duration(text: str) -> int:
     largest first: ``1h1h`` and ``30m1h`` are refused); zero, negative or more than ten years of
     365 days (315,360,000 s: the longest lifetime a policy may hold too) is refused with
     ``InputError``."""
-    from agentgate.policy._schema import MAX_TTL_S  # the schema's pydantic models: not at start-up
-
     shown = repr(text[:40]) + ("..." if len(text) > 40 else "") if isinstance(text, str) else repr(text)
     if isinstance(text, str) and LONG_DURATION.fullmatch(text) and not _DURATION.fullmatch(text):
         # Well formed, with a number of ten digits or more (99999999999d): said to be too long,

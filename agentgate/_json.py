@@ -1,5 +1,8 @@
 """What agentgate's two canonical JSON encoders share (tokens: ``authority._encoding``; audit
-entries: ``audit.entry``): knowing when orjson's sorted output already is the canonical form; and
+entries: ``audit.entry``): knowing when orjson's sorted output already is the canonical form; the
+canonical JSON of entries' arguments, invocations' calls, approvals and spans (``canonical_json``,
+here since review R81 rather than in ``audit.entry``, so that deciding a grant imports neither the
+audit entry model nor Pydantic); and
 what the readers of a call's arguments as JSON text share (the command line's ``--args``, a
 LangGraph tool call's arguments as the model wrote them): finding a number no float holds as
 written (``exact_float``, ``first_inexact``, ``inexact_argument``); and what every strict reader of
@@ -10,9 +13,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
+
+import orjson
+
+from agentgate.errors import InputError
 
 _SCALARS = frozenset({str, int, bool, type(None)})
 MAX_PLAIN_CONTAINERS = 100_000
@@ -138,3 +145,91 @@ def once_each(refused: Callable[[str], Exception]) -> Callable[[list[tuple[str, 
         return value
 
     return hook
+
+
+MAX_DEPTH = 254
+"""The deepest nesting of arrays and objects a canonical JSON value may have (the value itself
+counts as one level). It is orjson's own limit, so the fast path and the reference path accept
+exactly the same values; deeper ones are an ``InputError``, not a ``RecursionError``."""
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted-key, whitespace-free UTF-8 JSON; raises ``InputError`` on values JSON cannot hold.
+
+    Finite floats are written in Python's shortest round-trip form; NaN and infinities are refused,
+    as are values nested more than ``MAX_DEPTH`` levels deep.
+    """
+    if is_plain(value):
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            pass  # a lone surrogate or an integer beyond 64 bits: the reference encoder decides
+    check_json(value, "$")
+    return encode_reference(value)
+
+
+def encode_reference(value: Any) -> bytes:
+    """The reference encoder's bytes for ``value`` (``json.dumps`` with sorted keys, no spaces,
+    UTF-8); ``InputError`` if it cannot be written. Callers check the value first (``check_json``)."""
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InputError(f"value cannot be encoded as canonical JSON: {exc}") from exc
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: text that is not Unicode scalar values
+        raise InputError(f"value holds text that is not valid Unicode (position {exc.start})") from None
+
+
+def check_json(value: Any, where: str, max_depth: int | None = MAX_DEPTH) -> None:
+    """Return if ``value`` is JSON that canonical encoding can write; ``InputError`` naming where not.
+
+    Walks the value without recursion, so a value nested deeper than ``max_depth`` is refused
+    with an ``InputError`` (never a ``RecursionError``, whatever the caller's stack depth);
+    ``None`` bounds nothing (a stored entry, which the parser has already read).
+    """
+    _check_scalar(value, where)
+    # (container, path, depth): a path is ``where`` or a (parent path, key or position) pair,
+    # formatted only for an error message.
+    stack: list[tuple[Any, Any, int]] = (
+        [(value, where, 0)] if isinstance(value, list | tuple | Mapping) else []
+    )
+    while stack:
+        item, path, depth = stack.pop()
+        if max_depth is not None and depth >= max_depth:
+            raise InputError(f"{_path(path)}: nested more than {max_depth} levels deep")
+        if isinstance(item, Mapping):
+            for key in item:
+                if not isinstance(key, str):
+                    raise InputError(f"{_path(path)}: object key {key!r} is not a string")
+            children: Iterable[tuple[Any, Any]] = item.items()
+        else:
+            children = enumerate(item)
+        for key, sub in children:
+            if sub is None or isinstance(sub, bool | int | str):
+                continue
+            if isinstance(sub, list | tuple | Mapping):
+                stack.append((sub, (path, key), depth + 1))
+            else:
+                _check_scalar(sub, (path, key))
+
+
+def _check_scalar(value: Any, path: Any) -> None:
+    """Refuse a float JSON cannot hold, or a value of a type it has no form for (containers pass)."""
+    if value is None or isinstance(value, bool | int | str | list | tuple | Mapping):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError(f"{_path(path)}: {value} cannot be encoded as JSON")
+        return
+    raise InputError(f"{_path(path)}: a {type(value).__name__} cannot be encoded as JSON")
+
+
+def _path(path: Any) -> str:
+    """``$.a[0]``-style text of a path built by ``_check_json``, cut to 80 characters."""
+    parts: list[str] = []
+    while isinstance(path, tuple):
+        path, key = path
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    text = str(path) + "".join(reversed(parts))
+    return text if len(text) <= 80 else text[:77] + "..."

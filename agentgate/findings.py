@@ -6,11 +6,11 @@ module is below both so that ``policy`` never imports ``authority``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
-
-from agentgate._shown import shown_path
+from agentgate._shown import shown, shown_path
+from agentgate.errors import InputError
 
 
 class FindingKind(StrEnum):
@@ -35,10 +35,15 @@ class Severity(StrEnum):
     WARNING = "warning"
 
 
-class Finding(BaseModel):
-    """One detected failure state, with a specific code and a message a person can act on."""
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One detected failure state, with a specific code and a message a person can act on.
 
-    model_config = ConfigDict(frozen=True)
+    Immutable and hashable; ``dataclasses.replace`` makes a changed copy (checked as a new one
+    is). ``kind`` and ``severity`` may be given as their values (``"scope_creep"``); anything
+    else of the wrong type is an ``InputError`` naming the field. A plain class, not a Pydantic
+    model (until review R81), so that a command that decides grants starts without importing
+    Pydantic (docs/cli.md, "Start-up")."""
 
     kind: FindingKind
     """Which of the four failure states this is."""
@@ -57,6 +62,36 @@ class Finding(BaseModel):
     hint: str | None = None
     """How to fix it."""
 
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "kind", FindingKind(self.kind))
+        except ValueError:
+            raise InputError(
+                f"finding kind must be one of {', '.join(FindingKind)}, got {shown(self.kind)}"
+            ) from None
+        try:
+            object.__setattr__(self, "severity", Severity(self.severity))
+        except ValueError:
+            raise InputError(
+                f"finding severity must be error or warning, got {shown(self.severity)}"
+            ) from None
+        for name in ("code", "message", "file", "grant", "field", "hint"):
+            value = getattr(self, name)
+            if not isinstance(value, str) and (value is not None or name in ("code", "message")):
+                raise InputError(f"finding {name} must be text, got {shown(value)}")
+        if self.line is not None and (isinstance(self.line, bool) or not isinstance(self.line, int)):
+            raise InputError(f"finding line must be a whole number, got {shown(self.line)}")
+
+    def as_json(self) -> dict[str, str | int]:
+        """The finding as JSON values, fields in their order and those that are ``None`` left
+        out: what ``--json`` prints and a decision's ``to_json`` holds."""
+        shown_fields: dict[str, str | int] = {}
+        for name in _FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                shown_fields[name] = value.value if isinstance(value, StrEnum) else value
+        return shown_fields
+
     def where(self) -> str:
         """``file:line`` or the grant id, or an empty string; the file as errors show one
         (``_shown.shown_path``: one line, each unprintable character escaped), so that a finding
@@ -66,3 +101,6 @@ class Finding(BaseModel):
             file = shown_path(self.file)
             return f"{file}:{self.line}" if self.line is not None else file
         return self.grant or ""
+
+
+_FIELDS = tuple(f.name for f in fields(Finding))

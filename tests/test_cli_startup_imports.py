@@ -102,6 +102,27 @@ def test_grant_inspect_loads_no_dispatch_gate_or_policy_layer(tmp_path: Path, to
     assert not modules & {*ALWAYS_UNNEEDED, "agentgate.policy", "agentgate.store.audit"}
 
 
+@pytest.mark.parametrize("verb", ["issue", "delegate", "check", "inspect"])
+def test_the_grant_verbs_that_write_no_audit_entry_load_no_pydantic(
+    tmp_path: Path, token: Path, verb: str
+) -> None:
+    """Review R81: a grant was decided and a duration read through Pydantic models (``Finding``,
+    the audit entry's ``canonical_json``, the policy schema's ``MAX_TTL_S``): about 0.2 CPU-s of
+    the 0.4 that each of these commands took."""
+    where = token.parent
+    argv = {
+        "issue": ["--issuer", "root.key", "--to", "agent.pub", "--allow", "tool:search", "--ttl", "1h30m"],
+        "delegate": [str(token), "--as", "agent.key", "--to", str(tmp_path / "sub.pub"), "--allow", "tool:search",
+                     "--ttl", "10m"],
+        "check": [str(token), "--as", "agent.key", "--trust", "root.pub", "--tool", "search"],
+        "inspect": [str(token)],
+    }[verb]  # fmt: skip
+    assert loaded(tmp_path, "keys", "new", "sub")[0] == 0
+    code, modules = loaded(where, "grant", verb, *argv, *(["--json"] if verb in ("check", "inspect") else []))
+    assert code == 0
+    assert not modules & {"pydantic", "agentgate.policy", "agentgate.audit.entry"}
+
+
 def test_grant_inspect_on_a_sqlite_store_loads_no_postgresql_driver(tmp_path: Path, token: Path) -> None:
     code, modules = loaded(token.parent, "grant", "inspect", str(token))
     assert code == 0 and "psycopg" not in modules

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -26,7 +25,9 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from agentgate._json import is_plain
+from agentgate._json import MAX_DEPTH as MAX_DEPTH
+from agentgate._json import canonical_json as canonical_json
+from agentgate._json import check_json, encode_reference, is_plain
 from agentgate._names import ENTRY_KINDS as ENTRY_KINDS
 from agentgate._names import EntryKind as EntryKind
 from agentgate._shown import not_printable
@@ -35,11 +36,6 @@ from agentgate.errors import InputError, TamperDetected
 # ``\Z``, not ``$`` (which also matches before a final newline); ASCII digits only, not any
 # script's: exactly the format docs/audit-format.md gives, which a reader in another language checks.
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z\Z", re.ASCII)
-
-MAX_DEPTH = 254
-"""The deepest nesting of arrays and objects a canonical JSON value may have (the value itself
-counts as one level). It is orjson's own limit, so the fast path and the reference path accept
-exactly the same values; deeper ones are an ``InputError``, not a ``RecursionError``."""
 
 
 def utc_now() -> str:
@@ -80,86 +76,6 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def canonical_json(value: Any) -> bytes:
-    """Sorted-key, whitespace-free UTF-8 JSON; raises ``InputError`` on values JSON cannot hold.
-
-    Finite floats are written in Python's shortest round-trip form; NaN and infinities are refused,
-    as are values nested more than ``MAX_DEPTH`` levels deep.
-    """
-    if is_plain(value):
-        try:
-            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-        except orjson.JSONEncodeError:
-            pass  # a lone surrogate or an integer beyond 64 bits: the reference encoder decides
-    _check_json(value, "$")
-    return _dumps(value)
-
-
-def _dumps(value: Any) -> bytes:
-    try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InputError(f"value cannot be encoded as canonical JSON: {exc}") from exc
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:  # a lone surrogate: text that is not Unicode scalar values
-        raise InputError(f"value holds text that is not valid Unicode (position {exc.start})") from None
-
-
-def _check_json(value: Any, where: str, max_depth: int | None = MAX_DEPTH) -> None:
-    """Return if ``value`` is JSON that canonical encoding can write; ``InputError`` naming where not.
-
-    Walks the value without recursion, so a value nested deeper than ``max_depth`` is refused
-    with an ``InputError`` (never a ``RecursionError``, whatever the caller's stack depth);
-    ``None`` bounds nothing (a stored entry, which the parser has already read).
-    """
-    _check_scalar(value, where)
-    # (container, path, depth): a path is ``where`` or a (parent path, key or position) pair,
-    # formatted only for an error message.
-    stack: list[tuple[Any, Any, int]] = (
-        [(value, where, 0)] if isinstance(value, list | tuple | Mapping) else []
-    )
-    while stack:
-        item, path, depth = stack.pop()
-        if max_depth is not None and depth >= max_depth:
-            raise InputError(f"{_path(path)}: nested more than {max_depth} levels deep")
-        if isinstance(item, Mapping):
-            for key in item:
-                if not isinstance(key, str):
-                    raise InputError(f"{_path(path)}: object key {key!r} is not a string")
-            children: Iterable[tuple[Any, Any]] = item.items()
-        else:
-            children = enumerate(item)
-        for key, sub in children:
-            if sub is None or isinstance(sub, bool | int | str):
-                continue
-            if isinstance(sub, list | tuple | Mapping):
-                stack.append((sub, (path, key), depth + 1))
-            else:
-                _check_scalar(sub, (path, key))
-
-
-def _check_scalar(value: Any, path: Any) -> None:
-    """Refuse a float JSON cannot hold, or a value of a type it has no form for (containers pass)."""
-    if value is None or isinstance(value, bool | int | str | list | tuple | Mapping):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InputError(f"{_path(path)}: {value} cannot be encoded as JSON")
-        return
-    raise InputError(f"{_path(path)}: a {type(value).__name__} cannot be encoded as JSON")
-
-
-def _path(path: Any) -> str:
-    """``$.a[0]``-style text of a path built by ``_check_json``, cut to 80 characters."""
-    parts: list[str] = []
-    while isinstance(path, tuple):
-        path, key = path
-        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
-    text = str(path) + "".join(reversed(parts))
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def argument_digest(args: Mapping[str, Any]) -> str:
     """``sha256:<hex>`` of the canonical JSON of ``args``; raises ``InputError`` on non-JSON values."""
     return "sha256:" + hashlib.sha256(canonical_json(dict(args))).hexdigest()
@@ -192,11 +108,11 @@ def encode_entry(fields: Mapping[str, Any]) -> bytes:
                 pass  # nested deep, an integer beyond 64 bits, a lone surrogate: the model judges
         else:
             try:
-                _check_json(values["args"], "args")
+                check_json(values["args"], "args")
             except InputError:
                 pass  # the model names the problem
             else:
-                return _dumps(values)
+                return encode_reference(values)
     return AuditEntry.build(**fields).to_bytes()
 
 
@@ -454,7 +370,7 @@ class AuditEntry(BaseModel):
         # versions before 2026-11-30 (commit 55ba73a) wrote args nested up to ~990 levels.
         stored = isinstance(info.context, dict) and info.context.get("stored") is True
         try:
-            _check_json(value, "args", None if stored else MAX_DEPTH)
+            check_json(value, "args", None if stored else MAX_DEPTH)
         except InputError as exc:
             raise ValueError(str(exc)) from exc
         return value
@@ -482,7 +398,7 @@ class AuditEntry(BaseModel):
         """The canonical bytes of this entry (docs/audit-format.md)."""
         data = self.model_dump(mode="python")
         data["reasons"] = list(self.reasons)  # ``charges`` is dumped only when set (``exclude_if``)
-        return _dumps(data)  # every field was checked at construction; ``args`` by its validator
+        return encode_reference(data)  # every field was checked at construction; ``args`` by its validator
 
     @classmethod
     def from_bytes(cls, data: bytes) -> AuditEntry:

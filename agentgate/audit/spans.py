@@ -95,7 +95,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import AttributeValue
 
-from agentgate.audit.entry import canonical_json
+from agentgate._json import canonical_json
 from agentgate.errors import InputError
 from agentgate.findings import Finding
 

@@ -135,7 +135,7 @@ class Decision:
         return {
             "outcome": self.outcome.value,
             "reasons": list(self.reasons),
-            "findings": [f.model_dump(mode="json", exclude_none=True) for f in self.findings],
+            "findings": [f.as_json() for f in self.findings],
             "principal": self.principal,
             "resource": self.resource,
             "action": self.action,

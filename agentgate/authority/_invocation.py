@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from agentgate.audit.entry import canonical_json as entry_json
+from agentgate._json import canonical_json as entry_json
 from agentgate.authority._encoding import (
     DIGEST_HEX,
     NONCE_HEX,

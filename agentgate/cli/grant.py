@@ -483,7 +483,7 @@ def _inspect(args: argparse.Namespace) -> int:
         unmetered = _unmetered_finding(link.id, link.budget)
         if unmetered is not None:
             found = [*found, unmetered]
-        problems = [f.model_dump(mode="json", exclude_none=True) for f in found]
+        problems = [f.as_json() for f in found]
         links.append(
             {
                 **link.to_dict(),

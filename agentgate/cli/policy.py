@@ -50,7 +50,7 @@ def _lint(args: argparse.Namespace) -> int:
         out = {
             "file": args.file,
             "valid": True,
-            "findings": [f.model_dump(mode="json", exclude_none=True) for f in findings],
+            "findings": [f.as_json() for f in findings],
         }
         write_json(out)
     else:

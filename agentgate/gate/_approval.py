@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agentgate.audit.entry import canonical_json
+from agentgate._json import canonical_json
 from agentgate.errors import AgentGateError, InputError, KeyFileError
 from agentgate.gate._authorization import expect
 from agentgate.keys import PublicKey, SigningKey

@@ -14,6 +14,8 @@ kept, so a repeated call pays one dict lookup.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from agentgate.authority import Chain, parse_chain
 from agentgate.errors import TokenFormatError
 from agentgate.findings import Finding, FindingKind
@@ -91,12 +93,11 @@ def chain_fault(index: PolicyIndex, chain: Chain) -> Finding | None:
         )
         where = f"link {step} ({link.id[:16]}), which {who} delegated, is outside the policy"
         if fault is not None:
-            return fault.model_copy(
-                update={
-                    "message": f"{where}: {fault.message}; delegate again within the policy "
-                    "(Gate.delegate checks its delegation rule)",
-                    "grant": link.id,
-                }
+            return replace(
+                fault,
+                message=f"{where}: {fault.message}; delegate again within the policy "
+                "(Gate.delegate checks its delegation rule)",
+                grant=link.id,
             )
         if step > depth:
             return Finding(

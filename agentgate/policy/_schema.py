@@ -12,12 +12,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from agentgate._durations import MAX_TTL_S as MAX_TTL_S
 from agentgate._names import BudgetUnit
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
 Scalar = str | int | float | bool
-MAX_TTL_S = 10 * 365 * 86_400
-"""Longest lifetime or window a policy may name: ten years (the command line's limit too)."""
 MAX_AMOUNT = 2**63 - 1
 """Largest budget or quota: what a grant can carry and a 64-bit store column can hold."""
 PrincipalKind = Literal["human", "service", "agent"]

@@ -20,7 +20,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from agentgate.audit.entry import canonical_json
+from agentgate._json import canonical_json
 from agentgate.errors import InputError
 
 #: ``ToolCall``'s default ``arguments``, a marker: each call made without arguments gets a new dict.
