@@ -25,9 +25,10 @@ from test_audit_r57_repairs import ORIGIN
 from test_audit_r73_out_refuses import _store
 
 from agentgate.audit.note import key_id
+from agentgate.errors import TamperDetected
 from agentgate.keys import SigningKey, save_key
 from agentgate.store import SQLiteStore
-from agentgate.store.audit import open_log_key
+from agentgate.store.audit import AuditLog, open_log_key
 
 assert log_environment  # the autouse fixture, imported to apply here
 
@@ -139,3 +140,28 @@ def test_an_empty_key_file_is_named_empty(
     assert err.startswith(f"agentgate: error: {empty}: ") and err.count("\n") == 1, err
     assert " empty" in err, err
     assert checkpoints(db) == before
+
+
+@pytest.mark.parametrize("signs", [True, False], ids=["private key", "public key"])
+def test_a_log_a_program_opens_with_another_key_names_no_command_line_flag(
+    tmp_path: Path, signs: bool
+) -> None:
+    """Review R81: ``AuditLog`` itself named the command line's ways of giving a key
+    (``AGENTGATE_LOG_KEY``, ``--key``) when a program opened a log with another key and the latest
+    stored checkpoint did not open. Rule: the same likely cause with both key ids, and no flag or
+    variable named unless the opener names one (``key_named``), as the command line does."""
+    db, _note = _store(tmp_path)
+    other = SigningKey.generate()
+    ours, theirs = _ids(db, other)
+    with SQLiteStore(db) as store:
+        for named in (None, "AGENTGATE_LOG_KEY"):
+            log = AuditLog(store, other if signs else other.public, ORIGIN, key_named=named)
+            with pytest.raises(TamperDetected, match="likely cause: ") as raised:
+                log.explain(1)
+            said = str(raised.value)
+            assert f"(key id {theirs})" in said and f"signed by one other key (key id {ours})" in said
+            if named is None:
+                assert "AGENTGATE_LOG_KEY" not in said and "--key" not in said, said
+                assert "not this log's key, open the log with the right one" in said, said
+            else:
+                assert "not this log's key (AGENTGATE_LOG_KEY), run again with the right one" in said, said

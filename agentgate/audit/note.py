@@ -209,7 +209,7 @@ def other_signer(note: str, name: str, public_key: PublicKey) -> str | None:
     return None if only == key_id(name, public_key).hex() else only
 
 
-def wrong_key_cause(found: str, given: str, signer: str, where: str) -> str:
+def wrong_key_cause(found: str, given: str, signer: str, where: str | None) -> str:
     """The ``likely cause:`` every audit verb gives, in the same words, when ``found`` (what did
     not verify: ``none of the 2 stored checkpoint(s) verifies``) under the key given (key id
     ``given``) is signed by one other key (key id ``signer``): a wrong key is the likelier story,
@@ -218,10 +218,13 @@ def wrong_key_cause(found: str, given: str, signer: str, where: str) -> str:
     review R74 for ``verify-proof``, ``checkpoint``, ``prove`` and the verbs that read the latest
     stored checkpoint). ``where`` is how that verb is given its key (``--key`` for
     ``verify-proof``, ``AGENTGATE_LOG_KEY`` for the verbs that sign): a way it does not take would
-    send the reader to set what it never reads (until the review of R74 all named both)."""
+    send the reader to set what it never reads (until the review of R74 all named both). ``None``
+    (a log a program opened, ``AuditLog(key_named=None)``): no way is named, and the reader is
+    told to open the log with the right key rather than to run a command again."""
+    how = f"not this log's key ({where}), run again" if where else "not this log's key, open the log"
     return (
         f"likely cause: {found} under the key given (key id {given}), and all are signed by one "
-        f"other key (key id {signer}): if the key given is not this log's key ({where}), run again "
+        f"other key (key id {signer}): if the key given is {how} "
         "with the right one; if it is, the signatures were replaced: tampering"
     )
 

@@ -455,7 +455,13 @@ def open_audit_log(
             key = open_log_key(store, create=create_key)
             if signs or create_key:
                 _warn_default_log_key(store, path)
-        return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys(), create=create_log)
+        # How the key was given, as a refusal names it: the variable for a verb that signs or read
+        # the private key, else --key or the variable (a verb that reads takes either).
+        named = "AGENTGATE_LOG_KEY" if isinstance(key, SigningKey) else "--key, AGENTGATE_LOG_KEY"
+        log = AuditLog(
+            store, key, log_origin(), previous_keys=previous_log_keys(), create=create_log, key_named=named
+        )
+        return store, log
     except BaseException:
         store.close()
         raise

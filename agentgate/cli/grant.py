@@ -684,7 +684,7 @@ def _revoking(
         repo = GrantRepository(store)
         try:
             _warn_unprotected(store)
-            log = AuditLog(store, open_log_key(store), log_origin())
+            log = AuditLog(store, open_log_key(store), log_origin(), key_named="AGENTGATE_LOG_KEY")
             approvals: ApprovalStore | None = None
             with contextlib.suppress(StoreError):
                 # Tables this version adds to approvals, missing and not creatable by this role (an

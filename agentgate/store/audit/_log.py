@@ -102,6 +102,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         previous_keys: Sequence[PublicKey] = (),
         max_entry_bytes: int | None = None,
         create: bool = True,
+        key_named: str | None = None,
     ) -> None:
         """The log in ``store``, signing new checkpoints with ``signer``.
 
@@ -123,12 +124,17 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         trigger instead of hiding it. In a store where no log was made ``exists`` is then
         ``False``: there is nothing to read, and reading raises ``StoreError``. Either way a log
         that was dropped raises ``LogDropped`` (a ``StoreError``) and nothing is created.
+
+        ``key_named``: how the caller was given ``signer``, as a refusal should name it when the
+        latest stored checkpoint is signed by one other key (``wrong_key_cause``); the command
+        line gives ``AGENTGATE_LOG_KEY`` or ``--key, AGENTGATE_LOG_KEY``. ``None``: not named.
         """
         self.max_entry_bytes = entry_limit(max_entry_bytes)
         self.store = store
         self.signer: SigningKey | None = signer if isinstance(signer, SigningKey) else None
         self._public = signer.public if isinstance(signer, SigningKey) else signer
         self.origin = origin
+        self.key_named = key_named
         self.previous_keys = tuple(previous_keys)
         Checkpoint(origin, 0, bytes(32)).text()  # validates the origin now, not at the first checkpoint
         self.exists = create or refuse_dropped_log(store)

@@ -48,6 +48,7 @@ class _Proofs:
     refs_indexed: bool
     origin: str
     signer: SigningKey | None
+    key_named: str | None
 
     if TYPE_CHECKING:  # what this part calls of the log's other parts
 
@@ -224,12 +225,12 @@ class _Proofs:
             ) from None
 
     def _wrong_key_cause(self, signer: str) -> str:
-        """``wrong_key_cause`` for the latest stored checkpoint signed by ``signer`` alone. A log
-        opened to sign was given its key by ``AGENTGATE_LOG_KEY`` (``checkpoint`` and ``prove``
-        take no ``--key``); one opened with a public key, by ``--key`` or that variable."""
+        """``wrong_key_cause`` for the latest stored checkpoint signed by ``signer`` alone, naming
+        how the log was given its key as its opener said (``key_named``: the command line's
+        ``AGENTGATE_LOG_KEY`` or ``--key``), or not at all (until review R81 a log opened by a
+        program named the command line's ways too)."""
         given = key_id(self.origin, self.public_key).hex()
-        where = "AGENTGATE_LOG_KEY" if self.signer is not None else "--key, AGENTGATE_LOG_KEY"
-        return wrong_key_cause("the latest stored checkpoint does not verify", given, signer, where)
+        return wrong_key_cause("the latest stored checkpoint does not verify", given, signer, self.key_named)
 
     def _prove_included(self, leaves: Mapping[int, bytes]) -> tuple[Checkpoint | None, tuple[int, ...]]:
         """Prove each ``index -> leaf hash`` in ``leaves`` included in the latest stored checkpoint.
