@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import tracemalloc
 import zlib
 from collections.abc import Iterator
@@ -31,8 +32,11 @@ from agentgate.errors import BackendFailed
 _UNPACKED = 128 << 20
 
 
+@functools.cache
 def _gzip_bomb() -> bytes:
-    """``_UNPACKED`` bytes of a JSON string, gzipped (about 128 KiB), made without holding them."""
+    """``_UNPACKED`` bytes of a JSON string, gzipped (about 128 KiB), made without holding them;
+    once, by the first test that sends it (made at import until review R81, it cost each worker's
+    collection 0.8 CPU-s)."""
     packer = zlib.compressobj(9, zlib.DEFLATED, 31)
     parts = [packer.compress(b'{"x": "')]
     block = b"a" * (1 << 20)
@@ -41,12 +45,10 @@ def _gzip_bomb() -> bytes:
     return b"".join(parts)
 
 
-_BOMB = _gzip_bomb()
-
-
 def _answer(ctype: str) -> bytes:
-    headers = {"content-type": ctype, "content-encoding": "gzip", "content-length": str(len(_BOMB))}
-    return _head("200 OK", headers) + _BOMB
+    packed = _gzip_bomb()
+    headers = {"content-type": ctype, "content-encoding": "gzip", "content-length": str(len(packed))}
+    return _head("200 OK", headers) + packed
 
 
 class Recording(Garbage):
@@ -152,10 +154,11 @@ async def test_gzipped_metrics_are_refused_undecoded() -> None:
     """Review R67: a scrape asks for identity and refuses gzipped metrics, naming the encoding;
     before, httpx unpacked each read whole before the ``MAX_METRICS_CHARS`` bound counted it."""
     heads: list[bytes] = []
+    answer = _answer("text/plain")  # made before the scrape's timeout runs
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         heads.append((await reader.readuntil(b"\r\n\r\n")).lower())
-        writer.write(_answer("text/plain"))
+        writer.write(answer)
         await writer.drain()
         writer.close()
 
