@@ -1171,7 +1171,9 @@ def _prove(args: argparse.Namespace) -> int:
         except TamperDetected as exc:
             sys.stdout.write(refusal(f"{exc}; no proof written, run agentgate audit verify"))
             return 1
-        signed = log.latest_checkpoint() != stored
+        # ``prove`` gives back the stored checkpoint when the log has not grown past it, else the
+        # one it signed and stored (until review R81 the latest was read a third time for this).
+        signed = bundle.checkpoint_note != stored
     try:
         _write_own(args.out, bundle.text(), PROOF_HEADER + "\n", "proof bundle", earlier=earlier)
     except InputError as exc:
