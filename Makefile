@@ -16,18 +16,25 @@ STAMP := $(VENV)/.installed
 # machines), a module without bytecode is compiled again by every process that imports it (a
 # `grant check` took 1.0 CPU-s, not 0.6).
 UV := $(PY) -m uv pip install --quiet --python $(PY)
+UV_RELEASES := 'uv>=0.13,<0.14'
+# A venv made before review R80 holds no uv: each install first puts it there when it is missing
+# (until review R81 such a venv failed `No module named uv` once pyproject.toml changed).
+ENSURE_UV := $(PY) -m uv --version >/dev/null 2>&1 || \
+	$(PY) -m pip install --quiet --disable-pip-version-check $(UV_RELEASES)
 
 .PHONY: demo test lint typecheck pytest bench clean postgres-tools
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip 'uv>=0.13,<0.14'
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip $(UV_RELEASES)
 
 $(DEMO_STAMP): pyproject.toml | $(PY)
+	$(ENSURE_UV)
 	$(UV) --compile-bytecode -e '.[langgraph]'
 	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml | $(PY)
+	$(ENSURE_UV)
 	$(UV) -e '.[test,bench]'
 	touch $(STAMP) $(DEMO_STAMP)
 

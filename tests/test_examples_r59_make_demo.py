@@ -15,6 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 UV = "-m uv pip install --quiet --python .venv/bin/python"
 DEMO_INSTALL = f"{UV} --compile-bytecode -e '.[langgraph]'"
 FULL_INSTALL = f"{UV} -e '.[test,bench]'"
+ENSURE_UV = (
+    ".venv/bin/python -m uv --version >/dev/null 2>&1 || "
+    ".venv/bin/python -m pip install --quiet --disable-pip-version-check 'uv>=0.13,<0.14'"
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 
@@ -67,5 +71,26 @@ def test_make_test_after_make_demo_installs_the_rest_into_the_same_venv(checkout
     """Review R59: after `make demo`, `make test` still installs the test and bench extras, without a new venv."""
     _installed(checkout, ".installed-demo")
     commands = _would_run(checkout, ".venv/.installed")
-    assert [line for line in commands if "pip install" in line] == [f".venv/bin/python {FULL_INSTALL}"]
+    assert [line for line in commands if "pip install" in line] == [
+        ENSURE_UV,
+        f".venv/bin/python {FULL_INSTALL}",
+    ]
+    assert not any("-m venv" in line for line in commands), commands
+
+
+@pytest.mark.parametrize("target", ["demo", ".venv/.installed"])
+def test_a_venv_made_before_uv_gets_uv_before_its_next_install(checkout: Path, target: str) -> None:
+    """Review R81: the venv's creation (`python3 -m venv`, then pip installs uv) is the only step
+    that installed uv, so a venv made before review R80, whose stamps pyproject.toml has since
+    outdated, failed `No module named uv` at its next install. Rule: each install step first
+    installs uv where `python -m uv` does not run, and the check is all it does where it does."""
+    _installed(checkout, ".installed", ".installed-demo")
+    changed = os.path.getmtime(checkout / "pyproject.toml")
+    for stamp in (".installed", ".installed-demo"):  # pyproject.toml changed since both
+        os.utime(checkout / ".venv" / stamp, (0, changed - 60))
+    commands = _would_run(checkout, target)
+    install = DEMO_INSTALL if target == "demo" else FULL_INSTALL
+    assert ENSURE_UV in commands, commands
+    start = commands.index(ENSURE_UV)
+    assert commands[start + 1] == f".venv/bin/python {install}", commands
     assert not any("-m venv" in line for line in commands), commands
