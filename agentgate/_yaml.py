@@ -607,12 +607,23 @@ def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceEr
         mark = _clamped(text, mark)
     if context_mark is not None:
         context_mark = _clamped(text, context_mark)
+    at_end = mark is None or (mark.line + 1, mark.column + 1) >= mark_at(text, len(text))
     if context and context_mark is not None:
         opened = Mark(context_mark.line + 1, context_mark.column + 1)
         message = f"malformed YAML: {context} at line {opened.line}, column {opened.column}: {problem}"
-        at_end = mark is None or (mark.line + 1, mark.column + 1) >= mark_at(text, len(text))
         if at_end or context == "while scanning a tag":  # a tag libyaml reads is refused at its '!'
             mark = context_mark
+    if at_end and (mark is None or (mark.line + 1, mark.column + 1) >= mark_at(text, len(text))):
+        # Still at the end: a text cut after a flow collection's ',' or its opening bracket, where
+        # the parser's context is the node it expected there (until review R81 refused one line
+        # past the end of the file): located at the bracket still open, the innermost.
+        bracket = _open_bracket(text)
+        if bracket is not None:
+            mark = bracket
+            where = f"line {bracket.line + 1}, column {bracket.column + 1}"
+            message = (
+                f"malformed YAML: the {_bracket_at(text, bracket)} at {where} is never closed: {problem}"
+            )
     return error(
         message,
         file=source,
@@ -621,6 +632,23 @@ def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceEr
         expected="a YAML mapping",
         hint="check the indentation and quoting around this position",
     )
+
+
+def _open_bracket(text: str) -> Any | None:
+    """Where the innermost flow collection (``[`` or ``{``) still open at the end of ``text``
+    begins, from PyYAML's own scanner's tokens up to its error if any; ``None`` when none is."""
+    opened: list[Any] = []
+    for token in _tokens(yaml.SafeLoader(text)):
+        if isinstance(token, _FLOW_START):
+            opened.append(token.start_mark)
+        elif isinstance(token, _FLOW_END) and opened:
+            opened.pop()
+    return opened[-1] if opened else None
+
+
+def _bracket_at(text: str, mark: Any) -> str:
+    """``'['`` or ``'{'``: the bracket at ``mark`` in ``text``, quoted as a message shows it."""
+    return repr(text[_index_of(_line_starts(text), len(text), mark)])
 
 
 class _Place(NamedTuple):

@@ -425,6 +425,24 @@ def test_an_unclosed_quote_is_located_where_it_opens_not_at_the_end_of_the_file(
     assert "while scanning a quoted scalar at line 2, column 7" in error.message
 
 
+@pytest.mark.parametrize(
+    ("cut", "bracket"),
+    [("[", "["), ("[a,", "["), ("{", "{"), ("{a: 1,", "{"), ("[1, {a: [2,", "[")],
+)
+def test_a_file_cut_inside_a_flow_collection_is_located_at_the_bracket_left_open(
+    parser: str, cut: str, bracket: str
+) -> None:
+    """Review R81 (docs/policy-reference.md: "an unclosed quote or bracket ... is located where it
+    opens"): a file cut right after a flow collection's opening bracket or a ',' inside it was
+    refused one line past its end ("while parsing a flow node at line 12, column 1"), since the
+    parser's context there is the node it expected, not the collection; on a long policy nothing
+    pointed at the bracket. Rule: the innermost bracket still open, with its line and column."""
+    text = f"version: 1\nname: {cut}\n\n# notes\n"
+    error = _error(text)
+    assert (error.line, error.column) == (2, 6 + cut.rindex(bracket) + 1), error.message
+    assert f"the '{bracket}' at line 2, column {error.column} is never closed" in error.message
+
+
 def test_a_malformed_file_says_what_the_parser_was_reading_and_where_it_began(parser: str) -> None:
     """Mutant (review r53): PyYAML's context was dropped: a repeated anchor was refused as
     "malformed YAML: second occurrence", naming neither the anchor nor the first occurrence.
