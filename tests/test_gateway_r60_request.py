@@ -140,9 +140,15 @@ def test_a_body_with_a_key_twice_in_one_object_is_refused_before_it_is_decided(e
         ({"role": 1, "content": "hi"}, "'messages[0].role' must be a string"),
         ({"role": "user", "content": 5}, "'messages[0].content' must be a string"),
         ({"role": "user", "content": {"text": "hi"}}, "'messages[0].content' must be a string"),
+        # Review R81: a list of values that are not parts (objects) passed, was decided, counted
+        # against the caller's quotas, and then refused by the backend.
+        ({"role": "user", "content": [1]}, "a list of content parts (objects)"),
+        ({"role": "user", "content": ["hi"]}, "a list of content parts (objects)"),
+        ({"role": "user", "content": [{"type": "text", "text": "hi"}, None]}, "a list of content parts (objects)"),
     ],
-    ids=["role_null", "role_missing", "role_number", "content_number", "content_object"],
-)
+    ids=["role_null", "role_missing", "role_number", "content_number", "content_object", "part_number",
+         "part_text", "part_null"],
+)  # fmt: skip
 def test_a_message_vllm_refuses_is_refused_before_the_call_is_decided(
     env: Env, message: dict[str, object], words: str
 ) -> None:

@@ -156,10 +156,16 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
     for i, message in enumerate(messages):
         if not isinstance(message.get("role"), str):
             raise FieldError(f"messages.[{i}].role", f"'messages[{i}].role' must be a string")
-        if not isinstance(message.get("content"), str | list | None):
+        content = message.get("content")
+        # A part is an object (vLLM's parts are typed dicts, some without a ``type``: its
+        # ``{"image_url": ...}``); until review R81 ``[1]``, ``["hi"]`` or ``[null]`` passed, and
+        # the call was decided and counted against its quotas before the backend refused it.
+        if not isinstance(content, str | list | None) or (
+            isinstance(content, list) and not all(isinstance(part, dict) for part in content)
+        ):
             raise FieldError(
                 f"messages.[{i}].content",
-                f"'messages[{i}].content' must be a string, a list of content parts or null",
+                f"'messages[{i}].content' must be a string, a list of content parts (objects) or null",
             )
     # OpenAI's API takes ``"stream": null`` as false (the SDKs send it for ``stream=None``).
     if body.get("stream") is not None and not isinstance(body["stream"], bool):
