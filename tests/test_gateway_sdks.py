@@ -712,6 +712,23 @@ def test_models_list_and_retrieve_and_unserved_paths_answer_as_openai_does(env: 
     assert env.entries() == []  # none of these is a call: nothing decided, nothing audited
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions/", "/healthz/", "/metrics/"])
+def test_a_served_path_with_a_trailing_slash_is_a_404_not_a_redirect_to_the_callers_host(
+    env: Env, path: str
+) -> None:
+    """Review R81: Starlette redirected a served path written with a trailing slash (307, empty
+    body, counted nowhere), to a ``Location`` built from the caller's ``Host``: a client that
+    follows it sends its body and invocation headers to whatever host it was given. Rule: any
+    path the gateway does not serve is its OpenAI-shaped 404 (docs/gateway.md), whatever the
+    ``Host``."""
+    root = env.url.removesuffix("/v1")
+    answer = env.http().post(f"{root}{path}", content=b"{}", headers={"host": "evil.example"})
+    assert answer.status_code == 404, (answer.status_code, answer.headers)
+    assert "location" not in answer.headers
+    assert answer.json()["error"]["type"] == "not_found_error"
+    assert env.entries() == []
+
+
 # --- tools, broken streams, async -----------------------------------------------------------------
 
 WEATHER = {

@@ -221,6 +221,10 @@ class Gateway:
                 Exception: self._counted_internal_error,
             },
         )
+        # A served path written with a trailing slash is a 404 like any path not served: Starlette
+        # would redirect it (307) to a Location built from the caller's Host header, where a
+        # client that follows it sends its body and credentials (until review R81).
+        self._starlette.router.redirect_slashes = False
         self.app = _Entry(self._chat, self._starlette, self._chat_failed)
         """The ASGI application: chat completions directly, everything else through Starlette."""
 
