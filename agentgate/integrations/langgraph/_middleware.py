@@ -41,7 +41,12 @@ from agentgate.integrations.langgraph._calls import (
     _ThreadedCall,
 )
 from agentgate.integrations.langgraph._delegation import _is_delegation
-from agentgate.integrations.langgraph._model_calls import _check_model_name, _model_name, _ModelCalls
+from agentgate.integrations.langgraph._model_calls import (
+    _check_model_name,
+    _model_name,
+    _ModelCalls,
+    whole_tokens,
+)
 from agentgate.integrations.langgraph._replies import (
     _answers_a_call,
     _copied,
@@ -136,6 +141,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             )
         expect(agent_did, _TEXT_OR_NONE, "agent_did", "a did:key or None")
         expect(model, _TEXT_OR_NONE, "model", "a model name or None")
+        max_tokens = whole_tokens(max_tokens)  # ``512.0`` is 512, as for ``model_settings`` (review R81)
         if type(max_tokens) is not int or max_tokens <= 0:
             raise InputError(f"agentgate[{agent}]: max_tokens must be a whole number > 0, got {max_tokens!r}")
         if gate_models and model is not None:
