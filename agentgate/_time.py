@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 
@@ -17,3 +18,13 @@ def when(seconds: int) -> str:
     """A time in a message a person acts on (a finding, an error): UTC to the second, or the Unix
     seconds as given when no calendar date holds them (a hostile token's ``exp`` of 2**62)."""
     return utc_text(seconds) or f"{seconds} (Unix seconds)"
+
+
+def unix(timestamp: float | None) -> int | float | None:
+    """A time for JSON output and approval payloads (docs/cli.md, Output conventions): Unix
+    seconds, as an integer when it is whole seconds (``1795969091``, as the Gate and grants write
+    times, not ``1795969091.0``), else with its fraction as recorded; ``None`` (``null``) for none or a
+    non-finite one (a deadline of infinity)."""
+    if timestamp is None or isinstance(timestamp, bool) or not math.isfinite(timestamp):
+        return None
+    return int(timestamp) if float(timestamp).is_integer() else float(timestamp)

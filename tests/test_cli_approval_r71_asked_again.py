@@ -81,3 +81,23 @@ def test_a_reason_added_on_the_way_is_still_refused(
     )
     assert (code, out) == (1, ""), err
     assert "its 'reasons' are not those audit entry" in err, err
+
+
+def test_a_request_asked_again_carries_its_expiry_as_the_first_ask_wrote_it(tmp_path: Path) -> None:
+    """Review R81: the first ask wrote ``expires_at`` as an integer (``1796559858``); asked again
+    (LangGraph re-running the node, or after an approval that did not count) the payload carried
+    the store's float (``1796559858.0``), though docs/cli.md gives whole times as integers and
+    ``approval list`` the payload's. Rule: the same value, of the same type, every time."""
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "lead")}
+    policy = parse_policy(POLICY.format(**{n: keys[n].did for n in ("root", "agent", "lead")}))
+    gate = Gate(policy, SQLiteStore(tmp_path / "s.db"))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        call = Call.tool("refund", {"amount": 800, "note": "customer 42"})
+        first = gate.authorize(agent, call, call_id="call-1").approval_payload()["request"]
+        again = gate.authorize(agent, call, call_id="call-1").approval_payload()["request"]
+    finally:
+        gate.close()
+    assert again["id"] == first["id"]
+    assert type(first["expires_at"]) is int and type(again["expires_at"]) is int
+    assert again["expires_at"] == first["expires_at"]

@@ -21,6 +21,7 @@ from agentgate._durations import parse_duration
 from agentgate._json import exact_float, first_inexact, inexact_said, once_each
 from agentgate._lazy import lazy_exports
 from agentgate._shown import character_named, not_printable
+from agentgate._time import unix as unix
 from agentgate._time import utc_text
 from agentgate.cli._lines import shortened
 from agentgate.errors import InputError, KeyFileError, NoStore, SourceError
@@ -240,16 +241,6 @@ def utc(timestamp: float | None) -> str:
     if timestamp is None or not math.isfinite(timestamp):
         return "-"
     return utc_text(timestamp) or "-"  # "-" too beyond the years a datetime can hold
-
-
-def unix(timestamp: float | None) -> int | float | None:
-    """A time for JSON output (docs/cli.md, Output conventions): Unix seconds, as an integer when
-    it is whole seconds (``1795969091``, as the Gate and grants write times, not
-    ``1795969091.0``), else with its fraction as recorded; ``None`` (``null``) for none or a
-    non-finite one (a deadline of infinity)."""
-    if timestamp is None or isinstance(timestamp, bool) or not math.isfinite(timestamp):
-        return None
-    return int(timestamp) if float(timestamp).is_integer() else float(timestamp)
 
 
 def open_existing_store(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Span, Tracer
 
-from agentgate._time import when
+from agentgate._time import unix, when
 from agentgate.audit.entry import argument_digest, redact
 from agentgate.audit.spans import approval_span
 from agentgate.authority import ApprovalRequirement, Chain
@@ -661,7 +661,8 @@ class _Approvals:
                 auth,
                 reasons=_tallied(auth.reasons, len(votes), request["quorum"]),
                 audit_index=known[1],
-                request={**request, "id": known[0], "expires_at": known[2], "approved_by": votes},
+                # As the first ask wrote it: an integer (until review R81 the store's float).
+                request={**request, "id": known[0], "expires_at": unix(known[2]), "approved_by": votes},
                 _asked_again=True,
                 _asked_entry=asked,
             )
