@@ -268,7 +268,9 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         dead = isinstance(exc, Revoked | Expired) or (
             isinstance(exc, AuthorityError) and _disowned(self.gate, _request_identity(request))
         )
-        return _failure(call_id, name, exc, ends_run=dead)
+        # A refusal of the delegation is a ``deny`` entry; a sub-agent's failure (or the store's)
+        # leaves none: the delegation's ``allow`` has no outcome entry.
+        return _failure(call_id, name, exc, ends_run=dead, recorded=isinstance(exc, AuthorityError))
 
     def _record_undecidable(self, request: ToolCallRequest, exc: InputError) -> None:
         """Record the refusal of a tool call that is refused before the gate decides it

@@ -119,12 +119,20 @@ review R60 a delegation that failed on the store told the supervisor's model the
 
 
 def _failure(
-    tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool = False, tools_own: bool = False
+    tool_call_id: str,
+    name: str,
+    exc: BaseException,
+    *,
+    ends_run: bool = False,
+    tools_own: bool = False,
+    recorded: bool = True,
 ) -> ToolMessage:
     """The model's view of a call that failed. ``ends_run``: no later call can succeed (a
     delegation refused because the delegating grant is revoked or expired), so the run ends at
     the model's next turn (``_run_stop``). ``tools_own``: ``exc`` came out of the tool's own run
-    (``_ToolRaised``), not from the gate."""
+    (``_ToolRaised``), not from the gate. ``recorded``: the log holds the failure (a tool call's
+    outcome, a refusal's entry); not so for a delegation whose sub-agent raised (a delegation has
+    no outcome entry), which until review R81 was said to be recorded too."""
     # The exception's text can carry secrets from the tool's arguments or environment: the model
     # is told the kind of failure only; the audit outcome records the same. The text of an
     # agentgate error is the gate's (a deadline, a full queue, a refused delegation), unless the
@@ -135,7 +143,8 @@ def _failure(
     if gates_own and isinstance(exc, AuthorityError) and isinstance(exc.finding, Finding):  # as ``explain``
         detail += f" [{exc.finding.kind}/{exc.finding.code}]"
     return ToolMessage(
-        content=f"agentgate: tool {name} failed ({detail}); the failure is recorded.",
+        content=f"agentgate: tool {name} failed ({detail})"
+        + ("; the failure is recorded." if recorded else "."),
         tool_call_id=tool_call_id,
         name=name,
         status="error",
