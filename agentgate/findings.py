@@ -63,18 +63,14 @@ class Finding:
     """How to fix it."""
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "kind", FindingKind(self.kind))
-        except ValueError:
-            raise InputError(
-                f"finding kind must be one of {', '.join(FindingKind)}, got {shown(self.kind)}"
-            ) from None
-        try:
-            object.__setattr__(self, "severity", Severity(self.severity))
-        except ValueError:
-            raise InputError(
-                f"finding severity must be error or warning, got {shown(self.severity)}"
-            ) from None
+        for name, values in (("kind", FindingKind), ("severity", Severity)):
+            try:
+                object.__setattr__(self, name, values(getattr(self, name)))
+            except ValueError:
+                said = ", ".join(values)
+                raise InputError(
+                    f"finding {name} must be one of {said}, got {shown(getattr(self, name))}"
+                ) from None
         for name in ("code", "message", "file", "grant", "field", "hint"):
             value = getattr(self, name)
             if not isinstance(value, str) and (value is not None or name in ("code", "message")):

@@ -36,7 +36,7 @@ def test_a_finding_cannot_be_changed_and_a_copy_is_checked_as_a_new_one() -> Non
     [
         ({"kind": "scope-creep"}, "finding kind must be one of scope_creep, implicit_trust_inheritance, "),
         ({"kind": None}, "finding kind must be one of .*got None"),
-        ({"severity": "fatal"}, "finding severity must be error or warning, got a str"),
+        ({"severity": "fatal"}, "finding severity must be one of error, warning, got a str"),
         ({"code": 7}, "finding code must be text, got 7"),
         ({"message": None}, "finding message must be text, got None"),
         ({"file": b"p.yaml"}, "finding file must be text, got a bytes"),

@@ -17,6 +17,18 @@ from agentgate.errors import StoreError
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 
 GO = {"messages": [{"role": "user", "content": "go"}]}
+
+
+def _told(supervisor: Any, team: Any, mode: str) -> ToolMessage:
+    """What the supervisor's model was told of its one tool call, run ``sync`` or ``async``."""
+    if mode == "sync":
+        result = supervisor.invoke(GO, context=team.supervisor)
+    else:
+        result = asyncio.run(supervisor.ainvoke(GO, context=team.supervisor))
+    [told] = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    return told
+
+
 FAILED = "SQLite error on /srv/agentgate/team-secret.db: disk I/O error"
 
 
@@ -39,11 +51,7 @@ def test_a_delegation_that_failed_on_the_store_is_told_by_its_type(
             tools=[_ask_researcher(team)],
             gate_models=False,
         )
-        if mode == "sync":
-            result = supervisor.invoke(GO, context=team.supervisor)
-        else:
-            result = asyncio.run(supervisor.ainvoke(GO, context=team.supervisor))
-        [told] = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+        told = _told(supervisor, team, mode)
         # Not "the failure is recorded" (review R81): the store failed, and a delegation has no outcome.
         assert told.content == "agentgate: tool ask_researcher failed (StoreError)."
     finally:
@@ -77,11 +85,7 @@ def test_a_sub_agent_that_raised_is_not_said_to_be_recorded(tmp_path: Path, mode
             tools=[_ask_researcher(team, agent=researcher)],
             gate_models=False,
         )
-        if mode == "sync":
-            result = supervisor.invoke(GO, context=team.supervisor)
-        else:
-            result = asyncio.run(supervisor.ainvoke(GO, context=team.supervisor))
-        [told] = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+        told = _told(supervisor, team, mode)
         assert told.content == "agentgate: tool ask_researcher failed (RuntimeError).", told.content
         kinds = [(e.kind, e.resource) for e in team.gate.audit.entries()]
         assert ("allow", "agent:researcher") in kinds
