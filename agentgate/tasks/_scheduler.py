@@ -584,6 +584,7 @@ class Scheduler(_StoreWork, _Failures):
                     claim: Lease | None = None  # a half-open probe's claim across processes
                     # held: the period of a half-open probe (0: none); probing: held, fn not started
                     held = probing = 0
+                    attempted = False  # whether the attempt began: else its rate token goes back
                     cancelling = task.cancelling()  # raised when the attempt fails: its caller was cancelled
                     try:
                         if not breaker.closed:
@@ -611,9 +612,7 @@ class Scheduler(_StoreWork, _Failures):
                         if deadline is not None or limits.timeout_s is not None:
                             now = loop.time()
                             if deadline is not None and deadline <= now:
-                                with lock:
-                                    shared.unused(waiter)
-                                raise _started_late(tool, waiter)
+                                raise _started_late(tool, waiter)  # its token goes back below
                             attempt_deadline, unix_deadline = _attempt_deadline(limits, deadline, now)
                         if traced:
                             self.metrics.event("started", tool, {"agentgate.attempt": number})
@@ -626,6 +625,7 @@ class Scheduler(_StoreWork, _Failures):
                             events[counted] = count + 1
                         # tuple.__new__ directly: Attempt's generated __new__ is one more Python call.
                         attempt = tuple.__new__(Attempt, (call, number, key, unix_deadline))
+                        attempted = True
                         probing = 0  # from here on the outcome is reported to the breaker below
                         # Calls the tool makes are nested in this one. Restored below by setting the
                         # value read at admission (``parent``: nothing else sets it in this task
@@ -702,6 +702,11 @@ class Scheduler(_StoreWork, _Failures):
                         # The local slot first: a second cancellation during the lease's release
                         # must not skip it. The release itself runs to the end, shielded.
                         with lock:
+                            # Refused before its attempt (its breaker open, its probe claimed
+                            # elsewhere, its deadline passed, cancelled): its rate token was
+                            # never used (until review R81 only a passed deadline gave it back).
+                            if not attempted:
+                                shared.unused(waiter)
                             shared.finish(waiter)  # starts the fairest waiting call, of any scheduler
                             # Its own lease, or one passed on with a lender's slot; None once this
                             # attempt's lease passed on to a nested call still running.

@@ -536,6 +536,7 @@ class SyncScheduler:
                 # 2. the attempt, under the breaker and the attempt deadline (checked, not enforced)
                 # held: the period of a half-open probe (0: none); probing: held, fn not started
                 held = probing = 0
+                attempted = False  # whether the attempt began: else its rate token goes back
                 try:
                     if not breaker.closed:
                         admitted = breaker.admit_in_period()
@@ -547,15 +548,14 @@ class SyncScheduler:
                     if deadline is not None or limits.timeout_s is not None:
                         now = clock()
                         if deadline is not None and deadline <= now:
-                            with lock:
-                                shared.unused(waiter)
-                            raise _started_late(tool, waiter)
+                            raise _started_late(tool, waiter)  # its token goes back below
                         unix_deadline = _attempt_deadline(limits, deadline, now)[1]
                     if traced:  # counted under the metrics' own lock
                         metrics.event("started", tool, {"agentgate.attempt": number})
                     else:
                         metrics.tally("started", tool)
                     attempt = tuple.__new__(Attempt, (call, number, key, unix_deadline))
+                    attempted = True
                     probing = 0  # from here on the outcome is reported to the breaker below
                     # Calls the tool makes are nested in this one. Marked inside the ``try`` and
                     # restored by value: a Ctrl-C as ``set`` returns (signals are checked there)
@@ -595,6 +595,8 @@ class SyncScheduler:
                         if probing:
                             breaker.release(held)
                         with lock:
+                            if not attempted:  # refused before its attempt: its token goes back
+                                shared.unused(waiter)
                             shared.finish(waiter)  # starts the fairest waiting call, of any scheduler
                         interrupts.release()
                 # 4. back off with every slot released (close() cuts it short), then try again
