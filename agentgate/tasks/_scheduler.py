@@ -242,6 +242,13 @@ class Scheduler(_StoreWork, _Failures):
         timeout_s = _drain_timeout(timeout_s)
         self._forget_dead_tasks()
         _refuse_foreign_loops(self._tasks, asyncio.get_running_loop())
+        if drain and asyncio.current_task() in self._tasks:
+            # Awaited by one of its own calls (a tool's code): the drain would wait for that very
+            # call (review R81: for ever, or until ``timeout_s``).
+            raise SchedulingError(
+                "Scheduler.aclose from a call it is running would wait for that call: close it once "
+                "the call has returned (or with drain=False)"
+            )
         self._closed = True
         if self._closing is not None and not self._closing[0].is_closed():
             self._closing[1].set()  # a backoff on a loop closed under it never wakes (RuntimeError)

@@ -284,6 +284,7 @@ class SyncScheduler:
         self._lock = self.scheduler.shared.lock
         self._idle = threading.Condition(self._lock)
         self._active = 0  # calls inside submit (direct mode)
+        self._inside = threading.local()  # ``depth``: this scheduler's calls running in a thread
         self._waiting: set[_Wake] = set()  # queued callers' signals, cancelled by close()
         self._twins: dict[str, _Twin] = {}
         self._closing = threading.Event()  # wakes callers sleeping a retry backoff
@@ -326,34 +327,43 @@ class SyncScheduler:
             raise SchedulingError("SyncScheduler.submit must not be called from the scheduler's own thread")
         if self._closed:
             raise SchedulingError("the scheduler is closed")
-        if not self._direct:
-            if RUNNING.get() is None:  # a nested call may borrow its ancestor's slot: not refused
-                self._refuse_handed_wait_on_own_loop(call)
-            return self._submit_handed(call, fn)
-        core = self.scheduler
-        limits = core._limits_cache.get(call.tool) or core.shared.tool_limits(call.tool)
-        priority = core._priorities.get(call.priority)
-        if priority is None:
-            priority = core._priorities[call.priority] = core.config.priority_class(call.priority)
-        key = call.idempotency_key() if call.run_id and call.call_id else None
-        active = False  # counted in ``_active``: set with it, no signal lands between the two
+        # This thread runs a call of this scheduler until it returns: a ``close`` from it (its
+        # tool's code) could never drain that call (review R81: it waited for ever). Set inside
+        # the ``try`` and restored by value, so no Ctrl-C leaves it set.
+        inside = self._inside
+        depth = getattr(inside, "depth", 0)
         try:
-            with self._lock:
-                if core._closed:
-                    raise SchedulingError("the scheduler is closed")
-                self._active += 1
-                active = True
-            if key is None:
-                return self._attempts(call, fn, limits, priority, None)
-            return self._keyed(call, fn, limits, priority, key)
-        finally:
-            # Until review R66 a Ctrl-C after the count and before the ``try`` left it counted
-            # for good, and ``close()`` then waited for the call for ever.
-            if active:
+            inside.depth = depth + 1
+            if not self._direct:
+                if RUNNING.get() is None:  # a nested call may borrow its ancestor's slot: not refused
+                    self._refuse_handed_wait_on_own_loop(call)
+                return self._submit_handed(call, fn)
+            core = self.scheduler
+            limits = core._limits_cache.get(call.tool) or core.shared.tool_limits(call.tool)
+            priority = core._priorities.get(call.priority)
+            if priority is None:
+                priority = core._priorities[call.priority] = core.config.priority_class(call.priority)
+            key = call.idempotency_key() if call.run_id and call.call_id else None
+            active = False  # counted in ``_active``: set with it, no signal lands between the two
+            try:
                 with self._lock:
-                    self._active -= 1
-                    if not self._active and core._closed:
-                        self._idle.notify_all()
+                    if core._closed:
+                        raise SchedulingError("the scheduler is closed")
+                    self._active += 1
+                    active = True
+                if key is None:
+                    return self._attempts(call, fn, limits, priority, None)
+                return self._keyed(call, fn, limits, priority, key)
+            finally:
+                # Until review R66 a Ctrl-C after the count and before the ``try`` left it counted
+                # for good, and ``close()`` then waited for the call for ever.
+                if active:
+                    with self._lock:
+                        self._active -= 1
+                        if not self._active and core._closed:
+                            self._idle.notify_all()
+        finally:
+            inside.depth = depth
 
     # --- direct mode: scheduling in the caller's thread -------------------------------------------
 
@@ -857,6 +867,12 @@ class SyncScheduler:
             raise SchedulingError("SyncScheduler.close must not be called from the scheduler's own thread")
         if not self._close_lock.acquire(blocking=RUNNING.get() is None):
             return  # a tool's thread: the close in progress may wait for this very call
+        if drain and not self._shut and getattr(self._inside, "depth", 0) > 0:
+            self._close_lock.release()
+            raise SchedulingError(
+                "SyncScheduler.close from a call it is running would wait for that call for ever: "
+                "close it once the call has returned (or with drain=False)"
+            )
         try:
             if self._shut:
                 return
