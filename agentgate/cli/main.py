@@ -99,7 +99,9 @@ class _Parser(argparse.ArgumentParser):
         if unknown and message.startswith(_MISSING) and (self._hints(unknown) or not self._takes_a_verb()):
             message = self.unrecognized(unknown)
         self.print_usage(sys.stderr)
-        sys.stderr.write(f"agentgate: error: {_one_line(message)}\n")  # it may quote an argument
+        sys.stderr.write(
+            f"agentgate: error: {_one_line(_secrets_masked(message))}\n"
+        )  # it may quote an argument
         raise SystemExit(2)
 
     def unrecognized(self, extras: Sequence[str]) -> str:
@@ -189,6 +191,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 _MISSING = ("the following arguments are required", "one of the arguments")
+_STORE_URL = re.compile(r"postgres(?:ql)?://[^\s']+", re.IGNORECASE)
+_SECRET_PAIR = re.compile(r"\b((?:ssl)?password\s*=\s*)[^\s']+", re.IGNORECASE)
+
+
+def _secrets_masked(message: str) -> str:
+    """``message``, an error of the command line's parser, with what it quotes back of a store
+    shown as every error shows a store: a PostgreSQL URL's password, and a ``password=`` pair's
+    value, as ``***`` (review R81: ``--store URL`` given to a verb that takes none was refused as
+    ``unrecognized arguments: --store postgresql://app:SECRET@...``, the password in clear)."""
+    if "://" in message:
+        from agentgate.store._postgres import _redact  # here: only a line that quotes a URL loads psycopg
+
+        message = _STORE_URL.sub(lambda found: _redact(found.group()), message)
+    return _SECRET_PAIR.sub(lambda found: found.group(1) + "***", message)
+
+
 """How argparse's refusals of a command line that misses a required argument begin."""
 
 _NUMBER = re.compile(r"-\d+(\.\d*)?|-\.\d+")
