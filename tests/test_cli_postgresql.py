@@ -551,7 +551,11 @@ def test_a_role_without_rights_fails_closed_naming_the_grant_and_writes_nothing_
         line = one_error_line(failed)
         assert f"permission denied for table {table}" in line, failed
         assert f"GRANT {rights} ON {table} TO that role" in line, failed
+        assert "lists what to grant" not in line, line  # one hint, the table's (review R81: two)
     assert checked.result().rc == 1 and checked.result().out.startswith("deny: "), checked.result()
+    # Failing closed, with what can make the store answer: its role's rights among them (review
+    # R81: "restore the store and retry" alone).
+    assert "granted the rights docs/operations.md" in checked.result().out, checked.result()
 
     assert sorted(p.name for p in d.rglob("*")) == before  # no b.tok, no temporary file beside it
     with PostgresStore(owner) as store:  # the revocation went with its audit entry: neither

@@ -572,7 +572,11 @@ def _conclude(
             _f(
                 _REVOCABLE,
                 "revocation_unreachable",
-                f"the revocation state cannot be read ({exc}); failing closed: restore the store and retry",
+                # Not only "restore the store" (until review R81): a role without its rights on
+                # the store's tables is refused here too, and a server away comes back.
+                f"the revocation state cannot be read ({exc}); failing closed: retry once the store "
+                "answers (its server back, its file restored, or its role granted the rights "
+                "docs/operations.md, PostgreSQL set-up, lists)",
                 tip.id,
             )
         )

@@ -546,13 +546,15 @@ def privilege_hint(message: str) -> str:
     agentgate's tables (a role set up without the rights docs/operations.md grants, or a table
     added by an upgrade after the grants ran), what to grant: PostgreSQL names the table, never
     the right."""
-    from agentgate.store._existing import STORE_TABLES
+    from agentgate.store._existing import NO_PRIVILEGE_HINT, STORE_TABLES
 
     denied = _DENIED_TABLE.search(message)
     if denied is None or denied.group(1) not in STORE_TABLES:
         return message
     table = denied.group(1)
     rights = _APP_ROLE_RIGHTS.get(table, "SELECT, INSERT, UPDATE, DELETE")
+    # In place of the store's own hint, which cannot name the table (until review R81 both).
+    message = message.replace(f" {NO_PRIVILEGE_HINT}", "")
     return (
         f"{message} (the role the store URL connects as lacks a right on {table} that this "
         f"command needs: as the schema's owner, run GRANT {rights} ON {table} TO that role; "

@@ -22,6 +22,10 @@ from pathlib import Path
 from agentgate.errors import NoStore
 from agentgate.store._base import Store
 
+NO_PRIVILEGE_HINT = "(its role lacks a right on agentgate's tables: docs/operations.md, PostgreSQL set-up, lists what to grant)"
+"""What the store says of a statement its role has no right to run; the command line, which knows
+the table, says what to grant in its place (``cli._common.privilege_hint``)."""
+
 STORE_TABLES = (
     "agentgate_agent_names",
     "agentgate_breakers",

@@ -37,7 +37,7 @@ from agentgate.store._base import (
     tables_held,
     unstorable_text,
 )
-from agentgate.store._existing import refuse_empty_database
+from agentgate.store._existing import NO_PRIVILEGE_HINT, refuse_empty_database
 from agentgate.store._sqlite import foreign_table, required_store_columns, tables_of
 from agentgate.store._version import (
     VERSION_DDL,
@@ -490,10 +490,7 @@ class PostgresStore(Store):
         """The refusal of a statement the store's role has no right to run (SQLSTATE 42501):
         a role never granted its rights on agentgate's tables, or granted them before an
         upgrade added one. Until review R73 it was PostgreSQL's words alone, naming no store."""
-        return (
-            f"PostgreSQL error on the store {_redact(self.url)}: {said[:300]} (its role lacks a right "
-            "on agentgate's tables: docs/operations.md, PostgreSQL set-up, lists what to grant)"
-        )
+        return f"PostgreSQL error on the store {_redact(self.url)}: {said[:300]} {NO_PRIVILEGE_HINT}"
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
