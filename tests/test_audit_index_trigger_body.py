@@ -105,6 +105,25 @@ def test_a_sqlite_index_trigger_written_with_other_whitespace_and_case_is_agentg
         assert reader.verify().ok and reader.refs_indexed
 
 
+def test_a_sqlite_index_trigger_whose_literals_changed_case_is_not_agentgates(tmp_path: Path) -> None:
+    """Review R81: the text was compared with letters lowered throughout, string literals too:
+    the trigger made again reading ``'$.REF'`` where agentgate's reads ``'$.ref'`` (another JSON
+    path: nothing is indexed) passed as agentgate's, and a writer's opening left it; with
+    ``json_extract(..., '$.REF')`` every later entry that refers to another failed to append. A
+    literal is compared as written; the rest of the text still case-blind (the test above)."""
+    from agentgate.store.audit._schema import _sqlite_made
+
+    made = _sqlite_made()["audit_log_index_ref"]
+    changed = made.replace("'$.ref'", "'$.REF'")
+    assert changed != made
+    db = tmp_path / "agentgate.db"
+    with SQLiteStore(db) as store:
+        first = _allow_then_outcome(store, ["DROP TRIGGER audit_log_index_ref", changed])
+        assert store.query("SELECT idx FROM audit_refs") == []  # the outcome went unindexed
+    with SQLiteStore(db) as store:
+        _reported_then_made_again(store, first, SQLITE_CHANGED)
+
+
 # --- PostgreSQL ------------------------------------------------------------------------------------
 
 PG_CHANGES: dict[str, tuple[list[str], str]] = {

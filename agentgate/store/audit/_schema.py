@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import sqlite3
 
 from agentgate.errors import InputError, LogDropped, RepairRefused, StoreError
@@ -1003,9 +1004,21 @@ def _sqlite_made() -> dict[str, str]:
 
 
 def _same_sqlite(stored: object, made: str) -> bool:
-    """Whether the stored text of a trigger is ``made`` but for whitespace and letter case (SQLite
-    keeps the text as it was written; every release wrote these triggers with the same words)."""
-    return isinstance(stored, str) and " ".join(stored.split()).lower() == " ".join(made.split()).lower()
+    """Whether the stored text of a trigger is ``made`` but for whitespace and letter case outside
+    its string literals (SQLite keeps the text as it was written; every release wrote these
+    triggers with the same words). A literal is compared as it is: ``'$.ref'`` and ``'$.REF'``
+    are other JSON paths, ``'integer'`` and ``'INTEGER'`` other types (until review R81 a trigger
+    so changed, which never fired, passed as agentgate's)."""
+    return isinstance(stored, str) and _sql_words(stored) == _sql_words(made)
+
+
+_SQL_LITERAL = re.compile(r"'(?:[^']|'')*'")
+
+
+def _sql_words(sql: str) -> tuple[str, list[str]]:
+    """``sql`` outside its string literals, white space collapsed and letters lowered (SQL's words
+    and identifiers are read case-blind), and its literals as written."""
+    return " ".join(_SQL_LITERAL.sub("'", sql).split()).lower(), _SQL_LITERAL.findall(sql)
 
 
 _REMADE_BY_INIT = "`agentgate store init` run as the store's owner makes it again"
