@@ -94,6 +94,29 @@ def test_decision_edited_with_rehashed_leaf_is_caught_by_the_checkpoint(store: S
     assert "checkpoint of size 10" in report.problems[0]
 
 
+def test_an_edit_under_two_checkpoints_is_said_as_its_range_under_the_later_one(store: Store) -> None:
+    """Review R81: an entry edited with its leaf hash under two checkpoints was said, at the later
+    one, to be "explained by entry 0 above", an entry no line named (the range's start, where the
+    search began), and ``--json`` gave that problem the index 0. Rule: the later checkpoint is
+    explained by the same range, and neither problem names an entry."""
+    log = _fill(store, 6)
+    log.checkpoint()
+    for i in range(6, 9):
+        log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": i})
+    log.checkpoint()
+    forged = _flip_decision(_row(store, 4)[0])
+    _attack(
+        store, ("UPDATE audit_log SET entry = ?, leaf_hash = ? WHERE idx = 4", (forged, leaf_hash(forged)))
+    )
+    report = log.verify()
+    assert not report.ok and report.first_bad_index == 0  # the first index no good root covers
+    assert report.problems == (
+        "checkpoint of size 6: root does not match the entries; an entry in [0, 6) was changed together "
+        "with its leaf hash",
+        "checkpoint of size 9: root does not match the entries; explained by the entry changed in [0, 6) above",
+    )
+
+
 def test_deleted_middle_entry_is_named(store: Store) -> None:
     log = _fill(store)
     _attack(store, ("DELETE FROM audit_log WHERE idx = 3", ()))

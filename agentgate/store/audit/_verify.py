@@ -248,6 +248,7 @@ class _Verification:
         """
         problems: list[str] = []
         bad: list[int] = []
+        spans: list[tuple[int, int]] = []  # ranges an edit lies in, no entry of them named
         unopened: list[tuple[str, ...]] = []
         expected, checked, saved_only = self._signed_roots(saved_checkpoint, problems, unopened)
         if expected.get(0, EMPTY_ROOT) != EMPTY_ROOT:
@@ -313,7 +314,9 @@ class _Verification:
                     misplaced.add(k)
             if self.refs_indexed:
                 refs_seen += self._check_refs(first, entries, edited | misplaced, problems)
-            last_good = self._feed(acc, computed, sizes, expected, saved_only, last_good, bad, problems)
+            last_good = self._feed(
+                acc, computed, sizes, expected, saved_only, last_good, bad, problems, spans
+            )
             if gap is not None:
                 break
         size = acc.size
@@ -511,11 +514,13 @@ class _Verification:
         last_good: int,
         bad: list[int],
         problems: list[str],
+        spans: list[tuple[int, int]],
     ) -> int:
         """Add the leaf hashes ``computed`` to ``acc`` in segments that end at checkpoint sizes
         (``sizes``, sorted), checking the root at each against ``expected``; a root that does not
         match is appended to ``problems`` with its cause (an entry ``bad`` names already, or the
-        first bad index ``_diagnose`` finds, added to ``bad``; at ``saved_only``, the size only the
+        first bad index ``_diagnose`` finds, added to ``bad``, and the range it could not narrow
+        to an entry added to ``spans``; at ``saved_only``, the size only the
         saved checkpoint has, an edit no entry shows reads as a restore). Returns the size of the
         last checkpoint whose root matched."""
         position = 0
@@ -535,12 +540,20 @@ class _Verification:
             if acc.root() == want:
                 last_good = acc.size
                 continue
-            named = [i for i in bad if last_good <= i < acc.size]
+            # An edit no entry shows, found under an earlier checkpoint (``spans``), explains this
+            # root too: said as that range, not as an entry (until review R81 "explained by entry
+            # 0 above", the range's start, which no line named as bad).
+            unnamed = [span for span in spans if last_good <= span[0] < acc.size]
+            named = [i for i in bad if last_good <= i < acc.size and not any(i == lo for lo, _ in unnamed)]
             if named:
                 cause = f"explained by entry {named[0]} above"
+            elif unnamed:
+                cause = f"explained by the entry changed in [{unnamed[0][0]}, {unnamed[0][1]}) above"
             else:
                 first_bad, cause = self._diagnose(last_good, acc.size)
-                bad.append(first_bad)
+                bad.append(first_bad)  # the first index no good root covers, when none is named
+                if cause.endswith(_CHANGED_WITH_LEAF_HASH):
+                    spans.append((last_good, acc.size))
                 if acc.size == saved_only and cause.endswith(_CHANGED_WITH_LEAF_HASH):
                     # No entry shows an edit: a log that grew again after a restore does too.
                     cause = (
@@ -639,7 +652,9 @@ class _Verification:
         return len(table)
 
     def _diagnose(self, lo: int, hi: int) -> tuple[int, str]:
-        """Find the first entry in ``[lo, hi)`` that is not what it claims to be (after a root mismatch)."""
+        """Find the first entry in ``[lo, hi)`` that is not what it claims to be (after a root
+        mismatch); ``lo`` with the range when each claims to be what it is (an entry changed
+        together with its leaf hash: only the root shows it)."""
         for idx, data, _stored in self._rows(include_entry_from=lo, start=lo):
             if idx >= hi:
                 break
