@@ -226,7 +226,7 @@ def _check_scalar(value: Any, path: Any) -> None:
 
 
 def _path(path: Any) -> str:
-    """``$.a[0]``-style text of a path built by ``_check_json``, cut to 80 characters."""
+    """``$.a[0]``-style text of a path built by ``check_json``, cut to 80 characters."""
     parts: list[str] = []
     while isinstance(path, tuple):
         path, key = path

@@ -607,13 +607,14 @@ def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceEr
         mark = _clamped(text, mark)
     if context_mark is not None:
         context_mark = _clamped(text, context_mark)
-    at_end = mark is None or (mark.line + 1, mark.column + 1) >= mark_at(text, len(text))
+    end = mark_at(text, len(text))
+    at_end = mark is None or (mark.line + 1, mark.column + 1) >= end
     if context and context_mark is not None:
         opened = Mark(context_mark.line + 1, context_mark.column + 1)
         message = f"malformed YAML: {context} at line {opened.line}, column {opened.column}: {problem}"
         if at_end or context == "while scanning a tag":  # a tag libyaml reads is refused at its '!'
             mark = context_mark
-    if at_end and (mark is None or (mark.line + 1, mark.column + 1) >= mark_at(text, len(text))):
+    if at_end and (mark is None or (mark.line + 1, mark.column + 1) >= end):
         # Still at the end: a text cut after a flow collection's ',' or its opening bracket, where
         # the parser's context is the node it expected there (until review R81 refused one line
         # past the end of the file): located at the bracket still open, the innermost.

@@ -99,9 +99,8 @@ class _Parser(argparse.ArgumentParser):
         if unknown and message.startswith(_MISSING) and (self._hints(unknown) or not self._takes_a_verb()):
             message = self.unrecognized(unknown)
         self.print_usage(sys.stderr)
-        sys.stderr.write(
-            f"agentgate: error: {_one_line(_secrets_masked(message))}\n"
-        )  # it may quote an argument
+        said = _one_line(_secrets_masked(message))  # it may quote an argument, a store's URL too
+        sys.stderr.write(f"agentgate: error: {said}\n")
         raise SystemExit(2)
 
     def unrecognized(self, extras: Sequence[str]) -> str:
@@ -191,6 +190,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 _MISSING = ("the following arguments are required", "one of the arguments")
+"""How argparse's refusals of a command line that misses a required argument begin."""
+
 _STORE_URL = re.compile(r"postgres(?:ql)?://[^\s']+", re.IGNORECASE)
 _SECRET_PAIR = re.compile(r"\b((?:ssl)?password\s*=\s*)[^\s']+", re.IGNORECASE)
 
@@ -206,8 +207,6 @@ def _secrets_masked(message: str) -> str:
         message = _STORE_URL.sub(lambda found: _redact(found.group()), message)
     return _SECRET_PAIR.sub(lambda found: found.group(1) + "***", message)
 
-
-"""How argparse's refusals of a command line that misses a required argument begin."""
 
 _NUMBER = re.compile(r"-\d+(\.\d*)?|-\.\d+")
 """A negative number, which argparse reads as a value, not a flag."""
