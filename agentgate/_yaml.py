@@ -639,11 +639,15 @@ def _open_bracket(text: str) -> Any | None:
     """Where the innermost flow collection (``[`` or ``{``) still open at the end of ``text``
     begins, from PyYAML's own scanner's tokens up to its error if any; ``None`` when none is."""
     opened: list[Any] = []
-    for token in _tokens(yaml.SafeLoader(text)):
-        if isinstance(token, _FLOW_START):
-            opened.append(token.start_mark)
-        elif isinstance(token, _FLOW_END) and opened:
-            opened.pop()
+    scanner = yaml.SafeLoader(text)
+    try:
+        for token in _tokens(scanner):
+            if isinstance(token, _FLOW_START):
+                opened.append(token.start_mark)
+            elif isinstance(token, _FLOW_END) and opened:
+                opened.pop()
+    finally:
+        scanner.dispose()
     return opened[-1] if opened else None
 
 
