@@ -9,24 +9,24 @@ DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 # The packages are installed by uv (installed into the venv by pip first, from PyPI like every
 # dependency): side by side at review R80 it installed the same releases as pip, package by
-# package, in 8 s with its cache empty where pip took 34 s. The test and bench extras are installed without compiling their
-# bytecode: most of what LiteLLM, the OpenAI SDK... hold nothing here imports, and the suite
-# compiles what it imports, once: it writes bytecode (see WORKERS below). The demo's install
-# compiles it (--compile-bytecode): where PYTHONDONTWRITEBYTECODE is set (this project's
-# machines), a module without bytecode is compiled again by every process that imports it (a
-# `grant check` took 1.0 CPU-s, not 0.6).
+# package, in 8 s with its cache empty where pip took 34 s. The test and bench extras are
+# installed without compiling their bytecode: most of what LiteLLM, the OpenAI SDK... hold nothing
+# here imports, and the suite compiles what it imports, once: it writes bytecode (see WORKERS
+# below). The demo's install compiles it (--compile-bytecode): where PYTHONDONTWRITEBYTECODE is
+# set (this project's machines), a module without bytecode is compiled again by every process
+# that imports it (a `grant check` took 1.0 CPU-s, not 0.6).
 UV := $(PY) -m uv pip install --quiet --python $(PY)
-UV_RELEASES := 'uv>=0.13,<0.14'
-# A venv made before review R80 holds no uv: each install first puts it there when it is missing
-# (until review R81 such a venv failed `No module named uv` once pyproject.toml changed).
+# uv is put into the venv by each install step, where it is missing: a new venv, or one made
+# before review R80 (until review R81 only the venv's creation installed it, and such a venv
+# failed `No module named uv` once pyproject.toml changed).
 ENSURE_UV := $(PY) -m uv --version >/dev/null 2>&1 || \
-	$(PY) -m pip install --quiet --disable-pip-version-check $(UV_RELEASES)
+	$(PY) -m pip install --quiet --disable-pip-version-check 'uv>=0.13,<0.14'
 
 .PHONY: demo test lint typecheck pytest bench clean postgres-tools
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip $(UV_RELEASES)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 
 $(DEMO_STAMP): pyproject.toml | $(PY)
 	$(ENSURE_UV)

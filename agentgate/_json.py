@@ -57,6 +57,21 @@ def is_plain(value: Any) -> bool:
     return True
 
 
+INT64 = 2**63
+"""Past this magnitude a whole float is not read as an integer: vLLM's lax pydantic stops there,
+and no count of tokens, seed or store column goes beyond it."""
+
+
+def integral(value: object) -> object:
+    """A float with no fractional part, below ``INT64`` in magnitude, as the integer it is
+    (``512.0`` is 512, as vLLM and OpenAI's API read a JSON number); anything else as it is, for
+    the caller's own check to judge. The one reading of such numbers (review R81: the simulated
+    backend, the dispatcher and the LangGraph middleware each had their copy)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < INT64:
+        return int(value)
+    return value
+
+
 class Inexact:
     """A JSON number that no float holds as written, as ``exact_float`` parsed it (its text)."""
 

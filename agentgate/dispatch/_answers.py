@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgate._json import integral
 from agentgate.dispatch._redaction import _scrub
 from agentgate.errors import BackendFailed, DispatchError
 
@@ -110,8 +111,7 @@ def _whole_tokens(name: str, value: object) -> int:
     ``DispatchError`` when it is no whole number from 0 to ``MAX_USAGE_TOKENS``."""
     if value is None:
         return 0
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-        value = int(value)
+    value = integral(value)
     if type(value) is not int or not 0 <= value <= MAX_USAGE_TOKENS:
         raise DispatchError(f"{name} must be a whole number from 0 to {MAX_USAGE_TOKENS}, not {value!r:.40}")
     return value

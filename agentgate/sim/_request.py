@@ -28,6 +28,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from agentgate._json import INT64, integral
 from agentgate.dispatch.prefix import estimate_prompt_tokens, prompt_text
 from agentgate.errors import InputError
 
@@ -37,20 +38,7 @@ _ONE_CHOICE = ("n", "best_of")
 """Fields that ask for several sequences (vLLM honours both): absent, null or 1 here."""
 MAX_LOGPROBS = 20
 """The most ``top_logprobs`` a request may ask for: vLLM's default ``--max-logprobs``."""
-_INT64 = 2**63
-"""vLLM's ``seed`` is a 64-bit signed integer (``torch.long``); pydantic's lax mode reads a float
-as an integer only below this magnitude."""
-
-
-def _integral(value: object) -> object:
-    """A float with no fractional part as the integer it is, as vLLM's lax pydantic reads it (and
-    only below 2**63, as pydantic does); anything else as it is, for the strict check to judge."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < _INT64:
-        return int(value)
-    return value
-
-
-Integral = Annotated[int, BeforeValidator(_integral)]
+Integral = Annotated[int, BeforeValidator(integral)]
 """An integer field: an ``int`` (never a ``bool``, never text) or a float with no fraction."""
 
 
@@ -78,7 +66,7 @@ class _Body(BaseModel):
     stream_options: _StreamOptions | None = None
     n: Integral | None = None
     best_of: Integral | None = None
-    seed: Annotated[Integral, Field(ge=-_INT64, lt=_INT64)] | None = None
+    seed: Annotated[Integral, Field(ge=-INT64, lt=INT64)] | None = None
     top_k: Annotated[Integral, Field(ge=-1)] | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[Integral, Field(ge=0, le=MAX_LOGPROBS)] | None = None

@@ -24,6 +24,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from agentgate._json import integral
 from agentgate.errors import AgentGateError, AuthorityError, Denied, Expired, InputError, Revoked
 from agentgate.gate import Authorization, Gate
 from agentgate.gate._authorization import expect, shown
@@ -45,7 +46,6 @@ from agentgate.integrations.langgraph._model_calls import (
     _check_model_name,
     _model_name,
     _ModelCalls,
-    whole_tokens,
 )
 from agentgate.integrations.langgraph._replies import (
     _answers_a_call,
@@ -141,9 +141,9 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             )
         expect(agent_did, _TEXT_OR_NONE, "agent_did", "a did:key or None")
         expect(model, _TEXT_OR_NONE, "model", "a model name or None")
-        max_tokens = whole_tokens(max_tokens)  # ``512.0`` is 512, as for ``model_settings`` (review R81)
-        if type(max_tokens) is not int or max_tokens <= 0:
-            raise InputError(f"agentgate[{agent}]: max_tokens must be a whole number > 0, got {max_tokens!r}")
+        limit = integral(max_tokens)  # ``512.0`` is 512, as for ``model_settings`` (review R81)
+        if type(limit) is not int or limit <= 0:
+            raise InputError(f"agentgate[{agent}]: max_tokens must be a whole number > 0, got {limit!r}")
         if gate_models and model is not None:
             _check_model_name(agent, model, "the name given for the model")
         elif gate_models and isinstance(named, BaseChatModel):
@@ -155,7 +155,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         self.agent_did = agent_did
         self.enforce = enforce
         self.model = model
-        self.max_tokens = max_tokens
+        self.max_tokens = limit
         self._usage_copies: dict[int, tuple[weakref.ref[BaseChatModel], BaseChatModel]] = {}
         self._schema_sizes: dict[int, tuple[weakref.ref[BaseTool], int]] = {}
         self._results: collections.OrderedDict[str, ToolResult] = collections.OrderedDict()

@@ -24,6 +24,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.errors import GraphBubbleUp
 
+from agentgate._json import integral
 from agentgate.capabilities import Call
 from agentgate.dispatch.prefix import (
     CHARS_PER_TOKEN,
@@ -82,12 +83,12 @@ class _ModelCalls:
         request's ``max_tokens``, else the chat model's own, else the middleware's)."""
         named = self.model is not None and (self.named is None or request.model is self.named)
         name = self.model if named else _model_name(request.model)
-        configured = whole_tokens(getattr(request.model, "max_tokens", None))
+        configured = integral(getattr(request.model, "max_tokens", None))
         own = configured if type(configured) is int and configured > 0 else None
         asked = request.model_settings.get("max_tokens")
         # Only a limit left out (``None``) falls back: until review R81 ``0`` did too (to the
         # model's own, else 1024) and the chat model's own ``4096.0`` was passed over.
-        limit = whole_tokens(asked) if asked is not None else own or self.max_tokens
+        limit = integral(asked) if asked is not None else own or self.max_tokens
         if type(limit) is not int or limit <= 0:  # ``int()`` raised on inf and NaN, cut 0.5 to 0
             raise InputError(f"agentgate[{self.agent}]: max_tokens must be a whole number > 0, got {limit!r}")
         return Call.model(str(name), {"max_tokens": limit})
@@ -367,12 +368,6 @@ def _media_tokens(part: Mapping[str, object]) -> int | None:
         data = part.get("base64", part.get("data"))
         return audio_tokens(data) if isinstance(data, str) else None
     return media_part_tokens(part)
-
-
-def whole_tokens(value: Any) -> Any:
-    """``value``, or the ``int`` it is where it is a whole float (``512.0``): a token limit as
-    vLLM and the dispatcher read one; anything else as given, for the caller to refuse."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _check_model_name(agent: str, name: str, given_as: str) -> None:

@@ -544,7 +544,8 @@ class _Verification:
             # root too: said as that range, not as an entry (until review R81 "explained by entry
             # 0 above", the range's start, which no line named as bad).
             unnamed = [span for span in spans if last_good <= span[0] < acc.size]
-            named = [i for i in bad if last_good <= i < acc.size and not any(i == lo for lo, _ in unnamed)]
+            starts = {lo for lo, _ in unnamed}  # in ``bad`` too, as first bad indexes, naming no entry
+            named = [i for i in bad if last_good <= i < acc.size and i not in starts]
             if named:
                 cause = f"explained by entry {named[0]} above"
             elif unnamed:
