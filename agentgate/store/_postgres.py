@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 from urllib.parse import unquote
 
 import psycopg
@@ -155,6 +155,9 @@ class _PgTransaction(Transaction):
         """The store's URL as errors show it."""
         self._read_only = read_only
         self._rowcount = 0
+        self.failure: psycopg.Error | None = None
+        """The last driver error a statement of this transaction met: what aborted it, when a
+        later statement is refused because it is (SQLSTATE 25P02) or the block goes on past it."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         try:
@@ -163,6 +166,8 @@ class _PgTransaction(Transaction):
             raise unstorable_text(exc) from None
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             raise self._refused(exc) from exc
+        except psycopg.Error as exc:
+            self._failed(exc)
         self._rowcount = cursor.rowcount
         return list(cursor.fetchall()) if cursor.description else []
 
@@ -174,6 +179,25 @@ class _PgTransaction(Transaction):
                 raise unstorable_text(exc) from None
             except psycopg.errors.ReadOnlySqlTransaction as exc:
                 raise self._refused(exc) from exc
+            except psycopg.Error as exc:
+                self._failed(exc)
+
+    def _failed(self, exc: psycopg.Error) -> NoReturn:
+        """Raise ``exc``, remembered; or, for a statement refused because an earlier one aborted
+        the transaction (SQLSTATE 25P02), a ``StoreError`` naming that earlier one, which a part
+        caught and answered in its own way: a decision whose revocation read its role may not run,
+        denied, met this recording its denial (until review R82 the audit log's ``current
+        transaction is aborted`` alone, hiding the cause and its fix)."""
+        aborted_by = self.failure
+        if not isinstance(exc, psycopg.errors.InFailedSqlTransaction) or aborted_by is None:
+            self.failure = exc
+            raise exc
+        said = driver_error_line(aborted_by)[:300]
+        hint = f" {NO_PRIVILEGE_HINT}" if isinstance(aborted_by, psycopg.errors.InsufficientPrivilege) else ""
+        raise StoreError(
+            f"a statement on the PostgreSQL store {self._url} failed ({said}), aborting the "
+            f"transaction it was part of: nothing was written{hint}"
+        ) from aborted_by
 
     def _refused(self, exc: psycopg.Error) -> StoreError:
         """The ``StoreError`` for a write a read-only session refused: the store open to read
@@ -432,14 +456,16 @@ class PostgresStore(Store):
                 used = conn  # before the BEGIN: the first statement a dropped connection fails
                 session = conn.pgconn.backend_pid  # libpq's, known at once: no round trip
                 with conn.transaction():
-                    yield _PgTransaction(conn, _redact(self.url), self.read_only)
+                    tx = _PgTransaction(conn, _redact(self.url), self.read_only)
+                    yield tx
                     if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
                         # A statement failed and the block caught its error outside a savepoint:
                         # the server answers COMMIT with a rollback, and psycopg returns as if
                         # it committed (until review R65 the block's writes were then lost unsaid).
+                        said = f" ({driver_error_line(tx.failure)[:300]})" if tx.failure else ""
                         raise StoreError(
-                            f"a statement on the PostgreSQL store {_redact(self.url)} failed inside a "
-                            "transaction that went on after it: the transaction is aborted; nothing "
+                            f"a statement on the PostgreSQL store {_redact(self.url)} failed{said} inside "
+                            "a transaction that went on after it: the transaction is aborted; nothing "
                             "was written"
                         )
                     committing = True  # what fails from here on is the COMMIT
