@@ -282,6 +282,21 @@ def _composed(
             expected="a YAML mapping",
             hint="flatten the structure; no agentgate file nests this deep",
         ) from None
+    except (ValueError, OverflowError):
+        # PyYAML's own scanner turns a ``\U`` escape into a character unchecked: one above
+        # U+10FFFF raised Python's error (until review R82 a traceback, from ``policy lint`` too,
+        # where libyaml refuses it in its own words). Its reader is at the escape's digits.
+        if loader is None or not isinstance(loader, yaml.reader.Reader):
+            raise
+        at = mark_at(text, loader.pointer)
+        raise error(
+            "malformed YAML: a character escape beyond U+10FFFF, the last Unicode code point",
+            file=source,
+            line=at.line,
+            column=at.column,
+            expected="an escape of a Unicode code point",
+            hint="write the character as it is, or an escape from \\U00000000 to \\U0010FFFF",
+        ) from None
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow, at an index of ``text``
         if 0xD800 <= exc.character <= 0xDFFF:  # PyYAML's own reader meets a lone surrogate first
             raise _lone_surrogate(error, source, exc.position) from None
