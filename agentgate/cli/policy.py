@@ -92,7 +92,8 @@ def _explain(args: argparse.Namespace) -> int:
     index = PolicyIndex(policy)
     decision, text = explain(index, args.principal, call)
     if args.json:
-        write_json(_explain_json(policy, decision, index.allowed_through(args.principal, call)), indent=None)
+        through = index.allowed_through(decision.principal or args.principal, call)
+        write_json(_explain_json(policy, decision, through), indent=None)
     else:
         print("\n".join(escaped_once(line) for line in text.split("\n")))
     return {Outcome.ALLOW: 0, Outcome.DENY: 1, Outcome.APPROVAL_REQUIRED: 3}[decision.outcome]

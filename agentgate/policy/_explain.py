@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from agentgate.capabilities import Call
@@ -29,9 +30,20 @@ def _json(value: Any) -> str:
 
 
 def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecision, str]:
-    """Evaluate ``call`` by ``principal`` and return the decision with a plain-text account of it."""
-    decision = index.evaluate(principal, call)
+    """Evaluate ``call`` by ``principal`` and return the decision with a plain-text account of it.
+
+    A principal whose key another declared before it holds too (lint's ``principal_without_key``)
+    is judged as that other one, as the Gate judges every call signed with the key: until review
+    R82 ``--as`` the second one's name answered by its own roles, an allow the Gate never gives."""
     policy = index.policy
+    did = policy.principal_dids.get(principal) if isinstance(principal, str) else None
+    decision = index.evaluate(did or principal, call)
+    if did is not None and decision.principal not in (None, principal):
+        note = (
+            f"{principal}'s key is {decision.principal}'s too, declared before it: the Gate judges every "
+            f"call signed with it as {decision.principal}'s (lint: principal_without_key)"
+        )
+        decision = replace(decision, reasons=(note, *decision.reasons))
     # A name that is no principal of the policy is the caller's text: shown with its line breaks
     # and escapes escaped (as a path is), so that it cannot add a line to the account (review R55).
     who = decision.principal or shown_path(principal)
@@ -39,7 +51,7 @@ def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecis
     lines = [f"{_VERDICT[decision.outcome]}: {who} calling {call.resource} with {args}"]
     if decision.principal is not None:
         lines.append(f"  roles held: {_roles_held(index, decision.principal)}")
-    through = index.allowed_through(principal, call) if decision.rule is not None else ()
+    through = index.allowed_through(did or principal, call) if decision.rule is not None else ()
     if decision.rule is not None:
         cap = decision.rule.capability
         lines.append(f"  rule: {decision.rule}")
