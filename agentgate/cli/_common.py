@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentgate._durations import parse_duration
-from agentgate._json import exact_float, first_inexact, inexact_said, once_each
+from agentgate._json import MAX_DEPTH, exact_float, first_inexact, inexact_said, once_each
 from agentgate._lazy import lazy_exports
 from agentgate._shown import character_named, not_printable
 from agentgate._time import unix as unix
@@ -53,7 +53,9 @@ def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
 
     try:
         value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant, parse_float=exact_float)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:  # JSON, nested deeper than Python's decoder goes: not a quoting slip
+        raise InputError(f"{flag}: nested more than {MAX_DEPTH} levels deep") from None  # (review R82)
+    except ValueError as exc:
         raise InputError(
             f"{flag} is not JSON: {str(exc)[:120]}; quote it: {flag} '{{\"amount\": 80}}'"
         ) from None
@@ -71,7 +73,7 @@ def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
             "give it in range, or as text"
         ) from None
     except RecursionError:
-        raise InputError(f"{flag}: nested too deeply") from None
+        raise InputError(f"{flag}: nested more than {MAX_DEPTH} levels deep") from None
     return value
 
 

@@ -19,6 +19,8 @@ def _new(args: argparse.Namespace) -> int:
         )
     stem, dot, suffix = args.name.rpartition(".")
     if dot and stem and suffix in ("key", "pub"):  # ``keys new alice.key`` wrote alice.key.key
+        while stem.endswith((".key", ".pub")) and len(stem) > 4:  # ``a.key.key``: the name is a
+            stem = stem[:-4]  # (until review R82 the command it offered was refused in turn)
         raise KeyFileError(
             f"invalid key name {args.name!r}: NAME is the name without .key or .pub: "
             f"agentgate keys new {stem} writes {stem}.key and {stem}.pub"
