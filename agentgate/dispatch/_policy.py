@@ -54,7 +54,9 @@ class RouteRequest:
     """When the call arrived (the router's clock); waiting counts against the SLO."""
     failover: bool = False
     """A call routed again after a backend failed it before any output: its tenant's token
-    bucket was debited when it was first dispatched and is not debited again."""
+    bucket was debited when it was first dispatched and is not debited again, nor is that debit
+    counted against it where the router asks whether its tenant can pay (``TokenBucket.can_pay``'s
+    ``paid``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,12 +54,16 @@ class TokenBucket:
             )
             self.updated = now
 
-    def can_pay(self, cost: float, now: float) -> bool:
+    def can_pay(self, cost: float, now: float, *, paid: bool = False) -> bool:
         """True if the balance covers ``cost`` now; a cost over the burst, which no balance can
         cover, is covered by a full bucket (else a tenant could never be served such a call
-        under overload, however long it waited: ``seconds_until`` counts the same way)."""
+        under overload, however long it waited: ``seconds_until`` counts the same way).
+
+        ``paid``: ``cost`` was debited already (a call failed over, ``RouteRequest.failover``):
+        True if the balance without that debit would cover it, so that a call is never found
+        over its quota by its own charge, while a tenant in debt from its other calls still is."""
         self._refill(now)
-        return self.tokens >= min(cost, self.quota.burst_tokens)
+        return self.tokens + (cost if paid else 0.0) >= min(cost, self.quota.burst_tokens)
 
     def debit(self, cost: float, now: float) -> None:
         """Take ``cost`` tokens; the balance may go negative, never below ``-burst``."""

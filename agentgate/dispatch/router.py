@@ -91,6 +91,8 @@ class _Waiter:
     tenant: str
     cost: float
     """What its tenant's token bucket pays for it (``_cost``)."""
+    paid: bool
+    """A call failed over (``RouteRequest.failover``): its bucket paid ``cost`` already."""
     allowed: AllowedBackend | None
     deadline: float
     """When its SLO budget is spent (it is shed at its next ask)."""
@@ -184,7 +186,7 @@ class Router(RoutingPolicy):
         within their quota, who would be shed when their SLO budget ran out)."""
         cost = _cost(request)
         bucket = self._bucket(request.tenant, now)
-        if bucket is not None and not bucket.can_pay(cost, now):
+        if bucket is not None and not bucket.can_pay(cost, now, paid=request.failover):
             raise Shed(
                 f"every backend serving {request.model!r} is at its max_concurrency and tenant "
                 f"{request.tenant!r} is over its token quota",
@@ -198,6 +200,7 @@ class Router(RoutingPolicy):
                 model=request.model,
                 tenant=request.tenant,
                 cost=cost,
+                paid=request.failover,
                 allowed=None,
                 deadline=request.arrived_at + request.slo_ttft_s,
                 asked=now,
@@ -228,7 +231,7 @@ class Router(RoutingPolicy):
         A request whose tenant's token bucket cannot pay for it has every waiter within its quota
         ahead of it (it takes only a slot none of them could use; else ``_saturated`` sheds it)."""
         mine = self._waiters.get(request.id)
-        if self._in_debt(request.tenant, _cost(request), now):
+        if self._in_debt(request.tenant, _cost(request), now, paid=request.failover):
             key: tuple[float, float, float] = (math.inf, math.inf, math.inf)
         else:
             key = mine.key if mine is not None else (request.priority, _arrival(request, now), math.inf)
@@ -278,7 +281,7 @@ class Router(RoutingPolicy):
                 self.withdraw(name)  # the next one is now at ``at``
                 continue
             at += 1
-            if self._in_debt(waiter.tenant, waiter.cost, now):
+            if self._in_debt(waiter.tenant, waiter.cost, now, paid=waiter.paid):
                 continue
             usable[name] = {
                 url
@@ -342,7 +345,7 @@ class Router(RoutingPolicy):
                 )
             return self._go(best, best_p, request, now, "lowest predicted TTFT", alternatives)
 
-        if bucket is not None and not bucket.can_pay(cost, now):
+        if bucket is not None and not bucket.can_pay(cost, now, paid=request.failover):
             raise Shed(
                 f"SLO {request.slo_ttft_s:.2f}s cannot be met (best {best_p:.2f}s) and tenant "
                 f"{request.tenant!r} is over its token quota",
@@ -405,10 +408,13 @@ class Router(RoutingPolicy):
                 self._sessions.popitem(last=False)
         return self.plan(state, request, reason, predicted, alternatives)
 
-    def _in_debt(self, tenant: str, cost: float, now: float) -> bool:
-        """Whether ``tenant``'s token bucket cannot pay ``cost`` now (never, for a tenant without a quota)."""
+    def _in_debt(self, tenant: str, cost: float, now: float, *, paid: bool = False) -> bool:
+        """Whether ``tenant``'s token bucket cannot pay ``cost`` now (never, for a tenant without a
+        quota); ``paid``: for a call failed over, whose first dispatch debited ``cost`` already
+        (``TokenBucket.can_pay``). Until review R82 that debit counted against the call itself:
+        a call within its quota that failed over under overload was shed as over it."""
         bucket = self._bucket(tenant, now)
-        return bucket is not None and not bucket.can_pay(cost, now)
+        return bucket is not None and not bucket.can_pay(cost, now, paid=paid)
 
     def _bucket(self, tenant: str, now: float) -> TokenBucket | None:
         quota = self.quotas.get(tenant)
