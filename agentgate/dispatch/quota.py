@@ -7,8 +7,8 @@ meet a request's SLO, or every backend holds its ``max_concurrency``, does the b
 tenants in debt are shed first (they never wait in line for a slot ahead of a tenant within its
 quota), with a
 ``Retry-After`` equal to the time their bucket needs to pay for the request (to fill up, for a
-request costing more than the burst). The balance never
-falls below ``-burst``, so a tenant's debt, and its wait, stay bounded.
+request costing more than the burst; the router's is at most ``MAX_RETRY_AFTER_S``). The balance
+never falls below ``-burst``, so a tenant's debt, and its wait, stay bounded.
 """
 
 from __future__ import annotations

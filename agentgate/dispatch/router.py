@@ -17,11 +17,12 @@ any. Then:
    count (power of two choices), so that equal predictions do not pile onto one backend between
    scrapes.
 3. *SLO met nowhere*: a tenant that has spent its token bucket is shed (``Shed``, HTTP 429,
-   ``Retry-After`` = the bucket's refill time); class 0 is dispatched to the best backend
-   anyway; a request that no candidate could serve within its SLO even idle (its uncached
-   prefill alone is longer) is dispatched to the best backend too, since neither waiting nor a
-   retry could meet it; otherwise class 1 waits (a ``wait`` plan) while its SLO budget lasts,
-   then is shed; classes 2 and lower are shed at once. Shed requests count as misses in every figure.
+   ``Retry-After`` = the bucket's refill time, at most ``MAX_RETRY_AFTER_S``); class 0 is
+   dispatched to the best backend anyway; a request that no candidate could serve within its
+   SLO even idle (its uncached prefill alone is longer) is dispatched to the best backend too,
+   since neither waiting nor a retry could meet it; otherwise class 1 waits (a ``wait`` plan)
+   while its SLO budget lasts, then is shed; classes 2 and lower are shed at once. Shed requests
+   count as misses in every figure.
 
 *Saturation*: when every usable backend holds ``max_concurrency`` requests, classes 0 and 1 wait
 for a slot (``RoutingPolicy._saturated``) and the router remembers them in line: class 0 before
@@ -40,9 +41,9 @@ slot frees costs linear, not quadratic, work; ``due`` names the waiters the free
 that a caller can wake only those.
 
 Saturation is overload, where tenant quotas decide: a request whose tenant's token bucket cannot
-pay for it is ``Shed`` at once (``Retry-After`` = the bucket's refill time) rather than put in
-line, and a waiter whose tenant has spent its bucket meanwhile is given no slot while a waiter
-within its quota could use it (it is shed when it asks, unless a slot is left over).
+pay for it is ``Shed`` at once (``Retry-After`` = the bucket's refill time, as above) rather than
+put in line, and a waiter whose tenant has spent its bucket meanwhile is given no slot while a
+waiter within its quota could use it (it is shed when it asks, unless a slot is left over).
 
 Backends that share a URL (``inventory.engine_key``: ``http://h`` and ``http://h:80`` are one
 URL, ``/A`` and ``/a`` two) are one engine under several names (say one per tenant or per model
@@ -190,7 +191,7 @@ class Router(RoutingPolicy):
             raise Shed(
                 f"every backend serving {request.model!r} is at its max_concurrency and tenant "
                 f"{request.tenant!r} is over its token quota",
-                retry_after_s=max(1.0, bucket.seconds_until(cost, now)),
+                retry_after_s=_quota_retry_after_s(bucket, cost, now),
             )
         plan = super()._saturated(request, now)
         if request.id not in self._waiters:
@@ -349,7 +350,7 @@ class Router(RoutingPolicy):
             raise Shed(
                 f"SLO {request.slo_ttft_s:.2f}s cannot be met (best {best_p:.2f}s) and tenant "
                 f"{request.tenant!r} is over its token quota",
-                retry_after_s=max(1.0, bucket.seconds_until(cost, now)),
+                retry_after_s=_quota_retry_after_s(bucket, cost, now),
             )
         if request.priority <= 0:
             return self._go(
@@ -461,6 +462,15 @@ def _price(state: BackendState, request: RouteRequest) -> int:
 def _cost(request: RouteRequest) -> float:
     """What a request costs its tenant's token bucket: its prompt and its maximum output."""
     return float(request.prompt_tokens + request.max_output_tokens)
+
+
+def _quota_retry_after_s(bucket: TokenBucket, cost: float, now: float) -> float:
+    """The ``Retry-After`` of a call shed for its tenant's quota: the seconds until ``bucket`` can
+    pay ``cost`` (a retry is a new call, charged again), at least 1 and at most
+    ``MAX_RETRY_AFTER_S``, as a shed for the SLO is. Until review R82 unbounded: a quota refilling
+    1e-320 tokens a second (a positive finite rate, accepted) made it infinite, and the gateway
+    failed writing it as the answer's ``Retry-After``."""
+    return min(max(1.0, bucket.seconds_until(cost, now)), MAX_RETRY_AFTER_S)
 
 
 def _arrival(request: RouteRequest, now: float) -> float:

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from agentgate.dispatch.backends import MAX_ANSWER_BYTES
+from agentgate.dispatch.backends import MAX_ANSWER_BYTES, MAX_RETRY_AFTER_S
 from agentgate.errors import (
     AgentGateError,
     AnswerTooLarge,
@@ -160,8 +160,13 @@ def _dispatch_error(exc: AgentGateError) -> Response:
 
 
 def _seconds(delay: float) -> str:
-    """A ``Retry-After`` value: ``delay`` in whole seconds, rounded up, at least 1."""
-    return str(max(1, math.ceil(delay)))
+    """A ``Retry-After`` value: ``delay`` in whole seconds, rounded up, at least 1 (for NaN too)
+    and at most ``MAX_RETRY_AFTER_S``. Until review R82 an infinite ``delay`` (a shed for a quota
+    refilling 1e-320 tokens a second; a routing policy's own ``Shed``) failed the answer with an
+    ``OverflowError``."""
+    if not delay > 1:  # NaN too
+        return "1"
+    return str(math.ceil(min(delay, MAX_RETRY_AFTER_S)))
 
 
 async def _http_error(request: Request, exc: Exception) -> ErrorResponse:
