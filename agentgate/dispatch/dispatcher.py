@@ -130,6 +130,14 @@ def _with_output_limit(payload: Mapping[str, Any], request: RouteRequest) -> Map
     return sent
 
 
+def _check_positive_finite(value: object, name: str) -> None:
+    """Raise ``InputError`` naming ``name`` unless ``value`` is a positive finite ``int`` or
+    ``float`` (a bool is none): 0 would spin the event loop as an interval, NaN never sleeps, and
+    text failed the first call routed under it with an untyped ``TypeError``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise InputError(f"{name} must be positive and finite, got {value!r}")
+
+
 @functools.cache
 def _trust_store() -> ssl.SSLContext:
     """The TLS context of every dispatcher's probe and scrape client in this process, built once:
@@ -177,8 +185,7 @@ class Dispatcher:
             ("slo_ttft_s", slo_ttft_s),
             *((f"model_slo_ttft_s[{model!r}]", v) for model, v in (model_slo_ttft_s or {}).items()),
         ):
-            if not 0 < value < math.inf:  # 0 would spin the event loop; NaN never sleeps
-                raise InputError(f"dispatcher {name} must be positive and finite, got {value!r}")
+            _check_positive_finite(value, f"dispatcher {name}")
         for name, value in (("cooldown_s", cooldown_s), ("recovery_wait_s", recovery_wait_s)):
             if not value >= 0:
                 raise InputError(f"dispatcher {name} must be >= 0, got {value!r}")
@@ -368,9 +375,20 @@ class Dispatcher:
         (``check_tenant``) or a ``session`` that is no id (``check_session``), as ``Gate.dispatch``
         checks them: until review R57 ``chat`` and ``stream`` called directly took any tenant, each
         one a new token bucket and metric series, and any session, kept as a key of the router's
-        affinity map."""
+        affinity map. Also ``InputError`` for a ``priority`` that is no whole number >= 0 (a
+        priority class's ``rank``, 0 first; a bool is none) or an ``slo_ttft_s`` that is neither
+        ``None`` nor positive and finite, as the dispatcher's own ``slo_ttft_s`` is checked:
+        until review R82 they went to the router unchecked (text failed with an untyped
+        ``TypeError`` where the SLO could not be met, and passed where it could; a negative SLO
+        was taken)."""
         check_tenant(tenant)
         check_session(session)
+        if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+            raise InputError(
+                f"priority must be a whole number >= 0 (a class's rank, 0 first), got {priority!r}"
+            )
+        if slo_ttft_s is not None:
+            _check_positive_finite(slo_ttft_s, "slo_ttft_s")
         messages = payload.get("messages")
         model = payload.get("model")
         if not isinstance(messages, list) or not messages or not isinstance(model, str):
@@ -419,8 +437,8 @@ class Dispatcher:
         (not retried: the call ran; the backend is marked down) for an answer whose usage is not
         token counts, ``DispatchError`` for a bad request
         (or a ``request_id`` that a call in flight has) or a dispatcher that is not started (or
-        already closed), ``InputError`` for a ``tenant`` that is no name (``route_request``); all
-        when awaited.
+        already closed), ``InputError`` for a ``tenant``, ``session``, ``priority`` or
+        ``slo_ttft_s`` out of its range (``route_request``); all when awaited.
         """
         return self._chat(payload, allowed, route, otel_context.get_current())
 
