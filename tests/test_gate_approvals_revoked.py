@@ -22,7 +22,7 @@ from _raw_sqlite import opened
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import Expired, InputError, Revoked, StoreError
+from agentgate.errors import Denied, InputError, Revoked, StoreError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -498,7 +498,8 @@ def test_declining_a_void_request_that_expired_is_recorded_as_declined(desk: Des
     before anyone answered, could not be declined (``InputError``: void, and too late to be
     closed as void), while an expired request is declined: the middleware then refused the call
     with no entry, and the request's ``approval_required`` entry stayed unanswered in the log. It
-    is now declined as an expired one: a ``deny`` referring to it."""
+    is now declined as an expired one: a ``deny`` referring to it (and, since review R82, the
+    request closed as declined, which no vote reopens)."""
     auth = desk.ask()
     assert auth.request is not None
     GrantRepository(desk.gate.store).revoke(desk.supervisor.grant_id, now=int(time.time()))
@@ -510,7 +511,9 @@ def test_declining_a_void_request_that_expired_is_recorded_as_declined(desk: Des
     assert not declined.allowed and declined.audit_index is not None
     entry = desk.gate.audit.entry(declined.audit_index)
     assert entry.kind == "deny" and entry.ref == auth.audit_index
-    with pytest.raises(Expired, match="expired"):
+    record = desk.gate.approvals.get(auth.request["id"])
+    assert (record.state, record.approver) == ("denied", "agentgate:declined")
+    with pytest.raises(Denied, match="is denied"):
         desk.gate.approvals.approve(auth.request["id"], desk.keys["dana"].did)
 
 

@@ -507,7 +507,7 @@ class _Approvals:
 
         For an authorization that needs approval and whose request was recorded (``authorize``
         returned it). In one transaction: the request is closed as denied (if it is still
-        pending; an expired one is recorded as declined too) and a ``deny`` entry refers to the
+        pending; an expired one is closed as declined too) and a ``deny`` entry refers to the
         ``approval_required`` entry (``ref``), with ``reason``. The same call asked again later
         makes a new request. Raises ``InputError`` for any other authorization, and for a
         request that was decided meanwhile (approved, used, denied): the log already says how it
@@ -525,8 +525,11 @@ class _Approvals:
         with self._decision_transaction() as tx:
             try:
                 self.approvals.deny(request["id"], "agentgate:declined", tx=tx)
-            except Expired:
-                pass  # nobody answered in time: declined
+            except Expired as exc:
+                # Nobody answered in time: closed as declined, so a second decline finds it
+                # decided (until review R82 it stayed pending, and each decline wrote a ``deny``).
+                if not self.approvals.close_expired(request["id"], "agentgate:declined", tx=tx):
+                    raise InputError(f"approval request {request['id']} cannot be declined: {exc}") from None
             except Revoked as exc:
                 # Its grant was revoked: a void request is declined, and settled as void; one
                 # settled already (its call was refused, with a ``deny`` referring to it) was decided.

@@ -602,6 +602,25 @@ class ApprovalStore:
         if changed != 1:
             self._explain(tx, approval_id, now, approver=approver)
 
+    def close_expired(
+        self, approval_id: str, approver: str, *, now: float | None = None, tx: Transaction | None = None
+    ) -> bool:
+        """Close request ``approval_id`` as denied by ``approver`` if it expired while still open
+        (pending, or approved and not used): what ``Gate.decline`` records of a request nobody
+        answered in time, so that it is answered once, and a second decline is refused as any
+        decided request's (``deny`` raises ``Denied``). Returns whether it was closed. Until review
+        R82 an expired request stayed ``pending`` for good, and each decline wrote another ``deny``."""
+        now = time.time() if now is None else now
+        return (
+            self._run(
+                tx,
+                "UPDATE approvals SET state = 'denied', approver = ?, decided_at = ? "
+                "WHERE id = ? AND state IN ('pending', 'approved') AND expires_at <= ?",
+                (approver, now, approval_id, now),
+            )
+            == 1
+        )
+
     def consume(
         self,
         approval_id: str,
