@@ -521,7 +521,9 @@ class _Approvals:
             raise InputError("only an authorization waiting for a recorded approval request can be declined")
         # The quorum's tally is the waiting answer's, never the log's (``quorum_tally``).
         said = (*untallied(auth.reasons), f"approval declined: {reason}"[:500])
-        refused = replace(auth, verdict=Verdict.DENY, reasons=said)
+        # Not asked again: the refusal's span links its own ``deny`` (until review R82 an ``auth``
+        # asked again, as the LangGraph middleware declines, had it link the asking's entry or none).
+        refused = replace(auth, verdict=Verdict.DENY, reasons=said, _asked_again=False, _asked_entry=None)
         with self._decision_transaction() as tx:
             try:
                 self.approvals.deny(request["id"], "agentgate:declined", tx=tx)
@@ -541,7 +543,9 @@ class _Approvals:
         with self._lock:
             self._open_requests.pop(request["id"], None)
         refused = replace(refused, audit_index=index)
-        self._refusal_span(refused)
+        # Named by its tool call id, as the call's other spans are (until review R82 it was not).
+        call_id = request.get("call_id")
+        self._refusal_span(refused, call_id if isinstance(call_id, str) and call_id else None)
         return refused
 
     def _close_asked(
