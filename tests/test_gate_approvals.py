@@ -60,7 +60,9 @@ def _r23_gate(path: Path, keys: dict[str, SigningKey]) -> Gate:
     return Gate(parse_policy(text, source="r23.yaml"), SQLiteStore(path))
 
 
-def test_approval_requests_never_answered_are_forgotten_once_expired(tmp_path: Path) -> None:
+def test_approval_requests_never_answered_are_forgotten_once_expired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Gate._open_requests keeps every approval request asked in this process until it is
     answered; one never answered (the run was abandoned) stays after it expired, so a service
     whose agents ask for approvals that nobody answers grows by one entry per request, forever."""
@@ -70,7 +72,11 @@ def test_approval_requests_never_answered_are_forgotten_once_expired(tmp_path: P
         for i in range(200):
             auth = gate.authorize(agent, Call.tool("pay", {"amount": i}), call_id=f"c{i}", run_id=f"r{i}|t")
             assert auth.needs_approval
-        time.sleep(1.1)  # every request has expired
+        # Every request (expiry_s: 1, from the asking's second rounded up) has expired: the clock
+        # is moved, never waited for (until review R82 a sleep of 1.1 s, which a request's
+        # rounded-up expiry can outlast).
+        wall = time.time
+        monkeypatch.setattr(time, "time", lambda: wall() + 2)
         for i in range(200, 400):
             gate.authorize(agent, Call.tool("pay", {"amount": i}), call_id=f"c{i}", run_id=f"r{i}|t")
         held = len(gate._open_requests)
@@ -111,7 +117,9 @@ def test_declining_an_approval_that_was_given_and_used_writes_no_contradicting_r
     assert refusals == [], "the log says this approved, used request was declined"
 
 
-def test_a_refusal_for_an_expired_approval_refers_to_its_request(tmp_path: Path) -> None:
+def test_a_refusal_for_an_expired_approval_refers_to_its_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # R27: a refusal because the approval expired had ref null, so the log alone could not tie it
     # to the approval_required entry of the request it ends (a declined request's refusal can).
     keys = {n: SigningKey.generate() for n in ("root", "agent", "alice")}
@@ -120,7 +128,8 @@ def test_a_refusal_for_an_expired_approval_refers_to_its_request(tmp_path: Path)
         pay = Call.tool("pay", {"amount": 5})
         asked = gate.authorize(agent, pay, call_id="c1", run_id="r|t")
         approval = Approval.sign(asked.approval_payload(), keys["alice"])
-        time.sleep(1.1)  # the request (expiry_s: 1) has expired
+        wall = time.time  # the request (expiry_s: 1, from the asking's second rounded up) has expired
+        monkeypatch.setattr(time, "time", lambda: wall() + 2)
         refused = gate.authorize(agent, pay, call_id="c1", run_id="r|t", approval=approval)
         assert not refused.allowed and "expired" in " ".join(refused.reasons)
         (entry,) = [e for e in gate.audit.entries() if e.index == refused.audit_index]

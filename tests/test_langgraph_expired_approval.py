@@ -43,9 +43,13 @@ def short_approvals(tmp_path: Path) -> Iterator[Team]:
     team.gate.close()
 
 
-def _approved_too_late(team: Team) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+def _approved_too_late(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """A publishing supervisor paused for dana's approval, the request's payload, and dana's
-    approval of it, which comes back only after the request has expired."""
+    approval of it, which comes back only after the request has expired: the clock is moved
+    past it (``time.time``), never waited for (until review R82 a sleep of ``EXPIRY_S`` and a
+    fifth, which a request's expiry, its asking's second rounded up, can outlast)."""
     agent = create_gated_agent(
         team.gate,
         name="supervisor",
@@ -56,13 +60,16 @@ def _approved_too_late(team: Team) -> tuple[Any, dict[str, Any], dict[str, Any]]
     )
     first = agent.invoke(GO, CONFIG, context=team.supervisor)["__interrupt__"][0].value
     late = team.gate.approve(first, team.keys["dana"])
-    time.sleep(EXPIRY_S + 0.2)
+    wall = time.time
+    monkeypatch.setattr(time, "time", lambda: wall() + EXPIRY_S + 1)
     return agent, first, late
 
 
-def test_an_expired_approval_is_asked_for_again_and_no_request_is_left_pending(short_approvals: Team) -> None:
+def test_an_expired_approval_is_asked_for_again_and_no_request_is_left_pending(
+    short_approvals: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
     team = short_approvals
-    agent, first, late = _approved_too_late(team)
+    agent, first, late = _approved_too_late(team, monkeypatch)
 
     again = agent.invoke(Command(resume=late), CONFIG, context=team.supervisor)
     second = again["__interrupt__"][0].value  # asked again, not refused
@@ -86,10 +93,12 @@ def test_an_expired_approval_is_asked_for_again_and_no_request_is_left_pending(s
     assert [tuple(r) for r in open_requests] == [(first["request"]["id"],)]  # only the expired one
 
 
-def test_an_expired_approval_sent_alone_is_still_refused_as_not_usable(short_approvals: Team) -> None:
+def test_an_expired_approval_sent_alone_is_still_refused_as_not_usable(
+    short_approvals: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With no newer request for the call (the gateway's case), nothing changes: a deny."""
     team = short_approvals
-    _, _, late = _approved_too_late(team)
+    _, _, late = _approved_too_late(team, monkeypatch)
     call = Call.tool("publish", {"path": "reports/q"})
     auth = team.gate.authorize(
         team.supervisor, call, agent="supervisor", call_id="publish-0", approval=Approval.parse(late)
