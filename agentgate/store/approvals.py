@@ -402,7 +402,7 @@ class ApprovalStore:
         if not rows:
             return None
         approval_id, index, expires_at = rows[0]
-        return str(approval_id), None if index is None else int(index), float(expires_at)
+        return str(approval_id), None if index is None else int(index), _expiry(approval_id, expires_at)
 
     def asked_call(self, approval_id: str, *, tx: Transaction | None = None) -> tuple[str, str] | None:
         """The framework call request ``approval_id`` is keyed to and the version that asked it
@@ -826,26 +826,40 @@ class ApprovalStore:
 def _approval(row: Sequence[object]) -> Approval:
     """A row of ``approvals`` (id, call hash, requester, state, approver, expiry, quorum) as an
     ``Approval``; ``StoreError`` naming the table, the request and the column when its quorum is
-    no whole number >= 1 or its expiry no number of Unix seconds (NaN included), never a
+    no whole number >= 1 or its expiry no number of Unix seconds (``_expiry``), never a
     traceback: SQLite's checks let text through (``'x' >= 1`` holds: text sorts above every
-    number), and PostgreSQL's DOUBLE PRECISION holds NaN, which sorts above every time (a request
-    that never expires). Values quoted cut at 60 characters, as ``ledger.stored_reservation`` quotes a
+    number). Values quoted cut at 60 characters, as ``ledger.stored_reservation`` quotes a
     reservation's. Until review R63 ``int`` and ``float`` raised ``ValueError`` out of
     ``agentgate approval list``."""
     approval_id, call_hash, requester, state, approver, expires_at, quorum = row
     if isinstance(quorum, bool) or not isinstance(quorum, int) or quorum < 1:
         raise _malformed(approval_id, f"its quorum is {quorum!r:.60}, not a whole number >= 1")
-    if isinstance(expires_at, bool) or not isinstance(expires_at, int | float) or math.isnan(expires_at):
-        raise _malformed(approval_id, f"its expires_at is {expires_at!r:.60}, not a time in Unix seconds")
     return Approval(
         str(approval_id),
         str(call_hash),
         str(requester),
         str(state),
         None if approver is None else str(approver),
-        float(expires_at),
+        _expiry(approval_id, expires_at),
         quorum,
     )
+
+
+def _expiry(approval_id: object, expires_at: object) -> float:
+    """A row's ``expires_at`` as Unix seconds; ``StoreError`` naming the request when it is none:
+    text (SQLite's checks let it through), NaN or an infinity (PostgreSQL's DOUBLE PRECISION and
+    SQLite's REAL hold them; NaN and infinity sort above every time, a request that never expires;
+    ``request`` writes none of them, ``unix_time``). Every read of a request's expiry
+    (``_approval``, ``open_for``) goes through it: until review R82 an infinity was read as a
+    request that never expires (``approval list`` showed it open, with no expiry), and
+    ``open_for`` read its expiry with ``float`` alone."""
+    if (
+        isinstance(expires_at, bool)
+        or not isinstance(expires_at, int | float)
+        or not math.isfinite(expires_at)
+    ):
+        raise _malformed(approval_id, f"its expires_at is {expires_at!r:.60}, not a time in Unix seconds")
+    return float(expires_at)
 
 
 def _malformed(approval_id: object, what: str) -> MalformedRow:
