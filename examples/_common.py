@@ -167,6 +167,10 @@ class EndpointSettings:
         )
 
 
+MAX_TIMEOUT_S = 86_400
+"""The longest ``AGENTGATE_OPENAI_TIMEOUT`` taken: a day per try."""
+
+
 def endpoint_settings() -> EndpointSettings | None:
     """The endpoint named by ``AGENTGATE_OPENAI_*``; ``None`` where no base URL is set (offline).
     A setting it cannot use ends the example with one line saying which, and status 2."""
@@ -183,8 +187,13 @@ def endpoint_settings() -> EndpointSettings | None:
         timeout = float(timeout_text)
     except ValueError:
         timeout = math.nan
-    if not (math.isfinite(timeout) and timeout > 0):
-        _misconfigured(f"AGENTGATE_OPENAI_TIMEOUT={timeout_text!r} is not a number of seconds above 0")
+    # At most a day: until review R82 any finite number was taken, and one past what the
+    # platform's clocks hold (1e10) failed every model call, blamed on the endpoint.
+    if not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
+        _misconfigured(
+            f"AGENTGATE_OPENAI_TIMEOUT={timeout_text!r} is not a number of seconds above 0, "
+            f"at most {MAX_TIMEOUT_S} (a day)"
+        )
     retries_text = _setting("AGENTGATE_OPENAI_MAX_RETRIES", "2")
     try:
         retries = int(retries_text)

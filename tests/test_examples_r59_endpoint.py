@@ -176,11 +176,17 @@ def test_a_429_with_retry_after_is_tried_again(run: Callable[..., tuple[int, str
 @pytest.mark.parametrize(
     ("setting", "value", "says"),
     [
-        ("TIMEOUT", "soon", "a number of seconds above 0"),
-        ("TIMEOUT", "0", "a number of seconds above 0"),
-        ("TIMEOUT", "-5", "a number of seconds above 0"),
-        ("TIMEOUT", "nan", "a number of seconds above 0"),
-        ("TIMEOUT", "inf", "a number of seconds above 0"),
+        ("TIMEOUT", "soon", "a number of seconds above 0, at most 86400 (a day)"),
+        ("TIMEOUT", "0", "a number of seconds above 0, at most 86400 (a day)"),
+        ("TIMEOUT", "-5", "a number of seconds above 0, at most 86400 (a day)"),
+        ("TIMEOUT", "nan", "a number of seconds above 0, at most 86400 (a day)"),
+        ("TIMEOUT", "inf", "a number of seconds above 0, at most 86400 (a day)"),
+        (
+            "TIMEOUT",
+            "1e10",
+            "a number of seconds above 0, at most 86400 (a day)",
+        ),  # review R82: past the clocks
+        ("TIMEOUT", "86401", "a number of seconds above 0, at most 86400 (a day)"),
         ("MAX_RETRIES", "-1", "a whole number, 0 or more"),
         ("MAX_RETRIES", "1.5", "a whole number, 0 or more"),
         ("MAX_RETRIES", "two", "a whole number, 0 or more"),
