@@ -116,20 +116,27 @@ def first_inexact(value: object) -> tuple[str, str] | None:
     return None
 
 
-def inexact_said(path: str, text: str) -> str:
-    """Why an argument at ``path`` written as the number ``text`` (``first_inexact``) is refused."""
+def inexact_said(path: str, text: str | None) -> str:
+    """Why an argument at ``path`` written as the number ``text`` (``first_inexact``) is refused;
+    with ``None``, the same without the number, nor what it would be read as: as the audit log
+    records it for an argument the policy does not mark loggable (until review R82 the LangGraph
+    middleware's ``deny`` entry quoted it)."""
+    if text is None:
+        return f"argument {path} is a number no float holds as written; give it with fewer digits, or as text"
     return (
         f"argument {path} is {text[:40]}, a number no float holds as written "
         f"(it would be read as {float(text)!r}); give it with fewer digits, or as text"
     )
 
 
-def inexact_argument(text: str, parsed: object) -> str | None:
-    """Why arguments written as the JSON text ``text`` and read as ``parsed`` are refused: the
-    first number in ``text`` that no float holds as written (``inexact_said``), when ``parsed``
-    is what plain JSON reads from ``text`` (the value decided was read from that text, rounded);
-    ``None`` otherwise, and for text that is no JSON (its reader refuses it on its own). Read as
-    LangChain reads a tool call's arguments (``strict=False``: control characters in strings)."""
+def inexact_argument(text: str, parsed: object) -> tuple[object, str, str] | None:
+    """Where arguments written as the JSON text ``text`` and read as ``parsed`` hold a number no
+    float holds as written: the first such number's argument (its key in the arguments' object;
+    ``None`` when they are no object), its path and its text (``first_inexact``; ``inexact_said``
+    words the refusal), when ``parsed`` is what plain JSON reads from ``text`` (the value decided
+    was read from that text, rounded); ``None`` otherwise, and for text that is no JSON (its
+    reader refuses it on its own). Read as LangChain reads a tool call's arguments
+    (``strict=False``: control characters in strings)."""
     try:
         exact = json.loads(text, parse_float=exact_float, strict=False)
     except (ValueError, RecursionError):
@@ -141,7 +148,14 @@ def inexact_argument(text: str, parsed: object) -> str | None:
         plain = json.loads(text, strict=False)
     except (ValueError, RecursionError):
         return None
-    return inexact_said(*found) if plain == parsed else None
+    if plain != parsed:
+        return None
+    holder = (
+        next((k for k, v in exact.items() if first_inexact(v) is not None), None)
+        if isinstance(exact, dict)
+        else None
+    )
+    return (holder, *found)
 
 
 def once_each(refused: Callable[[str], Exception]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:

@@ -25,6 +25,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from agentgate._json import integral
+from agentgate.capabilities import Call
 from agentgate.errors import AgentGateError, AuthorityError, Denied, Expired, InputError, Revoked
 from agentgate.gate import Authorization, Gate
 from agentgate.gate._authorization import expect, shown
@@ -73,6 +74,7 @@ from agentgate.integrations.langgraph._tool_calls import (
     _storable_result,
     _tool_call_of,
     _unusable_answer,
+    _ValueRefused,
 )
 
 R = TypeVar("R")
@@ -275,7 +277,8 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
     def _record_undecidable(self, request: ToolCallRequest, exc: InputError) -> None:
         """Record the refusal of a tool call that is refused before the gate decides it
         (``_undecidable``): a ``deny`` entry by the run's identity (``unknown`` without one), on
-        the call as asked (``_refused_call``), with ``exc`` as its reason. Every refusal is
+        the call as asked (``_refused_call``), with ``exc`` as its reason (``_undecidable_reason``:
+        without a value of an argument that is not loggable). Every refusal is
         evidence (docs/audit-format.md). A refusal whose entry cannot be encoded (``InputError``)
         is not recorded, and still refused; a store that cannot write raises, as for any
         decision, and nothing runs."""
@@ -286,10 +289,19 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             self.gate.record_refusal(
                 identity,
                 call,
-                (str(exc), *extra),
+                (self._undecidable_reason(call, exc), *extra),
                 call_id=call_id if isinstance(call_id, str) and call_id else None,
                 asked_in=_asked_in(request),  # closes this run's request for the call, no other's
             )
+
+    def _undecidable_reason(self, call: Call, exc: InputError) -> str:
+        """``exc``'s text as the audit log records the refusal of ``call`` (and a ``Denied`` under
+        ``enforce`` words it): for a refusal that quotes a value the model wrote
+        (``_ValueRefused``), without it, unless the policy marks its argument loggable; until
+        review R82 the value was recorded in clear. The model is told ``exc`` itself."""
+        if isinstance(exc, _ValueRefused) and exc.argument not in self.gate._loggable(call):
+            return exc.recorded
+        return str(exc)
 
     def _refuse_undecidable(
         self, request: ToolCallRequest, call_id: str, name: str, exc: InputError
@@ -297,14 +309,14 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         """``_undecidable``, recorded (``_record_undecidable``); with ``enforce``, ``Denied`` is
         raised instead."""
         self._record_undecidable(request, exc)
-        return self._undecided(call_id, name, exc)
+        return self._undecided(request, call_id, name, exc)
 
     async def _arefuse_undecidable(
         self, request: ToolCallRequest, call_id: str, name: str, exc: InputError
     ) -> ToolMessage:
         """The async twin of ``_refuse_undecidable``: the record is written on a worker thread."""
         await self.gate.to_thread(self._record_undecidable, request, exc)
-        return self._undecided(call_id, name, exc)
+        return self._undecided(request, call_id, name, exc)
 
     def _unknown_tool(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], R], name: str
@@ -315,9 +327,12 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             raise Denied(f"agentgate refused the call: {_no_such_tool(name)}")
         return handler(request)
 
-    def _undecided(self, call_id: str, name: str, exc: InputError) -> ToolMessage:
+    def _undecided(self, request: ToolCallRequest, call_id: str, name: str, exc: InputError) -> ToolMessage:
         if self.enforce:
-            raise Denied(f"agentgate refused the call: {exc}") from exc
+            said = self._undecidable_reason(_refused_call(request)[0], exc)
+            if said != str(exc):  # ``exc`` quotes a value that is not loggable: not as the cause
+                raise Denied(f"agentgate refused the call: {said}") from None
+            raise Denied(f"agentgate refused the call: {said}") from exc
         return _undecidable(call_id, name, exc)
 
     def wrap_tool_call(

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from langchain_core.messages import AIMessage, ToolMessage
@@ -19,7 +19,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from agentgate._json import inexact_argument
+from agentgate._json import inexact_argument, inexact_said
 from agentgate.capabilities import MAX_NAME_LENGTH, Call
 from agentgate.errors import InputError
 from agentgate.integrations.langgraph._scope import (
@@ -201,6 +201,21 @@ once-only record (``Gate.authorize``), so a re-run of its task (a run resumed af
 it again."""
 
 
+class _ValueRefused(InputError):
+    """The refusal of a tool call, before it is decided, for a value the model wrote in its
+    arguments (``_out_of_range``, ``_inexact_arguments``), whose text quotes that value: the
+    model is told its own value. ``argument`` is the name of the argument that holds it (``None``
+    where unknown) and ``recorded`` the same text without the value, which the audit log
+    records where the policy does not mark that argument loggable
+    (``GateMiddleware._undecidable_reason``): until review R82 the ``deny`` entry quoted the
+    value of any argument, and ``redact_reasons``, which replaces ``name=value``, left it."""
+
+    def __init__(self, said: str, argument: object, recorded: str) -> None:
+        super().__init__(said)
+        self.argument = argument
+        self.recorded = recorded
+
+
 def _unusable_answer(request: ToolCallRequest, call_id: str) -> InputError | None:
     """Why ``request``'s call is not run, if so: the answer that asked for it was cut at its
     output limit (``_CUT_CALL``), or gives this call's id to more than one call (``_SHARED_ID``)
@@ -212,12 +227,14 @@ def _unusable_answer(request: ToolCallRequest, call_id: str) -> InputError | Non
         return InputError(_CUT_CALL.format(reason=cut))
     if (count := _calls_sharing(answer, call_id)) > 1:
         return InputError(_SHARED_ID.format(call_id=call_id[:MAX_NAME_LENGTH], count=count))
-    if (said := _out_of_range(request, answer, call_id)) is not None:
-        return InputError(said)
+    if (refused := _out_of_range(request, answer, call_id)) is not None:
+        return refused
     return _inexact_arguments(request, answer, call_id)
 
 
-def _inexact_arguments(request: ToolCallRequest, answer: AIMessage | None, call_id: str) -> InputError | None:
+def _inexact_arguments(
+    request: ToolCallRequest, answer: AIMessage | None, call_id: str
+) -> _ValueRefused | None:
     """Why the call is refused when its arguments, as the model wrote them, hold a number that no
     float holds as written (``100.00000000000000001``): the chat model read it as the nearest
     float (``100.0``), and a bound ``amount<=100`` would be decided on another value than the
@@ -230,8 +247,11 @@ def _inexact_arguments(request: ToolCallRequest, answer: AIMessage | None, call_
     if not isinstance(function, Mapping):
         return None
     text = function.get("arguments")
-    said = inexact_argument(text, request.tool_call.get("args")) if isinstance(text, str) else None
-    return InputError(said) if said is not None else None
+    found = inexact_argument(text, request.tool_call.get("args")) if isinstance(text, str) else None
+    if found is None:
+        return None
+    argument, path, number = found
+    return _ValueRefused(inexact_said(path, number), argument, inexact_said(path, None))
 
 
 def _no_such_tool(name: object) -> InputError:
@@ -307,18 +327,23 @@ def _integer_text(value: int) -> str:
         return f"an integer of {value.bit_length()} bits"
 
 
-def _out_of_range_said(keys: tuple[object, ...], value: int) -> str:
-    """Why a call whose argument at ``keys`` is the integer ``value`` (out of range) is refused."""
+def _out_of_range_said(keys: Sequence[object], value: int | None) -> str:
+    """Why a call whose argument at ``keys`` is the integer ``value`` (out of range) is refused;
+    with ``None``, the same without the value, as the audit log records it for an argument the
+    policy does not mark loggable (``_ValueRefused``)."""
     path = "".join(f"[{k}]" if isinstance(k, int) else repr(k) for k in keys)
-    text = _integer_text(value)
-    shown = text if len(text) <= 40 else f"{text[:40]}... ({len(text)} characters)"
+    where = f"argument {path} is" if path else "an argument is"
+    if value is not None:
+        text = _integer_text(value)
+        shown = text if len(text) <= 40 else f"{text[:40]}... ({len(text)} characters)"
+        where = f"{where} {shown},"
     return (
-        f"argument {path} is {shown}, an integer beyond the range a call's arguments may hold "
+        f"{where} an integer beyond the range a call's arguments may hold "
         "(-2**63 < v < 2**63); the call is not run; give it with fewer digits, or as text"
     )
 
 
-def _out_of_range(request: ToolCallRequest, answer: AIMessage | None, call_id: str) -> str | None:
+def _out_of_range(request: ToolCallRequest, answer: AIMessage | None, call_id: str) -> _ValueRefused | None:
     """Why the call is refused when its arguments, as the model wrote them, hold an integer out of
     range (``INT_RANGE``): as the answer that asked for it says (``OUT_OF_RANGE_KEY``: the model
     hook kept that integer as text, ``_storable_answer``), or as the call's arguments show it (an
@@ -329,9 +354,19 @@ def _out_of_range(request: ToolCallRequest, answer: AIMessage | None, call_id: s
     if answer is not None:
         noted = answer.response_metadata.get(OUT_OF_RANGE_KEY)
         if isinstance(noted, Mapping) and isinstance(said := noted.get(call_id), str):
-            return said
+            # Where the model hook kept the integer (``_storable_answer``): the recorded text names
+            # the argument without its value.
+            at = answer.response_metadata.get(OUT_OF_RANGE_AT_KEY)
+            paths = at.get(call_id) if isinstance(at, Mapping) else None
+            kept = paths[0] if isinstance(paths, list) and paths and isinstance(paths[0], list) else []
+            return _ValueRefused(said, kept[0] if kept else None, _out_of_range_said(kept, None))
     found = _integers_out_of_range(_model_args(request))
-    return _out_of_range_said(*found[0]) if found else None
+    if not found:
+        return None
+    keys, value = found[0]
+    return _ValueRefused(
+        _out_of_range_said(keys, value), keys[0] if keys else None, _out_of_range_said(keys, None)
+    )
 
 
 def _storable_answer(message: AIMessage) -> AIMessage:
