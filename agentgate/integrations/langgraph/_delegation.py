@@ -32,6 +32,7 @@ from agentgate.integrations.langgraph._replies import _hiding
 from agentgate.integrations.langgraph._scope import _task_scope, identity_from_context
 from agentgate.integrations.langgraph._stops import _BUDGET_KEY, STOP_KEY
 from agentgate.keys import SigningKey
+from agentgate.policy import Policy
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """What a tool's name must be for the model API a supervisor's tools are bound to: OpenAI's chat
@@ -142,11 +143,13 @@ def delegation_tool(
             )
         except AuthorityError as exc:
             # The supervisor's model is told this text (``_failure``): it may quote a declared or
-            # held capability whose constraint pins a secret (``tool:db?api_key=sk-...``), which
-            # the model has no use for (it cannot change the declaration). Each operand is hidden,
-            # its argument named; the finding and the audit entry keep the text whole. Until
-            # review R61 the model was told the operands.
-            exc.args = (_hiding(str(exc), _constrained(caps, parent), DECLARED_OPERAND),)
+            # held capability, or one the policy lets a delegator hand on, whose constraint pins a
+            # secret (``tool:db?api_key=sk-...``), which the model has no use for (it cannot change
+            # the declaration, nor the policy). Each operand is hidden, its argument named; the
+            # finding and the audit entry keep the text whole. Until review R61 the model was told
+            # the operands, and until review R82 those of the policy's delegation rules.
+            hidden = _constrained(caps, parent, gate.policy)
+            exc.args = (_hiding(str(exc), hidden, DECLARED_OPERAND),)
             raise
 
     # Spans: the delegation is an ``execute_tool ask_NAME`` span holding the ``delegate agent:NAME``
@@ -202,11 +205,14 @@ DECLARED_OPERAND = "<not shown to the model>"
 (``delegation_tool``)."""
 
 
-def _constrained(caps: Iterable[Capability], parent: AgentIdentity | None) -> frozenset[str]:
-    """The argument names that a delegation's declared capabilities, or any capability of its
-    parent's chain, constrain: those whose operands a refusal's text may quote."""
+def _constrained(caps: Iterable[Capability], parent: AgentIdentity | None, policy: Policy) -> frozenset[str]:
+    """The argument names that a delegation's declared capabilities, any capability of its
+    parent's chain, or any of ``policy``'s delegation rules constrain: those whose operands a
+    refusal's text may quote (``delegation_wider_than_policy`` lists what the policy lets the
+    parent, or a delegator above it, hand on)."""
     held = [cap for link in parent.chain.links for cap in link.capabilities] if parent is not None else []
-    return frozenset(name for cap in [*caps, *held] for name, _ in cap.constraints)
+    delegable = [rule.capability for rules in policy.delegable.values() for rule in rules]
+    return frozenset(name for cap in [*caps, *held, *delegable] for name, _ in cap.constraints)
 
 
 _STEERS_PARENT = Finding(

@@ -84,8 +84,9 @@ argument it does not write (``_hiding``)."""
 _JSON_TEXT = r'"(?:[^"\\]|\\.)*"'
 _OPERANDS = (
     # A capability's clause (``tool:pay?amount<=500&api_key=...``, ``format_capability``): after
-    # ``?`` or ``&``, its operand URL-quoted, so it ends at ``&``, ``;`` or a space.
-    (r"(?<=[?&])", r"(?:<=|>=|\^=|=|<|>)", r"[^&;\s]*"),
+    # ``?`` or ``&``, its operand URL-quoted, so it ends at ``&``, ``;``, ``,``, ``)`` or a space
+    # (until review R82 a capability in a list, ``a?k=v, b``, lost the comma that followed it).
+    (r"(?<=[?&])", r"(?:<=|>=|\^=|=|<|>)", r"[^&;,)\s]*"),
     # A policy rule's words (``tool:pay where amount <= 500 and api_key = "..."``,
     # ``policy.describe``): after ``where`` or ``and``, its operand JSON (text, a list, a number).
     (
