@@ -72,7 +72,7 @@ from agentgate.dispatch.broker import (
     WorkloadHint,
     synthetic_topology,
 )
-from benchmarks._args import positive
+from benchmarks._args import non_negative_int, positive, wait_s
 
 TENANTS = {"a": (24, 0.45), "b": (24, 0.35), "c": (16, 0.20)}  # nominal GPUs, share of arrivals
 SIZES = ((1, 0.25), (2, 0.20), (3, 0.05), (4, 0.25), (6, 0.05), (8, 0.20))
@@ -356,9 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--load", type=positive, default=0.95, help="offered work / cluster capacity")
     parser.add_argument("--spread-slowdown", type=positive, default=1.5)
-    parser.add_argument("--locality-wait", type=float, default=LOCALITY_WAIT_S, help="agentgate's, seconds")
-    parser.add_argument("--drain-after", type=float, default=DRAIN_AFTER_S, help="agentgate's, seconds")
-    parser.add_argument("--max-draining", type=int, default=MAX_DRAINING, help="agentgate's")
+    parser.add_argument("--locality-wait", type=wait_s, default=LOCALITY_WAIT_S, help="agentgate's, seconds")
+    parser.add_argument("--drain-after", type=wait_s, default=DRAIN_AFTER_S, help="agentgate's, seconds")
+    parser.add_argument("--max-draining", type=non_negative_int, default=MAX_DRAINING, help="agentgate's")
     args = parser.parse_args(argv)
 
     horizon = (12 if args.quick else 72) * 3600.0

@@ -414,6 +414,15 @@ def main(argv: list[str] | None = None) -> int:
         if not requests:
             print(f"dispatch: {path}: no requests to replay", file=sys.stderr)
             return 2
+        if requests[-1].arrival == requests[0].arrival:
+            # ``scale`` has no span to stretch: every load would replay the same arrivals under
+            # its own label (until review R82, the first 10 Mooncake rows, all at 0).
+            print(
+                f"dispatch: {path}: its first {len(requests)} requests arrive at one time, so no "
+                "--load can set their rate: replay more of it (--limit)",
+                file=sys.stderr,
+            )
+            return 2
         traces.append((path, requests))
     all_results = []
     for path, requests in traces:
