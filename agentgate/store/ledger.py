@@ -225,11 +225,16 @@ def stored_reservation(reservation: object, chain: object, amount: object) -> tu
     they are not (a row written outside agentgate), never a traceback; its id and amount quoted
     cut at 60 characters (since review R62). Every settlement reads a row through it: until
     review R66 only ``held`` did, and ``agentgate tasks settle`` (``once.settle``) of such a row
-    ended in ``ValueError`` or ``JSONDecodeError``, or settled a chain of no grant."""
+    ended in ``ValueError`` or ``JSONDecodeError``, or settled a chain of no grant. A chain that
+    names a grant twice is malformed too (``reserve`` refuses one): until review R82 it was
+    settled, and every settlement wrote that grant's budget once per mention (a refund twice, the
+    budget above its cap)."""
     try:
         grants = json.loads(str(chain))
         if not isinstance(grants, list) or not grants or not all(isinstance(g, str) and g for g in grants):
             raise ValueError("its chain is not a list of grant ids")
+        if len(set(grants)) != len(grants):
+            raise ValueError("its chain names a grant more than once")
         if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
             raise ValueError(f"its amount is {amount!r:.60}")
     except (ValueError, RecursionError) as exc:
