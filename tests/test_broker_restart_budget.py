@@ -163,8 +163,10 @@ def test_a_lease_the_budget_cannot_pay_for_is_refused_naming_the_budget(store: S
     world = World(store.url, budget=100_000)  # 2 GPUs x 60 s cost 120,000
     try:
         answer = world.process.gated.submit(world.trainer, lease("big"))
-        assert not answer.allowed and answer.authorization.budget_exhausted
-        assert "budget exhausted" in answer.authorization.explain()
+        # More than the whole budget: refused as a lease it can never pay, not as a spent budget
+        # (review R82).
+        assert not answer.allowed and answer.authorization.budget_never_fits
+        assert "asks for 120000 usd_micros, more than the whole budget" in answer.authorization.explain()
         assert "100000 usd_micros" in answer.authorization.explain()
         assert world.process.broker.leases() == [] and world.process.broker.queue() == []
         (entry,) = world.process.entries()

@@ -247,7 +247,8 @@ def test_a_refusal_by_a_sub_agents_own_budget_leaves_its_parents_budget_untouche
         budget=100,
     )
     auth = setup.gate.authorize(helper, Call.model("small"), tokens=(100, 50))
-    assert not auth.allowed and auth.budget_exhausted
+    # More than the helper's whole budget: refused as one it can never hold (review R82).
+    assert not auth.allowed and auth.budget_never_fits and not auth.budget_exhausted
     assert setup.gate.ledger.usage(setup.agent.chain.root.id) == (0, 0)
     assert setup.gate.authorize(helper, Call.model("small"), tokens=(30, 20)).allowed  # 70: it fits
 

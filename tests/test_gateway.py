@@ -445,8 +445,9 @@ def test_over_budget_is_402_with_a_reason_and_nothing_charged(env: Env) -> None:
         client.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=200)
     assert raised.value.status_code == 402
     error = raised.value.body
-    assert isinstance(error, dict) and error["code"] == "budget_exhausted"
-    assert "budget exhausted" in error["message"] and "usd_micros" in error["message"]
+    # 200 tokens of output alone are more than the whole budget: not a spent one (review R82).
+    assert isinstance(error, dict) and error["code"] == "budget_too_small"
+    assert "more than the whole budget" in error["message"] and "usd_micros" in error["message"]
     assert env.ledger() == before and [e.kind for e in env.entries()[count:]] == ["deny"]
     # A call that fits the same budget still goes through.
     client.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=4)
@@ -777,7 +778,8 @@ def test_the_gateway_decides_and_charges_on_both_stores(
         )
         body = _body(max_tokens=200)
         refused = _http.post(url, json=body, headers=invocation_headers(poor.key, poor.chain, body))
-        assert refused.status_code == 402 and refused.json()["error"]["code"] == "budget_exhausted"
+        # 200 tokens alone are more than the poor's whole budget (review R82).
+        assert refused.status_code == 402 and refused.json()["error"]["code"] == "budget_too_small"
         assert gate.budget_usage(poor) == {poor.chain.root.id: (0, 100)}
         gate.flush()
         assert [e.kind for e in gate.audit.entries()][-1] == "deny"

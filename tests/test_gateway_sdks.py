@@ -474,7 +474,7 @@ def _refusals(env: Env) -> list[tuple[Any, type[openai.APIStatusError], int, str
             lambda: poor.chat.completions.create(model=SIM, messages=_messages(), max_tokens=64),
             openai.APIStatusError,
             402,
-            "budget_exhausted",
+            "budget_too_small",  # more than the poor's whole budget (review R82)
         ),
         (
             lambda: call(model="qwen3-32b", messages=_messages(), max_tokens=8),

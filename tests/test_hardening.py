@@ -366,10 +366,11 @@ def test_token_counts_that_are_not_two_non_negative_integers_are_refused(
 
 
 def test_a_cost_no_budget_can_hold_is_a_recorded_refusal(priced: tuple[Gate, AgentIdentity]) -> None:
-    """``tokens=(10**30, 0)`` raised sqlite3's OverflowError out of ``authorize``."""
+    """``tokens=(10**30, 0)`` raised sqlite3's OverflowError out of ``authorize``. Refused as a
+    call no budget can ever hold, not as a spent budget (review R82)."""
     gate, agent = priced
     auth = gate.authorize(agent, Call.model("small"), tokens=(10**30, 0))
-    assert not auth.allowed and auth.budget_exhausted and auth.audit_index is not None
+    assert not auth.allowed and auth.budget_never_fits and auth.audit_index is not None
 
 
 def test_an_overrun_that_does_not_fit_is_recorded_and_exhausts_the_budget(

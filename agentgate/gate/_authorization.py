@@ -116,6 +116,10 @@ class Authorization:
     """The authority engine's decision, when one was made."""
     budget_exhausted: bool = False
     """Refused because a budget of the chain has too little left: the run should end."""
+    budget_never_fits: bool = False
+    """Refused because the call alone costs more than a budget of the chain holds in all (its
+    limit), so that budget could never hold it, spent or not (retrying is pointless; asking for
+    less is not). ``budget_exhausted`` is not set then: the budget is not spent (review R82)."""
     rule: str | None = None
     """The policy rule that allows the call (``role R rule N``), recorded in its audit entries."""
     quota_exceeded: str | None = None
@@ -178,7 +182,9 @@ class Authorization:
         why = why or "not allowed"
         if self.needs_approval:
             return f"agentgate: {what} needs a human approval that was not given: {why}"
-        if self.quota_exceeded is not None and self.quota_never_fits:
+        if self.budget_never_fits:
+            advice = "Do not retry this call: it alone is more than the budget allows; ask for less or stop."
+        elif self.quota_exceeded is not None and self.quota_never_fits:
             advice = "Do not retry this call: it alone is more than the quota allows; ask for less or stop."
         elif self.quota_exceeded is not None:
             advice = "Retry once the quota's window has passed."

@@ -14,7 +14,7 @@ from agentgate.errors import BudgetExceeded, InputError
 from agentgate.gate._authorization import AgentIdentity, Authorization
 from agentgate.policy import Policy
 from agentgate.store import Transaction
-from agentgate.store.ledger import BudgetLedger
+from agentgate.store.ledger import MAX_AMOUNT, BudgetLedger
 
 _log = logging.getLogger("agentgate.gate")
 
@@ -113,6 +113,30 @@ class _Costs:
                 f"{METERED_IN_WORDS}): no call may spend from it"
             )
         return "a model call on a tokens or usd_micros budget needs its token estimate (tokens=)"
+
+    @staticmethod
+    def _never_fits(identity: AgentIdentity, amounts: Mapping[str, int]) -> str | None:
+        """Why a call is refused whose cost alone (``amounts``, ``_cost``) is more than a budget of
+        ``identity``'s chain holds in all, the caller's own budget looked at first: no budget, even
+        unspent, could hold it, so asking again is pointless, and asking for less is not (as for a
+        quota's ``quota_never_fits``). ``None`` when every budget could hold it unspent (a budget
+        of 0 holds nothing: that is an exhausted one). Until review R82 such a call was refused as
+        "budget exhausted (0 of 1000 tokens spent ...)" and ``budget_exhausted``: the amount asked
+        was not said, and the gateway and the LangGraph middleware took the budget for spent."""
+        for link in reversed(identity.chain.links):
+            budget = link.budget
+            if budget is None:
+                continue
+            asked = amounts.get(budget.unit, 0)
+            if 0 < budget.amount < asked:
+                # An estimate past what any budget holds is not quoted whole (it may have 4,000 digits).
+                said = asked if asked <= MAX_AMOUNT else f"more than {MAX_AMOUNT}"
+                return (
+                    f"the call asks for {said} {budget.unit}, more than the whole budget "
+                    f"of grant {link.id[:12]} ({budget.amount} {budget.unit}), which can never hold it: "
+                    "ask for less (for a model call, a lower max_tokens)"
+                )
+        return None
 
     def _budget_reason(self, identity: AgentIdentity, exc: BudgetExceeded, tx: Transaction) -> str:
         # Read in the decision's transaction: it holds the write lock and the outcomes it carries.

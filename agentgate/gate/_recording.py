@@ -100,6 +100,9 @@ class _Recording:
         @staticmethod
         def _unmetered(by_unit: Mapping[str, object]) -> str: ...
 
+        @staticmethod
+        def _never_fits(identity: AgentIdentity, amounts: Mapping[str, int]) -> str | None: ...
+
         def _budget_reason(self, identity: AgentIdentity, exc: BudgetExceeded, tx: Transaction) -> str: ...
 
         @staticmethod
@@ -432,7 +435,9 @@ class _Recording:
             never = amounts.get(full.unit, 0) > full.limit
             refused = replace(auth, reasons=(str(exc),), quota_exceeded=full.name, quota_never_fits=never)
             return self._write_refusal(refused, tx)
-        if isinstance(exc, BudgetExceeded):
+        if isinstance(exc, BudgetExceeded) and (alone := self._never_fits(identity, amounts)) is not None:
+            refused = replace(auth, reasons=(alone,), budget_never_fits=True)
+        elif isinstance(exc, BudgetExceeded):
             refused = replace(auth, reasons=(self._budget_reason(identity, exc, tx),), budget_exhausted=True)
         else:
             # Refers to the request it ends, as a declined one does (if it was for this call).

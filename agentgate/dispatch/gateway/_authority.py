@@ -372,6 +372,8 @@ class GatewayGate(Gate):
             # quota's window is full, or the approval was used or expired meanwhile.
             if recorded.budget_exhausted:
                 return GatewayDecision(recorded, 402, "budget_exhausted")
+            if recorded.budget_never_fits:  # not spent: the call alone is more than it holds
+                return GatewayDecision(recorded, 402, "budget_too_small")
             if recorded.quota_exceeded:
                 return GatewayDecision(recorded, 429, "quota_exceeded")
             return GatewayDecision(recorded, 403, "approval_not_usable")
