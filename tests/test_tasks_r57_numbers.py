@@ -88,9 +88,12 @@ def test_a_configuration_number_no_float_holds_is_an_input_error_naming_the_fiel
 
 def test_a_count_with_more_digits_than_python_writes_is_still_a_count() -> None:
     """Review R57: ToolLimits(concurrency=10**5000), a valid bound, raised ValueError: the error
-    message of the check it passed was written first."""
-    assert ToolLimits(concurrency=UNWRITABLE).concurrency == UNWRITABLE
+    message of the check it passed was written first. (A tool's concurrency is at most a store's
+    lease limit since review R82: refused, its message written.)"""
     assert SchedulerConfig(max_queued=UNWRITABLE).max_queued == UNWRITABLE
+    assert TenantShare(concurrency=UNWRITABLE).concurrency == UNWRITABLE
+    with pytest.raises(InputError, match=f"concurrency must be <= {2**63 - 1}, got an integer of"):
+        ToolLimits(concurrency=UNWRITABLE)
 
 
 @pytest.mark.parametrize(

@@ -162,8 +162,10 @@ class Tool(_Model):
     """Whether the tool accepts an idempotency key, which makes retries safe."""
     timeout_s: float = Field(default=30.0, gt=0)
     """Deadline for one attempt."""
-    concurrency: int | None = Field(default=None, ge=1)
-    """Most calls running at once; unlimited when absent."""
+    # At most a store's lease limit (review R82: a larger one was taken, and with a store every
+    # call of the tool failed at run time).
+    concurrency: int | None = Field(default=None, ge=1, le=MAX_AMOUNT)
+    """Most calls running at once (at most 2**63 - 1); unlimited when absent."""
     rate: RateLimit | None = None
     """Rate limit; unlimited when absent."""
     retry: RetryPolicy = Field(default_factory=RetryPolicy)

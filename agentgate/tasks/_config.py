@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import NoReturn
 
 from agentgate.errors import InputError
+from agentgate.store._base import MAX_STORED_INTEGER
 from agentgate.tasks._call import OTHER
 
 #: The error classes every classifier may return (docs/tasks.md): ``transient``, ``timeout``,
@@ -77,14 +78,19 @@ def _shown(value: object) -> str:
     return repr(value)
 
 
-def _integer(value: object, where: str, minimum: int, *, optional: bool = False) -> None:
-    """``value`` is an int (not a bool) >= ``minimum``, or None when ``optional``."""
+def _integer(
+    value: object, where: str, minimum: int, *, optional: bool = False, maximum: int | None = None
+) -> None:
+    """``value`` is an int (not a bool) >= ``minimum`` and <= ``maximum`` when given, or None when
+    ``optional``."""
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int):
         _fail(f"{where} must be an integer, got {_shown(value)}")
     if value < minimum:
         _fail(f"{where} must be >= {minimum}, got {_shown(value)}")
+    if maximum is not None and value > maximum:
+        _fail(f"{where} must be <= {maximum}, got {_shown(value)}")
 
 
 def _number(
@@ -205,7 +211,9 @@ class ToolLimits:
     takes_idempotency_key: bool = False
 
     def __post_init__(self) -> None:
-        _integer(self.concurrency, "concurrency", 1, optional=True)
+        # A store's lease limit (``LeaseManager.try_acquire``): until review R82 one above it
+        # passed here, and every call of the tool then failed, recorded as a failed attempt.
+        _integer(self.concurrency, "concurrency", 1, optional=True, maximum=MAX_STORED_INTEGER)
         _instance(self.rate, RateLimit, "rate", optional=True)
         _number(self.timeout_s, "timeout_s", 0, above=True, optional=True)
         _instance(self.retry, RetryPolicy, "retry")
@@ -261,7 +269,8 @@ class BreakerPolicy:
     def __post_init__(self) -> None:
         _integer(self.failure_threshold, "breaker.failure_threshold", 1)
         _number(self.reset_timeout_s, "breaker.reset_timeout_s", 0, above=True, maximum=MAX_RESET_TIMEOUT_S)
-        _integer(self.half_open_max_calls, "breaker.half_open_max_calls", 1)
+        # The probes' lease limit on a store, as a tool's ``concurrency`` (review R82).
+        _integer(self.half_open_max_calls, "breaker.half_open_max_calls", 1, maximum=MAX_STORED_INTEGER)
         _class_names(self, "trip_on", "breaker.trip_on")
 
 
