@@ -676,6 +676,11 @@ class Scheduler(_StoreWork, _Failures):
                     except _GiveUp:
                         raise
                     except Exception as exc:
+                        # Its probe, if it held one, is told or given back below (``_failed``), not
+                        # again by the ``finally``: an error before the tool started (its claim or
+                        # its lease not taken) gave it back twice until review R82, and with
+                        # another probe running one more was let through than half_open_max_calls.
+                        probing = 0
                         if task.cancelling() > cancelling and _from_a_cancellation(exc):
                             # The tool turned its caller's cancellation into an error of its own: the
                             # caller has left, and gets its cancellation (the tool's error as its

@@ -580,7 +580,10 @@ class SyncScheduler:
                 except _GiveUp:
                     raise
                 except Exception as exc:
-                    # 3. a failed attempt: classify, tell the breaker, ask the retry rule
+                    # 3. a failed attempt: classify, tell the breaker, ask the retry rule. Its
+                    # probe is told or given back there, not again by the ``finally`` (review R82,
+                    # as in the async core).
+                    probing = 0
                     failed = exc
                     delay = core._failed(
                         call, limits, key, exc, number, errors, breaker, deadline, clock(), held
