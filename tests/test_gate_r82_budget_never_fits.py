@@ -14,6 +14,7 @@ backends (``test_gateway``'s fixtures)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -91,11 +92,15 @@ def test_a_call_above_a_sub_agents_whole_budget_names_its_grant(books: Books) ->
     assert f"whole budget of grant {kid.chain.ids[-1][:12]} (1000 usd_micros)" in auth.reasons[0]
 
 
-def test_the_langgraph_middleware_puts_no_budget_stop_mark_on_a_call_that_never_fits(books: Books) -> None:
-    """Review R82: a refusal that never fits carries no stop mark (as a quota's never-fits does
-    not), where an exhausted budget's carries ``STOP_KEY`` and ``_BUDGET_KEY``."""
+def test_the_langgraph_middleware_marks_a_model_call_that_never_fits_as_a_budget_stop(books: Books) -> None:
+    """Review R82: a model call that never fits carries the budget's stop mark, as an exhausted
+    budget's does (the run's next model call asks as much; a sub-agent's such refusal ends its
+    supervisor's, ``_paid_for_nothing``); a tool call that never fits carries none (as a quota's
+    never-fits does not): the model may do without the tool."""
     never = books.gate.authorize(books.bot, Call.model("big"), tokens=(0, 10_000))
-    assert _stop_mark(never, books.gate) is None
+    assert never.budget_never_fits and _stop_mark(never, books.gate) == {STOP_KEY: True, _BUDGET_KEY: True}
+    tool = replace(never, call=Call.tool("lookup", {}))
+    assert _stop_mark(tool, books.gate) is None
     for _ in range(5):
         auth = books.gate.authorize(books.bot, Call.model("big"), tokens=(1000, 1000))
         books.gate.run(auth, lambda: "t", spent=lambda _: (1000, 1000))

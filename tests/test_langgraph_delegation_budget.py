@@ -55,3 +55,39 @@ def test_a_supervisor_whose_budget_its_sub_agents_spent_stops_delegating(tmp_pat
         assert root_spent <= limit == 300
     finally:
         team.gate.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_supervisor_stops_delegating_to_a_sub_agent_whose_model_call_no_grant_can_hold(
+    tmp_path: Path, mode: str
+) -> None:
+    """Review R82: a model call that costs more than its grant's whole budget is refused as
+    never fitting (``budget_never_fits``), not as a spent budget; it still ends the supervisor's
+    run when the sub-agent paid for nothing, since every later delegation hands on a grant just
+    like it (the split first left this out, and the supervisor delegated again and again)."""
+    team = _make_team(tmp_path, budget=300)
+    try:
+        researcher = create_gated_agent(
+            team.gate,
+            name="researcher",
+            model=ScriptedChatModel(turns=[_calls(("search", {"query": "q"}))] * 4),
+            tools=_tools(team),
+            max_tokens=100_000,
+        )
+        asks = [_calls(("ask_researcher", {"task": f"t{i}"})) for i in range(4)]
+        supervisor = create_gated_agent(
+            team.gate,
+            name="supervisor",
+            model=ScriptedChatModel(turns=asks),
+            tools=[_ask_researcher(team, agent=researcher, budget=50)],
+            gate_models=False,
+        )
+        if mode == "sync":
+            result = supervisor.invoke(GO, context=team.supervisor)
+        else:
+            result = asyncio.run(supervisor.ainvoke(GO, context=team.supervisor))
+        assert len(team.gate.delegations) == 1, team.gate.delegations
+        last = result["messages"][-1]
+        assert last.type == "ai" and not last.tool_calls and "more than the whole budget" in str(last.content)
+    finally:
+        team.gate.close()

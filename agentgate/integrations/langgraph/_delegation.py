@@ -260,9 +260,9 @@ def _paid_for_nothing(gate: Gate, child: AgentIdentity) -> bool:
     """Whether the delegated grant ``child`` paid for no call (a ledger read). A sub-agent that ran
     out of budget before paying for anything ends the supervisor's run too (``_reply``): every
     later delegation of the same tool hands on a fresh grant just like it (the budget that could
-    not pay is one above it, or the grant carries nothing), and would only be refused again. A
-    call that costs more than a budget's whole limit is not this (``budget_never_fits``, since
-    review R82: no budget is spent), as a call no quota window can hold is not. One that spent part of its grant first is answered as usual: a budget of its
+    not pay is one above it, or one model call costs more than the grant carries: the stop mark
+    of ``_budget_refused``), and would only be refused again. One that spent part of its grant
+    first is answered as usual: a budget of its
     own may be what ran out, and the next delegation, given a fresh one, is refused its first call
     if the supervisor's ran out."""
     spent = gate.budget_usage(child).get(child.grant_id)

@@ -16,7 +16,7 @@ from agentgate.gate import AgentIdentity, Authorization, Gate
 STOP_KEY = "agentgate_stop"
 """Set in the artifact of a refusal that no later call of this run can overcome (see ``_ends_run``)."""
 _BUDGET_KEY = "agentgate_budget_exhausted"
-"""Set with ``STOP_KEY`` when the refusal is for an exhausted budget, in the artifact of the refused
+"""Set with ``STOP_KEY`` when the refusal is for a budget (``_budget_refused``), in the artifact of the refused
 tool call and in the metadata of the answer that ends the run (``_stop_mark``): a delegation tool
 reads it on its sub-agent's last answer (``_paid_for_nothing``)."""
 _DEAD_IDENTITY = frozenset({"revoked", "grant_expired", "no_chain", "inherited_identity", "untrusted_root"})
@@ -25,11 +25,22 @@ expired grant, a run without an identity, a nested agent on its parent's identit
 root the policy no longer trusts (its trust anchor rotated out, e.g. while the run was paused)."""
 
 
+def _budget_refused(auth: Authorization) -> bool:
+    """Whether ``auth`` is refused for a budget in a way no later call of the run overcomes: an
+    exhausted budget, or a model call that costs more than a budget's whole limit
+    (``budget_never_fits``: the run's next model call asks as much; a tool call that never fits
+    does not end the run, the model may do without it, as with a quota's whole limit). Its mark
+    ends a supervisor's run too when its sub-agent paid for nothing (``_paid_for_nothing``): every
+    later delegation would hand on a grant just like it (until review R82 split the two, after
+    which such a sub-agent was delegated to again and again)."""
+    return auth.budget_exhausted or (auth.budget_never_fits and auth.call.resource.startswith("model:"))
+
+
 def _ends_run(auth: Authorization, gate: Gate) -> bool:
-    """Whether the refusal ``auth`` ends the run: an exhausted budget, or an identity on which
-    every later call is refused too (``_DEAD_IDENTITY``, ``_disowned``)."""
+    """Whether the refusal ``auth`` ends the run: a budget refusal (``_budget_refused``), or an
+    identity on which every later call is refused too (``_DEAD_IDENTITY``, ``_disowned``)."""
     return (
-        auth.budget_exhausted
+        _budget_refused(auth)
         or any(f.code in _DEAD_IDENTITY for f in auth.findings)
         or (not auth.allowed and _disowned(gate, auth.identity))
     )
@@ -43,8 +54,8 @@ def _disowned(gate: Gate, identity: AgentIdentity | None) -> bool:
 
 def _stop_mark(auth: Authorization, gate: Gate) -> dict[str, bool] | None:
     """What a refusal that ends the run (``_ends_run``) carries, in its tool message's artifact
-    and its answer's metadata: ``STOP_KEY``, and ``_BUDGET_KEY`` for an exhausted budget."""
-    return {STOP_KEY: True, _BUDGET_KEY: auth.budget_exhausted} if _ends_run(auth, gate) else None
+    and its answer's metadata: ``STOP_KEY``, and ``_BUDGET_KEY`` for a budget refusal."""
+    return {STOP_KEY: True, _BUDGET_KEY: _budget_refused(auth)} if _ends_run(auth, gate) else None
 
 
 def _run_stop(messages: Sequence[BaseMessage]) -> ToolMessage | None:
