@@ -14,6 +14,7 @@ import base64
 import binascii
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentgate.audit.merkle import HASH_SIZE
@@ -119,14 +120,18 @@ def sign_note(text: str, key: SigningKey, name: str) -> str:
     return f"{text}\n{_EM_DASH} {name} {line}\n"
 
 
-def open_note(note: str, public_key: PublicKey, name: str) -> str:
-    """The text of ``note`` if it carries a valid signature by ``public_key`` under ``name``.
+def open_note(note: str, public_key: PublicKey, name: str, previous_keys: Sequence[PublicKey] = ()) -> str:
+    """The text of ``note`` if it carries a valid signature by ``public_key`` under ``name``, or
+    by one of ``previous_keys`` (rotated-out log keys).
 
     Every signature line is read before any is trusted (as C2SP signed-note readers do): a
     malformed line anywhere (trailing text, a blank line, more than ``_MAX_SIGNATURES`` lines), a
-    second line by the key, or a line by the key that does not verify makes the whole note
-    malformed, wherever it stands. Lines by other keys are ignored (they may be witnesses').
-    Raises ``TamperDetected`` when the note is malformed or no line verifies under the key.
+    second line by a key, or a line by a key that does not verify makes the whole note
+    malformed, wherever it stands; the keys are ``public_key`` and every one of ``previous_keys``
+    alike (until review R82 a line by the log key that did not verify was read as another key's,
+    and ignored, when a previous key's line verified). Lines by other keys are ignored (they may
+    be witnesses'). Raises ``TamperDetected`` when the note is malformed or no line verifies
+    under a key.
     """
     if len(note) > _MAX_NOTE:
         raise TamperDetected("signed note is too large")
@@ -142,7 +147,9 @@ def open_note(note: str, public_key: PublicKey, name: str) -> str:
     if len(lines) > _MAX_SIGNATURES:
         raise TamperDetected(f"signed note has {len(lines)} signature lines, more than {_MAX_SIGNATURES}")
     wanted = key_id(name, public_key)
-    ours: bytes | None = None  # the signature by the key under ``name``
+    # The log key last: of two keys with one key id (a chance of 2**-32) it is the one read.
+    known = {key_id(name, key): key for key in (*previous_keys, public_key)}
+    ours: dict[bytes, bytes] = {}  # key id -> the signature by that known key under ``name``
     others: list[str] = []  # key ids of the signatures under ``name`` by other keys
     for line in lines:
         if not line:  # a blank line added after the note (an editor's, an echo's) included
@@ -156,18 +163,23 @@ def open_note(note: str, public_key: PublicKey, name: str) -> str:
             raise TamperDetected("signature line is not base64") from exc
         if len(blob) < 5:
             raise TamperDetected(f"malformed signature line {line[:80]!r}: no key id and signature")
-        if parts[1] != name or blob[:4] != wanted:
+        if parts[1] != name or blob[:4] not in known:
             if parts[1] == name and len(blob) == 4 + 64:
                 others.append(blob[:4].hex())
             continue
-        if ours is not None:
-            raise TamperDetected(f"signed note carries two signature lines by the log key {name}")
-        ours = blob[4:]
-    if ours is not None:
+        if blob[:4] in ours:
+            raise TamperDetected(
+                f"signed note carries two signature lines by the log key {name}{_rotated(blob[:4], wanted)}"
+            )
+        ours[blob[:4]] = blob[4:]
+    for signer, signature in ours.items():
         try:
-            public_key.verify(text.encode(), ours)
+            known[signer].verify(text.encode(), signature)
         except InvalidSignature as exc:
-            raise TamperDetected(f"checkpoint signature by {name} does not verify") from exc
+            raise TamperDetected(
+                f"checkpoint signature by {name}{_rotated(signer, wanted)} does not verify"
+            ) from exc
+    if ours:
         return text
     if others:
         # Say which key did sign it: after a log-key rotation, a checkpoint of the old key is
@@ -178,6 +190,12 @@ def open_note(note: str, public_key: PublicKey, name: str) -> str:
             "key is given (AGENTGATE_LOG_PREVIOUS_KEYS), any other key is a forgery"
         )
     raise TamperDetected(f"note carries no signature by the log key {name}")
+
+
+def _rotated(signer: bytes, wanted: bytes) -> str:
+    """What a refusal adds to the key name for the known key with key id ``signer``: nothing for
+    the log key (key id ``wanted``), the key id of a rotated-out one."""
+    return "" if signer == wanted else f" (rotated-out log key, key id {signer.hex()})"
 
 
 def signer_key_ids(note: str, name: str) -> tuple[str, ...]:
@@ -234,8 +252,11 @@ def sign_checkpoint(checkpoint: Checkpoint, key: SigningKey) -> str:
     return sign_note(checkpoint.text(), key, checkpoint.origin)
 
 
-def open_checkpoint(note: str, public_key: PublicKey, origin: str | None = None) -> Checkpoint:
-    """A checkpoint whose signature by ``public_key`` verifies; raises ``TamperDetected`` otherwise.
+def open_checkpoint(
+    note: str, public_key: PublicKey, origin: str | None = None, previous_keys: Sequence[PublicKey] = ()
+) -> Checkpoint:
+    """A checkpoint whose signature by ``public_key`` (or one of ``previous_keys``, under the rules
+    of ``open_note``) verifies; raises ``TamperDetected`` otherwise.
 
     ``origin``, when given, must match the checkpoint's (checked first: a checkpoint of another log
     is refused as that, not as unsigned); otherwise the origin on its first line is taken as the
@@ -248,7 +269,7 @@ def open_checkpoint(note: str, public_key: PublicKey, origin: str | None = None)
         # (AGENTGATE_LOG_ORIGIN) would have every checkpoint reported as a forgery.
         raise TamperDetected(f"checkpoint is for log {first_line[:100]!r}, expected {origin!r}")
     name = origin if origin is not None else first_line
-    text = open_note(note, public_key, name)
+    text = open_note(note, public_key, name, previous_keys)
     checkpoint = Checkpoint.parse(text)
     if checkpoint.origin != name:
         raise TamperDetected(f"checkpoint is for log {checkpoint.origin!r}, expected {name!r}")
