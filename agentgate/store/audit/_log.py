@@ -27,7 +27,7 @@ from agentgate.store.audit._schema import (
     refs_complete,
     refuse_dropped_log,
 )
-from agentgate.store.audit._stored import _bytes, _index_of, _note, _parsed, _whole
+from agentgate.store.audit._stored import _MAX_INDEX, _bytes, _index_of, _note, _parsed, _whole
 from agentgate.store.audit._verify import _Verification
 
 _BATCH = 20_000
@@ -73,10 +73,6 @@ def _lock_next(tx: Transaction) -> tuple[str, ...]:
 def _wrap(exc: Exception, what: str) -> AuditError:
     """The ``AuditError`` for a statement the driver refused, its text on one line (``driver_error_line``)."""
     return AuditError(f"audit log: {what} failed: {driver_error_line(exc)}")
-
-
-_MAX_INDEX = 2**63 - 1
-"""The largest index or size a store's integer column holds."""
 
 
 def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]:
@@ -414,8 +410,9 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
     def entries_at(self, indexes: Iterable[int]) -> dict[int, AuditEntry]:
         """The entries at ``indexes``, parsed, read in a few statements (500 indexes each), not
         one per entry. ``TamperDetected`` if one's bytes are not canonical, and ``entry``'s error
-        for one that is not in the log."""
-        wanted = sorted(set(indexes))
+        for one that is not in the log or not an ``int`` (until review R82 a bool or a float was
+        read as the entry it equals, and a string failed with a ``TypeError``)."""
+        wanted = sorted({_whole(index, "entry index") for index in indexes})
         read = self._read_rows(wanted)
         for index in wanted:
             if index not in read:
@@ -430,7 +427,14 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         ``verify`` found tampered). An index that more than one row holds (a table whose primary
         key was dropped) yields the row ``verify`` reads, once: an index is one entry;
         ``repeated_indexes`` names such indexes.
+
+        ``start``, as ``entry`` takes an index: ``InputError`` when it is not an ``int``,
+        ``BeyondLogEnd`` past what a store's integer holds (until review R82 a float was read, a
+        string failed with a ``TypeError``, and 2**63 reached the driver: ``StoreError``).
         """
+        start = _whole(start, "entry index")
+        if start > _MAX_INDEX:
+            raise BeyondLogEnd(start, self.size(), "entry")
         previous: int | None = None
         for idx, data, _leaf in self._rows(include_entry_from=start, start=start):
             if idx == previous:  # a second row of it, read in the same batch (the next starts past it)

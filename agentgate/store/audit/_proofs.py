@@ -15,7 +15,7 @@ from agentgate.audit.note import Checkpoint, key_id, other_signer, wrong_key_cau
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import BeyondLogEnd, InputError, TamperDetected
 from agentgate.store._base import Row, Store, Transaction
-from agentgate.store.audit._stored import _note, _parsed, _whole
+from agentgate.store.audit._stored import _MAX_INDEX, _note, _parsed, _whole
 
 if TYPE_CHECKING:
     from agentgate.keys import PublicKey, SigningKey
@@ -174,8 +174,13 @@ class _Proofs:
     def referring(self, index: int) -> list[AuditEntry]:
         """The entries whose ``ref`` is ``index`` (its outcomes, approvals given...), in index
         order, each parsed from its row: through the reference index when it is complete, else by
-        reading the whole log. ``TamperDetected`` for a malformed one."""
-        related = self._related(_whole(index, "entry index"), None)
+        reading the whole log. ``TamperDetected`` for a malformed one; ``InputError`` for an
+        ``index`` that is not an ``int``, ``BeyondLogEnd`` for one past what a store's integer
+        holds (until review R82 it reached the driver: ``StoreError``)."""
+        index = _whole(index, "entry index")
+        if index > _MAX_INDEX:
+            raise BeyondLogEnd(index, self.size(), "entry")
+        related = self._related(index, None)
         return [related[idx][2] for idx in sorted(related)]
 
     def _related(self, index: int, ref: int | None) -> dict[int, tuple[bytes, bytes, AuditEntry]]:

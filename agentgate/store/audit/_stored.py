@@ -73,6 +73,10 @@ def _encodes_to(fields: dict[str, Any], data: bytes) -> bool:
         return True
 
 
+_MAX_INDEX = 2**63 - 1
+"""The largest index or size a store's integer column holds."""
+
+
 def _whole(value: object, what: str) -> int:
     """``value`` as an index or size given by a caller: an ``int`` (not a bool), else ``InputError``
     naming ``what``; one beyond what a store can hold is past any log's end (``BeyondLogEnd``
