@@ -155,8 +155,10 @@ def _repair_id(text: str) -> int:
 def _index(text: str) -> int:
     """An entry index as given on the command line: ASCII digits (``int`` would also read other
     scripts' digits, ``_`` and a sign), a whole number 0 .. 2**63-1 (what a store's integer holds;
-    a larger one overflowed SQLite with a traceback)."""
-    if not re.fullmatch(r"-?[0-9]{1,40}", text, re.ASCII):
+    a larger one overflowed SQLite with a traceback). A minus sign is read only to say that an
+    index is 0 or more (``-1``); ``-0`` is refused as a sign, as ``+1`` is (until review R82
+    ``int`` read it as entry 0)."""
+    if not re.fullmatch(r"-?[0-9]{1,40}", text, re.ASCII) or re.fullmatch(r"-0+", text):
         raise argparse.ArgumentTypeError(f"expected an entry index (digits 0-9), got {text!r}")
     value = int(text)
     if not 0 <= value < 2**63:
