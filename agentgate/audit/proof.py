@@ -55,6 +55,10 @@ class ProofBundle:
         lines = head.split("\n")
         if lines[0] != HEADER:
             raise TamperDetected(f"not a tlog-proof (first line must be {HEADER!r})")
+        if not note:  # cut off after the blank line (until review R82: "line N+1 is blank", no such line)
+            raise TamperDetected(
+                f"proof bundle has no checkpoint: it ends at the blank line after its proof, line {len(lines) + 1}"
+            )
         _refuse_blank_line_in_proof(len(lines) + 1, note)
         rest = lines[1:]
         entry = b""
