@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from agentgate._names import first_non_ascii
+from agentgate._time import utc_text
 from agentgate.dispatch.broker import (
     BrokerSnapshot,
     GangRequest,
@@ -64,8 +65,8 @@ from agentgate.dispatch.broker import (
     TopologyConstraint,
     WorkloadHint,
 )
-from agentgate.errors import BrokerError, StoreError
-from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns
+from agentgate.errors import BrokerError, MalformedRow, StoreError
+from agentgate.store._base import MAX_STORED_INTEGER, Dialect, Row, Store, Transaction, add_sqlite_columns
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS broker_state (
@@ -324,7 +325,47 @@ class BrokerLeaseStore:
 def _generation(tx: Transaction, broker: str) -> int | None:
     """The generation of ``broker``'s stored state; ``None`` when it has none."""
     rows = tx.execute("SELECT generation FROM broker_state WHERE broker = ?", (broker,))
-    return int(rows[0][0]) if rows else None
+    return _stored_generation(broker, rows[0][0]) if rows else None
+
+
+def _state_row(broker: str, row: Row) -> tuple[float, int]:
+    """A ``broker_state`` row's ``taken_at`` and ``generation``; ``MalformedRow`` (a ``StoreError``)
+    naming the table and the column when ``taken_at`` is not a time a date holds (``utc_text``:
+    finite, from year 1 to 9999) or ``generation`` no count of writes (a row written outside
+    agentgate). Until review R82 ``taken_at`` was read with ``float`` alone: ``"soon"`` was a
+    ``ValueError`` traceback out of ``load`` and ``agentgate broker leases``, and an infinity or
+    ``1e300`` loaded; ``Broker.restore`` moved its clock there, where a ``ttl_s`` added to it
+    moves it no more, and every lease ended in the call that granted it, while the CLI showed
+    the state "as of -"."""
+    taken_at, generation = row
+    if isinstance(taken_at, bool) or not isinstance(taken_at, int | float) or utc_text(taken_at) is None:
+        raise _unreadable(
+            broker,
+            f"broker_state: its taken_at is {taken_at!r:.60}, not a time in Unix seconds (of a date "
+            "from year 1 to 9999)",
+        )
+    return float(taken_at), _stored_generation(broker, generation)
+
+
+def _stored_generation(broker: str, generation: object) -> int:
+    """``broker_state.generation`` as read; ``MalformedRow`` when it is not a count of writes that
+    one more write still fits in the column (until review R82 a ``ValueError`` traceback, from
+    ``load`` and from the broker's next write)."""
+    if (
+        isinstance(generation, bool)
+        or not isinstance(generation, int)
+        or not 0 <= generation < MAX_STORED_INTEGER
+    ):
+        raise _unreadable(
+            broker, f"broker_state: its generation is {generation!r:.60}, not a count of writes"
+        )
+    return generation
+
+
+def _unreadable(broker: str, what: str) -> MalformedRow:
+    """The error for ``broker``'s stored state when a row of it cannot be read back (``what``
+    names the table, and the row where it has one)."""
+    return MalformedRow(f"broker {broker!r}: stored state is unreadable: {what}")
 
 
 def _read(tx: Transaction, broker: str) -> tuple[int | None, BrokerSnapshot | None]:
@@ -337,6 +378,7 @@ def _read_all(tx: Transaction, broker: str) -> tuple[int | None, BrokerSnapshot 
     state = tx.execute("SELECT taken_at, generation FROM broker_state WHERE broker = ?", (broker,))
     if not state:
         return None, None, ()
+    taken_at, generation = _state_row(broker, state[0])
     lease_rows = tx.execute(
         "SELECT body FROM broker_leases WHERE broker = ? ORDER BY granted_at, lease_id",
         (broker,),
@@ -375,8 +417,8 @@ def _read_all(tx: Transaction, broker: str) -> tuple[int | None, BrokerSnapshot 
             if not isinstance(data, dict) or kept("request", data, data.get("id"))
         )
     except (ValueError, TypeError, KeyError, BrokerError) as exc:
-        raise StoreError(f"broker {broker!r}: stored state is unreadable: {exc}") from exc
-    return int(state[0][1]), BrokerSnapshot(float(state[0][0]), leases, queue), tuple(set_aside)
+        raise _unreadable(broker, str(exc)) from exc
+    return generation, BrokerSnapshot(taken_at, leases, queue), tuple(set_aside)
 
 
 def _request_to_json(request: GangRequest) -> dict[str, Any]:
