@@ -449,7 +449,7 @@ def test_a_load_that_a_write_overtakes_reads_one_whole_state(postgres_url: str) 
             clock.now += 1
             broker.release("low")  # "high" leaves the queue and takes low's GPUs: both tables change
 
-        hooked = _Hooked(one, "SELECT body FROM broker_leases", meanwhile=release)
+        hooked = _Hooked(one, "SELECT lease_id, body FROM broker_leases", meanwhile=release)
         loaded = BrokerLeaseStore(hooked).load()  # type: ignore[arg-type]
         after = broker.snapshot()
         assert hooked.fired == 1

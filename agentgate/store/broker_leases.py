@@ -380,45 +380,88 @@ def _read_all(tx: Transaction, broker: str) -> tuple[int | None, BrokerSnapshot 
         return None, None, ()
     taken_at, generation = _state_row(broker, state[0])
     lease_rows = tx.execute(
-        "SELECT body FROM broker_leases WHERE broker = ? ORDER BY granted_at, lease_id",
+        "SELECT lease_id, body FROM broker_leases WHERE broker = ? ORDER BY granted_at, lease_id",
         (broker,),
     )
     queue_rows = tx.execute(
-        "SELECT body, submitted_at, deadline, nominated, victims FROM broker_queue"
+        "SELECT request_id, body, submitted_at, deadline, nominated, victims FROM broker_queue"
         " WHERE broker = ? ORDER BY position",
         (broker,),
     )
-    set_aside: list[SetAside] = []
+    rows = [
+        *(_lease_row(broker, row) for row in lease_rows),
+        *(_queue_row(broker, row) for row in queue_rows),
+    ]
+    leases = tuple(row for row in rows if isinstance(row, Lease))
+    queue = tuple(row for row in rows if isinstance(row, QueuedRequest))
+    set_aside = tuple(row for row in rows if isinstance(row, SetAside))
+    return generation, BrokerSnapshot(taken_at, leases, queue), set_aside
 
-    def kept(kind: Literal["lease", "request"], request: object, row_id: object) -> bool:
-        old = _written_before_r68(request) if isinstance(request, dict) else None
-        if old is not None:
-            set_aside.append(SetAside(kind, str(row_id), *old))
-        return old is None
 
+_NOT_READ = (ValueError, TypeError, KeyError, RecursionError, BrokerError)
+"""What reading a stored lease or request raises for a row that holds none: ``RecursionError`` for
+JSON nested past the parser's depth (until review R82 a traceback out of ``load`` and the CLI, as
+``broker_decisions``' was until review R64)."""
+
+
+def _lease_row(broker: str, row: Row) -> Lease | SetAside:
+    """A ``broker_leases`` row (``lease_id, body``) as the lease its body holds, or set aside when
+    only a version before review R68 wrote it; ``MalformedRow`` naming the table and the row when
+    it holds no lease."""
+    lease_id, body = row
     try:
-        lease_bodies = [json.loads(row[0]) for row in lease_rows]
-        leases = tuple(
-            _lease_from_json(data)
-            for data in lease_bodies
-            if not isinstance(data, dict) or kept("lease", data.get("request"), data.get("id"))
+        data = json.loads(body)
+        if not isinstance(data, dict):
+            raise ValueError("its body is not a JSON object")
+        request = data.get("request")
+        old = _written_before_r68(request) if isinstance(request, dict) else None
+        return _lease_from_json(data) if old is None else SetAside("lease", str(data.get("id")), *old)
+    except _NOT_READ as exc:
+        raise _unreadable(
+            broker, f"broker_leases: the row of lease {lease_id!r:.80} is malformed: {exc}"
+        ) from exc
+
+
+def _queue_row(broker: str, row: Row) -> QueuedRequest | SetAside:
+    """A ``broker_queue`` row (``request_id, body, submitted_at, deadline, nominated, victims``)
+    as the waiting request it holds, or set aside when only a version before review R68 wrote it;
+    ``MalformedRow`` naming the table and the row when any of them is not what a waiting request
+    holds (until review R82 a body that is no JSON object was an ``AttributeError`` traceback, and
+    a ``submitted_at`` of infinity loaded)."""
+    request_id, body, submitted_at, deadline, nominated, victims = row
+    try:
+        data = json.loads(body)
+        if not isinstance(data, dict):
+            raise ValueError("its body is not a JSON object")
+        old = _written_before_r68(data)
+        if old is not None:
+            return SetAside("request", str(data.get("id")), *old)
+        if not _finite(submitted_at):
+            raise ValueError(f"submitted_at must be a finite number, got {submitted_at!r:.80}")
+        if deadline is not None and not _finite(deadline):
+            raise ValueError(f"deadline must be a finite number or null, got {deadline!r:.80}")
+        return _queued_from_json(
+            data,
+            submitted_at=float(submitted_at),
+            deadline=math.inf if deadline is None else float(deadline),
+            nominated=_ids(json.loads(nominated), "nominated"),
+            victims=_ids(json.loads(victims), "victims"),
         )
-        queue = tuple(
-            _queued_from_json(
-                data,
-                submitted_at=float(submitted_at),
-                deadline=math.inf if deadline is None else float(deadline),
-                nominated=_ids(json.loads(nominated), "nominated"),
-                victims=_ids(json.loads(victims), "victims"),
-            )
-            for data, submitted_at, deadline, nominated, victims in (
-                (json.loads(row[0]), *row[1:]) for row in queue_rows
-            )
-            if not isinstance(data, dict) or kept("request", data, data.get("id"))
-        )
-    except (ValueError, TypeError, KeyError, BrokerError) as exc:
-        raise _unreadable(broker, str(exc)) from exc
-    return generation, BrokerSnapshot(taken_at, leases, queue), tuple(set_aside)
+    except _NOT_READ as exc:
+        raise _unreadable(
+            broker, f"broker_queue: the row of request {request_id!r:.80} is malformed: {exc}"
+        ) from exc
+
+
+def _finite(value: object) -> bool:
+    """Whether ``value`` is a number (no bool) and finite; an integer too large for a float is
+    not (``math.isfinite`` raises ``OverflowError`` on it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _request_to_json(request: GangRequest) -> dict[str, Any]:
