@@ -535,13 +535,14 @@ def _lease_from_json(data: dict[str, Any]) -> Lease:
     """The lease a stored body holds; ``ValueError`` naming the field for one that is not a lease's.
     Until review R68 the fields went into ``Lease`` unchecked: an ``expires_at`` of ``"soon"`` was a
     ``TypeError`` out of ``Broker.restore`` and ``agentgate broker leases``, and a ``level`` of
-    ``"galaxy"`` was restored as it was."""
+    ``"galaxy"`` was restored as it was; until review R82 an integer too large for a float
+    (``10**400``) was an ``OverflowError`` traceback (``math.isfinite``), now ``_finite``'s refusal."""
     whose = f"lease {data['id']!r:.80}"
     for name in ("granted_at", "expires_at", "notice_deadline"):
         value = data[name]
         if value is None and name == "notice_deadline":
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if not _finite(value):
             raise ValueError(f"{whose}: {name} must be a finite number, got {value!r:.80}")
     if data["preempted_by"] is not None and not isinstance(data["preempted_by"], str):
         raise ValueError(
