@@ -23,8 +23,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentgate.errors import StoreError
-from agentgate.store._base import Dialect, Row, Store, Transaction
+from agentgate.errors import MalformedRow
+from agentgate.store._base import MAX_STORED_INTEGER, Dialect, Row, Store, Transaction
 
 _TABLE = """
 CREATE TABLE IF NOT EXISTS broker_decisions (
@@ -147,17 +147,56 @@ def _encode(reservations: Sequence[Reservation]) -> str:
 
 
 def decoded_decision(row: Row) -> LeaseDecision:
+    """A ``broker_decisions`` row (``DECISION_COLUMNS``) as the decision it records;
+    ``MalformedRow`` (a ``StoreError``) naming the table, the request and the column when one is
+    not what agentgate writes (a row written outside it): ``audit_index`` and ``cost_per_gpu_hour``
+    a whole number >= 0 or null, ``reservations`` a JSON list of ``[reservation id, unit,
+    amount]``, the amount a whole number from 0 to ``MAX_STORED_INTEGER``. Every read of the
+    table goes through it (the broker's, ``agentgate broker leases``, ``budget held`` and
+    ``budget settle``). Until review R82 the two numbers were read with ``int`` outside the
+    check, and an amount with ``int``: text was a ``ValueError`` traceback, an amount of ``1e400``
+    an ``OverflowError`` one, and an amount of ``5.7`` was read as 5."""
     request_id, principal, chain_hash, resource, audit_index, price, reservations = row
+    for name, value in (("audit_index", audit_index), ("cost_per_gpu_hour", price)):
+        if value is not None and not _whole(value):
+            raise _malformed(request_id, f"its {name} is {value!r:.60}, not a whole number >= 0 or null")
     try:
-        held = tuple((str(r), str(u), int(a)) for r, u, a in json.loads(reservations))
-    except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: nested past the parser's depth
-        raise StoreError(f"broker_decisions: row of request {request_id!r} is malformed: {exc}") from exc
+        held = json.loads(str(reservations))
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
+        held = None
+    if not isinstance(held, list) or not all(_reservation(r) for r in held):
+        raise _malformed(
+            request_id,
+            f"its reservations are {reservations!r:.60}, not a JSON list of [reservation id, unit, amount]",
+        )
     return LeaseDecision(
         str(request_id),
         str(principal),
         str(chain_hash),
         str(resource),
-        None if audit_index is None else int(audit_index),
-        None if price is None else int(price),
-        held,
+        audit_index,
+        price,
+        tuple((r, u, a) for r, u, a in held),
     )
+
+
+def _reservation(value: object) -> bool:
+    """Whether ``value`` is a stored ``[reservation id, unit, amount]``."""
+    return (
+        isinstance(value, list)
+        and len(value) == 3
+        and isinstance(value[0], str)
+        and bool(value[0])
+        and isinstance(value[1], str)
+        and _whole(value[2])
+    )
+
+
+def _whole(value: object) -> bool:
+    """Whether ``value`` is an ``int`` (a bool is not one) from 0 to ``MAX_STORED_INTEGER``."""
+    return not isinstance(value, bool) and isinstance(value, int) and 0 <= value <= MAX_STORED_INTEGER
+
+
+def _malformed(request_id: object, what: str) -> MalformedRow:
+    """The error for a malformed row of ``broker_decisions``, naming the request (quoted cut)."""
+    return MalformedRow(f"broker_decisions: the row of request {request_id!r:.80} is malformed: {what}")
