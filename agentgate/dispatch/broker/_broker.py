@@ -46,6 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from agentgate.dispatch.broker._model import (
+    MIN_TTL_S,
     BrokerEvent,
     BrokerSnapshot,
     EndReason,
@@ -58,6 +59,7 @@ from agentgate.dispatch.broker._model import (
     TimedOut,
     Withdrawn,
     finite_non_negative,
+    short_ttl,
     shown_number,
 )
 from agentgate.dispatch.broker._placement import (
@@ -145,8 +147,8 @@ class Broker(_Restoring, _Preempting):
         for name, value in (("ttl_s", ttl_s), ("grace_s", grace_s), ("max_draining", max_draining)):
             if not finite_non_negative(value):
                 raise BrokerError(f"broker {name} must be finite and >= 0, got {shown_number(value)}")
-        if ttl_s <= 0:  # as a request's own (``GangRequest``): a lease must outlive its grant's call
-            raise BrokerError(f"broker ttl_s must be more than 0, got {shown_number(ttl_s)}")
+        if ttl_s < MIN_TTL_S:  # as a request's own (``GangRequest``): a lease must outlive its grant's call
+            raise BrokerError(f"broker {short_ttl(ttl_s)}")
         # An infinite wait is allowed: never loosen a preference, never drain.
         for name, value in (("locality_wait_s", locality_wait_s), ("drain_after_s", drain_after_s)):
             if not (finite_non_negative(value) or value == math.inf):

@@ -32,6 +32,14 @@ MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 the journal's ``priority`` column (PostgreSQL's ``INTEGER``) hold. One outside it could be granted
 and then never journaled: every later write of the broker failed on it, for every tenant."""
 
+MIN_TTL_S = 0.001
+"""The shortest time-to-live a lease may have (a millisecond), a request's ``ttl_s`` and the
+broker's default alike: a lease must outlive the call that grants it. Until review R82 any
+``ttl_s`` above 0 was taken, and one below the clock's resolution (``1e-7`` at a Unix time of
+``1.8e9``, where a double's step is ``2.4e-7``) added nothing to it: the lease expired in the call
+that granted it, as one of ``ttl_s`` 0 did until review R52. A millisecond moves any clock that
+reads a date (up to the year 9999, where the step is ``3e-5``)."""
+
 
 MAX_REQUEST_ID = 256
 """The most characters a request id may have (a UUID has 36). The broker writes every live id
@@ -61,6 +69,11 @@ def shown_number(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
         return "an integer of more than 18 digits"
     return repr(value)
+
+
+def short_ttl(ttl_s: float) -> str:
+    """Why ``ttl_s``, below ``MIN_TTL_S``, is refused (a request's or the broker's default)."""
+    return f"ttl_s must be more than 0: at least {MIN_TTL_S} s (a millisecond), got {shown_number(ttl_s)}"
 
 
 def finite_non_negative(value: object) -> bool:
@@ -120,7 +133,8 @@ class GangRequest:
 
     Raises ``BrokerError`` on construction for an empty id or tenant, an id longer than
     ``MAX_REQUEST_ID`` characters, fewer than one GPU, a
-    priority outside ``MIN_PRIORITY..MAX_PRIORITY``, a negative or non-finite time, text that is
+    priority outside ``MIN_PRIORITY..MAX_PRIORITY``, a negative or non-finite time, a ``ttl_s``
+    under ``MIN_TTL_S``, text that is
     not valid Unicode (a lone surrogate) or holds a NUL, or a field of the wrong kind (a ``hint`` that is no
     ``WorkloadHint``, a ``topology`` that is no ``TopologyConstraint``, an empty, non-text or
     non-ASCII ``gpu_type``, a ``holder`` that is not text): a request the broker queues must be one
@@ -147,7 +161,7 @@ class GangRequest:
     timeout_s: float = 3600.0
     """How long the request may wait in the queue before it times out with nothing."""
     ttl_s: float | None = None
-    """Lease time-to-live between renewals, more than 0; ``None``: the broker's default."""
+    """Lease time-to-live between renewals, at least ``MIN_TTL_S``; ``None``: the broker's default."""
     grace_s: float | None = None
     """Checkpoint grace after a preemption notice; ``None``: the broker's default."""
     holder: str = ""
@@ -214,12 +228,10 @@ class GangRequest:
                 raise BrokerError(
                     f"request {quoted(self.id)}: {name} must be finite and >= 0, got {shown_number(value)}"
                 )
-        if self.ttl_s is not None and self.ttl_s <= 0:
+        if self.ttl_s is not None and self.ttl_s < MIN_TTL_S:
             # A lease that ends as it is granted could not be used or renewed, and in the call
             # that granted it could be notified of a preemption and end in one breath.
-            raise BrokerError(
-                f"request {quoted(self.id)}: ttl_s must be more than 0, got {shown_number(self.ttl_s)}"
-            )
+            raise BrokerError(f"request {quoted(self.id)}: {short_ttl(self.ttl_s)}")
 
 
 @dataclass(frozen=True, slots=True)
