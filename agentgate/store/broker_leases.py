@@ -10,8 +10,9 @@ one store:
   ids and ``body`` the whole lease as JSON.
 - ``broker_queue(broker, request_id, position, tenant, priority, gpus, submitted_at, deadline,
   nominated, victims, body)``: one row per waiting request in scheduling order; ``deadline`` is
-  NULL for a request nominated by preemption (it no longer times out); ``body`` is the request
-  as JSON, with ``"draining": true`` added for a draining reservation.
+  when it times out, nominated or not (review R36; until review R82 this said NULL for a
+  nominated request), NULL for an infinite one; ``body`` is the request as JSON, with
+  ``"draining": true`` added for a draining reservation.
 
 - ``broker_writer(broker, writer)``: the journal instance (one broker process) that writes the
   state; see "One writer" below.
