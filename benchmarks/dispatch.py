@@ -414,9 +414,10 @@ def main(argv: list[str] | None = None) -> int:
         if not requests:
             print(f"dispatch: {path}: no requests to replay", file=sys.stderr)
             return 2
-        if requests[-1].arrival == requests[0].arrival:
+        if len(requests) > 1 and requests[-1].arrival == requests[0].arrival:
             # ``scale`` has no span to stretch: every load would replay the same arrivals under
-            # its own label (until review R82, the first 10 Mooncake rows, all at 0).
+            # its own label (until review R82, the first 10 Mooncake rows, all at 0). One request
+            # alone meets no other at any load: replayed as it is.
             print(
                 f"dispatch: {path}: its first {len(requests)} requests arrive at one time, so no "
                 "--load can set their rate: replay more of it (--limit)",
