@@ -7,15 +7,20 @@ import argparse
 import math
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number above zero."""
+def _whole(text: str, minimum: int, refusal: str) -> int:
+    """``text`` as a whole number of at least ``minimum``; ``refusal`` says why one below is not."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{refusal}: {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number above zero."""
+    return _whole(text, 1, "must be at least 1")
 
 
 def positive(text: str) -> float:
@@ -31,13 +36,7 @@ def positive(text: str) -> float:
 
 def non_negative_int(text: str) -> int:
     """An argparse type: a whole number, zero or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
-    return value
+    return _whole(text, 0, "must be 0 or more")
 
 
 def wait_s(text: str) -> float:

@@ -12,37 +12,15 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from test_gate_r82_decline_expired import POLICY as DECLINE_POLICY
+from test_gate_r82_decline_expired import REFUND
 
-from agentgate.capabilities import Call
 from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import Store
 
-POLICY = """
-version: 1
-trust_anchors:
-  root: {{did: "{root}"}}
-principals:
-  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
-  lead: {{kind: human, did: "{lead}"}}
-tools:
-  refund:
-    args: {{amount: {{type: integer, required: true}}}}
-    loggable: [amount]
-roles:
-  worker:
-    kind: agent
-    capabilities:
-      - resource: tool:refund
-    ttl_s: 3600
-approvals:
-  big-refund:
-    resource: tool:refund
-    approvers: [lead]
-    expiry_s: 1
-"""
-REFUND = Call.tool("refund", {"amount": 800})
+POLICY = DECLINE_POLICY.replace("expiry_s: 60", "expiry_s: 1")
 
 
 class Clock:

@@ -16,38 +16,19 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from test_gate_r82_decline_expired import POLICY as DECLINE_POLICY
+from test_gate_r82_decline_expired import REFUND
 
-from agentgate.capabilities import Call
 from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
 
-POLICY = """
-version: 1
-trust_anchors:
-  root: {{did: "{root}"}}
-principals:
-  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
-  lead: {{kind: human, did: "{lead}"}}
-  eve: {{kind: human, did: "{eve}"}}
-tools:
-  refund:
-    args: {{amount: {{type: integer, required: true}}}}
-    loggable: [amount]
-roles:
-  worker:
-    kind: agent
-    capabilities:
-      - resource: tool:refund
-    ttl_s: 3600
-approvals:
-  big-refund:
-    resource: tool:refund
-    approvers: [lead]
-    expiry_s: 600
-"""
-REFUND = Call.tool("refund", {"amount": 800})
+POLICY = DECLINE_POLICY.replace("expiry_s: 60", "expiry_s: 600").replace(
+    '  lead: {{kind: human, did: "{lead}"}}\n',
+    '  lead: {{kind: human, did: "{lead}"}}\n  eve: {{kind: human, did: "{eve}"}}\n',
+)
+"""The decline test's policy, with ``eve``, a person who is no approver."""
 
 
 @dataclass

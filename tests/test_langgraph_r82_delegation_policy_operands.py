@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
+from test_langgraph_r61_delegation_operands import POLICY as R61_POLICY
 
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
@@ -23,33 +24,12 @@ from agentgate.store import SQLiteStore
 
 SECRET = "sk-live-POLICYSECRET"
 
-POLICY = """
-version: 1
-trust_anchors: {{root: {{did: "{root}"}}}}
-principals:
-  boss: {{kind: agent, did: "{boss}", roles: [boss]}}
-tools:
-  db:
-    args:
-      q: {{type: string, required: true}}
-      api_key: {{type: string}}
-models:
-  scripted: {{cost_per_mtok: {{input: 1, output: 1}}}}
-roles:
-  boss:
-    kind: agent
-    capabilities:
-      - resource: tool:db
-      - resource: model:scripted
-    ttl_s: 3600
-    delegation:
-      max_depth: 1
-      max_ttl_s: 600
-      capabilities:
-        - resource: tool:db
-          constraints: {{api_key: {{eq: "{secret}"}}}}
-        - resource: model:scripted
-"""
+POLICY = R61_POLICY.replace(
+    "        - resource: tool:db\n        - resource: model:scripted\n",
+    '        - resource: tool:db\n          constraints: {{api_key: {{eq: "{secret}"}}}}\n'
+    "        - resource: model:scripted\n",
+)
+"""Review R61's policy, its delegation rule pinning ``api_key`` to a secret."""
 
 
 @pytest.fixture
