@@ -259,11 +259,10 @@ def _check_extra_fields(obj: dict[str, Any], where: str) -> None:
         )
     if "crit" in obj:
         crit = obj["crit"]
-        names = ", ".join(map(str, crit)) if isinstance(crit, list) else repr(crit)
-        # ``[]`` and ``[""]`` named nothing (``unknown critical extension(s): ``, until review R82).
-        raise TokenFormatError(
-            f"{where}: unknown critical extension(s): {names if names.strip(', ') else repr(crit)}"
-        )
+        # As written when it names nothing: ``[]`` and ``[""]`` were ``unknown critical
+        # extension(s): `` until review R82.
+        names = ", ".join(map(str, crit)) if isinstance(crit, list) and any(crit) else repr(crit)
+        raise TokenFormatError(f"{where}: unknown critical extension(s): {names}")
     if "ext" in obj and not isinstance(obj["ext"], dict):
         raise TokenFormatError(f"{where}: ext must be an object")
     for name in _FIELD_ORDER:

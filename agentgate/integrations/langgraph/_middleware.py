@@ -330,9 +330,8 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
     def _undecided(self, request: ToolCallRequest, call_id: str, name: str, exc: InputError) -> ToolMessage:
         if self.enforce:
             said = self._undecidable_reason(_refused_call(request)[0], exc)
-            if said != str(exc):  # ``exc`` quotes a value that is not loggable: not as the cause
-                raise Denied(f"agentgate refused the call: {said}") from None
-            raise Denied(f"agentgate refused the call: {said}") from exc
+            # Not chained to ``exc`` where it quotes a value that is not loggable.
+            raise Denied(f"agentgate refused the call: {said}") from (exc if said == str(exc) else None)
         return _undecidable(call_id, name, exc)
 
     def wrap_tool_call(

@@ -356,9 +356,8 @@ def _out_of_range(request: ToolCallRequest, answer: AIMessage | None, call_id: s
         if isinstance(noted, Mapping) and isinstance(said := noted.get(call_id), str):
             # Where the model hook kept the integer (``_storable_answer``): the recorded text names
             # the argument without its value.
-            at = answer.response_metadata.get(OUT_OF_RANGE_AT_KEY)
-            paths = at.get(call_id) if isinstance(at, Mapping) else None
-            kept = paths[0] if isinstance(paths, list) and paths and isinstance(paths[0], list) else []
+            paths = _kept_as_text(answer, call_id)
+            kept = paths[0] if paths and isinstance(paths[0], list) else []
             return _ValueRefused(said, kept[0] if kept else None, _out_of_range_said(kept, None))
     found = _integers_out_of_range(_model_args(request))
     if not found:
@@ -418,10 +417,8 @@ def _as_sent(request: ToolCallRequest, args: Mapping[str, Any]) -> Mapping[str, 
     ``gated_tool_node`` records for the same call (until review R59 they were over the text, the
     digest of another call: one whose model sent that number as a string). ``args`` itself when
     nothing was kept so (the usual case)."""
-    answer = _asking_answer(request)
-    noted = answer.response_metadata.get(OUT_OF_RANGE_AT_KEY) if answer is not None else None
-    paths = noted.get(request.tool_call.get("id")) if isinstance(noted, Mapping) else None
-    if not isinstance(paths, list):
+    paths = _kept_as_text(_asking_answer(request), request.tool_call.get("id"))
+    if paths is None:
         return args
     places: list[tuple[tuple[object, ...], object]] = []
     for keys in paths:
@@ -431,6 +428,14 @@ def _as_sent(request: ToolCallRequest, args: Mapping[str, Any]) -> Mapping[str, 
                 if not -INT_RANGE < (value := int(text)) < INT_RANGE:
                     places.append((tuple(keys), value))
     return cast(Mapping[str, Any], _with_values_at(args, places)) if places else args
+
+
+def _kept_as_text(answer: AIMessage | None, call_id: object) -> list[Any] | None:
+    """Where ``answer`` notes (``OUT_OF_RANGE_AT_KEY``) that the model hook kept integers out of
+    range of its call ``call_id`` as text: a list of key paths, unchecked; ``None`` without one."""
+    noted = answer.response_metadata.get(OUT_OF_RANGE_AT_KEY) if answer is not None else None
+    paths = noted.get(call_id) if isinstance(noted, Mapping) else None
+    return paths if isinstance(paths, list) else None
 
 
 def _at(item: object, keys: list[object]) -> object:

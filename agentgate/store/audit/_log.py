@@ -432,9 +432,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         ``BeyondLogEnd`` past what a store's integer holds (until review R82 a float was read, a
         string failed with a ``TypeError``, and 2**63 reached the driver: ``StoreError``).
         """
-        start = _whole(start, "entry index")
-        if start > _MAX_INDEX:
-            raise BeyondLogEnd(start, self.size(), "entry")
+        start = self._index_given(start)
         previous: int | None = None
         for idx, data, _leaf in self._rows(include_entry_from=start, start=start):
             if idx == previous:  # a second row of it, read in the same batch (the next starts past it)

@@ -177,11 +177,18 @@ class _Proofs:
         reading the whole log. ``TamperDetected`` for a malformed one; ``InputError`` for an
         ``index`` that is not an ``int``, ``BeyondLogEnd`` for one past what a store's integer
         holds (until review R82 it reached the driver: ``StoreError``)."""
-        index = _whole(index, "entry index")
-        if index > _MAX_INDEX:
-            raise BeyondLogEnd(index, self.size(), "entry")
+        index = self._index_given(index)
         related = self._related(index, None)
         return [related[idx][2] for idx in sorted(related)]
+
+    def _index_given(self, value: object) -> int:
+        """``value``, an entry index a caller gave to read from: ``_whole``'s ``InputError`` when
+        it is not an ``int``, ``BeyondLogEnd`` past what a store's integer holds (never the
+        driver's overflow), as ``referring`` and ``entries`` read one."""
+        index = _whole(value, "entry index")
+        if index > _MAX_INDEX:
+            raise BeyondLogEnd(index, self.size(), "entry")
+        return index
 
     def _related(self, index: int, ref: int | None) -> dict[int, tuple[bytes, bytes, AuditEntry]]:
         """``idx -> (entry, leaf hash, parsed)`` of the entries other than ``index`` that refer to
