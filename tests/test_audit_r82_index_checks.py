@@ -1,8 +1,8 @@
-"""Review R82: ``AuditLog.entries_at``, ``entries`` and ``referring`` skipped the index checks
-``entry``, ``prove``, ``explain`` and ``consistency`` make: a bool or a float was read as the
-entry it equals (``entries(1.5)`` from entry 1, ``entries_at([True])`` keyed by ``True``), a
-string failed with a ``TypeError``, and an index past what a store's integer holds reached the
-driver (``StoreError``). Now, as docs/audit-format.md says, an index that is not an ``int`` is an
+"""Review R82: ``AuditLog.entries_at`` and ``entries`` skipped the index checks ``entry``,
+``prove``, ``explain`` and ``consistency`` make, and ``referring`` the bound: a bool or a float
+was read as the entry it equals (``entries(1.5)`` from entry 1, ``entries_at([True])`` keyed by
+``True``), a string failed with a ``TypeError``, and an index past what a store's integer holds
+reached the driver (``StoreError``); ``referring``'s not-an-int cases guard what it already did. Now, as docs/audit-format.md says, an index that is not an ``int`` is an
 ``InputError`` and one beyond 2**63-1 is ``BeyondLogEnd``.
 """
 

@@ -203,6 +203,15 @@ def test_a_timeout_or_retries_setting_that_is_no_such_number_ends_with_one_line_
     assert not endpoint.requests
 
 
+def test_a_timeout_of_a_day_is_taken(run: Callable[..., tuple[int, str]]) -> None:
+    """Review R82: the longest timeout the examples take, 86400 s (a day), runs (1e10, past what
+    the platform's clocks hold, is refused above)."""
+    with Endpoint(lambda n, request: _completion("Nothing to refund.")) as endpoint:
+        status, out = run("support_agent.py", endpoint, TIMEOUT="86400")
+    assert status == 0, out[-3000:]
+    assert "timeout 86400 s" in _unwrapped(out) and "Nothing to refund." in out, out[-3000:]
+
+
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1\r", "127.0.0.1:8000/v1"])
 def test_a_base_url_that_is_no_http_url_ends_with_one_line_and_status_2(
     url: str, run: Callable[..., tuple[int, str]]

@@ -41,6 +41,8 @@ def test_a_finding_cannot_be_changed_and_a_copy_is_checked_as_a_new_one() -> Non
         ({"message": None}, "finding message must be text, got None"),
         ({"file": b"p.yaml"}, "finding file must be text, got a bytes"),
         ({"hint": 1.5}, "finding hint must be text, got 1.5"),
+        ({"grant": 7}, "finding grant must be text, got 7"),
+        ({"field": ["amount"]}, "finding field must be text, got "),
         ({"line": "3"}, "finding line must be a whole number, got a str"),
         ({"line": 3.0}, "finding line must be a whole number, got 3.0"),
     ],
