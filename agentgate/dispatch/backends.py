@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import functools
 import json
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard, cast
@@ -84,13 +83,13 @@ from agentgate.dispatch._transport import (
 )
 from agentgate.dispatch.inventory import Backend, origin
 from agentgate.dispatch.metrics import MAX_METRICS_CHARS, EngineLoad, load_from_text
+from agentgate.dispatch.quota import check_positive_finite
 from agentgate.errors import (
     AnswerTooLarge,
     BackendCredentialError,
     BackendFailed,
     BackendRejectedCredentials,
     DispatchError,
-    InputError,
     UsageUnreadable,
 )
 
@@ -227,9 +226,7 @@ class Timeouts:
             "decode_tokens_per_s",
             "answer_max_s",
         ):
-            value = getattr(self, name)
-            if not 0 < value < math.inf:
-                raise InputError(f"timeout {name} must be positive and finite, got {value!r}")
+            check_positive_finite(getattr(self, name), f"timeout {name}")
 
 
 def _choices_asked(payload: Mapping[str, Any]) -> int:

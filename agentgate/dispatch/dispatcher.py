@@ -67,6 +67,7 @@ from agentgate.dispatch.backends import (
 )
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import block_hashes, estimate_prompt_tokens, prompt_text
+from agentgate.dispatch.quota import check_positive_finite
 from agentgate.errors import (
     AnswerTooLarge,
     BackendFailed,
@@ -130,14 +131,6 @@ def _with_output_limit(payload: Mapping[str, Any], request: RouteRequest) -> Map
     return sent
 
 
-def _check_positive_finite(value: object, name: str) -> None:
-    """Raise ``InputError`` naming ``name`` unless ``value`` is a positive finite ``int`` or
-    ``float`` (a bool is none): 0 would spin the event loop as an interval, NaN never sleeps, and
-    text failed the first call routed under it with an untyped ``TypeError``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise InputError(f"{name} must be positive and finite, got {value!r}")
-
-
 @functools.cache
 def _trust_store() -> ssl.SSLContext:
     """The TLS context of every dispatcher's probe and scrape client in this process, built once:
@@ -185,7 +178,7 @@ class Dispatcher:
             ("slo_ttft_s", slo_ttft_s),
             *((f"model_slo_ttft_s[{model!r}]", v) for model, v in (model_slo_ttft_s or {}).items()),
         ):
-            _check_positive_finite(value, f"dispatcher {name}")
+            check_positive_finite(value, f"dispatcher {name}")
         for name, value in (("cooldown_s", cooldown_s), ("recovery_wait_s", recovery_wait_s)):
             if not value >= 0:
                 raise InputError(f"dispatcher {name} must be >= 0, got {value!r}")
@@ -388,7 +381,7 @@ class Dispatcher:
                 f"priority must be a whole number >= 0 (a class's rank, 0 first), got {priority!r}"
             )
         if slo_ttft_s is not None:
-            _check_positive_finite(slo_ttft_s, "slo_ttft_s")
+            check_positive_finite(slo_ttft_s, "slo_ttft_s")
         messages = payload.get("messages")
         model = payload.get("model")
         if not isinstance(messages, list) or not messages or not isinstance(model, str):

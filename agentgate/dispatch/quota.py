@@ -34,9 +34,17 @@ class TenantQuota:
 
     def __post_init__(self) -> None:
         for name in ("rate_tokens_per_s", "burst_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-                raise InputError(f"token quota: {name} must be a positive finite number, got {value!r}")
+            check_positive_finite(getattr(self, name), f"token quota: {name}")
+
+
+def check_positive_finite(value: object, name: str) -> None:
+    """Raise ``InputError`` naming ``name`` unless ``value`` is a positive finite ``int`` or
+    ``float`` (a bool is none): 0 would spin the event loop as an interval, NaN never sleeps or
+    fires, and text failed the first call that read it with an untyped ``TypeError``. The one
+    check of the dispatcher's settings, its timeouts and its tenants' quotas (review R83: there
+    were three, and the timeouts' let text through to a ``TypeError``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise InputError(f"{name} must be positive and finite, got {value!r}")
 
 
 class TokenBucket:
