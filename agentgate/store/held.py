@@ -192,8 +192,14 @@ def settle_held(
     if not isinstance(by, str) or not by.strip():
         raise InputError(f"say who settles the reservation (by, as text), got {by!r:.60}")
     cut = _cut(min_age_s)
+    there = _tables(store, ("budget_reservations", "agentgate_once", "broker_decisions"))
+    if "budget_reservations" not in there:
+        # Read before the ledger is opened: opening it makes its tables (review R83: settling in
+        # a store where no call was ever allowed left two empty ledger tables there).
+        raise SettlementRefused(
+            f"no budget reservation has the id {reservation}: the store holds no budget ledger"
+        )
     ledger = BudgetLedger(store)
-    there = _tables(store, ("agentgate_once", "broker_decisions"))  # the holders to look for
     rows = store.query(
         f"SELECT chain, amount, state, created, {_ENTRY[has_entry_column(store)]}, "
         f"{_UNIT[has_unit_column(store)]} FROM budget_reservations WHERE id = ?",
