@@ -143,6 +143,8 @@ def test_an_empty_store_does_not_create_the_default_store(
         ["grant", "check", "t.tok", "--as", "k.key", "--trust", "", "--tool", "x"],
         # Review R55: these three were a deny (exit 1) for no principal or tool, as if one were named.
         ["grant", "check", "t.tok", "--as", "k.key", "--trust", "r.pub", "--tool", ""],
+        # Review R83: --model '' was decided as a call, a deny (exit 1), where --tool '' is exit 2.
+        ["grant", "check", "t.tok", "--as", "k.key", "--trust", "r.pub", "--model", ""],
         ["policy", "explain", "p.yaml", "--as", "", "--tool", "x"],
         ["policy", "explain", "p.yaml", "--as", "a", "--tool", ""],
         ["grant", "revoke", ""],

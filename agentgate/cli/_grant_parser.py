@@ -16,6 +16,7 @@ from agentgate.cli._common import (
     given,
     given_path,
     given_text,
+    given_utf8,
     one_line_text,
     text,
 )
@@ -177,8 +178,8 @@ def register(subparsers: Any) -> None:
         "--trust", required=True, action="append", type=given, metavar="PUBFILE", help="root key (repeatable)"
     )
     target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--tool", type=given_text, metavar="NAME", help="tool name, e.g. payments.refund")
-    target.add_argument("--model", type=text, metavar="NAME", help="model name, e.g. llama-3.1-8b")
+    target.add_argument("--tool", type=given_utf8, metavar="NAME", help="tool name, e.g. payments.refund")
+    target.add_argument("--model", type=given_utf8, metavar="NAME", help="model name, e.g. llama-3.1-8b")
     p.add_argument(
         "--args", default="{}", type=text, metavar="JSON", help="the call's arguments as a JSON object"
     )
