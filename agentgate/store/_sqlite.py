@@ -507,13 +507,14 @@ class SQLiteStore(Store):
         self.read_only = read_only
         tables_read = create or refuse_missing_sqlite(self.path)
         _prepare_file(self.path, create=create)
-        if not read_only:
-            # Before the first connection switches it to WAL mode, a change to the file's header
-            # that another application's database must not get only to be refused afterwards.
-            tables = sqlite_tables_read_only(self.path, unless_wal=True)
-            foreign = foreign_table(tables, required_store_columns()) if tables else None
-            if foreign is not None:
-                raise self._foreign(foreign[0], foreign[1], "open the SQLite store")
+        # Another application's file is refused before anything is written in it. Before the
+        # first connection switches it to WAL mode, a change to the file's header, when it is
+        # not in WAL mode; read there, a file in WAL mode would get a ``-wal`` and a ``-shm``
+        # beside it that a read-only connection leaves (``read_only_uri``), so such a file is
+        # read through the first connection, which changes nothing in it, below.
+        tables = None if read_only else sqlite_tables_read_only(self.path, unless_wal=True)
+        if tables is not None:
+            self._refuse_foreign_file(tables)
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._made: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()
@@ -542,6 +543,8 @@ class SQLiteStore(Store):
             # Read once, here: a decision never reads it (no statement more on the hot path).
             # This class's own transaction: a subclass's (one that counts them) is not set up yet.
             with SQLiteStore.transaction(self, immediate=False) as tx:
+                if not read_only and tables is None:  # in WAL mode, or unreadable before: now
+                    self._refuse_foreign_file(tables_and_columns(tx.execute))
                 self.schema = recorded_version(tx, "sqlite")
             refuse_newer(str(self.path), self.schema)
         except BaseException:
@@ -923,6 +926,13 @@ class SQLiteStore(Store):
             f"column {', '.join(missing)}); is it another application's database? Check --store "
             "or AGENTGATE_STORE"
         )
+
+    def _refuse_foreign_file(self, tables: Sequence[tuple[str, frozenset[str]]]) -> None:
+        """Raise ``StoreError`` when ``tables`` (the file's, with their columns) hold a table of
+        one of agentgate's names without a column a row of it must have, whichever part's."""
+        foreign = foreign_table(tables, required_store_columns())
+        if foreign is not None:
+            raise self._foreign(foreign[0], foreign[1], "open the SQLite store")
 
     def _refuse_foreign_tables(self, conn: sqlite3.Connection | Transaction, name: str, ddl: str) -> None:
         """Raise ``StoreError`` when a table the script ``ddl`` creates exists in the file without
