@@ -97,7 +97,7 @@ def open_store(
     ``read_only`` (with ``create=False``; ``InputError`` with ``create=True``): the store is
     opened to read and never written, for a command that only reads (an auditor's ``audit
     verify`` of an evidence copy, a file or mount it may only read). A SQLite file is opened
-    through a ``file:...?mode=ro`` URI (``_sqlite.read_only_uri``: ``immutable=1`` where neither
+    through a ``file://...?mode=ro`` URI (``_sqlite.read_only_uri``: ``immutable=1`` where neither
     a ``-wal`` nor a ``-journal`` is beside it), its journal mode left as it is and nothing
     checkpointed; a PostgreSQL session is read only (``default_transaction_read_only``). No
     part's tables are created (a part whose tables are missing is ``StoreError``), and a

@@ -343,7 +343,9 @@ def read_only_uri(path: str | Path) -> tuple[str, bool]:
     read (a process that opened it to write since: ``StoreError``, run again)."""
     absolute = os.path.abspath(path)
     quiet = not any(os.path.lexists(f"{absolute}{end}") for end in ("-wal", "-journal"))
-    uri = "file:" + urllib.parse.quote(os.fsencode(absolute)) + "?mode=ro"
+    # An empty authority (``file://`` before the path): a path that begins with ``//``, which
+    # ``abspath`` keeps, would otherwise be read as ``file://AUTHORITY/...`` and refused.
+    uri = "file://" + urllib.parse.quote(os.fsencode(absolute)) + "?mode=ro"
     return (uri + "&immutable=1", True) if quiet else (uri, False)
 
 
