@@ -160,6 +160,23 @@ _ADDED_COLUMNS = {"entry": "INTEGER", "unit": "TEXT"}
 (``add_sqlite_columns``)."""
 
 
+def _settled_cut(before: float) -> tuple[str, str] | None:
+    """How ``BudgetLedger.prune`` finds the reservations settled before ``before`` (Unix
+    seconds): the comparison of their ``settled`` column and the time, in its format (a year of
+    four digits: ``strftime`` writes the year 385 as ``385``, which sorts after ``2026`` as
+    text, and such a ``before`` pruned every settled reservation). ``None`` before the year 1,
+    where no time is settled; after the year 9999, every one is (up to its last moment). Until
+    review R83 a ``before`` outside those years was a bare ``ValueError``, ``OverflowError``
+    or ``OSError`` from ``datetime``, which the approval and dead-letter prunes take."""
+    try:
+        moment = datetime.fromtimestamp(before, UTC)
+    except (OverflowError, OSError, ValueError):
+        if before < 0:
+            return None
+        return "<=", format_time(datetime.max.replace(tzinfo=UTC))
+    return "<", moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
 def _tables(store: Store) -> set[str]:
     """Which of ``audit_log``, ``budget_reservations.entry`` and ``budget_reservations.unit``
     (the columns) the store holds, read without creating anything."""
@@ -660,11 +677,14 @@ class BudgetLedger:
         store prune`` prunes every part in one), else in a transaction of its own. ``InputError``
         for a ``before`` that is not a finite number (until review R57, a ``ValueError``
         traceback)."""
-        before = unix_time(before, "the settled reservations' prune time")
-        settled = format_time(datetime.fromtimestamp(before, UTC))
+        cut = _settled_cut(unix_time(before, "the settled reservations' prune time"))
+        if cut is None:
+            return 0
+        comparison, settled = cut
         with self.store.within(tx) as work:
             work.execute(
-                "DELETE FROM budget_reservations WHERE state IN ('committed', 'released') AND settled < ?",
+                "DELETE FROM budget_reservations WHERE state IN ('committed', 'released') "
+                f"AND settled {comparison} ?",
                 (settled,),
             )
             return work.rowcount
