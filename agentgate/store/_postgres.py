@@ -485,6 +485,8 @@ class PostgresStore(Store):
                 _redact(self.url) not in str(exc)  # not the store's own (``ensure_schema``'s)
             ):
                 raise StoreError(self._no_privilege(str(exc))) from exc.__cause__  # in the part's words
+            if used is not None and used.broken:  # a lost connection said in a part's words
+                recheck(self.pool)
             raise
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.errors.LockNotAvailable):
@@ -697,6 +699,15 @@ class PostgresStore(Store):
                         "may not create it: run "
                         "`agentgate store init` as the schema's owner, then grant this role its rights "
                         f"again (docs/operations.md, Upgrading). PostgreSQL said: {driver_error_line(exc)}"
+                    ) from exc
+                except psycopg.Error as exc:
+                    # Anything else (a search path that names no schema there is, a full disk)
+                    # said with the part and the store, as SQLite says it: until review R83 the
+                    # transaction's ``PostgreSQL error: ...`` named neither. A lock timeout, or a
+                    # session the server ended, is still said as such (``transaction``: the cause).
+                    raise StoreError(
+                        f"cannot create the {name} tables in the PostgreSQL store {_redact(self.url)}: "
+                        f"{driver_error_line(exc)}"
                     ) from exc
             if new and made is not None:
                 made(tx)
