@@ -274,10 +274,15 @@ class Engine:
             return False
         req.held = list(usable[:hit])
         req.private = need
-        req.cached_tokens = cached
         req.prefilled = cached
-        self.prefix_queries += req.prompt_tokens
-        self.prefix_hits += cached
+        if req.preemptions == 0:
+            # A preempted request's re-admission reuses what the cache still holds (above), but
+            # those blocks are mostly its own KV, released by the preemption: as vLLM V1 does, its
+            # usage keeps the first admission's cached tokens and the prefix-cache counters count
+            # first admissions only (vLLM counts re-admissions apart, as preempted queries/hits).
+            req.cached_tokens = cached
+            self.prefix_queries += req.prompt_tokens
+            self.prefix_hits += cached
         return True
 
     def _prompt_done(self, req: SimRequest) -> None:
@@ -300,7 +305,6 @@ class Engine:
         self.running.remove(req)
         self._release(req)
         req.prefilled = 0
-        req.cached_tokens = 0
         req.prefill_target = req.prompt_tokens + req.generated
         req.preemptions += 1
         self.preemptions += 1
