@@ -3,7 +3,8 @@
 Everything a client sends is checked here, before the engine sees it, so that a malformed or
 hostile body is an ``InputError`` (HTTP 400) and never a 500 or unbounded work: the body must be
 strict JSON (no ``NaN``/``Infinity``, nesting within the parser's depth), a JSON object whose
-``messages`` are a non-empty list of objects with a string ``role``; ``max_tokens`` (or
+``messages`` are a non-empty list of objects with a string ``role``, holding at most
+``MAX_PROMPT_ITEMS`` messages and content parts in all; ``max_tokens`` (or
 ``max_completion_tokens``) an integer from 1 to the context limit, defaulting to 16; ``stream`` a
 boolean and ``stream_options`` an object, and only with ``stream`` true (unless empty), as vLLM
 refuses it otherwise; ``n`` and ``best_of`` absent, null or 1 (one choice per
@@ -38,6 +39,12 @@ _ONE_CHOICE = ("n", "best_of")
 """Fields that ask for several sequences (vLLM honours both): absent, null or 1 here."""
 MAX_LOGPROBS = 20
 """The most ``top_logprobs`` a request may ask for: vLLM's default ``--max-logprobs``."""
+MAX_PROMPT_ITEMS = 100_000
+"""The most messages and content parts, counted together, a request may hold: the simulator's
+own bound (vLLM and OpenAI have none), far above a real conversation's. Each item is walked
+several times before the context limit can be checked (validated, rendered as text, counted), on
+the server's event loop: until review R83 a 16 MiB body of 5.6 million empty parts (``{}``) took
+seconds there, stalling every other request and ``/health``, before it was refused."""
 Integral = Annotated[int, BeforeValidator(integral)]
 """An integer field: an ``int`` (never a ``bool``, never text) or a float with no fraction."""
 
@@ -95,12 +102,33 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _check_prompt_items(data: object) -> None:
+    """Refuse (``InputError``) ``messages`` holding more than ``MAX_PROMPT_ITEMS`` messages and
+    content parts in all, counting no further than the bound; a body of any other shape is left
+    to the validation that follows."""
+    messages = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(messages, list):
+        return
+    items = len(messages)
+    for message in messages:
+        if items > MAX_PROMPT_ITEMS:
+            break
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            items += len(content)
+    if items > MAX_PROMPT_ITEMS:
+        raise InputError(
+            f"messages: more than {MAX_PROMPT_ITEMS} messages and content parts in all; the "
+            f"simulated backend reads at most {MAX_PROMPT_ITEMS}"
+        )
+
+
 def parse_chat(raw: bytes, max_model_len: int) -> ChatRequest:
     """Read a chat-completions body, refusing anything the simulated backend cannot serve.
 
     Raises ``InputError`` naming the offending field: for bytes that are not strict JSON (or nest
-    too deeply), fields of the wrong type or outside vLLM's range (see the module docstring), ``n`` or
-    ``best_of`` other than 1, a ``max_tokens`` outside 1..``max_model_len``, or a prompt plus
+    too deeply), more than ``MAX_PROMPT_ITEMS`` messages and content parts, fields of the wrong
+    type or outside vLLM's range (see the module docstring), ``n`` or ``best_of`` other than 1, a ``max_tokens`` outside 1..``max_model_len``, or a prompt plus
     ``max_tokens`` longer than ``max_model_len`` tokens.
     """
     try:
@@ -109,6 +137,7 @@ def parse_chat(raw: bytes, max_model_len: int) -> ChatRequest:
         raise InputError("the body nests too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"the body is not JSON: {exc}") from None
+    _check_prompt_items(data)
     try:
         body = _Body.model_validate(data)
     except ValidationError as exc:
