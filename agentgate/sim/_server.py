@@ -29,7 +29,9 @@ server on its own thread and event loop. Engine steps take their simulated durat
 - ``GET /health``: 200 while serving.
 
 Any other path is a 404, and a method an endpoint does not take a 405, each with an OpenAI error
-body whose type is the status's phrase (``"Not Found"``), as vLLM answers them.
+body whose type is the status's phrase (``"Not Found"``), as vLLM answers them. A served path
+with a trailing slash is a 307 redirect to the path without it, as vLLM's FastAPI app answers it
+(Starlette's and FastAPI's ``redirect_slashes``, kept on here as vLLM keeps it).
 
 With an ``api_key`` the ``/v1/*`` endpoints answer 401 (an OpenAI error body) to a request
 without ``Authorization: Bearer <api_key>``, as vLLM and SGLang started with ``--api-key`` do;
