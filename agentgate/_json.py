@@ -58,16 +58,20 @@ def is_plain(value: Any) -> bool:
 
 
 INT64 = 2**63
-"""Past this magnitude a whole float is not read as an integer: vLLM's lax pydantic stops there,
-and no count of tokens, seed or store column goes beyond it."""
+"""A whole float in ``-INT64 <= value < INT64``, a 64-bit integer's range, is read as the integer
+it is; past it, not: vLLM's lax pydantic stops there, and no count of tokens, seed or store column
+goes beyond it."""
 
 
 def integral(value: object) -> object:
-    """A float with no fractional part, below ``INT64`` in magnitude, as the integer it is
-    (``512.0`` is 512, as vLLM and OpenAI's API read a JSON number); anything else as it is, for
-    the caller's own check to judge. The one reading of such numbers (review R81: the simulated
-    backend, the dispatcher and the LangGraph middleware each had their copy)."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < INT64:
+    """A float with no fractional part within a 64-bit integer's range (``-INT64`` to
+    ``INT64 - 1``) as the integer it is (``512.0`` is 512, as vLLM and OpenAI's API read a JSON
+    number); anything else as it is, for the caller's own check to judge. The one reading of such
+    numbers (review R81: the simulated backend, the dispatcher and the LangGraph middleware each
+    had their copy). Until review R83 ``-2**63`` written as a float was left a float (the bound
+    was ``abs(value) < INT64``), so a ``seed`` of ``-9223372036854775808.0`` was refused where the
+    same integer was taken."""
+    if isinstance(value, float) and value.is_integer() and -INT64 <= value < INT64:
         return int(value)
     return value
 
