@@ -42,6 +42,7 @@ from agentgate.dispatch.router import Router  # noqa: E402
 from agentgate.dispatch.state import SpeedModel  # noqa: E402
 from agentgate.errors import InputError  # noqa: E402
 from agentgate.sim import LLAMA_8B_H200, Engine, EngineConfig, LatencyModel, Outcome, load_trace, replay  # noqa: E402
+from agentgate.sim._des import MIN_SCRAPE_INTERVAL_S  # noqa: E402
 from agentgate.sim.routing import PolicyDispatcher  # noqa: E402
 from agentgate.sim.traces import TraceRequest  # noqa: E402
 from benchmarks._args import positive, positive_int  # noqa: E402
@@ -382,6 +383,15 @@ def goals(all_results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
     return figs, gl
 
 
+def _scrape_s(text: str) -> float:
+    """An argparse type: a scrape interval in seconds, finite and at least ``MIN_SCRAPE_INTERVAL_S``
+    (``replay`` refuses a shorter one, which kept it from ever returning)."""
+    value = positive(text)
+    if value < MIN_SCRAPE_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_SCRAPE_INTERVAL_S:g} s: {text!r}")
+    return value
+
+
 def _loads(text: str) -> list[float]:
     """An argparse type: comma-separated offered loads, each a finite number above zero."""
     return [positive(part.strip()) for part in text.split(",")]
@@ -394,7 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=positive_int, default=1)
     ap.add_argument("--limit", type=positive_int, default=3000, help="first N requests of each trace")
     ap.add_argument("--backends", type=positive_int, default=8)
-    ap.add_argument("--scrape", type=positive, default=0.5, help="metrics scrape interval (s)")
+    ap.add_argument(
+        "--scrape",
+        type=_scrape_s,
+        default=0.5,
+        help=f"metrics scrape interval (s), at least {MIN_SCRAPE_INTERVAL_S:g}",
+    )
     ap.add_argument("--quick", action="store_true", help="1000 requests, loads 0.8 and 1.0")
     ap.add_argument("--plot", type=Path, default=REPO / "out" / "dispatch_p99_ttft.png")
     ap.add_argument("--json", action="store_true", help="print the JSON line (always printed last)")

@@ -88,6 +88,12 @@ class Outcome:
 
 _STEP = 0
 
+MIN_SCRAPE_INTERVAL_S = 0.001
+"""The shortest ``scrape_interval`` ``replay`` takes (a millisecond, below any real scraper's and
+below a step of the engine): each scrape is one turn of the replay's loop over every engine, so an
+interval of 1e-20 s did not advance its clock at all past 0 (``now + 1e-20 == now``) and the
+replay never returned (until review R83 only 0 and less were refused)."""
+
 
 def replay(
     requests: Sequence[TraceRequest],
@@ -103,16 +109,26 @@ def replay(
     waiting longer than ``max_wait_s`` in the router, or rejected by the engine it was sent to
     (one that could never finish there: ``Engine.add``). Raises ``ValueError`` if the dispatcher
     names an unknown backend, and ``InputError``, replaying nothing, for a ``scrape_interval`` that
-    is not a positive number of seconds or an arrival that is not a finite time (either would keep
-    the replay from ever returning: it scraped at the same instant for ever, or waited for ever),
+    is not a number of seconds of at least ``MIN_SCRAPE_INTERVAL_S`` or an arrival that is not a
+    finite time (either would keep the replay from ever returning: it scraped at the same instant
+    for ever, or waited for ever), a ``max_wait_s`` that is not a number of seconds, 0 or more
+    (``inf``: a request waits as long as its router asks; until review R83 NaN rejected every
+    request a router told to wait, as having waited too long),
     and for two requests with one ``id`` (requests and outcomes are kept by id: the replay failed
     with a ``KeyError`` midway, or gave the second's outcome for both), and for a request whose
     ``hashes`` are of other blocks than an engine's ``block_tokens`` (until review R66 an engine
     read them at its own size: a Mooncake trace's 512-token shared blocks were cached as 16 tokens
     each on a default engine).
     """
-    if not scrape_interval > 0:
-        raise InputError(f"scrape_interval must be a positive number of seconds, not {scrape_interval!r}")
+    if not (_is_number(scrape_interval) and scrape_interval >= MIN_SCRAPE_INTERVAL_S):
+        raise InputError(
+            f"scrape_interval must be a number of seconds of at least {MIN_SCRAPE_INTERVAL_S:g}, "
+            f"not {scrape_interval!r:.40}"
+        )
+    if not (_is_number(max_wait_s) and max_wait_s >= 0):
+        raise InputError(
+            f"max_wait_s must be a number of seconds, 0 or more (inf: no limit), not {max_wait_s!r:.40}"
+        )
     ids: set[str] = set()
     for r in requests:
         if not math.isfinite(r.arrival):
@@ -210,3 +226,8 @@ def replay(
             reason = choice.reason if isinstance(choice, Reject) else "waited too long"
             outcomes[req.id] = Outcome(req, None, None, None, None, 0, reason, 0)
     return [outcomes[r.id] for r in requests]
+
+
+def _is_number(value: object) -> bool:
+    """Whether ``value`` is an ``int`` or a ``float`` (not a ``bool``), for a range check to judge."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
