@@ -46,7 +46,8 @@ the caller's trace), so that tests can check that a call's trace reaches the bac
 
 Faults for tests: ``fault = "hang"`` (accept and never answer), ``"garbage"`` (a 200 with bytes
 that are not JSON or SSE), ``"error"`` (HTTP 500), ``"metrics_down"`` (``/metrics`` answers 503);
-``kill()`` closes the port and drops every connection, ``revive()`` serves again on the same port.
+``"none"`` serves again; any other name is refused (``InputError``). ``kill()`` closes the port and
+drops every connection, ``revive()`` serves again on the same port.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import uvicorn
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -118,6 +119,9 @@ MAX_LAG_S = 0.05
 """Most wall-clock seconds the runner may fall behind its engine's schedule and still catch up."""
 
 Fault = Literal["none", "hang", "garbage", "error", "metrics_down"]
+FAULTS: tuple[Fault, ...] = get_args(Fault)
+"""The faults ``SimServer.fault`` takes; any other name is refused (until review R83 a misspelled
+one was kept and silently ignored: the server answered as if healthy)."""
 
 TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
 """The trace context headers ``SimServer.trace_headers`` records (W3C Trace Context and Baggage)."""
@@ -306,7 +310,7 @@ class SimServer:
         self.model_name = model_name
         self.time_scale = time_scale
         self.scrape_lag_s = scrape_lag_s
-        self.fault: Fault = "none"
+        self._fault: Fault = "none"
         self.engine = Engine(model, self.config)
         self.max_model_len = min(max_model_len, self.engine.kv.capacity)
         """Most tokens (prompt + ``max_tokens``) one request may ask for; never above the KV
@@ -353,6 +357,18 @@ class SimServer:
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(_Metrics(self))
         self.served = 0
+
+    @property
+    def fault(self) -> Fault:
+        """The fault the server plays (module docstring); ``"none"``: it serves. Setting a name
+        not in ``FAULTS`` raises ``InputError`` naming the known ones, and changes nothing."""
+        return self._fault
+
+    @fault.setter
+    def fault(self, fault: Fault) -> None:
+        if fault not in FAULTS:
+            raise InputError(f"fault must be one of {', '.join(map(repr, FAULTS))}, not {fault!r:.40}")
+        self._fault = fault
 
     @property
     def url(self) -> str:
