@@ -154,11 +154,14 @@ def _text_lines(fh: BinaryIO, path: Path) -> Iterator[str]:
     """The lines of ``fh`` as text; ``InputError`` naming the first line that is not UTF-8.
 
     Decoded one line at a time: a text-mode file decodes ahead in blocks, so its
-    ``UnicodeDecodeError`` belonged to no line and escaped as a traceback.
+    ``UnicodeDecodeError`` belonged to no line and escaped as a traceback. A UTF-8 byte order mark
+    opening the file (as Excel and PowerShell save a CSV) is dropped: until review R83 it was read
+    as part of the first column's name, and an Azure trace so saved was refused as
+    "malformed trace row: 'TIMESTAMP'".
     """
     for lineno, raw in enumerate(fh, 1):
         try:
-            yield raw.decode("utf-8")
+            yield raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
         except UnicodeDecodeError as exc:
             raise InputError(f"{path}:{lineno}: not UTF-8 text: {exc}") from None
 
