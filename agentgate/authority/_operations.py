@@ -49,18 +49,20 @@ from agentgate.authority._grant import (
 )
 from agentgate.authority._parsing import parse_chain, parse_grant
 from agentgate.authority._signatures import _anchors, _cached_key
-from agentgate.capabilities import Capability
+from agentgate.capabilities import Capability, token_number_refusal
 from agentgate.errors import CapabilityError, InputError, TokenFormatError
 from agentgate.keys import PublicKey, SigningKey
 
 
 def _token_value(value: Any, where: str) -> Any:
-    """Constraint values as they go into a token: integral floats become integers, others are refused."""
+    """Constraint values as they go into a token: whole floats within range become integers,
+    others are refused (``token_number_refusal``), named as written: until review R83 a whole
+    one out of range (``le: 1.0e+19`` in a role's rule) became the integer it is, and was
+    refused as ``integer 10000000000000000000 is out of range``, a number never written."""
     if isinstance(value, float):
-        if not math.isfinite(value) or not value.is_integer():
-            raise CapabilityError(
-                f"{where}: {value!r} is not an integer; tokens carry integers only (use minor units)"
-            )
+        why = token_number_refusal(value)
+        if why is not None:
+            raise CapabilityError(f"{where}: {why}")
         return int(value)
     if isinstance(value, list):
         return [_token_value(v, where) for v in value]

@@ -53,6 +53,7 @@ from agentgate.capabilities._resources import MAX_NAME_LENGTH as MAX_NAME_LENGTH
 from agentgate.capabilities._resources import RESOURCE_KINDS as RESOURCE_KINDS
 from agentgate.capabilities._values import MAX_SET_SIZE as MAX_SET_SIZE
 from agentgate.capabilities._values import Scalar as Scalar
+from agentgate.capabilities._values import token_number_refusal as token_number_refusal
 
 __all__ = [
     "DEFAULT_ACTIONS",

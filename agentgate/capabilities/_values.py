@@ -91,6 +91,25 @@ def _check_value(value: object, where: str) -> Scalar:
     return value
 
 
+TOKEN_INTEGER_LIMIT = 2**63
+"""A grant token carries a constraint's numbers as integers within ``|v| < 2**63``."""
+
+
+def token_number_refusal(value: Scalar) -> str | None:
+    """Why a grant token cannot carry the constraint value ``value``, or ``None`` where it can.
+    A token carries its numbers as integers (``|v| < 2**63``), a whole float as the integer it
+    is: a float with a fraction (``500.5``) or a whole one out of that range (``1e+19``) is
+    refused, named as written (its ``repr``), never as the integer it would have become. What
+    ``issue`` refuses, and the lint rule ``role_grant_not_issuable`` reports in a role's rules."""
+    if type(value) is not float:
+        return None
+    if not value.is_integer():
+        return f"{value!r} is not an integer; tokens carry integers only (use minor units)"
+    if abs(value) >= TOKEN_INTEGER_LIMIT:
+        return f"{value!r} is out of range for a token (|v| < 2**63)"
+    return None
+
+
 def _is_number(value: object) -> bool:
     """A finite real: an integer (of any size; never a boolean) or a finite float."""
     if isinstance(value, bool):

@@ -30,6 +30,7 @@ from agentgate.policy._lint._constraints import (
     ConstraintTypeMismatch,
     ContradictoryConstraint,
     EmptyPrefix,
+    RoleGrantNotIssuable,
     ShadowedRule,
 )
 from agentgate.policy._lint._declarations import (
@@ -91,6 +92,7 @@ RULES: tuple[LintRule, ...] = (
     ConstraintOnUndeclaredArgument(),
     ContradictoryConstraint(),
     EmptyPrefix(),
+    RoleGrantNotIssuable(),
     ConstraintTypeMismatch(),
     ShadowedRule(),
     TrustAnchorWithoutKey(),

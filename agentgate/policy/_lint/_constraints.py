@@ -1,14 +1,15 @@
 """Lint rules on constraints (authority_chain_opacity): a rule that constrains an argument its
 tool does not declare, a constraint or an approval gate's condition that no value satisfies, or
-no value of the argument's declared type, an empty prefix (which every text satisfies), and a
-rule shadowed by another that allows everything it allows.
+no value of the argument's declared type, an empty prefix (which every text satisfies), a role's
+rule holding a number no grant token carries, and a rule shadowed by another that allows
+everything it allows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 
-from agentgate.capabilities import Constraint, attenuates
+from agentgate.capabilities import Constraint, attenuates, token_number_refusal
 from agentgate.findings import Finding, Severity
 from agentgate.policy._lint._common import (
     OPAQUE,
@@ -98,6 +99,46 @@ class EmptyPrefix(LintRule):
                             f"{rule}: the prefix of {arg} is empty: every text starts with it, so it bounds nothing",
                             rule.line,
                         )
+
+
+class RoleGrantNotIssuable(LintRule):
+    code = "role_grant_not_issuable"
+    kind = OPAQUE
+    hint = (
+        "write the rule's numbers as integers within |v| < 2**63, in minor units (le: 50050 for "
+        "500.50 in cents)"
+    )
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        # A role's rules are what a grant for it carries (``role_grant_template``: Gate.issue and
+        # ``grant issue --role``), and a token carries integers only: until review R83 a rule
+        # ``amount: {le: 500.5}`` (or ``le: 1.0e+19``) loaded and linted clean, and every grant
+        # for the role was refused by ``issue``. The policy's decisions compare such a number as
+        # it is, so it loads; a delegation rule (a bound on grants made elsewhere) and a gate's
+        # ``when`` (compared with a call's arguments) never go into a token, and are not read.
+        for rules in policy.rules.values():
+            for rule in rules:
+                for arg, c in rule.capability.constraints:
+                    why = _token_refusal(c)
+                    if why is not None:
+                        yield self.finding(
+                            policy,
+                            f"{rule}: argument {_quoted(arg)}: {why}: no grant holding this rule "
+                            f"can be issued (Gate.issue and grant issue --role refuse role {rule.role}'s, "
+                            "and those of the roles that inherit it)",
+                            rule.line,
+                        )
+
+
+def _token_refusal(constraint: Constraint) -> str | None:
+    """Why no grant token can carry ``constraint`` (``token_number_refusal`` of the first of its
+    values, its bounds, its ``eq`` and each member of its ``in``, that none carries), or ``None``."""
+    for op, value in constraint.to_dict().items():
+        for v in value if op == "in" else (value,):
+            why = token_number_refusal(v)
+            if why is not None:
+                return why
+    return None
 
 
 class ConstraintTypeMismatch(LintRule):
