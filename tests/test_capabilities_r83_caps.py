@@ -1,16 +1,19 @@
 """Review R83 of the capability algebra: defects found, each failing before its fix.
 
 A role's rule holding a number no grant token carries linted clean, and ``issue`` named a whole
-float out of range as an integer never written (``role_grant_not_issuable``)."""
+float out of range as an integer never written (``role_grant_not_issuable``). A huge integer
+given as an argument name or an operator was a bare ``ValueError``, and a rejected value was
+quoted whole."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentgate.authority import issue
-from agentgate.capabilities import Capability
+from agentgate.capabilities import Capability, Constraint
 from agentgate.errors import CapabilityError
 from agentgate.gate import Gate
 from agentgate.keys import SigningKey
@@ -122,3 +125,57 @@ def test_an_inherited_rule_no_token_carries_is_reported_once_at_its_own_line() -
     text = _POLICY.replace("BOUND", "le: 500.5") + ("  lead:\n    inherits: [worker]\n    ttl_s: 600\n")
     found = [f for f in lint(parse_policy(text, source="p.yaml")) if f.code == "role_grant_not_issuable"]
     assert [f.line for f in found] == [_RULE_LINE]
+
+
+# --- a huge integer where a name or an operator goes, and a rejected value of megabytes ------------
+
+_UNWRITABLE = 10**5000  # past Python's 4,300 digits: repr() and str() raise ValueError
+
+
+@pytest.mark.parametrize(
+    ("build", "said"),
+    [
+        (
+            lambda: Capability.of("tool:x", constraints={_UNWRITABLE: {"le": 5}}),
+            "tool:x: argument name an integer of 16610 bits is not an identifier",
+        ),
+        (
+            lambda: Capability("tool:x", "invoke", ((_UNWRITABLE, Constraint(eq=1)),)),
+            "tool:x: argument name an integer of 16610 bits is not an identifier",
+        ),
+        (
+            lambda: Capability("tool:x", "invoke", ((_UNWRITABLE, 1),)),
+            "tool:x: constraints are (name, Constraint) pairs, got a tuple holding an integer too long",
+        ),
+        (
+            lambda: Constraint.of({_UNWRITABLE: 1}),
+            "constraint: unknown operator an integer of 16610 bits; use one of eq,",
+        ),
+    ],
+)
+def test_a_huge_integer_as_a_name_or_an_operator_is_a_capability_error(build: Any, said: str) -> None:
+    """Review R83: the refusal quoted the integer with ``repr`` (or an f-string), which raises a
+    bare ``ValueError`` for one of more than 4,300 digits: the caller's ``except CapabilityError``
+    missed it. Rule: it is a ``CapabilityError`` naming the integer by its size."""
+    with pytest.raises(CapabilityError) as refused:
+        build()
+    assert said in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: Constraint.of({"lt": "x" * 10_000_000}),
+        lambda: Constraint.of({"x" * 10_000_000: 1}),
+        lambda: Constraint.of({"prefix": "\ud800" * 1_000_000}),
+    ],
+)
+def test_a_rejected_value_of_megabytes_is_quoted_cut(build: Any) -> None:
+    """Review R83: ``Constraint.of`` put the whole rejected value in its message (``'lt' takes a
+    number, got 'xxx...'``, 10 MB); an unknown operator and a string that is not Unicode text the
+    same. Rule: the refusal quotes its first 60 characters, then ``...``, as ``Constraint(lt=...)``
+    does."""
+    with pytest.raises(CapabilityError) as refused:
+        build()
+    assert len(str(refused.value)) < 300
+    assert "..." in str(refused.value)

@@ -16,7 +16,7 @@ from agentgate._json import Inexact, exact_float
 from agentgate._shown import character_named, not_printable
 from agentgate.capabilities._constraints import Constraint
 from agentgate.capabilities._resources import DEFAULT_ACTIONS, MAX_NAME_LENGTH, _check_pattern
-from agentgate.capabilities._values import Scalar, _check_value, _text
+from agentgate.capabilities._values import Scalar, _check_value, _shown, _text
 from agentgate.errors import CapabilityError
 
 MAX_CAPABILITY_TEXT = 4096
@@ -58,7 +58,7 @@ def _check_argument_name(name: object, resource: str) -> str:
     argument name had no length limit: a grant token carried one of 8,000 characters, and every
     decision and audit entry that quotes the capability carried it again."""
     if not issubclass(type(name), str):
-        raise CapabilityError(f"{resource}: argument name {name!r:.60} is not an identifier")
+        raise CapabilityError(f"{resource}: argument name {_shown(name)} is not an identifier")
     text = str.__str__(name)
     shown = f"{text[:40]!r}{'...' if len(text) > 40 else ''}"
     if len(text) > MAX_NAME_LENGTH:
@@ -95,7 +95,7 @@ class Capability:
         for pair in constraints:
             if not (isinstance(pair, tuple | list) and len(pair) == 2 and isinstance(pair[1], Constraint)):
                 raise CapabilityError(
-                    f"{self.resource}: constraints are (name, Constraint) pairs, got {repr(pair)[:80]}"
+                    f"{self.resource}: constraints are (name, Constraint) pairs, got {_shown(pair, 80)}"
                 )
         exact = [(_check_argument_name(name, self.resource), constraint) for name, constraint in constraints]
         if len({name for name, _ in exact}) != len(exact):
@@ -121,7 +121,11 @@ class Capability:
         return cls(
             resource,
             DEFAULT_ACTIONS.get(kind, "invoke") if action is None else action,
-            tuple((name, Constraint.of(spec, f"{resource} {name}")) for name, spec in constraints.items()),
+            # The name checked first: the refusal of its operators names it (``10**5000`` has no digits).
+            tuple(
+                (name, Constraint.of(spec, f"{resource} {_check_argument_name(name, resource)}"))
+                for name, spec in constraints.items()
+            ),
         )
 
     @classmethod

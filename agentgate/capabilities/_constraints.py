@@ -27,6 +27,7 @@ from agentgate.capabilities._values import (
     _is_number,
     _plain,
     _same,
+    _shown,
     _value_key,
 )
 from agentgate.errors import CapabilityError
@@ -81,7 +82,7 @@ class Constraint:
             if op == "prefix" and type(held) is not str:
                 raise CapabilityError(f"{where}: 'prefix' takes a string")
             if op not in ("eq", "prefix") and not _is_number(held):
-                raise CapabilityError(f"{where}: {op!r} takes a number, got {value!r:.60}")
+                raise CapabilityError(f"{where}: {op!r} takes a number, got {_shown(held)}")
             if held is not value:
                 object.__setattr__(self, op, held)
         one_of = self.one_of
@@ -108,7 +109,9 @@ class Constraint:
         kwargs: dict[str, Any] = {}
         for op, raw in spec.items():
             if op not in OPERATORS:
-                raise CapabilityError(f"{where}: unknown operator {op!r}; use one of {', '.join(OPERATORS)}")
+                raise CapabilityError(
+                    f"{where}: unknown operator {_shown(op)}; use one of {', '.join(OPERATORS)}"
+                )
             if op == "in":
                 if not isinstance(raw, list | tuple) or not raw or len(raw) > MAX_SET_SIZE:
                     raise CapabilityError(
@@ -124,7 +127,7 @@ class Constraint:
             else:
                 value = _check_value(raw, where)
                 if not _is_number(value):
-                    raise CapabilityError(f"{where}: {op!r} takes a number, got {raw!r}")
+                    raise CapabilityError(f"{where}: {op!r} takes a number, got {_shown(value)}")
                 kwargs[op] = value
         if "eq" not in kwargs and len(kwargs.get("one_of", ())) == 1:
             kwargs["eq"] = kwargs.pop("one_of")[0]  # one canonical spelling of a single value
