@@ -3,20 +3,25 @@
 A role's rule holding a number no grant token carries linted clean, and ``issue`` named a whole
 float out of range as an integer never written (``role_grant_not_issuable``). A huge integer
 given as an argument name or an operator was a bare ``ValueError``, and a rejected value was
-quoted whole."""
+quoted whole. ``parse_capability`` refused the one-line form ``format_capability`` wrote of a
+capability a token carries, past 4,096 characters."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentgate.authority import issue
-from agentgate.capabilities import Capability, Constraint
-from agentgate.errors import CapabilityError
+from agentgate.authority._grant import MAX_PAYLOAD_BYTES
+from agentgate.capabilities import Capability, Constraint, format_capability, parse_capability
+from agentgate.capabilities._capability import MAX_CAPABILITY_TEXT
+from agentgate.cli.main import main
+from agentgate.errors import CapabilityError, TokenFormatError
 from agentgate.gate import Gate
-from agentgate.keys import SigningKey
+from agentgate.keys import SigningKey, save_key
 from agentgate.policy import lint, parse_policy
 
 ROOT, BOT = SigningKey.generate(), SigningKey.generate()
@@ -179,3 +184,67 @@ def test_a_rejected_value_of_megabytes_is_quoted_cut(build: Any) -> None:
         build()
     assert len(str(refused.value)) < 300
     assert "..." in str(refused.value)
+
+
+# --- the one-line form of every capability a token carries parses back -------------------------------
+
+
+def _largest_carried(build: Callable[[int], Capability]) -> Capability:
+    """``build(k)`` for the largest ``k`` whose capability a grant token still carries."""
+    carried = None
+    for k in range(1, 10_000):
+        try:
+            carried = issue(ROOT, BOT.public, [build(k)], ttl=60).tip.capabilities[0]
+        except TokenFormatError:  # the payload is over MAX_PAYLOAD_BYTES
+            assert carried is not None
+            return carried
+    raise AssertionError("no payload limit reached")
+
+
+def _long_names(k: int) -> Capability:
+    # Each 200-character name once in the JSON, once per operator (seven) on the line.
+    operators = {"eq": 0, "in": [0, 1], "lt": 0, "le": 0, "gt": 0, "ge": 0, "prefix": ""}
+    return Capability.of("tool:x", constraints={f"a{i:03}" + "b" * 196: operators for i in range(k)})
+
+
+def _escaped_text(k: int) -> Capability:
+    # Each byte of text as three characters, and a one-value set written twice (a=x&a=x|x).
+    text = "€" * (40 * k)
+    return Capability.of("tool:x", constraints={"a": {"eq": text, "in": [text]}})
+
+
+def test_the_line_limit_is_seven_grant_payloads() -> None:
+    """The figure docs/cli.md states, from the token's limit (the argument is in its docstring)."""
+    assert MAX_CAPABILITY_TEXT == 7 * MAX_PAYLOAD_BYTES == 57_344
+
+
+@pytest.mark.parametrize("build", [_long_names, _escaped_text])
+def test_the_one_line_form_of_a_capability_a_token_carries_parses_back(
+    build: Callable[[int], Capability],
+) -> None:
+    """Review R83: ``format_capability`` promises ``parse_capability(format_capability(c)) == c``,
+    and ``parse_capability`` refused a line over 4,096 characters: an ``in`` of 1,000 short values,
+    which a token carries, was written in 5,916 characters, so a capability copied from ``grant
+    inspect`` or a refusal into ``--allow`` was refused. Rule: the largest capabilities of each
+    shape that a token carries (lines of 34,579 and 41,389 characters) round-trip."""
+    carried = _largest_carried(build)
+    line = format_capability(carried)
+    assert len(line) > 4096
+    assert parse_capability(line) == carried
+
+
+def test_a_capability_a_token_carries_copied_into_allow_is_issued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,000 order numbers (the most an ``in`` holds), as ``grant inspect`` writes them: a line of
+    4,916 characters, refused as ``--allow`` until review R83."""
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "agentgate.db"))
+    issuer, _ = save_key(ROOT, tmp_path / "k", "root")
+    _, holder = save_key(BOT, tmp_path / "k", "agent")
+    line = format_capability(
+        Capability.of("tool:payments.refund", constraints={"order": {"in": [f"O{i}" for i in range(1000)]}})
+    )
+    assert len(line) == 4916
+    assert main(["store", "init"]) == 0
+    argv = ["grant", "issue", "--issuer", str(issuer), "--to", str(holder), "--allow", line, "--ttl", "30m"]
+    assert main([*argv, "--out", str(tmp_path / "t.tok")]) == 0

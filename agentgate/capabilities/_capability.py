@@ -19,8 +19,15 @@ from agentgate.capabilities._resources import DEFAULT_ACTIONS, MAX_NAME_LENGTH, 
 from agentgate.capabilities._values import Scalar, _check_value, _shown, _text
 from agentgate.errors import CapabilityError
 
-MAX_CAPABILITY_TEXT = 4096
-"""The most characters the one-line form of a capability may have."""
+MAX_CAPABILITY_TEXT = 7 * 8 * 1024
+"""The most characters the one-line form of a capability may have: 57,344, seven times a grant
+payload's 8 KiB (``authority._grant.MAX_PAYLOAD_BYTES``), so that the one-line form of every capability a
+token carries, as ``grant inspect`` and refusals write it, parses back. Its JSON in the payload is
+under 8 KiB, and the one-line form writes no part of it more than seven times as long: an
+argument name, once in the JSON, once for each of up to seven operators; a byte of text as at
+most three characters (``%XX``); a one-value set twice (``a=x|x``). Until review R83 it was 4,096:
+a set of 1,000 short values, which a token carries, was written in 5,916 characters that
+``parse_capability`` refused. Only a policy's rule can be longer (one no token carries)."""
 
 _ACTION = re.compile(r"[a-z][a-z0-9_]*|\*")
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -212,6 +219,47 @@ def _parse_scalar(text: str, where: str) -> Scalar:
     return _parse_text(text, where)
 
 
+def _clauses(query: str) -> dict[str, dict[str, Any]]:
+    """The operators of each field that the clauses of ``query`` (after ``?``) give, the mapping
+    ``Capability.of`` takes; ``CapabilityError`` naming the clause, which ``parse_capability``
+    prefixes with the whole line once. Until review R83 the line was quoted into a message for
+    each clause read, refused or not: quadratic, 1.4 s for a line of 57,344 characters."""
+    ops: dict[str, dict[str, Any]] = {}
+    for clause in query.split("&"):
+        match = _CLAUSE.fullmatch(clause)
+        if not match:
+            raise CapabilityError(f"cannot read clause {clause!r} (FIELD OP VALUE)")
+        name, op, raw = match["field"], match["op"], match["value"]
+        where = f"clause {clause!r}"
+        spec = ops.setdefault(name, {})
+        if op == "=":
+            if raw[:1] in ("=", "<", ">"):
+                raise CapabilityError(
+                    f"{where}: '={raw[0]}' is not an operator (use "
+                    "=, <, <=, >, >=, ^=); quote a value that starts with it"
+                )
+            values = [_parse_scalar(v, where) for v in raw.split("|")]
+            key, value = ("eq", values[0]) if len(values) == 1 else ("in", values)
+        elif op == "^=":
+            if not raw:
+                raise CapabilityError(
+                    f'{where}: an empty prefix matches every string; write ^="" if that is meant'
+                )
+            if "|" in raw:
+                raise CapabilityError(
+                    f"{where}: '|' separates the values of a one-of, and a prefix is one string; "
+                    "give one prefix, or percent-encode a '|' in it as %7C"
+                )
+            key, value = "prefix", _parse_text(raw, where)
+        else:
+            key = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge"}[op]
+            value = _parse_scalar(raw, where)
+        if key in spec:
+            raise CapabilityError(f"{name} {op} given twice")
+        spec[key] = value
+    return ops
+
+
 def parse_capability(text: str) -> Capability:
     """Parse ``tool:payments.refund?amount<=500&currency=EUR|USD``.
 
@@ -250,39 +298,10 @@ def parse_capability(text: str) -> Capability:
     resource, has_action, action = head.partition("#")
     if has_action and not action:
         raise CapabilityError(f"capability {text!r}: '#' with no action after it")
-    ops: dict[str, dict[str, Any]] = {}
-    for clause in query.split("&") if has_query else ():
-        match = _CLAUSE.fullmatch(clause)
-        if not match:
-            raise CapabilityError(f"capability {text!r}: cannot read clause {clause!r} (FIELD OP VALUE)")
-        name, op, raw = match["field"], match["op"], match["value"]
-        where = f"capability {text!r}: clause {clause!r}"
-        spec = ops.setdefault(name, {})
-        if op == "=":
-            if raw[:1] in ("=", "<", ">"):
-                raise CapabilityError(
-                    f"{where}: '={raw[0]}' is not an operator (use "
-                    "=, <, <=, >, >=, ^=); quote a value that starts with it"
-                )
-            values = [_parse_scalar(v, where) for v in raw.split("|")]
-            key, value = ("eq", values[0]) if len(values) == 1 else ("in", values)
-        elif op == "^=":
-            if not raw:
-                raise CapabilityError(
-                    f'{where}: an empty prefix matches every string; write ^="" if that is meant'
-                )
-            if "|" in raw:
-                raise CapabilityError(
-                    f"{where}: '|' separates the values of a one-of, and a prefix is one string; "
-                    "give one prefix, or percent-encode a '|' in it as %7C"
-                )
-            key, value = "prefix", _parse_text(raw, where)
-        else:
-            key = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge"}[op]
-            value = _parse_scalar(raw, where)
-        if key in spec:
-            raise CapabilityError(f"capability {text!r}: {name} {op} given twice")
-        spec[key] = value
+    try:
+        ops = _clauses(query) if has_query else {}
+    except CapabilityError as exc:
+        raise CapabilityError(f"capability {text!r}: {exc}") from None
     kind = resource.partition(":")[0]
     return Capability.of(resource, action or DEFAULT_ACTIONS.get(kind), ops)
 
@@ -300,7 +319,9 @@ def _format_scalar(value: Scalar) -> str:
 
 
 def format_capability(cap: Capability) -> str:
-    """The one-line form; ``parse_capability(format_capability(c)) == c``."""
+    """The one-line form; ``parse_capability(format_capability(c)) == c`` for every capability
+    whose form is at most ``MAX_CAPABILITY_TEXT`` characters, which every capability a grant token
+    carries is (a longer one, only a policy's rule, is written, and refused by the parser)."""
     kind = cap.resource.partition(":")[0]
     text = cap.resource + ("" if cap.action == DEFAULT_ACTIONS.get(kind) else f"#{cap.action}")
     clauses: list[str] = []
