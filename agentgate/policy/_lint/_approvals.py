@@ -12,11 +12,12 @@ import functools
 import heapq
 import itertools
 import math
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from agentgate.capabilities import Capability, Constraint, Scalar, attenuates, intersects, pattern_matches
 from agentgate.findings import Finding, Severity
-from agentgate.policy._index import _comparable, wild_ancestors
+from agentgate.policy._index import _INT_RANGE, _comparable, wild_ancestors
 from agentgate.policy._lint._common import (
     _LISTED,
     INHERIT,
@@ -59,10 +60,17 @@ class ApprovalGateBypass(LintRule):
         # x tools (minutes for a policy of a few thousand of each).
         by_pattern = _by_pattern(declared)
         guarded = _gated_tools(policy, by_pattern, set(declared))
-        gates_on: dict[str, list[str]] = {}  # tool -> the gates that guard it
+        # Tool -> the gates that guard it, each with the types the tool declares for the
+        # arguments the gate looks at (what decides whether it stops a call, ``_stops``).
+        gates_on: dict[str, list[tuple[str, tuple[str | None, ...]]]] = {}
+        tools = policy.document.tools
         for g, named in guarded.items():
+            looks_at = [a for a, _ in policy.gate_conditions.get(g, ())]
             for r in named:
-                gates_on.setdefault(r, []).append(g)
+                if r.startswith("tool:"):
+                    args = tools[r.removeprefix("tool:")].args
+                    types = tuple(args[a].type if a in args else None for a in looks_at)
+                    gates_on.setdefault(r, []).append((g, types))
         spans = {pattern: _RuleSpans(rules) for pattern, rules in _wildcard_rules(policy).items()}
         siblings = _Siblings(policy, by_pattern)
         for gname, gate in policy.document.approvals.items():
@@ -284,7 +292,7 @@ def _paths_around(
     gated: set[str],
     reaching: Sequence[tuple[int, int, RuleRef]],
     siblings: _Siblings,
-    gates_on: Mapping[str, list[str]],
+    gates_on: Mapping[str, list[tuple[str, tuple[str | None, ...]]]],
 ) -> Iterator[tuple[RuleRef, list[str], int]]:
     """Each rule of ``reaching`` with the sibling tools it opens around gate ``gname`` (the first
     ``_LISTED`` in name order, and how many in all): tools that take the same arguments, that no
@@ -308,7 +316,9 @@ def _paths_around(
     # 1,000 gates, 1,000 tools and 64 rules on their pattern did not lint in 200 s).
     admits: dict[tuple[tuple[tuple[str, Constraint], ...], tuple[str | None, ...]], bool] = {}
     opened: dict[tuple[str, tuple[str, ...], tuple[str | None, ...]], list[str]] = {}
-    stops: dict[str, bool] = {}  # another gate on a sibling -> whether it stops every call this one does
+    # Another gate on a sibling, and the types the sibling declares for what it looks at -> whether
+    # it stops every call this one does.
+    stops: dict[tuple[str, tuple[str | None, ...]], bool] = {}
     stopped = dict(conditions)
     for _position, _index, rule in reaching:
         pattern, constraints = rule.capability.resource, rule.capability.constraints
@@ -329,8 +339,8 @@ def _paths_around(
                     for r in members
                     if r not in gated
                     and not any(
-                        _stops(policy, other, stopped, stops)
-                        for other in gates_on.get(r, ())
+                        _stops(policy, other, types, stopped, stops)
+                        for other, types in gates_on.get(r, ())
                         if other != gname
                     )
                 ]
@@ -340,23 +350,70 @@ def _paths_around(
             yield rule, list(itertools.islice(heapq.merge(*found), _LISTED)), sum(map(len, found))
 
 
-def _stops(policy: Policy, other: str, than: Mapping[str, Constraint], known: dict[str, bool]) -> bool:
-    """``_applies_whenever(policy, other, than)``, kept in ``known`` (by ``other``)."""
-    stopped = known.get(other)
+def _stops(
+    policy: Policy,
+    other: str,
+    types: tuple[str | None, ...],
+    than: Mapping[str, Constraint],
+    known: dict[tuple[str, tuple[str | None, ...]], bool],
+) -> bool:
+    """Whether approval gate ``other``, on a tool declaring the arguments it looks at of
+    ``types``, applies to every call there a gate with conditions ``than`` applies to
+    (``_applies_whenever``), kept in ``known``."""
+    stopped = known.get((other, types))
     if stopped is None:
-        stopped = known[other] = _applies_whenever(policy, other, than)
+        conditions = policy.gate_conditions.get(other, ())
+        stopped = known[other, types] = _applies_whenever(conditions, types, than)
     return stopped
 
 
-def _applies_whenever(policy: Policy, gate: str, than: Mapping[str, Constraint]) -> bool:
-    """Whether approval gate ``gate`` applies to every call a gate with conditions ``than``
-    applies to: each of its conditions is on an argument ``than`` looks at too, at least as
-    narrowly (a call missing the argument, or giving a value it cannot compare, needs approval
-    from both)."""
-    conditions = policy.gate_conditions.get(gate, ())
-    return all(arg in than for arg, _ in conditions) and all(
-        _within(than[arg], condition) for arg, condition in conditions
+def _applies_whenever(
+    conditions: tuple[tuple[str, Constraint], ...],
+    types: tuple[str | None, ...],
+    than: Mapping[str, Constraint],
+) -> bool:
+    """Whether a gate with ``conditions``, on a tool declaring their arguments of ``types``
+    (``None``: not declared), applies to every call there a gate with conditions ``than``
+    applies to. Each condition holds for every call (``_holds_always``), or ``than`` looks at its
+    argument too, with a condition that can compare a value of the type (else it applies to every
+    value) and is at least as narrow (a call missing the argument needs approval from both).
+    Until review R83 a condition that holds for every call (``prefix: ""``, or one the type
+    cannot compare) counted as narrower than none, and the gate as one that some calls pass."""
+    return all(
+        _holds_always(condition, kind)
+        or (
+            arg in than
+            and kind is not None
+            and _comparable(than[arg], _OF_TYPE[kind])
+            and _within(than[arg], condition)
+        )
+        for (arg, condition), kind in zip(conditions, types, strict=True)
     )
+
+
+# The least and the greatest value a call may give an argument of each declared type
+# (``_check_arguments``): a condition of bounds alone that allows both allows every value between.
+_ENDS: dict[str, tuple[Scalar, ...]] = {
+    "string": ("",),
+    "integer": (1 - _INT_RANGE, _INT_RANGE - 1),
+    "number": (-sys.float_info.max, sys.float_info.max),
+    "boolean": (False, True),
+}
+
+
+def _holds_always(condition: Constraint, kind: str | None) -> bool:
+    """Whether a gate's ``condition`` holds for every call on a tool declaring its argument of
+    ``kind`` (``None``: not declared), as the run time decides (``_gate_applies``): a call that
+    leaves the argument out (every call, where it is not declared: a call giving it is denied),
+    or gives a value the condition cannot compare, needs approval; any other, when the condition
+    allows its value. So it holds always where the type cannot be compared, or where every value
+    of the type is allowed: none of a type of infinitely many values is, when the condition lists
+    values; ``prefix: ""`` allows every text; bounds, every number between the two ends."""
+    if kind is None or not _comparable(condition, _OF_TYPE[kind]):
+        return True
+    if (condition.eq is not None or condition.one_of is not None) and kind != "boolean":
+        return False
+    return all(condition.allows(v) for v in _ENDS[kind])
 
 
 def _within(inner: Constraint, outer: Constraint) -> bool:
