@@ -68,7 +68,7 @@ class ContradictoryConstraint(LintRule):
                 if empty:
                     yield self.finding(
                         policy,
-                        f"{rule}: no value of {', '.join(empty)} satisfies it: it never matches",
+                        f"{rule}: no value of {', '.join(map(_quoted, empty))} satisfies it: it never matches",
                         rule.line,
                     )
         for gname, conditions in policy.gate_conditions.items():
@@ -76,7 +76,7 @@ class ContradictoryConstraint(LintRule):
             if empty:
                 yield self.finding(
                     policy,
-                    f"approval gate {gname}: no value of {', '.join(empty)} satisfies its condition",
+                    f"approval gate {gname}: no value of {', '.join(map(_quoted, empty))} satisfies its condition",
                     policy.line_of("approvals", gname, "when"),
                 )
 
@@ -96,7 +96,7 @@ class EmptyPrefix(LintRule):
                     if c.prefix == "":
                         yield self.finding(
                             policy,
-                            f"{rule}: the prefix of {arg} is empty: every text starts with it, so it bounds nothing",
+                            f"{rule}: the prefix of {_quoted(arg)} is empty: every text starts with it, so it bounds nothing",
                             rule.line,
                         )
 
@@ -169,7 +169,7 @@ class ConstraintTypeMismatch(LintRule):
                 for _first, _position, arg, kind, c in mismatches:
                     yield self.finding(
                         policy,
-                        f"{rule}: {arg} is {_article(kind)} {kind} but the constraint "
+                        f"{rule}: {_quoted(arg)} is {_article(kind)} {kind} but the constraint "
                         f"{_written(c)} admits no {kind}",
                         rule.line,
                     )
