@@ -31,9 +31,9 @@ from agentgate.policy._lint._common import (
     _listed,
     _named_patterns,
     _quoted,
+    _satisfiable,
     _tools_by_pattern,
     _tools_named,
-    _type_can_satisfy,
 )
 from agentgate.policy._load import Policy, RuleRef
 from agentgate.policy._schema import Argument, Tool
@@ -478,14 +478,15 @@ def _of_type(constraint: Constraint, kind: str) -> Constraint | None:
     such constraints intersect exactly when an integer satisfies both. A side whose integer bound
     a constraint cannot hold (``|v| >= 2**63``, or none) keeps the constraint's own bounds there:
     beyond ``2**63`` a float bound is a whole number, and no two such floats are one apart, so no
-    real both meet lies off the integers."""
+    real both meet lies off the integers. An integer of any size counts, also one no call may give
+    (``|v| >= 2**63``): a rule that admits only such is ``constraint_type_mismatch``'s finding."""
     if constraint.is_empty:
         return None
     listed = ((constraint.eq,) if constraint.eq is not None else ()) + (constraint.one_of or ())
     if listed:
-        kept = tuple(v for v in listed if _fits(kind, v) and constraint.allows(v))
+        kept = tuple(v for v in listed if _fits(kind, v, math.inf) and constraint.allows(v))
         return Constraint(one_of=kept) if kept else None
-    if not _type_can_satisfy(kind, constraint):
+    if not _satisfiable(kind, constraint, math.inf):
         return None
     if kind == "integer":
         lo, hi = _least_integer(constraint), _greatest_integer(constraint)

@@ -4,8 +4,8 @@ several rules make.
 The lookups find the declared tools and models, the rules each role holds by resource pattern
 (``_held_by_role``: a few lookups, not a comparison of every rule with every other), the declared
 tools a pattern names, and whether some value of a declared type satisfies a constraint
-(``_type_can_satisfy``, exact for integers at any size), and how a message writes an argument
-name (``_quoted``).
+(``_type_can_satisfy``, exact for the integers a call may give), and how a message writes an
+argument name (``_quoted``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from agentgate.capabilities import Constraint
 from agentgate.findings import Finding, FindingKind, Severity
-from agentgate.policy._index import wild_ancestors
+from agentgate.policy._index import _INT_RANGE, wild_ancestors
 from agentgate.policy._load import Policy, RuleRef
 
 SCOPE = FindingKind.SCOPE_CREEP
@@ -153,7 +153,19 @@ def _tools_named(pattern: str, tools: Mapping[str, object], by_pattern: Mapping[
 
 
 def _type_can_satisfy(kind: str, constraint: Constraint) -> bool:
-    """Whether some value of the declared ``kind`` satisfies ``constraint`` (exactly)."""
+    """Whether some value of the declared ``kind`` that a call may give satisfies ``constraint``
+    (exactly): for an integer, a whole number within the run time's range (``-2**63 < v < 2**63``,
+    ``_check_arguments``; until review R83 an integer of any size counted)."""
+    return _satisfiable(kind, constraint, _INT_RANGE)
+
+
+def _integer_beyond_range(constraint: Constraint) -> bool:
+    """Whether ``constraint`` admits integers, but none that a call may give (``|v| >= 2**63``)."""
+    return _satisfiable("integer", constraint, math.inf) and not _type_can_satisfy("integer", constraint)
+
+
+def _satisfiable(kind: str, constraint: Constraint, limit: float) -> bool:
+    """``_type_can_satisfy`` for integers ``-limit < v < limit``."""
     ops = constraint.to_dict()
     numeric = kind in ("integer", "number")
     bounded = any(op in ops for op in ("lt", "le", "gt", "ge"))
@@ -164,9 +176,9 @@ def _type_can_satisfy(kind: str, constraint: Constraint) -> bool:
     listed = ops.get("in")
     values: list[object] = [ops["eq"]] if "eq" in ops else list(listed) if isinstance(listed, list) else []
     if values:  # a finite set: one of the values it keeps must be of the type
-        return any(_fits(kind, v) and constraint.allows(v) for v in values)
-    if kind == "integer" and bounded:  # an interval: it must hold a whole number
-        return _least_integer(constraint) <= _greatest_integer(constraint)
+        return any(_fits(kind, v, limit) and constraint.allows(v) for v in values)
+    if kind == "integer" and bounded:  # an interval: it must hold a whole number within the limit
+        return max(_least_integer(constraint), 1 - limit) <= min(_greatest_integer(constraint), limit - 1)
     return True
 
 
@@ -190,11 +202,13 @@ def _greatest_integer(c: Constraint) -> float:
     return min(candidates)
 
 
-def _fits(kind: str, value: object) -> bool:
+def _fits(kind: str, value: object, limit: float = _INT_RANGE) -> bool:
+    """Whether a call may give ``value`` for an argument of the declared ``kind``: for an
+    integer, a whole number ``-limit < v < limit``."""
     if kind == "boolean":
         return isinstance(value, bool)
     if kind == "string":
         return isinstance(value, str)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    return kind == "number" or float(value).is_integer()
+    return kind == "number" or (float(value).is_integer() and -limit < value < limit)

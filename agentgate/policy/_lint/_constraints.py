@@ -15,6 +15,7 @@ from agentgate.policy._lint._common import (
     OPAQUE,
     LintRule,
     _held_by_role,
+    _integer_beyond_range,
     _listed,
     _quoted,
     _tools_by_pattern,
@@ -170,7 +171,7 @@ class ConstraintTypeMismatch(LintRule):
                     yield self.finding(
                         policy,
                         f"{rule}: {_quoted(arg)} is {_article(kind)} {kind} but the constraint "
-                        f"{_written(c)} admits no {kind}",
+                        f"{_written(c)} admits no {_kind_given(kind, c)}",
                         rule.line,
                     )
         # A gate's condition that no value of the type satisfies does not say when the gate
@@ -183,7 +184,7 @@ class ConstraintTypeMismatch(LintRule):
                         yield self.finding(
                             policy,
                             f"approval gate {gname}: {_quoted(arg)} of tool:{name} is {_article(decl.type)} "
-                            f"{decl.type} but the condition {_written(c)} admits no {decl.type}",
+                            f"{decl.type} but the condition {_written(c)} admits no {_kind_given(decl.type, c)}",
                             policy.line_of("approvals", gname, "when"),
                         )
 
@@ -196,6 +197,13 @@ def _types_declared(names: Iterable[str], tools: Mapping[str, Tool]) -> dict[str
         for arg, decl in tools[name].args.items():
             out.setdefault(arg, {}).setdefault(decl.type, position)
     return out
+
+
+def _kind_given(kind: str, constraint: Constraint) -> str:
+    """The values of ``kind`` that ``constraint`` admits none of, as a message names them: an
+    integer bound beyond what a call may give says so (``gt: 9223372036854775807`` admits 2**63)."""
+    beyond = kind == "integer" and _integer_beyond_range(constraint)
+    return f"{kind} a call may give (-2**63 < v < 2**63)" if beyond else kind
 
 
 def _article(kind: str) -> str:
