@@ -106,7 +106,9 @@ RULES: tuple[LintRule, ...] = (
     UnclearArgumentName(),
     DelegationWithoutDepth(),
 )
-"""Every lint rule, in the order their findings are reported for the same line."""
+"""Every lint rule, in the order they run. Their order does not order the findings: ``lint``
+sorts them by line, then by code (a code is one rule's), and keeps the order a rule yields its
+findings of one line in."""
 
 
 def lint(policy: Policy, rules: tuple[LintRule, ...] = RULES) -> tuple[Finding, ...]:
