@@ -60,7 +60,9 @@ class ChatResult:
     usage: Usage
     body: Mapping[str, Any]
     raw: bytes = field(default=b"", repr=False)
-    """The body as the backend sent it (``body`` is its decoded form); empty if not kept."""
+    """The body as the backend sent it (``body`` is its decoded form); empty if not kept. A key sent
+    twice in one object is here twice, and once in ``body``, the last copy: pass ``body`` on (the
+    gateway sends it encoded again), not these bytes, for a reader to see the copy checked."""
 
 
 def _reject_error(backend: str, body: object, key: str | None = None) -> None:

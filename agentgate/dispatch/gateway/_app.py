@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import logging
 import math
 import time
@@ -40,6 +41,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
+import orjson
 from opentelemetry import context as otel_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -109,6 +111,7 @@ from agentgate.errors import (
     AgentGateError,
     AnswerTooLarge,
     AuditError,
+    BackendFailed,
     CallerGone,
     GatewayStopped,
     InputError,
@@ -534,10 +537,9 @@ class Gateway:
             if why is not None:
                 passed["agentgate"] = _charge_field(why)
             return JSONResponse(passed, headers=headers), True
-        # The backend's own bytes when it sent them (the body is not decoded and encoded again).
-        if result.raw:
-            return Response(result.raw, media_type="application/json", headers=headers), True
-        return JSONResponse(dict(result.body), headers=headers), True
+        # The body as read, encoded again (``_as_read``), never the backend's bytes as sent: a key
+        # it sent twice is the last copy, the one checked and charged.
+        return Response(result.raw, media_type="application/json", headers=headers), True
 
     def _route(self, tenant: str, priority: str | None, model: object = None) -> dict[str, Any]:
         """The dispatcher's routing arguments for a call of ``tenant`` in the class ``priority`` to
@@ -573,6 +575,8 @@ class Gateway:
         pool never began to send it, ``SENDING``), which raises ``CallerGone`` or
         ``GatewayStopped`` here instead, so that it is released, nothing charged. (The
         cancellation ends here: the handler answers, or finds its caller gone, at once.)
+
+        Raises ``BackendFailed`` for an answer that cannot be encoded again (``_as_read``).
         """
         with _Watch(scope) as watch:
             if watch.gone:  # while the call was being decided: nothing is sent, nothing charged
@@ -580,7 +584,7 @@ class Gateway:
             mark = SendMark()
             sending = SENDING.set(mark)
             try:
-                return await self.dispatcher.chat(payload, **route)
+                result = await self.dispatcher.chat(payload, **route)
             except (AnswerTooLarge, UsageUnreadable) as exc:
                 return _Unread(exc)
             except asyncio.CancelledError:
@@ -593,6 +597,7 @@ class Gateway:
                 return _Cut(watch.gone)
             finally:
                 SENDING.reset(sending)
+        return _as_read(result)
 
     def _quota_headers(self, decision: GatewayDecision) -> dict[str, str] | None:
         """The headers of a call refused by a policy quota: ``Retry-After``, the seconds until its
@@ -850,6 +855,29 @@ class Gateway:
         # reported, over ``max_tokens`` or not).
         self._tokens.labels(kind="prompt").inc(prompt)
         self._tokens.labels(kind="completion").inc(completion)
+
+
+def _as_read(result: ChatResult) -> ChatResult:
+    """``result`` with ``raw`` its ``body`` encoded again (orjson, compact): what the caller is sent,
+    the answer as the gateway read it, never the backend's bytes as sent. A key the backend sent
+    twice in one object is read once, the last copy (orjson's reading, the one every check and the
+    charge read): the bytes as sent carry both, and a reader that keeps the first copy saw another
+    answer than the one checked and charged (until review R83 they were sent on: a first
+    ``choices`` of 5,000 characters and a first ``usage`` of 2,000 tokens, the call charged the
+    last ones, one completion token). Costs a quarter of the reading or less: under a microsecond
+    for a few kB, 30 ms for 12 MB of log-probabilities.
+
+    Raises ``BackendFailed`` for a body orjson does not encode: nested past 254 levels (it reads
+    1,024), which no chat completion is (a token's top log-probabilities, its deepest field, are 6
+    levels down). Raised within the call (``_backend_call``), it is settled as a backend failure,
+    released, as the other answers that are not the JSON promised."""
+    try:
+        encoded = orjson.dumps(dict(result.body))
+    except orjson.JSONEncodeError as exc:
+        raise BackendFailed(
+            f"{result.backend}: malformed chat completion: it cannot be encoded to pass on ({exc})"
+        ) from None
+    return dataclasses.replace(result, raw=encoded)
 
 
 def _as_charged(usage: object, auth: Authorization) -> dict[str, Any] | None:
