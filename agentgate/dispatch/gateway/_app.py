@@ -464,8 +464,11 @@ class Gateway:
             # (`agentgate approval sign`), and the caller retries the same body with the approval.
             extra = decision.auth.approval_payload() if decision.auth.needs_approval else None
             headers = self._quota_headers(decision) if decision.auth.quota_exceeded is not None else None
+            # Every refusal names its code (``GatewayGate``): none is made up here, so the codes
+            # counted are the ones docs/gateway.md lists (until review R83 a fallback "refused").
+            assert decision.code is not None
             answer = error_response(
-                decision.status, decision.message, decision.code or "refused", headers=headers, extra=extra
+                decision.status, decision.message, decision.code, headers=headers, extra=extra
             )
             return answer, False
         try:
@@ -617,25 +620,25 @@ class Gateway:
     async def _refuse_body(self, reason: str, param: str | None) -> Response:
         """The answer to a malformed chat body: 400 ``invalid_request``, ``param`` naming the field
         at fault when one is (OpenAI's ``param``), audited as a refusal (nothing decided)."""
-        decision = await self._blocking(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
+        await self._blocking(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
         message = f"malformed chat completion request: {reason}"
-        return error_response(400, message, decision.code or "invalid", param=param)
+        return error_response(400, message, "invalid_request", param=param)
 
     async def _refuse_large_body(self, reason: str) -> Response:
         """The answer to a call whose body is over ``max_body_bytes`` (read, or declared by a caller
         waiting for ``100 Continue``): 413 ``request_too_large``, audited as a refusal (nothing
         decided). Not 400: the request may be well formed, only too large (RFC 9110, 15.5.14;
         OpenAI's API answers an oversized request 413 too)."""
-        decision = await self._blocking(self.gate.refuse, _UNPARSED, 413, "request_too_large", reason)
-        return error_response(413, reason, decision.code or "request_too_large")
+        await self._blocking(self.gate.refuse, _UNPARSED, 413, "request_too_large", reason)
+        return error_response(413, reason, "request_too_large")
 
     async def _refuse_slow_body(self, reason: str) -> Response:
         """The answer to a call whose body did not arrive in time: 408 ``request_timeout``, audited
         as a refusal (nothing decided), and the connection closed (RFC 9110, 15.5.9; nginx's
         ``client_body_timeout``). Not 400: the request was not malformed, and a client may send it
         again (the OpenAI SDKs retry a 408, never a 400); the rest of its body is not waited for."""
-        decision = await self._blocking(self.gate.refuse, _UNPARSED, 408, "request_timeout", reason)
-        answer = error_response(408, reason, decision.code or "request_timeout")
+        await self._blocking(self.gate.refuse, _UNPARSED, 408, "request_timeout", reason)
+        answer = error_response(408, reason, "request_timeout")
         answer.headers["connection"] = "close"
         return answer
 

@@ -92,6 +92,8 @@ class GatewayDecision:
     auth: Authorization
     status: int = 200
     code: str | None = None
+    """The error code of a refusal, which every refusal names (the gateway answers and counts it:
+    docs/gateway.md, "Errors"); ``None`` for an allow."""
 
     @property
     def allowed(self) -> bool:

@@ -95,6 +95,10 @@ def protocol_error(status: int, message: str) -> ErrorResponse:
     return error_response(status, message, _PROTOCOL_CODES.get(status, "invalid_http_request"))
 
 
+NOT_SERVED = "not_served"
+"""The code of an allowed call that failed with an error that is not a ``DispatchError``."""
+
+
 def _dispatch_error(exc: AgentGateError) -> Response:
     """The HTTP answer for a call that was allowed but could not be served (nothing was charged,
     but for an answer too large to read).
@@ -155,8 +159,11 @@ def _dispatch_error(exc: AgentGateError) -> Response:
             _log.info("agentgate gateway: %s", exc)
         message = f"the backend rejected the request: {words}" if named else str(exc)
         return error_response(400, message, "rejected_by_backend")
+    # An error that is not the dispatcher's (an ``InputError`` for a routing argument, say) has a
+    # fixed code: its class name, the code until review R83, made the metrics' label set as open
+    # as the exceptions that can get here.
     _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
-    return error_response(503, "the call could not be served; nothing was charged", type(exc).__name__)
+    return error_response(503, "the call could not be served; nothing was charged", NOT_SERVED)
 
 
 def _seconds(delay: float) -> str:
