@@ -106,14 +106,17 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
     try:
         event = orjson.loads(data)
         _reject_error(backend, event, key)
-        # vLLM sends ``"usage": null`` on every chunk but the last: an empty usage is none. So is
+        # vLLM sends ``"usage": null`` on every chunk but the last: a null usage is none. So is
         # one without a completion count (charged as nothing generated, its output would go free:
         # the stream is then settled as one that reported no usage, at its reservation), or
         # without a prompt count, as a whole answer's is (``reports_usage``; until review R70 a
-        # stream read it as 0 prompt tokens reported, and said so of its charge).
+        # stream read it as 0 prompt tokens reported, and said so of its charge). A usage that is
+        # no object is garbage, as in a whole answer (``_usage``): until review R83 one that was
+        # falsy (``0``, ``[]``, ``""``, ``false``) was read as none and passed on to a caller that
+        # asked for usage, as its usage.
         raw = event.get("usage")
         try:
-            usage = _usage(raw) if raw else None
+            usage = _usage(raw) if raw is not None else None
         except ValueError as exc:
             # The backend ran the call (a usage counts what it did), what it cost unreadable: not
             # a failure to send it elsewhere, even before any output (until review R69 the next
