@@ -224,17 +224,25 @@ def _check_template_kwargs(kwargs: object) -> None:
             )
 
 
+_RENDERED = ("tools", "functions", "documents", "chat_template_kwargs")
+"""Body fields besides the messages that a chat template renders into the prompt (vLLM passes each
+to ``apply_chat_template``): the tool (or legacy function) definitions, the documents of a
+retrieval template (Command-R's, Granite's), and the template's own arguments, whose values a
+template may print (until review R83 ``documents`` and ``chat_template_kwargs`` were not counted:
+a megabyte of documents was reserved as no prompt at all)."""
+
+
 def _prompt_estimate(body: Mapping[str, Any]) -> int:
     """The prompt tokens reserved for a checked chat body: its messages' text and, since a chat
     template renders them into the prompt too, its messages' other fields (an assistant turn's
-    ``tool_calls`` and their arguments, a ``name``) and its tool (or legacy function)
-    definitions, at four characters a token; each media content part (an image, audio, a file)
+    ``tool_calls`` and their arguments, a ``name``) and the body's fields in ``_RENDERED`` (as
+    compact JSON), at four characters a token; each media content part (an image, audio, a file)
     at ``media_part_tokens`` (``estimate_prompt_tokens``), never at the length of its base64."""
     tokens = estimate_prompt_tokens(body["messages"])
     for message in body["messages"]:
         if rest := {k: v for k, v in message.items() if k != "role" and k != "content"}:
             tokens += estimate_tokens(json.dumps(rest, separators=(",", ":"), ensure_ascii=False))
-    for name in ("tools", "functions"):
+    for name in _RENDERED:
         if body.get(name):
             tokens += estimate_tokens(json.dumps(body[name], separators=(",", ":"), ensure_ascii=False))
     return tokens
