@@ -71,5 +71,20 @@ def shown(value: object) -> str:
     """What a wrong argument was, for an error message: a number, a time span or ``None`` as
     itself; anything else by its type only (text or bytes may be a key or a token)."""
     if value is None or isinstance(value, int | float | timedelta):
-        return repr(value)[:80]
+        return quoted(value)
     return f"a {type(value).__name__}"
+
+
+def quoted(value: object, limit: int = 80) -> str:
+    """``value`` as a refusal quotes it: its ``repr``, at most ``limit`` characters (cut with
+    ``...``); an integer past 128 bits by its size. Python refuses to write an integer of more
+    than 4,300 digits, alone or inside a container: a refusal quoting one (a store's count, an
+    argument name or an operator given as ``10**5000``) was itself a bare ``ValueError`` until
+    reviews R57 and R83; one quoting a rejected value of 10 MB held all of it."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past 4,300 digits inside a container
+        return f"a {type(value).__name__} holding an integer too long to write"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgate._json import Inexact, exact_float
-from agentgate._shown import character_named, not_printable
+from agentgate._shown import character_named, not_printable, quoted
 from agentgate.capabilities._constraints import Constraint
 from agentgate.capabilities._resources import DEFAULT_ACTIONS, MAX_NAME_LENGTH, _check_pattern
-from agentgate.capabilities._values import Scalar, _check_value, _shown, _text
+from agentgate.capabilities._values import Scalar, _check_value, _text
 from agentgate.errors import CapabilityError
 
 MAX_CAPABILITY_TEXT = 7 * 8 * 1024
@@ -65,7 +65,7 @@ def _check_argument_name(name: object, resource: str) -> str:
     argument name had no length limit: a grant token carried one of 8,000 characters, and every
     decision and audit entry that quotes the capability carried it again."""
     if not issubclass(type(name), str):
-        raise CapabilityError(f"{resource}: argument name {_shown(name)} is not an identifier")
+        raise CapabilityError(f"{resource}: argument name {quoted(name)} is not an identifier")
     text = str.__str__(name)
     shown = f"{text[:40]!r}{'...' if len(text) > 40 else ''}"
     if len(text) > MAX_NAME_LENGTH:
@@ -102,7 +102,7 @@ class Capability:
         for pair in constraints:
             if not (isinstance(pair, tuple | list) and len(pair) == 2 and isinstance(pair[1], Constraint)):
                 raise CapabilityError(
-                    f"{self.resource}: constraints are (name, Constraint) pairs, got {_shown(pair, 80)}"
+                    f"{self.resource}: constraints are (name, Constraint) pairs, got {quoted(pair)}"
                 )
         exact = [(_check_argument_name(name, self.resource), constraint) for name, constraint in constraints]
         if len({name for name, _ in exact}) != len(exact):

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgate._shown import quoted
 from agentgate.capabilities._normal_forms import (
     _Empty,
     _Finite,
@@ -27,7 +28,6 @@ from agentgate.capabilities._values import (
     _is_number,
     _plain,
     _same,
-    _shown,
     _value_key,
 )
 from agentgate.errors import CapabilityError
@@ -82,7 +82,7 @@ class Constraint:
             if op == "prefix" and type(held) is not str:
                 raise CapabilityError(f"{where}: 'prefix' takes a string")
             if op not in ("eq", "prefix") and not _is_number(held):
-                raise CapabilityError(f"{where}: {op!r} takes a number, got {_shown(held)}")
+                raise CapabilityError(f"{where}: {op!r} takes a number, got {quoted(held)}")
             if held is not value:
                 object.__setattr__(self, op, held)
         one_of = self.one_of
@@ -110,7 +110,7 @@ class Constraint:
         for op, raw in spec.items():
             if op not in OPERATORS:
                 raise CapabilityError(
-                    f"{where}: unknown operator {_shown(op)}; use one of {', '.join(OPERATORS)}"
+                    f"{where}: unknown operator {quoted(op)}; use one of {', '.join(OPERATORS)}"
                 )
             if op == "in":
                 if not isinstance(raw, list | tuple) or not raw or len(raw) > MAX_SET_SIZE:
@@ -127,7 +127,7 @@ class Constraint:
             else:
                 value = _check_value(raw, where)
                 if not _is_number(value):
-                    raise CapabilityError(f"{where}: {op!r} takes a number, got {_shown(value)}")
+                    raise CapabilityError(f"{where}: {op!r} takes a number, got {quoted(value)}")
                 kwargs[op] = value
         if "eq" not in kwargs and len(kwargs.get("one_of", ())) == 1:
             kwargs["eq"] = kwargs.pop("one_of")[0]  # one canonical spelling of a single value

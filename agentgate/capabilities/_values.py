@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterable
 from typing import TypeAlias
 
+from agentgate._shown import quoted
 from agentgate.errors import CapabilityError
 
 Scalar: TypeAlias = str | int | float | bool
@@ -51,26 +52,11 @@ def _is_text(value: str) -> bool:
     return True
 
 
-def _shown(value: object, limit: int = 60) -> str:
-    """``value`` as a refusal quotes it: its ``repr``, cut at ``limit`` characters (then ``...``);
-    an integer past 128 bits by its size. Python refuses to write an integer of more than 4,300
-    digits, alone or inside a tuple: until review R83 a refusal quoting one (an argument name or
-    an operator given as ``10**5000``) was itself a bare ``ValueError``, and one quoting a
-    rejected value of 10 MB held all of it."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
-        return f"an integer of {value.bit_length()} bits"
-    try:
-        text = repr(value)
-    except ValueError:  # an integer past 4,300 digits inside a container
-        return f"a {type(value).__name__} holding an integer too long to write"
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
 def _check_text(value: str, where: str) -> str:
     """``value``, unless it is not Unicode text (a lone surrogate): no token can carry it, no
     call's arguments holding it can be digested, and the one-line form cannot spell it."""
     if not _is_text(value):
-        raise CapabilityError(f"{where}: {_shown(value)} is not valid Unicode text")
+        raise CapabilityError(f"{where}: {quoted(value)} is not valid Unicode text")
     return value
 
 

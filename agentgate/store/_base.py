@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from agentgate._shown import quoted
 from agentgate.errors import InputError, StoreError
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def whole_number(value: object, name: str, least: int, most: int = MAX_STORED_IN
     method hands a statement (a ``LIMIT``, a count of slots), where the two stores read a value
     out of range differently (SQLite's ``LIMIT -1`` is no limit, PostgreSQL refuses it)."""
     if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
-        raise InputError(f"{name} must be a whole number from {least} to {most}, got {_quoted(value)}")
+        raise InputError(f"{name} must be a whole number from {least} to {most}, got {quoted(value)}")
     return value
 
 
@@ -77,7 +78,7 @@ def positive_number(value: object, name: str, most: float = sys.float_info.max) 
     comparison with it is false), and infinity is no length of time a store can add to a clock."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:
         bound = "" if most == sys.float_info.max else f" and at most {most:g}"
-        raise InputError(f"{name} must be a finite number above 0{bound}, got {_quoted(value)}")
+        raise InputError(f"{name} must be a finite number above 0{bound}, got {quoted(value)}")
     return float(value)
 
 
@@ -90,17 +91,8 @@ def unix_time(value: object, name: str) -> float:
         (isinstance(value, float) and math.isfinite(value))
         or (isinstance(value, int) and -MAX_STORED_INTEGER <= value <= MAX_STORED_INTEGER)
     ):
-        raise InputError(f"{name} must be a finite number of Unix seconds, got {_quoted(value)}")
+        raise InputError(f"{name} must be a finite number of Unix seconds, got {quoted(value)}")
     return float(value)
-
-
-def _quoted(value: object) -> str:
-    """``value`` as an error quotes it: its ``repr``, at most 80 characters (an integer of
-    thousands of digits has none: Python refuses to write one of more than 4,300)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
-        return f"an integer of {value.bit_length()} bits"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def driver_error_line(exc: BaseException) -> str:
@@ -159,7 +151,7 @@ class Transaction(abc.ABC):
         a lost lock ended, PostgreSQL an aborted one), and the block's error says why."""
         if not _IDENTIFIER.fullmatch(name):
             raise InputError(
-                f"a savepoint name must be an SQL identifier (letters, digits, _), got {_quoted(name)}"
+                f"a savepoint name must be an SQL identifier (letters, digits, _), got {quoted(name)}"
             )
         self.execute(f"SAVEPOINT {name}")
         try:
