@@ -29,6 +29,10 @@ most three characters (``%XX``); a one-value set twice (``a=x|x``). Until review
 a set of 1,000 short values, which a token carries, was written in 5,916 characters that
 ``parse_capability`` refused. Only a policy's rule can be longer (one no token carries)."""
 
+_QUOTED_TEXT = 200
+"""Most characters of a capability's one-line form (or of one clause) a refusal quotes: the form
+may be ``MAX_CAPABILITY_TEXT`` long, and an error is a line of a log."""
+
 _ACTION = re.compile(r"[a-z][a-z0-9_]*|\*")
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _USUAL_ACTIONS = frozenset(DEFAULT_ACTIONS.values())
@@ -208,7 +212,12 @@ def _parse_scalar(text: str, where: str) -> Scalar:
         return text == "true"
     if _NUMBER.fullmatch(text):
         if not any(c in text for c in ".eE"):
-            return _check_value(int(text), where)
+            try:
+                return _check_value(int(text), where)
+            except ValueError:  # past the 4,300 digits Python reads (review R83: a bare ValueError)
+                raise CapabilityError(
+                    f"{where}: an integer of {len(text.lstrip('-'))} digits is more than can be read"
+                ) from None
         number = exact_float(text)
         if isinstance(number, Inexact):
             raise CapabilityError(
@@ -228,9 +237,9 @@ def _clauses(query: str) -> dict[str, dict[str, Any]]:
     for clause in query.split("&"):
         match = _CLAUSE.fullmatch(clause)
         if not match:
-            raise CapabilityError(f"cannot read clause {clause!r} (FIELD OP VALUE)")
+            raise CapabilityError(f"cannot read clause {quoted(clause, _QUOTED_TEXT)} (FIELD OP VALUE)")
         name, op, raw = match["field"], match["op"], match["value"]
-        where = f"clause {clause!r}"
+        where = f"clause {quoted(clause, _QUOTED_TEXT)}"
         spec = ops.setdefault(name, {})
         if op == "=":
             if raw[:1] in ("=", "<", ">"):
@@ -286,22 +295,23 @@ def parse_capability(text: str) -> Capability:
         raise CapabilityError(
             f"a capability is a non-empty string of at most {MAX_CAPABILITY_TEXT} characters"
         )
+    shown = quoted(text, _QUOTED_TEXT)
     # Looked for in the clauses: the resource and the action are refused as not canonical anyway.
     clauses = text.find("?") + 1
     hidden = next((i for i, c in enumerate(text[clauses:], clauses) if not_printable(c)), None)
     if clauses and hidden is not None:
         raise CapabilityError(
-            f"capability {text!r}: holds {character_named(text[hidden])} at character {hidden + 1}; "
+            f"capability {shown}: holds {character_named(text[hidden])} at character {hidden + 1}; "
             "percent-encode it in a value (%XX, UTF-8), or use the structured form"
         )
     head, has_query, query = text.partition("?")
     resource, has_action, action = head.partition("#")
     if has_action and not action:
-        raise CapabilityError(f"capability {text!r}: '#' with no action after it")
+        raise CapabilityError(f"capability {shown}: '#' with no action after it")
     try:
         ops = _clauses(query) if has_query else {}
     except CapabilityError as exc:
-        raise CapabilityError(f"capability {text!r}: {exc}") from None
+        raise CapabilityError(f"capability {shown}: {exc}") from None
     kind = resource.partition(":")[0]
     return Capability.of(resource, action or DEFAULT_ACTIONS.get(kind), ops)
 
