@@ -163,8 +163,8 @@ _ADDED_COLUMNS = {"entry": "INTEGER", "unit": "TEXT"}
 def _settled_cut(before: float) -> tuple[str, str] | None:
     """How ``BudgetLedger.prune`` finds the reservations settled before ``before`` (Unix
     seconds): the comparison of their ``settled`` column and the time, in its format (a year of
-    four digits: ``strftime`` writes the year 385 as ``385``, which sorts after ``2026`` as
-    text, and such a ``before`` pruned every settled reservation). ``None`` before the year 1,
+    four digits, ``format_time``: until review R83 the year 385 was ``385``, which sorts after
+    ``2026`` as text, and such a ``before`` pruned every settled reservation). ``None`` before the year 1,
     where no time is settled; after the year 9999, every one is (up to its last moment). Until
     review R83 a ``before`` outside those years was a bare ``ValueError``, ``OverflowError``
     or ``OSError`` from ``datetime``, which the approval and dead-letter prunes take."""
@@ -174,7 +174,7 @@ def _settled_cut(before: float) -> tuple[str, str] | None:
         if before < 0:
             return None
         return "<=", format_time(datetime.max.replace(tzinfo=UTC))
-    return "<", moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    return "<", format_time(moment)
 
 
 def _tables(store: Store) -> set[str]:
