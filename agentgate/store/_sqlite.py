@@ -36,7 +36,13 @@ from agentgate.store._base import (
     unstorable_text,
 )
 from agentgate.store._existing import init_command, missing_file, refuse_missing_sqlite, refuse_others_tables
-from agentgate.store._version import VERSION_DDL, record_version, recorded_version, refuse_newer
+from agentgate.store._version import (
+    VERSION_DDL,
+    VERSION_TABLE,
+    record_version,
+    recorded_version,
+    refuse_newer,
+)
 
 _SYNCHRONOUS = {"FULL", "NORMAL", "EXTRA"}
 _SYNCING = {"FULL", "EXTRA"}
@@ -546,7 +552,16 @@ class SQLiteStore(Store):
             # This class's own transaction: a subclass's (one that counts them) is not set up yet.
             with SQLiteStore.transaction(self, immediate=False) as tx:
                 if not read_only and tables is None:  # in WAL mode, or unreadable before: now
-                    self._refuse_foreign_file(tables_and_columns(tx.execute))
+                    names = {
+                        str(row[0])
+                        for row in tx.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                    }
+                    # Agentgate's own store (its version record): as before review R83, each part
+                    # checks its tables as it creates them (``ensure_schema``), and opening it
+                    # imports no part (every verb would load them all, the audit log's Pydantic
+                    # models with them: ``required_store_columns``).
+                    if VERSION_TABLE not in names:
+                        self._refuse_foreign_file(tables_and_columns(tx.execute))
                 self.schema = recorded_version(tx, "sqlite")
             refuse_newer(str(self.path), self.schema)
         except BaseException:
