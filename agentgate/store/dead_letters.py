@@ -215,12 +215,14 @@ def _attempt_error(value: object) -> bool:
 
 
 def _loaded(letter_id: object, field: str, text: object) -> Any:
-    """The JSON value ``text`` holds; ``StoreError`` when it holds none."""
+    """The JSON value ``text`` holds; ``StoreError`` when it holds none, or JSON nested past the
+    parser's depth (until review R83 a ``RecursionError`` traceback out of ``agentgate tasks
+    dead-letters``)."""
     if not isinstance(text, str):
         _corrupt(letter_id, field, text)
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         _corrupt(letter_id, field, text)
 
 
