@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from agentgate._names import SETTLE_MIN_AGE_S
-from agentgate.cli._common import STORE_HELP, given, given_text, settle_flags
+from agentgate.cli._common import LEAVE_THE_FLAG_OUT, STORE_HELP, given, given_text, settle_flags
 from agentgate.cli._handlers import handled_by
 
 _TASKS = "agentgate.cli.tasks"
@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
         "--limit", type=_positive, default=100, metavar="N", help="at most N letters (default 100)"
     )
     dead.add_argument(
-        "--tool", type=given_text, metavar="NAME", help="only letters of this tool: its name or tool:NAME"
+        "--tool", type=_tool_name, metavar="NAME", help="only letters of this tool: its name or tool:NAME"
     )
     dead.add_argument("--store", type=given, metavar="URL", help=STORE_HELP)
     dead.set_defaults(handler=handled_by(_TASKS, "_dead_letters"))
@@ -83,6 +83,17 @@ def _listing(sub: Any, name: str, *, help: str, description: str) -> Any:
 
 MAX_LIMIT = 1_000_000
 """The most letters one listing may ask for (a larger number overflowed the store's integer)."""
+
+
+def _tool_name(value: str) -> str:
+    """``dead-letters --tool``: the tool's name, given as such or as its resource (``tool:NAME``, as
+    ``agentgate audit show --tool`` takes it). ``tool:`` alone names no tool and is refused (exit 2)
+    as an empty value is: until review R83 it was read as no filter, and every tool's letters were
+    listed (``--tool "tool:$NAME"`` with ``NAME`` unset)."""
+    name = given_text(value).removeprefix("tool:")
+    if not name:
+        raise argparse.ArgumentTypeError(f"'tool:' alone names no tool: give tool:NAME{LEAVE_THE_FLAG_OUT}")
+    return name
 
 
 def _positive(text: str) -> int:

@@ -36,8 +36,8 @@ from agentgate.store.once import OnceCalls, beyond_log_end, checked_allow, settl
 def _dead_letters(args: argparse.Namespace) -> int:
     store = open_existing_store(args.store, read_only=True)
     try:
-        tool = args.tool.removeprefix("tool:") if args.tool else None  # as `agentgate audit show --tool`
-        letters = DeadLetterStore(store).recent(limit=args.limit, tool=tool)
+        # --tool's name, its resource's prefix removed by the parser (_tool_name)
+        letters = DeadLetterStore(store).recent(limit=args.limit, tool=args.tool)
     finally:
         store.close()
     if listed([_letter_json(letter) for letter in letters], args.json, "no dead letters"):
