@@ -565,15 +565,26 @@ def privilege_hint(message: str) -> str:
 
 
 def say_written(line: str) -> None:
-    """Say ``line`` (``wrote FILE ...``) on standard output once a verb's ``--out`` file is in
-    place: every verb that writes one says so there, where nothing else goes in that mode (until
-    review R70 ``grant issue``, ``grant delegate`` and ``approval sign`` said it on standard
-    error). The write is done by then: a standard output that cannot take the line (closed with
-    ``>&-``, a full disk, a reader gone) drops it, and the command keeps the exit code of what it
-    did, since exit 2 would say the file was not written (and a retried ``grant issue`` would
-    issue a second grant)."""
-    try:
+    """Say ``line`` on standard output once the work it reports is done (``work_done_said``):
+    ``wrote FILE ...`` once a verb's ``--out`` file is in place, where every verb that writes one
+    says so, nothing else going there in that mode (until review R70 ``grant issue``, ``grant
+    delegate`` and ``approval sign`` said it on standard error), or what a verb committed to the
+    store (a settlement, a revocation)."""
+    with work_done_said():
         sys.stdout.write(line + "\n")
+
+
+@contextlib.contextmanager
+def work_done_said() -> Iterator[None]:
+    """Write, in the block, what a verb says of work it has done (an ``--out`` file in place, a
+    settlement or revocation committed): a standard output that cannot take it (closed with
+    ``>&-``, a full disk, a reader gone) drops it, and the command keeps the exit code of what it
+    did, since exit 2 would say nothing was done (a retried ``grant issue`` would issue a second
+    grant, a retried ``tasks settle`` be refused, exit 1: until review R83 it exited 2 once its
+    settlement was committed). Only output goes in the block: an ``OSError`` there is the
+    output's."""
+    try:
+        yield
         sys.stdout.flush()
     except (OSError, ValueError):
         from agentgate.cli.main import _drop_stdout  # on the error path only

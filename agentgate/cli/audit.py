@@ -99,7 +99,9 @@ def _accept_repair(args: argparse.Namespace) -> int:
         except RepairRefused as exc:
             sys.stdout.write(refusal(str(exc)))
             return 1
-    print(f"accepted: {printable(said)}, by {printable(args.by)}; audit verify now prints it as information")
+    say_written(
+        f"accepted: {printable(said)}, by {printable(args.by)}; audit verify now prints it as information"
+    )
     return 0
 
 

@@ -22,6 +22,7 @@ from agentgate.cli._common import (
     open_audit_log,
     printable,
     refusal,
+    say_written,
     unix,
     utc,
 )
@@ -101,8 +102,8 @@ def _settle(args: argparse.Namespace) -> int:
     amount = f"{reservation.amount} {_unit(reservation)}"
     verdict = f"charged {amount}" if args.ran else f"released {amount}"
     made = "" if reservation.allow_index is None else f", allowed by audit entry {reservation.allow_index}"
-    sys.stdout.write(
+    say_written(  # committed: exit 0 whether or not the line can be written, as tasks settle
         f"settled reservation {reservation.id} of grant {printable(reservation.grant_id)}{made}: {verdict} "
-        f"(audit entry {index})\n"
+        f"(audit entry {index})"
     )
     return 0

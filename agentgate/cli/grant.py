@@ -55,6 +55,7 @@ from agentgate.cli._common import (
     shown_policy,
     unprotected_log,
     utc,
+    work_done_said,
     write_json,
 )
 from agentgate.cli._grant_parser import register as register
@@ -766,15 +767,20 @@ def _revoke(args: argparse.Namespace) -> int:
         recorded = GrantRepository.recorded(repo.store, grant_id) is not None
     if args.json:
         done = {"revoked": [] if already else [grant_id], "already_revoked": [grant_id] if already else []}
-        write_json(
-            {**done, "descendants": below, "recorded": recorded} | ({} if recorded else {"note": _UNRECORDED})
-        )
+        with work_done_said():  # committed: exit 0 whether or not this can be written (review R83)
+            write_json(
+                {**done, "descendants": below, "recorded": recorded}
+                | ({} if recorded else {"note": _UNRECORDED})
+            )
         return 0
     if not recorded:
         sys.stderr.write(f"note: {_UNRECORDED}\n")
-    sys.stdout.write(f"{'already revoked (nothing written)' if already else 'revoked'} {grant_id}\n")
-    if below:
-        sys.stdout.write(f"{len(below)} recorded descendant grant(s) are dead with it: {', '.join(below)}\n")
+    with work_done_said():
+        sys.stdout.write(f"{'already revoked (nothing written)' if already else 'revoked'} {grant_id}\n")
+        if below:
+            sys.stdout.write(
+                f"{len(below)} recorded descendant grant(s) are dead with it: {', '.join(below)}\n"
+            )
     return 0
 
 
@@ -839,7 +845,8 @@ def _revoke_holder(args: argparse.Namespace) -> int:
             "mislabeled": list(done.mislabeled),
             "not_covered": not_covered,
         }
-        write_json(shown)
+        with work_done_said():  # committed: exit 0 whether or not this can be written (review R83)
+            write_json(shown)
         return 0
     if done.untrusted:
         warn(_UNTRUSTED.format(n=len(done.untrusted), did=did, ids=printable(", ".join(done.untrusted))))
@@ -855,5 +862,5 @@ def _revoke_holder(args: argparse.Namespace) -> int:
         if below:
             lines.append(f"{len(below)} recorded descendant grant(s) are dead with them")
     lines.append("note: " + not_covered)
-    sys.stdout.write("\n".join(lines) + "\n")
+    say_written("\n".join(lines))
     return 0

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from agentgate._shown import character_named, not_printable
+from agentgate.cli._common import say_written
 from agentgate.cli._keys_parser import register as register
 from agentgate.errors import KeyFileError
 from agentgate.keys import SigningKey, is_key_text, save_key, shown_value
@@ -27,7 +27,7 @@ def _new(args: argparse.Namespace) -> int:
         )
     key = SigningKey.generate()
     save_key(key, args.dir, args.name)
-    sys.stdout.write(key.did + "\n")
+    say_written(key.did)  # the key files are written: a retry would be refused, they exist
     return 0
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from agentgate._durations import parse_duration
 from agentgate.cli import warn
-from agentgate.cli._common import open_existing_store, write_json
+from agentgate.cli._common import open_existing_store, say_written, work_done_said, write_json
 from agentgate.cli._store_parser import register as register
 from agentgate.errors import StoreError
 from agentgate.store import Store, open_store
@@ -57,15 +57,14 @@ def _init(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     try:
         indexed = _create("audit log", create_audit_tables, store)
-        sys.stdout.write(
-            f"audit log: ready{'' if indexed else ' (its reference index could not be built)'}\n"
-        )
+        # Each part's line once it is made (committed): exit 0 whether or not it can be written.
+        say_written(f"audit log: ready{'' if indexed else ' (its reference index could not be built)'}")
         for name, part in PARTS:
             opened = _create(name, part, store)
             close = getattr(opened, "close", None)
             if close is not None:
                 close()
-            sys.stdout.write(f"{name}: ready\n")
+            say_written(f"{name}: ready")
     finally:
         store.close()
     return 0
@@ -97,12 +96,13 @@ def _prune(args: argparse.Namespace) -> int:
             "revocations (docs/operations.md, PostgreSQL set-up): run `agentgate store prune` as "
             "the role that owns the schema to prune them"
         )
-    if args.json:
-        write_json({"before": before, "pruned": pruned}, indent=None)
-    else:
-        for name, count in pruned.items():
-            shown = "not pruned" if count is None else f"{count} pruned"
-            sys.stdout.write(f"{name.replace('_', ' ')}: {shown}\n")
+    with work_done_said():  # committed: exit 0 whether or not this can be written (review R83)
+        if args.json:
+            write_json({"before": before, "pruned": pruned}, indent=None)
+        else:
+            for name, count in pruned.items():
+                shown = "not pruned" if count is None else f"{count} pruned"
+                sys.stdout.write(f"{name.replace('_', ' ')}: {shown}\n")
     return 0
 
 

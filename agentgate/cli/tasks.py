@@ -23,6 +23,7 @@ from agentgate.cli._common import (
     open_existing_store,
     printable,
     refusal,
+    say_written,
     unix,
     utc,
 )
@@ -168,7 +169,7 @@ def _settle(args: argparse.Namespace) -> int:
     finally:
         store.close()
     verdict = "ran: it is never run again" if args.ran else "did not run: it may run again"
-    sys.stdout.write(
-        f"settled {printable(record.key)} (allowed by audit entry {record.allow_index}): {verdict}\n"
-    )
+    # Committed: a line that cannot be written leaves exit 0 (until review R83 exit 2, and a
+    # script retrying on it was refused, exit 1: not unsettled).
+    say_written(f"settled {printable(record.key)} (allowed by audit entry {record.allow_index}): {verdict}")
     return 0
