@@ -399,7 +399,7 @@ def open_audit_log(
     create_key: bool = False,
     reads: bool | None = None,
     check_first: Callable[[AuditLog], object] | None = None,
-    create_log: bool = True,
+    create_log: bool | Callable[[Store], bool] = True,
     read_only: bool = False,
     unsigned: bool = False,
     signs: bool = False,
@@ -412,7 +412,10 @@ def open_audit_log(
     with a public key nothing was signed with, and the rotated-out keys), so that a command it
     refuses (by raising) leaves no key behind. ``create_log``: make the log's tables in a store
     that has none yet; ``False`` for a verb that only reads, which creates nothing there (the
-    log's ``exists`` is then ``False``). A log that was dropped is ``LogDropped`` either way.
+    log's ``exists`` is then ``False``); or a function of the store, asked before the log is
+    opened, for a verb that writes only where the store holds what it changes (``tasks settle``,
+    ``budget settle``: refused, they make no log). A log that was dropped is ``LogDropped``
+    either way.
     ``read_only``: the store is opened to read only (``open_existing_store``; with ``create_log``
     false). ``unsigned``: the verb reads entries and checks no signature (``budget held``,
     ``tasks unsettled``), so no key is read or needed: the log is opened with a public key that
@@ -451,8 +454,9 @@ def open_audit_log(
         # How the key was given, as a refusal names it: the variable for a verb that signs or read
         # the private key, else --key or the variable (a verb that reads takes either).
         named = "AGENTGATE_LOG_KEY" if isinstance(key, SigningKey) else "--key, AGENTGATE_LOG_KEY"
+        create = create_log(store) if callable(create_log) else create_log
         log = AuditLog(
-            store, key, log_origin(), previous_keys=previous_log_keys(), create=create_log, key_named=named
+            store, key, log_origin(), previous_keys=previous_log_keys(), create=create, key_named=named
         )
         return store, log
     except BaseException:

@@ -31,7 +31,7 @@ from agentgate.cli._tasks_parser import register as register
 from agentgate.errors import InputError, MalformedRow, SettlementRefused
 from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
 from agentgate.store.leases import SharedBreakers
-from agentgate.store.once import OnceCalls, beyond_log_end, checked_allow, settle
+from agentgate.store.once import OnceCalls, beyond_log_end, checked_allow, holds_once_calls, settle
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
@@ -158,7 +158,8 @@ def _settle(args: argparse.Namespace) -> int:
     recently. Until review R59 these were exit 2, which the CLI keeps for input it cannot use."""
     if not args.by.strip():
         raise InputError("say who settles the call (--by)")  # input, not a refusal: exit 2
-    store, audit = open_audit_log(args.store, reads=False)
+    # A store that holds no call that must run once gets no log: settle refuses there.
+    store, audit = open_audit_log(args.store, reads=False, create_log=holds_once_calls)
     try:
         record = settle(
             store, audit, args.key, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than

@@ -29,9 +29,10 @@ from datetime import datetime
 from typing import Literal, cast
 
 from agentgate._names import SETTLE_MIN_AGE_S as SETTLE_MIN_AGE_S  # read here by store.held and tests
+from agentgate._names import _unicode
 from agentgate.audit.entry import AuditEntry
 from agentgate.errors import BeyondLogEnd, InputError, MalformedRow, SettlementRefused
-from agentgate.store._base import Dialect, Store, Transaction
+from agentgate.store._base import Dialect, Store, Transaction, tables_held
 from agentgate.store.audit import AuditLog
 from agentgate.store.ledger import BudgetLedger, has_unit_column, stored_reservation, unsettleable
 
@@ -216,6 +217,14 @@ def settle(
         raise InputError(f"say who settles the call (by, as text), got {by!r:.60}")
     if isinstance(min_age_s, bool) or not isinstance(min_age_s, int | float) or not min_age_s >= 0:
         raise InputError(f"the minimum age must be a number of seconds >= 0, got {min_age_s!r:.60}")
+    if not _unicode(key):  # ``$'\xff'``: before the store is looked at, as the driver refused it
+        raise InputError(f"the key {key!r:.60} is not UTF-8 text: no call that must run once has it")
+    if not holds_once_calls(store):
+        # Read before the ledger and the once-only calls are opened: opening them makes their
+        # tables (review R83: a refused settle left them in a store where no call was allowed).
+        raise SettlementRefused(
+            f"no call that must run once has the key {key!r}: the store holds no calls that must run once"
+        )
     ledger, calls = BudgetLedger(store), OnceCalls(store)
     unit_column = "unit" if has_unit_column(store) else "NULL"  # a row's unit: charges (review R61)
     with store.transaction() as tx:
@@ -285,6 +294,12 @@ def settle(
             tx,
         )
     return record
+
+
+def holds_once_calls(store: Store) -> bool:
+    """Whether ``store`` holds the table of calls that must run once, read without creating it
+    (``settle`` refuses where it does not, and ``agentgate tasks settle`` then makes no log)."""
+    return bool(tables_held(store.query, store.dialect, ("agentgate_once",)))
 
 
 def _allow_entry(audit: AuditLog, record: OnceRecord) -> AuditEntry:
