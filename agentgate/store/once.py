@@ -308,10 +308,11 @@ def _allow_entry(audit: AuditLog, record: OnceRecord) -> AuditEntry:
     call (the only calls the Gate records as once-only; a row edited outside agentgate). Until
     review R63 any entry was taken: an ``allow_index`` edited to 0 (a grant's issue) was settled
     as "allowed by audit entry 0", its outcome naming that entry's principal and resource. An
-    entry whose bytes were edited raises the log's ``TamperDetected``. Another tool call's
+    entry whose bytes were edited raises the log's ``TamperDetected``, canonical bytes that do not
+    match its leaf hash included (until review R83 their fields were copied into the outcome). Another tool call's
     ``allow`` is not told apart: the entry does not hold the run and call id the key is made of."""
     try:
-        allowed = audit.entry(record.allow_index)
+        allowed = audit.entry(record.allow_index, checked=True)
     except BeyondLogEnd:
         raise beyond_log_end(record) from None
     return checked_allow(record, allowed)

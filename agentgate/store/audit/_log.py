@@ -27,7 +27,7 @@ from agentgate.store.audit._schema import (
     refs_complete,
     refuse_dropped_log,
 )
-from agentgate.store.audit._stored import _MAX_INDEX, _bytes, _index_of, _note, _parsed, _whole
+from agentgate.store.audit._stored import _MAX_INDEX, _bytes, _index_of, _note, _parsed, _read_entry, _whole
 from agentgate.store.audit._verify import _Verification
 
 _BATCH = 20_000
@@ -401,23 +401,27 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             raise InputError(f"audit log has no entry {index}")
         return rows[index]
 
-    def entry(self, index: int, tx: Transaction | None = None) -> AuditEntry:
+    def entry(self, index: int, tx: Transaction | None = None, *, checked: bool = False) -> AuditEntry:
         """Entry ``index``, parsed (read in ``tx`` when given); ``TamperDetected`` naming ``index``
-        if its bytes are not canonical."""
+        if its bytes are not canonical. ``checked`` (a reader that acts on the entry: ``tasks
+        settle`` copies an ``allow``'s fields into its outcome): ``TamperDetected`` too when its
+        bytes, canonical all the same, do not match its stored leaf hash or do not carry
+        ``index`` (edited in the database), as ``verify`` reports them."""
         index = _whole(index, "entry index")
-        return _parsed(index, self._stored_row(index, tx)[0])
+        return _read_entry(index, self._stored_row(index, tx), checked)
 
-    def entries_at(self, indexes: Iterable[int]) -> dict[int, AuditEntry]:
+    def entries_at(self, indexes: Iterable[int], *, checked: bool = False) -> dict[int, AuditEntry]:
         """The entries at ``indexes``, parsed, read in a few statements (500 indexes each), not
-        one per entry. ``TamperDetected`` if one's bytes are not canonical, and ``entry``'s error
-        for one that is not in the log or not an ``int`` (until review R82 a bool or a float was
-        read as the entry it equals, and a string failed with a ``TypeError``)."""
+        one per entry. ``TamperDetected`` if one's bytes are not canonical (or, ``checked``, are
+        not the entry its leaf hash holds, as ``entry`` says), and ``entry``'s error for one that
+        is not in the log or not an ``int`` (until review R82 a bool or a float was read as the
+        entry it equals, and a string failed with a ``TypeError``)."""
         wanted = sorted({_whole(index, "entry index") for index in indexes})
         read = self._read_rows(wanted)
         for index in wanted:
             if index not in read:
                 self.entry(index)  # raises the error naming the missing entry
-        return {index: _parsed(index, read[index][0]) for index in wanted}
+        return {index: _read_entry(index, read[index], checked) for index in wanted}
 
     def entries(self, start: int = 0, *, skip_malformed: bool = False) -> Iterator[AuditEntry]:
         """Every entry from ``start`` in index order, read in batches.

@@ -1,5 +1,6 @@
 """What the log's parts share: a stored note or entry read as text or bytes whatever its row
-holds (``_note``, ``_bytes``), a stored entry parsed (``_parsed``), the index an entry's bytes
+holds (``_note``, ``_bytes``), a stored entry parsed (``_parsed``; checked against its leaf hash
+too, ``_read_entry``), the index an entry's bytes
 carry when they are a canonical entry (``_index_of``), and an index or size given by a caller
 checked (``_whole``)."""
 
@@ -11,6 +12,7 @@ from typing import Any
 import orjson
 
 from agentgate.audit.entry import AuditEntry, encode_entry
+from agentgate.audit.merkle import leaf_hash
 from agentgate.errors import InputError, TamperDetected
 
 
@@ -35,6 +37,20 @@ def _parsed(idx: int, data: bytes) -> AuditEntry:
         return AuditEntry.from_bytes(data)
     except TamperDetected as exc:
         raise TamperDetected(f"audit log: entry {idx} is malformed: {exc}") from exc
+
+
+def _read_entry(idx: int, row: tuple[bytes, bytes], checked: bool) -> AuditEntry:
+    """The entry a stored ``(entry, leaf_hash)`` row at ``idx`` holds (``_parsed``); ``checked``:
+    ``TamperDetected`` too, in ``verify``'s words, when its bytes do not match the leaf hash or do
+    not carry ``idx`` (an entry rewritten in the database, canonical all the same: until review
+    R83 ``tasks settle`` copied such an ``allow``'s edited fields into the outcome it wrote)."""
+    data, stored = row
+    entry = _parsed(idx, data)
+    if checked and leaf_hash(data) != stored:
+        raise TamperDetected(f"audit log: entry {idx} does not match its leaf hash")
+    if checked and entry.index != idx:
+        raise TamperDetected(f"audit log: entry {idx} does not carry its own index")
+    return entry
 
 
 def _index_of(data: bytes) -> int | None:
