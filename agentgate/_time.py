@@ -5,6 +5,11 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
+LATEST_EXPIRY = 10**11
+"""The latest expiry of an approval request, in Unix seconds (the year 5138; a Gate writes none
+later than ten years from now): what ``ApprovalStore.request`` stores and ``approval sign`` signs
+is below it, a time every reader shows as a date."""
+
 
 def utc_text(seconds: float) -> str | None:
     """A Unix time as ``2026-11-29T18:00:00Z``; ``None`` beyond the years a datetime can hold."""

@@ -262,7 +262,7 @@ def test_a_select_insert_only_role_can_log_but_not_bypass_the_triggers(
         ledger = BudgetLedger(app)
         ledger.commit(ledger.reserve(None, ["g"], {"g": 10}, 4), 3)
         assert ledger.remaining("g") == 7
-        ApprovalStore(app).request("call", "did:key:zA", 1e12)
+        ApprovalStore(app).request("call", "did:key:zA", 1e10)
 
 
 def test_an_entry_edited_in_place_with_its_leaf_hash_is_never_called_a_restore(tmp_path: Path) -> None:

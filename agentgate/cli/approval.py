@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate._json import once_each
+from agentgate._time import LATEST_EXPIRY
 from agentgate.audit.entry import AuditEntry, argument_digest, canonical_json, elision
 from agentgate.authority import ApprovalRequirement
 from agentgate.cli._approval_parser import register as register
@@ -434,7 +435,6 @@ def _given_twice(source: str, key: str) -> InputError:
 
 _TEXT_FIELDS = ("gate", "resource", "action", "grant", "call_id", "args_digest", "requester", "requester_did")
 _HASHED_FIELDS = ("resource", "action", "args_digest", "grant", "call_id")
-_LATEST = 10**11  # seconds since 1970: the year 5138; later is no expiry a Gate writes
 
 
 def _request(payload: Any, source: str) -> dict[str, Any]:
@@ -455,7 +455,7 @@ def _request(payload: Any, source: str) -> dict[str, Any]:
         if not isinstance(inner.get(field), str) or not inner[field]:
             raise InputError(f"{name}: the request has no {field!r}; pass the whole interrupt payload")
     expires = inner.get("expires_at")
-    if isinstance(expires, bool) or not isinstance(expires, int | float) or not 0 <= expires < _LATEST:
+    if isinstance(expires, bool) or not isinstance(expires, int | float) or not 0 <= expires < LATEST_EXPIRY:
         raise InputError(f"{name}: the request's 'expires_at' must be a time in seconds since 1970")
     for field in _TEXT_FIELDS:
         if field in inner and not isinstance(inner[field], str):

@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from agentgate._time import LATEST_EXPIRY
 from agentgate.errors import Denied, Expired, InputError, MalformedRow, Revoked, StoreError
 from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns, unix_time
 from agentgate.store.grants import GRANTS_DDL
@@ -247,9 +248,17 @@ class ApprovalStore:
         version of what asked for it (a model answer), for ``supersede``. Returns its id.
         ``InputError`` on empty values, a quorum below one, or an expiry that is no finite time
         (``unix_time``: until review R63 ``float(nan)`` was stored, a request that never expires
-        on PostgreSQL, which sorts NaN above every time; reads refuse such a row).
+        on PostgreSQL, which sorts NaN above every time; reads refuse such a row) or lies
+        outside 1970 to ``LATEST_EXPIRY`` (the year 5138), the times ``approval sign`` signs:
+        until review R83 an expiry of ``1e300`` was stored, which ``approval list`` showed as
+        none (``-``) and ``approval sign`` refused as malformed.
         """
         expires = unix_time(expires_at, "an approval request's expires_at")
+        if not 0 <= expires < LATEST_EXPIRY:
+            raise InputError(
+                f"an approval request's expires_at must be a time in Unix seconds from 0 to "
+                f"{LATEST_EXPIRY} (the year 5138), got {expires_at!r:.40}"
+            )
         if not call_hash or not requester:
             raise InputError("an approval request needs a call hash and a requester")
         if not isinstance(quorum, int) or isinstance(quorum, bool) or quorum < 1:
