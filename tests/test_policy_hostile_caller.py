@@ -249,6 +249,8 @@ def _reference(doc: dict[str, Any], principal: str, call: Call) -> Outcome:
         for arg, value in call.args.items():
             if arg not in declared or type(value) not in _ARG_TYPES[declared[arg]["type"]]:
                 return Outcome.DENY
+            if type(value) is int and not -(2**63) < value < 2**63:  # refused: docs/policy-reference.md
+                return Outcome.DENY
         if any(d.get("required") and arg not in call.args for arg, d in declared.items()):
             return Outcome.DENY
     if kind == "model" and name != "m.small":
