@@ -83,6 +83,9 @@ def test_a_role_rule_no_token_carries_is_a_lint_error_and_issue_names_the_value_
         gate.close()
     assert f"tool:payments.refund amount: {written} {why}" in str(refused.value)
     assert "integer 1" not in str(refused.value)
+    # Said with the role, and where to look (the second reading of R83).
+    assert str(refused.value).startswith("no grant for role worker can be issued to bot: ")
+    assert "role_grant_not_issuable" in str(refused.value)
 
 
 def test_issue_refuses_a_whole_float_out_of_range_as_written() -> None:

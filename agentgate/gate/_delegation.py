@@ -301,15 +301,24 @@ class _Delegation:
                 raise self._refused_on(span, self._audited_refusal(borrowed, anchor.did, f"agent:{name}"))
         budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
         with self._grant_span("issue", name, anchor.did, key, template.capabilities) as span:
-            chain = issue(
-                anchor,
-                key.public,
-                template.capabilities,
-                ttl=template.ttl_s,
-                budget=budget,
-                max_depth=template.max_depth,
-                purpose=issued_purpose(role, name),
-            )
+            try:
+                chain = issue(
+                    anchor,
+                    key.public,
+                    template.capabilities,
+                    ttl=template.ttl_s,
+                    budget=budget,
+                    max_depth=template.max_depth,
+                    purpose=issued_purpose(role, name),
+                )
+            except CapabilityError as exc:
+                # A rule holding a number no token carries (``le: 500.5``): said with the role,
+                # which the error of ``issue`` cannot name (until review R83 it named neither it
+                # nor where to look); ``policy lint`` reports the rule at its line.
+                raise CapabilityError(
+                    f"no grant for role {role} can be issued to {name}: {exc}; `agentgate policy lint` "
+                    "reports the rule (role_grant_not_issuable)"
+                ) from None
             # The role's template is within the policy's bounds for the role; a role held only
             # through another that lives shorter or spends less is not: refused here, as the
             # decisions on the grant would refuse every call.
