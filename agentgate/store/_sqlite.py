@@ -552,7 +552,7 @@ class SQLiteStore(Store):
             # This class's own transaction: a subclass's (one that counts them) is not set up yet.
             with SQLiteStore.transaction(self, immediate=False) as tx:
                 if not read_only and tables is None:  # in WAL mode, or unreadable before: now
-                    names = {
+                    held = {
                         str(row[0])
                         for row in tx.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
                     }
@@ -560,7 +560,7 @@ class SQLiteStore(Store):
                     # checks its tables as it creates them (``ensure_schema``), and opening it
                     # imports no part (every verb would load them all, the audit log's Pydantic
                     # models with them: ``required_store_columns``).
-                    if VERSION_TABLE not in names:
+                    if VERSION_TABLE not in held:
                         self._refuse_foreign_file(tables_and_columns(tx.execute))
                 self.schema = recorded_version(tx, "sqlite")
             refuse_newer(str(self.path), self.schema)
