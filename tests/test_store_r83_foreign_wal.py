@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,21 @@ def test_agentgates_own_wal_store_still_opens(tmp_path: Path, capsys: pytest.Cap
     assert query(path, "PRAGMA journal_mode") == [("wal",)]
     assert cli(capsys, "store", "init", "--store", str(path))[0] == 0
     open_store(path).close()
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "agentgate's"])
+def test_opening_a_new_or_an_agentgate_store_imports_no_part(tmp_path: Path, existing: bool) -> None:
+    """The check reads no part's tables where it has nothing to refuse: a new file (no table)
+    and agentgate's own store in WAL mode (its version record). Reading them imports every
+    part, the audit log's Pydantic models with them: R83's first version of the check did, on
+    every open (the grant verbs' start-up checks caught the second, a second reading the first)."""
+    path = tmp_path / "agentgate.db"
+    if existing:
+        open_store(path).close()
+    code = (
+        "import sys; from agentgate.store import open_store; "
+        f"open_store({str(path)!r}).close(); "
+        "print(sorted(m for m in ('agentgate.store.audit', 'pydantic') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]", done

@@ -521,7 +521,7 @@ class SQLiteStore(Store):
         # beside it that a read-only connection leaves (``read_only_uri``), so such a file is
         # read through the first connection, which changes nothing in it, below.
         tables = None if read_only else sqlite_tables_read_only(self.path, unless_wal=True)
-        if tables is not None:
+        if tables:  # none in a new file: nothing to refuse, and no part imported to say so
             self._refuse_foreign_file(tables)
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -560,7 +560,7 @@ class SQLiteStore(Store):
                     # checks its tables as it creates them (``ensure_schema``), and opening it
                     # imports no part (every verb would load them all, the audit log's Pydantic
                     # models with them: ``required_store_columns``).
-                    if VERSION_TABLE not in held:
+                    if held and VERSION_TABLE not in held:  # none: a new store, nothing to refuse
                         self._refuse_foreign_file(tables_and_columns(tx.execute))
                 self.schema = recorded_version(tx, "sqlite")
             refuse_newer(str(self.path), self.schema)
