@@ -23,12 +23,17 @@ def positive_int(text: str) -> int:
     return _whole(text, 1, "must be at least 1")
 
 
-def positive(text: str) -> float:
-    """An argparse type: a finite number above zero."""
+def _number(text: str) -> float:
+    """``text`` read as a float (``inf`` and ``nan`` included, for the caller to judge)."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number above zero."""
+    value = _number(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number above 0: {text!r}")
     return value
@@ -41,10 +46,7 @@ def non_negative_int(text: str) -> int:
 
 def wait_s(text: str) -> float:
     """An argparse type: seconds to wait, zero or more; ``inf`` for never (not NaN)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    value = _number(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more seconds (inf: never): {text!r}")
     return value

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agentgate.errors import InputError
-from agentgate.sim._engine import Engine, SimRequest, StepResult
+from agentgate.sim._engine import Engine, SimRequest, StepResult, is_number
 from agentgate.sim.traces import TraceRequest
 
 
@@ -120,12 +120,12 @@ def replay(
     read them at its own size: a Mooncake trace's 512-token shared blocks were cached as 16 tokens
     each on a default engine).
     """
-    if not (_is_number(scrape_interval) and scrape_interval >= MIN_SCRAPE_INTERVAL_S):
+    if not (is_number(scrape_interval) and scrape_interval >= MIN_SCRAPE_INTERVAL_S):
         raise InputError(
             f"scrape_interval must be a number of seconds of at least {MIN_SCRAPE_INTERVAL_S:g}, "
             f"not {scrape_interval!r:.40}"
         )
-    if not (_is_number(max_wait_s) and max_wait_s >= 0):
+    if not (is_number(max_wait_s) and max_wait_s >= 0):
         raise InputError(
             f"max_wait_s must be a number of seconds, 0 or more (inf: no limit), not {max_wait_s!r:.40}"
         )
@@ -226,8 +226,3 @@ def replay(
             reason = choice.reason if isinstance(choice, Reject) else "waited too long"
             outcomes[req.id] = Outcome(req, None, None, None, None, 0, reason, 0)
     return [outcomes[r.id] for r in requests]
-
-
-def _is_number(value: object) -> bool:
-    """Whether ``value`` is an ``int`` or a ``float`` (not a ``bool``), for a range check to judge."""
-    return isinstance(value, int | float) and not isinstance(value, bool)

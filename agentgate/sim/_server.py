@@ -81,7 +81,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentgate._http_limits import HttpLimits
 from agentgate.dispatch.prefix import block_hashes
 from agentgate.errors import DispatchError, InputError
-from agentgate.sim._engine import Engine, EngineConfig, SimRequest
+from agentgate.sim._engine import Engine, EngineConfig, SimRequest, is_number
 from agentgate.sim._latency import LLAMA_8B_H100, LatencyModel
 from agentgate.sim._request import parse_chat
 
@@ -293,12 +293,12 @@ class SimServer:
     ) -> None:
         # Each type is checked before its range: until review R66 text raised a bare TypeError
         # from the comparison, and max_model_len=2.5 was taken.
-        if not (_is_number(time_scale) and MIN_TIME_SCALE <= time_scale < math.inf):
+        if not (is_number(time_scale) and MIN_TIME_SCALE <= time_scale < math.inf):
             raise InputError(
                 f"time_scale must be a finite number of at least {MIN_TIME_SCALE:g} (1.0 is real time, "
                 f"{MIN_TIME_SCALE:g} a million times faster), not {time_scale!r:.40}"
             )
-        if not (_is_number(scrape_lag_s) and 0 <= scrape_lag_s < math.inf):
+        if not (is_number(scrape_lag_s) and 0 <= scrape_lag_s < math.inf):
             raise InputError(f"scrape_lag_s must be a number of seconds, 0 or more, not {scrape_lag_s!r:.40}")
         if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2:
             raise InputError(
@@ -317,7 +317,7 @@ class SimServer:
         capacity, so that every admitted request can run to completion alone."""
         if api_key is not None and not api_key:
             raise InputError("api_key must not be empty (None: no key asked for)")
-        if not (_is_number(body_timeout_s) and 0 < body_timeout_s < math.inf):
+        if not (is_number(body_timeout_s) and 0 < body_timeout_s < math.inf):
             raise InputError(
                 f"body_timeout_s must be a positive number of seconds, not {body_timeout_s!r:.40}"
             )
@@ -741,11 +741,6 @@ def _kept(value: str) -> str:
     if len(value) <= KEPT_HEADER_CHARS:
         return value
     return f"{value[:KEPT_HEADER_CHARS]}...({len(value)} characters)"
-
-
-def _is_number(value: object) -> bool:
-    """Whether ``value`` is an ``int`` or a ``float`` (not a ``bool``), for a range check to judge."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
