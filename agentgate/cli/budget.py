@@ -27,9 +27,7 @@ from agentgate.cli._common import (
     utc,
 )
 from agentgate.errors import SettlementRefused
-from agentgate.store import Store
-from agentgate.store._base import tables_held
-from agentgate.store.held import HeldReservation, held_rows, settle_held
+from agentgate.store.held import HeldReservation, held_rows, holds_ledger, settle_held
 
 
 def _held(args: argparse.Namespace) -> int:
@@ -90,14 +88,9 @@ def _seconds(stored: str) -> float | None:
         return None
 
 
-def _holds_ledger(store: Store) -> bool:
-    """Whether ``store`` holds the budget ledger's reservations, read without creating them."""
-    return bool(tables_held(store.query, store.dialect, ("budget_reservations",)))
-
-
 def _settle(args: argparse.Namespace) -> int:
     # A store that holds no budget ledger gets no log: settle_held refuses there (review R83).
-    store, audit = open_audit_log(args.store, reads=False, create_log=_holds_ledger)
+    store, audit = open_audit_log(args.store, reads=False, create_log=holds_ledger)
     try:
         reservation, index = settle_held(
             store, audit, args.id, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than

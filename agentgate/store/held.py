@@ -286,6 +286,12 @@ def _cut(min_age_s: float) -> str | None:
         return "0000"
 
 
+def holds_ledger(store: Store) -> bool:
+    """Whether ``store`` holds the budget ledger's reservations, read without creating them
+    (``settle_held`` refuses where it does not, and ``agentgate budget settle`` then makes no log)."""
+    return "budget_reservations" in _tables(store, ("budget_reservations",))
+
+
 def _tables(store: Store, names: Sequence[str]) -> set[str]:
     """Which of the tables ``names`` the store holds, read without creating any (the listing
     opens the store to read only, and a store where no call was ever allowed has none)."""
