@@ -25,7 +25,7 @@ from agentgate.store.broker_leases import BrokerLeaseStore
 NESTED = "[" * 100_000 + "]" * 100_000
 
 
-def _journal_with(path: Path, table: str, column: str, value: str) -> None:
+def _journal_with(path: Path, table: str, column: str, value: object) -> None:
     """A busy broker's journal at ``path``, ``column`` of every row of ``table`` then set to ``value``."""
     store = SQLiteStore(path)
     busy_broker(BrokerLeaseStore(store), FakeClock())

@@ -11,27 +11,16 @@ each is unreadable state (``MalformedRow``, a ``StoreError``) naming the table a
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
+from test_broker_r82_stored_rows import _journal_with
 from test_broker_store import FakeClock, busy_broker
 
 from agentgate.cli.main import main
 from agentgate.errors import MalformedRow
 from agentgate.store import SQLiteStore
 from agentgate.store.broker_leases import BrokerLeaseStore
-
-
-def _journal_with(path: Path, column: str, value: object) -> None:
-    """A busy broker's journal at ``path``, its ``broker_state.column`` then set to ``value``."""
-    store = SQLiteStore(path)
-    busy_broker(BrokerLeaseStore(store), FakeClock())
-    store.close()
-    db = sqlite3.connect(path)
-    with db:
-        db.execute(f"UPDATE broker_state SET {column} = ?", (value,))
-    db.close()
 
 
 @pytest.mark.parametrize(
@@ -50,7 +39,7 @@ def test_a_state_row_that_holds_no_time_or_count_is_unreadable(
     tmp_path: Path, column: str, value: object
 ) -> None:
     path = tmp_path / "agentgate.db"
-    _journal_with(path, column, value)
+    _journal_with(path, "broker_state", column, value)
     store = SQLiteStore(path)
     try:
         with pytest.raises(MalformedRow, match=rf"stored state is unreadable: broker_state: its {column} is"):
@@ -61,7 +50,7 @@ def test_a_state_row_that_holds_no_time_or_count_is_unreadable(
 
 def test_the_cli_refuses_such_a_state_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "agentgate.db"
-    _journal_with(path, "taken_at", "soon")
+    _journal_with(path, "broker_state", "taken_at", "soon")
     for verb in ("leases", "queue"):
         code = main(["broker", verb, "--store", str(path)])
         out, err = capsys.readouterr()
@@ -71,7 +60,7 @@ def test_the_cli_refuses_such_a_state_in_one_line(tmp_path: Path, capsys: pytest
 
 def test_a_time_a_date_holds_still_reads_back(tmp_path: Path) -> None:
     path = tmp_path / "agentgate.db"
-    _journal_with(path, "taken_at", 253402300799.0)  # 9999-12-31T23:59:59Z
+    _journal_with(path, "broker_state", "taken_at", 253402300799.0)  # 9999-12-31T23:59:59Z
     store = SQLiteStore(path)
     try:
         loaded = BrokerLeaseStore(store).load()

@@ -100,5 +100,7 @@ def test_opening_a_new_or_an_agentgate_store_imports_no_part(tmp_path: Path, exi
         f"open_store({str(path)!r}).close(); "
         "print(sorted(m for m in ('agentgate.store.audit', 'pydantic') if m in sys.modules))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert done.stdout.strip() == "[]", done
