@@ -73,3 +73,16 @@ def test_settle_raises_tamper_detected_for_such_an_entry(tmp_path: Path) -> None
         with pytest.raises(TamperDetected, match=f"entry {index} does not match its leaf hash"):
             settle(store, log, key, ran=False, by="ops", min_age_s=0)
     assert _log_and_calls(path) == before
+
+
+def test_every_reader_of_the_entry_is_refused_it(tmp_path: Path) -> None:
+    """The check is the log's own (``AuditLog.entry``, ``entries_at``), not the settle paths':
+    the Gate's readers (a superseded or voided approval request copies its ``approval_required``
+    entry's fields into the ``deny`` it writes) are refused such an entry too."""
+    path, _key, index = _edited_allow(tmp_path)
+    with SQLiteStore(path) as store:
+        log = AuditLog(store, SigningKey.generate())
+        for read in (lambda: log.entry(index), lambda: log.entries_at([index])):
+            with pytest.raises(TamperDetected, match=f"entry {index} does not match its leaf hash"):
+                read()
+        assert log.entry(0).index == 0  # an entry as written is read as before

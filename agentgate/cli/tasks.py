@@ -106,7 +106,7 @@ def _unsettled(args: argparse.Namespace) -> int:
         size = audit.size() if listed_rows else 0
         # Checked against their leaf hashes, as settle reads them (an edited resource was listed
         # until review R83).
-        entries = audit.entries_at((r.allow_index for r in listed_rows if r.allow_index < size), checked=True)
+        entries = audit.entries_at(r.allow_index for r in listed_rows if r.allow_index < size)
         # Each checked as tasks settle checks it: a row's allow_index edited to name another kind
         # of entry (0, a grant's issue) was listed with that entry's resource (review R63). One
         # that fails is named after the others, which are listed (until review R69: none was).

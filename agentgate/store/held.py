@@ -217,7 +217,7 @@ def settle_held(
         raise SettlementRefused(f"reservation {reservation} is {state}, not held: there is nothing to settle")
     allow_index = _allow_index(audit, chain, amount, created, audit.size(), entry)
     found = HeldReservation(reservation, chain, amount, created, allow_index, None, unit=_unit(unit))
-    allowed = audit.entry(found.allow_index, checked=True) if found.allow_index is not None else None
+    allowed = audit.entry(found.allow_index) if found.allow_index is not None else None
     with store.transaction() as tx:
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
         once_key = _once_holders(store, tx).get(reservation) if "agentgate_once" in there else None

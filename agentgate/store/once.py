@@ -312,7 +312,7 @@ def _allow_entry(audit: AuditLog, record: OnceRecord) -> AuditEntry:
     match its leaf hash included (until review R83 their fields were copied into the outcome). Another tool call's
     ``allow`` is not told apart: the entry does not hold the run and call id the key is made of."""
     try:
-        allowed = audit.entry(record.allow_index, checked=True)
+        allowed = audit.entry(record.allow_index)
     except BeyondLogEnd:
         raise beyond_log_end(record) from None
     return checked_allow(record, allowed)

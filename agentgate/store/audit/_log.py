@@ -401,19 +401,21 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             raise InputError(f"audit log has no entry {index}")
         return rows[index]
 
-    def entry(self, index: int, tx: Transaction | None = None, *, checked: bool = False) -> AuditEntry:
+    def entry(self, index: int, tx: Transaction | None = None) -> AuditEntry:
         """Entry ``index``, parsed (read in ``tx`` when given); ``TamperDetected`` naming ``index``
-        if its bytes are not canonical. ``checked`` (a reader that acts on the entry: ``tasks
-        settle`` copies an ``allow``'s fields into its outcome): ``TamperDetected`` too when its
-        bytes, canonical all the same, do not match its stored leaf hash or do not carry
-        ``index`` (edited in the database), as ``verify`` reports them."""
+        if its bytes are not canonical, do not match its stored leaf hash or do not carry
+        ``index`` (edited in the database, canonical all the same), as ``verify`` reports them:
+        every reader acts on what it reads (settlements and superseded or voided approval
+        requests copy an entry's fields into the entries they write). Until review R83 only
+        canonical bytes were checked; R83 first checked the rest for the command line's settle
+        paths alone, then here, for every reader (one SHA-256 of bytes already read)."""
         index = _whole(index, "entry index")
-        return _read_entry(index, self._stored_row(index, tx), checked)
+        return _read_entry(index, self._stored_row(index, tx))
 
-    def entries_at(self, indexes: Iterable[int], *, checked: bool = False) -> dict[int, AuditEntry]:
+    def entries_at(self, indexes: Iterable[int]) -> dict[int, AuditEntry]:
         """The entries at ``indexes``, parsed, read in a few statements (500 indexes each), not
-        one per entry. ``TamperDetected`` if one's bytes are not canonical (or, ``checked``, are
-        not the entry its leaf hash holds, as ``entry`` says), and ``entry``'s error for one that
+        one per entry. ``TamperDetected`` for one that is not the entry it should be (as
+        ``entry`` says), and ``entry``'s error for one that
         is not in the log or not an ``int`` (until review R82 a bool or a float was read as the
         entry it equals, and a string failed with a ``TypeError``)."""
         wanted = sorted({_whole(index, "entry index") for index in indexes})
@@ -421,7 +423,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         for index in wanted:
             if index not in read:
                 self.entry(index)  # raises the error naming the missing entry
-        return {index: _read_entry(index, read[index], checked) for index in wanted}
+        return {index: _read_entry(index, read[index]) for index in wanted}
 
     def entries(self, start: int = 0, *, skip_malformed: bool = False) -> Iterator[AuditEntry]:
         """Every entry from ``start`` in index order, read in batches.

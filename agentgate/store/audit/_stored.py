@@ -39,16 +39,16 @@ def _parsed(idx: int, data: bytes) -> AuditEntry:
         raise TamperDetected(f"audit log: entry {idx} is malformed: {exc}") from exc
 
 
-def _read_entry(idx: int, row: tuple[bytes, bytes], checked: bool) -> AuditEntry:
-    """The entry a stored ``(entry, leaf_hash)`` row at ``idx`` holds (``_parsed``); ``checked``:
+def _read_entry(idx: int, row: tuple[bytes, bytes]) -> AuditEntry:
+    """The entry a stored ``(entry, leaf_hash)`` row at ``idx`` holds (``_parsed``);
     ``TamperDetected`` too, in ``verify``'s words, when its bytes do not match the leaf hash or do
     not carry ``idx`` (an entry rewritten in the database, canonical all the same: until review
     R83 ``tasks settle`` copied such an ``allow``'s edited fields into the outcome it wrote)."""
     data, stored = row
     entry = _parsed(idx, data)
-    if checked and leaf_hash(data) != stored:
+    if leaf_hash(data) != stored:
         raise TamperDetected(f"audit log: entry {idx} does not match its leaf hash")
-    if checked and entry.index != idx:
+    if entry.index != idx:
         raise TamperDetected(f"audit log: entry {idx} does not carry its own index")
     return entry
 
