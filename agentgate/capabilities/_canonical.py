@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from agentgate.capabilities._capability import _ACTION, _FIELD, Capability
 from agentgate.capabilities._constraints import Constraint
 from agentgate.capabilities._resources import MAX_NAME_LENGTH, _check_pattern
-from agentgate.capabilities._values import MAX_SET_SIZE, _is_text
+from agentgate.capabilities._values import MAX_SET_SIZE, TOKEN_INTEGER_LIMIT, _is_text
 from agentgate.errors import CapabilityError
 
 _T = TypeVar("_T")
@@ -25,7 +25,6 @@ def _prechecked(cls: type[_T], **fields: Any) -> _T:
     return obj
 
 
-_INT_LIMIT = 2**63
 _name = operator.itemgetter(0)
 _CAPABILITY_FIELDS = frozenset({"resource", "action", "constraints"})
 
@@ -50,7 +49,7 @@ def _constraint_from_canonical(spec: object) -> Constraint | None:
     for op, value in spec.items():
         kind = type(value)
         if kind is int:
-            if op not in _INTEGER_OPERATORS or not -_INT_LIMIT < value < _INT_LIMIT:
+            if op not in _INTEGER_OPERATORS or not -TOKEN_INTEGER_LIMIT < value < TOKEN_INTEGER_LIMIT:
                 return None
             fields[op] = value
         elif kind is str:
@@ -65,7 +64,7 @@ def _constraint_from_canonical(spec: object) -> Constraint | None:
                 if item_kind is str:
                     if not _is_text(item):
                         return None
-                elif item_kind is not int or not -_INT_LIMIT < item < _INT_LIMIT:
+                elif item_kind is not int or not -TOKEN_INTEGER_LIMIT < item < TOKEN_INTEGER_LIMIT:
                     return None
             # Strings and integers only, so plain set equality is ``_same``.
             if not value or len(set(value)) != len(value) or (len(value) < 2 and "eq" not in spec):

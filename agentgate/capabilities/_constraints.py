@@ -21,6 +21,7 @@ from agentgate.capabilities._normal_forms import (
 from agentgate.capabilities._values import (
     MAX_SET_SIZE,
     PLAIN_SCALARS,
+    TOKEN_INTEGER_LIMIT,
     Scalar,
     _check_text,
     _check_value,
@@ -33,7 +34,6 @@ from agentgate.capabilities._values import (
 from agentgate.errors import CapabilityError
 
 OPERATORS = ("eq", "in", "lt", "le", "gt", "ge", "prefix")
-_INT_LIMIT = 2**63  # an integer value is within -(2**63) < v < 2**63, as in a token
 
 
 @dataclass(frozen=True, eq=False)
@@ -250,7 +250,7 @@ def _held(value: object, where: str) -> Scalar:
     scalar: Unicode text, an integer within range, a finite float), else ``_check_value``'s plain copy of it, or its
     ``CapabilityError``. The first test is the common case, and costs a type lookup."""
     kind = type(value)
-    if kind is bool or (kind is int and -_INT_LIMIT < value < _INT_LIMIT):  # type: ignore[operator]
+    if kind is bool or (kind is int and -TOKEN_INTEGER_LIMIT < value < TOKEN_INTEGER_LIMIT):  # type: ignore[operator]
         return value  # type: ignore[return-value]
     if kind is str and str.isascii(value):  # type: ignore[arg-type]
         return value  # type: ignore[return-value]

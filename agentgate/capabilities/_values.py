@@ -69,6 +69,11 @@ def _text(value: object, what: str) -> str:
     return str.__str__(value)
 
 
+TOKEN_INTEGER_LIMIT = 2**63
+"""A constraint's integers lie within ``|v| < 2**63``, as a grant token carries them (and a
+whole float beyond, ``token_number_refusal``, is no integer a token carries)."""
+
+
 def _check_value(value: object, where: str) -> Scalar:
     """A scalar the algebra accepts, as its exact built-in type (``_plain``), or ``CapabilityError``."""
     value = _plain(value)
@@ -81,7 +86,7 @@ def _check_value(value: object, where: str) -> Scalar:
     if isinstance(value, str):
         return _check_text(value, where)
     if isinstance(value, int):
-        if abs(value) >= 2**63:
+        if abs(value) >= TOKEN_INTEGER_LIMIT:
             # An integer past 4,300 digits cannot even be printed (a bare ValueError): say its size.
             shown = value if value.bit_length() <= 256 else f"of {value.bit_length()} bits"
             raise CapabilityError(f"{where}: integer {shown} is out of range (|v| < 2**63)")
@@ -90,10 +95,6 @@ def _check_value(value: object, where: str) -> Scalar:
     if not math.isfinite(value):
         raise CapabilityError(f"{where}: {value} is not a finite number")
     return value
-
-
-TOKEN_INTEGER_LIMIT = 2**63
-"""A grant token carries a constraint's numbers as integers within ``|v| < 2**63``."""
 
 
 def token_number_refusal(value: Scalar) -> str | None:
