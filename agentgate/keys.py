@@ -790,7 +790,8 @@ def unsafe_directory(path: Path) -> str | None:
     on neither the given path nor the real one) and those of the file it reaches, up to ``/``:
     one that others may
     write, or its group unless that is its owner's private group (``_private_group``: a user's
-    own group, as a umask of 002 makes directories 0775 in), unless it is sticky (as ``/tmp``,
+    own group, as a umask of 002 makes directories 0775 in), or a user or group its POSIX ACL
+    lets write (``_other_writers``), unless it is sticky (as ``/tmp``,
     1777: there only an entry's owner may rename or remove it), or one owned by another user
     than this process's or root (its owner may replace any entry in it). The answer names the
     directory, what is wrong and the fix."""
@@ -812,14 +813,88 @@ def unsafe_directory(path: Path) -> str | None:
                 f"{shown_path(directory)}: owned by uid {status.st_uid}, who may replace any file in it; "
                 "move the key into a directory of your own (mkdir -m 700 DIR makes one)"
             )
-        writable = status.st_mode & stat.S_IWOTH or (
-            status.st_mode & stat.S_IWGRP and not _private_group(status.st_gid, status.st_uid)
+        if status.st_mode & stat.S_ISVTX:
+            continue  # sticky (as /tmp): only an entry's owner may rename or remove it there
+        writers = _other_writers(directory, status)
+        if writers is not None:
+            return f"{shown_path(directory)} (mode {stat.S_IMODE(status.st_mode):04o}): {writers}"
+    return None
+
+
+def _other_writers(directory: Path, status: os.stat_result) -> str | None:
+    """Who other than the owner of ``directory`` (whose status is ``status``) may write in it, and
+    the fix, for ``unsafe_directory``'s answer; ``None`` for nobody. Others, by the mode; its group,
+    by the mode, unless that is the owner's private group (``_private_group``); and, where it has
+    a POSIX ACL (``_acl_entries``), each user or group an entry of it lets write (``_acl_writer``):
+    with such entries the mode's group bits show the ACL's mask, not the group's own permissions,
+    so a directory of its owner's private group and ``user:nobody:rwx`` looked like one only its
+    group may write (until review R84 it passed)."""
+    writer: str | None
+    try:
+        entries = _acl_entries(directory)
+    except ValueError:
+        entries, writer = [], "someone (an ACL in a format agentgate does not read)"
+    else:
+        writer = None if entries is None else _acl_writer(entries, status)
+    if writer is not None:
+        return (
+            f"its POSIX ACL lets {writer} rename files in it; run setfacl -b {shown_path(directory)} "
+            f"(or chmod g-w {shown_path(directory)}, which masks the entry)"
         )
-        if writable and not status.st_mode & stat.S_ISVTX:
-            return (
-                f"{shown_path(directory)} (mode {stat.S_IMODE(status.st_mode):04o}): group or others "
-                f"may rename files in it; run chmod go-w {shown_path(directory)}"
-            )
+    mode = status.st_mode
+    if mode & stat.S_IWOTH or (
+        entries is None and mode & stat.S_IWGRP and not _private_group(status.st_gid, status.st_uid)
+    ):
+        return f"group or others may rename files in it; run chmod go-w {shown_path(directory)}"
+    return None
+
+
+_ACL_XATTR = "system.posix_acl_access"
+"""Where Linux keeps a file's POSIX ACL: a little-endian version (2), then per entry (a line of
+``getfacl``'s) its tag and permissions (16 bits each) and its uid or gid (32 bits)."""
+_ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK = 0x02, 0x04, 0x08, 0x10
+_ACL_WRITE = 0x02
+
+
+def _acl_entries(directory: Path) -> list[tuple[int, int, int]] | None:
+    """The entries (tag, permissions, uid or gid) of the POSIX ACL of ``directory``; ``None``
+    where it has none, where the system or the file system keeps none (no ``os.getxattr``: not
+    Linux; no extended attributes there), or where it cannot be read (``os.stat`` could, so the
+    mode is judged). Raises ``ValueError`` for an ACL of a format this reader does not know."""
+    getxattr = getattr(os, "getxattr", None)
+    if getxattr is None:
+        return None
+    try:
+        raw: bytes = getxattr(directory, _ACL_XATTR)
+    except OSError:  # ENODATA (none), ENOTSUP (no extended attributes), or gone since os.stat
+        return None
+    if len(raw) < 4 or (len(raw) - 4) % 8 or int.from_bytes(raw[:4], "little") != 2:
+        raise ValueError("not a version 2 POSIX ACL")
+    return [
+        (
+            int.from_bytes(raw[at : at + 2], "little"),
+            int.from_bytes(raw[at + 2 : at + 4], "little"),
+            int.from_bytes(raw[at + 4 : at + 8], "little"),
+        )
+        for at in range(4, len(raw), 8)
+    ]
+
+
+def _acl_writer(entries: list[tuple[int, int, int]], status: os.stat_result) -> str | None:
+    """Whom the ACL ``entries`` of the directory whose status is ``status`` let write in it, other
+    than its owner, root and this process's user; ``None`` for nobody. A named user's entry, a
+    named group's and the owning group's count with the write bit the mask leaves them; a group
+    that is the owner's private group (``_private_group``) may write, as without an ACL."""
+    mask = next((perms for tag, perms, _ in entries if tag == _ACL_MASK), 0o7)
+    for tag, perms, who in entries:
+        if not perms & mask & _ACL_WRITE:
+            continue
+        if tag == _ACL_USER and who not in (status.st_uid, os.geteuid(), 0):
+            return f"user uid {who}"
+        if tag == _ACL_GROUP and not _private_group(who, status.st_uid):
+            return f"group gid {who}"
+        if tag == _ACL_GROUP_OBJ and not _private_group(status.st_gid, status.st_uid):
+            return f"its group (gid {status.st_gid})"
     return None
 
 
