@@ -603,11 +603,27 @@ def _remove_placeholder(path: Path, placeholder: os.stat_result) -> None:
             os.unlink(path)
 
 
-def _refuse_more_than_one_pem_block(path: Path, data: bytes, what: str) -> None:
-    """Raise ``KeyFileError`` when ``data`` holds more than one PEM block: the PEM readers take the
-    first one silently, so two keys concatenated (or a pair in one file) would be read as one."""
+def _refuse_more_than_one_key(path: Path, data: bytes, what: str) -> None:
+    """Raise ``KeyFileError`` when ``data``, a file of a PEM block, holds more than that one block:
+    a second block, or any text but white space before or after it (a UTF-8 byte order mark
+    first aside). The PEM readers take the first block silently and skip what surrounds it, so two
+    keys concatenated (or a pair in one file) would be read as one, and so was a PEM key with a
+    did:key below it until review R84. The text is not quoted: it may be a key. Data without
+    ``-----BEGIN`` is left to the reader, which refuses it."""
     if data.count(b"-----BEGIN") > 1:
         raise KeyFileError(f"{shown_path(path)}: holds more than one PEM block; give a file of one {what}")
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    begin = data.find(b"-----BEGIN")
+    if begin < 0:
+        return
+    end = data.find(b"-----END", begin)
+    close = data.find(b"-----", end + len(b"-----END")) if end >= 0 else -1
+    after = data[close + len(b"-----") :] if close >= 0 else b""
+    if data[:begin].strip() or after.strip():
+        raise KeyFileError(
+            f"{shown_path(path)}: holds text outside its PEM block (a second key, a did:key, a note); "
+            f"a key file holds one {what} and nothing else: give a file of the PEM block alone"
+        )
 
 
 _KEY_TEXT = re.compile(r"[A-Za-z0-9+/=_-]{40,}")
@@ -737,7 +753,7 @@ def load_signing_key(path: Path | str) -> SigningKey:
 
     Raises ``KeyFileError`` for a file that cannot be read, is not a regular file (a FIFO is
     refused at once, never waited on), holds more than ``MAX_KEY_FILE_BYTES``, does not hold
-    exactly one Ed25519 private key, is readable or writable by group or others, is owned by
+    exactly one Ed25519 private key and nothing else (``_refuse_more_than_one_key``), is readable or writable by group or others, is owned by
     another user than this process's or root, or lies in a directory others may change
     (``unsafe_directory``: one group or others may write, not sticky, or one another user owns,
     on the path as given or the file's real one). What the file
@@ -747,7 +763,7 @@ def load_signing_key(path: Path | str) -> SigningKey:
     refuse_key_text(path, "the private key's path")
     path = as_path(path, "private key", KeyFileError)
     data, status = read_regular_file(path, MAX_KEY_FILE_BYTES, "private key", KeyFileError)
-    _refuse_more_than_one_pem_block(path, data, "private key")
+    _refuse_more_than_one_key(path, data, "private key")
     try:
         private = serialization.load_pem_private_key(data, password=None)
     except TypeError as exc:  # cryptography's "Password was not given but private key is encrypted"
@@ -941,8 +957,8 @@ def load_public_key(spec: str | Path) -> PublicKey:
 
     Only Ed25519 keys: raises ``KeyFileError`` for a PEM key of another algorithm (RSA, X25519...),
     a file that cannot be read, is not a regular file or holds more than ``MAX_KEY_FILE_BYTES``,
-    a file of more than one key (two dids, two PEM blocks: which one is meant is not for the
-    parser to pick), and for anything that is neither a ``did:key`` nor a PEM public key. An error
+    a file of more than one key (two dids, two PEM blocks, a PEM key with any text beside its
+    block: which one is meant is not for the parser to pick), and for anything that is neither a ``did:key`` nor a PEM public key. An error
     quotes at most the one line of a did, never the rest of a file (a private key pasted below).
     """
     if not isinstance(spec, str):
@@ -968,7 +984,7 @@ def load_public_key(spec: str | Path) -> PublicKey:
             return PublicKey.from_did(stripped.decode("ascii", errors="replace"))
         except KeyFileError as exc:  # which of several --trust files is wrong
             raise KeyFileError(f"{shown_path(path)}: {exc}") from exc
-    _refuse_more_than_one_pem_block(path, stripped, "public key")
+    _refuse_more_than_one_key(path, stripped, "public key")
     try:
         loaded = serialization.load_pem_public_key(stripped)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
