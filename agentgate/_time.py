@@ -29,7 +29,14 @@ def unix(timestamp: float | None) -> int | float | None:
     """A time for JSON output and approval payloads (docs/cli.md, Output conventions): Unix
     seconds, as an integer when it is whole seconds (``1795969091``, as the Gate and grants write
     times, not ``1795969091.0``), else with its fraction as recorded; ``None`` (``null``) for none or a
-    non-finite one (a deadline of infinity)."""
-    if timestamp is None or isinstance(timestamp, bool) or not math.isfinite(timestamp):
+    non-finite one (a deadline of infinity), and for an integer past a float's range, as for
+    infinity (a row edited by hand: until review R84 an ``OverflowError`` traceback)."""
+    if timestamp is None or isinstance(timestamp, bool):
         return None
-    return int(timestamp) if float(timestamp).is_integer() else float(timestamp)
+    try:
+        seconds = float(timestamp)
+    except OverflowError:
+        return None
+    if not math.isfinite(seconds):
+        return None
+    return int(timestamp) if seconds.is_integer() else seconds

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import re
 import shlex
@@ -239,10 +238,12 @@ def shown_source_error() -> Iterator[None]:
 
 
 def utc(timestamp: float | None) -> str:
-    """A Unix time as ``2026-11-29T18:00:00Z`` (UTC, seconds); ``-`` for none or a non-finite one."""
-    if timestamp is None or not math.isfinite(timestamp):
+    """A Unix time as ``2026-11-29T18:00:00Z`` (UTC, seconds); ``-`` for none or a non-finite one,
+    and beyond the years a datetime can hold (``utc_text``: an integer past a float's range
+    included, where ``math.isfinite`` raised ``OverflowError`` until review R84)."""
+    if timestamp is None:
         return "-"
-    return utc_text(timestamp) or "-"  # "-" too beyond the years a datetime can hold
+    return utc_text(timestamp) or "-"
 
 
 def open_existing_store(

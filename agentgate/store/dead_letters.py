@@ -8,6 +8,7 @@ it (opaque strings, grant hashes say), why the scheduler gave up, and the error 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
@@ -203,7 +204,9 @@ _ATTEMPT_ERROR_FIELDS = {
 
 
 def _attempt_error(value: object) -> bool:
-    """Whether ``value`` is an ``AttemptError`` as ``record`` writes it: its fields, of their types."""
+    """Whether ``value`` is an ``AttemptError`` as ``record`` writes it: its fields, of their types,
+    ``at`` a time a float holds (an integer of 400 digits is none: until review R84 an
+    ``OverflowError`` traceback out of ``agentgate tasks dead-letters``)."""
     return (
         isinstance(value, dict)
         and value.keys() == _ATTEMPT_ERROR_FIELDS.keys()
@@ -211,6 +214,7 @@ def _attempt_error(value: object) -> bool:
             isinstance(value[name], kind) and not isinstance(value[name], bool)
             for name, kind in _ATTEMPT_ERROR_FIELDS.items()
         )
+        and (not isinstance(value["at"], int) or abs(value["at"]) <= sys.float_info.max)
     )
 
 
