@@ -153,7 +153,11 @@ class PublicKey:
     def verify(self, message: bytes, signature: bytes) -> None:
         """Return if ``signature`` is this key's signature of ``message``; else ``InvalidSignature``.
 
-        Raises ``InputError`` when ``message`` or ``signature`` is not ``bytes``."""
+        Raises ``InputError`` when ``message`` or ``signature`` is not ``bytes`` (a ``bytearray``
+        or ``memoryview`` included, as ``SigningKey.sign`` refuses them: until review R84 PyNaCl
+        took a ``bytearray`` message here)."""
+        if not isinstance(message, bytes):
+            raise _bytes_expected("the message and signature", message)
         try:
             if len(signature) != SIGNATURE_SIZE:
                 raise InvalidSignature(f"an Ed25519 signature is 64 bytes, got {len(signature)}")
@@ -161,8 +165,7 @@ class PublicKey:
         except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError) as exc:
             raise InvalidSignature(f"signature does not verify under {self.did}") from exc
         except TypeError:  # PyNaCl's (or len's) for a str, None, a bytearray signature
-            wrong = signature if not isinstance(signature, bytes) else message
-            raise _bytes_expected("the message and signature", wrong) from None
+            raise _bytes_expected("the message and signature", signature) from None
 
     def is_valid(self, message: bytes, signature: bytes) -> bool:
         try:
@@ -209,7 +212,7 @@ _PAIR_TEMPORARY = (".agentgate-keypair-", ".tmp")
 _LOCK_WAIT_S = 10.0
 
 
-def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
+def save_key(key: SigningKey, directory: Path | str, name: str) -> tuple[Path, Path]:
     """Write ``DIR/NAME.key`` (PKCS#8 PEM, mode 0600) and ``DIR/NAME.pub`` (did:key), both or neither.
 
     Neither file is ever overwritten. A missing ``DIR`` is created with mode 0700. Both are first written whole to temporary files in ``DIR``
@@ -229,13 +232,24 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     (``flock``, released by the kernel when its holder dies), so that clean-up never touches a
     pair another process is writing.
 
-    Raises ``KeyFileError`` for a name that is not a plain file name, an existing ``NAME.key`` or
+    ``directory`` is a path (text, bytes or ``os.PathLike``). Raises ``KeyFileError`` for a
+    ``directory`` that is none, a name that is not a plain file name (not text, empty, with a
+    ``/`` or a NUL, starting with a dot, or not encodable as a file name: a lone surrogate), an existing ``NAME.key`` or
     ``NAME.pub``, a ``DIR`` others may change (``unsafe_directory``: where the key could be
     replaced, and where ``load_signing_key`` would refuse it), or a target that cannot be written (``DIR`` a file, ``NAME.pub`` a directory, a
     name too long, no space, a file system without hard links), or when another process holds
     the lock on ``DIR`` for more than ten seconds.
     """
-    if not name or "/" in name or name.startswith(".") or "\x00" in name:
+    try:
+        directory = Path(os.fsdecode(directory))
+    except TypeError:  # None, a number: until review R84 a TypeError out of ``directory / name``
+        raise KeyFileError(
+            f"cannot write a key pair: the directory must be a path (text or os.PathLike), got "
+            f"{type(directory).__name__}"
+        ) from None
+    if not isinstance(name, str):
+        raise KeyFileError(f"invalid key name: expected text, got {type(name).__name__}")
+    if not name or "/" in name or name.startswith(".") or "\x00" in name or not _encodable(name):
         raise KeyFileError(f"invalid key name {shown_value(name)}: use a plain file name")
     _refuse_unsafe_directory(directory, directory / f"{name}.key")  # before anything is made
     try:
@@ -252,9 +266,10 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
         raise KeyFileError(
             f"{shown_path(directory)}: cannot create the key directory: {exc.strerror}"
         ) from None
-    except ValueError:  # a NUL byte in the path
+    except ValueError:  # a NUL byte in the path, or a lone surrogate (UnicodeEncodeError)
+        fault = "a NUL byte" if "\x00" in str(directory) else "a character no file name can hold"
         raise KeyFileError(
-            f"{str(directory)!r}: cannot create the key directory: the path holds a NUL byte"
+            f"{str(directory)!r}: cannot create the key directory: the path holds {fault}"
         ) from None
     key_path, pub_path = directory / f"{name}.key", directory / f"{name}.pub"
     _refuse_unsafe_directory(directory, key_path)  # the parents mkdir made with the umask's mode
@@ -317,6 +332,16 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     except OSError as exc:  # DIR cannot be opened for its lock, or a temporary file not removed
         raise KeyFileError(f"{directory}: cannot write a key pair there: {exc.strerror}") from None
     return key_path, pub_path
+
+
+def _encodable(name: str) -> bool:
+    """Whether ``name`` can be a file name here: a lone surrogate (``"\\ud800"``) has no bytes in the
+    file system's encoding (until review R84 a ``UnicodeEncodeError`` out of ``save_key``)."""
+    try:
+        os.fsencode(name)
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _private_group(gid: int, owner: int) -> bool:
@@ -1025,4 +1050,9 @@ class Keyring:
         return key if key is not None else PublicKey.from_did(did)
 
     def __contains__(self, did: object) -> bool:
-        return did in self._keys
+        """Whether the key of ``did`` was added; ``False`` for anything that is no did, an
+        unhashable list included (until review R84 a ``TypeError``)."""
+        try:
+            return did in self._keys
+        except TypeError:
+            return False

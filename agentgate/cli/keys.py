@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from agentgate._shown import character_named, not_printable
 from agentgate.cli._common import say_written
@@ -21,10 +22,11 @@ def _new(args: argparse.Namespace) -> int:
     if dot and stem and suffix in ("key", "pub"):  # ``keys new alice.key`` wrote alice.key.key
         while stem.endswith((".key", ".pub")) and len(stem) > 4:  # ``a.key.key``: the name is a
             stem = stem[:-4]  # (until review R82 the command it offered was refused in turn)
-        raise KeyFileError(
-            f"invalid key name {args.name!r}: NAME is the name without .key or .pub: "
-            f"agentgate keys new {stem} writes {stem}.key and {stem}.pub"
-        )
+        if not stem.startswith(".") and "/" not in stem:  # else (`.key.key`, R84) save_key says why
+            raise KeyFileError(
+                f"invalid key name {args.name!r}: NAME is the name without .key or .pub: "
+                f"agentgate keys new {shlex.quote(stem)} writes {stem}.key and {stem}.pub"
+            )
     key = SigningKey.generate()
     save_key(key, args.dir, args.name)
     say_written(key.did)  # the key files are written: a retry would be refused, they exist
