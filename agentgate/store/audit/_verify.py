@@ -32,7 +32,7 @@ from agentgate.store.audit._schema import (
 from agentgate.store.audit._stored import _bytes, _index_of, _note
 
 _sha256 = hashlib.sha256
-_ENTRY, _LEAF = operator.itemgetter(1), operator.itemgetter(2)
+_IDX, _ENTRY, _LEAF = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
 _LEAF_PREFIX = _sha256(b"\x00")
 """SHA-256 fed the leaf prefix (RFC 6962): each leaf hash continues a copy of it, never this one."""
 _REF_KEY = b',"ref":'
@@ -266,7 +266,10 @@ class _Verification:
         for rows in self._batches():
             first, count = acc.size, len(rows)
             gap = None
-            if rows[0][0] != first or rows[-1][0] != first + count - 1:  # ordered and unique: a gap inside
+            # Every row's index against its position, one C-level comparison per batch: the first
+            # and last alone (until review R84) passed a second row of one index beside a gap
+            # (0, 1, 1, 3), which also hid the gap from the count of rows after the pass.
+            if list(map(_IDX, rows)) != list(range(first, first + count)):
                 # A second row of an index (a table without its primary key) is left out here and
                 # counted after the pass; only an index that no row holds is a gap.
                 rows = [row for k, row in enumerate(rows) if not k or row[0] != rows[k - 1][0]]
