@@ -21,6 +21,7 @@ import sqlite3
 
 from agentgate.errors import InputError, LogDropped, RepairRefused, StoreError
 from agentgate.store._base import Dialect, Store, loaded_driver_errors
+from agentgate.store.audit._stored import _described
 
 APPEND_LOCK = 27416741019937140
 """The PostgreSQL advisory lock that serializes appends (ASCII "agaudit"; the same number is
@@ -1558,10 +1559,27 @@ _REPAIRS_UNACCEPTED = (
 )
 
 
+def _not_whole(log_size: object, checkpoint_size: object) -> str | None:
+    """What is wrong with a repair's sizes when one is not a whole number, ``None`` when both are
+    (or NULL, read as 0: no checkpoint stored then). A writer's opening records whole numbers
+    only; ``audit_repairs`` is append-only, not closed, and SQLite keeps a fraction, text or bytes
+    in its columns if given one."""
+    for column, value in (("log_size", log_size), ("checkpoint_size", checkpoint_size)):
+        if value is not None and type(value) is not int:
+            return f"its {column} is {_described(value)}, not a whole number: a repair record written outside agentgate"
+    return None
+
+
 def _window(log_size: object, checkpoint_size: object) -> str:
     """The entries a repair found unprotected: after the checkpoint stored last then, up to the
-    log's size then."""
-    first, end = int(str(checkpoint_size or 0)), int(str(log_size or 0))
+    log's size then; a row whose sizes are not whole numbers (``_not_whole``) names none, and says
+    why (until review R84 ``int`` raised on a size of 3.5, and ``verify``, ``show`` and
+    ``checkpoint`` ended in a traceback)."""
+    odd = _not_whole(log_size, checkpoint_size)
+    if odd is not None:
+        return f"entries not known ({odd})"
+    first = checkpoint_size if isinstance(checkpoint_size, int) else 0  # NULL: no checkpoint then
+    end = log_size if isinstance(log_size, int) else 0
     return (
         f"entries {first} to {end - 1}" if end > first else "no entry (every one was covered by a checkpoint)"
     )
@@ -1587,6 +1605,11 @@ def _unaccepted_repairs(store: Store) -> list[str]:
         f"{_appended(size, checkpoint)} after the checkpoint stored last then while it "
         "was not in force, and cannot be vouched for (someone with DDL rights on the store changed "
         "it); check them against a copy kept outside the database, then run `agentgate audit "
+        f"accept-repair {rid} --by NAME --reason TEXT`"
+        if _not_whole(size, checkpoint) is None
+        else f"repair {rid} at {created}: {what}; {_not_whole(size, checkpoint)} (someone with write "
+        "rights on the store inserted it), so the entries it leaves unprotected are not known: "
+        "check the log against a copy kept outside the database, then run `agentgate audit "
         f"accept-repair {rid} --by NAME --reason TEXT`"
         for rid, created, what, size, checkpoint in rows
     ]

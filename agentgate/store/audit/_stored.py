@@ -1,8 +1,9 @@
 """What the log's parts share: a stored note or entry read as text or bytes whatever its row
 holds (``_note``, ``_bytes``), a stored entry parsed (``_parsed``; checked against its leaf hash
 too, ``_read_entry``), the index an entry's bytes
-carry when they are a canonical entry (``_index_of``), and an index or size given by a caller
-checked (``_whole``)."""
+carry when they are a canonical entry (``_index_of``), a stored number that is not a whole one
+named with what it is (``_described``), and an index or size given by a caller checked
+(``_whole``)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,18 @@ def _note(value: object) -> str:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8", errors="replace")
     return str(value)
+
+
+def _described(value: object) -> str:
+    """A stored number that is not a whole one (an ``idx``, a size), with what it is: ``NULL``,
+    ``'9' (text)``, ``x'09' (bytes)``, ``3.5 (a fraction)``."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes):
+        return f"x'{value[:20].hex()}' (bytes)"
+    if isinstance(value, float):
+        return f"{value!r} (a fraction)"
+    return f"{str(value)[:40]!r} (text)"
 
 
 def _bytes(value: object) -> bytes:

@@ -29,7 +29,7 @@ from agentgate.store.audit._schema import (
     missing_protection,
     upgrade_additions,
 )
-from agentgate.store.audit._stored import _bytes, _index_of, _note
+from agentgate.store.audit._stored import _bytes, _described, _index_of, _note
 
 _sha256 = hashlib.sha256
 _IDX, _ENTRY, _LEAF = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
@@ -152,18 +152,6 @@ def _shown_index(value: object) -> str:
     if type(value) is int:
         return str(value)
     return f"{_described(value)}, not a whole number: a row written outside agentgate"
-
-
-def _described(value: object) -> str:
-    """An ``idx`` that is not a whole number, with what it is: ``NULL``, ``'9' (text)``,
-    ``x'09' (bytes)``, ``3.5 (a fraction)``."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bytes):
-        return f"x'{value[:20].hex()}' (bytes)"
-    if isinstance(value, float):
-        return f"{value!r} (a fraction)"
-    return f"{str(value)[:40]!r} (text)"
 
 
 KeyedByIdx = Literal["audit_log", "audit_refs"]
