@@ -15,7 +15,7 @@ from agentgate.audit.note import Checkpoint, key_id, other_signer, wrong_key_cau
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import BeyondLogEnd, InputError, TamperDetected
 from agentgate.store._base import Row, Store, Transaction
-from agentgate.store.audit._stored import _MAX_INDEX, _note, _parsed, _whole
+from agentgate.store.audit._stored import _MAX_INDEX, _note, _parsed, _stored_index, _whole
 
 if TYPE_CHECKING:
     from agentgate.keys import PublicKey, SigningKey
@@ -195,7 +195,11 @@ class _Proofs:
         it, and of entry ``ref``."""
         related: dict[int, tuple[bytes, bytes, AuditEntry]] = {}
         if self.refs_indexed:
-            refs = {int(r[0]) for r in self.store.query("SELECT idx FROM audit_refs WHERE ref = ?", (index,))}
+            # A row at an index that is not a whole number (a fraction, text, bytes or NULL: a table
+            # made again without its key) names no entry, and verify names it (until review R84
+            # int() raised on text, and read 3.5 as entry 3).
+            held = self.store.query("SELECT idx FROM audit_refs WHERE ref = ?", (index,))
+            refs = {idx for idx in map(_stored_index, (row[0] for row in held)) if idx is not None}
             if ref is not None:
                 refs.add(ref)
             rows: Iterable[tuple[int, bytes, bytes]] = (

@@ -1,9 +1,9 @@
 """What the log's parts share: a stored note or entry read as text or bytes whatever its row
 holds (``_note``, ``_bytes``), a stored entry parsed (``_parsed``; checked against its leaf hash
-too, ``_read_entry``), the index an entry's bytes
-carry when they are a canonical entry (``_index_of``), a stored number that is not a whole one
-named with what it is (``_described``), and an index or size given by a caller checked
-(``_whole``)."""
+too, ``_read_entry``), the index an entry's bytes carry when they are a canonical entry
+(``_index_of``), a stored index read as the entry index it is (``_stored_index``), a stored number
+that is not a whole one named with what it is (``_described``), and an index or size given by a
+caller checked (``_whole``)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,18 @@ def _described(value: object) -> str:
     if isinstance(value, float):
         return f"{value!r} (a fraction)"
     return f"{str(value)[:40]!r} (text)"
+
+
+def _stored_index(value: object) -> int | None:
+    """An ``idx`` read from a row as the entry index it is: a whole number (one kept as a real,
+    3.0, in a column without a type, included), else ``None``: a fraction, text, bytes or NULL,
+    which SQLite keeps only in a table made again without its ``INTEGER PRIMARY KEY``, is the
+    index of no entry."""
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return None
 
 
 def _bytes(value: object) -> bytes:

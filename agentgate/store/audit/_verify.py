@@ -29,7 +29,7 @@ from agentgate.store.audit._schema import (
     missing_protection,
     upgrade_additions,
 )
-from agentgate.store.audit._stored import _bytes, _described, _index_of, _note
+from agentgate.store.audit._stored import _bytes, _described, _index_of, _note, _stored_index
 
 _sha256 = hashlib.sha256
 _IDX, _ENTRY, _LEAF = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
@@ -334,6 +334,7 @@ class _Verification:
                 )
             if not _one_row_per_index(self.store, "audit_refs"):
                 self._check_repeated_refs(size, problems)
+                self._check_whole_refs(problems)
         # Every read above starts at index 0: a row below it (inserted with the triggers dropped)
         # is in no tree, and only this count sees it.
         below, lowest = self.store.query("SELECT COUNT(*), MIN(idx) FROM audit_log WHERE idx < 0")[0]
@@ -388,7 +389,11 @@ class _Verification:
             "GROUP BY idx HAVING COUNT(*) > 1 ORDER BY idx LIMIT 10",
             params,
         )
-        return [(int(idx), int(count)) for idx, count in rows]
+        # A whole number only: text, bytes and NULL (SQLite keeps them in a table made again
+        # without its key; text sorts after every number) are the index of no entry, counted and
+        # named by verify (until review R84 two rows at 'x' made ``int`` raise in ``audit show``).
+        held = ((_stored_index(idx), int(count)) for idx, count in rows)
+        return [(idx, count) for idx, count in held if idx is not None]
 
     def _check_repeated_indexes(self, size: int, bad: list[int], problems: list[str]) -> None:
         """Append to ``problems`` (and ``bad``) each index below ``size`` that more than one row of
@@ -427,6 +432,25 @@ class _Verification:
             problems.append(
                 f"audit_refs has {int(rows)} rows for entry {_shown_index(idx)}, where an entry has at "
                 "most one (the reference index was tampered with: rows inserted outside agentgate)"
+            )
+
+    def _check_whole_refs(self, problems: list[str]) -> None:
+        """Append to ``problems`` the rows of a SQLite ``audit_refs`` (made again without its key,
+        or its key dropped: the caller checks) at an index that is not a number, text, bytes or
+        NULL: the comparison with the entries reads the rows from 0 up to the log's size, where
+        SQLite sorts text and bytes after every number and leaves NULL out, so such a row, which
+        indexes no entry, was compared with none and went unreported (until review R84). A
+        fraction is compared with the entries and named there."""
+        if self.store.dialect != "sqlite":
+            return  # PostgreSQL's idx column holds whole numbers only
+        count, lowest = self.store.query(
+            "SELECT COUNT(*), MIN(idx) FROM audit_refs WHERE typeof(idx) IN ('text', 'blob', 'null')"
+        )[0]
+        if count:
+            problems.append(
+                f"audit_refs has {count} row(s) at an index that is not a number (the first: "
+                f"{_described(lowest)}), which no entry has (the reference index was tampered with: "
+                "rows written outside agentgate)"
             )
 
     def _check_whole_indexes(self, keyed: bool, problems: list[str]) -> None:
