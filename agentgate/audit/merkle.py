@@ -171,11 +171,26 @@ def consistency_ranges(size1: int, size2: int) -> list[tuple[int, int]]:
     ``size2``, in proof order (RFC 9162 2.1.4.1). Disjoint; empty when the sizes are equal.
 
     Raises ``ValueError`` unless ``0 < size1 <= size2``.
+
+    RFC 9162's SUBPROOF walked down as a loop, one step per level of the tree: each step keeps
+    the subtree the old tree ends in and notes its sibling, which joins the proof on the way back
+    up (until review R84 a recursion, one call per bit of ``size2``: a size of 2**1200 raised
+    ``RecursionError``).
     """
     if not 0 < size1 <= size2:
         raise ValueError(f"no consistency proof from size {size1} to size {size2}")
-    ranges: list[tuple[int, int]] = []
-    _subproof(size1, 0, size2, True, ranges)
+    m, lo, hi, complete = size1, 0, size2, True
+    siblings: list[tuple[int, int]] = []
+    while m != hi - lo:
+        k = _split(hi - lo)
+        if m <= k:
+            siblings.append((lo + k, hi))
+            hi = lo + k
+        else:
+            siblings.append((lo, lo + k))
+            m, lo, complete = m - k, lo + k, False
+    ranges = [] if complete else [(lo, hi)]
+    ranges.extend(reversed(siblings))
     return ranges
 
 
@@ -188,21 +203,6 @@ def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = N
     if not 0 < size1 <= size2 <= len(leaves):
         raise ValueError(f"no consistency proof from size {size1} to size {size2}")
     return [_subtree_root(leaves, lo, hi) for lo, hi in consistency_ranges(size1, size2)]
-
-
-def _subproof(m: int, lo: int, hi: int, complete: bool, out: list[tuple[int, int]]) -> None:
-    n = hi - lo
-    if m == n:
-        if not complete:
-            out.append((lo, hi))
-        return
-    k = _split(n)
-    if m <= k:
-        _subproof(m, lo, lo + k, complete, out)
-        out.append((lo + k, hi))
-    else:
-        _subproof(m - k, lo + k, hi, False, out)
-        out.append((lo, lo + k))
 
 
 def _check_hashes(proof: Sequence[bytes]) -> None:

@@ -133,12 +133,14 @@ class _Proofs:
         before ``size2`` is missing.
         """
         size1, size2 = _whole(size1, "size"), _whole(size2, "size")
+        # The bound before the proof's ranges (until review R84 after: one range per bit of a
+        # size far past the end was computed, and 2**1200 raised RecursionError first).
+        if 0 < size1 <= size2 and size2 > self._end():
+            raise BeyondLogEnd(size2, self.size())
         try:
             ranges = consistency_ranges(size1, size2)
         except ValueError as exc:
             raise InputError(str(exc)) from exc
-        if size2 > self._end():
-            raise BeyondLogEnd(size2, self.size())
         return self._subtree_roots(ranges, size2)
 
     def explain(self, index: int) -> Explanation:
