@@ -148,10 +148,11 @@ def encode_bounded(fields: Mapping[str, Any], limit: int) -> bytes:
     (each dropped from ``args``, with a reason ``elided args.KEY: N bytes, sha256:HEX`` of its
     canonical JSON), then the largest reasons of more than 256 characters (each replaced in place
     by ``elided reason: ...`` of its UTF-8 bytes), then the whole remaining ``args`` (``elided
-    args: ...``). ``args_digest``
-    is the caller's and still covers the full arguments. Raises ``InputError`` for bad fields, or
-    when the entry is still over ``limit`` after all that (a huge resource, rule or status):
-    the entry is then not written at all, never cut silently.
+    args: ...``), and last, when the reasons of the first step are what is still too large, those
+    reasons and that one give way to a single ``elided args: ...`` of the caller's whole ``args``.
+    ``args_digest`` is the caller's and still covers the full arguments. Raises ``InputError``
+    for bad fields, or when the entry is still over ``limit`` after all that (a huge resource,
+    rule or status): the entry is then not written at all, never cut silently.
     """
     data = encode_entry(fields)
     if len(data) <= limit:
@@ -173,6 +174,7 @@ def encode_bounded(fields: Mapping[str, Any], limit: int) -> bytes:
         del args[key]
         reasons.append(note)
         excess -= saving
+    per_value = len(reasons) > given  # step 1 elided a value
     data = encode_entry({**values, "args": args, "reasons": reasons})
     # 2. The caller's largest reasons, replaced in place.
     if len(data) > limit:
@@ -191,6 +193,12 @@ def encode_bounded(fields: Mapping[str, Any], limit: int) -> bytes:
         reasons.append(elision("args", canonical_json(args)))
         args = {}
         data = encode_entry({**values, "args": args, "reasons": reasons})
+    # 4. Step 1's reasons, when they are what is too large (many values, each elided by a reason of
+    # about a hundred bytes): one reason for the caller's whole args object instead. Until review
+    # R84 such an entry was refused, and an allow with it rolled back.
+    if len(data) > limit and per_value:
+        reasons = [*reasons[:given], elision("args", canonical_json(values.get("args") or {}))]
+        data = encode_entry({**values, "args": args, "reasons": reasons})  # args is {} after step 3
     if len(data) > limit:
         final = {**values, "args": args, "reasons": reasons}
         sizes = {name: len(canonical_json(value)) for name, value in final.items()}
