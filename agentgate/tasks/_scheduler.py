@@ -102,6 +102,9 @@ class Scheduler(_StoreWork, _Failures):
     ``limits``: the admission state to share with other schedulers (their limits then hold for
     all of them together; its ``config`` is used, and ``config``, if given too, must be that
     same object); without it the scheduler makes its own and closes it in ``aclose``.
+    An argument of another kind (``store`` a ``Store``, ``dead_letters`` a ``DeadLetterStore``,
+    ``rng`` a ``random.Random``, ``registry`` a ``CollectorRegistry``) raises ``InputError``
+    naming it before anything is made.
     """
 
     def __init__(
@@ -115,15 +118,9 @@ class Scheduler(_StoreWork, _Failures):
         registry: CollectorRegistry | None = None,
         limits: SharedLimits | None = None,
     ) -> None:
-        # Before anything is made: a retry_on or trip_on class the classifier never returns.
-        if not isinstance(classifier, Classifier):
-            raise InputError(
-                f"classifier must be a Classifier (wrap a function in from_function), got {classifier!r}"
-            )
-        if config is not None and not isinstance(config, SchedulerConfig):
-            raise InputError(f"a scheduler needs a SchedulerConfig, got {type(config).__name__}")
-        if limits is not None and not isinstance(limits, SharedLimits):
-            raise InputError(f"a scheduler's limits must be a SharedLimits, got {type(limits).__name__}")
+        # Before anything is made: an argument of the wrong kind, a retry_on or trip_on class the
+        # classifier never returns.
+        _check_arguments(config, store, dead_letters, rng, classifier, registry, limits)
         (limits.config if limits is not None else config or SchedulerConfig()).check_error_classes(
             classifier.classes
         )
@@ -137,7 +134,7 @@ class Scheduler(_StoreWork, _Failures):
         #: The admission state, maybe shared with other schedulers; used under ``shared.lock``.
         self.shared = limits
         self.config = limits.config
-        self._rng = rng or random.Random()
+        self._rng = rng if rng is not None else random.Random()
         self._classifier = classifier
         self._rules: dict[str, RetryRule] = {}
         self._priorities: dict[str | None, PriorityClass] = {}
@@ -794,6 +791,45 @@ class Scheduler(_StoreWork, _Failures):
         absolute = call.absolute_deadline()
         assert absolute is not None
         return now + (absolute - time.time())
+
+
+def _check_arguments(
+    config: object,
+    store: object,
+    dead_letters: object,
+    rng: object,
+    classifier: object,
+    registry: object,
+    limits: object,
+) -> None:
+    """Raise ``InputError`` naming the first of ``Scheduler``'s arguments (``SyncScheduler``'s, which
+    it is given) that is not of its kind. Until review R84 only ``config``, ``classifier`` and
+    ``limits`` were checked: ``store="path.db"`` or ``registry=1`` failed in the making with an
+    ``AttributeError`` or ``TypeError``, and ``rng=42`` or ``dead_letters=`` a ``Store`` at the
+    first retry or dead letter, whose ``AttributeError`` replaced the tool's error."""
+    if not isinstance(classifier, Classifier):
+        raise InputError(
+            f"classifier must be a Classifier (wrap a function in from_function), got {classifier!r}"
+        )
+    if config is not None and not isinstance(config, SchedulerConfig):
+        raise InputError(f"a scheduler needs a SchedulerConfig, got {type(config).__name__}")
+    if limits is not None and not isinstance(limits, SharedLimits):
+        raise InputError(f"a scheduler's limits must be a SharedLimits, got {type(limits).__name__}")
+    if store is not None and not isinstance(store, Store):
+        raise InputError(
+            f"a scheduler's store must be a Store (agentgate.store.open_store), got {type(store).__name__}"
+        )
+    if dead_letters is not None and not isinstance(dead_letters, DeadLetterStore):
+        raise InputError(
+            "a scheduler's dead_letters must be a DeadLetterStore (DeadLetterStore(store)), "
+            f"got {type(dead_letters).__name__}"
+        )
+    if rng is not None and not isinstance(rng, random.Random):
+        raise InputError(f"a scheduler's rng must be a random.Random, got {type(rng).__name__}")
+    if registry is not None and not isinstance(registry, CollectorRegistry):
+        raise InputError(
+            f"a scheduler's registry must be a prometheus_client CollectorRegistry, got {type(registry).__name__}"
+        )
 
 
 def _refuse_foreign_loops(tasks: set[asyncio.Task[Any]], loop: asyncio.AbstractEventLoop) -> None:
