@@ -73,8 +73,10 @@ def format_time(moment: datetime) -> str:
     """``moment`` (timezone-aware) in entry time format; raises ``InputError`` if it is naive.
     The year has four digits, also before 1000: such times are compared as text (a ledger's
     prune, ``budget held --older-than``), and ``strftime`` wrote the year 379 as ``379``, which
-    sorts after ``2026`` (until review R83 an age of 52,000,000,000 s held every reservation)."""
-    if moment.tzinfo is None:
+    sorts after ``2026`` (until review R83 an age of 52,000,000,000 s held every reservation).
+    Naive as Python defines it: no ``tzinfo``, or one whose ``utcoffset`` is None (until review
+    R84 such a time was written as if in the machine's zone)."""
+    if moment.utcoffset() is None:
         raise InputError("audit times must be timezone-aware")
     return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 

@@ -100,9 +100,12 @@ def _check_time(value: object, what: str) -> None:
 
 
 def _unix_time(value: datetime | float | None, what: str) -> float | None:
+    """``value`` in Unix seconds; raises ``InputError`` for a naive datetime. Naive as Python
+    defines it: no ``tzinfo``, or one whose ``utcoffset`` is None (until review R84 only the first,
+    and the second raised ``TypeError`` from ``submit``)."""
     if value is None or isinstance(value, (float, int)):
         return value
-    if value.tzinfo is None:
+    if value.utcoffset() is None:
         raise InputError(f"tool call {what} must be timezone-aware, got {value.isoformat()}")
     return value.timestamp()
 
