@@ -12,7 +12,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
-from agentgate.errors import StoreError
+from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Store, Transaction, unix_time, whole_number
 
 _TABLES = """
@@ -119,8 +119,14 @@ class DeadLetterStore:
 
         Raises ``InputError`` for a ``limit`` that is not a whole number from 1 to 2**63 - 1 (a
         bool neither), on both stores: until review R57, SQLite read ``-1`` as no limit and
-        PostgreSQL refused it with a ``StoreError``."""
+        PostgreSQL refused it with a ``StoreError``. Raises ``InputError`` for a ``tool`` that is
+        not a string or None: until review R84, ``5`` was a bare ``TypeError`` and ``["a"]`` a
+        ``StoreError`` about binding a parameter."""
         whole_number(limit, "the dead letters' limit", 1)
+        if tool is not None and not isinstance(tool, str):
+            raise InputError(
+                f"the dead letters' tool must be a tool's name (text) or None, got {type(tool).__name__}"
+            )
         where, params = ("WHERE tool = ? ", [_storable(tool)]) if tool else ("", [])
         rows = self.store.query(
             f"SELECT {_COLUMNS} FROM agentgate_dead_letters {where}ORDER BY recorded_at DESC, id LIMIT ?",
