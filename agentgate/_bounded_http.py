@@ -9,7 +9,8 @@ below are what the gateway's app reads.
 uvicorn's httptools protocol (the fast one, chosen when httptools is installed) reads a request
 head of any size and for any time: one header line of 50 MB was buffered whole, and a client
 that sends its head a byte at a time (or nothing at all) held its connection open for ever.
-``BoundedHttpToolsProtocol`` answers 431 and closes once a head passes ``max_head_bytes``, and
+``BoundedHttpToolsProtocol`` answers 431 and closes once a head passes ``max_head_bytes`` (the
+empty lines the parser skips before a request line count as the head's bytes), and
 408 and closes when a head is not complete ``head_timeout_s`` after the connection opened or
 after the head's first byte arrived (an idle kept-alive connection stays under uvicorn's own
 keep-alive timeout). A request answered before its body has all arrived (the app refused it: a
@@ -120,6 +121,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """Seconds for the rest of a body (dropped) once its request was answered before it all came."""
 
     _head_bytes = 0
+    """Bytes read for the request's head so far (empty lines before its request line included)."""
+    _head_begun = False
+    """Whether the head's request line has begun: the empty lines before one (which the parser
+    skips, RFC 9112, 2.2) cannot end it."""
+    _parsed_head = 0
+    """Bytes of the head the parser has handed over so far (its target, header names and values):
+    ``_count_head``."""
     _message_bytes = 0
     """Bytes read for the request's body so far (its chunks' framing and trailer fields included)."""
     _body_bytes = 0
@@ -170,24 +178,45 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return  # what follows a refused request is never read
         if self._reading_head:
             # Counted before the parser buffers anything: the part of this read up to the end of
-            # the head. (A read that ends one request and begins the next head gives that head's
-            # first bytes to the parser uncounted: at most one read's worth.)
+            # the head, searched for from its request line (until review R84 a blank line before
+            # one, which the parser skips, was taken for the head's end, and the rest of the read
+            # went to the parser uncounted). A head that begins in the read that ends the
+            # request before it is counted as the parser hands it over (``_count_head``).
             if self._head_timer is None:
                 self._start_head_timer()
             seen = self._tail + data
-            end = _head_end(seen)
-            self._head_bytes += len(data) if end < 0 else end - len(self._tail)
+            start = 0 if self._head_begun else len(seen) - len(seen.lstrip(b"\r\n"))
+            end = _head_end(seen, start)
+            self._head_bytes += (len(seen) if end < 0 else end) - len(self._tail)
             if self._head_bytes > self.max_head_bytes:
-                too_large = f"the request line and headers are over {self.max_head_bytes} bytes"
-                self._refuse(431, "Request Header Fields Too Large", too_large)
+                self._refuse_large_head()
                 return
-            self._tail = seen[-2:]
         else:
             self._message_bytes += len(data)
         self._unset_keepalive_if_required()
         self._feed(data)
-        if not self._reading_head and self._refusal is None:
+        if self._reading_head:  # this head, or one the parser began after a request ended here
+            self._tail = (self._tail + data)[-2:] if self._head_begun else b""
+        elif self._refusal is None:
             self._bound_framing()
+
+    def _refuse_large_head(self) -> None:
+        self._refuse(
+            431,
+            "Request Header Fields Too Large",
+            f"the request line and headers are over {self.max_head_bytes} bytes",
+        )
+
+    def _count_head(self, size: int) -> None:
+        """Count ``size`` bytes of the head as the parser hands them over (at least what it
+        hands: its target, each header's name and value and 2 bytes for its ``:`` and line end);
+        past ``max_head_bytes``, 431 and the parser stopped. This bounds a head the count of
+        ``data_received`` missed: one that began in the read that ended the request before it
+        (until review R84 it went to the app, whatever its size, with the pipelined request)."""
+        self._parsed_head += size
+        if self._parsed_head > self.max_head_bytes:
+            self._refuse_large_head()
+            raise _HeadRefused
 
     def _feed(self, data: bytes) -> None:
         while True:
@@ -223,9 +252,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_bytes += len(body)
         super().on_body(body)
 
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_begun = True
+        self._parsed_head = 0
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        self._count_head(len(url))
+
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._reading_head:
             super().on_header(name, value)
+            self._count_head(len(name) + len(value) + 2)
         # else a trailer field, after a chunked body: not one of the request's headers (RFC 9110,
         # 6.5.1), which uvicorn would have it added to; its bytes are bounded (``_bound_framing``)
 
@@ -299,6 +338,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
         self._stop_unread_timer()
         self._reading_head = True
+        self._head_begun = False
         self._head_bytes = 0
         self._tail = b""
         # uvicorn pauses reading while a large body waits for the app, and resumes it only in
@@ -578,7 +618,8 @@ class _CloseDelimitedCycle(_AnswerCycle):
 
 
 class _HeadRefused(Exception):
-    """Raised in the parser's callback for a head ``_refused_head`` refuses, to stop the parser."""
+    """Raised in the parser's callback for a head refused (``_refused_head``, ``_count_head``),
+    to stop the parser."""
 
 
 _HOST = re.compile(rb"(\[[0-9A-Za-z:.]+\]|[-A-Za-z0-9._~%!$&'()*+,;=]*)(:[0-9]*)?")
@@ -605,8 +646,8 @@ def _refused_head(version: str, headers: list[tuple[bytes, bytes]]) -> tuple[int
     return None
 
 
-def _head_end(data: bytes) -> int:
+def _head_end(data: bytes, start: int = 0) -> int:
     """The offset just past the blank line that ends a request head in ``data`` (CRLF or bare LF
-    line ends), or -1."""
-    ends = [at + len(mark) for mark in (b"\n\r\n", b"\n\n") if (at := data.find(mark)) >= 0]
+    line ends) whose request line begins at ``start`` (after the empty lines before it), or -1."""
+    ends = [at + len(mark) for mark in (b"\n\r\n", b"\n\n") if (at := data.find(mark, start)) >= 0]
     return min(ends, default=-1)
