@@ -18,6 +18,11 @@ body too large, an encoding not supported) has ``unread_body_s`` for the rest of
 comes, before the connection is closed. A chunked body's trailer fields are dropped (uvicorn
 added them to the request's headers, with no bound: hundreds of MB of them were buffered); they
 and the chunks' framing may be at most ``max_head_bytes`` more than the body itself, else 431.
+The framing is counted read by read while the body is still being read; the trailer fields also as
+the parser hands them over, whatever read they came in (until review R84 a trailer that came in the
+read that ended the body was not counted). Chunk framing that comes in the read with the head,
+or in the one that ends the body, is not counted: the parser buffers none of it (it skips chunk
+extensions), and each is one read at most.
 
 It also bounds the answer's side: a caller that stops reading (its socket open, its receive
 window shut) made uvicorn wait for the socket to drain with no limit, so a stalled stream held
@@ -132,6 +137,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """Bytes read for the request's body so far (its chunks' framing and trailer fields included)."""
     _body_bytes = 0
     """Bytes of the request's body (the parser's ``on_body``) so far."""
+    _trailer_bytes = 0
+    """Bytes of a chunked body's trailer fields the parser has handed over so far (names, values
+    and 2 bytes for each one's ``:`` and line end)."""
     _reading_head = True
     _tail = b""
     """The last bytes of the head read so far (an end of head may span two reads)."""
@@ -224,7 +232,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             try:
                 self.parser.feed_data(data)
             except httptools.HttpParserError:
-                if self._refusal is None:  # else a head refused by ``_refused_head``, answered
+                # Else refused (a head by ``_refused_head``, too large: answered), or closed.
+                if self._refusal is None and not self.transport.is_closing():
                     self.logger.warning("Invalid HTTP request received.")
                     self.send_400_response("Invalid HTTP request received.")
             except httptools.HttpParserUpgrade as exc:
@@ -241,8 +250,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         fields, which httptools buffers and uvicorn adds to the request's headers, without a
         bound) pass ``max_head_bytes`` plus its content's size: 431, and the connection closed
         (closed at once when the request was already answered, its body being dropped)."""
-        if self._message_bytes - self._body_bytes <= self.max_head_bytes + self._body_bytes:
-            return
+        if self._message_bytes - self._body_bytes > self.max_head_bytes + self._body_bytes:
+            self._refuse_framing()
+
+    def _refuse_framing(self) -> None:
+        """431 for a body's framing and trailer fields too large, and the connection closed
+        (closed at once when the request was already answered, its body being dropped)."""
         if self.cycle is not None and self.cycle.response_complete:
             self.transport.close()
         else:
@@ -265,8 +278,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._reading_head:
             super().on_header(name, value)
             self._count_head(len(name) + len(value) + 2)
-        # else a trailer field, after a chunked body: not one of the request's headers (RFC 9110,
-        # 6.5.1), which uvicorn would have it added to; its bytes are bounded (``_bound_framing``)
+        else:
+            # A trailer field, after a chunked body: not one of the request's headers (RFC 9110,
+            # 6.5.1), which uvicorn would have it added to. Its bytes are bounded here, whatever
+            # read it came in (``_bound_framing`` sees only reads that leave the body unfinished).
+            self._trailer_bytes += len(name) + len(value) + 2
+            if self._trailer_bytes > self.max_head_bytes + self._body_bytes:
+                self._refuse_framing()
+                raise _HeadRefused
 
     def _new_parser(self) -> httptools.HttpRequestParser:
         """A request parser set as uvicorn sets its own (``HttpToolsProtocol.__init__``)."""
@@ -289,7 +308,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             raise _HeadRefused  # the parser stops here: nothing after this head is read
         self._reading_head = False
         self._head_bytes = 0
-        self._message_bytes = self._body_bytes = 0
+        self._message_bytes = self._body_bytes = self._trailer_bytes = 0
         self._tail = b""
         self._stop_head_timer()
         previous = self.cycle
@@ -618,8 +637,8 @@ class _CloseDelimitedCycle(_AnswerCycle):
 
 
 class _HeadRefused(Exception):
-    """Raised in the parser's callback for a head refused (``_refused_head``, ``_count_head``),
-    to stop the parser."""
+    """Raised in the parser's callback for a head refused (``_refused_head``, ``_count_head``)
+    or trailer fields too large (``on_header``), to stop the parser."""
 
 
 _HOST = re.compile(rb"(\[[0-9A-Za-z:.]+\]|[-A-Za-z0-9._~%!$&'()*+,;=]*)(:[0-9]*)?")
