@@ -26,12 +26,13 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
+from agentgate._json import once_each
 from agentgate.audit.spans import ends_held, record_usage
 from agentgate.authority import Chain, Decision, Invocation, chain_weight, parse_chain
 from agentgate.capabilities import Call
 from agentgate.dispatch._sse import _StreamUsage
 from agentgate.dispatch.backends import ChatChunk, carries_output
-from agentgate.errors import TokenFormatError, UsageUnreadable
+from agentgate.errors import InputError, TokenFormatError, UsageUnreadable
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.gate._authorization import COVERAGE_CODES, revoked_refusal
@@ -54,10 +55,19 @@ STREAM_AHEAD = 64
 """Chunks of a streamed answer read from the backend ahead of the caller (``gated_stream``)."""
 
 
+_one_of_each_key = once_each(
+    lambda key: InputError(f"the {APPROVAL_HEADER} header gives the key {key!r} twice: send each key once")
+)
+
+
 def _approval(text: str) -> Approval | None:
-    """The signed approval in an ``X-Agentgate-Approval`` header; ``None`` when it is not one."""
+    """The signed approval in an ``X-Agentgate-Approval`` header; ``None`` when it is not one.
+    Raises ``InputError`` naming a key the JSON gives twice in one object: readers differ on which
+    value counts (Python's parser keeps the last, a proxy or a log in front may read the first),
+    so the approver verified and audited could be another than the one they saw (until review R84
+    the last was read)."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_one_of_each_key)
     except (ValueError, RecursionError):
         return None
     return Approval.parse(value) if isinstance(value, dict) else None
@@ -156,7 +166,8 @@ class GatewayGate(Gate):
         and audited: ``approval_payload()`` of the answer's ``auth`` is what an approver signs);
         402 for a budget that cannot hold the reservation for ``tokens`` (prompt, max output).
         ``approval_text``: the ``X-Agentgate-Approval`` header, a signed approval as JSON (what
-        ``agentgate approval sign`` writes); 400 ``malformed_approval`` when it is not one. Each
+        ``agentgate approval sign`` writes); 400 ``malformed_approval`` when it is not one, 401
+        ``ambiguous_credentials`` when it gives a key twice (as for the header sent twice). Each
         refusal is audited and reserves nothing. Raises ``AuditError``/``StoreError`` only if even
         a refusal cannot be recorded. ``prompt_most``: the most prompt tokens the call's outcome
         is charged, whatever its backend reports (``Authorization.prompt_tokens``).
@@ -254,7 +265,12 @@ class GatewayGate(Gate):
         self._keep_chain(identity.chain)
         approval = None
         if approval_text is not None:
-            approval = _approval(approval_text)
+            try:
+                approval = _approval(approval_text)
+            except InputError as exc:
+                # Never resolved by order, as a credential header sent twice is not (``_app``).
+                auth = self._record_refusal(Authorization(Verdict.DENY, call, identity, (str(exc),)))
+                return GatewayDecision(auth, 401, "ambiguous_credentials")
             if approval is None:
                 reason = f"the {APPROVAL_HEADER} header is not a signed approval (JSON: request, call_hash, approver, signature)"
                 auth = self._record_refusal(Authorization(Verdict.DENY, call, identity, (reason,)))
