@@ -12,8 +12,10 @@ that sends its head a byte at a time (or nothing at all) held its connection ope
 ``BoundedHttpToolsProtocol`` answers 431 and closes once a head passes ``max_head_bytes`` (the
 empty lines the parser skips before a request line count as the head's bytes), and
 408 and closes when a head is not complete ``head_timeout_s`` after the connection opened or
-after the head's first byte arrived (an idle kept-alive connection stays under uvicorn's own
-keep-alive timeout). A request answered before its body has all arrived (the app refused it: a
+after the head's first byte arrived, in a read of its own or in the read that ended the request
+before it (an idle kept-alive connection stays under uvicorn's own keep-alive timeout, which does
+not run while a head is arriving: until review R84 a head begun in the read that ended the
+request before it had no clock, and the keep-alive closed its connection with no answer). A request answered before its body has all arrived (the app refused it: a
 body too large, an encoding not supported) has ``unread_body_s`` for the rest of it, dropped as it
 comes, before the connection is closed. A chunked body's trailer fields are dropped (uvicorn
 added them to the request's headers, with no bound: hundreds of MB of them were buffered); they
@@ -269,6 +271,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._head_begun = True
         self._parsed_head = 0
+        if self._head_timer is None:  # a head begun in the read that ended the request before it
+            self._start_head_timer()
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
@@ -421,6 +425,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if queued is not None and not any(cycle is queued for cycle, _ in self.pipeline):
             self._started(queued)  # uvicorn started the next pipelined request
+        if self._reading_head and self._head_timer is not None:
+            # A next head is arriving: its own clock bounds it (408), not the keep-alive that
+            # uvicorn has just armed, which would close the connection with no answer.
+            self._unset_keepalive_if_required()
         if self._refusal is not None and not self._answering() and not self.transport.is_closing():
             self.transport.write(self._refusal)  # the requests before the refused one are answered
             self.transport.close()
