@@ -27,6 +27,7 @@ from typing import Any
 from opentelemetry.trace import Tracer
 
 from agentgate._json import once_each
+from agentgate._shown import quoted
 from agentgate.audit.spans import ends_held, record_usage
 from agentgate.authority import Chain, Decision, Invocation, chain_weight, parse_chain
 from agentgate.capabilities import Call
@@ -56,7 +57,9 @@ STREAM_AHEAD = 64
 
 
 _one_of_each_key = once_each(
-    lambda key: InputError(f"the {APPROVAL_HEADER} header gives the key {key!r} twice: send each key once")
+    lambda key: InputError(
+        f"the {APPROVAL_HEADER} header gives the key {quoted(key)} twice: send each key once"
+    )
 )
 
 
