@@ -338,10 +338,26 @@ def _refused(
             pure = None  # libyaml alone refused it: ``_disagreed`` says where they part
         except yaml.YAMLError as found:
             pure = found
+    starts = _line_starts(text)
     mark = getattr(pure, "problem_mark", None)
-    upto = _index_of(_line_starts(text), len(text), mark) if mark is not None else len(text)
-    disagreed = _disagreed(text, source, error, upto, yaml.SafeLoader)
+    upto = _index_of(starts, len(text), mark) if mark is not None else len(text)
+    tag = _misread_tag(text, starts, pure) if pure is not None else None
+    disagreed = _disagreed(text, source, error, upto, yaml.SafeLoader, tag)
     return disagreed or _malformed(pure or exc, text, source, error)
+
+
+def _misread_tag(text: str, starts: Sequence[int], exc: yaml.YAMLError) -> int | None:
+    """Where the tag starts that PyYAML's own scanner refused with ``exc``, if libyaml ends it
+    earlier (``_IN_TAG``; ``{x: !,5}``: PyYAML reads the tag ``!,5`` and refuses the '}' after
+    it, libyaml an empty value and a key ``5``) or takes the ',' after it (``[!<!>, a]``);
+    else ``None``. PyYAML makes no token of such a tag for ``_disagreed`` to read."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.context != "while scanning a tag":
+        return None
+    start = _index_of(starts, len(text), exc.context_mark)
+    stop = _index_of(starts, len(text), exc.problem_mark)
+    if text.startswith("!<", start):
+        return start if text[stop : stop + 1] == "," else None
+    return None if _IN_TAG.isdisjoint(text[start:stop]) else start
 
 
 def _refuse_yaml_version(text: str, source: str, error: type[SourceError], what: str) -> None:
@@ -394,21 +410,26 @@ def _index_of(starts: Sequence[int], length: int, mark: Any) -> int:
 
 _BLOCK_HASH = re.compile(r"[|>][1-9+-]{0,2}#")
 """A block scalar's header with a ``#`` right after its indicators (``|#``, ``>-#``)."""
-_MAY_DISAGREE = re.compile(r"[\t?]|:[,?\[\]{}]|^%", re.MULTILINE)
+_MAY_DISAGREE = re.compile(r"[\t?]|:[,?\[\]{}]|^%|![^\s!,\[\]{}]*[,\[\]]", re.MULTILINE)
 """What a text holds where the parsers may read it differently (``_disagreed`` says whether they
-do), besides a block scalar's header followed by '#'."""
+do), besides a block scalar's header followed by '#'. A tag is matched from its last '!' (the
+text after it holds none): one way to match each, never a search over where it might stop."""
 _COLON_BEFORE_FLOW = frozenset(":" + c for c in ",?[]{}")
 _FLOW_START = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken)
 _FLOW_END = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken)
+_IN_TAG = frozenset(",[]")
+"""What PyYAML's own scanner reads into a tag (``!,``, ``!!str,``, ``!a[b]``) and libyaml ends one
+at: after one, libyaml reads a ',' inside [...] or {...} and refuses anything else."""
 
 
 def _disagreed(
-    text: str, source: str, error: type[SourceError], upto: int, parser: type[Any]
+    text: str, source: str, error: type[SourceError], upto: int, parser: type[Any], tag: int | None = None
 ) -> SourceError | None:
     """``error`` at the first place up to ``upto`` where libyaml and PyYAML's own parser read
     ``text`` differently, else ``None``; ``upto``: where parsing failed (else the text's end);
     ``parser``: the parser whose tokens are read (the one that ran, or PyYAML's own where it
-    failed: ``_refused``).
+    failed: ``_refused``); ``tag``: where a tag starts that PyYAML's own parser refused and
+    libyaml reads otherwise (``_misread_tag``).
 
     - A tab outside quoted text, a block scalar and a comment: libyaml reads one between tokens,
       after an indicator or within plain text as a space; PyYAML refuses it (``found character
@@ -424,6 +445,13 @@ def _disagreed(
       (``{x:}``, ``[a, b:]``): libyaml refuses it (``found unexpected ':'``), PyYAML reads a key
       (before ``?``, the ':' as text). Until review R67 ``{x:}`` loaded with one parser only.
     - A directive other than ``%YAML`` and ``%TAG``: libyaml refuses it, PyYAML skips it.
+    - A tag with ',', '[' or ']' in it or right after it (``[!, a]``, ``{eq: !!str,}``, ``!a,b``):
+      libyaml ends the tag there (and, inside [...] or {...}, reads ``!,`` as an empty value),
+      PyYAML reads them into the tag, or refuses a ',' right after a verbatim tag (``!<...>,``).
+      Until review R84 ``[!, a]`` loaded as ``['', 'a']`` with libyaml only.
+    - A '?' with no key before ',' or ':' inside [...] (``[?, c]``, ``[?: x]``): libyaml skips
+      the ',' or ':' (then refuses the list, or not), PyYAML reads an empty key. Until review R84
+      both refused it, at different columns and in different words.
 
     Each is refused, at the same line and column on either parser. Read from the parser's
     tokens (up to its error, if any), only for a text that may hold one."""
@@ -431,8 +459,9 @@ def _disagreed(
         return None
     quoted: list[tuple[int, int]] = []  # quoted and block scalars: a tab there is text
     scalars: list[tuple[int, int]] = []  # every scalar: a '#' there starts no comment
-    found: list[int] = []  # '?' within flow plain text, '#' after '|', a tab that starts a block
-    flow, plain_before, plain_end = 0, False, 0
+    found: list[tuple[int, str]] = []  # where, and which of ``_DISAGREEMENTS`` (a tab: below)
+    flows: list[bool] = []  # the flow collections open, innermost last: True for [...]
+    plain_before, plain_end, empty_key = False, 0, None
     starts = _line_starts(text)
     scanner = parser(text)
     try:
@@ -441,12 +470,19 @@ def _disagreed(
             end = _index_of(starts, len(text), token.end_mark)
             if start > upto:
                 break
+            flow = len(flows)
+            if empty_key is not None and isinstance(token, yaml.ValueToken | yaml.FlowEntryToken):
+                found.append((empty_key, "?,"))  # libyaml skips the token, PyYAML reads a key
+            empty_key = None
             if isinstance(token, _FLOW_START):
-                flow += 1
+                flows.append(isinstance(token, yaml.FlowSequenceStartToken))
             elif isinstance(token, _FLOW_END):
-                flow = max(flow - 1, 0)
-            elif isinstance(token, yaml.KeyToken) and flow and plain_before and text[start] == "?":
-                found.append(start)  # PyYAML: the text ended at the '?', which it reads as a key
+                del flows[-1:]
+            elif isinstance(token, yaml.KeyToken) and flow and text[start] == "?":
+                if plain_before:
+                    found.append((start, "?"))  # PyYAML: the text ended at the '?', which it reads as a key
+                elif flows[-1]:
+                    empty_key = start
             elif (
                 isinstance(token, yaml.ValueToken)
                 and flow
@@ -454,26 +490,36 @@ def _disagreed(
                 and text[start : start + 2] in _COLON_BEFORE_FLOW
                 and not text[plain_end:start].strip(" \t\r\n")
             ):
-                found.append(start)  # libyaml: the plain text runs on to the ':', then refuses it
+                found.append((start, ":"))  # libyaml: the plain text runs on to the ':', then refuses it
             elif isinstance(token, yaml.DirectiveToken) and token.name not in ("YAML", "TAG"):
-                found.append(start)  # libyaml: "found unknown directive name"
+                found.append((start, "%"))  # libyaml: "found unknown directive name"
+            elif (
+                isinstance(token, yaml.TagToken)
+                and (
+                    text[end : end + 1] == ","  # libyaml's tag, or a verbatim one
+                    or (
+                        text[start : start + 2] != "!<" and not _IN_TAG.isdisjoint(text[start:end])
+                    )  # PyYAML's
+                )
+            ):
+                found.append((start, "!"))
             if isinstance(token, yaml.ScalarToken):
                 if token.style in ("|", ">"):
                     header = _BLOCK_HASH.match(text, start)
                     if header is not None:
-                        found.append(header.end() - 1)
+                        found.append((header.end() - 1, "#"))
                     start, tab_first = _block_content(text, start, end)
                     if tab_first is not None:
-                        found.append(tab_first)
+                        found.append((tab_first, "\t"))
                 scalars.append((start, end))
                 if token.style:
                     quoted.append((start, end))
                 elif flow:
                     within = text.find("?", start + 1, end)  # libyaml: the '?' is in the text
                     if within != -1:
-                        found.append(within)
+                        found.append((within, "?"))
                     if text[end - 1 : end + 1] == ":?":  # PyYAML: the ':' in the text, '?' a key
-                        found.append(end - 1)
+                        found.append((end - 1, ":"))
             plain_before = isinstance(token, yaml.ScalarToken) and not token.style and flow > 0
             plain_end = end
     finally:
@@ -481,7 +527,9 @@ def _disagreed(
     if upto < len(text) and text[upto] == "#":  # PyYAML refused the header, so made no token
         header = _BLOCK_HASH.search(text, max(upto - 3, 0), upto + 1)
         if header is not None and header.end() == upto + 1:
-            found.append(upto)
+            found.append((upto, "#"))
+    if tag is not None:  # PyYAML refused the tag, so made no token
+        found.append((tag, "!"))
     comments: dict[int, int] = {}
     tab = next(
         (
@@ -491,11 +539,13 @@ def _disagreed(
         ),
         None,
     )
-    first = min([i for i in (*found, tab) if i is not None and i <= upto], default=None)
+    if tab is not None:
+        found.append((tab, "\t"))
+    first = min((place for place in found if place[0] <= upto), default=None)
     if first is None:
         return None
-    at = mark_at(text, first)
-    problem, expected, hint = _DISAGREEMENTS[text[first]]
+    at = mark_at(text, first[0])
+    problem, expected, hint = _DISAGREEMENTS[first[1]]
     return error(problem, file=source, line=at.line, column=at.column, expected=expected, hint=hint)
 
 
@@ -531,9 +581,21 @@ _DISAGREEMENTS = {
         "'?' only in quoted text inside [...] or {...}",
         "quote the text ('a?b')",
     ),
+    "?,": (
+        "'?' with no key right before ',' or ':' inside [...]: YAML parsers disagree on it (libyaml "
+        "skips the ',' or ':', PyYAML's own parser reads an empty key)",
+        "a key after '?'",
+        "write the key after the '?', or remove the '?'",
+    ),
+    "!": (
+        "a tag with ',', '[' or ']' in it or right after it: YAML parsers disagree on it (libyaml "
+        "ends the tag there, PyYAML's own parser reads them into the tag)",
+        "a space after a tag",
+        "write a space after the tag (! , or !!str 'a'), or leave the tag out",
+    ),
 }
-"""What ``_disagreed`` says of each place the parsers disagree on, by the character found there:
-the problem, what is expected, the hint."""
+"""What ``_disagreed`` says of each place the parsers disagree on, by what is found there (the
+character, or ``?,`` for an empty key): the problem, what is expected, the hint."""
 
 
 def _tokens(scanner: Any) -> Iterator[Any]:
