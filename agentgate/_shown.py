@@ -67,6 +67,16 @@ def escaped(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
+def bounded(text: str, limit: int) -> str:
+    """``text``, or past ``limit`` characters its first two thirds and its last third of them
+    (the end of an error often says what is wrong) around how many were left out: an error that
+    quotes a key or a value of a file, which may be megabytes long, stays short."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{text[:head]} ...({len(text) - head - tail} characters left out)... {text[-tail:]}"
+
+
 def shown(value: object) -> str:
     """What a wrong argument was, for an error message: a number, a time span or ``None`` as
     itself; anything else by its type only (text or bytes may be a key or a token)."""

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from agentgate._shown import shown_path
+from agentgate._shown import bounded, escaped, shown_path
+
+MAX_HINT = 300
+"""Longest hint a ``SourceError`` keeps whole: one may quote a key or a value of the file."""
 
 
 class AgentGateError(Exception):
@@ -57,7 +60,11 @@ class SourceError(InputError):
         self.line = line
         self.column = column
         self.expected = expected
-        self.hint = hint
+        # A hint may quote the file's own text (a key, a duration as written): each character that
+        # is not printable escaped and a long one cut, here for every hint, so that the error is
+        # one line, in ``str()`` and in the JSON that ``policy lint --json`` writes of it alike
+        # (until review R84 a key holding a line break or a bidi override was quoted raw, whole).
+        self.hint = None if hint is None else bounded(escaped(hint), MAX_HINT)
         super().__init__(self.__str__())
 
     def __str__(self) -> str:

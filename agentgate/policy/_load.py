@@ -24,7 +24,7 @@ from pydantic_core import ErrorDetails
 from agentgate import _confusables
 from agentgate._durations import LONG_DURATION, parse_duration
 from agentgate._names import did_you_mean
-from agentgate._shown import not_printable
+from agentgate._shown import bounded, not_printable
 from agentgate._yaml import (
     Locations,
     Mark,
@@ -63,14 +63,6 @@ resource reads them in turn)."""
 _MAX_MESSAGE = 300
 """Longest error message kept whole: one quotes a key or a value of the file, which may be
 megabytes long, and an error is one line."""
-
-
-def _bounded(message: str) -> str:
-    """``message``, or past ``_MAX_MESSAGE`` characters its start and its end (which says what is
-    wrong) around how much was left out."""
-    if len(message) <= _MAX_MESSAGE:
-        return message
-    return f"{message[:200]} ...({len(message) - 300} characters left out)... {message[-100:]}"
 
 
 _SYMBOLS = {"eq": "=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -481,7 +473,7 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
     if more:
         message += f" (and {more} more error{'s' if more > 1 else ''})"
     return PolicyError(
-        _bounded(message),
+        bounded(message, _MAX_MESSAGE),
         file=source,
         line=mark.line if mark else None,
         column=mark.column if mark else None,
@@ -550,7 +542,8 @@ def _mapping_hint(loc: Sequence[str | int], value: object) -> str | None:
             return "write it as a mapping: {resource: tool:NAME, constraints: {ARGUMENT: {OPERATOR: VALUE}}}"
         return f"write it as a mapping: {_flow_mapping(capability)} (the one-line form is the command line's)"
     if len(loc) == 4 and loc[0] == "tools" and loc[2] == "args" and value in _TYPE_NAMES:
-        return f"write {loc[3]}: {{type: {value}}}"
+        name = str(loc[3])  # as YAML reads it back: double-quoted (JSON) if not printable
+        return f"write {shortened(name if name.isprintable() else json.dumps(name))}: {{type: {value}}}"
     return None
 
 
@@ -581,7 +574,8 @@ def _seconds_hint(loc: Sequence[str | int], text: str) -> str | None:
         seconds = parse_duration(written)
     except InputError as refused:
         return f"write a plain number, without a unit: {name} is whole seconds; {refused}"
-    return f"write a plain number, without a unit: {name} is whole seconds, {seconds} for {text.strip()}"
+    spaced = " ".join(text.split())  # one line, however many spaces and line breaks it was written with
+    return f"write a plain number, without a unit: {name} is whole seconds, {seconds} for {spaced}"
 
 
 def _text_hint(kind: str, text: str) -> str:
@@ -643,7 +637,7 @@ class _Compiler:
     ) -> PolicyError:
         mark = self.locations.of(loc, key=key)
         return PolicyError(
-            _bounded(message),
+            bounded(message, _MAX_MESSAGE),
             file=self.source,
             line=mark.line if mark else None,
             column=mark.column if mark else None,
