@@ -11,7 +11,6 @@ import hashlib
 import itertools
 import json
 import math
-import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -584,13 +583,31 @@ def _text_hint(kind: str, text: str) -> str:
         if text in ("true", "True", "TRUE", "false", "False", "FALSE"):
             return "write the value unquoted"
         return "write true or false (yes, no, on and off are text, as in YAML 1.2)"
-    try:
-        number = float(text)
-    except ValueError:
-        number = math.nan
-    if math.isfinite(number) and (kind == "float_type" or re.fullmatch(r"[-+]?[0-9]+", text.strip())):
+    if _reads_as_number(text, integer=kind == "int_type"):
         return "write the value unquoted"
+    if any(c.isdecimal() and not c.isascii() for c in text):  # YAML's numbers are ASCII
+        return "write the number with the digits 0 to 9, unquoted"
     return "write a plain number, without a unit (10:30 is text, not 630)"
+
+
+_MAX_NUMBER_TEXT = 100
+"""Longest quoted text read again unquoted for the hint: a number a policy holds is shorter."""
+
+
+def _reads_as_number(text: str, *, integer: bool) -> bool:
+    """Whether ``text``, written unquoted, reads as a finite number (an integer, if ``integer``) as
+    this loader reads a value: ``"1e3"`` and ``"0x10"`` do; ``"١٠"`` (Arabic-Indic digits, which
+    Python's ``float`` takes) does not, being text unquoted too (until review R84 it was told to
+    unquote it, then refused with the same hint)."""
+    if len(text) > _MAX_NUMBER_TEXT:
+        return False
+    try:
+        value, _ = load_yaml(text, source="<value>")
+    except PolicyError:
+        return False
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) if integer else math.isfinite(value)
 
 
 def _union_member(error: ErrorDetails, first: ErrorDetails) -> bool:
