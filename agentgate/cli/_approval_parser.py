@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgate.cli._common import STORE_HELP, given
+from agentgate.cli._common import STORE_HELP, given, given_file
 from agentgate.cli._handlers import handled_by
 
 _APPROVAL = "agentgate.cli.approval"
@@ -46,7 +46,7 @@ def register(subparsers: Any) -> None:
         "--as", dest="key", required=True, type=given, metavar="KEYFILE", help="the approver's private key"
     )
     sign.add_argument(
-        "--out", type=given, metavar="FILE", help="write the approval here (default: standard output)"
+        "--out", type=given_file, metavar="FILE", help="write the approval here (default: standard output)"
     )
     sign.add_argument(
         "--store",

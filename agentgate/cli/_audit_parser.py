@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from agentgate._names import ENTRY_KINDS
-from agentgate.cli._common import STORE_HELP, given, given_utf8, one_line_text
+from agentgate.cli._common import STORE_HELP, given, given_file, given_utf8, one_line_text
 from agentgate.cli._handlers import handled_by
 
 _AUDIT = "agentgate.cli.audit"
@@ -88,7 +88,7 @@ def register(subparsers: Any) -> None:
     checkpoint = add("checkpoint", "sign and store a checkpoint of the log", "_checkpoint", reads=False)
     checkpoint.add_argument(
         "--out",
-        type=given,
+        type=given_file,
         metavar="FILE",
         help="also write the signed note here; a checkpoint already there must be one the log extends",
     )
@@ -99,7 +99,9 @@ def register(subparsers: Any) -> None:
     prove.add_argument(
         "index", type=_index, metavar="INDEX", help="the entry's index (as audit show lists it)"
     )
-    prove.add_argument("--out", type=given, metavar="FILE", required=True, help="write the proof bundle here")
+    prove.add_argument(
+        "--out", type=given_file, metavar="FILE", required=True, help="write the proof bundle here"
+    )
 
     verify_proof = sub.add_parser("verify-proof", help="verify a proof bundle offline")
     verify_proof.add_argument(
@@ -115,7 +117,7 @@ def register(subparsers: Any) -> None:
 
     report = add("report", "write a self-contained HTML report", "_report")
     report.add_argument(
-        "--out", type=given, metavar="FILE.html", required=True, help="write the HTML report here"
+        "--out", type=given_file, metavar="FILE.html", required=True, help="write the HTML report here"
     )
 
     accept = add(

@@ -144,6 +144,26 @@ def given_path(text: str) -> Path:
     return Path(given(text))
 
 
+_SEPARATORS = tuple(sep for sep in (os.sep, os.altsep) if sep)
+
+
+def given_file(text: str) -> str:
+    """``given``, for the file a command writes (every ``--out``): a name that ends in a path
+    separator (``newdir/``) names a directory, as the shell and ``open`` read it, and is refused
+    (exit 2, naming it). ``Path`` drops the separator: until review R84 ``policy schema --out
+    newdir/`` wrote the schema to a file named ``newdir``, replacing one there."""
+    if given(text).endswith(_SEPARATORS):
+        raise argparse.ArgumentTypeError(
+            f"{printable(text)} ends in {text[-1]!r}: that names a directory; name the file to write in it"
+        )
+    return text
+
+
+def given_file_path(text: str) -> Path:
+    """``given_file``, as a ``Path``."""
+    return Path(given_file(text))
+
+
 MAX_FREE_TEXT = 1000
 """The most characters a free-text flag that is recorded (a reason, a name) may hold."""
 

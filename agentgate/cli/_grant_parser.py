@@ -14,6 +14,7 @@ from agentgate.cli._common import (
     MAX_FREE_TEXT,
     STORE_HELP,
     given,
+    given_file_path,
     given_path,
     given_text,
     given_utf8,
@@ -248,7 +249,9 @@ def _common_grant_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
         metavar="TEXT",
         help=f"one line of text, signed into the grant (at most {MAX_PURPOSE} characters)",
     )
-    p.add_argument("--out", type=given_path, metavar="FILE", help="write the token here instead of stdout")
+    p.add_argument(
+        "--out", type=given_file_path, metavar="FILE", help="write the token here instead of stdout"
+    )
     p.add_argument(
         "--force",
         action="store_true",

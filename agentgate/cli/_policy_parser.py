@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgate.cli._common import given, given_text, text
+from agentgate.cli._common import given, given_file, given_text, text
 from agentgate.cli._handlers import handled_by
 
 _POLICY = "agentgate.cli.policy"
@@ -47,7 +47,7 @@ def register(subparsers: Any) -> None:
         "--output",  # the spelling until review R69, kept for the scripts that use it
         "-o",
         dest="out",
-        type=given,
+        type=given_file,
         metavar="FILE",
         help="write to this file instead of stdout",
     )
