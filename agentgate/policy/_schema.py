@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from agentgate._durations import MAX_TTL_S as MAX_TTL_S
 from agentgate._names import BudgetUnit
+from agentgate._weights import MAX_WEIGHT
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
 Scalar = str | int | float | bool
@@ -257,8 +258,8 @@ class PriorityClass(_Model):
 
     rank: int = Field(default=0, ge=0, le=1000)
     """Lower runs first, strictly."""
-    weight: float = Field(default=1.0, gt=0)
-    """Share among classes of equal rank."""
+    weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT)
+    """Share among classes of equal rank: more than 0, at most 1,000,000."""
     preemptible: bool = False
     """Whether work in this class may be preempted (with a checkpoint notice)."""
     description: str = ""

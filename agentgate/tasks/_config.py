@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NoReturn
 
+from agentgate._weights import MAX_WEIGHT as MAX_WEIGHT
 from agentgate.errors import InputError
 from agentgate.store._base import MAX_STORED_INTEGER
 from agentgate.tasks._call import OTHER
@@ -42,12 +43,6 @@ MAX_BURST = 2**53
 """Largest token bucket: buckets count tokens in floats, which hold integers exactly up to 2**53
 (a larger burst overflowed converting to float when the first call came)."""
 
-MAX_WEIGHT = 1_000_000
-"""Largest fair-queueing weight of a ``TenantShare`` or a ``PriorityClass``. Weights count only
-relative to each other, and the fair queue counts in integer strides, ``720720 * 2**32 / weight``
-rounded (``_fair.py``): up to this weight a stride is over 3e9, so its rounding moves a share by
-less than one call in six billion; above about 3e15 every weight had the stride 1, and tenants of
-weight 4e15 and 8e15 shared equally."""
 
 MAX_BACKOFF_S = 86_400.0
 """Longest backoff a ``RetryPolicy`` takes, one day: a retry waits with every slot released and
