@@ -74,10 +74,11 @@ async def test_a_hostile_whole_answer_is_backend_failed_naming_the_backend(
 
 
 async def test_an_answer_with_the_choices_the_call_asked_for_is_taken(garbage: Garbage) -> None:
-    """Review R62: a call of ``n`` 2 answered with 2 choices is an answer (its first is read)."""
+    """Review R62: a call of ``n`` 2 answered with 2 choices is an answer (its first is read).
+    Sent by the backend's client: since review R84 the dispatcher refuses ``n`` other than 1."""
     garbage.reply = _whole(choices=[_choice(0), _choice(1, "length")])
     async with dispatcher_of(garbage.url) as (dispatcher, _):
-        result = await dispatcher.chat({**PAYLOAD, "n": 2})
+        result = await dispatcher.clients[NAME].chat({**PAYLOAD, "n": 2})
     assert (result.content, result.finish_reason) == ("hi", "stop")
 
 

@@ -55,6 +55,7 @@ from opentelemetry import context as otel_context
 
 from agentgate._names import check_session, check_tenant
 from agentgate.dispatch._connector import chat_session
+from agentgate.dispatch._engine_fields import check_engine_fields
 from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
 from agentgate.dispatch.backends import (
     DEFAULT_OUTPUT_TOKENS,
@@ -373,7 +374,11 @@ class Dispatcher:
         ``None`` nor positive and finite, as the dispatcher's own ``slo_ttft_s`` is checked:
         until review R82 they went to the router unchecked (text failed with an untyped
         ``TypeError`` where the SLO could not be met, and passed where it could; a negative SLO
-        was taken)."""
+        was taken). ``FieldError`` (an ``InputError``) naming a body field the gateway refuses too
+        (``check_engine_fields``): ``n``, ``best_of`` or ``n_cmpl`` other than 1 (several answers,
+        where the tenant is debited for one), ``n_predict`` (an output limit other than the one
+        debited), or an engine field that picks what the call was not decided on (``lora``,
+        ``id_slot``, ``input_ids``, ``chat_template``, ...; until review R84 all of them passed)."""
         check_tenant(tenant)
         check_session(session)
         if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
@@ -386,6 +391,10 @@ class Dispatcher:
         model = payload.get("model")
         if not isinstance(messages, list) or not messages or not isinstance(model, str):
             raise DispatchError("a chat call needs a model name and a non-empty list of messages")
+        # The tenant is debited prompt + max_tokens once, for one answer: a body asking for
+        # several, or for another output limit, is refused as the gateway refuses it (until review
+        # R84 ``n: 20`` was debited one answer's tokens, and its backend generated twenty).
+        check_engine_fields(payload)
         chat = [m for m in messages if isinstance(m, Mapping)]
         text = prompt_text(chat)
         max_tokens = output_limit(payload) or DEFAULT_OUTPUT_TOKENS
@@ -431,7 +440,8 @@ class Dispatcher:
         token counts, ``DispatchError`` for a bad request
         (or a ``request_id`` that a call in flight has) or a dispatcher that is not started (or
         already closed), ``InputError`` for a ``tenant``, ``session``, ``priority`` or
-        ``slo_ttft_s`` out of its range (``route_request``); all when awaited.
+        ``slo_ttft_s`` out of its range, or a body field the gateway refuses too (``FieldError``,
+        ``route_request``); all when awaited, before the call is routed or its tenant debited.
         """
         return self._chat(payload, allowed, route, otel_context.get_current())
 

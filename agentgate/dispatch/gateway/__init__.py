@@ -7,6 +7,7 @@ for ``openai`` and ``ChatOpenAI``) or ``invocation_headers(key, chain, body)``. 
 
 from __future__ import annotations
 
+from agentgate.dispatch._engine_fields import FieldError
 from agentgate.dispatch.gateway._app import Gateway
 from agentgate.dispatch.gateway._authority import (
     APPROVAL_HEADER,
@@ -17,7 +18,6 @@ from agentgate.dispatch.gateway._authority import (
 from agentgate.dispatch.gateway._client import (
     DEFAULT_MAX_TOKENS,
     INVOCATION_HEADER,
-    FieldError,
     InvocationSigner,
     chat_call,
     invocation_headers,

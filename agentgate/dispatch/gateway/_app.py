@@ -55,6 +55,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentgate._bounded_http import LOST, STALLED
 from agentgate._http_limits import positive_seconds
 from agentgate.capabilities import Call
+from agentgate.dispatch._engine_fields import FieldError
 from agentgate.dispatch._policy import RoutingPolicy
 from agentgate.dispatch._sse import _StreamUsage, carries_output
 from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
@@ -63,7 +64,6 @@ from agentgate.dispatch.gateway._authority import APPROVAL_HEADER, GatewayDecisi
 from agentgate.dispatch.gateway._client import (
     INVOCATION_HEADER,
     PRIORITY_FIELD,
-    FieldError,
     chat_call,
     max_tokens_of,
     priority_of,

@@ -29,6 +29,7 @@ import httpx
 
 from agentgate.authority import Chain, Invocation, args_digest, parse_chain
 from agentgate.capabilities import Call
+from agentgate.dispatch._engine_fields import FieldError
 from agentgate.errors import CapabilityError, InputError, TokenFormatError
 from agentgate.keys import SigningKey
 
@@ -40,15 +41,6 @@ PRIORITY_FIELD = "priority"
 """The body's optional field naming the call's priority class (never forwarded to the backend)."""
 _CLASS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 """A policy name (``agentgate.policy``'s ``Name``): what a priority class is called."""
-
-
-class FieldError(InputError):
-    """A chat completion body refused for one field: ``param`` names it as OpenAI's error body
-    does (``"max_tokens"``, ``"messages.[0].role"``), and the gateway's 400 carries it."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 def max_tokens_of(body: Mapping[str, Any]) -> int:

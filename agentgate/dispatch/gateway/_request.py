@@ -19,8 +19,9 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from agentgate._json import once_each
+from agentgate.dispatch._engine_fields import FieldError, check_engine_fields
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER
-from agentgate.dispatch.gateway._client import INVOCATION_HEADER, FieldError
+from agentgate.dispatch.gateway._client import INVOCATION_HEADER
 from agentgate.dispatch.prefix import estimate_prompt_tokens, estimate_tokens
 from agentgate.errors import InputError
 
@@ -29,42 +30,6 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 BODY_TIMEOUT_S = 60.0
 """Default seconds a client has to send a whole request body once its head has arrived
 (``Gateway(body_timeout_s=...)``)."""
-_ONE_CHOICE = ("n", "best_of", "n_cmpl")
-"""Body fields that ask a backend for several sequences (vLLM honours ``n`` and ``best_of``,
-llama.cpp ``n_cmpl``, of which its ``n`` is the alias): absent, null or 1."""
-_OTHER_LIMITS = ("n_predict",)
-"""Body fields that name an output limit the gateway does not read, which an engine reads over
-``max_tokens`` (llama.cpp's OpenAI chat route takes ``n_predict`` first, ``null`` and ``-1`` as
-no limit): refused whatever their value, as the limit signed, reserved and sent is ``max_tokens``."""
-_STEERING = {
-    "lora": "llama.cpp's per-request LoRA adapters: another model than the one granted",
-    "lora_path": "SGLang's LoRA adapter: another model than the one granted",
-    "id_slot": "llama.cpp's slot, with the conversation cached in it",
-    "session_params": "SGLang's session: another request's prompt and output, or its end",
-    "kv_transfer_params": "vLLM's disaggregated serving: KV cache of another request",
-    "ec_transfer_params": "vLLM's disaggregated serving: encoder cache of another request",
-    "bootstrap_host": "SGLang's prefill-decode disaggregation: KV cache of another request",
-    "bootstrap_port": "SGLang's prefill-decode disaggregation: KV cache of another request",
-    "bootstrap_room": "SGLang's prefill-decode disaggregation: KV cache of another request",
-    "input_ids": "SGLang's prompt token ids, run instead of the messages",
-    "chat_template": "vLLM's chat template, written by the caller: the prompt the messages become",
-    "custom_logit_processor": "SGLang's serialized Python logit processor: code the backend runs",
-    "vllm_xargs": "vLLM's extra arguments: read as kv_transfer_params, or by any extension installed",
-    "rid": "SGLang's request id: another request's, to collide with or stand for",
-    "request_id": "vLLM's request id: another request's, to collide with or stand for",
-}
-"""Engine body fields with which a caller picks what the decision never named (an adapter, i.e. a
-model other than the one its ``model:`` capability grants; another request's cached state; a
-prompt other than the messages reserved), each with what it reaches: refused unless null, which
-every engine reads as the field left out. Sampling fields steer nothing the decision named and
-pass (docs/gateway.md, 'Errors')."""
-_TEMPLATE_ARGUMENTS = {
-    "chat_template": "the template itself, as the refused field 'chat_template' (GHSA-6fvq-23cw-5628)",
-    "tokenize": "tokenizing where the server renders text (GHSA-69j4-grxj-j64p)",
-}
-"""Keys of ``chat_template_kwargs`` that vLLM before 0.11 merged over its own arguments to
-``apply_chat_template``, each with what it reaches: refused, as the backend's version is not
-known here. Other keys are the template's own switches (``enable_thinking``) and pass."""
 CREDENTIAL_HEADERS = ("Authorization", INVOCATION_HEADER, APPROVAL_HEADER)
 """The headers that carry a call's credentials: each may be sent once (``_repeated_credentials``)."""
 
@@ -180,48 +145,10 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
         raise FieldError(
             "stream_options", "'stream_options': Stream options can only be defined when `stream=True`."
         )
-    # Several choices would generate several times the output the invocation signs and the
-    # reservation holds (and a grant's max_tokens caps per choice): one choice per call.
-    for name in _ONE_CHOICE:
-        if body.get(name) not in (None, 1) or isinstance(body.get(name), bool):
-            raise FieldError(name, f"'{name}' must be 1: the gateway answers one choice per call")
-    # Until review R66 a body with ``max_tokens: 8`` and ``n_predict: 100000`` was reserved for 8
-    # tokens, and a llama.cpp backend generated 100,000 (charged at most the 8 reserved).
-    for name in _OTHER_LIMITS:
-        if name in body:
-            raise FieldError(
-                name,
-                f"'{name}' is not taken: the output limit is max_tokens (or max_completion_tokens), "
-                "which the invocation signs and the budget reserves",
-            )
-    # Until review R66 these were passed on: a llamacpp backend ran ``lora: [{"id": 1, ...}]``
-    # on an adapter no grant named, an SGLang one continued another request's session (until
-    # review R67 ``vllm_xargs``, ``rid`` and ``request_id`` too: vLLM reads a request's
-    # ``kv_transfer_params`` from the dict ``vllm_xargs`` becomes).
-    for name, reaches in _STEERING.items():
-        if body.get(name) is not None:
-            raise FieldError(
-                name, f"'{name}' is not taken: it picks what the call was not decided on ({reaches})"
-            )
-    _check_template_kwargs(body.get("chat_template_kwargs"))
+    # One choice, max_tokens the one output limit, no engine field that picks what the call was
+    # not decided on: the dispatcher refuses the same (review R84), from the same definition.
+    check_engine_fields(body)
     return body
-
-
-def _check_template_kwargs(kwargs: object) -> None:
-    """Raise ``FieldError`` for ``chat_template_kwargs`` that is neither an object nor null (vLLM
-    refuses it with a 400), or that holds a key of ``_TEMPLATE_ARGUMENTS``. Until review R67
-    ``{"chat_template": ...}`` passed the refusal of ``chat_template`` by this other door."""
-    if kwargs is None:
-        return
-    if not isinstance(kwargs, dict):
-        raise FieldError("chat_template_kwargs", "'chat_template_kwargs' must be an object or null")
-    for name, reaches in _TEMPLATE_ARGUMENTS.items():
-        if name in kwargs:
-            raise FieldError(
-                "chat_template_kwargs",
-                f"'chat_template_kwargs' may not hold '{name}': it reaches {reaches}; "
-                "only the server's template's own switches (such as enable_thinking) are taken",
-            )
 
 
 _RENDERED = ("tools", "functions", "documents", "chat_template_kwargs")
