@@ -68,7 +68,7 @@ from agentgate.dispatch.backends import (
 )
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import block_hashes, estimate_prompt_tokens, prompt_text
-from agentgate.dispatch.quota import check_positive_finite
+from agentgate.dispatch.quota import check_finite_non_negative, check_positive_finite
 from agentgate.errors import (
     AnswerTooLarge,
     BackendFailed,
@@ -154,8 +154,10 @@ class Dispatcher:
     ``stream``; else its model's in ``model_slo_ttft_s`` (the policy's ``slo.ttft_ms``:
     ``model_slos``); else ``slo_ttft_s`` (2 s).
 
-    Raises ``InputError`` for an interval or an SLO that is not positive and finite, a negative
-    or NaN cooldown or recovery wait, or a ``max_attempts`` that is not a whole number >= 1.
+    Raises ``InputError`` for an interval or an SLO that is not positive and finite, a cooldown
+    or recovery wait that is not finite and >= 0 (an integer too large for a float is neither:
+    until review R84 it passed, and the health loop or every call raised ``OverflowError``), or
+    a ``max_attempts`` that is not a whole number >= 1.
     """
 
     def __init__(
@@ -181,8 +183,7 @@ class Dispatcher:
         ):
             check_positive_finite(value, f"dispatcher {name}")
         for name, value in (("cooldown_s", cooldown_s), ("recovery_wait_s", recovery_wait_s)):
-            if not value >= 0:
-                raise InputError(f"dispatcher {name} must be >= 0, got {value!r}")
+            check_finite_non_negative(value, f"dispatcher {name}")
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             # Until review R66 ``max(1, max_attempts)``: 2.0 failed every call (an untyped
             # TypeError from ``range``), and 0 or NaN was one attempt without a word.

@@ -69,7 +69,7 @@ from agentgate.dispatch._policy import (
 )
 from agentgate.dispatch._retry_after import MAX_RETRY_AFTER_S
 from agentgate.dispatch.inventory import Inventory
-from agentgate.dispatch.quota import TenantQuota, TokenBucket
+from agentgate.dispatch.quota import TenantQuota, TokenBucket, check_finite_non_negative
 from agentgate.dispatch.scorers import Scorer, predicted_ttft
 from agentgate.dispatch.state import BackendState, SpeedModel
 from agentgate.errors import InputError, NoBackend, Shed
@@ -130,8 +130,7 @@ class Router(RoutingPolicy):
             inventory, speed=speed, block_tokens=block_tokens, seed=seed, metrics_max_age_s=metrics_max_age_s
         )
         for name, value in (("tie_tolerance", tie_tolerance), ("affinity_slack", affinity_slack)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-                raise InputError(f"router {name} must be a finite number >= 0, got {value!r}")
+            check_finite_non_negative(value, f"router {name}")
         if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 0:
             # Until review R66 unchecked: a string failed the first call with a session (an
             # untyped TypeError), and NaN or inf let the affinity map grow without bound.
