@@ -19,6 +19,8 @@ import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from agentgate.errors import InputError
+
 CHARS_PER_TOKEN = 4
 """Characters per estimated token."""
 IMAGE_TOKENS = 1445
@@ -72,13 +74,32 @@ def prompt_tokens_most(size: int, payload: Mapping[str, Any]) -> int:
 
 
 def prompt_text(messages: Iterable[Mapping[str, object]]) -> str:
-    """The canonical text of a chat prompt: ``role`` and ``content`` of each message, in order."""
+    """The canonical text of a chat prompt: ``role`` and ``content`` of each message, in order
+    (content that is not text as its ``repr``).
+
+    Raises ``InputError`` naming the message (its position in ``messages``) whose content has no
+    ``repr``: lists or objects nested deeper than the interpreter's recursion allows, or an
+    integer too long for Python to write (until review R84 the ``RecursionError`` or
+    ``ValueError`` left ``Dispatcher.chat`` as it was; the gateway refuses such a body before,
+    as nested more than 254 levels deep or not JSON)."""
     parts: list[str] = []
-    for message in messages:
+    for i, message in enumerate(messages):
         content = message.get("content", "")
-        text = content if isinstance(content, str) else repr(content)
+        text = content if isinstance(content, str) else _content_repr(content, i)
         parts.append(f"<{message.get('role', '')}>\n{text}\n")
     return "".join(parts)
+
+
+def _content_repr(content: object, position: int) -> str:
+    """``repr(content)``, message ``position``'s content; ``InputError`` where it has none. The
+    ``repr`` is tried, not the content walked first: for content of a few parts it is the whole
+    cost, and it refuses only what no caller sends (a prompt's parts nest a few levels)."""
+    try:
+        return repr(content)
+    except RecursionError:
+        raise InputError(f"message {position}'s content is nested too deeply") from None
+    except ValueError:  # an integer past Python's 4,300 digits
+        raise InputError(f"message {position}'s content holds an integer too long to write") from None
 
 
 def estimate_prompt_tokens(messages: Iterable[Mapping[str, object]]) -> int:
