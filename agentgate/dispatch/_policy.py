@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from agentgate._shown import quoted
 from agentgate.dispatch.inventory import Backend, Inventory
 from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.prefix_index import PrefixIndex
@@ -172,9 +173,11 @@ class RoutingPolicy(ABC):
         it is spent, and at once for class 2 and lower, which would otherwise take the slots
         that free up from the more important classes waiting for them."""
         if request.priority >= 2:
+            # ``quoted``: a class of more than 4,300 digits has no ``str`` (until review R84 its
+            # shed was a ``ValueError``); any class over 1 is shed alike.
             raise Shed(
                 f"every backend serving {request.model!r} is at its max_concurrency; "
-                f"class {request.priority} shed",
+                f"class {quoted(request.priority)} shed",
                 retry_after_s=1.0,
             )
         budget = request.slo_ttft_s - max(0.0, now - request.arrived_at)

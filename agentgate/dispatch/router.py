@@ -60,6 +60,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from agentgate._shown import quoted
 from agentgate.dispatch._policy import (
     AllowedBackend,
     Candidate,
@@ -383,7 +384,7 @@ class Router(RoutingPolicy):
             )
         raise Shed(
             f"SLO {request.slo_ttft_s:.2f}s cannot be met (best predicted {best_p:.2f}s); "
-            f"class {request.priority} shed",
+            f"class {quoted(request.priority)} shed",  # a class of 5,000 digits has no ``str``
             # A prediction, however far off: a backend reporting 10**7 requests waiting made it
             # days, and the caller's Retry-After with it. Bounded as a backend's own is honoured.
             retry_after_s=min(max(1.0, excess), MAX_RETRY_AFTER_S),
