@@ -3,8 +3,8 @@ delegation tool: the identity in the run's context (``identity_from_context``), 
 call runs once in (``_run_id``: the thread and the answer that asked for it, else the task,
 ``_task_scope``), the answer that asked for a tool call and its version (``_asking_answer``,
 ``_asked_in``), whether the run keeps checkpoints (``_resumable``), the key of a call running in
-this process (``_running_key``, ``_RUNNING_HERE``), an answer cut at its output limit
-(``_cut_at_limit``), and what each tool call reads of its answer, read once per answer
+this process (``_running_key``, ``_RUNNING_HERE``), an answer that ended before the model
+finished it (``_cut_answer``), and what each tool call reads of its answer, read once per answer
 (``_answer_calls``)."""
 
 from __future__ import annotations
@@ -246,24 +246,57 @@ def _running_key(request: ToolCallRequest) -> tuple[str | None, str | None, str]
     return (identity.did if identity else None, _run_id(request), str(request.tool_call.get("id")))
 
 
-_CUT_AT_LIMIT = re.compile(r"(?:length|max_tokens)+")
+_CUT_AT_LIMIT = re.compile(r"(?:length|max_tokens|max_output_tokens)+")
 """Finish reasons of an answer stopped at its output limit: OpenAI's, vLLM's, Ollama's
-``length``; Anthropic's, Bedrock's ``max_tokens``; Gemini's ``MAX_TOKENS`` (compared in lower
-case)."""
+``length``; Anthropic's, Bedrock's ``max_tokens``; Gemini's ``MAX_TOKENS``; the OpenAI Responses
+API's ``max_output_tokens`` (its ``incomplete_details.reason``) (compared in lower case)."""
+
+_CUT_BY_FILTER = re.compile(
+    r"(?:content_filter|content_filtered|guardrail_intervened|refusal"
+    r"|safety|recitation|blocklist|prohibited_content|spii)+"
+)
+"""Finish reasons of an answer a provider's filter stopped before the model finished it: OpenAI's
+and Azure's ``content_filter`` (a finish reason, or the Responses API's incomplete reason);
+Anthropic's ``refusal``; Bedrock's ``content_filtered`` and ``guardrail_intervened``; Gemini's
+``SAFETY``, ``RECITATION``, ``BLOCKLIST``, ``PROHIBITED_CONTENT``, ``SPII`` (compared in lower
+case). Its tool calls may be cut as an answer stopped at its output limit is."""
+
+_INCOMPLETE = re.compile(r"(?:incomplete)+")
+"""The ``status`` of an OpenAI Responses API answer that ended before the model finished it
+(``response.incomplete``), whatever the reason its ``incomplete_details`` gives: it has no
+``finish_reason``."""
 
 
-def _cut_at_limit(answer: AIMessage | None) -> str | None:
-    """The finish reason of an answer stopped at its output limit, else ``None``."""
+def _cut_answer(answer: AIMessage | None) -> str | None:
+    """Why none of the tool calls of ``answer`` is run, when it ended before the model finished
+    it: at its output limit (``_CUT_CALL``), stopped by its provider's filter
+    (``_FILTERED_CALL``), or marked incomplete by the OpenAI Responses API for another reason
+    (``_INCOMPLETE_CALL``); else ``None``. Read from ``response_metadata``: ``finish_reason``,
+    ``stop_reason``, ``done_reason``, ``stopReason``, and the Responses API's ``status`` and
+    ``incomplete_details.reason`` (until review R84 these two were not read, so a streamed
+    Responses API answer cut at ``max_output_tokens`` ran its calls on arguments LangChain had
+    read as partial JSON)."""
     if answer is None:
         return None
     metadata = answer.response_metadata
+    reasons: list[str] = []
     for field in ("finish_reason", "stop_reason", "done_reason", "stopReason"):
-        reason = metadata.get(field)
+        if isinstance(reason := metadata.get(field), str):
+            reasons.append(reason)
+    status = metadata.get("status")
+    incomplete = isinstance(status, str) and _INCOMPLETE.fullmatch(status.lower()) is not None
+    if incomplete:
+        details = metadata.get("incomplete_details")
+        said = details.get("reason") if isinstance(details, Mapping) else None
+        reasons.append(said if isinstance(said, str) and said else "incomplete")
+    for reason in reasons:
         # Matched repeated too: LangChain concatenates the text of chunks' metadata it adds up, so a
         # stream that said it twice says ``lengthlength``.
-        if isinstance(reason, str) and _CUT_AT_LIMIT.fullmatch(reason.lower()):
-            return reason
-    return None
+        if _CUT_AT_LIMIT.fullmatch(reason.lower()):
+            return _CUT_CALL.format(reason=reason)
+        if _CUT_BY_FILTER.fullmatch(reason.lower()):
+            return _FILTERED_CALL.format(reason=reason)
+    return _INCOMPLETE_CALL.format(reason=reasons[-1]) if incomplete else None
 
 
 _CUT_CALL = (
@@ -274,6 +307,20 @@ _CUT_CALL = (
 """Why a tool call of an answer stopped at its output limit is refused before it is decided. A
 streamed answer's tool call arguments are parsed by LangChain as *partial* JSON: ``{"amount": 50``
 of what was to be 5000 becomes a call with ``amount`` 50."""
+
+_FILTERED_CALL = (
+    "the model's answer was stopped by its provider's filter ({reason}) before it was complete: "
+    "its tool calls' arguments may be incomplete, so none of them is run; ask again"
+)
+"""Why a tool call of an answer a provider's filter stopped (``_CUT_BY_FILTER``) is refused
+before it is decided: its arguments may be cut as those of an answer stopped at its output limit."""
+
+_INCOMPLETE_CALL = (
+    "the model's answer is marked incomplete ({reason}): its tool calls' arguments may be "
+    "incomplete, so none of them is run; ask again"
+)
+"""Why a tool call of an OpenAI Responses API answer whose status is ``incomplete`` for a reason
+neither an output limit nor a filter is refused before it is decided."""
 
 
 def _calls_sharing(answer: AIMessage | None, call_id: str) -> int:

@@ -23,12 +23,11 @@ from agentgate._json import inexact_argument, inexact_said
 from agentgate.capabilities import MAX_NAME_LENGTH, Call
 from agentgate.errors import InputError
 from agentgate.integrations.langgraph._scope import (
-    _CUT_CALL,
     _SHARED_ID,
     _answer_calls,
     _asking_answer,
     _calls_sharing,
-    _cut_at_limit,
+    _cut_answer,
 )
 
 R = TypeVar("R")
@@ -217,14 +216,14 @@ class _ValueRefused(InputError):
 
 
 def _unusable_answer(request: ToolCallRequest, call_id: str) -> InputError | None:
-    """Why ``request``'s call is not run, if so: the answer that asked for it was cut at its
-    output limit (``_CUT_CALL``), or gives this call's id to more than one call (``_SHARED_ID``)
-    (none of its calls is run then), or the call's arguments as the model wrote them hold an
+    """Why ``request``'s call is not run, if so: the answer that asked for it ended before the
+    model finished it (``_cut_answer``: at its output limit, stopped by a filter), or gives this
+    call's id to more than one call (``_SHARED_ID``) (none of its calls is run then), or the call's arguments as the model wrote them hold an
     integer out of range (``_out_of_range``) or a number no float holds as written
     (``_inexact_arguments``)."""
     answer = _asking_answer(request)
-    if cut := _cut_at_limit(answer):
-        return InputError(_CUT_CALL.format(reason=cut))
+    if cut := _cut_answer(answer):
+        return InputError(cut)
     if (count := _calls_sharing(answer, call_id)) > 1:
         return InputError(_SHARED_ID.format(call_id=call_id[:MAX_NAME_LENGTH], count=count))
     if (refused := _out_of_range(request, answer, call_id)) is not None:
