@@ -43,7 +43,8 @@ roles:
 
 class _AsWritten(ScriptedChatModel):
     """A scripted model whose answers keep the calls as the backend wrote them
-    (``additional_kwargs``), as LangChain's OpenAI model and ``DispatchedChatModel`` answer."""
+    (``additional_kwargs``), as ``DispatchedChatModel`` answers (langchain-openai's ``ChatOpenAI``
+    keeps no such text: tests/test_langgraph_r84_inexact_chatopenai.py)."""
 
     def _answer(self, messages: list[BaseMessage]) -> tuple[AIMessage, dict[str, Any]]:
         message, payload = super()._answer(messages)

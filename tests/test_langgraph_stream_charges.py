@@ -19,6 +19,7 @@ What holds:
 from __future__ import annotations
 
 import gc
+import warnings
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -145,7 +146,10 @@ def test_a_cut_seen_through_content_block_streaming(team: Team) -> None:
     # no on_llm_new_token at all, and this model does not call its run manager either.
     chat = Quiet(turns=[AIMessage(content="one two three four")], cut_after=2)
     agent = create_gated_agent(team.gate, name="supervisor", model=chat, tools=_tools(team))
-    with pytest.warns(Warning), pytest.raises(ConnectionError):  # v3 is marked experimental
+    # v3 is marked experimental, warned once a process: whether this run warns depends on the
+    # tests before it (tests/test_langgraph_r84_inexact_chatopenai.py streams v3 too).
+    with warnings.catch_warnings(), pytest.raises(ConnectionError):
+        warnings.simplefilter("ignore")
         for _ in agent.stream_events(INPUT, context=team.supervisor, version="v3"):
             pass
     reasons = _failed_reasons(team)

@@ -460,7 +460,13 @@ class _Streamed(BaseCallbackHandler):
     so to a consumer streaming with ``stream_mode="messages"`` or ``astream_events``. A usage-only
     chunk is no output. Handed to LangChain's callback managers by a configure hook, so only
     while a model call is watched; called inline (no executor hop under ``ainvoke``) and for the
-    model's LLM events only."""
+    model's LLM events only.
+
+    It also keeps the text of each streamed tool call's arguments as the model wrote it (the
+    ``args`` of its ``tool_call_chunks``, put together by index), which LangChain parses into the
+    answer's calls and drops (``written``): where the chat model keeps it nowhere else
+    (langchain-openai's ``ChatOpenAI``), the tool hook reads from it the numbers no float holds as
+    written (``_inexact_arguments``)."""
 
     run_inline = True
     ignore_chain = True
@@ -472,11 +478,15 @@ class _Streamed(BaseCallbackHandler):
 
     def __init__(self) -> None:
         self.delivered = False
+        self._fragments: dict[object, dict[object, tuple[list[str | None], list[str]]]] = {}
 
     def on_llm_new_token(self, token: Any, *, chunk: Any = None, **kwargs: Any) -> None:
+        message = getattr(chunk, "message", None)
+        fragments = getattr(message, "tool_call_chunks", None)
+        if fragments:
+            self._keep(kwargs.get("run_id"), fragments)
         if self.delivered:
             return
-        message = getattr(chunk, "message", None)
         self.delivered = bool(token) or (
             message is not None
             and bool(
@@ -484,17 +494,56 @@ class _Streamed(BaseCallbackHandler):
             )
         )
 
+    def _keep(self, run: object, fragments: object) -> None:
+        """Add ``fragments`` (a chunk's ``tool_call_chunks``) of the model run ``run`` to the calls
+        it streamed: by index, as LangChain adds them up; one without an index is a call alone."""
+        calls = self._fragments.setdefault(("token", run), {})
+        for fragment in fragments if isinstance(fragments, list) else ():
+            if not isinstance(fragment, Mapping):
+                continue
+            index = fragment.get("index")
+            self._add(calls, object() if index is None else index, fragment.get("id"), fragment.get("args"))
+
+    @staticmethod
+    def _add(
+        calls: dict[object, tuple[list[str | None], list[str]]], index: object, call_id: object, args: object
+    ) -> None:
+        """Add a fragment of the call at ``index``: its id, if none was given yet, and its text."""
+        found, text = calls.setdefault(index, ([None], []))
+        if found[0] is None and isinstance(call_id, str) and call_id:
+            found[0] = call_id
+        if isinstance(args, str):
+            text.append(args)
+
+    def written(self) -> dict[str, str]:
+        """The text of each streamed tool call's arguments by the call's id, as the model wrote
+        it: a later run of the watched call (a retry inside it) over an earlier one."""
+        found: dict[str, str] = {}
+        for calls in self._fragments.values():
+            for call_id, text in calls.values():
+                if call_id[0] is not None:
+                    found[call_id[0]] = "".join(text)
+        return found
+
     def on_stream_event(self, event: Any, **kwargs: Any) -> None:
         # LangChain's content-block streaming (LangGraph's ``stream_events(version="v3")``), which
         # fires no ``on_llm_new_token``: a delta, or a block that starts with something in it (a
-        # text block starts empty).
-        if self.delivered or not isinstance(event, Mapping):
+        # text block starts empty). A tool call's block starts with its id, and its deltas carry
+        # the text of its arguments.
+        if not isinstance(event, Mapping):
             return
         kind = event.get("event")
+        block = event.get("content") if kind == "content-block-start" else event.get("delta")
+        if isinstance(block, Mapping) and block.get("type") in ("tool_call_chunk", "tool-call-delta"):
+            # Kept apart from the same run's ``on_llm_new_token`` fragments, which LangChain may
+            # fire beside these events: the same text, once each.
+            calls = self._fragments.setdefault(("event", kwargs.get("run_id")), {})
+            self._add(calls, event.get("index"), block.get("id"), block.get("args"))
+        if self.delivered:
+            return
         if kind == "content-block-delta":
             self.delivered = True
         elif kind == "content-block-start":
-            block = event.get("content")
             self.delivered = isinstance(block, Mapping) and any(
                 value for key, value in block.items() if key not in ("type", "index")
             )

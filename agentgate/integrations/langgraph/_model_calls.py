@@ -50,7 +50,7 @@ from agentgate.integrations.langgraph._replies import _explained
 from agentgate.integrations.langgraph._scope import identity_from_context
 from agentgate.integrations.langgraph._stops import _run_messages, _run_stop, _stop_mark
 from agentgate.integrations.langgraph._structured import _structured_in_range
-from agentgate.integrations.langgraph._tool_calls import _invalid_calls, _storable_answer
+from agentgate.integrations.langgraph._tool_calls import _invalid_calls, _storable_answer, _with_written_args
 
 R = TypeVar("R")
 D = TypeVar("D")
@@ -246,9 +246,13 @@ class _ModelCalls:
         if (stop := _run_stop(_run_messages(request))) is not None:
             return self._stop(stop)
         if not self.gate_models:
-            return self._record_invalid(
-                request, _storable(_structured_in_range(handler(request), request.response_format))
-            )
+            watch = _Streamed()
+            watching = _WATCHED.set(watch)
+            try:
+                answered = _structured_in_range(handler(request), request.response_format)
+            finally:
+                _WATCHED.reset(watching)
+            return self._record_invalid(request, _storable(_with_written(answered, watch)))
         auth, request = self._authorize_model(request)
         if not auth.allowed:
             return self._stopped(auth)
@@ -268,9 +272,8 @@ class _ModelCalls:
                         return _Cut(exc)
                     raise
 
-            return self._record_invalid(
-                request, _storable(_answer(self.gate.run(auth, call, spent=_spent, failed=_cut_failure)))
-            )
+            answered = _answer(self.gate.run(auth, call, spent=_spent, failed=_cut_failure))
+            return self._record_invalid(request, _storable(_with_written(answered, watch)))
         finally:
             _WATCHED.reset(watching)
 
@@ -283,9 +286,13 @@ class _ModelCalls:
         if (stop := _run_stop(_run_messages(request))) is not None:
             return self._stop(stop)
         if not self.gate_models:
-            return await self._arecord_invalid(
-                request, _storable(_structured_in_range(await handler(request), request.response_format))
-            )
+            watch = _Streamed()
+            watching = _WATCHED.set(watch)
+            try:
+                answered = _structured_in_range(await handler(request), request.response_format)
+            finally:
+                _WATCHED.reset(watching)
+            return await self._arecord_invalid(request, _storable(_with_written(answered, watch)))
         auth, request = await self._decided(self._authorize_model, request, lambda decided: decided[0])
         if not auth.allowed:
             return self._stopped(auth)
@@ -305,8 +312,8 @@ class _ModelCalls:
                         return _Cut(exc)
                     raise
 
-            answered = _storable(_answer(await self.gate.arun(auth, call, spent=_spent, failed=_cut_failure)))
-            return await self._arecord_invalid(request, answered)
+            answered = _answer(await self.gate.arun(auth, call, spent=_spent, failed=_cut_failure))
+            return await self._arecord_invalid(request, _storable(_with_written(answered, watch)))
         finally:
             _WATCHED.reset(watching)
 
@@ -395,6 +402,26 @@ def _spent(response: ModelResponse[Any] | AIMessage | _Cut) -> tuple[int, int] |
         if any(isinstance(meta, Mapping) and meta.get(USAGE_STALE) is True for meta in metadata):
             return USAGE_UNREAD
     return _tokens_or_cut(response)
+
+
+def _with_written(response: R, watch: _Streamed) -> R:
+    """``response`` (a ``ModelResponse``, or an ``AIMessage`` as a middleware may answer) with each
+    answer keeping the text of its streamed tool calls' arguments that ``watch`` saw and the
+    answer keeps nowhere (``_with_written_args``): langchain-openai's ``ChatOpenAI`` on Chat
+    Completions parses it and drops it, so until review R84 a number no float holds as written
+    (``500.00000000000000001`` against ``amount<=500``) was decided as the float it was read as.
+    ``response`` itself when no answer changes (the usual case)."""
+    written = watch.written()
+    if not written:
+        return response
+    if isinstance(response, AIMessage):
+        return cast(R, _with_written_args(response, written))
+    if not isinstance(response, ModelResponse):
+        return response
+    result = [_with_written_args(m, written) if isinstance(m, AIMessage) else m for m in response.result]
+    if all(new is old for new, old in zip(result, response.result, strict=True)):
+        return response
+    return cast(R, ModelResponse(result=result, structured_response=response.structured_response))
 
 
 def _storable(response: R) -> R:

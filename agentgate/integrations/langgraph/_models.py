@@ -103,8 +103,8 @@ class DispatchedChatModel(BaseChatModel):
             raise BackendFailed(f"{served.backend}: tool_calls is not a list: {raw_calls!r:.80}")
         calls, invalid = DispatchedChatModel._tool_calls(raw_calls)
         usage = served.usage
-        # The calls as the backend wrote them, as LangChain's OpenAI model keeps them: the
-        # middleware reads each call's arguments text for numbers no float holds.
+        # The calls as the backend wrote them, in the OpenAI form (which langchain-openai does not
+        # keep): the middleware reads each call's arguments text for numbers no float holds.
         kept: dict[str, Any] = {"tool_calls": raw_calls} if raw_calls else {}
         if reasoning := _reasoning(served.backend, message_body):
             kept[REASONING] = reasoning

@@ -97,8 +97,8 @@ class _AnswerCalls:
     ids: Mapping[str, int]
     """How many of the answer's tool calls carry each id."""
     written: Mapping[str, object]
-    """Each id's first call as the model wrote it (``additional_kwargs["tool_calls"]``, the OpenAI
-    form): its ``function``."""
+    """Each id's first call as the model wrote it, a mapping whose ``arguments`` is the text of its
+    arguments (``_written_calls``)."""
     shown: tuple[object, ...]
     """The answer's id and each of its tool calls' id, name and arguments: what its version is a
     digest of."""
@@ -131,12 +131,43 @@ def _read_calls(answer: AIMessage) -> _AnswerCalls:
         if isinstance(call_id, str):
             ids[call_id] = ids.get(call_id, 0) + 1
         shown.append((call_id, call.get("name"), call.get("args")))
+    return _AnswerCalls(ids, _written_calls(answer), (answer.id, shown))
+
+
+WRITTEN_ARGS_KEY = "agentgate_written_args"
+"""The key of an answer's ``response_metadata`` that holds, per tool call id, the text of the
+call's arguments as the model streamed them, where the chat model keeps it nowhere in its answer
+(langchain-openai's ``ChatOpenAI`` on Chat Completions): the model hook puts it there from the
+fragments it watched (``_Streamed.written``), so that it stays with the answer in the run's
+state, across a resume too."""
+
+
+def _written_calls(answer: AIMessage) -> dict[str, object]:
+    """Each tool call of ``answer`` as the model wrote it, by id, where the answer keeps it: a
+    mapping whose ``arguments`` is the text of the call's arguments. Read from, first found first:
+    ``additional_kwargs["tool_calls"]`` (the OpenAI form, its ``function``: ``DispatchedChatModel``,
+    streamed or not), the content blocks of type ``function_call`` (the OpenAI Responses API's, by
+    ``call_id``: ``ChatOpenAI(use_responses_api=True)``, streamed or not), and
+    ``WRITTEN_ARGS_KEY`` (a streamed call whose model keeps no text: ``ChatOpenAI`` on Chat
+    Completions). Until review R84 only the first was read, which langchain-openai never fills."""
     written: dict[str, object] = {}
     raw = answer.additional_kwargs.get("tool_calls")
     for call in raw if isinstance(raw, list) else ():
         if isinstance(call, Mapping) and isinstance(call_id := call.get("id"), str):
             written.setdefault(call_id, call.get("function"))
-    return _AnswerCalls(ids, written, (answer.id, shown))
+    content = answer.content
+    for block in content if isinstance(content, list) else ():
+        if (
+            isinstance(block, Mapping)
+            and block.get("type") == "function_call"
+            and isinstance(call_id := block.get("call_id"), str)
+        ):
+            written.setdefault(call_id, block)
+    kept = answer.response_metadata.get(WRITTEN_ARGS_KEY)
+    for call_id, text in kept.items() if isinstance(kept, Mapping) else ():
+        if isinstance(call_id, str):
+            written.setdefault(call_id, {"arguments": text})
+    return written
 
 
 KEPT_ANSWERS = 32
@@ -172,26 +203,28 @@ def _answer_calls(answer: AIMessage) -> _AnswerCalls:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Read:
-    """What an answer's ``_AnswerCalls`` were read from: its id, its tool calls and the calls as
-    written (the objects themselves, so that one replaced is never taken for another at its
-    address) and their lengths (a call appended in place)."""
+    """What an answer's ``_AnswerCalls`` were read from: its id, its tool calls and where the calls
+    as written are kept (``_written_calls``: the objects themselves, so that one replaced is never
+    taken for another at its address) and their lengths (a call appended in place)."""
 
     answer_id: str | None
     calls: list[Any]
-    written: object
-    lengths: tuple[int, int]
+    written: tuple[object, object, object]
+    lengths: tuple[int, ...]
 
     @classmethod
     def of(cls, answer: AIMessage) -> _Read:
         raw = answer.additional_kwargs.get("tool_calls")
-        lengths = (len(answer.tool_calls), len(raw) if isinstance(raw, list) else 0)
-        return cls(answer.id, answer.tool_calls, raw, lengths)
+        kept = answer.response_metadata.get(WRITTEN_ARGS_KEY)
+        written = (raw, answer.content, kept)
+        lengths = (len(answer.tool_calls), *(len(w) if isinstance(w, list | dict) else 0 for w in written))
+        return cls(answer.id, answer.tool_calls, written, lengths)
 
     def same(self, other: _Read) -> bool:
         return (
             self.answer_id == other.answer_id
             and self.calls is other.calls
-            and self.written is other.written
+            and all(mine is theirs for mine, theirs in zip(self.written, other.written, strict=True))
             and self.lengths == other.lengths
         )
 

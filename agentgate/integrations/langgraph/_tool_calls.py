@@ -24,6 +24,7 @@ from agentgate.capabilities import MAX_NAME_LENGTH, Call
 from agentgate.errors import InputError
 from agentgate.integrations.langgraph._scope import (
     _SHARED_ID,
+    WRITTEN_ARGS_KEY,
     _answer_calls,
     _asking_answer,
     _calls_sharing,
@@ -237,11 +238,12 @@ def _inexact_arguments(
     """Why the call is refused when its arguments, as the model wrote them, hold a number that no
     float holds as written (``100.00000000000000001``): the chat model read it as the nearest
     float (``100.0``), and a bound ``amount<=100`` would be decided on another value than the
-    one the model gave (until review R54). The text is the OpenAI form of the call that chat
-    models keep beside the parsed calls (``additional_kwargs["tool_calls"]``: LangChain's OpenAI
-    model, ``DispatchedChatModel``); a call whose arguments were changed since they were read
-    from it (another middleware's edit) is decided as it is. As the command line refuses such
-    ``--args`` (``_json.inexact_argument``)."""
+    one the model gave (until review R54). The text is the call as the answer keeps it
+    (``_written_calls``: the OpenAI form ``DispatchedChatModel`` keeps, the Responses API's
+    content blocks, or the streamed text the model hook kept, ``_with_written_args``); an answer
+    that keeps none (``ChatOpenAI`` on Chat Completions, not streamed) gets no such check. A call
+    whose arguments were changed since they were read from it (another middleware's edit) is
+    decided as it is. As the command line refuses such ``--args`` (``_json.inexact_argument``)."""
     function = _answer_calls(answer).written.get(call_id) if answer is not None else None
     if not isinstance(function, Mapping):
         return None
@@ -406,6 +408,27 @@ def _storable_answer(message: AIMessage) -> AIMessage:
     if message.usage_metadata is not None and _integers_out_of_range(message.usage_metadata):
         update["usage_metadata"] = None
     return message.model_copy(update=update) if update else message
+
+
+def _with_written_args(message: AIMessage, written: Mapping[str, str]) -> AIMessage:
+    """``message`` keeping, under ``WRITTEN_ARGS_KEY``, the text ``written`` (by call id: the
+    fragments the model hook watched stream, ``_Streamed.written``) of each of its tool calls for
+    which it keeps none of its own (``_written_calls``), so that the tool hook reads the numbers
+    no float holds as written (``_inexact_arguments``); ``message`` itself when there is none to
+    keep (the usual case: no tool calls, a model that keeps the text, or one that did not stream)."""
+    if not written or not message.tool_calls:
+        return message
+    own = _answer_calls(message).written
+    kept = {
+        call_id: written[call_id]
+        for call in message.tool_calls
+        if isinstance(call_id := call.get("id"), str) and call_id in written and call_id not in own
+    }
+    if not kept:
+        return message
+    return message.model_copy(
+        update={"response_metadata": {**message.response_metadata, WRITTEN_ARGS_KEY: kept}}
+    )
 
 
 def _as_sent(request: ToolCallRequest, args: Mapping[str, Any]) -> Mapping[str, Any]:
