@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentgate.errors import (
-    AgentGateError,
     CircuitOpen,
     DeadlineExceeded,
     InputError,
@@ -138,12 +137,18 @@ class _Failures:
         except Exception:  # a broken classifier must not hide the tool's error: the safe class
             found = None
         error_class = found if isinstance(found, str) and found else "error"
+        # A call that keeps no error text (``Gate.run``'s) keeps none of any attempt's error, an
+        # agentgate error included: what failed an attempt came out of the tool's run (an
+        # ``InputError`` its code raised, a ``BackendFailed`` of a model it called), whose text
+        # its code chose. Until review R84 an agentgate error's text was kept, and so written
+        # into the dead letter and into the scheduler's refusal of the retry (``_final_error``),
+        # which the LangGraph middleware tells the model.
         errors.append(
             AttemptError(
                 number,
                 error_class,
                 type(error).__qualname__,
-                _message(error) if call.keep_error_text or isinstance(error, AgentGateError) else "",
+                _message(error) if call.keep_error_text else "",
                 time.time(),
             )
         )
