@@ -107,13 +107,15 @@ def _check(gate: Gate, told: dict[str, str]) -> None:
     recorded = _refusals(gate)  # in any order: an async run's calls are recorded as they come
     assert len(recorded) == 4
     assert not any(str(SECRET) in text or "4111111111111111" in text for text in recorded)
-    for said in (
-        "argument 'account' is an integer beyond the range",
-        "argument 'account''card'[0] is an integer beyond the range",
-        "argument 'account' is a number no float holds as written; give it",
-        f"argument 'amount' is {LOGGED}, an integer beyond the range",
+    # c1 and c2 alike: the argument named alone, never the keys inside its value (review R84:
+    # until then c2's read "argument 'account''card'[0] is ...", a key is part of the value).
+    assert not any("'card'" in text for text in recorded)
+    for said, count in (
+        ("argument 'account' is an integer beyond the range", 2),
+        ("argument 'account' is a number no float holds as written; give it", 1),
+        (f"argument 'amount' is {LOGGED}, an integer beyond the range", 1),
     ):
-        assert sum(said in text for text in recorded) == 1, said
+        assert sum(said in text for text in recorded) == count, said
     # The model is told its own value.
     assert f"argument 'account' is {SECRET}, an integer beyond" in told["c1"]
     assert f"argument 'account''card'[0] is {SECRET}, an integer beyond" in told["c2"]

@@ -203,12 +203,15 @@ it again."""
 
 class _ValueRefused(InputError):
     """The refusal of a tool call, before it is decided, for a value the model wrote in its
-    arguments (``_out_of_range``, ``_inexact_arguments``), whose text quotes that value: the
-    model is told its own value. ``argument`` is the name of the argument that holds it (``None``
-    where unknown) and ``recorded`` the same text without the value, which the audit log
-    records where the policy does not mark that argument loggable
+    arguments (``_out_of_range``, ``_inexact_arguments``), whose text quotes that value and where
+    it stands (the keys and indexes inside the argument): the model is told its own value.
+    ``argument`` is the name of the argument that holds it (``None`` where unknown) and
+    ``recorded`` the same text naming that argument alone, without the value nor the keys inside
+    it, which the audit log records where the policy does not mark that argument loggable
     (``GateMiddleware._undecidable_reason``): until review R82 the ``deny`` entry quoted the
-    value of any argument, and ``redact_reasons``, which replaces ``name=value``, left it."""
+    value of any argument, and ``redact_reasons``, which replaces ``name=value``, left it; until
+    review R84 it named the keys inside the argument's value (``'note''sk-live-...'``), which
+    are part of that value."""
 
     def __init__(self, said: str, argument: object, recorded: str) -> None:
         super().__init__(said)
@@ -252,7 +255,16 @@ def _inexact_arguments(
     if found is None:
         return None
     argument, path, number = found
-    return _ValueRefused(inexact_said(path, number), argument, inexact_said(path, None))
+    # Recorded by the argument's name alone: a key inside its value is part of the value.
+    recorded = inexact_said(repr(argument), None) if argument is not None else _INEXACT_UNNAMED
+    return _ValueRefused(inexact_said(path, number), argument, recorded)
+
+
+_INEXACT_UNNAMED = (
+    "the arguments hold a number no float holds as written; give it with fewer digits, or as text"
+)
+"""The recorded reason of ``_inexact_arguments`` for arguments that are no object (no argument
+names the number)."""
 
 
 def _no_such_tool(name: object) -> InputError:
@@ -331,7 +343,7 @@ def _integer_text(value: int) -> str:
 def _out_of_range_said(keys: Sequence[object], value: int | None) -> str:
     """Why a call whose argument at ``keys`` is the integer ``value`` (out of range) is refused;
     with ``None``, the same without the value, as the audit log records it for an argument the
-    policy does not mark loggable (``_ValueRefused``)."""
+    policy does not mark loggable (``_ValueRefused``, given the argument's name alone)."""
     path = "".join(f"[{k}]" if isinstance(k, int) else repr(k) for k in keys)
     where = f"argument {path} is" if path else "an argument is"
     if value is not None:
@@ -359,13 +371,13 @@ def _out_of_range(request: ToolCallRequest, answer: AIMessage | None, call_id: s
             # the argument without its value.
             paths = _kept_as_text(answer, call_id)
             kept = paths[0] if paths and isinstance(paths[0], list) else []
-            return _ValueRefused(said, kept[0] if kept else None, _out_of_range_said(kept, None))
+            return _ValueRefused(said, kept[0] if kept else None, _out_of_range_said(kept[:1], None))
     found = _integers_out_of_range(_model_args(request))
     if not found:
         return None
     keys, value = found[0]
     return _ValueRefused(
-        _out_of_range_said(keys, value), keys[0] if keys else None, _out_of_range_said(keys, None)
+        _out_of_range_said(keys, value), keys[0] if keys else None, _out_of_range_said(keys[:1], None)
     )
 
 
