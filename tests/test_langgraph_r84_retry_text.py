@@ -20,7 +20,7 @@ from langchain_core.tools import StructuredTool
 from test_langgraph_hostile_model import NAMES, _policy
 
 from agentgate.capabilities import Call
-from agentgate.errors import CircuitOpen, InputError
+from agentgate.errors import CircuitOpen, DeadlineExceeded, InputError
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.gate._config import scheduler_config
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
@@ -164,3 +164,25 @@ def test_the_model_is_not_told_what_a_cut_tool_raised_of_its_own(tmp_path: Path)
         assert "DeadlineExceeded" in letters and SECRET not in letters
     finally:
         gate.close()
+
+
+@pytest.mark.parametrize("keep", [False, True])
+async def test_the_deadline_of_a_cut_attempt_names_an_agentgate_error_by_type_unless_text_is_kept(
+    keep: bool,
+) -> None:
+    # The scheduler's DeadlineExceeded for an attempt cut at its timeout names what the tool raised
+    # as it was cut: until R84 with the text of an agentgate error even where the call keeps none
+    # (a direct Gate.arun caller saw it).
+    scheduler = Scheduler(SchedulerConfig(tools={"t": ToolLimits(timeout_s=0.05)}))
+
+    async def tool(attempt: Attempt) -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            raise InputError(f"cleanup failed for {SECRET}") from None
+
+    with pytest.raises(DeadlineExceeded) as caught:
+        await scheduler.submit(ToolCall("t", keep_error_text=keep), tool)
+    assert "InputError" in str(caught.value)
+    assert (SECRET in str(caught.value)) is keep
+    await scheduler.aclose()

@@ -151,9 +151,10 @@ class ToolCall:
     called without the ``Attempt``, as ``Gate.run``/``arun`` call theirs): a tool that
     ``takes_idempotency_key`` but never receives the key cannot deduplicate, so it is not
     repeated after an ambiguous failure.
-    ``keep_error_text``: a failed attempt's dead letter keeps the exception's text (False: only
-    agentgate's own errors keep theirs; a tool's exception text may quote its arguments or
-    secrets, so ``Gate.run``/``arun`` keep only its type, as their spans and audit entries do).
+    ``keep_error_text``: a failed attempt's dead letter keeps the exception's text (False: none
+    keeps its text, an agentgate error the tool raised included, until review R84 kept; a tool's
+    exception text may quote its arguments or secrets, so ``Gate.run``/``arun`` keep only its
+    type, as their spans and audit entries do).
     ``reuse_result``: a completed result of the same idempotency key may be served from the
     result cache, and this one's is kept there (False: never; ``Gate.run`` for a call that must
     run once, which its store record already keeps from running twice: an operator who settled

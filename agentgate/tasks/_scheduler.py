@@ -876,10 +876,11 @@ def _cancellation_args(error: Exception) -> tuple[Any, ...]:
 def _raised_on_the_way_out(error: Exception, call: ToolCall) -> str:
     """What a ``DeadlineExceeded`` for a cut attempt says of ``error``, what the tool raised as it
     was cut: nothing for the ``TimeoutError`` of a tool that let the cancellation through, else the
-    error named (its text where the call keeps it)."""
+    error named (its text where the call keeps it: a call that keeps none keeps none of an
+    agentgate error the tool raised either, whose text its code chose; until review R84 it did)."""
     if type(error) is TimeoutError:
         return ""
-    return f"; the tool raised {_named(error, call.keep_error_text or isinstance(error, AgentGateError))} as it was cut"
+    return f"; the tool raised {_named(error, call.keep_error_text)} as it was cut"
 
 
 def _rank(priority: PriorityClass) -> int:
