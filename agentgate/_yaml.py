@@ -347,17 +347,23 @@ def _refused(
 
 
 def _misread_tag(text: str, starts: Sequence[int], exc: yaml.YAMLError) -> int | None:
-    """Where the tag starts that PyYAML's own scanner refused with ``exc``, if libyaml ends it
-    earlier (``_IN_TAG``; ``{x: !,5}``: PyYAML reads the tag ``!,5`` and refuses the '}' after
-    it, libyaml an empty value and a key ``5``) or takes the ',' after it (``[!<!>, a]``);
-    else ``None``. PyYAML makes no token of such a tag for ``_disagreed`` to read."""
+    """Where the tag starts that PyYAML's own scanner refused with ``exc``, if libyaml ends it at
+    one of ``_IN_TAG`` (``_LIBYAML_TAG``; ``{x: !,5}``: PyYAML reads the tag ``!,5`` and refuses
+    the '}' after it, libyaml an empty value and a key ``5``; ``[!,a!]`` and ``[!?,a!]``: PyYAML
+    reads a tag handle and refuses the ',' or the '?' in it, libyaml the tags ``!`` and ``!?``
+    before a ',') or takes the ',' after it (``[!<!>, a]``); else ``None``. PyYAML makes no token
+    of such a tag for ``_disagreed`` to read. Until review R84 only a ',' PyYAML had read past
+    counted: ``[!,a!]`` was refused in libyaml's reading as a tag cut short and in PyYAML's in
+    its own words."""
     if not isinstance(exc, yaml.MarkedYAMLError) or exc.context != "while scanning a tag":
         return None
     start = _index_of(starts, len(text), exc.context_mark)
-    stop = _index_of(starts, len(text), exc.problem_mark)
     if text.startswith("!<", start):
+        stop = _index_of(starts, len(text), exc.problem_mark)
         return start if text[stop : stop + 1] == "," else None
-    return None if _IN_TAG.isdisjoint(text[start:stop]) else start
+    tag = _LIBYAML_TAG.match(text, start)
+    end = tag.end() if tag is not None else start
+    return start if text[end : end + 1] in _IN_TAG else None
 
 
 def _refuse_yaml_version(text: str, source: str, error: type[SourceError], what: str) -> None:
@@ -420,6 +426,9 @@ _FLOW_END = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken)
 _IN_TAG = frozenset(",[]")
 """What PyYAML's own scanner reads into a tag (``!,``, ``!!str,``, ``!a[b]``) and libyaml ends one
 at: after one, libyaml reads a ',' inside [...] or {...} and refuses anything else."""
+_LIBYAML_TAG = re.compile(r"!(?:[0-9A-Za-z_\-;/?:@&=+$.!~*'()]|%[0-9A-Fa-f]{2})*")
+"""A tag other than a verbatim one (``!<...>``) as libyaml reads it: a '!' and the characters
+of a URI it takes after it, all that PyYAML's own scanner takes but ',', '[' and ']'."""
 
 
 def _disagreed(
@@ -447,8 +456,9 @@ def _disagreed(
     - A directive other than ``%YAML`` and ``%TAG``: libyaml refuses it, PyYAML skips it.
     - A tag with ',', '[' or ']' in it or right after it (``[!, a]``, ``{eq: !!str,}``, ``!a,b``):
       libyaml ends the tag there (and, inside [...] or {...}, reads ``!,`` as an empty value),
-      PyYAML reads them into the tag, or refuses a ',' right after a verbatim tag (``!<...>,``).
-      Until review R84 ``[!, a]`` loaded as ``['', 'a']`` with libyaml only.
+      PyYAML reads them into the tag, refuses it as a tag handle at or before them (``[!,a!]``,
+      ``_misread_tag``), or refuses a ',' right after a verbatim tag (``!<...>,``). Until review
+      R84 ``[!, a]`` loaded as ``['', 'a']`` with libyaml only.
     - A '?' with no key before ',' or ':' inside [...] (``[?, c]``, ``[?: x]``): libyaml skips
       the ',' or ':' (then refuses the list, or not), PyYAML reads an empty key. Until review R84
       both refused it, at different columns and in different words.
