@@ -461,7 +461,9 @@ def _disagreed(
       R84 ``[!, a]`` loaded as ``['', 'a']`` with libyaml only.
     - A '?' with no key before ',' or ':' inside [...] (``[?, c]``, ``[?: x]``): libyaml skips
       the ',' or ':' (then refuses the list, or not), PyYAML reads an empty key. Until review R84
-      both refused it, at different columns and in different words.
+      both refused it, at different columns and in different words. Not where what follows
+      reads alike (``_skipped_alike``; ``[? ,]`` is ``[{None: None}]`` to both: until review R84
+      it was called a disagreement too).
 
     Each is refused, at the same line and column on either parser. Read from the parser's
     tokens (up to its error, if any), only for a text that may hold one."""
@@ -472,6 +474,7 @@ def _disagreed(
     found: list[tuple[int, str]] = []  # where, and which of ``_DISAGREEMENTS`` (a tab: below)
     flows: list[bool] = []  # the flow collections open, innermost last: True for [...]
     plain_before, plain_end, empty_key = False, 0, None
+    skipped: tuple[int, str] | None = None  # an empty key's '?', and the ',' or ':' libyaml skips after it
     starts = _line_starts(text)
     scanner = parser(text)
     try:
@@ -481,8 +484,12 @@ def _disagreed(
             if start > upto:
                 break
             flow = len(flows)
-            if empty_key is not None and isinstance(token, yaml.ValueToken | yaml.FlowEntryToken):
-                found.append((empty_key, "?,"))  # libyaml skips the token, PyYAML reads a key
+            if skipped is not None:
+                if not _skipped_alike(skipped[1], token, start == upto):
+                    found.append((skipped[0], "?,"))
+                skipped = None
+            elif empty_key is not None and isinstance(token, yaml.ValueToken | yaml.FlowEntryToken):
+                skipped = (empty_key, text[start])  # libyaml skips it, PyYAML reads it after the key
             empty_key = None
             if isinstance(token, _FLOW_START):
                 flows.append(isinstance(token, yaml.FlowSequenceStartToken))
@@ -557,6 +564,20 @@ def _disagreed(
     at = mark_at(text, first[0])
     problem, expected, hint = _DISAGREEMENTS[first[1]]
     return error(problem, file=source, line=at.line, column=at.column, expected=expected, hint=hint)
+
+
+def _skipped_alike(skipped: str, token: Any, refused_here: bool) -> bool:
+    """Whether libyaml, which skips the ``skipped`` ',' or ':' right after a '?' with no key
+    inside [...], and PyYAML's own parser, which reads it (a ',' ends the pair, a ':' starts its
+    value), go on alike at ``token``, the next: both end the pair before a ']' (or a ',' after
+    ':'): ``[? ,]`` is ``[{None: None}]`` to both. libyaml reads on at a ':' (the pair's value)
+    or a ',' (after the pair) only, and refuses any other token: alike where PyYAML's own parser
+    refuses it too (``refused_here``: ``[?, }``)."""
+    if isinstance(token, yaml.FlowSequenceEndToken):
+        return True
+    if isinstance(token, yaml.FlowEntryToken):
+        return skipped == ":"
+    return refused_here and not isinstance(token, yaml.ValueToken)
 
 
 _DISAGREEMENTS = {
@@ -1088,17 +1109,21 @@ class _Builder:
                 "write the values out; many aliases are how an alias bomb expands",
             )
 
-    def empty_at(self, node: yaml.Node) -> Any:
+    def empty_at(self, node: yaml.Node, after: int | None = None) -> Any:
         """Where ``node``, a child of a flow collection, is located if it is an empty plain
         scalar (``{ttl_s: , x: 1}``, ``{? : 1}``), else ``None``. libyaml marks one at the next
         token (the ','), PyYAML's own parser right after the indicator before it: until review
         R67 a policy's ``{ttl_s: }`` was refused at columns two apart. Both are located at the
-        next token, past blanks, line breaks and comments."""
+        next token, past blanks, line breaks and comments; ``after``: where the indicator before
+        it ends, where the mark is not at it (an empty key in ``[?, ]``: libyaml marks it past
+        the ',' it skips, ``_disagreed``)."""
         if not (isinstance(node, yaml.ScalarNode) and node.value == "" and not node.style):
             return None
         at = node.start_mark.index
         if at != node.end_mark.index:  # an anchor or a tag is written: it is the node's start
             return None
+        if after is not None:
+            at = after
         text = self.text
         while at < len(text):
             if text[at] in " \t\r\n":
@@ -1121,7 +1146,10 @@ class _Builder:
         for key_node, value_node in node.value:
             key_at = self.alias_mark(key_node) if self.is_alias(key_node) else key_node.start_mark
             if node.flow_style:
-                key_at = self.empty_at(key_node) or key_at
+                # A pair inside [...] written with '?' starts at it: its key is after the '?'.
+                pair = node.start_mark.index
+                after = pair + 1 if self.text.startswith("?", pair) else None
+                key_at = self.empty_at(key_node, after) or key_at
             if key_node.tag == "tag:yaml.org,2002:merge":
                 raise self.error_at(
                     key_at,

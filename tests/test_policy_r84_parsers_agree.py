@@ -32,7 +32,6 @@ EMPTY_KEY = [
     ("a: [?, c]\n", (1, 5)),  # libyaml skips the ',' and refuses 'c'; PyYAML reads an empty key
     ("a: [? , c]\n", (1, 5)),
     ("a: [?\n# c\n, c]\n", (1, 5)),
-    ("a: [?, ]\n", (1, 5)),
     ("a: [a, ?, c]\n", (1, 8)),
     ("a: [?: x, c]\n", (1, 5)),
     ("a: [{b: [?, c]}]\n", (1, 10)),
