@@ -25,6 +25,7 @@ from agentgate._durations import LONG_DURATION, parse_duration
 from agentgate._names import did_you_mean
 from agentgate._shown import bounded, not_printable
 from agentgate._yaml import (
+    MAX_QUOTED,
     Locations,
     Mark,
     dotted_path,
@@ -541,9 +542,27 @@ def _mapping_hint(loc: Sequence[str | int], value: object) -> str | None:
             return "write it as a mapping: {resource: tool:NAME, constraints: {ARGUMENT: {OPERATOR: VALUE}}}"
         return f"write it as a mapping: {_flow_mapping(capability)} (the one-line form is the command line's)"
     if len(loc) == 4 and loc[0] == "tools" and loc[2] == "args" and value in _TYPE_NAMES:
-        name = str(loc[3])  # as YAML reads it back: double-quoted (JSON) if not printable
-        return f"write {shortened(name if name.isprintable() else json.dumps(name))}: {{type: {value}}}"
+        return f"write {_yaml_key(str(loc[3]))}: {{type: {value}}}"
     return None
+
+
+def _yaml_key(name: str) -> str:
+    """``name`` as YAML reads it back, for a hint: as it is if printable (``shortened``), else
+    double-quoted (JSON), its escapes written out; past ``MAX_QUOTED`` characters so written, cut
+    inside the quotes and its length said after them. Until review R84 the quoted name was cut,
+    closing quote and all, and was no YAML."""
+    if name.isprintable():
+        return shortened(name)
+    kept: list[str] = []
+    size = 0
+    for char in name[:MAX_QUOTED]:
+        escape = json.dumps(char)[1:-1]
+        if size + len(escape) > MAX_QUOTED:
+            break
+        kept.append(escape)
+        size += len(escape)
+    quoted = '"' + "".join(kept) + '"'
+    return quoted if len(kept) == len(name) else f"{quoted}... ({len(name)} characters)"
 
 
 def _flow_mapping(capability: Capability) -> str:
