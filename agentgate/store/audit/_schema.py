@@ -21,7 +21,7 @@ import sqlite3
 
 from agentgate.errors import InputError, LogDropped, RepairRefused, StoreError
 from agentgate.store._base import Dialect, Store, loaded_driver_errors
-from agentgate.store.audit._stored import _described
+from agentgate.store.audit._stored import _described, _stored_index
 
 APPEND_LOCK = 27416741019937140
 """The PostgreSQL advisory lock that serializes appends (ASCII "agaudit"; the same number is
@@ -1181,6 +1181,17 @@ def _warn_repaired(store: Store, after: int) -> None:
         f"AND {_NOT_ADDED} ORDER BY id",
         (after,),
     ):
+        odd = _not_whole(size, checkpoint)
+        if odd is not None:  # as verify says it (until review R84 "entries not known (...) were appended")
+            _logger.warning(
+                "audit log: repair %s: %s; %s (someone with write rights on the store inserted it), so "
+                "the entries it leaves unprotected are not known; audit verify reports it until it is "
+                "accepted (agentgate audit accept-repair)",
+                rid,
+                what,
+                odd,
+            )
+            continue
         _logger.warning(
             "audit log: %s and was put back (repair %s): %s after the last checkpoint while nothing "
             "protected them; audit verify reports it until it is accepted (agentgate audit accept-repair)",
@@ -1563,9 +1574,11 @@ def _not_whole(log_size: object, checkpoint_size: object) -> str | None:
     """What is wrong with a repair's sizes when one is not a whole number, ``None`` when both are
     (or NULL, read as 0: no checkpoint stored then). A writer's opening records whole numbers
     only; ``audit_repairs`` is append-only, not closed, and SQLite keeps a fraction, text or bytes
-    in its columns if given one."""
+    in its columns if given one. A whole number kept as a real (5.0, in a table made again
+    without the columns' types) is that number, as an index is (``_stored_index``): until review
+    R84 it was named "a fraction"."""
     for column, value in (("log_size", log_size), ("checkpoint_size", checkpoint_size)):
-        if value is not None and type(value) is not int:
+        if value is not None and _stored_index(value) is None:
             return f"its {column} is {_described(value)}, not a whole number: a repair record written outside agentgate"
     return None
 
@@ -1578,8 +1591,8 @@ def _window(log_size: object, checkpoint_size: object) -> str:
     odd = _not_whole(log_size, checkpoint_size)
     if odd is not None:
         return f"entries not known ({odd})"
-    first = checkpoint_size if isinstance(checkpoint_size, int) else 0  # NULL: no checkpoint then
-    end = log_size if isinstance(log_size, int) else 0
+    first = _stored_index(checkpoint_size) or 0  # NULL: no checkpoint then
+    end = _stored_index(log_size) or 0
     return (
         f"entries {first} to {end - 1}" if end > first else "no entry (every one was covered by a checkpoint)"
     )
@@ -1587,7 +1600,8 @@ def _window(log_size: object, checkpoint_size: object) -> str:
 
 def _appended(log_size: object, checkpoint_size: object) -> str:
     """``_window`` as the subject of a sentence: "entries 3 to 4 were appended", or "no entry was
-    appended" (not "entries 2 to 1", nor "no entry ... were")."""
+    appended" (not "entries 2 to 1", nor "no entry ... were"), for a repair whose sizes are whole
+    numbers (``_not_whole``: the lines that name one say otherwise what is not known)."""
     window = _window(log_size, checkpoint_size)
     return f"{window} were appended" if window.startswith("entries") else f"{window} was appended"
 
