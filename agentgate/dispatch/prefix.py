@@ -75,31 +75,34 @@ def prompt_tokens_most(size: int, payload: Mapping[str, Any]) -> int:
 
 def prompt_text(messages: Iterable[Mapping[str, object]]) -> str:
     """The canonical text of a chat prompt: ``role`` and ``content`` of each message, in order
-    (content that is not text as its ``repr``).
+    (a role that is not text as its ``str``, content that is not text as its ``repr``).
 
-    Raises ``InputError`` naming the message (its position in ``messages``) whose content has no
-    ``repr``: lists or objects nested deeper than the interpreter's recursion allows, or an
-    integer too long for Python to write (until review R84 the ``RecursionError`` or
-    ``ValueError`` left ``Dispatcher.chat`` as it was; the gateway refuses such a body before,
-    as nested more than 254 levels deep or not JSON)."""
+    Raises ``InputError`` naming the message (its position in ``messages``) and the field whose
+    value cannot be written: lists or objects nested deeper than the interpreter's recursion
+    allows, or an integer too long for Python to write (until review R84 the ``RecursionError``
+    or ``ValueError`` left ``Dispatcher.chat`` as it was, for the content and then for the role;
+    the gateway refuses such a body before, as nested more than 254 levels deep or not JSON)."""
     parts: list[str] = []
     for i, message in enumerate(messages):
+        role = message.get("role", "")
         content = message.get("content", "")
-        text = content if isinstance(content, str) else _content_repr(content, i)
-        parts.append(f"<{message.get('role', '')}>\n{text}\n")
+        role_text = role if isinstance(role, str) else _written(role, str, i, "role")
+        text = content if isinstance(content, str) else _written(content, repr, i, "content")
+        parts.append(f"<{role_text}>\n{text}\n")
     return "".join(parts)
 
 
-def _content_repr(content: object, position: int) -> str:
-    """``repr(content)``, message ``position``'s content; ``InputError`` where it has none. The
-    ``repr`` is tried, not the content walked first: for content of a few parts it is the whole
-    cost, and it refuses only what no caller sends (a prompt's parts nest a few levels)."""
+def _written(value: object, write: Callable[[object], str], position: int, field: str) -> str:
+    """``write(value)``, message ``position``'s ``field``; ``InputError`` naming both where the
+    value cannot be written. The value is written, not walked first: for a message of a few parts
+    that is the whole cost, and it refuses only what no caller sends (a prompt's parts nest a few
+    levels)."""
     try:
-        return repr(content)
+        return write(value)
     except RecursionError:
-        raise InputError(f"message {position}'s content is nested too deeply") from None
+        raise InputError(f"message {position}'s {field} is nested too deeply") from None
     except ValueError:  # an integer past Python's 4,300 digits
-        raise InputError(f"message {position}'s content holds an integer too long to write") from None
+        raise InputError(f"message {position}'s {field} holds an integer too long to write") from None
 
 
 def estimate_prompt_tokens(messages: Iterable[Mapping[str, object]]) -> int:
