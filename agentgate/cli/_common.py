@@ -148,13 +148,18 @@ _SEPARATORS = tuple(sep for sep in (os.sep, os.altsep) if sep)
 
 
 def given_file(text: str) -> str:
-    """``given``, for the file a command writes (every ``--out``): a name that ends in a path
-    separator (``newdir/``) names a directory, as the shell and ``open`` read it, and is refused
-    (exit 2, naming it). ``Path`` drops the separator: until review R84 ``policy schema --out
-    newdir/`` wrote the schema to a file named ``newdir``, replacing one there."""
-    if given(text).endswith(_SEPARATORS):
+    """``given``, for the file a command writes (every ``--out``): a name whose last part is
+    empty, ``.`` or ``..`` (``newdir/``, ``newdir/.``, ``.``, ``..``) names a directory, as the
+    shell and ``open`` read it, and is refused (exit 2, naming it). ``Path`` drops a trailing
+    separator and ``/.``: until review R84 ``policy schema --out newdir/`` (and, after that fix,
+    ``--out newdir/.``) wrote the schema to a file named ``newdir``, replacing one there."""
+    last = given(text)
+    for sep in _SEPARATORS:
+        last = last.rpartition(sep)[2]
+    if last in ("", ".", ".."):
+        why = f"ends in {text[-1]!r}" if not last else f"has {last!r} as its last part"
         raise argparse.ArgumentTypeError(
-            f"{printable(text)} ends in {text[-1]!r}: that names a directory; name the file to write in it"
+            f"{printable(text)} {why}: that names a directory; name the file to write in it"
         )
     return text
 
