@@ -56,7 +56,8 @@ def _unknown(line: str, groups: dict[str, argparse.ArgumentParser]) -> list[str]
         if unknown := [verb for verb in named if verb not in verbs]:
             return [f"no verb {verb!r} in {words[1]}" for verb in unknown]
         parsers = [verbs[verb] for verb in named]
-    flags = re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", line)
+    options = line.split(" -- ")[0]  # after `--` every word is an operand (`keys new -- -a`)
+    flags = re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", options)
     return [
         f"{flag} ({line})"
         for parser in parsers

@@ -23,9 +23,11 @@ def _new(args: argparse.Namespace) -> int:
         while stem.endswith((".key", ".pub")) and len(stem) > 4:  # ``a.key.key``: the name is a
             stem = stem[:-4]  # (until review R82 the command it offered was refused in turn)
         if not stem.startswith(".") and "/" not in stem:  # else (`.key.key`, R84) save_key says why
+            # a name that starts with '-' is read as an option unless after ``--`` (R84: ``-a``)
+            given = f"{'-- ' if stem.startswith('-') else ''}{shlex.quote(stem)}"
             raise KeyFileError(
                 f"invalid key name {args.name!r}: NAME is the name without .key or .pub: "
-                f"agentgate keys new {shlex.quote(stem)} writes {stem}.key and {stem}.pub"
+                f"agentgate keys new {given} writes {stem}.key and {stem}.pub"
             )
     key = SigningKey.generate()
     save_key(key, args.dir, args.name)
