@@ -155,17 +155,18 @@ class PublicKey:
 
         Raises ``InputError`` when ``message`` or ``signature`` is not ``bytes`` (a ``bytearray``
         or ``memoryview`` included, as ``SigningKey.sign`` refuses them: until review R84 PyNaCl
-        took a ``bytearray`` message here)."""
-        if not isinstance(message, bytes):
-            raise _bytes_expected("the message and signature", message)
+        took a ``bytearray`` message here, and a ``str`` or ``list`` signature of the wrong length
+        was an ``InvalidSignature``), whatever their length: both are checked before either is
+        read."""
+        for what, value in (("the message", message), ("the signature", signature)):
+            if not isinstance(value, bytes):
+                raise _bytes_expected(what, value)
+        if len(signature) != SIGNATURE_SIZE:
+            raise InvalidSignature(f"an Ed25519 signature is 64 bytes, got {len(signature)}")
         try:
-            if len(signature) != SIGNATURE_SIZE:
-                raise InvalidSignature(f"an Ed25519 signature is 64 bytes, got {len(signature)}")
             self._verifier.verify(message, signature)
         except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError) as exc:
             raise InvalidSignature(f"signature does not verify under {self.did}") from exc
-        except TypeError:  # PyNaCl's (or len's) for a str, None, a bytearray signature
-            raise _bytes_expected("the message and signature", signature) from None
 
     def is_valid(self, message: bytes, signature: bytes) -> bool:
         try:
