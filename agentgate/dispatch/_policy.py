@@ -18,6 +18,7 @@ from agentgate._shown import quoted
 from agentgate.dispatch.inventory import Backend, Inventory
 from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.prefix_index import PrefixIndex
+from agentgate.dispatch.quota import check_finite_non_negative
 from agentgate.dispatch.state import BackendState, SpeedModel
 from agentgate.errors import InputError, NoBackend, Shed, UnknownModel
 
@@ -119,8 +120,7 @@ class RoutingPolicy(ABC):
     ) -> None:
         if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
             raise InputError(f"router block_tokens must be an integer >= 1, got {block_tokens!r}")
-        if not metrics_max_age_s >= 0:
-            raise InputError(f"router metrics_max_age_s must be >= 0, got {metrics_max_age_s!r}")
+        check_finite_non_negative(metrics_max_age_s, "router metrics_max_age_s")
         self.inventory = inventory
         self.block_tokens = block_tokens
         self.rng = random.Random(seed)
@@ -129,6 +129,10 @@ class RoutingPolicy(ABC):
             sp = (
                 speed.get(backend.name, SpeedModel()) if isinstance(speed, Mapping) else speed or SpeedModel()
             )
+            if not isinstance(sp, SpeedModel):  # else an AttributeError at the first routed call
+                raise InputError(
+                    f"router speed for backend {backend.name!r} must be a SpeedModel, got {type(sp).__name__}"
+                )
             capacity = backend.kv_capacity_tokens or 100_000
             self.states[backend.name] = BackendState(
                 backend=backend,

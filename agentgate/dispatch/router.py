@@ -108,7 +108,9 @@ class Router(RoutingPolicy):
     Raises ``InputError`` for a ``tie_tolerance`` or ``affinity_slack`` that is not a finite
     number >= 0 (a negative or NaN tolerance left no near-tie at all, and the first routed call
     failed with an untyped ``ValueError``), a ``max_sessions`` that is not a whole number >= 0
-    (0: no session affinity kept), and as ``RoutingPolicy`` does.
+    (0: no session affinity kept), and as ``RoutingPolicy`` does (a ``block_tokens`` below 1, a
+    ``metrics_max_age_s`` that is not a finite number >= 0, a ``speed`` that is not a
+    ``SpeedModel``).
     """
 
     name = "agentgate"

@@ -9,11 +9,14 @@ or stale the router's own accounting stands alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-from agentgate.dispatch.inventory import Backend
+from agentgate._shown import quoted
+from agentgate.dispatch.inventory import MAX_KV_CAPACITY_TOKENS, Backend
 from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.prefix_index import PrefixIndex
+from agentgate.dispatch.quota import check_finite_non_negative
+from agentgate.errors import InputError
 
 DEFAULT_KV_CAPACITY_TOKENS = 100_000
 """Assumed KV capacity of a backend that declares none and publishes no cache size."""
@@ -21,7 +24,13 @@ DEFAULT_KV_CAPACITY_TOKENS = 100_000
 
 @dataclass(frozen=True, slots=True)
 class SpeedModel:
-    """The router's estimate of one backend's step costs (seconds); see docs/dispatch.md."""
+    """The router's estimate of one backend's step costs (seconds); see docs/dispatch.md.
+
+    Raises ``InputError`` naming the field when a step cost is not a finite number >= 0 or
+    ``max_batched_tokens`` is not a whole number from 1 to ``MAX_KV_CAPACITY_TOKENS`` (a step
+    batches no more than a cache holds; until review R84 unchecked: ``base_s`` or
+    ``max_batched_tokens`` of ``10**400`` raised an untyped ``OverflowError`` at the first routed
+    call, text a ``TypeError``)."""
 
     base_s: float = 4.6e-3
     decode_seq_s: float = 0.018e-3
@@ -29,6 +38,21 @@ class SpeedModel:
     prefill_token_s: float = 30e-6
     attention_pair_s: float = 1.05e-9
     max_batched_tokens: int = 8192
+
+    def __post_init__(self) -> None:
+        for setting in fields(self):
+            value = getattr(self, setting.name)
+            if setting.name != "max_batched_tokens":
+                check_finite_non_negative(value, f"SpeedModel {setting.name}")
+            elif (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not 1 <= value <= MAX_KV_CAPACITY_TOKENS
+            ):
+                raise InputError(
+                    f"SpeedModel max_batched_tokens must be a whole number from 1 to "
+                    f"{MAX_KV_CAPACITY_TOKENS:,}, got {quoted(value)}"
+                )
 
     def prefill_s(self, uncached: int, cached: int) -> float:
         """Seconds of compute to prefill ``uncached`` tokens after ``cached`` ones."""
