@@ -8,6 +8,7 @@ from agentgate._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported on first use
     from agentgate.dispatch._answers import ChatChunk, ChatResult, Usage
+    from agentgate.dispatch._engine_fields import FieldError
     from agentgate.dispatch._policy import AllowedBackend, Candidate, RoutePlan, RouteRequest, RoutingPolicy
     from agentgate.dispatch.backends import BackendClient, Timeouts
     from agentgate.dispatch.dispatcher import Dispatcher, model_slos
@@ -42,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "ChatResult": "agentgate.dispatch._answers",
     "Dispatcher": "agentgate.dispatch.dispatcher",
     "EngineLoad": "agentgate.dispatch.metrics",
+    "FieldError": "agentgate.dispatch._engine_fields",
     "GPU": "agentgate.dispatch.inventory",
     "Interconnect": "agentgate.dispatch.inventory",
     "Inventory": "agentgate.dispatch.inventory",
@@ -81,6 +83,7 @@ __all__ = [
     "ChatResult",
     "Dispatcher",
     "EngineLoad",
+    "FieldError",
     "Interconnect",
     "Inventory",
     "Node",
