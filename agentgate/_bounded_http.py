@@ -10,7 +10,9 @@ uvicorn's httptools protocol (the fast one, chosen when httptools is installed) 
 head of any size and for any time: one header line of 50 MB was buffered whole, and a client
 that sends its head a byte at a time (or nothing at all) held its connection open for ever.
 ``BoundedHttpToolsProtocol`` answers 431 and closes once a head passes ``max_head_bytes`` (the
-empty lines the parser skips before a request line count as the head's bytes), and
+empty lines the parser skips before a request line count as the head's bytes; a head begun in the
+read that ended the request before it is counted, in that read, by what the parser keeps of it,
+which approximates its size from below: ``_count_head``), and
 408 and closes when a head is not complete ``head_timeout_s`` after the connection opened or
 after the head's first byte arrived, in a read of its own or in the read that ended the request
 before it (an idle kept-alive connection stays under uvicorn's own keep-alive timeout, which does
@@ -218,11 +220,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         )
 
     def _count_head(self, size: int) -> None:
-        """Count ``size`` bytes of the head as the parser hands them over (at least what it
-        hands: its target, each header's name and value and 2 bytes for its ``:`` and line end);
-        past ``max_head_bytes``, 431 and the parser stopped. This bounds a head the count of
-        ``data_received`` missed: one that began in the read that ended the request before it
-        (until review R84 it went to the app, whatever its size, with the pipelined request)."""
+        """Count ``size`` bytes of the head as the parser hands them over: its target, and each
+        header's name and value with 2 bytes for its ``:`` and line end; past ``max_head_bytes``,
+        431 and the parser stopped. This bounds a head the count of ``data_received`` missed: one
+        that began in the read that ended the request before it (until review R84 it went to the
+        app, whatever its size, with the pipelined request).
+
+        The count is what the parser keeps (and uvicorn buffers), a lower bound of the head's
+        bytes, never more: 2 a header is the fewest its line has (``name:value`` and a bare LF),
+        and httptools tells no byte offsets by which to count the rest exactly. Not counted: the
+        request line's method, version and spaces, a line end's CR, the space after a ``:`` and
+        any whitespace before a value (which the parser drops unkept). So such a head's bytes in
+        the read it began in may pass ``max_head_bytes``, approximately: by a third for lines of
+        the least form (``a:`` and CRLF), by a half for ``a: b``, by more where values are
+        preceded by whitespace; never by more than that one read (at most 256 KiB with asyncio's
+        or uvloop's transport), as each read after it is counted byte for byte by
+        ``data_received``, and what is kept of the head stays within ``max_head_bytes``."""
         self._parsed_head += size
         if self._parsed_head > self.max_head_bytes:
             self._refuse_large_head()
