@@ -250,7 +250,8 @@ def _documented_commands() -> list[tuple[str, str | None, set[str]]]:
         verb = words[1] if len(words) > 1 and re.fullmatch(r"[a-z][a-z-]+", words[1]) else None
         if group == "serve":
             verb = None
-        flags = set(re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", text))
+        options = text.split(" -- ")[0]  # after `--` every word is an operand (`keys new -- -a`)
+        flags = set(re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", options))
         found.append((group, verb, flags))
     return found
 
