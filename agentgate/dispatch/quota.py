@@ -13,10 +13,9 @@ never falls below ``-burst``, so a tenant's debt, and its wait, stay bounded.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import TypeGuard
 
+from agentgate._numbers import finite
 from agentgate._shown import quoted
 from agentgate.errors import InputError
 
@@ -45,29 +44,15 @@ def check_positive_finite(value: object, name: str) -> None:
     fires, and text failed the first call that read it with an untyped ``TypeError``. The one
     check of the dispatcher's settings, its timeouts and its tenants' quotas (review R83: there
     were three, and the timeouts' let text through to a ``TypeError``)."""
-    if not _finite(value) or not value > 0:
+    if not finite(value) or not value > 0:
         raise InputError(f"{name} must be positive and finite, got {quoted(value)}")
 
 
 def check_finite_non_negative(value: object, name: str) -> None:
     """Raise ``InputError`` naming ``name`` unless ``value`` is a finite ``int`` or ``float`` >= 0
     (a bool is none): the dispatcher's cooldown and recovery wait, the router's tolerances."""
-    if not _finite(value) or not value >= 0:
+    if not finite(value) or not value >= 0:
         raise InputError(f"{name} must be a finite number >= 0, got {quoted(value)}")
-
-
-def _finite(value: object) -> TypeGuard[int | float]:
-    """Whether ``value`` is a number (no bool) that a float holds, finite: an integer too large for
-    a float (``10**400``) is not, as the broker's ``finite_non_negative`` reads it. Until review R84
-    such an integer passed as finite, and the first sum with a float (a bucket's refill, a deadline,
-    the health loop's ``asyncio.sleep``) raised an untyped ``OverflowError``: a dispatcher's health
-    loops died, and every call after failed with it."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 class TokenBucket:

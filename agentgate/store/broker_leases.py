@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from agentgate._names import first_non_ascii
+from agentgate._numbers import finite
 from agentgate._time import utc_text
 from agentgate.dispatch.broker import (
     BrokerSnapshot,
@@ -437,9 +438,9 @@ def _queue_row(broker: str, row: Row) -> QueuedRequest | SetAside:
         old = _written_before_r68(data)
         if old is not None:
             return SetAside("request", str(data.get("id")), *old)
-        if not _finite(submitted_at):
+        if not finite(submitted_at):
             raise ValueError(f"submitted_at must be a finite number, got {submitted_at!r:.80}")
-        if deadline is not None and not _finite(deadline):
+        if deadline is not None and not finite(deadline):
             raise ValueError(f"deadline must be a finite number or null, got {deadline!r:.80}")
         return _queued_from_json(
             data,
@@ -452,17 +453,6 @@ def _queue_row(broker: str, row: Row) -> QueuedRequest | SetAside:
         raise _unreadable(
             broker, f"broker_queue: the row of request {request_id!r:.80} is malformed: {exc}"
         ) from exc
-
-
-def _finite(value: object) -> bool:
-    """Whether ``value`` is a number (no bool) and finite; an integer too large for a float is
-    not (``math.isfinite`` raises ``OverflowError`` on it)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def _request_to_json(request: GangRequest) -> dict[str, Any]:
@@ -543,7 +533,7 @@ def _lease_from_json(data: dict[str, Any]) -> Lease:
         value = data[name]
         if value is None and name == "notice_deadline":
             continue
-        if not _finite(value):
+        if not finite(value):
             raise ValueError(f"{whose}: {name} must be a finite number, got {value!r:.80}")
     if data["preempted_by"] is not None and not isinstance(data["preempted_by"], str):
         raise ValueError(

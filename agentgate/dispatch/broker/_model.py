@@ -6,11 +6,11 @@ mutates one a caller holds.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from agentgate._names import first_non_ascii
+from agentgate._numbers import finite
 from agentgate.dispatch.broker._quoting import quoted
 from agentgate.dispatch.broker._topology import LEVELS, Level
 from agentgate.errors import BrokerError
@@ -77,14 +77,9 @@ def short_ttl(ttl_s: float) -> str:
 
 
 def finite_non_negative(value: object) -> bool:
-    """Whether ``value`` is a number (no bool), finite and >= 0; an integer too large for a float
-    is not (``math.isfinite`` raises ``OverflowError`` on it)."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value) and value >= 0
-    except OverflowError:
-        return False
+    """Whether ``value`` is a number (no bool), finite (``finite``: an integer too large for a float
+    is not) and >= 0."""
+    return finite(value) and value >= 0
 
 
 @dataclass(frozen=True, slots=True)
