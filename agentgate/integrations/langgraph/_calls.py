@@ -463,10 +463,10 @@ class _Streamed(BaseCallbackHandler):
     model's LLM events only.
 
     It also keeps the text of each streamed tool call's arguments as the model wrote it (the
-    ``args`` of its ``tool_call_chunks``, put together by index), which LangChain parses into the
-    answer's calls and drops (``written``): where the chat model keeps it nowhere else
-    (langchain-openai's ``ChatOpenAI``), the tool hook reads from it the numbers no float holds as
-    written (``_inexact_arguments``)."""
+    ``args`` of its ``tool_call_chunks``, put together as LangChain adds them up:
+    ``_WrittenCall.of``), which LangChain parses into the answer's calls and drops (``written``):
+    where the chat model keeps it nowhere else (langchain-openai's ``ChatOpenAI``), the tool hook
+    reads from it the numbers no float holds as written (``_inexact_arguments``)."""
 
     run_inline = True
     ignore_chain = True
@@ -478,13 +478,19 @@ class _Streamed(BaseCallbackHandler):
 
     def __init__(self) -> None:
         self.delivered = False
-        self._fragments: dict[object, dict[object, tuple[list[str | None], list[str]]]] = {}
+        self._calls: dict[object, list[_WrittenCall]] = {}
 
     def on_llm_new_token(self, token: Any, *, chunk: Any = None, **kwargs: Any) -> None:
         message = getattr(chunk, "message", None)
         fragments = getattr(message, "tool_call_chunks", None)
-        if fragments:
-            self._keep(kwargs.get("run_id"), fragments)
+        run = ("token", kwargs.get("run_id"))
+        # LangChain adds the later chunks to the run's first as it is: the first one's fragments
+        # are calls of their own, added to none of each other.
+        first = run not in self._calls
+        calls = self._calls.setdefault(run, [])
+        for fragment in fragments if isinstance(fragments, list) else ():
+            if isinstance(fragment, Mapping):
+                _WrittenCall.of(calls, fragment, alone=first).add(fragment.get("id"), fragment.get("args"))
         if self.delivered:
             return
         self.delivered = bool(token) or (
@@ -494,51 +500,31 @@ class _Streamed(BaseCallbackHandler):
             )
         )
 
-    def _keep(self, run: object, fragments: object) -> None:
-        """Add ``fragments`` (a chunk's ``tool_call_chunks``) of the model run ``run`` to the calls
-        it streamed: by index, as LangChain adds them up; one without an index is a call alone."""
-        calls = self._fragments.setdefault(("token", run), {})
-        for fragment in fragments if isinstance(fragments, list) else ():
-            if not isinstance(fragment, Mapping):
-                continue
-            index = fragment.get("index")
-            self._add(calls, object() if index is None else index, fragment.get("id"), fragment.get("args"))
-
-    @staticmethod
-    def _add(
-        calls: dict[object, tuple[list[str | None], list[str]]], index: object, call_id: object, args: object
-    ) -> None:
-        """Add a fragment of the call at ``index``: its id, if none was given yet, and its text."""
-        found, text = calls.setdefault(index, ([None], []))
-        if found[0] is None and isinstance(call_id, str) and call_id:
-            found[0] = call_id
-        if isinstance(args, str):
-            text.append(args)
-
     def written(self) -> dict[str, str]:
         """The text of each streamed tool call's arguments by the call's id, as the model wrote
         it: a later run of the watched call (a retry inside it) over an earlier one."""
         found: dict[str, str] = {}
-        for calls in self._fragments.values():
-            for call_id, text in calls.values():
-                if call_id[0] is not None:
-                    found[call_id[0]] = "".join(text)
+        for calls in self._calls.values():
+            for call in calls:
+                if isinstance(call.call_id, str) and call.call_id:
+                    found[call.call_id] = "".join(call.text)
         return found
 
     def on_stream_event(self, event: Any, **kwargs: Any) -> None:
         # LangChain's content-block streaming (LangGraph's ``stream_events(version="v3")``), which
         # fires no ``on_llm_new_token``: a delta, or a block that starts with something in it (a
-        # text block starts empty). A tool call's block starts with its id, and its deltas carry
-        # the text of its arguments.
+        # text block starts empty). A tool call's block starts with its id, its deltas carry the
+        # text of its arguments, and its finish gives the id LangChain kept (the last given).
         if not isinstance(event, Mapping):
             return
         kind = event.get("event")
-        block = event.get("content") if kind == "content-block-start" else event.get("delta")
-        if isinstance(block, Mapping) and block.get("type") in ("tool_call_chunk", "tool-call-delta"):
-            # Kept apart from the same run's ``on_llm_new_token`` fragments, which LangChain may
-            # fire beside these events: the same text, once each.
-            calls = self._fragments.setdefault(("event", kwargs.get("run_id")), {})
-            self._add(calls, event.get("index"), block.get("id"), block.get("args"))
+        block = (
+            event.get("content")
+            if kind in ("content-block-start", "content-block-finish")
+            else event.get("delta")
+        )
+        if isinstance(block, Mapping):
+            self._keep_event(kwargs.get("run_id"), kind, event.get("index"), block)
         if self.delivered:
             return
         if kind == "content-block-delta":
@@ -547,6 +533,78 @@ class _Streamed(BaseCallbackHandler):
             self.delivered = isinstance(block, Mapping) and any(
                 value for key, value in block.items() if key not in ("type", "index")
             )
+
+    def _keep_event(self, run: object, kind: object, index: object, block: Mapping[str, Any]) -> None:
+        """Add a content-block event's tool call block to the call of its block ``index``, as
+        LangChain's compat bridge puts a streamed call's blocks together: one call per block, the
+        arguments text joined, the id the finished block gives. Kept apart from the same run's
+        ``on_llm_new_token`` fragments, which LangChain may fire beside these events: the same
+        text, once each."""
+        finished = kind == "content-block-finish"
+        if block.get("type") not in (
+            ("tool_call", "invalid_tool_call") if finished else ("tool_call_chunk", "tool-call-delta")
+        ):
+            return
+        calls = self._calls.setdefault(("event", run), [])
+        call = next((c for c in calls if c.index == index), None)
+        if finished:
+            if call is not None and not _no_id(block.get("id")):
+                call.call_id = block.get("id")
+            return
+        if call is None:
+            call = _WrittenCall(index)
+            calls.append(call)
+        call.add(block.get("id"), block.get("args"))
+
+
+class _WrittenCall:
+    """One streamed tool call's arguments text, from the fragments LangChain adds up into it: its
+    ``index`` (``None`` for one no later fragment adds to), its id (the first given) and its text
+    in pieces (joined once at the end: a model that streams a character at a time must not cost a
+    copy of all of it per fragment)."""
+
+    __slots__ = ("call_id", "index", "text")
+
+    def __init__(self, index: object) -> None:
+        self.index = index
+        self.call_id: object = None
+        self.text: list[str] = []
+
+    @classmethod
+    def of(
+        cls, calls: list[_WrittenCall], fragment: Mapping[str, Any], *, alone: bool = False
+    ) -> _WrittenCall:
+        """The call of ``calls`` that LangChain adds ``fragment`` to (``merge_lists``), else a new
+        one appended (always, with ``alone``: a fragment of the run's first chunk): the first whose
+        index is the fragment's (an integer: a ``tool_call_chunks`` index is no other) and whose id does not differ
+        from the fragment's (either has none, or they are the same). By index alone (until review
+        R84), two calls an OpenAI-compatible server sends whole at index 0 with ids of their own
+        were taken for one, whose text (both objects glued) no reader parses, so neither call was
+        checked and ``500.00000000000000001`` ran as ``500.0``."""
+        index, call_id = fragment.get("index"), fragment.get("id")
+        if not isinstance(index, int):
+            index = None  # LangChain adds nothing to it, nor it to anything
+        elif not alone:
+            for call in calls:
+                if call.index == index and (
+                    _no_id(call.call_id) or _no_id(call_id) or call.call_id == call_id
+                ):
+                    return call
+        call = cls(index)
+        calls.append(call)
+        return call
+
+    def add(self, call_id: object, args: object) -> None:
+        """Add a fragment: its id, if the call has none yet, and its text."""
+        if _no_id(self.call_id) and not _no_id(call_id):
+            self.call_id = call_id
+        if isinstance(args, str):
+            self.text.append(args)
+
+
+def _no_id(call_id: object) -> bool:
+    """Whether a fragment's id is none, as LangChain's ``merge_lists`` reads it (``None`` or ``""``)."""
+    return call_id is None or (isinstance(call_id, str) and not call_id)
 
 
 _WATCHED: ContextVar[_Streamed | None] = ContextVar("agentgate_streamed", default=None)
