@@ -1,7 +1,7 @@
 """What a tool-call request asks: the call to decide (``_tool_call_of``, ``_model_args``), the tool
 running it (``_running_tool``), and what makes a request unusable, refused before it is decided
-(``_refused_call``, ``_unusable_answer``, ``_inexact_arguments``, ``_out_of_range``,
-``_no_such_tool``); and a model's answer and a tool's made fit for a checkpointer
+(``_refused_call``, ``_unusable_answer``, ``_unread_arguments``, ``_inexact_arguments``,
+``_out_of_range``, ``_no_such_tool``); and a model's answer and a tool's made fit for a checkpointer
 (``_storable_answer``, ``_storable_result``)."""
 
 from __future__ import annotations
@@ -222,17 +222,64 @@ class _ValueRefused(InputError):
 def _unusable_answer(request: ToolCallRequest, call_id: str) -> InputError | None:
     """Why ``request``'s call is not run, if so: the answer that asked for it ended before the
     model finished it (``_cut_answer``: at its output limit, stopped by a filter), or gives this
-    call's id to more than one call (``_SHARED_ID``) (none of its calls is run then), or the call's arguments as the model wrote them hold an
-    integer out of range (``_out_of_range``) or a number no float holds as written
+    call's id to more than one call (``_SHARED_ID``) (none of its calls is run then), or the
+    call's arguments as the model wrote them are no JSON object (``_unread_arguments``), or hold
+    an integer out of range (``_out_of_range``) or a number no float holds as written
     (``_inexact_arguments``)."""
     answer = _asking_answer(request)
     if cut := _cut_answer(answer):
         return InputError(cut)
     if (count := _calls_sharing(answer, call_id)) > 1:
         return InputError(_SHARED_ID.format(call_id=call_id[:MAX_NAME_LENGTH], count=count))
+    if (unread := _unread_arguments(answer, call_id)) is not None:
+        return unread
     if (refused := _out_of_range(request, answer, call_id)) is not None:
         return refused
     return _inexact_arguments(request, answer, call_id)
+
+
+def _written_arguments(answer: AIMessage | None, call_id: str) -> str | None:
+    """The text of the arguments of ``answer``'s call ``call_id`` as the model wrote them, where
+    the answer keeps it (``_written_calls``); else ``None``."""
+    function = _answer_calls(answer).written.get(call_id) if answer is not None else None
+    text = function.get("arguments") if isinstance(function, Mapping) else None
+    return text if isinstance(text, str) else None
+
+
+def _unread_arguments(answer: AIMessage | None, call_id: str) -> InputError | None:
+    """Why the call is refused when its arguments, as the model wrote them (``_written_arguments``),
+    are not one JSON object and nothing else: text after the object, the object not closed, no
+    JSON at all. LangChain reads a streamed call's text as *partial* JSON
+    (``parse_partial_json``), which takes the first object and drops what follows it, and
+    closes what is left open, so such text still became a call, one that the checks of the text
+    as written (``_inexact_arguments``) could not read: ``500.00000000000000001`` followed by a
+    stray ``x`` ran as ``500.0`` (until review R84). Refused before it is decided: what would run
+    is not what the model wrote. Empty text is no arguments (a tool that takes none), as
+    LangChain and ``DispatchedChatModel`` read it; control characters inside strings are read,
+    as LangChain reads them (``strict=False``). Nothing of the text is quoted: the refusal is
+    recorded, and any argument in it may be a secret."""
+    text = _written_arguments(answer, call_id)
+    if not text:
+        return None
+    try:
+        value = json.loads(text, strict=False)
+    except json.JSONDecodeError as exc:
+        why = f"{exc.msg} at character {exc.pos}"
+    except (ValueError, RecursionError):
+        why = "it cannot be read"
+    else:
+        if isinstance(value, dict):
+            return None
+        why = "JSON, but no object"
+    return InputError(_UNREAD_ARGUMENTS.format(why=why))
+
+
+_UNREAD_ARGUMENTS = (
+    "the tool call's arguments as the model wrote them are not one JSON object ({why}), so they "
+    "cannot be read as written and the call is not run; write its arguments again, as one JSON "
+    "object and nothing after it"
+)
+"""Why a call whose arguments as written are no JSON object is refused (``_unread_arguments``)."""
 
 
 def _inexact_arguments(
@@ -247,11 +294,8 @@ def _inexact_arguments(
     that keeps none (``ChatOpenAI`` on Chat Completions, not streamed) gets no such check. A call
     whose arguments were changed since they were read from it (another middleware's edit) is
     decided as it is. As the command line refuses such ``--args`` (``_json.inexact_argument``)."""
-    function = _answer_calls(answer).written.get(call_id) if answer is not None else None
-    if not isinstance(function, Mapping):
-        return None
-    text = function.get("arguments")
-    found = inexact_argument(text, request.tool_call.get("args")) if isinstance(text, str) else None
+    text = _written_arguments(answer, call_id)
+    found = inexact_argument(text, request.tool_call.get("args")) if text is not None else None
     if found is None:
         return None
     argument, path, number = found
