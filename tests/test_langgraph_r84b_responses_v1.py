@@ -1,0 +1,60 @@
+"""Review R84 (regression): docs/langgraph.md's list of the paths on which a number no float holds
+as written is not checked named the OpenAI Responses API not streamed with ``output_version="v0"``
+alone; with ``"v1"`` (LangChain's standard content blocks) the answer keeps no ``function_call``
+block either: each becomes a ``tool_call`` block holding the arguments already parsed, whose
+``extras`` keep the item's id and status only, so the text is nowhere to read and
+``500.00000000000000001`` is decided as ``500.0``. The docs now say so; streamed, ``"v1"`` is
+checked (the fragments). The real ``ChatOpenAI`` against a loopback Responses API server."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+from test_langgraph_r84_inexact_chatopenai import INEXACT, _OpenAIServer, _Rig
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "langgraph.md"
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[_Rig]:
+    made = _Rig(tmp_path)
+    yield made
+    made.gate.close()
+
+
+def test_a_v1_answer_not_streamed_keeps_no_text_of_the_arguments() -> None:
+    server = _OpenAIServer(INEXACT)
+    try:
+        chat = ChatOpenAI(
+            model="scripted",
+            base_url=server.url,
+            api_key="sk-loopback",
+            max_retries=0,
+            use_responses_api=True,
+            output_version="v1",
+        )
+        answer = chat.invoke([HumanMessage("go")])
+    finally:
+        server.close()
+    assert [block["type"] for block in answer.content if isinstance(block, dict)] == ["tool_call"]
+    assert "500.00000000000000001" not in repr(answer)  # no block, field or metadata keeps it
+
+
+def test_so_it_is_not_checked_and_the_docs_say_so(rig: _Rig) -> None:
+    (answer,) = rig.run(INEXACT, use_responses_api=True, output_version="v1")
+    assert rig.ran == [500.0] and answer.status == "success"
+    text = " ".join(DOCS.read_text().split())
+    not_checked = re.search(r"\*\*Not checked\*\*: (.*?)## ", text)
+    assert not_checked is not None
+    assert 'Responses API with `output_version="v0"` or `"v1"` **not streamed**' in not_checked.group(1)
+
+
+def test_streamed_a_v1_answer_is_checked(rig: _Rig) -> None:
+    (answer,) = rig.run(INEXACT, use_responses_api=True, output_version="v1", streaming=True)
+    assert rig.ran == [] and answer.status == "error"
+    assert "500.00000000000000001, a number no float holds as written" in str(answer.content)
