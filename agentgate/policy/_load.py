@@ -548,21 +548,32 @@ def _mapping_hint(loc: Sequence[str | int], value: object) -> str | None:
 
 def _yaml_key(name: str) -> str:
     """``name`` as YAML reads it back, for a hint: as it is if printable (``shortened``), else
-    double-quoted (JSON), its escapes written out; past ``MAX_QUOTED`` characters so written, cut
-    inside the quotes and its length said after them. Until review R84 the quoted name was cut,
-    closing quote and all, and was no YAML."""
+    double-quoted, its escapes written out (``_yaml_escape``); past ``MAX_QUOTED`` characters so
+    written, cut inside the quotes and its length said after them. Until review R84 the quoted
+    name was cut, closing quote and all, and was no YAML."""
     if name.isprintable():
         return shortened(name)
     kept: list[str] = []
     size = 0
     for char in name[:MAX_QUOTED]:
-        escape = json.dumps(char)[1:-1]
+        escape = _yaml_escape(char)
         if size + len(escape) > MAX_QUOTED:
             break
         kept.append(escape)
         size += len(escape)
     quoted = '"' + "".join(kept) + '"'
     return quoted if len(kept) == len(name) else f"{quoted}... ({len(name)} characters)"
+
+
+def _yaml_escape(char: str) -> str:
+    """``char`` as a double-quoted YAML scalar writes it: JSON's escape for a character of the
+    Basic Multilingual Plane (YAML's double-quoted escapes include JSON's); beyond it, the
+    character itself where printable, else YAML's ``\\UXXXXXXXX``. Until review R84 a character
+    beyond U+FFFF was written as JSON's surrogate pair (``\\ud83d\\ude00``), which libyaml
+    refuses (``ScannerError``) and PyYAML reads as two lone surrogates, not the name."""
+    if ord(char) <= 0xFFFF:
+        return json.dumps(char)[1:-1]
+    return char if char.isprintable() else f"\\U{ord(char):08X}"
 
 
 def _flow_mapping(capability: Capability) -> str:
