@@ -28,6 +28,7 @@ from langgraph.config import get_config
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
+from agentgate._shown import bounded, escaped
 from agentgate.gate import AgentIdentity
 
 
@@ -279,20 +280,30 @@ def _running_key(request: ToolCallRequest) -> tuple[str | None, str | None, str]
     return (identity.did if identity else None, _run_id(request), str(request.tool_call.get("id")))
 
 
-_CUT_AT_LIMIT = re.compile(r"(?:length|max_tokens|max_output_tokens)+")
-"""Finish reasons of an answer stopped at its output limit: OpenAI's, vLLM's, Ollama's
-``length``; Anthropic's, Bedrock's ``max_tokens``; Gemini's ``MAX_TOKENS``; the OpenAI Responses
-API's ``max_output_tokens`` (its ``incomplete_details.reason``) (compared in lower case)."""
+_CUT_AT_LIMIT = re.compile(
+    r"(?:length|max_tokens|max_output_tokens|model_length|model_context_window_exceeded)+"
+)
+"""Finish reasons of an answer stopped at a length limit: OpenAI's, vLLM's, Ollama's ``length``;
+Anthropic's, Bedrock's ``max_tokens``; Gemini's ``MAX_TOKENS``; the OpenAI Responses API's
+``max_output_tokens`` (its ``incomplete_details.reason``); Mistral's ``model_length`` and
+Anthropic's ``model_context_window_exceeded``, the model's context full before the answer was
+(compared in lower case)."""
 
 _CUT_BY_FILTER = re.compile(
     r"(?:content_filter|content_filtered|guardrail_intervened|refusal"
-    r"|safety|recitation|blocklist|prohibited_content|spii)+"
+    r"|safety|recitation|blocklist|prohibited_content|spii"
+    r"|image_safety|image_prohibited_content|image_recitation)+"
 )
 """Finish reasons of an answer a provider's filter stopped before the model finished it: OpenAI's
 and Azure's ``content_filter`` (a finish reason, or the Responses API's incomplete reason);
 Anthropic's ``refusal``; Bedrock's ``content_filtered`` and ``guardrail_intervened``; Gemini's
-``SAFETY``, ``RECITATION``, ``BLOCKLIST``, ``PROHIBITED_CONTENT``, ``SPII`` (compared in lower
+``SAFETY``, ``RECITATION``, ``BLOCKLIST``, ``PROHIBITED_CONTENT``, ``SPII``, and for an image it
+generated ``IMAGE_SAFETY``, ``IMAGE_PROHIBITED_CONTENT``, ``IMAGE_RECITATION`` (compared in lower
 case). Its tool calls may be cut as an answer stopped at its output limit is."""
+
+MAX_REASON_SHOWN = 80
+"""The most characters of a provider's reason that the refusal of a cut answer's call quotes
+(``_reason_shown``)."""
 
 _INCOMPLETE = re.compile(r"(?:incomplete)+")
 """The ``status`` of an OpenAI Responses API answer that ended before the model finished it
@@ -326,10 +337,21 @@ def _cut_answer(answer: AIMessage | None) -> str | None:
         # Matched repeated too: LangChain concatenates the text of chunks' metadata it adds up, so a
         # stream that said it twice says ``lengthlength``.
         if _CUT_AT_LIMIT.fullmatch(reason.lower()):
-            return _CUT_CALL.format(reason=reason)
+            return _CUT_CALL.format(reason=_reason_shown(reason))
         if _CUT_BY_FILTER.fullmatch(reason.lower()):
-            return _FILTERED_CALL.format(reason=reason)
-    return _INCOMPLETE_CALL.format(reason=reasons[-1]) if incomplete else None
+            return _FILTERED_CALL.format(reason=_reason_shown(reason))
+    return _INCOMPLETE_CALL.format(reason=_reason_shown(reasons[-1])) if incomplete else None
+
+
+def _reason_shown(reason: str) -> str:
+    """A provider's reason as the model is told it and the refusal records it: once where a stream
+    said it over and over (LangChain concatenates it: ``lengthlength...``), at most
+    ``MAX_REASON_SHOWN`` characters (``bounded``), each character that is not printable escaped.
+    Until review R84 it was quoted whole: a stream that set its finish reason on each of 200,000
+    chunks made a refusal of 1.2 MB, told to the model and written to the audit log."""
+    lower = reason.lower()
+    period = (lower + lower).find(lower, 1)  # the shortest text it repeats, ``len(lower)`` if none
+    return escaped(bounded(reason[:period], MAX_REASON_SHOWN))
 
 
 _CUT_CALL = (
