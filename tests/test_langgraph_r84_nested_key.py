@@ -14,40 +14,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.tools import BaseTool, StructuredTool
+from _langgraph_openai_rig import GO, GatedRig
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
-from test_langgraph_hostile_model import NAMES, _policy
+from test_langgraph_exact_numbers import _AsWritten
 
-from agentgate.gate import AgentIdentity, Gate
-from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
-from agentgate.keys import SigningKey
-from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
+from agentgate.integrations.langgraph import create_gated_agent
 
 SECRET = "sk-live-7c1f00ddeadbeef42"
-GO = {"messages": [{"role": "user", "content": "go"}]}
 
 
-class _AsWritten(ScriptedChatModel):
-    """A scripted model whose answers keep the calls as the backend wrote them
-    (``additional_kwargs["tool_calls"]``), as ``DispatchedChatModel`` answers."""
+class _Rig(GatedRig):
+    """``GatedRig`` with ``refund`` and ``search`` tools that record their names."""
 
-    def _answer(self, messages: list[BaseMessage]) -> tuple[AIMessage, dict[str, Any]]:
-        message, payload = super()._answer(messages)
-        n = sum(1 for m in messages if isinstance(m, AIMessage))
-        if n < len(self.turns):
-            message.additional_kwargs = dict(self.turns[n].additional_kwargs)
-        return message, payload
-
-
-class _Rig:
     def __init__(self, tmp_path: Path) -> None:
-        keys = {name: SigningKey.generate() for name in NAMES}
-        text = _policy({n: k.did for n, k in keys.items()}, 1_000_000, "usd_micros")
-        self.gate = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
-        self.boss: AgentIdentity = self.gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
-        self.ran: list[str] = []
+        super().__init__(tmp_path)
 
         def refund(amount: float, note: Any = "") -> str:
             self.ran.append("refund")
@@ -57,7 +39,7 @@ class _Rig:
             self.ran.append("search")
             return "found"
 
-        self.tools: list[BaseTool] = [
+        self.tools = [
             StructuredTool.from_function(func=f, name=f.__name__, description=f.__name__)
             for f in (refund, search)
         ]
@@ -86,10 +68,6 @@ class _Rig:
         (told,) = [str(m.content) for m in result["messages"] if isinstance(m, ToolMessage)]
         return told
 
-    def denied(self) -> list[Any]:
-        self.gate.flush()
-        return [e for e in self.gate.audit.entries() if e.kind == "deny"]
-
     def log_text(self) -> str:
         self.gate.flush()
         return "\n".join(e.model_dump_json() for e in self.gate.audit.entries())
@@ -113,7 +91,7 @@ def test_an_integer_out_of_range_under_a_non_loggable_argument_is_recorded_by_it
     told = rig.run("refund", {"amount": 5, "note": {SECRET: [1, HUGE]}}, None, checkpointed=checkpointed)
     assert rig.ran == []
     assert f"argument 'note''{SECRET}'[1] is {HUGE}" in told  # the model is told where, as it wrote it
-    (deny,) = rig.denied()
+    (deny,) = rig.denials()
     assert deny.reasons[0].startswith("argument 'note' is an integer beyond the range")
     assert SECRET not in rig.log_text()  # until R84: "argument 'note''sk-live-...'[1] is ..."
 
@@ -123,7 +101,7 @@ def test_an_inexact_number_under_a_non_loggable_argument_is_recorded_by_its_name
     told = rig.run("refund", args, INEXACT_TEXT, checkpointed=True)
     assert rig.ran == []
     assert f"argument 'note''{SECRET}'[1] is 100.00000000000000001" in told
-    (deny,) = rig.denied()
+    (deny,) = rig.denials()
     assert deny.reasons[0] == (
         "argument 'note' is a number no float holds as written; give it with fewer digits, or as text"
     )
@@ -133,5 +111,5 @@ def test_an_inexact_number_under_a_non_loggable_argument_is_recorded_by_its_name
 def test_under_a_loggable_argument_the_reason_keeps_the_path_and_the_value(rig: _Rig) -> None:
     # ``search.query`` is loggable: its value, keys included, is written in clear anyway.
     rig.run("search", {"query": {"k": HUGE}}, None, checkpointed=False)
-    (deny,) = rig.denied()
+    (deny,) = rig.denials()
     assert deny.reasons[0].startswith(f"argument 'query''k' is {HUGE}, an integer beyond the range")

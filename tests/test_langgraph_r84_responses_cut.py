@@ -8,52 +8,18 @@ run. The real ``ChatOpenAI(use_responses_api=True)`` against a loopback Response
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.tools import BaseTool, StructuredTool
-from langchain_openai import ChatOpenAI
-from test_langgraph_hostile_model import NAMES, _policy
+from _langgraph_openai_rig import GO, Loopback, QuietHandler, Rig, chat_openai, response
+from _langgraph_openai_rig import rig as rig  # the fixture
+from langchain_core.messages import AIMessage, ToolMessage
+from test_cut_answers import CutModel
 
-from agentgate.gate import AgentIdentity, Gate
-from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
-from agentgate.keys import SigningKey
-from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
-
-GO = {"messages": [{"role": "user", "content": "go"}]}
+from agentgate.integrations.langgraph import create_gated_agent
 
 
-def _response(n: int, status: str, output: list[Any], reason: str | None = None) -> dict[str, Any]:
-    response: dict[str, Any] = {
-        "id": f"resp_{n}",
-        "object": "response",
-        "created_at": 0,
-        "status": status,
-        "model": "scripted",
-        "output": output,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "usage": {
-            "input_tokens": 10,
-            "output_tokens": 16,
-            "total_tokens": 26,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 0},
-        },
-    }
-    if reason is not None:
-        response["incomplete_details"] = {"reason": reason}
-    return response
-
-
-class _ResponsesServer:
+class _ResponsesServer(Loopback):
     """A loopback Responses API endpoint, streaming: its first answer a ``refund`` call whose
     arguments stop at ``{"note": "inv-1", "amount": 50`` with ``response.incomplete`` for
     ``reason``; later answers the text ``done``."""
@@ -62,10 +28,7 @@ class _ResponsesServer:
         self.answered = 0
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 server.answered += 1
@@ -74,7 +37,7 @@ class _ResponsesServer:
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
                 events: list[dict[str, Any]] = [
-                    {"type": "response.created", "response": _response(n, "in_progress", [])}
+                    {"type": "response.created", "response": response(n, [], "in_progress")}
                 ]
                 if n == 1:
                     arguments = '{"note": "inv-1", "amount": 50'
@@ -97,7 +60,7 @@ class _ResponsesServer:
                         },
                         {
                             "type": "response.incomplete",
-                            "response": _response(n, "incomplete", [cut], reason),
+                            "response": response(n, [cut], "incomplete", reason),
                         },
                     ]
                 else:
@@ -118,48 +81,14 @@ class _ResponsesServer:
                         },
                         {
                             "type": "response.completed",
-                            "response": _response(n, "completed", [{**message, "content": [text]}]),
+                            "response": response(n, [{**message, "content": [text]}], "completed"),
                         },
                     ]
                 for number, event in enumerate(events):
                     event["sequence_number"] = number
                     self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-class _Rig:
-    def __init__(self, tmp_path: Path) -> None:
-        keys = {name: SigningKey.generate() for name in NAMES}
-        text = _policy({n: k.did for n, k in keys.items()}, 1_000_000, "usd_micros")
-        self.gate = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
-        self.boss: AgentIdentity = self.gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
-        self.ran: list[float] = []
-
-        def refund(amount: float, note: str = "") -> str:
-            self.ran.append(amount)
-            return "refunded"
-
-        self.tools: list[BaseTool] = [
-            StructuredTool.from_function(func=refund, name="refund", description="refund")
-        ]
-
-    def denied(self) -> list[str]:
-        self.gate.flush()
-        return [e.reasons[0] for e in self.gate.audit.entries() if e.kind == "deny"]
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[_Rig]:
-    made = _Rig(tmp_path)
-    yield made
-    made.gate.close()
+        super().__init__(Handler)
 
 
 def _told(result: dict[str, Any]) -> list[ToolMessage]:
@@ -174,18 +103,11 @@ def _told(result: dict[str, Any]) -> list[ToolMessage]:
     ],
 )
 def test_a_streamed_responses_api_answer_cut_short_runs_none_of_its_calls(
-    rig: _Rig, reason: str, said: str
+    rig: Rig, reason: str, said: str
 ) -> None:
     server = _ResponsesServer(reason)
     try:
-        model = ChatOpenAI(
-            model="scripted",
-            base_url=server.url,
-            api_key="sk-loopback",
-            use_responses_api=True,
-            streaming=True,
-            max_retries=0,
-        )
+        model = chat_openai(server.url, use_responses_api=True, streaming=True)
         agent = create_gated_agent(rig.gate, name="boss", model=model, tools=rig.tools)
         result = agent.invoke(GO, context=rig.boss)
     finally:
@@ -198,25 +120,13 @@ def test_a_streamed_responses_api_answer_cut_short_runs_none_of_its_calls(
     assert [r for r in rig.denied() if said in r] != []
 
 
-class _Finished(ScriptedChatModel):
-    """``ScriptedChatModel`` whose first answer says how it finished (``metadata``)."""
-
-    metadata: dict[str, Any]
-
-    def _answer(self, messages: list[BaseMessage]) -> tuple[AIMessage, dict[str, Any]]:
-        message, payload = super()._answer(messages)
-        if not any(isinstance(m, AIMessage) for m in messages):
-            message.response_metadata = dict(self.metadata)
-        return message, payload
-
-
-def _run_scripted(rig: _Rig, metadata: dict[str, Any]) -> list[ToolMessage]:
+def _run_scripted(rig: Rig, metadata: dict[str, Any]) -> list[ToolMessage]:
     turns = [
         AIMessage(
             content="", tool_calls=[{"name": "refund", "args": {"amount": 5, "note": "inv-1"}, "id": "c1"}]
         )
     ]
-    model = _Finished(turns=turns, metadata=metadata)
+    model = CutModel(turns=turns, metadata=metadata)
     agent = create_gated_agent(rig.gate, name="boss", model=model, tools=rig.tools)
     return _told(agent.invoke(GO, context=rig.boss))
 
@@ -237,7 +147,7 @@ def _run_scripted(rig: _Rig, metadata: dict[str, Any]) -> list[ToolMessage]:
     ],
 )
 def test_an_answer_ended_before_it_was_complete_runs_none_of_its_calls(
-    rig: _Rig, metadata: dict[str, Any], said: str
+    rig: Rig, metadata: dict[str, Any], said: str
 ) -> None:
     (answer,) = _run_scripted(rig, metadata)
     assert rig.ran == []
@@ -246,6 +156,6 @@ def test_an_answer_ended_before_it_was_complete_runs_none_of_its_calls(
 
 
 @pytest.mark.parametrize("metadata", [{"status": "completed"}, {"finish_reason": "tool_calls"}, {}])
-def test_the_calls_of_a_complete_answer_run(rig: _Rig, metadata: dict[str, Any]) -> None:
+def test_the_calls_of_a_complete_answer_run(rig: Rig, metadata: dict[str, Any]) -> None:
     (answer,) = _run_scripted(rig, metadata)
     assert rig.ran == [5] and answer.status == "success"

@@ -8,12 +8,10 @@ said once, bounded (``MAX_REASON_SHOWN``) and escaped. And Gemini's ``IMAGE_SAFE
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
+from _langgraph_openai_rig import Rig
+from _langgraph_openai_rig import rig as rig  # the fixture
 from langchain_core.messages import AIMessage, ToolMessage
-from test_langgraph_r84_inexact_chatopenai import _Rig
 from test_langgraph_r84b_index_reuse import _call, _chunk, _run
 
 from agentgate.integrations.langgraph._scope import MAX_REASON_SHOWN, _cut_answer
@@ -59,14 +57,7 @@ def test_a_long_reason_is_bounded_and_escaped() -> None:
     assert len(refused) < 2 * MAX_REASON_SHOWN + 200
 
 
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[_Rig]:
-    made = _Rig(tmp_path)
-    yield made
-    made.gate.close()
-
-
-def test_the_model_and_the_log_are_told_the_reason_once(rig: _Rig) -> None:
+def test_the_model_and_the_log_are_told_the_reason_once(rig: Rig) -> None:
     # The real ChatOpenAI, streamed: a server that sends its finish reason on each of many chunks.
     first = [
         _chunk({"role": "assistant", "content": None, "tool_calls": [_call("call_a", '{"amount": 1')]}),

@@ -10,27 +10,19 @@ Chat Completions server, a real SQLite store."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import uuid
-import warnings
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
+from _langgraph_openai_rig import INEXACT, Loopback, QuietHandler, Rig
+from _langgraph_openai_rig import rig as rig  # the fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.outputs import ChatGenerationChunk
-from langchain_openai import ChatOpenAI
-from langgraph.checkpoint.memory import InMemorySaver
-from test_langgraph_r84_inexact_chatopenai import GO, INEXACT, _Rig
 
-from agentgate.integrations.langgraph import create_gated_agent
 from agentgate.integrations.langgraph._calls import _Streamed
 
 EXACT = '{"amount": 1, "note": "inv-2"}'
@@ -56,16 +48,13 @@ def _stream(*calls: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-class _Server:
+class _Server(Loopback):
     """A loopback Chat Completions endpoint that streams ``first`` (its chunks), then ``done``."""
 
     def __init__(self, first: list[dict[str, Any]]) -> None:
         answered: list[int] = []
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 answered.append(1)
@@ -77,52 +66,15 @@ class _Server:
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.write(b"data: [DONE]\n\n")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
-def _run(rig: _Rig, first: list[dict[str, Any]], way: str, gate_models: bool = True) -> list[BaseMessage]:
+def _run(rig: Rig, first: list[dict[str, Any]], way: str, gate_models: bool = True) -> list[BaseMessage]:
     server = _Server(first)
     try:
-        chat = ChatOpenAI(
-            model="scripted", base_url=server.url, api_key="sk-loopback", max_retries=0, streaming=True
-        )
-        agent = create_gated_agent(
-            rig.gate,
-            name="boss",
-            model=chat,
-            tools=rig.tools,
-            gate_models=gate_models,
-            checkpointer=InMemorySaver(),
-        )
-        config = {"configurable": {"thread_id": "t"}}
-        if way == "ainvoke":
-            return list(asyncio.run(agent.ainvoke(GO, config, context=rig.boss))["messages"])
-        if way == "messages":
-            for _ in agent.stream(GO, config, context=rig.boss, stream_mode="messages"):
-                pass
-        elif way == "v3":
-            with warnings.catch_warnings():  # v3 is marked experimental (warned once)
-                warnings.simplefilter("ignore")
-                for _ in agent.stream_events(GO, config, context=rig.boss, version="v3"):
-                    pass
-        else:
-            return list(agent.invoke(GO, config, context=rig.boss)["messages"])
-        return list(agent.get_state(config).values["messages"])
+        return rig.converse(server.url, way=way, gate_models=gate_models, streaming=True)
     finally:
         server.close()
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[_Rig]:
-    made = _Rig(tmp_path)
-    yield made
-    made.gate.close()
 
 
 @pytest.mark.parametrize(
@@ -130,7 +82,7 @@ def rig(tmp_path: Path) -> Iterator[_Rig]:
     [("invoke", True), ("ainvoke", True), ("messages", True), ("invoke", False), ("ainvoke", False)],
 )
 def test_two_calls_at_one_index_with_ids_of_their_own_are_each_checked(
-    rig: _Rig, way: str, gate_models: bool
+    rig: Rig, way: str, gate_models: bool
 ) -> None:
     messages = _run(rig, _stream(_call("call_a", INEXACT), _call("call_b", EXACT)), way, gate_models)
     (answer, *_) = (m for m in messages if isinstance(m, AIMessage))
@@ -143,7 +95,7 @@ def test_two_calls_at_one_index_with_ids_of_their_own_are_each_checked(
     assert results["call_b"].status == "success"
 
 
-def test_a_fragment_with_no_id_goes_to_the_first_call_at_its_index_as_langchain_adds_it(rig: _Rig) -> None:
+def test_a_fragment_with_no_id_goes_to_the_first_call_at_its_index_as_langchain_adds_it(rig: Rig) -> None:
     half = len(INEXACT) // 2
     rest = {"index": 0, "function": {"arguments": INEXACT[half:]}}
     first = _stream(_call("call_a", INEXACT[:half]), _call("call_b", EXACT), rest)
@@ -153,7 +105,7 @@ def test_a_fragment_with_no_id_goes_to_the_first_call_at_its_index_as_langchain_
     assert rig.ran == [1.0]
 
 
-def test_on_v3_events_a_call_is_kept_under_the_id_langchain_gives_it(rig: _Rig) -> None:
+def test_on_v3_events_a_call_is_kept_under_the_id_langchain_gives_it(rig: Rig) -> None:
     # LangChain's compat bridge puts the blocks of one index together, the last id given kept:
     # one call, call_b, with call_a's arguments. Kept under call_a (the first id given), its text
     # was no call's, and 500.00000000000000001 ran as 500.0.

@@ -9,35 +9,19 @@ checked (the fragments). The real ``ChatOpenAI`` against a loopback Responses AP
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from _langgraph_openai_rig import INEXACT, OpenAIServer, Rig, chat_openai
+from _langgraph_openai_rig import rig as rig  # the fixture
 from langchain_core.messages import HumanMessage
-from langchain_openai import ChatOpenAI
-from test_langgraph_r84_inexact_chatopenai import INEXACT, _OpenAIServer, _Rig
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "langgraph.md"
 
 
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[_Rig]:
-    made = _Rig(tmp_path)
-    yield made
-    made.gate.close()
-
-
 def test_a_v1_answer_not_streamed_keeps_no_text_of_the_arguments() -> None:
-    server = _OpenAIServer(INEXACT)
+    server = OpenAIServer(INEXACT)
     try:
-        chat = ChatOpenAI(
-            model="scripted",
-            base_url=server.url,
-            api_key="sk-loopback",
-            max_retries=0,
-            use_responses_api=True,
-            output_version="v1",
-        )
+        chat = chat_openai(server.url, use_responses_api=True, output_version="v1")
         answer = chat.invoke([HumanMessage("go")])
     finally:
         server.close()
@@ -45,7 +29,7 @@ def test_a_v1_answer_not_streamed_keeps_no_text_of_the_arguments() -> None:
     assert "500.00000000000000001" not in repr(answer)  # no block, field or metadata keeps it
 
 
-def test_so_it_is_not_checked_and_the_docs_say_so(rig: _Rig) -> None:
+def test_so_it_is_not_checked_and_the_docs_say_so(rig: Rig) -> None:
     (answer,) = rig.run(INEXACT, use_responses_api=True, output_version="v1")
     assert rig.ran == [500.0] and answer.status == "success"
     text = " ".join(DOCS.read_text().split())
@@ -54,7 +38,7 @@ def test_so_it_is_not_checked_and_the_docs_say_so(rig: _Rig) -> None:
     assert 'Responses API with `output_version="v0"` or `"v1"` **not streamed**' in not_checked.group(1)
 
 
-def test_streamed_a_v1_answer_is_checked(rig: _Rig) -> None:
+def test_streamed_a_v1_answer_is_checked(rig: Rig) -> None:
     (answer,) = rig.run(INEXACT, use_responses_api=True, output_version="v1", streaming=True)
     assert rig.ran == [] and answer.status == "error"
     assert "500.00000000000000001, a number no float holds as written" in str(answer.content)

@@ -11,14 +11,14 @@ The real ``ChatOpenAI`` against loopback Chat Completions and Responses API serv
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _langgraph_openai_rig import INEXACT, Rig
+from _langgraph_openai_rig import rig as rig  # the fixture
 from langchain_core.messages import AIMessage
 from langchain_core.tools import StructuredTool
-from test_langgraph_r84_inexact_chatopenai import INEXACT, _Rig
 
 from agentgate.errors import InputError
 from agentgate.gate import Gate
@@ -44,17 +44,10 @@ STREAMED = [
 ]
 
 
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[_Rig]:
-    made = _Rig(tmp_path)
-    yield made
-    made.gate.close()
-
-
 @pytest.mark.parametrize("text", UNREAD)
 @pytest.mark.parametrize(("model", "run"), STREAMED)
 def test_a_streamed_call_whose_text_is_no_json_object_is_refused(
-    rig: _Rig, text: str, model: dict[str, Any], run: dict[str, Any]
+    rig: Rig, text: str, model: dict[str, Any], run: dict[str, Any]
 ) -> None:
     (answer,) = rig.run(text, **run, **model)
     assert rig.ran == []  # until the fix: [500.0] (or [5.0]), LangChain's partial reading run
@@ -75,13 +68,13 @@ def test_a_streamed_call_whose_text_is_no_json_object_is_refused(
     ],
 )
 def test_not_streamed_such_a_call_is_langchains_invalid_call_and_runs_either(
-    rig: _Rig, model: dict[str, Any]
+    rig: Rig, model: dict[str, Any]
 ) -> None:
     assert rig.run(INEXACT + "x", **model) == []
     assert rig.ran == []
 
 
-class _NoArguments(_Rig):
+class _NoArguments(Rig):
     """A ``refund`` that takes no argument it needs, allowed as it comes."""
 
     def __init__(self, tmp_path: Path) -> None:
