@@ -334,7 +334,7 @@ class _Verification:
                 )
             if not _one_row_per_index(self.store, "audit_refs"):
                 self._check_repeated_refs(size, problems)
-                self._check_whole_refs(problems)
+                self._check_odd_indexes("audit_refs", problems)
         # Every read above starts at index 0: a row below it (inserted with the triggers dropped)
         # is in no tree, and only this count sees it.
         below, lowest = self.store.query("SELECT COUNT(*), MIN(idx) FROM audit_log WHERE idx < 0")[0]
@@ -343,7 +343,8 @@ class _Verification:
                 f"audit_log has {below} row(s) at an index below 0 (the lowest {lowest}), which no "
                 "entry has: rows inserted outside agentgate"
             )
-        self._check_whole_indexes(keyed, problems)
+        if not keyed:
+            self._check_odd_indexes("audit_log", problems)
         for cp_size in sorted(s for s in expected if s > size):
             problems.append(
                 f"a checkpoint covers {cp_size} entries but the log has {size}: "
@@ -434,43 +435,31 @@ class _Verification:
                 "most one (the reference index was tampered with: rows inserted outside agentgate)"
             )
 
-    def _check_whole_refs(self, problems: list[str]) -> None:
-        """Append to ``problems`` the rows of a SQLite ``audit_refs`` (made again without its key,
-        or its key dropped: the caller checks) at an index that is not a number, text, bytes or
-        NULL: the comparison with the entries reads the rows from 0 up to the log's size, where
-        SQLite sorts text and bytes after every number and leaves NULL out, so such a row, which
-        indexes no entry, was compared with none and went unreported (until review R84). A
-        fraction is compared with the entries and named there."""
+    def _check_odd_indexes(self, table: KeyedByIdx, problems: list[str]) -> None:
+        """Append to ``problems`` the rows of a SQLite ``table`` made again without its key (the
+        caller checks: a rowid table keyed by ``idx``, as agentgate makes it, holds nothing else
+        and is not scanned again) whose index no entry has, which no read of the pass above sees:
+        it reads from index 0 in index order, where SQLite sorts text and bytes after every number
+        and leaves NULL out. In ``audit_log``, an index that is not a whole number (NULL, text, a
+        fraction, bytes); in ``audit_refs``, one that is not a number (text, bytes, NULL: until
+        review R84 unreported), a fraction being compared with the entries and named there."""
         if self.store.dialect != "sqlite":
-            return  # PostgreSQL's idx column holds whole numbers only
-        count, lowest = self.store.query(
-            "SELECT COUNT(*), MIN(idx) FROM audit_refs WHERE typeof(idx) IN ('text', 'blob', 'null')"
-        )[0]
-        if count:
-            problems.append(
-                f"audit_refs has {count} row(s) at an index that is not a number (the first: "
-                f"{_described(lowest)}), which no entry has (the reference index was tampered with: "
-                "rows written outside agentgate)"
+            return  # PostgreSQL's idx columns hold whole numbers only
+        odd, said = (
+            (
+                "typeof(idx) != 'integer'",
+                "whose index is not a whole number (the first: {}), which no entry has: rows written outside agentgate",
             )
-
-    def _check_whole_indexes(self, keyed: bool, problems: list[str]) -> None:
-        """Append to ``problems`` the rows of a SQLite ``audit_log`` whose index is not a whole
-        number (NULL, text, a fraction, bytes): possible only in a table made again without its
-        ``INTEGER PRIMARY KEY``, and read by no reader of the log (the pass above reads from index
-        0 in index order, where SQLite sorts text and bytes after every number and leaves NULL
-        out). ``keyed``: the table's own declaration, read by the caller (``_one_row_per_index``): a
-        rowid table keyed by ``idx``, as agentgate makes it, holds nothing else, and is not scanned
-        again."""
-        if self.store.dialect != "sqlite" or keyed:
-            return
-        count, lowest = self.store.query(
-            "SELECT COUNT(*), MIN(idx) FROM audit_log WHERE typeof(idx) != 'integer'"
-        )[0]
-        if count:
-            problems.append(
-                f"audit_log has {count} row(s) whose index is not a whole number (the first: "
-                f"{_described(lowest)}), which no entry has: rows written outside agentgate"
+            if table == "audit_log"
+            else (
+                "typeof(idx) IN ('text', 'blob', 'null')",
+                "at an index that is not a number (the first: {}), which no entry has (the reference "
+                "index was tampered with: rows written outside agentgate)",
             )
+        )
+        count, lowest = self.store.query(f"SELECT COUNT(*), MIN(idx) FROM {table} WHERE {odd}")[0]
+        if count:
+            problems.append(f"{table} has {count} row(s) " + said.format(_described(lowest)))
 
     def _signed_roots(
         self, saved_checkpoint: str | None, problems: list[str], unopened: list[tuple[str, ...]]
