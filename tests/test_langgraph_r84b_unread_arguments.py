@@ -70,6 +70,8 @@ def test_a_streamed_call_whose_text_is_no_json_object_is_refused(
 def test_not_streamed_such_a_call_is_langchains_invalid_call_and_runs_either(
     rig: Rig, model: dict[str, Any]
 ) -> None:
+    # A pin of what docs/langgraph.md says of these paths, not a regression test: it passed before
+    # R84's fix too (LangChain's own reader makes such text an invalid call, never run).
     assert rig.run(INEXACT + "x", **model) == []
     assert rig.ran == []
 
@@ -152,7 +154,8 @@ def test_each_form_of_kept_text_is_read_alike(form: Any) -> None:
 
 
 def test_dispatched_chat_model_makes_no_call_of_such_text() -> None:
-    # Its own reader is strict: the text the middleware would refuse is an invalid call there.
+    # A pin, passing before R84's fix too: its own reader is strict, so the text the middleware
+    # would refuse is an invalid call there.
     for text in ('{"amount": 1}x', '{"amount": 1'):
         raw = {"id": "c1", "function": {"name": "refund", "arguments": text}}
         assert DispatchedChatModel._tool_call(raw)["type"] == "invalid_tool_call"

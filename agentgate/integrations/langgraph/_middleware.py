@@ -398,7 +398,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         except AgentGateError as exc:
             if self.enforce:
                 raise
-            return _failure(call_id, name, exc, tools_own=tool.raised(exc), tools_errors=tool.errors)
+            return _failure(call_id, name, exc, tools_own=tool.raised(exc))
         except (Exception, asyncio.CancelledError) as exc:
             if _invalid_resume(exc):
                 raise  # settled ``paused``: the run fails, its interrupt to be answered again
@@ -486,7 +486,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         except AgentGateError as exc:
             if self.enforce:
                 raise
-            return _failure(call_id, name, exc, tools_own=raised.raised(exc), tools_errors=raised.errors)
+            return _failure(call_id, name, exc, tools_own=raised.raised(exc))
         except Exception as exc:
             if _invalid_resume(exc):
                 raise  # settled ``paused``: the run fails, its interrupt to be answered again

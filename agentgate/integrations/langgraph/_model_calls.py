@@ -245,20 +245,15 @@ class _ModelCalls:
         """Reserve the token budget, run the model, commit the tokens it reports using."""
         if (stop := _run_stop(_run_messages(request))) is not None:
             return self._stop(stop)
-        if not self.gate_models:
-            watch = _Streamed()
-            watching = _WATCHED.set(watch)
-            try:
-                answered = _structured_in_range(handler(request), request.response_format)
-            finally:
-                _WATCHED.reset(watching)
-            return self._record_invalid(request, _storable(_with_written(answered, watch)))
-        auth, request = self._authorize_model(request)
-        if not auth.allowed:
-            return self._stopped(auth)
         watch = _Streamed()
         watching = _WATCHED.set(watch)
         try:
+            if not self.gate_models:
+                answered = _structured_in_range(handler(request), request.response_format)
+                return self._record_invalid(request, _storable(answered, watch.written()))
+            auth, request = self._authorize_model(request)
+            if not auth.allowed:
+                return self._stopped(auth)
 
             def call() -> ModelResponse[Any] | _Cut:
                 try:
@@ -273,7 +268,7 @@ class _ModelCalls:
                     raise
 
             answered = _answer(self.gate.run(auth, call, spent=_spent, failed=_cut_failure))
-            return self._record_invalid(request, _storable(_with_written(answered, watch)))
+            return self._record_invalid(request, _storable(answered, watch.written()))
         finally:
             _WATCHED.reset(watching)
 
@@ -285,20 +280,15 @@ class _ModelCalls:
         """The async twin of ``wrap_model_call``."""
         if (stop := _run_stop(_run_messages(request))) is not None:
             return self._stop(stop)
-        if not self.gate_models:
-            watch = _Streamed()
-            watching = _WATCHED.set(watch)
-            try:
-                answered = _structured_in_range(await handler(request), request.response_format)
-            finally:
-                _WATCHED.reset(watching)
-            return await self._arecord_invalid(request, _storable(_with_written(answered, watch)))
-        auth, request = await self._decided(self._authorize_model, request, lambda decided: decided[0])
-        if not auth.allowed:
-            return self._stopped(auth)
         watch = _Streamed()
         watching = _WATCHED.set(watch)
         try:
+            if not self.gate_models:
+                answered = _structured_in_range(await handler(request), request.response_format)
+                return await self._arecord_invalid(request, _storable(answered, watch.written()))
+            auth, request = await self._decided(self._authorize_model, request, lambda decided: decided[0])
+            if not auth.allowed:
+                return self._stopped(auth)
 
             async def call() -> ModelResponse[Any] | _Cut:
                 try:
@@ -313,7 +303,7 @@ class _ModelCalls:
                     raise
 
             answered = _answer(await self.gate.arun(auth, call, spent=_spent, failed=_cut_failure))
-            return await self._arecord_invalid(request, _storable(_with_written(answered, watch)))
+            return await self._arecord_invalid(request, _storable(answered, watch.written()))
         finally:
             _WATCHED.reset(watching)
 
@@ -404,29 +394,13 @@ def _spent(response: ModelResponse[Any] | AIMessage | _Cut) -> tuple[int, int] |
     return _tokens_or_cut(response)
 
 
-def _with_written(response: R, watch: _Streamed) -> R:
+def _storable(response: R, written: Mapping[str, str]) -> R:
     """``response`` (a ``ModelResponse``, or an ``AIMessage`` as a middleware may answer) with each
-    answer keeping the text of its streamed tool calls' arguments that ``watch`` saw and the
-    answer keeps nowhere (``_with_written_args``): langchain-openai's ``ChatOpenAI`` on Chat
-    Completions parses it and drops it, so until review R84 a number no float holds as written
-    (``500.00000000000000001`` against ``amount<=500``) was decided as the float it was read as.
-    ``response`` itself when no answer changes (the usual case)."""
-    written = watch.written()
-    if not written:
-        return response
-    if isinstance(response, AIMessage):
-        return cast(R, _with_written_args(response, written))
-    if not isinstance(response, ModelResponse):
-        return response
-    result = [_with_written_args(m, written) if isinstance(m, AIMessage) else m for m in response.result]
-    if all(new is old for new, old in zip(result, response.result, strict=True)):
-        return response
-    return cast(R, ModelResponse(result=result, structured_response=response.structured_response))
-
-
-def _storable(response: R) -> R:
-    """``response`` (a ``ModelResponse``, or an ``AIMessage`` as a middleware may answer) with each
-    answer as the run's state can keep it (``_storable_answer``): a tool call whose arguments hold
+    answer keeping the text ``written`` of its streamed tool calls' arguments that it keeps
+    nowhere (``_with_written_args``: langchain-openai's ``ChatOpenAI`` on Chat Completions parses
+    it and drops it, so until review R84 a number no float holds as written,
+    ``500.00000000000000001`` against ``amount<=500``, was decided as the float it was read as),
+    and as the run's state can keep it (``_storable_answer``): a tool call whose arguments hold
     an integer beyond 64 bits kept with that integer as text and marked refused, which the tool
     hook then refuses before it is decided, telling the model why (until review R58 LangGraph's
     checkpointer failed to store the answer and the run ended in a ``TypeError``); such an
@@ -434,10 +408,13 @@ def _storable(response: R) -> R:
     review R59 the same ``TypeError``). ``response`` itself when no answer changes (the usual
     case)."""
     if isinstance(response, AIMessage):
-        return cast(R, _storable_answer(response))
+        return cast(R, _storable_answer(_with_written_args(response, written)))
     if not isinstance(response, ModelResponse):
         return response
-    result = [_storable_answer(m) if isinstance(m, AIMessage) else m for m in response.result]
+    result = [
+        _storable_answer(_with_written_args(m, written)) if isinstance(m, AIMessage) else m
+        for m in response.result
+    ]
     if all(new is old for new, old in zip(result, response.result, strict=True)):
         return response
     return cast(R, ModelResponse(result=result, structured_response=response.structured_response))

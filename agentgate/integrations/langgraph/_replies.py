@@ -18,7 +18,6 @@ from agentgate.gate import Authorization, Gate
 from agentgate.gate._records import TALLY, without_held
 from agentgate.integrations.langgraph._calls import ToolResult
 from agentgate.integrations.langgraph._stops import STOP_KEY, _stop_mark
-from agentgate.tasks._failures import _named
 
 R = TypeVar("R")
 
@@ -128,16 +127,13 @@ def _failure(
     ends_run: bool = False,
     tools_own: bool = False,
     recorded: bool = True,
-    tools_errors: Collection[BaseException] = (),
 ) -> ToolMessage:
     """The model's view of a call that failed. ``ends_run``: no later call can succeed (a
     delegation refused because the delegating grant is revoked or expired), so the run ends at
     the model's next turn (``_run_stop``). ``tools_own``: ``exc`` came out of the tool's own run
     (``_ToolRaised``), not from the gate. ``recorded``: the log holds the failure (a tool call's
     outcome, a refusal's entry); not so for a delegation whose sub-agent raised (a delegation has
-    no outcome entry), which until review R81 was said to be recorded too. ``tools_errors``: the
-    agentgate errors the tool raised (``_ToolRaised.errors``), named by their type only where the
-    gate's own error names them (``_by_type``)."""
+    no outcome entry), which until review R81 was said to be recorded too."""
     # The exception's text can carry secrets from the tool's arguments or environment: the model
     # is told the kind of failure only; the audit outcome records the same. The text of an
     # agentgate error is the gate's (a deadline, a full queue, a refused delegation), unless the
@@ -145,8 +141,6 @@ def _failure(
     # it is about the store or the log (``_MACHINERY``).
     gates_own = isinstance(exc, AgentGateError) and not tools_own
     detail = str(exc) if gates_own and not isinstance(exc, _MACHINERY) else type(exc).__name__
-    if gates_own and tools_errors:
-        detail = _by_type(detail, tools_errors)
     if gates_own and isinstance(exc, AuthorityError) and isinstance(exc.finding, Finding):  # as ``explain``
         detail += f" [{exc.finding.kind}/{exc.finding.code}]"
     return ToolMessage(
@@ -157,20 +151,6 @@ def _failure(
         status="error",
         artifact={STOP_KEY: True} if ends_run else None,
     )
-
-
-def _by_type(text: str, errors: Collection[BaseException]) -> str:
-    """``text`` (the gate's own error: the scheduler's refusal of a retry, its deadline for an
-    attempt it cut) with each of ``errors`` that it names with its text (as the scheduler names
-    an attempt's error, ``_named``) named by its type only: where a call keeps no error text, the
-    scheduler names no error's text since review R84 (``ToolCall.keep_error_text``), and the
-    model is told none of the tool's whatever the scheduler writes (until review R84 the refusal
-    of a retry quoted an ``InputError`` the tool raised, secret and all)."""
-    for error in errors:
-        with_text, by_type = _named(error, True), _named(error, False)
-        if with_text != by_type:
-            text = text.replace(with_text, by_type)
-    return text
 
 
 class _ToolRaised:
@@ -200,11 +180,6 @@ class _ToolRaised:
     def raised(self, exc: BaseException) -> bool:
         """Whether ``exc`` came out of the tool's own run."""
         return any(exc is own for own in self._raised)
-
-    @property
-    def errors(self) -> tuple[BaseException, ...]:
-        """The agentgate errors that came out of the tool's own run, first raised first."""
-        return tuple(self._raised)
 
 
 def _asking(auth: Authorization, first: Authorization) -> dict[str, Any]:

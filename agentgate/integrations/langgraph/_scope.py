@@ -336,20 +336,23 @@ def _cut_answer(answer: AIMessage | None) -> str | None:
     for reason in reasons:
         # Matched repeated too: LangChain concatenates the text of chunks' metadata it adds up, so a
         # stream that said it twice says ``lengthlength``.
-        if _CUT_AT_LIMIT.fullmatch(reason.lower()):
-            return _CUT_CALL.format(reason=_reason_shown(reason))
-        if _CUT_BY_FILTER.fullmatch(reason.lower()):
-            return _FILTERED_CALL.format(reason=_reason_shown(reason))
-    return _INCOMPLETE_CALL.format(reason=_reason_shown(reasons[-1])) if incomplete else None
+        lower = reason.lower()
+        if _CUT_AT_LIMIT.fullmatch(lower):
+            return _CUT_CALL.format(reason=_reason_shown(reason, lower))
+        if _CUT_BY_FILTER.fullmatch(lower):
+            return _FILTERED_CALL.format(reason=_reason_shown(reason, lower))
+    if not incomplete:
+        return None
+    return _INCOMPLETE_CALL.format(reason=_reason_shown(reasons[-1], reasons[-1].lower()))
 
 
-def _reason_shown(reason: str) -> str:
+def _reason_shown(reason: str, lower: str) -> str:
     """A provider's reason as the model is told it and the refusal records it: once where a stream
     said it over and over (LangChain concatenates it: ``lengthlength...``), at most
     ``MAX_REASON_SHOWN`` characters (``bounded``), each character that is not printable escaped.
     Until review R84 it was quoted whole: a stream that set its finish reason on each of 200,000
-    chunks made a refusal of 1.2 MB, told to the model and written to the audit log."""
-    lower = reason.lower()
+    chunks made a refusal of 1.2 MB, told to the model and written to the audit log. ``lower``:
+    ``reason`` in lower case, as the caller matched it."""
     period = (lower + lower).find(lower, 1)  # the shortest text it repeats, ``len(lower)`` if none
     return escaped(bounded(reason[:period], MAX_REASON_SHOWN))
 

@@ -29,6 +29,7 @@ from agentgate.integrations.langgraph._scope import (
     _asking_answer,
     _calls_sharing,
     _cut_answer,
+    _written_calls,
 )
 
 R = TypeVar("R")
@@ -299,16 +300,9 @@ def _inexact_arguments(
     if found is None:
         return None
     argument, path, number = found
-    # Recorded by the argument's name alone: a key inside its value is part of the value.
-    recorded = inexact_said(repr(argument), None) if argument is not None else _INEXACT_UNNAMED
-    return _ValueRefused(inexact_said(path, number), argument, recorded)
-
-
-_INEXACT_UNNAMED = (
-    "the arguments hold a number no float holds as written; give it with fewer digits, or as text"
-)
-"""The recorded reason of ``_inexact_arguments`` for arguments that are no object (no argument
-names the number)."""
+    # Recorded by the argument's name alone: a key inside its value is part of the value. The
+    # text is one JSON object here (``_unread_arguments`` refused any other), so a key holds it.
+    return _ValueRefused(inexact_said(path, number), argument, inexact_said(repr(argument), None))
 
 
 def _no_such_tool(name: object) -> InputError:
@@ -474,7 +468,7 @@ def _with_written_args(message: AIMessage, written: Mapping[str, str]) -> AIMess
     keep (the usual case: no tool calls, a model that keeps the text, or one that did not stream)."""
     if not written or not message.tool_calls:
         return message
-    own = _answer_calls(message).written
+    own = _written_calls(message)  # not ``_answer_calls``: this answer is about to be replaced
     kept = {
         call_id: written[call_id]
         for call in message.tool_calls
