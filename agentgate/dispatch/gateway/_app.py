@@ -867,8 +867,8 @@ def _as_read(result: ChatResult) -> ChatResult:
     charge read): the bytes as sent carry both, and a reader that keeps the first copy saw another
     answer than the one checked and charged (until review R83 they were sent on: a first
     ``choices`` of 5,000 characters and a first ``usage`` of 2,000 tokens, the call charged the
-    last ones, one completion token). Costs a quarter of the reading or less: under a microsecond
-    for a few kB, 30 ms for 12 MB of log-probabilities.
+    last ones, one completion token). Its cost is inside what ``benchmarks/dispatch_http.py``
+    measures of the gateway's added time per call (docs/gateway.md).
 
     Raises ``BackendFailed`` for a body orjson does not encode: nested past 254 levels (it reads
     1,024), which no chat completion is (a token's top log-probabilities, its deepest field, are 6
