@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
+
+from agentgate._numbers import finite
 
 LATEST_EXPIRY = 10**11
 """The latest expiry of an approval request, in Unix seconds (the year 5138; a Gate writes none
@@ -31,12 +32,7 @@ def unix(timestamp: float | None) -> int | float | None:
     times, not ``1795969091.0``), else with its fraction as recorded; ``None`` (``null``) for none or a
     non-finite one (a deadline of infinity), and for an integer past a float's range, as for
     infinity (a row edited by hand: until review R84 an ``OverflowError`` traceback)."""
-    if timestamp is None or isinstance(timestamp, bool):
+    if not finite(timestamp):
         return None
-    try:
-        seconds = float(timestamp)
-    except OverflowError:
-        return None
-    if not math.isfinite(seconds):
-        return None
+    seconds = float(timestamp)
     return int(timestamp) if seconds.is_integer() else seconds

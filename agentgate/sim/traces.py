@@ -10,13 +10,13 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from agentgate._numbers import finite
 from agentgate.errors import InputError
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -194,15 +194,9 @@ def _seconds(value: object, column: str) -> float:
     An integer too large for a float is no finite time either (``float`` raises ``OverflowError``
     for it, which is none of the errors the loaders name a line for).
     """
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not finite(value):
         raise ValueError(f"{column} must be a finite number, not {value!r:.40}")
-    try:
-        seconds = float(value)
-    except OverflowError:
-        seconds = math.inf
-    if not math.isfinite(seconds):
-        raise ValueError(f"{column} must be a finite number, not {value!r:.40}")
-    return seconds
+    return float(value)
 
 
 def _from_zero(requests: list[TraceRequest]) -> list[TraceRequest]:

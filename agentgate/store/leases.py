@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import os
 import socket
 import threading
@@ -57,6 +56,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agentgate._numbers import finite
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Store, Transaction, positive_number, unstorable_text, whole_number
 
@@ -442,11 +442,7 @@ class SharedBreakers:
         a probe had closed it, a stale "closed" closed it on a failing backend)."""
         if state not in ("open", "closed"):
             raise InputError(f"a shared breaker state is open or closed, got {state!r}")
-        if (
-            isinstance(opened_at, bool)
-            or not isinstance(opened_at, int | float)
-            or not math.isfinite(opened_at)
-        ):
+        if not finite(opened_at):
             raise InputError(f"a shared breaker's transition time is a finite number, got {opened_at!r}")
         with self.store.transaction() as tx:
             tx.execute(
@@ -530,6 +526,6 @@ def _breaker_state(key: str, state: object, opened_at: object, version: object) 
 def _stored_number(value: object, what: str) -> float:
     """``value`` read from a number column, as a float; ``StoreError`` when it is not a finite
     number (SQLite keeps the text ``'abc'`` in a REAL column as text)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not finite(value):
         raise StoreError(f"{what}: the stored value {value!r} is not a finite number (a corrupt row)")
     return float(value)
