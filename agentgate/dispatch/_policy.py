@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from agentgate._numbers import check_finite_non_negative
 from agentgate._shown import quoted
 from agentgate.dispatch.inventory import Backend, Inventory
 from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.prefix_index import PrefixIndex
-from agentgate.dispatch.quota import check_finite_non_negative
 from agentgate.dispatch.state import BackendState, SpeedModel
 from agentgate.errors import InputError, NoBackend, Shed, UnknownModel
 

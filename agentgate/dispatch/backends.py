@@ -46,6 +46,7 @@ import httpx
 import orjson
 from opentelemetry.context import Context
 
+from agentgate._numbers import check_positive_finite
 from agentgate._shown import escaped
 from agentgate.dispatch._answers import (
     MAX_USAGE_TOKENS,
@@ -83,7 +84,6 @@ from agentgate.dispatch._transport import (
 )
 from agentgate.dispatch.inventory import Backend, origin
 from agentgate.dispatch.metrics import MAX_METRICS_CHARS, EngineLoad, load_from_text
-from agentgate.dispatch.quota import check_positive_finite
 from agentgate.errors import (
     AnswerTooLarge,
     BackendCredentialError,

@@ -54,6 +54,7 @@ import httpx
 from opentelemetry import context as otel_context
 
 from agentgate._names import check_session, check_tenant
+from agentgate._numbers import check_finite_non_negative, check_positive_finite
 from agentgate.dispatch._connector import chat_session
 from agentgate.dispatch._engine_fields import check_engine_fields
 from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
@@ -68,7 +69,6 @@ from agentgate.dispatch.backends import (
 )
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import block_hashes, estimate_prompt_tokens, prompt_text
-from agentgate.dispatch.quota import check_finite_non_negative, check_positive_finite
 from agentgate.errors import (
     AnswerTooLarge,
     BackendFailed,

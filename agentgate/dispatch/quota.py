@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentgate._numbers import finite
-from agentgate._shown import quoted
-from agentgate.errors import InputError
+from agentgate._numbers import check_positive_finite
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,23 +34,6 @@ class TenantQuota:
     def __post_init__(self) -> None:
         for name in ("rate_tokens_per_s", "burst_tokens"):
             check_positive_finite(getattr(self, name), f"token quota: {name}")
-
-
-def check_positive_finite(value: object, name: str) -> None:
-    """Raise ``InputError`` naming ``name`` unless ``value`` is a positive finite ``int`` or
-    ``float`` (a bool is none): 0 would spin the event loop as an interval, NaN never sleeps or
-    fires, and text failed the first call that read it with an untyped ``TypeError``. The one
-    check of the dispatcher's settings, its timeouts and its tenants' quotas (review R83: there
-    were three, and the timeouts' let text through to a ``TypeError``)."""
-    if not finite(value) or not value > 0:
-        raise InputError(f"{name} must be positive and finite, got {quoted(value)}")
-
-
-def check_finite_non_negative(value: object, name: str) -> None:
-    """Raise ``InputError`` naming ``name`` unless ``value`` is a finite ``int`` or ``float`` >= 0
-    (a bool is none): the dispatcher's cooldown and recovery wait, the router's tolerances."""
-    if not finite(value) or not value >= 0:
-        raise InputError(f"{name} must be a finite number >= 0, got {quoted(value)}")
 
 
 class TokenBucket:

@@ -60,6 +60,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from agentgate._numbers import check_finite_non_negative
 from agentgate._shown import quoted
 from agentgate.dispatch._policy import (
     AllowedBackend,
@@ -70,7 +71,7 @@ from agentgate.dispatch._policy import (
 )
 from agentgate.dispatch._retry_after import MAX_RETRY_AFTER_S
 from agentgate.dispatch.inventory import Inventory
-from agentgate.dispatch.quota import TenantQuota, TokenBucket, check_finite_non_negative
+from agentgate.dispatch.quota import TenantQuota, TokenBucket
 from agentgate.dispatch.scorers import Scorer, predicted_ttft
 from agentgate.dispatch.state import BackendState, SpeedModel
 from agentgate.errors import InputError, NoBackend, Shed

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from agentgate._numbers import check_finite_non_negative
 from agentgate._shown import quoted
 from agentgate.dispatch.inventory import MAX_KV_CAPACITY_TOKENS, Backend
 from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.prefix_index import PrefixIndex
-from agentgate.dispatch.quota import check_finite_non_negative
 from agentgate.errors import InputError
 
 DEFAULT_KV_CAPACITY_TOKENS = 100_000

@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from agentgate._numbers import is_number
 from agentgate.errors import InputError
-from agentgate.sim._engine import Engine, SimRequest, StepResult, is_number
+from agentgate.sim._engine import Engine, SimRequest, StepResult
 from agentgate.sim.traces import TraceRequest
 
 

@@ -315,9 +315,3 @@ class Engine:
         self.kv.free(req.private)
         req.held = []
         req.private = 0
-
-
-def is_number(value: object) -> bool:
-    """Whether ``value`` is an ``int`` or a ``float`` (not a ``bool``), for a range check of one of
-    the simulator's settings to judge (the server's, the replay's)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -79,9 +79,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate._http_limits import HttpLimits
+from agentgate._numbers import is_number
 from agentgate.dispatch.prefix import block_hashes
 from agentgate.errors import DispatchError, InputError
-from agentgate.sim._engine import Engine, EngineConfig, SimRequest, is_number
+from agentgate.sim._engine import Engine, EngineConfig, SimRequest
 from agentgate.sim._latency import LLAMA_8B_H100, LatencyModel
 from agentgate.sim._request import parse_chat
 
