@@ -107,6 +107,8 @@ RESET = "agentgate.reset"
 stalled caller's is."""
 _BEGAN = "agentgate.began"
 """Scope key set to a callable: called when the request's answer begins (its head is sent)."""
+_BLANK_LINES = re.compile(rb"[\r\n]*")
+"""The blank lines before a request line, which the parser skips (``_blank_lines``)."""
 
 
 _GATEWAY = HttpLimits()
@@ -197,7 +199,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if self._head_timer is None:
                 self._start_head_timer()
             seen = self._tail + data
-            start = 0 if self._head_begun else len(seen) - len(seen.lstrip(b"\r\n"))
+            start = 0 if self._head_begun else _blank_lines(seen)
             end = _head_end(seen, start)
             self._head_bytes += (len(seen) if end < 0 else end) - len(self._tail)
             if self._head_bytes > self.max_head_bytes:
@@ -208,7 +210,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         self._feed(data)
         if self._reading_head:  # this head, or one the parser began after a request ended here
-            self._tail = (self._tail + data)[-2:] if self._head_begun else b""
+            self._tail = (self._tail + data[-2:])[-2:] if self._head_begun else b""
         elif self._refusal is None:
             self._bound_framing()
 
@@ -684,6 +686,12 @@ def _refused_head(version: str, headers: list[tuple[bytes, bytes]]) -> tuple[int
         if any(c and c != b"chunked" for c in codings):
             return 501, "Not Implemented", "no transfer coding but chunked is supported"
     return None
+
+
+def _blank_lines(data: bytes) -> int:
+    """How many bytes of blank lines ``data`` begins with: measured, where ``lstrip`` copied a read."""
+    match = _BLANK_LINES.match(data)
+    return match.end() if match else 0
 
 
 def _head_end(data: bytes, start: int = 0) -> int:
