@@ -396,8 +396,10 @@ class Dispatcher:
         # several, or for another output limit, is refused as the gateway refuses it (until review
         # R84 ``n: 20`` was debited one answer's tokens, and its backend generated twenty).
         check_engine_fields(payload)
-        chat = [m for m in messages if isinstance(m, Mapping)]
-        text = prompt_text(chat)
+        # An entry that is not an object is no message (prompt_text passes over it), and a
+        # message that cannot be written is named by its position in the caller's list (until
+        # review R84 its position among the objects only).
+        text = prompt_text(messages)
         max_tokens = output_limit(payload) or DEFAULT_OUTPUT_TOKENS
         if request_id is not None and not isinstance(request_id, str):
             raise DispatchError(f"request_id must be text, got {type(request_id).__name__}")
@@ -408,7 +410,7 @@ class Dispatcher:
         return RouteRequest(
             id=request_id,
             model=model,
-            prompt_tokens=estimate_prompt_tokens(chat),
+            prompt_tokens=estimate_prompt_tokens(messages),
             max_output_tokens=max_tokens,
             prefix_hashes=block_hashes(text, self.router.block_tokens),
             tenant=tenant,

@@ -73,9 +73,11 @@ def prompt_tokens_most(size: int, payload: Mapping[str, Any]) -> int:
     return size + PROMPT_TEMPLATE_TOKENS + MEDIA_PART_TOKENS_MOST * media
 
 
-def prompt_text(messages: Iterable[Mapping[str, object]]) -> str:
+def prompt_text(messages: Iterable[object]) -> str:
     """The canonical text of a chat prompt: ``role`` and ``content`` of each message, in order
-    (a role that is not text as its ``str``, content that is not text as its ``repr``).
+    (a role that is not text as its ``str``, content that is not text as its ``repr``); an entry
+    that is not an object is no message and adds nothing, but keeps its position (the gateway
+    refuses such a body; ``Dispatcher.chat`` takes its caller's list as it is).
 
     Raises ``InputError`` naming the message (its position in ``messages``) and the field whose
     value cannot be written: lists or objects nested deeper than the interpreter's recursion
@@ -84,6 +86,8 @@ def prompt_text(messages: Iterable[Mapping[str, object]]) -> str:
     the gateway refuses such a body before, as nested more than 254 levels deep or not JSON)."""
     parts: list[str] = []
     for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            continue
         role = message.get("role", "")
         content = message.get("content", "")
         role_text = role if isinstance(role, str) else _written(role, str, i, "role")
@@ -105,14 +109,14 @@ def _written(value: object, write: Callable[[object], str], position: int, field
         raise InputError(f"message {position}'s {field} holds an integer too long to write") from None
 
 
-def estimate_prompt_tokens(messages: Iterable[Mapping[str, object]]) -> int:
+def estimate_prompt_tokens(messages: Iterable[object]) -> int:
     """Estimated prompt tokens of chat ``messages``: ``estimate_tokens`` of their ``prompt_text``
-    with every media content part left out, plus each of those at ``media_part_tokens``."""
+    with every media content part left out, plus each of those at ``media_part_tokens`` (an entry
+    that is not an object kept in its place, for ``prompt_text`` to pass over)."""
     media = 0
-    kept: list[Mapping[str, object]] = []
+    kept: list[object] = []
     for message in messages:
-        content = message.get("content")
-        if isinstance(content, list):
+        if isinstance(message, Mapping) and isinstance(content := message.get("content"), list):
             parts, tokens = split_media(content)
             if len(parts) < len(content):
                 media += tokens
