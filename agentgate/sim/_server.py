@@ -58,7 +58,6 @@ import contextlib
 import hmac
 import itertools
 import json
-import math
 import socket
 import threading
 import time
@@ -79,7 +78,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate._http_limits import HttpLimits
-from agentgate._numbers import is_number
+from agentgate._numbers import finite
 from agentgate.dispatch.prefix import block_hashes
 from agentgate.errors import DispatchError, InputError
 from agentgate.sim._engine import Engine, EngineConfig, SimRequest
@@ -269,9 +268,10 @@ class SimServer:
 
     Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is the base URL.
     Raises ``InputError`` for a ``time_scale`` that is not a finite number of at least
-    ``MIN_TIME_SCALE`` (1e-6), a ``scrape_lag_s`` that is not a number of 0 or more, a
+    ``MIN_TIME_SCALE`` (1e-6), a ``scrape_lag_s`` that is not a finite number of 0 or more, a
     ``max_model_len`` that is not an integer of at least 2, an empty ``api_key``, a ``body_timeout_s``
-    that is not a positive number, or HTTP limits (``head_timeout_s``, ``max_head_bytes``,
+    that is not a positive finite number (an integer too large for a float is none: until review
+    R84 ``10**400`` was taken, and failed the first sum with a float), or HTTP limits (``head_timeout_s``, ``max_head_bytes``,
     ``stall_s``, ``unread_body_s``) that ``HttpLimits`` refuses (``agentgate/_http_limits.py``).
     """
 
@@ -294,12 +294,12 @@ class SimServer:
     ) -> None:
         # Each type is checked before its range: until review R66 text raised a bare TypeError
         # from the comparison, and max_model_len=2.5 was taken.
-        if not (is_number(time_scale) and MIN_TIME_SCALE <= time_scale < math.inf):
+        if not (finite(time_scale) and time_scale >= MIN_TIME_SCALE):
             raise InputError(
                 f"time_scale must be a finite number of at least {MIN_TIME_SCALE:g} (1.0 is real time, "
                 f"{MIN_TIME_SCALE:g} a million times faster), not {time_scale!r:.40}"
             )
-        if not (is_number(scrape_lag_s) and 0 <= scrape_lag_s < math.inf):
+        if not (finite(scrape_lag_s) and scrape_lag_s >= 0):
             raise InputError(f"scrape_lag_s must be a number of seconds, 0 or more, not {scrape_lag_s!r:.40}")
         if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2:
             raise InputError(
@@ -318,7 +318,7 @@ class SimServer:
         capacity, so that every admitted request can run to completion alone."""
         if api_key is not None and not api_key:
             raise InputError("api_key must not be empty (None: no key asked for)")
-        if not (is_number(body_timeout_s) and 0 < body_timeout_s < math.inf):
+        if not (finite(body_timeout_s) and body_timeout_s > 0):
             raise InputError(
                 f"body_timeout_s must be a positive number of seconds, not {body_timeout_s!r:.40}"
             )
