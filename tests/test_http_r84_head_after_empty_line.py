@@ -12,11 +12,10 @@ protocol, with a limit of its own.
 
 from __future__ import annotations
 
-import re
-import socket
 from collections.abc import Iterator
 
 import pytest
+from _raw_statuses import statuses
 
 from agentgate.sim import SimServer
 
@@ -33,32 +32,22 @@ def server() -> Iterator[SimServer]:
         yield sim
 
 
-def _statuses(server: SimServer, data: bytes) -> list[bytes]:
-    """The statuses answered to ``data``, sent in one write, until the connection closes."""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        sock.sendall(data)
-        seen = b""
-        while piece := sock.recv(65536):
-            seen += piece
-    return re.findall(rb"HTTP/1\.1 (\d{3}) ", seen)
-
-
 @pytest.mark.parametrize(
     "empty", [b"\r\n", b"\r\n\r\n", b"\n\n", b"\r\n" * 50], ids=["CRLF", "CRLF-CRLF", "LF-LF", "50-CRLF"]
 )
 def test_a_head_over_the_limit_after_empty_lines_is_431(server: SimServer, empty: bytes) -> None:
     """Review R84: after ``\\r\\n\\r\\n`` the 3 KiB head was served (200) under a 1 KiB limit."""
-    assert _statuses(server, empty + LARGE) == [b"431"]
+    assert statuses(server.port, empty + LARGE) == [b"431"]
 
 
 def test_a_head_over_the_limit_pipelined_in_one_read_is_431(server: SimServer) -> None:
     """Review R84: a head over the limit sent in one write with the request before it was
     served (200, 200); that request is answered, then the 431."""
-    assert _statuses(server, GET + LARGE) == [b"200", b"431"]
+    assert statuses(server.port, GET + LARGE) == [b"200", b"431"]
 
 
 def test_empty_lines_before_a_head_within_the_limit_are_skipped(server: SimServer) -> None:
     """The empty lines before a request line, and between requests, are skipped, as the parser
     skips them: each request is served."""
     close = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    assert _statuses(server, b"\r\n\r\n" + GET + b"\r\n" + close) == [b"200", b"200"]
+    assert statuses(server.port, b"\r\n\r\n" + GET + b"\r\n" + close) == [b"200", b"200"]

@@ -11,8 +11,7 @@ Both are answered 408 now. The simulator serves the same protocol, with limits o
 
 from __future__ import annotations
 
-import re
-import socket
+from _raw_statuses import statuses
 
 from agentgate.sim import SimServer
 
@@ -21,21 +20,11 @@ PARTIAL = b"GET /health HTTP/1.1\r\nHo"
 """The first bytes of a head whose rest never comes."""
 
 
-def _statuses(server: SimServer, data: bytes) -> list[bytes]:
-    """The statuses answered to ``data``, sent in one write, until the connection closes."""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(data)
-        seen = b""
-        while piece := sock.recv(65536):
-            seen += piece
-    return re.findall(rb"HTTP/1\.1 (\d{3}) ", seen)
-
-
 def test_a_head_begun_in_the_read_that_ended_the_request_before_it_gets_408() -> None:
     """Review R84: the partial head after a whole request in one write got no 408; the
     connection closed with the first answer alone, when uvicorn's keep-alive ran out."""
     with SimServer(time_scale=1e-3, head_timeout_s=0.3) as sim:
-        assert _statuses(sim, GET + PARTIAL) == [b"200", b"408"]
+        assert statuses(sim.port, GET + PARTIAL, timeout=10) == [b"200", b"408"]
 
 
 def test_a_head_arriving_behind_an_answer_is_not_cut_by_the_keep_alive() -> None:
@@ -45,4 +34,4 @@ def test_a_head_arriving_behind_an_answer_is_not_cut_by_the_keep_alive() -> None
     with SimServer(time_scale=1e-3, head_timeout_s=0.5) as sim:
         assert sim._server is not None
         sim._server.config.timeout_keep_alive = 0.1  # each connection's protocol reads it when made
-        assert _statuses(sim, GET + PARTIAL) == [b"200", b"408"]
+        assert statuses(sim.port, GET + PARTIAL, timeout=10) == [b"200", b"408"]
