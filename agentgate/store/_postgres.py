@@ -11,7 +11,6 @@ statements, documented where they do.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import threading
@@ -26,6 +25,7 @@ from urllib.parse import unquote
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from agentgate._numbers import finite
 from agentgate.errors import CommitUnknown, InputError, StoreError
 from agentgate.store._base import (
     Dialect,
@@ -234,7 +234,7 @@ def pool_settings(max_size: int | None = None, timeout_s: float | None = None) -
         timeout_s = env_setting(wait_from, float, POOL_TIMEOUT_S, "a number of seconds")
     if (
         type(timeout_s) not in (int, float)
-        or not math.isfinite(timeout_s)
+        or not finite(timeout_s)  # math.isfinite raised OverflowError on 10**400 (until review R84)
         or not 0 < timeout_s <= MAX_POOL_TIMEOUT_S
     ):
         raise InputError(
