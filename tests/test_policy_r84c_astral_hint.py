@@ -4,7 +4,9 @@ U+FFFF as JSON's surrogate pair escape (``\\ud83d\\ude00``), which libyaml refus
 (``ScannerError``: invalid Unicode character escape code) and PyYAML reads as two lone
 surrogates, so the hint was no YAML that gives the name back. Such a character is now written as
 itself where printable, else as YAML's ``\\UXXXXXXXX``; both parsers read the hint back to the
-name (agentgate/policy/_load.py)."""
+name (agentgate/policy/_load.py). The hint that writes a one-line capability as a mapping
+(``_flow_mapping``) wrote its strings as JSON, the same surrogate pairs; it now quotes them as
+``_yaml_key`` does (``_yaml_quoted``)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ import re
 import pytest
 import yaml
 
+from agentgate.capabilities import parse_capability
 from agentgate.errors import PolicyError
 from agentgate.policy import parse_policy
-from agentgate.policy._load import _yaml_key
+from agentgate.policy._load import _flow_mapping, _yaml_key
 
 LOADERS = [
     pytest.param(yaml.SafeLoader, id="pyyaml"),
@@ -55,3 +58,20 @@ def test_the_policy_hint_is_yaml_that_names_the_argument() -> None:
     hint = refused.value.hint
     assert hint is not None and hint.startswith("write ")
     assert yaml.safe_load(hint.removeprefix("write ")) == {"a\x00\U0001f600": {"type": "string"}}
+
+
+@pytest.mark.parametrize(
+    ("line", "constraints"),
+    [
+        pytest.param("tool:x?note=%F0%9F%98%80", {"note": {"eq": "\U0001f600"}}, id="eq"),
+        pytest.param("tool:x?note=a|%F0%9F%98%80", {"note": {"in": ["a", "\U0001f600"]}}, id="one-of"),
+    ],
+)
+@pytest.mark.parametrize("loader", LOADERS)
+def test_the_flow_mapping_hint_reads_back_as_the_capability(
+    loader: type[yaml.SafeLoader] | None, line: str, constraints: dict[str, object]
+) -> None:
+    if loader is None:
+        pytest.skip("PyYAML built without libyaml")
+    written = _flow_mapping(parse_capability(line))
+    assert yaml.load(written, Loader=loader) == {"resource": "tool:x", "constraints": constraints}

@@ -553,16 +553,21 @@ def _yaml_key(name: str) -> str:
     name was cut, closing quote and all, and was no YAML."""
     if name.isprintable():
         return shortened(name)
-    kept: list[str] = []
+    kept = 0
     size = 0
     for char in name[:MAX_QUOTED]:
-        escape = _yaml_escape(char)
-        if size + len(escape) > MAX_QUOTED:
+        size += len(_yaml_escape(char))
+        if size > MAX_QUOTED:
             break
-        kept.append(escape)
-        size += len(escape)
-    quoted = '"' + "".join(kept) + '"'
-    return quoted if len(kept) == len(name) else f"{quoted}... ({len(name)} characters)"
+        kept += 1
+    quoted = _yaml_quoted(name[:kept])
+    return quoted if kept == len(name) else f"{quoted}... ({len(name)} characters)"
+
+
+def _yaml_quoted(text: str) -> str:
+    """``text`` as a double-quoted YAML scalar that both libyaml and PyYAML read back as it, each
+    character written by ``_yaml_escape``."""
+    return '"' + "".join(_yaml_escape(char) for char in text) + '"'
 
 
 def _yaml_escape(char: str) -> str:
@@ -577,18 +582,30 @@ def _yaml_escape(char: str) -> str:
 
 
 def _flow_mapping(capability: Capability) -> str:
-    """A capability as a YAML flow mapping that loads as it: values written as JSON, which YAML
-    reads as written; the action left out where it is the resource kind's default."""
-    parts = [f"resource: {json.dumps(capability.resource)}"]
+    """A capability as a YAML flow mapping that loads as it: strings double-quoted
+    (``_yaml_quoted``), other values written as JSON, which YAML reads as written; the action
+    left out where it is the resource kind's default. Until review R84 strings were written as
+    JSON too, a character beyond U+FFFF as a surrogate pair that libyaml refuses."""
+    parts = [f"resource: {_yaml_quoted(capability.resource)}"]
     if capability.action != DEFAULT_ACTIONS.get(capability.resource.partition(":")[0]):
-        parts.append(f"action: {json.dumps(capability.action)}")
+        parts.append(f"action: {_yaml_quoted(capability.action)}")
     if capability.constraints:
         constraints = ", ".join(
-            f"{name}: {{{', '.join(f'{op}: {json.dumps(v)}' for op, v in c.to_dict().items())}}}"
+            f"{name}: {{{', '.join(f'{op}: {_yaml_value(v)}' for op, v in c.to_dict().items())}}}"
             for name, c in capability.constraints
         )
         parts.append(f"constraints: {{{constraints}}}")
     return "{" + ", ".join(parts) + "}"
+
+
+def _yaml_value(value: object) -> str:
+    """A constraint's value for ``_flow_mapping``: a string by ``_yaml_quoted``, a list item by
+    item, anything else as JSON."""
+    if isinstance(value, str):
+        return _yaml_quoted(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_yaml_value(item) for item in value) + "]"
+    return json.dumps(value)
 
 
 def _seconds_hint(loc: Sequence[str | int], text: str) -> str | None:
