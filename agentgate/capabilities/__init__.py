@@ -54,6 +54,7 @@ from agentgate.capabilities._resources import RESOURCE_KINDS as RESOURCE_KINDS
 from agentgate.capabilities._values import MAX_SET_SIZE as MAX_SET_SIZE
 from agentgate.capabilities._values import Scalar as Scalar
 from agentgate.capabilities._values import token_number_refusal as token_number_refusal
+from agentgate.capabilities._values import token_refusal as token_refusal
 
 __all__ = [
     "DEFAULT_ACTIONS",

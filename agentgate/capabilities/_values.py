@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from agentgate._shown import quoted
 from agentgate.errors import CapabilityError
+
+if TYPE_CHECKING:
+    from agentgate.capabilities._constraints import Constraint
 
 Scalar: TypeAlias = str | int | float | bool
 MAX_SET_SIZE = 1000
@@ -109,6 +112,18 @@ def token_number_refusal(value: Scalar) -> str | None:
         return f"{value!r} is not an integer; tokens carry integers only (use minor units)"
     if abs(value) >= TOKEN_INTEGER_LIMIT:
         return f"{value!r} is out of range for a token (|v| < 2**63)"
+    return None
+
+
+def token_refusal(constraint: Constraint) -> str | None:
+    """Why no grant token can carry ``constraint`` (``token_number_refusal`` of the first of its
+    values, its bounds, its ``eq`` and each member of its ``in``, that none carries), or ``None``.
+    What the lint rule ``role_grant_not_issuable`` reports and ``grant issue --allow`` refuses."""
+    for op, value in constraint.to_dict().items():
+        for v in value if op == "in" else (value,):
+            why = token_number_refusal(v)
+            if why is not None:
+                return why
     return None
 
 

@@ -43,7 +43,7 @@ from agentgate.authority import (
 from agentgate.authority._chain_findings import chain_finding, link_findings, revoked_finding, root_findings
 from agentgate.authority._grant import GRANT_CONTEXT, TOKEN_PREFIX
 from agentgate.authority._signatures import verify_signature
-from agentgate.capabilities import Call, Capability
+from agentgate.capabilities import Call, Capability, token_refusal
 from agentgate.cli import warn
 from agentgate.cli._common import (
     escaped_once,
@@ -113,21 +113,12 @@ def _integers_only(capability: Capability) -> None:
     read, so that the error names ``--allow`` and its value (until review R70 ``issue`` refused it
     later, as ``tool:x amount: 500.5 is not an integer``, naming neither), and a whole one out of
     a token's range (``1e30``: until review R70's second reading ``issue`` refused it as
-    ``integer 1000000000000000019884624838656 is out of range``, a number never written)."""
-    for name, spec in capability.to_dict()["constraints"].items():
-        for value in spec.values():
-            for number in value if isinstance(value, list) else [value]:
-                if not isinstance(number, float):
-                    continue
-                if not number.is_integer():
-                    raise CapabilityError(
-                        f"argument {name!r}: {number!r} is not an integer; tokens carry integers only "
-                        "(use minor units)"
-                    )
-                if abs(number) >= 2**63:
-                    raise CapabilityError(
-                        f"argument {name!r}: {number!r} is out of range for a token (|v| < 2**63)"
-                    )
+    ``integer 1000000000000000019884624838656 is out of range``, a number never written). The
+    lint rule ``role_grant_not_issuable`` gives the same reasons (``token_refusal``)."""
+    for name, constraint in capability.constraints:
+        why = token_refusal(constraint)
+        if why is not None:
+            raise CapabilityError(f"argument {name!r}: {why}")
 
 
 def _role_grant(

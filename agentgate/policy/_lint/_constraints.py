@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 
-from agentgate.capabilities import Constraint, attenuates, token_number_refusal
+from agentgate.capabilities import Constraint, attenuates, token_refusal
 from agentgate.findings import Finding, Severity
 from agentgate.policy._lint._common import (
     OPAQUE,
@@ -120,7 +120,7 @@ class RoleGrantNotIssuable(LintRule):
         for rules in policy.rules.values():
             for rule in rules:
                 for arg, c in rule.capability.constraints:
-                    why = _token_refusal(c)
+                    why = token_refusal(c)
                     if why is not None:
                         yield self.finding(
                             policy,
@@ -129,17 +129,6 @@ class RoleGrantNotIssuable(LintRule):
                             "and those of the roles that inherit it)",
                             rule.line,
                         )
-
-
-def _token_refusal(constraint: Constraint) -> str | None:
-    """Why no grant token can carry ``constraint`` (``token_number_refusal`` of the first of its
-    values, its bounds, its ``eq`` and each member of its ``in``, that none carries), or ``None``."""
-    for op, value in constraint.to_dict().items():
-        for v in value if op == "in" else (value,):
-            why = token_number_refusal(v)
-            if why is not None:
-                return why
-    return None
 
 
 class ConstraintTypeMismatch(LintRule):
