@@ -33,12 +33,12 @@ votes that count; a request counted without a rule has no such row, and every vo
 from __future__ import annotations
 
 import json
-import math
 import time
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from agentgate._numbers import finite
 from agentgate._time import LATEST_EXPIRY
 from agentgate.errors import Denied, Expired, InputError, MalformedRow, Revoked, StoreError
 from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns, unix_time
@@ -862,11 +862,7 @@ def _expiry(approval_id: object, expires_at: object) -> float:
     (``_approval``, ``open_for``) goes through it: until review R82 an infinity was read as a
     request that never expires (``approval list`` showed it open, with no expiry), and
     ``open_for`` read its expiry with ``float`` alone."""
-    if (
-        isinstance(expires_at, bool)
-        or not isinstance(expires_at, int | float)
-        or not math.isfinite(expires_at)
-    ):
+    if not finite(expires_at):
         raise _malformed(approval_id, f"its expires_at is {expires_at!r:.60}, not a time in Unix seconds")
     return float(expires_at)
 
