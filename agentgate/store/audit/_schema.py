@@ -1184,12 +1184,10 @@ def _warn_repaired(store: Store, after: int) -> None:
         odd = _not_whole(size, checkpoint)
         if odd is not None:  # as verify says it (until review R84 "entries not known (...) were appended")
             _logger.warning(
-                "audit log: repair %s: %s; %s (someone with write rights on the store inserted it), so "
-                "the entries it leaves unprotected are not known; audit verify reports it until it is "
-                "accepted (agentgate audit accept-repair)",
+                "audit log: repair %s: %s; audit verify reports it until it is accepted (agentgate "
+                "audit accept-repair)",
                 rid,
-                what,
-                odd,
+                _written_outside(what, odd),
             )
             continue
         _logger.warning(
@@ -1583,6 +1581,16 @@ def _not_whole(log_size: object, checkpoint_size: object) -> str | None:
     return None
 
 
+def _written_outside(what: object, odd: str) -> str:
+    """What a repair whose sizes are not whole numbers (``odd``, ``_not_whole``) says: that
+    someone wrote it, and that the entries it leaves unprotected are not known; the warning and
+    ``verify``'s line both say it so."""
+    return (
+        f"{what}; {odd} (someone with write rights on the store inserted it), so the entries it "
+        "leaves unprotected are not known"
+    )
+
+
 def _window(log_size: object, checkpoint_size: object) -> str:
     """The entries a repair found unprotected: after the checkpoint stored last then, up to the
     log's size then; a row whose sizes are not whole numbers (``_not_whole``) names none, and says
@@ -1614,19 +1622,24 @@ def _unaccepted_repairs(store: Store) -> list[str]:
         rows = store.query(_REPAIRS_UNACCEPTED.format(accepted="NOT EXISTS"))
     except loaded_driver_errors(StoreError):
         return []  # a role that may not read it
-    return [
-        f"repair {rid} at {created}: {what}, and a writer's opening of the log put it back: "
-        f"{_appended(size, checkpoint)} after the checkpoint stored last then while it "
-        "was not in force, and cannot be vouched for (someone with DDL rights on the store changed "
-        "it); check them against a copy kept outside the database, then run `agentgate audit "
-        f"accept-repair {rid} --by NAME --reason TEXT`"
-        if _not_whole(size, checkpoint) is None
-        else f"repair {rid} at {created}: {what}; {_not_whole(size, checkpoint)} (someone with write "
-        "rights on the store inserted it), so the entries it leaves unprotected are not known: "
-        "check the log against a copy kept outside the database, then run `agentgate audit "
-        f"accept-repair {rid} --by NAME --reason TEXT`"
-        for rid, created, what, size, checkpoint in rows
-    ]
+    lines = []
+    for rid, created, what, size, checkpoint in rows:
+        odd = _not_whole(size, checkpoint)
+        if odd is None:
+            lines.append(
+                f"repair {rid} at {created}: {what}, and a writer's opening of the log put it back: "
+                f"{_appended(size, checkpoint)} after the checkpoint stored last then while it "
+                "was not in force, and cannot be vouched for (someone with DDL rights on the store "
+                "changed it); check them against a copy kept outside the database, then run "
+                f"`agentgate audit accept-repair {rid} --by NAME --reason TEXT`"
+            )
+        else:
+            lines.append(
+                f"repair {rid} at {created}: {_written_outside(what, odd)}: check the log against a "
+                "copy kept outside the database, then run `agentgate audit accept-repair "
+                f"{rid} --by NAME --reason TEXT`"
+            )
+    return lines
 
 
 def accepted_repairs(store: Store) -> list[str]:
