@@ -12,8 +12,10 @@ from typing import Literal
 
 from agentgate._shown import bounded, escaped, shown_path
 
-MAX_HINT = 300
-"""Longest hint a ``SourceError`` keeps whole: one may quote a key or a value of the file."""
+MAX_QUOTING = 300
+"""Longest hint a ``SourceError`` keeps whole, and longest message a policy's errors keep whole
+(``policy._load``): either may quote a key or a value of the file, which may be megabytes long,
+and an error is one line."""
 
 
 class AgentGateError(Exception):
@@ -64,7 +66,7 @@ class SourceError(InputError):
         # is not printable escaped and a long one cut, here for every hint, so that the error is
         # one line, in ``str()`` and in the JSON that ``policy lint --json`` writes of it alike
         # (until review R84 a key holding a line break or a bidi override was quoted raw, whole).
-        self.hint = None if hint is None else bounded(escaped(hint), MAX_HINT)
+        self.hint = None if hint is None else bounded(escaped(hint), MAX_QUOTING)
         super().__init__(self.__str__())
 
     def __str__(self) -> str:

@@ -63,7 +63,7 @@ def test_an_argument_named_with_a_megabyte_is_shortened_in_the_hint() -> None:
 
 def test_every_hint_is_escaped_and_bounded_where_it_is_attached() -> None:
     """Whatever the code that raises it quotes, a ``SourceError``'s hint is one line of at most 300
-    characters (``MAX_HINT``) that says how much was left out."""
+    characters (``MAX_QUOTING``) that says how much was left out."""
     error = InventoryError("bad", file="i.yaml", hint="a\nb\u202ec" + "x" * 10_000)
     assert error.hint is not None and error.hint.startswith("a\\nb\\u202ec"), error.hint
     assert len(error.hint) <= 350 and "characters left out" in error.hint, error.hint

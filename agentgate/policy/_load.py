@@ -43,7 +43,7 @@ from agentgate.capabilities import (
     canonical_resource,
     parse_capability,
 )
-from agentgate.errors import CapabilityError, InputError, KeyFileError, PolicyError
+from agentgate.errors import MAX_QUOTING, CapabilityError, InputError, KeyFileError, PolicyError
 from agentgate.keys import as_path, is_key_text, load_public_key
 from agentgate.policy import _schema as schema
 
@@ -60,9 +60,6 @@ MAX_RULES_ON_ONE_RESOURCE = 64
 """Rules a role holds, inherited ones included, that name one resource pattern a rule of its own
 names: at most this many (``shadowed_rule`` compares a rule with each of them; a decision on the
 resource reads them in turn)."""
-_MAX_MESSAGE = 300
-"""Longest error message kept whole: one quotes a key or a value of the file, which may be
-megabytes long, and an error is one line."""
 
 
 _SYMBOLS = {"eq": "=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -473,7 +470,7 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
     if more:
         message += f" (and {more} more error{'s' if more > 1 else ''})"
     return PolicyError(
-        bounded(message, _MAX_MESSAGE),
+        bounded(message, MAX_QUOTING),
         file=source,
         line=mark.line if mark else None,
         column=mark.column if mark else None,
@@ -701,7 +698,7 @@ class _Compiler:
     ) -> PolicyError:
         mark = self.locations.of(loc, key=key)
         return PolicyError(
-            bounded(message, _MAX_MESSAGE),
+            bounded(message, MAX_QUOTING),
             file=self.source,
             line=mark.line if mark else None,
             column=mark.column if mark else None,
