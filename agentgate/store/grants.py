@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agentgate.errors import CommitUnknown, StoreError
 from agentgate.store._base import (
+    MAX_STORED_INTEGER,
     Dialect,
     Row,
     Store,
@@ -257,8 +258,11 @@ def _revoke_page(
 
 def expired_cut(tx: Transaction, dialect: Dialect, before: float) -> int:
     """The cut below which a grant's ``expires`` marks it long expired: ``before``, but never
-    later than ``PRUNE_MARGIN_S`` before now (this host's clock, and on PostgreSQL the server's)."""
-    cut = min(int(before), int(time.time()) - PRUNE_MARGIN_S)
+    later than ``PRUNE_MARGIN_S`` before now (this host's clock, and on PostgreSQL the server's),
+    and never earlier than the least integer a store holds (-2**63), below which no ``expires`` is:
+    until review R85 a finite ``before`` past it (-1e19, which ``unix_time`` takes) made SQLite
+    refuse the prune with a ``StoreError`` while PostgreSQL pruned nothing, as now both do."""
+    cut = min(max(int(before), -MAX_STORED_INTEGER - 1), int(time.time()) - PRUNE_MARGIN_S)
     if dialect == "postgresql":
         cut = min(cut, int(tx.execute(_SERVER_NOW)[0][0]) - PRUNE_MARGIN_S)
     return cut
