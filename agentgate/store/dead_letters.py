@@ -12,6 +12,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
+from agentgate._shown import quoted
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Store, Transaction, unix_time, whole_number
 
@@ -92,14 +93,20 @@ class DeadLetterStore:
 
         A NUL character in its text (a tool call id a model made, a run id) is recorded as
         ``\\x00``, on both stores: PostgreSQL's text columns cannot hold it, and the whole letter
-        was refused there while SQLite kept it."""
+        was refused there while SQLite kept it.
+
+        Raises ``InputError``, nothing written, for a ``recorded_at`` that is not a finite number
+        of Unix seconds (``unix_time``; a bool is none): until review R85 NaN was a ``StoreError``
+        on SQLite (stored as NULL) and stored on PostgreSQL, where no prune ever forgot it (nor
+        infinity), and text was stored on SQLite, where every listing then failed on the row."""
+        recorded_at = unix_time(letter.recorded_at, f"the recorded_at of dead letter {quoted(letter.id, 60)}")
         errors = json.dumps([asdict(e) for e in letter.errors], separators=(",", ":"))
         with self.store.transaction() as tx:
             tx.execute(
                 f"INSERT INTO agentgate_dead_letters ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     _storable(letter.id),
-                    letter.recorded_at,
+                    recorded_at,
                     _storable(letter.tool),
                     _storable(letter.tenant),
                     _storable(letter.principal),
