@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, format_time, utc_now
 from agentgate.errors import BudgetExceeded, InputError, MalformedRow, NotHeld
 from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns, unix_time
@@ -228,6 +229,15 @@ def _named(reservation: object) -> str:
     if not isinstance(reservation, str):
         raise InputError(f"reservation {reservation!r:.60} does not exist: a reservation id is text")
     return reservation
+
+
+def _grant_id(grant_id: object) -> str:
+    """``grant_id`` as the ledger reads a grant's budget by it (``remaining``, ``usage``): text
+    that is not empty; else ``InputError``, where the stores would answer differently (a silent
+    nothing on one, a ``StoreError`` about the parameter's type on the other)."""
+    if not isinstance(grant_id, str) or not grant_id:
+        raise InputError(f"a grant id must be non-empty text, got {quoted(grant_id, 60)}")
+    return grant_id
 
 
 def _amount(value: object, what: str) -> int:
@@ -729,8 +739,7 @@ class BudgetLedger:
 
         ``InputError`` for a ``grant_id`` that is not non-empty text, or a ``cap`` that is not a
         non-negative whole number of minor units."""
-        if not isinstance(grant_id, str) or not grant_id:
-            raise InputError(f"a grant id must be non-empty text, got {grant_id!r:.60}")
+        _grant_id(grant_id)
         if cap is not None:
             cap = _amount(cap, f"cap of grant {grant_id}")
         rows = self.store.query("SELECT remaining FROM budget_ledger WHERE grant_id = ?", (grant_id,))
@@ -738,13 +747,18 @@ class BudgetLedger:
 
     def spent(self, grant_id: str, *, tx: Transaction | None = None) -> int:
         """Committed spend of a grant (its own and its descendants'), 0 if never used; read in
-        ``tx`` when given (what it has written counts), else in a short transaction of its own."""
+        ``tx`` when given (what it has written counts), else in a short transaction of its own.
+        ``InputError`` for a ``grant_id`` that is not non-empty text (as ``usage``)."""
         return self.usage(grant_id, tx=tx)[0]
 
     def usage(self, grant_id: str, *, tx: Transaction | None = None) -> tuple[int, int]:
         """``(spent, held)`` of a grant: its committed spend (as ``spent``) and what reservations
-        not settled yet hold of its budget (calls in flight); ``(0, 0)`` if never used."""
+        not settled yet hold of its budget (calls in flight); ``(0, 0)`` if never used.
+        ``InputError`` for a ``grant_id`` that is not non-empty text, as ``remaining``: until
+        review R85 the stores answered one differently (``5``: 0 on SQLite, a ``StoreError`` on
+        PostgreSQL; ``["g"]``: a ``StoreError`` on SQLite, ``(0, 0)`` on PostgreSQL)."""
         sql = "SELECT spent, cap - remaining - spent FROM budget_ledger WHERE grant_id = ?"
-        rows = tx.execute(sql, (grant_id,)) if tx is not None else self.store.query(sql, (grant_id,))
+        params = (_grant_id(grant_id),)
+        rows = tx.execute(sql, params) if tx is not None else self.store.query(sql, params)
         # An overrun charged past an exhausted budget is spent beyond the cap: nothing is held.
         return (int(rows[0][0]), max(0, int(rows[0][1]))) if rows else (0, 0)
