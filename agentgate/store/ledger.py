@@ -233,10 +233,14 @@ def _named(reservation: object) -> str:
 
 def _grant_id(grant_id: object) -> str:
     """``grant_id`` as the ledger reads a grant's budget by it (``remaining``, ``usage``): text
-    that is not empty; else ``InputError``, where the stores would answer differently (a silent
-    nothing on one, a ``StoreError`` about the parameter's type on the other)."""
-    if not isinstance(grant_id, str) or not grant_id:
-        raise InputError(f"a grant id must be non-empty text, got {quoted(grant_id, 60)}")
+    that is not empty and holds no NUL character (``reserve`` refuses one in a chain); else
+    ``InputError``, where the stores would answer differently (a silent nothing on one, a
+    ``StoreError`` about the parameter's type, or a NUL PostgreSQL's text cannot hold, on the
+    other)."""
+    if not isinstance(grant_id, str) or not grant_id or "\x00" in grant_id:
+        raise InputError(
+            f"a grant id must be non-empty text without a NUL character, got {quoted(grant_id, 60)}"
+        )
     return grant_id
 
 
@@ -354,14 +358,24 @@ class BudgetLedger:
         with its cap (later caps for the same grant are ignored: a grant's budget is fixed when
         it is signed). Returns the reservation id. Raises ``BudgetExceeded`` naming the first
         grant that lacks the amount (nothing is reserved then, once the transaction rolls back)
-        and ``InputError`` for a malformed chain or amount. A reservation against one grant's
-        budget writes nothing when it raises: a caller may go on in ``tx`` without a savepoint.
+        and ``InputError`` for a malformed chain or amount: a grant id holding a NUL character
+        too, which no grant's id (hexadecimal) has and PostgreSQL's text cannot hold (until review
+        R85 SQLite reserved against it and PostgreSQL refused it with a ``StoreError``; written
+        ``\\x00`` instead, as a dead letter's text is, it would share the budget of a grant id
+        holding those four characters). A reservation against one grant's budget writes nothing
+        when it raises: a caller may go on in ``tx`` without a savepoint.
         """
         amount = _amount(amount, "amount")
         if amount > MAX_AMOUNT:
             raise BudgetExceeded(f"an amount of {amount} is more than any budget can hold")
-        if not chain or any(not isinstance(g, str) or not g for g in chain) or len(set(chain)) != len(chain):
-            raise InputError("chain must be a non-empty list of distinct grant ids, root first")
+        if (
+            not chain
+            or any(not isinstance(g, str) or not g or "\x00" in g for g in chain)
+            or len(set(chain)) != len(chain)
+        ):
+            raise InputError(
+                "chain must be a non-empty list of distinct grant ids (text without a NUL character), root first"
+            )
         if tx is not None:  # the gate's path: no context manager layer per call
             return self._reserve(tx, chain, caps, amount, unit)
         with self.store.transaction() as own:
@@ -737,8 +751,9 @@ class BudgetLedger:
         no row. Once the row is made it answers, whatever ``cap`` says (a grant's budget is
         fixed when it is signed; ``reserve`` ignores a later cap too).
 
-        ``InputError`` for a ``grant_id`` that is not non-empty text, or a ``cap`` that is not a
-        non-negative whole number of minor units."""
+        ``InputError`` for a ``grant_id`` that is not non-empty text or holds a NUL character (no
+        grant's id does: ``reserve`` refuses one), or a ``cap`` that is not a non-negative whole
+        number of minor units."""
         _grant_id(grant_id)
         if cap is not None:
             cap = _amount(cap, f"cap of grant {grant_id}")
@@ -748,15 +763,17 @@ class BudgetLedger:
     def spent(self, grant_id: str, *, tx: Transaction | None = None) -> int:
         """Committed spend of a grant (its own and its descendants'), 0 if never used; read in
         ``tx`` when given (what it has written counts), else in a short transaction of its own.
-        ``InputError`` for a ``grant_id`` that is not non-empty text (as ``usage``)."""
+        ``InputError`` for a ``grant_id`` that is not non-empty text or holds a NUL character
+        (as ``usage``)."""
         return self.usage(grant_id, tx=tx)[0]
 
     def usage(self, grant_id: str, *, tx: Transaction | None = None) -> tuple[int, int]:
         """``(spent, held)`` of a grant: its committed spend (as ``spent``) and what reservations
         not settled yet hold of its budget (calls in flight); ``(0, 0)`` if never used.
-        ``InputError`` for a ``grant_id`` that is not non-empty text, as ``remaining``: until
-        review R85 the stores answered one differently (``5``: 0 on SQLite, a ``StoreError`` on
-        PostgreSQL; ``["g"]``: a ``StoreError`` on SQLite, ``(0, 0)`` on PostgreSQL)."""
+        ``InputError`` for a ``grant_id`` that is not non-empty text or holds a NUL character, as
+        ``remaining``: until review R85 the stores answered one differently (``5``: 0 on SQLite, a
+        ``StoreError`` on PostgreSQL; ``["g"]``: a ``StoreError`` on SQLite, ``(0, 0)`` on
+        PostgreSQL)."""
         sql = "SELECT spent, cap - remaining - spent FROM budget_ledger WHERE grant_id = ?"
         params = (_grant_id(grant_id),)
         rows = tx.execute(sql, params) if tx is not None else self.store.query(sql, params)
