@@ -128,13 +128,17 @@ class DeadLetterStore:
         bool neither), on both stores: until review R57, SQLite read ``-1`` as no limit and
         PostgreSQL refused it with a ``StoreError``. Raises ``InputError`` for a ``tool`` that is
         not a string or None: until review R84, ``5`` was a bare ``TypeError`` and ``["a"]`` a
-        ``StoreError`` about binding a parameter."""
+        ``StoreError`` about binding a parameter; and for an empty ``tool``, which names no tool
+        (as ``agentgate tasks dead-letters --tool ""`` is refused): until review R85 it was read
+        as no filter, and every tool's letters were listed."""
         whole_number(limit, "the dead letters' limit", 1)
         if tool is not None and not isinstance(tool, str):
             raise InputError(
                 f"the dead letters' tool must be a tool's name (text) or None, got {type(tool).__name__}"
             )
-        where, params = ("WHERE tool = ? ", [_storable(tool)]) if tool else ("", [])
+        if tool == "":
+            raise InputError("the dead letters' tool must be a tool's name or None, got an empty name")
+        where, params = ("WHERE tool = ? ", [_storable(tool)]) if tool is not None else ("", [])
         rows = self.store.query(
             f"SELECT {_COLUMNS} FROM agentgate_dead_letters {where}ORDER BY recorded_at DESC, id LIMIT ?",
             (*params, limit),
