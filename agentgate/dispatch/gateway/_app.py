@@ -54,6 +54,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate._bounded_http import LOST, STALLED
 from agentgate._http_limits import positive_seconds
+from agentgate._numbers import check_positive_finite
 from agentgate.capabilities import Call
 from agentgate.dispatch._engine_fields import FieldError
 from agentgate.dispatch._policy import RoutingPolicy
@@ -144,7 +145,9 @@ class Gateway:
 
     A chat request's body may be at most ``max_body_bytes`` (else 413) and must arrive within
     ``body_timeout_s`` of its head (else 408). Raises ``InputError`` naming the setting unless
-    ``max_body_bytes`` is a positive whole number and ``body_timeout_s`` a positive finite number.
+    ``max_body_bytes`` is a positive whole number, ``body_timeout_s`` a positive finite number,
+    and ``slo_ttft_s`` a positive finite number of seconds (as the dispatcher's own ``slo_ttft_s``
+    is checked: a bool is none).
     """
 
     def __init__(
@@ -164,6 +167,9 @@ class Gateway:
             )
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = positive_seconds(body_timeout_s, "body_timeout_s")
+        # Until review R85 unchecked: NaN, -1, 0 or "2" made a gateway whose every chat call was
+        # decided, reserved and audited, then refused by the dispatcher (503 ``not_served``).
+        check_positive_finite(slo_ttft_s, "slo_ttft_s")
         self.gate = gate
         self.inventory = inventory
         self.dispatcher = Dispatcher(inventory, router or Router(inventory), timeouts=timeouts)
