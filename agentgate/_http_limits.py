@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentgate._shown import quoted
 from agentgate.errors import InputError
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -28,6 +29,8 @@ LEAST_HEAD_BYTES = 1024
 """The least head limit: a request line and a ``Host`` header fit, a chain token does not."""
 MOST_HEAD_BYTES = 16 * 1024 * 1024
 """The most head limit (four times vLLM's, ``--h11-max-incomplete-event-size``)."""
+MOST_PORT = 65535
+"""The largest TCP port number (a port is 16 bits; 0 asks the operating system for a free one)."""
 MOST_SECONDS = 24 * 3600.0
 """The most any of the time limits may be: a day. (uvloop's timers refuse a delay past about
 2**63 milliseconds; a limit that long bounds nothing.)"""
@@ -79,3 +82,15 @@ def positive_seconds(value: float, name: str) -> float:
             f"{name} must be a positive number of seconds, at most {MOST_SECONDS:g}, not {value!r}"
         )
     return float(value)
+
+
+def port_number(value: int) -> int:
+    """``value`` if it is a TCP port a server may listen on: a whole number from 0 (any free
+    port, chosen when it starts) to ``MOST_PORT`` (a bool is none); else ``InputError`` naming
+    ``port``. The one check of ``SimServer``'s and ``GatewayServer``'s port (until review R85 the
+    gateway's was not checked: 70000 listened on 4464 and reported 70000)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MOST_PORT:
+        raise InputError(
+            f"port must be an integer from 0 to {MOST_PORT} (0: any free port), not {quoted(value)}"
+        )
+    return value

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from agentgate._http_limits import LEAST_HEAD_BYTES, MOST_HEAD_BYTES, MOST_SECONDS
+from agentgate._http_limits import LEAST_HEAD_BYTES, MOST_HEAD_BYTES, MOST_PORT, MOST_SECONDS
 from agentgate.cli._common import STORE_HELP, given, open_existing_store, shown_policy, shown_source_error
 from agentgate.errors import InputError, InventoryError
 
@@ -145,7 +145,7 @@ def _limit_seconds(what: str) -> Callable[[str], float]:
     )
 
 
-_port = _parsed(int, "a port number", lambda v: 0 < v < 65536, "a port is 1 to 65535")
+_port = _parsed(int, "a port number", lambda v: 0 < v <= MOST_PORT, f"a port is 1 to {MOST_PORT}")
 _seconds = _limit_seconds("a stall limit")
 _head_timeout = _limit_seconds("a head timeout")
 _unread_body = _limit_seconds("an unread body's time")

@@ -77,7 +77,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agentgate._http_limits import HttpLimits
+from agentgate._http_limits import HttpLimits, port_number
 from agentgate._numbers import finite
 from agentgate.dispatch.prefix import block_hashes
 from agentgate.errors import DispatchError, InputError
@@ -345,9 +345,7 @@ class SimServer:
         """For each of the latest ``TRACE_HEADERS_KEPT`` ``POST /v1/chat/completions`` requests, in
         order of arrival, the ``TRACE_HEADERS`` it carried, by lower-case name (several of a name
         joined by ``","``); an empty dict for a request that carried none."""
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise InputError(f"port must be an integer from 0 to 65535 (0: any free port), not {port!r}")
-        self.port = port or _free_port()
+        self.port = port_number(port) or _free_port()
         self._may_choose_port = port == 0
         """Whether ``start`` may choose another port if this one was taken meanwhile: the server
         chose it itself and has never served on it."""

@@ -21,6 +21,7 @@ from agentgate._http_limits import (
     STREAM_STALL_S,
     UNREAD_BODY_S,
     HttpLimits,
+    port_number,
     positive_seconds,
 )
 from agentgate.dispatch.gateway._errors import protocol_error
@@ -116,7 +117,8 @@ class GatewayServer:
         its request was answered before it all came (refused: too large, an encoding not
         supported); then the connection is closed.
 
-        Raises ``InputError`` naming the parameter unless ``shutdown_grace_s`` is a whole number
+        Raises ``InputError`` naming the parameter unless ``port`` is a whole number from 0 (any
+        free port, chosen by ``start``) to 65535, ``shutdown_grace_s`` is a whole number
         of seconds from 0 to a day, each other time a positive number of seconds, at most a day,
         and ``max_head_bytes`` a whole number from 1024 to 16 MiB
         (``agentgate/_http_limits.py``). (The body's limits are the ``Gateway``'s:
@@ -124,6 +126,9 @@ class GatewayServer:
         """
         self.gateway = gateway
         self.host = host
+        # Until review R85 unchecked: uvicorn bound 70000 as 4464 (the port modulo 2**16) while
+        # ``port`` and ``url`` said 70000, and -1 or True failed ``start`` with a bare "did not start".
+        port = port_number(port)
         # Checked here, as the other limits are (until review R62 only ``agentgate serve`` checked
         # it: ``"10"`` or NaN made a server whose ``stop()`` raised, after it stopped taking calls).
         grace = shutdown_grace_s
