@@ -24,6 +24,7 @@ from agentgate._http_limits import (
     port_number,
     positive_seconds,
 )
+from agentgate._shown import quoted
 from agentgate.dispatch.gateway._errors import protocol_error
 from agentgate.dispatch.gateway._stream import LAST_EVENT_S
 from agentgate.errors import DispatchError, InputError
@@ -134,7 +135,7 @@ class GatewayServer:
         grace = shutdown_grace_s
         if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= MOST_SECONDS:
             raise InputError(
-                f"shutdown_grace_s must be a whole number of seconds from 0 to {MOST_SECONDS:g}, not {grace!r:.40}"
+                f"shutdown_grace_s must be a whole number of seconds from 0 to {MOST_SECONDS:g}, not {quoted(grace)}"
             )
         self.shutdown_grace_s = grace
         self.stream_stall_s = positive_seconds(stream_stall_s, "stream_stall_s")
