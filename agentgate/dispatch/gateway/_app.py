@@ -49,7 +49,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate._bounded_http import LOST, STALLED
@@ -132,6 +132,18 @@ _TRACE_CONTEXT = TraceContextTextMapPropagator()
 """W3C Trace Context only: a caller's ``baggage`` is not read (nor, so, sent on to a backend)."""
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+class _ModelRoute(Route):
+    """``/v1/models/{model}`` for a model name that is not empty: ``/v1/models/`` is ``/v1/models``
+    written with a trailing slash, a path not served (404 ``not_found``, any method), not a model
+    the gateway does not serve (until review R85: 404 ``model_not_found``, "no model ''")."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE and not child["path_params"].get("model"):
+            return Match.NONE, {}
+        return match, child
 
 
 class Gateway:
@@ -217,7 +229,7 @@ class Gateway:
                 # Served by ``app`` directly; the route answers 405 to other methods.
                 Route("/v1/chat/completions", self._chat_not_allowed, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
-                Route("/v1/models/{model:path}", self._model, methods=["GET"]),
+                _ModelRoute("/v1/models/{model:path}", self._model, methods=["GET"]),
                 Route("/metrics", self._metrics, methods=["GET"]),
                 Route("/healthz", self._health, methods=["GET"]),
             ],
