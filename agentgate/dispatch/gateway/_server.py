@@ -176,12 +176,22 @@ class GatewayServer:
 
     def start(self, timeout: float = 10.0) -> GatewayServer:
         """Serve in a background thread; returns once the port accepts connections (port 0: any
-        free port, then in ``port`` and ``url``).
+        free port, then in ``port`` and ``url``). Called again while its thread serves (or is
+        starting), it starts no other: it waits for that one, as the first call did.
 
-        Raises ``DispatchError`` if it does not start within ``timeout`` seconds.
+        Raises ``DispatchError`` if it does not start within ``timeout`` seconds, or if the server
+        was stopped: a ``GatewayServer`` serves once (a new one serves again).
         """
-        self._thread = threading.Thread(target=self.server.run, name=f"gateway-{self.port}", daemon=True)
-        self._thread.start()
+        if self.server.should_exit:
+            raise DispatchError(
+                f"the gateway on {self.host}:{self.port} was stopped and does not start again: "
+                "serve with a new GatewayServer"
+            )
+        # Until review R85 each call started another thread on the one uvicorn server: the first
+        # was lost to ``stop()``, which waited out its timeout while both threads went on serving.
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self.server.run, name=f"gateway-{self.port}", daemon=True)
+            self._thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
