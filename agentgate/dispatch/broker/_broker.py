@@ -237,21 +237,27 @@ class Broker(_Restoring, _Preempting):
 
         A notified lease still ends at its notice deadline. Raises ``LeaseLost`` when the lease
         is not live (a holder that renews too late learns here that its GPUs are gone), or its
-        id is not text.
+        id is not text; ``StoreError`` when the journal write fails, the lease renewed all the
+        same (in memory, journaled by the next write that succeeds).
         """
         _an_id(lease_id)
         with self._lock:
             now = self.clock()
             self._apply_time(now)
-            self._schedule(now)
             lease = self._leases.get(lease_id)
             if lease is None:
+                self._schedule(now)  # as a refused ``submit`` does
                 raise LeaseLost(f"lease {quoted(lease_id)} is not held (released, expired or preempted)")
-            lease = dataclasses.replace(lease, expires_at=now + self._ttl(lease.request))
-            self._leases[lease_id] = lease
+            # Extended before the queue is tried and the journal written: until review R85 both
+            # came first, and while the journal's store was out every renewal after the first
+            # failed write raised before it extended the lease, which ended at its old expiry.
+            self._leases[lease_id] = dataclasses.replace(lease, expires_at=now + self._ttl(lease.request))
             self._dirty = True
-            self._save(now)
-            return lease
+            self._schedule(now)
+            renewed = self._leases.get(lease_id)
+            if renewed is None:  # preempted with no grace by a request the queue placed now
+                raise LeaseLost(f"lease {quoted(lease_id)} is not held (released, expired or preempted)")
+            return renewed
 
     def advance(self) -> list[BrokerEvent]:
         """Apply expiries, grace ends and timeouts up to the clock's now, then try the queue.
