@@ -55,8 +55,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from agentgate._names import first_non_ascii
-from agentgate._numbers import finite
-from agentgate._time import utc_text
 from agentgate.dispatch.broker import (
     BrokerSnapshot,
     GangRequest,
@@ -67,6 +65,7 @@ from agentgate.dispatch.broker import (
     TopologyConstraint,
     WorkloadHint,
 )
+from agentgate.dispatch.broker._model import LEASE_TIMES, taken_at_refused, time_refused
 from agentgate.errors import BrokerError, MalformedRow, StoreError
 from agentgate.store._base import MAX_STORED_INTEGER, Dialect, Row, Store, Transaction, add_sqlite_columns
 
@@ -332,20 +331,16 @@ def _generation(tx: Transaction, broker: str) -> int | None:
 
 def _state_row(broker: str, row: Row) -> tuple[float, int]:
     """A ``broker_state`` row's ``taken_at`` and ``generation``; ``MalformedRow`` (a ``StoreError``)
-    naming the table and the column when ``taken_at`` is not a time a date holds (``utc_text``:
-    finite, from year 1 to 9999) or ``generation`` no count of writes (a row written outside
+    naming the table and the column when ``taken_at`` is not a time a date holds
+    (``taken_at_refused``, which ``Broker.restore`` checks too) or ``generation`` no count of writes (a row written outside
     agentgate). Until review R82 ``taken_at`` was read with ``float`` alone: ``"soon"`` was a
     ``ValueError`` traceback out of ``load`` and ``agentgate broker leases``, and an infinity or
     ``1e300`` loaded; ``Broker.restore`` moved its clock there, where a ``ttl_s`` added to it
     moves it no more, and every lease ended in the call that granted it, while the CLI showed
     the state "as of -"."""
     taken_at, generation = row
-    if isinstance(taken_at, bool) or not isinstance(taken_at, int | float) or utc_text(taken_at) is None:
-        raise _unreadable(
-            broker,
-            f"broker_state: its taken_at is {taken_at!r:.60}, not a time in Unix seconds (of a date "
-            "from year 1 to 9999)",
-        )
+    if (why := taken_at_refused(taken_at)) is not None:
+        raise _unreadable(broker, f"broker_state: {why}")
     return float(taken_at), _stored_generation(broker, generation)
 
 
@@ -438,10 +433,9 @@ def _queue_row(broker: str, row: Row) -> QueuedRequest | SetAside:
         old = _written_before_r68(data)
         if old is not None:
             return SetAside("request", str(data.get("id")), *old)
-        if not finite(submitted_at):
-            raise ValueError(f"submitted_at must be a finite number, got {submitted_at!r:.80}")
-        if deadline is not None and not finite(deadline):
-            raise ValueError(f"deadline must be a finite number or null, got {deadline!r:.80}")
+        for name, value in (("submitted_at", submitted_at), ("deadline", deadline)):
+            if (why := time_refused(name, value)) is not None:
+                raise ValueError(why)
         return _queued_from_json(
             data,
             submitted_at=float(submitted_at),
@@ -527,14 +521,12 @@ def _lease_from_json(data: dict[str, Any]) -> Lease:
     Until review R68 the fields went into ``Lease`` unchecked: an ``expires_at`` of ``"soon"`` was a
     ``TypeError`` out of ``Broker.restore`` and ``agentgate broker leases``, and a ``level`` of
     ``"galaxy"`` was restored as it was; until review R82 an integer too large for a float
-    (``10**400``) was an ``OverflowError`` traceback (``math.isfinite``), now ``_finite``'s refusal."""
+    (``10**400``) was an ``OverflowError`` traceback (``math.isfinite``), now ``time_refused``'s
+    refusal, which ``Broker.restore`` makes too."""
     whose = f"lease {data['id']!r:.80}"
-    for name in ("granted_at", "expires_at", "notice_deadline"):
-        value = data[name]
-        if value is None and name == "notice_deadline":
-            continue
-        if not finite(value):
-            raise ValueError(f"{whose}: {name} must be a finite number, got {value!r:.80}")
+    for name in LEASE_TIMES:
+        if (why := time_refused(name, data[name])) is not None:
+            raise ValueError(f"{whose}: {why}")
     if data["preempted_by"] is not None and not isinstance(data["preempted_by"], str):
         raise ValueError(
             f"{whose}: preempted_by must be a request id or null, got {data['preempted_by']!r:.80}"

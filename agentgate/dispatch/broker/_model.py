@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from agentgate._names import first_non_ascii
-from agentgate._numbers import finite
+from agentgate._numbers import finite, is_number
+from agentgate._time import utc_text
 from agentgate.dispatch.broker._quoting import quoted
 from agentgate.dispatch.broker._topology import LEVELS, Level
 from agentgate.errors import BrokerError
@@ -80,6 +81,36 @@ def finite_non_negative(value: object) -> bool:
     """Whether ``value`` is a number (no bool), finite (``finite``: an integer too large for a float
     is not) and >= 0."""
     return finite(value) and value >= 0
+
+
+LEASE_TIMES = ("granted_at", "expires_at", "notice_deadline")
+"""A lease's times (``time_refused`` checks each)."""
+
+_MAY_BE_NONE = ("notice_deadline", "deadline")
+
+
+def taken_at_refused(taken_at: object) -> str | None:
+    """Why ``taken_at`` is no time of a snapshot, or ``None`` when it is one: Unix seconds of a date
+    from year 1 to 9999 (what ``utc_text`` shows). An infinity or ``1e300`` moved a restored
+    broker's clock there, where a ``ttl_s`` added to it moves it no more: every lease ended in the
+    call that granted it. The one check of the journal's ``load`` (since review R82) and of
+    ``Broker.restore`` (since review R85)."""
+    if is_number(taken_at) and utc_text(taken_at) is not None:
+        return None
+    return f"its taken_at is {shown_number(taken_at):.60}, not a time in Unix seconds (of a date from year 1 to 9999)"
+
+
+def time_refused(name: str, value: object) -> str | None:
+    """Why ``value`` is no time for the field ``name`` of a snapshot's lease (``LEASE_TIMES``) or
+    waiting request (``submitted_at``, ``deadline``), or ``None`` when it is one: a finite number
+    (``finite``), or ``None`` for a lease not notified (``notice_deadline``) and a request that
+    never times out (``deadline``). A lease whose ``expires_at`` was NaN never expired, and no
+    journal could write it. The one check of the journal's ``load`` (since review R68) and of
+    ``Broker.restore`` (since review R85)."""
+    if (value is None and name in _MAY_BE_NONE) or finite(value):
+        return None
+    none = " or none" if name in _MAY_BE_NONE else ""
+    return f"{name} must be a finite number{none}, got {shown_number(value):.80}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,18 @@ GPUs, reservations and quota charges included. ``Broker.restore`` calls them in 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
-from agentgate.dispatch.broker._model import BrokerSnapshot, Lease, QueuedRequest, shown_number
+from agentgate.dispatch.broker._model import (
+    LEASE_TIMES,
+    BrokerSnapshot,
+    Lease,
+    QueuedRequest,
+    shown_number,
+    taken_at_refused,
+    time_refused,
+)
 from agentgate.dispatch.broker._placement import FreeIndex
 from agentgate.dispatch.broker._quota import QuotaBook
 from agentgate.dispatch.broker._quoting import quoted
@@ -32,7 +41,9 @@ class _Restoring:
     def _check_snapshot(self, snapshot: BrokerSnapshot) -> None:
         """Raise ``BrokerError`` unless ``snapshot`` fits this topology and these quotas: each id
         live once, each lease granting its own request, known tenants and GPUs, no GPU held or
-        nominated twice, gangs of their request's size."""
+        nominated twice, gangs of their request's size; and unless its times are times, as the
+        journal's ``load`` reads them (``taken_at_refused``, ``time_refused``)."""
+        self._check_snapshot_times(snapshot)
         holders: dict[int, str] = {}
         reserved: dict[int, str] = {}
         ids = [lease.id for lease in snapshot.leases] + [q.request.id for q in snapshot.queue]
@@ -55,6 +66,23 @@ class _Restoring:
                     f"snapshot: request {quoted(q.request.id)} has unknown tenant {quoted(q.request.tenant)}"
                 )
             self._claim_snapshot_gpus(q.request.id, q.nominated, q.request.gpus, reserved)
+
+    def _check_snapshot_times(self, snapshot: BrokerSnapshot) -> None:
+        """Raise ``BrokerError`` naming the first time of ``snapshot`` that is none. Until review
+        R85 restore checked none: a ``taken_at`` of ``1e300`` moved the default clock there, and a
+        lease whose ``expires_at`` was NaN was restored, never expired, and failed every write of
+        the journal."""
+        if (why := taken_at_refused(snapshot.taken_at)) is not None:
+            raise BrokerError(f"snapshot: {why}")
+        for lease in snapshot.leases:
+            for name in LEASE_TIMES:
+                if (why := time_refused(name, getattr(lease, name))) is not None:
+                    raise BrokerError(f"snapshot: lease {quoted(lease.id)}: {why}")
+        for q in snapshot.queue:
+            deadline = None if q.deadline == math.inf else q.deadline  # inf: it never times out
+            for name, value in (("submitted_at", q.submitted_at), ("deadline", deadline)):
+                if (why := time_refused(name, value)) is not None:
+                    raise BrokerError(f"snapshot: request {quoted(q.request.id)}: {why}")
 
     def _claim_snapshot_gpus(self, owner: str, gpus: Sequence[str], size: int, into: dict[int, str]) -> None:
         """Record in ``into`` that ``owner`` holds ``gpus`` (none, or a whole gang of ``size``);
