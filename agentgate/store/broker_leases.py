@@ -412,7 +412,9 @@ def _lease_row(broker: str, row: Row) -> Lease | SetAside:
             raise ValueError("its body is not a JSON object")
         request = data.get("request")
         old = _written_before_r68(request) if isinstance(request, dict) else None
-        return _lease_from_json(data) if old is None else SetAside("lease", str(data.get("id")), *old)
+        return (
+            _lease_from_json(data, lease_id) if old is None else SetAside("lease", str(data.get("id")), *old)
+        )
     except _NOT_READ as exc:
         raise _unreadable(
             broker, f"broker_leases: the row of lease {lease_id!r:.80} is malformed: {exc}"
@@ -433,6 +435,8 @@ def _queue_row(broker: str, row: Row) -> QueuedRequest | SetAside:
         old = _written_before_r68(data)
         if old is not None:
             return SetAside("request", str(data.get("id")), *old)
+        if data["id"] != request_id:  # review R85, as a lease's (``_lease_from_json``)
+            raise ValueError(f"its id is {data['id']!r:.80}, not the row's request_id {request_id!r:.80}")
         for name, value in (("submitted_at", submitted_at), ("deadline", deadline)):
             if (why := time_refused(name, value)) is not None:
                 raise ValueError(why)
@@ -516,13 +520,16 @@ def _lease_to_json(lease: Lease) -> dict[str, Any]:
     }
 
 
-def _lease_from_json(data: dict[str, Any]) -> Lease:
-    """The lease a stored body holds; ``ValueError`` naming the field for one that is not a lease's.
-    Until review R68 the fields went into ``Lease`` unchecked: an ``expires_at`` of ``"soon"`` was a
-    ``TypeError`` out of ``Broker.restore`` and ``agentgate broker leases``, and a ``level`` of
-    ``"galaxy"`` was restored as it was; until review R82 an integer too large for a float
-    (``10**400``) was an ``OverflowError`` traceback (``math.isfinite``), now ``time_refused``'s
-    refusal, which ``Broker.restore`` makes too."""
+def _lease_from_json(data: dict[str, Any], lease_id: object) -> Lease:
+    """The lease a stored body holds, in the row of ``lease_id``; ``ValueError`` naming the field for
+    one that is not a lease's. Until review R68 the fields went into ``Lease`` unchecked: an
+    ``expires_at`` of ``"soon"`` was a ``TypeError`` out of ``Broker.restore`` and ``agentgate broker
+    leases``, and a ``level`` of ``"galaxy"`` was restored as it was; until review R82 an integer
+    too large for a float (``10**400``) was an ``OverflowError`` traceback (``math.isfinite``), now
+    ``time_refused``'s refusal, which ``Broker.restore`` makes too; until review R85 the ``id`` was
+    not checked: a list loaded, and was a ``TypeError`` out of ``Broker.restore`` and the CLI."""
+    if data["id"] != lease_id or not isinstance(data["id"], str):
+        raise ValueError(f"its id is {data['id']!r:.80}, not the row's lease_id {lease_id!r:.80}")
     whose = f"lease {data['id']!r:.80}"
     for name in LEASE_TIMES:
         if (why := time_refused(name, data[name])) is not None:

@@ -46,15 +46,18 @@ class _Restoring:
         self._check_snapshot_times(snapshot)
         holders: dict[int, str] = {}
         reserved: dict[int, str] = {}
+        for lease in snapshot.leases:
+            # First: a request's id is text (``GangRequest``), so each id below is hashable (until
+            # review R85 a lease id that was a list was a ``TypeError`` here).
+            if lease.id != lease.request.id:
+                raise BrokerError(
+                    f"snapshot: lease {quoted(lease.id)} grants request {quoted(lease.request.id)}"
+                )
         ids = [lease.id for lease in snapshot.leases] + [q.request.id for q in snapshot.queue]
         if len(set(ids)) != len(ids):
             twice = next(i for i in ids if ids.count(i) > 1)
             raise BrokerError(f"snapshot: names {quoted(twice)} twice (a lease or request id is live once)")
         for lease in snapshot.leases:
-            if lease.id != lease.request.id:
-                raise BrokerError(
-                    f"snapshot: lease {quoted(lease.id)} grants request {quoted(lease.request.id)}"
-                )
             if lease.tenant not in self._quota:
                 raise BrokerError(
                     f"snapshot: lease {quoted(lease.id)} has unknown tenant {quoted(lease.tenant)}"
