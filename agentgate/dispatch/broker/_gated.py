@@ -177,8 +177,8 @@ class GatedBroker(_Recording):
 
         The lease's budget is settled at the time it was held. Raises ``LeaseLost`` when the
         lease or request is not live, or is another holder's (one answer for both: another
-        tenant's live ids are not told). Releasing needs no decision: giving GPUs back is always
-        allowed.
+        tenant's live ids are not told), an ``identity`` of ``None`` holding none. Releasing
+        needs no decision: giving GPUs back is always allowed.
         """
         with self._lock:
             self._record([])
@@ -194,7 +194,8 @@ class GatedBroker(_Recording):
         deadline, to ``ttl_s`` from now) at the policy's price. Raises ``Denied`` when the
         renewal is refused (the grant was revoked or has expired, no longer covers the lease,
         expires before ``ttl_s`` from now, or its budget cannot pay for the extension),
-        ``LeaseLost`` when it is not live or is another holder's (nothing is reserved then), ``StoreError`` when the broker's journal write
+        ``LeaseLost`` when it is not live or is another holder's, an ``identity`` of ``None``
+        holding none (nothing is decided or reserved then), ``StoreError`` when the broker's journal write
         fails (the lease is renewed all the same, and its extension reserved).
         """
         with self._lock:
@@ -337,14 +338,16 @@ class GatedBroker(_Recording):
             q.request.id == request_id for q in self.broker.queue()
         )
 
-    def _holder_request(self, identity: AgentIdentity, lease_id: str) -> GangRequest:
+    def _holder_request(self, identity: object, lease_id: str) -> GangRequest:
         """The request of ``identity``'s live lease or waiting request ``lease_id``; ``LeaseLost``
-        when there is none (an id that is not text names none)."""
+        when there is none (an id that is not text names none, and an identity that is no
+        ``AgentIdentity``, ``None`` included, holds none: until review R85 it was an
+        ``AttributeError``, where ``submit`` refuses it, audited)."""
         _an_id(lease_id)
         found = {lease.id: lease.request for lease in self.broker.leases()}
         found.update((q.request.id, q.request) for q in self.broker.queue())
         request = found.get(lease_id)
-        if request is None or request.holder != identity.did:
+        if request is None or not isinstance(identity, AgentIdentity) or request.holder != identity.did:
             # One answer for both: another holder's live id is none of the caller's business (a
             # different one would tell any identity which of another tenant's ids are live).
             raise LeaseLost(
