@@ -218,10 +218,13 @@ class Broker(_Restoring, _Preempting):
         with self._lock:
             now = self.clock()
             self._apply_time(now)
-            self._dirty = True
             if lease_id in self._leases:
                 self._end(lease_id, "released", now)
             elif lease_id in self._waiting:
+                # Marked here and by ``_end``, not for an unknown id, which changes nothing: until
+                # review R85 it was written all the same, and a fresh broker over a name another
+                # broker journals answered it with that journal's ``StoreError``, not ``LeaseLost``.
+                self._dirty = True
                 waiting = self._waiting.pop(lease_id)
                 if waiting.nominated:
                     self._withdraw_nominated(waiting)
