@@ -769,8 +769,10 @@ def _revoke(args: argparse.Namespace) -> int:
     with work_done_said():
         sys.stdout.write(f"{'already revoked (nothing written)' if already else 'revoked'} {grant_id}\n")
         if below:
+            # Ids read from rows, which whoever may insert into the table wrote: escaped, as
+            # --holder's (until review R85 written raw: a planted id could add lines).
             sys.stdout.write(
-                f"{len(below)} recorded descendant grant(s) are dead with it: {', '.join(below)}\n"
+                f"{len(below)} recorded descendant grant(s) are dead with it: {printable(', '.join(below))}\n"
             )
     return 0
 
