@@ -371,16 +371,11 @@ class GrantRepository:
         return [(str(r[0]), str(r[1])) for r in rows]
 
     def descendants(self, grant_id: str) -> list[str]:
-        """Ids of recorded grants below ``grant_id`` (children, grandchildren...), nearest first."""
-        rows = self.store.query(
-            "WITH RECURSIVE below(id, level) AS ("
-            " SELECT id, 1 FROM agentgate_grants WHERE parent = ?"
-            " UNION SELECT g.id, b.level + 1 FROM agentgate_grants g JOIN below b ON g.parent = b.id"
-            " WHERE b.level < 64"
-            ") SELECT id FROM below ORDER BY level, id",
-            (grant_id,),
-        )
-        return [str(r[0]) for r in rows]
+        """Ids of recorded grants below ``grant_id`` (children, grandchildren..., within 64
+        levels), nearest first, then by id: each once, and never ``grant_id`` itself, whatever
+        rows are planted (until review R85 a cycle of two rows listed 64 ids, two of them, the
+        grant's own among them). Raises ``StoreError``."""
+        return self._below({grant_id})
 
     def descendants_of(self, grant_ids: Collection[str]) -> list[str]:
         """Ids of the recorded grants below any of ``grant_ids`` (children, grandchildren...,
@@ -389,7 +384,13 @@ class GrantRepository:
         on SQLite: no limit on parameters). ``grant revoke --holder`` lists what it cut off with
         it: until review R72 one ``descendants`` statement per grant revoked. Raises
         ``StoreError``."""
-        given = set(grant_ids)
+        return sorted(self._below(set(grant_ids)))
+
+    def _below(self, given: set[str]) -> list[str]:
+        """The one statement of ``descendants`` and ``descendants_of``: the ids of the recorded
+        grants below any of ``given`` and not among them, each once, by the fewest levels at
+        which it is reached, then by id. A cycle of rows (written by hand: a grant's id hashes
+        its parent's, so no issued chain loops) ends at the 64th level."""
         if not given:
             return []
         if self.store.dialect == "postgresql":
@@ -402,10 +403,10 @@ class GrantRepository:
             f" SELECT id, 1 FROM agentgate_grants WHERE {seeds}"
             " UNION SELECT g.id, b.level + 1 FROM agentgate_grants g JOIN below b ON g.parent = b.id"
             " WHERE b.level < 64"
-            ") SELECT DISTINCT id FROM below",
+            ") SELECT id FROM below GROUP BY id ORDER BY MIN(level), id",
             (bound,),
         )
-        return sorted({str(r[0]) for r in rows} - given)
+        return [gid for gid in (str(r[0]) for r in rows) if gid not in given]
 
     def revoke(self, grant_id: str, *, now: int, reason: str = "") -> bool:
         """Revoke one grant, durably; every chain through it is dead from the next decision on.
