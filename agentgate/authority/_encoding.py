@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from agentgate._json import is_plain, once_each
+from agentgate._json import MAX_DEPTH, is_plain, once_each
 from agentgate.errors import TokenFormatError
 
 _B64URL_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -132,8 +132,44 @@ def parse_canonical(data: bytes, what: str) -> dict[str, Any]:
     return _parse_canonical_reference(data, what)
 
 
+def _nested_deeper_than(data: bytes, limit: int) -> bool:
+    """Whether JSON text ``data`` opens more than ``limit`` arrays and objects one inside another
+    (brackets inside strings not counted), read without parsing and without recursion. Counting
+    the brackets first settles almost every payload in one C pass; the byte walk runs only for
+    one holding more than ``limit`` of them (at most 8 KiB: ``parse_grant`` checks the size)."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    depth = 0
+    in_string = escaped = False
+    for byte in data:  # UTF-8 puts no ASCII byte inside a multi-byte character
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte == 0x5B or byte == 0x7B:  # [ {
+            depth += 1
+            if depth > limit:
+                return True
+        elif byte == 0x5D or byte == 0x7D:  # ] }
+            depth -= 1
+    return False
+
+
 def _parse_canonical_reference(data: bytes, what: str) -> dict[str, Any]:
-    """The reference check of ``parse_canonical`` (Python's parser and ``canonical_json``)."""
+    """The reference check of ``parse_canonical`` (Python's parser and ``canonical_json``).
+
+    A payload nested more than ``MAX_DEPTH`` levels deep (254, the payload object counting as
+    one: orjson's own limit, so the fast path accepts no deeper one either) is refused before
+    Python's parser, which recurses once per level, reads it: until review R85 an ``ext`` nested
+    ~960 levels deep verified from a shallow caller and was refused, "maximum recursion depth
+    exceeded", from one 60 frames deeper."""
+    if _nested_deeper_than(data, MAX_DEPTH):
+        raise TokenFormatError(f"{what}: JSON nested more than {MAX_DEPTH} levels deep")
     try:
         text = data.decode("utf-8")
         value = _DECODER.decode(text)
