@@ -195,12 +195,21 @@ class Chain:
     its signatures once. Not a dataclass field, as ``_parsed``."""
 
     def __post_init__(self) -> None:
+        """Raises ``TokenFormatError`` for links no chain is made of: none, or one that is not a
+        ``Grant`` (until review R85 a bare ``ValueError`` or ``AttributeError``). Links that are
+        grants but not the token's are refused where the chain is used (``tip_mismatch``)."""
         links = self.links
         set_ = object.__setattr__
-        set_(self, "ids", tuple([link.id for link in links]))
-        set_(self, "not_before", max([link.not_before for link in links]))
-        set_(self, "expires", min([link.expires for link in links]))
-        set_(self, "budgets", tuple([(link.id, link.budget) for link in links if link.budget is not None]))
+        try:
+            set_(self, "ids", tuple([link.id for link in links]))
+            set_(self, "not_before", max([link.not_before for link in links]))
+            set_(self, "expires", min([link.expires for link in links]))
+            set_(
+                self, "budgets", tuple([(link.id, link.budget) for link in links if link.budget is not None])
+            )
+        except (AttributeError, TypeError, ValueError):
+            # Diagnosed only once the sums fail: a parsed chain pays no check of its own.
+            raise TokenFormatError(_not_links(links)) from None
 
     @property
     def tip(self) -> Grant:
@@ -222,6 +231,19 @@ class Chain:
 
     def __str__(self) -> str:
         return self.token
+
+
+def _not_links(links: object) -> str:
+    """What makes ``links`` no chain's links, for ``Chain``'s refusal."""
+    shape = "a chain's links are a tuple of one or more Grant objects, root first"
+    if not isinstance(links, tuple | list):
+        return f"{shape}; got a {type(links).__name__}"
+    if not links:
+        return f"{shape}; got none"
+    for i, link in enumerate(links):
+        if not isinstance(link, Grant):
+            return f"{shape}; link {i} is a {type(link).__name__}"
+    return f"{shape}; their fields are not a grant's"
 
 
 def _encode_chain(links: Sequence[Grant]) -> str:
