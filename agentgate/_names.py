@@ -34,6 +34,12 @@ METERED_UNITS = frozenset({*BUDGET_UNITS, "micro_usd"})
 ``usd_micros`` that no policy names and the CLI makes no grant in, but a token made by the library
 may carry. A chain with a budget in any other unit has every call refused (fail closed)."""
 
+MAX_FREE_TEXT = 1000
+"""The most characters free text that is recorded may hold: a CLI flag such as ``--reason`` or
+``--by`` (``cli._common.one_line_text``), and a revocation's reason wherever it is given
+(``authority.revoke``, ``revoke_holder``, ``Gate.revoke``), which the revocation's row and its
+audit entry then both keep whole (until review R85 the row kept 500 characters of it)."""
+
 MAX_NAME_CHARS = 200
 """The most characters a name may hold: what spans keep of a name (``audit.spans.MAX_CALL_ID_CHARS``,
 tests/test_gate_agent_names.py holds the two equal)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from agentgate._names import MAX_FREE_TEXT
 from agentgate.authority._encoding import b64url_decode
 from agentgate.authority._grant import MAX_TOKEN_BYTES, TOKEN_PREFIX, Chain, Grant, _encode_chain
 from agentgate.authority._operations import _now, _signed_chain
@@ -23,11 +24,12 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
     Durable before it returns; from then on every decision over a chain that contains this grant
     (it, or any descendant, recorded or not) is denied. ``reason`` is free text: what no store can
     hold in it (a lone surrogate, a NUL character) is recorded escaped, never a reason for the
-    revocation to fail. Raises ``TokenFormatError`` for a value that is neither, ``StoreError``
-    when the store cannot be written.
+    revocation to fail. Raises ``TokenFormatError`` for a value that is neither, ``InputError``
+    for a ``reason`` that is not text or is longer than ``MAX_FREE_TEXT`` (1,000) characters,
+    ``StoreError`` when the store cannot be written; nothing is revoked then.
     """
     grant_id = revoked_id(grant)
-    repo.revoke(grant_id, now=_now(now), reason=_storable_reason(reason))
+    repo.revoke(grant_id, now=_now(now), reason=storable_reason(reason))
     return grant_id
 
 
@@ -72,10 +74,15 @@ def _not_a_grant(text: str) -> str:
     )
 
 
-def _storable_reason(reason: object) -> str:
-    """``reason`` as any store can hold it: a lone surrogate or a NUL character escaped."""
+def storable_reason(reason: object) -> str:
+    """``reason`` as any store can hold it: a lone surrogate or a NUL character escaped. Raises
+    ``InputError`` for a reason that is not text, or is longer than ``MAX_FREE_TEXT`` characters
+    (what ``agentgate grant revoke --reason`` takes): the revocation's row and its audit entry
+    keep it whole, so nothing is revoked with a reason either would cut."""
     if not isinstance(reason, str):
         raise InputError(f"reason must be text, got {type(reason).__name__}")
+    if len(reason) > MAX_FREE_TEXT:
+        raise InputError(f"reason is {len(reason):,} characters long; at most {MAX_FREE_TEXT:,}")
     return reason.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
@@ -193,7 +200,8 @@ def revoke_holder(
     recorded (issued or delegated to it offline and no call allowed on it through a ``Gate`` of
     this store, which records the chain of every allow; or recorded in another store); only removing
     the key from the policy refuses those. Raises ``KeyFileError`` (an ``InputError``) for a
-    ``holder`` that is no did:key, ``InputError`` for a ``reason`` that is not text,
+    ``holder`` that is no did:key, ``InputError`` for a ``reason`` that is not text or is
+    longer than ``MAX_FREE_TEXT`` characters,
     ``StoreError`` when the store cannot be written (then nothing is revoked).
 
     The holder of a grant is what its recorded token says, never its row's ``audience`` column
@@ -206,7 +214,7 @@ def revoke_holder(
     Raises ``InputError`` too for a ``scan`` that is no ``HolderScan`` or is of another holder.
     """
     did = _holder_did(holder)
-    storable = _storable_reason(reason)
+    storable = storable_reason(reason)
     if scan is None:
         scan = scan_holder(repo, did)
     elif not isinstance(scan, HolderScan):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from agentgate._durations import parse_duration
 from agentgate._json import MAX_DEPTH, exact_float, first_inexact, inexact_said, once_each
 from agentgate._lazy import lazy_exports
+from agentgate._names import MAX_FREE_TEXT as MAX_FREE_TEXT  # a free-text flag's limit, the library's
 from agentgate._shown import character_named, not_printable
 from agentgate._time import unix as unix
 from agentgate._time import utc_text
@@ -167,10 +168,6 @@ def given_file(text: str) -> str:
 def given_file_path(text: str) -> Path:
     """``given_file``, as a ``Path``."""
     return Path(given_file(text))
-
-
-MAX_FREE_TEXT = 1000
-"""The most characters a free-text flag that is recorded (a reason, a name) may hold."""
 
 
 def one_line_text(

@@ -43,7 +43,7 @@ from agentgate.authority import (
     scan_holder,
 )
 from agentgate.authority._chain_findings import chain_finding, revoked_finding
-from agentgate.authority._revocation import revoked_id
+from agentgate.authority._revocation import revoked_id, storable_reason
 from agentgate.capabilities import Capability
 from agentgate.errors import (
     AuthorityError,
@@ -901,10 +901,12 @@ class _Delegation:
         ``deny`` entry (``_void_revoked``).
 
         Raises ``TokenFormatError`` for a ``grant`` that is none, ``InputError`` for a ``by`` or
-        ``reason`` that is not text; nothing is written then, and there is no span (until review
+        ``reason`` that is not text, or a ``reason`` longer than ``MAX_FREE_TEXT`` (1,000)
+        characters; nothing is written then, and there is no span (until review
         R57 a ``grant`` that is none left an ERROR ``revoke grant`` span linking no entry)."""
         expect(by, str, "by", "text (who revokes)")
         expect(reason, str, "reason", "text")
+        storable_reason(reason)  # one longer than the row and entry keep: refused before the span
         grant_id = revoked_id(grant.chain if isinstance(grant, AgentIdentity) else grant)
         with self._revoke_span(by) as span:
             # The revocation and its audit entry: one transaction, so neither exists without the
@@ -930,10 +932,11 @@ class _Delegation:
         Grants to the key never recorded in this store are not reached: remove the key from the
         policy and restart for those (docs/operations.md, Rotating keys). Raises ``KeyFileError``
         for a ``holder`` that is no did:key, ``InputError`` for a ``by`` or ``reason`` that is
-        not text; nothing is written then, and there is no span (until review R57 a ``holder``
+        not text, or a ``reason`` longer than ``MAX_FREE_TEXT`` characters; nothing is written then, and there is no span (until review R57 a ``holder``
         that is no did:key left an ERROR ``revoke holder`` span)."""
         expect(by, str, "by", "text (who revokes)")
         expect(reason, str, "reason", "text")
+        storable_reason(reason)  # one longer than the row and entry keep: refused before the span
         if not isinstance(holder, PublicKey):
             expect(holder, str, "holder", "a did:key or a PublicKey")
             holder = PublicKey.from_did(holder.strip())

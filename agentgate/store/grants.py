@@ -245,7 +245,7 @@ def _revoke_page(
     for i in range(0, len(todo), 200):  # 3 parameters a row: under any SQLite's limit
         part = todo[i : i + 200]
         values = ",".join(["(?, ?, ?)"] * len(part))
-        params = [v for gid in part for v in (gid, now, reason[:500])]
+        params = [v for gid in part for v in (gid, now, reason)]
         inserted = tx.execute(
             f"INSERT INTO agentgate_revocations (grant_id, revoked_at, reason) VALUES {values} "
             "ON CONFLICT DO NOTHING RETURNING grant_id",
@@ -412,7 +412,9 @@ class GrantRepository:
         """Revoke one grant, durably; every chain through it is dead from the next decision on.
 
         Returns False when it was already revoked. Descendants need no rows of their own: every
-        decision checks every link of its chain.
+        decision checks every link of its chain. ``reason`` is kept whole: ``authority.revoke``
+        refuses one longer than ``MAX_FREE_TEXT`` before it comes here (until review R85 the row
+        kept its first 500 characters, the audit entry all of them).
         """
         sql = (
             "INSERT INTO agentgate_revocations (grant_id, revoked_at, reason) VALUES (?, ?, ?) "
@@ -421,12 +423,12 @@ class GrantRepository:
         bound = self._bound_tx()
         if bound is not None:  # in the caller's transaction (``within``): with its audit entry
             try:
-                bound.execute(sql, (grant_id, now, reason[:500]))
+                bound.execute(sql, (grant_id, now, reason))
             except loaded_driver_errors() as exc:
                 raise StoreError(f"cannot record the revocation: {driver_error_line(exc)}") from exc
             return bound.rowcount == 1
         with self.store.transaction() as tx:
-            tx.execute(sql, (grant_id, now, reason[:500]))
+            tx.execute(sql, (grant_id, now, reason))
             return tx.rowcount == 1
 
     def recorded_rows(self, *, page: int = 500) -> Iterator[tuple[str, str, object]]:
