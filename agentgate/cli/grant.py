@@ -745,17 +745,34 @@ def _revoke(args: argparse.Namespace) -> int:
         raise InputError(f"{target!r}: a grant id is 64 lower-case hex digits (as grant inspect shows it)")
     else:
         raise InputError(f"{target!r} is neither a token file nor a 64-hex grant id")
+    below: list[str] = []
+    found: list[bool] = []
+    already = False
+
+    def read_after(repo: GrantRepository) -> None:
+        # Once the revocation committed, as --holder reads (review R71): on another connection
+        # they kept the revoking transaction open and, on SQLite, its write lock held (until
+        # review R85).
+        try:
+            below.extend(repo.descendants(grant_id))
+            found.append(GrantRepository.recorded(repo.store, grant_id) is not None)
+        except StoreError as exc:
+            done = "was already revoked (nothing written)" if already else "revoked and audited (committed)"
+            raise StoreError(
+                f"grant {grant_id} {done}; then reading its record and recorded descendants failed: "
+                f"{exc} (a second run reads them and logs nothing)"
+            ) from exc
+
     # A store that does not exist is a mistyped --store (or working directory): a new empty one
     # would take the revocation where no gateway reads it, and the command would say "revoked".
-    with _revoking(open_existing_store(args.store, init_hint=True), args) as (repo, audit):
+    with _revoking(open_existing_store(args.store, init_hint=True), args, then=read_after) as (repo, audit):
         # Read under the audit log's lock, in the transaction that would revoke: a second run
         # (a retried script) logs no second "revoke" with a later time and another reason.
         already = bool(repo.revoked([grant_id]))
         if not already:
             revoke(repo, grant_id, reason=args.reason)
             audit([grant_id])
-        below = repo.descendants(grant_id)
-        recorded = GrantRepository.recorded(repo.store, grant_id) is not None
+    recorded = found[0]
     if args.json:
         done = {"revoked": [] if already else [grant_id], "already_revoked": [grant_id] if already else []}
         with work_done_said():  # committed: exit 0 whether or not this can be written (review R83)
