@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from agentgate._names import MAX_FREE_TEXT
 from agentgate.authority._encoding import b64url_decode
-from agentgate.authority._grant import MAX_TOKEN_BYTES, TOKEN_PREFIX, Chain, Grant, _encode_chain
+from agentgate.authority._grant import MAX_TIME, MAX_TOKEN_BYTES, TOKEN_PREFIX, Chain, Grant, _encode_chain
 from agentgate.authority._operations import _now, _signed_chain
 from agentgate.authority._parsing import parse_chain
 from agentgate.errors import InputError, TokenFormatError
@@ -25,11 +25,12 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
     (it, or any descendant, recorded or not) is denied. ``reason`` is free text: what no store can
     hold in it (a lone surrogate, a NUL character) is recorded escaped, never a reason for the
     revocation to fail. Raises ``TokenFormatError`` for a value that is neither, ``InputError``
-    for a ``reason`` that is not text or is longer than ``MAX_FREE_TEXT`` (1,000) characters,
-    ``StoreError`` when the store cannot be written; nothing is revoked then.
+    for a ``reason`` that is not text or is longer than ``MAX_FREE_TEXT`` (1,000) characters and
+    for a ``now`` outside a grant's times (``_revoked_at``), ``StoreError`` when the store cannot
+    be written; nothing is revoked then.
     """
     grant_id = revoked_id(grant)
-    repo.revoke(grant_id, now=_now(now), reason=storable_reason(reason))
+    repo.revoke(grant_id, now=_revoked_at(now), reason=storable_reason(reason))
     return grant_id
 
 
@@ -72,6 +73,19 @@ def _not_a_grant(text: str) -> str:
     return (
         f"neither a chain token nor a grant id ({len(text)} characters): {what}, a chain token starts 'ag1.'"
     )
+
+
+def _revoked_at(now: float | None) -> int:
+    """``now`` (``None``: the clock) in whole Unix seconds, the time a revocation records: refused
+    (``InputError``) outside 0 .. 2**40-1, as ``issue`` and ``delegate`` refuse a grant's times
+    (until review R85 ``revoke(..., now=-1)`` recorded a revocation at -1)."""
+    at = _now(now)
+    if not 0 <= at < MAX_TIME:
+        raise InputError(
+            f"a revocation time lies in 0 .. 2**40-1 Unix seconds; got {at} (a clock or now= before "
+            "1970, or past 2**40)"
+        )
+    return at
 
 
 def storable_reason(reason: object) -> str:
@@ -201,7 +215,7 @@ def revoke_holder(
     this store, which records the chain of every allow; or recorded in another store); only removing
     the key from the policy refuses those. Raises ``KeyFileError`` (an ``InputError``) for a
     ``holder`` that is no did:key, ``InputError`` for a ``reason`` that is not text or is
-    longer than ``MAX_FREE_TEXT`` characters,
+    longer than ``MAX_FREE_TEXT`` characters or a ``now`` outside 0 .. 2**40-1 (as ``revoke``),
     ``StoreError`` when the store cannot be written (then nothing is revoked).
 
     The holder of a grant is what its recorded token says, never its row's ``audience`` column
@@ -215,6 +229,7 @@ def revoke_holder(
     """
     did = _holder_did(holder)
     storable = storable_reason(reason)
+    at = _revoked_at(now)
     if scan is None:
         scan = scan_holder(repo, did)
     elif not isinstance(scan, HolderScan):
@@ -223,7 +238,7 @@ def revoke_holder(
         raise InputError(f"scan is scan_holder's for {scan.holder}, not for {did}, the holder revoked")
     revoked, already, untrusted = repo.revoke_holder(
         did,
-        now=_now(now),
+        now=at,
         reason=storable,
         holds=lambda token, grant_id: _holds(token, grant_id, did),
         also=scan.elsewhere,
