@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Span
 
+from agentgate._shown import quoted
 from agentgate.audit.entry import argument_digest, redact, utc_now
 from agentgate.authority import Chain, Decision, GrantRepository, parse_chain, record
 from agentgate.capabilities import Call
@@ -485,11 +486,13 @@ class _Recording:
 
 
 def _quota_exceeded(full: QuotaRef, amounts: Mapping[str, int]) -> QuotaExceeded:
-    """The error for a call that policy quota ``full`` cannot hold now, or ever."""
+    """The error for a call that policy quota ``full`` cannot hold now, or ever. What the call
+    alone counts is quoted by its size past 128 bits (``_shown.quoted``): until review R85 a token
+    estimate of ``10**5000`` made this message a bare ``ValueError``."""
     quota = f"{full.limit} {full.unit} per {full.window_s} s for {full.subject}"
     alone = amounts.get(full.unit, 0)
     return QuotaExceeded(
-        f"quota {full.name} allows {quota} and this call alone counts {alone}: it can never fit"
+        f"quota {full.name} allows {quota} and this call alone counts {quoted(alone)}: it can never fit"
         if alone > full.limit
         else f"quota {full.name} reached: {quota}"
     )

@@ -246,8 +246,16 @@ def _grant_id(grant_id: object) -> str:
 
 def _amount(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(f"{what} must be a non-negative integer in minor units, got {value!r}")
+        raise InputError(f"{what} must be a non-negative integer in minor units, got {quoted(value)}")
     return value
+
+
+def _too_large(amount: int) -> BudgetExceeded:
+    """The refusal of an amount past ``MAX_AMOUNT``, which no budget column holds. The amount is
+    quoted by its size past 128 bits (``_shown.quoted``): until review R85 it was written whole,
+    and one of more than 4,300 digits (a token estimate of ``10**5000``) made the message itself a
+    bare ``ValueError``."""
+    return BudgetExceeded(f"an amount ({quoted(amount)}) is more than any budget can hold")
 
 
 def stored_reservation(reservation: object, chain: object, amount: object) -> tuple[tuple[str, ...], int]:
@@ -367,7 +375,7 @@ class BudgetLedger:
         """
         amount = _amount(amount, "amount")
         if amount > MAX_AMOUNT:
-            raise BudgetExceeded(f"an amount of {amount} is more than any budget can hold")
+            raise _too_large(amount)
         if (
             not chain
             or any(not isinstance(g, str) or not g or "\x00" in g for g in chain)
@@ -454,7 +462,7 @@ class BudgetLedger:
         actual = _amount(actual, "actual amount")
         if actual > MAX_AMOUNT:  # what no column can hold: never charged, so part of a shortfall
             if not exhaust:
-                raise BudgetExceeded(f"an amount of {actual} is more than any budget can hold")
+                raise _too_large(actual)
             actual = MAX_AMOUNT
         if tx is not None:
             return self._commit(tx, reservation, actual, exhaust)
