@@ -63,7 +63,7 @@ from agentgate.gate._checks import (
     renamed_identity,
 )
 from agentgate.gate._config import scheduler_config
-from agentgate.gate._costs import _Costs
+from agentgate.gate._costs import _Costs, _token_counts
 from agentgate.gate._delegation import _Delegation
 from agentgate.gate._dispatching import _Dispatching
 from agentgate.gate._lock import _serialized
@@ -442,7 +442,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         if even the refusal cannot be recorded (then nothing runs). Raises ``InputError``,
         writing nothing, for arguments of the wrong type (an ``identity`` that is neither an
         ``AgentIdentity`` nor ``None``, a ``call`` that is not a ``Call``, a ``call_id`` or
-        ``run_id`` that is not valid Unicode text) and for ``tokens`` that are not two token counts. An
+        ``run_id`` that is not valid Unicode text) and for ``tokens`` that are not two token
+        counts, whatever the call and whatever its decision would be (until review R85 a tool
+        call's were not checked: garbage was recorded as allowed, or asked an approval). An
         ``approval`` that is not an ``Approval`` (``Approval.parse`` reads a resume value) is a
         recorded refusal. ``approval_gates=False``: the call continues one that its approval was
         given for (a GPU lease's renewal, ``GatedBroker.renew``), so the policy's approval gates
@@ -464,6 +466,11 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             self._check_decision(identity, call, call_id, run_id, asked_in)
         if prompt_most is not None and (type(prompt_most) is not int or prompt_most < 0):
             raise InputError(f"prompt_most must be a non-negative integer, got {prompt_most!r:.80}")
+        if tokens is not None:
+            # Checked for every call, before anything is written: until review R85 only an allowed
+            # model call's were (``_cost``), so garbage on a tool call was recorded as allowed, or
+            # opened an approval request.
+            tokens = _token_counts(tokens)
         # A refusal closes the call's own approval request, never another run's: the same call
         # asked in another thread is another call (``_call_scope``).
         early = self._precheck(identity, call, agent, agent_did)
