@@ -1,10 +1,12 @@
-"""A model priced nothing for its input and something for its output, authorized with an estimate
-of no output tokens (``tokens=(p, 0)``) on a ``usd_micros`` budget, is charged in money what it
-reports.
+"""A model priced nothing for its input and something for its output, on a ``usd_micros`` budget,
+is charged in money the output it reports.
 
-Until review R61 such an estimate cost 0 micro-dollars (its prompt is free, and one prompt token
-more is free too), so nothing was reserved in ``usd_micros``: the outcome had no money reservation
-to charge, the output it reported was never charged, and a spent budget let it run.
+Until review R61 an estimate of no output tokens (``tokens=(p, 0)``) cost 0 micro-dollars (its
+prompt is free, and one prompt token more is free too), so nothing was reserved in ``usd_micros``:
+the outcome had no money reservation to charge, the output it reported was never charged, and a
+spent budget let it run. Since review R85 ``Gate.authorize`` refuses an estimate of 0 output
+tokens (``InputError``, test_gate_r85_output_zero.py): these calls estimate their output, which
+always costs money on this model.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ def free(tmp_path: Path) -> Iterator[FreeInput]:
 
 
 def test_reported_output_of_a_free_input_model_is_charged_in_usd(free: FreeInput) -> None:
-    """Review R61: estimated (5, 0) on a model whose input is free, a call that reports (5, 100)
+    """Review R61: estimated (5, 100) on a model whose input is free, a call that reports (5, 100)
     is charged its 100 output micro-dollars, and its outcome says so."""
-    auth = free.gate.authorize(free.agent, Call.model("small"), tokens=(5, 0))
+    auth = free.gate.authorize(free.agent, Call.model("small"), tokens=(5, 100))
     assert auth.allowed and auth.reservations  # something reserved in usd_micros to settle
     free.gate.run(auth, lambda: "x", spent=lambda _: (5, 100))
     assert free.spent() == 100
@@ -64,14 +66,14 @@ def test_reported_output_of_a_free_input_model_is_charged_in_usd(free: FreeInput
 
 
 def test_a_spent_usd_budget_refuses_a_free_input_estimate(tmp_path: Path) -> None:
-    """Review R61: once a usd_micros budget is spent out, a call estimated (5, 0) on a model
+    """Review R61: once a usd_micros budget is spent out, a call estimated (5, 1) on a model
     whose input is free is refused: its output would cost money the budget no longer has."""
     made = FreeInput(tmp_path, budget=100)
     try:
         first = made.gate.authorize(made.agent, Call.model("small"), tokens=(5, 100))
         made.gate.run(first, lambda: "x", spent=lambda _: (5, 100))
         assert made.spent() == 100
-        second = made.gate.authorize(made.agent, Call.model("small"), tokens=(5, 0))
+        second = made.gate.authorize(made.agent, Call.model("small"), tokens=(5, 1))
         assert not second.allowed and second.budget_exhausted
     finally:
         made.gate.close()
@@ -80,7 +82,7 @@ def test_a_spent_usd_budget_refuses_a_free_input_estimate(tmp_path: Path) -> Non
 def test_a_free_input_call_reporting_no_output_is_charged_nothing(free: FreeInput) -> None:
     """Review R61: what is reserved is only the estimate's minimum: a call that reports (5, 0)
     on the free-input model is charged 0 micro-dollars."""
-    auth = free.gate.authorize(free.agent, Call.model("small"), tokens=(5, 0))
+    auth = free.gate.authorize(free.agent, Call.model("small"), tokens=(5, 1))
     free.gate.run(auth, lambda: "x", spent=lambda _: (5, 0))
     assert free.spent() == 0
     assert free.gate.ledger.usage(free.agent.chain.root.id) == (0, 0)

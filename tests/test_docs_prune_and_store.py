@@ -555,8 +555,8 @@ def test_a_pre_keying_count_is_carried_into_each_identity_first_counted_in_its_w
         calls.close()
     tokens = restart(tmp_path, quota_limit=3, quota_unit="tokens")
     try:
-        assert tokens.authorize(agent, MODEL, tokens=(1, 0)).allowed  # 2 + 1 again
-        assert tokens.authorize(agent, MODEL, tokens=(1, 0)).quota_exceeded == "acme-usage"
+        assert tokens.authorize(agent, MODEL, tokens=(0, 1)).allowed  # 2 + 1 again
+        assert tokens.authorize(agent, MODEL, tokens=(0, 1)).quota_exceeded == "acme-usage"
     finally:
         tokens.close()
     said = " ".join(section("policy-reference.md", "- **quotas**", "\n- **").split())

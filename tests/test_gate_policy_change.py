@@ -461,7 +461,7 @@ def test_only_a_change_of_what_a_quota_counts_restarts_its_count(
     new = restart(tmp_path, **change)
     try:
         if "quota_unit" in change:  # tokens now: the call counted under calls is not read as a token
-            assert new.authorize(agent, MODEL, tokens=(1, 0)).allowed
+            assert new.authorize(agent, MODEL, tokens=(0, 1)).allowed
         else:  # the same quota with a lower limit: its one call fills it
             assert new.authorize(agent, LOOKUP).quota_exceeded == "acme-usage"
     finally:

@@ -366,10 +366,10 @@ def test_token_counts_that_are_not_two_non_negative_integers_are_refused(
 
 
 def test_a_cost_no_budget_can_hold_is_a_recorded_refusal(priced: tuple[Gate, AgentIdentity]) -> None:
-    """``tokens=(10**30, 0)`` raised sqlite3's OverflowError out of ``authorize``. Refused as a
+    """``tokens=(10**30, 1)`` raised sqlite3's OverflowError out of ``authorize``. Refused as a
     call no budget can ever hold, not as a spent budget (review R82)."""
     gate, agent = priced
-    auth = gate.authorize(agent, Call.model("small"), tokens=(10**30, 0))
+    auth = gate.authorize(agent, Call.model("small"), tokens=(10**30, 1))
     assert not auth.allowed and auth.budget_never_fits and auth.audit_index is not None
 
 

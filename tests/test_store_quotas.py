@@ -184,7 +184,7 @@ def test_an_amount_no_quota_column_can_hold_is_a_recorded_refusal(tmp_path: Path
     try:
         agent = gate.issue(keys["root"], name="a", key=keys["agent"], role="r")
         before = len(list(gate.audit.entries()))
-        auth = gate.authorize(agent, Call.model("small"), tokens=(10**30, 0))  # OverflowError here
+        auth = gate.authorize(agent, Call.model("small"), tokens=(10**30, 1))  # OverflowError here
         assert not auth.allowed and auth.quota_exceeded is not None
         assert len(list(gate.audit.entries())) == before + 1
     finally:

@@ -31,6 +31,21 @@ def _token_counts(tokens: object) -> tuple[int, int]:
     )
 
 
+def _token_estimate(tokens: object) -> tuple[int, int]:
+    """``Gate.authorize``'s ``tokens``: ``_token_counts`` whose output count (the ``max_tokens``
+    the call is sent, the most output its outcome is charged) is at least 1; ``InputError``
+    otherwise. 0 is refused, not read as "no limit", as the gateway (``max_tokens_of``) and the
+    LangGraph middleware refuse ``max_tokens`` 0: until review R85 an estimate of ``(100, 0)``
+    capped nothing, and one backend report of 10^6 completion tokens was charged whole."""
+    prompt, output = _token_counts(tokens)
+    if output == 0:
+        raise InputError(
+            "token counts (prompt, output) must give an output count of at least 1, got 0: it is the "
+            "max_tokens the call is sent and the most output it is charged, and 0 is not read as no limit"
+        )
+    return prompt, output
+
+
 def _bounded_repr(value: object) -> str:
     """At most 80 characters of ``repr(value)``, or its type where it has none: a backend's garbage
     (an integer past Python's 4,300-digit limit, a nesting past the recursion limit) cannot turn the
@@ -62,9 +77,10 @@ def _output_capped(usage: tuple[int, int], limit: int | None) -> tuple[int, int]
     was allowed is broken or hostile; charged as reported, one call could drain a budget. (The
     prompt is not capped here: the reservation's prompt is only an estimate. A decider that
     bounds it sets ``Authorization.prompt_tokens``, which ``_reported_cost`` caps it at.) ``limit``
-    ``None`` (no output was reserved): ``usage`` unchecked."""
+    ``None`` (no output was reserved): ``usage`` unchecked; a ``limit`` of 0 caps the output at 0
+    (until review R85 it was taken for no limit)."""
     prompt, output = usage
-    return (prompt, limit) if limit and output > limit else usage
+    return (prompt, limit) if limit is not None and output > limit else usage
 
 
 _METERED = METERED_UNITS
@@ -169,7 +185,9 @@ class _Costs:
         is free and whose output is not is reserved one output token more in money instead: until
         review R61 its ``(p, 0)`` cost no money, reserved none, and the output it reported was
         never charged in ``usd_micros`` (nor did a spent money budget refuse it). A model free
-        for both costs nothing, and reserves nothing in money."""
+        for both costs nothing, and reserves nothing in money. (Since review R85
+        ``Gate.authorize`` refuses an estimate of 0 output tokens, ``_token_estimate``; a decider
+        that passes its own estimate to ``_record_allow`` is still met here.)"""
         cost = self._priced(call, tokens)
         if tokens is not None and (cost.get("tokens") == 0 or cost.get("usd_micros") == 0):
             prompt, output = _token_counts(tokens)

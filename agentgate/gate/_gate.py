@@ -63,7 +63,7 @@ from agentgate.gate._checks import (
     renamed_identity,
 )
 from agentgate.gate._config import scheduler_config
-from agentgate.gate._costs import _Costs, _token_counts
+from agentgate.gate._costs import _Costs, _token_estimate
 from agentgate.gate._delegation import _Delegation
 from agentgate.gate._dispatching import _Dispatching
 from agentgate.gate._lock import _serialized
@@ -470,7 +470,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             # Checked for every call, before anything is written: until review R85 only an allowed
             # model call's were (``_cost``), so garbage on a tool call was recorded as allowed, or
             # opened an approval request.
-            tokens = _token_counts(tokens)
+            tokens = _token_estimate(tokens)
         # A refusal closes the call's own approval request, never another run's: the same call
         # asked in another thread is another call (``_call_scope``).
         early = self._precheck(identity, call, agent, agent_did)
