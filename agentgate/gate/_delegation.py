@@ -366,6 +366,10 @@ class _Delegation:
         """A sub-agent identity: a fresh grant from ``parent`` to ``key``, attenuated to
         ``capabilities`` and ``budget``, living ``ttl`` and never past the parent. Audited either way.
 
+        ``budget`` is in the unit of the parent's budget, or, where the parent's grant carries
+        none, in the unit of the policy's delegation rule for it (``usd_micros`` where no rule has
+        a budget): until review R85 it was ``usd_micros`` then, whatever the rule's unit.
+
         ``call`` names the call that delegates (``delegation_tool``: the tool call's thread, step
         and id), signed into the grant's purpose as a digest. A live grant recorded in the store
         for the same ``call``, parent, key and terms (expiring no later than a fresh one of
@@ -426,18 +430,17 @@ class _Delegation:
                 self._refuse_revoked(parent)
                 self._refuse_untrusted(parent)
                 self._refuse_outside_policy(parent)
-                self._check_delegation_rule(parent, caps, seconds, budget, asked)
+                unit = self._check_delegation_rule(parent, caps, seconds, budget, asked)
                 again, ignored = (
                     (None, [])
                     if call is None
-                    else self._delegated_before(parent, key, caps, budget, purpose, seconds)
+                    else self._delegated_before(parent, key, caps, budget, unit, purpose, seconds)
                 )
                 if again is not None:
                     self._claim_unknown_name(name)  # granted by a version before the store kept names
                     self._remember_name(name)
                     child = AgentIdentity(name, key, again, parent.tenant)
                     return self._granted_on(span, self._handed_on(parent, child, again=True))
-                unit = tip.budget.unit if tip.budget else "usd_micros"
                 chain = delegate(
                     parent.chain,
                     parent.key,
@@ -535,14 +538,15 @@ class _Delegation:
         key: SigningKey,
         caps: list[Capability],
         budget: int | None,
+        unit: str,
         purpose: str,
         seconds: int,
     ) -> tuple[Chain | None, list[str]]:
         """The live chain recorded as delegated from ``parent`` to ``key`` with ``purpose`` and
-        these terms (``delegate``'s ``call``), if any, that expires no later than a fresh one
-        living ``seconds`` would (until review R60 a grant made for a longer ``ttl`` was handed on
-        for a shorter one, ten minutes for one asked); with the rows read and ignored, each named
-        with why (``_ignored_row``).
+        these terms (``delegate``'s ``call``; ``budget`` in ``unit``), if any, that expires no
+        later than a fresh one living ``seconds`` would (until review R60 a grant made for a
+        longer ``ttl`` was handed on for a shorter one, ten minutes for one asked); with the rows
+        read and ignored, each named with why (``_ignored_row``).
 
         A row is the store's word, written by whoever may insert into the grants table: the
         chain is handed on only once it verifies as a grant of ``parent``'s to ``key``
@@ -569,7 +573,10 @@ class _Delegation:
                 tip.purpose == purpose
                 and tip.expires <= now + seconds
                 and list(tip.capabilities) == caps
-                and (budget is None or (tip.budget is not None and tip.budget.amount == budget))
+                and (
+                    budget is None
+                    or (tip.budget is not None and (tip.budget.amount, tip.budget.unit) == (budget, unit))
+                )
             ):
                 continue  # another call's grant, or other terms
             why = self._untrusted_row(row_id, chain, parent, key, now)
@@ -876,18 +883,37 @@ class _Delegation:
 
     def _check_delegation_rule(
         self, parent: AgentIdentity, caps: list[Capability], seconds: int, budget: int | None, asked: int
-    ) -> None:
-        """Refuse (``ScopeCreep``, with the finding) a delegation the policy's rules for the
+    ) -> str:
+        """The unit of the budget a grant delegated from ``parent`` carries: its parent's, which a
+        child keeps; where the parent's grant carries none, the one the policy's delegation rule
+        bounds it in (``PolicyIndex.delegation_budget_unit``), else ``usd_micros``. Until review
+        R85 it was ``usd_micros`` whatever the rule: a budget of 5 under a rule of 10 ``calls``
+        was 5 micro-dollars, and the sub-agent's tool calls ran without limit.
+
+        Refuses (``ScopeCreep``, with the finding) a delegation the policy's rules for the
         parent's roles do not allow (``PolicyIndex.delegation_fault``, which decisions ask of each
-        link of a chain presented too). ``asked``: the TTL asked, of which ``seconds`` is what
-        the parent's remaining life leaves."""
+        link of a chain presented too): also one with a budget when the parent's is in another
+        unit than the rule's, which no child of it can carry (``delegation_budget_above_policy``,
+        naming both units). ``asked``: the TTL asked, of which ``seconds`` is what the parent's
+        remaining life leaves."""
+        held = parent.chain.tip.budget  # a link below one with a budget carries one (attenuation)
+        unit = held.unit if held is not None else self.index.delegation_budget_unit(parent.did, caps)
+        unit = unit or "usd_micros"
         fault = self.index.delegation_fault(
-            parent.did, parent.chain.root.audience, caps, seconds, budget, parent.name, asked_s=asked
+            parent.did,
+            parent.chain.root.audience,
+            caps,
+            seconds,
+            budget,
+            parent.name,
+            asked_s=asked,
+            unit=unit,
         )
         if fault is not None:
             error = ScopeCreep(fault.message)
             error.finding = fault
             raise error
+        return unit
 
     @_serialized
     def revoke(

@@ -46,7 +46,7 @@ def chain_fault(index: PolicyIndex, chain: Chain) -> Finding | None:
     ``delegation_ttl_above_policy``, ``delegation_budget_above_policy``), and
     ``delegation_wider_than_policy`` for a link deeper than the root holder's roles let a chain
     go (``delegation.max_depth``). A link's lifetime is its expiry less its not-before; its budget
-    the one it carries.
+    the one it carries, in its unit (one other than the rule's is over it).
     """
     root = chain.root
     holder = _named(index, root.audience)
@@ -87,9 +87,15 @@ def chain_fault(index: PolicyIndex, chain: Chain) -> Finding | None:
     for step, link in enumerate(chain.links[1:], start=1):
         delegator = chain.links[step - 1].audience
         who = _named(index, delegator)
-        budget = link.budget.amount if link.budget is not None else None
+        budget, unit = (link.budget.amount, link.budget.unit) if link.budget is not None else (None, None)
         fault = index.delegation_fault(
-            delegator, root.audience, link.capabilities, link.expires - link.not_before, budget, who
+            delegator,
+            root.audience,
+            link.capabilities,
+            link.expires - link.not_before,
+            budget,
+            who,
+            unit=unit,
         )
         where = f"link {step} ({link.id[:16]}), which {who} delegated, is outside the policy"
         if fault is not None:

@@ -32,7 +32,7 @@ from agentgate.capabilities import (
 from agentgate.errors import CapabilityError, PolicyError
 from agentgate.findings import Finding, FindingKind, Outcome
 from agentgate.policy._load import Policy, RuleRef, describe_constraint
-from agentgate.policy._schema import Budget
+from agentgate.policy._schema import Budget, Delegation
 
 # Exact types: a bool is not an integer here, and a str subclass is not a string.
 _TYPES: dict[str, frozenset[type]] = {
@@ -333,6 +333,28 @@ class PolicyIndex:
             default=0,
         )
 
+    def _delegation_rules(self, roles: Iterable[str], cap: Capability) -> list[Delegation]:
+        """The ``delegation`` rules of ``roles`` (those with one) that let ``cap`` be handed on."""
+        return [
+            delegation
+            for r in roles
+            if (delegation := self.policy.document.roles[r].delegation) is not None
+            and any(attenuates(rule.capability, cap) for rule in self.policy.delegable.get(r, ()))
+        ]
+
+    def delegation_budget_unit(self, delegator: str, capabilities: Iterable[Capability]) -> str | None:
+        """The unit in which the ``delegation`` rules of the roles of ``delegator`` (a did:key)
+        bound the budget of a grant of ``capabilities`` it hands on: that of the first such rule
+        with a ``budget`` (role by role, capability by capability); ``None`` where none has one.
+        ``Gate.delegate`` gives a sub-agent's budget this unit when its parent's grant carries
+        none (a budget in another unit is over the rule: ``delegation_fault``)."""
+        roles = [r for r in self._held_roles(delegator) if self.policy.document.roles[r].delegation]
+        for cap in capabilities:
+            for rule in self._delegation_rules(roles, cap):
+                if rule.budget is not None:
+                    return rule.budget.unit
+        return None
+
     def delegation_fault(
         self,
         delegator: str,
@@ -343,14 +365,18 @@ class PolicyIndex:
         who: str,
         *,
         asked_s: int | None = None,
+        unit: str | None = None,
     ) -> Finding | None:
         """Why the ``delegation`` rules of the roles of ``delegator`` (a did:key) do not let it hand
         on a grant of ``capabilities`` that lives ``seconds`` and carries ``budget`` (``None``:
-        the delegator's whole budget); ``None`` when they let it. ``first_holder``: the audience
-        of the chain's root grant; ``who``: the delegator as the message names it. ``asked_s``: the
-        TTL asked, when ``seconds`` is less, capped to the delegator's remaining life
-        (``Gate.delegate``): a refusal for the TTL names both (until review R67 it named the
-        capped TTL as the one asked).
+        the delegator's whole budget) in ``unit`` (``None``: the rule's own); ``None`` when they
+        let it. ``first_holder``: the audience of the chain's root grant; ``who``: the delegator
+        as the message names it. ``asked_s``: the TTL asked, when ``seconds`` is less, capped to
+        the delegator's remaining life (``Gate.delegate``): a refusal for the TTL names both
+        (until review R67 it named the capped TTL as the one asked). A budget in another unit than
+        a rule's is over it, and its refusal names both units: until review R85 the amounts alone
+        were compared, so 5 ``usd_micros`` passed a rule of 10 ``calls`` and the sub-agent's tool
+        calls ran without limit.
 
         The finding is ``scope_creep`` (``delegation_not_in_policy``,
         ``delegation_wider_than_policy``, ``delegation_budget_above_policy``), or
@@ -383,12 +409,7 @@ class PolicyIndex:
         # must admit the grant's whole lifetime and budget (another role's looser limits, for
         # capabilities it hands on, do not widen this one's).
         for cap in capabilities:
-            rules = [
-                delegation
-                for r in roles
-                if (delegation := self.policy.document.roles[r].delegation) is not None
-                and any(attenuates(rule.capability, cap) for rule in self.policy.delegable.get(r, ()))
-            ]
+            rules = self._delegation_rules(roles, cap)
             if not rules:
                 handed = dict.fromkeys(
                     str(rule.capability) for r in roles for rule in self.policy.delegable.get(r, ())
@@ -412,9 +433,21 @@ class PolicyIndex:
                     FindingKind.NON_REVOCABLE_GRANT,
                 )
             if not any(
-                d.budget is None or (budget is not None and budget <= d.budget.limit) for d in lasting
+                d.budget is None
+                or (budget is not None and unit in (None, d.budget.unit) and budget <= d.budget.limit)
+                for d in lasting
             ):
-                largest = max((d.budget for d in lasting if d.budget), key=lambda b: b.limit)
+                bounds = [d.budget for d in lasting if d.budget]
+                alike = [b for b in bounds if unit in (None, b.unit)]
+                largest = max(alike or bounds, key=lambda b: b.limit)
+                if budget is not None and not alike:
+                    return refuse(
+                        "delegation_budget_above_policy",
+                        f"a delegated grant with {cap} may carry a budget of {largest.limit} "
+                        f"{largest.unit} at most, not {budget} {unit}, another unit: delegate it with a "
+                        f"budget of at most {largest.limit} {largest.unit} (a delegated grant keeps its "
+                        f"parent's unit: from a grant with no budget or one in {largest.unit})",
+                    )
                 asked = "the parent's whole budget" if budget is None else str(budget)
                 return refuse(
                     "delegation_budget_above_policy",
