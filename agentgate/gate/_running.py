@@ -90,6 +90,17 @@ def _failure_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def _not_a_failure(value: object) -> InputError:
+    """The error for what a ``failed`` returned that is neither a boolean nor an exception. Until
+    review R85 any value was read for its truth: an exception class (``lambda r: ValueError``, an
+    instance meant) recorded an ``error`` outcome with no reason, and nothing was raised."""
+    if isinstance(value, type) and issubclass(value, BaseException):
+        what = f"the exception class {value.__name__}, not an exception (return {value.__name__}(...))"
+    else:
+        what = shown(value)
+    return InputError(f"failed must return a bool or an exception, got {what}")
+
+
 _NO_FN = object()
 """``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
 
@@ -197,7 +208,8 @@ class _Running:
         the reservation; what ``failed`` or ``spent`` raises, after recording an error outcome
         charged as reserved (the call ran); the exception ``failed`` returns (instead of a
         boolean: the call ran and failed), after recording an error outcome charged at the usage
-        ``spent`` read. ``fn`` gets no idempotency key, so a tool that
+        ``spent`` read; ``InputError`` for what ``failed`` returns that is neither (an exception
+        class), as for what it raises. ``fn`` gets no idempotency key, so a tool that
         ``takes_idempotency_key`` is not repeated after an ambiguous failure (docs/tasks.md).
         An exception for which ``paused`` is true is a pause, not a failure (LangGraph's
         ``interrupt()`` inside a tool): the outcome is ``paused``, the reservation released, and
@@ -559,10 +571,13 @@ class _Running:
         as reserved (it ran; what it cost cannot be read), its reason ``_failure_reason`` (a
         LangGraph stream cut after output is such a ``spent``'s ``BackendFailed``: until review
         R59 its reason had no detail, where the gateway's for the same stream did), and the
-        exception is re-raised."""
+        exception is re-raised; so is a ``failed`` that returns neither a boolean nor an
+        exception, with ``InputError`` (``_not_a_failure``)."""
         try:
             usage = spent(result) if spent is not None else None
             failure = failed(result) if failed is not None else False
+            if not isinstance(failure, bool | BaseException):
+                raise _not_a_failure(failure)
             status = "error" if failure else "ok"
         except BaseException as exc:
             raised = type(exc).__qualname__

@@ -1,0 +1,72 @@
+"""Review R85: ``Gate.run(..., failed=...)`` takes a ``failed`` that returns a boolean, or the
+exception the call failed with; whatever else it returned was read for its truth. An exception
+class (``failed=lambda r: ValueError``, an instance meant) recorded an ``error`` outcome with no
+reason, and nothing was raised: the caller went on as if the call had worked. Such a ``failed`` is
+now a broken one, as one that raises: the outcome is an ``error`` charged as reserved (the call
+ran), its reason ``InputError``, and the ``InputError`` saying what was returned is raised, by
+``run`` and ``arun`` alike.
+
+Real components: a Gate on a SQLite file (``test_gate``'s policy; ``small`` costs 1 micro-dollar
+a prompt token and 2 an output token)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_gate import Setup
+
+from agentgate.capabilities import Call
+from agentgate.errors import InputError
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    made = Setup(tmp_path)
+    yield made
+    made.gate.close()
+
+
+@pytest.mark.parametrize("arun", [False, True])
+@pytest.mark.parametrize(
+    ("returned", "said"),
+    [
+        (ValueError, r"got the exception class ValueError, not an exception \(return ValueError\(\.\.\.\)\)"),
+        ("declined", "got a str"),
+        (None, "got None"),
+    ],
+)
+def test_a_failed_that_returns_neither_a_bool_nor_an_exception_raises_and_records_why(
+    setup: Setup, arun: bool, returned: object, said: str
+) -> None:
+    auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(10, 10))
+    assert auth.allowed
+
+    def failed(_result: str) -> Any:
+        return returned
+
+    async def answer() -> str:
+        return "text"
+
+    with pytest.raises(InputError, match=f"failed must return a bool or an exception, {said}"):
+        if arun:
+            asyncio.run(setup.gate.arun(auth, answer, failed=failed, spent=lambda _: (1, 1)))
+        else:
+            setup.gate.run(auth, lambda: "text", failed=failed, spent=lambda _: (1, 1))
+    outcome = setup.entries()[-1]
+    assert outcome.kind == "outcome" and outcome.status == "error"
+    assert outcome.reasons[0] == "InputError" and "charged as reserved" in outcome.reasons[-1]
+    assert outcome.budget_delta == 30  # charged as reserved: 10 + 2 * 10
+
+
+def test_a_failed_that_returns_an_exception_still_raises_it_at_the_usage_read(setup: Setup) -> None:
+    auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(10, 10))
+    with pytest.raises(ValueError, match="unparsable"):
+        setup.gate.run(
+            auth, lambda: "text", failed=lambda _: ValueError("unparsable"), spent=lambda _: (1, 1)
+        )
+    outcome = setup.entries()[-1]
+    assert outcome.status == "error" and outcome.reasons == ("ValueError",) and outcome.budget_delta == 3
