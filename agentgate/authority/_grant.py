@@ -196,8 +196,9 @@ class Chain:
 
     def __post_init__(self) -> None:
         """Raises ``TokenFormatError`` for links no chain is made of: none, or one that is not a
-        ``Grant`` (until review R85 a bare ``ValueError`` or ``AttributeError``). Links that are
-        grants but not the token's are refused where the chain is used (``tip_mismatch``)."""
+        ``Grant`` and lacks a grant's fields (until review R85 a bare ``ValueError`` or
+        ``AttributeError``). Links that are not the token's (grants, or objects with a grant's
+        fields) are refused where the chain is used (``tip_mismatch``)."""
         links = self.links
         set_ = object.__setattr__
         try:

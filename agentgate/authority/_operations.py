@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from agentgate._shown import quoted
 from agentgate._time import when
 from agentgate.authority._chain_findings import (
     _OPACITY,
@@ -151,7 +152,7 @@ def _sign(
         raise TokenFormatError(f"purpose must be a string of at most {MAX_PURPOSE} characters")
     if not 0 <= not_before < MAX_TIME or not 0 <= expires < MAX_TIME:
         raise TokenFormatError(
-            f"grant times lie in 0 .. 2**40-1 Unix seconds; not-before {not_before}, expiry {expires} "
+            f"grant times lie in 0 .. 2**40-1 Unix seconds; not-before {quoted(not_before)}, expiry {quoted(expires)} "
             "(a clock or now= before 1970, or a ttl reaching past 2**40)"
         )
     if not not_before < expires:

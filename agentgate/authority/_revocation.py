@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 
 from agentgate._names import MAX_FREE_TEXT
+from agentgate._shown import quoted
 from agentgate.authority._encoding import b64url_decode
 from agentgate.authority._grant import MAX_TIME, MAX_TOKEN_BYTES, TOKEN_PREFIX, Chain, Grant, _encode_chain
 from agentgate.authority._operations import _now, _signed_chain
@@ -82,7 +83,7 @@ def _revoked_at(now: float | None) -> int:
     at = _now(now)
     if not 0 <= at < MAX_TIME:
         raise InputError(
-            f"a revocation time lies in 0 .. 2**40-1 Unix seconds; got {at} (a clock or now= before "
+            f"a revocation time lies in 0 .. 2**40-1 Unix seconds; got {quoted(at)} (a clock or now= before "
             "1970, or past 2**40)"
         )
     return at
