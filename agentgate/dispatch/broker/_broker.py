@@ -347,7 +347,8 @@ class Broker(_Restoring, _Preempting):
         does not match this topology and these quotas (unknown GPU or tenant, a GPU held twice,
         a gang of the wrong size), names one lease or request id twice, or holds a time that is
         none, as the journal's ``load`` refuses it (a ``taken_at`` of no date from year 1 to 9999,
-        a lease's or request's time that is not a finite number).
+        a lease's or request's time that is not a finite number, a waiting request's ``deadline``
+        that is neither a finite number nor ``inf``, which says it never times out).
         """
         with self._lock:
             if self._leases or self._waiting or self._seq:

@@ -6,6 +6,7 @@ mutates one a caller holds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -106,11 +107,24 @@ def time_refused(name: str, value: object) -> str | None:
     (``finite``), or ``None`` for a lease not notified (``notice_deadline``) and a request that
     never times out (``deadline``). A lease whose ``expires_at`` was NaN never expired, and no
     journal could write it. The one check of the journal's ``load`` (since review R68) and of
-    ``Broker.restore`` (since review R85)."""
+    ``Broker.restore`` (since review R85), which checks a waiting request's ``deadline`` by
+    ``queued_deadline_refused`` (a snapshot's "never" is ``inf``, not a stored row's ``None``)."""
     if (value is None and name in _MAY_BE_NONE) or finite(value):
         return None
     none = " or none" if name in _MAY_BE_NONE else ""
     return f"{name} must be a finite number{none}, got {shown_number(value):.80}"
+
+
+def queued_deadline_refused(deadline: object) -> str | None:
+    """Why ``deadline`` is no ``QueuedRequest.deadline`` of a snapshot that ``Broker.restore``
+    takes, or ``None`` when it is one: a finite number, or infinity for a request that never times
+    out (as ``QueuedRequest`` holds it, and the journal's ``load`` reads its stored NULL). ``None``
+    is none here: until a regression review of R85 restore let it through (``time_refused``'s
+    "none" is the stored row's), and then failed comparing it, a ``TypeError`` after the leases
+    were taken over, and the broker refused a second restore as "not empty"."""
+    if finite(deadline) or (is_number(deadline) and deadline == math.inf):
+        return None
+    return f"deadline must be a finite number or inf (it never times out), got {shown_number(deadline):.80}"
 
 
 @dataclass(frozen=True, slots=True)

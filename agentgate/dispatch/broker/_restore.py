@@ -4,7 +4,6 @@ GPUs, reservations and quota charges included. ``Broker.restore`` calls them in 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from agentgate.dispatch.broker._model import (
@@ -12,6 +11,7 @@ from agentgate.dispatch.broker._model import (
     BrokerSnapshot,
     Lease,
     QueuedRequest,
+    queued_deadline_refused,
     shown_number,
     taken_at_refused,
     time_refused,
@@ -82,10 +82,9 @@ class _Restoring:
                 if (why := time_refused(name, getattr(lease, name))) is not None:
                     raise BrokerError(f"snapshot: lease {quoted(lease.id)}: {why}")
         for q in snapshot.queue:
-            deadline = None if q.deadline == math.inf else q.deadline  # inf: it never times out
-            for name, value in (("submitted_at", q.submitted_at), ("deadline", deadline)):
-                if (why := time_refused(name, value)) is not None:
-                    raise BrokerError(f"snapshot: request {quoted(q.request.id)}: {why}")
+            why = time_refused("submitted_at", q.submitted_at) or queued_deadline_refused(q.deadline)
+            if why is not None:
+                raise BrokerError(f"snapshot: request {quoted(q.request.id)}: {why}")
 
     def _claim_snapshot_gpus(self, owner: str, gpus: Sequence[str], size: int, into: dict[int, str]) -> None:
         """Record in ``into`` that ``owner`` holds ``gpus`` (none, or a whole gang of ``size``);
