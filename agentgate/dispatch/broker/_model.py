@@ -66,11 +66,14 @@ def _storable(value: str) -> bool:
 
 
 def shown_number(value: object) -> str:
-    """``value`` as a message quotes it: its ``repr``, but no integer of more than 18 digits,
-    which could run to thousands of digits (or more than Python will write)."""
+    """``value`` as a message quotes it: no integer of more than 18 digits, which could run to
+    thousands of digits (or more than Python will write), and anything else as ``quoted`` bounds
+    it. Until a regression review of R85 anything else was its plain ``repr``: a time or a
+    ``ttl_s`` that was a list holding an integer of 5,000 digits made the refusal itself a bare
+    ``ValueError`` (``Broker.restore``, ``GangRequest``, ``Broker``'s defaults)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
         return "an integer of more than 18 digits"
-    return repr(value)
+    return quoted(value)
 
 
 def short_ttl(ttl_s: float) -> str:
