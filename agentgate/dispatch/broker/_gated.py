@@ -42,6 +42,8 @@ from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, 
 from agentgate.dispatch.broker._quoting import quoted
 from agentgate.errors import BrokerError, Denied, LeaseLost, StoreError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
+from agentgate.gate._authorization import expect
+from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
 
 
@@ -114,7 +116,11 @@ class GatedBroker(_Recording):
         allowed request's decision (before the broker sees it) returns the reservation and
         appends an ``error`` outcome first; one recording an earlier call's events raises before
         any decision (those events are recorded first, see ``_record``).
+        Raises ``InputError``, as ``Gate.authorize`` does, for an ``identity`` that is neither an
+        ``AgentIdentity`` nor ``None``, before anything is written (until a regression review of
+        R85 a DID or a name given as text was an ``AttributeError`` from reading its ``did``).
         """
+        expect(identity, _IDENTITY_OR_NONE, "identity", _IDENTITY + " or None")
         resource = _resource(request)
         with self._lock:
             self._record([])  # what an earlier call could not record comes first
