@@ -1,7 +1,8 @@
 """``Gateway(slo_ttft_s=...)`` is checked when the gateway is made (review R85), as the
 dispatcher's own ``slo_ttft_s`` is: until R85 it was not, and NaN, 0, -1, infinity, ``"2"`` or
 ``True`` made a gateway whose every chat call was decided, reserved and audited as allowed, then
-refused by the dispatcher (503 ``not_served``)."""
+refused by the dispatcher (503 ``not_served``). ``None`` is not refused: it is the dispatcher's own
+SLO, as before R85 (tests/test_regress_r85_gateway_slo_none.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from agentgate.errors import InputError
 pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
 
 
-@pytest.mark.parametrize("slo", [math.nan, -1.0, 0, 0.0, math.inf, "2", True, None])
+@pytest.mark.parametrize("slo", [math.nan, -1.0, 0, 0.0, math.inf, "2", True])
 def test_an_slo_that_is_not_a_positive_finite_number_of_seconds_is_refused_naming_it(
     env: Env, slo: Any
 ) -> None:

@@ -153,13 +153,14 @@ class Gateway:
     loop, started and stopped by the app's lifespan. The gate is the caller's to close.
 
     A call to a model whose policy entry declares ``slo.ttft_ms`` is routed under that SLO;
-    ``slo_ttft_s`` is the SLO of calls to models that declare none.
+    ``slo_ttft_s`` is the SLO of calls to models that declare none (``None``: the dispatcher's own,
+    ``DEFAULT_SLO_TTFT_S``).
 
     A chat request's body may be at most ``max_body_bytes`` (else 413) and must arrive within
     ``body_timeout_s`` of its head (else 408). Raises ``InputError`` naming the setting unless
     ``max_body_bytes`` is a positive whole number, ``body_timeout_s`` a positive finite number,
-    and ``slo_ttft_s`` a positive finite number of seconds (as the dispatcher's own ``slo_ttft_s``
-    is checked: a bool is none).
+    and ``slo_ttft_s`` a positive finite number of seconds or ``None`` (as the dispatcher's own
+    ``slo_ttft_s`` is checked: a bool is none).
     """
 
     def __init__(
@@ -169,7 +170,7 @@ class Gateway:
         *,
         router: RoutingPolicy | None = None,
         timeouts: Timeouts | None = None,
-        slo_ttft_s: float = 2.0,
+        slo_ttft_s: float | None = 2.0,
         max_body_bytes: int = MAX_BODY_BYTES,
         body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
@@ -181,7 +182,9 @@ class Gateway:
         self.body_timeout_s = positive_seconds(body_timeout_s, "body_timeout_s")
         # Until review R85 unchecked: NaN, -1, 0 or "2" made a gateway whose every chat call was
         # decided, reserved and audited, then refused by the dispatcher (503 ``not_served``).
-        check_positive_finite(slo_ttft_s, "slo_ttft_s")
+        # ``None`` goes on to the dispatcher, which reads it as its own SLO, as it did before R85.
+        if slo_ttft_s is not None:
+            check_positive_finite(slo_ttft_s, "slo_ttft_s")
         self.gate = gate
         self.inventory = inventory
         self.dispatcher = Dispatcher(inventory, router or Router(inventory), timeouts=timeouts)
