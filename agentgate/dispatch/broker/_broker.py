@@ -76,7 +76,7 @@ from agentgate.dispatch.broker._quoting import quoted
 from agentgate.dispatch.broker._restore import _Restoring
 from agentgate.dispatch.broker._topology import Topology
 from agentgate.dispatch.broker._waiting import _Waiting
-from agentgate.errors import BrokerError, LeaseLost
+from agentgate.errors import BrokerError, LeaseLost, StoreError
 
 Clock = Callable[[], float]
 
@@ -239,9 +239,10 @@ class Broker(_Restoring, _Preempting):
         """Extend a live lease to ``ttl_s`` from now and return it.
 
         A notified lease still ends at its notice deadline. Raises ``LeaseLost`` when the lease
-        is not live (a holder that renews too late learns here that its GPUs are gone), or its
-        id is not text; ``StoreError`` when the journal write fails, the lease renewed all the
-        same (in memory, journaled by the next write that succeeds).
+        is not live (a holder that renews too late learns here that its GPUs are gone), its id
+        is not text, or the queue this call tries preempts it with no grace, whether or not the
+        journal write then fails; ``StoreError`` when the journal write fails, the lease renewed
+        all the same (in memory, journaled by the next write that succeeds).
         """
         _an_id(lease_id)
         with self._lock:
@@ -256,10 +257,19 @@ class Broker(_Restoring, _Preempting):
             # failed write raised before it extended the lease, which ended at its old expiry.
             self._leases[lease_id] = dataclasses.replace(lease, expires_at=now + self._ttl(lease.request))
             self._dirty = True
-            self._schedule(now)
+            preempted = f"lease {quoted(lease_id)} is not held (released, expired or preempted)"
+            try:
+                self._schedule(now)
+            except StoreError as exc:
+                # The journal is written last, after the queue was tried: a lease that pass
+                # preempted is not held, and its holder is told so, not that it renewed (until a
+                # regression review of R85 this ``StoreError`` said the lease was renewed).
+                if lease_id not in self._leases:
+                    raise LeaseLost(preempted) from exc
+                raise
             renewed = self._leases.get(lease_id)
             if renewed is None:  # preempted with no grace by a request the queue placed now
-                raise LeaseLost(f"lease {quoted(lease_id)} is not held (released, expired or preempted)")
+                raise LeaseLost(preempted)
             return renewed
 
     def advance(self) -> list[BrokerEvent]:
