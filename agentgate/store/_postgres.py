@@ -1010,6 +1010,13 @@ def _redact(url: str) -> str:
     ``@``, wherever it is (until review R72 the last outside a secret's value: where every ``@``
     after the password's start lay in one, as some reading of the URL has it, or one after the
     meant one did, the password's start was shown: ``u:p?password=/s@h``, ``u:p@s?password=x@h``).
+    So is one where an ``@`` in the query may end the user part as meant (``_meant_user_part_ends``:
+    a password holding an ``@`` and a ``?``, what follows that ``@`` read as a URL's hosts), unless
+    it is in an application name, whose value is then masked up to it (``worker@host``, common
+    there, keeps the host and database shown: review R71): until review R85 libpq's reading was
+    taken as meant where its hosts were sane, and the rest of such a password was shown as a
+    socket directory (``//:p@?host=h,/ss@``, the host ``h,/ss@``) or as the host before a
+    ``password=`` holding the ``@`` (``//u:p@ss?password=x@h``).
 
     A libpq key=value connection string (no ``://``, an ``=``; ``PostgresStore`` takes one,
     ``open_store`` refuses it) is masked by ``_redact_conninfo``: until review R72 it was shown
@@ -1028,7 +1035,9 @@ def _redact(url: str) -> str:
     if user_part is not None:  # a user name holding ``?password=``: as libpq reads it, no secret
         spans += _secret_parameters(url, url.find("?", start, after - 1), after - 1)
     spans += _secret_parameters(url, url.find("?", after))
-    if not _read_as_meant(url, start, after):
+    ends = _meant_user_part_ends(url, start, after)
+    spans += [(begin, at) for key, begin, at in ends if key in _FREE_TEXT_PARAMETERS]
+    if any(key not in _FREE_TEXT_PARAMETERS for key, _, _ in ends) or not _read_as_meant(url, start, after):
         for mark in (i for i, char in enumerate(url) if char == "?"):
             spans += _secret_parameters(url, mark, unknown=False)
         colon = url.find(":", start)
@@ -1051,6 +1060,41 @@ names another (``mysql://``, refused) is masked as a URL too."""
 _LIBPQ_USER_PART = re.compile(r"[^@/]*@")
 """The user part of a URL after its ``//``, as libpq reads it: to the first ``@``, unless a ``/``
 comes before it (then there is none)."""
+
+
+_FREE_TEXT_PARAMETERS = frozenset({"application_name", "fallback_application_name"})
+"""The URL parameters whose value is free text naming the client, where an ``@`` is common
+(``worker@host``): one there is taken as the value's, not as the end of a user part, so the host
+and database stay shown (review R71); the value up to it is masked instead (``_redact``)."""
+_MEANT_HOSTS = re.compile(
+    r"(?:\[[0-9A-Fa-f:.%]*\]|[\w.~%-]*)(?::[0-9]*)?"
+    r"(?:,(?:\[[0-9A-Fa-f:.%]*\]|[\w.~%-]*)(?::[0-9]*)?)*(?:[/?]|\Z)"
+)
+"""What follows the ``@`` that ends a user part as a URL is written: hosts (none, or names of
+letters, digits, ``.``, ``-``, ``_``, ``~`` and percent-escapes, or bracketed IPv6 addresses),
+each perhaps with a port, then the end of the URL, its path or its query."""
+
+
+def _meant_user_part_ends(url: str, start: int, after: int) -> list[tuple[str, int, int]]:
+    """The ``@`` signs in the query of ``url`` (its host from ``after``) that may end its user
+    part (from ``start``) as meant, a password holding an ``@`` and a ``?``, which libpq ends at
+    its first ``@``: each written as is (``%40`` ends none) in a parameter's value, after a ``:``
+    (without one, that user part holds no password), and followed by what reads as a URL's hosts
+    (``_MEANT_HOSTS``: not ``x@y&sslmode=...``, where an ``@`` is a part of a value). Each as the
+    parameter's name (percent-decoded), where its value starts, and where the ``@`` is."""
+    ends: list[tuple[str, int, int]] = []
+    mark = url.find("?", after)
+    offset = mark + 1
+    for part in url[mark + 1 :].split("&") if mark >= 0 else ():
+        name, _, _ = part.partition("=")
+        begin = offset + len(name) + 1
+        at = url.find("@", begin, offset + len(part))
+        while at >= 0:
+            if url.find(":", start, at) >= 0 and _MEANT_HOSTS.match(url, at + 1):
+                ends.append((unquote(name), begin, at))
+            at = url.find("@", at + 1, offset + len(part))
+        offset += len(part) + 1
+    return ends
 
 
 def _read_as_meant(url: str, start: int, after: int) -> bool:
