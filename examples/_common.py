@@ -12,7 +12,8 @@ with ``AGENTGATE_OPENAI_BASE_URL`` set it talks to any OpenAI-compatible endpoin
 
 (that mode needs ``pip install langchain-openai``). An empty value counts as unset; a timeout that
 is no number of seconds above 0, retries that are no whole number 0 or more, or a missing
-``langchain-openai`` end the example with one line and status 2, before anything is made. A
+``langchain-openai`` end the example with one line and status 2, before anything is made; so does
+a base URL that is no http(s) URL with a host (and a valid port, where it names one). A
 model call the endpoint fails (unreachable, no answer in time, a refused key, a model it does not
 serve, an error status, an answer that is no chat completion or holds no choice) stops the run
 with ``EndpointFailed``, whose message names the endpoint and says what to check; the example then
@@ -30,6 +31,7 @@ import shlex
 import shutil
 import sys
 import textwrap
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -171,16 +173,41 @@ MAX_TIMEOUT_S = 86_400
 """The longest ``AGENTGATE_OPENAI_TIMEOUT`` taken: a day per try."""
 
 
+def _base_url_fault(url: str) -> str | None:
+    """What keeps ``url`` from being a base URL the client can call, as a person reads it after
+    "is not an http(s) URL"; ``None`` where it is one: http or https, a host, a port 1 to 65535
+    where it names one, and no white space or control character in it. Until review R85 only the
+    prefix was checked: ``http://[::1/v1`` failed the first model call with a traceback after the
+    store was made, and ``http://`` (no host) as an endpoint nobody listens at."""
+    if url != url.strip():
+        return "white space around it: an env file saved with CRLF endings adds a \\r"
+    if any(character.isspace() or not character.isprintable() for character in url):
+        return "white space or a control character in it"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as error:  # "Invalid IPv6 URL", "Port out of range 0-65535", ...
+        return str(error)
+    if parts.scheme not in ("http", "https") or not url.startswith(f"{parts.scheme}://"):
+        return "it starts with neither http:// nor https://"
+    if not parts.hostname:
+        return "no host in it"
+    if port == 0:
+        return "port 0 in it"
+    return None
+
+
 def endpoint_settings() -> EndpointSettings | None:
     """The endpoint named by ``AGENTGATE_OPENAI_*``; ``None`` where no base URL is set (offline).
     A setting it cannot use ends the example with one line saying which, and status 2."""
     base_url = os.environ.get("AGENTGATE_OPENAI_BASE_URL")
     if not base_url:
         return None
-    if base_url != base_url.strip() or not base_url.startswith(("http://", "https://")):
+    fault = _base_url_fault(base_url)
+    if fault is not None:
         _misconfigured(
-            f"AGENTGATE_OPENAI_BASE_URL={base_url!r} is not an http(s) URL without white space "
-            "around it (an env file saved with CRLF endings adds a \\r), e.g. http://127.0.0.1:8000/v1"
+            f"AGENTGATE_OPENAI_BASE_URL={base_url!r} is not an http(s) URL ({fault}), "
+            "e.g. http://127.0.0.1:8000/v1"
         )
     timeout_text = _setting("AGENTGATE_OPENAI_TIMEOUT", "60")
     try:
