@@ -66,12 +66,14 @@ def demo_dir(name: str) -> Path:
     A directory it cannot empty or make ends the example with one line saying which, and status 2."""
     base = Path(os.environ.get("AGENTGATE_DEMO_DIR", "").strip() or DEFAULT_DEMO_DIR)
     path = base / name
-    if path.exists() and base != DEFAULT_DEMO_DIR and not (path / _MADE_HERE).exists():
-        sys.exit(
-            f"{path} exists and was not made by an agentgate example: move it, or point "
-            "AGENTGATE_DEMO_DIR elsewhere (nothing was removed)"
-        )
+    # Looking is inside the try: a name too long for the file system (ENAMETOOLONG) or a place it
+    # may not look into fails already there (review R85).
     try:
+        if path.exists() and base != DEFAULT_DEMO_DIR and not (path / _MADE_HERE).exists():
+            sys.exit(
+                f"{path} exists and was not made by an agentgate example: move it, or point "
+                "AGENTGATE_DEMO_DIR elsewhere (nothing was removed)"
+            )
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         (path / "keys").mkdir(parents=True)
