@@ -11,7 +11,7 @@ with ``AGENTGATE_OPENAI_BASE_URL`` set it talks to any OpenAI-compatible endpoin
     AGENTGATE_OPENAI_MAX_RETRIES=2                      # tries after a failed first one
 
 (that mode needs ``pip install langchain-openai``). An empty value counts as unset; a timeout that
-is no number of seconds above 0, retries that are no whole number 0 or more, or a missing
+is no number of seconds above 0, retries that are no whole number from 0 to 100, or a missing
 ``langchain-openai`` end the example with one line and status 2, before anything is made; so does
 a base URL that is no http(s) URL with a host (and a valid port, where it names one). A
 model call the endpoint fails (unreachable, no answer in time, a refused key, a model it does not
@@ -174,6 +174,9 @@ class EndpointSettings:
 MAX_TIMEOUT_S = 86_400
 """The longest ``AGENTGATE_OPENAI_TIMEOUT`` taken: a day per try."""
 
+MAX_RETRIES = 100
+"""The most ``AGENTGATE_OPENAI_MAX_RETRIES`` taken."""
+
 
 def _base_url_fault(url: str) -> str | None:
     """What keeps ``url`` from being a base URL the client can call, as a person reads it after
@@ -228,8 +231,12 @@ def endpoint_settings() -> EndpointSettings | None:
         retries = int(retries_text)
     except ValueError:
         retries = -1
-    if retries < 0:
-        _misconfigured(f"AGENTGATE_OPENAI_MAX_RETRIES={retries_text!r} is not a whole number, 0 or more")
+    # At most 100: until review R85 any whole number was taken, and a huge one retried an
+    # endpoint nobody listens at for good.
+    if not 0 <= retries <= MAX_RETRIES:
+        _misconfigured(
+            f"AGENTGATE_OPENAI_MAX_RETRIES={retries_text!r} is not a whole number from 0 to {MAX_RETRIES}"
+        )
     if importlib.util.find_spec("langchain_openai") is None:
         _misconfigured(_NO_CLIENT)
     return EndpointSettings(

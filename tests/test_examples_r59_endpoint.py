@@ -187,9 +187,9 @@ def test_a_429_with_retry_after_is_tried_again(run: Callable[..., tuple[int, str
             "a number of seconds above 0, at most 86400 (a day)",
         ),  # review R82: past the clocks
         ("TIMEOUT", "86401", "a number of seconds above 0, at most 86400 (a day)"),
-        ("MAX_RETRIES", "-1", "a whole number, 0 or more"),
-        ("MAX_RETRIES", "1.5", "a whole number, 0 or more"),
-        ("MAX_RETRIES", "two", "a whole number, 0 or more"),
+        ("MAX_RETRIES", "-1", "a whole number from 0 to 100"),
+        ("MAX_RETRIES", "1.5", "a whole number from 0 to 100"),
+        ("MAX_RETRIES", "two", "a whole number from 0 to 100"),
     ],
 )
 def test_a_timeout_or_retries_setting_that_is_no_such_number_ends_with_one_line_and_status_2(
