@@ -4,7 +4,10 @@ A ``ReplayDispatcher`` (a router under test, wired by the caller) is asked where
 goes when it arrives; it may send it to a backend, ask to be asked again later, or reject it. The
 dispatcher learns what any router would learn in production and nothing more: its own dispatches,
 first tokens and completions as they happen, and each engine's metrics (vLLM names) every
-``scrape_interval`` seconds. Seeded and deterministic: equal inputs give equal outcomes.
+``scrape_interval`` seconds (on the grid ``k * scrape_interval``), except across a stretch where no
+engine works until the next arrival: those metrics do not change, and it is scraped at the
+stretch's first scrape time and its last one before the arrival only. Seeded and deterministic:
+equal inputs give equal outcomes.
 """
 
 from __future__ import annotations
@@ -96,6 +99,17 @@ interval of 1e-20 s did not advance its clock at all past 0 (``now + 1e-20 == no
 replay never returned (until review R83 only 0 and less were refused)."""
 
 
+def _index_past(index: int, now: float, interval: float) -> int:
+    """``index``, or a later one whose scrape time is past ``now``: far from 0 (past ``2**53``
+    intervals) consecutive indexes round to one time, and a scrape at one instant would follow
+    itself for ever."""
+    step = 1
+    while index * interval <= now:
+        index += step
+        step *= 2
+    return index
+
+
 def replay(
     requests: Sequence[TraceRequest],
     engines: Mapping[str, Engine],
@@ -154,6 +168,9 @@ def replay(
     live: dict[str, tuple[TraceRequest, SimRequest, str, float]] = {}
     outcomes: dict[str, Outcome] = {}
     now = 0.0
+    # The index of the next scrape, at ``scrapes * scrape_interval``: a grid, not a running sum,
+    # so that a jump across an idle stretch still lands on a scrape time.
+    scrapes = 0
     next_scrape = 0.0
 
     def start_step(name: str, t: float) -> None:
@@ -198,7 +215,17 @@ def replay(
             now = next_scrape
             for name, engine in engines.items():
                 dispatcher.observe(name, engine.metrics(), now)
-            next_scrape = now + scrape_interval
+            scrapes += 1
+            if not events and math.isfinite(t_route):
+                # No engine works until the next arrival: each scrape before it would read the
+                # metrics this one read. Skip to the last one due before it (until review R85
+                # every one was made, and an arrival far away kept the replay from returning).
+                last = math.floor(t_route / scrape_interval)
+                if last * scrape_interval > t_route:  # the division rounded up
+                    last -= 1
+                scrapes = max(scrapes, last)
+            scrapes = _index_past(scrapes, now, scrape_interval)
+            next_scrape = scrapes * scrape_interval
             continue
         if t_event <= t_route:
             now, _, _, name = heapq.heappop(events)
