@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
 
 def _whole(text: str, minimum: int, refusal: str) -> int:
@@ -37,6 +38,28 @@ def positive(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number above 0: {text!r}")
     return value
+
+
+MIN_LOAD = 0.001
+"""The least offered load (``--load``, a fraction of what the simulated pool or cluster can
+serve) a benchmark takes: a thousandth of capacity is idle. Until review R85 any finite number
+above 0 was taken, and ``dispatch.py --load 1e-6`` scaled a trace's arrivals to times its replay
+did not reach."""
+
+
+def offered_load(maximum: float) -> Callable[[str], float]:
+    """An argparse type: an offered load from ``MIN_LOAD`` to ``maximum`` times capacity (until
+    review R85 ``broker.py --load 1e6`` drew about 3e8 jobs into memory before simulating any)."""
+
+    def load(text: str) -> float:
+        value = _number(text)
+        if not MIN_LOAD <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"must be an offered load from {MIN_LOAD:g} to {maximum:g} (times capacity): {text!r}"
+            )
+        return value
+
+    return load
 
 
 def non_negative_int(text: str) -> int:

@@ -45,7 +45,7 @@ from agentgate.sim import LLAMA_8B_H200, Engine, EngineConfig, LatencyModel, Out
 from agentgate.sim._des import MIN_SCRAPE_INTERVAL_S  # noqa: E402
 from agentgate.sim.routing import PolicyDispatcher  # noqa: E402
 from agentgate.sim.traces import TraceRequest  # noqa: E402
-from benchmarks._args import positive, positive_int  # noqa: E402
+from benchmarks._args import MIN_LOAD, offered_load, positive, positive_int  # noqa: E402
 
 TRACES = REPO.parent / "shared" / "data" / "traces"
 DEFAULT_TRACES = [TRACES / "mooncake_conversation_trace.jsonl", TRACES / "AzureLLMInferenceTrace_conv.csv"]
@@ -392,15 +392,24 @@ def _scrape_s(text: str) -> float:
     return value
 
 
+MAX_LOAD = 10.0
+"""The most ``--load`` taken: ten times the pool's estimated capacity, an overload no queue clears."""
+
+
 def _loads(text: str) -> list[float]:
-    """An argparse type: comma-separated offered loads, each a finite number above zero."""
-    return [positive(part.strip()) for part in text.split(",")]
+    """An argparse type: comma-separated offered loads, each from ``MIN_LOAD`` to ``MAX_LOAD``."""
+    return [offered_load(MAX_LOAD)(part.strip()) for part in text.split(",")]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", action="append", type=Path, help="trace file (repeatable); default: both")
-    ap.add_argument("--load", type=_loads, default=[0.5, 0.8, 1.0, 1.1], help="comma-separated")
+    ap.add_argument(
+        "--load",
+        type=_loads,
+        default=[0.5, 0.8, 1.0, 1.1],
+        help=f"comma-separated, each {MIN_LOAD:g} to {MAX_LOAD:g}",
+    )
     ap.add_argument("--seeds", type=positive_int, default=1)
     ap.add_argument("--limit", type=positive_int, default=3000, help="first N requests of each trace")
     ap.add_argument("--backends", type=positive_int, default=8)
