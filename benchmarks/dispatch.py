@@ -25,6 +25,7 @@ import math
 import random
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -280,6 +281,42 @@ def print_table(res: dict[str, Any]) -> None:
             )
 
 
+def plot_file(path: Path) -> Path:
+    """The file ``plot`` writes for ``--plot PATH``: ``PATH``, or ``PATH.png`` where its name has
+    no extension (matplotlib saves it there, in its default format). Checked before any replay
+    (until review R85 a path it could not write ended the run with a traceback after every replay,
+    its figures lost, and a directory ``DIR`` was written as ``DIR.png`` but printed as ``DIR``).
+    Raises ``ValueError`` saying why for an extension matplotlib does not write, a directory, or
+    a place where no file can be written; writes nothing (a directory it would make is not made)."""
+    from matplotlib import rcParams
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if not path.name.strip("."):
+        raise ValueError(f"{str(path)!r} names no file")
+    written = path if path.suffix else path.with_name(f"{path.name.rstrip('.')}.{rcParams['savefig.format']}")
+    if written.suffix[1:].lower() not in formats:
+        raise ValueError(
+            f"{str(path)!r}: matplotlib writes no {written.suffix!r} file; name one of "
+            + ", ".join(f".{each}" for each in formats)
+        )
+    try:
+        if written.is_dir():
+            raise ValueError(f"{str(written)!r} is a directory")
+        if written.exists():
+            with written.open("ab"):  # opened to append, so that what it holds stays as it is
+                pass
+        else:
+            existing = next(parent for parent in written.parents if parent.exists())
+            if not existing.is_dir():
+                raise ValueError(f"{str(existing)!r} is not a directory")
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+    except OSError as error:
+        raise ValueError(f"cannot write {str(written)!r} ({error.strerror or error})") from None
+    return written
+
+
 def plot(all_results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -423,6 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, default=REPO / "out" / "dispatch_p99_ttft.png")
     ap.add_argument("--json", action="store_true", help="print the JSON line (always printed last)")
     args = ap.parse_args(argv)
+    try:
+        plot_to = plot_file(args.plot)
+    except ValueError as exc:
+        ap.error(f"argument --plot: {exc}")
     loads, limit = args.load, args.limit
     if args.quick:
         loads, limit = [0.8, 1.0], min(limit, 1000)
@@ -454,8 +495,8 @@ def main(argv: list[str] | None = None) -> int:
         res = run_trace(path, requests, loads, args.seeds, args.backends, args.scrape)
         print_table(res)
         all_results.append(res)
-    plot(all_results, args.plot)
-    print(f"\nplot: {args.plot}")
+    plot(all_results, plot_to)
+    print(f"\nplot: {plot_to}")
     figs, gl = goals(all_results)
     figs["config"] = {
         "limit": limit,
