@@ -446,6 +446,10 @@ def report(measurements: dict[str, Any], as_json: bool) -> None:
 
 
 POINT_FIELDS = {"decode": ("batch", "context"), "prefill": ("uncached", "cached")}
+MAX_COUNT = 2**30
+"""The most sequences or tokens a point's field holds: far past any GPU's batch or context, and
+small enough that the fit's products of them stay floats (until review R85 a whole number too
+large for a float, ``10**400``, passed the check and the fit ended in an OverflowError)."""
 
 
 def read_measurements(path: Path) -> dict[str, Any]:
@@ -453,7 +457,8 @@ def read_measurements(path: Path) -> dict[str, Any]:
 
     Exits with a message naming the file (no traceback, no JSON line) when it cannot be read, is not
     JSON, or lacks what the fit and the report read: ``info`` (``device``, ``shape``, ``torch``),
-    and ``decode`` and ``prefill`` points with whole numbers of tokens and a positive time each.
+    and ``decode`` and ``prefill`` points with whole numbers of tokens (0 to ``MAX_COUNT``) and a
+    positive time each.
     """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -471,14 +476,14 @@ def read_measurements(path: Path) -> dict[str, Any]:
         for number, point in enumerate(points):
             if not (
                 isinstance(point, dict)
-                and all(type(point.get(field)) is int and point[field] >= 0 for field in fields)
+                and all(type(point.get(field)) is int and 0 <= point[field] <= MAX_COUNT for field in fields)
                 and type(point.get("seconds")) in (int, float)
                 and math.isfinite(point["seconds"])
                 and point["seconds"] > 0
             ):
                 sys.exit(
                     f"calibrate_gpu: --fit {path}: {kind} point {number} needs whole numbers "
-                    f"{' and '.join(fields)} and a positive number of seconds"
+                    f"{' and '.join(fields)} from 0 to 2**30 and a positive number of seconds"
                 )
     return data
 
