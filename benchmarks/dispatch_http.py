@@ -209,6 +209,22 @@ def goals_of(gateway_added_ms: float, ratio_to_litellm: float | None) -> dict[st
     return goals
 
 
+def _source_tree(text: str) -> Path:
+    """An argparse type: a source tree of agentgate to serve the gateway from (``--baseline``),
+    as an absolute path. Checked before any process starts: until review R85 a tree that was not
+    there was a FileNotFoundError traceback once the backend and both gateways had started."""
+    tree = Path(text)
+    try:
+        holds_cli = (tree / "agentgate" / "cli" / "main.py").is_file()
+    except OSError:  # a name too long to look at, or a place not to be looked into
+        holds_cli = False
+    if not holds_cli:
+        raise argparse.ArgumentTypeError(
+            f"not a source tree of agentgate (no agentgate/cli/main.py in it): {text!r}"
+        )
+    return tree.resolve()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="300 rounds instead of 2,000")
@@ -222,7 +238,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--baseline",
-        type=Path,
+        type=_source_tree,
         metavar="TREE",
         help="also serve the gateway from another source tree (a checkout of an earlier commit),"
         " as the rows baseline, baseline-relaxed (and baseline-stream), in the same interleaved run",
