@@ -67,6 +67,12 @@ def non_negative_int(text: str) -> int:
     return _whole(text, 0, "must be 0 or more")
 
 
+def random_seed(text: str) -> int:
+    """An argparse type: a seed, a whole number 0 or more. ``random.Random`` seeds with the
+    absolute value, so until review R85 ``--seed -1`` replayed seed 1's draw under the label -1."""
+    return _whole(text, 0, "must be a whole number 0 or more (random.Random reads -N as N)")
+
+
 def wait_s(text: str) -> float:
     """An argparse type: seconds to wait, zero or more; ``inf`` for never (not NaN)."""
     value = _number(text)

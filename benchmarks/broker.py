@@ -73,7 +73,7 @@ from agentgate.dispatch.broker import (
     WorkloadHint,
     synthetic_topology,
 )
-from benchmarks._args import MIN_LOAD, non_negative_int, offered_load, positive, wait_s
+from benchmarks._args import MIN_LOAD, non_negative_int, offered_load, positive, random_seed, wait_s
 
 TENANTS = {"a": (24, 0.45), "b": (24, 0.35), "c": (16, 0.20)}  # nominal GPUs, share of arrivals
 SIZES = ((1, 0.25), (2, 0.20), (3, 0.05), (4, 0.25), (6, 0.05), (8, 0.20))
@@ -359,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="12 simulated hours instead of 72")
     parser.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=random_seed, default=1)
     parser.add_argument(
         "--load",
         type=offered_load(MAX_LOAD),

@@ -54,7 +54,7 @@ from agentgate.dispatch.gateway import GatewayGate, invocation_headers  # noqa: 
 from agentgate.keys import SigningKey  # noqa: E402
 from agentgate.policy import parse_policy  # noqa: E402
 from agentgate.store import SQLiteStore  # noqa: E402
-from benchmarks._args import non_negative_int, positive_int  # noqa: E402
+from benchmarks._args import non_negative_int, positive_int, random_seed  # noqa: E402
 
 MODEL = "llama-3.1-8b"
 MESSAGES = [{"role": "user", "content": "Reply with a few words."}]
@@ -232,7 +232,7 @@ def main() -> None:
         "--rounds", type=positive_int, default=None, help="measured rounds (one call per path each)"
     )
     parser.add_argument("--warmup", type=non_negative_int, default=50, help="unmeasured rounds first")
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--seed", type=random_seed, default=7)
     parser.add_argument(
         "--stream", action="store_true", help="also time streamed calls (time to first token), same rounds"
     )
