@@ -368,7 +368,11 @@ class _Delegation:
 
         ``budget`` is in the unit of the parent's budget, or, where the parent's grant carries
         none, in the unit of the policy's delegation rule for it (``usd_micros`` where no rule has
-        a budget): until review R85 it was ``usd_micros`` then, whatever the rule's unit.
+        a budget): until review R85 it was ``usd_micros`` then, whatever the rule's unit. Where
+        the parent's roles have several rules for it, in different units, the unit is that of
+        the first, in the order the policy declares its roles, that admits ``budget`` (and
+        ``ttl``) in it, as a decision on the chain reads it (until review R85b the first rule's,
+        admitting or not).
 
         ``call`` names the call that delegates (``delegation_tool``: the tool call's thread, step
         and id), signed into the grant's purpose as a digest. A live grant recorded in the store
@@ -885,10 +889,13 @@ class _Delegation:
         self, parent: AgentIdentity, caps: list[Capability], seconds: int, budget: int | None, asked: int
     ) -> str:
         """The unit of the budget a grant delegated from ``parent`` carries: its parent's, which a
-        child keeps; where the parent's grant carries none, the one the policy's delegation rule
-        bounds it in (``PolicyIndex.delegation_budget_unit``), else ``usd_micros``. Until review
-        R85 it was ``usd_micros`` whatever the rule: a budget of 5 under a rule of 10 ``calls``
-        was 5 micro-dollars, and the sub-agent's tool calls ran without limit.
+        child keeps; where the parent's grant carries none, the unit of the first delegation rule,
+        in the order the policy declares its roles, that admits the grant in it
+        (``PolicyIndex.delegation_budget_unit``), else ``usd_micros``. Until review R85 it was
+        ``usd_micros`` whatever the rule: a budget of 5 under a rule of 10 ``calls`` was 5
+        micro-dollars, and the sub-agent's tool calls ran without limit; until review R85b it was
+        the first rule's unit, admitting or not, so the order of the parent's roles could refuse
+        a budget another of its rules allowed.
 
         Refuses (``ScopeCreep``, with the finding) a delegation the policy's rules for the
         parent's roles do not allow (``PolicyIndex.delegation_fault``, which decisions ask of each
@@ -897,7 +904,11 @@ class _Delegation:
         naming both units). ``asked``: the TTL asked, of which ``seconds`` is what the parent's
         remaining life leaves."""
         held = parent.chain.tip.budget  # a link below one with a budget carries one (attenuation)
-        unit = held.unit if held is not None else self.index.delegation_budget_unit(parent.did, caps)
+        unit = (
+            held.unit
+            if held is not None
+            else self.index.delegation_budget_unit(parent.did, caps, seconds, budget)
+        )
         unit = unit or "usd_micros"
         fault = self.index.delegation_fault(
             parent.did,

@@ -342,18 +342,38 @@ class PolicyIndex:
             and any(attenuates(rule.capability, cap) for rule in self.policy.delegable.get(r, ()))
         ]
 
-    def delegation_budget_unit(self, delegator: str, capabilities: Iterable[Capability]) -> str | None:
-        """The unit in which the ``delegation`` rules of the roles of ``delegator`` (a did:key)
-        bound the budget of a grant of ``capabilities`` it hands on: that of the first such rule
-        with a ``budget`` (role by role, capability by capability); ``None`` where none has one.
+    def delegation_budget_unit(
+        self, delegator: str, capabilities: Iterable[Capability], seconds: int, budget: int | None
+    ) -> str | None:
+        """The unit in which a grant of ``capabilities`` that ``delegator`` (a did:key) hands on,
+        living ``seconds`` and carrying ``budget``, is bounded by the ``delegation`` rules of its
+        roles: the unit of the first rule with a ``budget``, in the order the policy declares its
+        roles, under which the grant is one ``delegation_fault`` lets it make (each capability
+        handed on by a rule that lasts ``seconds`` and admits ``budget`` in that unit); where no
+        unit admits it, the first rule's (``delegation_fault`` then refuses it, naming the limit);
+        ``None`` where no rule that hands one of ``capabilities`` on has a budget.
         ``Gate.delegate`` gives a sub-agent's budget this unit when its parent's grant carries
-        none (a budget in another unit is over the rule: ``delegation_fault``)."""
-        roles = [r for r in self._held_roles(delegator) if self.policy.document.roles[r].delegation]
-        for cap in capabilities:
-            for rule in self._delegation_rules(roles, cap):
-                if rule.budget is not None:
-                    return rule.budget.unit
-        return None
+        none. Until review R85b it was the unit of the first rule with a budget in the order the
+        principal lists its roles, admitting or not: a parent holding ``[a, b]``, whose rules allow
+        10 ``calls`` and 1000 ``usd_micros``, was refused a budget of 500 that a chain made outside
+        the Gate carried in ``usd_micros`` and was allowed at every call."""
+        caps = list(capabilities)
+        held = set(self._held_roles(delegator))
+        roles = [r for r, role in self.policy.document.roles.items() if r in held and role.delegation]
+        units = dict.fromkeys(
+            rule.budget.unit
+            for r in roles
+            if (rule := self.policy.document.roles[r].delegation) is not None
+            and rule.budget is not None
+            and any(self._delegation_rules([r], cap) for cap in caps)
+        )
+        for unit in units:
+            if all(
+                any(_admits(rule, seconds, budget, unit) for rule in self._delegation_rules(roles, cap))
+                for cap in caps
+            ):
+                return unit
+        return next(iter(units), None)
 
     def delegation_fault(
         self,
@@ -376,7 +396,9 @@ class PolicyIndex:
         (until review R67 it named the capped TTL as the one asked). A budget in another unit than
         a rule's is over it, and its refusal names both units: until review R85 the amounts alone
         were compared, so 5 ``usd_micros`` passed a rule of 10 ``calls`` and the sub-agent's tool
-        calls ran without limit.
+        calls ran without limit. A grant carries one budget in one unit, so capabilities that
+        only rules in units sharing none hand on are refused together, naming those units (until
+        review R85b the refusal named one rule's unit, which the other capability's refused).
 
         The finding is ``scope_creep`` (``delegation_not_in_policy``,
         ``delegation_wider_than_policy``, ``delegation_budget_above_policy``), or
@@ -408,6 +430,7 @@ class PolicyIndex:
         # Each capability is bounded by the rule of a role that may hand it on: one such role
         # must admit the grant's whole lifetime and budget (another role's looser limits, for
         # capabilities it hands on, do not widen this one's).
+        bounded: list[tuple[Capability, list[Delegation]]] = []
         for cap in capabilities:
             rules = self._delegation_rules(roles, cap)
             if not rules:
@@ -432,11 +455,28 @@ class PolicyIndex:
                     f"delegate it with a ttl of at most {longest}s",
                     FindingKind.NON_REVOCABLE_GRANT,
                 )
-            if not any(
-                d.budget is None
-                or (budget is not None and unit in (None, d.budget.unit) and budget <= d.budget.limit)
-                for d in lasting
-            ):
+            bounded.append((cap, lasting))
+        # A grant carries one budget, in one unit: capabilities whose rules bound it in units
+        # that share none cannot be handed on together (each one's check below would name only
+        # its own rule's unit, which the other's refuses).
+        common: set[str] | None = None
+        together: list[str] = []
+        for cap, lasting in bounded:
+            if any(d.budget is None for d in lasting):
+                continue
+            units: set[str] = {d.budget.unit for d in lasting if d.budget is not None}
+            if common is not None and not common & units:
+                return refuse(
+                    "delegation_budget_above_policy",
+                    f"the policy bounds the budget of a delegated grant with {', '.join(together)} "
+                    f"in {' or '.join(sorted(common))} and of one with {cap} in "
+                    f"{' or '.join(sorted(units))}, and a grant carries one budget, in one unit: "
+                    "delegate them in separate grants",
+                )
+            common = units if common is None else common & units
+            together.append(str(cap))
+        for cap, lasting in bounded:
+            if not any(_admits(d, seconds, budget, unit) for d in lasting):
                 bounds = [d.budget for d in lasting if d.budget]
                 alike = [b for b in bounds if unit in (None, b.unit)]
                 largest = max(alike or bounds, key=lambda b: b.limit)
@@ -662,6 +702,17 @@ def gate_named(reason: str) -> tuple[str, list[str]] | None:
     a combined gate's name joins its gates' with ``+``."""
     found = _GATE_REASON.fullmatch(reason)
     return None if found is None else (found[1], found[2].split(", "))
+
+
+def _admits(rule: Delegation, seconds: int, budget: int | None, unit: str | None) -> bool:
+    """Whether the ``delegation`` rule ``rule`` lets a grant it hands on live ``seconds`` and
+    carry ``budget`` (``None``: its delegator's whole budget, which only a rule with no budget
+    admits) in ``unit`` (``None``: the rule's own)."""
+    if rule.max_ttl_s is not None and seconds > rule.max_ttl_s:
+        return False
+    return rule.budget is None or (
+        budget is not None and unit in (None, rule.budget.unit) and budget <= rule.budget.limit
+    )
 
 
 def _counts_in(unit: str, resource: str, priced_gpus: frozenset[str]) -> bool:
