@@ -90,15 +90,16 @@ def _failure_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _not_a_failure(value: object) -> InputError:
-    """The error for what a ``failed`` returned that is neither a boolean nor an exception. Until
-    review R85 any value was read for its truth: an exception class (``lambda r: ValueError``, an
-    instance meant) recorded an ``error`` outcome with no reason, and nothing was raised."""
-    if isinstance(value, type) and issubclass(value, BaseException):
-        what = f"the exception class {value.__name__}, not an exception (return {value.__name__}(...))"
-    else:
-        what = shown(value)
-    return InputError(f"failed must return a bool or an exception, got {what}")
+def _not_a_failure(cls: type[BaseException]) -> InputError:
+    """The error for a ``failed`` that returned the exception class ``cls`` (``lambda r:
+    ValueError``), not an exception: until review R85 it was read for its truth and recorded an
+    ``error`` outcome with no reason, and nothing was raised. The class is named by its module
+    and qualified name (by its name alone when built in)."""
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return InputError(
+        f"failed must return a bool or an exception, got the exception class {name}, "
+        f"not an exception (return {name}(...))"
+    )
 
 
 _NO_FN = object()
@@ -208,8 +209,8 @@ class _Running:
         the reservation; what ``failed`` or ``spent`` raises, after recording an error outcome
         charged as reserved (the call ran); the exception ``failed`` returns (instead of a
         boolean: the call ran and failed), after recording an error outcome charged at the usage
-        ``spent`` read; ``InputError`` for what ``failed`` returns that is neither (an exception
-        class), as for what it raises. ``fn`` gets no idempotency key, so a tool that
+        ``spent`` read; ``InputError`` for an exception class ``failed`` returns, as for what it
+        raises (any other value it returns is read for its truth). ``fn`` gets no idempotency key, so a tool that
         ``takes_idempotency_key`` is not repeated after an ambiguous failure (docs/tasks.md).
         An exception for which ``paused`` is true is a pause, not a failure (LangGraph's
         ``interrupt()`` inside a tool): the outcome is ``paused``, the reservation released, and
@@ -571,13 +572,18 @@ class _Running:
         as reserved (it ran; what it cost cannot be read), its reason ``_failure_reason`` (a
         LangGraph stream cut after output is such a ``spent``'s ``BackendFailed``: until review
         R59 its reason had no detail, where the gateway's for the same stream did), and the
-        exception is re-raised; so is a ``failed`` that returns neither a boolean nor an
-        exception, with ``InputError`` (``_not_a_failure``)."""
+        exception is re-raised; so is a ``failed`` that returns an exception class, with
+        ``InputError`` (``_not_a_failure``). Whatever else ``failed`` returns is read for its
+        truth (``None`` is not failed): until review R85b a value that was neither a boolean nor
+        an exception (numpy's ``bool_``, a return code) was refused as an exception class is."""
         try:
             usage = spent(result) if spent is not None else None
-            failure = failed(result) if failed is not None else False
-            if not isinstance(failure, bool | BaseException):
-                raise _not_a_failure(failure)
+            returned: object = failed(result) if failed is not None else False
+            if isinstance(returned, type) and issubclass(returned, BaseException):
+                raise _not_a_failure(returned)
+            # Any other value is read for its truth (numpy's ``bool_``, a return code, ``None``),
+            # inside the ``try``: one whose truth cannot be read is a ``failed`` that raised.
+            failure = returned if isinstance(returned, BaseException) else bool(returned)
             status = "error" if failure else "ok"
         except BaseException as exc:
             raised = type(exc).__qualname__
