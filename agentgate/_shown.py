@@ -90,11 +90,19 @@ def quoted(value: object, limit: int = 80) -> str:
     ``...``); an integer past 128 bits by its size. Python refuses to write an integer of more
     than 4,300 digits, alone or inside a container: a refusal quoting one (a store's count, an
     argument name or an operator given as ``10**5000``) was itself a bare ``ValueError`` until
-    reviews R57 and R83; one quoting a rejected value of 10 MB held all of it."""
+    reviews R57 and R83; one quoting a rejected value of 10 MB held all of it. A value nested
+    deeper than Python's recursion limit (a list in a list, 200,000 deep), or whose ``repr``
+    raises anything else, is quoted by its type: until review R85b the first was a bare
+    ``RecursionError`` out of the refusal (``BudgetLedger.usage``'s grant id check,
+    ``DeadLetterStore.record``'s letter id), and the second that ``repr``'s exception."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
         return f"an integer of {value.bit_length()} bits"
     try:
         text = repr(value)
     except ValueError:  # an integer past 4,300 digits inside a container
         return f"a {type(value).__name__} holding an integer too long to write"
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deep to write"
+    except Exception:  # a __repr__ of the caller's own that fails: the refusal must still say what
+        return f"a {type(value).__name__} that cannot be written"
     return text if len(text) <= limit else text[: limit - 3] + "..."
