@@ -7,7 +7,9 @@ outcome had no reservation to settle: whatever the model reported was never char
 already spent out let it run. Review R61 counted one prompt token more for it (``_costs._cost``)
 and read its 0 output tokens as no output cap; since review R85 ``Gate.authorize`` refuses an
 estimate of 0 output tokens (``InputError``: 0 capped nothing, test_gate_r85_output_zero.py), so
-these calls estimate one, and their output is capped at it.
+these calls estimate one, and their output is capped at it. That output costs money on
+``small``, so these calls no longer reach the R61 branch: test_regress_r85_gate_free_output_estimate.py
+holds it, on a model whose output is free.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ prompt is free, and one prompt token more is free too), so nothing was reserved 
 the outcome had no money reservation to charge, the output it reported was never charged, and a
 spent budget let it run. Since review R85 ``Gate.authorize`` refuses an estimate of 0 output
 tokens (``InputError``, test_gate_r85_output_zero.py): these calls estimate their output, which
-always costs money on this model.
+always costs money on this model, so they no longer reach the R61 branch of ``_Costs._cost``
+(test_regress_r85_gate_free_output_estimate.py holds the part of it a public path reaches).
 """
 
 from __future__ import annotations

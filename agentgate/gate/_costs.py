@@ -185,9 +185,16 @@ class _Costs:
         is free and whose output is not is reserved one output token more in money instead: until
         review R61 its ``(p, 0)`` cost no money, reserved none, and the output it reported was
         never charged in ``usd_micros`` (nor did a spent money budget refuse it). A model free
-        for both costs nothing, and reserves nothing in money. (Since review R85
-        ``Gate.authorize`` refuses an estimate of 0 output tokens, ``_token_estimate``; a decider
-        that passes its own estimate to ``_record_allow`` is still met here.)"""
+        for both costs nothing, and reserves nothing in money.
+
+        Since review R85 ``Gate.authorize`` refuses an estimate of 0 output tokens
+        (``_token_estimate``), as the gateway and the LangGraph middleware refuse ``max_tokens``
+        0. Through them an estimate costs nothing only on a model whose output is free: ``(0, k)``
+        with a priced prompt, reserved one prompt token's price (held by
+        test_regress_r85_gate_free_output_estimate.py), or any estimate on a model free for both.
+        The rest of this branch, a count of 0 in ``tokens`` and the free-input model's one output
+        token more (whose ``(p, 0)`` only a 0 output estimate makes), no public path reaches: only
+        a decider that passes its own estimate to ``_record_allow`` meets it."""
         cost = self._priced(call, tokens)
         if tokens is not None and (cost.get("tokens") == 0 or cost.get("usd_micros") == 0):
             prompt, output = _token_counts(tokens)
