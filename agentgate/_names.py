@@ -34,6 +34,15 @@ METERED_UNITS = frozenset({*BUDGET_UNITS, "micro_usd"})
 ``usd_micros`` that no policy names and the CLI makes no grant in, but a token made by the library
 may carry. A chain with a budget in any other unit has every call refused (fail closed)."""
 
+
+def policy_unit(unit: str) -> str:
+    """``unit`` as a policy names it: ``micro_usd`` (``METERED_UNITS``' alias) is ``usd_micros``,
+    so that a budget a library-made token carries in it is compared with a policy's alike (until a
+    regression review of R85, a delegated link's ``micro_usd`` under a rule in ``usd_micros`` was
+    refused as another unit, as was a root grant's under a role's)."""
+    return "usd_micros" if unit == "micro_usd" else unit
+
+
 MAX_FREE_TEXT = 1000
 """The most characters free text that is recorded may hold: a CLI flag such as ``--reason`` or
 ``--by`` (``cli._common.one_line_text``), and a revocation's reason wherever it is given

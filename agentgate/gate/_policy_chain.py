@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from agentgate._names import policy_unit
 from agentgate.authority import Chain, parse_chain
 from agentgate.errors import TokenFormatError
 from agentgate.findings import Finding, FindingKind
@@ -68,7 +69,8 @@ def chain_fault(index: PolicyIndex, chain: Chain) -> Finding | None:
     budgets = index.root_budgets(root.audience)
     carried = root.budget
     if budgets is not None and not any(
-        carried is not None and carried.unit == b.unit and carried.amount <= b.limit for b in budgets
+        carried is not None and policy_unit(carried.unit) == b.unit and carried.amount <= b.limit
+        for b in budgets
     ):
         allowed = " or ".join(f"{b.limit} {b.unit}" for b in budgets)
         asked = "no budget (no limit)" if carried is None else f"a budget of {carried.amount} {carried.unit}"

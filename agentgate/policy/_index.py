@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from agentgate._names import did_you_mean
+from agentgate._names import did_you_mean, policy_unit
 from agentgate.capabilities import (
     Call,
     Capability,
@@ -407,6 +407,7 @@ class PolicyIndex:
         a key made at run time: its grant's own depth and attenuation bound it (``None``). Both
         ``Gate.delegate`` (a new grant) and the Gate's decisions (each link of a chain presented)
         ask this, so that a chain made outside the Gate is held to the same rules."""
+        unit = None if unit is None else policy_unit(unit)
         roles = [r for r in self._held_roles(delegator) if self.policy.document.roles[r].delegation]
 
         def refuse(code: str, message: str, kind: FindingKind = FindingKind.SCOPE_CREEP) -> Finding:
