@@ -69,3 +69,25 @@ def test_a_renewal_that_keeps_its_lease_in_an_outage_is_still_store_error(tmp_pa
         assert broker.leases()[0].expires_at == 1090.0
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("lease_id", ["job", "never-held"])
+def test_a_lease_not_held_is_lease_lost_while_the_journal_is_out(tmp_path: Path, lease_id: str) -> None:
+    """A second regression review of R85: a lease that expired during the outage (or an id never
+    held), with the clock's changes not yet journaled, raised the journal's ``StoreError`` from
+    ``renew``, which says renewed; it is ``LeaseLost``, the journal's error its cause."""
+    store = SQLiteStore(tmp_path / "agentgate.db")
+    try:
+        now = [1000.0]
+        journal = FlakyJournal(store)
+        broker = Broker(
+            synthetic_topology(1, 8), [TenantQuota("a", 8)], clock=lambda: now[0], journal=journal
+        )
+        broker.submit(GangRequest("job", "a", 2, ttl_s=60))
+        now[0], journal.failing = 1070.0, True  # expired at 1060, the journal out
+        with pytest.raises(LeaseLost, match="is not held") as lost:
+            broker.renew(lease_id)
+        assert isinstance(lost.value.__cause__, StoreError)
+        assert broker.leases() == []
+    finally:
+        store.close()

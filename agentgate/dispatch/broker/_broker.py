@@ -241,7 +241,7 @@ class Broker(_Restoring, _Preempting):
         A notified lease still ends at its notice deadline. Raises ``LeaseLost`` when the lease
         is not live (a holder that renews too late learns here that its GPUs are gone), its id
         is not text, or the queue this call tries preempts it with no grace, whether or not the
-        journal write then fails; ``StoreError`` when the journal write fails, the lease renewed
+        journal write then fails (its error the cause); ``StoreError`` when the journal write fails, the lease renewed
         all the same (in memory, journaled by the next write that succeeds).
         """
         _an_id(lease_id)
@@ -249,15 +249,21 @@ class Broker(_Restoring, _Preempting):
             now = self.clock()
             self._apply_time(now)
             lease = self._leases.get(lease_id)
+            lost = f"lease {quoted(lease_id)} is not held (released, expired or preempted)"
             if lease is None:
-                self._schedule(now)  # as a refused ``submit`` does
-                raise LeaseLost(f"lease {quoted(lease_id)} is not held (released, expired or preempted)")
+                try:
+                    self._schedule(now)  # as a refused ``submit`` does
+                except StoreError as exc:
+                    # Not held, whether or not the journal takes what the clock changed: a
+                    # ``StoreError`` from ``renew`` says the lease renewed (until a second
+                    # regression review of R85 a lease that expired in an outage raised it).
+                    raise LeaseLost(lost) from exc
+                raise LeaseLost(lost)
             # Extended before the queue is tried and the journal written: until review R85 both
             # came first, and while the journal's store was out every renewal after the first
             # failed write raised before it extended the lease, which ended at its old expiry.
             self._leases[lease_id] = dataclasses.replace(lease, expires_at=now + self._ttl(lease.request))
             self._dirty = True
-            preempted = f"lease {quoted(lease_id)} is not held (released, expired or preempted)"
             try:
                 self._schedule(now)
             except StoreError as exc:
@@ -265,11 +271,11 @@ class Broker(_Restoring, _Preempting):
                 # preempted is not held, and its holder is told so, not that it renewed (until a
                 # regression review of R85 this ``StoreError`` said the lease was renewed).
                 if lease_id not in self._leases:
-                    raise LeaseLost(preempted) from exc
+                    raise LeaseLost(lost) from exc
                 raise
             renewed = self._leases.get(lease_id)
             if renewed is None:  # preempted with no grace by a request the queue placed now
-                raise LeaseLost(preempted)
+                raise LeaseLost(lost)
             return renewed
 
     def advance(self) -> list[BrokerEvent]:
