@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 
+from agentgate._shown import quoted
 from agentgate.authority._grant import Chain
 from agentgate.errors import InputError
 
@@ -52,7 +53,9 @@ class ChainCache:
     def __init__(self, size: int = 4096, max_bytes: int = 64 * 1024 * 1024) -> None:
         for name, value in (("size", size), ("max_bytes", max_bytes)):
             if type(value) is not int or value < 1:
-                raise InputError(f"a chain cache's {name} is a whole number, 1 or more, got {value!r:.40}")
+                raise InputError(
+                    f"a chain cache's {name} is a whole number, 1 or more, got {quoted(value, 40)}"
+                )
         self.size = size
         self.max_bytes = max_bytes
         self._items: dict[tuple[frozenset[str], str], tuple[Chain, int]] = {}

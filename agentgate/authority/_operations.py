@@ -99,9 +99,19 @@ def _now(now: float | None) -> int:
         return int(time.time())
     if type(now) is int:
         return now
-    if isinstance(now, bool) or not isinstance(now, numbers.Real) or not math.isfinite(now):
-        raise InputError(f"now must be a finite number of Unix seconds, got {now!r}")
+    if isinstance(now, bool) or not isinstance(now, numbers.Real) or not _finite_real(now):
+        raise InputError(f"now must be a finite number of Unix seconds, got {quoted(now)}")
     return int(now)
+
+
+def _finite_real(value: numbers.Real) -> bool:
+    """Whether ``value`` is finite: a ``Fraction`` too large for a float (``Fraction(10**5000)``)
+    is, where ``math.isfinite`` raised ``OverflowError`` converting it (until a second regression
+    review of R85)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return True
 
 
 def _skew(skew: object) -> int:
@@ -110,7 +120,7 @@ def _skew(skew: object) -> int:
     time, so it let a grant not yet valid and an invocation dated hours ahead through; a string or
     ``None`` raised a ``TypeError`` from the first decision instead of at configuration."""
     if type(skew) is not int or not 0 <= skew <= MAX_SKEW:
-        raise InputError(f"skew must be a whole number of seconds, 0 to {MAX_SKEW}, got {skew!r:.40}")
+        raise InputError(f"skew must be a whole number of seconds, 0 to {MAX_SKEW}, got {quoted(skew, 40)}")
     return skew
 
 

@@ -23,6 +23,7 @@ from opentelemetry.trace import Span, Tracer
 from prometheus_client import CollectorRegistry
 
 from agentgate._names import agent_name_refused
+from agentgate._shown import quoted
 from agentgate.audit.entry import argument_digest
 from agentgate.audit.spans import ends_held, get_tracer
 from agentgate.authority import (
@@ -465,7 +466,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         ):
             self._check_decision(identity, call, call_id, run_id, asked_in)
         if prompt_most is not None and (type(prompt_most) is not int or prompt_most < 0):
-            raise InputError(f"prompt_most must be a non-negative integer, got {prompt_most!r:.80}")
+            raise InputError(f"prompt_most must be a non-negative integer, got {quoted(prompt_most)}")
         if tokens is not None:
             # Checked for every call, before anything is written: until review R85 only an allowed
             # model call's were (``_cost``), so garbage on a tool call was recorded as allowed, or

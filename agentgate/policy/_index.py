@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from agentgate._names import did_you_mean, policy_unit
+from agentgate._shown import quoted
 from agentgate.capabilities import (
     Call,
     Capability,
@@ -460,9 +461,11 @@ class PolicyIndex:
         # A grant carries one budget, in one unit: capabilities whose rules bound it in units
         # that share none cannot be handed on together (each one's check below would name only
         # its own rule's unit, which the other's refuses).
+        # (Not where no budget is given: the parent's whole budget is what each rule refuses,
+        # and the check below says so; "separate grants" would each be refused for it.)
         common: set[str] | None = None
         together: list[str] = []
-        for cap, lasting in bounded:
+        for cap, lasting in bounded if budget is not None else ():
             if any(d.budget is None for d in lasting):
                 continue
             units: set[str] = {d.budget.unit for d in lasting if d.budget is not None}
@@ -515,7 +518,10 @@ class PolicyIndex:
         resource = call.resource
         if entry is None:
             return PolicyDecision(
-                Outcome.DENY, None, resource, reasons=(f"{principal!r} is not a principal of this policy",)
+                Outcome.DENY,
+                None,
+                resource,
+                reasons=(f"{quoted(principal)} is not a principal of this policy",),
             )
         slot = self._slots.get(resource)
         if slot is None:
