@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from agentgate.errors import InputError
 from agentgate.sim import LLAMA_8B_H100, Engine, Send, replay
 from agentgate.sim.traces import TraceRequest
 
@@ -55,3 +56,19 @@ def test_an_idle_stretch_is_scraped_at_its_start_and_at_its_last_scrape_time_bef
     done = outcomes[0].finished_at
     assert done is not None and done < 0.5
     assert router.scraped == [0.0, 0.5, 100.0]  # "b" is done before 100.5
+
+
+@pytest.mark.parametrize(
+    ("far", "interval"),
+    [(1e308, 0.5), (1e306, 0.001), (1.7976931348623157e308, 1.0)],
+    ids=["0.5", "0.001", "max"],
+)
+def test_an_arrival_past_any_count_of_scrapes_is_refused(far: float, interval: float) -> None:
+    """A regression review of R85: an arrival whose count of scrapes overflows a float (1e308 s
+    at 0.5 s) was a bare ``OverflowError`` out of the scrape grid; it is ``InputError``, before
+    anything is replayed."""
+    router = _CountingScrapes()
+    trace = [TraceRequest("near", 0.0, 100, 4), TraceRequest("far", far, 100, 4)]
+    with pytest.raises(InputError, match=r"'far': an arrival at .* is past what scrapes every"):
+        replay(trace, {"b": Engine(LLAMA_8B_H100)}, router, scrape_interval=interval)
+    assert router.scraped == []

@@ -126,7 +126,7 @@ def replay(
     names an unknown backend, and ``InputError``, replaying nothing, for a ``scrape_interval`` that
     is not a number of seconds of at least ``MIN_SCRAPE_INTERVAL_S`` or an arrival that is not a
     finite time (either would keep the replay from ever returning: it scraped at the same instant
-    for ever, or waited for ever), a ``max_wait_s`` that is not a number of seconds, 0 or more
+    for ever, or waited for ever) or is so far that it is past any count of scrapes (1e308 s), a ``max_wait_s`` that is not a number of seconds, 0 or more
     (``inf``: a request waits as long as its router asks; until review R83 NaN rejected every
     request a router told to wait, as having waited too long),
     and for two requests with one ``id`` (requests and outcomes are kept by id: the replay failed
@@ -148,6 +148,14 @@ def replay(
     for r in requests:
         if not math.isfinite(r.arrival):
             raise InputError(f"request {r.id!r}: an arrival at {r.arrival!r} s never comes")
+        if not math.isfinite(4.0 * (r.arrival / scrape_interval)):
+            # Scrapes are counted on a grid of ``scrape_interval`` (``_index_past`` may step to
+            # twice the count): one this far (1e308 s at 0.5) is past any count of them (until a
+            # regression review of R85 a bare OverflowError).
+            raise InputError(
+                f"request {r.id!r}: an arrival at {r.arrival!r} s is past what scrapes every "
+                f"{scrape_interval!r} s count to"
+            )
         if r.id in ids:
             raise InputError(f"request {r.id!r}: two requests of the trace have this id")
         ids.add(r.id)
