@@ -181,9 +181,10 @@ MAX_RETRIES = 100
 def _base_url_fault(url: str) -> str | None:
     """What keeps ``url`` from being a base URL the client can call, as a person reads it after
     "is not an http(s) URL"; ``None`` where it is one: http or https, a host, a port 1 to 65535
-    where it names one, and no white space or control character in it. Until review R85 only the
-    prefix was checked: ``http://[::1/v1`` failed the first model call with a traceback after the
-    store was made, and ``http://`` (no host) as an endpoint nobody listens at."""
+    where it names one, no white space or control character in it, and a URL the openai client
+    takes (``_client_url_fault``). Until review R85 only the prefix was checked:
+    ``http://[::1/v1`` failed the first model call with a traceback after the store was made, and
+    ``http://`` (no host) as an endpoint nobody listens at."""
     if url != url.strip():
         return "white space around it: an env file saved with CRLF endings adds a \\r"
     if any(character.isspace() or not character.isprintable() for character in url):
@@ -199,6 +200,29 @@ def _base_url_fault(url: str) -> str | None:
         return "no host in it"
     if port == 0:
         return "port 0 in it"
+    return _client_url_fault(url)
+
+
+def _client_url_fault(url: str) -> str | None:
+    """What the openai client says of ``url`` as a base URL, where it refuses it: the client is
+    made with it and the URL of a chat completion joined to it, as the model's first call does.
+    Its HTTP library parses hosts more strictly than ``urllib``: until review R85b
+    ``http://256.1.1.1/v1``, ``http://[v1.fe]/v1`` or ``http://exa\u0308mple..com/v1`` passed
+    the check and failed that first call with an ``InvalidURL`` traceback after the store was
+    made. ``None`` where the client is not installed: ``endpoint_settings`` says so next."""
+    if importlib.util.find_spec("openai") is None:
+        return None
+    import httpx2  # the openai client's HTTP library
+    import openai
+
+    try:
+        client = openai.OpenAI(base_url=url, api_key="-", max_retries=0)
+        try:
+            client.base_url.join("chat/completions").host  # noqa: B018  # IDNA read here
+        finally:
+            client.close()
+    except (httpx2.InvalidURL, ValueError) as error:  # UnicodeError is a ValueError
+        return f"the openai client refuses it: {_short(str(error), 200)}"
     return None
 
 
