@@ -24,26 +24,34 @@ from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
 
-FREE_INPUT = POLICY.replace(
-    "small: {{cost_per_mtok: {{input: 1000000, output: 2000000}}}}",
-    "small: {{cost_per_mtok: {{input: 0, output: 1000000}}}}",
-)
-assert FREE_INPUT != POLICY
+_SMALL = "small: {{cost_per_mtok: {{input: 1000000, output: 2000000}}}}"
+assert _SMALL in POLICY
 
 
-class FreeInput:
-    """A Gate on a real SQLite file whose model ``small`` costs 0 an input token, 1 micro-dollar an
-    output token, and an agent with a ``usd_micros`` budget of ``budget``."""
+class PricedSmall:
+    """A Gate on a real SQLite file whose model ``small`` costs ``prompt`` micro-dollars a million
+    prompt tokens and ``output`` a million output tokens, and an agent with a ``usd_micros``
+    budget of ``budget``."""
 
-    def __init__(self, path: Path, budget: int) -> None:
+    def __init__(self, path: Path, budget: int, *, prompt: int, output: int) -> None:
         keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "helper")}
-        text = FREE_INPUT.format(budget=budget, **{n: k.did for n, k in keys.items()})
+        priced = POLICY.replace(
+            _SMALL, f"small: {{{{cost_per_mtok: {{{{input: {prompt}, output: {output}}}}}}}}}"
+        )
+        text = priced.format(budget=budget, **{n: k.did for n, k in keys.items()})
         self.gate = Gate(parse_policy(text, source="gate.yaml"), SQLiteStore(path / "agentgate.db"))
         self.agent = self.gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
 
     def spent(self) -> int:
         self.gate.flush()
         return self.gate.ledger.spent(self.agent.chain.root.id)
+
+
+class FreeInput(PricedSmall):
+    """``small`` costs 0 an input token and 1 micro-dollar an output token."""
+
+    def __init__(self, path: Path, budget: int) -> None:
+        super().__init__(path, budget, prompt=0, output=1_000_000)
 
 
 @pytest.fixture

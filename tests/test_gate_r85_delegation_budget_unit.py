@@ -30,7 +30,7 @@ from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
 
 
-def _policy(keys: dict[str, SigningKey], role_budget: str) -> str:
+def _policy(keys: dict[str, SigningKey], role_budget: str, rule_unit: str = "calls") -> str:
     return f"""
 version: 1
 trust_anchors: {{root: {{did: "{keys["root"].did}"}}}}
@@ -47,7 +47,7 @@ roles:
     delegation:
       max_depth: 1
       max_ttl_s: 300
-      budget: {{limit: 10, unit: calls}}
+      budget: {{limit: 10, unit: {rule_unit}}}
       capabilities: [{{resource: "tool:lookup"}}]
 """
 

@@ -15,34 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_gate import POLICY
+from test_budget_r61b_free_input import PricedSmall
 
 from agentgate.capabilities import Call
-from agentgate.gate import Gate
-from agentgate.keys import SigningKey
-from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
-
-FREE_OUTPUT = POLICY.replace(
-    "small: {{cost_per_mtok: {{input: 1000000, output: 2000000}}}}",
-    "small: {{cost_per_mtok: {{input: 3000000, output: 0}}}}",
-)
-assert FREE_OUTPUT != POLICY
 
 
-class FreeOutput:
-    """A Gate whose model ``small`` costs 3 micro-dollars a prompt token and nothing an output
-    token, and an agent with a ``usd_micros`` budget of ``budget``."""
+class FreeOutput(PricedSmall):
+    """``small`` costs 3 micro-dollars a prompt token and nothing an output token."""
 
     def __init__(self, path: Path, budget: int) -> None:
-        keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "helper")}
-        text = FREE_OUTPUT.format(budget=budget, **{n: k.did for n, k in keys.items()})
-        self.gate = Gate(parse_policy(text, source="gate.yaml"), SQLiteStore(path / "agentgate.db"))
-        self.agent = self.gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
-
-    def spent(self) -> int:
-        self.gate.flush()
-        return self.gate.ledger.spent(self.agent.chain.root.id)
+        super().__init__(path, budget, prompt=3_000_000, output=0)
 
 
 @pytest.fixture

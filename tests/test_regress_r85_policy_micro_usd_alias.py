@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from test_gate_r85_delegation_budget_unit import _policy
 
 from agentgate.authority import Budget, delegate, issue
 from agentgate.capabilities import Call
@@ -23,32 +24,12 @@ from agentgate.store import SQLiteStore
 KEYS = {n: SigningKey.generate() for n in ("root", "bot", "kid")}
 
 
-def _policy(role_budget: str) -> str:
-    return f"""
-version: 1
-trust_anchors: {{root: {{did: "{KEYS["root"].did}"}}}}
-principals:
-  bot: {{kind: agent, did: "{KEYS["bot"].did}", roles: [worker]}}
-tools:
-  lookup: {{args: {{id: {{type: string}}}}, idempotent: true}}
-roles:
-  worker:
-    kind: agent
-    capabilities: [{{resource: "tool:lookup"}}]
-    ttl_s: 600
-{role_budget}    delegation:
-      max_depth: 1
-      max_ttl_s: 300
-      budget: {{limit: 10, unit: usd_micros}}
-      capabilities: [{{resource: "tool:lookup"}}]
-"""
-
-
-@pytest.fixture(
-    params=["", "    budget: {limit: 100, unit: usd_micros}\n"], ids=["no-role-budget", "role-budget"]
-)
+@pytest.fixture(params=["", "budget: {limit: 100, unit: usd_micros}"], ids=["no-role-budget", "role-budget"])
 def gate(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gate]:
-    made = Gate(parse_policy(_policy(request.param), source="p.yaml"), SQLiteStore(tmp_path / "a.db"))
+    made = Gate(
+        parse_policy(_policy(KEYS, request.param, "usd_micros"), source="p.yaml"),
+        SQLiteStore(tmp_path / "a.db"),
+    )
     yield made
     made.close()
 
