@@ -99,12 +99,10 @@ def quoted(value: object, limit: int = 80) -> str:
         return f"an integer of {value.bit_length()} bits"
     try:
         text = repr(value)
-    except ValueError as exc:  # an integer past 4,300 digits inside a container, or a __repr__'s own
-        if "integer string conversion" in str(exc):
-            return f"a {type(value).__name__} holding an integer too long to write"
-        return f"a {type(value).__name__} that cannot be written"
     except RecursionError:
         return f"a {type(value).__name__} nested too deep to write"
-    except Exception:  # a __repr__ of the caller's own that fails: the refusal must still say what
+    except Exception as exc:  # a __repr__ of the caller's own that fails: the refusal must still say what
+        if isinstance(exc, ValueError) and "integer string conversion" in str(exc):  # past 4,300 digits
+            return f"a {type(value).__name__} holding an integer too long to write"
         return f"a {type(value).__name__} that cannot be written"
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Mapping
 
 from agentgate._names import METERED_IN_WORDS, METERED_UNITS
+from agentgate._shown import quoted
 from agentgate.authority import Decision
 from agentgate.capabilities import Call
 from agentgate.dispatch._answers import MAX_USAGE_TOKENS
@@ -26,9 +27,7 @@ def _token_counts(tokens: object) -> tuple[int, int]:
         prompt, output = tokens
         if all(type(n) is int and n >= 0 for n in (prompt, output)):
             return prompt, output
-    raise InputError(
-        f"token counts must be two non-negative integers (prompt, output), got {_bounded_repr(tokens)}"
-    )
+    raise InputError(f"token counts must be two non-negative integers (prompt, output), got {quoted(tokens)}")
 
 
 def _token_estimate(tokens: object) -> tuple[int, int]:
@@ -44,16 +43,6 @@ def _token_estimate(tokens: object) -> tuple[int, int]:
             "max_tokens the call is sent and the most output it is charged, and 0 is not read as no limit"
         )
     return prompt, output
-
-
-def _bounded_repr(value: object) -> str:
-    """At most 80 characters of ``repr(value)``, or its type where it has none: a backend's garbage
-    (an integer past Python's 4,300-digit limit, a nesting past the recursion limit) cannot turn the
-    error that names it into another exception."""
-    try:
-        return repr(value)[:80]
-    except (ValueError, RecursionError):
-        return f"a {type(value).__name__} that cannot be shown"
 
 
 def _usage_counts(usage: object) -> tuple[int, int] | None:
@@ -246,7 +235,7 @@ class _Costs:
         if counts is None:
             charged = f" ({auth.reservations[0][2]} {auth.reservations[0][1]})" if auth.reservations else ""
             reasons.append(
-                f"reported usage {_bounded_repr(usage)} is not two token counts from 0 to "
+                f"reported usage {quoted(usage)} is not two token counts from 0 to "
                 f"{MAX_USAGE_TOKENS:,}; charged as reserved{charged}"
             )
             return None

@@ -358,21 +358,19 @@ class PolicyIndex:
         principal lists its roles, admitting or not: a parent holding ``[a, b]``, whose rules allow
         10 ``calls`` and 1000 ``usd_micros``, was refused a budget of 500 that a chain made outside
         the Gate carried in ``usd_micros`` and was allowed at every call."""
-        caps = list(capabilities)
         held = set(self._held_roles(delegator))
         roles = [r for r, role in self.policy.document.roles.items() if r in held and role.delegation]
+        per_cap = [self._delegation_rules(roles, cap) for cap in capabilities]
+        handing = {id(rule) for rules in per_cap for rule in rules}
         units = dict.fromkeys(
             rule.budget.unit
             for r in roles
             if (rule := self.policy.document.roles[r].delegation) is not None
             and rule.budget is not None
-            and any(self._delegation_rules([r], cap) for cap in caps)
+            and id(rule) in handing
         )
         for unit in units:
-            if all(
-                any(_admits(rule, seconds, budget, unit) for rule in self._delegation_rules(roles, cap))
-                for cap in caps
-            ):
+            if all(any(_admits(rule, seconds, budget, unit) for rule in rules) for rules in per_cap):
                 return unit
         return next(iter(units), None)
 

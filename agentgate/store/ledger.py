@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeGuard
 
 from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, format_time, utc_now
@@ -231,13 +232,18 @@ def _named(reservation: object) -> str:
     return reservation
 
 
+def _is_grant_id(grant_id: object) -> TypeGuard[str]:
+    """Whether ``grant_id`` is text the ledger keeps a budget by: not empty, no NUL character."""
+    return isinstance(grant_id, str) and bool(grant_id) and "\x00" not in grant_id
+
+
 def _grant_id(grant_id: object) -> str:
     """``grant_id`` as the ledger reads a grant's budget by it (``remaining``, ``usage``): text
     that is not empty and holds no NUL character (``reserve`` refuses one in a chain); else
     ``InputError``, where the stores would answer differently (a silent nothing on one, a
     ``StoreError`` about the parameter's type, or a NUL PostgreSQL's text cannot hold, on the
     other)."""
-    if not isinstance(grant_id, str) or not grant_id or "\x00" in grant_id:
+    if not _is_grant_id(grant_id):
         raise InputError(
             f"a grant id must be non-empty text without a NUL character, got {quoted(grant_id, 60)}"
         )
@@ -376,11 +382,7 @@ class BudgetLedger:
         amount = _amount(amount, "amount")
         if amount > MAX_AMOUNT:
             raise _too_large(amount)
-        if (
-            not chain
-            or any(not isinstance(g, str) or not g or "\x00" in g for g in chain)
-            or len(set(chain)) != len(chain)
-        ):
+        if not chain or any(not _is_grant_id(g) for g in chain) or len(set(chain)) != len(chain):
             raise InputError(
                 "chain must be a non-empty list of distinct grant ids (text without a NUL character), root first"
             )
