@@ -17,7 +17,7 @@ import pytest
 from test_broker_library_use import FlakyJournal
 
 from agentgate.dispatch.broker import Broker, GangRequest, LeaseEnded, TenantQuota, synthetic_topology
-from agentgate.errors import LeaseLost, StoreError
+from agentgate.errors import BrokerError, LeaseLost, StoreError
 from agentgate.store import SQLiteStore
 
 
@@ -89,5 +89,29 @@ def test_a_lease_not_held_is_lease_lost_while_the_journal_is_out(tmp_path: Path,
             broker.renew(lease_id)
         assert isinstance(lost.value.__cause__, StoreError)
         assert broker.leases() == []
+    finally:
+        store.close()
+
+
+def test_a_refused_release_or_submit_is_its_refusal_while_the_journal_is_out(tmp_path: Path) -> None:
+    """Reading R85 again: ``release`` of a lease that expired during an outage, and a ``submit``
+    refused then, raised the journal's ``StoreError`` (which says the call took effect), as
+    ``renew`` did until the second regression review; each is its refusal, the journal's error
+    its cause."""
+    store = SQLiteStore(tmp_path / "agentgate.db")
+    try:
+        now = [1000.0]
+        journal = FlakyJournal(store)
+        broker = Broker(
+            synthetic_topology(1, 8), [TenantQuota("a", 8)], clock=lambda: now[0], journal=journal
+        )
+        broker.submit(GangRequest("job", "a", 2, ttl_s=60))
+        now[0], journal.failing = 1070.0, True  # expired at 1060, the journal out
+        with pytest.raises(LeaseLost, match="is not held") as lost:
+            broker.release("job")
+        assert isinstance(lost.value.__cause__, StoreError)
+        with pytest.raises(BrokerError, match="exceed what tenant") as refused:
+            broker.submit(GangRequest("big", "a", 64))
+        assert isinstance(refused.value.__cause__, StoreError)
     finally:
         store.close()

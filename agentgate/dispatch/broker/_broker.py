@@ -43,7 +43,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from agentgate.dispatch.broker._model import (
     MIN_TTL_S,
@@ -197,11 +197,10 @@ class Broker(_Restoring, _Preempting):
                 self._check_placeable(request)
                 if request.id in self._leases or request.id in self._waiting:
                     raise BrokerError(f"request {quoted(request.id)} is already live")
-            except BrokerError:
+            except BrokerError as refused:
                 # The leases the clock ended make room all the same (until review R66 a refused
                 # call left their GPUs free and unjournaled until another call came).
-                self._schedule(now)
-                raise
+                self._refuse(now, refused)
             self._seq += 1
             self._waiting[request.id] = _Waiting(request, now, now + request.timeout_s, self._seq)
             self._dirty = True
@@ -230,8 +229,9 @@ class Broker(_Restoring, _Preempting):
                     self._withdraw_nominated(waiting)
                 self._outbox.append(Withdrawn(waiting.request))
             else:
-                self._schedule(now)  # as a refused ``submit`` does
-                raise LeaseLost(f"lease {quoted(lease_id)} is not held (released, expired or preempted)")
+                self._refuse(
+                    now, LeaseLost(f"lease {quoted(lease_id)} is not held (released, expired or preempted)")
+                )
             self._schedule(now)
             return self._drain()
 
@@ -249,34 +249,41 @@ class Broker(_Restoring, _Preempting):
             now = self.clock()
             self._apply_time(now)
             lease = self._leases.get(lease_id)
-            lost = f"lease {quoted(lease_id)} is not held (released, expired or preempted)"
+            lost = LeaseLost(f"lease {quoted(lease_id)} is not held (released, expired or preempted)")
             if lease is None:
-                try:
-                    self._schedule(now)  # as a refused ``submit`` does
-                except StoreError as exc:
-                    # Not held, whether or not the journal takes what the clock changed: a
-                    # ``StoreError`` from ``renew`` says the lease renewed (until a second
-                    # regression review of R85 a lease that expired in an outage raised it).
-                    raise LeaseLost(lost) from exc
-                raise LeaseLost(lost)
+                self._refuse(now, lost)
             # Extended before the queue is tried and the journal written: until review R85 both
             # came first, and while the journal's store was out every renewal after the first
             # failed write raised before it extended the lease, which ended at its old expiry.
             self._leases[lease_id] = dataclasses.replace(lease, expires_at=now + self._ttl(lease.request))
             self._dirty = True
+            unwritten: StoreError | None = None
             try:
                 self._schedule(now)
             except StoreError as exc:
-                # The journal is written last, after the queue was tried: a lease that pass
-                # preempted is not held, and its holder is told so, not that it renewed (until a
-                # regression review of R85 this ``StoreError`` said the lease was renewed).
-                if lease_id not in self._leases:
-                    raise LeaseLost(lost) from exc
-                raise
+                unwritten = exc
             renewed = self._leases.get(lease_id)
-            if renewed is None:  # preempted with no grace by a request the queue placed now
-                raise LeaseLost(lost)
+            if renewed is None:
+                # Preempted with no grace by a request the queue placed now: not held, whether or
+                # not the journal then took it (until a regression review of R85 a failed write
+                # raised ``StoreError``, which says the lease renewed).
+                raise lost from unwritten
+            if unwritten is not None:
+                raise unwritten
             return renewed
+
+    def _refuse(self, now: float, refusal: Exception) -> NoReturn:
+        """Raise ``refusal`` (a call refused: ``submit``'s ``BrokerError``, ``release``'s and
+        ``renew``'s ``LeaseLost``) once the queue is tried and what the clock changed journaled,
+        as for any call. A journal write that fails is the refusal's cause, not the answer: a
+        ``StoreError`` says the call took effect (until a second regression review of R85 a lease
+        that expired during an outage was ``StoreError`` from ``renew``, and from ``release`` and
+        a refused ``submit`` until the reading after it)."""
+        try:
+            self._schedule(now)
+        except StoreError as exc:
+            raise refusal from exc
+        raise refusal
 
     def advance(self) -> list[BrokerEvent]:
         """Apply expiries, grace ends and timeouts up to the clock's now, then try the queue.
