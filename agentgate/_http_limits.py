@@ -79,7 +79,7 @@ def positive_seconds(value: float, name: str) -> float:
     else ``InputError`` naming ``name``, the setting it limits."""
     if isinstance(value, bool) or not (isinstance(value, int | float) and 0 < value <= MOST_SECONDS):
         raise InputError(
-            f"{name} must be a positive number of seconds, at most {MOST_SECONDS:g}, not {value!r}"
+            f"{name} must be a positive number of seconds, at most {MOST_SECONDS:g}, not {quoted(value)}"
         )
     return float(value)
 

@@ -19,9 +19,11 @@ from fractions import Fraction
 import pytest
 from test_regress_r85_gate_delegation_unit import _FETCH, _LOOKUP, _policy
 
+from agentgate._http_limits import positive_seconds
 from agentgate._shown import quoted
 from agentgate.authority import ChainCache, GrantRepository, issue, revoke
 from agentgate.capabilities import Call, Capability
+from agentgate.dispatch.gateway import Gateway
 from agentgate.errors import InputError
 from agentgate.findings import Outcome
 from agentgate.keys import SigningKey
@@ -79,3 +81,13 @@ def test_no_budget_is_refused_for_the_budget_not_for_the_units() -> None:
     assert "separate grants" not in fault.message
     split = index.delegation_fault(did, did, caps, 60, 5, "bot")
     assert split is not None and "separate grants" in split.message
+
+
+def test_http_limits_and_the_gateways_body_limit_quote_a_value_too_long_to_write() -> None:
+    """Reading R85 again: R85 quoted the shutdown grace by its size, but ``positive_seconds``
+    beside it (every server and gateway time limit) and ``Gateway``'s ``max_body_bytes`` wrote
+    ``10**5000`` whole: a bare ``ValueError``."""
+    with pytest.raises(InputError, match="not an integer of 16610 bits"):
+        positive_seconds(10**5000, "stall_s")
+    with pytest.raises(InputError, match=r"max_body_bytes .* not a list holding an integer too long"):
+        Gateway(None, None, max_body_bytes=[10**5000])  # type: ignore[arg-type]

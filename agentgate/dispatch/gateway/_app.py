@@ -55,6 +55,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentgate._bounded_http import LOST, STALLED
 from agentgate._http_limits import positive_seconds
 from agentgate._numbers import check_positive_finite
+from agentgate._shown import quoted
 from agentgate.capabilities import Call
 from agentgate.dispatch._engine_fields import FieldError
 from agentgate.dispatch._policy import RoutingPolicy
@@ -176,7 +177,7 @@ class Gateway:
     ) -> None:
         if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
             raise InputError(
-                f"max_body_bytes must be a positive whole number of bytes, not {max_body_bytes!r}"
+                f"max_body_bytes must be a positive whole number of bytes, not {quoted(max_body_bytes)}"
             )
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = positive_seconds(body_timeout_s, "body_timeout_s")
