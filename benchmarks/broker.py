@@ -125,7 +125,8 @@ def _pick(rng: random.Random, table: Sequence[tuple[int, float]]) -> int:
 
 MAX_LOAD = 2.0
 """The most ``--load`` taken: twice the cluster's work. The replay's time grows faster than its
-job count (about 20 s at 2 with ``--quick``, 77 s at 5, over ten minutes at 10)."""
+job count (timed by hand with ``--quick`` on a 2-core machine, not a figure the benchmark
+prints: about 20 s at 2, 77 s at 5, over ten minutes at 10)."""
 
 
 def make_jobs(seed: int, horizon_s: float, load: float, gpus: int) -> list[Job]:

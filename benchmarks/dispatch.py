@@ -433,9 +433,12 @@ MAX_LOAD = 10.0
 """The most ``--load`` taken: ten times the pool's estimated capacity, an overload no queue clears."""
 
 
+_LOAD = offered_load(MAX_LOAD)
+
+
 def _loads(text: str) -> list[float]:
     """An argparse type: comma-separated offered loads, each from ``MIN_LOAD`` to ``MAX_LOAD``."""
-    return [offered_load(MAX_LOAD)(part.strip()) for part in text.split(",")]
+    return [_LOAD(part.strip()) for part in text.split(",")]
 
 
 def main(argv: list[str] | None = None) -> int:
