@@ -42,15 +42,16 @@ MAX_KEY_FILE_BYTES = 8192
 """The most a key file may hold; an Ed25519 PEM key is about 120 bytes."""
 
 
-def as_path(path: object, what: str, error: type[InputError] = InputError) -> Path:
+def as_path(path: object, what: str, error: type[InputError] = InputError, *, doing: str = "read") -> Path:
     """``path`` (text, bytes or ``os.PathLike``; bytes decoded as the file system does) as a
     ``Path``; anything else (``None``, a number, a key object) raises ``error`` naming ``what``
-    the file was to hold, instead of ``pathlib``'s bare ``TypeError``."""
+    the file was to hold (and what was ``doing`` with it), instead of ``pathlib``'s bare
+    ``TypeError``."""
     try:
         return Path(os.fsdecode(path))  # type: ignore[arg-type]
     except TypeError:
         raise error(
-            f"cannot read {what}: expected a file path (text or os.PathLike), got {type(path).__name__}"
+            f"cannot {doing} {what}: expected a file path (text or os.PathLike), got {type(path).__name__}"
         ) from None
 
 
@@ -241,13 +242,8 @@ def save_key(key: SigningKey, directory: Path | str, name: str) -> tuple[Path, P
     name too long, no space, a file system without hard links), or when another process holds
     the lock on ``DIR`` for more than ten seconds.
     """
-    try:
-        directory = Path(os.fsdecode(directory))
-    except TypeError:  # None, a number: until review R84 a TypeError out of ``directory / name``
-        raise KeyFileError(
-            f"cannot write a key pair: the directory must be a path (text or os.PathLike), got "
-            f"{type(directory).__name__}"
-        ) from None
+    # None, a number: until review R84 a TypeError out of ``directory / name``.
+    directory = as_path(directory, "a key pair into its directory", KeyFileError, doing="write")
     if not isinstance(name, str):
         raise KeyFileError(f"invalid key name: expected text, got {type(name).__name__}")
     if not name or "/" in name or name.startswith(".") or "\x00" in name or not _encodable(name):

@@ -40,7 +40,9 @@ def test_save_key_takes_a_directory_given_as_text(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("directory", [None, 5])
 def test_save_key_refuses_a_directory_that_is_no_path(directory: object) -> None:
-    with pytest.raises(KeyFileError, match="the directory must be a path"):
+    with pytest.raises(
+        KeyFileError, match="cannot write a key pair into its directory: expected a file path"
+    ):
         save_key(KEY, directory, "agent")  # type: ignore[arg-type]
 
 
