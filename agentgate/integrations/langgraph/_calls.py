@@ -478,7 +478,7 @@ class _Streamed(BaseCallbackHandler):
 
     def __init__(self) -> None:
         self.delivered = False
-        self._calls: dict[object, list[_WrittenCall]] = {}
+        self._calls: dict[object, _RunCalls] = {}
 
     def on_llm_new_token(self, token: Any, *, chunk: Any = None, **kwargs: Any) -> None:
         message = getattr(chunk, "message", None)
@@ -487,17 +487,14 @@ class _Streamed(BaseCallbackHandler):
         # LangChain adds the later chunks to the run's first as it is: the first one's fragments
         # are calls of their own, added to none of each other.
         first = run not in self._calls
-        calls = self._calls.setdefault(run, [])
+        calls = self._calls.setdefault(run, _RunCalls())
         for fragment in fragments if isinstance(fragments, list) else ():
             if isinstance(fragment, Mapping):
                 _WrittenCall.of(calls, fragment, alone=first).add(fragment.get("id"), fragment.get("args"))
         if self.delivered:
             return
         self.delivered = bool(token) or (
-            message is not None
-            and bool(
-                message.content or getattr(message, "tool_call_chunks", None) or message.additional_kwargs
-            )
+            message is not None and bool(message.content or fragments or message.additional_kwargs)
         )
 
     def written(self) -> dict[str, str]:
@@ -505,7 +502,7 @@ class _Streamed(BaseCallbackHandler):
         it: a later run of the watched call (a retry inside it) over an earlier one."""
         found: dict[str, str] = {}
         for calls in self._calls.values():
-            for call in calls:
+            for call in calls.ordered:
                 if isinstance(call.call_id, str) and call.call_id:
                     found[call.call_id] = "".join(call.text)
         return found
@@ -545,8 +542,8 @@ class _Streamed(BaseCallbackHandler):
             ("tool_call", "invalid_tool_call") if finished else ("tool_call_chunk", "tool-call-delta")
         ):
             return
-        calls = self._calls.setdefault(("event", run), [])
-        call = next((c for c in calls if c.index == index), None)
+        calls = self._calls.setdefault(("event", run), _RunCalls())
+        call = next(iter(calls.at(index)), None)
         if finished:
             if call is not None and not _no_id(block.get("id")):
                 call.call_id = block.get("id")
@@ -555,6 +552,42 @@ class _Streamed(BaseCallbackHandler):
             call = _WrittenCall(index)
             calls.append(call)
         call.add(block.get("id"), block.get("args"))
+
+
+class _RunCalls:
+    """One run's streamed calls (``_WrittenCall``): ``ordered`` in the order they were first
+    streamed (``written`` walks it), and beside it the calls at each index, so that a fragment
+    finds its call without a search of every call of the run (4,000 calls in one answer cost
+    seconds in callbacks). Kept while every index is ``None``, an integer or a string, whose
+    equality agrees with a dict's; from the first of another kind, the run's calls are searched
+    in order (``at``), as before."""
+
+    __slots__ = ("_at", "ordered")
+
+    def __init__(self) -> None:
+        self.ordered: list[_WrittenCall] = []
+        self._at: dict[object, list[_WrittenCall]] | None = {}
+
+    def at(self, index: object) -> list[_WrittenCall]:
+        """The calls whose index equals ``index``, in the order they were streamed."""
+        if self._at is None or not _plain_index(index):
+            return [call for call in self.ordered if call.index == index]
+        return self._at.get(index, [])
+
+    def append(self, call: _WrittenCall) -> None:
+        self.ordered.append(call)
+        if self._at is None:
+            return
+        if _plain_index(call.index):
+            self._at.setdefault(call.index, []).append(call)
+        else:
+            self._at = None
+
+
+def _plain_index(index: object) -> bool:
+    """Whether ``index`` is one ``_RunCalls`` keeps in its dict (``None``, an ``int``, a ``bool``,
+    a ``str``; not a subclass, whose equality may be its own)."""
+    return index is None or type(index) in (int, bool, str)
 
 
 class _WrittenCall:
@@ -571,9 +604,7 @@ class _WrittenCall:
         self.text: list[str] = []
 
     @classmethod
-    def of(
-        cls, calls: list[_WrittenCall], fragment: Mapping[str, Any], *, alone: bool = False
-    ) -> _WrittenCall:
+    def of(cls, calls: _RunCalls, fragment: Mapping[str, Any], *, alone: bool = False) -> _WrittenCall:
         """The call of ``calls`` that LangChain adds ``fragment`` to (``merge_lists``), else a new
         one appended (always, with ``alone``: a fragment of the run's first chunk): the first whose
         index is the fragment's (an integer: a ``tool_call_chunks`` index is no other) and whose id does not differ
@@ -585,10 +616,8 @@ class _WrittenCall:
         if not isinstance(index, int):
             index = None  # LangChain adds nothing to it, nor it to anything
         elif not alone:
-            for call in calls:
-                if call.index == index and (
-                    _no_id(call.call_id) or _no_id(call_id) or call.call_id == call_id
-                ):
+            for call in calls.at(index):
+                if _no_id(call.call_id) or _no_id(call_id) or call.call_id == call_id:
                     return call
         call = cls(index)
         calls.append(call)
