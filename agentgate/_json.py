@@ -5,7 +5,7 @@ here since review R81 rather than in ``audit.entry``, so that deciding a grant i
 audit entry model nor Pydantic); and
 what the readers of a call's arguments as JSON text share (the command line's ``--args``, a
 LangGraph tool call's arguments as the model wrote them): finding a number no float holds as
-written (``exact_float``, ``first_inexact``, ``inexact_argument``); and what every strict reader of
+written (``exact_float``, ``first_inexact``, ``inexact_argument``, ``inexact_read``); and what every strict reader of
 JSON shares (tokens, ``--args``, the gateway's request bodies, approval payloads): refusing an
 object that gives a key twice (``once_each``)."""
 
@@ -145,6 +145,13 @@ def inexact_argument(text: str, parsed: object) -> tuple[object, str, str] | Non
         exact = json.loads(text, parse_float=exact_float, strict=False)
     except (ValueError, RecursionError):
         return None
+    return inexact_read(text, exact, parsed)
+
+
+def inexact_read(text: str, exact: object, parsed: object) -> tuple[object, str, str] | None:
+    """``inexact_argument`` of arguments the caller has read already from ``text`` with
+    ``exact_float`` as ``exact`` (the LangGraph middleware, which reads them once for this and
+    for its check that they are one object, ``_unusable_answer``)."""
     found = first_inexact(exact)
     if found is None:
         return None

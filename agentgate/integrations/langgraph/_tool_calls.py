@@ -19,7 +19,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from agentgate._json import inexact_argument, inexact_said
+from agentgate._json import exact_float, inexact_argument, inexact_read, inexact_said
 from agentgate.capabilities import MAX_NAME_LENGTH, Call
 from agentgate.errors import InputError
 from agentgate.integrations.langgraph._scope import (
@@ -232,11 +232,13 @@ def _unusable_answer(request: ToolCallRequest, call_id: str) -> InputError | Non
         return InputError(cut)
     if (count := _calls_sharing(answer, call_id)) > 1:
         return InputError(_SHARED_ID.format(call_id=call_id[:MAX_NAME_LENGTH], count=count))
-    if (unread := _unread_arguments(answer, call_id)) is not None:
+    text = _written_arguments(answer, call_id)
+    exact = _exact_arguments(text)
+    if (unread := _unread_arguments(text, exact)) is not None:
         return unread
     if (refused := _out_of_range(request, answer, call_id)) is not None:
         return refused
-    return _inexact_arguments(request, answer, call_id)
+    return _inexact_arguments(request, text, exact)
 
 
 def _written_arguments(answer: AIMessage | None, call_id: str) -> str | None:
@@ -247,7 +249,22 @@ def _written_arguments(answer: AIMessage | None, call_id: str) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def _unread_arguments(answer: AIMessage | None, call_id: str) -> InputError | None:
+def _exact_arguments(text: str | None) -> tuple[object] | None:
+    """The arguments written as ``text`` (``_written_arguments``) as ``exact_float`` reads them,
+    read once for both checks of them (``_unread_arguments``, ``_inexact_arguments``), in a
+    1-tuple (they may be JSON ``null``). ``None`` where there is no text or this read fails: each
+    check then reads the text on its own and words, or raises, what it meets, as before they
+    shared one read (this read can fail earlier than a plain one: at a number ``exact_float``
+    cannot read, an exponent ``Decimal`` cannot hold, or one frame deeper)."""
+    if not text:
+        return None
+    try:
+        return (json.loads(text, parse_float=exact_float, strict=False),)
+    except Exception:  # read again by each check, which words or raises it as before
+        return None
+
+
+def _unread_arguments(text: str | None, exact: tuple[object] | None = None) -> InputError | None:
     """Why the call is refused when its arguments, as the model wrote them (``_written_arguments``),
     are not one JSON object and nothing else: text after the object, the object not closed, no
     JSON at all. LangChain reads a streamed call's text as *partial* JSON
@@ -259,11 +276,10 @@ def _unread_arguments(answer: AIMessage | None, call_id: str) -> InputError | No
     LangChain and ``DispatchedChatModel`` read it; control characters inside strings are read,
     as LangChain reads them (``strict=False``). Nothing of the text is quoted: the refusal is
     recorded, and any argument in it may be a secret."""
-    text = _written_arguments(answer, call_id)
     if not text:
         return None
     try:
-        value = json.loads(text, strict=False)
+        value = exact[0] if exact is not None else json.loads(text, strict=False)
     except json.JSONDecodeError as exc:
         why = f"{exc.msg} at character {exc.pos}"
     except (ValueError, RecursionError):
@@ -284,7 +300,7 @@ _UNREAD_ARGUMENTS = (
 
 
 def _inexact_arguments(
-    request: ToolCallRequest, answer: AIMessage | None, call_id: str
+    request: ToolCallRequest, text: str | None, exact: tuple[object] | None
 ) -> _ValueRefused | None:
     """Why the call is refused when its arguments, as the model wrote them, hold a number that no
     float holds as written (``100.00000000000000001``): the chat model read it as the nearest
@@ -295,8 +311,13 @@ def _inexact_arguments(
     that keeps none (``ChatOpenAI`` on Chat Completions, not streamed) gets no such check. A call
     whose arguments were changed since they were read from it (another middleware's edit) is
     decided as it is. As the command line refuses such ``--args`` (``_json.inexact_argument``)."""
-    text = _written_arguments(answer, call_id)
-    found = inexact_argument(text, request.tool_call.get("args")) if text is not None else None
+    args = request.tool_call.get("args")
+    if text is None:
+        found = None
+    elif exact is None:
+        found = inexact_argument(text, args)
+    else:
+        found = inexact_read(text, exact[0], args)
     if found is None:
         return None
     argument, path, number = found
