@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import orjson
@@ -98,7 +98,14 @@ def exact_float(text: str) -> float | Inexact:
     value = float(text)
     if not math.isfinite(value):
         return value
-    written = Decimal(text)
+    try:
+        written = Decimal(text)
+    except InvalidOperation:
+        # An exponent past what a Decimal holds (``1e-99999999999999999999``, read as 0.0): as
+        # written it is that float only with no digit but 0 before it (until reading review
+        # R85 a bare ``decimal.InvalidOperation`` out of the arguments' check).
+        digits = text.lower().partition("e")[0]
+        return value if not digits.strip("+-.0") else Inexact(text)
     if written != Decimal(repr(value)) and written != Decimal(value):
         return Inexact(text)
     return value
