@@ -358,12 +358,24 @@ def _misread_tag(text: str, starts: Sequence[int], exc: yaml.YAMLError) -> int |
     if not isinstance(exc, yaml.MarkedYAMLError) or exc.context != "while scanning a tag":
         return None
     start = _index_of(starts, len(text), exc.context_mark)
+    stop = _index_of(starts, len(text), exc.problem_mark)
+    return start if _tag_read_apart(text, start, stop) else None
+
+
+def _tag_read_apart(text: str, start: int, end: int) -> bool:
+    """Whether libyaml reads the tag at ``text[start]`` (a '!') otherwise than PyYAML's own
+    scanner, which read it up to ``end`` (where its tag token ends, or where it refused the tag):
+    a verbatim tag (``!<...>``) with a ',' right after it (``[!<!>, a]``), or another tag that
+    libyaml ends at one of ``_IN_TAG`` (``_LIBYAML_TAG``: ``[!, a]``, ``{eq: !!str,}``,
+    ``!a[b]``). The one rule for ``_misread_tag`` and ``_disagreed`` alike: until review R85
+    each wrote it its own way. The match cannot fail: ``load_yaml`` has removed a
+    leading byte order mark and refused any other one and every line break an editor does not
+    show, so a mark's line and column find the '!' itself."""
     if text.startswith("!<", start):
-        stop = _index_of(starts, len(text), exc.problem_mark)
-        return start if text[stop : stop + 1] == "," else None
+        return text[end : end + 1] == ","
     tag = _LIBYAML_TAG.match(text, start)
-    end = tag.end() if tag is not None else start
-    return start if text[end : end + 1] in _IN_TAG else None
+    assert tag is not None  # text[start] is the '!' (above)
+    return text[tag.end() : tag.end() + 1] in _IN_TAG
 
 
 def _refuse_yaml_version(text: str, source: str, error: type[SourceError], what: str) -> None:
@@ -510,15 +522,7 @@ def _disagreed(
                 found.append((start, ":"))  # libyaml: the plain text runs on to the ':', then refuses it
             elif isinstance(token, yaml.DirectiveToken) and token.name not in ("YAML", "TAG"):
                 found.append((start, "%"))  # libyaml: "found unknown directive name"
-            elif (
-                isinstance(token, yaml.TagToken)
-                and (
-                    text[end : end + 1] == ","  # libyaml's tag, or a verbatim one
-                    or (
-                        text[start : start + 2] != "!<" and not _IN_TAG.isdisjoint(text[start:end])
-                    )  # PyYAML's
-                )
-            ):
+            elif isinstance(token, yaml.TagToken) and _tag_read_apart(text, start, end):
                 found.append((start, "!"))
             if isinstance(token, yaml.ScalarToken):
                 if token.style in ("|", ">"):
