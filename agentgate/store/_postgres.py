@@ -1083,17 +1083,12 @@ def _meant_user_part_ends(url: str, start: int, after: int) -> list[tuple[str, i
     (``_MEANT_HOSTS``: not ``x@y&sslmode=...``, where an ``@`` is a part of a value). Each as the
     parameter's name (percent-decoded), where its value starts, and where the ``@`` is."""
     ends: list[tuple[str, int, int]] = []
-    mark = url.find("?", after)
-    offset = mark + 1
-    for part in url[mark + 1 :].split("&") if mark >= 0 else ():
-        name, _, _ = part.partition("=")
-        begin = offset + len(name) + 1
-        at = url.find("@", begin, offset + len(part))
+    for key, _, begin, part_end in _query_parts(url, url.find("?", after)):
+        at = url.find("@", begin, part_end)
         while at >= 0:
             if url.find(":", start, at) >= 0 and _MEANT_HOSTS.match(url, at + 1):
-                ends.append((unquote(name), begin, at))
-            at = url.find("@", at + 1, offset + len(part))
-        offset += len(part) + 1
+                ends.append((key, begin, at))
+            at = url.find("@", at + 1, part_end)
     return ends
 
 
@@ -1261,18 +1256,13 @@ def _secret_parameters(
     ``mark`` (none for -1) and runs to ``end`` (else the end) lie in ``url``, and, if
     ``unknown``, those of the parameters libpq does not know (``_masked_as``): not in a query
     only some reading of ``url`` has (``_redact``), where that masked all that followed."""
-    if mark < 0:
-        return []
     spans: list[tuple[int, int]] = []
     run: str | None = None  # what the last parameter's masked value was: "secret", "unknown"
-    offset = mark + 1
-    for part in url[mark + 1 : end].split("&"):
-        name, has_value, _ = part.partition("=")
-        key = unquote(name)
+    for key, has_value, value_start, part_end in _query_parts(url, mark, end):
         if (run == "secret" and not (has_value and key in _libpq_keywords())) or (
             run == "unknown" and not has_value
         ):
-            spans[-1] = (spans[-1][0], offset + len(part))  # more of the masked value, masked with it
+            spans[-1] = (spans[-1][0], part_end)  # more of the masked value, masked with it
         else:
             # A parameter libpq does not know may be a misspelt password (``pasword=``): its
             # value is masked too, and an ``&`` in it (until review R73 it was shown), its name
@@ -1280,9 +1270,23 @@ def _secret_parameters(
             run = _masked_as(key) if has_value else None
             run = None if run == "unknown" and not unknown else run
             if run is not None:
-                spans.append((offset + len(name) + 1, offset + len(part)))
-        offset += len(part) + 1
+                spans.append((value_start, part_end))
     return spans
+
+
+def _query_parts(url: str, mark: int, end: int | None = None) -> Iterator[tuple[str, bool, int, int]]:
+    """The parameters of the query that starts at the ``?`` at ``mark`` in ``url`` (none for -1)
+    and runs to ``end`` (else the end), split at each ``&``: each as its name (percent-decoded),
+    whether an ``=`` follows the name, where its value starts (just past its end where no ``=``
+    does) and where it ends. The one reading of a query for ``_secret_parameters`` and
+    ``_meant_user_part_ends``: until review R85 each walked it its own way."""
+    if mark < 0:
+        return
+    offset = mark + 1
+    for part in url[mark + 1 : end].split("&"):
+        name, has_value, _ = part.partition("=")
+        yield unquote(name), bool(has_value), offset + len(name) + 1, offset + len(part)
+        offset += len(part) + 1
 
 
 def _masked_as(key: str) -> str | None:
