@@ -811,25 +811,22 @@ def _check_arguments(
         raise InputError(
             f"classifier must be a Classifier (wrap a function in from_function), got {classifier!r}"
         )
-    if config is not None and not isinstance(config, SchedulerConfig):
-        raise InputError(f"a scheduler needs a SchedulerConfig, got {type(config).__name__}")
-    if limits is not None and not isinstance(limits, SharedLimits):
-        raise InputError(f"a scheduler's limits must be a SharedLimits, got {type(limits).__name__}")
-    if store is not None and not isinstance(store, Store):
-        raise InputError(
-            f"a scheduler's store must be a Store (agentgate.store.open_store), got {type(store).__name__}"
-        )
-    if dead_letters is not None and not isinstance(dead_letters, DeadLetterStore):
-        raise InputError(
-            "a scheduler's dead_letters must be a DeadLetterStore (DeadLetterStore(store)), "
-            f"got {type(dead_letters).__name__}"
-        )
-    if rng is not None and not isinstance(rng, random.Random):
-        raise InputError(f"a scheduler's rng must be a random.Random, got {type(rng).__name__}")
-    if registry is not None and not isinstance(registry, CollectorRegistry):
-        raise InputError(
-            f"a scheduler's registry must be a prometheus_client CollectorRegistry, got {type(registry).__name__}"
-        )
+    # Each but the classifier may be left out (None): the argument, its kind, and what a refusal says.
+    kinds: tuple[tuple[object, type[object], str], ...] = (
+        (config, SchedulerConfig, "a scheduler needs a SchedulerConfig"),
+        (limits, SharedLimits, "a scheduler's limits must be a SharedLimits"),
+        (store, Store, "a scheduler's store must be a Store (agentgate.store.open_store)"),
+        (
+            dead_letters,
+            DeadLetterStore,
+            "a scheduler's dead_letters must be a DeadLetterStore (DeadLetterStore(store))",
+        ),
+        (rng, random.Random, "a scheduler's rng must be a random.Random"),
+        (registry, CollectorRegistry, "a scheduler's registry must be a prometheus_client CollectorRegistry"),
+    )
+    for value, kind, needs in kinds:
+        if value is not None and not isinstance(value, kind):
+            raise InputError(f"{needs}, got {type(value).__name__}")
 
 
 def _refuse_foreign_loops(tasks: set[asyncio.Task[Any]], loop: asyncio.AbstractEventLoop) -> None:
