@@ -316,8 +316,12 @@ class ToolCall:
             self.run_id,
             self.call_id,
             self.breaker_key,
+            self.arguments_digest,
             self.holder,
         ):
+            # The digest too: it is hashed into the idempotency key and written with a dead
+            # letter (until review R86 a lone surrogate there was taken, and ``submit`` raised a
+            # bare ``UnicodeEncodeError`` or the store lost the dead letter).
             if value is not None and not value.isascii():
                 _encodable(value)
         if self.tool == OTHER or self.breaker_key == OVERFLOW_BREAKER:
