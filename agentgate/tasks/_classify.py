@@ -102,9 +102,26 @@ class by_attribute(Classifier):
 
 
 class by_type(Classifier):
-    """The class mapped to the first type the exception is an instance of (mapping order)."""
+    """The class mapped to the first type the exception is an instance of (mapping order).
+
+    Raises ``InputError`` unless ``mapping`` maps exception classes (``BaseException``
+    subclasses) to error class names. Until review R86 a key of another kind (a type's name,
+    ``"TimeoutError"``) was taken, and every classification raised ``TypeError`` from
+    ``isinstance``: the whole chain counted each failure as ``error``, so nothing was retried and
+    no breaker tripped.
+    """
 
     def __init__(self, mapping: Mapping[type[BaseException], str]) -> None:
+        if not isinstance(mapping, Mapping):
+            raise InputError(
+                f"by_type mapping: give a mapping of exception classes to error classes, "
+                f"got {type(mapping).__name__}"
+            )
+        for kind in mapping:
+            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+                raise InputError(
+                    f"by_type mapping: a key is an exception class (a BaseException subclass), got {kind!r}"
+                )
         self.mapping = tuple(mapping.items())
         self.classes = _declared((error_class for _, error_class in self.mapping), "by_type mapping")
 
