@@ -47,11 +47,14 @@ _HTTP_STATUS = {429: "transient", 503: "transient", 502: "connection", 504: "tim
 
 
 def _declared(classes: Iterable[str], where: str) -> frozenset[str]:
-    """The names in ``classes`` that are not built in; ``InputError`` naming ``where`` unless each
-    is a non-empty string."""
+    """The names in ``classes`` that are not built in; ``InputError`` naming ``where`` unless it is
+    a collection of non-empty strings (a subclass's ``classes = None`` included)."""
     if isinstance(classes, str):
         raise InputError(f"{where}: give a tuple of error class names, got the string {classes!r}")
-    names = tuple(classes)
+    try:
+        names = tuple(classes)
+    except TypeError:
+        raise InputError(f"{where}: give a tuple of error class names, got {classes!r}") from None
     for name in names:
         if not isinstance(name, str) or not name:
             raise InputError(f"{where}: an error class is a non-empty string, got {name!r}")
@@ -62,6 +65,9 @@ class Classifier:
     """Maps an exception to an error class, or None to let the next classifier decide.
 
     ``classes``: the error classes beyond the built-in ones (``ERROR_CLASSES``) that it may return.
+
+    ``|`` chains classifiers only: a function or None on either side raises ``InputError`` (wrap
+    a function in ``from_function``). Until review R86 it raised a bare ``AttributeError``.
     """
 
     classes: frozenset[str] = frozenset()
@@ -70,13 +76,27 @@ class Classifier:
         raise NotImplementedError
 
     def __or__(self, other: Classifier) -> Classifier:
-        return _FirstOf((self, other))
+        return _FirstOf((self, _chained(other)))
+
+    def __ror__(self, other: object) -> Classifier:
+        return _FirstOf((_chained(other), self))
+
+
+def _chained(part: object) -> Classifier:
+    """``part``, when it is a ``Classifier``; ``InputError`` naming it otherwise."""
+    if not isinstance(part, Classifier):
+        raise InputError(
+            f"a classifier chains with classifiers only (wrap a function in from_function), got {part!r}"
+        )
+    return part
 
 
 class _FirstOf(Classifier):
     def __init__(self, parts: tuple[Classifier, ...]) -> None:
         self.parts = parts
-        self.classes = frozenset().union(*(part.classes for part in parts)) - ERROR_CLASSES
+        self.classes = frozenset().union(
+            *(_declared(part.classes, f"{type(part).__name__}.classes") for part in parts)
+        )
 
     def __call__(self, error: BaseException) -> str | None:
         for part in self.parts:
@@ -93,6 +113,9 @@ class by_attribute(Classifier):
     """
 
     def __init__(self, name: str = "error_class", classes: Iterable[str] = ()) -> None:
+        if not isinstance(name, str):
+            # getattr would raise TypeError at every classification, each failure then ``error``.
+            raise InputError(f"by_attribute name must be an attribute name (a string), got {name!r}")
         self.name = name
         self.classes = _declared(classes, "by_attribute classes")
 
@@ -164,9 +187,12 @@ class always(Classifier):
 
 class from_function(Classifier):
     """Wrap a plain function ``exception -> class | None``; ``classes``: those beyond the built-in
-    ones that it may return."""
+    ones that it may return. ``InputError`` unless ``function`` can be called (until review R86
+    ``from_function(None)`` was taken, and every failure classed ``error``)."""
 
     def __init__(self, function: Callable[[BaseException], str | None], classes: Iterable[str] = ()) -> None:
+        if not callable(function):
+            raise InputError(f"from_function needs a function of an exception, got {function!r}")
         self.function = function
         self.classes = _declared(classes, "from_function classes")
 

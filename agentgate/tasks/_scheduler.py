@@ -65,7 +65,7 @@ from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterSto
 from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
 from agentgate.tasks._breaker import BreakerSnapshot, CircuitBreaker
 from agentgate.tasks._call import Attempt, ToolCall, require_tool_call, require_tool_function
-from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
+from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier, _declared
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
 from agentgate.tasks._failures import (
     _circuit_open,
@@ -811,6 +811,8 @@ def _check_arguments(
         raise InputError(
             f"classifier must be a Classifier (wrap a function in from_function), got {classifier!r}"
         )
+    # A subclass's ``classes`` (``None``, say) failed in ``check_error_classes`` with a bare TypeError.
+    _declared(classifier.classes, f"classifier {type(classifier).__name__}.classes")
     # Each but the classifier may be left out (None): the argument, its kind, and what a refusal says.
     kinds: tuple[tuple[object, type[object], str], ...] = (
         (config, SchedulerConfig, "a scheduler needs a SchedulerConfig"),
