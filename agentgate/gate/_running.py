@@ -283,7 +283,9 @@ class _Running:
         cancelled from error``: a sync tool that failed in its thread while its loop shut down)
         is recorded as that failure of the call, as if ``fn`` had raised it; the cancellation
         goes on."""
-        self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
+        self._check_allowed(
+            auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id, preemptible=preemptible
+        )
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
         started = False  # whether an attempt reached ``fn``
@@ -667,6 +669,7 @@ class _Running:
         *,
         call_id: object = None,
         run_id: object = None,
+        preemptible: object = True,
     ) -> None:
         """Refuse (``Denied``) a refusal, an allow this Gate did not decide (or one changed since),
         and an allow that was already used: one decision, one run. ``InputError`` first, the
@@ -674,9 +677,11 @@ class _Running:
         function ``run``/``arun`` is to run) that cannot be called, for a ``paused``,
         ``failed`` or ``spent`` that is neither None nor a function (the call's ``ToolCall``
         refuses ``paused``; ``_fail`` calls it, and ``_finish`` the other two, after the tool ran),
-        and for a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text (until
+        for a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text (until
         review R56 a ``call_id`` of 123 raised ``TypeError`` as the call's span was made, the
-        allow used up and its entry left with no outcome and no span)."""
+        allow used up and its entry left with no outcome and no span), and for an ``arun``
+        ``preemptible`` that is not True or False (until review R86 ``"false"`` was read as true:
+        work no cancellation stops was cut at its timeout and recorded failed while it ran on)."""
         expect(auth, Authorization, "auth", _AUTHORIZATION)
         _expect_id(call_id, "call_id")
         _expect_id(run_id, "run_id")
@@ -689,6 +694,8 @@ class _Running:
         ):
             if given is not None and not callable(given):
                 raise InputError(f"{name} must be a function of {of} or None, got {shown(given)}")
+        if preemptible is not True and preemptible is not False:
+            raise InputError(f"preemptible must be True or False, got {shown(preemptible)}")
         if not auth.allowed or auth.audit_index is None:
             refused = ApprovalRequired if auth.needs_approval else Denied
             raise refused(self.explain_redacted(auth), auth.decision)

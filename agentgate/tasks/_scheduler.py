@@ -232,11 +232,12 @@ class Scheduler(_StoreWork, _Failures):
         A call whose event loop was closed under it can never run or be cancelled: it is neither
         waited for nor cancelled, only forgotten (asyncio reports its task as destroyed while
         pending when it is collected). A ``timeout_s`` that is not a number, or NaN, raises
-        ``InputError`` before anything stops. Awaited on another event loop than the live one
+        ``InputError`` before anything stops, as does a ``drain`` that is not True or False. Awaited on another event loop than the live one
         calls of this scheduler run on (in another thread), it raises ``SchedulingError`` before
         anything stops: those calls can only be waited for and cancelled from their own loop.
         """
         timeout_s = _drain_timeout(timeout_s)
+        require_flag(drain, "aclose's drain")
         self._forget_dead_tasks()
         _refuse_foreign_loops(self._tasks, asyncio.get_running_loop())
         if drain and asyncio.current_task() in self._tasks:
@@ -315,7 +316,7 @@ class Scheduler(_StoreWork, _Failures):
 
         Raises ``Overloaded`` (queue full), ``DeadlineExceeded`` (could not start, or an attempt
         did not finish, before the deadline), ``CircuitOpen`` (breaker open), ``InputError`` (an
-        unknown priority class, arguments that are not JSON, a ``call`` that is not a ``ToolCall``, an ``fn`` that is not callable), ``SchedulingError`` (scheduler
+        unknown priority class, arguments that are not JSON, a ``call`` that is not a ``ToolCall``, an ``fn`` that is not callable, a ``preemptible`` that is not True or False), ``SchedulingError`` (scheduler
         closed, limits refusing calls, or the running twin this call joined was cancelled), ``TwinDeadlineExceeded`` (the running twin this call joined was given up at its own deadline, before this call's), or the tool's own last exception when the call is given up (``DeadlineExceeded``
         instead when the deadline passed while a retry waited for its turn). Cancelling the
         caller cancels the running attempt and gives its slots back.
@@ -325,6 +326,10 @@ class Scheduler(_StoreWork, _Failures):
                 require_tool_call(call)
             if not callable(fn):
                 require_tool_function(fn)
+            if preemptible is not True and preemptible is not False:
+                # Read as a truth value, "false" made work no cancellation stops preemptible: cut
+                # at its deadline and reported failed while its effect happened (until review R86).
+                require_flag(preemptible, "submit's preemptible")
             if self._closed:
                 raise SchedulingError("the scheduler is closed")
             limits = self._limits_cache.get(call.tool) or self.shared.tool_limits(call.tool)
@@ -884,6 +889,13 @@ def _raised_on_the_way_out(error: Exception, call: ToolCall) -> str:
 
 def _rank(priority: PriorityClass) -> int:
     return priority.rank
+
+
+def require_flag(value: object, where: str) -> None:
+    """``InputError`` naming ``where`` unless ``value`` is True or False: a flag read as a truth
+    value would take the string "false" as true."""
+    if value is not True and value is not False:
+        raise InputError(f"{where} must be True or False, got {value!r}")
 
 
 def _drain_timeout(timeout_s: object) -> float | None:

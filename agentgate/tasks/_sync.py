@@ -64,7 +64,7 @@ from agentgate.tasks._failures import (
     _twin_out_of_time,
 )
 from agentgate.tasks._limits import SharedLimits
-from agentgate.tasks._scheduler import Scheduler, _attempt_deadline, _drain_timeout, _rank
+from agentgate.tasks._scheduler import Scheduler, _attempt_deadline, _drain_timeout, _rank, require_flag
 from agentgate.tasks._waiter import RUNNING, Waiter
 
 T = TypeVar("T")
@@ -855,7 +855,7 @@ class SyncScheduler:
         draining, queued calls are refused with ``SchedulingError``. A sync tool already running
         cannot be interrupted: it finishes in its caller's thread and its result is returned.
         ``timeout_s`` as in ``Scheduler.aclose`` (not a number, or NaN: ``InputError``, and nothing
-        is closed). A second ``close`` (another thread's) returns once the first has closed the
+        is closed); so is a ``drain`` that is not True or False. A second ``close`` (another thread's) returns once the first has closed the
         scheduler; after a ``close`` interrupted (a Ctrl-C), the next one finishes the job, a drain
         already begun on the loop going on unless it is called with ``drain=False`` (until review
         R74 both returned at once, the loop thread left running). Two closes that cannot wait for
@@ -866,6 +866,7 @@ class SyncScheduler:
         that thread.
         """
         timeout_s = _drain_timeout(timeout_s)
+        require_flag(drain, "close's drain")
         if threading.get_ident() == self._thread_id:
             raise SchedulingError("SyncScheduler.close must not be called from the scheduler's own thread")
         if not self._close_lock.acquire(blocking=RUNNING.get() is None):
