@@ -359,6 +359,13 @@ class Scheduler(_StoreWork, _Failures):
             return self._results[key]  # type: ignore[no-any-return]
         twin = self._twins.get(key)
         if twin is not None:
+            if twin.get_loop() is not asyncio.get_running_loop():
+                # Its outcome is set on its own loop, and awaiting it here is not thread-safe (until
+                # review R86 asyncio's bare RuntimeError, "attached to a different loop").
+                raise SchedulingError(
+                    f"tool {call.tool}: the running twin of this call (the same idempotency key) runs on "
+                    "another event loop; wait for it there, or call again once it has ended"
+                )
             self.metrics.event("reused", call.tool, {"agentgate.joined": True})
             # Made at the first join (no joiner changed the class before it: it is the twin's own).
             callers = self._twin_callers.get(key)
