@@ -388,12 +388,14 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
 
     def entry_bytes(self, index: int) -> bytes:
         """The stored bytes of entry ``index``; raises ``InputError`` if there is none
-        (``BeyondLogEnd`` past the end of the log, or when ``index`` is not an ``int``)."""
+        (``BeyondLogEnd`` past the end of the log, or when ``index`` is not an ``int``), and
+        ``TamperDetected`` when more than one row holds it."""
         return self._stored_row(_whole(index, "entry index"))[0]
 
     def _stored_row(self, index: int, tx: Transaction | None = None) -> tuple[bytes, bytes]:
         """The stored ``(entry, leaf_hash)`` of entry ``index``; ``BeyondLogEnd`` past the end of
-        the log, else ``InputError`` if there is none."""
+        the log, else ``InputError`` if there is none; ``TamperDetected`` when more than one row
+        holds it (``_read_rows``)."""
         rows = self._read_rows([index], tx) if 0 <= index <= _MAX_INDEX else {}
         if index not in rows:
             if index >= self._end():
@@ -404,7 +406,8 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
     def entry(self, index: int, tx: Transaction | None = None) -> AuditEntry:
         """Entry ``index``, parsed (read in ``tx`` when given); ``TamperDetected`` naming ``index``
         if its bytes are not canonical, do not match its stored leaf hash or do not carry
-        ``index`` (edited in the database, canonical all the same), as ``verify`` reports them:
+        ``index`` (edited in the database, canonical all the same) or more than one row holds
+        ``index`` (a table whose primary key was dropped; review R86), as ``verify`` reports them:
         every reader acts on what it reads (settlements and superseded or voided approval
         requests copy an entry's fields into the entries they write). Until review R83 only
         canonical bytes were checked; R83 first checked the rest for the command line's settle
@@ -432,7 +435,8 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         canonical entry, or passes over it when ``skip_malformed`` (a report of a log that
         ``verify`` found tampered). An index that more than one row holds (a table whose primary
         key was dropped) yields the row ``verify`` reads, once: an index is one entry;
-        ``repeated_indexes`` names such indexes.
+        ``repeated_indexes`` names such indexes (``entry`` and ``explain``, which read one index
+        by key, refuse it).
 
         ``start``, as ``entry`` takes an index: ``InputError`` when it is not an ``int``,
         ``BeyondLogEnd`` past what a store's integer holds (until review R82 a float was read, a
@@ -566,8 +570,14 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         self, indexes: Sequence[int], tx: Transaction | None = None
     ) -> dict[int, tuple[bytes, bytes]]:
         """``idx -> (entry, leaf_hash)`` of the rows among ``indexes`` that exist, read by key
-        (in ``tx`` when given)."""
+        (in ``tx`` when given). ``TamperDetected`` in ``verify``'s words for an index that more
+        than one row holds (a table whose primary key was dropped): which of them is the entry
+        only the signed tree can say, and no order of the rows says which one ``verify`` and
+        ``entries`` read (PostgreSQL orders equal indexes as it finds them). Until review R86 the
+        last row read was kept, where ``entries`` yielded another: ``explain`` and ``entry`` showed
+        and acted on a forged row ``audit show`` did not list, and said nothing of the second."""
         found: dict[int, tuple[bytes, bytes]] = {}
+        rows_held: dict[int, int] = {}
         read = self.store.query if tx is None else tx.execute
         # An index no store's integer holds names no row (an entry's ``ref`` may be any size).
         indexes = [index for index in indexes if 0 <= index <= _MAX_INDEX]
@@ -577,5 +587,13 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             for idx, data, stored in read(
                 f"SELECT idx, {self._entry}, {self._leaf} FROM audit_log WHERE idx IN ({marks})", chunk
             ):
-                found[int(idx)] = (_bytes(data), _bytes(stored))
+                index = int(idx)
+                rows_held[index] = rows_held.get(index, 0) + 1
+                found[index] = (_bytes(data), _bytes(stored))
+        repeated = sorted(index for index, rows in rows_held.items() if rows > 1)
+        if repeated:
+            raise TamperDetected(
+                f"audit log: entry {repeated[0]}: {rows_held[repeated[0]]} rows hold this index, which "
+                "one entry has: rows inserted outside agentgate"
+            )
         return found

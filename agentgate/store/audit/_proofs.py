@@ -5,7 +5,7 @@ the latest signed checkpoint."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -155,7 +155,9 @@ class _Proofs:
         ``BeyondLogEnd`` for an index past the end of the log, ``InputError`` for a missing entry
         or an index that is not an ``int``,
         and ``TamperDetected`` when an entry shown is malformed, does not carry its own index or
-        leaf hash, or is not in the signed tree.
+        leaf hash, is held by more than one row (a table whose primary key was dropped: until
+        review R86 the last row read was shown, without a word of the other) or is not in the
+        signed tree.
         """
         index = _whole(index, "entry index")
         data, stored = self._stored_row(index)
@@ -204,12 +206,17 @@ class _Proofs:
             refs = {idx for idx in map(_stored_index, (row[0] for row in held)) if idx is not None}
             if ref is not None:
                 refs.add(ref)
-            rows: Iterable[tuple[int, bytes, bytes]] = (
-                (idx, data, stored) for idx, (data, stored) in self._read_rows(sorted(refs - {index})).items()
-            )
         else:
-            rows = (row for batch in self._batches() for row in batch)
-        for idx, data, stored in rows:
+            # Every entry is read (and parsed: a malformed one is refused) to find those; they are
+            # then read by key, as the reference index's are, so that a second row of one is
+            # refused (``_read_rows``), not kept in place of the first (until review R86).
+            refs = {
+                idx
+                for batch in self._batches()
+                for idx, data, _stored in batch
+                if idx == ref or _parsed(idx, data).ref == index
+            }
+        for idx, (data, stored) in self._read_rows(sorted(refs - {index})).items():
             # The reference index is no evidence: each row it names is read, parsed and checked.
             other = _parsed(idx, data)
             if idx != index and (other.ref == index or idx == ref):
