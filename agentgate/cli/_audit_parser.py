@@ -134,14 +134,14 @@ def register(subparsers: Any) -> None:
         type=one_line_text("--by", names=True),
         required=True,
         metavar="NAME",
-        help="who checked the repair, recorded as the audit entry's principal",
+        help="who checked the repair, recorded with the acceptance in audit_repairs (no audit entry is written)",
     )
     accept.add_argument(
         "--reason",
         type=one_line_text("--reason"),
         required=True,
         metavar="TEXT",
-        help="how it was checked, one line of text for the audit entry",
+        help="how it was checked, one line of text recorded with the acceptance (audit verify prints both)",
     )
 
 
