@@ -1,6 +1,7 @@
 """A call under way under the Gate: a sync tool under ``ainvoke``, whose worker thread no
 cancellation stops (``_ThreadedCall``, ``_runs_in_a_thread``, ``_marked_in_its_thread``); what a
-tool's result says (``_failed``, ``_paused``); a model call's streamed output watched
+tool's result says (``_failed``, ``_paused``, and the messages of a ``Command``'s update:
+``_update_messages``, ``_read_message``); a model call's streamed output watched
 (``_Streamed``, ``_WATCHED``) so that a stream cut after output is charged as reserved (``_Cut``);
 and the tokens a model answer reports using (``_tokens_used``)."""
 
@@ -12,14 +13,14 @@ import functools
 import inspect
 import json
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from langchain.agents.middleware import ModelResponse
 from langchain.agents.structured_output import StructuredOutputError
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, convert_to_messages
 from langchain_core.tools import BaseTool, StructuredTool, Tool, ToolException
 from langchain_core.tracers.context import register_configure_hook
 from langgraph.errors import GraphInterrupt
@@ -413,7 +414,7 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 def _failed(result: object) -> bool:
     """Whether a tool's result reports a failure: a ``ToolMessage`` with ``status="error"``, also
-    inside the ``Command`` a tool may return (its ``update``'s ``messages``), and in the list of
+    inside the ``Command`` a tool may return (the messages of its ``update``: ``_reports_failure``), and in the list of
     them a tool may return (LangGraph's ``ToolNode`` passes a list on as the call's result; until
     review R51 such a list was an ``ok`` outcome, charged, whatever its messages said)."""
     items = result if isinstance(result, list) else [result]
@@ -421,12 +422,43 @@ def _failed(result: object) -> bool:
 
 
 def _reports_failure(item: object) -> bool:
-    """``_failed`` of one ``ToolMessage`` or ``Command``."""
-    if isinstance(item, Command) and isinstance(item.update, Mapping):
-        messages = item.update.get("messages")
-        found = messages if isinstance(messages, list | tuple) else [messages]
-        return any(isinstance(m, ToolMessage) and m.status == "error" for m in found)
-    return isinstance(item, ToolMessage) and item.status == "error"
+    """``_failed`` of one ``ToolMessage`` or ``Command``: of a ``Command``, each message of its
+    update as ``ToolNode`` reads it (``_update_messages``, ``_read_message``). Until review R86 only
+    ``ToolMessage`` objects in a mapping update's ``messages`` were read, so an error answered as a
+    message dict (``{"role": "tool", ..., "status": "error"}``) or in a list update was an ``ok``
+    outcome, charged, though the model was told of the error."""
+    found = [_read_message(m) for m in _update_messages(item)] if isinstance(item, Command) else [item]
+    return any(isinstance(m, ToolMessage) and m.status == "error" for m in found)
+
+
+def _update_messages(command: Command[Any]) -> Sequence[object]:
+    """The messages of ``command``'s update, as LangGraph's ``ToolNode`` reads them: the value of a
+    mapping update's ``messages`` (one message standing alone as a sequence of it), or the update
+    itself where it is a list (what a tool answers in a graph whose state is a list of messages);
+    none in another update. The list or tuple the update holds is returned as it is, not copied,
+    so that a caller can tell whether it changed its messages (``_with_integer_text``)."""
+    update = command.update
+    if isinstance(update, Mapping):
+        messages = update.get("messages")
+        if messages is None:
+            return ()
+        return messages if isinstance(messages, list | tuple) else (messages,)
+    return update if isinstance(update, list) else ()
+
+
+def _read_message(item: object) -> object:
+    """``item`` (a message of a ``Command``'s update, ``_update_messages``) as the message
+    ``ToolNode`` and the ``add_messages`` reducer make of it: a message as it is; a message dict
+    (``{"role": "tool", "content": ..., "tool_call_id": ..., "status": "error"}``) or a
+    ``(role, content)`` pair as LangChain's ``convert_to_messages`` reads it; ``None`` for what it
+    reads no message from. Never raises: what LangChain cannot read is no message of the run's
+    state either (``ToolNode`` refuses such an update)."""
+    if isinstance(item, BaseMessage):
+        return item
+    try:
+        return convert_to_messages([cast(Any, item)])[0]
+    except Exception:  # any refusal of LangChain's reading: ValueError, TypeError, KeyError, ...
+        return None
 
 
 def _paused(exc: BaseException) -> bool:
