@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from agentgate._json import exact_float, inexact_argument, inexact_read, inexact_said
 from agentgate.capabilities import MAX_NAME_LENGTH, Call
 from agentgate.errors import InputError
+from agentgate.integrations.langgraph._calls import _read_message, _update_messages
 from agentgate.integrations.langgraph._scope import (
     _SHARED_ID,
     WRITTEN_ARGS_KEY,
@@ -600,23 +601,41 @@ def _stores(serde: SerializerProtocol, result: object) -> bool:
 
 
 def _with_integer_text(result: R) -> R:
-    """``_storable_result`` of the integers in a result's dicts and lists: their decimal text."""
+    """``_storable_result`` of the integers in a result's dicts and lists: their decimal text, in
+    the ``content`` and ``artifact`` of each ``ToolMessage``, and of each message dict that reads as
+    one (``_read_message``), among the messages of a ``Command``'s update as ``ToolNode`` reads
+    them (``_update_messages``: a mapping update's ``messages``, or a list update itself) where
+    they are a list. Until review R86 a list update was not read, so its messages' integers were
+    left, and the whole result was not kept (``_BEYOND_RANGE``) where its mapping form was."""
     if isinstance(result, ToolMessage):
-        update: dict[str, Any] = {}
-        for field in ("content", "artifact"):
-            value = getattr(result, field)
-            if not isinstance(value, str) and (found := _integers_out_of_range(value)):
-                update[field] = _with_text_for(value, found)
+        update = _fields_as_text(result.content, result.artifact)
         return cast(R, result.model_copy(update=update)) if update else result
+    if isinstance(result, Mapping):
+        update = _fields_as_text(result.get("content"), result.get("artifact"))
+        # LangChain's reading of the dict, only for the rare one holding such an integer
+        if update and isinstance(_read_message(result), ToolMessage):
+            return cast(R, {**result, **update})
+        return result
     if isinstance(result, list):
         items = [_with_integer_text(item) for item in result]
         same = all(new is old for new, old in zip(items, result, strict=True))
         return result if same else cast(R, items)
-    if isinstance(result, Command) and isinstance(result.update, Mapping):
-        messages = result.update.get("messages")
+    if isinstance(result, Command):
+        messages = _update_messages(result)
         if isinstance(messages, list) and (kept := _with_integer_text(messages)) is not messages:
-            return cast(R, dataclasses.replace(result, update={**result.update, "messages": kept}))
+            written = {**result.update, "messages": kept} if isinstance(result.update, Mapping) else kept
+            return cast(R, dataclasses.replace(result, update=written))
     return result
+
+
+def _fields_as_text(content: object, artifact: object) -> dict[str, object]:
+    """Of a tool message's ``content`` and ``artifact``, each that holds an integer out of range in
+    its dicts and lists, by its field's name: a copy with each such integer as its decimal text."""
+    update: dict[str, object] = {}
+    for field, value in (("content", content), ("artifact", artifact)):
+        if not isinstance(value, str) and (found := _integers_out_of_range(value)):
+            update[field] = _with_text_for(value, found)
+    return update
 
 
 def _holds_beyond_range(value: object) -> bool:
