@@ -4,7 +4,7 @@ for it. ``_go`` rightly did not debit it again, but the router's quota tests (``
 SLO-unmet branch of ``choose``, the line's ``_free`` and ``_match``) asked whether the balance
 could pay its cost once more, so a tenant within its quota was shed as "over its token quota",
 or passed over in line, for its own charge. Now those tests judge a call failed over by the
-balance without its own debit (``TokenBucket.can_pay(..., paid=True)``): it waits, or is served
+balance without its own debit (``TokenBucket.can_pay``'s ``paid``): it waits, or is served
 best-effort, as it would have on its first route; a tenant in debt from its other calls is still
 shed."""
 
@@ -115,5 +115,5 @@ def test_a_bucket_judges_a_call_it_paid_for_by_its_balance_without_that_debit(
 ) -> None:
     bucket = TokenBucket(TenantQuota(rate_tokens_per_s=1e-9, burst_tokens=1000), 0.0)
     bucket.debit(1000.0 - before, 0.0)  # the tenant's other calls
-    bucket.debit(cost, 0.0)  # this call, when it was first dispatched
-    assert bucket.can_pay(cost, 0.0, paid=True) is paid_covers
+    paid = bucket.debit(cost, 0.0)  # this call, when it was first dispatched
+    assert bucket.can_pay(cost, 0.0, paid=paid) is paid_covers

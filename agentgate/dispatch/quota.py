@@ -51,21 +51,30 @@ class TokenBucket:
             )
             self.updated = now
 
-    def can_pay(self, cost: float, now: float, *, paid: bool = False) -> bool:
+    def can_pay(self, cost: float, now: float, *, paid: float = 0.0) -> bool:
         """True if the balance covers ``cost`` now; a cost over the burst, which no balance can
         cover, is covered by a full bucket (else a tenant could never be served such a call
         under overload, however long it waited: ``seconds_until`` counts the same way).
 
-        ``paid``: ``cost`` was debited already (a call failed over, ``RouteRequest.failover``):
-        True if the balance without that debit would cover it, so that a call is never found
-        over its quota by its own charge, while a tenant in debt from its other calls still is."""
+        ``paid``: the tokens this call's own dispatch took already (``debit``'s return, for a call
+        failed over, ``RouteRequest.failover``): True if the balance without that debit would
+        cover it, so that a call is never found over its quota by its own charge, while a tenant
+        in debt from its other calls still is. It is what ``debit`` took, not ``cost``: where the
+        floor at ``-burst`` clipped the debit, adding the whole cost back (until review R86)
+        found a call costing twice the burst or more within quota whatever its tenant owed."""
         self._refill(now)
-        return self.tokens + (cost if paid else 0.0) >= min(cost, self.quota.burst_tokens)
+        return self.tokens + paid >= min(cost, self.quota.burst_tokens)
 
-    def debit(self, cost: float, now: float) -> None:
-        """Take ``cost`` tokens; the balance may go negative, never below ``-burst``."""
+    def debit(self, cost: float, now: float) -> float:
+        """Take ``cost`` tokens; the balance may go negative, never below ``-burst``. Returns the
+        tokens taken: ``cost``, or less where that floor clipped it."""
         self._refill(now)
-        self.tokens = max(-self.quota.burst_tokens, self.tokens - cost)
+        if self.tokens - cost >= -self.quota.burst_tokens:
+            self.tokens -= cost
+            return cost
+        taken = self.tokens + self.quota.burst_tokens
+        self.tokens = -self.quota.burst_tokens
+        return taken
 
     def seconds_until(self, cost: float, now: float) -> float:
         """Seconds until the balance covers ``cost`` (0 if it does)."""

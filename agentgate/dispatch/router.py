@@ -83,6 +83,10 @@ WAITER_TIMEOUT_S = 1.0
 when a slot frees and at least every ``dispatcher.FREED_WAIT_S``; one that stopped asking was
 given up by its caller)."""
 
+MAX_PAID_RECORDS = 100_000
+"""The most calls whose debit the router remembers until they are answered (``Router._paid``):
+one that fails without output and is never routed again leaves its record until pushed out."""
+
 
 @dataclass(slots=True)
 class _Waiter:
@@ -94,8 +98,9 @@ class _Waiter:
     tenant: str
     cost: float
     """What its tenant's token bucket pays for it (``_cost``)."""
-    paid: bool
-    """A call failed over (``RouteRequest.failover``): its bucket paid ``cost`` already."""
+    paid: float
+    """For a call failed over (``RouteRequest.failover``): the tokens its bucket took for it
+    already (``Router._paid_for``); else 0."""
     allowed: AllowedBackend | None
     deadline: float
     """When its SLO budget is spent (it is shed at its next ask)."""
@@ -146,6 +151,9 @@ class Router(RoutingPolicy):
         self.max_sessions = max_sessions
         self._buckets: dict[str, TokenBucket] = {}
         self._sessions: OrderedDict[str, str] = OrderedDict()
+        self._paid: OrderedDict[str, float] = OrderedDict()
+        """What each call's dispatch took from its tenant's bucket (``TokenBucket.debit``), until
+        it is answered: a call failed over is judged by its balance without that (``_paid_for``)."""
         self._waiters: dict[str, _Waiter] = {}
         self._line: list[tuple[tuple[int, float, float], str]] = []
         """The waiters' (key, request id), sorted: the line."""
@@ -190,7 +198,7 @@ class Router(RoutingPolicy):
         within their quota, who would be shed when their SLO budget ran out)."""
         cost = _cost(request)
         bucket = self._bucket(request.tenant, now)
-        if bucket is not None and not bucket.can_pay(cost, now, paid=request.failover):
+        if bucket is not None and not bucket.can_pay(cost, now, paid=self._paid_for(request)):
             raise Shed(
                 f"every backend serving {request.model!r} is at its max_concurrency and tenant "
                 f"{request.tenant!r} is over its token quota",
@@ -204,7 +212,7 @@ class Router(RoutingPolicy):
                 model=request.model,
                 tenant=request.tenant,
                 cost=cost,
-                paid=request.failover,
+                paid=self._paid_for(request),
                 allowed=None,
                 deadline=request.arrived_at + request.slo_ttft_s,
                 asked=now,
@@ -235,7 +243,7 @@ class Router(RoutingPolicy):
         A request whose tenant's token bucket cannot pay for it has every waiter within its quota
         ahead of it (it takes only a slot none of them could use; else ``_saturated`` sheds it)."""
         mine = self._waiters.get(request.id)
-        if self._in_debt(request.tenant, _cost(request), now, paid=request.failover):
+        if self._in_debt(request.tenant, _cost(request), now, paid=self._paid_for(request)):
             key: tuple[float, float, float] = (math.inf, math.inf, math.inf)
         else:
             key = mine.key if mine is not None else (request.priority, _arrival(request, now), math.inf)
@@ -349,7 +357,7 @@ class Router(RoutingPolicy):
                 )
             return self._go(best, best_p, request, now, "lowest predicted TTFT", alternatives)
 
-        if bucket is not None and not bucket.can_pay(cost, now, paid=request.failover):
+        if bucket is not None and not bucket.can_pay(cost, now, paid=self._paid_for(request)):
             raise Shed(
                 f"SLO {request.slo_ttft_s:.2f}s cannot be met (best {best_p:.2f}s) and tenant "
                 f"{request.tenant!r} is over its token quota",
@@ -404,7 +412,10 @@ class Router(RoutingPolicy):
     ) -> RoutePlan:
         bucket = self._bucket(request.tenant, now)
         if bucket is not None and not request.failover:
-            bucket.debit(_cost(request), now)
+            self._paid.pop(request.id, None)
+            self._paid[request.id] = bucket.debit(_cost(request), now)
+            if len(self._paid) > MAX_PAID_RECORDS:
+                self._paid.popitem(last=False)
         if request.session:
             self._sessions[request.session] = state.name
             self._sessions.move_to_end(request.session)
@@ -412,13 +423,26 @@ class Router(RoutingPolicy):
                 self._sessions.popitem(last=False)
         return self.plan(state, request, reason, predicted, alternatives)
 
-    def _in_debt(self, tenant: str, cost: float, now: float, *, paid: bool = False) -> bool:
+    def _in_debt(self, tenant: str, cost: float, now: float, *, paid: float = 0.0) -> bool:
         """Whether ``tenant``'s token bucket cannot pay ``cost`` now (never, for a tenant without a
-        quota); ``paid``: for a call failed over, whose first dispatch debited ``cost`` already
+        quota); ``paid``: for a call failed over, what its first dispatch took already
         (``TokenBucket.can_pay``). Until review R82 that debit counted against the call itself:
         a call within its quota that failed over under overload was shed as over it."""
         bucket = self._bucket(tenant, now)
         return bucket is not None and not bucket.can_pay(cost, now, paid=paid)
+
+    def _paid_for(self, request: RouteRequest) -> float:
+        """The tokens ``request``'s tenant paid for it already: for a call failed over, what its
+        first dispatch took (``TokenBucket.debit``'s return, which the floor at ``-burst`` may
+        have clipped below its cost; until review R86 the whole cost was counted back), 0 if this
+        router took nothing for it; 0 for a call not failed over."""
+        return self._paid.get(request.id, 0.0) if request.failover else 0.0
+
+    def first_token(self, request_id: str, now: float) -> None:
+        """As ``RoutingPolicy.first_token``; a call answered fails over no more, so what its
+        dispatch took is forgotten."""
+        self._paid.pop(request_id, None)
+        super().first_token(request_id, now)
 
     def _bucket(self, tenant: str, now: float) -> TokenBucket | None:
         quota = self.quotas.get(tenant)
