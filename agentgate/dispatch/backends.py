@@ -47,7 +47,7 @@ import orjson
 from opentelemetry.context import Context
 
 from agentgate._numbers import check_positive_finite
-from agentgate._shown import escaped
+from agentgate._shown import bounded, escaped, quoted
 from agentgate.dispatch._answers import (
     MAX_USAGE_TOKENS,
     ChatChunk,
@@ -58,6 +58,7 @@ from agentgate.dispatch._answers import (
     _usage,
     output_limit,
 )
+from agentgate.dispatch._engine_fields import FieldError
 from agentgate.dispatch._redaction import _prompt_texts, _scrub
 from agentgate.dispatch._retry_after import MAX_RETRY_AFTER_S, retry_after_s
 from agentgate.dispatch._sse import (
@@ -321,7 +322,8 @@ class BackendClient:
         reported with HTTP 200 (``_reject_error``) or a malformed body (a body that is not JSON, a
         choice that is not an object with a message object, a first choice whose content is neither a string, null nor absent, a ``finish_reason`` that is not a string, usage that is
         not counts: see ``_usage``); ``DispatchError`` when the backend rejects the request as
-        invalid (400, 422, ...); ``BackendRejectedCredentials`` for 401/403. No message holds the
+        invalid (400, 422, ...); ``BackendRejectedCredentials`` for 401/403; ``FieldError`` before
+        anything is sent for a payload value JSON cannot write (``_encode``). No message holds the
         backend's key (``_shown``).
         """
         try:
@@ -462,7 +464,7 @@ class BackendClient:
         stream that has taken ``Timeouts.stream_s`` of the backend's time in all (a backend
         dripping a character a chunk), a stream that ends without ``[DONE]``, an error event (``_reject_error``), or an event that
         is malformed (not JSON, nested too deeply, or fields of the wrong kind, as ``chat``
-        refuses them); raises as ``chat`` for an HTTP error status.
+        refuses them); raises as ``chat`` for an HTTP error status or a payload JSON cannot write.
         No message holds the backend's key. Closing the iterator cancels the request (the
         connection is closed).
         """
@@ -768,10 +770,33 @@ def _failure_text(exc: BaseException) -> str:
 
 
 def _encode(body: Mapping[str, Any]) -> bytes:
+    """``body`` as JSON; raises ``FieldError`` naming its first field that JSON cannot write (a
+    ``Decimal``, a set, a cycle, nesting deeper than Python's recursion limit, an integer of more
+    than 4,300 digits). ``Dispatcher.route_request`` calls it before the call is routed: until
+    review R86 the bare ``TypeError`` or ``RecursionError`` came from here, after the router had
+    dispatched the call and debited its tenant."""
     try:
         return orjson.dumps(body)
     except orjson.JSONEncodeError:  # what orjson does not take (an integer beyond 64 bits)
+        pass
+    try:
         return json.dumps(body).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise _unwritable(body, exc) from None
+
+
+def _unwritable(body: Mapping[str, Any], exc: BaseException) -> FieldError:
+    """The ``FieldError`` for ``body``, which ``json`` refused with ``exc``: it names the first
+    field that cannot be written alone (the body, where each can), and says why in ``json``'s
+    words, never quoting a value (a prompt may be in it)."""
+    reason = "it is nested too deeply" if isinstance(exc, RecursionError) else bounded(escaped(str(exc)), 200)
+    for name, value in body.items():
+        try:
+            json.dumps({name: value})
+        except (TypeError, ValueError, RecursionError):
+            shown = bounded(escaped(name), 80) if isinstance(name, str) else quoted(name)
+            return FieldError(shown, f"body field '{shown}' cannot be written as JSON: {reason}")
+    return FieldError("body", f"the body cannot be written as JSON: {reason}")
 
 
 async def _start(response: httpx.Response) -> bytes:

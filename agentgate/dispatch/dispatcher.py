@@ -64,6 +64,7 @@ from agentgate.dispatch.backends import (
     ChatChunk,
     ChatResult,
     Timeouts,
+    _encode,
     carries_output,
     output_limit,
 )
@@ -379,7 +380,9 @@ class Dispatcher:
         (``check_engine_fields``): ``n``, ``best_of`` or ``n_cmpl`` other than 1 (several answers,
         where the tenant is debited for one), ``n_predict`` (an output limit other than the one
         debited), or an engine field that picks what the call was not decided on (``lora``,
-        ``id_slot``, ``input_ids``, ``chat_template``, ...; until review R84 all of them passed)."""
+        ``id_slot``, ``input_ids``, ``chat_template``, ...; until review R84 all of them passed),
+        or holding a value JSON cannot write (``backends._encode``; until review R86 a bare
+        ``TypeError`` or ``RecursionError`` once the call was routed and its tenant debited)."""
         check_tenant(tenant)
         check_session(session)
         if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
@@ -401,6 +404,9 @@ class Dispatcher:
         # review R84 its position among the objects only).
         text = prompt_text(messages)
         max_tokens = output_limit(payload) or DEFAULT_OUTPUT_TOKENS
+        # A value JSON cannot write is refused here, before anything is debited (after the
+        # messages' own checks, which name the message).
+        _encode(payload)
         if request_id is not None and not isinstance(request_id, str):
             raise DispatchError(f"request_id must be text, got {type(request_id).__name__}")
         if not request_id:
@@ -443,8 +449,8 @@ class Dispatcher:
         token counts, ``DispatchError`` for a bad request
         (or a ``request_id`` that a call in flight has) or a dispatcher that is not started (or
         already closed), ``InputError`` for a ``tenant``, ``session``, ``priority`` or
-        ``slo_ttft_s`` out of its range, or a body field the gateway refuses too (``FieldError``,
-        ``route_request``); all when awaited, before the call is routed or its tenant debited.
+        ``slo_ttft_s`` out of its range, or a body field the gateway refuses too or that JSON
+        cannot write (``FieldError``, ``route_request``); all when awaited, before the call is routed or its tenant debited.
         """
         return self._chat(payload, allowed, route, otel_context.get_current())
 
