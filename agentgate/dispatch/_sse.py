@@ -93,15 +93,15 @@ async def split_lines(
             await pieces.aclose()
 
 
-def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk | None:
+def _parse_chunk(backend: str, data: str, key: str | None = None, asked: int = 1) -> ChatChunk | None:
     """One SSE event's chunk (``None`` for an event with neither choices nor usage; a usage
-    without ``completion_tokens`` counts as none).
+    without ``completion_tokens`` counts as none), for a call that asked for ``asked`` choices.
 
     orjson, not ``json``: it refuses ``NaN``, ``Infinity`` and numbers beyond float range, and
     nesting past 1024 levels, as a ``ValueError`` (``json`` would read ``1e999`` as infinity and
     overflow the stack on a line of a million ``[``).
-    Raises ``BackendFailed`` for a malformed event: ``UsageUnreadable`` for one whose usage is
-    not token counts.
+    Raises ``BackendFailed`` for a malformed event (its choices as ``_checked_choices`` refuses
+    them): ``UsageUnreadable`` for one whose usage is not token counts.
     """
     try:
         event = orjson.loads(data)
@@ -124,9 +124,7 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
             raise UsageUnreadable(f"{backend}: malformed stream event: {exc}") from None
         if usage is not None and not reports_usage(raw):
             usage = None
-        choices = event.get("choices") or []
-        if not isinstance(choices, list) or not all(_is_choice(choice, "delta") for choice in choices):
-            raise TypeError("choices is not a list of objects, each with a delta object or none")
+        choices = _checked_choices(event.get("choices") or [], "delta", asked)
         if not choices:
             return ChatChunk("", None, usage, event=event, backend=backend) if usage else None
         choice = choices[0]
@@ -149,6 +147,30 @@ def _is_choice(choice: object, part: str) -> bool:
     one whose second choice was ``5`` reached the caller as a 200 (the OpenAI SDKs build no
     choice of it: the caller's code failed on it)."""
     return isinstance(choice, Mapping) and ((value := choice.get(part)) is None or isinstance(value, Mapping))
+
+
+def _checked_choices(choices: object, part: str, asked: int) -> list[Mapping[str, Any]]:
+    """``choices``, of a whole answer (``part``: ``message``) or of a stream event (``delta``) for
+    a call that asked for ``asked``; raises ``TypeError`` unless each is a choice (``_is_choice``)
+    whose ``finish_reason`` is a reason (``_finish_reason``), ``ValueError`` for more than
+    ``asked`` of them or an ``index`` that is not one of the ``asked`` (0 to ``asked`` - 1;
+    absent or null passes). One rule for both: until review R86 a stream event was held to
+    neither the count nor the index, nor a choice after the first to its reason (a second choice
+    of a call of one, with a reason of 60,000 characters holding an escape, reached the caller),
+    and a whole answer checked the reason of its first choice only."""
+    if not isinstance(choices, list) or not all(_is_choice(choice, part) for choice in choices):
+        raise TypeError(f"choices is not a list of objects, each with a {part} object or none")
+    if len(choices) > asked:
+        # Until review R62 100,000 choices for a call of one were an answer.
+        raise ValueError(f"{len(choices)} choices for a call that asked for {asked}")
+    for choice in choices:
+        index = choice.get("index")
+        if index is not None and (
+            isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < asked
+        ):
+            raise ValueError(f"choice index {index!r:.80} for a call that asked for {asked} choices")
+        _finish_reason(choice)
+    return choices
 
 
 def carries_output(chunk: ChatChunk) -> bool:

@@ -68,7 +68,7 @@ from agentgate.dispatch._sse import (
     _advances,
     _answer_chars,
     _answer_limit,
-    _is_choice,
+    _checked_choices,
     _line_shown,
     _parse_chunk,
     _Seen,
@@ -351,12 +351,7 @@ class BackendClient:
         try:
             data = orjson.loads(raw)
             _reject_error(self.backend.name, data, self._key)
-            choices = data["choices"]
-            if not isinstance(choices, list) or not all(_is_choice(c, "message") for c in choices):
-                raise TypeError("choices is not a list of objects, each with a message object or none")
-            if len(choices) > (asked := _choices_asked(payload)):
-                # Until review R62 100,000 choices for a call of one were an answer.
-                raise ValueError(f"{len(choices)} choices for a call that asked for {asked}")
+            choices = _checked_choices(data["choices"], "message", _choices_asked(payload))
             choice = choices[0]
             # No ``content`` key is none: TGI's tool call message has ``role`` and ``tool_calls``
             # only (until review R66 such an answer was a BackendFailed, sent to every backend).
@@ -477,6 +472,7 @@ class BackendClient:
         # chatters forever without producing output still fails in time.
         deadline = loop.time() + wait
         limit = _answer_limit(payload)
+        asked = _choices_asked(payload)
         # The backend's time in all (``stream_s``): a backend dripping a character a chunk pushes
         # ``deadline`` out with each, and only this ends it. The caller's time between chunks is
         # not counted: a slow reader is not the backend's doing.
@@ -531,7 +527,7 @@ class BackendClient:
                     data = line[5:].strip()
                     if data == "[DONE]":
                         return
-                    chunk = _parse_chunk(self.backend.name, data, self._key)
+                    chunk = _parse_chunk(self.backend.name, data, self._key, asked)
                     if chunk is not None:
                         chars = _answer_chars(chunk)
                         if limit is not None and (produced := produced + chars) > limit:
