@@ -407,8 +407,12 @@ class Backend(_Frozen):
     def _a_servers_root(cls, value: str) -> str:
         """The server's root, not an OpenAI SDK's ``base_url``, which ends in ``/v1``: every call
         went to ``.../v1/v1/chat/completions`` (404), every ``/v1/models`` probe failed too, and
-        the backend, marked down at its first call, never came back."""
-        if urlsplit(value).path.rstrip("/").lower().endswith("/v1"):
+        the backend, marked down at its first call, never came back. The path is read as the
+        HTTP client sends it and ``engine_key`` spells it (percent-encoded unreserved characters
+        decoded, ``.`` and ``..`` segments resolved): until review R86 ``/v1/.`` and ``/%76%31``
+        were taken, and their calls went to ``/v1/v1/chat/completions``."""
+        path = _without_dot_segments(_decode_unreserved(urlsplit(value).path))
+        if path.rstrip("/").lower().endswith("/v1"):
             raise ValueError(
                 "the URL ends in /v1: give the server's base URL without it (agentgate adds "
                 "/v1/chat/completions to it)"
