@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -114,17 +114,34 @@ def exact_float(text: str) -> float | Inexact:
 def first_inexact(value: object) -> tuple[str, str] | None:
     """The first ``Inexact`` number in ``value`` (as parsed with ``exact_float``): its path inside
     the objects and lists (``'amount'``, ``'items'[0]'price'``) and its text; ``None`` when there
-    is none. Walked without recursion, as the parser nests."""
-    stack: list[tuple[object, str]] = [(value, "")]
+    is none. Walked without recursion, as the parser nests, one container open per level: a path
+    is a (parent path, key or position) pair as ``check_json`` keeps it, written out only for the
+    number found (until review R86 each element's path was written out before it was looked at,
+    so a deep and wide value took its depth times its size in memory)."""
+    if isinstance(value, Inexact):
+        return "", value.text
+    # (the container's children not yet looked at, the container's path)
+    stack: list[tuple[Iterator[tuple[Any, object]], Any]] = [(_children(value), "")]
     while stack:
-        item, path = stack.pop()
-        if isinstance(item, Inexact):
-            return path, item.text
-        if isinstance(item, dict):
-            stack.extend((v, f"{path}{k!r}") for k, v in reversed(item.items()))
-        elif isinstance(item, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(item))))
+        children, path = stack[-1]
+        for key, item in children:
+            if isinstance(item, Inexact):
+                return _argument_path((path, key)), item.text
+            if isinstance(item, dict | list):
+                stack.append((_children(item), (path, key)))
+                break
+        else:
+            stack.pop()
     return None
+
+
+def _children(item: object) -> Iterator[tuple[Any, object]]:
+    """An object's keys and values, or a list's positions and elements; nothing for a scalar."""
+    if isinstance(item, dict):
+        return iter(item.items())
+    if isinstance(item, list):
+        return enumerate(item)
+    return iter(())
 
 
 def inexact_said(path: str, text: str | None) -> str:
@@ -274,9 +291,23 @@ def _check_scalar(value: Any, path: Any) -> None:
 
 def _path(path: Any) -> str:
     """``$.a[0]``-style text of a path built by ``check_json``, cut to 80 characters."""
-    parts: list[str] = []
+    where, keys = _unwound(path)
+    text = str(where) + "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in keys)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _argument_path(path: Any) -> str:
+    """``'items'[0]'price'``-style text of a path built by ``first_inexact`` (from ``""``)."""
+    _, keys = _unwound(path)
+    return "".join(f"[{key}]" if isinstance(key, int) else repr(key) for key in keys)
+
+
+def _unwound(path: Any) -> tuple[Any, list[Any]]:
+    """A path kept as (parent path, key or position) pairs (``check_json``, ``first_inexact``)
+    as where it starts and its keys and positions from there in order."""
+    keys: list[Any] = []
     while isinstance(path, tuple):
         path, key = path
-        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
-    text = str(path) + "".join(reversed(parts))
-    return text if len(text) <= 80 else text[:77] + "..."
+        keys.append(key)
+    keys.reverse()
+    return path, keys
