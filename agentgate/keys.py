@@ -118,21 +118,36 @@ def did_from_public_key(public_key: bytes) -> str:
 
 
 def public_key_from_did(did: str) -> bytes:
-    """The raw public key inside an Ed25519 ``did:key``; raises ``KeyFileError`` on anything else."""
+    """The raw public key inside an Ed25519 ``did:key``; raises ``KeyFileError`` on anything else,
+    quoting the text given unless it looks like a key itself (``is_key_text``: a private key
+    pasted after ``did:``, until review R86 quoted up to 80 characters of it)."""
     if not isinstance(did, str):  # a JSON number or null where a did belongs: no TypeError
         raise KeyFileError(f"not an Ed25519 did:key: {repr(did)[:80]}")
     if not did.startswith(_DID_PREFIX) or len(did) > 64:
-        raise KeyFileError(f"not an Ed25519 did:key: {did[:80]!r}")
+        raise _refused_did("not an Ed25519 did:key", did)
     try:
         raw = base58.b58decode(did[len(_DID_PREFIX) :])
     except ValueError as exc:
-        raise KeyFileError(f"did:key is not valid base58btc: {did[:80]!r}") from exc
+        raise _refused_did("did:key is not valid base58btc", did) from exc
     if len(raw) != 2 + PUBLIC_KEY_SIZE or raw[:2] != _ED25519_MULTICODEC:
-        raise KeyFileError(f"did:key does not hold an Ed25519 public key: {did[:80]!r}")
+        raise _refused_did("did:key does not hold an Ed25519 public key", did)
     public_key = raw[2:]
     if did_from_public_key(public_key) != did:  # rejects non-canonical base58 spellings
-        raise KeyFileError(f"did:key is not in canonical form: {did[:80]!r}")
+        raise _refused_did("did:key is not in canonical form", did)
     return public_key
+
+
+def _refused_did(why: str, did: str) -> KeyFileError:
+    """``why`` a did is refused, with its first 80 characters, or, for text that looks like a key
+    itself (``is_key_text``), without them (looked at on this path only: no decoded did pays)."""
+    if is_key_text(did):
+        return KeyFileError(
+            "not an Ed25519 did:key but text that looks like a key itself (PEM, base64 or hex "
+            "text): give the did:key of the public key (NAME.pub holds it) or the path of a key "
+            "file (the value is not shown; if it is a private key and was logged elsewhere, "
+            "replace the key)"
+        )
+    return KeyFileError(f"{why}: {did[:80]!r}")
 
 
 @dataclass(frozen=True)
