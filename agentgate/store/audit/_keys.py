@@ -8,11 +8,13 @@ import os
 from pathlib import Path
 
 from agentgate.audit.entry import DEFAULT_MAX_ENTRY_BYTES, MAX_MAX_ENTRY_BYTES, MIN_MAX_ENTRY_BYTES
+from agentgate.audit.note import key_id, signer_key_ids
 from agentgate.errors import InputError, KeyFileError, StoreError
 from agentgate.keys import PublicKey, SigningKey, load_public_key, load_signing_key, refuse_key_text, save_key
 from agentgate.store._base import Store, env_setting, loaded_driver_errors
 from agentgate.store._sqlite import SQLiteStore
 from agentgate.store.audit._schema import refuse_dropped_log
+from agentgate.store.audit._stored import _note
 
 DEFAULT_ORIGIN = "agentgate.local/audit"
 
@@ -77,9 +79,10 @@ def open_log_key(store: Store, *, create: bool = True) -> SigningKey:
     """The log's signing key, created (0600, with ``log.pub`` beside it) on first use if ``create``.
 
     A key is created only for a log that has no checkpoint yet, or while the key is being rotated
-    (``AGENTGATE_LOG_PREVIOUS_KEYS`` set): checkpoints signed by a key that is not where this
-    process looks (another working directory, an unset ``AGENTGATE_LOG_KEY``) mean the key is
-    missing, not that a new one is wanted. Raises ``KeyFileError`` when the file is unreadable, too
+    (its latest checkpoint signed by a key ``AGENTGATE_LOG_PREVIOUS_KEYS`` names, ``_may_make_key``):
+    checkpoints signed by a key that is not where this process looks (another working directory,
+    an unset ``AGENTGATE_LOG_KEY``, a missing mount) mean the key is missing, not that a new one
+    is wanted. Raises ``KeyFileError`` when the file is unreadable, too
     widely readable, or missing and ``create`` is false or no key may be created.
     """
     path = log_key_path(store)
@@ -96,17 +99,42 @@ def open_log_key(store: Store, *, create: bool = True) -> SigningKey:
 
 def refuse_new_log_key(store: Store, path: Path) -> None:
     """Raise ``KeyFileError`` when ``open_log_key`` may not create a log key at ``path``: a name
-    that does not end in ``.key``, or a log with checkpoints and no key rotation under way; and
-    ``LogDropped`` for a log that was dropped (no new key for a log made anew in its place)."""
+    that does not end in ``.key``, or a log with checkpoints and no key rotation under way
+    (``_may_make_key``); and ``LogDropped`` for a log that was dropped (no new key for a log made
+    anew in its place)."""
     if path.suffix != ".key":
         raise KeyFileError(f"{path}: AGENTGATE_LOG_KEY must name a file ending in .key")
     refuse_dropped_log(store)
-    if not _previous_specs() and _has_checkpoints(store):
+    if _may_make_key(store):
+        return
+    if not _previous_specs():
         raise KeyFileError(
             f"{path}: no log key there, but this audit log has checkpoints signed by one; point "
             "AGENTGATE_LOG_KEY at it (to rotate the key, list the old public key in "
             "AGENTGATE_LOG_PREVIOUS_KEYS first). No key was created."
         )
+    raise KeyFileError(
+        f"{path}: no log key there, but this audit log's latest checkpoint is signed by a key that "
+        "AGENTGATE_LOG_PREVIOUS_KEYS does not list (the key in use since the rotation); point "
+        "AGENTGATE_LOG_KEY at it (to rotate it, list its public key in AGENTGATE_LOG_PREVIOUS_KEYS "
+        "first). No key was created."
+    )
+
+
+def _may_make_key(store: Store) -> bool:
+    """Whether a log key may be made for ``store``'s log: one with no checkpoint yet, or one whose
+    latest checkpoint is signed by a key ``AGENTGATE_LOG_PREVIOUS_KEYS`` names (a rotation under
+    way: the old key moved aside, no checkpoint signed by a new one). Once a key not listed there
+    has signed the latest checkpoint, the rotation is done, and a key not found is missing (until
+    review R86 a key was made whenever the variable was set, which the rotation leaves set, and
+    the log it signed was then reported as possibly tampered with, exit 1). The key ids are
+    compared, none verified: ``verify`` judges the signatures."""
+    latest = _latest_note(store)
+    if latest is None:
+        return True
+    origin = latest.partition("\n")[0]  # the name a checkpoint's signatures are made under
+    signers = set(signer_key_ids(latest, origin))
+    return any(key_id(origin, key).hex() in signers for key in previous_log_keys())
 
 
 def _left_half_made(path: Path, store: Store) -> bool:
@@ -125,7 +153,18 @@ def _left_half_made(path: Path, store: Store) -> bool:
             return False
     except OSError:
         return False
-    return bool(_previous_specs()) or not _has_checkpoints(store)
+    return _may_make_key(store)
+
+
+def _latest_note(store: Store) -> str | None:
+    """The signed note of ``store``'s latest checkpoint (as ``AuditLog.latest_checkpoint`` reads
+    it: the largest tree, the last stored of those); ``None`` for a log with none, or no log."""
+    note = "CAST(note AS BLOB)" if store.dialect == "sqlite" else "note"
+    try:
+        rows = store.query(f"SELECT {note} FROM audit_checkpoints ORDER BY size DESC, id DESC LIMIT 1")
+    except loaded_driver_errors(StoreError):
+        return None  # no audit tables yet
+    return _note(rows[0][0]) if rows else None
 
 
 def _has_checkpoints(store: Store) -> bool:
