@@ -13,11 +13,14 @@ is below it, a time every reader shows as a date."""
 
 
 def utc_text(seconds: float) -> str | None:
-    """A Unix time as ``2026-11-29T18:00:00Z``; ``None`` beyond the years a datetime can hold."""
+    """A Unix time as ``2026-11-29T18:00:00Z``, the year in four digits (``0001-01-01T00:00:00Z``:
+    glibc's ``%Y`` does not pad, so until review R86 years 1 to 999 were written ``1-01-01...``,
+    no RFC 3339 time); ``None`` beyond the years a datetime can hold."""
     try:
-        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        moment = datetime.fromtimestamp(seconds, UTC)
     except (OverflowError, ValueError, OSError):
         return None
+    return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S}Z"
 
 
 def when(seconds: int) -> str:
