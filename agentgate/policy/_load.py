@@ -23,7 +23,7 @@ from pydantic_core import ErrorDetails
 from agentgate import _confusables
 from agentgate._durations import LONG_DURATION, parse_duration
 from agentgate._names import did_you_mean
-from agentgate._shown import bounded, not_printable
+from agentgate._shown import bounded, not_printable, quoted
 from agentgate._yaml import (
     MAX_QUOTED,
     Locations,
@@ -123,8 +123,13 @@ def _exact_hint(text: str, value: float) -> str:
 
 def _rule_name(loc: Sequence[str | int]) -> str:
     """``role r rule 2, argument path`` (or ``role r delegation rule 1``, ``approval gate g``)
-    for the location of a constraint, as the policy's words name it."""
+    for the location of a constraint, as the policy's words name it. An argument name that is
+    empty or holds a character that is not printable (a gate's ``when`` names are any text, and
+    a rule's constraints are compiled before its names are checked) is ``quoted``, as the
+    location path quotes it: until review R86 ``a\nb`` was written raw, the message two lines."""
     arg = loc[-1]
+    if isinstance(arg, str) and not (arg and arg.isprintable()):
+        arg = quoted(arg)
     if loc[0] == "approvals":
         return f"approval gate {loc[1]}, argument {arg}"
     delegation = "delegation " if loc[2] == "delegation" else ""
