@@ -144,8 +144,11 @@ def _matches(pattern: str, resource: str) -> bool:
 
 def _type_ok(declared: str, value: Any) -> bool:
     """``true`` is not an integer, ``"5"`` is not a number (and ``5.0`` is a number, not an integer);
-    an integer lies within ``-2**63 < v < 2**63`` (docs/policy-reference.md, tools; review R58)."""
+    an integer lies within ``-2**63 < v < 2**63`` (docs/policy-reference.md, tools; review R58),
+    a number is finite (review R86: JSON has no NaN or infinity)."""
     if type(value) is int and not -(2**63) < value < 2**63:
+        return False
+    if type(value) is float and not math.isfinite(value):
         return False
     if declared == "integer":
         return type(value) is int

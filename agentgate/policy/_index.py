@@ -907,10 +907,15 @@ def _check_arguments(slot: _Slot, call: Call) -> str | None:
             expected = _TYPE_NAMES.get(accepted, "boolean")
             article = "an" if expected == "integer" else "a"
             return f"argument {name!r} must be {article} {expected}, got {type(value).__name__}"
-        if type(value) is int and not -_INT_RANGE < value < _INT_RANGE:
+        kind = type(value)
+        if kind is int and not -_INT_RANGE < value < _INT_RANGE:
             # As a constraint's integers: until review R58 a declared integer of any size was
             # allowed where no constraint bounded it (the LangGraph middleware refused it).
             return f"argument {name!r} is an integer of {value.bit_length()} bits, beyond the range -2**63 < v < 2**63"
+        if kind is float and not math.isfinite(value):
+            # JSON has no NaN or infinity, and the Gate denies such a call (args_not_canonical):
+            # until review R86 the index allowed it where no constraint bounded the argument.
+            return f"argument {name!r} is {value!r}, not a finite number: JSON carries no NaN or infinity"
     for name in slot.required:
         if name not in args:
             return f"required argument {name!r} is missing"
