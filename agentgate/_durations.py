@@ -23,17 +23,35 @@ def parse_duration(text: str) -> int:
     largest first: ``1h1h`` and ``30m1h`` are refused); zero, negative or more than ten years of
     365 days (315,360,000 s: the longest lifetime a policy may hold too) is refused with
     ``InputError``."""
-    shown = repr(text[:40]) + ("..." if len(text) > 40 else "") if isinstance(text, str) else repr(text)
     if isinstance(text, str) and LONG_DURATION.fullmatch(text) and not _DURATION.fullmatch(text):
         # Well formed, with a number of ten digits or more (99999999999d): said to be too long,
         # not malformed (until review R55), and never converted (a number of any length).
         raise InputError(
-            f"duration {shown} must be more than zero and at most 10 years ({MAX_TTL_S}s); "
+            f"duration {_shown(text)} must be more than zero and at most 10 years ({MAX_TTL_S}s); "
             "write each number in at most 9 digits"
         )
-    if not isinstance(text, str) or not _DURATION.fullmatch(text):
+    seconds = duration_seconds(text)
+    if seconds <= 0 or seconds > MAX_TTL_S:
         raise InputError(
-            f"duration {shown}: write a positive whole number with a unit s, m, h or d (e.g. 15m, 7d)"
+            f"duration {_shown(text)} must be more than zero and at most 10 years ({MAX_TTL_S}s)"
+        )
+    return seconds
+
+
+_MAX_DURATION_TEXT = 40
+"""Longest duration ``duration_seconds`` converts, as long as four units of 9 digits each (all
+``parse_duration`` reads): a number of thousands of digits would be a bare ``ValueError``."""
+
+
+def duration_seconds(text: str) -> int:
+    """Seconds in a duration written as ``parse_duration`` reads it, of any size and zero
+    included, up to ``_MAX_DURATION_TEXT`` characters: what the policy loader's hint for a field of
+    seconds converts, that field's own bounds then applying (until review R86 the hint applied a
+    lifetime's range to every field, ``timeout_s`` too). ``InputError`` for text that is no
+    duration, whose units repeat or are out of order, or that is longer."""
+    if not isinstance(text, str) or not LONG_DURATION.fullmatch(text):
+        raise InputError(
+            f"duration {_shown(text)}: write a positive whole number with a unit s, m, h or d (e.g. 15m, 7d)"
         )
     parts = re.findall(r"([0-9]+)([smhd])", text)
     units = [u for _, u in parts]
@@ -43,9 +61,15 @@ def parse_duration(text: str) -> int:
         repeated = next((u for u in units if units.count(u) > 1), None)
         what = f"the unit {repeated} comes more than once" if repeated else "its units are out of order"
         raise InputError(
-            f"duration {shown}: {what}; write each unit at most once, largest first (d, h, m, s), e.g. 1h30m"
+            f"duration {_shown(text)}: {what}; write each unit at most once, largest first (d, h, m, s), e.g. 1h30m"
         )
-    seconds = sum(int(n) * _UNITS[u] for n, u in parts)
-    if seconds <= 0 or seconds > MAX_TTL_S:
-        raise InputError(f"duration {shown} must be more than zero and at most 10 years ({MAX_TTL_S}s)")
-    return seconds
+    if len(text) > _MAX_DURATION_TEXT:
+        raise InputError(
+            f"duration {_shown(text)} is {len(text)} characters long, more than {_MAX_DURATION_TEXT}"
+        )
+    return sum(int(n) * _UNITS[u] for n, u in parts)
+
+
+def _shown(text: object) -> str:
+    """A duration as its refusal quotes it: at most 40 characters of it."""
+    return repr(text[:40]) + ("..." if len(text) > 40 else "") if isinstance(text, str) else repr(text)

@@ -11,17 +11,21 @@ import hashlib
 import itertools
 import json
 import math
+import operator
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from agentgate import _confusables
-from agentgate._durations import LONG_DURATION, parse_duration
+from agentgate._durations import LONG_DURATION, duration_seconds
 from agentgate._names import did_you_mean
 from agentgate._shown import bounded, not_printable, quoted
 from agentgate._yaml import (
@@ -470,7 +474,7 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         message = f"{dotted}: {first['msg']}"
         text = first.get("input")
         if kind in ("int_type", "float_type", "bool_type") and isinstance(text, str):
-            hint = _seconds_hint(loc, text) or _text_hint(kind, text)
+            hint = _seconds_hint(loc, text, kind) or _text_hint(kind, text)
     more = len(errors) - 1
     if more:
         message += f" (and {more} more error{'s' if more > 1 else ''})"
@@ -610,20 +614,74 @@ def _yaml_value(value: object) -> str:
     return json.dumps(value)
 
 
-def _seconds_hint(loc: Sequence[str | int], text: str) -> str | None:
-    """For a field in seconds (``ttl_s``, ``expiry_s``) given a duration with a unit, as the
-    command line's ``--ttl 8h`` takes it: the seconds to write, read as the command line reads it
-    (``1h30m`` too), or why it is no lifetime (``0h``; review R73)."""
+def _seconds_hint(loc: Sequence[str | int], text: str, kind: str) -> str | None:
+    """For a field in seconds (``ttl_s``, ``expiry_s``, ``timeout_s``) given a duration with a
+    unit, as the command line's ``--ttl 8h`` takes it: the seconds to write, read as the command
+    line reads it (``1h30m`` too), where the field takes them; else the field's own bounds and what
+    the duration is in seconds (``ttl_s: 0h``: more than 0). A field of ``kind`` ``int_type`` is
+    whole seconds, a float field seconds. Until review R86 every field was told a lifetime's range:
+    ``backoff_max_s: 2d`` to write 172800, above its 86400, and ``timeout_s: 11000d``, which it
+    takes, that it was more than 10 years."""
     name = loc[-1] if loc else None
     written = "".join(text.split())
     if not (isinstance(name, str) and name.endswith("_s") and LONG_DURATION.fullmatch(written)):
         return None
+    info = _schema_field(loc)
+    if info is None:
+        return None
+    unit = "whole seconds" if kind == "int_type" else "seconds"
+    bounds = [
+        (getattr(m, op), words, holds)
+        for m in info.metadata
+        for op, words, holds in _BOUNDS
+        if hasattr(m, op)
+    ]
+    limits = "".join(
+        f"{' and' if i else ','} {words} {int(bound) if bound == int(bound) else bound}"
+        for i, (bound, words, _) in enumerate(bounds)
+    )
+    head = f"write a plain number, without a unit: {name} is {unit}"
     try:
-        seconds = parse_duration(written)
-    except InputError as refused:
-        return f"write a plain number, without a unit: {name} is whole seconds; {refused}"
+        seconds = duration_seconds(written)
+    except InputError as refused:  # 1h1h, or longer than any number of seconds a field takes
+        return f"{head}{limits}; {refused}"
     spaced = " ".join(text.split())  # one line, however many spaces and line breaks it was written with
-    return f"write a plain number, without a unit: {name} is whole seconds, {seconds} for {spaced}"
+    if all(holds(seconds, bound) for bound, _, holds in bounds):
+        return f"{head}, {seconds} for {spaced}"
+    return f"{head}{limits} ({spaced} is {seconds})"
+
+
+_BOUNDS: tuple[tuple[str, str, Callable[[Any, Any], bool]], ...] = (
+    ("gt", "more than", operator.gt),
+    ("ge", "at least", operator.ge),
+    ("lt", "less than", operator.lt),
+    ("le", "at most", operator.le),
+)
+"""A schema field's bounds (``Field(gt=0, le=86400)``: pydantic keeps each as an object of that
+one attribute in the field's ``metadata``), how a hint words each, and what each asks."""
+
+
+def _schema_field(loc: Sequence[str | int]) -> FieldInfo | None:
+    """The schema's field a pydantic location path ends at (``tools.t.retry.backoff_max_s``:
+    ``RetryPolicy.backoff_max_s``), reading a mapping's key or a list's index as its value type and
+    an optional model as the model; ``None`` where the path ends at no field."""
+    annotation: Any = schema.PolicyDocument
+    info: FieldInfo | None = None
+    for part in loc:
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        if get_origin(annotation) in (Union, UnionType) and len(members) == 1:
+            annotation = members[0]
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            fields = annotation.model_fields
+            info = next((f for n, f in fields.items() if (f.alias or n) == part), None)
+            if info is None:
+                return None
+            annotation = info.annotation
+        elif get_origin(annotation) in (dict, list):
+            annotation, info = get_args(annotation)[-1], None
+        else:
+            return None
+    return info
 
 
 def _text_hint(kind: str, text: str) -> str:
