@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from agentgate._json import Inexact, exact_float
-from agentgate._shown import character_named
+from agentgate._shown import bounded, character_named
 from agentgate.errors import InputError, PolicyError, SourceError
 from agentgate.keys import read_regular_file, shown_path
 
@@ -400,7 +400,7 @@ def _refuse_yaml_version(text: str, source: str, error: type[SourceError], what:
     if version is None or tuple(version) == (1, 2):
         return
     raise error(
-        f"%YAML {found.group(1)} directive: agentgate reads {what} as YAML 1.2, not as the directive "
+        f"%YAML {shortened(found.group(1))} directive: agentgate reads {what} as YAML 1.2, not as the directive "
         "says (yes, no, on and off are text in 1.2, booleans in 1.1)",
         file=source,
         line=mark_at(text, found.start()).line,
@@ -711,8 +711,12 @@ def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceEr
     located at the problem, unless that is the end of the file, where nothing can be fixed: an
     unclosed quote or bracket is then located where it opens."""
     mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    # Both may quote the file's text, an alias's or an anchor's name, a tag handle: megabytes
+    # long (until review R86 an error of 1 MB), cut as a message quotes the file's text.
+    problem = bounded(getattr(exc, "problem", None) or str(exc).splitlines()[0], MAX_QUOTED)
     context = getattr(exc, "context", None)
+    if context:
+        context = bounded(context, MAX_QUOTED)
     context_mark = getattr(exc, "context_mark", None)
     message = f"malformed YAML: {problem}"
     if mark is not None:
@@ -1096,7 +1100,7 @@ class _Builder:
     def _ambiguous(self, node: yaml.Node) -> SourceError:
         return self.error(
             node,
-            f"ambiguous number {node.value!r}",
+            f"ambiguous number {shortened(node.value)!r}",
             "a decimal integer (or 0x, 0o, 0b with digits)",
             "YAML versions disagree on a leading zero: write the number without it, or quote text",
         )
