@@ -428,6 +428,9 @@ def _index_of(starts: Sequence[int], length: int, mark: Any) -> int:
 
 _BLOCK_HASH = re.compile(r"[|>][1-9+-]{0,2}#")
 """A block scalar's header with a ``#`` right after its indicators (``|#``, ``>-#``)."""
+_VERSION_BEFORE_HASH = re.compile(r"%YAML +[0-9]+\.[0-9]+")
+"""A ``%YAML`` directive up to its version, as PyYAML's own scanner reads it before it refuses a
+``#`` right after the version (``%YAML 1.2#``)."""
 _MAY_DISAGREE = re.compile(r"[\t?]|:[,?\[\]{}]|^%|![^\s!,\[\]{}]*[,\[\]]", re.MULTILINE)
 """What a text holds where the parsers may read it differently (``_disagreed`` says whether they
 do), besides a block scalar's header followed by '#'. A tag is matched from its last '!' (the
@@ -466,6 +469,8 @@ def _disagreed(
       (``{x:}``, ``[a, b:]``): libyaml refuses it (``found unexpected ':'``), PyYAML reads a key
       (before ``?``, the ':' as text). Until review R67 ``{x:}`` loaded with one parser only.
     - A directive other than ``%YAML`` and ``%TAG``: libyaml refuses it, PyYAML skips it.
+    - A ``#`` right after a ``%YAML`` directive's version (``%YAML 1.2#``): libyaml reads a
+      comment, PyYAML refuses it. Until review R86 such a file loaded with libyaml only.
     - A tag with ',', '[' or ']' in it or right after it (``[!, a]``, ``{eq: !!str,}``, ``!a,b``):
       libyaml ends the tag there (and, inside [...] or {...}, reads ``!,`` as an empty value),
       PyYAML reads them into the tag, refuses it as a tag handle at or before them (``[!,a!]``,
@@ -520,8 +525,11 @@ def _disagreed(
                 and not text[plain_end:start].strip(" \t\r\n")
             ):
                 found.append((start, ":"))  # libyaml: the plain text runs on to the ':', then refuses it
-            elif isinstance(token, yaml.DirectiveToken) and token.name not in ("YAML", "TAG"):
-                found.append((start, "%"))  # libyaml: "found unknown directive name"
+            elif isinstance(token, yaml.DirectiveToken):
+                if token.name not in ("YAML", "TAG"):
+                    found.append((start, "%"))  # libyaml: "found unknown directive name"
+                elif token.name == "YAML" and text[end : end + 1] == "#":
+                    found.append((end, "%#"))  # libyaml: a comment; PyYAML refuses it (no token)
             elif isinstance(token, yaml.TagToken) and _tag_read_apart(text, start, end):
                 found.append((start, "!"))
             if isinstance(token, yaml.ScalarToken):
@@ -549,6 +557,8 @@ def _disagreed(
         header = _BLOCK_HASH.search(text, max(upto - 3, 0), upto + 1)
         if header is not None and header.end() == upto + 1:
             found.append((upto, "#"))
+        elif _VERSION_BEFORE_HASH.fullmatch(text, starts[bisect.bisect_right(starts, upto) - 1], upto):
+            found.append((upto, "%#"))  # the same for a directive's version (``%YAML 1.2#``)
     if tag is not None:  # PyYAML refused the tag, so made no token
         found.append((tag, "!"))
     comments: dict[int, int] = {}
@@ -609,6 +619,12 @@ _DISAGREEMENTS = {
         "it, PyYAML's own parser skips it)",
         "no directive, or %YAML 1.2",
         "remove the line",
+    ),
+    "%#": (
+        "'#' right after a %YAML directive's version: YAML parsers disagree on it (libyaml reads a "
+        "comment, PyYAML's own parser refuses it)",
+        "a space before a comment",
+        "write a space between the version and '#' (%YAML 1.2 # note)",
     ),
     "?": (
         "'?' within plain text inside [...] or {...}: YAML parsers disagree on it (libyaml keeps it in "
