@@ -57,6 +57,9 @@ _STR = "tag:yaml.org,2002:str"
 _BOOL, _INT, _FLOAT = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _BOOLEANS = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
 """Booleans as YAML 1.2 writes them; yes/no/on/off are text here."""
+_NULL = "tag:yaml.org,2002:null"
+_NULLS = frozenset({"null", "Null", "NULL", "~", ""})
+"""Null as YAML 1.2 (and 1.1) writes it: a scalar tagged ``!!null`` holds one of these."""
 _INTEGER = re.compile(r"[-+]?(?:0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+)")
 _SEXAGESIMAL = re.compile(r"[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+")
 _FLOAT_1_2 = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
@@ -88,7 +91,7 @@ _NON_SPECIFIC = re.compile(_TAGGED.pattern + r"(?=[\s,\]}]|\Z)")
 """A node's text that starts with the non-specific tag ``!`` alone (``! 1``), after an anchor if
 any. YAML 1.2 reads such a scalar as text; PyYAML resolves it as if it were plain (``! 1`` the
 integer 1, ``! true`` a boolean, ``! null`` null)."""
-_RESOLVED = frozenset({_BOOL, _INT, _FLOAT, _TIMESTAMP, "tag:yaml.org,2002:null"})
+_RESOLVED = frozenset({_BOOL, _INT, _FLOAT, _TIMESTAMP, _NULL})
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BREAK = re.compile("\r\n|[\r\n]")
 """A line break as YAML counts them in a text ``load_yaml`` parses (and an editor counts them)."""
@@ -1021,6 +1024,15 @@ class _Builder:
                     "write true or false (yes, no, on and off are text, as in YAML 1.2), or drop the tag",
                 )
             return node.value
+        if node.tag == _NULL and node.value not in _NULLS:
+            # Only a tag makes such a null (PyYAML resolves only these texts to it): until review
+            # R86 ``tenant: !!null acme`` loaded as no tenant, the text thrown away.
+            raise self.error(
+                node,
+                f"not null: {node.value[:40]!r}",
+                "null, ~ or nothing after !!null",
+                "drop the tag to write the text, or write null",
+            )
         if node.tag == _FLOAT and ":" in node.value:
             if self._tagged(node):
                 raise self._not_a_number(node)
