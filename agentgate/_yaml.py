@@ -349,36 +349,63 @@ def _refused(
     return disagreed or _malformed(pure or exc, text, source, error)
 
 
-def _misread_tag(text: str, starts: Sequence[int], exc: yaml.YAMLError) -> int | None:
-    """Where the tag starts that PyYAML's own scanner refused with ``exc``, if libyaml ends it at
+def _misread_tag(text: str, starts: Sequence[int], exc: yaml.YAMLError) -> tuple[int, str] | None:
+    """Where the tag starts that PyYAML's own scanner refused with ``exc``, and which of
+    ``_DISAGREEMENTS`` it is, if libyaml reads it otherwise (``_tag_read_apart``): it ends it at
     one of ``_IN_TAG`` (``_LIBYAML_TAG``; ``{x: !,5}``: PyYAML reads the tag ``!,5`` and refuses
     the '}' after it, libyaml an empty value and a key ``5``; ``[!,a!]`` and ``[!?,a!]``: PyYAML
     reads a tag handle and refuses the ',' or the '?' in it, libyaml the tags ``!`` and ``!?``
-    before a ',') or takes the ',' after it (``[!<!>, a]``); else ``None``. PyYAML makes no token
-    of such a tag for ``_disagreed`` to read. Until review R84 only a ',' PyYAML had read past
-    counted: ``[!,a!]`` was refused in libyaml's reading as a tag cut short and in PyYAML's in
-    its own words."""
+    before a ','), takes the ',' after it (``[!<!>, a]``), or reads a local tag where PyYAML
+    refuses a tag handle (``!a.b!c``); else ``None``. PyYAML makes no token of such a tag for
+    ``_disagreed`` to read. Until review R84 only a ',' PyYAML had read past counted: ``[!,a!]``
+    was refused in libyaml's reading as a tag cut short and in PyYAML's in its own words."""
     if not isinstance(exc, yaml.MarkedYAMLError) or exc.context != "while scanning a tag":
         return None
     start = _index_of(starts, len(text), exc.context_mark)
     stop = _index_of(starts, len(text), exc.problem_mark)
-    return start if _tag_read_apart(text, start, stop) else None
+    kind = _tag_read_apart(text, start, stop)
+    return None if kind is None else (start, kind)
 
 
-def _tag_read_apart(text: str, start: int, end: int) -> bool:
-    """Whether libyaml reads the tag at ``text[start]`` (a '!') otherwise than PyYAML's own
-    scanner, which read it up to ``end`` (where its tag token ends, or where it refused the tag):
-    a verbatim tag (``!<...>``) with a ',' right after it (``[!<!>, a]``), or another tag that
-    libyaml ends at one of ``_IN_TAG`` (``_LIBYAML_TAG``: ``[!, a]``, ``{eq: !!str,}``,
-    ``!a[b]``). The one rule for ``_misread_tag`` and ``_disagreed`` alike: until review R85
-    each wrote it its own way. The match cannot fail: ``load_yaml`` has removed a
-    leading byte order mark and refused any other one and every line break an editor does not
-    show, so a mark's line and column find the '!' itself."""
+def _tag_read_apart(text: str, start: int, end: int) -> str | None:
+    """Which of ``_DISAGREEMENTS`` the tag at ``text[start]`` (a '!') is, if libyaml reads it
+    otherwise than PyYAML's own scanner, which read it up to ``end`` (where its tag token ends,
+    or where it refused the tag); else ``None``:
+
+    - ``!``: a verbatim tag (``!<...>``) with a ',' right after it (``[!<!>, a]``), or another
+      tag that libyaml ends at one of ``_IN_TAG`` (``_LIBYAML_TAG``: ``[!, a]``,
+      ``{eq: !!str,}``, ``!a[b]``);
+    - ``!!``: a tag with a second '!' after a character that no tag handle holds (``!a.b!c``,
+      ``!a:b!c``), which libyaml reads, before a blank, as the local tag ``!a.b!c``, and PyYAML
+      as a tag handle that it refuses at that character (``_pyyaml_refuses_handle``). Until
+      review R86 libyaml went on to an error further on (a tab three lines down), PyYAML's own
+      parser stopped at the tag.
+
+    The one rule for ``_misread_tag`` and ``_disagreed`` alike: until review R85 each wrote it
+    its own way. The match cannot fail: ``load_yaml`` has removed a leading byte order mark and
+    refused any other one and every line break an editor does not show, so a mark's line and
+    column find the '!' itself."""
     if text.startswith("!<", start):
-        return text[end : end + 1] == ","
+        return "!" if text[end : end + 1] == "," else None
     tag = _LIBYAML_TAG.match(text, start)
     assert tag is not None  # text[start] is the '!' (above)
-    return text[tag.end() : tag.end() + 1] in _IN_TAG
+    after = text[tag.end() : tag.end() + 1]
+    if after in _IN_TAG:
+        return "!"
+    if after in ("", " ", "\t", "\r", "\n") and _pyyaml_refuses_handle(text, start):
+        return "!!"
+    return None
+
+
+def _pyyaml_refuses_handle(text: str, start: int) -> bool:
+    """Whether PyYAML's own scanner refuses the tag at ``text[start]`` (a '!', not a verbatim
+    tag) as a tag handle: it reads one up to the first '!' after the first, where there is one
+    before a space or a line break (a tab does not end its search), and refuses any character in
+    it but a letter, a digit, '-' and '_'."""
+    if text[start + 1 : start + 2] in ("", " ", "\t", "\r", "\n"):
+        return False  # the non-specific tag '!' alone
+    handle = _PYYAML_HANDLE.match(text, start + 1)
+    return handle is not None and _HANDLE.fullmatch(text, start + 1, handle.end() - 1) is None
 
 
 def _refuse_yaml_version(text: str, source: str, error: type[SourceError], what: str) -> None:
@@ -434,29 +461,43 @@ _BLOCK_HASH = re.compile(r"[|>][1-9+-]{0,2}#")
 _VERSION_BEFORE_HASH = re.compile(r"%YAML +[0-9]+\.[0-9]+")
 """A ``%YAML`` directive up to its version, as PyYAML's own scanner reads it before it refuses a
 ``#`` right after the version (``%YAML 1.2#``)."""
-_MAY_DISAGREE = re.compile(r"[\t?]|:[,?\[\]{}]|^%|![^\s!,\[\]{}]*[,\[\]]", re.MULTILINE)
+_MAY_DISAGREE = re.compile(
+    r"[\t?]|:[,?\[\]{}]|^%|![^\s!,\[\]{}]*[,\[\]]|![0-9A-Za-z_-]*[^0-9A-Za-z_\s!-][^ \r\n!]*!", re.MULTILINE
+)
 """What a text holds where the parsers may read it differently (``_disagreed`` says whether they
 do), besides a block scalar's header followed by '#'. A tag is matched from its last '!' (the
-text after it holds none): one way to match each, never a search over where it might stop."""
+text after it holds none), or, for a handle no tag has (``!a.b!c``), from its first '!' to the
+next, the handle's characters up to the first one no handle holds: one way to match each,
+never a search over where it might stop."""
 _COLON_BEFORE_FLOW = frozenset(":" + c for c in ",?[]{}")
 _FLOW_START = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken)
 _FLOW_END = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken)
 _IN_TAG = frozenset(",[]")
 """What PyYAML's own scanner reads into a tag (``!,``, ``!!str,``, ``!a[b]``) and libyaml ends one
 at: after one, libyaml reads a ',' inside [...] or {...} and refuses anything else."""
+_PYYAML_HANDLE = re.compile(r"[^ \r\n!]*!")
+"""From after a tag's first '!': what PyYAML's own scanner reads as a tag handle, up to the next
+'!' before a space or a line break (``_pyyaml_refuses_handle``)."""
+_HANDLE = re.compile(r"[0-9A-Za-z_-]*")
+"""What a tag handle holds between its two '!', to libyaml and PyYAML alike."""
 _LIBYAML_TAG = re.compile(r"!(?:[0-9A-Za-z_\-;/?:@&=+$.!~*'()]|%[0-9A-Fa-f]{2})*")
 """A tag other than a verbatim one (``!<...>``) as libyaml reads it: a '!' and the characters
 of a URI it takes after it, all that PyYAML's own scanner takes but ',', '[' and ']'."""
 
 
 def _disagreed(
-    text: str, source: str, error: type[SourceError], upto: int, parser: type[Any], tag: int | None = None
+    text: str,
+    source: str,
+    error: type[SourceError],
+    upto: int,
+    parser: type[Any],
+    tag: tuple[int, str] | None = None,
 ) -> SourceError | None:
     """``error`` at the first place up to ``upto`` where libyaml and PyYAML's own parser read
     ``text`` differently, else ``None``; ``upto``: where parsing failed (else the text's end);
     ``parser``: the parser whose tokens are read (the one that ran, or PyYAML's own where it
     failed: ``_refused``); ``tag``: where a tag starts that PyYAML's own parser refused and
-    libyaml reads otherwise (``_misread_tag``).
+    libyaml reads otherwise, and which disagreement it is (``_misread_tag``).
 
     - A tab outside quoted text, a block scalar and a comment: libyaml reads one between tokens,
       after an indicator or within plain text as a space; PyYAML refuses it (``found character
@@ -479,6 +520,8 @@ def _disagreed(
       PyYAML reads them into the tag, refuses it as a tag handle at or before them (``[!,a!]``,
       ``_misread_tag``), or refuses a ',' right after a verbatim tag (``!<...>,``). Until review
       R84 ``[!, a]`` loaded as ``['', 'a']`` with libyaml only.
+    - A tag with a second '!' after a character no tag handle holds (``!a.b!c``): libyaml reads
+      a local tag, PyYAML refuses the tag handle ``!a.b!`` (``_tag_read_apart``).
     - A '?' with no key before ',' or ':' inside [...] (``[?, c]``, ``[?: x]``): libyaml skips
       the ',' or ':' (then refuses the list, or not), PyYAML reads an empty key. Until review R84
       both refused it, at different columns and in different words. Not where what follows
@@ -533,8 +576,8 @@ def _disagreed(
                     found.append((start, "%"))  # libyaml: "found unknown directive name"
                 elif token.name == "YAML" and text[end : end + 1] == "#":
                     found.append((end, "%#"))  # libyaml: a comment; PyYAML refuses it (no token)
-            elif isinstance(token, yaml.TagToken) and _tag_read_apart(text, start, end):
-                found.append((start, "!"))
+            elif isinstance(token, yaml.TagToken) and (kind := _tag_read_apart(text, start, end)):
+                found.append((start, kind))
             if isinstance(token, yaml.ScalarToken):
                 if token.style in ("|", ">"):
                     header = _BLOCK_HASH.match(text, start)
@@ -563,7 +606,7 @@ def _disagreed(
         elif _VERSION_BEFORE_HASH.fullmatch(text, starts[bisect.bisect_right(starts, upto) - 1], upto):
             found.append((upto, "%#"))  # the same for a directive's version (``%YAML 1.2#``)
     if tag is not None:  # PyYAML refused the tag, so made no token
-        found.append((tag, "!"))
+        found.append(tag)
     comments: dict[int, int] = {}
     tab = next(
         (
@@ -646,6 +689,13 @@ _DISAGREEMENTS = {
         "ends the tag there, PyYAML's own parser reads them into the tag)",
         "a space after a tag",
         "write a space after the tag (! , or !!str 'a'), or leave the tag out",
+    ),
+    "!!": (
+        "a tag with a second '!' after a character other than a letter, a digit, '-' and '_' "
+        "(!a.b!c): YAML parsers disagree on it (libyaml reads a tag !a.b!c, PyYAML's own parser a "
+        "tag handle !a.b!, which it refuses)",
+        "plain YAML values (strings, numbers, booleans, lists, mappings)",
+        "remove the '!' tag; agentgate files use the YAML core schema only",
     ),
 }
 """What ``_disagreed`` says of each place the parsers disagree on, by what is found there (the
