@@ -1243,16 +1243,21 @@ class _Builder:
                     "explicit keys",
                     "write the keys out: a merge silently brings in fields a reviewer does not see",
                 )
-            if not isinstance(key_node, yaml.ScalarNode) or (
-                key_node.tag != _STR and not self._non_specific(key_node)
-            ):
+            key: Any = None
+            if isinstance(key_node, yaml.ScalarNode):
+                if key_node.tag == _STR:
+                    # Read as a value is: until review R86 ``1e3:``, ``0o17:`` and ``-.5:``, numbers
+                    # in YAML 1.2 and text to PyYAML's 1.1 rule, loaded as text keys.
+                    key = self._text(key_node)
+                elif self._non_specific(key_node):
+                    key = self._unicode(key_node)
+            if not isinstance(key, str):
                 raise self.error_at(
                     key_at,
                     "mapping keys must be plain strings",
                     "a string key",
                     "quote keys that look like numbers, booleans or null (e.g. 'yes')",
                 )
-            key = self._unicode(key_node)
             child = (*path, key)
             first = normal.setdefault(unicodedata.normalize("NFC", key), key)
             if first in out:
