@@ -272,8 +272,13 @@ def _composed(
     loader = None
     try:
         if len(text) > _COUNT_ABOVE:
-            _refuse_too_many_nodes(text, source, error, max_nodes, parser)
-        loader = parser(text)  # PyYAML's own reader checks the characters here
+            # The counting parser is the one the handlers below look at while it runs: until
+            # review R86 a file of more than 16 KiB refused by it raised Python's error bare.
+            loader = parser(text)  # PyYAML's own reader checks the characters here
+            _refuse_too_many_nodes(loader, source, error, max_nodes)
+            loader.dispose()
+            loader = None
+        loader = parser(text)
         node: yaml.Node | None = loader.get_single_node()
         return node
     except UnicodeEncodeError as exc:  # libyaml reads UTF-8: a lone surrogate cannot be encoded
@@ -856,30 +861,25 @@ def _clamped(text: str, mark: Any) -> Any:
     return _Place(end.line - 1, end.column - 1)
 
 
-def _refuse_too_many_nodes(
-    text: str, source: str, error: type[SourceError], max_nodes: int, parser: type[Any]
-) -> None:
-    """Raise ``error`` at the node past ``max_nodes``, counting the parser's events and keeping
-    none: time up to the budget, and memory for one event. PyYAML's errors propagate as they are."""
-    events = parser(text)
-    try:
-        count = 0
-        while (event := events.get_event()) is not None:
-            if isinstance(event, _NODE_EVENTS):
-                count += 1
-                if count > max_nodes:
-                    mark = event.start_mark
-                    raise error(
-                        f"more than {max_nodes} YAML nodes (scalars, keys, lists, mappings, aliases)",
-                        file=source,
-                        line=mark.line + 1 if mark is not None else None,
-                        column=mark.column + 1 if mark is not None else None,
-                        expected=f"at most {max_nodes} nodes"
-                        + ("; an agentgate file holds a few hundred" if max_nodes == MAX_NODES else ""),
-                        hint="remove generated or repeated entries",
-                    )
-    finally:
-        events.dispose()
+def _refuse_too_many_nodes(events: Any, source: str, error: type[SourceError], max_nodes: int) -> None:
+    """Raise ``error`` at the node past ``max_nodes``, counting the events of the parser
+    ``events`` (the caller's, which it disposes of) and keeping none: time up to the budget, and
+    memory for one event. PyYAML's errors propagate as they are."""
+    count = 0
+    while (event := events.get_event()) is not None:
+        if isinstance(event, _NODE_EVENTS):
+            count += 1
+            if count > max_nodes:
+                mark = event.start_mark
+                raise error(
+                    f"more than {max_nodes} YAML nodes (scalars, keys, lists, mappings, aliases)",
+                    file=source,
+                    line=mark.line + 1 if mark is not None else None,
+                    column=mark.column + 1 if mark is not None else None,
+                    expected=f"at most {max_nodes} nodes"
+                    + ("; an agentgate file holds a few hundred" if max_nodes == MAX_NODES else ""),
+                    hint="remove generated or repeated entries",
+                )
 
 
 def _lone_surrogate(error: type[SourceError], source: str, index: int) -> SourceError:
