@@ -296,6 +296,10 @@ def _composed(
         # where libyaml refuses it in its own words). Its reader is at the escape's digits.
         if loader is None or not isinstance(loader, yaml.reader.Reader):
             raise
+        if (version := _long_version_at(text, loader.pointer)) is not None:
+            # Python converts at most 4,300 digits: until review R86 such a version was Python's
+            # error bare, or said to be an escape beyond U+10FFFF.
+            raise _disagreement(text, source, error, version, "%9") from None
         at = mark_at(text, loader.pointer)
         raise error(
             "malformed YAML: a character escape beyond U+10FFFF, the last Unicode code point",
@@ -463,6 +467,9 @@ def _index_of(starts: Sequence[int], length: int, mark: Any) -> int:
 
 _BLOCK_HASH = re.compile(r"[|>][1-9+-]{0,2}#")
 """A block scalar's header with a ``#`` right after its indicators (``|#``, ``>-#``)."""
+_LONG_VERSION = re.compile(r"%YAML +(?:[0-9]{1,9}\.)?[0-9]{10}")
+"""A ``%YAML`` directive up to the tenth digit of its major or minor version number, where libyaml
+refuses it ("found extremely long version number")."""
 _VERSION_BEFORE_HASH = re.compile(r"%YAML +[0-9]+\.[0-9]+")
 """A ``%YAML`` directive up to its version, as PyYAML's own scanner reads it before it refuses a
 ``#`` right after the version (``%YAML 1.2#``)."""
@@ -520,6 +527,9 @@ def _disagreed(
     - A directive other than ``%YAML`` and ``%TAG``: libyaml refuses it, PyYAML skips it.
     - A ``#`` right after a ``%YAML`` directive's version (``%YAML 1.2#``): libyaml reads a
       comment, PyYAML refuses it. Until review R86 such a file loaded with libyaml only.
+    - A ``%YAML`` version number of more than nine digits: libyaml refuses it, PyYAML reads it
+      (``1.0000000002`` as 1.2; past 4,300 digits Python refuses to convert it, ``_composed``).
+      Until review R86 ``%YAML 1.0000000002`` loaded with PyYAML's own parser only.
     - A tag with ',', '[' or ']' in it or right after it (``[!, a]``, ``{eq: !!str,}``, ``!a,b``):
       libyaml ends the tag there (and, inside [...] or {...}, reads ``!,`` as an empty value),
       PyYAML reads them into the tag, refuses it as a tag handle at or before them (``[!,a!]``,
@@ -579,8 +589,11 @@ def _disagreed(
             elif isinstance(token, yaml.DirectiveToken):
                 if token.name not in ("YAML", "TAG"):
                     found.append((start, "%"))  # libyaml: "found unknown directive name"
-                elif token.name == "YAML" and text[end : end + 1] == "#":
-                    found.append((end, "%#"))  # libyaml: a comment; PyYAML refuses it (no token)
+                elif token.name == "YAML":
+                    if text[end : end + 1] == "#":
+                        found.append((end, "%#"))  # libyaml: a comment; PyYAML refuses it (no token)
+                    if (version := _LONG_VERSION.match(text, start)) is not None:
+                        found.append((version.end() - 1, "%9"))  # libyaml refuses it
             elif isinstance(token, yaml.TagToken) and (kind := _tag_read_apart(text, start, end)):
                 found.append((start, kind))
             if isinstance(token, yaml.ScalarToken):
@@ -626,9 +639,24 @@ def _disagreed(
     first = min((place for place in found if place[0] <= upto), default=None)
     if first is None:
         return None
-    at = mark_at(text, first[0])
-    problem, expected, hint = _DISAGREEMENTS[first[1]]
+    return _disagreement(text, source, error, *first)
+
+
+def _disagreement(text: str, source: str, error: type[SourceError], index: int, kind: str) -> SourceError:
+    """``error`` at ``text[index]`` for the place the parsers read apart, of ``kind`` (one of
+    ``_DISAGREEMENTS``)."""
+    at = mark_at(text, index)
+    problem, expected, hint = _DISAGREEMENTS[kind]
     return error(problem, file=source, line=at.line, column=at.column, expected=expected, hint=hint)
+
+
+def _long_version_at(text: str, index: int) -> int | None:
+    """Where the tenth digit is of the ``%YAML`` version number that starts at ``text[index]``,
+    if it is one of more than nine digits (``_LONG_VERSION``), else ``None``: where PyYAML's own
+    scanner stopped when Python refused to convert it."""
+    line_start = max(text.rfind("\n", 0, index), text.rfind("\r", 0, index)) + 1
+    version = _LONG_VERSION.match(text, line_start)
+    return version.end() - 1 if version is not None and version.end() - 10 == index else None
 
 
 def _skipped_alike(skipped: str, token: Any, refused_here: bool) -> bool:
@@ -676,6 +704,12 @@ _DISAGREEMENTS = {
         "comment, PyYAML's own parser refuses it)",
         "a space before a comment",
         "write a space between the version and '#' (%YAML 1.2 # note)",
+    ),
+    "%9": (
+        "a %YAML directive's version number of more than nine digits: YAML parsers disagree on it "
+        "(libyaml refuses it, PyYAML's own parser reads it: 1.0000000002 as 1.2)",
+        "no %YAML directive, or %YAML 1.2",
+        "write %YAML 1.2, or remove the line",
     ),
     "?": (
         "'?' within plain text inside [...] or {...}: YAML parsers disagree on it (libyaml keeps it in "

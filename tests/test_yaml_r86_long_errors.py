@@ -5,10 +5,7 @@ megabyte long; it is now cut, on either parser (agentgate/_yaml.py)."""
 from __future__ import annotations
 
 import pytest
-import yaml
 from test_yaml import _error, parser  # noqa: F401 (the fixture)
-
-import agentgate._yaml
 
 LONG = 200_000
 
@@ -39,11 +36,3 @@ def test_the_first_occurrence_of_a_duplicate_anchor_is_still_named() -> None:
     error = _error("a: &" + "a" * LONG + " x\nb: &" + "a" * LONG + " y\n")
     assert "first occurrence at line 1, column 4: second occurrence" in error.message, error.message
     assert len(error.message) < 300, len(error.message)
-
-
-def test_a_long_yaml_version_is_quoted_cut(monkeypatch: pytest.MonkeyPatch) -> None:
-    """PyYAML's own parser reads a ``%YAML`` version of thousands of digits (libyaml refuses more
-    than nine); the refusal of a version other than 1.2 quoted it whole."""
-    monkeypatch.setattr(agentgate._yaml, "_Loader", yaml.SafeLoader)
-    error = _error("%YAML 1." + "0" * 4000 + "1\n--- x\n")
-    assert "%YAML 1.000" in error.message and len(str(error)) < 600, len(str(error))
