@@ -25,8 +25,10 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from types import ModuleType
+from types import ModuleType, UnionType
+from typing import Any, TypeAlias
 
+from agentgate._shown import quoted
 from agentgate.errors import DeadlineExceeded, InputError
 from agentgate.tasks._config import ERROR_CLASSES
 
@@ -42,6 +44,12 @@ def _httpx_kinds(httpx: ModuleType) -> tuple[tuple[type[BaseException], str], ..
         (httpx.TransportError, "connection"),
     )
 
+
+ExceptionKinds: TypeAlias = type | UnionType | tuple[Any, ...]
+"""A ``by_type`` key: what ``isinstance`` takes as its second argument."""
+
+_PROBE = BaseException()
+"""What each ``by_type`` key is tried on once, so that a key ``isinstance`` refuses is refused."""
 
 _HTTP_STATUS = {429: "transient", 503: "transient", 502: "connection", 504: "timeout"}
 
@@ -125,26 +133,32 @@ class by_attribute(Classifier):
 
 
 class by_type(Classifier):
-    """The class mapped to the first type the exception is an instance of (mapping order).
+    """The class mapped to the first key the exception is an instance of (mapping order).
 
-    Raises ``InputError`` unless ``mapping`` maps exception classes (``BaseException``
-    subclasses) to error class names. Until review R86 a key of another kind (a type's name,
+    A key is what ``isinstance`` takes: an exception class, a tuple of them
+    (``(TimeoutError, OSError)``), a union (``TimeoutError | ConnectionError``) or an ABC with
+    exception classes registered. Raises ``InputError`` unless ``mapping`` is a mapping, each key
+    one that ``isinstance`` can use (each is tried once, when the mapping is made) and each value
+    an error class name. Until review R86 a key ``isinstance`` refuses (a type's name,
     ``"TimeoutError"``) was taken, and every classification raised ``TypeError`` from
     ``isinstance``: the whole chain counted each failure as ``error``, so nothing was retried and
     no breaker tripped.
     """
 
-    def __init__(self, mapping: Mapping[type[BaseException], str]) -> None:
+    def __init__(self, mapping: Mapping[ExceptionKinds, str]) -> None:
         if not isinstance(mapping, Mapping):
             raise InputError(
                 f"by_type mapping: give a mapping of exception classes to error classes, "
                 f"got {type(mapping).__name__}"
             )
         for kind in mapping:
-            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            try:
+                isinstance(_PROBE, kind)
+            except (TypeError, RecursionError):  # a type's name, None, list[int], a tuple nested too deep
                 raise InputError(
-                    f"by_type mapping: a key is an exception class (a BaseException subclass), got {kind!r}"
-                )
+                    f"by_type mapping: a key is an exception class, a tuple or union of them, "
+                    f"or another class isinstance takes, got {quoted(kind)}"
+                ) from None
         self.mapping = tuple(mapping.items())
         self.classes = _declared((error_class for _, error_class in self.mapping), "by_type mapping")
 
