@@ -59,6 +59,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
+from agentgate._shown import shown
 from agentgate.errors import AgentGateError, DeadlineExceeded, InputError, SchedulingError
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
@@ -900,9 +901,12 @@ def _rank(priority: PriorityClass) -> int:
 
 def require_flag(value: object, where: str) -> None:
     """``InputError`` naming ``where`` unless ``value`` is True or False: a flag read as a truth
-    value would take the string "false" as true."""
+    value would take the string "false" as true. The value is quoted as ``shown`` quotes it (a
+    number as itself, anything else by its type): until review R86b it was its whole ``repr``, a
+    bare ``ValueError`` for an integer past 4,300 digits and 10 MB of message for a 10 MB string.
+    ``Scheduler.submit``, ``aclose``, ``SyncScheduler.close`` and ``Gate.arun`` refuse with it."""
     if value is not True and value is not False:
-        raise InputError(f"{where} must be True or False, got {value!r}")
+        raise InputError(f"{where} must be True or False, got {shown(value)}")
 
 
 def _drain_timeout(timeout_s: object) -> float | None:
@@ -912,7 +916,7 @@ def _drain_timeout(timeout_s: object) -> float | None:
     if timeout_s is None:
         return None
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s != timeout_s:
-        raise InputError(f"the drain timeout_s must be a number of seconds or None, got {timeout_s!r}")
+        raise InputError(f"the drain timeout_s must be a number of seconds or None, got {shown(timeout_s)}")
     if timeout_s <= 0:
         return 0.0
     try:
