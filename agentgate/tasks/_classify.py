@@ -18,6 +18,11 @@ declares what its parts declare. A scheduler refuses a ``retry_on`` or ``trip_on
 neither built in (``ERROR_CLASSES``) nor declared by its classifier (``InputError`` naming the
 field): such a class would never be returned, so the retry it asks for would silently never
 happen. A class returned without being declared is still used (it is just never retried).
+
+Each refusal quotes what it refuses as ``quoted`` does (at most 80 characters, a huge integer by
+its size, a value nested too deep by its type): until review R86b its whole ``repr`` was written,
+a bare ``ValueError`` for an integer past 4,300 digits, a ``RecursionError`` for a list nested
+100,000 deep, and megabytes of message for megabytes of text.
 """
 
 from __future__ import annotations
@@ -58,14 +63,14 @@ def _declared(classes: Iterable[str], where: str) -> frozenset[str]:
     """The names in ``classes`` that are not built in; ``InputError`` naming ``where`` unless it is
     a collection of non-empty strings (a subclass's ``classes = None`` included)."""
     if isinstance(classes, str):
-        raise InputError(f"{where}: give a tuple of error class names, got the string {classes!r}")
+        raise InputError(f"{where}: give a tuple of error class names, got the string {quoted(classes)}")
     try:
         names = tuple(classes)
     except TypeError:
-        raise InputError(f"{where}: give a tuple of error class names, got {classes!r}") from None
+        raise InputError(f"{where}: give a tuple of error class names, got {quoted(classes)}") from None
     for name in names:
         if not isinstance(name, str) or not name:
-            raise InputError(f"{where}: an error class is a non-empty string, got {name!r}")
+            raise InputError(f"{where}: an error class is a non-empty string, got {quoted(name)}")
     return frozenset(names) - ERROR_CLASSES
 
 
@@ -94,7 +99,7 @@ def _chained(part: object) -> Classifier:
     """``part``, when it is a ``Classifier``; ``InputError`` naming it otherwise."""
     if not isinstance(part, Classifier):
         raise InputError(
-            f"a classifier chains with classifiers only (wrap a function in from_function), got {part!r}"
+            f"a classifier chains with classifiers only (wrap a function in from_function), got {quoted(part)}"
         )
     return part
 
@@ -123,7 +128,7 @@ class by_attribute(Classifier):
     def __init__(self, name: str = "error_class", classes: Iterable[str] = ()) -> None:
         if not isinstance(name, str):
             # getattr would raise TypeError at every classification, each failure then ``error``.
-            raise InputError(f"by_attribute name must be an attribute name (a string), got {name!r}")
+            raise InputError(f"by_attribute name must be an attribute name (a string), got {quoted(name)}")
         self.name = name
         self.classes = _declared(classes, "by_attribute classes")
 
@@ -206,7 +211,7 @@ class from_function(Classifier):
 
     def __init__(self, function: Callable[[BaseException], str | None], classes: Iterable[str] = ()) -> None:
         if not callable(function):
-            raise InputError(f"from_function needs a function of an exception, got {function!r}")
+            raise InputError(f"from_function needs a function of an exception, got {quoted(function)}")
         self.function = function
         self.classes = _declared(classes, "from_function classes")
 
