@@ -359,6 +359,12 @@ class Scheduler(_StoreWork, _Failures):
             self.metrics.event("reused", call.tool, {"agentgate.joined": False})
             return self._results[key]  # type: ignore[no-any-return]
         twin = self._twins.get(key)
+        if twin is not None and twin.get_loop().is_closed():
+            # Its event loop was closed under it: it can never end, so its own ``finally`` never
+            # drops it, and it is forgotten here (until review R86b every later call with its key,
+            # on any loop, was refused as running beside a twin on another loop, for ever).
+            self._forget_twin(key)
+            twin = None
         if twin is not None:
             if twin.get_loop() is not asyncio.get_running_loop():
                 # Its outcome is set on its own loop, and awaiting it here is not thread-safe (until
@@ -383,7 +389,9 @@ class Scheduler(_StoreWork, _Failures):
             try:
                 return await self._join(call, twin)
             finally:
-                if not twin.done():  # this call stopped waiting: its class no longer counts
+                # This call stopped waiting: its class no longer counts (unless the twin was
+                # forgotten with its closed loop, and the key is another call's now).
+                if not twin.done() and self._twins.get(key) is twin:
                     self._left_twin(key, priority)
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._twins[key] = outcome
@@ -391,6 +399,10 @@ class Scheduler(_StoreWork, _Failures):
         try:
             result = await self._run(call, fn, limits, priority, key, preemptible)
         except BaseException as exc:
+            if self._twins.get(key) is not outcome:
+                # Forgotten with its closed loop (the coroutine closed as it is collected): the
+                # bookkeeping under its key is a later call's, and no live call awaits this one.
+                raise
             work = self._ended.pop(key, None)
             if work is not None and not work.cancelled() and work.exception() is None:
                 # Its caller was cancelled, but its work ran to its end and returned: that is the
@@ -422,15 +434,21 @@ class Scheduler(_StoreWork, _Failures):
             self._keep(call, key, result)
             return result
         finally:
-            self._twins.pop(key, None)
-            self._twin_classes.pop(key, None)
-            self._twin_waiters.pop(key, None)
-            if self._twin_callers:
-                self._twin_callers.pop(key, None)
-            if self._ended:
-                self._ended.pop(key, None)
-            if self._out_of_time:
-                self._out_of_time.discard(key)
+            if self._twins.get(key) is outcome:
+                self._forget_twin(key)
+
+    def _forget_twin(self, key: str) -> None:
+        """Drop the running keyed call with ``key`` from every structure keyed by it: it ended, or
+        its event loop was closed under it."""
+        self._twins.pop(key, None)
+        self._twin_classes.pop(key, None)
+        self._twin_waiters.pop(key, None)
+        if self._twin_callers:
+            self._twin_callers.pop(key, None)
+        if self._ended:
+            self._ended.pop(key, None)
+        if self._out_of_time:
+            self._out_of_time.discard(key)
 
     async def _to_its_end(self, work: Awaitable[T], key: str | None) -> T:
         """Await ``work``, which stands for work no cancellation stops (a sync function in a worker
