@@ -782,17 +782,60 @@ def _encode(body: Mapping[str, Any]) -> bytes:
 
 
 def _unwritable(body: Mapping[str, Any], exc: BaseException) -> FieldError:
-    """The ``FieldError`` for ``body``, which ``json`` refused with ``exc``: it names the first
-    field that cannot be written alone (the body, where each can), and says why in ``json``'s
-    words, never quoting a value (a prompt may be in it)."""
-    reason = "it is nested too deeply" if isinstance(exc, RecursionError) else bounded(escaped(str(exc)), 200)
+    """The ``FieldError`` for ``body``, which ``_encode`` could not write (``json`` refused it
+    with ``exc``). Each field is judged as ``_encode`` judges a body, orjson first and then
+    ``json``: the first field neither writes is named, with why in ``json``'s words. Where each
+    field can be written alone, the body mixes a value only ``json`` writes (an integer beyond 64
+    bits, a key that is a number, nesting past orjson's limit) with one only orjson writes (a
+    ``UUID``, a ``datetime``), and the refusal names the first field of the one kind, beside the
+    first of the other. No value is quoted (a prompt may be in it). Until review R86b each field was judged by ``json`` alone: a body of a
+    ``UUID`` and an integer beyond 64 bits was refused naming the ``UUID``'s field, which
+    ``_encode`` writes."""
+    only_json: str | None = None
+    only_orjson: tuple[str, BaseException] | None = None
     for name, value in body.items():
+        field = {name: value}
         try:
-            json.dumps({name: value})
-        except (TypeError, ValueError, RecursionError):
-            shown = bounded(escaped(name), 80) if isinstance(name, str) else quoted(name)
-            return FieldError(shown, f"body field '{shown}' cannot be written as JSON: {reason}")
-    return FieldError("body", f"the body cannot be written as JSON: {reason}")
+            orjson.dumps(field)
+        except orjson.JSONEncodeError:
+            by_orjson = False
+        else:
+            by_orjson = True
+        try:
+            json.dumps(field)
+        except (TypeError, ValueError, RecursionError) as refused:
+            if not by_orjson:
+                shown = _field_shown(name)
+                return FieldError(
+                    shown, f"body field '{shown}' cannot be written as JSON: {_reason(refused)}"
+                )
+            if only_orjson is None:
+                only_orjson = (name, refused)
+        else:
+            if not by_orjson and only_json is None:
+                only_json = name
+    if only_json is not None and only_orjson is not None:
+        shown, other = _field_shown(only_json), _field_shown(only_orjson[0])
+        return FieldError(
+            shown,
+            f"body field '{shown}' cannot be written as JSON beside body field '{other}': '{shown}' "
+            "holds what only Python's json writes (an integer beyond 64 bits, a key that is a number, "
+            "nesting deeper than orjson's limit), "
+            f"'{other}' what only orjson writes (json: {_reason(only_orjson[1])})",
+        )
+    return FieldError("body", f"the body cannot be written as JSON: {_reason(exc)}")
+
+
+def _field_shown(name: object) -> str:
+    """A body field's name as a refusal quotes it: one line, at most 80 characters."""
+    return bounded(escaped(name), 80) if isinstance(name, str) else quoted(name)
+
+
+def _reason(refused: BaseException) -> str:
+    """Why ``json`` refused a value, in its words (``refused``), never quoting the value."""
+    if isinstance(refused, RecursionError):
+        return "it is nested too deeply"
+    return bounded(escaped(str(refused)), 200)
 
 
 async def _start(response: httpx.Response) -> bytes:
