@@ -138,16 +138,23 @@ def public_key_from_did(did: str) -> bytes:
 
 
 def _refused_did(why: str, did: str) -> KeyFileError:
-    """``why`` a did is refused, with its first 80 characters, or, for text that looks like a key
-    itself (``is_key_text``), without them (looked at on this path only: no decoded did pays)."""
+    return KeyFileError(did_refusal(why, did))
+
+
+def did_refusal(why: str, did: str) -> str:
+    """The message refusing ``did`` (text given where a did:key belongs) for ``why``: with its
+    first 80 characters, or, for text that looks like a key itself (``is_key_text``), without
+    them. Every did reader says it so (this module's and the token decoder's ``did_public_key``,
+    which quoted a private key after ``did:`` until review R86b); called on refusal only, so no
+    decoded did pays for the look."""
     if is_key_text(did):
-        return KeyFileError(
+        return (
             "not an Ed25519 did:key but text that looks like a key itself (PEM, base64 or hex "
             "text): give the did:key of the public key (NAME.pub holds it) or the path of a key "
             "file (the value is not shown; if it is a private key and was logged elsewhere, "
             "replace the key)"
         )
-    return KeyFileError(f"{why}: {did[:80]!r}")
+    return f"{why}: {did[:80]!r}"
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import orjson
 
 from agentgate._json import MAX_DEPTH, is_plain, once_each
 from agentgate.errors import TokenFormatError
+from agentgate.keys import did_refusal
 
 _B64URL_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
@@ -281,18 +282,24 @@ def did_public_key(did: str) -> bytes:
     Same rules as ``agentgate.keys.public_key_from_did`` (multicodec ``0xed01``, canonical
     base58btc), decoded with integer arithmetic: it runs on every link of every cold decision.
     A spelling is canonical exactly when it has no leading ``1`` (a zero byte, impossible before
-    ``0xed``) and its value lies in the 34-byte range that starts with ``0xed01``.
+    ``0xed``) and its value lies in the 34-byte range that starts with ``0xed01``. A refusal says
+    what ``keys.did_refusal`` says: text that looks like a key itself is not quoted (a private
+    key given after ``did:`` as an audience or a trust anchor was, until review R86b).
     """
-    if not isinstance(did, str) or not did.startswith(_DID_PREFIX) or not 40 < len(did) <= 64:
+    if not isinstance(did, str):
         raise TokenFormatError(f"not an Ed25519 did:key: {str(did)[:80]!r}")
+    if not did.startswith(_DID_PREFIX) or not 40 < len(did) <= 64:
+        raise TokenFormatError(did_refusal("not an Ed25519 did:key", did))
     # One C pass maps the characters to digit values (0xFF: not base58); then two digits per step.
     digits = did[len(_DID_PREFIX) :].encode("ascii", "replace").translate(_B58_DIGITS)
     if 0xFF in digits:
-        raise TokenFormatError(f"did:key is not valid base58btc: {did[:80]!r}")
+        raise TokenFormatError(did_refusal("did:key is not valid base58btc", did))
     pairs = iter(digits)
     value = next(pairs) if len(digits) % 2 else 0
     for high, low in zip(pairs, pairs, strict=True):
         value = value * 3364 + high * 58 + low
     if did[len(_DID_PREFIX)] == "1" or not _ED25519_HEAD <= value < _MAX_DID:
-        raise TokenFormatError(f"did:key does not hold an Ed25519 public key in canonical form: {did[:80]!r}")
+        raise TokenFormatError(
+            did_refusal("did:key does not hold an Ed25519 public key in canonical form", did)
+        )
     return (value - _ED25519_HEAD).to_bytes(32, "big")
