@@ -16,12 +16,14 @@ RFC 9162 proofs without pulling in a whole transparency-log client.
   2.1.3.1 and 2.1.4.1); ``inclusion_ranges`` / ``consistency_ranges`` name the subtrees a proof
   is made of, so a log can compute it in one streaming pass over its leaves; ``verify_inclusion`` / ``verify_consistency`` follow RFC 9162 2.1.3.2
   and 2.1.4.2 and raise ``TamperDetected`` naming the check that failed (``InputError`` for an
-  index or size that is not an ``int``).
+  index or size that is not an integer: an ``int`` or what ``operator.index`` takes, a numpy
+  integer).
 """
 
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Sequence
 
 from agentgate.errors import InputError, TamperDetected
@@ -212,23 +214,28 @@ def _check_hashes(proof: Sequence[bytes]) -> None:
             raise TamperDetected(f"proof hash {i} is {len(item)} bytes, not {HASH_SIZE}")
 
 
-def _whole(value: object, name: str) -> None:
-    """Raise ``InputError`` naming the argument ``name`` when ``value``, a leaf index or tree size
-    a caller gave, is not an ``int``: the checks below compare and shift it, and a float or a
-    string failed there with a bare ``TypeError`` (until review R86). A bool, an ``int``, is the
-    number it is, as the range checks have always read it."""
-    if not isinstance(value, int):
-        raise InputError(f"Merkle proof check: {name} must be a whole number (an int), got {value!r:.40}")
+def _whole(value: object, name: str) -> int:
+    """``value``, a leaf index or tree size a caller gave, as an ``int``: any integer that
+    ``operator.index`` takes (an ``int``, a numpy integer; a bool is the number it is, as the
+    range checks have always read it). Raises ``InputError`` naming the argument ``name`` for
+    anything else: the checks below compare and shift it, and a float or a string failed there
+    with a bare ``TypeError`` (until review R86; until review R86b a numpy integer, verified
+    before R86, was refused too)."""
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise InputError(
+            f"Merkle proof check: {name} must be a whole number (an int), got {value!r:.40}"
+        ) from None
 
 
 def root_from_inclusion_proof(leaf: bytes, index: int, size: int, proof: Sequence[bytes]) -> bytes:
     """The root that ``proof`` implies for ``leaf`` at ``index`` in a tree of ``size`` (RFC 9162 2.1.3.2).
 
     Raises ``TamperDetected`` when the proof cannot belong to such a tree, and ``InputError``
-    naming ``index`` or ``size`` when it is not an ``int``.
+    naming ``index`` or ``size`` when it is not an integer.
     """
-    _whole(index, "index")
-    _whole(size, "size")
+    index, size = _whole(index, "index"), _whole(size, "size")
     if not 0 <= index < size:
         raise TamperDetected(f"leaf index {index} is outside a tree of size {size}")
     if len(leaf) != HASH_SIZE:
@@ -256,7 +263,7 @@ def verify_inclusion(leaf: bytes, index: int, size: int, proof: Sequence[bytes],
     """Return if ``proof`` shows ``leaf`` at ``index`` in the tree of ``size`` with ``root``.
 
     Raises ``TamperDetected`` otherwise, and ``InputError`` naming ``index`` or ``size`` when it is
-    not an ``int``.
+    not an integer.
     """
     if root_from_inclusion_proof(leaf, index, size, proof) != root:
         raise TamperDetected(f"inclusion proof for leaf {index} does not lead to the root of size {size}")
@@ -268,10 +275,9 @@ def verify_consistency(size1: int, size2: int, proof: Sequence[bytes], root1: by
     Follows RFC 9162 2.1.4.2. A proof from the empty tree is refused (it proves nothing), as is a
     non-empty proof between equal sizes, and a negative size (no tree has one). Raises
     ``TamperDetected`` naming the failed check, and ``InputError`` naming ``size1`` or ``size2``
-    when it is not an ``int``.
+    when it is not an integer.
     """
-    _whole(size1, "size1")
-    _whole(size2, "size2")
+    size1, size2 = _whole(size1, "size1"), _whole(size2, "size2")
     if size1 < 0 or size2 < 0:
         raise TamperDetected(f"tree sizes {size1} and {size2}: a tree size is never negative")
     if size1 > size2:
