@@ -14,10 +14,11 @@ RFC 9162 proofs without pulling in a whole transparency-log client.
   a log verifier walks a million entries without holding them.
 - ``inclusion_proof`` / ``consistency_proof`` generate proofs from the leaf hashes (RFC 9162
   2.1.3.1 and 2.1.4.1); ``inclusion_ranges`` / ``consistency_ranges`` name the subtrees a proof
-  is made of, so a log can compute it in one streaming pass over its leaves; ``verify_inclusion`` / ``verify_consistency`` follow RFC 9162 2.1.3.2
-  and 2.1.4.2 and raise ``TamperDetected`` naming the check that failed (``InputError`` for an
-  index or size that is not an integer: an ``int`` or what ``operator.index`` takes, a numpy
-  integer).
+  is made of, so a log can compute it in one streaming pass over its leaves (each raises
+  ``ValueError`` for an index or size outside the tree); ``verify_inclusion`` /
+  ``verify_consistency`` follow RFC 9162 2.1.3.2 and 2.1.4.2 and raise ``TamperDetected`` naming
+  the check that failed. All of them raise ``InputError`` for an index or size that is not an
+  integer: an ``int`` or what ``operator.index`` takes, a numpy integer.
 """
 
 from __future__ import annotations
@@ -136,12 +137,29 @@ def _subtree_root(leaves: Sequence[bytes], lo: int, hi: int) -> bytes:
     return acc.root()
 
 
+def _whole(value: object, name: str) -> int:
+    """``value``, a leaf index or tree size a caller gave, as an ``int``: any integer that
+    ``operator.index`` takes (an ``int``, a numpy integer; a bool is the number it is, as the
+    range checks have always read it). Raises ``InputError`` naming the argument ``name`` for
+    anything else: the checks below compare and shift it, and a float or a string failed there
+    with a bare ``TypeError`` (until review R86; until review R86b a numpy integer, verified
+    before R86, was refused too)."""
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise InputError(
+            f"Merkle proof check: {name} must be a whole number (an int), got {value!r:.40}"
+        ) from None
+
+
 def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
     """The leaf ranges ``[lo, hi)`` whose subtree roots are the audit path of leaf ``index`` in the
     tree of ``size`` leaves, leaf to root (RFC 9162 2.1.3.1). Disjoint; none holds ``index``.
 
-    Raises ``ValueError`` when ``index`` is not in that tree.
+    Raises ``ValueError`` when ``index`` is not in that tree, and ``InputError`` naming ``index``
+    or ``size`` when it is not an integer.
     """
+    index, size = _whole(index, "index"), _whole(size, "size")
     if not 0 <= index < size:
         raise ValueError(f"leaf {index} is not in a tree of size {size}")
     ranges: list[tuple[int, int]] = []
@@ -161,9 +179,11 @@ def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
 def inclusion_proof(leaves: Sequence[bytes], index: int, size: int | None = None) -> list[bytes]:
     """The audit path of leaf ``index`` in the tree of the first ``size`` leaves (RFC 9162 2.1.3.1).
 
-    Raises ``ValueError`` when ``index`` is not in that tree.
+    Raises ``ValueError`` when ``index`` is not in that tree, and ``InputError`` naming ``index``
+    or ``size`` when it is not an integer.
     """
-    size = len(leaves) if size is None else size
+    index = _whole(index, "index")
+    size = len(leaves) if size is None else _whole(size, "size")
     if not 0 <= index < size <= len(leaves):
         raise ValueError(f"leaf {index} is not in a tree of size {size}")
     return [_subtree_root(leaves, lo, hi) for lo, hi in inclusion_ranges(index, size)]
@@ -173,13 +193,15 @@ def consistency_ranges(size1: int, size2: int) -> list[tuple[int, int]]:
     """The leaf ranges ``[lo, hi)`` whose subtree roots are the consistency proof from ``size1`` to
     ``size2``, in proof order (RFC 9162 2.1.4.1). Disjoint; empty when the sizes are equal.
 
-    Raises ``ValueError`` unless ``0 < size1 <= size2``.
+    Raises ``ValueError`` unless ``0 < size1 <= size2``, and ``InputError`` naming ``size1`` or
+    ``size2`` when it is not an integer.
 
     RFC 9162's SUBPROOF walked down as a loop, one step per level of the tree: each step keeps
     the subtree the old tree ends in and notes its sibling, which joins the proof on the way back
     up (until review R84 a recursion, one call per bit of ``size2``: a size of 2**1200 raised
     ``RecursionError``).
     """
+    size1, size2 = _whole(size1, "size1"), _whole(size2, "size2")
     if not 0 < size1 <= size2:
         raise ValueError(f"no consistency proof from size {size1} to size {size2}")
     m, lo, hi, complete = size1, 0, size2, True
@@ -200,9 +222,11 @@ def consistency_ranges(size1: int, size2: int) -> list[tuple[int, int]]:
 def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = None) -> list[bytes]:
     """The proof that the tree of ``size1`` leaves is a prefix of the one of ``size2`` (RFC 9162 2.1.4.1).
 
-    Empty when the sizes are equal. Raises ``ValueError`` unless ``0 < size1 <= size2 <= len(leaves)``.
+    Empty when the sizes are equal. Raises ``ValueError`` unless ``0 < size1 <= size2 <= len(leaves)``,
+    and ``InputError`` naming ``size1`` or ``size2`` when it is not an integer.
     """
-    size2 = len(leaves) if size2 is None else size2
+    size1 = _whole(size1, "size1")
+    size2 = len(leaves) if size2 is None else _whole(size2, "size2")
     if not 0 < size1 <= size2 <= len(leaves):
         raise ValueError(f"no consistency proof from size {size1} to size {size2}")
     return [_subtree_root(leaves, lo, hi) for lo, hi in consistency_ranges(size1, size2)]
@@ -212,21 +236,6 @@ def _check_hashes(proof: Sequence[bytes]) -> None:
     for i, item in enumerate(proof):
         if len(item) != HASH_SIZE:
             raise TamperDetected(f"proof hash {i} is {len(item)} bytes, not {HASH_SIZE}")
-
-
-def _whole(value: object, name: str) -> int:
-    """``value``, a leaf index or tree size a caller gave, as an ``int``: any integer that
-    ``operator.index`` takes (an ``int``, a numpy integer; a bool is the number it is, as the
-    range checks have always read it). Raises ``InputError`` naming the argument ``name`` for
-    anything else: the checks below compare and shift it, and a float or a string failed there
-    with a bare ``TypeError`` (until review R86; until review R86b a numpy integer, verified
-    before R86, was refused too)."""
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise InputError(
-            f"Merkle proof check: {name} must be a whole number (an int), got {value!r:.40}"
-        ) from None
 
 
 def root_from_inclusion_proof(leaf: bytes, index: int, size: int, proof: Sequence[bytes]) -> bytes:
