@@ -27,6 +27,7 @@ import hashlib
 import operator
 from collections.abc import Sequence
 
+from agentgate._shown import quoted
 from agentgate.errors import InputError, TamperDetected
 
 HASH_SIZE = 32
@@ -148,7 +149,7 @@ def _whole(value: object, name: str) -> int:
         return operator.index(value)  # type: ignore[arg-type]
     except TypeError:
         raise InputError(
-            f"Merkle proof check: {name} must be a whole number (an int), got {value!r:.40}"
+            f"Merkle proof check: {name} must be a whole number (an int), got {quoted(value, 40)}"
         ) from None
 
 
@@ -161,7 +162,7 @@ def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
     """
     index, size = _whole(index, "index"), _whole(size, "size")
     if not 0 <= index < size:
-        raise ValueError(f"leaf {index} is not in a tree of size {size}")
+        raise ValueError(f"leaf {quoted(index)} is not in a tree of size {quoted(size)}")
     ranges: list[tuple[int, int]] = []
     lo, hi = 0, size
     while hi - lo > 1:
@@ -185,7 +186,7 @@ def inclusion_proof(leaves: Sequence[bytes], index: int, size: int | None = None
     index = _whole(index, "index")
     size = len(leaves) if size is None else _whole(size, "size")
     if not 0 <= index < size <= len(leaves):
-        raise ValueError(f"leaf {index} is not in a tree of size {size}")
+        raise ValueError(f"leaf {quoted(index)} is not in a tree of size {quoted(size)}")
     return [_subtree_root(leaves, lo, hi) for lo, hi in inclusion_ranges(index, size)]
 
 
@@ -203,7 +204,7 @@ def consistency_ranges(size1: int, size2: int) -> list[tuple[int, int]]:
     """
     size1, size2 = _whole(size1, "size1"), _whole(size2, "size2")
     if not 0 < size1 <= size2:
-        raise ValueError(f"no consistency proof from size {size1} to size {size2}")
+        raise ValueError(f"no consistency proof from size {quoted(size1)} to size {quoted(size2)}")
     m, lo, hi, complete = size1, 0, size2, True
     siblings: list[tuple[int, int]] = []
     while m != hi - lo:
@@ -228,7 +229,7 @@ def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = N
     size1 = _whole(size1, "size1")
     size2 = len(leaves) if size2 is None else _whole(size2, "size2")
     if not 0 < size1 <= size2 <= len(leaves):
-        raise ValueError(f"no consistency proof from size {size1} to size {size2}")
+        raise ValueError(f"no consistency proof from size {quoted(size1)} to size {quoted(size2)}")
     return [_subtree_root(leaves, lo, hi) for lo, hi in consistency_ranges(size1, size2)]
 
 
@@ -246,7 +247,7 @@ def root_from_inclusion_proof(leaf: bytes, index: int, size: int, proof: Sequenc
     """
     index, size = _whole(index, "index"), _whole(size, "size")
     if not 0 <= index < size:
-        raise TamperDetected(f"leaf index {index} is outside a tree of size {size}")
+        raise TamperDetected(f"leaf index {quoted(index)} is outside a tree of size {quoted(size)}")
     if len(leaf) != HASH_SIZE:
         raise TamperDetected(f"leaf hash is {len(leaf)} bytes, not {HASH_SIZE}")
     _check_hashes(proof)
@@ -274,8 +275,11 @@ def verify_inclusion(leaf: bytes, index: int, size: int, proof: Sequence[bytes],
     Raises ``TamperDetected`` otherwise, and ``InputError`` naming ``index`` or ``size`` when it is
     not an integer.
     """
+    index, size = _whole(index, "index"), _whole(size, "size")
     if root_from_inclusion_proof(leaf, index, size, proof) != root:
-        raise TamperDetected(f"inclusion proof for leaf {index} does not lead to the root of size {size}")
+        raise TamperDetected(
+            f"inclusion proof for leaf {quoted(index)} does not lead to the root of size {quoted(size)}"
+        )
 
 
 def verify_consistency(size1: int, size2: int, proof: Sequence[bytes], root1: bytes, root2: bytes) -> None:
@@ -288,16 +292,18 @@ def verify_consistency(size1: int, size2: int, proof: Sequence[bytes], root1: by
     """
     size1, size2 = _whole(size1, "size1"), _whole(size2, "size2")
     if size1 < 0 or size2 < 0:
-        raise TamperDetected(f"tree sizes {size1} and {size2}: a tree size is never negative")
+        raise TamperDetected(f"tree sizes {quoted(size1)} and {quoted(size2)}: a tree size is never negative")
     if size1 > size2:
-        raise TamperDetected(f"size1 {size1} is larger than size2 {size2}: a log never shrinks")
+        raise TamperDetected(
+            f"size1 {quoted(size1)} is larger than size2 {quoted(size2)}: a log never shrinks"
+        )
     if size1 == 0:
         raise TamperDetected("a consistency proof from the empty tree proves nothing")
     if size1 == size2:
         if proof:
             raise TamperDetected("sizes are equal but the consistency proof is not empty")
         if root1 != root2:
-            raise TamperDetected(f"two different roots for the same size {size1}")
+            raise TamperDetected(f"two different roots for the same size {quoted(size1)}")
         return
     if not proof:
         raise TamperDetected("consistency proof is empty")
@@ -326,6 +332,6 @@ def verify_consistency(size1: int, size2: int, proof: Sequence[bytes], root1: by
     if sn != 0:
         raise TamperDetected("consistency proof is shorter than the trees are deep")
     if fr != root1:
-        raise TamperDetected(f"consistency proof does not lead to the root of size {size1}")
+        raise TamperDetected(f"consistency proof does not lead to the root of size {quoted(size1)}")
     if sr != root2:
-        raise TamperDetected(f"consistency proof does not lead to the root of size {size2}")
+        raise TamperDetected(f"consistency proof does not lead to the root of size {quoted(size2)}")
