@@ -11,12 +11,9 @@ the 32-byte public key, base58btc-encoded with the multibase prefix ``z``.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import re
 import stat
@@ -145,51 +142,37 @@ def _refused_did(why: str, did: str) -> KeyFileError:
 
 
 def did_refusal(why: str, did: str) -> str:
-    """The message refusing ``did`` (text given where a did:key belongs) for ``why``: with its
-    first 80 characters, or, for text that looks like a key itself (``is_key_text``), without
-    them. Every did reader says it so (this module's and the token decoder's ``did_public_key``,
-    which quoted a private key after ``did:`` until review R86b); called on refusal only, so no
-    decoded did pays for the look. A DID of another method (``did:web:``, ``did:ethr:0x...``,
-    ``did:jwk:...``) is a public name and is quoted (``_public_did``), which until review R86b it
-    was not when its id looked like key text."""
-    if not _public_did(did) and is_key_text(did):
+    """The message refusing ``did`` (text given where a did:key belongs) for ``why``. Every did
+    reader says it so (this module's and the token decoder's ``did_public_key``, which quoted a
+    private key after ``did:`` until review R86b); called on refusal only, so no decoded did pays.
+
+    - Text that does not look like a key (``is_key_text``): its first 80 characters.
+    - A DID of another method, as W3C DID syntax writes one (``did:ethr:0x...``, ``did:jwk:...``)
+      whose id looks like a key: named by its method, its id not shown (it may be a private key
+      put in that form). Until review R86b it was told to replace a key.
+    - Other text that looks like a key itself (a private key's PEM or base64 after ``did:``):
+      not shown."""
+    if not is_key_text(did):
+        return f"{why}: {did[:80]!r}"
+    method = _DID_SYNTAX.fullmatch(did)
+    if method is not None and method[1] != "key":
         return (
-            "not an Ed25519 did:key but text that looks like a key itself (PEM, base64 or hex "
-            "text): give the did:key of the public key (NAME.pub holds it) or the path of a key "
-            "file (the value is not shown; if it is a private key and was logged elsewhere, "
-            "replace the key)"
+            f"{why}: a did:{method[1][:20]} DID (its id looks like a key and is not shown); "
+            "agentgate reads Ed25519 did:key DIDs only (NAME.pub holds one)"
         )
-    return f"{why}: {did[:80]!r}"
+    return (
+        "not an Ed25519 did:key but text that looks like a key itself (PEM, base64 or hex "
+        "text): give the did:key of the public key (NAME.pub holds it) or the path of a key "
+        "file (the value is not shown; if it is a private key and was logged elsewhere, "
+        "replace the key)"
+    )
 
 
-_DID_ID_CHAR = r"(?:[A-Za-z0-9._-]|%[0-9A-Fa-f]{2})"
-_DID_SYNTAX = re.compile(rf"did:([a-z0-9]+):((?:{_DID_ID_CHAR}*:)*{_DID_ID_CHAR}+)")
+_DID_SYNTAX = re.compile(
+    r"did:([a-z0-9]+):(?:[A-Za-z0-9._:-]|%[0-9A-Fa-f]{2})*(?:[A-Za-z0-9._-]|%[0-9A-Fa-f]{2})"
+)
 """A DID as W3C DID Core (section 3.1) writes one: ``did:``, a method name of small letters and
-digits, ``:``, and an id of letters, digits, ``.-_`` and %-escapes in parts split at ``:``."""
-_SECRET_SIZED_HEX = re.compile(r"(?:0[xX])?[0-9a-fA-F]{64}")
-
-
-def _public_did(did: str) -> bool:
-    """Whether ``did`` is a DID of a method other than ``key`` (``_DID_SYNTAX``), public names
-    such as ``did:ethr:0x`` and 40 hex digits, which ``is_key_text`` would take for a key, and no
-    private key put in one: no part of its id is 64 hex digits (32 bytes, an Ed25519 or secp256k1
-    private key's size) and a ``did:jwk``'s JWK holds no private part (``d``). A did:key that does
-    not decode is judged as any text is: a key's base64 after ``did:key:z`` can be DID syntax."""
-    match = _DID_SYNTAX.fullmatch(did)
-    if match is None or match[1] == "key":
-        return False
-    if any(_SECRET_SIZED_HEX.fullmatch(part) for part in match[2].split(":")):
-        return False
-    return match[1] != "jwk" or not _private_jwk(match[2])
-
-
-def _private_jwk(encoded: str) -> bool:
-    """Whether ``encoded``, a ``did:jwk``'s id, is base64url of a JWK holding a private part."""
-    try:
-        jwk = json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
-    except (binascii.Error, ValueError, RecursionError):  # not base64url, UTF-8 or JSON we can read
-        return False
-    return isinstance(jwk, dict) and "d" in jwk
+digits, ``:``, and an id of letters, digits, ``.-_:`` and %-escapes, not ending in ``:``."""
 
 
 @dataclass(frozen=True)
