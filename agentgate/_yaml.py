@@ -745,11 +745,19 @@ def _tokens(scanner: Any) -> Iterator[Any]:
     """The tokens ``scanner`` reads, up to its error if any (what follows is not read alike by
     either parser: ``_disagreed``'s ``upto`` is at or before it). PyYAML's own scanner reads
     ahead to tell a key: the tokens it had read when it failed are still given (until review
-    R67 the '?' of ``{a? "b}`` was never seen, held back while the quote was scanned)."""
+    R67 the '?' of ``{a? "b}`` was never seen, held back while the quote was scanned).
+
+    PyYAML's own scanner also stops at Python's ``ValueError`` or ``OverflowError``, where it
+    converts a ``\\U`` escape beyond U+10FFFF or a ``%YAML`` version number of more than 4,300
+    digits (``_composed`` refuses either where the parser reaches it): the tokens end there as
+    at its error. ``_disagreed`` reads tokens up to where the parser failed, and the scanner
+    scans the one after to know where it starts: until review R86 such a token there raised
+    Python's error bare (``a: 1`` then ``- "\\U00110000"``, refused at the ``-`` by both
+    parsers, and bare where ``_disagreed`` read the file's tokens)."""
     try:
         while (token := scanner.get_token()) is not None:
             yield token
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, OverflowError):
         yield from getattr(scanner, "tokens", ())
 
 
