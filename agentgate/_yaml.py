@@ -470,6 +470,8 @@ _BLOCK_HASH = re.compile(r"[|>][1-9+-]{0,2}#")
 _LONG_VERSION = re.compile(r"%YAML +(?:[0-9]{1,9}\.)?[0-9]{10}")
 """A ``%YAML`` directive up to the tenth digit of its major or minor version number, where libyaml
 refuses it ("found extremely long version number")."""
+_VERSION_NUMBERS = re.compile(r"%YAML +([0-9]+)(?:\.([0-9]+))?")
+"""A ``%YAML`` directive's major and minor version numbers, as PyYAML's own scanner reads them."""
 _VERSION_BEFORE_HASH = re.compile(r"%YAML +[0-9]+\.[0-9]+")
 """A ``%YAML`` directive up to its version, as PyYAML's own scanner reads it before it refuses a
 ``#`` right after the version (``%YAML 1.2#``)."""
@@ -651,12 +653,17 @@ def _disagreement(text: str, source: str, error: type[SourceError], index: int, 
 
 
 def _long_version_at(text: str, index: int) -> int | None:
-    """Where the tenth digit is of the ``%YAML`` version number that starts at ``text[index]``,
-    if it is one of more than nine digits (``_LONG_VERSION``), else ``None``: where PyYAML's own
-    scanner stopped when Python refused to convert it."""
+    """Where libyaml refuses the ``%YAML`` directive whose major or minor version number starts
+    at ``text[index]`` (where PyYAML's own scanner stopped when Python refused to convert it):
+    the tenth digit of its first number of more than nine digits (``_LONG_VERSION``); else
+    ``None``. Until review R86 only a number that was itself the first of ten digits counted:
+    ``%YAML 1234567890.`` then 5,000 digits was said to be an escape beyond U+10FFFF."""
     line_start = max(text.rfind("\n", 0, index), text.rfind("\r", 0, index)) + 1
+    numbers = _VERSION_NUMBERS.match(text, line_start)
+    if numbers is None or index not in (numbers.start(1), numbers.start(2)):
+        return None
     version = _LONG_VERSION.match(text, line_start)
-    return version.end() - 1 if version is not None and version.end() - 10 == index else None
+    return version.end() - 1 if version is not None else None
 
 
 def _skipped_alike(skipped: str, token: Any, refused_here: bool) -> bool:
