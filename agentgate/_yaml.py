@@ -530,8 +530,11 @@ def _disagreed(
     - A ``#`` right after a ``%YAML`` directive's version (``%YAML 1.2#``): libyaml reads a
       comment, PyYAML refuses it. Until review R86 such a file loaded with libyaml only.
     - A ``%YAML`` version number of more than nine digits: libyaml refuses it, PyYAML reads it
-      (``1.0000000002`` as 1.2; past 4,300 digits Python refuses to convert it, ``_composed``).
-      Until review R86 ``%YAML 1.0000000002`` loaded with PyYAML's own parser only.
+      (``1.0000000002`` and ``0000000001.2`` as 1.2; past 4,300 digits Python refuses to convert
+      it, ``_composed``). Until review R86 ``%YAML 1.0000000002`` loaded with PyYAML's own parser
+      only. Where PyYAML reads a major version other than 1 (``1234567890.2``), its parser
+      refuses the directive at its start, before the tenth digit, and that error is the file's
+      on either parser (``_refused``).
     - A tag with ',', '[' or ']' in it or right after it (``[!, a]``, ``{eq: !!str,}``, ``!a,b``):
       libyaml ends the tag there (and, inside [...] or {...}, reads ``!,`` as an empty value),
       PyYAML reads them into the tag, refuses it as a tag handle at or before them (``[!,a!]``,
