@@ -27,7 +27,7 @@ from pydantic_core import ErrorDetails
 from agentgate import _confusables
 from agentgate._durations import LONG_DURATION, duration_seconds
 from agentgate._names import did_you_mean
-from agentgate._shown import bounded, not_printable, quoted
+from agentgate._shown import bounded, not_printable
 from agentgate._yaml import (
     MAX_QUOTED,
     Locations,
@@ -129,11 +129,10 @@ def _rule_name(loc: Sequence[str | int]) -> str:
     """``role r rule 2, argument path`` (or ``role r delegation rule 1``, ``approval gate g``)
     for the location of a constraint, as the policy's words name it. An argument name that is
     empty or holds a character that is not printable (a gate's ``when`` names are any text, and
-    a rule's constraints are compiled before its names are checked) is ``quoted``, as the
-    location path quotes it: until review R86 ``a\nb`` was written raw, the message two lines."""
-    arg = loc[-1]
-    if isinstance(arg, str) and not (arg and arg.isprintable()):
-        arg = quoted(arg)
+    a rule's constraints are compiled before its names are checked) is quoted as the location
+    path quotes it (``dotted_path``, which ``_constraint``'s errors write too): until review R86
+    ``a\nb`` was written raw, the message two lines."""
+    arg = dotted_path(loc[-1:])
     if loc[0] == "approvals":
         return f"approval gate {loc[1]}, argument {arg}"
     delegation = "delegation " if loc[2] == "delegation" else ""
@@ -1132,7 +1131,10 @@ class _Compiler:
     def _constraint(self, loc: tuple[str | int, ...], spec: schema.ConstraintSpec) -> Constraint:
         self._exact_numbers(loc, spec)
         try:
-            constraint = Constraint.of(spec.as_mapping(), ".".join(str(p) for p in loc))
+            # The location path as every error of the loader writes it (``dotted_path``): an
+            # argument name holding a line break or a bidi override quoted, where until review
+            # R86b it was joined raw into the message (``approvals.g.when.a\nb: ...``).
+            constraint = Constraint.of(spec.as_mapping(), dotted_path(loc))
         except CapabilityError as exc:
             raise self.error(
                 loc,
