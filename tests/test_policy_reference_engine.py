@@ -19,7 +19,9 @@ as documented, asks for approval).
 
 The one disagreement on the engine's side: a ``gpu:`` resource (which needs no declaration)
 was matched by a ``gpu:*`` rule whatever its spelling, so ``gpu:H100`` or ``gpu: h100`` was
-allowed past the approval gate on ``gpu:h100``. The others were the reference's text: the
+allowed past the approval gate on ``gpu:h100``. (Review R86b added a model's and a GPU's call
+arguments holding NaN or an infinity, at the top or nested, which the engine allowed and the
+Gate denies; the reference had no such rule either, as the docs said none until then.) The others were the reference's text: the
 order of a combined gate's name, the models table (a price is required), the integer range of
 constraint values and two YAML 1.1 number spellings the loader keeps.
 """
@@ -155,6 +157,18 @@ def _type_ok(declared: str, value: Any) -> bool:
     return _kind(value) == declared
 
 
+def _json_numbers(value: Any) -> bool:
+    """No NaN or infinity anywhere in ``value``, nested in lists and objects too: a model's or a
+    GPU's call arguments must be JSON the Gate can digest ("How a call is decided"; review R86b)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_json_numbers(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_json_numbers(v) for v in value)
+    return True
+
+
 def _closure(doc: _Doc, role: str) -> list[str]:
     out = [role]
     for parent in doc.roles[role]["inherits"]:
@@ -193,6 +207,8 @@ def _reference(doc: _Doc, principal: str, call: Call) -> tuple[Outcome, Any]:
         listed = doc.models[rname]
         if listed is not None and "priority" in args and args["priority"] not in listed:
             return Outcome.DENY, "priority"
+    if kind != "tool" and not _json_numbers(args):
+        return Outcome.DENY, "not JSON"
     allowing = [
         role
         for role in _held(doc, name)
@@ -460,7 +476,8 @@ def _calls(draw: st.DrawFn, doc: _Doc) -> tuple[str, Call]:
     odd = ["m1", "M1", "m2", "org/m.3", "m."] if kind == "model" else ["H100", " h100", "h100x", "h100."]
     name = draw(st.sampled_from([*known, *odd]))
     action = draw(st.sampled_from([_DEFAULT_ACTION[kind]] * 5 + ["invoke", "read"]))
-    free = st.sampled_from(["interactive", "batch", "other"]) | _VALUES | _ODD
+    nested = st.sampled_from([[math.nan], {"a": [-math.inf]}, [{"a": 1.5}]])
+    free = st.sampled_from(["interactive", "batch", "other"]) | _VALUES | _ODD | nested
     return principal, Call(
         f"{kind}:{name}", action, draw(st.dictionaries(st.sampled_from(_ARGS), free, max_size=3))
     )
@@ -535,7 +552,8 @@ def test_a_gate_condition_applies_to_each_value_as_the_reference_says(
     assert index is not None
     call = Call("model:m1", "generate", {"n": value})
     outcome, detail = _reference(doc, "p0", call)
-    assert _engine(index, "p0", call) == (outcome, detail), (when, value)
+    # NaN and infinity are denied before any gate is read (review R86b): no detail to compare.
+    assert _engine(index, "p0", call) == (outcome, None if outcome is Outcome.DENY else detail), (when, value)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from agentgate._json import check_json
 from agentgate._names import did_you_mean, policy_unit
-from agentgate._shown import quoted
+from agentgate._shown import escaped, quoted
 from agentgate.capabilities import (
     Call,
     Capability,
@@ -30,7 +31,7 @@ from agentgate.capabilities import (
     canonical_resource,
     pattern_matches,
 )
-from agentgate.errors import CapabilityError, PolicyError
+from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Finding, FindingKind, Outcome
 from agentgate.policy._load import Policy, RuleRef, describe_constraint
 from agentgate.policy._schema import Budget, Delegation
@@ -524,11 +525,10 @@ class PolicyIndex:
         slot = self._slots.get(resource)
         if slot is None:
             return self._evaluate_undeclared(entry, call, delegators)
-        if slot.types is not None:
-            refusal = _check_arguments(slot, call)
-            if refusal is not None:
-                return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(refusal,))
-        elif slot.classes is not None and "priority" in call.args:
+        refusal = _check_arguments(slot, call) if slot.types is not None else _undigestable(call.args)
+        if refusal is not None:
+            return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(refusal,))
+        if slot.types is None and slot.classes is not None and "priority" in call.args:
             priority = call.args["priority"]
             if type(priority) is not str or priority not in slot.classes:
                 reason = (
@@ -601,6 +601,9 @@ class PolicyIndex:
             return PolicyDecision(
                 Outcome.DENY, entry.name, resource, reasons=(f"{exc}; refused, never normalized",)
             )
+        refusal = _undigestable(call.args)
+        if refusal is not None:
+            return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(refusal,))
         misses: list[str] = []
         by_role = self._exact_other.get(resource, {})
         wild = [self._wild_rules[p] for p in wild_ancestors(resource) if p in self._wild_rules]
@@ -919,6 +922,35 @@ def _check_arguments(slot: _Slot, call: Call) -> str | None:
     for name in slot.required:
         if name not in args:
             return f"required argument {name!r} is missing"
+    return None
+
+
+_DIGESTED_AS_THEY_ARE = frozenset({str, int, bool, type(None)})
+
+
+def _undigestable(args: Mapping[str, Any]) -> str | None:
+    """Why the Gate cannot digest a model's or an undeclared resource's call arguments, which the
+    policy does not declare (``args_not_canonical``), or ``None`` when it can: the refusal of
+    ``check_json``, by which ``args_digest`` writes them, of a NaN or an infinity anywhere in them
+    (in a list, in an object), an object key that is not text, a value JSON has no form for, or
+    nesting past 254 levels. Until review R86b the index allowed such a call (``model:m`` with a
+    ``temperature`` of NaN, ``gpu:h100`` with ``hours`` of infinity) that the Gate denies, and
+    ``policy explain`` said allow. Only arguments holding a value that is not text, an integer, a
+    boolean, null or a finite number are walked: for the rest each value's type is looked at once.
+    (A declared tool's arguments are of the declared scalar types: ``_check_arguments``.)"""
+    for value in args.values():
+        kind = type(value)
+        if kind not in _DIGESTED_AS_THEY_ARE and (kind is not float or not math.isfinite(value)):
+            break
+    else:
+        return None
+    try:
+        check_json(args, "$")
+    except InputError as exc:
+        return (
+            f"call arguments cannot be digested: {escaped(str(exc))}; the Gate denies such a call "
+            "(args_not_canonical)"
+        )
     return None
 
 
