@@ -36,12 +36,13 @@ def _call(name: str, tenant: str = "t", prompt: int = 344, **kw: object) -> Rout
 
 def _failed_over(router: Router, call: RouteRequest, now: float) -> RouteRequest:
     """``call`` dispatched, its backend failing it before any output (the dispatcher reports it
-    finished and marks the backend down): the request the dispatcher routes again."""
+    finished and marks the backend down): the request the dispatcher routes again, carrying what
+    its dispatch took (``RoutePlan.debited``) as ``paid``."""
     plan = router.route(call, now)
     assert plan.action == "dispatch" and plan.backend is not None
     router.finished(call.id, now)
     router.mark_down(plan.backend)
-    return dataclasses.replace(call, failover=True)
+    return dataclasses.replace(call, failover=True, paid=plan.debited)
 
 
 def _router() -> Router:

@@ -2,8 +2,9 @@
 clipped; a call failed over was judged by its balance with its whole cost added back, more than
 the debit took. A call costing twice the burst or more then counted as within quota whatever its
 tenant owed from its other calls, and waited for a slot under overload instead of being shed.
-Now the router remembers what each dispatch took (``TokenBucket.debit``'s return) and adds back
-that."""
+Now each plan says what its dispatch took (``RoutePlan.debited``, ``TokenBucket.debit``'s return),
+the dispatcher hands it back with the call failed over (``RouteRequest.paid``), and the router adds
+back that."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_a_call_costing_twice_the_burst_failed_over_is_shed_when_its_tenant_owes
     router.mark_down(plan.backend)
     assert router.route(_call("B", 344, tenant="other"), 0.0).action == "dispatch"  # the pool is full
     with pytest.raises(Shed, match="over its token quota"):
-        router.route(dataclasses.replace(a, failover=True), 0.01)
+        router.route(dataclasses.replace(a, failover=True, paid=plan.debited), 0.01)
 
 
 def test_a_call_over_the_burst_failed_over_from_a_full_bucket_still_waits() -> None:
@@ -62,5 +63,5 @@ def test_a_call_over_the_burst_failed_over_from_a_full_bucket_still_waits() -> N
     router.mark_down(plan.backend)
     for name in ("B", "C"):
         assert router.route(_call(name, 344, tenant="other"), 0.0).action == "dispatch"
-    again = router.route(dataclasses.replace(a, failover=True), 0.01)
+    again = router.route(dataclasses.replace(a, failover=True, paid=plan.debited), 0.01)
     assert again.action == "wait" and again.until_freed

@@ -57,8 +57,13 @@ class RouteRequest:
     failover: bool = False
     """A call routed again after a backend failed it before any output: its tenant's token
     bucket was debited when it was first dispatched and is not debited again, nor is that debit
-    counted against it where the router asks whether its tenant can pay (``TokenBucket.can_pay``'s
-    ``paid``)."""
+    (``paid``) counted against it where the router asks whether its tenant can pay
+    (``TokenBucket.can_pay``)."""
+    paid: float = 0.0
+    """For a call failed over, the tokens its first dispatch took from its tenant's bucket
+    (``RoutePlan.debited``, which the dispatcher hands back): what the floor at ``-burst`` left
+    of its cost. Until review R86 the whole cost was counted back, and a call costing twice the
+    burst or more was found within its quota whatever its tenant owed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,9 @@ class RoutePlan:
     simulator) just ask again after ``wait_s``."""
     candidates: tuple[Candidate, ...] = field(default=())
     """Every candidate considered, with its prediction."""
+    debited: float = 0.0
+    """The tokens this dispatch took from the tenant's token bucket (``TokenBucket.debit``; 0
+    without a quota, and for a call failed over, which is not debited again)."""
 
 
 @dataclass(slots=True)

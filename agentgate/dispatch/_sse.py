@@ -135,7 +135,8 @@ def _parse_chunk(backend: str, data: str, key: str | None = None, asked: int = 1
         calls = delta.get("tool_calls") or []
         if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
             raise TypeError("tool_calls is not a list of objects")
-        return ChatChunk(content, _finish_reason(choice), usage, tuple(calls), event, backend)
+        # Its finish_reason was checked with the others (``_checked_choices``).
+        return ChatChunk(content, choice.get("finish_reason"), usage, tuple(calls), event, backend)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
 

@@ -53,7 +53,6 @@ from agentgate.dispatch._answers import (
     ChatChunk,
     ChatResult,
     Usage,
-    _finish_reason,
     _reject_error,
     _usage,
     output_limit,
@@ -358,7 +357,7 @@ class BackendClient:
             text = choice["message"].get("content") or ""
             if not isinstance(text, str):
                 raise TypeError("content is not a string")
-            reason = _finish_reason(choice)
+            reason = choice.get("finish_reason")  # checked with the others (``_checked_choices``)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendFailed(f"{self.backend.name}: malformed chat completion: {exc}") from None
         try:

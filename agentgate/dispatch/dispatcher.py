@@ -482,7 +482,8 @@ class Dispatcher:
                     raise
                 except BackendFailed as exc:
                     self._failed(request.id, plan.backend, exc, errors)
-                    request = dataclasses.replace(request, failover=True)  # its tenant paid once
+                    # Its tenant paid once: what its bucket took goes with it (``RouteRequest.paid``).
+                    request = dataclasses.replace(request, failover=True, paid=request.paid + plan.debited)
                     continue
                 except AnswerTooLarge:
                     # The backend generated what the call asked for; the call's doing, not the
@@ -561,7 +562,8 @@ class Dispatcher:
                     if delivered:
                         broke = f"stream from {plan.backend} broke after output: {exc}"
                         raise BackendFailed(broke, after_output=True) from None
-                    request = dataclasses.replace(request, failover=True)  # its tenant paid once
+                    # Its tenant paid once: what its bucket took goes with it (``RouteRequest.paid``).
+                    request = dataclasses.replace(request, failover=True, paid=request.paid + plan.debited)
                     continue
                 finally:
                     self._finished(request.id)

@@ -54,6 +54,7 @@ requests in flight on all of them, instead of each allowing its own.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
 from collections import OrderedDict
@@ -83,10 +84,6 @@ WAITER_TIMEOUT_S = 1.0
 when a slot frees and at least every ``dispatcher.FREED_WAIT_S``; one that stopped asking was
 given up by its caller)."""
 
-MAX_PAID_RECORDS = 100_000
-"""The most calls whose debit the router remembers until they are answered (``Router._paid``):
-one that fails without output and is never routed again leaves its record until pushed out."""
-
 
 @dataclass(slots=True)
 class _Waiter:
@@ -99,8 +96,7 @@ class _Waiter:
     cost: float
     """What its tenant's token bucket pays for it (``_cost``)."""
     paid: float
-    """For a call failed over (``RouteRequest.failover``): the tokens its bucket took for it
-    already (``Router._paid_for``); else 0."""
+    """For a call failed over: the tokens its bucket took for it already (``RouteRequest.paid``)."""
     allowed: AllowedBackend | None
     deadline: float
     """When its SLO budget is spent (it is shed at its next ask)."""
@@ -151,9 +147,6 @@ class Router(RoutingPolicy):
         self.max_sessions = max_sessions
         self._buckets: dict[str, TokenBucket] = {}
         self._sessions: OrderedDict[str, str] = OrderedDict()
-        self._paid: OrderedDict[str, float] = OrderedDict()
-        """What each call's dispatch took from its tenant's bucket (``TokenBucket.debit``), until
-        it is answered: a call failed over is judged by its balance without that (``_paid_for``)."""
         self._waiters: dict[str, _Waiter] = {}
         self._line: list[tuple[tuple[int, float, float], str]] = []
         """The waiters' (key, request id), sorted: the line."""
@@ -198,7 +191,7 @@ class Router(RoutingPolicy):
         within their quota, who would be shed when their SLO budget ran out)."""
         cost = _cost(request)
         bucket = self._bucket(request.tenant, now)
-        if bucket is not None and not bucket.can_pay(cost, now, paid=self._paid_for(request)):
+        if bucket is not None and not bucket.can_pay(cost, now, paid=request.paid):
             raise Shed(
                 f"every backend serving {request.model!r} is at its max_concurrency and tenant "
                 f"{request.tenant!r} is over its token quota",
@@ -212,7 +205,7 @@ class Router(RoutingPolicy):
                 model=request.model,
                 tenant=request.tenant,
                 cost=cost,
-                paid=self._paid_for(request),
+                paid=request.paid,
                 allowed=None,
                 deadline=request.arrived_at + request.slo_ttft_s,
                 asked=now,
@@ -243,7 +236,7 @@ class Router(RoutingPolicy):
         A request whose tenant's token bucket cannot pay for it has every waiter within its quota
         ahead of it (it takes only a slot none of them could use; else ``_saturated`` sheds it)."""
         mine = self._waiters.get(request.id)
-        if self._in_debt(request.tenant, _cost(request), now, paid=self._paid_for(request)):
+        if self._in_debt(request.tenant, _cost(request), now, paid=request.paid):
             key: tuple[float, float, float] = (math.inf, math.inf, math.inf)
         else:
             key = mine.key if mine is not None else (request.priority, _arrival(request, now), math.inf)
@@ -357,7 +350,7 @@ class Router(RoutingPolicy):
                 )
             return self._go(best, best_p, request, now, "lowest predicted TTFT", alternatives)
 
-        if bucket is not None and not bucket.can_pay(cost, now, paid=self._paid_for(request)):
+        if bucket is not None and not bucket.can_pay(cost, now, paid=request.paid):
             raise Shed(
                 f"SLO {request.slo_ttft_s:.2f}s cannot be met (best {best_p:.2f}s) and tenant "
                 f"{request.tenant!r} is over its token quota",
@@ -411,17 +404,18 @@ class Router(RoutingPolicy):
         alternatives: tuple[Candidate, ...],
     ) -> RoutePlan:
         bucket = self._bucket(request.tenant, now)
+        debited = 0.0
         if bucket is not None and not request.failover:
-            self._paid.pop(request.id, None)
-            self._paid[request.id] = bucket.debit(_cost(request), now)
-            if len(self._paid) > MAX_PAID_RECORDS:
-                self._paid.popitem(last=False)
+            debited = bucket.debit(_cost(request), now)
         if request.session:
             self._sessions[request.session] = state.name
             self._sessions.move_to_end(request.session)
             if len(self._sessions) > self.max_sessions:
                 self._sessions.popitem(last=False)
-        return self.plan(state, request, reason, predicted, alternatives)
+        plan = self.plan(state, request, reason, predicted, alternatives)
+        # What the bucket took, for the dispatcher to hand back if the call fails over
+        # (``RouteRequest.paid``).
+        return dataclasses.replace(plan, debited=debited) if debited else plan
 
     def _in_debt(self, tenant: str, cost: float, now: float, *, paid: float = 0.0) -> bool:
         """Whether ``tenant``'s token bucket cannot pay ``cost`` now (never, for a tenant without a
@@ -430,19 +424,6 @@ class Router(RoutingPolicy):
         a call within its quota that failed over under overload was shed as over it."""
         bucket = self._bucket(tenant, now)
         return bucket is not None and not bucket.can_pay(cost, now, paid=paid)
-
-    def _paid_for(self, request: RouteRequest) -> float:
-        """The tokens ``request``'s tenant paid for it already: for a call failed over, what its
-        first dispatch took (``TokenBucket.debit``'s return, which the floor at ``-burst`` may
-        have clipped below its cost; until review R86 the whole cost was counted back), 0 if this
-        router took nothing for it; 0 for a call not failed over."""
-        return self._paid.get(request.id, 0.0) if request.failover else 0.0
-
-    def first_token(self, request_id: str, now: float) -> None:
-        """As ``RoutingPolicy.first_token``; a call answered fails over no more, so what its
-        dispatch took is forgotten."""
-        self._paid.pop(request_id, None)
-        super().first_token(request_id, now)
 
     def _bucket(self, tenant: str, now: float) -> TokenBucket | None:
         quota = self.quotas.get(tenant)
