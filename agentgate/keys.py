@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, rsa, x448, x25519
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from agentgate._shown import shown
 from agentgate._shown import shown_path as shown_path  # re-exported: callers quote paths through keys
 from agentgate.errors import InputError, InvalidSignature, KeyFileError
 
@@ -120,10 +121,9 @@ def did_from_public_key(public_key: bytes) -> str:
 def public_key_from_did(did: str) -> bytes:
     """The raw public key inside an Ed25519 ``did:key``; raises ``KeyFileError`` on anything else,
     quoting the text given unless it looks like a key itself (``is_key_text``: a private key
-    pasted after ``did:``, until review R86 quoted up to 80 characters of it)."""
-    if not isinstance(did, str):  # a JSON number or null where a did belongs: no TypeError
-        raise KeyFileError(f"not an Ed25519 did:key: {repr(did)[:80]}")
-    if not did.startswith(_DID_PREFIX) or len(did) > 64:
+    pasted after ``did:``, until review R86 quoted up to 80 characters of it); what is not text
+    is named by its type (``did_refusal``)."""
+    if not isinstance(did, str) or not did.startswith(_DID_PREFIX) or len(did) > 64:
         raise _refused_did("not an Ed25519 did:key", did)
     try:
         raw = base58.b58decode(did[len(_DID_PREFIX) :])
@@ -137,21 +137,27 @@ def public_key_from_did(did: str) -> bytes:
     return public_key
 
 
-def _refused_did(why: str, did: str) -> KeyFileError:
+def _refused_did(why: str, did: object) -> KeyFileError:
     return KeyFileError(did_refusal(why, did))
 
 
-def did_refusal(why: str, did: str) -> str:
-    """The message refusing ``did`` (text given where a did:key belongs) for ``why``. Every did
-    reader says it so (this module's and the token decoder's ``did_public_key``, which quoted a
-    private key after ``did:`` until review R86b); called on refusal only, so no decoded did pays.
+def did_refusal(why: str, did: object) -> str:
+    """The message refusing ``did`` (what was given where a did:key belongs) for ``why``. Every
+    did reader says it so (this module's, ``Keyring.get`` and the token decoder's
+    ``did_public_key``, which quoted a private key after ``did:`` until review R86b); called on
+    refusal only, so no decoded did pays.
 
+    - What is not text: a number by its size, anything else by its type (``_shown.shown``). Until
+      review R86c its ``repr`` was quoted: a seed or a PEM given as bytes showed key material, and
+      an integer of more than 4,300 digits was a bare ``ValueError``.
     - Text that does not look like a key (``is_key_text``): its first 80 characters.
     - A DID of another method, as W3C DID syntax writes one (``did:ethr:0x...``, ``did:jwk:...``)
       whose id looks like a key: named by its method, its id not shown (it may be a private key
       put in that form). Until review R86b it was told to replace a key.
     - Other text that looks like a key itself (a private key's PEM or base64 after ``did:``):
       not shown."""
+    if not isinstance(did, str):
+        return f"{why}: got {shown(did)}"
     if not is_key_text(did):
         return f"{why}: {did[:80]!r}"
     method = _DID_SYNTAX.fullmatch(did)
@@ -1083,7 +1089,7 @@ class Keyring:
         try:
             key = self._keys.get(did)
         except TypeError:  # unhashable: not a did
-            raise KeyFileError(f"not an Ed25519 did:key: {repr(did)[:80]}") from None
+            raise _refused_did("not an Ed25519 did:key", did) from None
         return key if key is not None else PublicKey.from_did(did)
 
     def __contains__(self, did: object) -> bool:

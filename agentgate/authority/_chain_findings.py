@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from agentgate._shown import shown
 from agentgate._time import when
 from agentgate.authority._grant import DEFAULT_SKEW, GRANT_CONTEXT, Chain, Grant
 from agentgate.authority._signatures import TrustAnchors, verify_signature
@@ -59,8 +60,8 @@ def _finding(
 
 
 def _short(did: str) -> str:
-    if not isinstance(did, str):  # a hand-built invocation's issuer: named, never a TypeError
-        return repr(did)[:40]
+    if not isinstance(did, str):  # a hand-built invocation's issuer: by its type, as did_refusal
+        return shown(did)  # names it (its repr quoted a seed given as bytes until review R86c)
     return did if len(did) <= 24 else did[:16] + "..." + did[-6:]
 
 

@@ -284,11 +284,10 @@ def did_public_key(did: str) -> bytes:
     A spelling is canonical exactly when it has no leading ``1`` (a zero byte, impossible before
     ``0xed``) and its value lies in the 34-byte range that starts with ``0xed01``. A refusal says
     what ``keys.did_refusal`` says: text that looks like a key itself is not quoted (a private
-    key given after ``did:`` as an audience or a trust anchor was, until review R86b).
+    key given after ``did:`` as an audience or a trust anchor was, until review R86b), and what is
+    not text is named by its type (bytes holding a seed were quoted until review R86c).
     """
-    if not isinstance(did, str):
-        raise TokenFormatError(f"not an Ed25519 did:key: {str(did)[:80]!r}")
-    if not did.startswith(_DID_PREFIX) or not 40 < len(did) <= 64:
+    if not isinstance(did, str) or not did.startswith(_DID_PREFIX) or not 40 < len(did) <= 64:
         raise TokenFormatError(did_refusal("not an Ed25519 did:key", did))
     # One C pass maps the characters to digit values (0xFF: not base58); then two digits per step.
     digits = did[len(_DID_PREFIX) :].encode("ascii", "replace").translate(_B58_DIGITS)
