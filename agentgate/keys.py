@@ -120,7 +120,7 @@ def did_from_public_key(public_key: bytes) -> str:
 
 def public_key_from_did(did: str) -> bytes:
     """The raw public key inside an Ed25519 ``did:key``; raises ``KeyFileError`` on anything else,
-    quoting the text given unless it looks like a key itself (``is_key_text``: a private key
+    quoting the text given unless it looks like a key itself (``looks_like_key``: a private key
     pasted after ``did:``, until review R86 quoted up to 80 characters of it); what is not text
     is named by its type (``did_refusal``)."""
     if not isinstance(did, str) or not did.startswith(_DID_PREFIX) or len(did) > 64:
@@ -150,7 +150,9 @@ def did_refusal(why: str, did: object) -> str:
     - What is not text: a number by its size, anything else by its type (``_shown.shown``). Until
       review R86c its ``repr`` was quoted: a seed or a PEM given as bytes showed key material, and
       an integer of more than 4,300 digits was a bare ``ValueError``.
-    - Text that does not look like a key (``is_key_text``): its first 80 characters.
+    - Text that does not look like a key (``looks_like_key``: the text alone, whatever files
+      exist; until review R86c ``is_key_text`` asked, so the refusal of a client's invocation
+      ``iss`` told whether a file of that name existed): its first 80 characters.
     - A DID of another method, as W3C DID syntax writes one (``did:ethr:0x...``, ``did:jwk:...``)
       whose id looks like a key: named by its method, its id not shown (it may be a private key
       put in that form). Until review R86b it was told to replace a key.
@@ -158,7 +160,7 @@ def did_refusal(why: str, did: object) -> str:
       not shown."""
     if not isinstance(did, str):
         return f"{why}: got {shown(did)}"
-    if not is_key_text(did):
+    if not looks_like_key(did):
         return f"{why}: {did[:80]!r}"
     method = _DID_SYNTAX.fullmatch(did)
     if method is not None and method[1] != "key":
@@ -731,6 +733,22 @@ def _grouped_key(text: str) -> bool:
     return len(short) > 4 and _key_like("".join(short))
 
 
+def looks_like_key(text: str) -> bool:
+    """Whether ``text`` looks like a key itself, judged by the text alone, as ``is_key_text``
+    judges it before asking whether a file of that name exists. Where no path belongs (a did),
+    this is the whole judgement: asking the file system would tell whoever sent the text which
+    files exist on this host (``did_refusal`` did so for a client's invocation ``iss`` until
+    review R86c)."""
+    stripped = text.strip()
+    return (
+        "-----BEGIN" in stripped
+        or "\n" in stripped
+        or stripped.lstrip("\"'[ ").startswith("{")
+        or any(_key_like(word.rstrip(".")) for word in _KEY_SEPARATORS.split(_DID_KEY.sub(" ", stripped)))
+        or _grouped_key(stripped)
+    )
+
+
 def is_key_text(value: str | bytes | os.PathLike[str] | os.PathLike[bytes], base: Path | None = None) -> bool:
     """Whether ``value``, given where a key file's path (or a did:key) belongs, looks like a key
     itself and names no existing file (a relative one under ``base``, else the working
@@ -741,19 +759,13 @@ def is_key_text(value: str | bytes | os.PathLike[str] | os.PathLike[bytes], base
     environment variable, a seed as tools print it, ``ed25519:SEED``, ``export KEY=SEED``,
     ``"d": "SEED",``). A did:key in it is not such a word. Such a value is never quoted in an
     error: it is likely a private key, and errors reach logs. A path whose names are words is
-    not such text, nor is a file that exists, whatever its name."""
+    not such text, nor is a file that exists, whatever its name (``looks_like_key`` judges the
+    text alone)."""
     try:
         text = os.fsdecode(value)
     except (TypeError, ValueError):
         return False  # neither text, bytes nor a path: the caller's type check names it
-    stripped = text.strip()
-    if not (
-        "-----BEGIN" in stripped
-        or "\n" in stripped
-        or stripped.lstrip("\"'[ ").startswith("{")
-        or any(_key_like(word.rstrip(".")) for word in _KEY_SEPARATORS.split(_DID_KEY.sub(" ", stripped)))
-        or _grouped_key(stripped)
-    ):
+    if not looks_like_key(text):
         return False
     try:
         return not os.path.lexists(base / text if base is not None else text)
