@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from agentgate._shown import bounded, escaped, shown_path
+from agentgate._shown import bounded, escaped, quoted, shown_path
 
 MAX_QUOTING = 300
 """Longest hint a ``SourceError`` keeps whole, and longest message a policy's errors keep whole
@@ -362,11 +362,13 @@ class TamperDetected(AuditError):
 
 
 class BeyondLogEnd(InputError):
-    """A tree size or index asked for is past the end of the audit log (input, not tampering)."""
+    """A tree size or index asked for is past the end of the audit log (input, not tampering);
+    one past 128 bits is named by its size (``quoted``: until review R86c one of 10**5000 made
+    the refusal a bare ``ValueError``)."""
 
     def __init__(self, requested: int, size: int, what: str = "size") -> None:
         entries = "entry" if size == 1 else "entries"
-        super().__init__(f"audit log has only {size} {entries}; {what} {requested} is past its end")
+        super().__init__(f"audit log has only {size} {entries}; {what} {quoted(requested)} is past its end")
         self.requested = requested
         """The size or index asked for."""
         self.size = size

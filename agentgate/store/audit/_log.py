@@ -388,7 +388,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
 
     def entry_bytes(self, index: int) -> bytes:
         """The stored bytes of entry ``index``; raises ``InputError`` if there is none
-        (``BeyondLogEnd`` past the end of the log, or when ``index`` is not an ``int``), and
+        (``BeyondLogEnd`` past the end of the log, or when ``index`` is not an integer (``_whole``)), and
         ``TamperDetected`` when more than one row holds it."""
         return self._stored_row(_whole(index, "entry index"))[0]
 
@@ -419,7 +419,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         """The entries at ``indexes``, parsed, read in a few statements (500 indexes each), not
         one per entry. ``TamperDetected`` for one that is not the entry it should be (as
         ``entry`` says), and ``entry``'s error for one that
-        is not in the log or not an ``int`` (until review R82 a bool or a float was read as the
+        is not in the log or not an integer (``_whole``) (until review R82 a bool or a float was read as the
         entry it equals, and a string failed with a ``TypeError``)."""
         wanted = sorted({_whole(index, "entry index") for index in indexes})
         read = self._read_rows(wanted)
@@ -438,7 +438,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         ``repeated_indexes`` names such indexes (``entry`` and ``explain``, which read one index
         by key, refuse it).
 
-        ``start``, as ``entry`` takes an index: ``InputError`` when it is not an ``int``,
+        ``start``, as ``entry`` takes an index: ``InputError`` when it is not an integer (``_whole``),
         ``BeyondLogEnd`` past what a store's integer holds (until review R82 a float was read, a
         string failed with a ``TypeError``, and 2**63 reached the driver: ``StoreError``).
         """

@@ -153,7 +153,7 @@ class _Proofs:
         hash, and proven by an inclusion proof against the latest stored checkpoint (its signature
         checked); entries newer than that checkpoint are listed in ``unproven``. Raises
         ``BeyondLogEnd`` for an index past the end of the log, ``InputError`` for a missing entry
-        or an index that is not an ``int``,
+        or an index that is not an integer (``_whole``),
         and ``TamperDetected`` when an entry shown is malformed, does not carry its own index or
         leaf hash, is held by more than one row (a table whose primary key was dropped: until
         review R86 the last row read was shown, without a word of the other) or is not in the
@@ -179,7 +179,7 @@ class _Proofs:
         """The entries whose ``ref`` is ``index`` (its outcomes, approvals given...), in index
         order, each parsed from its row: through the reference index when it is complete, else by
         reading the whole log. ``TamperDetected`` for a malformed one; ``InputError`` for an
-        ``index`` that is not an ``int``, ``BeyondLogEnd`` for one past what a store's integer
+        ``index`` that is not an integer (``_whole``), ``BeyondLogEnd`` for one past what a store's integer
         holds (until review R82 it reached the driver: ``StoreError``)."""
         index = self._index_given(index)
         related = self._related(index, None)
@@ -187,7 +187,7 @@ class _Proofs:
 
     def _index_given(self, value: object) -> int:
         """``value``, an entry index a caller gave to read from: ``_whole``'s ``InputError`` when
-        it is not an ``int``, ``BeyondLogEnd`` past what a store's integer holds (never the
+        it is not an integer (``_whole``), ``BeyondLogEnd`` past what a store's integer holds (never the
         driver's overflow), as ``referring`` and ``entries`` read one."""
         index = _whole(value, "entry index")
         if index > _MAX_INDEX:

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from agentgate.audit.entry import AuditEntry, encode_entry
-from agentgate.audit.merkle import leaf_hash
+from agentgate.audit.merkle import leaf_hash, whole_number
 from agentgate.errors import InputError, TamperDetected
 
 
@@ -119,9 +119,11 @@ _MAX_INDEX = 2**63 - 1
 
 
 def _whole(value: object, what: str) -> int:
-    """``value`` as an index or size given by a caller: an ``int`` (not a bool), else ``InputError``
-    naming ``what``; one beyond what a store can hold is past any log's end (``BeyondLogEnd``
-    follows from the caller's check), never an overflow in the driver."""
-    if type(value) is not int:
-        raise InputError(f"audit log: {what} must be a whole number, got {value!r:.40}")
-    return value
+    """``value`` as an index or size given by a caller, by the Merkle checks' rule
+    (``merkle.whole_number``: an ``int``, a subclass or a numpy integer), a bool refused, else
+    ``InputError`` naming ``what``; one beyond what a store can hold is past any log's end
+    (``BeyondLogEnd`` follows from the caller's check), never an overflow in the driver. Until
+    review R86c a copy of the rule refused a numpy integer and quoted with ``repr`` (an int
+    subclass of 10**5000 made the refusal a bare ``ValueError``, a list nested 100,000 deep a
+    ``RecursionError``)."""
+    return whole_number(value, what, "audit log", bools=False)
