@@ -784,43 +784,42 @@ def _unwritable(body: Mapping[str, Any], exc: BaseException) -> FieldError:
     """The ``FieldError`` for ``body``, which ``_encode`` could not write (``json`` refused it
     with ``exc``). Each field is judged as ``_encode`` judges a body, orjson first and then
     ``json``: the first field neither writes is named, with why in ``json``'s words. Where each
-    field can be written alone, the body mixes a value only ``json`` writes (an integer beyond 64
-    bits, a key that is a number, nesting past orjson's limit) with one only orjson writes (a
-    ``UUID``, a ``datetime``), and the refusal names the first field of the one kind, beside the
-    first of the other. No value is quoted (a prompt may be in it). Until review R86b each field was judged by ``json`` alone: a body of a
-    ``UUID`` and an integer beyond 64 bits was refused naming the ``UUID``'s field, which
-    ``_encode`` writes."""
-    only_json: str | None = None
+    field can be written alone, the body mixes a value only ``json`` writes with one only orjson
+    writes (a ``UUID``, a ``datetime``), and the refusal names the first field of the one kind
+    beside the first of the other, each with the words of the encoder that refused it. No value
+    is quoted (a prompt may be in it). Until review R86b each field was judged by ``json`` alone:
+    a body of a ``UUID`` and an integer beyond 64 bits was refused naming the ``UUID``'s field,
+    which ``_encode`` writes; until review R86c the field only ``json`` writes was said to hold
+    an integer beyond 64 bits, a number as a key or deep nesting, whatever orjson refused in it
+    (a lone surrogate in a prompt)."""
+    only_json: tuple[str, BaseException] | None = None
     only_orjson: tuple[str, BaseException] | None = None
     for name, value in body.items():
         field = {name: value}
+        by_orjson: BaseException | None = None
         try:
             orjson.dumps(field)
-        except orjson.JSONEncodeError:
-            by_orjson = False
-        else:
-            by_orjson = True
+        except orjson.JSONEncodeError as refused:
+            by_orjson = refused
         try:
             json.dumps(field)
         except (TypeError, ValueError, RecursionError) as refused:
-            if not by_orjson:
+            if by_orjson is not None:
                 shown = _field_shown(name)
                 return FieldError(
                     shown, f"body field '{shown}' cannot be written as JSON: {_reason(refused)}"
                 )
-            if only_orjson is None:
-                only_orjson = (name, refused)
+            only_orjson = only_orjson or (name, refused)
         else:
-            if not by_orjson and only_json is None:
-                only_json = name
+            if by_orjson is not None:
+                only_json = only_json or (name, by_orjson)
     if only_json is not None and only_orjson is not None:
-        shown, other = _field_shown(only_json), _field_shown(only_orjson[0])
+        shown, other = _field_shown(only_json[0]), _field_shown(only_orjson[0])
         return FieldError(
             shown,
-            f"body field '{shown}' cannot be written as JSON beside body field '{other}': '{shown}' "
-            "holds what only Python's json writes (an integer beyond 64 bits, a key that is a number, "
-            "nesting deeper than orjson's limit), "
-            f"'{other}' what only orjson writes (json: {_reason(only_orjson[1])})",
+            f"body field '{shown}' cannot be written as JSON beside body field '{other}': only "
+            f"Python's json writes '{shown}' (orjson: {_reason(only_json[1])}), only orjson "
+            f"'{other}' (json: {_reason(only_orjson[1])})",
         )
     return FieldError("body", f"the body cannot be written as JSON: {_reason(exc)}")
 
