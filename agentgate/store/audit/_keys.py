@@ -14,7 +14,7 @@ from agentgate.keys import PublicKey, SigningKey, load_public_key, load_signing_
 from agentgate.store._base import Store, env_setting, loaded_driver_errors
 from agentgate.store._sqlite import SQLiteStore
 from agentgate.store.audit._schema import refuse_dropped_log
-from agentgate.store.audit._stored import _note
+from agentgate.store.audit._stored import _note, latest_checkpoint_row
 
 DEFAULT_ORIGIN = "agentgate.local/audit"
 
@@ -159,12 +159,11 @@ def _left_half_made(path: Path, store: Store) -> bool:
 def _latest_note(store: Store) -> str | None:
     """The signed note of ``store``'s latest checkpoint (as ``AuditLog.latest_checkpoint`` reads
     it: the largest tree, the last stored of those); ``None`` for a log with none, or no log."""
-    note = "CAST(note AS BLOB)" if store.dialect == "sqlite" else "note"
     try:
-        rows = store.query(f"SELECT {note} FROM audit_checkpoints ORDER BY size DESC, id DESC LIMIT 1")
+        row = latest_checkpoint_row(store)
     except loaded_driver_errors(StoreError):
         return None  # no audit tables yet
-    return _note(rows[0][0]) if rows else None
+    return _note(row[2]) if row else None
 
 
 def _has_checkpoints(store: Store) -> bool:

@@ -27,7 +27,16 @@ from agentgate.store.audit._schema import (
     refs_complete,
     refuse_dropped_log,
 )
-from agentgate.store.audit._stored import _MAX_INDEX, _bytes, _index_of, _note, _parsed, _read_entry, _whole
+from agentgate.store.audit._stored import (
+    _MAX_INDEX,
+    _bytes,
+    _index_of,
+    _note,
+    _parsed,
+    _read_entry,
+    _whole,
+    latest_checkpoint_row,
+)
 from agentgate.store.audit._verify import _Verification
 
 _BATCH = 20_000
@@ -465,10 +474,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         return _note(row[2]) if row else None
 
     def _latest_checkpoint_row(self) -> Row | None:
-        rows = self.store.query(
-            f"SELECT size, {self._root}, {self._note} FROM audit_checkpoints ORDER BY size DESC, id DESC LIMIT 1"
-        )
-        return rows[0] if rows else None
+        return latest_checkpoint_row(self.store)
 
     def _row_batches(
         self, *, include_entry_from: int, start: int = 0

@@ -8,13 +8,28 @@ caller checked (``_whole``)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from agentgate.audit.entry import AuditEntry, encode_entry
 from agentgate.audit.merkle import leaf_hash, whole_number
 from agentgate.errors import InputError, TamperDetected
+
+if TYPE_CHECKING:
+    from agentgate.store._base import Row, Store
+
+
+def latest_checkpoint_row(store: Store) -> Row | None:
+    """``(size, root, note)`` of ``store``'s latest checkpoint, the largest tree and the last
+    stored of those (root and note read as bytes whatever type SQLite holds); ``None`` for none.
+    ``AuditLog`` and the log key's rotation rule (``_keys._may_make_key``) read it so."""
+    blob = "CAST({} AS BLOB)" if store.dialect == "sqlite" else "{}"
+    rows = store.query(
+        f"SELECT size, {blob.format('root')}, {blob.format('note')} FROM audit_checkpoints "
+        "ORDER BY size DESC, id DESC LIMIT 1"
+    )
+    return rows[0] if rows else None
 
 
 def _note(value: object) -> str:
