@@ -70,20 +70,18 @@ def index() -> PolicyIndex:
 # --- approval gates compare integers of any size -----------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        Call.model("m", {"max_tokens": HUGE}),
-        Call.model("m", {"max_tokens": UNWRITABLE}),
-    ],
-)
-def test_a_gate_bound_is_met_by_an_integer_too_large_for_a_float(index: PolicyIndex, call: Call) -> None:
+def test_a_gate_bound_is_met_by_an_integer_too_large_for_a_float(index: PolicyIndex) -> None:
     """``_comparable`` asked ``math.isfinite`` about the value, which raises ``OverflowError`` for
     an integer beyond a double's range: ``evaluate`` (and ``Gate.authorize``, and the LangGraph
     middleware with it) raised instead of asking for the approval. Integers compare exactly. (A
-    declared tool argument that large is refused before any gate since review R58: below.)"""
-    decision = index.evaluate("agent", call)
+    declared tool argument that large is refused before any gate since review R58: below. One
+    of more than 4,300 digits is denied before any gate since review R86c, as the Gate denies
+    it: no canonical JSON writes it.)"""
+    decision = index.evaluate("agent", Call.model("m", {"max_tokens": HUGE}))
     assert decision.outcome is Outcome.APPROVAL_REQUIRED, decision.reasons
+    decision = index.evaluate("agent", Call.model("m", {"max_tokens": UNWRITABLE}))
+    assert decision.outcome is Outcome.DENY and decision.approval is None
+    assert decision.reasons[0].endswith("the Gate denies such a call (args_not_canonical)")
 
 
 def test_a_declared_tool_argument_beyond_64_bits_is_refused_before_any_gate(index: PolicyIndex) -> None:
@@ -143,7 +141,8 @@ def test_a_rule_refusing_an_unwritable_integer_denies_and_says_why(index: Policy
     # A declared argument: refused for its size before its rule (review R58), named by bits.
     assert decision.outcome is Outcome.DENY and "an integer of 16610 bits" in decision.reasons[0]
     decision = index.evaluate("agent", Call.model("m", {"priority": UNWRITABLE}))
-    assert decision.outcome is Outcome.DENY and "too many digits" in decision.reasons[0]
+    # Undeclared: denied before its priority is read, as the Gate denies it (review R86c).
+    assert decision.outcome is Outcome.DENY and "(4300 digits)" in decision.reasons[0]
     assert (
         "amount=1000 does not satisfy"
         in index.evaluate("agent", Call.tool("capped", {"amount": 1000})).reasons[0]

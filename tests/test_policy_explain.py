@@ -42,5 +42,6 @@ def test_a_call_holding_an_integer_too_long_to_write_is_explained() -> None:
     decision, said = explain(index, "bot", Call.tool("t", {"x": -huge}))
     assert decision.outcome is Outcome.DENY and "too many digits" in said
     decision, said = explain(index, "bot", Call.model("m", {"max_tokens": 5, "stop": [huge]}))
-    assert decision.outcome is Outcome.ALLOW
+    # Denied since review R86c, as the Gate denies it: no canonical JSON writes such an integer.
+    assert decision.outcome is Outcome.DENY and "(args_not_canonical)" in said
     assert '{"max_tokens": 5, "stop": <list with an integer of too many digits to write>}' in said

@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from agentgate._json import check_json
+from agentgate._json import INT64, canonical_json
 from agentgate._names import did_you_mean, policy_unit
 from agentgate._shown import escaped, quoted
 from agentgate.capabilities import (
@@ -931,21 +931,35 @@ _DIGESTED_AS_THEY_ARE = frozenset({str, int, bool, type(None)})
 def _undigestable(args: Mapping[str, Any]) -> str | None:
     """Why the Gate cannot digest a model's or an undeclared resource's call arguments, which the
     policy does not declare (``args_not_canonical``), or ``None`` when it can: the refusal of
-    ``check_json``, by which ``args_digest`` writes them, of a NaN or an infinity anywhere in them
-    (in a list, in an object), an object key that is not text, a value JSON has no form for, or
-    nesting past 254 levels. Until review R86b the index allowed such a call (``model:m`` with a
-    ``temperature`` of NaN, ``gpu:h100`` with ``hours`` of infinity) that the Gate denies, and
-    ``policy explain`` said allow. Only arguments holding a value that is not text, an integer, a
-    boolean, null or a finite number are walked: for the rest each value's type is looked at once.
-    (A declared tool's arguments are of the declared scalar types: ``_check_arguments``.)"""
-    for value in args.values():
+    ``canonical_json``, by which ``args_digest`` writes them (the Gate's own rule), of a NaN or an
+    infinity anywhere in them (in a list, in an object), an object key that is not text, text
+    that is not valid Unicode (a lone surrogate, in a name or a value), an integer of more digits
+    than Python writes (4,300), a value JSON has no form for, or nesting past 254 levels. Until
+    review R86b the index allowed such a call (``model:m`` with a ``temperature`` of NaN,
+    ``gpu:h100`` with ``hours`` of infinity) that the Gate denies, and ``policy explain`` said
+    allow; until review R86c it read them by ``check_json`` alone, which passes a lone surrogate,
+    a name that is not text at the top and an integer too long to write.
+
+    The arguments are encoded only where a name is not ASCII text or a value is other than ASCII
+    text, an integer within 64 bits, a boolean, null or a finite number, which the Gate always
+    digests; otherwise each name and value is looked at once. (A declared tool's arguments are of
+    the declared scalar types: ``_check_arguments``.)"""
+    for name, value in args.items():
+        if type(name) is not str or not name.isascii():
+            break
         kind = type(value)
-        if kind not in _DIGESTED_AS_THEY_ARE and (kind is not float or not math.isfinite(value)):
+        if kind not in _DIGESTED_AS_THEY_ARE:
+            if kind is not float or not math.isfinite(value):
+                break
+        elif kind is str:
+            if not value.isascii():
+                break
+        elif kind is int and not -INT64 <= value < INT64:
             break
     else:
         return None
     try:
-        check_json(args, "$")
+        canonical_json(args)
     except InputError as exc:
         return (
             f"call arguments cannot be digested: {escaped(str(exc))}; the Gate denies such a call "
