@@ -919,6 +919,16 @@ def _check_arguments(slot: _Slot, call: Call) -> str | None:
             # JSON has no NaN or infinity, and the Gate denies such a call (args_not_canonical):
             # until review R86 the index allowed it where no constraint bounded the argument.
             return f"argument {name!r} is {value!r}, not a finite number: JSON carries no NaN or infinity"
+        if kind is str and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                # The Gate cannot digest it either (args_not_canonical): until review R86c the
+                # index allowed it.
+                return (
+                    f"argument {name!r} is not valid Unicode text (a lone surrogate at position "
+                    f"{exc.start}): JSON carries none"
+                )
     for name in slot.required:
         if name not in args:
             return f"required argument {name!r} is missing"
