@@ -21,7 +21,9 @@ import orjson
 
 from agentgate.errors import InputError
 
-_SCALARS = frozenset({str, int, bool, type(None)})
+SCALARS = frozenset({str, int, bool, type(None)})
+"""The scalar types (exact) orjson writes byte for byte as the reference encoder does (``is_plain``),
+but for a lone surrogate and an integer beyond 64 bits, which orjson refuses."""
 MAX_PLAIN_CONTAINERS = 100_000
 """Past this many dicts and lists a value takes the reference path: a value that holds itself
 (a cycle) is then refused there ("Circular reference detected") instead of walked for ever."""
@@ -35,7 +37,7 @@ def is_plain(value: Any) -> bool:
     preserves), integers in plain decimal. Floats, tuples and subclasses take the reference path,
     as does a value of more than ``MAX_PLAIN_CONTAINERS`` dicts and lists (a cycle never ends)."""
     stack: list[Any] = [value]
-    scalars = _SCALARS
+    scalars = SCALARS
     budget = MAX_PLAIN_CONTAINERS
     while stack:
         item = stack.pop()

@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from agentgate._json import INT64, canonical_json
+from agentgate._json import INT64, SCALARS, canonical_json
 from agentgate._names import did_you_mean, policy_unit
 from agentgate._shown import escaped, quoted
 from agentgate.capabilities import (
@@ -935,9 +935,6 @@ def _check_arguments(slot: _Slot, call: Call) -> str | None:
     return None
 
 
-_DIGESTED_AS_THEY_ARE = frozenset({str, int, bool, type(None)})
-
-
 def _undigestable(args: Mapping[str, Any]) -> str | None:
     """Why the Gate cannot digest a model's or an undeclared resource's call arguments, which the
     policy does not declare (``args_not_canonical``), or ``None`` when it can: the refusal of
@@ -958,7 +955,7 @@ def _undigestable(args: Mapping[str, Any]) -> str | None:
         if type(name) is not str or not name.isascii():
             break
         kind = type(value)
-        if kind not in _DIGESTED_AS_THEY_ARE:
+        if kind not in SCALARS:
             if kind is not float or not math.isfinite(value):
                 break
         elif kind is str:
