@@ -838,7 +838,9 @@ def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceEr
     unclosed quote or bracket is then located where it opens."""
     mark = getattr(exc, "problem_mark", None)
     # Both may quote the file's text, an alias's or an anchor's name, a tag handle: megabytes
-    # long (until review R86 an error of 1 MB), cut as a message quotes the file's text.
+    # long (until review R86 an error of 1 MB). Cut by ``bounded``, which keeps their end, not
+    # by ``shortened`` as the module's own quotes are: they are PyYAML's sentences, whose end
+    # after the quote says what it is ("found duplicate anchor '...'; first occurrence").
     problem = bounded(getattr(exc, "problem", None) or str(exc).splitlines()[0], MAX_QUOTED)
     context = getattr(exc, "context", None)
     if context:
