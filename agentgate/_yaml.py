@@ -467,14 +467,10 @@ def _index_of(starts: Sequence[int], length: int, mark: Any) -> int:
 
 _BLOCK_HASH = re.compile(r"[|>][1-9+-]{0,2}#")
 """A block scalar's header with a ``#`` right after its indicators (``|#``, ``>-#``)."""
-_LONG_VERSION = re.compile(r"%YAML +(?:[0-9]{1,9}\.)?[0-9]{10}")
-"""A ``%YAML`` directive up to the tenth digit of its major or minor version number, where libyaml
-refuses it ("found extremely long version number")."""
 _VERSION_NUMBERS = re.compile(r"%YAML +([0-9]+)(?:\.([0-9]+))?")
-"""A ``%YAML`` directive's major and minor version numbers, as PyYAML's own scanner reads them."""
-_VERSION_BEFORE_HASH = re.compile(r"%YAML +[0-9]+\.[0-9]+")
-"""A ``%YAML`` directive up to its version, as PyYAML's own scanner reads it before it refuses a
-``#`` right after the version (``%YAML 1.2#``)."""
+"""A ``%YAML`` directive's major and minor version numbers, as PyYAML's own scanner reads them:
+the one pattern for the directive's version, from which where libyaml refuses a long one
+(``_tenth_digit``) and a ``#`` right after a minor (``%YAML 1.2#``) are read too."""
 _MAY_DISAGREE = re.compile(
     r"[\t?]|:[,?\[\]{}]|^%|![^\s!,\[\]{}]*[,\[\]]|![0-9A-Za-z_-]*[^0-9A-Za-z_\s!-][^ \r\n!]*!", re.MULTILINE
 )
@@ -597,8 +593,9 @@ def _disagreed(
                 elif token.name == "YAML":
                     if text[end : end + 1] == "#":
                         found.append((end, "%#"))  # libyaml: a comment; PyYAML refuses it (no token)
-                    if (version := _LONG_VERSION.match(text, start)) is not None:
-                        found.append((version.end() - 1, "%9"))  # libyaml refuses it
+                    numbers = _VERSION_NUMBERS.match(text, start)
+                    if numbers is not None and (tenth := _tenth_digit(numbers)) is not None:
+                        found.append((tenth, "%9"))  # libyaml refuses it
             elif isinstance(token, yaml.TagToken) and (kind := _tag_read_apart(text, start, end)):
                 found.append((start, kind))
             if isinstance(token, yaml.ScalarToken):
@@ -626,7 +623,9 @@ def _disagreed(
         header = _BLOCK_HASH.search(text, max(upto - 3, 0), upto + 1)
         if header is not None and header.end() == upto + 1:
             found.append((upto, "#"))
-        elif _VERSION_BEFORE_HASH.fullmatch(text, starts[bisect.bisect_right(starts, upto) - 1], upto):
+        elif (
+            version := _VERSION_NUMBERS.fullmatch(text, starts[bisect.bisect_right(starts, upto) - 1], upto)
+        ) is not None and version[2] is not None:
             found.append((upto, "%#"))  # the same for a directive's version (``%YAML 1.2#``)
     if tag is not None:  # PyYAML refused the tag, so made no token
         found.append(tag)
@@ -658,15 +657,25 @@ def _disagreement(text: str, source: str, error: type[SourceError], index: int, 
 def _long_version_at(text: str, index: int) -> int | None:
     """Where libyaml refuses the ``%YAML`` directive whose major or minor version number starts
     at ``text[index]`` (where PyYAML's own scanner stopped when Python refused to convert it):
-    the tenth digit of its first number of more than nine digits (``_LONG_VERSION``); else
-    ``None``. Until review R86 only a number that was itself the first of ten digits counted:
-    ``%YAML 1234567890.`` then 5,000 digits was said to be an escape beyond U+10FFFF."""
-    line_start = max(text.rfind("\n", 0, index), text.rfind("\r", 0, index)) + 1
-    numbers = _VERSION_NUMBERS.match(text, line_start)
+    ``_tenth_digit``; else ``None``. Until review R86 only a number that was itself the first of
+    ten digits counted: ``%YAML 1234567890.`` then 5,000 digits was said to be an escape beyond
+    U+10FFFF."""
+    starts = _line_starts(text)
+    numbers = _VERSION_NUMBERS.match(text, starts[bisect.bisect_right(starts, index) - 1])
     if numbers is None or index not in (numbers.start(1), numbers.start(2)):
         return None
-    version = _LONG_VERSION.match(text, line_start)
-    return version.end() - 1 if version is not None else None
+    return _tenth_digit(numbers)
+
+
+def _tenth_digit(numbers: re.Match[str]) -> int | None:
+    """Where libyaml refuses the ``%YAML`` directive whose version numbers are ``numbers``
+    (``_VERSION_NUMBERS``) as "found extremely long version number": the tenth digit of the
+    first of them of more than nine digits, its major or else its minor; ``None`` where neither
+    has ten."""
+    for group in (1, 2):
+        if numbers.end(group) - numbers.start(group) >= 10:  # -1 - -1 for no minor
+            return numbers.start(group) + 9
+    return None
 
 
 def _skipped_alike(skipped: str, token: Any, refused_here: bool) -> bool:
