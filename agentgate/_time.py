@@ -20,7 +20,9 @@ def utc_text(seconds: float) -> str | None:
         moment = datetime.fromtimestamp(seconds, UTC)
     except (OverflowError, ValueError, OSError):
         return None
-    return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S}Z"
+    # The idiom of the audit log's ``format_time`` (there to the microsecond): ``isoformat``
+    # writes the year in four digits.
+    return moment.replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
 
 
 def when(seconds: int) -> str:
