@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from agentgate._json import canonical_json
+from agentgate._shown import shown
 from agentgate.errors import InputError
 
 #: ``ToolCall``'s default ``arguments``, a marker: each call made without arguments gets a new dict.
@@ -97,6 +98,18 @@ def _check_time(value: object, what: str) -> None:
             ) from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise InputError(f"tool call {what} must be an aware datetime or Unix seconds, got {value!r}")
+
+
+def require_flag(value: object, where: str) -> None:
+    """``InputError`` naming ``where`` unless ``value`` is True or False: a flag read as a truth
+    value would take the string "false" as true. The value is quoted as ``shown`` quotes it (a
+    number as itself, anything else by its type): until review R86b it was its whole ``repr``, a
+    bare ``ValueError`` for an integer past 4,300 digits and 10 MB of message for a 10 MB string.
+    The one rule for every flag: ``Scheduler.submit``, ``aclose``, ``SyncScheduler.close`` and
+    ``Gate.arun`` refuse with it, and so do ``ToolCall`` and ``ToolLimits`` (until review R86c
+    their own checks still wrote the whole ``repr``)."""
+    if value is not True and value is not False:
+        raise InputError(f"{where} must be True or False, got {shown(value)}")
 
 
 def _unix_time(value: datetime | float | None, what: str) -> float | None:
@@ -341,9 +354,7 @@ class ToolCall:
             if not item.isascii():
                 _encodable(item)
         for name in ("key_reaches_tool", "keep_error_text", "reuse_result"):
-            value = getattr(self, name)
-            if value is not True and value is not False:
-                raise InputError(f"tool call {name} must be True or False, got {value!r}")
+            require_flag(getattr(self, name), f"tool call {name}")
         if self.pauses is not None and not callable(self.pauses):
             # Called on a failure only: a flag given here (pauses=True) would never be a pause.
             raise InputError(

@@ -21,7 +21,7 @@ from typing import NoReturn
 from agentgate._weights import MAX_WEIGHT as MAX_WEIGHT
 from agentgate.errors import InputError
 from agentgate.store._base import MAX_STORED_INTEGER
-from agentgate.tasks._call import OTHER
+from agentgate.tasks._call import OTHER, require_flag
 
 #: The error classes every classifier may return (docs/tasks.md): ``transient``, ``timeout``,
 #: ``connection``, ``error``. A classifier that returns others declares them (``Classifier.classes``).
@@ -116,11 +116,6 @@ def _number(
         _require(value <= maximum, f"{where} must be <= {maximum:g}, got {value}")
 
 
-def _flag(value: object, where: str) -> None:
-    if not isinstance(value, bool):
-        _fail(f"{where} must be True or False, got {value!r}")
-
-
 def _instance(value: object, kind: type, where: str, *, optional: bool = False) -> None:
     if value is None and optional:
         return
@@ -212,8 +207,8 @@ class ToolLimits:
         _instance(self.rate, RateLimit, "rate", optional=True)
         _number(self.timeout_s, "timeout_s", 0, above=True, optional=True)
         _instance(self.retry, RetryPolicy, "retry")
-        _flag(self.idempotent, "idempotent")
-        _flag(self.takes_idempotency_key, "takes_idempotency_key")
+        require_flag(self.idempotent, "scheduler configuration: idempotent")
+        require_flag(self.takes_idempotency_key, "scheduler configuration: takes_idempotency_key")
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterSto
 from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
 from agentgate.tasks._breaker import BreakerSnapshot, CircuitBreaker
 from agentgate.tasks._call import Attempt, ToolCall, require_tool_call, require_tool_function
+from agentgate.tasks._call import require_flag as require_flag
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier, _declared
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
 from agentgate.tasks._failures import (
@@ -915,16 +916,6 @@ def _raised_on_the_way_out(error: Exception, call: ToolCall) -> str:
 
 def _rank(priority: PriorityClass) -> int:
     return priority.rank
-
-
-def require_flag(value: object, where: str) -> None:
-    """``InputError`` naming ``where`` unless ``value`` is True or False: a flag read as a truth
-    value would take the string "false" as true. The value is quoted as ``shown`` quotes it (a
-    number as itself, anything else by its type): until review R86b it was its whole ``repr``, a
-    bare ``ValueError`` for an integer past 4,300 digits and 10 MB of message for a 10 MB string.
-    ``Scheduler.submit``, ``aclose``, ``SyncScheduler.close`` and ``Gate.arun`` refuse with it."""
-    if value is not True and value is not False:
-        raise InputError(f"{where} must be True or False, got {shown(value)}")
 
 
 def _drain_timeout(timeout_s: object) -> float | None:
