@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from agentgate._json import canonical_json
-from agentgate._shown import shown
+from agentgate._shown import quoted, shown
 from agentgate.errors import InputError
 
 #: ``ToolCall``'s default ``arguments``, a marker: each call made without arguments gets a new dict.
@@ -97,7 +97,7 @@ def _check_time(value: object, what: str) -> None:
                 f"{value.bit_length()} bits"
             ) from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise InputError(f"tool call {what} must be an aware datetime or Unix seconds, got {value!r}")
+        raise InputError(f"tool call {what} must be an aware datetime or Unix seconds, got {quoted(value)}")
 
 
 def require_flag(value: object, where: str) -> None:
@@ -130,7 +130,7 @@ def _encodable(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise InputError(f"tool call text {text!r} is not valid Unicode (a lone surrogate)") from None
+        raise InputError(f"tool call text {quoted(text)} is not valid Unicode (a lone surrogate)") from None
 
 
 def says_pause(pauses: Callable[[BaseException], bool] | None, error: BaseException) -> bool:
@@ -299,7 +299,7 @@ class ToolCall:
         """Raise ``InputError`` naming the first field of a type it cannot have; take a list
         ``authority_chain`` as a tuple."""
         if not self.tool or not isinstance(self.tool, str):
-            raise InputError(f"a tool call needs a tool name (a non-empty string), got {self.tool!r}")
+            raise InputError(f"a tool call needs a tool name (a non-empty string), got {quoted(self.tool)}")
         if not isinstance(self.arguments, Mapping):
             # A list would be digested and run as if it were the arguments.
             raise InputError(
@@ -307,7 +307,7 @@ class ToolCall:
             )
         if not (isinstance(self.tenant, str) and isinstance(self.principal, str)):
             raise InputError(
-                f"tool call tenant and principal must be strings, got {self.tenant!r} and {self.principal!r}"
+                f"tool call tenant and principal must be strings, got {quoted(self.tenant)} and {quoted(self.principal)}"
             )
         for value in (
             self.priority,
@@ -320,7 +320,7 @@ class ToolCall:
             if value is not None and not isinstance(value, str):
                 raise InputError(
                     "tool call priority, run_id, call_id, breaker_key, arguments_digest and holder "
-                    f"must be strings or None, got {value!r}"
+                    f"must be strings or None, got {quoted(value)}"
                 )
         for value in (
             self.tool,
@@ -346,11 +346,11 @@ class ToolCall:
         if type(chain) is not tuple:
             # A string here would scope the idempotency key by its last character only.
             if not isinstance(chain, list | tuple):
-                raise InputError(f"tool call authority_chain must be a tuple of ids, got {chain!r}")
+                raise InputError(f"tool call authority_chain must be a tuple of ids, got {quoted(chain)}")
             object.__setattr__(self, "authority_chain", chain := tuple(chain))
         for item in chain:
             if not isinstance(item, str):
-                raise InputError(f"tool call authority_chain holds ids (strings), got {item!r}")
+                raise InputError(f"tool call authority_chain holds ids (strings), got {quoted(item)}")
             if not item.isascii():
                 _encodable(item)
         for name in ("key_reaches_tool", "keep_error_text", "reuse_result"):
@@ -358,7 +358,7 @@ class ToolCall:
         if self.pauses is not None and not callable(self.pauses):
             # Called on a failure only: a flag given here (pauses=True) would never be a pause.
             raise InputError(
-                f"tool call pauses must be a function of an exception or None, got {self.pauses!r}"
+                f"tool call pauses must be a function of an exception or None, got {quoted(self.pauses)}"
             )
 
     @property

@@ -5,7 +5,9 @@ The policy's ``tools`` section maps onto these one to one (``RetryPolicy``, ``Ra
 Every value is checked when it is built, so a scheduler never starts with a limit that cannot
 hold: a zero concurrency, a negative rate, a NaN or infinite duration, a ``True`` where a count
 belongs, a string where a flag belongs, a repeated or empty name; those raise ``InputError``
-naming the field and the value. Error class names (``retry_on``, ``trip_on``) are checked for
+naming the field and the value, quoted as ``quoted`` quotes it (until review R86c its whole
+``repr``: a bare ``ValueError`` for an integer past 4,300 digits, 10 MB of message for 10 MB of
+text). Error class names (``retry_on``, ``trip_on``) are checked for
 their form here and against the classifier's classes when a scheduler is made
 (``SchedulerConfig.check_error_classes``).
 """
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NoReturn
 
+from agentgate._shown import quoted
 from agentgate._weights import MAX_WEIGHT as MAX_WEIGHT
 from agentgate.errors import InputError
 from agentgate.store._base import MAX_STORED_INTEGER
@@ -65,14 +68,6 @@ def _require(condition: bool, what: str) -> None:
         _fail(what)
 
 
-def _shown(value: object) -> str:
-    """``value`` as an error message writes it: an integer no float holds by its size (Python
-    refuses to write one of more than 4,300 digits: the message itself raised ``ValueError``)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1024:
-        return f"an integer of {value.bit_length()} bits"
-    return repr(value)
-
-
 def _integer(
     value: object, where: str, minimum: int, *, optional: bool = False, maximum: int | None = None
 ) -> None:
@@ -81,11 +76,11 @@ def _integer(
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        _fail(f"{where} must be an integer, got {_shown(value)}")
+        _fail(f"{where} must be an integer, got {quoted(value)}")
     if value < minimum:
-        _fail(f"{where} must be >= {minimum}, got {_shown(value)}")
+        _fail(f"{where} must be >= {minimum}, got {quoted(value)}")
     if maximum is not None and value > maximum:
-        _fail(f"{where} must be <= {maximum}, got {_shown(value)}")
+        _fail(f"{where} must be <= {maximum}, got {quoted(value)}")
 
 
 def _number(
@@ -102,12 +97,12 @@ def _number(
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
-        _fail(f"{where} must be a number, got {_shown(value)}")
+        _fail(f"{where} must be a number, got {quoted(value)}")
     try:
         finite = math.isfinite(value)
     except OverflowError:  # an integer no float holds: it would overflow where the value is used
         finite = False
-    _require(finite, f"{where} must be a finite number, got {_shown(value)}")
+    _require(finite, f"{where} must be a finite number, got {quoted(value)}")
     if above:
         _require(value > minimum, f"{where} must be > {minimum}, got {value}")
     else:
@@ -120,22 +115,22 @@ def _instance(value: object, kind: type, where: str, *, optional: bool = False) 
     if value is None and optional:
         return
     if not isinstance(value, kind):
-        _fail(f"{where} must be a {kind.__name__}, got {value!r}")
+        _fail(f"{where} must be a {kind.__name__}, got {quoted(value)}")
 
 
 def _name(value: object, where: str) -> None:
     if not isinstance(value, str) or not value:
-        _fail(f"{where} must be a non-empty string, got {value!r}")
+        _fail(f"{where} must be a non-empty string, got {quoted(value)}")
 
 
 def _class_names(owner: object, attribute: str, where: str) -> None:
     """Check ``owner.attribute`` is a list or tuple of distinct non-empty strings; store it as a tuple."""
     value = getattr(owner, attribute)
     if isinstance(value, str) or not isinstance(value, tuple | list):
-        _fail(f"{where} must be a tuple of error class names, got {value!r}")
+        _fail(f"{where} must be a tuple of error class names, got {quoted(value)}")
     for item in value:
         _name(item, f"{where} entry")
-    _require(len(set(value)) == len(value), f"{where} repeats an error class: {list(value)}")
+    _require(len(set(value)) == len(value), f"{where} repeats an error class: {quoted(list(value))}")
     object.__setattr__(owner, attribute, tuple(value))
 
 
@@ -179,7 +174,7 @@ class RateLimit:
         _number(self.per_second, "rate.per_second", 0, above=True)
         _integer(self.burst, "rate.burst", 1)
         if self.burst > MAX_BURST:
-            _fail(f"rate.burst must be <= {MAX_BURST}, got {_shown(self.burst)}")
+            _fail(f"rate.burst must be <= {MAX_BURST}, got {quoted(self.burst)}")
 
 
 @dataclass(frozen=True)
@@ -222,8 +217,8 @@ class PriorityClass:
 
     def __post_init__(self) -> None:
         _name(self.name, "priority class name")
-        _integer(self.rank, f"priority class {self.name!r}: rank", 0)
-        _number(self.weight, f"priority class {self.name!r}: weight", 0, above=True, maximum=MAX_WEIGHT)
+        _integer(self.rank, f"priority class {quoted(self.name)}: rank", 0)
+        _number(self.weight, f"priority class {quoted(self.name)}: weight", 0, above=True, maximum=MAX_WEIGHT)
 
 
 @dataclass(frozen=True)
@@ -308,11 +303,11 @@ class SchedulerConfig:
         _instance(self.tenants, Mapping, "tenants")
         for tenant, share in self.tenants.items():
             _name(tenant, "a tenant name in tenants")
-            _instance(share, TenantShare, f"tenants[{tenant!r}]")
+            _instance(share, TenantShare, f"tenants[{quoted(tenant)}]")
         if isinstance(self.priority_classes, PriorityClass) or not isinstance(
             self.priority_classes, tuple | list
         ):
-            _fail(f"priority_classes must be a tuple of PriorityClass, got {self.priority_classes!r}")
+            _fail(f"priority_classes must be a tuple of PriorityClass, got {quoted(self.priority_classes)}")
         _require(bool(self.priority_classes), "at least one priority class is needed")
         for cls in self.priority_classes:
             _instance(cls, PriorityClass, "a priority_classes entry")
@@ -320,7 +315,7 @@ class SchedulerConfig:
         _require(len(set(names)) == len(names), f"priority class names repeat: {names}")
         _require(
             self.default_priority in names,
-            f"default_priority {self.default_priority!r} is not one of {names}",
+            f"default_priority {quoted(self.default_priority)} is not one of {names}",
         )
         _instance(self.tools, Mapping, "tools")
         for tool, limits in self.tools.items():
@@ -329,7 +324,7 @@ class SchedulerConfig:
                 tool != OTHER,
                 f"the tool name {OTHER} is reserved (metrics and breakers fold other tools into it)",
             )
-            _instance(limits, ToolLimits, f"tools[{tool!r}]")
+            _instance(limits, ToolLimits, f"tools[{quoted(tool)}]")
         _instance(self.default_tool, ToolLimits, "default_tool")
         _instance(self.breaker, BreakerPolicy, "breaker")
         _number(self.lease_ttl_s, "lease_ttl_s", MIN_LEASE_TTL_S)
@@ -350,10 +345,11 @@ class SchedulerConfig:
         the breaker). The error names the field (``tools['x'].retry.retry_on``) and the class.
         """
         if isinstance(declared, str):  # frozenset("quota") would declare its letters
-            _fail(f"declared error classes must be a collection of names, got the string {declared!r}")
+            _fail(f"declared error classes must be a collection of names, got the string {quoted(declared)}")
         known = ERROR_CLASSES | frozenset(declared)
         fields: list[tuple[str, tuple[str, ...]]] = [
-            (f"tools[{tool!r}].retry.retry_on", limits.retry.retry_on) for tool, limits in self.tools.items()
+            (f"tools[{quoted(tool)}].retry.retry_on", limits.retry.retry_on)
+            for tool, limits in self.tools.items()
         ]
         fields.append(("default_tool.retry.retry_on", self.default_tool.retry.retry_on))
         fields.append(("breaker.trip_on", self.breaker.trip_on))
@@ -361,7 +357,7 @@ class SchedulerConfig:
             for name in classes:
                 if name not in known:
                     _fail(
-                        f"{where}: {name!r} is not an error class the classifier returns "
+                        f"{where}: {quoted(name)} is not an error class the classifier returns "
                         f"(known: {sorted(known)}; a custom classifier declares its own in Classifier.classes)"
                     )
 
@@ -380,5 +376,5 @@ class SchedulerConfig:
             if cls.name == wanted:
                 return cls
         raise InputError(
-            f"unknown priority class {wanted!r}; known: {[c.name for c in self.priority_classes]}"
+            f"unknown priority class {quoted(wanted)}; known: {[c.name for c in self.priority_classes]}"
         )

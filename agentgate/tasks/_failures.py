@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agentgate._shown import quoted
 from agentgate.errors import (
     CircuitOpen,
     DeadlineExceeded,
@@ -266,7 +267,7 @@ def _circuit_open(breaker: CircuitBreaker, tool: str | None = None) -> _GiveUp:
     probe through, and that the breaker is the shared overflow when it is."""
     retry_after = breaker.snapshot().retry_after_s
     shared = (
-        f" (tool {tool!r} shares it with the tools first seen past {PER_NAME_STATE} breaker keys)"
+        f" (tool {quoted(tool)} shares it with the tools first seen past {PER_NAME_STATE} breaker keys)"
         if breaker.key == OVERFLOW_BREAKER and tool is not None
         else ""
     )

@@ -31,6 +31,7 @@ import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from agentgate._shown import quoted
 from agentgate.errors import InputError, Overloaded, SchedulingError
 from agentgate.tasks._breaker import CircuitBreaker
 from agentgate.tasks._breaker_sharing import _BreakerSharing
@@ -228,7 +229,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         if full is not None:
             metrics.event("shed", call.tool, {"agentgate.tenant": call.tenant})
             raise Overloaded(
-                f"tool {call.tool}: queue full for tenant {call.tenant!r} at its {full} "
+                f"tool {call.tool}: queue full for tenant {quoted(call.tenant)} at its {full} "
                 f"({queue.size} waiting, limit {config.max_queued}, tenant limit {share.max_queued})",
                 limit=full,
             )
@@ -369,12 +370,12 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             return f"tool {call.tool}'s concurrency limit ({limits.concurrency})"
         if self._tenant_blocked(call.tenant):
             limit = config.tenant_share(call.tenant).concurrency
-            return f"tenant {call.tenant!r}'s concurrency limit ({limit})"
+            return f"tenant {quoted(call.tenant)}'s concurrency limit ({limit})"
         if self._agent_blocked(call.tenant, call.agent_key):
             key = "" if call.holder is None else f", counted by key {call.holder}"
             return (
-                f"agent {call.principal!r}'s concurrency limit ({config.principal_concurrency}{key}, "
-                f"tenant {call.tenant!r})"
+                f"agent {quoted(call.principal)}'s concurrency limit ({config.principal_concurrency}{key}, "
+                f"tenant {quoted(call.tenant)})"
             )
         if limits.rate is not None:
             wait = self._bucket(call.tool, limits).wait_s()

@@ -59,7 +59,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from agentgate._shown import shown
+from agentgate._shown import quoted, shown
 from agentgate.errors import AgentGateError, DeadlineExceeded, InputError, SchedulingError
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
@@ -841,7 +841,7 @@ def _check_arguments(
     first retry or dead letter, whose ``AttributeError`` replaced the tool's error."""
     if not isinstance(classifier, Classifier):
         raise InputError(
-            f"classifier must be a Classifier (wrap a function in from_function), got {classifier!r}"
+            f"classifier must be a Classifier (wrap a function in from_function), got {quoted(classifier)}"
         )
     # A subclass's ``classes`` (``None``, say) failed in ``check_error_classes`` with a bare TypeError.
     _declared(classifier.classes, f"classifier {type(classifier).__name__}.classes")

@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from agentgate._shown import quoted
 from agentgate.errors import CircuitOpen, DeadlineExceeded, StoreError
 from agentgate.store._base import Transaction
 from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
@@ -192,7 +193,7 @@ class _StoreWork:
                 "circuit_open",
                 CircuitOpen(
                     f"the circuit breaker {key} is half open and its {limit} probe(s) run in this or "
-                    f"another process sharing the store, or the store says it opened again (tool {tool!r})",
+                    f"another process sharing the store, or the store says it opened again (tool {quoted(tool)})",
                     key=key,
                     retry_after_s=0.0,
                 ),

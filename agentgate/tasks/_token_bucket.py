@@ -18,8 +18,9 @@ import math
 import time
 from collections.abc import Callable
 
+from agentgate._shown import quoted
 from agentgate.errors import InputError
-from agentgate.tasks._config import MAX_BURST, _shown
+from agentgate.tasks._config import MAX_BURST
 
 
 class TokenBucket:
@@ -38,7 +39,7 @@ class TokenBucket:
         if not (rate_ok and burst_ok):  # a NaN rate never grants a token; an infinite one, NaN levels
             raise InputError(
                 "a token bucket needs a finite rate > 0 and an integer burst from 1 to 2**53, "
-                f"got rate={_shown(rate)}, burst={_shown(burst)}"
+                f"got rate={quoted(rate)}, burst={quoted(burst)}"
             )
         self.rate = rate
         self.burst = burst
