@@ -54,7 +54,8 @@ ExceptionKinds: TypeAlias = type | UnionType | tuple[Any, ...]
 """A ``by_type`` key: what ``isinstance`` takes as its second argument."""
 
 _PROBE = BaseException()
-"""What each ``by_type`` key is tried on once, so that a key ``isinstance`` refuses is refused."""
+"""What each ``by_type`` key that is not an exception class is tried on once, so that a key
+``isinstance`` refuses is refused."""
 
 _HTTP_STATUS = {429: "transient", 503: "transient", 502: "connection", 504: "timeout"}
 
@@ -157,13 +158,12 @@ class by_type(Classifier):
                 f"got {type(mapping).__name__}"
             )
         for kind in mapping:
-            try:
-                isinstance(_PROBE, kind)
-            except (TypeError, RecursionError):  # a type's name, None, list[int], a tuple nested too deep
+            why = _unusable(kind)
+            if why is not None:
                 raise InputError(
                     f"by_type mapping: a key is an exception class, a tuple or union of them, "
-                    f"or another class isinstance takes, got {quoted(kind)}"
-                ) from None
+                    f"or another class isinstance takes, got {quoted(kind)}{why}"
+                )
         self.mapping = tuple(mapping.items())
         self.classes = _declared((error_class for _, error_class in self.mapping), "by_type mapping")
 
@@ -172,6 +172,33 @@ class by_type(Classifier):
             if isinstance(error, kind):
                 return error_class
         return None
+
+
+def _unusable(kind: object) -> str | None:
+    """Why ``isinstance`` cannot use ``kind`` as a ``by_type`` key (``""`` when it just refuses
+    it), or None when it can. An exception class is taken as it is: its metaclass's
+    ``__instancecheck__`` may read an attribute every error of its kind has (``errno``), which a
+    probe lacks. A tuple or a union is taken when each of its parts is; anything else is tried on
+    ``_PROBE`` once, and refused when that raises anything. Until review R86c only ``TypeError``
+    and ``RecursionError`` were caught around the probe, and a key's own check raising another
+    error (a ``ValueError``, the ``AttributeError`` of such a metaclass) came out of ``by_type``
+    bare; the probe ran on the whole key, so such an exception class was refused too, in a tuple
+    or alone, and a tuple was taken whose first part matched the probe whatever came after it."""
+    try:
+        if isinstance(kind, type) and issubclass(kind, BaseException):
+            return None
+        if isinstance(kind, tuple | UnionType):
+            for part in kind if isinstance(kind, tuple) else kind.__args__:
+                why = _unusable(part)
+                if why is not None:
+                    return why
+            return None
+        isinstance(_PROBE, kind)  # type: ignore[arg-type]  # what is tried: whatever isinstance takes
+    except (TypeError, RecursionError):  # a type's name, None, list[int], a tuple nested too deep
+        return ""
+    except Exception as exc:  # the key's own __instancecheck__ (or an ABC's __subclasshook__) failed
+        return f" (its isinstance check raised {type(exc).__name__})"
+    return None
 
 
 class httpx_errors(Classifier):
