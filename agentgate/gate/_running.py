@@ -45,7 +45,6 @@ from agentgate.store import Store
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.tasks import Attempt, Scheduler, SharedLimits, SyncScheduler, ToolCall
 from agentgate.tasks._call import says_pause
-from agentgate.tasks._scheduler import require_flag
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -695,7 +694,7 @@ class _Running:
         ):
             if given is not None and not callable(given):
                 raise InputError(f"{name} must be a function of {of} or None, got {shown(given)}")
-        require_flag(preemptible, "preemptible")
+        expect(preemptible, bool, "preemptible", "True or False")
         if not auth.allowed or auth.audit_index is None:
             refused = ApprovalRequired if auth.needs_approval else Denied
             raise refused(self.explain_redacted(auth), auth.decision)

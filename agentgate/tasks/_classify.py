@@ -31,7 +31,7 @@ import functools
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType, UnionType
-from typing import Any, TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 from agentgate._shown import quoted
 from agentgate.errors import DeadlineExceeded, InputError
@@ -90,19 +90,20 @@ class Classifier:
         raise NotImplementedError
 
     def __or__(self, other: Classifier) -> Classifier:
-        return _FirstOf((self, _chained(other)))
+        if not isinstance(other, Classifier):
+            raise _unchainable(other)
+        return _FirstOf((self, other))
 
-    def __ror__(self, other: object) -> Classifier:
-        return _FirstOf((_chained(other), self))
+    def __ror__(self, other: object) -> NoReturn:
+        # Reached only where ``other`` is no Classifier: a Classifier's own ``__or__`` ran first.
+        raise _unchainable(other)
 
 
-def _chained(part: object) -> Classifier:
-    """``part``, when it is a ``Classifier``; ``InputError`` naming it otherwise."""
-    if not isinstance(part, Classifier):
-        raise InputError(
-            f"a classifier chains with classifiers only (wrap a function in from_function), got {quoted(part)}"
-        )
-    return part
+def _unchainable(part: object) -> InputError:
+    """The refusal of ``part``, no ``Classifier``, on either side of ``|``."""
+    return InputError(
+        f"a classifier chains with classifiers only (wrap a function in from_function), got {quoted(part)}"
+    )
 
 
 class _FirstOf(Classifier):
