@@ -8,43 +8,7 @@ message was two lines, or reordered."""
 from __future__ import annotations
 
 import pytest
-
-from agentgate.errors import PolicyError
-from agentgate.policy import parse_policy
-
-
-def _gate(arg: str, spec: str) -> str:
-    return f"""version: 1
-principals:
-  alice: {{kind: human, roles: []}}
-tools:
-  t: {{}}
-approvals:
-  g:
-    resource: tool:t
-    when:
-      "{arg}": {spec}
-    approvers: [alice]
-"""
-
-
-def _role(arg: str, spec: str) -> str:
-    return f"""version: 1
-tools:
-  t: {{}}
-roles:
-  r:
-    kind: agent
-    capabilities: [{{resource: tool:t, constraints: {{"{arg}": {spec}}}}}]
-"""
-
-
-def _message(text: str) -> str:
-    with pytest.raises(PolicyError) as raised:
-        parse_policy(text, source="p.yaml")
-    assert raised.value.line is not None
-    return raised.value.message
-
+from test_policy_r86_when_name import _gate, _message, _role
 
 _NAMES = [("a\\nb", "'a\\nb'"), ("a\\u202eb", "'a\\u202eb'"), ("a\\eb", "'a\\x1bb'"), ("", "''")]
 _SPECS = [

@@ -11,23 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from test_policy_r86b_undigestable_args import POLICY
 
 from agentgate.authority import args_digest
 from agentgate.capabilities import Call
 from agentgate.errors import TokenFormatError
 from agentgate.findings import Outcome
 from agentgate.policy import PolicyIndex, parse_policy
-
-POLICY = """version: 1
-principals:
-  agent: {kind: agent, roles: [worker]}
-models:
-  llama: {cost_per_mtok: {input: 1, output: 1}}
-roles:
-  worker:
-    kind: agent
-    capabilities: [{resource: "model:llama"}, {resource: "gpu:*"}]
-"""
 
 
 @pytest.fixture(scope="module")

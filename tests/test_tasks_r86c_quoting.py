@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 import pytest
+from test_tasks_r86b_classifier_quoting import BIG, _deep
 
 from agentgate.errors import InputError, Overloaded
 from agentgate.tasks import (
@@ -25,15 +25,7 @@ from agentgate.tasks import (
     ToolLimits,
 )
 
-BIG = 10**5000
 TEXT = "x" * 10_000_000
-
-
-def _deep() -> list[Any]:
-    deep: list[Any] = []
-    for _ in range(100_000):
-        deep = [deep]
-    return deep
 
 
 REFUSED: list[tuple[str, Callable[[], object], str]] = [
