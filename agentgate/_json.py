@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from agentgate._shown import quoted
 from agentgate.errors import InputError
 
 SCALARS = frozenset({str, int, bool, type(None)})
@@ -267,7 +268,10 @@ def check_json(value: Any, where: str, max_depth: int | None = MAX_DEPTH) -> Non
         if isinstance(item, Mapping):
             for key in item:
                 if not isinstance(key, str):
-                    raise InputError(f"{_path(path)}: object key {key!r} is not a string")
+                    # Quoted, not repr'd: until review R86d a key of 10**5000 (or a tuple nested
+                    # 100,000 deep) made this refusal a bare ValueError (RecursionError), and
+                    # (1,) * 100000 wrote 300 KB of message.
+                    raise InputError(f"{_path(path)}: object key {quoted(key)} is not a string")
             children: Iterable[tuple[Any, Any]] = item.items()
         else:
             children = enumerate(item)

@@ -905,7 +905,8 @@ def _check_arguments(slot: _Slot, call: Call) -> str | None:
     for name, value in args.items():
         accepted = types.get(name)
         if accepted is None:
-            return f"{call.resource} does not declare an argument {name!r}"
+            # Quoted: the name is the caller's, of any type and size (10**5000, 1 MB of text).
+            return f"{call.resource} does not declare an argument {quoted(name)}"
         if type(value) not in accepted:
             expected = _TYPE_NAMES.get(accepted, "boolean")
             article = "an" if expected == "integer" else "a"
