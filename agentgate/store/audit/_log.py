@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
+from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, encode_bounded, utc_now
 from agentgate.audit.merkle import RootAccumulator, leaf_hash
 from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
@@ -409,7 +410,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         if index not in rows:
             if index >= self._end():
                 raise BeyondLogEnd(index, self.size(), "entry")
-            raise InputError(f"audit log has no entry {index}")
+            raise InputError(f"audit log has no entry {quoted(index)}")
         return rows[index]
 
     def entry(self, index: int, tx: Transaction | None = None) -> AuditEntry:
@@ -447,8 +448,8 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         ``repeated_indexes`` names such indexes (``entry`` and ``explain``, which read one index
         by key, refuse it).
 
-        ``start``, as ``entry`` takes an index: ``InputError`` when it is not an integer (``_whole``),
-        ``BeyondLogEnd`` past what a store's integer holds (until review R82 a float was read, a
+        ``start``, as ``entry`` takes an index: ``InputError`` when it is not an integer (``_whole``)
+        or negative, ``BeyondLogEnd`` past what a store's integer holds (until review R82 a float was read, a
         string failed with a ``TypeError``, and 2**63 reached the driver: ``StoreError``).
         """
         start = self._index_given(start)

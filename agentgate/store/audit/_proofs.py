@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry
 from agentgate.audit.merkle import consistency_ranges, inclusion_ranges, leaf_hash, verify_inclusion
 from agentgate.audit.note import Checkpoint, key_id, other_signer, wrong_key_cause
@@ -92,9 +93,9 @@ class _Proofs:
         the database after it was signed): no bundle that cannot verify is returned.
         """
         index = _whole(index, "entry index")
+        if index < 0:
+            raise InputError(f"audit log has no entry {quoted(index)}")
         if checkpoint_note is None:  # bad input, or an entry edited in the database, signs nothing
-            if index < 0:
-                raise InputError(f"audit log has no entry {index}")
             if index >= self._end():
                 raise BeyondLogEnd(index, self.size(), "entry")
             data, stored = self._stored_row(index)
@@ -108,7 +109,9 @@ class _Proofs:
         if checkpoint_note is None and index >= checkpoint.size:
             raise BeyondLogEnd(index, checkpoint.size, "entry")
         if not 0 <= index < checkpoint.size:
-            raise InputError(f"entry {index} is not covered by a checkpoint of size {checkpoint.size}")
+            raise InputError(
+                f"entry {quoted(index)} is not covered by a checkpoint of size {checkpoint.size}"
+            )
         data = self.entry_bytes(index)
         self._refuse_past_end(checkpoint, "the checkpoint given")
         ranges = inclusion_ranges(index, checkpoint.size)
@@ -179,7 +182,7 @@ class _Proofs:
         """The entries whose ``ref`` is ``index`` (its outcomes, approvals given...), in index
         order, each parsed from its row: through the reference index when it is complete, else by
         reading the whole log. ``TamperDetected`` for a malformed one; ``InputError`` for an
-        ``index`` that is not an integer (``_whole``), ``BeyondLogEnd`` for one past what a store's integer
+        ``index`` that is not an integer (``_whole``) or negative, ``BeyondLogEnd`` for one past what a store's integer
         holds (until review R82 it reached the driver: ``StoreError``)."""
         index = self._index_given(index)
         related = self._related(index, None)
@@ -187,9 +190,13 @@ class _Proofs:
 
     def _index_given(self, value: object) -> int:
         """``value``, an entry index a caller gave to read from: ``_whole``'s ``InputError`` when
-        it is not an integer (``_whole``), ``BeyondLogEnd`` past what a store's integer holds (never the
-        driver's overflow), as ``referring`` and ``entries`` read one."""
+        it is not an integer (``_whole``), ``InputError`` when it is negative (no entry has such an
+        index), ``BeyondLogEnd`` past what a store's integer holds, as ``referring`` and
+        ``entries`` read one: both ends are checked before any query, so the driver's overflow is
+        never reached (until review R86d -10**5000 reached it: ``StoreError``)."""
         index = _whole(value, "entry index")
+        if index < 0:
+            raise InputError(f"audit log has no entry {quoted(index)}")
         if index > _MAX_INDEX:
             raise BeyondLogEnd(index, self.size(), "entry")
         return index
