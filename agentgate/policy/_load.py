@@ -48,7 +48,7 @@ from agentgate.capabilities import (
     parse_capability,
 )
 from agentgate.errors import MAX_QUOTING, CapabilityError, InputError, KeyFileError, PolicyError
-from agentgate.keys import as_path, is_key_text, load_public_key
+from agentgate.keys import as_path, is_key_text, load_public_key, looks_like_key
 from agentgate.policy import _schema as schema
 
 MAX_POLICY_BYTES = 8 * 1024 * 1024
@@ -1026,9 +1026,11 @@ class _Compiler:
                     "copy the did from the .pub file",
                 ) from None
             if resolved is None:
+                # By the text alone: a did names no file, and which files exist in the working
+                # directory must not decide what the refusal shows (until review R86d it did).
                 shown = (
                     "the value (not shown: it looks like a key itself)"
-                    if is_key_text(did)
+                    if looks_like_key(did)
                     else repr(did[:80])
                 )
                 raise self.error(
