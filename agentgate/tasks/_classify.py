@@ -54,8 +54,8 @@ ExceptionKinds: TypeAlias = type | UnionType | tuple[Any, ...]
 """A ``by_type`` key: what ``isinstance`` takes as its second argument."""
 
 _PROBE = BaseException()
-"""What each ``by_type`` key that is not an exception class is tried on once, so that a key
-``isinstance`` refuses is refused."""
+"""What each ``by_type`` key is tried on once, so that a key ``isinstance`` refuses, or whose own
+check raises, is refused."""
 
 _HTTP_STATUS = {429: "transient", 503: "transient", 502: "connection", 504: "timeout"}
 
@@ -177,17 +177,17 @@ class by_type(Classifier):
 
 def _unusable(kind: object) -> str | None:
     """Why ``isinstance`` cannot use ``kind`` as a ``by_type`` key (``""`` when it just refuses
-    it), or None when it can. An exception class is taken as it is: its metaclass's
-    ``__instancecheck__`` may read an attribute every error of its kind has (``errno``), which a
-    probe lacks. A tuple or a union is taken when each of its parts is; anything else is tried on
-    ``_PROBE`` once, and refused when that raises anything. Until review R86c only ``TypeError``
-    and ``RecursionError`` were caught around the probe, and a key's own check raising another
-    error (a ``ValueError``, the ``AttributeError`` of such a metaclass) came out of ``by_type``
-    bare; the probe ran on the whole key, so such an exception class was refused too, in a tuple
-    or alone, and a tuple was taken whose first part matched the probe whatever came after it."""
+    it), or None when it can. A tuple or a union is taken when each of its parts is; any other key,
+    an exception class included, is tried on ``_PROBE`` once, and refused when that raises
+    anything: a key whose check raises on one error raises on others, and the classifier would
+    then class every failure ``error`` without reaching its later keys or the classifiers chained
+    after it. Until review R86c only ``TypeError`` and ``RecursionError`` were caught around the
+    probe, and a key's own check raising another error came out of ``by_type`` bare, and a tuple
+    was taken whose first part matched the probe whatever came after it; R86c took an exception
+    class without a probe, so one whose metaclass's ``__instancecheck__`` reads an attribute (an
+    ``errno``) raised ``AttributeError`` inside the classifier on every other error, until review
+    R86d."""
     try:
-        if isinstance(kind, type) and issubclass(kind, BaseException):
-            return None
         if isinstance(kind, tuple | UnionType):
             for part in kind if isinstance(kind, tuple) else kind.__args__:
                 why = _unusable(part)
