@@ -35,7 +35,7 @@ from typing import Any, NoReturn, TypeAlias
 
 from agentgate._shown import quoted
 from agentgate.errors import DeadlineExceeded, InputError
-from agentgate.tasks._config import ERROR_CLASSES
+from agentgate.tasks._config import _declared
 
 
 @functools.cache
@@ -58,21 +58,6 @@ _PROBE = BaseException()
 check raises, is refused."""
 
 _HTTP_STATUS = {429: "transient", 503: "transient", 502: "connection", 504: "timeout"}
-
-
-def _declared(classes: Iterable[str], where: str) -> frozenset[str]:
-    """The names in ``classes`` that are not built in; ``InputError`` naming ``where`` unless it is
-    a collection of non-empty strings (a subclass's ``classes = None`` included)."""
-    if isinstance(classes, str):
-        raise InputError(f"{where}: give a tuple of error class names, got the string {quoted(classes)}")
-    try:
-        names = tuple(classes)
-    except TypeError:
-        raise InputError(f"{where}: give a tuple of error class names, got {quoted(classes)}") from None
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise InputError(f"{where}: an error class is a non-empty string, got {quoted(name)}")
-    return frozenset(names) - ERROR_CLASSES
 
 
 class Classifier:

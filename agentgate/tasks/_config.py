@@ -15,6 +15,7 @@ their form here and against the classifier's classes when a scheduler is made
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -57,6 +58,31 @@ MAX_RESET_TIMEOUT_S = 86_400.0
 backoff: ``CircuitOpen`` says when to retry, and an open breaker of 1e300 s told callers to retry
 after a 301-digit number of seconds (a tool that should not be called for longer than a day is
 taken out of the policy, not left behind an open breaker)."""
+
+
+def _declared(classes: Iterable[str], where: str) -> frozenset[str]:
+    """The names in ``classes`` that are not built in; ``InputError`` naming ``where`` unless it is
+    a collection of non-empty strings (a subclass's ``classes = None`` included). A classifier's
+    ``classes`` and ``SchedulerConfig.check_error_classes``'s ``declared`` are both checked so."""
+    if isinstance(classes, str):
+        raise InputError(f"{where}: give a tuple of error class names, got the string {quoted(classes)}")
+    try:
+        names = tuple(classes)
+    except TypeError:
+        raise InputError(f"{where}: give a tuple of error class names, got {quoted(classes)}") from None
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise InputError(f"{where}: an error class is a non-empty string, got {quoted(name)}")
+    return frozenset(names) - ERROR_CLASSES
+
+
+def _listed(names: Iterable[object], most: int = 10) -> str:
+    """``names`` as a message lists them: each quoted (40 characters at most), the first ``most``
+    of them, then how many more; a configuration of 100,000 names, or of one 5 MB name, makes a
+    message of a line, not of megabytes."""
+    listed = list(names)
+    more = f", and {len(listed) - most} more" if len(listed) > most else ""
+    return "[" + ", ".join(quoted(name, 40) for name in listed[:most]) + more + "]"
 
 
 def _fail(what: str) -> NoReturn:
@@ -312,11 +338,10 @@ class SchedulerConfig:
         for cls in self.priority_classes:
             _instance(cls, PriorityClass, "a priority_classes entry")
         names = [c.name for c in self.priority_classes]
-        _require(len(set(names)) == len(names), f"priority class names repeat: {names}")
-        _require(
-            self.default_priority in names,
-            f"default_priority {quoted(self.default_priority)} is not one of {names}",
-        )
+        repeated = sorted(name for name, times in Counter(names).items() if times > 1)
+        _require(not repeated, f"priority class names repeat: {_listed(repeated)}")
+        if self.default_priority not in names:
+            _fail(f"default_priority {quoted(self.default_priority)} is not one of {_listed(names)}")
         _instance(self.tools, Mapping, "tools")
         for tool, limits in self.tools.items():
             _name(tool, "a tool name in tools")
@@ -342,11 +367,12 @@ class SchedulerConfig:
         """Raise ``InputError`` unless every ``retry_on`` and ``trip_on`` class is one a classifier
         can return: the built-in ``ERROR_CLASSES`` or one of ``declared`` (the classifier's
         ``classes``). A class no classifier returns would silently never be retried (or never trip
-        the breaker). The error names the field (``tools['x'].retry.retry_on``) and the class.
+        the breaker). The error names the field (``tools['x'].retry.retry_on``) and the class, and
+        lists the known classes (the first ten). ``InputError`` too unless ``declared`` is a
+        collection of non-empty strings (one string would declare its letters); until review R86d
+        ``[1]`` or a nested tuple raised a bare ``TypeError``, and a 5 MB name made a 5 MB message.
         """
-        if isinstance(declared, str):  # frozenset("quota") would declare its letters
-            _fail(f"declared error classes must be a collection of names, got the string {quoted(declared)}")
-        known = ERROR_CLASSES | frozenset(declared)
+        known = ERROR_CLASSES | _declared(declared, "scheduler configuration: declared error classes")
         fields: list[tuple[str, tuple[str, ...]]] = [
             (f"tools[{quoted(tool)}].retry.retry_on", limits.retry.retry_on)
             for tool, limits in self.tools.items()
@@ -358,7 +384,7 @@ class SchedulerConfig:
                 if name not in known:
                     _fail(
                         f"{where}: {quoted(name)} is not an error class the classifier returns "
-                        f"(known: {sorted(known)}; a custom classifier declares its own in Classifier.classes)"
+                        f"(known: {_listed(sorted(known))}; a custom classifier declares its own in Classifier.classes)"
                     )
 
     def tool_limits(self, tool: str) -> ToolLimits:
@@ -376,5 +402,5 @@ class SchedulerConfig:
             if cls.name == wanted:
                 return cls
         raise InputError(
-            f"unknown priority class {quoted(wanted)}; known: {[c.name for c in self.priority_classes]}"
+            f"unknown priority class {quoted(wanted)}; known: {_listed(c.name for c in self.priority_classes)}"
         )

@@ -67,8 +67,8 @@ from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRa
 from agentgate.tasks._breaker import BreakerSnapshot, CircuitBreaker
 from agentgate.tasks._call import Attempt, ToolCall, require_tool_call, require_tool_function
 from agentgate.tasks._call import require_flag as require_flag
-from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier, _declared
-from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
+from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
+from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits, _declared
 from agentgate.tasks._failures import (
     _circuit_open,
     _Failures,
