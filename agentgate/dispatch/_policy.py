@@ -60,10 +60,18 @@ class RouteRequest:
     (``paid``) counted against it where the router asks whether its tenant can pay
     (``TokenBucket.can_pay``)."""
     paid: float = 0.0
-    """For a call failed over, the tokens its first dispatch took from its tenant's bucket
+    """For a call failed over (counted only with ``failover``, see ``paid_before``), the tokens its first dispatch took from its tenant's bucket
     (``RoutePlan.debited``, which the dispatcher hands back): what the floor at ``-burst`` left
     of its cost. Until review R86 the whole cost was counted back, and a call costing twice the
     burst or more was found within its quota whatever its tenant owed."""
+
+
+def paid_before(request: RouteRequest) -> float:
+    """What ``request``'s tenant paid for it already: its ``paid`` for a call failed over, else
+    nothing (a first dispatch has paid nothing, whatever a hand-built ``paid`` says). Until review
+    R86d the router and the dispatcher read ``paid`` without ``failover``, and a request built with
+    ``paid`` but not failed over was found within its quota whatever its tenant owed."""
+    return request.paid if request.failover else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,7 @@ from agentgate.dispatch._policy import (
     RoutePlan,
     RouteRequest,
     RoutingPolicy,
+    paid_before,
 )
 from agentgate.dispatch._retry_after import MAX_RETRY_AFTER_S
 from agentgate.dispatch.inventory import Inventory
@@ -191,7 +192,7 @@ class Router(RoutingPolicy):
         within their quota, who would be shed when their SLO budget ran out)."""
         cost = _cost(request)
         bucket = self._bucket(request.tenant, now)
-        if bucket is not None and not bucket.can_pay(cost, now, paid=request.paid):
+        if bucket is not None and not bucket.can_pay(cost, now, paid=paid_before(request)):
             raise Shed(
                 f"every backend serving {request.model!r} is at its max_concurrency and tenant "
                 f"{request.tenant!r} is over its token quota",
@@ -205,7 +206,7 @@ class Router(RoutingPolicy):
                 model=request.model,
                 tenant=request.tenant,
                 cost=cost,
-                paid=request.paid,
+                paid=paid_before(request),
                 allowed=None,
                 deadline=request.arrived_at + request.slo_ttft_s,
                 asked=now,
@@ -236,7 +237,7 @@ class Router(RoutingPolicy):
         A request whose tenant's token bucket cannot pay for it has every waiter within its quota
         ahead of it (it takes only a slot none of them could use; else ``_saturated`` sheds it)."""
         mine = self._waiters.get(request.id)
-        if self._in_debt(request.tenant, _cost(request), now, paid=request.paid):
+        if self._in_debt(request.tenant, _cost(request), now, paid=paid_before(request)):
             key: tuple[float, float, float] = (math.inf, math.inf, math.inf)
         else:
             key = mine.key if mine is not None else (request.priority, _arrival(request, now), math.inf)
@@ -350,7 +351,7 @@ class Router(RoutingPolicy):
                 )
             return self._go(best, best_p, request, now, "lowest predicted TTFT", alternatives)
 
-        if bucket is not None and not bucket.can_pay(cost, now, paid=request.paid):
+        if bucket is not None and not bucket.can_pay(cost, now, paid=paid_before(request)):
             raise Shed(
                 f"SLO {request.slo_ttft_s:.2f}s cannot be met (best {best_p:.2f}s) and tenant "
                 f"{request.tenant!r} is over its token quota",
