@@ -1,6 +1,6 @@
 """Review R86d: a negative entry index names no entry, and every audit log read refuses one with
-an ``InputError`` that quotes it as ``quoted`` does (an integer past 128 bits by its size), checked
-before any query. Until R86d ``entry``, ``entry_bytes``, ``entries_at``, ``prove`` and ``explain``
+an ``InputError`` that quotes it as ``quoted`` does (an integer past 128 bits by its size), never
+passing it to the driver. Until R86d ``entry``, ``entry_bytes``, ``entries_at``, ``prove`` and ``explain``
 wrote -10**5000 (and ``prove`` with a checkpoint given 10**5000) raw: a bare ``ValueError``;
 ``referring`` and ``entries`` passed it to the driver: ``StoreError``."""
 

@@ -43,6 +43,7 @@ roles:
 def _message(text: str) -> str:
     with pytest.raises(PolicyError) as raised:
         parse_policy(text, source="p.yaml")
+    assert raised.value.line is not None
     return raised.value.message
 
 

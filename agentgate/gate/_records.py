@@ -8,6 +8,7 @@ import re
 from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
+from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.store.once import OnceState
@@ -95,21 +96,26 @@ def redact_reasons(
     argument names): a model can write anything as a name, a secret too."""
     clear = set(loggable)
     out = []
-    undeclared = [repr(name) for name in args if name not in declared] if declared is not None else []
+    # As the policy index quotes them (``quoted``: cut at 80 characters, a huge integer by its
+    # size): until review R86d's review ``repr`` was looked for, and a name longer than about 78
+    # characters, which the index now cuts, was kept in the reason, its first 76 characters too.
+    undeclared = [quoted(name) for name in args if name not in declared] if declared is not None else []
     for reason in reasons:
         for quoted_name in undeclared:
             reason = reason.replace(quoted_name, UNDECLARED_NAME)
         # Only the arguments a reason names are rendered: a value nested thousands deep has no
         # repr (RecursionError), and a large one costs its repr on every refusal.
         for name, value in args.items():
-            if name in clear or f"{name}=" not in reason:
+            # A rule names only text arguments: another name (``10**5000``, a tuple nested deep)
+            # is never rendered (its text was a bare ValueError or RecursionError out of the Gate).
+            if type(name) is not str or name in clear or f"{name}=" not in reason:
                 continue
             try:
-                quoted = f"{name}={value!r}"
+                written = f"{name}={value!r}"
             except RecursionError:
                 reason = UNRENDERED_REASON
                 break
-            reason = reason.replace(quoted, f"{name}={NOT_LOGGABLE}")
+            reason = reason.replace(written, f"{name}={NOT_LOGGABLE}")
         out.append(reason)
     return out
 
