@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_audit_r86b_merkle_index_integers import Integer
 
 from agentgate.audit import merkle
 from agentgate.errors import BeyondLogEnd, InputError
@@ -20,16 +21,6 @@ from agentgate.store.audit import AuditLog
 
 class Count(int):
     pass
-
-
-class Integer:
-    """An integer type of its own, as numpy's are: not an ``int``, but ``operator.index`` takes it."""
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-    def __index__(self) -> int:
-        return self.value
 
 
 def _nested(depth: int) -> list[object]:

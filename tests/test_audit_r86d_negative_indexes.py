@@ -7,25 +7,15 @@ wrote -10**5000 (and ``prove`` with a checkpoint given 10**5000) raw: a bare ``V
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
+from test_audit_r86c_store_whole import log as log  # the fixture: four entries
 
 from agentgate.errors import InputError, StoreError
-from agentgate.keys import SigningKey
-from agentgate.store import SQLiteStore
 from agentgate.store.audit import AuditLog
 
 HUGE = 10**5000
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> AuditLog:
-    log = AuditLog(SQLiteStore(tmp_path / "a.db"), SigningKey(b"\x09" * 32))
-    for _ in range(4):
-        log.append({"kind": "deny", "principal": "p"})
-    return log
 
 
 _READS: list[tuple[str, Callable[[AuditLog, int], Any]]] = [

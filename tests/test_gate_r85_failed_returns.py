@@ -12,23 +12,13 @@ a prompt token and 2 an output token)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
 import pytest
 from test_gate import Setup
+from test_regress_r85_gate_failed_truth import _run
+from test_regress_r85_gate_failed_truth import setup as setup  # the fixture
 
 from agentgate.capabilities import Call
 from agentgate.errors import InputError
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
 
 
 @pytest.mark.parametrize("arun", [False, True])
@@ -41,20 +31,8 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
 def test_a_failed_that_returns_an_exception_class_raises_and_records_why(
     setup: Setup, arun: bool, returned: object, said: str
 ) -> None:
-    auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(10, 10))
-    assert auth.allowed
-
-    def failed(_result: str) -> Any:
-        return returned
-
-    async def answer() -> str:
-        return "text"
-
     with pytest.raises(InputError, match=f"failed must return a bool or an exception, {said}"):
-        if arun:
-            asyncio.run(setup.gate.arun(auth, answer, failed=failed, spent=lambda _: (1, 1)))
-        else:
-            setup.gate.run(auth, lambda: "text", failed=failed, spent=lambda _: (1, 1))
+        _run(setup, returned, arun)
     outcome = setup.entries()[-1]
     assert outcome.kind == "outcome" and outcome.status == "error"
     assert outcome.reasons[0] == "InputError" and "charged as reserved" in outcome.reasons[-1]

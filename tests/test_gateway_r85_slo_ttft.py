@@ -2,7 +2,7 @@
 dispatcher's own ``slo_ttft_s`` is: until R85 it was not, and NaN, 0, -1, infinity, ``"2"`` or
 ``True`` made a gateway whose every chat call was decided, reserved and audited as allowed, then
 refused by the dispatcher (503 ``not_served``). ``None`` is not refused: it is the dispatcher's own
-SLO, as before R85 (tests/test_regress_r85_gateway_slo_none.py)."""
+SLO, as before R85 (R85's check refused it at first; its regression review found it)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,12 @@ def test_an_slo_that_is_not_a_positive_finite_number_of_seconds_is_refused_namin
         Gateway(env.gate, env.server.gateway.inventory, slo_ttft_s=slo)
 
 
-def test_a_positive_slo_is_taken_and_its_calls_are_served(env: Env) -> None:
-    """The check refuses no SLO the dispatcher takes: a whole number of seconds is one."""
-    gateway = Gateway(env.gate, env.server.gateway.inventory, slo_ttft_s=30)
-    assert gateway.slo_ttft_s == 30
+@pytest.mark.parametrize("slo", [30, None], ids=["whole-seconds", "the-dispatchers-own"])
+def test_an_slo_the_dispatcher_takes_is_taken_and_its_calls_are_served(env: Env, slo: int | None) -> None:
+    """The check refuses no SLO the dispatcher takes: a whole number of seconds is one, and None
+    (each call routed with None: the dispatcher's own SLO)."""
+    gateway = Gateway(env.gate, env.server.gateway.inventory, slo_ttft_s=slo)
+    assert gateway.slo_ttft_s == slo
     server = GatewayServer(gateway, port=0).start()
     try:
         body = _body()
