@@ -97,30 +97,23 @@ def test_a_sub_agent_of_a_parent_with_no_budget_gets_the_rules_unit_and_is_limit
 
 
 def test_a_chain_delegated_outside_the_gate_in_another_unit_is_refused_naming_both(rig: Rig) -> None:
-    chain = delegate(
-        rig.bot.chain,
-        rig.keys["bot"],
-        rig.keys["kid"].public,
-        ["tool:lookup"],
-        ttl=60,
-        budget=Budget(5, "usd_micros"),
-    )
-    auth = rig.gate.authorize(AgentIdentity(name="kid", key=rig.keys["kid"], chain=chain), _lookup(0))
+    def kid_with(unit: str) -> AgentIdentity:
+        chain = delegate(
+            rig.bot.chain,
+            rig.keys["bot"],
+            rig.keys["kid"].public,
+            ["tool:lookup"],
+            ttl=60,
+            budget=Budget(5, unit),
+        )
+        return AgentIdentity(name="kid", key=rig.keys["kid"], chain=chain)
+
+    auth = rig.gate.authorize(kid_with("usd_micros"), _lookup(0))
     assert not auth.allowed
     (finding,) = auth.findings
     assert finding.code == "delegation_budget_above_policy"
     assert "may carry a budget of 10 calls at most, not 5 usd_micros, another unit" in finding.message
-    same_unit = delegate(
-        rig.bot.chain,
-        rig.keys["bot"],
-        rig.keys["kid"].public,
-        ["tool:lookup"],
-        ttl=60,
-        budget=Budget(5, "calls"),
-    )
-    assert rig.gate.authorize(
-        AgentIdentity(name="kid", key=rig.keys["kid"], chain=same_unit), _lookup(0)
-    ).allowed
+    assert rig.gate.authorize(kid_with("calls"), _lookup(0)).allowed
 
 
 def test_a_parent_whose_budget_is_in_another_unit_than_the_rules_delegates_none(tmp_path: Path) -> None:
