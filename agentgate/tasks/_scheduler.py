@@ -65,8 +65,7 @@ from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
 from agentgate.tasks._breaker import BreakerSnapshot, CircuitBreaker
-from agentgate.tasks._call import Attempt, ToolCall, require_tool_call, require_tool_function
-from agentgate.tasks._call import require_flag as require_flag
+from agentgate.tasks._call import Attempt, ToolCall, require_flag, require_tool_call, require_tool_function
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits, _declared
 from agentgate.tasks._failures import (

@@ -51,7 +51,7 @@ from agentgate.errors import DeadlineExceeded, InputError, SchedulingError
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.tasks._breaker import BreakerSnapshot
-from agentgate.tasks._call import Attempt, ToolCall, require_tool_call, require_tool_function
+from agentgate.tasks._call import Attempt, ToolCall, require_flag, require_tool_call, require_tool_function
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
 from agentgate.tasks._failures import (
@@ -64,7 +64,7 @@ from agentgate.tasks._failures import (
     _twin_out_of_time,
 )
 from agentgate.tasks._limits import SharedLimits
-from agentgate.tasks._scheduler import Scheduler, _attempt_deadline, _drain_timeout, _rank, require_flag
+from agentgate.tasks._scheduler import Scheduler, _attempt_deadline, _drain_timeout, _rank
 from agentgate.tasks._waiter import RUNNING, Waiter
 
 T = TypeVar("T")
