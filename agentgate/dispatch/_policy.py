@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from agentgate._numbers import check_finite_non_negative
@@ -72,6 +72,12 @@ def paid_before(request: RouteRequest) -> float:
     R86d the router and the dispatcher read ``paid`` without ``failover``, and a request built with
     ``paid`` but not failed over was found within its quota whatever its tenant owed."""
     return request.paid if request.failover else 0.0
+
+
+def failed_over(request: RouteRequest, plan: RoutePlan) -> RouteRequest:
+    """``request`` to route again after ``plan``'s backend failed it before any output: not
+    debited again, and what its dispatches took so far handed back with it (``paid``)."""
+    return replace(request, failover=True, paid=paid_before(request) + plan.debited)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,8 +252,10 @@ class RoutingPolicy(ABC):
         reason: str,
         predicted: float = 0.0,
         candidates: tuple[Candidate, ...] = (),
+        debited: float = 0.0,
     ) -> RoutePlan:
-        """A dispatch plan to ``state``'s backend (``candidates``: every backend's prediction, for logging)."""
+        """A dispatch plan to ``state``'s backend (``candidates``: every backend's prediction, for
+        logging; ``debited``: what the dispatch took from the tenant's token bucket)."""
         return RoutePlan(
             request_id=request.id,
             action="dispatch",
@@ -257,6 +265,7 @@ class RoutingPolicy(ABC):
             cached_tokens=state.cached_tokens(request.prefix_hashes, request.prompt_tokens),
             reason=reason,
             candidates=candidates,
+            debited=debited,
         )
 
     # --- what happened -------------------------------------------------------------------

@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import functools
 import itertools
 import math
@@ -57,7 +56,7 @@ from agentgate._names import check_session, check_tenant
 from agentgate._numbers import check_finite_non_negative, check_positive_finite
 from agentgate.dispatch._connector import chat_session
 from agentgate.dispatch._engine_fields import check_engine_fields
-from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy, paid_before
+from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy, failed_over
 from agentgate.dispatch.backends import (
     DEFAULT_OUTPUT_TOKENS,
     BackendClient,
@@ -482,10 +481,7 @@ class Dispatcher:
                     raise
                 except BackendFailed as exc:
                     self._failed(request.id, plan.backend, exc, errors)
-                    # Its tenant paid once: what its bucket took goes with it (``RouteRequest.paid``).
-                    request = dataclasses.replace(
-                        request, failover=True, paid=paid_before(request) + plan.debited
-                    )
+                    request = failed_over(request, plan)  # its tenant paid once (``RouteRequest.paid``)
                     continue
                 except AnswerTooLarge:
                     # The backend generated what the call asked for; the call's doing, not the
@@ -564,10 +560,7 @@ class Dispatcher:
                     if delivered:
                         broke = f"stream from {plan.backend} broke after output: {exc}"
                         raise BackendFailed(broke, after_output=True) from None
-                    # Its tenant paid once: what its bucket took goes with it (``RouteRequest.paid``).
-                    request = dataclasses.replace(
-                        request, failover=True, paid=paid_before(request) + plan.debited
-                    )
+                    request = failed_over(request, plan)  # its tenant paid once (``RouteRequest.paid``)
                     continue
                 finally:
                     self._finished(request.id)

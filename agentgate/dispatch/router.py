@@ -54,7 +54,6 @@ requests in flight on all of them, instead of each allowing its own.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import itertools
 import math
 from collections import OrderedDict
@@ -413,10 +412,9 @@ class Router(RoutingPolicy):
             self._sessions.move_to_end(request.session)
             if len(self._sessions) > self.max_sessions:
                 self._sessions.popitem(last=False)
-        plan = self.plan(state, request, reason, predicted, alternatives)
         # What the bucket took, for the dispatcher to hand back if the call fails over
         # (``RouteRequest.paid``).
-        return dataclasses.replace(plan, debited=debited) if debited else plan
+        return self.plan(state, request, reason, predicted, alternatives, debited)
 
     def _in_debt(self, tenant: str, cost: float, now: float, *, paid: float = 0.0) -> bool:
         """Whether ``tenant``'s token bucket cannot pay ``cost`` now (never, for a tenant without a
