@@ -8,9 +8,9 @@ import re
 from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
-from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
+from agentgate.policy._index import undeclared_name
 from agentgate.store.once import OnceState
 
 # The arguments agentgate itself gives a model call (the LangGraph middleware, the gateway) and a
@@ -96,10 +96,10 @@ def redact_reasons(
     argument names): a model can write anything as a name, a secret too."""
     clear = set(loggable)
     out = []
-    # As the policy index quotes them (``quoted``: cut at 80 characters, a huge integer by its
-    # size): until review R86d's review ``repr`` was looked for, and a name longer than about 78
-    # characters, which the index now cuts, was kept in the reason, its first 76 characters too.
-    undeclared = [quoted(name) for name in args if name not in declared] if declared is not None else []
+    # As the policy index names them (``undeclared_name``).
+    undeclared = (
+        [undeclared_name(name) for name in args if name not in declared] if declared is not None else []
+    )
     for reason in reasons:
         for quoted_name in undeclared:
             reason = reason.replace(quoted_name, UNDECLARED_NAME)

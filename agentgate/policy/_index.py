@@ -897,6 +897,14 @@ the range of a constraint's integers (``capabilities._values``) and of LangGraph
 _TYPE_NAMES = {frozenset({str}): "string", frozenset({int}): "integer", frozenset({int, float}): "number"}
 
 
+def undeclared_name(name: object) -> str:
+    """How a deny reason names an argument the tool does not declare: the name is the caller's,
+    of any type and size (10**5000, 1 MB of text), so ``quoted`` (80 characters at most, a huge
+    integer by its size). The Gate's ``redact_reasons`` hides it by this same text: until review
+    R86d's review it looked for the whole ``repr``, and a long name (a secret) stayed in the log."""
+    return quoted(name)
+
+
 def _check_arguments(slot: _Slot, call: Call) -> str | None:
     """Why the call's arguments do not fit the tool's declaration, or ``None`` when they do."""
     types = slot.types
@@ -905,8 +913,7 @@ def _check_arguments(slot: _Slot, call: Call) -> str | None:
     for name, value in args.items():
         accepted = types.get(name)
         if accepted is None:
-            # Quoted: the name is the caller's, of any type and size (10**5000, 1 MB of text).
-            return f"{call.resource} does not declare an argument {quoted(name)}"
+            return f"{call.resource} does not declare an argument {undeclared_name(name)}"
         if type(value) not in accepted:
             expected = _TYPE_NAMES.get(accepted, "boolean")
             article = "an" if expected == "integer" else "a"
