@@ -660,8 +660,10 @@ def _long_version_at(text: str, index: int) -> int | None:
     ``_tenth_digit``; else ``None``. Until review R86 only a number that was itself the first of
     ten digits counted: ``%YAML 1234567890.`` then 5,000 digits was said to be an escape beyond
     U+10FFFF."""
-    starts = _line_starts(text)
-    numbers = _VERSION_NUMBERS.match(text, starts[bisect.bisect_right(starts, index) - 1])
+    # The start of its one line, found backwards: this is an error path, and ``_line_starts``
+    # would read the whole text (a line break is "\r\n", "\r" or "\n": ``_BREAK``).
+    line_start = max(text.rfind("\n", 0, index), text.rfind("\r", 0, index)) + 1
+    numbers = _VERSION_NUMBERS.match(text, line_start)
     if numbers is None or index not in (numbers.start(1), numbers.start(2)):
         return None
     return _tenth_digit(numbers)

@@ -105,9 +105,10 @@ def require_flag(value: object, where: str) -> None:
     value would take the string "false" as true. The value is quoted as ``shown`` quotes it (a
     number as itself, anything else by its type): until review R86b it was its whole ``repr``, a
     bare ``ValueError`` for an integer past 4,300 digits and 10 MB of message for a 10 MB string.
-    The one rule for every flag: ``Scheduler.submit``, ``aclose``, ``SyncScheduler.close`` and
-    ``Gate.arun`` refuse with it, and so do ``ToolCall`` and ``ToolLimits`` (until review R86c
-    their own checks still wrote the whole ``repr``)."""
+    The one rule for every flag of the scheduler: ``Scheduler.submit``, ``aclose`` and
+    ``SyncScheduler.close`` refuse with it, and so do ``ToolCall`` and ``ToolLimits`` (until
+    review R86c their own checks still wrote the whole ``repr``); ``Gate.arun`` says the same
+    through the gate's own ``expect``."""
     if value is not True and value is not False:
         raise InputError(f"{where} must be True or False, got {shown(value)}")
 

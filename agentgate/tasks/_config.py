@@ -76,13 +76,17 @@ def _declared(classes: Iterable[str], where: str) -> frozenset[str]:
     return frozenset(names) - ERROR_CLASSES
 
 
-def _listed(names: Iterable[object], most: int = 10) -> str:
-    """``names`` as a message lists them: each quoted (40 characters at most), the first ``most``
-    of them, then how many more; a configuration of 100,000 names, or of one 5 MB name, makes a
-    message of a line, not of megabytes."""
+_LISTED = 10
+"""The most names a scheduler configuration's message lists (``_listed``)."""
+
+
+def _listed(names: Iterable[object]) -> str:
+    """``names`` as a message lists them: each quoted (40 characters at most), the first
+    ``_LISTED`` of them, then how many more; a configuration of 100,000 names, or of one 5 MB
+    name, makes a message of a line, not of megabytes."""
     listed = list(names)
-    more = f", and {len(listed) - most} more" if len(listed) > most else ""
-    return "[" + ", ".join(quoted(name, 40) for name in listed[:most]) + more + "]"
+    more = f", and {len(listed) - _LISTED} more" if len(listed) > _LISTED else ""
+    return "[" + ", ".join(quoted(name, 40) for name in listed[:_LISTED]) + more + "]"
 
 
 def _fail(what: str) -> NoReturn:

@@ -11,7 +11,6 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
-from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, encode_bounded, utc_now
 from agentgate.audit.merkle import RootAccumulator, leaf_hash
 from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
@@ -36,7 +35,9 @@ from agentgate.store.audit._stored import (
     _parsed,
     _read_entry,
     _whole,
+    blob_column,
     latest_checkpoint_row,
+    no_entry,
 )
 from agentgate.store.audit._verify import _Verification
 
@@ -159,12 +160,9 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             )
         )
         self._guess: int | None = None
-        # Entries, leaf hashes and roots are read as bytes whatever type the row holds: SQLite
-        # stores what it is given, and an entry rewritten with replace() comes back as TEXT.
-        # (PostgreSQL's BYTEA columns hold nothing else.)
-        blob = "CAST({} AS BLOB)" if store.dialect == "sqlite" else "{}"
+        # Entries, leaf hashes and roots are read as bytes whatever type the row holds.
         self._entry, self._leaf, self._root, self._hash, self._note = (
-            blob.format(c) for c in ("entry", "leaf_hash", "root", "hash", "note")
+            blob_column(store, c) for c in ("entry", "leaf_hash", "root", "hash", "note")
         )
         self._empty = "x''" if store.dialect == "sqlite" else "''::bytea"
 
@@ -410,7 +408,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         if index not in rows:
             if index >= self._end():
                 raise BeyondLogEnd(index, self.size(), "entry")
-            raise InputError(f"audit log has no entry {quoted(index)}")
+            raise no_entry(index)
         return rows[index]
 
     def entry(self, index: int, tx: Transaction | None = None) -> AuditEntry:

@@ -16,7 +16,7 @@ from agentgate.audit.note import Checkpoint, key_id, other_signer, wrong_key_cau
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import BeyondLogEnd, InputError, TamperDetected
 from agentgate.store._base import Row, Store, Transaction
-from agentgate.store.audit._stored import _MAX_INDEX, _note, _parsed, _stored_index, _whole
+from agentgate.store.audit._stored import _MAX_INDEX, _note, _parsed, _stored_index, _whole, no_entry
 
 if TYPE_CHECKING:
     from agentgate.keys import PublicKey, SigningKey
@@ -94,7 +94,7 @@ class _Proofs:
         """
         index = _whole(index, "entry index")
         if index < 0:
-            raise InputError(f"audit log has no entry {quoted(index)}")
+            raise no_entry(index)
         if checkpoint_note is None:  # bad input, or an entry edited in the database, signs nothing
             if index >= self._end():
                 raise BeyondLogEnd(index, self.size(), "entry")
@@ -196,7 +196,7 @@ class _Proofs:
         never reached (until review R86d -10**5000 reached it: ``StoreError``)."""
         index = _whole(value, "entry index")
         if index < 0:
-            raise InputError(f"audit log has no entry {quoted(index)}")
+            raise no_entry(index)
         if index > _MAX_INDEX:
             raise BeyondLogEnd(index, self.size(), "entry")
         return index

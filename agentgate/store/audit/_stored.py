@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, encode_entry
 from agentgate.audit.merkle import leaf_hash, whole_number
 from agentgate.errors import InputError, TamperDetected
@@ -20,13 +21,24 @@ if TYPE_CHECKING:
     from agentgate.store._base import Row, Store
 
 
+def blob_column(store: Store, name: str) -> str:
+    """Column ``name`` read as bytes whatever type the row holds: SQLite stores what it is given,
+    and an entry rewritten with replace() comes back as TEXT (PostgreSQL's BYTEA columns hold
+    nothing else)."""
+    return f"CAST({name} AS BLOB)" if store.dialect == "sqlite" else name
+
+
+def no_entry(index: int) -> InputError:
+    """The refusal of an entry index that names no entry of the log."""
+    return InputError(f"audit log has no entry {quoted(index)}")
+
+
 def latest_checkpoint_row(store: Store) -> Row | None:
     """``(size, root, note)`` of ``store``'s latest checkpoint, the largest tree and the last
     stored of those (root and note read as bytes whatever type SQLite holds); ``None`` for none.
     ``AuditLog`` and the log key's rotation rule (``_keys._may_make_key``) read it so."""
-    blob = "CAST({} AS BLOB)" if store.dialect == "sqlite" else "{}"
     rows = store.query(
-        f"SELECT size, {blob.format('root')}, {blob.format('note')} FROM audit_checkpoints "
+        f"SELECT size, {blob_column(store, 'root')}, {blob_column(store, 'note')} FROM audit_checkpoints "
         "ORDER BY size DESC, id DESC LIMIT 1"
     )
     return rows[0] if rows else None
