@@ -2,7 +2,7 @@
 with it: it required ``type(value) is int`` and quoted with ``repr``, so ``AuditLog.consistency``
 refused a numpy integer (any integer type of its own) the Merkle builders take, an int subclass of 10**5000 was a bare
 ``ValueError`` and a list nested 100,000 deep a ``RecursionError``. Rule: one function
-(``merkle.whole_number``) for both, bools refused by the store as before and taken by the Merkle
+(``merkle.tree_integer``) for both, bools refused by the store as before and taken by the Merkle
 checks as before; a size past the log's end is named by its size past 128 bits."""
 
 from __future__ import annotations

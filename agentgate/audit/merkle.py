@@ -138,7 +138,7 @@ def _subtree_root(leaves: Sequence[bytes], lo: int, hi: int) -> bytes:
     return acc.root()
 
 
-def whole_number(value: object, name: str, where: str = "Merkle proof check", *, bools: bool = True) -> int:
+def tree_integer(value: object, name: str, where: str = "Merkle proof check", *, bools: bool = True) -> int:
     """``value``, a leaf index or tree size a caller gave, as an ``int``: any integer that
     ``operator.index`` takes (an ``int`` or a subclass, a numpy integer), a bool too unless
     ``bools`` is false (here a bool is the number it is, as the range checks have always read
@@ -165,7 +165,7 @@ def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
     Raises ``ValueError`` when ``index`` is not in that tree, and ``InputError`` naming ``index``
     or ``size`` when it is not an integer.
     """
-    index, size = whole_number(index, "index"), whole_number(size, "size")
+    index, size = tree_integer(index, "index"), tree_integer(size, "size")
     if not 0 <= index < size:
         raise ValueError(f"leaf {quoted(index)} is not in a tree of size {quoted(size)}")
     ranges: list[tuple[int, int]] = []
@@ -188,8 +188,8 @@ def inclusion_proof(leaves: Sequence[bytes], index: int, size: int | None = None
     Raises ``ValueError`` when ``index`` is not in that tree, and ``InputError`` naming ``index``
     or ``size`` when it is not an integer.
     """
-    index = whole_number(index, "index")
-    size = len(leaves) if size is None else whole_number(size, "size")
+    index = tree_integer(index, "index")
+    size = len(leaves) if size is None else tree_integer(size, "size")
     if not 0 <= index < size <= len(leaves):
         raise ValueError(f"leaf {quoted(index)} is not in a tree of size {quoted(size)}")
     return [_subtree_root(leaves, lo, hi) for lo, hi in inclusion_ranges(index, size)]
@@ -207,7 +207,7 @@ def consistency_ranges(size1: int, size2: int) -> list[tuple[int, int]]:
     up (until review R84 a recursion, one call per bit of ``size2``: a size of 2**1200 raised
     ``RecursionError``).
     """
-    size1, size2 = whole_number(size1, "size1"), whole_number(size2, "size2")
+    size1, size2 = tree_integer(size1, "size1"), tree_integer(size2, "size2")
     if not 0 < size1 <= size2:
         raise ValueError(f"no consistency proof from size {quoted(size1)} to size {quoted(size2)}")
     m, lo, hi, complete = size1, 0, size2, True
@@ -231,8 +231,8 @@ def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = N
     Empty when the sizes are equal. Raises ``ValueError`` unless ``0 < size1 <= size2 <= len(leaves)``,
     and ``InputError`` naming ``size1`` or ``size2`` when it is not an integer.
     """
-    size1 = whole_number(size1, "size1")
-    size2 = len(leaves) if size2 is None else whole_number(size2, "size2")
+    size1 = tree_integer(size1, "size1")
+    size2 = len(leaves) if size2 is None else tree_integer(size2, "size2")
     if not 0 < size1 <= size2 <= len(leaves):
         raise ValueError(f"no consistency proof from size {quoted(size1)} to size {quoted(size2)}")
     return [_subtree_root(leaves, lo, hi) for lo, hi in consistency_ranges(size1, size2)]
@@ -250,7 +250,7 @@ def root_from_inclusion_proof(leaf: bytes, index: int, size: int, proof: Sequenc
     Raises ``TamperDetected`` when the proof cannot belong to such a tree, and ``InputError``
     naming ``index`` or ``size`` when it is not an integer.
     """
-    index, size = whole_number(index, "index"), whole_number(size, "size")
+    index, size = tree_integer(index, "index"), tree_integer(size, "size")
     if not 0 <= index < size:
         raise TamperDetected(f"leaf index {quoted(index)} is outside a tree of size {quoted(size)}")
     if len(leaf) != HASH_SIZE:
@@ -280,7 +280,7 @@ def verify_inclusion(leaf: bytes, index: int, size: int, proof: Sequence[bytes],
     Raises ``TamperDetected`` otherwise, and ``InputError`` naming ``index`` or ``size`` when it is
     not an integer.
     """
-    index, size = whole_number(index, "index"), whole_number(size, "size")
+    index, size = tree_integer(index, "index"), tree_integer(size, "size")
     if root_from_inclusion_proof(leaf, index, size, proof) != root:
         raise TamperDetected(
             f"inclusion proof for leaf {quoted(index)} does not lead to the root of size {quoted(size)}"
@@ -295,7 +295,7 @@ def verify_consistency(size1: int, size2: int, proof: Sequence[bytes], root1: by
     ``TamperDetected`` naming the failed check, and ``InputError`` naming ``size1`` or ``size2``
     when it is not an integer.
     """
-    size1, size2 = whole_number(size1, "size1"), whole_number(size2, "size2")
+    size1, size2 = tree_integer(size1, "size1"), tree_integer(size2, "size2")
     if size1 < 0 or size2 < 0:
         raise TamperDetected(f"tree sizes {quoted(size1)} and {quoted(size2)}: a tree size is never negative")
     if size1 > size2:

@@ -14,7 +14,7 @@ import orjson
 
 from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, encode_entry
-from agentgate.audit.merkle import leaf_hash, whole_number
+from agentgate.audit.merkle import leaf_hash, tree_integer
 from agentgate.errors import InputError, TamperDetected
 
 if TYPE_CHECKING:
@@ -147,10 +147,10 @@ _MAX_INDEX = 2**63 - 1
 
 def _whole(value: object, what: str) -> int:
     """``value`` as an index or size given by a caller, by the Merkle checks' rule
-    (``merkle.whole_number``: an ``int``, a subclass or a numpy integer), a bool refused, else
+    (``merkle.tree_integer``: an ``int``, a subclass or a numpy integer), a bool refused, else
     ``InputError`` naming ``what``; one beyond what a store can hold is past any log's end
     (``BeyondLogEnd`` follows from the caller's check), never an overflow in the driver. Until
     review R86c a copy of the rule refused a numpy integer and quoted with ``repr`` (an int
     subclass of 10**5000 made the refusal a bare ``ValueError``, a list nested 100,000 deep a
     ``RecursionError``)."""
-    return whole_number(value, what, "audit log", bools=False)
+    return tree_integer(value, what, "audit log", bools=False)
