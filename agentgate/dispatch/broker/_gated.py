@@ -105,7 +105,8 @@ class GatedBroker(_Recording):
         and returned).
         Raises ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so
         the type must be known before the decision), a type that is no resource name, an id
-        of the caller's own request that is live through a ``GatedBroker`` of this name, or a
+        of the caller's own request that is live through a ``GatedBroker`` of this name (once
+        the broker's clock is applied, which ``submit`` does first, auditing what it ended), or a
         ``ttl_s`` that would outlive the identity's grant chain (before any decision); and,
         after an allowed decision, an id another holder's live request has (so that a caller the
         policy refuses cannot tell another tenant's ids from free ones), or whatever
@@ -124,6 +125,11 @@ class GatedBroker(_Recording):
         resource = _resource(request)
         with self._lock:
             self._record([])  # what an earlier call could not record comes first
+            # Only a live id is refused: a lease that expired, or a request whose wait ran out,
+            # since the broker's last call keeps its decision's row until the clock is applied.
+            # Until review R87 it was "already live" to its holder, and another holder's request
+            # was allowed, then refused with an ``error`` outcome.
+            self._apply_clock()
             live = self.decisions.get(request.id)
             if live is not None and identity is not None and live.principal == identity.did:
                 raise BrokerError(f"request {quoted(request.id)} is already live")
@@ -206,15 +212,7 @@ class GatedBroker(_Recording):
         """
         with self._lock:
             self._record([])
-            try:
-                events = self.broker.advance()  # a lease that expired meanwhile is not renewed
-            except StoreError:
-                # The journal's store is out: the clock was applied all the same, and its events
-                # wait in the broker for a later call. The renewal goes on (``Broker.renew``
-                # extends the lease, then raises the journal's error): until review R85 only the
-                # first renewal of an outage did, the others failing here, the lease unrenewed.
-                events = []
-            self._record(events)
+            self._apply_clock()  # a lease that expired meanwhile is not renewed
             request = self._holder_request(identity, lease_id)
             lease = next((held for held in self.broker.leases() if held.id == lease_id), None)
             if lease is None:
@@ -270,6 +268,17 @@ class GatedBroker(_Recording):
             events = self.broker.advance()
             self._record(events)
         return events
+
+    def _apply_clock(self) -> None:
+        """Apply the broker's clock and audit what it ended or granted, before a call reads what
+        is live. A journal that fails leaves the clock applied all the same and its events in the
+        broker for a later call, and the call goes on: until review R85 only the first renewal of
+        an outage did, the others failing here, the lease unrenewed."""
+        try:
+            events = self.broker.advance()
+        except StoreError:
+            events = []
+        self._record(events)
 
     def reconcile(self) -> list[str]:
         """End the recorded decisions whose lease or request the broker does not have; their ids.
