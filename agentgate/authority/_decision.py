@@ -36,7 +36,7 @@ from agentgate.authority._invocation import (
 )
 from agentgate.authority._operations import _now, _skew
 from agentgate.authority._parsing import parse_chain
-from agentgate.authority._revocation import HolderRevocation, revoke, revoke_holder
+from agentgate.authority._revocation import HolderRevocation, checked_repo, revoke, revoke_holder
 from agentgate.authority._signatures import _anchors, verify_signature
 from agentgate.capabilities import (
     Call,
@@ -213,14 +213,16 @@ def decide(
     read is a deny (``non_revocable_grant``/``revocation_unreachable``): fail closed. The nonce is
     recorded only when the answer is ``allow``, so an ``approval_required`` invocation may be
     decided again once the approval exists. A caller's bug is raised, not decided: ``InputError``
-    for an ``invocation`` that is not an ``Invocation`` (of a ``Call``), a ``now`` that is not a
-    finite number, a ``skew`` that is not a whole number of seconds, 0 or more, and a ``cache``
-    that is not a ``ChainCache``; ``TokenFormatError`` for ``trusted`` that is not anchors.
+    for an ``invocation`` that is not an ``Invocation`` (of a ``Call``), a ``repo`` that is not a
+    ``GrantRepository`` (the ``Store`` itself, ``None``), a ``now`` that is not a finite number, a
+    ``skew`` that is not a whole number of seconds, 0 or more, and a ``cache`` that is not a
+    ``ChainCache``; ``TokenFormatError`` for ``trusted`` that is not anchors.
     """
+    checked = checked_repo(repo, "a decision")
     if cache is not None and not isinstance(cache, ChainCache):
         raise _not_a("a ChainCache as its cache", cache)
     anchors = _anchors(trusted)
-    return _decide(invocation, repo, anchors, approvals, now, _skew(skew), cache or _SHARED_CACHE)
+    return _decide(invocation, checked, anchors, approvals, now, _skew(skew), cache or _SHARED_CACHE)
 
 
 def _verified_chain(
@@ -625,8 +627,10 @@ def _conclude(
 class Authority:
     """The authority engine bound to one store and one set of trust anchors, with its own chain cache.
 
-    Raises ``InputError`` for a ``skew`` that is not a whole number of seconds from 0 to
-    ``MAX_SKEW`` and a ``cache_size`` that is not a whole number, 1 or more (``ChainCache``).
+    Raises ``InputError`` for a ``repo`` that is not a ``GrantRepository`` (the ``Store`` itself,
+    ``None``: refused here, not on the first call allowed), a ``skew`` that is not a whole number
+    of seconds from 0 to ``MAX_SKEW`` and a ``cache_size`` that is not a whole number, 1 or more
+    (``ChainCache``).
     """
 
     def __init__(
@@ -638,7 +642,7 @@ class Authority:
         skew: int = DEFAULT_SKEW,
         cache_size: int = 4096,
     ) -> None:
-        self.repo = repo
+        self.repo = checked_repo(repo, "Authority")
         self.anchors = _anchors(trusted)
         self.approvals = approvals
         self._checked_skew = _skew(skew)

@@ -9,14 +9,28 @@ import re
 from dataclasses import dataclass
 
 from agentgate._names import MAX_FREE_TEXT
-from agentgate._shown import quoted
+from agentgate._shown import quoted, shown
 from agentgate.authority._encoding import b64url_decode
 from agentgate.authority._grant import MAX_TIME, MAX_TOKEN_BYTES, TOKEN_PREFIX, Chain, Grant, _encode_chain
 from agentgate.authority._operations import _now, _signed_chain
 from agentgate.authority._parsing import parse_chain
 from agentgate.errors import InputError, TokenFormatError
 from agentgate.keys import PublicKey
+from agentgate.store import Store
 from agentgate.store.grants import GrantRepository
+
+
+def checked_repo(repo: object, taker: str) -> GrantRepository:
+    """``repo`` when it is a ``GrantRepository``; else ``InputError`` saying that ``taker`` (``a
+    decision``, ``revoke``, ...) takes one, what it got (by its type, ``shown``) and, for a
+    ``Store`` (``open_store``'s, an easy slip), how to make one of it. Until review R87 any
+    object was taken and failed as a bare ``AttributeError`` on its first use, which for a
+    decision is only on an allow path: a misconfigured ``Authority`` passed refusal tests and
+    then raised on the first valid call."""
+    if isinstance(repo, GrantRepository):
+        return repo
+    fix = ": make one of the store, GrantRepository(store)" if isinstance(repo, Store) else ""
+    raise InputError(f"{taker} takes a GrantRepository as its repo, got {shown(repo)}{fix}")
 
 
 def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: float | None = None) -> str:
@@ -26,10 +40,11 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
     (it, or any descendant, recorded or not) is denied. ``reason`` is free text: what no store can
     hold in it (a lone surrogate, a NUL character) is recorded escaped, never a reason for the
     revocation to fail. Raises ``TokenFormatError`` for a value that is neither, ``InputError``
-    for a ``reason`` that is not text or is longer than ``MAX_FREE_TEXT`` (1,000) characters and
+    for a ``repo`` that is not a ``GrantRepository`` (``checked_repo``), a ``reason`` that is not text or is longer than ``MAX_FREE_TEXT`` (1,000) characters and
     for a ``now`` outside a grant's times (``_revoked_at``), ``StoreError`` when the store cannot
     be written; nothing is revoked then.
     """
+    repo = checked_repo(repo, "revoke")
     grant_id = revoked_id(grant)
     repo.revoke(grant_id, now=_revoked_at(now), reason=storable_reason(reason))
     return grant_id
@@ -154,7 +169,9 @@ def scan_holder(repo: GrantRepository, holder: PublicKey | str) -> HolderScan:
     a row whose tip hashes to its id and names ``holder`` proves that grant id is ``holder``'s.
     Run it before opening the transaction that revokes (``revoke_holder(...,
     scan=...)``): on SQLite a scan inside it would hold the write lock that every decision waits
-    for. Raises ``KeyFileError`` for a ``holder`` that is no did:key, ``StoreError``."""
+    for. Raises ``InputError`` for a ``repo`` that is not a ``GrantRepository``, ``KeyFileError``
+    for a ``holder`` that is no did:key, ``StoreError``."""
+    repo = checked_repo(repo, "scan_holder")
     did = _holder_did(holder)
     quoted = f'"{did}"'.encode()
     elsewhere: list[str] = []
@@ -226,8 +243,10 @@ def revoke_holder(
     revoked and reported in ``mislabeled`` (until review R69 it was missed). Such a row is found
     if it was committed before ``scan`` began; a row agentgate records names its token's audience
     and is found if committed before the revoking transaction reads.
-    Raises ``InputError`` too for a ``scan`` that is no ``HolderScan`` or is of another holder.
+    Raises ``InputError`` too for a ``repo`` that is not a ``GrantRepository`` and for a ``scan``
+    that is no ``HolderScan`` or is of another holder.
     """
+    repo = checked_repo(repo, "revoke_holder")
     did = _holder_did(holder)
     storable = storable_reason(reason)
     at = _revoked_at(now)
@@ -271,8 +290,9 @@ def _recorded_tip(token: object, grant_id: str) -> Grant | None:
 
 def prune_grants(repo: GrantRepository, before: float) -> tuple[int, int]:
     """``GrantRepository.prune``: forget the grants long expired before ``before``, and the
-    revocations that their own recorded tokens prove expired; ``(grants, revocations)``."""
-    return repo.prune(before, expired=_proves_expired)
+    revocations that their own recorded tokens prove expired; ``(grants, revocations)``. Raises
+    ``InputError`` for a ``repo`` that is not a ``GrantRepository``."""
+    return checked_repo(repo, "prune_grants").prune(before, expired=_proves_expired)
 
 
 def _proves_expired(token: object, grant_id: str, cut: int) -> bool:
@@ -289,7 +309,9 @@ def record(repo: GrantRepository, chain: Chain, *, now: float | None = None) -> 
     """Remember every link of ``chain`` in the store, so that revocation by id can list descendants.
 
     Raises ``Denied`` (``tip_mismatch``) for a ``Chain`` object whose links are not its token's:
-    a row records a grant's audience and expiry for good (``revoke_holder`` reads the audience)."""
+    a row records a grant's audience and expiry for good (``revoke_holder`` reads the audience);
+    ``InputError`` for a ``repo`` that is not a ``GrantRepository``."""
+    repo = checked_repo(repo, "record")
     chain = _signed_chain(chain)
     rows = [
         (link.id, link.parent, link.issuer, link.audience, link.expires, _encode_chain(chain.links[: i + 1]))
