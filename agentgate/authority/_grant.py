@@ -85,8 +85,10 @@ class Budget:
     def parse(cls, text: str, *, metered: bool = False) -> Budget:
         """``AMOUNT[:UNIT]``, e.g. ``500000`` or ``1000:calls``; without ``:UNIT``, ``usd_micros``.
 
-        Raises ``TokenFormatError`` for signs, fractions, NaN, overflow, spaces anywhere, and a
-        ``:`` with no unit after it (``500:``): a forgotten unit is refused, never defaulted.
+        Raises ``TokenFormatError`` for signs, fractions, NaN, overflow, spaces anywhere, an
+        amount written in more than 19 digits (leading zeros count: ``007`` is 7, but 7 padded
+        to 20 digits is refused, told to drop them), and a ``:`` with no unit after it
+        (``500:``): a forgotten unit is refused, never defaulted.
         ``metered``: also for a unit that is not one of ``BUDGET_UNITS`` (``agentgate._names``: the
         units agentgate meters; ``5:usd``, a slip for ``usd_micros``), which a person typing a
         budget never means. The token format allows any unit ``_UNIT`` names, but a grant in
@@ -102,8 +104,11 @@ class Budget:
                 raise TokenFormatError(
                     f"budget {shown}: the amount is too large; the largest is {MAX_AMOUNT} (2**63-1) minor units"
                 )
+            # Leading zeros are no fault (``007`` is 7); their count is: until review R87 this
+            # said "(no leading zeros)", which ``007`` is not refused for.
             raise TokenFormatError(
-                f"budget {shown}: write the amount in at most 19 digits (no leading zeros)"
+                f"budget {shown}: the amount is written in {len(amount):,} digits, leading zeros "
+                f"included, and at most 19 are read; write it without its leading zeros ({significant})"
             )
         if not re.fullmatch(r"[0-9]{1,19}", amount):
             raise TokenFormatError(
