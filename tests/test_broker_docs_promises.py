@@ -104,7 +104,8 @@ def test_a_gated_request_that_waits_is_never_granted_a_lease_that_outlives_its_g
         waiting = setup.gated.submit(trainer, GangRequest("late", "x", 8, gpu_type="H100", ttl_s=600.0))
         assert waiting.allowed and waiting.lease() is None
         (queued,) = setup.broker.queue()
-        assert queued.request.timeout_s <= trainer.chain.expires - submitted - 600.0
+        assert queued.deadline - queued.submitted_at <= trainer.chain.expires - submitted - 600.0
+        assert queued.request.timeout_s == 3600.0  # what it asked for and was decided with
         while setup.clock.now < start + 3100.0:  # the holders keep their GPUs, renewing
             setup.clock.now += 500.0
             for who, lease_id in ((trainer, "f1"), (trainer, "f2"), (other, "o1")):

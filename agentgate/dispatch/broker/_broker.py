@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn, Protocol
 
+from agentgate._numbers import finite, is_number
 from agentgate.dispatch.broker._model import (
     MIN_TTL_S,
     BrokerEvent,
@@ -182,13 +183,19 @@ class Broker(_Restoring, _Preempting):
 
     # --- public calls ------------------------------------------------------------------------
 
-    def submit(self, request: GangRequest) -> list[BrokerEvent]:
+    def submit(self, request: GangRequest, *, wait_s: float | None = None) -> list[BrokerEvent]:
         """Queue ``request`` and try to place it now; returns the events this call caused.
 
-        Raises ``BrokerError`` for an unknown tenant, an id already live, or a gang that could
+        It waits ``request.timeout_s`` at most, or ``wait_s`` where that is shorter: a caller
+        bounds the wait this way while the request keeps the ``timeout_s`` it asked for
+        (``GatedBroker`` bounds it by the grant's time left, and decides the request's renewals
+        with the same arguments as the request). The wait's end is the queue entry's
+        ``deadline``, journaled and restored as it is.
+        Raises ``BrokerError`` for an unknown tenant, an id already live, a gang that could
         never be placed (more GPUs than the cluster, its quota, its filters or its required
-        topology level allow). The request is not queued when it raises (the queue is tried all
-        the same, as the module docstring says).
+        topology level allow), or a ``wait_s`` that is not a number >= 0 (``inf``: no bound but
+        ``timeout_s``). The request is not queued when it raises (the queue is tried all the
+        same, as the module docstring says).
         """
         with self._lock:
             now = self.clock()
@@ -197,12 +204,13 @@ class Broker(_Restoring, _Preempting):
                 self._check_placeable(request)
                 if request.id in self._leases or request.id in self._waiting:
                     raise BrokerError(f"request {quoted(request.id)} is already live")
+                wait = request.timeout_s if wait_s is None else _bounded_wait(request, wait_s)
             except BrokerError as refused:
                 # The leases the clock ended make room all the same (until review R66 a refused
                 # call left their GPUs free and unjournaled until another call came).
                 self._refuse(now, refused)
             self._seq += 1
-            self._waiting[request.id] = _Waiting(request, now, now + request.timeout_s, self._seq)
+            self._waiting[request.id] = _Waiting(request, now, now + wait, self._seq)
             self._dirty = True
             self._schedule(now)
             return self._drain()
@@ -471,7 +479,7 @@ class Broker(_Restoring, _Preempting):
                 if w.nominated:
                     self._withdraw_nominated(w)
                 self._dirty = True
-                self._outbox.append(TimedOut(w.request))
+                self._outbox.append(TimedOut(w.request, w.deadline - w.submitted_at))
         self._end_due_leases(now)
 
     def _end_due_leases(self, now: float) -> None:
@@ -634,6 +642,18 @@ class Broker(_Restoring, _Preempting):
         if self.journal is not None and self._dirty:
             self.journal.save(BrokerSnapshot(now, tuple(self.leases()), tuple(self.queue())))
         self._dirty = False
+
+
+def _bounded_wait(request: GangRequest, wait_s: object) -> float:
+    """How long ``request`` may wait given the bound ``wait_s`` of ``Broker.submit``: the shorter
+    of the two. Raises ``BrokerError`` for a bound that is not a number >= 0 or ``inf``: NaN
+    would leave ``min`` to keep ``timeout_s``, a bool or text is no time, and an integer too large
+    for a float would fail the sum that makes the deadline."""
+    if is_number(wait_s) and wait_s >= 0 and (finite(wait_s) or wait_s == math.inf):
+        return min(request.timeout_s, wait_s)
+    raise BrokerError(
+        f"request {quoted(request.id)}: wait_s must be a number >= 0 or inf, got {shown_number(wait_s)}"
+    )
 
 
 def _an_id(lease_id: object) -> None:

@@ -99,10 +99,11 @@ class GatedBroker(_Recording):
         approval sign``); the same request submitted again with the signed ``approval`` is decided
         with it, once. A GPU type the policy prices has ``count`` x ``ttl_s`` reserved from the
         chain's budgets with the decision; a budget too small for it refuses the request, naming
-        the budget. The request is queued with its ``timeout_s`` cut to the time the grant chain
-        has left less ``ttl_s``: one that waits longer times out rather than be granted a lease
-        that would outlive the chain. Never raises for a refused request (the refusal is audited
-        and returned).
+        the budget. The request waits in the queue no longer than the time the grant chain has
+        left less ``ttl_s`` (``Broker.submit``'s ``wait_s``; it keeps its ``timeout_s``, which its
+        renewals are decided with again): one that waits longer times out rather than be granted
+        a lease that would outlive the chain. Never raises for a refused request (the refusal is
+        audited and returned).
         Raises ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so
         the type must be known before the decision), a type that is no resource name, an id
         of the caller's own request that is live through a ``GatedBroker`` of this name (once
@@ -165,14 +166,13 @@ class GatedBroker(_Recording):
                 # stays held: a budget can look smaller, never be overspent.
                 self._abandon(decided, f"the lease's decision could not be recorded: {exc}")
                 raise
-            owned = dataclasses.replace(
-                request,
-                tenant=self.gate.tenant_of(identity),
-                holder=identity.did,
-                timeout_s=min(request.timeout_s, _wait_left(identity, self._ttl(request))),
-            )
+            # The request keeps the timeout_s it was decided with, so that its renewals decide
+            # the same arguments; only its wait in the queue is cut to the grant's time left.
+            # Until review R87 its timeout_s was cut, and a policy bounding timeout_s from below
+            # (``in: [600, 3600]``) refused every renewal of a lease it had allowed.
+            owned = dataclasses.replace(request, tenant=self.gate.tenant_of(identity), holder=identity.did)
             try:
-                events = self.broker.submit(owned)
+                events = self.broker.submit(owned, wait_s=_wait_left(identity, self._ttl(request)))
             except Exception as exc:
                 if isinstance(exc, StoreError) and self._live(request.id):
                     # The broker took the request and only its journal write failed (StoreError):

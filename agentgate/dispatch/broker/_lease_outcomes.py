@@ -306,4 +306,4 @@ def _describe(event: BrokerEvent) -> tuple[str, str]:
         return f"lease_{event.reason}", f"lease ended ({event.reason}); {len(event.lease.gpus)} GPUs returned"
     if isinstance(event, Withdrawn):
         return "request_withdrawn", "withdrawn by its holder while it waited; held nothing"
-    return "lease_timed_out", f"waited {event.request.timeout_s:g} s without being placed whole; held nothing"
+    return "lease_timed_out", f"waited {event.waited_s:g} s without being placed whole; held nothing"

@@ -403,9 +403,12 @@ class LeaseEnded:
 
 @dataclass(frozen=True, slots=True)
 class TimedOut:
-    """The request waited ``timeout_s`` without being placed whole; it holds nothing."""
+    """The request waited ``waited_s`` without being placed whole; it holds nothing."""
 
     request: GangRequest
+    waited_s: float
+    """How long it waited: its ``timeout_s``, or the shorter wait its caller bound it to
+    (``Broker.submit``'s ``wait_s``: ``GatedBroker`` keeps a lease within its grant that way)."""
 
 
 @dataclass(frozen=True, slots=True)
