@@ -43,6 +43,9 @@ Pipelined requests (several on one kept-alive connection, sent before the first 
 queued by uvicorn, which points its ``cycle`` at the newest one. The marks above (``STALLED``,
 ``LOST`` and the ``ON_LOST`` hook) go to the request whose answer is being written (the one
 running), not to one still queued behind it; a lost connection marks every unfinished request.
+The queue is bounded (``max_queued``, ``_QueueFlow``): with that many queued, reading stops until
+one is started (until review R87 reading resumed after every request, and a caller that read no
+answer had every request it wrote queued).
 A request refused by the protocol (a head the parser rejects: 400; one without a single valid
 ``Host``: 400; of another HTTP version: 505; with a transfer coding but ``chunked``: 501,
 ``_refused_head``; too large: 431; too slow: 408)
@@ -84,11 +87,14 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 import uvicorn
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from agentgate._http_limits import HttpLimits
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from uvicorn._types import ASGISendEvent
 
 _UPGRADE_HEADERS = frozenset({b"upgrade", b"http2-settings"})
@@ -130,6 +136,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     aborted; ``None``: never."""
     unread_body_s = _GATEWAY.unread_body_s
     """Seconds for the rest of a body (dropped) once its request was answered before it all came."""
+    max_queued = 8
+    """Pipelined requests queued behind the one being answered at which reading stops, until one
+    of them is started (``_QueueFlow``). Below it reading goes on, so that a caller's close is
+    seen; a read is parsed whole, so the queue may pass it by the requests of that one read."""
 
     _head_bytes = 0
     """Bytes read for the request's head so far (empty lines before its request line included)."""
@@ -185,7 +195,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.flow = _QueueFlow(transport, self._may_read)
         self._start_head_timer()
+
+    def _may_read(self) -> bool:
+        """Whether reading may resume: while fewer than ``max_queued`` requests are queued
+        (``pipeline``) behind the one being answered, or once a refusal is pending (what comes
+        after one is read and dropped)."""
+        return len(self.pipeline) < self.max_queued or self._refusal is not None
 
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:
@@ -383,6 +400,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # ``receive``, which an app that has its whole body never calls again: the caller closing
         # its connection (the end of the stream, read only when reading) would go unseen until
         # the answer. The body is all here; what comes next is a next request's head (bounded).
+        # Not with ``max_queued`` requests queued (``_QueueFlow``): until review R87 this resumed
+        # reading after every pipelined request, and a caller that wrote requests and read no
+        # answer had each one queued, hundreds of MB of them on one connection.
         self.flow.resume_reading()
 
     def shutdown(self) -> None:
@@ -440,6 +460,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if queued is not None and not any(cycle is queued for cycle, _ in self.pipeline):
             self._started(queued)  # uvicorn started the next pipelined request
+        if not self.transport.is_closing():
+            # uvicorn resumes reading before it starts the next queued request: with that one
+            # started, the queue may be short enough to read again (``_QueueFlow``).
+            self.flow.resume_reading()
         if self._reading_head and self._head_timer is not None:
             # A next head is arriving: its own clock bounds it (408), not the keep-alive that
             # uvicorn has just armed, which would close the connection with no answer.
@@ -595,7 +619,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             running.disconnected = True
             running.message_event.set()
         elif self._answering():
-            return  # reading goes on (dropped), so that a caller that hangs up is still seen
+            # Reading goes on (dropped), so that a caller that hangs up is still seen, even with
+            # ``max_queued`` requests queued (``_QueueFlow``).
+            self.flow.resume_reading()
+            return
         self.transport.write(self._refusal)
         self.transport.close()
         self._start_tail_clock(None)  # a caller that stopped reading would hold the close
@@ -610,6 +637,26 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """Whether a request before the one being read is still being answered, or queued."""
         running = self._running
         return bool(self.pipeline) or (running is not None and not running.response_complete)
+
+
+class _QueueFlow(FlowControl):
+    """uvicorn's flow control of a connection, whose reading does not resume while ``may_read``
+    says no: while ``max_queued`` pipelined requests are queued behind the one being answered.
+
+    uvicorn pauses reading when it queues a pipelined request, and resumes it after every answer
+    and whenever the running request's app asks for its body (``receive``); the gateway also
+    resumed it after every request's end (to see a caller's close). So a caller that wrote
+    requests and read no answer had all of them queued. Here the queue holds at most
+    ``max_queued - 1`` requests plus those parsed from the one read (at most 256 KiB with
+    asyncio's or uvloop's transport) that took it to ``max_queued``."""
+
+    def __init__(self, transport: asyncio.Transport, may_read: Callable[[], bool]) -> None:
+        super().__init__(transport)
+        self._may_read = may_read
+
+    def resume_reading(self) -> None:
+        if self._may_read():
+            super().resume_reading()
 
 
 class EmbeddedConfig(uvicorn.Config):
