@@ -34,6 +34,7 @@ STEERING = {
     "input_ids": "SGLang's prompt token ids, run instead of the messages",
     "chat_template": "vLLM's chat template, written by the caller: the prompt the messages become",
     "custom_logit_processor": "SGLang's serialized Python logit processor: code the backend runs",
+    "logits_processors": "vLLM's logits processors by qualified name: classes the backend constructs",
     "vllm_xargs": "vLLM's extra arguments: read as kv_transfer_params, or by any extension installed",
     "rid": "SGLang's request id: another request's, to collide with or stand for",
     "request_id": "vLLM's request id: another request's, to collide with or stand for",
@@ -84,7 +85,8 @@ def check_engine_fields(body: Mapping[str, Any]) -> None:
     # Until review R66 the gateway passed these on: a llamacpp backend ran ``lora: [{"id": 1,
     # ...}]`` on an adapter no grant named, an SGLang one continued another request's session
     # (until review R67 ``vllm_xargs``, ``rid`` and ``request_id`` too: vLLM reads a request's
-    # ``kv_transfer_params`` from the dict ``vllm_xargs`` becomes).
+    # ``kv_transfer_params`` from the dict ``vllm_xargs`` becomes; until review R87 vLLM's
+    # ``logits_processors``, which SGLang's ``custom_logit_processor`` was refused beside).
     for name, reaches in STEERING.items():
         if body.get(name) is not None:
             raise FieldError(
