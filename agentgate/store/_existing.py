@@ -163,14 +163,17 @@ def others_tables_only(tables: Sequence[str] | None) -> bool:
 def empty_file(path: Path) -> bool:
     """Whether ``path`` is a regular file of 0 bytes with no write-ahead log beside it: a file
     touched, truncated or half copied, never a store (a store's first page is written when it is
-    created)."""
+    created); the log looked for beside the file ``path`` names, where SQLite keeps it
+    (``resolved``: ``path`` may be a symbolic link)."""
     try:
         status = path.stat()
     except OSError:
         return False  # gone or unreadable: opening it says why
     if not stat.S_ISREG(status.st_mode) or status.st_size:
         return False
+    from agentgate.store._sqlite import resolved  # it imports this module
+
     try:
-        return Path(f"{path}-wal").stat().st_size == 0
+        return Path(f"{resolved(path)}-wal").stat().st_size == 0
     except OSError:
         return True  # no write-ahead log

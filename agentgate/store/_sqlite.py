@@ -346,11 +346,16 @@ def read_only_uri(path: str | Path) -> tuple[str, bool]:
     directory it may not write (a read-only mount). Such a file is opened ``immutable=1``:
     nothing is created, no lock is taken, and what it holds is read from it alone. That is
     right only while nobody writes it, so ``unchanged_since`` is checked at the end of every
-    read (a process that opened it to write since: ``StoreError``, run again)."""
-    absolute = os.path.abspath(path)
+    read (a process that opened it to write since: ``StoreError``, run again).
+
+    Both are looked for beside the file ``path`` names (``resolved``), where SQLite keeps them:
+    until review R87 they were looked for beside ``path`` itself, and a store named through a
+    symbolic link was read without its write-ahead log (a grant revoked by a running gateway
+    shown as not revoked)."""
+    absolute = resolved(path)
     quiet = not any(os.path.lexists(f"{absolute}{end}") for end in ("-wal", "-journal"))
-    # An empty authority (``file://`` before the path): a path that begins with ``//``, which
-    # ``abspath`` keeps, would otherwise be read as ``file://AUTHORITY/...`` and refused.
+    # An empty authority (``file://`` before the path): the path is then read as one whatever it
+    # begins with, never as ``file://AUTHORITY/...`` (refused).
     uri = "file://" + urllib.parse.quote(os.fsencode(absolute)) + "?mode=ro"
     return (uri + "&immutable=1", True) if quiet else (uri, False)
 
@@ -369,10 +374,19 @@ def unchanged_since(path: str | Path, state: tuple[int, int, int, int] | None) -
     """Whether the file at ``path``, opened ``immutable`` when it had ``state`` (``file_state``),
     is still as it was then, with no ``-wal`` or ``-journal`` beside it: no process has written it
     since (a writer creates one of those before it writes, and changes the file's time when it
-    writes the file itself)."""
+    writes the file itself); both looked for beside the file ``path`` names (``resolved``)."""
     if state is None or file_state(path) != state:
         return False
-    return not any(os.path.lexists(f"{os.path.abspath(path)}{end}") for end in ("-wal", "-journal"))
+    return not any(os.path.lexists(f"{resolved(path)}{end}") for end in ("-wal", "-journal"))
+
+
+def resolved(path: str | Path) -> str:
+    """The file ``path`` names, found as the kernel finds it: absolute, every symbolic link
+    followed, and a ``..`` read after the link before it (``link/..`` is the directory above the
+    link's target, where ``os.path.abspath`` drops both). What SQLite is given to open, and where
+    it keeps the file's ``-wal``, ``-shm`` and ``-journal``: beside the file, not beside a link to
+    it. A part that does not exist yet (a store about to be created) is kept as written."""
+    return os.path.realpath(path)
 
 
 def sqlite_tables_read_only(
@@ -534,9 +548,15 @@ class SQLiteStore(Store):
         self._stand_ins: list[str] = []
         """Open to read only: what creates, in a connection's temporary schema, an empty table of
         a part's that the file does not hold (``_check_schema``)."""
-        # Where the file is, whatever the working directory later: what every connection opens
-        # and what ``check_in_place`` looks at.
-        self._absolute = os.path.abspath(self.path)
+        # Where the file is, whatever the working directory later. ``_named``: the path as given,
+        # made absolute without reading ``..`` textually, which ``check_in_place`` looks at (the
+        # kernel reads ``link/..`` as the directory above the link's target; ``abspath`` dropped
+        # both, and until review R87 SQLite then opened, or created, another file than the one
+        # every check had looked at). ``_absolute``: the file it names, every link resolved as
+        # the kernel resolves them: what every connection opens, and where SQLite keeps the
+        # file's ``-wal``, ``-shm`` and ``-journal``.
+        self._named = os.path.join(os.getcwd(), self.path)
+        self._absolute = resolved(self._named)
         self._file: tuple[int, int] | None = None
         # Opened to read only: how (``read_only_uri``, decided once, for every connection), and
         # for an ``immutable`` opening the file as it was, which every read checks it still is.
@@ -716,7 +736,7 @@ class SQLiteStore(Store):
     def _identity(self) -> tuple[int, int] | None:
         """The device and inode of the file at the store's path; ``None`` when there is none."""
         try:
-            status = os.stat(self._absolute)
+            status = os.stat(self._named)
         except OSError:
             return None
         return status.st_dev, status.st_ino
