@@ -155,9 +155,17 @@ def holds_a_store(store: Store) -> bool:
 
 def others_tables_only(tables: Sequence[str] | None) -> bool:
     """Whether a SQLite file's ``tables`` (their names) are some, ``sqlite_*`` aside, and none of
-    them is agentgate's: another application's database. Reads no part's schema."""
-    names = {name for name in tables or () if not name.lower().startswith("sqlite_")}
+    them is agentgate's, in either case (``sqlite_name``): another application's database. Reads
+    no part's schema."""
+    names = {sqlite_name(name) for name in tables or () if not name.lower().startswith("sqlite_")}
     return bool(names) and not names & set(STORE_TABLES)
+
+
+def sqlite_name(name: str) -> str:
+    """The table name ``name`` as SQLite compares it with agentgate's (all lower-case ASCII):
+    its ASCII letters in lower case. SQLite folds only those (``AUDIT_LOG`` is ``audit_log``);
+    a name holding any other character is kept as it is, and matches none of agentgate's."""
+    return name.lower() if name.isascii() else name
 
 
 def empty_file(path: Path) -> bool:

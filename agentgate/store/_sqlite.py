@@ -35,7 +35,13 @@ from agentgate.store._base import (
     tables_held,
     unstorable_text,
 )
-from agentgate.store._existing import init_command, missing_file, refuse_missing_sqlite, refuse_others_tables
+from agentgate.store._existing import (
+    init_command,
+    missing_file,
+    refuse_missing_sqlite,
+    refuse_others_tables,
+    sqlite_name,
+)
 from agentgate.store._version import (
     VERSION_DDL,
     VERSION_TABLE,
@@ -479,9 +485,14 @@ def foreign_table(
     tables: Sequence[tuple[str, frozenset[str]]], required: dict[str, frozenset[str]]
 ) -> tuple[str, list[str]] | None:
     """The first of ``tables`` that has the name of one of ``required`` without a column a row
-    of it must have, and those columns: another application's table of agentgate's name."""
+    of it must have, and those columns: another application's table of agentgate's name. Names
+    are compared as SQLite compares them, ASCII letters in either case alike (``sqlite_name``):
+    until review R87 a table ``AUDIT_LOG`` passed, and the file was switched to WAL mode before a
+    part refused it. (PostgreSQL's store passes only tables named exactly as agentgate's: its
+    statements' unquoted names are folded to lower case, and a quoted ``"AUDIT_LOG"`` is another
+    table.)"""
     for name, columns in tables:
-        missing = sorted(required.get(name, frozenset()) - columns)
+        missing = sorted(required.get(sqlite_name(name), frozenset()) - columns)
         if missing:
             return name, missing
     return None
