@@ -232,20 +232,30 @@ def _named(reservation: object) -> str:
     return reservation
 
 
+_GRANT_ID_CHARS = 256
+"""The longest grant id (characters) the ledger keeps a budget by. A grant's id is 64 hexadecimal
+digits; a PostgreSQL B-tree index entry (``budget_ledger``'s key) holds about 2.7 KB, 256
+characters at most 1 KB of UTF-8, where SQLite has no bound: until review R87 SQLite reserved
+against a 10,000-character id and PostgreSQL refused it with a ``StoreError``."""
+
+
 def _is_grant_id(grant_id: object) -> TypeGuard[str]:
-    """Whether ``grant_id`` is text the ledger keeps a budget by: not empty, no NUL character."""
-    return isinstance(grant_id, str) and bool(grant_id) and "\x00" not in grant_id
+    """Whether ``grant_id`` is text the ledger keeps a budget by: not empty, at most
+    ``_GRANT_ID_CHARS`` characters, no NUL character."""
+    return isinstance(grant_id, str) and 0 < len(grant_id) <= _GRANT_ID_CHARS and "\x00" not in grant_id
 
 
 def _grant_id(grant_id: object) -> str:
     """``grant_id`` as the ledger reads a grant's budget by it (``remaining``, ``usage``): text
-    that is not empty and holds no NUL character (``reserve`` refuses one in a chain); else
+    that is not empty, holds no NUL character and is at most ``_GRANT_ID_CHARS`` characters long
+    (``reserve`` refuses any other in a chain); else
     ``InputError``, where the stores would answer differently (a silent nothing on one, a
     ``StoreError`` about the parameter's type, or a NUL PostgreSQL's text cannot hold, on the
     other)."""
     if not _is_grant_id(grant_id):
         raise InputError(
-            f"a grant id must be non-empty text without a NUL character, got {quoted(grant_id, 60)}"
+            "a grant id must be non-empty text without a NUL character, of at most "
+            f"{_GRANT_ID_CHARS} characters, got {quoted(grant_id, 60)}"
         )
     return grant_id
 
@@ -376,7 +386,9 @@ class BudgetLedger:
         too, which no grant's id (hexadecimal) has and PostgreSQL's text cannot hold (until review
         R85 SQLite reserved against it and PostgreSQL refused it with a ``StoreError``; written
         ``\\x00`` instead, as a dead letter's text is, it would share the budget of a grant id
-        holding those four characters). A reservation against one grant's budget writes nothing
+        holding those four characters), and one longer than ``_GRANT_ID_CHARS`` characters, which
+        PostgreSQL's index of the ledger cannot hold (until review R87 SQLite reserved against it).
+        A reservation against one grant's budget writes nothing
         when it raises: a caller may go on in ``tx`` without a savepoint.
         """
         amount = _amount(amount, "amount")
@@ -384,7 +396,8 @@ class BudgetLedger:
             raise _too_large(amount)
         if not chain or any(not _is_grant_id(g) for g in chain) or len(set(chain)) != len(chain):
             raise InputError(
-                "chain must be a non-empty list of distinct grant ids (text without a NUL character), root first"
+                "chain must be a non-empty list of distinct grant ids (text without a NUL character, of "
+                f"at most {_GRANT_ID_CHARS} characters), root first"
             )
         if tx is not None:  # the gate's path: no context manager layer per call
             return self._reserve(tx, chain, caps, amount, unit)
@@ -761,8 +774,8 @@ class BudgetLedger:
         no row. Once the row is made it answers, whatever ``cap`` says (a grant's budget is
         fixed when it is signed; ``reserve`` ignores a later cap too).
 
-        ``InputError`` for a ``grant_id`` that is not non-empty text or holds a NUL character (no
-        grant's id does: ``reserve`` refuses one), or a ``cap`` that is not a non-negative whole
+        ``InputError`` for a ``grant_id`` that is not non-empty text, holds a NUL character or is
+        longer than ``_GRANT_ID_CHARS`` (no grant's id does: ``reserve`` refuses one), or a ``cap`` that is not a non-negative whole
         number of minor units."""
         _grant_id(grant_id)
         if cap is not None:
@@ -773,15 +786,15 @@ class BudgetLedger:
     def spent(self, grant_id: str, *, tx: Transaction | None = None) -> int:
         """Committed spend of a grant (its own and its descendants'), 0 if never used; read in
         ``tx`` when given (what it has written counts), else in a short transaction of its own.
-        ``InputError`` for a ``grant_id`` that is not non-empty text or holds a NUL character
-        (as ``usage``)."""
+        ``InputError`` for a ``grant_id`` that is not non-empty text, holds a NUL character or is
+        longer than ``_GRANT_ID_CHARS`` (as ``usage``)."""
         return self.usage(grant_id, tx=tx)[0]
 
     def usage(self, grant_id: str, *, tx: Transaction | None = None) -> tuple[int, int]:
         """``(spent, held)`` of a grant: its committed spend (as ``spent``) and what reservations
         not settled yet hold of its budget (calls in flight); ``(0, 0)`` if never used.
-        ``InputError`` for a ``grant_id`` that is not non-empty text or holds a NUL character, as
-        ``remaining``: until review R85 the stores answered one differently (``5``: 0 on SQLite, a
+        ``InputError`` for a ``grant_id`` that is not non-empty text, holds a NUL character or is
+        longer than ``_GRANT_ID_CHARS``, as ``remaining``: until review R85 the stores answered one differently (``5``: 0 on SQLite, a
         ``StoreError`` on PostgreSQL; ``["g"]``: a ``StoreError`` on SQLite, ``(0, 0)`` on
         PostgreSQL)."""
         sql = "SELECT spent, cap - remaining - spent FROM budget_ledger WHERE grant_id = ?"
