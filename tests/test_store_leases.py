@@ -74,11 +74,11 @@ def test_expired_lease_is_taken_over(store: Store) -> None:
 
 
 def test_heartbeat_renews_held_leases(store: Store) -> None:
-    manager = LeaseManager(store, ttl_s=0.6)
+    manager = LeaseManager(store, ttl_s=1.0)  # the shortest (MIN_TTL_S)
     lease = manager.try_acquire("k", 1)
     assert lease is not None
-    time.sleep(1.0)  # longer than the ttl: only the heartbeat keeps it
-    other = LeaseManager(store, ttl_s=0.6)
+    time.sleep(1.4)  # longer than the ttl: only the heartbeat keeps it
+    other = LeaseManager(store, ttl_s=1.0)
     assert other.try_acquire("k", 1) is None
     manager.close()
     assert other.try_acquire("k", 1) is not None
@@ -415,7 +415,7 @@ def test_the_heartbeat_goes_on_renewing_after_the_store_failed_once(sqlite_store
     while its calls still ran and other processes took the slots. Rule: a failed renewal is
     retried at the next beat."""
     hooked = _Hooked(sqlite_store, "UPDATE agentgate_leases SET expires_at", fail=StoreError("store down"))
-    manager = LeaseManager(hooked, ttl_s=0.3)  # type: ignore[arg-type]
+    manager = LeaseManager(hooked, ttl_s=1.0)  # type: ignore[arg-type]
     renewed = threading.Event()
     try:
         assert manager.try_acquire("k", 1) is not None
@@ -606,9 +606,9 @@ def test_a_lease_manager_refuses_a_ttl_that_is_not_a_finite_positive_number(
 ) -> None:
     """Review R57: ``LeaseManager(store, ttl_s=nan)`` and ``ttl_s=inf`` were taken (``ttl_s <= 0``
     is false for NaN): leases that never expire, and a heartbeat that died of ``OverflowError``.
-    Rule: as ``SchedulerConfig.lease_ttl_s`` (whose upper bound it shares), a ttl that is not a
-    number of seconds above 0 and at most ten years is an ``InputError`` naming ``ttl_s``."""
-    with pytest.raises(InputError, match=r"^lease ttl_s must be a finite number above 0 and at most"):
+    Rule: as ``SchedulerConfig.lease_ttl_s`` (whose bounds it shares since review R87), a ttl
+    that is not a number of seconds from 1 to ten years is an ``InputError`` naming ``ttl_s``."""
+    with pytest.raises(InputError, match=r"^lease ttl_s must be a finite number of at least 1 and at most"):
         LeaseManager(sqlite_store, ttl_s=ttl_s)  # type: ignore[arg-type]
 
 

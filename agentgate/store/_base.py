@@ -72,13 +72,21 @@ def whole_number(value: object, name: str, least: int, most: int = MAX_STORED_IN
     return value
 
 
-def positive_number(value: object, name: str, most: float = sys.float_info.max) -> float:
-    """``value`` as a float if it is a finite ``int`` or ``float`` (a bool is not one) above 0 and
-    at most ``most``; else ``InputError`` naming ``name``. NaN passed ``value <= 0`` checks (every
-    comparison with it is false), and infinity is no length of time a store can add to a clock."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:
+def positive_number(
+    value: object, name: str, most: float = sys.float_info.max, *, least: float | None = None
+) -> float:
+    """``value`` as a float if it is a finite ``int`` or ``float`` (a bool is not one) above 0 (at
+    least ``least`` when given) and at most ``most``; else ``InputError`` naming ``name``. NaN
+    passed ``value <= 0`` checks (every comparison with it is false), and infinity is no length of
+    time a store can add to a clock."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not ((value >= least if least is not None else value > 0) and value <= most)
+    ):
+        below = f"of at least {least:g}" if least is not None else "above 0"
         bound = "" if most == sys.float_info.max else f" and at most {most:g}"
-        raise InputError(f"{name} must be a finite number above 0{bound}, got {quoted(value)}")
+        raise InputError(f"{name} must be a finite number {below}{bound}, got {quoted(value)}")
     return float(value)
 
 

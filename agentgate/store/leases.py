@@ -104,6 +104,11 @@ _RENEW_BATCH = 500
 MAX_TTL_S = 10 * 365 * 86_400
 """Longest lease lifetime, ten years: ``SchedulerConfig.lease_ttl_s``'s bound (the heartbeat
 waits a third of it, and ``threading.Event.wait`` refuses a wait of some hundred years)."""
+MIN_TTL_S = 1.0
+"""Shortest lease lifetime, one second: ``SchedulerConfig.lease_ttl_s``'s bound. A holder renews
+its leases every third of it, through the store: with a lease of microseconds (until review R87
+any ttl above 0 was taken here) the heartbeat renewed without pause, and the slot expired before
+the first renewal, free to every other holder while its call still ran."""
 MAX_BURST = 2**53
 """Largest shared bucket, as ``RateLimit.burst``'s: the level is a float, exact up to 2**53."""
 _KEY_BYTES = 1024
@@ -154,7 +159,7 @@ class LeaseManager:
 
     ``holder`` names this process in the table (default ``host:pid:random``). The heartbeat
     thread starts with the first lease and stops in ``close()``, which also gives back every
-    lease still held. ``ttl_s``: a number of seconds above 0 and at most ``MAX_TTL_S``, else
+    lease still held. ``ttl_s``: a number of seconds from ``MIN_TTL_S`` to ``MAX_TTL_S``, else
     ``InputError``. Until review R57 NaN and infinity were taken: infinity made leases that never
     expire and a heartbeat thread that died of ``OverflowError`` at its first wait, NaN leases
     that never expire on PostgreSQL and a heartbeat that renewed without a pause.
@@ -169,7 +174,7 @@ class LeaseManager:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        self.ttl_s = positive_number(ttl_s, "lease ttl_s", MAX_TTL_S)
+        self.ttl_s = positive_number(ttl_s, "lease ttl_s", MAX_TTL_S, least=MIN_TTL_S)
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._clock = clock
         self._lock = threading.Lock()
