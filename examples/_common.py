@@ -13,7 +13,8 @@ with ``AGENTGATE_OPENAI_BASE_URL`` set it talks to any OpenAI-compatible endpoin
 (that mode needs ``pip install langchain-openai``). An empty value counts as unset; a timeout that
 is no number of seconds above 0, retries that are no whole number from 0 to 100, or a missing
 ``langchain-openai`` end the example with one line and status 2, before anything is made; so does
-a base URL that is no http(s) URL with a host (and a valid port, where it names one). A
+a base URL that is no http(s) URL with a host (and a valid port, where it names one), and an API
+key that an Authorization header cannot carry (white space, a control or non-ASCII character). A
 model call the endpoint fails (unreachable, no answer in time, a refused key, a model it does not
 serve, an error status, an answer that is no chat completion or holds no choice) stops the run
 with ``EndpointFailed``, whose message names the endpoint and says what to check; the example then
@@ -226,6 +227,23 @@ def _client_url_fault(url: str) -> str | None:
     return None
 
 
+def _api_key_fault(key: str) -> str | None:
+    """What keeps ``key`` from being sent as ``Authorization: Bearer``, as a person reads it after
+    "AGENTGATE_OPENAI_API_KEY", never quoting it; ``None`` where it can be sent: printable ASCII with
+    no white space, as agentgate's backend inventory takes a key. Until review R87 the key was not
+    checked: one ending in the \\r of an env file saved with CRLF endings stopped the first model
+    call as an endpoint nobody listens at ("Connection error."), after the store was made, and a
+    non-ASCII one with a bare ``UnicodeEncodeError``."""
+    at = next((i for i, c in enumerate(key) if not " " < c < "\x7f"), None)
+    if at is None:
+        return None
+    crlf = "; an env file saved with CRLF endings adds a \\r" if key.endswith("\r") else ""
+    return (
+        "holds whitespace, control or non-ASCII characters, which an Authorization header cannot "
+        f"carry (the first at character {at + 1} of {len(key)}{crlf})"
+    )
+
+
 def endpoint_settings() -> EndpointSettings | None:
     """The endpoint named by ``AGENTGATE_OPENAI_*``; ``None`` where no base URL is set (offline).
     A setting it cannot use ends the example with one line saying which, and status 2."""
@@ -261,13 +279,17 @@ def endpoint_settings() -> EndpointSettings | None:
         _misconfigured(
             f"AGENTGATE_OPENAI_MAX_RETRIES={retries_text!r} is not a whole number from 0 to {MAX_RETRIES}"
         )
+    api_key = _setting("AGENTGATE_OPENAI_API_KEY", "not-needed")
+    fault = _api_key_fault(api_key)
+    if fault is not None:
+        _misconfigured(f"AGENTGATE_OPENAI_API_KEY {fault}: set it to the key alone (its value is not shown)")
     if importlib.util.find_spec("langchain_openai") is None:
         _misconfigured(_NO_CLIENT)
     return EndpointSettings(
         base_url=base_url,
         model=os.environ.get("AGENTGATE_OPENAI_MODEL") or None,
         # An empty key counts as none: the client refuses an empty one when made ("Missing credentials").
-        api_key=_setting("AGENTGATE_OPENAI_API_KEY", "not-needed"),
+        api_key=api_key,
         timeout=timeout,
         retries=retries,
     )
