@@ -46,6 +46,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.tool import invalid_tool_call
 
+from agentgate._shown import escaped
 from agentgate.errors import KeyFileError, PolicyError
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import STOP_KEY, ScriptedChatModel
@@ -501,7 +502,7 @@ def _endpoint_trouble(error: Exception, endpoint: EndpointSettings, model: str) 
             )
             return f"no OpenAI-compatible API at {at} ({_said(error)}; GET /models fails too): {hint}"
         if model not in served:
-            listed = ", ".join(served[:_LISTED]) + (
+            listed = ", ".join(_short(each, 80) for each in served[:_LISTED]) + (
                 f" and {len(served) - _LISTED} more" if served[_LISTED:] else ""
             )
             return (
@@ -581,7 +582,9 @@ def run_ending(messages: Sequence[BaseMessage]) -> str:
     ]
     if not invalid:
         return said
-    asked = "; ".join(f"{each.get('name') or '?'} {_short(str(each.get('args')), 30)}" for each in invalid)
+    asked = "; ".join(
+        f"{_short(str(each.get('name') or '?'), 30)} {_short(str(each.get('args')), 30)}" for each in invalid
+    )
     return (
         f"{said}\n  the model asked for {len(invalid)} tool call(s) whose arguments are no JSON "
         f"object, refused, not run: {asked}"
@@ -636,7 +639,12 @@ def fitted(text: str) -> str:
 
 
 def _short(text: str, width: int = 86) -> str:
-    text = " ".join(text.split())
+    """``text`` on one line of at most ``width`` characters (cut with an ellipsis): its white space
+    folded, and each other character that is not printable written as its backslash escape
+    (``agentgate._shown.escaped``). What an endpoint says (the model's text, the server's words)
+    reaches the terminal only so: until review R87 an escape sequence in it was printed as it was,
+    and could retitle the window or clear the screen over the run's refusals."""
+    text = escaped(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -648,6 +656,12 @@ def _row(start: str, rest: str, end: str = "") -> str:
 def _column(values: Iterable[str]) -> int:
     """The width of a column holding ``values``."""
     return max((len(value) for value in values), default=0)
+
+
+def _resource(entry: Any) -> str:
+    """The audit entry's resource as a column of the summary shows it: a tool's name is the model's
+    choice, each character that is not printable escaped (until review R87 written raw)."""
+    return escaped(entry.resource or "")
 
 
 def summary(
@@ -685,22 +699,22 @@ def summary(
     index, who_width, resource = (
         _column(f"#{e.index}" for e in refused),
         _column(people.get(e.principal, "?") for e in refused),
-        _column(e.resource or "" for e in refused),
+        _column(_resource(e) for e in refused),
     )
     for e in refused:
         who = people.get(e.principal, "?")
         why = _RULE.sub(
             r"policy line \1: ", "; ".join(r for r in e.reasons if not r.startswith("approval gate"))
         )
-        print(_row(f"  {f'#{e.index}':<{index}}  {who:<{who_width}}  {e.resource or '':<{resource}}  ", why))
+        print(_row(f"  {f'#{e.index}':<{index}}  {who:<{who_width}}  {_resource(e):<{resource}}  ", why))
     if not refused:
         print("  (none)")
     approved = [e for e in entries if e.kind == "allow" and e.approver]
     print("\nApproved by a human:")
-    index, resource = _column(f"#{e.index}" for e in approved), _column(e.resource or "" for e in approved)
+    index, resource = _column(f"#{e.index}" for e in approved), _column(_resource(e) for e in approved)
     for e in approved:
         by = f" approved by {people.get(e.approver or '', e.approver)}"
-        print(_row(f"  {f'#{e.index}':<{index}}  {e.resource or '':<{resource}} ", str(e.args), by))
+        print(_row(f"  {f'#{e.index}':<{index}}  {_resource(e):<{resource}} ", str(e.args), by))
     if not approved:
         print("  (none)")
     # A sub-agent's failure reaches its supervisor's model as a tool answer, not the person
@@ -711,11 +725,11 @@ def summary(
         index, who_width, resource = (
             _column(f"#{e.index}" for e in failed),
             _column(people.get(e.principal, "?") for e in failed),
-            _column(e.resource or "" for e in failed),
+            _column(_resource(e) for e in failed),
         )
         for e in failed:
             who = people.get(e.principal, "?")
-            start = f"  {f'#{e.index}':<{index}}  {who:<{who_width}}  {e.resource or '':<{resource}}  "
+            start = f"  {f'#{e.index}':<{index}}  {who:<{who_width}}  {_resource(e):<{resource}}  "
             print(_row(start, f"{e.status}: {'; '.join(e.reasons)}"))
     if peaks:
         print("\nScheduled (peak concurrent calls / policy limit):")
