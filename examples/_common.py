@@ -13,11 +13,13 @@ with ``AGENTGATE_OPENAI_BASE_URL`` set it talks to any OpenAI-compatible endpoin
 (that mode needs ``pip install langchain-openai``). An empty value counts as unset; a timeout that
 is no number of seconds above 0, retries that are no whole number from 0 to 100, or a missing
 ``langchain-openai`` end the example with one line and status 2, before anything is made; so does
-a base URL that is no http(s) URL with a host (and a valid port, where it names one), and an API
-key that an Authorization header cannot carry (white space, a control or non-ASCII character). A
+a base URL that is no http(s) URL with a host (and a valid port, where it names one) or that holds
+credentials (``user:password@``, which would be printed with it), and an API key that an
+Authorization header cannot carry (white space, a control or non-ASCII character). A
 model call the endpoint fails (unreachable, no answer in time, a refused key, a model it does not
 serve, an error status, an answer that is no chat completion or holds no choice) stops the run
-with ``EndpointFailed``, whose message names the endpoint and says what to check; the example then
+with ``EndpointFailed``, whose message names the endpoint and says what to check (the endpoint's
+words in it with the API key redacted and each unprintable character escaped); the example then
 prints its summary of what was decided until then and exits with 1.
 """
 
@@ -46,7 +48,8 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.tool import invalid_tool_call
 
-from agentgate._shown import escaped
+from agentgate._shown import escaped, quoted
+from agentgate.dispatch._redaction import _scrub
 from agentgate.errors import KeyFileError, PolicyError
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import STOP_KEY, ScriptedChatModel
@@ -228,6 +231,13 @@ def _client_url_fault(url: str) -> str | None:
     return None
 
 
+_CREDENTIALS = re.compile(r"([^/?#]*//)[^/?#]*@")
+"""A URL whose authority (after its first ``//``, up to its path) holds ``user:password@``: what
+HTTP clients read as credentials. agentgate's backend inventory refuses such a URL (docs/dispatch.md)
+as HTTP clients log it; the examples print the base URL in their banner and every stop line, and
+until review R87 printed the password in it."""
+
+
 def _api_key_fault(key: str) -> str | None:
     """What keeps ``key`` from being sent as ``Authorization: Bearer``, as a person reads it after
     "AGENTGATE_OPENAI_API_KEY", never quoting it; ``None`` where it can be sent: printable ASCII with
@@ -251,6 +261,13 @@ def endpoint_settings() -> EndpointSettings | None:
     base_url = os.environ.get("AGENTGATE_OPENAI_BASE_URL")
     if not base_url:
         return None
+    if _CREDENTIALS.match(base_url):
+        without = _CREDENTIALS.sub(r"\1***@", base_url, count=1)
+        _misconfigured(
+            f"AGENTGATE_OPENAI_BASE_URL={quoted(without, 200)} "
+            "carries credentials (user:password@), which the example would print with every line "
+            "naming the endpoint: give the key as AGENTGATE_OPENAI_API_KEY (sent as a header)"
+        )
     fault = _base_url_fault(base_url)
     if fault is not None:
         _misconfigured(
@@ -480,10 +497,10 @@ def _endpoint_trouble(error: Exception, endpoint: EndpointSettings, model: str) 
             "overloaded, or still loading the model? A slow endpoint needs a larger AGENTGATE_OPENAI_TIMEOUT"
         )
     if isinstance(error, openai.APIConnectionError):
-        return f"cannot reach the endpoint {at} ({_said(error)}): is the server running there?"
+        return f"cannot reach the endpoint {at} ({_said(error, api_key)}): is the server running there?"
     if isinstance(error, openai.AuthenticationError | openai.PermissionDeniedError):
         return (
-            f"the endpoint refused the request ({_said(error)}) at {at}: set AGENTGATE_OPENAI_API_KEY "
+            f"the endpoint refused the request ({_said(error, api_key)}) at {at}: set AGENTGATE_OPENAI_API_KEY "
             "to a key it accepts"
         )
     if isinstance(error, openai.NotFoundError):
@@ -500,34 +517,46 @@ def _endpoint_trouble(error: Exception, endpoint: EndpointSettings, model: str) 
                 if right is not None
                 else "the URL ends with the API's version, e.g. http://127.0.0.1:8000/v1 for vLLM or llama.cpp"
             )
-            return f"no OpenAI-compatible API at {at} ({_said(error)}; GET /models fails too): {hint}"
+            return (
+                f"no OpenAI-compatible API at {at} ({_said(error, api_key)}; GET /models fails too): {hint}"
+            )
         if model not in served:
-            listed = ", ".join(_short(each, 80) for each in served[:_LISTED]) + (
+            listed = ", ".join(_words(each, api_key, 80) for each in served[:_LISTED]) + (
                 f" and {len(served) - _LISTED} more" if served[_LISTED:] else ""
             )
             return (
-                f"the endpoint does not serve AGENTGATE_OPENAI_MODEL={model!r} ({_said(error)}) at {at}: "
+                f"the endpoint does not serve AGENTGATE_OPENAI_MODEL={model!r} ({_said(error, api_key)}) at {at}: "
                 f"set AGENTGATE_OPENAI_MODEL to one it serves: {listed or 'none'}"
             )
     if isinstance(error, openai.APIStatusError):
-        return f"the endpoint failed the model call ({_said(error)}) at {at}: the server's log there says why"
+        return f"the endpoint failed the model call ({_said(error, api_key)}) at {at}: the server's log there says why"
     if isinstance(error, json.JSONDecodeError | openai.APIResponseValidationError):
         return (
             f"the endpoint's answer is not an OpenAI chat completion ({type(error).__name__}: "
-            f"{_short(str(error))}) at {at}: is an OpenAI-compatible server there?"
+            f"{_words(str(error), api_key)}) at {at}: is an OpenAI-compatible server there?"
         )
     if isinstance(error, _UnusableAnswer):
-        return f"the endpoint {error} at {at}: the server's log there says why"
-    return f"the model call to the endpoint {at} failed ({type(error).__name__}: {_short(str(error))})"
+        return f"the endpoint {_scrub(str(error), api_key)} at {at}: the server's log there says why"
+    return (
+        f"the model call to the endpoint {at} failed ({type(error).__name__}: {_words(str(error), api_key)})"
+    )
 
 
 _LISTED = 5
 """The most models a refusal of the model names: a hosted endpoint may list hundreds."""
 
 
-def _said(error: Any) -> str:
-    """The client's message for ``error`` (the status and the server's words), on one line, cut."""
-    return _short(str(error.message), 200)
+def _said(error: Any, api_key: str) -> str:
+    """The client's message for ``error`` (the status and the server's words), as ``_words``."""
+    return _words(str(error.message), api_key, 200)
+
+
+def _words(text: str, api_key: str, width: int = 86) -> str:
+    """What the endpoint said, ``text``, on one line cut to ``width`` (``_short``), ``api_key``
+    in it, whole or a piece of it, as ``[redacted]``: an endpoint that refuses a key may quote it
+    ("Incorrect API key provided: sk-..."), and until review R87 the examples printed it whole,
+    where agentgate's backend client scrubs it from a backend's words the same way (``_scrub``)."""
+    return _short(_scrub(text, api_key), width)
 
 
 def _served_models(base_url: str, api_key: str) -> list[str] | None:
