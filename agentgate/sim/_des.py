@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentgate._numbers import is_number
+from agentgate._numbers import finite, is_number
+from agentgate._shown import quoted, shown
 from agentgate.errors import InputError
 from agentgate.sim._engine import Engine, SimRequest, StepResult
 from agentgate.sim.traces import TraceRequest
@@ -110,6 +111,48 @@ def _index_past(index: int, now: float, interval: float) -> int:
     return index
 
 
+_COUNTS = (("prompt_tokens", 0), ("output_tokens", 0), ("block_tokens", 1), ("priority", 0))
+"""The integer fields of a ``TraceRequest`` and the least each takes (an empty prompt is the
+engine's to refuse, as a rejected outcome; an output of 0 tokens is taken as one)."""
+
+
+def _check_request(position: int, r: object) -> None:
+    """Raise ``InputError`` naming the request and the field for a ``TraceRequest`` that no
+    replay could serve: an ``id`` that is not text, a token count, ``block_tokens`` or
+    ``priority`` that is not an integer (a bool is none) of at least its ``_COUNTS`` least, an
+    ``arrival`` that is not a finite number of seconds (an integer too large for a float is none),
+    ``hashes`` that are not a tuple of integers, a ``tenant`` that is not text, a ``session``
+    neither text nor ``None``, or an ``slo_ttft_s`` that is not a positive finite number. Until
+    review R87 none was checked: a prompt of NaN tokens was queued and never prefilled (the
+    replay never returned), one of 2.5 failed the engine's first step with a bare ``TypeError``,
+    and an arrival of ``10**400`` was a bare ``OverflowError``."""
+    if not isinstance(r, TraceRequest):
+        raise InputError(f"requests[{position}] must be a TraceRequest, not {shown(r)}")
+    if not isinstance(r.id, str):
+        raise InputError(f"requests[{position}]: id must be text, not {shown(r.id)}")
+    where = f"request {quoted(r.id)}"
+    if not finite(r.arrival):
+        raise InputError(
+            f"{where}: arrival must be a finite number of seconds, not {shown(r.arrival)} (it would never come)"
+        )
+    for name, least in _COUNTS:
+        value = getattr(r, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise InputError(f"{where}: {name} must be an integer of {least} or more, not {shown(value)}")
+    if not isinstance(r.hashes, tuple) or not all(
+        isinstance(h, int) and not isinstance(h, bool) for h in r.hashes
+    ):
+        raise InputError(f"{where}: hashes must be a tuple of integers (chain_hashes), not {shown(r.hashes)}")
+    if not isinstance(r.tenant, str):
+        raise InputError(f"{where}: tenant must be text, not {shown(r.tenant)}")
+    if r.session is not None and not isinstance(r.session, str):
+        raise InputError(f"{where}: session must be text or None, not {shown(r.session)}")
+    if not (finite(r.slo_ttft_s) and r.slo_ttft_s > 0):
+        raise InputError(
+            f"{where}: slo_ttft_s must be a positive finite number of seconds, not {shown(r.slo_ttft_s)}"
+        )
+
+
 def replay(
     requests: Sequence[TraceRequest],
     engines: Mapping[str, Engine],
@@ -123,7 +166,8 @@ def replay(
     Every request ends with an outcome: served, or rejected by the dispatcher, or rejected after
     waiting longer than ``max_wait_s`` in the router, or rejected by the engine it was sent to
     (one that could never finish there: ``Engine.add``). Raises ``ValueError`` if the dispatcher
-    names an unknown backend, and ``InputError``, replaying nothing, for a ``scrape_interval`` that
+    names an unknown backend, and ``InputError``, replaying nothing, for a request with a field
+    of the wrong type or range (``_check_request``: a prompt of NaN or 2.5 tokens), a ``scrape_interval`` that
     is not a number of seconds of at least ``MIN_SCRAPE_INTERVAL_S`` or an arrival that is not a
     finite time (either would keep the replay from ever returning: it scraped at the same instant
     for ever, or waited for ever) or is so far that it is past any count of scrapes (1e308 s), a ``max_wait_s`` that is not a number of seconds, 0 or more
@@ -145,9 +189,8 @@ def replay(
             f"max_wait_s must be a number of seconds, 0 or more (inf: no limit), not {max_wait_s!r:.40}"
         )
     ids: set[str] = set()
-    for r in requests:
-        if not math.isfinite(r.arrival):
-            raise InputError(f"request {r.id!r}: an arrival at {r.arrival!r} s never comes")
+    for position, r in enumerate(requests):
+        _check_request(position, r)
         if not math.isfinite(4.0 * (r.arrival / scrape_interval)):
             # Scrapes are counted on a grid of ``scrape_interval`` (``_index_past`` may step to
             # twice the count): one this far (1e308 s at 0.5) is past any count of them (until a

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from agentgate._shown import quoted, shown
 from agentgate.errors import InputError
 from agentgate.sim._kvcache import KVCache
 from agentgate.sim._latency import LatencyModel
@@ -110,18 +111,25 @@ class Engine:
         prompt at its API; until review R66 one of 0 tokens was prefilled in a chunk of 0 tokens,
         outside the step's token budget, and had its first token for no work), or a request that
         could never finish: its prompt and output need more KV than the whole cache holds (it
-        would block the FCFS queue for good; vLLM refuses it at its API, ``max_model_len``).
+        would block the FCFS queue for good; vLLM refuses it at its API, ``max_model_len``). Also
+        for a token count that is not an integer (a bool is none): until review R87 a prompt of
+        NaN tokens was queued and never prefilled (its steps took NaN seconds, for ever), and one
+        of 2.5 failed the first step with a bare ``TypeError``.
         """
+        where = f"request {quoted(request.id)}"
+        for name in ("prompt_tokens", "output_tokens"):
+            value = getattr(request, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InputError(f"{where}: {name} must be an integer, not {shown(value)}")
         if request.prompt_tokens < 1:
             raise InputError(
-                f"request {request.id!r}: a prompt of {request.prompt_tokens} tokens (an empty prompt "
-                "cannot be served)"
+                f"{where}: a prompt of {quoted(request.prompt_tokens)} tokens (an empty prompt cannot be served)"
             )
         needed = request.prompt_tokens + max(1, request.output_tokens) - 1  # the last token needs no KV
         if needed > self.kv.capacity:
             raise InputError(
-                f"request {request.id!r}: {request.prompt_tokens} prompt and {request.output_tokens} "
-                f"output tokens need {needed} tokens of KV; the cache holds {self.kv.capacity}"
+                f"{where}: {quoted(request.prompt_tokens)} prompt and {quoted(request.output_tokens)} "
+                f"output tokens need {quoted(needed)} tokens of KV; the cache holds {self.kv.capacity}"
             )
         request.output_tokens = max(1, request.output_tokens)
         request.prefill_target = request.prompt_tokens
