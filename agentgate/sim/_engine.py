@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from agentgate._shown import quoted, shown
 from agentgate.errors import InputError
 from agentgate.sim._kvcache import KVCache
-from agentgate.sim._latency import LatencyModel
+from agentgate.sim._latency import PROFILES, LatencyModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +87,34 @@ class StepResult:
     finished: list[SimRequest]
 
 
+def check_engine_arguments(model: object, config: object) -> None:
+    """Raise ``InputError`` naming the argument for a ``model`` that is not a ``LatencyModel`` (a
+    profile's name names the known ones: ``PROFILES`` is keyed by name, and passing the name is
+    an easy mistake) or a ``config`` neither an ``EngineConfig`` nor ``None`` (a dict of its
+    settings is none). Until review R87 either failed later with a bare ``AttributeError``, and
+    an empty dict was silently read as the default settings."""
+    if not isinstance(model, LatencyModel):
+        if isinstance(model, str):
+            known = ", ".join(map(repr, PROFILES))
+            raise InputError(
+                f"model must be a LatencyModel, not the text {quoted(model)} (a built-in profile by "
+                f"its name is PROFILES[name]; the known names: {known})"
+            )
+        raise InputError(f"model must be a LatencyModel, not {shown(model)}")
+    if config is not None and not isinstance(config, EngineConfig):
+        raise InputError(
+            f"config must be an EngineConfig or None, not {shown(config)} (EngineConfig(**settings) "
+            "makes one of a dict)"
+        )
+
+
 class Engine:
     """One simulated replica. Not thread-safe: one runner drives it."""
 
     def __init__(self, model: LatencyModel, config: EngineConfig | None = None) -> None:
+        """Raises ``InputError`` for a ``model`` or ``config`` of another type
+        (``check_engine_arguments``)."""
+        check_engine_arguments(model, config)
         self.model = model
         self.config = config or EngineConfig()
         capacity = self.config.kv_capacity_tokens or model.kv_capacity_tokens

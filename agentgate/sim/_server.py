@@ -81,7 +81,7 @@ from agentgate._http_limits import HttpLimits, port_number
 from agentgate._numbers import finite
 from agentgate.dispatch.prefix import block_hashes
 from agentgate.errors import DispatchError, InputError
-from agentgate.sim._engine import Engine, EngineConfig, SimRequest
+from agentgate.sim._engine import Engine, EngineConfig, SimRequest, check_engine_arguments
 from agentgate.sim._latency import LLAMA_8B_H100, LatencyModel
 from agentgate.sim._request import parse_chat
 
@@ -267,7 +267,9 @@ class SimServer:
     """A simulated vLLM backend served over HTTP on 127.0.0.1 from a background thread.
 
     Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is the base URL.
-    Raises ``InputError`` for a ``time_scale`` that is not a finite number of at least
+    Raises ``InputError`` for a ``model`` that is not a ``LatencyModel`` (a profile's name
+    among them) or a ``config`` neither an ``EngineConfig`` nor ``None`` (a dict of settings among
+    them: ``check_engine_arguments``), a ``time_scale`` that is not a finite number of at least
     ``MIN_TIME_SCALE`` (1e-6), a ``scrape_lag_s`` that is not a finite number of 0 or more, a
     ``max_model_len`` that is not an integer of at least 2, an empty ``api_key``, a ``body_timeout_s``
     that is not a positive finite number (an integer too large for a float is none: until review
@@ -294,6 +296,7 @@ class SimServer:
     ) -> None:
         # Each type is checked before its range: until review R66 text raised a bare TypeError
         # from the comparison, and max_model_len=2.5 was taken.
+        check_engine_arguments(model, config)
         if not (finite(time_scale) and time_scale >= MIN_TIME_SCALE):
             raise InputError(
                 f"time_scale must be a finite number of at least {MIN_TIME_SCALE:g} (1.0 is real time, "
