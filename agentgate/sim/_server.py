@@ -79,6 +79,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate._http_limits import HttpLimits, port_number
 from agentgate._numbers import finite
+from agentgate._shown import shown
 from agentgate.dispatch.prefix import block_hashes
 from agentgate.errors import DispatchError, InputError
 from agentgate.sim._engine import Engine, EngineConfig, SimRequest, check_engine_arguments
@@ -269,7 +270,8 @@ class SimServer:
     Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is the base URL.
     Raises ``InputError`` for a ``model`` that is not a ``LatencyModel`` (a profile's name
     among them) or a ``config`` neither an ``EngineConfig`` nor ``None`` (a dict of settings among
-    them: ``check_engine_arguments``), a ``time_scale`` that is not a finite number of at least
+    them: ``check_engine_arguments``), a ``model_name`` that is not non-empty text, a
+    ``time_scale`` that is not a finite number of at least
     ``MIN_TIME_SCALE`` (1e-6), a ``scrape_lag_s`` that is not a finite number of 0 or more, a
     ``max_model_len`` that is not an integer of at least 2, an empty ``api_key``, a ``body_timeout_s``
     that is not a positive finite number (an integer too large for a float is none: until review
@@ -297,6 +299,10 @@ class SimServer:
         # Each type is checked before its range: until review R66 text raised a bare TypeError
         # from the comparison, and max_model_len=2.5 was taken.
         check_engine_arguments(model, config)
+        if not isinstance(model_name, str) or not model_name:
+            # Until review R87 None was taken, and /v1/models served the model as "id": null.
+            given = "empty text" if isinstance(model_name, str) else shown(model_name)
+            raise InputError(f"model_name must be non-empty text (the served model's id), not {given}")
         if not (finite(time_scale) and time_scale >= MIN_TIME_SCALE):
             raise InputError(
                 f"time_scale must be a finite number of at least {MIN_TIME_SCALE:g} (1.0 is real time, "
