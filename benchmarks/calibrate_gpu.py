@@ -452,13 +452,25 @@ small enough that the fit's products of them stay floats (until review R85 a who
 large for a float, ``10**400``, passed the check and the fit ended in an OverflowError)."""
 
 
+def positive_seconds(value: object) -> bool:
+    """Whether ``value`` is a positive finite number of seconds (a bool is none). An integer too
+    large for a float is not finite: ``math.isfinite`` raises ``OverflowError`` on it, which until
+    review R87 ended ``--fit`` of a point of ``10**400`` seconds in a traceback."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value) and value > 0
+    except OverflowError:
+        return False
+
+
 def read_measurements(path: Path) -> dict[str, Any]:
     """Measurements saved by ``--out``, checked before they are fitted.
 
     Exits with a message naming the file (no traceback, no JSON line) when it cannot be read, is not
     JSON, or lacks what the fit and the report read: ``info`` (``device``, ``shape``, ``torch``),
     and ``decode`` and ``prefill`` points with whole numbers of tokens (0 to ``MAX_COUNT``) and a
-    positive time each.
+    positive finite time each (``positive_seconds``).
     """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -477,9 +489,7 @@ def read_measurements(path: Path) -> dict[str, Any]:
             if not (
                 isinstance(point, dict)
                 and all(type(point.get(field)) is int and 0 <= point[field] <= MAX_COUNT for field in fields)
-                and type(point.get("seconds")) in (int, float)
-                and math.isfinite(point["seconds"])
-                and point["seconds"] > 0
+                and positive_seconds(point.get("seconds"))
             ):
                 sys.exit(
                     f"calibrate_gpu: --fit {path}: {kind} point {number} needs whole numbers "
@@ -502,10 +512,7 @@ def main() -> None:
         measurements = measure(args.quick, args.tiny)
         if args.out:
             args.out.write_text(json.dumps(measurements, indent=1) + "\n")
-    if not all(
-        math.isfinite(p["seconds"]) and p["seconds"] > 0
-        for p in measurements["decode"] + measurements["prefill"]
-    ):
+    if not all(positive_seconds(p["seconds"]) for p in measurements["decode"] + measurements["prefill"]):
         sys.exit("calibrate_gpu: a measurement is not a positive number")
     try:  # the report fits again (a few points): this only refuses what it could not fit
         largest_error = fit(measurements)["max_abs_error"]
