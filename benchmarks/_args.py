@@ -40,6 +40,17 @@ def positive(text: str) -> float:
     return value
 
 
+def slowdown(text: str) -> float:
+    """An argparse type: how many times slower, a finite number of 1 or more (1: as fast). Until
+    review R87 ``broker.py --spread-slowdown`` took any number above 0, and at 0.1 a gang placed
+    across domains ran ten times faster: more useful GPU-seconds than held (utilization above
+    occupancy), and a goal line built on them."""
+    value = _number(text)
+    if not (math.isfinite(value) and value >= 1):
+        raise argparse.ArgumentTypeError(f"must be a finite number of 1 or more (times slower): {text!r}")
+    return value
+
+
 MIN_LOAD = 0.001
 """The least offered load (``--load``, a fraction of what the simulated pool or cluster can
 serve) a benchmark takes: a thousandth of capacity is idle. Until review R85 any finite number

@@ -18,7 +18,7 @@ Job model (assumptions, stated so they can be argued with):
   0.001 to 2);
 - a job's work is its duration at full speed: log-normal, median 30 min, sigma 0.8, at most 8 h;
 - a communication-bound gang (half of the gangs of 2 or more GPUs) placed across NVLink domains
-  runs ``--spread-slowdown`` times slower (default 1.5: NVLink carries ~900 GB/s per GPU, a
+  runs ``--spread-slowdown`` times slower (1 or more; default 1.5: NVLink carries ~900 GB/s per GPU, a
   400 Gb/s NIC ~50 GB/s; 1.5 is a moderate figure for data-parallel training, see docs/broker.md);
 - a preempted job checkpoints in 60 s (grace 120 s), keeps the work done up to the notice, and is
   submitted again for the rest.
@@ -73,7 +73,7 @@ from agentgate.dispatch.broker import (
     WorkloadHint,
     synthetic_topology,
 )
-from benchmarks._args import MIN_LOAD, non_negative_int, offered_load, positive, random_seed, wait_s
+from benchmarks._args import MIN_LOAD, non_negative_int, offered_load, random_seed, slowdown, wait_s
 
 TENANTS = {"a": (24, 0.45), "b": (24, 0.35), "c": (16, 0.20)}  # nominal GPUs, share of arrivals
 SIZES = ((1, 0.25), (2, 0.20), (3, 0.05), (4, 0.25), (6, 0.05), (8, 0.20))
@@ -367,7 +367,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0.95,
         help=f"offered work / cluster capacity, {MIN_LOAD:g} to {MAX_LOAD:g}",
     )
-    parser.add_argument("--spread-slowdown", type=positive, default=1.5)
+    parser.add_argument(
+        "--spread-slowdown",
+        type=slowdown,
+        default=1.5,
+        help="times slower a communication-bound gang runs across domains, 1 or more",
+    )
     parser.add_argument("--locality-wait", type=wait_s, default=LOCALITY_WAIT_S, help="agentgate's, seconds")
     parser.add_argument("--drain-after", type=wait_s, default=DRAIN_AFTER_S, help="agentgate's, seconds")
     parser.add_argument("--max-draining", type=non_negative_int, default=MAX_DRAINING, help="agentgate's")
