@@ -444,14 +444,22 @@ def _loads(text: str) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", action="append", type=Path, help="trace file (repeatable); default: both")
+    # Each of --load and --limit given is kept with --quick, which sets only those not given (as
+    # tasks.py's, audit.py's and dispatch_http.py's --quick do): until review R87 --quick
+    # replaced --load, and kept --limit only below 1,000.
     ap.add_argument(
         "--load",
         type=_loads,
-        default=[0.5, 0.8, 1.0, 1.1],
-        help=f"comma-separated, each {MIN_LOAD:g} to {MAX_LOAD:g}",
+        default=None,
+        help=f"comma-separated, each {MIN_LOAD:g} to {MAX_LOAD:g} (default 0.5,0.8,1.0,1.1; --quick: 0.8,1.0)",
     )
     ap.add_argument("--seeds", type=positive_int, default=1)
-    ap.add_argument("--limit", type=positive_int, default=3000, help="first N requests of each trace")
+    ap.add_argument(
+        "--limit",
+        type=positive_int,
+        default=None,
+        help="first N requests of each trace (default 3000; --quick: 1000)",
+    )
     ap.add_argument("--backends", type=positive_int, default=8)
     ap.add_argument(
         "--scrape",
@@ -459,7 +467,11 @@ def main(argv: list[str] | None = None) -> int:
         default=0.5,
         help=f"metrics scrape interval (s), at least {MIN_SCRAPE_INTERVAL_S:g}",
     )
-    ap.add_argument("--quick", action="store_true", help="1000 requests, loads 0.8 and 1.0")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="1000 requests, loads 0.8 and 1.0, where --limit and --load name none",
+    )
     ap.add_argument("--plot", type=Path, default=REPO / "out" / "dispatch_p99_ttft.png")
     ap.add_argument("--json", action="store_true", help="print the JSON line (always printed last)")
     args = ap.parse_args(argv)
@@ -467,9 +479,8 @@ def main(argv: list[str] | None = None) -> int:
         plot_to = plot_file(args.plot)
     except ValueError as exc:
         ap.error(f"argument --plot: {exc}")
-    loads, limit = args.load, args.limit
-    if args.quick:
-        loads, limit = [0.8, 1.0], min(limit, 1000)
+    loads = args.load if args.load is not None else [0.8, 1.0] if args.quick else [0.5, 0.8, 1.0, 1.1]
+    limit = args.limit if args.limit is not None else 1000 if args.quick else 3000
     # Every trace is read before any replay: a missing or malformed one (they come from
     # ../shared/data/traces/, never downloaded) ends the run at once, without a goals line.
     traces: list[tuple[Path, list[TraceRequest]]] = []
