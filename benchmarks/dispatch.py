@@ -359,19 +359,26 @@ def goals(all_results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
                     figs[f"{tag}.{name}.load{load}.{key}"] = round(f[key], 4)
         loads = list(routers_["agentgate"])
         if tag == "mooncake":
-            gate_load = max((x for x in loads if float(x) <= 1.0), key=float, default=loads[0])
-            r, lb, ca = (routers_[n][gate_load]["ttft_mean"] for n in ("random", LOAD_BALANCED, CACHE_AWARE))
-            gl["mooncake_sanity_random_gt_lb_gt_cache_aware"] = {
-                "value": 1 if r > lb > ca else 0,
-                "limit": 1,
-                "better": "higher",
-            }
-            figs["mooncake.sanity_mean_ttft"] = {
-                "load": gate_load,
-                "random": r,
-                "load_balanced": lb,
-                "cache_aware": ca,
-            }
+            # The sanity ordering is the Mooncake paper's at load 1.0 (docs/measurements.md): a
+            # run without 1.0 has no value for it, as the two goals below have none outside their
+            # loads (until review R87 it was measured at the highest load up to 1.0, or the first,
+            # under the same name).
+            gate_load = next((x for x in loads if float(x) == 1.0), None)
+            if gate_load is not None:
+                r, lb, ca = (
+                    routers_[n][gate_load]["ttft_mean"] for n in ("random", LOAD_BALANCED, CACHE_AWARE)
+                )
+                gl["mooncake_sanity_random_gt_lb_gt_cache_aware"] = {
+                    "value": 1 if r > lb > ca else 0,
+                    "limit": 1,
+                    "better": "higher",
+                }
+                figs["mooncake.sanity_mean_ttft"] = {
+                    "load": gate_load,
+                    "random": r,
+                    "load_balanced": lb,
+                    "cache_aware": ca,
+                }
             # The two goals are the at loads 0.8 to 1.0: a run at none of them (--load 0.5)
             # has no value for them, rather than one measured at another load under their name.
             window = [x for x in loads if 0.8 <= float(x) <= 1.0]
