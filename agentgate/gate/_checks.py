@@ -111,6 +111,19 @@ def _is_tag(text: str) -> bool:
     return len(text) == _TAG_CHARS and _HEX.issuperset(text)
 
 
+def call_tag_ending(name: str) -> str | None:
+    """What a sub-agent's ``name`` would be read as in the purpose ``delegated_purpose`` signs
+    when it ends as a delegating call's purpose does (``; call`` and 32 hex digits): the name
+    without that ending, which ``granted_elsewhere`` takes for the name granted, else ``None``.
+    ``Gate.delegate`` refuses such a name: its grant's purpose is that of a grant to the shorter
+    name for a call, so the name it was given could not run on it and the shorter name could
+    (until review R87 it was delegated to)."""
+    cut = len(name) - _TAG_CHARS - len(_CALL)
+    if cut >= 0 and name[cut : cut + len(_CALL)] == _CALL and _is_tag(name[-_TAG_CHARS:]):
+        return name[:cut]
+    return None
+
+
 def granted_elsewhere(purpose: str, name: str) -> str | None:
     """How a grant whose signed ``purpose`` is one the Gate writes (``issued_purpose``,
     ``delegated_purpose``) was granted under another name than ``name``: the words for a
@@ -118,9 +131,8 @@ def granted_elsewhere(purpose: str, name: str) -> str | None:
     (a grant made outside the Gate, or by ``Gate.issue`` before review R66)."""
     if purpose.startswith(_SUB_AGENT):
         granted = purpose[len(_SUB_AGENT) :]
-        cut = len(granted) - _TAG_CHARS - len(_CALL)
-        if cut >= 0 and granted[cut : cut + len(_CALL)] == _CALL and _is_tag(granted[-_TAG_CHARS:]):
-            granted = granted[:cut]
+        if (shorter := call_tag_ending(granted)) is not None:
+            granted = shorter
         return None if granted == name else f"delegated to sub-agent {granted}"
     cut = purpose.rfind(_AGENT)
     if not purpose.startswith("role ") or cut < 0 or not _is_tag(tag := purpose[cut + len(_AGENT) :]):

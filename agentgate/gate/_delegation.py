@@ -19,6 +19,7 @@ from opentelemetry.trace import INVALID_SPAN, Span, Tracer
 from agentgate import _confusables
 from agentgate._names import MAX_NAME_CHARS, check_agent_name, check_canonical_name
 from agentgate._names import check_name as _check_name
+from agentgate._shown import quoted
 from agentgate.audit.spans import (
     ends_held,
     grant_span,
@@ -62,6 +63,7 @@ from agentgate.gate._checks import (
     _NO_CHAIN,
     _TEXT_OR_NONE,
     _finding,
+    call_tag_ending,
     delegated_purpose,
     issued_purpose,
     principal_named,
@@ -121,7 +123,9 @@ def _delegation_terms(
     """The capabilities of a delegation to ``key`` under ``name``, once its terms are checked
     (``Gate.delegate``, and ``delegation_tool`` when it is made): ``InputError`` naming the
     parameter for a name that is not non-empty, valid Unicode text (a lone surrogate) of at most
-    ``MAX_AGENT_NAME_CHARS`` visible characters on one line (``_check_name``), a key
+    ``MAX_AGENT_NAME_CHARS`` visible characters on one line (``_check_name``), or that ends
+    as a delegating call's tag does (``call_tag_ending``: ``helper; call`` and 32 hex digits,
+    whose grant would read as one to ``helper``; until review R87 delegated to), a key
     that is not a ``SigningKey``, a ``ttl`` that is not a positive ``timedelta``, a budget that
     is not a non-negative whole number or ``None``; ``CapabilityError`` (an ``InputError``) for
     a capability that does not parse, and naming ``capabilities`` for one string (refused, not
@@ -131,6 +135,13 @@ def _delegation_terms(
             f"a sub-agent's name must be non-empty text, got {shown(name) if name != '' else 'empty text'}"
         )
     check_agent_name(name, "a sub-agent's")
+    shorter = call_tag_ending(name)
+    if shorter is not None:
+        raise InputError(
+            f"a sub-agent's name {quoted(name)} ends as a delegating call's tag ('; call' and "
+            "32 hex digits), which the Gate signs after the name into the grant's purpose: the "
+            f"grant would read as one to {quoted(shorter)}; write the name without that ending"
+        )
     expect(key, SigningKey, "key", "the sub-agent's own SigningKey")
     if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
         raise InputError(f"a delegation's ttl is a positive timedelta, got {shown(ttl)}")
