@@ -10,6 +10,7 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Container, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from types import CoroutineType, FunctionType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
 from opentelemetry import trace
@@ -100,6 +101,38 @@ def _not_a_failure(cls: type[BaseException]) -> InputError:
         f"failed must return a bool or an exception, got the exception class {name}, "
         f"not an exception (return {name}(...))"
     )
+
+
+_ASYNC_CODE = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _is_async_function(fn: object) -> bool:
+    """Whether calling ``fn`` runs none of its body and returns a coroutine or an async generator:
+    an ``async def`` function (a ``functools.partial`` of one included), or an object whose
+    ``__call__`` is one. A plain function (a ``lambda``) is read from its code's flags: ``run``
+    checks up to three callbacks per call, and ``inspect`` takes microseconds for each. One that
+    returns a coroutine all the same is caught when it returns (``_finish``)."""
+    if type(fn) is FunctionType:
+        return bool(fn.__code__.co_flags & _ASYNC_CODE)
+    return any(
+        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f) for f in (fn, type(fn).__call__)
+    )
+
+
+def _async_fn(resource: str) -> InputError:
+    """The error for an ``fn`` given to ``Gate.run`` that returned a coroutine (an async
+    function): none of its body ran (until review R87 a model call was recorded ``ok`` and
+    charged, the coroutine returned as its result)."""
+    return InputError(
+        f"{resource}: Gate.run called an async function, whose body never ran; run it with Gate.arun"
+    )
+
+
+def _not_awaited(name: str) -> InputError:
+    """The error for a ``failed`` or ``spent`` that returned a coroutine, which ``run`` and
+    ``arun`` read at once and never await (until review R87 ``spent``'s was charged as reserved
+    and its ``repr`` written into the outcome, ``failed``'s read as a failure)."""
+    return InputError(f"{name} returned a coroutine, which is never awaited: give {name} a plain function")
 
 
 _NO_FN = object()
@@ -216,8 +249,14 @@ class _Running:
         ``interrupt()`` inside a tool): the outcome is ``paused``, the reservation released, and
         an approval the call consumed is put back for this call, to be replayed when it resumes.
         ``InputError`` (nothing run or written, the allow left unused) for an ``auth`` that is not
-        an ``Authorization``, an ``fn`` that is not callable, a ``paused`` that is neither None nor
-        a function, or a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text.
+        an ``Authorization``, an ``fn`` that is not callable, a ``paused``, ``failed`` or
+        ``spent`` that is neither None nor a plain function (an async one's result would be read
+        unawaited), or a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text.
+        An ``fn`` that returns a coroutine (an async function: ``arun`` runs those) is a call that
+        never started, for a model as for a tool: an ``error`` outcome, its reservation released,
+        a once-only call left as not run, and ``InputError`` (until review R87 a model call
+        returned the coroutine, was recorded ``ok`` and charged, and a tool call was recorded as
+        one that may have had its effect, never to run again).
         """
         self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
         self._begin_run(auth)
@@ -230,17 +269,24 @@ class _Running:
 
                         def attempt(_attempt: Attempt) -> T:
                             nonlocal started
-                            started = True
+                            began, started = started, True
                             try:
-                                return fn()
+                                value = fn()
                             except BaseException as exc:
                                 raised.append(exc)
                                 raise
+                            if isinstance(value, CoroutineType):  # none of its body ran: the
+                                started = began  # scheduler refuses it with InputError
+                            return value
 
                         result = self._sync().submit(self._tool_call(auth, call_id, run_id, paused), attempt)
                     else:
                         started = True
                         result = fn()
+                        if isinstance(result, CoroutineType):  # none of its body ran
+                            started = False
+                            result.close()
+                            raise _async_fn(auth.call.resource)
                 except BaseException as exc:
                     self._fail(span, auth, exc, paused, started=started, ran=exc in raised)
                     raise
@@ -575,12 +621,19 @@ class _Running:
         LangGraph stream cut after output is such a ``spent``'s ``BackendFailed``: until review
         R59 its reason had no detail, where the gateway's for the same stream did), and the
         exception is re-raised; so is a ``failed`` that returns an exception class, with
-        ``InputError`` (``_not_a_failure``). Whatever else ``failed`` returns is read for its
-        truth (``None`` is not failed): until review R85b a value that was neither a boolean nor
+        ``InputError`` (``_not_a_failure``), and a ``failed`` or ``spent`` that returns a
+        coroutine, closed unawaited (``_not_awaited``). Whatever else ``failed`` returns is read
+        for its truth (``None`` is not failed): until review R85b a value that was neither a boolean nor
         an exception (numpy's ``bool_``, a return code) was refused as an exception class is."""
         try:
             usage = spent(result) if spent is not None else None
+            if isinstance(usage, CoroutineType):
+                usage.close()
+                raise _not_awaited("spent")
             returned: object = failed(result) if failed is not None else False
+            if isinstance(returned, CoroutineType):
+                returned.close()
+                raise _not_awaited("failed")
             if isinstance(returned, type) and issubclass(returned, BaseException):
                 raise _not_a_failure(returned)
             # Any other value is read for its truth (numpy's ``bool_``, a return code, ``None``),
@@ -675,9 +728,10 @@ class _Running:
         and an allow that was already used: one decision, one run. ``InputError`` first, the
         allow left unused, for an ``auth`` that is not an ``Authorization``, for an ``fn`` (the
         function ``run``/``arun`` is to run) that cannot be called, for a ``paused``,
-        ``failed`` or ``spent`` that is neither None nor a function (the call's ``ToolCall``
-        refuses ``paused``; ``_fail`` calls it, and ``_finish`` the other two, after the tool ran),
-        for a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text (until
+        ``failed`` or ``spent`` that is neither None nor a plain function (the call's
+        ``ToolCall`` refuses ``paused``; ``_fail`` calls it, and ``_finish`` the other two,
+        after the tool ran, reading what they return at once: until review R87 an async one's
+        coroutine was read as a pause, a failure, or usage that could not be read), for a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text (until
         review R56 a ``call_id`` of 123 raised ``TypeError`` as the call's span was made, the
         allow used up and its entry left with no outcome and no span), and for an ``arun``
         ``preemptible`` that is not True or False (until review R86 ``"false"`` was read as true:
@@ -694,6 +748,11 @@ class _Running:
         ):
             if given is not None and not callable(given):
                 raise InputError(f"{name} must be a function of {of} or None, got {shown(given)}")
+            if given is not None and _is_async_function(given):
+                raise InputError(
+                    f"{name} must be a plain function of {of}, got an async function: what it "
+                    "returns is read at once, never awaited"
+                )
         expect(preemptible, bool, "preemptible", "True or False")
         if not auth.allowed or auth.audit_index is None:
             refused = ApprovalRequired if auth.needs_approval else Denied
