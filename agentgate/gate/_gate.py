@@ -91,6 +91,7 @@ from agentgate.tasks import (
     SyncScheduler,
     idempotency_key,
 )
+from agentgate.tasks._scheduler import _drain_timeout
 
 # The dispatcher brings aiohttp, httpx and the GPU inventory: a gate without one never loads them.
 if TYPE_CHECKING:
@@ -280,7 +281,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             opened.close()
             raise
 
-    def close(self, *, timeout_s: float = 30.0) -> None:
+    def close(self, *, timeout_s: float | None = 30.0) -> None:
         """Stop taking calls, let the calls in progress settle, then stop the scheduler and
         dispatcher threads, commit every pending outcome and close the store. Idempotent.
 
@@ -296,13 +297,24 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         outcomes left unwritten end, saying so, and the store is closed before it is raised.
         Ctrl-C while it waits for the calls running ends that wait as ``timeout_s`` would: the
         gate is closed, then it is raised.
+
+        ``timeout_s`` is read as ``SyncScheduler.close`` reads it (``_drain_timeout``): None,
+        infinity or an integer too large for a float waits until the calls settle, 0 or less not
+        at all; ``InputError``, before anything is closed, for a value that is not a number (a
+        bool, text) or is NaN (until review R87 ``"5"`` raised a bare ``TypeError`` with the
+        gate marked closing: every later ``close`` returned at once, the store was never closed
+        and decisions went on being written).
         """
+        try:
+            bound = _drain_timeout(timeout_s)
+        except InputError as exc:
+            raise InputError(f"Gate.close: {exc}") from None
         with self._runs_changed:
             if self._closing:
                 return
             self._closing = True
         self._limits.refuse_waiting("the gate is closing: the call was not started")
-        deadline = time.monotonic() + timeout_s
+        deadline = None if bound is None else time.monotonic() + bound
         try:
             here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -312,7 +324,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             # ``arun`` calls of the loop that called close() cannot progress while it waits.
             own = self._loop_runs.get(here, 0) if here is not None else 0
             try:
-                self._runs_changed.wait_for(lambda: self._runs <= own, timeout_s)
+                self._runs_changed.wait_for(lambda: self._runs <= own, bound)
             except BaseException as exc:  # Ctrl-C: it ends the wait as the timeout does
                 # The gate is closed all the same, then it is raised: until review R70 it left
                 # the threads running and the store open, and a second close() (the gate was
@@ -322,13 +334,14 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             if self._runs:
                 _log.error(
                     "agentgate: %d calls had not settled when close() stopped waiting (after at most "
-                    "%.1fs); the outcomes of those still running when it returns will not be recorded",
+                    "%s); the outcomes of those still running when it returns will not be recorded",
                     self._runs,
-                    timeout_s,
+                    "no bound" if bound is None else f"{bound:.1f}s",
                 )
         try:
             if self._sync_scheduler is not None:
-                self._sync_scheduler.close(timeout_s=max(0.0, deadline - time.monotonic()))
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self._sync_scheduler.close(timeout_s=left)
             self._limits.close()
             # Each event loop's scheduler: its loop may be another thread's, or gone, so its
             # leases are given back from here (their heartbeat would outlive the store).
