@@ -16,7 +16,8 @@ from opentelemetry import context as otel_context
 from agentgate._names import MAX_SESSION_CHARS as MAX_SESSION_CHARS  # re-exported, as check_session
 from agentgate._names import check_session as check_session
 from agentgate._names import check_tenant as check_tenant
-from agentgate.errors import DispatchError
+from agentgate._shown import shown
+from agentgate.errors import DispatchError, InputError
 from agentgate.policy import Policy
 
 # The dispatcher brings aiohttp, httpx and the GPU inventory: a gate without one never loads them.
@@ -41,15 +42,45 @@ class _Dispatching:
     def attach_dispatcher(self, dispatcher: Dispatcher) -> None:
         """Serve model calls through ``dispatcher`` (``dispatch.Dispatcher``), which runs on a
         private event loop thread owned by the gate until ``close()``. A model the policy gives a
-        ``slo.ttft_ms`` is routed under it, unless the dispatcher was given its own for it."""
+        ``slo.ttft_ms`` is routed under it, unless the dispatcher was given its own for it.
+
+        One dispatcher per gate, attached before ``close``: ``DispatchError`` (nothing started)
+        when one is attached already, or the gate is closed; ``InputError`` for a ``dispatcher``
+        without a ``Dispatcher``'s ``start``, ``aclose`` and ``model_slo_ttft_s`` (a dict; read
+        by what it has, as tests stand in for one). Until review R87 a second dispatcher replaced
+        the first, whose loop thread ``close`` never stopped, one attached after ``close`` ran
+        its thread for good, and ``"nope"`` raised a bare ``AttributeError``. What the
+        dispatcher's ``start`` raises is raised, its loop thread stopped and nothing attached.
+        The attach holds ``_dispatch_lock`` while the dispatcher starts: a ``close``, or a
+        second attach, waits for it."""
         from agentgate.dispatch.dispatcher import model_slos  # here: the module brings aiohttp
 
-        dispatcher.model_slo_ttft_s = {**model_slos(self.policy), **dispatcher.model_slo_ttft_s}
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="agentgate-dispatch", daemon=True)
-        thread.start()
-        asyncio.run_coroutine_threadsafe(dispatcher.start(), loop).result()
-        self._dispatch = (dispatcher, loop, thread)
+        if not (
+            isinstance(getattr(dispatcher, "model_slo_ttft_s", None), dict)
+            and callable(getattr(dispatcher, "start", None))
+            and callable(getattr(dispatcher, "aclose", None))
+        ):
+            raise InputError(f"dispatcher must be a dispatch.Dispatcher, got {shown(dispatcher)}")
+        with self._dispatch_lock:
+            if self._dispatch_closed:
+                raise DispatchError("the gate is closed: it takes no dispatcher")
+            if self._dispatch is not None:
+                raise DispatchError(
+                    "a dispatcher is attached to this gate already: it serves the gate's model calls "
+                    "until close(); attach one dispatcher per gate"
+                )
+            dispatcher.model_slo_ttft_s = {**model_slos(self.policy), **dispatcher.model_slo_ttft_s}
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="agentgate-dispatch", daemon=True)
+            thread.start()
+            try:
+                asyncio.run_coroutine_threadsafe(dispatcher.start(), loop).result()
+            except BaseException:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join()
+                loop.close()
+                raise
+            self._dispatch = (dispatcher, loop, thread)
 
     @property
     def dispatches(self) -> bool:
@@ -169,12 +200,14 @@ class _Dispatching:
         return "no dispatcher is attached to this gate (Gate.attach_dispatcher)"
 
     def _close_dispatcher(self) -> None:
+        """Detach and stop the dispatcher, if any, and take none after (``attach_dispatcher``):
+        until review R87 a gate closed without one still took one, whose thread ran for good."""
         with self._dispatch_lock:
+            self._dispatch_closed = True
             if self._dispatch is None:
                 return
             dispatcher, loop, thread = self._dispatch
             self._dispatch = None
-            self._dispatch_closed = True
         asyncio.run_coroutine_threadsafe(dispatcher.aclose(), loop).result()
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
