@@ -30,9 +30,10 @@ process, without Kubernetes. The rules (docs/broker.md has worked examples):
 * **Order.** Waiting requests are tried by priority, then arrival (Kueue's BestEffortFIFO: one
   that does not fit does not block smaller ones behind it).
 
-Every public call first applies what the clock says has happened (expiries, grace ends,
-timeouts), then does its work, then tries the queue (a call refused with an error too, before it
-raises: its events come out of the next call). The clock is injectable, so tests and the
+Every public call that changes the state first applies what the clock says has happened
+(expiries, grace ends, timeouts), then does its work, then tries the queue (a call refused with an
+error too, before it raises: its events come out of the next call); ``end_due`` only applies the
+clock, for a caller that submits next. The clock is injectable, so tests and the
 benchmark run in simulated time.
 """
 
@@ -303,6 +304,50 @@ class Broker(_Restoring, _Preempting):
             self._apply_time(now)
             self._schedule(now)
             return self._drain()
+
+    def end_due(self) -> list[BrokerEvent]:
+        """Apply expiries, grace ends and timeouts up to the clock's now, and journal them, without
+        trying the queue: for a caller that submits next, whose ``submit`` tries it with the new
+        request among those waiting, which then ranks as a ``submit`` alone would rank it
+        (``GatedBroker.submit`` ends an earlier request with the same id this way, to audit its
+        end before the new one's decision is linked to the id). A request nominated by a lease
+        that ends is granted all the same, as any call's clock grants it.
+
+        Returns every event since the last call that returned events. Raises ``StoreError`` when
+        the journal write fails: the clock is applied all the same, and the events stay queued
+        for the next call, as for any call.
+        """
+        with self._lock:
+            now = self.clock()
+            self._apply_time(now)
+            self._save(now)
+            return self._drain()
+
+    def holds(self, request_id: str) -> bool:
+        """Whether ``request_id`` is a lease or a waiting request of the broker's, live or ended
+        by the clock since the broker's last call (``is_live`` tells which). Changes nothing; an id
+        that is not text names none."""
+        with self._lock:
+            return isinstance(request_id, str) and (request_id in self._leases or request_id in self._waiting)
+
+    def is_live(self, request_id: str) -> bool:
+        """Whether ``request_id`` is live at the clock's now: a lease neither expired nor past its
+        notice deadline, or a waiting request whose wait is not over. A lease or a wait the clock
+        has ended is not, though the broker holds it until a call applies the clock (then it ends
+        with the events it would end with). Changes nothing, so that a caller may ask before it
+        decides anything (``GatedBroker.submit`` does, before the Gate's decision); an id that
+        is not text names none."""
+        with self._lock:
+            if not isinstance(request_id, str):
+                return False
+            now = self.clock()
+            lease = self._leases.get(request_id)
+            if lease is not None:
+                # As ``_end_due_leases`` ends them: at the notice deadline or the expiry, inclusive.
+                deadline = math.inf if lease.notice_deadline is None else lease.notice_deadline
+                return min(lease.expires_at, deadline) > now
+            waiting = self._waiting.get(request_id)
+            return waiting is not None and waiting.deadline > now  # as ``_apply_time`` times it out
 
     def next_deadline(self) -> float | None:
         """The next clock time at which ``advance`` would change something by itself, if any: the

@@ -33,6 +33,7 @@ import dataclasses
 import math
 import threading
 from dataclasses import dataclass
+from typing import NoReturn
 
 from agentgate.capabilities import Call
 from agentgate.dispatch.broker._broker import Broker, _an_id
@@ -54,8 +55,10 @@ class GatedRequest:
     authorization: Authorization
     """The Gate's decision, already in the audit log (``authorization.audit_index``)."""
     events: tuple[BrokerEvent, ...] = ()
-    """What the broker did in that call (a grant of this request, notices to its victims...);
-    empty when the request was refused."""
+    """What the broker did in that call (a grant of this request, notices to its victims, the end
+    of an earlier request with its id...), after what it did in earlier calls that returned no
+    events (a refused submit, a renewal: ``GatedBroker._delivered``); empty when the request was
+    refused (those come out of the next call that returns events)."""
 
     @property
     def allowed(self) -> bool:
@@ -88,6 +91,8 @@ class GatedBroker(_Recording):
         self._unrecorded: list[BrokerEvent] = []
         """Events taken from the broker whose outcome could not be recorded yet (the store
         failed): recorded first at the next call, in order."""
+        self._undelivered: list[BrokerEvent] = []
+        """Events recorded that no call has returned yet (``_delivered``)."""
 
     def submit(
         self, identity: AgentIdentity | None, request: GangRequest, *, approval: Approval | None = None
@@ -104,13 +109,20 @@ class GatedBroker(_Recording):
         renewals are decided with again): one that waits longer times out rather than be granted
         a lease that would outlive the chain. Never raises for a refused request (the refusal is
         audited and returned).
+        The id of a request the clock ended since the broker's last call (a lease expired, a wait
+        run out) is free: that request's end is audited against its own decision before the new
+        request is decided (``_end_earlier``), and is in the answer's ``events`` if it is allowed,
+        else in those of the next call that returns events. While the broker's journal fails that
+        end cannot be given out, and an allowed request with the id is refused with
+        ``StoreError``, its allow closed with an ``error`` outcome and its reservation returned;
+        so is one whose id has a decision but no request at the broker (``BrokerError``: lost in
+        a restart, which ``reconcile`` ends), see ``_refuse_earlier``.
         Raises ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so
         the type must be known before the decision), a type that is no resource name, an id
-        of the caller's own request that is live through a ``GatedBroker`` of this name (once
-        the broker's clock is applied, which ``submit`` does first, auditing what it ended), or a
-        ``ttl_s`` that would outlive the identity's grant chain (before any decision); and,
-        after an allowed decision, an id another holder's live request has (so that a caller the
-        policy refuses cannot tell another tenant's ids from free ones), or whatever
+        of the caller's own request that is live through a ``GatedBroker`` of this name (live at
+        the broker's clock, ``Broker.is_live``), or a ``ttl_s`` that would outlive the identity's grant chain (before
+        any decision); and, after an allowed decision, an id another holder's live request has
+        (so that a caller the policy refuses cannot tell another tenant's ids from free ones), or whatever
         ``Broker.submit`` raises (an unknown tenant, a duplicate id, a gang that could never be
         placed), with an ``error`` outcome appended and the reservation returned first; except a ``StoreError`` from the broker's journal after
         the broker took the request: the request stands (the broker's events come out of the
@@ -126,20 +138,20 @@ class GatedBroker(_Recording):
         resource = _resource(request)
         with self._lock:
             self._record([])  # what an earlier call could not record comes first
-            # Only a live id is refused: a lease that expired, or a request whose wait ran out,
-            # since the broker's last call keeps its decision's row until the clock is applied.
-            # Until review R87 it was "already live" to its holder, and another holder's request
-            # was allowed, then refused with an ``error`` outcome.
-            self._apply_clock()
-            live = self.decisions.get(request.id)
-            if live is not None and identity is not None and live.principal == identity.did:
+            earlier = self.decisions.get(request.id)
+            live = self.broker.is_live(request.id)  # asked without moving the broker
+            unjournaled = None
+            if not live and (earlier is not None or self.broker.holds(request.id)):
+                unjournaled = self._end_earlier()
+                earlier = self.decisions.get(request.id)
+            if live and earlier is not None and identity is not None and earlier.principal == identity.did:
                 raise BrokerError(f"request {quoted(request.id)} is already live")
             if identity is not None and (left := _outlived(identity, self._ttl(request))) is not None:
                 raise BrokerError(f"request {quoted(request.id)}: {left}")
             call = self._call(resource, request, self._ttl(request))
             auth = self.gate.authorize(identity, call, approval=approval, call_id=request.id)
             if not auth.allowed:
-                return GatedRequest(auth)
+                return GatedRequest(auth)  # what the clock ended meanwhile comes out of the next call
             assert identity is not None
             self.gate.trace_allowed(auth)  # the refusal's span is the Gate's; the allow's is made here
             decided = LeaseDecision(
@@ -151,14 +163,16 @@ class GatedBroker(_Recording):
                 self._price(resource),
                 _held(auth),
             )
-            if live is not None:  # another holder's: said only once the policy allowed the caller
-                self._refuse_taken(decided)
+            # Said only once the policy allowed the caller, so that a caller it refuses cannot tell
+            # another holder's ids from free ones.
+            if earlier is not None:
+                self._refuse_earlier(decided, live, unjournaled)
             # Written right after the decision's transaction, which Gate.authorize commits on its
             # own, and before the broker sees the request: no lease exists without its link. A
             # crash between the two leaves the reservation held (a budget can look smaller,
             # never be overspent) and no lease.
             try:
-                self.decisions.add(decided)
+                added = self.decisions.add(decided)
             except StoreError as exc:
                 # The allow is committed, the broker never sees the request: its reservation is
                 # returned and the allow closed with an ``error`` outcome (until review R40 it
@@ -166,6 +180,8 @@ class GatedBroker(_Recording):
                 # stays held: a budget can look smaller, never be overspent.
                 self._abandon(decided, f"the lease's decision could not be recorded: {exc}")
                 raise
+            if not added:  # a decision written meanwhile has the id: this one would be linked to none
+                self._refuse_taken(decided)
             # The request keeps the timeout_s it was decided with, so that its renewals decide
             # the same arguments; only its wait in the queue is cut to the grant's time left.
             # Until review R87 its timeout_s was cut, and a policy bounding timeout_s from below
@@ -182,7 +198,54 @@ class GatedBroker(_Recording):
                 self._end(request.id, decided.principal, resource, "error", str(exc) or type(exc).__name__)
                 raise
             self._record(events)
-        return GatedRequest(auth, tuple(events))
+            return GatedRequest(auth, tuple(self._delivered()))
+
+    def _end_earlier(self) -> StoreError | None:
+        """End the earlier request with the id ``submit`` is given, which the clock ended since the
+        broker's last call (a lease expired, a wait run out), and audit its end against its own
+        decision before the new request is decided, as a call of the broker ends it first. Only
+        for an id that has a decision or that the broker holds: a fresh id, the usual case, leaves
+        the broker untouched until its request is allowed. The broker ends what is due without
+        trying the queue (``Broker.end_due``): ``Broker.submit`` then ranks the new request among
+        those waiting as a submit alone ranks it, and a request the policy refuses tries no
+        placement; the events come out of the next call that returns events, this submit if it
+        is allowed (``_delivered``). (Until a regression review of R87 every submit applied the
+        clock and tried the queue first, refused ones too, its events returned by no call, and a
+        request submitted as a lease expired ranked below those waiting.)
+
+        Returns the journal's ``StoreError``: the end stays in the broker, unrecorded, and an
+        allowed request is refused with it (``_refuse_earlier``). Raises only the store's error
+        recording an end (it is recorded first at the next call, ``_record``)."""
+        try:
+            events = self.broker.end_due()
+        except StoreError as exc:
+            return exc
+        self._record(events)
+        return None
+
+    def _refuse_earlier(self, decided: LeaseDecision, live: bool, unjournaled: StoreError | None) -> NoReturn:
+        """Refuse allowed ``decided``, whose id still has an earlier decision, its reservation
+        returned and an ``error`` outcome appended: the id is another holder's live one
+        (``BrokerError``); the earlier request's end could not be journaled (``StoreError``: were
+        the new decision linked to the id, that end would be recorded against it once the journal
+        writes); or the broker holds no such request (``BrokerError``: lost in a restart,
+        ``reconcile`` ends its decision)."""
+        request_id = decided.request_id
+        if live:
+            self._refuse_taken(decided)
+        if unjournaled is not None:
+            reason = (
+                f"request {quoted(request_id)}: the end of the earlier request with this id could not be "
+                f"journaled ({unjournaled}); submit it again once the journal writes"
+            )
+            self._abandon(decided, reason)
+            raise StoreError(reason) from unjournaled
+        reason = (
+            f"request {quoted(request_id)} still has the decision of a request the broker does not hold "
+            "(lost in a restart): GatedBroker.reconcile() ends it"
+        )
+        self._abandon(decided, reason)
+        raise BrokerError(reason)
 
     def release(self, identity: AgentIdentity, lease_id: str) -> list[BrokerEvent]:
         """End ``identity``'s lease (or withdraw its waiting request); the events are audited.
@@ -195,9 +258,8 @@ class GatedBroker(_Recording):
         with self._lock:
             self._record([])
             self._holder_request(identity, lease_id)
-            events = self.broker.release(lease_id)
-            self._record(events)
-        return events
+            self._record(self.broker.release(lease_id))
+            return self._delivered()
 
     def renew(self, identity: AgentIdentity, lease_id: str) -> Lease:
         """Extend ``identity``'s live lease, decided again like the request (audited).
@@ -262,12 +324,12 @@ class GatedBroker(_Recording):
         return renewed
 
     def advance(self) -> list[BrokerEvent]:
-        """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are audited."""
+        """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are
+        audited, and returned with those of earlier calls that returned none (``_delivered``)."""
         with self._lock:
             self._record([])
-            events = self.broker.advance()
-            self._record(events)
-        return events
+            self._record(self.broker.advance())
+            return self._delivered()
 
     def _apply_clock(self) -> None:
         """Apply the broker's clock and audit what it ended or granted, before a call reads what

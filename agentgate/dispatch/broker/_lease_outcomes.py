@@ -46,6 +46,7 @@ class _Recording:
     broker: Broker
     decisions: BrokerDecisionStore
     _unrecorded: list[BrokerEvent]
+    _undelivered: list[BrokerEvent]
 
     def _price(self, resource: str) -> int | None:
         spec = self.gate.policy.document.gpus.get(resource.removeprefix("gpu:"))
@@ -137,7 +138,18 @@ class _Recording:
         self._unrecorded.extend(events)
         while self._unrecorded:
             self._record_one(self._unrecorded[0])
-            del self._unrecorded[0]
+            self._undelivered.append(self._unrecorded.pop(0))
+
+    def _delivered(self) -> list[BrokerEvent]:
+        """The events recorded since a call last returned them, for the call that returns them
+        now: each event the broker gives out is returned once, by the call that records it or,
+        where that call returns none (a refused ``submit``, ``renew``, a call that raised), by the
+        next that returns events, as ``Broker`` itself returns every event since its last call
+        that returned some. (Until a regression review of R87 the events of a refused submit's or
+        a renewal's clock, a waiting request's grant among them, were audited and returned by no
+        call, though a waiting holder learns of its grant from ``advance``.)"""
+        events, self._undelivered = self._undelivered, []
+        return events
 
     def _record_one(self, event: BrokerEvent) -> None:
         status, reason = _describe(event)
