@@ -5,7 +5,8 @@ cohort borrowing, reclaim, priority preemption) applied to leases on a topology,
 process, without Kubernetes. The rules (docs/broker.md has worked examples):
 
 * **All or nothing.** A request is granted all its GPUs at once or waits with none. A waiting
-  request times out after ``timeout_s`` with nothing held, nominated or not.
+  request times out at its deadline, ``timeout_s`` after it was submitted or sooner where
+  ``submit``'s ``wait_s`` is shorter, with nothing held, nominated or not.
 * **Quota.** A tenant may use its ``nominal`` quota, and borrow up to ``borrowing_limit`` more
   from the unused nominal quota of its cohort. The cohort as a whole never exceeds the sum of its
   members' nominal quotas. A notified lease's GPUs count against new grants until it ends.
