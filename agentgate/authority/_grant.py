@@ -105,10 +105,13 @@ class Budget:
                     f"budget {shown}: the amount is too large; the largest is {MAX_AMOUNT} (2**63-1) minor units"
                 )
             # Leading zeros are no fault (``007`` is 7); their count is: until review R87 this
-            # said "(no leading zeros)", which ``007`` is not refused for.
+            # said "(no leading zeros)", which ``007`` is not refused for. The value to write keeps
+            # its unit (until a regression review of R87 ``0...07:calls`` was told ``7``, which is
+            # 7 usd_micros), a unit that is no unit name being shown as ``UNIT``, to be named.
+            suffix = "" if not colon else f":{unit}" if _UNIT.fullmatch(unit) else ":UNIT"
             raise TokenFormatError(
                 f"budget {shown}: the amount is written in {len(amount):,} digits, leading zeros "
-                f"included, and at most 19 are read; write it without its leading zeros ({significant})"
+                f"included, and at most 19 are read; write it without its leading zeros ({significant}{suffix})"
             )
         if not re.fullmatch(r"[0-9]{1,19}", amount):
             raise TokenFormatError(
