@@ -50,6 +50,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
+from agentgate._shown import escaped
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import create_gated_agent
 from agentgate.store import SQLiteStore
@@ -150,9 +151,11 @@ def main() -> int:
             print(fitted(f"Run finished: {run_ending(state['messages'])}"))
         print("\nWhat the model was told:")
         told = [message for message in state.get("messages", []) if message.type == "tool"]
-        width = max((len(message.name or "") for message in told), default=0)
-        for message in told:
-            start = f"  {message.status:<7} {message.name or '':<{width}}  "
+        # A tool's name is the model's choice, even one no tool has: escaped as the summary's are.
+        names = [escaped(message.name or "") for message in told]
+        width = max(map(len, names), default=0)
+        for message, name in zip(told, names, strict=True):
+            start = f"  {message.status:<7} {name:<{width}}  "
             print(start + readable(str(message.content), WIDTH - len(start)))
         if not told:
             print("  (nothing: no tool call was answered)")
