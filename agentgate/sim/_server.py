@@ -79,7 +79,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate._http_limits import HttpLimits, port_number
 from agentgate._numbers import finite
-from agentgate._shown import shown
+from agentgate._shown import character_named, quoted, shown
 from agentgate.dispatch.prefix import block_hashes
 from agentgate.errors import DispatchError, InputError
 from agentgate.sim._engine import Engine, EngineConfig, SimRequest, check_engine_arguments
@@ -264,13 +264,23 @@ class _Metrics(Collector):
         yield info
 
 
+def _utf8(text: str) -> bool:
+    """Whether UTF-8 can encode ``text``: not when it holds a lone surrogate."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class SimServer:
     """A simulated vLLM backend served over HTTP on 127.0.0.1 from a background thread.
 
     Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is the base URL.
     Raises ``InputError`` for a ``model`` that is not a ``LatencyModel`` (a profile's name
     among them) or a ``config`` neither an ``EngineConfig`` nor ``None`` (a dict of settings among
-    them: ``check_engine_arguments``), a ``model_name`` that is not non-empty text, a
+    them: ``check_engine_arguments``), a ``model_name`` that is not non-empty text UTF-8 can
+    encode (a lone surrogate is none), a
     ``time_scale`` that is not a finite number of at least
     ``MIN_TIME_SCALE`` (1e-6), a ``scrape_lag_s`` that is not a finite number of 0 or more, a
     ``max_model_len`` that is not an integer of at least 2, an empty ``api_key``, a ``body_timeout_s``
@@ -303,6 +313,14 @@ class SimServer:
             # Until review R87 None was taken, and /v1/models served the model as "id": null.
             given = "empty text" if isinstance(model_name, str) else shown(model_name)
             raise InputError(f"model_name must be non-empty text (the served model's id), not {given}")
+        if not model_name.isascii() and not _utf8(model_name):
+            # Until review R87b a lone surrogate was taken, and every /v1/models and /metrics
+            # request, which send the name as UTF-8, was a 500 with a UnicodeEncodeError.
+            at = next(i for i, c in enumerate(model_name) if not _utf8(c))
+            raise InputError(
+                f"model_name must be text UTF-8 can encode (the served model's id), not {quoted(model_name)}: "
+                f"it holds {character_named(model_name[at])} at character {at + 1}"
+            )
         if not (finite(time_scale) and time_scale >= MIN_TIME_SCALE):
             raise InputError(
                 f"time_scale must be a finite number of at least {MIN_TIME_SCALE:g} (1.0 is real time, "
