@@ -133,7 +133,13 @@ class EndpointFailed(Exception):
 
 class _UnusableAnswer(Exception):
     """The endpoint's answer holds no message (``choices`` null or empty) or is an error object;
-    the message says which, as a person reads it after "the endpoint"."""
+    the message says which, as a person reads it after "the endpoint". ``said`` is an error
+    object's own words as sent: ``_endpoint_trouble`` quotes them scrubbed of the key, then cut
+    (until review R87b they were cut first, and a key at the cut kept its first 7 characters)."""
+
+    def __init__(self, what: str, said: str | None = None) -> None:
+        super().__init__(what)
+        self.said = said
 
 
 def _setting(name: str, default: str) -> str:
@@ -435,7 +441,7 @@ def _as_langchain_reads_it(response: Any) -> tuple[Any, list[list[Any]]]:
         return response, []  # no JSON object: LangChain says so
     if error := answer.get("error"):
         said = error.get("message") if isinstance(error, dict) else None
-        raise _UnusableAnswer(f"failed the model call (its answer is an error: {_short(str(said or error))})")
+        raise _UnusableAnswer("failed the model call", said=str(said or error))
     if "choices" in answer and not answer["choices"]:
         which = "null" if answer["choices"] is None else "empty"
         raise _UnusableAnswer(f"answered no message (its choices are {which})")
@@ -536,7 +542,8 @@ def _endpoint_trouble(error: Exception, endpoint: EndpointSettings, model: str) 
             f"{_words(str(error), api_key)}) at {at}: is an OpenAI-compatible server there?"
         )
     if isinstance(error, _UnusableAnswer):
-        return f"the endpoint {_scrub(str(error), api_key)} at {at}: the server's log there says why"
+        said = "" if error.said is None else f" (its answer is an error: {_words(error.said, api_key)})"
+        return f"the endpoint {error}{said} at {at}: the server's log there says why"
     return (
         f"the model call to the endpoint {at} failed ({type(error).__name__}: {_words(str(error), api_key)})"
     )
@@ -551,12 +558,33 @@ def _said(error: Any, api_key: str) -> str:
     return _words(str(error.message), api_key, 200)
 
 
+_READ = 16_384
+"""The most characters of what an endpoint said that ``_words`` reads (its white space folded):
+a line shows at most 200 of them, and a proxy's error page may be megabytes."""
+
+
 def _words(text: str, api_key: str, width: int = 86) -> str:
     """What the endpoint said, ``text``, on one line cut to ``width`` (``_short``), ``api_key``
     in it, whole or a piece of it, as ``[redacted]``: an endpoint that refuses a key may quote it
     ("Incorrect API key provided: sk-..."), and until review R87 the examples printed it whole,
-    where agentgate's backend client scrubs it from a backend's words the same way (``_scrub``)."""
-    return _short(_scrub(text, api_key), width)
+    where agentgate's backend client scrubs it from a backend's words the same way (``_scrub``).
+
+    Of a longer text only the first ``_READ`` characters are scrubbed (until review R87b all of
+    a 10 MB page was, a character at a time: 1.7 s), where what is shown stands before what the
+    key's last characters before that cut became: a piece of the key the cut splits, seen only in
+    part, may be too short to be found. Where it does not (the first ``_READ`` characters are the
+    key, again and again, each run of it now one marker), all of ``text`` is scrubbed."""
+    words = text.split(maxsplit=_READ)
+    folded = " ".join(words[:_READ])
+    if len(words) <= _READ and len(folded) <= _READ:
+        return _short(_scrub(folded, api_key), width)
+    scrubbed = _scrub(folded[:_READ], api_key)
+    # What the key's characters before the cut became: each kept, or a marker for a run of 8 or
+    # more of them (the first run may hold one only).
+    tail = len(api_key) + len("[redacted]") * (2 + len(api_key) // 8)
+    if len(scrubbed) >= width + tail:
+        return _short(scrubbed, width)
+    return _short(_scrub(" ".join(text.split()), api_key), width)
 
 
 def _served_models(base_url: str, api_key: str) -> list[str] | None:
