@@ -111,9 +111,10 @@ def _index_past(index: int, now: float, interval: float) -> int:
     return index
 
 
-_COUNTS = (("prompt_tokens", 0), ("output_tokens", 0), ("block_tokens", 1), ("priority", 0))
-"""The integer fields of a ``TraceRequest`` and the least each takes (an empty prompt is the
-engine's to refuse, as a rejected outcome; an output of 0 tokens is taken as one)."""
+_COUNTS = (("prompt_tokens", None), ("output_tokens", 0), ("block_tokens", 1), ("priority", 0))
+"""The integer fields of a ``TraceRequest`` and the least each takes, if any: a prompt under one
+token, empty or negative, is the engine's to refuse, as a rejected outcome (``Engine.add``); an
+output of 0 tokens is taken as one."""
 
 
 def _check_request(position: int, r: object) -> None:
@@ -121,11 +122,14 @@ def _check_request(position: int, r: object) -> None:
     replay could serve: an ``id`` that is not text, a token count, ``block_tokens`` or
     ``priority`` that is not an integer (a bool is none) of at least its ``_COUNTS`` least, an
     ``arrival`` that is not a finite number of seconds (an integer too large for a float is none),
-    ``hashes`` that are not a tuple of integers, a ``tenant`` that is not text, a ``session``
-    neither text nor ``None``, or an ``slo_ttft_s`` that is not a positive finite number. Until
-    review R87 none was checked: a prompt of NaN tokens was queued and never prefilled (the
-    replay never returned), one of 2.5 failed the engine's first step with a bare ``TypeError``,
-    and an arrival of ``10**400`` was a bare ``OverflowError``."""
+    ``hashes`` that are not a sequence of integers (a tuple, a list), a ``tenant`` that is not
+    text, a ``session`` neither text nor ``None``, or an ``slo_ttft_s`` that is not a positive
+    number of seconds (``inf``: no SLO; an integer too large for a float is none). Until review R87
+    none was checked: a prompt of NaN tokens was queued and never prefilled (the replay never
+    returned), one of 2.5 failed the engine's first step with a bare ``TypeError``, and an arrival
+    of ``10**400`` was a bare ``OverflowError``; until review R87b ``hashes`` as a
+    list, an ``slo_ttft_s`` of ``inf`` and a negative prompt (the engine's rejected outcome, as an
+    empty one) were refused too, where replays had taken them before."""
     if not isinstance(r, TraceRequest):
         raise InputError(f"requests[{position}] must be a TraceRequest, not {shown(r)}")
     if not isinstance(r.id, str):
@@ -137,19 +141,24 @@ def _check_request(position: int, r: object) -> None:
         )
     for name, least in _COUNTS:
         value = getattr(r, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise InputError(f"{where}: {name} must be an integer of {least} or more, not {shown(value)}")
-    if not isinstance(r.hashes, tuple) or not all(
-        isinstance(h, int) and not isinstance(h, bool) for h in r.hashes
+        if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
+            more = "" if least is None else f" of {least} or more"
+            raise InputError(f"{where}: {name} must be an integer{more}, not {shown(value)}")
+    if (
+        not isinstance(r.hashes, Sequence)
+        or isinstance(r.hashes, bytes | bytearray)
+        or not all(isinstance(h, int) and not isinstance(h, bool) for h in r.hashes)
     ):
-        raise InputError(f"{where}: hashes must be a tuple of integers (chain_hashes), not {shown(r.hashes)}")
+        raise InputError(
+            f"{where}: hashes must be a sequence of integers (chain_hashes), not {shown(r.hashes)}"
+        )
     if not isinstance(r.tenant, str):
         raise InputError(f"{where}: tenant must be text, not {shown(r.tenant)}")
     if r.session is not None and not isinstance(r.session, str):
         raise InputError(f"{where}: session must be text or None, not {shown(r.session)}")
-    if not (finite(r.slo_ttft_s) and r.slo_ttft_s > 0):
+    if not ((finite(r.slo_ttft_s) or r.slo_ttft_s == math.inf) and r.slo_ttft_s > 0):
         raise InputError(
-            f"{where}: slo_ttft_s must be a positive finite number of seconds, not {shown(r.slo_ttft_s)}"
+            f"{where}: slo_ttft_s must be a positive number of seconds (inf: none), not {shown(r.slo_ttft_s)}"
         )
 
 
