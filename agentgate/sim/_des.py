@@ -177,7 +177,8 @@ def replay(
     (one that could never finish there: ``Engine.add``). Raises ``ValueError`` if the dispatcher
     names an unknown backend, and ``InputError``, replaying nothing, for a request with a field
     of the wrong type or range (``_check_request``: a prompt of NaN or 2.5 tokens), a ``scrape_interval`` that
-    is not a number of seconds of at least ``MIN_SCRAPE_INTERVAL_S`` or an arrival that is not a
+    is not a number of seconds of at least ``MIN_SCRAPE_INTERVAL_S`` (``inf`` is, an integer too
+    large for a float is not) or an arrival that is not a
     finite time (either would keep the replay from ever returning: it scraped at the same instant
     for ever, or waited for ever) or is so far that it is past any count of scrapes (1e308 s), a ``max_wait_s`` that is not a number of seconds, 0 or more
     (``inf``: a request waits as long as its router asks; until review R83 NaN rejected every
@@ -188,14 +189,18 @@ def replay(
     read them at its own size: a Mooncake trace's 512-token shared blocks were cached as 16 tokens
     each on a default engine).
     """
-    if not (is_number(scrape_interval) and scrape_interval >= MIN_SCRAPE_INTERVAL_S):
+    if not (
+        (finite(scrape_interval) or scrape_interval == math.inf) and scrape_interval >= MIN_SCRAPE_INTERVAL_S
+    ):
+        # An integer too large for a float (10**400) is none: until review R87b the first count
+        # of scrapes divided by it, a bare OverflowError. ``inf`` scrapes once, at 0.
         raise InputError(
-            f"scrape_interval must be a number of seconds of at least {MIN_SCRAPE_INTERVAL_S:g}, "
-            f"not {scrape_interval!r:.40}"
+            f"scrape_interval must be a number of seconds of at least {MIN_SCRAPE_INTERVAL_S:g} "
+            f"(inf: once), not {quoted(scrape_interval, 40)}"
         )
     if not (is_number(max_wait_s) and max_wait_s >= 0):
         raise InputError(
-            f"max_wait_s must be a number of seconds, 0 or more (inf: no limit), not {max_wait_s!r:.40}"
+            f"max_wait_s must be a number of seconds, 0 or more (inf: no limit), not {quoted(max_wait_s, 40)}"
         )
     ids: set[str] = set()
     for position, r in enumerate(requests):
