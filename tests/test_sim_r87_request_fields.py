@@ -58,7 +58,9 @@ def test_the_engine_refuses_an_output_length_that_is_no_integer() -> None:
 
 def test_a_huge_prompt_length_is_refused_by_its_size() -> None:
     """A count Python cannot write (past 4,300 digits) is quoted by its size, not a ValueError."""
-    with pytest.raises(InputError, match=r"an integer of \d+ bits prompt and 4 output tokens"):
+    with pytest.raises(
+        InputError, match=r"a prompt of a number of tokens \d+ bits long and an output of 4 tokens"
+    ):
         Engine(LLAMA_8B_H100).add(SimRequest("a", 10**5000, 4))
 
 

@@ -108,6 +108,14 @@ def check_engine_arguments(model: object, config: object) -> None:
         )
 
 
+def _tokens(count: int) -> str:
+    """``count`` tokens as a refusal says it: a count past 128 bits by its size, as ``quoted``
+    gives it (a count of more than 4,300 digits has no ``str``), in words that read as a count."""
+    if count.bit_length() <= 128:
+        return f"{count} tokens"
+    return f"{'a negative' if count < 0 else 'a'} number of tokens {count.bit_length()} bits long"
+
+
 class Engine:
     """One simulated replica. Not thread-safe: one runner drives it."""
 
@@ -147,13 +155,14 @@ class Engine:
                 raise InputError(f"{where}: {name} must be an integer, not {shown(value)}")
         if request.prompt_tokens < 1:
             raise InputError(
-                f"{where}: a prompt of {quoted(request.prompt_tokens)} tokens (an empty prompt cannot be served)"
+                f"{where}: a prompt of {_tokens(request.prompt_tokens)} (an empty prompt cannot be served)"
             )
         needed = request.prompt_tokens + max(1, request.output_tokens) - 1  # the last token needs no KV
         if needed > self.kv.capacity:
+            need = f"{needed} tokens of KV, more than" if needed.bit_length() <= 128 else "more KV than"
             raise InputError(
-                f"{where}: {quoted(request.prompt_tokens)} prompt and {quoted(request.output_tokens)} "
-                f"output tokens need {quoted(needed)} tokens of KV; the cache holds {self.kv.capacity}"
+                f"{where}: a prompt of {_tokens(request.prompt_tokens)} and an output of "
+                f"{_tokens(request.output_tokens)} need {need} the cache holds ({self.kv.capacity} tokens)"
             )
         request.output_tokens = max(1, request.output_tokens)
         request.prefill_target = request.prompt_tokens
