@@ -92,6 +92,7 @@ from agentgate.tasks import (
     idempotency_key,
 )
 from agentgate.tasks._scheduler import _drain_timeout
+from agentgate.tasks._sync import wait_until
 
 # The dispatcher brings aiohttp, httpx and the GPU inventory: a gate without one never loads them.
 if TYPE_CHECKING:
@@ -300,10 +301,13 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
 
         ``timeout_s`` is read as ``SyncScheduler.close`` reads it (``_drain_timeout``): None,
         infinity or an integer too large for a float waits until the calls settle, 0 or less not
-        at all; ``InputError``, before anything is closed, for a value that is not a number (a
-        bool, text) or is NaN (until review R87 ``"5"`` raised a bare ``TypeError`` with the
-        gate marked closing: every later ``close`` returned at once, the store was never closed
-        and decisions went on being written).
+        at all; a finite bound of any size is waited in steps, as ``SyncScheduler.close`` waits
+        (``wait_until``: until review R87b one past the platform's time_t, 1e10, raised
+        ``OverflowError`` with a call in flight, its outcome lost). ``InputError``, before
+        anything is closed, for a value that is not a number (a bool, text) or is NaN, on a
+        closed gate too, as ``SyncScheduler.close`` refuses it (until review R87 ``"5"`` raised
+        a bare ``TypeError`` with the gate marked closing: every later ``close`` returned at
+        once, the store was never closed and decisions went on being written).
         """
         try:
             bound = _drain_timeout(timeout_s)
@@ -323,8 +327,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         with self._runs_changed:
             # ``arun`` calls of the loop that called close() cannot progress while it waits.
             own = self._loop_runs.get(here, 0) if here is not None else 0
-            try:
-                self._runs_changed.wait_for(lambda: self._runs <= own, bound)
+            settled = False
+            try:  # in steps (until review R87b a bound past time_t, 1e10, raised OverflowError)
+                settled = wait_until(self._runs_changed, lambda: self._runs <= own, deadline)
             except BaseException as exc:  # Ctrl-C: it ends the wait as the timeout does
                 # The gate is closed all the same, then it is raised: until review R70 it left
                 # the threads running and the store open, and a second close() (the gate was
@@ -332,11 +337,20 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
                 interrupted = exc
                 deadline = time.monotonic()
             if self._runs:
+                if interrupted is not None:
+                    why = f"its wait was interrupted ({type(interrupted).__name__})"
+                elif settled:  # what is left are this loop's own calls
+                    why = (
+                        "they are arun calls of the event loop it was called from, which cannot "
+                        "progress while it waits"
+                    )
+                else:
+                    why = f"it waited {bound:g}s"
                 _log.error(
-                    "agentgate: %d calls had not settled when close() stopped waiting (after at most "
-                    "%s); the outcomes of those still running when it returns will not be recorded",
+                    "agentgate: %d calls had not settled when close() stopped waiting (%s); the "
+                    "outcomes of those still running when it returns will not be recorded",
                     self._runs,
-                    "no bound" if bound is None else f"{bound:.1f}s",
+                    why,
                 )
         try:
             if self._sync_scheduler is not None:

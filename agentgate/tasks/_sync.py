@@ -224,6 +224,20 @@ def _wait_event(event: threading.Event, deadline: float | None) -> bool:
             return True
 
 
+def wait_until(condition: threading.Condition, settled: Callable[[], bool], deadline: float | None) -> bool:
+    """Wait on ``condition``, which the caller holds, until ``settled()`` (True) or the monotonic
+    ``deadline`` passed (False; None: no deadline), in steps of at most ``_LONGEST_WAIT_S``: a
+    lock cannot wait past the platform's time_t at once (``Condition.wait_for(..., 1e10)``
+    raises ``OverflowError``). ``SyncScheduler.close`` and ``Gate.close`` wait for the calls
+    in progress with it."""
+    while not settled():
+        step = _LONGEST_WAIT_S if deadline is None else min(deadline - time.monotonic(), _LONGEST_WAIT_S)
+        if step <= 0:
+            return False
+        condition.wait(step)
+    return True
+
+
 class _Twin:
     """The outcome of a running keyed call, for the calls with the same key that join it.
 
@@ -918,13 +932,9 @@ class SyncScheduler:
             self.scheduler._closed = True
         self._closing.set()
         with self._lock:
-            if drain:  # in steps: a lock cannot wait longer than a day or so at once
+            if drain:
                 end = None if timeout_s is None else time.monotonic() + timeout_s
-                while self._active:
-                    step = _LONGEST_WAIT_S if end is None else min(end - time.monotonic(), _LONGEST_WAIT_S)
-                    if step <= 0:
-                        break
-                    self._idle.wait(step)
+                wait_until(self._idle, lambda: not self._active, end)
             for wake in self._waiting:
                 wake.cancel()
 
