@@ -247,7 +247,8 @@ class _Running:
         ``takes_idempotency_key`` is not repeated after an ambiguous failure (docs/tasks.md).
         An exception for which ``paused`` is true is a pause, not a failure (LangGraph's
         ``interrupt()`` inside a tool): the outcome is ``paused``, the reservation released, and
-        an approval the call consumed is put back for this call, to be replayed when it resumes.
+        an approval the call consumed is put back for this call, to be replayed when it resumes;
+        a ``paused`` that raises, or returns a coroutine (``says_pause``), says no.
         ``InputError`` (nothing run or written, the allow left unused) for an ``auth`` that is not
         an ``Authorization``, an ``fn`` that is not callable, a ``paused``, ``failed`` or
         ``spent`` that is neither None nor a plain function (an async one's result would be read

@@ -14,10 +14,11 @@ call's result and its tool never sees this call's key.
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import MappingProxyType
+from types import AsyncGeneratorType, CoroutineType, GeneratorType, MappingProxyType
 from typing import Any, NamedTuple
 
 from agentgate._json import canonical_json
@@ -134,16 +135,44 @@ def _encodable(text: str) -> None:
         raise InputError(f"tool call text {quoted(text)} is not valid Unicode (a lone surrogate)") from None
 
 
+def unawaited(value: object) -> bool:
+    """Whether ``value``, what a function called as a plain one returned (a ``SyncScheduler``'s
+    tool, ``Gate.run``'s ``fn``, a ``paused``, ``failed`` or ``spent``), is async work nothing
+    will await: a coroutine, a generator-based coroutine (``@types.coroutine``), an async
+    generator, or any other awaitable (an object with ``__await__``: a task, a future)."""
+    return inspect.isawaitable(value) or inspect.isasyncgen(value)
+
+
+def not_begun(value: object) -> bool:
+    """Whether the ``unawaited`` ``value`` is a body that has not begun, as calling an ``async
+    def``, ``@types.coroutine`` or async generator function returns one: a coroutine or a
+    generator, closed here (a coroutine collected unclosed warns that it was never awaited), or an
+    async generator. Any other awaitable (a task, a future, an object with ``__await__``) may
+    stand for work under way: ``False``."""
+    if isinstance(value, CoroutineType | GeneratorType):
+        value.close()
+        return True
+    return isinstance(value, AsyncGeneratorType)
+
+
 def says_pause(pauses: Callable[[BaseException], bool] | None, error: BaseException) -> bool:
     """Whether ``pauses`` (a ``ToolCall.pauses``, or the Gate's ``paused``) says ``error`` is a
     pause. ``None`` says no, and so does a predicate that raises, as a broken classifier says
     ``error``: raised, its exception replaced the tool's, the failure was neither counted, retried
     nor a dead letter (the Gate recorded no outcome), and a half-open probe the attempt held was
-    kept for good (the breaker refused every later call)."""
+    kept for good (the breaker refused every later call). So does one that returns async work
+    (``unawaited``: an async function behind a ``lambda`` or a ``functools.partial``, which
+    ``Gate.run`` cannot tell from its signature), closed unawaited: nothing awaits its answer,
+    and until review R87b the coroutine was read for its truth, so that every failure was a
+    pause (a model call's reservation released uncharged)."""
     if pauses is None:
         return False
     try:
-        return bool(pauses(error))
+        said = pauses(error)
+        if unawaited(said):
+            not_begun(said)  # closes a coroutine: it is never awaited
+            return False
+        return bool(said)
     except Exception:
         return False
 
