@@ -45,7 +45,7 @@ from agentgate.policy import Policy
 from agentgate.store import Store
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.tasks import Attempt, Scheduler, SharedLimits, SyncScheduler, ToolCall
-from agentgate.tasks._call import says_pause
+from agentgate.tasks._call import not_begun, says_pause, unawaited
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -133,6 +133,25 @@ def _not_awaited(name: str) -> InputError:
     ``arun`` read at once and never await (until review R87 ``spent``'s was charged as reserved
     and its ``repr`` written into the outcome, ``failed``'s read as a failure)."""
     return InputError(f"{name} returned a coroutine, which is never awaited: give {name} a plain function")
+
+
+def _work_began(began: Callable[[], bool], started: bool) -> bool:
+    """Whether the work of a cancelled ``arun`` call began, as its ``began`` says (``started``:
+    whether an attempt entered ``fn``). A ``began`` that raises, or returns a coroutine (an
+    async function behind a ``lambda``, which ``_check_allowed`` cannot tell; closed unawaited),
+    says nothing, and keeps nothing from beginning: the call is then started as it is without a
+    ``began``, once an attempt entered ``fn``. Read as "not begun", a once-only call would run
+    again on resume while the work it handed off may still begin; until review R87b the
+    coroutine was read for its truth, and what ``began`` raised replaced the cancellation, the
+    outcome left unwritten."""
+    try:
+        said = began()
+        if unawaited(said):
+            not_begun(said)  # closes a coroutine: it is never awaited
+            return started
+        return bool(said) and started
+    except Exception:
+        return started
 
 
 _NO_FN = object()
@@ -324,14 +343,24 @@ class _Running:
         and from then on keeps it from beginning. A cancelled call whose work never began is then
         recorded as not started (a once-only call runs when its run is resumed), though an attempt
         was entered; one whose work began is recorded as started (never run twice). Without it, a
-        call is started once an attempt entered ``fn``.
+        call is started once an attempt entered ``fn``; so it is with a ``began`` that raises or
+        returns a coroutine (``_work_began``), and an async ``began`` is refused with
+        ``InputError`` before the allow is used, as an async ``paused`` is.
 
         A cancellation that ``fn`` itself raised with a cause that is not a cancellation (``raise
         cancelled from error``: a sync tool that failed in its thread while its loop shut down)
         is recorded as that failure of the call, as if ``fn`` had raised it; the cancellation
         goes on."""
         self._check_allowed(
-            auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id, preemptible=preemptible
+            auth,
+            fn,
+            paused,
+            failed,
+            spent,
+            call_id=call_id,
+            run_id=run_id,
+            preemptible=preemptible,
+            began=began,
         )
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
@@ -365,7 +394,7 @@ class _Running:
                         self._finish(span, auth, returned[-1], failed, spent)
                     else:
                         if began is not None:  # whether the work began, not just an attempt
-                            started = began() and started
+                            started = _work_began(began, started)
                         if (failure := _failure_carried(raised)) is not None:
                             self._fail(span, auth, failure, paused, started=started, ran=True)
                         else:
@@ -724,15 +753,18 @@ class _Running:
         call_id: object = None,
         run_id: object = None,
         preemptible: object = True,
+        began: object = None,
     ) -> None:
         """Refuse (``Denied``) a refusal, an allow this Gate did not decide (or one changed since),
         and an allow that was already used: one decision, one run. ``InputError`` first, the
         allow left unused, for an ``auth`` that is not an ``Authorization``, for an ``fn`` (the
         function ``run``/``arun`` is to run) that cannot be called, for a ``paused``,
-        ``failed`` or ``spent`` that is neither None nor a plain function (the call's
-        ``ToolCall`` refuses ``paused``; ``_fail`` calls it, and ``_finish`` the other two,
-        after the tool ran, reading what they return at once: until review R87 an async one's
-        coroutine was read as a pause, a failure, or usage that could not be read), for a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text (until
+        ``failed``, ``spent`` or ``arun``'s ``began`` that is neither None nor a plain function
+        (the call's ``ToolCall`` refuses ``paused``; ``_fail`` calls it, and ``_finish`` the
+        other two, after the tool ran, and ``arun`` ``began`` on a cancellation, reading what
+        they return at once: until review R87 an async one's coroutine was read as a pause, a
+        failure, or usage that could not be read, and until R87b an async ``began``'s as work
+        that began), for a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text (until
         review R56 a ``call_id`` of 123 raised ``TypeError`` as the call's span was made, the
         allow used up and its entry left with no outcome and no span), and for an ``arun``
         ``preemptible`` that is not True or False (until review R86 ``"false"`` was read as true:
@@ -746,6 +778,7 @@ class _Running:
             ("paused", paused, "an exception"),
             ("failed", failed, "the result"),
             ("spent", spent, "the result"),
+            ("began", began, "no arguments"),
         ):
             if given is not None and not callable(given):
                 raise InputError(f"{name} must be a function of {of} or None, got {shown(given)}")
