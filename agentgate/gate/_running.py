@@ -10,7 +10,7 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Container, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from types import CoroutineType, FunctionType
+from types import FunctionType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
 from opentelemetry import trace
@@ -120,19 +120,33 @@ def _is_async_function(fn: object) -> bool:
 
 
 def _async_fn(resource: str) -> InputError:
-    """The error for an ``fn`` given to ``Gate.run`` that returned a coroutine (an async
-    function): none of its body ran (until review R87 a model call was recorded ``ok`` and
-    charged, the coroutine returned as its result)."""
+    """The error for an ``fn`` given to ``Gate.run`` that returned a body that never began
+    (``not_begun``: an async function's coroutine, an async generator): until review R87 a
+    model call was recorded ``ok`` and charged, the coroutine returned as its result, and until
+    R87b so were the others."""
     return InputError(
         f"{resource}: Gate.run called an async function, whose body never ran; run it with Gate.arun"
     )
 
 
-def _not_awaited(name: str) -> InputError:
-    """The error for a ``failed`` or ``spent`` that returned a coroutine, which ``run`` and
-    ``arun`` read at once and never await (until review R87 ``spent``'s was charged as reserved
-    and its ``repr`` written into the outcome, ``failed``'s read as a failure)."""
-    return InputError(f"{name} returned a coroutine, which is never awaited: give {name} a plain function")
+def _awaitable_returned(resource: str, value: object) -> InputError:
+    """The error for an ``fn`` given to ``Gate.run`` that returned an awaitable other than a body
+    that never began (a task, a future, an object with ``__await__``), which ``run`` never
+    awaits, and whose work may be under way (until review R87b recorded ``ok`` and charged)."""
+    return InputError(
+        f"{resource}: Gate.run's fn returned {shown(value)}, an awaitable that is never awaited "
+        "here (the work it stands for may be under way); run it with Gate.arun"
+    )
+
+
+def _not_awaited(name: str, value: object) -> InputError:
+    """The error for a ``failed`` or ``spent`` that returned async work (``unawaited``), which
+    ``run`` and ``arun`` read at once and never await, closed here (until review R87 ``spent``'s
+    coroutine was charged as reserved and its ``repr`` written into the outcome, ``failed``'s
+    read as a failure; until R87b so was any other awaitable)."""
+    not_begun(value)  # closes a coroutine: it is never awaited
+    what = "a coroutine" if inspect.iscoroutine(value) else shown(value)
+    return InputError(f"{name} returned {what}, which is never awaited: give {name} a plain function")
 
 
 def _work_began(began: Callable[[], bool], started: bool) -> bool:
@@ -272,11 +286,15 @@ class _Running:
         an ``Authorization``, an ``fn`` that is not callable, a ``paused``, ``failed`` or
         ``spent`` that is neither None nor a plain function (an async one's result would be read
         unawaited), or a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text.
-        An ``fn`` that returns a coroutine (an async function: ``arun`` runs those) is a call that
-        never started, for a model as for a tool: an ``error`` outcome, its reservation released,
-        a once-only call left as not run, and ``InputError`` (until review R87 a model call
+        An ``fn`` that returns a body that never began (a coroutine, a generator-based coroutine,
+        an async generator: an async function, which ``arun`` runs) is a call that never
+        started, for a model as for a tool: an ``error`` outcome, its reservation released, a
+        once-only call left as not run, and ``InputError`` (until review R87 a model call
         returned the coroutine, was recorded ``ok`` and charged, and a tool call was recorded as
-        one that may have had its effect, never to run again).
+        one that may have had its effect, never to run again; until R87b so did the other two).
+        One that returns any other awaitable (a task, a future) may have set work going that
+        nothing awaits: an ``error`` outcome, a model call charged as reserved, a once-only call
+        not run again, and ``InputError`` (until review R87b recorded ``ok``).
         """
         self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
         self._begin_run(auth)
@@ -295,22 +313,21 @@ class _Running:
                             except BaseException as exc:
                                 raised.append(exc)
                                 raise
-                            if isinstance(value, CoroutineType):  # none of its body ran: the
-                                started = began  # scheduler refuses it with InputError
+                            if unawaited(value) and not_begun(value):  # none of its body ran:
+                                started = began  # the scheduler refuses it with InputError
                             return value
 
                         result = self._sync().submit(self._tool_call(auth, call_id, run_id, paused), attempt)
                     else:
                         started = True
                         result = fn()
-                        if isinstance(result, CoroutineType):  # none of its body ran
+                        if unawaited(result) and not_begun(result):  # none of its body ran
                             started = False
-                            result.close()
                             raise _async_fn(auth.call.resource)
                 except BaseException as exc:
                     self._fail(span, auth, exc, paused, started=started, ran=exc in raised)
                     raise
-                self._finish(span, auth, result, failed, spent)
+                self._finish(span, auth, result, failed, spent, awaited=False)
                 return result
         finally:
             self._end_run()
@@ -640,6 +657,8 @@ class _Running:
         result: T,
         failed: Callable[[T], bool | BaseException] | None,
         spent: Callable[[T], tuple[int, int] | None] | None,
+        *,
+        awaited: bool = True,
     ) -> None:
         """Settle a call that ran and returned ``result``: ``spent`` reads its usage, ``failed``
         says whether it failed, or gives the exception it failed with: the call is then settled
@@ -651,19 +670,22 @@ class _Running:
         LangGraph stream cut after output is such a ``spent``'s ``BackendFailed``: until review
         R59 its reason had no detail, where the gateway's for the same stream did), and the
         exception is re-raised; so is a ``failed`` that returns an exception class, with
-        ``InputError`` (``_not_a_failure``), and a ``failed`` or ``spent`` that returns a
-        coroutine, closed unawaited (``_not_awaited``). Whatever else ``failed`` returns is read
+        ``InputError`` (``_not_a_failure``), a ``failed`` or ``spent`` that returns a
+        coroutine or other async work, closed unawaited (``_not_awaited``), and, for ``run``
+        (``awaited=False``), a ``result`` that is an awaitable whose work may be under way (a
+        task, a future: ``_awaitable_returned``; one whose body never began was settled as a
+        call that never started before this). Whatever else ``failed`` returns is read
         for its truth (``None`` is not failed): until review R85b a value that was neither a boolean nor
         an exception (numpy's ``bool_``, a return code) was refused as an exception class is."""
         try:
+            if not awaited and unawaited(result):
+                raise _awaitable_returned(auth.call.resource, result)
             usage = spent(result) if spent is not None else None
-            if isinstance(usage, CoroutineType):
-                usage.close()
-                raise _not_awaited("spent")
+            if unawaited(usage):
+                raise _not_awaited("spent", usage)
             returned: object = failed(result) if failed is not None else False
-            if isinstance(returned, CoroutineType):
-                returned.close()
-                raise _not_awaited("failed")
+            if unawaited(returned):
+                raise _not_awaited("failed", returned)
             if isinstance(returned, type) and issubclass(returned, BaseException):
                 raise _not_a_failure(returned)
             # Any other value is read for its truth (numpy's ``bool_``, a return code, ``None``),

@@ -40,18 +40,26 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from types import CoroutineType
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
+from agentgate._shown import shown
 from agentgate.errors import DeadlineExceeded, InputError, SchedulingError
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.tasks._breaker import BreakerSnapshot
-from agentgate.tasks._call import Attempt, ToolCall, require_flag, require_tool_call, require_tool_function
+from agentgate.tasks._call import (
+    Attempt,
+    ToolCall,
+    not_begun,
+    require_flag,
+    require_tool_call,
+    require_tool_function,
+    unawaited,
+)
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
 from agentgate.tasks._failures import (
@@ -70,11 +78,20 @@ from agentgate.tasks._waiter import RUNNING, Waiter
 T = TypeVar("T")
 
 
-def _async_function(tool: str) -> InputError:
-    """The error for a sync call whose function turned out to be async (it returned a coroutine)."""
+def _async_result(tool: str, value: object) -> InputError:
+    """The error for a sync call whose function returned async work (``unawaited``: a coroutine,
+    a generator-based coroutine, an async generator, another awaitable), closed here when its
+    body never began (``not_begun``). Until review R87b only a coroutine was caught: the others
+    were the call's result, a once-only call recorded as run though its body never ran."""
+    if not_begun(value):
+        return InputError(
+            f"tool {tool}: a SyncScheduler called an async function, whose body never ran; "
+            "submit it to a Scheduler (Gate.arun)"
+        )
     return InputError(
-        f"tool {tool}: a SyncScheduler called an async function, whose body never ran; "
-        "submit it to a Scheduler (Gate.arun)"
+        f"tool {tool}: a SyncScheduler's function returned {shown(value)}, an awaitable that is "
+        "never awaited here (the work it stands for may be under way); submit it to a Scheduler "
+        "(Gate.arun)"
     )
 
 
@@ -607,11 +624,10 @@ class SyncScheduler:
                         breaker.release(held)
                     raise
                 else:
-                    if isinstance(result, CoroutineType):  # an async function: none of its body ran
-                        result.close()
+                    if unawaited(result):  # an async function: none of its body ran, or a task
                         if held:
                             breaker.release(held)  # says nothing of the tool
-                        raise _async_function(tool)
+                        raise _async_result(tool, result)
                     if not breaker.healthy:
                         breaker.record_success(period=held)
                     return result
@@ -829,10 +845,9 @@ class SyncScheduler:
                 outcome.cancel()
                 raise
             else:
-                if isinstance(value, CoroutineType):  # an async function: none of its body ran
-                    value.close()
+                if unawaited(value):  # an async function: none of its body ran, or a task
                     outcome.cancel()
-                    raise _async_function(call.tool)
+                    raise _async_result(call.tool, value)
                 returned.append(value)
                 self._settle(done, value, None)
             finally:

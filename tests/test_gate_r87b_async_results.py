@@ -1,0 +1,157 @@
+"""Review R87b: R87 caught an ``fn`` of ``Gate.run`` that returns a coroutine, but only that: an
+async generator function, a ``@types.coroutine`` function (a generator flagged as a coroutine)
+or a function returning another awaitable ran none of its work under ``run``, yet a model call
+was recorded ``ok`` and charged, and the scheduler under a tool call (which checked for a
+coroutine only) returned it as the tool's result, a once-only refund recorded as run. Now what is
+awaitable or an async generator is caught, by the Gate and by ``SyncScheduler`` alike
+(``tasks._call.unawaited``): a body that never began (an async generator, a generator-based
+coroutine, a coroutine) is a call that never started, as R87 made a coroutine; any other
+awaitable (a task, a future, an object with ``__await__``) may stand for work under way, so its
+call is an ``error`` that may have run (a model call charged as reserved, a once-only tool not
+run again). A ``spent`` or ``failed`` returning such work is one that raised, as R87 made one
+returning a coroutine.
+
+Real components: a Gate on a SQLite file (``test_gate``'s policy; ``refund`` runs once, ``small``
+costs 1 micro-dollar a prompt token and 2 an output token), ``SyncScheduler``s with and without
+a store."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import types
+from collections.abc import AsyncIterator, Callable, Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_gate import Setup
+from test_gate import setup as setup  # the fixture
+
+from agentgate.capabilities import Call
+from agentgate.errors import InputError
+from agentgate.gate import Authorization
+from agentgate.store import SQLiteStore
+from agentgate.tasks import Attempt, SyncScheduler, ToolCall
+
+made: list[Generator[Any, Any, Any]] = []
+
+
+async def _answers() -> AsyncIterator[str]:
+    yield "answer"
+
+
+@types.coroutine
+def _generator_coroutine() -> Generator[Any, Any, str]:
+    yield
+    return "answer"
+
+
+def _kept_generator() -> Any:
+    generator = _generator_coroutine()
+    made.append(generator)  # type: ignore[arg-type]
+    return generator
+
+
+class _Awaitable:
+    def __await__(self) -> Generator[Any, Any, str]:
+        yield from asyncio.sleep(0).__await__()
+        return "answer"
+
+
+NOT_BEGUN: list[Callable[[], Any]] = [_answers, _kept_generator]
+NOT_BEGUN_IDS = ["async-generator-function", "types.coroutine-function"]
+
+
+def _model(setup: Setup) -> Authorization:
+    return setup.gate.authorize(setup.agent, Call.model("small"), tokens=(10, 10))
+
+
+def _refund(setup: Setup) -> Authorization:
+    return setup.gate.authorize(setup.agent, Call.tool("refund", {"amount": 50}), call_id="c1")
+
+
+@pytest.mark.parametrize("fn", NOT_BEGUN, ids=NOT_BEGUN_IDS)
+def test_a_model_call_whose_body_never_began_is_settled_as_never_started(
+    setup: Setup, fn: Callable[[], Any]
+) -> None:
+    with pytest.raises(
+        InputError, match=r"model:small: Gate\.run called an async function, whose body never ran"
+    ):
+        setup.gate.run(_model(setup), fn, spent=lambda _: (10, 10))
+    outcome = setup.entries()[-1]
+    assert outcome.status == "error" and outcome.budget_delta == 0
+    assert outcome.reasons[0].startswith("InputError: given up before the call started")
+    assert all(inspect.getgeneratorstate(g) == inspect.GEN_CLOSED for g in made)
+
+
+@pytest.mark.parametrize("fn", NOT_BEGUN, ids=NOT_BEGUN_IDS)
+def test_a_once_only_tool_call_whose_body_never_began_is_left_to_run(
+    setup: Setup, fn: Callable[[], Any]
+) -> None:
+    with pytest.raises(InputError, match="a SyncScheduler called an async function, whose body never ran"):
+        setup.gate.run(_refund(setup), fn, call_id="c1")
+    outcome = setup.entries()[-1]
+    assert outcome.status == "error" and outcome.reasons[0].startswith(
+        "InputError: given up before the call started"
+    )
+    again = _refund(setup)
+    assert again.allowed, again.reasons
+    assert setup.gate.run(again, lambda: "refunded", call_id="c1") == "refunded"
+
+
+def test_a_model_call_returning_another_awaitable_is_an_error_charged_as_reserved(setup: Setup) -> None:
+    with pytest.raises(
+        InputError, match=r"Gate\.run's fn returned a _Awaitable, an awaitable that is never awaited"
+    ):
+        setup.gate.run(_model(setup), _Awaitable, spent=lambda _: (10, 10))
+    outcome = setup.entries()[-1]
+    assert outcome.status == "error" and outcome.reasons[0] == "InputError"
+    assert "charged as reserved" in outcome.reasons[-1] and outcome.budget_delta == 30
+
+
+def test_a_once_only_tool_call_returning_another_awaitable_is_not_run_again(setup: Setup) -> None:
+    with pytest.raises(InputError, match="a SyncScheduler's function returned a _Awaitable, an awaitable"):
+        setup.gate.run(_refund(setup), _Awaitable, call_id="c1")
+    outcome = setup.entries()[-1]
+    assert outcome.status == "error" and outcome.reasons[0] == "InputError"  # it may have run
+    again = _refund(setup)
+    assert not again.allowed and "runs once, so it is not run again" in again.reasons[0]
+
+
+@pytest.mark.parametrize("name", ["spent", "failed"])
+def test_a_callback_that_returns_an_awaitable_is_one_that_raised(setup: Setup, name: str) -> None:
+    callback = {name: lambda _: _Awaitable()}
+    with pytest.raises(InputError, match=f"{name} returned a _Awaitable, which is never awaited"):
+        setup.gate.run(_model(setup), lambda: "answer", **callback)  # type: ignore[arg-type]
+    assert setup.entries()[-1].status == "error"
+
+
+@pytest.mark.parametrize("with_store", [False, True], ids=["direct", "handed"])
+@pytest.mark.parametrize(
+    ("tool", "refused"),
+    [
+        (lambda _: _answers(), "a SyncScheduler called an async function, whose body never ran"),
+        (lambda _: _kept_generator(), "a SyncScheduler called an async function, whose body never ran"),
+        (lambda _: _Awaitable(), "a SyncScheduler's function returned a _Awaitable, an awaitable"),
+    ],
+    ids=["async-generator", "types.coroutine", "awaitable"],
+)
+def test_a_sync_scheduler_refuses_async_work_as_a_result(
+    tmp_path: Path, with_store: bool, tool: Callable[[Attempt], Any], refused: str
+) -> None:
+    store = SQLiteStore(tmp_path / "s.db") if with_store else None
+    try:
+        with SyncScheduler(store=store) as scheduler:
+            with pytest.raises(InputError, match=refused):
+                scheduler.submit(ToolCall("t"), tool)
+            assert scheduler.submit(ToolCall("t"), lambda _: "ran") == "ran"  # no slot kept
+    finally:
+        if store is not None:
+            store.close()
+    assert all(inspect.getgeneratorstate(g) == inspect.GEN_CLOSED for g in made)
+
+
+@pytest.fixture(autouse=True)
+def _forget_generators() -> None:
+    made.clear()
