@@ -38,6 +38,7 @@ class _Dispatching:
     _dispatch: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None
     _dispatch_lock: threading.Lock
     _dispatch_closed: bool
+    _dispatch_attaching: bool
 
     def attach_dispatcher(self, dispatcher: Dispatcher) -> None:
         """Serve model calls through ``dispatcher`` (``dispatch.Dispatcher``), which runs on a
@@ -50,9 +51,15 @@ class _Dispatching:
         by what it has, as tests stand in for one). Until review R87 a second dispatcher replaced
         the first, whose loop thread ``close`` never stopped, one attached after ``close`` ran
         its thread for good, and ``"nope"`` raised a bare ``AttributeError``. What the
-        dispatcher's ``start`` raises is raised, its loop thread stopped and nothing attached.
-        The attach holds ``_dispatch_lock`` while the dispatcher starts: a ``close``, or a
-        second attach, waits for it."""
+        dispatcher's ``start`` raises is raised, once its ``aclose`` was called (its errors
+        dropped) and its loop thread stopped, nothing attached.
+
+        The dispatcher starts outside the gate's ``_dispatch_lock``: a second attach meanwhile is
+        refused (``DispatchError``), and a ``close`` meanwhile does not wait for the start; the
+        attach, once the start returns, finds the gate closed, stops the dispatcher (``aclose``,
+        its loop thread) and raises ``DispatchError``. Until review R87b the lock was held across
+        ``start``: a signal handler's ``close`` in the attaching thread deadlocked, and a ``close``
+        from another thread waited for a start that never returned, whatever its ``timeout_s``."""
         from agentgate.dispatch.dispatcher import model_slos  # here: the module brings aiohttp
 
         if not (
@@ -69,18 +76,37 @@ class _Dispatching:
                     "a dispatcher is attached to this gate already: it serves the gate's model calls "
                     "until close(); attach one dispatcher per gate"
                 )
+            if self._dispatch_attaching:
+                raise DispatchError(
+                    "a dispatcher is being attached to this gate already (its start has not returned): "
+                    "attach one dispatcher per gate"
+                )
+            self._dispatch_attaching = True
+        try:
             dispatcher.model_slo_ttft_s = {**model_slos(self.policy), **dispatcher.model_slo_ttft_s}
             loop = asyncio.new_event_loop()
             thread = threading.Thread(target=loop.run_forever, name="agentgate-dispatch", daemon=True)
             thread.start()
-            try:
-                asyncio.run_coroutine_threadsafe(dispatcher.start(), loop).result()
-            except BaseException:
-                loop.call_soon_threadsafe(loop.stop)
-                thread.join()
-                loop.close()
-                raise
-            self._dispatch = (dispatcher, loop, thread)
+        except BaseException:
+            with self._dispatch_lock:
+                self._dispatch_attaching = False
+            raise
+        starting = asyncio.run_coroutine_threadsafe(dispatcher.start(), loop)
+        try:
+            starting.result()
+        except BaseException:
+            starting.cancel()  # interrupted (a Ctrl-C, a signal handler's exit): the start stops
+            with self._dispatch_lock:
+                self._dispatch_attaching = False
+            _stop_dispatcher(dispatcher, loop, thread, quiet=True)
+            raise
+        with self._dispatch_lock:
+            self._dispatch_attaching = False
+            if not self._dispatch_closed:
+                self._dispatch = (dispatcher, loop, thread)
+                return
+        _stop_dispatcher(dispatcher, loop, thread, quiet=True)
+        raise DispatchError("the gate was closed while the dispatcher started: it was stopped, not attached")
 
     @property
     def dispatches(self) -> bool:
@@ -208,7 +234,24 @@ class _Dispatching:
                 return
             dispatcher, loop, thread = self._dispatch
             self._dispatch = None
-        asyncio.run_coroutine_threadsafe(dispatcher.aclose(), loop).result()
+        _stop_dispatcher(dispatcher, loop, thread, quiet=False)
+
+
+def _stop_dispatcher(
+    dispatcher: Dispatcher, loop: asyncio.AbstractEventLoop, thread: threading.Thread, *, quiet: bool
+) -> None:
+    """Close ``dispatcher`` (its ``aclose``, on its ``loop``), then stop the loop and join its
+    ``thread`` whatever ``aclose`` raised. ``quiet``: what ``aclose`` raises is dropped (a
+    dispatcher whose start failed, half started, or that the gate never took: what is raised
+    then is why); else it is raised, once the thread stopped."""
+    try:
+        closing = asyncio.run_coroutine_threadsafe(dispatcher.aclose(), loop)
+        if quiet:
+            with contextlib.suppress(Exception):
+                closing.result()
+        else:
+            closing.result()
+    finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()

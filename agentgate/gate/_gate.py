@@ -222,6 +222,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         self._dispatch: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None = None
         self._dispatch_lock = threading.Lock()
         self._dispatch_closed = False
+        self._dispatch_attaching = False
         self._open_requests: dict[str, tuple[str, int | None, float]] = {}
         """Approval requests asked in this process and not yet answered: request id -> (call hash,
         audit index, expiry); expired ones leave at a later request (within ``DELEGATIONS_PURGE_S``).
