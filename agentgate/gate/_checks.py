@@ -115,9 +115,11 @@ def call_tag_ending(name: str) -> str | None:
     """What a sub-agent's ``name`` would be read as in the purpose ``delegated_purpose`` signs
     when it ends as a delegating call's purpose does (``; call`` and 32 hex digits): the name
     without that ending, which ``granted_elsewhere`` takes for the name granted, else ``None``.
-    ``Gate.delegate`` refuses such a name: its grant's purpose is that of a grant to the shorter
-    name for a call, so the name it was given could not run on it and the shorter name could
-    (until review R87 it was delegated to)."""
+    ``Gate.delegate`` refuses such a name delegated without a call: its grant's purpose is that
+    of a grant to the shorter name for a call, so the name it was given could not run on it and
+    the shorter name could (until review R87 it was delegated to). With a call, whose tag is
+    signed after it, the purpose reads as the name given, and it is delegated (review R87b: R87
+    refused it too, and with it the grants so delegated before, which its call resumes)."""
     cut = len(name) - _TAG_CHARS - len(_CALL)
     if cut >= 0 and name[cut : cut + len(_CALL)] == _CALL and _is_tag(name[-_TAG_CHARS:]):
         return name[:cut]

@@ -123,9 +123,7 @@ def _delegation_terms(
     """The capabilities of a delegation to ``key`` under ``name``, once its terms are checked
     (``Gate.delegate``, and ``delegation_tool`` when it is made): ``InputError`` naming the
     parameter for a name that is not non-empty, valid Unicode text (a lone surrogate) of at most
-    ``MAX_AGENT_NAME_CHARS`` visible characters on one line (``_check_name``), or that ends
-    as a delegating call's tag does (``call_tag_ending``: ``helper; call`` and 32 hex digits,
-    whose grant would read as one to ``helper``; until review R87 delegated to), a key
+    ``MAX_AGENT_NAME_CHARS`` visible characters on one line (``_check_name``), a key
     that is not a ``SigningKey``, a ``ttl`` that is not a positive ``timedelta``, a budget that
     is not a non-negative whole number or ``None``; ``CapabilityError`` (an ``InputError``) for
     a capability that does not parse, and naming ``capabilities`` for one string (refused, not
@@ -135,13 +133,6 @@ def _delegation_terms(
             f"a sub-agent's name must be non-empty text, got {shown(name) if name != '' else 'empty text'}"
         )
     check_agent_name(name, "a sub-agent's")
-    shorter = call_tag_ending(name)
-    if shorter is not None:
-        raise InputError(
-            f"a sub-agent's name {quoted(name)} ends as a delegating call's tag ('; call' and "
-            "32 hex digits), which the Gate signs after the name into the grant's purpose: the "
-            f"grant would read as one to {quoted(shorter)}; write the name without that ending"
-        )
     expect(key, SigningKey, "key", "the sub-agent's own SigningKey")
     if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
         raise InputError(f"a delegation's ttl is a positive timedelta, got {shown(ttl)}")
@@ -412,7 +403,11 @@ class _Delegation:
         (nothing written) where the store's record of the names cannot be made (as for
         ``issue``), and ``InputError`` (nothing written) for arguments of the wrong type: a
         ``parent`` that is not an ``AgentIdentity``, a ``ttl`` that is not a positive
-        ``timedelta``, and the others ``_delegation_terms`` checks. A closed Gate raises
+        ``timedelta``, a ``name`` that ends as a delegating call's tag (``call_tag_ending``:
+        ``helper; call`` and 32 hex digits) with no ``call`` (its grant would read as one to
+        ``helper`` for a call; until review R87 delegated to: with a ``call``, whose tag follows,
+        it reads as it is, and is delegated, as before R87), and the others
+        ``_delegation_terms`` checks. A closed Gate raises
         ``StoreError``, as ``authorize`` does, for a refusal too. A refusal's text leaves out what
         the parent holds (``without_held``); its finding and its audit entry keep it.
         """
@@ -420,6 +415,13 @@ class _Delegation:
         self._check_free_name_form(name, "a sub-agent's")
         expect(parent, _IDENTITY_OR_NONE, "parent", _IDENTITY)
         expect(call, _TEXT_OR_NONE, "call", "text or None")
+        if call is None and (shorter := call_tag_ending(name)) is not None:
+            raise InputError(
+                f"a sub-agent's name {quoted(name)} ends as a delegating call's tag ('; call' and "
+                "32 hex digits), which the Gate signs after the name into the grant's purpose: "
+                f"delegated without a call, the grant would read as one to {quoted(shorter)} for a "
+                "call; write the name without that ending"
+            )
         resource = f"agent:{name}"
         purpose = delegated_purpose(name, call)
         if parent is None:
