@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from agentgate._shown import shown_path
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import (
     Dialect,
@@ -386,6 +387,24 @@ def unchanged_since(path: str | Path, state: tuple[int, int, int, int] | None) -
     return not any(os.path.lexists(f"{resolved(path)}{end}") for end in ("-wal", "-journal"))
 
 
+def _from_root(path: Path) -> str:
+    """``path`` made absolute as text, neither ``..`` nor a link read: a relative path joined to
+    the working directory, an absolute one as it is, without asking for the working directory
+    (until review R87b a process whose working directory was removed got a bare
+    ``FileNotFoundError`` for a store named from the root). ``StoreError`` for a relative path
+    when the working directory cannot be found."""
+    if path.is_absolute():
+        return str(path)
+    try:
+        return os.path.join(os.getcwd(), path)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot open the SQLite store {shown_path(path)}: the path is relative and the working "
+            f"directory cannot be found ({exc.strerror}); name the store by an absolute path, or "
+            "run from a directory that exists"
+        ) from None
+
+
 def resolved(path: str | Path) -> str:
     """The file ``path`` names, found as the kernel finds it: absolute, every symbolic link
     followed, and a ``..`` read after the link before it (``link/..`` is the directory above the
@@ -530,6 +549,7 @@ class SQLiteStore(Store):
             )
         self.path = Path(path)
         self.url = str(self.path)
+        named = _from_root(self.path)  # before anything is created: a relative path may not be
         mode = (synchronous or os.environ.get("AGENTGATE_SQLITE_SYNCHRONOUS", "FULL")).upper()
         if mode not in _SYNCHRONOUS:
             raise StoreError(
@@ -566,7 +586,7 @@ class SQLiteStore(Store):
         # every check had looked at). ``_absolute``: the file it names, every link resolved as
         # the kernel resolves them: what every connection opens, and where SQLite keeps the
         # file's ``-wal``, ``-shm`` and ``-journal``.
-        self._named = os.path.join(os.getcwd(), self.path)
+        self._named = named
         self._absolute = resolved(self._named)
         self._file: tuple[int, int] | None = None
         # Opened to read only: how (``read_only_uri``, decided once, for every connection), and
