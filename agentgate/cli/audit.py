@@ -74,6 +74,7 @@ from agentgate.errors import (
 from agentgate.keys import FilledFile, PublicKey, load_public_key, read_regular_file, replace_file, shown_path
 from agentgate.store import SQLiteStore, Store
 from agentgate.store._base import loaded_driver_errors
+from agentgate.store._sqlite import resolved
 from agentgate.store.audit import AuditLog, Explanation, VerifyReport, log_key_path
 from agentgate.store.grants import GrantRepository
 
@@ -298,11 +299,15 @@ def _refuse_own_files(path: str, store: Store, key: str | None) -> None:
     """Raise ``InputError`` when ``path`` is a file this command reads, however spelled: the
     SQLite database (with its write-ahead log, shared memory and journal), the log key and the
     ``log.pub`` beside it, or the ``--key`` file. ``--out`` would replace it with what it
-    writes: the evidence, or the key that signs it, gone at a slip of tab completion."""
+    writes: the evidence, or the key that signs it, gone at a slip of tab completion. The
+    database's other files are those SQLite keeps beside the file the store's path names
+    (``resolved``): until review R87b they were looked for beside a symbolic link to it, and the
+    write-ahead log a running gateway holds, named by its real path, was written over."""
     ours: list[tuple[Path, str]] = []
     if isinstance(store, SQLiteStore):
+        database = resolved(store.path)
         ours += [
-            (Path(f"{store.path}{end}"), "the store's database") for end in ("", "-wal", "-shm", "-journal")
+            (Path(f"{database}{end}"), "the store's database") for end in ("", "-wal", "-shm", "-journal")
         ]
     try:
         private = log_key_path(store)
