@@ -34,7 +34,7 @@ process, without Kubernetes. The rules (docs/broker.md has worked examples):
 Every public call that changes the state first applies what the clock says has happened
 (expiries, grace ends, timeouts), then does its work, then tries the queue (a call refused with an
 error too, before it raises: its events come out of the next call); ``end_due`` only applies the
-clock, for a caller that submits next. The clock is injectable, so tests and the
+clock, for a caller that submits next (``next_deadline`` is now until a call tries the queue). The clock is injectable, so tests and the
 benchmark run in simulated time.
 """
 
@@ -178,6 +178,9 @@ class Broker(_Restoring, _Preempting):
         self._dirty = False
         self._due = False
         """Whether a lease granted or notified in this call is due already (``_schedule``)."""
+        self._untried = False
+        """Whether ``end_due`` applied the clock and no call has tried the queue since: the GPUs
+        it freed may fit a waiting request now (``next_deadline`` says now)."""
         self._lock = threading.RLock()
         self._largest: dict[tuple[str, str | None, float, str | None], int] = {}
         """(level, GPU type, memory, constraint level) -> GPUs of the largest group a gang with
@@ -314,12 +317,19 @@ class Broker(_Restoring, _Preempting):
         end before the new one's decision is linked to the id). A request nominated by a lease
         that ends is granted all the same, as any call's clock grants it.
 
+        Until a call tries the queue, ``next_deadline`` is the clock's now: a caller that stops
+        after this (a ``GatedBroker`` request refused, or raising before ``submit``) leaves the
+        GPUs it freed to the next ``advance``, not to the next timeout (until a regression review
+        of R87 a driver sleeping until ``next_deadline`` left them idle beside a waiting request
+        that fits).
+
         Returns every event since the last call that returned events. Raises ``StoreError`` when
         the journal write fails: the clock is applied all the same, and the events stay queued
         for the next call, as for any call.
         """
         with self._lock:
             now = self.clock()
+            self._untried = True
             self._apply_time(now)
             self._save(now)
             return self._drain()
@@ -353,8 +363,11 @@ class Broker(_Restoring, _Preempting):
     def next_deadline(self) -> float | None:
         """The next clock time at which ``advance`` would change something by itself, if any: the
         clock's now when an expiry, a grace end or a timeout is due already (the clock moved on
-        since the last call)."""
+        since the last call), or when ``end_due`` freed GPUs and no call has tried the queue
+        since."""
         with self._lock:
+            if self._untried:
+                return self.clock()
             # Due at any time up to now: advance() ends or times them out now.
             due = [
                 lease.expires_at
@@ -547,6 +560,7 @@ class Broker(_Restoring, _Preempting):
         return sorted(self._waiting.values(), key=lambda w: (-w.request.priority, w.seq))
 
     def _schedule(self, now: float) -> None:
+        self._untried = False
         self._place_waiting(now)
         # A victim notified with no grace (grace_s=0) ends now, not at some later call: its GPUs
         # go to its preemptor or the queue in this call. Each round ends a lease, so this stops.
