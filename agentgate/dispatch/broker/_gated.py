@@ -114,7 +114,7 @@ class GatedBroker(_Recording):
         request is decided (``_end_earlier``), and is in the answer's ``events`` if it is allowed,
         else in those of the next call that returns events. While the broker's journal fails that
         end cannot be given out, and an allowed request with the id is refused with
-        ``StoreError``, its allow closed with an ``error`` outcome and its reservation returned;
+        ``StoreError`` (whether or not the earlier request had a decision), its allow closed with an ``error`` outcome and its reservation returned;
         so is one whose id has a decision but no request at the broker (``BrokerError``: lost in
         a restart, which ``reconcile`` ends), see ``_refuse_earlier``.
         Raises ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so
@@ -164,8 +164,11 @@ class GatedBroker(_Recording):
                 _held(auth),
             )
             # Said only once the policy allowed the caller, so that a caller it refuses cannot tell
-            # another holder's ids from free ones.
-            if earlier is not None:
+            # another holder's ids from free ones. An end that could not be journaled refuses the
+            # request whether or not the earlier request had a decision: one queued on the broker
+            # directly has none, and until a regression review (round c) of R87 its end was then
+            # recorded against the new decision once the journal wrote again.
+            if earlier is not None or unjournaled is not None:
                 self._refuse_earlier(decided, live, unjournaled)
             # Written right after the decision's transaction, which Gate.authorize commits on its
             # own, and before the broker sees the request: no lease exists without its link. A
@@ -224,12 +227,12 @@ class GatedBroker(_Recording):
         return None
 
     def _refuse_earlier(self, decided: LeaseDecision, live: bool, unjournaled: StoreError | None) -> NoReturn:
-        """Refuse allowed ``decided``, whose id still has an earlier decision, its reservation
-        returned and an ``error`` outcome appended: the id is another holder's live one
-        (``BrokerError``); the earlier request's end could not be journaled (``StoreError``: were
-        the new decision linked to the id, that end would be recorded against it once the journal
-        writes); or the broker holds no such request (``BrokerError``: lost in a restart,
-        ``reconcile`` ends its decision)."""
+        """Refuse allowed ``decided``, whose id still has an earlier decision or an earlier
+        request at the broker, its reservation returned and an ``error`` outcome appended: the id
+        is another holder's live one (``BrokerError``); the earlier request's end could not be
+        journaled (``StoreError``, decided or not: were the new decision linked to the id, that
+        end would be recorded against it once the journal writes); or the broker holds no such
+        request (``BrokerError``: lost in a restart, ``reconcile`` ends its decision)."""
         request_id = decided.request_id
         if live:
             self._refuse_taken(decided)
