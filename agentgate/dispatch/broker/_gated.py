@@ -39,7 +39,7 @@ from agentgate.capabilities import Call
 from agentgate.dispatch.broker._broker import Broker, _an_id
 from agentgate.dispatch.broker._lease_calls import _number, _outlived, _resource, _resource_or_any, _wait_left
 from agentgate.dispatch.broker._lease_outcomes import _held, _Recording
-from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, Lease
+from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, Lease, LeaseEnded
 from agentgate.dispatch.broker._quoting import quoted
 from agentgate.errors import BrokerError, Denied, LeaseLost, StoreError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
@@ -70,9 +70,20 @@ class GatedRequest:
         return self.authorization.needs_approval
 
     def lease(self) -> Lease | None:
-        """This request's lease if the broker granted it at once; ``None`` if it waits or was refused."""
+        """This request's lease if the broker granted it at once; ``None`` if it waits or was refused.
+
+        A ``Granted`` with the id that no ``LeaseEnded`` of it follows: ``events`` may start with
+        those of earlier calls, the grant and end of an earlier request with the same id among
+        them (until a regression review, round c, of R87 that expired lease was returned, whether
+        this request was granted or waits)."""
         own = self.authorization.call.args.get("request")
-        return next((e.lease for e in self.events if isinstance(e, Granted) and e.lease.id == own), None)
+        lease: Lease | None = None
+        for event in self.events:
+            if isinstance(event, Granted) and event.lease.id == own:
+                lease = event.lease
+            elif isinstance(event, LeaseEnded) and event.lease.id == own:
+                lease = None
+        return lease
 
 
 class GatedBroker(_Recording):
