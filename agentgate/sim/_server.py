@@ -273,6 +273,34 @@ def _utf8(text: str) -> bool:
     return True
 
 
+def _sent_as_utf8(text: str, name: str, what: str, *, secret: bool = False) -> None:
+    """Refuse ``text`` (the argument ``name``, ``what`` it is) that the server sends or compares as
+    UTF-8 and UTF-8 cannot encode (a lone surrogate), with ``InputError`` naming the character
+    and where it is; a ``secret`` is not quoted."""
+    if text.isascii() or _utf8(text):
+        return
+    at = next(i for i, c in enumerate(text) if not _utf8(c))
+    given = "" if secret else f", not {quoted(text)}"
+    raise InputError(
+        f"{name} must be text UTF-8 can encode ({what}){given}: "
+        f"it holds {character_named(text[at])} at character {at + 1}"
+    )
+
+
+def _check_api_key(api_key: object) -> None:
+    """Refuse an ``api_key`` that is neither ``None`` nor non-empty text UTF-8 can encode
+    (``InputError``; the key itself is never quoted)."""
+    if api_key is None:
+        return
+    if not isinstance(api_key, str):
+        raise InputError(f"api_key must be text (None: no key asked for), not {shown(api_key)}")
+    if not api_key:
+        raise InputError("api_key must not be empty (None: no key asked for)")
+    # Until a regression review (round c) of R87 a lone surrogate was taken, and every /v1
+    # request, whose key is compared as UTF-8, was a 500 with a UnicodeEncodeError.
+    _sent_as_utf8(api_key, "api_key", "the key /v1 asks for as a Bearer token", secret=True)
+
+
 class SimServer:
     """A simulated vLLM backend served over HTTP on 127.0.0.1 from a background thread.
 
@@ -283,7 +311,8 @@ class SimServer:
     encode (a lone surrogate is none), a
     ``time_scale`` that is not a finite number of at least
     ``MIN_TIME_SCALE`` (1e-6), a ``scrape_lag_s`` that is not a finite number of 0 or more, a
-    ``max_model_len`` that is not an integer of at least 2, an empty ``api_key``, a ``body_timeout_s``
+    ``max_model_len`` that is not an integer of at least 2, an ``api_key`` that is neither ``None``
+    nor non-empty text UTF-8 can encode (not quoted), a ``body_timeout_s``
     that is not a positive finite number (an integer too large for a float is none: until review
     R84 ``10**400`` was taken, and failed the first sum with a float), or HTTP limits (``head_timeout_s``, ``max_head_bytes``,
     ``stall_s``, ``unread_body_s``) that ``HttpLimits`` refuses (``agentgate/_http_limits.py``).
@@ -313,14 +342,9 @@ class SimServer:
             # Until review R87 None was taken, and /v1/models served the model as "id": null.
             given = "empty text" if isinstance(model_name, str) else shown(model_name)
             raise InputError(f"model_name must be non-empty text (the served model's id), not {given}")
-        if not model_name.isascii() and not _utf8(model_name):
-            # Until review R87b a lone surrogate was taken, and every /v1/models and /metrics
-            # request, which send the name as UTF-8, was a 500 with a UnicodeEncodeError.
-            at = next(i for i, c in enumerate(model_name) if not _utf8(c))
-            raise InputError(
-                f"model_name must be text UTF-8 can encode (the served model's id), not {quoted(model_name)}: "
-                f"it holds {character_named(model_name[at])} at character {at + 1}"
-            )
+        # Until review R87b a lone surrogate was taken, and every /v1/models and /metrics
+        # request, which send the name as UTF-8, was a 500 with a UnicodeEncodeError.
+        _sent_as_utf8(model_name, "model_name", "the served model's id")
         if not (finite(time_scale) and time_scale >= MIN_TIME_SCALE):
             raise InputError(
                 f"time_scale must be a finite number of at least {MIN_TIME_SCALE:g} (1.0 is real time, "
@@ -343,8 +367,7 @@ class SimServer:
         self.max_model_len = min(max_model_len, self.engine.kv.capacity)
         """Most tokens (prompt + ``max_tokens``) one request may ask for; never above the KV
         capacity, so that every admitted request can run to completion alone."""
-        if api_key is not None and not api_key:
-            raise InputError("api_key must not be empty (None: no key asked for)")
+        _check_api_key(api_key)
         if not (finite(body_timeout_s) and body_timeout_s > 0):
             raise InputError(
                 f"body_timeout_s must be a positive number of seconds, not {body_timeout_s!r:.40}"
@@ -362,9 +385,7 @@ class SimServer:
         self.head_timeout_s = self.http_limits.head_timeout_s
         """Most wall-clock seconds a request head may take to arrive, from the connection's opening
         or the head's first byte; a slower one is answered 408 and its connection closed."""
-        self.api_key = api_key
-        """The key ``/v1/*`` asks for as ``Authorization: Bearer``; ``None``: none. May be changed
-        while serving (a key rotated on the backend)."""
+        self._api_key = api_key
         self.authorizations: collections.Counter[tuple[str, str | None]] = collections.Counter()
         """How many ``/v1/*`` requests each (path, ``Authorization`` value) had (several headers
         joined by ``", "``; ``None``: no header)."""
@@ -510,6 +531,18 @@ class SimServer:
         if self.fault in ("hang", "error"):
             return await self._fault_response()
         return PlainTextResponse("ok")
+
+    @property
+    def api_key(self) -> str | None:
+        """The key ``/v1/*`` asks for as ``Authorization: Bearer``; ``None``: none. May be changed
+        while serving (a key rotated on the backend); a key that is not ``None`` or non-empty text
+        UTF-8 can encode is refused with ``InputError``, the key kept."""
+        return self._api_key
+
+    @api_key.setter
+    def api_key(self, api_key: str | None) -> None:
+        _check_api_key(api_key)
+        self._api_key = api_key
 
     def _refused(self, request: Request) -> Response | None:
         """Count the request's ``Authorization``; a 401 if ``api_key`` is set and not presented."""
