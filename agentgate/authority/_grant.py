@@ -107,8 +107,11 @@ class Budget:
             # Leading zeros are no fault (``007`` is 7); their count is: until review R87 this
             # said "(no leading zeros)", which ``007`` is not refused for. The value to write keeps
             # its unit (until a regression review of R87 ``0...07:calls`` was told ``7``, which is
-            # 7 usd_micros), a unit that is no unit name being shown as ``UNIT``, to be named.
-            suffix = "" if not colon else f":{unit}" if _UNIT.fullmatch(unit) else ":UNIT"
+            # 7 usd_micros), a unit that is no unit name being shown as ``UNIT``, to be named; so
+            # is one ``metered`` refuses (until a regression review, round c, of R87 ``7:usd`` was
+            # suggested, which is then refused as a unit agentgate does not meter).
+            kept = _UNIT.fullmatch(unit) and (not metered or unit in BUDGET_UNITS)
+            suffix = "" if not colon else f":{unit}" if kept else ":UNIT"
             raise TokenFormatError(
                 f"budget {shown}: the amount is written in {len(amount):,} digits, leading zeros "
                 f"included, and at most 19 are read; write it without its leading zeros ({significant}{suffix})"
