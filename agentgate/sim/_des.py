@@ -116,11 +116,18 @@ _COUNTS = (("prompt_tokens", None), ("output_tokens", 0), ("block_tokens", 1), (
 token, empty or negative, is the engine's to refuse, as a rejected outcome (``Engine.add``); an
 output of 0 tokens is taken as one."""
 
+MAX_TRACE_TOKENS = 2**53
+"""The most tokens a ``TraceRequest``'s token counts (``prompt_tokens``, ``output_tokens``,
+``block_tokens``) may give: the routers and the engine's latency model count tokens with floats,
+which hold every integer up to ``2**53`` exactly, and an integer too large for a float was a bare
+``OverflowError`` out of every router."""
+
 
 def _check_request(position: int, r: object) -> None:
     """Raise ``InputError`` naming the request and the field for a ``TraceRequest`` that no
     replay could serve: an ``id`` that is not text, a token count, ``block_tokens`` or
-    ``priority`` that is not an integer (a bool is none) of at least its ``_COUNTS`` least, an
+    ``priority`` that is not an integer (a bool is none) of at least its ``_COUNTS`` least, a
+    token count above ``MAX_TRACE_TOKENS`` (2**53), an
     ``arrival`` that is not a finite number of seconds (an integer too large for a float is none),
     ``hashes`` that are not a sequence of integers (a tuple, a list), a ``tenant`` that is not
     text, a ``session`` neither text nor ``None``, or an ``slo_ttft_s`` that is not a positive
@@ -144,6 +151,12 @@ def _check_request(position: int, r: object) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
             more = "" if least is None else f" of {least} or more"
             raise InputError(f"{where}: {name} must be an integer{more}, not {shown(value)}")
+        if name != "priority" and value > MAX_TRACE_TOKENS:
+            # Until a regression review (round c) of R87 a prompt of 10**400 tokens reached the
+            # router, whose first sum with a float was a bare OverflowError.
+            raise InputError(
+                f"{where}: {name} must be at most 2**53 ({MAX_TRACE_TOKENS:,}) tokens, not {shown(value)}"
+            )
     if (
         not isinstance(r.hashes, Sequence)
         or isinstance(r.hashes, bytes | bytearray)
