@@ -52,7 +52,9 @@ class _Dispatching:
         the first, whose loop thread ``close`` never stopped, one attached after ``close`` ran
         its thread for good, and ``"nope"`` raised a bare ``AttributeError``. What the
         dispatcher's ``start`` raises is raised, once its ``aclose`` was called (its errors
-        dropped) and its loop thread stopped, nothing attached.
+        dropped) and its loop thread stopped, nothing attached; so is what ``start`` raises when
+        called, and a ``start`` that returns no coroutine raises ``InputError`` so (until review
+        R87c both left the gate refusing every later attach, its loop thread running for good).
 
         The dispatcher starts outside the gate's ``_dispatch_lock``: a second attach meanwhile is
         refused (``DispatchError``), and a ``close`` meanwhile does not wait for the start; the
@@ -91,11 +93,18 @@ class _Dispatching:
             with self._dispatch_lock:
                 self._dispatch_attaching = False
             raise
-        starting = asyncio.run_coroutine_threadsafe(dispatcher.start(), loop)
+        starting: concurrent.futures.Future[None] | None = None
         try:
+            begun = dispatcher.start()
+            if not asyncio.iscoroutine(begun):
+                raise InputError(
+                    f"the dispatcher's start must be a coroutine function, it returned {shown(begun)}"
+                )
+            starting = asyncio.run_coroutine_threadsafe(begun, loop)
             starting.result()
         except BaseException:
-            starting.cancel()  # interrupted (a Ctrl-C, a signal handler's exit): the start stops
+            if starting is not None:  # interrupted (a Ctrl-C, a signal handler's exit): the start stops
+                starting.cancel()
             with self._dispatch_lock:
                 self._dispatch_attaching = False
             _stop_dispatcher(dispatcher, loop, thread, quiet=True)
