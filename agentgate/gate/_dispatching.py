@@ -252,14 +252,12 @@ def _stop_dispatcher(
     """Close ``dispatcher`` (its ``aclose``, on its ``loop``), then stop the loop and join its
     ``thread`` whatever ``aclose`` raised. ``quiet``: what ``aclose`` raises is dropped (a
     dispatcher whose start failed, half started, or that the gate never took: what is raised
-    then is why); else it is raised, once the thread stopped."""
+    then is why), when called as when awaited, as is the ``TypeError`` of one that returns no
+    coroutine (until review R87c those two replaced the start's error); else it is raised, once
+    the thread stopped."""
     try:
-        closing = asyncio.run_coroutine_threadsafe(dispatcher.aclose(), loop)
-        if quiet:
-            with contextlib.suppress(Exception):
-                closing.result()
-        else:
-            closing.result()
+        with contextlib.suppress(Exception) if quiet else contextlib.nullcontext():
+            asyncio.run_coroutine_threadsafe(dispatcher.aclose(), loop).result()
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
