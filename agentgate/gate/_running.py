@@ -54,14 +54,23 @@ P = ParamSpec("P")
 _log = logging.getLogger("agentgate.gate")
 
 
-async def _result_of(fn: Callable[[], Awaitable[T]]) -> T:
-    """``fn()`` awaited. A plain function given where a coroutine function belongs has already run
-    when it returns: its value is the call's result (awaiting it would fail after the effect, and
-    the outcome would say the call failed)."""
-    value = fn()
+async def _result_of(value: Awaitable[T]) -> T:
+    """``value``, what ``arun``'s ``fn`` returned, awaited. A plain function given where a
+    coroutine function belongs has already run when it returns: its value is the call's result
+    (awaiting it would fail after the effect, and the outcome would say the call failed)."""
     if inspect.isawaitable(value):
         return await value
     return cast(T, value)
+
+
+def _async_generator_fn(resource: str) -> InputError:
+    """The error for an ``fn`` given to ``Gate.arun`` that returned an async generator (an async
+    generator function): none of its body ran, and it cannot be awaited. Until review R87c the
+    generator was the call's result, recorded ``ok`` and charged, a once-only tool never run."""
+    return InputError(
+        f"{resource}: Gate.arun called an async generator function, whose body never ran and which "
+        "cannot be awaited; give Gate.arun a coroutine function"
+    )
 
 
 def _outcome_lost(auth: Authorization) -> None:
@@ -367,7 +376,13 @@ class _Running:
         A cancellation that ``fn`` itself raised with a cause that is not a cancellation (``raise
         cancelled from error``: a sync tool that failed in its thread while its loop shut down)
         is recorded as that failure of the call, as if ``fn`` had raised it; the cancellation
-        goes on."""
+        goes on.
+
+        An ``fn`` that returns an async generator (an async generator function, or a ``lambda``
+        returning one: nothing to await, none of its body run) is a call that never started, as
+        under ``run``: an ``error`` outcome, its reservation released, a once-only call left as
+        not run, and ``InputError`` (until review R87c it was returned as the result, recorded
+        ``ok`` and charged)."""
         self._check_allowed(
             auth,
             fn,
@@ -389,23 +404,38 @@ class _Running:
                 try:
                     if auth.call.resource.startswith("tool:"):
 
-                        async def attempt(_attempt: Attempt) -> T:
+                        def attempt(_attempt: Attempt) -> Awaitable[T]:
                             nonlocal started
-                            started = True
+                            began, started = started, True
                             try:
-                                value = await _result_of(fn)
+                                value = fn()
                             except BaseException as exc:
                                 raised.append(exc)
                                 raise
-                            returned.append(value)
-                            return value
+                            if inspect.isasyncgen(value):  # none of its body ran:
+                                started = began  # the scheduler refuses it with InputError
+                                return value
+                            return awaited(value)
+
+                        async def awaited(value: Awaitable[T]) -> T:
+                            try:
+                                result = await _result_of(value)
+                            except BaseException as exc:
+                                raised.append(exc)
+                                raise
+                            returned.append(result)
+                            return result
 
                         result = await (await self._async()).submit(
                             self._tool_call(auth, call_id, run_id, paused), attempt, preemptible=preemptible
                         )
                     else:
                         started = True
-                        result = await _result_of(fn)
+                        value = fn()
+                        if inspect.isasyncgen(value):  # none of its body ran
+                            started = False
+                            raise _async_generator_fn(auth.call.resource)
+                        result = await _result_of(value)
                 except asyncio.CancelledError as exc:
                     if returned:  # the call ran to its end: recorded and charged as it ended
                         self._finish(span, auth, returned[-1], failed, spent)

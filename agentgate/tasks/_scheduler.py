@@ -310,7 +310,10 @@ class Scheduler(_StoreWork, _Failures):
         A plain function (one that returns a value, not an awaitable) runs on the loop's thread,
         blocking it, to its end (no deadline cuts it): its value is the attempt's result, as
         under ``Gate.arun``. Blocking work belongs in a thread (``asyncio.to_thread`` with
-        ``preemptible=False``, or ``SyncScheduler``).
+        ``preemptible=False``, or ``SyncScheduler``). An ``fn`` that returns an async generator
+        (an async generator function), which cannot be awaited and whose body never ran, is
+        refused with ``InputError``, as ``SyncScheduler`` refuses it: neither a failed attempt
+        nor a success (until review R87c it was the call's result).
 
         Returns a coroutine (``await scheduler.submit(call, fn)``); errors are raised when it is
         awaited. A plain method rather than ``async def``: one coroutine less on the hot path.
@@ -731,6 +734,10 @@ class Scheduler(_StoreWork, _Failures):
                             breaker.release(held)
                         raise
                     else:
+                        if result is _NOT_BEGUN:  # an async generator function: none of its body ran
+                            if held:
+                                breaker.release(held)  # says nothing of the tool
+                            raise _async_generator_result(tool)
                         if not breaker.healthy:
                             breaker.record_success(period=held)
                         return result
@@ -939,10 +946,25 @@ def _awaitable(value: Any) -> Awaitable[Any]:
     object with ``__await__``), else a finished awaitable of it. A plain function given where a
     coroutine function belongs has already run when it returns: its value is the attempt's
     result, as under ``Gate.arun`` (awaiting the value would fail after the tool's effect, and
-    the call would be reported failed, dead-lettered, perhaps retried: run again)."""
+    the call would be reported failed, dead-lettered, perhaps retried: run again). An async
+    generator, which cannot be awaited and whose body never ran, is ``_NOT_BEGUN``'s: the attempt
+    refuses it once it returns (``_async_generator_result``), not as a failed attempt."""
     if inspect.isawaitable(value):
         return value
+    if inspect.isasyncgen(value):
+        return _returned(_NOT_BEGUN)
     return _returned(value)
+
+
+_NOT_BEGUN = object()
+"""What an attempt whose ``fn`` returned an async generator (``_awaitable``) returns."""
+
+
+def _async_generator_result(tool: str) -> InputError:
+    return InputError(
+        f"tool {tool}: a Scheduler called an async generator function, whose body never ran and "
+        "which cannot be awaited; submit a coroutine function"
+    )
 
 
 async def _returned(value: T) -> T:
