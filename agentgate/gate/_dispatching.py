@@ -36,7 +36,7 @@ class _Dispatching:
     # The gate's state this part reads (``Gate.__init__`` sets it).
     policy: Policy
     _dispatch: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None
-    _dispatch_lock: threading.Lock
+    _dispatch_lock: threading.RLock
     _dispatch_closed: bool
     _dispatch_attaching: bool
 
@@ -59,7 +59,10 @@ class _Dispatching:
         The dispatcher starts outside the gate's ``_dispatch_lock``: a second attach meanwhile is
         refused (``DispatchError``), and a ``close`` meanwhile does not wait for the start; the
         attach, once the start returns, finds the gate closed, stops the dispatcher (``aclose``,
-        its loop thread) and raises ``DispatchError``. Until review R87b the lock was held across
+        its loop thread) and raises ``DispatchError``. The lock is re-entrant: a signal handler's
+        ``close`` in the attaching thread while it holds the lock closes the gate there, and the
+        attach stops its dispatcher as above (until review R87c it deadlocked). Until review R87b
+        the lock was held across
         ``start``: a signal handler's ``close`` in the attaching thread deadlocked, and a ``close``
         from another thread waited for a start that never returned, whatever its ``timeout_s``."""
         from agentgate.dispatch.dispatcher import model_slos  # here: the module brings aiohttp
@@ -93,6 +96,10 @@ class _Dispatching:
             with self._dispatch_lock:
                 self._dispatch_attaching = False
             raise
+        attached = (dispatcher, loop, thread)
+        # Whether the gate holds ``attached``, or a ``close`` took it (and stops it): set on the
+        # line that sets the gate's field, which a signal handler's ``close`` cannot split.
+        held = False
         starting: concurrent.futures.Future[None] | None = None
         try:
             begun = dispatcher.start()
@@ -102,19 +109,23 @@ class _Dispatching:
                 )
             starting = asyncio.run_coroutine_threadsafe(begun, loop)
             starting.result()
+            with self._dispatch_lock:
+                self._dispatch_attaching = False
+                self._dispatch, held = attached, True
+                if not self._dispatch_closed:
+                    return
+                # Closed before it was held: taken back, to stop here; closed since: that close took it.
+                held, self._dispatch = self._dispatch is not attached, None
         except BaseException:
             if starting is not None:  # interrupted (a Ctrl-C, a signal handler's exit): the start stops
                 starting.cancel()
             with self._dispatch_lock:
                 self._dispatch_attaching = False
-            _stop_dispatcher(dispatcher, loop, thread, quiet=True)
+            if not held:  # else the gate's: close stops it
+                _stop_dispatcher(dispatcher, loop, thread, quiet=True)
             raise
-        with self._dispatch_lock:
-            self._dispatch_attaching = False
-            if not self._dispatch_closed:
-                self._dispatch = (dispatcher, loop, thread)
-                return
-        _stop_dispatcher(dispatcher, loop, thread, quiet=True)
+        if not held:
+            _stop_dispatcher(dispatcher, loop, thread, quiet=True)
         raise DispatchError("the gate was closed while the dispatcher started: it was stopped, not attached")
 
     @property
@@ -227,7 +238,13 @@ class _Dispatching:
             if self._dispatch is not attached:
                 sent.close()
                 raise DispatchError(self._no_dispatcher())
-            return asyncio.run_coroutine_threadsafe(sent, attached[1])
+            try:
+                return asyncio.run_coroutine_threadsafe(sent, attached[1])
+            except RuntimeError:  # its loop closed by a signal handler's close, re-entering the lock
+                if self._dispatch is attached:
+                    raise
+                sent.close()
+                raise DispatchError(self._no_dispatcher()) from None
 
     def _no_dispatcher(self) -> str:
         if self._dispatch_closed:
@@ -239,11 +256,10 @@ class _Dispatching:
         until review R87 a gate closed without one still took one, whose thread ran for good."""
         with self._dispatch_lock:
             self._dispatch_closed = True
-            if self._dispatch is None:
-                return
-            dispatcher, loop, thread = self._dispatch
-            self._dispatch = None
-        _stop_dispatcher(dispatcher, loop, thread, quiet=False)
+            # One line: a close re-entered here (a signal handler's) cannot take it twice.
+            taken, self._dispatch = self._dispatch, None
+        if taken is not None:
+            _stop_dispatcher(*taken, quiet=False)
 
 
 def _stop_dispatcher(

@@ -220,7 +220,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         self._closing = False
         self._outcomes_closed = False
         self._dispatch: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None = None
-        self._dispatch_lock = threading.Lock()
+        self._dispatch_lock = threading.RLock()  # a signal handler's close re-enters it
         self._dispatch_closed = False
         self._dispatch_attaching = False
         self._open_requests: dict[str, tuple[str, int | None, float]] = {}
