@@ -5,11 +5,11 @@ was recorded ``ok`` and charged, and the scheduler under a tool call (which chec
 coroutine only) returned it as the tool's result, a once-only refund recorded as run. Now what is
 awaitable or an async generator is caught, by the Gate and by ``SyncScheduler`` alike
 (``tasks._call.unawaited``): a body that never began (an async generator, a generator-based
-coroutine, a coroutine) is a call that never started, as R87 made a coroutine; any other
-awaitable (a task, a future, an object with ``__await__``) may stand for work under way, so its
-call is an ``error`` that may have run (a model call charged as reserved, a once-only tool not
-run again). A ``spent`` or ``failed`` returning such work is one that raised, as R87 made one
-returning a coroutine.
+coroutine, a coroutine) is a call that never started, as R87 made a coroutine. (R87b also refused any other
+awaitable, a task, a future, an object with ``__await__``, after its work was set going; review
+R87c returns it as the call's result again, recorded ``ok``: test_gate_r87c_run_handle.) A
+``spent`` or ``failed`` returning such work is one that raised, as R87 made one returning a
+coroutine.
 
 Real components: a Gate on a SQLite file (``test_gate``'s policy; ``refund`` runs once, ``small``
 costs 1 micro-dollar a prompt token and 2 an output token), ``SyncScheduler``s with and without
@@ -100,25 +100,6 @@ def test_a_once_only_tool_call_whose_body_never_began_is_left_to_run(
     assert setup.gate.run(again, lambda: "refunded", call_id="c1") == "refunded"
 
 
-def test_a_model_call_returning_another_awaitable_is_an_error_charged_as_reserved(setup: Setup) -> None:
-    with pytest.raises(
-        InputError, match=r"Gate\.run's fn returned a _Awaitable, an awaitable that is never awaited"
-    ):
-        setup.gate.run(_model(setup), _Awaitable, spent=lambda _: (10, 10))
-    outcome = setup.entries()[-1]
-    assert outcome.status == "error" and outcome.reasons[0] == "InputError"
-    assert "charged as reserved" in outcome.reasons[-1] and outcome.budget_delta == 30
-
-
-def test_a_once_only_tool_call_returning_another_awaitable_is_not_run_again(setup: Setup) -> None:
-    with pytest.raises(InputError, match="a SyncScheduler's function returned a _Awaitable, an awaitable"):
-        setup.gate.run(_refund(setup), _Awaitable, call_id="c1")
-    outcome = setup.entries()[-1]
-    assert outcome.status == "error" and outcome.reasons[0] == "InputError"  # it may have run
-    again = _refund(setup)
-    assert not again.allowed and "runs once, so it is not run again" in again.reasons[0]
-
-
 @pytest.mark.parametrize("name", ["spent", "failed"])
 def test_a_callback_that_returns_an_awaitable_is_one_that_raised(setup: Setup, name: str) -> None:
     callback = {name: lambda _: _Awaitable()}
@@ -133,9 +114,8 @@ def test_a_callback_that_returns_an_awaitable_is_one_that_raised(setup: Setup, n
     [
         (lambda _: _answers(), "a SyncScheduler called an async function, whose body never ran"),
         (lambda _: _kept_generator(), "a SyncScheduler called an async function, whose body never ran"),
-        (lambda _: _Awaitable(), "a SyncScheduler's function returned a _Awaitable, an awaitable"),
     ],
-    ids=["async-generator", "types.coroutine", "awaitable"],
+    ids=["async-generator", "types.coroutine"],
 )
 def test_a_sync_scheduler_refuses_async_work_as_a_result(
     tmp_path: Path, with_store: bool, tool: Callable[[Attempt], Any], refused: str

@@ -138,16 +138,6 @@ def _async_fn(resource: str) -> InputError:
     )
 
 
-def _awaitable_returned(resource: str, value: object) -> InputError:
-    """The error for an ``fn`` given to ``Gate.run`` that returned an awaitable other than a body
-    that never began (a task, a future, an object with ``__await__``), which ``run`` never
-    awaits, and whose work may be under way (until review R87b recorded ``ok`` and charged)."""
-    return InputError(
-        f"{resource}: Gate.run's fn returned {shown(value)}, an awaitable that is never awaited "
-        "here (the work it stands for may be under way); run it with Gate.arun"
-    )
-
-
 def _not_awaited(name: str, value: object) -> InputError:
     """The error for a ``failed`` or ``spent`` that returned async work (``unawaited``), which
     ``run`` and ``arun`` read at once and never await, closed here (until review R87 ``spent``'s
@@ -301,9 +291,10 @@ class _Running:
         once-only call left as not run, and ``InputError`` (until review R87 a model call
         returned the coroutine, was recorded ``ok`` and charged, and a tool call was recorded as
         one that may have had its effect, never to run again; until R87b so did the other two).
-        One that returns any other awaitable (a task, a future) may have set work going that
-        nothing awaits: an ``error`` outcome, a model call charged as reserved, a once-only call
-        not run again, and ``InputError`` (until review R87b recorded ``ok``).
+        One that returns any other awaitable (a task, a future, a handle with ``__await__`` such
+        as ``ray.ObjectRef``) returns it as the call's result, recorded ``ok``: the caller holds
+        the handle, and whether its work is done ``run`` cannot know (from review R87b to R87c it
+        was refused after the work was set going, charged as reserved, the handle lost).
         """
         self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
         self._begin_run(auth)
@@ -336,7 +327,7 @@ class _Running:
                 except BaseException as exc:
                     self._fail(span, auth, exc, paused, started=started, ran=exc in raised)
                     raise
-                self._finish(span, auth, result, failed, spent, awaited=False)
+                self._finish(span, auth, result, failed, spent)
                 return result
         finally:
             self._end_run()
@@ -687,8 +678,6 @@ class _Running:
         result: T,
         failed: Callable[[T], bool | BaseException] | None,
         spent: Callable[[T], tuple[int, int] | None] | None,
-        *,
-        awaited: bool = True,
     ) -> None:
         """Settle a call that ran and returned ``result``: ``spent`` reads its usage, ``failed``
         says whether it failed, or gives the exception it failed with: the call is then settled
@@ -701,15 +690,10 @@ class _Running:
         R59 its reason had no detail, where the gateway's for the same stream did), and the
         exception is re-raised; so is a ``failed`` that returns an exception class, with
         ``InputError`` (``_not_a_failure``), a ``failed`` or ``spent`` that returns a
-        coroutine or other async work, closed unawaited (``_not_awaited``), and, for ``run``
-        (``awaited=False``), a ``result`` that is an awaitable whose work may be under way (a
-        task, a future: ``_awaitable_returned``; one whose body never began was settled as a
-        call that never started before this). Whatever else ``failed`` returns is read
+        coroutine or other async work, closed unawaited (``_not_awaited``). Whatever else ``failed`` returns is read
         for its truth (``None`` is not failed): until review R85b a value that was neither a boolean nor
         an exception (numpy's ``bool_``, a return code) was refused as an exception class is."""
         try:
-            if not awaited and unawaited(result):
-                raise _awaitable_returned(auth.call.resource, result)
             usage = spent(result) if spent is not None else None
             if unawaited(usage):
                 raise _not_awaited("spent", usage)

@@ -148,7 +148,7 @@ def not_begun(value: object) -> bool:
     def``, ``@types.coroutine`` or async generator function returns one: a coroutine or a
     generator, closed here (a coroutine collected unclosed warns that it was never awaited), or an
     async generator. Any other awaitable (a task, a future, an object with ``__await__``) may
-    stand for work under way: ``False``."""
+    stand for work under way, a handle its caller keeps: ``False``."""
     if isinstance(value, CoroutineType | GeneratorType):
         value.close()
         return True

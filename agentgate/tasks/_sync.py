@@ -46,7 +46,6 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from agentgate._shown import shown
 from agentgate.errors import DeadlineExceeded, InputError, SchedulingError
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
@@ -78,20 +77,16 @@ from agentgate.tasks._waiter import RUNNING, Waiter
 T = TypeVar("T")
 
 
-def _async_result(tool: str, value: object) -> InputError:
-    """The error for a sync call whose function returned async work (``unawaited``: a coroutine,
-    a generator-based coroutine, an async generator, another awaitable), closed here when its
-    body never began (``not_begun``). Until review R87b only a coroutine was caught: the others
-    were the call's result, a once-only call recorded as run though its body never ran."""
-    if not_begun(value):
-        return InputError(
-            f"tool {tool}: a SyncScheduler called an async function, whose body never ran; "
-            "submit it to a Scheduler (Gate.arun)"
-        )
+def _async_result(tool: str) -> InputError:
+    """The error for a sync call whose function returned a body that never began (``not_begun``:
+    a coroutine, a generator-based coroutine, an async generator). Until review R87b only a
+    coroutine was caught: the others were the call's result, a once-only call recorded as run
+    though its body never ran. Any other awaitable (a task, a future, a handle with
+    ``__await__`` such as ``ray.ObjectRef``) is the call's result: the caller holds it (from
+    review R87b to R87c it was refused, after the work was set going)."""
     return InputError(
-        f"tool {tool}: a SyncScheduler's function returned {shown(value)}, an awaitable that is "
-        "never awaited here (the work it stands for may be under way); submit it to a Scheduler "
-        "(Gate.arun)"
+        f"tool {tool}: a SyncScheduler called an async function, whose body never ran; "
+        "submit it to a Scheduler (Gate.arun)"
     )
 
 
@@ -624,10 +619,10 @@ class SyncScheduler:
                         breaker.release(held)
                     raise
                 else:
-                    if unawaited(result):  # an async function: none of its body ran, or a task
+                    if unawaited(result) and not_begun(result):  # an async function: none of its body ran
                         if held:
                             breaker.release(held)  # says nothing of the tool
-                        raise _async_result(tool, result)
+                        raise _async_result(tool)
                     if not breaker.healthy:
                         breaker.record_success(period=held)
                     return result
@@ -845,9 +840,9 @@ class SyncScheduler:
                 outcome.cancel()
                 raise
             else:
-                if unawaited(value):  # an async function: none of its body ran, or a task
+                if unawaited(value) and not_begun(value):  # an async function: none of its body ran
                     outcome.cancel()
-                    raise _async_result(call.tool, value)
+                    raise _async_result(call.tool)
                 returned.append(value)
                 self._settle(done, value, None)
             finally:
