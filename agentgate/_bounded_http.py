@@ -273,7 +273,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if spanning > len(self._tail):
                 return at + spanning - len(self._tail)
         start = at if self._head_begun else at + _blank_lines(data, at)
-        end = _head_end(data, start)
+        # Looked for no further than a head may be long: one longer is refused (431) as counted.
+        end = _head_end(data, start, start + self.max_head_bytes + 3)
         return len(data) if end < 0 else end
 
     def _parse(self, data: bytes) -> None:
@@ -899,8 +900,15 @@ def _blank_lines(data: bytes, at: int) -> int:
     return match.end() - at if match else 0
 
 
-def _head_end(data: bytes, start: int = 0) -> int:
+def _head_end(data: bytes, start: int = 0, stop: int | None = None) -> int:
     """The offset just past the blank line that ends a request head in ``data`` (CRLF or bare LF
-    line ends) whose request line begins at ``start`` (after the empty lines before it), or -1."""
-    ends = [at + len(mark) for mark in (b"\n\r\n", b"\n\n") if (at := data.find(mark, start)) >= 0]
+    line ends) whose request line begins at ``start`` (after the empty lines before it), looked
+    for before ``stop`` (the end of ``data`` by default), or -1. The bare LF end is looked for
+    only before the CRLF one: until a regression review (round c) of R87 it was looked for to
+    the end of ``data``, which in CRLF traffic holds none, and a read of many pipelined requests,
+    parsed a head at a time behind a full queue (``_piece_end``), was scanned whole for each."""
+    stop = len(data) if stop is None else stop
+    crlf = data.find(b"\n\r\n", start, stop)
+    lf = data.find(b"\n\n", start, stop if crlf < 0 else crlf + 2)
+    ends = [at + size for at, size in ((crlf, 3), (lf, 2)) if at >= 0]
     return min(ends, default=-1)
