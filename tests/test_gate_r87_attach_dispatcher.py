@@ -5,7 +5,9 @@ refused with ``DispatchError``, nothing started; a value that is no dispatcher w
 ``InputError``; a dispatcher whose ``start`` fails leaves no thread behind.
 
 Real components: a Gate on a SQLite file (``test_gate``'s policy) and a real ``Dispatcher`` on
-an inventory whose one backend nobody serves; stand-ins only where a ``start`` must fail."""
+an inventory whose one backend nobody serves; stand-ins only where a ``start`` must fail.
+
+The R87b and R87c attach tests import ``setup``, ``_dispatch_threads`` and ``_StandIn`` from here."""
 
 from __future__ import annotations
 
@@ -87,17 +89,28 @@ def test_a_value_that_is_no_dispatcher_is_refused_by_its_type(setup: Setup, give
     assert not setup.gate.dispatches
 
 
-class _FailingStart:
-    """A dispatcher whose ``start`` fails (a backend's key file that cannot be read, say)."""
+class _StandIn:
+    """A stand-in dispatcher: what ``attach_dispatcher`` reads of a ``Dispatcher`` (its
+    ``model_slo_ttft_s``), an async ``start`` that does nothing and an async ``aclose`` that
+    counts its calls (``closed``). A test whose ``start`` or ``aclose`` waits, signals or fails
+    overrides it."""
 
     def __init__(self) -> None:
         self.model_slo_ttft_s: dict[str, float] = {}
+        self.closed = 0
+
+    async def start(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        self.closed += 1
+
+
+class _FailingStart(_StandIn):
+    """A dispatcher whose ``start`` fails (a backend's key file that cannot be read, say)."""
 
     async def start(self) -> None:
         raise OSError("no connection pool today")
-
-    async def aclose(self) -> None:
-        return None
 
 
 def test_a_dispatcher_whose_start_fails_leaves_no_thread_and_nothing_attached(setup: Setup) -> None:

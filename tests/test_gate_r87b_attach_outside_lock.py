@@ -15,42 +15,28 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from types import FrameType
 from typing import cast
 
 import pytest
 from test_gate import Setup
+from test_gate_r87_attach_dispatcher import _dispatch_threads, _StandIn
+from test_gate_r87_attach_dispatcher import setup as setup  # the fixture
 
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.errors import DispatchError
 
 
-def _dispatch_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name == "agentgate-dispatch"}
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    before = _dispatch_threads()
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
-    assert _dispatch_threads() <= before  # every loop thread the gate started has stopped
-
-
-class _StandIn:
+class _Waiting(_StandIn):
     """A dispatcher whose ``start`` waits until ``release`` is set, first sending ``signal_to`` (a
     thread id) ``SIGUSR1`` when given; ``aclose`` is counted, and raises when ``fails`` is."""
 
     def __init__(self, release: threading.Event, signal_to: int | None = None, fails: bool = False) -> None:
-        self.model_slo_ttft_s: dict[str, float] = {}
+        super().__init__()
         self.release = release
         self.signal_to = signal_to
         self.fails = fails
         self.started = threading.Event()
-        self.closed = 0
 
     async def start(self) -> None:
         self.started.set()
@@ -62,14 +48,14 @@ class _StandIn:
             raise OSError("no connection pool today")
 
     async def aclose(self) -> None:
-        self.closed += 1
+        await super().aclose()
         if self.fails:
             raise OSError("nothing to close")
 
 
 def test_a_close_from_another_thread_does_not_wait_for_a_start_that_has_not_returned(setup: Setup) -> None:
     release = threading.Event()
-    standin = _StandIn(release)
+    standin = _Waiting(release)
     raised: list[BaseException] = []
 
     def attach() -> None:
@@ -107,7 +93,7 @@ class _Deadlocked(Exception):
 )
 def test_a_signal_handlers_close_in_the_attaching_thread_closes_the_gate(setup: Setup) -> None:
     release = threading.Event()
-    standin = _StandIn(release, signal_to=threading.get_ident())
+    standin = _Waiting(release, signal_to=threading.get_ident())
     closed: list[bool] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -135,7 +121,7 @@ def test_a_signal_handlers_close_in_the_attaching_thread_closes_the_gate(setup: 
 def test_a_failed_start_closes_the_half_started_dispatcher_and_raises_its_error(setup: Setup) -> None:
     release = threading.Event()
     release.set()
-    standin = _StandIn(release, fails=True)
+    standin = _Waiting(release, fails=True)
     before = _dispatch_threads()
     with pytest.raises(OSError, match="no connection pool today"):  # not aclose's error
         setup.gate.attach_dispatcher(cast(Dispatcher, standin))
@@ -144,7 +130,7 @@ def test_a_failed_start_closes_the_half_started_dispatcher_and_raises_its_error(
 
 def test_a_second_attach_while_the_first_starts_is_refused(setup: Setup) -> None:
     release = threading.Event()
-    first = _StandIn(release)
+    first = _Waiting(release)
     attaching = threading.Thread(target=setup.gate.attach_dispatcher, args=(first,))
     attaching.start()
     assert first.started.wait(5)
@@ -152,7 +138,7 @@ def test_a_second_attach_while_the_first_starts_is_refused(setup: Setup) -> None
 
     def attach_second() -> None:
         try:
-            setup.gate.attach_dispatcher(cast(Dispatcher, _StandIn(release)))
+            setup.gate.attach_dispatcher(cast(Dispatcher, _Waiting(release)))
         except BaseException as exc:
             raised.append(exc)
 

@@ -7,39 +7,21 @@ Real components: a Gate on a SQLite file (``test_gate``'s policy); stand-in disp
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from test_gate import Setup
+from test_gate_r87_attach_dispatcher import _dispatch_threads, _StandIn
+from test_gate_r87_attach_dispatcher import setup as setup  # the fixture
 
 from agentgate.dispatch.dispatcher import Dispatcher
 
 
-def _dispatch_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name == "agentgate-dispatch"}
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    before = _dispatch_threads()
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
-    assert _dispatch_threads() <= before  # every loop thread the gate started has stopped
-
-
-class _PlainAclose:
-    def __init__(self) -> None:
-        self.model_slo_ttft_s: dict[str, float] = {}
-        self.closed = 0
-
+class _PlainAclose(_StandIn):
     async def start(self) -> None:
         raise OSError("no connection pool")
 
-    def aclose(self) -> None:
+    def aclose(self) -> None:  # type: ignore[override]
         self.closed += 1
 
 

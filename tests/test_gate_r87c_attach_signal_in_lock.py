@@ -14,13 +14,13 @@ import inspect
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from types import FrameType
 from typing import Any, cast
 
 import pytest
 from test_gate import Setup
+from test_gate_r87_attach_dispatcher import _StandIn
+from test_gate_r87_attach_dispatcher import setup as setup  # the fixture
 
 import agentgate.gate._dispatching as dispatching
 from agentgate.dispatch.dispatcher import Dispatcher
@@ -29,31 +29,6 @@ from agentgate.errors import DispatchError
 pytestmark = pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(), reason="signal handlers run in the main thread"
 )
-
-
-def _dispatch_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name == "agentgate-dispatch"}
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    before = _dispatch_threads()
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
-    assert _dispatch_threads() <= before  # every loop thread the gate started has stopped
-
-
-class _Good:
-    def __init__(self) -> None:
-        self.model_slo_ttft_s: dict[str, float] = {}
-        self.closed = 0
-
-    async def start(self) -> None:
-        pass
-
-    async def aclose(self) -> None:
-        self.closed += 1
 
 
 class _HandlerExit(Exception):
@@ -79,7 +54,7 @@ def _last_section() -> list[int]:
 def test_a_signal_handlers_close_on_any_line_under_the_lock_closes_the_gate(
     setup: Setup, line: int, raises: bool
 ) -> None:
-    standin = _Good()
+    standin = _StandIn()
     closed: list[bool] = []
     fired: list[bool] = []
 

@@ -9,50 +9,25 @@ Real components: a Gate on a SQLite file (``test_gate``'s policy); stand-in disp
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from test_gate import Setup
+from test_gate_r87_attach_dispatcher import _dispatch_threads, _StandIn
+from test_gate_r87_attach_dispatcher import setup as setup  # the fixture
 
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.errors import InputError
 
 
-def _dispatch_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name == "agentgate-dispatch"}
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    before = _dispatch_threads()
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
-    assert _dispatch_threads() <= before  # every loop thread the gate started has stopped
-
-
-class _RaisingStart:
-    def __init__(self) -> None:
-        self.model_slo_ttft_s: dict[str, float] = {}
-
-    def start(self) -> None:
+class _RaisingStart(_StandIn):
+    def start(self) -> None:  # type: ignore[override]
         raise OSError("no pool")
 
-    async def aclose(self) -> None:
-        pass
 
-
-class _PlainStart(_RaisingStart):
-    def start(self) -> None:
+class _PlainStart(_StandIn):
+    def start(self) -> None:  # type: ignore[override]
         return None
-
-
-class _Good(_RaisingStart):
-    async def start(self) -> None:
-        pass
 
 
 @pytest.mark.parametrize(
@@ -70,5 +45,5 @@ def test_a_start_that_fails_when_called_leaves_the_gate_free_and_no_loop_thread(
     with pytest.raises(error, match=match):
         setup.gate.attach_dispatcher(cast(Dispatcher, standin()))
     assert _dispatch_threads() <= before and not setup.gate.dispatches
-    setup.gate.attach_dispatcher(cast(Dispatcher, _Good()))  # until R87c: "being attached already"
+    setup.gate.attach_dispatcher(cast(Dispatcher, _StandIn()))  # until R87c: "being attached already"
     assert setup.gate.dispatches
