@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import cast
 
@@ -88,6 +90,25 @@ class _Deadlocked(Exception):
     """Raised by an alarm should the handler's ``close`` wait on the lock its own thread holds."""
 
 
+@contextmanager
+def _on_usr1(on_signal: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """``SIGUSR1`` handled by ``on_signal`` in the block, and an alarm after 3 s raising
+    ``_Deadlocked``; both handlers put back after it."""
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        raise _Deadlocked
+
+    before_usr1 = signal.signal(signal.SIGUSR1, on_signal)
+    before_alarm = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, 3.0)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before_alarm)
+        signal.signal(signal.SIGUSR1, before_usr1)
+
+
 @pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(), reason="signal handlers run in the main thread"
 )
@@ -101,19 +122,11 @@ def test_a_signal_handlers_close_in_the_attaching_thread_closes_the_gate(setup: 
         closed.append(True)
         raise _HandlerExit
 
-    def on_alarm(signum: int, frame: FrameType | None) -> None:
-        raise _Deadlocked
-
-    before_usr1 = signal.signal(signal.SIGUSR1, on_signal)
-    before_alarm = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, 3.0)
     try:
-        with pytest.raises(_HandlerExit):  # until R87b: _Deadlocked, the handler's close never got the lock
+        # until R87b: _Deadlocked, the handler's close never got the lock
+        with _on_usr1(on_signal), pytest.raises(_HandlerExit):
             setup.gate.attach_dispatcher(cast(Dispatcher, standin))
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, before_alarm)
-        signal.signal(signal.SIGUSR1, before_usr1)
         release.set()
     assert closed == [True] and standin.closed == 1 and not setup.gate.dispatches
 

@@ -21,6 +21,7 @@ import pytest
 from test_gate import Setup
 from test_gate_r87_attach_dispatcher import _StandIn
 from test_gate_r87_attach_dispatcher import setup as setup  # the fixture
+from test_gate_r87b_attach_outside_lock import _HandlerExit, _on_usr1
 
 import agentgate.gate._dispatching as dispatching
 from agentgate.dispatch.dispatcher import Dispatcher
@@ -29,14 +30,6 @@ from agentgate.errors import DispatchError
 pytestmark = pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(), reason="signal handlers run in the main thread"
 )
-
-
-class _HandlerExit(Exception):
-    """What the signal handler raises once it closed the gate (as ``sys.exit`` would)."""
-
-
-class _Deadlocked(Exception):
-    """Raised by an alarm should the handler's ``close`` wait on the lock its own thread holds."""
 
 
 def _last_section() -> list[int]:
@@ -64,9 +57,6 @@ def test_a_signal_handlers_close_on_any_line_under_the_lock_closes_the_gate(
         if raises:
             raise _HandlerExit
 
-    def on_alarm(signum: int, frame: FrameType | None) -> None:
-        raise _Deadlocked
-
     def local(frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line" and frame.f_lineno == line and not fired:
             fired.append(True)
@@ -79,12 +69,9 @@ def test_a_signal_handlers_close_on_any_line_under_the_lock_closes_the_gate(
             return local
         return None
 
-    before_usr1 = signal.signal(signal.SIGUSR1, on_signal)
-    before_alarm = signal.signal(signal.SIGALRM, on_alarm)
     before_trace = sys.gettrace()
     ended: list[BaseException] = []
-    signal.setitimer(signal.ITIMER_REAL, 3.0)
-    try:
+    with _on_usr1(on_signal):
         sys.settrace(tracer)
         try:
             setup.gate.attach_dispatcher(cast(Dispatcher, standin))
@@ -92,10 +79,6 @@ def test_a_signal_handlers_close_on_any_line_under_the_lock_closes_the_gate(
             ended.append(exc)
         finally:
             sys.settrace(before_trace)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, before_alarm)
-        signal.signal(signal.SIGUSR1, before_usr1)
     if not fired:
         pytest.skip(f"line {line} does not run on this path")
     assert closed == [True] and standin.closed == 1 and not setup.gate.dispatches
