@@ -87,21 +87,17 @@ class _Dispatching:
                     "attach one dispatcher per gate"
                 )
             self._dispatch_attaching = True
+        # Whether the gate holds ``attached``, or a ``close`` took it (and stops it): set on the
+        # line that sets the gate's field, which a signal handler's ``close`` cannot split.
+        held = False
+        attached: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None = None
+        starting: concurrent.futures.Future[None] | None = None
         try:
             dispatcher.model_slo_ttft_s = {**model_slos(self.policy), **dispatcher.model_slo_ttft_s}
             loop = asyncio.new_event_loop()
             thread = threading.Thread(target=loop.run_forever, name="agentgate-dispatch", daemon=True)
             thread.start()
-        except BaseException:
-            with self._dispatch_lock:
-                self._dispatch_attaching = False
-            raise
-        attached = (dispatcher, loop, thread)
-        # Whether the gate holds ``attached``, or a ``close`` took it (and stops it): set on the
-        # line that sets the gate's field, which a signal handler's ``close`` cannot split.
-        held = False
-        starting: concurrent.futures.Future[None] | None = None
-        try:
+            attached = (dispatcher, loop, thread)
             begun = dispatcher.start()
             if not asyncio.iscoroutine(begun):
                 raise InputError(
@@ -116,17 +112,17 @@ class _Dispatching:
                     return
                 # Closed before it was held: taken back, to stop here; closed since: that close took it.
                 held, self._dispatch = self._dispatch is not attached, None
+            raise DispatchError(
+                "the gate was closed while the dispatcher started: it was stopped, not attached"
+            )
         except BaseException:
             if starting is not None:  # interrupted (a Ctrl-C, a signal handler's exit): the start stops
                 starting.cancel()
             with self._dispatch_lock:
                 self._dispatch_attaching = False
-            if not held:  # else the gate's: close stops it
-                _stop_dispatcher(dispatcher, loop, thread, quiet=True)
+            if attached is not None and not held:  # else none started, or the gate's: close stops it
+                _stop_dispatcher(*attached, quiet=True)
             raise
-        if not held:
-            _stop_dispatcher(dispatcher, loop, thread, quiet=True)
-        raise DispatchError("the gate was closed while the dispatcher started: it was stopped, not attached")
 
     @property
     def dispatches(self) -> bool:
