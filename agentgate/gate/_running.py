@@ -313,7 +313,7 @@ class _Running:
                             except BaseException as exc:
                                 raised.append(exc)
                                 raise
-                            if unawaited(value) and not_begun(value):  # none of its body ran:
+                            if not_begun(value):  # none of its body ran:
                                 started = began  # the scheduler refuses it with InputError
                             return value
 
@@ -321,7 +321,7 @@ class _Running:
                     else:
                         started = True
                         result = fn()
-                        if unawaited(result) and not_begun(result):  # none of its body ran
+                        if not_begun(result):  # none of its body ran
                             started = False
                             raise _async_fn(auth.call.resource)
                 except BaseException as exc:

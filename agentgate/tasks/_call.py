@@ -144,11 +144,14 @@ def unawaited(value: object) -> bool:
 
 
 def not_begun(value: object) -> bool:
-    """Whether the ``unawaited`` ``value`` is a body that has not begun, as calling an ``async
+    """Whether ``value`` is ``unawaited`` and a body that has not begun, as calling an ``async
     def``, ``@types.coroutine`` or async generator function returns one: a coroutine or a
-    generator, closed here (a coroutine collected unclosed warns that it was never awaited), or an
-    async generator. Any other awaitable (a task, a future, an object with ``__await__``) may
-    stand for work under way, a handle its caller keeps: ``False``."""
+    generator-based coroutine, closed here (a coroutine collected unclosed warns that it was never
+    awaited), or an async generator. Any other awaitable (a task, a future, an object with
+    ``__await__``) may stand for work under way, a handle its caller keeps, and a plain generator
+    is a value: ``False``."""
+    if not unawaited(value):
+        return False
     if isinstance(value, CoroutineType | GeneratorType):
         value.close()
         return True

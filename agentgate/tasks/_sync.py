@@ -57,7 +57,6 @@ from agentgate.tasks._call import (
     require_flag,
     require_tool_call,
     require_tool_function,
-    unawaited,
 )
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
@@ -619,7 +618,7 @@ class SyncScheduler:
                         breaker.release(held)
                     raise
                 else:
-                    if unawaited(result) and not_begun(result):  # an async function: none of its body ran
+                    if not_begun(result):  # an async function: none of its body ran
                         if held:
                             breaker.release(held)  # says nothing of the tool
                         raise _async_result(tool)
@@ -840,7 +839,7 @@ class SyncScheduler:
                 outcome.cancel()
                 raise
             else:
-                if unawaited(value) and not_begun(value):  # an async function: none of its body ran
+                if not_begun(value):  # an async function: none of its body ran
                     outcome.cancel()
                     raise _async_result(call.tool)
                 returned.append(value)
