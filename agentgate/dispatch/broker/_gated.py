@@ -204,7 +204,7 @@ class GatedBroker(_Recording):
             try:
                 events = self.broker.submit(owned, wait_s=_wait_left(identity, self._ttl(request)))
             except Exception as exc:
-                if isinstance(exc, StoreError) and self._live(request.id):
+                if isinstance(exc, StoreError) and self.broker.holds(request.id):
                     # The broker took the request and only its journal write failed (StoreError):
                     # the lease stands, its events come out of the next call, so its decision
                     # stays linked and its budget reserved.
@@ -422,12 +422,6 @@ class GatedBroker(_Recording):
         deadline = math.inf if lease.notice_deadline is None else lease.notice_deadline
         now = self.broker.clock()
         return max(0.0, min(now + self._ttl(request), deadline) - min(lease.expires_at, deadline))
-
-    def _live(self, request_id: str) -> bool:
-        """Whether the broker holds ``request_id`` as a lease or a waiting request."""
-        return any(lease.id == request_id for lease in self.broker.leases()) or any(
-            q.request.id == request_id for q in self.broker.queue()
-        )
 
     def _holder_request(self, identity: object, lease_id: str) -> GangRequest:
         """The request of ``identity``'s live lease or waiting request ``lease_id``; ``LeaseLost``
