@@ -1,5 +1,5 @@
 """Regression review of R87: the id of an ended request whose end cannot be recorded yet
-(agentgate/dispatch/broker/_gated.py, ``_end_earlier``, ``_refuse_earlier``).
+(agentgate/dispatch/broker/_gated.py, ``submit``, ``_refuse_earlier``).
 
 R87 freed the id of a lease the clock had ended by applying the clock before the decision, but
 while the broker's journal failed it swallowed the journal's ``StoreError``: the ended lease's

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -122,7 +123,7 @@ class GatedBroker(_Recording):
         audited and returned).
         The id of a request the clock ended since the broker's last call (a lease expired, a wait
         run out) is free: that request's end is audited against its own decision before the new
-        request is decided (``_end_earlier``), and is in the answer's ``events`` if it is allowed,
+        request is decided (``Broker.end_due``), and is in the answer's ``events`` if it is allowed,
         else in those of the next call that returns events. While the broker's journal fails that
         end cannot be given out, and an allowed request with the id is refused with
         ``StoreError`` (whether or not the earlier request had a decision), its allow closed with an ``error`` outcome and its reservation returned;
@@ -153,7 +154,21 @@ class GatedBroker(_Recording):
             live = self.broker.is_live(request.id)  # asked without moving the broker
             unjournaled = None
             if not live and (earlier is not None or self.broker.holds(request.id)):
-                unjournaled = self._end_earlier()
+                # The earlier request with this id, which the clock ended since the broker's last
+                # call (a lease expired, a wait run out), is ended and its end audited against its
+                # own decision before the new request is decided, as a call of the broker ends it
+                # first. Only for an id that has a decision or that the broker holds: a fresh id,
+                # the usual case, leaves the broker untouched until its request is allowed. The
+                # broker ends what is due without trying the queue (``Broker.end_due``):
+                # ``Broker.submit`` then ranks the new request among those waiting as a submit
+                # alone ranks it, and a request the policy refuses tries no placement; the events
+                # come out of the next call that returns events, this submit if it is allowed
+                # (``_delivered``). (Until a regression review of R87 every submit applied the
+                # clock and tried the queue first, refused ones too, its events returned by no
+                # call, and a request submitted as a lease expired ranked below those waiting.)
+                # A journal that fails leaves the end in the broker, unrecorded, and an allowed
+                # request is refused with its error (``_refuse_earlier``).
+                unjournaled = self._applied(self.broker.end_due)
                 earlier = self.decisions.get(request.id)
             if live and earlier is not None and identity is not None and earlier.principal == identity.did:
                 raise BrokerError(f"request {quoted(request.id)} is already live")
@@ -214,29 +229,6 @@ class GatedBroker(_Recording):
             self._record(events)
             return GatedRequest(auth, tuple(self._delivered()))
 
-    def _end_earlier(self) -> StoreError | None:
-        """End the earlier request with the id ``submit`` is given, which the clock ended since the
-        broker's last call (a lease expired, a wait run out), and audit its end against its own
-        decision before the new request is decided, as a call of the broker ends it first. Only
-        for an id that has a decision or that the broker holds: a fresh id, the usual case, leaves
-        the broker untouched until its request is allowed. The broker ends what is due without
-        trying the queue (``Broker.end_due``): ``Broker.submit`` then ranks the new request among
-        those waiting as a submit alone ranks it, and a request the policy refuses tries no
-        placement; the events come out of the next call that returns events, this submit if it
-        is allowed (``_delivered``). (Until a regression review of R87 every submit applied the
-        clock and tried the queue first, refused ones too, its events returned by no call, and a
-        request submitted as a lease expired ranked below those waiting.)
-
-        Returns the journal's ``StoreError``: the end stays in the broker, unrecorded, and an
-        allowed request is refused with it (``_refuse_earlier``). Raises only the store's error
-        recording an end (it is recorded first at the next call, ``_record``)."""
-        try:
-            events = self.broker.end_due()
-        except StoreError as exc:
-            return exc
-        self._record(events)
-        return None
-
     def _refuse_earlier(self, decided: LeaseDecision, live: bool, unjournaled: StoreError | None) -> NoReturn:
         """Refuse allowed ``decided``, whose id still has an earlier decision or an earlier
         request at the broker, its reservation returned and an ``error`` outcome appended: the id
@@ -288,7 +280,7 @@ class GatedBroker(_Recording):
         """
         with self._lock:
             self._record([])
-            self._apply_clock()  # a lease that expired meanwhile is not renewed
+            self._applied(self.broker.advance)  # a lease that expired meanwhile is not renewed
             request = self._holder_request(identity, lease_id)
             lease = next((held for held in self.broker.leases() if held.id == lease_id), None)
             if lease is None:
@@ -345,16 +337,19 @@ class GatedBroker(_Recording):
             self._record(self.broker.advance())
             return self._delivered()
 
-    def _apply_clock(self) -> None:
-        """Apply the broker's clock and audit what it ended or granted, before a call reads what
-        is live. A journal that fails leaves the clock applied all the same and its events in the
-        broker for a later call, and the call goes on: until review R85 only the first renewal of
-        an outage did, the others failing here, the lease unrenewed."""
+    def _applied(self, apply: Callable[[], list[BrokerEvent]]) -> StoreError | None:
+        """Apply the broker's clock with ``apply`` (``Broker.advance``, or ``Broker.end_due``,
+        which tries no placement) and audit what it ended or granted, before a call reads what is
+        live. Returns the journal's ``StoreError``: the clock is applied all the same, its events
+        wait in the broker for a later call, and the call goes on (until review R85 only the first
+        renewal of an outage did, the others failing here, the lease unrenewed). Raises only the
+        store's error recording an event (it is recorded first at the next call, ``_record``)."""
         try:
-            events = self.broker.advance()
-        except StoreError:
-            events = []
+            events = apply()
+        except StoreError as exc:
+            return exc
         self._record(events)
+        return None
 
     def reconcile(self) -> list[str]:
         """End the recorded decisions whose lease or request the broker does not have; their ids.
