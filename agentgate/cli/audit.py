@@ -74,7 +74,7 @@ from agentgate.errors import (
 from agentgate.keys import FilledFile, PublicKey, load_public_key, read_regular_file, replace_file, shown_path
 from agentgate.store import SQLiteStore, Store
 from agentgate.store._base import loaded_driver_errors
-from agentgate.store._sqlite import resolved
+from agentgate.store._existing import resolved
 from agentgate.store.audit import AuditLog, Explanation, VerifyReport, log_key_path
 from agentgate.store.grants import GrantRepository
 

@@ -179,9 +179,16 @@ def empty_file(path: Path) -> bool:
         return False  # gone or unreadable: opening it says why
     if not stat.S_ISREG(status.st_mode) or status.st_size:
         return False
-    from agentgate.store._sqlite import resolved  # it imports this module
-
     try:
         return Path(f"{resolved(path)}-wal").stat().st_size == 0
     except OSError:
         return True  # no write-ahead log
+
+
+def resolved(path: str | Path) -> str:
+    """The file ``path`` names, found as the kernel finds it: absolute, every symbolic link
+    followed, and a ``..`` read after the link before it (``link/..`` is the directory above the
+    link's target, where ``os.path.abspath`` drops both). What SQLite is given to open, and where
+    it keeps the file's ``-wal``, ``-shm`` and ``-journal``: beside the file, not beside a link to
+    it. A part that does not exist yet (a store about to be created) is kept as written."""
+    return os.path.realpath(path)

@@ -41,6 +41,7 @@ from agentgate.store._existing import (
     missing_file,
     refuse_missing_sqlite,
     refuse_others_tables,
+    resolved,
     sqlite_name,
 )
 from agentgate.store._version import (
@@ -403,15 +404,6 @@ def _from_root(path: Path) -> str:
             f"directory cannot be found ({exc.strerror}); name the store by an absolute path, or "
             "run from a directory that exists"
         ) from None
-
-
-def resolved(path: str | Path) -> str:
-    """The file ``path`` names, found as the kernel finds it: absolute, every symbolic link
-    followed, and a ``..`` read after the link before it (``link/..`` is the directory above the
-    link's target, where ``os.path.abspath`` drops both). What SQLite is given to open, and where
-    it keeps the file's ``-wal``, ``-shm`` and ``-journal``: beside the file, not beside a link to
-    it. A part that does not exist yet (a store about to be created) is kept as written."""
-    return os.path.realpath(path)
 
 
 def sqlite_tables_read_only(
