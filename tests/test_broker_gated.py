@@ -23,6 +23,7 @@ from agentgate.dispatch.broker import (
     GangRequest,
     GatedBroker,
     Granted,
+    LeaseJournal,
     TenantQuota,
     synthetic_topology,
 )
@@ -80,13 +81,21 @@ class Setup:
             parse_policy(text, source="gpu.yaml"), SQLiteStore(path / "agentgate.db"), tracer=tracer
         )
         self.clock = Clock()
-        quotas = [TenantQuota("team-a", 16, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
-        self.broker = Broker(synthetic_topology(nodes=3, gpus_per_node=8), quotas, clock=self.clock, ttl_s=60)
-        self.gated = GatedBroker(self.gate, self.broker)
+        self.rebroker()
         self.ids = {
             n: self.gate.issue(self.keys["root"], name=n, key=self.keys[n], role=role)
             for n, role in (("trainer", "trainer"), ("other", "trainer"), ("chat", "chat"))
         }
+
+    def rebroker(self, nodes: int = 3, team_a: int = 16, journal: LeaseJournal | None = None) -> Setup:
+        """A new broker (and ``GatedBroker``) on the same clock and gate: ``nodes`` nodes of 8
+        GPUs, team-a's quota ``team_a`` and team-b's 8, leases of 60 s, ``journal`` when given.
+        The same, called again, is a restart whose broker lost what it held."""
+        quotas = [TenantQuota("team-a", team_a, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
+        topology = synthetic_topology(nodes=nodes, gpus_per_node=8)
+        self.broker = Broker(topology, quotas, clock=self.clock, ttl_s=60, journal=journal)
+        self.gated = GatedBroker(self.gate, self.broker)
+        return self
 
     def entries(self) -> list[AuditEntry]:
         """The entries of calls (the grants' own ``agent:NAME`` entries left out)."""

@@ -20,13 +20,9 @@ import pytest
 from test_broker_gated import Setup
 
 from agentgate.dispatch.broker import (
-    Broker,
     BrokerSnapshot,
     GangRequest,
-    GatedBroker,
     LeaseEnded,
-    TenantQuota,
-    synthetic_topology,
 )
 from agentgate.errors import BrokerError, StoreError
 
@@ -45,13 +41,6 @@ class Journal:
         pass
 
 
-def _broker(setup: Setup, journal: Journal | None = None) -> Broker:
-    quotas = [TenantQuota("team-a", 16, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
-    return Broker(
-        synthetic_topology(nodes=3, gpus_per_node=8), quotas, clock=setup.clock, ttl_s=60, journal=journal
-    )
-
-
 @pytest.mark.parametrize("holder", ["trainer", "other"], ids=["same-holder", "other-holder"])
 def test_an_expired_id_is_refused_while_its_end_cannot_be_journaled_then_free(
     tmp_path: Path, holder: str
@@ -59,8 +48,7 @@ def test_an_expired_id_is_refused_while_its_end_cannot_be_journaled_then_free(
     setup = Setup(tmp_path)
     try:
         journal = Journal()
-        setup.broker = _broker(setup, journal)
-        setup.gated = GatedBroker(setup.gate, setup.broker)
+        setup.rebroker(journal=journal)
         setup.gated.submit(setup.ids["trainer"], GangRequest("ft-1", "x", 8, gpu_type="H100"))
         first = setup.gated.decisions.get("ft-1")
         assert first is not None
@@ -103,8 +91,7 @@ def test_an_id_whose_request_the_broker_lost_is_refused_naming_reconcile(tmp_pat
     try:
         trainer = setup.ids["trainer"]
         setup.gated.submit(trainer, GangRequest("ft-1", "x", 8, gpu_type="H100"))
-        setup.broker = _broker(setup)  # a restart whose broker lost the lease
-        setup.gated = GatedBroker(setup.gate, setup.broker)
+        setup.rebroker()  # a restart whose broker lost the lease
         before = len(setup.entries())
 
         with pytest.raises(BrokerError) as raised:

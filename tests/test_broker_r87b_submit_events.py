@@ -16,26 +16,16 @@ from pathlib import Path
 from test_broker_gated import Setup
 
 from agentgate.dispatch.broker import (
-    Broker,
     BrokerEvent,
     GangRequest,
-    GatedBroker,
-    TenantQuota,
     TimedOut,
     Withdrawn,
-    synthetic_topology,
 )
 
 
 def _on(tmp_path: Path, nodes: int) -> Setup:
     """``Setup`` over a broker of ``nodes`` nodes of 8 GPUs, each tenant's quota 8."""
-    setup = Setup(tmp_path)
-    quotas = [TenantQuota("team-a", 8, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
-    setup.broker = Broker(
-        synthetic_topology(nodes=nodes, gpus_per_node=8), quotas, clock=setup.clock, ttl_s=60
-    )
-    setup.gated = GatedBroker(setup.gate, setup.broker)
-    return setup
+    return Setup(tmp_path).rebroker(nodes=nodes, team_a=8)
 
 
 def _named(events: list[BrokerEvent] | tuple[BrokerEvent, ...]) -> list[tuple[str, str]]:

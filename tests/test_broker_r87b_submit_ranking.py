@@ -18,7 +18,6 @@ from test_broker_gated import Clock, Setup
 from agentgate.dispatch.broker import (
     Broker,
     GangRequest,
-    GatedBroker,
     LeaseEnded,
     TenantQuota,
     synthetic_topology,
@@ -49,8 +48,7 @@ def test_a_request_submitted_as_a_lease_expires_ranks_as_broker_submit_ranks_it(
 ) -> None:
     setup = Setup(tmp_path)
     try:
-        setup.broker = _broker(setup.clock)
-        setup.gated = GatedBroker(setup.gate, setup.broker)
+        setup.rebroker(nodes=1, team_a=8)
         trainer = setup.ids["trainer"]
         setup.gated.submit(trainer, GangRequest("A", "x", 8, gpu_type="H100"))
         setup.gated.submit(setup.ids["other"], GangRequest("L", "x", 8, gpu_type="H100"))

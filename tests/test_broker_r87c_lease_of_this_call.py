@@ -12,22 +12,16 @@ from pathlib import Path
 from test_broker_gated import Setup
 
 from agentgate.dispatch.broker import (
-    Broker,
     GangRequest,
-    GatedBroker,
     Granted,
-    TenantQuota,
-    synthetic_topology,
 )
 
 
 def _old_lease_granted_by_a_renewal(tmp_path: Path) -> Setup:
     """Two nodes of 8 GPUs: ``other``'s ``L`` is granted at 1030 by ``trainer``'s renewal, which
     returns no events, and expires at 1090."""
-    setup = Setup(tmp_path)
-    quotas = [TenantQuota("team-a", 8, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
-    setup.broker = Broker(synthetic_topology(nodes=2, gpus_per_node=8), quotas, clock=setup.clock, ttl_s=60)
-    gated = setup.gated = GatedBroker(setup.gate, setup.broker)
+    setup = Setup(tmp_path).rebroker(nodes=2, team_a=8)
+    gated = setup.gated
     gated.submit(setup.ids["trainer"], GangRequest("r", "x", 8, gpu_type="H100"))
     gated.submit(setup.ids["other"], GangRequest("A", "x", 8, gpu_type="H100", ttl_s=20))
     assert gated.submit(setup.ids["other"], GangRequest("L", "x", 8, gpu_type="H100")).lease() is None

@@ -12,40 +12,19 @@ from pathlib import Path
 
 import pytest
 from test_broker_gated import Setup
+from test_broker_r87b_earlier_end_unrecorded import Journal
 
 from agentgate.dispatch.broker import (
-    Broker,
-    BrokerSnapshot,
     GangRequest,
-    GatedBroker,
     LeaseEnded,
-    TenantQuota,
-    synthetic_topology,
 )
 from agentgate.errors import StoreError
 
 
-class _Journal:
-    """A journal whose writes fail while ``down``."""
-
-    down = False
-
-    def save(self, snapshot: BrokerSnapshot) -> None:
-        if self.down:
-            raise StoreError("journal down")
-
-    def take_over(self, snapshot: BrokerSnapshot) -> None:
-        pass
-
-
 def test_an_undecided_id_ended_in_an_outage_refuses_the_allowed_request(tmp_path: Path) -> None:
-    setup = Setup(tmp_path)
-    journal = _Journal()
-    quotas = [TenantQuota("team-a", 16, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
-    setup.broker = Broker(
-        synthetic_topology(nodes=3, gpus_per_node=8), quotas, clock=setup.clock, ttl_s=60, journal=journal
-    )
-    gated = setup.gated = GatedBroker(setup.gate, setup.broker)
+    journal = Journal()
+    setup = Setup(tmp_path).rebroker(journal=journal)
+    gated = setup.gated
     trainer = setup.ids["trainer"]
     try:
         setup.broker.submit(GangRequest("A", "team-a", 8, gpu_type="H100", holder=trainer.did))

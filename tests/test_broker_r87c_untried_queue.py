@@ -12,20 +12,14 @@ from pathlib import Path
 from test_broker_gated import Setup
 
 from agentgate.dispatch.broker import (
-    Broker,
     GangRequest,
-    GatedBroker,
     Granted,
-    TenantQuota,
-    synthetic_topology,
 )
 
 
 def test_a_refused_submit_after_an_expiry_leaves_next_deadline_at_now(tmp_path: Path) -> None:
-    setup = Setup(tmp_path)
-    quotas = [TenantQuota("team-a", 8, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
-    setup.broker = Broker(synthetic_topology(nodes=1, gpus_per_node=8), quotas, clock=setup.clock, ttl_s=60)
-    gated = setup.gated = GatedBroker(setup.gate, setup.broker)
+    setup = Setup(tmp_path).rebroker(nodes=1, team_a=8)
+    gated = setup.gated
     try:
         assert gated.submit(setup.ids["trainer"], GangRequest("A", "x", 8, gpu_type="H100")).lease()
         assert gated.submit(setup.ids["other"], GangRequest("L", "x", 8, gpu_type="H100")).lease() is None
