@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from test_broker_gated import Setup
+from test_broker_r87c_lease_of_this_call import _old_lease_granted_by_a_renewal
 
 from agentgate.dispatch.broker import (
     BrokerEvent,
@@ -74,17 +75,8 @@ def test_an_allowed_submit_of_an_expired_id_returns_the_end_and_what_followed(tm
 
 
 def test_the_events_of_a_renewals_clock_come_out_of_the_next_advance(tmp_path: Path) -> None:
-    setup = _on(tmp_path, nodes=2)
+    setup = _old_lease_granted_by_a_renewal(tmp_path)
     try:
-        setup.gated.submit(setup.ids["trainer"], GangRequest("r", "x", 8, gpu_type="H100"))
-        setup.gated.submit(setup.ids["other"], GangRequest("A", "x", 8, gpu_type="H100", ttl_s=20))
-        assert (
-            setup.gated.submit(setup.ids["other"], GangRequest("L", "x", 8, gpu_type="H100")).lease() is None
-        )
-        setup.clock.now += 30  # "A" expired at 1020
-
-        setup.gated.renew(setup.ids["trainer"], "r")
-
         assert _named(setup.gated.advance()) == [("LeaseEnded", "A"), ("Granted", "L")]
         audited = [(e.status, e.resource) for e in setup.entries() if e.kind == "outcome"][-2:]
         assert audited == [("lease_expired", "gpu:h100"), ("lease_granted", "gpu:h100")]  # audited once

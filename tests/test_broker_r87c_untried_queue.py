@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_broker_gated import Setup
+from test_broker_r87b_submit_events import _expired_with_one_waiting, _on
 
 from agentgate.dispatch.broker import (
     GangRequest,
@@ -18,12 +18,10 @@ from agentgate.dispatch.broker import (
 
 
 def test_a_refused_submit_after_an_expiry_leaves_next_deadline_at_now(tmp_path: Path) -> None:
-    setup = Setup(tmp_path).rebroker(nodes=1, team_a=8)
+    setup = _on(tmp_path, nodes=1)
     gated = setup.gated
     try:
-        assert gated.submit(setup.ids["trainer"], GangRequest("A", "x", 8, gpu_type="H100")).lease()
-        assert gated.submit(setup.ids["other"], GangRequest("L", "x", 8, gpu_type="H100")).lease() is None
-        setup.clock.now += 70  # A expired; L waits and fits the GPUs A held
+        _expired_with_one_waiting(setup)  # L waits and fits the GPUs A held
         refused = gated.submit(setup.ids["chat"], GangRequest("A", "x", 1, gpu_type="H100"))
         assert not refused.allowed
         assert setup.broker.free_gpus() == 8  # end_due ended A, the queue untried
