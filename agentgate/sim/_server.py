@@ -78,6 +78,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate._http_limits import HttpLimits, port_number
+from agentgate._names import _unicode
 from agentgate._numbers import finite
 from agentgate._shown import character_named, quoted, shown
 from agentgate.dispatch.prefix import block_hashes
@@ -264,22 +265,13 @@ class _Metrics(Collector):
         yield info
 
 
-def _utf8(text: str) -> bool:
-    """Whether UTF-8 can encode ``text``: not when it holds a lone surrogate."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _sent_as_utf8(text: str, name: str, what: str, *, secret: bool = False) -> None:
     """Refuse ``text`` (the argument ``name``, ``what`` it is) that the server sends or compares as
     UTF-8 and UTF-8 cannot encode (a lone surrogate), with ``InputError`` naming the character
     and where it is; a ``secret`` is not quoted."""
-    if text.isascii() or _utf8(text):
+    if text.isascii() or _unicode(text):
         return
-    at = next(i for i, c in enumerate(text) if not _utf8(c))
+    at = next(i for i, c in enumerate(text) if not _unicode(c))
     given = "" if secret else f", not {quoted(text)}"
     raise InputError(
         f"{name} must be text UTF-8 can encode ({what}){given}: "
