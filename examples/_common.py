@@ -574,17 +574,16 @@ def _words(text: str, api_key: str, width: int = 86) -> str:
     key's last characters before that cut became: a piece of the key the cut splits, seen only in
     part, may be too short to be found. Where it does not (the first ``_READ`` characters are the
     key, again and again, each run of it now one marker), all of ``text`` is scrubbed."""
-    words = text.split(maxsplit=_READ)
-    folded = " ".join(words[:_READ])
-    if len(words) <= _READ and len(folded) <= _READ:
-        return _short(_scrub(folded, api_key), width)
-    scrubbed = _scrub(folded[:_READ], api_key)
-    # What the key's characters before the cut became: each kept, or a marker for a run of 8 or
-    # more of them (the first run may hold one only).
-    tail = len(api_key) + len("[redacted]") * (2 + len(api_key) // 8)
-    if len(scrubbed) >= width + tail:
-        return _short(scrubbed, width)
-    return _short(_scrub(" ".join(text.split()), api_key), width)
+    folded = " ".join(text.split(maxsplit=_READ)[:_READ])  # past _READ where it has more words
+    if len(folded) > _READ:
+        scrubbed = _scrub(folded[:_READ], api_key)
+        # What the key's characters before the cut became: each kept, or a marker for a run of 8
+        # or more of them (the first run may hold one only).
+        tail = len(api_key) + len("[redacted]") * (2 + len(api_key) // 8)
+        if len(scrubbed) >= width + tail:
+            return _short(scrubbed, width)
+        folded = " ".join(text.split())
+    return _short(_scrub(folded, api_key), width)
 
 
 def _served_models(base_url: str, api_key: str) -> list[str] | None:
