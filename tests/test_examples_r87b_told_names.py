@@ -13,11 +13,7 @@ from test_examples_r58_endpoint import common as common  # the fixture
 from test_examples_r59_endpoint import Endpoint, Reply, _first_turn
 from test_examples_r59_endpoint import _no_endpoint_settings as _no_endpoint_settings  # autouse
 from test_examples_r59_endpoint import run as run  # the fixture
-
-
-def _printed_as_is(out: str) -> list[str]:
-    """The characters of ``out`` a terminal acts on (all but line breaks), which none may hold."""
-    return [c for c in out if not c.isprintable() and c != "\n"]
+from test_examples_r87_escape import _printed_as_is
 
 
 def test_the_name_of_a_tool_the_model_was_told_about_is_printed_escaped(
