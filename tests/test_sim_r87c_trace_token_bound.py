@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from test_sim_r87_request_fields import _GOOD
 
 from agentgate.dispatch import baselines, inventory_from_mapping
 from agentgate.dispatch.router import Router
@@ -21,7 +22,6 @@ from agentgate.sim.traces import TraceRequest
 _INVENTORY = inventory_from_mapping(
     {"backends": [{"name": "b", "url": "http://b", "models": ["m"], "kv_capacity_tokens": 900_000}]}
 )
-_GOOD = TraceRequest("ok", 0.0, 100, 4)
 
 
 def _replay(request: TraceRequest, router: object) -> None:
