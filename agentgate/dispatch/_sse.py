@@ -128,17 +128,31 @@ def _parse_chunk(backend: str, data: str, key: str | None = None, asked: int = 1
         if not choices:
             return ChatChunk("", None, usage, event=event, backend=backend) if usage else None
         choice = choices[0]
-        delta = choice.get("delta") or {}
-        content = delta.get("content") or ""
-        if not isinstance(content, str):
-            raise TypeError("content is not a string")
-        calls = delta.get("tool_calls") or []
+        delta = choice.get("delta") or {}  # an object, or absent or null (``_checked_choices``)
+        content = _content(delta)
+        # Absent or null alone is no fragment: until review R88 a falsy ``tool_calls`` that is no
+        # list (``{}``, ``0``, ``false``) passed as none, and on to the caller in the event.
+        calls = delta.get("tool_calls")
+        if calls is None:
+            calls = []
         if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
             raise TypeError("tool_calls is not a list of objects")
         # Its finish_reason was checked with the others (``_checked_choices``).
         return ChatChunk(content, choice.get("finish_reason"), usage, tuple(calls), event, backend)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
+
+
+def _content(part: Mapping[str, Any]) -> str:
+    """The ``content`` of a whole answer's ``message`` or a stream event's ``delta``: its text,
+    ``""`` when absent or null; raises ``TypeError`` for any other value, falsy ones included
+    (``false``, ``0``, ``[]``, ``{}``: until review R88 each was read as the empty answer)."""
+    content = part.get("content")
+    if content is None:
+        return ""
+    if not isinstance(content, str):
+        raise TypeError("content is not a string")
+    return content
 
 
 def _is_choice(choice: object, part: str) -> bool:

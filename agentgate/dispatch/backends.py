@@ -68,6 +68,7 @@ from agentgate.dispatch._sse import (
     _answer_chars,
     _answer_limit,
     _checked_choices,
+    _content,
     _line_shown,
     _parse_chunk,
     _Seen,
@@ -354,9 +355,9 @@ class BackendClient:
             choice = choices[0]
             # No ``content`` key is none: TGI's tool call message has ``role`` and ``tool_calls``
             # only (until review R66 such an answer was a BackendFailed, sent to every backend).
-            text = choice["message"].get("content") or ""
-            if not isinstance(text, str):
-                raise TypeError("content is not a string")
+            # Absent or null alone: until review R88 a falsy content that is no text (``false``,
+            # ``0``, ``[]``, ``{}``) was read as the empty answer, and passed on in the body.
+            text = _content(choice["message"])
             reason = choice.get("finish_reason")  # checked with the others (``_checked_choices``)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendFailed(f"{self.backend.name}: malformed chat completion: {exc}") from None
