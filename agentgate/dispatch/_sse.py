@@ -189,18 +189,14 @@ def _checked_choices(choices: object, part: str, asked: int) -> list[Mapping[str
 
 
 def carries_output(chunk: ChatChunk) -> bool:
-    """Whether ``chunk`` passes on any of the answer: its content, tool call fragments, or anything
-    else in its delta but the role (a reasoning model's ``reasoning_content``: tokens generated
-    and sent, charged as output)."""
-    if chunk.content or chunk.tool_calls:
-        return True
-    choices = chunk.event.get("choices")
-    return isinstance(choices, list) and any(
-        isinstance(choice, Mapping)
-        and isinstance(delta := choice.get("delta"), Mapping)
-        and any(value for name, value in delta.items() if name != "role")
-        for choice in choices
-    )
+    """Whether ``chunk`` passes on any of the answer: a character of it or more
+    (``_answer_chars``: content, tool call ids, names and arguments, a reasoning model's
+    ``reasoning_content``: tokens generated and sent, charged as output), the rule ``_advances``
+    counts a chunk's text by. A delta whose values hold no text (the role alone, a tool call
+    fragment that is its ``index`` alone, a number beside empty content) carries none: until
+    review R88 any value but the role counted, so a stream that broke after ``{"tool_calls":
+    [{"index": 0}]}`` was not failed over, though its caller had nothing it could use."""
+    return _answer_chars(chunk) > 0
 
 
 @dataclass(slots=True)
@@ -244,7 +240,8 @@ class _StreamUsage:
     """The highest counts reported so far (each count's own highest), ``None`` before any."""
 
     def see(self, chunk: ChatChunk) -> None:
-        self.chars += _answer_chars(chunk)
+        chars = _answer_chars(chunk)  # ``carries_output`` is ``chars > 0``
+        self.chars += chars
         if (reported := chunk.usage) is not None:
             if counts_answer(reported, self.chars, self.highest):
                 self.usage, self.stale = reported, False
@@ -256,7 +253,7 @@ class _StreamUsage:
                     max(reported.completion_tokens, highest.completion_tokens),
                 )
             self.highest = reported
-        elif self.usage is not None and carries_output(chunk):
+        elif self.usage is not None and chars > 0:
             self.usage, self.stale = None, True
 
 

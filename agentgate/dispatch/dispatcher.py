@@ -508,7 +508,8 @@ class Dispatcher:
         self, payload: Mapping[str, Any], *, allowed: AllowedBackend | None = None, **route: Any
     ) -> AsyncIterator[ChatChunk]:
         """Route and stream a call; fails over only before its first output has been yielded:
-        chunks that carry none (``carries_output``: the role alone, an empty delta, a usage) are
+        chunks that carry none (``carries_output``: no character of the answer, such as the role
+        alone, an empty delta, a tool call fragment that is its index alone, a usage) are
         held back and passed on with the first that carries some (or at the stream's end), at
         most ``MAX_HELD_CHUNKS`` of them; a failure meanwhile fails over and they are dropped, so
         the caller sees the chunks of one backend only (not ``UsageUnreadable``, a usage that is

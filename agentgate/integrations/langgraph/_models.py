@@ -248,8 +248,9 @@ class DispatchedChatModel(BaseChatModel):
 def _watched_output(served: ChatChunk) -> None:
     """Tell the middleware's watch of this model call (``_WATCHED``), if one is set, that
     ``served`` carried output by the rule of the dispatcher and the gateway (``carries_output``):
-    a tool call fragment, which this model does not hand LangChain's callbacks as it comes, or
-    anything else in the delta but its role, counts as text does, so a stream cut after it is charged as reserved, as the gateway
+    a tool call fragment with any text (an id, a name, arguments), which this model does not hand
+    LangChain's callbacks as it comes, or any other text in the delta but its role, counts as
+    content does, so a stream cut after it is charged as reserved, as the gateway
     charges it (until review R58 the watch saw nothing, and the call was released)."""
     watch = _WATCHED.get()
     if watch is not None and not watch.delivered and carries_output(served):
