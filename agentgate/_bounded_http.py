@@ -93,7 +93,7 @@ import uvicorn
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from agentgate._http_limits import HttpLimits
+from agentgate._http_limits import HttpLimits, declared_length
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -820,8 +820,8 @@ class _BodyEnd:
         request with neither a ``Transfer-Encoding`` nor a ``Content-Length`` has none."""
         if any(name == b"transfer-encoding" for name, _ in headers):
             return cls(None)
-        lengths = [value.strip() for name, value in headers if name == b"content-length"]
-        return cls(int(lengths[0]) if len(lengths) == 1 and lengths[0].isdigit() else 0)
+        lengths = [value for name, value in headers if name == b"content-length"]
+        return cls((declared_length(lengths[0]) if len(lengths) == 1 else None) or 0)
 
     def end(self, data: bytes, at: int) -> int:
         """The offset in ``data`` just past the body's end, read from ``at``; ``len(data)`` if the

@@ -4,6 +4,7 @@ The protocol itself (``agentgate/_bounded_http.py``) imports uvicorn and httptoo
 imports neither, so that a ``SimServer`` or a ``GatewayServer`` checks its limits when it is made
 and ``import agentgate.sim`` stays light. Each server passes its own limits: the gateway's
 defaults are the values below, the simulator's are its own (``agentgate/sim/_server.py``).
+``declared_length`` reads a ``Content-Length`` value, for the protocol and the gateway's pool alike.
 """
 
 from __future__ import annotations
@@ -94,3 +95,24 @@ def port_number(value: int) -> int:
             f"port must be an integer from 0 to {MOST_PORT} (0: any free port), not {quoted(value)}"
         )
     return value
+
+
+MOST_DECLARED_DIGITS = 20
+"""The most significant digits of a ``Content-Length`` the parsers read (2**64 - 1 has 20)."""
+
+
+def declared_length(value: str | bytes) -> int | None:
+    """The bytes a ``Content-Length`` header's ``value`` (as sent) declares, or ``None`` for a
+    value that is not ASCII digits alone (white space around aside). ``1*DIGIT`` (RFC 9110, 8.6)
+    allows any number of leading zeros, and ``int`` refuses a text of more than 4,300 digits:
+    the zeros are dropped before the digits are read (until review R88 a length after 5,000
+    zeros, which the parser reads, raised ``ValueError``). A value of more significant digits
+    than ``MOST_DECLARED_DIGITS``, which the parser refuses first, is read as ``10**20``: larger
+    than any limit."""
+    digits = value.strip() if isinstance(value, bytes) else value.strip().encode("latin-1", "replace")
+    if not digits.isdigit():
+        return None
+    significant = digits.lstrip(b"0")
+    if len(significant) > MOST_DECLARED_DIGITS:
+        return 10**20  # the least number of more digits
+    return int(significant or b"0")

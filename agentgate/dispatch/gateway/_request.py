@@ -18,6 +18,7 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.requests import Request
 
+from agentgate._http_limits import declared_length
 from agentgate._json import once_each
 from agentgate.dispatch._engine_fields import FieldError, check_engine_fields
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER
@@ -68,10 +69,10 @@ def _declared_too_large(request: Request, max_bytes: int) -> str | None:
     in the connection's reset.)"""
     if request.headers.get("expect", "").strip().lower() != "100-continue":
         return None
-    declared = request.headers.get("content-length", "")
-    if not declared.isdigit() or int(declared) <= max_bytes:
+    declared = declared_length(request.headers.get("content-length", ""))
+    if declared is None or declared <= max_bytes:
         return None
-    return f"the body is over {max_bytes} bytes (Content-Length: {int(declared)})"
+    return f"the body is over {max_bytes} bytes (Content-Length: {declared})"
 
 
 def _declared_not_json(headers: Headers) -> str | None:

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from agentgate._http_limits import declared_length
 from agentgate.dispatch.backends import MAX_ANSWER_BYTES, MAX_LINE_BYTES, split_lines
 from agentgate.errors import AnswerTooLarge
 
@@ -157,8 +158,7 @@ class _Connection(asyncio.Protocol):
         if (
             name == b"content-length"
             and self._parser.get_status_code() < 300
-            and value.strip().isdigit()
-            and int(value) > MAX_ANSWER_BYTES
+            and (declared_length(value) or 0) > MAX_ANSWER_BYTES
         ):
             self._too_large()
 
