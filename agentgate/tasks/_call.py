@@ -2,7 +2,9 @@
 
 An idempotency key names one logical call, the same across retries and re-submissions:
 ``sha256("agentgate-idempotency-v2" 0 tenant 0 principal 0 grant 0 run_id 0 tool 0 call_id 0
-argument_digest)``. It exists only when the caller names the run and the tool call id; without
+argument_digest)``, or, when a part holds a NUL, ``sha256`` of the JSON array
+``["agentgate-idempotency-v3", tenant, principal, grant, run_id, tool, call_id, argument_digest]``
+(``idempotency_key``). It exists only when the caller names the run and the tool call id; without
 them two calls with equal arguments are different calls (two refunds of 10 EUR are two refunds).
 Run and call ids are chosen by the framework and the model (a LangGraph thread "1", a tool call
 "call_0_0") and repeat across agents, so the key is scoped by who calls under what authority:
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -75,10 +78,20 @@ def idempotency_key(
     grant: str = "",
 ) -> str:
     """The idempotency key of one logical tool call (see the module docstring); the defaults are
-    ``ToolCall``'s (a call with no authority chain has the grant "")."""
-    material = "\0".join(
-        ("agentgate-idempotency-v2", tenant, principal, grant, run_id, tool, call_id, digest)
-    )
+    ``ToolCall``'s (a call with no authority chain has the grant "").
+
+    The parts are joined with NUL, which splits them back only when none holds a NUL: a call
+    with one in a part is keyed by the JSON array of its parts under ``agentgate-idempotency-v3``
+    instead, text with no NUL (JSON escapes it) where a NUL-joined one holds seven, so the two
+    never meet. Until review R88 every call was NUL-joined, and tenant "acme" with principal
+    "ops\\0bot" had the key of tenant "acme\\0ops" with principal "bot": the second tenant's
+    call was handed the first one's result. Keys without a NUL are unchanged, so the once-only
+    rows a store holds (``store/once.py``) still match them."""
+    parts = (tenant, principal, grant, run_id, tool, call_id, digest)
+    if any("\0" in part for part in parts):
+        material = json.dumps(("agentgate-idempotency-v3", *parts), ensure_ascii=False)
+    else:
+        material = "\0".join(("agentgate-idempotency-v2", *parts))
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
 
