@@ -238,8 +238,11 @@ class ToolLimits:
 
 @dataclass(frozen=True)
 class PriorityClass:
-    """A priority class. Lower ``rank`` runs first (strictly); classes of equal rank share by
-    ``weight`` (more than 0, at most ``MAX_WEIGHT``)."""
+    """A priority class. Lower ``rank`` (an integer from 0 to ``MAX_STORED_INTEGER``, 2**63 - 1)
+    runs first (strictly); classes of equal rank share by ``weight`` (more than 0, at most
+    ``MAX_WEIGHT``). Until review R88 a rank had no upper bound, and a call of a class ranked past
+    4,300 digits that had to wait raised a bare ``ValueError`` from ``submit`` (the fair queue
+    names its rank nodes by their number)."""
 
     name: str
     rank: int = 0
@@ -247,7 +250,7 @@ class PriorityClass:
 
     def __post_init__(self) -> None:
         _name(self.name, "priority class name")
-        _integer(self.rank, f"priority class {quoted(self.name)}: rank", 0)
+        _integer(self.rank, f"priority class {quoted(self.name)}: rank", 0, maximum=MAX_STORED_INTEGER)
         _number(self.weight, f"priority class {quoted(self.name)}: weight", 0, above=True, maximum=MAX_WEIGHT)
 
 
