@@ -15,6 +15,8 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from agentgate._shown import quoted
+from agentgate.errors import InputError
 from agentgate.store.leases import BREAKER_AHEAD_S
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
 from agentgate.tasks._call import OVERFLOW_BREAKER, PER_NAME_STATE, ToolCall
@@ -45,9 +47,23 @@ class _BreakerSharing:
     _publish_lock: threading.Lock
 
     def breaker(self, key: str) -> CircuitBreaker:
-        """The circuit breaker for ``key``, created closed; one per key for all schedulers (no lock needed)."""
+        """The circuit breaker for ``key``, created closed; one per key for all schedulers (no lock needed).
+
+        Raises ``InputError`` for a key that is not a string or not valid Unicode (a lone
+        surrogate), as ``ToolCall`` refuses such a ``breaker_key``: the key is a metrics label and
+        a store row. Until review R88 ``Scheduler.breaker(None)`` made a breaker keyed None, and
+        every later scrape of the scheduler's registry raised ``TypeError``."""
+        if not isinstance(key, str):  # before the lookup: a list would raise TypeError there
+            raise InputError(f"a breaker key is a string, got {quoted(key)}")
         found = self.breakers.get(key)
         if found is None:
+            if not key.isascii():
+                try:
+                    key.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InputError(
+                        f"breaker key {quoted(key)} is not valid Unicode (a lone surrogate)"
+                    ) from None
             if len(self.breakers) >= PER_NAME_STATE and key.removeprefix("tool:") not in self.config.tools:
                 # Past the bound, keys the config does not name share one breaker, as metrics
                 # labels share ``_other``: never dropped, so no call holds a breaker nobody lists.

@@ -206,7 +206,8 @@ class Scheduler(_StoreWork, _Failures):
     def breaker(self, key: str) -> CircuitBreaker:
         """The circuit breaker for ``key`` (``tool:<name>`` or ``backend:<name>``), created closed.
 
-        One per key for every scheduler sharing this one's limits.
+        One per key for every scheduler sharing this one's limits. Raises ``InputError`` for a
+        key that is not a string or not valid Unicode (a lone surrogate).
         """
         return self.shared.breaker(key)
 
