@@ -111,6 +111,8 @@ any ttl above 0 was taken here) the heartbeat renewed without pause, and the slo
 the first renewal, free to every other holder while its call still ran."""
 MAX_BURST = 2**53
 """Largest shared bucket, as ``RateLimit.burst``'s: the level is a float, exact up to 2**53."""
+_DIGEST_PREFIX = "sha256:"
+"""How a key stored by digest starts (``stored_key``)."""
 _KEY_BYTES = 1024
 """The longest key (UTF-8 bytes) stored as it is. A PostgreSQL B-tree index entry holds about
 2.7 KB, where SQLite has no bound: a longer key is stored by digest (``stored_key``)."""
@@ -118,20 +120,24 @@ _KEY_BYTES = 1024
 
 def stored_key(key: str) -> str:
     """The row key of the lease, rate bucket or breaker ``key``: ``key`` itself, unless it holds a
-    NUL character (PostgreSQL's text cannot) or is longer than ``_KEY_BYTES``; then
-    ``sha256:HEX`` of its UTF-8 bytes. A key (a tool name, a ``breaker_key``) then takes its slot,
-    bucket or breaker alike on SQLite and PostgreSQL, where such a key was refused on PostgreSQL
-    only (``StoreError``: the scheduler gave the call up as ``store_unavailable``). ``StoreError``
-    for a key that is not valid Unicode (as the stores raise)."""
-    if len(key) <= _KEY_BYTES // 4 and "\x00" not in key:  # at most 4 UTF-8 bytes a character
+    NUL character (PostgreSQL's text cannot), is longer than ``_KEY_BYTES`` or starts with
+    ``sha256:``; then ``sha256:HEX`` of its UTF-8 bytes. A key (a tool name, a ``breaker_key``)
+    then takes its slot, bucket or breaker alike on SQLite and PostgreSQL, where such a key was
+    refused on PostgreSQL only (``StoreError``: the scheduler gave the call up as
+    ``store_unavailable``). A key spelled ``sha256:HEX`` is hashed too, so no key is stored as
+    another's digest: until review R88 a ``breaker_key`` spelled as a long key's digest shared
+    that key's breaker, slots and rate bucket. ``StoreError`` for a key that is not valid Unicode
+    (as the stores raise)."""
+    spelled_as_digest = key.startswith(_DIGEST_PREFIX)
+    if not spelled_as_digest and len(key) <= _KEY_BYTES // 4 and "\x00" not in key:  # <= 4 bytes a character
         return key
     try:
         data = key.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise unstorable_text(exc) from None
-    if len(data) <= _KEY_BYTES and b"\x00" not in data:
+    if not spelled_as_digest and len(data) <= _KEY_BYTES and b"\x00" not in data:
         return key
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return _DIGEST_PREFIX + hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
