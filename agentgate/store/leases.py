@@ -57,6 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentgate._numbers import finite
+from agentgate._shown import quoted
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Store, Transaction, positive_number, unstorable_text, whole_number
 
@@ -246,7 +247,7 @@ class LeaseManager:
         """
         if lease.holder != self.holder:
             raise InputError(
-                f"lease {lease.key!r} slot {lease.slot} is held by {lease.holder!r}, not {self.holder!r}: "
+                f"lease {quoted(lease.key)} slot {lease.slot} is held by {quoted(lease.holder)}, not {quoted(self.holder)}: "
                 "only its holder releases it"
             )
         with self._lock:
@@ -390,8 +391,8 @@ class SharedRateLimits:
             with self.store.transaction() as tx:
                 tx.execute(_BUCKET_CREATE, (row_key, float(burst), now))
                 row = tx.execute(_BUCKET_READ, (row_key,))[0]
-                tokens = _stored_number(row[0], f"rate bucket {key!r}: tokens")
-                updated_at = _stored_number(row[1], f"rate bucket {key!r}: updated_at")
+                tokens = _stored_number(row[0], "rate bucket", key, "tokens")
+                updated_at = _stored_number(row[1], "rate bucket", key, "updated_at")
                 since = min(updated_at, now + BUCKET_AHEAD_S)
                 level = min(float(burst), tokens + max(0.0, now - since) * per_second)
                 if level < 1.0:
@@ -401,7 +402,7 @@ class SharedRateLimits:
                 tx.execute(_BUCKET_SWAP, (level - 1.0, max(now, since), row_key, tokens, updated_at))
                 if tx.rowcount == 1:
                     return 0.0
-        raise StoreError(f"rate bucket {key!r}: too much contention, no token taken")
+        raise StoreError(f"rate bucket {quoted(key)}: too much contention, no token taken")
 
 
 BREAKER_AHEAD_S = 60.0
@@ -452,9 +453,11 @@ class SharedBreakers:
         transition of another process (a stale "open" reopened the breaker in every process after
         a probe had closed it, a stale "closed" closed it on a failing backend)."""
         if state not in ("open", "closed"):
-            raise InputError(f"a shared breaker state is open or closed, got {state!r}")
+            raise InputError(f"a shared breaker state is open or closed, got {quoted(state)}")
         if not finite(opened_at):
-            raise InputError(f"a shared breaker's transition time is a finite number, got {opened_at!r}")
+            raise InputError(
+                f"a shared breaker's transition time is a finite number, got {quoted(opened_at)}"
+            )
         with self.store.transaction() as tx:
             tx.execute(
                 _BREAKER_PUBLISH,
@@ -525,18 +528,29 @@ def _breaker_state(key: str, state: object, opened_at: object, version: object) 
     Read as before, ``'abc'`` raised ``ValueError`` out of the scheduler's ``submit`` and out of
     ``agentgate tasks breakers``, and a state other than ``open`` counted as ``closed``."""
     if state not in ("open", "closed"):
-        raise StoreError(f"shared breaker {key!r}: the stored state is {state!r}, not open or closed")
-    stored_version = _stored_number(version, f"shared breaker {key!r}: version")
+        raise StoreError(
+            f"shared breaker {quoted(key)}: the stored state is {quoted(state)}, not open or closed"
+        )
+    stored_version = _stored_number(version, "shared breaker", key, "version")
     if not stored_version.is_integer() or stored_version < 1:
-        raise StoreError(f"shared breaker {key!r}: the stored version is {version!r}, not an integer >= 1")
+        raise StoreError(
+            f"shared breaker {quoted(key)}: the stored version is {quoted(version)}, not an integer >= 1"
+        )
     return SharedBreakerState(
-        key, str(state), _stored_number(opened_at, f"shared breaker {key!r}: opened_at"), int(stored_version)
+        key,
+        str(state),
+        _stored_number(opened_at, "shared breaker", key, "opened_at"),
+        int(stored_version),
     )
 
 
-def _stored_number(value: object, what: str) -> float:
-    """``value`` read from a number column, as a float; ``StoreError`` when it is not a finite
-    number (SQLite keeps the text ``'abc'`` in a REAL column as text)."""
+def _stored_number(value: object, kind: str, key: str, field: str) -> float:
+    """``value`` read from the number column ``field`` of ``kind`` ``key``'s row, as a float;
+    ``StoreError`` naming them when it is not a finite number (SQLite keeps the text ``'abc'``
+    in a REAL column as text). The key and the value are quoted short (``quoted``): the message
+    is made only then, and until review R88 it held the whole of a key of any length."""
     if not finite(value):
-        raise StoreError(f"{what}: the stored value {value!r} is not a finite number (a corrupt row)")
+        raise StoreError(
+            f"{kind} {quoted(key)}: {field}: the stored value {quoted(value)} is not a finite number (a corrupt row)"
+        )
     return float(value)
