@@ -415,7 +415,9 @@ class AuditEntry(BaseModel):
 
     @classmethod
     def from_bytes(cls, data: bytes) -> AuditEntry:
-        """Parse canonical entry bytes; raises ``TamperDetected`` if they are not exactly canonical."""
+        """Parse canonical entry bytes; raises ``TamperDetected`` if they are not exactly canonical
+        (text that is not valid Unicode, a lone-surrogate escape, included: until review R88 that
+        was an ``InputError`` that stopped every reader of the log)."""
         try:
             raw = json.loads(data.decode("utf-8"))
         except ValueError as exc:  # not UTF-8, not JSON, or an integer longer than Python converts
@@ -432,6 +434,12 @@ class AuditEntry(BaseModel):
             raise TamperDetected(f"entry fields are invalid: {_first_error(exc)}") from exc
         except TypeError as exc:
             raise TamperDetected(f"entry fields are invalid: {one_line(str(exc))}") from exc
-        if entry.to_bytes() != data:
+        try:
+            canonical = entry.to_bytes()
+        except InputError as exc:  # a lone-surrogate escape, which the field validators take
+            raise TamperDetected(
+                f"entry {entry.index} is not in canonical form: {one_line(str(exc))}"
+            ) from None
+        if canonical != data:
             raise TamperDetected(f"entry {entry.index} is not in canonical form")
         return entry
