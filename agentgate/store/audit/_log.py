@@ -338,11 +338,9 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         latest = self._latest_checkpoint_row()
         prev_size = 0
         if latest:
-            # What was signed, not the row's unsigned columns, is what the log must still match.
+            # What was signed, its row's unsigned columns checked against it, is what the log must
+            # still match.
             signed = self._open_latest(latest)
-            # The size column as stored: SQLite keeps text or a fraction there if given one.
-            if (signed.size, signed.root) != (latest[0], _bytes(latest[1])) or type(latest[0]) is not int:
-                raise TamperDetected("audit log: the latest checkpoint row does not match its signed note")
             if targets.get(signed.size, (signed.root, ""))[0] != signed.root:
                 raise TamperDetected(
                     f"audit log: the saved checkpoint and the last stored one disagree about size {signed.size}"

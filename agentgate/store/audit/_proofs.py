@@ -16,7 +16,7 @@ from agentgate.audit.note import Checkpoint, key_id, other_signer, wrong_key_cau
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import BeyondLogEnd, InputError, TamperDetected
 from agentgate.store._base import Row, Store, Transaction
-from agentgate.store.audit._stored import _MAX_INDEX, _note, _parsed, _stored_index, _whole, no_entry
+from agentgate.store.audit._stored import _MAX_INDEX, _bytes, _note, _parsed, _stored_index, _whole, no_entry
 
 if TYPE_CHECKING:
     from agentgate.keys import PublicKey, SigningKey
@@ -245,16 +245,23 @@ class _Proofs:
         """The checkpoint the latest stored row (size, root, note) signs, its signature checked
         (``open_checkpoint``); ``TamperDetected`` naming that row when its note does not open, as
         verify names each checkpoint: the note's own error does not say which note (until review
-        R72 explain and checkpoint refused with ``signed note has no signature block`` alone)."""
+        R72 explain and checkpoint refused with ``signed note has no signature block`` alone), and
+        when its size or root column is not what the note signs. The row was picked by its size
+        column: a copy of an older note given a larger one made ``explain`` prove against that
+        older checkpoint (until review R88 only ``checkpoint`` compared the columns)."""
         note = _note(row[2])
         try:
-            return self.open_checkpoint(note)
+            signed = self.open_checkpoint(note)
         except TamperDetected as exc:
             signer = other_signer(note, self.origin, self.public_key)
             cause = "" if signer is None else "; " + self._wrong_key_cause(signer)
             raise TamperDetected(
                 f"audit log: its latest stored checkpoint (size {row[0]!r}) does not open: {exc}{cause}"
             ) from None
+        # The size column as stored: SQLite keeps text or a fraction there if given one.
+        if (signed.size, signed.root) != (row[0], _bytes(row[1])) or type(row[0]) is not int:
+            raise TamperDetected("audit log: the latest checkpoint row does not match its signed note")
+        return signed
 
     def _wrong_key_cause(self, signer: str) -> str:
         """``wrong_key_cause`` for the latest stored checkpoint signed by ``signer`` alone, naming
@@ -269,7 +276,8 @@ class _Proofs:
 
         Returns that checkpoint (``None`` when there is none) and the indexes it does not cover.
         One pass over the stored leaf hashes below its size computes every proof. Raises
-        ``TamperDetected`` when its signature or a proof fails.
+        ``TamperDetected`` when its signature, its row's size and root columns (``_open_latest``)
+        or a proof fails.
         """
         row = self._latest_checkpoint_row()
         if row is None:
