@@ -140,16 +140,22 @@ def engines() -> Iterator[Engines]:
         try:
             cold, warm = (Authority(GrantRepository(s), ROOT.public) for s in stores)
             warmer = Authority(GrantRepository(stores[1]), [ROOT.public, OTHER_ROOT.public])
-            warmer.cache = warm.cache
+            _share_cache(warmer, warm)
             yield Engines(cold, warm, warmer)
         finally:
             for store in stores:
                 store.close()
 
 
+def _share_cache(engine: Authority, owner: Authority) -> None:
+    """Give ``engine`` ``owner``'s chain cache: ``Authority.cache`` is read-only (review R88), and
+    these engines share one so that chains cached under one anchor set are looked up under another."""
+    engine._cache = owner.cache
+
+
 def _with_anchors(engine: Authority, anchors: tuple[SigningKey, ...]) -> Authority:
     configured = Authority(engine.repo, [k.public for k in anchors])
-    configured.cache = engine.cache
+    _share_cache(configured, engine)
     return configured
 
 

@@ -37,7 +37,7 @@ from agentgate.authority._invocation import (
 from agentgate.authority._operations import _now, _skew
 from agentgate.authority._parsing import parse_chain
 from agentgate.authority._revocation import HolderRevocation, checked_repo, revoke, revoke_holder
-from agentgate.authority._signatures import _anchors, verify_signature
+from agentgate.authority._signatures import TrustAnchors, _anchors, verify_signature
 from agentgate.capabilities import (
     Call,
     Capability,
@@ -630,7 +630,9 @@ class Authority:
     Raises ``InputError`` for a ``repo`` that is not a ``GrantRepository`` (the ``Store`` itself,
     ``None``: refused here, not on the first call allowed), a ``skew`` that is not a whole number
     of seconds from 0 to ``MAX_SKEW`` and a ``cache_size`` that is not a whole number, 1 or more
-    (``ChainCache``).
+    (``ChainCache``). What it checked stays as checked: ``repo``, ``anchors``, ``approvals``,
+    ``skew`` and ``cache`` are read-only, and assigning one raises ``AttributeError`` (an engine
+    for another store or other anchors is a new ``Authority``).
     """
 
     def __init__(
@@ -642,11 +644,36 @@ class Authority:
         skew: int = DEFAULT_SKEW,
         cache_size: int = 4096,
     ) -> None:
-        self.repo = checked_repo(repo, "Authority")
-        self.anchors = _anchors(trusted)
-        self.approvals = approvals
+        self._checked_repo = checked_repo(repo, "Authority")
+        self._checked_anchors = _anchors(trusted)
+        self._approvals = approvals
         self._checked_skew = _skew(skew)
-        self.cache = ChainCache(cache_size)
+        self._cache = ChainCache(cache_size)
+
+    # Each read-only, as ``skew`` since review R53: until review R88 a value assigned after the
+    # checks above reached ``_decide`` unchecked (a ``Store`` as ``repo`` raised on the first
+    # allowed call, a list of anchors made every valid call a ``TypeError``, a string of them made
+    # the trust check a substring test).
+
+    @property
+    def repo(self) -> GrantRepository:
+        """The grant store decisions read revocation from and record nonces in; read-only."""
+        return self._checked_repo
+
+    @property
+    def anchors(self) -> TrustAnchors:
+        """The trust anchors a chain's root must be issued by, as checked; read-only."""
+        return self._checked_anchors
+
+    @property
+    def approvals(self) -> ApprovalHook | None:
+        """The approval hook asked about each covered call, or ``None``; read-only."""
+        return self._approvals
+
+    @property
+    def cache(self) -> ChainCache:
+        """This engine's cache of verified chains (``cache_size`` of them at most); read-only."""
+        return self._cache
 
     @property
     def skew(self) -> int:
