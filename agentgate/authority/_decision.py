@@ -683,7 +683,16 @@ class Authority:
 
     def decide(self, invocation: Invocation, *, now: float | None = None) -> Decision:
         """``decide`` with this engine's store, anchors, hook and cache."""
-        return _decide(invocation, self.repo, self.anchors, self.approvals, now, self.skew, self.cache)
+        # The fields, not their read-only properties: a decision is timed per microsecond.
+        return _decide(
+            invocation,
+            self._checked_repo,
+            self._checked_anchors,
+            self._approvals,
+            now,
+            self._checked_skew,
+            self._cache,
+        )
 
     def decide_held(
         self, holder: SigningKey, chain: Chain | str, call: Call, *, now: float | None = None
