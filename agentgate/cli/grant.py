@@ -462,8 +462,13 @@ def _inspect(args: argparse.Namespace) -> int:
     # The nearest link above that the store records revoked: a revocation takes every grant below
     # it, and the store records only the grant revoked (until review R67 a link below one was shown
     # unmarked, ``"revoked": false`` and nothing else, as if it held; ``audit explain`` names it).
+    # Only a link that names the one above as its parent descends from it: one spliced in from
+    # another chain (``parent_mismatch``) inherits no revocation from the link above (until review
+    # R88 it was shown revoked through a grant that is not its ancestor).
     through: str | None = None
     for i, link in enumerate(chain.links):
+        if i and link.parent != chain.links[i - 1].id:
+            through = None
         try:
             verify_signature(link.issuer, GRANT_CONTEXT + link.payload, link.signature)
             signature = "valid"
