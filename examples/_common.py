@@ -11,7 +11,8 @@ with ``AGENTGATE_OPENAI_BASE_URL`` set it talks to any OpenAI-compatible endpoin
     AGENTGATE_OPENAI_MAX_RETRIES=2                      # tries after a failed first one
 
 (that mode needs ``pip install langchain-openai``). An empty value counts as unset; a timeout that
-is no number of seconds above 0, retries that are no whole number from 0 to 100, or a missing
+is no number of seconds above 0, retries that are no whole number from 0 to 100 (each written in
+ASCII digits, a timeout with a decimal point where it wants one), or a missing
 ``langchain-openai`` end the example with one line and status 2, before anything is made; so does
 a base URL that is no http(s) URL with a host (and a valid port, where it names one) or that holds
 credentials (``user:password@``, which would be printed with it), and an API key that an
@@ -188,6 +189,13 @@ MAX_TIMEOUT_S = 86_400
 MAX_RETRIES = 100
 """The most ``AGENTGATE_OPENAI_MAX_RETRIES`` taken."""
 
+# How the two settings are spelled: ASCII digits (with a decimal point for seconds), as the command
+# line reads --limit and --older-than seconds. float and int also read 1_0, padding, a sign, an
+# exponent and other scripts' digits (an Arabic-Indic 3 as 3), which agentgate refuses everywhere
+# else (until review R88 the examples took them).
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
+_WHOLE = re.compile(r"[0-9]+", re.ASCII)
+
 
 def _base_url_fault(url: str) -> str | None:
     """What keeps ``url`` from being a base URL the client can call, as a person reads it after
@@ -281,10 +289,7 @@ def endpoint_settings() -> EndpointSettings | None:
             "e.g. http://127.0.0.1:8000/v1"
         )
     timeout_text = _setting("AGENTGATE_OPENAI_TIMEOUT", "60")
-    try:
-        timeout = float(timeout_text)
-    except ValueError:
-        timeout = math.nan
+    timeout = float(timeout_text) if _SECONDS.fullmatch(timeout_text) else math.nan
     # At most a day: until review R82 any finite number was taken, and one past what the
     # platform's clocks hold (1e10) failed every model call, blamed on the endpoint.
     if not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
@@ -293,10 +298,9 @@ def endpoint_settings() -> EndpointSettings | None:
             f"at most {MAX_TIMEOUT_S} (a day)"
         )
     retries_text = _setting("AGENTGATE_OPENAI_MAX_RETRIES", "2")
-    try:
-        retries = int(retries_text)
-    except ValueError:
-        retries = -1
+    # A number of more digits than MAX_RETRIES is out of range unread (int refuses one of 4,301).
+    whole = _WHOLE.fullmatch(retries_text) and len(retries_text.lstrip("0")) <= len(str(MAX_RETRIES))
+    retries = int(retries_text) if whole else -1
     # At most 100: until review R85 any whole number was taken, and a huge one retried an
     # endpoint nobody listens at for good.
     if not 0 <= retries <= MAX_RETRIES:
