@@ -8,9 +8,11 @@ answering megabytes of them, must not stall it); a series with several label set
 of a data-parallel server, several models) is summed, and KV usage is averaged (the engines'
 caches are equal: the mean is the server's fraction in use), but the KV capacity is read once
 (each engine's sample already carries the server's total). Text over
-``MAX_METRICS_CHARS``, lines of those names that do not parse, or text that carries none of the
-engine's names raise ``BackendFailed``: a backend that answers garbage is a failed backend,
-never a crash.
+``MAX_METRICS_CHARS``, a line of those names over ``MAX_METRICS_LINE_CHARS`` (the parser's time
+on one line grows with the square of its labels or escaped quotes: bounding each line keeps the
+whole parse linear in the text), lines of those names that do not parse, or text that carries
+none of the engine's names raise ``BackendFailed``: a backend that answers garbage is a failed
+backend, never a crash.
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ _FALLBACKS = {
 MAX_METRICS_CHARS = 8 * 2**20
 """The longest metrics text read (8 Mi characters; a vLLM serving one model publishes about 100 kB):
 a longer answer is a failed scrape, not seconds of parsing on the event loop."""
+
+MAX_METRICS_LINE_CHARS = 16 * 2**10
+"""The longest line of a read name parsed (16 Ki characters; an engine's lines are well under
+1 KiB, ``vllm:cache_config_info`` with its twenty-odd labels the longest, and a model path in a
+label at most 4 KiB): a longer one is a failed scrape, since ``prometheus_client`` parses a line
+in time quadratic in its labels (one line of 128,000 labels, 1.4 MB, took 15 s)."""
 
 MAX_REQUESTS = 10**7
 """The most requests an engine may report running or waiting: a larger count is garbage that would
@@ -133,7 +141,7 @@ def load_from_text(text: str, engine: Engine, *, now: float = 0.0) -> EngineLoad
     names it reads (comments and every other series are skipped unparsed).
 
     Raises ``BackendFailed`` if the text is longer than ``MAX_METRICS_CHARS``, or a line of those
-    names does not parse, or an engine that publishes load metrics published none of them, or a
+    names is longer than ``MAX_METRICS_LINE_CHARS`` or does not parse, or an engine that publishes load metrics published none of them, or a
     value (any one sample of a series, before the series is summed or averaged) is not a finite
     non-negative number, or a request count is over ``MAX_REQUESTS``, or
     the published KV capacity is negative or over ``MAX_KV_CAPACITY_TOKENS``.
@@ -141,7 +149,18 @@ def load_from_text(text: str, engine: Engine, *, now: float = 0.0) -> EngineLoad
     if len(text) > MAX_METRICS_CHARS:
         raise BackendFailed(f"metrics are over {MAX_METRICS_CHARS} characters ({len(text)})")
     read = _read_names(engine)
-    samples = parse_samples("".join(line + "\n" for line in text.split("\n") if line.startswith(read)))
+    kept: list[str] = []
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.startswith(read):
+            continue
+        if len(line) > MAX_METRICS_LINE_CHARS:
+            name = next(n for n in read if line.startswith(n))
+            raise BackendFailed(
+                f"metrics line {number} ({name}) is {len(line)} characters, over "
+                f"{MAX_METRICS_LINE_CHARS}: no engine publishes such a line"
+            )
+        kept.append(line + "\n")
+    samples = parse_samples("".join(kept))
     flat: dict[str, float] = {}
     for name, series in samples.items():
         values = [v for _, v in series]
