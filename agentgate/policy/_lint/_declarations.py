@@ -109,7 +109,9 @@ class QuotaCountsNothing(LintRule):
                     policy.line_of("quotas", name, "resources"),
                 )
                 continue
-            dead = [p for p in quota.resources if not _costs_in(quota.unit, p, priced)]
+            # Each entry with its own position: looking a dead entry up again (``index``) was
+            # quadratic in them, and put a repeated entry's finding on its first line.
+            dead = [(at, p) for at, p in enumerate(quota.resources) if not _costs_in(quota.unit, p, priced)]
             if len(dead) == len(quota.resources):
                 yield self.finding(
                     policy,
@@ -120,11 +122,11 @@ class QuotaCountsNothing(LintRule):
                 continue
             if "resources" not in quota.model_fields_set:
                 continue  # the default (tool:*, model:*) counts what the unit can, not a choice made here
-            for pattern in dead:
+            for at, pattern in dead:
                 yield self.finding(
                     policy,
                     f"quota {name} counts {quota.unit}, which calls on {pattern} do not use: the entry counts nothing",
-                    policy.line_of("quotas", name, "resources", quota.resources.index(pattern)),
+                    policy.line_of("quotas", name, "resources", at),
                     severity=Severity.WARNING,
                 )
 
