@@ -610,11 +610,18 @@ class ApprovalUnreachable(LintRule):
         # policy of 300 approvers of one role: 111 s and 6.6 GB).
         asked: list[tuple[str, str]] = []
         by_roles: dict[tuple[str, ...], list[int]] = {}
+        # Gate -> each distinct approver -> the position it is first listed at, found once per
+        # gate: until review R88 each finding listed the gate's approvers again and searched them
+        # (``index``), quadratic in a gate's entries.
+        first_at: dict[str, dict[str, int]] = {}
         for gname, gate in document.approvals.items():
-            approvers = list(dict.fromkeys(gate.approvers))
+            approvers: dict[str, int] = {}
+            for at, approver in enumerate(gate.approvers):
+                approvers.setdefault(approver, at)
             # A model a gate guards is in no tool call's reach: never hit.
             if len(approvers) - 1 >= gate.quorum or not guarded[gname]:
                 continue  # every approver's own call still has enough others to approve it
+            first_at[gname] = approvers
             for approver in approvers:
                 by_roles.setdefault(policy.principal_roles(approver), []).append(len(asked))
                 asked.append((gname, approver))
@@ -629,14 +636,13 @@ class ApprovalUnreachable(LintRule):
             del calls  # before the next set of roles' table is built, not after
         for position in sorted(held):
             gname, approver = asked[position]
-            gate = document.approvals[gname]
-            others = len(dict.fromkeys(gate.approvers)) - 1
+            approvers = first_at[gname]
             yield self.finding(
                 policy,
                 f"{approver} may make calls approval gate {gname} stops ({held[position]}), and without "
-                f"{approver} only {others} approver(s) remain for a quorum of "
-                f"{gate.quorum}: no approval of those calls can be valid, so they are denied",
-                policy.line_of("approvals", gname, "approvers", gate.approvers.index(approver)),
+                f"{approver} only {len(approvers) - 1} approver(s) remain for a quorum of "
+                f"{document.approvals[gname].quorum}: no approval of those calls can be valid, so they are denied",
+                policy.line_of("approvals", gname, "approvers", approvers[approver]),
             )
 
 
