@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
@@ -100,9 +101,10 @@ class GatedBroker(_Recording):
         self.broker = broker
         self.decisions = BrokerDecisionStore(gate.store, name)
         self._lock = threading.RLock()
-        self._unrecorded: list[BrokerEvent] = []
+        self._unrecorded: deque[BrokerEvent] = deque()
         """Events taken from the broker whose outcome could not be recorded yet (the store
-        failed): recorded first at the next call, in order."""
+        failed): recorded first at the next call, in order (a deque: each is taken from the
+        front, which a list did in time growing with the backlog behind it)."""
         self._undelivered: list[BrokerEvent] = []
         """Events recorded that no call has returned yet (``_delivered``)."""
 

@@ -7,6 +7,7 @@ lease's decision."""
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Literal, NoReturn
 
 from agentgate.audit.spans import lease_outcome_span
@@ -45,7 +46,7 @@ class _Recording:
     gate: Gate
     broker: Broker
     decisions: BrokerDecisionStore
-    _unrecorded: list[BrokerEvent]
+    _unrecorded: deque[BrokerEvent]
     _undelivered: list[BrokerEvent]
 
     def _price(self, resource: str) -> int | None:
@@ -138,7 +139,7 @@ class _Recording:
         self._unrecorded.extend(events)
         while self._unrecorded:
             self._record_one(self._unrecorded[0])
-            self._undelivered.append(self._unrecorded.pop(0))
+            self._undelivered.append(self._unrecorded.popleft())
 
     def _delivered(self) -> list[BrokerEvent]:
         """The events recorded since a call last returned them, for the call that returns them
