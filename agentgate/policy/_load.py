@@ -446,16 +446,21 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
     hint = "see docs/policy-reference.md for this section"
     if kind == "extra_forbidden":
         bad = str(loc[-1])
+        # The section's own fields are the ones to suggest: drawn from every section's, the hint
+        # for a model's ``max_tokens:`` was a settings field, refused here too, and a principal's
+        # ``role:`` was "a field of another section" beside its own ``roles`` (review R88).
+        own = _section_fields(loc[:-1])
         known = _all_field_names()
-        close = did_you_mean(bad, known)
+        close = did_you_mean(bad, known if own is None else own)
+        elsewhere = bad in known and (own is None or bad not in own)
         if missing is not None:
             hint = f"did you mean {missing!r}?"
-            if bad in known:  # no mere typo: the writer needs to know both (review R72)
+            if elsewhere:  # no mere typo: the writer needs to know both (review R72)
                 hint += f" {bad!r} is a field of another section: see docs/policy-reference.md"
-        elif bad in known:  # never "did you mean" the name itself (review R63)
-            hint = f"{bad!r} is a field of another section, not of this one: see docs/policy-reference.md"
-        elif close:
+        elif close and not (own is None and elsewhere):
             hint = close
+        elif elsewhere:  # never "did you mean" the name itself (review R63)
+            hint = f"{bad!r} is a field of another section, not of this one: see docs/policy-reference.md"
         else:
             hint = "remove it; unknown fields are refused, never ignored"
         message = f"unknown field {dotted}"
@@ -664,12 +669,27 @@ def _schema_field(loc: Sequence[str | int]) -> FieldInfo | None:
     """The schema's field a pydantic location path ends at (``tools.t.retry.backoff_max_s``:
     ``RetryPolicy.backoff_max_s``), reading a mapping's key or a list's index as its value type and
     an optional model as the model; ``None`` where the path ends at no field."""
+    reached = _schema_at(loc)
+    return reached[1] if reached is not None else None
+
+
+def _section_fields(loc: Sequence[str | int]) -> list[str] | None:
+    """The fields of the schema's section a pydantic location path ends at (``models.m``: those of
+    ``ModelSpec``), as a policy writes them; ``None`` where the path ends at no section."""
+    reached = _schema_at(loc)
+    section = _unwrapped_optional(reached[0]) if reached is not None else None
+    if isinstance(section, type) and issubclass(section, BaseModel):
+        return [info.alias or name for name, info in section.model_fields.items()]
+    return None
+
+
+def _schema_at(loc: Sequence[str | int]) -> tuple[Any, FieldInfo | None] | None:
+    """The schema's type a pydantic location path ends at, and its field where the last part names
+    one (not a mapping's key or a list's index); ``None`` where the path leaves the schema."""
     annotation: Any = schema.PolicyDocument
     info: FieldInfo | None = None
     for part in loc:
-        members = [a for a in get_args(annotation) if a is not type(None)]
-        if get_origin(annotation) in (Union, UnionType) and len(members) == 1:
-            annotation = members[0]
+        annotation = _unwrapped_optional(annotation)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             fields = annotation.model_fields
             info = next((f for n, f in fields.items() if (f.alias or n) == part), None)
@@ -680,7 +700,15 @@ def _schema_field(loc: Sequence[str | int]) -> FieldInfo | None:
             annotation, info = get_args(annotation)[-1], None
         else:
             return None
-    return info
+    return annotation, info
+
+
+def _unwrapped_optional(annotation: Any) -> Any:
+    """``X`` for ``X | None``; any other type as it is."""
+    members = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) in (Union, UnionType) and len(members) == 1:
+        return members[0]
+    return annotation
 
 
 def _text_hint(kind: str, text: str) -> str:
