@@ -492,12 +492,19 @@ def test_a_slot_taken_by_another_process_meanwhile_is_not_held_twice(postgres_ur
 
 
 @pytest.mark.postgres
-def test_a_token_taken_by_another_process_meanwhile_is_not_given_twice(postgres_url: str) -> None:
+def test_a_token_taken_by_another_process_meanwhile_is_not_given_twice(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Kills L24 (``try_take`` returning a token whatever the swap's row count) and L27 (the swap
     comparing ``updated_at`` only): another process took a token between the read and the
     compare-and-swap at the same clock reading, and the mutants gave this caller a token too
     while the bucket lost only one: a burst of 3 let 4 calls through. Rule: a token is taken only
-    by a swap of the row as it was read; a lost race is retried."""
+    by a swap of the row as it was read; a lost race is retried. Since review R88 the read locks
+    the row on PostgreSQL, so no taker comes in between (tests/test_store_r88_bucket_takers_queue.py);
+    read unlocked here, as before (an agentgate of before R88 still does), the swap is the guard."""
+    import agentgate.store.leases as leases
+
+    monkeypatch.setitem(leases._BUCKET_READ, "postgresql", leases._BUCKET_READ["sqlite"])
     one, two = _pg(postgres_url), _pg(postgres_url)
     try:
         rival = SharedRateLimits(two, clock=lambda: 1000.0)

@@ -18,7 +18,9 @@ next renewal forgets such a lease, with a warning (``LeaseManager._lost``).
 A rate limit shared by processes is one row per key: the token level and when it was last
 brought up to date. Taking a token reads the row, refills it for the time passed (never for time
 running backwards between two hosts' clocks), and writes it back only if the row is still what
-was read (compare and swap); a lost race is retried. A row's time more than ``BUCKET_AHEAD_S``
+was read (compare and swap); a lost race is retried. The takers of a bucket wait for each other
+(SQLite's ``BEGIN IMMEDIATE``; on PostgreSQL the read locks the row, ``FOR UPDATE``), so a taker
+does not lose its swap to another taker. A row's time more than ``BUCKET_AHEAD_S``
 ahead of the taker's clock was written by a clock that has been stepped back since (or is far
 off): it is believed only that far ahead and written back so, else a single forward step of one
 host's clock would leave the bucket empty, for every process, until the wall clock caught up.
@@ -352,7 +354,12 @@ _BUCKET_CREATE = (
     "INSERT INTO agentgate_rate_buckets (bucket_key, tokens, updated_at) VALUES (?, ?, ?) "
     "ON CONFLICT (bucket_key) DO NOTHING"
 )
-_BUCKET_READ = "SELECT tokens, updated_at FROM agentgate_rate_buckets WHERE bucket_key = ?"
+_BUCKET_READ: dict[Dialect, str] = {
+    "sqlite": "SELECT tokens, updated_at FROM agentgate_rate_buckets WHERE bucket_key = ?",
+    # Locked until the commit: the takers of a bucket queue on its row, as SQLite's BEGIN
+    # IMMEDIATE queues every writer, so the swap below cannot lose (module docstring).
+    "postgresql": "SELECT tokens, updated_at FROM agentgate_rate_buckets WHERE bucket_key = ? FOR UPDATE",
+}
 _BUCKET_SWAP = (
     "UPDATE agentgate_rate_buckets SET tokens = ?, updated_at = ? "
     "WHERE bucket_key = ? AND tokens = ? AND updated_at = ?"
@@ -381,7 +388,11 @@ class SharedRateLimits:
         ``burst`` that is not a whole number from 1 to ``MAX_BURST`` (bools neither; until review
         R57 NaN, infinity and fractions were taken, as ``RateLimit`` refuses them), and
         ``StoreError`` when the store cannot be reached, or when the row keeps changing
-        under us (``_SWAP_TRIES`` lost races in a row), so the caller fails closed.
+        under us (``_SWAP_TRIES`` lost races in a row: a row written by something other than a
+        taker, since takers wait for each other), so the caller fails closed. Until review R88 a
+        taker on PostgreSQL read the row unlocked and lost its swap to every taker that
+        committed meanwhile: busy takers got this ``StoreError`` (their calls given up as
+        ``store_unavailable``) with the bucket full.
         """
         positive_number(per_second, "the rate's per_second")
         whole_number(burst, "the rate's burst", 1, MAX_BURST)
@@ -390,7 +401,7 @@ class SharedRateLimits:
             now = self._clock()
             with self.store.transaction() as tx:
                 tx.execute(_BUCKET_CREATE, (row_key, float(burst), now))
-                row = tx.execute(_BUCKET_READ, (row_key,))[0]
+                row = tx.execute(_BUCKET_READ[self.store.dialect], (row_key,))[0]
                 tokens = _stored_number(row[0], "rate bucket", key, "tokens")
                 updated_at = _stored_number(row[1], "rate bucket", key, "updated_at")
                 since = min(updated_at, now + BUCKET_AHEAD_S)
