@@ -129,6 +129,10 @@ def loaded_driver_errors(*also: type[Exception]) -> tuple[type[Exception], ...]:
 class Transaction(abc.ABC):
     """One open transaction; every statement in it commits or rolls back together."""
 
+    dialect: Dialect
+    """The SQL of the store it runs on: what picks a statement that differs between them (a
+    locking read, ``SELECT ... FOR SHARE``, is PostgreSQL's alone)."""
+
     @abc.abstractmethod
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run one statement; returns its rows (empty for statements without a result)."""

@@ -149,6 +149,8 @@ def _to_pyformat(sql: str) -> str:
 
 
 class _PgTransaction(Transaction):
+    dialect: Dialect = "postgresql"
+
     def __init__(self, conn: psycopg.Connection[Any], shown_url: str, read_only: bool = False) -> None:
         self._conn = conn
         self._url = shown_url

@@ -104,6 +104,8 @@ class _Connection(sqlite3.Connection):
 
 
 class _SQLiteTransaction(Transaction):
+    dialect: Dialect = "sqlite"
+
     def __init__(self, conn: sqlite3.Connection, read_only: str | None = None) -> None:
         self._conn = conn
         self._read_only = read_only

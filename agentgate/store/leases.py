@@ -421,6 +421,12 @@ BREAKER_AHEAD_S = 60.0
 a row dated further ahead was written by a clock that is far off (or stepped back since) and is
 taken as older than any transition (module docstring)."""
 _BREAKER_READ = "SELECT state, opened_at, version FROM agentgate_breakers WHERE breaker_key = ?"
+_BREAKER_GUARD_READ: dict[Dialect, str] = {
+    "sqlite": _BREAKER_READ,
+    # Locked until the claim commits: a reopening (an UPDATE of the row) waits for it, or the
+    # read waits for the reopening's commit and sees it (``SharedBreakers.probe_guard``).
+    "postgresql": _BREAKER_READ + " FOR SHARE",
+}
 _BREAKER_WRITE = (
     "INSERT INTO agentgate_breakers (breaker_key, state, opened_at, version) VALUES (?, {state}, ?, 1) "
     "ON CONFLICT (breaker_key) DO UPDATE SET state = excluded.state, opened_at = excluded.opened_at, "
@@ -488,10 +494,16 @@ class SharedBreakers:
         process's probe failed, or its calls opened it, after this process's breaker half-opened).
         A corrupt row, or one dated more than ``BREAKER_AHEAD_S`` ahead of ``now``, says nothing
         (the claims still bound the probes): until review R67 an opening written by a clock an
-        hour ahead refused every other process's probe for that hour."""
+        hour ahead refused every other process's probe for that hour.
+
+        On PostgreSQL the row is read ``FOR SHARE``: a reopening (``reopen``, ``publish``) waits
+        for the claim's transaction, or the read waits for the reopening's and sees it, as
+        SQLite's ``BEGIN IMMEDIATE`` serializes them. Until review R88 the read took no lock, and
+        a failed probe's reopening (and freed claim) that committed between it and the claim
+        left the claim free to take, while the store said the breaker opened just now."""
 
         def guard(tx: Transaction, now: float) -> bool:
-            rows = tx.execute(_BREAKER_READ, (stored_key(key),))
+            rows = tx.execute(_BREAKER_GUARD_READ[tx.dialect], (stored_key(key),))
             if not rows:
                 return True
             try:
