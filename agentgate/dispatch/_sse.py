@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from agentgate._json import MAX_DEPTH
 from agentgate.dispatch._answers import (
     ChatChunk,
     Usage,
@@ -101,10 +102,12 @@ def _parse_chunk(backend: str, data: str, key: str | None = None, asked: int = 1
     nesting past 1024 levels, as a ``ValueError`` (``json`` would read ``1e999`` as infinity and
     overflow the stack on a line of a million ``[``).
     Raises ``BackendFailed`` for a malformed event (its choices as ``_checked_choices`` refuses
-    them): ``UsageUnreadable`` for one whose usage is not token counts.
+    them, or nested past ``MAX_DEPTH`` levels: ``_within_depth``): ``UsageUnreadable`` for one
+    whose usage is not token counts.
     """
     try:
         event = orjson.loads(data)
+        _within_depth(event)
         _reject_error(backend, event, key)
         # vLLM sends ``"usage": null`` on every chunk but the last: a null usage is none. So is
         # one without a completion count (charged as nothing generated, its output would go free:
@@ -141,6 +144,24 @@ def _parse_chunk(backend: str, data: str, key: str | None = None, asked: int = 1
         return ChatChunk(content, choice.get("finish_reason"), usage, tuple(calls), event, backend)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
+
+
+def _within_depth(event: object) -> None:
+    """Return if ``event`` is nested at most ``MAX_DEPTH`` (254) levels deep, orjson's bound for
+    writing JSON; raises ``ValueError`` if not. orjson reads 1,024 levels, but an event is passed
+    on encoded again (the gateway's ``_sse``), as a JSON answer is, which is refused past that
+    bound (the gateway's ``_as_read``): until review R88 an event nested ~990 deep was read, then
+    overflowed the stack where the gateway encoded it again (an internal error, the call charged
+    its reservation, where a JSON answer so nested is released). No chunk is nested more than a
+    few levels (a token's top log-probabilities, its deepest field, are 8 down).
+
+    orjson writing the event is the check (a fraction of reading it): what orjson read, it refuses
+    to write for its depth alone (an integer past 64 bits is read as a float, a lone surrogate not
+    at all)."""
+    try:
+        orjson.dumps(event)
+    except orjson.JSONEncodeError:
+        raise ValueError(f"it is nested more than {MAX_DEPTH} levels deep") from None
 
 
 def _content(part: Mapping[str, Any]) -> str:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from typing import Any
 
+import orjson
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -23,9 +24,12 @@ LAST_EVENT_S = 3.0
 _log = logging.getLogger("agentgate.dispatch.gateway._app")  # the gateway's one logger (docs/gateway.md)
 
 
-def _sse(body: Mapping[str, Any]) -> bytes:
-    """``body`` as one server-sent event of a streamed answer (compact JSON)."""
-    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+def _sse(body: dict[str, Any]) -> bytes:
+    """``body`` as one server-sent event of a streamed answer (compact JSON, by orjson, as a JSON
+    answer is encoded again: ``_as_read``). A backend's event, which is most of them, is nested
+    at most as deep as orjson writes (the stream reader refuses a deeper one, ``_parse_chunk``);
+    until review R88 Python's ``json`` wrote them, and overflowed the stack on one ~990 deep."""
+    return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
 def _error_event(message: str, code: str) -> bytes:
