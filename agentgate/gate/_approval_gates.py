@@ -88,6 +88,8 @@ class _Approvals:
 
         def _record_chain(self, chain: Chain, tx: Transaction) -> None: ...
 
+        def _seal(self, auth: Authorization) -> tuple[object, ...]: ...
+
         def _untraced(self) -> bool: ...
 
         def _span(self, auth: Authorization, call_id: str | None = None) -> AbstractContextManager[Span]: ...
@@ -515,13 +517,24 @@ class _Approvals:
         makes a new request. Raises ``InputError`` for any other authorization, and for a
         request that was decided meanwhile (approved, used, denied): the log already says how it
         ended, and a refusal of it would contradict that; nothing is written then. Also for an
-        ``auth`` that is not an ``Authorization`` or a ``reason`` that is not text.
+        ``auth`` this Gate's ``authorize`` did not return as it is (built by hand, copied with
+        another call, identity, request or decision by ``dataclasses.replace``, or another
+        Gate's; sealed as an allow is: until review R88 such a copy closed the real request and
+        wrote a ``deny`` of another call), an ``auth`` that is not an ``Authorization`` or a
+        ``reason`` that is not text.
         """
         expect(auth, Authorization, "auth", _AUTHORIZATION)
         expect(reason, str, "reason", "text")
         request = auth.request
         if not auth.needs_approval or request is None or "id" not in request or auth.audit_index is None:
             raise InputError("only an authorization waiting for a recorded approval request can be declined")
+        if auth._use.sealed != self._seal(auth):
+            # Its ``deny`` would record another call (or arguments) than the request it closes.
+            raise InputError(
+                f"the authorization of {auth.call.resource} waiting for approval request {request['id']} "
+                "was not decided by this Gate (built by hand, changed after the decision, or another "
+                "Gate's): only one Gate.authorize returned can be declined"
+            )
         # The quorum's tally is the waiting answer's, never the log's (``quorum_tally``).
         said = (*untallied(auth.reasons), f"approval declined: {reason}"[:500])
         # Not asked again: the refusal's span links its own ``deny`` (until review R82 an ``auth``
@@ -667,14 +680,16 @@ class _Approvals:
             votes = (
                 list(self.approvals.approvers(known[0], tx=tx, rule=rule)) if request["quorum"] > 1 else []
             )
-            return replace(
-                auth,
-                reasons=_tallied(auth.reasons, len(votes), request["quorum"]),
-                audit_index=known[1],
-                # As the first ask wrote it: an integer (until review R81 the store's float).
-                request={**request, "id": known[0], "expires_at": unix(known[2]), "approved_by": votes},
-                _asked_again=True,
-                _asked_entry=asked,
+            return self._sealed_asking(
+                replace(
+                    auth,
+                    reasons=_tallied(auth.reasons, len(votes), request["quorum"]),
+                    audit_index=known[1],
+                    # As the first ask wrote it: an integer (until review R81 the store's float).
+                    request={**request, "id": known[0], "expires_at": unix(known[2]), "approved_by": votes},
+                    _asked_again=True,
+                    _asked_entry=asked,
+                )
             )
         with self._decision_transaction() if tx is None else nullcontext(tx) as t:
             request_id = self.approvals.request(
@@ -702,12 +717,21 @@ class _Approvals:
                 self._open_requests = {i: r for i, r in self._open_requests.items() if r[2] > now}
                 self._requests_purge_at = now + DELEGATIONS_PURGE_S
             self._keep_open_request(request_id, (call_hash, index, float(request["expires_at"])))
-        return replace(
-            auth,
-            reasons=_tallied(auth.reasons, 0, request["quorum"]),
-            audit_index=index,
-            request={**request, "id": request_id, "approved_by": []},
+        return self._sealed_asking(
+            replace(
+                auth,
+                reasons=_tallied(auth.reasons, 0, request["quorum"]),
+                audit_index=index,
+                request={**request, "id": request_id, "approved_by": []},
+            )
         )
+
+    def _sealed_asking(self, asking: Authorization) -> Authorization:
+        """``asking``, an authorization that waits for its recorded approval request, sealed as an
+        allow is (``_seal``): ``decline`` refuses a copy with another call, identity, request or
+        decision, whose ``deny`` would name a call other than the request's (review R88)."""
+        asking._use.sealed = self._seal(asking)
+        return asking
 
     def _supersede(
         self, call_key: tuple[str, str], request: Mapping[str, Any], request_id: str, tx: Transaction

@@ -83,9 +83,10 @@ class AgentIdentity:
 class _Once:
     """A flag that can be taken once, from any thread: ``take`` answers True the first time only.
 
-    ``sealed`` is what the Gate that decided an allow recorded of it (itself, then the fields a run
-    depends on): an ``Authorization`` built by hand, or copied with another verdict, call or
-    identity (``dataclasses.replace`` shares this object), does not match it and is not run."""
+    ``sealed`` is what the Gate that decided an allow, or recorded an approval request, recorded
+    of it (itself, then the fields a run or a refusal depends on): an ``Authorization`` built by
+    hand, or copied with another verdict, call, identity or decision (``dataclasses.replace``
+    shares this object), does not match it and is neither run nor declined."""
 
     __slots__ = ("_lock", "sealed")
 

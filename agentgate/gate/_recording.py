@@ -454,7 +454,8 @@ class _Recording:
         return self._write_refusal(refused, tx)
 
     def _seal(self, auth: Authorization) -> tuple[object, ...]:
-        """What ``_check_allowed`` compares: this Gate and the fields its run and outcome use. The
+        """What ``_check_allowed`` and ``decline`` compare: this Gate and the fields its run, its
+        outcome or its refusal record (the decision too: an entry's ``args_digest`` is its). The
         Gate is held weakly (a ``weakref.ref`` equals another while its Gate lives): an allow the
         caller keeps does not keep a closed Gate alive with its chain cache, policy index,
         schedulers and the keys of its delegations."""
@@ -469,6 +470,7 @@ class _Recording:
             auth.output_tokens,
             auth.prompt_tokens,
             auth.request,
+            auth.decision,
         )
 
     def explain_redacted(self, auth: Authorization) -> str:
