@@ -135,8 +135,11 @@ class GatedBroker(_Recording):
         the type must be known before the decision), a type that is no resource name, an id
         of the caller's own request that is live through a ``GatedBroker`` of this name (live at
         the broker's clock, ``Broker.is_live``), or a ``ttl_s`` that would outlive the identity's grant chain (before
-        any decision); and, after an allowed decision, an id another holder's live request has
-        (so that a caller the policy refuses cannot tell another tenant's ids from free ones), or whatever
+        any decision); and, after an allowed decision, an id another holder's live request has, or
+        one queued on the ``Broker`` directly (live when checked before the decision, or queued
+        since: one the clock ends while the Gate decides is refused all the same, never ended
+        against the new decision), so that a caller the policy refuses cannot tell another
+        tenant's ids from free ones, or whatever
         ``Broker.submit`` raises (an unknown tenant, a duplicate id, a gang that could never be
         placed), with an ``error`` outcome appended and the reservation returned first; except a ``StoreError`` from the broker's journal after
         the broker took the request: the request stands (the broker's events come out of the
@@ -195,9 +198,14 @@ class GatedBroker(_Recording):
             # another holder's ids from free ones. An end that could not be journaled refuses the
             # request whether or not the earlier request had a decision: one queued on the broker
             # directly has none, and until a regression review (round c) of R87 its end was then
-            # recorded against the new decision once the journal wrote again.
-            if earlier is not None or unjournaled is not None:
-                self._refuse_earlier(decided, live, unjournaled)
+            # recorded against the new decision once the journal wrote again. So does an id live
+            # at the broker before the decision, or queued there since, decided here or not: one
+            # queued directly that the clock ended while the Gate decided (a store commit) was
+            # ended by ``Broker.submit`` first, and until review R88 that end was recorded against
+            # the new decision, settling it and leaving the new lease unlinked, never charged.
+            taken = live or self.broker.holds(request.id)
+            if taken or earlier is not None or unjournaled is not None:
+                self._refuse_earlier(decided, taken, unjournaled)
             # Written right after the decision's transaction, which Gate.authorize commits on its
             # own, and before the broker sees the request: no lease exists without its link. A
             # crash between the two leaves the reservation held (a budget can look smaller,
@@ -231,15 +239,19 @@ class GatedBroker(_Recording):
             self._record(events)
             return GatedRequest(auth, tuple(self._delivered()))
 
-    def _refuse_earlier(self, decided: LeaseDecision, live: bool, unjournaled: StoreError | None) -> NoReturn:
+    def _refuse_earlier(
+        self, decided: LeaseDecision, taken: bool, unjournaled: StoreError | None
+    ) -> NoReturn:
         """Refuse allowed ``decided``, whose id still has an earlier decision or an earlier
         request at the broker, its reservation returned and an ``error`` outcome appended: the id
-        is another holder's live one (``BrokerError``); the earlier request's end could not be
-        journaled (``StoreError``, decided or not: were the new decision linked to the id, that
-        end would be recorded against it once the journal writes); or the broker holds no such
+        is live at the broker, another holder's or queued on the broker directly (``BrokerError``,
+        ``taken``: live when it was checked before the decision, or held since); the earlier
+        request's end could not be journaled (``StoreError``, decided or not: were the new
+        decision linked to the id, that end would be recorded against it once the journal
+        writes); or the broker holds no such
         request (``BrokerError``: lost in a restart, ``reconcile`` ends its decision)."""
         request_id = decided.request_id
-        if live:
+        if taken:
             self._refuse_taken(decided)
         if unjournaled is not None:
             reason = (
