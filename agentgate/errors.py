@@ -291,6 +291,13 @@ class LeaseLost(BrokerError):
     """A GPU lease is not held any more (released, expired, preempted) or was never granted."""
 
 
+class NotRenewed(BrokerError):
+    """A gated GPU lease renewal failed before the broker renewed anything: the store could not
+    record its decision, or the outcomes an earlier call left unrecorded. The lease still ends
+    when it did; renew it again (``__cause__`` is the store's error). Not a ``StoreError``, which
+    from ``renew`` means renewed."""
+
+
 # --- evidence and storage --------------------------------------------------------------------
 
 

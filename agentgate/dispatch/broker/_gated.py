@@ -43,7 +43,7 @@ from agentgate.dispatch.broker._lease_calls import _number, _outlived, _resource
 from agentgate.dispatch.broker._lease_outcomes import _held, _Recording
 from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, Lease, LeaseEnded
 from agentgate.dispatch.broker._quoting import quoted
-from agentgate.errors import BrokerError, Denied, LeaseLost, StoreError
+from agentgate.errors import BrokerError, Denied, LeaseLost, NotRenewed, StoreError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.gate._authorization import expect
 from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE
@@ -289,48 +289,43 @@ class GatedBroker(_Recording):
         renewal is refused (the grant was revoked or has expired, no longer covers the lease,
         expires before ``ttl_s`` from now, or its budget cannot pay for the extension),
         ``LeaseLost`` when it is not live or is another holder's, an ``identity`` of ``None``
-        holding none (nothing is decided or reserved then), ``StoreError`` when the broker's journal write
-        fails (the lease is renewed all the same, and its extension reserved).
+        holding none (nothing is decided or reserved then), ``NotRenewed`` when the store fails
+        before the broker renews (it cannot record the renewal's decision, or the outcomes an
+        earlier call left unrecorded: the lease still ends when it did, renew it again), and
+        ``StoreError`` only once the broker renewed the lease (its journal write or the
+        renewal's link to the lease failed: the lease is renewed all the same, and its extension
+        reserved).
         """
         with self._lock:
-            self._record([])
-            self._applied(self.broker.advance)  # a lease that expired meanwhile is not renewed
-            request = self._holder_request(identity, lease_id)
-            lease = next((held for held in self.broker.leases() if held.id == lease_id), None)
-            if lease is None:
-                # Still waiting: there is no lease to extend, and the broker would refuse it after
-                # an allow that nothing settles (until review R40 an ``allow`` of the renewal was
-                # audited all the same, with no outcome).
-                raise LeaseLost(
-                    f"lease {quoted(lease_id)} is not granted yet: a waiting request has nothing to renew"
-                )
-            resource = _resource_or_any(request)
-            call = self._call(resource, request, self._extension(request, lease))
-            if (left := _outlived(identity, self._ttl(request))) is not None:
-                reason = f"renewal of lease {quoted(lease_id)} refused: {left}"
-                raise Denied(reason, self.gate.record_refusal(identity, call, (reason,)).decision)
-            # A lease behind an approval gate was approved when it was granted: its renewals are
-            # not asked again (an approval is for one call; ``approval_gates=False``). What a
-            # renewal checks is the authority, and its budget, reserved with the allow.
-            auth = self.gate.authorize(identity, call, approval_gates=False)
-            if not auth.allowed:
-                raise Denied(f"renewal of lease {quoted(lease_id)} refused: {auth.explain()}", auth.decision)
-            self.gate.trace_allowed(auth)
+            try:
+                resource, auth = self._renewal_decided(identity, lease_id)
+            except StoreError as exc:
+                # Until review R88 this was the store's error as is, which ``renew`` documents
+                # as renewed: a holder that went on working lost its GPUs at the old expiry.
+                raise NotRenewed(
+                    f"lease {quoted(lease_id)} was not renewed and still ends when it did: the store "
+                    f"could not record its renewal ({exc}); renew it again before it ends"
+                ) from exc
             held = _held(auth)
             try:
                 renewed = self.broker.renew(lease_id)
-            except LeaseLost:
+            except LeaseLost as lost:
                 # The lease ended while the renewal was decided (its expiry or grace end fell
                 # between the two reads of the clock): the allow is settled as an ``error``
-                # outcome, its reservation returned, in one transaction.
+                # outcome, its reservation returned, in one transaction. A store that refuses it
+                # leaves the allow open, its reservation held (settled by hand), and the caller
+                # is told the lease is lost: a ``StoreError`` here would say renewed.
                 renewal = LeaseDecision(
                     lease_id, identity.did, identity.grant_id, resource, auth.audit_index, None, held
                 )
-                with self.gate.store.transaction() as tx:
-                    self.gate.audit.lock(tx)
-                    self._settle(tx, renewal, None)
-                    ended = f"lease {quoted(lease_id)} ended before it was renewed"
-                    index = self._append(renewal, "error", ended, 0, tx)
+                try:
+                    with self.gate.store.transaction() as tx:
+                        self.gate.audit.lock(tx)
+                        self._settle(tx, renewal, None)
+                        ended = f"lease {quoted(lease_id)} ended before it was renewed"
+                        index = self._append(renewal, "error", ended, 0, tx)
+                except StoreError as exc:
+                    raise lost from exc
                 self._outcome_span(renewal, "error", index)
                 self._record_pending()
                 raise
@@ -342,6 +337,35 @@ class GatedBroker(_Recording):
             self._link(identity, lease_id, resource, auth, held)
             self._record_pending()
         return renewed
+
+    def _renewal_decided(self, identity: AgentIdentity, lease_id: str) -> tuple[str, Authorization]:
+        """Decide the renewal of ``identity``'s live lease ``lease_id`` (``renew``): its resource
+        and the allow. Raises what ``renew`` raises before the broker renews, the
+        store's failure as ``StoreError`` (which ``renew`` gives as ``NotRenewed``)."""
+        self._record([])
+        self._applied(self.broker.advance)  # a lease that expired meanwhile is not renewed
+        request = self._holder_request(identity, lease_id)
+        lease = next((held for held in self.broker.leases() if held.id == lease_id), None)
+        if lease is None:
+            # Still waiting: there is no lease to extend, and the broker would refuse it after
+            # an allow that nothing settles (until review R40 an ``allow`` of the renewal was
+            # audited all the same, with no outcome).
+            raise LeaseLost(
+                f"lease {quoted(lease_id)} is not granted yet: a waiting request has nothing to renew"
+            )
+        resource = _resource_or_any(request)
+        call = self._call(resource, request, self._extension(request, lease))
+        if (left := _outlived(identity, self._ttl(request))) is not None:
+            reason = f"renewal of lease {quoted(lease_id)} refused: {left}"
+            raise Denied(reason, self.gate.record_refusal(identity, call, (reason,)).decision)
+        # A lease behind an approval gate was approved when it was granted: its renewals are
+        # not asked again (an approval is for one call; ``approval_gates=False``). What a
+        # renewal checks is the authority, and its budget, reserved with the allow.
+        auth = self.gate.authorize(identity, call, approval_gates=False)
+        if not auth.allowed:
+            raise Denied(f"renewal of lease {quoted(lease_id)} refused: {auth.explain()}", auth.decision)
+        self.gate.trace_allowed(auth)
+        return resource, auth
 
     def advance(self) -> list[BrokerEvent]:
         """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are
