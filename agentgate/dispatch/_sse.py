@@ -334,15 +334,22 @@ def _choice_chars(choices: list[object], part: str) -> int:
 
 
 def text_chars(pending: list[object]) -> int:
-    """The characters of every string in ``pending``, however nested in objects and lists."""
+    """The characters of every string in ``pending``, however nested in objects and lists, each
+    object and list counted once: one may hold itself (a hand-made LangChain answer's tool call
+    arguments, ``integrations.langgraph``), and until review R88 the count never ended then."""
     count = 0
+    seen: set[int] = set()
     while pending:
         value = pending.pop()
         if isinstance(value, str):
             count += len(value)
+        elif not isinstance(value, Mapping | list | tuple) or id(value) in seen:
+            continue
         elif isinstance(value, Mapping):
+            seen.add(id(value))
             pending.extend(value.values())
-        elif isinstance(value, list | tuple):
+        else:
+            seen.add(id(value))
             pending.extend(value)
     return count
 

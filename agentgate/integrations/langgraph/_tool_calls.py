@@ -357,16 +357,26 @@ def _integers_out_of_range(value: object) -> list[tuple[tuple[object, ...], int]
     """Each integer (not a boolean) of ``value`` out of range (``INT_RANGE``), with the keys and
     indexes that lead to it inside the objects and lists; walked without recursion, as the
     parser nests. Every model answer and tool result is looked at, so ``_holds_out_of_range``
-    answers first whether there is any (the usual answer: none) without building the paths."""
+    answers first whether there is any (the usual answer: none) without building the paths.
+
+    Each object and list is walked once, at the first place it is met (``_walked_once``): one
+    that holds itself (a tree with parent links in a tool's artifact, a hand-made answer's
+    arguments) has endless paths, and until review R88 the walk never ended. An integer in an
+    object or list met at more than one place is named at the first; a copy that turns the
+    named ones to text (``_with_text_for``) then still holds it at the others, so a tool's
+    result holding it is not kept (``_holds_beyond_range``)."""
     found: list[tuple[tuple[object, ...], int]] = []
     if not _holds_out_of_range(value):
         return found
     stack: list[tuple[object, tuple[object, ...]]] = [(value, ())]
+    seen: set[int] = set()
     while stack:
         item, keys = stack.pop()
         if isinstance(item, int) and not isinstance(item, bool):
             if not -INT_RANGE < item < INT_RANGE:
                 found.append((keys, item))
+        elif not _walked_once(item, seen):
+            continue
         elif isinstance(item, Mapping):
             stack.extend((v, (*keys, k)) for k, v in reversed(list(item.items())))
         elif isinstance(item, list | tuple):
@@ -376,8 +386,10 @@ def _integers_out_of_range(value: object) -> list[tuple[tuple[object, ...], int]
 
 def _holds_out_of_range(value: object) -> bool:
     """Whether ``value`` holds an integer (not a boolean) out of range (``INT_RANGE``) inside its
-    objects and lists: ``_integers_out_of_range`` without the paths; walked without recursion."""
+    objects and lists: ``_integers_out_of_range`` without the paths; walked without recursion,
+    each object and list once (``_walked_once``: one may hold itself)."""
     stack = [value]
+    seen: set[int] = set()
     while stack:
         item = stack.pop()
         if isinstance(item, str):
@@ -385,11 +397,24 @@ def _holds_out_of_range(value: object) -> bool:
         if isinstance(item, int):
             if not -INT_RANGE < item < INT_RANGE and not isinstance(item, bool):
                 return True
+        elif not _walked_once(item, seen):
+            continue
         elif isinstance(item, Mapping):
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
     return False
+
+
+def _walked_once(item: object, seen: set[int]) -> bool:
+    """Whether a walk of objects and lists is to go into ``item``: a mapping, list or tuple whose
+    id is not in ``seen`` yet (added to it now). A walk that went into each every time it met it
+    would never end on one that holds itself, and would take exponential time on one that holds
+    the same list twice at each of many levels."""
+    if not isinstance(item, Mapping | list | tuple) or id(item) in seen:
+        return False
+    seen.add(id(item))
+    return True
 
 
 def _integer_text(value: int) -> str:
