@@ -80,7 +80,9 @@ class _ModelCalls:
 
     def _model_call(self, request: ModelRequest[Any]) -> Call:
         """The model call to decide: ``model:NAME`` with the output limit it will run with (the
-        request's ``max_tokens``, else the chat model's own, else the middleware's)."""
+        request's ``max_tokens``, else the chat model's own, else the middleware's), or the
+        largest limit the request sends besides it (``_limits_sent``), which a backend may honour
+        in its place. Raises ``InputError`` naming a limit that is no whole number above 0."""
         named = self.model is not None and (self.named is None or request.model is self.named)
         name = self.model if named else _model_name(request.model)
         configured = integral(getattr(request.model, "max_tokens", None))
@@ -91,6 +93,13 @@ class _ModelCalls:
         limit = integral(asked) if asked is not None else own or self.max_tokens
         if type(limit) is not int or limit <= 0:  # ``int()`` raised on inf and NaN, cut 0.5 to 0
             raise InputError(f"agentgate[{self.agent}]: max_tokens must be a whole number > 0, got {limit!r}")
+        for where, value in _limits_sent(request):
+            other = integral(value)
+            if type(other) is not int or other <= 0:
+                raise InputError(
+                    f"agentgate[{self.agent}]: {where} must be a whole number > 0, got {value!r}"
+                )
+            limit = max(limit, other)
         return Call.model(str(name), {"max_tokens": limit})
 
     def _authorize_model(self, request: ModelRequest[Any]) -> tuple[Authorization, ModelRequest[Any]]:
@@ -306,6 +315,39 @@ class _ModelCalls:
             return await self._arecord_invalid(request, _storable(answered, watch.written()))
         finally:
             _WATCHED.reset(watching)
+
+
+_LIMIT_KEYS = ("max_tokens", "max_completion_tokens")
+"""The names of an output limit in a chat completions request: OpenAI's two, which vLLM, SGLang
+and llama.cpp read too."""
+
+
+def _limits_sent(request: ModelRequest[Any]) -> list[tuple[str, object]]:
+    """The output limits ``request`` sends besides its ``max_tokens`` (which the middleware sets
+    to the limit decided), by where each is set: the request's ``max_completion_tokens``, the
+    chat model's ``model_kwargs`` (merged into the request body), and the ``extra_body`` sent
+    (the request's, else the chat model's: langchain-openai merges it over the body last, so its
+    limit is the one sent). A backend may honour any of them in place of ``max_tokens``: until
+    review R88 ``ChatOpenAI(extra_body={"max_completion_tokens": 100000})`` was decided and
+    charged at a ``max_tokens`` of 200 and generated 5,000 tokens, charged 200. Limits set to
+    ``None`` are left out, as the request leaves them out."""
+    settings = request.model_settings
+    found: list[tuple[str, object]] = []
+    if settings.get("max_completion_tokens") is not None:
+        found.append(("model_settings['max_completion_tokens']", settings["max_completion_tokens"]))
+    places: list[tuple[str, object]] = [
+        ("the chat model's model_kwargs", getattr(request.model, "model_kwargs", None))
+    ]
+    if "extra_body" in settings:
+        places.append(("model_settings['extra_body']", settings["extra_body"]))
+    else:
+        places.append(("the chat model's extra_body", getattr(request.model, "extra_body", None)))
+    for where, given in places:
+        if isinstance(given, Mapping):
+            found.extend(
+                (f"{where}[{key!r}]", given[key]) for key in _LIMIT_KEYS if given.get(key) is not None
+            )
+    return found
 
 
 def _format_tools(response_format: object) -> list[dict[str, Any]]:
