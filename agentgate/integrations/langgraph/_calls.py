@@ -720,7 +720,10 @@ def _answer(response: ModelResponse[Any] | _Cut) -> ModelResponse[Any]:
 
 def _tokens_used(response: object) -> tuple[int, int] | None:
     """(input, output) tokens the response reports in ``usage_metadata``; ``None`` when it reports
-    none, or counts that are not non-negative integers (the call is then charged what it reserved);
+    none, leaves out either count (until review R88 one left out was read as 0, so an answer
+    whose usage named no ``output_tokens`` had its output free: the gateway charges such a usage
+    its reservation, ``dispatch._answers.reports_usage``), or counts that are not non-negative
+    integers (the call is then charged what it reserved);
     ``USAGE_UNREAD`` (charged as reserved, its outcome saying its usage could not be read) when
     the counts cannot be those of the answers that report them (``counts_answer`` of their
     ``_answer_chars``), as the gateway charges such a usage. Until review R66 a model answering
@@ -730,14 +733,12 @@ def _tokens_used(response: object) -> tuple[int, int] | None:
     (``gate._costs._usage_counts``)."""
     messages = response.result if isinstance(response, ModelResponse) else [response]
     reporting = [(m, u) for m in messages if (u := getattr(m, "usage_metadata", None))]
-    counts = [
-        (u.get("input_tokens", 0), u.get("output_tokens", 0)) for _, u in reporting if isinstance(u, Mapping)
-    ]
+    counts = [(u.get("input_tokens"), u.get("output_tokens")) for _, u in reporting if isinstance(u, Mapping)]
     if not counts or len(counts) != len(reporting):
         return None
     if not all(type(n) is int and n >= 0 for pair in counts for n in pair):
         return None
-    used = sum(i for i, _ in counts), sum(o for _, o in counts)
+    used = sum(cast(int, i) for i, _ in counts), sum(cast(int, o) for _, o in counts)
     if not counts_answer(Usage(*used), sum(_answer_chars(m) for m, _ in reporting)):
         return USAGE_UNREAD
     return used
