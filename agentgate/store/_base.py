@@ -252,17 +252,30 @@ class Store(abc.ABC):
         self.close()
 
 
+def sqlite_name(name: str) -> str:
+    """The table name ``name`` as SQLite compares it with agentgate's (all lower-case ASCII):
+    its ASCII letters in lower case. SQLite folds only those (``AUDIT_LOG`` is ``audit_log``);
+    a name holding any other character is kept as it is, and matches none of agentgate's."""
+    return name.lower() if name.isascii() else name
+
+
 def tables_held(
     execute: Callable[[str, Sequence[Any]], list[Row]], dialect: Dialect, names: Sequence[str]
 ) -> set[str]:
-    """Which of the tables ``names`` the store holds, read with ``execute`` (a transaction's, or
-    ``Store.query``) without creating any: SQLite's catalog, PostgreSQL's ``to_regclass`` (the
-    tables its statements would find on the search path)."""
+    """Which of the tables ``names`` (agentgate's) the store holds, read with ``execute`` (a
+    transaction's, or ``Store.query``) without creating any: SQLite's catalog, its names compared
+    as SQLite compares them (``COLLATE NOCASE``, ASCII letters in either case alike: a table
+    ``AUDIT_LOG`` is the ``audit_log`` agentgate's statements use), PostgreSQL's ``to_regclass``
+    (the tables its statements would find on the search path). Every lookup of a table in
+    agentgate's SQLite store goes through here or ``sqlite_name``: until review R88 only the open
+    compared names so, and a store whose tables were named in upper case read as one without
+    them (a read-only opening stood empty tables in for them)."""
     marks = ", ".join("?" for _ in names)
     if dialect == "sqlite":
-        sql = f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"
-    else:
-        sql = f"SELECT t FROM (VALUES {', '.join('(?)' for _ in names)}) AS n(t) WHERE to_regclass(t) IS NOT NULL"
+        sql = f"SELECT name FROM sqlite_master WHERE type = 'table' AND name COLLATE NOCASE IN ({marks})"
+        held = {sqlite_name(str(row[0])) for row in execute(sql, tuple(names))}
+        return {name for name in names if sqlite_name(name) in held}
+    sql = f"SELECT t FROM (VALUES {', '.join('(?)' for _ in names)}) AS n(t) WHERE to_regclass(t) IS NOT NULL"
     return {str(row[0]) for row in execute(sql, tuple(names))}
 
 

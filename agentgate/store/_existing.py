@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentgate.errors import NoStore
-from agentgate.store._base import Store
+from agentgate.store._base import Store, sqlite_name
 
 NO_PRIVILEGE_HINT = "(its role lacks a right on agentgate's tables: docs/operations.md, PostgreSQL set-up, lists what to grant)"
 """What the store says of a statement its role has no right to run; the command line, which knows
@@ -159,13 +159,6 @@ def others_tables_only(tables: Sequence[str] | None) -> bool:
     no part's schema."""
     names = {sqlite_name(name) for name in tables or () if not name.lower().startswith("sqlite_")}
     return bool(names) and not names & set(STORE_TABLES)
-
-
-def sqlite_name(name: str) -> str:
-    """The table name ``name`` as SQLite compares it with agentgate's (all lower-case ASCII):
-    its ASCII letters in lower case. SQLite folds only those (``AUDIT_LOG`` is ``audit_log``);
-    a name holding any other character is kept as it is, and matches none of agentgate's."""
-    return name.lower() if name.isascii() else name
 
 
 def empty_file(path: Path) -> bool:

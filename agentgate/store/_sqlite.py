@@ -33,6 +33,7 @@ from agentgate.store._base import (
     Transaction,
     driver_error_line,
     env_setting,
+    sqlite_name,
     tables_held,
     unstorable_text,
 )
@@ -42,7 +43,6 @@ from agentgate.store._existing import (
     refuse_missing_sqlite,
     refuse_others_tables,
     resolved,
-    sqlite_name,
 )
 from agentgate.store._version import (
     VERSION_DDL,
@@ -598,7 +598,7 @@ class SQLiteStore(Store):
             with SQLiteStore.transaction(self, immediate=False) as tx:
                 if not read_only and tables is None:  # in WAL mode, or unreadable before: now
                     held = {
-                        str(row[0])
+                        sqlite_name(str(row[0]))
                         for row in tx.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
                     }
                     # Agentgate's own store (its version record): as before review R83, each part
@@ -950,7 +950,7 @@ class SQLiteStore(Store):
         it: an empty table of its name in each connection's own temporary schema, which
         ``query_only`` keeps from being written too (``_stand_in``)."""
         with self.transaction(immediate=False) as tx:
-            held = {str(row[0]) for row in tx.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            held = tables_held(tx.execute, "sqlite", sorted(tables_of(ddl)))
             self._refuse_foreign_tables(tx, name, ddl)
         missing = tables_of(ddl) - held
         if not missing:

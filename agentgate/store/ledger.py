@@ -29,7 +29,7 @@ from typing import TypeGuard
 from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, format_time, utc_now
 from agentgate.errors import BudgetExceeded, InputError, MalformedRow, NotHeld
-from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns, unix_time
+from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns, tables_held, unix_time
 
 LEDGER_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -183,7 +183,7 @@ def _tables(store: Store) -> set[str]:
     """Which of ``audit_log``, ``budget_reservations.entry`` and ``budget_reservations.unit``
     (the columns) the store holds, read without creating anything."""
     if store.dialect == "sqlite":
-        found = {str(r[0]) for r in store.query("SELECT name FROM sqlite_master WHERE name = 'audit_log'")}
+        found = tables_held(store.query, "sqlite", ["audit_log"])
         columns = store.query(
             "SELECT name FROM pragma_table_info('budget_reservations') WHERE name IN ('entry', 'unit')"
         )

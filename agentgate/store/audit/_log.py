@@ -156,7 +156,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         # Appends guess the next index only where the next-index trigger is known to guard them.
         self._guessing = store.dialect == "sqlite" and bool(
             store.query(
-                "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'audit_log_next_index'"
+                "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'audit_log_next_index' COLLATE NOCASE"
             )
         )
         self._guess: int | None = None

@@ -20,7 +20,7 @@ import re
 import sqlite3
 
 from agentgate.errors import InputError, LogDropped, RepairRefused, StoreError
-from agentgate.store._base import Dialect, Store, loaded_driver_errors
+from agentgate.store._base import Dialect, Store, loaded_driver_errors, tables_held
 from agentgate.store.audit._stored import _described, _stored_index
 
 APPEND_LOCK = 27416741019937140
@@ -456,7 +456,7 @@ INSERT OR IGNORE INTO agentgate_store_parts (part, made)
 VALUES ('audit_log', strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));
 INSERT OR IGNORE INTO agentgate_store_parts (part, made)
 SELECT 'audit_repairs', strftime('%Y-%m-%dT%H:%M:%SZ', 'now')
-WHERE EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_repairs');
+WHERE EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_repairs' COLLATE NOCASE);
 """,
     "postgresql": """
 CREATE TABLE IF NOT EXISTS agentgate_store_parts (
@@ -680,14 +680,13 @@ _BACKFILL: dict[Dialect, str] = {
 def _tables_held(store: Store, names: tuple[str, ...]) -> set[str]:
     """Which of ``names`` (constants) are tables of the store, where its statements find them
     (PostgreSQL: the search path). Reads the catalog only: no right on the tables is needed."""
-    listed = ", ".join(f"'{name}'" for name in names)
     if store.dialect == "sqlite":
-        sql = f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({listed})"
-    else:
-        sql = (
-            "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p') "
-            f"AND c.relname IN ({listed}) AND pg_catalog.pg_table_is_visible(c.oid)"
-        )
+        return tables_held(store.query, "sqlite", names)  # as SQLite compares names
+    listed = ", ".join(f"'{name}'" for name in names)
+    sql = (
+        "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p') "
+        f"AND c.relname IN ({listed}) AND pg_catalog.pg_table_is_visible(c.oid)"
+    )
     return {str(row[0]) for row in store.query(sql)}
 
 
