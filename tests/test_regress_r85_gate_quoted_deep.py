@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agentgate.errors import InputError, StoreError
+from agentgate.errors import InputError
 from agentgate.store import SQLiteStore
 from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
 from agentgate.store.ledger import BudgetLedger
@@ -76,7 +76,9 @@ def test_a_dead_letter_id_nested_too_deep_to_write_is_quoted_by_its_type(store: 
     letters = DeadLetterStore(store)
     with pytest.raises(InputError, match="the recorded_at of dead letter a list nested too deep to write"):
         letters.record(_letter(_deep(), float("nan")))
-    # With a time, the store refuses the id that is not text, as it refuses any it cannot hold.
-    with pytest.raises(StoreError):
+    # With a time, the id that is not text is refused as such, quoted by its type (review R88).
+    with pytest.raises(
+        InputError, match="the id of dead letter a list nested too deep to write must be text"
+    ):
         letters.record(_letter(_deep(), 1.0))
     assert letters.recent() == []

@@ -12,7 +12,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
-from agentgate._shown import quoted
+from agentgate._shown import quoted, shown
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Store, Transaction, unix_time, whole_number
 
@@ -98,8 +98,14 @@ class DeadLetterStore:
         Raises ``InputError``, nothing written, for a ``recorded_at`` that is not a finite number
         of Unix seconds (``unix_time``; a bool is none): until review R85 NaN was a ``StoreError``
         on SQLite (stored as NULL) and stored on PostgreSQL, where no prune ever forgot it (nor
-        infinity), and text was stored on SQLite, where every listing then failed on the row."""
+        infinity), and text was stored on SQLite, where every listing then failed on the row.
+        Raises ``InputError`` naming the field, nothing written, for any other field that is not
+        of its type (text, or None where the field may be; ``authority_chain`` a tuple or list of
+        text; ``errors`` of ``AttemptError`` as the scheduler makes them): until review R88 a
+        ``tool`` of 5 or an ``id`` of bytes was a bare ``TypeError``, and an ``authority_chain``
+        of ``"g1g2"`` was stored as the chain ``("g", "1", "g", "2")``."""
         recorded_at = unix_time(letter.recorded_at, f"the recorded_at of dead letter {quoted(letter.id, 60)}")
+        _refuse_wrong_types(letter)
         errors = json.dumps([asdict(e) for e in letter.errors], separators=(",", ":"))
         with self.store.transaction() as tx:
             tx.execute(
@@ -156,6 +162,40 @@ class DeadLetterStore:
         with self.store.within(tx) as work:
             work.execute("DELETE FROM agentgate_dead_letters WHERE recorded_at < ?", (cut,))
             return work.rowcount
+
+
+def _refuse_wrong_types(letter: DeadLetter) -> None:
+    """``InputError`` naming the first field of ``letter`` that ``record`` cannot store as
+    ``recent`` reads it back (``_letter``), and what it got."""
+    named = f"dead letter {quoted(letter.id, 60)}"
+    for _, field in _TEXT_FIELDS:
+        value = getattr(letter, field)
+        if not isinstance(value, str):
+            raise InputError(f"the {field} of {named} must be text, got {shown(value)}")
+    for _, field in _OPTIONAL_TEXT_FIELDS:
+        value = getattr(letter, field)
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"the {field} of {named} must be text or None, got {shown(value)}")
+    chain = letter.authority_chain
+    if not isinstance(chain, tuple | list):
+        raise InputError(
+            f"the authority_chain of {named} must be a tuple of grant ids (text), got {shown(chain)}"
+        )
+    for number, link in enumerate(chain):
+        if not isinstance(link, str):
+            raise InputError(
+                f"the authority_chain of {named} must be a tuple of grant ids (text), got {shown(link)} "
+                f"at position {number}"
+            )
+    errors = letter.errors
+    if not isinstance(errors, tuple | list):
+        raise InputError(f"the errors of {named} must be a tuple of AttemptError, got {shown(errors)}")
+    for number, error in enumerate(errors):
+        if not isinstance(error, AttemptError) or not _attempt_error(asdict(error)):
+            raise InputError(
+                f"the errors of {named} must be a tuple of AttemptError (an int attempt, text class, "
+                f"type and message, a time at), got {shown(error)} at position {number}"
+            )
 
 
 def _storable(text: str | None) -> str | None:
