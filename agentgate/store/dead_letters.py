@@ -288,7 +288,9 @@ def _loaded(letter_id: object, field: str, text: object) -> Any:
 
 
 def _corrupt(letter_id: object, field: str, value: object) -> NoReturn:
-    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    """``StoreError`` for a stored ``field`` that ``record`` does not write, the letter's id and the
+    value quoted as ``quoted`` does (an id edited to 1 MB is not written whole)."""
     raise StoreError(
-        f"dead letter {letter_id!r}: the stored {field} {shown} is not what a scheduler writes (a corrupt row)"
+        f"dead letter {quoted(letter_id, 60)}: the stored {field} {quoted(value)} is not what a scheduler "
+        "writes (a corrupt row)"
     )

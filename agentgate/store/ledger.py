@@ -228,7 +228,7 @@ def _named(reservation: object) -> str:
     dict read from a JSON body names no reservation: until review R60 it raised ``TypeError``,
     unhashable, out of the lookup of reservations made here)."""
     if not isinstance(reservation, str):
-        raise InputError(f"reservation {reservation!r:.60} does not exist: a reservation id is text")
+        raise InputError(f"reservation {quoted(reservation, 60)} does not exist: a reservation id is text")
     return reservation
 
 
@@ -548,7 +548,7 @@ class BudgetLedger:
             (actual, utc_now(), _named(reservation)),
         )
         if len(rows) != 1:
-            raise NotHeld(f"reservation {reservation!r} does not exist or is not released")
+            raise NotHeld(f"reservation {quoted(reservation, 60)} does not exist or is not released")
         chain, _ = stored_reservation(reservation, *rows[0])
         return self._charge_anew(reservation, chain, actual, tx)
 
@@ -573,7 +573,7 @@ class BudgetLedger:
         )
         if len(rows) != 1:
             raise NotHeld(
-                f"reservation {reservation!r} does not exist or was not committed as reserved below {actual}"
+                f"reservation {quoted(reservation, 60)} does not exist or was not committed as reserved below {actual}"
             )
         chain, amount = stored_reservation(reservation, *rows[0])
         return self._charge_anew(reservation, chain, actual - amount, tx)
@@ -703,7 +703,7 @@ class BudgetLedger:
             (state, actual, utc_now(), reservation),
         )
         if len(rows) != 1:
-            raise NotHeld(f"reservation {reservation!r} does not exist or is already settled")
+            raise NotHeld(f"reservation {quoted(reservation, 60)} does not exist or is already settled")
         return stored_reservation(reservation, *rows[0])
 
     def reservation(self, reservation: str) -> Reservation:
@@ -713,7 +713,7 @@ class BudgetLedger:
             (_named(reservation),),
         )
         if not rows:
-            raise InputError(f"reservation {reservation!r} does not exist")
+            raise InputError(f"reservation {quoted(reservation, 60)} does not exist")
         chain, amount, state, actual = rows[0]
         return Reservation(reservation, *stored_reservation(reservation, chain, amount), str(state), actual)
 
