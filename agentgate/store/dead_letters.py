@@ -39,6 +39,13 @@ SCHEMA: dict[Dialect, str] = {
     "postgresql": _TABLES.format(real="DOUBLE PRECISION"),
 }
 
+_ID_CHARS = 256
+"""The longest dead letter id (characters) ``record`` keeps. The scheduler's are 32 hexadecimal
+digits; the id is the table's key, and a PostgreSQL B-tree index entry holds about 2.7 KB, 256
+characters at most 1 KB of UTF-8 (a NUL written ``\\x00`` included), where SQLite has no bound:
+until review R88 SQLite kept a letter of a 4,000-character id and PostgreSQL refused it with a
+``StoreError`` (as the ledger's grant ids were bounded in review R87)."""
+
 _COLUMNS = (
     "id, recorded_at, tool, tenant, principal, run_id, call_id, idempotency_key, arguments_digest, "
     "authority_chain, reason, errors"
@@ -103,7 +110,8 @@ class DeadLetterStore:
         of its type (text, or None where the field may be; ``authority_chain`` a tuple or list of
         text; ``errors`` of ``AttemptError`` as the scheduler makes them): until review R88 a
         ``tool`` of 5 or an ``id`` of bytes was a bare ``TypeError``, and an ``authority_chain``
-        of ``"g1g2"`` was stored as the chain ``("g", "1", "g", "2")``."""
+        of ``"g1g2"`` was stored as the chain ``("g", "1", "g", "2")``. And for an ``id`` longer
+        than ``_ID_CHARS`` characters, on both stores."""
         recorded_at = unix_time(letter.recorded_at, f"the recorded_at of dead letter {quoted(letter.id, 60)}")
         _refuse_wrong_types(letter)
         errors = json.dumps([asdict(e) for e in letter.errors], separators=(",", ":"))
@@ -172,6 +180,8 @@ def _refuse_wrong_types(letter: DeadLetter) -> None:
         value = getattr(letter, field)
         if not isinstance(value, str):
             raise InputError(f"the {field} of {named} must be text, got {shown(value)}")
+    if len(letter.id) > _ID_CHARS:
+        raise InputError(f"the id of {named} must be at most {_ID_CHARS} characters, got {len(letter.id):,}")
     for _, field in _OPTIONAL_TEXT_FIELDS:
         value = getattr(letter, field)
         if value is not None and not isinstance(value, str):
