@@ -221,6 +221,23 @@ def _wal(conn: sqlite3.Connection, wait_s: float) -> None:
             time.sleep(0.005)
 
 
+def _refuse_making_above(directory: Path) -> None:
+    """Raise ``StoreError`` when ``directory`` goes up (``..``) out of a directory that does not
+    exist: the kernel reads a ``..`` after what comes before it, so ``new/../s.db`` names no file
+    until ``new`` is made, and making it only for the path to step out of it again left a
+    directory nobody asked for (until review R88 ``open_store("x/new/../s.db")`` made ``x/new``).
+    The directories after the last ``..`` are made as any store's are."""
+    parts = directory.parts
+    if ".." not in parts:
+        return
+    above = Path(*parts[: len(parts) - parts[::-1].index("..")])
+    if not above.is_dir():
+        raise StoreError(
+            f"cannot create the store directory {directory}: {above} names no directory (a directory "
+            "the path goes up out of with .. is not made); name the store's directory without it"
+        )
+
+
 def _prepare_file(path: Path, *, create: bool = True) -> None:
     """Make sure ``path`` can hold a SQLite store before SQLite opens it.
 
@@ -234,9 +251,11 @@ def _prepare_file(path: Path, *, create: bool = True) -> None:
     device) it created ``/dev/null-journal`` beside it. Nothing is ever opened for writing here,
     so a store the process may only read is not refused here; SQLite itself then refuses it when
     no ``-shm`` file is there to read the WAL database through and the directory is not
-    writable ("attempt to write a readonly database", docs/operations.md)."""
+    writable ("attempt to write a readonly database", docs/operations.md). A directory the
+    path names before a ``..`` is never created (``_refuse_making_above``)."""
     try:
         if create:
+            _refuse_making_above(path.parent)
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise StoreError(
