@@ -421,12 +421,30 @@ BREAKER_AHEAD_S = 60.0
 a row dated further ahead was written by a clock that is far off (or stepped back since) and is
 taken as older than any transition (module docstring)."""
 _BREAKER_READ = "SELECT state, opened_at, version FROM agentgate_breakers WHERE breaker_key = ?"
-_BREAKER_GUARD_READ: dict[Dialect, str] = {
-    "sqlite": _BREAKER_READ,
-    # Locked until the claim commits: a reopening (an UPDATE of the row) waits for it, or the
-    # read waits for the reopening's commit and sees it (``SharedBreakers.probe_guard``).
-    "postgresql": _BREAKER_READ + " FOR SHARE",
-}
+_BREAKER_LOCK_DOMAIN = b"agentgate-breaker\x00"
+"""What the breaker's advisory lock number hashes before its row key (``_lock_breaker``), so it
+is no other advisory lock's number."""
+
+
+def _lock_breaker(tx: Transaction, row_key: str) -> None:
+    """On PostgreSQL, take the transaction-scoped advisory lock of the breaker stored as
+    ``row_key`` (a signed 64-bit number from SHA-256); on SQLite nothing, ``BEGIN IMMEDIATE``
+    already serializes writers. Taken before any row of the transaction is touched, by the probe
+    guard and by every write of the breaker row, so a claim and a reopening are ordered whether or
+    not the row exists yet: a row lock (``FOR SHARE``, review R88's first fix) locks only a row that
+    exists, and a first reopening's INSERT, with the claim it frees, committed between the guard's
+    read and the claim. A statement of its own: at READ COMMITTED a statement reads what
+    committed before it began, so a read in the statement that waited would not see the
+    transaction it waited for."""
+    if tx.dialect != "postgresql":
+        return
+    # surrogatepass: a key that is not valid Unicode is refused by the statement that follows
+    # (StoreError, as every store refuses such text), not here by a bare UnicodeEncodeError.
+    digest = hashlib.sha256(_BREAKER_LOCK_DOMAIN + row_key.encode("utf-8", "surrogatepass")).digest()
+    lock = int.from_bytes(digest[:8], "big", signed=True)
+    tx.execute("SELECT pg_catalog.pg_advisory_xact_lock(?)", (lock,))
+
+
 _BREAKER_WRITE = (
     "INSERT INTO agentgate_breakers (breaker_key, state, opened_at, version) VALUES (?, {state}, ?, 1) "
     "ON CONFLICT (breaker_key) DO UPDATE SET state = excluded.state, opened_at = excluded.opened_at, "
@@ -475,10 +493,12 @@ class SharedBreakers:
             raise InputError(
                 f"a shared breaker's transition time is a finite number, got {quoted(opened_at)}"
             )
+        row_key = stored_key(key)
         with self.store.transaction() as tx:
+            _lock_breaker(tx, row_key)
             tx.execute(
                 _BREAKER_PUBLISH,
-                (stored_key(key), state, float(opened_at), self._clock() + BREAKER_AHEAD_S),
+                (row_key, state, float(opened_at), self._clock() + BREAKER_AHEAD_S),
             )
             return tx.rowcount == 1
 
@@ -496,14 +516,19 @@ class SharedBreakers:
         (the claims still bound the probes): until review R67 an opening written by a clock an
         hour ahead refused every other process's probe for that hour.
 
-        On PostgreSQL the row is read ``FOR SHARE``: a reopening (``reopen``, ``publish``) waits
-        for the claim's transaction, or the read waits for the reopening's and sees it, as
-        SQLite's ``BEGIN IMMEDIATE`` serializes them. Until review R88 the read took no lock, and
-        a failed probe's reopening (and freed claim) that committed between it and the claim
-        left the claim free to take, while the store said the breaker opened just now."""
+        On PostgreSQL the guard first takes the breaker's advisory lock (``_lock_breaker``), as
+        every write of its row does (``reopen``, ``publish``): a reopening waits for the claim's
+        transaction, or the guard waits for the reopening's and reads it, as SQLite's
+        ``BEGIN IMMEDIATE`` serializes them, whether or not the row exists yet. Until review R88
+        the read took no lock, and a failed probe's reopening (and freed claim) that committed
+        between it and the claim left the claim free to take, while the store said the breaker
+        opened just now; R88's first fix locked the row ``FOR SHARE``, which still let a reopening
+        through when it wrote the breaker's first row."""
 
         def guard(tx: Transaction, now: float) -> bool:
-            rows = tx.execute(_BREAKER_GUARD_READ[tx.dialect], (stored_key(key),))
+            row_key = stored_key(key)
+            _lock_breaker(tx, row_key)
+            rows = tx.execute(_BREAKER_READ, (row_key,))
             if not rows:
                 return True
             try:
@@ -525,7 +550,9 @@ class SharedBreakers:
         probe's claim: no other process takes the claim and probes before the store says open."""
 
         def write(tx: Transaction) -> None:
-            tx.execute(_BREAKER_REOPEN, (stored_key(key), opened_at, time.time() + BREAKER_AHEAD_S))
+            row_key = stored_key(key)
+            _lock_breaker(tx, row_key)
+            tx.execute(_BREAKER_REOPEN, (row_key, opened_at, time.time() + BREAKER_AHEAD_S))
 
         return write
 

@@ -1,0 +1,114 @@
+"""Review R88 (second fix): on PostgreSQL no half-open probe claim is taken once another
+process's failed probe has reopened the breaker, also when the breaker had no row before.
+
+R88's first fix read the breaker's row ``FOR SHARE`` in the probe guard, which locks only a row
+that exists. While no process had published the breaker (a probe's claim is taken on the local
+breaker's half-open), the failed probe's release (``SharedBreakers.reopen``: INSERT of the row,
+then the freed claim, one transaction) waited for nothing and committed between the guard's read
+and the claim, and the second process claimed and probed the backend that had just failed. The
+guard and every write of the row now take the breaker's advisory lock first.
+
+Deterministic: the failed probe's release is let in right after the guard's read.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from agentgate.store import Store, Transaction, open_store
+from agentgate.store.leases import LeaseManager, SharedBreakers
+
+pytestmark = pytest.mark.postgres
+
+KEY = "tool:pay"
+RESET_S = 30.0
+WAIT_S = 10.0  # bound on every wait: only a bug comes near it
+_LOCK_WAITERS = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+)
+
+
+@pytest.fixture
+def stores(postgres_url: str) -> Iterator[tuple[Store, Store, Store]]:
+    """Two processes' connections and one that watches the server's lock waits."""
+    opened = (open_store(postgres_url), open_store(postgres_url), open_store(postgres_url))
+    yield opened
+    for store in opened:
+        store.close()
+
+
+def _done_or_waiting_for_a_lock(thread: threading.Thread, watch: Store) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while thread.is_alive() and not watch.query(_LOCK_WAITERS)[0][0]:
+        assert time.monotonic() < deadline, "the thread neither finished nor waited for a lock"
+        time.sleep(0.005)
+
+
+def test_a_failed_probe_writing_the_breakers_first_row_is_ordered_with_another_claim(
+    stores: tuple[Store, Store, Store],
+) -> None:
+    first, second, watch = stores
+    prober = LeaseManager(first, ttl_s=30, holder="process-1")
+    other = LeaseManager(second, ttl_s=30, holder="process-2")
+    breakers = SharedBreakers(first)
+    guard = SharedBreakers.probe_guard(KEY, RESET_S)
+    try:
+        assert breakers.read(KEY) is None  # no process has published this breaker
+        claim = prober.try_acquire(SharedBreakers.probe_key(KEY), 1, guard=guard)
+        assert claim is not None
+        reopened_at = time.time()
+        releases: list[threading.Thread] = []
+
+        def read_then_the_probe_fails(tx: Transaction, now: float) -> bool:
+            free = guard(tx, now)
+            assert free  # no row: the store says nothing against a probe yet
+            release = threading.Thread(
+                target=prober.release,
+                args=(claim,),
+                kwargs={"before": SharedBreakers.reopen(KEY, reopened_at)},
+            )
+            release.start()
+            releases.append(release)
+            _done_or_waiting_for_a_lock(release, watch)
+            return free
+
+        got = other.try_acquire(SharedBreakers.probe_key(KEY), 1, guard=read_then_the_probe_fails)
+        for release in releases:
+            release.join(WAIT_S)
+        assert got is None
+        state = breakers.read(KEY)
+        assert state is not None and (state.state, state.opened_at) == ("open", reopened_at)
+        assert prober.rows(SharedBreakers.probe_key(KEY)) == []  # the failed probe's claim is free
+        assert other.try_acquire(SharedBreakers.probe_key(KEY), 1, guard=guard) is None
+    finally:
+        prober.close()
+        other.close()
+
+
+def test_a_claim_asked_while_a_first_publication_of_open_is_written_waits_and_is_refused(
+    stores: tuple[Store, Store, Store],
+) -> None:
+    """The other order: a guard that read while another process's first publication of the
+    breaker's opening was written but not committed found no row and took a slot; it now waits
+    for the publication's commit and reads it."""
+    first, second, watch = stores
+    other = LeaseManager(second, ttl_s=30, holder="process-2")
+    guard = SharedBreakers.probe_guard(KEY, RESET_S)
+    asked: list[object] = []
+    try:
+        with first.transaction() as tx:
+            SharedBreakers.reopen(KEY, time.time())(tx)
+            ask = threading.Thread(
+                target=lambda: asked.append(other.try_acquire(SharedBreakers.probe_key(KEY), 1, guard=guard))
+            )
+            ask.start()
+            _done_or_waiting_for_a_lock(ask, watch)
+        ask.join(WAIT_S)
+        assert asked == [None]
+        assert other.held() == 0
+    finally:
+        other.close()
