@@ -87,11 +87,16 @@ def idempotency_key(
     "ops\\0bot" had the key of tenant "acme\\0ops" with principal "bot": the second tenant's
     call was handed the first one's result. Keys without a NUL are unchanged, so the once-only
     rows a store holds (``store/once.py``) still match them."""
-    parts = (tenant, principal, grant, run_id, tool, call_id, digest)
-    if any("\0" in part for part in parts):
-        material = json.dumps(("agentgate-idempotency-v3", *parts), ensure_ascii=False)
-    else:
-        material = "\0".join(("agentgate-idempotency-v2", *parts))
+    material = "\0".join(
+        ("agentgate-idempotency-v2", tenant, principal, grant, run_id, tool, call_id, digest)
+    )
+    # Seven NULs are the separators: one more is in a part. Counted in the joined text, since
+    # every keyed call comes here (a scan of each part by a generator took up to twice as long).
+    if material.count("\0") != 7:
+        material = json.dumps(
+            ("agentgate-idempotency-v3", tenant, principal, grant, run_id, tool, call_id, digest),
+            ensure_ascii=False,
+        )
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
 
