@@ -9,6 +9,7 @@ lockstep. The random source is injectable so that tests can reproduce the delays
 from __future__ import annotations
 
 import math
+import operator
 import random
 
 from agentgate._shown import shown
@@ -27,21 +28,27 @@ _STEPS_PAST_CAP = 2**64
 def backoff_bound(policy: RetryPolicy, retry: int) -> float:
     """The upper bound of the wait before retry ``retry`` (1 = the first retry).
 
-    Raises ``InputError`` for a ``retry`` that is not an integer (a bool included) or is below 1;
-    for every other it returns: past the retry where the exponential reaches the cap, the cap is
-    the bound (a float power would overflow after about a thousand doublings). Until review R88 a
-    retry past about 1e308 (or below -1e308) raised a bare ``OverflowError``, though this said
-    it never raised."""
-    if isinstance(retry, bool) or not isinstance(retry, int) or retry < 1:
+    ``retry`` is any integer ``operator.index`` takes (an ``int``, a numpy integer). Raises
+    ``InputError`` for one below 1 and for anything else: a bool, and a float even when whole
+    (``2.0``). For every other it returns: past the retry where the exponential reaches the cap,
+    the cap is the bound (a float power would overflow after about a thousand doublings). Until
+    review R88 a retry past about 1e308 (or below -1e308) raised a bare ``OverflowError``, though
+    this said it never raised; R88's first fix took only an ``int``, and refused a numpy integer
+    that was answered before it."""
+    try:
+        number = operator.index(retry)
+    except TypeError:
+        number = 0  # not an integer: refused as one below 1 is
+    if isinstance(retry, bool) or number < 1:
         raise InputError(f"a backoff's retry number is an integer >= 1, got {shown(retry)}")
     initial, cap, multiplier = policy.backoff_initial_s, policy.backoff_max_s, policy.multiplier
     if initial == 0.0 or multiplier == 1.0 or initial >= cap:
         return min(cap, initial)
-    growth = min(retry - 1, _STEPS_PAST_CAP) * math.log(multiplier)
+    growth = min(number - 1, _STEPS_PAST_CAP) * math.log(multiplier)
     if math.log(initial) + growth >= math.log(cap):  # compared in logs: never overflows
         return cap
     if growth < _EXP_SAFE:
-        return min(cap, initial * multiplier ** (retry - 1))
+        return min(cap, initial * multiplier ** (number - 1))
     return min(cap, math.exp(math.log(initial) + growth))
 
 
