@@ -298,9 +298,11 @@ def endpoint_settings() -> EndpointSettings | None:
             f"at most {MAX_TIMEOUT_S} (a day)"
         )
     retries_text = _setting("AGENTGATE_OPENAI_MAX_RETRIES", "2")
-    # A number of more digits than MAX_RETRIES is out of range unread (int refuses one of 4,301).
-    whole = _WHOLE.fullmatch(retries_text) and len(retries_text.lstrip("0")) <= len(str(MAX_RETRIES))
-    retries = int(retries_text) if whole else -1
+    # A number of more digits than MAX_RETRIES is out of range unread (int refuses one of 4,301),
+    # and leading zeros are read off first, however many there are.
+    significant = retries_text.lstrip("0")
+    whole = _WHOLE.fullmatch(retries_text) and len(significant) <= len(str(MAX_RETRIES))
+    retries = int(significant or "0") if whole else -1
     # At most 100: until review R85 any whole number was taken, and a huge one retried an
     # endpoint nobody listens at for good.
     if not 0 <= retries <= MAX_RETRIES:
