@@ -25,6 +25,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.errors import GraphBubbleUp
 
 from agentgate._json import integral
+from agentgate._shown import quoted
 from agentgate.capabilities import Call
 from agentgate.dispatch.prefix import (
     CHARS_PER_TOKEN,
@@ -82,7 +83,9 @@ class _ModelCalls:
         """The model call to decide: ``model:NAME`` with the output limit it will run with (the
         request's ``max_tokens``, else the chat model's own, else the middleware's), or the
         largest limit the request sends besides it (``_limits_sent``), which a backend may honour
-        in its place. Raises ``InputError`` naming a limit that is no whole number above 0."""
+        in its place. Raises ``InputError`` naming a limit that is no whole number above 0, quoted
+        as ``quoted`` does (until review R88b by its whole ``repr``: a bare ``ValueError`` for
+        ``-10**5000``, a 1 MB message for a 1 MB text)."""
         named = self.model is not None and (self.named is None or request.model is self.named)
         name = self.model if named else _model_name(request.model)
         configured = integral(getattr(request.model, "max_tokens", None))
@@ -92,12 +95,14 @@ class _ModelCalls:
         # model's own, else 1024) and the chat model's own ``4096.0`` was passed over.
         limit = integral(asked) if asked is not None else own or self.max_tokens
         if type(limit) is not int or limit <= 0:  # ``int()`` raised on inf and NaN, cut 0.5 to 0
-            raise InputError(f"agentgate[{self.agent}]: max_tokens must be a whole number > 0, got {limit!r}")
+            raise InputError(
+                f"agentgate[{self.agent}]: max_tokens must be a whole number > 0, got {quoted(limit)}"
+            )
         for where, value in _limits_sent(request):
             other = integral(value)
             if type(other) is not int or other <= 0:
                 raise InputError(
-                    f"agentgate[{self.agent}]: {where} must be a whole number > 0, got {value!r}"
+                    f"agentgate[{self.agent}]: {where} must be a whole number > 0, got {quoted(value)}"
                 )
             limit = max(limit, other)
         return Call.model(str(name), {"max_tokens": limit})
