@@ -322,24 +322,29 @@ class _ModelCalls:
             _WATCHED.reset(watching)
 
 
-_LIMIT_KEYS = ("max_tokens", "max_completion_tokens")
-"""The names of an output limit in a chat completions request: OpenAI's two, which vLLM, SGLang
-and llama.cpp read too."""
+_LIMIT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+"""The names of an output limit in an OpenAI request: Chat Completions' two, which vLLM, SGLang
+and llama.cpp read too, and the Responses API's ``max_output_tokens`` (langchain-openai sends the
+decided ``max_tokens`` under that name to the Responses API; until review R88b a
+``max_output_tokens`` set besides it was not read, so ``ChatOpenAI(use_responses_api=True,
+extra_body={"max_output_tokens": 100000})`` was decided at 200 and sent 100000)."""
 
 
 def _limits_sent(request: ModelRequest[Any]) -> list[tuple[str, object]]:
     """The output limits ``request`` sends besides its ``max_tokens`` (which the middleware sets
-    to the limit decided), by where each is set: the request's ``max_completion_tokens``, the
-    chat model's ``model_kwargs`` (merged into the request body), and the ``extra_body`` sent
+    to the limit decided), by where each is set: the request's ``max_completion_tokens`` and
+    ``max_output_tokens``, the chat model's ``model_kwargs`` (merged into the request body), and the ``extra_body`` sent
     (the request's, else the chat model's: langchain-openai merges it over the body last, so its
     limit is the one sent). A backend may honour any of them in place of ``max_tokens``: until
     review R88 ``ChatOpenAI(extra_body={"max_completion_tokens": 100000})`` was decided and
     charged at a ``max_tokens`` of 200 and generated 5,000 tokens, charged 200. Limits set to
     ``None`` are left out, as the request leaves them out."""
     settings = request.model_settings
-    found: list[tuple[str, object]] = []
-    if settings.get("max_completion_tokens") is not None:
-        found.append(("model_settings['max_completion_tokens']", settings["max_completion_tokens"]))
+    found: list[tuple[str, object]] = [
+        (f"model_settings[{key!r}]", settings[key])
+        for key in _LIMIT_KEYS
+        if key != "max_tokens" and settings.get(key) is not None
+    ]
     places: list[tuple[str, object]] = [
         ("the chat model's model_kwargs", getattr(request.model, "model_kwargs", None))
     ]
