@@ -462,13 +462,14 @@ def _inspect(args: argparse.Namespace) -> int:
     # The nearest link above that the store records revoked: a revocation takes every grant below
     # it, and the store records only the grant revoked (until review R67 a link below one was shown
     # unmarked, ``"revoked": false`` and nothing else, as if it held; ``audit explain`` names it).
-    # Only a link that names the one above as its parent descends from it: one spliced in from
-    # another chain (``parent_mismatch``) inherits no revocation from the link above (until review
-    # R88 it was shown revoked through a grant that is not its ancestor).
-    through: str | None = None
+    # A link inherits the revocation of its parent, found by id among the links above: one spliced
+    # in from another chain (``parent_mismatch``) inherits none from a link that is not its
+    # ancestor (until review R88 it was shown revoked through one), and one whose parent is a
+    # revoked grant higher up than the link above inherits that grant's (until review R88b it
+    # was shown not revoked). ``descends`` holds, by link id, the revocation its children inherit.
+    descends: dict[str, str | None] = {}
     for i, link in enumerate(chain.links):
-        if i and link.parent != chain.links[i - 1].id:
-            through = None
+        through = None if link.parent is None else descends.get(link.parent)
         try:
             verify_signature(link.issuer, GRANT_CONTEXT + link.payload, link.signature)
             signature = "valid"
@@ -494,8 +495,7 @@ def _inspect(args: argparse.Namespace) -> int:
                 "findings": problems,
             }
         )
-        if revoked is not None and link.id in revoked:
-            through = link.id
+        descends[link.id] = link.id if revoked is not None and link.id in revoked else through
     # Exit 1 for a chain with a marked link, so that ``grant inspect t.tok && deploy`` stops
     # there: until review R61 a spliced or forged chain printed its finding and exited 0.
     marked = any(
