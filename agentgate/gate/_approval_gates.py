@@ -88,7 +88,7 @@ class _Approvals:
 
         def _record_chain(self, chain: Chain, tx: Transaction) -> None: ...
 
-        def _seal(self, auth: Authorization) -> tuple[object, ...]: ...
+        def _seal(self, auth: Authorization, *, kept: bool = False) -> tuple[object, ...]: ...
 
         def _untraced(self) -> bool: ...
 
@@ -730,7 +730,7 @@ class _Approvals:
         """``asking``, an authorization that waits for its recorded approval request, sealed as an
         allow is (``_seal``): ``decline`` refuses a copy with another call, identity, request or
         decision, whose ``deny`` would name a call other than the request's (review R88)."""
-        asking._use.sealed = self._seal(asking)
+        asking._use.sealed = self._seal(asking, kept=True)
         return asking
 
     def _supersede(

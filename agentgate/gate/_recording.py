@@ -4,6 +4,7 @@ its budget reservations, policy quotas and consumed approval, in the decision's 
 
 from __future__ import annotations
 
+import copy
 import functools
 import threading
 import time
@@ -371,7 +372,7 @@ class _Recording:
             output_tokens=output,
             prompt_tokens=prompt_tokens if model else None,
         )
-        allowed._use.sealed = self._seal(allowed)
+        allowed._use.sealed = self._seal(allowed, kept=True)
         self._allowed(allowed, entry.get("time"))
         return allowed
 
@@ -453,12 +454,17 @@ class _Recording:
                 return self._write_refusal(refused, tx, ref=asked_at)
         return self._write_refusal(refused, tx)
 
-    def _seal(self, auth: Authorization) -> tuple[object, ...]:
+    def _seal(self, auth: Authorization, *, kept: bool = False) -> tuple[object, ...]:
         """What ``_check_allowed`` and ``decline`` compare: this Gate and the fields its run, its
         outcome or its refusal record (the decision too: an entry's ``args_digest`` is its). The
         Gate is held weakly (a ``weakref.ref`` equals another while its Gate lives): an allow the
         caller keeps does not keep a closed Gate alive with its chain cache, policy index,
-        schedulers and the keys of its delegations."""
+        schedulers and the keys of its delegations. The seal ``kept`` on the authorization holds
+        a copy of its approval request, not the caller's dict (until review R88b
+        ``auth.request["id"] = ...`` changed the seal with it, and ``decline`` closed another
+        call's request, ``run`` opened another one again); the one compared with it reads the
+        request as it is now. Only a call with an approval request pays for the copy."""
+        request = auth.request
         return (
             weakref.ref(self),
             auth.verdict,
@@ -469,7 +475,7 @@ class _Recording:
             auth.once_key,
             auth.output_tokens,
             auth.prompt_tokens,
-            auth.request,
+            copy.deepcopy(request) if kept and request is not None else request,
             auth.decision,
         )
 
