@@ -336,21 +336,22 @@ def _choice_chars(choices: list[object], part: str) -> int:
 def text_chars(pending: list[object]) -> int:
     """The characters of every string in ``pending``, however nested in objects and lists, each
     object and list counted once: one may hold itself (a hand-made LangChain answer's tool call
-    arguments, ``integrations.langgraph``), and until review R88 the count never ended then."""
+    arguments, ``integrations.langgraph``), and until review R88 the count never ended then.
+    Each object and list counted is kept, by its id, until the count ends: an id is unique only
+    among live objects, and a mapping that makes its values on each read hands objects freed once
+    counted, so that until review R88b the next one could take a counted one's id and be passed
+    over."""
     count = 0
-    seen: set[int] = set()
+    seen: dict[int, object] = {}
     while pending:
         value = pending.pop()
         if isinstance(value, str):
             count += len(value)
         elif not isinstance(value, Mapping | list | tuple) or id(value) in seen:
             continue
-        elif isinstance(value, Mapping):
-            seen.add(id(value))
-            pending.extend(value.values())
         else:
-            seen.add(id(value))
-            pending.extend(value)
+            seen[id(value)] = value
+            pending.extend(value.values() if isinstance(value, Mapping) else value)
     return count
 
 

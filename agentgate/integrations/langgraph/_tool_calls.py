@@ -369,7 +369,7 @@ def _integers_out_of_range(value: object) -> list[tuple[tuple[object, ...], int]
     if not _holds_out_of_range(value):
         return found
     stack: list[tuple[object, tuple[object, ...]]] = [(value, ())]
-    seen: set[int] = set()
+    seen: dict[int, object] = {}
     while stack:
         item, keys = stack.pop()
         if isinstance(item, int) and not isinstance(item, bool):
@@ -389,7 +389,7 @@ def _holds_out_of_range(value: object) -> bool:
     objects and lists: ``_integers_out_of_range`` without the paths; walked without recursion,
     each object and list once (``_walked_once``: one may hold itself)."""
     stack = [value]
-    seen: set[int] = set()
+    seen: dict[int, object] = {}
     while stack:
         item = stack.pop()
         if isinstance(item, str):
@@ -406,14 +406,18 @@ def _holds_out_of_range(value: object) -> bool:
     return False
 
 
-def _walked_once(item: object, seen: set[int]) -> bool:
+def _walked_once(item: object, seen: dict[int, object]) -> bool:
     """Whether a walk of objects and lists is to go into ``item``: a mapping, list or tuple whose
-    id is not in ``seen`` yet (added to it now). A walk that went into each every time it met it
-    would never end on one that holds itself, and would take exponential time on one that holds
-    the same list twice at each of many levels."""
+    id is not in ``seen`` yet (kept in it now, by its id). A walk that went into each every time it
+    met it would never end on one that holds itself, and would take exponential time on one that
+    holds the same list twice at each of many levels. ``seen`` keeps each object walked alive
+    until the walk ends: an id is unique only among live objects, and a mapping that makes its
+    values on each read (a lazy view) hands dicts that are freed once walked, so that until
+    review R88b the next one could take a walked one's id and be passed over, with an integer
+    beyond 64 bits in it."""
     if not isinstance(item, Mapping | list | tuple) or id(item) in seen:
         return False
-    seen.add(id(item))
+    seen[id(item)] = item
     return True
 
 
@@ -669,7 +673,7 @@ def _holds_beyond_range(value: object) -> bool:
     models (a ``ToolMessage`` too) and dataclasses (a ``Command`` too). Walked without recursion,
     each object once (an object graph may hold a cycle)."""
     stack = [value]
-    seen: set[int] = set()
+    seen: dict[int, object] = {}
     while stack:
         item = stack.pop()
         if isinstance(item, str | bytes | float | None):
@@ -680,7 +684,7 @@ def _holds_beyond_range(value: object) -> bool:
             continue
         if id(item) in seen:
             continue
-        seen.add(id(item))
+        seen[id(item)] = item  # kept alive, so that its id stays its own (``_walked_once``)
         if isinstance(item, Mapping):
             stack.extend(item.values())
         elif isinstance(item, list | tuple | set | frozenset):
