@@ -46,6 +46,7 @@ import httpx
 import orjson
 from opentelemetry.context import Context
 
+from agentgate._http_limits import declared_length
 from agentgate._numbers import check_positive_finite
 from agentgate._shown import bounded, escaped, quoted
 from agentgate.dispatch._answers import (
@@ -147,8 +148,10 @@ def _refuse_declared(length: str | None) -> None:
     of its body is read: the declared length decides it, as the gateway's pool decides it
     (``_upstream``). Until review R58 the dispatcher's own clients read up to the limit first
     (64 MiB, or until ``first_token_s`` of a body held back), and a body cut short before the
-    limit was a ``BackendFailed``: retried on other backends, each marked down."""
-    if length is not None and length.strip().isdigit() and int(length) > MAX_ANSWER_BYTES:
+    limit was a ``BackendFailed``: retried on other backends, each marked down. The length is
+    read as the gateway's pool reads it (``declared_length``): until review R88 a length after
+    more than 4,300 leading zeros was a bare ``ValueError`` here."""
+    if length is not None and (declared_length(length) or 0) > MAX_ANSWER_BYTES:
         raise AnswerTooLarge(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
 
 
@@ -410,8 +413,11 @@ class BackendClient:
                             retry_after,
                         )
                     _refuse_encoded(self.backend.name, encoding)
-                    _refuse_declared(answer.headers.get("Content-Length"))
-                    small = answer.content_length is not None and answer.content_length <= _SMALL
+                    length = answer.headers.get("Content-Length")
+                    _refuse_declared(length)
+                    # The header as sent, not aiohttp's ``content_length`` (its own ``int``).
+                    declared = declared_length(length) if length is not None else None
+                    small = declared is not None and declared <= _SMALL
                     if small:
                         return answer.status, await answer.read(), None  # the usual answer: a few kB
                     return answer.status, await self._capped(answer.content.iter_chunked(1 << 20)), None
