@@ -132,16 +132,10 @@ def _parse_chunk(backend: str, data: str, key: str | None = None, asked: int = 1
             return ChatChunk("", None, usage, event=event, backend=backend) if usage else None
         choice = choices[0]
         delta = choice.get("delta") or {}  # an object, or absent or null (``_checked_choices``)
-        content = _content(delta)
-        # Absent or null alone is no fragment: until review R88 a falsy ``tool_calls`` that is no
-        # list (``{}``, ``0``, ``false``) passed as none, and on to the caller in the event.
-        calls = delta.get("tool_calls")
-        if calls is None:
-            calls = []
-        if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
-            raise TypeError("tool_calls is not a list of objects")
-        # Its finish_reason was checked with the others (``_checked_choices``).
-        return ChatChunk(content, choice.get("finish_reason"), usage, tuple(calls), event, backend)
+        # Its content, tool calls and finish_reason were checked with the others' (``_checked_choices``).
+        return ChatChunk(
+            _content(delta), choice.get("finish_reason"), usage, _tool_calls(delta), event, backend
+        )
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
 
@@ -176,6 +170,18 @@ def _content(part: Mapping[str, Any]) -> str:
     return content
 
 
+def _tool_calls(delta: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    """The ``tool_calls`` fragments of a stream event's ``delta``: none when absent or null;
+    raises ``TypeError`` for any value but a list of objects (until review R88 a falsy one that is
+    no list, ``{}``, ``0``, ``false``, passed as none, and on to the caller in the event)."""
+    calls = delta.get("tool_calls")
+    if calls is None:
+        return ()
+    if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
+        raise TypeError("tool_calls is not a list of objects")
+    return tuple(calls)
+
+
 def _is_choice(choice: object, part: str) -> bool:
     """Whether ``choice`` is a choice of OpenAI's shape: an object whose ``part`` (a stream's
     ``delta``, an answer's ``message``) is an object, or absent or null. Every choice is checked,
@@ -188,12 +194,16 @@ def _is_choice(choice: object, part: str) -> bool:
 def _checked_choices(choices: object, part: str, asked: int) -> list[Mapping[str, Any]]:
     """``choices``, of a whole answer (``part``: ``message``) or of a stream event (``delta``) for
     a call that asked for ``asked``; raises ``TypeError`` unless each is a choice (``_is_choice``)
-    whose ``finish_reason`` is a reason (``_finish_reason``), ``ValueError`` for more than
+    whose content is text or none (``_content``), whose streamed tool calls are a list of objects
+    or none (``_tool_calls``) and whose ``finish_reason`` is a reason (``_finish_reason``),
+    ``ValueError`` for more than
     ``asked`` of them or an ``index`` that is not one of the ``asked`` (0 to ``asked`` - 1;
     absent or null passes). One rule for both: until review R86 a stream event was held to
     neither the count nor the index, nor a choice after the first to its reason (a second choice
     of a call of one, with a reason of 60,000 characters holding an escape, reached the caller),
-    and a whole answer checked the reason of its first choice only."""
+    and a whole answer checked the reason of its first choice only; until review R88 the content
+    and tool calls of the first choice alone were checked (a second choice's ``false`` or ``{}``
+    was passed on)."""
     if not isinstance(choices, list) or not all(_is_choice(choice, part) for choice in choices):
         raise TypeError(f"choices is not a list of objects, each with a {part} object or none")
     if len(choices) > asked:
@@ -205,6 +215,10 @@ def _checked_choices(choices: object, part: str, asked: int) -> list[Mapping[str
             isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < asked
         ):
             raise ValueError(f"choice index {index!r:.80} for a call that asked for {asked} choices")
+        body = choice.get(part) or {}  # an object, or absent or null (``_is_choice``)
+        _content(body)
+        if part == "delta":
+            _tool_calls(body)
         _finish_reason(choice)
     return choices
 

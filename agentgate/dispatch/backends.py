@@ -323,7 +323,7 @@ class BackendClient:
         dispatcher retried on other backends, each marked down, the call released);
         ``BackendFailed`` on any transport failure, timeout, redirect, 5xx/429, an error
         reported with HTTP 200 (``_reject_error``) or a malformed body (a body that is not JSON, a
-        choice that is not an object with a message object, a first choice whose content is neither a string, null nor absent, a ``finish_reason`` that is not a string, usage that is
+        choice that is not an object with a message object, any choice whose content is neither a string, null nor absent, a ``finish_reason`` that is not a string, usage that is
         not counts: see ``_usage``); ``DispatchError`` when the backend rejects the request as
         invalid (400, 422, ...); ``BackendRejectedCredentials`` for 401/403; ``FieldError`` before
         anything is sent for a payload value JSON cannot write (``_encode``). No message holds the
@@ -359,7 +359,8 @@ class BackendClient:
             # No ``content`` key is none: TGI's tool call message has ``role`` and ``tool_calls``
             # only (until review R66 such an answer was a BackendFailed, sent to every backend).
             # Absent or null alone: until review R88 a falsy content that is no text (``false``,
-            # ``0``, ``[]``, ``{}``) was read as the empty answer, and passed on in the body.
+            # ``0``, ``[]``, ``{}``) was read as the empty answer, and passed on in the body. Every
+            # choice's content is checked (``_checked_choices``): the gateway passes them all on.
             text = _content(choice["message"])
             reason = choice.get("finish_reason")  # checked with the others (``_checked_choices``)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
