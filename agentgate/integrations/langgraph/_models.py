@@ -94,11 +94,15 @@ class DispatchedChatModel(BaseChatModel):
         ``reasoning_content``, where LangChain's message content blocks read it; it is no part of
         the usage, which is the backend's (its completion tokens count the reasoning already).
 
-        Raises ``BackendFailed`` when ``tool_calls`` is there but not a list, or the reasoning is
-        not a string.
+        Raises ``BackendFailed`` when ``tool_calls`` is neither a list nor absent or ``null``, or
+        the reasoning is not a string.
         """
         message_body = served.body["choices"][0]["message"]  # an object: BackendClient.chat checked
-        raw_calls = message_body.get("tool_calls") or []
+        # Absent or null alone is no call, as the stream reader reads a delta's (``_tool_calls``):
+        # until review R88 a falsy one that is no list (``{}``, ``0``, ``false``, ``""``) was none.
+        raw_calls = message_body.get("tool_calls")
+        if raw_calls is None:
+            raw_calls = []
         if not isinstance(raw_calls, list):
             raise BackendFailed(f"{served.backend}: tool_calls is not a list: {raw_calls!r:.80}")
         calls, invalid = DispatchedChatModel._tool_calls(raw_calls)
