@@ -137,8 +137,9 @@ class GatedBroker(_Recording):
         the broker's clock, ``Broker.is_live``), or a ``ttl_s`` that would outlive the identity's grant chain (before
         any decision); and, after an allowed decision, an id another holder's live request has, or
         one queued on the ``Broker`` directly (live when checked before the decision, or queued
-        since: one the clock ends while the Gate decides is refused all the same, never ended
-        against the new decision), so that a caller the policy refuses cannot tell another
+        since, up to the broker's taking the request: one the clock ends while the Gate decides or
+        the decision's link is written is refused all the same, never ended against the new
+        decision), so that a caller the policy refuses cannot tell another
         tenant's ids from free ones, or whatever
         ``Broker.submit`` raises (an unknown tenant, a duplicate id, a gang that could never be
         placed), with an ``error`` outcome appended and the reservation returned first; except a ``StoreError`` from the broker's journal after
@@ -226,8 +227,15 @@ class GatedBroker(_Recording):
             # Until review R87 its timeout_s was cut, and a policy bounding timeout_s from below
             # (``in: [600, 3600]``) refused every renewal of a lease it had allowed.
             owned = dataclasses.replace(request, tenant=self.gate.tenant_of(identity), holder=identity.did)
+            wait_s = _wait_left(identity, self._ttl(request))
+            # Asked again with no store write between the question and ``Broker.submit``: an id
+            # queued on the broker directly while the link above was committed (and ended by the
+            # clock since) would be ended by ``Broker.submit`` and, until review R88, recorded
+            # against this decision (its row deleted, the new lease unlinked, never charged).
+            if self.broker.holds(request.id):
+                self._refuse_taken(decided)  # the row just added is this allow's: forgotten
             try:
-                events = self.broker.submit(owned, wait_s=_wait_left(identity, self._ttl(request)))
+                events = self.broker.submit(owned, wait_s=wait_s)
             except Exception as exc:
                 if isinstance(exc, StoreError) and self.broker.holds(request.id):
                     # The broker took the request and only its journal write failed (StoreError):
