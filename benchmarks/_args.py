@@ -7,15 +7,17 @@ import argparse
 import math
 from collections.abc import Callable
 
+from agentgate._shown import quoted
+
 
 def _whole(text: str, minimum: int, refusal: str) -> int:
     """``text`` as a whole number of at least ``minimum``; ``refusal`` says why one below is not."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a whole number: {quoted(text, 60)}") from None
     if value < minimum:
-        raise argparse.ArgumentTypeError(f"{refusal}: {text!r}")
+        raise argparse.ArgumentTypeError(f"{refusal}: {quoted(text, 60)}")
     return value
 
 
@@ -71,6 +73,22 @@ def offered_load(maximum: float) -> Callable[[str], float]:
         return value
 
     return load
+
+
+def whole_up_to(minimum: int, maximum: int, bound: str) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``minimum`` to ``maximum``; ``bound`` says, in the
+    refusal, why none above. Until review R88 a count with no upper bound (``broker.py
+    --max-draining``) took any number of digits, and one too big for a float ended the run in a
+    traceback once it reached it."""
+
+    def whole(text: str) -> int:
+        refusal = f"must be {minimum:,} or more and {maximum:,} or less ({bound})"
+        value = _whole(text, minimum, refusal)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{refusal}: {quoted(text, 60)}")
+        return value
+
+    return whole
 
 
 def non_negative_int(text: str) -> int:

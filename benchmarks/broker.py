@@ -73,7 +73,7 @@ from agentgate.dispatch.broker import (
     WorkloadHint,
     synthetic_topology,
 )
-from benchmarks._args import MIN_LOAD, non_negative_int, offered_load, random_seed, slowdown, wait_s
+from benchmarks._args import MIN_LOAD, offered_load, random_seed, slowdown, wait_s, whole_up_to
 
 TENANTS = {"a": (24, 0.45), "b": (24, 0.35), "c": (16, 0.20)}  # nominal GPUs, share of arrivals
 SIZES = ((1, 0.25), (2, 0.20), (3, 0.05), (4, 0.25), (6, 0.05), (8, 0.20))
@@ -83,6 +83,10 @@ GRACE_S = 120.0
 LOCALITY_WAIT_S = math.inf  # communication-bound gangs never spread (docs/broker.md, Benchmark)
 DRAIN_AFTER_S = 600.0
 MAX_DRAINING = 0
+MOST_DRAINING = 64 // 2
+"""The most ``--max-draining`` taken: a draining gang reserves 2 or more of the 64 GPUs that no
+other may hold, so no more than 32 drain at once (until review R88 any whole number was taken, and
+one too big for a float ended the run in the broker's traceback after the jobs were drawn)."""
 _UNCOUPLED: list[Bound] = ["compute", "memory"]  # the probes' hints that are not communication-bound
 
 
@@ -375,7 +379,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--locality-wait", type=wait_s, default=LOCALITY_WAIT_S, help="agentgate's, seconds")
     parser.add_argument("--drain-after", type=wait_s, default=DRAIN_AFTER_S, help="agentgate's, seconds")
-    parser.add_argument("--max-draining", type=non_negative_int, default=MAX_DRAINING, help="agentgate's")
+    parser.add_argument(
+        "--max-draining",
+        type=whole_up_to(0, MOST_DRAINING, "a draining gang reserves 2 or more of the 64 GPUs"),
+        default=MAX_DRAINING,
+        help=f"agentgate's, gangs draining at once, 0 (off) to {MOST_DRAINING}",
+    )
     args = parser.parse_args(argv)
 
     horizon = (12 if args.quick else 72) * 3600.0
