@@ -78,8 +78,8 @@ def offered_load(maximum: float) -> Callable[[str], float]:
 def whole_up_to(minimum: int, maximum: int, bound: str) -> Callable[[str], int]:
     """An argparse type: a whole number from ``minimum`` to ``maximum``; ``bound`` says, in the
     refusal, why none above. Until review R88 a count with no upper bound (``broker.py
-    --max-draining``) took any number of digits, and one too big for a float ended the run in a
-    traceback once it reached it."""
+    --max-draining``, ``dispatch.py --backends``) took any number of digits, and one too big for a
+    float ended the run in a traceback once it reached it."""
 
     def whole(text: str) -> int:
         refusal = f"must be {minimum:,} or more and {maximum:,} or less ({bound})"
