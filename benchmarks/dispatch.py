@@ -348,14 +348,21 @@ def plot(all_results: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def trace_kind(name: str) -> str:
+    """What the JSON keys of a trace's figures start with, from its file name: ``mooncake`` or
+    ``azure`` where the name says so in any case (their goals are measured on them), else the name
+    without its extension. Until review R88 ``Azure`` was looked for in that case only, so an
+    Azure trace named ``azure.csv`` had no goal and keys holding its dot."""
+    lowered = name.lower()
+    return "mooncake" if "mooncake" in lowered else "azure" if "azure" in lowered else Path(name).stem
+
+
 def goals(all_results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     figs: dict[str, Any] = {}
     gl: dict[str, Any] = {}
     for res in all_results:
         routers_ = res["routers"]
-        tag = (
-            "mooncake" if "mooncake" in res["trace"] else "azure" if "Azure" in res["trace"] else res["trace"]
-        )
+        tag = trace_kind(res["trace"])
         for name, per_load in routers_.items():
             for load, f in per_load.items():
                 for key in ("ttft_mean", "ttft_p99", "queue_delay_p99", "goodput", "shed", "prefix_hit_rate"):
@@ -521,6 +528,17 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"dispatch: {path}: its first {len(requests)} requests arrive at one time, so no "
                 "--load can set their rate: replay more of it (--limit)",
+                file=sys.stderr,
+            )
+            return 2
+        # One set of figures per kind of trace: a second of a kind would write its figures under
+        # the first's keys (until review R88 the last one's were kept, both tables printed).
+        kind = trace_kind(path.name)
+        earlier = next((seen for seen, _ in traces if trace_kind(seen.name) == kind), None)
+        if earlier is not None:
+            print(
+                f"dispatch: {path}: a second trace of kind {kind!r} (after {earlier}), whose figures "
+                "would replace the first's: give one trace of each kind per run",
                 file=sys.stderr,
             )
             return 2
