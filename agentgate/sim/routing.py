@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from agentgate._shown import quoted
 from agentgate.dispatch._policy import RouteRequest, RoutingPolicy
 from agentgate.dispatch.metrics import load_from_values
 from agentgate.errors import InputError, NoBackend
@@ -22,11 +23,13 @@ class PolicyDispatcher:
         """The policy's choice for ``request``. Raises ``InputError`` for a request whose hashes
         are of other blocks than the policy's ``block_tokens``: the policy would read each as
         one of its own (until review R66 a Mooncake trace's 512-token blocks were read as 16
-        tokens each by a default router, silently)."""
+        tokens each by a default router, silently). The request's id and the router's name are
+        quoted as ``quoted`` does, cut at 60 characters (until review R88 whole: a 1 MB id, a 1 MB
+        message)."""
         if request.hashes and request.block_tokens != self.policy.block_tokens:
             raise InputError(
-                f"request {request.id!r}: its hashes are of {request.block_tokens}-token blocks, but the "
-                f"router {self.policy.name!r} cuts prompts into blocks of {self.policy.block_tokens} tokens "
+                f"request {quoted(request.id, 60)}: its hashes are of {request.block_tokens}-token blocks, but the "
+                f"router {quoted(self.policy.name, 60)} cuts prompts into blocks of {self.policy.block_tokens} tokens "
                 f"(make it with block_tokens={request.block_tokens})"
             )
         req = RouteRequest(
