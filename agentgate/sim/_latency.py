@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from agentgate._shown import quoted
 from agentgate.errors import InputError
 
 
@@ -60,7 +61,17 @@ class LatencyModel:
                 )
 
     def step_time(self, n_decode: int, decode_context: int, prefill_tokens: int, prefill_pairs: int) -> float:
-        """Seconds one step takes for this batch; never less than ``base_s``."""
+        """Seconds one step takes for this batch; never less than ``base_s``. Raises
+        ``InputError`` for a count below 0 (until review R88 it was taken, and gave a step
+        shorter than ``base_s``, or one of negative time)."""
+        if n_decode < 0 or decode_context < 0 or prefill_tokens < 0 or prefill_pairs < 0:
+            self._refuse_negative(
+                "step_time",
+                n_decode=n_decode,
+                decode_context=decode_context,
+                prefill_tokens=prefill_tokens,
+                prefill_pairs=prefill_pairs,
+            )
         return (
             self.base_s
             + self.decode_seq_s * n_decode
@@ -70,9 +81,19 @@ class LatencyModel:
         )
 
     def prefill_time(self, uncached: int, cached: int = 0) -> float:
-        """Seconds to prefill ``uncached`` tokens after ``cached`` ones, alone on an idle engine."""
+        """Seconds to prefill ``uncached`` tokens after ``cached`` ones, alone on an idle engine;
+        never less than ``base_s``. Raises ``InputError`` for a count below 0 (as ``step_time``)."""
+        if uncached < 0 or cached < 0:
+            self._refuse_negative("prefill_time", uncached=uncached, cached=cached)
         pairs = uncached * cached + uncached * (uncached + 1) // 2
         return self.step_time(0, 0, uncached, pairs)
+
+    def _refuse_negative(self, method: str, **counts: int) -> None:
+        """Raise ``InputError`` naming the profile, ``method`` and the first of ``counts`` below 0."""
+        name, value = next((name, value) for name, value in counts.items() if value < 0)
+        raise InputError(
+            f"latency profile {quoted(self.name, 60)}: {method}'s {name} must be 0 or more, not {quoted(value, 40)}"
+        )
 
 
 # Llama-3.1-8B, BF16, one H100 SXM (3.35 TB/s HBM, ~989 dense BF16 TFLOP/s).
