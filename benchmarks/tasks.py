@@ -57,6 +57,14 @@ from agentgate.tasks import (
     ToolLimits,
     argument_digest,
 )
+from benchmarks._args import whole_up_to
+
+MAX_CALLS = 1_000_000
+"""The most ``--calls`` taken: 50 times the default, every call's task in memory at once (until
+review R88 any number of digits was taken, and ran without end)."""
+MAX_OPCODE_CALLS = 100_000
+"""The most ``--opcodes`` taken: about 30 times the 3,000 calls docs/tasks.md counts over, each of
+their opcodes traced in Python (until review R88 any number was taken)."""
 
 TOOLS = 10
 LIMIT = 16
@@ -216,14 +224,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     # The contended sync figure runs calls // 8 calls: at least one. Each size given is kept with
     # --quick, which sets only those not given (as dispatch.py's, audit.py's and dispatch_http.py's
     # --quick do): until review R87 --quick silently replaced both with 2,000 and 2.
-    parser.add_argument("--calls", type=_at_least(8), default=None, help="default 20,000 (--quick: 2,000)")
+    parser.add_argument(
+        "--calls",
+        type=whole_up_to(8, MAX_CALLS, "calls held in memory at once"),
+        default=None,
+        help=f"8 to {MAX_CALLS:,}, default 20,000 (--quick: 2,000)",
+    )
     parser.add_argument("--repeat", type=_at_least(1), default=None, help="default 9 (--quick: 2)")
     parser.add_argument(
         "--opcodes",
-        type=_at_least(0),
+        type=whole_up_to(0, MAX_OPCODE_CALLS, "calls traced opcode by opcode"),
         default=0,
         metavar="N",
-        help="also count opcodes per call over N calls",
+        help=f"also count opcodes per call over N calls, 0 to {MAX_OPCODE_CALLS:,}",
     )
     args = parser.parse_args(argv)
     calls = args.calls if args.calls is not None else 2_000 if args.quick else 20_000
