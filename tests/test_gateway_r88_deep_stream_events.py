@@ -62,15 +62,19 @@ def test_a_deep_event_before_output_is_released(
 ) -> None:
     """Review R88: a first, role-only event nested 990 deep made the gateway answer 200, then an
     ``internal_error`` event, and charge the reservation. It is a backend failure before output
-    now: 502 ``backend_failed``, nothing charged, no internal error logged."""
+    now: 502 ``backend_failed`` (or 503 ``no_backend``), nothing charged, no internal error logged."""
     caplog.set_level(logging.ERROR)
     _in_service(env)
     chattering.script = _event_with('{"role":"assistant"}', 990) + _chunk("hi") + _USAGE + _DONE
     spent, count = env.spent(), len(env.outcomes())
     with chattering.answering("script"):
         answer = env.post(_body(stream=True))
-    assert answer.status_code == 502, answer.text[-300:]
-    assert answer.json()["error"]["code"] == "backend_failed"
+    # The one backend failed every attempt: the gateway answers backend_failed, or no_backend once
+    # the router, having seen it fail, waits no more for it (which of the two is timing's).
+    assert (answer.status_code, answer.json()["error"]["code"]) in (
+        (502, "backend_failed"),
+        (503, "no_backend"),
+    ), answer.text[-300:]
     assert _settled(env, count + 1)[-1].status == "error"
     assert env.spent() == spent
     assert env.held() == []
