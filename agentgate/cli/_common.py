@@ -381,11 +381,14 @@ def _refuse_foreign_table(
     a column a row of it must have: another application's, in which a command that only reads
     would create every part's tables and answer from their emptiness. A file not read (``None``)
     passes; so does, without its columns read, one that holds every table of ``part_tables``
-    (``open_existing_store``). A file of other tables only is ``open_store``'s ``NoStore``."""
+    (``open_existing_store``), its names compared as SQLite compares them (``sqlite_name``: until
+    review R88 a store of upper-case tables was always read for every part's columns). A file of
+    other tables only is ``open_store``'s ``NoStore``."""
+    from agentgate.store._base import sqlite_name
     from agentgate.store._sqlite import foreign_table, required_store_columns
 
-    names = {name for name, _ in tables or () if not name.lower().startswith("sqlite_")}
-    if not names or (part_tables and part_tables <= names):
+    names = {sqlite_name(name) for name, _ in tables or () if not name.lower().startswith("sqlite_")}
+    if not names or (part_tables and {sqlite_name(name) for name in part_tables} <= names):
         return
     foreign = foreign_table(tables or (), required_store_columns())
     if foreign is not None:
