@@ -253,9 +253,10 @@ class Store(abc.ABC):
 
 
 def sqlite_name(name: str) -> str:
-    """The table name ``name`` as SQLite compares it with agentgate's (all lower-case ASCII):
-    its ASCII letters in lower case. SQLite folds only those (``AUDIT_LOG`` is ``audit_log``);
-    a name holding any other character is kept as it is, and matches none of agentgate's."""
+    """The table or column name ``name`` as SQLite compares it with agentgate's (all lower-case
+    ASCII): its ASCII letters in lower case. SQLite folds only those (``AUDIT_LOG`` is
+    ``audit_log``, a column ``ENTRY`` is ``entry``); a name holding any other character is kept
+    as it is, and matches none of agentgate's."""
     return name.lower() if name.isascii() else name
 
 
@@ -284,11 +285,14 @@ def add_sqlite_columns(store: Store, table: str, columns: dict[str, str]) -> Non
     declaration: type, default, check) it lacks: ``CREATE TABLE IF NOT EXISTS`` keeps an earlier
     table as it was. Read first in a plain read transaction (nothing to add: no write lock), then
     added under the write lock, each checked again (another process may have added it
-    meanwhile). ``table`` and ``columns`` are agentgate's own names, never input."""
+    meanwhile). ``table`` and ``columns`` are agentgate's own names, never input; a column is
+    there in either case, as SQLite compares names (``sqlite_name``: until review R88 a column
+    ``ENTRY`` was added again as ``entry``, a duplicate SQLite refused, so every writable opening
+    of the store failed)."""
 
     def missing(tx: Transaction) -> list[str]:
-        there = {row[1] for row in tx.execute(f'PRAGMA table_info("{table}")')}
-        return [name for name in columns if name not in there]
+        there = {sqlite_name(str(row[1])) for row in tx.execute(f'PRAGMA table_info("{table}")')}
+        return [name for name in columns if sqlite_name(name) not in there]
 
     with store.transaction(immediate=False) as tx:
         if not missing(tx):

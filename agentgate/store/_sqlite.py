@@ -465,9 +465,15 @@ def sqlite_tables_read_only(
 
 
 def tables_and_columns(query: Callable[[str], Sequence[Sequence[Any]]]) -> list[tuple[str, frozenset[str]]]:
-    """Each table of a SQLite database with its columns, read by ``query`` (one statement)."""
+    """Each table of a SQLite database with its columns, read by ``query`` (one statement); the
+    columns' names as SQLite compares them with agentgate's (``sqlite_name``: a column ``IDX`` is
+    the ``idx`` its statements use, which until review R88 was missed, and the table refused as
+    another application's)."""
     names = [str(row[0]) for row in query("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    return [(name, frozenset(str(row[1]) for row in query(f'PRAGMA table_info("{name}")'))) for name in names]
+    return [
+        (name, frozenset(sqlite_name(str(row[1])) for row in query(f'PRAGMA table_info("{name}")')))
+        for name in names
+    ]
 
 
 def required_store_columns() -> dict[str, frozenset[str]]:
@@ -1021,9 +1027,10 @@ class SQLiteStore(Store):
         primary key): another application's table of the same name (its ``audit_log``, say),
         which ``CREATE TABLE IF NOT EXISTS`` would keep, and agentgate's triggers would then be
         put on. A column an upgrade adds (``ALTER TABLE ... ADD COLUMN``) has a default or may be
-        null, so a store made by an earlier version passes; columns beyond those are allowed."""
+        null, so a store made by an earlier version passes; columns beyond those are allowed.
+        A column's name is compared as SQLite compares it (``sqlite_name``)."""
         for table, required in _required_columns(ddl).items():
-            have = {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
+            have = {sqlite_name(str(row[1])) for row in conn.execute(f'PRAGMA table_info("{table}")')}
             missing = sorted(required - have)
             if have and missing:
                 raise self._foreign(table, missing, f"create the {name} tables in")

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentgate.errors import MalformedRow, NewerStore
-from agentgate.store._base import Dialect, Transaction
+from agentgate.store._base import Dialect, Transaction, sqlite_name
 
 SCHEMA_VERSION = 3
 """This code's schema version. Raise it whenever the DDL of any part changes (a table, column,
@@ -69,6 +69,16 @@ _COLUMNS: dict[Dialect, str] = {
 """The columns of ``agentgate_schema``; none where the table is missing."""
 
 
+def _columns(tx: Transaction, dialect: Dialect) -> set[str]:
+    """The columns of ``agentgate_schema`` (``_COLUMNS``), SQLite's as it compares names
+    (``sqlite_name``: until review R88 a column ``NEWEST`` was missed, and added again as a
+    duplicate SQLite refused, so every writable opening of the store failed)."""
+    return {
+        sqlite_name(str(row[0])) if dialect == "sqlite" else str(row[0])
+        for row in tx.execute(_COLUMNS[dialect])
+    }
+
+
 @dataclass(frozen=True)
 class SchemaRecord:
     """What ``agentgate_schema`` records."""
@@ -84,7 +94,7 @@ def recorded_version(tx: Transaction, dialect: Dialect) -> SchemaRecord | None:
     """What ``agentgate_schema`` records; ``None`` for a store without the table or row (one made
     before it existed, or a new one); ``MalformedRow`` for a row whose ``version`` is no whole
     number of at least 1, or whose ``newest`` is neither null nor one."""
-    columns = {str(row[0]) for row in tx.execute(_COLUMNS[dialect])}
+    columns = _columns(tx, dialect)
     if not columns:
         return None
     has_newest = "newest" in columns
@@ -147,7 +157,7 @@ def record_version(tx: Transaction, dialect: Dialect, recorded: SchemaRecord | N
     version 1; nothing when the row holds them already."""
     if not needs_record(recorded):
         return
-    if "newest" not in {str(row[0]) for row in tx.execute(_COLUMNS[dialect])}:
+    if "newest" not in _columns(tx, dialect):
         tx.execute(f"ALTER TABLE {VERSION_TABLE} ADD COLUMN newest INTEGER")
     raised = _raised(recorded)
     tx.execute(

@@ -29,7 +29,15 @@ from typing import TypeGuard
 from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, format_time, utc_now
 from agentgate.errors import BudgetExceeded, InputError, MalformedRow, NotHeld
-from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns, tables_held, unix_time
+from agentgate.store._base import (
+    Dialect,
+    Store,
+    Transaction,
+    add_sqlite_columns,
+    sqlite_name,
+    tables_held,
+    unix_time,
+)
 
 LEDGER_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -181,11 +189,13 @@ def _settled_cut(before: float) -> tuple[str, str] | None:
 
 def _tables(store: Store) -> set[str]:
     """Which of ``audit_log``, ``budget_reservations.entry`` and ``budget_reservations.unit``
-    (the columns) the store holds, read without creating anything."""
+    (the columns) the store holds, read without creating anything; SQLite's names in either
+    case, as it compares them (``sqlite_name``)."""
     if store.dialect == "sqlite":
         found = tables_held(store.query, "sqlite", ["audit_log"])
         columns = store.query(
-            "SELECT name FROM pragma_table_info('budget_reservations') WHERE name IN ('entry', 'unit')"
+            "SELECT name FROM pragma_table_info('budget_reservations') "
+            "WHERE name COLLATE NOCASE IN ('entry', 'unit')"
         )
     else:
         found = {
@@ -195,7 +205,7 @@ def _tables(store: Store) -> set[str]:
             "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('budget_reservations') "
             "AND attname IN ('entry', 'unit') AND NOT attisdropped"
         )
-    return found | {f"budget_reservations.{row[0]}" for row in columns}
+    return found | {f"budget_reservations.{sqlite_name(str(row[0]))}" for row in columns}
 
 
 def has_entry_column(store: Store) -> bool:

@@ -17,7 +17,7 @@ from agentgate.audit.entry import AuditEntry, one_line
 from agentgate.audit.merkle import EMPTY_ROOT, RootAccumulator
 from agentgate.audit.note import Checkpoint, signer_key_ids
 from agentgate.errors import TamperDetected
-from agentgate.store._base import Row, Store
+from agentgate.store._base import Row, Store, sqlite_name
 from agentgate.store.audit._schema import (
     APPEND_FUNCTION_LINE,
     FOREIGN_TRIGGER,
@@ -165,7 +165,7 @@ def _rowid_keyed(store: Store, table: KeyedByIdx) -> bool:
     ``DESC``: SQLite then keeps a separate key, which holds anything)."""
     columns = store.query(f"PRAGMA table_info({table})")
     keys = [row for row in columns if row[5]]
-    if len(keys) != 1 or keys[0][1] != "idx" or str(keys[0][2]).upper() != "INTEGER":
+    if len(keys) != 1 or sqlite_name(str(keys[0][1])) != "idx" or str(keys[0][2]).upper() != "INTEGER":
         return False
     return not any(row[3] == "pk" for row in store.query(f"PRAGMA index_list({table})"))
 
