@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from agentgate._paths import unmade_above
 from agentgate._shown import shown_path
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import (
@@ -221,20 +222,17 @@ def _wal(conn: sqlite3.Connection, wait_s: float) -> None:
             time.sleep(0.005)
 
 
-def _refuse_making_above(directory: Path) -> None:
-    """Raise ``StoreError`` when ``directory`` goes up (``..``) out of a directory that does not
-    exist: the kernel reads a ``..`` after what comes before it, so ``new/../s.db`` names no file
-    until ``new`` is made, and making it only for the path to step out of it again left a
-    directory nobody asked for (until review R88 ``open_store("x/new/../s.db")`` made ``x/new``).
-    The directories after the last ``..`` are made as any store's are."""
-    parts = directory.parts
-    if ".." not in parts:
-        return
-    above = Path(*parts[: len(parts) - parts[::-1].index("..")])
-    if not above.is_dir():
+def _refuse_making_above(path: Path) -> None:
+    """Raise ``StoreError`` when the store's ``path`` goes up (``..``) out of a directory that
+    does not exist (``unmade_above``), its last part included: until review R88 only its
+    directory was looked at, so ``open_store("x/new/..")`` made ``x/new``, then refused the path
+    as a directory. The directories after the last ``..`` are made as any store's are."""
+    above = unmade_above(path)
+    if above is not None:
+        what = f"the SQLite store {path}" if path.name == ".." else f"the store directory {path.parent}"
         raise StoreError(
-            f"cannot create the store directory {directory}: {above} names no directory (a directory "
-            "the path goes up out of with .. is not made); name the store's directory without it"
+            f"cannot create {what}: {above} names no directory (a directory the path goes up out "
+            "of with .. is not made); name the store's directory without it"
         )
 
 
@@ -255,7 +253,7 @@ def _prepare_file(path: Path, *, create: bool = True) -> None:
     path names before a ``..`` is never created (``_refuse_making_above``)."""
     try:
         if create:
-            _refuse_making_above(path.parent)
+            _refuse_making_above(path)
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise StoreError(
