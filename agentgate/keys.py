@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, rsa, x448, x25519
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from agentgate._paths import unmade_above
 from agentgate._shown import shown
 from agentgate._shown import shown_path as shown_path  # re-exported: callers quote paths through keys
 from agentgate.errors import InputError, InvalidSignature, KeyFileError
@@ -285,7 +286,8 @@ def save_key(key: SigningKey, directory: Path | str, name: str) -> tuple[Path, P
     ``directory`` is a path (text, bytes or ``os.PathLike``). Raises ``KeyFileError`` for a
     ``directory`` that is none, a name that is not a plain file name (not text, empty, with a
     ``/`` or a NUL, starting with a dot, or not encodable as a file name: a lone surrogate), an existing ``NAME.key`` or
-    ``NAME.pub``, a ``DIR`` others may change (``unsafe_directory``: where the key could be
+    ``NAME.pub``, a ``DIR`` that goes up (``..``) out of a directory that does not exist
+    (``unmade_above``: until review R88 it was made, as ``mkdir -p`` would), a ``DIR`` others may change (``unsafe_directory``: where the key could be
     replaced, and where ``load_signing_key`` would refuse it), or a target that cannot be written (``DIR`` a file, ``NAME.pub`` a directory, a
     name too long, no space, a file system without hard links), or when another process holds
     the lock on ``DIR`` for more than ten seconds.
@@ -297,6 +299,13 @@ def save_key(key: SigningKey, directory: Path | str, name: str) -> tuple[Path, P
     if not name or "/" in name or name.startswith(".") or "\x00" in name or not _encodable(name):
         raise KeyFileError(f"invalid key name {shown_value(name)}: use a plain file name")
     _refuse_unsafe_directory(directory, directory / f"{name}.key")  # before anything is made
+    above = unmade_above(directory)
+    if above is not None:  # mkdir -p would make it only for the path to step out of it again
+        raise KeyFileError(
+            f"{shown_path(directory)}: cannot create the key directory: {shown_path(above)} names no "
+            "directory (a directory the path goes up out of with .. is not made); give the "
+            "directory without it"
+        )
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # as ssh-keygen makes ~/.ssh
     except FileExistsError:  # something that is no directory is there (mkdir says "File exists")
