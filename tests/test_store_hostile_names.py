@@ -65,7 +65,7 @@ from agentgate.audit.entry import AuditEntry
 from agentgate.audit.merkle import leaf_hash
 from agentgate.audit.report import render_report
 from agentgate.cli.main import main
-from agentgate.errors import StoreError, TamperDetected
+from agentgate.errors import InputError, StoreError, TamperDetected
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.audit import AuditLog
@@ -139,7 +139,8 @@ def test_case_and_normalization_variants_are_different_keys_on_both_stores(store
 
 def test_text_that_is_not_unicode_is_a_store_error_on_both_stores(store: Store) -> None:
     """A lone surrogate reaches every domain as a ``StoreError`` (the store's one failure type,
-    which callers turn into a refusal), never a bare ``UnicodeEncodeError``; nothing is written."""
+    which callers turn into a refusal), never a bare ``UnicodeEncodeError``; nothing is written.
+    A dead letter's field is an ``InputError`` naming it (review R88), also never written."""
     leases = LeaseManager(store, ttl_s=60)
     grants = GrantRepository(store)
     try:
@@ -147,7 +148,6 @@ def test_text_that_is_not_unicode_is_a_store_error_on_both_stores(store: Store) 
             "lease": lambda: leases.try_acquire(SURROGATE, 1),
             "rate": lambda: SharedRateLimits(store).try_take(SURROGATE, 1.0, 1),
             "breaker": lambda: SharedBreakers(store).publish(SURROGATE, "open", 1.0),
-            "dead letter": lambda: DeadLetterStore(store).record(letter(1, run_id=SURROGATE)),
             "dead letters by tool": lambda: DeadLetterStore(store).recent(tool=SURROGATE),
             "revoke": lambda: grants.revoke(SURROGATE, now=1),
             "revoked": lambda: grants.revoked([SURROGATE]),
@@ -157,6 +157,9 @@ def test_text_that_is_not_unicode_is_a_store_error_on_both_stores(store: Store) 
             with pytest.raises(StoreError, match="not valid Unicode"):
                 attempt()
             assert what  # named in the traceback when one is not refused so
+        # A dead letter's field is refused naming it, before the store is written (review R88).
+        with pytest.raises(InputError, match=r"the run_id of dead letter .* must be valid Unicode text"):
+            DeadLetterStore(store).record(letter(1, run_id=SURROGATE))
         with store.transaction() as tx:
             assert tx.execute("SELECT COUNT(*) FROM agentgate_dead_letters")[0][0] == 0
             assert tx.execute("SELECT COUNT(*) FROM agentgate_revocations")[0][0] == 0

@@ -42,7 +42,7 @@ WRONG = {
     "error-attempt-text": (
         "errors",
         (AttemptError("1", "transient", "TimeoutError", "m", 1.0),),  # type: ignore[arg-type]
-        "got a AttemptError at position 0",
+        "got an AttemptError whose attempt is a str at position 0",
     ),
 }
 

@@ -12,9 +12,9 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
-from agentgate._shown import quoted, shown
+from agentgate._shown import character_named, quoted, shown
 from agentgate.errors import InputError, StoreError
-from agentgate.store._base import Dialect, Store, Transaction, unix_time, whole_number
+from agentgate.store._base import MAX_STORED_INTEGER, Dialect, Store, Transaction, unix_time, whole_number
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS agentgate_dead_letters (
@@ -110,8 +110,11 @@ class DeadLetterStore:
         of its type (text, or None where the field may be; ``authority_chain`` a tuple or list of
         text; ``errors`` of ``AttemptError`` as the scheduler makes them): until review R88 a
         ``tool`` of 5 or an ``id`` of bytes was a bare ``TypeError``, and an ``authority_chain``
-        of ``"g1g2"`` was stored as the chain ``("g", "1", "g", "2")``. And for an ``id`` longer
-        than ``_ID_CHARS`` characters, on both stores."""
+        of ``"g1g2"`` was stored as the chain ``("g", "1", "g", "2")``; an error's ``attempt``
+        past what the stores' integers hold, or a text field that is not valid Unicode (a lone
+        surrogate), names its field too (until review R88 a bare ``ValueError`` out of JSON, and
+        a ``StoreError`` naming no field). And for an ``id`` longer than ``_ID_CHARS`` characters,
+        on both stores."""
         recorded_at = unix_time(letter.recorded_at, f"the recorded_at of dead letter {quoted(letter.id, 60)}")
         _refuse_wrong_types(letter)
         errors = json.dumps([asdict(e) for e in letter.errors], separators=(",", ":"))
@@ -201,11 +204,38 @@ def _refuse_wrong_types(letter: DeadLetter) -> None:
     if not isinstance(errors, tuple | list):
         raise InputError(f"the errors of {named} must be a tuple of AttemptError, got {shown(errors)}")
     for number, error in enumerate(errors):
-        if not isinstance(error, AttemptError) or not _attempt_error(asdict(error)):
-            raise InputError(
-                f"the errors of {named} must be a tuple of AttemptError (an int attempt, text class, "
-                f"type and message, a time at), got {shown(error)} at position {number}"
+        wrong = _wrong_attempt_field(asdict(error)) if isinstance(error, AttemptError) else None
+        if not isinstance(error, AttemptError) or wrong is not None:
+            got = (
+                f"an AttemptError whose {wrong} is {shown(getattr(error, wrong))}" if wrong else shown(error)
             )
+            raise InputError(
+                f"the errors of {named} must be a tuple of AttemptError (an int attempt of at most "
+                f"{len(str(MAX_STORED_INTEGER))} digits, text class, type and message, a time at), got {got} "
+                f"at position {number}"
+            )
+    for field in (*(f for _, f in _TEXT_FIELDS), *(f for _, f in _OPTIONAL_TEXT_FIELDS)):
+        value = getattr(letter, field)
+        position = _not_unicode_at(value) if value is not None else None
+        if position is not None:
+            # the character named, never the text quoted: an idempotency key may be a secret
+            raise InputError(
+                f"the {field} of {named} must be valid Unicode text: it holds "
+                f"{character_named(value[position])} at character {position + 1}; no store can hold it"
+            )
+
+
+def _not_unicode_at(text: str) -> int | None:
+    """Where ``text`` holds its first character that is not valid Unicode (a lone surrogate, from
+    a name decoded with ``surrogateescape``), or ``None``: until review R88 such a field was a
+    ``StoreError`` about "a text value", naming none, instead of an ``InputError`` naming it."""
+    if text.isascii():
+        return None
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
 
 
 def _storable(text: str | None) -> str | None:
@@ -271,18 +301,29 @@ _ATTEMPT_ERROR_FIELDS = {
 
 
 def _attempt_error(value: object) -> bool:
-    """Whether ``value`` is an ``AttemptError`` as ``record`` writes it: its fields, of their types,
-    ``at`` a time a float holds (an integer of 400 digits is none: until review R84 an
-    ``OverflowError`` traceback out of ``agentgate tasks dead-letters``)."""
+    """Whether ``value`` is an ``AttemptError`` as ``record`` writes it: its fields, of their types
+    (``_wrong_attempt_field``)."""
     return (
         isinstance(value, dict)
         and value.keys() == _ATTEMPT_ERROR_FIELDS.keys()
-        and all(
-            isinstance(value[name], kind) and not isinstance(value[name], bool)
-            for name, kind in _ATTEMPT_ERROR_FIELDS.items()
-        )
-        and (not isinstance(value["at"], int) or abs(value["at"]) <= sys.float_info.max)
+        and _wrong_attempt_field(value) is None
     )
+
+
+def _wrong_attempt_field(value: dict[str, Any]) -> str | None:
+    """The first field of the ``AttemptError`` ``value`` (its fields by name) that is not of its
+    type, or ``None``: ``at`` a time a float holds (an integer of 400 digits is none: until review
+    R84 an ``OverflowError`` traceback out of ``agentgate tasks dead-letters``), ``attempt`` a whole
+    number the stores' integers hold (until review R88 one of 5,000 digits, which JSON cannot
+    write, was a bare ``ValueError`` out of ``record``)."""
+    for name, kind in _ATTEMPT_ERROR_FIELDS.items():
+        if not isinstance(value[name], kind) or isinstance(value[name], bool):
+            return name
+    if abs(value["attempt"]) > MAX_STORED_INTEGER:
+        return "attempt"
+    if isinstance(value["at"], int) and abs(value["at"]) > sys.float_info.max:
+        return "at"
+    return None
 
 
 def _loaded(letter_id: object, field: str, text: object) -> Any:
