@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from agentgate._names import BUDGET_UNIT as _BUDGET_UNIT
+from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, format_time
 from agentgate.errors import AgentGateError, InputError, MalformedRow, SettlementRefused, StoreError
 from agentgate.store._base import Store, Transaction, tables_held
@@ -185,12 +186,16 @@ def settle_held(
     belongs to a once-only call (``agentgate tasks settle`` settles the call with it) or to a GPU
     lease (its broker settles it when the lease ends) or was
     made less than ``min_age_s`` seconds ago (its call may still be running; an age of 0 bounds
-    nothing, ``_cut``).
+    nothing, ``_cut``). Each refusal quotes the value as ``quoted`` does, cut at 60 characters
+    (until review R88 a reservation or ``by`` nested past the recursion limit was a bare
+    ``RecursionError``).
     """
     if not isinstance(reservation, str) or not _ID.match(reservation):
-        raise InputError(f"a reservation id is 32 lower-case hexadecimal digits, got {reservation!r:.60}")
+        raise InputError(
+            f"a reservation id is 32 lower-case hexadecimal digits, got {quoted(reservation, 60)}"
+        )
     if not isinstance(by, str) or not by.strip():
-        raise InputError(f"say who settles the reservation (by, as text), got {by!r:.60}")
+        raise InputError(f"say who settles the reservation (by, as text), got {quoted(by, 60)}")
     cut = _cut(min_age_s)
     there = _tables(store, ("budget_reservations", "agentgate_once", "broker_decisions"))
     if "budget_reservations" not in there:

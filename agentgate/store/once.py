@@ -30,6 +30,7 @@ from typing import Literal, cast
 
 from agentgate._names import SETTLE_MIN_AGE_S as SETTLE_MIN_AGE_S  # read here by store.held and tests
 from agentgate._names import _unicode
+from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry
 from agentgate.errors import BeyondLogEnd, InputError, MalformedRow, SettlementRefused
 from agentgate.store._base import Dialect, Store, Transaction, tables_held
@@ -210,20 +211,23 @@ def settle(
     may still be running). A ``min_age_s`` of 0 bounds nothing: a call whose ``allow`` is stamped
     later than this host's clock says (by a host whose clock ran ahead, or before this clock was
     stepped back) is settled too; until review R60 it was refused until the clock here passed it.
+    Each refusal quotes the value as ``quoted`` does, cut at 60 characters (until review R88 a
+    1 MB key was written whole into ``SettlementRefused``, and a key nested past the recursion
+    limit was a bare ``RecursionError``).
     """
     if not isinstance(key, str):
-        raise InputError(f"the key of a call that must run once is text, got {key!r:.60}")
+        raise InputError(f"the key of a call that must run once is text, got {quoted(key, 60)}")
     if not isinstance(by, str) or not by.strip():
-        raise InputError(f"say who settles the call (by, as text), got {by!r:.60}")
+        raise InputError(f"say who settles the call (by, as text), got {quoted(by, 60)}")
     if isinstance(min_age_s, bool) or not isinstance(min_age_s, int | float) or not min_age_s >= 0:
-        raise InputError(f"the minimum age must be a number of seconds >= 0, got {min_age_s!r:.60}")
+        raise InputError(f"the minimum age must be a number of seconds >= 0, got {quoted(min_age_s, 60)}")
     if not _unicode(key):  # ``$'\xff'``: before the store is looked at, as the driver refused it
-        raise InputError(f"the key {key!r:.60} is not UTF-8 text: no call that must run once has it")
+        raise InputError(f"the key {quoted(key, 60)} is not UTF-8 text: no call that must run once has it")
     if not holds_once_calls(store):
         # Read before the ledger and the once-only calls are opened: opening them makes their
         # tables (review R83: a refused settle left them in a store where no call was allowed).
         raise SettlementRefused(
-            f"no call that must run once has the key {key!r}: the store holds no calls that must run once"
+            f"no call that must run once has the key {quoted(key, 60)}: the store holds no calls that must run once"
         )
     ledger, calls = BudgetLedger(store), OnceCalls(store)
     unit_column = "unit" if has_unit_column(store) else "NULL"  # a row's unit: charges (review R61)
@@ -231,7 +235,7 @@ def settle(
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
         rows = tx.execute(f"SELECT {ONCE_COLUMNS} FROM agentgate_once WHERE key = ?", (key,))
         if not rows:
-            raise SettlementRefused(f"no call that must run once has the key {key!r}")
+            raise SettlementRefused(f"no call that must run once has the key {quoted(key, 60)}")
         record = once_record(rows[0])
         if record.state not in UNSETTLED:
             raise SettlementRefused(
