@@ -39,6 +39,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from agentgate._numbers import finite
+from agentgate._shown import quoted
 from agentgate._time import LATEST_EXPIRY
 from agentgate.errors import Denied, Expired, InputError, MalformedRow, Revoked, StoreError
 from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns, unix_time
@@ -257,12 +258,12 @@ class ApprovalStore:
         if not 0 <= expires < LATEST_EXPIRY:
             raise InputError(
                 f"an approval request's expires_at must be a time in Unix seconds from 0 to "
-                f"{LATEST_EXPIRY} (the year 5138), got {expires_at!r:.40}"
+                f"{LATEST_EXPIRY} (the year 5138), got {quoted(expires_at, 40)}"
             )
         if not call_hash or not requester:
             raise InputError("an approval request needs a call hash and a requester")
         if not isinstance(quorum, int) or isinstance(quorum, bool) or quorum < 1:
-            raise InputError(f"an approval quorum is a whole number >= 1, got {quorum!r}")
+            raise InputError(f"an approval quorum is a whole number >= 1, got {quoted(quorum, 60)}")
         approval_id = uuid.uuid4().hex
         with self.store.within(tx) as t:
             t.execute(
@@ -774,7 +775,7 @@ class ApprovalStore:
             (approval_id,),
         )
         if not rows:
-            raise InputError(f"no approval request {approval_id!r}")
+            raise InputError(f"no approval request {quoted(approval_id, 60)}")
         return _approval((approval_id, *rows[0]))
 
     def open_records(self, now: float | None = None) -> list[Approval]:

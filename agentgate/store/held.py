@@ -282,7 +282,7 @@ def _cut(min_age_s: float) -> str | None:
     any. Until review R60 such a one was neither listed nor settled, even at an age of 0, until
     the clock here passed its stamp."""
     if isinstance(min_age_s, bool) or not isinstance(min_age_s, int | float) or not min_age_s >= 0:
-        raise InputError(f"the minimum age must be a number of seconds >= 0, got {min_age_s!r}")
+        raise InputError(f"the minimum age must be a number of seconds >= 0, got {quoted(min_age_s, 60)}")
     if min_age_s == 0:
         return None
     try:
