@@ -58,8 +58,15 @@ def previous_log_keys() -> list[PublicKey]:
 
 
 def log_key_path(store: Store) -> Path:
-    """Where the log key lives for ``store`` (see the module docstring)."""
+    """Where the log key lives for ``store`` (see the module docstring). Raises ``KeyFileError``
+    when ``AGENTGATE_LOG_KEY`` is set but empty (``AGENTGATE_LOG_KEY=$UNSET`` in an env file):
+    read as unset, a new key would be made beside the store and sign the log's next checkpoint,
+    and the operator's real key would then find the log tampered with."""
     configured = os.environ.get("AGENTGATE_LOG_KEY")
+    if configured == "":
+        raise KeyFileError(
+            "AGENTGATE_LOG_KEY is set but empty: point it at the log key's file, or unset it for the default"
+        )
     if configured:
         refuse_key_text(configured, "AGENTGATE_LOG_KEY")
     if configured and configured != configured.strip():
