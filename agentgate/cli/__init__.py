@@ -67,9 +67,14 @@ def _nothing() -> None:
 def run() -> NoReturn:
     """Run the command of ``sys.argv`` and exit with its code; Ctrl-C before ``main`` catches it
     is ``agentgate: interrupted`` and exit 130, SIGTERM ``agentgate: terminated`` and 143
-    (``terminate_on_sigterm``: in the main thread, where SIGTERM is not ignored)."""
+    (``terminate_on_sigterm``: in the main thread, where SIGTERM is not ignored). Either is held
+    back while a native module initialises (``_native``), which an exception would crash."""
     restore = terminate_on_sigterm()
+    loader_put_back = _nothing
     try:
+        from agentgate.cli._native import native_imports_held
+
+        loader_put_back = native_imports_held()  # before main imports orjson (review R88)
         from agentgate.cli._warnings import own_the_process
         from agentgate.cli.main import main
 
@@ -78,6 +83,7 @@ def run() -> NoReturn:
     except KeyboardInterrupt as exc:
         code = _said(*ending(exc))
     finally:
+        loader_put_back()
         restore()
     raise SystemExit(code)
 
