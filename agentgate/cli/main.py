@@ -20,11 +20,14 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from agentgate.cli import _warnings, ending, terminate_on_sigterm
 from agentgate.cli._lines import one_line as _one_line
 from agentgate.errors import AgentGateError
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 # One module per verb group, named as the group (``agentgate.cli.keys`` is ``agentgate keys``);
 # a new group is one more line here.
@@ -102,6 +105,12 @@ class _Parser(argparse.ArgumentParser):
         said = _one_line(_secrets_masked(message))  # it may quote an argument, a store's URL too
         sys.stderr.write(f"agentgate: error: {said}\n")
         raise SystemExit(2)
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        """Write the help to ``file``, else standard output, letting an error writing it go:
+        argparse's own drops it (``_print_message`` passes over ``OSError``), and help that
+        cannot be written was lost, exit 0 (until review R88)."""
+        (file or sys.stdout).write(self.format_help())
 
     def unrecognized(self, extras: Sequence[str]) -> str:
         """The refusal of arguments no parser took, each flag among them that is close to one of
@@ -297,14 +306,24 @@ def _end(line: str) -> None:
 
 def _run(argv: Sequence[str] | None) -> int:
     options: frozenset[str] = frozenset()
+    helped: SystemExit | None = None
     try:
         argv = sys.argv[1:] if argv is None else argv
         parser = build_parser(argv)
-        args = parser.parse_args(argv)
-        options = getattr(parser, "verb_options", options)
-        handler: Handler = args.handler
-        with _warnings.log_records_said(args.group != "serve"):
-            code = handler(args)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:
+            if exc.code:  # a refusal: its usage and line are on stderr
+                raise
+            # --help: argparse exits once the help is written, which must still reach its reader
+            # as a verb's output must (the flush below; until review R88 one that could not be
+            # written was lost, exit 0)
+            helped, code = exc, 0
+        else:
+            options = getattr(parser, "verb_options", options)
+            handler: Handler = args.handler
+            with _warnings.log_records_said(args.group != "serve"):
+                code = handler(args)
     except BrokenPipeError:  # the reader went away before the command had said all: no verdict
         _drop_stdout()
         return _PIPE_CLOSED
@@ -331,10 +350,14 @@ def _run(argv: Sequence[str] | None) -> int:
         sys.stdout.flush()  # a full disk or a dead pipe shows here, not after main() returned
     except BrokenPipeError:  # the reader has what it wanted (``| head -1``): the verdict stands
         _drop_stdout()
+        if helped is not None:  # no verdict, and the help did not reach its reader
+            return _PIPE_CLOSED
     except OSError as exc:
         _drop_stdout()
         _end(f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n")
         return 2
+    if helped is not None:
+        raise helped  # as argparse ends --help, for a program that calls main
     return code
 
 
