@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from datetime import datetime
 from typing import Any
 
 from agentgate._names import ENTRY_KINDS
@@ -182,10 +183,15 @@ _TIME_FORMAT = "0000-00-00T00:00:00.000000Z"
 """The entry time format, ``0`` standing for an ASCII digit."""
 
 
+_EARLIEST = "0001-01-01T00:00:00"
+"""The earliest time to the second, in the entry time format: what completes a prefix of it."""
+
+
 def _since(text: str) -> str:
-    """A prefix of the entry time format (``2026``, ``2026-11``, ``2026-11-29T10:00`` ...):
-    entries are compared with it as text, so anything else (a ``Z`` after fewer than six digits
-    of a second's fraction included) would select nothing, everything or the wrong entries."""
+    """A prefix of the entry time format (``2026``, ``2026-11``, ``2026-11-29T10:00`` ...) that
+    some time begins with: entries are compared with it as text, so anything else (a ``Z`` after
+    fewer than six digits of a second's fraction included; month 13, February 31 or hour 99,
+    until review R88) would select nothing, everything or the wrong entries."""
     form = _TIME_FORMAT[: len(text)]
     fits = len(text) == len(form) and all(
         char in "0123456789" if want == "0" else char == want for char, want in zip(text, form, strict=True)
@@ -194,4 +200,27 @@ def _since(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"expected a UTC time prefix like 2026-11-29 or 2026-11-29T10:00, got {text!r}"
         )
+    if not _begins_a_time(text):
+        raise argparse.ArgumentTypeError(
+            f"no time begins with {text!r}: months are 01-12, days those of the month, hours 00-23, "
+            "minutes and seconds 00-59"
+        )
     return text
+
+
+def _begins_a_time(prefix: str) -> bool:
+    """Whether a time begins with ``prefix`` (of the entry time format's shape): its field cut
+    short completed with each digit it may take, the fields after it with their earliest values
+    (a fraction of a second is any digits)."""
+    head = prefix[: len(_EARLIEST)]
+    end = next(found.end() for found in re.finditer(r"[0-9]+", _EARLIEST) if found.end() >= len(head))
+    missing = end - len(head)
+    for fill in range(10**missing):
+        candidate = head + f"{fill:0{missing}d}"[:missing] + _EARLIEST[end:]
+        try:
+            year, month, day, hour, minute, second = (int(part) for part in re.findall(r"[0-9]+", candidate))
+            datetime(year, month, day, hour, minute, second)
+        except ValueError:
+            continue
+        return True
+    return False
