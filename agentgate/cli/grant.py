@@ -240,7 +240,8 @@ def _refuse_force_without_out(args: argparse.Namespace) -> None:
 
 def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, force: bool = False) -> None:
     """Record ``chain`` in the store and hand its token out: to ``out`` (mode 0600, then a line
-    saying so on stdout) or stdout. A file at ``out`` that is not empty is replaced only with
+    saying so on stdout) or stdout (the grant's record committed only once the token is
+    written and flushed). A file at ``out`` that is not empty is replaced only with
     ``force``, and that holds at the moment of writing (``replace_file``'s ``exclusive``; a key
     or a store there is refused as such, force or not): until review R72 the file was looked at
     first and a file made at ``out`` between the look and the rename was replaced; the look went
@@ -257,8 +258,14 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, 
     untouched).
     """
     if out is None:
-        record(repo, chain)
-        sys.stdout.write(chain.token + "\n")
+        # Recorded in a transaction committed once the token is written: one that cannot be
+        # (a full disk, a reader gone) records nothing, as with --out (until review R88 the grant
+        # stayed recorded, exit 2). A token is at most 32 KiB, which a pipe takes without
+        # waiting for its reader, so the store's write lock is not held on the reader.
+        with repo.store.transaction() as tx, repo.within(tx):
+            record(repo, chain)
+            sys.stdout.write(chain.token + "\n")
+            sys.stdout.flush()
         return
 
     recorded: list[bool] = []
