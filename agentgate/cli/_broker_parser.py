@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agentgate.cli._common import STORE_HELP, given, given_text
+from agentgate.cli._common import STORE_HELP, given, given_utf8
 from agentgate.cli._handlers import handled_by
 
 _BROKER = "agentgate.cli.broker"
@@ -29,7 +29,7 @@ def register(subparsers: Any) -> None:
         p.add_argument(
             "--broker",
             default="default",
-            type=given_text,
+            type=given_utf8,  # refused naming the flag, not in the store's words (review R88)
             metavar="NAME",
             help="broker name in the store (default: default)",
         )

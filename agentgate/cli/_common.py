@@ -131,7 +131,8 @@ def given_text(value: str) -> str:
 
 def given_utf8(value: str) -> str:
     """``given_text`` for a name that is only compared, never stored (a DID or tool that ``audit
-    show`` filters on, the origin ``audit verify-proof`` expects): bytes that are not UTF-8 are
+    show`` or ``tasks dead-letters`` filters on, the broker ``broker`` reads, the origin ``audit
+    verify-proof`` expects): bytes that are not UTF-8 are
     refused (exit 2) as where the name is stored, never read as a name that matches nothing
     (until review R59 ``audit show --tool $'\\xff'`` listed nothing, exit 0)."""
     name = given_text(value)

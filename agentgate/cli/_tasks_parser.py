@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from agentgate._names import SETTLE_MIN_AGE_S
-from agentgate.cli._common import LEAVE_THE_FLAG_OUT, STORE_HELP, given, given_text, settle_flags
+from agentgate.cli._common import LEAVE_THE_FLAG_OUT, STORE_HELP, given, given_text, given_utf8, settle_flags
 from agentgate.cli._handlers import handled_by
 
 _TASKS = "agentgate.cli.tasks"
@@ -89,8 +89,9 @@ def _tool_name(value: str) -> str:
     """``dead-letters --tool``: the tool's name, given as such or as its resource (``tool:NAME``, as
     ``agentgate audit show --tool`` takes it). ``tool:`` alone names no tool and is refused (exit 2)
     as an empty value is: until review R83 it was read as no filter, and every tool's letters were
-    listed (``--tool "tool:$NAME"`` with ``NAME`` unset)."""
-    name = given_text(value).removeprefix("tool:")
+    listed (``--tool "tool:$NAME"`` with ``NAME`` unset). A name that is not UTF-8 is refused
+    naming the flag (``given_utf8``; until review R88 in the store's words, naming neither)."""
+    name = given_utf8(value).removeprefix("tool:")
     if not name:
         raise argparse.ArgumentTypeError(f"'tool:' alone names no tool: give tool:NAME{LEAVE_THE_FLAG_OUT}")
     return name
