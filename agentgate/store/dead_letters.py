@@ -111,7 +111,7 @@ class DeadLetterStore:
         text; ``errors`` of ``AttemptError`` as the scheduler makes them): until review R88 a
         ``tool`` of 5 or an ``id`` of bytes was a bare ``TypeError``, and an ``authority_chain``
         of ``"g1g2"`` was stored as the chain ``("g", "1", "g", "2")``; an error's ``attempt``
-        past what the stores' integers hold, or a text field that is not valid Unicode (a lone
+        that is no attempt number from 1 to 2**63 - 1 (what the stores' integers hold), or a text field that is not valid Unicode (a lone
         surrogate), names its field too (until review R88 a bare ``ValueError`` out of JSON, and
         a ``StoreError`` naming no field). And for an ``id`` longer than ``_ID_CHARS`` characters,
         on both stores."""
@@ -204,15 +204,14 @@ def _refuse_wrong_types(letter: DeadLetter) -> None:
     if not isinstance(errors, tuple | list):
         raise InputError(f"the errors of {named} must be a tuple of AttemptError, got {shown(errors)}")
     for number, error in enumerate(errors):
-        wrong = _wrong_attempt_field(asdict(error)) if isinstance(error, AttemptError) else None
+        wrong = _wrong_attempt_field(asdict(error), writing=True) if isinstance(error, AttemptError) else None
         if not isinstance(error, AttemptError) or wrong is not None:
             got = (
                 f"an AttemptError whose {wrong} is {shown(getattr(error, wrong))}" if wrong else shown(error)
             )
             raise InputError(
-                f"the errors of {named} must be a tuple of AttemptError (an int attempt of at most "
-                f"{len(str(MAX_STORED_INTEGER))} digits, text class, type and message, a time at), got {got} "
-                f"at position {number}"
+                f"the errors of {named} must be a tuple of AttemptError (an int attempt from 1 to "
+                f"2**63 - 1, text class, type and message, a time at), got {got} at position {number}"
             )
     for field in (*(f for _, f in _TEXT_FIELDS), *(f for _, f in _OPTIONAL_TEXT_FIELDS)):
         value = getattr(letter, field)
@@ -306,20 +305,23 @@ def _attempt_error(value: object) -> bool:
     return (
         isinstance(value, dict)
         and value.keys() == _ATTEMPT_ERROR_FIELDS.keys()
-        and _wrong_attempt_field(value) is None
+        and _wrong_attempt_field(value, writing=False) is None
     )
 
 
-def _wrong_attempt_field(value: dict[str, Any]) -> str | None:
+def _wrong_attempt_field(value: dict[str, Any], *, writing: bool) -> str | None:
     """The first field of the ``AttemptError`` ``value`` (its fields by name) that is not of its
     type, or ``None``: ``at`` a time a float holds (an integer of 400 digits is none: until review
-    R84 an ``OverflowError`` traceback out of ``agentgate tasks dead-letters``), ``attempt`` a whole
-    number the stores' integers hold (until review R88 one of 5,000 digits, which JSON cannot
-    write, was a bare ``ValueError`` out of ``record``)."""
+    R84 an ``OverflowError`` traceback out of ``agentgate tasks dead-letters``), ``attempt`` an int.
+    ``writing`` (``record``), the ``attempt`` is also an attempt's number as the scheduler counts
+    them, from 1 to ``MAX_STORED_INTEGER`` (2**63 - 1): until review R88 one of 5,000 digits, which
+    JSON cannot write, was a bare ``ValueError`` out of ``record``. Reading, any int is one, as
+    ``record`` wrote before that bound: a letter of attempt 2**63 is no corrupt row (review R88's
+    third regression pass; the bound on the read had made ``recent`` refuse such a letter)."""
     for name, kind in _ATTEMPT_ERROR_FIELDS.items():
         if not isinstance(value[name], kind) or isinstance(value[name], bool):
             return name
-    if abs(value["attempt"]) > MAX_STORED_INTEGER:
+    if writing and not 1 <= value["attempt"] <= MAX_STORED_INTEGER:
         return "attempt"
     if isinstance(value["at"], int) and abs(value["at"]) > sys.float_info.max:
         return "at"
