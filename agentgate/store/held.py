@@ -52,7 +52,7 @@ from agentgate.store.ledger import (
     stored_reservation,
     unsettleable,
 )
-from agentgate.store.once import ONCE_COLUMNS, SETTLE_MIN_AGE_S, once_record
+from agentgate.store.once import ONCE_COLUMNS, SETTLE_MIN_AGE_S, once_record, seconds_shown
 
 _ID = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
 """A reservation id as ``ledger._reservation_id`` makes them."""
@@ -240,7 +240,7 @@ def settle_held(
         if cut is not None and created > cut:
             raise SettlementRefused(
                 f"reservation {reservation} was made at {created} and its call may still be running: "
-                f"settle it once it cannot be, {min_age_s:.0f} s after it was made (--older-than SECONDS)"
+                f"settle it once it cannot be, {seconds_shown(min_age_s)} after it was made (--older-than SECONDS)"
             )
         try:
             # The ledger's conditional update from ``reserved`` decides: a reservation its own

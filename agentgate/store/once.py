@@ -183,6 +183,16 @@ def _malformed(key: object, what: str) -> MalformedRow:
     return MalformedRow(f"agentgate_once: the row of call {key!r:.80} is malformed: {what}")
 
 
+def seconds_shown(min_age_s: float) -> str:
+    """A minimum age of seconds as a settle refusal writes it: whole seconds (``900 s``,
+    ``inf s``); an integer past 128 bits, which passes ``>= 0`` but no float holds, as the power
+    of two it is at least (``at least 2**1328 s``). Until review R88's third regression pass such
+    an age (``10**400``) was written with ``:.0f``, a bare ``OverflowError`` out of the refusal."""
+    if isinstance(min_age_s, int) and min_age_s.bit_length() > 128:
+        return f"at least 2**{min_age_s.bit_length() - 1} s"
+    return f"{min_age_s:.0f} s"
+
+
 def settle(
     store: Store,
     audit: AuditLog,
@@ -247,7 +257,7 @@ def settle(
             if age < min_age_s:
                 raise SettlementRefused(
                     f"call {key} was allowed {max(age, 0):.0f} s ago and may still be running: settle it "
-                    f"once it cannot be, {min_age_s:.0f} s after it was allowed (--older-than SECONDS)"
+                    f"once it cannot be, {seconds_shown(min_age_s)} after it was allowed (--older-than SECONDS)"
                 )
         tail = f" ({reason})" if reason else ""
         charged = 0
