@@ -223,7 +223,8 @@ def settle(
     stepped back) is settled too; until review R60 it was refused until the clock here passed it.
     Each refusal quotes the value as ``quoted`` does, cut at 60 characters (until review R88 a
     1 MB key was written whole into ``SettlementRefused``, and a key nested past the recursion
-    limit was a bare ``RecursionError``).
+    limit was a bare ``RecursionError``), the key of a call found too (until review R88's third
+    regression pass a stored 1 MB key, or one holding a line break, was written as it is).
     """
     if not isinstance(key, str):
         raise InputError(f"the key of a call that must run once is text, got {quoted(key, 60)}")
@@ -249,14 +250,14 @@ def settle(
         record = once_record(rows[0])
         if record.state not in UNSETTLED:
             raise SettlementRefused(
-                f"call {key} is {record.state}, not unsettled: there is nothing to settle"
+                f"call {quoted(key, 60)} is {record.state}, not unsettled: there is nothing to settle"
             )
         allowed = _allow_entry(audit, record)
         if record.state == "started" and min_age_s > 0:  # 0: any age, also one stamped ahead
             age = time.time() - datetime.fromisoformat(allowed.time).timestamp()
             if age < min_age_s:
                 raise SettlementRefused(
-                    f"call {key} was allowed {max(age, 0):.0f} s ago and may still be running: settle it "
+                    f"call {quoted(key, 60)} was allowed {max(age, 0):.0f} s ago and may still be running: settle it "
                     f"once it cannot be, {seconds_shown(min_age_s)} after it was allowed (--older-than SECONDS)"
                 )
         tail = f" ({reason})" if reason else ""
