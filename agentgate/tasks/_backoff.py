@@ -34,11 +34,13 @@ def backoff_bound(policy: RetryPolicy, retry: int) -> float:
     the cap is the bound (a float power would overflow after about a thousand doublings). Until
     review R88 a retry past about 1e308 (or below -1e308) raised a bare ``OverflowError``, though
     this said it never raised; R88's first fix took only an ``int``, and refused a numpy integer
-    that was answered before it."""
+    that was answered before it. An object whose ``__index__`` raises (a ``ValueError``, an
+    ``OverflowError``) is refused too: until review R88's third regression pass only a
+    ``TypeError`` was, and any other came out bare."""
     try:
         number = operator.index(retry)
-    except TypeError:
-        number = 0  # not an integer: refused as one below 1 is
+    except Exception:  # not an integer, or a caller's ``__index__`` that fails: refused as one below 1 is
+        number = 0
     if isinstance(retry, bool) or number < 1:
         raise InputError(f"a backoff's retry number is an integer >= 1, got {shown(retry)}")
     initial, cap, multiplier = policy.backoff_initial_s, policy.backoff_max_s, policy.multiplier
