@@ -42,7 +42,14 @@ from agentgate._numbers import finite
 from agentgate._shown import quoted
 from agentgate._time import LATEST_EXPIRY
 from agentgate.errors import Denied, Expired, InputError, MalformedRow, Revoked, StoreError
-from agentgate.store._base import Dialect, Store, Transaction, add_sqlite_columns, unix_time
+from agentgate.store._base import (
+    MAX_STORED_INTEGER,
+    Dialect,
+    Store,
+    Transaction,
+    add_sqlite_columns,
+    unix_time,
+)
 from agentgate.store.grants import GRANTS_DDL
 
 _DIALECT_FREE_DDL = """CREATE TABLE IF NOT EXISTS approval_grants (
@@ -247,7 +254,9 @@ class ApprovalStore:
         of the approvers whose votes count (the policy's), when known. ``call_key``: what names
         the framework's call whatever its tool and arguments (``approval_call_key``), and the
         version of what asked for it (a model answer), for ``supersede``. Returns its id.
-        ``InputError`` on empty values, a quorum below one, or an expiry that is no finite time
+        ``InputError`` on empty values, a quorum below one or above 2**63 - 1 (what the stores'
+        integers hold; a policy's is at most 1000: until review R88's third regression pass a
+        larger one was a ``StoreError`` about an integer out of range, naming no quorum), or an expiry that is no finite time
         (``unix_time``: until review R63 ``float(nan)`` was stored, a request that never expires
         on PostgreSQL, which sorts NaN above every time; reads refuse such a row) or lies
         outside 1970 to ``LATEST_EXPIRY`` (the year 5138), the times ``approval sign`` signs:
@@ -264,6 +273,10 @@ class ApprovalStore:
             raise InputError("an approval request needs a call hash and a requester")
         if not isinstance(quorum, int) or isinstance(quorum, bool) or quorum < 1:
             raise InputError(f"an approval quorum is a whole number >= 1, got {quoted(quorum, 60)}")
+        if quorum > MAX_STORED_INTEGER:
+            raise InputError(
+                f"an approval quorum is at most 2**63 - 1 (what a store's integer holds), got {quoted(quorum, 60)}"
+            )
         approval_id = uuid.uuid4().hex
         with self.store.within(tx) as t:
             t.execute(
