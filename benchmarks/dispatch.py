@@ -196,7 +196,8 @@ def ttft_floor_p99(requests: Sequence[TraceRequest], model: LatencyModel) -> flo
     its percentiles (for a router that serves every request: the figures take p99 over served
     requests, which shedding the longest prompts would lower). Only full blocks count as cached,
     and the last prompt token is always computed; the simulator reuses at most
-    ``(prompt - 1) // block`` blocks, never more than this counts, so the bound holds.
+    ``(prompt - 1) // block`` blocks, never more than this counts, so the bound holds. A prompt of
+    0 tokens (which ``load_trace`` takes) counts nothing cached and a prefill of 0 tokens.
     """
     seen: set[int] = set()
     alone = []
@@ -207,7 +208,7 @@ def ttft_floor_p99(requests: Sequence[TraceRequest], model: LatencyModel) -> flo
             if h not in seen:
                 break
             cached_blocks += 1
-        cached = min(cached_blocks * r.block_tokens, r.prompt_tokens - 1)
+        cached = max(0, min(cached_blocks * r.block_tokens, r.prompt_tokens - 1))
         alone.append(model.prefill_time(r.prompt_tokens - cached, cached))
         seen.update(r.hashes[:full])
     return pct(alone, 0.99)
