@@ -127,7 +127,11 @@ def _parse_chunk(backend: str, data: str, key: str | None = None, asked: int = 1
             raise UsageUnreadable(f"{backend}: malformed stream event: {exc}") from None
         if usage is not None and not reports_usage(raw):
             usage = None
-        choices = _checked_choices(event.get("choices") or [], "delta", asked)
+        # Absent or null alone is no choice (vLLM's last chunk, of the usage, has ``[]``): until
+        # review R88c a falsy one that is no list (``false``, ``0``, ``{}``, ``""``) was read as
+        # none, and an event holding a usage beside it was passed on as it came.
+        raw_choices = event.get("choices")
+        choices = _checked_choices([] if raw_choices is None else raw_choices, "delta", asked)
         if not choices:
             return ChatChunk("", None, usage, event=event, backend=backend) if usage else None
         choice = choices[0]
