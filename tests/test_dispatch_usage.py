@@ -29,7 +29,7 @@ from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invo
 from agentgate.dispatch.inventory import MAX_KV_CAPACITY_TOKENS
 from agentgate.dispatch.metrics import load_from_text
 from agentgate.dispatch.router import Router
-from agentgate.errors import BackendFailed, InventoryError
+from agentgate.errors import BackendFailed, DispatchError, InventoryError
 from agentgate.gate import Gate
 from agentgate.integrations.langgraph import DispatchedChatModel
 from agentgate.keys import SigningKey
@@ -525,9 +525,11 @@ def test_well_formed_tool_calls_are_parsed_back(gate: Gate, evil: EvilBackend) -
 async def test_tool_calls_that_are_not_a_list_are_backend_failed(
     gate: Gate, evil: EvilBackend, tool_calls: object
 ) -> None:
+    # The backend's client refuses the answer (review R88c), so the dispatcher fails the call over
+    # and ends with NoBackend naming each failure.
     _with_tool_calls(evil, tool_calls)
     model = DispatchedChatModel(gate=gate, model_name=MODEL)
-    with pytest.raises(BackendFailed, match="tool_calls is not a list"):
+    with pytest.raises(DispatchError, match="evil: malformed chat completion: tool_calls is not a list"):
         model.invoke([HumanMessage(content="hi")])
-    with pytest.raises(BackendFailed, match="tool_calls is not a list"):
+    with pytest.raises(DispatchError, match="evil: malformed chat completion: tool_calls is not a list"):
         await model.ainvoke([HumanMessage(content="hi")])

@@ -186,6 +186,17 @@ def _tool_calls(delta: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     return tuple(calls)
 
 
+def _listed_tool_calls(message: Mapping[str, Any]) -> None:
+    """Return if a whole answer's ``message.tool_calls`` is a list or absent or null; raises
+    ``TypeError`` for any other value, falsy or not (until review R88c ``{}``, ``0``, ``false`` and
+    ``{"a": 1}`` were passed on in the body, where a stream's were refused: ``_tool_calls``). The
+    calls in the list are the caller's to parse, as LangChain's OpenAI model does: one that is not
+    an object is an ``invalid_tool_calls`` entry of ``DispatchedChatModel``'s answer, not a
+    failure of the backend (a stream's fragment must be an object to be merged by its index)."""
+    if (calls := message.get("tool_calls")) is not None and not isinstance(calls, list):
+        raise TypeError("tool_calls is not a list")
+
+
 def _is_choice(choice: object, part: str) -> bool:
     """Whether ``choice`` is a choice of OpenAI's shape: an object whose ``part`` (a stream's
     ``delta``, an answer's ``message``) is an object, or absent or null. Every choice is checked,
@@ -199,7 +210,8 @@ def _checked_choices(choices: object, part: str, asked: int) -> list[Mapping[str
     """``choices``, of a whole answer (``part``: ``message``) or of a stream event (``delta``) for
     a call that asked for ``asked``; raises ``TypeError`` unless each is a choice (``_is_choice``)
     whose content is text or none (``_content``), whose streamed tool calls are a list of objects
-    or none (``_tool_calls``) and whose ``finish_reason`` is a reason (``_finish_reason``),
+    or none (``_tool_calls``), an answer's a list or none (``_listed_tool_calls``), and whose
+    ``finish_reason`` is a reason (``_finish_reason``),
     ``ValueError`` for more than
     ``asked`` of them or an ``index`` that is not one of the ``asked`` (0 to ``asked`` - 1;
     absent or null passes). One rule for both: until review R86 a stream event was held to
@@ -223,6 +235,8 @@ def _checked_choices(choices: object, part: str, asked: int) -> list[Mapping[str
         _content(body)
         if part == "delta":
             _tool_calls(body)
+        else:
+            _listed_tool_calls(body)
         _finish_reason(choice)
     return choices
 
