@@ -25,6 +25,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from agentgate._json import integral
+from agentgate._shown import quoted
 from agentgate.capabilities import Call
 from agentgate.errors import AgentGateError, AuthorityError, Denied, Expired, InputError, Revoked
 from agentgate.gate import Authorization, Gate
@@ -145,7 +146,11 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         expect(model, _TEXT_OR_NONE, "model", "a model name or None")
         limit = integral(max_tokens)  # ``512.0`` is 512, as for ``model_settings`` (review R81)
         if type(limit) is not int or limit <= 0:
-            raise InputError(f"agentgate[{agent}]: max_tokens must be a whole number > 0, got {limit!r}")
+            # Quoted as the model call quotes its limit (``_model_calls``): until review R88c this
+            # wrote the whole ``repr``, a bare ``ValueError`` for ``-10**5000``, 1 MB for 1 MB of text.
+            raise InputError(
+                f"agentgate[{agent}]: max_tokens must be a whole number > 0, got {quoted(limit)}"
+            )
         if gate_models and model is not None:
             _check_model_name(agent, model, "the name given for the model")
         elif gate_models and isinstance(named, BaseChatModel):
