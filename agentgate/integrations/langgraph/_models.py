@@ -31,6 +31,7 @@ from pydantic import Field, field_validator
 
 # From the dispatch layer's value modules, not ``dispatch.backends``, which re-exports them beside
 # the HTTP clients (aiohttp, httpx): an agent without a dispatcher loads none of those (review R65).
+from agentgate._shown import quoted
 from agentgate.dispatch._answers import ChatChunk, Usage, reports_usage
 from agentgate.dispatch._sse import _StreamUsage, carries_output
 from agentgate.errors import BackendFailed
@@ -104,7 +105,9 @@ class DispatchedChatModel(BaseChatModel):
         if raw_calls is None:
             raw_calls = []
         if not isinstance(raw_calls, list):
-            raise BackendFailed(f"{served.backend}: tool_calls is not a list: {raw_calls!r:.80}")
+            # Quoted (``quoted``): until review R88c ``repr`` of one nested 1,000 deep (orjson
+            # reads 1,024 levels) was a bare ``RecursionError`` out of the refusal.
+            raise BackendFailed(f"{served.backend}: tool_calls is not a list: {quoted(raw_calls)}")
         calls, invalid = DispatchedChatModel._tool_calls(raw_calls)
         usage = served.usage
         # The calls as the backend wrote them, in the OpenAI form (which langchain-openai does not
@@ -280,7 +283,9 @@ def _reasoning(backend: str, part: Mapping[str, Any]) -> str:
     for name in REASONING_FIELDS:
         value = part.get(name)
         if value is not None and not isinstance(value, str):
-            raise BackendFailed(f"{backend}: {name} is not a string: {value!r:.80}")
+            # Quoted (``quoted``): until review R88c ``repr`` of an answer's reasoning nested 1,000
+            # deep was a bare ``RecursionError`` out of the refusal.
+            raise BackendFailed(f"{backend}: {name} is not a string: {quoted(value)}")
         found = found or value or ""
     return found
 
