@@ -453,6 +453,12 @@ backend for each request (until review R88 any whole number was taken: one too b
 ended in an ``OverflowError`` traceback, and 100,000 printed nothing in a minute at 600 MB)."""
 
 
+MAX_SEEDS = 100
+"""The most ``--seeds`` taken: each seed replays every trace at every load through every router,
+so 100 is a hundred times the default run (until review R88c any number of digits was taken, and
+ran without end)."""
+
+
 MAX_LOAD = 10.0
 """The most ``--load`` taken: ten times the pool's estimated capacity, an overload no queue clears."""
 
@@ -477,7 +483,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"comma-separated, each {MIN_LOAD:g} to {MAX_LOAD:g} (default 0.5,0.8,1.0,1.1; --quick: 0.8,1.0)",
     )
-    ap.add_argument("--seeds", type=positive_int, default=1)
+    ap.add_argument(
+        "--seeds",
+        type=whole_up_to(1, MAX_SEEDS, "replays of every trace, load and router"),
+        default=1,
+        help=f"seeds averaged, 1 to {MAX_SEEDS:,} (default 1)",
+    )
     ap.add_argument(
         "--limit",
         type=positive_int,

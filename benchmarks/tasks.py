@@ -62,6 +62,9 @@ from benchmarks._args import whole_up_to
 MAX_CALLS = 1_000_000
 """The most ``--calls`` taken: 50 times the default, every call's task in memory at once (until
 review R88 any number of digits was taken, and ran without end)."""
+MAX_REPEAT = 100
+"""The most ``--repeat`` taken: about 11 times the default 9, each repeat running every figure
+(until review R88c any number of digits was taken, and ran without end)."""
 MAX_OPCODE_CALLS = 100_000
 """The most ``--opcodes`` taken: about 30 times the 3,000 calls docs/tasks.md counts over, each of
 their opcodes traced in Python (until review R88 any number was taken)."""
@@ -200,21 +203,6 @@ def opcodes_per_call(run: Callable[[int], Awaitable[float]], calls: int) -> floa
     return count / calls
 
 
-def _at_least(least: int) -> Callable[[str], int]:
-    """An argparse type: a whole number no smaller than ``least``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"must be at least {least}: {text!r}")
-        return value
-
-    return parse
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -230,7 +218,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help=f"8 to {MAX_CALLS:,}, default 20,000 (--quick: 2,000)",
     )
-    parser.add_argument("--repeat", type=_at_least(1), default=None, help="default 9 (--quick: 2)")
+    parser.add_argument(
+        "--repeat",
+        type=whole_up_to(1, MAX_REPEAT, "runs of every figure"),
+        default=None,
+        help=f"1 to {MAX_REPEAT:,}, default 9 (--quick: 2)",
+    )
     parser.add_argument(
         "--opcodes",
         type=whole_up_to(0, MAX_OPCODE_CALLS, "calls traced opcode by opcode"),
