@@ -292,10 +292,11 @@ class LeaseLost(BrokerError):
 
 
 class NotRenewed(BrokerError):
-    """A gated GPU lease renewal failed before the broker renewed anything: the store could not
-    record its decision, or the outcomes an earlier call left unrecorded. The lease still ends
-    when it did; renew it again (``__cause__`` is the store's error). Not a ``StoreError``, which
-    from ``renew`` means renewed."""
+    """A gated GPU lease renewal failed before the broker renewed anything: the store, or the
+    audit log, could not record its decision, or the outcomes an earlier call left unrecorded
+    (the message names which). The lease still ends when it did; renew it again (``__cause__``
+    is the ``StoreError`` or ``AuditError``; a log that does not verify is ``TamperDetected``,
+    not this). Not a ``StoreError``, which from ``renew`` means renewed."""
 
 
 # --- evidence and storage --------------------------------------------------------------------

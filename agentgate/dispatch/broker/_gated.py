@@ -43,7 +43,15 @@ from agentgate.dispatch.broker._lease_calls import _number, _outlived, _resource
 from agentgate.dispatch.broker._lease_outcomes import _held, _Recording
 from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, Lease, LeaseEnded
 from agentgate.dispatch.broker._quoting import quoted
-from agentgate.errors import AuditError, BrokerError, Denied, LeaseLost, NotRenewed, StoreError
+from agentgate.errors import (
+    AuditError,
+    BrokerError,
+    Denied,
+    LeaseLost,
+    NotRenewed,
+    StoreError,
+    TamperDetected,
+)
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.gate._authorization import expect
 from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE
@@ -300,7 +308,8 @@ class GatedBroker(_Recording):
         holding none (nothing is decided or reserved then), ``NotRenewed`` when the store or
         the audit log fails before the broker renews (it cannot record the renewal's decision,
         the outcomes an earlier call left unrecorded, or those of the clock applied first, a
-        grant included: the lease still ends when it did, renew it again), and
+        grant included: the lease still ends when it did, renew it again), ``TamperDetected``
+        as is when the audit log does not verify (not renewed either), and
         ``StoreError`` only once the broker renewed the lease (its journal write or the
         renewal's link to the lease failed: the lease is renewed all the same, and its extension
         reserved).
@@ -308,13 +317,19 @@ class GatedBroker(_Recording):
         with self._lock:
             try:
                 resource, auth = self._renewal_decided(identity, lease_id)
+            except TamperDetected:
+                # A log that does not verify is no failure to record, to renew past by retrying:
+                # it is told as itself (until review R88c it was ``NotRenewed``, "the store could
+                # not record its renewal").
+                raise
             except (StoreError, AuditError) as exc:
                 # Until review R88 this was the store's error as is, which ``renew`` documents
                 # as renewed: a holder that went on working lost its GPUs at the old expiry. An
                 # outcome appended on its own (a grant the renewal's advance made, or the backlog's)
-                # that the log refuses is an ``AuditError``: the store's error all the same.
+                # that the log refuses is an ``AuditError``, named as the audit log's refusal.
+                failed = "the store" if isinstance(exc, StoreError) else "the audit log"
                 raise NotRenewed(
-                    f"lease {quoted(lease_id)} was not renewed and still ends when it did: the store "
+                    f"lease {quoted(lease_id)} was not renewed and still ends when it did: {failed} "
                     f"could not record its renewal ({exc}); renew it again before it ends"
                 ) from exc
             held = _held(auth)
@@ -335,6 +350,8 @@ class GatedBroker(_Recording):
                         self._settle(tx, renewal, None)
                         ended = f"lease {quoted(lease_id)} ended before it was renewed"
                         index = self._append(renewal, "error", ended, 0, tx)
+                except TamperDetected:
+                    raise  # a log that does not verify is told as itself, as before the renewal
                 except (StoreError, AuditError) as exc:  # the log refusing the outcome: AuditError
                     raise lost from exc
                 self._outcome_span(renewal, "error", index)
@@ -353,7 +370,8 @@ class GatedBroker(_Recording):
         """Decide the renewal of ``identity``'s live lease ``lease_id`` (``renew``): its resource
         and the allow. Raises what ``renew`` raises before the broker renews, the
         store's failure as ``StoreError`` or, for an outcome the audit log refused outside a
-        transaction, ``AuditError`` (each of which ``renew`` gives as ``NotRenewed``)."""
+        transaction, ``AuditError`` (each of which ``renew`` gives as ``NotRenewed``, but
+        ``TamperDetected`` as is)."""
         self._record([])
         self._applied(self.broker.advance)  # a lease that expired meanwhile is not renewed
         request = self._holder_request(identity, lease_id)

@@ -1,0 +1,58 @@
+"""Review R88c: ``GatedBroker.renew`` caught every ``AuditError`` from deciding the renewal as
+``NotRenewed`` saying "the store could not record its renewal", ``TamperDetected`` (an
+``AuditError``) included: a log that does not verify was told as a store failure to retry past.
+``TamperDetected`` now comes out as is (the lease not renewed), and ``NotRenewed`` names what
+failed: the store, or the audit log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_broker_restart_budget import World, lease
+from test_dispatch_unrecorded_ends import grant_outcomes_refused
+
+from agentgate.errors import AuditError, NotRenewed, TamperDetected
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    made = World(str(tmp_path / "agentgate.db"))
+    yield made
+    made.process.gate.close()
+
+
+def _expiry(world: World, lease_id: str) -> float:
+    return next(held.expires_at for held in world.process.broker.leases() if held.id == lease_id)
+
+
+def test_a_log_that_does_not_verify_is_told_as_itself_not_as_not_renewed(world: World) -> None:
+    gated = world.process.gated
+    gate = world.process.gate
+    assert gated.submit(world.trainer, lease("ft-1")).allowed  # expires at 1060
+    world.clock.now += 30
+
+    def tampered(*args: object, **kwargs: object) -> object:
+        raise TamperDetected("audit log: entry 3 does not match its hash")
+
+    gate.authorize = tampered  # type: ignore[method-assign]
+    with pytest.raises(TamperDetected, match="entry 3 does not match its hash") as raised:
+        gated.renew(world.trainer, "ft-1")
+    assert not isinstance(raised.value, NotRenewed)
+    assert _expiry(world, "ft-1") == 1060.0  # not renewed
+
+
+def test_an_outcome_the_audit_log_refuses_is_named_as_the_logs_failure(world: World) -> None:
+    gated = world.process.gated
+    assert gated.submit(world.trainer, lease("a", gpus=4)).allowed  # expires at 1060
+    world.clock.now += 5
+    assert gated.submit(world.trainer, lease("b", gpus=4)).allowed  # expires at 1065
+    assert gated.submit(world.trainer, lease("c", gpus=4)).allowed  # waits for a's GPUs
+    world.clock.now = 1061.0  # a expired: the renewal's own advance grants c
+    with grant_outcomes_refused(Path(world.url)), pytest.raises(NotRenewed) as raised:
+        gated.renew(world.trainer, "b")
+    assert isinstance(raised.value.__cause__, AuditError)
+    assert "the audit log could not record its renewal" in str(raised.value)
+    assert "the store could not" not in str(raised.value)
+    assert _expiry(world, "b") == 1065.0
