@@ -142,17 +142,19 @@ were 128 MiB in memory at once), so an answer with another ``Content-Encoding`` 
 _JSON = {"content-type": "application/json", **_IDENTITY}
 
 
-def _refuse_declared(length: str | None) -> None:
-    """Raise ``AnswerTooLarge`` for a successful answer whose ``Content-Length`` (``length``, as
-    sent; ``None`` without one) declares more than ``MAX_ANSWER_BYTES``, at its head, before any
-    of its body is read: the declared length decides it, as the gateway's pool decides it
-    (``_upstream``). Until review R58 the dispatcher's own clients read up to the limit first
+def _refuse_declared(length: str | None) -> int | None:
+    """The bytes a successful answer's ``Content-Length`` (``length``, as sent; ``None`` without
+    one) declares (``None`` for none, or one that is no length); raises ``AnswerTooLarge`` for
+    more than ``MAX_ANSWER_BYTES``, at its head, before any of its body is read: the declared
+    length decides it, as the gateway's pool decides it (``_upstream``). Until review R58 the dispatcher's own clients read up to the limit first
     (64 MiB, or until ``first_token_s`` of a body held back), and a body cut short before the
     limit was a ``BackendFailed``: retried on other backends, each marked down. The length is
     read as the gateway's pool reads it (``declared_length``): until review R88 a length after
     more than 4,300 leading zeros was a bare ``ValueError`` here."""
-    if length is not None and (declared_length(length) or 0) > MAX_ANSWER_BYTES:
+    declared = None if length is None else declared_length(length)
+    if declared is not None and declared > MAX_ANSWER_BYTES:
         raise AnswerTooLarge(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
+    return declared
 
 
 def _refuse_encoded(name: str, encoding: str | None) -> None:
@@ -414,10 +416,8 @@ class BackendClient:
                             retry_after,
                         )
                     _refuse_encoded(self.backend.name, encoding)
-                    length = answer.headers.get("Content-Length")
-                    _refuse_declared(length)
                     # The header as sent, not aiohttp's ``content_length`` (its own ``int``).
-                    declared = declared_length(length) if length is not None else None
+                    declared = _refuse_declared(answer.headers.get("Content-Length"))
                     small = declared is not None and declared <= _SMALL
                     if small:
                         return answer.status, await answer.read(), None  # the usual answer: a few kB
