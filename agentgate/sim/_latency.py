@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from typing import NoReturn
 
 from agentgate._shown import quoted
 from agentgate.errors import InputError
@@ -88,7 +89,7 @@ class LatencyModel:
         pairs = uncached * cached + uncached * (uncached + 1) // 2
         return self.step_time(0, 0, uncached, pairs)
 
-    def _refuse_negative(self, method: str, **counts: int) -> None:
+    def _refuse_negative(self, method: str, **counts: int) -> NoReturn:
         """Raise ``InputError`` naming the profile, ``method`` and the first of ``counts`` below 0."""
         name, value = next((name, value) for name, value in counts.items() if value < 0)
         raise InputError(
