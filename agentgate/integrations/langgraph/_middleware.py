@@ -24,8 +24,6 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from agentgate._json import integral
-from agentgate._shown import quoted
 from agentgate.capabilities import Call
 from agentgate.errors import AgentGateError, AuthorityError, Denied, Expired, InputError, Revoked
 from agentgate.gate import Authorization, Gate
@@ -48,6 +46,7 @@ from agentgate.integrations.langgraph._model_calls import (
     _check_model_name,
     _model_name,
     _ModelCalls,
+    _output_limit,
 )
 from agentgate.integrations.langgraph._replies import (
     _answers_a_call,
@@ -144,13 +143,9 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             )
         expect(agent_did, _TEXT_OR_NONE, "agent_did", "a did:key or None")
         expect(model, _TEXT_OR_NONE, "model", "a model name or None")
-        limit = integral(max_tokens)  # ``512.0`` is 512, as for ``model_settings`` (review R81)
-        if type(limit) is not int or limit <= 0:
-            # Quoted as the model call quotes its limit (``_model_calls``): until review R88c this
-            # wrote the whole ``repr``, a bare ``ValueError`` for ``-10**5000``, 1 MB for 1 MB of text.
-            raise InputError(
-                f"agentgate[{agent}]: max_tokens must be a whole number > 0, got {quoted(limit)}"
-            )
+        # ``512.0`` is 512, as for ``model_settings`` (review R81); refused as the model call's limit
+        # is (until review R88c by its whole ``repr``: a bare ``ValueError`` for ``-10**5000``).
+        limit = _output_limit(agent, "max_tokens", max_tokens)
         if gate_models and model is not None:
             _check_model_name(agent, model, "the name given for the model")
         elif gate_models and isinstance(named, BaseChatModel):

@@ -83,9 +83,9 @@ class _ModelCalls:
         """The model call to decide: ``model:NAME`` with the output limit it will run with (the
         request's ``max_tokens``, else the chat model's own, else the middleware's), or the
         largest limit the request sends besides it (``_limits_sent``), which a backend may honour
-        in its place. Raises ``InputError`` naming a limit that is no whole number above 0, quoted
-        as ``quoted`` does (until review R88b by its whole ``repr``: a bare ``ValueError`` for
-        ``-10**5000``, a 1 MB message for a 1 MB text)."""
+        in its place. Raises ``InputError`` naming a limit that is no whole number above 0
+        (``_output_limit``; until review R88b quoted by its whole ``repr``: a bare ``ValueError``
+        for ``-10**5000``, a 1 MB message for a 1 MB text)."""
         named = self.model is not None and (self.named is None or request.model is self.named)
         name = self.model if named else _model_name(request.model)
         configured = integral(getattr(request.model, "max_tokens", None))
@@ -93,18 +93,11 @@ class _ModelCalls:
         asked = request.model_settings.get("max_tokens")
         # Only a limit left out (``None``) falls back: until review R81 ``0`` did too (to the
         # model's own, else 1024) and the chat model's own ``4096.0`` was passed over.
-        limit = integral(asked) if asked is not None else own or self.max_tokens
-        if type(limit) is not int or limit <= 0:  # ``int()`` raised on inf and NaN, cut 0.5 to 0
-            raise InputError(
-                f"agentgate[{self.agent}]: max_tokens must be a whole number > 0, got {quoted(limit)}"
-            )
+        limit = (
+            _output_limit(self.agent, "max_tokens", asked) if asked is not None else own or self.max_tokens
+        )
         for where, value in _limits_sent(request):
-            other = integral(value)
-            if type(other) is not int or other <= 0:
-                raise InputError(
-                    f"agentgate[{self.agent}]: {where} must be a whole number > 0, got {quoted(value)}"
-                )
-            limit = max(limit, other)
+            limit = max(limit, _output_limit(self.agent, where, value))
         return Call.model(str(name), {"max_tokens": limit})
 
     def _authorize_model(self, request: ModelRequest[Any]) -> tuple[Authorization, ModelRequest[Any]]:
@@ -320,6 +313,17 @@ class _ModelCalls:
             return await self._arecord_invalid(request, _storable(answered, watch.written()))
         finally:
             _WATCHED.reset(watching)
+
+
+def _output_limit(agent: str, where: str, value: object) -> int:
+    """``value``, an output limit set at ``where``, as the whole number of tokens above 0 it is
+    (``512.0`` is 512: ``integral``). Raises ``InputError`` naming ``where`` for anything else
+    (``int()`` raised on inf and NaN, cut 0.5 to 0), ``value`` quoted as ``quoted`` does: the one
+    check of the middleware's ``max_tokens`` and of each limit a model call sends."""
+    limit = integral(value)
+    if type(limit) is not int or limit <= 0:
+        raise InputError(f"agentgate[{agent}]: {where} must be a whole number > 0, got {quoted(value)}")
+    return limit
 
 
 _LIMIT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
