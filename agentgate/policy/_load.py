@@ -408,9 +408,13 @@ def _all_field_names() -> list[str]:
     names: set[str] = set()
     for model in vars(schema).values():
         if isinstance(model, type) and issubclass(model, BaseModel):
-            for name, info in model.model_fields.items():
-                names.add(info.alias or name)
+            names.update(_written_fields(model))
     return sorted(names)
+
+
+def _written_fields(model: type[BaseModel]) -> list[str]:
+    """The fields of ``model`` as a policy writes them (a field's alias where it has one)."""
+    return [info.alias or name for name, info in model.model_fields.items()]
 
 
 def _schema_error(exc: ValidationError, source: str, locations: Locations) -> PolicyError:
@@ -679,7 +683,7 @@ def _section_fields(loc: Sequence[str | int]) -> list[str] | None:
     reached = _schema_at(loc)
     section = _unwrapped_optional(reached[0]) if reached is not None else None
     if isinstance(section, type) and issubclass(section, BaseModel):
-        return [info.alias or name for name, info in section.model_fields.items()]
+        return _written_fields(section)
     return None
 
 
