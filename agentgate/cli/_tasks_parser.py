@@ -100,12 +100,15 @@ def _tool_name(value: str) -> str:
 def _positive(text: str) -> int:
     """``--limit``: ASCII digits only (not ``int``'s `` 5``, ``+5``, ``5_000`` or other scripts'
     digits), 1 to ``MAX_LIMIT``; a number of any length above it is said to be out of range (one
-    of more than 4,300 digits was 'expected a positive integer' until review R55)."""
+    of more than 4,300 digits was 'expected a positive integer' until review R55). Leading zeros
+    are read off first: ``int`` refuses a text of more than 4,300 digits, zeros included (until
+    review R88 4,300 zeros then 5 was argparse's bare 'invalid _positive value')."""
     if not re.fullmatch(r"[0-9]+", text, re.ASCII):
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {_shown(text)}")
-    if len(text.lstrip("0")) > len(str(MAX_LIMIT)) or not 1 <= int(text) <= MAX_LIMIT:
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_LIMIT)) or not 1 <= int(digits) <= MAX_LIMIT:
         raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_LIMIT}, got {_shown(text)}")
-    return int(text)
+    return int(digits)
 
 
 def _shown(text: str) -> str:
