@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from agentgate._names import _unicode
 from agentgate._shown import quoted
 from agentgate.errors import InputError
 from agentgate.store.leases import BREAKER_AHEAD_S
@@ -57,13 +58,8 @@ class _BreakerSharing:
             raise InputError(f"a breaker key is a string, got {quoted(key)}")
         found = self.breakers.get(key)
         if found is None:
-            if not key.isascii():
-                try:
-                    key.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise InputError(
-                        f"breaker key {quoted(key)} is not valid Unicode (a lone surrogate)"
-                    ) from None
+            if not key.isascii() and not _unicode(key):
+                raise InputError(f"breaker key {quoted(key)} is not valid Unicode (a lone surrogate)")
             if len(self.breakers) >= PER_NAME_STATE and key.removeprefix("tool:") not in self.config.tools:
                 # Past the bound, keys the config does not name share one breaker, as metrics
                 # labels share ``_other``: never dropped, so no call holds a breaker nobody lists.
