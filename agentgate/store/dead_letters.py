@@ -204,15 +204,16 @@ def _refuse_wrong_types(letter: DeadLetter) -> None:
     if not isinstance(errors, tuple | list):
         raise InputError(f"the errors of {named} must be a tuple of AttemptError, got {shown(errors)}")
     for number, error in enumerate(errors):
-        wrong = _wrong_attempt_field(asdict(error), writing=True) if isinstance(error, AttemptError) else None
-        if not isinstance(error, AttemptError) or wrong is not None:
-            got = (
-                f"an AttemptError whose {wrong} is {shown(getattr(error, wrong))}" if wrong else shown(error)
-            )
-            raise InputError(
-                f"the errors of {named} must be a tuple of AttemptError (an int attempt from 1 to "
-                f"2**63 - 1, text class, type and message, a time at), got {got} at position {number}"
-            )
+        if not isinstance(error, AttemptError):
+            got = shown(error)
+        elif (wrong := _wrong_attempt_field(asdict(error), writing=True)) is not None:
+            got = f"an AttemptError whose {wrong} is {shown(getattr(error, wrong))}"
+        else:
+            continue
+        raise InputError(
+            f"the errors of {named} must be a tuple of AttemptError (an int attempt from 1 to "
+            f"2**63 - 1, text class, type and message, a time at), got {got} at position {number}"
+        )
     for field in (*(f for _, f in _TEXT_FIELDS), *(f for _, f in _OPTIONAL_TEXT_FIELDS)):
         value = getattr(letter, field)
         position = _not_unicode_at(value) if value is not None else None
