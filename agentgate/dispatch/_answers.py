@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentgate._json import integral
+from agentgate._shown import quoted
 from agentgate.dispatch._redaction import _scrub
 from agentgate.errors import BackendFailed, DispatchError
 
@@ -76,8 +77,8 @@ def _reject_error(backend: str, body: object, key: str | None = None) -> None:
     if error is None and body.get("object") != "error":
         return
     detail = error.get("message", error) if isinstance(error, Mapping) else error or body.get("message")
-    quoted = _scrub(str(detail)[:1024], key)[:200]
-    raise BackendFailed(f"{backend}: the backend reported an error: {quoted!r}")
+    excerpt = _scrub(str(detail)[:1024], key)[:200]
+    raise BackendFailed(f"{backend}: the backend reported an error: {excerpt!r}")
 
 
 MAX_USAGE_TOKENS = 1_000_000_000
@@ -130,11 +131,11 @@ def _finish_reason(choice: Mapping[str, Any]) -> str | None:
     1 MB, or one holding an escape, was passed on, logged and recorded as it came."""
     reason = choice.get("finish_reason")
     if reason is not None and not isinstance(reason, str):
-        raise TypeError(f"finish_reason is not a string: {reason!r:.80}")
+        raise TypeError(f"finish_reason is not a string: {quoted(reason)}")
     if reason is not None and not (len(reason) <= MAX_FINISH_REASON_CHARS and reason.isprintable()):
         raise TypeError(
             f"finish_reason is not a reason ({len(reason)} characters, at most {MAX_FINISH_REASON_CHARS} "
-            f"printable ones): {reason!r:.80}"
+            f"printable ones): {quoted(reason)}"
         )
     return reason
 
@@ -149,9 +150,9 @@ def _count(raw: Mapping[str, Any], name: str) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"usage {name} is not a number: {value!r:.80}")
+        raise ValueError(f"usage {name} is not a number: {quoted(value)}")
     if not (0 <= value <= MAX_USAGE_TOKENS) or value != int(value):
-        raise ValueError(f"usage {name} is not a token count from 0 to {MAX_USAGE_TOKENS}: {value!r:.80}")
+        raise ValueError(f"usage {name} is not a token count from 0 to {MAX_USAGE_TOKENS}: {quoted(value)}")
     return int(value)
 
 
@@ -165,7 +166,7 @@ def _usage(raw: object) -> Usage:
     if raw is None:
         return Usage()
     if not isinstance(raw, Mapping):
-        raise ValueError(f"usage is not an object: {raw!r:.80}")
+        raise ValueError(f"usage is not an object: {quoted(raw)}")
     details = raw.get("prompt_tokens_details")
     cached = _count(details, "cached_tokens") if isinstance(details, Mapping) else 0
     return Usage(_count(raw, "prompt_tokens"), _count(raw, "completion_tokens"), cached)

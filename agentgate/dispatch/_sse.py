@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from agentgate._json import MAX_DEPTH
+from agentgate._shown import quoted
 from agentgate.dispatch._answers import (
     ChatChunk,
     Usage,
@@ -230,7 +231,7 @@ def _checked_choices(choices: object, part: str, asked: int) -> list[Mapping[str
         if index is not None and (
             isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < asked
         ):
-            raise ValueError(f"choice index {index!r:.80} for a call that asked for {asked} choices")
+            raise ValueError(f"choice index {quoted(index)} for a call that asked for {asked} choices")
         body = choice.get(part) or {}  # an object, or absent or null (``_is_choice``)
         _content(body)
         if part == "delta":

@@ -73,6 +73,7 @@ from agentgate.dispatch._sse import (
     _line_shown,
     _parse_chunk,
     _Seen,
+    _within_depth,
     carries_output,
     split_lines,
 )
@@ -355,6 +356,10 @@ class BackendClient:
         self._check_status(status, self._excerpt(raw), retry_after)
         try:
             data = orjson.loads(raw)
+            # Nested past ``MAX_DEPTH``, as a stream event is (``_within_depth``): orjson reads
+            # 1,024 levels, and until review R88d an answer 1,000 deep was a bare RecursionError
+            # out of a refusal quoting its finish_reason, usage or choice index.
+            _within_depth(data)
             _reject_error(self.backend.name, data, self._key)
             choices = _checked_choices(data["choices"], "message", _choices_asked(payload))
             choice = choices[0]
