@@ -24,6 +24,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from agentgate._names import check_agent_name
 from agentgate.capabilities import Call
 from agentgate.errors import AgentGateError, AuthorityError, Denied, Expired, InputError, Revoked
 from agentgate.gate import Authorization, Gate
@@ -107,7 +108,8 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
     """Authorizes, schedules and audits every tool and model call of one agent through ``gate``.
 
     ``agent`` is the name this agent runs under (required, non-empty text: without it the gate could
-    not tell the agent's own identity from one it inherited); a run whose context carries another
+    not tell the agent's own identity from one it inherited; and a name ``Gate.issue`` would grant,
+    ``_names.check_agent_name``, else ``InputError``); a run whose context carries another
     agent's identity (a nested agent that inherited its parent's context) is refused. With
     ``agent_did`` the identity's key must be that key too. ``enforce=True`` raises ``Denied`` instead of
     telling the model. ``model`` names the model resource (``model:NAME``) when the chat model's
@@ -141,6 +143,11 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             raise InputError(
                 f"GateMiddleware: agent must be the agent's name, non-empty text, got {shown(agent) if agent != '' else 'empty text'}"
             )
+        # Before anything quotes it (``agentgate[NAME]`` opens each refusal and names the
+        # middleware): a name the Gate would not grant, and refuses to decide under, is refused
+        # here as ``Gate.issue`` refuses it. Until review R88d a name holding a line break was
+        # written whole into the refusal of ``max_tokens`` (two lines), and one of 1 MB, 1 MB long.
+        check_agent_name(agent, "GateMiddleware: the agent's")
         expect(agent_did, _TEXT_OR_NONE, "agent_did", "a did:key or None")
         expect(model, _TEXT_OR_NONE, "model", "a model name or None")
         # ``512.0`` is 512, as for ``model_settings`` (review R81); refused as the model call's limit
