@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgate.cli._common import given, given_file, given_text, text
+from agentgate.cli._common import given, given_file, given_utf8, text
 from agentgate.cli._handlers import handled_by
 
 _POLICY = "agentgate.cli.policy"
@@ -28,12 +28,12 @@ def register(subparsers: Any) -> None:
         "--as",
         dest="principal",
         required=True,
-        type=given_text,
+        type=given_utf8,  # only compared: not UTF-8 is exit 2, not a DENY verdict (review R88d)
         metavar="PRINCIPAL",
         help="principal name or did:key",
     )
     p_explain.add_argument(
-        "--tool", required=True, type=given_text, metavar="NAME", help="tool name, e.g. payments.refund"
+        "--tool", required=True, type=given_utf8, metavar="NAME", help="tool name, e.g. payments.refund"
     )
     p_explain.add_argument(
         "--args", default="{}", type=text, metavar="JSON", help="call arguments as a JSON object"
