@@ -147,12 +147,15 @@ def tree_integer(value: object, name: str, where: str = "Merkle proof check", *,
     quoted as ``quoted`` writes it: the checks below compare and shift it, and a float or a
     string failed there with a bare ``TypeError`` (until review R86; until review R86b a numpy
     integer, verified before R86, was refused too, and until review R86c the audit store kept a
-    copy of this check that refused one and quoted with ``repr``)."""
+    copy of this check that refused one and quoted with ``repr``). An object whose own
+    ``__index__`` raises (a ``ValueError``, an ``OverflowError``) is refused too, as
+    ``tasks.backoff_bound`` refuses it: until review R88d only a ``TypeError`` was, and any other
+    came out bare."""
     try:
         if isinstance(value, bool) and not bools:
             raise TypeError
         return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
+    except Exception:  # not an integer, or a caller's ``__index__`` that fails
         raise InputError(
             f"{where}: {name} must be a whole number (an int), got {quoted(value, 40)}"
         ) from None
