@@ -20,8 +20,8 @@ MOONCAKE = ROOT.parent / "shared" / "data" / "traces" / "mooncake_conversation_t
 @pytest.mark.parametrize(
     ("script", "args", "says"),
     [
-        ("dispatch_http.py", ["--rounds", "-1"], "argument --rounds: must be at least 1"),
-        ("dispatch_http.py", ["--rounds", "0"], "argument --rounds: must be at least 1"),
+        ("dispatch_http.py", ["--rounds", "-1"], "argument --rounds: must be 1 or more"),
+        ("dispatch_http.py", ["--rounds", "0"], "argument --rounds: must be 1 or more"),
         ("dispatch_http.py", ["--warmup", "-10"], "argument --warmup: must be 0 or more"),
         ("broker.py", ["--quick", "--max-draining", "-1"], "argument --max-draining: must be 0 or more"),
         ("broker.py", ["--quick", "--locality-wait", "nan"], "argument --locality-wait: must be 0 or more"),
