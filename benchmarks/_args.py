@@ -16,27 +16,32 @@ MAX_DIGITS = 4300
 def _whole(text: str, minimum: int, refusal: str) -> int:
     """``text`` as a whole number of at least ``minimum``; ``refusal`` says why one below is not.
 
-    Leading zeros are read off first, however many there are, as the examples read a count
+    A whole number is ASCII digits, with a sign or not, spaces around it read off: other
+    scripts' digits (``\u0663``) and ``_`` between digits (``1_000``), which ``int`` reads, are
+    refused, as the command line refuses them (docs/cli.md); until review R88d they were read,
+    and past 4,300 of them refused as "not a whole number" whatever they said. Leading zeros are
+    read off first, however many there are, as the examples read a count
     (``examples/_common.py``): until review R88c ``int`` refused ``--backends`` of 4,400 zeros
     then 8 as "not a whole number". One of more than ``MAX_DIGITS`` digits that count is refused
     as too large (as below ``minimum``, which is never negative, when it is), not as no number."""
     body = text.strip()
     sign = body[:1] if body.startswith(("+", "-")) else ""
     digits = body[len(sign) :]
-    if digits.isascii() and digits.isdigit():
-        digits = digits.lstrip("0") or "0"
-        if len(digits) > MAX_DIGITS:
-            # Below every ``minimum`` taken (each is 0 or more) when negative, above any count else.
-            if sign == "-":
-                raise argparse.ArgumentTypeError(f"{refusal}: {quoted(text, 60)}")
+    if not (digits.isascii() and digits.isdigit()):
+        if any(c.isdigit() for c in digits) and all(c.isdigit() or c == "_" for c in digits):
             raise argparse.ArgumentTypeError(
-                f"too large: a whole number of {len(digits):,} digits: {quoted(text, 60)}"
+                f"not a whole number in ASCII digits (0-9, no '_'): {quoted(text, 60)}"
             )
-        body = sign + digits
-    try:
-        value = int(body)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {quoted(text, 60)}") from None
+        raise argparse.ArgumentTypeError(f"not a whole number: {quoted(text, 60)}")
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > MAX_DIGITS:
+        # Below every ``minimum`` taken (each is 0 or more) when negative, above any count else.
+        if sign == "-":
+            raise argparse.ArgumentTypeError(f"{refusal}: {quoted(text, 60)}")
+        raise argparse.ArgumentTypeError(
+            f"too large: a whole number of {len(digits):,} digits: {quoted(text, 60)}"
+        )
+    value = int(sign + digits)
     if value < minimum:
         raise argparse.ArgumentTypeError(f"{refusal}: {quoted(text, 60)}")
     return value

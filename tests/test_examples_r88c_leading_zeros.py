@@ -17,7 +17,7 @@ ZEROS = "0" * 4400
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [(ZEROS + "8", 8), ("+" + ZEROS + "5", 5), (" 007 ", 7), ("1_000", 1000), (ZEROS + "1", 1)],
+    [(ZEROS + "8", 8), ("+" + ZEROS + "5", 5), (" 007 ", 7), (ZEROS + "1", 1)],
 )
 def test_leading_zeros_are_read_off_however_many(text: str, value: int) -> None:
     assert ARGS.positive_int(text) == value
