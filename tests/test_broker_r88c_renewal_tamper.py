@@ -2,7 +2,9 @@
 ``NotRenewed`` saying "the store could not record its renewal", ``TamperDetected`` (an
 ``AuditError``) included: a log that does not verify was told as a store failure to retry past.
 ``TamperDetected`` now comes out as is (the lease not renewed), and ``NotRenewed`` names what
-failed: the store, or the audit log."""
+failed: the store, or the audit log. (A lease that ended while its renewal was decided is
+``LeaseLost`` whatever the log does, the ``TamperDetected`` its cause: review R88d,
+test_broker_r88d_lost_lease_tamper.py.)"""
 
 from __future__ import annotations
 

@@ -309,7 +309,9 @@ class GatedBroker(_Recording):
         the audit log fails before the broker renews (it cannot record the renewal's decision,
         the outcomes an earlier call left unrecorded, or those of the clock applied first, a
         grant included: the lease still ends when it did, renew it again), ``TamperDetected``
-        as is when the audit log does not verify (not renewed either), and
+        as is when the audit log does not verify as the renewal is decided (not renewed either;
+        a lease that ended meanwhile is ``LeaseLost`` whatever the log does, its cause the
+        log's error), and
         ``StoreError`` only once the broker renewed the lease (its journal write or the
         renewal's link to the lease failed: the lease is renewed all the same, and its extension
         reserved).
@@ -350,9 +352,12 @@ class GatedBroker(_Recording):
                         self._settle(tx, renewal, None)
                         ended = f"lease {quoted(lease_id)} ended before it was renewed"
                         index = self._append(renewal, "error", ended, 0, tx)
-                except TamperDetected:
-                    raise  # a log that does not verify is told as itself, as before the renewal
-                except (StoreError, AuditError) as exc:  # the log refusing the outcome: AuditError
+                except (StoreError, AuditError) as exc:
+                    # The log refusing the outcome (``AuditError``), or not verifying
+                    # (``TamperDetected``, one too): the lease is lost all the same, and that is
+                    # what the holder must learn (until review R88d a log that did not verify was
+                    # told here as itself, and a caller catching ``LeaseLost`` missed that its
+                    # lease ended). Before the broker renews it is told as itself (above).
                     raise lost from exc
                 self._outcome_span(renewal, "error", index)
                 self._record_pending()
