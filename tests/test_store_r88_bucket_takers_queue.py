@@ -43,7 +43,7 @@ def stores(postgres_url: str) -> Iterator[tuple[Store, Store, Store]]:
 def _done_or_waiting_for_a_lock(thread: threading.Thread, watch: Store) -> None:
     deadline = time.monotonic() + WAIT_S
     while thread.is_alive() and not watch.query(_LOCK_WAITERS)[0][0]:
-        assert time.monotonic() < deadline, "the other taker neither finished nor waited for a lock"
+        assert time.monotonic() < deadline, "the thread neither finished nor waited for a lock"
         time.sleep(0.005)
 
 

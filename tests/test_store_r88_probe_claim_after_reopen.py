@@ -16,41 +16,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
+from test_store_r88_bucket_takers_queue import WAIT_S, _done_or_waiting_for_a_lock, stores  # noqa: F401 (fixture)
 
-from agentgate.store import Store, Transaction, open_store
+from agentgate.store import Store, Transaction
 from agentgate.store.leases import LeaseManager, SharedBreakers
 
 pytestmark = pytest.mark.postgres
 
 KEY = "tool:pay"
 RESET_S = 30.0
-WAIT_S = 10.0  # bound on every wait: only a bug comes near it
-_LOCK_WAITERS = (
-    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
-
-
-@pytest.fixture
-def stores(postgres_url: str) -> Iterator[tuple[Store, Store, Store]]:
-    """Two processes' connections and one that watches the server's lock waits."""
-    opened = (open_store(postgres_url), open_store(postgres_url), open_store(postgres_url))
-    yield opened
-    for store in opened:
-        store.close()
-
-
-def _done_or_waiting_for_a_lock(thread: threading.Thread, watch: Store) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while thread.is_alive() and not watch.query(_LOCK_WAITERS)[0][0]:
-        assert time.monotonic() < deadline, "the release neither finished nor waited for a lock"
-        time.sleep(0.005)
 
 
 def test_no_probe_claim_is_taken_after_the_guard_read_and_before_a_failed_probe_reopened(
-    stores: tuple[Store, Store, Store],
+    stores: tuple[Store, Store, Store],  # noqa: F811 (the fixture)
 ) -> None:
     first, second, watch = stores
     prober = LeaseManager(first, ttl_s=30, holder="process-1")
@@ -94,7 +74,7 @@ def test_no_probe_claim_is_taken_after_the_guard_read_and_before_a_failed_probe_
 
 
 def test_a_probe_claim_asked_while_a_failed_probe_reopens_waits_and_is_refused(
-    stores: tuple[Store, Store, Store],
+    stores: tuple[Store, Store, Store],  # noqa: F811 (the fixture)
 ) -> None:
     """The other order, two probes allowed: the guard read while the reopening is written but not
     committed read the row as it was (half-open) and took the second slot; it now waits for the

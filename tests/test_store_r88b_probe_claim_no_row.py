@@ -15,41 +15,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
+from test_store_r88_bucket_takers_queue import WAIT_S, _done_or_waiting_for_a_lock, stores  # noqa: F401 (fixture)
 
-from agentgate.store import Store, Transaction, open_store
+from agentgate.store import Store, Transaction
 from agentgate.store.leases import LeaseManager, SharedBreakers
 
 pytestmark = pytest.mark.postgres
 
 KEY = "tool:pay"
 RESET_S = 30.0
-WAIT_S = 10.0  # bound on every wait: only a bug comes near it
-_LOCK_WAITERS = (
-    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
-
-
-@pytest.fixture
-def stores(postgres_url: str) -> Iterator[tuple[Store, Store, Store]]:
-    """Two processes' connections and one that watches the server's lock waits."""
-    opened = (open_store(postgres_url), open_store(postgres_url), open_store(postgres_url))
-    yield opened
-    for store in opened:
-        store.close()
-
-
-def _done_or_waiting_for_a_lock(thread: threading.Thread, watch: Store) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while thread.is_alive() and not watch.query(_LOCK_WAITERS)[0][0]:
-        assert time.monotonic() < deadline, "the thread neither finished nor waited for a lock"
-        time.sleep(0.005)
 
 
 def test_a_failed_probe_writing_the_breakers_first_row_is_ordered_with_another_claim(
-    stores: tuple[Store, Store, Store],
+    stores: tuple[Store, Store, Store],  # noqa: F811 (the fixture)
 ) -> None:
     first, second, watch = stores
     prober = LeaseManager(first, ttl_s=30, holder="process-1")
@@ -90,7 +70,7 @@ def test_a_failed_probe_writing_the_breakers_first_row_is_ordered_with_another_c
 
 
 def test_a_claim_asked_while_a_first_publication_of_open_is_written_waits_and_is_refused(
-    stores: tuple[Store, Store, Store],
+    stores: tuple[Store, Store, Store],  # noqa: F811 (the fixture)
 ) -> None:
     """The other order: a guard that read while another process's first publication of the
     breaker's opening was written but not committed found no row and took a slot; it now waits
