@@ -12,25 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_store_r88_dead_letter_types import LETTER as TYPES_LETTER
 
 from agentgate.errors import InputError
 from agentgate.store import Store, open_store
-from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
+from agentgate.store.dead_letters import AttemptError, DeadLetterStore
 
-LETTER = DeadLetter(
-    "letter-1",
-    1_700_000_000.0,
-    "search",
-    "acme",
-    "alice",
-    None,
-    None,
-    None,
-    "sha256:x",
-    ("g1",),
-    "gave_up",
-    (AttemptError(1, "transient", "TimeoutError", "timed out", 1_700_000_000.0),),
-)
+LETTER = dataclasses.replace(TYPES_LETTER, authority_chain=("g1",))
 
 HOSTILE = {
     "attempt-5000-digits": (

@@ -15,25 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_store_r88_dead_letter_types import LETTER as TYPES_LETTER
 
 from agentgate.errors import InputError
 from agentgate.store import Store, open_store
-from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
+from agentgate.store.dead_letters import AttemptError, DeadLetterStore
 
-LETTER = DeadLetter(
-    "letter-1",
-    1_700_000_000.0,
-    "search",
-    "acme",
-    "alice",
-    None,
-    None,
-    None,
-    "sha256:x",
-    (),
-    "gave_up",
-    (AttemptError(1, "transient", "TimeoutError", "timed out", 1_700_000_000.0),),
-)
+LETTER = dataclasses.replace(TYPES_LETTER, authority_chain=())
 
 
 @pytest.fixture
