@@ -10,6 +10,7 @@ renewal is decided is ``LeaseLost`` even when the store refuses to close the ren
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -57,17 +58,18 @@ def test_a_renewal_behind_an_unrecorded_backlog_is_not_renewed_and_says_so(world
     assert gated.renew(world.trainer, "ft-1").expires_at == 1080.0
 
 
-def test_a_lease_that_ends_while_renewed_is_lost_even_when_its_allow_cannot_be_closed(world: World) -> None:
+def _renewed_as_it_ends(world: World, then: AbstractContextManager[object]) -> LeaseLost:
+    """Renews ``ft-1`` (ending at 1060) at 1059, the lease ending while its renewal is decided and
+    ``then`` entered there (left once ``renew`` is done); the ``LeaseLost`` it raised."""
     gated = world.process.gated
     gate = world.process.gate
     authorize = gate.authorize
     world.clock.now += 59
-    refusing = fault(Path(world.url), "budget_reservations", "UPDATE")
 
     def expiring(*args: object, **kwargs: object) -> object:
         decided = authorize(*args, **kwargs)  # type: ignore[arg-type]
         world.clock.now += 2  # the lease expired while its renewal was decided
-        refusing.__enter__()  # and the store refuses to return the renewal's reservation
+        then.__enter__()
         return decided
 
     gate.authorize = expiring  # type: ignore[method-assign]
@@ -75,6 +77,12 @@ def test_a_lease_that_ends_while_renewed_is_lost_even_when_its_allow_cannot_be_c
         with pytest.raises(LeaseLost) as raised:
             gated.renew(world.trainer, "ft-1")
     finally:
-        refusing.__exit__(None, None, None)
+        then.__exit__(None, None, None)
         gate.authorize = authorize  # type: ignore[method-assign]
-    assert isinstance(raised.value.__cause__, StoreError)
+    return raised.value
+
+
+def test_a_lease_that_ends_while_renewed_is_lost_even_when_its_allow_cannot_be_closed(world: World) -> None:
+    # the store refuses to return the renewal's reservation
+    lost = _renewed_as_it_ends(world, fault(Path(world.url), "budget_reservations", "UPDATE"))
+    assert isinstance(lost.__cause__, StoreError)

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_broker_r88_renewal_not_renewed import _expiry, _renewed_as_it_ends
 from test_broker_restart_budget import World, lease
 from test_dispatch_unrecorded_ends import grant_outcomes_refused
 
-from agentgate.errors import AuditError, LeaseLost, NotRenewed
+from agentgate.errors import AuditError, NotRenewed
 
 
 @pytest.fixture
@@ -42,17 +43,20 @@ def _entries_refused(path: Path, holding: str) -> Iterator[None]:
         conn.close()
 
 
-def _expiry(world: World, lease_id: str) -> float:
-    return next(held.expires_at for held in world.process.broker.leases() if held.id == lease_id)
-
-
-def test_a_renewal_whose_own_grant_cannot_be_recorded_is_not_renewed_and_says_so(world: World) -> None:
+def _a_expired_and_c_waiting(world: World) -> None:
+    """Leases ``a`` and ``b`` of 4 GPUs each (ending at 1060 and 1065), ``c`` waiting for a's GPUs,
+    and the clock at 1061: a renewal of ``b`` now grants ``c`` in its own advance."""
     gated = world.process.gated
     assert gated.submit(world.trainer, lease("a", gpus=4)).allowed  # expires at 1060
     world.clock.now += 5
     assert gated.submit(world.trainer, lease("b", gpus=4)).allowed  # expires at 1065
     assert gated.submit(world.trainer, lease("c", gpus=4)).allowed  # waits for a's GPUs
     world.clock.now = 1061.0  # a expired: the renewal's own advance grants c
+
+
+def test_a_renewal_whose_own_grant_cannot_be_recorded_is_not_renewed_and_says_so(world: World) -> None:
+    gated = world.process.gated
+    _a_expired_and_c_waiting(world)
     with grant_outcomes_refused(Path(world.url)), pytest.raises(NotRenewed) as raised:
         gated.renew(world.trainer, "b")
     assert isinstance(raised.value.__cause__, AuditError)
@@ -62,24 +66,7 @@ def test_a_renewal_whose_own_grant_cannot_be_recorded_is_not_renewed_and_says_so
 
 
 def test_a_lease_lost_while_renewed_is_lost_when_the_log_refuses_its_outcome(world: World) -> None:
-    gated = world.process.gated
-    gate = world.process.gate
-    assert gated.submit(world.trainer, lease("ft-1")).allowed  # expires at 1060
-    authorize = gate.authorize
-    world.clock.now += 59
-    refusing = _entries_refused(Path(world.url), "ended before it was renewed")
-
-    def expiring(*args: object, **kwargs: object) -> object:
-        decided = authorize(*args, **kwargs)  # type: ignore[arg-type]
-        world.clock.now += 2  # the lease expired while its renewal was decided
-        refusing.__enter__()  # and the log refuses the outcome that closes the renewal's allow
-        return decided
-
-    gate.authorize = expiring  # type: ignore[method-assign]
-    try:
-        with pytest.raises(LeaseLost) as raised:
-            gated.renew(world.trainer, "ft-1")
-    finally:
-        refusing.__exit__(None, None, None)
-        gate.authorize = authorize  # type: ignore[method-assign]
-    assert isinstance(raised.value.__cause__, AuditError)
+    assert world.process.gated.submit(world.trainer, lease("ft-1")).allowed  # expires at 1060
+    # the log refuses the outcome that closes the renewal's allow
+    lost = _renewed_as_it_ends(world, _entries_refused(Path(world.url), "ended before it was renewed"))
+    assert isinstance(lost.__cause__, AuditError)

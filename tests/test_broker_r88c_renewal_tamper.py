@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_broker_r88_renewal_not_renewed import _expiry
+from test_broker_r88b_renewal_audit_refused import _a_expired_and_c_waiting
 from test_broker_restart_budget import World, lease
 from test_dispatch_unrecorded_ends import grant_outcomes_refused
 
@@ -23,10 +25,6 @@ def world(tmp_path: Path) -> Iterator[World]:
     made = World(str(tmp_path / "agentgate.db"))
     yield made
     made.process.gate.close()
-
-
-def _expiry(world: World, lease_id: str) -> float:
-    return next(held.expires_at for held in world.process.broker.leases() if held.id == lease_id)
 
 
 def test_a_log_that_does_not_verify_is_told_as_itself_not_as_not_renewed(world: World) -> None:
@@ -47,11 +45,7 @@ def test_a_log_that_does_not_verify_is_told_as_itself_not_as_not_renewed(world: 
 
 def test_an_outcome_the_audit_log_refuses_is_named_as_the_logs_failure(world: World) -> None:
     gated = world.process.gated
-    assert gated.submit(world.trainer, lease("a", gpus=4)).allowed  # expires at 1060
-    world.clock.now += 5
-    assert gated.submit(world.trainer, lease("b", gpus=4)).allowed  # expires at 1065
-    assert gated.submit(world.trainer, lease("c", gpus=4)).allowed  # waits for a's GPUs
-    world.clock.now = 1061.0  # a expired: the renewal's own advance grants c
+    _a_expired_and_c_waiting(world)
     with grant_outcomes_refused(Path(world.url)), pytest.raises(NotRenewed) as raised:
         gated.renew(world.trainer, "b")
     assert isinstance(raised.value.__cause__, AuditError)
