@@ -14,13 +14,10 @@ from typing import Any
 
 import pytest
 from _langgraph_openai_rig import Loopback, QuietHandler, chat_openai, response
-from langchain.agents.middleware import ModelRequest
-from langchain_core.messages import HumanMessage
-from pydantic import Field
-from test_langgraph_r88_extra_limits import POLICY
+from test_langgraph_r88_extra_limits import POLICY, _decided, _WithKwargs
 
 from agentgate.gate import AgentIdentity, Gate
-from agentgate.integrations.langgraph import GateMiddleware, ScriptedChatModel, create_gated_agent
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -98,23 +95,14 @@ def test_the_decided_limit_reaches_the_responses_api_as_max_output_tokens(
     assert "max_tokens" not in body
 
 
-class _WithKwargs(ScriptedChatModel):
-    """A chat model that merges ``model_kwargs`` into its request body, as many LangChain ones do."""
-
-    model_kwargs: dict[str, Any] = Field(default_factory=dict)
-
-
 def test_a_max_output_tokens_of_model_kwargs_or_the_request_counts_too(
     setup: tuple[Gate, AgentIdentity, _Endpoint],
 ) -> None:
     gate = setup[0]
-
-    def decided(model: Any, **settings: Any) -> dict[str, Any]:
-        request = ModelRequest(model=model, messages=[HumanMessage("hi")], model_settings=settings)
-        return dict(GateMiddleware(gate, agent="a", model="m")._model_call(request).args)
-
-    assert decided(_WithKwargs(turns=[], model_kwargs={"max_output_tokens": 5000})) == {"max_tokens": 5000}
-    assert decided(ScriptedChatModel(turns=[]), max_output_tokens=3000) == {"max_tokens": 3000}
-    assert decided(ScriptedChatModel(turns=[]), extra_body={"max_output_tokens": 4000}) == {
+    assert _decided(gate, _WithKwargs(turns=[], model_kwargs={"max_output_tokens": 5000})) == {
+        "max_tokens": 5000
+    }
+    assert _decided(gate, ScriptedChatModel(turns=[]), max_output_tokens=3000) == {"max_tokens": 3000}
+    assert _decided(gate, ScriptedChatModel(turns=[]), extra_body={"max_output_tokens": 4000}) == {
         "max_tokens": 4000
     }
