@@ -117,11 +117,6 @@ def whole_up_to(minimum: int, maximum: int, bound: str) -> Callable[[str], int]:
     return whole
 
 
-def non_negative_int(text: str) -> int:
-    """An argparse type: a whole number, zero or more."""
-    return _whole(text, 0, "must be 0 or more")
-
-
 def random_seed(text: str) -> int:
     """An argparse type: a seed, a whole number 0 or more. ``random.Random`` seeds with the
     absolute value, so until review R85 ``--seed -1`` replayed seed 1's draw under the label -1."""
