@@ -12,24 +12,17 @@ The clock is moved inside ``decisions.add``, as the link's own commit moves it."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
+from test_broker_r88_direct_id_race import _outcomes, world  # noqa: F401 (the fixture)
 from test_broker_restart_budget import World
 
 from agentgate.dispatch.broker import GangRequest, LeaseEnded
 from agentgate.errors import BrokerError
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    made = World(f"sqlite:///{tmp_path / 'agentgate.db'}")
-    yield made
-    made.process.gate.close()
-
-
-def _while_the_link_is_written(world: World, then: Callable[[], None]) -> None:
+def _while_the_link_is_written(world: World, then: Callable[[], None]) -> None:  # noqa: F811 (the fixture)
     """Make the next decision's link run ``then`` once it is written (its time passing)."""
     decisions = world.process.gated.decisions
     add = decisions.add
@@ -43,12 +36,8 @@ def _while_the_link_is_written(world: World, then: Callable[[], None]) -> None:
     decisions.add = slow  # type: ignore[method-assign]
 
 
-def _outcomes(world: World) -> list[tuple[str | None, int | None]]:
-    return [(e.status, e.ref) for e in world.process.entries() if e.kind == "outcome"]
-
-
 def test_an_id_queued_directly_while_the_link_is_written_is_refused_not_ended_against_it(
-    world: World,
+    world: World,  # noqa: F811 (the fixture)
 ) -> None:
     process = world.process
 
@@ -69,7 +58,7 @@ def test_an_id_queued_directly_while_the_link_is_written_is_refused_not_ended_ag
     assert process.broker.leases() == []
 
 
-def test_an_id_queued_directly_while_the_link_is_written_and_still_live_is_refused(world: World) -> None:
+def test_an_id_queued_directly_while_the_link_is_written_and_still_live_is_refused(world: World) -> None:  # noqa: F811 (the fixture)
     process = world.process
 
     def queue() -> None:
