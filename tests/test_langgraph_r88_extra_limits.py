@@ -9,9 +9,9 @@ generated were charged 200."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from _langgraph_openai_rig import Loopback, QuietHandler, chat_openai
@@ -73,18 +73,29 @@ class _Endpoint(Loopback):
         super().__init__(Handler)
 
 
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[tuple[Gate, AgentIdentity, _Endpoint]]:
+EndpointT = TypeVar("EndpointT", bound=Loopback)
+
+
+def gate_and_endpoint(
+    tmp_path: Path, endpoint: Callable[[], EndpointT]
+) -> Iterator[tuple[Gate, AgentIdentity, EndpointT]]:
+    """A Gate on ``POLICY`` in ``tmp_path``, its agent ``boss`` and a new ``endpoint()``; both
+    closed when resumed."""
     keys = {n: SigningKey.generate() for n in ("root", "boss")}
     policy = parse_policy(POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
     gate = Gate(policy, SQLiteStore(tmp_path / "agentgate.db"))
-    endpoint = _Endpoint()
-    yield gate, gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss"), endpoint
-    endpoint.close()
+    opened = endpoint()
+    yield gate, gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss"), opened
+    opened.close()
     gate.close()
 
 
-def _converse(setup: tuple[Gate, AgentIdentity, _Endpoint], **model: Any) -> list[tuple[str, Any]]:
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[tuple[Gate, AgentIdentity, _Endpoint]]:
+    yield from gate_and_endpoint(tmp_path, _Endpoint)
+
+
+def _converse(setup: tuple[Gate, AgentIdentity, Loopback], **model: Any) -> list[tuple[str, Any]]:
     """The model call's audit entries (kind, args) of one turn of a gated ``ChatOpenAI`` whose
     middleware's own limit is 200."""
     gate, boss, endpoint = setup

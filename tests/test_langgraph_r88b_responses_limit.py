@@ -13,14 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _langgraph_openai_rig import Loopback, QuietHandler, chat_openai, response
-from test_langgraph_r88_extra_limits import POLICY, _decided, _WithKwargs
+from _langgraph_openai_rig import Loopback, QuietHandler, response
+from test_langgraph_r88_extra_limits import _converse as converse_chat_openai
+from test_langgraph_r88_extra_limits import _decided, _WithKwargs, gate_and_endpoint
 
 from agentgate.gate import AgentIdentity, Gate
-from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
-from agentgate.keys import SigningKey
-from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
+from agentgate.integrations.langgraph import ScriptedChatModel
 
 
 class _Endpoint(Loopback):
@@ -47,28 +45,13 @@ class _Endpoint(Loopback):
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[tuple[Gate, AgentIdentity, _Endpoint]]:
-    keys = {n: SigningKey.generate() for n in ("root", "boss")}
-    policy = parse_policy(POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
-    gate = Gate(policy, SQLiteStore(tmp_path / "agentgate.db"))
-    endpoint = _Endpoint()
-    yield gate, gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss"), endpoint
-    endpoint.close()
-    gate.close()
+    yield from gate_and_endpoint(tmp_path, _Endpoint)
 
 
 def _converse(setup: tuple[Gate, AgentIdentity, _Endpoint], **model: Any) -> list[tuple[str, Any]]:
     """The model call's audit entries (kind, args) of one turn of a gated ``ChatOpenAI`` on the
     Responses API whose middleware's own limit is 200."""
-    gate, boss, endpoint = setup
-    chat = chat_openai(endpoint.url, use_responses_api=True, **model)
-    agent = create_gated_agent(gate, name="boss", model=chat, tools=[], max_tokens=200)
-    agent.invoke({"messages": [{"role": "user", "content": "hi"}]}, context=boss)
-    gate.flush()
-    return [
-        (e.kind, e.args)
-        for e in gate.audit.entries()
-        if e.resource == "model:scripted" and e.kind != "outcome"
-    ]
+    return converse_chat_openai(setup, use_responses_api=True, **model)
 
 
 def test_an_extra_body_max_output_tokens_beyond_the_grant_is_refused_and_nothing_is_sent(
