@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_audit_r88_surrogate import ORIGIN, audit_verbs_in
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.audit.merkle import leaf_hash
@@ -21,7 +22,6 @@ from agentgate.errors import TamperDetected
 from agentgate.store import SQLiteStore
 from agentgate.store.audit import AuditLog, open_log_key
 
-ORIGIN = "r88.example/audit"
 REFUSED = "audit log: the latest checkpoint row does not match its signed note"
 
 
@@ -29,12 +29,7 @@ REFUSED = "audit log: the latest checkpoint row does not match its signed note"
 def rolled_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AuditLog]:
     """Six entries checkpointed at sizes 2 and 6; entry 4 then edited (its leaf hash recomputed,
     the trigger that refuses updates dropped for it and put back) and the size-2 note inserted again with a size column of 7; the audit verbs pointed at it."""
-    db = tmp_path / "agentgate.db"
-    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
-    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
-    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
-    monkeypatch.setenv("AGENTGATE_STORE", str(db))
-    monkeypatch.chdir(tmp_path)
+    db = audit_verbs_in(tmp_path, monkeypatch)
     with SQLiteStore(db) as store:
         log = AuditLog(store, open_log_key(store), ORIGIN)
         for i in range(6):

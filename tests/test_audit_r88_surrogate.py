@@ -59,17 +59,24 @@ def test_an_entry_holding_a_lone_surrogate_is_not_canonical(field: bytes, stored
         AuditEntry.from_bytes(data)
 
 
-@pytest.fixture
-def tampered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AuditLog]:
-    """A checkpointed log of one allow (its key log.key, log.pub beside it), then ``SURROGATE``
-    appended at index 1 by a plain INSERT (what the append-only triggers allow any writer); the
-    audit verbs pointed at it."""
+def audit_verbs_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The audit verbs alone, run in ``tmp_path`` on its agentgate.db, log key log.key and origin
+    ``ORIGIN``; the database's path."""
     db = tmp_path / "agentgate.db"
     monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
     monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
     monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
     monkeypatch.setenv("AGENTGATE_STORE", str(db))
     monkeypatch.chdir(tmp_path)
+    return db
+
+
+@pytest.fixture
+def tampered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AuditLog]:
+    """A checkpointed log of one allow (its key log.key, log.pub beside it), then ``SURROGATE``
+    appended at index 1 by a plain INSERT (what the append-only triggers allow any writer); the
+    audit verbs pointed at it."""
+    db = audit_verbs_in(tmp_path, monkeypatch)
     with SQLiteStore(db) as store:
         log = AuditLog(store, open_log_key(store), ORIGIN)
         log.append({"kind": "allow", "principal": "did:key:zA", "resource": "tool:x"})
