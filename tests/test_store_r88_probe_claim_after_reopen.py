@@ -16,17 +16,50 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from test_store_r88_bucket_takers_queue import WAIT_S, _done_or_waiting_for_a_lock, stores  # noqa: F401 (fixture)
 
 from agentgate.store import Store, Transaction
-from agentgate.store.leases import LeaseManager, SharedBreakers
+from agentgate.store.leases import Lease, LeaseManager, SharedBreakers
 
 pytestmark = pytest.mark.postgres
 
 KEY = "tool:pay"
 RESET_S = 30.0
+
+
+def claim_as_a_failed_probe_reopens(
+    other: LeaseManager,
+    guard: Callable[[Transaction, float], bool],
+    prober: LeaseManager,
+    claim: Lease,
+    reopened_at: float,
+    watch: Store,
+) -> Lease | None:
+    """``other``'s claim of the single probe slot of ``KEY`` under ``guard``, with ``prober``'s failed
+    probe (the release of ``claim`` that reopens the breaker at ``reopened_at``) let in right after
+    the guard's read, which must find nothing against a probe."""
+    releases: list[threading.Thread] = []
+
+    def read_then_the_probe_fails(tx: Transaction, now: float) -> bool:
+        free = guard(tx, now)
+        assert free
+        release = threading.Thread(
+            target=prober.release,
+            args=(claim,),
+            kwargs={"before": SharedBreakers.reopen(KEY, reopened_at)},
+        )
+        release.start()
+        releases.append(release)
+        _done_or_waiting_for_a_lock(release, watch)
+        return free
+
+    got = other.try_acquire(SharedBreakers.probe_key(KEY), 1, guard=read_then_the_probe_fails)
+    for release in releases:
+        release.join(WAIT_S)
+    return got
 
 
 def test_no_probe_claim_is_taken_after_the_guard_read_and_before_a_failed_probe_reopened(
@@ -44,25 +77,8 @@ def test_no_probe_claim_is_taken_after_the_guard_read_and_before_a_failed_probe_
         assert claim is not None
         reopened_at = time.time()
         guard = SharedBreakers.probe_guard(KEY, RESET_S)
-        releases: list[threading.Thread] = []
-
-        def read_then_the_probe_fails(tx: Transaction, now: float) -> bool:
-            free = guard(tx, now)
-            assert free  # opened 100 s ago: the store says nothing against a probe yet
-            release = threading.Thread(
-                target=prober.release,
-                args=(claim,),
-                kwargs={"before": SharedBreakers.reopen(KEY, reopened_at)},
-            )
-            release.start()
-            releases.append(release)
-            _done_or_waiting_for_a_lock(release, watch)
-            return free
-
-        got = other.try_acquire(SharedBreakers.probe_key(KEY), 1, guard=read_then_the_probe_fails)
-        for release in releases:
-            release.join(WAIT_S)
-        assert got is None
+        # opened 100 s ago: the store says nothing against a probe yet
+        assert claim_as_a_failed_probe_reopens(other, guard, prober, claim, reopened_at, watch) is None
         state = breakers.read(KEY)
         assert state is not None and (state.state, state.opened_at) == ("open", reopened_at)
         assert prober.rows(SharedBreakers.probe_key(KEY)) == []  # the failed probe's claim is free

@@ -18,14 +18,12 @@ import time
 
 import pytest
 from test_store_r88_bucket_takers_queue import WAIT_S, _done_or_waiting_for_a_lock, stores  # noqa: F401 (fixture)
+from test_store_r88_probe_claim_after_reopen import KEY, RESET_S, claim_as_a_failed_probe_reopens
 
-from agentgate.store import Store, Transaction
+from agentgate.store import Store
 from agentgate.store.leases import LeaseManager, SharedBreakers
 
 pytestmark = pytest.mark.postgres
-
-KEY = "tool:pay"
-RESET_S = 30.0
 
 
 def test_a_failed_probe_writing_the_breakers_first_row_is_ordered_with_another_claim(
@@ -41,25 +39,8 @@ def test_a_failed_probe_writing_the_breakers_first_row_is_ordered_with_another_c
         claim = prober.try_acquire(SharedBreakers.probe_key(KEY), 1, guard=guard)
         assert claim is not None
         reopened_at = time.time()
-        releases: list[threading.Thread] = []
-
-        def read_then_the_probe_fails(tx: Transaction, now: float) -> bool:
-            free = guard(tx, now)
-            assert free  # no row: the store says nothing against a probe yet
-            release = threading.Thread(
-                target=prober.release,
-                args=(claim,),
-                kwargs={"before": SharedBreakers.reopen(KEY, reopened_at)},
-            )
-            release.start()
-            releases.append(release)
-            _done_or_waiting_for_a_lock(release, watch)
-            return free
-
-        got = other.try_acquire(SharedBreakers.probe_key(KEY), 1, guard=read_then_the_probe_fails)
-        for release in releases:
-            release.join(WAIT_S)
-        assert got is None
+        # no row: the store says nothing against a probe yet
+        assert claim_as_a_failed_probe_reopens(other, guard, prober, claim, reopened_at, watch) is None
         state = breakers.read(KEY)
         assert state is not None and (state.state, state.opened_at) == ("open", reopened_at)
         assert prober.rows(SharedBreakers.probe_key(KEY)) == []  # the failed probe's claim is free
