@@ -38,7 +38,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from agentgate._names import BUDGET_UNIT as _BUDGET_UNIT
 from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, format_time
 from agentgate.errors import AgentGateError, InputError, MalformedRow, SettlementRefused, StoreError
@@ -50,6 +49,7 @@ from agentgate.store.ledger import (
     has_entry_column,
     has_unit_column,
     stored_reservation,
+    stored_unit,
     unsettleable,
 )
 from agentgate.store.once import ONCE_COLUMNS, SETTLE_MIN_AGE_S, once_record, seconds_shown
@@ -158,7 +158,7 @@ def held_rows(
                 _allow_index(audit, chain, amount, str(created), size, entry),
                 holders.get(str(id_)),
                 leases.get(str(id_)),
-                _unit(unit),
+                stored_unit(unit),
             )
         )
     return found, unreadable
@@ -221,7 +221,7 @@ def settle_held(
     if state != "reserved":
         raise SettlementRefused(f"reservation {reservation} is {state}, not held: there is nothing to settle")
     allow_index = _allow_index(audit, chain, amount, created, audit.size(), entry)
-    found = HeldReservation(reservation, chain, amount, created, allow_index, None, unit=_unit(unit))
+    found = HeldReservation(reservation, chain, amount, created, allow_index, None, unit=stored_unit(unit))
     allowed = audit.entry(found.allow_index) if found.allow_index is not None else None
     with store.transaction() as tx:
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
@@ -359,15 +359,6 @@ _ENTRY = {True: "entry", False: "NULL"}
 
 _UNIT = {True: "unit", False: "NULL"}
 """What a reservation row's ``unit`` is read as: the column, or null in a store made before it."""
-
-
-def _unit(stored: object) -> str | None:
-    """A reservation row's unit: ``None`` where it records none (made before review R61, or by a
-    role that could not add the column), or none a budget can be in (``_BUDGET_UNIT``: a row
-    written outside agentgate, ``"calls\\n"`` or 5,000 characters). Such a one is settled as a row
-    without a unit, its outcome without ``charges``: until review R62 its text went into the
-    signed log as a unit charged."""
-    return stored if isinstance(stored, str) and _BUDGET_UNIT.fullmatch(stored) else None
 
 
 def _charges(charged: dict[str, int], unit: str | None) -> dict[str, dict[str, int]] | None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeGuard
 
+from agentgate._names import BUDGET_UNIT
 from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, format_time, utc_now
 from agentgate.errors import BudgetExceeded, InputError, MalformedRow, NotHeld
@@ -216,6 +217,19 @@ def has_entry_column(store: Store) -> bool:
 def has_unit_column(store: Store) -> bool:
     """Whether the store's reservations record their budget unit (``unit``, review R61)."""
     return "budget_reservations.unit" in _tables(store)
+
+
+def stored_unit(stored: object) -> str | None:
+    """A stored reservation's unit (``budget_reservations.unit``, or the unit a GPU lease's
+    decision records with each reservation, ``broker_decisions.reservations``) as a settlement
+    writes it into an outcome's ``charges``: ``None`` where the row records none (made before
+    review R61, or by a role that could not add the column), or none a budget can be in
+    (``BUDGET_UNIT``: a row written outside agentgate, ``"calls\\n"`` or 5,000 characters). Such
+    a one is settled as a row without a unit, its outcome without ``charges`` for it. Every
+    settlement reads a unit through it: until review R62 ``budget settle`` wrote its text into
+    the signed log as a unit charged, and until review R89 ``tasks settle`` (``once.settle``)
+    and a GPU lease's end still did."""
+    return stored if isinstance(stored, str) and BUDGET_UNIT.fullmatch(stored) else None
 
 
 def _reservation_id() -> str:

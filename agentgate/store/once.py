@@ -35,7 +35,13 @@ from agentgate.audit.entry import AuditEntry
 from agentgate.errors import BeyondLogEnd, InputError, MalformedRow, SettlementRefused
 from agentgate.store._base import Dialect, Store, Transaction, tables_held
 from agentgate.store.audit import AuditLog
-from agentgate.store.ledger import BudgetLedger, has_unit_column, stored_reservation, unsettleable
+from agentgate.store.ledger import (
+    BudgetLedger,
+    has_unit_column,
+    stored_reservation,
+    stored_unit,
+    unsettleable,
+)
 
 ONCE_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -213,7 +219,10 @@ def settle(
     sum where several reservations are in it, as a GPU lease's), 0 when that reservation is no
     longer held, and its ``charges`` what each grant was charged by unit, summed; until review
     R67 ``budget_delta`` was the first reservation still held, whatever its unit, and a unit
-    charged twice took the last amount in ``charges``. Raises ``InputError`` for a ``key`` that is
+    charged twice took the last amount in ``charges``. A reservation whose row records no unit
+    a budget can be in (``ledger.stored_unit``) is charged but named in no ``charges``, as
+    ``budget settle`` does: until review R89 an edited unit (``"calls\\n..."``) went into the
+    signed log as a unit charged. Raises ``InputError`` for a ``key`` that is
     not text, a ``by`` that is empty or not text, or a ``min_age_s`` that is not a number >= 0
     (until review R60 a ``by`` of ``None`` raised ``AttributeError``, a ``min_age_s`` of ``"900"``
     ``TypeError``), and ``SettlementRefused`` (an ``InputError``) for an unknown key,
@@ -263,17 +272,18 @@ def settle(
         tail = f" ({reason})" if reason else ""
         charged = 0
         charges: dict[str, dict[str, int]] = {}
-        own: object = None  # the unit of the caller's own budget: the first reservation's
+        own: str | None = None  # the unit of the caller's own budget: the first reservation's
         if record.state == "started":  # its outcome was never written: its reservations are held
             for position, reservation in enumerate(record.reservations):
                 rows = tx.execute(
                     f"SELECT chain, amount, {unit_column}, state FROM budget_reservations WHERE id = ?",
                     (reservation,),
                 )
-                unit = rows[0][2] if rows else None
-                known = isinstance(unit, str) and bool(unit)  # a row made before review R61 has none
+                # None: a row made before review R61, or one whose unit no budget is in (edited
+                # outside agentgate), settled without charges as ``budget settle`` settles it.
+                unit = stored_unit(rows[0][2]) if rows else None
                 if position == 0:
-                    own = unit if known else None
+                    own = unit
                 if not rows or rows[0][3] != "reserved":
                     continue
                 try:
@@ -282,12 +292,12 @@ def settle(
                     raise unsettleable(exc, allowed if position == 0 else None) from None
                 if ran:
                     by_grant = ledger.charge(reservation, amount, tx, exhaust=True)
-                    if position == 0 or (known and unit == own):
+                    if position == 0 or (unit is not None and unit == own):
                         charged += amount
-                    if known:
+                    if unit is not None:
                         for grant_id, n in by_grant.items():
                             by_unit = charges.setdefault(grant_id, {})
-                            by_unit[str(unit)] = by_unit.get(str(unit), 0) + n
+                            by_unit[unit] = by_unit.get(unit, 0) + n
                 else:
                     ledger.release(reservation, tx)
         calls.finish(tx, key, "ok" if ran else "not_run", record.allow_index)

@@ -27,6 +27,7 @@ from agentgate.gate import AgentIdentity, Authorization, Gate
 from agentgate.policy._schema import lease_cost
 from agentgate.store import Transaction
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision, Reservation
+from agentgate.store.ledger import stored_unit
 
 _MONEY = ("usd_micros", "micro_usd")
 """The budget units a lease's price is reserved in (the Gate prices money under both names)."""
@@ -219,7 +220,10 @@ class _Recording:
         """Commit what the lease used of its reservations and return the rest; the amount committed
         in the unit of the first reservation (the caller's own budget's, see ``Gate._caps``), and
         what each grant was charged by unit (the outcome's ``charges``; empty when all was
-        returned). Until review R61 a lease's outcome had no ``charges``.
+        returned). Until review R61 a lease's outcome had no ``charges``. A reservation whose
+        unit no budget can be in (``ledger.stored_unit``: its decision's row edited outside
+        agentgate) is charged all it holds and named in no ``charges``: until review R89 its text
+        went into the signed log as a unit charged.
 
         Each decision's call is spent once the lease was granted. Money: the GPUs times the held
         seconds (rounded up) at the lease's price, taken from its reservations in order. They
@@ -240,16 +244,22 @@ class _Recording:
             owed = {unit: min(cost, reserved[unit]) for unit in _MONEY}
         committed = 0
         charges: Charges = {}
-        primary = decided.reservations[0][1] if decided.reservations else None  # the caller's own unit
-        for reservation, unit, amount in decided.reservations:
-            used = min(amount, owed[unit]) if unit in owed else amount
-            if unit in owed:
-                owed[unit] -= used
+        primary: str | None = None  # the caller's own unit: the first reservation's
+        for position, (reservation, stored, amount) in enumerate(decided.reservations):
+            used = min(amount, owed[stored]) if stored in owed else amount
+            if stored in owed:
+                owed[stored] -= used
+            # None: a unit no budget is in (the row edited outside agentgate), charged but named
+            # in no charges, as ``budget settle`` and ``tasks settle`` settle one.
+            unit = stored_unit(stored)
+            if position == 0:
+                primary = unit
             for grant_id, n in self.gate.ledger.charge(reservation, used, tx).items():
-                # Summed: a renewal under another chain keeps its own reservation of the unit.
-                by_unit = charges.setdefault(grant_id, {})
-                by_unit[unit] = by_unit.get(unit, 0) + n
-            if unit == primary:  # an audit entry's budget_delta is in one unit, never a sum of several
+                if unit is not None:  # summed: a renewal under another chain keeps its own reservation
+                    by_unit = charges.setdefault(grant_id, {})
+                    by_unit[unit] = by_unit.get(unit, 0) + n
+            # An audit entry's budget_delta is in one unit, never a sum of several.
+            if position == 0 or (unit is not None and unit == primary):
                 committed += used
         return committed, charges
 
