@@ -21,7 +21,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeGuard
@@ -32,6 +32,7 @@ from agentgate.audit.entry import AuditEntry, format_time, utc_now
 from agentgate.errors import BudgetExceeded, InputError, MalformedRow, NotHeld
 from agentgate.store._base import (
     Dialect,
+    Row,
     Store,
     Transaction,
     add_sqlite_columns,
@@ -254,6 +255,28 @@ def _named(reservation: object) -> str:
     if not isinstance(reservation, str):
         raise InputError(f"reservation {quoted(reservation, 60)} does not exist: a reservation id is text")
     return reservation
+
+
+def may_be_stored(reservation: str) -> bool:
+    """Whether a stored reservation may have the id ``reservation``: not one holding a NUL
+    character, which no id agentgate makes (32 hexadecimal digits) holds and PostgreSQL's text
+    cannot. Such an id is answered as one no reservation has, on both stores, without asking the
+    store: ``NotHeld`` for a settlement, ``InputError`` for ``reservation``, ``None`` for
+    ``settled``, left out of ``still_held``, not merged. Until review R89 SQLite said it does not
+    exist and PostgreSQL refused it with a ``StoreError`` (the store failing, to a caller that
+    fails closed), and ``agentgate tasks settle`` of a call whose row names one settled it on
+    SQLite and exited 2 on PostgreSQL."""
+    return "\x00" not in reservation
+
+
+def _by_id(
+    run: Callable[[str, Sequence[object]], list[Row]], sql: str, params: Sequence[object], reservation: str
+) -> list[Row]:
+    """The rows of ``sql``, a statement naming the reservation ``reservation`` by its id, as
+    ``run`` (a transaction's ``execute``, the store's ``query``) returns them; none, and nothing
+    run, where no reservation may have that id (``may_be_stored``). Every statement of the
+    ledger that names one reservation runs through it."""
+    return run(sql, params) if may_be_stored(reservation) else []
 
 
 _GRANT_ID_CHARS = 256
@@ -566,10 +589,12 @@ class BudgetLedger:
         ``tx`` keeps, if the caller rolls back to its savepoint). Until review R68 such a call
         was never charged: the release stood, and the budget said less was spent than was."""
         actual = min(_amount(actual, "actual amount"), MAX_AMOUNT)
-        rows = tx.execute(
+        rows = _by_id(
+            tx.execute,
             "UPDATE budget_reservations SET state = 'committed', actual = ?, settled = ? "
             "WHERE id = ? AND state = 'released' RETURNING chain, amount",
             (actual, utc_now(), _named(reservation)),
+            reservation,
         )
         if len(rows) != 1:
             raise NotHeld(f"reservation {quoted(reservation, 60)} does not exist or is not released")
@@ -590,10 +615,12 @@ class BudgetLedger:
         (docs/audit-format.md), and the hand's charge, audited, stands. Until review R69 such a
         call was charged as reserved only."""
         actual = min(_amount(actual, "actual amount"), MAX_AMOUNT)
-        rows = tx.execute(
+        rows = _by_id(
+            tx.execute,
             "UPDATE budget_reservations SET actual = ? "
             "WHERE id = ? AND state = 'committed' AND actual = amount AND amount < ? RETURNING chain, amount",
             (actual, _named(reservation), actual),
+            reservation,
         )
         if len(rows) != 1:
             raise NotHeld(
@@ -629,9 +656,11 @@ class BudgetLedger:
         """``reservation`` as ``tx`` reads it, or ``None`` when there is no row of that id (never
         made, or settled and then pruned: ``prune``); ``MalformedRow`` for a row not agentgate's.
         For a late outcome to say which (review R69)."""
-        rows = tx.execute(
+        rows = _by_id(
+            tx.execute,
             "SELECT chain, amount, state, actual FROM budget_reservations WHERE id = ?",
             (_named(reservation),),
+            reservation,
         )
         if not rows:
             return None
@@ -658,9 +687,12 @@ class BudgetLedger:
         settled, committed at 0 with its amount moved (0 left), so that nothing is refunded or
         charged: the grants' budgets are as they were. For a holder that keeps adding to one
         hold (a lease's renewals) with one reservation to settle in the end. False, and nothing
-        changed, when either is not open (or not text), also when it was settled by another
-        transaction while this one ran, or their chains differ."""
+        changed, when either is not open (or not text, or an id no reservation may have:
+        ``may_be_stored``), also when it was settled by another transaction while this one ran,
+        or their chains differ."""
         if into == other or not isinstance(into, str) or not isinstance(other, str):
+            return False
+        if not (may_be_stored(into) and may_be_stored(other)):
             return False
         rows = tx.execute(
             "SELECT id, chain, amount FROM budget_reservations WHERE id IN (?, ?) AND state = 'reserved'",
@@ -695,7 +727,7 @@ class BudgetLedger:
     def still_held(self, reservations: Sequence[str], tx: Transaction) -> set[str]:
         """Those of ``reservations`` that are open (``reserved``) as ``tx`` reads them: one that was
         settled (by hand, ``store.held``) or never made is not."""
-        named = [r for r in reservations if isinstance(r, str)]
+        named = [r for r in reservations if isinstance(r, str) and may_be_stored(r)]
         if not named:
             return set()
         marks = ", ".join("?" * len(named))
@@ -721,10 +753,12 @@ class BudgetLedger:
             t.execute(_SETTLE_KNOWN, (state, actual, utc_now(), reservation, stored, amount))
             if t.rowcount == 1:
                 return chain, amount
-        rows = t.execute(
+        rows = _by_id(
+            t.execute,
             "UPDATE budget_reservations SET state = ?, actual = ?, settled = ? "
             "WHERE id = ? AND state = 'reserved' RETURNING chain, amount",
             (state, actual, utc_now(), reservation),
+            reservation,
         )
         if len(rows) != 1:
             raise NotHeld(f"reservation {quoted(reservation, 60)} does not exist or is already settled")
@@ -732,9 +766,11 @@ class BudgetLedger:
 
     def reservation(self, reservation: str) -> Reservation:
         """One reservation; ``InputError`` if unknown (also when ``reservation`` is not text)."""
-        rows = self.store.query(
+        rows = _by_id(
+            self.store.query,
             "SELECT chain, amount, state, actual FROM budget_reservations WHERE id = ?",
             (_named(reservation),),
+            reservation,
         )
         if not rows:
             raise InputError(f"reservation {quoted(reservation, 60)} does not exist")

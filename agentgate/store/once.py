@@ -38,6 +38,7 @@ from agentgate.store.audit import AuditLog
 from agentgate.store.ledger import (
     BudgetLedger,
     has_unit_column,
+    may_be_stored,
     stored_reservation,
     stored_unit,
     unsettleable,
@@ -275,9 +276,15 @@ def settle(
         own: str | None = None  # the unit of the caller's own budget: the first reservation's
         if record.state == "started":  # its outcome was never written: its reservations are held
             for position, reservation in enumerate(record.reservations):
-                rows = tx.execute(
-                    f"SELECT chain, amount, {unit_column}, state FROM budget_reservations WHERE id = ?",
-                    (reservation,),
+                # An id no reservation may have (a NUL) is one not found, on both stores, as the
+                # ledger answers it: until review R89 PostgreSQL refused the settlement instead.
+                rows = (
+                    tx.execute(
+                        f"SELECT chain, amount, {unit_column}, state FROM budget_reservations WHERE id = ?",
+                        (reservation,),
+                    )
+                    if may_be_stored(reservation)
+                    else []
                 )
                 # None: a row made before review R61, or one whose unit no budget is in (edited
                 # outside agentgate), settled without charges as ``budget settle`` settles it.
