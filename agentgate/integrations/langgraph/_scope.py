@@ -249,7 +249,21 @@ def _resumable() -> bool:
 def _checkpoint_serde(request: ToolCallRequest) -> SerializerProtocol | None:
     """The serializer of the checkpointer the call's run keeps its state with (a sub-agent's run
     has its parent's), which writes the call's result when its step ends; ``None`` without one."""
-    configurable = (getattr(request.runtime, "config", None) or {}).get("configurable") or {}
+    return _serde_in((getattr(request.runtime, "config", None) or {}).get("configurable") or {})
+
+
+def _run_serde() -> SerializerProtocol | None:
+    """The serializer of the checkpointer the run in progress keeps its state with (a sub-agent's
+    run has its parent's), which writes a model's answer when the model's step ends; ``None``
+    without one, or outside a run."""
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:  # outside a run: nothing is stored
+        return None
+    return _serde_in(configurable)
+
+
+def _serde_in(configurable: Mapping[str, Any]) -> SerializerProtocol | None:
     serde = getattr(configurable.get(CONFIG_KEY_CHECKPOINTER), "serde", None)
     return serde if isinstance(serde, SerializerProtocol) else None
 

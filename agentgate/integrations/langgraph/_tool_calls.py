@@ -1,8 +1,8 @@
 """What a tool-call request asks: the call to decide (``_tool_call_of``, ``_model_args``), the tool
 running it (``_running_tool``), and what makes a request unusable, refused before it is decided
 (``_refused_call``, ``_unusable_answer``, ``_unread_arguments``, ``_inexact_arguments``,
-``_out_of_range``, ``_no_such_tool``); and a model's answer and a tool's made fit for a checkpointer
-(``_storable_answer``, ``_storable_result``)."""
+``_out_of_range``, ``_unstorable_arguments``, ``_no_such_tool``); and a model's answer and a
+tool's made fit for a checkpointer (``_storable_answer``, ``_storable_result``)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 from agentgate._json import exact_float, inexact_argument, inexact_read, inexact_said
+from agentgate._shown import quoted
 from agentgate.capabilities import MAX_NAME_LENGTH, Call
 from agentgate.errors import InputError
 from agentgate.integrations.langgraph._calls import _read_message, _update_messages
@@ -225,14 +226,17 @@ def _unusable_answer(request: ToolCallRequest, call_id: str) -> InputError | Non
     """Why ``request``'s call is not run, if so: the answer that asked for it ended before the
     model finished it (``_cut_answer``: at its output limit, stopped by a filter), or gives this
     call's id to more than one call (``_SHARED_ID``) (none of its calls is run then), or the
-    call's arguments as the model wrote them are no JSON object (``_unread_arguments``), or hold
-    an integer out of range (``_out_of_range``) or a number no float holds as written
-    (``_inexact_arguments``)."""
+    call's arguments held what the run's checkpointer cannot store, so the answer kept has none
+    (``_unstorable_arguments``), or as the model wrote them are no JSON object
+    (``_unread_arguments``), or hold an integer out of range (``_out_of_range``) or a number no
+    float holds as written (``_inexact_arguments``)."""
     answer = _asking_answer(request)
     if cut := _cut_answer(answer):
         return InputError(cut)
     if (count := _calls_sharing(answer, call_id)) > 1:
         return InputError(_SHARED_ID.format(call_id=call_id[:MAX_NAME_LENGTH], count=count))
+    if (unstorable := _unstorable_arguments(answer, call_id)) is not None:
+        return unstorable
     text = _written_arguments(answer, call_id)
     exact = _exact_arguments(text)
     if (unread := _unread_arguments(text, exact)) is not None:
@@ -325,6 +329,40 @@ def _inexact_arguments(
     # Recorded by the argument's name alone: a key inside its value is part of the value. The
     # text is one JSON object here (``_unread_arguments`` refused any other), so a key holds it.
     return _ValueRefused(inexact_said(path, number), argument, inexact_said(repr(argument), None))
+
+
+UNSTORABLE_KEY = "agentgate_unstorable"
+"""The key of an answer's ``response_metadata`` that names, per tool call id, why its call is
+refused: its arguments held what the run's checkpointer cannot store, so the answer kept for the
+run's state holds none (``_storable_answer``)."""
+
+LEFT_OUT_KEY = "agentgate_left_out"
+"""The key of an answer's ``response_metadata`` that lists the parts of the answer, other than a
+tool call's arguments, that the run's checkpointer cannot store and the answer kept leaves out
+(``_storable_answer``): ``content[2]``, ``additional_kwargs['parsed']``, ``usage_metadata``."""
+
+_UNSTORABLE_ARGUMENTS = (
+    "the tool call's arguments hold what the run's checkpointer cannot store (a key that is no "
+    "valid text, such as a lone surrogate, or objects nested too deep), so they were not kept and "
+    "the call is not run; write its arguments again, with keys of plain text and fewer levels"
+)
+"""Why a call whose arguments the run's checkpointer cannot store is refused
+(``_unstorable_arguments``)."""
+
+_LEFT_OUT_BLOCK = "agentgate: a part of this answer that the run's checkpointer cannot store was left out"
+"""The text of the block that stands for an item of an answer's content list the run's
+checkpointer cannot store (``_storable_answer``)."""
+
+
+def _unstorable_arguments(answer: AIMessage | None, call_id: str) -> InputError | None:
+    """Why the call is refused when the answer that asked for it says its arguments held what the
+    run's checkpointer cannot store (``UNSTORABLE_KEY``: the model hook kept the call without
+    them, ``_storable_answer``). The model is told ``_UNSTORABLE_ARGUMENTS`` whatever text the
+    answer keeps there."""
+    noted = answer.response_metadata.get(UNSTORABLE_KEY) if answer is not None else None
+    if isinstance(noted, Mapping) and call_id in noted:
+        return InputError(_UNSTORABLE_ARGUMENTS)
+    return None
 
 
 def _no_such_tool(name: object) -> InputError:
@@ -470,9 +508,11 @@ def _out_of_range(request: ToolCallRequest, answer: AIMessage | None, call_id: s
     )
 
 
-def _storable_answer(message: AIMessage) -> AIMessage:
+def _storable_answer(message: AIMessage, serde: SerializerProtocol | None = None) -> AIMessage:
     """``message`` as the run's state can keep it, where it holds an integer out of range
-    (``INT_RANGE``): a copy in which
+    (``INT_RANGE``), or anything else ``serde`` (the run's checkpointer's serializer,
+    ``_run_serde``; ``None`` without a checkpointer: nothing is stored) cannot write
+    (``_unstorable_left_out``): a copy in which
 
     - a tool call's arguments hold each such integer as its decimal text, and
       ``response_metadata`` names why the call is refused (``OUT_OF_RANGE_KEY``), which the tool
@@ -485,7 +525,8 @@ def _storable_answer(message: AIMessage) -> AIMessage:
       ``MAX_USAGE_TOKENS`` is charged as reserved, its outcome saying what was reported).
 
     ``message`` itself when it holds none (the usual case). Until review R59 a model reporting
-    such a usage (10**30 input tokens) ended a checkpointed run in LangGraph's ``TypeError``."""
+    such a usage (10**30 input tokens) ended a checkpointed run in LangGraph's ``TypeError``.
+    With ``serde``, the answer is serialized once more to find out whether it can be written."""
     update: dict[str, Any] = {}
     said: dict[str, str] = {}
     at: dict[str, list[list[object]]] = {}
@@ -508,7 +549,82 @@ def _storable_answer(message: AIMessage) -> AIMessage:
             update[field] = _with_text_for(value, found)
     if message.usage_metadata is not None and _integers_out_of_range(message.usage_metadata):
         update["usage_metadata"] = None
-    return message.model_copy(update=update) if update else message
+    kept = message.model_copy(update=update) if update else message
+    if serde is None or _stores(serde, kept):
+        return kept
+    return _unstorable_left_out(kept, serde)
+
+
+def _unstorable_left_out(message: AIMessage, serde: SerializerProtocol) -> AIMessage:
+    """``message``, which ``serde`` (the run's checkpointer's serializer) cannot write, as it can:
+    a copy in which
+
+    - each tool call whose arguments it cannot write has none (``{}``), and ``response_metadata``
+      names why the call is refused (``UNSTORABLE_KEY``), which the tool hook reads
+      (``_unstorable_arguments``); the other calls are kept as they are. A model writes its
+      arguments as JSON, which ``json.loads`` reads into what msgpack cannot write: a key holding
+      a lone surrogate (from the escape ``"\\ud800"``), objects nested past msgpack's limit
+      (``json.loads`` reads about 1,000 levels);
+    - each item of a content list (a tool call block holding the same arguments), and each entry
+      of ``additional_kwargs`` and ``response_metadata``, that it cannot write is left out (an
+      item of content replaced by a text block saying so, ``_LEFT_OUT_BLOCK``), and so is a
+      ``usage_metadata`` it cannot write; ``response_metadata`` lists what was left out
+      (``LEFT_OUT_KEY``).
+
+    Each part is tried alone, in an answer that holds nothing else, at the depth it has in the
+    answer. Until review R89 only integers beyond 64 bits were made storable, and such an answer
+    ended a checkpointed run in LangGraph's ``TypeError: Type is not msgpack serializable:
+    AIMessage``; the call's ``deny`` was recorded and the model never told why. Raises
+    ``InputError`` when the copy still cannot be written (a field of an ``AIMessage`` subclass)."""
+    update: dict[str, Any] = {}
+    refused: dict[str, str] = {}
+    calls: list[Any] = []
+    for call in message.tool_calls:
+        if _stores_in_answer(serde, tool_calls=[call]):
+            calls.append(call)
+        else:
+            refused[str(call.get("id"))] = _UNSTORABLE_ARGUMENTS
+            calls.append({**call, "args": {}})
+    if refused:
+        update["tool_calls"] = calls
+    left_out: list[str] = []
+    if isinstance(message.content, list):
+        blocks = [(block, _stores_in_answer(serde, content=[block])) for block in message.content]
+        if not all(stores for _, stores in blocks):
+            update["content"] = [
+                b if stores else {"type": "text", "text": _LEFT_OUT_BLOCK} for b, stores in blocks
+            ]
+            left_out.extend(f"content[{i}]" for i, (_, stores) in enumerate(blocks) if not stores)
+    for field in ("additional_kwargs", "response_metadata"):
+        entries = getattr(message, field)
+        kept = {k: v for k, v in entries.items() if _stores_in_answer(serde, **{field: {k: v}})}
+        if len(kept) < len(entries):
+            left_out.extend(f"{field}[{quoted(k, 40)}]" for k in entries if k not in kept)
+            update[field] = kept
+    if message.usage_metadata is not None and not _stores_in_answer(
+        serde, usage_metadata=message.usage_metadata
+    ):
+        update["usage_metadata"] = None
+        left_out.append("usage_metadata")
+    metadata = dict(update.get("response_metadata", message.response_metadata))
+    if refused:
+        metadata[UNSTORABLE_KEY] = refused
+    if left_out:
+        metadata[LEFT_OUT_KEY] = left_out
+    kept_answer = message.model_copy(update={**update, "response_metadata": metadata})
+    if not _stores(serde, kept_answer):
+        raise InputError(
+            f"the model's answer (a {type(message).__name__}) holds what the run's checkpointer cannot "
+            "store outside its tool calls, content, additional_kwargs, response_metadata and "
+            "usage_metadata, so the run cannot keep it"
+        )
+    return kept_answer
+
+
+def _stores_in_answer(serde: SerializerProtocol, **fields: Any) -> bool:
+    """Whether ``serde`` can write an answer holding ``fields`` and nothing else: a part of an
+    answer, tried at the depth it has in one (msgpack's limit counts the levels above it)."""
+    return _stores(serde, AIMessage.model_construct(**{"content": "", **fields}))
 
 
 def _with_written_args(message: AIMessage, written: Mapping[str, str]) -> AIMessage:
