@@ -90,6 +90,13 @@ def _failure_carried(raised: list[BaseException]) -> BaseException | None:
     return None if cause is None or isinstance(cause, asyncio.CancelledError) else cause
 
 
+def _raised_by_fn(exc: BaseException, raised: list[BaseException]) -> bool:
+    """Whether ``exc`` is one of the exceptions ``fn`` itself raised, compared by identity: an
+    exception class's own ``__eq__`` may raise (one comparing fields another lacks), and until
+    review R89 that error replaced the call's, its outcome never recorded, its reservation held."""
+    return any(own is exc for own in raised)
+
+
 def _failure_reason(exc: BaseException) -> str:
     """The reason an outcome gives for ``exc``: its class name, and for ``NoBackend`` and
     ``BackendFailed`` why the backends failed (an HTTP 302, garbage, no answer in time, a stream
@@ -325,7 +332,7 @@ class _Running:
                             started = False
                             raise _async_fn(auth.call.resource)
                 except BaseException as exc:
-                    self._fail(span, auth, exc, paused, started=started, ran=exc in raised)
+                    self._fail(span, auth, exc, paused, started=started, ran=_raised_by_fn(exc, raised))
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
@@ -439,7 +446,7 @@ class _Running:
                             self._fail(span, auth, exc, paused, started=started)
                     raise
                 except BaseException as exc:
-                    self._fail(span, auth, exc, paused, started=started, ran=exc in raised)
+                    self._fail(span, auth, exc, paused, started=started, ran=_raised_by_fn(exc, raised))
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
