@@ -6,19 +6,41 @@ from __future__ import annotations
 
 import hashlib
 import weakref
+from typing import TypeGuard
 
 from agentgate import _confusables
 from agentgate._names import _expect_id as _expect_id  # re-exported: the Gate's parts check ids with it
+from agentgate.errors import InputError
 from agentgate.findings import Finding, FindingKind
-from agentgate.gate._authorization import AgentIdentity
+from agentgate.gate._authorization import AgentIdentity, shown
 from agentgate.policy import Policy
 
 _NONE = type(None)
 _TEXT_OR_NONE = (str, _NONE)
 
 
-def _is_text_pair(value: object) -> bool:
+def _is_text_pair(value: object) -> TypeGuard[tuple[str, str]]:
     return type(value) is tuple and len(value) == 2 and all(isinstance(part, str) for part in value)
+
+
+def _is_ascii_pair(value: object) -> bool:
+    """Whether ``value`` is an ``asked_in`` known to be good without encoding it: a pair of ASCII
+    text (the hot path of ``Gate.authorize``; ``_expect_asked_in`` checks any other)."""
+    return _is_text_pair(value) and value[0].isascii() and value[1].isascii()
+
+
+def _expect_asked_in(value: object) -> None:
+    """``InputError`` naming ``asked_in`` unless it is ``None`` or a ``(scope, version)`` pair of
+    valid Unicode text (``_expect_id``, as a call's ``call_id``): both are hashed into the call's
+    key and kept in the store. Until review R89 a lone surrogate was taken, and failed later: an
+    ``InputError`` naming no argument (scope), or a ``StoreError`` (version) after a vote towards
+    a quorum above one was committed."""
+    if value is None:
+        return
+    if not _is_text_pair(value):
+        raise InputError(f"asked_in must be a (scope, version) pair of text or None, got {shown(value)}")
+    for part, name in zip(value, ("scope", "version"), strict=True):
+        _expect_id(part, f"asked_in's {name}")
 
 
 _IDENTITY_OR_NONE = (AgentIdentity, _NONE)

@@ -56,8 +56,9 @@ from agentgate.gate._checks import (
     _NO_CHAIN,
     _NONE,
     _OWN_NAME,
+    _expect_asked_in,
     _expect_id,
-    _is_text_pair,
+    _is_ascii_pair,
     granted_elsewhere,
     inherited_identity,
     principal_named,
@@ -471,7 +472,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         if even the refusal cannot be recorded (then nothing runs). Raises ``InputError``,
         writing nothing, for arguments of the wrong type (an ``identity`` that is neither an
         ``AgentIdentity`` nor ``None``, a ``call`` that is not a ``Call``, a ``call_id`` or
-        ``run_id`` that is not valid Unicode text) and for ``tokens`` that are not two token
+        ``run_id`` that is not valid Unicode text, an ``asked_in`` that is not a pair of it: until
+        review R89 a lone surrogate there raised ``StoreError`` after a vote towards a quorum was
+        committed) and for ``tokens`` that are not two token
         counts, whatever the call and whatever its decision would be (until review R85 a tool
         call's were not checked: garbage was recorded as allowed, or asked an approval). An
         ``approval`` that is not an ``Approval`` (``Approval.parse`` reads a resume value) is a
@@ -490,7 +493,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             and isinstance(identity, _IDENTITY_OR_NONE)
             and (call_id is None or (isinstance(call_id, str) and call_id.isascii()))
             and (run_id is None or (isinstance(run_id, str) and run_id.isascii()))
-            and (asked_in is None or _is_text_pair(asked_in))
+            and (asked_in is None or _is_ascii_pair(asked_in))
         ):
             self._check_decision(identity, call, call_id, run_id, asked_in)
         if prompt_most is not None and (type(prompt_most) is not int or prompt_most < 0):
@@ -830,10 +833,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         expect(call, Call, "call", "a Call (Call.tool, Call.model)")
         _expect_id(call_id, "call_id")
         _expect_id(run_id, "run_id")
-        if not (asked_in is None or _is_text_pair(asked_in)):
-            raise InputError(
-                f"asked_in must be a (scope, version) pair of text or None, got {shown(asked_in)}"
-            )
+        _expect_asked_in(asked_in)
 
     def _policy_principal(self, identity: AgentIdentity) -> str:
         return self._principal_of(identity.did, identity.chain)

@@ -24,7 +24,7 @@ from agentgate.errors import BudgetExceeded, Denied, Expired, InputError, QuotaE
 from agentgate.findings import Finding
 from agentgate.gate._approval import Approval
 from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict, expect, listed, shown
-from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE, _expect_id, _is_text_pair
+from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE, _expect_asked_in, _expect_id
 from agentgate.gate._costs import _METERED, _METERED_BY_TOKENS
 from agentgate.gate._lock import _serialized
 from agentgate.gate._records import PARAMETERS_IN_CLEAR, recordable, redact_reasons, without_held
@@ -187,8 +187,8 @@ class _Recording:
         ``AttributeError``, or one reason per character of a string), ``identity`` is no
         ``AgentIdentity`` or ``None``, ``findings`` no list of ``Finding``, ``call_id`` no text
         (until review R70 a bare ``AttributeError`` or ``TypeError``, a ``call_id`` taken as it
-        came), or ``asked_in`` is no pair of text, ``AuditError``/``StoreError`` when it cannot
-        be written."""
+        came), or ``asked_in`` is no pair of valid Unicode text, ``AuditError``/``StoreError``
+        when it cannot be written."""
         expect(identity, _IDENTITY_OR_NONE, "identity", _IDENTITY + " or None")
         expect(call, Call, "call", "a Call")
         said = _reasons(reasons, "reasons")
@@ -197,10 +197,7 @@ class _Recording:
             if not isinstance(finding, Finding):
                 raise InputError(f"findings must be a list of Finding, got an item {shown(finding)}")
         _expect_id(call_id, "call_id")
-        if not (asked_in is None or _is_text_pair(asked_in)):
-            raise InputError(
-                f"asked_in must be a (scope, version) pair of text or None, got {shown(asked_in)}"
-            )
+        _expect_asked_in(asked_in)
         refused = Authorization(Verdict.DENY, call, identity, said, found)
         call_key = None if asked_in is None else self._call_scope(identity, call_id, asked_in)
         return self._record_refusal(refused, call_id, call_key=call_key)
