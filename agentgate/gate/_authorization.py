@@ -58,7 +58,11 @@ class AgentIdentity:
     """Who an agent is in one run: its name, its own key, and the chain of grants it holds.
 
     Carried in the run's context, never in state or messages; its ``repr`` shows neither the
-    key nor the token.
+    key nor the token. ``InputError``, naming the field, for a ``name`` or ``tenant`` that is not
+    text, a ``key`` that is not a ``SigningKey`` or a ``chain`` that is not a ``Chain``: until
+    review R89 one built by hand so (a grant's token text as its chain, a DID as its key) was
+    taken, and ``Gate.authorize`` and ``Gate.budget_usage`` failed deep inside with a bare
+    ``AttributeError`` or ``TypeError``.
     """
 
     name: str
@@ -70,6 +74,16 @@ class AgentIdentity:
     audit_index: int | None = field(default=None, compare=False)
     """The index of the audit entry that recorded this identity's grant, when ``Gate.issue`` or
     ``Gate.delegate`` made it (a delegation's span links to it)."""
+
+    def __post_init__(self) -> None:
+        expect(self.name, str, "AgentIdentity.name", "the agent's name (text)")
+        expect(
+            self.key, SigningKey, "AgentIdentity.key", "the agent's own SigningKey, not its DID or public key"
+        )
+        expect(
+            self.chain, Chain, "AgentIdentity.chain", "a Chain (parse_chain reads one from a grant's token)"
+        )
+        expect(self.tenant, str, "AgentIdentity.tenant", "text")
 
     @property
     def did(self) -> str:
