@@ -139,7 +139,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
     Thread-safe; one per process and policy. ``Gate.open`` builds one from files with the
     embedded defaults (SQLite under ``.agentgate/``, the log key beside it). ``registry``: the
     Prometheus registry every scheduler of the gate exports its metrics to (docs/tasks.md,
-    "Visibility"); a new one by default, ``Gate.registry`` either way.
+    "Visibility"); a new one by default, ``Gate.registry`` either way. ``tracer``: the
+    OpenTelemetry tracer of its spans, else the globally installed provider's. ``InputError``,
+    naming the parameter and opening nothing, for any argument of the wrong type.
     """
 
     def __init__(
@@ -157,6 +159,14 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         expect(store, Store, "store", "a Store (open_store, SQLiteStore)")
         expect(log_key, (SigningKey, _NONE), "log_key", "a SigningKey or None")
         expect(scheduler, (SchedulerConfig, _NONE), "scheduler", "a SchedulerConfig or None")
+        # Until review R89 these two were taken as given: a wrong registry failed every tool call
+        # after its allow was recorded (its scheduler refused it), a wrong tracer lost every span.
+        expect(
+            tracer, (Tracer, _NONE), "tracer", "an OpenTelemetry Tracer (TracerProvider.get_tracer) or None"
+        )
+        expect(
+            registry, (CollectorRegistry, _NONE), "registry", "a prometheus_client CollectorRegistry or None"
+        )
         anchors = (
             listed(trust_anchors, "trust_anchors", "public keys or did:key strings", TokenFormatError)
             if trust_anchors is not None
