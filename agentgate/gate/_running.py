@@ -637,8 +637,11 @@ class _Running:
         ``error.type=CancelledError``. The allow cannot be used after.
 
         Raises ``Denied`` for a refusal or an allow already used (``run``, ``arun``, ``abandon``),
-        ``InputError`` for an ``auth`` that is not an ``Authorization``.
+        ``InputError``, the allow left unused, for an ``auth`` that is not an ``Authorization``
+        and for a ``why`` that is not text, as ``decline`` refuses its ``reason`` (until review
+        R89 ``None`` was recorded as ``CancelledError: None``).
         """
+        expect(why, str, "why", "text")
         self._check_allowed(auth)
         self._settle_not_run(auth, f"CancelledError: {why}", "CancelledError")
 
