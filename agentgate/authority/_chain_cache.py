@@ -47,7 +47,10 @@ class ChainCache:
     Only chains that passed the time-independent checks are stored; the oldest entries go first.
     Raises ``InputError`` for a ``size`` or ``max_bytes`` that is not a whole number, 1 or more:
     until review R56 a string or ``None`` raised a ``TypeError`` from the decision that cached a
-    second chain, and a NaN bounded nothing (every comparison with it is false).
+    second chain, and a NaN bounded nothing (every comparison with it is false). What it checked
+    stays as checked: ``size`` and ``max_bytes`` are read-only, and assigning one raises
+    ``AttributeError`` (until review R89 an assigned string or NaN got past that check the same
+    way; a cache of another size is a new ``ChainCache``).
     """
 
     def __init__(self, size: int = 4096, max_bytes: int = 64 * 1024 * 1024) -> None:
@@ -56,11 +59,21 @@ class ChainCache:
                 raise InputError(
                     f"a chain cache's {name} is a whole number, 1 or more, got {quoted(value, 40)}"
                 )
-        self.size = size
-        self.max_bytes = max_bytes
+        self._size = size
+        self._max_bytes = max_bytes
         self._items: dict[tuple[frozenset[str], str], tuple[Chain, int]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
+
+    @property
+    def size(self) -> int:
+        """The most chains kept, as checked; read-only."""
+        return self._size
+
+    @property
+    def max_bytes(self) -> int:
+        """The most ``chain_weight`` the kept chains add up to, as checked; read-only."""
+        return self._max_bytes
 
     def get(self, anchors: frozenset[str], token: str) -> Chain | None:
         kept = self._items.get((anchors, token))
@@ -69,9 +82,9 @@ class ChainCache:
     def put(self, anchors: frozenset[str], token: str, chain: Chain) -> None:
         weight = chain_weight(token, chain)
         with self._lock:
-            if (anchors, token) in self._items or weight > self.max_bytes:
+            if (anchors, token) in self._items or weight > self._max_bytes:
                 return
-            while self._items and (len(self._items) >= self.size or self._bytes + weight > self.max_bytes):
+            while self._items and (len(self._items) >= self._size or self._bytes + weight > self._max_bytes):
                 oldest = next(iter(self._items))
                 self._bytes -= self._items.pop(oldest)[1]
             self._items[(anchors, token)] = (chain, weight)
