@@ -9,15 +9,16 @@ every link must attenuate its parent. Time is checked apart (``time_finding``), 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
 
 from agentgate._shown import shown
 from agentgate._time import when
 from agentgate.authority._grant import DEFAULT_SKEW, GRANT_CONTEXT, Chain, Grant
 from agentgate.authority._signatures import TrustAnchors, verify_signature
 from agentgate.capabilities import (
+    Call,
     Capability,
     attenuates,
+    covers,
     format_capability,
     pattern_within,
     witness,
@@ -65,40 +66,77 @@ def _short(did: str) -> str:
     return did if len(did) <= 24 else did[:16] + "..." + did[-6:]
 
 
+def _widened_constraint(p: Capability, call: Call) -> str | None:
+    """The first constraint of ``p`` that ``call`` fails (``None`` when it fails none)."""
+    for name, constraint in p.constraints:
+        if name not in call.args or not constraint.allows(call.args[name]):
+            return name
+    return None
+
+
+def _constraint_finding(child: Grant, cap: Capability, p: Capability, call: Call, name: str) -> Finding:
+    """``constraint_widened``: ``cap`` allows ``call``, which fails ``p``'s constraint on ``name``."""
+    if name not in cap.constraint_map:
+        # The witness of a dropped constraint is a made-up value (``'\x00zz-witness'``)
+        # that says nothing to the person who dropped it.
+        allows = f"leaves {name} unconstrained (any value, or none)"
+    else:
+        allows = f"allows {name}={call.args.get(name, '<any value>')!r}"
+    # What the parent holds ends the message, as ``(it holds ...)``: a refusal told to
+    # a model leaves it out (``gate._records.without_held``), since it pins what an
+    # argument the framework injects may be filled with (an API key).
+    return _finding(
+        _SCOPE,
+        "constraint_widened",
+        f"child capability {format_capability(cap)} {allows}, which the parent's capability "
+        f"does not; narrow {name} to within the parent's constraint (it holds {format_capability(p)})",
+        child,
+        f"constraints.{name}",
+    )
+
+
 def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding | None:
     # ``attenuates`` is exact and agrees with ``witness`` (property-tested), without building
     # witness calls: the common case of a valid link costs no more than that.
     for p in parent.capabilities:
         if attenuates(p, cap):
             return None
-    near: tuple[Capability, Any] | None = None
+    witnesses: list[tuple[Capability, Call]] = []
     for p in parent.capabilities:
         call = witness(p, cap)
         if call is None:
             return None
-        if near is None and pattern_within(cap.resource, p.resource) and p.action in ("*", cap.action):
-            near = (p, call)
-    if near is not None:
-        p, call = near
-        for name, constraint in p.constraints:
-            if name not in call.args or not constraint.allows(call.args[name]):
-                if name not in cap.constraint_map:
-                    # The witness of a dropped constraint is a made-up value (``'\x00zz-witness'``)
-                    # that says nothing to the person who dropped it.
-                    allows = f"leaves {name} unconstrained (any value, or none)"
-                else:
-                    allows = f"allows {name}={call.args.get(name, '<any value>')!r}"
-                # What the parent holds ends the message, as ``(it holds ...)``: a refusal told to
-                # a model leaves it out (``gate._records.without_held``), since it pins what an
-                # argument the framework injects may be filled with (an API key).
-                return _finding(
-                    _SCOPE,
-                    "constraint_widened",
-                    f"child capability {format_capability(cap)} {allows}, which the parent's capability "
-                    f"does not; narrow {name} to within the parent's constraint (it holds {format_capability(p)})",
-                    child,
-                    f"constraints.{name}",
-                )
+        witnesses.append((p, call))
+    near = [
+        pattern_within(cap.resource, p.resource) and p.action in ("*", cap.action)
+        for p in parent.capabilities
+    ]
+    if any(near):
+        # The call named is one no parent capability covers, where a witness is one: until review
+        # R89 it was checked against the nearest capability only, and a child within two of them
+        # together (``amount<=100`` and ``amount>100&amount<=500``) was told a call the parent
+        # allows (``amount=500``) and to narrow to the first. The near capabilities' witnesses go
+        # first, so a parent with one of them names its witness as before; the rest are named
+        # against the first. At most ``MAX_CAPABILITIES`` squared coverage checks, on a refusal.
+        first = witnesses[near.index(True)]
+        tried = [w for w, n in zip(witnesses, near, strict=True) if n]
+        tried += [(first[0], call) for (_, call), n in zip(witnesses, near, strict=True) if not n]
+        for p, call in tried:
+            name = _widened_constraint(p, call)
+            if name is not None and not any(covers(held, call) for held in parent.capabilities):
+                return _constraint_finding(child, cap, p, call, name)
+        name = _widened_constraint(*first)
+        if name is not None:
+            return _finding(
+                _SCOPE,
+                "constraint_widened",
+                f"child capability {format_capability(cap)} is within no single capability the "
+                "parent holds, and each delegated capability must be within one, even where several "
+                "together cover it; split it into capabilities each within one the parent holds "
+                f"(it holds {', '.join(format_capability(p) for p in parent.capabilities)})",
+                child,
+                f"constraints.{name}",
+            )
     call = witness(parent.capabilities[0], cap)
     assert call is not None
     held = ", ".join(format_capability(p) for p in parent.capabilities)
