@@ -206,11 +206,18 @@ class Chain:
     its signatures once. Not a dataclass field, as ``_parsed``."""
 
     def __post_init__(self) -> None:
-        """Raises ``TokenFormatError`` for links no chain is made of: none, or one that is not a
-        ``Grant`` and lacks a grant's fields (until review R85 a bare ``ValueError`` or
-        ``AttributeError``). Links that are not the token's (grants, or objects with a grant's
-        fields) are refused where the chain is used (``tip_mismatch``)."""
+        """Raises ``TokenFormatError`` for links no chain is made of: not a tuple, none, or one
+        that is not a ``Grant`` and lacks a grant's fields (until review R85 a bare ``ValueError``
+        or ``AttributeError``). Links that are not the token's (grants, or objects with a grant's
+        fields) are refused where the chain is used (``tip_mismatch``).
+
+        Until review R89 a list of the token's own grants was taken: ``verify_chain``, ``delegate``
+        and ``record`` refused the chain as ``tip_mismatch`` (its list never equals the parsed
+        tuple), which said falsely that the links were not the token's, while ``decide_held``
+        allowed it. A list is refused here, for every entry point alike."""
         links = self.links
+        if not isinstance(links, tuple):
+            raise TokenFormatError(_not_links(links))
         set_ = object.__setattr__
         try:
             set_(self, "ids", tuple([link.id for link in links]))
@@ -248,7 +255,7 @@ class Chain:
 def _not_links(links: object) -> str:
     """What makes ``links`` no chain's links, for ``Chain``'s refusal."""
     shape = "a chain's links are a tuple of one or more Grant objects, root first"
-    if not isinstance(links, tuple | list):
+    if not isinstance(links, tuple):
         return f"{shape}; got a {type(links).__name__}"
     if not links:
         return f"{shape}; got none"
