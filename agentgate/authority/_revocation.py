@@ -41,12 +41,12 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
     hold in it (a lone surrogate, a NUL character) is recorded escaped, never a reason for the
     revocation to fail. Raises ``TokenFormatError`` for a value that is neither, ``InputError``
     for a ``repo`` that is not a ``GrantRepository`` (``checked_repo``), a ``reason`` that is not text or is longer than ``MAX_FREE_TEXT`` (1,000) characters and
-    for a ``now`` outside a grant's times (``_revoked_at``), ``StoreError`` when the store cannot
+    for a ``now`` outside a grant's times (``_stored_at``), ``StoreError`` when the store cannot
     be written; nothing is revoked then.
     """
     repo = checked_repo(repo, "revoke")
     grant_id = revoked_id(grant)
-    repo.revoke(grant_id, now=_revoked_at(now), reason=storable_reason(reason))
+    repo.revoke(grant_id, now=_stored_at(now), reason=storable_reason(reason))
     return grant_id
 
 
@@ -91,14 +91,16 @@ def _not_a_grant(text: str) -> str:
     )
 
 
-def _revoked_at(now: float | None) -> int:
-    """``now`` (``None``: the clock) in whole Unix seconds, the time a revocation records: refused
-    (``InputError``) outside 0 .. 2**40-1, as ``issue`` and ``delegate`` refuse a grant's times
-    (until review R85 ``revoke(..., now=-1)`` recorded a revocation at -1)."""
+def _stored_at(now: float | None, what: str = "a revocation time") -> int:
+    """``now`` (``None``: the clock) in whole Unix seconds, the time a revocation or a grant's
+    record stores (``what`` it is): refused (``InputError``) outside 0 .. 2**40-1, as ``issue``
+    and ``delegate`` refuse a grant's times (until review R85 ``revoke(..., now=-1)`` recorded a
+    revocation at -1, and until review R89 ``record(..., now=-1)`` a grant recorded at -1, which
+    orders ``GrantRepository.delegated``, and ``now=2**70`` failed only in the store)."""
     at = _now(now)
     if not 0 <= at < MAX_TIME:
         raise InputError(
-            f"a revocation time lies in 0 .. 2**40-1 Unix seconds; got {quoted(at)} (a clock or now= before "
+            f"{what} lies in 0 .. 2**40-1 Unix seconds; got {quoted(at)} (a clock or now= before "
             "1970, or past 2**40)"
         )
     return at
@@ -249,7 +251,7 @@ def revoke_holder(
     repo = checked_repo(repo, "revoke_holder")
     did = _holder_did(holder)
     storable = storable_reason(reason)
-    at = _revoked_at(now)
+    at = _stored_at(now)
     if scan is None:
         scan = scan_holder(repo, did)
     elif not isinstance(scan, HolderScan):
@@ -310,11 +312,13 @@ def record(repo: GrantRepository, chain: Chain, *, now: float | None = None) -> 
 
     Raises ``Denied`` (``tip_mismatch``) for a ``Chain`` object whose links are not its token's:
     a row records a grant's audience and expiry for good (``revoke_holder`` reads the audience);
-    ``InputError`` for a ``repo`` that is not a ``GrantRepository``."""
+    ``InputError`` for a ``repo`` that is not a ``GrantRepository`` and for a ``now`` outside
+    0 .. 2**40-1 (``_stored_at``, as ``revoke``); nothing is recorded then."""
     repo = checked_repo(repo, "record")
+    at = _stored_at(now, "a grant's record time")
     chain = _signed_chain(chain)
     rows = [
         (link.id, link.parent, link.issuer, link.audience, link.expires, _encode_chain(chain.links[: i + 1]))
         for i, link in enumerate(chain.links)
     ]
-    repo.record_grants(rows, now=_now(now))
+    repo.record_grants(rows, now=at)
