@@ -8,9 +8,13 @@
    decision: the budget reserved for the estimated prompt and the output limit, and the audit
    entry, in one transaction before anything is sent.
    A refusal answers 401, 402 or 403 with an OpenAI-style error body, and has reserved nothing.
-   The step blocks (store I/O): it runs in a worker thread while other chat calls are in flight,
-   and on the event loop itself when this call is the only one (nothing else could run on the
-   loop meanwhile, and the hand-off to a thread and back costs more than the rest of the step).
+   The step blocks (store I/O, which may wait: for the store's write lock held by another
+   connection, up to SQLite's busy timeout, or for a slow PostgreSQL), so it always runs in a
+   worker thread, never on the event loop: ``/healthz``, ``/metrics``, the other connections
+   and the shutdown go on meanwhile. Until review R89 a call that was the only one in flight
+   was decided on the loop itself, to save the hand-off to a thread and back (about 0.1 ms on
+   a quiet machine, 0.4 ms on a loaded one: docs/gateway.md, "Review R89"), and a decision
+   waiting for the lock froze the whole gateway for as long as it waited.
 3. The dispatcher routes the call to a backend that serves the model, with the call's output
    limit set to what was reserved; the answer (or the stream) goes back to the caller.
 4. The usage the backend reports is charged and the outcome audited (``Gate.arun`` /
@@ -375,19 +379,16 @@ class Gateway:
             self._flushing.add_done_callback(_log_failure)
 
     async def _blocking(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run a blocking gate step: inline when this is the only chat call in flight, else in a thread.
+        """Run a blocking gate step in a worker thread, never on the event loop.
 
-        Inline, it first waits (without blocking the loop) for an outcome commit in progress,
-        which holds the gate's store lock. A step begun in a thread runs to its end even if the
-        task is cancelled meanwhile (the shutdown): what it recorded (an allow and its
-        reservation) must be settled, so it is returned, the task left ``cancelling()`` for the
-        caller to see (``_cut_by_shutdown``); a cancellation before it began raises.
+        The step may wait on the store (its write lock held by another connection: SQLite's busy
+        timeout, 30 s by default; a slow PostgreSQL); on the loop, that wait would stop every
+        other connection, ``/healthz`` included (until review R89 the only call in flight was
+        decided inline). A step begun runs to its end even if the task is cancelled meanwhile
+        (the shutdown): what it recorded (an allow and its reservation) must be settled, so it
+        is returned, the task left ``cancelling()`` for the caller to see (``_cut_by_shutdown``);
+        a step cancelled before it began raises.
         """
-        if self._in_flight <= 1:
-            if self._flushing is not None and not self._flushing.done():
-                await asyncio.wait((self._flushing,))
-            if self._in_flight <= 1:
-                return fn(*args, **kwargs)
         # ``asyncio.to_thread``'s future, but not a task: the event loop's own end cancels every
         # task, and a cancelled one would lose the step's result while the thread runs on.
         context = contextvars.copy_context()
