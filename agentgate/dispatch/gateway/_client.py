@@ -27,7 +27,9 @@ from typing import Any
 
 import httpx
 
+from agentgate._shown import quoted
 from agentgate.authority import Chain, Invocation, args_digest, parse_chain
+from agentgate.authority._invocation import MAX_INVOCATION_TTL
 from agentgate.capabilities import Call
 from agentgate.dispatch._engine_fields import FieldError
 from agentgate.errors import CapabilityError, InputError, TokenFormatError
@@ -139,6 +141,18 @@ class InvocationSigner:
     """
 
     def __init__(self, key: SigningKey, chain: Chain | str, *, ttl: int = 60) -> None:
+        """``ttl``: how long each invocation it signs is valid, in seconds.
+
+        Raises ``InputError`` naming ``ttl`` unless it is a whole number from 1 to 300 (what the
+        invocation format takes: docs/token-format.md), ``TokenFormatError`` for a chain that
+        cannot be parsed. Until review R89 a ``ttl`` of 3600 made a signer whose every request
+        then raised ``TokenFormatError`` out of httpx's request hook, far from where it was set.
+        """
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 < ttl <= MAX_INVOCATION_TTL:
+            raise InputError(
+                f"ttl must be a whole number of seconds from 1 to {MAX_INVOCATION_TTL} (an invocation's"
+                f" longest life), not {quoted(ttl)}"
+            )
         self.key = key
         self.chain = chain if isinstance(chain, Chain) else parse_chain(chain)
         self.ttl = ttl
