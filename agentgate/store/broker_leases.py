@@ -527,7 +527,8 @@ def _lease_from_json(data: dict[str, Any], lease_id: object) -> Lease:
     leases``, and a ``level`` of ``"galaxy"`` was restored as it was; until review R82 an integer
     too large for a float (``10**400``) was an ``OverflowError`` traceback (``math.isfinite``), now
     ``time_refused``'s refusal, which ``Broker.restore`` makes too; until review R85 the ``id`` was
-    not checked: a list loaded, and was a ``TypeError`` out of ``Broker.restore`` and the CLI."""
+    not checked: a list loaded, and was a ``TypeError`` out of ``Broker.restore`` and the CLI; until
+    review R89 neither was the number of its ``gpus``, which must be its request's."""
     if data["id"] != lease_id or not isinstance(data["id"], str):
         raise ValueError(f"its id is {data['id']!r:.80}, not the row's lease_id {lease_id!r:.80}")
     whose = f"lease {data['id']!r:.80}"
@@ -543,9 +544,12 @@ def _lease_from_json(data: dict[str, Any], lease_id: object) -> Lease:
             raise ValueError(
                 f"{whose}: {name} must be one of {', '.join(allowed)} or null, got {data[name]!r:.80}"
             )
-    return Lease(
-        **{**data, "request": _request_from_json(data["request"]), "gpus": _ids(data["gpus"], "gpus")}
-    )
+    request, gpus = _request_from_json(data["request"]), _ids(data["gpus"], "gpus")
+    if len(gpus) != request.gpus:
+        # A lease of no GPUs for an 8-GPU gang loaded, and was restored holding and charging
+        # nothing (``Broker.restore`` refuses it too: "a gang of the wrong size").
+        raise ValueError(f"{whose}: holds {len(gpus)} GPUs for a gang of {request.gpus}")
+    return Lease(**{**data, "request": request, "gpus": gpus})
 
 
 def _ids(value: object, name: str) -> tuple[str, ...]:

@@ -66,13 +66,13 @@ class _Restoring:
                 raise BrokerError(
                     f"snapshot: lease {quoted(lease.id)} has unknown tenant {quoted(lease.tenant)}"
                 )
-            self._claim_snapshot_gpus(lease.id, lease.gpus, lease.request.gpus, holders)
+            self._claim_snapshot_gpus(lease.id, lease.gpus, lease.request.gpus, holders, may_be_none=False)
         for q in snapshot.queue:
             if q.request.tenant not in self._quota:
                 raise BrokerError(
                     f"snapshot: request {quoted(q.request.id)} has unknown tenant {quoted(q.request.tenant)}"
                 )
-            self._claim_snapshot_gpus(q.request.id, q.nominated, q.request.gpus, reserved)
+            self._claim_snapshot_gpus(q.request.id, q.nominated, q.request.gpus, reserved, may_be_none=True)
 
     def _check_snapshot_times(self, snapshot: BrokerSnapshot) -> None:
         """Raise ``BrokerError`` naming the first time of ``snapshot`` that is none. Until review
@@ -90,10 +90,15 @@ class _Restoring:
             if why is not None:
                 raise BrokerError(f"snapshot: request {quoted(q.request.id)}: {why}")
 
-    def _claim_snapshot_gpus(self, owner: str, gpus: Sequence[str], size: int, into: dict[int, str]) -> None:
-        """Record in ``into`` that ``owner`` holds ``gpus`` (none, or a whole gang of ``size``);
-        raise ``BrokerError`` for a GPU this topology lacks or one ``into`` has already."""
-        if len(gpus) not in (0, size):
+    def _claim_snapshot_gpus(
+        self, owner: str, gpus: Sequence[str], size: int, into: dict[int, str], *, may_be_none: bool
+    ) -> None:
+        """Record in ``into`` that ``owner`` holds ``gpus``: a whole gang of ``size``, or none where
+        ``may_be_none`` (a waiting request that is not nominated; a lease always holds its gang:
+        until review R89 one holding none was restored, charged nothing, and its tenant was granted
+        its quota again beside it); raise ``BrokerError`` for a gang of another size, a GPU this
+        topology lacks or one ``into`` has already."""
+        if len(gpus) != size and not (may_be_none and not gpus):
             raise BrokerError(
                 f"snapshot: {quoted(owner)} holds {len(gpus)} GPUs for a gang of {shown_number(size)}"
             )
