@@ -438,7 +438,10 @@ class Broker(_Restoring, _Preempting):
         a gang of the wrong size), names one lease or request id twice, or holds a time that is
         none, as the journal's ``load`` refuses it (a ``taken_at`` of no date from year 1 to 9999,
         a lease's or request's time that is not a finite number, a waiting request's ``deadline``
-        that is neither a finite number nor ``inf``, which says it never times out).
+        that is neither a finite number nor ``inf``, which says it never times out), or has a
+        field that is not of its type (``_check_snapshot_shapes``: a request that is no
+        ``GangRequest``, GPUs or victims that are no tuple of ids...), all checked before
+        anything is taken over.
         """
         with self._lock:
             if self._leases or self._waiting or self._seq:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import get_args
 
 from agentgate.dispatch.broker._model import (
     LEASE_TIMES,
     BrokerSnapshot,
+    GangRequest,
     Lease,
+    PreemptReason,
     QueuedRequest,
     queued_deadline_refused,
     shown_number,
@@ -20,7 +23,7 @@ from agentgate.dispatch.broker._model import (
 from agentgate.dispatch.broker._placement import FreeIndex
 from agentgate.dispatch.broker._quota import QuotaBook
 from agentgate.dispatch.broker._quoting import quoted
-from agentgate.dispatch.broker._topology import Topology
+from agentgate.dispatch.broker._topology import LEVELS, Topology
 from agentgate.dispatch.broker._waiting import _Waiting
 from agentgate.errors import BrokerError
 
@@ -42,8 +45,10 @@ class _Restoring:
     def _check_snapshot(self, snapshot: BrokerSnapshot) -> None:
         """Raise ``BrokerError`` unless ``snapshot`` fits this topology and these quotas: each id
         live once, each lease granting its own request, known tenants and GPUs, no GPU held or
-        nominated twice, gangs of their request's size; and unless its times are times, as the
-        journal's ``load`` reads them (``taken_at_refused``, ``time_refused``)."""
+        nominated twice, gangs of their request's size; and unless its fields are of their types
+        (``_check_snapshot_shapes``) and its times are times, as the journal's ``load`` reads
+        them (``taken_at_refused``, ``time_refused``)."""
+        _check_snapshot_shapes(snapshot)
         self._check_snapshot_times(snapshot)
         holders: dict[int, str] = {}
         reserved: dict[int, str] = {}
@@ -142,3 +147,67 @@ class _Restoring:
                 self._free.take(i for i in nums if self._owner[i] is None)
                 for i in nums:
                     self._reserved[i] = q.request.id
+
+
+def _check_snapshot_shapes(snapshot: object) -> None:
+    """Raise ``BrokerError`` naming the first field of ``snapshot`` that is not of its type: a
+    ``BrokerSnapshot`` of tuples of ``Lease`` and ``QueuedRequest``, each with a ``GangRequest``,
+    its GPUs, nominated GPUs and victims tuples of ids (text), a lease's ``preempted_by`` an id or
+    ``None``, its ``preempt_reason`` and ``level`` one of theirs or ``None``, a request's
+    ``draining`` a bool (its times are ``_check_snapshot_times``'s). Checked before anything else:
+    until review R89 a request, GPUs or nominated GPUs of ``None``, a GPU or a victim that was a
+    list, or a queue item that was no ``QueuedRequest`` was a ``TypeError`` or an
+    ``AttributeError``, and a victim that was a list one after the snapshot's leases were taken
+    over, which left the broker holding them and refusing the right snapshot as "not empty"."""
+    if not isinstance(snapshot, BrokerSnapshot):
+        raise BrokerError(f"snapshot must be a BrokerSnapshot, got {quoted(snapshot)}")
+    for name in ("leases", "queue"):
+        if not isinstance(getattr(snapshot, name), tuple):
+            raise BrokerError(f"snapshot: its {name} must be a tuple, got {quoted(getattr(snapshot, name))}")
+    for n, lease in enumerate(snapshot.leases):
+        if not isinstance(lease, Lease):
+            raise BrokerError(f"snapshot: leases[{n}] must be a Lease, got {quoted(lease)}")
+        why = (
+            _request_refused(lease.request)
+            or _ids_refused("gpus", lease.gpus)
+            or _one_of_refused("preempt_reason", lease.preempt_reason, get_args(PreemptReason))
+            or _one_of_refused("level", lease.level, LEVELS)
+        )
+        if why is None and lease.preempted_by is not None and not isinstance(lease.preempted_by, str):
+            why = f"preempted_by must be a request id or None, got {quoted(lease.preempted_by)}"
+        if why is not None:
+            raise BrokerError(f"snapshot: lease {quoted(lease.id)}: {why}")
+    for n, q in enumerate(snapshot.queue):
+        if not isinstance(q, QueuedRequest):
+            raise BrokerError(f"snapshot: queue[{n}] must be a QueuedRequest, got {quoted(q)}")
+        why = (
+            _request_refused(q.request)
+            or _ids_refused("nominated", q.nominated)
+            or _ids_refused("victims", q.victims)
+        )
+        if why is None and not isinstance(q.draining, bool):
+            why = f"draining must be True or False, got {quoted(q.draining)}"
+        if why is not None:
+            whose = f"request {quoted(q.request.id)}" if isinstance(q.request, GangRequest) else f"queue[{n}]"
+            raise BrokerError(f"snapshot: {whose}: {why}")
+
+
+def _request_refused(request: object) -> str | None:
+    """Why ``request`` is no snapshot item's request, or ``None`` when it is a ``GangRequest``."""
+    if isinstance(request, GangRequest):
+        return None
+    return f"request must be a GangRequest, got {quoted(request)}"
+
+
+def _ids_refused(name: str, ids: object) -> str | None:
+    """Why ``ids``, the field ``name``, is no tuple of ids (text), or ``None`` when it is one."""
+    if isinstance(ids, tuple) and all(isinstance(i, str) for i in ids):
+        return None
+    return f"{name} must be a tuple of ids (text), got {quoted(ids)}"
+
+
+def _one_of_refused(name: str, value: object, allowed: tuple[str, ...]) -> str | None:
+    """Why ``value``, the field ``name``, is neither ``None`` nor one of ``allowed``."""
+    if value is None or (isinstance(value, str) and value in allowed):
+        return None
+    return f"{name} must be one of {', '.join(allowed)} or None, got {quoted(value)}"
