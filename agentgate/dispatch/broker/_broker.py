@@ -129,8 +129,8 @@ class Broker(_Restoring, _Preempting):
     ``locality_wait_s`` is how long a communication-bound gang (or one with a preferred
     constraint) waits for its preferred placement before it accepts a looser one (``inf``:
     never); ``drain_after_s`` and ``max_draining`` govern draining (module docstring; off by
-    default). Raises ``BrokerError`` for a negative setting, a ``ttl_s`` of 0, or a tenant with
-    two quotas.
+    default). Raises ``BrokerError`` for a negative setting, a ``ttl_s`` of 0, a ``max_draining``
+    that is not an integer, or a tenant with two quotas.
     """
 
     def __init__(
@@ -147,9 +147,16 @@ class Broker(_Restoring, _Preempting):
         max_draining: int = 0,
         journal: LeaseJournal | None = None,
     ) -> None:
-        for name, value in (("ttl_s", ttl_s), ("grace_s", grace_s), ("max_draining", max_draining)):
+        for name, value in (("ttl_s", ttl_s), ("grace_s", grace_s)):
             if not finite_non_negative(value):
                 raise BrokerError(f"broker {name} must be finite and >= 0, got {shown_number(value)}")
+        if isinstance(max_draining, bool) or not isinstance(max_draining, int) or max_draining < 0:
+            # A count of gangs (until review R89 0.5 was taken, and let one gang drain; so were
+            # 2.5 and 1e300), as the benchmark's ``--max-draining`` is.
+            raise BrokerError(
+                f"broker max_draining must be an integer >= 0 (gangs draining at once), "
+                f"got {shown_number(max_draining)}"
+            )
         if ttl_s < MIN_TTL_S:  # as a request's own (``GangRequest``): a lease must outlive its grant's call
             raise BrokerError(f"broker {short_ttl(ttl_s)}")
         # An infinite wait is allowed: never loosen a preference, never drain.
