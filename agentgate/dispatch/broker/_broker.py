@@ -83,6 +83,9 @@ from agentgate.errors import BrokerError, LeaseLost, StoreError
 
 Clock = Callable[[], float]
 
+GrantCheck = Callable[[GangRequest], str | None]
+"""``Broker.grant_check``: why a waiting request may no longer take GPUs, or ``None`` when it may."""
+
 
 class SteadyWallClock:
     """The broker's default clock: wall time that never jumps. It reads the wall clock once, when
@@ -172,6 +175,13 @@ class Broker(_Restoring, _Preempting):
         self.drain_after_s = drain_after_s
         self.max_draining = max_draining
         self.journal = journal
+        self.grant_check: GrantCheck | None = None
+        """Asked, when set, as a waiting request is about to take GPUs (its grant, a preemption's
+        nomination, a draining reservation), not at every call: ``None`` lets it; a reason
+        withdraws it (``Withdrawn`` with that reason, a reservation it held going back); a
+        ``StoreError`` (its store cannot be read) leaves it waiting as it was, asked again at
+        the next try. ``GatedBroker`` sets it: a request whose grant was revoked while it waited
+        is not granted (``_may_take``)."""
         self._quota = QuotaBook(quotas)
         self._free = FreeIndex(topology)
         self._owner: list[str | None] = [None] * len(topology)
@@ -437,7 +447,9 @@ class Broker(_Restoring, _Preempting):
         """Take over the leases and queue of a saved snapshot (a restarted broker).
 
         Only on a broker that has done nothing yet. Leases keep their expiry and notice
-        deadlines, so a lease whose holder died while the broker was down ends at the next call.
+        deadlines, so a lease whose holder died while the broker was down ends at the next call,
+        and a nominated request whose victims are gone is granted by the next call that tries the
+        queue (``next_deadline`` is now), after ``grant_check``.
         The default clock (``SteadyWallClock``) is moved forward to the snapshot's time if it is
         behind it: time on a restored broker never runs back past what it saved.
         Raises ``BrokerError``, changing nothing, when the broker is not empty or the snapshot
@@ -461,17 +473,19 @@ class Broker(_Restoring, _Preempting):
             self._dirty = True
             if self.journal is not None:
                 self.journal.take_over(snapshot)  # the broker it was restored from writes no more
-            self._release_ended_victims()
+            self._forget_ended_victims()
 
-    def _release_ended_victims(self) -> None:
-        """Grant the nominated requests whose victims all ended while the broker was down."""
-        # Under the rules of a live broker: not past its quota, nor once its wait is over (the
-        # next call times it out).
-        now = self.clock()
-        for w in list(self._waiting.values()):
+    def _forget_ended_victims(self) -> None:
+        """Forget the victims that ended while the broker was down: a nominated request whose
+        victims all did is granted by the next call that tries the queue (``next_deadline`` says
+        now), under the rules of a live broker (not past its quota, nor once its wait is over)
+        and after ``grant_check``, which a ``GatedBroker`` made after the restore sets: until
+        review R89 it was granted here, before any check was set, so a request whose grant was
+        revoked while the broker was down was granted all the same."""
+        for w in self._waiting.values():
             w.victims &= set(self._leases)
-            if w.nominated and w.deadline > now and self._ready(w):
-                self._grant(w, w.nominated, now)
+            if w.nominated and self._ready(w):
+                self._untried = True
 
     # --- validation ---------------------------------------------------------------------------
 
@@ -586,7 +600,8 @@ class Broker(_Restoring, _Preempting):
                 # it goes once the quota holds it, which another lease's end or a withdrawn
                 # reservation may bring about, not only a notified lease's end.
                 if self._ready(w):
-                    self._grant(w, w.nominated, now)
+                    if self._may_take(w):
+                        self._grant(w, w.nominated, now)
                 elif w.draining:
                     self._place_draining(w, now)
                 continue
@@ -598,6 +613,8 @@ class Broker(_Restoring, _Preempting):
                     if not self._quota.fits(request.tenant, request.gpus, with_leaving=True):
                         # It fits once the notified leases of its tenant or cohort are gone,
                         # which their grace bounds: it waits for them, preempting nobody.
+                        continue
+                    if not self._may_take(w):
                         continue
                     self._free.take(chosen)
                     self._quota.charge(request.tenant, request.gpus)
@@ -628,7 +645,7 @@ class Broker(_Restoring, _Preempting):
         free = self._free.copy()  # with its own reserved GPUs that are free: they may be part of it
         free.give(own)
         chosen = self.policy.place(request, free, loosen=self._loosen(w, now))
-        if chosen is None:
+        if chosen is None or not self._may_take(w):
             return
         self._withdraw_nominated(w)
         w.nominated, w.draining = (), False
@@ -679,7 +696,7 @@ class Broker(_Restoring, _Preempting):
             # GPUs that were leaving are gone: a nominated request held back by its quota may go.
             nominated = sorted((w for w in self._waiting.values() if w.nominated), key=lambda w: w.seq)
         for w in nominated:
-            if self._ready(w):
+            if self._ready(w) and self._may_take(w):
                 self._grant(w, w.nominated, now)
 
     def _ready(self, w: _Waiting) -> bool:
@@ -692,6 +709,27 @@ class Broker(_Restoring, _Preempting):
             and all(self._owner[i] is None for i in w.nominated)
             and self._quota.fits(w.request.tenant, 0, with_leaving=True)
         )
+
+    def _may_take(self, w: _Waiting) -> bool:
+        """Whether waiting ``w`` may take GPUs now, as ``grant_check`` answers (``True`` without
+        one); asked only when it is about to, so a check that reads a store costs one read per
+        grant, not one per call and request waiting. Refused, ``w`` is withdrawn: ``Withdrawn``
+        with the reason, a reservation it held going back, victims it notified staying notified
+        (as at a timeout). A ``StoreError`` of the check leaves it waiting as it was."""
+        if self.grant_check is None:
+            return True
+        try:
+            refused = self.grant_check(w.request)
+        except StoreError:
+            return False
+        if refused is None:
+            return True
+        del self._waiting[w.request.id]
+        if w.nominated:
+            self._withdraw_nominated(w)
+        self._dirty = True
+        self._outbox.append(Withdrawn(w.request, refused))
+        return False
 
     def _withdraw_nominated(self, w: _Waiting) -> None:
         # Victims already notified stay notified: their holders were told to checkpoint, and

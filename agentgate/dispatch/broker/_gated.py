@@ -11,8 +11,10 @@ another, a policy can bound them like any argument (``priority: {le: 1}``, ``gra
 600}``). The tenant whose quota pays is the one the policy gives the identity's principal
 (``Gate.tenant_of``), the holder is the identity's DID; neither is the caller's to choose. Only
 the holder may release or renew its lease, and a renewal is decided again (a revoked or expired
-grant cannot keep its GPUs). What happens to a lease afterwards (granted, notified of preemption,
-ended, timed out) is appended to the log as an ``outcome`` entry that refers to the decision.
+grant cannot keep its GPUs); a request still waiting when its grant is revoked is withdrawn as it
+is about to take GPUs (``Broker.grant_check``, ``GatedBroker._revoked_grant``). What happens to
+a lease afterwards (granted, notified of preemption, ended, timed out, withdrawn) is appended to
+the log as an ``outcome`` entry that refers to the decision.
 
 The link from a lease to its decision lives in the store (``store/broker_decisions.py``), not in
 the process: a ``GatedBroker`` started after a restart, over the same store and a broker restored
@@ -39,7 +41,14 @@ from typing import NoReturn
 
 from agentgate.capabilities import Call
 from agentgate.dispatch.broker._broker import Broker, _an_id
-from agentgate.dispatch.broker._lease_calls import _number, _outlived, _resource, _resource_or_any, _wait_left
+from agentgate.dispatch.broker._lease_calls import (
+    _number,
+    _outlived,
+    _resource,
+    _resource_or_any,
+    _revoked_link,
+    _wait_left,
+)
 from agentgate.dispatch.broker._lease_outcomes import _held, _Recording
 from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, Lease, LeaseEnded
 from agentgate.dispatch.broker._quoting import quoted
@@ -101,7 +110,8 @@ class GatedBroker(_Recording):
 
     ``name`` is the broker's name in the store, the same as its journal's
     (``BrokerLeaseStore(store, broker=name)``). Calls are serialized: each one decides through the
-    Gate, whose decisions run one at a time anyway.
+    Gate, whose decisions run one at a time anyway. It sets ``broker.grant_check``
+    (``_revoked_grant``): one ``GatedBroker`` per broker.
     """
 
     def __init__(self, gate: Gate, broker: Broker, *, name: str = "default") -> None:
@@ -115,6 +125,26 @@ class GatedBroker(_Recording):
         front, which a list did in time growing with the backlog behind it)."""
         self._undelivered: list[BrokerEvent] = []
         """Events recorded that no call has returned yet (``_delivered``)."""
+        broker.grant_check = self._revoked_grant
+
+    def _revoked_grant(self, request: GangRequest) -> str | None:
+        """``Broker.grant_check``: why ``request``, decided through this ``GatedBroker``, may no
+        longer take GPUs, a grant of the chain that decided it being revoked, or ``None``.
+
+        Asked by the broker as a waiting request is about to be granted (or to preempt, or to
+        reserve a group to drain), whatever call or clock brings that about, so a revocation made
+        by any process on the store, the CLI's or one made while the broker was down, holds: not
+        at ``Gate.revoke``, which no other process's revocation passes through, and not at every
+        call for every request waiting. Two or three reads of the store per grant: the decision's
+        row (a request queued on the broker directly has none: ``None``) and the links of its
+        chain (``_revoked_link``). A ``StoreError`` leaves the request waiting (``Broker``)."""
+        decided = self.decisions.get(request.id)
+        if decided is None or not decided.chain_hash:
+            return None
+        revoked = _revoked_link(self.gate.store, decided.chain_hash)
+        if revoked is None:
+            return None
+        return f"grant {revoked} of the chain that decided it was revoked while it waited"
 
     def submit(
         self, identity: AgentIdentity | None, request: GangRequest, *, approval: Approval | None = None

@@ -11,6 +11,8 @@ from agentgate.dispatch.broker._model import GangRequest
 from agentgate.dispatch.broker._quoting import quoted
 from agentgate.errors import BrokerError, CapabilityError
 from agentgate.gate import AgentIdentity
+from agentgate.store import Store
+from agentgate.store.grants import GrantRepository
 
 
 def _outlived(identity: AgentIdentity, ttl_s: float) -> str | None:
@@ -30,6 +32,25 @@ def _wait_left(identity: AgentIdentity, ttl_s: float) -> float:
     """How long a request may wait in the queue: a lease granted later than this would outlive
     ``identity``'s grant chain (``_outlived`` checks the lease as if granted at once)."""
     return max(0.0, identity.chain.expires - time.time() - ttl_s)
+
+
+def _revoked_link(store: Store, tip: str) -> str | None:
+    """The first revoked grant of the chain whose tip is ``tip``, walking up from the tip as
+    ``store`` records the chain (the Gate records every link of a chain it allows, in the allow's
+    transaction), or ``None`` when none is: a revocation is of a grant and every grant below it.
+    One read per link (a chain has at most 16), made only as a waiting lease is about to be
+    granted (``GatedBroker._revoked_grant``)."""
+    seen: set[str] = set()
+    current: str | None = tip
+    while current is not None and current not in seen:  # a cycle of rows written by hand ends
+        seen.add(current)
+        row = GrantRepository.recorded(store, current)
+        if row is None:
+            return None
+        if row.revoked:
+            return row.id
+        current = row.parent
+    return None
 
 
 def _resource(request: GangRequest) -> str:

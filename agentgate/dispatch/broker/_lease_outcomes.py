@@ -328,5 +328,7 @@ def _describe(event: BrokerEvent) -> tuple[str, str]:
     if isinstance(event, LeaseEnded):
         return f"lease_{event.reason}", f"lease ended ({event.reason}); {len(event.lease.gpus)} GPUs returned"
     if isinstance(event, Withdrawn):
+        if event.reason is not None:  # ``GatedBroker._revoked_grant``, the one check it makes
+            return "request_revoked", f"withdrawn before it took GPUs: {event.reason}; held nothing"
         return "request_withdrawn", "withdrawn by its holder while it waited; held nothing"
     return "lease_timed_out", f"waited {event.waited_s:g} s without being placed whole; held nothing"

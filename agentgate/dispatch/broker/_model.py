@@ -413,9 +413,13 @@ class TimedOut:
 
 @dataclass(frozen=True, slots=True)
 class Withdrawn:
-    """The holder released the request while it waited; it holds nothing."""
+    """The holder released the request while it waited, or (``reason``) the broker withdrew it as
+    it was about to take GPUs; it holds nothing."""
 
     request: GangRequest
+    reason: str | None = None
+    """Why the broker withdrew it (``Broker.grant_check``'s answer: through ``GatedBroker``, a
+    grant of the chain that decided it was revoked); ``None``: its holder released it."""
 
 
 BrokerEvent = Granted | CheckpointNotice | LeaseEnded | TimedOut | Withdrawn

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from agentgate.dispatch.broker._model import BrokerEvent, CheckpointNotice, GangRequest, Lease, PreemptReason
 from agentgate.dispatch.broker._placement import (
@@ -39,6 +40,10 @@ class _Preempting:
     _outbox: list[BrokerEvent]
     _dirty: bool
     _due: bool
+
+    if TYPE_CHECKING:  # what this part calls of the broker's other parts
+
+        def _may_take(self, w: _Waiting) -> bool: ...
 
     def _grace(self, request: GangRequest) -> float:
         return self.grace_s if request.grace_s is None else request.grace_s
@@ -81,7 +86,8 @@ class _Preempting:
         return self.policy.place(request, trial, loosen=loosen)
 
     def _try_preempt(self, w: _Waiting, now: float, loosen: bool) -> bool:
-        """Nominate ``w`` with the fewest victims that let it fit; whether it did."""
+        """Nominate ``w`` with the fewest victims that let it fit; whether it did (or would have,
+        where ``Broker.grant_check`` withdrew it or held it back instead)."""
         request = w.request
         candidates = self._candidates(w, now)
         if not candidates:
@@ -128,7 +134,10 @@ class _Preempting:
             again = self._what_if(request, fewer, loosen)
             if again is not None:
                 chosen, placement = fewer, again
-        self._nominate(w, placement, chosen, now)
+        # Asked before any lease is told to checkpoint: a request that may no longer take GPUs
+        # (its grant revoked, ``Broker.grant_check``) preempts nobody.
+        if self._may_take(w):
+            self._nominate(w, placement, chosen, now)
         return True
 
     def _try_drain(self, w: _Waiting) -> None:
@@ -161,7 +170,7 @@ class _Preempting:
             key = (-len(free), g, (free + busy)[: request.gpus])
             if best is None or key[:2] < best[:2]:
                 best = key
-        if best is None:
+        if best is None or not self._may_take(w):
             return
         w.draining = True
         self._reserve(w, best[2])
