@@ -137,10 +137,21 @@ class _Dispatching:
         it meets the SLO (docs/dispatch.md). Raises ``DispatchError`` when no dispatcher is
         attached, ``InputError`` for a ``tenant`` that is no name (``check_tenant``) or a
         ``session`` that is no id (``check_session``), and what
-        ``Dispatcher.chat`` raises (``NoBackend``, ``Shed``, ``BackendFailed``)."""
+        ``Dispatcher.chat`` raises (``NoBackend``, ``Shed``, ``BackendFailed``).
+
+        A wait interrupted (a Ctrl-C's ``KeyboardInterrupt``, a signal handler's exception)
+        cancels the call on the dispatcher's loop, as leaving ``dispatch_stream`` early and
+        cancelling ``adispatch`` do: its backend connection is closed, so the engine stops
+        generating, and its router slot is freed. Until review R89 the call ran on until the
+        generation ended, holding that slot and the backend's work."""
         check_tenant(tenant)
         check_session(session)
-        return self._send(lambda d: d.chat(payload, tenant=tenant, session=session)).result()
+        sent = self._send(lambda d: d.chat(payload, tenant=tenant, session=session))
+        try:
+            return sent.result()
+        except BaseException:
+            sent.cancel()  # interrupted: stop the call (once it ended, this does nothing)
+            raise
 
     async def adispatch(
         self, payload: Mapping[str, Any], *, tenant: str = "default", session: str | None = None
