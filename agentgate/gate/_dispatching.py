@@ -8,6 +8,7 @@ import concurrent.futures
 import contextlib
 import queue
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from agentgate.dispatch.dispatcher import Dispatcher
 
 T = TypeVar("T")
+
+STREAM_AHEAD = 64
+"""Chunks of a streamed answer read from the dispatcher ahead of the reader of ``dispatch_stream``
+/ ``adispatch_stream`` (``_relay``), as the gateway's ``STREAM_AHEAD`` bounds its own."""
 
 
 class _Dispatching:
@@ -169,15 +174,18 @@ class _Dispatching:
         """Route and stream an OpenAI-style chat payload: the chunks as the backend sends them
         (blocking iterator). Raises as ``dispatch`` does, before or between chunks (a stream that
         breaks after output: ``BackendFailed``). Leaving the loop early, or closing the iterator,
-        cancels the call on the backend."""
+        cancels the call on the backend. The backend's stream is read at most ``STREAM_AHEAD``
+        chunks ahead of the reader (``_relay``)."""
         check_tenant(tenant)
         check_session(session)
         chunks: queue.SimpleQueue[ChatChunk | BaseException | None] = queue.SimpleQueue()
-        relay = self._relay(payload, tenant, session, chunks.put)
+        ahead = _Ahead()
+        relay = self._relay(payload, tenant, session, chunks.put, ahead)
         try:
             while (item := chunks.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
+                ahead.taken()
                 yield item
         finally:
             relay.cancel()
@@ -190,16 +198,18 @@ class _Dispatching:
         check_session(session)
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue()
+        ahead = _Ahead()
 
         def put(item: ChatChunk | BaseException | None) -> None:
             with contextlib.suppress(RuntimeError):  # this loop closed: nobody reads any more
                 loop.call_soon_threadsafe(chunks.put_nowait, item)
 
-        relay = self._relay(payload, tenant, session, put)
+        relay = self._relay(payload, tenant, session, put, ahead)
         try:
             while (item := await chunks.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
+                ahead.taken()
                 yield item
         finally:
             relay.cancel()
@@ -210,18 +220,27 @@ class _Dispatching:
         tenant: str,
         session: str | None,
         put: Callable[[ChatChunk | BaseException | None], None],
+        ahead: _Ahead,
     ) -> concurrent.futures.Future[None]:
         """Stream on the dispatcher's loop, handing each chunk to ``put``, then ``None`` at the
         end or the exception that ended it. The stream runs whole on that loop (an async
         generator cannot move between loops); cancelling the future returned cancels it there,
         which closes the backend's connection. The stream carries the trace context of the span
-        current where it is asked for (``Dispatcher.stream``), not the loop thread's."""
+        current where it is asked for (``Dispatcher.stream``), not the loop thread's.
+
+        A chunk is handed over only while fewer than ``STREAM_AHEAD`` handed over are not yet
+        taken (the reader calls ``ahead.taken()`` for each one it takes): a reader that reads
+        slowly slows the read of the backend down, instead of having the answer pile up in this
+        process's memory (until review R89 the whole answer was queued, however slowly it was
+        read). A reader that stops reading without closing the stream holds the call until it
+        closes it, or until the gate closes."""
         caller = otel_context.get_current()
 
         async def pump(dispatcher: Dispatcher) -> None:
             traced = otel_context.attach(caller)  # this task's own context: detached when it ends
             try:
                 async for chunk in dispatcher.stream(payload, tenant=tenant, session=session):
+                    await ahead.room()
                     put(chunk)
             except BaseException as exc:  # CancelledError too: the reader is gone, or the gate closes
                 put(exc)
@@ -269,6 +288,80 @@ class _Dispatching:
             _stop_dispatcher(*taken, quiet=False)
 
 
+class _Ahead:
+    """How far a stream's pump (``_relay``) has read ahead of its reader: the chunks it handed
+    over that the reader has not taken yet, at most ``STREAM_AHEAD``. ``room`` waits, on the
+    dispatcher's loop (the pump's), until one more may be handed over; ``taken``, called by the
+    reader on its own thread or loop for each chunk it takes, makes room for one.
+
+    Once the gate's dispatcher stops (``read_on``, for every stream of its loop), no pump waits:
+    each reads on, and the dispatcher's close ends its stream as it ends one being read
+    (``BackendFailed`` after output), which reaches the reader after the chunks it has not
+    taken. A pump left waiting would be dropped with the loop, its reader waiting for ever."""
+
+    def __init__(self) -> None:
+        self._ahead = 0  # changed on the pump's loop only
+        self._loop: asyncio.AbstractEventLoop | None = None  # the pump's, once it handed a chunk
+        self._room: asyncio.Future[None] | None = None  # while the pump waits
+
+    async def room(self) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        if self._ahead >= STREAM_AHEAD:
+            pumps = _pumps_of(loop)
+            while self._ahead >= STREAM_AHEAD and not pumps.reading_on:
+                self._room = loop.create_future()
+                pumps.waiting.add(self)
+                try:
+                    await self._room
+                finally:
+                    pumps.waiting.discard(self)
+                    self._room = None
+        self._ahead += 1
+
+    def taken(self) -> None:
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # that loop closed with the gate: nothing pumps
+                self._loop.call_soon_threadsafe(self._took)
+
+    def _took(self) -> None:
+        self._ahead -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
+
+    @staticmethod
+    def read_on(loop: asyncio.AbstractEventLoop) -> None:
+        """Let every pump of ``loop`` read on from now: its dispatcher stops. Called on ``loop``."""
+        pumps = _pumps_of(loop)
+        pumps.reading_on = True
+        for ahead in list(pumps.waiting):
+            ahead._wake()
+
+
+class _Pumps:
+    """The pumps of one dispatcher loop's streams that wait for their readers (``_Ahead``), and
+    whether none waits any more (``reading_on``: the dispatcher stops). Used on that loop only."""
+
+    def __init__(self) -> None:
+        self.waiting: set[_Ahead] = set()
+        self.reading_on = False
+
+
+_PUMPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pumps] = weakref.WeakKeyDictionary()
+"""The ``_Pumps`` of each dispatcher loop, each read and changed on its own loop's thread (a gate
+keeps no record of its streams: the entry goes with the loop)."""
+
+
+def _pumps_of(loop: asyncio.AbstractEventLoop) -> _Pumps:
+    """The ``_Pumps`` of ``loop`` (made on first use). Called on ``loop``."""
+    pumps = _PUMPS.get(loop)
+    if pumps is None:
+        pumps = _PUMPS[loop] = _Pumps()
+    return pumps
+
+
 def _stop_dispatcher(
     dispatcher: Dispatcher, loop: asyncio.AbstractEventLoop, thread: threading.Thread, *, quiet: bool
 ) -> None:
@@ -277,8 +370,10 @@ def _stop_dispatcher(
     dispatcher whose start failed, half started, or that the gate never took: what is raised
     then is why), when called as when awaited, as is the ``TypeError`` of one that returns no
     coroutine (until review R87c those two replaced the start's error); else it is raised, once
-    the thread stopped."""
+    the thread stopped. The streams' pumps waiting for their readers read on first (``_Ahead``):
+    the close then ends their streams as it ends those being read."""
     try:
+        loop.call_soon_threadsafe(_Ahead.read_on, loop)  # before the close: the loop runs callbacks in order
         with contextlib.suppress(Exception) if quiet else contextlib.nullcontext():
             asyncio.run_coroutine_threadsafe(dispatcher.aclose(), loop).result()
     finally:
