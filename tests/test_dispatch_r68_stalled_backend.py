@@ -32,8 +32,18 @@ CASES: list[tuple[str, bool, bytes, str]] = [
     ("head_then_nothing", False, _WHOLE_HEAD, r"junk: (no answer within 0\.4s|.*Timeout)"),
     ("part_of_body", False, _WHOLE_HEAD + b'{"id": ', r"junk: (no answer within 0\.4s|.*Timeout)"),
     ("no_head", True, b"", r"junk: no answer within 0\.3s"),
-    ("head_then_nothing", True, _STREAM_HEAD, r"junk: stream silent for 0\.3s \(no chunk\)"),
-    ("one_chunk", True, _STREAM_HEAD + _chunked(_event("a")), r"junk: stream silent for 0\.5s \(no chunk\)"),
+    (
+        "head_then_nothing",
+        True,
+        _STREAM_HEAD,
+        r"junk: no first token within 0\.3s of the request \(first_token_s\)",
+    ),
+    (
+        "one_chunk",
+        True,
+        _STREAM_HEAD + _chunked(_event("a")),
+        r"junk: stream silent for 0\.5s after its last chunk \(idle_s\)",
+    ),
 ]
 
 

@@ -260,12 +260,19 @@ class BackendClient:
         self.session = session
         self.transport: ChatTransport | None = None
         self.timeouts = timeouts or Timeouts()
+        # A stream's deadlines are its own (``stream``: ``first_token_s`` for the head and the
+        # first chunk, ``idle_s`` after it); the transport's read timeout only backs them up, so
+        # it is the longer of the two, and never fires before either. Until review R89 it was
+        # ``idle_s``, which also ran from the head to the first token: a first token slower than
+        # ``idle_s`` (30 s) but within ``first_token_s`` (60 s) failed the stream, and over
+        # aiohttp was said to be silence for ``first_token_s``.
+        stream_read_s = max(self.timeouts.first_token_s, self.timeouts.idle_s)
         self._stream_session_timeout = aiohttp.ClientTimeout(
-            total=None, connect=self.timeouts.connect_s, sock_read=self.timeouts.idle_s
+            total=None, connect=self.timeouts.connect_s, sock_read=stream_read_s
         )
         # Built once: the same limits for every request of a kind (a non-streamed answer's are
         # its own: ``Timeouts.answer_s``).
-        self._stream_timeout = self._timeout(self.timeouts.idle_s)
+        self._stream_timeout = self._timeout(stream_read_s)
         self._probe_timeout = self._timeout(self.timeouts.probe_s)
         self._reading: set[aiohttp.ClientResponse] = set()
         """The answers whose bodies are being read over ``session`` now (``cut``)."""
@@ -512,6 +519,7 @@ class BackendClient:
                 left -= loop.time() - waited
                 self._check_status(status, refusal, retry_after)
                 first = True
+                started = False  # a chunk has come that advanced the answer: ``idle_s`` from now on
                 while True:
                     waited = loop.time()
                     try:
@@ -522,9 +530,7 @@ class BackendClient:
                     except TimeoutError:
                         if waited + left < deadline:
                             raise self._overlong(whole) from None
-                        raise BackendFailed(
-                            f"{self.backend.name}: stream silent for {wait}s (no chunk)"
-                        ) from None
+                        raise self._silent(started) from None
                     left -= loop.time() - waited
                     if first:
                         # The SSE format lets a stream open with a byte order mark, which belongs
@@ -549,14 +555,28 @@ class BackendClient:
                             )
                         yield chunk
                         if _advances(chunk, seen, chars):
-                            wait = self.timeouts.idle_s
-                            deadline = loop.time() + wait
+                            started = True
+                            deadline = loop.time() + self.timeouts.idle_s
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
             # ValueError: a line over its limit (``split_lines``).
             error = self._shown(BackendFailed(f"{self.backend.name}: {_failure_text(exc)}"), payload)
         except DispatchError as exc:
             error = self._shown(exc, payload)
         raise error  # outside the handlers: nothing chained to it
+
+    def _silent(self, started: bool) -> BackendFailed:
+        """The failure of a stream whose next chunk did not come in time: its first (or its head)
+        within ``first_token_s`` of the request, or, once one has (``started``), a later one
+        within ``idle_s`` of the last; each named, as the setting to change is."""
+        if started:
+            return BackendFailed(
+                f"{self.backend.name}: stream silent for {self.timeouts.idle_s:g}s after its last "
+                "chunk (idle_s)"
+            )
+        return BackendFailed(
+            f"{self.backend.name}: no first token within {self.timeouts.first_token_s:g}s of the "
+            "request (first_token_s)"
+        )
 
     def _overlong(self, whole: float) -> BackendFailed:
         """The failure of a stream that has taken its backend's time in all (``stream_s``)."""
