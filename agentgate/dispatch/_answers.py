@@ -10,9 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from agentgate._json import integral
 from agentgate._shown import quoted
-from agentgate.dispatch._redaction import _scrub
+from agentgate.dispatch._redaction import _prompt_texts, _scrub
 from agentgate.errors import BackendFailed, DispatchError
 
 
@@ -66,18 +68,25 @@ class ChatResult:
     gateway sends it encoded again), not these bytes, for a reader to see the copy checked."""
 
 
-def _reject_error(backend: str, body: object, key: str | None = None) -> None:
+def _reject_error(
+    backend: str, body: object, key: str | None = None, request: Mapping[str, Any] | None = None
+) -> None:
     """Raise ``BackendFailed`` if ``body`` is an error the backend reports with HTTP 200: OpenAI's
     ``{"error": {...}}``, or vLLM's ``{"object": "error", "message": ...}``, which it sends as a
     stream event when generation fails mid-stream and then ends the stream with ``[DONE]`` (read
-    as chunks, that would be a short answer passed off as a whole one)."""
+    as chunks, that would be a short answer passed off as a whole one). Its message (a detail
+    that is no text as JSON writes it) is quoted scrubbed of ``key`` and of the prompt of
+    ``request`` (``_prompt_texts``) as it came, before it is cut and written with ``repr``: until review R89
+    the prompt was scrubbed after, where ``repr`` had escaped a quote, a backslash or a character
+    that is not printable in it, and the rest of an echoed prompt was quoted from there on."""
     if not isinstance(body, Mapping):
         return
     error = body.get("error")
     if error is None and body.get("object") != "error":
         return
     detail = error.get("message", error) if isinstance(error, Mapping) else error or body.get("message")
-    excerpt = _scrub(str(detail)[:1024], key)[:200]
+    text = detail[:1024] if isinstance(detail, str) else orjson.dumps(detail).decode()[:1024]
+    excerpt = _scrub(text, key, _prompt_texts(request) if request is not None else ())[:200]
     raise BackendFailed(f"{backend}: the backend reported an error: {excerpt!r}")
 
 

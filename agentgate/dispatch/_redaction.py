@@ -75,7 +75,9 @@ def _pieces(text: str, secret: str, size: int) -> list[tuple[int, int]]:
 
 def _prompt_texts(payload: Mapping[str, Any]) -> list[str]:
     """The texts of the request's messages that ``_scrub`` redacts: each ``_FRAGMENT`` characters
-    or longer, as sent and as JSON writes it (an echo inside a JSON body keeps its escapes)."""
+    or longer, as sent and as JSON writes it (an echo inside a JSON body keeps its escapes), with
+    characters past ASCII as they are (FastAPI's, vLLM's) and escaped (Python's ``json`` by
+    default, Flask's)."""
     messages = payload.get("messages")
     found: list[str] = []
     for message in messages if isinstance(messages, list) else ():
@@ -84,8 +86,7 @@ def _prompt_texts(payload: Mapping[str, Any]) -> list[str]:
         for part in parts:
             text = part.get("text") if isinstance(part, Mapping) else part
             if isinstance(text, str) and len(text) >= _FRAGMENT:
-                found.append(text)
-                escaped = json.dumps(text, ensure_ascii=False)[1:-1]
-                if escaped != text:
-                    found.append(escaped)
+                found += dict.fromkeys(
+                    (text, json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1])
+                )
     return found

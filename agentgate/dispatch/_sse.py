@@ -5,7 +5,7 @@ event's chunk (``_parse_chunk``), and what a chunk brings (``carries_output``, `
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,9 +95,17 @@ async def split_lines(
             await pieces.aclose()
 
 
-def _parse_chunk(backend: str, data: str, key: str | None = None, asked: int = 1) -> ChatChunk | None:
+def _parse_chunk(
+    backend: str,
+    data: str,
+    key: str | None = None,
+    asked: int = 1,
+    request: Mapping[str, Any] | None = None,
+) -> ChatChunk | None:
     """One SSE event's chunk (``None`` for an event with neither choices nor usage; a usage
-    without ``completion_tokens`` counts as none), for a call that asked for ``asked`` choices.
+    without ``completion_tokens`` counts as none), for a call that asked for ``asked`` choices;
+    an error event's message is quoted scrubbed of ``key`` and of ``request``'s prompt
+    (``_reject_error``).
 
     orjson, not ``json``: it refuses ``NaN``, ``Infinity`` and numbers beyond float range, and
     nesting past 1024 levels, as a ``ValueError`` (``json`` would read ``1e999`` as infinity and
@@ -109,7 +117,7 @@ def _parse_chunk(backend: str, data: str, key: str | None = None, asked: int = 1
     try:
         event = orjson.loads(data)
         _within_depth(event)
-        _reject_error(backend, event, key)
+        _reject_error(backend, event, key, request)
         # vLLM sends ``"usage": null`` on every chunk but the last: a null usage is none. So is
         # one without a completion count (charged as nothing generated, its output would go free:
         # the stream is then settled as one that reported no usage, at its reservation), or
@@ -388,16 +396,17 @@ def text_chars(pending: list[object]) -> int:
     return count
 
 
-def _line_shown(line: str, key: str | None) -> str:
+def _line_shown(line: str, key: str | None, prompts: Sequence[str] = ()) -> str:
     """What a stream's line that is not an SSE event is shown as: a JSON object (an NDJSON
     stream, Ollama's native ``{"message": {"content": ...}}``: its values are generated text) by
     its first keys only, anything else (a proxy's words, an HTML page) as its first 80
-    characters, the key redacted."""
+    characters, the key and ``prompts`` (``_prompt_texts``) redacted before it is cut and written
+    with ``repr`` (which escapes what would hide an echoed prompt from a later scrub)."""
     try:
         value = orjson.loads(line[:65536]) if line.startswith("{") else None
     except orjson.JSONDecodeError:
         value = None
     if isinstance(value, dict):
-        keys = ", ".join(repr(_scrub(str(k)[:32], key)) for k in list(value)[:8])
+        keys = ", ".join(repr(_scrub(str(k)[:1024], key, prompts)[:32]) for k in list(value)[:8])
         return f"a JSON object with keys {keys} (an NDJSON stream? the backend must speak OpenAI's SSE)"
-    return repr(_scrub(line[:1024], key)[:80])
+    return repr(_scrub(line[:1024], key, prompts)[:80])

@@ -360,14 +360,14 @@ class BackendClient:
                 f"{self.backend.name}: {exc}: the call asked for more than is read "
                 "(fewer tokens, or fewer log-probabilities)"
             ) from None
-        self._check_status(status, self._excerpt(raw), retry_after)
+        self._check_status(status, self._excerpt(raw, payload), retry_after)
         try:
             data = orjson.loads(raw)
             # Nested past ``MAX_DEPTH``, as a stream event is (``_within_depth``): orjson reads
             # 1,024 levels, and until review R88d an answer 1,000 deep was a bare RecursionError
             # out of a refusal quoting its finish_reason, usage or choice index.
             _within_depth(data)
-            _reject_error(self.backend.name, data, self._key)
+            _reject_error(self.backend.name, data, self._key, payload)
             choices = _checked_choices(data["choices"], "message", _choices_asked(payload))
             choice = choices[0]
             # No ``content`` key is none: TGI's tool call message has ``role`` and ``tool_calls``
@@ -511,7 +511,7 @@ class BackendClient:
                             self._post_stream(body, trace)
                         )
                         # The start only: an error's body may never end (``_post_stream``).
-                        refusal = self._excerpt(await read()) if status >= 300 else ""
+                        refusal = self._excerpt(await read(), payload) if status >= 300 else ""
                 except TimeoutError:
                     if waited + left < deadline:
                         raise self._overlong(whole) from None
@@ -539,13 +539,12 @@ class BackendClient:
                     if not line or line.startswith(_SSE_IGNORED):
                         continue  # a comment, or an SSE field other than data (event, id, retry)
                     if not line.startswith("data:"):
-                        raise BackendFailed(
-                            f"{self.backend.name}: not an SSE event: {_line_shown(line, self._key)}"
-                        )
+                        shown = _line_shown(line, self._key, _prompt_texts(payload))
+                        raise BackendFailed(f"{self.backend.name}: not an SSE event: {shown}")
                     data = line[5:].strip()
                     if data == "[DONE]":
                         return
-                    chunk = _parse_chunk(self.backend.name, data, self._key, asked)
+                    chunk = _parse_chunk(self.backend.name, data, self._key, asked, payload)
                     if chunk is not None:
                         chars = _answer_chars(chunk)
                         if limit is not None and (produced := produced + chars) > limit:
@@ -750,14 +749,19 @@ class BackendClient:
         asked = "" if wait is None else f" (Retry-After: {wait:g} s)"
         raise BackendFailed(f"{self.backend.name}: HTTP {status}{asked}: {text}", retry_after_s=wait)
 
-    def _excerpt(self, body: bytes) -> str:
-        """The start of an error answer's ``body`` for a message, scrubbed of the key before it is
-        cut (a key cut in two would not be found), on one line: each run of white space, line
+    def _excerpt(self, body: bytes, payload: Mapping[str, Any]) -> str:
+        """The start of an error answer's ``body`` for a message, scrubbed of the key and of the
+        prompt of ``payload`` (``_prompt_texts``) as it came, before it is cut (a key or prompt
+        cut in two would not be found) or changed, on one line: each run of white space, line
         breaks and the indents after them, is one space (until review R61 an nginx error page or a
         pretty-printed JSON error was quoted over several lines), and each other character that
         is not printable written as its escape (``escaped``: until review R66 a terminal escape,
-        a bidi override or a NUL in the body reached the gateway's log and the audit outcome)."""
-        return escaped(" ".join(_scrub(body[:_QUOTED].decode("utf-8", "replace"), self._key).split())[:200])
+        a bidi override or a NUL in the body reached the gateway's log and the audit outcome).
+        Until review R89 the prompt was scrubbed after (``_shown``), where its echo no longer
+        read as sent past a run of spaces or a character that is not printable, and the rest of
+        it was quoted; and after the cut, which left up to 7 characters of a prompt's start."""
+        text = _scrub(body[:_QUOTED].decode("utf-8", "replace"), self._key, _prompt_texts(payload))
+        return escaped(" ".join(text.split())[:200])
 
     def _shown(self, exc: DispatchError, payload: Mapping[str, Any]) -> DispatchError:
         """``exc`` made fit to leave this client: nothing chained to it (the exceptions it was
