@@ -18,12 +18,16 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
     time; default: the time now): its delta-seconds (ASCII digits only, RFC 9110 10.2.3) or the
     time to its HTTP-date (0 for a date past), at most ``MAX_RETRY_AFTER_S``. ``None`` for no
     value or one of neither form: a negative or fractional number, garbage (ignored, never an
-    error: the backend's failure stands without it)."""
+    error: the backend's failure stands without it). ``1*DIGIT`` allows leading zeros, which are
+    dropped before the digits are measured (as ``Content-Length``'s, ``declared_length``): until
+    review R89 ``0000000001`` (10 characters) was read as ``MAX_RETRY_AFTER_S``, holding the
+    backend and every alias of its URL down 300 s where it asked for 1."""
     if value is None:
         return None
     text = value.strip()
     if text.isascii() and text.isdigit():
-        return MAX_RETRY_AFTER_S if len(text) > 9 else min(float(text), MAX_RETRY_AFTER_S)
+        digits = text.lstrip("0") or "0"  # not read whole: ``int`` refuses over 4,300 digits
+        return MAX_RETRY_AFTER_S if len(digits) > 9 else min(float(digits), MAX_RETRY_AFTER_S)
     if not text or text[0].isdigit() or text[0] in "+-":
         return None  # a number of another form (``-5``, ``1.5``) or nothing: no date either
     try:
