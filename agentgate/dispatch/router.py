@@ -104,15 +104,47 @@ class _Waiter:
     """When it last asked."""
 
 
+def _checked_quotas(quotas: object) -> dict[str, TenantQuota]:
+    """``quotas`` (``None``: none) as the router keeps them; raises ``InputError`` unless it is a
+    mapping of tenant names (text) to ``TenantQuota``, naming the first entry that is not."""
+    if quotas is None:
+        return {}
+    if not isinstance(quotas, Mapping):
+        raise InputError(
+            f"router quotas must be a mapping of tenant to TenantQuota, got {type(quotas).__name__}"
+        )
+    for tenant, quota in quotas.items():
+        if not isinstance(tenant, str):
+            raise InputError(
+                f"router quotas must be keyed by tenant name (text), got {type(tenant).__name__}"
+            )
+        if not isinstance(quota, TenantQuota):
+            kind = type(quota)
+            # The broker's quota has the same name: say whose it is.
+            got = (
+                f"{kind.__module__}.{kind.__name__}"
+                if kind.__name__ == TenantQuota.__name__
+                else kind.__name__
+            )
+            raise InputError(
+                f"router quota for tenant {quoted(tenant)} must be a TenantQuota "
+                f"(agentgate.dispatch.quota), got {got}"
+            )
+    return dict(quotas)
+
+
 class Router(RoutingPolicy):
     """SLO-aware, cache-aware, quota-aware routing (see the module docstring).
 
     Raises ``InputError`` for a ``tie_tolerance`` or ``affinity_slack`` that is not a finite
     number >= 0 (a negative or NaN tolerance left no near-tie at all, and the first routed call
     failed with an untyped ``ValueError``), a ``max_sessions`` that is not a whole number >= 0
-    (0: no session affinity kept), and as ``RoutingPolicy`` does (a ``block_tokens`` below 1, a
-    ``metrics_max_age_s`` that is not a finite number >= 0, a ``speed`` that is not a
-    ``SpeedModel``).
+    (0: no session affinity kept), ``quotas`` that are not a mapping of tenant names (text) to
+    ``TenantQuota`` (``agentgate.dispatch.quota``'s: a dict of its fields, as a config file reads
+    it, or the broker's quota of the same name, was taken until review R89, and the tenant's
+    first routed call failed with an untyped ``AttributeError``), and as ``RoutingPolicy`` does
+    (a ``block_tokens`` below 1, a ``metrics_max_age_s`` that is not a finite number >= 0, a
+    ``speed`` that is not a ``SpeedModel``).
     """
 
     name = "agentgate"
@@ -141,7 +173,7 @@ class Router(RoutingPolicy):
             # untyped TypeError), and NaN or inf let the affinity map grow without bound.
             raise InputError(f"router max_sessions must be a whole number >= 0, got {max_sessions!r}")
         self.predictor = predictor or predicted_ttft()
-        self.quotas = dict(quotas or {})
+        self.quotas = _checked_quotas(quotas)
         self.tie_tolerance = tie_tolerance
         self.affinity_slack = affinity_slack
         self.max_sessions = max_sessions
