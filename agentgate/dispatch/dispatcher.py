@@ -365,7 +365,8 @@ class Dispatcher:
     ) -> RouteRequest:
         """The ``RouteRequest`` for an OpenAI chat payload (its output limit: ``output_limit``, else
         ``DEFAULT_OUTPUT_TOKENS`` (256); its TTFT budget: ``slo_ttft_s``, else ``slo_ttft(model)``);
-        raises ``DispatchError`` if it is malformed (no model or messages, an output limit that is
+        raises ``DispatchError`` if it is malformed (not a mapping: until review R89 ``None``, a
+        list or text was a bare ``AttributeError``; no model or messages, an output limit that is
         no whole number from 0 to ``MAX_USAGE_TOKENS``: ``output_limit``), ``InputError`` for a ``tenant`` that is no name
         (``check_tenant``) or a ``session`` that is no id (``check_session``), as ``Gate.dispatch``
         checks them: until review R57 ``chat`` and ``stream`` called directly took any tenant, each
@@ -390,6 +391,11 @@ class Dispatcher:
             )
         if slo_ttft_s is not None:
             check_positive_finite(slo_ttft_s, "slo_ttft_s")
+        if not isinstance(payload, Mapping):  # a JSON body that is no object
+            raise DispatchError(
+                "a chat call needs a model name and a non-empty list of messages: its payload is "
+                f"{'None' if payload is None else 'a ' + type(payload).__name__}, not a mapping"
+            )
         messages = payload.get("messages")
         model = payload.get("model")
         if not isinstance(messages, list) or not messages or not isinstance(model, str):
