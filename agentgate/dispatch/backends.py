@@ -822,9 +822,10 @@ def _encode(body: Mapping[str, Any]) -> bytes:
 
 def _orjson(value: object) -> bytes:
     """``value`` as orjson writes it; raises ``orjson.JSONEncodeError`` for what orjson does not
-    write, and ``ValueError`` for a NaN or an infinity in it, which orjson writes as ``null``."""
+    write, and ``ValueError`` for a NaN or an infinity in it, which orjson writes as ``null``
+    (so only a body whose text holds ``null`` is walked: most hold none)."""
     encoded = orjson.dumps(value)
-    if not _finite(value):
+    if b"null" in encoded and not _finite(value):
         raise ValueError("Out of range float values are not JSON compliant")
     return encoded
 
