@@ -125,34 +125,44 @@ class _Failures:
         Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
         no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock),
         and ``error`` itself when the call says it is a pause (``ToolCall.pauses``; a predicate
-        that raises says it is not).
+        that raises says it is not). The probe is told or given back on every way out: one
+        interrupted (``KeyboardInterrupt``, ``SystemExit``) before the breaker is told gives it back.
         """
-        if says_pause(call.pauses, error):
-            # A pause (LangGraph's interrupt()), not a failure: as a cancellation, it says nothing
-            # of the tool (its probe is given back), and is neither retried nor a dead letter.
+        try:
+            if says_pause(call.pauses, error):
+                # A pause (LangGraph's interrupt()), not a failure: as a cancellation, it says
+                # nothing of the tool (its probe is given back below), and is neither retried nor
+                # a dead letter.
+                raise error
+            try:
+                found = self._classifier(error)
+            except Exception:  # a broken classifier must not hide the tool's error: the safe class
+                found = None
+            error_class = found if isinstance(found, str) and found else "error"
+            # A call that keeps no error text (``Gate.run``'s) keeps none of any attempt's error,
+            # an agentgate error included: what failed an attempt came out of the tool's run (an
+            # ``InputError`` its code raised, a ``BackendFailed`` of a model it called), whose text
+            # its code chose. Until review R84 an agentgate error's text was kept, and so written
+            # into the dead letter and into the scheduler's refusal of the retry (``_final_error``),
+            # which the LangGraph middleware tells the model.
+            errors.append(
+                AttemptError(
+                    number,
+                    error_class,
+                    type(error).__qualname__,
+                    _message(error) if call.keep_error_text else "",
+                    time.time(),
+                )
+            )
+        except BaseException:
+            # A pause, or an interrupt (a Ctrl-C in the classifier, the ``pauses`` predicate or
+            # the error's ``__str__``): says nothing of the tool, and its probe goes back. The
+            # attempt loops leave the probe to this method once it is called, and their handler
+            # for interrupts does not see one raised here: until review R89 it was kept, and the
+            # breaker stayed half open with every probe taken, refusing every call for good.
             if probe:
                 breaker.release(probe)
-            raise error
-        try:
-            found = self._classifier(error)
-        except Exception:  # a broken classifier must not hide the tool's error: the safe class
-            found = None
-        error_class = found if isinstance(found, str) and found else "error"
-        # A call that keeps no error text (``Gate.run``'s) keeps none of any attempt's error, an
-        # agentgate error included: what failed an attempt came out of the tool's run (an
-        # ``InputError`` its code raised, a ``BackendFailed`` of a model it called), whose text
-        # its code chose. Until review R84 an agentgate error's text was kept, and so written
-        # into the dead letter and into the scheduler's refusal of the retry (``_final_error``),
-        # which the LangGraph middleware tells the model.
-        errors.append(
-            AttemptError(
-                number,
-                error_class,
-                type(error).__qualname__,
-                _message(error) if call.keep_error_text else "",
-                time.time(),
-            )
-        )
+            raise
         if not cut:
             breaker.record_failure(error_class, period=probe)
         elif probe:
