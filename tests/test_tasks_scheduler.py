@@ -534,8 +534,9 @@ async def test_a_naive_datetime_deadline_is_an_input_error_never_a_guess_at_loca
         return "ran"
 
     for field in ("deadline", "grant_expires_at"):
-        call = ToolCall("x", **{field: datetime.now() + timedelta(hours=1)})  # type: ignore[arg-type]
+        # Refused when the call is made (review R89; before, at submit).
         with pytest.raises(InputError, match=f"{field} must be timezone-aware"):
+            call = ToolCall("x", **{field: datetime.now() + timedelta(hours=1)})  # type: ignore[arg-type]
             await scheduler.submit(call, tool)
     assert ran == []
     await scheduler.aclose()

@@ -101,9 +101,15 @@ def idempotency_key(
 
 
 def _check_time(value: object, what: str) -> None:
-    """Raise ``InputError`` unless ``value`` is None, a datetime or a number of Unix seconds (not NaN:
-    a NaN deadline compares false with every time, so it would bound nothing)."""
-    if value is None or isinstance(value, datetime):
+    """Raise ``InputError`` unless ``value`` is None, an aware datetime that has a Unix time
+    (``_unix_time``) or a number of Unix seconds (not NaN: a NaN deadline compares false with every
+    time, so it would bound nothing). Until review R89 any datetime was taken here, and a naive
+    one, or one whose zone gives an offset out of range or raises, failed only at ``submit`` (the
+    last two with the zone's bare ``ValueError`` or its own error)."""
+    if value is None:
+        return
+    if isinstance(value, datetime):
+        _unix_time(value, what)
         return
     if isinstance(value, int) and not isinstance(value, bool):
         try:
@@ -133,14 +139,33 @@ def require_flag(value: object, where: str) -> None:
 
 
 def _unix_time(value: datetime | float | None, what: str) -> float | None:
-    """``value`` in Unix seconds; raises ``InputError`` for a naive datetime. Naive as Python
-    defines it: no ``tzinfo``, or one whose ``utcoffset`` is None (until review R84 only the first,
-    and the second raised ``TypeError`` from ``submit``)."""
+    """``value`` in Unix seconds; raises ``InputError`` naming ``what`` for a naive datetime, and
+    for one whose zone's ``utcoffset`` raises or gives what ``datetime`` refuses (an offset of a
+    day or more, not a ``timedelta``). Naive as Python defines it: no ``tzinfo``, or one whose
+    ``utcoffset`` is None (until review R84 only the first, and the second raised ``TypeError``
+    from ``submit``)."""
     if value is None or isinstance(value, (float, int)):
         return value
-    if value.utcoffset() is None:
-        raise InputError(f"tool call {what} must be timezone-aware, got {value.isoformat()}")
-    return value.timestamp()
+    try:
+        if value.utcoffset() is not None:
+            return value.timestamp()
+        shown_time = value.replace(tzinfo=None).isoformat()
+    except Exception as exc:  # the zone is the caller's code: its failure is the field's
+        raise InputError(
+            f"tool call {what} must be an aware datetime or Unix seconds, got a datetime whose time "
+            f"zone {type(value.tzinfo).__name__} gives no valid offset "
+            f"({type(exc).__name__}: {_first_line(exc)})"
+        ) from None
+    raise InputError(f"tool call {what} must be timezone-aware, got {shown_time}")
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of ``str(error)``, at most 200 characters (a description when it raises)."""
+    try:
+        lines = str(error).splitlines()
+    except Exception:
+        return "str() raised"
+    return lines[0][:200] if lines else ""
 
 
 def _encodable(text: str) -> None:
@@ -206,7 +231,7 @@ class ToolCall:
     limits. ``priority`` names a ``PriorityClass`` (None: the default class). ``run_id`` and
     ``call_id`` together with the arguments give the idempotency key. ``deadline`` (the
     invocation's) and ``grant_expires_at`` are absolute times (aware datetimes or Unix seconds;
-    anything else, NaN included, raises ``InputError``): the call's deadline is the earlier of the two. ``authority_chain`` is opaque to the scheduler
+    anything else, NaN and a naive datetime included, raises ``InputError``): the call's deadline is the earlier of the two. ``authority_chain`` is opaque to the scheduler
     (grant hashes, say) and is recorded with a dead letter. ``breaker_key`` overrides the circuit
     breaker the call counts against (default ``tool:<tool>``; a key such as ``backend:<name>`` shares
     one breaker among the tools that call one backend).
