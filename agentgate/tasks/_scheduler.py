@@ -92,10 +92,11 @@ T = TypeVar("T")
 class Scheduler(_StoreWork, _Failures):
     """Schedules tool calls: priority, tenant fairness, limits, deadlines, safe retries, breakers.
 
-    ``store``: when given, dead letters are persisted there, and per-tool concurrency and rate
-    limits and breaker states are shared by every process using the store
-    (``agentgate.store.leases``). ``dead_letters``: persist dead letters there without sharing
-    limits (a single-process deployment on the embedded store). ``rng``: the source of backoff
+    ``store``: when given, per-tool concurrency and rate limits and breaker states are shared by
+    every process using the store (``agentgate.store.leases``), and dead letters are persisted
+    there unless ``dead_letters`` is given. ``dead_letters``: persist dead letters there (alone, a
+    single-process deployment on the embedded store; with ``store``, apart from the leases).
+    ``rng``: the source of backoff
     jitter (seed it to reproduce delays). ``classifier``: maps exceptions to error classes; every
     ``retry_on`` and ``trip_on`` class of ``config`` must be built in or in ``classifier.classes``
     (``InputError`` naming the field otherwise, see ``SchedulerConfig.check_error_classes``).
@@ -175,7 +176,11 @@ class Scheduler(_StoreWork, _Failures):
         # False only inside SyncScheduler, whose tools run in their callers' threads and cannot be
         # interrupted: their timeout is checked, not enforced (see _sync.py).
         self._preemptive = True
-        self._dead_store = DeadLetterStore(store) if store is not None else dead_letters
+        # The dead-letter store given goes first: with ``store`` too, dead letters may be kept
+        # apart from the leases (until review R89 it was dropped without a word for the store's).
+        if dead_letters is None and store is not None:
+            dead_letters = DeadLetterStore(store)
+        self._dead_store = dead_letters
         self._leases = LeaseManager(store, ttl_s=self.config.lease_ttl_s) if store is not None else None
         if self._leases is not None:
             # A scheduler dropped without ``aclose`` (its loop is gone) still stops its heartbeat thread.
