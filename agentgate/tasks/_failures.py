@@ -114,6 +114,7 @@ class _Failures:
         now: float,
         probe: int = 0,
         cut: bool = False,
+        overran: bool = False,
     ) -> float:
         """Attempt ``number`` failed with ``error``: note it in ``errors``, tell the breaker (``probe``:
         the half-open period of the probe the attempt held, from ``admit_in_period``; 0: none),
@@ -121,6 +122,11 @@ class _Failures:
         deadline, not the tool's ``timeout_s``, ended the attempt; as a cancelled call it says
         nothing about the tool, so the breaker is not told (its probe is given back): one caller's
         tight deadlines must not open the breaker of a tool that meets its own timeout for everyone.
+        ``overran``: the attempt ran past its tool's ``timeout_s`` and failed without being cut
+        there (a sync tool, work no cancellation stops, a plain function): its failure is a
+        ``timeout``, whatever the tool raised, as it is where the async core cuts the attempt at
+        ``timeout_s`` (until review R89 a sync tool's late ``transient`` failure was retried, a
+        tool not safe to repeat run again, where the async core gave up).
 
         Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
         no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock),
@@ -134,10 +140,13 @@ class _Failures:
                 # nothing of the tool (its probe is given back below), and is neither retried nor
                 # a dead letter.
                 raise error
-            try:
-                found = self._classifier(error)
-            except Exception:  # a broken classifier must not hide the tool's error: the safe class
-                found = None
+            if overran:
+                found: str | None = "timeout"
+            else:
+                try:
+                    found = self._classifier(error)
+                except Exception:  # a broken classifier must not hide the tool's error: the safe class
+                    found = None
             error_class = found if isinstance(found, str) and found else "error"
             # A call that keeps no error text (``Gate.run``'s) keeps none of any attempt's error,
             # an agentgate error included: what failed an attempt came out of the tool's run (an

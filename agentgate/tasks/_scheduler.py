@@ -629,6 +629,7 @@ class Scheduler(_StoreWork, _Failures):
                     # held: the period of a half-open probe (0: none); probing: held, fn not started
                     held = probing = 0
                     attempted = False  # whether the attempt began: else its rate token goes back
+                    expired = False  # the attempt was cut at its deadline (else it may have overrun it)
                     cancelling = task.cancelling()  # raised when the attempt fails: its caller was cancelled
                     try:
                         if not breaker.closed:
@@ -702,6 +703,7 @@ class Scheduler(_StoreWork, _Failures):
                                     if timeout.expired():
                                         # The caller's deadline came before the tool's own timeout.
                                         cut = deadline is not None and attempt_deadline >= deadline
+                                        expired = True
                                         raise DeadlineExceeded(
                                             f"tool {tool}: attempt {number} did not finish before its "
                                             f"deadline{_raised_on_the_way_out(exc, call)}",
@@ -729,8 +731,14 @@ class Scheduler(_StoreWork, _Failures):
                         if errors is None:
                             errors = []
                         failed = exc
+                        ended = loop.time()
+                        # Past its timeout_s and not cut there (run to its end: not preemptible, a
+                        # plain function): a timeout, as if cut (``_failed``). ``now``: its start.
+                        late = False
+                        if attempted and not expired and limits.timeout_s is not None:
+                            late = ended - now >= limits.timeout_s
                         delay = self._failed(
-                            call, limits, key, exc, number, errors, breaker, deadline, loop.time(), held, cut
+                            call, limits, key, exc, number, errors, breaker, deadline, ended, held, cut, late
                         )
                     except BaseException:
                         # Cancelled, or interrupted (KeyboardInterrupt, SystemExit): says nothing

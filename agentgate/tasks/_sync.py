@@ -25,7 +25,8 @@ The loop thread is owned by this object and joined in ``close()``.
 
 Limit: a sync function cannot be interrupted. Its timeout is not enforced while it runs: it keeps
 its slot until it returns (so concurrency limits hold even then), a result that arrives late is
-returned, and a late failure is not retried past the deadline.
+returned, a late failure is not retried past the deadline, and one past its ``timeout_s`` is a
+``timeout`` (as the async core's attempt cut there is: ``Scheduler._failed``).
 """
 
 from __future__ import annotations
@@ -610,8 +611,14 @@ class SyncScheduler:
                     # as in the async core).
                     probing = 0
                     failed = exc
+                    ended = clock()
+                    # Past its timeout_s, which a sync tool cannot be cut at: a timeout, as the
+                    # async core's cut attempt is (``_failed``). ``now``: its start.
+                    late = False
+                    if attempted and limits.timeout_s is not None:
+                        late = ended - now >= limits.timeout_s
                     delay = core._failed(
-                        call, limits, key, exc, number, errors, breaker, deadline, clock(), held
+                        call, limits, key, exc, number, errors, breaker, deadline, ended, held, overran=late
                     )
                 except BaseException:
                     if held and not probing:  # interrupted while the tool ran: says nothing of the tool
