@@ -266,7 +266,9 @@ _LOCK_WAIT_S = 10.0
 def save_key(key: SigningKey, directory: Path | str, name: str) -> tuple[Path, Path]:
     """Write ``DIR/NAME.key`` (PKCS#8 PEM, mode 0600) and ``DIR/NAME.pub`` (did:key), both or neither.
 
-    Neither file is ever overwritten. A missing ``DIR`` is created with mode 0700. Both are first written whole to temporary files in ``DIR``
+    Neither file is ever overwritten. A missing ``DIR``, and each missing directory above it, is
+    created with mode 0700 whatever the umask (``_make_private_directories``), and removed again
+    when the pair is then refused or not written: a refusal leaves nothing made. Both are first written whole to temporary files in ``DIR``
     (the private one created with ``O_EXCL`` and mode 0600 in one call, so it never exists with
     wider permissions) and synced; then ``NAME.key`` and ``NAME.pub`` are hard-linked into place
     in that order, each link failing if the name exists, the directory synced after each, so
@@ -306,8 +308,29 @@ def save_key(key: SigningKey, directory: Path | str, name: str) -> tuple[Path, P
             "directory (a directory the path goes up out of with .. is not made); give the "
             "directory without it"
         )
+    made = _make_private_directories(directory)
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # as ssh-keygen makes ~/.ssh
+        _refuse_unsafe_directory(directory, directory / f"{name}.key")  # changed since: a race
+        return _write_pair(key, directory, name)
+    except BaseException:  # a refusal leaves nothing made: the directories made above go too
+        _remove_made(made)
+        raise
+
+
+def _make_private_directories(directory: Path) -> list[Path]:
+    """Make ``directory`` and each missing directory above it, one at a time, each with mode 0700
+    whatever the umask (``chmod`` after ``mkdir``, whose mode the umask only narrows: none is ever
+    open to others), and return those made, outermost first; a directory there already is left as
+    it is. Until review R89 ``mkdir -p`` gave the parents the umask's mode (0777 under umask 000),
+    and ``save_key`` then refused the pair because of the very directories it had made, and left
+    them behind. Raises ``KeyFileError`` when one cannot be made, having removed those it made."""
+    made: list[Path] = []
+    try:
+        try:
+            _make_missing(directory, made)
+        except BaseException:
+            _remove_made(made)
+            raise
     except FileExistsError:  # something that is no directory is there (mkdir says "File exists")
         kind = (
             "a symbolic link to no directory" if os.path.islink(directory) else "a file that is no directory"
@@ -325,8 +348,45 @@ def save_key(key: SigningKey, directory: Path | str, name: str) -> tuple[Path, P
         raise KeyFileError(
             f"{str(directory)!r}: cannot create the key directory: the path holds {fault}"
         ) from None
+    return made
+
+
+def _make_missing(directory: Path, made: list[Path]) -> None:
+    """``mkdir -p directory`` with mode 0700 for each directory made, appended to ``made``; one
+    level at a time, in a loop (a path thousands of levels deep is no recursion)."""
+    missing: list[Path] = []  # the directories below ``current`` still to make, innermost first
+    current = directory
+    while True:
+        try:
+            os.mkdir(current, 0o700)  # as ssh-keygen makes ~/.ssh
+        except FileNotFoundError:
+            if current.parent == current:
+                raise
+            missing.append(current)
+            current = current.parent
+            continue
+        except OSError:
+            if not current.is_dir():  # as mkdir -p: a directory there (or a link to one) is taken
+                raise
+        else:
+            made.append(current)
+            os.chmod(current, 0o700)  # the umask may have taken the owner's bits too
+        if not missing:
+            return
+        current = missing.pop()
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the directories ``made`` (outermost first) again, innermost first; one that is not
+    empty (another process wrote in it since) is left."""
+    for made_directory in reversed(made):
+        with contextlib.suppress(OSError):
+            made_directory.rmdir()
+
+
+def _write_pair(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
+    """``save_key``'s writing of the pair into ``directory``, which is there and judged safe."""
     key_path, pub_path = directory / f"{name}.key", directory / f"{name}.pub"
-    _refuse_unsafe_directory(directory, key_path)  # the parents mkdir made with the umask's mode
     pem = Ed25519PrivateKey.from_private_bytes(key.seed).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )

@@ -131,9 +131,9 @@ def test_keys_new_makes_no_directory_below_a_world_writable_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Review R69: refused below a world-writable directory, ``keys new --dir NEW`` still left
-    ``NEW`` made; and the directories ``--dir a/b/keys`` makes above ``keys`` get the umask's
-    mode (0777 under umask 000), where the key would be refused when read: ``NEW`` is not made,
-    and no key is written below such a directory."""
+    ``NEW`` made: ``NEW`` is not made. The directories ``--dir a/b/keys`` makes above ``keys``
+    got the umask's mode (0777 under umask 000), where the key would be refused when read; since
+    review R89 each is made 0700 whatever the umask, and the pair written there."""
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
@@ -142,11 +142,13 @@ def test_keys_new_makes_no_directory_below_a_world_writable_one(
     assert not (shared / "keys").exists()
     old = os.umask(0o000)
     try:
-        code, _, err = cli(capsys, "keys", "new", "root", "--dir", str(tmp_path / "a" / "b" / "keys"))
+        code, out, err = cli(capsys, "keys", "new", "root", "--dir", str(tmp_path / "a" / "b" / "keys"))
     finally:
         os.umask(old)
-    assert code == 2 and f"directory others may change: {tmp_path / 'a' / 'b'} (mode 0777)" in err
-    assert not (tmp_path / "a" / "b" / "keys" / "root.key").exists()
+    assert (code, err) == (0, "")
+    for made in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "keys"):
+        assert made.stat().st_mode & 0o777 == 0o700
+    assert load_signing_key(tmp_path / "a" / "b" / "keys" / "root.key").did == out.strip()
 
 
 def _own_private_group() -> bool:
