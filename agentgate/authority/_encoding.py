@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from agentgate._json import MAX_DEPTH, is_plain, once_each
+from agentgate._shown import quoted
 from agentgate.errors import TokenFormatError
 from agentgate.keys import did_refusal
 
@@ -63,7 +64,9 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-_pairs = once_each(lambda key: TokenFormatError(f"duplicate key {key!r}"))
+# The key cut (``quoted``): the refusal reaches the gateway's 401 body and the audit log twice,
+# for a caller nobody has authenticated yet; a 4 KB key made a 4,100-character one until review R89.
+_pairs = once_each(lambda key: TokenFormatError(f"duplicate key {quoted(key)}"))
 
 
 def _no_float(text: str) -> Any:

@@ -20,7 +20,7 @@ from agentgate._durations import parse_duration
 from agentgate._json import MAX_DEPTH, exact_float, first_inexact, inexact_said, once_each
 from agentgate._lazy import lazy_exports
 from agentgate._names import MAX_FREE_TEXT as MAX_FREE_TEXT  # a free-text flag's limit, the library's
-from agentgate._shown import character_named, not_printable
+from agentgate._shown import character_named, not_printable, quoted
 from agentgate._time import unix as unix
 from agentgate._time import utc_text
 from agentgate.cli._lines import shortened
@@ -46,7 +46,9 @@ def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
     anything but an object are refused with ``InputError`` naming ``flag``.
     """
 
-    pairs = once_each(lambda key: InputError(f"{flag}: duplicate key {key!r}"))
+    # The key cut (``quoted``) as every other strict reader cuts it: it may be a secret, and a
+    # 100,000-character key made a 100,024-character refusal until review R89.
+    pairs = once_each(lambda key: InputError(f"{flag}: duplicate key {quoted(key)}"))
 
     def constant(name: str) -> Any:
         raise InputError(f"{flag}: {name} is not a JSON value")
