@@ -287,7 +287,8 @@ def save_key(key: SigningKey, directory: Path | str, name: str) -> tuple[Path, P
 
     ``directory`` is a path (text, bytes or ``os.PathLike``). Raises ``KeyFileError`` for a
     ``directory`` that is none, a name that is not a plain file name (not text, empty, with a
-    ``/`` or a NUL, starting with a dot, or not encodable as a file name: a lone surrogate), an existing ``NAME.key`` or
+    ``/`` or a NUL, starting with a dot, starting or ending with white space, or not encodable as a file
+    name: a lone surrogate), an existing ``NAME.key`` or
     ``NAME.pub``, a ``DIR`` that goes up (``..``) out of a directory that does not exist
     (``unmade_above``: until review R88 it was made, as ``mkdir -p`` would), a ``DIR`` others may change (``unsafe_directory``: where the key could be
     replaced, and where ``load_signing_key`` would refuse it), or a target that cannot be written (``DIR`` a file, ``NAME.pub`` a directory, a
@@ -300,6 +301,10 @@ def save_key(key: SigningKey, directory: Path | str, name: str) -> tuple[Path, P
         raise KeyFileError(f"invalid key name: expected text, got {type(name).__name__}")
     if not name or "/" in name or name.startswith(".") or "\x00" in name or not _encodable(name):
         raise KeyFileError(f"invalid key name {shown_value(name)}: use a plain file name")
+    if name != name.strip():  # until review R89 ``"alice.key "`` wrote ``alice.key .key``
+        raise KeyFileError(
+            f"invalid key name {shown_value(name)}: it starts or ends with white space; leave it out"
+        )
     _refuse_unsafe_directory(directory, directory / f"{name}.key")  # before anything is made
     above = unmade_above(directory)
     if above is not None:  # mkdir -p would make it only for the path to step out of it again
