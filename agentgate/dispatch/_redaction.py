@@ -3,6 +3,7 @@ piece of it, and the start of a prompt's message it echoed (``_scrub``)."""
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,28 +20,33 @@ def _scrub(text: str, key: str | None, prompts: Sequence[str] = ()) -> str:
     its input, cut), replaced by ``[redacted]``: each run of ``text`` that any of these cover, as
     one marker.
 
+    The work is bounded by ``text`` and ``prompts`` together, never by their product: each place
+    in ``text`` is measured once against the prompts (``_prompt_runs``), however many messages
+    share its start. Until review R89 each prompt was looked for on its own and each place it
+    started kept as a span, so a body of N messages ``aaaaaaaa`` and an error echoing 1,024 ``a``
+    cost N x 1,024 spans (a second of the event loop for 2,000 such messages).
+
     A key or prompt shorter than ``_FRAGMENT`` is left where it stands: a key that short is no
     secret (``ollama``, ``EMPTY``, ``1``: the words an endpoint's own message holds), and redacting
     it garbled that message (``Error code: 40[redacted]``). The runs are found in ``text`` as it
     came, never in what redaction wrote: until review R87b a second pass rescanned the markers
     the first had written (``Inv[red[red[redacted]cted]cted]lid API key`` for the key ``a``)."""
-    spans: list[tuple[int, int]] = []
+    reach = [0] * len(text)  # reach[i]: where the longest run found starting at i ends (0: none)
+    found = _prompt_runs(text, prompts)
     if key and len(key) >= _FRAGMENT:
-        spans += _starts(text, key)
-        spans += _pieces(text, key, 2 * _FRAGMENT)
-    for prompt in prompts:
-        if len(prompt) >= _FRAGMENT:
-            spans += _starts(text, prompt)
-    if not spans:
-        return text
+        found += _starts(text, key) + _pieces(text, key, 2 * _FRAGMENT)
+    for start, end in found:
+        reach[start] = max(reach[start], end)
     parts: list[str] = []
     done = 0
-    for start, end in sorted(spans):
+    for start, end in enumerate(reach):
         if end <= done:
             continue
         if start > done or not parts:
             parts += [text[done:start], "[redacted]"]
         done = end
+    if not parts:
+        return text
     return "".join(parts) + text[done:]
 
 
@@ -73,20 +79,67 @@ def _pieces(text: str, secret: str, size: int) -> list[tuple[int, int]]:
     return [(i, i + size) for i in range(len(text) - size + 1) if text[i : i + size] in pieces]
 
 
+def _prompt_runs(text: str, prompts: Sequence[str]) -> list[tuple[int, int]]:
+    """Where in ``text`` a start of any of ``prompts``, ``_FRAGMENT`` characters or longer, stands:
+    one ``(start, end)`` span for each place some prompt's start stands at, as long as the longest
+    of them goes on there. Only prompts whose first ``_FRAGMENT`` characters stand somewhere in
+    ``text`` are kept, each cut to ``text``'s length (no echo is longer) and kept once, in order:
+    the prompt that goes on furthest as ``text`` does from a place is one of the two around where
+    ``text`` from there would stand among them, found by bisection. So the work is each prompt's
+    start read once, and for each place of ``text`` one bisection among those kept."""
+    heads = [text[i : i + _FRAGMENT] for i in range(len(text) - _FRAGMENT + 1)]
+    shown = set(heads)
+    echoed = sorted({prompt[: len(text)] for prompt in prompts if prompt[:_FRAGMENT] in shown})
+    if not echoed:
+        return []
+    starts = {prompt[:_FRAGMENT] for prompt in echoed}
+    longest = max(map(len, echoed))
+    spans = []
+    for i, head in enumerate(heads):
+        if head in starts:
+            here = text[i : i + longest]
+            at = bisect.bisect_left(echoed, here)
+            end = max(_common(here, prompt) for prompt in echoed[max(at - 1, 0) : at + 1])
+            spans.append((i, i + end))
+    return spans
+
+
+def _common(text: str, other: str) -> int:
+    """How many characters ``text`` and ``other`` start with alike, measured by halving."""
+    low, high = 0, min(len(text), len(other))  # text goes on as other[:low] does
+    while low < high:
+        middle = (low + high + 1) // 2
+        if text.startswith(other[low:middle], low):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def _prompt_texts(payload: Mapping[str, Any]) -> list[str]:
     """The texts of the request's messages that ``_scrub`` redacts: each ``_FRAGMENT`` characters
     or longer, as sent and as JSON writes it (an echo inside a JSON body keeps its escapes), with
     characters past ASCII as they are (FastAPI's, vLLM's) and escaped (Python's ``json`` by
-    default, Flask's)."""
+    default, Flask's), each text once however many messages hold it (until review R89 a body of
+    N messages alike gave N texts alike, and ``_scrub`` looked for each)."""
     messages = payload.get("messages")
-    found: list[str] = []
+    found: dict[str, None] = {}
+    seen: set[str] = set()
     for message in messages if isinstance(messages, list) else ():
         content = message.get("content") if isinstance(message, Mapping) else None
         parts = content if isinstance(content, list) else [content]
         for part in parts:
             text = part.get("text") if isinstance(part, Mapping) else part
-            if isinstance(text, str) and len(text) >= _FRAGMENT:
-                found += dict.fromkeys(
-                    (text, json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1])
-                )
-    return found
+            if isinstance(text, str) and len(text) >= _FRAGMENT and text not in seen:
+                seen.add(text)
+                found.update(dict.fromkeys(_written(text)))
+    return list(found)
+
+
+def _written(text: str) -> tuple[str, ...]:
+    """``text`` as sent and as JSON writes it, non-ASCII characters as they are and escaped: one
+    form only where JSON writes it as it stands (printable ASCII, no quote nor backslash), as
+    most messages are, which spares a body of many short messages two encodings of each."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return (text,)
+    return text, json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1]
