@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, rsa, x448, x25519
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from agentgate._paths import unmade_above
+from agentgate._paths import make_private_directories, remove_made, unmade_above
 from agentgate._shown import shown
 from agentgate._shown import shown_path as shown_path  # re-exported: callers quote paths through keys
 from agentgate.errors import InputError, InvalidSignature, KeyFileError
@@ -267,7 +267,7 @@ def save_key(key: SigningKey, directory: Path | str, name: str) -> tuple[Path, P
     """Write ``DIR/NAME.key`` (PKCS#8 PEM, mode 0600) and ``DIR/NAME.pub`` (did:key), both or neither.
 
     Neither file is ever overwritten. A missing ``DIR``, and each missing directory above it, is
-    created with mode 0700 whatever the umask (``_make_private_directories``), and removed again
+    created with mode 0700 whatever the umask (``_paths.make_private_directories``), and removed again
     when the pair is then refused or not written: a refusal leaves nothing made. Both are first written whole to temporary files in ``DIR``
     (the private one created with ``O_EXCL`` and mode 0600 in one call, so it never exists with
     wider permissions) and synced; then ``NAME.key`` and ``NAME.pub`` are hard-linked into place
@@ -313,29 +313,21 @@ def save_key(key: SigningKey, directory: Path | str, name: str) -> tuple[Path, P
             "directory (a directory the path goes up out of with .. is not made); give the "
             "directory without it"
         )
-    made = _make_private_directories(directory)
+    made = _make_key_directories(directory)
     try:
         _refuse_unsafe_directory(directory, directory / f"{name}.key")  # changed since: a race
         return _write_pair(key, directory, name)
     except BaseException:  # a refusal leaves nothing made: the directories made above go too
-        _remove_made(made)
+        remove_made(made)
         raise
 
 
-def _make_private_directories(directory: Path) -> list[Path]:
-    """Make ``directory`` and each missing directory above it, one at a time, each with mode 0700
-    whatever the umask (``chmod`` after ``mkdir``, whose mode the umask only narrows: none is ever
-    open to others), and return those made, outermost first; a directory there already is left as
-    it is. Until review R89 ``mkdir -p`` gave the parents the umask's mode (0777 under umask 000),
-    and ``save_key`` then refused the pair because of the very directories it had made, and left
-    them behind. Raises ``KeyFileError`` when one cannot be made, having removed those it made."""
-    made: list[Path] = []
+def _make_key_directories(directory: Path) -> list[Path]:
+    """``make_private_directories(directory)``: the directories made, outermost first, each 0700
+    whatever the umask. Raises ``KeyFileError`` when one cannot be made, having removed those it
+    made."""
     try:
-        try:
-            _make_missing(directory, made)
-        except BaseException:
-            _remove_made(made)
-            raise
+        return make_private_directories(directory)
     except FileExistsError:  # something that is no directory is there (mkdir says "File exists")
         kind = (
             "a symbolic link to no directory" if os.path.islink(directory) else "a file that is no directory"
@@ -353,40 +345,6 @@ def _make_private_directories(directory: Path) -> list[Path]:
         raise KeyFileError(
             f"{str(directory)!r}: cannot create the key directory: the path holds {fault}"
         ) from None
-    return made
-
-
-def _make_missing(directory: Path, made: list[Path]) -> None:
-    """``mkdir -p directory`` with mode 0700 for each directory made, appended to ``made``; one
-    level at a time, in a loop (a path thousands of levels deep is no recursion)."""
-    missing: list[Path] = []  # the directories below ``current`` still to make, innermost first
-    current = directory
-    while True:
-        try:
-            os.mkdir(current, 0o700)  # as ssh-keygen makes ~/.ssh
-        except FileNotFoundError:
-            if current.parent == current:
-                raise
-            missing.append(current)
-            current = current.parent
-            continue
-        except OSError:
-            if not current.is_dir():  # as mkdir -p: a directory there (or a link to one) is taken
-                raise
-        else:
-            made.append(current)
-            os.chmod(current, 0o700)  # the umask may have taken the owner's bits too
-        if not missing:
-            return
-        current = missing.pop()
-
-
-def _remove_made(made: list[Path]) -> None:
-    """Remove the directories ``made`` (outermost first) again, innermost first; one that is not
-    empty (another process wrote in it since) is left."""
-    for made_directory in reversed(made):
-        with contextlib.suppress(OSError):
-            made_directory.rmdir()
 
 
 def _write_pair(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:

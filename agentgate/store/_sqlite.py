@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agentgate._paths import unmade_above
+from agentgate._paths import make_private_directories, remove_made, unmade_above
 from agentgate._shown import shown_path
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import (
@@ -240,10 +240,13 @@ def _prepare_file(path: Path, *, create: bool = True) -> None:
     """Make sure ``path`` can hold a SQLite store before SQLite opens it.
 
     Unless ``create`` is false (then a missing file is ``NoStore``, and nothing is created), a
-    missing directory is created with mode 0700 and a missing file with mode 0600, whatever
-    the umask: the store holds grant tokens, approval requests and the audit log, and SQLite gives
+    missing directory, and each missing directory above it, is created with mode 0700 and a
+    missing file with mode 0600, whatever the umask (``make_private_directories``; until review
+    R89 only the innermost directory was 0700, the ones above it 0777 under umask 000): the store
+    holds grant tokens, approval requests and the audit log, and SQLite gives
     its ``-wal``, ``-shm`` and ``-journal`` files the database file's mode (an existing store keeps
-    the mode its operator gave it). An existing path that is not a regular file (after following a
+    the mode its operator gave it). Directories made here are removed again when the file then
+    cannot be created or opened. An existing path that is not a regular file (after following a
     symbolic link) is refused with ``StoreError`` before SQLite opens it: SQLite read a directory
     as "unable to open", a FIFO or a device as a "disk I/O error", and for ``/dev/null`` (or any
     device) it created ``/dev/null-journal`` beside it. Nothing is ever opened for writing here,
@@ -251,20 +254,37 @@ def _prepare_file(path: Path, *, create: bool = True) -> None:
     no ``-shm`` file is there to read the WAL database through and the directory is not
     writable ("attempt to write a readonly database", docs/operations.md). A directory the
     path names before a ``..`` is never created (``_refuse_making_above``)."""
+    made = _make_store_directories(path) if create else []
     try:
-        if create:
-            _refuse_making_above(path)
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _prepare_made_file(path, create=create)
+    except BaseException:
+        remove_made(made)
+        raise
+
+
+def _make_store_directories(path: Path) -> list[Path]:
+    """Make the missing directories of the store file ``path``, each 0700 whatever the umask;
+    those made, outermost first. Raises ``StoreError`` when one cannot be made, having removed
+    those it made."""
+    _refuse_making_above(path)
+    try:
+        return make_private_directories(path.parent)
     except (FileExistsError, NotADirectoryError):
         raise StoreError(
             f"cannot create the store directory {path.parent}: a part of that path is a file, not a directory"
         ) from None
     except OSError as exc:
         raise StoreError(f"cannot create the store directory {path.parent}: {exc.strerror}") from exc
+    except ValueError:  # a NUL byte, or a lone surrogate (UnicodeEncodeError)
+        raise _unnamable(path) from None
+
+
+def _prepare_made_file(path: Path, *, create: bool) -> None:
+    """``_prepare_file`` once the directories are there: the file made (``create``) or looked at."""
     try:
         status = os.stat(path)
-    except ValueError:  # a NUL byte, which no file name holds
-        raise StoreError("a store path cannot hold a NUL character") from None
+    except ValueError:  # a NUL byte, or a lone surrogate (UnicodeEncodeError)
+        raise _unnamable(path) from None
     except FileNotFoundError:  # a new store (or a symbolic link to a file not made yet)
         if not create:
             raise missing_file(path) from None  # gone since ``refuse_missing_sqlite`` looked
@@ -280,6 +300,18 @@ def _prepare_file(path: Path, *, create: bool = True) -> None:
             f"cannot open the SQLite store {path}: it is {kind}; name a database file "
             "(--store or AGENTGATE_STORE)"
         )
+
+
+def _unnamable(path: Path) -> StoreError:
+    """The ``StoreError`` for a store path no file name can hold: until review R89 a lone
+    surrogate (``"\\ud800"``, which ``surrogateescape`` does not encode) escaped as a bare
+    ``UnicodeEncodeError`` where a directory was to be made, and was called a NUL character where
+    the file was looked at."""
+    if "\x00" in str(path):
+        return StoreError("a store path cannot hold a NUL character")
+    return StoreError(
+        f"the store path {shown_path(path)} holds a character no file name can hold (a lone surrogate)"
+    )
 
 
 def _create(path: Path) -> os.stat_result:
