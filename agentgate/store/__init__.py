@@ -11,6 +11,7 @@ import re
 
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction
+from agentgate.store._existing import shown
 from agentgate.store._sqlite import SQLiteStore
 
 DEFAULT_PATH = ".agentgate/agentgate.db"
@@ -92,7 +93,7 @@ def open_store(
     so is a URL or path with white space or a line break at an end (a CRLF env file), and a
     ``sqlite:///`` URL with a query or fragment (``sqlite:///x.db?mode=ro``), whose file would
     otherwise be named ``x.db?mode=ro``, and a SQLite path starting with ``~`` or holding a
-    ``$VARIABLE`` (``_literal_path``).
+    ``$VARIABLE`` (``_literal_path``), and a SQLite path that names a directory (``_file_named``).
 
     ``read_only`` (with ``create=False``; ``InputError`` with ``create=True``): the store is
     opened to read and never written, for a command that only reads (an auditor's ``audit
@@ -148,7 +149,9 @@ def checked_sqlite_path(path: str, *, from_url: bool) -> str:
     an unexpanded ``~`` or ``$VARIABLE`` (``_literal_path``). A command that refuses a missing
     store checks this first, so that it names the mistake, not a file that does not exist. A
     plain path that starts with a store scheme not followed by ``://`` (``postgresql//u:PW@h/db``,
-    ``sqlite:file.db``) is a mistyped URL: ``StoreError``, naming its scheme only."""
+    ``sqlite:file.db``) is a mistyped URL: ``StoreError``, naming its scheme only. So is a path
+    whose last part is empty or ``.`` (``state/``, ``state/.``): it names a directory
+    (``_file_named``)."""
     if not from_url and (half := _HALF_URL.match(path)) is not None:
         raise StoreError(
             f"the store URL {half.group(1)}... lacks the :// after its scheme: write "
@@ -162,7 +165,34 @@ def checked_sqlite_path(path: str, *, from_url: bool) -> str:
             "take it for a part of the file name, a new store beside the one meant; write "
             "sqlite:///PATH alone"
         )
-    return _literal_path(path)
+    if from_url and not path:  # ``sqlite:///``: ``Path("")`` is the working directory
+        raise StoreError("the sqlite:/// store URL names no file: write sqlite:///PATH")
+    return _file_named(_literal_path(path))
+
+
+_SEPARATORS = tuple(sep for sep in (os.sep, os.altsep) if sep)
+
+
+def _file_named(path: str) -> str:
+    """``path``, unless its last part is empty or ``.`` (``state/``, ``state/.``, ``.``):
+    ``StoreError``, naming it. Such a path names a directory, as the shell and ``open`` read it,
+    but ``Path`` drops a trailing separator and ``/.``: until review R89 ``store init --store
+    state/`` created a SQLite file named ``state``, a store beside the one meant, and the
+    ``state/agentgate.db`` meant next was refused (``state`` a file). A last part ``..`` is kept
+    by ``Path``: it is refused as a directory as the store opens."""
+    last = path
+    for sep in _SEPARATORS:
+        last = last.rpartition(sep)[2]
+    if last == ".":
+        why = "has '.' as its last part"
+    elif not last and path:
+        why = f"ends in {path[-1]!r}"
+    else:
+        return path
+    raise StoreError(
+        f"the SQLite store path {shown(path)} {why}: that names a directory; name the database "
+        "file in it (--store or AGENTGATE_STORE)"
+    )
 
 
 def _literal_path(path: str) -> str:
