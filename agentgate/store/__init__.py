@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction
-from agentgate.store._existing import shown
+from agentgate.store._existing import resolved, shown
 from agentgate.store._sqlite import SQLiteStore
 
 DEFAULT_PATH = ".agentgate/agentgate.db"
@@ -93,7 +94,9 @@ def open_store(
     so is a URL or path with white space or a line break at an end (a CRLF env file), and a
     ``sqlite:///`` URL with a query or fragment (``sqlite:///x.db?mode=ro``), whose file would
     otherwise be named ``x.db?mode=ro``, and a SQLite path starting with ``~`` or holding a
-    ``$VARIABLE`` (``_literal_path``), and a SQLite path that names a directory (``_file_named``).
+    ``$VARIABLE`` (``_literal_path``), a SQLite path that names a directory (``_file_named``),
+    and one that names where SQLite keeps another database's write-ahead log, shared-memory index
+    or journal (``_not_a_sidecar``).
 
     ``read_only`` (with ``create=False``; ``InputError`` with ``create=True``): the store is
     opened to read and never written, for a command that only reads (an auditor's ``audit
@@ -151,7 +154,8 @@ def checked_sqlite_path(path: str, *, from_url: bool) -> str:
     plain path that starts with a store scheme not followed by ``://`` (``postgresql//u:PW@h/db``,
     ``sqlite:file.db``) is a mistyped URL: ``StoreError``, naming its scheme only. So is a path
     whose last part is empty or ``.`` (``state/``, ``state/.``): it names a directory
-    (``_file_named``)."""
+    (``_file_named``); and one that is another database's ``-wal``, ``-shm`` or ``-journal``
+    (``_not_a_sidecar``)."""
     if not from_url and (half := _HALF_URL.match(path)) is not None:
         raise StoreError(
             f"the store URL {half.group(1)}... lacks the :// after its scheme: write "
@@ -167,7 +171,7 @@ def checked_sqlite_path(path: str, *, from_url: bool) -> str:
         )
     if from_url and not path:  # ``sqlite:///``: ``Path("")`` is the working directory
         raise StoreError("the sqlite:/// store URL names no file: write sqlite:///PATH")
-    return _file_named(_literal_path(path))
+    return _not_a_sidecar(_file_named(_literal_path(path)))
 
 
 _SEPARATORS = tuple(sep for sep in (os.sep, os.altsep) if sep)
@@ -193,6 +197,48 @@ def _file_named(path: str) -> str:
         f"the SQLite store path {shown(path)} {why}: that names a directory; name the database "
         "file in it (--store or AGENTGATE_STORE)"
     )
+
+
+_SIDECARS = {"-wal": "write-ahead log", "-shm": "shared-memory index", "-journal": "rollback journal"}
+"""The files SQLite keeps beside a database ``NAME``: ``NAME-wal`` and so on, and what each holds."""
+
+
+def _not_a_sidecar(path: str) -> str:
+    """``path``, unless the file it names (``resolved``, as SQLite finds it) is where SQLite keeps
+    the ``-wal``, ``-shm`` or ``-journal`` of a database beside it (``_database_at``):
+    ``StoreError``, naming both. Until review R89 ``store init --store st/a.db-wal`` (tab
+    completion's slip for ``st/a.db``) made a store there, and ``grant revoke --store
+    st/a.db-wal`` said ``revoked``, exit 0; the next command that wrote ``st/a.db`` had SQLite
+    take that file for its write-ahead log, find its header invalid and delete it, the revocation
+    with it. A path that cannot be resolved is left to opening the store to refuse. (A file that
+    holds a write-ahead log or a journal, whatever its name, SQLite refuses as "not a database",
+    changing nothing; it is not read here: closing a descriptor of a store this process has open
+    would drop every POSIX lock its connections hold on it, ``_sqlite._create``.)"""
+    try:
+        file = resolved(path)
+    except (OSError, ValueError):  # no working directory, a NUL: the store's opening says why
+        return path
+    for end, what in _SIDECARS.items():
+        if file.endswith(end) and _database_at(file[: -len(end)]):
+            database = path[: -len(end)] if path.endswith(end) else file[: -len(end)]
+            raise StoreError(
+                f"the SQLite store path {shown(path)} is where SQLite keeps the {what} of the "
+                f"database {shown(database)}, which SQLite deletes or overwrites when that database "
+                "is opened: name the store's own file (--store or AGENTGATE_STORE)"
+            )
+    return path
+
+
+def _database_at(path: str) -> bool:
+    """Whether ``path`` is a regular file that may be a SQLite database: empty (not written yet),
+    or of a whole number of 512-byte units (a database is a whole number of pages, each a power
+    of two from 512 bytes). Looked at, never opened (``_not_a_sidecar``). A symbolic link is
+    not one: SQLite keeps a link's files beside its target."""
+    try:
+        status = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(status.st_mode) and status.st_size % 512 == 0
 
 
 def _literal_path(path: str) -> str:
