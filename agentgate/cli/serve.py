@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import re
 import signal
 import socket
 import sys
@@ -121,54 +122,97 @@ def _parsed(
     convert: Callable[[str], T], expected: str, ok: Callable[[T], bool], limit: str
 ) -> Callable[[str], T]:
     """An argparse type: ``convert(text)``, refused with ``expected`` when it does not convert and
-    with ``limit`` when ``ok`` refuses the value."""
+    with ``limit`` when ``ok`` refuses the value; the value quoted cut to 40 characters."""
 
     def parse(text: str) -> T:
+        shown = text[:40] + ("..." if len(text) > 40 else "")
         try:
             value = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {shown!r}") from None
         if not ok(value):
-            raise argparse.ArgumentTypeError(f"{limit}, not {text}")
+            raise argparse.ArgumentTypeError(f"{limit}, not {shown}")
         return value
 
     return parse
 
 
+_WHOLE = re.compile(r"[0-9]+", re.ASCII)
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
+_MOST_DIGITS = 19
+"""More digits than any bound here has (``MOST_BODY_BYTES``: 19)."""
+
+
+def _whole(text: str) -> int:
+    """A whole number written in ASCII digits alone, else ``ValueError``: not ``int``'s `` 5``,
+    ``+5``, ``1_000`` or other scripts' digits (until review R89 ``--max-body-bytes 1_000`` and
+    full-width digits were read), as ``--limit`` and ``--max-depth`` read theirs. Leading zeros
+    are read off first (``int`` refuses a text of more than 4,300 digits, zeros included); a
+    number of more than ``_MOST_DIGITS`` digits is read as ``10**_MOST_DIGITS``, above every
+    bound, so that it is refused as out of range, never converted."""
+    if not _WHOLE.fullmatch(text):
+        raise ValueError(text)
+    digits = text.lstrip("0") or "0"
+    return int(digits) if len(digits) <= _MOST_DIGITS else 10**_MOST_DIGITS
+
+
+def _decimal(text: str) -> float:
+    """A number written in ASCII digits with an optional fraction (``0.5``, ``30``), else
+    ``ValueError``: not ``float``'s ``1e3``, ``inf``, `` 5``, ``1_0`` or other scripts' digits
+    (until review R89 each was read). One too large for a float is infinity, refused by every
+    bound here."""
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError(text)
+    return float(text)
+
+
 def _limit_seconds(what: str) -> Callable[[str], float]:
     """An argparse type for a time limit: a number of seconds above 0 and at most a day."""
     return _parsed(
-        float,
+        _decimal,
         "a number of seconds",
         lambda v: 0 < v <= MOST_SECONDS,
         f"{what} is a positive number of seconds, at most {MOST_SECONDS:g}",
     )
 
 
-_port = _parsed(int, "a port number", lambda v: 0 < v <= MOST_PORT, f"a port is 1 to {MOST_PORT}")
+LEAST_DECODE_RATE = 0.001
+"""The slowest decode ``--decode-tokens-per-s`` takes: an output limit of up to
+``MAX_USAGE_TOKENS`` (10**9) at it, plus a day's first token, keeps a whole answer's and a
+stream's deadline (``Timeouts.answer_s``, ``stream_s``) under 10**12 s, which every timer takes.
+Until review R89 any positive rate passed: ``1e-320`` made the stream's deadline infinite."""
+MOST_BODY_BYTES = 2**63 - 1
+"""The largest ``--max-body-bytes``: the largest size a file or a ``Content-Length`` may have."""
+
+_port = _parsed(_whole, "a port number", lambda v: 0 < v <= MOST_PORT, f"a port is 1 to {MOST_PORT}")
 _seconds = _limit_seconds("a stall limit")
 _head_timeout = _limit_seconds("a head timeout")
 _unread_body = _limit_seconds("an unread body's time")
 _body_timeout = _limit_seconds("a body timeout")
 _first_token = _limit_seconds("a first token limit")
 _decode_rate = _parsed(
-    float,
+    _decimal,
     "a number of tokens a second",
-    lambda v: 0 < v < math.inf,
-    "a decode rate is a positive finite number of tokens a second",
+    lambda v: LEAST_DECODE_RATE <= v < math.inf,
+    f"a decode rate is a finite number of tokens a second, at least {LEAST_DECODE_RATE:g}",
 )
 _max_head = _parsed(
-    int,
+    _whole,
     "a whole number of bytes",
     lambda v: LEAST_HEAD_BYTES <= v <= MOST_HEAD_BYTES,
     f"a head limit is {LEAST_HEAD_BYTES} to {MOST_HEAD_BYTES} bytes",
 )
-_max_body = _parsed(int, "a whole number of bytes", lambda v: v > 0, "a body limit is 1 byte or more")
+_max_body = _parsed(
+    _whole,
+    "a whole number of bytes",
+    lambda v: 0 < v <= MOST_BODY_BYTES,
+    f"a body limit is 1 to {MOST_BODY_BYTES} bytes",
+)
 # The range ``GatewayServer`` takes, refused here before the store is opened or the port bound
 # (until review R85 the flag had no upper bound: 100000 reached the server, whose refusal named
 # its Python parameter, not the flag).
 _grace = _parsed(
-    int,
+    _whole,
     "a whole number of seconds",
     lambda v: 0 <= v <= MOST_SECONDS,
     f"a shutdown grace is a whole number of seconds from 0 to {MOST_SECONDS:g}",
