@@ -22,18 +22,32 @@ def parse_duration(text: str) -> int:
     """Seconds in ``30s``, ``15m``, ``1h``, ``7d`` or a sum like ``1h30m`` (each unit at most once,
     largest first: ``1h1h`` and ``30m1h`` are refused); zero, negative or more than ten years of
     365 days (315,360,000 s: the longest lifetime a policy may hold too) is refused with
-    ``InputError``."""
+    ``InputError``, and so is a number of more than 9 digits: said to be too long, or, where only
+    leading zeros take it past 9 (``0000000001h``), told the value to write (``1h``)."""
+    written = text
     if isinstance(text, str) and LONG_DURATION.fullmatch(text) and not _DURATION.fullmatch(text):
-        # Well formed, with a number of ten digits or more (99999999999d): said to be too long,
-        # not malformed (until review R55), and never converted (a number of any length).
-        raise InputError(
-            f"duration {_shown(text)} must be more than zero and at most 10 years ({MAX_TTL_S}s); "
-            "write each number in at most 9 digits"
-        )
+        _units_in_order(text)
+        text = _LEADING_ZEROS.sub("", text)
+        if not _DURATION.fullmatch(text):
+            # Well formed, with a number of ten digits or more, leading zeros aside (99999999999d):
+            # at least 10**9 s, so said to be too long, not malformed (until review R55), and
+            # never converted (a number of any length).
+            raise InputError(
+                f"duration {_shown(written)} must be more than zero and at most 10 years ({MAX_TTL_S}s); "
+                "write each number in at most 9 digits"
+            )
     seconds = duration_seconds(text)
     if seconds <= 0 or seconds > MAX_TTL_S:
         raise InputError(
-            f"duration {_shown(text)} must be more than zero and at most 10 years ({MAX_TTL_S}s)"
+            f"duration {_shown(written)} must be more than zero and at most 10 years ({MAX_TTL_S}s)"
+        )
+    if text != written:
+        # Padded past 9 digits with leading zeros (0000000001h): until review R89 said to be
+        # longer than 10 years, which it is not. The grammar's 9 digits hold, as an AMOUNT's 19
+        # do: told the value to write, which is taken.
+        raise InputError(
+            f"duration {_shown(written)} has a number of more than 9 digits, leading zeros "
+            f"included: write it without them, {text}"
         )
     return seconds
 
@@ -53,6 +67,21 @@ def duration_seconds(text: str) -> int:
         raise InputError(
             f"duration {_shown(text)}: write a positive whole number with a unit s, m, h or d (e.g. 15m, 7d)"
         )
+    parts = _units_in_order(text)
+    if len(text) > _MAX_DURATION_TEXT:
+        raise InputError(
+            f"duration {_shown(text)} is {len(text)} characters long, more than {_MAX_DURATION_TEXT}"
+        )
+    return sum(int(n) * _UNITS[u] for n, u in parts)
+
+
+_LEADING_ZEROS = re.compile(r"(?<![0-9])0+(?=[0-9])")
+"""The leading zeros of each number of a duration (``007h`` is ``7h``; ``0h`` keeps its one)."""
+
+
+def _units_in_order(text: str) -> list[tuple[str, str]]:
+    """The numbers and units of the well-formed duration ``text``; ``InputError`` where a unit
+    comes more than once or out of order (``1h1h``, ``30m1h``)."""
     parts = re.findall(r"([0-9]+)([smhd])", text)
     units = [u for _, u in parts]
     if any(_UNITS[a] <= _UNITS[b] for a, b in pairwise(units)):
@@ -63,11 +92,7 @@ def duration_seconds(text: str) -> int:
         raise InputError(
             f"duration {_shown(text)}: {what}; write each unit at most once, largest first (d, h, m, s), e.g. 1h30m"
         )
-    if len(text) > _MAX_DURATION_TEXT:
-        raise InputError(
-            f"duration {_shown(text)} is {len(text)} characters long, more than {_MAX_DURATION_TEXT}"
-        )
-    return sum(int(n) * _UNITS[u] for n, u in parts)
+    return parts
 
 
 def _shown(text: object) -> str:

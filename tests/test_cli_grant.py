@@ -475,7 +475,7 @@ def test_duration_grammar() -> None:
             parse_duration(bad)
 
 
-@pytest.mark.parametrize("long", ["99999999999d", "1h9999999999s", "0000000000001s"])
+@pytest.mark.parametrize("long", ["99999999999d", "1h9999999999s", "0001000000000s"])
 def test_a_duration_with_a_ten_digit_number_is_said_to_be_too_long(long: str) -> None:
     """Review R55: a duration well written but with a number of ten digits or more
     (``--ttl 99999999999d``) was refused as malformed ("write a positive whole number with a
