@@ -361,7 +361,10 @@ class BackendClient:
                 f"{self.backend.name}: {exc}: the call asked for more than is read "
                 "(fewer tokens, or fewer log-probabilities)"
             ) from None
-        self._check_status(status, self._excerpt(raw, payload), retry_after)
+        # Quoted for an error only, as a stream's head is: a success's body is no message, and
+        # redacting the prompt from it (``_excerpt``) cost every answer up to a millisecond on the
+        # event loop until a regression review of R89.
+        self._check_status(status, self._excerpt(raw, payload) if status >= 300 else "", retry_after)
         try:
             data = orjson.loads(raw)
             # Nested past ``MAX_DEPTH``, as a stream event is (``_within_depth``): orjson reads
