@@ -715,12 +715,15 @@ class Broker(_Restoring, _Preempting):
         one); asked only when it is about to, so a check that reads a store costs one read per
         grant, not one per call and request waiting. Refused, ``w`` is withdrawn: ``Withdrawn``
         with the reason, a reservation it held going back, victims it notified staying notified
-        (as at a timeout). A ``StoreError`` of the check leaves it waiting as it was."""
+        (as at a timeout). A ``StoreError`` of the check leaves it waiting as it was, and the queue
+        untried (``next_deadline`` says now): until a regression review of R89 a driver sleeping
+        until ``next_deadline`` left free GPUs idle beside it until its next timer."""
         if self.grant_check is None:
             return True
         try:
             refused = self.grant_check(w.request)
         except StoreError:
+            self._untried = True
             return False
         if refused is None:
             return True
