@@ -40,6 +40,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
+from enum import Enum
 from typing import Any, TypeGuard, cast
 
 import aiohttp
@@ -834,11 +835,13 @@ def _orjson(value: object) -> bytes:
 
 
 def _finite(value: object) -> bool:
-    """Whether no float in ``value`` (in its mappings' values, lists, tuples and dataclasses, as
-    orjson walks them) is a NaN or an infinity. Only for a value orjson wrote, so no deeper than
-    the 255 levels it writes. A body of 20 messages costs a few microseconds, some three times
-    what orjson takes to write it: the plain types are told by their exact type first (faster
-    than ``isinstance``), their subclasses and the abstract types after."""
+    """Whether no float in ``value`` (in its mappings' values, lists, tuples, dataclasses and enum
+    members' values, as orjson walks them) is a NaN or an infinity. Only for a value orjson wrote,
+    so no deeper than the 255 levels it writes. A body of 20 messages costs a few microseconds,
+    some three times what orjson takes to write it: the plain types are told by their exact type
+    first (faster than ``isinstance``), their subclasses and the abstract types after. Until a
+    regression review of R89 an ``Enum`` member was not walked: one whose value is NaN was sent
+    as ``null``."""
     kind = type(value)
     if kind is str or value is None or kind is int or kind is bool:
         return True
@@ -849,6 +852,8 @@ def _finite(value: object) -> bool:
         items = value
     elif isinstance(value, float):
         return math.isfinite(value)
+    elif isinstance(value, Enum):  # orjson writes a member as its value (a float one is a float)
+        return _finite(value.value)
     elif isinstance(value, Mapping):
         items = value.values()
     elif isinstance(value, list | tuple):
@@ -866,7 +871,8 @@ def _finite(value: object) -> bool:
 def _unwritable(body: Mapping[str, Any], exc: BaseException) -> FieldError:
     """The ``FieldError`` for ``body``, which ``_encode`` could not write (``json`` refused it
     with ``exc``). Each field is judged as ``_encode`` judges a body, orjson first and then
-    ``json``: the first field neither writes is named, with why in ``json``'s words. Where each
+    ``json``: the first field neither writes is named, with why in ``json``'s words (orjson's
+    where orjson refused only a NaN or an infinity in it: an ``Enum`` member of one). Where each
     field can be written alone, the body mixes a value only ``json`` writes with one only orjson
     writes (a ``UUID``, a ``datetime``), and the refusal names the first field of the one kind
     beside the first of the other, each with the words of the encoder that refused it. No value
@@ -889,9 +895,10 @@ def _unwritable(body: Mapping[str, Any], exc: BaseException) -> FieldError:
         except (TypeError, ValueError, RecursionError) as refused:
             if by_orjson is not None:
                 shown = _field_shown(name)
-                return FieldError(
-                    shown, f"body field '{shown}' cannot be written as JSON: {_reason(refused)}"
-                )
+                # orjson wrote it but for a NaN or an infinity (``_orjson``'s ValueError): that is
+                # why, not json's "not JSON serializable" of an ``Enum`` or a ``UUID`` holding it.
+                why = by_orjson if isinstance(by_orjson, ValueError) else refused
+                return FieldError(shown, f"body field '{shown}' cannot be written as JSON: {_reason(why)}")
             only_orjson = only_orjson or (name, refused)
         else:
             if by_orjson is not None:
