@@ -292,7 +292,10 @@ class _Ahead:
     """How far a stream's pump (``_relay``) has read ahead of its reader: the chunks it handed
     over that the reader has not taken yet, at most ``STREAM_AHEAD``. ``room`` waits, on the
     dispatcher's loop (the pump's), until one more may be handed over; ``taken``, called by the
-    reader on its own thread or loop for each chunk it takes, makes room for one.
+    reader on its own thread or loop for each chunk it takes, makes room for one. The count is
+    kept under a lock, so ``taken`` wakes the pump's loop (a callback handed to it from another
+    thread, a write to its self-pipe) only when the pump waits: until a regression review of R89
+    every chunk taken cost one, however far behind the reader was.
 
     Once the gate's dispatcher stops (``read_on``, for every stream of its loop), no pump waits:
     each reads on, and the dispatcher's close ends its stream as it ends one being read
@@ -300,36 +303,48 @@ class _Ahead:
     taken. A pump left waiting would be dropped with the loop, its reader waiting for ever."""
 
     def __init__(self) -> None:
-        self._ahead = 0  # changed on the pump's loop only
-        self._loop: asyncio.AbstractEventLoop | None = None  # the pump's, once it handed a chunk
-        self._room: asyncio.Future[None] | None = None  # while the pump waits
+        self._lock = threading.Lock()
+        self._ahead = 0  # under ``_lock``: added to on the pump's loop, taken from on the reader's thread
+        self._room: asyncio.Future[None] | None = None  # under ``_lock``: while the pump waits
 
     async def room(self) -> None:
-        loop = self._loop = asyncio.get_running_loop()
-        if self._ahead >= STREAM_AHEAD:
-            pumps = _pumps_of(loop)
-            while self._ahead >= STREAM_AHEAD and not pumps.reading_on:
-                self._room = loop.create_future()
-                pumps.waiting.add(self)
-                try:
-                    await self._room
-                finally:
-                    pumps.waiting.discard(self)
-                    self._room = None
-        self._ahead += 1
+        with self._lock:
+            if self._ahead < STREAM_AHEAD:
+                self._ahead += 1
+                return
+        loop = asyncio.get_running_loop()
+        pumps = _pumps_of(loop)
+        while not pumps.reading_on:
+            with self._lock:
+                if self._ahead < STREAM_AHEAD:
+                    break
+                # Set under the lock the count was read under: a chunk taken since sees it.
+                room = self._room = loop.create_future()
+            pumps.waiting.add(self)
+            try:
+                await room
+            finally:
+                pumps.waiting.discard(self)
+                with self._lock:
+                    if self._room is room:
+                        self._room = None
+        with self._lock:
+            self._ahead += 1
 
     def taken(self) -> None:
-        if self._loop is not None:
+        with self._lock:
+            self._ahead -= 1
+            room, self._room = self._room, None  # woken once, however many are taken meanwhile
+        if room is not None:
             with contextlib.suppress(RuntimeError):  # that loop closed with the gate: nothing pumps
-                self._loop.call_soon_threadsafe(self._took)
-
-    def _took(self) -> None:
-        self._ahead -= 1
-        self._wake()
+                room.get_loop().call_soon_threadsafe(_resolve, room)
 
     def _wake(self) -> None:
-        if self._room is not None and not self._room.done():
-            self._room.set_result(None)
+        """Wake the pump if it waits. Called on the pump's loop."""
+        with self._lock:
+            room, self._room = self._room, None
+        if room is not None:
+            _resolve(room)
 
     @staticmethod
     def read_on(loop: asyncio.AbstractEventLoop) -> None:
@@ -338,6 +353,12 @@ class _Ahead:
         pumps.reading_on = True
         for ahead in list(pumps.waiting):
             ahead._wake()
+
+
+def _resolve(room: asyncio.Future[None]) -> None:
+    """Let the pump waiting on ``room`` go on (unless it is gone: the future cancelled with it)."""
+    if not room.done():
+        room.set_result(None)
 
 
 class _Pumps:
