@@ -29,7 +29,9 @@ process, without Kubernetes. The rules (docs/broker.md has worked examples):
 * **Expiry.** A lease lasts ``ttl_s`` after its grant or its last renewal; a holder that dies
   stops renewing and its GPUs return at expiry.
 * **Order.** Waiting requests are tried by priority, then arrival (Kueue's BestEffortFIFO: one
-  that does not fit does not block smaller ones behind it).
+  that does not fit does not block smaller ones behind it). A call asks again only those whose
+  answer may have changed since they were last tried, with the answers of a pass over them all
+  (``_place_waiting``): queuing n requests that cannot be placed costs about n log n.
 
 Every public call that changes the state first applies what the clock says has happened
 (expiries, grace ends, timeouts), then does its work, then tries the queue (a call refused with an
@@ -44,7 +46,7 @@ import dataclasses
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn, Protocol
 
 from agentgate._numbers import finite, is_number
@@ -78,7 +80,7 @@ from agentgate.dispatch.broker._quota import QuotaBook
 from agentgate.dispatch.broker._quoting import quoted
 from agentgate.dispatch.broker._restore import _Restoring
 from agentgate.dispatch.broker._topology import Topology
-from agentgate.dispatch.broker._waiting import _Waiting
+from agentgate.dispatch.broker._waiting import _Queue, _Waiting
 from agentgate.errors import BrokerError, LeaseLost, StoreError
 
 Clock = Callable[[], float]
@@ -189,8 +191,19 @@ class Broker(_Restoring, _Preempting):
         self._leases: dict[str, Lease] = {}
         # notified leases: not charged to their tenant any more, but leaving (QuotaBook.leave)
         self._victims: set[str] = set()
-        self._waiting: dict[str, _Waiting] = {}
+        self._waiting = _Queue()
         self._seq = 0
+        self._moves = 0
+        """Counts the changes of what a waiting request is placed against: GPUs taken, freed or
+        reserved, quota charged, leases granted, notified or ended (``_place_waiting``)."""
+        self._settled: tuple[int, tuple[object, ...]] | None = None
+        """``_moves`` and ``_settings`` when the last pass over the queue moved nothing, tried at
+        ``_settled_now``; ``None`` when it moved something, or did not finish."""
+        self._settled_now = -math.inf
+        self._retry_at = math.inf
+        """While a waiting request is tried: the earliest time its answer may change though
+        nothing else does (a preemption candidate's grace no longer ending before its wait does),
+        ``-inf`` when it must be tried at the next call (``grant_check`` could not be read)."""
         self._outbox: list[BrokerEvent] = []
         self._dirty = False
         self._due = False
@@ -424,7 +437,7 @@ class Broker(_Restoring, _Preempting):
                     victims=tuple(sorted(w.victims)),
                     draining=w.draining,
                 )
-                for w in self._ordered_waiting()
+                for w in self._waiting.ordered()
             ]
 
     def usage(self, tenant: str) -> int:
@@ -471,6 +484,7 @@ class Broker(_Restoring, _Preempting):
             self._restore_leases(snapshot.leases)
             self._restore_queue(snapshot.queue)
             self._dirty = True
+            self._moves += 1
             if self.journal is not None:
                 self.journal.take_over(snapshot)  # the broker it was restored from writes no more
             self._forget_ended_victims()
@@ -556,13 +570,12 @@ class Broker(_Restoring, _Preempting):
     def _apply_time(self, now: float) -> None:
         # Timeouts first: a lease that ends now grants a nominated request now, and one whose
         # wait is over would be granted past it (a gated lease past its grant's expiry).
-        for w in list(self._waiting.values()):
-            if w.deadline <= now:
-                del self._waiting[w.request.id]
-                if w.nominated:
-                    self._withdraw_nominated(w)
-                self._dirty = True
-                self._outbox.append(TimedOut(w.request, w.deadline - w.submitted_at))
+        for w in self._waiting.timed_out(now):
+            del self._waiting[w.request.id]
+            if w.nominated:
+                self._withdraw_nominated(w)
+            self._dirty = True
+            self._outbox.append(TimedOut(w.request, w.deadline - w.submitted_at))
         self._end_due_leases(now)
 
     def _end_due_leases(self, now: float) -> None:
@@ -578,11 +591,6 @@ class Broker(_Restoring, _Preempting):
 
     # --- scheduling ---------------------------------------------------------------------------
 
-    def _ordered_waiting(self) -> list[_Waiting]:
-        # Arrival is ``seq`` (``restore`` numbers a snapshot's queue in its order), not
-        # ``submitted_at``: a wall clock stepped back would put later requests first.
-        return sorted(self._waiting.values(), key=lambda w: (-w.request.priority, w.seq))
-
     def _schedule(self, now: float) -> None:
         self._untried = False
         self._place_waiting(now)
@@ -594,34 +602,92 @@ class Broker(_Restoring, _Preempting):
         self._save(now)
 
     def _place_waiting(self, now: float) -> None:
-        for w in self._ordered_waiting():
-            if w.nominated:
-                # Granted as its last victim ends (``_end``), unless its quota held it back then:
-                # it goes once the quota holds it, which another lease's end or a withdrawn
-                # reservation may bring about, not only a notified lease's end.
-                if self._ready(w):
-                    if self._may_take(w):
-                        self._grant(w, w.nominated, now)
-                elif w.draining:
-                    self._place_draining(w, now)
-                continue
-            request = w.request
-            loosen = self._loosen(w, now)
-            if self._quota.fits(request.tenant, request.gpus):
-                chosen = self.policy.place(request, self._free, loosen=loosen)
-                if chosen is not None:
-                    if not self._quota.fits(request.tenant, request.gpus, with_leaving=True):
-                        # It fits once the notified leases of its tenant or cohort are gone,
-                        # which their grace bounds: it waits for them, preempting nobody.
-                        continue
-                    if not self._may_take(w):
-                        continue
-                    self._free.take(chosen)
-                    self._quota.charge(request.tenant, request.gpus)
-                    self._grant(w, chosen, now)
-                    continue
-            if not self._try_preempt(w, now, loosen) and now >= w.submitted_at + self.drain_after_s:
-                self._try_drain(w)
+        """Try the waiting requests in order (``_try_placing``). A request that could not be placed
+        against the broker's state, and changed nothing, gets the same answer while that state is
+        the same, until a time that changes its answer (``_time_bound``, ``_retry_at``). So once a
+        pass over the queue moved nothing (``_settled``), and until something moves, a pass tries
+        only the requests new since then or whose time came (``_Queue.woken``), and every request
+        after the first of them that moves something, as a pass over the whole queue would, with
+        the same answers. Until review R89 each call tried the whole queue: queuing n requests
+        that could not be placed was quadratic in n."""
+        woken = self._waiting.woken(now)
+        settings = self._settings()
+        settled = self._settled == (self._moves, settings) and now >= self._settled_now
+        self._settled = None  # until this pass is over
+        moves = self._moves
+        for w in self._to_try(woken if settled else None, moves):
+            self._retry_at = math.inf
+            self._try_placing(w, now)
+            if self._waiting.get(w.request.id) is w:
+                self._waiting.set_wake(w, min(self._retry_at, self._time_bound(w, now)))
+        if self._moves == moves:
+            self._settled, self._settled_now = (moves, settings), now
+
+    def _settings(self) -> tuple[object, ...]:
+        """The settings a waiting request's answer depends on: a pass after one of them changed
+        tries the whole queue (they are attributes a caller may set). Not ``grant_check``: it is
+        asked only of a request about to take GPUs, so it holds back none that could not."""
+        return (self.policy, self.locality_wait_s, self.drain_after_s, self.max_draining, self.grace_s)
+
+    def _to_try(self, woken: list[_Waiting] | None, moves: int) -> Iterator[_Waiting]:
+        """The requests a pass tries, in order: every one (``woken`` ``None``), or those of
+        ``woken`` until one of them moves something (``_moves`` is no longer ``moves``), then
+        every one after it."""
+        if woken is None:
+            yield from self._waiting.ordered()
+            return
+        last: _Waiting | None = None
+        for w in woken:
+            if self._moves != moves:
+                break
+            yield w
+            last = w
+        if last is not None and self._moves != moves:
+            yield from self._waiting.after(last.rank)
+
+    def _time_bound(self, w: _Waiting, now: float) -> float:
+        """The first time after ``now`` at which waiting ``w`` may be placed otherwise with the
+        broker's state unchanged: its locality wait ends (``_loosen``), or its drain delay does
+        (``_try_drain``); ``inf`` if none."""
+        bound = math.inf
+        if not w.nominated or w.draining:
+            loosen_at = w.submitted_at + self.locality_wait_s
+            if loosen_at > now:
+                bound = loosen_at
+        if not w.nominated and self.max_draining:
+            drain_at = w.submitted_at + self.drain_after_s
+            if drain_at > now:
+                bound = min(bound, drain_at)
+        return bound
+
+    def _try_placing(self, w: _Waiting, now: float) -> None:
+        if w.nominated:
+            # Granted as its last victim ends (``_end``), unless its quota held it back then:
+            # it goes once the quota holds it, which another lease's end or a withdrawn
+            # reservation may bring about, not only a notified lease's end.
+            if self._ready(w):
+                if self._may_take(w):
+                    self._grant(w, w.nominated, now)
+            elif w.draining:
+                self._place_draining(w, now)
+            return
+        request = w.request
+        loosen = self._loosen(w, now)
+        if self._quota.fits(request.tenant, request.gpus):
+            chosen = self.policy.place(request, self._free, loosen=loosen)
+            if chosen is not None:
+                if not self._quota.fits(request.tenant, request.gpus, with_leaving=True):
+                    # It fits once the notified leases of its tenant or cohort are gone,
+                    # which their grace bounds: it waits for them, preempting nobody.
+                    return
+                if not self._may_take(w):
+                    return
+                self._free.take(chosen)
+                self._quota.charge(request.tenant, request.gpus)
+                self._grant(w, chosen, now)
+                return
+        if not self._try_preempt(w, now, loosen) and now >= w.submitted_at + self.drain_after_s:
+            self._try_drain(w)
 
     def _loosen(self, w: _Waiting, now: float) -> bool:
         """Whether ``w`` may be placed looser than it prefers (``PlacementPolicy.place``)."""
@@ -656,6 +722,7 @@ class Broker(_Restoring, _Preempting):
     def _grant(self, w: _Waiting, gpus: Sequence[int], now: float) -> None:
         request = w.request
         del self._waiting[request.id]
+        self._moves += 1
         for i in gpus:
             self._owner[i] = request.id
             self._reserved[i] = None
@@ -675,6 +742,7 @@ class Broker(_Restoring, _Preempting):
     def _end(self, lease_id: str, reason: EndReason, now: float) -> None:
         lease = self._leases.pop(lease_id)
         self._dirty = True
+        self._moves += 1
         nums = [self.topology.number(g) for g in lease.gpus]
         was_leaving = lease_id in self._victims
         if was_leaving:
@@ -724,6 +792,7 @@ class Broker(_Restoring, _Preempting):
             refused = self.grant_check(w.request)
         except StoreError:
             self._untried = True
+            self._retry_at = -math.inf  # asked again at the next call's pass, as if nothing else moved
             return False
         if refused is None:
             return True
@@ -737,6 +806,7 @@ class Broker(_Restoring, _Preempting):
     def _withdraw_nominated(self, w: _Waiting) -> None:
         # Victims already notified stay notified: their holders were told to checkpoint, and
         # un-telling them would race with a checkpoint in progress.
+        self._moves += 1
         self._quota.charge(w.request.tenant, -w.request.gpus)
         unowned = [i for i in w.nominated if self._owner[i] is None]
         for i in w.nominated:

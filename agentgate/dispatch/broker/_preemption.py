@@ -19,7 +19,7 @@ from agentgate.dispatch.broker._placement import (
 )
 from agentgate.dispatch.broker._quota import QuotaBook
 from agentgate.dispatch.broker._topology import Topology
-from agentgate.dispatch.broker._waiting import _Waiting
+from agentgate.dispatch.broker._waiting import _Queue, _Waiting
 
 
 class _Preempting:
@@ -36,10 +36,12 @@ class _Preempting:
     _reserved: list[str | None]
     _leases: dict[str, Lease]
     _victims: set[str]
-    _waiting: dict[str, _Waiting]
+    _waiting: _Queue
     _outbox: list[BrokerEvent]
     _dirty: bool
     _due: bool
+    _moves: int
+    _retry_at: float
 
     if TYPE_CHECKING:  # what this part calls of the broker's other parts
 
@@ -66,6 +68,13 @@ class _Preempting:
                     found.append((lease, "priority"))
             elif self._quota.may_reclaim_from(request.tenant, request.gpus, lease.tenant):
                 found.append((lease, "reclaim"))
+        for lease, _ in found:
+            # No candidate any more once its grace would outlast the wait: the request is tried
+            # again then (``Broker._place_waiting``), with fewer candidates, which may let it fit
+            # (a reclaim skipped for an earlier victim of the same lender).
+            grace = self._grace(lease.request)
+            if grace > 0:
+                self._retry_at = min(self._retry_at, w.deadline - grace)
         # Borrowed capacity first, then the least important, then the newest (least work lost).
         found.sort(key=lambda c: (c[1] != "reclaim", c[0].priority, -c[0].granted_at, c[0].id))
         return found
@@ -150,6 +159,10 @@ class _Preempting:
             or not self._quota.fits(request.tenant, request.gpus, with_leaving=True)
         ):
             return
+        # Not counted with draining off (``max_draining`` 0, the default): a count at each try
+        # made a pass over n requests whose drain delay was over take time in n squared.
+        if self.max_draining <= 0:
+            return
         if sum(1 for x in self._waiting.values() if x.draining) >= self.max_draining:
             return
         # The innermost level with a group inside one group of the constraint's level.
@@ -185,6 +198,7 @@ class _Preempting:
         leases end)."""
         request = w.request
         self._dirty = True
+        self._moves += 1
         w.nominated = tuple(placement)
         self._quota.charge(request.tenant, request.gpus)
         self._free.take(i for i in placement if self._owner[i] is None)

@@ -24,7 +24,7 @@ from agentgate.dispatch.broker._placement import FreeIndex
 from agentgate.dispatch.broker._quota import QuotaBook
 from agentgate.dispatch.broker._quoting import quoted
 from agentgate.dispatch.broker._topology import LEVELS, Topology
-from agentgate.dispatch.broker._waiting import _Waiting
+from agentgate.dispatch.broker._waiting import _Queue, _Waiting
 from agentgate.errors import BrokerError
 
 
@@ -39,7 +39,7 @@ class _Restoring:
     _reserved: list[str | None]
     _leases: dict[str, Lease]
     _victims: set[str]
-    _waiting: dict[str, _Waiting]
+    _waiting: _Queue
     _seq: int
 
     def _check_snapshot(self, snapshot: BrokerSnapshot) -> None:

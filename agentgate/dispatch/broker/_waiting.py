@@ -1,8 +1,20 @@
-"""A request waiting in the broker's queue (``_Waiting``): when it came, when its wait ends, and the
-GPUs nominated for it, with the leases it waits on (preemption) or whether it drains a group."""
+"""The broker's waiting requests: each one (``_Waiting``): when it came, when its wait ends, the
+GPUs nominated for it, with the leases it waits on (preemption) or whether it drains a group; and
+the queue of them (``_Queue``), kept in the order the broker tries them, by deadline for its
+timeouts, and by the time each is to be tried again though nothing else changed (``wake``).
+
+The queue is kept as requests come and go, not sorted and scanned at each call: until review R89
+every ``Broker.submit`` sorted the whole queue, tried every request in it and scanned it for
+timeouts, so queuing n requests that could not be placed took time quadratic in n (8,000 took
+80 s, the broker's lock held).
+"""
 
 from __future__ import annotations
 
+import bisect
+import heapq
+import math
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
 
 from agentgate.dispatch.broker._model import GangRequest
@@ -17,3 +29,131 @@ class _Waiting:
     nominated: tuple[int, ...] = ()
     victims: set[str] = field(default_factory=set)
     draining: bool = False
+    wake: float = -math.inf
+    """When the broker tries it again though its state has not changed since it last did
+    (``_Queue.woken``): ``-inf`` (at the next call) for one not tried yet, ``inf`` for one whose
+    answer only a change of that state can change."""
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        """Its place in the order the broker tries waiting requests: by priority, then arrival
+        (``seq``: ``restore`` numbers a snapshot's queue in its order), not ``submitted_at``, since
+        a wall clock stepped back would put later requests first."""
+        return (-self.request.priority, self.seq)
+
+
+_Timed = tuple[float, int, str]
+"""A heap entry: a time, then the ``seq`` and id of the request it is for (stale once that
+request left the queue, or, for a wake, once its ``wake`` changed)."""
+
+
+class _Queue(MutableMapping[str, _Waiting]):
+    """Waiting requests by id, iterated in arrival order; ``ordered`` in the order the broker tries
+    them. Each request added must have a ``seq`` above every one added before it (the broker
+    numbers them as they come), which keeps each priority's requests in arrival order as they are
+    added, with no sorting. Adding or removing a request costs about ``log(queue)`` (amortized:
+    the heaps' stale entries are dropped now and then, ``_compact``)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, _Waiting] = {}
+        self._by_priority: dict[int, dict[str, _Waiting]] = {}
+        """Priority -> its requests, in arrival order."""
+        self._priorities: list[int] = []
+        """The priorities that have a request, as ``-priority`` in ascending order (highest first)."""
+        self._deadlines: list[_Timed] = []
+        self._wakes: list[_Timed] = []
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_id)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_id
+
+    def __getitem__(self, key: str) -> _Waiting:
+        return self._by_id[key]
+
+    def __setitem__(self, key: str, w: _Waiting) -> None:
+        """Queue ``w`` (``key`` is its id, not queued already)."""
+        assert key == w.request.id and key not in self._by_id
+        priority = w.request.priority
+        self._by_id[key] = w
+        same = self._by_priority.get(priority)
+        if same is None:
+            same = self._by_priority[priority] = {}
+            bisect.insort(self._priorities, -priority)
+        same[key] = w
+        if w.deadline != math.inf:
+            heapq.heappush(self._deadlines, (w.deadline, w.seq, key))
+        if w.wake != math.inf:
+            heapq.heappush(self._wakes, (w.wake, w.seq, key))
+        self._compact()
+
+    def __delitem__(self, key: str) -> None:
+        w = self._by_id.pop(key)
+        priority = w.request.priority
+        same = self._by_priority[priority]
+        del same[key]
+        if not same:
+            del self._by_priority[priority]
+            del self._priorities[bisect.bisect_left(self._priorities, -priority)]
+
+    def ordered(self) -> list[_Waiting]:
+        """Every request, in the order the broker tries them (``_Waiting.rank``)."""
+        return [w for p in self._priorities for w in self._by_priority[-p].values()]
+
+    def after(self, rank: tuple[int, int]) -> list[_Waiting]:
+        """The requests that come after ``rank`` in the order the broker tries them."""
+        start = bisect.bisect_left(self._priorities, rank[0])
+        found: list[_Waiting] = []
+        for p in self._priorities[start:]:
+            same = self._by_priority[-p].values()
+            found += (w for w in same if w.seq > rank[1]) if p == rank[0] else same
+        return found
+
+    def timed_out(self, now: float) -> list[_Waiting]:
+        """The requests whose deadline is ``now`` or before, in arrival order, for the caller to
+        remove (none is returned twice)."""
+        due: dict[str, _Waiting] = {}
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, seq, key = heapq.heappop(self._deadlines)
+            w = self._by_id.get(key)
+            if w is not None and w.seq == seq:
+                due[key] = w
+        return sorted(due.values(), key=lambda w: w.seq)
+
+    def set_wake(self, w: _Waiting, wake: float) -> None:
+        """Try queued ``w`` again at ``wake`` though nothing else changes (``_Waiting.wake``)."""
+        if wake != w.wake:
+            w.wake = wake
+            if wake != math.inf:
+                heapq.heappush(self._wakes, (wake, w.seq, w.request.id))
+                self._compact()
+
+    def woken(self, now: float) -> list[_Waiting]:
+        """The requests whose ``wake`` is ``now`` or before, in the order the broker tries them;
+        each one's ``wake`` is then ``inf`` until it is set again."""
+        found: dict[str, _Waiting] = {}
+        while self._wakes and self._wakes[0][0] <= now:
+            wake, seq, key = heapq.heappop(self._wakes)
+            w = self._by_id.get(key)
+            if w is not None and w.seq == seq and w.wake == wake:
+                found[key] = w
+        for w in found.values():
+            w.wake = math.inf
+        return sorted(found.values(), key=lambda w: w.rank)
+
+    def _compact(self) -> None:
+        """Drop the stale entries of a heap once they are most of it, so that requests granted or
+        withdrawn long before their deadline do not pile up there: amortized, a constant per
+        entry pushed."""
+        if len(self._deadlines) > 2 * len(self._by_id) + 64:
+            self._deadlines = [
+                (w.deadline, w.seq, key) for key, w in self._by_id.items() if w.deadline != math.inf
+            ]
+            heapq.heapify(self._deadlines)
+        if len(self._wakes) > 2 * len(self._by_id) + 64:
+            self._wakes = [(w.wake, w.seq, key) for key, w in self._by_id.items() if w.wake != math.inf]
+            heapq.heapify(self._wakes)
