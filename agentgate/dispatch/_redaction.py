@@ -1,5 +1,6 @@
 """Redaction of what a backend's words must not carry out of the client: its API key, whole or a
-piece of it, and the start of a prompt's message it echoed (``_scrub``)."""
+piece of it, and the start of a prompt's message it echoed (``_scrub``), and a value of its
+answer quoted so (``_quoted_echo``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import bisect
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from agentgate._shown import quoted
 
 _FRAGMENT = 8
 """The shortest piece of a key, or start of a prompt's message, that ``_scrub`` redacts."""
@@ -143,3 +146,20 @@ def _written(text: str) -> tuple[str, ...]:
     if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
         return (text,)
     return text, json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1]
+
+
+def _quoted_echo(value: object, request: Mapping[str, Any] | None, limit: int = 80) -> str:
+    """``value``, taken from a backend's answer (a finish reason, a usage count, a choice index),
+    as a refusal quotes it (``quoted``), scrubbed of the prompt of ``request`` (``_prompt_texts``)
+    before it is cut: a text as it came, before ``repr`` escapes it, anything else in its
+    ``repr``. The prompt is scrubbed where the backend's words enter a message, never from the
+    message whole: until a regression review of R89 ``BackendClient._shown`` scrubbed it from all
+    of it, agentgate's own words too (the prompt ``request 0: hello`` made a stream's failure
+    read ``no first token within 0.5s of the [redacted](first_token_s)``)."""
+    prompts = _prompt_texts(request) if request is not None else ()
+    if not prompts:
+        return quoted(value, limit)
+    if isinstance(value, str):
+        return quoted(_scrub(value[: 16 * limit], None, prompts), limit)
+    text = _scrub(quoted(value, 16 * limit), None, prompts)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -344,7 +344,7 @@ class BackendClient:
         try:
             return await self._chat(payload, trace_headers(trace_context))
         except DispatchError as exc:
-            error = self._shown(exc, payload)
+            error = self._shown(exc)
         raise error  # outside the handler: nothing chained to it
 
     async def _chat(self, payload: Mapping[str, Any], trace: Mapping[str, str]) -> ChatResult:
@@ -356,7 +356,7 @@ class BackendClient:
         except TimeoutError:
             raise BackendFailed(f"{self.backend.name}: no answer within {deadline:g}s") from None
         except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
-            raise BackendFailed(f"{self.backend.name}: {_failure_text(exc)}") from None
+            raise BackendFailed(f"{self.backend.name}: {_failure_text(exc, payload)}") from None
         except AnswerTooLarge as exc:  # from ``_capped``, or the transport's (the gateway's pool)
             raise AnswerTooLarge(
                 f"{self.backend.name}: {exc}: the call asked for more than is read "
@@ -373,7 +373,7 @@ class BackendClient:
             # out of a refusal quoting its finish_reason, usage or choice index.
             _within_depth(data)
             _reject_error(self.backend.name, data, self._key, payload)
-            choices = _checked_choices(data["choices"], "message", _choices_asked(payload))
+            choices = _checked_choices(data["choices"], "message", _choices_asked(payload), payload)
             choice = choices[0]
             # No ``content`` key is none: TGI's tool call message has ``role`` and ``tool_calls``
             # only (until review R66 such an answer was a BackendFailed, sent to every backend).
@@ -385,7 +385,7 @@ class BackendClient:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendFailed(f"{self.backend.name}: malformed chat completion: {exc}") from None
         try:
-            usage = _usage(data.get("usage"))
+            usage = _usage(data.get("usage"), payload)
         except ValueError as exc:
             # The answer is whole: the call ran. Until review R68 this was a plain BackendFailed:
             # the dispatcher sent the call to the next backend, which ran it again, and the Gate
@@ -563,9 +563,9 @@ class BackendClient:
                             deadline = loop.time() + self.timeouts.idle_s
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
             # ValueError: a line over its limit (``split_lines``).
-            error = self._shown(BackendFailed(f"{self.backend.name}: {_failure_text(exc)}"), payload)
+            error = self._shown(BackendFailed(f"{self.backend.name}: {_failure_text(exc, payload)}"))
         except DispatchError as exc:
-            error = self._shown(exc, payload)
+            error = self._shown(exc)
         raise error  # outside the handlers: nothing chained to it
 
     def _silent(self, started: bool) -> BackendFailed:
@@ -768,17 +768,23 @@ class BackendClient:
         text = _scrub(body[:_QUOTED].decode("utf-8", "replace"), self._key, _prompt_texts(payload))
         return escaped(" ".join(text.split())[:200])
 
-    def _shown(self, exc: DispatchError, payload: Mapping[str, Any]) -> DispatchError:
+    def _shown(self, exc: DispatchError) -> DispatchError:
         """``exc`` made fit to leave this client: nothing chained to it (the exceptions it was
         raised from, such as a parser's refusal of a status line that echoed the key, may quote
         the key), and, when its message quotes the key (whole or a piece of it: a backend that
         echoes what it was sent puts it in error bodies, error events, usage, lines that are not
-        SSE, or lines the HTTP parser refuses) or the start of a message of the request's prompt
-        (a backend's validation error echoing its input), an error of the same type with those
-        redacted (``_scrub``). The message reaches logs and a model call's audit outcome, where
-        the prompt is never stored."""
+        SSE, or lines the HTTP parser refuses), an error of the same type with it redacted
+        (``_scrub``): over the whole message, as a key is never words of ours.
+
+        The prompt is not scrubbed here: it was where the backend's words entered the message
+        (``_excerpt``, ``_reject_error``, ``_line_shown``, ``_quoted_echo``, ``_failure_text``),
+        before they were cut or escaped. Until a regression review of R89 it was scrubbed here
+        too, from agentgate's own words as well: a prompt starting ``request 0: hello`` made a
+        stream's failure read ``no first token within 0.5s of the [redacted](first_token_s)``.
+        The message reaches logs and a model call's audit outcome, where the prompt is never
+        stored."""
         text = str(exc)
-        scrubbed = _scrub(text, self._key, _prompt_texts(payload))
+        scrubbed = _scrub(text, self._key)
         if scrubbed != text:
             shown = type(exc)(scrubbed)
             if isinstance(exc, BackendFailed) and isinstance(shown, BackendFailed):
@@ -789,7 +795,7 @@ class BackendClient:
         return exc
 
 
-def _failure_text(exc: BaseException) -> str:
+def _failure_text(exc: BaseException, payload: Mapping[str, Any]) -> str:
     """What a transport failure ``exc`` says, on one line: its type and its text, each line of
     the text stripped and joined by a space, and a line that is only a caret left out (it points
     into the line above, at nothing once they are joined). aiohttp reports an answer its parser
@@ -797,12 +803,17 @@ def _failure_text(exc: BaseException) -> str:
     ``repr`` (``message="Bad status line:\\n  ...\\n    ^"``): its own message is read instead,
     under words that say the answer could not be read, not that the backend sent a 400. Until
     review R61 those quoted line breaks and the caret reached the ``BackendFailed``, and so logs
-    and a model call's audit outcome."""
+    and a model call's audit outcome.
+
+    The text is scrubbed of the prompt of ``payload`` (``_prompt_texts``) as it came, before it
+    is folded: a parser's refusal quotes the line the backend sent, which may echo it. Not a
+    ``ValueError``'s: that is ``split_lines``'s refusal of a line over its limit, our own words."""
+    said = f"{exc.message}" if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
+    if not isinstance(exc, ValueError):
+        said = _scrub(said, None, _prompt_texts(payload))
     if isinstance(exc, aiohttp.ClientResponseError):
-        text = f"the answer is not HTTP that can be read: {exc.message}"
-    else:
-        text = str(exc)
-    lines = (line.strip() for line in text.splitlines())
+        said = f"the answer is not HTTP that can be read: {said}"
+    lines = (line.strip() for line in said.splitlines())
     return f"{type(exc).__name__}: " + " ".join(line for line in lines if line.strip("^"))
 
 
