@@ -9,7 +9,8 @@ errors by location path, ``("roles", "support", "ttl_s")``, which this map turns
 ``file:line:column``) and refuse, with a location, what a configuration file must not contain:
 
 - duplicate keys (PyYAML silently keeps the last one, so a second ``ttl_s`` would win);
-- custom or Python tags (``!!python/object``, ``!include``), and merge keys (``<<``);
+- custom or Python tags (``!!python/object``, ``!include``), the non-specific tag written
+  verbatim (``!<!>``, which YAML 1.2 calls invalid), and merge keys (``<<``);
 - a lone surrogate escape (``"\\ud800"``), which libyaml refuses and PyYAML's own reader builds;
 - a byte order mark (U+FEFF) anywhere but as the first character, which libyaml skips without
   counting it in its marks (or, at a line's start, drops from the key PyYAML's reader keeps it in);
@@ -91,6 +92,11 @@ _NON_SPECIFIC = re.compile(_TAGGED.pattern + r"(?=[\s,\]}]|\Z)")
 """A node's text that starts with the non-specific tag ``!`` alone (``! 1``), after an anchor if
 any. YAML 1.2 reads such a scalar as text; PyYAML resolves it as if it were plain (``! 1`` the
 integer 1, ``! true`` a boolean, ``! null`` null)."""
+_VERBATIM_NON_SPECIFIC = re.compile(f"(?:{_TAGGED.pattern})(<(?:!|%21)>)")
+"""A node's text that starts with the non-specific tag written verbatim, ``!<!>`` or ``!<%21>``
+(group 1: from the ``<``), after an anchor if any. YAML 1.2 calls it invalid (spec example 6.25);
+both parsers resolve the node as if it were untagged (``!<!> 5`` the integer 5, where ``! 5`` is
+text), and an empty one apart (libyaml ``''``, PyYAML's own parser null): refused."""
 _RESOLVED = frozenset({_BOOL, _INT, _FLOAT, _TIMESTAMP, _NULL})
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BREAK = re.compile("\r\n|[\r\n]")
@@ -1008,6 +1014,8 @@ class _Builder:
         self.alias_parser: Any = None
         self.alias_marks: Iterator[Any] = iter(())
         self.scalars = yaml.SafeLoader("")
+        self.verbatim = "!<" in text
+        """Whether ``text`` may hold a verbatim tag (``_verbatim_non_specific`` looks only then)."""
         self.starts: list[int] | None = None
         """Where each line of ``text`` starts (``_line_starts``), once an empty node needs them."""
 
@@ -1062,6 +1070,8 @@ class _Builder:
             )
         alias_at = self.alias_mark(node) if self.is_alias(node) else None
         self.locations.values.setdefault(path, alias_at or self.alias_at or node.start_mark)
+        if self.verbatim:
+            self._refuse_verbatim_non_specific(node)
         if isinstance(node, yaml.ScalarNode):
             value = self._scalar(node)
             if type(value) is float and not _written_exactly(node.value, value):
@@ -1098,6 +1108,25 @@ class _Builder:
             and isinstance(node, yaml.ScalarNode)
             and not node.style
             and _NON_SPECIFIC.match(self.text, node.start_mark.index) is not None
+        )
+
+    def _refuse_verbatim_non_specific(self, node: yaml.Node) -> None:
+        """Refuse ``node``, at its tag's '!', if it is tagged ``!<!>`` or ``!<%21>``
+        (``_VERBATIM_NON_SPECIFIC``). Until review R89 ``[!<!> 5, !<!> true]`` loaded as
+        ``[5, True]`` where ``[! 5, ! true]`` is text, and ``action: !<!>`` was refused with
+        libyaml (an action ``''``) and loaded with PyYAML's own parser (no action: ``invoke``)."""
+        tagged = _VERBATIM_NON_SPECIFIC.match(self.text, node.start_mark.index)
+        if tagged is None:
+            return
+        at = mark_at(self.text, tagged.start(1) - 1)
+        written = "!" + tagged.group(1)
+        raise self.error_at(
+            _Place(at.line - 1, at.column - 1),
+            f"tag {written!r} is not allowed: the non-specific tag '!' written verbatim, which YAML 1.2 "
+            "calls invalid and YAML parsers read apart (libyaml reads an empty value after it as '', "
+            "PyYAML's own parser as null)",
+            "plain YAML values (strings, numbers, booleans, lists, mappings)",
+            "remove the tag; for text, quote the value or write '! ' (a '!' and a space) before it",
         )
 
     def _scalar(self, node: yaml.Node) -> Any:
@@ -1308,6 +1337,8 @@ class _Builder:
                     "explicit keys",
                     "write the keys out: a merge silently brings in fields a reviewer does not see",
                 )
+            if self.verbatim:
+                self._refuse_verbatim_non_specific(key_node)
             key: Any = None
             if isinstance(key_node, yaml.ScalarNode):
                 if key_node.tag == _STR:
