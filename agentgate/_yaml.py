@@ -66,6 +66,15 @@ _SEXAGESIMAL = re.compile(r"[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+")
 _FLOAT_1_2 = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
 """A float as YAML 1.2's core schema writes it. PyYAML's 1.1 rule reads some of them as text:
 an exponent without a dot (``1e3``) or without a sign (``1.5e3``), a signed leading dot (``-.5``)."""
+_FLOAT_TAGGED = re.compile(
+    r"[-+]?(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))"
+)
+"""The text of a float scalar (one tagged ``!!float`` above all) that is read as a number: YAML
+1.2's float in ASCII digits, with ``_`` among them as YAML 1.1 writes it (``_stray_underscore``
+says where one may stand), after one sign PyYAML takes off before the rest is read
+(``_written_exactly``: ``!!float -+1.5`` is -1.5). Python's ``float`` also reads other digits
+(``５００``, Arabic-Indic ``١٠٠``) and surrounding blanks (``' 7'``), where ``!!int`` refuses them."""
 _OCTAL_1_2 = re.compile(r"[-+]?0o[0-7]+")
 """An octal integer as YAML 1.2 writes it (``0o17`` is 15); text to PyYAML's 1.1 rule."""
 _LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
@@ -1196,6 +1205,10 @@ class _Builder:
                 "digits with single underscores between them (1_000)",
                 "remove the underscore, or quote text",
             )
+        if node.tag == _FLOAT and not _FLOAT_TAGGED.fullmatch(node.value):
+            # Until review R89 Python's float() read it: ``le: !!float "1\u0660\u0660"`` (Arabic-Indic
+            # zeros, which show as dots) loaded as 100.0, ``!!float ' 7'`` as 7.0.
+            raise self._not_a_number(node)
         return self._constructed(node)
 
     def _tagged(self, node: yaml.Node) -> bool:
