@@ -91,6 +91,16 @@ _COUNT_ABOVE = 16 * 1024
 whole tree before anything can count it (8 MiB of ``[a,a,...`` took 20 s and 1.3 GiB to refuse).
 A shorter text holds at most about one node a character, far fewer than ``MAX_NODES``, so it is
 not parsed twice (counting first adds a tenth to loading a policy of a few KiB)."""
+_REREAD_CHARACTERS = 512 * 1024
+"""Most characters of a text libyaml refused that PyYAML's own parser reads again to say where it
+stops (``_refused``, ``_Window``). Until review R89 it read the whole text, two or three times:
+an unclosed quote in an 8 MiB file took 26 s to refuse, where libyaml loads 8 MiB in under one.
+This bound and the two below each keep it to about half a second."""
+_REREAD_STEPS = 200_000
+"""Most steps of PyYAML's own reader over such a text (a step passes a character, a word, a line
+break or a name): what reading costs it, more than characters (a line of ``a`` costs two steps)."""
+_REREAD_TOKENS = 20_000
+"""Most tokens PyYAML's own parser makes of such a text: a token costs it several steps."""
 _TEXT_1_2 = frozenset({"tag:yaml.org,2002:value", "tag:yaml.org,2002:merge"})
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _TAGGED = re.compile(r"(?:&\S+(?:\s+#[^\r\n\x85\u2028\u2029]*(?![^\r\n\x85\u2028\u2029]))*\s+)?!")
@@ -193,11 +203,13 @@ def null_written(text: str) -> str | None:
 
 
 def mark_at(text: str, index: int) -> Mark:
-    """The line and column of ``text[index]``, counting line breaks as YAML does."""
-    line, start = 1, 0
-    for found in _BREAK.finditer(text, 0, index):
-        line, start = line + 1, found.end()
-    return Mark(line, index - start + 1)
+    """The line and column of ``text[index]``, counting line breaks as YAML does (``_BREAK``:
+    ``\r\n``, ``\r`` or ``\n``; a ``\r`` right before ``index`` is one, whatever follows). Counted
+    by ``str`` methods, not a loop over the breaks: an error at the end of an 8 MiB file of short
+    lines took seconds to locate (review R89)."""
+    breaks = text.count("\n", 0, index) + text.count("\r", 0, index) - text.count("\r\n", 0, index)
+    start = max(text.rfind("\n", 0, index), text.rfind("\r", 0, index)) + 1
+    return Mark(breaks + 1, index - start + 1)
 
 
 def read_source(path: str | Path, error: type[SourceError], *, limit: int, what: str) -> bytes:
@@ -344,6 +356,61 @@ def _composed(
             loader.dispose()
 
 
+class _PastWindow(Exception):
+    """``_Window`` was asked to read further than it does; ``at``: where it stopped."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__(at)
+        self.at = at
+
+
+class _Window(yaml.SafeLoader):
+    """PyYAML's own parser, reading at most the first ``_REREAD_CHARACTERS`` characters of its text
+    in at most ``_REREAD_STEPS`` steps and making at most ``_REREAD_TOKENS`` tokens of them: asked
+    to go further, it raises ``_PastWindow`` (and keeps where it was, ``stopped_at``). Until then it
+    reads what PyYAML's own parser reads of the whole text, so that an error it raises is that
+    parser's for the whole text, and it reads a text within the bounds as that parser does. The
+    characters of all of the text are checked first, as PyYAML's own reader does."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.cut = len(text) > _REREAD_CHARACTERS
+        if self.cut:
+            self.buffer = text[:_REREAD_CHARACTERS]  # without the '\0' PyYAML's reader ends a text with
+        self.fetched = self.steps = 0
+        self.stopped_at: int | None = None
+
+    def _past(self) -> _PastWindow:
+        self.stopped_at = self.pointer
+        return _PastWindow(self.pointer)
+
+    def fetch_more_tokens(self) -> None:
+        self.fetched += 1
+        if self.fetched > _REREAD_TOKENS:
+            raise self._past()
+        super().fetch_more_tokens()
+
+    def peek(self, index: int = 0) -> str:
+        try:
+            return str(self.buffer[self.pointer + index])
+        except IndexError:
+            if self.cut:
+                raise self._past() from None
+            raise
+
+    def prefix(self, length: int = 1) -> str:
+        if self.cut and self.pointer + length > len(self.buffer):
+            raise self._past()
+        return str(super().prefix(length))
+
+    def forward(self, length: int = 1) -> None:
+        self.steps += 1
+        # PyYAML's reader looks at the character after the last it passes (a '\r' before a '\n').
+        if self.steps > _REREAD_STEPS or (self.cut and self.pointer + length + 1 > len(self.buffer)):
+            raise self._past()
+        super().forward(length)
+
+
 def _refused(
     text: str, source: str, error: type[SourceError], max_nodes: int, exc: yaml.YAMLError
 ) -> SourceError:
@@ -352,7 +419,11 @@ def _refused(
     (``_disagreed``): the same line and column whichever parser runs. In a file already malformed
     the two often stop at different places (``"x"x<tab>``: libyaml at the ``x``, PyYAML at the
     tab); until review R67 the error then named a column or a line one or two off with libyaml
-    from where it did with PyYAML's own parser. Only a file libyaml refused is parsed again."""
+    from where it did with PyYAML's own parser. Only a file libyaml refused is parsed again, and
+    only so much of it (``_REREAD_CHARACTERS``, ``_Window``): where PyYAML's own parser reads that
+    far without refusing the text, it is refused where libyaml stopped, in libyaml's words, or
+    where the two parted before it. Until review R89 PyYAML's own parser read the whole file
+    again, two or three times: an unclosed quote in an 8 MiB file took 26 s to refuse."""
     pure: yaml.YAMLError | None = exc
     if "nesting depth" in str(getattr(exc, "problem", "")):
         # libyaml's depth limit, which PyYAML's own parser lacks: parsing such a text again (1 MB
@@ -361,19 +432,33 @@ def _refused(
         return _malformed(exc, text, source, error)
     if _Loader is not yaml.SafeLoader:
         try:
-            _composed(text, source, error, max_nodes, yaml.SafeLoader)
+            _composed(text, source, error, max_nodes, _Window)
             pure = None  # libyaml alone refused it: ``_disagreed`` says where they part
         except yaml.YAMLError as found:
             pure = found
-    starts = _line_starts(text)
+        except _PastWindow as past:
+            # PyYAML's own parser reads its window without refusing the text: libyaml's error
+            # stands, unless the two parted before it. Where libyaml stopped within the window,
+            # PyYAML's own tokens up to the window's end say where, as they do up to a text's end
+            # where it reads the whole text (``{x:}``, ``[?, c]``, which libyaml alone refuses);
+            # past it, libyaml's tokens up to where it stopped, as after a text libyaml loads.
+            disagreed = None
+            if _may_disagree(text):  # else ``_disagreed`` finds nothing, and where to look is not needed
+                mark = getattr(exc, "problem_mark", None)
+                upto = len(text) if mark is None else _mark_index(text, mark)
+                if upto < past.at:
+                    disagreed = _disagreed(text, source, error, len(text), _Window)
+                else:
+                    disagreed = _disagreed(text, source, error, upto, _Loader)
+            return disagreed or _malformed(exc, text, source, error, _Loader)
     mark = getattr(pure, "problem_mark", None)
-    upto = _index_of(starts, len(text), mark) if mark is not None else len(text)
-    tag = _misread_tag(text, starts, pure) if pure is not None else None
+    upto = _mark_index(text, mark) if mark is not None else len(text)
+    tag = _misread_tag(text, pure) if pure is not None else None
     disagreed = _disagreed(text, source, error, upto, yaml.SafeLoader, tag)
     return disagreed or _malformed(pure or exc, text, source, error)
 
 
-def _misread_tag(text: str, starts: Sequence[int], exc: yaml.YAMLError) -> tuple[int, str] | None:
+def _misread_tag(text: str, exc: yaml.YAMLError) -> tuple[int, str] | None:
     """Where the tag starts that PyYAML's own scanner refused with ``exc``, and which of
     ``_DISAGREEMENTS`` it is, if libyaml reads it otherwise (``_tag_read_apart``): it ends it at
     one of ``_IN_TAG`` (``_LIBYAML_TAG``; ``{x: !,5}``: PyYAML reads the tag ``!,5`` and refuses
@@ -385,8 +470,8 @@ def _misread_tag(text: str, starts: Sequence[int], exc: yaml.YAMLError) -> tuple
     was refused in libyaml's reading as a tag cut short and in PyYAML's in its own words."""
     if not isinstance(exc, yaml.MarkedYAMLError) or exc.context != "while scanning a tag":
         return None
-    start = _index_of(starts, len(text), exc.context_mark)
-    stop = _index_of(starts, len(text), exc.problem_mark)
+    start = _mark_index(text, exc.context_mark)
+    stop = _mark_index(text, exc.problem_mark)
     kind = _tag_read_apart(text, start, stop)
     return None if kind is None else (start, kind)
 
@@ -480,6 +565,20 @@ def _index_of(starts: Sequence[int], length: int, mark: Any) -> int:
     return min(starts[line] + column, length)
 
 
+def _mark_index(text: str, mark: Any) -> int:
+    """``_index_of`` for one mark, without reading where every line starts: the mark's own index
+    where that is where its line and column are (both parsers count characters so in a text
+    ``load_yaml`` parses), else found from them."""
+    index = getattr(mark, "index", None)
+    if (
+        isinstance(index, int)
+        and 0 <= index <= len(text)
+        and mark_at(text, index) == (mark.line + 1, mark.column + 1)
+    ):
+        return index
+    return _index_of(_line_starts(text), len(text), mark)
+
+
 _BLOCK_HASH = re.compile(r"[|>][1-9+-]{0,2}#")
 """A block scalar's header with a ``#`` right after its indicators (``|#``, ``>-#``)."""
 _VERSION_NUMBERS = re.compile(r"%YAML +([0-9]+)(?:\.([0-9]+))?")
@@ -521,8 +620,9 @@ def _disagreed(
     """``error`` at the first place up to ``upto`` where libyaml and PyYAML's own parser read
     ``text`` differently, else ``None``; ``upto``: where parsing failed (else the text's end);
     ``parser``: the parser whose tokens are read (the one that ran, or PyYAML's own where it
-    failed: ``_refused``); ``tag``: where a tag starts that PyYAML's own parser refused and
-    libyaml reads otherwise, and which disagreement it is (``_misread_tag``).
+    failed: ``_refused``; a ``_Window``'s, up to where it stops, and no further); ``tag``: where a
+    tag starts that PyYAML's own parser refused and libyaml reads otherwise, and which
+    disagreement it is (``_misread_tag``).
 
     - A tab outside quoted text, a block scalar and a comment: libyaml reads one between tokens,
       after an indicator or within plain text as a space; PyYAML refuses it (``found character
@@ -561,7 +661,7 @@ def _disagreed(
 
     Each is refused, at the same line and column on either parser. Read from the parser's
     tokens (up to its error, if any), only for a text that may hold one."""
-    if _MAY_DISAGREE.search(text) is None and _BLOCK_HASH.search(text) is None:
+    if not _may_disagree(text):
         return None
     quoted: list[tuple[int, int]] = []  # quoted and block scalars: a tab there is text
     scalars: list[tuple[int, int]] = []  # every scalar: a '#' there starts no comment
@@ -634,6 +734,8 @@ def _disagreed(
             plain_end = end
     finally:
         scanner.dispose()
+    if getattr(scanner, "stopped_at", None) is not None:  # ``_Window``: what it read, up to where it stopped
+        upto = min(upto, scanner.stopped_at)
     if upto < len(text) and text[upto] == "#":  # PyYAML refused the header, so made no token
         header = _BLOCK_HASH.search(text, max(upto - 3, 0), upto + 1)
         if header is not None and header.end() == upto + 1:
@@ -659,6 +761,11 @@ def _disagreed(
     if first is None:
         return None
     return _disagreement(text, source, error, *first)
+
+
+def _may_disagree(text: str) -> bool:
+    """Whether ``text`` holds what the two parsers may read differently (``_disagreed``)."""
+    return _MAY_DISAGREE.search(text) is not None or _BLOCK_HASH.search(text) is not None
 
 
 def _disagreement(text: str, source: str, error: type[SourceError], index: int, kind: str) -> SourceError:
@@ -793,7 +900,7 @@ def _tokens(scanner: Any) -> Iterator[Any]:
     try:
         while (token := scanner.get_token()) is not None:
             yield token
-    except (yaml.YAMLError, ValueError, OverflowError):
+    except (yaml.YAMLError, ValueError, OverflowError, _PastWindow):  # ``_Window``: at its end
         yield from getattr(scanner, "tokens", ())
 
 
@@ -856,12 +963,15 @@ def _in_comment(
     return comments[line_start] < index
 
 
-def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceError]) -> SourceError:
+def _malformed(
+    exc: yaml.YAMLError, text: str, source: str, error: type[SourceError], parser: type[Any] = yaml.SafeLoader
+) -> SourceError:
     """``error`` for what PyYAML could not parse. PyYAML says what it found and where (the
     problem), and often what it was reading and where that began (the context: ``while scanning
     a quoted scalar``, ``found duplicate anchor; first occurrence``): both are said. The error is
     located at the problem, unless that is the end of the file, where nothing can be fixed: an
-    unclosed quote or bracket is then located where it opens."""
+    unclosed quote or bracket is then located where it opens, found from the tokens of ``parser``
+    (the one that raised ``exc``, or PyYAML's own)."""
     mark = getattr(exc, "problem_mark", None)
     # Both may quote the file's text, an alias's or an anchor's name, a tag handle: megabytes
     # long (until review R86 an error of 1 MB). Cut by ``bounded``, which keeps their end, not
@@ -888,7 +998,7 @@ def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceEr
         # Still at the end: a text cut after a flow collection's ',' or its opening bracket, where
         # the parser's context is the node it expected there (until review R81 refused one line
         # past the end of the file): located at the bracket still open, the innermost.
-        bracket = _open_bracket(text)
+        bracket = _open_bracket(text, parser)
         if bracket is not None:
             mark = bracket
             where = f"line {bracket.line + 1}, column {bracket.column + 1}"
@@ -905,11 +1015,11 @@ def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceEr
     )
 
 
-def _open_bracket(text: str) -> Any | None:
+def _open_bracket(text: str, parser: type[Any]) -> Any | None:
     """Where the innermost flow collection (``[`` or ``{``) still open at the end of ``text``
-    begins, from PyYAML's own scanner's tokens up to its error if any; ``None`` when none is."""
+    begins, from the tokens of ``parser``'s scanner up to its error if any; ``None`` when none is."""
     opened: list[Any] = []
-    scanner = yaml.SafeLoader(text)
+    scanner = parser(text)
     try:
         for token in _tokens(scanner):
             if isinstance(token, _FLOW_START):
@@ -923,7 +1033,7 @@ def _open_bracket(text: str) -> Any | None:
 
 def _bracket_at(text: str, mark: Any) -> str:
     """``'['`` or ``'{'``: the bracket at ``mark`` in ``text``, quoted as a message shows it."""
-    return repr(text[_index_of(_line_starts(text), len(text), mark)])
+    return repr(text[_mark_index(text, mark)])
 
 
 class _Place(NamedTuple):
