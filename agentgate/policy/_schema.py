@@ -97,13 +97,30 @@ class Argument(_Model):
     description: str = ""
 
 
+MIN_PER_SECOND = 1 / MAX_TTL_S
+"""Slowest rate a tool's ``rate.per_second`` may be: a token every ten years, a grant's longest
+lifetime. The scheduler waits ``1 / per_second`` for a token; until review R89 ``5e-324`` loaded,
+a wait of infinity (a call kept waiting was said to get "a token in infs"), and ``1e-300`` one
+that a message wrote as a 301-digit number of seconds."""
+
+
 class RateLimit(_Model):
     """A token bucket: ``per_second`` refill, ``burst`` capacity."""
 
     per_second: float = Field(gt=0)
-    """Sustained calls per second."""
+    """Sustained calls per second, at least 1/315360000 (a token every ten years)."""
     burst: int = Field(default=1, ge=1)
     """Calls allowed at once after an idle period."""
+
+    @field_validator("per_second")
+    @classmethod
+    def _token_within_ten_years(cls, value: float) -> float:
+        if 0 < value < MIN_PER_SECOND:
+            raise ValueError(
+                f"per_second must be at least 1/{MAX_TTL_S} (a token every ten years, the longest a "
+                f"grant lives), got {value!r}"
+            )
+        return value
 
     @field_validator("burst")
     @classmethod
