@@ -613,6 +613,7 @@ def _verdict_json(
             "notes": [],
         }
     first, size = report.signed_size, report.size
+    end = size + report.missing  # the log's end: a row missing in the middle is no entry of it
     return {
         "verdict": "intact" if report.ok else "tampered",
         "log_exists": True,
@@ -622,7 +623,7 @@ def _verdict_json(
         "saved_checkpoint": saved,
         "signed_size": first,
         "unsigned": bool(size) and not report.checkpoints_checked and not saved,
-        "not_covered": {"first": first, "last": size - 1, "count": size - first} if first < size else None,
+        "not_covered": {"first": first, "last": end - 1, "count": end - first} if first < end else None,
         "entries_verify": report.entries_verify,
         "first_bad_index": report.first_bad_index,
         "likely_cause": wrong_key,

@@ -52,9 +52,11 @@ class VerifyReport:
     """What ``AuditLog.verify`` found. ``ok`` is true only if nothing at all is wrong."""
 
     size: int
-    """Entries in the log."""
+    """Entries in the log: the rows it holds at distinct indexes from 0 (``AuditLog.size``). With
+    ``missing`` indexes below its end that no row holds, the log ends at ``size + missing``."""
     root: bytes
-    """Merkle root recomputed from the entries' bytes."""
+    """Merkle root recomputed from the entries' bytes; with entries missing, of those before the
+    first missing one (no tree past it can be rebuilt)."""
     checkpoints_checked: int
     """Stored checkpoints whose signature and root were checked."""
     first_bad_index: int | None = None
@@ -86,6 +88,10 @@ class VerifyReport:
     """The largest size a checkpoint that opened signs (a stored one, or the saved one given):
     the entries from it up to ``size`` are covered by no signature yet, only by the database's
     triggers (not tampering: ``AuditLog.checkpoint`` covers them)."""
+
+    missing: int = 0
+    """Indexes below the log's end that no row holds (rows deleted in the middle), each gap named
+    in ``problems``: ``size`` does not count them."""
 
     @property
     def repairs(self) -> tuple[str, ...]:
@@ -152,6 +158,70 @@ def _shown_index(value: object) -> str:
     if type(value) is int:
         return str(value)
     return f"{_described(value)}, not a whole number: a row written outside agentgate"
+
+
+def _runs(
+    rows: list[tuple[int, bytes, bytes]], end: int, odd: object
+) -> tuple[list[tuple[tuple[int, int, object] | None, int, list[tuple[int, bytes, bytes]]]], int, object]:
+    """A batch of rows read in index order, the pass expecting index ``end`` next, as runs of rows
+    at consecutive whole indexes, each ``(gap, first index, rows)``: ``gap`` is ``None`` where the
+    run follows what was read before it, else ``(first index missing, next index held, the next
+    row's index as stored)``; with the index the pass expects after the batch, and ``odd``, the
+    index of the first row read since the last whole one that is not a whole number (``None``:
+    none), which the gap after it names. A second row of one index (a table without its primary
+    key) is left out here, counted after the pass; so is a row whose index is not a whole number,
+    which ``_check_odd_indexes`` counts."""
+    runs: list[tuple[tuple[int, int, object] | None, int, list[tuple[int, bytes, bytes]]]] = []
+    gap: tuple[int, int, object] | None = None
+    run: list[tuple[int, bytes, bytes]] = []
+    previous: object = None
+    for row in rows:
+        idx = row[0]
+        if idx == previous:
+            continue
+        previous = idx
+        if idx == end:
+            run.append(row)
+            end += 1
+            odd = None
+        elif type(idx) is not int:
+            odd = idx if odd is None else odd
+        else:  # a whole index past the one expected: those between are missing
+            if run:
+                runs.append((gap, end - len(run), run))
+            gap, run, odd = (end, idx, idx if odd is None else odd), [row], None
+            end = idx + 1
+    if run:
+        runs.append((gap, end - len(run), run))
+    return runs, end, odd
+
+
+def _missing(lo: int, hi: int, shown: object) -> str:
+    """The problem of the indexes ``[lo, hi)`` that no row holds, the next row's index being ``shown``."""
+    more = (
+        ""
+        if hi - lo == 1
+        else f", and so is entry {lo + 1}"
+        if hi - lo == 2
+        else f", and so are entries {lo + 1}..{hi - 1}"
+    )
+    return f"entry {lo}: missing{more} (the next stored index is {_shown_index(shown)})"
+
+
+def _not_rebuilt(sizes: Sequence[int], broken: int) -> str:
+    """The problem of the checkpoints of ``sizes`` (sorted), whose trees hold entry ``broken``,
+    which is missing: their roots cannot be recomputed (one line, however many there are)."""
+    if len(sizes) == 1:
+        return f"checkpoint of size {sizes[0]}: its root cannot be checked: entry {broken}, which its tree holds, is missing"
+    others = (
+        f"that of the checkpoint of size {sizes[1]}"
+        if len(sizes) == 2
+        else f"those of the {len(sizes) - 1} larger checkpoints up to size {sizes[-1]}"
+    )
+    return (
+        f"checkpoint of size {sizes[0]}: its root cannot be checked, nor can {others}: entry "
+        f"{broken}, which their trees hold, is missing"
+    )
 
 
 KeyedByIdx = Literal["audit_log", "audit_refs"]
@@ -221,7 +291,10 @@ class _Verification:
 
         Checks: indexes run from 0 without gaps, no index is held by two rows, and no row is below 0; each entry's bytes match
         its stored leaf hash;
-        each entry that no checkpoint covers carries its own index; each checkpoint row's size and
+        each entry that no checkpoint covers carries its own index; past an index no row holds
+        (named, and counted in ``missing``) the pass goes on: each later entry is checked against
+        its leaf hash and its own index, and each checkpoint whose tree holds the missing entry is
+        named as one whose root cannot be checked; each checkpoint row's size and
         root columns match its signed note;
         every stored checkpoint is signed by the log key, and no two disagree about one size; the
         recomputed root at each checkpoint's size equals its root; no checkpoint is larger than
@@ -254,84 +327,67 @@ class _Verification:
         # The table as agentgate makes it (keyed by idx) holds one row per index (in SQLite, each a
         # whole number): read once, for the pass and for the counts after it.
         keyed = _one_row_per_index(self.store, "audit_log")
+        end = 0  # one past the last whole index read: the index the pass expects next
+        held = 0  # rows read at distinct whole indexes: the entries the log holds
+        missing = 0  # indexes below ``end`` that no row holds
+        broken: int | None = None  # the first of them: no root past it can be recomputed
+        odd: object = None  # the first row's index since the last whole one read, not a whole number
         for rows in self._batches():
-            first, count = acc.size, len(rows)
-            gap = None
+            count = len(rows)
             # Keyed, the rows' indexes are ordered and unique: a batch's first and last show a gap
             # inside. Without the key, every row's index against its position, one C-level
             # comparison per batch: the first and last alone (until review R84) passed a second
             # row of one index beside a gap (0, 1, 1, 3), which also hid the gap from the count of
             # rows after the pass.
             if (
-                (rows[0][0] != first or rows[-1][0] != first + count - 1)
+                (rows[0][0] == end and rows[-1][0] == end + count - 1)
                 if keyed
-                else list(map(_IDX, rows)) != list(range(first, first + count))
+                else list(map(_IDX, rows)) == list(range(end, end + count))
             ):
-                # A second row of an index (a table without its primary key) is left out here and
-                # counted after the pass; only an index that no row holds is a gap.
-                rows = [row for k, row in enumerate(rows) if not k or row[0] != rows[k - 1][0]]
-                gap = next((k for k, row in enumerate(rows) if row[0] != first + k), None)
-            if gap is not None:
-                problems.append(
-                    f"entry {first + gap}: missing (the next stored index is {_shown_index(rows[gap][0])})"
-                )
-                bad.append(first + gap)
-                rows = rows[:gap]
-            entries = list(map(_ENTRY, rows))
-            # Each leaf hash from a copy of the hash of its 0x00 prefix: no copy of the entry's
-            # bytes behind the prefix (review R70: about an eighth less time than hashing the two
-            # joined, per entry).
-            computed: list[bytes] = []
-            append, prefixed = computed.append, _LEAF_PREFIX.copy
-            for data in entries:
-                leaf = prefixed()
-                leaf.update(data)
-                append(leaf.digest())
-            stored = list(map(_LEAF, rows))
-            edited = set()
-            if computed != stored:
-                for k, (c, h) in enumerate(zip(computed, stored, strict=True)):
-                    if c != h:
-                        problems.append(
-                            f"entry {first + k}: bytes do not match the stored leaf hash (entry edited)"
-                        )
-                        bad.append(first + k)
-                        edited.add(k)
-            # Entries no stored checkpoint covers: only their own index field can show that rows
-            # were swapped or moved (with their leaf hashes), and only their form that bytes no
-            # agentgate wrote were put there, so each of them is read and re-encoded.
-            misplaced: set[int] = set()
-            for k in range(max(0, uncovered - first), len(rows)):
-                carried = _index_of(rows[k][1])
-                if k not in edited and carried != first + k:
-                    what = (
-                        "is not a canonical entry (bytes written outside agentgate)"
-                        if carried is None
-                        else f"holds the entry of index {carried} (rows moved, inserted or reordered)"
+                runs: list[tuple[tuple[int, int, object] | None, int, list[tuple[int, bytes, bytes]]]] = [
+                    (None, end, rows)
+                ]
+                end += count
+            else:
+                runs, end, odd = _runs(rows, end, odd)
+            for gap, first, run in runs:
+                if gap is not None:
+                    # A row deleted in the middle: the pass goes on past it (until review R89 it
+                    # stopped, counted the entries before it alone, read the larger checkpoints as
+                    # a truncated log and never read the entries after it).
+                    problems.append(_missing(*gap))
+                    bad.append(gap[0])
+                    missing += gap[1] - gap[0]
+                    broken = gap[0] if broken is None else broken
+                    if self.refs_indexed:  # the rows of the entries missing: named by the line above
+                        refs_seen += self._refs_between(gap[0], gap[1])
+                held += len(run)
+                # Past a missing entry no root can be recomputed: only an entry's own index field
+                # shows a row moved there, so it is read for every entry from there on.
+                index_from = uncovered if broken is None else min(uncovered, broken)
+                computed, skip = self._check_run(first, run, index_from, bad, problems)
+                if self.refs_indexed:
+                    refs_seen += self._check_refs(first, list(map(_ENTRY, run)), skip, problems)
+                if broken is None:
+                    last_good = self._feed(
+                        acc, computed, sizes, expected, saved_only, last_good, bad, problems, spans
                     )
-                    problems.append(f"entry {first + k}: {what}")
-                    bad.append(first + k)
-                    misplaced.add(k)
-            if self.refs_indexed:
-                refs_seen += self._check_refs(first, entries, edited | misplaced, problems)
-            last_good = self._feed(
-                acc, computed, sizes, expected, saved_only, last_good, bad, problems, spans
-            )
-            if gap is not None:
-                break
-        size = acc.size
+        if odd is not None:  # rows past the last whole index, none of them whole (named below)
+            problems.append(_missing(end, end + 1, odd))
+            bad.append(end)
+        size = held
         # The counts of repeated and of not whole indexes, each a walk over the table again (until
         # review R70 the first was made on every log), are made only on a table made again without
         # its key, or whose key was dropped (``keyed``, read before the pass).
         if not keyed:
-            self._check_repeated_indexes(size, bad, problems)
+            self._check_repeated_indexes(end, held, bad, problems)
         if self.refs_indexed:
             # Rows past the entries read are left alone: an entry appended since (its row committed
             # with it) must not read as tampering, and a row for an index not written yet only
             # names an entry that does not exist (the trigger overwrites it when one is written).
             rows_in_index = int(
                 self.store.query(
-                    "SELECT COUNT(*) FROM audit_refs WHERE idx >= 0 AND idx < ? AND ref < ?", (size, _MAX_REF)
+                    "SELECT COUNT(*) FROM audit_refs WHERE idx >= 0 AND idx < ? AND ref < ?", (end, _MAX_REF)
                 )[0][0]
             )
             if rows_in_index != refs_seen:
@@ -340,7 +396,7 @@ class _Verification:
                     "their entries (the reference index changed while verify read it)"
                 )
             if not _one_row_per_index(self.store, "audit_refs"):
-                self._check_repeated_refs(size, problems)
+                self._check_repeated_refs(end, problems)
                 self._check_odd_indexes("audit_refs", problems)
         # Every read above starts at index 0: a row below it (inserted with the triggers dropped)
         # is in no tree, and only this count sees it.
@@ -352,12 +408,19 @@ class _Verification:
             )
         if not keyed:
             self._check_odd_indexes("audit_log", problems)
-        for cp_size in sorted(s for s in expected if s > size):
+        if broken is not None:
+            unchecked = [s for s in sizes if broken < s <= end]
+            if unchecked:
+                problems.append(_not_rebuilt(unchecked, broken))
+        # The log's end, not its count of rows: a row missing below it is named above, and is not
+        # a truncated log (until review R89 the count before the first missing row was compared).
+        has = f"{size}" if not missing else f"{size}, the last at index {end - 1}"
+        for cp_size in sorted(s for s in expected if s > end):
             problems.append(
-                f"a checkpoint covers {cp_size} entries but the log has {size}: "
+                f"a checkpoint covers {cp_size} entries but the log has {has}: "
                 "entries were deleted or the database was restored from an older copy"
             )
-            bad.append(size)
+            bad.append(end)
         return VerifyReport(
             size,
             acc.root(),
@@ -369,6 +432,64 @@ class _Verification:
             tuple(accepted_repairs(self.store)),
             tuple(upgrade_additions(self.store)),
             signed_size=max(expected, default=0),
+            missing=missing,
+        )
+
+    def _check_run(
+        self,
+        first: int,
+        rows: list[tuple[int, bytes, bytes]],
+        index_from: int,
+        bad: list[int],
+        problems: list[str],
+    ) -> tuple[list[bytes], set[int]]:
+        """Check ``rows``, at the consecutive indexes from ``first``: each entry's bytes against its
+        stored leaf hash, and the index field and canonical form of each from ``index_from``,
+        appending what is wrong to ``problems`` and ``bad``. Returns the leaf hashes computed and
+        the positions of the entries reported (for the reference index's comparison)."""
+        # Each leaf hash from a copy of the hash of its 0x00 prefix: no copy of the entry's
+        # bytes behind the prefix (review R70: about an eighth less time than hashing the two
+        # joined, per entry).
+        computed: list[bytes] = []
+        append, prefixed = computed.append, _LEAF_PREFIX.copy
+        for data in map(_ENTRY, rows):
+            leaf = prefixed()
+            leaf.update(data)
+            append(leaf.digest())
+        stored = list(map(_LEAF, rows))
+        edited = set()
+        if computed != stored:
+            for k, (c, h) in enumerate(zip(computed, stored, strict=True)):
+                if c != h:
+                    problems.append(
+                        f"entry {first + k}: bytes do not match the stored leaf hash (entry edited)"
+                    )
+                    bad.append(first + k)
+                    edited.add(k)
+        # Entries no stored checkpoint covers (and those past a missing one): only their own index
+        # field can show that rows were swapped or moved (with their leaf hashes), and only their
+        # form that bytes no agentgate wrote were put there, so each of them is read and re-encoded.
+        misplaced: set[int] = set()
+        for k in range(max(0, index_from - first), len(rows)):
+            carried = _index_of(rows[k][1])
+            if k not in edited and carried != first + k:
+                what = (
+                    "is not a canonical entry (bytes written outside agentgate)"
+                    if carried is None
+                    else f"holds the entry of index {carried} (rows moved, inserted or reordered)"
+                )
+                problems.append(f"entry {first + k}: {what}")
+                bad.append(first + k)
+                misplaced.add(k)
+        return computed, edited | misplaced
+
+    def _refs_between(self, lo: int, hi: int) -> int:
+        """The rows of the reference index at the indexes ``[lo, hi)``, which no row of the log
+        holds: the entries they index are missing (named as such), so they are compared with none."""
+        return int(
+            self.store.query(
+                "SELECT COUNT(*) FROM audit_refs WHERE idx >= ? AND idx < ? AND ref < ?", (lo, hi, _MAX_REF)
+            )[0][0]
         )
 
     def unprotected(self) -> tuple[str, ...]:
@@ -403,16 +524,17 @@ class _Verification:
         held = ((_stored_index(idx), int(count)) for idx, count in rows)
         return [(idx, count) for idx, count in held if idx is not None]
 
-    def _check_repeated_indexes(self, size: int, bad: list[int], problems: list[str]) -> None:
-        """Append to ``problems`` (and ``bad``) each index below ``size`` that more than one row of
-        ``audit_log`` holds: possible only in a table whose primary key was dropped. The pass read
+    def _check_repeated_indexes(self, size: int, held: int, bad: list[int], problems: list[str]) -> None:
+        """Append to ``problems`` (and ``bad``) each index below ``size`` (the log's end as the pass
+        read it, where it read ``held`` entries) that more than one row of ``audit_log`` holds:
+        possible only in a table whose primary key was dropped. The pass read
         one row of each (its leaf hash and the checkpoints' roots check that one); the others are
         found by a count, so that one on the boundary of two batches (read past by ``idx > last``)
         is reported too. Entries appended since the pass began have indexes of ``size`` or more."""
         stored = int(
             self.store.query("SELECT COUNT(*) FROM audit_log WHERE idx >= 0 AND idx < ?", (size,))[0][0]
         )
-        if stored <= size:
+        if stored <= held:
             return
         repeated = self.repeated_indexes(0, size)
         for idx, rows in repeated:
@@ -421,8 +543,8 @@ class _Verification:
                 "agentgate (verify checked one of them)"
             )
             bad.append(idx)
-        if stored - size > sum(rows - 1 for _idx, rows in repeated):
-            problems.append(f"audit_log has {stored - size} more row(s) below index {size} than entries")
+        if stored - held > sum(rows - 1 for _idx, rows in repeated):
+            problems.append(f"audit_log has {stored - held} more row(s) below index {size} than entries")
 
     def _check_repeated_refs(self, size: int, problems: list[str]) -> None:
         """Append to ``problems`` each entry below ``size`` (the first ten) that more than one row
