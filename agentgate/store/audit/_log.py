@@ -395,25 +395,55 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
     def entry_bytes(self, index: int) -> bytes:
         """The stored bytes of entry ``index``; raises ``InputError`` if there is none
         (``BeyondLogEnd`` past the end of the log, or when ``index`` is not an integer (``_whole``)), and
-        ``TamperDetected`` when more than one row holds it."""
+        ``TamperDetected`` when more than one row holds it, or when its row was deleted (``_absent``)."""
         return self._stored_row(_whole(index, "entry index"))[0]
 
     def _stored_row(self, index: int, tx: Transaction | None = None) -> tuple[bytes, bytes]:
-        """The stored ``(entry, leaf_hash)`` of entry ``index``; ``BeyondLogEnd`` past the end of
-        the log, else ``InputError`` if there is none; ``TamperDetected`` when more than one row
-        holds it (``_read_rows``)."""
+        """The stored ``(entry, leaf_hash)`` of entry ``index``; ``_absent``'s error when no row
+        holds it; ``TamperDetected`` when more than one row holds it (``_read_rows``)."""
         rows = self._read_rows([index], tx) if 0 <= index <= _MAX_INDEX else {}
         if index not in rows:
-            if index >= self._end():
-                raise BeyondLogEnd(index, self.size(), "entry")
-            raise no_entry(index)
+            refused = self._absent(index)
+            # Read again after the log's end and checkpoint were: entries commit in index order
+            # (the append lock), so a row absent now, below an end read before, was deleted; one
+            # another writer committed since the first read is the entry, not a deleted one.
+            if isinstance(refused, TamperDetected):
+                rows = self._read_rows([index], tx)
+            if index not in rows:
+                raise refused
         return rows[index]
+
+    def _absent(self, index: int) -> InputError | TamperDetected:
+        """The error for entry ``index``, which no row holds: ``TamperDetected`` where it is below
+        the log's end (its row deleted, as ``verify`` names it) or covered by the latest stored
+        checkpoint, its signature checked (``_open_latest``: the newest rows deleted, or the
+        database restored from an older copy); ``BeyondLogEnd`` past the end of the log otherwise,
+        and ``InputError`` below 0. Until review R89 an index below the end was ``InputError``,
+        ``audit log has no entry N`` (``explain`` and ``prove``: exit 2, as for unusable input)."""
+        if index < 0:
+            return no_entry(index)
+        end = self._end()
+        if index < end:
+            return TamperDetected(
+                f"audit log: entry {index} is missing from the log, which holds entries up to index "
+                f"{end - 1} (its row was deleted)"
+            )
+        latest = self._latest_checkpoint_row()
+        if latest is not None and type(latest[0]) is int and index < latest[0]:
+            signed = self._open_latest(latest)  # ``TamperDetected`` too when it does not open
+            return TamperDetected(
+                f"audit log: entry {index} is missing from the log, which has {self.size()} entries, but "
+                f"its latest signed checkpoint covers {signed.size} (entries deleted, or the database "
+                "restored from an older copy)"
+            )
+        return BeyondLogEnd(index, self.size(), "entry")
 
     def entry(self, index: int, tx: Transaction | None = None) -> AuditEntry:
         """Entry ``index``, parsed (read in ``tx`` when given); ``TamperDetected`` naming ``index``
         if its bytes are not canonical, do not match its stored leaf hash or do not carry
-        ``index`` (edited in the database, canonical all the same) or more than one row holds
-        ``index`` (a table whose primary key was dropped; review R86), as ``verify`` reports them:
+        ``index`` (edited in the database, canonical all the same), more than one row holds
+        ``index`` (a table whose primary key was dropped; review R86) or its row was deleted
+        (``_absent``; review R89), as ``verify`` reports them:
         every reader acts on what it reads (settlements and superseded or voided approval
         requests copy an entry's fields into the entries they write). Until review R83 only
         canonical bytes were checked; R83 first checked the rest for the command line's settle

@@ -85,19 +85,18 @@ class _Proofs:
     def prove(self, index: int, checkpoint_note: str | None = None) -> ProofBundle:
         """A tlog-proof bundle for entry ``index`` against ``checkpoint_note`` (default: a fresh one).
 
-        Raises ``InputError`` if the entry does not exist or the checkpoint does not cover it
+        Raises ``InputError`` if the checkpoint does not cover the entry
         (``BeyondLogEnd`` for an index past the end of the log, against a fresh checkpoint: then
         checked before anything is signed, so bad input stores no checkpoint, nor does an entry
-        whose bytes do not match its stored leaf hash), and
+        whose bytes do not match its stored leaf hash or whose row was deleted), and
         ``TamperDetected`` when the entry's bytes do not lead to the checkpoint's root (edited in
-        the database after it was signed): no bundle that cannot verify is returned.
+        the database after it was signed) or its row is missing below the log's end or inside a
+        signed checkpoint (``_absent``: deleted): no bundle that cannot verify is returned.
         """
         index = _whole(index, "entry index")
         if index < 0:
             raise no_entry(index)
-        if checkpoint_note is None:  # bad input, or an entry edited in the database, signs nothing
-            if index >= self._end():
-                raise BeyondLogEnd(index, self.size(), "entry")
+        if checkpoint_note is None:  # bad input, or an entry edited or deleted in the database, signs nothing
             data, stored = self._stored_row(index)
             if leaf_hash(data) != stored:
                 raise TamperDetected(
@@ -112,8 +111,9 @@ class _Proofs:
             raise InputError(
                 f"entry {quoted(index)} is not covered by a checkpoint of size {checkpoint.size}"
             )
-        data = self.entry_bytes(index)
+        # Past the end first: an entry the checkpoint given covers is missing, not past the end.
         self._refuse_past_end(checkpoint, "the checkpoint given")
+        data = self.entry_bytes(index)
         ranges = inclusion_ranges(index, checkpoint.size)
         try:  # from the node cache when the proof it gives leads to the signed root
             proof = self._cached_roots(ranges)
@@ -155,9 +155,11 @@ class _Proofs:
         log. Each entry shown is parsed from its canonical bytes, matched against its stored leaf
         hash, and proven by an inclusion proof against the latest stored checkpoint (its signature
         checked); entries newer than that checkpoint are listed in ``unproven``. Raises
-        ``BeyondLogEnd`` for an index past the end of the log, ``InputError`` for a missing entry
-        or an index that is not an integer (``_whole``),
-        and ``TamperDetected`` when an entry shown is malformed, does not carry its own index or
+        ``BeyondLogEnd`` for an index past the end of the log, ``InputError`` for a negative index
+        or one that is not an integer (``_whole``),
+        and ``TamperDetected`` when the entry's row was deleted (``_absent``: an index below the
+        log's end, or inside its latest signed checkpoint, that no row holds; until review R89
+        ``InputError``), when an entry shown is malformed, does not carry its own index or
         leaf hash, is held by more than one row (a table whose primary key was dropped: until
         review R86 the last row read was shown, without a word of the other) or is not in the
         signed tree.
