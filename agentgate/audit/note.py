@@ -36,6 +36,18 @@ def _check_name(name: str) -> None:
         raise InputError(f"invalid log origin / key name {name!r}: non-empty UTF-8 text, no spaces, no '+'")
 
 
+def given_text(value: object, argument: str, what: str) -> str:
+    """``value``, ``what`` (a signed checkpoint, a proof bundle) that a caller gave as ``argument``,
+    when it is text; ``InputError`` naming ``argument`` otherwise. Until review R89 bytes (a file
+    read in binary mode) failed deep inside with a bare ``TypeError``, ``None`` with an
+    ``AttributeError``, and ``AuditLog.verify``, which never raises for a tampered log, raised one."""
+    if isinstance(value, str):
+        return value
+    binary = isinstance(value, bytes | bytearray | memoryview)
+    hint = ": decode the bytes (a file read in binary mode) as UTF-8" if binary else ""
+    raise InputError(f"{argument} must be {what} as text (str), got {type(value).__name__}{hint}")
+
+
 def _is_utf8(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -73,8 +85,9 @@ class Checkpoint:
 
     @classmethod
     def parse(cls, text: str) -> Checkpoint:
-        """Parse a checkpoint body; raises ``TamperDetected`` if it is malformed."""
-        lines = text.split("\n")
+        """Parse a checkpoint body; raises ``TamperDetected`` if it is malformed, ``InputError``
+        if it is not text (``given_text``)."""
+        lines = given_text(text, "text", "a checkpoint body").split("\n")
         if len(lines) < 4 or lines[-1] != "" or any(line == "" for line in lines[:-1]):
             raise TamperDetected("checkpoint body must be at least three non-empty lines ending in newline")
         origin, size_text, root_text = lines[0], lines[1], lines[2]
@@ -131,9 +144,9 @@ def open_note(note: str, public_key: PublicKey, name: str, previous_keys: Sequen
     alike (until review R82 a line by the log key that did not verify was read as another key's,
     and ignored, when a previous key's line verified). Lines by other keys are ignored (they may
     be witnesses'). Raises ``TamperDetected`` when the note is malformed or no line verifies
-    under a key.
+    under a key, ``InputError`` when it is not text (``given_text``).
     """
-    if len(note) > _MAX_NOTE:
+    if len(given_text(note, "note", "a signed note")) > _MAX_NOTE:
         raise TamperDetected("signed note is too large")
     try:  # a lone surrogate (text decoded with surrogateescape, say) is no signed UTF-8 text
         note.encode("utf-8")
@@ -260,9 +273,9 @@ def open_checkpoint(
 
     ``origin``, when given, must match the checkpoint's (checked first: a checkpoint of another log
     is refused as that, not as unsigned); otherwise the origin on its first line is taken as the
-    key name.
+    key name. Raises ``InputError`` when ``note`` is not text (``given_text``).
     """
-    first_line = note.split("\n", 1)[0]
+    first_line = given_text(note, "note", "a signed checkpoint").split("\n", 1)[0]
     if origin is not None and first_line != origin:
         # Before the signature, which is made under the body's origin: checked under another
         # name it fails as if the note were unsigned, and a log read with the wrong origin

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.audit.merkle import HASH_SIZE, leaf_hash, verify_inclusion
-from agentgate.audit.note import Checkpoint, open_checkpoint, tree_number
+from agentgate.audit.note import Checkpoint, given_text, open_checkpoint, tree_number
 from agentgate.errors import TamperDetected
 from agentgate.keys import PublicKey
 
@@ -46,8 +46,9 @@ class ProofBundle:
 
     @classmethod
     def parse(cls, text: str) -> ProofBundle:
-        """Parse tlog-proof text; raises ``TamperDetected`` when it is malformed."""
-        if len(text) > _MAX_BUNDLE:
+        """Parse tlog-proof text; raises ``TamperDetected`` when it is malformed, ``InputError``
+        when it is not text (``given_text``)."""
+        if len(given_text(text, "text", "a proof bundle")) > _MAX_BUNDLE:
             raise TamperDetected("proof bundle is too large")
         head, sep, note = text.partition("\n\n")
         if not sep:
@@ -112,7 +113,8 @@ def verify_bundle(
 
     Checks: the checkpoint's signature under ``public_key`` (and ``origin`` if given), the
     inclusion proof from the entry's leaf hash to the checkpoint's root, and that the entry's own
-    index is the proven index. Raises ``TamperDetected`` naming the first check that fails.
+    index is the proven index. Raises ``TamperDetected`` naming the first check that fails, and
+    ``InputError`` when ``text`` is not text (``given_text``).
     """
     bundle = ProofBundle.parse(text)
     checkpoint = open_checkpoint(bundle.checkpoint_note, public_key, origin)

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from agentgate.audit.entry import AuditEntry, encode_bounded, utc_now
 from agentgate.audit.merkle import RootAccumulator, leaf_hash
-from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
+from agentgate.audit.note import Checkpoint, given_text, open_checkpoint, sign_checkpoint
 from agentgate.errors import AuditError, BeyondLogEnd, InputError, StoreError, TamperDetected
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.store._base import Row, Store, Transaction, driver_error_line, loaded_driver_errors
@@ -204,7 +204,8 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
 
         ``fields`` are ``AuditEntry`` fields except ``index`` (assigned here) and ``time``
         (defaults to now). With ``tx`` the entry commits with the caller's transaction; without,
-        it commits before this returns. Raises ``InputError`` for bad fields and ``AuditError``
+        it commits before this returns. Raises ``InputError`` for bad fields (``fields`` not a
+        ``Mapping`` included: until review R89 a bare ``TypeError``) and ``AuditError``
         (or ``StoreError``) when the entry cannot be written, in which case nothing was written.
         """
         if tx is None:
@@ -216,11 +217,16 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         return self._append(tx, fields)
 
     def append_many(self, batch: Sequence[Mapping[str, Any]]) -> list[int]:
-        """Append several entries in one transaction (group commit); all or none are written."""
+        """Append several entries in one transaction (group commit); all or none are written.
+        Raises ``InputError``, writing none, for bad fields, ``batch`` not a sequence or an item
+        of it not a ``Mapping`` (named ``batch[K]``; until review R89 a bare ``TypeError`` or
+        ``ValueError``), and ``AuditError`` when they cannot be written."""
+        if not isinstance(batch, Iterable) or isinstance(batch, str | bytes | bytearray | Mapping):
+            raise InputError(f"batch must be a sequence of entries' fields, got {type(batch).__name__}")
         try:
             with self.store.transaction() as tx:
                 index = self._next_index(tx)
-                rows = [self._row(index + k, fields) for k, fields in enumerate(batch)]
+                rows = [self._row(index + k, fields, f"batch[{k}]") for k, fields in enumerate(batch)]
                 if rows:
                     tx.executemany("INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)", rows)
                 return [row[0] for row in rows]
@@ -239,7 +245,13 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             return int(found[0][0])
         return int(_execute(tx, "SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log")[0][0])
 
-    def _row(self, index: int, fields: Mapping[str, Any]) -> tuple[int, bytes, bytes]:
+    def _row(self, index: int, fields: Mapping[str, Any], given: str = "fields") -> tuple[int, bytes, bytes]:
+        """The row of entry ``index`` with ``fields``; ``InputError`` naming them as ``given`` (the
+        argument) when they are no ``Mapping``, and for bad fields (``encode_bounded``)."""
+        if not isinstance(fields, Mapping):
+            raise InputError(
+                f"{given} must be a mapping of an entry's field names to values, got {type(fields).__name__}"
+            )
         if "index" in fields:
             raise InputError("audit entry field index is assigned by the log, not the caller")
         values = dict(fields)
@@ -284,7 +296,8 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         this log was opened, or never put back by a role that may not): the checkpoint would vouch
         for what was appended or edited while nothing refused it. Returning the stored checkpoint
         when the log has not grown signs nothing, and is not refused.
-        Reads the log in batches: memory does not grow with its size.
+        Reads the log in batches: memory does not grow with its size. Raises ``InputError``,
+        signing nothing, when ``saved`` is not text (``given_text``).
         """
         acc, latest, prev_size = self._extension(saved)
         if latest and acc.size == prev_size and (self.signer is None or self._signs(_note(latest[2]))):
@@ -331,7 +344,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         targets: dict[int, tuple[bytes, str]] = {}
         if saved is not None:
             try:
-                kept = self.open_checkpoint(saved)
+                kept = self.open_checkpoint(given_text(saved, "saved", "a signed checkpoint"))
             except TamperDetected as exc:  # named: the stored one is read next (until review R72 not said)
                 raise TamperDetected(f"audit log: the saved checkpoint does not open: {exc}") from None
             targets[kept.size] = (kept.root, "the saved checkpoint")
@@ -456,7 +469,10 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         one per entry. ``TamperDetected`` for one that is not the entry it should be (as
         ``entry`` says), and ``entry``'s error for one that
         is not in the log or not an integer (``_whole``) (until review R82 a bool or a float was read as the
-        entry it equals, and a string failed with a ``TypeError``)."""
+        entry it equals, and a string failed with a ``TypeError``); ``InputError`` for ``indexes``
+        that are no iterable, or text or bytes (until review R89 ``None`` was a bare ``TypeError``)."""
+        if not isinstance(indexes, Iterable) or isinstance(indexes, str | bytes | bytearray):
+            raise InputError(f"indexes must be an iterable of entry indexes, got {type(indexes).__name__}")
         wanted = sorted({_whole(index, "entry index") for index in indexes})
         read = self._read_rows(wanted)
         for index in wanted:

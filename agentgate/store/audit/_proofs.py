@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry
 from agentgate.audit.merkle import consistency_ranges, inclusion_ranges, leaf_hash, verify_inclusion
-from agentgate.audit.note import Checkpoint, key_id, other_signer, wrong_key_cause
+from agentgate.audit.note import Checkpoint, given_text, key_id, other_signer, wrong_key_cause
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import BeyondLogEnd, InputError, TamperDetected
 from agentgate.store._base import Row, Store, Transaction
@@ -92,10 +92,13 @@ class _Proofs:
         ``TamperDetected`` when the entry's bytes do not lead to the checkpoint's root (edited in
         the database after it was signed) or its row is missing below the log's end or inside a
         signed checkpoint (``_absent``: deleted): no bundle that cannot verify is returned.
+        ``InputError`` too, signing nothing, for a ``checkpoint_note`` that is not text (``given_text``).
         """
         index = _whole(index, "entry index")
         if index < 0:
             raise no_entry(index)
+        if checkpoint_note is not None:
+            given_text(checkpoint_note, "checkpoint_note", "a signed checkpoint")
         if checkpoint_note is None:  # bad input, or an entry edited or deleted in the database, signs nothing
             data, stored = self._stored_row(index)
             if leaf_hash(data) != stored:

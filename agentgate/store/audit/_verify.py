@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agentgate.audit.entry import AuditEntry, one_line
 from agentgate.audit.merkle import EMPTY_ROOT, RootAccumulator
-from agentgate.audit.note import Checkpoint, signer_key_ids
+from agentgate.audit.note import Checkpoint, given_text, signer_key_ids
 from agentgate.errors import TamperDetected
 from agentgate.store._base import Row, Store, sqlite_name
 from agentgate.store.audit._schema import (
@@ -306,7 +306,11 @@ class _Verification:
         triggers are read from the catalog: each one not in force is in ``unprotected``, not in
         ``problems`` (the entries are checked as they are), and makes the report not ``ok``.
         Never raises for a tampered log: the report names the first bad index and what is wrong.
+        Raises ``InputError``, reading nothing, for a ``saved_checkpoint`` that is not text
+        (``given_text``: bytes read from a file in binary mode, say), which is no tampering.
         """
+        if saved_checkpoint is not None:
+            given_text(saved_checkpoint, "saved_checkpoint", "a signed checkpoint")
         problems: list[str] = []
         bad: list[int] = []
         spans: list[tuple[int, int]] = []  # ranges an edit lies in, no entry of them named
