@@ -37,6 +37,11 @@ T = TypeVar("T")
 
 _DEAD_LETTERS_KEPT = 1_000
 
+_CUT_SHORT = frozenset({"transient", "connection"})
+"""The classes of a failure the tool did not come to itself (its transport gave out): past the
+tool's ``timeout_s`` such a failure is a ``timeout`` (``_Failures._failed``), as the attempt the
+async core cuts there is. ``error`` and custom classes are the tool's own answer and stay so."""
+
 
 class _GiveUp(Exception):
     """Internal: the call is given up for ``reason``; ``error`` is what the caller gets.
@@ -123,10 +128,14 @@ class _Failures:
         nothing about the tool, so the breaker is not told (its probe is given back): one caller's
         tight deadlines must not open the breaker of a tool that meets its own timeout for everyone.
         ``overran``: the attempt ran past its tool's ``timeout_s`` and failed without being cut
-        there (a sync tool, work no cancellation stops, a plain function): its failure is a
-        ``timeout``, whatever the tool raised, as it is where the async core cuts the attempt at
-        ``timeout_s`` (until review R89 a sync tool's late ``transient`` failure was retried, a
-        tool not safe to repeat run again, where the async core gave up).
+        there (a sync tool, work no cancellation stops, a plain function): a failure of its
+        transport (``transient``, ``connection``: ``_CUT_SHORT``) is a ``timeout``, as it is where
+        the async core cuts the attempt at ``timeout_s`` (until review R89 a sync tool's late
+        ``transient`` failure was retried, a tool not safe to repeat run again, where the async
+        core gave up). A class the tool gave its failure itself keeps it: ``error`` (a bad
+        argument the tool reported, which the breaker does not count and nothing retries unless
+        listed) and a custom class (R89 made those ``timeout`` too, and a slow tool's bad
+        arguments opened its breaker for everyone).
 
         Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
         no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock),
@@ -140,14 +149,13 @@ class _Failures:
                 # nothing of the tool (its probe is given back below), and is neither retried nor
                 # a dead letter.
                 raise error
-            if overran:
-                found: str | None = "timeout"
-            else:
-                try:
-                    found = self._classifier(error)
-                except Exception:  # a broken classifier must not hide the tool's error: the safe class
-                    found = None
+            try:
+                found = self._classifier(error)
+            except Exception:  # a broken classifier must not hide the tool's error: the safe class
+                found = None
             error_class = found if isinstance(found, str) and found else "error"
+            if overran and error_class in _CUT_SHORT:
+                error_class = "timeout"
             # A call that keeps no error text (``Gate.run``'s) keeps none of any attempt's error,
             # an agentgate error included: what failed an attempt came out of the tool's run (an
             # ``InputError`` its code raised, a ``BackendFailed`` of a model it called), whose text

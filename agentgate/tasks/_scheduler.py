@@ -733,7 +733,8 @@ class Scheduler(_StoreWork, _Failures):
                         failed = exc
                         ended = loop.time()
                         # Past its timeout_s and not cut there (run to its end: not preemptible, a
-                        # plain function): a timeout, as if cut (``_failed``). ``now``: its start.
+                        # plain function): a transport failure is a timeout, as if cut (``_failed``).
+                        # ``now``: its start.
                         late = False
                         if attempted and not expired and limits.timeout_s is not None:
                             late = ended - now >= limits.timeout_s

@@ -25,8 +25,9 @@ The loop thread is owned by this object and joined in ``close()``.
 
 Limit: a sync function cannot be interrupted. Its timeout is not enforced while it runs: it keeps
 its slot until it returns (so concurrency limits hold even then), a result that arrives late is
-returned, a late failure is not retried past the deadline, and one past its ``timeout_s`` is a
-``timeout`` (as the async core's attempt cut there is: ``Scheduler._failed``).
+returned, a late failure is not retried past the deadline, and one of its transport
+(``transient``, ``connection``) past its ``timeout_s`` is a ``timeout`` (as the async core's
+attempt cut there is: ``Scheduler._failed``); a bad argument it reports late stays ``error``.
 """
 
 from __future__ import annotations
@@ -612,8 +613,8 @@ class SyncScheduler:
                     probing = 0
                     failed = exc
                     ended = clock()
-                    # Past its timeout_s, which a sync tool cannot be cut at: a timeout, as the
-                    # async core's cut attempt is (``_failed``). ``now``: its start.
+                    # Past its timeout_s, which a sync tool cannot be cut at: a transport failure
+                    # is a timeout, as the async core's cut attempt is (``_failed``). ``now``: its start.
                     late = False
                     if attempted and limits.timeout_s is not None:
                         late = ended - now >= limits.timeout_s
