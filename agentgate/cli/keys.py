@@ -18,11 +18,14 @@ def _new(args: argparse.Namespace) -> int:
         raise KeyFileError(
             f"invalid key name {_shown_name(args.name)}: {character_named(bad)}; use a plain file name"
         )
+    # The name offered leaves out white space at either end, which save_key refuses (until review
+    # R89b ``alice .key`` was offered ``keys new 'alice '``, refused in turn).
     stem, dot, suffix = args.name.rpartition(".")
+    stem = stem.strip()
     # In any case: until review R88 ``alice.KEY`` wrote alice.KEY.key.
     if dot and stem and suffix.lower() in ("key", "pub"):  # ``keys new alice.key`` wrote alice.key.key
         while stem.lower().endswith((".key", ".pub")) and len(stem) > 4:  # ``a.key.key``: the name is a
-            stem = stem[:-4]  # (until review R82 the command it offered was refused in turn)
+            stem = stem[:-4].strip()  # (until review R82 the command it offered was refused in turn)
         if not stem.startswith(".") and "/" not in stem:  # else (`.key.key`, R84) save_key says why
             # a name that starts with '-' is read as an option unless after ``--`` (R84: ``-a``)
             given = f"{'-- ' if stem.startswith('-') else ''}{shlex.quote(stem)}"
