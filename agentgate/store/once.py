@@ -226,7 +226,8 @@ def settle(
     signed log as a unit charged. Raises ``InputError`` for a ``key`` that is
     not text, a ``by`` that is empty or not text, or a ``min_age_s`` that is not a number >= 0
     (until review R60 a ``by`` of ``None`` raised ``AttributeError``, a ``min_age_s`` of ``"900"``
-    ``TypeError``), and ``SettlementRefused`` (an ``InputError``) for an unknown key,
+    ``TypeError``), and ``SettlementRefused`` (an ``InputError``) for an unknown key (one holding
+    a NUL too, on both stores: ``ledger.may_be_stored``),
     a call that is not unsettled, and a ``started`` call allowed less than ``min_age_s`` ago (it
     may still be running). A ``min_age_s`` of 0 bounds nothing: a call whose ``allow`` is stamped
     later than this host's clock says (by a host whose clock ran ahead, or before this clock was
@@ -254,7 +255,14 @@ def settle(
     unit_column = "unit" if has_unit_column(store) else "NULL"  # a row's unit: charges (review R61)
     with store.transaction() as tx:
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
-        rows = tx.execute(f"SELECT {ONCE_COLUMNS} FROM agentgate_once WHERE key = ?", (key,))
+        # A key with a NUL, which no key agentgate makes (hexadecimal) holds, is not found on both
+        # stores: until review R89b PostgreSQL refused it with a StoreError, as it did a NUL in a
+        # reservation id (``may_be_stored``).
+        rows = (
+            tx.execute(f"SELECT {ONCE_COLUMNS} FROM agentgate_once WHERE key = ?", (key,))
+            if may_be_stored(key)
+            else []
+        )
         if not rows:
             raise SettlementRefused(f"no call that must run once has the key {quoted(key, 60)}")
         record = once_record(rows[0])
