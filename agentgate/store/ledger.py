@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeGuard
 
-from agentgate._names import BUDGET_UNIT
+from agentgate._names import BUDGET_UNIT, _unicode
 from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, format_time, utc_now
 from agentgate.errors import BudgetExceeded, InputError, MalformedRow, NotHeld
@@ -258,15 +258,17 @@ def _named(reservation: object) -> str:
 
 
 def may_be_stored(reservation: str) -> bool:
-    """Whether a stored reservation may have the id ``reservation``: not one holding a NUL
-    character, which no id agentgate makes (32 hexadecimal digits) holds and PostgreSQL's text
-    cannot. Such an id is answered as one no reservation has, on both stores, without asking the
-    store: ``NotHeld`` for a settlement, ``InputError`` for ``reservation``, ``None`` for
-    ``settled``, left out of ``still_held``, not merged. Until review R89 SQLite said it does not
-    exist and PostgreSQL refused it with a ``StoreError`` (the store failing, to a caller that
-    fails closed), and ``agentgate tasks settle`` of a call whose row names one settled it on
-    SQLite and exited 2 on PostgreSQL."""
-    return "\x00" not in reservation
+    """Whether a stored reservation may have the id ``reservation`` (and a stored call that must
+    run once the key: ``once.settle``): not one holding a NUL character or a lone surrogate (text
+    that is not UTF-8), which no id agentgate makes (32 hexadecimal digits) holds, PostgreSQL's
+    text cannot hold the one and neither store the other. Such an id is answered as one no
+    reservation has, on both stores, without asking the store: ``NotHeld`` for a settlement,
+    ``InputError`` for ``reservation``, ``None`` for ``settled``, left out of ``still_held``, not
+    merged. Until review R89 SQLite said a NUL does not exist and PostgreSQL refused it with a
+    ``StoreError`` (the store failing, to a caller that fails closed), and ``agentgate tasks
+    settle`` of a call whose row names one settled it on SQLite and exited 2 on PostgreSQL; until
+    review R89b a lone surrogate (a row's JSON ``"\\ud800"``) was that ``StoreError`` on both."""
+    return "\x00" not in reservation and (reservation.isascii() or _unicode(reservation))
 
 
 def _by_id(
@@ -288,20 +290,21 @@ against a 10,000-character id and PostgreSQL refused it with a ``StoreError``.""
 
 def _is_grant_id(grant_id: object) -> TypeGuard[str]:
     """Whether ``grant_id`` is text the ledger keeps a budget by: not empty, at most
-    ``_GRANT_ID_CHARS`` characters, no NUL character."""
-    return isinstance(grant_id, str) and 0 < len(grant_id) <= _GRANT_ID_CHARS and "\x00" not in grant_id
+    ``_GRANT_ID_CHARS`` characters, no NUL character nor lone surrogate (``may_be_stored``:
+    until review R89b one was a ``StoreError`` out of either store, where a NUL was refused)."""
+    return isinstance(grant_id, str) and 0 < len(grant_id) <= _GRANT_ID_CHARS and may_be_stored(grant_id)
 
 
 def _grant_id(grant_id: object) -> str:
     """``grant_id`` as the ledger reads a grant's budget by it (``remaining``, ``usage``): text
-    that is not empty, holds no NUL character and is at most ``_GRANT_ID_CHARS`` characters long
+    that is not empty, holds no NUL character nor lone surrogate and is at most ``_GRANT_ID_CHARS`` characters long
     (``reserve`` refuses any other in a chain); else
     ``InputError``, where the stores would answer differently (a silent nothing on one, a
     ``StoreError`` about the parameter's type, or a NUL PostgreSQL's text cannot hold, on the
-    other)."""
+    other), or both fail (a lone surrogate, no UTF-8 text)."""
     if not _is_grant_id(grant_id):
         raise InputError(
-            "a grant id must be non-empty text without a NUL character, of at most "
+            "a grant id must be non-empty text without a NUL character or lone surrogate, of at most "
             f"{_GRANT_ID_CHARS} characters, got {quoted(grant_id, 60)}"
         )
     return grant_id
@@ -333,7 +336,9 @@ def stored_reservation(reservation: object, chain: object, amount: object) -> tu
     budget above its cap)."""
     try:
         grants = json.loads(str(chain))
-        if not isinstance(grants, list) or not grants or not all(isinstance(g, str) and g for g in grants):
+        # A grant id no budget may have (a NUL, a lone surrogate: ``may_be_stored``) is none: its
+        # budget would be looked up (PostgreSQL refused a NUL where SQLite found no budget).
+        if not isinstance(grants, list) or not grants or not all(_stored_grant(g) for g in grants):
             raise ValueError("its chain is not a list of grant ids")
         if len(set(grants)) != len(grants):
             raise ValueError("its chain names a grant more than once")
@@ -345,6 +350,13 @@ def stored_reservation(reservation: object, chain: object, amount: object) -> tu
             f"budget_reservations: the row of reservation {reservation!r:.60} is malformed: {exc}"
         ) from None
     return tuple(grants), amount
+
+
+def _stored_grant(grant_id: object) -> bool:
+    """Whether a stored chain's ``grant_id`` may name a budget: text, not empty, which any store
+    may be asked about (``may_be_stored``). Not ``_is_grant_id``: a row reserved before review
+    R87 may name a grant id longer than ``reserve`` now takes."""
+    return isinstance(grant_id, str) and bool(grant_id) and may_be_stored(grant_id)
 
 
 def unsettleable(exc: MalformedRow, allowed: AuditEntry | None) -> MalformedRow:
@@ -443,7 +455,8 @@ class BudgetLedger:
             raise _too_large(amount)
         if not chain or any(not _is_grant_id(g) for g in chain) or len(set(chain)) != len(chain):
             raise InputError(
-                "chain must be a non-empty list of distinct grant ids (text without a NUL character, of "
+                "chain must be a non-empty list of distinct grant ids (text without a NUL character or lone "
+                "surrogate, of "
                 f"at most {_GRANT_ID_CHARS} characters), root first"
             )
         if tx is not None:  # the gate's path: no context manager layer per call

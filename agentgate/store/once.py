@@ -284,8 +284,9 @@ def settle(
         own: str | None = None  # the unit of the caller's own budget: the first reservation's
         if record.state == "started":  # its outcome was never written: its reservations are held
             for position, reservation in enumerate(record.reservations):
-                # An id no reservation may have (a NUL) is one not found, on both stores, as the
-                # ledger answers it: until review R89 PostgreSQL refused the settlement instead.
+                # An id no reservation may have (a NUL, a lone surrogate) is one not found, on both
+                # stores, as the ledger answers it: until review R89 PostgreSQL refused the
+                # settlement for a NUL instead, and until R89b both stores for a surrogate.
                 rows = (
                     tx.execute(
                         f"SELECT chain, amount, {unit_column}, state FROM budget_reservations WHERE id = ?",
