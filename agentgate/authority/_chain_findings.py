@@ -18,9 +18,11 @@ from agentgate.capabilities import (
     Call,
     Capability,
     attenuates,
+    covered_together,
     covers,
     format_capability,
     pattern_within,
+    uncovered_call,
     witness,
 )
 from agentgate.errors import (
@@ -95,6 +97,24 @@ def _constraint_finding(child: Grant, cap: Capability, p: Capability, call: Call
     )
 
 
+def _uncovered(
+    held: Sequence[Capability], cap: Capability, base: Call, near: Sequence[Capability]
+) -> tuple[Capability, Call, str] | None:
+    """A call ``cap`` allows that none of ``held`` covers, found near their bounds
+    (``uncovered_call``, from ``base``, a witness, with its arguments ``cap``'s own); with the
+    first of ``near`` (the capabilities of ``cap``'s resource and action) that it fails on the
+    argument changed, else the first, and the constraint of that one it fails."""
+    own = Call(base.resource, base.action, {n: v for n, v in base.args.items() if n in cap.constraint_map})
+    found = uncovered_call(held, cap, own)
+    if found is None:
+        return None
+    changed, call = found
+    failing = [(p, _widened_constraint(p, call)) for p in near]
+    p, name = next(((p, n) for p, n in failing if n == changed), failing[0])
+    assert name is not None  # a call no capability covers fails each near one on a constraint
+    return p, call, name
+
+
 def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding | None:
     # ``attenuates`` is exact and agrees with ``witness`` (property-tested), without building
     # witness calls: the common case of a valid link costs no more than that.
@@ -125,15 +145,28 @@ def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding
             name = _widened_constraint(p, call)
             if name is not None and not any(covers(held, call) for held in parent.capabilities):
                 return _constraint_finding(child, cap, p, call, name)
+        # Each witness may be a call another parent capability covers (``amount<=100`` and
+        # ``amount>=200``, child ``amount<=1000``): a call between their bounds (``amount=101``)
+        # is looked for next, against the near capability it fails on that argument.
+        nearest = [p for p, n in zip(parent.capabilities, near, strict=True) if n]
+        found = _uncovered(parent.capabilities, cap, first[1], nearest)
+        if found is not None:
+            return _constraint_finding(child, cap, *found)
         name = _widened_constraint(*first)
         if name is not None:
+            held = ", ".join(format_capability(p) for p in parent.capabilities)
+            # Until review R89b this said "even where several together cover it" also where they
+            # did not, and no call was named (``amount<100`` and ``amount>100``, child ``amount>=0``).
+            if covered_together(parent.capabilities, cap):
+                fix = ", even where several together cover it, as here; split it into capabilities each within one"
+            else:
+                fix = "; delegate only capabilities each within one"
             return _finding(
                 _SCOPE,
                 "constraint_widened",
                 f"child capability {format_capability(cap)} is within no single capability the "
-                "parent holds, and each delegated capability must be within one, even where several "
-                "together cover it; split it into capabilities each within one the parent holds "
-                f"(it holds {', '.join(format_capability(p) for p in parent.capabilities)})",
+                f"parent holds, and each delegated capability must be within one{fix} the parent "
+                f"holds (it holds {held})",
                 child,
                 f"constraints.{name}",
             )

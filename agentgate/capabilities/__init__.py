@@ -31,7 +31,8 @@ Where each part lives (private modules: import the public names from this packag
 witnesses), ``_constraints`` (``Constraint``, ``intersects``), ``_resources`` (canonical names,
 patterns, ``pattern_matches``, ``pattern_within``), ``_call`` (``Call``), ``_capability``
 (``Capability`` and its one-line form, ``parse_capability`` / ``format_capability``, which use
-each other), ``_coverage`` (``covers``, ``attenuates``, ``witness``), and ``_canonical`` (the
+each other), ``_coverage`` (``covers``, ``attenuates``, ``witness``; against several parents,
+``uncovered_call`` and ``covered_together``), and ``_canonical`` (the
 token parser's fast path: ``capability_from_canonical``, ``_prechecked``).
 """
 
@@ -43,6 +44,8 @@ from agentgate.capabilities._capability import Capability, format_capability, pa
 from agentgate.capabilities._constraints import OPERATORS as OPERATORS
 from agentgate.capabilities._constraints import Constraint, intersects
 from agentgate.capabilities._coverage import attenuates, covers, witness
+from agentgate.capabilities._coverage import covered_together as covered_together
+from agentgate.capabilities._coverage import uncovered_call as uncovered_call
 from agentgate.capabilities._resources import (
     DEFAULT_ACTIONS,
     canonical_resource,

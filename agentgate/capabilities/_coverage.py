@@ -1,17 +1,29 @@
 """The exact decisions on capabilities: ``covers`` (a capability allows a call), ``attenuates``
 (every call a child covers, its parent covers) and ``witness`` (a call the child covers and the
-parent does not, when there is one).
+parent does not, when there is one); and, against several parents, for the message of a child
+within none of them (``authority._chain_findings``), a bounded search for a call none covers
+(``uncovered_call``) and a sufficient test that they cover the child together
+(``covered_together``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from agentgate.capabilities._call import Call
 from agentgate.capabilities._capability import Capability
 from agentgate.capabilities._constraints import Constraint
-from agentgate.capabilities._normal_forms import _members, _subset
+from agentgate.capabilities._normal_forms import (
+    _Empty,
+    _Finite,
+    _Interval,
+    _members,
+    _nearest,
+    _Normal,
+    _subset,
+)
 from agentgate.capabilities._resources import _pattern_witness, pattern_matches, pattern_within
 from agentgate.capabilities._values import MAX_SET_SIZE, Scalar
 from agentgate.errors import CapabilityError
@@ -118,3 +130,109 @@ def _violations(constraint: Constraint) -> Iterable[Scalar]:
         value = f"\x00zz-witness-{k}"
         if not constraint.allows(value):
             yield value
+
+
+def uncovered_call(parents: Sequence[Capability], child: Capability, base: Call) -> tuple[str, Call] | None:
+    """A call that ``child`` covers and none of ``parents`` does, with the name of the argument
+    changed to find it, found near the bounds: ``base``
+    (a call ``child`` covers, its arguments ``child``'s own) with one argument ``child``
+    constrains changed to one of ``child``'s own values or to a number at or next to a bound of
+    ``child``'s or a parent's constraint on it (the integer and the doubles either side). So a
+    gap between the parents' ranges (``amount=101`` under ``amount<=100`` and ``amount>=200``) is
+    found, where each parent's ``witness`` may be a call another parent covers.
+
+    ``None`` when none is found: the parents may cover ``child`` together (``covered_together``
+    says where they surely do), or every call outside them differs from ``base`` in more than one
+    argument. At most ``MAX_SET_SIZE`` values of ``child``'s own and 12 per constraint on each
+    argument, each tried against every parent (at most ``MAX_CAPABILITIES``, 16)."""
+    for name, constraint in child.constraints:
+        held = [c for p in parents for n, c in p.constraints if n == name]
+        if not held:
+            continue
+        for value in _near_bounds(constraint, held):
+            if not constraint.allows(value):
+                continue
+            call = Call(base.resource, base.action, {**base.args, name: value})
+            if not any(covers(p, call) for p in parents):
+                return name, call
+    return None
+
+
+def _near_bounds(constraint: Constraint, held: Sequence[Constraint]) -> Iterable[Scalar]:
+    """``constraint``'s own values (a finite set), then the integers and doubles at and next to
+    each finite numeric bound of it and of ``held``, each once (a value by its type)."""
+    seen: set[tuple[type, Scalar]] = set()
+    own = constraint._normal
+    candidates: list[Scalar] = list(own.values) if isinstance(own, _Finite) else []
+    for normal in (own, *(c._normal for c in held)):
+        if isinstance(normal, _Interval):
+            for bound in (normal.lo, normal.hi):
+                if math.isfinite(bound):
+                    candidates += [_plain_number(v) for v in _nearest(bound, 1)]
+    for value in candidates:
+        key = (type(value), value)
+        if key not in seen:
+            seen.add(key)
+            yield value
+
+
+def _plain_number(value: float) -> Scalar:
+    """``value`` as a call would give it: an integral double within 2**53 as an integer."""
+    return value if type(value) is int else int(value) if value.is_integer() and abs(value) < 2**53 else value
+
+
+def covered_together(parents: Sequence[Capability], child: Capability) -> bool:
+    """Whether ``parents`` surely cover together every call ``child`` covers. A sufficient test:
+    True where the parents that hold ``child``'s resource and action and hold it on every
+    argument but one, the same one (``amount<=100`` and ``amount>100&amount<=500`` for
+    ``amount<=500``), together hold every value ``child`` allows that argument, a finite set or
+    an interval of them; also where one parent alone covers ``child``. False otherwise, which
+    does not say a call is left out (two arguments split between parents; a gap only reals hold,
+    ``gt: 4.999999999999999, lt: 5``). Quadratic in the number of parents (at most 16)."""
+    child_map = child.constraint_map
+    by_name: dict[str, list[_Normal]] = {}
+    for p in parents:
+        if not pattern_within(child.resource, p.resource) or p.action not in ("*", child.action):
+            continue
+        wider = [
+            name
+            for name, held in p.constraints
+            if name not in child_map or not _subset(child_map[name]._normal, held._normal)
+        ]
+        if not wider:
+            return True
+        if len(wider) == 1 and wider[0] in child_map:  # else it only adds to what the others cover
+            by_name.setdefault(wider[0], []).append(p.constraint_map[wider[0]]._normal)
+    return any(_union_holds(child_map[name]._normal, parts) for name, parts in by_name.items())
+
+
+def _union_holds(normal: _Normal, parts: Sequence[_Normal]) -> bool:
+    """Whether every value of ``normal`` is in one of ``parts``: exact for a finite set and for
+    an interval (over the reals), False for a prefix (no union of others holds one that no one
+    of them holds)."""
+    if isinstance(normal, _Empty):
+        return True
+    if isinstance(normal, _Finite):
+        return all(any(part.contains(v) for part in parts) for v in normal.values)
+    if not isinstance(normal, _Interval):
+        return False
+    intervals = sorted((p for p in parts if isinstance(p, _Interval)), key=lambda i: (i.lo, i.lo_open))
+    points = [p for p in parts if isinstance(p, _Finite)]
+    # Every value of ``normal`` below ``at`` is held, and ``at`` itself where ``held_at``.
+    at, held_at = normal.lo, normal.lo_open
+    while at < normal.hi or (at == normal.hi and not (held_at or normal.hi_open)):
+        best: _Interval | None = None
+        for i in intervals:
+            if i.lo > at or (i.lo == at and i.lo_open and not held_at):
+                break  # sorted: no later one starts at or below ``at`` either
+            if (i.hi > at or (i.hi == at and not held_at and not i.hi_open)) and (
+                best is None or i.hi > best.hi or (i.hi == best.hi and not i.hi_open)
+            ):
+                best = i
+        if best is not None:
+            at, held_at = best.hi, not best.hi_open
+        elif not held_at and any(point.contains(at) for point in points):
+            held_at = True
+        else:
+            return False
+    return True
