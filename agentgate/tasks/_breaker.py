@@ -116,6 +116,16 @@ class CircuitBreaker:
             return False
         return self.state is BreakerState.OPEN
 
+    def refusal(self) -> BreakerSnapshot | None:
+        """``refuses``, with the state that refuses: a snapshot taken under the same lock as the
+        decision (OPEN, and how long until a probe may go), else None. A snapshot taken after
+        ``refuses`` may read HALF_OPEN with a probe free, its reset timeout passed in between."""
+        if self._state is BreakerState.CLOSED:
+            return None
+        with self._lock:
+            state = self._current()
+            return self._snapshot(state) if state is BreakerState.OPEN else None
+
     def allow(self) -> bool:
         """May a call run now? In HALF_OPEN this reserves a probe: report its outcome, or ``release``."""
         return self.admit() is not None
@@ -135,13 +145,29 @@ class CircuitBreaker:
         if self._state is BreakerState.CLOSED:
             return 0  # the common case, without the lock: a stale CLOSED read admits one call
         with self._lock:
-            state = self._current()
-            if state is BreakerState.CLOSED:
-                return 0
-            if state is BreakerState.HALF_OPEN and self._probes < self.policy.half_open_max_calls:
-                self._probes += 1
-                return self._period
-            return None
+            return self._admitted()
+
+    def admission(self) -> int | BreakerSnapshot:
+        """``admit_in_period``, with the state that refuses where it refuses: a snapshot taken
+        under the same lock as the refusal (OPEN, or HALF_OPEN with every probe taken), so that
+        what the refusal says is what refused it. Until review R89b the scheduler's message read
+        the state after the refusal: where the reset timeout passed in between, a call refused
+        while the breaker was open was told "half open and its probes are running", a probe free."""
+        if self._state is BreakerState.CLOSED:
+            return 0
+        with self._lock:
+            period = self._admitted()
+            return self._snapshot(self._state) if period is None else period
+
+    def _admitted(self) -> int | None:
+        """``admit_in_period`` under the lock."""
+        state = self._current()
+        if state is BreakerState.CLOSED:
+            return 0
+        if state is BreakerState.HALF_OPEN and self._probes < self.policy.half_open_max_calls:
+            self._probes += 1
+            return self._period
+        return None
 
     def _holds_probe(self, probe: bool | None, period: int | None) -> bool | None:
         """``probe`` as the calls below read it: with ``period`` given, True only for a probe of
@@ -241,8 +267,13 @@ class CircuitBreaker:
     def snapshot(self) -> BreakerSnapshot:
         """The visible state now."""
         with self._lock:
-            state = self._current()
-            retry_after = 0.0
-            if state is BreakerState.OPEN:
-                retry_after = max(0.0, self.policy.reset_timeout_s - (self._clock() - self._opened_at))
-            return BreakerSnapshot(self.key, state, self._failures, self._opened_count, retry_after)
+            return self._snapshot(self._current())
+
+    def _snapshot(self, state: BreakerState) -> BreakerSnapshot:
+        """``snapshot`` under the lock, of ``state`` as the caller read it (the state is read once:
+        the clock read again may pass the reset timeout, and the snapshot would then say another
+        state than the one decided on; ``retry_after_s`` is then 0)."""
+        retry_after = 0.0
+        if state is BreakerState.OPEN:
+            retry_after = max(0.0, self.policy.reset_timeout_s - (self._clock() - self._opened_at))
+        return BreakerSnapshot(self.key, state, self._failures, self._opened_count, retry_after)

@@ -25,7 +25,7 @@ from agentgate.errors import (
 )
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.tasks._backoff import full_jitter
-from agentgate.tasks._breaker import BreakerState, CircuitBreaker
+from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
 from agentgate.tasks._call import OVERFLOW_BREAKER, PER_NAME_STATE, ToolCall, says_pause
 from agentgate.tasks._classify import Classifier
 from agentgate.tasks._config import ToolLimits
@@ -289,21 +289,22 @@ def _final_error(
     return error
 
 
-def _circuit_open(breaker: CircuitBreaker, tool: str | None = None) -> _GiveUp:
-    """A call (to ``tool``) refused by ``breaker``: the error says which breaker, whether it is open
-    (and when it lets a probe through) or half open with every probe running, and that the breaker
-    is the shared overflow when it is. (Until review R89 a half-open refusal read "is open (retry
-    after 0.000s)", as if the breaker were open and a call could go now.)"""
-    snapshot = breaker.snapshot()
-    retry_after = snapshot.retry_after_s
+def _circuit_open(breaker: CircuitBreaker, tool: str | None, refused: BreakerSnapshot) -> _GiveUp:
+    """A call (to ``tool``) refused by ``breaker`` in the state ``refused`` (``refusal``,
+    ``admission``: read under the lock that decided): the error says which breaker, whether it is
+    open (and when it lets a probe through) or half open with every probe running, and that the
+    breaker is the shared overflow when it is. (Until review R89 a half-open refusal read "is open
+    (retry after 0.000s)", as if the breaker were open and a call could go now; until R89b the
+    state was read after the refusal, and could be one that had not refused it.)"""
+    retry_after = refused.retry_after_s
     shared = (
         f" (tool {quoted(tool)} shares it with the tools first seen past {PER_NAME_STATE} breaker keys)"
         if breaker.key == OVERFLOW_BREAKER and tool is not None
         else ""
     )
-    if snapshot.state is BreakerState.OPEN:
+    if refused.state is BreakerState.OPEN:
         state = f"is open (retry after {retry_after:.3f}s)"
-    else:  # half open with every probe taken (or closed by a probe since it refused)
+    else:  # half open with every probe taken
         limit = breaker.policy.half_open_max_calls
         state = f"is half open and its {limit} probe(s) are running (retry once one has ended)"
     return _GiveUp(

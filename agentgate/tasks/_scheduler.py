@@ -568,8 +568,8 @@ class Scheduler(_StoreWork, _Failures):
                     # 1. admission: start now, or wait in the fair queue (never past the deadline)
                     if self._shared_breakers is not None:
                         await self._sync_breaker(breaker, loop)
-                    if not breaker.closed and breaker.refuses():
-                        raise _circuit_open(breaker, tool)
+                    if not breaker.closed and (refused := breaker.refusal()) is not None:
+                        raise _circuit_open(breaker, tool, refused)
                     try:
                         if self._closed:
                             raise SchedulingError("the scheduler is closed")
@@ -633,9 +633,9 @@ class Scheduler(_StoreWork, _Failures):
                     cancelling = task.cancelling()  # raised when the attempt fails: its caller was cancelled
                     try:
                         if not breaker.closed:
-                            admitted = breaker.admit_in_period()
-                            if admitted is None:
-                                raise _circuit_open(breaker, tool)
+                            admitted = breaker.admission()
+                            if isinstance(admitted, BreakerSnapshot):
+                                raise _circuit_open(breaker, tool, admitted)
                             held = probing = admitted
                             if held and self._leases is not None:
                                 claim = await self._probe_claim(breaker, tool)

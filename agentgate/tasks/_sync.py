@@ -562,8 +562,8 @@ class SyncScheduler:
             number += 1
             try:
                 # 1. admission: start now, or wait in the fair queue (never past the deadline)
-                if not breaker.closed and breaker.refuses():
-                    raise _circuit_open(breaker, tool)
+                if not breaker.closed and (refused := breaker.refusal()) is not None:
+                    raise _circuit_open(breaker, tool, refused)
                 interrupts.hold()  # released (raising a Ctrl-C held back) once the slot is in hand
                 try:
                     waiter = self._admit(call, limits, priority, deadline, traced, interrupts, twin)
@@ -576,9 +576,9 @@ class SyncScheduler:
                 attempted = False  # whether the attempt began: else its rate token goes back
                 try:
                     if not breaker.closed:
-                        admitted = breaker.admit_in_period()
-                        if admitted is None:
-                            raise _circuit_open(breaker, tool)
+                        admitted = breaker.admission()
+                        if isinstance(admitted, BreakerSnapshot):
+                            raise _circuit_open(breaker, tool, admitted)
                         held = probing = admitted
                     interrupts.release()  # the slot (and a probe) is given back below
                     unix_deadline = None
