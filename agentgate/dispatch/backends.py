@@ -160,13 +160,27 @@ def _refuse_declared(length: str | None) -> int | None:
     return declared
 
 
-def _refuse_encoded(name: str, encoding: str | None) -> None:
+_QUOTED_HEADER = 640
+"""How much of a refused ``Content-Encoding`` is scrubbed of the prompt before 40 characters of
+it are quoted (``_refuse_encoded``): enough that an echo starting in those 40 is found whole."""
+
+
+def _refuse_encoded(name: str, encoding: str | None, request: Mapping[str, Any] | None = None) -> None:
     """Raise ``BackendFailed`` naming backend ``name`` for an answer whose ``Content-Encoding``
     header (``encoding``, as sent; ``None`` without one) is other than ``identity``: it was asked
-    for none (``_IDENTITY``), and is not decoded (a few kB of gzip may unpack to gigabytes)."""
+    for none (``_IDENTITY``), and is not decoded (a few kB of gzip may unpack to gigabytes).
+
+    The header is the backend's words: it is quoted scrubbed of the prompt of ``request``
+    (``_prompt_texts``; the call's body, ``None`` for a call without one), as it came, before it
+    is cut or escaped; only when it is refused, so an answer that is taken pays nothing. Until a
+    regression review of R89 it was quoted as sent, and a backend echoing the prompt there put it
+    in the failure (the prompt was scrubbed from the whole message before, in ``_shown``)."""
     if _encoded(encoding):
+        said = encoding[:_QUOTED_HEADER]
+        if request is not None:
+            said = _scrub(said, None, _prompt_texts(request))
         raise BackendFailed(
-            f"{name}: answered with Content-Encoding: {escaped(encoding[:40])}, which it was not "
+            f"{name}: answered with Content-Encoding: {escaped(said[:40])}, which it was not "
             "asked for (Accept-Encoding: identity): not decoded"
         )
 
@@ -352,7 +366,7 @@ class BackendClient:
         deadline = self.timeouts.answer_s(payload)
         try:
             async with asyncio.timeout(deadline):
-                status, raw, retry_after = await self._post(content, trace, deadline)
+                status, raw, retry_after = await self._post(content, trace, deadline, payload)
         except TimeoutError:
             raise BackendFailed(f"{self.backend.name}: no answer within {deadline:g}s") from None
         except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
@@ -394,9 +408,10 @@ class BackendClient:
         return ChatResult(self.backend.name, text, reason, usage, data, raw)
 
     async def _post(
-        self, content: bytes, trace: Mapping[str, str], deadline: float
+        self, content: bytes, trace: Mapping[str, str], deadline: float, payload: Mapping[str, Any]
     ) -> tuple[int, bytes, str | None]:
-        """POST ``content`` to the chat endpoint (with the ``trace`` headers), its answer read
+        """POST ``content`` (``payload`` encoded, whose prompt a refused encoding is scrubbed of:
+        ``_refuse_encoded``) to the chat endpoint (with the ``trace`` headers), its answer read
         within ``deadline`` seconds (``Timeouts.answer_s``): the status and the
         whole body (redirects not followed), or for a status of 300 or more what has arrived of
         the body once any has, at most ``_QUOTED`` bytes (an error's body is quoted, never waited
@@ -432,7 +447,7 @@ class BackendClient:
                             await _quoted(functools.partial(answer.content.read, _QUOTED), encoding),
                             retry_after,
                         )
-                    _refuse_encoded(self.backend.name, encoding)
+                    _refuse_encoded(self.backend.name, encoding, payload)
                     # The header as sent, not aiohttp's ``content_length`` (its own ``int``).
                     declared = _refuse_declared(answer.headers.get("Content-Length"))
                     small = declared is not None and declared <= _SMALL
@@ -452,7 +467,7 @@ class BackendClient:
             if response.status_code >= 300:
                 quoted = await _quoted(functools.partial(_start, response), encoding)
                 return response.status_code, quoted, response.headers.get("Retry-After")
-            _refuse_encoded(self.backend.name, encoding)
+            _refuse_encoded(self.backend.name, encoding, payload)
             _refuse_declared(response.headers.get("Content-Length"))
             # Raw: httpx would unpack each read whole (an encoded answer is refused above).
             return response.status_code, await self._capped(response.aiter_raw()), None
@@ -621,7 +636,7 @@ class BackendClient:
                 try:
                     encoding = answer.headers.get("Content-Encoding")
                     if answer.status < 300:
-                        _refuse_encoded(self.backend.name, encoding)
+                        _refuse_encoded(self.backend.name, encoding, body)
                     yield (
                         answer.status,
                         functools.partial(_quoted, functools.partial(answer.content.read, _QUOTED), encoding),
@@ -640,7 +655,7 @@ class BackendClient:
         ) as response:
             encoding = response.headers.get("Content-Encoding")
             if response.status_code < 300:
-                _refuse_encoded(self.backend.name, encoding)
+                _refuse_encoded(self.backend.name, encoding, body)
             yield (
                 response.status_code,
                 functools.partial(_quoted, functools.partial(_start, response), encoding),
