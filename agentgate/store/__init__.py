@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction
-from agentgate.store._existing import resolved, shown
+from agentgate.store._file_name import sqlite_file_name
 from agentgate.store._sqlite import SQLiteStore
 
 DEFAULT_PATH = ".agentgate/agentgate.db"
@@ -94,9 +93,9 @@ def open_store(
     so is a URL or path with white space or a line break at an end (a CRLF env file), and a
     ``sqlite:///`` URL with a query or fragment (``sqlite:///x.db?mode=ro``), whose file would
     otherwise be named ``x.db?mode=ro``, and a SQLite path starting with ``~`` or holding a
-    ``$VARIABLE`` (``_literal_path``), a SQLite path that names a directory (``_file_named``),
-    and one that names where SQLite keeps another database's write-ahead log, shared-memory index
-    or journal (``_not_a_sidecar``).
+    ``$VARIABLE`` (``_literal_path``), and, as ``SQLiteStore`` refuses them, a SQLite path that
+    names a directory and one that names where SQLite keeps another database's write-ahead log,
+    shared-memory index or journal (``sqlite_file_name``).
 
     ``read_only`` (with ``create=False``; ``InputError`` with ``create=True``): the store is
     opened to read and never written, for a command that only reads (an auditor's ``audit
@@ -130,7 +129,7 @@ def open_store(
         # Refused, and not quoted (a URL may hold a password).
         raise StoreError("the store URL or path begins or ends with white space or a line break: remove it")
     if scheme is None:
-        return SQLiteStore(checked_sqlite_path(url, from_url=False), create=create, read_only=read_only)
+        return SQLiteStore(_written_path(url, from_url=False), create=create, read_only=read_only)
     name = scheme.group(1).lower()
     if name in ("postgresql", "postgres"):
         from agentgate.store._postgres import PostgresStore
@@ -139,7 +138,7 @@ def open_store(
     if name == "sqlite" and url[scheme.end() :].startswith("/"):
         # sqlite:///rel.db, sqlite:////abs.db
         return SQLiteStore(
-            checked_sqlite_path(url[scheme.end() + 1 :], from_url=True), create=create, read_only=read_only
+            _written_path(url[scheme.end() + 1 :], from_url=True), create=create, read_only=read_only
         )
     raise StoreError(
         f"unsupported store URL {url.split('://')[0]}://...: use a path, sqlite:///PATH or postgresql://..."
@@ -153,9 +152,16 @@ def checked_sqlite_path(path: str, *, from_url: bool) -> str:
     store checks this first, so that it names the mistake, not a file that does not exist. A
     plain path that starts with a store scheme not followed by ``://`` (``postgresql//u:PW@h/db``,
     ``sqlite:file.db``) is a mistyped URL: ``StoreError``, naming its scheme only. So is a path
-    whose last part is empty or ``.`` (``state/``, ``state/.``): it names a directory
-    (``_file_named``); and one that is another database's ``-wal``, ``-shm`` or ``-journal``
-    (``_not_a_sidecar``)."""
+    whose last part is empty or ``.`` (``state/``, ``state/.``): it names a directory; and one
+    that is another database's ``-wal``, ``-shm`` or ``-journal`` (``sqlite_file_name``, which
+    ``SQLiteStore`` runs as well)."""
+    return sqlite_file_name(_written_path(path, from_url=from_url))
+
+
+def _written_path(path: str, *, from_url: bool) -> str:
+    """``path`` as ``checked_sqlite_path`` takes it, only its text checked: what is on disk there
+    is ``sqlite_file_name``'s to look at, which ``SQLiteStore`` does as it opens (``open_store``
+    leaves it to that, so it is looked at once)."""
     if not from_url and (half := _HALF_URL.match(path)) is not None:
         raise StoreError(
             f"the store URL {half.group(1)}... lacks the :// after its scheme: write "
@@ -171,74 +177,7 @@ def checked_sqlite_path(path: str, *, from_url: bool) -> str:
         )
     if from_url and not path:  # ``sqlite:///``: ``Path("")`` is the working directory
         raise StoreError("the sqlite:/// store URL names no file: write sqlite:///PATH")
-    return _not_a_sidecar(_file_named(_literal_path(path)))
-
-
-_SEPARATORS = tuple(sep for sep in (os.sep, os.altsep) if sep)
-
-
-def _file_named(path: str) -> str:
-    """``path``, unless its last part is empty or ``.`` (``state/``, ``state/.``, ``.``):
-    ``StoreError``, naming it. Such a path names a directory, as the shell and ``open`` read it,
-    but ``Path`` drops a trailing separator and ``/.``: until review R89 ``store init --store
-    state/`` created a SQLite file named ``state``, a store beside the one meant, and the
-    ``state/agentgate.db`` meant next was refused (``state`` a file). A last part ``..`` is kept
-    by ``Path``: it is refused as a directory as the store opens."""
-    last = path
-    for sep in _SEPARATORS:
-        last = last.rpartition(sep)[2]
-    if last == ".":
-        why = "has '.' as its last part"
-    elif not last and path:
-        why = f"ends in {path[-1]!r}"
-    else:
-        return path
-    raise StoreError(
-        f"the SQLite store path {shown(path)} {why}: that names a directory; name the database "
-        "file in it (--store or AGENTGATE_STORE)"
-    )
-
-
-_SIDECARS = {"-wal": "write-ahead log", "-shm": "shared-memory index", "-journal": "rollback journal"}
-"""The files SQLite keeps beside a database ``NAME``: ``NAME-wal`` and so on, and what each holds."""
-
-
-def _not_a_sidecar(path: str) -> str:
-    """``path``, unless the file it names (``resolved``, as SQLite finds it) is where SQLite keeps
-    the ``-wal``, ``-shm`` or ``-journal`` of a database beside it (``_database_at``):
-    ``StoreError``, naming both. Until review R89 ``store init --store st/a.db-wal`` (tab
-    completion's slip for ``st/a.db``) made a store there, and ``grant revoke --store
-    st/a.db-wal`` said ``revoked``, exit 0; the next command that wrote ``st/a.db`` had SQLite
-    take that file for its write-ahead log, find its header invalid and delete it, the revocation
-    with it. A path that cannot be resolved is left to opening the store to refuse. (A file that
-    holds a write-ahead log or a journal, whatever its name, SQLite refuses as "not a database",
-    changing nothing; it is not read here: closing a descriptor of a store this process has open
-    would drop every POSIX lock its connections hold on it, ``_sqlite._create``.)"""
-    try:
-        file = resolved(path)
-    except (OSError, ValueError):  # no working directory, a NUL: the store's opening says why
-        return path
-    for end, what in _SIDECARS.items():
-        if file.endswith(end) and _database_at(file[: -len(end)]):
-            database = path[: -len(end)] if path.endswith(end) else file[: -len(end)]
-            raise StoreError(
-                f"the SQLite store path {shown(path)} is where SQLite keeps the {what} of the "
-                f"database {shown(database)}, which SQLite deletes or overwrites when that database "
-                "is opened: name the store's own file (--store or AGENTGATE_STORE)"
-            )
-    return path
-
-
-def _database_at(path: str) -> bool:
-    """Whether ``path`` is a regular file that may be a SQLite database: empty (not written yet),
-    or of a whole number of 512-byte units (a database is a whole number of pages, each a power
-    of two from 512 bytes). Looked at, never opened (``_not_a_sidecar``). A symbolic link is
-    not one: SQLite keeps a link's files beside its target."""
-    try:
-        status = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(status.st_mode) and status.st_size % 512 == 0
+    return _literal_path(path)
 
 
 def _literal_path(path: str) -> str:

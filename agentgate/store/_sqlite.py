@@ -45,6 +45,7 @@ from agentgate.store._existing import (
     refuse_others_tables,
     resolved,
 )
+from agentgate.store._file_name import sqlite_file_name
 from agentgate.store._version import (
     VERSION_DDL,
     VERSION_TABLE,
@@ -581,7 +582,9 @@ class SQLiteStore(Store):
         """The store in the file ``path``, created there if missing unless ``create`` is false:
         then a missing or empty file, or another application's SQLite database, is ``NoStore``
         (a ``StoreError``), and nothing is created (``agentgate.store._existing``). Raises
-        ``StoreError`` when it cannot be opened, for an unknown ``synchronous``, and for
+        ``StoreError`` when it cannot be opened, for an unknown ``synchronous``, for a path that
+        names a directory (``state/``) or another database's ``-wal``, ``-shm`` or ``-journal``
+        (``sqlite_file_name``), nothing created, and for
         ``:memory:``: sqlite3 opens a new, empty database for each connection to that name, gone
         when it closes, so the audit log, budgets and nonces would vanish with the process (an
         invocation replayed after a restart would be fresh).
@@ -596,6 +599,10 @@ class SQLiteStore(Store):
             raise StoreError(
                 "an in-memory SQLite store (:memory:) keeps nothing: name a file (AGENTGATE_STORE=PATH)"
             )
+        # Here, not in ``open_store`` alone: until a regression review of R89 a store made in code
+        # took a directory's name (a file ``state`` for ``state/``) or another database's ``-wal``,
+        # which SQLite deleted, with what was written there, at that database's next write.
+        sqlite_file_name(os.fspath(path))
         self.path = Path(path)
         self.url = str(self.path)
         named = _from_root(self.path)  # before anything is created: a relative path may not be
