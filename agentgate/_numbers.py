@@ -3,7 +3,9 @@ neither), ``finite`` (one a float holds, finite) and the two range checks of the
 settings built on it, ``check_positive_finite`` and ``check_finite_non_negative``. The one reading
 of a number for the dispatcher's settings (``dispatch``), the broker's values (``dispatch.broker``),
 the broker's stored rows (``store.broker_leases``) and the simulator's settings (``sim``), which
-each had their own copy until review R84."""
+each had their own copy until review R84. And the least decode rate a backend's timeouts take
+(``LEAST_DECODE_RATE``), here where ``agentgate serve``'s flag reads it without importing the
+dispatcher."""
 
 from __future__ import annotations
 
@@ -12,6 +14,14 @@ from typing import TypeGuard
 
 from agentgate._shown import quoted
 from agentgate.errors import InputError
+
+LEAST_DECODE_RATE = 0.001
+"""The slowest decode (tokens a second) ``Timeouts.decode_tokens_per_s`` and ``agentgate serve
+--decode-tokens-per-s`` take: an output limit of up to ``MAX_USAGE_TOKENS`` (10**9) at it, plus a
+day's first token, keeps a whole answer's and a stream's deadline (``Timeouts.answer_s``,
+``stream_s``) near 10**12 s, which every timer takes (uvloop's refuse past 2**63 ms). Until review R89 any positive rate passed
+the flag, and until a regression review of R89 ``Timeouts``: ``1e-320`` made a stream's deadline
+infinite, and its bound in all never fired."""
 
 
 def is_number(value: object) -> TypeGuard[int | float]:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from agentgate._http_limits import LEAST_HEAD_BYTES, MOST_HEAD_BYTES, MOST_PORT, MOST_SECONDS
+from agentgate._numbers import LEAST_DECODE_RATE
 from agentgate.cli._common import STORE_HELP, given, open_existing_store, shown_policy, shown_source_error
 from agentgate.errors import InputError, InventoryError
 
@@ -176,11 +177,6 @@ def _limit_seconds(what: str) -> Callable[[str], float]:
     )
 
 
-LEAST_DECODE_RATE = 0.001
-"""The slowest decode ``--decode-tokens-per-s`` takes: an output limit of up to
-``MAX_USAGE_TOKENS`` (10**9) at it, plus a day's first token, keeps a whole answer's and a
-stream's deadline (``Timeouts.answer_s``, ``stream_s``) under 10**12 s, which every timer takes.
-Until review R89 any positive rate passed: ``1e-320`` made the stream's deadline infinite."""
 MOST_BODY_BYTES = 2**63 - 1
 """The largest ``--max-body-bytes``: the largest size a file or a ``Content-Length`` may have."""
 

@@ -49,7 +49,7 @@ import orjson
 from opentelemetry.context import Context
 
 from agentgate._http_limits import declared_length
-from agentgate._numbers import check_positive_finite
+from agentgate._numbers import LEAST_DECODE_RATE, check_positive_finite
 from agentgate._shown import bounded, escaped, quoted
 from agentgate.dispatch._answers import (
     MAX_USAGE_TOKENS,
@@ -95,6 +95,7 @@ from agentgate.errors import (
     BackendFailed,
     BackendRejectedCredentials,
     DispatchError,
+    InputError,
     UsageUnreadable,
 )
 
@@ -193,7 +194,10 @@ def _encoded(encoding: str | None) -> TypeGuard[str]:
 @dataclass(frozen=True, slots=True)
 class Timeouts:
     """How long a backend may take (seconds). Raises ``InputError`` for a limit that is not
-    positive and finite (zero would fail every call; NaN or infinity would never fire)."""
+    positive and finite (zero would fail every call; NaN or infinity would never fire), and for a
+    ``decode_tokens_per_s`` under ``LEAST_DECODE_RATE`` (0.001, as ``agentgate serve`` takes it):
+    until a regression review of R89 ``1e-320`` was taken, and a stream's deadline in all
+    (``stream_s``) was infinite."""
 
     connect_s: float = 2.0
     """To open a connection."""
@@ -250,6 +254,11 @@ class Timeouts:
             "answer_max_s",
         ):
             check_positive_finite(getattr(self, name), f"timeout {name}")
+        if self.decode_tokens_per_s < LEAST_DECODE_RATE:
+            raise InputError(
+                f"timeout decode_tokens_per_s must be at least {LEAST_DECODE_RATE:g} tokens a second "
+                f"(a slower one puts a stream's deadline past any timer), got {quoted(self.decode_tokens_per_s)}"
+            )
 
 
 def _choices_asked(payload: Mapping[str, Any]) -> int:
