@@ -6,6 +6,8 @@ the victims and moves their GPUs from their tenants' charge to leaving."""
 from __future__ import annotations
 
 import dataclasses
+import math
+import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -68,13 +70,12 @@ class _Preempting:
                     found.append((lease, "priority"))
             elif self._quota.may_reclaim_from(request.tenant, request.gpus, lease.tenant):
                 found.append((lease, "reclaim"))
-        for lease, _ in found:
-            # No candidate any more once its grace would outlast the wait: the request is tried
-            # again then (``Broker._place_waiting``), with fewer candidates, which may let it fit
-            # (a reclaim skipped for an earlier victim of the same lender).
-            grace = self._grace(lease.request)
-            if grace > 0:
-                self._retry_at = min(self._retry_at, w.deadline - grace)
+        # No candidate any more once its grace would outlast the wait: the request is tried again
+        # then (``Broker._place_waiting``), with fewer candidates, which may let it fit (a reclaim
+        # skipped for an earlier victim of the same lender). The longest grace is the first to.
+        longest = max((self._grace(lease.request) for lease, _ in found), default=0.0)
+        if longest > 0:
+            self._retry_at = min(self._retry_at, first_time_reaching(w.deadline, longest))
         # Borrowed capacity first, then the least important, then the newest (least work lost).
         found.sort(key=lambda c: (c[1] != "reclaim", c[0].priority, -c[0].granted_at, c[0].id))
         return found
@@ -222,3 +223,45 @@ class _Preempting:
             w.victims.add(lease.id)
             self._due = self._due or grace <= 0
             self._outbox.append(CheckpointNotice(notified, now + grace, request.id, reason))
+
+
+def first_time_reaching(deadline: float, grace: float) -> float:
+    """The first float time ``t`` at which ``t + grace >= deadline`` as floats add: from then on a
+    lease with ``grace`` (> 0, finite) is no preemption candidate for a request waiting until
+    ``deadline`` (``_Preempting._candidates``). Not ``deadline - grace``: the sum rounds, and
+    until a regression review of R89 a candidate dropped one ulp before that difference (deadline
+    302, grace 200: at 101.99999999999999 the sum is 302.0) left the request untried at that call,
+    where a pass over the whole queue preempted for it."""
+    if deadline == math.inf:
+        return deadline
+    t = deadline - grace
+    for _ in range(4):  # the difference is within an ulp or two, unless grace dwarfs ``t``
+        if t + grace < deadline:
+            t = math.nextafter(t, math.inf)
+        elif (below := math.nextafter(t, -math.inf)) + grace >= deadline:
+            t = below
+        else:
+            return t
+    # Else by bisection over the floats in order (near 0, below 1e-5 with a grace of 300, there
+    # are millions of floats per ulp of the sum): -inf does not reach ``deadline``, ``deadline`` does.
+    low, high = _float_rank(-math.inf), _float_rank(deadline)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _ranked_float(middle) + grace >= deadline:
+            high = middle
+        else:
+            low = middle
+    return _ranked_float(high)
+
+
+def _float_rank(x: float) -> int:
+    """An integer that orders floats (not NaN) as their values do, adjacent floats adjacent."""
+    bits: int = struct.unpack("<q", struct.pack("<d", x))[0]
+    return bits if bits >= 0 else -(bits & 0x7FFF_FFFF_FFFF_FFFF)
+
+
+def _ranked_float(rank: int) -> float:
+    """The float of ``_float_rank`` ``rank``."""
+    bits = rank if rank >= 0 else -rank | -0x8000_0000_0000_0000
+    value: float = struct.unpack("<d", struct.pack("<q", bits))[0]
+    return value
