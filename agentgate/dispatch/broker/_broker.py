@@ -31,7 +31,8 @@ process, without Kubernetes. The rules (docs/broker.md has worked examples):
 * **Order.** Waiting requests are tried by priority, then arrival (Kueue's BestEffortFIFO: one
   that does not fit does not block smaller ones behind it). A call asks again only those whose
   answer may have changed since they were last tried, with the answers of a pass over them all
-  (``_place_waiting``): queuing n requests that cannot be placed costs about n log n.
+  (``_place_waiting``): queuing n requests that cannot be placed costs about n log n, with
+  draining on too (the queue counts the draining requests, ``_Queue.draining``).
 
 Every public call that changes the state first applies what the clock says has happened
 (expiries, grace ends, timeouts), then does its work, then tries the queue (a call refused with an
@@ -714,7 +715,8 @@ class Broker(_Restoring, _Preempting):
         if chosen is None or not self._may_take(w):
             return
         self._withdraw_nominated(w)
-        w.nominated, w.draining = (), False
+        w.nominated = ()
+        self._waiting.set_draining(w, False)
         self._free.take(chosen)
         self._quota.charge(request.tenant, request.gpus)
         self._grant(w, chosen, now)

@@ -160,11 +160,10 @@ class _Preempting:
             or not self._quota.fits(request.tenant, request.gpus, with_leaving=True)
         ):
             return
-        # Not counted with draining off (``max_draining`` 0, the default): a count at each try
-        # made a pass over n requests whose drain delay was over take time in n squared.
-        if self.max_draining <= 0:
-            return
-        if sum(1 for x in self._waiting.values() if x.draining) >= self.max_draining:
+        # Counted as requests come, go and drain (``_Queue.draining``): until a regression review
+        # of R89 each try counted them over the whole queue, and a pass over n requests whose
+        # drain delay was over took time in n squared.
+        if self._waiting.draining >= self.max_draining:
             return
         # The innermost level with a group inside one group of the constraint's level.
         level, allowed = next(
@@ -186,7 +185,7 @@ class _Preempting:
                 best = key
         if best is None or not self._may_take(w):
             return
-        w.draining = True
+        self._waiting.set_draining(w, True)
         self._reserve(w, best[2])
 
     def _lease_age_key(self, gpu: int) -> tuple[float, int]:

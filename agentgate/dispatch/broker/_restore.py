@@ -140,7 +140,7 @@ class _Restoring:
             # Journals written before review R36 saved a nominated request's deadline as inf.
             deadline = min(q.deadline, q.submitted_at + q.request.timeout_s)
             w = _Waiting(q.request, q.submitted_at, deadline, self._seq, tuple(nums), set(q.victims))
-            w.draining = q.draining
+            w.draining = q.draining  # before it is queued, which counts it (``_Queue.draining``)
             self._waiting[q.request.id] = w
             if nums:
                 self._quota.charge(q.request.tenant, len(nums))

@@ -1,12 +1,15 @@
 """The broker's waiting requests: each one (``_Waiting``): when it came, when its wait ends, the
 GPUs nominated for it, with the leases it waits on (preemption) or whether it drains a group; and
 the queue of them (``_Queue``), kept in the order the broker tries them, by deadline for its
-timeouts, and by the time each is to be tried again though nothing else changed (``wake``).
+timeouts, and by the time each is to be tried again though nothing else changed (``wake``), with a
+count of those that drain.
 
 The queue is kept as requests come and go, not sorted and scanned at each call: until review R89
 every ``Broker.submit`` sorted the whole queue, tried every request in it and scanned it for
 timeouts, so queuing n requests that could not be placed took time quadratic in n (8,000 took
-80 s, the broker's lock held).
+80 s, the broker's lock held). The draining requests are counted as they come, go and stop
+draining, not at each try: until a regression review of R89 each request tried with draining on
+(``max_draining`` above 0) counted them over the whole queue, and queuing n of them took time in n squared.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class _Waiting:
     nominated: tuple[int, ...] = ()
     victims: set[str] = field(default_factory=set)
     draining: bool = False
+    """Whether ``nominated`` is a draining reservation; changed through ``_Queue.set_draining``
+    while queued, which counts the requests that drain."""
     wake: float = -math.inf
     """When the broker tries it again though its state has not changed since it last did
     (``_Queue.woken``): ``-inf`` (at the next call) for one not tried yet, ``inf`` for one whose
@@ -62,6 +67,12 @@ class _Queue(MutableMapping[str, _Waiting]):
         """The priorities that have a request, as ``-priority`` in ascending order (highest first)."""
         self._deadlines: list[_Timed] = []
         self._wakes: list[_Timed] = []
+        self._draining = 0
+
+    @property
+    def draining(self) -> int:
+        """How many queued requests drain (``_Waiting.draining``)."""
+        return self._draining
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -85,6 +96,8 @@ class _Queue(MutableMapping[str, _Waiting]):
             same = self._by_priority[priority] = {}
             bisect.insort(self._priorities, -priority)
         same[key] = w
+        if w.draining:
+            self._draining += 1
         if w.deadline != math.inf:
             heapq.heappush(self._deadlines, (w.deadline, w.seq, key))
         if w.wake != math.inf:
@@ -93,6 +106,8 @@ class _Queue(MutableMapping[str, _Waiting]):
 
     def __delitem__(self, key: str) -> None:
         w = self._by_id.pop(key)
+        if w.draining:
+            self._draining -= 1
         priority = w.request.priority
         same = self._by_priority[priority]
         del same[key]
@@ -123,6 +138,12 @@ class _Queue(MutableMapping[str, _Waiting]):
             if w is not None and w.seq == seq:
                 due[key] = w
         return sorted(due.values(), key=lambda w: w.seq)
+
+    def set_draining(self, w: _Waiting, draining: bool) -> None:
+        """Mark ``w`` as draining or not, counted if it is queued (``draining``)."""
+        if w.draining != draining and self._by_id.get(w.request.id) is w:
+            self._draining += 1 if draining else -1
+        w.draining = draining
 
     def set_wake(self, w: _Waiting, wake: float) -> None:
         """Try queued ``w`` again at ``wake`` though nothing else changes (``_Waiting.wake``)."""
