@@ -637,7 +637,7 @@ def _broker(clock: FakeClock, tenants: Sequence[str] = ("a", "b", "c")) -> Broke
 
 
 def test_a_freed_node_goes_to_the_higher_priority_of_two_waiting_gangs() -> None:
-    """Kills: the queue ordered by ascending priority (``_ordered_waiting``): the less important
+    """Kills: the queue ordered by ascending priority (``_Queue.ordered``): the less important
     gang, which came first, takes the GPUs that free up."""
     clock = FakeClock()
     broker = _broker(clock)
