@@ -89,6 +89,12 @@ Clock = Callable[[], float]
 GrantCheck = Callable[[GangRequest], str | None]
 """``Broker.grant_check``: why a waiting request may no longer take GPUs, or ``None`` when it may."""
 
+GRANT_CHECK_RETRY_S = 1.0
+"""How long after a call in which ``Broker.grant_check`` raised ``StoreError`` (its store could not
+be read) ``Broker.next_deadline`` names, in the broker's clock: a driver sleeping until then asks
+the store again once a second while it stays down, not in a loop (until a regression review of
+R89 it named the clock's now)."""
+
 
 class SteadyWallClock:
     """The broker's default clock: wall time that never jumps. It reads the wall clock once, when
@@ -183,8 +189,8 @@ class Broker(_Restoring, _Preempting):
         nomination, a draining reservation), not at every call: ``None`` lets it; a reason
         withdraws it (``Withdrawn`` with that reason, a reservation it held going back); a
         ``StoreError`` (its store cannot be read) leaves it waiting as it was, asked again at
-        the next try. ``GatedBroker`` sets it: a request whose grant was revoked while it waited
-        is not granted (``_may_take``)."""
+        the next call (``next_deadline`` names one ``GRANT_CHECK_RETRY_S`` later). ``GatedBroker``
+        sets it: a request whose grant was revoked while it waited is not granted (``_may_take``)."""
         self._quota = QuotaBook(quotas)
         self._free = FreeIndex(topology)
         self._owner: list[str | None] = [None] * len(topology)
@@ -212,6 +218,12 @@ class Broker(_Restoring, _Preempting):
         self._untried = False
         """Whether ``end_due`` applied the clock and no call has tried the queue since: the GPUs
         it freed may fit a waiting request now (``next_deadline`` says now)."""
+        self._unreadable = False
+        """Whether ``grant_check`` raised ``StoreError`` since this call began trying the queue."""
+        self._check_retry_at = math.inf
+        """When ``next_deadline`` names the next try of a request whose ``grant_check`` raised
+        ``StoreError`` at the last call that tried the queue (``GRANT_CHECK_RETRY_S`` after it),
+        ``inf`` when none did."""
         self._lock = threading.RLock()
         self._largest: dict[tuple[str, str | None, float, str | None], int] = {}
         """(level, GPU type, memory, constraint level) -> GPUs of the largest group a gang with
@@ -395,7 +407,8 @@ class Broker(_Restoring, _Preempting):
         """The next clock time at which ``advance`` would change something by itself, if any: the
         clock's now when an expiry, a grace end or a timeout is due already (the clock moved on
         since the last call), or when ``end_due`` freed GPUs and no call has tried the queue
-        since."""
+        since; ``GRANT_CHECK_RETRY_S`` after the last call that tried the queue when
+        ``grant_check`` raised ``StoreError`` in it, unless something comes sooner."""
         with self._lock:
             if self._untried:
                 return self.clock()
@@ -406,6 +419,7 @@ class Broker(_Restoring, _Preempting):
                 else min(lease.expires_at, lease.notice_deadline)
                 for lease in self._leases.values()
             ]
+            due.append(self._check_retry_at)
             # Only ahead of now: a locality wait or a drain delay that is over changed what the
             # last call tried already.
             waits = []
@@ -593,13 +607,14 @@ class Broker(_Restoring, _Preempting):
     # --- scheduling ---------------------------------------------------------------------------
 
     def _schedule(self, now: float) -> None:
-        self._untried = False
+        self._untried = self._unreadable = False
         self._place_waiting(now)
         # A victim notified with no grace (grace_s=0) ends now, not at some later call: its GPUs
         # go to its preemptor or the queue in this call. Each round ends a lease, so this stops.
         while self._due:
             self._end_due_leases(now)
             self._place_waiting(now)
+        self._check_retry_at = now + GRANT_CHECK_RETRY_S if self._unreadable else math.inf
         self._save(now)
 
     def _place_waiting(self, now: float) -> None:
@@ -785,15 +800,17 @@ class Broker(_Restoring, _Preempting):
         one); asked only when it is about to, so a check that reads a store costs one read per
         grant, not one per call and request waiting. Refused, ``w`` is withdrawn: ``Withdrawn``
         with the reason, a reservation it held going back, victims it notified staying notified
-        (as at a timeout). A ``StoreError`` of the check leaves it waiting as it was, and the queue
-        untried (``next_deadline`` says now): until a regression review of R89 a driver sleeping
-        until ``next_deadline`` left free GPUs idle beside it until its next timer."""
+        (as at a timeout). A ``StoreError`` of the check leaves it waiting as it was, asked again at
+        the next call, and ``next_deadline`` names ``GRANT_CHECK_RETRY_S`` after this call: until a
+        regression review of R89 a driver sleeping until ``next_deadline`` left free GPUs idle
+        beside it until its next timer, and until a third one it said now, and such a driver
+        read the store in a loop for as long as it was down."""
         if self.grant_check is None:
             return True
         try:
             refused = self.grant_check(w.request)
         except StoreError:
-            self._untried = True
+            self._unreadable = True
             self._retry_at = -math.inf  # asked again at the next call's pass, as if nothing else moved
             return False
         if refused is None:
