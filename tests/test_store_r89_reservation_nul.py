@@ -32,39 +32,42 @@ def ledger(store: Store) -> BudgetLedger:
 
 @pytest.fixture
 def held(ledger: BudgetLedger) -> Iterator[str]:
-    """A reservation held, which nothing the test does to ``NUL`` may settle."""
+    """A reservation held, which nothing the test does to an odd id (``NUL`` here) may settle."""
     reservation = ledger.reserve(None, [GRANT], {GRANT: 10}, 3)
     yield reservation
     assert ledger.reservation(reservation).state == "reserved"
     assert ledger.remaining(GRANT) == 7
 
 
-def test_settling_an_id_with_nul_is_not_held(store: Store, ledger: BudgetLedger, held: str) -> None:
+def settling_is_not_held(store: Store, ledger: BudgetLedger, odd: str, match: str) -> None:
+    """Every way to settle reservation ``odd`` raises ``NotHeld`` matching ``match``."""
     for settle_it in (
-        lambda tx: ledger.release(NUL, tx),
-        lambda tx: ledger.commit(NUL, 1, tx),
-        lambda tx: ledger.charge(NUL, 1, tx, exhaust=True),
-        lambda tx: ledger.charge_released(NUL, 1, tx),
-        lambda tx: ledger.charge_more(NUL, 5, tx),
+        lambda tx: ledger.release(odd, tx),
+        lambda tx: ledger.commit(odd, 1, tx),
+        lambda tx: ledger.charge(odd, 1, tx, exhaust=True),
+        lambda tx: ledger.charge_released(odd, 1, tx),
+        lambda tx: ledger.charge_more(odd, 5, tx),
     ):
-        with store.transaction() as tx, pytest.raises(NotHeld, match=r"reservation '0{16}\\x00"):
+        with store.transaction() as tx, pytest.raises(NotHeld, match=match):
             settle_it(tx)
     with pytest.raises(NotHeld, match="does not exist or is already settled"):
-        ledger.release(NUL)
+        ledger.release(odd)
 
 
-def test_reading_an_id_with_nul_finds_no_reservation(store: Store, ledger: BudgetLedger, held: str) -> None:
-    with pytest.raises(InputError, match=r"^reservation '0{16}\\x000{15}' does not exist$"):
-        ledger.reservation(NUL)
+def reading_finds_none(store: Store, ledger: BudgetLedger, held: str, odd: str, match: str) -> None:
+    """Reading reservation ``odd`` raises ``InputError`` matching ``match`` and finds it nowhere."""
+    with pytest.raises(InputError, match=match):
+        ledger.reservation(odd)
     with store.transaction() as tx:
-        assert ledger.settled(NUL, tx) is None
-        assert ledger.still_held([held, NUL], tx) == {held}
-        assert ledger.still_held([NUL], tx) == set()
-        assert not ledger.merge(held, NUL, tx)
-        assert not ledger.merge(NUL, held, tx)
+        assert ledger.settled(odd, tx) is None
+        assert ledger.still_held([held, odd], tx) == {held}
+        assert ledger.still_held([odd], tx) == set()
+        assert not ledger.merge(held, odd, tx)
+        assert not ledger.merge(odd, held, tx)
 
 
-def test_tasks_settle_skips_a_reservation_id_with_nul_on_both_stores(store: Store) -> None:
+def tasks_settle_skips(store: Store, odd: str) -> None:
+    """``store.once.settle`` of a call whose row names reservation ``odd`` settles the rest."""
     keys = {n: SigningKey.generate() for n in ("root", "agent")}
     with Gate(parse_policy(_policy_text(keys), source="once.yaml"), store) as gate:
         agent: AgentIdentity = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
@@ -72,7 +75,7 @@ def test_tasks_settle_skips_a_reservation_id_with_nul_on_both_stores(store: Stor
         assert auth.allowed and auth.once_key is not None
         (first, _unit, amount), *_ = auth.reservations
         with store.transaction() as tx:
-            gate.once.start(tx, auth.once_key, auth.audit_index, [first, NUL])
+            gate.once.start(tx, auth.once_key, auth.audit_index, [first, odd])
         gate.flush()
         settle(store, gate.audit, auth.once_key, ran=True, by="ops", min_age_s=0)
         outcome = list(gate.audit.entries())[-1]
@@ -80,3 +83,15 @@ def test_tasks_settle_skips_a_reservation_id_with_nul_on_both_stores(store: Stor
         assert outcome.budget_delta == amount and gate.ledger.spent(agent.grant_id) == amount
         assert store.query("SELECT state FROM agentgate_once") == [("ok",)]
         assert gate.verify().ok
+
+
+def test_settling_an_id_with_nul_is_not_held(store: Store, ledger: BudgetLedger, held: str) -> None:
+    settling_is_not_held(store, ledger, NUL, r"reservation '0{16}\\x00")
+
+
+def test_reading_an_id_with_nul_finds_no_reservation(store: Store, ledger: BudgetLedger, held: str) -> None:
+    reading_finds_none(store, ledger, held, NUL, r"^reservation '0{16}\\x000{15}' does not exist$")
+
+
+def test_tasks_settle_skips_a_reservation_id_with_nul_on_both_stores(store: Store) -> None:
+    tasks_settle_skips(store, NUL)
