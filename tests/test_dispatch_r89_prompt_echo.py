@@ -14,12 +14,11 @@ wherever it or any start of it (8 characters or more) stands in the quoted text.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import _http
 import pytest
-from test_dispatch_backends import Raw, _client
+from test_dispatch_backends import Raw, _client, raw  # noqa: F401 (the fixture)
 
 from agentgate.errors import BackendFailed, DispatchError
 
@@ -33,22 +32,21 @@ PROMPTS = {
 }
 
 
-@pytest.fixture
-def raw() -> Iterator[Raw]:
-    server = Raw()
-    yield server
-    server.stop()
-
-
 def _payload(prompt: str) -> dict[str, Any]:
     return {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 8}
 
 
-async def _failure(server: Raw, prompt: str, *, stream: bool) -> str:
-    """The message of the error a call with ``prompt`` raises (it must raise one)."""
+async def _failure(
+    server: Raw,
+    prompt: str,
+    *,
+    stream: bool,
+    raises: type[Exception] | tuple[type[Exception], ...] = (BackendFailed, DispatchError),
+) -> str:
+    """The message of the error (one of ``raises``) a call with ``prompt`` raises (it must raise one)."""
     async with _http.AsyncClient() as http:
         client = _client(server, http)
-        with pytest.raises((BackendFailed, DispatchError)) as raised:
+        with pytest.raises(raises) as raised:
             if stream:
                 async for _ in client.stream(_payload(prompt)):
                     pass
@@ -58,7 +56,8 @@ async def _failure(server: Raw, prompt: str, *, stream: bool) -> str:
 
 
 def _leaks(message: str) -> bool:
-    """Whether ``message`` holds 5 characters or more of ``SECRET``, each prompt's end."""
+    """Whether ``message`` holds 5 characters or more of ``SECRET``, each prompt's end (here and in
+    test_dispatch_r89b_own_words)."""
     return any(SECRET[i : i + 5] in message for i in range(len(SECRET) - 4))
 
 
@@ -66,7 +65,7 @@ def _leaks(message: str) -> bool:
 @pytest.mark.parametrize("ascii_only", [False, True], ids=["utf8-json", "ascii-json"])
 @pytest.mark.parametrize("prompt", PROMPTS.values(), ids=PROMPTS.keys())
 async def test_an_error_body_echoing_the_prompt_is_scrubbed_of_all_of_it(
-    raw: Raw,
+    raw: Raw,  # noqa: F811 (the fixture)
     prompt: str,
     ascii_only: bool,
     stream: bool,
@@ -83,7 +82,7 @@ async def test_an_error_body_echoing_the_prompt_is_scrubbed_of_all_of_it(
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("prompt", PROMPTS.values(), ids=PROMPTS.keys())
 async def test_an_error_reported_with_200_echoing_the_prompt_is_scrubbed_of_all_of_it(
-    raw: Raw,
+    raw: Raw,  # noqa: F811 (the fixture)
     prompt: str,
     stream: bool,
 ) -> None:
@@ -101,7 +100,7 @@ async def test_an_error_reported_with_200_echoing_the_prompt_is_scrubbed_of_all_
 
 @pytest.mark.parametrize("detail", ["message", "no-message"])
 async def test_an_error_detail_that_is_no_text_is_scrubbed_of_the_prompt(
-    raw: Raw,
+    raw: Raw,  # noqa: F811 (the fixture)
     detail: str,
 ) -> None:
     """An error object without a message is quoted as JSON writes it, so that the prompt in it
@@ -118,7 +117,7 @@ async def test_an_error_detail_that_is_no_text_is_scrubbed_of_the_prompt(
     [("body", False), ("body", True), ("event", False), ("event", True), ("line", True)],
 )
 async def test_a_prompt_whose_start_stands_at_the_cut_leaves_none_of_it(
-    raw: Raw,
+    raw: Raw,  # noqa: F811 (the fixture)
     where: str,
     stream: bool,
 ) -> None:

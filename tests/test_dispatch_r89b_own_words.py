@@ -16,23 +16,16 @@ from typing import Any
 
 import _http
 import pytest
-from test_dispatch_backends import Raw, _client
+from test_dispatch_backends import Raw, raw  # noqa: F401 (the fixture)
 from test_dispatch_r61_backend_garbage import NAME, Garbage, dispatcher_of
+from test_dispatch_r89_prompt_echo import SECRET, _failure, _leaks
 
 from agentgate.dispatch.backends import BackendClient, Timeouts
 from agentgate.dispatch.inventory import inventory_from_mapping
 from agentgate.errors import BackendFailed
 
-SECRET = "078-05-1120 and card 4111111111111111"
 PROMPT = f"Summarize this for me, with care and at length. My SSN is {SECRET}"
 """A prompt longer than a finish reason may be (64 characters), ending in what must not leak."""
-
-
-@pytest.fixture
-def raw() -> Iterator[Raw]:
-    server = Raw()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -40,28 +33,6 @@ def garbage() -> Iterator[Garbage]:
     made = Garbage()
     yield made
     made.close()
-
-
-def _payload(prompt: str) -> dict[str, Any]:
-    return {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 8}
-
-
-async def _failure(server: Raw, prompt: str, *, stream: bool) -> str:
-    """The message of the ``BackendFailed`` a call with ``prompt`` raises (it must raise one)."""
-    async with _http.AsyncClient() as http:
-        client = _client(server, http)
-        with pytest.raises(BackendFailed) as raised:
-            if stream:
-                async for _ in client.stream(_payload(prompt)):
-                    pass
-            else:
-                await client.chat(_payload(prompt))
-    return str(raised.value)
-
-
-def _leaks(message: str) -> bool:
-    """Whether ``message`` holds 5 characters or more of ``SECRET``, the prompt's end."""
-    return any(SECRET[i : i + 5] in message for i in range(len(SECRET) - 4))
 
 
 OWN_WORDS: dict[str, tuple[str, bool, str]] = {
@@ -74,7 +45,8 @@ OWN_WORDS: dict[str, tuple[str, bool, str]] = {
 
 @pytest.mark.parametrize("case", sorted(OWN_WORDS))
 async def test_agentgates_own_words_are_not_redacted_for_a_prompt_that_starts_as_they_do(
-    raw: Raw, case: str
+    raw: Raw,  # noqa: F811 (the fixture)
+    case: str,
 ) -> None:
     prompt, stream, words = OWN_WORDS[case]
     if case == "no-done":
@@ -83,7 +55,7 @@ async def test_agentgates_own_words_are_not_redacted_for_a_prompt_that_starts_as
         raw.chat(b"oops", status=500)
     else:
         raw.chat(b"not json")
-    message = await _failure(raw, prompt, stream=stream)
+    message = await _failure(raw, prompt, stream=stream, raises=BackendFailed)
     assert words in message and "[redacted]" not in message, message
 
 
@@ -113,13 +85,17 @@ ECHOES: dict[str, tuple[dict[str, Any], object, str]] = {
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("case", sorted(ECHOES))
-async def test_a_quoted_value_echoing_the_prompt_is_scrubbed_of_it(raw: Raw, case: str, stream: bool) -> None:
+async def test_a_quoted_value_echoing_the_prompt_is_scrubbed_of_it(
+    raw: Raw,  # noqa: F811 (the fixture)
+    case: str,
+    stream: bool,
+) -> None:
     choice, usage, words = ECHOES[case]
     if stream:
         raw.sse(f"data: {_event(choice, usage)}", "data: [DONE]")
     else:
         raw.chat(_whole(choice, usage).encode())
-    message = await _failure(raw, PROMPT, stream=stream)
+    message = await _failure(raw, PROMPT, stream=stream, raises=BackendFailed)
     assert words in message and "[redacted]" in message, message
     assert not _leaks(message), message
 
