@@ -16,30 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_gate_r89_identity_fields import gate_and_agent
 
 from agentgate.capabilities import Call
 from agentgate.gate import AgentIdentity, Gate
-from agentgate.keys import SigningKey
-from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
 
-POLICY = """
-version: 1
-trust_anchors: {{root: {{did: "{root}"}}}}
-principals:
-  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
-tools:
-  lookup:
-    args: {{id: {{type: string, required: true}}}}
-    idempotent: true
-    retry: {{attempts: 2, backoff_initial_s: 0, backoff_max_s: 0, retry_on: [connection]}}
-roles:
-  worker:
-    kind: agent
-    capabilities: [{{resource: tool:lookup}}]
-    budget: {{limit: 5, unit: calls}}
-    ttl_s: 600
-"""
+RETRY = "\n    retry: {attempts: 2, backoff_initial_s: 0, backoff_max_s: 0, retry_on: [connection]}"
+"""What ``lookup`` adds to test_gate_r89_identity_fields' policy here: one retry on a connection error."""
 
 
 class FieldsError(ConnectionError):
@@ -53,10 +36,8 @@ class FieldsError(ConnectionError):
 
 @pytest.fixture
 def desk(tmp_path: Path) -> Iterator[tuple[Gate, AgentIdentity]]:
-    keys = {name: SigningKey.generate() for name in ("root", "agent")}
-    text = POLICY.format(**{n: k.did for n, k in keys.items()})
-    with Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "a.db")) as gate:
-        yield gate, gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+    with gate_and_agent(tmp_path, lookup=RETRY) as made:
+        yield made
 
 
 def _settled_as_error(gate: Gate, agent: AgentIdentity, index: int | None) -> None:

@@ -10,6 +10,7 @@ Real components: a Gate on a SQLite file and the grant it issued."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,24 +31,40 @@ principals:
 tools:
   lookup:
     args: {{id: {{type: string, required: true}}}}
-    idempotent: true
+    idempotent: true{lookup}
 roles:
   worker:
     kind: agent
-    capabilities: [{{resource: tool:lookup}}]
-    budget: {{limit: 5, unit: calls}}
+    capabilities: [{{resource: tool:lookup}}]{budget}
     ttl_s: 600
 """
+"""One agent's policy with one tool, ``lookup`` (here and in test_gate_r89_registry_tracer and
+test_gate_r89_exception_eq): ``policy_text`` fills in the DIDs and the lines ``lookup`` and
+``budget`` add to the tool and the role."""
+
+BUDGET = "\n    budget: {limit: 5, unit: calls}"
+
+
+def policy_text(keys: dict[str, SigningKey], *, lookup: str = "", budget: str = BUDGET) -> str:
+    return POLICY.format(lookup=lookup, budget=budget, **{n: k.did for n, k in keys.items()})
+
+
+@contextmanager
+def gate_and_agent(tmp_path: Path, *, lookup: str = "") -> Iterator[tuple[Gate, AgentIdentity]]:
+    """A Gate on a SQLite file under ``tmp_path`` and the agent it issued a grant to."""
+    keys = {name: SigningKey.generate() for name in ("root", "agent")}
+    text = policy_text(keys, lookup=lookup)
+    with Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "a.db")) as gate:
+        yield gate, gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+
 
 LOOKUP = Call.tool("lookup", {"id": "1"})
 
 
 @pytest.fixture
 def desk(tmp_path: Path) -> Iterator[tuple[Gate, AgentIdentity]]:
-    keys = {name: SigningKey.generate() for name in ("root", "agent")}
-    text = POLICY.format(**{n: k.did for n, k in keys.items()})
-    with Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "a.db")) as gate:
-        yield gate, gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+    with gate_and_agent(tmp_path) as made:
+        yield made
 
 
 WRONG: dict[str, tuple[str, Callable[[AgentIdentity], AgentIdentity]]] = {

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
+from test_gate_r89_identity_fields import policy_text
 
 from agentgate.capabilities import Call
 from agentgate.errors import InputError
@@ -23,27 +24,11 @@ from agentgate.keys import SigningKey
 from agentgate.policy import Policy, parse_policy
 from agentgate.store import SQLiteStore
 
-POLICY = """
-version: 1
-trust_anchors: {{root: {{did: "{root}"}}}}
-principals:
-  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
-tools:
-  lookup:
-    args: {{id: {{type: string, required: true}}}}
-    idempotent: true
-roles:
-  worker:
-    kind: agent
-    capabilities: [{{resource: tool:lookup}}]
-    ttl_s: 600
-"""
-
 KEYS = {name: SigningKey.generate() for name in ("root", "agent")}
 
 
 def _policy() -> Policy:
-    return parse_policy(POLICY.format(**{n: k.did for n, k in KEYS.items()}), source="p.yaml")
+    return parse_policy(policy_text(KEYS, budget=""), source="p.yaml")
 
 
 @pytest.mark.parametrize(
