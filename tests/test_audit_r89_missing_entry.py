@@ -63,10 +63,9 @@ def test_past_the_end_of_an_intact_log_is_still_input(store: Store) -> None:
             read(5)
 
 
-def test_explain_and_prove_of_a_deleted_entry_exit_1(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The reviewer's case on the command line: exit 1 with a ``REFUSED`` line, as ``explain 4``."""
+def log_missing_entry_3(tmp_path: Path) -> Path:
+    """A SQLite file under ``tmp_path`` whose log held six entries under a checkpoint of them, then
+    lost row 3 (its delete trigger dropped): the reviewer's log, on the command line."""
     db = tmp_path / "agentgate.db"
     with SQLiteStore(db) as store:
         log = AuditLog(store, open_log_key(store, create=True), ORIGIN)
@@ -77,6 +76,14 @@ def test_explain_and_prove_of_a_deleted_entry_exit_1(
     raw.execute("DELETE FROM audit_log WHERE idx = 3")
     raw.commit()
     raw.close()
+    return db
+
+
+def test_explain_and_prove_of_a_deleted_entry_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reviewer's case on the command line: exit 1 with a ``REFUSED`` line, as ``explain 4``."""
+    db = log_missing_entry_3(tmp_path)
     for argv, ending in (
         (["audit", "explain", "3"], "nothing explained"),
         (["audit", "prove", "3", "--out", str(tmp_path / "p")], "no proof written"),

@@ -12,16 +12,14 @@ checkpoint past the log's last index reads as a truncated log.
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
-from test_audit_r57_repairs import ENTRY, ORIGIN
 from test_audit_r68_verify_counts import _cli
+from test_audit_r89_missing_entry import log_missing_entry_3
 from test_audit_tamper import _attack, _fill, _row
 
-from agentgate.store import SQLiteStore, Store
-from agentgate.store.audit import AuditLog, open_log_key
+from agentgate.store import Store
 
 DELETED = "entries were deleted or the database was restored from an older copy"
 
@@ -92,16 +90,7 @@ def test_verify_json_counts_the_rows_the_log_holds(
 ) -> None:
     """``audit verify --json`` said ``"entries": 3`` for the reviewer's log (``audit show`` lists
     5); the verdict and exit code are as before."""
-    db = tmp_path / "agentgate.db"
-    with SQLiteStore(db) as store:
-        log = AuditLog(store, open_log_key(store, create=True), ORIGIN)
-        log.append_many([ENTRY] * 6)
-        log.checkpoint()
-    raw = sqlite3.connect(db)
-    raw.execute("DROP TRIGGER audit_log_no_delete")
-    raw.execute("DELETE FROM audit_log WHERE idx = 3")
-    raw.commit()
-    raw.close()
+    db = log_missing_entry_3(tmp_path)
     code, out = _cli(db, ["audit", "verify", "--json"], monkeypatch, capsys)
     printed = json.loads(out)
     assert code == 1 and printed["verdict"] == "tampered"
