@@ -14,10 +14,10 @@ preempts and reserves is unchanged.
 from __future__ import annotations
 
 from test_broker import FakeClock
+from test_broker_r89c_preemption_retry_ulp import _notices, _scene
 
 from agentgate.dispatch.broker import (
     Broker,
-    CheckpointNotice,
     FreeIndex,
     GangRequest,
     Granted,
@@ -127,20 +127,12 @@ def test_a_request_is_tried_again_when_a_preemption_candidate_stops_being_one() 
     # request of a for H100 may reclaim from b: the newest lease first, the A100 one, is the only
     # victim taken while b borrows, and does not make room. Once that lease's grace would outlast
     # the request's wait it is no candidate, and the H100 one is taken.
+    # test_broker_r89c_preemption_retry_ulp's scene, which ends at 101.0 with nothing preempted:
+    # a100's grace (200) still ends before w's deadline (302).
     clock = FakeClock()
-    topology = synthetic_topology(nodes=2, gpus_per_node=4, types=(("H100", 80.0), ("A100", 40.0)))
-    quotas = [TenantQuota("a", 4, cohort="lab"), TenantQuota("b", 4, cohort="lab")]
-    broker = Broker(topology, quotas, clock=clock, ttl_s=10**6)
-    broker.submit(GangRequest("h100", "b", 4, gpu_type="H100", grace_s=5))
-    clock.now = 1.0
-    broker.submit(GangRequest("a100", "b", 4, gpu_type="A100", grace_s=200))
-    clock.now = 2.0
-    assert broker.submit(GangRequest("w", "a", 4, gpu_type="H100", timeout_s=300)) == []
-    clock.now = 101.0  # a100's grace (200) still ends before w's deadline (302)
-    assert broker.advance() == []
+    broker = _scene(clock)
     clock.now = 103.0  # now it would not: a100 is no candidate
-    notices = [e for e in broker.advance() if isinstance(e, CheckpointNotice)]
-    assert [(n.lease.id, n.preemptor, n.reason) for n in notices] == [("h100", "w", "reclaim")]
+    assert _notices(broker) == [("h100", "w", "reclaim")]
 
 
 def test_a_grant_check_that_could_not_be_read_is_asked_again_at_the_next_call() -> None:
