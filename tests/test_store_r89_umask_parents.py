@@ -28,8 +28,14 @@ def loose_umask(request: pytest.FixtureRequest) -> Iterator[None]:
         os.umask(old)
 
 
-def _modes(top: Path) -> dict[str, int]:
-    return {str(path.relative_to(top)): stat.S_IMODE(path.lstat().st_mode) for path in sorted(top.rglob("*"))}
+def _modes(top: Path, *, directories_only: bool = False) -> dict[str, int]:
+    """The mode of each path under ``top`` (each directory only, if ``directories_only``), by its
+    name relative to ``top`` (here and in test_keys_r89_umask_parents)."""
+    return {
+        str(path.relative_to(top)): stat.S_IMODE(path.lstat().st_mode)
+        for path in sorted(top.rglob("*"))
+        if path.is_dir() or not directories_only
+    }
 
 
 def test_every_missing_directory_above_a_new_store_is_private(tmp_path: Path, loose_umask: None) -> None:
