@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 STREAM_AHEAD = 64
-"""Chunks of a streamed answer read from the dispatcher ahead of the reader of ``dispatch_stream``
-/ ``adispatch_stream`` (``_relay``), as the gateway's ``STREAM_AHEAD`` bounds its own."""
+"""Chunks of a streamed answer read ahead of its reader: from the dispatcher ahead of the reader
+of ``dispatch_stream`` / ``adispatch_stream`` (``_relay``), and from the backend ahead of the
+gateway's caller (``gateway._authority``, ``gated_stream``)."""
 
 
 class _Dispatching:

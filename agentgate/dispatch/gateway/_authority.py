@@ -37,6 +37,7 @@ from agentgate.errors import InputError, TokenFormatError, UsageUnreadable
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.gate._authorization import COVERAGE_CODES, revoked_refusal
+from agentgate.gate._dispatching import STREAM_AHEAD  # one bound, the gate's streams' too
 from agentgate.gate._outcomes import USAGE_UNREAD
 from agentgate.gate._running import _failure_reason
 from agentgate.keys import PublicKey, SigningKey
@@ -51,9 +52,6 @@ UNVERIFIED_CALLER = "unknown"
 """The ``principal`` of the entry of a call refused before its caller was known: the request
 named no readable invocation, or its invocation's signature does not verify (docs/audit-format.md)."""
 _log = logging.getLogger("agentgate.dispatch.gateway._app")  # the gateway's one logger (docs/gateway.md)
-
-STREAM_AHEAD = 64
-"""Chunks of a streamed answer read from the backend ahead of the caller (``gated_stream``)."""
 
 
 _one_of_each_key = once_each(
