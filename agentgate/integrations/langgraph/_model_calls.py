@@ -22,7 +22,6 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.errors import GraphBubbleUp
 
 from agentgate._json import integral
@@ -258,7 +257,7 @@ class _ModelCalls:
         try:
             if not self.gate_models:
                 answered = _structured_in_range(handler(request), request.response_format)
-                return self._record_invalid(request, _storable(answered, watch.written(), _run_serde()))
+                return self._record_invalid(request, _storable(answered, watch.written()))
             auth, request = self._authorize_model(request)
             if not auth.allowed:
                 return self._stopped(auth)
@@ -276,7 +275,7 @@ class _ModelCalls:
                     raise
 
             answered = _answer(self.gate.run(auth, call, spent=_spent, failed=_cut_failure))
-            return self._record_invalid(request, _storable(answered, watch.written(), _run_serde()))
+            return self._record_invalid(request, _storable(answered, watch.written()))
         finally:
             _WATCHED.reset(watching)
 
@@ -293,9 +292,7 @@ class _ModelCalls:
         try:
             if not self.gate_models:
                 answered = _structured_in_range(await handler(request), request.response_format)
-                return await self._arecord_invalid(
-                    request, _storable(answered, watch.written(), _run_serde())
-                )
+                return await self._arecord_invalid(request, _storable(answered, watch.written()))
             auth, request = await self._decided(self._authorize_model, request, lambda decided: decided[0])
             if not auth.allowed:
                 return self._stopped(auth)
@@ -313,7 +310,7 @@ class _ModelCalls:
                     raise
 
             answered = _answer(await self.gate.arun(auth, call, spent=_spent, failed=_cut_failure))
-            return await self._arecord_invalid(request, _storable(answered, watch.written(), _run_serde()))
+            return await self._arecord_invalid(request, _storable(answered, watch.written()))
         finally:
             _WATCHED.reset(watching)
 
@@ -453,7 +450,7 @@ def _spent(response: ModelResponse[Any] | AIMessage | _Cut) -> tuple[int, int] |
     return _tokens_or_cut(response)
 
 
-def _storable(response: R, written: Mapping[str, str], serde: SerializerProtocol | None = None) -> R:
+def _storable(response: R, written: Mapping[str, str]) -> R:
     """``response`` (a ``ModelResponse``, or an ``AIMessage`` as a middleware may answer) with each
     answer keeping the text ``written`` of its streamed tool calls' arguments that it keeps
     nowhere (``_with_written_args``: langchain-openai's ``ChatOpenAI`` on Chat Completions parses
@@ -464,16 +461,17 @@ def _storable(response: R, written: Mapping[str, str], serde: SerializerProtocol
     hook then refuses before it is decided, telling the model why (until review R58 LangGraph's
     checkpointer failed to store the answer and the run ended in a ``TypeError``); such an
     integer in the answer's metadata kept as text, in its ``usage_metadata`` left out (until
-    review R59 the same ``TypeError``); and, with ``serde`` (the run's checkpointer's
-    serializer), anything else it cannot write left out, a tool call whose arguments it cannot
+    review R59 the same ``TypeError``); and, where the run has a checkpointer (its serializer,
+    ``_run_serde``), anything else it cannot write left out, a tool call whose arguments it cannot
     write (a key holding a lone surrogate, objects nested too deep) kept without them and marked
     refused, as the tool hook does with a result it cannot write (until review R89 the same
     ``TypeError``). ``response`` itself when no answer changes (the usual case). Raises
     ``InputError`` for an answer that cannot be made storable (``_unstorable_left_out``)."""
     if isinstance(response, AIMessage):
-        return cast(R, _storable_answer(_with_written_args(response, written), serde))
+        return cast(R, _storable_answer(_with_written_args(response, written), _run_serde()))
     if not isinstance(response, ModelResponse):
         return response
+    serde = _run_serde()
     result = [
         _storable_answer(_with_written_args(m, written), serde) if isinstance(m, AIMessage) else m
         for m in response.result

@@ -508,7 +508,7 @@ def _out_of_range(request: ToolCallRequest, answer: AIMessage | None, call_id: s
     )
 
 
-def _storable_answer(message: AIMessage, serde: SerializerProtocol | None = None) -> AIMessage:
+def _storable_answer(message: AIMessage, serde: SerializerProtocol | None) -> AIMessage:
     """``message`` as the run's state can keep it, where it holds an integer out of range
     (``INT_RANGE``), or anything else ``serde`` (the run's checkpointer's serializer,
     ``_run_serde``; ``None`` without a checkpointer: nothing is stored) cannot write
