@@ -276,14 +276,11 @@ class Broker(_Restoring, _Preempting):
             if lease_id in self._leases:
                 self._end(lease_id, "released", now)
             elif lease_id in self._waiting:
-                # Marked here and by ``_end``, not for an unknown id, which changes nothing: until
+                # Marked dirty by ``_unqueue`` and ``_end``, not for an unknown id, which changes nothing: until
                 # review R85 it was written all the same, and a fresh broker over a name another
                 # broker journals answered it with that journal's ``StoreError``, not ``LeaseLost``.
-                self._dirty = True
-                waiting = self._waiting.pop(lease_id)
-                if waiting.nominated:
-                    self._withdraw_nominated(waiting)
-                self._outbox.append(Withdrawn(waiting.request))
+                waiting = self._waiting[lease_id]
+                self._unqueue(waiting, Withdrawn(waiting.request))
             else:
                 self._refuse(
                     now, LeaseLost(f"lease {quoted(lease_id)} is not held (released, expired or preempted)")
@@ -586,11 +583,7 @@ class Broker(_Restoring, _Preempting):
         # Timeouts first: a lease that ends now grants a nominated request now, and one whose
         # wait is over would be granted past it (a gated lease past its grant's expiry).
         for w in self._waiting.timed_out(now):
-            del self._waiting[w.request.id]
-            if w.nominated:
-                self._withdraw_nominated(w)
-            self._dirty = True
-            self._outbox.append(TimedOut(w.request, w.deadline - w.submitted_at))
+            self._unqueue(w, TimedOut(w.request, w.deadline - w.submitted_at))
         self._end_due_leases(now)
 
     def _end_due_leases(self, now: float) -> None:
@@ -815,12 +808,17 @@ class Broker(_Restoring, _Preempting):
             return False
         if refused is None:
             return True
+        self._unqueue(w, Withdrawn(w.request, refused))
+        return False
+
+    def _unqueue(self, w: _Waiting, event: TimedOut | Withdrawn) -> None:
+        """Take waiting ``w`` out of the queue, unplaced (released, timed out or refused by
+        ``grant_check``): a reservation it held goes back, and ``event`` says why."""
         del self._waiting[w.request.id]
         if w.nominated:
             self._withdraw_nominated(w)
         self._dirty = True
-        self._outbox.append(Withdrawn(w.request, refused))
-        return False
+        self._outbox.append(event)
 
     def _withdraw_nominated(self, w: _Waiting) -> None:
         # Victims already notified stay notified: their holders were told to checkpoint, and
