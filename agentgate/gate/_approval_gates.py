@@ -492,18 +492,11 @@ class _Approvals:
         chain (``None``: none is). Revocation is for good, so a void request never counts."""
         above: list[str] = []
         revoked = None
-        seen: set[str] = set()
-        current: str | None = grant_id
-        while current is not None and current not in seen:
-            seen.add(current)
-            row = GrantRepository.recorded(self.store, current)
-            if row is None:
-                break
+        for row in GrantRepository.recorded_chain(self.store, grant_id):
             if row.revoked and revoked is None:
                 revoked = row.id
-            if current != grant_id:
+            if row.id != grant_id:
                 above.append(row.audience)
-            current = row.parent
         return above, revoked
 
     @_serialized

@@ -359,6 +359,22 @@ class GrantRepository:
             revoked is not None,
         )
 
+    @staticmethod
+    def recorded_chain(store: Store, tip: str) -> Iterator[RecordedGrant]:
+        """The grants of the chain whose tip is ``tip``, walking up from the tip by their
+        ``parent`` as ``store`` records them (``recorded``, one read per link), until a grant the
+        store does not record, the root, or a grant seen already (a cycle of rows written by
+        hand ends)."""
+        seen: set[str] = set()
+        current: str | None = tip
+        while current is not None and current not in seen:
+            seen.add(current)
+            row = GrantRepository.recorded(store, current)
+            if row is None:
+                return
+            yield row
+            current = row.parent
+
     def delegated(self, parent: str, audience: str, *, now: int) -> list[tuple[str, str]]:
         """``(id, chain token)`` of the unexpired grants recorded as delegated from ``parent`` to
         ``audience``, newest first (``Gate.delegate``, handing a sub-agent's grant on again, once

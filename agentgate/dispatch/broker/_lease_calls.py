@@ -40,17 +40,7 @@ def _revoked_link(store: Store, tip: str) -> str | None:
     transaction), or ``None`` when none is: a revocation is of a grant and every grant below it.
     One read per link (a chain has at most 16), made only as a waiting lease is about to be
     granted (``GatedBroker._revoked_grant``)."""
-    seen: set[str] = set()
-    current: str | None = tip
-    while current is not None and current not in seen:  # a cycle of rows written by hand ends
-        seen.add(current)
-        row = GrantRepository.recorded(store, current)
-        if row is None:
-            return None
-        if row.revoked:
-            return row.id
-        current = row.parent
-    return None
+    return next((row.id for row in GrantRepository.recorded_chain(store, tip) if row.revoked), None)
 
 
 def _resource(request: GangRequest) -> str:
