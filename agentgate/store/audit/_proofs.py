@@ -99,7 +99,7 @@ class _Proofs:
             raise no_entry(index)
         if checkpoint_note is not None:
             given_text(checkpoint_note, "checkpoint_note", "a signed checkpoint")
-        if checkpoint_note is None:  # bad input, or an entry edited or deleted in the database, signs nothing
+        else:  # bad input, or an entry edited or deleted in the database, signs nothing
             data, stored = self._stored_row(index)
             if leaf_hash(data) != stored:
                 raise TamperDetected(
