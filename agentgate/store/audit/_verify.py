@@ -389,11 +389,7 @@ class _Verification:
             # Rows past the entries read are left alone: an entry appended since (its row committed
             # with it) must not read as tampering, and a row for an index not written yet only
             # names an entry that does not exist (the trigger overwrites it when one is written).
-            rows_in_index = int(
-                self.store.query(
-                    "SELECT COUNT(*) FROM audit_refs WHERE idx >= 0 AND idx < ? AND ref < ?", (end, _MAX_REF)
-                )[0][0]
-            )
+            rows_in_index = self._refs_between(0, end)
             if rows_in_index != refs_seen:
                 problems.append(
                     f"audit_refs has {rows_in_index - refs_seen} row(s) that verify did not compare with "
@@ -488,8 +484,9 @@ class _Verification:
         return computed, edited | misplaced
 
     def _refs_between(self, lo: int, hi: int) -> int:
-        """The rows of the reference index at the indexes ``[lo, hi)``, which no row of the log
-        holds: the entries they index are missing (named as such), so they are compared with none."""
+        """The rows of the reference index at the indexes ``[lo, hi)``: for a gap no row of the log
+        holds, those whose entries are missing (named as such), compared with none; for ``[0, end)``
+        all those the pass should have compared."""
         return int(
             self.store.query(
                 "SELECT COUNT(*) FROM audit_refs WHERE idx >= ? AND idx < ? AND ref < ?", (lo, hi, _MAX_REF)
