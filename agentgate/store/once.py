@@ -37,6 +37,7 @@ from agentgate.store._base import Dialect, Store, Transaction, tables_held
 from agentgate.store.audit import AuditLog
 from agentgate.store.ledger import (
     BudgetLedger,
+    _by_id,
     has_unit_column,
     may_be_stored,
     stored_reservation,
@@ -287,13 +288,11 @@ def settle(
                 # An id no reservation may have (a NUL, a lone surrogate) is one not found, on both
                 # stores, as the ledger answers it: until review R89 PostgreSQL refused the
                 # settlement for a NUL instead, and until R89b both stores for a surrogate.
-                rows = (
-                    tx.execute(
-                        f"SELECT chain, amount, {unit_column}, state FROM budget_reservations WHERE id = ?",
-                        (reservation,),
-                    )
-                    if may_be_stored(reservation)
-                    else []
+                rows = _by_id(
+                    tx.execute,
+                    f"SELECT chain, amount, {unit_column}, state FROM budget_reservations WHERE id = ?",
+                    (reservation,),
+                    reservation,
                 )
                 # None: a row made before review R61, or one whose unit no budget is in (edited
                 # outside agentgate), settled without charges as ``budget settle`` settles it.
