@@ -160,9 +160,12 @@ def _shown_index(value: object) -> str:
     return f"{_described(value)}, not a whole number: a row written outside agentgate"
 
 
-def _runs(
-    rows: list[tuple[int, bytes, bytes]], end: int, odd: object
-) -> tuple[list[tuple[tuple[int, int, object] | None, int, list[tuple[int, bytes, bytes]]]], int, object]:
+_Run = tuple[tuple[int, int, object] | None, int, list[tuple[int, bytes, bytes]]]
+"""A run of rows at consecutive indexes (``_runs``): the gap before it (``None``: none), its
+first index, its rows (index, entry bytes, leaf hash)."""
+
+
+def _runs(rows: list[tuple[int, bytes, bytes]], end: int, odd: object) -> tuple[list[_Run], int, object]:
     """A batch of rows read in index order, the pass expecting index ``end`` next, as runs of rows
     at consecutive whole indexes, each ``(gap, first index, rows)``: ``gap`` is ``None`` where the
     run follows what was read before it, else ``(first index missing, next index held, the next
@@ -171,7 +174,7 @@ def _runs(
     none), which the gap after it names. A second row of one index (a table without its primary
     key) is left out here, counted after the pass; so is a row whose index is not a whole number,
     which ``_check_odd_indexes`` counts."""
-    runs: list[tuple[tuple[int, int, object] | None, int, list[tuple[int, bytes, bytes]]]] = []
+    runs: list[_Run] = []
     gap: tuple[int, int, object] | None = None
     run: list[tuple[int, bytes, bytes]] = []
     previous: object = None
@@ -348,9 +351,7 @@ class _Verification:
                 if keyed
                 else list(map(_IDX, rows)) == list(range(end, end + count))
             ):
-                runs: list[tuple[tuple[int, int, object] | None, int, list[tuple[int, bytes, bytes]]]] = [
-                    (None, end, rows)
-                ]
+                runs: list[_Run] = [(None, end, rows)]
                 end += count
             else:
                 runs, end, odd = _runs(rows, end, odd)
