@@ -12,8 +12,8 @@
    connection, up to SQLite's busy timeout, or for a slow PostgreSQL), so it always runs in a
    worker thread, never on the event loop: ``/healthz``, ``/metrics``, the other connections
    and the shutdown go on meanwhile. Until review R89 a call that was the only one in flight
-   was decided on the loop itself, to save the hand-off to a thread and back (about 0.1 ms on
-   a quiet machine, 0.4 ms on a loaded one: docs/gateway.md, "Review R89"), and a decision
+   was decided on the loop itself, to save the hand-off to a thread and back (0.34-0.47 ms in
+   three loaded runs of benchmarks/dispatch_http.py: docs/gateway.md, "Review R89"), and a decision
    waiting for the lock froze the whole gateway for as long as it waited.
 3. The dispatcher routes the call to a backend that serves the model, with the call's output
    limit set to what was reserved; the answer (or the stream) goes back to the caller.
