@@ -121,26 +121,27 @@ def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding
     for p in parent.capabilities:
         if attenuates(p, cap):
             return None
-    witnesses: list[tuple[Capability, Call]] = []
+    witnesses: list[Call] = []  # one for each parent capability, in their order
+    near: list[tuple[Capability, Call]] = []  # those of the capabilities of ``cap``'s resource and action
+    far: list[Call] = []  # the others
     for p in parent.capabilities:
         call = witness(p, cap)
         if call is None:
             return None
-        witnesses.append((p, call))
-    near = [
-        pattern_within(cap.resource, p.resource) and p.action in ("*", cap.action)
-        for p in parent.capabilities
-    ]
-    if any(near):
+        witnesses.append(call)
+        if pattern_within(cap.resource, p.resource) and p.action in ("*", cap.action):
+            near.append((p, call))
+        else:
+            far.append(call)
+    if near:
         # The call named is one no parent capability covers, where a witness is one: until review
         # R89 it was checked against the nearest capability only, and a child within two of them
         # together (``amount<=100`` and ``amount>100&amount<=500``) was told a call the parent
         # allows (``amount=500``) and to narrow to the first. The near capabilities' witnesses go
         # first, so a parent with one of them names its witness as before; the rest are named
         # against the first. At most ``MAX_CAPABILITIES`` squared coverage checks, on a refusal.
-        first = witnesses[near.index(True)]
-        tried = [w for w, n in zip(witnesses, near, strict=True) if n]
-        tried += [(first[0], call) for (_, call), n in zip(witnesses, near, strict=True) if not n]
+        first = near[0]
+        tried = near + [(first[0], call) for call in far]
         for p, call in tried:
             name = _widened_constraint(p, call)
             if name is not None and not any(covers(held, call) for held in parent.capabilities):
@@ -148,8 +149,7 @@ def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding
         # Each witness may be a call another parent capability covers (``amount<=100`` and
         # ``amount>=200``, child ``amount<=1000``): a call between their bounds (``amount=101``)
         # is looked for next, against the near capability it fails on that argument.
-        nearest = [p for p, n in zip(parent.capabilities, near, strict=True) if n]
-        found = _uncovered(parent.capabilities, cap, first[1], nearest)
+        found = _uncovered(parent.capabilities, cap, first[1], [p for p, _ in near])
         if found is not None:
             return _constraint_finding(child, cap, *found)
         name = _widened_constraint(*first)
@@ -170,8 +170,7 @@ def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding
                 child,
                 f"constraints.{name}",
             )
-    call = witness(parent.capabilities[0], cap)
-    assert call is not None
+    call = witnesses[0]
     held = ", ".join(format_capability(p) for p in parent.capabilities)
     # What the witness makes up for a child's ``*`` (the action ``zz_witness``, the tool
     # ``tool:zz-witness``) names nothing the person wrote: the pattern is named instead.
