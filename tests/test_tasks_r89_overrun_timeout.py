@@ -2,9 +2,10 @@
 the sync scheduler (and by the async one for work it does not cut: ``preemptible=False``, which
 the docs say behaves as the sync scheduler), a tool not safe to repeat run again, while the async
 core cuts such an attempt at ``timeout_s`` as a ``timeout`` and does not retry it. An attempt that
-overran its ``timeout_s`` is now a ``timeout`` in every mode, whatever the tool raised: retried
-only as a timeout is, counted by the breaker as one, and so recorded in its dead letter; the
-caller of an attempt that was not cut still gets the tool's own error."""
+overran its ``timeout_s`` and failed ``transient`` or ``connection`` is now a ``timeout`` in every
+mode: retried only as a timeout is, counted by the breaker as one, and so recorded in its dead
+letter; the caller of an attempt that was not cut still gets the tool's own error. (A late
+``error`` or custom class keeps its class since R89b: test_tasks_r89b_late_error.py.)"""
 
 from __future__ import annotations
 
