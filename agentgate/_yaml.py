@@ -95,7 +95,7 @@ _REREAD_CHARACTERS = 512 * 1024
 """Most characters of a text libyaml refused that PyYAML's own parser reads again to say where it
 stops (``_refused``, ``_Window``). Until review R89 it read the whole text, two or three times:
 an unclosed quote in an 8 MiB file took 26 s to refuse, where libyaml loads 8 MiB in under one.
-This bound and the two below each keep it to about half a second."""
+This bound and the two below make that work the size read, not the file's."""
 _REREAD_STEPS = 200_000
 """Most steps of PyYAML's own reader over such a text (a step passes a character, a word, a line
 break or a name): what reading costs it, more than characters (a line of ``a`` costs two steps)."""
