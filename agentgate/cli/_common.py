@@ -101,6 +101,24 @@ LEAVE_THE_FLAG_OUT = ", or leave the flag out"
 argument, which has no flag and may not be left out (review R68)."""
 
 
+_WHOLE = re.compile(r"[0-9]+", re.ASCII)
+_MOST_DIGITS = 19
+"""More digits than any flag's bound has (``agentgate serve --max-body-bytes``: 2**63-1, 19)."""
+
+
+def ascii_whole(text: str) -> int:
+    """A whole number written in ASCII digits alone, else ``ValueError``: not ``int``'s `` 5``,
+    ``+5``, ``1_000`` or other scripts' digits (until review R89 ``serve --max-body-bytes 1_000``
+    and full-width digits were read). Leading zeros are read off first (``int`` refuses a text of
+    more than 4,300 digits, zeros included); a number of more than ``_MOST_DIGITS`` digits is read
+    as ``10**_MOST_DIGITS``, above every flag's bound, so that it is refused as out of range, never
+    converted. The reading of ``serve``'s whole-number flags and ``dead-letters --limit``."""
+    if not _WHOLE.fullmatch(text):
+        raise ValueError(text)
+    digits = text.lstrip("0") or "0"
+    return int(digits) if len(digits) <= _MOST_DIGITS else 10**_MOST_DIGITS
+
+
 def given(text: str) -> str:
     """An argparse ``type`` for a value that names something (a file, a key, a store, a principal,
     a tool): an empty one is refused (exit 2), never read as the flag left out, so that

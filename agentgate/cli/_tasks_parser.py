@@ -5,11 +5,18 @@ the scheduler's store parts and the audit store: ``agentgate --help`` and ``agen
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Any
 
 from agentgate._names import SETTLE_MIN_AGE_S
-from agentgate.cli._common import LEAVE_THE_FLAG_OUT, STORE_HELP, given, given_text, given_utf8, settle_flags
+from agentgate.cli._common import (
+    LEAVE_THE_FLAG_OUT,
+    STORE_HELP,
+    ascii_whole,
+    given,
+    given_text,
+    given_utf8,
+    settle_flags,
+)
 from agentgate.cli._handlers import handled_by
 
 _TASKS = "agentgate.cli.tasks"
@@ -103,12 +110,13 @@ def _positive(text: str) -> int:
     of more than 4,300 digits was 'expected a positive integer' until review R55). Leading zeros
     are read off first: ``int`` refuses a text of more than 4,300 digits, zeros included (until
     review R88 4,300 zeros then 5 was argparse's bare 'invalid _positive value')."""
-    if not re.fullmatch(r"[0-9]+", text, re.ASCII):
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {_shown(text)}")
-    digits = text.lstrip("0") or "0"
-    if len(digits) > len(str(MAX_LIMIT)) or not 1 <= int(digits) <= MAX_LIMIT:
+    try:
+        value = ascii_whole(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {_shown(text)}") from None
+    if not 1 <= value <= MAX_LIMIT:
         raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_LIMIT}, got {_shown(text)}")
-    return int(digits)
+    return value
 
 
 def _shown(text: str) -> str:

@@ -29,7 +29,14 @@ from typing import Any, TypeVar
 
 from agentgate._http_limits import LEAST_HEAD_BYTES, MOST_HEAD_BYTES, MOST_PORT, MOST_SECONDS
 from agentgate._numbers import LEAST_DECODE_RATE
-from agentgate.cli._common import STORE_HELP, given, open_existing_store, shown_policy, shown_source_error
+from agentgate.cli._common import (
+    STORE_HELP,
+    ascii_whole,
+    given,
+    open_existing_store,
+    shown_policy,
+    shown_source_error,
+)
 from agentgate.errors import InputError, InventoryError
 
 T = TypeVar("T")
@@ -138,23 +145,7 @@ def _parsed(
     return parse
 
 
-_WHOLE = re.compile(r"[0-9]+", re.ASCII)
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
-_MOST_DIGITS = 19
-"""More digits than any bound here has (``MOST_BODY_BYTES``: 19)."""
-
-
-def _whole(text: str) -> int:
-    """A whole number written in ASCII digits alone, else ``ValueError``: not ``int``'s `` 5``,
-    ``+5``, ``1_000`` or other scripts' digits (until review R89 ``--max-body-bytes 1_000`` and
-    full-width digits were read), as ``--limit`` and ``--max-depth`` read theirs. Leading zeros
-    are read off first (``int`` refuses a text of more than 4,300 digits, zeros included); a
-    number of more than ``_MOST_DIGITS`` digits is read as ``10**_MOST_DIGITS``, above every
-    bound, so that it is refused as out of range, never converted."""
-    if not _WHOLE.fullmatch(text):
-        raise ValueError(text)
-    digits = text.lstrip("0") or "0"
-    return int(digits) if len(digits) <= _MOST_DIGITS else 10**_MOST_DIGITS
 
 
 def _decimal(text: str) -> float:
@@ -180,7 +171,7 @@ def _limit_seconds(what: str) -> Callable[[str], float]:
 MOST_BODY_BYTES = 2**63 - 1
 """The largest ``--max-body-bytes``: the largest size a file or a ``Content-Length`` may have."""
 
-_port = _parsed(_whole, "a port number", lambda v: 0 < v <= MOST_PORT, f"a port is 1 to {MOST_PORT}")
+_port = _parsed(ascii_whole, "a port number", lambda v: 0 < v <= MOST_PORT, f"a port is 1 to {MOST_PORT}")
 _seconds = _limit_seconds("a stall limit")
 _head_timeout = _limit_seconds("a head timeout")
 _unread_body = _limit_seconds("an unread body's time")
@@ -193,13 +184,13 @@ _decode_rate = _parsed(
     f"a decode rate is a finite number of tokens a second, at least {LEAST_DECODE_RATE:g}",
 )
 _max_head = _parsed(
-    _whole,
+    ascii_whole,
     "a whole number of bytes",
     lambda v: LEAST_HEAD_BYTES <= v <= MOST_HEAD_BYTES,
     f"a head limit is {LEAST_HEAD_BYTES} to {MOST_HEAD_BYTES} bytes",
 )
 _max_body = _parsed(
-    _whole,
+    ascii_whole,
     "a whole number of bytes",
     lambda v: 0 < v <= MOST_BODY_BYTES,
     f"a body limit is 1 to {MOST_BODY_BYTES} bytes",
@@ -208,7 +199,7 @@ _max_body = _parsed(
 # (until review R85 the flag had no upper bound: 100000 reached the server, whose refusal named
 # its Python parameter, not the flag).
 _grace = _parsed(
-    _whole,
+    ascii_whole,
     "a whole number of seconds",
     lambda v: 0 <= v <= MOST_SECONDS,
     f"a shutdown grace is a whole number of seconds from 0 to {MOST_SECONDS:g}",
