@@ -37,6 +37,13 @@ Figures, over the measurement window (after a warm-up of 10 % of the horizon):
 Decision time: on 1,000 GPUs (125 nodes x 8) filled to about 75 % with a random mix, the time of
 ``Broker.submit`` for a random gang that is placed at once (quota check, placement, lease).
 
+Journal: with 2,000 gangs waiting behind a full 8-GPU node (500 with ``--quick``), the time of
+``Broker.submit`` with a SQLite journal (``BrokerLeaseStore``) for a gang of a random priority 0 to 2
+(most land ahead of others, moving them down the queue) and the ``release`` that withdraws it, each
+a journal write: ``journal_*_p50_ms`` as the journal writes (the rows that changed), and
+``journal_whole_*_p50_ms`` writing the whole state at each change, as every write did until review
+R90 (and a write after a failed one still does), side by side in the same run.
+
 Run: ``.venv/bin/python benchmarks/broker.py [--quick] [--json] [--seed N]``.
 """
 
@@ -49,6 +56,7 @@ import math
 import random
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +81,8 @@ from agentgate.dispatch.broker import (
     WorkloadHint,
     synthetic_topology,
 )
+from agentgate.store import SQLiteStore
+from agentgate.store.broker_leases import BrokerLeaseStore
 from benchmarks._args import MIN_LOAD, offered_load, random_seed, slowdown, wait_s, whole_up_to
 
 TENANTS = {"a": (24, 0.45), "b": (24, 0.35), "c": (16, 0.20)}  # nominal GPUs, share of arrivals
@@ -360,6 +370,39 @@ def decision_times(samples: int, seed: int) -> dict[str, float]:
     return out
 
 
+def journal_times(waiting: int, samples: int, seed: int) -> dict[str, float]:
+    """p50 of a journaled ``submit`` + ``release`` with ``waiting`` gangs queued (module docstring,
+    "Journal"): the journal as it writes, and writing the whole state each time."""
+    out: dict[str, float] = {}
+    for name, whole in (("journal", False), ("journal_whole", True)):
+        rng = random.Random(seed)
+        topology = synthetic_topology(1, 8)
+        broker = Broker(topology, [TenantQuota("a", 16)], clock=lambda: 0.0, ttl_s=1e9)
+        broker.submit(GangRequest("hold", "a", 8, priority=5))
+        for i in range(waiting):
+            broker.submit(GangRequest(f"w{i}", "a", 8, priority=rng.randint(0, 2)))
+        with tempfile.TemporaryDirectory() as folder:
+            store = SQLiteStore(Path(folder) / "journal.db")
+            journal = broker.journal = BrokerLeaseStore(store)
+            broker.submit(GangRequest("first", "a", 8))  # the first write writes every row
+            times: list[float] = []
+            for k in range(samples):
+                request = GangRequest(f"probe{k}", "a", 8, priority=rng.randint(0, 2))
+                if whole:
+                    journal.forget_written()
+                started = time.perf_counter()
+                broker.submit(request)
+                elapsed = time.perf_counter() - started
+                if whole:
+                    journal.forget_written()
+                started = time.perf_counter()
+                broker.release(request.id)
+                times.append((elapsed + time.perf_counter() - started) * 1000.0)
+            store.close()
+        out[f"{name}_submit_release_p50_ms"] = statistics.median(times)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="12 simulated hours instead of 72")
@@ -450,6 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         table[name] = figures(result, gpus, horizon - warmup)
         table[name]["sim_wall_s"] = time.perf_counter() - started
     decisions = decision_times(300 if args.quick else 2000, args.seed)
+    decisions.update(journal_times(500 if args.quick else 2000, 20 if args.quick else 60, args.seed))
 
     columns = [
         "utilization",

@@ -17,9 +17,20 @@ one store:
 - ``broker_writer(broker, writer)``: the journal instance (one broker process) that writes the
   state; see "One writer" below.
 
-``save`` replaces one broker's rows in one transaction, so a reader sees one whole snapshot or
+``save`` replaces one broker's state in one transaction, so a reader sees one whole snapshot or
 the previous one, never a mix. The broker process is the authority; these rows are its last
 written state, which is why the CLI prints ``taken_at``.
+
+Writes (review R90). A journal remembers what its last ``save`` stored, and the next one writes
+the difference: the rows of leases and requests gone are deleted, the new or changed ones written
+(a waiting request moved down the queue changes its ``position``; its body is encoded again only
+when the request or ``draining`` changed). The whole state is written (every row of the name
+deleted first) by a journal's first write, a write that takes the name over, the write after one
+that failed (what it left stored is not known), and one that finds a generation it did not write;
+``forget_written`` asks for it after the rows were changed by hand. Until review R90 every write
+was whole: with 2,000 requests waiting a submit cost about four times as much
+(``benchmarks/broker.py``, ``journal_*`` figures). Building the snapshot is still linear in the
+queue's length.
 
 One writer. Two broker processes under one name would each grant the GPUs the other holds and
 overwrite each other's state. A journal therefore writes only while it is the name's writer: the
@@ -185,6 +196,13 @@ class BrokerLeaseStore:
         """The snapshot ``take_over`` was given (``None``: the one this journal loaded last)."""
         self._loaded: tuple[int | None, BrokerSnapshot | None] | None = None
         """The generation and the state ``load`` read last; ``None`` before the first ``load``."""
+        self._written: _Written | None = None
+        """What this journal's last ``save`` wrote (module docstring, "Writes"); ``None`` before
+        its first, or when the last failed (the rows stored are then not known)."""
+        self._lease_rows: dict[str, tuple[Lease, tuple[Any, ...]]] = {}
+        self._bodies: dict[str, tuple[GangRequest, bool, str]] = {}
+        """Each waiting request's JSON ``body`` as last encoded, with the request and ``draining``
+        it encodes."""
         self.set_aside: tuple[SetAside, ...] = ()
         """The rows the last ``load`` left out (``SetAside``), each also logged as a warning to
         ``agentgate.broker``; the restored broker's first write drops them from the store."""
@@ -200,38 +218,11 @@ class BrokerLeaseStore:
         and this one has not restored the state since, or when it restored a state that was
         written over since (module docstring, "One writer").
         """
-        leases = [
-            (
-                self.broker,
-                lease.id,
-                lease.tenant,
-                lease.priority,
-                json.dumps(list(lease.gpus)),
-                lease.state,
-                lease.granted_at,
-                lease.expires_at,
-                lease.notice_deadline,
-                lease.preempted_by,
-                json.dumps(_lease_to_json(lease), sort_keys=True),
-            )
-            for lease in snapshot.leases
-        ]
-        queue = [
-            (
-                self.broker,
-                q.request.id,
-                position,
-                q.request.tenant,
-                q.request.priority,
-                q.request.gpus,
-                q.submitted_at,
-                q.deadline if math.isfinite(q.deadline) else None,
-                json.dumps(list(q.nominated)),
-                json.dumps(list(q.victims)),
-                json.dumps(_queued_to_json(q), sort_keys=True),
-            )
-            for position, q in enumerate(snapshot.queue)
-        ]
+        leases = {lease.id: self._lease_row(lease) for lease in snapshot.leases}
+        queue = {q.request.id: self._queue_row(q, position) for position, q in enumerate(snapshot.queue)}
+        self._lease_rows = {key: self._lease_rows[key] for key in leases.keys() & self._lease_rows.keys()}
+        self._bodies = {key: self._bodies[key] for key in queue.keys() & self._bodies.keys()}
+        written, self._written = self._written, None  # unknown until the write commits
         with self.store.transaction() as tx:
             claim = (
                 "INSERT INTO broker_writer (broker, writer) VALUES (?, ?) "
@@ -256,27 +247,74 @@ class BrokerLeaseStore:
                     "first): two brokers under one name would grant the same GPUs; stop the other "
                     "process, then load the saved state again into a new broker"
                 )
-            tx.execute("DELETE FROM broker_leases WHERE broker = ?", (self.broker,))
-            tx.execute("DELETE FROM broker_queue WHERE broker = ?", (self.broker,))
-            tx.execute("DELETE FROM broker_state WHERE broker = ?", (self.broker,))
+            if self._taking_over or written is None or written.generation != generation:
+                # The rows stored are not known to be this journal's last write: write them all.
+                tx.execute("DELETE FROM broker_leases WHERE broker = ?", (self.broker,))
+                tx.execute("DELETE FROM broker_queue WHERE broker = ?", (self.broker,))
+                written = _Written(0, {}, {})
             tx.execute(
-                "INSERT INTO broker_state (broker, taken_at, generation) VALUES (?, ?, ?)",
+                "INSERT INTO broker_state (broker, taken_at, generation) VALUES (?, ?, ?) "
+                "ON CONFLICT (broker) DO UPDATE SET taken_at = excluded.taken_at, generation = excluded.generation",
                 (self.broker, snapshot.taken_at, (generation or 0) + 1),
             )
-            if leases:
-                tx.executemany(
-                    "INSERT INTO broker_leases (broker, lease_id, tenant, priority, gpus, state, granted_at,"
-                    " expires_at, notice_deadline, preempted_by, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    leases,
-                )
-            if queue:
-                tx.executemany(
-                    "INSERT INTO broker_queue (broker, request_id, position, tenant, priority, gpus,"
-                    " submitted_at, deadline, nominated, victims, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    queue,
-                )
+            _write_changes(tx, self.broker, "broker_leases", "lease_id", written.leases, leases)
+            _write_changes(tx, self.broker, "broker_queue", "request_id", written.queue, queue)
+        self._written = _Written((generation or 0) + 1, leases, queue)
         self._taking_over = False
         self._restored = None
+
+    def _lease_row(self, lease: Lease) -> tuple[Any, ...]:
+        """``lease``'s ``broker_leases`` row: the one written last when the lease is that object
+        (a ``Lease`` is immutable; the broker keeps each until it changes)."""
+        kept = self._lease_rows.get(lease.id)
+        if kept is not None and kept[0] is lease:
+            return kept[1]
+        row = (
+            self.broker,
+            lease.id,
+            lease.tenant,
+            lease.priority,
+            json.dumps(list(lease.gpus)),
+            lease.state,
+            lease.granted_at,
+            lease.expires_at,
+            lease.notice_deadline,
+            lease.preempted_by,
+            json.dumps(_lease_to_json(lease), sort_keys=True),
+        )
+        self._lease_rows[lease.id] = (lease, row)
+        return row
+
+    def _queue_row(self, q: QueuedRequest, position: int) -> tuple[Any, ...]:
+        """``q``'s ``broker_queue`` row at ``position``; its body is encoded again only when its
+        request (an immutable ``GangRequest``, the same object while it waits) or ``draining``
+        changed."""
+        kept = self._bodies.get(q.request.id)
+        if kept is not None and kept[0] is q.request and kept[1] == q.draining:
+            body = kept[2]
+        else:
+            body = json.dumps(_queued_to_json(q), sort_keys=True)
+            self._bodies[q.request.id] = (q.request, q.draining, body)
+        return (
+            self.broker,
+            q.request.id,
+            position,
+            q.request.tenant,
+            q.request.priority,
+            q.request.gpus,
+            q.submitted_at,
+            q.deadline if math.isfinite(q.deadline) else None,
+            _json_ids(q.nominated),
+            _json_ids(q.victims),
+            body,
+        )
+
+    def forget_written(self) -> None:
+        """Make the next ``save`` write the whole state, as the first does: after the rows were
+        changed by other means than this journal (module docstring, "Writes")."""
+        self._written = None
+        self._lease_rows.clear()
+        self._bodies.clear()
 
     def take_over(self, snapshot: BrokerSnapshot | None = None) -> None:
         """Make this journal's next ``save`` take the broker name over from its writer, whose own
@@ -321,6 +359,56 @@ class BrokerLeaseStore:
         raise StoreError(
             f"broker {self.broker!r}: its state changed while it was read, {_LOAD_TRIES} times; try again"
         )
+
+
+@dataclass(frozen=True)
+class _Written:
+    """The state one ``save`` wrote: the generation, and each row by its lease or request id."""
+
+    generation: int
+    leases: dict[str, tuple[Any, ...]]
+    queue: dict[str, tuple[Any, ...]]
+
+
+_COLUMNS = {
+    "broker_leases": (
+        "broker, lease_id, tenant, priority, gpus, state, granted_at, expires_at, notice_deadline, "
+        "preempted_by, body"
+    ),
+    "broker_queue": (
+        "broker, request_id, position, tenant, priority, gpus, submitted_at, deadline, nominated, "
+        "victims, body"
+    ),
+}
+
+
+def _write_changes(
+    tx: Transaction,
+    broker: str,
+    table: Literal["broker_leases", "broker_queue"],
+    key: str,
+    stored: dict[str, tuple[Any, ...]],
+    rows: dict[str, tuple[Any, ...]],
+) -> None:
+    """Make ``broker``'s rows of ``table`` (keyed by ``key``) ``rows``, given that they are
+    ``stored``: delete the rows gone, write those new or changed."""
+    gone = [(broker, row_id) for row_id in stored.keys() - rows.keys()]
+    if gone:
+        tx.executemany(f"DELETE FROM {table} WHERE broker = ? AND {key} = ?", gone)
+    changed = [row for row_id, row in rows.items() if stored.get(row_id) != row]
+    if changed:
+        columns = _COLUMNS[table]
+        update = ", ".join(f"{c} = excluded.{c}" for c in columns.split(", ")[2:])
+        tx.executemany(
+            f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * 11)}) "
+            f"ON CONFLICT (broker, {key}) DO UPDATE SET {update}",
+            changed,
+        )
+
+
+def _json_ids(ids: tuple[str, ...]) -> str:
+    """``ids`` as a JSON list (most are empty: a waiting request that is not nominated)."""
+    return json.dumps(list(ids)) if ids else "[]"
 
 
 def _generation(tx: Transaction, broker: str) -> int | None:

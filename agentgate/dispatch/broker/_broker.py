@@ -445,8 +445,8 @@ class Broker(_Restoring, _Preempting):
                     request=w.request,
                     submitted_at=w.submitted_at,
                     deadline=w.deadline,
-                    nominated=tuple(gpus[i].id for i in w.nominated),
-                    victims=tuple(sorted(w.victims)),
+                    nominated=tuple(gpus[i].id for i in w.nominated) if w.nominated else (),
+                    victims=tuple(sorted(w.victims)) if w.victims else (),
                     draining=w.draining,
                 )
                 for w in self._waiting.ordered()
