@@ -403,7 +403,10 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         except GraphBubbleUp:
             raise  # interrupt() or Command(graph=PARENT) from inside the tool: LangGraph's to handle
         except AgentGateError as exc:
-            if self.enforce:
+            # ``enforce`` raises the gate's own errors; an agentgate error the tool's own code
+            # raised is a failing tool, told by its type (until review R90 it ended the run, its
+            # text, secrets and all, handed to the caller).
+            if self.enforce and not tool.raised(exc):
                 raise
             return _failure(call_id, name, exc, tools_own=tool.raised(exc))
         except (Exception, asyncio.CancelledError) as exc:
@@ -491,7 +494,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         except GraphBubbleUp:
             raise
         except AgentGateError as exc:
-            if self.enforce:
+            if self.enforce and not raised.raised(exc):  # as ``_decide_and_run``
                 raise
             return _failure(call_id, name, exc, tools_own=raised.raised(exc))
         except Exception as exc:
