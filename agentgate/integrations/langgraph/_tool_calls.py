@@ -569,7 +569,11 @@ def _unstorable_left_out(message: AIMessage, serde: SerializerProtocol) -> AIMes
       of ``additional_kwargs`` and ``response_metadata``, that it cannot write is left out (an
       item of content replaced by a text block saying so, ``_LEFT_OUT_BLOCK``), and so is a
       ``usage_metadata`` it cannot write; ``response_metadata`` lists what was left out
-      (``LEFT_OUT_KEY``).
+      (``LEFT_OUT_KEY``);
+    - agentgate's notes keyed by call id (``_BY_CALL_ID``) lose only the entries it cannot
+      write (``_storable_by_id``): a call whose id holds a lone surrogate is refused by its id
+      (``Gate.authorize``: ``call_id must be valid Unicode text``), the calls beside it as their
+      own notes say.
 
     Each part is tried alone, in an answer that holds nothing else, at the depth it has in the
     answer. Until review R89 only integers beyond 64 bits were made storable, and such an answer
@@ -597,9 +601,15 @@ def _unstorable_left_out(message: AIMessage, serde: SerializerProtocol) -> AIMes
             left_out.extend(f"content[{i}]" for i, (_, stores) in enumerate(blocks) if not stores)
     for field in ("additional_kwargs", "response_metadata"):
         entries = getattr(message, field)
-        kept = {k: v for k, v in entries.items() if _stores_in_answer(serde, **{field: {k: v}})}
-        if len(kept) < len(entries):
-            left_out.extend(f"{field}[{quoted(k, 40)}]" for k in entries if k not in kept)
+        kept: dict[str, Any] = {}
+        for key, value in entries.items():
+            if _stores_in_answer(serde, **{field: {key: value}}):
+                kept[key] = value
+            elif field == "response_metadata" and key in _BY_CALL_ID and isinstance(value, Mapping):
+                kept[key] = _storable_by_id(serde, key, value)  # agentgate's own: by entry
+            else:
+                left_out.append(f"{field}[{quoted(key, 40)}]")
+        if len(kept) < len(entries) or any(kept[k] is not entries[k] for k in kept):
             update[field] = kept
     if message.usage_metadata is not None and not _stores_in_answer(
         serde, usage_metadata=message.usage_metadata
@@ -607,10 +617,10 @@ def _unstorable_left_out(message: AIMessage, serde: SerializerProtocol) -> AIMes
         update["usage_metadata"] = None
         left_out.append("usage_metadata")
     metadata = dict(update.get("response_metadata", message.response_metadata))
-    if refused:
-        metadata[UNSTORABLE_KEY] = refused
     if left_out:
         metadata[LEFT_OUT_KEY] = left_out
+    if refused:
+        metadata[UNSTORABLE_KEY] = _storable_by_id(serde, UNSTORABLE_KEY, refused)
     kept_answer = message.model_copy(update={**update, "response_metadata": metadata})
     if not _stores(serde, kept_answer):
         raise InputError(
@@ -619,6 +629,49 @@ def _unstorable_left_out(message: AIMessage, serde: SerializerProtocol) -> AIMes
             "usage_metadata, so the run cannot keep it"
         )
     return kept_answer
+
+
+_BY_CALL_ID = (WRITTEN_ARGS_KEY, OUT_OF_RANGE_KEY, OUT_OF_RANGE_AT_KEY, UNSTORABLE_KEY)
+"""The entries of an answer's ``response_metadata`` that agentgate writes, each a mapping keyed
+by tool call id (``_storable_by_id``)."""
+
+
+def _storable_by_id(serde: SerializerProtocol, key: str, noted: Mapping[Any, Any]) -> dict[Any, Any]:
+    """``noted`` (``response_metadata[key]``, one of agentgate's notes keyed by tool call id,
+    ``_BY_CALL_ID``) as ``serde`` can write it: each entry it cannot write under its call id is
+    kept under that id as ``serde`` writes it as a value, where that differs (LangGraph's msgpack
+    writes a lone surrogate in a value as ``?``, and cannot write it in a key: the call's id in
+    the answer read back from a checkpoint is ``'c?'``), else left out. An entry of that id's own
+    is kept over one moved under it; a call whose id it is (``'c?'`` beside ``'c\\ud800'``)
+    reads one moved, as it shares its id with the other once read back (``_SHARED_ID``). Until
+    review R90 a call id holding a lone surrogate made the whole note unstorable, and it was left
+    out for every call of the answer (an integer beyond 64 bits of a call beside it, kept as
+    text, was then decided as that text), or ended the run."""
+    whole = dict(noted)
+    if _stores_in_answer(serde, response_metadata={key: whole}):
+        return whole
+    kept: dict[Any, Any] = {}
+    moved: dict[Any, Any] = {}
+    for call_id, value in noted.items():
+        if _stores_in_answer(serde, response_metadata={key: {call_id: value}}):
+            kept[call_id] = value
+        elif (
+            (stored := _as_stored(serde, call_id)) is not None
+            and stored not in noted
+            and _stores_in_answer(serde, response_metadata={key: {stored: value}})
+        ):
+            moved.setdefault(stored, value)
+    return {**moved, **kept}
+
+
+def _as_stored(serde: SerializerProtocol, call_id: object) -> str | None:
+    """``call_id`` as ``serde`` reads it back once written; ``None`` where that is the same, no
+    text, or it cannot be written."""
+    try:
+        stored = serde.loads_typed(serde.dumps_typed(call_id))
+    except Exception:  # any serializer's refusal
+        return None
+    return stored if isinstance(stored, str) and stored != call_id else None
 
 
 def _stores_in_answer(serde: SerializerProtocol, **fields: Any) -> bool:
