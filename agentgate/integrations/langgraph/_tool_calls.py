@@ -249,7 +249,11 @@ def _unusable_answer(request: ToolCallRequest, call_id: str) -> InputError | Non
 def _written_arguments(answer: AIMessage | None, call_id: str) -> str | None:
     """The text of the arguments of ``answer``'s call ``call_id`` as the model wrote them, where
     the answer keeps it (``_written_calls``); else ``None``."""
-    function = _answer_calls(answer).written.get(call_id) if answer is not None else None
+    return _arguments_text(_answer_calls(answer).written.get(call_id) if answer is not None else None)
+
+
+def _arguments_text(function: object) -> str | None:
+    """The text of the arguments of a call as the model wrote it (an entry of ``_written_calls``)."""
     text = function.get("arguments") if isinstance(function, Mapping) else None
     return text if isinstance(text, str) else None
 
@@ -349,6 +353,18 @@ _UNSTORABLE_ARGUMENTS = (
 """Why a call whose arguments the run's checkpointer cannot store is refused
 (``_unstorable_arguments``)."""
 
+_UNKEPT_AS_WRITTEN = (
+    "the tool call as the model wrote it (the text of its arguments) could not be kept by the "
+    "run's checkpointer, so it cannot be checked as written and the call is not run; ask again"
+)
+"""Why a call is refused when the answer kept for the run's state cannot give back the text of
+its arguments as the model wrote it (``_kept_as_written``): without it the checks of the call as
+written would be skipped, or made on other text."""
+
+_UNSTORABLE_REASONS = (_UNSTORABLE_ARGUMENTS, _UNKEPT_AS_WRITTEN)
+"""The reasons ``UNSTORABLE_KEY`` may name, which the tool hook tells the model
+(``_unstorable_arguments``)."""
+
 _LEFT_OUT_BLOCK = "agentgate: a part of this answer that the run's checkpointer cannot store was left out"
 """The text of the block that stands for an item of an answer's content list the run's
 checkpointer cannot store (``_storable_answer``)."""
@@ -357,11 +373,13 @@ checkpointer cannot store (``_storable_answer``)."""
 def _unstorable_arguments(answer: AIMessage | None, call_id: str) -> InputError | None:
     """Why the call is refused when the answer that asked for it says its arguments held what the
     run's checkpointer cannot store (``UNSTORABLE_KEY``: the model hook kept the call without
-    them, ``_storable_answer``). The model is told ``_UNSTORABLE_ARGUMENTS`` whatever text the
-    answer keeps there."""
+    them, ``_storable_answer``), or that it could not keep the call as written
+    (``_UNKEPT_AS_WRITTEN``). The model is told one of ``_UNSTORABLE_REASONS``, never other text
+    the answer keeps there (``_UNSTORABLE_ARGUMENTS`` then)."""
     noted = answer.response_metadata.get(UNSTORABLE_KEY) if answer is not None else None
     if isinstance(noted, Mapping) and call_id in noted:
-        return InputError(_UNSTORABLE_ARGUMENTS)
+        said = noted[call_id]
+        return InputError(said if said in _UNSTORABLE_REASONS else _UNSTORABLE_ARGUMENTS)
     return None
 
 
@@ -573,7 +591,14 @@ def _unstorable_left_out(message: AIMessage, serde: SerializerProtocol) -> AIMes
     - agentgate's notes keyed by call id (``_BY_CALL_ID``) lose only the entries it cannot
       write (``_storable_by_id``): a call whose id holds a lone surrogate is refused by its id
       (``Gate.authorize``: ``call_id must be valid Unicode text``), the calls beside it as their
-      own notes say.
+      own notes say;
+    - the text of each call's arguments as the model wrote it (``_written_calls``) that a part
+      left out held (a raw call in ``additional_kwargs["tool_calls"]`` beside a vendor field it
+      cannot write, a ``function_call`` content block) is kept under ``WRITTEN_ARGS_KEY``
+      (``_kept_as_written``), so that a number no float holds as written is still refused
+      (``_inexact_arguments``; until review R90 one such part dropped the text of every call of
+      the answer, and ``100.00000000000000001`` ran as ``100.0`` under ``amount<=100``); a call
+      whose text cannot be read back as it was even so is refused (``_UNKEPT_AS_WRITTEN``).
 
     Each part is tried alone, in an answer that holds nothing else, at the depth it has in the
     answer. Until review R89 only integers beyond 64 bits were made storable, and such an answer
@@ -619,9 +644,16 @@ def _unstorable_left_out(message: AIMessage, serde: SerializerProtocol) -> AIMes
     metadata = dict(update.get("response_metadata", message.response_metadata))
     if left_out:
         metadata[LEFT_OUT_KEY] = left_out
+    kept_answer, unkept = _kept_as_written(
+        message, message.model_copy(update={**update, "response_metadata": metadata}), serde
+    )
+    refused.update((call_id, _UNKEPT_AS_WRITTEN) for call_id in unkept if call_id not in refused)
     if refused:
-        metadata[UNSTORABLE_KEY] = _storable_by_id(serde, UNSTORABLE_KEY, refused)
-    kept_answer = message.model_copy(update={**update, "response_metadata": metadata})
+        noted = {
+            **kept_answer.response_metadata,
+            UNSTORABLE_KEY: _storable_by_id(serde, UNSTORABLE_KEY, refused),
+        }
+        kept_answer = kept_answer.model_copy(update={"response_metadata": noted})
     if not _stores(serde, kept_answer):
         raise InputError(
             f"the model's answer (a {type(message).__name__}) holds what the run's checkpointer cannot "
@@ -629,6 +661,41 @@ def _unstorable_left_out(message: AIMessage, serde: SerializerProtocol) -> AIMes
             "usage_metadata, so the run cannot keep it"
         )
     return kept_answer
+
+
+def _kept_as_written(
+    message: AIMessage, kept: AIMessage, serde: SerializerProtocol
+) -> tuple[AIMessage, list[str]]:
+    """``kept`` (``message`` less what ``serde`` cannot write) keeping under ``WRITTEN_ARGS_KEY``
+    the text of each tool call's arguments as the model wrote it that ``message`` holds
+    (``_written_calls``) and ``kept`` no longer reads the same; and the ids of the calls to refuse
+    (``_UNKEPT_AS_WRITTEN``): those whose text ``kept`` still reads otherwise (another copy of
+    the call as written, kept, read first; text ``serde`` cannot write). A call whose id ``serde`` cannot write as a key is none of
+    them: it can be noted nowhere, and is refused by its id (``Gate.authorize``: ``call_id must
+    be valid Unicode text``)."""
+    ids = [call_id for call in message.tool_calls if isinstance(call_id := call.get("id"), str)]
+    before, after = _written_calls(message), _written_calls(kept)
+    lost = {
+        call_id: text
+        for call_id in ids
+        if (text := _arguments_text(before.get(call_id))) is not None
+        and _arguments_text(after.get(call_id)) != text
+    }
+    if lost:
+        held = kept.response_metadata.get(WRITTEN_ARGS_KEY)
+        texts = _storable_by_id(
+            serde, WRITTEN_ARGS_KEY, {**(held if isinstance(held, Mapping) else {}), **lost}
+        )
+        kept = kept.model_copy(
+            update={"response_metadata": {**kept.response_metadata, WRITTEN_ARGS_KEY: texts}}
+        )
+        after = _written_calls(kept)
+    unkept = [
+        call_id
+        for call_id, text in lost.items()
+        if _arguments_text(after.get(call_id)) != text and _keyable(serde, call_id)
+    ]
+    return kept, unkept
 
 
 _BY_CALL_ID = (WRITTEN_ARGS_KEY, OUT_OF_RANGE_KEY, OUT_OF_RANGE_AT_KEY, UNSTORABLE_KEY)
@@ -672,6 +739,11 @@ def _as_stored(serde: SerializerProtocol, call_id: object) -> str | None:
     except Exception:  # any serializer's refusal
         return None
     return stored if isinstance(stored, str) and stored != call_id else None
+
+
+def _keyable(serde: SerializerProtocol, call_id: str) -> bool:
+    """Whether ``serde`` can write ``call_id`` as a key of agentgate's notes (``_BY_CALL_ID``)."""
+    return _stores_in_answer(serde, response_metadata={UNSTORABLE_KEY: {call_id: _UNKEPT_AS_WRITTEN}})
 
 
 def _stores_in_answer(serde: SerializerProtocol, **fields: Any) -> bool:
