@@ -11,20 +11,39 @@ broker's state after every kind of change, on both stores.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 from test_broker_store import FakeClock
 
-from agentgate.dispatch.broker import Broker, GangRequest, TenantQuota, synthetic_topology
+from agentgate.dispatch.broker import (
+    Broker,
+    GangRequest,
+    TenantQuota,
+    TopologyConstraint,
+    WorkloadHint,
+    synthetic_topology,
+)
 from agentgate.errors import AgentGateError, StoreError
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.broker_leases import BrokerLeaseStore
 
 
 def _broker(journal: BrokerLeaseStore, clock: FakeClock) -> Broker:
+    """Two nodes of 8; draining on (a gang waiting 5 s reserves GPUs as their leases end)."""
     quotas = [TenantQuota("a", 16, cohort="lab"), TenantQuota("b", 12, cohort="lab")]
-    return Broker(synthetic_topology(2, 8), quotas, clock=clock, ttl_s=60, grace_s=20, journal=journal)
+    return Broker(
+        synthetic_topology(2, 8),
+        quotas,
+        clock=clock,
+        ttl_s=60,
+        grace_s=20,
+        journal=journal,
+        drain_after_s=5.0,
+        locality_wait_s=10.0,
+        max_draining=2,
+    )
 
 
 def _stored(store: Store, broker: Broker) -> None:
@@ -36,34 +55,40 @@ def _stored(store: Store, broker: Broker) -> None:
 
 
 def test_what_is_read_back_is_the_state_after_every_kind_of_change(store: Store) -> None:
-    """Grants, releases, renewals, preemption notices, nominations, timeouts, withdrawals and
-    expiries, in a random order: the journal's rows are the broker's state after each call."""
+    """Grants, releases, renewals, preemption notices, nominations, draining reservations,
+    timeouts, withdrawals and expiries, in a random order: the journal's rows are the broker's
+    state after each call."""
     rng = random.Random(90)
     clock = FakeClock()
     broker = _broker(BrokerLeaseStore(store), clock)
+    drained = 0
     for step in range(160):
         clock.now += rng.choice((0.0, 1.0, 7.0, 25.0))
         held = [lease.id for lease in broker.leases()] + [q.request.id for q in broker.queue()]
         move = rng.random()
         try:
-            if move < 0.55 or not held:
+            if move < 0.6 or not held:
                 request = GangRequest(
                     f"r{step}",
                     rng.choice("ab"),
                     rng.choice((1, 2, 4, 8)),
                     priority=rng.randint(0, 3),
                     timeout_s=rng.choice((5.0, 40.0, 1e6)),
+                    hint=WorkloadHint(rng.choice(("compute", "communication"))),
+                    topology=rng.choice((None, TopologyConstraint("node", required=False))),
                 )
                 broker.submit(request)
-            elif move < 0.8:
+            elif move < 0.68:
                 broker.release(rng.choice(held))
-            elif move < 0.95:
+            elif move < 0.85:
                 broker.renew(rng.choice(held))
             else:
                 broker.advance()
         except AgentGateError:
             pass  # a renewal of a waiting request, a gang no quota allows: refused, still journaled
         _stored(store, broker)
+        drained += any(q.draining for q in broker.queue())
+    assert drained  # a request's body changed while it waited (``"draining": true``)
 
 
 def _count_writes(store: SQLiteStore) -> None:
@@ -148,3 +173,32 @@ def test_a_restarted_broker_writes_the_state_it_took_over_whole(store: Store) ->
     with pytest.raises(StoreError, match="journaled by another broker process"):
         first.release("w1")
     _stored(store, second)
+
+
+def test_a_state_naming_an_id_twice_is_refused_whole(store: Store) -> None:
+    """Rows kept by id would keep one of the two: the write is refused, as the store's unique key
+    refused it when every write was whole (a snapshot made by hand: a broker's never is)."""
+    clock = FakeClock()
+    broker = _broker(BrokerLeaseStore(store), clock)
+    broker.submit(GangRequest("held", "a", 16, timeout_s=1e6))
+    broker.submit(GangRequest("w", "a", 8, timeout_s=1e6))
+    snapshot = broker.snapshot()
+    journal = BrokerLeaseStore(store)
+    assert journal.load() is not None
+    journal.take_over()
+    for twice in (
+        dataclasses.replace(snapshot, queue=snapshot.queue * 2),
+        dataclasses.replace(snapshot, leases=snapshot.leases * 2),
+    ):
+        with pytest.raises(
+            StoreError, match=r"names (waiting request|lease) id .* twice; nothing was written"
+        ):
+            journal.save(twice)
+        _stored(store, broker)
+
+
+def test_a_journal_keeps_the_name_it_was_made_with(sqlite_store: SQLiteStore) -> None:
+    """The rows a journal remembers are its name's: the name cannot be changed under them."""
+    journal = BrokerLeaseStore(sqlite_store, "east")
+    with pytest.raises(AttributeError):
+        journal.broker = "west"  # type: ignore[misc]

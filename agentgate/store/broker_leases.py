@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from agentgate._names import first_non_ascii
+from agentgate._shown import quoted
 from agentgate.dispatch.broker import (
     BrokerSnapshot,
     GangRequest,
@@ -188,7 +189,7 @@ class BrokerLeaseStore:
 
     def __init__(self, store: Store, broker: str = "default") -> None:
         self.store = store
-        self.broker = broker
+        self._broker = broker
         self.writer = uuid.uuid4().hex
         """This journal's id in ``broker_writer``."""
         self._taking_over = False
@@ -211,15 +212,24 @@ class BrokerLeaseStore:
             # Added in review R40.
             add_sqlite_columns(store, "broker_state", {"generation": "INTEGER NOT NULL DEFAULT 0"})
 
+    @property
+    def broker(self) -> str:
+        """The broker name whose rows this journal reads and writes (fixed when it is made: the rows
+        it remembers writing are that name's)."""
+        return self._broker
+
     def save(self, snapshot: BrokerSnapshot) -> None:
         """Replace this broker's stored state with ``snapshot``, atomically.
 
         Raises ``StoreError``, writing nothing, when another journal is the broker name's writer
         and this one has not restored the state since, or when it restored a state that was
-        written over since (module docstring, "One writer").
+        written over since (module docstring, "One writer"), or when ``snapshot`` names one
+        lease or waiting request id twice (until review R90 the store's unique key refused it).
         """
         leases = {lease.id: self._lease_row(lease) for lease in snapshot.leases}
         queue = {q.request.id: self._queue_row(q, position) for position, q in enumerate(snapshot.queue)}
+        if len(leases) < len(snapshot.leases) or len(queue) < len(snapshot.queue):
+            raise _named_twice(self.broker, snapshot)  # a snapshot made by hand: the broker's never does
         self._lease_rows = {key: self._lease_rows[key] for key in leases.keys() & self._lease_rows.keys()}
         self._bodies = {key: self._bodies[key] for key in queue.keys() & self._bodies.keys()}
         written, self._written = self._written, None  # unknown until the write commits
@@ -409,6 +419,23 @@ def _write_changes(
 def _json_ids(ids: tuple[str, ...]) -> str:
     """``ids`` as a JSON list (most are empty: a waiting request that is not nominated)."""
     return json.dumps(list(ids)) if ids else "[]"
+
+
+def _named_twice(broker: str, snapshot: BrokerSnapshot) -> StoreError:
+    """The refusal of a ``snapshot`` that names a lease or waiting request id twice."""
+    for kind, ids in (
+        ("lease", [lease.id for lease in snapshot.leases]),
+        ("waiting request", [q.request.id for q in snapshot.queue]),
+    ):
+        seen: set[str] = set()
+        for row_id in ids:
+            if row_id in seen:
+                return StoreError(
+                    f"broker {broker!r}: the state to write names {kind} id {quoted(row_id)} twice; "
+                    "nothing was written"
+                )
+            seen.add(row_id)
+    raise AssertionError("no id named twice")
 
 
 def _generation(tx: Transaction, broker: str) -> int | None:
