@@ -358,16 +358,41 @@ def trace_kind(name: str) -> str:
     return "mooncake" if "mooncake" in lowered else "azure" if "azure" in lowered else Path(name).stem
 
 
+class Unmeasured(Exception):
+    """A goal whose loads were replayed but which has no value: a router it compares served no
+    request there, so the figure it divides is the p99 or mean of nothing."""
+
+
+def _known(value: float) -> bool:
+    """Whether a figure has a value: ``figures`` makes NaN of a percentile or mean of nothing."""
+    return not math.isnan(value)
+
+
+def _best(per_router: dict[str, dict[str, Any]], key: str) -> float:
+    """The lowest ``key`` of the routers that have one (NaN where none has: none served a
+    request). ``min`` alone would keep or skip a NaN by its place in the list."""
+    return min((v for f in per_router.values() if _known(v := f[key])), default=math.nan)
+
+
 def goals(all_results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The JSON line's figures and goals from ``run_trace``'s results. A figure with no value (the
+    p99 or mean of no request served: every prompt larger than the KV cache, say) is left out, as
+    a goal is outside its loads; until review R90 it was written as NaN, which is not JSON.
+
+    Raises ``Unmeasured`` naming each goal whose loads were replayed but that has no value: a run
+    that measured nothing has no goals line, as ``broker.py``'s refuses one (until review R90 such
+    a goal's value was NaN, and the sanity ordering of three means of nothing read 0)."""
     figs: dict[str, Any] = {}
     gl: dict[str, Any] = {}
+    unmeasured: list[str] = []
     for res in all_results:
         routers_ = res["routers"]
         tag = trace_kind(res["trace"])
         for name, per_load in routers_.items():
             for load, f in per_load.items():
                 for key in ("ttft_mean", "ttft_p99", "queue_delay_p99", "goodput", "shed", "prefix_hit_rate"):
-                    figs[f"{tag}.{name}.load{load}.{key}"] = round(f[key], 4)
+                    if _known(f[key]):
+                        figs[f"{tag}.{name}.load{load}.{key}"] = round(f[key], 4)
         loads = list(routers_["agentgate"])
         if tag == "mooncake":
             # The sanity ordering is the Mooncake paper's at load 1.0 (docs/measurements.md): a
@@ -376,65 +401,80 @@ def goals(all_results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
             # under the same name).
             gate_load = next((x for x in loads if float(x) == 1.0), None)
             if gate_load is not None:
-                r, lb, ca = (
-                    routers_[n][gate_load]["ttft_mean"] for n in ("random", LOAD_BALANCED, CACHE_AWARE)
-                )
-                gl["mooncake_sanity_random_gt_lb_gt_cache_aware"] = {
-                    "value": 1 if r > lb > ca else 0,
-                    "limit": 1,
-                    "better": "higher",
-                }
-                figs["mooncake.sanity_mean_ttft"] = {
-                    "load": gate_load,
-                    "random": r,
-                    "load_balanced": lb,
-                    "cache_aware": ca,
-                }
+                sanity = "mooncake_sanity_random_gt_lb_gt_cache_aware"
+                ordered = ("random", LOAD_BALANCED, CACHE_AWARE)
+                idle_routers = [n for n in ordered if not _known(routers_[n][gate_load]["ttft_mean"])]
+                if idle_routers:
+                    unmeasured.append(
+                        f"{sanity} ({', '.join(idle_routers)} served no request at load {gate_load})"
+                    )
+                else:
+                    r, lb, ca = (routers_[n][gate_load]["ttft_mean"] for n in ordered)
+                    gl[sanity] = {"value": 1 if r > lb > ca else 0, "limit": 1, "better": "higher"}
+                    figs["mooncake.sanity_mean_ttft"] = {
+                        "load": gate_load,
+                        "random": r,
+                        "load_balanced": lb,
+                        "cache_aware": ca,
+                    }
             # The two goals are the issue's at loads 0.8 to 1.0: a run at none of them (--load 0.5)
             # has no value for them, rather than one measured at another load under their name.
             window = [x for x in loads if 0.8 <= float(x) <= 1.0]
             if not window:
                 continue
-            ratios, gaps, delays, floors = [], [], [], []
+            ratios, gaps, delays, floors, idle = [], [], [], [], []
             for x in window:
                 base = {n: per[x] for n, per in routers_.items() if n != "agentgate"}
-                own, best_delay = (
-                    routers_["agentgate"][x]["queue_delay_p99"],
-                    min(f["queue_delay_p99"] for f in base.values()),
-                )
+                own, best_delay = routers_["agentgate"][x]["queue_delay_p99"], _best(base, "queue_delay_p99")
                 # A baseline with no queueing delay at all (a light load, a short trace): equal if
                 # agentgate has none either, else no ratio (until review R66, ZeroDivisionError).
-                if best_delay > 0 or own == 0:
+                if _known(own) and _known(best_delay) and (best_delay > 0 or own == 0):
                     delays.append(own / best_delay if best_delay > 0 else 1.0)
-                best_p99 = min(f["ttft_p99"] for f in base.values())
-                ratios.append(routers_["agentgate"][x]["ttft_p99"] / best_p99)
-                floors.append(res["ttft_p99_floor"] / best_p99)
+                own_p99, best_p99 = routers_["agentgate"][x]["ttft_p99"], _best(base, "ttft_p99")
+                if not _known(own_p99):
+                    idle.append(f"agentgate served no request at load {x}")
+                elif not _known(best_p99):
+                    idle.append(f"no baseline served a request at load {x}")
+                else:
+                    ratios.append(own_p99 / best_p99)
+                    floors.append(res["ttft_p99_floor"] / best_p99)
                 gaps.append(routers_["agentgate"][x]["goodput"] - max(f["goodput"] for f in base.values()))
             if delays:
                 figs["mooncake.queue_delay_p99_vs_best_baseline_load_0.8_1.0"] = round(max(delays), 4)
             # No router's p99 can go below the floor: where this exceeds 0.8, so does every router.
             figs["mooncake.ttft_p99_floor_s"] = round(res["ttft_p99_floor"], 4)
-            figs["mooncake.ttft_p99_floor_vs_best_baseline_load_0.8_1.0"] = round(max(floors), 4)
-            gl["mooncake_p99_ttft_vs_best_baseline_load_0.8_1.0"] = {
-                "value": round(max(ratios), 4),
-                "limit": 0.8,
-                "better": "lower",
-            }
+            p99_goal = "mooncake_p99_ttft_vs_best_baseline_load_0.8_1.0"
+            if idle:
+                unmeasured.append(f"{p99_goal} ({'; '.join(idle)})")
+            else:
+                figs["mooncake.ttft_p99_floor_vs_best_baseline_load_0.8_1.0"] = round(max(floors), 4)
+                gl[p99_goal] = {"value": round(max(ratios), 4), "limit": 0.8, "better": "lower"}
             gl["mooncake_goodput_minus_best_baseline_load_0.8_1.0"] = {
                 "value": round(min(gaps), 4),
                 "limit": 0.0,
                 "better": "higher",
             }
         elif tag == "azure":
-            ratios = []
+            ratios, idle = [], []
             for x in loads:
-                best = min(routers_[n][x]["ttft_p99"] for n in LOAD_BASED)
-                ratios.append(routers_["agentgate"][x]["ttft_p99"] / best)
-            gl["azure_p99_ttft_vs_best_load_based"] = {
-                "value": round(max(ratios), 4),
-                "limit": 1.05,
-                "better": "lower",
-            }
+                own_p99 = routers_["agentgate"][x]["ttft_p99"]
+                best = _best({n: routers_[n][x] for n in LOAD_BASED}, "ttft_p99")
+                if not _known(own_p99):
+                    idle.append(f"agentgate served no request at load {x}")
+                elif not _known(best):
+                    idle.append(f"no load-based baseline served a request at load {x}")
+                else:
+                    ratios.append(own_p99 / best)
+            if idle:
+                unmeasured.append(f"azure_p99_ttft_vs_best_load_based ({'; '.join(idle)})")
+            else:
+                gl["azure_p99_ttft_vs_best_load_based"] = {
+                    "value": round(max(ratios), 4),
+                    "limit": 1.05,
+                    "better": "lower",
+                }
+    if unmeasured:
+        raise Unmeasured(", ".join(unmeasured))
     return figs, gl
 
 
@@ -562,7 +602,11 @@ def main(argv: list[str] | None = None) -> int:
         all_results.append(res)
     plot(all_results, plot_to)
     print(f"\nplot: {plot_to}")
-    figs, gl = goals(all_results)
+    try:
+        figs, gl = goals(all_results)
+    except Unmeasured as exc:
+        print(f"dispatch: no value for goal {exc}: no JSON line", file=sys.stderr)
+        return 1
     figs["config"] = {
         "limit": limit,
         "loads": loads,
@@ -571,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": MODEL.name,
         "scrape_interval_s": args.scrape,
     }
-    print(json.dumps({"benchmark": "dispatch", "figures": figs, "goals": gl}))
+    print(json.dumps({"benchmark": "dispatch", "figures": figs, "goals": gl}, allow_nan=False))
     return 0
 
 
