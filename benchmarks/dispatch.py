@@ -583,6 +583,15 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+        if not any(r.prompt_tokens or r.output_tokens for r in requests):
+            # No work to set a capacity by, so no rate for any --load (until review R90,
+            # ZeroDivisionError in ``capacity_rps``).
+            print(
+                f"dispatch: {path}: its first {len(requests)} requests have 0 tokens in and 0 out, "
+                "so no capacity or --load can be set from them: replay more of it (--limit)",
+                file=sys.stderr,
+            )
+            return 2
         # One set of figures per kind of trace: a second of a kind would write its figures under
         # the first's keys (until review R88 the last one's were kept, both tables printed).
         kind = trace_kind(path.name)
