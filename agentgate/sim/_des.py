@@ -100,6 +100,17 @@ interval of 1e-20 s did not advance its clock at all past 0 (``now + 1e-20 == no
 replay never returned (until review R83 only 0 and less were refused)."""
 
 
+def _wait_s(seconds: object) -> float:
+    """A ``Wait``'s seconds as a float: an integer too large for one is ``inf`` (it waits past any
+    time), and what is no number is NaN, which no ``max_wait_s`` takes (waited too long)."""
+    if not is_number(seconds):
+        return math.nan
+    try:
+        return float(seconds)
+    except OverflowError:
+        return math.inf if seconds > 0 else -math.inf
+
+
 def _index_past(index: int, now: float, interval: float) -> int:
     """``index``, or a later one whose scrape time is past ``now``: far from 0 (past ``2**53``
     intervals) consecutive indexes round to one time, and a scrape at one instant would follow
@@ -196,7 +207,9 @@ def replay(
     for ever, or waited for ever) or is so far that it is past any count of scrapes (1e308 s), a ``max_wait_s`` that is not a number of seconds, 0 or more
     (``inf``: a request waits as long as its router asks; until review R83 NaN rejected every
     request a router told to wait, as having waited too long),
-    and for two requests with one ``id`` (requests and outcomes are kept by id: the replay failed
+    and for a router's ``Wait`` that asks for a request again past what scrapes count to, as for
+    such an arrival (``Wait(inf)`` where ``max_wait_s`` is ``inf``: it would never be asked again;
+    raised when the router answers, the replay stopping there), and for two requests with one ``id`` (requests and outcomes are kept by id: the replay failed
     with a ``KeyError`` midway, or gave the second's outcome for both), and for a request whose
     ``hashes`` are of other blocks than an engine's ``block_tokens`` (until review R66 an engine
     read them at its own size: a Mooncake trace's 512-token shared blocks were cached as 16 tokens
@@ -325,9 +338,17 @@ def replay(
             live[req.id] = (req, sim, choice.backend, now)
             if not busy[choice.backend]:
                 start_step(choice.backend, now)
-        elif isinstance(choice, Wait) and now + choice.seconds - req.arrival <= max_wait_s:
+        elif isinstance(choice, Wait) and now + (wait := _wait_s(choice.seconds)) - req.arrival <= max_wait_s:
+            again = now + max(wait, 1e-3)
+            if not math.isfinite(4.0 * (again / scrape_interval)):
+                # As for an arrival: a time past any count of scrapes (until review R90 a bare
+                # OverflowError at 1e308 s, and Wait(inf) scraped one interval at a time for ever).
+                raise InputError(
+                    f"request {req.id!r}: the router's Wait({quoted(choice.seconds, 40)}) asks for it "
+                    f"again at {again!r} s, past what scrapes every {scrape_interval!r} s count to"
+                )
             seq += 1
-            heapq.heappush(routes, (now + max(choice.seconds, 1e-3), seq, req))
+            heapq.heappush(routes, (again, seq, req))
         else:
             reason = choice.reason if isinstance(choice, Reject) else "waited too long"
             outcomes[req.id] = Outcome(req, None, None, None, None, 0, reason, 0)
