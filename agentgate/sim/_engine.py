@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from agentgate._shown import quoted, shown
 from agentgate.errors import InputError
 from agentgate.sim._kvcache import KVCache
-from agentgate.sim._latency import PROFILES, LatencyModel
+from agentgate.sim._latency import MAX_KV_CAPACITY_TOKENS, PROFILES, LatencyModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +44,20 @@ class EngineConfig:
         waiting for ever), and a KV capacity of 0 was silently read as the model's. Until review
         R66 only the range was checked: text raised a bare ``TypeError`` from the comparison,
         and a fraction was taken (``block_tokens=2.5`` failed inside the engine's first step,
-        and the HTTP server's chat requests with a 500)."""
+        and the HTTP server's chat requests with a 500). ``block_tokens`` and ``kv_capacity_tokens``,
+        which ``SimServer``'s ``/metrics`` publishes, are at most ``MAX_KV_CAPACITY_TOKENS`` (10**12):
+        until review R90 one of more than 4,300 digits, which has no ``str``, made every ``/metrics``
+        request a 500."""
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_tokens", "kv_capacity_tokens"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise InputError(f"{name} must be an integer of 1 or more, not {value!r:.40}")
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"{name} must be an integer of 1 or more, not {quoted(value, 40)}")
+            if name in ("block_tokens", "kv_capacity_tokens") and value > MAX_KV_CAPACITY_TOKENS:
+                raise InputError(
+                    f"{name} must be at most 10**12 tokens (MAX_KV_CAPACITY_TOKENS), not {quoted(value, 40)}"
+                )
 
 
 @dataclass(slots=True, eq=False)

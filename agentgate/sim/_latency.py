@@ -20,6 +20,13 @@ from typing import NoReturn
 from agentgate._shown import quoted
 from agentgate.errors import InputError
 
+MAX_KV_CAPACITY_TOKENS = 10**12
+"""The largest KV capacity (and KV block) a profile or an engine takes, in tokens: a trillion,
+thousands of times any real engine's, and the most agentgate's router believes of a published one
+(``agentgate.dispatch.inventory.MAX_KV_CAPACITY_TOKENS``), which the simulator's ``/metrics``
+publishes. Until review R90 any integer was taken, and one of more than 4,300 digits (which has no
+``str``) made every ``/metrics`` request a 500."""
+
 
 @dataclass(frozen=True, slots=True)
 class LatencyModel:
@@ -42,18 +49,23 @@ class LatencyModel:
 
     def __post_init__(self) -> None:
         """Refuse (``InputError``, naming the profile and the field) a coefficient that is not a
-        finite number of 0 or more, or a ``kv_capacity_tokens`` that is not an integer of 1 or
-        more. Until review R66 any was taken: with a NaN or infinite one a replay never returned,
-        with a negative one requests had their first token before they arrived."""
+        finite number of 0 or more, or a ``kv_capacity_tokens`` that is not an integer from 1 to
+        ``MAX_KV_CAPACITY_TOKENS``. Until review R66 any was taken: with a NaN or infinite one a
+        replay never returned, with a negative one requests had their first token before they
+        arrived."""
         for field in fields(self):
             value = getattr(self, field.name)
             if field.name == "name":
                 continue
             if field.name == "kv_capacity_tokens":
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, int)
+                    or not 1 <= value <= MAX_KV_CAPACITY_TOKENS
+                ):
                     raise InputError(
-                        f"latency profile {self.name!r:.60}: kv_capacity_tokens must be an integer of "
-                        f"1 or more, not {value!r:.40}"
+                        f"latency profile {self.name!r:.60}: kv_capacity_tokens must be an integer from "
+                        f"1 to 10**12 (MAX_KV_CAPACITY_TOKENS), not {quoted(value, 40)}"
                     )
             elif isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
                 raise InputError(
