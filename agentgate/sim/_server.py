@@ -280,8 +280,9 @@ def _sent_as_utf8(text: str, name: str, what: str, *, secret: bool = False) -> N
 
 
 def _check_api_key(api_key: object) -> None:
-    """Refuse an ``api_key`` that is neither ``None`` nor non-empty text UTF-8 can encode
-    (``InputError``; the key itself is never quoted)."""
+    """Refuse an ``api_key`` that is neither ``None`` nor non-empty printable ASCII without
+    whitespace, what an ``Authorization`` header carries (``InputError``; the key itself is never
+    quoted). The inventory refuses a backend's key of other characters in the same words."""
     if api_key is None:
         return
     if not isinstance(api_key, str):
@@ -291,6 +292,16 @@ def _check_api_key(api_key: object) -> None:
     # Until a regression review (round c) of R87 a lone surrogate was taken, and every /v1
     # request, whose key is compared as UTF-8, was a 500 with a UnicodeEncodeError.
     _sent_as_utf8(api_key, "api_key", "the key /v1 asks for as a Bearer token", secret=True)
+    # Until review R90 any other text was taken, and no client could present it: a line break
+    # (a key read from a file) cannot be sent in a header, a trailing space is read off by HTTP
+    # parsers, and a non-ASCII key sent as UTF-8 is read back as Latin-1: every /v1 request a 401.
+    at = next((i for i, c in enumerate(api_key) if not " " < c < "\x7f"), None)
+    if at is not None:
+        held = "a space (U+0020)" if api_key[at] == " " else character_named(api_key[at])
+        raise InputError(
+            "api_key must be printable ASCII without whitespace, which an Authorization header can "
+            f"carry: it holds {held} at character {at + 1}"
+        )
 
 
 class SimServer:
@@ -304,7 +315,7 @@ class SimServer:
     ``time_scale`` that is not a finite number of at least
     ``MIN_TIME_SCALE`` (1e-6), a ``scrape_lag_s`` that is not a finite number of 0 or more, a
     ``max_model_len`` that is not an integer of at least 2, an ``api_key`` that is neither ``None``
-    nor non-empty text UTF-8 can encode (not quoted), a ``body_timeout_s``
+    nor non-empty printable ASCII without whitespace (not quoted; what a header carries), a ``body_timeout_s``
     that is not a positive finite number (an integer too large for a float is none: until review
     R84 ``10**400`` was taken, and failed the first sum with a float), or HTTP limits (``head_timeout_s``, ``max_head_bytes``,
     ``stall_s``, ``unread_body_s``) that ``HttpLimits`` refuses (``agentgate/_http_limits.py``).
@@ -527,8 +538,8 @@ class SimServer:
     @property
     def api_key(self) -> str | None:
         """The key ``/v1/*`` asks for as ``Authorization: Bearer``; ``None``: none. May be changed
-        while serving (a key rotated on the backend); a key that is not ``None`` or non-empty text
-        UTF-8 can encode is refused with ``InputError``, the key kept."""
+        while serving (a key rotated on the backend); a key that is not ``None`` or non-empty
+        printable ASCII without whitespace is refused with ``InputError``, the key kept."""
         return self._api_key
 
     @api_key.setter
