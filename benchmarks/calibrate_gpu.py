@@ -476,6 +476,9 @@ def read_measurements(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         sys.exit(f"calibrate_gpu: --fit {path}: cannot read it: {exc}")
+    except RecursionError:
+        # Until review R90 a traceback: ``json`` recurses once per level of arrays or objects.
+        sys.exit(f"calibrate_gpu: --fit {path}: cannot read it: JSON nested too deeply")
     if not isinstance(data, dict):
         sys.exit(f"calibrate_gpu: --fit {path}: not a JSON object of measurements")
     info = data.get("info")
