@@ -104,7 +104,8 @@ def _uncovered(
     (``uncovered_call``, from ``base``, a witness, with its arguments ``cap``'s own); with the
     first of ``near`` (the capabilities of ``cap``'s resource and action) that it fails on the
     argument changed, else the first, and the constraint of that one it fails."""
-    own = Call(base.resource, base.action, {n: v for n, v in base.args.items() if n in cap.constraint_map})
+    constrained = cap.constraint_map
+    own = Call(base.resource, base.action, {n: v for n, v in base.args.items() if n in constrained})
     found = uncovered_call(held, cap, own)
     if found is None:
         return None

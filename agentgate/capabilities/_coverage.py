@@ -132,6 +132,19 @@ def _violations(constraint: Constraint) -> Iterable[Scalar]:
             yield value
 
 
+SEARCH_CHECKS_PER_VALUE = 16
+"""How many constraint checks ``uncovered_call`` may make for each value the parents and the
+child constrain with (a set's every value, a range's or prefix's one), besides
+``SEARCH_CHECKS_FLOOR``: a search that finds nothing costs about what the rest of the refusal
+does. Until review R90 it was unbounded and rebuilt and checked the whole call for each value
+tried, so one hand-signed link of 480 arguments cost about a second on every decision that
+refused it."""
+
+SEARCH_CHECKS_FLOOR = 1000
+"""Constraint checks ``uncovered_call`` may always make: enough for every search of a few
+arguments against a few parent capabilities."""
+
+
 def uncovered_call(parents: Sequence[Capability], child: Capability, base: Call) -> tuple[str, Call] | None:
     """A call that ``child`` covers and none of ``parents`` does, with the name of the argument
     changed to find it, found near the bounds: ``base``
@@ -143,19 +156,50 @@ def uncovered_call(parents: Sequence[Capability], child: Capability, base: Call)
 
     ``None`` when none is found: the parents may cover ``child`` together (``covered_together``
     says where they surely do), or every call outside them differs from ``base`` in more than one
-    argument. At most ``MAX_SET_SIZE`` values of ``child``'s own and 12 per constraint on each
-    argument, each tried against every parent (at most ``MAX_CAPABILITIES``, 16)."""
-    for name, constraint in child.constraints:
-        held = [c for p in parents for n, c in p.constraints if n == name]
-        if not held:
+    argument, or the search ran out of checks first. It makes at most ``SEARCH_CHECKS_FLOOR``
+    plus ``SEARCH_CHECKS_PER_VALUE`` constraint checks (``Constraint.allows``) for each value
+    the parents and ``child`` constrain with (``_weight``): each parent is checked against
+    ``base`` once, and each value tried only against ``child``'s constraint and the parents'
+    constraints on the argument changed, of the parents that ``base`` fails on no other one."""
+    budget = SEARCH_CHECKS_FLOOR + SEARCH_CHECKS_PER_VALUE * sum(_weight(c) for c in (child, *parents))
+    maps = [p.constraint_map for p in parents]
+    # The parents that can cover a call differing from ``base`` in one argument, each with the
+    # argument ``base`` fails it on (``None``: none): only its constraint on the argument changed
+    # is checked again, where ``covers`` would check every argument of a copy of the call.
+    open_parents: list[tuple[dict[str, Constraint], str | None]] = []
+    checks = 0
+    for p, p_map in zip(parents, maps, strict=True):
+        if not pattern_matches(p.resource, base.resource) or p.action not in ("*", base.action):
             continue
+        failed: list[str] = []
+        for name, constraint in p.constraints:
+            checks += 1
+            if name not in base.args or not constraint.allows(base.args[name]):
+                failed.append(name)
+                if len(failed) > 1:
+                    break
+        if len(failed) <= 1:
+            open_parents.append((p_map, failed[0] if failed else None))
+    for name, constraint in child.constraints:
+        held = [p_map[name] for p_map in maps if name in p_map]
+        deciding = [p_map for p_map, failed in open_parents if failed in (None, name)]
+        if not held or any(name not in p_map for p_map in deciding):
+            continue  # one of them covers ``base`` with any value of this argument
+        held_here = [p_map[name] for p_map in deciding]
         for value in _near_bounds(constraint, held):
-            if not constraint.allows(value):
-                continue
-            call = Call(base.resource, base.action, {**base.args, name: value})
-            if not any(covers(p, call) for p in parents):
-                return name, call
+            checks += 1 + len(held_here)
+            if checks > budget:
+                return None
+            if constraint.allows(value) and not any(c.allows(value) for c in held_here):
+                return name, Call(base.resource, base.action, {**base.args, name: value})
     return None
+
+
+def _weight(capability: Capability) -> int:
+    """How many values ``capability`` constrains with: each value of a set, one for any other constraint."""
+    return sum(
+        len(c._normal.values) if isinstance(c._normal, _Finite) else 1 for _, c in capability.constraints
+    )
 
 
 def _near_bounds(constraint: Constraint, held: Sequence[Constraint]) -> Iterable[Scalar]:
