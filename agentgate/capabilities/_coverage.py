@@ -90,7 +90,14 @@ def witness(parent: Capability, child: Capability) -> Call | None:
     4.999999999999999, lt: 5``: no integer and no double lies between the two), and one wider
     than its parent only by such numbers (``lt: 2**60 + 1`` under ``le: 2**60``: no integer and
     no double lies strictly between 2**60 and 2**60 + 1).
+
+    Raises ``CapabilityError`` when given anything but two ``Capability`` objects.
     """
+    if not isinstance(parent, Capability) or not isinstance(child, Capability):
+        raise CapabilityError(
+            f"witness(parent, child) takes two Capability objects (parse_capability), got "
+            f"{type(parent).__name__} and {type(child).__name__}"
+        )
     if any(c.is_empty for _, c in child.constraints):
         return None
     child_map = child.constraint_map
@@ -160,7 +167,16 @@ def uncovered_call(parents: Sequence[Capability], child: Capability, base: Call)
     plus ``SEARCH_CHECKS_PER_VALUE`` constraint checks (``Constraint.allows``) for each value
     the parents and ``child`` constrain with (``_weight``): each parent is checked against
     ``base`` once, and each value tried only against ``child``'s constraint and the parents'
-    constraints on the argument changed, of the parents that ``base`` fails on no other one."""
+    constraints on the argument changed, of the parents that ``base`` fails on no other one.
+
+    Raises ``CapabilityError`` when given anything but a sequence of ``Capability`` objects, a
+    ``Capability`` and a ``Call``."""
+    shown = _parents_shown(parents)
+    if shown is not None or not isinstance(child, Capability) or not isinstance(base, Call):
+        raise CapabilityError(
+            "uncovered_call(parents, child, base) takes a sequence of Capability objects, a Capability "
+            f"and a Call, got {shown or 'Capability objects'}, {type(child).__name__} and {type(base).__name__}"
+        )
     budget = SEARCH_CHECKS_FLOOR + SEARCH_CHECKS_PER_VALUE * sum(_weight(c) for c in (child, *parents))
     maps = [p.constraint_map for p in parents]
     # The parents that can cover a call differing from ``base`` in one argument, each with the
@@ -202,6 +218,15 @@ def _weight(capability: Capability) -> int:
     )
 
 
+def _parents_shown(parents: object) -> str | None:
+    """``None`` for a sequence (not a string) of ``Capability`` objects; else what ``parents`` is,
+    for a refusal: its type, or the type of the first item that is not a ``Capability``."""
+    if isinstance(parents, str | bytes) or not isinstance(parents, Sequence):
+        return type(parents).__name__
+    odd = next((p for p in parents if not isinstance(p, Capability)), _NOTHING)
+    return None if odd is _NOTHING else f"a {type(parents).__name__} holding a {type(odd).__name__}"
+
+
 def _near_bounds(constraint: Constraint, held: Sequence[Constraint]) -> Iterable[Scalar]:
     """``constraint``'s own values (a finite set), then the integers and doubles at and next to
     each finite numeric bound of it and of ``held``, each once (a value by its type)."""
@@ -232,7 +257,16 @@ def covered_together(parents: Sequence[Capability], child: Capability) -> bool:
     ``amount<=500``), together hold every value ``child`` allows that argument, a finite set or
     an interval of them; also where one parent alone covers ``child``. False otherwise, which
     does not say a call is left out (two arguments split between parents; a gap only reals hold,
-    ``gt: 4.999999999999999, lt: 5``). Quadratic in the number of parents (at most 16)."""
+    ``gt: 4.999999999999999, lt: 5``). Quadratic in the number of parents (at most 16).
+
+    Raises ``CapabilityError`` when given anything but a sequence of ``Capability`` objects and a
+    ``Capability``."""
+    shown = _parents_shown(parents)
+    if shown is not None or not isinstance(child, Capability):
+        raise CapabilityError(
+            "covered_together(parents, child) takes a sequence of Capability objects and a Capability, "
+            f"got {shown or 'Capability objects'} and {type(child).__name__}"
+        )
     child_map = child.constraint_map
     by_name: dict[str, list[_Normal]] = {}
     for p in parents:
