@@ -103,10 +103,17 @@ _REREAD_TOKENS = 20_000
 """Most tokens PyYAML's own parser makes of such a text: a token costs it several steps."""
 _TEXT_1_2 = frozenset({"tag:yaml.org,2002:value", "tag:yaml.org,2002:merge"})
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
-_TAGGED = re.compile(r"(?:&\S+(?:\s+#[^\r\n\x85\u2028\u2029]*(?![^\r\n\x85\u2028\u2029]))*\s+)?!")
+_ANCHOR = r"&[0-9A-Za-z_-]+"
+"""An anchor as both parsers read one: '&' and a name of letters, digits, '-' and '_' (they
+refuse any other character in it, and anything but a blank or an indicator after it)."""
+_TAGGED = re.compile(rf"(?:{_ANCHOR}(?:\s+#[^\r\n\x85\u2028\u2029]*(?![^\r\n\x85\u2028\u2029]))*\s+)?!")
 """A node's text that starts with a tag (after an anchor, if any, and the comments after it):
 ``!!str 5``, ``&a !!str 5``, ``&a # why`` then ``!!str 5`` on the next line. A comment runs to
-its line's end (the lookahead): one way to match it, never a search over where it might stop."""
+its line's end (the lookahead): one way to match it, never a search over where it might stop.
+Matched at every node's start, it reads no further than the node's anchor, blanks and comments.
+Until review R90 the anchor was ``&\\S+``, which ran on past a ',' to the next blank and back:
+each node of ``[&a0,&a1,...]`` cost the rest of the line (a 55 KB policy took 20 s to load),
+and the next value's tag was taken for an anchored empty value's (``[&a, ! 5]`` read ``''``)."""
 _NON_SPECIFIC = re.compile(_TAGGED.pattern + r"(?=[\s,\]}]|\Z)")
 """A node's text that starts with the non-specific tag ``!`` alone (``! 1``), after an anchor if
 any. YAML 1.2 reads such a scalar as text; PyYAML resolves it as if it were plain (``! 1`` the
