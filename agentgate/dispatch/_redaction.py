@@ -151,15 +151,66 @@ def _written(text: str) -> tuple[str, ...]:
 def _quoted_echo(value: object, request: Mapping[str, Any] | None, limit: int = 80) -> str:
     """``value``, taken from a backend's answer (a finish reason, a usage count, a choice index),
     as a refusal quotes it (``quoted``), scrubbed of the prompt of ``request`` (``_prompt_texts``)
-    before it is cut: a text as it came, before ``repr`` escapes it, anything else in its
-    ``repr``. The prompt is scrubbed where the backend's words enter a message, never from the
-    message whole: until a regression review of R89 ``BackendClient._shown`` scrubbed it from all
-    of it, agentgate's own words too (the prompt ``request 0: hello`` made a stream's failure
-    read ``no first token within 0.5s of the [redacted](first_token_s)``)."""
+    before it is cut: each text in it, alone or held in a list or an object (a key too), as it
+    came, before ``repr`` escapes it (``_echo_written``). Until review R90 a value that is no text
+    was written with ``repr`` first and scrubbed after: ``repr`` writes a no-break space as
+    ``\\xa0`` (JSON as ``\\u00a0``), a control character as ``\\x01`` and a quote as ``\\'``
+    beside the other kind, so an echo in a list was redacted only up to that character and the
+    rest of the prompt quoted. The prompt is scrubbed where the backend's words enter a message,
+    never from the message whole: until a regression review of R89 ``BackendClient._shown``
+    scrubbed it from all of it, agentgate's own words too (the prompt ``request 0: hello`` made a
+    stream's failure read ``no first token within 0.5s of the [redacted](first_token_s)``)."""
     prompts = _prompt_texts(request) if request is not None else ()
     if not prompts:
         return quoted(value, limit)
-    if isinstance(value, str):
-        return quoted(_scrub(value[: 16 * limit], None, prompts), limit)
-    text = _scrub(quoted(value, 16 * limit), None, prompts)
+    text = _echo_written(value, prompts, limit)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
+    """``value`` (a value of JSON: text, a list, an object, a number) as ``repr`` writes it, each
+    text in it scrubbed of ``prompts`` (``_scrub``) as it came, its first ``16 * limit``
+    characters (an echo cut in two would not be found; ``repr`` escapes make each character up to
+    ten), before ``repr`` escapes it; what is no text nor a container as ``quoted`` writes it.
+    Written only until it is past ``limit`` characters, the most a refusal quotes: a list of a
+    million texts costs what its first few do. A value nested deeper than Python's recursion
+    limit is named by its type, as ``quoted`` names it."""
+    parts: list[str] = []
+    size = 0
+
+    def write(piece: str) -> None:
+        nonlocal size
+        parts.append(piece)
+        size += len(piece)
+
+    def walk(item: object) -> None:
+        if isinstance(item, str):
+            # Shorter than ``_FRAGMENT``, a text holds no run ``_scrub`` redacts: not searched.
+            said = item if len(item) < _FRAGMENT else _scrub(item[: 16 * limit], None, prompts)
+            write(repr(said))
+        elif isinstance(item, Mapping):
+            write("{")
+            for count, (key, each) in enumerate(item.items()):
+                if size > limit:
+                    return
+                write(", " if count else "")
+                walk(key)
+                write(": ")
+                walk(each)
+            write("}")
+        elif isinstance(item, list):
+            write("[")
+            for count, each in enumerate(item):
+                if size > limit:
+                    return
+                write(", " if count else "")
+                walk(each)
+            write("]")
+        else:
+            write(quoted(item, limit + 1))
+
+    try:
+        walk(value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deep to write"
+    return "".join(parts)
