@@ -42,9 +42,9 @@ def redactions(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["_prompt_texts"] += 1
         return gather(payload)
 
-    def counted_scrub(text: str, key: str | None, prompts: Sequence[str] = ()) -> str:
+    def counted_scrub(text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool = False) -> str:
         counts["_scrub"] += 1
-        return scrub(text, key, prompts)
+        return scrub(text, key, prompts, cut=cut)
 
     monkeypatch.setattr(backends, "_prompt_texts", counted_gather)
     monkeypatch.setattr(backends, "_scrub", counted_scrub)

@@ -95,9 +95,9 @@ def test_a_long_value_is_written_only_as_far_as_it_is_quoted(monkeypatch: pytest
     further than that: its first few texts are searched, not a million."""
     searched: list[str] = []
 
-    def counted(text: str, key: str | None, prompts: Any = ()) -> str:
+    def counted(text: str, key: str | None, prompts: Any = (), *, cut: bool = False) -> str:
         searched.append(text)
-        return _scrub(text, key, prompts)
+        return _scrub(text, key, prompts, cut=cut)
 
     monkeypatch.setattr(_redaction, "_scrub", counted)
     prompt = PROMPTS["control-character"]

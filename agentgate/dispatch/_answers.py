@@ -84,8 +84,9 @@ def _reject_error(
     if error is None and body.get("object") != "error":
         return
     detail = error.get("message", error) if isinstance(error, Mapping) else error or body.get("message")
-    text = detail[:1024] if isinstance(detail, str) else orjson.dumps(detail).decode()[:1024]
-    excerpt = _scrub(text, key, _prompt_texts(request) if request is not None else ())[:200]
+    said = detail if isinstance(detail, str) else orjson.dumps(detail).decode()
+    prompts = _prompt_texts(request) if request is not None else ()
+    excerpt = _scrub(said[:1024], key, prompts, cut=len(said) > 1024)[:200]
     raise BackendFailed(f"{backend}: the backend reported an error: {excerpt!r}")
 
 

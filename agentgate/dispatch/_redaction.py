@@ -15,7 +15,7 @@ _FRAGMENT = 8
 """The shortest piece of a key, or start of a prompt's message, that ``_scrub`` redacts."""
 
 
-def _scrub(text: str, key: str | None, prompts: Sequence[str] = ()) -> str:
+def _scrub(text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool = False) -> str:
     """``text`` with ``key``, every start of it ``_FRAGMENT`` or more characters long (what a quote
     cut mid-key, or a masked key, shows) and every other piece of it twice that long (a quote that
     cut the key's start: a shorter piece may be a word of ours, ``credentials``, that a key holds),
@@ -33,7 +33,16 @@ def _scrub(text: str, key: str | None, prompts: Sequence[str] = ()) -> str:
     secret (``ollama``, ``EMPTY``, ``1``: the words an endpoint's own message holds), and redacting
     it garbled that message (``Error code: 40[redacted]``). The runs are found in ``text`` as it
     came, never in what redaction wrote: until review R87b a second pass rescanned the markers
-    the first had written (``Inv[red[red[redacted]cted]cted]lid API key`` for the key ``a``)."""
+    the first had written (``Inv[red[red[redacted]cted]cted]lid API key`` for the key ``a``).
+
+    Where ``cut`` (``text`` is the start of the backend's words, cut there for the quote), what
+    is not redacted of its last ``_FRAGMENT - 1`` characters is left out: a start of the key or
+    of a prompt standing there is too short to be found. Until review R90 it was quoted: an error
+    body's runs of white space, folded after the scrub, brought a prompt's start at the end of
+    the 1,024 bytes read into the 200 characters quoted (``HTTP 400: <pre> 078-05-``)."""
+    # Each run redacted is ``_FRAGMENT`` long or more, so of the last ``_FRAGMENT - 1``
+    # characters those redacted come first: what is left out is what follows the last run.
+    kept = len(text) - _FRAGMENT + 1 if cut else len(text)  # where what is quoted may end
     reach = [0] * len(text)  # reach[i]: where the longest run found starting at i ends (0: none)
     found = _prompt_runs(text, prompts)
     if key and len(key) >= _FRAGMENT:
@@ -49,8 +58,8 @@ def _scrub(text: str, key: str | None, prompts: Sequence[str] = ()) -> str:
             parts += [text[done:start], "[redacted]"]
         done = end
     if not parts:
-        return text
-    return "".join(parts) + text[done:]
+        return text[: max(kept, 0)]
+    return "".join(parts) + text[done : max(done, kept)]
 
 
 def _starts(text: str, secret: str) -> list[tuple[int, int]]:
@@ -186,7 +195,11 @@ def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
     def walk(item: object) -> None:
         if isinstance(item, str):
             # Shorter than ``_FRAGMENT``, a text holds no run ``_scrub`` redacts: not searched.
-            said = item if len(item) < _FRAGMENT else _scrub(item[: 16 * limit], None, prompts)
+            said = (
+                item
+                if len(item) < _FRAGMENT
+                else _scrub(item[: 16 * limit], None, prompts, cut=len(item) > 16 * limit)
+            )
             write(repr(said))
         elif isinstance(item, Mapping):
             write("{")

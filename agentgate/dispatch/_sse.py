@@ -410,6 +410,11 @@ def _line_shown(line: str, key: str | None, prompts: Sequence[str] = ()) -> str:
     except orjson.JSONDecodeError:
         value = None
     if isinstance(value, dict):
-        keys = ", ".join(repr(_scrub(str(k)[:1024], key, prompts)[:32]) for k in list(value)[:8])
+        keys = ", ".join(repr(_cut_scrubbed(str(k), key, prompts)[:32]) for k in list(value)[:8])
         return f"a JSON object with keys {keys} (an NDJSON stream? the backend must speak OpenAI's SSE)"
-    return repr(_scrub(line[:1024], key, prompts)[:80])
+    return repr(_cut_scrubbed(line, key, prompts)[:80])
+
+
+def _cut_scrubbed(text: str, key: str | None, prompts: Sequence[str]) -> str:
+    """The first 1,024 characters of ``text`` scrubbed (``_scrub``), cut there if it goes on."""
+    return _scrub(text[:1024], key, prompts, cut=len(text) > 1024)

@@ -179,7 +179,7 @@ def _refuse_encoded(name: str, encoding: str | None, request: Mapping[str, Any] 
     if _encoded(encoding):
         said = encoding[:_QUOTED_HEADER]
         if request is not None:
-            said = _scrub(said, None, _prompt_texts(request))
+            said = _scrub(said, None, _prompt_texts(request), cut=len(encoding) > _QUOTED_HEADER)
         raise BackendFailed(
             f"{name}: answered with Content-Encoding: {escaped(said[:40])}, which it was not "
             "asked for (Accept-Encoding: identity): not decoded"
@@ -788,8 +788,12 @@ class BackendClient:
         a bidi override or a NUL in the body reached the gateway's log and the audit outcome).
         Until review R89 the prompt was scrubbed after (``_shown``), where its echo no longer
         read as sent past a run of spaces or a character that is not printable, and the rest of
-        it was quoted; and after the cut, which left up to 7 characters of a prompt's start."""
-        text = _scrub(body[:_QUOTED].decode("utf-8", "replace"), self._key, _prompt_texts(payload))
+        it was quoted; and after the cut, which left up to 7 characters of a prompt's start. A
+        body of ``_QUOTED`` bytes or more was cut at the read: what is not redacted of its last 7
+        characters is left out (``_scrub``'s ``cut``), where an echo's start is too short to be
+        found; until review R90 it was quoted once white space before it was folded."""
+        text = body[:_QUOTED].decode("utf-8", "replace")
+        text = _scrub(text, self._key, _prompt_texts(payload), cut=len(body) >= _QUOTED)
         return escaped(" ".join(text.split())[:200])
 
     def _shown(self, exc: DispatchError) -> DispatchError:
