@@ -23,11 +23,15 @@ def _scrub(text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool
     its input, cut), replaced by ``[redacted]``: each run of ``text`` that any of these cover, as
     one marker.
 
-    The work is bounded by ``text`` and ``prompts`` together, never by their product: each place
-    in ``text`` is measured once against the prompts (``_prompt_runs``), however many messages
-    share its start. Until review R89 each prompt was looked for on its own and each place it
-    started kept as a span, so a body of N messages ``aaaaaaaa`` and an error echoing 1,024 ``a``
-    cost N x 1,024 spans (a second of the event loop for 2,000 such messages).
+    The work is never ``text``'s length times the number of prompts: each place in ``text`` is
+    measured once against them all (``_prompt_runs``), however many messages share its start.
+    Until review R89 each prompt was looked for on its own and each place it started kept as a
+    span, so a body of N messages ``aaaaaaaa`` and an error echoing 1,024 ``a`` cost N x 1,024
+    spans (a second of the event loop for 2,000 such messages). Measuring a place costs up to the
+    length of the echo standing there, so an echo of one character repeated costs ``text``'s
+    length squared: every caller scrubs only a start of the backend's words, at most 1,280
+    characters (until review R90 a transport failure's text was scrubbed whole: a header line of
+    60,000 characters echoing the prompt held the event loop over a second, ``_failure_text``).
 
     A key or prompt shorter than ``_FRAGMENT`` is left where it stands: a key that short is no
     secret (``ollama``, ``EMPTY``, ``1``: the words an endpoint's own message holds), and redacting
@@ -98,7 +102,8 @@ def _prompt_runs(text: str, prompts: Sequence[str]) -> list[tuple[int, int]]:
     ``text`` are kept, each cut to ``text``'s length (no echo is longer) and kept once, in order:
     the prompt that goes on furthest as ``text`` does from a place is one of the two around where
     ``text`` from there would stand among them, found by bisection. So the work is each prompt's
-    start read once, and for each place of ``text`` one bisection among those kept."""
+    start read once, and for each place of ``text`` where one starts one bisection among those
+    kept, whose comparisons read as far as the echo there goes (``_scrub``'s callers cut ``text``)."""
     heads = [text[i : i + _FRAGMENT] for i in range(len(text) - _FRAGMENT + 1)]
     shown = set(heads)
     echoed = sorted({prompt[: len(text)] for prompt in prompts if prompt[:_FRAGMENT] in shown})

@@ -834,11 +834,15 @@ def _failure_text(exc: BaseException, payload: Mapping[str, Any]) -> str:
     and a model call's audit outcome.
 
     The text is scrubbed of the prompt of ``payload`` (``_prompt_texts``) as it came, before it
-    is folded: a parser's refusal quotes the line the backend sent, which may echo it. Not a
-    ``ValueError``'s: that is ``split_lines``'s refusal of a line over its limit, our own words."""
+    is folded: a parser's refusal quotes the line the backend sent, which may echo it. Only its
+    first ``_QUOTED`` characters are kept, as of an error body (``_excerpt``): until review R90 it
+    was scrubbed and quoted whole, and a header line of 60,000 characters echoing a prompt of one
+    character repeated held the event loop over a second for each attempt (``_scrub``'s work
+    grows with the text's length times its longest echo). Not a ``ValueError``'s: that is
+    ``split_lines``'s refusal of a line over its limit, our own words."""
     said = f"{exc.message}" if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
     if not isinstance(exc, ValueError):
-        said = _scrub(said, None, _prompt_texts(payload))
+        said = _scrub(said[:_QUOTED], None, _prompt_texts(payload), cut=len(said) > _QUOTED)
     if isinstance(exc, aiohttp.ClientResponseError):
         said = f"the answer is not HTTP that can be read: {said}"
     lines = (line.strip() for line in said.splitlines())
