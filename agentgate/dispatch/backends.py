@@ -177,13 +177,22 @@ def _refuse_encoded(name: str, encoding: str | None, request: Mapping[str, Any] 
     regression review of R89 it was quoted as sent, and a backend echoing the prompt there put it
     in the failure (the prompt was scrubbed from the whole message before, in ``_shown``)."""
     if _encoded(encoding):
-        said = encoding[:_QUOTED_HEADER]
-        if request is not None:
-            said = _scrub(said, None, _prompt_texts(request), cut=len(encoding) > _QUOTED_HEADER)
         raise BackendFailed(
-            f"{name}: answered with Content-Encoding: {escaped(said[:40])}, which it was not "
-            "asked for (Accept-Encoding: identity): not decoded"
+            f"{name}: answered with Content-Encoding: {_encoding_shown(encoding, request)}, which it "
+            "was not asked for (Accept-Encoding: identity): not decoded"
         )
+
+
+def _encoding_shown(encoding: str, request: Mapping[str, Any] | None) -> str:
+    """A ``Content-Encoding`` header (``encoding``, as sent) as a message quotes it: scrubbed of
+    the prompt of ``request`` (``_prompt_texts``; ``None``: a call without one) as it came, then
+    its first 40 characters on one line, each that is not printable written as its escape
+    (``escaped``): aiohttp keeps a byte that is not UTF-8 as a lone surrogate, written ``\\udcff``,
+    which no text encoder takes."""
+    said = encoding[:_QUOTED_HEADER]
+    if request is not None:
+        said = _scrub(said, None, _prompt_texts(request), cut=len(encoding) > _QUOTED_HEADER)
+    return escaped(said[:40])
 
 
 def _encoded(encoding: str | None) -> TypeGuard[str]:
@@ -453,7 +462,7 @@ class BackendClient:
                         retry_after = answer.headers.get("Retry-After")
                         return (
                             answer.status,
-                            await _quoted(functools.partial(answer.content.read, _QUOTED), encoding),
+                            await _quoted(functools.partial(answer.content.read, _QUOTED), encoding, payload),
                             retry_after,
                         )
                     _refuse_encoded(self.backend.name, encoding, payload)
@@ -474,7 +483,7 @@ class BackendClient:
         ) as response:
             encoding = response.headers.get("Content-Encoding")
             if response.status_code >= 300:
-                quoted = await _quoted(functools.partial(_start, response), encoding)
+                quoted = await _quoted(functools.partial(_start, response), encoding, payload)
                 return response.status_code, quoted, response.headers.get("Retry-After")
             _refuse_encoded(self.backend.name, encoding, payload)
             _refuse_declared(response.headers.get("Content-Length"))
@@ -648,7 +657,9 @@ class BackendClient:
                         _refuse_encoded(self.backend.name, encoding, body)
                     yield (
                         answer.status,
-                        functools.partial(_quoted, functools.partial(answer.content.read, _QUOTED), encoding),
+                        functools.partial(
+                            _quoted, functools.partial(answer.content.read, _QUOTED), encoding, body
+                        ),
                         split_lines(answer.content.iter_any(), MAX_LINE_BYTES),
                         answer.headers.get("Retry-After"),
                     )
@@ -667,7 +678,7 @@ class BackendClient:
                 _refuse_encoded(self.backend.name, encoding, body)
             yield (
                 response.status_code,
-                functools.partial(_quoted, functools.partial(_start, response), encoding),
+                functools.partial(_quoted, functools.partial(_start, response), encoding, body),
                 split_lines(response.aiter_raw(), MAX_LINE_BYTES),
                 response.headers.get("Retry-After"),
             )
@@ -978,10 +989,16 @@ async def _start(response: httpx.Response) -> bytes:
     return b""
 
 
-async def _quoted(read: Callable[[], Awaitable[bytes]], encoding: str | None) -> bytes:
+async def _quoted(
+    read: Callable[[], Awaitable[bytes]], encoding: str | None, request: Mapping[str, Any]
+) -> bytes:
     """What is quoted of an error answer: the start of its body as ``read`` reads it (as sent), or
     for a body sent with a ``Content-Encoding`` (``encoding``) words that say so, nothing read:
-    it is not decoded (``_IDENTITY``), and its bytes as sent say nothing."""
+    it is not decoded (``_IDENTITY``), and its bytes as sent say nothing. The header is quoted as
+    a refused one is (``_encoding_shown``, scrubbed of the prompt of ``request``): until review
+    R90 it was written as it came, and a byte of it that is not UTF-8 (a lone surrogate, as
+    aiohttp keeps it) was a bare ``UnicodeEncodeError`` out of ``chat`` instead of the
+    ``BackendFailed`` of the error answer, and a prompt's start in its last 7 characters quoted."""
     if not _encoded(encoding):
         return await read()
-    return f"(a body with Content-Encoding: {encoding[:40]}, not decoded)".encode()
+    return f"(a body with Content-Encoding: {_encoding_shown(encoding, request)}, not decoded)".encode()
