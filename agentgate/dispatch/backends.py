@@ -211,10 +211,11 @@ class Timeouts:
     connect_s: float = 2.0
     """To open a connection."""
     first_token_s: float = 60.0
-    """From sending the request to the first token of a stream; the part of a non-streamed
-    answer's deadline before its decode (``answer_s``)."""
+    """From sending the request to the first token of a stream (the caller's time holding a chunk
+    before it not counted); the part of a non-streamed answer's deadline before its decode
+    (``answer_s``)."""
     idle_s: float = 30.0
-    """Between two chunks of a stream."""
+    """Between two chunks of a stream (the caller's time holding one not counted)."""
     probe_s: float = 1.0
     """For a health check or a metrics scrape."""
     decode_tokens_per_s: float = 5.0
@@ -512,7 +513,7 @@ class BackendClient:
         Raises ``BackendFailed`` on transport failure, no chunk within ``first_token_s`` of the
         request or within ``idle_s`` of the previous chunk (lines that carry no chunk, such as
         keep-alive comments, do not count, nor do chunks that carry nothing, nor a finish reason or
-        usage said again: ``_advances``), a
+        usage said again: ``_advances``; nor does the caller's time holding a chunk yielded), a
         stream that has taken ``Timeouts.stream_s`` of the backend's time in all (a backend
         dripping a character a chunk), a stream that ends without ``[DONE]``, an error event (``_reject_error``), or an event that
         is malformed (not JSON, nested too deeply, or fields of the wrong kind, as ``chat``
@@ -590,7 +591,14 @@ class BackendClient:
                                 f"{self.backend.name}: streamed over {limit} characters for a call "
                                 f"of max_tokens {limit // MAX_CHARS_PER_TOKEN}: it ignores max_tokens"
                             )
+                        held = loop.time()
                         yield chunk
+                        # The caller's time holding the chunk is not the backend's, for the next
+                        # chunk's deadline as for ``left``: until review R90 a chunk that does not
+                        # advance the answer (vLLM's opening role-only one) left the deadline
+                        # running while a slow reader held it, and a token that came at 0.3 s
+                        # failed as "no first token within 1s", the backend marked down.
+                        deadline += loop.time() - held
                         if _advances(chunk, seen, chars):
                             started = True
                             deadline = loop.time() + self.timeouts.idle_s
