@@ -39,6 +39,7 @@ import contextvars
 import dataclasses
 import logging
 import math
+import threading
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
@@ -386,18 +387,26 @@ class Gateway:
         other connection, ``/healthz`` included (until review R89 the only call in flight was
         decided inline). A step begun runs to its end even if the task is cancelled meanwhile
         (the shutdown): what it recorded (an allow and its reservation) must be settled, so it
-        is returned, the task left ``cancelling()`` for the caller to see (``_cut_by_shutdown``);
-        a step cancelled before it began raises.
+        is returned, the task left ``cancelling()`` for the caller to see (``_cut_by_shutdown``).
+        A step not begun when the task is cancelled (still waiting for a worker: every one busy)
+        is called off, never begun, and the cancellation raised: nothing is decided or audited,
+        and the shutdown does not wait for it (until review R90 it was never called off, so
+        every call queued so was decided, allowed and audited while the gateway stopped, one
+        after another, each maybe waiting out the store's busy timeout).
         """
         # ``asyncio.to_thread``'s future, but not a task: the event loop's own end cancels every
         # task, and a cancelled one would lose the step's result while the thread runs on.
         context = contextvars.copy_context()
-        step = asyncio.get_running_loop().run_in_executor(None, partial(context.run, fn, *args, **kwargs))
+        start = _StepStart()
+        step = asyncio.get_running_loop().run_in_executor(
+            None, partial(start.run, partial(context.run, fn, *args, **kwargs))
+        )
         while True:
             try:
                 return await asyncio.shield(step)
             except asyncio.CancelledError:
-                if step.cancelled():
+                if step.cancelled() or start.call_off():
+                    step.cancel()  # its worker item, pending, is dropped; one taken up begins nothing
                     raise
 
     async def _answer(self, request: Request) -> tuple[Response, bool]:
@@ -963,6 +972,32 @@ def _charged_comment(why: str) -> bytes:
     """The SSE comment that a stream charged its whole reservation sends before its end (every
     SSE parser skips a comment): the JSON answer's ``X-Agentgate-Charged`` header as a line."""
     return f": x-agentgate-charged: reserved; {why}\n\n".encode()
+
+
+class _StepStart:
+    """Whether a gate step handed to a worker thread (``Gateway._blocking``) began there, or was
+    called off first: whichever of ``run`` (in the worker) and ``call_off`` (on the event loop)
+    comes first, under a lock, holds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._begun = False
+        self._called_off = False
+
+    def run(self, step: Callable[[], T]) -> T:
+        """``step()``, in the worker thread, unless it was called off: then nothing is run and
+        ``CancelledError`` raised (its future was cancelled; nobody reads it)."""
+        with self._lock:
+            begun = self._begun = not self._called_off
+        if not begun:
+            raise asyncio.CancelledError
+        return step()
+
+    def call_off(self) -> bool:
+        """Whether the step is called off: ``True`` unless it already began (it never will)."""
+        with self._lock:
+            self._called_off = not self._begun
+            return self._called_off
 
 
 async def _failed_before_sending() -> None:
