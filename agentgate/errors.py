@@ -276,11 +276,23 @@ class AnswerTooLarge(DispatchError):
 
 
 class CallerGone(DispatchError):
-    """The gateway's caller went away (closed its connection) before its answer was delivered."""
+    """The gateway's caller went away (closed its connection) before its answer was delivered.
+    ``sent``: whether any backend may have got the call; ``False`` for one cut before it was
+    sent, which ``Gate.run``/``Gate.arun`` settle as not started (released, an approval it used
+    pending again)."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 class GatewayStopped(DispatchError):
-    """The gateway stopped (its shutdown grace was over) while a call was running: the call was cut."""
+    """The gateway stopped (its shutdown grace was over) while a call was running: the call was cut.
+    ``sent``: as ``CallerGone``'s."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 class BrokerError(DispatchError):

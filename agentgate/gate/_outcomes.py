@@ -8,7 +8,7 @@ import time
 import weakref
 from collections.abc import Callable
 
-from agentgate.errors import AnswerTooLarge, BackendFailed, UsageUnreadable
+from agentgate.errors import AnswerTooLarge, BackendFailed, CallerGone, GatewayStopped, UsageUnreadable
 from agentgate.gate._authorization import Authorization
 
 PendingOutcome = tuple[Authorization, str, str | None, tuple[int, int] | None, bool]
@@ -163,6 +163,19 @@ def usage_after(auth: Authorization, exc: BaseException) -> tuple[int, int] | No
     ):
         return USAGE_UNREAD
     return None
+
+
+def never_sent(auth: Authorization, exc: BaseException) -> bool:
+    """Whether ``exc`` ends a model call that its function says it never sent (``CallerGone`` or
+    ``GatewayStopped`` with ``sent=False``: the gateway cut it while it was decided or waited in
+    line for a backend): it did not start, whatever ran before, so it is settled as one that did
+    not (released; an approval it used pending again). Until review R90 such a call was settled
+    as started, and the human approval it used was spent on a call no backend ever got."""
+    return (
+        auth.call.resource.startswith("model:")
+        and isinstance(exc, CallerGone | GatewayStopped)
+        and not exc.sent
+    )
 
 
 NOT_STARTED = frozenset({"SchedulingError", "Overloaded", "CircuitOpen"})

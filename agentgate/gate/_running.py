@@ -38,6 +38,7 @@ from agentgate.gate._outcomes import (
     NOT_STARTED,
     NOT_STARTED_DETAIL,
     USAGE_UNREAD,
+    never_sent,
     usage_after,
 )
 from agentgate.gate._records import redact_reasons
@@ -610,10 +611,13 @@ class _Running:
         call's ``CircuitOpen``, after the call paid) is the call's failure, not a refusal of it."""
         pause = says_pause(paused, exc)  # a ``paused`` that raises says no: the outcome is recorded
         error = type(exc).__name__
-        started = started and (ran or error not in NOT_STARTED)
+        # A model call its function says it never sent did not start either (its reason stays
+        # the class's name, which says so: no detail added).
+        unsent = never_sent(auth, exc)
+        started = started and not unsent and (ran or error not in NOT_STARTED)
         if isinstance(exc, NoBackend | BackendFailed) and str(exc):
             error = _failure_reason(exc)
-        elif not started and not pause and error not in NOT_STARTED:
+        elif not started and not pause and error not in NOT_STARTED and not unsent:
             error = f"{error}: {NOT_STARTED_DETAIL}"
         if isinstance(exc, SchedulingError) and isinstance(exc.__cause__, BaseException):
             # The scheduler gave up after a failed attempt and chained the tool's last error

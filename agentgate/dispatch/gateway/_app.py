@@ -615,7 +615,7 @@ class Gateway:
         """
         with _Watch(scope) as watch:
             if watch.gone:  # while the call was being decided: nothing is sent, nothing charged
-                raise CallerGone("the caller went away before the call was sent")
+                raise CallerGone("the caller went away before the call was sent", sent=False)
             mark = SendMark()
             sending = SENDING.set(mark)
             try:
@@ -627,8 +627,10 @@ class Gateway:
                     raise
                 if not mark.sent and payload.get("model") in self._lean_models:
                     if watch.gone:
-                        raise CallerGone("the caller went away before the call was sent") from None
-                    raise GatewayStopped(_STOPPED_UNSENT) from None
+                        raise CallerGone(
+                            "the caller went away before the call was sent", sent=False
+                        ) from None
+                    raise GatewayStopped(_STOPPED_UNSENT, sent=False) from None
                 return _Cut(watch.gone)
             finally:
                 SENDING.reset(sending)

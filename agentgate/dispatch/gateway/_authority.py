@@ -420,8 +420,9 @@ class GatewayGate(Gate):
         by the caller going away (or the server's shutdown) before any output is charged its
         reservation too, as a JSON call cut so is (a long prompt's prefill is work done; released,
         hanging up before the first token made it free), unless ``unsent`` says no backend was
-        sent it (it waited in line). Raises ``Denied`` for an authorization that is not an allow,
-        and re-raises what ``chunks`` raises, after recording it.
+        sent it (it waited in line): then it did not start (released, an approval it used pending
+        again; until review R90 that approval was spent). Raises ``Denied`` for an authorization
+        that is not an allow, and re-raises what ``chunks`` raises, after recording it.
 
         The backend stream is read by a task of its own, so that the call's span is entered and
         left in one context (a web server may resume this generator from another task). It reads
@@ -465,6 +466,7 @@ class GatewayGate(Gate):
         reported = _StreamUsage()  # a usage followed by output (``stale``) is not the call's
         delivered = False
         cut = False  # by the caller going away or the server stopping, not by the backend
+        unsent_cut = False  # so, before any backend got it (``unsent``): it did not start
         error: str | None = None  # the outcome's reason in the audit log
         error_type: str | None = None  # the span's: a class name (the reason may quote the backend)
         last: BaseException | None = None  # what ends the caller's stream: None, or the failure
@@ -480,7 +482,8 @@ class GatewayGate(Gate):
             except BaseException as exc:  # cancelled: the caller is gone, nobody reads the queue
                 error = (left() if left is not None else None) or type(exc).__name__
                 error_type = error.partition(":")[0]  # "caller_stalled: the caller read nothing..."
-                cut = not (unsent is not None and unsent())
+                unsent_cut = unsent is not None and unsent()
+                cut = not unsent_cut
                 raise
             finally:
                 if isinstance(chunks, AsyncGenerator):
@@ -508,7 +511,13 @@ class GatewayGate(Gate):
                 ):  # its usage unread:
                     usage = USAGE_UNREAD  # charged as reserved
                 self._settle_traced(
-                    span, auth, "ok" if error is None else "error", error, usage, error_type=error_type
+                    span,
+                    auth,
+                    "ok" if error is None else "error",
+                    error,
+                    usage,
+                    started=not unsent_cut,
+                    error_type=error_type,
                 )
                 if settled is not None and usage is not None and usage is not USAGE_UNREAD:
                     settled(usage)

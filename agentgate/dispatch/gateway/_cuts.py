@@ -26,12 +26,12 @@ STOPPED = "agentgate.stopped"
 
 async def _gone_before_sending() -> None:
     """The backend call of a streamed call whose caller left while it was being decided."""
-    raise CallerGone("the caller went away before the call was sent")
+    raise CallerGone("the caller went away before the call was sent", sent=False)
 
 
 async def _stopped_before_sending() -> None:
     """The backend call of a call whose decision the shutdown grace's end cut short."""
-    raise GatewayStopped("the gateway stopped while the call was being decided; it was not sent")
+    raise GatewayStopped("the gateway stopped while the call was being decided; it was not sent", sent=False)
 
 
 def _cut_by_shutdown() -> bool:
