@@ -262,6 +262,15 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             raise Denied(self.gate.explain_redacted(refused), refused.decision)
         return refused
 
+    def _raise_refusal(self, exc: BaseException) -> None:
+        """With ``enforce``, raise a refusal that came out of a tool's run: a ``Denied`` as it is
+        (its text the gate's redacted one), any other ``AuthorityError`` as ``Denied``. Nothing
+        else is raised here: the caller tells the model of it."""
+        if self.enforce and isinstance(exc, Denied):
+            raise exc
+        if self.enforce and isinstance(exc, AuthorityError):
+            raise Denied(str(exc)) from exc
+
     def _delegation_failed(
         self, request: ToolCallRequest, call_id: str, name: str, exc: Exception
     ) -> ToolMessage:
@@ -270,10 +279,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         The run ends at the model's next turn when no later call can succeed: the delegating
         grant is revoked or expired, or the policy no longer names the supervisor
         (``_disowned``)."""
-        if self.enforce and isinstance(exc, Denied):
-            raise exc
-        if self.enforce and isinstance(exc, AuthorityError):
-            raise Denied(str(exc)) from exc
+        self._raise_refusal(exc)
         dead = isinstance(exc, Revoked | Expired) or (
             isinstance(exc, AuthorityError) and _disowned(self.gate, _request_identity(request))
         )
@@ -403,11 +409,14 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         except GraphBubbleUp:
             raise  # interrupt() or Command(graph=PARENT) from inside the tool: LangGraph's to handle
         except AgentGateError as exc:
-            # ``enforce`` raises the gate's own errors; an agentgate error the tool's own code
-            # raised is a failing tool, told by its type (until review R90 it ended the run, its
-            # text, secrets and all, handed to the caller).
+            # ``enforce`` raises the gate's own errors, and a refusal out of the tool's run (a
+            # nested gated call it made: until review R90b it was told to the model as a failing
+            # tool, and the run went on). Any other agentgate error the tool's own code raised is a
+            # failing tool, told by its type (until review R90 it ended the run, its text, secrets
+            # and all, handed to the caller).
             if self.enforce and not tool.raised(exc):
                 raise
+            self._raise_refusal(exc)
             return _failure(call_id, name, exc, tools_own=tool.raised(exc))
         except (Exception, asyncio.CancelledError) as exc:
             if _invalid_resume(exc):
@@ -496,6 +505,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         except AgentGateError as exc:
             if self.enforce and not raised.raised(exc):  # as ``_decide_and_run``
                 raise
+            self._raise_refusal(exc)
             return _failure(call_id, name, exc, tools_own=raised.raised(exc))
         except Exception as exc:
             if _invalid_resume(exc):
