@@ -346,12 +346,21 @@ tool call's arguments, that the run's checkpointer cannot store and the answer k
 (``_storable_answer``): ``content[2]``, ``additional_kwargs['parsed']``, ``usage_metadata``."""
 
 _UNSTORABLE_ARGUMENTS = (
-    "the tool call's arguments hold what the run's checkpointer cannot store (a key that is no "
-    "valid text, such as a lone surrogate, or objects nested too deep), so they were not kept and "
-    "the call is not run; write its arguments again, with keys of plain text and fewer levels"
+    "the tool call's arguments hold what the run's checkpointer cannot store as it is (text that "
+    "is no valid Unicode, such as a lone surrogate, or objects nested too deep), so they were not "
+    "kept and the call is not run; write its arguments again, in plain text and with fewer levels"
 )
-"""Why a call whose arguments the run's checkpointer cannot store is refused
+"""Why a call whose arguments the run's checkpointer cannot store, or would give back changed
+(text that is no valid Unicode, such as a lone surrogate, in a value), is refused
 (``_unstorable_arguments``)."""
+
+_UNSTORABLE_CALL = (
+    "the tool call's id or tool name holds text the run's checkpointer cannot store as it is (no "
+    "valid Unicode, such as a lone surrogate), so the call is not run; ask again with plain text"
+)
+"""Why a call whose id or tool name the run's checkpointer would give back changed is refused
+(``_unstorable_left_out``): read back from a checkpoint, ``a\\ud800`` is ``a?``, a valid id,
+which would be decided and run."""
 
 _UNKEPT_AS_WRITTEN = (
     "the tool call as the model wrote it (the text of its arguments) could not be kept by the "
@@ -361,7 +370,7 @@ _UNKEPT_AS_WRITTEN = (
 its arguments as the model wrote it (``_kept_as_written``): without it the checks of the call as
 written would be skipped, or made on other text."""
 
-_UNSTORABLE_REASONS = (_UNSTORABLE_ARGUMENTS, _UNKEPT_AS_WRITTEN)
+_UNSTORABLE_REASONS = (_UNSTORABLE_ARGUMENTS, _UNKEPT_AS_WRITTEN, _UNSTORABLE_CALL)
 """The reasons ``UNSTORABLE_KEY`` may name, which the tool hook tells the model
 (``_unstorable_arguments``)."""
 
@@ -544,7 +553,9 @@ def _storable_answer(message: AIMessage, serde: SerializerProtocol | None) -> AI
 
     ``message`` itself when it holds none (the usual case). Until review R59 a model reporting
     such a usage (10**30 input tokens) ended a checkpointed run in LangGraph's ``TypeError``.
-    With ``serde``, the answer is serialized once more to find out whether it can be written."""
+    With ``serde``, the answer is serialized once more to find out whether it can be written,
+    and its tool calls, with the text of their arguments as the model wrote it, written and read
+    back to find out whether they come back the same (``_calls_read_back``)."""
     update: dict[str, Any] = {}
     said: dict[str, str] = {}
     at: dict[str, list[list[object]]] = {}
@@ -568,21 +579,29 @@ def _storable_answer(message: AIMessage, serde: SerializerProtocol | None) -> AI
     if message.usage_metadata is not None and _integers_out_of_range(message.usage_metadata):
         update["usage_metadata"] = None
     kept = message.model_copy(update=update) if update else message
-    if serde is None or _stores(serde, kept):
+    if serde is None or (_stores(serde, kept) and _calls_read_back(serde, kept)):
         return kept
     return _unstorable_left_out(kept, serde)
 
 
 def _unstorable_left_out(message: AIMessage, serde: SerializerProtocol) -> AIMessage:
-    """``message``, which ``serde`` (the run's checkpointer's serializer) cannot write, as it can:
-    a copy in which
+    """``message``, which ``serde`` (the run's checkpointer's serializer) cannot write, or not so
+    that its tool calls come back the same (``_calls_read_back``), as it can: a copy in which
 
-    - each tool call whose arguments it cannot write has none (``{}``), and ``response_metadata``
-      names why the call is refused (``UNSTORABLE_KEY``), which the tool hook reads
-      (``_unstorable_arguments``); the other calls are kept as they are. A model writes its
-      arguments as JSON, which ``json.loads`` reads into what msgpack cannot write: a key holding
-      a lone surrogate (from the escape ``"\\ud800"``), objects nested past msgpack's limit
-      (``json.loads`` reads about 1,000 levels);
+    - each tool call whose arguments it cannot write, or would give back changed, has none
+      (``{}``), and ``response_metadata`` names why the call is refused (``UNSTORABLE_KEY``),
+      which the tool hook reads (``_unstorable_arguments``); so does one whose id or tool name
+      it would give back changed (``_UNSTORABLE_CALL``), and one whose text of its arguments as
+      the model wrote it (``_written_calls``) it would (``_UNKEPT_AS_WRITTEN``); the other calls
+      are kept as they are. A model writes its arguments as JSON, which ``json.loads`` reads
+      into what msgpack cannot write: a key holding a lone surrogate (from the escape
+      ``"\\ud800"``), objects nested past msgpack's limit (``json.loads`` reads about 1,000
+      levels); and into what it writes changed: LangGraph's msgpack writes a lone surrogate in a
+      value as ``?``, so that a call read back from a checkpoint would run on other arguments
+      than those the model wrote, or escape a check of its text as written (until review R90b
+      ``{"amount": 100.00000000000000001, "memo": "\\ud800"}`` ran as ``100.0`` under
+      ``amount<=100`` once reloaded, and the id ``a\\ud800``, refused by the gate, ran as
+      ``a?``);
     - each item of a content list (a tool call block holding the same arguments), and each entry
       of ``additional_kwargs`` and ``response_metadata``, that it cannot write is left out (an
       item of content replaced by a text block saying so, ``_LEFT_OUT_BLOCK``), and so is a
@@ -608,12 +627,17 @@ def _unstorable_left_out(message: AIMessage, serde: SerializerProtocol) -> AIMes
     update: dict[str, Any] = {}
     refused: dict[str, str] = {}
     calls: list[Any] = []
+    written = _written_calls(message)
     for call in message.tool_calls:
-        if _stores_in_answer(serde, tool_calls=[call]):
-            calls.append(call)
-        else:
+        if not _stores_in_answer(serde, tool_calls=[call]) or not _reads_back(serde, call.get("args")):
             refused[str(call.get("id"))] = _UNSTORABLE_ARGUMENTS
             calls.append({**call, "args": {}})
+            continue
+        if not _reads_back(serde, call):
+            refused[str(call.get("id"))] = _UNSTORABLE_CALL
+        elif not _reads_back(serde, _arguments_text(written.get(str(call.get("id"))))):
+            refused[str(call.get("id"))] = _UNKEPT_AS_WRITTEN
+        calls.append(call)
     if refused:
         update["tool_calls"] = calls
     left_out: list[str] = []
@@ -744,6 +768,33 @@ def _as_stored(serde: SerializerProtocol, call_id: object) -> str | None:
 def _keyable(serde: SerializerProtocol, call_id: str) -> bool:
     """Whether ``serde`` can write ``call_id`` as a key of agentgate's notes (``_BY_CALL_ID``)."""
     return _stores_in_answer(serde, response_metadata={UNSTORABLE_KEY: {call_id: _UNKEPT_AS_WRITTEN}})
+
+
+def _calls_read_back(serde: SerializerProtocol, message: AIMessage) -> bool:
+    """Whether ``serde`` gives back each tool call of ``message`` (its id, tool name and
+    arguments) and the text of its arguments as the model wrote it (``_written_calls``) the same
+    once written (``_reads_back``). ``True`` for an answer without tool calls (the usual case)."""
+    if not message.tool_calls:
+        return True
+    # Read as the tool hook reads them (``_answer_calls``, kept per answer): not read again there.
+    texts = {call_id: _arguments_text(call) for call_id, call in _answer_calls(message).written.items()}
+    return _reads_back(serde, [message.tool_calls, texts])
+
+
+def _reads_back(serde: SerializerProtocol, value: object) -> bool:
+    """Whether ``serde`` writes ``value`` and reads it back the same: LangGraph's msgpack writes
+    a lone surrogate in text as ``?``, where it does not refuse it (in a key). Read back as the
+    same JSON (a NaN, which equals nothing; a tuple, read back as a list) counts as the same."""
+    try:
+        back = serde.loads_typed(serde.dumps_typed(value))
+    except Exception:  # any serializer's refusal: msgpack's TypeError, an encrypting one's own
+        return False
+    if back == value:
+        return True
+    try:  # ``ensure_ascii``: a lone surrogate is its escape, not the ``?`` it was read back as
+        return json.dumps(back) == json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return False
 
 
 def _stores_in_answer(serde: SerializerProtocol, **fields: Any) -> bool:
