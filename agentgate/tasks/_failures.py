@@ -120,6 +120,7 @@ class _Failures:
         probe: int = 0,
         cut: bool = False,
         overran: bool = False,
+        expired: bool = False,
     ) -> float:
         """Attempt ``number`` failed with ``error``: note it in ``errors``, tell the breaker (``probe``:
         the half-open period of the probe the attempt held, from ``admit_in_period``; 0: none),
@@ -135,7 +136,12 @@ class _Failures:
         core gave up). A class the tool gave its failure itself keeps it: ``error`` (a bad
         argument the tool reported, which the breaker does not count and nothing retries unless
         listed) and a custom class (R89 made those ``timeout`` too, and a slow tool's bad
-        arguments opened its breaker for everyone).
+        arguments opened its breaker for everyone). ``expired``: the async core cut the attempt at
+        its deadline (its tool's ``timeout_s``, or the call's own: ``cut``), and ``error`` is its own
+        ``DeadlineExceeded``: a ``timeout`` whatever the classifier says, its effect unknown (until
+        review R90 the classifier decided, and one that calls a ``SchedulingError`` ``transient``,
+        as a nested call's ``Overloaded`` that never ran is, had a tool not safe to repeat run
+        again after each cut).
 
         Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
         no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock),
@@ -149,13 +155,16 @@ class _Failures:
                 # nothing of the tool (its probe is given back below), and is neither retried nor
                 # a dead letter.
                 raise error
-            try:
-                found = self._classifier(error)
-            except Exception:  # a broken classifier must not hide the tool's error: the safe class
-                found = None
-            error_class = found if isinstance(found, str) and found else "error"
-            if overran and error_class in _CUT_SHORT:
+            if expired:
                 error_class = "timeout"
+            else:
+                try:
+                    found = self._classifier(error)
+                except Exception:  # a broken classifier must not hide the tool's error: the safe class
+                    found = None
+                error_class = found if isinstance(found, str) and found else "error"
+                if overran and error_class in _CUT_SHORT:
+                    error_class = "timeout"
             # A call that keeps no error text (``Gate.run``'s) keeps none of any attempt's error,
             # an agentgate error included: what failed an attempt came out of the tool's run (an
             # ``InputError`` its code raised, a ``BackendFailed`` of a model it called), whose text

@@ -739,7 +739,19 @@ class Scheduler(_StoreWork, _Failures):
                         if attempted and not expired and limits.timeout_s is not None:
                             late = ended - now >= limits.timeout_s
                         delay = self._failed(
-                            call, limits, key, exc, number, errors, breaker, deadline, ended, held, cut, late
+                            call,
+                            limits,
+                            key,
+                            exc,
+                            number,
+                            errors,
+                            breaker,
+                            deadline,
+                            ended,
+                            held,
+                            cut,
+                            late,
+                            expired,
                         )
                     except BaseException:
                         # Cancelled, or interrupted (KeyboardInterrupt, SystemExit): says nothing
