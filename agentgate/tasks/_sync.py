@@ -602,6 +602,11 @@ class SyncScheduler:
                     try:
                         RUNNING.set(waiter)
                         result = fn(attempt)
+                        # Asked inside the ``try``: a result whose check raises (a lazy proxy
+                        # outside its context) is a failed attempt, as in the async core (until
+                        # review R90 it escaped from the ``else`` below with the half-open probe
+                        # kept, and the breaker refused every later call).
+                        unbegun = not_begun(result)
                     finally:
                         RUNNING.set(parent)
                 except _GiveUp:
@@ -626,7 +631,7 @@ class SyncScheduler:
                         breaker.release(held)
                     raise
                 else:
-                    if not_begun(result):  # an async function: none of its body ran
+                    if unbegun:  # an async function: none of its body ran
                         if held:
                             breaker.release(held)  # says nothing of the tool
                         raise _async_result(tool)
