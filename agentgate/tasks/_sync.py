@@ -846,13 +846,17 @@ class SyncScheduler:
             try:
                 RUNNING.set(running)  # inside the ``try``, restored by value: as in ``_attempts``
                 value = fn(attempt)
+                # Asked inside the ``try``, as in ``_attempts``: an error checking the result is
+                # the attempt's (until review R90 it escaped from the ``else``, the handed attempt
+                # neither settled nor cancelled: it held its slot and lease for good).
+                unbegun = not_begun(value)
             except Exception as exc:
                 self._settle(done, None, exc)
             except BaseException:
                 outcome.cancel()
                 raise
             else:
-                if not_begun(value):  # an async function: none of its body ran
+                if unbegun:  # an async function: none of its body ran
                     outcome.cancel()
                     raise _async_result(call.tool)
                 returned.append(value)
