@@ -319,7 +319,10 @@ class SyncScheduler:
             target=_serve, args=(self._loop,), name="agentgate-scheduler", daemon=True
         )
         self._thread.start()
-        self._thread_id = self._thread.ident  # compared with get_ident(): cheaper than current_thread()
+        # Compared with get_ident() (cheaper than current_thread()), and only while the loop thread
+        # lives: CPython gives an ended thread's ident to a thread started later, which until
+        # review R90 was refused as the scheduler's own (after ``close``, or the loop thread's end).
+        self._thread_id = self._thread.ident
         # A scheduler dropped without ``close`` stops its loop thread (which holds the loop, not
         # the scheduler): one thread and the loop's three descriptors were left per scheduler.
         self._finalizer = weakref.finalize(self, _stop, self._loop)
@@ -350,7 +353,7 @@ class SyncScheduler:
         """
         require_tool_call(call)
         require_tool_function(fn)
-        if threading.get_ident() == self._thread_id:
+        if threading.get_ident() == self._thread_id and self._thread.is_alive():
             raise SchedulingError("SyncScheduler.submit must not be called from the scheduler's own thread")
         if self._closed:
             raise SchedulingError("the scheduler is closed")
@@ -907,7 +910,7 @@ class SyncScheduler:
         """
         timeout_s = _drain_timeout(timeout_s)
         require_flag(drain, "close's drain")
-        if threading.get_ident() == self._thread_id:
+        if threading.get_ident() == self._thread_id and self._thread.is_alive():
             raise SchedulingError("SyncScheduler.close must not be called from the scheduler's own thread")
         if not self._close_lock.acquire(blocking=RUNNING.get() is None):
             return  # a tool's thread: the close in progress may wait for this very call
