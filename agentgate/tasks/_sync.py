@@ -802,20 +802,26 @@ class SyncScheduler:
             if outcome is not None:  # None: the interrupt came as the call was being queued
                 outcome.cancel()
 
-        async def in_caller_context() -> tuple[T | None, Exception | None]:
+        async def in_caller_context() -> tuple[T | None, BaseException | None]:
             # The call's error is returned, not raised: the future of run_coroutine_threadsafe
             # turns a concurrent.futures.CancelledError raised in the loop into asyncio's, a
             # BaseException, so a tool's own (a cancelled executor future's result()) reached
-            # its caller as asyncio.CancelledError, past every ``except Exception``.
+            # its caller as asyncio.CancelledError, past every ``except Exception``. So is an
+            # interrupt that the call's own code run on this loop raised (its classifier, its
+            # ``pauses`` predicate, the rng: ``KeyboardInterrupt``, ``SystemExit``), for its
+            # caller's thread to raise, as without a store: until review R90 it ended the loop
+            # thread, and the caller waited for good.
             token = otel_context.attach(caller_context)
             try:
                 return await self.scheduler.submit(call, hand_to_caller), None
-            except Exception as exc:
+            except asyncio.CancelledError:
+                raise  # the call cancelled (``stop_waiting``, a close): told by ``outcome``
+            except BaseException as exc:
                 return None, exc
             finally:
                 otel_context.detach(token)
 
-        outcome: concurrent.futures.Future[tuple[T | None, Exception | None]] | None = None
+        outcome: concurrent.futures.Future[tuple[T | None, BaseException | None]] | None = None
         returned: list[T] = []  # what an attempt returned (no attempt follows it)
         try:
             outcome = asyncio.run_coroutine_threadsafe(in_caller_context(), loop)
