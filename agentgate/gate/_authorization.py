@@ -155,6 +155,12 @@ class Authorization:
     sends plus allowances, ``dispatch.prefix.prompt_tokens_most``: the gateway of a request body,
     the LangGraph middleware of a dispatched call's payload, ``Gate.authorize(prompt_most=)``):
     the most prompt tokens its outcome is charged. ``None``: the prompt is charged as reported."""
+    call_id: str | None = None
+    """The call id it was decided for (``Gate.authorize(call_id=)``), which its approval request
+    and its once-only key are bound to: ``Gate.run``/``arun`` run it, and trace it, as that call."""
+    run_id: str | None = None
+    """The run it was decided in (``Gate.authorize(run_id=)``): ``Gate.run``/``arun`` scope its
+    idempotency key to that run."""
     _use: _Once = field(default_factory=_Once, repr=False, compare=False)
     """Taken by the one ``Gate.run``/``arun``/gateway call an allow is good for (shared by copies)."""
     _asked_again: bool = field(default=False, repr=False, compare=False)

@@ -582,6 +582,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
                 rule=f"role {verdict.rule.role} rule {verdict.rule.index + 1}"
                 if verdict.rule is not None
                 else None,
+                call_id=call_id,
+                run_id=run_id,
             )
             once = (
                 self._once_key(identity, call, decision, call_id, run_id)

@@ -368,6 +368,8 @@ class _Recording:
             once_key=once_key,
             output_tokens=output,
             prompt_tokens=prompt_tokens if model else None,
+            call_id=auth.call_id,
+            run_id=auth.run_id,
         )
         allowed._use.sealed = self._seal(allowed, kept=True)
         self._allowed(allowed, entry.get("time"))
@@ -472,6 +474,8 @@ class _Recording:
             auth.once_key,
             auth.output_tokens,
             auth.prompt_tokens,
+            auth.call_id,
+            auth.run_id,
             copy.deepcopy(request) if kept and request is not None else request,
             auth.decision,
         )

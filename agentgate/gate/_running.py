@@ -17,6 +17,7 @@ from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, Tracer
 from prometheus_client import CollectorRegistry
 
+from agentgate._shown import quoted
 from agentgate.audit.spans import (
     await_outcome,
     chat_span,
@@ -175,6 +176,33 @@ def _work_began(began: Callable[[], bool], started: bool) -> bool:
         return started
 
 
+def _expect_decided_ids(auth: Authorization, call_id: object, run_id: object) -> None:
+    """``InputError`` for a ``run``/``arun`` ``call_id`` or ``run_id`` other than the one ``auth``
+    was decided with (``Gate.authorize``): its approval request and its once-only key are bound
+    to the decided call, and its span and idempotency key must name that call. An id left out
+    is the decided one (``_decided_ids``); one the decision did not have may be given. Until
+    review R90 any ids were taken: the span of a call approved as ``A`` named call ``B`` as
+    approved and run, and the scheduler reused results under ``B``'s key."""
+    for name, given, decided in (("call_id", call_id, auth.call_id), ("run_id", run_id, auth.run_id)):
+        if given is not None and decided is not None and given != decided:
+            raise InputError(
+                f"{name} {quoted(given)} is not the one the allow of {auth.call.resource} (audit entry "
+                f"{auth.audit_index}) was decided with ({quoted(decided)}): an allow runs the call it "
+                f"was decided for; give it the {name} given to Gate.authorize, or none"
+            )
+
+
+def _decided_ids(
+    auth: Authorization, call_id: str | None, run_id: str | None
+) -> tuple[str | None, str | None]:
+    """The call id and run id a ``run``/``arun`` of ``auth`` goes by: those it was given, else
+    those ``auth`` was decided with (``_expect_decided_ids`` has refused any other)."""
+    return (
+        auth.call_id if call_id is None else call_id,
+        auth.run_id if run_id is None else run_id,
+    )
+
+
 _NO_FN = object()
 """``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
 
@@ -292,7 +320,10 @@ class _Running:
         ``InputError`` (nothing run or written, the allow left unused) for an ``auth`` that is not
         an ``Authorization``, an ``fn`` that is not callable, a ``paused``, ``failed`` or
         ``spent`` that is neither None nor a plain function (an async one's result would be read
-        unawaited), or a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text.
+        unawaited), or a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text,
+        or that is not the one the call was decided with (``Gate.authorize``: its approval and its
+        once-only key are bound to that call); one left out is the decided one, which the call's
+        span and its idempotency key name.
         An ``fn`` that returns a body that never began (a coroutine, a generator-based coroutine,
         an async generator: an async function, which ``arun`` runs) is a call that never
         started, for a model as for a tool: an ``error`` outcome, its reservation released, a
@@ -305,6 +336,7 @@ class _Running:
         was refused after the work was set going, charged as reserved, the handle lost).
         """
         self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
+        call_id, run_id = _decided_ids(auth, call_id, run_id)
         self._begin_run(auth)
         started = False  # whether an attempt reached ``fn``
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
@@ -393,6 +425,7 @@ class _Running:
             preemptible=preemptible,
             began=began,
         )
+        call_id, run_id = _decided_ids(auth, call_id, run_id)
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
         started = False  # whether an attempt reached ``fn``
@@ -539,7 +572,8 @@ class _Running:
             outcome_not_written(span)
 
     def _span(self, auth: Authorization, call_id: str | None = None) -> AbstractContextManager[Span]:
-        """The GenAI span of the call (``execute_tool NAME`` or ``chat MODEL``) with the decision on it.
+        """The GenAI span of the call (``execute_tool NAME`` or ``chat MODEL``) with the decision on
+        it, naming ``call_id``, else the call id the call was decided with (an abandoned call's too).
 
         No span at all while the gate traces through the global tracer and no tracer provider is
         installed: nothing could record it (the current span, and so the context a tool sees,
@@ -547,7 +581,7 @@ class _Running:
         """
         if self._untraced():
             return nullcontext(INVALID_SPAN)
-        return self._open_span(auth, call_id)
+        return self._open_span(auth, auth.call_id if call_id is None else call_id)
 
     def _untraced(self) -> bool:
         """Whether nothing could record a span: the gate traces through the global tracer and no
@@ -818,7 +852,9 @@ class _Running:
         review R56 a ``call_id`` of 123 raised ``TypeError`` as the call's span was made, the
         allow used up and its entry left with no outcome and no span), and for an ``arun``
         ``preemptible`` that is not True or False (until review R86 ``"false"`` was read as true:
-        work no cancellation stops was cut at its timeout and recorded failed while it ran on)."""
+        work no cancellation stops was cut at its timeout and recorded failed while it ran on).
+        ``InputError`` too, the allow left unused, for a ``call_id`` or ``run_id`` other than the
+        one the allow was decided with (``_expect_decided_ids``)."""
         expect(auth, Authorization, "auth", _AUTHORIZATION)
         _expect_id(call_id, "call_id")
         _expect_id(run_id, "run_id")
@@ -847,6 +883,7 @@ class _Running:
                 "changed after the decision, or another Gate's): decide the call with Gate.authorize",
                 auth.decision,
             )
+        _expect_decided_ids(auth, call_id, run_id)
         if not auth._use.take():
             raise Denied(
                 f"the authorization of {auth.call.resource} (audit entry {auth.audit_index}) was already "
