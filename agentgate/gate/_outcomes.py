@@ -184,6 +184,14 @@ open breaker; a non-idempotent call is never retried after an ambiguous failure,
 refused this way follows none that may have had an effect)."""
 NOT_STARTED_DETAIL = "given up before the call started"
 """What an ``outcome`` entry says beside the exception of a call given up before it started."""
+RESULT_REUSED = (
+    "result reused: the tool did not run for this call; the scheduler gave it the result of a call "
+    "with the same idempotency key, completed earlier or running beside it"
+)
+"""What the ``outcome`` entry of a tool call says when the scheduler served it another call's
+result instead of running its tool (``Gate.run``'s attempt was never entered): a replay, decided
+and charged as any call (docs/langgraph.md, Time travel). Until review R90 only its span said so
+(``agentgate.task.reused``), and the log read as if the tool had run."""
 MAX_ERROR_DETAIL = 200
 """How much of a backend failure's message (``NoBackend``, ``BackendFailed``) an ``outcome``
 entry keeps beside its class."""

@@ -38,6 +38,7 @@ from agentgate.gate._outcomes import (
     MAX_ERROR_DETAIL,
     NOT_STARTED,
     NOT_STARTED_DETAIL,
+    RESULT_REUSED,
     USAGE_UNREAD,
     never_sent,
     usage_after,
@@ -107,6 +108,14 @@ def _failure_reason(exc: BaseException) -> str:
     if isinstance(exc, NoBackend | BackendFailed) and str(exc):
         return f"{type(exc).__name__}: {str(exc)[:MAX_ERROR_DETAIL]}"
     return type(exc).__name__
+
+
+def _reuse_noted(reason: str | None, reused: bool) -> str | None:
+    """The reason of the outcome of a call that returned ``reason`` (``None``: none), followed,
+    for a call the scheduler served another call's result (``reused``), by ``RESULT_REUSED``."""
+    if not reused:
+        return reason
+    return RESULT_REUSED if reason is None else f"{reason}; {RESULT_REUSED}"
 
 
 def _not_a_failure(cls: type[BaseException]) -> InputError:
@@ -367,7 +376,8 @@ class _Running:
                 except BaseException as exc:
                     self._fail(span, auth, exc, paused, started=started, ran=_raised_by_fn(exc, raised))
                     raise
-                self._finish(span, auth, result, failed, spent)
+                # Returned with no attempt entered: the scheduler served another call's result.
+                self._finish(span, auth, result, failed, spent, reused=not started)
                 return result
         finally:
             self._end_run()
@@ -482,7 +492,8 @@ class _Running:
                 except BaseException as exc:
                     self._fail(span, auth, exc, paused, started=started, ran=_raised_by_fn(exc, raised))
                     raise
-                self._finish(span, auth, result, failed, spent)
+                # Returned with no attempt entered: the scheduler served another call's result.
+                self._finish(span, auth, result, failed, spent, reused=not started)
                 return result
         finally:
             self._end_run(loop)
@@ -726,6 +737,8 @@ class _Running:
         result: T,
         failed: Callable[[T], bool | BaseException] | None,
         spent: Callable[[T], tuple[int, int] | None] | None,
+        *,
+        reused: bool = False,
     ) -> None:
         """Settle a call that ran and returned ``result``: ``spent`` reads its usage, ``failed``
         says whether it failed, or gives the exception it failed with: the call is then settled
@@ -740,7 +753,10 @@ class _Running:
         ``InputError`` (``_not_a_failure``), a ``failed`` or ``spent`` that returns a
         coroutine or other async work, closed unawaited (``_not_awaited``). Whatever else ``failed`` returns is read
         for its truth (``None`` is not failed): until review R85b a value that was neither a boolean nor
-        an exception (numpy's ``bool_``, a return code) was refused as an exception class is."""
+        an exception (numpy's ``bool_``, a return code) was refused as an exception class is.
+        ``reused``: the scheduler returned the result of another call with the same idempotency
+        key, and the tool did not run for this one: settled as it would be, charged as decided,
+        and its outcome says so (``RESULT_REUSED``), as its span's ``agentgate.task.reused`` does."""
         try:
             usage = spent(result) if spent is not None else None
             if unawaited(usage):
@@ -756,7 +772,8 @@ class _Running:
             status = "error" if failure else "ok"
         except BaseException as exc:
             raised = type(exc).__qualname__
-            self._settle_traced(span, auth, "error", _failure_reason(exc), USAGE_UNREAD, error_type=raised)
+            reason = _reuse_noted(_failure_reason(exc), reused)
+            self._settle_traced(span, auth, "error", reason, USAGE_UNREAD, error_type=raised)
             raise
         # Usage the settlement reads as garbage (``_usage_counts``) is charged as reserved and
         # left off the span, which must not show a count the log refused.
@@ -764,7 +781,7 @@ class _Running:
             record_usage(span, *counts)
         error_type = type(failure).__name__ if isinstance(failure, BaseException) else None
         reason = _failure_reason(failure) if isinstance(failure, BaseException) else None
-        self._settle_traced(span, auth, status, reason, usage, error_type=error_type)
+        self._settle_traced(span, auth, status, _reuse_noted(reason, reused), usage, error_type=error_type)
         if isinstance(failure, BaseException):
             raise failure
 
