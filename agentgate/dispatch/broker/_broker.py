@@ -404,8 +404,10 @@ class Broker(_Restoring, _Preempting):
         """The next clock time at which ``advance`` would change something by itself, if any: the
         clock's now when an expiry, a grace end or a timeout is due already (the clock moved on
         since the last call), or when ``end_due`` freed GPUs and no call has tried the queue
-        since; ``GRANT_CHECK_RETRY_S`` after the last call that tried the queue when
-        ``grant_check`` raised ``StoreError`` in it, unless something comes sooner."""
+        since; the time a waiting request's answer may change though nothing else does (its
+        locality wait or drain delay over, a lease no longer a preemption candidate for it);
+        ``GRANT_CHECK_RETRY_S`` after the last call that tried the queue when ``grant_check``
+        raised ``StoreError`` in it, unless something comes sooner."""
         with self._lock:
             if self._untried:
                 return self.clock()
@@ -417,6 +419,11 @@ class Broker(_Restoring, _Preempting):
                 for lease in self._leases.values()
             ]
             due.append(self._check_retry_at)
+            # A request is tried again at its wake though nothing else changes: a preemption
+            # candidate's grace no longer ends before its wait does (``_retry_at``), and it may now
+            # preempt another lease (until review R90 not named: a driver sleeping until
+            # ``next_deadline`` reached the request's timeout first). Due at any time up to now.
+            due.append(self._waiting.first_wake())
             # Only ahead of now: a locality wait or a drain delay that is over changed what the
             # last call tried already.
             waits = []

@@ -67,6 +67,11 @@ class _Queue(MutableMapping[str, _Waiting]):
         """The priorities that have a request, as ``-priority`` in ascending order (highest first)."""
         self._deadlines: list[_Timed] = []
         self._wakes: list[_Timed] = []
+        """The finite wakes (``_Waiting.wake``); those of ``-inf`` are ``_next_call``'s."""
+        self._next_call: dict[str, _Waiting] = {}
+        """The requests to try at the next call (``wake`` ``-inf``): not tried yet, or whose
+        ``grant_check`` could not be read. Kept apart from ``_wakes`` so that the first wake ahead
+        (``first_wake``) is at the top of that heap, not behind as many of them as there are."""
         self._draining = 0
 
     @property
@@ -100,12 +105,12 @@ class _Queue(MutableMapping[str, _Waiting]):
             self._draining += 1
         if w.deadline != math.inf:
             heapq.heappush(self._deadlines, (w.deadline, w.seq, key))
-        if w.wake != math.inf:
-            heapq.heappush(self._wakes, (w.wake, w.seq, key))
+        self._push_wake(w)
         self._compact()
 
     def __delitem__(self, key: str) -> None:
         w = self._by_id.pop(key)
+        self._next_call.pop(key, None)
         if w.draining:
             self._draining -= 1
         priority = w.request.priority
@@ -148,15 +153,22 @@ class _Queue(MutableMapping[str, _Waiting]):
     def set_wake(self, w: _Waiting, wake: float) -> None:
         """Try queued ``w`` again at ``wake`` though nothing else changes (``_Waiting.wake``)."""
         if wake != w.wake:
+            self._next_call.pop(w.request.id, None)
             w.wake = wake
-            if wake != math.inf:
-                heapq.heappush(self._wakes, (wake, w.seq, w.request.id))
-                self._compact()
+            self._push_wake(w)
+            self._compact()
+
+    def _push_wake(self, w: _Waiting) -> None:
+        if w.wake == -math.inf:
+            self._next_call[w.request.id] = w
+        elif w.wake != math.inf:
+            heapq.heappush(self._wakes, (w.wake, w.seq, w.request.id))
 
     def woken(self, now: float) -> list[_Waiting]:
         """The requests whose ``wake`` is ``now`` or before, in the order the broker tries them;
         each one's ``wake`` is then ``inf`` until it is set again."""
-        found: dict[str, _Waiting] = {}
+        found = self._next_call
+        self._next_call = {}
         while self._wakes and self._wakes[0][0] <= now:
             wake, seq, key = heapq.heappop(self._wakes)
             w = self._by_id.get(key)
@@ -165,6 +177,18 @@ class _Queue(MutableMapping[str, _Waiting]):
         for w in found.values():
             w.wake = math.inf
         return sorted(found.values(), key=lambda w: w.rank)
+
+    def first_wake(self) -> float:
+        """The earliest finite ``wake`` of a queued request, ``inf`` if none: the first time a
+        request is to be tried again though nothing else changes, wakes at the next call aside.
+        About ``log(queue)``, amortized: the stale entries on top are dropped."""
+        while self._wakes:
+            wake, seq, key = self._wakes[0]
+            w = self._by_id.get(key)
+            if w is not None and w.seq == seq and w.wake == wake:
+                return wake
+            heapq.heappop(self._wakes)
+        return math.inf
 
     def _compact(self) -> None:
         """Drop the stale entries of a heap once they are most of it, so that requests granted or
@@ -176,5 +200,5 @@ class _Queue(MutableMapping[str, _Waiting]):
             ]
             heapq.heapify(self._deadlines)
         if len(self._wakes) > 2 * len(self._by_id) + 64:
-            self._wakes = [(w.wake, w.seq, key) for key, w in self._by_id.items() if w.wake != math.inf]
+            self._wakes = [(w.wake, w.seq, key) for key, w in self._by_id.items() if math.isfinite(w.wake)]
             heapq.heapify(self._wakes)
