@@ -189,6 +189,8 @@ def test_a_draining_request_is_still_draining_after_a_restart_and_still_times_ou
     second = Broker(topology, quotas, journal=journal, **settings)
     second.restore(saved)
     assert second.queue() == first.queue()
+    assert second.next_deadline() == 0.0  # the queue taken over is untried (review R90)
+    assert second.advance() == [] and second.queue() == first.queue()
     assert second.next_deadline() == 600.0
     now[0] = 600.0
     assert [type(e).__name__ for e in second.advance()] == ["TimedOut"]

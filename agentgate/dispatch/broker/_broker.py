@@ -216,8 +216,8 @@ class Broker(_Restoring, _Preempting):
         self._due = False
         """Whether a lease granted or notified in this call is due already (``_schedule``)."""
         self._untried = False
-        """Whether ``end_due`` applied the clock and no call has tried the queue since: the GPUs
-        it freed may fit a waiting request now (``next_deadline`` says now)."""
+        """Whether ``end_due`` applied the clock, or ``restore`` queued requests, and no call has
+        tried the queue since: a waiting request may fit now (``next_deadline`` says now)."""
         self._unreadable = False
         """Whether ``grant_check`` raised ``StoreError`` since this call began trying the queue."""
         self._check_retry_at = math.inf
@@ -403,8 +403,8 @@ class Broker(_Restoring, _Preempting):
     def next_deadline(self) -> float | None:
         """The next clock time at which ``advance`` would change something by itself, if any: the
         clock's now when an expiry, a grace end or a timeout is due already (the clock moved on
-        since the last call), or when ``end_due`` freed GPUs and no call has tried the queue
-        since; the time a waiting request's answer may change though nothing else does (its
+        since the last call), or when ``end_due`` freed GPUs or ``restore`` queued requests and no
+        call has tried the queue since; the time a waiting request's answer may change though nothing else does (its
         locality wait or drain delay over, a lease no longer a preemption candidate for it);
         ``GRANT_CHECK_RETRY_S`` after the last call that tried the queue when ``grant_check``
         raised ``StoreError`` in it, unless something comes sooner."""
@@ -479,9 +479,11 @@ class Broker(_Restoring, _Preempting):
         """Take over the leases and queue of a saved snapshot (a restarted broker).
 
         Only on a broker that has done nothing yet. Leases keep their expiry and notice
-        deadlines, so a lease whose holder died while the broker was down ends at the next call,
-        and a nominated request whose victims are gone is granted by the next call that tries the
-        queue (``next_deadline`` is now), after ``grant_check``.
+        deadlines, so a lease whose holder died while the broker was down ends at the next call.
+        The queue taken over is untried: ``next_deadline`` is now while a request waits, until a
+        call tries it, which grants, after ``grant_check``, a nominated request whose victims are
+        gone and a request that fits now (this cluster or these quotas larger than the snapshot's,
+        or ``grant_check``'s store down when it was taken).
         The default clock (``SteadyWallClock``) is moved forward to the snapshot's time if it is
         behind it: time on a restored broker never runs back past what it saved.
         Raises ``BrokerError``, changing nothing, when the broker is not empty or the snapshot
@@ -507,18 +509,21 @@ class Broker(_Restoring, _Preempting):
             if self.journal is not None:
                 self.journal.take_over(snapshot)  # the broker it was restored from writes no more
             self._forget_ended_victims()
+            # Untried: no call here tried it, and the old broker's answers (its settled pass, its
+            # ``grant_check`` retry) were for its own cluster and quotas. Until review R90 only a
+            # nominated request whose victims had ended made ``next_deadline`` now: one that fits
+            # this larger cluster waited beside free GPUs until its locality wait or timeout.
+            self._untried = bool(self._waiting)
 
     def _forget_ended_victims(self) -> None:
         """Forget the victims that ended while the broker was down: a nominated request whose
-        victims all did is granted by the next call that tries the queue (``next_deadline`` says
-        now), under the rules of a live broker (not past its quota, nor once its wait is over)
-        and after ``grant_check``, which a ``GatedBroker`` made after the restore sets: until
-        review R89 it was granted here, before any check was set, so a request whose grant was
-        revoked while the broker was down was granted all the same."""
+        victims all did is granted by the next call that tries the queue, under the rules of a
+        live broker (not past its quota, nor once its wait is over) and after ``grant_check``,
+        which a ``GatedBroker`` made after the restore sets: until review R89 it was granted here,
+        before any check was set, so a request whose grant was revoked while the broker was down
+        was granted all the same."""
         for w in self._waiting.values():
             w.victims &= set(self._leases)
-            if w.nominated and self._ready(w):
-                self._untried = True
 
     # --- validation ---------------------------------------------------------------------------
 
