@@ -37,8 +37,8 @@ process, without Kubernetes. The rules (docs/broker.md has worked examples):
 Every public call that changes the state first applies what the clock says has happened
 (expiries, grace ends, timeouts), then does its work, then tries the queue (a call refused with an
 error too, before it raises: its events come out of the next call); ``end_due`` only applies the
-clock, for a caller that submits next (``next_deadline`` is now until a call tries the queue). The clock is injectable, so tests and the
-benchmark run in simulated time.
+clock, for a caller that submits next (``next_deadline`` is now, while a request waits, until a
+call tries the queue). The clock is injectable, so tests and the benchmark run in simulated time.
 """
 
 from __future__ import annotations
@@ -215,9 +215,12 @@ class Broker(_Restoring, _Preempting):
         self._dirty = False
         self._due = False
         """Whether a lease granted or notified in this call is due already (``_schedule``)."""
-        self._untried = False
-        """Whether ``end_due`` applied the clock, or ``restore`` queued requests, and no call has
-        tried the queue since: a waiting request may fit now (``next_deadline`` says now)."""
+        self._tried_with: tuple[object, ...] | None = None
+        """The settings (``_settings``) of the last pass over the queue, once it finished: the
+        wakes of the waiting requests were worked out with them. ``None`` when the queue is
+        untried: ``end_due`` applied the clock since, ``restore`` queued it, or the pass raised.
+        While a request waits and this is not the settings now, ``next_deadline`` says now: the
+        GPUs ``end_due`` freed may fit one, and a changed setting may place one."""
         self._unreadable = False
         """Whether ``grant_check`` raised ``StoreError`` since this call began trying the queue."""
         self._check_retry_at = math.inf
@@ -357,11 +360,11 @@ class Broker(_Restoring, _Preempting):
         end before the new one's decision is linked to the id). A request nominated by a lease
         that ends is granted all the same, as any call's clock grants it.
 
-        Until a call tries the queue, ``next_deadline`` is the clock's now: a caller that stops
-        after this (a ``GatedBroker`` request refused, or raising before ``submit``) leaves the
-        GPUs it freed to the next ``advance``, not to the next timeout (until a regression review
-        of R87 a driver sleeping until ``next_deadline`` left them idle beside a waiting request
-        that fits).
+        Until a call tries the queue, ``next_deadline`` is the clock's now while a request waits:
+        a caller that stops after this (a ``GatedBroker`` request refused, or raising before
+        ``submit``) leaves the GPUs it freed to the next ``advance``, not to the next timeout
+        (until a regression review of R87 a driver sleeping until ``next_deadline`` left them
+        idle beside a waiting request that fits).
 
         Returns every event since the last call that returned events. Raises ``StoreError`` when
         the journal write fails: the clock is applied all the same, and the events stay queued
@@ -369,7 +372,7 @@ class Broker(_Restoring, _Preempting):
         """
         with self._lock:
             now = self.clock()
-            self._untried = True
+            self._tried_with = None
             self._apply_time(now)
             self._save(now)
             return self._drain()
@@ -403,39 +406,35 @@ class Broker(_Restoring, _Preempting):
     def next_deadline(self) -> float | None:
         """The next clock time at which ``advance`` would change something by itself, if any: the
         clock's now when an expiry, a grace end or a timeout is due already (the clock moved on
-        since the last call), or when ``end_due`` freed GPUs or ``restore`` queued requests and no
-        call has tried the queue since; the time a waiting request's answer may change though nothing else does (its
+        since the last call), or, while a request waits, when no call has tried the queue since
+        ``end_due`` freed GPUs or ``restore`` queued it, or since a setting it is placed with
+        changed (``locality_wait_s``, ``drain_after_s``, ``max_draining``, ``grace_s``,
+        ``policy``); the time a waiting request's answer may change though nothing else does (its
         locality wait or drain delay over, a lease no longer a preemption candidate for it);
         ``GRANT_CHECK_RETRY_S`` after the last call that tried the queue when ``grant_check``
-        raised ``StoreError`` in it, unless something comes sooner."""
+        raised ``StoreError`` in it, unless something comes sooner.
+
+        It reads the first deadline and the first wake off the queue's heaps, not every waiting
+        request (until review R90 it did: a driver calling it after each call, queuing n requests,
+        took time in n squared), and the leases, one per GPU at most, as each call does."""
         with self._lock:
-            if self._untried:
-                return self.clock()
-            # Due at any time up to now: advance() ends or times them out now.
+            now = self.clock()
+            if self._waiting and self._tried_with != self._settings():
+                return now
             due = [
                 lease.expires_at
                 if lease.notice_deadline is None
                 else min(lease.expires_at, lease.notice_deadline)
                 for lease in self._leases.values()
             ]
-            due.append(self._check_retry_at)
-            # A request is tried again at its wake though nothing else changes: a preemption
-            # candidate's grace no longer ends before its wait does (``_retry_at``), and it may now
-            # preempt another lease (until review R90 not named: a driver sleeping until
-            # ``next_deadline`` reached the request's timeout first). Due at any time up to now.
-            due.append(self._waiting.first_wake())
-            # Only ahead of now: a locality wait or a drain delay that is over changed what the
-            # last call tried already.
-            waits = []
-            for w in self._waiting.values():
-                due.append(w.deadline)
-                if not w.nominated or w.draining:  # a draining gang goes where it fits (_place_draining)
-                    waits.append(w.submitted_at + self.locality_wait_s)
-                if not w.nominated and self.max_draining:
-                    waits.append(w.submitted_at + self.drain_after_s)
-            now = self.clock()
+            # A request is tried again at its wake though nothing else changes (``_time_bound``,
+            # ``_retry_at``): its locality wait or drain delay ends, or a preemption candidate's
+            # grace no longer ends before its wait does, and it may now preempt another lease
+            # (until review R90 not named: a driver sleeping until ``next_deadline`` reached the
+            # request's timeout first). Each wake is ahead of the call that set it; one the clock
+            # has passed since is due now, as an expiry is.
+            due += (self._check_retry_at, self._waiting.first_deadline(), self._waiting.first_wake())
             times = [max(t, now) for t in due if math.isfinite(t)]
-            times += [t for t in waits if t > now and math.isfinite(t)]
             return min(times) if times else None
 
     def leases(self) -> list[Lease]:
@@ -513,7 +512,7 @@ class Broker(_Restoring, _Preempting):
             # ``grant_check`` retry) were for its own cluster and quotas. Until review R90 only a
             # nominated request whose victims had ended made ``next_deadline`` now: one that fits
             # this larger cluster waited beside free GPUs until its locality wait or timeout.
-            self._untried = bool(self._waiting)
+            self._tried_with = None
 
     def _forget_ended_victims(self) -> None:
         """Forget the victims that ended while the broker was down: a nominated request whose
@@ -612,7 +611,7 @@ class Broker(_Restoring, _Preempting):
     # --- scheduling ---------------------------------------------------------------------------
 
     def _schedule(self, now: float) -> None:
-        self._untried = self._unreadable = False
+        self._unreadable = False
         self._place_waiting(now)
         # A victim notified with no grace (grace_s=0) ends now, not at some later call: its GPUs
         # go to its preemptor or the queue in this call. Each round ends a lease, so this stops.
@@ -634,7 +633,7 @@ class Broker(_Restoring, _Preempting):
         woken = self._waiting.woken(now)
         settings = self._settings()
         settled = self._settled == (self._moves, settings) and now >= self._settled_now
-        self._settled = None  # until this pass is over
+        self._settled = self._tried_with = None  # until this pass is over
         moves = self._moves
         for w in self._to_try(woken if settled else None, moves):
             self._retry_at = math.inf
@@ -643,6 +642,7 @@ class Broker(_Restoring, _Preempting):
                 self._waiting.set_wake(w, min(self._retry_at, self._time_bound(w, now)))
         if self._moves == moves:
             self._settled, self._settled_now = (moves, settings), now
+        self._tried_with = settings
 
     def _settings(self) -> tuple[object, ...]:
         """The settings a waiting request's answer depends on: a pass after one of them changed

@@ -2,7 +2,8 @@
 GPUs nominated for it, with the leases it waits on (preemption) or whether it drains a group; and
 the queue of them (``_Queue``), kept in the order the broker tries them, by deadline for its
 timeouts, and by the time each is to be tried again though nothing else changed (``wake``), with a
-count of those that drain.
+count of those that drain. The first deadline and the first wake are at the top of their heaps,
+where ``Broker.next_deadline`` reads them.
 
 The queue is kept as requests come and go, not sorted and scanned at each call: until review R89
 every ``Broker.submit`` sorted the whole queue, tried every request in it and scanned it for
@@ -10,6 +11,8 @@ timeouts, so queuing n requests that could not be placed took time quadratic in 
 80 s, the broker's lock held). The draining requests are counted as they come, go and stop
 draining, not at each try: until a regression review of R89 each request tried with draining on
 (``max_draining`` above 0) counted them over the whole queue, and queuing n of them took time in n squared.
+Until review R90 ``Broker.next_deadline`` read every waiting request for its deadline and waits:
+a driver calling it after each call, as the docs' event loop does, was quadratic again.
 """
 
 from __future__ import annotations
@@ -143,6 +146,17 @@ class _Queue(MutableMapping[str, _Waiting]):
             if w is not None and w.seq == seq:
                 due[key] = w
         return sorted(due.values(), key=lambda w: w.seq)
+
+    def first_deadline(self) -> float:
+        """The earliest ``deadline`` of a queued request, ``inf`` if none. About ``log(queue)``,
+        amortized: the stale entries on top are dropped."""
+        while self._deadlines:
+            deadline, seq, key = self._deadlines[0]
+            w = self._by_id.get(key)
+            if w is not None and w.seq == seq:
+                return deadline
+            heapq.heappop(self._deadlines)
+        return math.inf
 
     def set_draining(self, w: _Waiting, draining: bool) -> None:
         """Mark ``w`` as draining or not, counted if it is queued (``draining``)."""
