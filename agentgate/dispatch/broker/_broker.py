@@ -487,7 +487,7 @@ class Broker(_Restoring, _Preempting):
         behind it: time on a restored broker never runs back past what it saved.
         Raises ``BrokerError``, changing nothing, when the broker is not empty or the snapshot
         does not match this topology and these quotas (unknown GPU or tenant, a GPU held twice,
-        a gang of the wrong size), names one lease or request id twice, or holds a time that is
+        a gang of the wrong size, a request draining with no GPUs nominated), names one lease or request id twice, or holds a time that is
         none, as the journal's ``load`` refuses it (a ``taken_at`` of no date from year 1 to 9999,
         a lease's or request's time that is not a finite number, a waiting request's ``deadline``
         that is neither a finite number nor ``inf``, which says it never times out), or has a

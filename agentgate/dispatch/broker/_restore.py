@@ -45,7 +45,8 @@ class _Restoring:
     def _check_snapshot(self, snapshot: BrokerSnapshot) -> None:
         """Raise ``BrokerError`` unless ``snapshot`` fits this topology and these quotas: each id
         live once, each lease granting its own request, known tenants and GPUs, no GPU held or
-        nominated twice, gangs of their request's size; and unless its fields are of their types
+        nominated twice, gangs of their request's size, no request draining with no GPUs
+        nominated; and unless its fields are of their types
         (``_check_snapshot_shapes``) and its times are times, as the journal's ``load`` reads
         them (``taken_at_refused``, ``time_refused``)."""
         _check_snapshot_shapes(snapshot)
@@ -78,6 +79,14 @@ class _Restoring:
                     f"snapshot: request {quoted(q.request.id)} has unknown tenant {quoted(q.request.tenant)}"
                 )
             self._claim_snapshot_gpus(q.request.id, q.nominated, q.request.gpus, reserved, may_be_none=True)
+            if q.draining and not q.nominated:
+                # A draining request reserves its whole group (``_Preempting._try_drain``): one
+                # reserving none held a ``max_draining`` slot for its whole wait, so no gang
+                # drained, while it drained nothing (taken until review R90).
+                raise BrokerError(
+                    f"snapshot: request {quoted(q.request.id)} drains with no nominated GPUs "
+                    "(a draining request reserves its whole gang)"
+                )
 
     def _check_snapshot_times(self, snapshot: BrokerSnapshot) -> None:
         """Raise ``BrokerError`` naming the first time of ``snapshot`` that is none. Until review
