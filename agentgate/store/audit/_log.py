@@ -612,8 +612,12 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         return [acc.root() for acc in accumulators]
 
     def _end(self) -> int:
-        """One past the largest stored index (the log's size, unless rows are missing)."""
-        return int(self.store.query("SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log")[0][0])
+        """One past the largest stored index (the log's size, unless rows are missing). Summed
+        here, not in SQL: past a row at 2**63 - 1 it is 2**63, which PostgreSQL's bigint refused
+        (``StoreError``) and SQLite made a float (until review R90). Only numbers are read (SQLite
+        sorts text and bytes, which a table made again without its key may hold, after them)."""
+        top = self.store.query("SELECT MAX(idx) FROM audit_log WHERE idx <= ?", (_MAX_INDEX,))[0][0]
+        return 0 if top is None else int(top) + 1
 
     def _read_rows(
         self, indexes: Sequence[int], tx: Transaction | None = None

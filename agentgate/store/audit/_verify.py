@@ -487,10 +487,12 @@ class _Verification:
     def _refs_between(self, lo: int, hi: int) -> int:
         """The rows of the reference index at the indexes ``[lo, hi)``: for a gap no row of the log
         holds, those whose entries are missing (named as such), compared with none; for ``[0, end)``
-        all those the pass should have compared."""
+        all those the pass should have compared. Bound by ``hi - 1``, which a store holds where
+        ``hi`` (the log's end past a row at 2**63 - 1) may not."""
         return int(
             self.store.query(
-                "SELECT COUNT(*) FROM audit_refs WHERE idx >= ? AND idx < ? AND ref < ?", (lo, hi, _MAX_REF)
+                "SELECT COUNT(*) FROM audit_refs WHERE idx >= ? AND idx <= ? AND ref < ?",
+                (lo, hi - 1, _MAX_REF),
             )[0][0]
         )
 
@@ -514,7 +516,8 @@ class _Verification:
         of ``audit_log`` holds, each with its number of rows: possible only in a table whose
         primary key was dropped. ``verify`` names each as tampering; ``entries`` yields one row of
         each, and ``agentgate audit show`` names them as ``verify`` does."""
-        below, params = ("AND idx < ? ", (start, end)) if end is not None else ("", (start,))
+        # Bound by ``end - 1``: an ``end`` past a row at 2**63 - 1 is an integer no store holds.
+        below, params = ("AND idx <= ? ", (start, end - 1)) if end is not None else ("", (start,))
         rows = self.store.query(
             f"SELECT idx, COUNT(*) FROM audit_log WHERE idx >= ? {below}"
             "GROUP BY idx HAVING COUNT(*) > 1 ORDER BY idx LIMIT 10",
@@ -534,7 +537,7 @@ class _Verification:
         found by a count, so that one on the boundary of two batches (read past by ``idx > last``)
         is reported too. Entries appended since the pass began have indexes of ``size`` or more."""
         stored = int(
-            self.store.query("SELECT COUNT(*) FROM audit_log WHERE idx >= 0 AND idx < ?", (size,))[0][0]
+            self.store.query("SELECT COUNT(*) FROM audit_log WHERE idx >= 0 AND idx <= ?", (size - 1,))[0][0]
         )
         if stored <= held:
             return
@@ -556,9 +559,9 @@ class _Verification:
         row, even a copy, is seen only here (until review R70 it passed unreported); ``explain``
         would list the entry twice. The entries themselves are intact: no bad index is named."""
         repeated = self.store.query(
-            "SELECT idx, COUNT(*) FROM audit_refs WHERE idx >= 0 AND idx < ? "
+            "SELECT idx, COUNT(*) FROM audit_refs WHERE idx >= 0 AND idx <= ? "
             "GROUP BY idx HAVING COUNT(*) > 1 ORDER BY idx LIMIT 10",
-            (size,),
+            (size - 1,),
         )
         for idx, rows in repeated:
             problems.append(
@@ -716,9 +719,11 @@ class _Verification:
             return 0
         count = len(entries)
         at = list(map(bytes.rfind, entries, itertools.repeat(_REF_KEY)))
+        # Bounded by the last index read, not one past it: an entry at 2**63 - 1 (the largest a
+        # store holds) ends a run at 2**63, which no store's integer holds (review R90).
         table = self.store.query(
-            "SELECT idx - ?, ref FROM audit_refs WHERE idx >= ? AND idx < ? AND ref < ? ORDER BY idx",
-            (first, first, first + count, _MAX_REF),
+            "SELECT idx - ?, ref FROM audit_refs WHERE idx >= ? AND idx <= ? AND ref < ? ORDER BY idx",
+            (first, first, first + count - 1, _MAX_REF),
         )
         if not skip:
             # Intact when the rows are at distinct entries, each row's entry holds the row's
