@@ -74,6 +74,8 @@ class _Proofs:
 
         def _end(self) -> int: ...
 
+        def _absent(self, index: int) -> InputError | TamperDetected: ...
+
         def _read_rows(
             self, indexes: Sequence[int], tx: Transaction | None = None
         ) -> dict[int, tuple[bytes, bytes]]: ...
@@ -162,7 +164,9 @@ class _Proofs:
         or one that is not an integer (``_whole``),
         and ``TamperDetected`` when the entry's row was deleted (``_absent``: an index below the
         log's end, or inside its latest signed checkpoint, that no row holds; until review R89
-        ``InputError``), when an entry shown is malformed, does not carry its own index or
+        ``InputError``), when a related entry's row was deleted in the same way (until review R90
+        it was left out, and the call read as one without an outcome), when an entry shown is
+        malformed, does not carry its own index or
         leaf hash, is held by more than one row (a table whose primary key was dropped: until
         review R86 the last row read was shown, without a word of the other) or is not in the
         signed tree.
@@ -186,7 +190,9 @@ class _Proofs:
     def referring(self, index: int) -> list[AuditEntry]:
         """The entries whose ``ref`` is ``index`` (its outcomes, approvals given...), in index
         order, each parsed from its row: through the reference index when it is complete, else by
-        reading the whole log. ``TamperDetected`` for a malformed one; ``InputError`` for an
+        reading the whole log. ``TamperDetected`` for a malformed one, and for one whose row was
+        deleted (``_related``: missing below the log's end or inside its latest signed
+        checkpoint, until review R90 left out); ``InputError`` for an
         ``index`` that is not an integer (``_whole``) or negative, ``BeyondLogEnd`` for one past what a store's integer
         holds (until review R82 it reached the driver: ``StoreError``)."""
         index = self._index_given(index)
@@ -208,7 +214,13 @@ class _Proofs:
 
     def _related(self, index: int, ref: int | None) -> dict[int, tuple[bytes, bytes, AuditEntry]]:
         """``idx -> (entry, leaf hash, parsed)`` of the entries other than ``index`` that refer to
-        it, and of entry ``ref``."""
+        it, and of entry ``ref``. ``TamperDetected`` (``_absent``) when a row the reference index
+        or ``ref`` names is missing below the log's end or inside its latest signed checkpoint,
+        and, without the reference index, for any row missing below the log's end (the whole log
+        is read, and a deleted row may be one that referred to ``index``): until review R90 such
+        an entry (a call's outcome, deleted) was left out without a word, and ``explain`` said the
+        call had no outcome. One past both (a reference index row for an entry not written yet, a
+        ``ref`` past the end) names no entry, as before."""
         related: dict[int, tuple[bytes, bytes, AuditEntry]] = {}
         if self.refs_indexed:
             # A row at an index that is not a whole number (a fraction, text, bytes or NULL: a table
@@ -222,13 +234,32 @@ class _Proofs:
             # Every entry is read (and parsed: a malformed one is refused) to find those; they are
             # then read by key, as the reference index's are, so that a second row of one is
             # refused (``_read_rows``), not kept in place of the first (until review R86).
-            refs = {
-                idx
-                for batch in self._batches()
-                for idx, data, _stored in batch
-                if idx == ref or _parsed(idx, data).ref == index
-            }
-        for idx, (data, stored) in self._read_rows(sorted(refs - {index})).items():
+            refs = set() if ref is None else {ref}
+            end = 0  # one past the last whole index read
+            gap: int | None = None  # the first index below it that no row holds
+            for batch in self._batches():
+                for idx, data, _stored in batch:
+                    if type(idx) is int:
+                        gap = end if gap is None and idx > end else gap
+                        end = max(end, idx + 1)
+                    if idx != ref and _parsed(idx, data).ref == index:
+                        refs.add(idx)
+            # A deleted row may have been one that refers to ``index``: nothing else says which.
+            if gap is not None and isinstance(refused := self._absent(gap), TamperDetected):
+                raise refused
+        named = sorted(refs - {index})
+        rows = self._read_rows(named)
+        for idx in named:
+            if idx in rows:
+                continue
+            refused = self._absent(idx)
+            if isinstance(refused, TamperDetected):
+                # Read again after the log's end was, as ``_stored_row`` does: a row committed
+                # since the first read is the entry, not a deleted one.
+                rows.update(self._read_rows([idx]))
+                if idx not in rows:
+                    raise refused
+        for idx, (data, stored) in rows.items():
             # The reference index is no evidence: each row it names is read, parsed and checked.
             other = _parsed(idx, data)
             if idx != index and (other.ref == index or idx == ref):
