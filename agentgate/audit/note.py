@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentgate.audit.merkle import HASH_SIZE
+from agentgate.audit.merkle import HASH_SIZE, tree_integer
 from agentgate.errors import InputError, InvalidSignature, TamperDetected
 from agentgate.keys import PublicKey, SigningKey
 
@@ -77,11 +77,17 @@ class Checkpoint:
     root: bytes
 
     def text(self) -> str:
-        """The checkpoint body, three newline-terminated lines."""
+        """The checkpoint body, three newline-terminated lines. Raises ``InputError`` for a
+        ``size`` that is not a whole number from 0 to ``MAX_TREE_SIZE`` (``tree_integer``, a bool
+        refused) or a ``root`` that is not 32 bytes: until review R90 a size of ``True``, ``1.0``
+        or ``Fraction(3, 2)`` passed the range check and was written as it prints, a note signed
+        that no reader opens (``tree_number``: not a decimal number)."""
         _check_name(self.origin)
-        if not 0 <= self.size <= MAX_TREE_SIZE or len(self.root) != HASH_SIZE:
+        size = tree_integer(self.size, "size", "checkpoint", bools=False)
+        root = self.root
+        if not 0 <= size <= MAX_TREE_SIZE or not isinstance(root, bytes) or len(root) != HASH_SIZE:
             raise InputError("a checkpoint needs a size 0 .. 2**64-1 and a 32-byte root")
-        return f"{self.origin}\n{self.size}\n{base64.b64encode(self.root).decode()}\n"
+        return f"{self.origin}\n{size}\n{base64.b64encode(root).decode()}\n"
 
     @classmethod
     def parse(cls, text: str) -> Checkpoint:
