@@ -614,7 +614,9 @@ class _Verification:
         in_table: Iterator[tuple[str, object, bytes | None]] = (
             (_note(note), size, _bytes(root)) for note, size, root in self._checkpoint_rows()
         )
-        saved = [(saved_checkpoint, None, None)] if saved_checkpoint else []
+        # ``is not None``: an empty saved checkpoint (a file truncated) is one that does not open
+        # (until review R90 it was left out, and verify said ok).
+        saved = [(saved_checkpoint, None, None)] if saved_checkpoint is not None else []
         for position, (note, size_column, root_column) in enumerate(itertools.chain(in_table, saved), 1):
             label = f"checkpoint #{position}" if size_column is not None else "saved checkpoint"
             try:
