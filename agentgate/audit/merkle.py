@@ -37,8 +37,12 @@ _sha256 = hashlib.sha256
 
 
 def leaf_hash(entry: bytes) -> bytes:
-    """``SHA-256(0x00 || entry)``: the hash of one log entry."""
-    return _sha256(b"\x00" + entry).digest()
+    """``SHA-256(0x00 || entry)``: the hash of one log entry; ``InputError`` when ``entry`` is
+    not bytes."""
+    try:
+        return _sha256(b"\x00" + entry).digest()
+    except TypeError:  # the refusal costs nothing on the path of every entry hashed
+        raise InputError(f"leaf_hash: entry must be bytes, got {type(entry).__name__}") from None
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
@@ -241,6 +245,28 @@ def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = N
     return [_subtree_root(leaves, lo, hi) for lo, hi in consistency_ranges(size1, size2)]
 
 
+def _hash_given(value: object, name: str) -> bytes:
+    """``value``, a hash a caller gave as ``name``, when it is bytes (a ``bytearray`` or
+    ``memoryview`` too); ``InputError`` naming ``name`` and what it got otherwise. Its length is
+    the proof's to check (``TamperDetected``): a hash of the wrong type is the caller's error,
+    one of the wrong length may be a tampered proof. Until review R90 a ``str`` or ``None``
+    failed with a bare ``TypeError``."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return value  # type: ignore[return-value]  # concatenated and compared as bytes are
+    raise InputError(f"Merkle proof check: {name} must be a hash (bytes), got {type(value).__name__}")
+
+
+def _proof_given(proof: object) -> list[bytes]:
+    """``proof``, a sequence of hashes a caller gave, as a list, each item checked by
+    ``_hash_given``; ``InputError`` for one that is no sequence of them (``None``, a ``str``, a
+    ``bytes``: its items are numbers)."""
+    if isinstance(proof, str | bytes | bytearray | memoryview) or not isinstance(proof, Sequence):
+        raise InputError(
+            f"Merkle proof check: proof must be a sequence of hashes (bytes), got {type(proof).__name__}"
+        )
+    return [_hash_given(item, f"proof[{i}]") for i, item in enumerate(proof)]
+
+
 def _check_hashes(proof: Sequence[bytes]) -> None:
     for i, item in enumerate(proof):
         if len(item) != HASH_SIZE:
@@ -251,9 +277,11 @@ def root_from_inclusion_proof(leaf: bytes, index: int, size: int, proof: Sequenc
     """The root that ``proof`` implies for ``leaf`` at ``index`` in a tree of ``size`` (RFC 9162 2.1.3.2).
 
     Raises ``TamperDetected`` when the proof cannot belong to such a tree, and ``InputError``
-    naming ``index`` or ``size`` when it is not an integer.
+    naming ``index`` or ``size`` when it is not an integer, ``leaf`` or an item of ``proof`` when
+    it is not bytes, ``proof`` when it is no sequence.
     """
     index, size = tree_integer(index, "index"), tree_integer(size, "size")
+    leaf, proof = _hash_given(leaf, "leaf"), _proof_given(proof)
     if not 0 <= index < size:
         raise TamperDetected(f"leaf index {quoted(index)} is outside a tree of size {quoted(size)}")
     if len(leaf) != HASH_SIZE:
@@ -281,9 +309,11 @@ def verify_inclusion(leaf: bytes, index: int, size: int, proof: Sequence[bytes],
     """Return if ``proof`` shows ``leaf`` at ``index`` in the tree of ``size`` with ``root``.
 
     Raises ``TamperDetected`` otherwise, and ``InputError`` naming ``index`` or ``size`` when it is
-    not an integer.
+    not an integer, a hash (``leaf``, ``root``, an item of ``proof``) when it is not bytes, and
+    ``proof`` when it is no sequence.
     """
     index, size = tree_integer(index, "index"), tree_integer(size, "size")
+    root = _hash_given(root, "root")
     if root_from_inclusion_proof(leaf, index, size, proof) != root:
         raise TamperDetected(
             f"inclusion proof for leaf {quoted(index)} does not lead to the root of size {quoted(size)}"
@@ -296,9 +326,12 @@ def verify_consistency(size1: int, size2: int, proof: Sequence[bytes], root1: by
     Follows RFC 9162 2.1.4.2. A proof from the empty tree is refused (it proves nothing), as is a
     non-empty proof between equal sizes, and a negative size (no tree has one). Raises
     ``TamperDetected`` naming the failed check, and ``InputError`` naming ``size1`` or ``size2``
-    when it is not an integer.
+    when it is not an integer, a hash (``root1``, ``root2``, an item of ``proof``) when it is not
+    bytes, and ``proof`` when it is no sequence (``None`` included).
     """
     size1, size2 = tree_integer(size1, "size1"), tree_integer(size2, "size2")
+    proof = _proof_given(proof)
+    root1, root2 = _hash_given(root1, "root1"), _hash_given(root2, "root2")
     if size1 < 0 or size2 < 0:
         raise TamperDetected(f"tree sizes {quoted(size1)} and {quoted(size2)}: a tree size is never negative")
     if size1 > size2:

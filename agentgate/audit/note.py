@@ -56,15 +56,28 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
+def _public_key(value: object, argument: str) -> PublicKey:
+    """``value``, a verification key a caller gave as ``argument``, when it is a ``PublicKey``;
+    ``InputError`` naming ``argument`` and what it got otherwise (until review R90 raw key bytes
+    or ``None`` failed with a bare ``AttributeError``)."""
+    if isinstance(value, PublicKey):
+        return value
+    binary = isinstance(value, bytes | bytearray | memoryview)
+    hint = ": wrap the 32 raw key bytes as PublicKey(raw)" if binary else ""
+    raise InputError(f"{argument} must be a PublicKey (agentgate.keys), got {type(value).__name__}{hint}")
+
+
 def key_id(name: str, public_key: PublicKey) -> bytes:
-    """The 4-byte signed-note key id of an Ed25519 key under ``name``."""
-    return hashlib.sha256(name.encode() + b"\n" + _ED25519 + public_key.raw).digest()[:4]
+    """The 4-byte signed-note key id of an Ed25519 key under ``name``; ``InputError`` when
+    ``public_key`` is no ``PublicKey``."""
+    raw = _public_key(public_key, "public_key").raw
+    return hashlib.sha256(name.encode() + b"\n" + _ED25519 + raw).digest()[:4]
 
 
 def verifier_key(name: str, public_key: PublicKey) -> str:
     """The signed-note verifier key string ``name+keyid+base64(0x01||key)``."""
     _check_name(name)
-    encoded = base64.b64encode(_ED25519 + public_key.raw).decode()
+    encoded = base64.b64encode(_ED25519 + _public_key(public_key, "public_key").raw).decode()
     return f"{name}+{key_id(name, public_key).hex()}+{encoded}"
 
 
@@ -130,7 +143,10 @@ def tree_number(text: str, where: str) -> int:
 
 
 def sign_note(text: str, key: SigningKey, name: str) -> str:
-    """The signed note of ``text`` (which must end in a newline) with one signature by ``key``."""
+    """The signed note of ``text`` (which must end in a newline) with one signature by ``key``;
+    ``InputError`` when ``key`` is no ``SigningKey``."""
+    if not isinstance(key, SigningKey):
+        raise InputError(f"key must be a SigningKey (agentgate.keys), got {type(key).__name__}")
     _check_name(name)
     if not text.endswith("\n") or "\n\n" in text:
         raise InputError("note text must end in a newline and contain no blank line")
@@ -150,8 +166,14 @@ def open_note(note: str, public_key: PublicKey, name: str, previous_keys: Sequen
     alike (until review R82 a line by the log key that did not verify was read as another key's,
     and ignored, when a previous key's line verified). Lines by other keys are ignored (they may
     be witnesses'). Raises ``TamperDetected`` when the note is malformed or no line verifies
-    under a key, ``InputError`` when it is not text (``given_text``).
+    under a key, ``InputError`` when it is not text (``given_text``) or a key is no ``PublicKey``
+    (checked first).
     """
+    _public_key(public_key, "public_key")
+    if isinstance(previous_keys, str | bytes) or not isinstance(previous_keys, Sequence):
+        raise InputError(f"previous_keys must be a sequence of PublicKey, got {type(previous_keys).__name__}")
+    for position, previous in enumerate(previous_keys):
+        _public_key(previous, f"previous_keys[{position}]")
     if len(given_text(note, "note", "a signed note")) > _MAX_NOTE:
         raise TamperDetected("signed note is too large")
     try:  # a lone surrogate (text decoded with surrogateescape, say) is no signed UTF-8 text
@@ -279,9 +301,12 @@ def open_checkpoint(
 
     ``origin``, when given, must match the checkpoint's (checked first: a checkpoint of another log
     is refused as that, not as unsigned); otherwise the origin on its first line is taken as the
-    key name. Raises ``InputError`` when ``note`` is not text (``given_text``).
+    key name. Raises ``InputError`` when ``note`` or ``origin`` is not text (``given_text``), or
+    a key is no ``PublicKey`` (``open_note``).
     """
     first_line = given_text(note, "note", "a signed checkpoint").split("\n", 1)[0]
+    if origin is not None:
+        given_text(origin, "origin", "a log origin")
     if origin is not None and first_line != origin:
         # Before the signature, which is made under the body's origin: checked under another
         # name it fails as if the note were unsigned, and a log read with the wrong origin

@@ -20,7 +20,14 @@ import re
 import sqlite3
 
 from agentgate.errors import InputError, LogDropped, RepairRefused, StoreError
-from agentgate.store._base import Dialect, Store, loaded_driver_errors, tables_held
+from agentgate.store._base import (
+    MAX_STORED_INTEGER,
+    Dialect,
+    Store,
+    loaded_driver_errors,
+    tables_held,
+    whole_number,
+)
 from agentgate.store.audit._stored import _described, _stored_index
 
 APPEND_LOCK = 27416741019937140
@@ -1689,7 +1696,13 @@ def accept_repair(store: Store, repair: int, by: str, reason: str) -> str:
     the repair's line. Raises ``RepairRefused`` (an ``InputError``) for an id that names no repair
     (none recorded in this store included, and a protection trigger an upgrade added:
     ``ADDED_BY_UPGRADE``) or one already accepted, and ``InputError`` for an
-    empty ``by`` or ``reason``; nothing is written."""
+    empty ``by`` or ``reason``, for either when it is not text, and for a ``repair`` that is no
+    whole number a store holds (until review R90 ``None`` was a bare ``AttributeError``);
+    nothing is written."""
+    whole_number(repair, "repair", -MAX_STORED_INTEGER - 1)
+    for value, argument in ((by, "by"), (reason, "reason")):
+        if not isinstance(value, str):
+            raise InputError(f"accepting a repair: {argument} must be text (str), got {type(value).__name__}")
     if not by.strip() or not reason.strip():
         raise InputError("accepting a repair needs who accepts it (--by) and why (--reason)")
     if _REPAIRS not in _tables_held(store, (_REPAIRS,)):
