@@ -931,12 +931,15 @@ def _finite(value: object) -> bool:
 
 
 def _dataclass_written(value: object) -> list[object]:
-    """The values orjson writes of a dataclass instance ``value``: those of its ``__dict__``
-    where it has one (every attribute set on it, a field or not: ``s.top_p = nan`` after it was
-    made), else of its fields (a dataclass with ``__slots__``); none whose name starts with an
-    underscore, which orjson leaves out. Until review R90 its fields' alone were walked, and
-    a NaN in another attribute was sent as ``null``."""
-    attributes = getattr(value, "__dict__", None)
+    """The values orjson writes of a dataclass instance ``value``, chosen as orjson chooses them:
+    those of its fields where its class itself declares ``__slots__`` or it has no ``__dict__``,
+    else those of its ``__dict__`` (every attribute set on it, a field or not: ``s.top_p = nan``
+    after it was made); none whose name starts with an underscore, which orjson leaves out.
+    Until review R90 its fields' alone were walked, and a NaN in another attribute was sent as
+    ``null``; until a regression review of R90 a slots dataclass over a class without slots
+    (whose instances have a ``__dict__``, empty of its fields) had its ``__dict__`` walked, and a
+    NaN field was sent as ``null``."""
+    attributes = None if "__slots__" in type(value).__dict__ else getattr(value, "__dict__", None)
     if isinstance(attributes, dict):
         return [item for name, item in attributes.items() if not str(name).startswith("_")]
     names = (field.name for field in fields(cast(Any, value)) if not field.name.startswith("_"))
