@@ -185,8 +185,9 @@ def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
     """``value`` (a value of JSON: text, a list, an object, a number) as ``repr`` writes it, each
     text in it scrubbed of ``prompts`` (``_scrub``) as it came, its first ``16 * limit``
     characters (an echo cut in two would not be found; ``repr`` escapes make each character up to
-    ten), before ``repr`` escapes it; what is no text nor a container as ``quoted`` writes it.
-    Written only until it is past ``limit`` characters, the most a refusal quotes: a list of a
+    ten), before ``repr`` escapes it; what is no text nor a container as ``quoted`` writes it,
+    scrubbed so (a card number echoed as a JSON number: until a regression review of R90 it was
+    quoted whole, ``prompt_tokens ... 1000000000: 4111111111111111``). Written only until it is past ``limit`` characters, the most a refusal quotes: a list of a
     million texts costs what its first few do. A value nested deeper than Python's recursion
     limit is named by its type, as ``quoted`` names it."""
     parts: list[str] = []
@@ -224,8 +225,9 @@ def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
                 write(", " if count else "")
                 walk(each)
             write("]")
-        else:
-            write(quoted(item, limit + 1))
+        else:  # a number, ``True``, ``None``: its ``repr`` is searched as a text is
+            shown = quoted(item, 16 * limit)
+            write(shown if len(shown) < _FRAGMENT else _scrub(shown, None, prompts))
 
     try:
         walk(value)
