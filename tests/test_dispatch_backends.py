@@ -33,6 +33,7 @@ from agentgate.dispatch.backends import (
     BackendClient,
     ChatChunk,
     Timeouts,
+    WholeBody,
     retry_after_s,
     split_lines,
     trace_headers,
@@ -801,7 +802,7 @@ async def test_a_transport_without_retry_after_is_still_used() -> None:
 
     class TwoItems:
         async def post(self, url: str, body: bytes, authorization: str | None = None) -> tuple[int, bytes]:
-            return 429, b"busy"
+            return 429, WholeBody(b"busy")  # the whole body: else taken as cut, its end not quoted
 
         def stream(self, url: str, body: bytes, authorization: str | None = None) -> Any:
             raise NotImplementedError

@@ -25,6 +25,18 @@ def trace_headers(context: Context | None = None) -> dict[str, str]:
     return carrier
 
 
+class WholeBody(bytes):
+    """An error answer's body known to be whole: what a reader of its start (``ChatTransport``'s
+    ``post`` for a status of 300 or more, ``stream``'s reader) returns when the body ended within
+    what it read. Plain ``bytes`` there are taken to be the body's start, cut at the read: of its
+    last characters, what is not redacted is not quoted (a prompt's start standing there is too
+    short to be recognised, ``_scrub``'s ``cut``). Until a regression review of R90 a body was
+    taken as cut only when 1,024 bytes were read, and the first piece of a body sent in two writes
+    quoted a prompt's start at its end (``HTTP 400: <pre> 078-05-``)."""
+
+    __slots__ = ()
+
+
 PostAnswer = tuple[int, bytes] | tuple[int, bytes, str | None]
 """What a ``ChatTransport``'s ``post`` returns: status, body, and optionally ``Retry-After``."""
 StreamAnswer = (
@@ -45,7 +57,8 @@ class ChatTransport(Protocol):
 
     async def post(self, url: str, body: bytes, authorization: str | None = None) -> PostAnswer:
         """POST the JSON ``body``: the status and the whole answer (for a status of 300 or more,
-        its body's start may do: only the first ``_QUOTED`` bytes are quoted), and, as a third
+        its body's start may do: only the first ``_QUOTED`` bytes are quoted; a ``WholeBody``
+        where the body is known to have ended there, else it is taken as cut), and, as a third
         item, the answer's ``Retry-After`` header (``None`` without one; a transport that gives
         no third item is taken to have none); raises ``OSError`` if none can be read, and
         ``agentgate.errors.AnswerTooLarge`` for a successful answer over
@@ -57,7 +70,8 @@ class ChatTransport(Protocol):
     ) -> contextlib.AbstractAsyncContextManager[StreamAnswer]:
         """POST the JSON ``body`` for a streamed answer: the status, a reader of its body (called
         only for an error status, to quote the body's first ``_QUOTED`` bytes: it may return just
-        what has arrived of it), its lines, and, as a fourth item, its ``Retry-After`` header
+        what has arrived of it, a ``WholeBody`` where that is all of it), its lines, and, as a
+        fourth item, its ``Retry-After`` header
         (optional, as ``post``'s third); raises ``OSError`` if the answer cannot be read."""
         ...
 

@@ -83,6 +83,7 @@ from agentgate.dispatch._transport import (
     ChatTransport,
     PostAnswer,
     StreamAnswer,
+    WholeBody,
     _HeaderTransport,
     _takes_headers,
     trace_headers,
@@ -114,6 +115,7 @@ __all__ = [
     "StreamAnswer",
     "Timeouts",
     "Usage",
+    "WholeBody",
     "carries_output",
     "output_limit",
     "retry_after_s",
@@ -463,7 +465,7 @@ class BackendClient:
                         retry_after = answer.headers.get("Retry-After")
                         return (
                             answer.status,
-                            await _quoted(functools.partial(answer.content.read, _QUOTED), encoding, payload),
+                            await _quoted(functools.partial(_read_start, answer), encoding, payload),
                             retry_after,
                         )
                     _refuse_encoded(self.backend.name, encoding, payload)
@@ -665,9 +667,7 @@ class BackendClient:
                         _refuse_encoded(self.backend.name, encoding, body)
                     yield (
                         answer.status,
-                        functools.partial(
-                            _quoted, functools.partial(answer.content.read, _QUOTED), encoding, body
-                        ),
+                        functools.partial(_quoted, functools.partial(_read_start, answer), encoding, body),
                         split_lines(answer.content.iter_any(), MAX_LINE_BYTES),
                         answer.headers.get("Retry-After"),
                     )
@@ -808,11 +808,14 @@ class BackendClient:
         Until review R89 the prompt was scrubbed after (``_shown``), where its echo no longer
         read as sent past a run of spaces or a character that is not printable, and the rest of
         it was quoted; and after the cut, which left up to 7 characters of a prompt's start. A
-        body of ``_QUOTED`` bytes or more was cut at the read: what is not redacted of its last 7
-        characters is left out (``_scrub``'s ``cut``), where an echo's start is too short to be
-        found; until review R90 it was quoted once white space before it was folded."""
+        body is taken as cut at the read unless it is known whole (``WholeBody``, within
+        ``_QUOTED`` bytes): what is not redacted of its last 7 characters is left out (``_scrub``'s
+        ``cut``), where an echo's start is too short to be found; until review R90 it was quoted
+        once white space before it was folded, and until a regression review of R90 it was for
+        a first piece to arrive shorter than ``_QUOTED`` bytes (a body sent in two writes)."""
         text = body[:_QUOTED].decode("utf-8", "replace")
-        text = _scrub(text, self._key, _prompt_texts(payload), cut=len(body) >= _QUOTED)
+        whole = isinstance(body, WholeBody) and len(body) <= _QUOTED
+        text = _scrub(text, self._key, _prompt_texts(payload), cut=not whole)
         return escaped(" ".join(text.split())[:200])
 
     def _shown(self, exc: DispatchError) -> DispatchError:
@@ -1006,11 +1009,22 @@ def _reason(refused: BaseException) -> str:
 
 async def _start(response: httpx.Response) -> bytes:
     """The first piece of ``response``'s body to arrive, at most ``_QUOTED`` bytes, as sent (not
-    decoded)."""
+    decoded): a ``WholeBody`` where it is all the body (as long as its ``Content-Length``, or the
+    body ended with no piece), else taken as cut (httpx does not tell whether more is on its way)."""
+    length = response.headers.get("Content-Length")
+    declared = None if length is None else declared_length(length)
     async for piece in response.aiter_raw():
         if piece:
-            return piece[:_QUOTED]
-    return b""
+            whole = declared is not None and len(piece) == declared <= _QUOTED
+            return WholeBody(piece) if whole else piece[:_QUOTED]
+    return WholeBody()
+
+
+async def _read_start(answer: aiohttp.ClientResponse) -> bytes:
+    """What has arrived of ``answer``'s body once any has, at most ``_QUOTED`` bytes, as sent: a
+    ``WholeBody`` where the body ended there, else taken as cut."""
+    start = await answer.content.read(_QUOTED)
+    return WholeBody(start) if answer.content.at_eof() else start
 
 
 async def _quoted(
@@ -1025,4 +1039,5 @@ async def _quoted(
     ``BackendFailed`` of the error answer, and a prompt's start in its last 7 characters quoted."""
     if not _encoded(encoding):
         return await read()
-    return f"(a body with Content-Encoding: {_encoding_shown(encoding, request)}, not decoded)".encode()
+    said = f"(a body with Content-Encoding: {_encoding_shown(encoding, request)}, not decoded)"
+    return WholeBody(said.encode())  # our words, whole

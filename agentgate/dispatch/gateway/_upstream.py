@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from agentgate._http_limits import declared_length
-from agentgate.dispatch.backends import MAX_ANSWER_BYTES, MAX_LINE_BYTES, split_lines
+from agentgate.dispatch.backends import MAX_ANSWER_BYTES, MAX_LINE_BYTES, WholeBody, split_lines
 from agentgate.errors import AnswerTooLarge
 
 HIGH_WATER = 1 << 18
@@ -226,12 +226,13 @@ class _Connection(asyncio.Protocol):
         return body
 
     async def read_start(self) -> bytes:
-        """What has arrived of the answer's body once any of it has (all of it, if it is complete
-        by then); raises ``UpstreamError`` as ``open``. For an error answer's start, to quote: the
-        rest, which may never end, is neither waited for nor held."""
+        """What has arrived of the answer's body once any of it has (all of it, a ``WholeBody``,
+        if it is complete by then: else it is taken as cut, ``BackendClient._excerpt``); raises
+        ``UpstreamError`` as ``open``. For an error answer's start, to quote: the rest, which may
+        never end, is neither waited for nor held."""
         await self._until(lambda: bool(self._body) or self._complete)
         body, self._body, self._buffered = b"".join(self._body), [], 0
-        return body
+        return WholeBody(body) if self._complete else body
 
     async def pieces(self) -> AsyncGenerator[bytes, None]:
         """The answer's body as it arrives, until it is complete; raises ``UpstreamError`` as ``open``.
