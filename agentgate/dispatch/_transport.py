@@ -37,6 +37,20 @@ class WholeBody(bytes):
     __slots__ = ()
 
 
+class EncodedAnswer(ConnectionError):
+    """What a ``ChatTransport`` raises for a successful answer sent with a ``Content-Encoding``
+    other than ``identity``: it asked for none, and does not decode it. ``encoding`` is the header
+    as sent: the backend's words, which ``BackendClient`` quotes as it quotes a refused encoding
+    on its own paths, scrubbed of the prompt before it is cut and escaped (``_encoding_shown``).
+    Until a regression review of R90 the gateway's pool quoted 40 characters of it, escaped, in
+    an ``UpstreamError``, and the prompt was scrubbed from that: an echo holding a character past
+    ASCII (``\\xe9``) was redacted only up to it, and a prompt's start at the cut was quoted."""
+
+    def __init__(self, message: str, encoding: str) -> None:
+        super().__init__(message)
+        self.encoding = encoding
+
+
 PostAnswer = tuple[int, bytes] | tuple[int, bytes, str | None]
 """What a ``ChatTransport``'s ``post`` returns: status, body, and optionally ``Retry-After``."""
 StreamAnswer = (
@@ -60,7 +74,8 @@ class ChatTransport(Protocol):
         its body's start may do: only the first ``_QUOTED`` bytes are quoted; a ``WholeBody``
         where the body is known to have ended there, else it is taken as cut), and, as a third
         item, the answer's ``Retry-After`` header (``None`` without one; a transport that gives
-        no third item is taken to have none); raises ``OSError`` if none can be read, and
+        no third item is taken to have none); raises ``OSError`` if none can be read
+        (``EncodedAnswer`` for a successful answer with a ``Content-Encoding``), and
         ``agentgate.errors.AnswerTooLarge`` for a successful answer over
         ``backends.MAX_ANSWER_BYTES`` (the call's doing, not a failure of the backend's)."""
         ...

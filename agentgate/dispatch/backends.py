@@ -81,6 +81,7 @@ from agentgate.dispatch._sse import (
 )
 from agentgate.dispatch._transport import (
     ChatTransport,
+    EncodedAnswer,
     PostAnswer,
     StreamAnswer,
     WholeBody,
@@ -111,6 +112,7 @@ __all__ = [
     "ChatChunk",
     "ChatResult",
     "ChatTransport",
+    "EncodedAnswer",
     "PostAnswer",
     "StreamAnswer",
     "Timeouts",
@@ -179,10 +181,17 @@ def _refuse_encoded(name: str, encoding: str | None, request: Mapping[str, Any] 
     regression review of R89 it was quoted as sent, and a backend echoing the prompt there put it
     in the failure (the prompt was scrubbed from the whole message before, in ``_shown``)."""
     if _encoded(encoding):
-        raise BackendFailed(
-            f"{name}: answered with Content-Encoding: {_encoding_shown(encoding, request)}, which it "
-            "was not asked for (Accept-Encoding: identity): not decoded"
-        )
+        raise BackendFailed(f"{name}: {_encoding_refused(encoding, request)}")
+
+
+def _encoding_refused(encoding: str, request: Mapping[str, Any] | None) -> str:
+    """Why an answer with the ``Content-Encoding`` ``encoding`` (as sent) is refused, the header
+    quoted as ``_encoding_shown`` quotes it: on every client path, a transport's too
+    (``EncodedAnswer``, ``_failure_text``)."""
+    return (
+        f"answered with Content-Encoding: {_encoding_shown(encoding, request)}, which it was not "
+        "asked for (Accept-Encoding: identity): not decoded"
+    )
 
 
 def _encoding_shown(encoding: str, request: Mapping[str, Any] | None) -> str:
@@ -861,7 +870,11 @@ def _failure_text(exc: BaseException, payload: Mapping[str, Any]) -> str:
     was scrubbed and quoted whole, and a header line of 60,000 characters echoing a prompt of one
     character repeated held the event loop over a second for each attempt (``_scrub``'s work
     grows with the text's length times its longest echo). Not a ``ValueError``'s: that is
-    ``split_lines``'s refusal of a line over its limit, our own words."""
+    ``split_lines``'s refusal of a line over its limit, our own words. A transport's refusal of
+    a ``Content-Encoding`` (``EncodedAnswer``) is told as the client's own paths tell it: the
+    header scrubbed as it came, then cut and escaped (``_encoding_shown``)."""
+    if isinstance(exc, EncodedAnswer):
+        return _encoding_refused(exc.encoding, payload)
     said = f"{exc.message}" if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
     if not isinstance(exc, ValueError):
         said = _scrub(said[:_QUOTED], None, _prompt_texts(payload), cut=len(said) > _QUOTED)

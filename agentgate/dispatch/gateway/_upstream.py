@@ -34,7 +34,14 @@ from urllib.parse import urlsplit
 import httptools
 
 from agentgate._http_limits import declared_length
-from agentgate.dispatch.backends import MAX_ANSWER_BYTES, MAX_LINE_BYTES, WholeBody, split_lines
+from agentgate.dispatch.backends import (
+    MAX_ANSWER_BYTES,
+    MAX_LINE_BYTES,
+    EncodedAnswer,
+    WholeBody,
+    _encoding_shown,
+    split_lines,
+)
 from agentgate.errors import AnswerTooLarge
 
 HIGH_WATER = 1 << 18
@@ -63,6 +70,11 @@ backend's slot, or for a backend to come back) is known never to have reached on
 
 class UpstreamError(ConnectionError):
     """The backend's answer could not be read (connection closed early, bytes that are not HTTP)."""
+
+
+class EncodedUpstreamAnswer(EncodedAnswer, UpstreamError):
+    """A successful answer sent with a ``Content-Encoding`` other than ``identity``, which the
+    pool asked for none of and does not decode; ``encoding`` is the header as sent."""
 
 
 class _Connection(asyncio.Protocol):
@@ -145,11 +157,16 @@ class _Connection(asyncio.Protocol):
         ):
             # Asked for none (``Accept-Encoding: identity``): its body, which this client does not
             # decode, is not the JSON or SSE it would be read as. Until review R67 it was read as
-            # a malformed chat completion. Parsing stops here, the connection closed.
-            shown = value[:40].decode("latin-1").encode("unicode_escape").decode()
+            # a malformed chat completion. Parsing stops here, the connection closed. The header
+            # goes with the error as sent: ``BackendClient`` quotes it scrubbed of the prompt, which
+            # the pool does not know, before it is cut and escaped (``_encoding_shown``); until a
+            # regression review of R90 it was cut and escaped here, and scrubbed after.
+            encoding = _header_text(value)
             self._fail(
-                UpstreamError(
-                    f"the backend answered with Content-Encoding: {shown}, which it was not asked for"
+                EncodedUpstreamAnswer(
+                    f"the backend answered with Content-Encoding: {_encoding_shown(encoding, None)}, "
+                    "which it was not asked for",
+                    encoding,
                 )
             )
             raise UpstreamError("an encoded answer")
@@ -463,6 +480,15 @@ class UpstreamPool:
         async with asyncio.timeout(self.connect_s):
             _, connection = await loop.create_connection(_Connection, *origin)
         return connection
+
+
+def _header_text(value: bytes) -> str:
+    """A header's ``value`` as text, read as httpx reads it: UTF-8, else Latin-1 (which reads any
+    bytes), so that an echo of a prompt sent in either is found as the prompt's text."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
 
 
 def _header_lines(headers: Mapping[str, str]) -> bytes:
