@@ -198,12 +198,28 @@ def _encoding_shown(encoding: str, request: Mapping[str, Any] | None) -> str:
     """A ``Content-Encoding`` header (``encoding``, as sent) as a message quotes it: scrubbed of
     the prompt of ``request`` (``_prompt_texts``; ``None``: a call without one) as it came, then
     its first 40 characters on one line, each that is not printable written as its escape
-    (``escaped``): aiohttp keeps a byte that is not UTF-8 as a lone surrogate, written ``\\udcff``,
-    which no text encoder takes."""
-    said = encoding[:_QUOTED_HEADER]
+    (``escaped``: a lone surrogate, which no text encoder takes, as ``\\udcff``). A header whose
+    bytes are not UTF-8, which aiohttp keeps as lone surrogates, is read first as httpx and the
+    gateway's pool read it, as Latin-1: until a regression review of R90 an echo holding ``é``
+    sent as Latin-1 was looked for as aiohttp kept it, a surrogate where the prompt has ``é``, so
+    it was redacted only up to it and the rest of the prompt quoted."""
+    said = _latin_1_where_not_utf_8(encoding[:_QUOTED_HEADER])
     if request is not None:
         said = _scrub(said, None, _prompt_texts(request), cut=len(encoding) > _QUOTED_HEADER)
     return escaped(said[:40])
+
+
+def _latin_1_where_not_utf_8(header: str) -> str:
+    """``header`` read as Latin-1 where aiohttp found its bytes not UTF-8 (it keeps each byte that
+    is not as a lone surrogate), as httpx reads such a header; else as it stands."""
+    try:
+        header.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return header.encode("utf-8", "surrogateescape").decode("latin-1")
+        except UnicodeEncodeError:  # a surrogate that stands for no byte: not aiohttp's
+            return header
+    return header
 
 
 def _encoded(encoding: str | None) -> TypeGuard[str]:
