@@ -110,7 +110,9 @@ _TAGGED = re.compile(rf"(?:{_ANCHOR}(?:\s+#[^\r\n\x85\u2028\u2029]*(?![^\r\n\x85
 """A node's text that starts with a tag (after an anchor, if any, and the comments after it):
 ``!!str 5``, ``&a !!str 5``, ``&a # why`` then ``!!str 5`` on the next line. A comment runs to
 its line's end (the lookahead): one way to match it, never a search over where it might stop.
-Matched at every node's start, it reads no further than the node's anchor, blanks and comments.
+Matched at every node's start, it reads no further than the node's anchor, blanks and comments,
+and what it finds is the node's tag only within the node as the parser marks it (``_tag_match``:
+in a block collection the next line may start the next entry, ``k: &a`` then ``! j: 1``).
 Until review R90 the anchor was ``&\\S+``, which ran on past a ',' to the next blank and back:
 each node of ``[&a0,&a1,...]`` cost the rest of the line (a 55 KB policy took 20 s to load),
 and the next value's tag was taken for an anchored empty value's (``[&a, ! 5]`` read ``''``)."""
@@ -1226,6 +1228,16 @@ class _Builder:
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
         raise self._tag_error(node)
 
+    def _tag_match(self, pattern: re.Pattern[str], node: yaml.Node) -> re.Match[str] | None:
+        """``pattern`` (``_TAGGED`` or one built on it) matched at ``node``'s start, where the tag
+        it finds is ``node``'s own: within the node as the parser marks it, which ends an anchored
+        empty value at its anchor. The pattern reads on past a line break (``&a # why`` then
+        ``!!str 5`` on the next line is one node), where a block collection's next entry may start
+        instead: until review R90b ``k: &a`` then ``! j: 1`` read the key's tag as the empty
+        value's, which loaded as ``''`` where both parsers read null."""
+        found = pattern.match(self.text, node.start_mark.index)
+        return found if found is not None and found.end() <= node.end_mark.index else None
+
     def _non_specific(self, node: yaml.Node) -> bool:
         """Whether ``node`` is a plain scalar with the non-specific tag ``!`` that PyYAML resolved
         as if it were untagged (``! 1`` the integer 1): text in YAML 1.2, as ``!!str 1`` is."""
@@ -1233,7 +1245,7 @@ class _Builder:
             node.tag in _RESOLVED
             and isinstance(node, yaml.ScalarNode)
             and not node.style
-            and _NON_SPECIFIC.match(self.text, node.start_mark.index) is not None
+            and self._tag_match(_NON_SPECIFIC, node) is not None
         )
 
     def _refuse_verbatim_non_specific(self, node: yaml.Node) -> None:
@@ -1241,7 +1253,7 @@ class _Builder:
         (``_VERBATIM_NON_SPECIFIC``). Until review R89 ``[!<!> 5, !<!> true]`` loaded as
         ``[5, True]`` where ``[! 5, ! true]`` is text, and ``action: !<!>`` was refused with
         libyaml (an action ``''``) and loaded with PyYAML's own parser (no action: ``invoke``)."""
-        tagged = _VERBATIM_NON_SPECIFIC.match(self.text, node.start_mark.index)
+        tagged = self._tag_match(_VERBATIM_NON_SPECIFIC, node)
         if tagged is None:
             return
         at = mark_at(self.text, tagged.start(1) - 1)
@@ -1272,7 +1284,7 @@ class _Builder:
             node.tag == _TIMESTAMP
             and isinstance(node, yaml.ScalarNode)
             and not node.style
-            and not _TAGGED.match(self.text, node.start_mark.index)
+            and not self._tag_match(_TAGGED, node)
         ):
             return node.value  # a plain 2026-01-31: a timestamp in YAML 1.1, text in YAML 1.2
         if node.tag not in _SCALAR_TAGS:
@@ -1332,7 +1344,7 @@ class _Builder:
         """Whether ``node``'s text starts with a tag (``!!bool yes``), not one resolved from its
         plain text; a quoted scalar of a tag other than text always has one."""
         quoted = isinstance(node, yaml.ScalarNode) and bool(node.style)
-        return quoted or _TAGGED.match(self.text, node.start_mark.index) is not None
+        return quoted or self._tag_match(_TAGGED, node) is not None
 
     def _text(self, node: yaml.Node) -> Any:
         """A scalar PyYAML resolved as text: an unquoted, untagged number as YAML 1.2 reads it
@@ -1340,7 +1352,7 @@ class _Builder:
         an integer with a leading zero (ambiguous) or one too long to print."""
         plain = isinstance(node, yaml.ScalarNode) and not node.style  # None, or "" (libyaml)
         # ``!!str 5`` is plain too, but its author said text: only an untagged scalar is a number.
-        if plain and not _TAGGED.match(self.text, node.start_mark.index):
+        if plain and not self._tag_match(_TAGGED, node):
             value = node.value
             if _OCTAL_1_2.fullmatch(value):
                 number = int(value.replace("0o", "", 1), 8)
@@ -1506,7 +1518,7 @@ class _Builder:
     def _tag_error(self, node: yaml.Node) -> SourceError:
         # Located at the tag's '!', after the node's anchor if any: where PyYAML's own parser
         # refuses a tag libyaml reads (``!*a!``: "while scanning a tag"), located there too.
-        tagged = _TAGGED.match(self.text, node.start_mark.index)
+        tagged = self._tag_match(_TAGGED, node)
         at = mark_at(self.text, tagged.end() - 1) if tagged is not None else None
         return self.error_at(
             _Place(at.line - 1, at.column - 1) if at is not None else node.start_mark,
