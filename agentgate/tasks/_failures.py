@@ -39,8 +39,10 @@ _DEAD_LETTERS_KEPT = 1_000
 
 _CUT_SHORT = frozenset({"transient", "connection"})
 """The classes of a failure the tool did not come to itself (its transport gave out): past the
-tool's ``timeout_s`` such a failure is a ``timeout`` (``_Failures._failed``), as the attempt the
-async core cuts there is. ``error`` and custom classes are the tool's own answer and stay so."""
+tool's ``timeout_s``, and for an attempt the async core cut at its deadline, such a failure is a
+``timeout`` (``_Failures._failed``): its effect is unknown, and ``transient`` would have a tool
+not safe to repeat run again. ``error`` and custom classes are the tool's own answer, or the
+classifier's for a cut, and stay so."""
 
 
 class _GiveUp(Exception):
@@ -138,10 +140,13 @@ class _Failures:
         listed) and a custom class (R89 made those ``timeout`` too, and a slow tool's bad
         arguments opened its breaker for everyone). ``expired``: the async core cut the attempt at
         its deadline (its tool's ``timeout_s``, or the call's own: ``cut``), and ``error`` is its own
-        ``DeadlineExceeded``: a ``timeout`` whatever the classifier says, its effect unknown (until
-        review R90 the classifier decided, and one that calls a ``SchedulingError`` ``transient``,
-        as a nested call's ``Overloaded`` that never ran is, had a tool not safe to repeat run
-        again after each cut).
+        ``DeadlineExceeded``, its effect unknown: the same rule, a ``transient`` or ``connection``
+        class the classifier gives it is a ``timeout`` (until review R90 it stayed ``transient``,
+        and a classifier that calls a ``SchedulingError`` ``transient``, as a nested call's
+        ``Overloaded`` that never ran is, had a tool not safe to repeat run again after each cut).
+        ``error`` and a custom class are kept, as the classifier gives them: the retry rule repeats
+        neither for a tool not safe to repeat, and a classifier may keep a slow tool's cuts out of
+        ``trip_on`` with one (R90 made every cut a ``timeout``, and such a tool's breaker opened).
 
         Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
         no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock),
@@ -155,16 +160,13 @@ class _Failures:
                 # nothing of the tool (its probe is given back below), and is neither retried nor
                 # a dead letter.
                 raise error
-            if expired:
+            try:
+                found = self._classifier(error)
+            except Exception:  # a broken classifier must not hide the tool's error: the safe class
+                found = None
+            error_class = found if isinstance(found, str) and found else "error"
+            if (overran or expired) and error_class in _CUT_SHORT:
                 error_class = "timeout"
-            else:
-                try:
-                    found = self._classifier(error)
-                except Exception:  # a broken classifier must not hide the tool's error: the safe class
-                    found = None
-                error_class = found if isinstance(found, str) and found else "error"
-                if overran and error_class in _CUT_SHORT:
-                    error_class = "timeout"
             # A call that keeps no error text (``Gate.run``'s) keeps none of any attempt's error,
             # an agentgate error included: what failed an attempt came out of the tool's run (an
             # ``InputError`` its code raised, a ``BackendFailed`` of a model it called), whose text
