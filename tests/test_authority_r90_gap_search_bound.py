@@ -5,8 +5,9 @@ checked it against every parent capability, every constraint: quadratic in the n
 arguments. A refused chain is not cached, so one hand-signed link of 480 arguments (21 KB) cost
 about a second on every decision, against about 20 ms without the search. Each value is now
 checked only against the constraints on the argument it changes, and the search stops after a
-number of checks proportionate to what the capabilities hold, falling back to the message that
-names no call. Work is counted in ``Constraint.allows`` calls, not timed."""
+number of values tried proportionate to what the capabilities hold (checks until review R90b),
+falling back to the message that names no call. Work is counted in ``Constraint.allows`` calls,
+not timed."""
 
 from __future__ import annotations
 
@@ -80,28 +81,34 @@ def test_a_refused_links_checks_grow_linearly_with_its_arguments(checks: list[in
 
 
 def _exhausting(arguments: int) -> tuple[list[Capability], Capability, Call]:
-    """Sixteen parent capabilities that ``base`` meets, all constraining every argument with a
-    bound of their own inside the child's range, where only the last covers most values tried;
-    the one call left out (``zz`` below 5) is on the last argument searched."""
+    """Sixteen parent capabilities that ``base`` meets, each holding every argument to a range with
+    two bounds of its own (six values tried at each), where only the last covers every value the
+    child allows; the one call left out (``zz`` below 5) is on the last argument searched. (Review
+    R90b: R90's parents shared their lower bound, and the search, cut after a number of checks,
+    now counts the values it tries, which such parents no longer exhaust.)"""
     names = [f"a{i}" for i in range(arguments)]
+    ranges = [(-3 * k - 0.5, 50 + 3 * k + 0.5) for k in range(15)] + [(-45.5, 100.5)]
     parents = [
-        Capability.parse("tool:pay?" + "&".join(f"{n}>=0&{n}<={bound}" for n in names) + "&zz>=5")
-        for bound in [*range(50, 65), 100]
+        Capability.parse("tool:pay?" + "&".join(f"{n}>={lo}&{n}<={hi}" for n in names) + "&zz>=5")
+        for lo, hi in ranges
     ]
     child = Capability.parse("tool:pay?" + "&".join(f"{n}>=0&{n}<=100" for n in names) + "&zz>=0&zz<=10")
     return parents, child, Call.tool("pay", {**dict.fromkeys(names, 0), "zz": 7})
 
 
-def test_the_search_stops_after_its_budget_of_checks(checks: list[int]) -> None:
+def test_the_search_stops_after_its_budget_of_values(checks: list[int]) -> None:
     parents, child, base = _exhausting(40)
     values = sum(len(c.constraints) for c in (child, *parents))  # no sets: one value each
     assert uncovered_call(parents, child, base) is None
-    assert checks[0] <= _coverage.SEARCH_CHECKS_FLOOR + _coverage.SEARCH_CHECKS_PER_VALUE * values
+    # Each value tried is checked against the child's constraint and at most each parent's; each
+    # parent against ``base`` once.
+    tries = _coverage.SEARCH_TRIES_FLOOR + _coverage.SEARCH_TRIES_PER_VALUE * values
+    assert checks[0] <= (1 + len(parents)) * tries + sum(len(p.constraints) for p in parents)
 
 
 def test_what_the_budget_cut_short_is_a_call_a_longer_search_finds(monkeypatch: pytest.MonkeyPatch) -> None:
     parents, child, base = _exhausting(40)
-    monkeypatch.setattr(_coverage, "SEARCH_CHECKS_FLOOR", 10**9)
+    monkeypatch.setattr(_coverage, "SEARCH_TRIES_FLOOR", 10**9)
     found = uncovered_call(parents, child, base)
     assert found is not None and found[0] == "zz"
     assert covers(child, found[1]) and not any(covers(p, found[1]) for p in parents)
@@ -110,8 +117,8 @@ def test_what_the_budget_cut_short_is_a_call_a_longer_search_finds(monkeypatch: 
 def test_a_search_out_of_checks_falls_back_to_the_message_that_names_no_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_coverage, "SEARCH_CHECKS_FLOOR", 0)
-    monkeypatch.setattr(_coverage, "SEARCH_CHECKS_PER_VALUE", 0)
+    monkeypatch.setattr(_coverage, "SEARCH_TRIES_FLOOR", 0)
+    monkeypatch.setattr(_coverage, "SEARCH_TRIES_PER_VALUE", 0)
     chain = issue(ROOT, ALICE.public, ["tool:pay?amount<=100", "tool:pay?amount>=200"], ttl=3600, now=NOW)
     with pytest.raises(ScopeCreep) as refused:
         delegate(chain, ALICE, BOB.public, ["tool:pay?amount<=1000"], ttl=60, now=NOW)
