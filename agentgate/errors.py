@@ -279,19 +279,21 @@ class CallerGone(DispatchError):
     """The gateway's caller went away (closed its connection) before its answer was delivered.
     ``sent``: whether any backend may have got the call; ``False`` for one cut before it was
     sent, which ``Gate.run``/``Gate.arun`` settle as not started (released, an approval it used
-    pending again)."""
+    pending again). Made as any exception is (a message, or none, or several arguments), with
+    ``sent`` by keyword only (until review R90b a message was required and one more argument
+    refused: a ``TypeError`` where ``Exception`` took them)."""
 
-    def __init__(self, message: str, *, sent: bool = True) -> None:
-        super().__init__(message)
+    def __init__(self, *args: object, sent: bool = True) -> None:
+        super().__init__(*args)
         self.sent = sent
 
 
 class GatewayStopped(DispatchError):
     """The gateway stopped (its shutdown grace was over) while a call was running: the call was cut.
-    ``sent``: as ``CallerGone``'s."""
+    ``sent``: as ``CallerGone``'s, and made as it is."""
 
-    def __init__(self, message: str, *, sent: bool = True) -> None:
-        super().__init__(message)
+    def __init__(self, *args: object, sent: bool = True) -> None:
+        super().__init__(*args)
         self.sent = sent
 
 
