@@ -218,7 +218,11 @@ class DispatchError(AgentGateError):
 class NoBackend(DispatchError):
     """No healthy backend that serves the model can take the request within its SLO.
     ``retry_after_s``: when every backend that could serve it is held down by its own
-    ``Retry-After``, the seconds until the first of them is tried again; else ``None``."""
+    ``Retry-After``, the seconds until the first of them is tried again; else ``None``.
+    ``sent``: as ``CallerGone``'s; the gateway sets it ``False`` on one that gave up a call no
+    backend got (it waited in line: ``Gate.run``/``Gate.arun`` settle it as not started)."""
+
+    sent: bool = True
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message)

@@ -122,6 +122,7 @@ from agentgate.errors import (
     CallerGone,
     GatewayStopped,
     InputError,
+    NoBackend,
     StoreError,
     UsageUnreadable,
 )
@@ -609,7 +610,10 @@ class Gateway:
         backend got it (it waited in line for a slot, or for a backend to come back: the lean
         pool never began to send it, ``SENDING``), which raises ``CallerGone`` or
         ``GatewayStopped`` here instead, so that it is released, nothing charged. (The
-        cancellation ends here: the handler answers, or finds its caller gone, at once.)
+        cancellation ends here: the handler answers, or finds its caller gone, at once.) A
+        ``NoBackend`` or ``Shed`` (the call given up in line) that the lean pool never began to
+        send is raised with ``sent`` ``False``: the call did not start (until review R90b it was
+        settled as started, an approval it used spent).
 
         Raises ``BackendFailed`` for an answer that cannot be encoded again (``_as_read``).
         """
@@ -618,14 +622,21 @@ class Gateway:
                 raise CallerGone("the caller went away before the call was sent", sent=False)
             mark = SendMark()
             sending = SENDING.set(mark)
+            lean = payload.get("model") in self._lean_models
             try:
                 result = await self.dispatcher.chat(payload, **route)
             except (AnswerTooLarge, UsageUnreadable) as exc:
                 return _Unread(exc)
+            except NoBackend as exc:
+                # Given up in line (its SLO over, no backend back in time, the dispatcher
+                # closing) before any backend got it: it did not start.
+                if not mark.sent and lean:
+                    exc.sent = False
+                raise
             except asyncio.CancelledError:
                 if watch.task.uncancel() > 0:  # cancelled more than once: not this step's to end
                     raise
-                if not mark.sent and payload.get("model") in self._lean_models:
+                if not mark.sent and lean:
                     if watch.gone:
                         raise CallerGone(
                             "the caller went away before the call was sent", sent=False

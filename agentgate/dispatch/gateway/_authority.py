@@ -33,7 +33,7 @@ from agentgate.authority import Chain, Decision, Invocation, chain_weight, parse
 from agentgate.capabilities import Call
 from agentgate.dispatch._sse import _StreamUsage
 from agentgate.dispatch.backends import ChatChunk, carries_output
-from agentgate.errors import InputError, TokenFormatError, UsageUnreadable
+from agentgate.errors import InputError, NoBackend, TokenFormatError, UsageUnreadable
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.gate._authorization import COVERAGE_CODES, revoked_refusal
@@ -421,7 +421,9 @@ class GatewayGate(Gate):
         reservation too, as a JSON call cut so is (a long prompt's prefill is work done; released,
         hanging up before the first token made it free), unless ``unsent`` says no backend was
         sent it (it waited in line): then it did not start (released, an approval it used pending
-        again; until review R90 that approval was spent). Raises ``Denied`` for an authorization
+        again; until review R90 that approval was spent), as one given up in line (``NoBackend``,
+        ``Shed``) that ``unsent`` says no backend was sent (until review R90b settled as started,
+        its approval spent). Raises ``Denied`` for an authorization
         that is not an allow, and re-raises what ``chunks`` raises, after recording it.
 
         The backend stream is read by a task of its own, so that the call's span is entered and
@@ -466,7 +468,7 @@ class GatewayGate(Gate):
         reported = _StreamUsage()  # a usage followed by output (``stale``) is not the call's
         delivered = False
         cut = False  # by the caller going away or the server stopping, not by the backend
-        unsent_cut = False  # so, before any backend got it (``unsent``): it did not start
+        unsent_cut = False  # so, or given up in line, before any backend got it (``unsent``): not started
         error: str | None = None  # the outcome's reason in the audit log
         error_type: str | None = None  # the span's: a class name (the reason may quote the backend)
         last: BaseException | None = None  # what ends the caller's stream: None, or the failure
@@ -479,6 +481,8 @@ class GatewayGate(Gate):
             except Exception as exc:
                 error, error_type = _failure_reason(exc), type(exc).__name__  # why, as ``Gate`` keeps it
                 last = exc
+                # Given up in line (``Shed``, ``NoBackend``) before any backend got it.
+                unsent_cut = isinstance(exc, NoBackend) and unsent is not None and unsent()
             except BaseException as exc:  # cancelled: the caller is gone, nobody reads the queue
                 error = (left() if left is not None else None) or type(exc).__name__
                 error_type = error.partition(":")[0]  # "caller_stalled: the caller read nothing..."
