@@ -134,6 +134,9 @@ _UNPARSED = Call("gateway:chat.completions", "generate")
 """The call recorded for a body too malformed to name a model."""
 _STOPPED_UNSENT = "the gateway stopped before the call was sent to a backend"
 """``GatewayStopped``'s message for a JSON call cut while it waited for a backend: released."""
+_CUT_UNSENT = "the gateway is shutting down: the call was cut before it was sent; nothing was charged"
+"""The 503 ``shutting_down`` message of a call the shutdown cut before any backend got it, JSON or
+stream: released, an approval it used pending again."""
 _log = logging.getLogger("agentgate.dispatch.gateway._app")  # the gateway's one logger (docs/gateway.md)
 _TRACE_CONTEXT = TraceContextTextMapPropagator()
 """W3C Trace Context only: a caller's ``baggage`` is not read (nor, so, sent on to a backend)."""
@@ -490,8 +493,7 @@ class Gateway:
             # its reservation is released (its outcome audited ``GatewayStopped``).
             with contextlib.suppress(GatewayStopped):
                 await self.gate.arun(decision.auth, _stopped_before_sending)
-            message = "the gateway is shutting down: the call was cut before it was sent; nothing was charged"
-            return _shutting_down(message), True
+            return _shutting_down(_CUT_UNSENT), True
         if not decision.allowed:
             # A call behind an approval gate: the body carries what an approver signs
             # (`agentgate approval sign`), and the caller retries the same body with the approval.
@@ -535,9 +537,7 @@ class Gateway:
             return error_response(499, "the caller went away", "caller_gone"), True
         except GatewayStopped as exc:
             if str(exc) == _STOPPED_UNSENT:
-                message = (
-                    "the gateway is shutting down: the call was cut before it was sent; nothing was charged"
-                )
+                message = _CUT_UNSENT
             else:
                 message = "the gateway is shutting down: the call was cut, and charged as reserved"
             return _shutting_down(message), True
@@ -732,11 +732,20 @@ class Gateway:
                 return error_response(499, "the caller went away", "caller_gone")
             # Only the server cancels a request's task otherwise: its shutdown grace ran out
             # before the first token. Its outcome is audited ``GatewayStopped`` and it is
-            # answered 503, as a JSON call cut by the shutdown is.
+            # answered 503, as a JSON call cut by the shutdown is, in the same words: charged as
+            # reserved, or, for one no backend got (in line: settled by then, released), nothing
+            # charged (until review R90b neither was said: its caller could not tell that its
+            # approval was usable again).
             scope[STOPPED] = True
             _uncancel_all(watch.task)
             await chunks.aclose()
-            message = "the gateway is shutting down: the call was cut before its answer began"
+            if lean and not mark.sent:
+                message = _CUT_UNSENT
+            else:
+                message = (
+                    "the gateway is shutting down: the call was cut before its answer began, "
+                    "and charged as reserved"
+                )
             return _shutting_down(message)
         finally:
             SENDING.reset(sending)
