@@ -212,17 +212,23 @@ class CircuitOpen(SchedulingError):
 
 
 class DispatchError(AgentGateError):
-    """A model call could not be routed or served."""
+    """A model call could not be routed or served. ``sent``: whether any backend may have got the
+    call; ``False`` for one the gateway knows no backend got, which ``Gate.run``/``Gate.arun``
+    settle as not started when it ends a ``model:`` call (released, an approval it used pending
+    again). Made as any exception is (a message, or none, or several arguments), with ``sent``
+    by keyword only."""
+
+    def __init__(self, *args: object, sent: bool = True) -> None:
+        super().__init__(*args)
+        self.sent = sent
 
 
 class NoBackend(DispatchError):
     """No healthy backend that serves the model can take the request within its SLO.
     ``retry_after_s``: when every backend that could serve it is held down by its own
     ``Retry-After``, the seconds until the first of them is tried again; else ``None``.
-    ``sent``: as ``CallerGone``'s; the gateway sets it ``False`` on one that gave up a call no
-    backend got (it waited in line: ``Gate.run``/``Gate.arun`` settle it as not started)."""
-
-    sent: bool = True
+    The gateway sets ``sent`` ``False`` on one that gave up a call no backend got (it waited
+    in line)."""
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message)
@@ -281,24 +287,13 @@ class AnswerTooLarge(DispatchError):
 
 class CallerGone(DispatchError):
     """The gateway's caller went away (closed its connection) before its answer was delivered.
-    ``sent``: whether any backend may have got the call; ``False`` for one cut before it was
-    sent, which ``Gate.run``/``Gate.arun`` settle as not started (released, an approval it used
-    pending again). Made as any exception is (a message, or none, or several arguments), with
-    ``sent`` by keyword only (until review R90b a message was required and one more argument
-    refused: a ``TypeError`` where ``Exception`` took them)."""
-
-    def __init__(self, *args: object, sent: bool = True) -> None:
-        super().__init__(*args)
-        self.sent = sent
+    ``sent`` ``False``: before it was sent. (Until review R90b a message was required and one
+    more argument refused: a ``TypeError`` where ``Exception`` took them.)"""
 
 
 class GatewayStopped(DispatchError):
     """The gateway stopped (its shutdown grace was over) while a call was running: the call was cut.
-    ``sent``: as ``CallerGone``'s, and made as it is."""
-
-    def __init__(self, *args: object, sent: bool = True) -> None:
-        super().__init__(*args)
-        self.sent = sent
+    ``sent`` ``False``: before it was sent."""
 
 
 class BrokerError(DispatchError):

@@ -8,14 +8,7 @@ import time
 import weakref
 from collections.abc import Callable
 
-from agentgate.errors import (
-    AnswerTooLarge,
-    BackendFailed,
-    CallerGone,
-    GatewayStopped,
-    NoBackend,
-    UsageUnreadable,
-)
+from agentgate.errors import AnswerTooLarge, BackendFailed, DispatchError, UsageUnreadable
 from agentgate.gate._authorization import Authorization
 
 PendingOutcome = tuple[Authorization, str, str | None, tuple[int, int] | None, bool]
@@ -173,18 +166,15 @@ def usage_after(auth: Authorization, exc: BaseException) -> tuple[int, int] | No
 
 
 def never_sent(auth: Authorization, exc: BaseException) -> bool:
-    """Whether ``exc`` ends a model call that its function says it never sent (``CallerGone`` or
-    ``GatewayStopped`` with ``sent=False``: the gateway cut it while it was decided or waited in
-    line for a backend; ``NoBackend`` or ``Shed`` so: the gateway gave it up in line): it did not
-    start, whatever ran before, so it is settled as one that did not (released; an approval it
-    used pending again). Until review R90 such a call was settled as started, and the human
-    approval it used was spent on a call no backend ever got (until review R90b one given up in
-    line, answered 429 ``shed`` or 503 ``no_backend``, still was)."""
-    return (
-        auth.call.resource.startswith("model:")
-        and isinstance(exc, CallerGone | GatewayStopped | NoBackend)
-        and not exc.sent
-    )
+    """Whether ``exc`` ends a model call that its function says it never sent (a
+    ``DispatchError`` with ``sent=False``: the gateway cut it while it was decided or waited in
+    line for a backend, ``CallerGone`` or ``GatewayStopped``; gave it up in line, ``NoBackend``
+    or ``Shed``; or an internal error stopped it before it was sent): it did not start, whatever
+    ran before, so it is settled as one that did not (released; an approval it used pending
+    again). Until review R90 such a call was settled as started, and the human approval it used
+    was spent on a call no backend ever got (until review R90b one given up in line, answered
+    429 ``shed`` or 503 ``no_backend``, or failed by the gateway before it was sent, still was)."""
+    return auth.call.resource.startswith("model:") and isinstance(exc, DispatchError) and not exc.sent
 
 
 NOT_STARTED = frozenset({"SchedulingError", "Overloaded", "CircuitOpen"})

@@ -120,6 +120,7 @@ from agentgate.errors import (
     AuditError,
     BackendFailed,
     CallerGone,
+    DispatchError,
     GatewayStopped,
     InputError,
     NoBackend,
@@ -519,7 +520,9 @@ class Gateway:
             # An internal error before the call was sent (``_Entry`` logs it and answers 500):
             # released, its outcome audited, instead of a reservation held with no outcome
             # (until review R62). The error's own text stays out of the audit (it may carry secrets).
-            with contextlib.suppress(RuntimeError):
+            # Nothing was sent: it did not start, an approval it used pending again (until
+            # review R90b settled as started, the approval spent).
+            with contextlib.suppress(DispatchError):
                 await self.gate.arun(decision.auth, _failed_before_sending)
             raise
         headers = {"X-Agentgate-Audit-Index": str(decision.auth.audit_index)}
@@ -1024,7 +1027,7 @@ class _StepStart:
 
 async def _failed_before_sending() -> None:
     """The backend call of an allowed call that an internal error stopped before it was sent."""
-    raise RuntimeError("an internal error of the gateway stopped the call before it was sent")
+    raise DispatchError("an internal error of the gateway stopped the call before it was sent", sent=False)
 
 
 def _shutting_down(message: str) -> Response:
