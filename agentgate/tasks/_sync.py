@@ -811,12 +811,23 @@ class SyncScheduler:
             # ``pauses`` predicate, the rng: ``KeyboardInterrupt``, ``SystemExit``), for its
             # caller's thread to raise, as without a store: until review R90 it ended the loop
             # thread, and the caller waited for good.
+            # An error is handed back once the store work the call left running on its way out
+            # has landed (the core submits it and does not wait: a half-open probe's claim given
+            # back, ``_end_probe``), so that a call its caller makes next finds that claim free.
+            # An interrupted or paused probe leaves the breaker half open: until review R90b a
+            # call made right after it could find the claim still held, and was refused with
+            # ``CircuitOpen`` ("its probe(s) run") though no probe ran.
             token = otel_context.attach(caller_context)
+            core = self.scheduler
+            running = set(core._background)
             try:
-                return await self.scheduler.submit(call, hand_to_caller), None
+                return await core.submit(call, hand_to_caller), None
             except asyncio.CancelledError:
                 raise  # the call cancelled (``stop_waiting``, a close): told by ``outcome``
             except BaseException as exc:
+                left = core._background - running
+                if left:
+                    await asyncio.wait(left)  # each job runs to its end; a failure is counted
                 return None, exc
             finally:
                 otel_context.detach(token)

@@ -1,0 +1,142 @@
+"""Review R90b: a ``SyncScheduler`` with a store gives a half-open probe's cross-process claim back
+on the store pool, in the background (``_end_probe``). A probe whose call ended without telling
+the breaker (an interrupt in its classifier or its ``pauses`` predicate, a pause) had its error
+handed to its caller's thread while that give-back was still on its way: a call made right after
+found the claim still held and was refused with ``CircuitOpen`` ("its 1 probe(s) run"), though no
+probe ran (seen once as a failure of tests/test_tasks_r90_handed_interrupt.py on a loaded
+machine). The caller is now told once the give-back has landed.
+
+The store's give-back here waits for the next call to try its claim (at most ``HOLD_S``): the
+order a loaded machine took now and then is then the order taken every time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentgate.store import open_store
+from agentgate.store.leases import Lease, LeaseManager
+from agentgate.tasks import (
+    DEFAULT_CLASSIFIER,
+    Attempt,
+    BreakerPolicy,
+    BreakerState,
+    SchedulerConfig,
+    SyncScheduler,
+    ToolCall,
+    from_function,
+)
+
+RESET_S = 0.01
+CONFIG = SchedulerConfig(
+    breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=RESET_S, half_open_max_calls=1)
+)
+#: Longest the probe's give-back waits for the next call's claim: with the fix, the next call
+#: comes only after the give-back, so this is how long each case takes.
+HOLD_S = 0.3
+
+
+class _ProbeDown(ConnectionRefusedError):
+    """The probe's failure: the one whose handling ends the call without telling the breaker."""
+
+
+def _down(attempt: Attempt) -> str:
+    raise ConnectionRefusedError("down")
+
+
+def _probe_down(attempt: Attempt) -> str:
+    raise _ProbeDown("still down")
+
+
+def _ran(attempt: Attempt) -> str:
+    return "ran"
+
+
+def _interrupted(error: BaseException) -> bool:
+    if isinstance(error, _ProbeDown):
+        raise KeyboardInterrupt
+    return False
+
+
+def _paused(error: BaseException) -> bool:
+    return isinstance(error, _ProbeDown)
+
+
+def _classified_interrupted(error: BaseException) -> str | None:
+    _interrupted(error)
+    return None
+
+
+def _in_a_thread(scheduler: SyncScheduler, call: ToolCall, fn: Callable[[Attempt], str]) -> str:
+    """What ``submit`` gave a caller's thread within 5 s: its result, the name of what it raised,
+    or ``still waiting``."""
+    told: list[str] = []
+
+    def caller() -> None:
+        try:
+            told.append(scheduler.submit(call, fn))
+        except BaseException as exc:
+            told.append(type(exc).__name__)
+
+    thread = threading.Thread(target=caller, daemon=True)
+    thread.start()
+    thread.join(5)
+    return told[0] if told else "still waiting"
+
+
+@pytest.mark.parametrize(
+    ("how", "told"),
+    [
+        ("interrupted in the classifier", "KeyboardInterrupt"),
+        ("interrupted in pauses", "KeyboardInterrupt"),
+        ("paused", "_ProbeDown"),
+    ],
+)
+def test_a_probe_s_claim_is_back_before_its_caller_is_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, told: str
+) -> None:
+    claims: list[Lease | None] = []  # the probe's claim, then the next call's try for one
+    next_claim_tried = threading.Event()
+    given_back_after_it: list[bool] = []  # per probe claim given back: the next call's came first
+    release, try_acquire = LeaseManager.release, LeaseManager.try_acquire
+
+    def held_release(manager: LeaseManager, lease: Lease, **kwargs: Any) -> None:
+        if lease.key.startswith("probe:"):
+            given_back_after_it.append(next_claim_tried.wait(HOLD_S))
+        release(manager, lease, **kwargs)
+
+    def noted_try_acquire(manager: LeaseManager, key: str, limit: int, **kwargs: Any) -> Lease | None:
+        if not key.startswith("probe:"):
+            return try_acquire(manager, key, limit, **kwargs)
+        claims.append(try_acquire(manager, key, limit, **kwargs))
+        if len(claims) == 2:
+            next_claim_tried.set()
+        return claims[-1]
+
+    monkeypatch.setattr(LeaseManager, "release", held_release)
+    monkeypatch.setattr(LeaseManager, "try_acquire", noted_try_acquire)
+
+    classifier = DEFAULT_CLASSIFIER
+    pauses: Callable[[BaseException], bool] | None = None
+    if how == "interrupted in the classifier":
+        classifier = from_function(_classified_interrupted) | DEFAULT_CLASSIFIER
+    elif how == "interrupted in pauses":
+        pauses = _interrupted
+    else:
+        pauses = _paused
+    scheduler = SyncScheduler(CONFIG, store=open_store(str(tmp_path / "s.db")), classifier=classifier)
+    try:
+        with pytest.raises(ConnectionRefusedError):
+            scheduler.submit(ToolCall("t", {}), _down)  # opens the breaker
+        time.sleep(RESET_S * 2)  # half open: the next call is its probe
+        assert _in_a_thread(scheduler, ToolCall("t", {}, pauses=pauses), _probe_down) == told
+        assert _in_a_thread(scheduler, ToolCall("t", {}), _ran) == "ran"  # was CircuitOpen
+        assert given_back_after_it[0] is False  # back before the next call asked for its own
+        assert scheduler.breakers()[0].state is BreakerState.CLOSED
+    finally:
+        scheduler.close(timeout_s=5)
