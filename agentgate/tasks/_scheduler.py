@@ -771,8 +771,7 @@ class Scheduler(_StoreWork, _Failures):
                     finally:
                         if probing:
                             breaker.release(held)
-                        if claim is not None:
-                            self._end_probe(claim, breaker)
+                        giving_back = None if claim is None else self._end_probe(claim, breaker)
                         # The local slot first: a second cancellation during the lease's release
                         # must not skip it. The release itself runs to the end, shielded.
                         with lock:
@@ -787,6 +786,15 @@ class Scheduler(_StoreWork, _Failures):
                             held_lease, waiter.lease = waiter.lease, None
                         if held_lease is not None:
                             await self._release_lease(*held_lease)
+                        # Its caller is told (its result, its error, its pause) once the probe's
+                        # claim is back, unless it was cancelled: a probe that ended without
+                        # telling the breaker (an interrupt in its classifier or ``pauses``, a
+                        # pause) leaves it half open, and until review R90c a call made right
+                        # after could find the claim still held and be refused with
+                        # ``CircuitOpen`` ("its probe(s) run") though no probe ran. A failed
+                        # give-back is counted by ``_end_probe``; the claim then expires.
+                        if giving_back is not None and task.cancelling() <= cancelling:
+                            await asyncio.wait((giving_back,))
                     # 4. back off with every slot released (``aclose`` cuts it short), then try again
                     await self._back_off(delay)
                 except _GiveUp as stop:

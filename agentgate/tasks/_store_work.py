@@ -200,10 +200,11 @@ class _StoreWork:
             )
         return claim
 
-    def _end_probe(self, claim: Lease, breaker: CircuitBreaker) -> None:
-        """Give back a probe's claim (submitted now, not awaited: ``aclose`` waits for it). When
-        the breaker is OPEN now (the probe failed), the same transaction writes its opening to the
-        store first, so no other process probes before the store says open."""
+    def _end_probe(self, claim: Lease, breaker: CircuitBreaker) -> asyncio.Future[None]:
+        """Give back a probe's claim, submitted now; the give-back is returned for the call to
+        await when it is not cancelled (``aclose`` waits for it too). When the breaker is OPEN now
+        (the probe failed), the same transaction writes its opening to the store first, so no
+        other process probes before the store says open."""
         assert self._leases is not None
         before = None
         if breaker.state is BreakerState.OPEN:
@@ -212,6 +213,7 @@ class _StoreWork:
                 before = SharedBreakers.reopen(breaker.key, opened_at)
         releasing = self._blocking(functools.partial(self._leases.release, claim, before=before))
         self._in_background(releasing, "lease_not_released", claim.key)
+        return releasing
 
     def _give_back(self, manager: LeaseManager, lease: Lease) -> None:
         """Release ``lease`` (taken by ``manager``) on the store pool, submitted now, without

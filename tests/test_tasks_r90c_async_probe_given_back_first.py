@@ -1,0 +1,139 @@
+"""Review R90c: the async ``Scheduler`` with a store gave a half-open probe's cross-process claim
+back on the store pool without awaiting it (``_end_probe``), as ``SyncScheduler`` did until R90b.
+A probe whose call ended without telling the breaker (an interrupt in its classifier or its
+``pauses`` predicate, a pause) had its error reach its caller while that give-back was still on
+its way: a call made right after found the claim still held and was refused with
+``CircuitOpen`` ("its 1 probe(s) run"), though no probe ran. The caller is now told once the
+give-back has landed (not when the call is cancelled: it does not wait then).
+
+The store's give-back here waits for the next call to try its claim (at most ``HOLD_S``): the
+order a loaded machine may take is then the order taken every time.
+
+Real components: a ``Scheduler`` with a SQLite store; ``LeaseManager`` patched only to hold a
+probe's give-back and note the tries for a probe's claim."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentgate.store import open_store
+from agentgate.store.leases import Lease, LeaseManager
+from agentgate.tasks import (
+    DEFAULT_CLASSIFIER,
+    Attempt,
+    BreakerPolicy,
+    BreakerState,
+    Scheduler,
+    SchedulerConfig,
+    ToolCall,
+    from_function,
+)
+
+RESET_S = 0.01
+CONFIG = SchedulerConfig(
+    breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=RESET_S, half_open_max_calls=1)
+)
+#: Longest the probe's give-back waits for the next call's claim: with the fix, the next call
+#: comes only after the give-back, so this is how long each case takes.
+HOLD_S = 0.3
+
+
+class _ProbeDown(ConnectionRefusedError):
+    """The probe's failure: the one whose handling ends the call without telling the breaker."""
+
+
+async def _down(attempt: Attempt) -> str:
+    raise ConnectionRefusedError("down")
+
+
+async def _probe_down(attempt: Attempt) -> str:
+    raise _ProbeDown("still down")
+
+
+async def _ran(attempt: Attempt) -> str:
+    return "ran"
+
+
+def _interrupted(error: BaseException) -> bool:
+    if isinstance(error, _ProbeDown):
+        raise KeyboardInterrupt
+    return False
+
+
+def _paused(error: BaseException) -> bool:
+    return isinstance(error, _ProbeDown)
+
+
+def _classified_interrupted(error: BaseException) -> str | None:
+    _interrupted(error)
+    return None
+
+
+async def _told(scheduler: Scheduler, call: ToolCall, fn: Callable[[Attempt], Any]) -> str:
+    """What ``submit`` gave its caller: its result, or the name of what it raised."""
+    try:
+        return str(await scheduler.submit(call, fn))
+    except BaseException as exc:
+        return type(exc).__name__
+
+
+@pytest.mark.parametrize(
+    ("how", "told"),
+    [
+        ("interrupted in the classifier", "KeyboardInterrupt"),
+        ("interrupted in pauses", "KeyboardInterrupt"),
+        ("paused", "_ProbeDown"),
+    ],
+)
+def test_a_probe_s_claim_is_back_before_its_caller_is_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, told: str
+) -> None:
+    claims: list[Lease | None] = []  # the probe's claim, then the next call's try for one
+    next_claim_tried = threading.Event()
+    given_back_after_it: list[bool] = []  # per probe claim given back: the next call's came first
+    release, try_acquire = LeaseManager.release, LeaseManager.try_acquire
+
+    def held_release(manager: LeaseManager, lease: Lease, **kwargs: Any) -> None:
+        if lease.key.startswith("probe:"):
+            given_back_after_it.append(next_claim_tried.wait(HOLD_S))
+        release(manager, lease, **kwargs)
+
+    def noted_try_acquire(manager: LeaseManager, key: str, limit: int, **kwargs: Any) -> Lease | None:
+        if not key.startswith("probe:"):
+            return try_acquire(manager, key, limit, **kwargs)
+        claims.append(try_acquire(manager, key, limit, **kwargs))
+        if len(claims) == 2:
+            next_claim_tried.set()
+        return claims[-1]
+
+    monkeypatch.setattr(LeaseManager, "release", held_release)
+    monkeypatch.setattr(LeaseManager, "try_acquire", noted_try_acquire)
+
+    classifier = DEFAULT_CLASSIFIER
+    pauses: Callable[[BaseException], bool] | None = None
+    if how == "interrupted in the classifier":
+        classifier = from_function(_classified_interrupted) | DEFAULT_CLASSIFIER
+    elif how == "interrupted in pauses":
+        pauses = _interrupted
+    else:
+        pauses = _paused
+
+    async def main() -> None:
+        scheduler = Scheduler(CONFIG, store=open_store(str(tmp_path / "s.db")), classifier=classifier)
+        try:
+            assert await _told(scheduler, ToolCall("t", {}), _down) == "ConnectionRefusedError"
+            await asyncio.sleep(RESET_S * 2)  # half open: the next call is its probe
+            assert await _told(scheduler, ToolCall("t", {}, pauses=pauses), _probe_down) == told
+            assert await _told(scheduler, ToolCall("t", {}), _ran) == "ran"  # was CircuitOpen
+            assert given_back_after_it[0] is False  # back before the next call asked for its own
+            assert scheduler.breakers()[0].state is BreakerState.CLOSED
+        finally:
+            await scheduler.aclose(timeout_s=5)
+
+    asyncio.run(main())
