@@ -216,7 +216,11 @@ class DispatchError(AgentGateError):
     call; ``False`` for one the gateway knows no backend got, which ``Gate.run``/``Gate.arun``
     settle as not started when it ends a ``model:`` call (released, an approval it used pending
     again). Made as any exception is (a message, or none, or several arguments), with ``sent``
-    by keyword only."""
+    by keyword only. ``sent`` is also a class attribute, so a subclass whose ``__init__`` does not
+    call this one reads as one that may have been sent (until review R90c ``Gate.run`` then failed
+    with ``AttributeError``, the reservation left held and no outcome written)."""
+
+    sent: bool = True
 
     def __init__(self, *args: object, sent: bool = True) -> None:
         super().__init__(*args)
