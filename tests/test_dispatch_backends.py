@@ -33,7 +33,6 @@ from agentgate.dispatch.backends import (
     BackendClient,
     ChatChunk,
     Timeouts,
-    WholeBody,
     retry_after_s,
     split_lines,
     trace_headers,
@@ -802,7 +801,7 @@ async def test_a_transport_without_retry_after_is_still_used() -> None:
 
     class TwoItems:
         async def post(self, url: str, body: bytes, authorization: str | None = None) -> tuple[int, bytes]:
-            return 429, WholeBody(b"busy")  # the whole body: else taken as cut, its end not quoted
+            return 429, b"busy"
 
         def stream(self, url: str, body: bytes, authorization: str | None = None) -> Any:
             raise NotImplementedError

@@ -39,14 +39,16 @@ def _scrub(text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool
     came, never in what redaction wrote: until review R87b a second pass rescanned the markers
     the first had written (``Inv[red[red[redacted]cted]cted]lid API key`` for the key ``a``).
 
-    Where ``cut`` (``text`` is the start of the backend's words, cut there for the quote), what
-    is not redacted of its last ``_FRAGMENT - 1`` characters is left out: a start of the key or
-    of a prompt standing there is too short to be found. Until review R90 it was quoted: an error
-    body's runs of white space, folded after the scrub, brought a prompt's start at the end of
-    the 1,024 bytes read into the 200 characters quoted (``HTTP 400: <pre> 078-05-``)."""
-    # Each run redacted is ``_FRAGMENT`` long or more, so of the last ``_FRAGMENT - 1``
-    # characters those redacted come first: what is left out is what follows the last run.
-    kept = len(text) - _FRAGMENT + 1 if cut else len(text)  # where what is quoted may end
+    Where ``cut`` (``text`` is the start of the backend's words, cut there for the quote), the
+    longest end of ``text``, fewer than ``_FRAGMENT`` characters and not redacted, that is a
+    start of the key or of one of ``prompts`` (each as the scrub looks for it, ``_FRAGMENT``
+    characters or longer) is left out (``_cut_start``): a start standing there is too short to
+    be found. Until review R90 it was quoted: an error body's runs of white space, folded after
+    the scrub, brought a prompt's start at the end of the 1,024 bytes read into the 200
+    characters quoted (``HTTP 400: <pre> 078-05-``); until a regression review of R90b the last
+    ``_FRAGMENT - 1`` characters were left out whatever they were, and a short error body read
+    as cut lost the end of the backend's own words (``max_tokens must be at most``, its
+    ``4096"}`` left out) with nothing to redact."""
     reach = [0] * len(text)  # reach[i]: where the longest run found starting at i ends (0: none)
     found = _prompt_runs(text, prompts)
     if key and len(key) >= _FRAGMENT:
@@ -61,9 +63,22 @@ def _scrub(text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool
         if start > done or not parts:
             parts += [text[done:start], "[redacted]"]
         done = end
-    if not parts:
-        return text[: max(kept, 0)]
-    return "".join(parts) + text[done : max(done, kept)]
+    # Each run redacted is ``_FRAGMENT`` long or more, so what may be left out follows the last.
+    left_out = _cut_start(text[max(done, len(text) - _FRAGMENT + 1) :], key, prompts) if cut else 0
+    return "".join(parts) + text[done : len(text) - left_out]
+
+
+def _cut_start(end: str, key: str | None, prompts: Sequence[str]) -> int:
+    """How many of the last characters of ``end`` (the end of words cut there) are a start of
+    ``key`` or of one of ``prompts`` that ``_scrub`` looks for (those ``_FRAGMENT`` characters
+    or longer, in each form ``_prompt_texts`` gives): the most that are, 0 where none. A piece
+    of the key that is not its start is redacted only where it is twice ``_FRAGMENT`` long,
+    cut or not, so only its start is looked for here."""
+    secrets = [s for s in [*prompts, key or ""] if len(s) >= _FRAGMENT and s[0] in end]
+    for size in range(len(end), 0, -1):
+        if any(secret.startswith(end[-size:]) for secret in secrets):
+            return size
+    return 0
 
 
 def _starts(text: str, secret: str) -> list[tuple[int, int]]:

@@ -834,8 +834,10 @@ class BackendClient:
         read as sent past a run of spaces or a character that is not printable, and the rest of
         it was quoted; and after the cut, which left up to 7 characters of a prompt's start. A
         body is taken as cut at the read unless it is known whole (``WholeBody``, within
-        ``_QUOTED`` bytes): what is not redacted of its last 7 characters is left out (``_scrub``'s
-        ``cut``), where an echo's start is too short to be found; until review R90 it was quoted
+        ``_QUOTED`` bytes): of its last 7 characters, the longest end not redacted that a prompt
+        or the key starts with is left out (``_scrub``'s ``cut``), where an echo's start is too
+        short to be found (until a regression review of R90b all 7 were, the backend's own words
+        too); until review R90 it was quoted
         once white space before it was folded, and until a regression review of R90 it was for
         a first piece to arrive shorter than ``_QUOTED`` bytes (a body sent in two writes)."""
         text = body[:_QUOTED].decode("utf-8", "replace")
