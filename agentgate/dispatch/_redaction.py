@@ -202,7 +202,9 @@ def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
     characters (an echo cut in two would not be found; ``repr`` escapes make each character up to
     ten), before ``repr`` escapes it; what is no text nor a container as ``quoted`` writes it,
     scrubbed so (a card number echoed as a JSON number: until a regression review of R90 it was
-    quoted whole, ``prompt_tokens ... 1000000000: 4111111111111111``). Written only until it is past ``limit`` characters, the most a refusal quotes: a list of a
+    quoted whole, ``prompt_tokens ... 1000000000: 4111111111111111``), and a float of a whole
+    number also by its integer text (``_echoed_as_integer``). Written only until it is past
+    ``limit`` characters, the most a refusal quotes: a list of a
     million texts costs what its first few do. A value nested deeper than Python's recursion
     limit is named by its type, as ``quoted`` names it."""
     parts: list[str] = []
@@ -240,6 +242,8 @@ def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
                 write(", " if count else "")
                 walk(each)
             write("]")
+        elif _echoed_as_integer(item, prompts):
+            write("[redacted]")
         else:  # a number, ``True``, ``None``: its ``repr`` is searched as a text is
             shown = quoted(item, 16 * limit)
             write(shown if len(shown) < _FRAGMENT else _scrub(shown, None, prompts))
@@ -249,3 +253,16 @@ def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
     except RecursionError:
         return f"a {type(value).__name__} nested too deep to write"
     return "".join(parts)
+
+
+def _echoed_as_integer(item: object, prompts: Sequence[str]) -> bool:
+    """Whether ``item`` is a float of a whole number whose integer text holds a start of one of
+    ``prompts`` (``_scrub``): orjson reads an integer too big for 64 bits as a float, whose
+    ``repr`` (``9.876543210987654e+19``) no longer reads as the digits the backend wrote. Its
+    integer text holds them up to the float's precision only, the digits after are the float's
+    own, so such a number is redacted whole. Until a regression review of R90b it was quoted as
+    its ``repr``, 16 digits of a prompt starting ``98765432109876543210`` with them."""
+    if not isinstance(item, float) or not item.is_integer():  # ``inf`` and ``nan`` are not
+        return False
+    digits = f"{item:.0f}"
+    return len(digits) >= _FRAGMENT and _scrub(digits, None, prompts) != digits
