@@ -231,8 +231,9 @@ class NoBackend(DispatchError):
     """No healthy backend that serves the model can take the request within its SLO.
     ``retry_after_s``: when every backend that could serve it is held down by its own
     ``Retry-After``, the seconds until the first of them is tried again; else ``None``.
-    The gateway sets ``sent`` ``False`` on one that gave up a call no backend got (it waited
-    in line)."""
+    The Dispatcher sets ``sent`` ``False`` on one raised before any attempt was made (the call
+    gave up in line, no backend having got it), over any transport; the gateway too, for one its
+    pool saw sent nowhere."""
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message)

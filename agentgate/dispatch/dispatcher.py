@@ -597,11 +597,16 @@ class Dispatcher:
     ) -> RoutePlan:
         try:
             return await self._wait_for_plan(request, allowed, errors)
-        except BaseException:
+        except BaseException as exc:
             # A call that gives up (cancelled, shed, no backend) leaves the router's line at once,
             # and those a slot it was owed now goes to are woken.
             self.router.withdraw(request.id)
             self._slot_freed()
+            if isinstance(exc, NoBackend) and not errors:
+                # Before any attempt (each failed one is in ``errors``): no backend got the call,
+                # over whatever transport. Until a regression review of R90b only the gateway
+                # said so, and only for a model whose backends are all plain http.
+                exc.sent = False
             raise
 
     async def _wait_for_plan(
