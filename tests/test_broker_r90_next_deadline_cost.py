@@ -7,7 +7,8 @@ calls it after each call, as benchmarks/broker.py and the docs' event loop do, t
 squared to queue n requests (12 s for 8,000, against 0.2 s for the submits alone). The tests below
 count the waiting requests it reads, and check what it names: the first deadline once earlier
 requests left, now after a setting changed (the wakes in the heap were worked out with the old
-one) or after a pass over the queue raised.
+one); after a pass over the queue that raised it names ``GRANT_CHECK_RETRY_S`` later (a regression
+review of R90: it said now, for ever while each pass raised).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from agentgate.dispatch.broker import (
     WorkloadHint,
     synthetic_topology,
 )
+from agentgate.dispatch.broker._broker import GRANT_CHECK_RETRY_S
 from agentgate.dispatch.broker._waiting import _Waiting
 
 _reads = [0]
@@ -104,7 +106,7 @@ def test_a_setting_changed_since_the_last_call_makes_next_deadline_now() -> None
     assert [e.lease.id for e in broker.advance() if isinstance(e, Granted)] == ["comm"]
 
 
-def test_a_pass_over_the_queue_that_raised_leaves_next_deadline_now() -> None:
+def test_a_pass_over_the_queue_that_raised_names_the_retry_time() -> None:
     clock = FakeClock()
     topology = synthetic_topology(nodes=1, gpus_per_node=8)
     broker = Broker(topology, [TenantQuota("a", 8)], clock=clock)
@@ -119,5 +121,6 @@ def test_a_pass_over_the_queue_that_raised_leaves_next_deadline_now() -> None:
     broker.grant_check = failing_once
     with pytest.raises(RuntimeError):
         broker.submit(GangRequest("g", "a", 8, timeout_s=3000.0))
-    assert broker.next_deadline() == 0.0  # the queue untried: "g" fits
+    assert broker.next_deadline() == GRANT_CHECK_RETRY_S  # tried again then: "g" fits
+    clock.now = GRANT_CHECK_RETRY_S
     assert [e.lease.id for e in broker.advance() if isinstance(e, Granted)] == ["g"]

@@ -93,7 +93,10 @@ GRANT_CHECK_RETRY_S = 1.0
 """How long after a call in which ``Broker.grant_check`` raised ``StoreError`` (its store could not
 be read) ``Broker.next_deadline`` names, in the broker's clock: a driver sleeping until then asks
 the store again once a second while it stays down, not in a loop (until a regression review of
-R89 it named the clock's now)."""
+R89 it named the clock's now). So too after a call whose pass over the queue raised (``grant_check``
+raising any other error, or the placement policy raising), the call raising it: until a regression
+review of R90 that was now for as long as each pass raised, and a driver that logs the error and
+sleeps until ``next_deadline`` called ``grant_check`` in a loop, the broker's lock held."""
 
 
 class SteadyWallClock:
@@ -216,17 +219,18 @@ class Broker(_Restoring, _Preempting):
         self._due = False
         """Whether a lease granted or notified in this call is due already (``_schedule``)."""
         self._tried_with: tuple[object, ...] | None = None
-        """The settings (``_settings``) of the last pass over the queue, once it finished: the
+        """The settings (``_settings``) of the last pass over the queue, finished or raised: the
         wakes of the waiting requests were worked out with them. ``None`` when the queue is
-        untried: ``end_due`` applied the clock since, ``restore`` queued it, or the pass raised.
+        untried: ``end_due`` applied the clock since, or ``restore`` queued it.
         While a request waits and this is not the settings now, ``next_deadline`` says now: the
         GPUs ``end_due`` freed may fit one, and a changed setting may place one."""
         self._unreadable = False
         """Whether ``grant_check`` raised ``StoreError`` since this call began trying the queue."""
         self._check_retry_at = math.inf
         """When ``next_deadline`` names the next try of a request whose ``grant_check`` raised
-        ``StoreError`` at the last call that tried the queue (``GRANT_CHECK_RETRY_S`` after it),
-        ``inf`` when none did."""
+        ``StoreError`` at the last call that tried the queue, or of the queue after a call whose
+        pass over it raised (``GRANT_CHECK_RETRY_S`` after that call, ``_raised``), ``inf`` when
+        none did."""
         self._lock = threading.RLock()
         self._largest: dict[tuple[str, str | None, float, str | None], int] = {}
         """(level, GPU type, memory, constraint level) -> GPUs of the largest group a gang with
@@ -412,7 +416,10 @@ class Broker(_Restoring, _Preempting):
         ``policy``); the time a waiting request's answer may change though nothing else does (its
         locality wait or drain delay over, a lease no longer a preemption candidate for it);
         ``GRANT_CHECK_RETRY_S`` after the last call that tried the queue when ``grant_check``
-        raised ``StoreError`` in it, unless something comes sooner.
+        raised ``StoreError`` in it, or when its pass over the queue raised (``grant_check``
+        raising another error, or the placement policy raising), unless something comes sooner:
+        the next call tries the whole queue again, and a driver sleeping until then does not
+        call a check that keeps raising in a loop (until a regression review of R90 it said now).
 
         It reads the first deadline and the first wake off the queue's heaps, not every waiting
         request (until review R90 it did: a driver calling it after each call, queuing n requests,
@@ -633,16 +640,27 @@ class Broker(_Restoring, _Preempting):
         woken = self._waiting.woken(now)
         settings = self._settings()
         settled = self._settled == (self._moves, settings) and now >= self._settled_now
-        self._settled = self._tried_with = None  # until this pass is over
+        self._settled = None  # until this pass is over: one that raises leaves the next to try all
+        self._tried_with = settings
         moves = self._moves
-        for w in self._to_try(woken if settled else None, moves):
-            self._retry_at = math.inf
-            self._try_placing(w, now)
-            if self._waiting.get(w.request.id) is w:
-                self._waiting.set_wake(w, min(self._retry_at, self._time_bound(w, now)))
+        try:
+            for w in self._to_try(woken if settled else None, moves):
+                self._retry_at = math.inf
+                self._try_placing(w, now)
+                if self._waiting.get(w.request.id) is w:
+                    self._waiting.set_wake(w, min(self._retry_at, self._time_bound(w, now)))
+        except BaseException:
+            self._raised(now)
+            raise
         if self._moves == moves:
             self._settled, self._settled_now = (moves, settings), now
-        self._tried_with = settings
+
+    def _raised(self, now: float) -> None:
+        """Note that ``grant_check`` (an error other than ``StoreError``, which ``_may_take``
+        catches) or the placement policy raised at ``now``, the call raising it: ``next_deadline``
+        names ``GRANT_CHECK_RETRY_S`` later, unless something comes sooner, when a call tries the
+        whole queue again (the pass did not settle), not now (``GRANT_CHECK_RETRY_S``)."""
+        self._check_retry_at = now + GRANT_CHECK_RETRY_S
 
     def _settings(self) -> tuple[object, ...]:
         """The settings a waiting request's answer depends on: a pass after one of them changed
