@@ -93,10 +93,11 @@ GRANT_CHECK_RETRY_S = 1.0
 """How long after a call in which ``Broker.grant_check`` raised ``StoreError`` (its store could not
 be read) ``Broker.next_deadline`` names, in the broker's clock: a driver sleeping until then asks
 the store again once a second while it stays down, not in a loop (until a regression review of
-R89 it named the clock's now). So too after a call whose pass over the queue raised (``grant_check``
-raising any other error, or the placement policy raising), the call raising it: until a regression
-review of R90 that was now for as long as each pass raised, and a driver that logs the error and
-sleeps until ``next_deadline`` called ``grant_check`` in a loop, the broker's lock held."""
+R89 it named the clock's now). So too after a call whose pass over the queue, or whose grant of a
+nominated request as a lease ended, raised (``grant_check`` raising any other error, or the
+placement policy raising), the call raising it: until a regression review of R90 a pass that raised
+made it now for as long as each pass raised, and a driver that logs the error and sleeps until
+``next_deadline`` called ``grant_check`` in a loop, the broker's lock held."""
 
 
 class SteadyWallClock:
@@ -416,10 +417,12 @@ class Broker(_Restoring, _Preempting):
         ``policy``); the time a waiting request's answer may change though nothing else does (its
         locality wait or drain delay over, a lease no longer a preemption candidate for it);
         ``GRANT_CHECK_RETRY_S`` after the last call that tried the queue when ``grant_check``
-        raised ``StoreError`` in it, or when its pass over the queue raised (``grant_check``
-        raising another error, or the placement policy raising), unless something comes sooner:
-        the next call tries the whole queue again, and a driver sleeping until then does not
-        call a check that keeps raising in a loop (until a regression review of R90 it said now).
+        raised ``StoreError`` in it, or after a call whose pass over the queue, or whose grant of
+        a nominated request as a lease ended, raised (``grant_check`` raising another error, or
+        the placement policy raising), unless something comes sooner: the next call tries the
+        whole queue again, and a driver sleeping until then does not call a check that keeps
+        raising in a loop (until a regression review of R90 a pass that raised made it now, and
+        a grant at a lease's end that raised left it at the next timer).
 
         It reads the first deadline and the first wake off the queue's heaps, not every waiting
         request (until review R90 it did: a driver calling it after each call, queuing n requests,
@@ -657,9 +660,11 @@ class Broker(_Restoring, _Preempting):
 
     def _raised(self, now: float) -> None:
         """Note that ``grant_check`` (an error other than ``StoreError``, which ``_may_take``
-        catches) or the placement policy raised at ``now``, the call raising it: ``next_deadline``
-        names ``GRANT_CHECK_RETRY_S`` later, unless something comes sooner, when a call tries the
-        whole queue again (the pass did not settle), not now (``GRANT_CHECK_RETRY_S``)."""
+        catches) or the placement policy raised at ``now``, in a pass over the queue or as a
+        lease's end made a nominated request ready (``_end``), the call raising it:
+        ``next_deadline`` names ``GRANT_CHECK_RETRY_S`` later, unless something comes sooner, when
+        a call tries the whole queue again (the pass did not settle, or the end moved something),
+        not now (``GRANT_CHECK_RETRY_S``)."""
         self._check_retry_at = now + GRANT_CHECK_RETRY_S
 
     def _settings(self) -> tuple[object, ...]:
@@ -803,9 +808,16 @@ class Broker(_Restoring, _Preempting):
         if was_leaving:
             # GPUs that were leaving are gone: a nominated request held back by its quota may go.
             nominated = sorted((w for w in self._waiting.values() if w.nominated), key=lambda w: w.seq)
-        for w in nominated:
-            if self._ready(w) and self._may_take(w):
-                self._grant(w, w.nominated, now)
+        try:
+            for w in nominated:
+                if self._ready(w) and self._may_take(w):
+                    self._grant(w, w.nominated, now)
+        except BaseException:
+            # As from a pass: the request waits nominated beside its free GPUs, and until a
+            # regression review of R90 ``next_deadline`` named its next timer (a preemption
+            # candidate dropping out, its timeout), which a driver sleeping until then slept to.
+            self._raised(now)
+            raise
 
     def _ready(self, w: _Waiting) -> bool:
         """Whether nominated ``w`` may be granted: its victims have ended, its GPUs are free, and
