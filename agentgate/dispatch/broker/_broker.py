@@ -222,9 +222,11 @@ class Broker(_Restoring, _Preempting):
         self._tried_with: tuple[object, ...] | None = None
         """The settings (``_settings``) of the last pass over the queue, finished or raised: the
         wakes of the waiting requests were worked out with them. ``None`` when the queue is
-        untried: ``end_due`` applied the clock since, or ``restore`` queued it.
+        untried: ``end_due`` applied the clock since, ``restore`` queued it, or the last pass
+        moved something with a request still waiting ahead of that move (``_place_waiting``).
         While a request waits and this is not the settings now, ``next_deadline`` says now: the
-        GPUs ``end_due`` freed may fit one, and a changed setting may place one."""
+        GPUs ``end_due`` freed may fit one, a changed setting may place one, and so may a move
+        made after its answer was worked out."""
         self._unreadable = False
         """Whether ``grant_check`` raised ``StoreError`` since this call began trying the queue."""
         self._check_retry_at = math.inf
@@ -414,7 +416,11 @@ class Broker(_Restoring, _Preempting):
         since the last call), or, while a request waits, when no call has tried the queue since
         ``end_due`` freed GPUs or ``restore`` queued it, or since a setting it is placed with
         changed (``locality_wait_s``, ``drain_after_s``, ``max_draining``, ``grace_s``,
-        ``policy``); the time a waiting request's answer may change though nothing else does (its
+        ``policy``), or since the last pass moved something (a grant, a nomination, a reservation
+        given back) with a request still waiting ahead of that move, whose answer and wake were
+        worked out before it (until a regression review of R90 it named that wake, or the
+        request's timeout, though the move let it be placed or preempt sooner, even at once);
+        the time a waiting request's answer may change though nothing else does (its
         locality wait or drain delay over, a lease no longer a preemption candidate for it);
         ``GRANT_CHECK_RETRY_S`` after the last call that tried the queue when ``grant_check``
         raised ``StoreError`` in it, or after a call whose pass over the queue, or whose grant of
@@ -646,17 +652,29 @@ class Broker(_Restoring, _Preempting):
         self._settled = None  # until this pass is over: one that raises leaves the next to try all
         self._tried_with = settings
         moves = self._moves
+        last_move: tuple[int, int] | None = None  # the rank of the last request that moved something
         try:
             for w in self._to_try(woken if settled else None, moves):
+                before = self._moves
                 self._retry_at = math.inf
                 self._try_placing(w, now)
                 if self._waiting.get(w.request.id) is w:
                     self._waiting.set_wake(w, min(self._retry_at, self._time_bound(w, now)))
+                if self._moves != before:
+                    last_move = w.rank
         except BaseException:
             self._raised(now)
             raise
         if self._moves == moves:
             self._settled, self._settled_now = (moves, settings), now
+        elif last_move is not None and self._waiting.any_before(last_move):
+            # A request ranked before the last move still waits: its answer, and its wake, were
+            # worked out before that move, which may let it be placed or preempt, now or sooner
+            # than its wake (a lease the move took, or freed, its candidate). The next call tries
+            # the whole queue, as this pass did not settle; ``next_deadline`` says now until one
+            # does (until a regression review of R90 it named that stale wake, or the request's
+            # timeout, past the time ``advance`` placed it or preempted for it).
+            self._tried_with = None
 
     def _raised(self, now: float) -> None:
         """Note that ``grant_check`` (an error other than ``StoreError``, which ``_may_take``

@@ -127,6 +127,14 @@ class _Queue(MutableMapping[str, _Waiting]):
         """Every request, in the order the broker tries them (``_Waiting.rank``)."""
         return [w for p in self._priorities for w in self._by_priority[-p].values()]
 
+    def any_before(self, rank: tuple[int, int]) -> bool:
+        """Whether a queued request comes before ``rank`` in the order the broker tries them (the
+        first one does: the first of the highest priority's, in arrival order)."""
+        if not self._priorities:
+            return False
+        first = next(iter(self._by_priority[-self._priorities[0]].values()))
+        return first.rank < rank
+
     def after(self, rank: tuple[int, int]) -> list[_Waiting]:
         """The requests that come after ``rank`` in the order the broker tries them."""
         start = bisect.bisect_left(self._priorities, rank[0])
