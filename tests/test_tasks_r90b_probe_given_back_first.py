@@ -26,6 +26,7 @@ from agentgate.tasks import (
     Attempt,
     BreakerPolicy,
     BreakerState,
+    Classifier,
     SchedulerConfig,
     SyncScheduler,
     ToolCall,
@@ -89,7 +90,8 @@ def _in_a_thread(scheduler: SyncScheduler, call: ToolCall, fn: Callable[[Attempt
     return told[0] if told else "still waiting"
 
 
-@pytest.mark.parametrize(
+#: How the probe's call ends without telling the breaker, and what its caller is told.
+HOW = pytest.mark.parametrize(
     ("how", "told"),
     [
         ("interrupted in the classifier", "KeyboardInterrupt"),
@@ -97,9 +99,11 @@ def _in_a_thread(scheduler: SyncScheduler, call: ToolCall, fn: Callable[[Attempt
         ("paused", "_ProbeDown"),
     ],
 )
-def test_a_probe_s_claim_is_back_before_its_caller_is_told(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, told: str
-) -> None:
+
+
+def _held_give_back(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Patches ``LeaseManager`` to hold a probe's give-back until the next call tries for its
+    claim (at most ``HOLD_S``); per probe claim given back, whether the next call's try came first."""
     claims: list[Lease | None] = []  # the probe's claim, then the next call's try for one
     next_claim_tried = threading.Event()
     given_back_after_it: list[bool] = []  # per probe claim given back: the next call's came first
@@ -120,7 +124,11 @@ def test_a_probe_s_claim_is_back_before_its_caller_is_told(
 
     monkeypatch.setattr(LeaseManager, "release", held_release)
     monkeypatch.setattr(LeaseManager, "try_acquire", noted_try_acquire)
+    return given_back_after_it
 
+
+def _ended(how: str) -> tuple[Classifier, Callable[[BaseException], bool] | None]:
+    """The scheduler's classifier and the probe's ``pauses`` for ``how``."""
     classifier = DEFAULT_CLASSIFIER
     pauses: Callable[[BaseException], bool] | None = None
     if how == "interrupted in the classifier":
@@ -129,6 +137,15 @@ def test_a_probe_s_claim_is_back_before_its_caller_is_told(
         pauses = _interrupted
     else:
         pauses = _paused
+    return classifier, pauses
+
+
+@HOW
+def test_a_probe_s_claim_is_back_before_its_caller_is_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, told: str
+) -> None:
+    given_back_after_it = _held_give_back(monkeypatch)
+    classifier, pauses = _ended(how)
     scheduler = SyncScheduler(CONFIG, store=open_store(str(tmp_path / "s.db")), classifier=classifier)
     try:
         with pytest.raises(ConnectionRefusedError):

@@ -15,37 +15,22 @@ probe's give-back and note the tries for a probe's claim."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_tasks_r90b_probe_given_back_first import (
+    CONFIG,
+    HOW,
+    RESET_S,
+    _ended,
+    _held_give_back,
+    _ProbeDown,
+)
 
 from agentgate.store import open_store
-from agentgate.store.leases import Lease, LeaseManager
-from agentgate.tasks import (
-    DEFAULT_CLASSIFIER,
-    Attempt,
-    BreakerPolicy,
-    BreakerState,
-    Scheduler,
-    SchedulerConfig,
-    ToolCall,
-    from_function,
-)
-
-RESET_S = 0.01
-CONFIG = SchedulerConfig(
-    breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=RESET_S, half_open_max_calls=1)
-)
-#: Longest the probe's give-back waits for the next call's claim: with the fix, the next call
-#: comes only after the give-back, so this is how long each case takes.
-HOLD_S = 0.3
-
-
-class _ProbeDown(ConnectionRefusedError):
-    """The probe's failure: the one whose handling ends the call without telling the breaker."""
+from agentgate.tasks import Attempt, BreakerState, Scheduler, ToolCall
 
 
 async def _down(attempt: Attempt) -> str:
@@ -60,21 +45,6 @@ async def _ran(attempt: Attempt) -> str:
     return "ran"
 
 
-def _interrupted(error: BaseException) -> bool:
-    if isinstance(error, _ProbeDown):
-        raise KeyboardInterrupt
-    return False
-
-
-def _paused(error: BaseException) -> bool:
-    return isinstance(error, _ProbeDown)
-
-
-def _classified_interrupted(error: BaseException) -> str | None:
-    _interrupted(error)
-    return None
-
-
 async def _told(scheduler: Scheduler, call: ToolCall, fn: Callable[[Attempt], Any]) -> str:
     """What ``submit`` gave its caller: its result, or the name of what it raised."""
     try:
@@ -83,46 +53,12 @@ async def _told(scheduler: Scheduler, call: ToolCall, fn: Callable[[Attempt], An
         return type(exc).__name__
 
 
-@pytest.mark.parametrize(
-    ("how", "told"),
-    [
-        ("interrupted in the classifier", "KeyboardInterrupt"),
-        ("interrupted in pauses", "KeyboardInterrupt"),
-        ("paused", "_ProbeDown"),
-    ],
-)
+@HOW
 def test_a_probe_s_claim_is_back_before_its_caller_is_told(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, told: str
 ) -> None:
-    claims: list[Lease | None] = []  # the probe's claim, then the next call's try for one
-    next_claim_tried = threading.Event()
-    given_back_after_it: list[bool] = []  # per probe claim given back: the next call's came first
-    release, try_acquire = LeaseManager.release, LeaseManager.try_acquire
-
-    def held_release(manager: LeaseManager, lease: Lease, **kwargs: Any) -> None:
-        if lease.key.startswith("probe:"):
-            given_back_after_it.append(next_claim_tried.wait(HOLD_S))
-        release(manager, lease, **kwargs)
-
-    def noted_try_acquire(manager: LeaseManager, key: str, limit: int, **kwargs: Any) -> Lease | None:
-        if not key.startswith("probe:"):
-            return try_acquire(manager, key, limit, **kwargs)
-        claims.append(try_acquire(manager, key, limit, **kwargs))
-        if len(claims) == 2:
-            next_claim_tried.set()
-        return claims[-1]
-
-    monkeypatch.setattr(LeaseManager, "release", held_release)
-    monkeypatch.setattr(LeaseManager, "try_acquire", noted_try_acquire)
-
-    classifier = DEFAULT_CLASSIFIER
-    pauses: Callable[[BaseException], bool] | None = None
-    if how == "interrupted in the classifier":
-        classifier = from_function(_classified_interrupted) | DEFAULT_CLASSIFIER
-    elif how == "interrupted in pauses":
-        pauses = _interrupted
-    else:
-        pauses = _paused
+    given_back_after_it = _held_give_back(monkeypatch)
+    classifier, pauses = _ended(how)
 
     async def main() -> None:
         scheduler = Scheduler(CONFIG, store=open_store(str(tmp_path / "s.db")), classifier=classifier)
