@@ -32,6 +32,15 @@ REST = b"1120 is my SSN, keep it safe</pre>"
 WHOLE = b'{"detail": "unknown field: temprature"}'
 
 
+async def _read_request(reader: asyncio.StreamReader) -> None:
+    """Reads a client's request, its head and its body, off ``reader``."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
+    await reader.readexactly(length)
+
+
 @contextlib.asynccontextmanager
 async def _server(first: bytes, rest: bytes) -> AsyncIterator[str]:
     """A backend answering 400 with ``first`` and, once the client has gone, ``rest``: so the
@@ -43,13 +52,7 @@ async def _server(first: bytes, rest: bytes) -> AsyncIterator[str]:
         assert task is not None
         handlers.add(task)
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                int(line.split(b":")[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length")
-            )
-            await reader.readexactly(length)
+            await _read_request(reader)
             writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\n")
             writer.write(b"Content-Length: %d\r\n\r\n" % (len(first) + len(rest)) + first)
             await writer.drain()
@@ -71,14 +74,19 @@ async def _server(first: bytes, rest: bytes) -> AsyncIterator[str]:
 
 
 async def _refusal(url: str, transport: str, stream: bool) -> str:
-    backend = inventory_from_mapping(
-        {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
-    ).backends[0]
     payload: dict[str, Any] = {
         "model": "m",
         "messages": [{"role": "user", "content": PROMPT}],
         "max_tokens": 8,
     }
+    return await _refused(url, transport, stream, payload)
+
+
+async def _refused(url: str, transport: str, stream: bool, payload: dict[str, Any]) -> str:
+    """What ``payload`` sent to the backend at ``url`` on the ``transport`` path is refused with."""
+    backend = inventory_from_mapping(
+        {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
+    ).backends[0]
     async with contextlib.AsyncExitStack() as opened:
         http = await opened.enter_async_context(_http.AsyncClient())
         session = (

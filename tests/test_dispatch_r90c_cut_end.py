@@ -17,15 +17,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import _http
-import aiohttp
 import pytest
-from test_dispatch_r90b_first_piece_cut import IDS, PATHS
+from test_dispatch_r90b_first_piece_cut import IDS, PATHS, _read_request, _refused
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch._redaction import _scrub
-from agentgate.dispatch.backends import BackendClient, Timeouts
-from agentgate.dispatch.gateway._upstream import UpstreamPool
-from agentgate.errors import BackendFailed, DispatchError
+from agentgate.dispatch.backends import BackendClient
+from agentgate.errors import BackendFailed
 
 BODY = b'{"detail": "max_tokens must be at most 4096"}'
 
@@ -36,13 +34,7 @@ async def _chunked(body: bytes) -> AsyncIterator[str]:
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                int(line.split(b":")[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length")
-            )
-            await reader.readexactly(length)
+            await _read_request(reader)
             writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n")
             writer.write(b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(body), body))
             await writer.drain()
@@ -62,26 +54,8 @@ async def _chunked(body: bytes) -> AsyncIterator[str]:
 
 
 async def _refusal(url: str, transport: str, stream: bool, prompt: str) -> str:
-    backend = inventory_from_mapping(
-        {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
-    ).backends[0]
     payload: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": prompt}]}
-    async with contextlib.AsyncExitStack() as opened:
-        http = await opened.enter_async_context(_http.AsyncClient())
-        session = (
-            await opened.enter_async_context(aiohttp.ClientSession()) if transport == "aiohttp" else None
-        )
-        client = BackendClient(backend, http, Timeouts(first_token_s=5, idle_s=5), session=session)
-        if transport == "pool":
-            client.transport = pool = UpstreamPool()
-            opened.push_async_callback(pool.aclose)
-        with pytest.raises(DispatchError) as raised:
-            if stream:
-                async for _ in client.stream(payload):
-                    pass
-            else:
-                await client.chat(payload)
-    return str(raised.value)
+    return await _refused(url, transport, stream, payload)
 
 
 @pytest.mark.parametrize(("transport", "stream"), PATHS, ids=IDS)
