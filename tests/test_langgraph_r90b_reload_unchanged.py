@@ -20,6 +20,8 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from test_langgraph_exact_numbers import _AsWritten
+from test_langgraph_r90_surrogate_call_id import POLICY
+from test_langgraph_r90_surrogate_call_id import UNSTORABLE_SAID as ARGUMENTS_SAID
 
 from agentgate.gate import Gate
 from agentgate.integrations.langgraph import DispatchedChatModel, create_gated_agent
@@ -27,30 +29,7 @@ from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
 
-POLICY = """
-version: 1
-trust_anchors: {{root: {{did: "{root}"}}}}
-principals:
-  boss: {{kind: agent, did: "{boss}", roles: [boss]}}
-tools:
-  pay:
-    args: {{amount: {{type: number, required: true}}, memo: {{type: string}}}}
-    loggable: [amount]
-    idempotent: true
-models:
-  scripted: {{cost_per_mtok: {{input: 1, output: 1}}}}
-roles:
-  boss:
-    kind: agent
-    capabilities:
-      - resource: tool:pay
-        constraints: {{amount: {{le: 100}}}}
-      - resource: model:scripted
-    ttl_s: 3600
-"""
-
 INEXACT = '{"amount": 100.00000000000000001, "memo": "\\ud800"}'  # ASCII, as a model writes it
-ARGUMENTS_SAID = "the tool call's arguments hold what the run's checkpointer cannot store"
 CALL_SAID = "the tool call's id or tool name holds text the run's checkpointer cannot store"
 RELOADS = pytest.mark.parametrize("reload", [False, True], ids=["in_memory", "reloaded"])
 
