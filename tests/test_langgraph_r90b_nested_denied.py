@@ -13,18 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage
 from langchain_core.tools import StructuredTool
+from test_langgraph_r90_enforce_tool_error import GO, _model
 
 from agentgate.capabilities import Call
 from agentgate.errors import Denied, Revoked
 from agentgate.gate import Gate
-from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
+from agentgate.integrations.langgraph import create_gated_agent
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
-
-GO = {"messages": [{"role": "user", "content": "pay"}]}
 
 POLICY = """
 version: 1
@@ -53,11 +51,6 @@ def gate(tmp_path: Path) -> Iterator[tuple[Gate, Any]]:
     made = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
     yield made, made.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
     made.close()
-
-
-def _model() -> ScriptedChatModel:
-    asked = AIMessage(content="", tool_calls=[{"name": "pay", "args": {"amount": 1}, "id": "c1"}])
-    return ScriptedChatModel(turns=[asked, AIMessage(content="done")])
 
 
 def test_an_enforced_run_raises_the_denied_of_a_nested_gated_call(gate: tuple[Gate, Any]) -> None:
