@@ -18,44 +18,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_tasks_r90_handed_interrupt import (
+    CONFIG,
+    RESET_S,
+    _down,
+    _in_a_thread,
+    _probe_down,
+    _ProbeDown,
+    _ran,
+)
 
 from agentgate.store import open_store
 from agentgate.store.leases import Lease, LeaseManager
 from agentgate.tasks import (
     DEFAULT_CLASSIFIER,
-    Attempt,
-    BreakerPolicy,
     BreakerState,
     Classifier,
-    SchedulerConfig,
     SyncScheduler,
     ToolCall,
     from_function,
 )
 
-RESET_S = 0.01
-CONFIG = SchedulerConfig(
-    breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=RESET_S, half_open_max_calls=1)
-)
 #: Longest the probe's give-back waits for the next call's claim: with the fix, the next call
 #: comes only after the give-back, so this is how long each case takes.
 HOLD_S = 0.3
-
-
-class _ProbeDown(ConnectionRefusedError):
-    """The probe's failure: the one whose handling ends the call without telling the breaker."""
-
-
-def _down(attempt: Attempt) -> str:
-    raise ConnectionRefusedError("down")
-
-
-def _probe_down(attempt: Attempt) -> str:
-    raise _ProbeDown("still down")
-
-
-def _ran(attempt: Attempt) -> str:
-    return "ran"
 
 
 def _interrupted(error: BaseException) -> bool:
@@ -71,23 +57,6 @@ def _paused(error: BaseException) -> bool:
 def _classified_interrupted(error: BaseException) -> str | None:
     _interrupted(error)
     return None
-
-
-def _in_a_thread(scheduler: SyncScheduler, call: ToolCall, fn: Callable[[Attempt], str]) -> str:
-    """What ``submit`` gave a caller's thread within 5 s: its result, the name of what it raised,
-    or ``still waiting``."""
-    told: list[str] = []
-
-    def caller() -> None:
-        try:
-            told.append(scheduler.submit(call, fn))
-        except BaseException as exc:
-            told.append(type(exc).__name__)
-
-    thread = threading.Thread(target=caller, daemon=True)
-    thread.start()
-    thread.join(5)
-    return told[0] if told else "still waiting"
 
 
 #: How the probe's call ends without telling the breaker, and what its caller is told.
