@@ -4,8 +4,9 @@ Since review R89 ``verify`` goes on past a gap to the rows after it: a well-form
 at 2**63 - 1 (the append trigger dropped and put back) made the log's end 2**63, which the pass
 then bound as the upper bound of its reads of ``audit_refs`` (``idx < ?``): no store's integer
 holds it, and ``verify`` raised ``StoreError`` (``audit verify``: ``agentgate: error``, exit 2, no
-JSON) where before R89 it said ``TAMPERED``, exit 1. The reads now bound the indexes from below
-and above by the last index they cover (``idx <= ?``), which a store holds. On PostgreSQL the
+JSON) where before R89 it said ``TAMPERED``, exit 1. A read whose end is past 2**63 - 1 is now
+bound by ``idx <= 2**63 - 1``, which a store holds (any other keeps ``idx < ?``, which reads a
+fraction just below its end: tests/test_audit_r90b_refs_fraction_end.py). On PostgreSQL the
 log's end was also summed in SQL (``MAX(idx) + 1``: bigint out of range), so ``explain`` of a
 deleted entry raised ``StoreError`` too; the sum is now made in Python.
 """

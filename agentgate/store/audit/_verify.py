@@ -29,7 +29,7 @@ from agentgate.store.audit._schema import (
     missing_protection,
     upgrade_additions,
 )
-from agentgate.store.audit._stored import _bytes, _described, _index_of, _note, _stored_index
+from agentgate.store.audit._stored import _MAX_INDEX, _bytes, _described, _index_of, _note, _stored_index
 
 _sha256 = hashlib.sha256
 _IDX, _ENTRY, _LEAF = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
@@ -45,6 +45,15 @@ _REF_NEEDLE = b',"ref":%d,"resource":'
 """What an entry holds at its last ``,"ref":`` when its reference is the number formatted in."""
 _MAX_REF = 10**18
 """References the index holds: 1 to 18 digits (what PostgreSQL's trigger reads; no real log nears it)."""
+
+
+def _below(end: int) -> tuple[str, int]:
+    """The bound ``idx < end`` as a store takes it: ``end`` itself wherever a store's integer holds
+    it, so that a fraction just below it (``end - 0.5``, in a SQLite table made again without its
+    key) is read with the indexes below it; ``idx <= 2**63 - 1`` (the largest index a store holds)
+    only for an ``end`` past it, the log's end past a row there (review R90, which bound every read
+    by ``end - 1`` and so read no fraction between the last index of a run and the next run)."""
+    return ("idx < ?", end) if end <= _MAX_INDEX else ("idx <= ?", _MAX_INDEX)
 
 
 @dataclass(frozen=True)
@@ -487,12 +496,11 @@ class _Verification:
     def _refs_between(self, lo: int, hi: int) -> int:
         """The rows of the reference index at the indexes ``[lo, hi)``: for a gap no row of the log
         holds, those whose entries are missing (named as such), compared with none; for ``[0, end)``
-        all those the pass should have compared. Bound by ``hi - 1``, which a store holds where
-        ``hi`` (the log's end past a row at 2**63 - 1) may not."""
+        all those the pass should have compared (``_below``: ``hi`` may be one past 2**63 - 1)."""
+        bound, top = _below(hi)
         return int(
             self.store.query(
-                "SELECT COUNT(*) FROM audit_refs WHERE idx >= ? AND idx <= ? AND ref < ?",
-                (lo, hi - 1, _MAX_REF),
+                f"SELECT COUNT(*) FROM audit_refs WHERE idx >= ? AND {bound} AND ref < ?", (lo, top, _MAX_REF)
             )[0][0]
         )
 
@@ -516,8 +524,11 @@ class _Verification:
         of ``audit_log`` holds, each with its number of rows: possible only in a table whose
         primary key was dropped. ``verify`` names each as tampering; ``entries`` yields one row of
         each, and ``agentgate audit show`` names them as ``verify`` does."""
-        # Bound by ``end - 1``: an ``end`` past a row at 2**63 - 1 is an integer no store holds.
-        below, params = ("AND idx <= ? ", (start, end - 1)) if end is not None else ("", (start,))
+        # ``_below``: an ``end`` past a row at 2**63 - 1 is an integer no store holds.
+        below, params = "", [start]
+        if end is not None:
+            bound, top = _below(end)
+            below, params = f"AND {bound} ", [start, top]
         rows = self.store.query(
             f"SELECT idx, COUNT(*) FROM audit_log WHERE idx >= ? {below}"
             "GROUP BY idx HAVING COUNT(*) > 1 ORDER BY idx LIMIT 10",
@@ -536,8 +547,9 @@ class _Verification:
         one row of each (its leaf hash and the checkpoints' roots check that one); the others are
         found by a count, so that one on the boundary of two batches (read past by ``idx > last``)
         is reported too. Entries appended since the pass began have indexes of ``size`` or more."""
+        bound, top = _below(size)
         stored = int(
-            self.store.query("SELECT COUNT(*) FROM audit_log WHERE idx >= 0 AND idx <= ?", (size - 1,))[0][0]
+            self.store.query(f"SELECT COUNT(*) FROM audit_log WHERE idx >= 0 AND {bound}", (top,))[0][0]
         )
         if stored <= held:
             return
@@ -558,10 +570,11 @@ class _Verification:
         keeps one row per index, and the count of the index's rows counts every one, so a second
         row, even a copy, is seen only here (until review R70 it passed unreported); ``explain``
         would list the entry twice. The entries themselves are intact: no bad index is named."""
+        bound, top = _below(size)
         repeated = self.store.query(
-            "SELECT idx, COUNT(*) FROM audit_refs WHERE idx >= 0 AND idx <= ? "
+            f"SELECT idx, COUNT(*) FROM audit_refs WHERE idx >= 0 AND {bound} "
             "GROUP BY idx HAVING COUNT(*) > 1 ORDER BY idx LIMIT 10",
-            (size - 1,),
+            (top,),
         )
         for idx, rows in repeated:
             problems.append(
@@ -721,11 +734,13 @@ class _Verification:
             return 0
         count = len(entries)
         at = list(map(bytes.rfind, entries, itertools.repeat(_REF_KEY)))
-        # Bounded by the last index read, not one past it: an entry at 2**63 - 1 (the largest a
-        # store holds) ends a run at 2**63, which no store's integer holds (review R90).
+        # Up to the next run's first index, so that a fraction between the two (a table without
+        # its key) is read here and named; ``_below``: an entry at 2**63 - 1 (the largest a store
+        # holds) ends a run at 2**63, which no store's integer holds (review R90).
+        bound, top = _below(first + count)
         table = self.store.query(
-            "SELECT idx - ?, ref FROM audit_refs WHERE idx >= ? AND idx <= ? AND ref < ? ORDER BY idx",
-            (first, first, first + count - 1, _MAX_REF),
+            f"SELECT idx - ?, ref FROM audit_refs WHERE idx >= ? AND {bound} AND ref < ? ORDER BY idx",
+            (first, first, top, _MAX_REF),
         )
         if not skip:
             # Intact when the rows are at distinct entries, each row's entry holds the row's
