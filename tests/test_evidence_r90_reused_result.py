@@ -22,6 +22,9 @@ from agentgate.capabilities import Call
 
 LOOKUP = Call.tool("lookup", {"id": "42"})
 REUSED = "result reused: the tool did not run for this call"
+IDS = {"call_id": "c1", "run_id": "r1"}
+"""The ids each call is decided and run with (as the LangGraph middleware gives both): those given
+to ``Gate.run`` make its idempotency key (tests/test_evidence_r90b_callid_at_authorize.py)."""
 
 
 @pytest.fixture
@@ -51,15 +54,14 @@ def test_an_outcome_served_from_a_completed_result_says_it_was_reused_and_is_cha
     async def three_async_runs() -> list[str]:  # one event loop: one scheduler, one result cache
         return [
             await setup.gate.arun(
-                setup.gate.authorize(setup.agent, LOOKUP, call_id="c1", run_id="r1"), alookup
+                setup.gate.authorize(setup.agent, LOOKUP, call_id="c1", run_id="r1"), alookup, **IDS
             )
             for _ in range(3)
         ]
 
     if mode == "sync":
         got = [
-            setup.gate.run(setup.gate.authorize(setup.agent, LOOKUP, call_id="c1", run_id="r1"), lookup)
-            for _ in range(3)
+            setup.gate.run(setup.gate.authorize(setup.agent, LOOKUP, **IDS), lookup, **IDS) for _ in range(3)
         ]
     else:
         got = asyncio.run(three_async_runs())
@@ -89,11 +91,11 @@ def test_an_outcome_that_joined_a_running_twin_says_it_was_reused(setup: Setup) 
 
     first = setup.gate.authorize(setup.agent, LOOKUP, call_id="c1", run_id="r1")
     results: list[str] = []
-    running = threading.Thread(target=lambda: results.append(setup.gate.run(first, lookup)))
+    running = threading.Thread(target=lambda: results.append(setup.gate.run(first, lookup, **IDS)))
     running.start()
     assert entered.wait(5)
     joiner = setup.gate.authorize(setup.agent, LOOKUP, call_id="c1", run_id="r1")
-    joined = threading.Thread(target=lambda: results.append(setup.gate.run(joiner, lookup)))
+    joined = threading.Thread(target=lambda: results.append(setup.gate.run(joiner, lookup, **IDS)))
     joined.start()
     # The joiner waits on its twin (its own tool never entered) before the twin is released.
     metrics = setup.gate._sync().scheduler.metrics

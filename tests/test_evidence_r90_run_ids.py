@@ -3,7 +3,8 @@ contradict the call it was decided for. A refund approved for call ``A`` ran as 
 span said that call ``B`` was approved and ran (``gen_ai.tool.call.id``, the allow's audit
 index), and the scheduler keyed its idempotency on ``B``. An id the decision has is now the
 call's: another one is refused with ``InputError`` before anything runs, the allow left unused,
-and an id left out at the run is the decided one.
+and a call id left out at the run is the decided one on its span (not in its idempotency key:
+tests/test_evidence_r90b_callid_at_authorize.py).
 
 Real components: a Gate on a SQLite file (``test_gate``'s policy: a refund over 100 needs the
 lead's approval, bound to its call id) with an in-memory span exporter."""

@@ -157,10 +157,11 @@ class Authorization:
     the most prompt tokens its outcome is charged. ``None``: the prompt is charged as reported."""
     call_id: str | None = None
     """The call id it was decided for (``Gate.authorize(call_id=)``), which its approval request
-    and its once-only key are bound to: ``Gate.run``/``arun`` run it, and trace it, as that call."""
+    and its once-only key are bound to: ``Gate.run``/``arun`` refuse another, and trace the call
+    as this one when given none (its idempotency key is made of the ids given to them alone)."""
     run_id: str | None = None
-    """The run it was decided in (``Gate.authorize(run_id=)``): ``Gate.run``/``arun`` scope its
-    idempotency key to that run."""
+    """The run it was decided in (``Gate.authorize(run_id=)``): ``Gate.run``/``arun`` refuse
+    another (their idempotency key is scoped to the run given to them, else to the grant)."""
     _use: _Once = field(default_factory=_Once, repr=False, compare=False)
     """Taken by the one ``Gate.run``/``arun``/gateway call an allow is good for (shared by copies)."""
     _asked_again: bool = field(default=False, repr=False, compare=False)

@@ -188,10 +188,12 @@ def _work_began(began: Callable[[], bool], started: bool) -> bool:
 def _expect_decided_ids(auth: Authorization, call_id: object, run_id: object) -> None:
     """``InputError`` for a ``run``/``arun`` ``call_id`` or ``run_id`` other than the one ``auth``
     was decided with (``Gate.authorize``): its approval request and its once-only key are bound
-    to the decided call, and its span and idempotency key must name that call. An id left out
-    is the decided one (``_decided_ids``); one the decision did not have may be given. Until
-    review R90 any ids were taken: the span of a call approved as ``A`` named call ``B`` as
-    approved and run, and the scheduler reused results under ``B``'s key."""
+    to the decided call, and its span and idempotency key must name that call. One the decision
+    did not have may be given, and one left out is left out: the span names the decided call id
+    (``_span``), but only the ids given to ``run``/``arun`` key the scheduler's idempotency (a
+    call decided with a ``call_id`` and run without one has no key and runs its tool each time,
+    as before review R90). Until review R90 any ids were taken: the span of a call approved as
+    ``A`` named call ``B`` as approved and run, and the scheduler reused results under ``B``'s key."""
     for name, given, decided in (("call_id", call_id, auth.call_id), ("run_id", run_id, auth.run_id)):
         if given is not None and decided is not None and given != decided:
             raise InputError(
@@ -199,17 +201,6 @@ def _expect_decided_ids(auth: Authorization, call_id: object, run_id: object) ->
                 f"{auth.audit_index}) was decided with ({quoted(decided)}): an allow runs the call it "
                 f"was decided for; give it the {name} given to Gate.authorize, or none"
             )
-
-
-def _decided_ids(
-    auth: Authorization, call_id: str | None, run_id: str | None
-) -> tuple[str | None, str | None]:
-    """The call id and run id a ``run``/``arun`` of ``auth`` goes by: those it was given, else
-    those ``auth`` was decided with (``_expect_decided_ids`` has refused any other)."""
-    return (
-        auth.call_id if call_id is None else call_id,
-        auth.run_id if run_id is None else run_id,
-    )
 
 
 _NO_FN = object()
@@ -331,8 +322,9 @@ class _Running:
         ``spent`` that is neither None nor a plain function (an async one's result would be read
         unawaited), or a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text,
         or that is not the one the call was decided with (``Gate.authorize``: its approval and its
-        once-only key are bound to that call); one left out is the decided one, which the call's
-        span and its idempotency key name.
+        once-only key are bound to that call). A ``call_id`` left out is the decided one on the
+        call's span, but the idempotency key is made of the ids given here alone: a tool call
+        decided with a ``call_id`` and run without one has no key, and its tool runs each time.
         An ``fn`` that returns a body that never began (a coroutine, a generator-based coroutine,
         an async generator: an async function, which ``arun`` runs) is a call that never
         started, for a model as for a tool: an ``error`` outcome, its reservation released, a
@@ -345,7 +337,6 @@ class _Running:
         was refused after the work was set going, charged as reserved, the handle lost).
         """
         self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
-        call_id, run_id = _decided_ids(auth, call_id, run_id)
         self._begin_run(auth)
         started = False  # whether an attempt reached ``fn``
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
@@ -435,7 +426,6 @@ class _Running:
             preemptible=preemptible,
             began=began,
         )
-        call_id, run_id = _decided_ids(auth, call_id, run_id)
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
         started = False  # whether an attempt reached ``fn``
