@@ -11,9 +11,10 @@ from collections.abc import Callable
 from agentgate.errors import AnswerTooLarge, BackendFailed, DispatchError, UsageUnreadable
 from agentgate.gate._authorization import Authorization
 
-PendingOutcome = tuple[Authorization, str, str | None, tuple[int, int] | None, bool]
-"""An outcome to commit: the allow, its status, the error, the usage to settle, and whether an
-attempt reached the call's function (a call that never started is left ``not_run``)."""
+PendingOutcome = tuple[Authorization, str, str | None, tuple[int, int] | None, bool, bool]
+"""An outcome to commit: the allow, its status, the error, the usage to settle, whether an
+attempt reached the call's function (a call that never started is left ``not_run``), and whether
+the scheduler served it another call's result (``RESULT_REUSED``, its last reason)."""
 
 PARK_AFTER_TICKS = 5
 """Ticks in a row with nothing pending (``linger_s / 2`` each: 50 ms by default) after which the

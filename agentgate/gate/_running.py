@@ -38,7 +38,6 @@ from agentgate.gate._outcomes import (
     MAX_ERROR_DETAIL,
     NOT_STARTED,
     NOT_STARTED_DETAIL,
-    RESULT_REUSED,
     USAGE_UNREAD,
     never_sent,
     usage_after,
@@ -108,14 +107,6 @@ def _failure_reason(exc: BaseException) -> str:
     if isinstance(exc, NoBackend | BackendFailed) and str(exc):
         return f"{type(exc).__name__}: {str(exc)[:MAX_ERROR_DETAIL]}"
     return type(exc).__name__
-
-
-def _reuse_noted(reason: str | None, reused: bool) -> str | None:
-    """The reason of the outcome of a call that returned ``reason`` (``None``: none), followed,
-    for a call the scheduler served another call's result (``reused``), by ``RESULT_REUSED``."""
-    if not reused:
-        return reason
-    return RESULT_REUSED if reason is None else f"{reason}; {RESULT_REUSED}"
 
 
 def _not_a_failure(cls: type[BaseException]) -> InputError:
@@ -251,6 +242,7 @@ class _Running:
             usage: tuple[int, int] | None,
             *,
             started: bool = True,
+            reused: bool = False,
             span: Span | None = None,
         ) -> None: ...
 
@@ -523,16 +515,17 @@ class _Running:
         usage: tuple[int, int] | None,
         *,
         started: bool = True,
+        reused: bool = False,
         span: Span | None = None,
     ) -> bool:
         """``_settle``, unless ``close`` has committed its last outcomes: then nothing will write
         this one, which is logged as lost, and the answer is ``True`` (the call's span says so,
         ``outcome_not_written``). Decided under the lock ``close`` sets that under, so an outcome
-        queued here is one its last flush takes. ``span``: the call's (``_settle``)."""
+        queued here is one its last flush takes. ``reused`` and ``span``: as ``_settle``'s."""
         with self._runs_changed:
             lost = self._outcomes_closed
             if not lost:
-                self._settle(auth, status, error, usage, started=started, span=span)
+                self._settle(auth, status, error, usage, started=started, reused=reused, span=span)
         if lost:
             _outcome_lost(auth)
         return lost
@@ -546,6 +539,7 @@ class _Running:
         usage: tuple[int, int] | None,
         *,
         started: bool = True,
+        reused: bool = False,
         error_type: str | None = None,
     ) -> None:
         """``_settle_unless_closed``, with the outcome on the call's ``span`` as the log will have
@@ -563,7 +557,7 @@ class _Running:
             record_outcome(span, status, error_type=error_type)
         try:
             lost = self._settle_unless_closed(
-                auth, status, error, usage, started=started, span=span if traced else None
+                auth, status, error, usage, started=started, reused=reused, span=span if traced else None
             )
         except BaseException:
             if traced:
@@ -746,7 +740,8 @@ class _Running:
         an exception (numpy's ``bool_``, a return code) was refused as an exception class is.
         ``reused``: the scheduler returned the result of another call with the same idempotency
         key, and the tool did not run for this one: settled as it would be, charged as decided,
-        and its outcome says so (``RESULT_REUSED``), as its span's ``agentgate.task.reused`` does."""
+        and its outcome says so (``RESULT_REUSED``, its last reason, never part of another), as its
+        span's ``agentgate.task.reused`` does."""
         try:
             usage = spent(result) if spent is not None else None
             if unawaited(usage):
@@ -762,8 +757,9 @@ class _Running:
             status = "error" if failure else "ok"
         except BaseException as exc:
             raised = type(exc).__qualname__
-            reason = _reuse_noted(_failure_reason(exc), reused)
-            self._settle_traced(span, auth, "error", reason, USAGE_UNREAD, error_type=raised)
+            self._settle_traced(
+                span, auth, "error", _failure_reason(exc), USAGE_UNREAD, reused=reused, error_type=raised
+            )
             raise
         # Usage the settlement reads as garbage (``_usage_counts``) is charged as reserved and
         # left off the span, which must not show a count the log refused.
@@ -771,7 +767,7 @@ class _Running:
             record_usage(span, *counts)
         error_type = type(failure).__name__ if isinstance(failure, BaseException) else None
         reason = _failure_reason(failure) if isinstance(failure, BaseException) else None
-        self._settle_traced(span, auth, status, _reuse_noted(reason, reused), usage, error_type=error_type)
+        self._settle_traced(span, auth, status, reason, usage, reused=reused, error_type=error_type)
         if isinstance(failure, BaseException):
             raise failure
 

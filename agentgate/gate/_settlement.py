@@ -19,7 +19,7 @@ from agentgate.audit.spans import outcome_not_written, outcome_written
 from agentgate.errors import AgentGateError, CommitUnknown, InputError, MalformedRow, NotHeld, StoreError
 from agentgate.gate._authorization import Authorization
 from agentgate.gate._lock import _serialized
-from agentgate.gate._outcomes import USAGE_UNREAD, PendingOutcome, PendingOutcomes
+from agentgate.gate._outcomes import RESULT_REUSED, USAGE_UNREAD, PendingOutcome, PendingOutcomes
 from agentgate.gate._records import recordable
 from agentgate.store import Store, Transaction
 from agentgate.store.audit import AuditLog
@@ -279,9 +279,11 @@ class _Settlement:
         usage: tuple[int, int] | None,
         *,
         started: bool = True,
+        reused: bool = False,
         span: Span | None = None,
     ) -> None:
-        """Queue ``auth``'s outcome. ``span``: the call's span, held by the caller until the
+        """Queue ``auth``'s outcome. ``reused``: the scheduler served the call another call's
+        result (``_write_outcome`` gives ``RESULT_REUSED`` last). ``span``: the call's span, held by the caller until the
         outcome is written (``spans.await_outcome``): it ends once the outcome is committed
         (``_forget_written``), or refused for good (``_span_refused``), or left when the gate
         closed (``_spans_lost``)."""
@@ -289,7 +291,7 @@ class _Settlement:
             self._outcome_spans[id(auth)] = span
         # The decision was durable before the call ran; the outcome and its budget settlement
         # (one transaction for both) ride with the next decision or the background commit.
-        self._outcomes.put((auth, status, error, usage, started))
+        self._outcomes.put((auth, status, error, usage, started, reused))
 
     def _write_outcomes(self, batch: list[PendingOutcome]) -> None:
         try:
@@ -421,11 +423,15 @@ class _Settlement:
         error: str | None,
         usage: tuple[int, int] | None,
         started: bool,
+        reused: bool = False,
         *,
         careful: bool = False,
     ) -> None:
         """Write one outcome in ``tx``: its reservations settled, a once-only call's state, an
-        approval re-armed, its ``outcome`` entry. ``careful``: each reservation settled under a
+        approval re-armed, its ``outcome`` entry, whose reasons end with ``RESULT_REUSED`` for a
+        call the scheduler served another call's result (``reused``: after the error, the usage's
+        and the settlement's reasons, as docs/audit-format.md says; until review R90b it was
+        joined to the error's text and came before them). ``careful``: each reservation settled under a
         savepoint, one it cannot settle left as it is and named in the reasons (``_written_past``).
         Nothing when the outcome is in the log already: written by a transaction whose COMMIT
         the server carried out but whose answer was lost (``CommitUnknown``; until review R68 it
@@ -464,6 +470,8 @@ class _Settlement:
             self.once.finish(tx, auth.once_key, _once_state(status, started), auth.audit_index)
         if (status == "paused" or not started) and auth.approver:
             self._rearm_approval(tx, auth, status, reasons)
+        if reused:
+            reasons.append(RESULT_REUSED)
         written = utc_now()
         index = self.audit.append(
             {
