@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agentgate._shown import quoted
 from agentgate.audit.merkle import HASH_SIZE, tree_integer
 from agentgate.errors import InputError, InvalidSignature, TamperDetected
 from agentgate.keys import PublicKey, SigningKey
@@ -81,6 +82,24 @@ def verifier_key(name: str, public_key: PublicKey) -> str:
     return f"{name}+{key_id(name, public_key).hex()}+{encoded}"
 
 
+def _root_bytes(root: object) -> bytes:
+    """``root``, a checkpoint's root hash, as the 32 bytes signed: ``bytes``, or a ``bytearray`` or
+    ``memoryview`` holding them, which were signed before review R90 (it refused all but
+    ``bytes``). ``InputError`` naming the type for anything else (a ``str`` of 32 characters too,
+    whose bytes are no hash), and the length for a root of another one."""
+    if not isinstance(root, bytes | bytearray | memoryview):
+        raise InputError(
+            f"a checkpoint needs a 32-byte root (bytes, bytearray or memoryview), got {type(root).__name__}"
+        )
+    try:
+        raw = bytes(root)
+    except ValueError:  # a released memoryview
+        raise InputError("a checkpoint needs a 32-byte root, got a released memoryview") from None
+    if len(raw) != HASH_SIZE:
+        raise InputError(f"a checkpoint needs a 32-byte root, got {len(raw)} bytes")
+    return raw
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A tree head: ``size`` leaves with Merkle ``root``, in the log named ``origin``."""
@@ -92,14 +111,14 @@ class Checkpoint:
     def text(self) -> str:
         """The checkpoint body, three newline-terminated lines. Raises ``InputError`` for a
         ``size`` that is not a whole number from 0 to ``MAX_TREE_SIZE`` (``tree_integer``, a bool
-        refused) or a ``root`` that is not 32 bytes: until review R90 a size of ``True``, ``1.0``
-        or ``Fraction(3, 2)`` passed the range check and was written as it prints, a note signed
-        that no reader opens (``tree_number``: not a decimal number)."""
+        refused) or a ``root`` that is not 32 bytes (``_root_bytes``): until review R90 a size of
+        ``True``, ``1.0`` or ``Fraction(3, 2)`` passed the range check and was written as it
+        prints, a note signed that no reader opens (``tree_number``: not a decimal number)."""
         _check_name(self.origin)
         size = tree_integer(self.size, "size", "checkpoint", bools=False)
-        root = self.root
-        if not 0 <= size <= MAX_TREE_SIZE or not isinstance(root, bytes) or len(root) != HASH_SIZE:
-            raise InputError("a checkpoint needs a size 0 .. 2**64-1 and a 32-byte root")
+        root = _root_bytes(self.root)
+        if not 0 <= size <= MAX_TREE_SIZE:
+            raise InputError(f"a checkpoint needs a size 0 .. 2**64-1, got {quoted(size, 40)}")
         return f"{self.origin}\n{size}\n{base64.b64encode(root).decode()}\n"
 
     @classmethod
