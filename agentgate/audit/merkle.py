@@ -246,13 +246,19 @@ def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = N
 
 
 def _hash_given(value: object, name: str) -> bytes:
-    """``value``, a hash a caller gave as ``name``, when it is bytes (a ``bytearray`` or
-    ``memoryview`` too); ``InputError`` naming ``name`` and what it got otherwise. Its length is
-    the proof's to check (``TamperDetected``): a hash of the wrong type is the caller's error,
-    one of the wrong length may be a tampered proof. Until review R90 a ``str`` or ``None``
-    failed with a bare ``TypeError``."""
-    if isinstance(value, bytes | bytearray | memoryview):
+    """``value``, a hash a caller gave as ``name``, when it is bytes (a ``bytearray`` too, and a
+    ``memoryview`` as the bytes it holds); ``InputError`` naming ``name`` and what it got
+    otherwise, a released ``memoryview`` included (until review R90b a bare ``ValueError``). Its
+    length is the proof's to check (``TamperDetected``): a hash of the wrong type is the caller's
+    error, one of the wrong length may be a tampered proof. Until review R90 a ``str`` or
+    ``None`` failed with a bare ``TypeError``."""
+    if isinstance(value, bytes | bytearray):
         return value  # type: ignore[return-value]  # concatenated and compared as bytes are
+    if isinstance(value, memoryview):
+        try:
+            return value.tobytes()
+        except ValueError:  # released: it holds nothing to read
+            raise InputError(f"Merkle proof check: {name} is a released memoryview") from None
     raise InputError(f"Merkle proof check: {name} must be a hash (bytes), got {type(value).__name__}")
 
 

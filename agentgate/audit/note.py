@@ -14,7 +14,7 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agentgate._shown import quoted
@@ -66,6 +66,21 @@ def _public_key(value: object, argument: str) -> PublicKey:
     binary = isinstance(value, bytes | bytearray | memoryview)
     hint = ": wrap the 32 raw key bytes as PublicKey(raw)" if binary else ""
     raise InputError(f"{argument} must be a PublicKey (agentgate.keys), got {type(value).__name__}{hint}")
+
+
+def _keys_given(public_key: object, previous_keys: object) -> tuple[PublicKey, ...]:
+    """``previous_keys`` as a tuple, once ``public_key`` and each of them is a ``PublicKey``
+    (``_public_key``); ``InputError`` for a ``previous_keys`` that is text, bytes or no iterable
+    (a ``set`` or a generator of keys is taken, as before review R90, which refused all but a
+    sequence)."""
+    _public_key(public_key, "public_key")
+    if isinstance(previous_keys, str | bytes | bytearray | memoryview) or not isinstance(
+        previous_keys, Iterable
+    ):
+        raise InputError(
+            f"previous_keys must be an iterable of PublicKey, got {type(previous_keys).__name__}"
+        )
+    return tuple(_public_key(key, f"previous_keys[{position}]") for position, key in enumerate(previous_keys))
 
 
 def key_id(name: str, public_key: PublicKey) -> bytes:
@@ -174,7 +189,7 @@ def sign_note(text: str, key: SigningKey, name: str) -> str:
     return f"{text}\n{_EM_DASH} {name} {line}\n"
 
 
-def open_note(note: str, public_key: PublicKey, name: str, previous_keys: Sequence[PublicKey] = ()) -> str:
+def open_note(note: str, public_key: PublicKey, name: str, previous_keys: Iterable[PublicKey] = ()) -> str:
     """The text of ``note`` if it carries a valid signature by ``public_key`` under ``name``, or
     by one of ``previous_keys`` (rotated-out log keys).
 
@@ -186,13 +201,9 @@ def open_note(note: str, public_key: PublicKey, name: str, previous_keys: Sequen
     and ignored, when a previous key's line verified). Lines by other keys are ignored (they may
     be witnesses'). Raises ``TamperDetected`` when the note is malformed or no line verifies
     under a key, ``InputError`` when it is not text (``given_text``) or a key is no ``PublicKey``
-    (checked first).
+    (checked first, ``_keys_given``).
     """
-    _public_key(public_key, "public_key")
-    if isinstance(previous_keys, str | bytes) or not isinstance(previous_keys, Sequence):
-        raise InputError(f"previous_keys must be a sequence of PublicKey, got {type(previous_keys).__name__}")
-    for position, previous in enumerate(previous_keys):
-        _public_key(previous, f"previous_keys[{position}]")
+    previous_keys = _keys_given(public_key, previous_keys)
     if len(given_text(note, "note", "a signed note")) > _MAX_NOTE:
         raise TamperDetected("signed note is too large")
     try:  # a lone surrogate (text decoded with surrogateescape, say) is no signed UTF-8 text
@@ -313,7 +324,7 @@ def sign_checkpoint(checkpoint: Checkpoint, key: SigningKey) -> str:
 
 
 def open_checkpoint(
-    note: str, public_key: PublicKey, origin: str | None = None, previous_keys: Sequence[PublicKey] = ()
+    note: str, public_key: PublicKey, origin: str | None = None, previous_keys: Iterable[PublicKey] = ()
 ) -> Checkpoint:
     """A checkpoint whose signature by ``public_key`` (or one of ``previous_keys``, under the rules
     of ``open_note``) verifies; raises ``TamperDetected`` otherwise.
@@ -321,9 +332,11 @@ def open_checkpoint(
     ``origin``, when given, must match the checkpoint's (checked first: a checkpoint of another log
     is refused as that, not as unsigned); otherwise the origin on its first line is taken as the
     key name. Raises ``InputError`` when ``note`` or ``origin`` is not text (``given_text``), or
-    a key is no ``PublicKey`` (``open_note``).
+    a key is no ``PublicKey`` (``_keys_given``), before anything is compared: until review R90b a
+    ``public_key`` of ``None`` with another ``origin`` was refused as a checkpoint of another log.
     """
     first_line = given_text(note, "note", "a signed checkpoint").split("\n", 1)[0]
+    previous_keys = _keys_given(public_key, previous_keys)
     if origin is not None:
         given_text(origin, "origin", "a log origin")
     if origin is not None and first_line != origin:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.audit.merkle import HASH_SIZE, leaf_hash, verify_inclusion
-from agentgate.audit.note import Checkpoint, given_text, open_checkpoint, tree_number
+from agentgate.audit.note import Checkpoint, _public_key, given_text, open_checkpoint, tree_number
 from agentgate.errors import TamperDetected
 from agentgate.keys import PublicKey
 
@@ -114,8 +114,10 @@ def verify_bundle(
     Checks: the checkpoint's signature under ``public_key`` (and ``origin`` if given), the
     inclusion proof from the entry's leaf hash to the checkpoint's root, and that the entry's own
     index is the proven index. Raises ``TamperDetected`` naming the first check that fails, and
-    ``InputError`` when ``text`` is not text (``given_text``).
+    ``InputError`` when ``public_key`` is no ``PublicKey`` (checked first: until review R90b a
+    malformed bundle was refused as that) or ``text`` is not text (``given_text``).
     """
+    _public_key(public_key, "public_key")
     bundle = ProofBundle.parse(text)
     checkpoint = open_checkpoint(bundle.checkpoint_note, public_key, origin)
     verify_inclusion(leaf_hash(bundle.entry), bundle.index, checkpoint.size, bundle.proof, checkpoint.root)
