@@ -69,6 +69,20 @@ def _until(done: Any, what: str) -> None:
         time.sleep(0.01)
 
 
+def _hold_the_only_slot(env: Env, backend: Any) -> threading.Thread:
+    """Another call, started in a thread, holding the only slot at ``backend`` until
+    ``backend.release`` is set."""
+    backend.holding = True
+    holder = threading.Thread(
+        target=lambda: env.client(max_retries=0).chat.completions.create(
+            model=TOOLY, messages=_messages(), max_tokens=8
+        )
+    )
+    holder.start()
+    _until(lambda: backend.bodies, "the other call never reached the backend")
+    return holder
+
+
 def _assert_pending_again_and_runs(env: Env, approval: str, stream: bool, sent_before: int) -> None:
     """The cut call's outcome re-armed its approval request; the same body with the same approval
     then runs, once."""
@@ -161,14 +175,7 @@ def test_a_call_whose_caller_left_while_it_waited_in_line_keeps_its_approval(
 ) -> None:
     with _gateway(tmp_path, sim, backend, concurrency=1, slo_ttft_s=30.0) as env:
         approval = _approval(env, stream=stream)
-        backend.holding = True  # the only slot is held by another call until released
-        holder = threading.Thread(
-            target=lambda: env.client(max_retries=0).chat.completions.create(
-                model=TOOLY, messages=_messages(), max_tokens=8
-            )
-        )
-        holder.start()
-        _until(lambda: backend.bodies, "the other call never reached the backend")
+        holder = _hold_the_only_slot(env, backend)
         with pytest.raises(openai.APITimeoutError):  # given up while it waits in line
             _approved(env.client(max_retries=0, timeout=0.5), approval, stream=stream)
         _until(lambda: "outcome:error" in env.kinds(), "the call given up in line was never settled")

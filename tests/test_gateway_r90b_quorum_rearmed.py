@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,8 @@ from typing import Any
 import openai
 import pytest
 import test_gateway_sdks
-from test_gateway_sdks import SIM, TOOLY, Env, _messages, _policy
+from test_gateway_r90_unsent_approval import ASK, CLASS, _hold_the_only_slot, _until
+from test_gateway_sdks import SIM, TOOLY, Env, _policy
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.gateway import APPROVAL_HEADER, Gateway, GatewayGate, GatewayServer
@@ -31,17 +30,6 @@ from agentgate.store import SQLiteStore
 sim, backend = test_gateway_sdks.sim, test_gateway_sdks.backend
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "gateway.md"
-ASK = {"model": TOOLY, "messages": _messages("A long essay, please."), "max_tokens": 200}
-"""A call behind the policy's approval gate (``long-answers``: more than 100 output tokens)."""
-CLASS = {"priority": "interactive"}
-"""Rank 0: a call waits in line for a slot while its SLO lasts, then is shed."""
-
-
-def _until(done: Any, what: str) -> None:
-    deadline = time.monotonic() + 5
-    while not done():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -108,14 +96,7 @@ def test_a_call_given_up_in_line_needs_every_approval_again(quorum_env: Env) -> 
     with pytest.raises(openai.PermissionDeniedError) as first:  # 1 of 2
         _send(env, lead)
     assert first.value.code == "approval_required"
-    backend.holding = True  # the only slot is held by another call until released
-    holder = threading.Thread(
-        target=lambda: env.client(max_retries=0).chat.completions.create(
-            model=TOOLY, messages=_messages(), max_tokens=8
-        )
-    )
-    holder.start()
-    _until(lambda: backend.bodies, "the other call never reached the backend")
+    holder = _hold_the_only_slot(env, backend)
     with pytest.raises(openai.RateLimitError):  # 2 of 2: allowed, then shed in line
         _send(env, lead2)
     backend.release.set()

@@ -10,53 +10,21 @@ router gave up in line still used its approval up: the retry its 429 asked for w
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 import test_gateway_sdks
-from test_gateway_sdks import TOOLY, Env, _gateway, _messages
+from test_gateway_r90_unsent_approval import _approval, _approved, _hold_the_only_slot, _until
+from test_gateway_sdks import _gateway
 
-from agentgate.dispatch.gateway import APPROVAL_HEADER
-from agentgate.gate import Approval
 from agentgate.sim import SimServer
 
 # Its fixtures, for this module only (a ``pytest_plugins`` entry would reach every module).
 sim, backend = test_gateway_sdks.sim, test_gateway_sdks.backend
-
-ASK = {"model": TOOLY, "messages": _messages("A long essay, please."), "max_tokens": 200}
-"""A call behind the policy's approval gate (``long-answers``: more than 100 output tokens)."""
-CLASS = {"priority": "interactive"}
-"""Rank 0: a call waits in line for a slot while its SLO lasts, then is shed."""
-
-
-def _until(done: Any, what: str) -> None:
-    deadline = time.monotonic() + 5
-    while not done():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-
-
-def _approved(client: openai.OpenAI, approval: str, *, stream: bool) -> str:
-    """The answer's text to ``ASK`` sent with ``approval``."""
-    headers = {APPROVAL_HEADER: approval}
-    if not stream:
-        answer = client.chat.completions.create(**ASK, extra_body=CLASS, extra_headers=headers, stream=False)  # type: ignore[call-overload]
-        return str(answer.choices[0].message.content)
-    chunks = client.chat.completions.create(**ASK, extra_body=CLASS, extra_headers=headers, stream=True)  # type: ignore[call-overload]
-    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-
-
-def _approval(env: Env, *, stream: bool) -> str:
-    """The lead's approval of ``ASK``, asked for as a caller does (403 ``approval_required``)."""
-    with pytest.raises(openai.PermissionDeniedError) as asked:
-        env.client(max_retries=0).chat.completions.create(**ASK, extra_body=CLASS, stream=stream)  # type: ignore[call-overload]
-    assert asked.value.code == "approval_required"
-    approval = Approval.sign(asked.value.response.json(), env.keys["lead"])
-    return json.dumps(approval.to_dict(), separators=(",", ":"))
+# The call sent (``_approval``, ``_approved``): test_gateway_r90_unsent_approval's ``ASK`` of rank
+# 0, which waits in line for a slot while its SLO lasts, then is shed.
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
@@ -65,14 +33,7 @@ def test_a_call_shed_while_it_waited_in_line_keeps_its_approval(
 ) -> None:
     with _gateway(tmp_path, sim, backend, concurrency=1, slo_ttft_s=0.3) as env:
         approval = _approval(env, stream=stream)
-        backend.holding = True  # the only slot is held by another call until released
-        holder = threading.Thread(
-            target=lambda: env.client(max_retries=0).chat.completions.create(
-                model=TOOLY, messages=_messages(), max_tokens=8
-            )
-        )
-        holder.start()
-        _until(lambda: backend.bodies, "the other call never reached the backend")
+        holder = _hold_the_only_slot(env, backend)
         with pytest.raises(openai.RateLimitError) as shed:  # its SLO ran out in line
             _approved(env.client(max_retries=0), approval, stream=stream)
         assert shed.value.code == "shed" and "Retry-After" in shed.value.response.headers

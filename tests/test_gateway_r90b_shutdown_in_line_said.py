@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 import test_gateway_sdks
-from test_gateway_r90b_shed_in_line import _approval, _approved, _until
+from test_gateway_r90_unsent_approval import _approval, _approved, _until
 from test_gateway_sdks import TOOLY, _gateway, _messages
 
 from agentgate.dispatch import inventory_from_mapping
