@@ -9,45 +9,10 @@ the pool read such a header as Latin-1; so does ``_encoding_shown`` now, before 
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 import pytest
-from test_dispatch_backends import _client_on, _read_request
+from test_dispatch_r90b_pool_encoding import CASES, SECRET, _refusal
 
-from agentgate.errors import BackendFailed
-
-SECRET = "078-05-1120"
-PROMPT = f"José SSN {SECRET} card 4111"
-HEADER = f"x, Jos\xe9 SSN {SECRET} card 4111".encode("latin-1")
-
-
-def _answering(status: bytes) -> Any:
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
-        writer.write(
-            b"HTTP/1.1 "
-            + status
-            + b"\r\ncontent-type: application/json\r\ncontent-encoding: "
-            + HEADER
-            + b"\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}"
-        )
-        await writer.drain()
-        writer.close()
-
-    return answer
-
-
-async def _refusal(path: str, status: bytes, stream: bool) -> str:
-    payload = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 8}
-    async with _client_on(path, _answering(status)) as client, asyncio.timeout(10):
-        with pytest.raises(BackendFailed) as raised:
-            if stream:
-                async for _ in client.stream(payload):
-                    pass
-            else:
-                await client.chat(payload)
-    return str(raised.value)
+PROMPT, HEADER = CASES["latin-1-byte"]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["chat", "stream"])
@@ -55,7 +20,7 @@ async def _refusal(path: str, status: bytes, stream: bool) -> str:
 async def test_a_latin_1_echo_in_a_content_encoding_is_redacted_over_aiohttp(
     status: bytes, stream: bool
 ) -> None:
-    message = await _refusal("aiohttp", status, stream)
+    message = await _refusal("aiohttp", PROMPT, HEADER, stream, status)
     assert "Content-Encoding: x, [redacted]" in message, message
     assert SECRET[:5] not in message and "4111" not in message, message
-    assert message == await _refusal("httpx", status, stream)
+    assert message == await _refusal("httpx", PROMPT, HEADER, stream, status)

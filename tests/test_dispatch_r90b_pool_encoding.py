@@ -34,11 +34,13 @@ CASES = {  # the prompt, and the Content-Encoding header echoing it, as sent
 }
 
 
-def _answering(header: bytes) -> Any:
+def _answering(header: bytes, status: bytes) -> Any:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
         writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: "
+            b"HTTP/1.1 "
+            + status
+            + b"\r\ncontent-type: application/json\r\ncontent-encoding: "
             + header
             + b"\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}"
         )
@@ -48,9 +50,11 @@ def _answering(header: bytes) -> Any:
     return answer
 
 
-async def _refusal(path: str, prompt: str, header: bytes, stream: bool) -> str:
+async def _refusal(path: str, prompt: str, header: bytes, stream: bool, status: bytes = b"200 OK") -> str:
+    """The error ``path``'s client raises for an answer ``status`` with ``header`` for its
+    ``Content-Encoding``, to a call of ``prompt``."""
     payload = {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 8}
-    async with _client_on(path, _answering(header)) as client, asyncio.timeout(10):
+    async with _client_on(path, _answering(header, status)) as client, asyncio.timeout(10):
         with pytest.raises(BackendFailed) as raised:
             if stream:
                 async for _ in client.stream(payload):
