@@ -46,13 +46,18 @@ roles:
 """
 
 
-@pytest.fixture
-def gate(tmp_path: Path) -> Iterator[tuple[Gate, Any]]:
+def _gate(tmp_path: Path, policy: str) -> Iterator[tuple[Gate, Any]]:
+    """A gate on ``policy`` and the chain ``boss`` holds, the gate closed after."""
     keys = {n: SigningKey.generate() for n in ("root", "boss")}
-    text = POLICY.replace("ROOT", keys["root"].did).replace("BOSS", keys["boss"].did)
+    text = policy.replace("ROOT", keys["root"].did).replace("BOSS", keys["boss"].did)
     made = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
     yield made, made.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
     made.close()
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[tuple[Gate, Any]]:
+    yield from _gate(tmp_path, POLICY)
 
 
 def _model() -> ScriptedChatModel:

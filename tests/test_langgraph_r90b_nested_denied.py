@@ -14,15 +14,12 @@ from typing import Any
 
 import pytest
 from langchain_core.tools import StructuredTool
-from test_langgraph_r90_enforce_tool_error import GO, _model
+from test_langgraph_r90_enforce_tool_error import GO, _gate, _model
 
 from agentgate.capabilities import Call
 from agentgate.errors import Denied, Revoked
 from agentgate.gate import Gate
 from agentgate.integrations.langgraph import create_gated_agent
-from agentgate.keys import SigningKey
-from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
 
 POLICY = """
 version: 1
@@ -46,11 +43,7 @@ roles:
 
 @pytest.fixture
 def gate(tmp_path: Path) -> Iterator[tuple[Gate, Any]]:
-    keys = {n: SigningKey.generate() for n in ("root", "boss")}
-    text = POLICY.replace("ROOT", keys["root"].did).replace("BOSS", keys["boss"].did)
-    made = Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
-    yield made, made.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
-    made.close()
+    yield from _gate(tmp_path, POLICY)
 
 
 def test_an_enforced_run_raises_the_denied_of_a_nested_gated_call(gate: tuple[Gate, Any]) -> None:
