@@ -13,22 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from test_tasks_r90_probe_result_check import _Uninspectable
 
 from agentgate.store import open_store
 from agentgate.tasks import Attempt, SchedulerConfig, SyncScheduler, ToolCall, ToolLimits
 
 CONFIG = SchedulerConfig(tools={"t": ToolLimits(concurrency=1)})
-
-
-class _Uninspectable:
-    """A result whose ``isinstance`` check raises ``raised``, as a lazy proxy out of context does."""
-
-    def __init__(self, raised: BaseException) -> None:
-        self.raised = raised
-
-    @property  # type: ignore[misc]  # __class__ as a property: what the proxies do
-    def __class__(self) -> type:
-        raise self.raised
 
 
 def _ran(attempt: Attempt) -> str:
