@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,9 +21,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from test_langgraph_exact_numbers import _AsWritten
 from test_langgraph_r90_surrogate_call_id import POLICY
 from test_langgraph_r90_surrogate_call_id import UNSTORABLE_SAID as ARGUMENTS_SAID
+from test_langgraph_r90_written_text_kept import _deep, _dispatched
 
 from agentgate.gate import Gate
-from agentgate.integrations.langgraph import DispatchedChatModel, create_gated_agent
+from agentgate.integrations.langgraph import create_gated_agent
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -32,30 +32,6 @@ from agentgate.store import SQLiteStore
 INEXACT = '{"amount": 100.00000000000000001, "memo": "\\ud800"}'  # ASCII, as a model writes it
 CALL_SAID = "the tool call's id or tool name holds text the run's checkpointer cannot store"
 RELOADS = pytest.mark.parametrize("reload", [False, True], ids=["in_memory", "reloaded"])
-
-
-def _dispatched(**extra: object) -> AIMessage:
-    """``DispatchedChatModel``'s answer to a backend's call of ``pay`` with ``INEXACT``."""
-    raw = {"id": "c1", "type": "function", "function": {"name": "pay", "arguments": INEXACT}, **extra}
-    served = SimpleNamespace(
-        body={"choices": [{"message": {"content": "", "tool_calls": [raw]}}]},
-        content="",
-        usage=SimpleNamespace(prompt_tokens=10, completion_tokens=5),
-        backend="b",
-        finish_reason="tool_calls",
-    )
-    message = DispatchedChatModel._result(served).generations[0].message
-    assert isinstance(message, AIMessage)
-    return message
-
-
-def _deep(levels: int) -> object:
-    """A value nested ``levels`` lists deep, past msgpack's limit: the raw call is left out and
-    its text kept in ``agentgate_written_args``."""
-    value: object = 1
-    for _ in range(levels):
-        value = [value]
-    return value
 
 
 @pytest.fixture
@@ -96,7 +72,7 @@ def paying(tmp_path: Path) -> Iterator[Any]:
 
 @RELOADS
 def test_an_inexact_call_as_dispatched_is_refused_after_a_reload(paying: Any, reload: bool) -> None:
-    told, ran = paying(_dispatched(), reload)
+    told, ran = paying(_dispatched(INEXACT), reload)
     assert ran == []  # until the fix, reloaded: [(100.0, "?")]
     assert told.status == "error"
     assert ARGUMENTS_SAID in str(told.content)
@@ -105,7 +81,7 @@ def test_an_inexact_call_as_dispatched_is_refused_after_a_reload(paying: Any, re
 @RELOADS
 def test_an_inexact_call_whose_text_is_kept_is_refused_after_a_reload(paying: Any, reload: bool) -> None:
     # The raw call is left out (a vendor field nested too deep), its text kept by agentgate.
-    told, ran = paying(_dispatched(x_vendor=_deep(300)), reload)
+    told, ran = paying(_dispatched(INEXACT, x_vendor=_deep(300)), reload)
     assert ran == []  # until the fix, reloaded: [(100.0, "?")]
     assert ARGUMENTS_SAID in str(told.content)
 
