@@ -68,6 +68,13 @@ def _scrub(text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool
     return "".join(parts) + text[done : len(text) - left_out]
 
 
+def _scrub_start(text: str, key: str | None, prompts: Sequence[str], limit: int) -> str:
+    """The first ``limit`` characters of ``text`` scrubbed (``_scrub``), taken as cut there
+    (``cut``) where ``text`` goes on: what every quote of the backend's words that are text scrubs,
+    so the scrub's work stays bounded by ``limit``."""
+    return _scrub(text[:limit], key, prompts, cut=len(text) > limit)
+
+
 def _cut_start(end: str, key: str | None, prompts: Sequence[str]) -> int:
     """How many of the last characters of ``end`` (the end of words cut there) are a start of
     ``key`` or of one of ``prompts`` that ``_scrub`` looks for (those ``_FRAGMENT`` characters
@@ -218,11 +225,7 @@ def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
     def walk(item: object) -> None:
         if isinstance(item, str):
             # Shorter than ``_FRAGMENT``, a text holds no run ``_scrub`` redacts: not searched.
-            said = (
-                item
-                if len(item) < _FRAGMENT
-                else _scrub(item[: 16 * limit], None, prompts, cut=len(item) > 16 * limit)
-            )
+            said = item if len(item) < _FRAGMENT else _scrub_start(item, None, prompts, 16 * limit)
             write(repr(said))
         elif isinstance(item, Mapping):
             write("{")

@@ -21,7 +21,7 @@ from agentgate.dispatch._answers import (
     output_limit,
     reports_usage,
 )
-from agentgate.dispatch._redaction import _quoted_echo, _scrub
+from agentgate.dispatch._redaction import _quoted_echo, _scrub_start
 from agentgate.errors import BackendFailed, UsageUnreadable
 
 MAX_LINE_BYTES = 1 << 20
@@ -410,11 +410,6 @@ def _line_shown(line: str, key: str | None, prompts: Sequence[str] = ()) -> str:
     except orjson.JSONDecodeError:
         value = None
     if isinstance(value, dict):
-        keys = ", ".join(repr(_cut_scrubbed(str(k), key, prompts)[:32]) for k in list(value)[:8])
+        keys = ", ".join(repr(_scrub_start(str(k), key, prompts, 1024)[:32]) for k in list(value)[:8])
         return f"a JSON object with keys {keys} (an NDJSON stream? the backend must speak OpenAI's SSE)"
-    return repr(_cut_scrubbed(line, key, prompts)[:80])
-
-
-def _cut_scrubbed(text: str, key: str | None, prompts: Sequence[str]) -> str:
-    """The first 1,024 characters of ``text`` scrubbed (``_scrub``), cut there if it goes on."""
-    return _scrub(text[:1024], key, prompts, cut=len(text) > 1024)
+    return repr(_scrub_start(line, key, prompts, 1024)[:80])

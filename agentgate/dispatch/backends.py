@@ -61,7 +61,7 @@ from agentgate.dispatch._answers import (
     output_limit,
 )
 from agentgate.dispatch._engine_fields import FieldError
-from agentgate.dispatch._redaction import _prompt_texts, _scrub
+from agentgate.dispatch._redaction import _prompt_texts, _scrub, _scrub_start
 from agentgate.dispatch._retry_after import MAX_RETRY_AFTER_S, retry_after_s
 from agentgate.dispatch._sse import (
     _SSE_IGNORED,
@@ -895,7 +895,7 @@ def _failure_text(exc: BaseException, payload: Mapping[str, Any]) -> str:
         return _encoding_refused(exc.encoding, payload)
     said = f"{exc.message}" if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
     if not isinstance(exc, ValueError):
-        said = _scrub(said[:_QUOTED], None, _prompt_texts(payload), cut=len(said) > _QUOTED)
+        said = _scrub_start(said, None, _prompt_texts(payload), _QUOTED)
     if isinstance(exc, aiohttp.ClientResponseError):
         said = f"the answer is not HTTP that can be read: {said}"
     lines = (line.strip() for line in said.splitlines())
