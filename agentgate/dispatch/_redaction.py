@@ -224,9 +224,7 @@ def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
 
     def walk(item: object) -> None:
         if isinstance(item, str):
-            # Shorter than ``_FRAGMENT``, a text holds no run ``_scrub`` redacts: not searched.
-            said = item if len(item) < _FRAGMENT else _scrub_start(item, None, prompts, 16 * limit)
-            write(repr(said))
+            write(repr(_scrub_start(item, None, prompts, 16 * limit)))
         elif isinstance(item, Mapping):
             write("{")
             for count, (key, each) in enumerate(item.items()):
@@ -248,8 +246,7 @@ def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
         elif _echoed_as_integer(item, prompts):
             write("[redacted]")
         else:  # a number, ``True``, ``None``: its ``repr`` is searched as a text is
-            shown = quoted(item, 16 * limit)
-            write(shown if len(shown) < _FRAGMENT else _scrub(shown, None, prompts))
+            write(_scrub(quoted(item, 16 * limit), None, prompts))
 
     try:
         walk(value)
@@ -268,4 +265,4 @@ def _echoed_as_integer(item: object, prompts: Sequence[str]) -> bool:
     if not isinstance(item, float) or not item.is_integer():  # ``inf`` and ``nan`` are not
         return False
     digits = f"{item:.0f}"
-    return len(digits) >= _FRAGMENT and _scrub(digits, None, prompts) != digits
+    return _scrub(digits, None, prompts) != digits
