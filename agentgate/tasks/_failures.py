@@ -122,7 +122,6 @@ class _Failures:
         probe: int = 0,
         cut: bool = False,
         overran: bool = False,
-        expired: bool = False,
     ) -> float:
         """Attempt ``number`` failed with ``error``: note it in ``errors``, tell the breaker (``probe``:
         the half-open period of the probe the attempt held, from ``admit_in_period``; 0: none),
@@ -131,22 +130,18 @@ class _Failures:
         nothing about the tool, so the breaker is not told (its probe is given back): one caller's
         tight deadlines must not open the breaker of a tool that meets its own timeout for everyone.
         ``overran``: the attempt ran past its tool's ``timeout_s`` and failed without being cut
-        there (a sync tool, work no cancellation stops, a plain function): a failure of its
-        transport (``transient``, ``connection``: ``_CUT_SHORT``) is a ``timeout``, as it is where
-        the async core cuts the attempt at ``timeout_s`` (until review R89 a sync tool's late
-        ``transient`` failure was retried, a tool not safe to repeat run again, where the async
-        core gave up). A class the tool gave its failure itself keeps it: ``error`` (a bad
-        argument the tool reported, which the breaker does not count and nothing retries unless
-        listed) and a custom class (R89 made those ``timeout`` too, and a slow tool's bad
-        arguments opened its breaker for everyone). ``expired``: the async core cut the attempt at
-        its deadline (its tool's ``timeout_s``, or the call's own: ``cut``), and ``error`` is its own
-        ``DeadlineExceeded``, its effect unknown: the same rule, a ``transient`` or ``connection``
-        class the classifier gives it is a ``timeout`` (until review R90 it stayed ``transient``,
-        and a classifier that calls a ``SchedulingError`` ``transient``, as a nested call's
-        ``Overloaded`` that never ran is, had a tool not safe to repeat run again after each cut).
-        ``error`` and a custom class are kept, as the classifier gives them: the retry rule repeats
-        neither for a tool not safe to repeat, and a classifier may keep a slow tool's cuts out of
-        ``trip_on`` with one (R90 made every cut a ``timeout``, and such a tool's breaker opened).
+        there (a sync tool, work no cancellation stops, a plain function), or the async core cut it
+        at its deadline (its tool's ``timeout_s``, or the call's own: ``cut``; ``error`` is then its
+        own ``DeadlineExceeded``); either way its effect is unknown, and a failure of its transport
+        (``transient``, ``connection``: ``_CUT_SHORT``) is a ``timeout``. Until review R89 a sync
+        tool's late ``transient`` failure was retried, a tool not safe to repeat run again, where
+        the async core gave up; until review R90 a cut the classifier called ``transient`` (as a
+        nested call's ``Overloaded`` that never ran is) was too. A class the tool gave its failure
+        itself, or the classifier gave a cut, keeps it: ``error`` (a bad argument the tool
+        reported, which the breaker does not count and nothing retries unless listed) and a custom
+        class (R89 made those ``timeout`` too, and a slow tool's bad arguments opened its breaker
+        for everyone; R90 did so for every cut, and a classifier could no longer keep a slow
+        tool's cuts out of ``trip_on``).
 
         Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
         no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock),
@@ -165,7 +160,7 @@ class _Failures:
             except Exception:  # a broken classifier must not hide the tool's error: the safe class
                 found = None
             error_class = found if isinstance(found, str) and found else "error"
-            if (overran or expired) and error_class in _CUT_SHORT:
+            if overran and error_class in _CUT_SHORT:
                 error_class = "timeout"
             # A call that keeps no error text (``Gate.run``'s) keeps none of any attempt's error,
             # an agentgate error included: what failed an attempt came out of the tool's run (an

@@ -732,12 +732,12 @@ class Scheduler(_StoreWork, _Failures):
                             errors = []
                         failed = exc
                         ended = loop.time()
-                        # Past its timeout_s and not cut there (run to its end: not preemptible, a
-                        # plain function): a transport failure is a timeout, as if cut (``_failed``).
-                        # ``now``: its start.
-                        late = False
+                        # Cut at its deadline, or past its timeout_s and not cut there (run to its
+                        # end: not preemptible, a plain function): a transport failure is a timeout
+                        # (``_failed``). ``now``: its start.
+                        overran = expired
                         if attempted and not expired and limits.timeout_s is not None:
-                            late = ended - now >= limits.timeout_s
+                            overran = ended - now >= limits.timeout_s
                         delay = self._failed(
                             call,
                             limits,
@@ -750,8 +750,7 @@ class Scheduler(_StoreWork, _Failures):
                             ended,
                             held,
                             cut,
-                            late,
-                            expired,
+                            overran,
                         )
                     except BaseException:
                         # Cancelled, or interrupted (KeyboardInterrupt, SystemExit): says nothing
