@@ -48,6 +48,16 @@ def covers(capability: Capability, call: Call) -> bool:
     return True
 
 
+def _require_two(function: str, parent: object, child: object) -> None:
+    """Refuse, for ``function(parent, child)``, anything but two ``Capability`` objects
+    (``CapabilityError`` naming what it got)."""
+    if not isinstance(parent, Capability) or not isinstance(child, Capability):
+        raise CapabilityError(
+            f"{function}(parent, child) takes two Capability objects (parse_capability), got "
+            f"{type(parent).__name__} and {type(child).__name__}"
+        )
+
+
 def attenuates(parent: Capability, child: Capability) -> bool:
     """Exact: every call that ``child`` covers, ``parent`` covers too.
 
@@ -60,11 +70,7 @@ def attenuates(parent: Capability, child: Capability) -> bool:
 
     Raises ``CapabilityError`` when given anything but two ``Capability`` objects.
     """
-    if not isinstance(parent, Capability) or not isinstance(child, Capability):
-        raise CapabilityError(
-            f"attenuates(parent, child) takes two Capability objects (parse_capability), got "
-            f"{type(parent).__name__} and {type(child).__name__}"
-        )
+    _require_two("attenuates", parent, child)
     child_map = child.constraint_map
     if any(c.is_empty for c in child_map.values()):
         return True
@@ -93,11 +99,7 @@ def witness(parent: Capability, child: Capability) -> Call | None:
 
     Raises ``CapabilityError`` when given anything but two ``Capability`` objects.
     """
-    if not isinstance(parent, Capability) or not isinstance(child, Capability):
-        raise CapabilityError(
-            f"witness(parent, child) takes two Capability objects (parse_capability), got "
-            f"{type(parent).__name__} and {type(child).__name__}"
-        )
+    _require_two("witness", parent, child)
     if any(c.is_empty for _, c in child.constraints):
         return None
     child_map = child.constraint_map
