@@ -114,7 +114,7 @@ Matched at every node's start, it reads no further than the node's anchor, blank
 and what it finds is the node's tag only within the node as the parser marks it (``_tag_match``:
 in a block collection the next line may start the next entry, ``k: &a`` then ``! j: 1``).
 Until review R90 the anchor was ``&\\S+``, which ran on past a ',' to the next blank and back:
-each node of ``[&a0,&a1,...]`` cost the rest of the line (a 55 KB policy took 20 s to load),
+each node of ``[&a0,&a1,...]`` cost the rest of the line (quadratic in the line's length, as a reviewer's scratch script showed),
 and the next value's tag was taken for an anchored empty value's (``[&a, ! 5]`` read ``''``)."""
 _NON_SPECIFIC = re.compile(_TAGGED.pattern + r"(?=[\s,\]}]|\Z)")
 """A node's text that starts with the non-specific tag ``!`` alone (``! 1``), after an anchor if

@@ -151,9 +151,9 @@ The search tries at most six values at a bound (the bound as an integer and as a
 their neighbours), each once: a range whose other bound is shared or unbounded (a parent's range
 split in pieces, ``amount<=100``) never needs more than six, and only a search among more than
 160 ranges with two bounds of their own each is cut short. Until review R90 each value
-tried rebuilt and checked the whole call, so one hand-signed link of 480 arguments cost about a
-second on every decision that refused it; R90 counted checks, 16 for each value constrained
-with, and so also cut short a search of a millisecond against 16 ranges on one argument."""
+tried rebuilt and checked the whole call, so one hand-signed link of 480 arguments cost tens of
+times a decision's own work on every decision that refused it (a reviewer's scratch script); R90 counted checks, 16 for each value constrained
+with, and so also cut short a short search against 16 ranges on one argument."""
 
 SEARCH_TRIES_FLOOR = 1000
 """Values ``uncovered_call`` may always try: every search among up to 80 ranges."""
