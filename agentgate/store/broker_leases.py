@@ -267,8 +267,8 @@ class BrokerLeaseStore:
                 "ON CONFLICT (broker) DO UPDATE SET taken_at = excluded.taken_at, generation = excluded.generation",
                 (self.broker, snapshot.taken_at, (generation or 0) + 1),
             )
-            _write_changes(tx, self.broker, "broker_leases", "lease_id", written.leases, leases)
-            _write_changes(tx, self.broker, "broker_queue", "request_id", written.queue, queue)
+            _write_changes(tx, self.broker, "broker_leases", written.leases, leases)
+            _write_changes(tx, self.broker, "broker_queue", written.queue, queue)
         self._written = _Written((generation or 0) + 1, leases, queue)
         self._taking_over = False
         self._restored = None
@@ -390,27 +390,29 @@ _COLUMNS = {
         "victims, body"
     ),
 }
+"""Each table's columns, in the order of its rows (``_lease_row``, ``_queue_row``): the broker name,
+the row's id (the key with it), then the rest."""
 
 
 def _write_changes(
     tx: Transaction,
     broker: str,
     table: Literal["broker_leases", "broker_queue"],
-    key: str,
     stored: dict[str, tuple[Any, ...]],
     rows: dict[str, tuple[Any, ...]],
 ) -> None:
-    """Make ``broker``'s rows of ``table`` (keyed by ``key``) ``rows``, given that they are
-    ``stored``: delete the rows gone, write those new or changed."""
+    """Make ``broker``'s rows of ``table`` ``rows``, given that they are ``stored``: delete the
+    rows gone, write those new or changed."""
+    columns = _COLUMNS[table].split(", ")
+    key = columns[1]
     gone = [(broker, row_id) for row_id in stored.keys() - rows.keys()]
     if gone:
         tx.executemany(f"DELETE FROM {table} WHERE broker = ? AND {key} = ?", gone)
     changed = [row for row_id, row in rows.items() if stored.get(row_id) != row]
     if changed:
-        columns = _COLUMNS[table]
-        update = ", ".join(f"{c} = excluded.{c}" for c in columns.split(", ")[2:])
+        update = ", ".join(f"{c} = excluded.{c}" for c in columns[2:])
         tx.executemany(
-            f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * 11)}) "
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
             f"ON CONFLICT (broker, {key}) DO UPDATE SET {update}",
             changed,
         )
