@@ -158,13 +158,7 @@ class _Queue(MutableMapping[str, _Waiting]):
     def first_deadline(self) -> float:
         """The earliest ``deadline`` of a queued request, ``inf`` if none. About ``log(queue)``,
         amortized: the stale entries on top are dropped."""
-        while self._deadlines:
-            deadline, seq, key = self._deadlines[0]
-            w = self._by_id.get(key)
-            if w is not None and w.seq == seq:
-                return deadline
-            heapq.heappop(self._deadlines)
-        return math.inf
+        return self._first(self._deadlines, wake=False)
 
     def set_draining(self, w: _Waiting, draining: bool) -> None:
         """Mark ``w`` as draining or not, counted if it is queued (``draining``)."""
@@ -204,12 +198,18 @@ class _Queue(MutableMapping[str, _Waiting]):
         """The earliest finite ``wake`` of a queued request, ``inf`` if none: the first time a
         request is to be tried again though nothing else changes, wakes at the next call aside.
         About ``log(queue)``, amortized: the stale entries on top are dropped."""
-        while self._wakes:
-            wake, seq, key = self._wakes[0]
+        return self._first(self._wakes, wake=True)
+
+    def _first(self, heap: list[_Timed], wake: bool) -> float:
+        """The time of ``heap``'s first entry that is not stale (``_Timed``; a ``wake`` entry is
+        stale too once its request's ``wake`` changed), ``inf`` if none; the stale ones above it
+        are popped."""
+        while heap:
+            time, seq, key = heap[0]
             w = self._by_id.get(key)
-            if w is not None and w.seq == seq and w.wake == wake:
-                return wake
-            heapq.heappop(self._wakes)
+            if w is not None and w.seq == seq and (not wake or w.wake == time):
+                return time
+            heapq.heappop(heap)
         return math.inf
 
     def _compact(self) -> None:
