@@ -76,6 +76,7 @@ from agentgate.dispatch.gateway._client import (
     priority_of,
 )
 from agentgate.dispatch.gateway._cuts import (
+    _GONE_UNSENT,
     STOPPED,
     _Cut,
     _cut_by_shutdown,
@@ -622,7 +623,7 @@ class Gateway:
         """
         with _Watch(scope) as watch:
             if watch.gone:  # while the call was being decided: nothing is sent, nothing charged
-                raise CallerGone("the caller went away before the call was sent", sent=False)
+                raise CallerGone(_GONE_UNSENT, sent=False)
             mark = SendMark()
             sending = SENDING.set(mark)
             lean = payload.get("model") in self._lean_models
@@ -641,9 +642,7 @@ class Gateway:
                     raise
                 if not mark.sent and lean:
                     if watch.gone:
-                        raise CallerGone(
-                            "the caller went away before the call was sent", sent=False
-                        ) from None
+                        raise CallerGone(_GONE_UNSENT, sent=False) from None
                     raise GatewayStopped(_STOPPED_UNSENT, sent=False) from None
                 return _Cut(watch.gone)
             finally:

@@ -22,11 +22,13 @@ from agentgate.gate._outcomes import USAGE_UNREAD
 
 STOPPED = "agentgate.stopped"
 """Scope key set (True) on a streamed call cut by the end of the server's shutdown grace."""
+_GONE_UNSENT = "the caller went away before the call was sent"
+"""``CallerGone``'s message (``sent=False``) for a call whose caller left before any backend got it."""
 
 
 async def _gone_before_sending() -> None:
     """The backend call of a streamed call whose caller left while it was being decided."""
-    raise CallerGone("the caller went away before the call was sent", sent=False)
+    raise CallerGone(_GONE_UNSENT, sent=False)
 
 
 async def _stopped_before_sending() -> None:
