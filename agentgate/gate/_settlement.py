@@ -423,7 +423,7 @@ class _Settlement:
         error: str | None,
         usage: tuple[int, int] | None,
         started: bool,
-        reused: bool = False,
+        reused: bool,
         *,
         careful: bool = False,
     ) -> None:
