@@ -213,10 +213,10 @@ class CircuitOpen(SchedulingError):
 
 class DispatchError(AgentGateError):
     """A model call could not be routed or served. ``sent``: whether any backend may have got the
-    call; ``False`` for one the gateway knows no backend got, which ``Gate.run``/``Gate.arun``
-    settle as not started when it ends a ``model:`` call (released, an approval it used pending
-    again). Made as any exception is (a message, or none, or several arguments), with ``sent``
-    by keyword only. ``sent`` is also a class attribute, so a subclass whose ``__init__`` does not
+    call; ``False`` for one known to have reached none (the gateway cut it, or the Dispatcher gave
+    it up in line: ``NoBackend``), which ``Gate.run``/``Gate.arun`` settle as not started when it
+    ends a ``model:`` call (released, an approval it used pending again). Made as any exception is
+    (a message, or none, or several arguments), with ``sent`` by keyword only. ``sent`` is also a class attribute, so a subclass whose ``__init__`` does not
     call this one reads as one that may have been sent (until review R90c ``Gate.run`` then failed
     with ``AttributeError``, the reservation left held and no outcome written)."""
 
