@@ -415,15 +415,26 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         """The stored ``(entry, leaf_hash)`` of entry ``index``; ``_absent``'s error when no row
         holds it; ``TamperDetected`` when more than one row holds it (``_read_rows``)."""
         rows = self._read_rows([index], tx) if 0 <= index <= _MAX_INDEX else {}
+        if index in rows:
+            return rows[index]
+        row = self._read_again(index, tx)
+        if isinstance(row, InputError):
+            raise row
+        return row
+
+    def _read_again(self, index: int, tx: Transaction | None = None) -> tuple[bytes, bytes] | InputError:
+        """The stored ``(entry, leaf_hash)`` of entry ``index``, which a first read found no row
+        of, read again where ``_absent`` says it was deleted: entries commit in index order (the
+        append lock), so a row absent now, below an end read after the first read, was deleted;
+        one another writer committed since the first read is the entry, not a deleted one. Raises
+        that ``TamperDetected`` when the row is still absent; returns ``_absent``'s other error
+        (an index past the log's end, or below 0) for the caller to raise or pass over."""
+        refused = self._absent(index)
+        if not isinstance(refused, TamperDetected):
+            return refused
+        rows = self._read_rows([index], tx)
         if index not in rows:
-            refused = self._absent(index)
-            # Read again after the log's end and checkpoint were: entries commit in index order
-            # (the append lock), so a row absent now, below an end read before, was deleted; one
-            # another writer committed since the first read is the entry, not a deleted one.
-            if isinstance(refused, TamperDetected):
-                rows = self._read_rows([index], tx)
-            if index not in rows:
-                raise refused
+            raise refused
         return rows[index]
 
     def _absent(self, index: int) -> InputError | TamperDetected:

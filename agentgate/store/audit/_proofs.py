@@ -76,6 +76,10 @@ class _Proofs:
 
         def _absent(self, index: int) -> InputError | TamperDetected: ...
 
+        def _read_again(
+            self, index: int, tx: Transaction | None = None
+        ) -> tuple[bytes, bytes] | InputError: ...
+
         def _read_rows(
             self, indexes: Sequence[int], tx: Transaction | None = None
         ) -> dict[int, tuple[bytes, bytes]]: ...
@@ -250,15 +254,9 @@ class _Proofs:
         named = sorted(refs - {index})
         rows = self._read_rows(named)
         for idx in named:
-            if idx in rows:
-                continue
-            refused = self._absent(idx)
-            if isinstance(refused, TamperDetected):
-                # Read again after the log's end was, as ``_stored_row`` does: a row committed
-                # since the first read is the entry, not a deleted one.
-                rows.update(self._read_rows([idx]))
-                if idx not in rows:
-                    raise refused
+            # ``_read_again``: a deleted row is refused, a row past the log's end names no entry.
+            if idx not in rows and not isinstance(row := self._read_again(idx), InputError):
+                rows[idx] = row
         for idx, (data, stored) in rows.items():
             # The reference index is no evidence: each row it names is read, parsed and checked.
             other = _parsed(idx, data)
