@@ -337,9 +337,7 @@ def open_checkpoint(
     """
     first_line = given_text(note, "note", "a signed checkpoint").split("\n", 1)[0]
     previous_keys = _keys_given(public_key, previous_keys)
-    if origin is not None:
-        given_text(origin, "origin", "a log origin")
-    if origin is not None and first_line != origin:
+    if origin is not None and given_text(origin, "origin", "a log origin") != first_line:
         # Before the signature, which is made under the body's origin: checked under another
         # name it fails as if the note were unsigned, and a log read with the wrong origin
         # (AGENTGATE_LOG_ORIGIN) would have every checkpoint reported as a forgery.
