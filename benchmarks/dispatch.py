@@ -374,6 +374,14 @@ def _best(per_router: dict[str, dict[str, Any]], key: str) -> float:
     return min((v for f in per_router.values() if _known(v := f[key])), default=math.nan)
 
 
+def _unserved(own: float, best: float, load: object, baselines: str) -> str | None:
+    """Why agentgate's figure over the best of ``baselines``' has no value at ``load`` (a router
+    that served no request there), or ``None`` when both have one."""
+    if not _known(own):
+        return f"agentgate served no request at load {load}"
+    return None if _known(best) else f"no {baselines} served a request at load {load}"
+
+
 def goals(all_results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The JSON line's figures and goals from ``run_trace``'s results. A figure with no value (the
     p99 or mean of no request served: every prompt larger than the KV cache, say) is left out, as
@@ -431,10 +439,8 @@ def goals(all_results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
                 if _known(own) and _known(best_delay) and (best_delay > 0 or own == 0):
                     delays.append(own / best_delay if best_delay > 0 else 1.0)
                 own_p99, best_p99 = routers_["agentgate"][x]["ttft_p99"], _best(base, "ttft_p99")
-                if not _known(own_p99):
-                    idle.append(f"agentgate served no request at load {x}")
-                elif not _known(best_p99):
-                    idle.append(f"no baseline served a request at load {x}")
+                if unserved := _unserved(own_p99, best_p99, x, "baseline"):
+                    idle.append(unserved)
                 else:
                     ratios.append(own_p99 / best_p99)
                     floors.append(res["ttft_p99_floor"] / best_p99)
@@ -459,10 +465,8 @@ def goals(all_results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
             for x in loads:
                 own_p99 = routers_["agentgate"][x]["ttft_p99"]
                 best = _best({n: routers_[n][x] for n in LOAD_BASED}, "ttft_p99")
-                if not _known(own_p99):
-                    idle.append(f"agentgate served no request at load {x}")
-                elif not _known(best):
-                    idle.append(f"no load-based baseline served a request at load {x}")
+                if unserved := _unserved(own_p99, best, x, "load-based baseline"):
+                    idle.append(unserved)
                 else:
                     ratios.append(own_p99 / best)
             if idle:
