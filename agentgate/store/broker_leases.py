@@ -28,8 +28,9 @@ when the request or ``draining`` changed). The whole state is written (every row
 deleted first) by a journal's first write, a write that takes the name over, the write after one
 that failed (what it left stored is not known), and one that finds a generation it did not write;
 ``forget_written`` asks for it after the rows were changed by hand. Until review R90 every write
-was whole: with 2,000 requests waiting a submit cost about four times as much
-(``benchmarks/broker.py``, ``journal_*`` figures). Building the snapshot is still linear in the
+was whole: with 2,000 requests waiting a submit and its release cost three to eight times as much
+in the runs measured (``benchmarks/broker.py``, ``journal_*`` figures: 12 ms against 61 ms, 24
+against 99, 12 against 40). Building the snapshot is still linear in the
 queue's length.
 
 One writer. Two broker processes under one name would each grant the GPUs the other holds and
