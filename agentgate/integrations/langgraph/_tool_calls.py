@@ -652,10 +652,10 @@ def _unstorable_left_out(message: AIMessage, serde: SerializerProtocol) -> AIMes
         entries = getattr(message, field)
         kept: dict[str, Any] = {}
         for key, value in entries.items():
-            if _stores_in_answer(serde, **{field: {key: value}}):
-                kept[key] = value
-            elif field == "response_metadata" and key in _BY_CALL_ID and isinstance(value, Mapping):
+            if field == "response_metadata" and key in _BY_CALL_ID and isinstance(value, Mapping):
                 kept[key] = _storable_by_id(serde, key, value)  # agentgate's own: by entry
+            elif _stores_in_answer(serde, **{field: {key: value}}):
+                kept[key] = value
             else:
                 left_out.append(f"{field}[{quoted(key, 40)}]")
         if len(kept) < len(entries) or any(kept[k] is not entries[k] for k in kept):
@@ -727,7 +727,7 @@ _BY_CALL_ID = (WRITTEN_ARGS_KEY, OUT_OF_RANGE_KEY, OUT_OF_RANGE_AT_KEY, UNSTORAB
 by tool call id (``_storable_by_id``)."""
 
 
-def _storable_by_id(serde: SerializerProtocol, key: str, noted: Mapping[Any, Any]) -> dict[Any, Any]:
+def _storable_by_id(serde: SerializerProtocol, key: str, noted: Mapping[Any, Any]) -> Mapping[Any, Any]:
     """``noted`` (``response_metadata[key]``, one of agentgate's notes keyed by tool call id,
     ``_BY_CALL_ID``) as ``serde`` can write it: each entry it cannot write under its call id is
     kept under that id as ``serde`` writes it as a value, where that differs (LangGraph's msgpack
@@ -737,10 +737,10 @@ def _storable_by_id(serde: SerializerProtocol, key: str, noted: Mapping[Any, Any
     reads one moved, as it shares its id with the other once read back (``_SHARED_ID``). Until
     review R90 a call id holding a lone surrogate made the whole note unstorable, and it was left
     out for every call of the answer (an integer beyond 64 bits of a call beside it, kept as
-    text, was then decided as that text), or ended the run."""
-    whole = dict(noted)
-    if _stores_in_answer(serde, response_metadata={key: whole}):
-        return whole
+    text, was then decided as that text), or ended the run. ``noted`` itself where ``serde``
+    writes it whole (the usual case)."""
+    if _stores_in_answer(serde, response_metadata={key: noted}):
+        return noted
     kept: dict[Any, Any] = {}
     moved: dict[Any, Any] = {}
     for call_id, value in noted.items():
