@@ -633,7 +633,7 @@ def _unstorable_left_out(message: AIMessage, serde: SerializerProtocol) -> AIMes
             refused[str(call.get("id"))] = _UNSTORABLE_ARGUMENTS
             calls.append({**call, "args": {}})
             continue
-        if not _reads_back(serde, call):
+        if not _reads_back(serde, {k: v for k, v in call.items() if k != "args"}):  # read back above
             refused[str(call.get("id"))] = _UNSTORABLE_CALL
         elif not _reads_back(serde, _arguments_text(written.get(str(call.get("id"))))):
             refused[str(call.get("id"))] = _UNKEPT_AS_WRITTEN
