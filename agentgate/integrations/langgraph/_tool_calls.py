@@ -758,10 +758,7 @@ def _storable_by_id(serde: SerializerProtocol, key: str, noted: Mapping[Any, Any
 def _as_stored(serde: SerializerProtocol, call_id: object) -> str | None:
     """``call_id`` as ``serde`` reads it back once written; ``None`` where that is the same, no
     text, or it cannot be written."""
-    try:
-        stored = serde.loads_typed(serde.dumps_typed(call_id))
-    except Exception:  # any serializer's refusal
-        return None
+    stored = _read_back(serde, call_id)
     return stored if isinstance(stored, str) and stored != call_id else None
 
 
@@ -785,9 +782,8 @@ def _reads_back(serde: SerializerProtocol, value: object) -> bool:
     """Whether ``serde`` writes ``value`` and reads it back the same: LangGraph's msgpack writes
     a lone surrogate in text as ``?``, where it does not refuse it (in a key). Read back as the
     same JSON (a NaN, which equals nothing; a tuple, read back as a list) counts as the same."""
-    try:
-        back = serde.loads_typed(serde.dumps_typed(value))
-    except Exception:  # any serializer's refusal: msgpack's TypeError, an encrypting one's own
+    back = _read_back(serde, value)
+    if back is _UNWRITABLE:
         return False
     if back == value:
         return True
@@ -795,6 +791,18 @@ def _reads_back(serde: SerializerProtocol, value: object) -> bool:
         return json.dumps(back) == json.dumps(value)
     except (TypeError, ValueError, RecursionError):
         return False
+
+
+_UNWRITABLE = object()
+"""What ``_read_back`` gives for a value ``serde`` refuses."""
+
+
+def _read_back(serde: SerializerProtocol, value: object) -> object:
+    """``value`` as ``serde`` reads it back once written; ``_UNWRITABLE`` where it refuses it."""
+    try:
+        return serde.loads_typed(serde.dumps_typed(value))
+    except Exception:  # any serializer's refusal: msgpack's TypeError, an encrypting one's own
+        return _UNWRITABLE
 
 
 def _stores_in_answer(serde: SerializerProtocol, **fields: Any) -> bool:
