@@ -271,6 +271,18 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         if self.enforce and isinstance(exc, AuthorityError):
             raise Denied(str(exc)) from exc
 
+    def _tool_failed(self, call_id: str, name: str, exc: AgentGateError, *, tools_own: bool) -> ToolMessage:
+        """The model's view of an agentgate error out of a tool call's ``Gate.run``/``arun``
+        (``_failure``). ``enforce`` raises the gate's own errors, and a refusal out of the tool's
+        run (``_raise_refusal``: a nested gated call it made; until review R90b it was told to the
+        model as a failing tool, and the run went on). Any other agentgate error the tool's own
+        code raised (``tools_own``) is a failing tool, told by its type (until review R90 it ended
+        the run, its text, secrets and all, handed to the caller)."""
+        if self.enforce and not tools_own:
+            raise exc
+        self._raise_refusal(exc)
+        return _failure(call_id, name, exc, tools_own=tools_own)
+
     def _delegation_failed(
         self, request: ToolCallRequest, call_id: str, name: str, exc: Exception
     ) -> ToolMessage:
@@ -409,15 +421,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         except GraphBubbleUp:
             raise  # interrupt() or Command(graph=PARENT) from inside the tool: LangGraph's to handle
         except AgentGateError as exc:
-            # ``enforce`` raises the gate's own errors, and a refusal out of the tool's run (a
-            # nested gated call it made: until review R90b it was told to the model as a failing
-            # tool, and the run went on). Any other agentgate error the tool's own code raised is a
-            # failing tool, told by its type (until review R90 it ended the run, its text, secrets
-            # and all, handed to the caller).
-            if self.enforce and not tool.raised(exc):
-                raise
-            self._raise_refusal(exc)
-            return _failure(call_id, name, exc, tools_own=tool.raised(exc))
+            return self._tool_failed(call_id, name, exc, tools_own=tool.raised(exc))
         except (Exception, asyncio.CancelledError) as exc:
             if _invalid_resume(exc):
                 raise  # settled ``paused``: the run fails, its interrupt to be answered again
@@ -503,10 +507,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         except GraphBubbleUp:
             raise
         except AgentGateError as exc:
-            if self.enforce and not raised.raised(exc):  # as ``_decide_and_run``
-                raise
-            self._raise_refusal(exc)
-            return _failure(call_id, name, exc, tools_own=raised.raised(exc))
+            return self._tool_failed(call_id, name, exc, tools_own=raised.raised(exc))
         except Exception as exc:
             if _invalid_resume(exc):
                 raise  # settled ``paused``: the run fails, its interrupt to be answered again
