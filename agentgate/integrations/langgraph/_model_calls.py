@@ -464,9 +464,10 @@ def _storable(response: R, written: Mapping[str, str]) -> R:
     review R59 the same ``TypeError``); and, where the run has a checkpointer (its serializer,
     ``_run_serde``), anything else it cannot write left out, a tool call whose arguments it cannot
     write (a key holding a lone surrogate, objects nested too deep), or would give back changed (a
-    lone surrogate in a value, written as ``?``), kept without them and marked refused, as the tool hook does with a result it cannot write (until review R89 the same
-    ``TypeError``). ``response`` itself when no answer changes (the usual case). Raises
-    ``InputError`` for an answer that cannot be made storable (``_unstorable_left_out``)."""
+    lone surrogate in a value, written as ``?``), kept without them and marked refused, as the
+    tool hook does with a result it cannot write (until review R89 the same ``TypeError``).
+    ``response`` itself when no answer changes (the usual case). Raises ``InputError`` for an
+    answer that cannot be made storable (``_unstorable_left_out``)."""
     if isinstance(response, AIMessage):
         return cast(R, _storable_answer(_with_written_args(response, written), _run_serde()))
     if not isinstance(response, ModelResponse):

@@ -694,9 +694,9 @@ def _kept_as_written(
     the text of each tool call's arguments as the model wrote it that ``message`` holds
     (``_written_calls``) and ``kept`` no longer reads the same; and the ids of the calls to refuse
     (``_UNKEPT_AS_WRITTEN``): those whose text ``kept`` still reads otherwise (another copy of
-    the call as written, kept, read first; text ``serde`` cannot write). A call whose id ``serde`` cannot write as a key is none of
-    them: it can be noted nowhere, and is refused by its id (``Gate.authorize``: ``call_id must
-    be valid Unicode text``)."""
+    the call as written, kept, read first; text ``serde`` cannot write). A call whose id
+    ``serde`` cannot write as a key is none of them: it can be noted nowhere, and is refused by
+    its id (``Gate.authorize``: ``call_id must be valid Unicode text``)."""
     ids = [call_id for call in message.tool_calls if isinstance(call_id := call.get("id"), str)]
     before, after = _written_calls(message), _written_calls(kept)
     lost = {
