@@ -38,7 +38,7 @@ from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.gate._authorization import COVERAGE_CODES, revoked_refusal
 from agentgate.gate._dispatching import STREAM_AHEAD  # one bound, the gate's streams' too
-from agentgate.gate._outcomes import USAGE_UNREAD
+from agentgate.gate._outcomes import USAGE_UNREAD, never_sent
 from agentgate.gate._running import _failure_reason
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Outcome, Policy, PolicyDecision
@@ -481,8 +481,14 @@ class GatewayGate(Gate):
             except Exception as exc:
                 error, error_type = _failure_reason(exc), type(exc).__name__  # why, as ``Gate`` keeps it
                 last = exc
-                # Given up in line (``Shed``, ``NoBackend``) before any backend got it.
-                unsent_cut = isinstance(exc, NoBackend) and unsent is not None and unsent()
+                # Given up in line (``Shed``, ``NoBackend``) before any backend got it: as the
+                # Dispatcher says (``sent`` false, over any transport), which ``Gate.arun`` honours
+                # for a JSON call, or as the plain-http pool saw (until a regression review of
+                # R90c only the pool was asked: a stream on a model with an https backend was
+                # settled as started, its approval used up).
+                unsent_cut = never_sent(auth, exc) or (
+                    isinstance(exc, NoBackend) and unsent is not None and unsent()
+                )
             except BaseException as exc:  # cancelled: the caller is gone, nobody reads the queue
                 error = (left() if left is not None else None) or type(exc).__name__
                 error_type = error.partition(":")[0]  # "caller_stalled: the caller read nothing..."
