@@ -214,7 +214,7 @@ class CircuitOpen(SchedulingError):
 class DispatchError(AgentGateError):
     """A model call could not be routed or served. ``sent``: whether any backend may have got the
     call; ``False`` for one known to have reached none (the gateway cut it, or the Dispatcher gave
-    it up in line: ``NoBackend``), which ``Gate.run``/``Gate.arun`` settle as not started when it
+    it up in line or refused it closed: ``NoBackend``), which ``Gate.run``/``Gate.arun`` settle as not started when it
     ends a ``model:`` call (released, an approval it used pending again). Made as any exception is
     (a message, or none, or several arguments), with ``sent`` by keyword only. ``sent`` is also a class attribute, so a subclass whose ``__init__`` does not
     call this one reads as one that may have been sent (until review R90c ``Gate.run`` then failed
@@ -232,7 +232,8 @@ class NoBackend(DispatchError):
     ``retry_after_s``: when every backend that could serve it is held down by its own
     ``Retry-After``, the seconds until the first of them is tried again; else ``None``.
     The Dispatcher sets ``sent`` ``False`` on one raised before any attempt was made (the call
-    gave up in line, no backend having got it), over any transport; the gateway too, for one its
+    gave up in line, no backend having got it, or the dispatcher was closed: until a regression
+    review of R90c that one kept ``sent`` true), over any transport; the gateway too, for one its
     pool saw sent nowhere."""
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:

@@ -466,7 +466,7 @@ class Dispatcher:
         route: Mapping[str, Any],
         trace_context: otel_context.Context,
     ) -> ChatResult:
-        self._require_started()
+        self._require_started(sent=False)
         request = self.route_request(payload, **route)
         payload = _with_output_limit(payload, request)
         with self._only(request.id), self._in_progress():
@@ -476,7 +476,7 @@ class Dispatcher:
                 assert plan.backend is not None
                 client = self.clients[plan.backend]
                 try:
-                    self._require_started()  # the dispatcher may have closed while the call waited
+                    self._require_started(sent=bool(errors))  # it may have closed while the call waited
                     with self._out_of_reach(client):
                         result = await client.chat(payload, trace_context=trace_context)
                 except UsageUnreadable as exc:
@@ -526,7 +526,7 @@ class Dispatcher:
         with ``after_output`` (until review R68 without: ``Gate.run`` released the call, the
         output delivered free).
         """
-        self._require_started()
+        self._require_started(sent=False)
         request = self.route_request(payload, **route)
         payload = _with_output_limit(payload, request)
         with self._only(request.id), self._in_progress():
@@ -539,7 +539,7 @@ class Dispatcher:
                 client = self.clients[plan.backend]
                 own = client.transport is None  # over the dispatcher's own session, which ``aclose`` cuts
                 try:
-                    self._require_started()  # the dispatcher may have closed while the call waited
+                    self._require_started(sent=bool(errors))  # it may have closed while the call waited
                     with self._out_of_reach(client):
                         async for chunk in client.stream(payload):
                             held.append(chunk)
@@ -584,9 +584,14 @@ class Dispatcher:
         self._rejections.pop(backend, None)
         self._answers[backend] += 1
 
-    def _require_started(self) -> None:
+    def _require_started(self, *, sent: bool = True) -> None:
+        """Raise unless started and not closing. ``sent``: whether a backend may have got the call
+        by now (its ``NoBackend``'s; until a regression review of R90c always true, so a call
+        refused by a closed dispatcher before any attempt used its approval up)."""
         if self._closing:
-            raise NoBackend("the dispatcher is closed")
+            closed = NoBackend("the dispatcher is closed")
+            closed.sent = sent
+            raise closed
         if self._session is None:
             raise DispatchError(
                 "the dispatcher is not started: use `async with Dispatcher(...)` or `await start()`"
