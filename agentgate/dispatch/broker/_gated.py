@@ -182,7 +182,11 @@ class GatedBroker(_Recording):
         ``Broker.submit`` raises (an unknown tenant, a duplicate id, a gang that could never be
         placed), with an ``error`` outcome appended and the reservation returned first; except a ``StoreError`` from the broker's journal after
         the broker took the request: the request stands (the broker's events come out of the
-        next call), linked to its decision, its reservation held. A ``StoreError`` recording the
+        next call), linked to its decision, its reservation held; an interrupt (a Ctrl-C's
+        ``KeyboardInterrupt``, a signal handler's ``SystemExit``) is raised as is after the same, a
+        request the broker did not take closed and returned, one it took left standing and linked
+        (until review R91 neither: its allow kept no outcome and its reservation, its id refused as
+        lost in a restart). A ``StoreError`` recording the
         allowed request's decision (before the broker sees it) returns the reservation and
         appends an ``error`` outcome first; one recording an earlier call's events raises before
         any decision (those events are recorded first, see ``_record``).
@@ -274,13 +278,15 @@ class GatedBroker(_Recording):
                 self._refuse_taken(decided)  # the row just added is this allow's: forgotten
             try:
                 events = self.broker.submit(owned, wait_s=wait_s)
-            except Exception as exc:
-                if isinstance(exc, StoreError) and self.broker.holds(request.id):
-                    # The broker took the request and only its journal write failed (StoreError):
-                    # the lease stands, its events come out of the next call, so its decision
-                    # stays linked and its budget reserved.
+            except BaseException as exc:  # an interrupt too (Ctrl-C, a signal handler's exit)
+                if (isinstance(exc, StoreError) or _interrupt(exc)) and self.broker.holds(request.id):
+                    # The broker took the request and only its journal write failed (StoreError),
+                    # or was interrupted: the lease stands, its events come out of the next call,
+                    # so its decision stays linked and its budget reserved.
                     raise
-                self._end(request.id, decided.principal, resource, "error", str(exc) or type(exc).__name__)
+                # Until review R91 an interrupt was not caught here: the allow kept no outcome,
+                # its reservation held, and the id was refused as "lost in a restart".
+                self._end(request.id, decided.principal, resource, "error", _reason(exc))
                 raise
             self._record(events)
             return GatedRequest(auth, tuple(self._delivered()))
@@ -537,3 +543,17 @@ class GatedBroker(_Recording):
                 f"lease {quoted(lease_id)} is not held by you (released, expired, preempted, or never yours)"
             )
         return request
+
+
+def _interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` interrupts the call rather than fails it: a Ctrl-C's
+    ``KeyboardInterrupt``, a signal handler's ``SystemExit``, anything that is no ``Exception``."""
+    return not isinstance(exc, Exception)
+
+
+def _reason(exc: BaseException) -> str:
+    """The reason of the ``error`` outcome of an allow that ``exc`` ended before the broker took
+    its request: the error's text (its class name if it has none), an interrupt named as one."""
+    if _interrupt(exc):
+        return f"interrupted ({type(exc).__name__}) before the broker took the request"
+    return str(exc) or type(exc).__name__
