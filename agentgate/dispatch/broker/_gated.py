@@ -187,8 +187,8 @@ class GatedBroker(_Recording):
         request the broker did not take closed and returned, one it took left standing and linked
         (until review R91 neither: its allow kept no outcome and its reservation, its id refused as
         lost in a restart). A ``StoreError`` recording the
-        allowed request's decision (before the broker sees it) returns the reservation and
-        appends an ``error`` outcome first; one recording an earlier call's events raises before
+        allowed request's decision (before the broker sees it), or an interrupt there, returns the
+        reservation and appends an ``error`` outcome first; one recording an earlier call's events raises before
         any decision (those events are recorded first, see ``_record``).
         Raises ``InputError``, as ``Gate.authorize`` does, for an ``identity`` that is neither an
         ``AgentIdentity`` nor ``None``, before anything is written (until a regression review of
@@ -255,12 +255,13 @@ class GatedBroker(_Recording):
             # never be overspent) and no lease.
             try:
                 added = self.decisions.add(decided)
-            except StoreError as exc:
+            except BaseException as exc:  # an interrupt too (Ctrl-C, a signal handler's exit)
                 # The allow is committed, the broker never sees the request: its reservation is
                 # returned and the allow closed with an ``error`` outcome (until review R40 it
-                # stayed held with no outcome). If the store fails for that too, the reservation
-                # stays held: a budget can look smaller, never be overspent.
-                self._abandon(decided, f"the lease's decision could not be recorded: {exc}")
+                # stayed held with no outcome, and until review R91 so it did for an interrupt),
+                # the row forgotten if it was written. If the store fails for that too, the
+                # reservation stays held: a budget can look smaller, never be overspent.
+                self._abandon(decided, f"the lease's decision could not be recorded: {_reason(exc)}")
                 raise
             if not added:  # a decision written meanwhile has the id: this one would be linked to none
                 self._refuse_taken(decided)
