@@ -2,7 +2,8 @@
 fresh, attenuated grant; the registry of the tools it made (``_DELEGATION_TOOLS``,
 ``_is_delegation``: a delegation is known by the tool object and the Gate that made it), and its
 helpers: where the tool call runs (``_tool_call_place``), a sub-agent steering its parent refused
-(``_no_parent_command``), and the sub-agent's answer with the mark that ends the supervisor's run
+(``_no_parent_command``), an agentgate error out of a sub-agent's run known as the tool's own
+(``_sub_agents_own``), and the sub-agent's answer with the mark that ends the supervisor's run
 (``_reply``, ``_paid_for_nothing``)."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from langgraph.runtime import get_runtime
 
 from agentgate.audit.spans import execute_tool_span, invoke_agent_span
 from agentgate.capabilities import Call, Capability
-from agentgate.errors import AuthorityError, Denied, InputError
+from agentgate.errors import AgentGateError, AuthorityError, Denied, InputError
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.gate._authorization import expect
@@ -75,6 +76,31 @@ def _register_delegation(tool: BaseTool, gate: Gate) -> None:
             del _DELEGATION_TOOLS[key]
 
     _DELEGATION_TOOLS[key] = (weakref.ref(tool, forget), weakref.ref(gate))
+
+
+_SUB_AGENT_RAISED: weakref.WeakSet[BaseException] = weakref.WeakSet()
+"""The agentgate errors that came out of a delegated sub-agent's run (``_sub_agents_own``), held
+weakly: each goes with the error."""
+
+
+@contextlib.contextmanager
+def _sub_agents_own() -> Iterator[None]:
+    """Mark an agentgate error raised out of the sub-agent's run inside (its chat model's
+    ``BackendFailed``, with the backend's words; its own ``Denied`` under ``enforce``) as the
+    delegation tool's own (``_raised_by_sub_agent``), as against the gate's refusal of the
+    delegation itself, raised before the sub-agent runs."""
+    try:
+        yield
+    except AgentGateError as exc:
+        _SUB_AGENT_RAISED.add(exc)
+        raise
+
+
+def _raised_by_sub_agent(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of a delegated sub-agent's run (``_sub_agents_own``): the
+    supervisor's model is told it by its type only (``_failure``'s ``tools_own``), as a tool's own
+    error; until review R91 it was told its text, secrets and all."""
+    return exc in _SUB_AGENT_RAISED
 
 
 def _is_delegation(request: ToolCallRequest, gate: Gate) -> bool:
@@ -171,6 +197,7 @@ def delegation_tool(
             with (
                 invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer),
                 _no_parent_command(gate, child, name),
+                _sub_agents_own(),  # innermost: what the sub-agent raised, not the refusal above
             ):
                 last = _last_answer(agent.invoke({"messages": [HumanMessage(content=task)]}, context=child))
             return _reply(last, _ran_out(last) and _paid_for_nothing(gate, child))
@@ -183,6 +210,7 @@ def delegation_tool(
             with (
                 invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer),
                 _no_parent_command(gate, child, name),
+                _sub_agents_own(),  # innermost: what the sub-agent raised, not the refusal above
             ):
                 result = await agent.ainvoke({"messages": [HumanMessage(content=task)]}, context=child)
             last = _last_answer(result)

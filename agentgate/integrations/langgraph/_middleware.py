@@ -42,7 +42,7 @@ from agentgate.integrations.langgraph._calls import (
     _runs_in_a_thread,
     _ThreadedCall,
 )
-from agentgate.integrations.langgraph._delegation import _is_delegation
+from agentgate.integrations.langgraph._delegation import _is_delegation, _raised_by_sub_agent
 from agentgate.integrations.langgraph._model_calls import (
     _check_model_name,
     _model_name,
@@ -288,16 +288,24 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
     ) -> ToolMessage:
         """The supervisor's view of a delegation that raised (``_failure``). With ``enforce``, a
         refusal (of the delegation itself, or the sub-agent's own ``Denied``) raises ``Denied``.
-        The run ends at the model's next turn when no later call can succeed: the delegating
-        grant is revoked or expired, or the policy no longer names the supervisor
-        (``_disowned``)."""
+        An agentgate error out of the sub-agent's run (``_raised_by_sub_agent``) is the tool's
+        own, told by its type (until review R91 its text, a backend's words included). The run
+        ends at the model's next turn when no later call can succeed: the delegating grant is
+        revoked or expired, or the policy no longer names the supervisor (``_disowned``)."""
         self._raise_refusal(exc)
         dead = isinstance(exc, Revoked | Expired) or (
             isinstance(exc, AuthorityError) and _disowned(self.gate, _request_identity(request))
         )
         # A refusal of the delegation is a ``deny`` entry; a sub-agent's failure (or the store's)
         # leaves none: the delegation's ``allow`` has no outcome entry.
-        return _failure(call_id, name, exc, ends_run=dead, recorded=isinstance(exc, AuthorityError))
+        return _failure(
+            call_id,
+            name,
+            exc,
+            ends_run=dead,
+            tools_own=_raised_by_sub_agent(exc),
+            recorded=isinstance(exc, AuthorityError),
+        )
 
     def _record_undecidable(self, request: ToolCallRequest, exc: InputError) -> None:
         """Record the refusal of a tool call that is refused before the gate decides it
