@@ -59,7 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentgate._numbers import finite
-from agentgate._shown import quoted
+from agentgate._shown import quoted, shown
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Store, Transaction, positive_number, unstorable_text, whole_number
 
@@ -130,8 +130,11 @@ def stored_key(key: str) -> str:
     ``store_unavailable``). A key spelled ``sha256:HEX`` is hashed too, so no key is stored as
     another's digest: until review R88 a ``breaker_key`` spelled as a long key's digest shared
     that key's breaker, slots and rate bucket. ``StoreError`` for a key that is not valid Unicode
-    (as the stores raise)."""
-    spelled_as_digest = key.startswith(_DIGEST_PREFIX)
+    (as the stores raise); ``InputError`` naming its type for a key that is not text (``str``):
+    until review R91 one (``5``, ``None``, ``b"k"``, a tuple) was a bare ``AttributeError`` or
+    ``TypeError`` out of ``try_take``, ``publish``, ``read`` or ``try_acquire``, which the
+    scheduler, failing closed only on ``StoreError``, did not expect."""
+    spelled_as_digest = _text_key(key).startswith(_DIGEST_PREFIX)
     if not spelled_as_digest and len(key) <= _KEY_BYTES // 4 and "\x00" not in key:  # <= 4 bytes a character
         return key
     try:
@@ -141,6 +144,13 @@ def stored_key(key: str) -> str:
     if not spelled_as_digest and len(data) <= _KEY_BYTES and b"\x00" not in data:
         return key
     return _DIGEST_PREFIX + hashlib.sha256(data).hexdigest()
+
+
+def _text_key(key: object) -> str:
+    """``key`` when it is text; ``InputError`` naming its type otherwise (``stored_key``)."""
+    if not isinstance(key, str):
+        raise InputError(f"a lease, rate bucket or breaker key must be text (str), got {shown(key)}")
+    return key
 
 
 @dataclass(frozen=True)
@@ -504,8 +514,9 @@ class SharedBreakers:
 
     @staticmethod
     def probe_key(key: str) -> str:
-        """The lease key of the half-open probe claims of breaker ``key`` (``agentgate_leases``)."""
-        return "probe:" + key
+        """The lease key of the half-open probe claims of breaker ``key`` (``agentgate_leases``);
+        ``InputError`` for a key that is not text, as ``stored_key``."""
+        return "probe:" + _text_key(key)
 
     @staticmethod
     def probe_guard(key: str, reset_timeout_s: float) -> Callable[[Transaction, float], bool]:
@@ -524,6 +535,7 @@ class SharedBreakers:
         between it and the claim left the claim free to take, while the store said the breaker
         opened just now; R88's first fix locked the row ``FOR SHARE``, which still let a reopening
         through when it wrote the breaker's first row."""
+        _text_key(key)  # a key that is not text is refused now, not in the claim's transaction
 
         def guard(tx: Transaction, now: float) -> bool:
             row_key = stored_key(key)
@@ -548,6 +560,7 @@ class SharedBreakers:
         """For ``LeaseManager.release``: write that breaker ``key`` opened at ``opened_at`` (wall
         time), unless the row has a newer transition (as ``publish``), in the transaction that frees a failed
         probe's claim: no other process takes the claim and probes before the store says open."""
+        _text_key(key)  # a key that is not text is refused now, not in the release's transaction
 
         def write(tx: Transaction) -> None:
             row_key = stored_key(key)
