@@ -246,6 +246,8 @@ def _reservation_id() -> str:
 
 MAX_AMOUNT = 2**63 - 1
 """The largest amount a budget can hold (a 64-bit signed column on both stores)."""
+_UNIT_RULE = "a lowercase letter first, then lowercase letters, digits or '_', at most 32 characters"
+"""``BUDGET_UNIT`` in words, for ``reserve``'s refusal of a unit."""
 
 
 def _named(reservation: object) -> str:
@@ -435,7 +437,11 @@ class BudgetLedger:
         """Reserve ``amount`` against every grant of ``chain`` (root..tip) that has a cap in ``caps``.
 
         ``unit``: the budgets' unit, stored with the reservation where the store has the column
-        (``held``'s settlement names it in the outcome's ``charges``; ``None``: not known).
+        (``held``'s settlement names it in the outcome's ``charges``; ``None``: not known). A unit
+        that is neither ``None`` nor a unit name (``BUDGET_UNIT``, as a token's) is an
+        ``InputError``, nothing written: until review R91 it was stored as given (``5`` as
+        ``'5'``) and read back as no unit (``stored_unit``), its outcome without ``charges``, and
+        one holding a NUL was stored on SQLite and a ``StoreError`` on PostgreSQL.
 
         Grants not in ``caps`` have no budget of their own. A grant's row is created on first use
         with its cap (later caps for the same grant are ignored: a grant's budget is fixed when
@@ -459,6 +465,8 @@ class BudgetLedger:
                 "surrogate, of "
                 f"at most {_GRANT_ID_CHARS} characters), root first"
             )
+        if unit is not None and stored_unit(unit) is None:
+            raise InputError(f"unit must be None or a budget unit name ({_UNIT_RULE}), got {quoted(unit)}")
         if tx is not None:  # the gate's path: no context manager layer per call
             return self._reserve(tx, chain, caps, amount, unit)
         with self.store.transaction() as own:
