@@ -318,6 +318,21 @@ def _amount(value: object, what: str) -> int:
     return value
 
 
+def _cap(value: object, grant_id: str) -> int:
+    """``value`` as the cap of grant ``grant_id``'s budget: a whole number of minor units from 0 to
+    ``MAX_AMOUNT``, what a budget column holds and a grant's budget can be; else ``InputError``
+    naming the grant and the bound. Until review R91 a cap past ``MAX_AMOUNT`` was taken by
+    ``remaining`` (``2**70`` answered as left) and made ``reserve``'s insert overflow the column, a
+    ``StoreError`` that a Gate reads as the store being unavailable."""
+    cap = _amount(value, f"cap of grant {grant_id}")
+    if cap > MAX_AMOUNT:
+        raise InputError(
+            f"cap of grant {grant_id} must be at most {MAX_AMOUNT} (2**63-1) minor units, the most a "
+            f"budget holds, got {quoted(cap)}"
+        )
+    return cap
+
+
 def _too_large(amount: int) -> BudgetExceeded:
     """The refusal of an amount past ``MAX_AMOUNT``, which no budget column holds. The amount is
     quoted by its size past 128 bits (``_shown.quoted``): until review R85 it was written whole,
@@ -453,8 +468,10 @@ class BudgetLedger:
         ``\\x00`` instead, as a dead letter's text is, it would share the budget of a grant id
         holding those four characters), and one longer than ``_GRANT_ID_CHARS`` characters, which
         PostgreSQL's index of the ledger cannot hold (until review R87 SQLite reserved against it).
-        A reservation against one grant's budget writes nothing
-        when it raises: a caller may go on in ``tx`` without a savepoint.
+        A cap in ``caps`` of a grant of ``chain`` that is not a whole number of minor units from 0
+        to ``MAX_AMOUNT`` is an ``InputError`` too, nothing written (until review R91 one past
+        ``MAX_AMOUNT`` overflowed the column: a ``StoreError``). A reservation against one grant's
+        budget writes nothing when it raises: a caller may go on in ``tx`` without a savepoint.
         """
         amount = _amount(amount, "amount")
         if amount > MAX_AMOUNT:
@@ -467,18 +484,17 @@ class BudgetLedger:
             )
         if unit is not None and stored_unit(unit) is None:
             raise InputError(f"unit must be None or a budget unit name ({_UNIT_RULE}), got {quoted(unit)}")
+        # Every cap checked before any statement: a malformed one refuses with nothing written.
+        budgets = [(grant_id, _cap(caps[grant_id], grant_id)) for grant_id in chain if grant_id in caps]
         if tx is not None:  # the gate's path: no context manager layer per call
-            return self._reserve(tx, chain, caps, amount, unit)
+            return self._reserve(tx, budgets, amount, unit)
         with self.store.transaction() as own:
-            return self._reserve(own, chain, caps, amount, unit)
+            return self._reserve(own, budgets, amount, unit)
 
-    def _reserve(
-        self, t: Transaction, chain: Sequence[str], caps: Mapping[str, int], amount: int, unit: str | None
-    ) -> str:
-        for grant_id in chain:
-            if grant_id not in caps:
-                continue
-            cap = _amount(caps[grant_id], f"cap of grant {grant_id}")
+    def _reserve(self, t: Transaction, budgets: list[tuple[str, int]], amount: int, unit: str | None) -> str:
+        """``reserve`` in ``t``: ``budgets`` are the chain's grants that have a cap, root first,
+        each with its cap (checked)."""
+        for grant_id, cap in budgets:
             # The conditional update first: once a grant's row exists (every use after the
             # first) it is the only statement. When it changes nothing, the row is created if
             # missing and the same conditional update decides (on PostgreSQL it then also sees
@@ -499,7 +515,7 @@ class BudgetLedger:
                 if t.rowcount != 1:
                     raise BudgetExceeded(f"grant {grant_id}: budget has less than {amount} left")
         reservation = _reservation_id()
-        held = tuple(g for g in chain if g in caps)
+        held = tuple(grant_id for grant_id, _ in budgets)
         stored = self._stored_chains.get(held)
         if stored is None:  # json.dumps costs about 5 us; a gate's calls reuse a few chains
             if len(self._stored_chains) >= _MAX_HELD:
@@ -856,11 +872,11 @@ class BudgetLedger:
         fixed when it is signed; ``reserve`` ignores a later cap too).
 
         ``InputError`` for a ``grant_id`` that is not non-empty text, holds a NUL character or is
-        longer than ``_GRANT_ID_CHARS`` (no grant's id does: ``reserve`` refuses one), or a ``cap`` that is not a non-negative whole
-        number of minor units."""
+        longer than ``_GRANT_ID_CHARS`` (no grant's id does: ``reserve`` refuses one), or a ``cap`` that is not a whole
+        number of minor units from 0 to ``MAX_AMOUNT`` (as ``reserve``)."""
         _grant_id(grant_id)
         if cap is not None:
-            cap = _amount(cap, f"cap of grant {grant_id}")
+            cap = _cap(cap, grant_id)
         rows = self.store.query("SELECT remaining FROM budget_ledger WHERE grant_id = ?", (grant_id,))
         return int(rows[0][0]) if rows else cap
 
