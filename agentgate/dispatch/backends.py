@@ -34,6 +34,7 @@ lines and chunks, ``split_lines``), ``_transport`` (``ChatTransport``, ``trace_h
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import functools
 import json
@@ -142,6 +143,9 @@ _SMALL = 1 << 16
 _QUOTED = 1024
 """The most bytes of an error answer's body that are quoted (``_excerpt``): a streamed call reads
 no more of it than has arrived once any has (``_post_stream``)."""
+_UTF_8 = codecs.getincrementaldecoder("utf-8")
+"""Decodes the start of a body cut at the read (``_excerpt``): not ``final``, it holds back the
+bytes of a character cut in two at the end, where ``bytes.decode`` writes U+FFFD for them."""
 _IDENTITY = {"accept-encoding": "identity"}
 """Asked of a backend with every request: its answer as sent, never compressed. aiohttp and httpx
 unpack each network read whole before any bound here applies (until review R67 128 KiB of gzip
@@ -839,9 +843,13 @@ class BackendClient:
         short to be found (until a regression review of R90b all 7 were, the backend's own words
         too); until review R90 it was quoted
         once white space before it was folded, and until a regression review of R90 it was for
-        a first piece to arrive shorter than ``_QUOTED`` bytes (a body sent in two writes)."""
-        text = body[:_QUOTED].decode("utf-8", "replace")
+        a first piece to arrive shorter than ``_QUOTED`` bytes (a body sent in two writes).
+        A body cut at the read is decoded less a character cut in two at its end (the bytes of
+        it that came): until review R91 they were one U+FFFD, which no prompt starts with, and
+        the prompt's start before it was quoted where the cut fell inside a character
+        (``HTTP 400: <pre> Паро�``), half of the cuts of a prompt past ASCII."""
         whole = isinstance(body, WholeBody) and len(body) <= _QUOTED
+        text = _UTF_8(errors="replace").decode(body[:_QUOTED], final=whole)
         text = _scrub(text, self._key, _prompt_texts(payload), cut=not whole)
         return escaped(" ".join(text.split())[:200])
 
