@@ -170,46 +170,53 @@ def _refuse_declared(length: str | None) -> int | None:
 
 
 _QUOTED_HEADER = 640
-"""How much of a refused ``Content-Encoding`` is scrubbed of the prompt before 40 characters of
-it are quoted (``_refuse_encoded``): enough that an echo starting in those 40 is found whole."""
+"""How much of a refused ``Content-Encoding`` is scrubbed of the key and the prompt before 40
+characters of it are quoted (``_refuse_encoded``): enough that an echo starting in those 40 is
+found whole."""
 
 
-def _refuse_encoded(name: str, encoding: str | None, request: Mapping[str, Any] | None = None) -> None:
+def _refuse_encoded(
+    name: str, encoding: str | None, request: Mapping[str, Any] | None = None, key: str | None = None
+) -> None:
     """Raise ``BackendFailed`` naming backend ``name`` for an answer whose ``Content-Encoding``
     header (``encoding``, as sent; ``None`` without one) is other than ``identity``: it was asked
     for none (``_IDENTITY``), and is not decoded (a few kB of gzip may unpack to gigabytes).
 
-    The header is the backend's words: it is quoted scrubbed of the prompt of ``request``
-    (``_prompt_texts``; the call's body, ``None`` for a call without one), as it came, before it
-    is cut or escaped; only when it is refused, so an answer that is taken pays nothing. Until a
-    regression review of R89 it was quoted as sent, and a backend echoing the prompt there put it
-    in the failure (the prompt was scrubbed from the whole message before, in ``_shown``)."""
+    The header is the backend's words: it is quoted scrubbed of ``key`` (the backend's API key,
+    ``None`` without one) and of the prompt of ``request`` (``_prompt_texts``; the call's body,
+    ``None`` for a call without one), as it came, before it is cut or escaped; only when it is
+    refused, so an answer that is taken pays nothing. Until a regression review of R89 it was
+    quoted as sent, and a backend echoing the prompt there put it in the failure (the prompt was
+    scrubbed from the whole message before, in ``_shown``)."""
     if _encoded(encoding):
-        raise BackendFailed(f"{name}: {_encoding_refused(encoding, request)}")
+        raise BackendFailed(f"{name}: {_encoding_refused(encoding, request, key)}")
 
 
-def _encoding_refused(encoding: str, request: Mapping[str, Any] | None) -> str:
+def _encoding_refused(encoding: str, request: Mapping[str, Any] | None, key: str | None = None) -> str:
     """Why an answer with the ``Content-Encoding`` ``encoding`` (as sent) is refused, the header
     quoted as ``_encoding_shown`` quotes it: on every client path, a transport's too
     (``EncodedAnswer``, ``_failure_text``)."""
     return (
-        f"answered with Content-Encoding: {_encoding_shown(encoding, request)}, which it was not "
+        f"answered with Content-Encoding: {_encoding_shown(encoding, request, key)}, which it was not "
         "asked for (Accept-Encoding: identity): not decoded"
     )
 
 
-def _encoding_shown(encoding: str, request: Mapping[str, Any] | None) -> str:
+def _encoding_shown(encoding: str, request: Mapping[str, Any] | None, key: str | None = None) -> str:
     """A ``Content-Encoding`` header (``encoding``, as sent) as a message quotes it: scrubbed of
-    the prompt of ``request`` (``_prompt_texts``; ``None``: a call without one) as it came, then
-    its first 40 characters on one line, each that is not printable written as its escape
-    (``escaped``: a lone surrogate, which no text encoder takes, as ``\\udcff``). A header whose
-    bytes are not UTF-8, which aiohttp keeps as lone surrogates, is read first as httpx and the
-    gateway's pool read it, as Latin-1: until a regression review of R90 an echo holding ``é``
-    sent as Latin-1 was looked for as aiohttp kept it, a surrogate where the prompt has ``é``, so
-    it was redacted only up to it and the rest of the prompt quoted."""
+    ``key`` and of the prompt of ``request`` (``_prompt_texts``; ``None``: a call without one)
+    as it came, then its first 40 characters on one line, each that is not printable written as
+    its escape (``escaped``: a lone surrogate, which no text encoder takes, as ``\\udcff``). A
+    header whose bytes are not UTF-8, which aiohttp keeps as lone surrogates, is read first as
+    httpx and the gateway's pool read it, as Latin-1: until a regression review of R90 an echo
+    holding ``é`` sent as Latin-1 was looked for as aiohttp kept it, a surrogate where the prompt
+    has ``é``, so it was redacted only up to it and the rest of the prompt quoted. Until review
+    R91 the key was scrubbed after the cut, from the message (``_excerpt``, ``_shown``): a start
+    of it shorter than 8 characters standing at the cut, or a piece shorter than 16, was quoted."""
     said = _latin_1_where_not_utf_8(encoding[:_QUOTED_HEADER])
-    if request is not None:
-        said = _scrub(said, None, _prompt_texts(request), cut=len(encoding) > _QUOTED_HEADER)
+    if request is not None or key:
+        prompts = _prompt_texts(request) if request is not None else ()
+        said = _scrub(said, key, prompts, cut=len(encoding) > _QUOTED_HEADER)
     return escaped(said[:40])
 
 
@@ -420,7 +427,7 @@ class BackendClient:
         except TimeoutError:
             raise BackendFailed(f"{self.backend.name}: no answer within {deadline:g}s") from None
         except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
-            raise BackendFailed(f"{self.backend.name}: {_failure_text(exc, payload)}") from None
+            raise BackendFailed(f"{self.backend.name}: {_failure_text(exc, payload, self._key)}") from None
         except AnswerTooLarge as exc:  # from ``_capped``, or the transport's (the gateway's pool)
             raise AnswerTooLarge(
                 f"{self.backend.name}: {exc}: the call asked for more than is read "
@@ -494,10 +501,12 @@ class BackendClient:
                         retry_after = answer.headers.get("Retry-After")
                         return (
                             answer.status,
-                            await _quoted(functools.partial(_read_start, answer), encoding, payload),
+                            await _quoted(
+                                functools.partial(_read_start, answer), encoding, payload, self._key
+                            ),
                             retry_after,
                         )
-                    _refuse_encoded(self.backend.name, encoding, payload)
+                    _refuse_encoded(self.backend.name, encoding, payload, self._key)
                     # The header as sent, not aiohttp's ``content_length`` (its own ``int``).
                     declared = _refuse_declared(answer.headers.get("Content-Length"))
                     small = declared is not None and declared <= _SMALL
@@ -515,9 +524,9 @@ class BackendClient:
         ) as response:
             encoding = response.headers.get("Content-Encoding")
             if response.status_code >= 300:
-                quoted = await _quoted(functools.partial(_start, response), encoding, payload)
+                quoted = await _quoted(functools.partial(_start, response), encoding, payload, self._key)
                 return response.status_code, quoted, response.headers.get("Retry-After")
-            _refuse_encoded(self.backend.name, encoding, payload)
+            _refuse_encoded(self.backend.name, encoding, payload, self._key)
             _refuse_declared(response.headers.get("Content-Length"))
             # Raw: httpx would unpack each read whole (an encoded answer is refused above).
             return response.status_code, await self._capped(response.aiter_raw()), None
@@ -635,7 +644,9 @@ class BackendClient:
                             deadline = loop.time() + self.timeouts.idle_s
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
             # ValueError: a line over its limit (``split_lines``).
-            error = self._shown(BackendFailed(f"{self.backend.name}: {_failure_text(exc, payload)}"))
+            error = self._shown(
+                BackendFailed(f"{self.backend.name}: {_failure_text(exc, payload, self._key)}")
+            )
         except DispatchError as exc:
             error = self._shown(exc)
         raise error  # outside the handlers: nothing chained to it
@@ -693,10 +704,12 @@ class BackendClient:
                 try:
                     encoding = answer.headers.get("Content-Encoding")
                     if answer.status < 300:
-                        _refuse_encoded(self.backend.name, encoding, body)
+                        _refuse_encoded(self.backend.name, encoding, body, self._key)
                     yield (
                         answer.status,
-                        functools.partial(_quoted, functools.partial(_read_start, answer), encoding, body),
+                        functools.partial(
+                            _quoted, functools.partial(_read_start, answer), encoding, body, self._key
+                        ),
                         split_lines(answer.content.iter_any(), MAX_LINE_BYTES),
                         answer.headers.get("Retry-After"),
                     )
@@ -712,10 +725,10 @@ class BackendClient:
         ) as response:
             encoding = response.headers.get("Content-Encoding")
             if response.status_code < 300:
-                _refuse_encoded(self.backend.name, encoding, body)
+                _refuse_encoded(self.backend.name, encoding, body, self._key)
             yield (
                 response.status_code,
-                functools.partial(_quoted, functools.partial(_start, response), encoding, body),
+                functools.partial(_quoted, functools.partial(_start, response), encoding, body, self._key),
                 split_lines(response.aiter_raw(), MAX_LINE_BYTES),
                 response.headers.get("Retry-After"),
             )
@@ -746,7 +759,8 @@ class BackendClient:
             ):
                 if response.status_code != 200:
                     raise BackendFailed(f"{self.backend.name}: metrics answered HTTP {response.status_code}")
-                _refuse_encoded(f"{self.backend.name}: metrics", response.headers.get("Content-Encoding"))
+                encoding = response.headers.get("Content-Encoding")
+                _refuse_encoded(f"{self.backend.name}: metrics", encoding, None, self._key)
                 parts: list[bytes] = []
                 size = 0
                 async for chunk in response.aiter_raw():
@@ -880,7 +894,7 @@ class BackendClient:
         return exc
 
 
-def _failure_text(exc: BaseException, payload: Mapping[str, Any]) -> str:
+def _failure_text(exc: BaseException, payload: Mapping[str, Any], key: str | None = None) -> str:
     """What a transport failure ``exc`` says, on one line: its type and its text, each line of
     the text stripped and joined by a space, and a line that is only a caret left out (it points
     into the line above, at nothing once they are joined). aiohttp reports an answer its parser
@@ -898,9 +912,10 @@ def _failure_text(exc: BaseException, payload: Mapping[str, Any]) -> str:
     grows with the text's length times its longest echo). Not a ``ValueError``'s: that is
     ``split_lines``'s refusal of a line over its limit, our own words. A transport's refusal of
     a ``Content-Encoding`` (``EncodedAnswer``) is told as the client's own paths tell it: the
-    header scrubbed as it came, then cut and escaped (``_encoding_shown``)."""
+    header scrubbed of ``key`` and the prompt as it came, then cut and escaped
+    (``_encoding_shown``)."""
     if isinstance(exc, EncodedAnswer):
-        return _encoding_refused(exc.encoding, payload)
+        return _encoding_refused(exc.encoding, payload, key)
     said = f"{exc.message}" if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
     if not isinstance(exc, ValueError):
         said = _scrub_start(said, None, _prompt_texts(payload), _QUOTED)
@@ -1067,16 +1082,20 @@ async def _read_start(answer: aiohttp.ClientResponse) -> bytes:
 
 
 async def _quoted(
-    read: Callable[[], Awaitable[bytes]], encoding: str | None, request: Mapping[str, Any]
+    read: Callable[[], Awaitable[bytes]],
+    encoding: str | None,
+    request: Mapping[str, Any],
+    key: str | None = None,
 ) -> bytes:
     """What is quoted of an error answer: the start of its body as ``read`` reads it (as sent), or
     for a body sent with a ``Content-Encoding`` (``encoding``) words that say so, nothing read:
     it is not decoded (``_IDENTITY``), and its bytes as sent say nothing. The header is quoted as
-    a refused one is (``_encoding_shown``, scrubbed of the prompt of ``request``): until review
+    a refused one is (``_encoding_shown``, scrubbed of ``key`` and the prompt of ``request``
+    before it is cut): until review
     R90 it was written as it came, and a byte of it that is not UTF-8 (a lone surrogate, as
     aiohttp keeps it) was a bare ``UnicodeEncodeError`` out of ``chat`` instead of the
     ``BackendFailed`` of the error answer, and a prompt's start in its last 7 characters quoted."""
     if not _encoded(encoding):
         return await read()
-    said = f"(a body with Content-Encoding: {_encoding_shown(encoding, request)}, not decoded)"
+    said = f"(a body with Content-Encoding: {_encoding_shown(encoding, request, key)}, not decoded)"
     return WholeBody(said.encode())  # our words, whole
