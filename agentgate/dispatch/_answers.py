@@ -134,56 +134,62 @@ MAX_FINISH_REASON_CHARS = 64
 ``tool_calls``, ``content_filter``, TGI's ``eos_token``)."""
 
 
-def _finish_reason(choice: Mapping[str, Any], request: Mapping[str, Any] | None = None) -> str | None:
+def _finish_reason(
+    choice: Mapping[str, Any], request: Mapping[str, Any] | None = None, key: str | None = None
+) -> str | None:
     """The choice's ``finish_reason``: a string of at most ``MAX_FINISH_REASON_CHARS`` printable
     characters, or ``None``; raises ``TypeError`` for anything else, quoting it scrubbed of the
-    prompt of ``request`` (``_quoted_echo``). Until review R62 a reason of 1 MB, or one holding an
+    API key ``key`` and the prompt of ``request`` (``_quoted_echo``). Until review R62 a reason of 1 MB, or one holding an
     escape, was passed on, logged and recorded as it came."""
     reason = choice.get("finish_reason")
     if reason is not None and not isinstance(reason, str):
-        raise TypeError(f"finish_reason is not a string: {_quoted_echo(reason, request)}")
+        raise TypeError(f"finish_reason is not a string: {_quoted_echo(reason, request, key=key)}")
     if reason is not None and not (len(reason) <= MAX_FINISH_REASON_CHARS and reason.isprintable()):
         raise TypeError(
             f"finish_reason is not a reason ({len(reason)} characters, at most {MAX_FINISH_REASON_CHARS} "
-            f"printable ones): {_quoted_echo(reason, request)}"
+            f"printable ones): {_quoted_echo(reason, request, key=key)}"
         )
     return reason
 
 
-def _count(raw: Mapping[str, Any], name: str, request: Mapping[str, Any] | None = None) -> int:
+def _count(
+    raw: Mapping[str, Any], name: str, request: Mapping[str, Any] | None = None, key: str | None = None
+) -> int:
     """A token count of ``raw``: absent or ``null`` is 0; an integer (or a float with an integral
     value, as orjson reads integers beyond 64 bits) from 0 to ``MAX_USAGE_TOKENS``.
 
     Raises ``ValueError`` for anything else: a negative or huge count, a fraction, ``true``, a
-    string, quoting it scrubbed of the prompt of ``request`` (``_quoted_echo``).
+    string, quoting it scrubbed of the API key ``key`` and the prompt of ``request``
+    (``_quoted_echo``).
     """
     value = raw.get(name)
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"usage {name} is not a number: {_quoted_echo(value, request)}")
+        raise ValueError(f"usage {name} is not a number: {_quoted_echo(value, request, key=key)}")
     if not (0 <= value <= MAX_USAGE_TOKENS) or value != int(value):
         raise ValueError(
-            f"usage {name} is not a token count from 0 to {MAX_USAGE_TOKENS}: {_quoted_echo(value, request)}"
+            f"usage {name} is not a token count from 0 to {MAX_USAGE_TOKENS}: {_quoted_echo(value, request, key=key)}"
         )
     return int(value)
 
 
-def _usage(raw: object, request: Mapping[str, Any] | None = None) -> Usage:
+def _usage(raw: object, request: Mapping[str, Any] | None = None, key: str | None = None) -> Usage:
     """The usage a backend reported; ``None`` (not reported) is no usage.
 
     Raises ``ValueError`` (which the callers turn into ``BackendFailed``) for usage that is not an
-    object or whose counts are not token counts (see ``_count``), quoting it scrubbed of the
-    prompt of ``request`` (``_quoted_echo``); ``prompt_tokens_details`` that is not an object is
+    object or whose counts are not token counts (see ``_count``), quoting it scrubbed of the API
+    key ``key`` and the prompt of ``request`` (``_quoted_echo``); ``prompt_tokens_details`` that is not an object is
     ignored, as engines that do not cache omit or null it.
     """
     if raw is None:
         return Usage()
     if not isinstance(raw, Mapping):
-        raise ValueError(f"usage is not an object: {_quoted_echo(raw, request)}")
+        raise ValueError(f"usage is not an object: {_quoted_echo(raw, request, key=key)}")
     details = raw.get("prompt_tokens_details")
-    cached = _count(details, "cached_tokens", request) if isinstance(details, Mapping) else 0
-    return Usage(_count(raw, "prompt_tokens", request), _count(raw, "completion_tokens", request), cached)
+    cached = _count(details, "cached_tokens", request, key) if isinstance(details, Mapping) else 0
+    prompt = _count(raw, "prompt_tokens", request, key)
+    return Usage(prompt, _count(raw, "completion_tokens", request, key), cached)
 
 
 def reports_usage(raw: object) -> bool:

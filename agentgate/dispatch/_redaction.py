@@ -184,11 +184,16 @@ def _written(text: str) -> tuple[str, ...]:
     return text, json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1]
 
 
-def _quoted_echo(value: object, request: Mapping[str, Any] | None, limit: int = 80) -> str:
+def _quoted_echo(
+    value: object, request: Mapping[str, Any] | None, limit: int = 80, *, key: str | None = None
+) -> str:
     """``value``, taken from a backend's answer (a finish reason, a usage count, a choice index),
-    as a refusal quotes it (``quoted``), scrubbed of the prompt of ``request`` (``_prompt_texts``)
-    before it is cut: each text in it, alone or held in a list or an object (a key too), as it
-    came, before ``repr`` escapes it (``_echo_written``). Until review R90 a value that is no text
+    as a refusal quotes it (``quoted``), scrubbed of ``key`` (the backend's API key, ``None``
+    without one) and of the prompt of ``request`` (``_prompt_texts``) before it is cut: each text
+    in it, alone or held in a list or an object (a key of it too), as it came, before ``repr``
+    escapes it (``_echo_written``). Until review R91 the API key was scrubbed after the cut, from
+    the message (``BackendClient._shown``): a start of it shorter than ``_FRAGMENT`` characters at
+    the cut, or a piece shorter than twice that, was quoted. Until review R90 a value that is no text
     was written with ``repr`` first and scrubbed after: ``repr`` writes a no-break space as
     ``\\xa0`` (JSON as ``\\u00a0``), a control character as ``\\x01`` and a quote as ``\\'``
     beside the other kind, so an echo in a list was redacted only up to that character and the
@@ -197,15 +202,15 @@ def _quoted_echo(value: object, request: Mapping[str, Any] | None, limit: int = 
     scrubbed it from all of it, agentgate's own words too (the prompt ``request 0: hello`` made a
     stream's failure read ``no first token within 0.5s of the [redacted](first_token_s)``)."""
     prompts = _prompt_texts(request) if request is not None else ()
-    if not prompts:
+    if not prompts and not key:
         return quoted(value, limit)
-    text = _echo_written(value, prompts, limit)
+    text = _echo_written(value, key, prompts, limit)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
+def _echo_written(value: object, key: str | None, prompts: Sequence[str], limit: int) -> str:
     """``value`` (a value of JSON: text, a list, an object, a number) as ``repr`` writes it, each
-    text in it scrubbed of ``prompts`` (``_scrub``) as it came, its first ``16 * limit``
+    text in it scrubbed of ``key`` and ``prompts`` (``_scrub``) as it came, its first ``16 * limit``
     characters (an echo cut in two would not be found; ``repr`` escapes make each character up to
     ten), before ``repr`` escapes it; what is no text nor a container as ``quoted`` writes it,
     scrubbed so (a card number echoed as a JSON number: until a regression review of R90 it was
@@ -224,14 +229,14 @@ def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
 
     def walk(item: object) -> None:
         if isinstance(item, str):
-            write(repr(_scrub_start(item, None, prompts, 16 * limit)))
+            write(repr(_scrub_start(item, key, prompts, 16 * limit)))
         elif isinstance(item, Mapping):
             write("{")
-            for count, (key, each) in enumerate(item.items()):
+            for count, (name, each) in enumerate(item.items()):
                 if size > limit:
                     return
                 write(", " if count else "")
-                walk(key)
+                walk(name)
                 write(": ")
                 walk(each)
             write("}")
@@ -243,10 +248,10 @@ def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
                 write(", " if count else "")
                 walk(each)
             write("]")
-        elif _echoed_as_integer(item, prompts):
+        elif _echoed_as_integer(item, key, prompts):
             write("[redacted]")
         else:  # a number, ``True``, ``None``: its ``repr`` is searched as a text is
-            write(_scrub(quoted(item, 16 * limit), None, prompts))
+            write(_scrub(quoted(item, 16 * limit), key, prompts))
 
     try:
         walk(value)
@@ -255,9 +260,9 @@ def _echo_written(value: object, prompts: Sequence[str], limit: int) -> str:
     return "".join(parts)
 
 
-def _echoed_as_integer(item: object, prompts: Sequence[str]) -> bool:
+def _echoed_as_integer(item: object, key: str | None, prompts: Sequence[str]) -> bool:
     """Whether ``item`` is a float of a whole number whose integer text holds a start of one of
-    ``prompts`` (``_scrub``): orjson reads an integer too big for 64 bits as a float, whose
+    ``prompts`` or a piece of ``key`` (``_scrub``): orjson reads an integer too big for 64 bits as a float, whose
     ``repr`` (``9.876543210987654e+19``) no longer reads as the digits the backend wrote. Its
     integer text holds them up to the float's precision only, the digits after are the float's
     own, so such a number is redacted whole. Until a regression review of R90b it was quoted as
@@ -265,4 +270,4 @@ def _echoed_as_integer(item: object, prompts: Sequence[str]) -> bool:
     if not isinstance(item, float) or not item.is_integer():  # ``inf`` and ``nan`` are not
         return False
     digits = f"{item:.0f}"
-    return _scrub(digits, None, prompts) != digits
+    return _scrub(digits, key, prompts) != digits

@@ -127,7 +127,7 @@ def _parse_chunk(
         # asked for usage, as its usage.
         raw = event.get("usage")
         try:
-            usage = _usage(raw, request) if raw is not None else None
+            usage = _usage(raw, request, key) if raw is not None else None
         except ValueError as exc:
             # The backend ran the call (a usage counts what it did), what it cost unreadable: not
             # a failure to send it elsewhere, even before any output (until review R69 the next
@@ -139,7 +139,7 @@ def _parse_chunk(
         # review R88c a falsy one that is no list (``false``, ``0``, ``{}``, ``""``) was read as
         # none, and an event holding a usage beside it was passed on as it came.
         raw_choices = event.get("choices")
-        choices = _checked_choices([] if raw_choices is None else raw_choices, "delta", asked, request)
+        choices = _checked_choices([] if raw_choices is None else raw_choices, "delta", asked, request, key)
         if not choices:
             return ChatChunk("", None, usage, event=event, backend=backend) if usage else None
         choice = choices[0]
@@ -215,7 +215,11 @@ def _is_choice(choice: object, part: str) -> bool:
 
 
 def _checked_choices(
-    choices: object, part: str, asked: int, request: Mapping[str, Any] | None = None
+    choices: object,
+    part: str,
+    asked: int,
+    request: Mapping[str, Any] | None = None,
+    key: str | None = None,
 ) -> list[Mapping[str, Any]]:
     """``choices``, of a whole answer (``part``: ``message``) or of a stream event (``delta``) for
     a call that asked for ``asked``; raises ``TypeError`` unless each is a choice (``_is_choice``)
@@ -229,7 +233,8 @@ def _checked_choices(
     of a call of one, with a reason of 60,000 characters holding an escape, reached the caller),
     and a whole answer checked the reason of its first choice only; until review R88 the content
     and tool calls of the first choice alone were checked (a second choice's ``false`` or ``{}``
-    was passed on). A value quoted is scrubbed of the prompt of ``request`` (``_quoted_echo``)."""
+    was passed on). A value quoted is scrubbed of the API key ``key`` and the prompt of
+    ``request`` (``_quoted_echo``)."""
     if not isinstance(choices, list) or not all(_is_choice(choice, part) for choice in choices):
         raise TypeError(f"choices is not a list of objects, each with a {part} object or none")
     if len(choices) > asked:
@@ -241,7 +246,7 @@ def _checked_choices(
             isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < asked
         ):
             raise ValueError(
-                f"choice index {_quoted_echo(index, request)} for a call that asked for {asked} choices"
+                f"choice index {_quoted_echo(index, request, key=key)} for a call that asked for {asked} choices"
             )
         body = choice.get(part) or {}  # an object, or absent or null (``_is_choice``)
         _content(body)
@@ -249,7 +254,7 @@ def _checked_choices(
             _tool_calls(body)
         else:
             _listed_tool_calls(body)
-        _finish_reason(choice, request)
+        _finish_reason(choice, request, key)
     return choices
 
 

@@ -444,7 +444,9 @@ class BackendClient:
             # out of a refusal quoting its finish_reason, usage or choice index.
             _within_depth(data)
             _reject_error(self.backend.name, data, self._key, payload)
-            choices = _checked_choices(data["choices"], "message", _choices_asked(payload), payload)
+            choices = _checked_choices(
+                data["choices"], "message", _choices_asked(payload), payload, self._key
+            )
             choice = choices[0]
             # No ``content`` key is none: TGI's tool call message has ``role`` and ``tool_calls``
             # only (until review R66 such an answer was a BackendFailed, sent to every backend).
@@ -456,7 +458,7 @@ class BackendClient:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendFailed(f"{self.backend.name}: malformed chat completion: {exc}") from None
         try:
-            usage = _usage(data.get("usage"), payload)
+            usage = _usage(data.get("usage"), payload, self._key)
         except ValueError as exc:
             # The answer is whole: the call ran. Until review R68 this was a plain BackendFailed:
             # the dispatcher sent the call to the next backend, which ran it again, and the Gate
