@@ -18,13 +18,16 @@ The request carries only what the caller of ``post`` or ``stream`` gives: the UR
 and the backend's ``authorization`` (``BackendClient`` passes its API key's ``Bearer`` value);
 no header of the gateway's own caller is ever written here. Every request asks for
 ``Accept-Encoding: identity`` (this client decodes nothing); a successful answer with another
-``Content-Encoding`` is an ``UpstreamError`` naming it.
+``Content-Encoding`` is an ``UpstreamError`` naming it, and of an error answer with one, words
+that say so are quoted instead of its body (``_not_decoded``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
@@ -39,6 +42,7 @@ from agentgate.dispatch.backends import (
     MAX_LINE_BYTES,
     EncodedAnswer,
     WholeBody,
+    _encoded,
     _encoding_shown,
     split_lines,
 )
@@ -99,6 +103,7 @@ class _Connection(asyncio.Protocol):
         self._status = 0
         self.retry_after: str | None = None
         """The answer's ``Retry-After`` header, as sent (``None`` without one)."""
+        self._encodings: list[str] = []  # an error answer's Content-Encoding headers (``encoding``)
         self._error: Exception | None = None
         self._headers_done = False
         self._interim = False  # reading a 1xx answer's head, which the final answer follows
@@ -150,6 +155,10 @@ class _Connection(asyncio.Protocol):
             self._framed = True
         elif name == b"retry-after":
             self.retry_after = value.decode("latin-1")
+        elif name == b"content-encoding" and self._parser.get_status_code() >= 300:
+            # An error answer's body is quoted, not read as an answer: its encoding is said
+            # instead of its bytes (``_not_decoded``), as ``BackendClient`` says it on its own paths.
+            self._encodings.append(_header_text(value))
         elif (
             name == b"content-encoding"
             and value.strip().lower() not in (b"", b"identity")
@@ -212,6 +221,7 @@ class _Connection(asyncio.Protocol):
         if self._interim:  # the end of an interim answer: its head said nothing about the final one's
             self._interim = self._framed = False
             self.retry_after = None
+            self._encodings = []
             return
         self._complete = True
         # Read now: the parser answers False once it has moved past the message.
@@ -219,6 +229,12 @@ class _Connection(asyncio.Protocol):
         self._notify()
 
     # --- use ------------------------------------------------------------------------------
+
+    @property
+    def encoding(self) -> str | None:
+        """An error answer's ``Content-Encoding`` headers, as sent, joined by ``", "`` as httpx
+        joins them (``None`` without one; a successful answer's is refused in ``on_header``)."""
+        return ", ".join(self._encodings) if self._encodings else None
 
     @property
     def usable(self) -> bool:
@@ -347,7 +363,8 @@ class UpstreamPool:
     ) -> tuple[int, bytes, str | None]:
         """POST ``body`` (JSON) to ``url`` (``http://host:port/path``), with the ``Authorization``
         header ``authorization`` when given: the answer's status and body (for a status of 300 or
-        more, only the start of the body: ``read_start``, an error's, to quote), and its
+        more, only the start of the body: ``read_start``, an error's, to quote; or, for one sent
+        with a ``Content-Encoding``, words that say so, ``_not_decoded``), and its
         ``Retry-After`` header (``None`` without one).
 
         Raises ``OSError`` (``UpstreamError``, a refused connection, an ``authorization`` a header
@@ -359,7 +376,7 @@ class UpstreamPool:
         try:
             # The rest of an error's body may never end: not waited for (nor the connection kept,
             # unless its answer was complete).
-            answer = await (connection.read_start() if status >= 300 else connection.read_all())
+            answer = await (_error_start(connection, body)() if status >= 300 else connection.read_all())
         except BaseException:
             connection.close()
             raise
@@ -376,8 +393,8 @@ class UpstreamPool:
         headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str], str | None]]:
         """POST ``body`` to ``url`` (with ``authorization`` as ``post``) for a streamed answer: its
-        status, a reader of the start of its body (``read_start``: an error's, to quote), its
-        lines as they arrive (without line ends), and its ``Retry-After`` (``None`` without one).
+        status, a reader of the start of its body (an error's, to quote, as ``post`` quotes it),
+        its lines as they arrive (without line ends), and its ``Retry-After`` (``None`` without one).
 
         Raises as ``post``; reading the lines raises ``UpstreamError`` for a line over
         ``max_line`` bytes. Leaving before the answer is complete closes the connection.
@@ -386,7 +403,7 @@ class UpstreamPool:
         try:
             yield (
                 status,
-                connection.read_start,
+                _error_start(connection, body),
                 split_lines(connection.pieces(), self.max_line, UpstreamError),
                 connection.retry_after,
             )
@@ -480,6 +497,33 @@ class UpstreamPool:
         async with asyncio.timeout(self.connect_s):
             _, connection = await loop.create_connection(_Connection, *origin)
         return connection
+
+
+def _error_start(connection: _Connection, sent: bytes) -> Callable[[], Awaitable[bytes]]:
+    """The reader of what is quoted of ``connection``'s error answer to the request body ``sent``:
+    the start of its body (``read_start``), or for a body sent with a ``Content-Encoding`` words
+    that say so (``_not_decoded``), nothing of it read."""
+    if _encoded(connection.encoding):
+        return functools.partial(_not_decoded, connection.encoding, sent)
+    return connection.read_start
+
+
+async def _not_decoded(encoding: str, sent: bytes) -> bytes:
+    """What is quoted of an error answer sent with the ``Content-Encoding`` ``encoding`` (as sent)
+    to the request body ``sent``, as ``BackendClient`` quotes one on its own paths (``_quoted``):
+    words that say so, whole: its bytes are not decoded (the pool asked for none, and decodes
+    nothing), and as sent they say nothing. The header is scrubbed of the prompt before it is
+    cut and escaped (``_encoding_shown``); the pool is not given the prompt, so it is read back
+    from ``sent`` (JSON written by ``BackendClient``; a body that is no JSON object has no prompt
+    to find), on this path only. Until review R91 only a successful answer's encoding was
+    heeded: an error's compressed bytes were quoted as its text (``HTTP 400: \x08\x00...``),
+    where the aiohttp and httpx paths said ``(a body with Content-Encoding: gzip, not decoded)``."""
+    try:
+        request = json.loads(sent)
+    except (ValueError, RecursionError):
+        request = None
+    said = _encoding_shown(encoding, request if isinstance(request, dict) else None)
+    return WholeBody(f"(a body with Content-Encoding: {said}, not decoded)".encode())
 
 
 def _header_text(value: bytes) -> str:
