@@ -3,7 +3,8 @@
 ``POST /v1/chat/completions`` (JSON or SSE stream), ``GET /v1/models``, ``GET /metrics``
 (Prometheus text, a registry of its own per app), ``GET /healthz``. One chat call:
 
-1. The body is read and checked (400 for anything that is not a chat completion request).
+1. The body is read, then checked (400 for anything that is not a chat completion request),
+   hashed and its prompt estimated.
 2. ``GatewayGate.authorize_invocation`` decides the invocation from the headers and records the
    decision: the budget reserved for the estimated prompt and the output limit, and the audit
    entry, in one transaction before anything is sent.
@@ -14,7 +15,10 @@
    and the shutdown go on meanwhile. Until review R89 a call that was the only one in flight
    was decided on the loop itself, to save the hand-off to a thread and back (0.34-0.47 ms in
    three loaded runs of benchmarks/dispatch_http.py: docs/gateway.md, "Review R89"), and a decision
-   waiting for the lock froze the whole gateway for as long as it waited.
+   waiting for the lock froze the whole gateway for as long as it waited. The body's check,
+   hash and estimate of step 1 run in the same worker step, before the decision: their work
+   grows with the body (up to ``max_body_bytes``), and until review R91 they ran on the loop,
+   where a caller with no credentials held it for seconds with each large body, before its 401.
 3. The dispatcher routes the call to a backend that serves the model, with the call's output
    limit set to what was reserved; the answer (or the stream) goes back to the caller.
 4. The usage the backend reports is charged and the outcome audited (``Gate.arun`` /
@@ -51,6 +55,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -68,13 +73,7 @@ from agentgate.dispatch._sse import _StreamUsage, carries_output
 from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER, GatewayDecision, GatewayGate
-from agentgate.dispatch.gateway._client import (
-    INVOCATION_HEADER,
-    PRIORITY_FIELD,
-    chat_call,
-    max_tokens_of,
-    priority_of,
-)
+from agentgate.dispatch.gateway._client import INVOCATION_HEADER, PRIORITY_FIELD, priority_of
 from agentgate.dispatch.gateway._cuts import (
     _GONE_UNSENT,
     STOPPED,
@@ -102,18 +101,17 @@ from agentgate.dispatch.gateway._request import (
     MAX_BODY_BYTES,
     BodyTimedOut,
     BodyTooLarge,
+    ChatRequest,
     _bearer,
     _declared_not_json,
     _declared_too_large,
-    _parse_body,
-    _prompt_estimate,
     _read_body,
     _repeated_credentials,
+    read_chat_request,
 )
 from agentgate.dispatch.gateway._stream import _error_event, _EventStream, _sse
 from agentgate.dispatch.gateway._upstream import SENDING, SendMark, UpstreamPool
 from agentgate.dispatch.inventory import Inventory
-from agentgate.dispatch.prefix import prompt_tokens_most
 from agentgate.dispatch.router import Router
 from agentgate.errors import (
     AgentGateError,
@@ -451,8 +449,7 @@ class Gateway:
                     return refusal, False
                 raw = await _read_body(request, self.max_body_bytes, self.body_timeout_s)
                 received = time.perf_counter()
-                body = _parse_body(raw)
-                call = chat_call(body)
+                read, started, decision = await self._blocking(self._read_and_decide, raw, request.headers)
             except BodyTimedOut as exc:
                 return await self._refuse_slow_body(str(exc)), False
             except BodyTooLarge as exc:
@@ -460,25 +457,6 @@ class Gateway:
             except InputError as exc:
                 param = exc.param if isinstance(exc, FieldError) else None
                 return await self._refuse_body(str(exc), param), False
-            max_tokens = max_tokens_of(body)
-            prompt = _prompt_estimate(body)
-            prompt_most = prompt_tokens_most(len(raw), body)
-            started = time.perf_counter()  # the body is read, checked and hashed
-            if (ambiguous := _repeated_credentials(request.headers)) is not None:
-                # Never resolved by order: a proxy in front may have checked the other one.
-                decision = await self._blocking(
-                    self.gate.refuse, call, 401, "ambiguous_credentials", ambiguous
-                )
-            else:
-                decision = await self._blocking(
-                    self.gate.authorize_invocation,
-                    _bearer(request.headers.get("authorization")),
-                    request.headers.get(INVOCATION_HEADER),
-                    call,
-                    (prompt, max_tokens),
-                    request.headers.get(APPROVAL_HEADER),
-                    prompt_most=prompt_most,
-                )
         except asyncio.CancelledError:
             # The shutdown grace ran out before the call was decided (its body still arriving,
             # or waiting for an outcome commit to end): nothing was decided, sent or charged.
@@ -490,6 +468,7 @@ class Gateway:
             return _shutting_down(message), False
         decided = time.perf_counter()
         self._decision_seconds.observe(decided - started)
+        body, max_tokens = read.body, read.max_tokens
         if _cut_by_shutdown() and decision.allowed:
             # The shutdown grace ran out while the call was being decided: it is not sent, and
             # its reservation is released (its outcome audited ``GatewayStopped``).
@@ -580,6 +559,34 @@ class Gateway:
         # The body as read, encoded again (``_as_read``), never the backend's bytes as sent: a key
         # it sent twice is the last copy, the one checked and charged.
         return Response(result.raw, media_type="application/json", headers=headers), True
+
+    def _read_and_decide(self, raw: bytes, headers: Headers) -> tuple[ChatRequest, float, GatewayDecision]:
+        """Read the chat body ``raw`` (``read_chat_request``), then decide it on the credentials
+        of ``headers`` and record the decision: the request read, the time (``perf_counter``)
+        its reading ended, and the decision. Refused 401 ``ambiguous_credentials`` for a header
+        that carries credentials sent twice (never resolved by order: a proxy in front may have
+        checked the other one). Raises ``InputError`` for a body refused, before anything is
+        decided or recorded (the caller audits the refusal: ``_refuse_body``).
+
+        Blocking, and one worker step (``_blocking``), never on the event loop: the decision may
+        wait on the store, and the reading costs time that grows with the body, up to
+        ``max_body_bytes``, for any caller, before it is authenticated. Until review R91 the
+        reading ran on the loop: three bodies of 6.9 MB with no credentials each answered 401
+        ``missing_invocation``, and ``/healthz`` and every other connection waited 3 s meanwhile.
+        """
+        read = read_chat_request(raw)
+        started = time.perf_counter()
+        if (ambiguous := _repeated_credentials(headers)) is not None:
+            return read, started, self.gate.refuse(read.call, 401, "ambiguous_credentials", ambiguous)
+        decision = self.gate.authorize_invocation(
+            _bearer(headers.get("authorization")),
+            headers.get(INVOCATION_HEADER),
+            read.call,
+            (read.prompt, read.max_tokens),
+            headers.get(APPROVAL_HEADER),
+            prompt_most=read.prompt_most,
+        )
+        return read, started, decision
 
     def _route(self, tenant: str, priority: str | None, model: object = None) -> dict[str, Any]:
         """The dispatcher's routing arguments for a call of ``tenant`` in the class ``priority`` to
