@@ -75,7 +75,8 @@ ANSWERS = {  # the client path, and the status answered with the encoding
     "httpx-503": ("httpx", b"503 Busy"),
     "aiohttp-200": ("aiohttp", b"200 OK"),
     "aiohttp-503": ("aiohttp", b"503 Busy"),
-    "gateway-pool-200": ("gateway-pool", b"200 OK"),  # the pool refuses a success's encoding only
+    "gateway-pool-200": ("gateway-pool", b"200 OK"),
+    "gateway-pool-503": ("gateway-pool", b"503 Busy"),  # an error's encoding said (review R91)
 }
 
 

@@ -376,7 +376,9 @@ class UpstreamPool:
         try:
             # The rest of an error's body may never end: not waited for (nor the connection kept,
             # unless its answer was complete).
-            answer = await (_error_start(connection, body)() if status >= 300 else connection.read_all())
+            answer = await (
+                _error_start(connection, body, authorization)() if status >= 300 else connection.read_all()
+            )
         except BaseException:
             connection.close()
             raise
@@ -403,7 +405,7 @@ class UpstreamPool:
         try:
             yield (
                 status,
-                _error_start(connection, body),
+                _error_start(connection, body, authorization),
                 split_lines(connection.pieces(), self.max_line, UpstreamError),
                 connection.retry_after,
             )
@@ -499,30 +501,36 @@ class UpstreamPool:
         return connection
 
 
-def _error_start(connection: _Connection, sent: bytes) -> Callable[[], Awaitable[bytes]]:
-    """The reader of what is quoted of ``connection``'s error answer to the request body ``sent``:
-    the start of its body (``read_start``), or for a body sent with a ``Content-Encoding`` words
-    that say so (``_not_decoded``), nothing of it read."""
+def _error_start(
+    connection: _Connection, sent: bytes, authorization: str | None
+) -> Callable[[], Awaitable[bytes]]:
+    """The reader of what is quoted of ``connection``'s error answer to the request body ``sent``
+    (sent with the ``Authorization`` header ``authorization``): the start of its body
+    (``read_start``), or for a body sent with a ``Content-Encoding`` words that say so
+    (``_not_decoded``), nothing of it read."""
     if _encoded(connection.encoding):
-        return functools.partial(_not_decoded, connection.encoding, sent)
+        return functools.partial(_not_decoded, connection.encoding, sent, authorization)
     return connection.read_start
 
 
-async def _not_decoded(encoding: str, sent: bytes) -> bytes:
+async def _not_decoded(encoding: str, sent: bytes, authorization: str | None) -> bytes:
     """What is quoted of an error answer sent with the ``Content-Encoding`` ``encoding`` (as sent)
     to the request body ``sent``, as ``BackendClient`` quotes one on its own paths (``_quoted``):
     words that say so, whole: its bytes are not decoded (the pool asked for none, and decodes
-    nothing), and as sent they say nothing. The header is scrubbed of the prompt before it is
-    cut and escaped (``_encoding_shown``); the pool is not given the prompt, so it is read back
-    from ``sent`` (JSON written by ``BackendClient``; a body that is no JSON object has no prompt
-    to find), on this path only. Until review R91 only a successful answer's encoding was
-    heeded: an error's compressed bytes were quoted as its text (``HTTP 400: \x08\x00...``),
-    where the aiohttp and httpx paths said ``(a body with Content-Encoding: gzip, not decoded)``."""
+    nothing), and as sent they say nothing. The header is scrubbed of the API key (the
+    ``Bearer`` value of ``authorization``, as ``BackendClient`` writes it) and of the prompt
+    before it is cut and escaped (``_encoding_shown``); the pool is not given the prompt, so it
+    is read back from ``sent`` (JSON written by ``BackendClient``; a body that is no JSON object
+    has no prompt to find), on this path only. Until review R91 only a successful answer's
+    encoding was heeded: an error's compressed bytes were quoted as its text (``HTTP 400:
+    \x08\x00...``), where the aiohttp and httpx paths said ``(a body with Content-Encoding: gzip,
+    not decoded)``."""
     try:
         request = json.loads(sent)
     except (ValueError, RecursionError):
         request = None
-    said = _encoding_shown(encoding, request if isinstance(request, dict) else None)
+    key = authorization.removeprefix("Bearer ") if authorization is not None else None
+    said = _encoding_shown(encoding, request if isinstance(request, dict) else None, key)
     return WholeBody(f"(a body with Content-Encoding: {said}, not decoded)".encode())
 
 
