@@ -906,8 +906,10 @@ def _failure_text(exc: BaseException, payload: Mapping[str, Any], key: str | Non
     review R61 those quoted line breaks and the caret reached the ``BackendFailed``, and so logs
     and a model call's audit outcome.
 
-    The text is scrubbed of the prompt of ``payload`` (``_prompt_texts``) as it came, before it
-    is folded: a parser's refusal quotes the line the backend sent, which may echo it. Only its
+    The text is scrubbed of ``key`` and the prompt of ``payload`` (``_prompt_texts``) as it came,
+    before it is cut and folded: a parser's refusal quotes the line the backend sent, which may
+    echo either (until a regression review of R91 the key was scrubbed after the cut, from the
+    message, ``_shown``: a start of it under 8 characters at the cut was quoted). Only its
     first ``_QUOTED`` characters are kept, as of an error body (``_excerpt``): until review R90 it
     was scrubbed and quoted whole, and a header line of 60,000 characters echoing a prompt of one
     character repeated held the event loop over a second for each attempt (``_scrub``'s work
@@ -920,7 +922,7 @@ def _failure_text(exc: BaseException, payload: Mapping[str, Any], key: str | Non
         return _encoding_refused(exc.encoding, payload, key)
     said = f"{exc.message}" if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
     if not isinstance(exc, ValueError):
-        said = _scrub_start(said, None, _prompt_texts(payload), _QUOTED)
+        said = _scrub_start(said, key, _prompt_texts(payload), _QUOTED)
     if isinstance(exc, aiohttp.ClientResponseError):
         said = f"the answer is not HTTP that can be read: {said}"
     lines = (line.strip() for line in said.splitlines())
