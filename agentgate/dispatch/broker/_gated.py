@@ -180,13 +180,16 @@ class GatedBroker(_Recording):
         decision), so that a caller the policy refuses cannot tell another
         tenant's ids from free ones, or whatever
         ``Broker.submit`` raises (an unknown tenant, a duplicate id, a gang that could never be
-        placed), with an ``error`` outcome appended and the reservation returned first; except a ``StoreError`` from the broker's journal after
-        the broker took the request: the request stands (the broker's events come out of the
-        next call), linked to its decision, its reservation held; an interrupt (a Ctrl-C's
-        ``KeyboardInterrupt``, a signal handler's ``SystemExit``) is raised as is after the same, a
-        request the broker did not take closed and returned, one it took left standing and linked
-        (until review R91 neither: its allow kept no outcome and its reservation, its id refused as
-        lost in a restart). A ``StoreError`` recording the
+        placed), with an ``error`` outcome appended and the reservation returned first; except
+        what ``Broker.submit`` raises after the broker took the request (its journal's
+        ``StoreError``, or its pass over the queue raising: the placement policy, ``grant_check``):
+        the request stands (the broker's events come out of the next call), linked to its
+        decision, its reservation held (until a regression review of R91 only a ``StoreError``
+        did, a pass that raised anything else closing the allow of a request the broker kept); an
+        interrupt (a Ctrl-C's ``KeyboardInterrupt``, a signal handler's ``SystemExit``) is raised
+        as is after the same, a request the broker did not take closed and returned, one it took
+        left standing and linked (until review R91 neither: its allow kept no outcome and its
+        reservation, its id refused as lost in a restart). A ``StoreError`` recording the
         allowed request's decision (before the broker sees it), or an interrupt there, returns the
         reservation and appends an ``error`` outcome first; one recording an earlier call's events raises before
         any decision (those events are recorded first, see ``_record``).
@@ -280,10 +283,15 @@ class GatedBroker(_Recording):
             try:
                 events = self.broker.submit(owned, wait_s=wait_s)
             except BaseException as exc:  # an interrupt too (Ctrl-C, a signal handler's exit)
-                if (isinstance(exc, StoreError) or _interrupt(exc)) and self.broker.holds(request.id):
-                    # The broker took the request and only its journal write failed (StoreError),
-                    # or was interrupted: the lease stands, its events come out of the next call,
-                    # so its decision stays linked and its budget reserved.
+                if self._took(owned):
+                    # The broker took this request and what raised came after: its journal write
+                    # failed (StoreError) or was interrupted, or its pass over the queue raised
+                    # (the placement policy, ``grant_check``), the request perhaps granted in it.
+                    # The request stands, its events come out of the next call, so its decision
+                    # stays linked and its budget reserved. Decided on the broker's holding this
+                    # very request, not on what was raised: until a regression review of R91 a
+                    # pass that raised anything but ``StoreError`` closed the allow of a request
+                    # the broker kept, its lease then run unlinked and never charged.
                     raise
                 # Until review R91 an interrupt was not caught here: the allow kept no outcome,
                 # its reservation held, and the id was refused as "lost in a restart".
@@ -291,6 +299,18 @@ class GatedBroker(_Recording):
                 raise
             self._record(events)
             return GatedRequest(auth, tuple(self._delivered()))
+
+    def _took(self, request: GangRequest) -> bool:
+        """Whether the broker holds ``request`` itself, as a lease or waiting, once ``Broker.submit``
+        raised: not merely its id, which a request queued on the ``Broker`` directly may have
+        taken since it was checked (``Broker.submit`` then refused this one as a duplicate). The
+        broker keeps the request it was given, a lease granted from it included, so it is told
+        by identity."""
+        if not self.broker.holds(request.id):
+            return False
+        return any(lease.request is request for lease in self.broker.leases()) or any(
+            waiting.request is request for waiting in self.broker.queue()
+        )
 
     def _refuse_earlier(
         self, decided: LeaseDecision, taken: bool, unjournaled: StoreError | None
