@@ -371,7 +371,9 @@ class GatedBroker(_Recording):
         log's error), and
         ``StoreError`` only once the broker renewed the lease (its journal write or the
         renewal's link to the lease failed: the lease is renewed all the same, and its extension
-        reserved).
+        reserved). Whatever else ``Broker.renew`` raises once it renewed the lease (its pass over
+        the queue raising, an interrupt) is raised as is, the extension's reservation linked to
+        the lease first, as for its ``StoreError``.
         """
         with self._lock:
             try:
@@ -419,9 +421,16 @@ class GatedBroker(_Recording):
                 self._outcome_span(renewal, "error", index)
                 self._record_pending()
                 raise
-            except StoreError:
-                # The broker renewed the lease and only its journal write failed: the lease runs
-                # the time this renewal added, so the lease keeps what was reserved to pay for it.
+            except BaseException:  # an interrupt too (Ctrl-C, a signal handler's exit)
+                # ``Broker.renew`` extends the lease before its pass over the queue and its journal
+                # write: whatever either raised (a ``StoreError``, the placement policy or
+                # ``grant_check`` raising, an interrupt), the lease runs the time this renewal
+                # added, so the lease keeps what was reserved to pay for it. Until a regression
+                # review of R91 only a ``StoreError`` linked it: after anything else the
+                # extension's reservation was held for ever, tied to nothing, and the lease charged
+                # no more than its first reservation. (An interrupt before the extension leaves
+                # the reservation with the lease all the same: its end charges the time held and
+                # returns the rest.)
                 self._link(identity, lease_id, resource, auth, held)
                 raise
             self._link(identity, lease_id, resource, auth, held)
