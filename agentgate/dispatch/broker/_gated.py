@@ -32,6 +32,7 @@ chain leaves it) is ``_lease_calls.py``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import threading
 from collections import deque
@@ -65,6 +66,8 @@ from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.gate._authorization import expect
 from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
+
+_log = logging.getLogger("agentgate.broker")
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,8 @@ class GatedBroker(_Recording):
         decision, its reservation held (until a regression review of R91 only a ``StoreError``
         did, a pass that raised anything else closing the allow of a request the broker kept); an
         interrupt (a Ctrl-C's ``KeyboardInterrupt``, a signal handler's ``SystemExit``) is raised
-        as is after the same, a request the broker did not take closed and returned, one it took
+        as is after the same, even where the store refuses that clean-up (its error logged and
+        chained, ``_closed``), a request the broker did not take closed and returned, one it took
         left standing and linked (until review R91 neither: its allow kept no outcome and its
         reservation, its id refused as lost in a restart). A ``StoreError`` recording the
         allowed request's decision (before the broker sees it), or an interrupt there, returns the
@@ -263,9 +267,10 @@ class GatedBroker(_Recording):
                 # returned and the allow closed with an ``error`` outcome (until review R40 it
                 # stayed held with no outcome, and until review R91 so it did for an interrupt),
                 # the row forgotten if it was written. If the store fails for that too, the
-                # reservation stays held: a budget can look smaller, never be overspent.
-                self._abandon(decided, f"the lease's decision could not be recorded: {_reason(exc)}")
-                raise
+                # reservation stays held: a budget can look smaller, never be overspent; an
+                # interrupt is raised all the same (``_closed``).
+                reason = f"the lease's decision could not be recorded: {_reason(exc)}"
+                _closed(exc, lambda: self._abandon(decided, reason))
             if not added:  # a decision written meanwhile has the id: this one would be linked to none
                 self._refuse_taken(decided)
             # The request keeps the timeout_s it was decided with, so that its renewals decide
@@ -295,8 +300,8 @@ class GatedBroker(_Recording):
                     raise
                 # Until review R91 an interrupt was not caught here: the allow kept no outcome,
                 # its reservation held, and the id was refused as "lost in a restart".
-                self._end(request.id, decided.principal, resource, "error", _reason(exc))
-                raise
+                reason = _reason(exc)
+                _closed(exc, lambda: self._end(request.id, decided.principal, resource, "error", reason))
             self._record(events)
             return GatedRequest(auth, tuple(self._delivered()))
 
@@ -373,7 +378,8 @@ class GatedBroker(_Recording):
         renewal's link to the lease failed: the lease is renewed all the same, and its extension
         reserved). Whatever else ``Broker.renew`` raises once it renewed the lease (its pass over
         the queue raising, an interrupt) is raised as is, the extension's reservation linked to
-        the lease first, as for its ``StoreError``.
+        the lease first, as for its ``StoreError`` (an interrupt raised even where the store
+        refuses that link, ``_closed``).
         """
         with self._lock:
             try:
@@ -421,7 +427,7 @@ class GatedBroker(_Recording):
                 self._outcome_span(renewal, "error", index)
                 self._record_pending()
                 raise
-            except BaseException:  # an interrupt too (Ctrl-C, a signal handler's exit)
+            except BaseException as exc:  # an interrupt too (Ctrl-C, a signal handler's exit)
                 # ``Broker.renew`` extends the lease before its pass over the queue and its journal
                 # write: whatever either raised (a ``StoreError``, the placement policy or
                 # ``grant_check`` raising, an interrupt), the lease runs the time this renewal
@@ -431,8 +437,7 @@ class GatedBroker(_Recording):
                 # no more than its first reservation. (An interrupt before the extension leaves
                 # the reservation with the lease all the same: its end charges the time held and
                 # returns the rest.)
-                self._link(identity, lease_id, resource, auth, held)
-                raise
+                _closed(exc, lambda: self._link(identity, lease_id, resource, auth, held))
             self._link(identity, lease_id, resource, auth, held)
             self._record_pending()
         return renewed
@@ -579,6 +584,29 @@ def _interrupt(exc: BaseException) -> bool:
     """Whether ``exc`` interrupts the call rather than fails it: a Ctrl-C's
     ``KeyboardInterrupt``, a signal handler's ``SystemExit``, anything that is no ``Exception``."""
     return not isinstance(exc, Exception)
+
+
+def _closed(exc: BaseException, close: Callable[[], None]) -> NoReturn:
+    """Raise ``exc`` once ``close`` has settled what it left open (an allow closed, a renewal
+    linked). An interrupt (``_interrupt``) is raised whatever ``close`` raises: a Ctrl-C is often
+    pressed at a store that hangs or fails, and the store's error, logged and chained to it
+    (its ``__cause__``), would otherwise reach the caller in its place, and a caller that
+    retries on ``StoreError`` would swallow the Ctrl-C (until a regression review of R91 it did).
+    An error of ``close`` after any other ``exc`` is raised as the call's error, ``exc`` its
+    context, as before."""
+    try:
+        close()
+    except Exception as failed:
+        if not _interrupt(exc):
+            raise
+        _log.error(
+            "GatedBroker: a call interrupted (%s) could not be settled (%s: %s); the interrupt is raised",
+            type(exc).__name__,
+            type(failed).__name__,
+            failed,
+        )
+        raise exc from failed
+    raise exc
 
 
 def _reason(exc: BaseException) -> str:
