@@ -189,8 +189,8 @@ class GatedBroker(_Recording):
         the request stands (the broker's events come out of the next call), linked to its
         decision, its reservation held (until a regression review of R91 only a ``StoreError``
         did, a pass that raised anything else closing the allow of a request the broker kept); an
-        interrupt (a Ctrl-C's ``KeyboardInterrupt``, a signal handler's ``SystemExit``) is raised
-        as is after the same, even where the store refuses that clean-up (its error logged and
+        interrupt (a Ctrl-C's ``KeyboardInterrupt``, a signal handler's ``SystemExit``) there, or
+        between the decision's link and ``Broker.submit``, is raised as is after the same, even where the store refuses that clean-up (its error logged and
         chained, ``_closed``), a request the broker did not take closed and returned, one it took
         left standing and linked (until review R91 neither: its allow kept no outcome and its
         reservation, its id refused as lost in a restart). A ``StoreError`` recording the
@@ -277,18 +277,25 @@ class GatedBroker(_Recording):
             # the same arguments; only its wait in the queue is cut to the grant's time left.
             # Until review R87 its timeout_s was cut, and a policy bounding timeout_s from below
             # (``in: [600, 3600]``) refused every renewal of a lease it had allowed.
-            owned = dataclasses.replace(request, tenant=self.gate.tenant_of(identity), holder=identity.did)
-            wait_s = _wait_left(identity, self._ttl(request))
-            # Asked again with no store write between the question and ``Broker.submit``: an id
-            # queued on the broker directly while the link above was committed (and ended by the
-            # clock since) would be ended by ``Broker.submit`` and, until review R88, recorded
-            # against this decision (its row deleted, the new lease unlinked, never charged).
-            if self.broker.holds(request.id):
-                self._refuse_taken(decided)  # the row just added is this allow's: forgotten
+            # Everything from the link's commit to ``Broker.submit`` is in one handler: an
+            # interrupt landing between the two (until a regression review of R91 it left the
+            # row and the reservation held, the id refused as "lost in a restart") closes the
+            # allow as one in ``Broker.submit`` before the broker took the request does.
+            owned: GangRequest | None = None
             try:
-                events = self.broker.submit(owned, wait_s=wait_s)
+                owned = dataclasses.replace(
+                    request, tenant=self.gate.tenant_of(identity), holder=identity.did
+                )
+                wait_s = _wait_left(identity, self._ttl(request))
+                # Asked again with no store write between the question and ``Broker.submit``: an
+                # id queued on the broker directly while the link above was committed (and ended
+                # by the clock since) would be ended by ``Broker.submit`` and, until review R88,
+                # recorded against this decision (its row deleted, the new lease unlinked, never
+                # charged).
+                queued_directly = self.broker.holds(request.id)
+                events = [] if queued_directly else self.broker.submit(owned, wait_s=wait_s)
             except BaseException as exc:  # an interrupt too (Ctrl-C, a signal handler's exit)
-                if self._took(owned):
+                if owned is not None and self._took(owned):
                     # The broker took this request and what raised came after: its journal write
                     # failed (StoreError) or was interrupted, or its pass over the queue raised
                     # (the placement policy, ``grant_check``), the request perhaps granted in it.
@@ -302,6 +309,8 @@ class GatedBroker(_Recording):
                 # its reservation held, and the id was refused as "lost in a restart".
                 reason = _reason(exc)
                 _closed(exc, lambda: self._end(request.id, decided.principal, resource, "error", reason))
+            if queued_directly:
+                self._refuse_taken(decided)  # the row just added is this allow's: forgotten
             self._record(events)
             return GatedRequest(auth, tuple(self._delivered()))
 
