@@ -89,6 +89,8 @@ class _Failures:
 
         def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]: ...
 
+        def _in_background(self, work: asyncio.Future[None], failure: str, key: str) -> None: ...
+
     def dead_letters(self) -> list[DeadLetter]:
         """Dead letters recorded by this scheduler (the newest 1,000), oldest first."""
         return list(self._dead)
@@ -216,9 +218,17 @@ class _Failures:
     async def _dead_letter(
         self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str
     ) -> None:
+        """Record the dead letter of a call given up for ``reason`` (``_record_dead``) and, with a
+        dead-letter store, wait until it is written. The write runs to its end even when the call
+        is cancelled meanwhile (a caller gone, ``aclose`` cancelling what is left), and ``aclose``
+        waits for it: until review R91 a cancellation while the write waited for a store worker
+        dropped it before it began, the letter neither stored nor counted as
+        ``dead_letter_not_stored``."""
         letter = self._record_dead(call, key, errors, reason)
         if self._dead_store is not None:
-            await self._blocking(self._store_dead, letter)
+            storing = self._blocking(self._store_dead, letter)
+            self._in_background(storing, "dead_letter_not_stored", letter.tool)
+            await asyncio.shield(storing)
 
     def _store_dead(self, letter: DeadLetter) -> None:
         """Persist ``letter`` (blocking; there is a dead-letter store). A failure is counted, not raised:

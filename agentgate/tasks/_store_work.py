@@ -79,7 +79,13 @@ class _StoreWork:
     def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """``fn(*args)`` on the store pool in the caller's context (as ``asyncio.to_thread``: an
         event it records lands on the call's span), submitted now: a future of the running loop,
-        not a task, so no loop shutdown cancels it before it started; the job runs to its end."""
+        not a task. A job a worker has begun runs to its end; one still queued behind busy workers
+        is dropped when the future is cancelled, as it is when the task awaiting it is cancelled
+        (a caller gone, ``aclose``, the loop's shutdown). Work that must happen whatever becomes
+        of its caller is therefore awaited through ``asyncio.shield`` (a lease's release), kept
+        for ``aclose`` to wait for (``_in_background``: a lease or a probe's claim given back), or
+        both (a dead letter's write). Until review R91 this said every job ran to its end, and a
+        cancelled caller's dead letter was dropped unwritten and uncounted."""
         context = contextvars.copy_context()
         return asyncio.wrap_future(self._store_pool().submit(context.run, fn, *args))
 
