@@ -53,7 +53,10 @@ A request refused by the protocol (a head the parser rejects: 400; one without a
 ``Host``: 400; of another HTTP version: 505; with a transfer coding but ``chunked``: 501,
 ``_refused_head``; too large: 431; too slow: 408)
 behind requests still being answered is refused after their answers, never written ahead of or
-into them; nothing after it is read, and the connection closes with the refusal. A refusal's body
+into them; nothing after it is read, and the connection closes with the refusal. So is one whose
+body the parser refuses (a chunked framing that is not right: 400; trailer fields too large: 431)
+while it is queued: it is never started (until review R91 uvicorn started it after them, and its
+app waited for a body that would not come: no refusal, or a late 408 of the app's). A refusal's body
 is ``refusal_body``'s: plain text here (the simulator's, as uvicorn's own), OpenAI's error shape
 at the gateway (``agentgate/dispatch/gateway/_server.py``).
 ``UNSENT`` lets an app ask how many bytes of its connection still wait in the gateway's own
@@ -681,24 +684,29 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             )
         )
         running = self._running
-        if (
-            running is not None
-            and running is self.cycle
-            and not self._reading_head
-            and not running.response_started
-            and not self.pipeline
-        ):
+        refused = None if self._reading_head else self.cycle  # the request whose body is refused
+        if refused is not None and refused is running and not refused.response_started:
             # The request refused is the one whose body the app is reading (a chunked body the
             # parser rejects): nothing was decided yet. The app is told its caller is gone (it
             # decides and audits nothing), and this refusal is the request's one answer, at once,
             # not the app's answer after its body timeout followed by this one as a second.
-            running.disconnected = True
-            running.message_event.set()
-        elif self._answering():
-            # Reading goes on (dropped), so that a caller that hangs up is still seen, even with
-            # ``max_queued`` requests queued (``_QueueFlow``).
-            self.flow.resume_reading()
-            return
+            refused.disconnected = True
+            refused.message_event.set()
+        else:
+            if refused is not None and refused is not running:
+                # Queued behind requests still being answered (the newest, so first in uvicorn's
+                # ``pipeline``): it is never started, and its refusal follows their answers. Until
+                # review R91 uvicorn started it after them, and its app waited for a body that
+                # would not come, with nothing more read: the refusal was written after its answer
+                # if ever (an app with a body timeout answered 408, the body malformed, not late).
+                if self.pipeline and self.pipeline[0][0] is refused:
+                    self.pipeline.popleft()
+                refused.disconnected = True
+            if self._answering():
+                # Reading goes on (dropped), so that a caller that hangs up is still seen, even
+                # with ``max_queued`` requests queued (``_QueueFlow``).
+                self.flow.resume_reading()
+                return
         self.transport.write(self._refusal)
         self.transport.close()
         self._start_tail_clock(None)  # a caller that stopped reading would hold the close
