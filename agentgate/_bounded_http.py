@@ -56,7 +56,10 @@ behind requests still being answered is refused after their answers, never writt
 into them; nothing after it is read, and the connection closes with the refusal. So is one whose
 body the parser refuses (a chunked framing that is not right: 400; trailer fields too large: 431)
 while it is queued: it is never started (until review R91 uvicorn started it after them, and its
-app waited for a body that would not come: no refusal, or a late 408 of the app's). A refusal's body
+app waited for a body that would not come: no refusal, or a late 408 of the app's). A request
+answered before its body ended, the rest of which the parser refuses (or whose framing passes the
+bound), gets no second answer: the connection closes after the first (until review R91 a 400 came
+after it). A refusal's body
 is ``refusal_body``'s: plain text here (the simulator's, as uvicorn's own), OpenAI's error shape
 at the gateway (``agentgate/dispatch/gateway/_server.py``).
 ``UNSENT`` lets an app ask how many bytes of its connection still wait in the gateway's own
@@ -179,7 +182,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """The request whose answer was being written when the stall clock started."""
     _refusal: bytes | None = None
     """A refusal (400, 408, 431) of a request pipelined behind one still being answered: written,
-    and the connection closed, once the requests before it are answered."""
+    and the connection closed, once the requests before it are answered; empty for a request
+    already answered (the connection closes after that answer)."""
     _reparse: bytes | None = None
     """The head of a request that asked for an upgrade, without it: parsed again in its place."""
     _held = b""
@@ -363,11 +367,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse_framing(self) -> None:
         """431 for a body's framing and trailer fields too large, and the connection closed
-        (closed at once when the request was already answered, its body being dropped)."""
-        if self.cycle is not None and self.cycle.response_complete:
-            self.transport.close()
-        else:
-            self._refuse(431, "Request Header Fields Too Large", "trailer fields or chunk framing too large")
+        (closed with no answer when the request was already answered, its body being dropped:
+        ``_refuse``)."""
+        self._refuse(431, "Request Header Fields Too Large", "trailer fields or chunk framing too large")
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
@@ -670,7 +672,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """Answer ``status`` with ``text`` (default: ``reason``) and close the connection; nothing
         after the refused request is read. A request pipelined behind others still being answered
         is refused once they are (``on_response_complete``), so that no refusal is read as the
-        answer to an earlier request, nor cuts it."""
+        answer to an earlier request, nor cuts it. A request already answered (before its body
+        ended, whose rest is refused) gets no second answer: its connection closes after the first."""
         self._stop_head_timer()
         media_type, body = self.refusal_body(status, text or reason)
         self._refusal = (
@@ -693,7 +696,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             refused.disconnected = True
             refused.message_event.set()
         else:
-            if refused is not None and refused is not running:
+            if refused is not None and refused.response_started:
+                # Answered before its body ended (the rest being read to be dropped): that answer
+                # is its one, and the connection closes once it is written. Until review R91 this
+                # refusal was written after it, a second answer to one request (a framing desync).
+                self._refusal = b""
+            elif refused is not None and refused is not running:
                 # Queued behind requests still being answered (the newest, so first in uvicorn's
                 # ``pipeline``): it is never started, and its refusal follows their answers. Until
                 # review R91 uvicorn started it after them, and its app waited for a body that
