@@ -526,16 +526,21 @@ _SQLITE_HEADERS = (b"SQLite format 3\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x
 """The first bytes of a SQLite database and of its write-ahead log (both byte orders)."""
 
 
-def _irreplaceable(path: Path) -> str | None:
-    """What the regular file ``path`` holds that an output must never replace, or ``None``: a
-    private key (PEM, any kind: lost for good) or a SQLite database or write-ahead log (a store's
-    grants, revocations and audit log). ``--out`` naming one is a slip of tab completion, and
-    the file would be gone with no error; unreadable files are left to the write to judge."""
+def _irreplaceable(path: Path, size: int) -> str | None:
+    """What the regular file ``path`` (of ``size`` bytes when it was looked at) holds that an
+    output must never replace, or ``None``: a private key (PEM, any kind: lost for good) or a
+    SQLite database or write-ahead log (a store's grants, revocations and audit log). ``--out``
+    naming one is a slip of tab completion, and the file would be gone with no error. A file that
+    is not empty and cannot be read may hold either, and is refused too: a rename needs no right
+    to the file it replaces, and until review R91 another user's private key (mode 0600) in a
+    directory the caller may write to was replaced, left "to the write to judge"."""
     try:
         with open(path, "rb") as file:
             head = file.read(4096)
+    except FileNotFoundError:
+        return None  # gone since it was looked at: nothing there to lose
     except OSError:
-        return None
+        return None if size == 0 else "a file that cannot be read (it may hold a private key)"
     if head.startswith(_SQLITE_HEADERS):
         return "a SQLite database"
     if b"PRIVATE KEY-----" in head:
@@ -568,7 +573,8 @@ def replace_file(
     part, and readers see the old file or the whole new one. Only a regular file is replaced:
     ``path`` being a symbolic link (neither followed nor replaced), a directory, a FIFO or a
     device raises ``OSError`` before anything is written, and so does a regular file that holds
-    what no output may replace: a private key or a SQLite database (``_irreplaceable``).
+    what no output may replace: a private key or a SQLite database, or one that is not empty and
+    cannot be read (``_irreplaceable``).
     ``before_rename`` runs after the data is safely written and before the rename; if it raises,
     nothing is renamed. Raises ``OSError`` (or what ``before_rename`` raises); the temporary file
     never outlives a failure.
@@ -586,13 +592,13 @@ def replace_file(
     it is (a writer that holds it open and writes to it at that very moment loses what it writes).
     """
     try:
-        existing = os.lstat(path).st_mode
+        existing = os.lstat(path)
     except FileNotFoundError:
         existing = None
-    if existing is not None and not stat.S_ISREG(existing):
-        kind = "a symbolic link" if stat.S_ISLNK(existing) else "not a regular file"
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(existing.st_mode) else "not a regular file"
         raise OSError(errno.EEXIST, f"{kind} is there; refusing to replace it")
-    if existing is not None and (held := _irreplaceable(path)):
+    if existing is not None and (held := _irreplaceable(path, existing.st_size)):
         raise OSError(errno.EEXIST, f"{held} is there; refusing to replace it (name another file)")
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".agentgate-", suffix=".tmp")
     try:
