@@ -180,18 +180,46 @@ _READ_PRINCIPALS: weakref.WeakKeyDictionary[Policy, dict[str, str]] = weakref.We
 """Per policy: each key of how a principal's name reads (``_confusables.readings``), to the name."""
 
 
-def principal_named(policy: Policy, name: str) -> str | None:
-    """The principal whose name ``name`` is, or reads as, else ``None``. Reads as: the two are
-    confusable (Unicode TR39's skeletons, of the NFKC forms, case folded:
-    ``_confusables.readings``): ``Researcher``, a full-width ``ｒｅｓｅａｒｃｈｅｒ``, an all-Cyrillic
-    ``геѕеагсһег`` (until review R68 only NFKC and case were folded). A principal's exact name
-    computes nothing; another name's readings are kept (``readings``' cache). The policy refuses
-    two principals that read alike (``policy._load``), so at most one matches."""
+def principals_named(policy: Policy, name: str) -> tuple[str, ...]:
+    """The principals whose names ``name`` is, or reads as, in code point order: none for a free
+    name, one for most. Reads as: the two are confusable (Unicode TR39's skeletons, of the NFKC
+    forms, case folded: ``_confusables.readings``): ``Researcher``, a full-width
+    ``ｒｅｓｅａｒｃｈｅｒ``, an all-Cyrillic ``геѕеагсһег`` (until review R68 only NFKC and case were
+    folded). The policy refuses two principals that read alike (``policy._load``), yet reading
+    alike is not transitive: a name has two readings, and ``bobI`` reads as ``bobi`` (``I`` case
+    folded) and as ``bobl`` (``I`` taken for ``l``), two principals that read apart, so it names
+    both. The Gate refuses such a name whatever its key (``several_principals``): until review
+    R91 it was taken for one of them by the order of a set, which each process's hash seed set,
+    and granted on that one's key in some processes. A principal's exact name computes
+    nothing (it reads as no other: the policy refuses two that share a reading); another name's
+    readings are kept (``readings``' cache)."""
     if name in policy.principal_dids:
-        return name
+        return (name,)
     read = _READ_PRINCIPALS.get(policy)
     if read is None:
         read = _READ_PRINCIPALS[policy] = {
             key: p for p in policy.principal_dids for key in _confusables.readings(p)
         }
-    return next((read[key] for key in _confusables.readings(name) if key in read), None)
+    found = [read[key] for key in _confusables.readings(name) if key in read]
+    return tuple(sorted(set(found))) if found else ()
+
+
+def principal_named(policy: Policy, name: str) -> str | None:
+    """The principal whose name ``name`` is, or reads as, else ``None`` (``principals_named``):
+    for a name that reads as several, the first of them in code point order, the same in every
+    process. Whether a name is a principal's at all; a rule that compares the principal's key
+    with the agent's reads ``principals_named``, and refuses a name of several."""
+    found = principals_named(policy, name)
+    return found[0] if found else None
+
+
+def several_principals(name: str, principals: tuple[str, ...], who: str = "agent") -> str:
+    """Why an agent (``who``) named ``name``, which reads as each of ``principals`` (two or more,
+    ``principals_named``), is refused whatever its key: it would act, and be recorded, as a
+    principal whose key is not its own, as a principal's name on another key would."""
+    listed = ", ".join(principals[:-1]) + f" and {principals[-1]}"
+    return (
+        f"{who} {name} reads as principals {listed} (Unicode's confusables: the principals read "
+        "apart, the name reads as each), so it would act, and be recorded, as one whose key is "
+        "not its own, whatever its key"
+    )

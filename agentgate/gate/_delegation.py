@@ -67,6 +67,8 @@ from agentgate.gate._checks import (
     delegated_purpose,
     issued_purpose,
     principal_named,
+    principals_named,
+    several_principals,
 )
 from agentgate.gate._lock import _serialized
 from agentgate.gate._policy_chain import PolicyChains
@@ -732,17 +734,26 @@ class _Delegation:
         principal; else ``None``. ``issuing``: for ``issue`` (an agent), else ``delegate`` (a
         sub-agent). Until review R65 such a grant was made (by ``issue``, one on which every call
         was then refused). ``name`` is compared as its NFKC, case-folded form (``_checks.principal_named``:
-        until review R66 exactly, and ``Researcher`` was granted)."""
-        principal = principal_named(self.policy, name)
-        own = None if principal is None else self.policy.principal_dids.get(principal)
-        if own is None or own == key.did:
-            return None
+        until review R66 exactly, and ``Researcher`` was granted). A name that reads as several
+        principals (``bobI`` as ``bobi`` and ``bobl``) is refused on any key (``several_principals``;
+        until review R91 granted on one of theirs in some processes, by their hash seed)."""
         who, act = ("an agent", "issue") if issuing else ("a sub-agent", "delegate")
-        message = (
-            f"{who} named {name} on key {key.did} would act, and be recorded, as principal {principal}, "
-            f"whose key in the policy is {own}: {act} under a name the policy does not give another "
-            f"key, or to {principal}'s own key"
-        )
+        principals = principals_named(self.policy, name)
+        if len(principals) > 1:
+            message = (
+                f"{several_principals(name, principals, f'{who} named')}: {act} under a name that "
+                "reads as one principal at most"
+            )
+        else:
+            principal = principals[0] if principals else None
+            own = None if principal is None else self.policy.principal_dids.get(principal)
+            if own is None or own == key.did:
+                return None
+            message = (
+                f"{who} named {name} on key {key.did} would act, and be recorded, as principal {principal}, "
+                f"whose key in the policy is {own}: {act} under a name the policy does not give another "
+                f"key, or to {principal}'s own key"
+            )
         refused = Denied(message)
         refused.finding = _finding(
             FindingKind.IMPLICIT_TRUST_INHERITANCE,

@@ -61,8 +61,9 @@ from agentgate.gate._checks import (
     _is_ascii_pair,
     granted_elsewhere,
     inherited_identity,
-    principal_named,
+    principals_named,
     renamed_identity,
+    several_principals,
 )
 from agentgate.gate._config import scheduler_config
 from agentgate.gate._costs import _Costs, _token_estimate
@@ -775,7 +776,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         scheduler's per-agent limit, the requester approvers are shown and the spans took it.
 
         A name is a principal's when it is, or reads as, that principal's name (NFKC, case folded,
-        and since review R68 Unicode's confusables: ``_checks.principal_named``). A name ``Gate.issue`` and ``Gate.delegate`` would not grant
+        and since review R68 Unicode's confusables: ``_checks.principals_named``); a name that
+        reads as several principals is refused on any key since review R91. A name ``Gate.issue`` and ``Gate.delegate`` would not grant
         (``_names.check_agent_name``: an invisible or control character, more than
         ``MAX_NAME_CHARS``, an edge space, letters of mixed scripts such as ``rеsearcher`` with a
         Cyrillic ``е``) is refused since review R67; until then a grant that binds no name was
@@ -784,9 +786,13 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             return None
         # Folded as ``Gate.issue`` and ``Gate.delegate`` fold it: until review R67 a grant that
         # binds no name was decided under ``RESEARCHER`` on a key the researcher does not hold.
-        named = principal_named(self.policy, identity.name)
-        own = None if named is None else self.policy.principal_dids.get(named)
-        if own is None or own == identity.did:
+        # A name that reads as several principals (``bobI``: ``bobi`` and ``bobl``) is refused
+        # whatever its key, as Gate.issue refuses it: until review R91 it was taken for one of
+        # them by each process's hash seed.
+        principals = principals_named(self.policy, identity.name)
+        several = len(principals) > 1
+        own = self.policy.principal_dids.get(principals[0]) if len(principals) == 1 else None
+        if not several and (own is None or own == identity.did):
             granted = granted_elsewhere(identity.chain.tip.purpose, identity.name)
             if granted is not None:
                 return renamed_identity(identity, granted)
@@ -800,6 +806,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
                 _OWN_NAME,
                 _NAME_HINT,
             )
+        if several:
+            return inherited_identity(several_principals(identity.name, principals), _OWN_NAME, _NAME_HINT)
         if own is None or own == identity.did:
             return None
         holder = self.index.principal_name(identity.did)

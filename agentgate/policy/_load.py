@@ -897,8 +897,12 @@ class _Compiler:
         an agent's name for a principal's by how it reads (``gate._checks.principal_named``), so
         it would take the two for one. Names differing only in case were refused since review
         R67; names a reader confuses otherwise (``mallory`` and ``rnallory``, ``bob1`` and
-        ``bobl``) loaded until review R68. Other sections' names are compared exactly; lint
-        reports theirs (``names_differ_only_in_case``, ``names_read_alike``)."""
+        ``bobl``) loaded until review R68. Reading alike is not transitive, so two principals
+        that read apart may both be read in a third name (``bobi`` and ``bobl`` in ``bobI``):
+        whether some name does is not known from their readings, so such a policy loads, and
+        the Gate refuses such a name on any key (``gate._checks.principals_named``). Other
+        sections' names are compared exactly; lint reports theirs (``names_differ_only_in_case``,
+        ``names_read_alike``)."""
         first: dict[str, str] = {}
         for name in self.doc.principals:
             keys = _confusables.readings(name)
