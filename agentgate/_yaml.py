@@ -17,7 +17,8 @@ errors by location path, ``("roles", "support", "ttl_s")``, which this map turns
 - more than ``MAX_NODES`` nodes, counted from the parser's events before any node is built (8 MiB
   of ``[a,a,...`` composes into 1.3 GiB of nodes), more than ``MAX_ALIASES`` aliases or
   ``MAX_NODES`` built values (an alias bomb expands exponentially when the tree is built), or
-  nesting deeper than ``MAX_DEPTH`` (building recurses).
+  nesting deeper than ``MAX_DEPTH`` (building recurses). An alias of a scalar is not counted:
+  each scalar node is read once, however many aliases it has (``_Builder._read_scalar``).
 
 It also records where a number loaded as a float other than the number written
 (``Locations.inexact``), for a caller that compares with it to refuse.
@@ -1134,6 +1135,12 @@ class _Builder:
         self.locations = locations
         self.count = 0
         self.seen: set[int] = set()
+        self.scalars_read: dict[int, tuple[Any, bool]] = {}
+        """Each scalar node built, by ``id``: its value, and whether that is a float other than
+        the number written (``_read_scalar``)."""
+        self.keys_read: dict[int, tuple[Any, str]] = {}
+        """Each mapping key node read, by ``id``: its text (else what is not text) and the text's
+        NFC form (``_read_key``)."""
         self.aliases = 0
         self.inside_alias = False
         self.alias_at: Any = None
@@ -1201,8 +1208,8 @@ class _Builder:
         if self.verbatim:
             self._refuse_verbatim_non_specific(node)
         if isinstance(node, yaml.ScalarNode):
-            value = self._scalar(node)
-            if type(value) is float and not _written_exactly(node.value, value):
+            value, inexact = self._read_scalar(node)
+            if inexact:
                 self.locations.inexact[path] = (node.value, value)
             return value
         if len(path) >= MAX_DEPTH:
@@ -1227,6 +1234,38 @@ class _Builder:
                 raise self._tag_error(node)
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
         raise self._tag_error(node)
+
+    def _read_scalar(self, node: yaml.ScalarNode) -> tuple[Any, bool]:
+        """``node``'s value (``_scalar``) and whether it is a float other than the number written,
+        read once per node: the composer hands each alias over as its anchor's node, so an alias
+        of a scalar is one look-up. An alias of a scalar expands to nothing, so ``MAX_ALIASES``
+        does not count it; until review R91 each read the whole text again (the surrogate
+        search, the number patterns), and 40,000 aliases of a 4 MiB scalar, a file within
+        the 8 MiB a policy may hold, took minutes to load."""
+        read = self.scalars_read.get(id(node))
+        if read is None:
+            value = self._scalar(node)
+            inexact = type(value) is float and not _written_exactly(node.value, value)
+            read = self.scalars_read[id(node)] = (value, inexact)
+        return read
+
+    def _read_key(self, node: yaml.Node) -> tuple[Any, str]:
+        """A mapping key's text, read as a value is, and its NFC form; ``None`` (and ``""``) where
+        it is not text (a number, a collection). Read once per node, as ``_read_scalar`` reads a
+        value: one key aliased in many mappings (``- {*k: 1}``) is one look-up each."""
+        read = self.keys_read.get(id(node))
+        if read is None:
+            key: Any = None
+            if isinstance(node, yaml.ScalarNode):
+                if node.tag == _STR:
+                    # Read as a value is: until review R86 ``1e3:``, ``0o17:`` and ``-.5:``, numbers
+                    # in YAML 1.2 and text to PyYAML's 1.1 rule, loaded as text keys.
+                    key = self._text(node)
+                elif self._non_specific(node):
+                    key = self._unicode(node)
+            normal = unicodedata.normalize("NFC", key) if isinstance(key, str) else ""
+            read = self.keys_read[id(node)] = (key, normal)
+        return read
 
     def _tag_match(self, pattern: re.Pattern[str], node: yaml.Node) -> re.Match[str] | None:
         """``pattern`` (``_TAGGED`` or one built on it) matched at ``node``'s start, where the tag
@@ -1481,14 +1520,7 @@ class _Builder:
                 )
             if self.verbatim:
                 self._refuse_verbatim_non_specific(key_node)
-            key: Any = None
-            if isinstance(key_node, yaml.ScalarNode):
-                if key_node.tag == _STR:
-                    # Read as a value is: until review R86 ``1e3:``, ``0o17:`` and ``-.5:``, numbers
-                    # in YAML 1.2 and text to PyYAML's 1.1 rule, loaded as text keys.
-                    key = self._text(key_node)
-                elif self._non_specific(key_node):
-                    key = self._unicode(key_node)
+            key, normalized = self._read_key(key_node)
             if not isinstance(key, str):
                 raise self.error_at(
                     key_at,
@@ -1497,7 +1529,7 @@ class _Builder:
                     "quote keys that look like numbers, booleans or null (e.g. 'yes')",
                 )
             child = (*path, key)
-            first = normal.setdefault(unicodedata.normalize("NFC", key), key)
+            first = normal.setdefault(normalized, key)
             if first in out:
                 # Until review R67 ``café`` written once as one character and once as ``e`` and a
                 # combining accent loaded as two keys, which every reader sees as one.
