@@ -32,17 +32,18 @@ def one_line(error: PolicyError) -> str:
 
 def test_a_duration_with_line_breaks_in_it_is_quoted_as_it_reads() -> None:
     """Review R84: ``ttl_s: "8\\n\\u2028h"`` was told "28800 for 8", a line break, U+2028, "h":
-    each run of spaces and line breaks is quoted as one space."""
+    each run of spaces and line breaks was quoted as one space; since review R91 the duration is
+    quoted without them, as the command line reads it."""
     error = refusal('version: 1\nroles:\n  r:\n    ttl_s: "8\\n\\u2028h"\n')
     one_line(error)
-    assert error.hint is not None and error.hint.endswith("ttl_s is whole seconds, 28800 for 8 h"), error.hint
+    assert error.hint is not None and error.hint.endswith("ttl_s is whole seconds, 28800 for 8h"), error.hint
 
 
 def test_a_duration_padded_with_spaces_is_quoted_with_one() -> None:
     """Review R84: 100,000 spaces inside the duration were quoted in the hint, all of them."""
     error = refusal('version: 1\nroles:\n  r:\n    ttl_s: "8' + " " * 100_000 + 'h"\n')
     assert len(one_line(error)) < 400
-    assert error.hint is not None and error.hint.endswith("28800 for 8 h"), error.hint
+    assert error.hint is not None and error.hint.endswith("28800 for 8h"), error.hint
 
 
 def test_an_argument_named_with_a_line_break_is_written_as_yaml_reads_it_back() -> None:

@@ -629,7 +629,10 @@ def _seconds_hint(loc: Sequence[str | int], text: str, kind: str) -> str | None:
     the duration is in seconds (``ttl_s: 0h``: more than 0). A field of ``kind`` ``int_type`` is
     whole seconds, a float field seconds. Until review R86 every field was told a lifetime's range:
     ``backoff_max_s: 2d`` to write 172800, above its 86400, and ``timeout_s: 11000d``, which it
-    takes, that it was more than 10 years."""
+    takes, that it was more than 10 years. Blanks in the text (``1h 30m``, ``1 h``), which the
+    command line refuses, are left out, and the duration is quoted without them, in the form the
+    command line reads (``5400 for 1h30m``): until review R91 it was quoted as written, a duration
+    ``--ttl`` refuses (review R84 had made that one line, a space for each run of blanks)."""
     name = loc[-1] if loc else None
     written = "".join(text.split())
     if not (isinstance(name, str) and name.endswith("_s") and LONG_DURATION.fullmatch(written)):
@@ -653,10 +656,9 @@ def _seconds_hint(loc: Sequence[str | int], text: str, kind: str) -> str | None:
         seconds = duration_seconds(written)
     except InputError as refused:  # 1h1h, or longer than any number of seconds a field takes
         return f"{head}{limits}; {refused}"
-    spaced = " ".join(text.split())  # one line, however many spaces and line breaks it was written with
     if all(holds(seconds, bound) for bound, _, holds in bounds):
-        return f"{head}, {seconds} for {spaced}"
-    return f"{head}{limits} ({spaced} is {seconds})"
+        return f"{head}, {seconds} for {written}"
+    return f"{head}{limits} ({written} is {seconds})"
 
 
 _BOUNDS: tuple[tuple[str, str, Callable[[Any, Any], bool]], ...] = (
