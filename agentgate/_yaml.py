@@ -205,11 +205,17 @@ class Locations:
 
 
 def null_written(text: str) -> str | None:
-    """How a document that ``load_yaml`` loaded as null wrote it (``~``, ``null``...), or None
-    where it holds no value at all (nothing, comments, a bare ``---``): a value written as null,
-    or an empty file. Only for a text ``load_yaml`` has already parsed."""
+    """How a document that ``load_yaml`` loaded as null wrote it (``~``, ``null``, ``!!null``, an
+    anchor on nothing, ``&a``: the node's text, tag and anchor included, ``shortened``), or None
+    where it holds no value at all (nothing, comments, a bare ``---``, whose node spans no text):
+    a value written as null, or an empty file. Until review R91 only a null's own text counted,
+    and ``!!null`` alone was called an empty file. Only for a text ``load_yaml`` has already
+    parsed."""
     node = yaml.compose(text, Loader=_Loader)
-    return str(node.value) if isinstance(node, yaml.ScalarNode) and node.value else None
+    if node is None:
+        return None
+    written = text[node.start_mark.index : node.end_mark.index]
+    return shortened(written) if written else None
 
 
 def mark_at(text: str, index: int) -> Mark:
