@@ -47,7 +47,7 @@ async def test_a_waiter_cancelled_in_the_loop_turn_its_slot_frees_is_not_sent() 
             while router.in_flight("b0") == 0:
                 await asyncio.sleep(0.01)
             waiter = asyncio.create_task(dispatcher.chat(_payload(2), slo_ttft_s=30.0, request_id="w"))
-            while [name for _, name in router._line] != ["w"] or server.served == 0:
+            while list(router._waiters) != ["w"] or server.served == 0:
                 await asyncio.sleep(0.01)  # the waiter in line, the holder's request at the server
             holder.cancel()
             while router.in_flight("b0"):  # the holder's slot freed: the waiter's event is set
@@ -55,7 +55,7 @@ async def test_a_waiter_cancelled_in_the_loop_turn_its_slot_frees_is_not_sent() 
             waiter.cancel()  # in the same loop turn, before the waiter ran again
             with pytest.raises(asyncio.CancelledError):
                 await waiter
-            assert router.in_flight("b0") == 0 and not router._line
+            assert router.in_flight("b0") == 0 and not router._waiters
             assert server.served == 1  # the holder's request only: the waiter's was never sent
 
 

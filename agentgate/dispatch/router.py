@@ -35,15 +35,20 @@ waiter whose caller gives up leaves the line when told (``withdraw``; the dispat
 else after ``WAITER_TIMEOUT_S`` without asking; one whose SLO budget is spent is shed when it asks
 and leaves the line then. Class 1 has no protection against class 0: under a steady stream of
 class-0 arrivals a class-1 waiter is passed by each of them, and is shed once its SLO budget is
-spent (it waits no longer than its SLO). Asking costs the same however long the line is (the walk
-down the line stops once the free slots are spoken for), so every waiter asking again when a
-slot frees costs linear, not quadratic, work; ``due`` names the waiters the free slots go to, so
-that a caller can wake only those.
+spent (it waits no longer than its SLO). Asking costs the same however long the line is: the line
+is kept as one line per set of backends its waiters may use (their model's, less those their
+``allowed`` rules out), and the walk down it merges only the lines with a free slot they may use,
+leaves a line at its first waiter that can be given none (none behind it could be either), and
+stops once the free slots are spoken for. So every waiter asking again when a slot frees costs
+linear, not quadratic, work, and waiters for a model whose engines are full cost an ask for
+another model nothing (until review R91 each was walked past, one scan of every backend each);
+``due`` names the waiters the free slots go to, so that a caller can wake only those.
 
 Saturation is overload, where tenant quotas decide: a request whose tenant's token bucket cannot
 pay for it is ``Shed`` at once (``Retry-After`` = the bucket's refill time, as above) rather than
 put in line, and a waiter whose tenant has spent its bucket meanwhile is given no slot while a
-waiter within its quota could use it (it is shed when it asks, unless a slot is left over).
+waiter within its quota could use it (it is shed when it asks, unless a slot is left over; until
+then the walk passes it, one check of its tenant's bucket, where its line has a free slot).
 
 Backends that share a URL (``inventory.engine_key``: ``http://h`` and ``http://h:80`` are one
 URL, ``/A`` and ``/a`` two) are one engine under several names (say one per tenant or per model
@@ -54,6 +59,7 @@ requests in flight on all of them, instead of each allowing its own.
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import math
 from collections import OrderedDict
@@ -97,7 +103,9 @@ class _Waiter:
     """What its tenant's token bucket pays for it (``_cost``)."""
     paid: float
     """For a call failed over: the tokens its bucket took for it already (``RouteRequest.paid``)."""
-    allowed: AllowedBackend | None
+    backends: frozenset[str]
+    """The backends serving its model that its caller's ``allowed`` admitted when it last asked:
+    the line it is kept in (``Router._lines``)."""
     deadline: float
     """When its SLO budget is spent (it is shed at its next ask)."""
     asked: float
@@ -131,6 +139,18 @@ def _checked_quotas(quotas: object) -> dict[str, TenantQuota]:
                 f"(agentgate.dispatch.quota), got {got}"
             )
     return dict(quotas)
+
+
+@dataclass(slots=True)
+class _Line:
+    """The waiters that may use one set of backends (one model, one ``allowed``), in order."""
+
+    states: tuple[BackendState, ...]
+    """The backends they may use (healthy or not)."""
+    engines: frozenset[str]
+    """Those backends' engines (``inventory.engine_key``)."""
+    waiters: list[tuple[tuple[int, float, float], str]]
+    """Their (key, request id), sorted."""
 
 
 class Router(RoutingPolicy):
@@ -180,8 +200,10 @@ class Router(RoutingPolicy):
         self._buckets: dict[str, TokenBucket] = {}
         self._sessions: OrderedDict[str, str] = OrderedDict()
         self._waiters: dict[str, _Waiter] = {}
-        self._line: list[tuple[tuple[int, float, float], str]] = []
-        """The waiters' (key, request id), sorted: the line."""
+        self._lines: dict[frozenset[str], _Line] = {}
+        """The line, kept as one line per set of backends its waiters may use (``_Waiter.backends``)."""
+        self._lines_on: dict[str, set[frozenset[str]]] = {}
+        """The lines (their sets of backends) with a backend on each engine (URL)."""
         self._swept = -math.inf
         """When the line was last swept of waiters that stopped asking."""
         self._arrivals = itertools.count()
@@ -204,7 +226,9 @@ class Router(RoutingPolicy):
         if plan.action == "dispatch":
             self.withdraw(request.id)
         elif request.id in self._waiters:
-            self._waiters[request.id].allowed = allowed
+            # In the line of the backends its ``allowed`` admits now (asked once per ask, not at
+            # every walk down the line).
+            self._file(request.id, self._backends(request.model, allowed))
         return plan
 
     def withdraw(self, request_id: str) -> None:
@@ -212,8 +236,49 @@ class Router(RoutingPolicy):
         line at once, so the slots it was owed go to those behind it. Unknown ids are ignored."""
         waiter = self._waiters.pop(request_id, None)
         if waiter is not None:
-            at = bisect.bisect_left(self._line, (waiter.key, request_id))
-            del self._line[at]
+            self._leave(waiter, request_id)
+
+    def _backends(self, model: str, allowed: AllowedBackend | None) -> frozenset[str]:
+        """The backends serving ``model`` that ``allowed`` admits: a waiter's line."""
+        return frozenset(
+            name
+            for name, state in self.states.items()
+            if model in state.backend.models and (allowed is None or allowed(state.backend))
+        )
+
+    def _file(self, request_id: str, backends: frozenset[str]) -> None:
+        """Keep waiter ``request_id`` in the line of ``backends`` (moving it there from another),
+        at its place by its key."""
+        waiter = self._waiters[request_id]
+        if waiter.backends == backends and backends in self._lines:
+            return
+        self._leave(waiter, request_id)
+        waiter.backends = backends
+        line = self._lines.get(backends)
+        if line is None:
+            states = tuple(self.states[name] for name in sorted(backends))
+            line = self._lines[backends] = _Line(
+                states=states, engines=frozenset(s.backend.engine_key for s in states), waiters=[]
+            )
+            for url in line.engines:
+                self._lines_on.setdefault(url, set()).add(backends)
+        bisect.insort(line.waiters, (waiter.key, request_id))
+
+    def _leave(self, waiter: _Waiter, request_id: str) -> None:
+        """Take ``waiter`` out of its line (if it is in one), and the line away once empty."""
+        line = self._lines.get(waiter.backends)
+        if line is None:
+            return
+        at = bisect.bisect_left(line.waiters, (waiter.key, request_id))
+        if at < len(line.waiters) and line.waiters[at][1] == request_id:
+            del line.waiters[at]
+        if not line.waiters:
+            del self._lines[waiter.backends]
+            for url in line.engines:
+                on = self._lines_on[url]
+                on.discard(waiter.backends)
+                if not on:
+                    del self._lines_on[url]
 
     def _saturated(self, request: RouteRequest, now: float) -> RoutePlan:
         """The base rule (wait, or ``Shed``), and a request told to wait takes its place in line;
@@ -238,11 +303,10 @@ class Router(RoutingPolicy):
                 tenant=request.tenant,
                 cost=cost,
                 paid=paid_before(request),
-                allowed=None,
+                backends=frozenset(),  # ``route`` files it in its line, by its ``allowed``
                 deadline=request.arrived_at + request.slo_ttft_s,
                 asked=now,
             )
-            bisect.insort(self._line, (key, request.id))
         return plan
 
     def _gone(self, waiter: _Waiter, now: float) -> bool:
@@ -263,8 +327,9 @@ class Router(RoutingPolicy):
         The waiters ahead are given the free slots in order of the line, each on an engine it may
         use, moving one given earlier to another engine it may use when that makes room (a
         matching, not a first fit: a waiter that may use two engines does not block one behind it
-        that may use only one of them). The walk stops once no free slot is left: asking costs
-        about the same however long the line is, when every waiter asks again as a slot frees.
+        that may use only one of them). The walk stops once no free slot is left, and passes
+        over the waiters that could use none of those left (``_match``): asking costs about the
+        same however long the line is, when every waiter asks again as a slot frees.
         A request whose tenant's token bucket cannot pay for it has every waiter within its quota
         ahead of it (it takes only a slot none of them could use; else ``_saturated`` sheds it)."""
         mine = self._waiters.get(request.id)
@@ -299,7 +364,16 @@ class Router(RoutingPolicy):
         engines each of those may use, and the free slots of each engine (``_spare``, counted
         once per ask); the walk stops once every free slot is given. A waiter
         whose tenant's token bucket cannot pay for it now is given none (it is shed at its next
-        ask unless a slot is left over for it)."""
+        ask unless a slot is left over for it).
+
+        The walk visits the waiters in order of the line, but only in the lines that may use a
+        free slot (a backend of theirs healthy, on an engine with one), and it leaves a line at
+        its first waiter that is given none: the others there may use the same engines, and a
+        waiter no slot can be found for finds none after later ones are given theirs (the
+        matching's augmenting paths only grow it), so the slots given are those of a walk of
+        the whole line. Until review R91 the walk went through every waiter ahead, rebuilding the
+        engines each may use from every backend, while a free slot was left that none of them
+        could use: each ask, and each slot freed, cost as much as the line was long."""
         if now - self._swept > WAITER_TIMEOUT_S:
             self._swept = now
             for name, waiter in list(self._waiters.items()):
@@ -308,27 +382,40 @@ class Router(RoutingPolicy):
         spare = self._spare()
         given: dict[str, list[str]] = {url: [] for url in spare}
         usable: dict[str, set[str]] = {}
-        at = 0
-        while at < len(self._line):
-            waiter_key, name = self._line[at]
-            if waiter_key >= key or not any(n > len(given[url]) for url, n in spare.items()):
+        left = sum(spare.values())
+        walking: dict[frozenset[str], tuple[list[tuple[tuple[int, float, float], str]], set[str]]] = {}
+        heads: list[tuple[tuple[int, float, float], str, frozenset[str]]] = []
+        for backends in {b for url in spare for b in self._lines_on.get(url, ())}:
+            line = self._lines[backends]
+            engines = {
+                s.backend.engine_key for s in line.states if s.healthy and s.backend.engine_key in spare
+            }
+            if engines:
+                walking[backends] = (line.waiters, engines)
+                heads.append((*line.waiters[0], backends))
+        heapq.heapify(heads)
+        at: dict[frozenset[str], int] = dict.fromkeys(walking, 0)
+        while heads and left > 0:
+            waiter_key, name, backends = heads[0]
+            if waiter_key >= key:
                 break
             waiter = self._waiters[name]
+            waiters, engines = walking[backends]
             if self._gone(waiter, now):
-                self.withdraw(name)  # the next one is now at ``at``
-                continue
-            at += 1
-            if self._in_debt(waiter.tenant, waiter.cost, now, paid=waiter.paid):
-                continue
-            usable[name] = {
-                url
-                for state in self.states.values()
-                if (url := state.backend.engine_key) in spare
-                and waiter.model in state.backend.models
-                and state.healthy
-                and (waiter.allowed is None or waiter.allowed(state.backend))
-            }
-            _place(name, usable, given, spare, set())
+                self.withdraw(name)  # the next one of its line is now at ``at``
+            else:
+                at[backends] += 1
+                if not self._in_debt(waiter.tenant, waiter.cost, now, paid=waiter.paid):
+                    usable[name] = engines
+                    if _place(name, usable, given, spare, set()):
+                        left -= 1
+                    else:
+                        heapq.heappop(heads)  # none behind it in its line gets a slot either
+                        continue
+            if at[backends] < len(waiters):
+                heapq.heapreplace(heads, (*waiters[at[backends]], backends))
+            else:
+                heapq.heappop(heads)
         return given, usable, spare
 
     def choose(self, candidates: list[BackendState], request: RouteRequest, now: float) -> RoutePlan:

@@ -1,0 +1,130 @@
+"""Router line: what calls waiting for a full model cost the calls of another model.
+
+One engine serves model ``big`` (``max_concurrency`` 1, held by one call) and another serves
+``small`` (64 slots). ``--waiting`` calls of class 1 wait in the router's line for ``big``; then
+``--calls`` calls of ``small`` are each routed (dispatched at once), finished, and the router asked
+which waiters the freed slot goes to (``due``, as the dispatcher asks on every finished call).
+The figure is the time of that per call, best of ``--repeat`` runs, with the line full against
+with it empty, in the same process.
+
+Goal: with the line full, a call of the other model costs at most 2.0 x a call with nobody waiting
+(``waiting_over_empty``). Until review R91 the router walked every waiter ahead that could use
+none of the free slots, and each call cost time in proportion to the line: 3.5 ms at 1,000
+waiting, 33 ms at 8,000, against 0.03 ms with nobody waiting (about 1,000 x).
+
+    .venv/bin/python benchmarks/router_line.py [--quick] [--json] [--waiting N] [--calls N] [--repeat R]
+
+``--quick`` keeps 2,000 waiting and 2 repeats where ``--waiting`` and ``--repeat`` name none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's agentgate, not an installed one
+
+from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch.router import Router, RouteRequest
+from benchmarks._args import whole_up_to
+
+MAX_WAITING = 1_000_000
+"""The most ``--waiting`` taken: each waiter is held in memory (a few hundred bytes)."""
+
+MAX_CALLS = 1_000_000
+"""The most ``--calls`` taken."""
+
+MAX_REPEAT = 1_000
+"""The most ``--repeat`` taken."""
+
+GOAL = 2.0
+"""The most a call of the other model may cost with the line full, over with it empty."""
+
+
+def _call(name: str, model: str) -> RouteRequest:
+    return RouteRequest(id=name, model=model, prompt_tokens=10, slo_ttft_s=3600.0, arrived_at=0.0)
+
+
+def per_call_s(waiting: int, calls: int) -> float:
+    """Seconds per call of ``small`` with ``waiting`` calls in line for ``big`` (all at one
+    instant: no waiter leaves the line for having stopped asking)."""
+    inventory = inventory_from_mapping(
+        {
+            "backends": [
+                {"name": "big0", "url": "http://127.0.0.1:9000", "models": ["big"], "max_concurrency": 1},
+                {
+                    "name": "small0",
+                    "url": "http://127.0.0.1:9001",
+                    "models": ["small"],
+                    "max_concurrency": 64,
+                },
+            ]
+        }
+    )
+    router = Router(inventory)
+    if router.route(_call("holder", "big"), 0.0).action != "dispatch":
+        raise SystemExit("router_line: the holder of big's slot was not dispatched")
+    for i in range(waiting):
+        if router.route(_call(f"w{i}", "big"), 0.0).action != "wait":
+            raise SystemExit(f"router_line: waiter {i} for big was not put in line")
+    names = [f"s{j}" for j in range(calls)]
+    gc.collect()
+    started = time.perf_counter()
+    for name in names:
+        router.route(_call(name, "small"), 0.0)
+        router.finished(name, 0.0)
+        router.due(0.0)
+    return (time.perf_counter() - started) / calls
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2,000 waiting, 2 repeats, where not given")
+    parser.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")
+    parser.add_argument(
+        "--waiting",
+        type=whole_up_to(1, MAX_WAITING, "waiters held in memory"),
+        default=None,
+        help=f"calls in line for the full model, 1 to {MAX_WAITING:,}, default 8,000 (--quick: 2,000)",
+    )
+    parser.add_argument(
+        "--calls",
+        type=whole_up_to(1, MAX_CALLS, "calls of the other model"),
+        default=2_000,
+        help=f"calls of the other model timed, 1 to {MAX_CALLS:,}, default 2,000",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=whole_up_to(1, MAX_REPEAT, "runs of every figure"),
+        default=None,
+        help=f"1 to {MAX_REPEAT:,}, default 5 (--quick: 2)",
+    )
+    args = parser.parse_args(argv)
+    waiting = args.waiting if args.waiting is not None else 2_000 if args.quick else 8_000
+    repeat = args.repeat if args.repeat is not None else 2 if args.quick else 5
+
+    empty = min(per_call_s(0, args.calls) for _ in range(repeat))
+    full = min(per_call_s(waiting, args.calls) for _ in range(repeat))
+    ratio = full / empty
+    print(f"{'calls of small, per call (best of ' + str(repeat) + ')':<44} {'us':>10}")
+    print(f"{'nobody waiting for big':<44} {empty * 1e6:>10.2f}")
+    print(f"{f'{waiting:,} waiting for big':<44} {full * 1e6:>10.2f}")
+    print(f"{'ratio (goal <= ' + str(GOAL) + ')':<44} {ratio:>10.2f}")
+    figures = {
+        "waiting": waiting,
+        "calls": args.calls,
+        "repeat": repeat,
+        "empty_line_per_call_us": round(empty * 1e6, 3),
+        "full_line_per_call_us": round(full * 1e6, 3),
+    }
+    goals = {"waiting_over_empty": {"value": round(ratio, 3), "limit": GOAL, "better": "lower"}}
+    print(json.dumps({"benchmark": "router_line", "figures": figures, "goals": goals}))
+
+
+if __name__ == "__main__":
+    main()
