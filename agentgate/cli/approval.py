@@ -32,6 +32,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -285,8 +286,11 @@ def _not_counted(
     Until review R72 none was shown: an approver signing never learnt from the description that
     a forged, self-signed or misdirected yes had been presented, though the log says so."""
     found: dict[str, list[int]] = {}
+    # Hashed once: until review R91 each entry of ``later`` hashed every reason of ``added`` again
+    # (up to a 1 MiB payload's), seconds before an approver was told anything.
+    words = _digested(added)
     for other in later:
-        for recorded, text in zip(other.reasons, _in_words(other.reasons, added), strict=True):
+        for recorded, text in zip(other.reasons, _in_words(other.reasons, words), strict=True):
             if recorded not in entry.reasons and UNCOUNTED.match(text):
                 found.setdefault(text, []).append(other.index)
     unheld = sum(1 for text in added if text not in found)
@@ -307,7 +311,7 @@ def _gate_recorded(request: dict[str, Any], entry: AuditEntry) -> str | None:
     does not show it, the gate and approvers cannot be checked, and the refusal says so."""
     if "gate" not in request and "approvers" not in request:
         return None
-    clear = _in_words(entry.reasons, request.get("reasons", []))
+    clear = _in_words(entry.reasons, _digested(request.get("reasons", [])))
     named = next(filter(None, map(gate_named, clear)), None)
     if named is None and any(reason.startswith("elided reason: ") for reason in clear):
         return (
@@ -320,10 +324,15 @@ def _gate_recorded(request: dict[str, Any], entry: AuditEntry) -> str | None:
     return None
 
 
-def _in_words(recorded: tuple[str, ...], shown: list[str]) -> list[str]:
+def _digested(shown: list[str]) -> dict[str, str]:
+    """Each text among ``shown`` (the payload's reasons) by the ``elided reason`` an entry would
+    keep it as (its digest)."""
+    return {elision("reason", text.encode("utf-8")): text for text in shown}
+
+
+def _in_words(recorded: tuple[str, ...], words: Mapping[str, str]) -> list[str]:
     """The reasons an entry records (``recorded``), each it keeps by digest (``elided reason``)
-    in the words of the text among ``shown`` (the payload's) that the digest is of."""
-    words = {elision("reason", text.encode("utf-8")): text for text in shown}
+    in the words of the text the digest is of, where ``words`` (``_digested``) holds it."""
     return [words.get(reason, reason) for reason in recorded]
 
 
@@ -515,7 +524,7 @@ def _describe(request: dict[str, Any], signer: str, logged: _Logged | None = Non
     # (``ApprovalRequirement.asked``) from the gate and approvers checked against the entry.
     gate = f"approval gate {request.get('gate')}"
     asked = ApprovalRequirement(tuple(map(str, request.get("approvers", []))), reason=gate).asked
-    why = shown if entry is None else _in_words(entry.reasons, [*shown, asked])
+    why = shown if entry is None else _in_words(entry.reasons, _digested([*shown, asked]))
     reasons = printable("; ".join(map(str, why))) or "-"
     if complete:
         arguments = "all shown"
