@@ -10,6 +10,7 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Container, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from functools import partial
 from types import FunctionType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
@@ -303,7 +304,9 @@ class _Running:
         charged as reserved (the call ran); the exception ``failed`` returns (instead of a
         boolean: the call ran and failed), after recording an error outcome charged at the usage
         ``spent`` read; ``InputError`` for an exception class ``failed`` returns, as for what it
-        raises (any other value it returns is read for its truth). ``fn`` gets no idempotency key, so a tool that
+        raises (any other value it returns is read for its truth). A tool's result settled as an
+        ``error`` so is dropped from the scheduler's result cache: a retry with the same ids runs
+        the tool, as after a tool that raised. ``fn`` gets no idempotency key, so a tool that
         ``takes_idempotency_key`` is not repeated after an ambiguous failure (docs/tasks.md).
         An exception for which ``paused`` is true is a pause, not a failure (LangGraph's
         ``interrupt()`` inside a tool): the outcome is ``paused``, the reservation released, and
@@ -332,6 +335,7 @@ class _Running:
         self._begin_run(auth)
         started = False  # whether an attempt reached ``fn``
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
+        forget: Callable[[T], None] | None = None  # drops a failed result from the scheduler's cache
         try:
             with self._span(auth, call_id) as span:
                 try:
@@ -349,7 +353,9 @@ class _Running:
                                 started = began  # the scheduler refuses it with InputError
                             return value
 
-                        result = self._sync().submit(self._tool_call(auth, call_id, run_id, paused), attempt)
+                        scheduler, call = self._sync(), self._tool_call(auth, call_id, run_id, paused)
+                        forget = partial(scheduler.forget_result, call)
+                        result = scheduler.submit(call, attempt)
                     else:
                         started = True
                         result = fn()
@@ -360,7 +366,7 @@ class _Running:
                     self._fail(span, auth, exc, paused, started=started, ran=_raised_by_fn(exc, raised))
                     raise
                 # Returned with no attempt entered: the scheduler served another call's result.
-                self._finish(span, auth, result, failed, spent, reused=not started)
+                self._finish(span, auth, result, failed, spent, reused=not started, forget=forget)
                 return result
         finally:
             self._end_run()
@@ -423,6 +429,7 @@ class _Running:
         started = False  # whether an attempt reached ``fn``
         returned: list[T] = []  # what an attempt returned, should a cancellation follow it
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
+        forget: Callable[[T], None] | None = None  # drops a failed result from the scheduler's cache
         try:
             with self._span(auth, call_id) as span:
                 try:
@@ -450,9 +457,10 @@ class _Running:
                             returned.append(result)
                             return result
 
-                        result = await (await self._async()).submit(
-                            self._tool_call(auth, call_id, run_id, paused), attempt, preemptible=preemptible
-                        )
+                        scheduler = await self._async()
+                        call = self._tool_call(auth, call_id, run_id, paused)
+                        forget = partial(scheduler.forget_result, call)
+                        result = await scheduler.submit(call, attempt, preemptible=preemptible)
                     else:
                         started = True
                         value = fn()
@@ -462,7 +470,7 @@ class _Running:
                         result = await _result_of(value)
                 except asyncio.CancelledError as exc:
                     if returned:  # the call ran to its end: recorded and charged as it ended
-                        self._finish(span, auth, returned[-1], failed, spent)
+                        self._finish(span, auth, returned[-1], failed, spent, forget=forget)
                     else:
                         if began is not None:  # whether the work began, not just an attempt
                             started = _work_began(began, started)
@@ -475,7 +483,7 @@ class _Running:
                     self._fail(span, auth, exc, paused, started=started, ran=_raised_by_fn(exc, raised))
                     raise
                 # Returned with no attempt entered: the scheduler served another call's result.
-                self._finish(span, auth, result, failed, spent, reused=not started)
+                self._finish(span, auth, result, failed, spent, reused=not started, forget=forget)
                 return result
         finally:
             self._end_run(loop)
@@ -723,6 +731,7 @@ class _Running:
         spent: Callable[[T], tuple[int, int] | None] | None,
         *,
         reused: bool = False,
+        forget: Callable[[T], None] | None = None,
     ) -> None:
         """Settle a call that ran and returned ``result``: ``spent`` reads its usage, ``failed``
         says whether it failed, or gives the exception it failed with: the call is then settled
@@ -741,7 +750,11 @@ class _Running:
         ``reused``: the scheduler returned the result of another call with the same idempotency
         key, and the tool did not run for this one: settled as it would be, charged as decided,
         and its outcome says so (``RESULT_REUSED``, its last reason, never part of another), as its
-        span's ``agentgate.task.reused`` does."""
+        span's ``agentgate.task.reused`` does. ``forget``: drops ``result`` from the scheduler's
+        result cache, called before a call is settled as an ``error`` here: a later call with
+        the same idempotency key (a retry, a resumed LangGraph node) runs the tool, as after a
+        tool that raised (until review R91 it was handed the failed result, its tool never run
+        again)."""
         try:
             usage = spent(result) if spent is not None else None
             if unawaited(usage):
@@ -756,6 +769,8 @@ class _Running:
             failure = returned if isinstance(returned, BaseException) else bool(returned)
             status = "error" if failure else "ok"
         except BaseException as exc:
+            if forget is not None:
+                forget(result)
             raised = type(exc).__qualname__
             self._settle_traced(
                 span, auth, "error", _failure_reason(exc), USAGE_UNREAD, reused=reused, error_type=raised
@@ -765,6 +780,8 @@ class _Running:
         # left off the span, which must not show a count the log refused.
         if span.is_recording() and (counts := _usage_counts(usage)) is not None:
             record_usage(span, *counts)
+        if status == "error" and forget is not None:
+            forget(result)
         error_type = type(failure).__name__ if isinstance(failure, BaseException) else None
         reason = _failure_reason(failure) if isinstance(failure, BaseException) else None
         self._settle_traced(span, auth, status, reason, usage, reused=reused, error_type=error_type)

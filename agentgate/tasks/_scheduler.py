@@ -483,6 +483,15 @@ class Scheduler(_StoreWork, _Failures):
             if len(self._results) > self.config.result_cache_size:
                 self._results.popitem(last=False)
 
+    def forget_result(self, call: ToolCall, result: object) -> None:
+        """Drop ``result`` from the result cache when it is what is kept for ``call``'s key
+        (compared by identity: a result kept under the key since stays): its caller read it as a
+        failure (``Gate.run``'s ``failed``), and a later call with the key runs the tool, as after
+        a tool that raised. Until review R91 such a result was handed to every retry. Called on
+        the scheduler's event loop."""
+        if self._results and (key := call.idempotency_key()) is not None and self._results.get(key) is result:
+            del self._results[key]
+
     async def _join(self, call: ToolCall, twin: asyncio.Future[T]) -> T:
         """The outcome of ``call``'s running ``twin``, waited for at most until ``call``'s own
         deadline. A twin given up at its own deadline (``_TwinOutOfTime``) gives this call

@@ -462,6 +462,17 @@ class SyncScheduler:
             self._twin_ended(key, mine, result, None, call.reuse_result, interrupts)
         return result
 
+    def forget_result(self, call: ToolCall, result: object) -> None:
+        """``Scheduler.forget_result`` from the caller's thread: under the lock that guards the
+        result cache (direct mode), else on the loop that keeps it, queued before any later call
+        this thread makes."""
+        if self._direct:
+            with self._lock:
+                self.scheduler.forget_result(call, result)
+        else:
+            with contextlib.suppress(RuntimeError):  # a closed loop serves no later call
+                self._loop.call_soon_threadsafe(self.scheduler.forget_result, call, result)
+
     def _joined(self, call: ToolCall, twin: _Twin, joined: threading.Event) -> Any:
         """Wait for the running ``twin`` of ``call`` and take its outcome (on every way out by an
         error the caller, ``_keyed``, takes the call's class out of the twin's callers)."""
