@@ -146,6 +146,18 @@ class PendingOutcomes:
             del tick  # not held while waiting
 
 
+def _may_have(exc: BaseException, flag: str) -> bool:
+    """``exc``'s ``flag`` (``DispatchError.sent``, ``BackendFailed.after_output``) read for its
+    truth, or true when that cannot be read (a numpy array of several values, an attribute or a
+    ``__bool__`` that raises): the call may have been sent, its output may have been delivered.
+    Until review R91 that error replaced the call's own, whose outcome was never written and
+    whose reservation stayed held (as a raising ``__eq__`` did until R89: ``_raised_by_fn``)."""
+    try:
+        return bool(getattr(exc, flag))
+    except Exception:
+        return True
+
+
 def usage_after(auth: Authorization, exc: BaseException) -> tuple[int, int] | None:
     """The usage to settle a call that ``exc`` ended with: ``None`` (the reservation released)
     for an error, but a model call cancelled while it ran (``CancelledError``, a caller's
@@ -156,11 +168,13 @@ def usage_after(auth: Authorization, exc: BaseException) -> tuple[int, int] | No
     released in process, each such call a free generation). So is one answered whole with a
     usage that is not token counts (``UsageUnreadable``: until review R68 released, each such
     call free), and a stream that broke after output (``BackendFailed.after_output``: until review R68 released
-    under ``Gate.run`` of ``Gate.dispatch_stream``, the output delivered free)."""
+    under ``Gate.run`` of ``Gate.dispatch_stream``, the output delivered free); one whose
+    ``after_output`` cannot be read for its truth is taken for one that broke after output
+    (``_may_have``)."""
     if auth.call.resource.startswith("model:") and (
         not isinstance(exc, Exception)
         or isinstance(exc, AnswerTooLarge | UsageUnreadable)
-        or (isinstance(exc, BackendFailed) and exc.after_output)
+        or (isinstance(exc, BackendFailed) and _may_have(exc, "after_output"))
     ):
         return USAGE_UNREAD
     return None
@@ -174,8 +188,13 @@ def never_sent(auth: Authorization, exc: BaseException) -> bool:
     ran before, so it is settled as one that did not (released; an approval it used pending
     again). Until review R90 such a call was settled as started, and the human approval it used
     was spent on a call no backend ever got (until review R90b one given up in line, answered
-    429 ``shed`` or 503 ``no_backend``, or failed by the gateway before it was sent, still was)."""
-    return auth.call.resource.startswith("model:") and isinstance(exc, DispatchError) and not exc.sent
+    429 ``shed`` or 503 ``no_backend``, or failed by the gateway before it was sent, still was).
+    A ``sent`` whose truth cannot be read is taken for sent (``_may_have``)."""
+    return (
+        auth.call.resource.startswith("model:")
+        and isinstance(exc, DispatchError)
+        and not _may_have(exc, "sent")
+    )
 
 
 NOT_STARTED = frozenset({"SchedulingError", "Overloaded", "CircuitOpen"})

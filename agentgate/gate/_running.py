@@ -104,9 +104,16 @@ def _failure_reason(exc: BaseException) -> str:
     """The reason an outcome gives for ``exc``: its class name, and for ``NoBackend`` and
     ``BackendFailed`` why the backends failed (an HTTP 302, garbage, no answer in time, a stream
     cut after output), as the gateway gives it: that belongs in the evidence, not only in a log,
-    and the message names no backend key (scrubbed)."""
-    if isinstance(exc, NoBackend | BackendFailed) and str(exc):
-        return f"{type(exc).__name__}: {str(exc)[:MAX_ERROR_DETAIL]}"
+    and the message names no backend key (scrubbed). A message that cannot be read (a subclass
+    whose ``__str__`` raises) is left out: until review R91 its error replaced the call's own,
+    whose outcome was never written and whose reservation stayed held."""
+    if isinstance(exc, NoBackend | BackendFailed):
+        try:
+            message = str(exc)
+        except Exception:
+            message = ""
+        if message:
+            return f"{type(exc).__name__}: {message[:MAX_ERROR_DETAIL]}"
     return type(exc).__name__
 
 
@@ -652,8 +659,8 @@ class _Running:
         # the class's name, which says so: no detail added).
         unsent = never_sent(auth, exc)
         started = started and not unsent and (ran or error not in NOT_STARTED)
-        if isinstance(exc, NoBackend | BackendFailed) and str(exc):
-            error = _failure_reason(exc)
+        if (reason := _failure_reason(exc)) != error:  # why the backends failed
+            error = reason
         elif not started and not pause and error not in NOT_STARTED and not unsent:
             error = f"{error}: {NOT_STARTED_DETAIL}"
         if isinstance(exc, SchedulingError) and isinstance(exc.__cause__, BaseException):
