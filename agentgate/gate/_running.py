@@ -205,6 +205,35 @@ def _expect_decided_ids(auth: Authorization, call_id: object, run_id: object) ->
 _NO_FN = object()
 """``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
 
+_Ids = tuple[str, str, str]
+"""A tool call's resource, run (the grant's id when none is given) and call id, as the
+scheduler keys its idempotency with them (``_same_ids``)."""
+
+
+def _same_ids(auth: Authorization, call_id: str | None, run_id: str | None) -> _Ids | None:
+    """The ids under which the scheduler may join a ``run``/``arun`` tool call to a running
+    twin (``_Running._tool_call``: a ``call_id`` given, the run defaulting to the grant), or
+    ``None``: a model call, or a tool call with no ``call_id``, is never joined."""
+    identity = auth.identity
+    if not call_id or identity is None or not auth.call.resource.startswith("tool:"):
+        return None
+    return (auth.call.resource, run_id or identity.grant_id, call_id)
+
+
+class _SameIds:
+    """The tool calls with one ``_Ids`` in flight through a Gate: how many, and the lists of what
+    each one's ``fn`` raised. A call that joined its running twin (the scheduler's call with the
+    same idempotency key) is handed what the twin ended with, the very exception its ``fn``
+    raised (or one chaining it, ``tasks._failures._final_error``): found here, that is the twin's
+    failure reused (``_raised_by_twin``). Kept while any of them is in flight, so that a joiner
+    woken after its twin settled still finds it."""
+
+    __slots__ = ("raised", "runs")
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.raised: list[list[BaseException]] = []
+
 
 class _Running:
     """The ``Gate``'s runs: ``run`` and ``arun`` check an allow (one decision, one run), count the
@@ -225,6 +254,7 @@ class _Running:
     _runs_changed: threading.Condition
     _runs: int
     _loop_runs: dict[asyncio.AbstractEventLoop, int]
+    _same_ids: dict[_Ids, _SameIds]
     _closing: bool
     _outcomes_closed: bool
 
@@ -339,9 +369,10 @@ class _Running:
         was refused after the work was set going, charged as reserved, the handle lost).
         """
         self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
-        self._begin_run(auth)
-        started = False  # whether an attempt reached ``fn``
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
+        ids = _same_ids(auth, call_id, run_id)
+        self._begin_run(auth, keyed=None if ids is None else (ids, raised))
+        started = False  # whether an attempt reached ``fn``
         forget: Callable[[T], None] | None = None  # drops a failed result from the scheduler's cache
         try:
             with self._span(auth, call_id) as span:
@@ -370,13 +401,13 @@ class _Running:
                             started = False
                             raise _async_fn(auth.call.resource)
                 except BaseException as exc:
-                    self._fail(span, auth, exc, paused, started=started, ran=_raised_by_fn(exc, raised))
+                    self._fail_after(span, auth, exc, paused, started, raised, ids)
                     raise
                 # Returned with no attempt entered: the scheduler served another call's result.
                 self._finish(span, auth, result, failed, spent, reused=not started, forget=forget)
                 return result
         finally:
-            self._end_run()
+            self._end_run(ids=ids)
 
     async def arun(
         self,
@@ -432,10 +463,11 @@ class _Running:
             began=began,
         )
         loop = asyncio.get_running_loop()
-        self._begin_run(auth, loop)
+        raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
+        ids = _same_ids(auth, call_id, run_id)
+        self._begin_run(auth, loop, keyed=None if ids is None else (ids, raised))
         started = False  # whether an attempt reached ``fn``
         returned: list[T] = []  # what an attempt returned, should a cancellation follow it
-        raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
         forget: Callable[[T], None] | None = None  # drops a failed result from the scheduler's cache
         try:
             with self._span(auth, call_id) as span:
@@ -487,32 +519,50 @@ class _Running:
                             self._fail(span, auth, exc, paused, started=started)
                     raise
                 except BaseException as exc:
-                    self._fail(span, auth, exc, paused, started=started, ran=_raised_by_fn(exc, raised))
+                    self._fail_after(span, auth, exc, paused, started, raised, ids)
                     raise
                 # Returned with no attempt entered: the scheduler served another call's result.
                 self._finish(span, auth, result, failed, spent, reused=not started, forget=forget)
                 return result
         finally:
-            self._end_run(loop)
+            self._end_run(loop, ids)
 
-    def _begin_run(self, auth: Authorization, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """Count a ``run``/``arun`` in flight (``close`` waits for it to settle). Once ``close``
-        began, refuse it: record an ``error`` outcome (while outcomes are still written) and
-        raise ``SchedulingError``."""
+    def _begin_run(
+        self,
+        auth: Authorization,
+        loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        keyed: tuple[_Ids, list[BaseException]] | None = None,
+    ) -> None:
+        """Count a ``run``/``arun`` in flight (``close`` waits for it to settle), and a tool call
+        that may join a twin among the calls with its ids, with the list of what its ``fn``
+        raises (``keyed``: ``_SameIds``). Once ``close`` began, refuse it: record an ``error``
+        outcome (while outcomes are still written) and raise ``SchedulingError``."""
         with self._runs_changed:
             if not self._closing:
                 self._runs += 1
                 if loop is not None:
                     self._loop_runs[loop] = self._loop_runs.get(loop, 0) + 1
+                if keyed is not None:
+                    same = self._same_ids.get(keyed[0])
+                    if same is None:
+                        same = self._same_ids[keyed[0]] = _SameIds()
+                    same.runs += 1
+                    same.raised.append(keyed[1])
                 return
         self._settle_not_run(auth, "SchedulingError", "SchedulingError")
         raise SchedulingError(f"{auth.call.resource}: the gate is closed; the call was not run")
 
-    def _end_run(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def _end_run(self, loop: asyncio.AbstractEventLoop | None = None, ids: _Ids | None = None) -> None:
         """A ``run``/``arun`` settled (its outcome pending, or lost: ``_settle_unless_closed``) or
-        failed to: count it out."""
+        failed to: count it out (of the calls with its ``ids`` too, forgotten with the last)."""
         with self._runs_changed:
             self._runs -= 1
+            if ids is not None:
+                same = self._same_ids[ids]
+                same.runs -= 1
+                if not same.runs:
+                    del self._same_ids[ids]
             if loop is not None:
                 left = self._loop_runs[loop] - 1
                 if left:
@@ -635,6 +685,40 @@ class _Running:
                     record_agent_name(span, identity.name)
             yield span
 
+    def _fail_after(
+        self,
+        span: Span,
+        auth: Authorization,
+        exc: BaseException,
+        paused: Callable[[BaseException], bool] | None,
+        started: bool,
+        raised: list[BaseException],
+        ids: _Ids | None,
+    ) -> None:
+        """``_fail`` of a ``run``/``arun`` that ``exc`` ended, given what its ``fn`` ``raised``:
+        one that no attempt of its own entered and that ended with what a twin with its ``ids``
+        raised (``_raised_by_twin``) joined that twin and was handed its failure."""
+        ran = _raised_by_fn(exc, raised)
+        reused = not started and not ran and self._raised_by_twin(ids, exc)
+        self._fail(span, auth, exc, paused, started=started, ran=ran, reused=reused)
+
+    def _raised_by_twin(self, ids: _Ids | None, exc: BaseException) -> bool:
+        """Whether ``exc``, or the error it chains (``__cause__``: the scheduler's refusal of a
+        retry after the tool failed), is one that the ``fn`` of a tool call with ``ids`` in flight
+        raised, compared by identity (``_raised_by_fn``). A ``__cause__`` that cannot be read
+        (a property that raises) is none: its error must not replace the call's own."""
+        if ids is None:
+            return False
+        try:
+            cause = exc.__cause__
+        except Exception:
+            cause = None
+        with self._runs_changed:
+            same = self._same_ids.get(ids)
+            return same is not None and any(
+                own is exc or (cause is not None and own is cause) for raised in same.raised for own in raised
+            )
+
     def _fail(
         self,
         span: Span,
@@ -644,6 +728,7 @@ class _Running:
         *,
         started: bool,
         ran: bool = False,
+        reused: bool = False,
     ) -> None:
         """Settle a call that ``exc`` ended: ``paused`` if ``paused`` says so (LangGraph's
         ``interrupt()``: not a failure of the call, and its span says so; a ``paused`` that raises
@@ -652,13 +737,18 @@ class _Running:
         scheduler refused it, or its caller was cancelled while it waited for a slot) is
         recorded as not run, so a once-only call runs when its run is resumed. ``ran``: ``exc``
         came out of the call's function itself; a scheduler refusal it raised (a nested gated
-        call's ``CircuitOpen``, after the call paid) is the call's failure, not a refusal of it."""
+        call's ``CircuitOpen``, after the call paid) is the call's failure, not a refusal of it.
+        ``reused``: the scheduler handed the call the failure of its running twin, whose tool ran:
+        settled as started (an approval it used is spent, as for a reused result), its reasons
+        ending with ``RESULT_REUSED``. Until review R91 it was recorded as "given up before the
+        call started", and an approval it used was pending again."""
         pause = says_pause(paused, exc)  # a ``paused`` that raises says no: the outcome is recorded
+        reused = reused and not pause
         error = type(exc).__name__
         # A model call its function says it never sent did not start either (its reason stays
         # the class's name, which says so: no detail added).
         unsent = never_sent(auth, exc)
-        started = started and not unsent and (ran or error not in NOT_STARTED)
+        started = reused or (started and not unsent and (ran or error not in NOT_STARTED))
         if (reason := _failure_reason(exc)) != error:  # why the backends failed
             error = reason
         elif not started and not pause and error not in NOT_STARTED and not unsent:
@@ -675,7 +765,14 @@ class _Running:
         # ``error.type`` the exception's class name (its message is never exported).
         raised = None if pause else type(exc).__qualname__
         self._settle_traced(
-            span, auth, "paused" if pause else "error", error, usage, started=started, error_type=raised
+            span,
+            auth,
+            "paused" if pause else "error",
+            error,
+            usage,
+            started=started,
+            reused=reused,
+            error_type=raised,
         )
 
     def abandon(self, auth: Authorization, why: str = NOT_STARTED_DETAIL) -> None:
