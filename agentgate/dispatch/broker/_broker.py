@@ -391,6 +391,16 @@ class Broker(_Restoring, _Preempting):
         with self._lock:
             return isinstance(request_id, str) and (request_id in self._leases or request_id in self._waiting)
 
+    def undelivered(self) -> list[BrokerEvent]:
+        """The events this broker caused that no call has returned yet, in order: those of a call
+        that raised after causing them (its journal write failed or was interrupted, its pass over
+        the queue raised), which the next call that returns events returns. Changes nothing
+        (``GatedBroker`` asks, once ``submit`` raised, whether its request was taken and ended in
+        that very call, withdrawn by ``grant_check``: the broker then holds it no more, but its
+        event is still to be given out)."""
+        with self._lock:
+            return list(self._outbox)
+
     def is_live(self, request_id: str) -> bool:
         """Whether ``request_id`` is live at the clock's now: a lease neither expired nor past its
         notice deadline, or a waiting request whose wait is not over. A lease or a wait the clock

@@ -51,7 +51,14 @@ from agentgate.dispatch.broker._lease_calls import (
     _wait_left,
 )
 from agentgate.dispatch.broker._lease_outcomes import _held, _Recording
-from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, Lease, LeaseEnded
+from agentgate.dispatch.broker._model import (
+    BrokerEvent,
+    CheckpointNotice,
+    GangRequest,
+    Granted,
+    Lease,
+    LeaseEnded,
+)
 from agentgate.dispatch.broker._quoting import quoted
 from agentgate.errors import (
     AuditError,
@@ -187,7 +194,9 @@ class GatedBroker(_Recording):
         what ``Broker.submit`` raises after the broker took the request (its journal's
         ``StoreError``, or its pass over the queue raising: the placement policy, ``grant_check``):
         the request stands (the broker's events come out of the next call), linked to its
-        decision, its reservation held (until a regression review of R91 only a ``StoreError``
+        decision, its reservation held, and so does one that pass ended (withdrawn by
+        ``grant_check``), its event still in the broker, which closes the decision at the next
+        call (``_took``) (until a regression review of R91 only a ``StoreError``
         did, a pass that raised anything else closing the allow of a request the broker kept); an
         interrupt (a Ctrl-C's ``KeyboardInterrupt``, a signal handler's ``SystemExit``) there, or
         between the decision's link and ``Broker.submit``, is raised as is after the same, even where the store refuses that clean-up (its error logged and
@@ -298,9 +307,10 @@ class GatedBroker(_Recording):
                 if owned is not None and self._took(owned):
                     # The broker took this request and what raised came after: its journal write
                     # failed (StoreError) or was interrupted, or its pass over the queue raised
-                    # (the placement policy, ``grant_check``), the request perhaps granted in it.
-                    # The request stands, its events come out of the next call, so its decision
-                    # stays linked and its budget reserved. Decided on the broker's holding this
+                    # (the placement policy, ``grant_check``), the request perhaps granted in it,
+                    # or withdrawn. The request stands, or its end is still in the broker; its
+                    # events come out of the next call, so its decision stays linked and its
+                    # budget reserved until they settle it. Decided on the broker's holding this
                     # very request, not on what was raised: until a regression review of R91 a
                     # pass that raised anything but ``StoreError`` closed the allow of a request
                     # the broker kept, its lease then run unlinked and never charged.
@@ -315,16 +325,22 @@ class GatedBroker(_Recording):
             return GatedRequest(auth, tuple(self._delivered()))
 
     def _took(self, request: GangRequest) -> bool:
-        """Whether the broker holds ``request`` itself, as a lease or waiting, once ``Broker.submit``
-        raised: not merely its id, which a request queued on the ``Broker`` directly may have
-        taken since it was checked (``Broker.submit`` then refused this one as a duplicate). The
-        broker keeps the request it was given, a lease granted from it included, so it is told
-        by identity."""
-        if not self.broker.holds(request.id):
-            return False
-        return any(lease.request is request for lease in self.broker.leases()) or any(
-            waiting.request is request for waiting in self.broker.queue()
-        )
+        """Whether the broker took ``request`` itself once ``Broker.submit`` raised: it holds it, as
+        a lease or waiting, or it ended it in that very call (``grant_check`` withdrew it in the
+        pass), its event not given out yet (``Broker.undelivered``): that event, recorded at the
+        next call, closes this decision, so its row must stay. Until a regression review (b) of
+        R91 such a request counted as never taken: its allow was closed as an ``error`` and its
+        row deleted, and its event then closed the next decision of the id, whose lease ran
+        unlinked, never charged. Not merely its id, which a request queued on the ``Broker``
+        directly may have taken since it was checked (``Broker.submit`` then refused this one
+        as a duplicate). The broker keeps the request it was given, in a lease granted from it
+        and in its events, so it is told by identity."""
+        if self.broker.holds(request.id) and (
+            any(lease.request is request for lease in self.broker.leases())
+            or any(waiting.request is request for waiting in self.broker.queue())
+        ):
+            return True
+        return any(_subject(event) is request for event in self.broker.undelivered())
 
     def _refuse_earlier(
         self, decided: LeaseDecision, taken: bool, unjournaled: StoreError | None
@@ -509,7 +525,9 @@ class GatedBroker(_Recording):
 
         For a restart whose broker lost leases (they were made after the journal's last write, or
         their end could not be recorded before the process stopped): call it once the broker is
-        restored. Each is audited as ``lease_lost``. The time a lost lease was held is not known:
+        restored. Each is audited as ``lease_lost``; one whose end the broker has not given out
+        yet (a call raised after it, ``Broker.undelivered``) is left to that end, recorded at the
+        next call at the time held. The time a lost lease was held is not known:
         one whose grant is in the log (a ``lease_granted`` outcome of its decision) may have held
         its GPUs until its expiry, so its reservations are charged whole; a request lost while it
         waited held nothing, and its reservations are returned. (Until review R42 every lost
@@ -519,6 +537,9 @@ class GatedBroker(_Recording):
         with self._lock:
             self._record([])  # an end not recorded yet is settled at its time held, not as lost
             live = {lease.id for lease in self.broker.leases()} | {q.request.id for q in self.broker.queue()}
+            # An end the broker has not given out yet (a call that raised after it) closes its
+            # decision at the next call, at the time held: the request is not lost.
+            live |= {_subject(event).id for event in self.broker.undelivered()}
             lost = [d for d in self.decisions.all() if d.request_id not in live]
             for decided in lost:
                 granted = decided.audit_index is not None and any(
@@ -587,6 +608,13 @@ class GatedBroker(_Recording):
                 f"lease {quoted(lease_id)} is not held by you (released, expired, preempted, or never yours)"
             )
         return request
+
+
+def _subject(event: BrokerEvent) -> GangRequest:
+    """The request ``event`` is about: the lease's (granted, notified, ended) or the waiting one's."""
+    if isinstance(event, Granted | CheckpointNotice | LeaseEnded):
+        return event.lease.request
+    return event.request
 
 
 def _interrupt(exc: BaseException) -> bool:
