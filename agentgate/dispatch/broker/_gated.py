@@ -32,6 +32,7 @@ chain leaves it) is ``_lease_calls.py``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import threading
@@ -404,7 +405,8 @@ class GatedBroker(_Recording):
         reserved). Whatever else ``Broker.renew`` raises once it renewed the lease (its pass over
         the queue raising, an interrupt) is raised as is, the extension's reservation linked to
         the lease first, as for its ``StoreError`` (an interrupt raised even where the store
-        refuses that link, ``_closed``).
+        refuses that link, ``_closed``); so is an interrupt of that link itself, after
+        ``Broker.renew`` returned, the link tried again first.
         """
         with self._lock:
             try:
@@ -425,6 +427,7 @@ class GatedBroker(_Recording):
                     f"could not record its renewal ({exc}); renew it again before it ends"
                 ) from exc
             held = _held(auth)
+            link = functools.partial(self._link, identity, lease_id, resource, auth, held)
             try:
                 renewed = self.broker.renew(lease_id)
             except LeaseLost as lost:
@@ -462,8 +465,19 @@ class GatedBroker(_Recording):
                 # no more than its first reservation. (An interrupt before the extension leaves
                 # the reservation with the lease all the same: its end charges the time held and
                 # returns the rest.)
-                _closed(exc, lambda: self._link(identity, lease_id, resource, auth, held))
-            self._link(identity, lease_id, resource, auth, held)
+                _closed(exc, link)
+            try:
+                link()
+            except BaseException as exc:
+                if not _interrupt(exc):
+                    raise  # the store's error: renewed all the same (the docstring)
+                # A Ctrl-C at a store that hangs lands in the link's own transaction, after
+                # ``Broker.renew`` returned, and rolls it back: linked again before it is raised.
+                # ``_link`` links only what is still held, so a link that committed before the
+                # interrupt is not linked twice. Until a regression review (b) of R91 this link
+                # was outside every handler: the lease ran the extension, which was held for
+                # ever, tied to nothing, and charged no more than its first reservation.
+                _closed(exc, link)
             self._record_pending()
         return renewed
 

@@ -117,12 +117,17 @@ class _Recording:
 
     def _merge(self, lease_id: str, held: tuple[Reservation, ...], tx: Transaction) -> bool:
         """Merge ``held`` into ``lease_id``'s decision (``_link``), in ``tx``; False if it has none
-        (or ``held`` is empty)."""
+        (or ``held`` is empty). A reservation the decision holds already is left as it is, so that
+        linking a renewal again is linking it once (``GatedBroker.renew`` links it again after an
+        interrupt that may have come after the link's commit)."""
         decided = self.decisions.get(lease_id, tx) if held else None
         if decided is None:
             return False
         kept = list(decided.reservations)
+        linked = {reservation for reservation, _unit, _amount in kept}
         for reservation, unit, amount in held:
+            if reservation in linked:  # a link interrupted after its commit, written again
+                continue
             for i, (into, kept_unit, kept_amount) in enumerate(kept):
                 if kept_unit == unit and self.gate.ledger.merge(into, reservation, tx):
                     kept[i] = (into, unit, kept_amount + amount)
