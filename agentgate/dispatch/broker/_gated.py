@@ -406,11 +406,15 @@ class GatedBroker(_Recording):
         the queue raising, an interrupt) is raised as is, the extension's reservation linked to
         the lease first, as for its ``StoreError`` (an interrupt raised even where the store
         refuses that link, ``_closed``); so is an interrupt of that link itself, after
-        ``Broker.renew`` returned, the link tried again first.
+        ``Broker.renew`` returned, the link tried again first. Whatever ``Broker.renew`` raises
+        before it renewed the lease (told by the lease's expiry, not by what was raised: an
+        interrupt waiting for the broker, a lease that ended as the renewal was decided and a
+        pass over the queue that then raised) is raised as is, the renewal's allow closed first
+        with an ``error`` outcome and its reservation returned, as for ``LeaseLost``.
         """
         with self._lock:
             try:
-                resource, auth = self._renewal_decided(identity, lease_id)
+                resource, auth, decided = self._renewal_decided(identity, lease_id)
             except TamperDetected:
                 # A log that does not verify is no failure to record, to renew past by retrying:
                 # it is told as itself (until review R88c it was ``NotRenewed``, "the store could
@@ -462,10 +466,20 @@ class GatedBroker(_Recording):
                 # added, so the lease keeps what was reserved to pay for it. Until a regression
                 # review of R91 only a ``StoreError`` linked it: after anything else the
                 # extension's reservation was held for ever, tied to nothing, and the lease charged
-                # no more than its first reservation. (An interrupt before the extension leaves
-                # the reservation with the lease all the same: its end charges the time held and
-                # returns the rest.)
-                _closed(exc, link)
+                # no more than its first reservation.
+                if self._extended(decided):
+                    _closed(exc, link)
+                # Raised before the extension (an interrupt waiting for the broker's lock, a lease
+                # that ended as the renewal was decided and a pass that then raised, not
+                # ``LeaseLost``): not renewed, so the allow is closed as ``LeaseLost`` closes it.
+                # Decided on the lease's expiry, not on what was raised: until a regression review
+                # (b) of R91 such a renewal was linked to the lease all the same, with no outcome,
+                # and ``reconcile`` charged its reservation whole with the lease's.
+                renewal = LeaseDecision(
+                    lease_id, identity.did, identity.grant_id, resource, auth.audit_index, None, held
+                )
+                reason = f"lease {quoted(lease_id)} was not renewed: {_reason(exc, 'the broker renewed it')}"
+                _closed(exc, lambda: self._abandon(renewal, reason))
             try:
                 link()
             except BaseException as exc:
@@ -481,9 +495,9 @@ class GatedBroker(_Recording):
             self._record_pending()
         return renewed
 
-    def _renewal_decided(self, identity: AgentIdentity, lease_id: str) -> tuple[str, Authorization]:
-        """Decide the renewal of ``identity``'s live lease ``lease_id`` (``renew``): its resource
-        and the allow. Raises what ``renew`` raises before the broker renews, the
+    def _renewal_decided(self, identity: AgentIdentity, lease_id: str) -> tuple[str, Authorization, Lease]:
+        """Decide the renewal of ``identity``'s live lease ``lease_id`` (``renew``): its resource,
+        the allow and the lease as it was decided. Raises what ``renew`` raises before the broker renews, the
         store's failure as ``StoreError`` or, for an outcome the audit log refused outside a
         transaction, ``AuditError`` (each of which ``renew`` gives as ``NotRenewed``, but
         ``TamperDetected`` as is)."""
@@ -510,7 +524,20 @@ class GatedBroker(_Recording):
         if not auth.allowed:
             raise Denied(f"renewal of lease {quoted(lease_id)} refused: {auth.explain()}", auth.decision)
         self.gate.trace_allowed(auth)
-        return resource, auth
+        return resource, auth, lease
+
+    def _extended(self, decided: Lease) -> bool:
+        """Whether ``Broker.renew``, which raised, extended ``decided`` (the lease as its renewal
+        was decided): the broker's lease of that very request, live or ended in that call (its
+        end not given out yet, ``Broker.undelivered``), expires later than ``decided`` did."""
+        request = decided.request
+        seen = [lease for lease in self.broker.leases() if lease.request is request]
+        seen += [
+            event.lease
+            for event in self.broker.undelivered()
+            if isinstance(event, LeaseEnded | CheckpointNotice) and event.lease.request is request
+        ]
+        return any(lease.expires_at > decided.expires_at for lease in seen)
 
     def advance(self) -> list[BrokerEvent]:
         """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are
@@ -660,9 +687,9 @@ def _closed(exc: BaseException, close: Callable[[], None]) -> NoReturn:
     raise exc
 
 
-def _reason(exc: BaseException) -> str:
-    """The reason of the ``error`` outcome of an allow that ``exc`` ended before the broker took
-    its request: the error's text (its class name if it has none), an interrupt named as one."""
+def _reason(exc: BaseException, before: str = "the broker took the request") -> str:
+    """The reason of the ``error`` outcome of an allow that ``exc`` ended ``before`` the broker
+    acted on it: the error's text (its class name if it has none), an interrupt named as one."""
     if _interrupt(exc):
-        return f"interrupted ({type(exc).__name__}) before the broker took the request"
+        return f"interrupted ({type(exc).__name__}) before {before}"
     return str(exc) or type(exc).__name__
