@@ -204,7 +204,9 @@ class GatedBroker(_Recording):
         chained, ``_closed``), a request the broker did not take closed and returned, one it took
         left standing and linked (until review R91 neither: its allow kept no outcome and its
         reservation, its id refused as lost in a restart). A ``StoreError`` recording the
-        allowed request's decision (before the broker sees it), or an interrupt there, returns the
+        allowed request's decision (before the broker sees it), or an interrupt there or before
+        it, once the allow is committed (its span, a wait for the broker's lock: until a
+        regression review (b) of R91 one there left the allow open), returns the
         reservation and appends an ``error`` outcome first; one recording an earlier call's events raises before
         any decision (those events are recorded first, see ``_record``).
         Raises ``InputError``, as ``Gate.authorize`` does, for an ``identity`` that is neither an
@@ -244,7 +246,6 @@ class GatedBroker(_Recording):
             if not auth.allowed:
                 return GatedRequest(auth)  # what the clock ended meanwhile comes out of the next call
             assert identity is not None
-            self.gate.trace_allowed(auth)  # the refusal's span is the Gate's; the allow's is made here
             decided = LeaseDecision(
                 request.id,
                 identity.did,
@@ -254,6 +255,18 @@ class GatedBroker(_Recording):
                 self._price(resource),
                 _held(auth),
             )
+            try:
+                self.gate.trace_allowed(auth)  # the refusal's span is the Gate's; the allow's is made here
+                # Waits for the broker's lock, which a call of another thread holds through a
+                # journal write that may hang: where a Ctrl-C lands.
+                taken = live or self.broker.holds(request.id)
+            except BaseException as exc:  # an interrupt too (Ctrl-C, a signal handler's exit)
+                # The allow is committed (``Gate.authorize``), its link not written yet: closed with
+                # an ``error`` outcome, its reservation returned, as after a failed link. Until a
+                # regression review (b) of R91 this window was in no handler: the allow kept no
+                # outcome and its reservation was held for ever.
+                reason = _reason(exc)
+                _closed(exc, lambda: self._abandon(decided, reason))
             # Said only once the policy allowed the caller, so that a caller it refuses cannot tell
             # another holder's ids from free ones. An end that could not be journaled refuses the
             # request whether or not the earlier request had a decision: one queued on the broker
@@ -263,7 +276,6 @@ class GatedBroker(_Recording):
             # queued directly that the clock ended while the Gate decided (a store commit) was
             # ended by ``Broker.submit`` first, and until review R88 that end was recorded against
             # the new decision, settling it and leaving the new lease unlinked, never charged.
-            taken = live or self.broker.holds(request.id)
             if taken or earlier is not None or unjournaled is not None:
                 self._refuse_earlier(decided, taken, unjournaled)
             # Written right after the decision's transaction, which Gate.authorize commits on its
@@ -433,6 +445,12 @@ class GatedBroker(_Recording):
             held = _held(auth)
             link = functools.partial(self._link, identity, lease_id, resource, auth, held)
             try:
+                # The allow's span, and ``Broker.renew``, which waits for the broker's lock (held
+                # by another thread through a journal write that may hang), are in the handler
+                # below: an interrupt in either before the lease is extended closes the allow
+                # (until a regression review (b) of R91 one before ``Broker.renew`` left it with no
+                # outcome, its reservation held for ever).
+                self.gate.trace_allowed(auth)
                 renewed = self.broker.renew(lease_id)
             except LeaseLost as lost:
                 # The lease ended while the renewal was decided (its expiry or grace end fell
@@ -523,7 +541,6 @@ class GatedBroker(_Recording):
         auth = self.gate.authorize(identity, call, approval_gates=False)
         if not auth.allowed:
             raise Denied(f"renewal of lease {quoted(lease_id)} refused: {auth.explain()}", auth.decision)
-        self.gate.trace_allowed(auth)
         return resource, auth, lease
 
     def _extended(self, decided: Lease) -> bool:
