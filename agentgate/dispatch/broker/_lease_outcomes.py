@@ -24,6 +24,7 @@ from agentgate.dispatch.broker._model import (
 from agentgate.dispatch.broker._quoting import quoted
 from agentgate.errors import AuditError, BrokerError, StoreError
 from agentgate.gate import AgentIdentity, Authorization, Gate
+from agentgate.gate._records import recordable
 from agentgate.policy._schema import lease_cost
 from agentgate.store import Transaction
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision, Reservation
@@ -279,7 +280,11 @@ class _Recording:
     ) -> int:
         """Append the lease's ``outcome`` entry (in ``tx``, else committed on its own), with the
         ``charges`` of its settlement where it charged any; its index. Its span
-        (``_outcome_span``) is the caller's to make once the entry is committed."""
+        (``_outcome_span``) is the caller's to make once the entry is committed. ``reason`` is
+        written as the log can hold it (``recordable``: a lone surrogate escaped): it may quote an
+        error's text, and until a regression review (b) of R91 such a text refused the entry
+        (``InputError``, raised in place of the error), and the allow it closed stayed open, its
+        reservation held for ever."""
         return self.gate.audit.append(
             {
                 "kind": "outcome",
@@ -289,7 +294,7 @@ class _Recording:
                 "status": status,
                 "ref": decided.audit_index,
                 "budget_delta": delta,
-                "reasons": [reason],
+                "reasons": [recordable(reason)],
                 "charges": charges or None,
             },
             tx,
