@@ -210,7 +210,10 @@ def null_written(text: str) -> str | None:
     where it holds no value at all (nothing, comments, a bare ``---``, whose node spans no text):
     a value written as null, or an empty file. Until review R91 only a null's own text counted,
     and ``!!null`` alone was called an empty file. Only for a text ``load_yaml`` has already
-    parsed."""
+    parsed. A leading byte order mark is dropped first, as ``load_yaml`` drops it: libyaml's marks
+    do not count it, so the text was sliced a character early (``'\\ufeff'`` for ``~``) where
+    libyaml was installed, until review R91's second reading."""
+    text = text.removeprefix("\ufeff")
     node = yaml.compose(text, Loader=_Loader)
     if node is None:
         return None
