@@ -59,6 +59,8 @@ _STR = "tag:yaml.org,2002:str"
 _BOOL, _INT, _FLOAT = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _BOOLEANS = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
 """Booleans as YAML 1.2 writes them; yes/no/on/off are text here."""
+_NODE_TOKENS = (yaml.AnchorToken, yaml.TagToken, yaml.ScalarToken)
+"""The tokens a node is written with; comments and line breaks between them are no tokens."""
 _NULL = "tag:yaml.org,2002:null"
 _NULLS = frozenset({"null", "Null", "NULL", "~", ""})
 """Null as YAML 1.2 (and 1.1) writes it: a scalar tagged ``!!null`` holds one of these."""
@@ -206,18 +208,23 @@ class Locations:
 
 def null_written(text: str) -> str | None:
     """How a document that ``load_yaml`` loaded as null wrote it (``~``, ``null``, ``!!null``, an
-    anchor on nothing, ``&a``: the node's text, tag and anchor included, ``shortened``), or None
-    where it holds no value at all (nothing, comments, a bare ``---``, whose node spans no text):
-    a value written as null, or an empty file. Until review R91 only a null's own text counted,
-    and ``!!null`` alone was called an empty file. Only for a text ``load_yaml`` has already
-    parsed. A leading byte order mark is dropped first, as ``load_yaml`` drops it: libyaml's marks
-    do not count it, so the text was sliced a character early (``'\\ufeff'`` for ``~``) where
-    libyaml was installed, until review R91's second reading."""
+    anchor on nothing, ``&a``: its anchor, tag and value as written, joined by a space,
+    ``shortened``), or None where it holds no value at all (nothing, comments, a bare ``---``,
+    whose node has none of them): a value written as null, or an empty file. Until review R91
+    only a null's own text counted, and ``!!null`` alone was called an empty file. Only for a
+    text ``load_yaml`` has already parsed.
+
+    Until review R91's second reading the node's span of the text was quoted: with the comments
+    and line breaks between its parts (``&a # why\\n!!null``, a comment the author wrote, in a
+    message about the value), and, where PyYAML uses libyaml, a character early after a byte
+    order mark (``'\\ufeff'`` for ``~``), as libyaml's marks do not count it; the mark is dropped
+    first, as ``load_yaml`` drops it."""
     text = text.removeprefix("\ufeff")
-    node = yaml.compose(text, Loader=_Loader)
-    if node is None:
-        return None
-    written = text[node.start_mark.index : node.end_mark.index]
+    written = " ".join(
+        text[token.start_mark.index : token.end_mark.index]
+        for token in yaml.scan(text, Loader=_Loader)
+        if isinstance(token, _NODE_TOKENS)
+    )
     return shortened(written) if written else None
 
 
