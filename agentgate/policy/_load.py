@@ -904,15 +904,20 @@ class _Compiler:
         whether some name does is not known from their readings, so such a policy loads, and
         the Gate refuses such a name on any key (``gate._checks.principals_named``). Other
         sections' names are compared exactly; lint reports theirs (``names_differ_only_in_case``,
-        ``names_read_alike``)."""
+        ``names_read_alike``). Where the later name reads as two earlier ones, the first of them in
+        code point order is named, as ``principals_named`` lists them: until review R91's second
+        reading the order of a set of readings chose, which each process's hash seed set
+        (``bobi``, ``bobl``, ``bobI``: "bobI and bobl read alike" in some processes, "bobI and
+        bobi differ only in case" in others)."""
         first: dict[str, str] = {}
         for name in self.doc.principals:
             keys = _confusables.readings(name)
-            earlier = next((first[key] for key in keys if key in first), None)
+            held = [first[key] for key in keys if key in first]
             for key in keys:
                 first.setdefault(key, name)
-            if earlier is None:
+            if not held:
                 continue
+            earlier = min(held)
             how = "differ only in case" if name.casefold() == earlier.casefold() else "read alike"
             raise self.error(
                 ("principals", name),
