@@ -780,12 +780,15 @@ class _Delegation:
         principal rule's (``_borrowed_name``). Until review R69 free names were compared with
         nothing. A name granted before is one look-up; a new one, its readings (computed once,
         ``readings``' cache) and two look-ups. This Gate's memory only: the names other
-        processes granted on the store are compared as the grant is recorded (``_claim_name``)."""
+        processes granted on the store are compared as the grant is recorded (``_claim_name``).
+        A name that reads as two granted before (``bobI`` as ``bobi`` and ``bobl``) is told the
+        first of them in code point order, as ``AgentNames.claim`` breaks a tie: until review
+        R91's second reading the order of a set of readings chose, which each process's hash seed
+        set, and the refusal, its audit reason and its hint named either."""
         if name in self._agent_names or principal_named(self.policy, name) is not None:
             return None
-        keys = _confusables.readings(name)
-        earlier = next((self._name_readings[key] for key in keys if key in self._name_readings), None)
-        return None if earlier is None else self._reads_as(name, earlier, issuing=issuing)
+        held = [self._name_readings[key] for key in _confusables.readings(name) if key in self._name_readings]
+        return self._reads_as(name, min(held), issuing=issuing) if held else None
 
     def _reads_as(self, name: str, earlier: str, *, issuing: bool) -> Denied:
         """The refusal (``Denied``, ``name_reads_alike``) of a grant under ``name``, which reads

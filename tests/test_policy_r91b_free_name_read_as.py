@@ -1,0 +1,80 @@
+"""Which agent granted before ``Gate.issue`` names, for a free name that reads as two (review R91,
+second reading).
+
+``bobI`` reads as ``bobi`` (its ``I`` case folded) and as ``bobl`` (its ``I`` taken for ``l``).
+With free agents bobi and bobl granted, ``Gate.issue(name="bobI")`` is refused as reading as one
+of them, which was chosen by the order of a frozenset of readings, which each process's hash
+seed sets: "reads as 'bobl'" in some processes, "'bobi'" in others, in the refusal, its audit
+reason and its hint ("issue under 'bobl' itself"). The first of them in code point order is now
+named, in every process, as ``AgentNames.claim`` breaks a tie after a restart."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from agentgate.keys import SigningKey
+
+ROOT, WORKER = (SigningKey(bytes([i]) * 32) for i in (1, 2))
+POLICY = f"""version: 1
+trust_anchors:
+  root: {{did: {ROOT.did}}}
+principals:
+  worker: {{kind: agent, did: {WORKER.did}, roles: [r]}}
+tools:
+  t.x: {{}}
+roles:
+  r: {{capabilities: [{{resource: tool:t.x}}]}}
+"""
+
+_ISSUE = """
+import sys
+from agentgate.errors import Denied
+from agentgate.gate import Gate
+from agentgate.keys import SigningKey
+
+root, worker = SigningKey(bytes([1]) * 32), SigningKey(bytes([2]) * 32)
+folder = sys.argv[1]
+gate = Gate.open(folder + "/p.yaml", folder + "/s.db")
+gate.issue(root, name="bobi", key=worker, role="r")
+gate.issue(root, name="bobl", key=worker, role="r")
+try:
+    gate.issue(root, name="bobI", key=worker, role="r")
+    print("issued")
+except Denied as refused:
+    print(refused.finding.code if refused.finding else None, str(refused))
+gate.close()
+"""
+
+
+def test_the_name_read_as_is_the_same_in_every_process(tmp_path: Path) -> None:
+    """Two processes whose hash seeds ordered the readings apart (1 and 3, on CPython 3.11), each
+    on its own store, name the same agent: bobi, the first in code point order."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    running = []
+    for seed in ("1", "3"):
+        folder = tmp_path / seed
+        folder.mkdir()
+        (folder / "p.yaml").write_text(POLICY)
+        running.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _ISSUE, str(folder)],
+                env={**env, "PYTHONHASHSEED": seed},
+                cwd=folder,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    answers = []
+    for process in running:
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err[-2000:]
+        answers.append(out.strip())
+    assert answers[0] == answers[1]
+    assert answers[0].startswith(
+        "name_reads_alike an agent named 'bobI' reads as 'bobi', an agent granted before"
+    )
+    assert "issue under 'bobi' itself" in answers[0]
