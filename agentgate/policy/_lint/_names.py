@@ -39,7 +39,7 @@ class NamesDifferOnlyInCase(LintRule):
     hint = "rename one of them: people, and tools that ignore case, read the two names as one"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
-        for section, name, earlier in _taken_for_earlier(policy, _NAMED_SECTIONS, _case_folded):
+        for section, name, (earlier, *_) in _taken_for_earlier(policy, _NAMED_SECTIONS, _case_folded):
             yield self.finding(
                 policy,
                 f"{section} {name} and {earlier} differ only in case: every reference names "
@@ -54,18 +54,22 @@ def _case_folded(name: str) -> tuple[str]:
 
 def _taken_for_earlier(
     policy: Policy, sections: Iterable[str], keys: Callable[[str], Iterable[str]]
-) -> Iterator[tuple[str, str, str]]:
+) -> Iterator[tuple[str, str, tuple[str, ...]]]:
     """Each ``(section, name, earlier)``: a name of one of ``sections`` that shares one of its
-    ``keys`` (how a reader takes it) with an earlier name of that section, the first such."""
+    ``keys`` (how a reader takes it) with earlier names of that section, ``earlier``, in code
+    point order (``bobI`` reads as ``bobi`` and as ``bobl``, which read apart). Until review R91's
+    second reading only one was told, the first in the order of a set of readings, which each
+    process's hash seed set: ``names_read_alike`` reported ``bobI`` as reading as ``bobl`` in some
+    processes and nothing in others (``bobi``, which differs only in case, being the other rule's)."""
     for section in sections:
         first: dict[str, str] = {}
         for name in getattr(policy.document, section):
             held = tuple(keys(name))
-            earlier = next((first[key] for key in held if key in first), None)
+            earlier = sorted({first[key] for key in held if key in first})
             for key in held:
                 first.setdefault(key, name)
-            if earlier is not None:
-                yield section, name, earlier
+            if earlier:
+                yield section, name, tuple(earlier)
 
 
 _READ_SECTIONS = (*_NAMED_SECTIONS, "tools", "gpus")
@@ -79,8 +83,10 @@ class NamesReadAlike(LintRule):
     hint = "rename one of them: people read the two names as one"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
-        for section, name, earlier in _taken_for_earlier(policy, _READ_SECTIONS, _confusables.readings):
-            if earlier.casefold() != name.casefold():  # else ``names_differ_only_in_case``'s
+        for section, name, alike in _taken_for_earlier(policy, _READ_SECTIONS, _confusables.readings):
+            # One that differs only in case is ``names_differ_only_in_case``'s.
+            earlier = next((e for e in alike if e.casefold() != name.casefold()), None)
+            if earlier is not None:
                 yield self.finding(
                     policy,
                     f"{section} {name} and {earlier} read alike (Unicode's confusables): every "
