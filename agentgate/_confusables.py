@@ -65,7 +65,10 @@ def readings(name: str) -> frozenset[str]:
     as plain ones) case folded, before and after the skeleton (``АСЕ`` in Cyrillic, ``ACE`` and
     ``ace`` read alike; so do ``ALICE`` and ``alice``, whose ``I`` a skeleton takes for ``l``, and
     ``Ill`` and ``lll``, ``0`` and ``o``, ``m`` and ``rn``). Two names read alike when they share
-    a key; not transitively: ``bobI`` reads as ``bobi`` and as ``bobl``, which read apart. Kept for the last 4096 names: a decision for a name seen before computes nothing."""
+    a key; not transitively: ``bobI`` reads as ``bobi`` and as ``bobl``, which read apart. A set,
+    whose order each process's hash seed sets: a caller that names one of several names read as
+    takes them in code point order. Kept for the last 4096 names: a decision for a name seen
+    before computes nothing."""
     plain = unicodedata.normalize("NFKC", name)
     return frozenset({skeleton(plain.casefold()), skeleton(skeleton(plain).casefold())})
 
