@@ -57,14 +57,22 @@ def test_text_that_is_no_capability_still_gets_the_shape_to_write() -> None:
 
 
 @pytest.mark.parametrize(
-    ("written", "seconds"), [("1h", 3600), ("30m", 1800), ("90s", 90), ("2d", 172800), ("8 h", 28800)]
+    ("written", "seconds", "read"),
+    [
+        ("1h", 3600, "1h"),
+        ("30m", 1800, "30m"),
+        ("90s", 90, "90s"),
+        ("2d", 172800, "2d"),
+        ("8 h", 28800, "8h"),
+    ],
 )
-def test_a_lifetime_with_a_unit_gets_its_seconds(written: str, seconds: int) -> None:
+def test_a_lifetime_with_a_unit_gets_its_seconds(written: str, seconds: int, read: str) -> None:
     """Review R73: ``--ttl 8h`` on the command line, ``ttl_s: 8h`` in a policy; the hint was about
-    sexagesimal numbers. It now says the field is in seconds and what the value is in them."""
+    sexagesimal numbers. It now says the field is in seconds and what the value is in them, the
+    duration quoted as the command line reads it (``8h`` for ``8 h``, since review R91)."""
     error = _refusal(_HEAD + f"roles:\n  r:\n    ttl_s: {written}\n")
     assert error.line == 7
-    assert f"ttl_s is whole seconds, {seconds} for {written}" in (error.hint or ""), error.hint
+    assert f"ttl_s is whole seconds, {seconds} for {read}" in (error.hint or ""), error.hint
 
 
 @pytest.mark.parametrize("kind", ["string", "integer", "number", "boolean"])
