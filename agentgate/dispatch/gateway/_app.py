@@ -449,7 +449,7 @@ class Gateway:
                     return refusal, False
                 raw = await _read_body(request, self.max_body_bytes, self.body_timeout_s)
                 received = time.perf_counter()
-                read, started, decision = await self._blocking(self._read_and_decide, raw, request.headers)
+                read = await self._blocking(self._read_and_decide, raw, request.headers)
             except BodyTimedOut as exc:
                 return await self._refuse_slow_body(str(exc)), False
             except BodyTooLarge as exc:
@@ -466,9 +466,11 @@ class Gateway:
                 "the gateway is shutting down: the call was cut before it was decided; nothing was charged"
             )
             return _shutting_down(message), False
+        if isinstance(read, _MalformedBody):
+            return _malformed(read.reason, read.param), False
         decided = time.perf_counter()
-        self._decision_seconds.observe(decided - started)
-        body, max_tokens = read.body, read.max_tokens
+        self._decision_seconds.observe(decided - read.started)
+        body, max_tokens, decision = read.request.body, read.request.max_tokens, read.decision
         if _cut_by_shutdown() and decision.allowed:
             # The shutdown grace ran out while the call was being decided: it is not sent, and
             # its reservation is released (its outcome audited ``GatewayStopped``).
@@ -538,8 +540,8 @@ class Gateway:
             self._count_charged(decision.auth, charged)
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
         headers["Server-Timing"] = (
-            f"read;dur={(received - arrived) * 1000:.3f}, parse;dur={(started - received) * 1000:.3f}, "
-            f"decide;dur={(decided - started) * 1000:.3f}, "
+            f"read;dur={(received - arrived) * 1000:.3f}, parse;dur={(read.started - received) * 1000:.3f}, "
+            f"decide;dur={(decided - read.started) * 1000:.3f}, "
             f"backend;dur={(answered - decided) * 1000:.3f}, "
             f"total;dur={(time.perf_counter() - arrived) * 1000:.3f}"
         )
@@ -560,24 +562,32 @@ class Gateway:
         # it sent twice is the last copy, the one checked and charged.
         return Response(result.raw, media_type="application/json", headers=headers), True
 
-    def _read_and_decide(self, raw: bytes, headers: Headers) -> tuple[ChatRequest, float, GatewayDecision]:
+    def _read_and_decide(self, raw: bytes, headers: Headers) -> _Decided | _MalformedBody:
         """Read the chat body ``raw`` (``read_chat_request``), then decide it on the credentials
-        of ``headers`` and record the decision: the request read, the time (``perf_counter``)
-        its reading ended, and the decision. Refused 401 ``ambiguous_credentials`` for a header
-        that carries credentials sent twice (never resolved by order: a proxy in front may have
-        checked the other one). Raises ``InputError`` for a body refused, before anything is
-        decided or recorded (the caller audits the refusal: ``_refuse_body``).
+        of ``headers`` and record the decision (``_Decided``). Refused 401
+        ``ambiguous_credentials`` for a header that carries credentials sent twice (never resolved
+        by order: a proxy in front may have checked the other one). A body refused
+        (``InputError``) is audited as a refusal, nothing decided, in this same step, and
+        answered by the caller (``_MalformedBody``, ``_malformed``): until a regression review of
+        R91 it raised, and the refusal was handed to a worker again (``_refuse_body``), two
+        hand-offs for one malformed body where one did before R91.
 
         Blocking, and one worker step (``_blocking``), never on the event loop: the decision may
         wait on the store, and the reading costs time that grows with the body, up to
         ``max_body_bytes``, for any caller, before it is authenticated. Until review R91 the
         reading ran on the loop: three bodies of 6.9 MB with no credentials each answered 401
-        ``missing_invocation``, and ``/healthz`` and every other connection waited 3 s meanwhile.
+        ``missing_invocation``, and ``/healthz`` waited 3 s meanwhile.
         """
-        read = read_chat_request(raw)
+        try:
+            read = read_chat_request(raw)
+        except InputError as exc:
+            reason = str(exc)
+            self.gate.refuse(_UNPARSED, 400, "invalid_request", reason)
+            return _MalformedBody(reason, exc.param if isinstance(exc, FieldError) else None)
         started = time.perf_counter()
         if (ambiguous := _repeated_credentials(headers)) is not None:
-            return read, started, self.gate.refuse(read.call, 401, "ambiguous_credentials", ambiguous)
+            refusal = self.gate.refuse(read.call, 401, "ambiguous_credentials", ambiguous)
+            return _Decided(read, started, refusal)
         decision = self.gate.authorize_invocation(
             _bearer(headers.get("authorization")),
             headers.get(INVOCATION_HEADER),
@@ -586,7 +596,7 @@ class Gateway:
             headers.get(APPROVAL_HEADER),
             prompt_most=read.prompt_most,
         )
-        return read, started, decision
+        return _Decided(read, started, decision)
 
     def _route(self, tenant: str, priority: str | None, model: object = None) -> dict[str, Any]:
         """The dispatcher's routing arguments for a call of ``tenant`` in the class ``priority`` to
@@ -672,11 +682,12 @@ class Gateway:
         return {"Retry-After": str(max(1, math.ceil(window - time.time() % window)))}
 
     async def _refuse_body(self, reason: str, param: str | None) -> Response:
-        """The answer to a malformed chat body: 400 ``invalid_request``, ``param`` naming the field
-        at fault when one is (OpenAI's ``param``), audited as a refusal (nothing decided)."""
+        """The answer to a chat request refused before its body is read (an encoding or a
+        content type it cannot be read in): as ``_malformed``, audited as a refusal (nothing
+        decided). A body refused once read is audited in its reading's own worker step
+        (``_read_and_decide``)."""
         await self._blocking(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
-        message = f"malformed chat completion request: {reason}"
-        return error_response(400, message, "invalid_request", param=param)
+        return _malformed(reason, param)
 
     async def _refuse_large_body(self, reason: str) -> Response:
         """The answer to a call whose body is over ``max_body_bytes`` (read, or declared by a caller
@@ -1003,6 +1014,35 @@ def _charged_comment(why: str) -> bytes:
     """The SSE comment that a stream charged its whole reservation sends before its end (every
     SSE parser skips a comment): the JSON answer's ``X-Agentgate-Charged`` header as a line."""
     return f": x-agentgate-charged: reserved; {why}\n\n".encode()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Decided:
+    """A chat call's body read and its call decided and recorded (``Gateway._read_and_decide``)."""
+
+    request: ChatRequest
+    """The body as read and checked."""
+    started: float
+    """When (``perf_counter``) its reading ended and its decision began."""
+    decision: GatewayDecision
+    """The decision, recorded."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _MalformedBody:
+    """A chat body refused once read, its refusal audited (``Gateway._read_and_decide``)."""
+
+    reason: str
+    """What is wrong with it (the ``InputError``'s message)."""
+    param: str | None
+    """The field at fault, when one is (``FieldError``)."""
+
+
+def _malformed(reason: str, param: str | None) -> Response:
+    """The answer to a malformed chat request: 400 ``invalid_request``, ``param`` naming the
+    field at fault when one is (OpenAI's ``param``)."""
+    message = f"malformed chat completion request: {reason}"
+    return error_response(400, message, "invalid_request", param=param)
 
 
 class _StepStart:
