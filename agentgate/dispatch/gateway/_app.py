@@ -132,6 +132,9 @@ from agentgate.gate._outcomes import USAGE_UNREAD
 
 _UNPARSED = Call("gateway:chat.completions", "generate")
 """The call recorded for a body too malformed to name a model."""
+_CUT_UNDECIDED = "the gateway is shutting down: the call was cut before it was decided; nothing was charged"
+"""The 503 ``shutting_down`` message of a call the shutdown cut before its decision began: its body
+still arriving, or still being read, or its step waiting for a worker thread."""
 _STOPPED_UNSENT = "the gateway stopped before the call was sent to a backend"
 """``GatewayStopped``'s message for a JSON call cut while it waited for a backend: released."""
 _CUT_UNSENT = "the gateway is shutting down: the call was cut before it was sent; nothing was charged"
@@ -391,20 +394,23 @@ class Gateway:
         other connection, ``/healthz`` included (until review R89 the only call in flight was
         decided inline). A step begun runs to its end even if the task is cancelled meanwhile
         (the shutdown): what it recorded (an allow and its reservation) must be settled, so it
-        is returned, the task left ``cancelling()`` for the caller to see (``_cut_by_shutdown``).
-        A step not begun when the task is cancelled (still waiting for a worker: every one busy)
+        is returned, the task left ``cancelling()`` for the caller to see (``_cut_by_shutdown``);
+        a step made of parts ends before its next part instead (``_StepStart.goes_on``: a chat
+        body being read is not decided). A step not begun when the task is cancelled (still waiting for a worker: every one busy)
         is called off, never begun, and the cancellation raised: nothing is decided or audited,
         and the shutdown does not wait for it (until review R90 it was never called off, so
         every call queued so was decided, allowed and audited while the gateway stopped, one
         after another, each maybe waiting out the store's busy timeout).
         """
+        return await self._step(_StepStart(), partial(fn, *args, **kwargs))
+
+    async def _step(self, start: _StepStart, fn: Callable[[], T]) -> T:
+        """``_blocking``'s ``fn()``, its start told by ``start``: a step in parts may ask it
+        whether it goes on to the next (``_StepStart.goes_on``)."""
         # ``asyncio.to_thread``'s future, but not a task: the event loop's own end cancels every
         # task, and a cancelled one would lose the step's result while the thread runs on.
         context = contextvars.copy_context()
-        start = _StepStart()
-        step = asyncio.get_running_loop().run_in_executor(
-            None, partial(start.run, partial(context.run, fn, *args, **kwargs))
-        )
+        step = asyncio.get_running_loop().run_in_executor(None, partial(start.run, partial(context.run, fn)))
         while True:
             try:
                 return await asyncio.shield(step)
@@ -449,7 +455,8 @@ class Gateway:
                     return refusal, False
                 raw = await _read_body(request, self.max_body_bytes, self.body_timeout_s)
                 received = time.perf_counter()
-                read = await self._blocking(self._read_and_decide, raw, request.headers)
+                start = _StepStart()
+                read = await self._step(start, partial(self._read_and_decide, raw, request.headers, start))
             except BodyTimedOut as exc:
                 return await self._refuse_slow_body(str(exc)), False
             except BodyTooLarge as exc:
@@ -459,13 +466,15 @@ class Gateway:
                 return await self._refuse_body(str(exc), param), False
         except asyncio.CancelledError:
             # The shutdown grace ran out before the call was decided (its body still arriving,
-            # or waiting for an outcome commit to end): nothing was decided, sent or charged.
+            # or waiting for a worker thread): nothing was decided, sent or charged.
             if not _cut_by_shutdown():
                 raise
-            message = (
-                "the gateway is shutting down: the call was cut before it was decided; nothing was charged"
-            )
-            return _shutting_down(message), False
+            return _shutting_down(_CUT_UNDECIDED), False
+        if read is None:
+            # The shutdown grace ran out while the body was read, in its worker step: the step
+            # ended there, nothing decided or audited (``_read_and_decide``).
+            _cut_by_shutdown()
+            return _shutting_down(_CUT_UNDECIDED), False
         if isinstance(read, _MalformedBody):
             return _malformed(read.reason, read.param), False
         decided = time.perf_counter()
@@ -562,9 +571,16 @@ class Gateway:
         # it sent twice is the last copy, the one checked and charged.
         return Response(result.raw, media_type="application/json", headers=headers), True
 
-    def _read_and_decide(self, raw: bytes, headers: Headers) -> _Decided | _MalformedBody:
+    def _read_and_decide(
+        self, raw: bytes, headers: Headers, start: _StepStart
+    ) -> _Decided | _MalformedBody | None:
         """Read the chat body ``raw`` (``read_chat_request``), then decide it on the credentials
-        of ``headers`` and record the decision (``_Decided``). Refused 401
+        of ``headers`` and record the decision (``_Decided``); ``None``, nothing decided or
+        audited, where the step (``start``) was called off while the body was read (the shutdown
+        grace ran out: ``_StepStart.goes_on``), as a decision not begun is (until a regression
+        review of R91 the reading's step, begun, went on to decide or refuse the call during the
+        shutdown: a malformed body was audited and answered 400, an allowed call reserved,
+        released and audited ``GatewayStopped``, a call with no credentials answered 401). Refused 401
         ``ambiguous_credentials`` for a header that carries credentials sent twice (never resolved
         by order: a proxy in front may have checked the other one). A body refused
         (``InputError``) is audited as a refusal, nothing decided, in this same step, and
@@ -581,9 +597,13 @@ class Gateway:
         try:
             read = read_chat_request(raw)
         except InputError as exc:
+            if not start.goes_on():
+                return None
             reason = str(exc)
             self.gate.refuse(_UNPARSED, 400, "invalid_request", reason)
             return _MalformedBody(reason, exc.param if isinstance(exc, FieldError) else None)
+        if not start.goes_on():
+            return None
         started = time.perf_counter()
         if (ambiguous := _repeated_credentials(headers)) is not None:
             refusal = self.gate.refuse(read.call, 401, "ambiguous_credentials", ambiguous)
@@ -1048,7 +1068,9 @@ def _malformed(reason: str, param: str | None) -> Response:
 class _StepStart:
     """Whether a gate step handed to a worker thread (``Gateway._blocking``) began there, or was
     called off first: whichever of ``run`` (in the worker) and ``call_off`` (on the event loop)
-    comes first, under a lock, holds."""
+    comes first, under a lock, holds. A step begun may be made of parts (a chat body's reading,
+    then its decision: ``Gateway._read_and_decide``): it asks ``goes_on`` before each part
+    after the first, which a ``call_off`` meanwhile answers ``False``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -1065,10 +1087,17 @@ class _StepStart:
         return step()
 
     def call_off(self) -> bool:
-        """Whether the step is called off: ``True`` unless it already began (it never will)."""
+        """Call the step off: ``True`` if it had not begun (it never will), else ``False`` (it
+        runs on, and its next part, if any, does not begin: ``goes_on``)."""
         with self._lock:
-            self._called_off = not self._begun
-            return self._called_off
+            self._called_off = True
+            return not self._begun
+
+    def goes_on(self) -> bool:
+        """In the worker, between a step's parts: whether the next part may begin, ``False``
+        once the step was called off."""
+        with self._lock:
+            return not self._called_off
 
 
 async def _failed_before_sending() -> None:
