@@ -132,7 +132,7 @@ MAX_WARMUP = 10_000
 unbounded, as ``--rounds`` was)."""
 
 
-STAGES = ("read", "parse", "decide", "backend", "total")
+STAGES = ("read", "wait", "parse", "decide", "backend", "total")
 """The gateway's ``Server-Timing`` entries (milliseconds)."""
 
 
@@ -482,7 +482,7 @@ def main() -> None:
     for name, parts in stage_p50.items():
         print(
             f"{name}: inside the gateway p50: handler {parts['total']:.3f} ms = read the body {parts['read']:.3f}"
-            f" + parse {parts['parse']:.3f}"
+            f" + wait for a worker thread {parts['wait']:.3f} + parse {parts['parse']:.3f}"
             f" + decide {parts['decide']:.3f} + backend call (router + HTTP client + backend)"
             f" {parts['backend']:.3f} + answer; outside the handler (the HTTP hop, per call)"
             f" {parts['outside']:.3f} ms"

@@ -230,7 +230,7 @@ def test_a_json_answer_is_the_backends_bytes_with_the_audit_index_and_server_tim
     assert response.json()["choices"][0]["message"]["content"]
     assert response.headers["x-agentgate-audit-index"] == str(env.entries()[0].index)
     timing = dict(part.strip().split(";dur=") for part in response.headers["server-timing"].split(","))
-    assert list(timing) == ["read", "parse", "decide", "backend", "total"]
+    assert list(timing) == ["read", "wait", "parse", "decide", "backend", "total"]
     assert all(float(ms) >= 0 for ms in timing.values())
     assert float(timing["total"]) >= float(timing["decide"]) + float(timing["backend"])
 

@@ -19,6 +19,8 @@
    hash and estimate of step 1 run in the same worker step, before the decision: their work
    grows with the body (up to ``max_body_bytes``), and until review R91 they ran on the loop,
    where a caller with no credentials held it for seconds with each large body, before its 401.
+   Such bodies hold worker threads instead: enough of them fill every one, and the other calls'
+   steps wait for a worker (``Server-Timing``'s ``wait``, ``agentgate_gateway_worker_wait_seconds``).
 3. The dispatcher routes the call to a backend that serves the model, with the call's output
    limit set to what was reserved; the answer (or the stream) goes back to the caller.
 4. The usage the backend reports is charged and the outcome audited (``Gate.arun`` /
@@ -224,6 +226,13 @@ class Gateway:
             registry=self.registry,
             buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
         )
+        self._worker_wait_seconds = Histogram(
+            "agentgate_gateway_worker_wait_seconds",
+            "Time a gate step (a chat call's reading and decision, an audited refusal) waited for a "
+            "worker thread before it began (every one busy).",
+            registry=self.registry,
+            buckets=(0.0002, 0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0),
+        )
         self._tokens = Counter(
             "agentgate_gateway_tokens",
             "Tokens the backends reported for answered calls, by kind.",
@@ -410,14 +419,19 @@ class Gateway:
         # ``asyncio.to_thread``'s future, but not a task: the event loop's own end cancels every
         # task, and a cancelled one would lose the step's result while the thread runs on.
         context = contextvars.copy_context()
+        handed = time.perf_counter()
         step = asyncio.get_running_loop().run_in_executor(None, partial(start.run, partial(context.run, fn)))
-        while True:
-            try:
-                return await asyncio.shield(step)
-            except asyncio.CancelledError:
-                if step.cancelled() or start.call_off():
-                    step.cancel()  # its worker item, pending, is dropped; one taken up begins nothing
-                    raise
+        try:
+            while True:
+                try:
+                    return await asyncio.shield(step)
+                except asyncio.CancelledError:
+                    if step.cancelled() or start.call_off():
+                        step.cancel()  # its worker item, pending, is dropped; one taken up begins nothing
+                        raise
+        finally:
+            if start.begun_at is not None:
+                self._worker_wait_seconds.observe(start.begun_at - handed)
 
     async def _answer(self, request: Request) -> tuple[Response, bool]:
         """The answer to one chat call, and whether an allowed call's outcome was left to commit.
@@ -547,9 +561,12 @@ class Gateway:
             headers["X-Agentgate-Charged"] = f"reserved; {why}"
         elif charged is not None and charged is not USAGE_UNREAD:
             self._count_charged(decision.auth, charged)
-        # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
+        # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds):
+        # ``wait`` for a worker thread to take the reading and decision up (every one busy).
+        begun = start.begun_at if start.begun_at is not None else received
         headers["Server-Timing"] = (
-            f"read;dur={(received - arrived) * 1000:.3f}, parse;dur={(read.started - received) * 1000:.3f}, "
+            f"read;dur={(received - arrived) * 1000:.3f}, wait;dur={(begun - received) * 1000:.3f}, "
+            f"parse;dur={(read.started - begun) * 1000:.3f}, "
             f"decide;dur={(decided - read.started) * 1000:.3f}, "
             f"backend;dur={(answered - decided) * 1000:.3f}, "
             f"total;dur={(time.perf_counter() - arrived) * 1000:.3f}"
@@ -1076,12 +1093,17 @@ class _StepStart:
         self._lock = threading.Lock()
         self._begun = False
         self._called_off = False
+        self.begun_at: float | None = None
+        """When (``perf_counter``) a worker thread took the step up, ``None`` while it has not
+        (the time before it is the step's wait for a worker: ``worker_wait_seconds``)."""
 
     def run(self, step: Callable[[], T]) -> T:
         """``step()``, in the worker thread, unless it was called off: then nothing is run and
         ``CancelledError`` raised (its future was cancelled; nobody reads it)."""
         with self._lock:
             begun = self._begun = not self._called_off
+            if begun:
+                self.begun_at = time.perf_counter()
         if not begun:
             raise asyncio.CancelledError
         return step()
