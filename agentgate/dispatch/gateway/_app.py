@@ -678,7 +678,7 @@ class Gateway:
         with _Watch(scope) as watch:
             if watch.gone:  # while the call was being decided: nothing is sent, nothing charged
                 raise CallerGone(_GONE_UNSENT, sent=False)
-            mark = SendMark()
+            mark = SendMark(payload)
             sending = SENDING.set(mark)
             lean = payload.get("model") in self._lean_models
             try:
@@ -763,7 +763,7 @@ class Gateway:
         # its reservation (a long prefill is the backend's work), unless the lean pool never
         # began to send it (it waited in line). The task that reads the backend is made in this
         # context: it shares the mark.
-        mark = SendMark()
+        mark = SendMark(payload)
         sending = SENDING.set(mark)
         lean = payload.get("model") in self._lean_models
         chunks = self.gate.gated_stream(
