@@ -21,6 +21,9 @@
    where a caller with no credentials held it for seconds with each large body, before its 401.
    Such bodies hold worker threads instead: enough of them fill every one, and the other calls'
    steps wait for a worker (``Server-Timing``'s ``wait``, ``agentgate_gateway_worker_wait_seconds``).
+   Nor is the loop wholly free while they are read: a parse or canonical encoding of a large
+   body is one call in C that holds the GIL until it returns (``read_chat_request``), a
+   fraction of a second each per multi-megabyte body.
 3. The dispatcher routes the call to a backend that serves the model, with the call's output
    limit set to what was reserved; the answer (or the stream) goes back to the caller.
 4. The usage the backend reports is charged and the outcome audited (``Gate.arun`` /
@@ -609,7 +612,8 @@ class Gateway:
         wait on the store, and the reading costs time that grows with the body, up to
         ``max_body_bytes``, for any caller, before it is authenticated. Until review R91 the
         reading ran on the loop: three bodies of 6.9 MB with no credentials each answered 401
-        ``missing_invocation``, and ``/healthz`` waited 3 s meanwhile.
+        ``missing_invocation``, and ``/healthz`` waited 3 s meanwhile; it still holds the GIL, and
+        so the loop, for a fraction of a second at a time (``read_chat_request``).
         """
         try:
             read = read_chat_request(raw)

@@ -179,7 +179,11 @@ def read_chat_request(raw: bytes) -> ChatRequest:
     Its work grows with the body, up to ``max_body_bytes`` (8 MiB by default: a body of 150,000
     small messages took 2 s on the development machine to parse, hash and estimate), and it runs
     before the caller is authenticated: the gateway runs it in a worker thread, with the
-    decision (``Gateway._read_and_decide``), never on the event loop."""
+    decision (``Gateway._read_and_decide``), never on the event loop. That does not free the
+    loop wholly: its longest parts are each one call in C that holds the GIL until it returns
+    (the body's ``json.loads``; for a body with floats or more than ``MAX_PLAIN_CONTAINERS``
+    objects and lists, the canonical JSON's ``json.dumps``), and the loop waits for each, a
+    fraction of a second per multi-megabyte body (docs/gateway.md, "Review R89")."""
     body = _parse_body(raw)
     call = chat_call(body)
     return ChatRequest(
