@@ -72,7 +72,11 @@ class ChatTransport(Protocol):
     async def post(self, url: str, body: bytes, authorization: str | None = None) -> PostAnswer:
         """POST the JSON ``body``: the status and the whole answer (for a status of 300 or more,
         its body's start may do: only the first ``_QUOTED`` bytes are quoted; a ``WholeBody``
-        where the body is known to have ended there, else it is taken as cut), and, as a third
+        where the body is known to have ended there, else it is taken as cut; for an error
+        answer sent with a ``Content-Encoding`` other than ``identity``, which is not decoded,
+        the transport's own words instead, a ``WholeBody``: the gateway's pool says ``(a body
+        with Content-Encoding: gzip, not decoded)`` as ``BackendClient`` says it on its own
+        paths, the header scrubbed of the prompt and the API key before it is cut), and, as a third
         item, the answer's ``Retry-After`` header (``None`` without one; a transport that gives
         no third item is taken to have none); raises ``OSError`` if none can be read
         (``EncodedAnswer`` for a successful answer with a ``Content-Encoding``), and
@@ -85,7 +89,8 @@ class ChatTransport(Protocol):
     ) -> contextlib.AbstractAsyncContextManager[StreamAnswer]:
         """POST the JSON ``body`` for a streamed answer: the status, a reader of its body (called
         only for an error status, to quote the body's first ``_QUOTED`` bytes: it may return just
-        what has arrived of it, a ``WholeBody`` where that is all of it), its lines, and, as a
+        what has arrived of it, a ``WholeBody`` where that is all of it, or for an encoded body
+        the transport's own words, as ``post``), its lines, and, as a
         fourth item, its ``Retry-After`` header
         (optional, as ``post``'s third); raises ``OSError`` if the answer cannot be read."""
         ...
