@@ -42,9 +42,9 @@ def redactions(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["_prompt_texts"] += 1
         return gather(payload)
 
-    def counted_scrub(text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool = False) -> str:
+    def counted_scrub(text: str, key: str | None, prompts: Sequence[str] = (), **how: Any) -> str:
         counts["_scrub"] += 1
-        return scrub(text, key, prompts, cut=cut)
+        return scrub(text, key, prompts, **how)
 
     monkeypatch.setattr(backends, "_prompt_texts", counted_gather)
     monkeypatch.setattr(backends, "_scrub", counted_scrub)

@@ -95,9 +95,9 @@ def test_a_long_value_is_written_only_as_far_as_it_is_quoted(monkeypatch: pytest
     further than that: its first few texts are searched, not a million."""
     searched: list[str] = []
 
-    def counted(text: str, key: str | None, prompts: Any = (), *, cut: bool = False) -> str:
+    def counted(text: str, key: str | None, prompts: Any = (), **how: Any) -> str:
         searched.append(text)
-        return _scrub(text, key, prompts, cut=cut)
+        return _scrub(text, key, prompts, **how)
 
     monkeypatch.setattr(_redaction, "_scrub", counted)
     prompt = PROMPTS["control-character"]

@@ -6,17 +6,18 @@ cut inside a character of two bytes or more ended the text with U+FFFD, which no
 with: the prompt's start before it was quoted (``HTTP 400: <pre> Паро�``), for half of the cuts
 of a Cyrillic prompt, on every client path. A body cut at the read is now decoded less the
 bytes of a character cut in two at its end (``_excerpt``).
+
+Since a regression review of R91 a body longer than 1,024 bytes is read and scrubbed a little
+past them, so an echo across that cut is redacted whole; the body here comes in two writes, its
+first 1,024 bytes alone, so it is cut at the read.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
-from test_dispatch_backends import _client_on, _read_request
-
-from agentgate.errors import DispatchError
+from test_dispatch_r90b_first_piece_cut import _refused, _server
 
 PROMPT = "Пароль от банка: 4111 1111 1111 1111"
 """Every letter of its first word two bytes long in UTF-8."""
@@ -30,23 +31,16 @@ def _body(cut_in_letter: bool) -> bytes:
     return head + b"\n" * (1024 - len(head) - len(start)) + PROMPT.encode() + b"</pre>" + b" " * 1000
 
 
-def _answering(body: bytes) -> Any:
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
-        writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
-        await writer.drain()
-        writer.close()
-
-    return answer
-
-
 @pytest.mark.parametrize("cut_in_letter", [False, True], ids=["between-letters", "inside-a-letter"])
-@pytest.mark.parametrize("path", ["httpx", "aiohttp", "gateway-pool"])
+@pytest.mark.parametrize("path", ["httpx", "aiohttp", "pool"])
 async def test_a_prompt_start_cut_inside_a_character_is_not_quoted(path: str, cut_in_letter: bool) -> None:
-    payload = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 8}
-    async with _client_on(path, _answering(_body(cut_in_letter))) as client, asyncio.timeout(10):
-        with pytest.raises(DispatchError) as raised:
-            await client.chat(payload)
-    message = str(raised.value)
+    payload: dict[str, Any] = {
+        "model": "m",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 8,
+    }
+    body = _body(cut_in_letter)
+    async with _server(body[:1024], body[1024:]) as url:
+        message = await _refused(url, path, False, payload)
     assert message.endswith("rejected the request: HTTP 400: <pre>"), message
     assert "Пар" not in message and "\ufffd" not in message, message

@@ -15,7 +15,9 @@ _FRAGMENT = 8
 """The shortest piece of a key, or start of a prompt's message, that ``_scrub`` redacts."""
 
 
-def _scrub(text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool = False) -> str:
+def _scrub(
+    text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool = False, upto: int | None = None
+) -> str:
     """``text`` with ``key``, every start of it ``_FRAGMENT`` or more characters long (what a quote
     cut mid-key, or a masked key, shows) and every other piece of it twice that long (a quote that
     cut the key's start: a shorter piece may be a word of ours, ``credentials``, that a key holds),
@@ -29,7 +31,7 @@ def _scrub(text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool
     span, so a body of N messages ``aaaaaaaa`` and an error echoing 1,024 ``a`` cost N x 1,024
     spans (a second of the event loop for 2,000 such messages). Measuring a place costs up to the
     length of the echo standing there, so an echo of one character repeated costs ``text``'s
-    length squared: every caller scrubs only a start of the backend's words, at most 1,280
+    length squared: every caller scrubs only a start of the backend's words, at most 1,296
     characters (until review R90 a transport failure's text was scrubbed whole: a header line of
     60,000 characters echoing the prompt held the event loop over a second, ``_failure_text``).
 
@@ -48,7 +50,13 @@ def _scrub(text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool
     characters quoted (``HTTP 400: <pre> 078-05-``); until a regression review of R90b the last
     ``_FRAGMENT - 1`` characters were left out whatever they were, and a short error body read
     as cut lost the end of the backend's own words (``max_tokens must be at most``, its
-    ``4096"}`` left out) with nothing to redact."""
+    ``4096"}`` left out) with nothing to redact.
+
+    Where ``upto`` is given, only what stands in ``text``'s first ``upto`` characters is written,
+    its runs found in all of ``text``: a run standing across ``upto`` is written as its marker,
+    so a quote cut there shows no piece of an echo that ``text`` holds whole past it
+    (``_scrub_start``)."""
+    stop = len(text) if upto is None else min(upto, len(text))
     reach = [0] * len(text)  # reach[i]: where the longest run found starting at i ends (0: none)
     found = _prompt_runs(text, prompts)
     if key and len(key) >= _FRAGMENT:
@@ -57,7 +65,7 @@ def _scrub(text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool
         reach[start] = max(reach[start], end)
     parts: list[str] = []
     done = 0
-    for start, end in enumerate(reach):
+    for start, end in enumerate(reach[:stop]):
         if end <= done:
             continue
         if start > done or not parts:
@@ -65,14 +73,27 @@ def _scrub(text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool
         done = end
     # Each run redacted is ``_FRAGMENT`` long or more, so what may be left out follows the last.
     left_out = _cut_start(text[max(done, len(text) - _FRAGMENT + 1) :], key, prompts) if cut else 0
-    return "".join(parts) + text[done : len(text) - left_out]
+    return "".join(parts) + text[done : min(stop, len(text) - left_out)]
+
+
+_SEEN_PAST_THE_CUT = 2 * _FRAGMENT
+"""How many characters past a quote's cut ``_scrub_start`` scrubs: an echo standing across the
+cut is found whole, however little of it stands before the cut (a piece of the key that is not
+its start is redacted only where it is twice ``_FRAGMENT`` long)."""
 
 
 def _scrub_start(text: str, key: str | None, prompts: Sequence[str], limit: int) -> str:
-    """The first ``limit`` characters of ``text`` scrubbed (``_scrub``), taken as cut there
-    (``cut``) where ``text`` goes on: what every quote of the backend's words that are text scrubs,
-    so the scrub's work stays bounded by ``limit``."""
-    return _scrub(text[:limit], key, prompts, cut=len(text) > limit)
+    """The first ``limit`` characters of ``text`` scrubbed (``_scrub``): what every quote of the
+    backend's words that are text scrubs, so the scrub's work stays bounded by ``limit``. The
+    scrub reads ``_SEEN_PAST_THE_CUT`` characters further and writes what stands before the cut
+    (``upto``), so an echo across the cut is redacted whole (what stands at the end of what it
+    reads is past the cut, so it needs no ``cut``); the scrubbed text is cut to ``limit``
+    characters again (a marker is longer than a run of 8), where all it reads is scrubbed.
+    Until a regression review of R91 the text was cut first and scrubbed as cut there (``cut``),
+    which hides only a start of the key or a prompt at the cut: an inner piece of the key shorter
+    than twice ``_FRAGMENT`` standing there (an echo of the key less its first characters,
+    begun 15 characters before the cut) was quoted."""
+    return _scrub(text[: limit + _SEEN_PAST_THE_CUT], key, prompts, upto=limit)[:limit]
 
 
 def _cut_start(end: str, key: str | None, prompts: Sequence[str]) -> int:

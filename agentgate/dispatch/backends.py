@@ -62,7 +62,7 @@ from agentgate.dispatch._answers import (
     output_limit,
 )
 from agentgate.dispatch._engine_fields import FieldError
-from agentgate.dispatch._redaction import _prompt_texts, _scrub, _scrub_start
+from agentgate.dispatch._redaction import _SEEN_PAST_THE_CUT, _prompt_texts, _scrub, _scrub_start
 from agentgate.dispatch._retry_after import MAX_RETRY_AFTER_S, retry_after_s
 from agentgate.dispatch._sse import (
     _SSE_IGNORED,
@@ -143,6 +143,10 @@ _SMALL = 1 << 16
 _QUOTED = 1024
 """The most bytes of an error answer's body that are quoted (``_excerpt``): a streamed call reads
 no more of it than has arrived once any has (``_post_stream``)."""
+_READ_PAST_THE_CUT = 4 * _SEEN_PAST_THE_CUT
+"""How many bytes of an error answer's body past its first ``_QUOTED`` are read (``_start``,
+``_read_start``) and scrubbed, never quoted (``_excerpt``): ``_SEEN_PAST_THE_CUT`` characters of
+up to 4 bytes each, so an echo of the key or a prompt standing across the cut is redacted whole."""
 _UTF_8 = codecs.getincrementaldecoder("utf-8")
 """Decodes the start of a body cut at the read (``_excerpt``): not ``final``, it holds back the
 bytes of a character cut in two at the end, where ``bytes.decode`` writes U+FFFD for them."""
@@ -170,9 +174,9 @@ def _refuse_declared(length: str | None) -> int | None:
 
 
 _QUOTED_HEADER = 640
-"""How much of a refused ``Content-Encoding`` is scrubbed of the key and the prompt before 40
-characters of it are quoted (``_refuse_encoded``): enough that an echo starting in those 40 is
-found whole."""
+"""How much of a refused ``Content-Encoding`` is read, as Latin-1 where it is not UTF-8
+(``_latin_1_where_not_utf_8``), before its first 40 characters are scrubbed of the key and the
+prompt and quoted (``_encoding_shown``, ``_scrub_start``)."""
 
 
 def _refuse_encoded(
@@ -212,11 +216,15 @@ def _encoding_shown(encoding: str, request: Mapping[str, Any] | None, key: str |
     holding ``é`` sent as Latin-1 was looked for as aiohttp kept it, a surrogate where the prompt
     has ``é``, so it was redacted only up to it and the rest of the prompt quoted. Until review
     R91 the key was scrubbed after the cut, from the message (``_excerpt``, ``_shown``): a start
-    of it shorter than 8 characters standing at the cut, or a piece shorter than 16, was quoted."""
+    of it shorter than 8 characters standing at the cut, or a piece shorter than 16, was quoted.
+    The 40 characters are cut from what the scrub wrote of the header's start and a few characters
+    past them (``_scrub_start``): until a regression review of R91 they were cut from the scrub of
+    its first 640, and where a long echo of the prompt before shrank to one marker, the end of
+    those 640 came within the 40 quoted, with an inner piece of the key cut there."""
     said = _latin_1_where_not_utf_8(encoding[:_QUOTED_HEADER])
     if request is not None or key:
         prompts = _prompt_texts(request) if request is not None else ()
-        said = _scrub(said, key, prompts, cut=len(encoding) > _QUOTED_HEADER)
+        said = _scrub_start(said, key, prompts, 40)
     return escaped(said[:40])
 
 
@@ -863,10 +871,19 @@ class BackendClient:
         A body cut at the read is decoded less a character cut in two at its end (the bytes of
         it that came): until review R91 they were one U+FFFD, which no prompt starts with, and
         the prompt's start before it was quoted where the cut fell inside a character
-        (``HTTP 400: <pre> Паро�``), half of the cuts of a prompt past ASCII."""
-        whole = isinstance(body, WholeBody) and len(body) <= _QUOTED
-        text = _UTF_8(errors="replace").decode(body[:_QUOTED], final=whole)
-        text = _scrub(text, self._key, _prompt_texts(payload), cut=not whole)
+        (``HTTP 400: <pre> Паро�``), half of the cuts of a prompt past ASCII.
+
+        Up to ``_READ_PAST_THE_CUT`` bytes past the first ``_QUOTED`` are scrubbed with them and
+        never quoted (``_scrub``'s ``upto``): an echo standing across the cut is found whole.
+        Until a regression review of R91 the body was scrubbed as cut at ``_QUOTED`` bytes, which
+        hides only a start of the key or a prompt there, and an inner piece of the key shorter
+        than 16 characters standing at the cut was quoted once the white space before it was
+        folded (an echo of the key less its first characters)."""
+        seen = body[: _QUOTED + _READ_PAST_THE_CUT]
+        whole = isinstance(body, WholeBody) and len(body) == len(seen)
+        text = _UTF_8(errors="replace").decode(seen, final=whole)
+        shown = len(_UTF_8(errors="replace").decode(seen[:_QUOTED], final=whole and len(seen) <= _QUOTED))
+        text = _scrub(text, self._key, _prompt_texts(payload), cut=not whole, upto=shown)
         return escaped(" ".join(text.split())[:200])
 
     def _shown(self, exc: DispatchError) -> DispatchError:
@@ -1066,22 +1083,25 @@ def _reason(refused: BaseException) -> str:
 
 
 async def _start(response: httpx.Response) -> bytes:
-    """The first piece of ``response``'s body to arrive, at most ``_QUOTED`` bytes, as sent (not
-    decoded): a ``WholeBody`` where it is all the body (as long as its ``Content-Length``, or the
-    body ended with no piece), else taken as cut (httpx does not tell whether more is on its way)."""
+    """The first piece of ``response``'s body to arrive, at most ``_QUOTED`` bytes and the
+    ``_READ_PAST_THE_CUT`` scrubbed past them (``_excerpt``), as sent (not decoded): a
+    ``WholeBody`` where it is all the body (as long as its ``Content-Length``, or the body ended
+    with no piece), else taken as cut (httpx does not tell whether more is on its way)."""
     length = response.headers.get("Content-Length")
     declared = None if length is None else declared_length(length)
+    read = _QUOTED + _READ_PAST_THE_CUT
     async for piece in response.aiter_raw():
         if piece:
-            whole = declared is not None and len(piece) == declared <= _QUOTED
-            return WholeBody(piece) if whole else piece[:_QUOTED]
+            whole = declared is not None and len(piece) == declared <= read
+            return WholeBody(piece) if whole else piece[:read]
     return WholeBody()
 
 
 async def _read_start(answer: aiohttp.ClientResponse) -> bytes:
-    """What has arrived of ``answer``'s body once any has, at most ``_QUOTED`` bytes, as sent: a
-    ``WholeBody`` where the body ended there, else taken as cut."""
-    start = await answer.content.read(_QUOTED)
+    """What has arrived of ``answer``'s body once any has, at most ``_QUOTED`` bytes and the
+    ``_READ_PAST_THE_CUT`` scrubbed past them (``_excerpt``), as sent: a ``WholeBody`` where the
+    body ended there, else taken as cut."""
+    start = await answer.content.read(_QUOTED + _READ_PAST_THE_CUT)
     return WholeBody(start) if answer.content.at_eof() else start
 
 
