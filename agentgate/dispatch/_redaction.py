@@ -205,6 +205,39 @@ def _written(text: str) -> tuple[str, ...]:
     return text, json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1]
 
 
+_BYTE_REPR = [repr(bytes([byte]))[2:-1] for byte in range(256)]
+"""How ``repr`` writes each byte within a quote of bytes: a byte past ASCII or not printable as
+its escape (``\\xd0``, ``\\t``), a backslash doubled, a quote ``'`` bare."""
+
+
+def _repr_texts(prompts: Sequence[str], key: str | None) -> list[str]:
+    """``prompts`` (``_prompt_texts``) with each of them, and ``key``, also as ``repr`` writes it
+    within a quote of its UTF-8 bytes and of it as text (``_repr_written``): what an HTTP parser's
+    refusal quotes of the line it refused (h11's ``bytearray(b'...')``, aiohttp's ``b'...'``),
+    where neither an echo past ASCII nor one holding a backslash reads as sent. The key so written
+    is looked for as a prompt is, by its start: a key holding a quote or a backslash is rare, and
+    ``_scrub`` looks for one key's pieces."""
+    forms = dict.fromkeys(prompts)
+    for text in [*prompts, key or ""]:
+        if len(text) >= _FRAGMENT:
+            forms.update(dict.fromkeys(_repr_written(text)))
+    return list(forms)
+
+
+def _repr_written(text: str) -> tuple[str, ...]:
+    """``text`` as ``repr`` writes it within a quote of its UTF-8 bytes and within a quote of text,
+    each with a quote ``'`` bare and escaped (``repr`` leaves it bare only where the whole it
+    quotes holds no ``"``, which it then quotes with): the forms other than ``text`` itself, none
+    for printable ASCII without a quote ``'`` or a backslash, as most texts are."""
+    if text.isascii() and text.isprintable() and "'" not in text and "\\" not in text:
+        return ()
+    as_bytes = "".join(_BYTE_REPR[byte] for byte in text.encode("utf-8", "replace"))
+    as_text = "".join(repr(char)[1:-1] for char in text)
+    forms = dict.fromkeys([as_bytes, as_text])
+    forms.update(dict.fromkeys(form.replace("'", "\\'") for form in list(forms)))
+    return tuple(form for form in forms if form != text)
+
+
 def _quoted_echo(
     value: object, request: Mapping[str, Any] | None, limit: int = 80, *, key: str | None = None
 ) -> str:

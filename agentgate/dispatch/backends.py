@@ -62,7 +62,13 @@ from agentgate.dispatch._answers import (
     output_limit,
 )
 from agentgate.dispatch._engine_fields import FieldError
-from agentgate.dispatch._redaction import _SEEN_PAST_THE_CUT, _prompt_texts, _scrub, _scrub_start
+from agentgate.dispatch._redaction import (
+    _SEEN_PAST_THE_CUT,
+    _prompt_texts,
+    _repr_texts,
+    _scrub,
+    _scrub_start,
+)
 from agentgate.dispatch._retry_after import MAX_RETRY_AFTER_S, retry_after_s
 from agentgate.dispatch._sse import (
     _SSE_IGNORED,
@@ -934,12 +940,18 @@ def _failure_text(exc: BaseException, payload: Mapping[str, Any], key: str | Non
     ``split_lines``'s refusal of a line over its limit, our own words. A transport's refusal of
     a ``Content-Encoding`` (``EncodedAnswer``) is told as the client's own paths tell it: the
     header scrubbed of ``key`` and the prompt as it came, then cut and escaped
-    (``_encoding_shown``)."""
+    (``_encoding_shown``).
+
+    A parser quotes the line it refused with ``repr`` (h11's ``bytearray(b'...')``, aiohttp's
+    ``b'...'``), so the prompt and the key are also looked for as ``repr`` writes them
+    (``_repr_texts``): until a regression review of R91 an echo of a prompt past ASCII
+    (``\\xd0\\x9f\\xd0\\xb0...``), or of one or the key holding a backslash or a quote, was
+    quoted."""
     if isinstance(exc, EncodedAnswer):
         return _encoding_refused(exc.encoding, payload, key)
     said = f"{exc.message}" if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
     if not isinstance(exc, ValueError):
-        said = _scrub_start(said, key, _prompt_texts(payload), _QUOTED)
+        said = _scrub_start(said, key, _repr_texts(_prompt_texts(payload), key), _QUOTED)
     if isinstance(exc, aiohttp.ClientResponseError):
         said = f"the answer is not HTTP that can be read: {said}"
     lines = (line.strip() for line in said.splitlines())
