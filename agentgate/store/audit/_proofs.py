@@ -194,12 +194,22 @@ class _Proofs:
     def referring(self, index: int) -> list[AuditEntry]:
         """The entries whose ``ref`` is ``index`` (its outcomes, approvals given...), in index
         order, each parsed from its row: through the reference index when it is complete, else by
-        reading the whole log. ``TamperDetected`` for a malformed one, and for one whose row was
+        reading the whole log. ``TamperDetected`` for a malformed one, for one whose row was
         deleted (``_related``: missing below the log's end or inside its latest signed
-        checkpoint, until review R90 left out); ``InputError`` for an
+        checkpoint, until review R90 left out), and, as ``explain`` refuses it, whenever the latest
+        signed checkpoint covers more entries than the log holds (``_absent`` of the log's end: its
+        newest rows deleted, or the database restored from an older copy), on either path and
+        whatever ``audit_refs`` still names: until review R91 a deleted newest outcome was left out
+        without a word when the whole log was read or its ``audit_refs`` row went too, and
+        ``GatedBroker.reconcile`` read a granted lease as one that never held GPUs;
+        ``InputError`` for an
         ``index`` that is not an integer (``_whole``) or negative, ``BeyondLogEnd`` for one past what a store's integer
         holds (until review R82 it reached the driver: ``StoreError``)."""
         index = self._index_given(index)
+        # Nothing below the end may say which deleted row referred to ``index``: the signed size
+        # is what does (a missing row below the end is refused by ``_related``).
+        if isinstance(refused := self._absent(self._end()), TamperDetected):
+            raise refused
         related = self._related(index, None)
         return [related[idx][2] for idx in sorted(related)]
 
