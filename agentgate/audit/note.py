@@ -30,9 +30,12 @@ _MAX_SIGNATURES = 100
 """The most signature lines a note may carry (as Go's golang.org/x/mod/sumdb/note reads them)."""
 
 
-def _check_name(name: str) -> None:
-    """Refuse (``InputError``) a name that is no signed-note key name: empty, with a space or a
-    ``+``, or not UTF-8 text (a lone surrogate, from an environment variable that is not UTF-8)."""
+def _check_name(name: object, argument: str) -> None:
+    """Refuse (``InputError``) a name that is no signed-note key name: not text (``given_text``,
+    naming ``argument``: until review R91 an ``int`` or ``bytes`` failed in the pattern with a
+    bare ``TypeError``), empty, with a space or a ``+``, or not UTF-8 text (a lone surrogate, from
+    an environment variable that is not UTF-8)."""
+    name = given_text(name, argument, "a log origin")
     if not name or not _NAME.match(name) or not _is_utf8(name):
         raise InputError(f"invalid log origin / key name {name!r}: non-empty UTF-8 text, no spaces, no '+'")
 
@@ -91,8 +94,9 @@ def key_id(name: str, public_key: PublicKey) -> bytes:
 
 
 def verifier_key(name: str, public_key: PublicKey) -> str:
-    """The signed-note verifier key string ``name+keyid+base64(0x01||key)``."""
-    _check_name(name)
+    """The signed-note verifier key string ``name+keyid+base64(0x01||key)``; ``InputError`` for
+    a ``name`` that is no key name (``_check_name``) or a ``public_key`` that is no ``PublicKey``."""
+    _check_name(name, "name")
     encoded = base64.b64encode(_ED25519 + _public_key(public_key, "public_key").raw).decode()
     return f"{name}+{key_id(name, public_key).hex()}+{encoded}"
 
@@ -124,12 +128,13 @@ class Checkpoint:
     root: bytes
 
     def text(self) -> str:
-        """The checkpoint body, three newline-terminated lines. Raises ``InputError`` for a
-        ``size`` that is not a whole number from 0 to ``MAX_TREE_SIZE`` (``tree_integer``, a bool
+        """The checkpoint body, three newline-terminated lines. Raises ``InputError`` for an
+        ``origin`` that is no key name (``_check_name``: text too, until review R91 a bare
+        ``TypeError``), a ``size`` that is not a whole number from 0 to ``MAX_TREE_SIZE`` (``tree_integer``, a bool
         refused) or a ``root`` that is not 32 bytes (``_root_bytes``): until review R90 a size of
         ``True``, ``1.0`` or ``Fraction(3, 2)`` passed the range check and was written as it
         prints, a note signed that no reader opens (``tree_number``: not a decimal number)."""
-        _check_name(self.origin)
+        _check_name(self.origin, "origin")
         size = tree_integer(self.size, "size", "checkpoint", bools=False)
         root = _root_bytes(self.root)
         if not 0 <= size <= MAX_TREE_SIZE:
@@ -181,7 +186,7 @@ def sign_note(text: str, key: SigningKey, name: str) -> str:
     ``InputError`` when ``key`` is no ``SigningKey``."""
     if not isinstance(key, SigningKey):
         raise InputError(f"key must be a SigningKey (agentgate.keys), got {type(key).__name__}")
-    _check_name(name)
+    _check_name(name, "name")
     if not text.endswith("\n") or "\n\n" in text:
         raise InputError("note text must end in a newline and contain no blank line")
     signature = key.sign(text.encode())

@@ -39,6 +39,20 @@ def entry_limit(configured: int | None = None) -> int:
     return configured
 
 
+def log_signer(signer: object) -> SigningKey | PublicKey:
+    """``signer``, the key an ``AuditLog`` was given, when it is a ``SigningKey`` (the log key) or
+    a ``PublicKey`` (its public key: a log opened to read); ``InputError`` naming ``signer``
+    otherwise. Until review R91 ``None`` or raw key bytes were taken, appends went on, and the
+    first checkpoint, verify or explain failed naming ``public_key``, an argument never given."""
+    if isinstance(signer, SigningKey | PublicKey):
+        return signer
+    binary = isinstance(signer, bytes | bytearray | memoryview)
+    hint = ": wrap the 32 raw key bytes as SigningKey(raw), or PublicKey(raw) to read only" if binary else ""
+    raise InputError(
+        f"signer must be a SigningKey or PublicKey (agentgate.keys), got {type(signer).__name__}{hint}"
+    )
+
+
 def _previous_specs() -> list[str]:
     """What ``AGENTGATE_LOG_PREVIOUS_KEYS`` names: its comma-separated parts that are not blank."""
     return [

@@ -13,11 +13,11 @@ from typing import Any, cast
 
 from agentgate.audit.entry import AuditEntry, encode_bounded, utc_now
 from agentgate.audit.merkle import RootAccumulator, leaf_hash
-from agentgate.audit.note import Checkpoint, given_text, open_checkpoint, sign_checkpoint
+from agentgate.audit.note import Checkpoint, _keys_given, given_text, open_checkpoint, sign_checkpoint
 from agentgate.errors import AuditError, BeyondLogEnd, InputError, StoreError, TamperDetected
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.store._base import Row, Store, Transaction, driver_error_line, loaded_driver_errors
-from agentgate.store.audit._keys import DEFAULT_ORIGIN, entry_limit
+from agentgate.store.audit._keys import DEFAULT_ORIGIN, entry_limit, log_signer
 from agentgate.store.audit._nodes import _CachedRoots
 from agentgate.store.audit._proofs import _Proofs
 from agentgate.store.audit._schema import (
@@ -106,7 +106,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         signer: SigningKey | PublicKey,
         origin: str = DEFAULT_ORIGIN,
         *,
-        previous_keys: Sequence[PublicKey] = (),
+        previous_keys: Iterable[PublicKey] = (),
         max_entry_bytes: int | None = None,
         create: bool = True,
         key_named: str | None = None,
@@ -115,7 +115,12 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
 
         ``max_entry_bytes`` bounds each new entry (default ``AGENTGATE_AUDIT_MAX_ENTRY_BYTES``,
         else 64 KiB; at least 4096): larger values are recorded by digest (``encode_bounded``).
-        Raises ``InputError`` for a bound below 4096 or one that is not a whole number.
+        Raises ``InputError`` for a bound below 4096 or one that is not a whole number, and,
+        before anything is read or made in ``store``, for a ``signer`` that is no ``SigningKey``
+        or ``PublicKey`` (``log_signer``), ``previous_keys`` that are no iterable of
+        ``PublicKey`` (``_keys_given``) or an ``origin`` that is no key name (text, no space or
+        ``+``): until review R91 ``None`` or raw bytes as ``signer`` were taken and refused at
+        the first checkpoint, naming ``public_key``, and the others raised a bare ``TypeError``.
 
         ``previous_keys`` are the public keys of log keys rotated out: checkpoints they signed
         still verify; new checkpoints are signed only with ``signer``. Given the log key's public
@@ -138,11 +143,12 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         """
         self.max_entry_bytes = entry_limit(max_entry_bytes)
         self.store = store
+        signer = log_signer(signer)
         self.signer: SigningKey | None = signer if isinstance(signer, SigningKey) else None
         self._public = signer.public if isinstance(signer, SigningKey) else signer
         self.origin = origin
         self.key_named = key_named
-        self.previous_keys = tuple(previous_keys)
+        self.previous_keys = _keys_given(self._public, previous_keys)
         Checkpoint(origin, 0, bytes(32)).text()  # validates the origin now, not at the first checkpoint
         self.exists = create or refuse_dropped_log(store)
         """Whether the store holds the log's tables (``False`` only for ``create=False``)."""
