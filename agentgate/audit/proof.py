@@ -17,12 +17,21 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry
-from agentgate.audit.merkle import HASH_SIZE, leaf_hash, verify_inclusion
-from agentgate.audit.note import Checkpoint, _public_key, given_text, open_checkpoint, tree_number
-from agentgate.errors import TamperDetected
+from agentgate.audit.merkle import HASH_SIZE, leaf_hash, tree_integer, verify_inclusion
+from agentgate.audit.note import (
+    MAX_TREE_SIZE,
+    Checkpoint,
+    _public_key,
+    given_text,
+    open_checkpoint,
+    tree_number,
+)
+from agentgate.errors import InputError, TamperDetected
 from agentgate.keys import PublicKey
 
 HEADER = "c2sp.org/tlog-proof@v1"
@@ -39,10 +48,38 @@ class ProofBundle:
     checkpoint_note: str
 
     def text(self) -> str:
-        """The bundle in tlog-proof text form."""
-        lines = [HEADER, "extra " + base64.b64encode(self.entry).decode(), f"index {self.index}"]
-        lines += [base64.b64encode(h).decode() for h in self.proof]
-        return "\n".join(lines) + "\n\n" + self.checkpoint_note
+        """The bundle in tlog-proof text form. Raises ``InputError`` naming the field, before
+        anything is written, for an ``index`` that is not a whole number from 0 to
+        ``MAX_TREE_SIZE`` (``tree_integer``, a bool refused), an ``entry`` that is empty or not
+        bytes, a ``proof`` that is no sequence of 32-byte hashes, or a ``checkpoint_note`` that is
+        empty or not text (``given_text``): until review R91 an index of ``True``, ``1.0`` or
+        ``None`` was written as it prints, a bundle ``parse`` refuses (``not a decimal number``),
+        and a hash or entry given as ``str``, or a note as ``bytes``, raised a bare ``TypeError``."""
+        index = tree_integer(self.index, "index", "proof bundle", bools=False)
+        if not 0 <= index <= MAX_TREE_SIZE:
+            raise InputError(f"proof bundle: index must be 0 .. 2**64-1, got {quoted(index, 40)}")
+        entry = _bytes_given(self.entry, "entry")
+        if not entry:
+            raise InputError("proof bundle: entry is empty (a bundle carries the entry's canonical bytes)")
+        proof = self.proof
+        if isinstance(proof, str | bytes | bytearray | memoryview) or not isinstance(proof, Sequence):
+            raise InputError(
+                f"proof bundle: proof must be a sequence of 32-byte hashes, got {type(proof).__name__}"
+            )
+        hashes = [_bytes_given(h, f"proof[{position}]") for position, h in enumerate(proof)]
+        for position, h in enumerate(hashes):
+            if len(h) != HASH_SIZE:
+                raise InputError(
+                    f"proof bundle: proof[{position}] must be a 32-byte hash, got {len(h)} bytes"
+                )
+        note = given_text(self.checkpoint_note, "checkpoint_note", "a signed checkpoint")
+        if not note:
+            raise InputError(
+                "proof bundle: checkpoint_note is empty (a bundle ends with its signed checkpoint)"
+            )
+        lines = [HEADER, "extra " + base64.b64encode(entry).decode(), f"index {index}"]
+        lines += [base64.b64encode(h).decode() for h in hashes]
+        return "\n".join(lines) + "\n\n" + note
 
     @classmethod
     def parse(cls, text: str) -> ProofBundle:
@@ -75,6 +112,18 @@ class ProofBundle:
         if not entry:
             raise TamperDetected("proof bundle carries no entry (extra line)")
         return cls(index, entry, proof, note)
+
+
+def _bytes_given(value: object, field: str) -> bytes:
+    """``value``, a bundle's ``field`` (its entry, a proof hash), as bytes: ``bytes``, or a
+    ``bytearray`` or ``memoryview`` holding them; ``InputError`` naming ``field`` and the type for
+    anything else (a ``str`` too: its characters are no bytes) and for a released ``memoryview``."""
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise InputError(f"proof bundle: {field} must be bytes, got {type(value).__name__}")
+    try:
+        return bytes(value)
+    except ValueError:  # a released memoryview
+        raise InputError(f"proof bundle: {field} must be bytes, got a released memoryview") from None
 
 
 def _refuse_blank_line_in_proof(blank: int, note: str) -> None:
