@@ -29,7 +29,15 @@ from agentgate.store.audit._schema import (
     missing_protection,
     upgrade_additions,
 )
-from agentgate.store.audit._stored import _MAX_INDEX, _bytes, _described, _index_of, _note, _stored_index
+from agentgate.store.audit._stored import (
+    _MAX_INDEX,
+    _bytes,
+    _described,
+    _index_of,
+    _note,
+    _stored_index,
+    _whole,
+)
 
 _sha256 = hashlib.sha256
 _IDX, _ENTRY, _LEAF = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
@@ -298,6 +306,8 @@ class _Verification:
 
         def _checkpoint_rows(self) -> Iterator[Row]: ...
 
+        def _index_given(self, value: object) -> int: ...
+
     def verify(self, saved_checkpoint: str | None = None) -> VerifyReport:
         """Recompute the tree from the entries' bytes and check everything that can be checked.
 
@@ -523,7 +533,16 @@ class _Verification:
         """The first ten indexes from ``start`` (below ``end`` when given) that more than one row
         of ``audit_log`` holds, each with its number of rows: possible only in a table whose
         primary key was dropped. ``verify`` names each as tampering; ``entries`` yields one row of
-        each, and ``agentgate audit show`` names them as ``verify`` does."""
+        each, and ``agentgate audit show`` names them as ``verify`` does.
+
+        ``start`` is checked as ``entries`` checks it (``_index_given``: ``InputError`` when it is
+        not an integer or negative, ``BeyondLogEnd`` past what a store's integer holds) and
+        ``end``, when given, must be an integer (``_whole``; one not past ``start`` bounds no
+        index): until review R91 both went to the query as given, so that 2**70 was the driver's
+        ``StoreError`` and text, ``None`` or 0.5 answered ``[]``, no repeated row."""
+        start = self._index_given(start)
+        if end is not None and (end := _whole(end, "end")) <= start:
+            return []
         # ``_below``: an ``end`` past a row at 2**63 - 1 is an integer no store holds.
         below, params = "", [start]
         if end is not None:
