@@ -193,13 +193,16 @@ def inclusion_proof(leaves: Sequence[bytes], index: int, size: int | None = None
     """The audit path of leaf ``index`` in the tree of the first ``size`` leaves (RFC 9162 2.1.3.1).
 
     Raises ``ValueError`` when ``index`` is not in that tree, and ``InputError`` naming ``index``
-    or ``size`` when it is not an integer.
+    or ``size`` when it is not an integer, and ``leaves`` (``_leaves_given``) when it is no
+    sequence of hashes.
     """
+    given = _leaves_given(leaves)
     index = tree_integer(index, "index")
-    size = len(leaves) if size is None else tree_integer(size, "size")
-    if not 0 <= index < size <= len(leaves):
+    size = len(given) if size is None else tree_integer(size, "size")
+    if not 0 <= index < size <= len(given):
         raise ValueError(f"leaf {quoted(index)} is not in a tree of size {quoted(size)}")
-    return [_subtree_root(leaves, lo, hi) for lo, hi in inclusion_ranges(index, size)]
+    hashes = _hashes_given(given, size)
+    return [_subtree_root(hashes, lo, hi) for lo, hi in inclusion_ranges(index, size)]
 
 
 def consistency_ranges(size1: int, size2: int) -> list[tuple[int, int]]:
@@ -236,13 +239,34 @@ def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = N
     """The proof that the tree of ``size1`` leaves is a prefix of the one of ``size2`` (RFC 9162 2.1.4.1).
 
     Empty when the sizes are equal. Raises ``ValueError`` unless ``0 < size1 <= size2 <= len(leaves)``,
-    and ``InputError`` naming ``size1`` or ``size2`` when it is not an integer.
+    and ``InputError`` naming ``size1`` or ``size2`` when it is not an integer, and ``leaves``
+    (``_leaves_given``) when it is no sequence of hashes.
     """
+    given = _leaves_given(leaves)
     size1 = tree_integer(size1, "size1")
-    size2 = len(leaves) if size2 is None else tree_integer(size2, "size2")
-    if not 0 < size1 <= size2 <= len(leaves):
+    size2 = len(given) if size2 is None else tree_integer(size2, "size2")
+    if not 0 < size1 <= size2 <= len(given):
         raise ValueError(f"no consistency proof from size {quoted(size1)} to size {quoted(size2)}")
-    return [_subtree_root(leaves, lo, hi) for lo, hi in consistency_ranges(size1, size2)]
+    hashes = _hashes_given(given, size2)
+    return [_subtree_root(hashes, lo, hi) for lo, hi in consistency_ranges(size1, size2)]
+
+
+def _leaves_given(leaves: object) -> Sequence[object]:
+    """``leaves``, the leaf hashes a caller gave to build a proof from, when it is a sequence;
+    ``InputError`` otherwise (``None``; a ``str`` or ``bytes`` too, whose items are characters
+    or numbers: until review R91 ``inclusion_proof(None, 0)`` was a bare ``TypeError`` and
+    ``inclusion_proof("ab", 0)`` returned ``['b']``)."""
+    if isinstance(leaves, str | bytes | bytearray | memoryview) or not isinstance(leaves, Sequence):
+        raise InputError(
+            f"Merkle proof check: leaves must be a sequence of leaf hashes (bytes), got {type(leaves).__name__}"
+        )
+    return leaves
+
+
+def _hashes_given(leaves: Sequence[object], size: int) -> list[bytes]:
+    """The first ``size`` of ``leaves`` as ``bytes``, each checked by ``_hash_given``
+    (``InputError`` naming ``leaves[i]``): one pass, as the proof's own pass over them is."""
+    return [bytes(_hash_given(leaves[i], f"leaves[{i}]")) for i in range(size)]
 
 
 def _hash_given(value: object, name: str) -> bytes:
