@@ -673,22 +673,32 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         after the refused request is read. A request pipelined behind others still being answered
         is refused once they are (``on_response_complete``), so that no refusal is read as the
         answer to an earlier request, nor cuts it. A request already answered (before its body
-        ended, whose rest is refused) gets no second answer: its connection closes after the first."""
+        ended, whose rest is refused) gets no second answer: its connection closes after the first,
+        and no refusal is made for it (``refusal_body``: the gateway counts each one it makes)."""
         self._stop_head_timer()
-        media_type, body = self.refusal_body(status, text or reason)
-        self._refusal = (
-            b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
-            % (
-                status,
-                reason.encode("ascii"),
-                media_type.encode("ascii"),
-                len(body),
-                body,
-            )
-        )
         running = self._running
         refused = None if self._reading_head else self.cycle  # the request whose body is refused
-        if refused is not None and refused is running and not refused.response_started:
+        answered = refused is not None and refused.response_started
+        if answered:
+            # Answered before its body ended (the rest being read to be dropped): that answer is
+            # its one, and the connection closes once it is written. Until review R91 this
+            # refusal was written after it, a second answer to one request (a framing desync),
+            # and until review R91b it was still made, and so counted in the gateway's
+            # agentgate_gateway_errors_total, though never sent.
+            self._refusal = b""
+        else:
+            media_type, body = self.refusal_body(status, text or reason)
+            self._refusal = (
+                b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                % (
+                    status,
+                    reason.encode("ascii"),
+                    media_type.encode("ascii"),
+                    len(body),
+                    body,
+                )
+            )
+        if refused is not None and refused is running and not answered:
             # The request refused is the one whose body the app is reading (a chunked body the
             # parser rejects): nothing was decided yet. The app is told its caller is gone (it
             # decides and audits nothing), and this refusal is the request's one answer, at once,
@@ -696,12 +706,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             refused.disconnected = True
             refused.message_event.set()
         else:
-            if refused is not None and refused.response_started:
-                # Answered before its body ended (the rest being read to be dropped): that answer
-                # is its one, and the connection closes once it is written. Until review R91 this
-                # refusal was written after it, a second answer to one request (a framing desync).
-                self._refusal = b""
-            elif refused is not None and refused is not running:
+            if not answered and refused is not None and refused is not running:
                 # Queued behind requests still being answered (the newest, so first in uvicorn's
                 # ``pipeline``): it is never started, and its refusal follows their answers. Until
                 # review R91 uvicorn started it after them, and its app waited for a body that
