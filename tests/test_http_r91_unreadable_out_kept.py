@@ -7,7 +7,12 @@ judge"; but a rename needs no right to the file it replaces, so another user's p
 0600) in a directory the caller may write to was replaced by ``policy schema --out``.
 
 Run as root (who reads every file), the command runs in a child that drops to ``nobody`` once its
-imports are made; as any other user, the key is made unreadable by its mode.
+imports are made; as any other user, the key is made unreadable by its mode. A throwaway child
+first tries what the test needs (review R91b): to become ``nobody`` (root in a user namespace where
+it is not mapped, or without CAP_SETUID, cannot), to write in the directory (a temporary directory
+under one ``nobody`` cannot enter), and to be refused a file its mode forbids (a user with
+CAP_DAC_READ_SEARCH, a file system that keeps no modes). Where it cannot, the tests are skipped,
+saying why: they failed there, for the environment, not for the code.
 """
 
 from __future__ import annotations
@@ -42,6 +47,30 @@ sys.exit(main(["policy", "schema", "--out", sys.argv[2]]))
 """
 
 
+PROBE = """
+import os, sys
+directory, secret, uid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+step = f"become uid {uid}"
+try:
+    if os.geteuid() == 0:
+        os.setgid(uid)
+        os.setuid(uid)
+    step = f"write in {directory}"
+    made = os.path.join(directory, "probe")
+    with open(made, "w"):
+        pass
+    os.replace(made, made + ".moved")  # as the command writes its output
+    os.unlink(made + ".moved")
+except OSError as exc:
+    sys.exit(f"the child cannot {step}: {exc}")
+try:
+    open(secret, "rb").close()
+except PermissionError:
+    sys.exit(0)
+sys.exit(f"the child reads {secret} though its mode forbids it: file modes are not enforced here")
+"""
+
+
 def _nobody() -> int | None:
     """The uid the child takes (root only), or ``None`` when it runs as the test does."""
     if os.geteuid() != 0:
@@ -55,12 +84,40 @@ def _nobody() -> int | None:
 @pytest.fixture
 def directory() -> Iterator[Path]:
     """A directory the child may write to (in the system's temporary directory: a pytest one is
-    root's alone, 0700)."""
+    root's alone, 0700), its own when it drops to ``nobody``; the tests are skipped where the child
+    cannot write in it or read what its mode forbids (``PROBE``)."""
     made = Path(tempfile.mkdtemp(prefix="agentgate-r91-"))
     try:
+        _probe(made)
         yield made
     finally:
         shutil.rmtree(made, ignore_errors=True)
+
+
+def _probe(directory: Path) -> None:
+    """Skip the test unless a throwaway child can do in ``directory``, given to it, what the
+    test's does, and is refused a file made unreadable as the test makes its own."""
+    uid = _nobody()
+    if uid is not None:
+        try:
+            os.chown(directory, uid, -1)
+        except OSError as exc:  # EINVAL: a user namespace where uid ``uid`` is not mapped
+            pytest.skip(f"run as root that cannot give a directory to 'nobody' (uid {uid}): {exc}")
+    secret = directory / "probe.key"
+    secret.write_bytes(b"secret")
+    os.chmod(secret, 0o600 if uid is not None else 0)
+    probed = subprocess.run(
+        [sys.executable, "-c", PROBE, str(directory), str(secret), str(uid or 0)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    secret.unlink()
+    if uid is not None:
+        os.chown(directory, 0, -1)  # root's again until the test's key is saved (``_unreadable``)
+    if probed.returncode != 0:
+        pytest.skip(probed.stderr.strip().splitlines()[-1] if probed.stderr.strip() else str(probed))
 
 
 def _unreadable(path: Path, directory: Path) -> None:
