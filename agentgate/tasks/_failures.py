@@ -89,7 +89,7 @@ class _Failures:
 
         def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]: ...
 
-        def _in_background(self, work: asyncio.Future[None], failure: str, key: str) -> None: ...
+        def _in_background(self, work: asyncio.Future[None], failure: str | None, key: str) -> None: ...
 
     def dead_letters(self) -> list[DeadLetter]:
         """Dead letters recorded by this scheduler (the newest 1,000), oldest first."""
@@ -227,17 +227,23 @@ class _Failures:
         letter = self._record_dead(call, key, errors, reason)
         if self._dead_store is not None:
             storing = self._blocking(self._store_dead, letter)
-            self._in_background(storing, "dead_letter_not_stored", letter.tool)
+            self._in_background(storing, None, letter.tool)  # ``_store_dead`` counts its failure
             await asyncio.shield(storing)
 
     def _store_dead(self, letter: DeadLetter) -> None:
-        """Persist ``letter`` (blocking; there is a dead-letter store). A failure is counted, not raised:
-        the caller gets the tool's error either way, and a lost record is counted, not hidden."""
+        """Persist ``letter`` (blocking; there is a dead-letter store). Any failure is counted as
+        ``dead_letter_not_stored``, a span event of the call, on the async core's store pool as
+        inline in a ``SyncScheduler``: a lost record is counted, not hidden. A ``StoreError`` is
+        not raised (the caller gets the tool's error); another error (a store's own bug) is raised
+        once counted. Until review R91b the async core tallied such an error (no span event) and
+        the sync scheduler did not count it at all."""
         assert self._dead_store is not None
         try:
             self._dead_store.record(letter)
-        except StoreError:
+        except Exception as exc:
             self.metrics.event("dead_letter_not_stored", letter.tool, {"agentgate.reason": letter.reason})
+            if not isinstance(exc, StoreError):
+                raise
 
     def _record_dead(
         self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str

@@ -228,15 +228,16 @@ class _StoreWork:
         # renewing it, which ``LeaseManager.release`` ensures by forgetting it first.
         self._in_background(self._blocking(manager.release, lease), "lease_not_released", lease.key)
 
-    def _in_background(self, work: asyncio.Future[None], failure: str, key: str) -> None:
+    def _in_background(self, work: asyncio.Future[None], failure: str | None, key: str) -> None:
         """Keep ``work`` (store work nobody awaits) for ``aclose`` to wait for; when it fails,
-        count ``failure`` for ``key``."""
+        count ``failure`` for ``key`` (``None``: the work counts its own failures)."""
         self._background.add(work)
         work.add_done_callback(functools.partial(self._background_done, failure, key))
 
-    def _background_done(self, failure: str, key: str, work: asyncio.Future[None]) -> None:
+    def _background_done(self, failure: str | None, key: str, work: asyncio.Future[None]) -> None:
         self._background.discard(work)
-        if not work.cancelled() and work.exception() is not None:
+        # ``exception()`` is asked even when nothing is counted: its error is then retrieved.
+        if not work.cancelled() and work.exception() is not None and failure is not None:
             self.metrics.tally(failure, key)
 
     # --- breaker transitions: counted, published to the other processes, adopted from them ------
