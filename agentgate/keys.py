@@ -533,14 +533,25 @@ def _irreplaceable(path: Path, size: int) -> str | None:
     naming one is a slip of tab completion, and the file would be gone with no error. A file that
     is not empty and cannot be read may hold either, and is refused too: a rename needs no right
     to the file it replaces, and until review R91 another user's private key (mode 0600) in a
-    directory the caller may write to was replaced, left "to the write to judge"."""
+    directory the caller may write to was replaced, left "to the write to judge".
+
+    Opened without blocking (``O_NONBLOCK``): a FIFO or a device put at ``path`` since it was
+    looked at is refused, not waited on (until review R91b a FIFO swapped in held the command
+    until a writer came)."""
     try:
-        with open(path, "rb") as file:
-            head = file.read(4096)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None  # gone since it was looked at: nothing there to lose
     except OSError:
         return None if size == 0 else "a file that cannot be read (it may hold a private key)"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "not a regular file"  # put there since it was looked at
+        head = os.read(fd, 4096)
+    except OSError:
+        return "a file that cannot be read (it may hold a private key)"
+    finally:
+        os.close(fd)
     if head.startswith(_SQLITE_HEADERS):
         return "a SQLite database"
     if b"PRIVATE KEY-----" in head:
