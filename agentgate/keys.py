@@ -533,7 +533,9 @@ def _irreplaceable(path: Path, size: int) -> str | None:
     naming one is a slip of tab completion, and the file would be gone with no error. A file that
     is not empty and cannot be read may hold either, and is refused too: a rename needs no right
     to the file it replaces, and until review R91 another user's private key (mode 0600) in a
-    directory the caller may write to was replaced, left "to the write to judge".
+    directory the caller may write to was replaced, left "to the write to judge". A file that
+    could not be checked for another reason (an I/O error, no file descriptor free) is refused
+    too, naming that reason: until review R91b it was said to be one that "cannot be read".
 
     Opened without blocking (``O_NONBLOCK``): a FIFO or a device put at ``path`` since it was
     looked at is refused, not waited on (until review R91b a FIFO swapped in held the command
@@ -542,14 +544,16 @@ def _irreplaceable(path: Path, size: int) -> str | None:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None  # gone since it was looked at: nothing there to lose
-    except OSError:
+    except PermissionError:  # EACCES, EPERM: the user may not read it
         return None if size == 0 else "a file that cannot be read (it may hold a private key)"
+    except OSError as exc:
+        return _unchecked(exc)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return "not a regular file"  # put there since it was looked at
         head = os.read(fd, 4096)
-    except OSError:
-        return "a file that cannot be read (it may hold a private key)"
+    except OSError as exc:
+        return _unchecked(exc)
     finally:
         os.close(fd)
     if head.startswith(_SQLITE_HEADERS):
@@ -557,6 +561,11 @@ def _irreplaceable(path: Path, size: int) -> str | None:
     if b"PRIVATE KEY-----" in head:
         return "a private key"
     return None
+
+
+def _unchecked(error: OSError) -> str:
+    """What ``_irreplaceable`` says of a file it could not check for ``error``, not a refused read."""
+    return f"a file that could not be checked ({error.strerror or error})"
 
 
 class FilledFile(FileExistsError):
