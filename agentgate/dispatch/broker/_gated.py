@@ -303,21 +303,33 @@ class GatedBroker(_Recording):
             # interrupt landing between the two (until a regression review of R91 it left the
             # row and the reservation held, the id refused as "lost in a restart") closes the
             # allow as one in ``Broker.submit`` before the broker took the request does.
-            owned: GangRequest | None = None
+            took = False
             try:
                 owned = dataclasses.replace(
                     request, tenant=self.gate.tenant_of(identity), holder=identity.did
                 )
                 wait_s = _wait_left(identity, self._ttl(request))
-                # Asked again with no store write between the question and ``Broker.submit``: an
-                # id queued on the broker directly while the link above was committed (and ended
-                # by the clock since) would be ended by ``Broker.submit`` and, until review R88,
-                # recorded against this decision (its row deleted, the new lease unlinked, never
-                # charged).
-                queued_directly = self.broker.holds(request.id)
-                events = [] if queued_directly else self.broker.submit(owned, wait_s=wait_s)
+                # The broker's lock is taken here, around ``Broker.submit`` and the reading of
+                # whether it took the request, as ``renew`` takes it: an interrupt in the wait for
+                # it (another thread in a journal write that hangs) is known to come before the
+                # broker took anything, and nothing after it waits for the lock again (until a
+                # regression review (c) of R91 ``_took`` did, and a Ctrl-C did nothing until the
+                # hung write ended, a second one leaving the allow open and its row and
+                # reservation held).
+                with self.broker._lock:
+                    # Asked again with no store write between the question and ``Broker.submit``:
+                    # an id queued on the broker directly while the link above was committed (and
+                    # ended by the clock since) would be ended by ``Broker.submit`` and, until
+                    # review R88, recorded against this decision (its row deleted, the new lease
+                    # unlinked, never charged).
+                    queued_directly = self.broker.holds(request.id)
+                    try:
+                        events = [] if queued_directly else self.broker.submit(owned, wait_s=wait_s)
+                    except BaseException:
+                        took = self._took(owned)
+                        raise
             except BaseException as exc:  # an interrupt too (Ctrl-C, a signal handler's exit)
-                if owned is not None and self._took(owned):
+                if took:
                     # The broker took this request and what raised came after: its journal write
                     # failed (StoreError) or was interrupted, or its pass over the queue raised
                     # (the placement policy, ``grant_check``), the request perhaps granted in it,
@@ -347,7 +359,8 @@ class GatedBroker(_Recording):
         unlinked, never charged. Not merely its id, which a request queued on the ``Broker``
         directly may have taken since it was checked (``Broker.submit`` then refused this one
         as a duplicate). The broker keeps the request it was given, in a lease granted from it
-        and in its events, so it is told by identity."""
+        and in its events, so it is told by identity. Asked with the broker's lock held since
+        before ``Broker.submit`` (``submit``)."""
         if self.broker.holds(request.id) and (
             any(lease.request is request for lease in self.broker.leases())
             or any(waiting.request is request for waiting in self.broker.queue())
@@ -444,14 +457,28 @@ class GatedBroker(_Recording):
                 ) from exc
             held = _held(auth)
             link = functools.partial(self._link, identity, lease_id, resource, auth, held)
+            extended = False
             try:
-                # The allow's span, and ``Broker.renew``, which waits for the broker's lock (held
-                # by another thread through a journal write that may hang), are in the handler
-                # below: an interrupt in either before the lease is extended closes the allow
-                # (until a regression review (b) of R91 one before ``Broker.renew`` left it with no
-                # outcome, its reservation held for ever).
+                # The allow's span, and the wait for the broker's lock (held by another thread
+                # through a journal write that may hang), are in the handler below: an interrupt
+                # in either before the lease is extended closes the allow (until a regression
+                # review (b) of R91 one before ``Broker.renew`` left it with no outcome, its
+                # reservation held for ever).
                 self.gate.trace_allowed(auth)
-                renewed = self.broker.renew(lease_id)
+                # The lock is taken here, around ``Broker.renew`` and the reading of what it did,
+                # so that an interrupt in that wait is known to come before the broker renewed
+                # anything, and nothing after it waits for the lock again. Until a regression
+                # review (c) of R91 ``Broker.renew`` waited for it, and the handler read the
+                # broker to tell whether it had, waiting again on the lock the interrupt came
+                # out of: a Ctrl-C did nothing until the hung write ended, and a second one
+                # landed in that read, outside every handler, the allow left open and its
+                # reservation held for ever, tied to nothing.
+                with self.broker._lock:
+                    try:
+                        renewed = self.broker.renew(lease_id)
+                    except BaseException:
+                        extended = self._extended(decided)
+                        raise
             except LeaseLost as lost:
                 # The lease ended while the renewal was decided (its expiry or grace end fell
                 # between the two reads of the clock): the allow is settled as an ``error``
@@ -485,7 +512,7 @@ class GatedBroker(_Recording):
                 # review of R91 only a ``StoreError`` linked it: after anything else the
                 # extension's reservation was held for ever, tied to nothing, and the lease charged
                 # no more than its first reservation.
-                if self._extended(decided):
+                if extended:
                     _closed(exc, link)
                 # Raised before the extension (an interrupt waiting for the broker's lock, a lease
                 # that ended as the renewal was decided and a pass that then raised, not
@@ -546,7 +573,8 @@ class GatedBroker(_Recording):
     def _extended(self, decided: Lease) -> bool:
         """Whether ``Broker.renew``, which raised, extended ``decided`` (the lease as its renewal
         was decided): the broker's lease of that very request, live or ended in that call (its
-        end not given out yet, ``Broker.undelivered``), expires later than ``decided`` did."""
+        end not given out yet, ``Broker.undelivered``), expires later than ``decided`` did.
+        Asked with the broker's lock held since before ``Broker.renew`` (``renew``)."""
         request = decided.request
         seen = [lease for lease in self.broker.leases() if lease.request is request]
         seen += [
