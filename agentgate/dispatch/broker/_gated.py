@@ -173,7 +173,9 @@ class GatedBroker(_Recording):
         a lease that would outlive the chain. Never raises for a refused request (the refusal is
         audited and returned).
         The id of a request the clock ended since the broker's last call (a lease expired, a wait
-        run out) is free: that request's end is audited against its own decision before the new
+        run out), or that a broker call ended before it raised (its end not given out yet,
+        ``Broker.undelivered``: a request queued on the broker directly and released as its
+        journal failed), is free: that request's end is audited against its own decision before the new
         request is decided (``Broker.end_due``), and is in the answer's ``events`` if it is allowed,
         else in those of the next call that returns events. While the broker's journal fails that
         end cannot be given out, and an allowed request with the id is refused with
@@ -220,7 +222,9 @@ class GatedBroker(_Recording):
             earlier = self.decisions.get(request.id)
             live = self.broker.is_live(request.id)  # asked without moving the broker
             unjournaled = None
-            if not live and (earlier is not None or self.broker.holds(request.id)):
+            if not live and (
+                earlier is not None or self.broker.holds(request.id) or self._end_in_broker(request.id)
+            ):
                 # The earlier request with this id, which the clock ended since the broker's last
                 # call (a lease expired, a wait run out), is ended and its end audited against its
                 # own decision before the new request is decided, as a call of the broker ends it
@@ -234,7 +238,11 @@ class GatedBroker(_Recording):
                 # clock and tried the queue first, refused ones too, its events returned by no
                 # call, and a request submitted as a lease expired ranked below those waiting.)
                 # A journal that fails leaves the end in the broker, unrecorded, and an allowed
-                # request is refused with its error (``_refuse_earlier``).
+                # request is refused with its error (``_refuse_earlier``). So for an id whose end
+                # the broker has not given out yet (``_end_in_broker``): until a regression review
+                # (c) of R91 a request queued on the broker directly and ended in a call that
+                # raised was skipped, and its end, given out by ``Broker.submit``, closed the new
+                # decision, whose lease ran unlinked, never charged.
                 unjournaled = self._applied(self.broker.end_due)
                 earlier = self.decisions.get(request.id)
             if live and earlier is not None and identity is not None and earlier.principal == identity.did:
@@ -367,6 +375,13 @@ class GatedBroker(_Recording):
         ):
             return True
         return any(_subject(event) is request for event in self.broker.undelivered())
+
+    def _end_in_broker(self, request_id: str) -> bool:
+        """Whether the broker has an event of a request ``request_id`` that no call has given out
+        yet (``Broker.undelivered``): one ended in a call that raised after it (a journal write
+        that failed), the broker holding it no more. Its end, recorded before a new request with
+        the id is linked to its decision, closes that request's own decision, or none."""
+        return any(_subject(event).id == request_id for event in self.broker.undelivered())
 
     def _refuse_earlier(
         self, decided: LeaseDecision, taken: bool, unjournaled: StoreError | None
