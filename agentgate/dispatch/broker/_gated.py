@@ -447,7 +447,7 @@ class GatedBroker(_Recording):
         the lease first, as for its ``StoreError`` (an interrupt raised even where the store
         refuses that link, ``_closed``); so is an interrupt of that link itself, after
         ``Broker.renew`` returned, the link tried again first. Whatever ``Broker.renew`` raises
-        before it renewed the lease (told by the lease's expiry, not by what was raised: an
+        before it renewed the lease (told by the lease being replaced, not by what was raised: an
         interrupt waiting for the broker, a lease that ended as the renewal was decided and a
         pass over the queue that then raised) is raised as is, the renewal's allow closed first
         with an ``error`` outcome and its reservation returned, as for ``LeaseLost``.
@@ -489,10 +489,11 @@ class GatedBroker(_Recording):
                 # landed in that read, outside every handler, the allow left open and its
                 # reservation held for ever, tied to nothing.
                 with self.broker._lock:
+                    earlier_events = len(self.broker.undelivered())
                     try:
                         renewed = self.broker.renew(lease_id)
                     except BaseException:
-                        extended = self._extended(decided)
+                        extended = self._extended(decided, earlier_events)
                         raise
             except LeaseLost as lost:
                 # The lease ended while the renewal was decided (its expiry or grace end fell
@@ -532,9 +533,10 @@ class GatedBroker(_Recording):
                 # Raised before the extension (an interrupt waiting for the broker's lock, a lease
                 # that ended as the renewal was decided and a pass that then raised, not
                 # ``LeaseLost``): not renewed, so the allow is closed as ``LeaseLost`` closes it.
-                # Decided on the lease's expiry, not on what was raised: until a regression review
-                # (b) of R91 such a renewal was linked to the lease all the same, with no outcome,
-                # and ``reconcile`` charged its reservation whole with the lease's.
+                # Decided on the lease being replaced (``_extended``), not on what was raised:
+                # until a regression review (b) of R91 such a renewal was linked to the lease all
+                # the same, with no outcome, and ``reconcile`` charged its reservation whole with
+                # the lease's.
                 renewal = LeaseDecision(
                     lease_id, identity.did, identity.grant_id, resource, auth.audit_index, None, held
                 )
@@ -585,19 +587,25 @@ class GatedBroker(_Recording):
             raise Denied(f"renewal of lease {quoted(lease_id)} refused: {auth.explain()}", auth.decision)
         return resource, auth, lease
 
-    def _extended(self, decided: Lease) -> bool:
+    def _extended(self, decided: Lease, earlier_events: int) -> bool:
         """Whether ``Broker.renew``, which raised, extended ``decided`` (the lease as its renewal
-        was decided): the broker's lease of that very request, live or ended in that call (its
-        end not given out yet, ``Broker.undelivered``), expires later than ``decided`` did.
-        Asked with the broker's lock held since before ``Broker.renew`` (``renew``)."""
+        was decided): the broker's lease of that very request, live or notified or ended in that
+        call (an event after the first ``earlier_events`` of ``Broker.undelivered``, which earlier
+        calls left), is another ``Lease`` than ``decided``. ``Broker.renew`` replaces the lease it
+        extends, and nothing before that in the call replaces it (the clock applied first only
+        ends a lease). Told by identity, not by a later expiry: until a regression review (c) of
+        R91 a renewal that set the expiry where it was (renewed at the clock reading of its grant)
+        or sooner (``Broker.ttl_s`` lowered since) counted as not renewed, its allow closed as
+        an ``error`` while its ``StoreError`` told the caller it was renewed. Asked with the
+        broker's lock held since before ``Broker.renew`` (``renew``)."""
         request = decided.request
         seen = [lease for lease in self.broker.leases() if lease.request is request]
         seen += [
             event.lease
-            for event in self.broker.undelivered()
+            for event in self.broker.undelivered()[earlier_events:]
             if isinstance(event, LeaseEnded | CheckpointNotice) and event.lease.request is request
         ]
-        return any(lease.expires_at > decided.expires_at for lease in seen)
+        return any(lease is not decided for lease in seen)
 
     def advance(self) -> list[BrokerEvent]:
         """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are
