@@ -392,12 +392,17 @@ class Broker(_Restoring, _Preempting):
             return isinstance(request_id, str) and (request_id in self._leases or request_id in self._waiting)
 
     def undelivered(self) -> list[BrokerEvent]:
-        """The events this broker caused that no call has returned yet, in order: those of a call
-        that raised after causing them (its journal write failed or was interrupted, its pass over
-        the queue raised), which the next call that returns events returns. Changes nothing
-        (``GatedBroker`` asks, once ``submit`` raised, whether its request was taken and ended in
-        that very call, withdrawn by ``grant_check``: the broker then holds it no more, but its
-        event is still to be given out)."""
+        """The events this broker caused that no call has returned yet, in order, which the next
+        call that returns events returns: those of a ``renew`` (which returns the lease, not
+        events: the expiries and grace ends its clock applied, the grants and notices its pass
+        made), whether it returned or raised, and those of any call that raised after causing
+        them (its journal write failed or was interrupted, its pass over the queue raised; a
+        refused call's clock). Until a regression review (c) of R91 this said only the latter.
+        Changes nothing. ``GatedBroker`` asks it whether the request its ``submit`` gave was taken
+        and ended in that very call (withdrawn by ``grant_check``: the broker then holds it no
+        more, but its event is still to be given out), whether a lease ``renew`` raised on was
+        replaced in that call, and whether an id it is to decide has an end still to be given
+        out."""
         with self._lock:
             return list(self._outbox)
 
