@@ -450,7 +450,10 @@ class GatedBroker(_Recording):
         before it renewed the lease (told by the lease being replaced, not by what was raised: an
         interrupt waiting for the broker, a lease that ended as the renewal was decided and a
         pass over the queue that then raised) is raised as is, the renewal's allow closed first
-        with an ``error`` outcome and its reservation returned, as for ``LeaseLost``.
+        with an ``error`` outcome and its reservation returned, as for ``LeaseLost``. An interrupt
+        in that closing of a ``LeaseLost`` renewal's allow closes it again, unless it committed
+        first, before the interrupt is raised (until a regression review (c) of R91 it was left
+        open, its reservation held for ever).
         """
         with self._lock:
             try:
@@ -505,11 +508,7 @@ class GatedBroker(_Recording):
                     lease_id, identity.did, identity.grant_id, resource, auth.audit_index, None, held
                 )
                 try:
-                    with self.gate.store.transaction() as tx:
-                        self.gate.audit.lock(tx)
-                        self._settle(tx, renewal, None)
-                        ended = f"lease {quoted(lease_id)} ended before it was renewed"
-                        index = self._append(renewal, "error", ended, 0, tx)
+                    index = self._close_lost(renewal)
                 except (StoreError, AuditError) as exc:
                     # The log refusing the outcome (``AuditError``), or not verifying
                     # (``TamperDetected``, one too): the lease is lost all the same, and that is
@@ -517,6 +516,14 @@ class GatedBroker(_Recording):
                     # told here as itself, and a caller catching ``LeaseLost`` missed that its
                     # lease ended). Before the broker renews it is told as itself (above).
                     raise lost from exc
+                except BaseException as exc:
+                    if not _interrupt(exc):
+                        raise
+                    # A Ctrl-C at a store that hangs lands in that transaction and rolls it back:
+                    # closed again before the interrupt is raised, as in every other handler here,
+                    # unless it committed before the interrupt. Until a regression review (c) of
+                    # R91 the allow was left with no outcome and its reservation held for ever.
+                    _closed(exc, lambda: self._close_lost_again(renewal))
                 self._outcome_span(renewal, "error", index)
                 self._record_pending()
                 raise
@@ -556,6 +563,24 @@ class GatedBroker(_Recording):
                 _closed(exc, link)
             self._record_pending()
         return renewed
+
+    def _close_lost(self, renewal: LeaseDecision) -> int:
+        """Close the allow of ``renewal``, whose lease ended before the broker renewed it
+        (``renew``): its reservation returned and an ``error`` outcome appended, in one
+        transaction; the outcome's index."""
+        with self.gate.store.transaction() as tx:
+            self.gate.audit.lock(tx)
+            self._settle(tx, renewal, None)
+            ended = f"lease {quoted(renewal.request_id)} ended before it was renewed"
+            return self._append(renewal, "error", ended, 0, tx)
+
+    def _close_lost_again(self, renewal: LeaseDecision) -> None:
+        """``_close_lost`` once more after an interrupt in it, which may have come after its
+        commit: an allow that has an outcome already is left as it is."""
+        allow = renewal.audit_index
+        if allow is not None and any(entry.kind == "outcome" for entry in self.gate.audit.referring(allow)):
+            return
+        self._close_lost(renewal)
 
     def _renewal_decided(self, identity: AgentIdentity, lease_id: str) -> tuple[str, Authorization, Lease]:
         """Decide the renewal of ``identity``'s live lease ``lease_id`` (``renew``): its resource,
