@@ -207,9 +207,13 @@ class _Proofs:
         holds (until review R82 it reached the driver: ``StoreError``)."""
         index = self._index_given(index)
         # Nothing below the end may say which deleted row referred to ``index``: the signed size
-        # is what does (a missing row below the end is refused by ``_related``).
-        if isinstance(refused := self._absent(self._end()), TamperDetected):
-            raise refused
+        # is what does (a missing row below the end is refused by ``_related``). ``_absent`` only
+        # when the log is short of it: on a healthy log it counted the whole table (``size``)
+        # for an error then dropped, on every call (review R91b).
+        end, latest = self._end(), self._latest_checkpoint_row()
+        if latest is not None and type(latest[0]) is int and latest[0] > end:
+            if isinstance(refused := self._absent(end), TamperDetected):
+                raise refused
         related = self._related(index, None)
         return [related[idx][2] for idx in sorted(related)]
 
