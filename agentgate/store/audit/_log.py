@@ -460,12 +460,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             )
         latest = self._latest_checkpoint_row()
         if latest is not None and type(latest[0]) is int and index < latest[0]:
-            signed = self._open_latest(latest)  # ``TamperDetected`` too when it does not open
-            return TamperDetected(
-                f"audit log: entry {index} is missing from the log, which has {self.size()} entries, but "
-                f"its latest signed checkpoint covers {signed.size} (entries deleted, or the database "
-                "restored from an older copy)"
-            )
+            return self._short_of_checkpoint(index, latest)
         return BeyondLogEnd(index, self.size(), "entry")
 
     def entry(self, index: int, tx: Transaction | None = None) -> AuditEntry:

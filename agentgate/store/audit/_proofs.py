@@ -207,13 +207,15 @@ class _Proofs:
         holds (until review R82 it reached the driver: ``StoreError``)."""
         index = self._index_given(index)
         # Nothing below the end may say which deleted row referred to ``index``: the signed size
-        # is what does (a missing row below the end is refused by ``_related``). ``_absent`` only
-        # when the log is short of it: on a healthy log it counted the whole table (``size``)
-        # for an error then dropped, on every call (review R91b).
-        end, latest = self._end(), self._latest_checkpoint_row()
-        if latest is not None and type(latest[0]) is int and latest[0] > end:
-            if isinstance(refused := self._absent(end), TamperDetected):
-                raise refused
+        # is what does (a missing row below the end is refused by ``_related``). The checkpoint
+        # first, then the end, once: entries commit before a checkpoint that covers them and no
+        # end goes back, so another writer appending (and signing) meanwhile never makes the end
+        # short of it (until review R91b the end was read twice, the checkpoint last: such a
+        # writer made a healthy log ``TamperDetected``). The refusal's numbers only for a short
+        # log: on a healthy one its count of the whole table cost every call (review R91b).
+        latest = self._latest_checkpoint_row()
+        if latest is not None and type(latest[0]) is int and latest[0] > (end := self._end()):
+            raise self._short_of_checkpoint(end, latest)
         related = self._related(index, None)
         return [related[idx][2] for idx in sorted(related)]
 
@@ -310,6 +312,19 @@ class _Proofs:
         if (signed.size, signed.root) != (row[0], _bytes(row[1])) or type(row[0]) is not int:
             raise TamperDetected("audit log: the latest checkpoint row does not match its signed note")
         return signed
+
+    def _short_of_checkpoint(self, index: int, latest: Row) -> TamperDetected:
+        """The error for entry ``index``, which no row holds, covered by the latest stored
+        checkpoint ``latest`` (a row read before the log's end was): its signature checked
+        (``_open_latest``, whose ``TamperDetected`` is raised when it does not open), the log is
+        shorter than what it signs, its newest rows deleted or the database restored from an
+        older copy."""
+        signed = self._open_latest(latest)
+        return TamperDetected(
+            f"audit log: entry {index} is missing from the log, which has {self.size()} entries, but "
+            f"its latest signed checkpoint covers {signed.size} (entries deleted, or the database "
+            "restored from an older copy)"
+        )
 
     def _wrong_key_cause(self, signer: str) -> str:
         """``wrong_key_cause`` for the latest stored checkpoint signed by ``signer`` alone, naming
