@@ -428,14 +428,17 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             raise row
         return row
 
-    def _read_again(self, index: int, tx: Transaction | None = None) -> tuple[bytes, bytes] | InputError:
+    def _read_again(
+        self, index: int, tx: Transaction | None = None, *, against_checkpoint: bool = True
+    ) -> tuple[bytes, bytes] | InputError:
         """The stored ``(entry, leaf_hash)`` of entry ``index``, which a first read found no row
         of, read again where ``_absent`` says it was deleted: entries commit in index order (the
         append lock), so a row absent now, below an end read after the first read, was deleted;
         one another writer committed since the first read is the entry, not a deleted one. Raises
         that ``TamperDetected`` when the row is still absent; returns ``_absent``'s other error
-        (an index past the log's end, or below 0) for the caller to raise or pass over."""
-        refused = self._absent(index)
+        (an index past the log's end, or below 0) for the caller to raise or pass over;
+        ``against_checkpoint`` as ``_absent`` takes it."""
+        refused = self._absent(index, against_checkpoint=against_checkpoint)
         if not isinstance(refused, TamperDetected):
             return refused
         rows = self._read_rows([index], tx)
@@ -443,13 +446,15 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             raise refused
         return rows[index]
 
-    def _absent(self, index: int) -> InputError | TamperDetected:
+    def _absent(self, index: int, *, against_checkpoint: bool = True) -> InputError | TamperDetected:
         """The error for entry ``index``, which no row holds: ``TamperDetected`` where it is below
         the log's end (its row deleted, as ``verify`` names it) or covered by the latest stored
         checkpoint, its signature checked (``_open_latest``: the newest rows deleted, or the
         database restored from an older copy); ``BeyondLogEnd`` past the end of the log otherwise,
         and ``InputError`` below 0. Until review R89 an index below the end was ``InputError``,
-        ``audit log has no entry N`` (``explain`` and ``prove``: exit 2, as for unusable input)."""
+        ``audit log has no entry N`` (``explain`` and ``prove``: exit 2, as for unusable input).
+        ``against_checkpoint=False`` reads no checkpoint (``referring``'s, for a reader without
+        the log key): past the end is then ``BeyondLogEnd``."""
         if index < 0:
             return no_entry(index)
         end = self._end()
@@ -458,7 +463,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
                 f"audit log: entry {index} is missing from the log, which holds entries up to index "
                 f"{end - 1} (its row was deleted)"
             )
-        latest = self._latest_checkpoint_row()
+        latest = self._latest_checkpoint_row() if against_checkpoint else None
         if latest is not None and type(latest[0]) is int and index < latest[0]:
             return self._short_of_checkpoint(index, latest)
         return BeyondLogEnd(index, self.size(), "entry")

@@ -74,10 +74,10 @@ class _Proofs:
 
         def _end(self) -> int: ...
 
-        def _absent(self, index: int) -> InputError | TamperDetected: ...
+        def _absent(self, index: int, *, against_checkpoint: bool = True) -> InputError | TamperDetected: ...
 
         def _read_again(
-            self, index: int, tx: Transaction | None = None
+            self, index: int, tx: Transaction | None = None, *, against_checkpoint: bool = True
         ) -> tuple[bytes, bytes] | InputError: ...
 
         def _read_rows(
@@ -191,21 +191,31 @@ class _Proofs:
         related = tuple(parsed for idx, (_d, _s, parsed) in sorted(shown.items()) if idx != index)
         return Explanation(entry, related, checkpoint, unproven, self.refs_indexed)
 
-    def referring(self, index: int) -> list[AuditEntry]:
+    def referring(self, index: int, *, against_checkpoint: bool = True) -> list[AuditEntry]:
         """The entries whose ``ref`` is ``index`` (its outcomes, approvals given...), in index
         order, each parsed from its row: through the reference index when it is complete, else by
         reading the whole log. ``TamperDetected`` for a malformed one, for one whose row was
         deleted (``_related``: missing below the log's end or inside its latest signed
         checkpoint, until review R90 left out), and, as ``explain`` refuses it, whenever the latest
-        signed checkpoint covers more entries than the log holds (``_absent`` of the log's end: its
+        signed checkpoint covers more entries than the log holds (``_short_of_checkpoint``: its
         newest rows deleted, or the database restored from an older copy), on either path and
         whatever ``audit_refs`` still names: until review R91 a deleted newest outcome was left out
         without a word when the whole log was read or its ``audit_refs`` row went too, and
         ``GatedBroker.reconcile`` read a granted lease as one that never held GPUs;
         ``InputError`` for an
         ``index`` that is not an integer (``_whole``) or negative, ``BeyondLogEnd`` for one past what a store's integer
-        holds (until review R82 it reached the driver: ``StoreError``)."""
+        holds (until review R82 it reached the driver: ``StoreError``).
+
+        ``against_checkpoint=False``, for a reader that holds no log key and trusts the store as it
+        is (``approval sign --store``), reads no checkpoint: a log shorter than its latest one is
+        not refused, and a row the reference index names past the log's end names no entry, as in
+        a log without checkpoints (rows missing below the end are still refused). Such a reader
+        opened the checkpoint with a key that signs nothing: until review R91b a newest row
+        deleted was refused as a checkpoint that does not open, blaming the key given."""
         index = self._index_given(index)
+        if not against_checkpoint:
+            related = self._related(index, None, against_checkpoint=False)
+            return [related[idx][2] for idx in sorted(related)]
         # Nothing below the end may say which deleted row referred to ``index``: the signed size
         # is what does (a missing row below the end is refused by ``_related``). The checkpoint
         # first, then the end, once: entries commit before a checkpoint that covers them and no
@@ -232,11 +242,13 @@ class _Proofs:
             raise BeyondLogEnd(index, self.size(), "entry")
         return index
 
-    def _related(self, index: int, ref: int | None) -> dict[int, tuple[bytes, bytes, AuditEntry]]:
+    def _related(
+        self, index: int, ref: int | None, *, against_checkpoint: bool = True
+    ) -> dict[int, tuple[bytes, bytes, AuditEntry]]:
         """``idx -> (entry, leaf hash, parsed)`` of the entries other than ``index`` that refer to
         it, and of entry ``ref``. ``TamperDetected`` (``_absent``) when a row the reference index
-        or ``ref`` names is missing below the log's end or inside its latest signed checkpoint,
-        and, without the reference index, for any row missing below the log's end (the whole log
+        or ``ref`` names is missing below the log's end or inside its latest signed checkpoint
+        (not read when ``against_checkpoint`` is false: ``referring``), and, without the reference index, for any row missing below the log's end (the whole log
         is read, and a deleted row may be one that referred to ``index``): until review R90 such
         an entry (a call's outcome, deleted) was left out without a word, and ``explain`` said the
         call had no outcome. One past both (a reference index row for an entry not written yet, a
@@ -271,7 +283,10 @@ class _Proofs:
         rows = self._read_rows(named)
         for idx in named:
             # ``_read_again``: a deleted row is refused, a row past the log's end names no entry.
-            if idx not in rows and not isinstance(row := self._read_again(idx), InputError):
+            if idx in rows:
+                continue
+            row = self._read_again(idx, against_checkpoint=against_checkpoint)
+            if not isinstance(row, InputError):
                 rows[idx] = row
         for idx, (data, stored) in rows.items():
             # The reference index is no evidence: each row it names is read, parsed and checked.
