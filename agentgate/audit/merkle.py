@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import operator
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
+from typing import cast
 
 from agentgate._shown import quoted
 from agentgate.errors import InputError, TamperDetected
@@ -135,10 +136,16 @@ def _split(n: int) -> int:
     return 1 << ((n - 1).bit_length() - 1)
 
 
-def _subtree_root(leaves: Sequence[bytes], lo: int, hi: int) -> bytes:
+def _subtree_root(leaves: Sequence[object], lo: int, hi: int) -> bytes:
+    """The root of the leaf hashes ``leaves[lo:hi]``, each checked as it is read (the proof's one
+    pass over them): ``InputError`` naming ``leaves[i]`` (``_hash_given``) for one that is not
+    bytes; one that is not exactly ``bytes`` (a ``bytearray``, a ``memoryview``, numpy's
+    ``bytes_``) is read as the bytes it holds, so a proof is ``bytes`` alone."""
     acc = RootAccumulator()
+    add = acc.add
     for i in range(lo, hi):
-        acc.add(leaves[i])
+        leaf = leaves[i]
+        add(leaf if type(leaf) is bytes else bytes(_hash_given(leaf, f"leaves[{i}]")))
     return acc.root()
 
 
@@ -193,16 +200,16 @@ def inclusion_proof(leaves: Sequence[bytes], index: int, size: int | None = None
     """The audit path of leaf ``index`` in the tree of the first ``size`` leaves (RFC 9162 2.1.3.1).
 
     Raises ``ValueError`` when ``index`` is not in that tree, and ``InputError`` naming ``index``
-    or ``size`` when it is not an integer, and ``leaves`` (``_leaves_given``) when it is no
-    sequence of hashes.
+    or ``size`` when it is not an integer, naming ``leaves`` when it has no length and items by
+    position (``_leaves_given``), and naming a leaf the proof reads that is not bytes
+    (``_subtree_root``).
     """
-    given = _leaves_given(leaves)
+    given, count = _leaves_given(leaves)
     index = tree_integer(index, "index")
-    size = len(given) if size is None else tree_integer(size, "size")
-    if not 0 <= index < size <= len(given):
+    size = count if size is None else tree_integer(size, "size")
+    if not 0 <= index < size <= count:
         raise ValueError(f"leaf {quoted(index)} is not in a tree of size {quoted(size)}")
-    hashes = _hashes_given(given, size)
-    return [_subtree_root(hashes, lo, hi) for lo, hi in inclusion_ranges(index, size)]
+    return [_subtree_root(given, lo, hi) for lo, hi in inclusion_ranges(index, size)]
 
 
 def consistency_ranges(size1: int, size2: int) -> list[tuple[int, int]]:
@@ -239,34 +246,35 @@ def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = N
     """The proof that the tree of ``size1`` leaves is a prefix of the one of ``size2`` (RFC 9162 2.1.4.1).
 
     Empty when the sizes are equal. Raises ``ValueError`` unless ``0 < size1 <= size2 <= len(leaves)``,
-    and ``InputError`` naming ``size1`` or ``size2`` when it is not an integer, and ``leaves``
-    (``_leaves_given``) when it is no sequence of hashes.
+    and ``InputError`` naming ``size1`` or ``size2`` when it is not an integer, ``leaves`` when it
+    has no length and items by position (``_leaves_given``), and a leaf the proof reads that is
+    not bytes (``_subtree_root``).
     """
-    given = _leaves_given(leaves)
+    given, count = _leaves_given(leaves)
     size1 = tree_integer(size1, "size1")
-    size2 = len(given) if size2 is None else tree_integer(size2, "size2")
-    if not 0 < size1 <= size2 <= len(given):
+    size2 = count if size2 is None else tree_integer(size2, "size2")
+    if not 0 < size1 <= size2 <= count:
         raise ValueError(f"no consistency proof from size {quoted(size1)} to size {quoted(size2)}")
-    hashes = _hashes_given(given, size2)
-    return [_subtree_root(hashes, lo, hi) for lo, hi in consistency_ranges(size1, size2)]
+    return [_subtree_root(given, lo, hi) for lo, hi in consistency_ranges(size1, size2)]
 
 
-def _leaves_given(leaves: object) -> Sequence[object]:
-    """``leaves``, the leaf hashes a caller gave to build a proof from, when it is a sequence;
+def _leaves_given(leaves: object) -> tuple[Sequence[object], int]:
+    """``leaves``, the leaf hashes a caller gave to build a proof from, and how many it holds,
+    when it has a length and items by position (a ``list``, a ``tuple``, a numpy array, any
+    object with ``__len__`` and ``__getitem__``: each leaf read is checked by ``_subtree_root``);
     ``InputError`` otherwise (``None``; a ``str`` or ``bytes`` too, whose items are characters
     or numbers: until review R91 ``inclusion_proof(None, 0)`` was a bare ``TypeError`` and
-    ``inclusion_proof("ab", 0)`` returned ``['b']``)."""
-    if isinstance(leaves, str | bytes | bytearray | memoryview) or not isinstance(leaves, Sequence):
-        raise InputError(
-            f"Merkle proof check: leaves must be a sequence of leaf hashes (bytes), got {type(leaves).__name__}"
-        )
-    return leaves
-
-
-def _hashes_given(leaves: Sequence[object], size: int) -> list[bytes]:
-    """The first ``size`` of ``leaves`` as ``bytes``, each checked by ``_hash_given``
-    (``InputError`` naming ``leaves[i]``): one pass, as the proof's own pass over them is."""
-    return [bytes(_hash_given(leaves[i], f"leaves[{i}]")) for i in range(size)]
+    ``inclusion_proof("ab", 0)`` returned ``['b']``; until review R91b a numpy array, or any
+    sequence not registered as ``Sequence``, was refused too, though it had always been read)."""
+    positional = isinstance(leaves, Sized) and hasattr(type(leaves), "__getitem__")
+    if positional and not isinstance(leaves, str | bytes | bytearray | memoryview):
+        try:
+            return cast("Sequence[object]", leaves), len(cast("Sized", leaves))
+        except TypeError:  # a numpy array of no dimension: it has ``__len__``, and no length
+            pass
+    raise InputError(
+        f"Merkle proof check: leaves must be a sequence of leaf hashes (bytes), got {type(leaves).__name__}"
+    )
 
 
 def _hash_given(value: object, name: str) -> bytes:
