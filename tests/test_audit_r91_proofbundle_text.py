@@ -44,8 +44,8 @@ def _with(bundle: ProofBundle, **fields: Any) -> ProofBundle:
         ({"entry": "{}"}, "proof bundle: entry must be bytes, got str"),
         ({"entry": b""}, "proof bundle: entry is empty"),
         ({"proof": ("x" * 32,)}, "proof bundle: proof[0] must be bytes, got str"),
-        ({"proof": (b"",)}, "proof bundle: proof[0] must be a 32-byte hash, got 0 bytes"),
-        ({"proof": None}, "proof bundle: proof must be a sequence of 32-byte hashes, got NoneType"),
+        ({"proof": (b"",)}, "proof bundle: proof[0] is empty"),
+        ({"proof": None}, "proof bundle: proof must be an iterable of hashes (bytes), got NoneType"),
         (
             {"checkpoint_note": b"note"},
             "checkpoint_note must be a signed checkpoint as text (str), got bytes",

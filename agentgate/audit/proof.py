@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agentgate._shown import quoted
@@ -51,27 +51,21 @@ class ProofBundle:
         """The bundle in tlog-proof text form. Raises ``InputError`` naming the field, before
         anything is written, for an ``index`` that is not a whole number from 0 to
         ``MAX_TREE_SIZE`` (``tree_integer``, a bool refused), an ``entry`` that is empty or not
-        bytes, a ``proof`` that is no sequence of 32-byte hashes, or a ``checkpoint_note`` that is
+        bytes, a ``proof`` that is no iterable of hashes (bytes, none empty: its line would be the
+        blank one that ends the proof; ``_hashes_given``), or a ``checkpoint_note`` that is
         empty or not text (``given_text``): until review R91 an index of ``True``, ``1.0`` or
         ``None`` was written as it prints, a bundle ``parse`` refuses (``not a decimal number``),
-        and a hash or entry given as ``str``, or a note as ``bytes``, raised a bare ``TypeError``."""
+        and a hash or entry given as ``str``, or a note as ``bytes``, raised a bare ``TypeError``.
+        A hash of any other length is written, as ``parse`` reads it (verifying it is
+        ``TamperDetected``: a bundle that does not verify, as a test writes one), and ``proof``
+        may be any iterable (a generator, a numpy array): until review R91b both were refused."""
         index = tree_integer(self.index, "index", "proof bundle", bools=False)
         if not 0 <= index <= MAX_TREE_SIZE:
             raise InputError(f"proof bundle: index must be 0 .. 2**64-1, got {quoted(index, 40)}")
         entry = _bytes_given(self.entry, "entry")
         if not entry:
             raise InputError("proof bundle: entry is empty (a bundle carries the entry's canonical bytes)")
-        proof = self.proof
-        if isinstance(proof, str | bytes | bytearray | memoryview) or not isinstance(proof, Sequence):
-            raise InputError(
-                f"proof bundle: proof must be a sequence of 32-byte hashes, got {type(proof).__name__}"
-            )
-        hashes = [_bytes_given(h, f"proof[{position}]") for position, h in enumerate(proof)]
-        for position, h in enumerate(hashes):
-            if len(h) != HASH_SIZE:
-                raise InputError(
-                    f"proof bundle: proof[{position}] must be a 32-byte hash, got {len(h)} bytes"
-                )
+        hashes = _hashes_given(self.proof)
         note = given_text(self.checkpoint_note, "checkpoint_note", "a signed checkpoint")
         if not note:
             raise InputError(
@@ -112,6 +106,29 @@ class ProofBundle:
         if not entry:
             raise TamperDetected("proof bundle carries no entry (extra line)")
         return cls(index, entry, proof, note)
+
+
+def _hashes_given(proof: object) -> list[bytes]:
+    """``proof``, a bundle's proof, as the list of its hashes, each as ``_bytes_given`` reads it:
+    ``InputError`` naming ``proof`` for what is no iterable of them (``None``; a ``str`` or
+    ``bytes``, whose items are characters or numbers; a numpy array of no dimension), and naming
+    ``proof[i]`` for an empty hash, whose line would be the blank line that ends the proof."""
+    refused = InputError(
+        f"proof bundle: proof must be an iterable of hashes (bytes), got {type(proof).__name__}"
+    )
+    if isinstance(proof, str | bytes | bytearray | memoryview) or not isinstance(proof, Iterable):
+        raise refused
+    try:
+        items = iter(proof)
+    except TypeError:  # ``__iter__`` and nothing to iterate (a numpy array of no dimension)
+        raise refused from None
+    hashes = [_bytes_given(h, f"proof[{position}]") for position, h in enumerate(items)]
+    for position, h in enumerate(hashes):
+        if not h:
+            raise InputError(
+                f"proof bundle: proof[{position}] is empty (its line would be the blank line that ends the proof)"
+            )
+    return hashes
 
 
 def _bytes_given(value: object, field: str) -> bytes:
