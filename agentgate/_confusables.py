@@ -67,7 +67,8 @@ def readings(name: str) -> frozenset[str]:
     ``Ill`` and ``lll``, ``0`` and ``o``, ``m`` and ``rn``). Two names read alike when they share
     a key; not transitively: ``bobI`` reads as ``bobi`` and as ``bobl``, which read apart. A set,
     whose order each process's hash seed sets: a caller that names one of several names read as
-    takes them in code point order. Kept for the last 4096 names: a decision for a name seen
+    takes them in an order of its own (code point order; a Gate's free names, the first granted,
+    as ``AgentNames.claim``). Kept for the last 4096 names: a decision for a name seen
     before computes nothing."""
     plain = unicodedata.normalize("NFKC", name)
     return frozenset({skeleton(plain.casefold()), skeleton(skeleton(plain).casefold())})

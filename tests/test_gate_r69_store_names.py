@@ -159,11 +159,11 @@ def test_two_claims_at_once_have_one_winner(postgres_url: str) -> None:
     answers: list[str | None] = []
     try:
         with store.transaction() as tx:
-            assert names.claim(tx, "helper", _confusables.readings("helper"), 1) is None
+            assert names.claim(tx, "helper", _confusables.readings("helper"), 1).earlier is None
 
             def claim_too() -> None:
                 with other.transaction() as theirs:
-                    answers.append(rival.claim(theirs, "heIper", _confusables.readings("heIper"), 2))
+                    answers.append(rival.claim(theirs, "heIper", _confusables.readings("heIper"), 2).earlier)
 
             racing = threading.Thread(target=claim_too)
             racing.start()

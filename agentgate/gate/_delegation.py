@@ -181,7 +181,7 @@ class _Delegation:
     _lock: threading.Lock
     _delegations: list[tuple[str, AgentIdentity]]
     _agent_names: dict[str, frozenset[str]]
-    _name_readings: dict[str, str]
+    _name_readings: dict[str, tuple[int, str]]
     _purge_at: float
     _parsed_delegated: dict[str, Chain]
     _policy_chains: PolicyChains
@@ -335,7 +335,7 @@ class _Delegation:
                 raise self._refused_on(span, self._audited_refusal(outside, anchor.did, f"agent:{name}"))
             # A root grant is an act of authority like a delegation: the log shows who issued what to whom.
             try:
-                index = self._record_grant(
+                index, first_at = self._record_grant(
                     chain,
                     anchor.did,
                     chain.id,
@@ -350,7 +350,7 @@ class _Delegation:
                 raise self._refused_on(
                     span, self._audited_refusal(taken, anchor.did, f"agent:{name}")
                 ) from None
-            self._remember_name(name)
+            self._remember_name(name, first_at)
             return self._granted_on(
                 span, AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did), index)
             )
@@ -456,8 +456,8 @@ class _Delegation:
                     else self._delegated_before(parent, key, caps, budget, unit, purpose, seconds)
                 )
                 if again is not None:
-                    self._claim_unknown_name(name)  # granted by a version before the store kept names
-                    self._remember_name(name)
+                    # granted by a version before the store kept names
+                    self._remember_name(name, self._claim_unknown_name(name))
                     child = AgentIdentity(name, key, again, parent.tenant)
                     return self._granted_on(span, self._handed_on(parent, child, again=True))
                 chain = delegate(
@@ -469,7 +469,7 @@ class _Delegation:
                     budget=Budget(budget, unit) if budget is not None else None,
                     purpose=purpose,
                 )
-                index = self._record_grant(
+                index, first_at = self._record_grant(
                     chain,
                     parent.did,
                     parent.grant_id,
@@ -496,7 +496,7 @@ class _Delegation:
                 # and told, whole.
                 exc.args = (without_held(str(exc)),)
                 raise
-            self._remember_name(name)
+            self._remember_name(name, first_at)
             child = AgentIdentity(name, key, chain, parent.tenant, index)
             return self._granted_on(span, self._handed_on(parent, child))
 
@@ -782,13 +782,16 @@ class _Delegation:
         ``readings``' cache) and two look-ups. This Gate's memory only: the names other
         processes granted on the store are compared as the grant is recorded (``_claim_name``).
         A name that reads as two granted before (``bobI`` as ``bobi`` and ``bobl``) is told the
-        first of them in code point order, as ``AgentNames.claim`` breaks a tie: until review
-        R91's second reading the order of a set of readings chose, which each process's hash seed
-        set, and the refusal, its audit reason and its hint named either."""
+        first of them granted on the store, the first in code point order among those granted in
+        the same second, as ``AgentNames.claim`` tells it after a restart or in another process
+        (``_remember_name`` keeps the store's time of each name's first grant): until review R91's
+        second reading the order of a set of readings chose, which each process's hash seed set,
+        and until its third the first in code point order, whenever each was granted (``bobi``
+        granted after ``bobl`` was named by this Gate, ``bobl`` after a restart)."""
         if name in self._agent_names or principal_named(self.policy, name) is not None:
             return None
         held = [self._name_readings[key] for key in _confusables.readings(name) if key in self._name_readings]
-        return self._reads_as(name, min(held), issuing=issuing) if held else None
+        return self._reads_as(name, min(held)[1], issuing=issuing) if held else None
 
     def _reads_as(self, name: str, earlier: str, *, issuing: bool) -> Denied:
         """The refusal (``Denied``, ``name_reads_alike``) of a grant under ``name``, which reads
@@ -809,8 +812,10 @@ class _Delegation:
         )
         return refused
 
-    def _remember_name(self, name: str) -> None:
-        """Keep how ``name``, just granted, reads (``_read_alike``), as the latest; past
+    def _remember_name(self, name: str, first_at: int | None) -> None:
+        """Keep how ``name``, just granted, reads (``_read_alike``), as the latest, with
+        ``first_at``, when the store says it was first granted (``_claim_name``; ``None`` where
+        this Gate claimed nothing: a name it keeps, which keeps its time, or a principal's); past
         ``AGENT_NAMES_KEPT`` names the oldest is forgotten. A principal's name is not kept: the
         policy holds it."""
         kept = self._agent_names
@@ -820,12 +825,13 @@ class _Delegation:
         if principal_named(self.policy, name) is not None:
             return
         keys = kept[name] = _confusables.readings(name)
+        held = (int(time.time()) if first_at is None else first_at, name)
         for key in keys:
-            self._name_readings.setdefault(key, name)
+            self._name_readings.setdefault(key, held)
         while len(kept) > AGENT_NAMES_KEPT:
             oldest = next(iter(kept))
             for key in kept.pop(oldest):
-                if self._name_readings.get(key) == oldest:
+                if key in self._name_readings and self._name_readings[key][1] == oldest:
                     del self._name_readings[key]
 
     def _refuse_revoked(self, parent: AgentIdentity) -> None:
@@ -849,9 +855,10 @@ class _Delegation:
         parent: AgentIdentity | None = None,
         ignored: Collection[str] = (),
         name: str,
-    ) -> int:
+    ) -> tuple[int, int | None]:
         """Record a grant and its ``allow`` audit entry (by ``principal``, on ``resource``
-        ``agent:NAME``) in one transaction, one commit; returns the entry's index. For a grant
+        ``agent:NAME``) in one transaction, one commit; returns the entry's index and, where
+        ``name`` was claimed, when it was first granted (``_claim_name``). For a grant
         delegated by ``parent``, raises ``Revoked`` (nothing written) when the parent's chain was
         revoked meanwhile: revocation is read again in that transaction, so no allow follows a
         revocation that has returned. ``ignored``: the notes on recorded grants read for this
@@ -859,16 +866,17 @@ class _Delegation:
         the agent's, is claimed in the same transaction (``_claim_name``): ``Denied`` (nothing
         written) when it reads as a name granted before on the store."""
         names = None
+        first_at: int | None = None
         if name not in self._agent_names and principal_named(self.policy, name) is None:
             names = self._names_part()  # made before the transaction: SQLite's DDL would wait for its lock
         with self._decision_transaction() as tx, self.grants.within(tx):
             if parent is not None:
                 self._refuse_revoked(parent)
             if names is not None:
-                self._claim_name(names, tx, name, issuing=parent is None)
+                first_at = self._claim_name(names, tx, name, issuing=parent is None)
             record(self.grants, chain)
             self._after_commit(functools.partial(self._recorded_chain, chain.id))
-            return self.audit.append(
+            index = self.audit.append(
                 {
                     "kind": "allow",
                     "principal": principal,
@@ -879,6 +887,7 @@ class _Delegation:
                 },
                 tx,
             )
+        return index, first_at
 
     def _names_part(self) -> AgentNames:
         """The store's record of the free agent names granted (``agentgate_agent_names``), opened
@@ -890,27 +899,30 @@ class _Delegation:
             self._names_on_store = AgentNames(self.store)
         return self._names_on_store
 
-    def _claim_unknown_name(self, name: str) -> None:
+    def _claim_unknown_name(self, name: str) -> int | None:
         """Claim ``name`` for a grant handed on again (``_delegated_before``), in a transaction of
         its own, when this Gate has not granted it (``_claim_name``; ``Denied`` when it reads as
-        another). The grant's signed purpose names its name, so its first grant claimed it
+        another); returns when it was first granted, ``None`` where nothing was claimed. The grant's signed purpose names its name, so its first grant claimed it
         unless a version before review R69 made it: until review R69 such a name was kept as
         this Gate's (``_remember_name``) unclaimed, and later grants under it, which then skip
         the claim, left the store without it: another Gate granted a name that reads as it."""
         if name in self._agent_names or principal_named(self.policy, name) is not None:
-            return
+            return None
         names = self._names_part()
         with self._decision_transaction() as tx:
-            self._claim_name(names, tx, name, issuing=False)
+            return self._claim_name(names, tx, name, issuing=False)
 
-    def _claim_name(self, names: AgentNames, tx: Transaction, name: str, *, issuing: bool) -> None:
+    def _claim_name(self, names: AgentNames, tx: Transaction, name: str, *, issuing: bool) -> int:
         """Claim ``name``'s readings in ``tx``, the grant's transaction (``AgentNames.claim``);
-        ``Denied`` (``name_reads_alike``, the transaction then rolled back) when another name
-        granted on the store, by any process or by this Gate before a restart, holds one: until
-        review R69 only this Gate object's own memory was compared (``_read_alike``)."""
-        earlier = names.claim(tx, name, _confusables.readings(name), int(time.time()))
-        if earlier is not None:
-            raise self._reads_as(name, earlier, issuing=issuing)
+        returns when the store says ``name`` was first granted (now, or at an earlier grant by
+        any process). ``Denied`` (``name_reads_alike``, the transaction then rolled back) when
+        another name granted on the store, by any process or by this Gate before a restart,
+        holds one: until review R69 only this Gate object's own memory was compared
+        (``_read_alike``)."""
+        claimed = names.claim(tx, name, _confusables.readings(name), int(time.time()))
+        if claimed.earlier is not None:
+            raise self._reads_as(name, claimed.earlier, issuing=issuing)
+        return claimed.first_at
 
     def _check_delegation_rule(
         self, parent: AgentIdentity, caps: list[Capability], seconds: int, budget: int | None, asked: int

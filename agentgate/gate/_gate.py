@@ -252,8 +252,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         self._agent_names: dict[str, frozenset[str]] = {}
         """How each agent name this Gate granted reads (``_confusables.readings``), the latest
         granted last (``_Delegation._remember_name``; at most ``AGENT_NAMES_KEPT``)."""
-        self._name_readings: dict[str, str] = {}
-        """Each key of ``_agent_names`` to the name that holds it: what ``_read_alike`` looks up."""
+        self._name_readings: dict[str, tuple[int, str]] = {}
+        """Each key of ``_agent_names`` to when the name that holds it was first granted on the
+        store (``AgentNames.claim``) and that name: what ``_read_alike`` looks up, in that order."""
         self._names_on_store: AgentNames | None = None
         """The store's record of the agent names granted (``_Delegation._names_part``), opened at
         the first grant of a name this Gate has not granted."""

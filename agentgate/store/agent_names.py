@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterator
 from datetime import datetime
+from typing import NamedTuple
 
 from agentgate import _confusables
 from agentgate._names import agent_name_refused
@@ -117,6 +118,18 @@ def _grant_named(data: object) -> tuple[str, int] | None:
     return (name, int(when)) if name else None
 
 
+class Claimed(NamedTuple):
+    """What ``AgentNames.claim`` found."""
+
+    earlier: str | None
+    """Another name that holds one of the readings claimed, the first granted (by ``first_at``,
+    then name, as every process orders them); else ``None``, the claim made."""
+    first_at: int
+    """When the name claimed was first granted on the store (Unix seconds): the time of this
+    claim, or of an earlier one by any process, before any restart. A Gate orders the names it
+    keeps by it (``_Delegation._read_alike``), as ``earlier`` is chosen."""
+
+
 class AgentNames:
     """The free agent names granted on a store, shared by every process that uses it."""
 
@@ -139,18 +152,22 @@ class AgentNames:
             for reading in sorted(_confusables.readings(name)):
                 tx.execute(_CLAIM, (reading, name, when))
 
-    def claim(self, tx: Transaction, name: str, readings: Collection[str], now: int) -> str | None:
+    def claim(self, tx: Transaction, name: str, readings: Collection[str], now: int) -> Claimed:
         """Record ``readings`` as ``name``'s in ``tx`` where no other name holds them; returns
-        another name that holds one of them (first granted, the claim then to be rolled back
-        with ``tx``), else ``None``. Readings are claimed in sorted order, so that two claims
-        sharing two readings wait for one another instead of deadlocking."""
+        another name that holds one of them (``Claimed.earlier``: the first granted, by
+        ``first_at`` then name, the claim then to be rolled back with ``tx``), else when
+        ``name`` was first granted (``Claimed.first_at``: ``now``, or an earlier grant's time).
+        Readings are claimed in sorted order, so that two claims sharing two readings wait for
+        one another instead of deadlocking."""
         ordered = sorted(readings)
         for reading in ordered:
             tx.execute(_CLAIM, (reading, name, now))
         marks = ", ".join("?" * len(ordered))
         rows = tx.execute(
-            f"SELECT name FROM agentgate_agent_names WHERE reading IN ({marks}) AND name <> ? "
-            "ORDER BY first_at, name LIMIT 1",
-            (*ordered, name),
+            f"SELECT name, first_at FROM agentgate_agent_names WHERE reading IN ({marks}) "
+            "ORDER BY first_at, name",
+            tuple(ordered),
         )
-        return str(rows[0][0]) if rows else None
+        held = [(str(holder), int(at)) for holder, at in rows]
+        earlier = next((holder for holder, _ in held if holder != name), None)
+        return Claimed(earlier, min((at for holder, at in held if holder == name), default=now))
