@@ -10,7 +10,6 @@ Such a name is now refused on any key, the same in every process."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from _hash_seeds import child_env, finished, seeds_ordering_apart
 
 from agentgate.authority import issue
 from agentgate.capabilities import Call
@@ -84,21 +84,28 @@ def test_the_name_reads_as_both_principals(gate: Gate) -> None:
 
 def test_the_name_is_refused_on_either_principals_key_in_every_process(tmp_path: Path) -> None:
     """Review R91: under one hash seed ``Gate.issue(name="bobI")`` on bobi's key was issued (and
-    a decision on it made), under another refused. Now two processes of different seeds answer
-    alike: refused, ``inherited_identity``, by ``Gate.issue`` and by a decision."""
-    (tmp_path / "p.yaml").write_text(POLICY)
-    answers = []
-    for seed in ("0", "1"):
-        done = subprocess.run(
-            [sys.executable, "-c", _DECIDE, str(tmp_path)],
-            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join(sys.path)},
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
+    a decision on it made), under another refused. Now two processes whose seeds order the
+    readings apart (tests/_hash_seeds.py), each on its own store, answer alike: refused,
+    ``inherited_identity``, by ``Gate.issue`` and by a decision."""
+    running = []
+    for seed in seeds_ordering_apart("bobI"):
+        folder = tmp_path / seed
+        folder.mkdir()
+        (folder / "p.yaml").write_text(POLICY)
+        running.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _DECIDE, str(folder)],
+                env=child_env(seed),
+                cwd=folder,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         )
-        assert done.returncode == 0, done.stderr[-2000:]
-        answers.append(json.loads(done.stdout))
+    answers = []
+    for code, out, err in finished(running, 60):
+        assert code == 0, err[-2000:]
+        answers.append(json.loads(out))
     assert answers[0] == answers[1] == ["bobi", "inherited_identity", ["inherited_identity"]]
 
 

@@ -10,14 +10,16 @@ code point order, in every process; but ``AgentNames.claim``, which a restarted 
 process on the store asks, names the first granted, the name breaking a tie within a second, and
 this test, granting bobi first, could not tell the two apart. It now grants bobl first: the Gate
 that granted both and the Gate opened after it name bobl, in processes of two hash seeds that
-order the readings apart (tests/test_policy_r91c_first_granted_named.py: in one process)."""
+order the readings apart (tests/_hash_seeds.py; in one process,
+tests/test_policy_r91c_first_granted_named.py)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from _hash_seeds import child_env, finished, seeds_ordering_apart
 
 from agentgate.keys import SigningKey
 
@@ -63,18 +65,17 @@ attempt(Gate.open(folder + "/p.yaml", folder + "/s.db"))
 
 
 def test_the_name_read_as_is_the_same_in_every_process(tmp_path: Path) -> None:
-    """Two processes whose hash seeds ordered the readings apart (1 and 3, on CPython 3.11), each
-    on its own store, name the same agent, before and after a restart: bobl, the first granted."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    """Two processes whose hash seeds order the readings apart, each on its own store, name the
+    same agent, before and after a restart: bobl, the first granted."""
     running = []
-    for seed in ("1", "3"):
+    for seed in seeds_ordering_apart("bobI"):
         folder = tmp_path / seed
         folder.mkdir()
         (folder / "p.yaml").write_text(POLICY)
         running.append(
             subprocess.Popen(
                 [sys.executable, "-c", _ISSUE, str(folder)],
-                env={**env, "PYTHONHASHSEED": seed},
+                env=child_env(seed),
                 cwd=folder,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -82,9 +83,8 @@ def test_the_name_read_as_is_the_same_in_every_process(tmp_path: Path) -> None:
             )
         )
     answers = []
-    for process in running:
-        out, err = process.communicate(timeout=60)
-        assert process.returncode == 0, err[-2000:]
+    for code, out, err in finished(running, 60):
+        assert code == 0, err[-2000:]
         answers.extend(out.strip().splitlines())
     assert len(answers) == 4
     assert len(set(answers)) == 1, answers

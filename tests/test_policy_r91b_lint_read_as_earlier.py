@@ -11,10 +11,11 @@ only in case from bobi and reads as bobl."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from _hash_seeds import child_env, finished, seeds_ordering_apart
 
 from agentgate.policy import lint, parse_policy
 
@@ -40,23 +41,21 @@ print(json.dumps([[f.code, f.line, f.message.partition(":")[0]] for f in found])
 
 
 def test_lint_names_the_same_earlier_names_in_every_process(tmp_path: Path) -> None:
-    """Two processes whose hash seeds ordered the readings apart (1 and 3, on CPython 3.11)."""
+    """Two processes whose hash seeds order the readings apart (tests/_hash_seeds.py)."""
     (tmp_path / "p.yaml").write_text(POLICY)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     running = [
         subprocess.Popen(
             [sys.executable, "-c", _LINT, str(tmp_path / "p.yaml")],
-            env={**env, "PYTHONHASHSEED": seed},
+            env=child_env(seed),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for seed in ("1", "3")
+        for seed in seeds_ordering_apart("bobI")
     ]
     answers = []
-    for process in running:
-        out, err = process.communicate(timeout=60)
-        assert process.returncode == 0, err[-2000:]
+    for code, out, err in finished(running, 60):
+        assert code == 0, err[-2000:]
         answers.append(json.loads(out))
     assert answers[0] == answers[1] == EXPECTED
 

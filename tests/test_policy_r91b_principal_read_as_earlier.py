@@ -10,12 +10,12 @@ case" in others. The first of them in code point order is now named, in every pr
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _hash_seeds import child_env, finished, seeds_ordering_apart
 
 from agentgate.errors import PolicyError
 from agentgate.keys import SigningKey
@@ -47,24 +47,22 @@ except PolicyError as refused:
 
 
 def test_the_name_read_as_is_the_same_in_every_process(tmp_path: Path) -> None:
-    """Two processes whose hash seeds ordered the readings apart (1 and 3, on CPython 3.11) name
-    the same earlier principal: bobi, the first in code point order."""
+    """Two processes whose hash seeds order the readings apart (tests/_hash_seeds.py) name the
+    same earlier principal: bobi, the first in code point order."""
     (tmp_path / "p.yaml").write_text(POLICY)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     running = [
         subprocess.Popen(
             [sys.executable, "-c", _LOAD, str(tmp_path / "p.yaml")],
-            env={**env, "PYTHONHASHSEED": seed},
+            env=child_env(seed),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for seed in ("1", "3")
+        for seed in seeds_ordering_apart("bobI")
     ]
     answers = []
-    for process in running:
-        out, err = process.communicate(timeout=60)
-        assert process.returncode == 0, err[-2000:]
+    for code, out, err in finished(running, 60):
+        assert code == 0, err[-2000:]
         answers.append(out.strip())
     expected = "7 3 principals bobI and bobi differ only in case: the Gate compares"
     assert answers[0] == answers[1]
