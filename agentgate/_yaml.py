@@ -60,7 +60,9 @@ _BOOL, _INT, _FLOAT = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:ya
 _BOOLEANS = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
 """Booleans as YAML 1.2 writes them; yes/no/on/off are text here."""
 _NODE_TOKENS = (yaml.AnchorToken, yaml.TagToken, yaml.ScalarToken)
-"""The tokens a node is written with; comments and line breaks between them are no tokens."""
+"""The tokens a node is written with; comments and line breaks between them are no tokens, but a
+block scalar's token (``|``, ``>``) holds its header's comment and its line breaks
+(``_token_written``)."""
 _NULL = "tag:yaml.org,2002:null"
 _NULLS = frozenset({"null", "Null", "NULL", "~", ""})
 """Null as YAML 1.2 (and 1.1) writes it: a scalar tagged ``!!null`` holds one of these."""
@@ -218,14 +220,28 @@ def null_written(text: str) -> str | None:
     and line breaks between its parts (``&a # why\\n!!null``, a comment the author wrote, in a
     message about the value), and, where PyYAML uses libyaml, a character early after a byte
     order mark (``'\\ufeff'`` for ``~``), as libyaml's marks do not count it; the mark is dropped
-    first, as ``load_yaml`` drops it."""
+    first, as ``load_yaml`` drops it. Until its third reading a block scalar's token was quoted
+    whole, its header's comment and its line breaks with it (``!!null | # why ...``)."""
     text = text.removeprefix("\ufeff")
     written = " ".join(
-        text[token.start_mark.index : token.end_mark.index]
+        _token_written(text, token)
         for token in yaml.scan(text, Loader=_Loader)
         if isinstance(token, _NODE_TOKENS)
     )
     return shortened(written) if written else None
+
+
+def _token_written(text: str, token: yaml.Token) -> str:
+    """How ``token`` (one of ``_NODE_TOKENS``) is written in ``text``: its span; for a block
+    scalar, whose span runs from its indicator through its header's comment and every line break
+    after its content, the header (``|``, ``>-``, ``|2+``: the indicator and what follows it up to
+    a blank or a line break, where a comment may start), then its value where it has one
+    (``|- null``)."""
+    written: str = text[token.start_mark.index : token.end_mark.index]
+    if not isinstance(token, yaml.ScalarToken) or token.style not in ("|", ">"):
+        return written
+    header = written.split(maxsplit=1)[0]
+    return f"{header} {token.value}" if token.value else header
 
 
 def mark_at(text: str, index: int) -> Mark:
