@@ -92,6 +92,7 @@ import socket
 import struct
 import sys
 import termios
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httptools
@@ -180,10 +181,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """The request whose app runs (and whose answer is written); pipelined ones wait behind it."""
     _stall_cycle: RequestResponseCycle | None = None
     """The request whose answer was being written when the stall clock started."""
-    _refusal: bytes | None = None
+    _refusal: _Refusal | None = None
     """A refusal (400, 408, 431) of a request pipelined behind one still being answered: written,
-    and the connection closed, once the requests before it are answered; empty for a request
-    already answered (the connection closes after that answer)."""
+    and the connection closed, once the requests before it are answered (``_write_refusal``); one
+    of no status for a request already answered (the connection closes after that answer)."""
     _reparse: bytes | None = None
     """The head of a request that asked for an upgrade, without it: parsed again in its place."""
     _held = b""
@@ -550,8 +551,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             # uvicorn has just armed, which would close the connection with no answer.
             self._unset_keepalive_if_required()
         if self._refusal is not None and not self._answering() and not self.transport.is_closing():
-            self.transport.write(self._refusal)  # the requests before the refused one are answered
-            self.transport.close()
+            self._write_refusal(self._refusal)  # the requests before the refused one are answered
         # The answer's tail still waits in the transport (below the high-water mark, so writing
         # never paused): the connection's close or keep-alive would wait for it for ever.
         self._start_tail_clock(answered)
@@ -673,31 +673,18 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         after the refused request is read. A request pipelined behind others still being answered
         is refused once they are (``on_response_complete``), so that no refusal is read as the
         answer to an earlier request, nor cuts it. A request already answered (before its body
-        ended, whose rest is refused) gets no second answer: its connection closes after the first,
-        and no refusal is made for it (``refusal_body``: the gateway counts each one it makes)."""
+        ended, whose rest is refused) gets no second answer: its connection closes after the first.
+        A refusal's body is made as it is written (``_write_refusal``), never for one not sent."""
         self._stop_head_timer()
         running = self._running
         refused = None if self._reading_head else self.cycle  # the request whose body is refused
         answered = refused is not None and refused.response_started
-        if answered:
-            # Answered before its body ended (the rest being read to be dropped): that answer is
-            # its one, and the connection closes once it is written. Until review R91 this
-            # refusal was written after it, a second answer to one request (a framing desync),
-            # and until review R91b it was still made, and so counted in the gateway's
-            # agentgate_gateway_errors_total, though never sent.
-            self._refusal = b""
-        else:
-            media_type, body = self.refusal_body(status, text or reason)
-            self._refusal = (
-                b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
-                % (
-                    status,
-                    reason.encode("ascii"),
-                    media_type.encode("ascii"),
-                    len(body),
-                    body,
-                )
-            )
+        # A request answered before its body ended (the rest being read to be dropped) has that
+        # answer as its one, and the connection closes once it is written: no status. Until review
+        # R91 this refusal was written after it, a second answer to one request (a framing
+        # desync), and until review R91b it was still made, and so counted in the gateway's
+        # agentgate_gateway_errors_total, though never sent.
+        refusal = self._refusal = _Refusal(None if answered else status, reason, text or reason)
         if refused is not None and refused is running and not answered:
             # The request refused is the one whose body the app is reading (a chunked body the
             # parser rejects): nothing was decided yet. The app is told its caller is gone (it
@@ -720,14 +707,33 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 # with ``max_queued`` requests queued (``_QueueFlow``).
                 self.flow.resume_reading()
                 return
-        self.transport.write(self._refusal)
-        self.transport.close()
+        self._write_refusal(refusal)
         self._start_tail_clock(None)  # a caller that stopped reading would hold the close
+
+    def _write_refusal(self, refusal: _Refusal) -> None:
+        """Write ``refusal`` (nothing, for a request already answered) and close the connection.
+        Its body is made here (``refusal_body``), as it is written: a refusal queued behind an
+        answer that never ended (the caller left) is never made, so never counted by the gateway
+        (until review R91c it was made, and counted, when the request was refused)."""
+        if refusal.status is not None:
+            media_type, body = self.refusal_body(refusal.status, refusal.text)
+            self.transport.write(
+                b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                % (
+                    refusal.status,
+                    refusal.reason.encode("ascii"),
+                    media_type.encode("ascii"),
+                    len(body),
+                    body,
+                )
+            )
+        self.transport.close()
 
     def refusal_body(self, status: int, text: str) -> tuple[str, bytes]:
         """The media type and body of the protocol's refusal ``status``, which says ``text``: plain
         text, as uvicorn's own. A server whose API has an error shape of its own answers in it
-        (the gateway: OpenAI's, ``agentgate/dispatch/gateway/_server.py``)."""
+        (the gateway: OpenAI's, ``agentgate/dispatch/gateway/_server.py``). Called once for each
+        refusal, as it is written to the connection, and for no refusal that is not."""
         return "text/plain; charset=utf-8", text.encode("ascii")
 
     def _answering(self) -> bool:
@@ -811,6 +817,19 @@ class _CloseDelimitedCycle(_AnswerCycle):
             # uvicorn checks an unchunked body against its length: each piece is its own length.
             self.expected_content_length = len(message.get("body", b""))
         await super().send(message)
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """The protocol's refusal of a request (``BoundedHttpToolsProtocol._refuse``), written once
+    the answers before it are (``_write_refusal``)."""
+
+    status: int | None
+    """The status answered; ``None`` for a request already answered: nothing more is written."""
+    reason: str
+    """The status line's reason phrase."""
+    text: str
+    """What the refusal's body says (``refusal_body``)."""
 
 
 class _BodyEnd:
