@@ -539,9 +539,21 @@ def _irreplaceable(path: Path, size: int) -> str | None:
 
     Opened without blocking (``O_NONBLOCK``): a FIFO or a device put at ``path`` since it was
     looked at is refused, not waited on (until review R91b a FIFO swapped in held the command
-    until a writer came)."""
+    until a writer came). A regular file another process holds a kernel lease on (Samba's
+    oplocks, knfsd's delegations) refuses that open (``EWOULDBLOCK``) as its holder is told to let
+    go: still a regular file, it is opened again waiting for that, as before review R91b (the
+    kernel breaks a lease not given up within ``/proc/sys/fs/lease-break-time``, 45 s by default),
+    and is read blocking once ``fstat`` shows a regular file, so that a file system honouring
+    ``O_NONBLOCK`` on reads does not refuse it either (until review R91c both were refused as
+    files that could not be checked)."""
+    flags = os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            fd = os.open(path, flags | os.O_NONBLOCK)
+        except BlockingIOError:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return "not a regular file"  # put there since it was looked at
+            fd = os.open(path, flags)  # leased: waits for the lease's break
     except FileNotFoundError:
         return None  # gone since it was looked at: nothing there to lose
     except PermissionError:  # EACCES, EPERM: the user may not read it
@@ -551,6 +563,7 @@ def _irreplaceable(path: Path, size: int) -> str | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return "not a regular file"  # put there since it was looked at
+        os.set_blocking(fd, True)
         head = os.read(fd, 4096)
     except OSError as exc:
         return _unchecked(exc)
