@@ -234,13 +234,15 @@ class _Failures:
         """Persist ``letter`` (blocking; there is a dead-letter store). Any failure is counted as
         ``dead_letter_not_stored``, a span event of the call, on the async core's store pool as
         inline in a ``SyncScheduler``: a lost record is counted, not hidden. A ``StoreError`` is
-        not raised (the caller gets the tool's error); another error (a store's own bug) is raised
-        once counted. Until review R91b the async core tallied such an error (no span event) and
-        the sync scheduler did not count it at all."""
+        not raised (the caller gets the tool's error); another error (a store's own bug, a
+        ``SystemExit`` or ``KeyboardInterrupt`` raised in the write) is raised once counted. Until
+        review R91b the async core tallied such an error (no span event) and the sync scheduler
+        did not count it at all; until review R91c neither counted a ``SystemExit`` or a
+        ``KeyboardInterrupt``."""
         assert self._dead_store is not None
         try:
             self._dead_store.record(letter)
-        except Exception as exc:
+        except BaseException as exc:
             self.metrics.event("dead_letter_not_stored", letter.tool, {"agentgate.reason": letter.reason})
             if not isinstance(exc, StoreError):
                 raise
