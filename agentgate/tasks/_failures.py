@@ -89,7 +89,7 @@ class _Failures:
 
         def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]: ...
 
-        def _in_background(self, work: asyncio.Future[None], failure: str | None, key: str) -> None: ...
+        def _in_background(self, work: asyncio.Future[None]) -> None: ...
 
     def dead_letters(self) -> list[DeadLetter]:
         """Dead letters recorded by this scheduler (the newest 1,000), oldest first."""
@@ -227,7 +227,7 @@ class _Failures:
         letter = self._record_dead(call, key, errors, reason)
         if self._dead_store is not None:
             storing = self._blocking(self._store_dead, letter)
-            self._in_background(storing, None, letter.tool)  # ``_store_dead`` counts its failure
+            self._in_background(storing)  # ``_store_dead`` counts its failure
             await asyncio.shield(storing)
 
     def _store_dead(self, letter: DeadLetter) -> None:

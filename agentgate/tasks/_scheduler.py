@@ -240,7 +240,7 @@ class Scheduler(_StoreWork, _Failures):
         waited for nor cancelled, only forgotten (asyncio reports its task as destroyed while
         pending when it is collected); so is the store work such a loop left behind (a dead
         letter's write, a lease given back), whose job still runs to its end on the store pool,
-        unwaited. A ``timeout_s`` that is not a number, or NaN, raises
+        unwaited, and counts its failure. A ``timeout_s`` that is not a number, or NaN, raises
         ``InputError`` before anything stops, as does a ``drain`` that is not True or False. Awaited on another event loop than the live one
         calls of this scheduler run on (in another thread), it raises ``SchedulingError`` before
         anything stops: those calls can only be waited for and cancelled from their own loop.
@@ -306,11 +306,12 @@ class Scheduler(_StoreWork, _Failures):
         """Drop the store work (``_in_background``: a dead letter's write, a lease or a probe's
         claim given back, a breaker published) whose event loop was closed under it.
 
-        Its job still runs to its end on the store pool, but its future is never settled (the
-        loop that would settle it is closed), so its failure is not counted and waiting for it
-        never ended: until review R91b ``aclose`` on a later loop hung for good behind the
-        dead letter of a caller cancelled as its loop closed (``asyncio.run`` returning), as it
-        did behind such a caller's lease given back.
+        Its job still runs to its end on the store pool, and counts its own failure (``_counting``,
+        ``_store_dead``), but its future is never settled (the loop that would settle it is
+        closed), so waiting for it never ended: until review R91b ``aclose`` on a later loop hung
+        for good behind the dead letter of a caller cancelled as its loop closed (``asyncio.run``
+        returning), as it did behind such a caller's lease given back, and until review R91c such
+        a lease's failed give-back (or a breaker's failed publication) was not counted.
         """
         self._background -= {work for work in self._background if work.get_loop().is_closed()}
 

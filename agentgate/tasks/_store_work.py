@@ -97,15 +97,15 @@ class _StoreWork:
             self._leases.close()
 
     async def _release_lease(self, manager: LeaseManager, lease: Lease) -> None:
-        """Release an attempt's cross-process lease, to the end even if the call is cancelled."""
-        try:
-            await asyncio.shield(self._blocking(manager.release, lease))
-        except StoreError:
+        """Release an attempt's cross-process lease, to the end even if the call is cancelled.
+        A failure is counted by the job (``_counting``), also for a call cancelled meanwhile."""
+        releasing = self._blocking(self._counting, "lease_not_released", lease.key, manager.release, lease)
+        with contextlib.suppress(StoreError):
             # The attempt has ended: its result, or its error, stands. Raised here, the store's
             # error replaced them, and a tool that ran and succeeded was recorded as failed (its
             # caller told so too). Not given back, the lease is not renewed either (``release``
             # forgot it first): it expires within lease_ttl_s, as ``_give_back``'s.
-            self.metrics.tally("lease_not_released", lease.key)
+            await asyncio.shield(releasing)
 
     async def _shared_token(
         self, key: str, limits: ToolLimits, loop: asyncio.AbstractEventLoop, deadline: float | None
@@ -217,8 +217,9 @@ class _StoreWork:
             opened_at = self.shared.opened_wall.get(breaker.key)
             if opened_at is not None:
                 before = SharedBreakers.reopen(breaker.key, opened_at)
-        releasing = self._blocking(functools.partial(self._leases.release, claim, before=before))
-        self._in_background(releasing, "lease_not_released", claim.key)
+        release = functools.partial(self._leases.release, claim, before=before)
+        releasing = self._blocking(self._counting, "lease_not_released", claim.key, release)
+        self._in_background(releasing)
         return releasing
 
     def _give_back(self, manager: LeaseManager, lease: Lease) -> None:
@@ -226,19 +227,32 @@ class _StoreWork:
         waiting for it: for a call that cannot wait (cancelled). ``aclose`` waits for it."""
         # Not given back when it fails: it expires within lease_ttl_s once the heartbeat stops
         # renewing it, which ``LeaseManager.release`` ensures by forgetting it first.
-        self._in_background(self._blocking(manager.release, lease), "lease_not_released", lease.key)
+        self._in_background(
+            self._blocking(self._counting, "lease_not_released", lease.key, manager.release, lease)
+        )
 
-    def _in_background(self, work: asyncio.Future[None], failure: str | None, key: str) -> None:
-        """Keep ``work`` (store work nobody awaits) for ``aclose`` to wait for; when it fails,
-        count ``failure`` for ``key`` (``None``: the work counts its own failures)."""
-        self._background.add(work)
-        work.add_done_callback(functools.partial(self._background_done, failure, key))
-
-    def _background_done(self, failure: str | None, key: str, work: asyncio.Future[None]) -> None:
-        self._background.discard(work)
-        # ``exception()`` is asked even when nothing is counted: its error is then retrieved.
-        if not work.cancelled() and work.exception() is not None and failure is not None:
+    def _counting(self, failure: str, key: str, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(*args)`` (a store worker), counting ``failure`` for ``key`` when it raises, whatever
+        the error, then raising it. The job counts, not the loop that asked: a loop closed before
+        the job ended never settles its future (``_forget_dead_background``), and until review
+        R91c a lease given back or a breaker published from such a loop failed uncounted (as did
+        the release of a call cancelled while it waited)."""
+        try:
+            fn(*args)
+        except BaseException:
             self.metrics.tally(failure, key)
+            raise
+
+    def _in_background(self, work: asyncio.Future[None]) -> None:
+        """Keep ``work`` (store work nobody awaits, which counts its own failure: ``_counting``,
+        ``_store_dead``) for ``aclose`` to wait for."""
+        self._background.add(work)
+        work.add_done_callback(self._background_done)
+
+    def _background_done(self, work: asyncio.Future[None]) -> None:
+        self._background.discard(work)
+        if not work.cancelled():
+            work.exception()  # retrieved: counted by the work itself
 
     # --- breaker transitions: counted, published to the other processes, adopted from them ------
 
@@ -271,13 +285,15 @@ class _StoreWork:
         if not self.shared.queue_publication(key, state, opened_at, generation):
             return  # the job writing this key now writes this transition next
         try:
-            publishing = self._blocking(self._publish_in_order, key)
+            publishing = self._blocking(
+                self._counting, "breaker_not_shared", key, self._publish_in_order, key
+            )
         except BaseException:
             # Not written: the key's next check or transition starts a job again.
             while (dropped := self.shared.next_publication(key)) is not None:
                 self.shared.unwritten(key, dropped)
             raise
-        self._in_background(publishing, "breaker_not_shared", key)
+        self._in_background(publishing)
 
     def _publish_in_order(self, key: str) -> None:
         """Write ``key``'s transitions to the store one by one, each time the latest one queued,

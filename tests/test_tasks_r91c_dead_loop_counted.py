@@ -1,0 +1,133 @@
+"""Review R91c: store work a scheduler's calls leave running (a lease given back, a breaker's
+transition published to the other processes) whose event loop closed before it ended still runs
+to its end on the store pool (review R91b), but its failure was counted only by a callback on that
+loop, which never runs once it is closed: a give-back the store refused was not counted as
+``lease_not_released``, nor a publication as ``breaker_not_shared``, though docs/tasks.md says
+both are counted (the dead letter's write already counted its own failure). The job now counts
+its own failure, once, whatever becomes of its loop.
+
+The store pool here has one worker, held until the loop has closed: the work is queued behind it,
+as it was behind busy workers when the store was slow."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from agentgate.errors import StoreError
+from agentgate.store import SQLiteStore
+from agentgate.store.leases import Lease
+from agentgate.tasks import Scheduler, _store_work
+
+WAIT_S = 10.0  # bound on waits that a bug does not make endless: only a bug comes near it
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SQLiteStore]:
+    monkeypatch.setattr(_store_work, "_STORE_WORKERS", 1)
+    store = SQLiteStore(tmp_path / "s.db")
+    yield store
+    store.close()
+
+
+def _store_down(*args: object, **kwargs: object) -> None:
+    raise StoreError("the store is down")
+
+
+def _pool_idle(scheduler: Scheduler) -> None:
+    """Wait until the store pool's one worker has run every job submitted before now."""
+    scheduler._store_pool().submit(lambda: None).result(WAIT_S)
+
+
+def _queued_on_a_loop_that_closes(scheduler: Scheduler, queue: Callable[[], None]) -> None:
+    """Run ``queue()`` on a loop with the pool's one worker busy, then close the loop and let the
+    worker go: what ``queue`` submitted runs after its loop has closed."""
+    free = threading.Event()
+
+    async def queued() -> None:
+        scheduler._store_pool().submit(free.wait, WAIT_S)
+        queue()
+
+    try:
+        asyncio.run(queued())
+    finally:
+        free.set()
+    _pool_idle(scheduler)
+
+
+def _close(scheduler: Scheduler) -> None:
+    async def close() -> None:
+        async with asyncio.timeout(WAIT_S):
+            await scheduler.aclose()
+
+    asyncio.run(close())
+
+
+def _held_lease(scheduler: Scheduler, monkeypatch: pytest.MonkeyPatch) -> Lease:
+    """A lease of ``tool:t`` whose give-back the store refuses."""
+    assert scheduler._leases is not None
+    lease = scheduler._leases.try_acquire("tool:t", 1)
+    assert lease is not None
+    monkeypatch.setattr(scheduler._leases, "release", _store_down)
+    return lease
+
+
+def test_a_lease_give_back_failing_after_its_loop_closed_is_counted(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler = Scheduler(store=store)
+    lease = _held_lease(scheduler, monkeypatch)
+    assert scheduler._leases is not None
+    leases = scheduler._leases
+    _queued_on_a_loop_that_closes(scheduler, lambda: scheduler._give_back(leases, lease))
+    _close(scheduler)
+    assert scheduler.metrics.count("lease_not_released", "tool:t") == 1
+
+
+def test_a_breaker_publication_failing_after_its_loop_closed_is_counted(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler = Scheduler(store=store)
+    assert scheduler._shared_breakers is not None
+    monkeypatch.setattr(scheduler._shared_breakers, "publish", _store_down)
+    _queued_on_a_loop_that_closes(
+        scheduler, lambda: scheduler._publish_on_loop("tool:t", "open", time.time(), 1)
+    )
+    _close(scheduler)
+    assert scheduler.metrics.count("breaker_not_shared", "tool:t") == 1
+
+
+def test_a_lease_give_back_failing_on_a_live_loop_is_counted_once(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler = Scheduler(store=store)
+    lease = _held_lease(scheduler, monkeypatch)
+    assert scheduler._leases is not None
+    leases = scheduler._leases
+
+    async def give_back_then_close() -> None:
+        scheduler._give_back(leases, lease)
+        await scheduler.aclose()  # waits for the give-back, its done callback run
+
+    asyncio.run(give_back_then_close())
+    assert scheduler.metrics.count("lease_not_released", "tool:t") == 1
+
+
+def test_a_breaker_publication_failing_on_a_live_loop_is_counted_once(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler = Scheduler(store=store)
+    assert scheduler._shared_breakers is not None
+    monkeypatch.setattr(scheduler._shared_breakers, "publish", _store_down)
+
+    async def publish_then_close() -> None:
+        scheduler._publish_on_loop("tool:t", "open", time.time(), 1)
+        await scheduler.aclose()
+
+    asyncio.run(publish_then_close())
+    assert scheduler.metrics.count("breaker_not_shared", "tool:t") == 1
