@@ -280,19 +280,33 @@ def _refuse_replacing(path: str, ours: str, what: str) -> bool:
 
 def _file_start(path: str, size: int) -> bytes:
     """The first ``size`` bytes of the regular file ``path`` (fewer if it is shorter), opened as
-    ``read_regular_file`` opens (no waiting on a FIFO put there meanwhile). Raises ``InputError``."""
+    ``read_regular_file`` opens (no waiting on a FIFO put there meanwhile). Raises ``InputError``,
+    in the words of ``replace_file``'s refusals (``_unchecked_there``)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
-        raise InputError(f"{path}: cannot write: cannot read what is there: {exc.strerror}") from None
+        raise _unchecked_there(path, exc) from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise InputError(f"{path}: cannot write: not a regular file is there; refusing to replace it")
         return os.read(fd, size)
     except OSError as exc:
-        raise InputError(f"{path}: cannot write: cannot read what is there: {exc.strerror}") from None
+        raise _unchecked_there(path, exc) from None
     finally:
         os.close(fd)
+
+
+def _unchecked_there(path: str, error: OSError) -> InputError:
+    """The refusal of ``path``, a file that could not be read for ``error``, as every ``--out``
+    says it (``replace_file``, docs/cli.md): ``a file that cannot be read (it may hold a private
+    key) is there`` for a refused read, ``a file that could not be checked (ERROR) is there`` for
+    any other error. Until review R91c ``audit prove`` and ``audit report`` said ``cannot read
+    what is there: ERROR`` for both."""
+    if isinstance(error, PermissionError):
+        held = "a file that cannot be read (it may hold a private key)"
+    else:
+        held = f"a file that could not be checked ({error.strerror or error})"
+    return InputError(f"{path}: cannot write: {held} is there; refusing to replace it (name another file)")
 
 
 def _refuse_own_files(path: str, store: Store, key: str | None) -> None:

@@ -1,0 +1,74 @@
+"""Review R91c of ``audit prove --out`` and ``audit report --out`` (agentgate/cli/audit.py): before
+either replaces the file at FILE, it reads the start of it (``_file_start``) to replace only what
+the same verb wrote. A file it could not read was refused as ``cannot read what is there: ERROR``,
+where every other ``--out`` (``replace_file``) and docs/cli.md say ``a file that could not be
+checked (ERROR) is there`` (and, for a refused read, ``a file that cannot be read (it may hold a
+private key) is there``). The audit verbs now say the same.
+
+The errors are made certain here: ``os.open`` or ``os.read`` of FILE fails with them."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _cli import cli
+from _signed_log import log_environment, signed_log
+
+assert log_environment  # the autouse fixture, imported to apply here
+
+VERBS = {"prove": ("prove", "1"), "report": ("report",)}
+
+
+@pytest.mark.parametrize("call", ["open", "read"])
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (errno.EIO, "a file that could not be checked (Input/output error) is there"),
+        (errno.EAGAIN, "a file that could not be checked (Resource temporarily unavailable) is there"),
+        (errno.EACCES, "a file that cannot be read (it may hold a private key) is there"),
+    ],
+    ids=["io_error", "would_block", "refused_read"],
+)
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_a_file_that_could_not_be_read_is_refused_as_every_out_refuses_it(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    verb: str,
+    call: str,
+    error: int,
+    said: str,
+) -> None:
+    db = tmp_path / "agentgate.db"
+    signed_log(db, 3, after=2)
+    out_file = tmp_path / "out.txt"
+    out_file.write_text("kept\n", encoding="utf-8")
+    real_open, real_read = os.open, os.read
+    opened: set[int] = set()
+
+    def failing_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(path) == str(out_file) and call == "open":
+            raise OSError(error, os.strerror(error), str(path))
+        fd = real_open(path, *args, **kwargs)
+        if os.fspath(path) == str(out_file):
+            opened.add(fd)
+        return fd
+
+    def failing_read(fd: int, size: int) -> bytes:
+        if fd in opened:
+            raise OSError(error, os.strerror(error))
+        return real_read(fd, size)
+
+    monkeypatch.setattr(os, "open", failing_open)
+    monkeypatch.setattr(os, "read", failing_read)
+    code, out, err = cli(capsys, "audit", *VERBS[verb], "--store", str(db), "--out", str(out_file))
+    monkeypatch.undo()
+    assert (code, out) == (2, ""), (code, out, err)
+    assert err.strip() == (
+        f"agentgate: error: {out_file}: cannot write: {said}; refusing to replace it (name another file)"
+    )
+    assert out_file.read_text(encoding="utf-8") == "kept\n"
