@@ -256,7 +256,11 @@ class Router(RoutingPolicy):
         waiter.backends = backends
         line = self._lines.get(backends)
         if line is None:
-            states = tuple(self.states[name] for name in sorted(backends))
+            # In inventory order, as the engines a waiter may use were always added to its set:
+            # the walk tries them in the set's order (until a regression review of R91 in order
+            # of the backends' names, which changed the engine each waiter was given, and the
+            # order ``due`` named them in, with the names and the hash seed).
+            states = tuple(state for name, state in self.states.items() if name in backends)
             line = self._lines[backends] = _Line(
                 states=states, engines=frozenset(s.backend.engine_key for s in states), waiters=[]
             )
