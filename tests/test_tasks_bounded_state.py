@@ -877,7 +877,7 @@ def test_waiters_that_stop_asking_leave_the_routers_line() -> None:
     router.finished("held", later)
     late = RouteRequest(id="late", model="m", prompt_tokens=32, arrived_at=later)
     assert router.route(late, later).action == "dispatch"
-    assert not router._waiters and not router._lines and not router._lines_on
+    assert not router._waiters and not router._queues
 
 
 # --- the Gate's per-event-loop state ----------------------------------------------------------------

@@ -35,13 +35,15 @@ waiter whose caller gives up leaves the line when told (``withdraw``; the dispat
 else after ``WAITER_TIMEOUT_S`` without asking; one whose SLO budget is spent is shed when it asks
 and leaves the line then. Class 1 has no protection against class 0: under a steady stream of
 class-0 arrivals a class-1 waiter is passed by each of them, and is shed once its SLO budget is
-spent (it waits no longer than its SLO). Asking costs the same however long the line is: the line
-is kept as one line per set of backends its waiters may use (their model's, less those their
-``allowed`` rules out), and the walk down it merges only the lines with a free slot they may use,
-leaves a line at its first waiter that can be given none (none behind it could be either), and
+spent (it waits no longer than its SLO). Asking costs the same however long the line is, and
+however many sets of backends its waiters may use: the line is kept as one queue per backend, of
+the waiters that may use it (their model's backends, less those their ``allowed`` rules out), and
+the walk down it merges only the queues of backends with a free slot, leaves the queues of the
+engines where a waiter can be given none (none behind it could be given one there either), and
 stops once the free slots are spoken for. So every waiter asking again when a slot frees costs
 linear, not quadratic, work, and waiters for a model whose engines are full cost an ask for
-another model nothing (until review R91 each was walked past, one scan of every backend each);
+another model nothing (until review R91 each was walked past, one scan of every backend each;
+until a regression review of R91 each set of backends the waiters may use cost a step);
 ``due`` names the waiters the free slots go to, so that a caller can wake only those.
 
 Saturation is overload, where tenant quotas decide: a request whose tenant's token bucket cannot
@@ -103,9 +105,9 @@ class _Waiter:
     """What its tenant's token bucket pays for it (``_cost``)."""
     paid: float
     """For a call failed over: the tokens its bucket took for it already (``RouteRequest.paid``)."""
-    backends: frozenset[str]
-    """The backends serving its model that its caller's ``allowed`` admitted when it last asked:
-    the line it is kept in (``Router._lines``)."""
+    backends: tuple[str, ...]
+    """The backends serving its model that its caller's ``allowed`` admitted when it last asked,
+    in inventory order: it is in the queue of each (``Router._queues``)."""
     deadline: float
     """When its SLO budget is spent (it is shed at its next ask)."""
     asked: float
@@ -139,18 +141,6 @@ def _checked_quotas(quotas: object) -> dict[str, TenantQuota]:
                 f"(agentgate.dispatch.quota), got {got}"
             )
     return dict(quotas)
-
-
-@dataclass(slots=True)
-class _Line:
-    """The waiters that may use one set of backends (one model, one ``allowed``), in order."""
-
-    states: tuple[BackendState, ...]
-    """The backends they may use (healthy or not)."""
-    engines: frozenset[str]
-    """Those backends' engines (``inventory.engine_key``)."""
-    waiters: list[tuple[tuple[int, float, float], str]]
-    """Their (key, request id), sorted."""
 
 
 class Router(RoutingPolicy):
@@ -200,10 +190,9 @@ class Router(RoutingPolicy):
         self._buckets: dict[str, TokenBucket] = {}
         self._sessions: OrderedDict[str, str] = OrderedDict()
         self._waiters: dict[str, _Waiter] = {}
-        self._lines: dict[frozenset[str], _Line] = {}
-        """The line, kept as one line per set of backends its waiters may use (``_Waiter.backends``)."""
-        self._lines_on: dict[str, set[frozenset[str]]] = {}
-        """The lines (their sets of backends) with a backend on each engine (URL)."""
+        self._queues: dict[str, list[tuple[tuple[int, float, float], str]]] = {}
+        """The line, kept as one queue per backend: the (key, request id) of the waiters that may
+        use it (``_Waiter.backends``), sorted; a backend that none may use has none."""
         self._swept = -math.inf
         """When the line was last swept of waiters that stopped asking."""
         self._arrivals = itertools.count()
@@ -226,8 +215,8 @@ class Router(RoutingPolicy):
         if plan.action == "dispatch":
             self.withdraw(request.id)
         elif request.id in self._waiters:
-            # In the line of the backends its ``allowed`` admits now (asked once per ask, not at
-            # every walk down the line).
+            # In the queues of the backends its ``allowed`` admits now (asked once per ask, not
+            # at every walk down the line).
             self._file(request.id, self._backends(request.model, allowed))
         return plan
 
@@ -238,51 +227,46 @@ class Router(RoutingPolicy):
         if waiter is not None:
             self._leave(waiter, request_id)
 
-    def _backends(self, model: str, allowed: AllowedBackend | None) -> frozenset[str]:
-        """The backends serving ``model`` that ``allowed`` admits: a waiter's line."""
-        return frozenset(
+    def _backends(self, model: str, allowed: AllowedBackend | None) -> tuple[str, ...]:
+        """The backends serving ``model`` that ``allowed`` admits, in inventory order: the queues
+        a waiter is kept in."""
+        return tuple(
             name
             for name, state in self.states.items()
             if model in state.backend.models and (allowed is None or allowed(state.backend))
         )
 
-    def _file(self, request_id: str, backends: frozenset[str]) -> None:
-        """Keep waiter ``request_id`` in the line of ``backends`` (moving it there from another),
-        at its place by its key."""
+    def _file(self, request_id: str, backends: tuple[str, ...]) -> None:
+        """Keep waiter ``request_id`` in the queues of ``backends`` (and no other), at its place
+        by its key."""
         waiter = self._waiters[request_id]
-        if waiter.backends == backends and backends in self._lines:
+        if waiter.backends == backends:
             return
-        self._leave(waiter, request_id)
+        entry = (waiter.key, request_id)
+        for name in waiter.backends:
+            if name not in backends:
+                self._unqueue(name, entry)
+        for name in backends:
+            if name not in waiter.backends:
+                bisect.insort(self._queues.setdefault(name, []), entry)
         waiter.backends = backends
-        line = self._lines.get(backends)
-        if line is None:
-            # In inventory order, as the engines a waiter may use were always added to its set:
-            # the walk tries them in the set's order (until a regression review of R91 in order
-            # of the backends' names, which changed the engine each waiter was given, and the
-            # order ``due`` named them in, with the names and the hash seed).
-            states = tuple(state for name, state in self.states.items() if name in backends)
-            line = self._lines[backends] = _Line(
-                states=states, engines=frozenset(s.backend.engine_key for s in states), waiters=[]
-            )
-            for url in line.engines:
-                self._lines_on.setdefault(url, set()).add(backends)
-        bisect.insort(line.waiters, (waiter.key, request_id))
 
     def _leave(self, waiter: _Waiter, request_id: str) -> None:
-        """Take ``waiter`` out of its line (if it is in one), and the line away once empty."""
-        line = self._lines.get(waiter.backends)
-        if line is None:
-            return
-        at = bisect.bisect_left(line.waiters, (waiter.key, request_id))
-        if at < len(line.waiters) and line.waiters[at][1] == request_id:
-            del line.waiters[at]
-        if not line.waiters:
-            del self._lines[waiter.backends]
-            for url in line.engines:
-                on = self._lines_on[url]
-                on.discard(waiter.backends)
-                if not on:
-                    del self._lines_on[url]
+        """Take ``waiter`` out of the queues it is in."""
+        entry = (waiter.key, request_id)
+        for name in waiter.backends:
+            self._unqueue(name, entry)
+
+    def _unqueue(self, backend: str, entry: tuple[tuple[int, float, float], str]) -> None:
+        """Take ``entry`` out of ``backend``'s queue, and the queue away once empty."""
+        queue = self._queues[backend]
+        at = bisect.bisect_left(queue, entry)
+        if at == len(queue) or queue[at] != entry:
+            # A key whose arrival is NaN (a clock that gave NaN) is out of order: search for it.
+            at = queue.index(entry)
+        del queue[at]
+        if not queue:
+            del self._queues[backend]
 
     def _saturated(self, request: RouteRequest, now: float) -> RoutePlan:
         """The base rule (wait, or ``Shed``), and a request told to wait takes its place in line;
@@ -307,7 +291,7 @@ class Router(RoutingPolicy):
                 tenant=request.tenant,
                 cost=cost,
                 paid=paid_before(request),
-                backends=frozenset(),  # ``route`` files it in its line, by its ``allowed``
+                backends=(),  # ``route`` files it in its queues, by its ``allowed``
                 deadline=request.arrived_at + request.slo_ttft_s,
                 asked=now,
             )
@@ -333,7 +317,8 @@ class Router(RoutingPolicy):
         matching, not a first fit: a waiter that may use two engines does not block one behind it
         that may use only one of them). The walk stops once no free slot is left, and passes
         over the waiters that could use none of those left (``_match``): asking costs about the
-        same however long the line is, when every waiter asks again as a slot frees.
+        same however long the line is, and however many sets of backends its waiters may use,
+        when every waiter asks again as a slot frees.
         A request whose tenant's token bucket cannot pay for it has every waiter within its quota
         ahead of it (it takes only a slot none of them could use; else ``_saturated`` sheds it)."""
         mine = self._waiters.get(request.id)
@@ -370,14 +355,21 @@ class Router(RoutingPolicy):
         whose tenant's token bucket cannot pay for it now is given none (it is shed at its next
         ask unless a slot is left over for it).
 
-        The walk visits the waiters in order of the line, but only in the lines that may use a
-        free slot (a backend of theirs healthy, on an engine with one), and it leaves a line at
-        its first waiter that is given none: the others there may use the same engines, and a
-        waiter no slot can be found for finds none after later ones are given theirs (the
-        matching's augmenting paths only grow it), so the slots given are those of a walk of
-        the whole line. Until review R91 the walk went through every waiter ahead, rebuilding the
-        engines each may use from every backend, while a free slot was left that none of them
-        could use: each ask, and each slot freed, cost as much as the line was long."""
+        The walk merges the queues of the backends that may take a slot (healthy, on an engine
+        with a free one) in order of the line, each waiter once, so it visits only waiters that
+        may use a free slot (queues per backend, not per engine: a backend marked down on an
+        engine with another one up would bring in the waiters that may use only it). A waiter no slot can be found for (no augmenting path) leaves every
+        engine it may use full with no way to free a slot there, and so they stay while later
+        waiters are given theirs (an augmenting path only grows the matching): the queues of
+        their backends are left then, as none behind could be given a slot through them. So an
+        ask costs, besides one look at each backend, a heap step for each waiter given a slot,
+        each one given none (at most one per engine), and each in debt or gone that it passes,
+        however long the line and however many sets of backends its waiters may use. Until
+        review R91 the walk went through every waiter ahead, rebuilding the engines each may use
+        from every backend, while a free slot was left that none of them could use: each ask,
+        and each slot freed, cost as much as the line was long; until a regression review of R91
+        it merged one line per set of backends the waiters may use, and cost as much as there
+        were such sets (every waiter with its own ``allowed``: as much as the line was long)."""
         if now - self._swept > WAITER_TIMEOUT_S:
             self._swept = now
             for name, waiter in list(self._waiters.items()):
@@ -387,39 +379,49 @@ class Router(RoutingPolicy):
         given: dict[str, list[str]] = {url: [] for url in spare}
         usable: dict[str, set[str]] = {}
         left = sum(spare.values())
-        walking: dict[frozenset[str], tuple[list[tuple[tuple[int, float, float], str]], set[str]]] = {}
-        heads: list[tuple[tuple[int, float, float], str, frozenset[str]]] = []
-        for backends in {b for url in spare for b in self._lines_on.get(url, ())}:
-            line = self._lines[backends]
-            engines = {
-                s.backend.engine_key for s in line.states if s.healthy and s.backend.engine_key in spare
-            }
-            if engines:
-                walking[backends] = (line.waiters, engines)
-                heads.append((*line.waiters[0], backends))
+        # (waiter key, request id, backend, place in the backend's queue, the backend's engine)
+        heads: list[tuple[tuple[int, float, float], str, str, int, str]] = []
+        for url in spare:
+            for state in self._engines[url]:
+                queue = self._queues.get(state.name)
+                if queue and state.healthy:
+                    heads.append((*queue[0], state.name, 0, url))
         heapq.heapify(heads)
-        at: dict[frozenset[str], int] = dict.fromkeys(walking, 0)
+        seen: set[str] = set()
+        full: set[str] = set()
+        """The engines where no slot can be found for a waiter that may use them."""
+        gone: list[str] = []
         while heads and left > 0:
-            waiter_key, name, backends = heads[0]
+            waiter_key, name, backend, at, url = heads[0]
             if waiter_key >= key:
                 break
-            waiter = self._waiters[name]
-            waiters, engines = walking[backends]
-            if self._gone(waiter, now):
-                self.withdraw(name)  # the next one of its line is now at ``at``
-            else:
-                at[backends] += 1
-                if not self._in_debt(waiter.tenant, waiter.cost, now, paid=waiter.paid):
-                    usable[name] = engines
+            if url in full:
+                heapq.heappop(heads)  # none behind in this queue can be given a slot through it
+                continue
+            if name not in seen:
+                seen.add(name)
+                waiter = self._waiters[name]
+                if self._gone(waiter, now):
+                    gone.append(name)  # withdrawn after the walk: the queues stay as walked
+                elif not self._in_debt(waiter.tenant, waiter.cost, now, paid=waiter.paid):
+                    usable[name] = {
+                        engine
+                        for backend_name in waiter.backends
+                        if (engine := self.states[backend_name].backend.engine_key) in spare
+                        and self.states[backend_name].healthy
+                    }
                     if _place(name, usable, given, spare, set()):
                         left -= 1
                     else:
-                        heapq.heappop(heads)  # none behind it in its line gets a slot either
+                        full.update(usable[name])  # ``url`` among them: this head goes next
                         continue
-            if at[backends] < len(waiters):
-                heapq.heapreplace(heads, (*waiters[at[backends]], backends))
+            queue = self._queues[backend]
+            if at + 1 < len(queue):
+                heapq.heapreplace(heads, (*queue[at + 1], backend, at + 1, url))
             else:
                 heapq.heappop(heads)
+        for name in gone:
+            self.withdraw(name)
         return given, usable, spare
 
     def choose(self, candidates: list[BackendState], request: RouteRequest, now: float) -> RoutePlan:
