@@ -32,8 +32,9 @@ arrival) is told to wait while the slots free for it are all spoken for by those
 (the free slots are matched to the waiters ahead, each on an engine its ``allowed`` admits, so one
 that may use either of two free engines does not hold the only one a later waiter may use). A
 waiter whose caller gives up leaves the line when told (``withdraw``; the dispatcher does so), or
-else after ``WAITER_TIMEOUT_S`` without asking; one whose SLO budget is spent is shed when it asks
-and leaves the line then. Class 1 has no protection against class 0: under a steady stream of
+else after ``WAITER_TIMEOUT_S`` without asking, once an ask or ``due`` passes its place in line
+(or at the sweep, once a second): asking again, it is queued anew, behind those that kept
+asking. One whose SLO budget is spent is shed when it asks and leaves the line then. Class 1 has no protection against class 0: under a steady stream of
 class-0 arrivals a class-1 waiter is passed by each of them, and is shed once its SLO budget is
 spent (it waits no longer than its SLO). Asking costs the same however long the line is, and
 however many sets of backends its waiters may use: the line is kept as one queue per backend, of
@@ -112,6 +113,14 @@ class _Waiter:
     """When its SLO budget is spent (it is shed at its next ask)."""
     asked: float
     """When it last asked."""
+    watched: float | None = None
+    """The time its entry in ``Router._quiet`` says it asked (never after ``asked``); ``None``
+    while it has none (found gone, or ``asked`` is NaN: it never stops asking)."""
+    overdue_listed: bool = False
+    """Whether it has an entry in ``Router._overdue`` (none once found gone that way, or for a
+    NaN deadline)."""
+    found_gone: bool = False
+    """Whether it is in ``Router._found``: found gone, not yet withdrawn."""
 
 
 def _checked_quotas(quotas: object) -> dict[str, TenantQuota]:
@@ -195,6 +204,14 @@ class Router(RoutingPolicy):
         use it (``_Waiter.backends``), sorted; a backend that none may use has none."""
         self._swept = -math.inf
         """When the line was last swept of waiters that stopped asking."""
+        self._quiet: list[tuple[float, tuple[int, float, float], str]] = []
+        """A heap of (when it asked, key, request id) of the waiters, one entry each (some stale):
+        the first are the first to have stopped asking for ``WAITER_TIMEOUT_S``."""
+        self._overdue: list[tuple[float, tuple[int, float, float], str]] = []
+        """A heap of (deadline, key, request id) of the waiters: the first to be gone that way."""
+        self._found: list[tuple[tuple[int, float, float], str]] = []
+        """A heap of (key, request id) of the waiters found gone and not yet withdrawn: a walk
+        down the line withdraws those ahead of where it stops (``_withdraw_gone``)."""
         self._arrivals = itertools.count()
         self._engines: dict[str, list[BackendState]] = {}
         """The backends of each engine (URL), which share one cap."""
@@ -207,6 +224,8 @@ class Router(RoutingPolicy):
         waiter = self._waiters.get(request.id)
         if waiter is not None:
             waiter.asked = now
+            if not waiter.found_gone and (waiter.watched is None or now < waiter.watched):
+                self._watch(waiter, request.id)  # ``now`` earlier than its entry (or it had none)
         try:
             plan = super().route(request, now, allowed)
         except NoBackend:
@@ -226,6 +245,12 @@ class Router(RoutingPolicy):
         waiter = self._waiters.pop(request_id, None)
         if waiter is not None:
             self._leave(waiter, request_id)
+            if not self._waiters:
+                self._quiet.clear()
+                self._overdue.clear()
+                self._found.clear()
+            elif len(self._quiet) + len(self._overdue) + len(self._found) > 8 * len(self._waiters) + 64:
+                self._tidy()
 
     def _backends(self, model: str, allowed: AllowedBackend | None) -> tuple[str, ...]:
         """The backends serving ``model`` that ``allowed`` admits, in inventory order: the queues
@@ -285,7 +310,7 @@ class Router(RoutingPolicy):
         plan = super()._saturated(request, now)
         if request.id not in self._waiters:
             key = (request.priority, _arrival(request, now), next(self._arrivals))
-            self._waiters[request.id] = _Waiter(
+            waiter = self._waiters[request.id] = _Waiter(
                 key=key,
                 model=request.model,
                 tenant=request.tenant,
@@ -295,11 +320,96 @@ class Router(RoutingPolicy):
                 deadline=request.arrived_at + request.slo_ttft_s,
                 asked=now,
             )
+            self._watch(waiter, request.id)
         return plan
 
     def _gone(self, waiter: _Waiter, now: float) -> bool:
         """Whether ``waiter``'s caller gave up (it stopped asking), or it was shed and never asked again."""
         return now - waiter.asked > WAITER_TIMEOUT_S or now > waiter.deadline + WAITER_TIMEOUT_S
+
+    def _watch(self, waiter: _Waiter, request_id: str) -> None:
+        """Give ``waiter`` its entries in ``_quiet`` (for when it last asked) and ``_overdue``,
+        where it has none that tells when it will be gone."""
+        if waiter.asked == waiter.asked and (waiter.watched is None or waiter.asked < waiter.watched):
+            waiter.watched = waiter.asked
+            heapq.heappush(self._quiet, (waiter.asked, waiter.key, request_id))
+        if not waiter.overdue_listed and waiter.deadline == waiter.deadline:
+            waiter.overdue_listed = True
+            heapq.heappush(self._overdue, (waiter.deadline, waiter.key, request_id))
+
+    def _find_gone(self, now: float) -> None:
+        """Put every waiter gone at ``now`` in ``_found``: the first of ``_quiet`` and
+        ``_overdue``, while they are gone. ``now - asked > WAITER_TIMEOUT_S`` holds for an
+        earlier ``asked`` wherever it holds for a later one (and ``now > deadline +
+        WAITER_TIMEOUT_S`` likewise), so none after the first that is not gone is; each waiter
+        found costs a heap step, and each ask at most one more."""
+        quiet = self._quiet
+        while quiet and now - quiet[0][0] > WAITER_TIMEOUT_S:
+            asked, key, request_id = heapq.heappop(quiet)
+            waiter = self._waiters.get(request_id)
+            if waiter is None or waiter.key != key or waiter.watched != asked:
+                continue  # it left the line, or asked earlier than this entry says since
+            waiter.watched = None
+            if waiter.found_gone:
+                continue
+            if self._gone(waiter, now):
+                waiter.found_gone = True
+                heapq.heappush(self._found, (key, request_id))
+            else:
+                self._watch(waiter, request_id)  # it asked since: by its last ask
+        overdue = self._overdue
+        while overdue and now > overdue[0][0] + WAITER_TIMEOUT_S:
+            _, key, request_id = heapq.heappop(overdue)
+            waiter = self._waiters.get(request_id)
+            if waiter is None or waiter.key != key:
+                continue
+            waiter.overdue_listed = False
+            if not waiter.found_gone:
+                waiter.found_gone = True
+                heapq.heappush(self._found, (key, request_id))
+
+    def _withdraw_gone(self, before: tuple[float, float, float] | None, now: float) -> None:
+        """Withdraw the waiters gone at ``now`` ahead of ``before`` in line (``None``: all), as a
+        walk down the line to there withdraws those it passes (``_find_gone`` first). One found
+        gone that has asked since keeps its place (and its entries are renewed)."""
+        found = self._found
+        while found and (before is None or found[0][0] < before):
+            key, request_id = heapq.heappop(found)
+            waiter = self._waiters.get(request_id)
+            if waiter is None or waiter.key != key:
+                continue
+            waiter.found_gone = False
+            if self._gone(waiter, now):
+                self.withdraw(request_id)
+            else:
+                self._watch(waiter, request_id)
+
+    def _tidy(self) -> None:
+        """Drop the entries of waiters that left the line from ``_quiet``, ``_overdue`` and
+        ``_found`` (each waiter has at most one in each)."""
+
+        def kept(key: tuple[int, float, float], request_id: str) -> _Waiter | None:
+            waiter = self._waiters.get(request_id)
+            return waiter if waiter is not None and waiter.key == key else None
+
+        self._quiet = [
+            entry
+            for entry in self._quiet
+            if (waiter := kept(entry[1], entry[2])) is not None and waiter.watched == entry[0]
+        ]
+        self._overdue = [
+            entry
+            for entry in self._overdue
+            if (waiter := kept(entry[1], entry[2])) is not None and waiter.overdue_listed
+        ]
+        self._found = [
+            entry
+            for entry in self._found
+            if (waiter := kept(entry[0], entry[1])) is not None and waiter.found_gone
+        ]
+        heapq.heapify(self._quiet)
+        heapq.heapify(self._overdue)
+        heapq.heapify(self._found)
 
     def due(self, now: float) -> list[str]:
         """The waiters in line that the free slots go to (matched as ``_free`` matches them, in
@@ -358,27 +468,32 @@ class Router(RoutingPolicy):
         The walk merges the queues of the backends that may take a slot (healthy, on an engine
         with a free one) in order of the line, each waiter once, so it visits only waiters that
         may use a free slot (queues per backend, not per engine: a backend marked down on an
-        engine with another one up would bring in the waiters that may use only it). A waiter no slot can be found for (no augmenting path) leaves every
-        engine it may use full with no way to free a slot there, and so they stay while later
-        waiters are given theirs (an augmenting path only grows the matching): the queues of
-        their backends are left then, as none behind could be given a slot through them. So an
-        ask costs, besides one look at each backend, a heap step for each waiter given a slot,
-        each one given none (at most one per engine), and each in debt or gone that it passes,
-        however long the line and however many sets of backends its waiters may use. Until
-        review R91 the walk went through every waiter ahead, rebuilding the engines each may use
+        engine with another one up would bring in the waiters that may use only it). A waiter no
+        slot can be found for (no augmenting path) leaves every engine it may use full with no
+        way to free a slot there, and so they stay while later waiters are given theirs (an
+        augmenting path only grows the matching): the queues of their backends are left then,
+        as none behind could be given a slot through them. The waiters gone (``_gone``) ahead of
+        where the walk stops are withdrawn, as a walk down the whole line withdrew those it
+        passed (until a regression review of R91 only those the walk looked at were: one that
+        stopped asking kept its place, and asking again took a slot from one that never
+        stopped). So an ask costs, besides one look at each backend, a heap step for each waiter
+        given a slot, each one given none (at most one per engine), each in debt that it passes
+        and each gone, however long the line and however many sets of backends its waiters may
+        use. Until review R91 the walk went through every waiter ahead, rebuilding the engines each may use
         from every backend, while a free slot was left that none of them could use: each ask,
         and each slot freed, cost as much as the line was long; until a regression review of R91
         it merged one line per set of backends the waiters may use, and cost as much as there
         were such sets (every waiter with its own ``allowed``: as much as the line was long)."""
+        self._find_gone(now)
         if now - self._swept > WAITER_TIMEOUT_S:
             self._swept = now
-            for name, waiter in list(self._waiters.items()):
-                if self._gone(waiter, now):
-                    self.withdraw(name)
+            self._withdraw_gone(None, now)
         spare = self._spare()
         given: dict[str, list[str]] = {url: [] for url in spare}
         usable: dict[str, set[str]] = {}
         left = sum(spare.values())
+        if not left:
+            return given, usable, spare  # the walk stops before the first waiter
         # (waiter key, request id, backend, place in the backend's queue, the backend's engine)
         heads: list[tuple[tuple[int, float, float], str, str, int, str]] = []
         for url in spare:
@@ -390,7 +505,8 @@ class Router(RoutingPolicy):
         seen: set[str] = set()
         full: set[str] = set()
         """The engines where no slot can be found for a waiter that may use them."""
-        gone: list[str] = []
+        stop = key
+        """Where the walk stops: at ``key``, or at the waiter given the last free slot."""
         while heads and left > 0:
             waiter_key, name, backend, at, url = heads[0]
             if waiter_key >= key:
@@ -401,9 +517,10 @@ class Router(RoutingPolicy):
             if name not in seen:
                 seen.add(name)
                 waiter = self._waiters[name]
-                if self._gone(waiter, now):
-                    gone.append(name)  # withdrawn after the walk: the queues stay as walked
-                elif not self._in_debt(waiter.tenant, waiter.cost, now, paid=waiter.paid):
+                # One gone is withdrawn after the walk (``_withdraw_gone``): the queues stay as walked.
+                if not self._gone(waiter, now) and not self._in_debt(
+                    waiter.tenant, waiter.cost, now, paid=waiter.paid
+                ):
                     usable[name] = {
                         engine
                         for backend_name in waiter.backends
@@ -412,6 +529,9 @@ class Router(RoutingPolicy):
                     }
                     if _place(name, usable, given, spare, set()):
                         left -= 1
+                        if not left:
+                            stop = waiter_key
+                            break
                     else:
                         full.update(usable[name])  # ``url`` among them: this head goes next
                         continue
@@ -420,8 +540,7 @@ class Router(RoutingPolicy):
                 heapq.heapreplace(heads, (*queue[at + 1], backend, at + 1, url))
             else:
                 heapq.heappop(heads)
-        for name in gone:
-            self.withdraw(name)
+        self._withdraw_gone(stop, now)
         return given, usable, spare
 
     def choose(self, candidates: list[BackendState], request: RouteRequest, now: float) -> RoutePlan:
