@@ -27,7 +27,9 @@ SATURATED_POLL_S = 0.02
 nothing says when a slot frees (the simulator); the dispatcher is told (``RoutePlan.until_freed``)."""
 
 AllowedBackend = Callable[[Backend], bool]
-"""The caller's grant and tenant quota as a predicate: may this request use this backend?"""
+"""The caller's grant and tenant quota as a predicate: may this request use this backend? Read
+each time the request asks the router (``route``): a request waiting for a slot keeps the answers
+of its last ask until it asks again (the dispatcher asks again at least every 0.25 s)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -220,7 +220,15 @@ class Router(RoutingPolicy):
 
     def route(self, request: RouteRequest, now: float, allowed: AllowedBackend | None = None) -> RoutePlan:
         """As ``RoutingPolicy.route``, with the line for slots and the shared caps of backends
-        with one URL (module docstring). Raises ``NoBackend`` or ``Shed`` as it does."""
+        with one URL (module docstring). Raises ``NoBackend`` or ``Shed`` as it does.
+
+        ``allowed`` is read each time the request asks, not while it waits: a request in line
+        keeps the backends ``allowed`` admitted at its last ask until it asks again (the
+        dispatcher asks again when a slot frees for it and at least every
+        ``dispatcher.FREED_WAIT_S``, 0.25 s). A predicate whose answer changes meanwhile (a
+        grant narrowed or widened) counts from the next ask: until then a slot it no longer
+        admits is kept for the request, and one it now admits is not. Until review R91 it was
+        read again at every walk down the line, at a cost that grew with the line."""
         waiter = self._waiters.get(request.id)
         if waiter is not None:
             waiter.asked = now
