@@ -80,7 +80,7 @@ def test_a_tenant_over_its_token_quota_is_shed_at_saturation_not_put_in_line(pri
     with pytest.raises(Shed, match="'a' is over its token quota") as shed:
         router.route(_call("a2", "a", 0.1, priority), 0.1)
     assert shed.value.retry_after_s >= 1.0
-    assert not router._waiters  # it holds no place ahead of B
+    assert not router._waiters and not router._queues  # it holds no place ahead of B
     plan = router.route(_call("b0", "b", 0.2, priority), 0.2)
     assert plan.action == "wait" and plan.until_freed
     router.finished("a0", 0.3)
@@ -124,7 +124,7 @@ def test_a_waiter_in_debt_asking_when_no_slot_is_left_for_it_is_shed() -> None:
     router.route(_call("a1", "a", 0.1), 0.3)  # dispatched: A is in debt from here
     with pytest.raises(Shed, match="'a' is over its token quota"):
         router.route(_call("a2", "a", 0.2), 0.4)
-    assert not router._waiters
+    assert not router._waiters and not router._queues
 
 
 # --- the broker: another tenant's request ids ------------------------------------------------------

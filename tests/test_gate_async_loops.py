@@ -510,4 +510,5 @@ async def test_two_hundred_dispatcher_calls_half_cancelled_never_exceed_the_back
                         outcome, BaseException
                     ), repr(outcome)
             assert most <= 2, f"{most} calls in flight on a backend capped at 2"
-            assert router.in_flight("b0") == 0 and not router._waiters and not dispatcher._waiting
+            assert router.in_flight("b0") == 0 and not router._waiters and not router._queues
+            assert not dispatcher._waiting

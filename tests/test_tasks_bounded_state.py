@@ -878,6 +878,28 @@ def test_waiters_that_stop_asking_leave_the_routers_line() -> None:
     late = RouteRequest(id="late", model="m", prompt_tokens=32, arrived_at=later)
     assert router.route(late, later).action == "dispatch"
     assert not router._waiters and not router._queues
+    assert not router._quiet and not router._overdue and not router._found
+
+
+def test_waiters_that_come_and_go_while_no_slot_frees_leave_no_trace_in_the_router() -> None:
+    """What holds: 10,000 calls that wait for a slot and are withdrawn (their callers cancelled)
+    while no slot frees, so that no walk down the line runs, leave a few entries in the heaps the
+    router finds waiters that stopped asking by, not one each; and the one that stays is still
+    found when it stops asking."""
+    router = _one_slot_router()
+    assert router.route(RouteRequest(id="held", model="m", prompt_tokens=32), 0.0).action == "dispatch"
+    stays = RouteRequest(id="stays", model="m", prompt_tokens=32, slo_ttft_s=100.0)
+    assert router.route(stays, 0.0).action == "wait"
+    for i in range(10_000):
+        request = RouteRequest(id=f"w{i}", model="m", prompt_tokens=32, arrived_at=0.5, slo_ttft_s=100.0)
+        assert router.route(request, 0.5).action == "wait"
+        router.withdraw(request.id)
+    assert list(router._waiters) == ["stays"] and [len(q) for q in router._queues.values()] == [1]
+    assert len(router._quiet) + len(router._overdue) + len(router._found) <= 8 + 64
+    router.finished("held", 3.0)  # "stays" last asked at 0.0: gone
+    assert router.due(3.0) == []
+    assert not router._waiters and not router._queues
+    assert not router._quiet and not router._overdue and not router._found
 
 
 # --- the Gate's per-event-loop state ----------------------------------------------------------------
