@@ -117,6 +117,25 @@ def _failure_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def _forget_failed(forget: Callable[[T], None] | None, result: T, auth: Authorization) -> None:
+    """Drop ``result``, which the call is settled as failed with, from the scheduler's result
+    cache (``forget``: ``forget_result``), so that a retry with its ids runs the tool. An error
+    from it is logged, by its type, and goes no further: the call must be settled all the same.
+    Until review R91b a ``KeyError`` from it (a result of ``None``) replaced the call's own end,
+    its outcome never written and its reservation held."""
+    if forget is None:
+        return
+    try:
+        forget(result)
+    except Exception as exc:
+        _log.error(
+            "agentgate: audit entry %s: its failed result was not dropped from the scheduler's "
+            "result cache (%s): a retry with its ids may be handed it",
+            auth.audit_index,
+            type(exc).__name__,
+        )
+
+
 def _not_a_failure(cls: type[BaseException]) -> InputError:
     """The error for a ``failed`` that returned the exception class ``cls`` (``lambda r:
     ValueError``), not an exception: until review R85 it was read for its truth and recorded an
@@ -858,7 +877,8 @@ class _Running:
         result cache, called before a call is settled as an ``error`` here: a later call with
         the same idempotency key (a retry, a resumed LangGraph node) runs the tool, as after a
         tool that raised (until review R91 it was handed the failed result, its tool never run
-        again)."""
+        again); what ``forget`` raises is logged and keeps nothing from being settled
+        (``_forget_failed``)."""
         try:
             usage = spent(result) if spent is not None else None
             if unawaited(usage):
@@ -873,8 +893,7 @@ class _Running:
             failure = returned if isinstance(returned, BaseException) else bool(returned)
             status = "error" if failure else "ok"
         except BaseException as exc:
-            if forget is not None:
-                forget(result)
+            _forget_failed(forget, result, auth)
             raised = type(exc).__qualname__
             self._settle_traced(
                 span, auth, "error", _failure_reason(exc), USAGE_UNREAD, reused=reused, error_type=raised
@@ -884,8 +903,8 @@ class _Running:
         # left off the span, which must not show a count the log refused.
         if span.is_recording() and (counts := _usage_counts(usage)) is not None:
             record_usage(span, *counts)
-        if status == "error" and forget is not None:
-            forget(result)
+        if status == "error":
+            _forget_failed(forget, result, auth)
         error_type = type(failure).__name__ if isinstance(failure, BaseException) else None
         reason = _failure_reason(failure) if isinstance(failure, BaseException) else None
         self._settle_traced(span, auth, status, reason, usage, reused=reused, error_type=error_type)

@@ -88,6 +88,9 @@ from agentgate.tasks._waiter import RUNNING, Waiter
 
 T = TypeVar("T")
 
+_NOT_KEPT = object()
+"""What the result cache gives for a key it keeps nothing for (``forget_result``): no result is it."""
+
 
 class Scheduler(_StoreWork, _Failures):
     """Schedules tool calls: priority, tenant fairness, limits, deadlines, safe retries, breakers.
@@ -504,8 +507,12 @@ class Scheduler(_StoreWork, _Failures):
         (compared by identity: a result kept under the key since stays): its caller read it as a
         failure (``Gate.run``'s ``failed``), and a later call with the key runs the tool, as after
         a tool that raised. Until review R91 such a result was handed to every retry. Called on
-        the scheduler's event loop."""
-        if self._results and (key := call.idempotency_key()) is not None and self._results.get(key) is result:
+        the scheduler's event loop. A key with nothing kept is left alone, for a ``result`` of
+        ``None`` too: until review R91b ``get``'s default read as that result, and the ``del`` that
+        followed raised ``KeyError`` (a call that kept nothing, a joiner after its twin's forget)."""
+        if not self._results or (key := call.idempotency_key()) is None:
+            return
+        if self._results.get(key, _NOT_KEPT) is result:
             del self._results[key]
 
     async def _join(self, call: ToolCall, twin: asyncio.Future[T]) -> T:
