@@ -221,6 +221,17 @@ def _expect_decided_ids(auth: Authorization, call_id: object, run_id: object) ->
             )
 
 
+def _plain_id(value: str | None) -> str | None:
+    """A ``run``/``arun`` ``call_id`` or ``run_id`` that is text of a ``str`` subclass, as plain
+    ``str`` with its characters (anything else as given, for ``_check_allowed`` to refuse): the
+    ids are read as text (for their truth, hashed, compared, joined into the idempotency key) after
+    the allow is used and before the call is counted in flight, and a subclass's ``__bool__``,
+    ``__hash__`` or ``__eq__`` that raises must not replace the call's end. Until review R91b its
+    error came out of ``run`` with no outcome written, and one from ``__hash__`` left the call
+    counted in flight, so that ``Gate.close`` waited for it for ever."""
+    return str.__str__(value) if issubclass(type(value), str) else value
+
+
 _NO_FN = object()
 """``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
 
@@ -387,6 +398,7 @@ class _Running:
         the handle, and whether its work is done ``run`` cannot know (from review R87b to R87c it
         was refused after the work was set going, charged as reserved, the handle lost).
         """
+        call_id, run_id = _plain_id(call_id), _plain_id(run_id)
         self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
         ids = _same_ids(auth, call_id, run_id)
@@ -470,6 +482,7 @@ class _Running:
         under ``run``: an ``error`` outcome, its reservation released, a once-only call left as
         not run, and ``InputError`` (until review R87c it was returned as the result, recorded
         ``ok`` and charged)."""
+        call_id, run_id = _plain_id(call_id), _plain_id(run_id)
         self._check_allowed(
             auth,
             fn,
@@ -559,15 +572,16 @@ class _Running:
         outcome (while outcomes are still written) and raise ``SchedulingError``."""
         with self._runs_changed:
             if not self._closing:
-                self._runs += 1
-                if loop is not None:
-                    self._loop_runs[loop] = self._loop_runs.get(loop, 0) + 1
+                # The ids first: the counts ``close`` waits on are taken only once nothing can fail.
                 if keyed is not None:
                     same = self._same_ids.get(keyed[0])
                     if same is None:
                         same = self._same_ids[keyed[0]] = _SameIds()
                     same.runs += 1
                     same.raised.append(keyed[1])
+                self._runs += 1
+                if loop is not None:
+                    self._loop_runs[loop] = self._loop_runs.get(loop, 0) + 1
                 return
         self._settle_not_run(auth, "SchedulingError", "SchedulingError")
         raise SchedulingError(f"{auth.call.resource}: the gate is closed; the call was not run")
