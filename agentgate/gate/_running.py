@@ -106,10 +106,12 @@ def _failure_reason(exc: BaseException) -> str:
     cut after output), as the gateway gives it: that belongs in the evidence, not only in a log,
     and the message names no backend key (scrubbed). A message that cannot be read (a subclass
     whose ``__str__`` raises) is left out: until review R91 its error replaced the call's own,
-    whose outcome was never written and whose reservation stayed held."""
+    whose outcome was never written and whose reservation stayed held. A message of a ``str``
+    subclass is read as plain ``str``: until review R91b its ``__bool__`` or ``__getitem__`` that
+    raised did the same."""
     if isinstance(exc, NoBackend | BackendFailed):
         try:
-            message = str(exc)
+            message = str.__str__(str(exc))
         except Exception:
             message = ""
         if message:
