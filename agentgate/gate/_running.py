@@ -11,6 +11,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Container, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import partial
+from itertools import chain
 from types import FunctionType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
@@ -237,34 +238,76 @@ def _plain_id(value: str | None) -> str | None:
 _NO_FN = object()
 """``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
 
-_Ids = tuple[str, str, str]
+_Ids = tuple[str, str, str, asyncio.AbstractEventLoop | None]
 """A tool call's resource, run (the grant's id when none is given) and call id, as the
-scheduler keys its idempotency with them (``_same_ids``)."""
+scheduler keys its idempotency with them (``_same_ids``), and the event loop of its scheduler
+(``None``: the sync one): a call joins a twin of its own scheduler only."""
 
 
-def _same_ids(auth: Authorization, call_id: str | None, run_id: str | None) -> _Ids | None:
+def _same_ids(
+    auth: Authorization,
+    call_id: str | None,
+    run_id: str | None,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> _Ids | None:
     """The ids under which the scheduler may join a ``run``/``arun`` tool call to a running
     twin (``_Running._tool_call``: a ``call_id`` given, the run defaulting to the grant), or
     ``None``: a model call, or a tool call with no ``call_id``, is never joined."""
     identity = auth.identity
     if not call_id or identity is None or not auth.call.resource.startswith("tool:"):
         return None
-    return (auth.call.resource, run_id or identity.grant_id, call_id)
+    return (auth.call.resource, run_id or identity.grant_id, call_id, loop)
+
+
+class _Keyed:
+    """One ``run``/``arun`` tool call among those with its ``ids`` (``_SameIds``): the list of
+    what its ``fn`` raised, and whether an attempt entered its ``fn`` (``entered``: it runs the
+    tool itself, and is never handed a twin's outcome)."""
+
+    __slots__ = ("entered", "ids", "raised")
+
+    def __init__(self, ids: _Ids, raised: list[BaseException]) -> None:
+        self.ids = ids
+        self.raised = raised
+        self.entered = False
 
 
 class _SameIds:
-    """The tool calls with one ``_Ids`` in flight through a Gate: how many, and the lists of what
-    each one's ``fn`` raised. A call that joined its running twin (the scheduler's call with the
-    same idempotency key) is handed what the twin ended with, the very exception its ``fn``
-    raised (or one chaining it, ``tasks._failures._final_error``): found here, that is the twin's
-    failure reused (``_raised_by_twin``). Kept while any of them is in flight, so that a joiner
-    woken after its twin settled still finds it."""
+    """The tool calls with one ``_Ids`` in flight through a Gate (``running``, by ``id``), and
+    what the ``fn`` of those that ended raised, while a call that may have joined it has not
+    ended (``ended``). A call that joined its running twin (the scheduler's call with the same
+    idempotency key) is handed what the twin ended with, the very exception its ``fn`` raised (or
+    one chaining it, ``tasks._failures._final_error``): found here, that is the twin's failure
+    reused (``_raised_by_twin``). A joiner may be woken after its twin ended (``_end_run``), so a
+    failure is kept past its call's end, for the calls then in flight that never entered their
+    own ``fn`` (only those can have joined it), until each has ended or entered its ``fn``. Until
+    review R91b the list of every call that ended, its exceptions and their tracebacks, was kept
+    while any call with the ids was in flight, on either scheduler: under a call that ran long,
+    every joiner and failed retry beside it added one."""
 
-    __slots__ = ("raised", "runs")
+    __slots__ = ("ended", "running")
 
     def __init__(self) -> None:
-        self.runs = 0
-        self.raised: list[list[BaseException]] = []
+        self.running: dict[int, _Keyed] = {}
+        self.ended: list[tuple[list[BaseException], set[int]]] = []
+
+    def leave(self, keyed: _Keyed) -> bool:
+        """Count ``keyed`` out, keeping its failure for the calls that may have joined it;
+        whether any call with the ids is left in flight."""
+        del self.running[id(keyed)]
+        if not self.running:  # the usual case: the entry goes, with all it kept
+            return False
+        may_join = {key for key, other in self.running.items() if not other.entered}
+        kept = [(raised, waiting & may_join) for raised, waiting in self.ended]
+        if keyed.raised:
+            kept.append((keyed.raised, may_join))
+        self.ended = [(raised, waiting) for raised, waiting in kept if waiting]
+        return bool(self.running)
+
+    def raised_one_of(self, seen: tuple[BaseException, ...]) -> bool:
+        """Whether the ``fn`` of a call here raised one of ``seen``, compared by identity."""
+        lists = chain((keyed.raised for keyed in self.running.values()), (raised for raised, _ in self.ended))
+        return any(own is one for raised in lists for own in raised for one in seen)
 
 
 class _Running:
@@ -404,7 +447,8 @@ class _Running:
         self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
         ids = _same_ids(auth, call_id, run_id)
-        self._begin_run(auth, keyed=None if ids is None else (ids, raised))
+        keyed = None if ids is None else _Keyed(ids, raised)
+        self._begin_run(auth, keyed=keyed)
         started = False  # whether an attempt reached ``fn``
         forget: Callable[[T], None] | None = None  # drops a failed result from the scheduler's cache
         try:
@@ -415,6 +459,8 @@ class _Running:
                         def attempt(_attempt: Attempt) -> T:
                             nonlocal started
                             began, started = started, True
+                            if keyed is not None:
+                                keyed.entered = True
                             try:
                                 value = fn()
                             except BaseException as exc:
@@ -440,7 +486,7 @@ class _Running:
                 self._finish(span, auth, result, failed, spent, reused=not started, forget=forget)
                 return result
         finally:
-            self._end_run(ids=ids)
+            self._end_run(keyed=keyed)
 
     async def arun(
         self,
@@ -498,8 +544,9 @@ class _Running:
         )
         loop = asyncio.get_running_loop()
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
-        ids = _same_ids(auth, call_id, run_id)
-        self._begin_run(auth, loop, keyed=None if ids is None else (ids, raised))
+        ids = _same_ids(auth, call_id, run_id, loop)
+        keyed = None if ids is None else _Keyed(ids, raised)
+        self._begin_run(auth, loop, keyed=keyed)
         started = False  # whether an attempt reached ``fn``
         returned: list[T] = []  # what an attempt returned, should a cancellation follow it
         forget: Callable[[T], None] | None = None  # drops a failed result from the scheduler's cache
@@ -511,6 +558,8 @@ class _Running:
                         def attempt(_attempt: Attempt) -> Awaitable[T]:
                             nonlocal started
                             began, started = started, True
+                            if keyed is not None:
+                                keyed.entered = True
                             try:
                                 value = fn()
                             except BaseException as exc:
@@ -559,28 +608,27 @@ class _Running:
                 self._finish(span, auth, result, failed, spent, reused=not started, forget=forget)
                 return result
         finally:
-            self._end_run(loop, ids)
+            self._end_run(loop, keyed)
 
     def _begin_run(
         self,
         auth: Authorization,
         loop: asyncio.AbstractEventLoop | None = None,
         *,
-        keyed: tuple[_Ids, list[BaseException]] | None = None,
+        keyed: _Keyed | None = None,
     ) -> None:
         """Count a ``run``/``arun`` in flight (``close`` waits for it to settle), and a tool call
-        that may join a twin among the calls with its ids, with the list of what its ``fn``
-        raises (``keyed``: ``_SameIds``). Once ``close`` began, refuse it: record an ``error``
-        outcome (while outcomes are still written) and raise ``SchedulingError``."""
+        that may join a twin among the calls with its ids (``keyed``: ``_SameIds``). Once
+        ``close`` began, refuse it: record an ``error`` outcome (while outcomes are still
+        written) and raise ``SchedulingError``."""
         with self._runs_changed:
             if not self._closing:
                 # The ids first: the counts ``close`` waits on are taken only once nothing can fail.
                 if keyed is not None:
-                    same = self._same_ids.get(keyed[0])
+                    same = self._same_ids.get(keyed.ids)
                     if same is None:
-                        same = self._same_ids[keyed[0]] = _SameIds()
-                    same.runs += 1
-                    same.raised.append(keyed[1])
+                        same = self._same_ids[keyed.ids] = _SameIds()
+                    same.running[id(keyed)] = keyed
                 self._runs += 1
                 if loop is not None:
                     self._loop_runs[loop] = self._loop_runs.get(loop, 0) + 1
@@ -588,16 +636,13 @@ class _Running:
         self._settle_not_run(auth, "SchedulingError", "SchedulingError")
         raise SchedulingError(f"{auth.call.resource}: the gate is closed; the call was not run")
 
-    def _end_run(self, loop: asyncio.AbstractEventLoop | None = None, ids: _Ids | None = None) -> None:
+    def _end_run(self, loop: asyncio.AbstractEventLoop | None = None, keyed: _Keyed | None = None) -> None:
         """A ``run``/``arun`` settled (its outcome pending, or lost: ``_settle_unless_closed``) or
-        failed to: count it out (of the calls with its ``ids`` too, forgotten with the last)."""
+        failed to: count it out (of the calls with its ids too, forgotten with the last)."""
         with self._runs_changed:
             self._runs -= 1
-            if ids is not None:
-                same = self._same_ids[ids]
-                same.runs -= 1
-                if not same.runs:
-                    del self._same_ids[ids]
+            if keyed is not None and not self._same_ids[keyed.ids].leave(keyed):
+                del self._same_ids[keyed.ids]
             if loop is not None:
                 left = self._loop_runs[loop] - 1
                 if left:
@@ -748,11 +793,10 @@ class _Running:
             cause = exc.__cause__
         except Exception:
             cause = None
+        seen = (exc,) if cause is None else (exc, cause)
         with self._runs_changed:
             same = self._same_ids.get(ids)
-            return same is not None and any(
-                own is exc or (cause is not None and own is cause) for raised in same.raised for own in raised
-            )
+            return same is not None and same.raised_one_of(seen)
 
     def _fail(
         self,
