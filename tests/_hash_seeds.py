@@ -95,3 +95,30 @@ def seeds_ordering_apart(name: str) -> tuple[str, str]:
         f"no hash seed of 0 to {SEEDS_PROBED - 1} orders the readings of {name!r} otherwise than "
         f"{first} on this Python: the processes could not tell the old order-dependent code apart"
     )
+
+
+def printed_under_seeds_ordering_apart(name: str, script: str, policy: str, tmp_path: Path) -> list[str]:
+    """What ``script`` printed in each of two processes whose hash seeds order the readings of
+    ``name`` apart (``seeds_ordering_apart``). Each runs in a folder of its own under ``tmp_path``
+    (its store apart), which holds ``policy`` as ``p.yaml`` and is given as ``sys.argv[1]``; the
+    test fails where either does not exit 0 within 60 s."""
+    running = []
+    for seed in seeds_ordering_apart(name):
+        folder = tmp_path / seed
+        folder.mkdir()
+        (folder / "p.yaml").write_text(policy)
+        running.append(
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(folder)],
+                env=child_env(seed),
+                cwd=folder,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    printed = []
+    for code, out, err in finished(running, 60):
+        assert code == 0, err[-2000:]
+        printed.append(out)
+    return printed

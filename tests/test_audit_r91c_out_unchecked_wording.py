@@ -10,13 +10,12 @@ The errors are made certain here: ``os.open`` or ``os.read`` of FILE fails with 
 from __future__ import annotations
 
 import errno
-import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 from _cli import cli
 from _signed_log import log_environment, signed_log
+from _unreadable_file import fail_reading
 
 assert log_environment  # the autouse fixture, imported to apply here
 
@@ -47,24 +46,7 @@ def test_a_file_that_could_not_be_read_is_refused_as_every_out_refuses_it(
     signed_log(db, 3, after=2)
     out_file = tmp_path / "out.txt"
     out_file.write_text("kept\n", encoding="utf-8")
-    real_open, real_read = os.open, os.read
-    opened: set[int] = set()
-
-    def failing_open(path: Any, *args: Any, **kwargs: Any) -> int:
-        if os.fspath(path) == str(out_file) and call == "open":
-            raise OSError(error, os.strerror(error), str(path))
-        fd = real_open(path, *args, **kwargs)
-        if os.fspath(path) == str(out_file):
-            opened.add(fd)
-        return fd
-
-    def failing_read(fd: int, size: int) -> bytes:
-        if fd in opened:
-            raise OSError(error, os.strerror(error))
-        return real_read(fd, size)
-
-    monkeypatch.setattr(os, "open", failing_open)
-    monkeypatch.setattr(os, "read", failing_read)
+    fail_reading(monkeypatch, out_file, call, error)
     code, out, err = cli(capsys, "audit", *VERBS[verb], "--store", str(db), "--out", str(out_file))
     monkeypatch.undo()
     assert (code, out) == (2, ""), (code, out, err)

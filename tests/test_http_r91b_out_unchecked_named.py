@@ -12,11 +12,10 @@ The errors are made certain here: ``os.open`` or ``os.read`` of that one file fa
 from __future__ import annotations
 
 import errno
-import os
 from pathlib import Path
-from typing import Any
 
 import pytest
+from _unreadable_file import fail_reading
 
 from agentgate.keys import replace_file
 
@@ -32,24 +31,7 @@ def test_a_file_that_could_not_be_checked_is_kept_and_the_refusal_names_why(
 ) -> None:
     out = tmp_path / "schema.json"
     out.write_bytes(held)
-    real_open, real_read = os.open, os.read
-    opened: set[int] = set()
-
-    def failing_open(path: Any, *args: Any, **kwargs: Any) -> int:
-        if os.fspath(path) == str(out) and call == "open":
-            raise OSError(error, os.strerror(error), str(path))
-        fd = real_open(path, *args, **kwargs)
-        if os.fspath(path) == str(out):
-            opened.add(fd)
-        return fd
-
-    def failing_read(fd: int, size: int) -> bytes:
-        if fd in opened:
-            raise OSError(error, os.strerror(error))
-        return real_read(fd, size)
-
-    monkeypatch.setattr(os, "open", failing_open)
-    monkeypatch.setattr(os, "read", failing_read)
+    fail_reading(monkeypatch, out, call, error)
     with pytest.raises(OSError) as refused:
         replace_file(out, b'{"written": true}', 0o644)
     monkeypatch.undo()

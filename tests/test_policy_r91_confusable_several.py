@@ -10,14 +10,12 @@ Such a name is now refused on any key, the same in every process."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from _hash_seeds import child_env, finished, seeds_ordering_apart
+from _hash_seeds import printed_under_seeds_ordering_apart
 
 from agentgate.authority import issue
 from agentgate.capabilities import Call
@@ -87,25 +85,8 @@ def test_the_name_is_refused_on_either_principals_key_in_every_process(tmp_path:
     a decision on it made), under another refused. Now two processes whose seeds order the
     readings apart (tests/_hash_seeds.py), each on its own store, answer alike: refused,
     ``inherited_identity``, by ``Gate.issue`` and by a decision."""
-    running = []
-    for seed in seeds_ordering_apart("bobI"):
-        folder = tmp_path / seed
-        folder.mkdir()
-        (folder / "p.yaml").write_text(POLICY)
-        running.append(
-            subprocess.Popen(
-                [sys.executable, "-c", _DECIDE, str(folder)],
-                env=child_env(seed),
-                cwd=folder,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    answers = []
-    for code, out, err in finished(running, 60):
-        assert code == 0, err[-2000:]
-        answers.append(json.loads(out))
+    printed = printed_under_seeds_ordering_apart("bobI", _DECIDE, POLICY, tmp_path)
+    answers = [json.loads(out) for out in printed]
     assert answers[0] == answers[1] == ["bobi", "inherited_identity", ["inherited_identity"]]
 
 

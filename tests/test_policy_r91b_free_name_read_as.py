@@ -15,25 +15,10 @@ tests/test_policy_r91c_first_granted_named.py)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-from _hash_seeds import child_env, finished, seeds_ordering_apart
-
-from agentgate.keys import SigningKey
-
-ROOT, WORKER = (SigningKey(bytes([i]) * 32) for i in (1, 2))
-POLICY = f"""version: 1
-trust_anchors:
-  root: {{did: {ROOT.did}}}
-principals:
-  worker: {{kind: agent, did: {WORKER.did}, roles: [r]}}
-tools:
-  t.x: {{}}
-roles:
-  r: {{capabilities: [{{resource: tool:t.x}}]}}
-"""
+from _hash_seeds import printed_under_seeds_ordering_apart
+from test_policy_r91c_first_granted_named import POLICY  # its root and worker hold _ISSUE's keys
 
 _ISSUE = """
 import sys, time
@@ -67,25 +52,8 @@ attempt(Gate.open(folder + "/p.yaml", folder + "/s.db"))
 def test_the_name_read_as_is_the_same_in_every_process(tmp_path: Path) -> None:
     """Two processes whose hash seeds order the readings apart, each on its own store, name the
     same agent, before and after a restart: bobl, the first granted."""
-    running = []
-    for seed in seeds_ordering_apart("bobI"):
-        folder = tmp_path / seed
-        folder.mkdir()
-        (folder / "p.yaml").write_text(POLICY)
-        running.append(
-            subprocess.Popen(
-                [sys.executable, "-c", _ISSUE, str(folder)],
-                env=child_env(seed),
-                cwd=folder,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    answers = []
-    for code, out, err in finished(running, 60):
-        assert code == 0, err[-2000:]
-        answers.extend(out.strip().splitlines())
+    printed = printed_under_seeds_ordering_apart("bobI", _ISSUE, POLICY, tmp_path)
+    answers = [line for out in printed for line in out.strip().splitlines()]
     assert len(answers) == 4
     assert len(set(answers)) == 1, answers
     assert answers[0].startswith(

@@ -11,11 +11,9 @@ only in case from bobi and reads as bobl."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from _hash_seeds import child_env, finished, seeds_ordering_apart
+from _hash_seeds import printed_under_seeds_ordering_apart
 
 from agentgate.policy import lint, parse_policy
 
@@ -35,28 +33,15 @@ EXPECTED = [
 _LINT = """
 import json, sys
 from agentgate.policy import lint, load_policy
-found = [f for f in lint(load_policy(sys.argv[1])) if f.code.startswith("names_")]
+found = [f for f in lint(load_policy(sys.argv[1] + "/p.yaml")) if f.code.startswith("names_")]
 print(json.dumps([[f.code, f.line, f.message.partition(":")[0]] for f in found]))
 """
 
 
 def test_lint_names_the_same_earlier_names_in_every_process(tmp_path: Path) -> None:
     """Two processes whose hash seeds order the readings apart (tests/_hash_seeds.py)."""
-    (tmp_path / "p.yaml").write_text(POLICY)
-    running = [
-        subprocess.Popen(
-            [sys.executable, "-c", _LINT, str(tmp_path / "p.yaml")],
-            env=child_env(seed),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for seed in seeds_ordering_apart("bobI")
-    ]
-    answers = []
-    for code, out, err in finished(running, 60):
-        assert code == 0, err[-2000:]
-        answers.append(json.loads(out))
+    printed = printed_under_seeds_ordering_apart("bobI", _LINT, POLICY, tmp_path)
+    answers = [json.loads(out) for out in printed]
     assert answers[0] == answers[1] == EXPECTED
 
 

@@ -10,12 +10,10 @@ case" in others. The first of them in code point order is now named, in every pr
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from _hash_seeds import child_env, finished, seeds_ordering_apart
+from _hash_seeds import printed_under_seeds_ordering_apart
 
 from agentgate.errors import PolicyError
 from agentgate.keys import SigningKey
@@ -40,7 +38,7 @@ import sys
 from agentgate.errors import PolicyError
 from agentgate.policy import load_policy
 try:
-    load_policy(sys.argv[1])
+    load_policy(sys.argv[1] + "/p.yaml")
 except PolicyError as refused:
     print(refused.line, refused.column, refused.message)
 """
@@ -49,21 +47,8 @@ except PolicyError as refused:
 def test_the_name_read_as_is_the_same_in_every_process(tmp_path: Path) -> None:
     """Two processes whose hash seeds order the readings apart (tests/_hash_seeds.py) name the
     same earlier principal: bobi, the first in code point order."""
-    (tmp_path / "p.yaml").write_text(POLICY)
-    running = [
-        subprocess.Popen(
-            [sys.executable, "-c", _LOAD, str(tmp_path / "p.yaml")],
-            env=child_env(seed),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for seed in seeds_ordering_apart("bobI")
-    ]
-    answers = []
-    for code, out, err in finished(running, 60):
-        assert code == 0, err[-2000:]
-        answers.append(out.strip())
+    printed = printed_under_seeds_ordering_apart("bobI", _LOAD, POLICY, tmp_path)
+    answers = [out.strip() for out in printed]
     expected = "7 3 principals bobI and bobi differ only in case: the Gate compares"
     assert answers[0] == answers[1]
     assert answers[0].startswith(expected)

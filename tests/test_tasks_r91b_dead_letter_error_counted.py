@@ -7,11 +7,10 @@ event included; the caller still gets that error, as before."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
+from _dead_letter_writes import FailingDeadLetters, async_core, sync_inline
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -19,35 +18,8 @@ from opentelemetry.trace import Tracer
 
 from agentgate.errors import StoreError
 from agentgate.store import SQLiteStore
-from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
-from agentgate.tasks import Attempt, Scheduler, SyncScheduler, ToolCall
+from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.tasks._metrics import SchedulerMetrics
-
-
-class _FailingDeadLetters(DeadLetterStore):
-    """A dead-letter store whose every write fails with ``error``."""
-
-    def __init__(self, store: SQLiteStore, error: Exception) -> None:
-        super().__init__(store)
-        self.error = error
-
-    def record(self, letter: DeadLetter) -> None:
-        raise self.error
-
-
-def _failing_tool(attempt: Attempt) -> str:
-    raise ValueError("bad input")
-
-
-async def _failing_async_tool(attempt: Attempt) -> str:
-    raise ValueError("bad input")
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    store = SQLiteStore(tmp_path / "s.db")
-    yield store
-    store.close()
 
 
 @pytest.fixture
@@ -58,47 +30,21 @@ def traced() -> tuple[Tracer, InMemorySpanExporter]:
     return provider.get_tracer("test"), exporter
 
 
-def _async_core(dead_letters: DeadLetterStore, tracer: Tracer) -> tuple[SchedulerMetrics, BaseException]:
-    scheduler = Scheduler(dead_letters=dead_letters)
-
-    async def run() -> BaseException:
-        try:
-            with tracer.start_as_current_span("call"):
-                await scheduler.submit(ToolCall("t", {}), _failing_async_tool)
-        except Exception as exc:
-            return exc
-        finally:
-            await scheduler.aclose()
-        raise AssertionError("the call did not fail")
-
-    return scheduler.metrics, asyncio.run(run())
-
-
-def _sync_inline(dead_letters: DeadLetterStore, tracer: Tracer) -> tuple[SchedulerMetrics, BaseException]:
-    with SyncScheduler(dead_letters=dead_letters) as sync:  # no store: the letter is written inline
-        try:
-            with tracer.start_as_current_span("call"):
-                sync.submit(ToolCall("t", {}), _failing_tool)
-        except Exception as exc:
-            return sync.scheduler.metrics, exc
-    raise AssertionError("the call did not fail")
-
-
-@pytest.mark.parametrize("path", [_async_core, _sync_inline], ids=["async", "sync"])
+@pytest.mark.parametrize("path", [async_core, sync_inline], ids=["async", "sync"])
 @pytest.mark.parametrize(
     ("error", "told"),
     [(StoreError("the store is down"), ValueError), (RuntimeError("a store driver's bug"), RuntimeError)],
     ids=["store_error", "other_error"],
 )
 def test_a_dead_letter_not_stored_is_counted_once_with_its_span_event_on_every_path(
-    store: SQLiteStore,
+    sqlite_store: SQLiteStore,
     traced: tuple[Tracer, InMemorySpanExporter],
     path: Callable[[DeadLetterStore, Tracer], tuple[SchedulerMetrics, BaseException]],
     error: Exception,
     told: type[Exception],
 ) -> None:
     tracer, exporter = traced
-    metrics, raised = path(_FailingDeadLetters(store, error), tracer)
+    metrics, raised = path(FailingDeadLetters(sqlite_store, error), tracer)
     assert type(raised) is told  # the tool's error past a StoreError, as before R91b
     assert metrics.count("dead_letter_not_stored", "t") == 1
     [span] = exporter.get_finished_spans()

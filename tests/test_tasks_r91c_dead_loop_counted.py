@@ -21,7 +21,6 @@ import pytest
 
 from agentgate.errors import StoreError
 from agentgate.store import SQLiteStore
-from agentgate.store.leases import Lease
 from agentgate.tasks import Scheduler, _store_work
 
 WAIT_S = 10.0  # bound on waits that a bug does not make endless: only a bug comes near it
@@ -46,7 +45,8 @@ def _pool_idle(scheduler: Scheduler) -> None:
 
 def _queued_on_a_loop_that_closes(scheduler: Scheduler, queue: Callable[[], None]) -> None:
     """Run ``queue()`` on a loop with the pool's one worker busy, then close the loop and let the
-    worker go: what ``queue`` submitted runs after its loop has closed."""
+    worker go: what ``queue`` submitted runs after its loop has closed. The scheduler is closed
+    after it, on a loop of its own."""
     free = threading.Event()
 
     async def queued() -> None:
@@ -59,8 +59,6 @@ def _queued_on_a_loop_that_closes(scheduler: Scheduler, queue: Callable[[], None
         free.set()
     _pool_idle(scheduler)
 
-
-def _close(scheduler: Scheduler) -> None:
     async def close() -> None:
         async with asyncio.timeout(WAIT_S):
             await scheduler.aclose()
@@ -68,24 +66,39 @@ def _close(scheduler: Scheduler) -> None:
     asyncio.run(close())
 
 
-def _held_lease(scheduler: Scheduler, monkeypatch: pytest.MonkeyPatch) -> Lease:
-    """A lease of ``tool:t`` whose give-back the store refuses."""
-    assert scheduler._leases is not None
-    lease = scheduler._leases.try_acquire("tool:t", 1)
+def _refused_give_back(scheduler: Scheduler, monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Giving back a lease of ``tool:t`` that the store refuses to give back."""
+    leases = scheduler._leases
+    assert leases is not None
+    lease = leases.try_acquire("tool:t", 1)
     assert lease is not None
-    monkeypatch.setattr(scheduler._leases, "release", _store_down)
-    return lease
+    monkeypatch.setattr(leases, "release", _store_down)
+    return lambda: scheduler._give_back(leases, lease)
+
+
+def _refused_publication(scheduler: Scheduler, monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Publishing that ``tool:t``'s breaker opened, which the store refuses."""
+    assert scheduler._shared_breakers is not None
+    monkeypatch.setattr(scheduler._shared_breakers, "publish", _store_down)
+    return lambda: scheduler._publish_on_loop("tool:t", "open", time.time(), 1)
+
+
+def _queued_on_a_live_loop(scheduler: Scheduler, queue: Callable[[], None]) -> None:
+    """Run ``queue()`` on a loop, then close the scheduler on it: ``aclose`` waits for what
+    ``queue`` submitted, its done callback run."""
+
+    async def queued_then_closed() -> None:
+        queue()
+        await scheduler.aclose()
+
+    asyncio.run(queued_then_closed())
 
 
 def test_a_lease_give_back_failing_after_its_loop_closed_is_counted(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scheduler = Scheduler(store=store)
-    lease = _held_lease(scheduler, monkeypatch)
-    assert scheduler._leases is not None
-    leases = scheduler._leases
-    _queued_on_a_loop_that_closes(scheduler, lambda: scheduler._give_back(leases, lease))
-    _close(scheduler)
+    _queued_on_a_loop_that_closes(scheduler, _refused_give_back(scheduler, monkeypatch))
     assert scheduler.metrics.count("lease_not_released", "tool:t") == 1
 
 
@@ -93,12 +106,7 @@ def test_a_breaker_publication_failing_after_its_loop_closed_is_counted(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scheduler = Scheduler(store=store)
-    assert scheduler._shared_breakers is not None
-    monkeypatch.setattr(scheduler._shared_breakers, "publish", _store_down)
-    _queued_on_a_loop_that_closes(
-        scheduler, lambda: scheduler._publish_on_loop("tool:t", "open", time.time(), 1)
-    )
-    _close(scheduler)
+    _queued_on_a_loop_that_closes(scheduler, _refused_publication(scheduler, monkeypatch))
     assert scheduler.metrics.count("breaker_not_shared", "tool:t") == 1
 
 
@@ -106,15 +114,7 @@ def test_a_lease_give_back_failing_on_a_live_loop_is_counted_once(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scheduler = Scheduler(store=store)
-    lease = _held_lease(scheduler, monkeypatch)
-    assert scheduler._leases is not None
-    leases = scheduler._leases
-
-    async def give_back_then_close() -> None:
-        scheduler._give_back(leases, lease)
-        await scheduler.aclose()  # waits for the give-back, its done callback run
-
-    asyncio.run(give_back_then_close())
+    _queued_on_a_live_loop(scheduler, _refused_give_back(scheduler, monkeypatch))
     assert scheduler.metrics.count("lease_not_released", "tool:t") == 1
 
 
@@ -122,12 +122,5 @@ def test_a_breaker_publication_failing_on_a_live_loop_is_counted_once(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scheduler = Scheduler(store=store)
-    assert scheduler._shared_breakers is not None
-    monkeypatch.setattr(scheduler._shared_breakers, "publish", _store_down)
-
-    async def publish_then_close() -> None:
-        scheduler._publish_on_loop("tool:t", "open", time.time(), 1)
-        await scheduler.aclose()
-
-    asyncio.run(publish_then_close())
+    _queued_on_a_live_loop(scheduler, _refused_publication(scheduler, monkeypatch))
     assert scheduler.metrics.count("breaker_not_shared", "tool:t") == 1
