@@ -946,12 +946,16 @@ def _failure_text(exc: BaseException, payload: Mapping[str, Any], key: str | Non
     ``b'...'``), so the prompt and the key are also looked for as ``repr`` writes them
     (``_repr_texts``): until a regression review of R91 an echo of a prompt past ASCII
     (``\\xd0\\x9f\\xd0\\xb0...``), or of one or the key holding a backslash or a quote, was
-    quoted."""
+    quoted. Those forms are written only where the text read holds an escape and a quote, from
+    as much of each text as is read: until a regression review of R91b they were written from
+    every whole message on every failure, a refused connection too."""
     if isinstance(exc, EncodedAnswer):
         return _encoding_refused(exc.encoding, payload, key)
     said = f"{exc.message}" if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
     if not isinstance(exc, ValueError):
-        said = _scrub_start(said, key, _repr_texts(_prompt_texts(payload), key), _QUOTED)
+        prompts = _prompt_texts(payload)
+        seen = said[: _QUOTED + _SEEN_PAST_THE_CUT]
+        said = _scrub_start(said, key, [*prompts, *_repr_texts(seen, prompts, key)], _QUOTED)
     if isinstance(exc, aiohttp.ClientResponseError):
         said = f"the answer is not HTTP that can be read: {said}"
     lines = (line.strip() for line in said.splitlines())
