@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -205,6 +206,10 @@ def _written(text: str) -> tuple[str, ...]:
     return text, json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1]
 
 
+_PAST_LATIN_1 = re.compile("[^\x00-\xff]")
+"""A character that Latin-1 has not."""
+
+
 def _repr_texts(seen: str, prompts: Sequence[str], key: str | None) -> list[str]:
     """The forms other than as sent in which ``repr`` writes each of ``prompts`` (``_prompt_texts``)
     and ``key`` (``_repr_written``), that ``seen`` (the start of a failure's text that ``_scrub``
@@ -232,15 +237,24 @@ def _repr_texts(seen: str, prompts: Sequence[str], key: str | None) -> list[str]
 
 def _repr_written(text: str, of_bytes: bool) -> tuple[str, ...]:
     """``text`` as ``repr`` writes it within a quote of text and, where ``of_bytes``, within a
-    quote of its UTF-8 bytes, each with a quote ``'`` escaped and bare (``repr`` leaves it bare
-    only where the whole it quotes holds no ``"``, which it then quotes with): the forms other
-    than ``text`` itself, none for printable ASCII without a quote ``'`` or a backslash, as most
-    texts are. Each form is one call of ``repr``, given a ``"`` more so that it quotes with ``'``."""
+    quote of its UTF-8 bytes and of its Latin-1 bytes (of its start up to a character Latin-1 has
+    not, where that is ``_FRAGMENT`` long: a header value as Python's ``http.server`` writes it,
+    which httpx and aiohttp read as the ``Content-Encoding`` path does,
+    ``_latin_1_where_not_utf_8``; until a regression review of R91b such an echo was quoted, a
+    card number after ``Résumé``), each with a quote ``'`` escaped and bare (``repr`` leaves it
+    bare only where the whole it quotes holds no ``"``, which it then quotes with): the forms
+    other than ``text`` itself, none for printable ASCII without a quote ``'`` or a backslash, as
+    most texts are. Each form is one call of ``repr``, given a ``"`` more so that it quotes with
+    ``'``."""
     if text.isascii() and text.isprintable() and "'" not in text and "\\" not in text:
         return ()
     written = [repr(text + '"')[1:-2]]
     if of_bytes:
         written.append(repr(text.encode("utf-8", "replace") + b'"')[2:-2])
+        past = _PAST_LATIN_1.search(text)
+        latin_1 = text if past is None else text[: past.start()]
+        if len(latin_1) >= _FRAGMENT and not latin_1.isascii():  # else a start of the UTF-8 form
+            written.append(repr(latin_1.encode("latin-1") + b'"')[2:-2])
     forms = dict.fromkeys(written)
     if "'" in text:
         forms.update(dict.fromkeys(form.replace("\\'", "'") for form in written))
