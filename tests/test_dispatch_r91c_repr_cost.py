@@ -42,9 +42,9 @@ def written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     lengths: list[int] = []
     original = _redaction._repr_written
 
-    def measured(text: str, *rest: bool) -> tuple[str, ...]:
+    def measured(text: str, of_bytes: bool) -> list[str]:
         lengths.append(len(text))
-        return original(text, *rest)
+        return original(text, of_bytes)
 
     monkeypatch.setattr(_redaction, "_repr_written", measured)
     return lengths

@@ -17,7 +17,13 @@ _FRAGMENT = 8
 
 
 def _scrub(
-    text: str, key: str | None, prompts: Sequence[str] = (), *, cut: bool = False, upto: int | None = None
+    text: str,
+    key: str | None,
+    prompts: Sequence[str] = (),
+    *,
+    cut: bool = False,
+    upto: int | None = None,
+    escaped: Sequence[str] = (),
 ) -> str:
     """``text`` with ``key``, every start of it ``_FRAGMENT`` or more characters long (what a quote
     cut mid-key, or a masked key, shows) and every other piece of it twice that long (a quote that
@@ -56,10 +62,14 @@ def _scrub(
     Where ``upto`` is given, only what stands in ``text``'s first ``upto`` characters is written,
     its runs found in all of ``text``: a run standing across ``upto`` is written as its marker,
     so a quote cut there shows no piece of an echo that ``text`` holds whole past it
-    (``_scrub_start``)."""
+    (``_scrub_start``).
+
+    ``escaped`` are further forms of the prompts and the key, as ``repr`` writes them
+    (``_repr_texts``), each looked for as a prompt is, by its start, but measured in the
+    characters it writes, not in those of their escapes (``_escaped_runs``)."""
     stop = len(text) if upto is None else min(upto, len(text))
     reach = [0] * len(text)  # reach[i]: where the longest run found starting at i ends (0: none)
-    found = _prompt_runs(text, prompts)
+    found = _prompt_runs(text, prompts) + _escaped_runs(text, escaped)
     if key and len(key) >= _FRAGMENT:
         found += _starts(text, key) + _pieces(text, key, 2 * _FRAGMENT)
     for start, end in found:
@@ -83,7 +93,9 @@ cut is found whole, however little of it stands before the cut (a piece of the k
 its start is redacted only where it is twice ``_FRAGMENT`` long)."""
 
 
-def _scrub_start(text: str, key: str | None, prompts: Sequence[str], limit: int) -> str:
+def _scrub_start(
+    text: str, key: str | None, prompts: Sequence[str], limit: int, escaped: Sequence[str] = ()
+) -> str:
     """The first ``limit`` characters of ``text`` scrubbed (``_scrub``): what every quote of the
     backend's words that are text scrubs, so the scrub's work stays bounded by ``limit``. The
     scrub reads ``_SEEN_PAST_THE_CUT`` characters further and writes what stands before the cut
@@ -94,7 +106,7 @@ def _scrub_start(text: str, key: str | None, prompts: Sequence[str], limit: int)
     which hides only a start of the key or a prompt at the cut: an inner piece of the key shorter
     than twice ``_FRAGMENT`` standing there (an echo of the key less its first characters,
     begun 15 characters before the cut) was quoted."""
-    return _scrub(text[: limit + _SEEN_PAST_THE_CUT], key, prompts, upto=limit)[:limit]
+    return _scrub(text[: limit + _SEEN_PAST_THE_CUT], key, prompts, upto=limit, escaped=escaped)[:limit]
 
 
 def _cut_start(end: str, key: str | None, prompts: Sequence[str]) -> int:
@@ -165,6 +177,38 @@ def _prompt_runs(text: str, prompts: Sequence[str]) -> list[tuple[int, int]]:
     return spans
 
 
+def _escaped_runs(text: str, forms: Sequence[str]) -> list[tuple[int, int]]:
+    """Where in ``text`` a start of any of ``forms`` (as ``repr`` writes a prompt or the key,
+    ``_repr_texts``) stands that writes ``_FRAGMENT`` characters or more, as ``(start, end)``
+    spans (``_prompt_runs``), each ending where a character written ends (``_written_starts``).
+    Until a regression review of R91b a run was measured in the characters of the escapes, so
+    one letter was enough (``\\xd0\\x9f`` is eight, for ``П``), and a backend's own header line
+    that shared its first letter with the prompt was redacted there, the marker cutting an escape
+    in two (``X-Error: [redacted]1\\x80\\xd0\\xb5``)."""
+    spans = _prompt_runs(text, forms)
+    if not spans:
+        return []
+    starts = _written_starts(text)
+    kept = []
+    for start, end in spans:
+        first, last = bisect.bisect_left(starts, start), bisect.bisect_right(starts, end) - 1
+        if last - first >= _FRAGMENT:
+            kept.append((starts[first], starts[last]))
+    return kept
+
+
+_ESCAPE = re.compile(r"(\\x[89ab][0-9a-f])|\\(?:x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8}|.)|.", re.DOTALL)
+"""One character of ``text`` as ``repr`` writes it, or one byte of it (an escape ``\\xd0``), the
+byte that goes on a character of UTF-8 (``\\x80`` to ``\\xbf``) in the first group."""
+
+
+def _written_starts(text: str) -> list[int]:
+    """Where in ``text`` each character that ``repr`` wrote starts, and its end: an escape and the
+    escapes of the bytes that go on its character of UTF-8 are one (a byte from ``\\x80`` to
+    ``\\xbf`` of Latin-1, which they may be too, is taken for one that goes on)."""
+    return [found.start() for found in _ESCAPE.finditer(text) if found[1] is None] + [len(text)]
+
+
 def _common(text: str, other: str) -> int:
     """How many characters ``text`` and ``other`` start with alike, measured by halving."""
     low, high = 0, min(len(text), len(other))  # text goes on as other[:low] does
@@ -221,21 +265,28 @@ def _repr_texts(seen: str, prompts: Sequence[str], key: str | None) -> list[str]
 
     None where ``seen`` holds no backslash, with which every escape that makes a form differ
     starts, or no quote; the forms of bytes only where it holds ``b'`` or ``b"``: a transport
-    failure that quotes nothing (a refused connection) costs nothing here. Each text is cut to
-    ``seen``'s length first, as no echo in ``seen`` holds more of it. Until a regression review of
-    R91b every form of every whole message was written, a character at a time, on every transport
-    failure: a refused connection with a conversation of 2 MB past ASCII held the event loop 2.6 s."""
+    failure that quotes nothing (a refused connection) costs nothing here. Only the texts whose
+    first ``_FRAGMENT`` characters stand in ``seen``, as sent or so written, are written (a run
+    shorter is not redacted, ``_escaped_runs``), each cut to ``seen``'s length first, as no echo
+    in ``seen`` holds more of it. Until a regression review of R91b every form of every whole
+    message was written, a character at a time, on every transport failure: a refused connection
+    with a conversation of 2 MB past ASCII held the event loop 2.6 s."""
     if "\\" not in seen or ("'" not in seen and '"' not in seen):
         return []
     of_bytes = "b'" in seen or 'b"' in seen
-    forms: dict[str, None] = {}
+    starting: dict[str, list[str]] = {}
     for text in [*prompts, key or ""]:
         if len(text) >= _FRAGMENT:
-            forms.update(dict.fromkeys(_repr_written(text[: len(seen)], of_bytes)))
-    return list(forms)
+            starting.setdefault(text[:_FRAGMENT], []).append(text[: len(seen)])
+    forms: list[str] = []
+    for start, texts in starting.items():
+        if any(form in seen for form in [start, *_repr_written(start, of_bytes)]):
+            for text in texts:
+                forms += _repr_written(text, of_bytes)
+    return list(dict.fromkeys(forms))
 
 
-def _repr_written(text: str, of_bytes: bool) -> tuple[str, ...]:
+def _repr_written(text: str, of_bytes: bool) -> list[str]:
     """``text`` as ``repr`` writes it within a quote of text and, where ``of_bytes``, within a
     quote of its UTF-8 bytes and of its Latin-1 bytes (of its start up to a character Latin-1 has
     not, where that is ``_FRAGMENT`` long: a header value as Python's ``http.server`` writes it,
@@ -247,7 +298,7 @@ def _repr_written(text: str, of_bytes: bool) -> tuple[str, ...]:
     most texts are. Each form is one call of ``repr``, given a ``"`` more so that it quotes with
     ``'``."""
     if text.isascii() and text.isprintable() and "'" not in text and "\\" not in text:
-        return ()
+        return []
     written = [repr(text + '"')[1:-2]]
     if of_bytes:
         written.append(repr(text.encode("utf-8", "replace") + b'"')[2:-2])
@@ -255,10 +306,9 @@ def _repr_written(text: str, of_bytes: bool) -> tuple[str, ...]:
         latin_1 = text if past is None else text[: past.start()]
         if len(latin_1) >= _FRAGMENT and not latin_1.isascii():  # else a start of the UTF-8 form
             written.append(repr(latin_1.encode("latin-1") + b'"')[2:-2])
-    forms = dict.fromkeys(written)
     if "'" in text:
-        forms.update(dict.fromkeys(form.replace("\\'", "'") for form in written))
-    return tuple(form for form in forms if form != text)
+        written += [form.replace("\\'", "'") for form in written]
+    return [form for form in written if form != text]
 
 
 def _quoted_echo(

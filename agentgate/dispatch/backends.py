@@ -955,7 +955,7 @@ def _failure_text(exc: BaseException, payload: Mapping[str, Any], key: str | Non
     if not isinstance(exc, ValueError):
         prompts = _prompt_texts(payload)
         seen = said[: _QUOTED + _SEEN_PAST_THE_CUT]
-        said = _scrub_start(said, key, [*prompts, *_repr_texts(seen, prompts, key)], _QUOTED)
+        said = _scrub_start(said, key, prompts, _QUOTED, _repr_texts(seen, prompts, key))
     if isinstance(exc, aiohttp.ClientResponseError):
         said = f"the answer is not HTTP that can be read: {said}"
     lines = (line.strip() for line in said.splitlines())
