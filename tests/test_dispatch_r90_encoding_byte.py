@@ -74,5 +74,5 @@ async def test_an_error_answers_content_encoding_is_scrubbed_before_it_is_cut(pa
         with pytest.raises(BackendFailed) as raised:
             await client.chat(payload)
     message = str(raised.value)
-    assert f"Content-Encoding: {'x' * 35}[reda, not decoded)" in message, message  # cut at 40
+    assert f"Content-Encoding: {'x' * 35}[redacted], not decoded)" in message, message  # a marker kept whole
     assert SECRET[:5] not in message, message

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from agentgate._json import integral
-from agentgate.dispatch._redaction import _prompt_texts, _quoted_echo, _scrub_start
+from agentgate.dispatch._redaction import _cut_whole, _prompt_texts, _quoted_echo, _scrub_start
 from agentgate.errors import BackendFailed, DispatchError
 
 
@@ -86,7 +86,7 @@ def _reject_error(
     detail = error.get("message", error) if isinstance(error, Mapping) else error or body.get("message")
     said = detail if isinstance(detail, str) else orjson.dumps(detail).decode()
     prompts = _prompt_texts(request) if request is not None else ()
-    excerpt = _scrub_start(said, key, prompts, 1024)[:200]
+    excerpt = _cut_whole(_scrub_start(said, key, prompts, 1024), 200)
     raise BackendFailed(f"{backend}: the backend reported an error: {excerpt!r}")
 
 

@@ -80,7 +80,7 @@ def _scrub(
         if end <= done:
             continue
         if start > done or not parts:
-            parts += [text[done:start], "[redacted]"]
+            parts += [text[done:start], _MARKER]
         done = end
     # Each run redacted is ``_FRAGMENT`` long or more, so what may be left out follows the last.
     left_out = _cut_start(text[max(done, len(text) - _FRAGMENT + 1) :], key, prompts) if cut else 0
@@ -101,12 +101,26 @@ def _scrub_start(
     scrub reads ``_SEEN_PAST_THE_CUT`` characters further and writes what stands before the cut
     (``upto``), so an echo across the cut is redacted whole (what stands at the end of what it
     reads is past the cut, so it needs no ``cut``); the scrubbed text is cut to ``limit``
-    characters again (a marker is longer than a run of 8), where all it reads is scrubbed.
+    characters again (a marker is longer than a run of 8), where all it reads is scrubbed, a
+    marker standing across that cut kept whole (``_cut_whole``).
     Until a regression review of R91 the text was cut first and scrubbed as cut there (``cut``),
     which hides only a start of the key or a prompt at the cut: an inner piece of the key shorter
     than twice ``_FRAGMENT`` standing there (an echo of the key less its first characters,
     begun 15 characters before the cut) was quoted."""
-    return _scrub(text[: limit + _SEEN_PAST_THE_CUT], key, prompts, upto=limit, escaped=escaped)[:limit]
+    scrubbed = _scrub(text[: limit + _SEEN_PAST_THE_CUT], key, prompts, upto=limit, escaped=escaped)
+    return _cut_whole(scrubbed, limit)
+
+
+_MARKER = "[redacted]"
+"""What ``_scrub`` writes for each run it redacts."""
+
+
+def _cut_whole(text: str, limit: int) -> str:
+    """The first ``limit`` characters of ``text`` (scrubbed, ``_scrub``), and the rest of a marker
+    standing across the cut: until a regression review of R91b a quote whose echo began just
+    before its cut ended in half a marker (``...xxx[red``)."""
+    at = text.find(_MARKER, max(limit - len(_MARKER) + 1, 0), limit + len(_MARKER) - 1)
+    return text[: at + len(_MARKER) if 0 <= at < limit else limit]
 
 
 def _cut_start(end: str, key: str | None, prompts: Sequence[str]) -> int:
@@ -332,7 +346,7 @@ def _quoted_echo(
     if not prompts and not key:
         return quoted(value, limit)
     text = _echo_written(value, key, prompts, limit)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if len(text) <= limit else _cut_whole(text, limit - 3) + "..."
 
 
 def _echo_written(value: object, key: str | None, prompts: Sequence[str], limit: int) -> str:

@@ -21,7 +21,7 @@ from agentgate.dispatch._answers import (
     output_limit,
     reports_usage,
 )
-from agentgate.dispatch._redaction import _quoted_echo, _scrub_start
+from agentgate.dispatch._redaction import _cut_whole, _quoted_echo, _scrub_start
 from agentgate.errors import BackendFailed, UsageUnreadable
 
 MAX_LINE_BYTES = 1 << 20
@@ -415,6 +415,8 @@ def _line_shown(line: str, key: str | None, prompts: Sequence[str] = ()) -> str:
     except orjson.JSONDecodeError:
         value = None
     if isinstance(value, dict):
-        keys = ", ".join(repr(_scrub_start(str(k), key, prompts, 1024)[:32]) for k in list(value)[:8])
+        keys = ", ".join(
+            repr(_cut_whole(_scrub_start(str(k), key, prompts, 1024), 32)) for k in list(value)[:8]
+        )
         return f"a JSON object with keys {keys} (an NDJSON stream? the backend must speak OpenAI's SSE)"
-    return repr(_scrub_start(line, key, prompts, 1024)[:80])
+    return repr(_cut_whole(_scrub_start(line, key, prompts, 1024), 80))

@@ -64,6 +64,7 @@ from agentgate.dispatch._answers import (
 from agentgate.dispatch._engine_fields import FieldError
 from agentgate.dispatch._redaction import (
     _SEEN_PAST_THE_CUT,
+    _cut_whole,
     _prompt_texts,
     _repr_texts,
     _scrub,
@@ -180,9 +181,10 @@ def _refuse_declared(length: str | None) -> int | None:
 
 
 _QUOTED_HEADER = 640
-"""How much of a refused ``Content-Encoding`` is read, as Latin-1 where it is not UTF-8
-(``_latin_1_where_not_utf_8``), before its first 40 characters are scrubbed of the key and the
-prompt and quoted (``_encoding_shown``, ``_scrub_start``)."""
+"""How much of a refused ``Content-Encoding`` is scrubbed of the key and the prompt (with
+``_SEEN_PAST_THE_CUT`` characters more read), as Latin-1 where it is not UTF-8
+(``_latin_1_where_not_utf_8``), before the first 40 characters of what that writes are quoted
+(``_encoding_shown``, ``_scrub_start``)."""
 
 
 def _refuse_encoded(
@@ -223,15 +225,19 @@ def _encoding_shown(encoding: str, request: Mapping[str, Any] | None, key: str |
     has ``é``, so it was redacted only up to it and the rest of the prompt quoted. Until review
     R91 the key was scrubbed after the cut, from the message (``_excerpt``, ``_shown``): a start
     of it shorter than 8 characters standing at the cut, or a piece shorter than 16, was quoted.
-    The 40 characters are cut from what the scrub wrote of the header's start and a few characters
-    past them (``_scrub_start``): until a regression review of R91 they were cut from the scrub of
-    its first 640, and where a long echo of the prompt before shrank to one marker, the end of
-    those 640 came within the 40 quoted, with an inner piece of the key cut there."""
-    said = _latin_1_where_not_utf_8(encoding[:_QUOTED_HEADER])
+    The 40 characters are cut from what the scrub wrote of the header's first 640 characters,
+    read with 16 past them (``_scrub_start``), so an echo across that cut is redacted whole, and a
+    marker standing across the cut of 40 is kept whole (``_cut_whole``): until a regression review
+    of R91 the 640 were scrubbed as cut there, and where a long echo of the prompt before shrank
+    to one marker, the end of those 640 came within the 40 quoted, with an inner piece of the key
+    cut there; until one of R91b only what stood in the header's first 40 characters was written,
+    and the name of the encoding after a long echo was lost (``[redacted]``, not
+    ``[redacted], gzip``)."""
+    said = _latin_1_where_not_utf_8(encoding[: _QUOTED_HEADER + _SEEN_PAST_THE_CUT])
     if request is not None or key:
         prompts = _prompt_texts(request) if request is not None else ()
-        said = _scrub_start(said, key, prompts, 40)
-    return escaped(said[:40])
+        said = _scrub_start(said, key, prompts, _QUOTED_HEADER)
+    return escaped(_cut_whole(said, 40))
 
 
 def _latin_1_where_not_utf_8(header: str) -> str:
@@ -890,7 +896,7 @@ class BackendClient:
         text = _UTF_8(errors="replace").decode(seen, final=whole)
         shown = len(_UTF_8(errors="replace").decode(seen[:_QUOTED], final=whole and len(seen) <= _QUOTED))
         text = _scrub(text, self._key, _prompt_texts(payload), cut=not whole, upto=shown)
-        return escaped(" ".join(text.split())[:200])
+        return escaped(_cut_whole(" ".join(text.split()), 200))
 
     def _shown(self, exc: DispatchError) -> DispatchError:
         """``exc`` made fit to leave this client: nothing chained to it (the exceptions it was
