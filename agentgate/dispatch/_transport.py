@@ -29,8 +29,9 @@ class WholeBody(bytes):
     """An error answer's body known to be whole: what a reader of its start (``ChatTransport``'s
     ``post`` for a status of 300 or more, ``stream``'s reader) returns when the body ended within
     what it read. Plain ``bytes`` there are taken to be the body's start, cut at the read: of its
-    last characters, what is not redacted is not quoted (a prompt's start standing there is too
-    short to be recognised, ``_scrub``'s ``cut``). Until a regression review of R90 a body was
+    last characters, what is not redacted and is a start of the prompt or the key, or a piece of
+    the key 4 characters or longer, is not quoted (too short there to be recognised, ``_scrub``'s
+    ``cut``). Until a regression review of R90 a body was
     taken as cut only when 1,024 bytes were read, and the first piece of a body sent in two writes
     quoted a prompt's start at its end (``HTTP 400: <pre> 078-05-``)."""
 
@@ -71,8 +72,15 @@ class ChatTransport(Protocol):
 
     async def post(self, url: str, body: bytes, authorization: str | None = None) -> PostAnswer:
         """POST the JSON ``body``: the status and the whole answer (for a status of 300 or more,
-        its body's start may do: only the first ``_QUOTED`` bytes are quoted; a ``WholeBody``
-        where the body is known to have ended there, else it is taken as cut; for an error
+        its body's start may do: its first 1,088 bytes (``_QUOTED``, 1,024, and the
+        ``_READ_PAST_THE_CUT``, 64, after them) where it has that many, or fewer only where no
+        more has arrived: the first 1,024 are quoted, and the 64 after them scrubbed with them so
+        that an echo of the key or the prompt standing across the cut is redacted whole; a
+        ``WholeBody`` where the body is known to have ended there, else it is taken as cut (its
+        end, where a start of the key or the prompt or a piece of the key 4 characters or
+        longer stands, left out: until a regression review of R91b a transport returning the
+        first 1,024 bytes, as this said would do, had an inner piece of the key at the cut
+        quoted); for an error
         answer sent with a ``Content-Encoding`` other than ``identity``, which is not decoded,
         the transport's own words instead, a ``WholeBody``: the gateway's pool says ``(a body
         with Content-Encoding: gzip, not decoded)`` as ``BackendClient`` says it on its own
@@ -88,9 +96,10 @@ class ChatTransport(Protocol):
         self, url: str, body: bytes, authorization: str | None = None
     ) -> contextlib.AbstractAsyncContextManager[StreamAnswer]:
         """POST the JSON ``body`` for a streamed answer: the status, a reader of its body (called
-        only for an error status, to quote the body's first ``_QUOTED`` bytes: it may return just
-        what has arrived of it, a ``WholeBody`` where that is all of it, or for an encoded body
-        the transport's own words, as ``post``), its lines, and, as a
+        only for an error status, to quote the body's first ``_QUOTED`` bytes: it returns its
+        first 1,088 bytes, or just what has arrived of them, as ``post``, a ``WholeBody`` where
+        that is all of it, or for an encoded body the transport's own words, as ``post``), its
+        lines, and, as a
         fourth item, its ``Retry-After`` header
         (optional, as ``post``'s third); raises ``OSError`` if the answer cannot be read."""
         ...

@@ -493,8 +493,8 @@ class BackendClient:
         ``_refuse_encoded``) to the chat endpoint (with the ``trace`` headers), its answer read
         within ``deadline`` seconds (``Timeouts.answer_s``): the status and the
         whole body (redirects not followed), or for a status of 300 or more what has arrived of
-        the body once any has, at most ``_QUOTED`` bytes (an error's body is quoted, never waited
-        for or held whole), and the answer's ``Retry-After`` (``None`` without one); raises
+        the body once any has, at most ``_QUOTED`` bytes and the ``_READ_PAST_THE_CUT`` after them
+        (an error's body is quoted, never waited for or held whole), and the answer's ``Retry-After`` (``None`` without one); raises
         ``AnswerTooLarge`` for a body over ``MAX_ANSWER_BYTES``, at the head for one whose
         ``Content-Length`` declares more (``_refuse_declared``)."""
         if self.transport is not None:
@@ -699,7 +699,8 @@ class BackendClient:
         self, body: Mapping[str, Any], trace: Mapping[str, str]
     ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str], str | None]]:
         """POST a streaming request (with the ``trace`` headers): the status, a reader of the start
-        of the body (what has arrived of it once any has, at most ``_QUOTED`` bytes: an error
+        of the body (what has arrived of it once any has, at most ``_QUOTED`` bytes and the
+        ``_READ_PAST_THE_CUT`` after them: an error
         answer's body is quoted, never waited for or held whole), its lines, and its
         ``Retry-After`` (``None`` without one)."""
         if self.transport is not None:
@@ -890,7 +891,12 @@ class BackendClient:
         Until a regression review of R91 the body was scrubbed as cut at ``_QUOTED`` bytes, which
         hides only a start of the key or a prompt there, and an inner piece of the key shorter
         than 16 characters standing at the cut was quoted once the white space before it was
-        folded (an echo of the key less its first characters)."""
+        folded (an echo of the key less its first characters). Where fewer than those bytes came
+        (a first piece to arrive of 600 or 1,030 bytes, or a transport that returned the first
+        1,024), the end of what came is cut at the read, and of its last 15 characters the longest
+        end not redacted that is a piece of the key 4 characters or longer is left out too
+        (``_scrub``'s ``cut``, ``_KEY_PIECE_AT_THE_CUT``): until a regression review of R91b it
+        was quoted, 9 characters of the key less its first 4."""
         seen = body[: _QUOTED + _READ_PAST_THE_CUT]
         whole = isinstance(body, WholeBody) and len(body) == len(seen)
         text = _UTF_8(errors="replace").decode(seen, final=whole)
