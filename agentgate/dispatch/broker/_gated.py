@@ -131,9 +131,10 @@ class GatedBroker(_Recording):
         self.decisions = BrokerDecisionStore(gate.store, name)
         self._lock = threading.RLock()
         self._unrecorded: deque[BrokerEvent] = deque()
-        """Events taken from the broker whose outcome could not be recorded yet (the store
-        failed): recorded first at the next call, in order (a deque: each is taken from the
-        front, which a list did in time growing with the backlog behind it)."""
+        """Events taken from the broker whose outcome is not recorded yet (the store failed, or
+        an interrupt came first, ``submit``): recorded first at the next call, in order (a
+        deque: each is taken from the front, which a list did in time growing with the backlog
+        behind it)."""
         self._undelivered: list[BrokerEvent] = []
         """Events recorded that no call has returned yet (``_delivered``)."""
         broker.grant_check = self._revoked_grant
@@ -183,34 +184,35 @@ class GatedBroker(_Recording):
         so is one whose id has a decision but no request at the broker (``BrokerError``: lost in
         a restart, which ``reconcile`` ends), see ``_refuse_earlier``.
         Raises ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so
-        the type must be known before the decision), a type that is no resource name, an id
-        of the caller's own request that is live through a ``GatedBroker`` of this name (live at
-        the broker's clock, ``Broker.is_live``), or a ``ttl_s`` that would outlive the identity's grant chain (before
-        any decision); and, after an allowed decision, an id another holder's live request has, or
-        one queued on the ``Broker`` directly (live when checked before the decision, or queued
-        since, up to the broker's taking the request: one the clock ends while the Gate decides or
-        the decision's link is written is refused all the same, never ended against the new
-        decision), so that a caller the policy refuses cannot tell another
-        tenant's ids from free ones, or whatever
-        ``Broker.submit`` raises (an unknown tenant, a duplicate id, a gang that could never be
-        placed), with an ``error`` outcome appended and the reservation returned first; except
-        what ``Broker.submit`` raises after the broker took the request (its journal's
-        ``StoreError``, or its pass over the queue raising: the placement policy, ``grant_check``):
-        the request stands (the broker's events come out of the next call), linked to its
-        decision, its reservation held, and so does one that pass ended (withdrawn by
-        ``grant_check``), its event still in the broker, which closes the decision at the next
-        call (``_took``) (until a regression review of R91 only a ``StoreError``
-        did, a pass that raised anything else closing the allow of a request the broker kept); an
-        interrupt (a Ctrl-C's ``KeyboardInterrupt``, a signal handler's ``SystemExit``) there, or
-        between the decision's link and ``Broker.submit``, is raised as is after the same, even where the store refuses that clean-up (its error logged and
-        chained, ``_closed``), a request the broker did not take closed and returned, one it took
-        left standing and linked (until review R91 neither: its allow kept no outcome and its
-        reservation, its id refused as lost in a restart). A ``StoreError`` recording the
-        allowed request's decision (before the broker sees it), or an interrupt there or before
-        it, once the allow is committed (its span, a wait for the broker's lock: until a
-        regression review (b) of R91 one there left the allow open), returns the
-        reservation and appends an ``error`` outcome first; one recording an earlier call's events raises before
-        any decision (those events are recorded first, see ``_record``).
+        the type must be known before the decision), a type that is no resource name, an id of the
+        caller's own request that is live through a ``GatedBroker`` of this name (live at the
+        broker's clock, ``Broker.is_live``), or a ``ttl_s`` that would outlive the identity's grant
+        chain, before any decision; a ``StoreError`` recording an earlier call's events raises
+        before any decision too (those events are recorded first, see ``_record``).
+
+        An allowed request is settled by one rule, whatever is raised (an error, or an interrupt:
+        a Ctrl-C's ``KeyboardInterrupt``, a signal handler's ``SystemExit``). Until the broker took
+        the request, its allow is closed with an ``error`` outcome, its reservation returned and
+        its row forgotten, before the error is raised as is. Once the broker took it, the request
+        stands, linked to its decision with its reservation held, and its events, kept with this
+        ``GatedBroker`` as soon as the broker gives them out, come out of the next call. The broker
+        took it once ``Broker.submit`` returned, an interrupt after that (at the release of the
+        broker's lock) included, or, where ``Broker.submit`` raised (its journal's ``StoreError``,
+        its pass over the queue raising: the placement policy, ``grant_check``; an interrupt),
+        when it holds this very request or ended it in that call (``_took``: withdrawn by
+        ``grant_check``, its event closes the decision at the next call), whatever was raised.
+        (Until a regression review (d) of R91 an interrupt at that release closed the allow of a
+        request the broker had granted, its lease run unlinked, never charged, and its events
+        never audited.) Raised before the broker took it: ``BrokerError`` for an id another
+        holder's live request has, or one queued on the ``Broker`` directly (live when checked
+        before the decision, or queued since, up to the broker's taking the request: one the
+        clock ends while the Gate decides or the decision's link is written is refused all the
+        same, never ended against the new decision), told only after the decision so that a
+        caller the policy refuses cannot tell another tenant's ids from free ones; whatever
+        ``Broker.submit`` raises refusing it (an unknown tenant, a duplicate id, a gang that could
+        never be placed); the store's error recording the decision's link; and any interrupt from
+        the allow's commit on (its span, a wait for the broker's lock). An interrupt is raised
+        even where the store refuses that clean-up (its error logged and chained, ``_closed``).
         Raises ``InputError``, as ``Gate.authorize`` does, for an ``identity`` that is neither an
         ``AgentIdentity`` nor ``None``, before anything is written (until a regression review of
         R85 a DID or a name given as text was an ``AttributeError`` from reading its ``did``).
@@ -311,57 +313,49 @@ class GatedBroker(_Recording):
             # interrupt landing between the two (until a regression review of R91 it left the
             # row and the reservation held, the id refused as "lost in a restart") closes the
             # allow as one in ``Broker.submit`` before the broker took the request does.
-            took = False
+            acted = False  # whether the broker took the request: the rule of the docstring
             try:
                 owned = dataclasses.replace(
                     request, tenant=self.gate.tenant_of(identity), holder=identity.did
                 )
                 wait_s = _wait_left(identity, self._ttl(request))
                 # The broker's lock is taken here, around ``Broker.submit`` and the reading of
-                # whether it took the request, as ``renew`` takes it: an interrupt in the wait for
-                # it (another thread in a journal write that hangs) is known to come before the
-                # broker took anything, and nothing after it waits for the lock again (until a
-                # regression review (c) of R91 ``_took`` did, and a Ctrl-C did nothing until the
-                # hung write ended, a second one leaving the allow open and its row and
-                # reservation held).
+                # what it did, as ``renew`` takes it: an interrupt in the wait for it (another
+                # thread in a journal write that hangs) comes before the broker took anything,
+                # and nothing after it waits for the lock again.
                 with self.broker._lock:
                     # Asked again with no store write between the question and ``Broker.submit``:
                     # an id queued on the broker directly while the link above was committed (and
-                    # ended by the clock since) would be ended by ``Broker.submit`` and, until
-                    # review R88, recorded against this decision (its row deleted, the new lease
-                    # unlinked, never charged).
+                    # ended by the clock since) would be ended by ``Broker.submit``, its end then
+                    # recorded against this decision.
                     queued_directly = self.broker.holds(request.id)
                     try:
-                        events = [] if queued_directly else self.broker.submit(owned, wait_s=wait_s)
+                        if not queued_directly:
+                            # Its events go where the next call records them as soon as it
+                            # returns, and ``acted`` is set then: an interrupt after this (at
+                            # the lock's release, where CPython handles a pending signal) keeps
+                            # both the request and its events.
+                            self._unrecorded.extend(self.broker.submit(owned, wait_s=wait_s))
+                            acted = True
                     except BaseException:
-                        took = self._took(owned)
+                        acted = self._took(owned)
                         raise
             except BaseException as exc:  # an interrupt too (Ctrl-C, a signal handler's exit)
-                if took:
-                    # The broker took this request and what raised came after: its journal write
-                    # failed (StoreError) or was interrupted, or its pass over the queue raised
-                    # (the placement policy, ``grant_check``), the request perhaps granted in it,
-                    # or withdrawn. The request stands, or its end is still in the broker; its
-                    # events come out of the next call, so its decision stays linked and its
-                    # budget reserved until they settle it. Decided on the broker's holding this
-                    # very request, not on what was raised: until a regression review of R91 a
-                    # pass that raised anything but ``StoreError`` closed the allow of a request
-                    # the broker kept, its lease then run unlinked and never charged.
-                    raise
-                # Until review R91 an interrupt was not caught here: the allow kept no outcome,
-                # its reservation held, and the id was refused as "lost in a restart".
+                if acted:
+                    raise  # the request stands, linked; its events come out of the next call
                 reason = _reason(exc)
                 _closed(exc, lambda: self._end(request.id, decided.principal, resource, "error", reason))
             if queued_directly:
                 self._refuse_taken(decided)  # the row just added is this allow's: forgotten
-            self._record(events)
+            self._record([])
             return GatedRequest(auth, tuple(self._delivered()))
 
     def _took(self, request: GangRequest) -> bool:
-        """Whether the broker took ``request`` itself once ``Broker.submit`` raised: it holds it, as
-        a lease or waiting, or it ended it in that very call (``grant_check`` withdrew it in the
-        pass), its event not given out yet (``Broker.undelivered``): that event, recorded at the
-        next call, closes this decision, so its row must stay. Until a regression review (b) of
+        """Whether the broker took ``request`` itself once ``Broker.submit`` raised, or an interrupt
+        came as it returned: it holds it, as a lease or waiting, or it ended it in that very call
+        (``grant_check`` withdrew it in the pass), its event not given out yet
+        (``Broker.undelivered``) or given out and not recorded yet (``_unrecorded``): that event,
+        recorded at the next call, closes this decision, so its row must stay. Until a regression review (b) of
         R91 such a request counted as never taken: its allow was closed as an ``error`` and its
         row deleted, and its event then closed the next decision of the id, whose lease ran
         unlinked, never charged. Not merely its id, which a request queued on the ``Broker``
@@ -374,7 +368,7 @@ class GatedBroker(_Recording):
             or any(waiting.request is request for waiting in self.broker.queue())
         ):
             return True
-        return any(_subject(event) is request for event in self.broker.undelivered())
+        return any(_subject(event) is request for event in [*self.broker.undelivered(), *self._unrecorded])
 
     def _end_in_broker(self, request_id: str) -> bool:
         """Whether the broker has an event of a request ``request_id`` that no call has given out
@@ -442,18 +436,22 @@ class GatedBroker(_Recording):
         log's error), and
         ``StoreError`` only once the broker renewed the lease (its journal write or the
         renewal's link to the lease failed: the lease is renewed all the same, and its extension
-        reserved). Whatever else ``Broker.renew`` raises once it renewed the lease (its pass over
-        the queue raising, an interrupt) is raised as is, the extension's reservation linked to
-        the lease first, as for its ``StoreError`` (an interrupt raised even where the store
-        refuses that link, ``_closed``); so is an interrupt of that link itself, after
-        ``Broker.renew`` returned, the link tried again first. Whatever ``Broker.renew`` raises
-        before it renewed the lease (told by the lease being replaced, not by what was raised: an
-        interrupt waiting for the broker, a lease that ended as the renewal was decided and a
-        pass over the queue that then raised) is raised as is, the renewal's allow closed first
-        with an ``error`` outcome and its reservation returned, as for ``LeaseLost``. An interrupt
-        in that closing of a ``LeaseLost`` renewal's allow closes it again, unless it committed
-        first, before the interrupt is raised (until a regression review (c) of R91 it was left
-        open, its reservation held for ever).
+        reserved).
+
+        An allowed renewal is settled by one rule, whatever is raised (an error, or an interrupt:
+        a Ctrl-C's ``KeyboardInterrupt``, a signal handler's ``SystemExit``). Until the broker
+        renewed the lease, its allow is closed with an ``error`` outcome and its reservation
+        returned, as for ``LeaseLost``, before the error is raised as is. Once it renewed it, the
+        extension's reservation is linked to the lease, settled at its end, before the error is
+        raised. The broker renewed the lease once ``Broker.renew`` returned, an interrupt after
+        that (at the release of the broker's lock, or in the link itself, which is written again)
+        included, or, where ``Broker.renew`` raised (its journal's ``StoreError``, its pass over
+        the queue raising, an interrupt), when it replaced the lease in that call
+        (``_extended``), whatever was raised. (Until a regression review (d) of R91 an interrupt at
+        that release closed the allow of a lease that ran the extension, charged no more than
+        before it.) An interrupt in the closing of a ``LeaseLost`` renewal's allow closes it
+        again, unless it committed first; an interrupt is raised even where the store refuses
+        that clean-up (``_closed``).
         """
         with self._lock:
             try:
@@ -475,28 +473,20 @@ class GatedBroker(_Recording):
                 ) from exc
             held = _held(auth)
             link = functools.partial(self._link, identity, lease_id, resource, auth, held)
-            extended = False
+            acted = False  # whether the broker renewed the lease: the rule of the docstring
             try:
-                # The allow's span, and the wait for the broker's lock (held by another thread
-                # through a journal write that may hang), are in the handler below: an interrupt
-                # in either before the lease is extended closes the allow (until a regression
-                # review (b) of R91 one before ``Broker.renew`` left it with no outcome, its
-                # reservation held for ever).
                 self.gate.trace_allowed(auth)
-                # The lock is taken here, around ``Broker.renew`` and the reading of what it did,
-                # so that an interrupt in that wait is known to come before the broker renewed
-                # anything, and nothing after it waits for the lock again. Until a regression
-                # review (c) of R91 ``Broker.renew`` waited for it, and the handler read the
-                # broker to tell whether it had, waiting again on the lock the interrupt came
-                # out of: a Ctrl-C did nothing until the hung write ended, and a second one
-                # landed in that read, outside every handler, the allow left open and its
-                # reservation held for ever, tied to nothing.
+                # The broker's lock is taken here, around ``Broker.renew`` and the reading of what
+                # it did: an interrupt in the wait for it (another thread in a journal write that
+                # hangs) comes before the broker renewed anything, and nothing after it waits for
+                # the lock again.
                 with self.broker._lock:
                     earlier_events = len(self.broker.undelivered())
                     try:
                         renewed = self.broker.renew(lease_id)
+                        acted = True  # an interrupt from here on (the lock's release) links it
                     except BaseException:
-                        extended = self._extended(decided, earlier_events)
+                        acted = self._extended(decided, earlier_events)
                         raise
             except LeaseLost as lost:
                 # The lease ended while the renewal was decided (its expiry or grace end fell
@@ -528,22 +518,8 @@ class GatedBroker(_Recording):
                 self._record_pending()
                 raise
             except BaseException as exc:  # an interrupt too (Ctrl-C, a signal handler's exit)
-                # ``Broker.renew`` extends the lease before its pass over the queue and its journal
-                # write: whatever either raised (a ``StoreError``, the placement policy or
-                # ``grant_check`` raising, an interrupt), the lease runs the time this renewal
-                # added, so the lease keeps what was reserved to pay for it. Until a regression
-                # review of R91 only a ``StoreError`` linked it: after anything else the
-                # extension's reservation was held for ever, tied to nothing, and the lease charged
-                # no more than its first reservation.
-                if extended:
+                if acted:  # the lease runs the time this renewal added: it keeps its reservation
                     _closed(exc, link)
-                # Raised before the extension (an interrupt waiting for the broker's lock, a lease
-                # that ended as the renewal was decided and a pass that then raised, not
-                # ``LeaseLost``): not renewed, so the allow is closed as ``LeaseLost`` closes it.
-                # Decided on the lease being replaced (``_extended``), not on what was raised:
-                # until a regression review (b) of R91 such a renewal was linked to the lease all
-                # the same, with no outcome, and ``reconcile`` charged its reservation whole with
-                # the lease's.
                 renewal = LeaseDecision(
                     lease_id, identity.did, identity.grant_id, resource, auth.audit_index, None, held
                 )
@@ -554,12 +530,8 @@ class GatedBroker(_Recording):
             except BaseException as exc:
                 if not _interrupt(exc):
                     raise  # the store's error: renewed all the same (the docstring)
-                # A Ctrl-C at a store that hangs lands in the link's own transaction, after
-                # ``Broker.renew`` returned, and rolls it back: linked again before it is raised.
-                # ``_link`` links only what is still held, so a link that committed before the
-                # interrupt is not linked twice. Until a regression review (b) of R91 this link
-                # was outside every handler: the lease ran the extension, which was held for
-                # ever, tied to nothing, and charged no more than its first reservation.
+                # A Ctrl-C at a store that hangs lands in the link's own transaction and rolls it
+                # back: linked again (``_link`` links only what is still held, never twice).
                 _closed(exc, link)
             self._record_pending()
         return renewed

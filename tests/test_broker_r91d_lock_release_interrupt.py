@@ -1,0 +1,145 @@
+"""Regression review (d) of R91 (item 1): an interrupt (a Ctrl-C) that CPython handles as
+``GatedBroker`` releases the broker's lock, after ``Broker.renew`` or ``Broker.submit`` returned,
+was taken for one before the broker acted: the renewal's allow was closed as "not renewed" while
+the lease ran the extension (charged its first reservation only), and the submit's allow was
+closed as "interrupted before the broker took the request" while the broker granted it, its
+lease run unlinked, never charged, its grant never audited. Now a broker call that returned has
+acted: the renewal is linked to its lease, the request stands linked, and its events are kept
+for the next call to record."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+
+import pytest
+from test_broker_restart_budget import World
+
+from agentgate.dispatch.broker import BrokerEvent, GangRequest
+
+
+class _InterruptedAtRelease:
+    """The broker's lock, whose outermost release raises ``KeyboardInterrupt`` once ``armed``:
+    a SIGINT that arrived while the broker worked, handled at the call of the lock's exit."""
+
+    def __init__(self, real: threading.RLock) -> None:
+        self.real = real
+        self.depth = 0
+        self.armed = False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        taken = self.real.acquire(blocking, timeout)
+        self.depth += taken
+        return taken
+
+    def release(self) -> None:
+        self.depth -= 1
+        self.real.release()
+        if self.depth == 0 and self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    made = World(f"sqlite:///{tmp_path / 'agentgate.db'}", budget=10_000_000)
+    yield made
+    made.process.gate.close()
+
+
+def _interrupt_after(world: World, call: str) -> None:
+    """Make the broker's next ``call`` (``renew``, ``submit``) return, then an interrupt land as
+    the gated broker releases the broker's lock."""
+    broker = world.process.broker
+    lock = _InterruptedAtRelease(broker._lock)
+    broker._lock = lock  # type: ignore[assignment]
+    real = getattr(broker, call)
+
+    def returned(*args: object, **kwargs: object) -> object:
+        setattr(broker, call, real)
+        answer = real(*args, **kwargs)
+        lock.armed = True
+        return answer
+
+    setattr(broker, call, returned)
+
+
+def test_a_renewal_interrupted_after_the_broker_renewed_is_linked(world: World) -> None:
+    process = world.process
+    process.gated.submit(world.trainer, GangRequest("job1", "x", 4, gpu_type="H100"))  # until 1060
+    world.clock.now += 30
+    _interrupt_after(world, "renew")
+    with pytest.raises(KeyboardInterrupt):
+        process.gated.renew(world.trainer, "job1")
+    assert [lease.expires_at for lease in process.broker.leases()] == [1090.0]  # renewed
+    assert [e.status for e in process.entries() if e.kind == "outcome"] == ["lease_granted"]  # no error
+    world.clock.now += 200
+    process.gated.advance()  # expired at 1090: held 90 s
+    assert [e.status for e in process.entries() if e.kind == "outcome"][-1] == "lease_expired"
+    assert world.spent() == 4 * 90 * 1000  # the extension is charged with the lease
+    assert world.remaining() == world.budget - world.spent()  # nothing left reserved
+
+
+def test_a_submit_interrupted_after_the_broker_took_it_stands_and_keeps_its_events(world: World) -> None:
+    process = world.process
+    _interrupt_after(world, "submit")
+    with pytest.raises(KeyboardInterrupt):
+        process.gated.submit(world.trainer, GangRequest("job2", "x", 2, gpu_type="H100"))
+    allow = next(e.index for e in process.entries() if e.kind == "allow")
+    assert [lease.id for lease in process.broker.leases()] == ["job2"]
+    assert [e for e in process.entries() if e.kind == "outcome"] == []  # not closed as an error
+    decided = process.gated.decisions.get("job2")
+    assert decided is not None and decided.audit_index == allow
+    granted = process.gated.advance()  # the grant Broker.submit gave out, kept for this call
+    assert [type(event).__name__ for event in granted] == ["Granted"]
+    assert [(e.status, e.ref) for e in process.entries() if e.kind == "outcome"] == [("lease_granted", allow)]
+    world.clock.now += 50
+    process.gated.release(world.trainer, "job2")
+    assert world.spent() == 2 * 50 * 1000  # the lease is charged the time it held
+    assert world.remaining() == world.budget - world.spent()
+
+
+class _InterruptedAfterExtend(deque[BrokerEvent]):
+    """``GatedBroker._unrecorded``, whose next ``extend`` takes the events and then raises
+    ``KeyboardInterrupt``: a SIGINT handled as that call returns."""
+
+    armed = True
+
+    def extend(self, events: Iterable[BrokerEvent]) -> None:
+        super().extend(events)
+        if self.armed and len(self):
+            self.armed = False
+            raise KeyboardInterrupt
+
+
+def test_a_request_withdrawn_in_its_pass_then_interrupted_keeps_its_own_end(world: World) -> None:
+    process = world.process
+    broker = process.broker
+    check = broker.grant_check
+
+    def refused_once(request: GangRequest) -> str | None:
+        broker.grant_check = check
+        return "refused once"
+
+    broker.grant_check = refused_once
+    process.gated._unrecorded = _InterruptedAfterExtend()
+    with pytest.raises(KeyboardInterrupt):
+        process.gated.submit(world.trainer, GangRequest("job1", "x", 4, gpu_type="H100"))
+    assert process.gated.decisions.get("job1") is not None  # kept for its own Withdrawn
+    process.gated.advance()
+    allow = next(e.index for e in process.entries() if e.kind == "allow")
+    assert [(e.status, e.ref) for e in process.entries() if e.kind == "outcome"] == [
+        ("request_revoked", allow)
+    ]
+    assert world.remaining() == world.budget  # its reservation returned, once
