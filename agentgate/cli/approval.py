@@ -35,7 +35,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentgate._json import once_each
 from agentgate._time import LATEST_EXPIRY
@@ -53,13 +53,16 @@ from agentgate.cli._common import (
     utc,
 )
 from agentgate.cli._lines import shortened
-from agentgate.errors import InputError
+from agentgate.errors import BeyondLogEnd, InputError
 from agentgate.gate import Approval, approval_call_hash
 from agentgate.gate._records import PLACEHOLDERS, UNCOUNTED
 from agentgate.keys import load_signing_key, read_regular_file, replace_file, shown_path
 from agentgate.policy._index import gate_named
 from agentgate.store.approvals import Approval as StoredRequest
 from agentgate.store.approvals import ApprovalStore, how_closed
+
+if TYPE_CHECKING:
+    from agentgate.store.audit import AuditLog
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -171,7 +174,7 @@ def _against_store(
                 None,
             )
         index = approvals.asked_index(row.id, row.call_hash)
-        entry = log.entry(index) if index is not None and log.exists else None
+        entry = _asked_entry(log, index)
         standing = _standing(approvals, row, signer)
         counted, _ = approvals.votes(row.id)
         voters = approvals.counted_among(row.id)
@@ -207,6 +210,20 @@ def _against_store(
     return None, _Logged(
         entry, *_not_counted(entry, later, added), _votes(counted, row.quorum, signer, voters)
     )
+
+
+def _asked_entry(log: AuditLog, index: int | None) -> AuditEntry | None:
+    """The entry at ``index``, where the store says the request's ``approval_required`` entry
+    is, or ``None`` when there is none: no index, no log, or no row past the log's end. No
+    checkpoint is read (``against_checkpoint=False``): it opens with no key here, and until
+    review R91c this entry deleted as the log's newest row, under a checkpoint, was refused
+    blaming the key given (``--key``), which this command does not take."""
+    if index is None or not log.exists:
+        return None
+    try:
+        return log.entry(index, against_checkpoint=False)
+    except BeyondLogEnd:
+        return None
 
 
 def _standing(approvals: ApprovalStore, row: StoredRequest, signer: str) -> str | None:

@@ -417,13 +417,16 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         ``TamperDetected`` when more than one row holds it, or when its row was deleted (``_absent``)."""
         return self._stored_row(_whole(index, "entry index"))[0]
 
-    def _stored_row(self, index: int, tx: Transaction | None = None) -> tuple[bytes, bytes]:
+    def _stored_row(
+        self, index: int, tx: Transaction | None = None, *, against_checkpoint: bool = True
+    ) -> tuple[bytes, bytes]:
         """The stored ``(entry, leaf_hash)`` of entry ``index``; ``_absent``'s error when no row
-        holds it; ``TamperDetected`` when more than one row holds it (``_read_rows``)."""
+        holds it (``against_checkpoint`` as it takes it); ``TamperDetected`` when more than one
+        row holds it (``_read_rows``)."""
         rows = self._read_rows([index], tx) if 0 <= index <= _MAX_INDEX else {}
         if index in rows:
             return rows[index]
-        row = self._read_again(index, tx)
+        row = self._read_again(index, tx, against_checkpoint=against_checkpoint)
         if isinstance(row, InputError):
             raise row
         return row
@@ -468,7 +471,9 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             return self._short_of_checkpoint(index, latest)
         return BeyondLogEnd(index, self.size(), "entry")
 
-    def entry(self, index: int, tx: Transaction | None = None) -> AuditEntry:
+    def entry(
+        self, index: int, tx: Transaction | None = None, *, against_checkpoint: bool = True
+    ) -> AuditEntry:
         """Entry ``index``, parsed (read in ``tx`` when given); ``TamperDetected`` naming ``index``
         if its bytes are not canonical, do not match its stored leaf hash or do not carry
         ``index`` (edited in the database, canonical all the same), more than one row holds
@@ -477,9 +482,14 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         every reader acts on what it reads (settlements and superseded or voided approval
         requests copy an entry's fields into the entries they write). Until review R83 only
         canonical bytes were checked; R83 first checked the rest for the command line's settle
-        paths alone, then here, for every reader (one SHA-256 of bytes already read)."""
+        paths alone, then here, for every reader (one SHA-256 of bytes already read).
+
+        ``against_checkpoint=False``, for a reader that holds no log key (``approval sign
+        --store``), reads no checkpoint, as ``referring`` takes it: an index past the log's end is
+        ``BeyondLogEnd`` even where the latest checkpoint covers it (until review R91c that
+        checkpoint was opened with a key that signs nothing, and the refusal blamed the key)."""
         index = _whole(index, "entry index")
-        return _read_entry(index, self._stored_row(index, tx))
+        return _read_entry(index, self._stored_row(index, tx, against_checkpoint=against_checkpoint))
 
     def entries_at(self, indexes: Iterable[int]) -> dict[int, AuditEntry]:
         """The entries at ``indexes``, parsed, read in a few statements (500 indexes each), not
