@@ -138,15 +138,26 @@ def _split(n: int) -> int:
 
 def _subtree_root(leaves: Sequence[object], lo: int, hi: int) -> bytes:
     """The root of the leaf hashes ``leaves[lo:hi]``, each checked as it is read (the proof's one
-    pass over them): ``InputError`` naming ``leaves[i]`` (``_hash_given``) for one that is not
-    bytes; one that is not exactly ``bytes`` (a ``bytearray``, a ``memoryview``, numpy's
-    ``bytes_``) is read as the bytes it holds, so a proof is ``bytes`` alone."""
+    pass over them) by ``_leaf_given``, so a proof is 32-byte ``bytes`` alone."""
     acc = RootAccumulator()
     add = acc.add
     for i in range(lo, hi):
         leaf = leaves[i]
-        add(leaf if type(leaf) is bytes else bytes(_hash_given(leaf, f"leaves[{i}]")))
+        add(leaf if type(leaf) is bytes and len(leaf) == HASH_SIZE else _leaf_given(leaf, i))
     return acc.root()
+
+
+def _leaf_given(value: object, position: int) -> bytes:
+    """``leaves[position]``, a leaf hash a proof reads, as ``bytes``: a ``bytes``, ``bytearray``
+    or ``memoryview`` (``_hash_given``) of exactly 32 bytes; ``InputError`` naming it otherwise.
+    A hash of another length makes a proof no verifier accepts: until review R91c it was read as
+    given, and ``inclusion_proof`` returned such a proof without a word (a numpy ``S32`` array,
+    which drops a hash's trailing zero bytes, gave one hash in 256 as 31 bytes)."""
+    name = f"leaves[{position}]"
+    leaf = bytes(_hash_given(value, name))
+    if len(leaf) != HASH_SIZE:
+        raise InputError(f"Merkle proof check: {name} is {len(leaf)} bytes, not a {HASH_SIZE}-byte leaf hash")
+    return leaf
 
 
 def tree_integer(value: object, name: str, where: str = "Merkle proof check", *, bools: bool = True) -> int:
@@ -201,8 +212,8 @@ def inclusion_proof(leaves: Sequence[bytes], index: int, size: int | None = None
 
     Raises ``ValueError`` when ``index`` is not in that tree, and ``InputError`` naming ``index``
     or ``size`` when it is not an integer, naming ``leaves`` when it has no length and items by
-    position (``_leaves_given``), and naming a leaf the proof reads that is not bytes
-    (``_subtree_root``).
+    position (``_leaves_given``), and naming a leaf the proof reads that is not a 32-byte hash
+    (``_leaf_given``).
     """
     given, count = _leaves_given(leaves)
     index = tree_integer(index, "index")
@@ -248,7 +259,7 @@ def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = N
     Empty when the sizes are equal. Raises ``ValueError`` unless ``0 < size1 <= size2 <= len(leaves)``,
     and ``InputError`` naming ``size1`` or ``size2`` when it is not an integer, ``leaves`` when it
     has no length and items by position (``_leaves_given``), and a leaf the proof reads that is
-    not bytes (``_subtree_root``).
+    not a 32-byte hash (``_leaf_given``).
     """
     given, count = _leaves_given(leaves)
     size1 = tree_integer(size1, "size1")
@@ -260,8 +271,8 @@ def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = N
 
 def _leaves_given(leaves: object) -> tuple[Sequence[object], int]:
     """``leaves``, the leaf hashes a caller gave to build a proof from, and how many it holds,
-    when it has a length and items by position (a ``list``, a ``tuple``, a numpy array, any
-    object with ``__len__`` and ``__getitem__``: each leaf read is checked by ``_subtree_root``);
+    when it has a length and items by position (a ``list``, a ``tuple``, any object with
+    ``__len__`` and ``__getitem__``: each leaf read is checked by ``_leaf_given``);
     ``InputError`` otherwise (``None``; a ``str`` or ``bytes`` too, whose items are characters
     or numbers: until review R91 ``inclusion_proof(None, 0)`` was a bare ``TypeError`` and
     ``inclusion_proof("ab", 0)`` returned ``['b']``; until review R91b a numpy array, or any

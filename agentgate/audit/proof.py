@@ -58,7 +58,8 @@ class ProofBundle:
         and a hash or entry given as ``str``, or a note as ``bytes``, raised a bare ``TypeError``.
         A hash of any other length is written, as ``parse`` reads it (verifying it is
         ``TamperDetected``: a bundle that does not verify, as a test writes one), and ``proof``
-        may be any iterable (a generator, a numpy array): until review R91b both were refused."""
+        may be any iterable of hashes in order (a ``list``, a ``tuple``, a generator): until
+        review R91b both were refused."""
         index = tree_integer(self.index, "index", "proof bundle", bools=False)
         if not 0 <= index <= MAX_TREE_SIZE:
             raise InputError(f"proof bundle: index must be 0 .. 2**64-1, got {quoted(index, 40)}")
