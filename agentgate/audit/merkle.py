@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
-from collections.abc import Sequence, Sized
+from collections.abc import Mapping, Sequence, Sized
 from typing import cast
 
 from agentgate._shown import quoted
@@ -138,11 +138,16 @@ def _split(n: int) -> int:
 
 def _subtree_root(leaves: Sequence[object], lo: int, hi: int) -> bytes:
     """The root of the leaf hashes ``leaves[lo:hi]``, each checked as it is read (the proof's one
-    pass over them) by ``_leaf_given``, so a proof is 32-byte ``bytes`` alone."""
+    pass over them) by ``_leaf_given``, so a proof is 32-byte ``bytes`` alone. An item that
+    cannot be read (fewer items than the length says, a ``__getitem__`` that raises) is
+    ``_leaves_refused`` naming it (until review R91c the caller's own error came out)."""
     acc = RootAccumulator()
     add = acc.add
     for i in range(lo, hi):
-        leaf = leaves[i]
+        try:
+            leaf = leaves[i]
+        except Exception as exc:  # the caller's container, whatever it raises
+            raise _leaves_refused(leaves, f"leaves[{i}] cannot be read ({type(exc).__name__})") from None
         add(leaf if type(leaf) is bytes and len(leaf) == HASH_SIZE else _leaf_given(leaf, i))
     return acc.root()
 
@@ -272,19 +277,29 @@ def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = N
 def _leaves_given(leaves: object) -> tuple[Sequence[object], int]:
     """``leaves``, the leaf hashes a caller gave to build a proof from, and how many it holds,
     when it has a length and items by position (a ``list``, a ``tuple``, any object with
-    ``__len__`` and ``__getitem__``: each leaf read is checked by ``_leaf_given``);
-    ``InputError`` otherwise (``None``; a ``str`` or ``bytes`` too, whose items are characters
-    or numbers: until review R91 ``inclusion_proof(None, 0)`` was a bare ``TypeError`` and
-    ``inclusion_proof("ab", 0)`` returned ``['b']``; until review R91b a numpy array, or any
-    sequence not registered as ``Sequence``, was refused too, though it had always been read)."""
+    ``__len__`` and ``__getitem__``: each leaf is read and checked by ``_subtree_root``);
+    ``_leaves_refused`` otherwise: ``None``, a ``str`` or ``bytes`` (whose items are characters
+    or numbers), a mapping (whose items are by key), a length that cannot be read (negative, too
+    large, a ``__len__`` that raises). Until review R91 ``inclusion_proof(None, 0)`` was a bare
+    ``TypeError`` and ``inclusion_proof("ab", 0)`` returned ``['b']``; until review R91b any
+    sequence not registered as ``Sequence`` was refused, though it had always been read; until
+    review R91c a mapping was read by key and a length that could not be read raised the
+    caller's own error (a ``KeyError``, an ``OverflowError``, a ``ValueError``)."""
     positional = isinstance(leaves, Sized) and hasattr(type(leaves), "__getitem__")
-    if positional and not isinstance(leaves, str | bytes | bytearray | memoryview):
-        try:
-            return cast("Sequence[object]", leaves), len(cast("Sized", leaves))
-        except TypeError:  # a numpy array of no dimension: it has ``__len__``, and no length
-            pass
-    raise InputError(
+    if not positional or isinstance(leaves, str | bytes | bytearray | memoryview | Mapping):
+        raise _leaves_refused(leaves)
+    try:
+        return cast("Sequence[object]", leaves), len(cast("Sized", leaves))
+    except Exception:  # no length after all (a numpy array of no dimension), or one len() refuses
+        raise _leaves_refused(leaves) from None
+
+
+def _leaves_refused(leaves: object, detail: str = "") -> InputError:
+    """The one error for ``leaves`` that are no sequence of leaf hashes, naming its type and,
+    where an item could not be read, ``detail``."""
+    return InputError(
         f"Merkle proof check: leaves must be a sequence of leaf hashes (bytes), got {type(leaves).__name__}"
+        + (f": {detail}" if detail else "")
     )
 
 
