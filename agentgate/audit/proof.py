@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from agentgate._shown import quoted
@@ -58,8 +59,8 @@ class ProofBundle:
         and a hash or entry given as ``str``, or a note as ``bytes``, raised a bare ``TypeError``.
         A hash of any other length is written, as ``parse`` reads it (verifying it is
         ``TamperDetected``: a bundle that does not verify, as a test writes one), and ``proof``
-        may be any iterable of hashes in order (a ``list``, a ``tuple``, a generator): until
-        review R91b both were refused."""
+        may be any iterable of hashes in order (a ``list``, a ``tuple``, a generator; not a
+        ``set``): until review R91b both were refused."""
         index = tree_integer(self.index, "index", "proof bundle", bools=False)
         if not 0 <= index <= MAX_TREE_SIZE:
             raise InputError(f"proof bundle: index must be 0 .. 2**64-1, got {quoted(index, 40)}")
@@ -112,13 +113,18 @@ class ProofBundle:
 def _hashes_given(proof: object) -> list[bytes]:
     """``proof``, a bundle's proof, as the list of its hashes, each as ``_bytes_given`` reads it:
     ``InputError`` naming ``proof`` for what is no iterable of them (``None``; a ``str`` or
-    ``bytes``, whose items are characters or numbers; a numpy array of no dimension), and naming
+    ``bytes``, whose items are characters or numbers; a numpy array of no dimension; a ``set``,
+    whose items are in no order: until review R91c written as they came), and naming
     ``proof[i]`` for an empty hash, whose line would be the blank line that ends the proof."""
     refused = InputError(
         f"proof bundle: proof must be an iterable of hashes (bytes), got {type(proof).__name__}"
     )
     if isinstance(proof, str | bytes | bytearray | memoryview) or not isinstance(proof, Iterable):
         raise refused
+    if isinstance(proof, AbstractSet):  # its hashes in no order: a bundle that verifies INVALID
+        raise InputError(
+            f"proof bundle: proof must be its hashes in order, leaf to root, got {type(proof).__name__}"
+        )
     try:
         items = iter(proof)
     except TypeError:  # ``__iter__`` and nothing to iterate (a numpy array of no dimension)
