@@ -34,6 +34,7 @@ from agentgate.store.audit._stored import (
     _note,
     _parsed,
     _read_entry,
+    _switch,
     _whole,
     blob_column,
     latest_checkpoint_row,
@@ -487,8 +488,10 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         ``against_checkpoint=False``, for a reader that holds no log key (``approval sign
         --store``), reads no checkpoint, as ``referring`` takes it: an index past the log's end is
         ``BeyondLogEnd`` even where the latest checkpoint covers it (until review R91c that
-        checkpoint was opened with a key that signs nothing, and the refusal blamed the key)."""
+        checkpoint was opened with a key that signs nothing, and the refusal blamed the key);
+        ``InputError`` when it is not a bool (``_switch``)."""
         index = _whole(index, "entry index")
+        against_checkpoint = _switch(against_checkpoint, "against_checkpoint")
         return _read_entry(index, self._stored_row(index, tx, against_checkpoint=against_checkpoint))
 
     def entries_at(self, indexes: Iterable[int]) -> dict[int, AuditEntry]:

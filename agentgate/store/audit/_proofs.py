@@ -16,7 +16,16 @@ from agentgate.audit.note import Checkpoint, given_text, key_id, other_signer, w
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import BeyondLogEnd, InputError, TamperDetected
 from agentgate.store._base import Row, Store, Transaction
-from agentgate.store.audit._stored import _MAX_INDEX, _bytes, _note, _parsed, _stored_index, _whole, no_entry
+from agentgate.store.audit._stored import (
+    _MAX_INDEX,
+    _bytes,
+    _note,
+    _parsed,
+    _stored_index,
+    _switch,
+    _whole,
+    no_entry,
+)
 
 if TYPE_CHECKING:
     from agentgate.keys import PublicKey, SigningKey
@@ -214,9 +223,11 @@ class _Proofs:
         not refused, and a row the reference index names past the log's end names no entry, as in
         a log without checkpoints (rows missing below the end are still refused). Such a reader
         opened the checkpoint with a key that signs nothing: until review R91b a newest row
-        deleted was refused as a checkpoint that does not open, blaming the key given."""
+        deleted was refused as a checkpoint that does not open, blaming the key given. A flag
+        that is not a bool is ``InputError`` (``_switch``): until review R91c ``None`` or ``0``
+        turned the check off without a word."""
         index = self._index_given(index)
-        if not against_checkpoint:
+        if not _switch(against_checkpoint, "against_checkpoint"):
             related = self._related(index, None, against_checkpoint=False)
             return [related[idx][2] for idx in sorted(related)]
         # Nothing below the end may say which deleted row referred to ``index``: the signed size

@@ -154,3 +154,12 @@ def _whole(value: object, what: str) -> int:
     subclass of 10**5000 made the refusal a bare ``ValueError``, a list nested 100,000 deep a
     ``RecursionError``)."""
     return tree_integer(value, what, "audit log", bools=False)
+
+
+def _switch(value: object, what: str) -> bool:
+    """``value``, a caller's keyword ``what`` that turns a check on or off, when it is a bool;
+    ``InputError`` naming ``what`` otherwise: until review R91c ``None`` or ``0`` turned the
+    check off without a word."""
+    if type(value) is not bool:
+        raise InputError(f"audit log: {what} must be True or False, got {quoted(value, 40)}")
+    return value
