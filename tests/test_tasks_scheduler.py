@@ -409,7 +409,7 @@ def test_a_lease_taken_after_its_call_gave_up_is_given_back(tmp_path: Path) -> N
 
     store = SQLiteStore(tmp_path / "s.db")
     manager, other = LeaseManager(store, holder="p1"), LeaseManager(store, holder="p2")
-    taking = _Taking(manager, "tool:pay", 1)
+    taking = _Taking(manager, "tool:pay", 1, counting=lambda _failure, _key, fn, *args: fn(*args))
     assert taking.abandon() is None  # the call gave up before the worker thread took the slot
     assert taking.take() is None
     assert manager.held() == 0

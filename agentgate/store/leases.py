@@ -342,8 +342,15 @@ class LeaseManager:
                     # which is the safe direction (slots come back rather than leak).
                     continue
 
-    def close(self) -> None:
-        """Stop the heartbeat and give back every lease still held. Idempotent."""
+    def close(self, *, unreleased: Callable[[Lease], None] | None = None) -> None:
+        """Stop the heartbeat and give back every lease still held. Idempotent.
+
+        A lease the store does not take back is not renewed again: it expires within ``ttl_s``.
+        ``unreleased(lease)``, when given, is called for each such lease, once, whatever the
+        error (the scheduler counts it as ``lease_not_released``; until review R91d these were
+        skipped uncounted). A ``StoreError`` is not raised; the first other error is, once every
+        lease has been tried, and an interrupt (``KeyboardInterrupt``) at once.
+        """
         if self._closed:
             return
         self._closed = True
@@ -352,12 +359,20 @@ class LeaseManager:
             self._heartbeat.join()
         with self._lock:
             held, self._held = list(self._held), set()
+        failed: Exception | None = None
         for lease in held:
             try:
                 with self.store.transaction() as tx:
                     tx.execute(_RELEASE, (stored_key(lease.key), lease.slot, lease.lease_id, self.holder))
-            except StoreError:
-                continue  # it expires by itself within ttl_s
+            except BaseException as exc:
+                if unreleased is not None:
+                    unreleased(lease)
+                if not isinstance(exc, Exception):
+                    raise
+                if failed is None and not isinstance(exc, StoreError):
+                    failed = exc
+        if failed is not None:
+            raise failed
 
 
 _BUCKET_CREATE = (

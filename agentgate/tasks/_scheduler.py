@@ -83,7 +83,7 @@ from agentgate.tasks._failures import (
 from agentgate.tasks._limits import SharedLimits
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import RetryRule
-from agentgate.tasks._store_work import _StoreWork
+from agentgate.tasks._store_work import _close_leases, _StoreWork
 from agentgate.tasks._waiter import RUNNING, Waiter
 
 T = TypeVar("T")
@@ -185,10 +185,6 @@ class Scheduler(_StoreWork, _Failures):
             dead_letters = DeadLetterStore(store)
         self._dead_store = dead_letters
         self._leases = LeaseManager(store, ttl_s=self.config.lease_ttl_s) if store is not None else None
-        if self._leases is not None:
-            # A scheduler dropped without ``aclose`` (its loop is gone) still stops its heartbeat thread.
-            finalizer = weakref.finalize(self, self._leases.close)
-            finalizer.atexit = False  # type: ignore[misc]  # a documented attribute the stubs miss
         self._rates = SharedRateLimits(store) if store is not None else None
         self._shared_breakers = SharedBreakers(store) if store is not None else None
         self._breaker_seen: dict[str, float] = {}  # key -> when its row is read next (loop time)
@@ -202,6 +198,12 @@ class Scheduler(_StoreWork, _Failures):
             in_flight=limits.tool_in_flight,
             breakers=limits.breaker_snapshots,
         )
+        if self._leases is not None:
+            # A scheduler dropped without ``aclose`` (its loop is gone) still stops its heartbeat
+            # thread, and counts the leases the store did not take back (its metrics are kept,
+            # not the scheduler).
+            finalizer = weakref.finalize(self, _close_leases, self._leases, self.metrics)
+            finalizer.atexit = False  # type: ignore[misc]  # a documented attribute the stubs miss
         limits.attach(self)
 
     # --- public ---------------------------------------------------------------------------------
@@ -284,7 +286,7 @@ class Scheduler(_StoreWork, _Failures):
         if self._background:
             await asyncio.wait(list(self._background))
         if self._leases is not None:
-            await self._blocking(self._leases.close)
+            await self._blocking(self.release_leases)
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:

@@ -91,10 +91,11 @@ class _StoreWork:
 
     def release_leases(self) -> None:
         """Stop renewing this scheduler's cross-process leases and give them back, from any thread
-        (blocking, idempotent). For an owner that cannot await ``aclose`` on the scheduler's loop:
-        a ``Gate`` closing while that loop runs in another thread, or runs no more."""
+        (blocking, idempotent), each the store refuses counted (``_close_leases``). For an owner
+        that cannot await ``aclose`` on the scheduler's loop (which runs this too): a ``Gate``
+        closing while that loop runs in another thread, or runs no more."""
         if self._leases is not None:
-            self._leases.close()
+            _close_leases(self._leases, self.metrics)
 
     async def _release_lease(self, manager: LeaseManager, lease: Lease) -> None:
         """Release an attempt's cross-process lease, to the end even if the call is cancelled.
@@ -148,7 +149,7 @@ class _StoreWork:
             # renewed by the heartbeat) with nobody to release it. The worker gives it back
             # itself when the call was given up first: the loop that asked may be gone by then
             # (``asyncio.run`` cancels what is left, then closes its loop), and nothing of it runs.
-            lease = await self._take_once(_Taking(self._leases, key, limit))
+            lease = await self._take_once(_Taking(self._leases, key, limit, counting=self._counting))
             if lease is not None:
                 return lease
             if deadline is not None and loop.time() + pause >= deadline:
@@ -191,7 +192,13 @@ class _StoreWork:
         key = breaker.key
         guard = SharedBreakers.probe_guard(key, breaker.policy.reset_timeout_s)
         claim = await self._take_once(
-            _Taking(self._leases, SharedBreakers.probe_key(key), breaker.policy.half_open_max_calls, guard)
+            _Taking(
+                self._leases,
+                SharedBreakers.probe_key(key),
+                breaker.policy.half_open_max_calls,
+                guard,
+                counting=self._counting,
+            )
         )
         if claim is None:
             limit = breaker.policy.half_open_max_calls
@@ -236,7 +243,9 @@ class _StoreWork:
         the error, then raising it. The job counts, not the loop that asked: a loop closed before
         the job ended never settles its future (``_forget_dead_background``), and until review
         R91c a lease given back or a breaker published from such a loop failed uncounted (as did
-        the release of a call cancelled while it waited)."""
+        the release of a call cancelled while it waited). The job that gives back a lease taken
+        after its call was given up (``_Taking``) counts through here too (until review R91d it
+        did not)."""
         try:
             fn(*args)
         except BaseException:
@@ -382,9 +391,10 @@ class _StoreWork:
 
 class _Taking:
     """One try for a cross-process lease, made in a worker thread (``take``) for a call that may
-    be given up meanwhile (``abandon``): whichever comes second gives the lease back."""
+    be given up meanwhile (``abandon``): whichever comes second gives the lease back. ``counting``
+    is the scheduler's ``_StoreWork._counting``, through which ``take`` gives a lease back."""
 
-    __slots__ = ("_abandoned", "_guard", "_key", "_limit", "_lock", "_manager", "_taken")
+    __slots__ = ("_abandoned", "_counting", "_guard", "_key", "_limit", "_lock", "_manager", "_taken")
 
     def __init__(
         self,
@@ -392,8 +402,11 @@ class _Taking:
         key: str,
         limit: int,
         guard: Callable[[Transaction, float], bool] | None = None,
+        *,
+        counting: Callable[..., None],
     ) -> None:
         self._manager = manager
+        self._counting = counting
         self._key = key
         self._limit = limit
         self._guard = guard
@@ -409,10 +422,11 @@ class _Taking:
                 self._taken = lease
                 return lease
         if lease is not None:
-            # StoreError: not given back now; not renewed either (``release`` forgot it first),
-            # so it expires within the lease's ttl.
+            # Not given back: counted as lease_not_released, whatever the error, as every other
+            # give-back is (until review R91d it was not); a StoreError is not raised on. Not
+            # renewed either (``release`` forgot it first), so it expires within the lease's ttl.
             with contextlib.suppress(StoreError):
-                self._manager.release(lease)
+                self._counting("lease_not_released", lease.key, self._manager.release, lease)
         return None
 
     def abandon(self) -> Lease | None:
@@ -421,6 +435,14 @@ class _Taking:
         with self._lock:
             self._abandoned = True
             return self._taken
+
+
+def _close_leases(manager: LeaseManager, metrics: SchedulerMetrics) -> None:
+    """Close ``manager`` (blocking, from any thread), counting each lease the store does not take
+    back as ``lease_not_released``, once, whatever the error: for ``aclose``, ``release_leases``
+    and the finalizer of a scheduler dropped unclosed (which must not hold the scheduler). Until
+    review R91d these were skipped uncounted."""
+    manager.close(unreleased=lambda lease: metrics.tally("lease_not_released", lease.key))
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
