@@ -123,7 +123,8 @@ class Claimed(NamedTuple):
 
     earlier: str | None
     """Another name that holds one of the readings claimed, the first granted (by ``first_at``,
-    then name, as every process orders them); else ``None``, the claim made."""
+    then name in code point order, as every process and store orders them, ``_holders``); else
+    ``None``, the claim made."""
     first_at: int
     """When the name claimed was first granted on the store (Unix seconds): the time of this
     claim, or of an earlier one by any process, before any restart. A Gate orders the names it
@@ -155,19 +156,27 @@ class AgentNames:
     def claim(self, tx: Transaction, name: str, readings: Collection[str], now: int) -> Claimed:
         """Record ``readings`` as ``name``'s in ``tx`` where no other name holds them; returns
         another name that holds one of them (``Claimed.earlier``: the first granted, by
-        ``first_at`` then name, the claim then to be rolled back with ``tx``), else when
-        ``name`` was first granted (``Claimed.first_at``: ``now``, or an earlier grant's time).
+        ``first_at`` then name in code point order, ``_holders``; the claim then to be rolled
+        back with ``tx``), else when ``name`` was first granted (``Claimed.first_at``: ``now``,
+        or an earlier grant's time).
         Readings are claimed in sorted order, so that two claims sharing two readings wait for
         one another instead of deadlocking."""
         ordered = sorted(readings)
         for reading in ordered:
             tx.execute(_CLAIM, (reading, name, now))
-        marks = ", ".join("?" * len(ordered))
-        rows = tx.execute(
-            f"SELECT name, first_at FROM agentgate_agent_names WHERE reading IN ({marks}) "
-            "ORDER BY first_at, name",
-            tuple(ordered),
-        )
-        held = [(str(holder), int(at)) for holder, at in rows]
-        earlier = next((holder for holder, _ in held if holder != name), None)
-        return Claimed(earlier, min((at for holder, at in held if holder == name), default=now))
+        held = _holders(tx, ordered)
+        earlier = next((holder for _, holder in held if holder != name), None)
+        return Claimed(earlier, min((at for at, holder in held if holder == name), default=now))
+
+
+def _holders(tx: Transaction, readings: Collection[str]) -> list[tuple[int, str]]:
+    """``(first_at, name)`` of the names that hold ``readings`` on the store, the first granted
+    first, then in code point order: sorted here, not by ``ORDER BY``, whose order of text is
+    the database's collation (a PostgreSQL database of ICU ``en-US`` puts ``bobi`` before
+    ``Bobl``; until review R91's fourth reading a tie within a second was told so there, and
+    in code point order by a Gate that granted both and by SQLite)."""
+    marks = ", ".join("?" * len(readings))
+    rows = tx.execute(
+        f"SELECT name, first_at FROM agentgate_agent_names WHERE reading IN ({marks})", tuple(readings)
+    )
+    return sorted((int(at), str(holder)) for holder, at in rows)
