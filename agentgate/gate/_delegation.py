@@ -53,6 +53,7 @@ from agentgate.errors import (
     InputError,
     Revoked,
     ScopeCreep,
+    StoreError,
     TokenFormatError,
 )
 from agentgate.findings import Finding, FindingKind
@@ -779,19 +780,41 @@ class _Delegation:
         take the two agents for one. Else ``None``; a name that reads as a principal's is the
         principal rule's (``_borrowed_name``). Until review R69 free names were compared with
         nothing. A name granted before is one look-up; a new one, its readings (computed once,
-        ``readings``' cache) and two look-ups. This Gate's memory only: the names other
+        ``readings``' cache) and two look-ups. This Gate's memory decides: the names other
         processes granted on the store are compared as the grant is recorded (``_claim_name``).
         A name that reads as two granted before (``bobI`` as ``bobi`` and ``bobl``) is told the
         first of them granted on the store, the first in code point order among those granted in
-        the same second, as ``AgentNames.claim`` tells it after a restart or in another process
-        (``_remember_name`` keeps the store's time of each name's first grant): until review R91's
-        second reading the order of a set of readings chose, which each process's hash seed set,
-        and until its third the first in code point order, whenever each was granted (``bobi``
-        granted after ``bobl`` was named by this Gate, ``bobl`` after a restart)."""
+        the same second, as ``AgentNames.claim`` tells it after a restart or in another process:
+        the refusal asks the store which (``_first_read_as``). Until review R91's second reading
+        the order of a set of readings chose, which each process's hash seed set; until its third
+        the first in code point order, whenever each was granted (``bobi`` granted after ``bobl``
+        was named by this Gate, ``bobl`` after a restart); until its fourth the first of this
+        Gate's own names (``bobi``, granted here after another process granted ``bobl``, was
+        named by this Gate, ``bobl`` by any other and after a restart)."""
         if name in self._agent_names or principal_named(self.policy, name) is not None:
             return None
         held = [self._name_readings[key] for key in _confusables.readings(name) if key in self._name_readings]
-        return self._reads_as(name, min(held)[1], issuing=issuing) if held else None
+        if not held:
+            return None
+        return self._reads_as(name, self._first_read_as(name, min(held)[1]), issuing=issuing)
+
+    def _first_read_as(self, name: str, kept: str) -> str:
+        """The name granted before that a refusal of ``name`` (``_read_alike``) tells: the first
+        granted on the store of those it reads as, by any process (``AgentNames.earlier``, read
+        here, on the refusal path only: a name granted costs no statement more). ``kept``, the
+        first of this Gate's own names it reads as (``_remember_name`` keeps the store's time of
+        each name's first grant), where the Gate has not opened the store's record of the names
+        or the store cannot be read: the refusal stands, and a store that cannot be read fails
+        its audit entry (``_audited_refusal``)."""
+        names = self._names_on_store
+        if names is None:
+            return kept
+        try:
+            with self.store.transaction(immediate=False) as tx:
+                earlier = names.earlier(tx, name, _confusables.readings(name))
+        except StoreError:
+            return kept
+        return kept if earlier is None else earlier
 
     def _reads_as(self, name: str, earlier: str, *, issuing: bool) -> Denied:
         """The refusal (``Denied``, ``name_reads_alike``) of a grant under ``name``, which reads
