@@ -33,8 +33,10 @@ arrival) is told to wait while the slots free for it are all spoken for by those
 that may use either of two free engines does not hold the only one a later waiter may use). A
 waiter whose caller gives up leaves the line when told (``withdraw``; the dispatcher does so), or
 else after ``WAITER_TIMEOUT_S`` without asking, once an ask or ``due`` passes its place in line
-(or at the sweep, once a second): asking again, it is queued anew, behind those that kept
-asking. One whose SLO budget is spent is shed when it asks and leaves the line then. Class 1 has no protection against class 0: under a steady stream of
+(or at the sweep, once a second): asking again, it is queued anew at its arrival's place
+(its key is its class and arrival, so it goes back ahead of those that arrived after it, even
+of those that kept asking; until a regression review of R91 this said "behind those that kept
+asking", which was never so). One whose SLO budget is spent is shed when it asks and leaves the line then. Class 1 has no protection against class 0: under a steady stream of
 class-0 arrivals a class-1 waiter is passed by each of them, and is shed once its SLO budget is
 spent (it waits no longer than its SLO). Asking costs the same however long the line is, and
 however many sets of backends its waiters may use: the line is kept as one queue per backend, of
