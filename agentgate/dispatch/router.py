@@ -236,6 +236,9 @@ class Router(RoutingPolicy):
             waiter.asked = now
             if not waiter.found_gone and (waiter.watched is None or now < waiter.watched):
                 self._watch(waiter, request.id)  # ``now`` earlier than its entry (or it had none)
+                # A clock going backwards pushes an entry at each ask, the last one stale: until
+                # a second regression review of R91 they piled up while nobody left the line.
+                self._bound_heaps()
         try:
             plan = super().route(request, now, allowed)
         except NoBackend:
@@ -259,8 +262,15 @@ class Router(RoutingPolicy):
                 self._quiet.clear()
                 self._overdue.clear()
                 self._found.clear()
-            elif len(self._quiet) + len(self._overdue) + len(self._found) > 8 * len(self._waiters) + 64:
-                self._tidy()
+            else:
+                self._bound_heaps()
+
+    def _bound_heaps(self) -> None:
+        """Drop the stale entries of ``_quiet``, ``_overdue`` and ``_found`` (``_tidy``) once they
+        hold more than 8 for each waiter (and 64): each tidy costs as much as the entries since
+        the last one, so at most a heap step more for each."""
+        if len(self._quiet) + len(self._overdue) + len(self._found) > 8 * len(self._waiters) + 64:
+            self._tidy()
 
     def _backends(self, model: str, allowed: AllowedBackend | None) -> tuple[str, ...]:
         """The backends serving ``model`` that ``allowed`` admits, in inventory order: the queues
@@ -396,7 +406,8 @@ class Router(RoutingPolicy):
 
     def _tidy(self) -> None:
         """Drop the entries of waiters that left the line from ``_quiet``, ``_overdue`` and
-        ``_found`` (each waiter has at most one in each)."""
+        ``_found``, and those a later entry of the waiter replaced (each waiter keeps at most one
+        in each)."""
 
         def kept(key: tuple[int, float, float], request_id: str) -> _Waiter | None:
             waiter = self._waiters.get(request_id)
