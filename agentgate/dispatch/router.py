@@ -43,7 +43,8 @@ however many sets of backends its waiters may use: the line is kept as one queue
 the waiters that may use it (their model's backends, less those their ``allowed`` rules out), and
 the walk down it merges only the queues of backends with a free slot, leaves the queues of the
 engines where a waiter can be given none (none behind it could be given one there either), and
-stops once the free slots are spoken for. So every waiter asking again when a slot frees costs
+stops once the free slots are spoken for; a waiter leaving the line is left in its queues,
+passed by the walk, until the dead are half a queue (each then dropped once). So every waiter asking again when a slot frees costs
 linear, not quadratic, work, and waiters for a model whose engines are full cost an ask for
 another model nothing (until review R91 each was walked past, one scan of every backend each;
 until a regression review of R91 each set of backends the waiters may use cost a step);
@@ -203,7 +204,15 @@ class Router(RoutingPolicy):
         self._waiters: dict[str, _Waiter] = {}
         self._queues: dict[str, list[tuple[tuple[int, float, float], str]]] = {}
         """The line, kept as one queue per backend: the (key, request id) of the waiters that may
-        use it (``_Waiter.backends``), sorted; a backend that none may use has none."""
+        use it (``_Waiter.backends``), sorted; a backend that none may use has none. A waiter
+        leaving a queue is left in it (``_listed`` says it is not), from where the queue starts
+        (``_starts``) or among the dead (``_dead``), until more than half of the queue is dead
+        (``_unqueue``): a waiter leaving the line costs about the same however long it is."""
+        self._starts: dict[str, int] = {}
+        """Where each queue starts: the entries before are dead, and dropped with the rest."""
+        self._dead: dict[str, int] = {}
+        """About how many entries of each queue from its start are dead (a count to decide when
+        to drop them, not a promise)."""
         self._swept = -math.inf
         """When the line was last swept of waiters that stopped asking."""
         self._quiet: list[tuple[float, tuple[int, float, float], str]] = []
@@ -259,6 +268,9 @@ class Router(RoutingPolicy):
         if waiter is not None:
             self._leave(waiter, request_id)
             if not self._waiters:
+                self._queues.clear()
+                self._starts.clear()
+                self._dead.clear()
                 self._quiet.clear()
                 self._overdue.clear()
                 self._found.clear()
@@ -288,13 +300,14 @@ class Router(RoutingPolicy):
         if waiter.backends == backends:
             return
         entry = (waiter.key, request_id)
-        for name in waiter.backends:
+        before, waiter.backends = waiter.backends, backends
+        for name in before:
             if name not in backends:
                 self._unqueue(name, entry)
         for name in backends:
-            if name not in waiter.backends:
-                bisect.insort(self._queues.setdefault(name, []), entry)
-        waiter.backends = backends
+            if name not in before:
+                queue = self._queues.setdefault(name, [])
+                bisect.insort(queue, entry, lo=self._starts.get(name, 0))
 
     def _leave(self, waiter: _Waiter, request_id: str) -> None:
         """Take ``waiter`` out of the queues it is in."""
@@ -303,15 +316,38 @@ class Router(RoutingPolicy):
             self._unqueue(name, entry)
 
     def _unqueue(self, backend: str, entry: tuple[tuple[int, float, float], str]) -> None:
-        """Take ``entry`` out of ``backend``'s queue, and the queue away once empty."""
+        """``entry`` (no longer ``_listed``) leaves ``backend``'s queue: at once from its end,
+        else it is left there dead, and the dead are dropped (the queue away once empty) when
+        they are half of it or more, so each costs about a step (until a second regression
+        review of R91 each was deleted at once, moving the rest of the list: as much as the line
+        was long, in the queue of every backend the waiter could use)."""
         queue = self._queues[backend]
-        at = bisect.bisect_left(queue, entry)
-        if at == len(queue) or queue[at] != entry:
-            # A key whose arrival is NaN (a clock that gave NaN) is out of order: search for it.
-            at = queue.index(entry)
-        del queue[at]
-        if not queue:
+        start = self._starts.get(backend, 0)
+        if queue[-1] == entry and len(queue) > start:
+            queue.pop()
+        else:
+            self._dead[backend] = self._dead.get(backend, 0) + 1
+        if 2 * (start + self._dead.get(backend, 0)) >= len(queue):
+            self._compact(backend)
+
+    def _compact(self, backend: str) -> None:
+        """Drop the dead entries of ``backend``'s queue, and the queue once empty."""
+        seen: set[str] = set()
+        queue = []
+        for entry in self._queues[backend][self._starts.pop(backend, 0) :]:
+            if entry[1] not in seen and self._listed(backend, entry):
+                seen.add(entry[1])  # one filed here again while its dead entry stood: kept once
+                queue.append(entry)
+        self._dead.pop(backend, None)
+        if queue:
+            self._queues[backend] = queue
+        else:
             del self._queues[backend]
+
+    def _listed(self, backend: str, entry: tuple[tuple[int, float, float], str]) -> bool:
+        """Whether ``entry`` of ``backend``'s queue is a waiter in line that may use it."""
+        waiter = self._waiters.get(entry[1])
+        return waiter is not None and waiter.key is entry[0] and backend in waiter.backends
 
     def _saturated(self, request: RouteRequest, now: float) -> RoutePlan:
         """The base rule (wait, or ``Shed``), and a request told to wait takes its place in line;
@@ -520,8 +556,9 @@ class Router(RoutingPolicy):
         for url in spare:
             for state in self._engines[url]:
                 queue = self._queues.get(state.name)
-                if queue and state.healthy:
-                    heads.append((*queue[0], state.name, 0, url))
+                start = self._starts.get(state.name, 0)
+                if queue and state.healthy and start < len(queue):
+                    heads.append((*queue[start], state.name, start, url))
         heapq.heapify(heads)
         seen: set[str] = set()
         full: set[str] = set()
@@ -535,7 +572,11 @@ class Router(RoutingPolicy):
             if url in full:
                 heapq.heappop(heads)  # none behind in this queue can be given a slot through it
                 continue
-            if name not in seen:
+            if not self._listed(backend, (waiter_key, name)):
+                if at == self._starts.get(backend, 0):
+                    self._starts[backend] = at + 1  # dead at its start: no walk passes it again
+                    self._dead[backend] = max(0, self._dead.get(backend, 0) - 1)
+            elif name not in seen:
                 seen.add(name)
                 waiter = self._waiters[name]
                 # One gone is withdrawn after the walk (``_withdraw_gone``): the queues stay as walked.
