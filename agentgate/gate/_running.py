@@ -8,6 +8,7 @@ import inspect
 import logging
 import threading
 import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable, Container, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import partial
@@ -261,52 +262,86 @@ def _same_ids(
 
 class _Keyed:
     """One ``run``/``arun`` tool call among those with its ``ids`` (``_SameIds``): the list of
-    what its ``fn`` raised, and whether an attempt entered its ``fn`` (``entered``: it runs the
-    tool itself, and is never handed a twin's outcome)."""
+    what its ``fn`` raised, whether an attempt entered its ``fn`` (``entered``: it runs the
+    tool itself, and is never handed a twin's outcome), whether it ended (``left``), and when
+    it began among the calls with its ids (``began``)."""
 
-    __slots__ = ("entered", "ids", "raised")
+    __slots__ = ("began", "entered", "ids", "left", "raised")
 
     def __init__(self, ids: _Ids, raised: list[BaseException]) -> None:
         self.ids = ids
         self.raised = raised
         self.entered = False
+        self.left = False
+        self.began = 0
 
 
 class _SameIds:
-    """The tool calls with one ``_Ids`` in flight through a Gate (``running``, by ``id``), and
+    """The tool calls with one ``_Ids`` in flight through a Gate (``running``, a count), and
     what the ``fn`` of those that ended raised, while a call that may have joined it has not
     ended (``ended``). A call that joined its running twin (the scheduler's call with the same
     idempotency key) is handed what the twin ended with, the very exception its ``fn`` raised (or
     one chaining it, ``tasks._failures._final_error``): found here, that is the twin's failure
     reused (``_raised_by_twin``). A joiner may be woken after its twin ended (``_end_run``), so a
     failure is kept past its call's end, for the calls then in flight that never entered their
-    own ``fn`` (only those can have joined it), until each has ended or entered its ``fn``. Until
+    own ``fn`` (only those can have joined it), until each has ended or entered its ``fn``: while
+    the oldest such call (``waiting``, in the order the calls began) began before it ended. Each
+    call is counted in and out in constant time (amortized): until review R91c every end walked
+    every call in flight, under the gate's lock, so that N joiners of one twin took O(N²). Until
     review R91b the list of every call that ended, its exceptions and their tracebacks, was kept
     while any call with the ids was in flight, on either scheduler: under a call that ran long,
     every joiner and failed retry beside it added one."""
 
-    __slots__ = ("ended", "running")
+    __slots__ = ("clock", "ended", "entered", "running", "waiting")
 
     def __init__(self) -> None:
-        self.running: dict[int, _Keyed] = {}
-        self.ended: list[tuple[list[BaseException], set[int]]] = []
+        self.running = 0
+        self.clock = 0  # counts the calls' beginnings and failed ends, in order
+        self.waiting: deque[_Keyed] = deque()  # by ``began``; those that ended or entered go lazily
+        self.entered: dict[int, _Keyed] = {}  # those in flight that entered their ``fn``
+        self.ended: deque[tuple[int, list[BaseException]]] = deque()  # by when each ended
+
+    def join(self, keyed: _Keyed) -> None:
+        """Count ``keyed`` in (it has not entered its ``fn``)."""
+        self.running += 1
+        self.clock += 1
+        keyed.began = self.clock
+        self.waiting.append(keyed)
+
+    def enter(self, keyed: _Keyed) -> None:
+        """``keyed`` entered its ``fn``: it joins no twin now."""
+        if not keyed.entered:
+            keyed.entered = True
+            self.entered[id(keyed)] = keyed
 
     def leave(self, keyed: _Keyed) -> bool:
         """Count ``keyed`` out, keeping its failure for the calls that may have joined it;
         whether any call with the ids is left in flight."""
-        del self.running[id(keyed)]
+        self.running -= 1
+        keyed.left = True
+        self.entered.pop(id(keyed), None)
         if not self.running:  # the usual case: the entry goes, with all it kept
             return False
-        may_join = {key for key, other in self.running.items() if not other.entered}
-        kept = [(raised, waiting & may_join) for raised, waiting in self.ended]
-        if keyed.raised:
-            kept.append((keyed.raised, may_join))
-        self.ended = [(raised, waiting) for raised, waiting in kept if waiting]
-        return bool(self.running)
+        waiting = self.waiting
+        while waiting and (waiting[0].left or waiting[0].entered):
+            waiting.popleft()
+        if len(waiting) > 2 * self.running + 8:  # those that ended behind the oldest go too
+            self.waiting = waiting = deque(k for k in waiting if not (k.left or k.entered))
+        if keyed.raised and waiting:
+            self.clock += 1
+            self.ended.append((self.clock, keyed.raised))
+        oldest = waiting[0].began if waiting else self.clock + 1
+        while self.ended and self.ended[0][0] < oldest:  # no call that may have joined it is left
+            self.ended.popleft()
+        return True
 
     def raised_one_of(self, seen: tuple[BaseException, ...]) -> bool:
-        """Whether the ``fn`` of a call here raised one of ``seen``, compared by identity."""
-        lists = chain((keyed.raised for keyed in self.running.values()), (raised for raised, _ in self.ended))
+        """Whether the ``fn`` of a call here raised one of ``seen``, compared by identity: the
+        failures kept first (a joiner is most often woken after its twin ended), then those of
+        the calls in flight that entered their ``fn`` (only those can have raised)."""
+        lists = chain(
+            (raised for _, raised in reversed(self.ended)), (k.raised for k in self.entered.values())
+        )
         return any(own is one for raised in lists for own in raised for one in seen)
 
 
@@ -460,7 +495,7 @@ class _Running:
                             nonlocal started
                             began, started = started, True
                             if keyed is not None:
-                                keyed.entered = True
+                                self._entered(keyed)
                             try:
                                 value = fn()
                             except BaseException as exc:
@@ -559,7 +594,7 @@ class _Running:
                             nonlocal started
                             began, started = started, True
                             if keyed is not None:
-                                keyed.entered = True
+                                self._entered(keyed)
                             try:
                                 value = fn()
                             except BaseException as exc:
@@ -628,13 +663,20 @@ class _Running:
                     same = self._same_ids.get(keyed.ids)
                     if same is None:
                         same = self._same_ids[keyed.ids] = _SameIds()
-                    same.running[id(keyed)] = keyed
+                    same.join(keyed)
                 self._runs += 1
                 if loop is not None:
                     self._loop_runs[loop] = self._loop_runs.get(loop, 0) + 1
                 return
         self._settle_not_run(auth, "SchedulingError", "SchedulingError")
         raise SchedulingError(f"{auth.call.resource}: the gate is closed; the call was not run")
+
+    def _entered(self, keyed: _Keyed) -> None:
+        """A tool call counted among the calls with its ids (``_begin_run``) entered its ``fn``."""
+        with self._runs_changed:
+            same = self._same_ids.get(keyed.ids)
+            if same is not None:
+                same.enter(keyed)
 
     def _end_run(self, loop: asyncio.AbstractEventLoop | None = None, keyed: _Keyed | None = None) -> None:
         """A ``run``/``arun`` settled (its outcome pending, or lost: ``_settle_unless_closed``) or
