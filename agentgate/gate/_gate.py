@@ -74,7 +74,7 @@ from agentgate.gate._outcomes import PendingOutcomes
 from agentgate.gate._policy_chain import PolicyChains
 from agentgate.gate._recording import _Recording
 from agentgate.gate._records import ran_before
-from agentgate.gate._running import _Ids, _Running, _SameIds
+from agentgate.gate._running import _Ids, _plain_id, _Running, _SameIds
 from agentgate.gate._settlement import _Settlement
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex, load_policy
@@ -505,11 +505,15 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         if not (
             isinstance(call, Call)
             and isinstance(identity, _IDENTITY_OR_NONE)
-            and (call_id is None or (isinstance(call_id, str) and call_id.isascii()))
-            and (run_id is None or (isinstance(run_id, str) and run_id.isascii()))
+            and (call_id is None or (isinstance(call_id, str) and str.isascii(call_id)))
+            and (run_id is None or (isinstance(run_id, str) and str.isascii(run_id)))
             and (asked_in is None or _is_ascii_pair(asked_in))
         ):
             self._check_decision(identity, call, call_id, run_id, asked_in)
+        # The ids as plain text: the decision binds its approval request, its once-only key and
+        # the run's ids to their characters, which a ``str`` subclass's own equality must not
+        # change (``_expect_decided_ids``; until review R91c a decided id kept its subclass).
+        call_id, run_id = _plain_id(call_id), _plain_id(run_id)
         if prompt_most is not None and (type(prompt_most) is not int or prompt_most < 0):
             raise InputError(f"prompt_most must be a non-negative integer, got {quoted(prompt_most)}")
         if tokens is not None:

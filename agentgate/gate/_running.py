@@ -215,8 +215,13 @@ def _expect_decided_ids(auth: Authorization, call_id: object, run_id: object) ->
     (``_span``), but only the ids given to ``run``/``arun`` key the scheduler's idempotency (a
     call decided with a ``call_id`` and run without one has no key and runs its tool each time,
     as before review R90). Until review R90 any ids were taken: the span of a call approved as
-    ``A`` named call ``B`` as approved and run, and the scheduler reused results under ``B``'s key."""
+    ``A`` named call ``B`` as approved and run, and the scheduler reused results under ``B``'s key.
+    Both are compared as plain text (``_plain_id``): until review R91c a decided ``str``
+    subclass's own ``__ne__`` was called, which took a case-insensitive twin for the decided id,
+    or raised out of ``run`` an error of its own."""
     for name, given, decided in (("call_id", call_id, auth.call_id), ("run_id", run_id, auth.run_id)):
+        # ``given`` is text or None (``_expect_id``), and so is ``decided`` (``Gate.authorize``).
+        given, decided = _plain_id(cast("str | None", given)), _plain_id(decided)
         if given is not None and decided is not None and given != decided:
             raise InputError(
                 f"{name} {quoted(given)} is not the one the allow of {auth.call.resource} (audit entry "
