@@ -244,10 +244,12 @@ def _plain_id(value: str | None) -> str | None:
 _NO_FN = object()
 """``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
 
-_Ids = tuple[str, str, str, asyncio.AbstractEventLoop | None]
-"""A tool call's resource, run (the grant's id when none is given) and call id, as the
-scheduler keys its idempotency with them (``_same_ids``), and the event loop of its scheduler
-(``None``: the sync one): a call joins a twin of its own scheduler only."""
+_Ids = tuple[str, str, str, str | None, asyncio.AbstractEventLoop | None]
+"""A tool call's resource, run (the grant's id when none is given), call id and arguments digest
+(the decision's), as the scheduler keys its idempotency with them (``_same_ids``), and the event
+loop of its scheduler (``None``: the sync one): a call joins a twin of its own scheduler only,
+with its very arguments. Until review R91c the digest was left out, so that a call waiting on a
+twin kept the failures of every call with its ids and other arguments, which it cannot join."""
 
 
 def _same_ids(
@@ -262,7 +264,8 @@ def _same_ids(
     identity = auth.identity
     if not call_id or identity is None or not auth.call.resource.startswith("tool:"):
         return None
-    return (auth.call.resource, run_id or identity.grant_id, call_id, loop)
+    digest = auth.decision.args_digest if auth.decision is not None else None
+    return (auth.call.resource, run_id or identity.grant_id, call_id, digest, loop)
 
 
 class _Keyed:
