@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,7 +68,12 @@ def test_a_lease_taken_after_its_call_was_cancelled_and_refused_back_is_counted(
         with pytest.raises(asyncio.CancelledError):
             await call
         go.set()  # the worker takes the lease now, for a call given up: it gives it back itself
-        await asyncio.to_thread(lambda: scheduler._store_pool().submit(lambda: None).result(WAIT_S))
+        # Nothing the test holds ends with that worker's job (aclose does not wait for it, and a
+        # job submitted after it may run on another worker first): its count is what it leaves.
+        # Closed before it took the lease, the scheduler would not have given that lease back.
+        deadline = time.monotonic() + WAIT_S
+        while scheduler.metrics.count("lease_not_released", "tool:t") == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
         await scheduler.aclose()
 
     asyncio.run(cancelled_while_taking())
