@@ -228,7 +228,13 @@ def _escaped_runs(text: str, forms: Sequence[str]) -> list[tuple[int, int]]:
     Until a regression review of R91b a run was measured in the characters of the escapes, so
     one letter was enough (``\\xd0\\x9f`` is eight, for ``П``), and a backend's own header line
     that shared its first letter with the prompt was redacted there, the marker cutting an escape
-    in two (``X-Error: [redacted]1\\x80\\xd0\\xb5``)."""
+    in two (``X-Error: [redacted]1\\x80\\xd0\\xb5``).
+
+    A run that reaches the end of ``text`` (what the scrub reads), or a quote right after it
+    (the end of a ``repr`` that a parser cut, aiohttp's quoting only the part of the line that
+    came in one read), is redacted whatever it writes, to the end it reaches: the echo may go on
+    past what was read. Until a regression review of R91c such a run under 8 characters was
+    quoted, up to 7 CJK characters of a prompt whose echo began just before a cut."""
     spans = _prompt_runs(text, forms)
     if not spans:
         return []
@@ -236,7 +242,10 @@ def _escaped_runs(text: str, forms: Sequence[str]) -> list[tuple[int, int]]:
     kept = []
     for start, end in spans:
         first, last = bisect.bisect_left(starts, start), bisect.bisect_right(starts, end) - 1
-        if last - first >= _FRAGMENT:
+        if end == len(text) or text[end] in "'\"":
+            if starts[first] < end:
+                kept.append((starts[first], end))
+        elif last - first >= _FRAGMENT:
             kept.append((starts[first], starts[last]))
     return kept
 
@@ -310,8 +319,9 @@ def _repr_texts(seen: str, prompts: Sequence[str], key: str | None) -> list[str]
     None where ``seen`` holds no backslash, with which every escape that makes a form differ
     starts, or no quote; the forms of bytes only where it holds ``b'`` or ``b"``: a transport
     failure that quotes nothing (a refused connection) costs nothing here. Only the texts whose
-    first ``_FRAGMENT`` characters stand in ``seen``, as sent or so written, are written (a run
-    shorter is not redacted, ``_escaped_runs``), each cut to ``seen``'s length first, as no echo
+    first ``_FRAGMENT`` characters stand in ``seen`` as sent, or whose form's first ``_FRAGMENT``
+    characters do (a run that reaches a cut is redacted however few characters it writes,
+    ``_escaped_runs``), are written, each cut to ``seen``'s length first, as no echo
     in ``seen`` holds more of it. Until a regression review of R91b every form of every whole
     message was written, a character at a time, on every transport failure: a refused connection
     with a conversation of 2 MB past ASCII held the event loop 2.6 s."""
@@ -324,7 +334,7 @@ def _repr_texts(seen: str, prompts: Sequence[str], key: str | None) -> list[str]
             starting.setdefault(text[:_FRAGMENT], []).append(text[: len(seen)])
     forms: list[str] = []
     for start, texts in starting.items():
-        if any(form in seen for form in [start, *_repr_written(start, of_bytes)]):
+        if any(form[:_FRAGMENT] in seen for form in [start, *_repr_written(start, of_bytes)]):
             for text in texts:
                 forms += _repr_written(text, of_bytes)
     return list(dict.fromkeys(forms))
