@@ -124,7 +124,8 @@ _MARKER = "[redacted]"
 def _cut_whole(text: str, limit: int) -> str:
     """The first ``limit`` characters of ``text`` (scrubbed, ``_scrub``), and the rest of a marker
     standing across the cut: until a regression review of R91b a quote whose echo began just
-    before its cut ended in half a marker (``...xxx[red``)."""
+    before its cut ended in half a marker (``...xxx[red``). So it may run up to
+    ``len(_MARKER) - 1`` (9) characters past ``limit``, as docs/dispatch.md says."""
     at = text.find(_MARKER, max(limit - len(_MARKER) + 1, 0), limit + len(_MARKER) - 1)
     return text[: at + len(_MARKER) if 0 <= at < limit else limit]
 
