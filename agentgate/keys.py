@@ -537,23 +537,12 @@ def _irreplaceable(path: Path, size: int) -> str | None:
     could not be checked for another reason (an I/O error, no file descriptor free) is refused
     too, naming that reason: until review R91b it was said to be one that "cannot be read".
 
-    Opened without blocking (``O_NONBLOCK``): a FIFO or a device put at ``path`` since it was
-    looked at is refused, not waited on (until review R91b a FIFO swapped in held the command
-    until a writer came). A regular file another process holds a kernel lease on (Samba's
-    oplocks, knfsd's delegations) refuses that open (``EWOULDBLOCK``) as its holder is told to let
-    go: still a regular file, it is opened again waiting for that, as before review R91b (the
-    kernel breaks a lease not given up within ``/proc/sys/fs/lease-break-time``, 45 s by default),
-    and is read blocking once ``fstat`` shows a regular file, so that a file system honouring
-    ``O_NONBLOCK`` on reads does not refuse it either (until review R91c both were refused as
-    files that could not be checked)."""
-    flags = os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC
+    Opened as ``_opened`` opens it (a FIFO put there is not waited on, a lease's break is), and
+    read blocking once ``fstat`` shows a regular file, so that a file system honouring
+    ``O_NONBLOCK`` on reads does not refuse it (until review R91c it was refused as a file that
+    could not be checked)."""
     try:
-        try:
-            fd = os.open(path, flags | os.O_NONBLOCK)
-        except BlockingIOError:
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                return "not a regular file"  # put there since it was looked at
-            fd = os.open(path, flags)  # leased: waits for the lease's break
+        fd = _opened(path)
     except FileNotFoundError:
         return None  # gone since it was looked at: nothing there to lose
     except PermissionError:  # EACCES, EPERM: the user may not read it
@@ -574,6 +563,39 @@ def _irreplaceable(path: Path, size: int) -> str | None:
     if b"PRIVATE KEY-----" in head:
         return "a private key"
     return None
+
+
+def _opened(path: Path | str) -> int:
+    """A file descriptor open for reading on what is at ``path``, never waiting on a FIFO or a
+    device put there: opened without blocking (``O_NONBLOCK``; until review R91b a FIFO swapped in
+    after the look at ``path`` held the command until a writer came). A regular file another
+    process holds a kernel lease on (Samba's oplocks, knfsd's delegations) refuses that open
+    (``EWOULDBLOCK``) as its holder is told to let go: it is opened again waiting for that, as
+    before review R91b (the kernel breaks a lease not given up within
+    ``/proc/sys/fs/lease-break-time``, 45 s by default; until review R91c it was refused as a file
+    that could not be checked), but only the very file ``fstat`` shows regular: it is pinned with
+    ``O_PATH`` (which neither waits on a FIFO nor breaks a lease) and reopened through
+    ``/proc/self/fd``, never by name (until review R91d a FIFO renamed over ``path`` between the
+    look and the blocking open, as the holder is told to let go, held the command for good).
+    Where it is not a regular file the pinned descriptor is returned, for the caller's ``fstat`` to
+    refuse. Leases are Linux's: elsewhere (no ``O_PATH``, no ``/proc``) the ``BlockingIOError`` is
+    raised. Raises ``OSError``."""
+    flags = os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        return os.open(path, flags | os.O_NONBLOCK)
+    except BlockingIOError:
+        if not (hasattr(os, "O_PATH") and os.path.isdir("/proc/self/fd")):
+            raise
+    pinned = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(pinned).st_mode):
+            return pinned  # put there since it was looked at
+        fd = os.open(f"/proc/self/fd/{pinned}", flags)  # the same file: waits for the lease's break
+    except BaseException:
+        os.close(pinned)
+        raise
+    os.close(pinned)
+    return fd
 
 
 def _unchecked(error: OSError) -> str:
