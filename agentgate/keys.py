@@ -526,43 +526,73 @@ _SQLITE_HEADERS = (b"SQLite format 3\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x
 """The first bytes of a SQLite database and of its write-ahead log (both byte orders)."""
 
 
-def _irreplaceable(path: Path, size: int) -> str | None:
-    """What the regular file ``path`` (of ``size`` bytes when it was looked at) holds that an
-    output must never replace, or ``None``: a private key (PEM, any kind: lost for good) or a
-    SQLite database or write-ahead log (a store's grants, revocations and audit log). ``--out``
-    naming one is a slip of tab completion, and the file would be gone with no error. A file that
-    is not empty and cannot be read may hold either, and is refused too: a rename needs no right
-    to the file it replaces, and until review R91 another user's private key (mode 0600) in a
-    directory the caller may write to was replaced, left "to the write to judge". A file that
-    could not be checked for another reason (an I/O error, no file descriptor free) is refused
-    too, naming that reason: until review R91b it was said to be one that "cannot be read".
+def output_file_start(path: Path | str, size: int) -> bytes:
+    """The first ``size`` bytes (fewer if it is shorter) of the regular file at ``path``, which an
+    output is to replace, for the caller to judge what it holds; ``b""`` where nothing is there
+    (gone since it was looked at: nothing to lose) or an empty file the user may not read. The one
+    check of every ``--out``: ``replace_file``'s and that of ``audit prove`` and ``audit report``
+    (until review R91d the audit verbs had their own, which refused a leased file, and told a file
+    removed meanwhile as one there).
+
+    Raises ``OSError`` (``EEXIST``) whose text says what is there and that it is kept: anything
+    but a regular file (``a symbolic link is there``, ``not a regular file is there``, as looked
+    at or as opened); a file that is not empty and cannot be read (``a file that cannot be read
+    (it may hold a private key) is there``: a rename needs no right to the file it replaces, and
+    until review R91 another user's private key (mode 0600) in a directory the caller may write to
+    was replaced); and one that could not be checked for another reason (an I/O error, no file
+    descriptor free), naming it (until review R91b said to be one that "cannot be read"). Raises
+    the ``OSError`` of the look at ``path`` itself (a directory above that cannot be searched).
 
     Opened as ``_opened`` opens it (a FIFO put there is not waited on, a lease's break is), and
     read blocking once ``fstat`` shows a regular file, so that a file system honouring
     ``O_NONBLOCK`` on reads does not refuse it (until review R91c it was refused as a file that
     could not be checked)."""
     try:
-        fd = _opened(path)
+        looked_at = os.lstat(path)
     except FileNotFoundError:
-        return None  # gone since it was looked at: nothing there to lose
-    except PermissionError:  # EACCES, EPERM: the user may not read it
-        return None if size == 0 else "a file that cannot be read (it may hold a private key)"
-    except OSError as exc:
-        return _unchecked(exc)
+        return b""
+    if not stat.S_ISREG(looked_at.st_mode):
+        raise _kept(
+            "a symbolic link" if stat.S_ISLNK(looked_at.st_mode) else "not a regular file", named=False
+        )
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "not a regular file"  # put there since it was looked at
-        os.set_blocking(fd, True)
-        head = os.read(fd, 4096)
+        fd = _opened(path)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.set_blocking(fd, True)
+                return os.read(fd, size)
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        return b""  # gone since it was looked at: nothing there to lose
+    except PermissionError:  # EACCES, EPERM, opening or reading: the user may not read it
+        if looked_at.st_size == 0:
+            return b""
+        raise _kept("a file that cannot be read (it may hold a private key)") from None
     except OSError as exc:
-        return _unchecked(exc)
-    finally:
-        os.close(fd)
+        raise _kept(_unchecked(exc)) from None
+    raise _kept("not a regular file", named=False)  # put there since it was looked at
+
+
+def _kept(held: str, *, named: bool = True) -> OSError:
+    """The refusal of an output's path where ``held`` is there (``named``: a file, which another
+    name for the output avoids)."""
+    return OSError(
+        errno.EEXIST, f"{held} is there; refusing to replace it" + (" (name another file)" if named else "")
+    )
+
+
+def _refuse_irreplaceable(path: Path) -> None:
+    """Raise ``OSError`` (``EEXIST``) where what is at ``path`` must never be replaced by an
+    output: what ``output_file_start`` refuses, and a regular file that holds a private key (PEM,
+    any kind: lost for good) or a SQLite database or write-ahead log (a store's grants,
+    revocations and audit log). ``--out`` naming one is a slip of tab completion, and the file
+    would be gone with no error."""
+    head = output_file_start(path, 4096)
     if head.startswith(_SQLITE_HEADERS):
-        return "a SQLite database"
+        raise _kept("a SQLite database")
     if b"PRIVATE KEY-----" in head:
-        return "a private key"
-    return None
+        raise _kept("a private key")
 
 
 def _opened(path: Path | str) -> int:
@@ -599,7 +629,7 @@ def _opened(path: Path | str) -> int:
 
 
 def _unchecked(error: OSError) -> str:
-    """What ``_irreplaceable`` says of a file it could not check for ``error``, not a refused read."""
+    """What ``output_file_start`` says of a file it could not check for ``error``, not a refused read."""
     return f"a file that could not be checked ({error.strerror or error})"
 
 
@@ -629,7 +659,7 @@ def replace_file(
     ``path`` being a symbolic link (neither followed nor replaced), a directory, a FIFO or a
     device raises ``OSError`` before anything is written, and so does a regular file that holds
     what no output may replace: a private key or a SQLite database, or one that is not empty and
-    cannot be read (``_irreplaceable``).
+    cannot be read (``_refuse_irreplaceable``).
     ``before_rename`` runs after the data is safely written and before the rename; if it raises,
     nothing is renamed. Raises ``OSError`` (or what ``before_rename`` raises); the temporary file
     never outlives a failure.
@@ -646,15 +676,7 @@ def replace_file(
     at most that empty file, never part of ``data``. An empty file that was there is replaced as
     it is (a writer that holds it open and writes to it at that very moment loses what it writes).
     """
-    try:
-        existing = os.lstat(path)
-    except FileNotFoundError:
-        existing = None
-    if existing is not None and not stat.S_ISREG(existing.st_mode):
-        kind = "a symbolic link" if stat.S_ISLNK(existing.st_mode) else "not a regular file"
-        raise OSError(errno.EEXIST, f"{kind} is there; refusing to replace it")
-    if existing is not None and (held := _irreplaceable(path, existing.st_size)):
-        raise OSError(errno.EEXIST, f"{held} is there; refusing to replace it (name another file)")
+    _refuse_irreplaceable(path)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".agentgate-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:

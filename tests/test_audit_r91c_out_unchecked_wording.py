@@ -3,7 +3,9 @@ either replaces the file at FILE, it reads the start of it (``_file_start``) to 
 the same verb wrote. A file it could not read was refused as ``cannot read what is there: ERROR``,
 where every other ``--out`` (``replace_file``) and docs/cli.md say ``a file that could not be
 checked (ERROR) is there`` (and, for a refused read, ``a file that cannot be read (it may hold a
-private key) is there``). The audit verbs now say the same.
+private key) is there``). The audit verbs now say the same. An open that would block is no
+longer refused: it is a lease's break, waited for as by every ``--out`` since review R91d
+(tests/test_keys_r91d_audit_out_lease.py).
 
 The errors are made certain here: ``os.open`` or ``os.read`` of FILE fails with them."""
 
@@ -27,10 +29,10 @@ VERBS = {"prove": ("prove", "1"), "report": ("report",)}
     ("error", "said"),
     [
         (errno.EIO, "a file that could not be checked (Input/output error) is there"),
-        (errno.EAGAIN, "a file that could not be checked (Resource temporarily unavailable) is there"),
+        (errno.ESTALE, "a file that could not be checked (Stale file handle) is there"),
         (errno.EACCES, "a file that cannot be read (it may hold a private key) is there"),
     ],
-    ids=["io_error", "would_block", "refused_read"],
+    ids=["io_error", "stale_handle", "refused_read"],
 )
 @pytest.mark.parametrize("verb", list(VERBS))
 def test_a_file_that_could_not_be_read_is_refused_as_every_out_refuses_it(

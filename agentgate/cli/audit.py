@@ -71,7 +71,15 @@ from agentgate.errors import (
     StoreError,
     TamperDetected,
 )
-from agentgate.keys import FilledFile, PublicKey, load_public_key, read_regular_file, replace_file, shown_path
+from agentgate.keys import (
+    FilledFile,
+    PublicKey,
+    load_public_key,
+    output_file_start,
+    read_regular_file,
+    replace_file,
+    shown_path,
+)
 from agentgate.store import SQLiteStore, Store
 from agentgate.store._base import loaded_driver_errors
 from agentgate.store._existing import resolved
@@ -258,10 +266,13 @@ def _refuse_replacing(path: str, ours: str, what: str) -> bool:
     evidence of a rollback (``audit verify --checkpoint``), and a damaged one (a line edited, its
     signature cut off) or any other text is what someone kept there: until review R72 every file
     was replaced unread, and until review R73 all but a well-formed checkpoint. One that is not a
-    regular file was refused by ``_refuse_unwritable``."""
-    if not os.path.isfile(path):
-        return False
-    start = _file_start(path, len(ours.encode("utf-8")))
+    regular file was refused by ``_refuse_unwritable``. Its start is read by the check of every
+    ``--out`` (``output_file_start``: a leased file waited for, a file gone meanwhile taken as
+    none, its refusals in the same words)."""
+    try:
+        start = output_file_start(path, len(ours.encode("utf-8")))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
     if not start or start == ours.encode("utf-8"):
         return bool(start)
     keep = "refusing to replace it (move it away or name another file)"
@@ -276,37 +287,6 @@ def _refuse_replacing(path: str, ours: str, what: str) -> bool:
         f"{path}: cannot write: it holds a saved checkpoint, the evidence audit verify --checkpoint "
         f"reads; {keep}"
     )
-
-
-def _file_start(path: str, size: int) -> bytes:
-    """The first ``size`` bytes of the regular file ``path`` (fewer if it is shorter), opened as
-    ``read_regular_file`` opens (no waiting on a FIFO put there meanwhile). Raises ``InputError``,
-    in the words of ``replace_file``'s refusals (``_unchecked_there``)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _unchecked_there(path, exc) from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputError(f"{path}: cannot write: not a regular file is there; refusing to replace it")
-        return os.read(fd, size)
-    except OSError as exc:
-        raise _unchecked_there(path, exc) from None
-    finally:
-        os.close(fd)
-
-
-def _unchecked_there(path: str, error: OSError) -> InputError:
-    """The refusal of ``path``, a file that could not be read for ``error``, as every ``--out``
-    says it (``replace_file``, docs/cli.md): ``a file that cannot be read (it may hold a private
-    key) is there`` for a refused read, ``a file that could not be checked (ERROR) is there`` for
-    any other error. Until review R91c ``audit prove`` and ``audit report`` said ``cannot read
-    what is there: ERROR`` for both."""
-    if isinstance(error, PermissionError):
-        held = "a file that cannot be read (it may hold a private key)"
-    else:
-        held = f"a file that could not be checked ({error.strerror or error})"
-    return InputError(f"{path}: cannot write: {held} is there; refusing to replace it (name another file)")
 
 
 def _refuse_own_files(path: str, store: Store, key: str | None) -> None:
