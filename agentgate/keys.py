@@ -526,10 +526,11 @@ _SQLITE_HEADERS = (b"SQLite format 3\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x
 """The first bytes of a SQLite database and of its write-ahead log (both byte orders)."""
 
 
-def output_file_start(path: Path | str, size: int) -> bytes:
+def output_file_start(path: Path | str, size: int) -> bytes | None:
     """The first ``size`` bytes (fewer if it is shorter) of the regular file at ``path``, which an
     output is to replace, for the caller to judge what it holds; ``b""`` where nothing is there
-    (gone since it was looked at: nothing to lose) or an empty file the user may not read. The one
+    (gone since it was looked at: nothing to lose), and ``None`` where an empty file is there that
+    the user may not read (nothing to lose either, but nothing the caller can hold open). The one
     check of every ``--out``: ``replace_file``'s and that of ``audit prove`` and ``audit report``
     (until review R91d the audit verbs had their own, which refused a leased file, and told a file
     removed meanwhile as one there).
@@ -567,7 +568,7 @@ def output_file_start(path: Path | str, size: int) -> bytes:
         return b""  # gone since it was looked at: nothing there to lose
     except PermissionError:  # EACCES, EPERM, opening or reading: the user may not read it
         if looked_at.st_size == 0:
-            return b""
+            return None
         raise _kept("a file that cannot be read (it may hold a private key)") from None
     except OSError as exc:
         raise _kept(_unchecked(exc)) from None
@@ -588,7 +589,7 @@ def _refuse_irreplaceable(path: Path) -> None:
     any kind: lost for good) or a SQLite database or write-ahead log (a store's grants,
     revocations and audit log). ``--out`` naming one is a slip of tab completion, and the file
     would be gone with no error."""
-    head = output_file_start(path, 4096)
+    head = output_file_start(path, 4096) or b""
     if head.startswith(_SQLITE_HEADERS):
         raise _kept("a SQLite database")
     if b"PRIVATE KEY-----" in head:

@@ -215,7 +215,7 @@ def _write_checked(path: str, text: str, what: str, earlier: bool, look_again: C
     which the command looked at before it read the log, so that what it judged there is what is
     replaced. Where nothing or an empty file was there (``earlier`` false), the write is
     ``replace_file``'s ``exclusive`` one (a file put there meanwhile is kept); where an earlier
-    output was there, ``path`` is looked at again once ``text`` is written beside it, just before
+    output was there (or an empty file the user may not read), ``path`` is looked at again once ``text`` is written beside it, just before
     the rename: still a regular file (``_refuse_unwritable``: until review R74 a symbolic link put
     in its place was replaced), and still what ``look_again`` accepts (it raises ``InputError``
     otherwise). Raises ``InputError``."""
@@ -261,8 +261,11 @@ def _refuse_changed_checkpoint(path: str, compared: str) -> None:
 def _refuse_replacing(path: str, ours: str, what: str) -> bool:
     """Raise ``InputError`` when the regular file ``path`` is not empty and does not begin with
     ``ours``, as ``what`` (the output of this verb: a proof bundle, a report page) begins, so that
-    ``prove`` and ``report`` replace only a file they wrote before; return whether one is there
-    (``False``: no file, or an empty one). A saved checkpoint is the
+    ``prove`` and ``report`` replace only a file they wrote before; return whether the write is to
+    look at ``path`` again before its rename (``_write_checked``'s ``earlier``): for a file they
+    wrote before, and for an empty file the user may not read, which the exclusive write cannot
+    hold open (until review R91d it was refused as one that "may hold a private key", where every
+    other ``--out`` replaces it); ``False`` for no file or an empty one. A saved checkpoint is the
     evidence of a rollback (``audit verify --checkpoint``), and a damaged one (a line edited, its
     signature cut off) or any other text is what someone kept there: until review R72 every file
     was replaced unread, and until review R73 all but a well-formed checkpoint. One that is not a
@@ -273,6 +276,8 @@ def _refuse_replacing(path: str, ours: str, what: str) -> bool:
         start = output_file_start(path, len(ours.encode("utf-8")))
     except OSError as exc:
         raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    if start is None:  # an empty file the user may not read
+        return True
     if not start or start == ours.encode("utf-8"):
         return bool(start)
     keep = "refusing to replace it (move it away or name another file)"
