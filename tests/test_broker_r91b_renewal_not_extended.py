@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_broker_r91_renewal_raised import _Policy
 from test_broker_restart_budget import World
 
-from agentgate.dispatch.broker import FreeIndex, GangRequest, PlacementPolicy
+from agentgate.dispatch.broker import GangRequest
 
 
 @pytest.fixture
@@ -22,19 +23,6 @@ def world(tmp_path: Path) -> Iterator[World]:
     made = World(f"sqlite:///{tmp_path / 'agentgate.db'}", budget=10_000_000)
     yield made
     made.process.gate.close()
-
-
-class _Policy:
-    """Places as ``real``, ``job2`` never; raises once when armed."""
-
-    def __init__(self, real: PlacementPolicy) -> None:
-        self.real, self.armed = real, False
-
-    def place(self, request: GangRequest, free: FreeIndex, *, loosen: bool) -> list[int] | None:
-        if self.armed:
-            self.armed = False
-            raise RuntimeError("placement bug")
-        return None if request.id == "job2" else self.real.place(request, free, loosen=loosen)
 
 
 def _outcomes(world: World, ref: int) -> list[str | None]:
