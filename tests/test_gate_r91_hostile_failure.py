@@ -21,6 +21,7 @@ from test_gate import Setup
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.errors import BackendFailed, DispatchError, NoBackend
+from agentgate.gate import Authorization
 
 MODEL = Call.model("small")
 TOKENS = (100, 100)
@@ -78,14 +79,9 @@ def _outcomes(setup: Setup) -> list[AuditEntry]:
     return [entry for entry in setup.entries() if entry.kind == "outcome"]
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-@pytest.mark.parametrize("case", sorted(RAISED))
-def test_a_failure_with_an_unreadable_attribute_is_settled_and_reraised(
-    setup: Setup, mode: str, case: str
-) -> None:
-    make, reasons, spent = RAISED[case]
-    failure = make()
-    root = setup.agent.chain.root.id
+def _raised_from_the_call(setup: Setup, mode: str, failure: BaseException) -> Authorization:
+    """Run (``mode`` ``sync`` or ``async``) a model call that raises ``failure``; check that the
+    gate re-raised it, that very exception, and hand back the call's authorization."""
     auth = setup.gate.authorize(setup.agent, MODEL, tokens=TOKENS)
 
     def fn() -> str:
@@ -99,7 +95,19 @@ def test_a_failure_with_an_unreadable_attribute_is_settled_and_reraised(
             setup.gate.run(auth, fn)
         else:
             asyncio.run(setup.gate.arun(auth, afn))
-    assert raised.value is failure  # the call's own exception, not the attribute's error
+    assert raised.value is failure  # the call's own exception, not the error of reading it
+    return auth
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("case", sorted(RAISED))
+def test_a_failure_with_an_unreadable_attribute_is_settled_and_reraised(
+    setup: Setup, mode: str, case: str
+) -> None:
+    make, reasons, spent = RAISED[case]
+    failure = make()
+    root = setup.agent.chain.root.id
+    auth = _raised_from_the_call(setup, mode, failure)
     (outcome,) = _outcomes(setup)
     assert (outcome.ref, outcome.status, outcome.reasons) == (auth.audit_index, "error", reasons)
     assert setup.gate.ledger.usage(root) == (spent, 0)  # nothing held

@@ -8,12 +8,12 @@ Real components: a Gate on a SQLite file (``test_gate``'s policy and budget)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_gate import Setup
+from test_gate_r91_hostile_failure import _raised_from_the_call
 
 from agentgate.capabilities import Call
 from agentgate.errors import BackendFailed, NoBackend
@@ -66,20 +66,7 @@ def test_a_failure_whose_message_is_a_hostile_str_is_settled_with_it(
     setup: Setup, mode: str, failure: BaseException, reason: str
 ) -> None:
     root = setup.agent.chain.root.id
-    auth = setup.gate.authorize(setup.agent, MODEL, tokens=TOKENS)
-
-    def fn() -> str:
-        raise failure
-
-    async def afn() -> str:
-        raise failure
-
-    with pytest.raises(type(failure)) as raised:
-        if mode == "sync":
-            setup.gate.run(auth, fn)
-        else:
-            asyncio.run(setup.gate.arun(auth, afn))
-    assert raised.value is failure  # the call's own exception, not the message's error
+    _raised_from_the_call(setup, mode, failure)
     assert _outcome(setup) == ("error", (reason,))
     assert setup.gate.ledger.usage(root)[1] == 0  # nothing held
 
