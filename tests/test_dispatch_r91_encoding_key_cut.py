@@ -14,12 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import _http
 import aiohttp
 import pytest
-from _raw_server import RawServer
+from _raw_server import Handler, RawServer
 from test_dispatch_backends import _read_request
 
 from agentgate.dispatch import inventory_from_mapping
@@ -34,7 +33,7 @@ HEADERS = {  # the Content-Encoding header, the 40 characters quoted of it endin
 }
 
 
-def _answering(header: str, status: bytes) -> Any:
+def _answering(header: str, status: bytes) -> Handler:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
         writer.write(
@@ -48,12 +47,12 @@ def _answering(header: str, status: bytes) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def _keyed_client(path: str, header: str, status: bytes) -> AsyncIterator[BackendClient]:
-    """A ``BackendClient`` with the API key ``KEY``, over ``path``, of a loopback backend
-    answering ``status`` with ``header`` for its ``Content-Encoding``."""
-    server = RawServer(_answering(header, status))
+async def _client_answered(path: str, answer: Handler, key_env: str) -> AsyncIterator[BackendClient]:
+    """A ``BackendClient`` with the API key in ``key_env``, over ``path``, of a loopback backend
+    whose every connection ``answer`` serves."""
+    server = RawServer(answer)
     url = f"http://127.0.0.1:{await server.start()}"
-    backend = {"name": "b0", "url": url, "engine": "vllm", "models": ["m"], "api_key_env": "R91_KEY"}
+    backend = {"name": "b0", "url": url, "engine": "vllm", "models": ["m"], "api_key_env": key_env}
     pool = UpstreamPool()
     try:
         async with _http.AsyncClient() as http, aiohttp.ClientSession() as session:
@@ -87,7 +86,7 @@ async def test_a_refused_encoding_quotes_no_piece_of_the_key_at_its_cut(
 ) -> None:
     monkeypatch.setenv("R91_KEY", KEY)
     payload = {"model": "m", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8}
-    async with _keyed_client(path, header, status) as client, asyncio.timeout(10):
+    async with _client_answered(path, _answering(header, status), "R91_KEY") as client, asyncio.timeout(10):
         with pytest.raises(BackendFailed) as raised:
             await client.chat(payload)
     message = str(raised.value)

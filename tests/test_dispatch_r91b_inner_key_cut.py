@@ -17,17 +17,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-import _http
-import aiohttp
 import httpx
 import pytest
-from _raw_server import RawServer
 from test_dispatch_backends import _read_request
+from test_dispatch_r91_encoding_key_cut import _client_answered
 
-from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch._redaction import _quoted_echo, _scrub_start
 from agentgate.dispatch.backends import _QUOTED, BackendClient, _encoding_shown, _failure_text
-from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.errors import DispatchError
 
 KEY = "Zq7Vw3XkP9mR2tLs8YbN4cHd"
@@ -104,23 +100,8 @@ async def _keyed_client(
         writer.close()
 
     monkeypatch.setenv("R91B_KEY", KEY)
-    server = RawServer(answer)
-    url = f"http://127.0.0.1:{await server.start()}"
-    backend = {"name": "b0", "url": url, "engine": "vllm", "models": ["m"], "api_key_env": "R91B_KEY"}
-    pool = UpstreamPool()
-    try:
-        async with _http.AsyncClient() as http, aiohttp.ClientSession() as session:
-            client = BackendClient(
-                inventory_from_mapping({"backends": [backend]}).backends[0],
-                http,
-                session=session if path == "aiohttp" else None,
-            )
-            if path == "gateway-pool":
-                client.transport = pool
-            yield client
-    finally:
-        await pool.aclose()
-        await server.stop()
+    async with _client_answered(path, answer, "R91B_KEY") as client:
+        yield client
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["chat", "stream"])
