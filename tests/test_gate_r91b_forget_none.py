@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_gate import Setup
+from test_gate_r91_twin_failure import _until_joined
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
@@ -97,11 +97,7 @@ def test_a_joiner_handed_none_after_its_twin_forgot_it_is_settled(setup: Setup) 
     assert entered.wait(5)
     joiner = threading.Thread(target=one, args=("joiner", lambda: "never"))
     joiner.start()
-    metrics = setup.gate._sync().scheduler.metrics
-    for _ in range(2500):
-        if metrics.count("reused", "lookup"):
-            break
-        time.sleep(0.002)
+    _until_joined(setup.gate._sync())
     release.set()
     twin.join(5)
     joiner.join(5)

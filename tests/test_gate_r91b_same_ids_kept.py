@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from test_gate import Setup
+from test_gate_r91_twin_failure import _until_joined
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
@@ -136,11 +136,7 @@ def test_a_joiner_that_looks_after_its_twin_ended_finds_its_failure(
     assert entered.wait(5)
     joiner = threading.Thread(target=one, args=("joiner", lambda: "never"))
     joiner.start()
-    metrics = setup.gate._sync().scheduler.metrics
-    for _ in range(2500):
-        if metrics.count("reused", "lookup"):
-            break
-        time.sleep(0.002)
+    _until_joined(setup.gate._sync())
     release.set()
     twin.join(5)
     joiner.join(5)
