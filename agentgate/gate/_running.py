@@ -220,8 +220,9 @@ def _expect_decided_ids(auth: Authorization, call_id: object, run_id: object) ->
     subclass's own ``__ne__`` was called, which took a case-insensitive twin for the decided id,
     or raised out of ``run`` an error of its own."""
     for name, given, decided in (("call_id", call_id, auth.call_id), ("run_id", run_id, auth.run_id)):
-        # ``given`` is text or None (``_expect_id``), and so is ``decided`` (``Gate.authorize``).
-        given, decided = _plain_id(cast("str | None", given)), _plain_id(decided)
+        # ``given`` is plain text or None (``run``/``arun`` read it so, ``_expect_id`` checked it);
+        # ``decided`` is text or None (``Gate.authorize``), read as plain text here.
+        decided = _plain_id(decided)
         if given is not None and decided is not None and given != decided:
             raise InputError(
                 f"{name} {quoted(given)} is not the one the allow of {auth.call.resource} (audit entry "
