@@ -307,7 +307,7 @@ class _SameIds:
         self.running = 0
         self.clock = 0  # counts the calls' beginnings and failed ends, in order
         self.waiting: deque[_Keyed] = deque()  # by ``began``; those that ended or entered go lazily
-        self.entered: dict[int, _Keyed] = {}  # those in flight that entered their ``fn``
+        self.entered: set[_Keyed] = set()  # those in flight that entered their ``fn``
         self.ended: deque[tuple[int, list[BaseException]]] = deque()  # by when each ended
 
     def join(self, keyed: _Keyed) -> None:
@@ -321,14 +321,14 @@ class _SameIds:
         """``keyed`` entered its ``fn``: it joins no twin now."""
         if not keyed.entered:
             keyed.entered = True
-            self.entered[id(keyed)] = keyed
+            self.entered.add(keyed)
 
     def leave(self, keyed: _Keyed) -> bool:
         """Count ``keyed`` out, keeping its failure for the calls that may have joined it;
         whether any call with the ids is left in flight."""
         self.running -= 1
         keyed.left = True
-        self.entered.pop(id(keyed), None)
+        self.entered.discard(keyed)
         if not self.running:  # the usual case: the entry goes, with all it kept
             return False
         waiting = self.waiting
@@ -348,9 +348,7 @@ class _SameIds:
         """Whether the ``fn`` of a call here raised one of ``seen``, compared by identity: the
         failures kept first (a joiner is most often woken after its twin ended), then those of
         the calls in flight that entered their ``fn`` (only those can have raised)."""
-        lists = chain(
-            (raised for _, raised in reversed(self.ended)), (k.raised for k in self.entered.values())
-        )
+        lists = chain((raised for _, raised in reversed(self.ended)), (k.raised for k in self.entered))
         return any(own is one for raised in lists for own in raised for one in seen)
 
 
