@@ -570,8 +570,8 @@ def output_file_start(path: Path | str, size: int) -> bytes | None:
         if looked_at.st_size == 0:
             return None
         raise _kept("a file that cannot be read (it may hold a private key)") from None
-    except OSError as exc:
-        raise _kept(_unchecked(exc)) from None
+    except OSError as exc:  # an I/O error, no file descriptor free: not a refused read
+        raise _kept(f"a file that could not be checked ({exc.strerror or exc})") from None
     raise _kept("not a regular file", named=False)  # put there since it was looked at
 
 
@@ -627,11 +627,6 @@ def _opened(path: Path | str) -> int:
         raise
     os.close(pinned)
     return fd
-
-
-def _unchecked(error: OSError) -> str:
-    """What ``output_file_start`` says of a file it could not check for ``error``, not a refused read."""
-    return f"a file that could not be checked ({error.strerror or error})"
 
 
 class FilledFile(FileExistsError):
