@@ -238,12 +238,13 @@ class _Proofs:
         # writer made a healthy log ``TamperDetected``). The refusal's numbers only for a short
         # log: on a healthy one its count of the whole table cost every call (review R91b).
         latest = self._latest_checkpoint_row()
-        if latest is not None and type(latest[0]) is not int:
-            # A size SQLite sorts above every integer (text, a fraction) hides the real latest
-            # checkpoint: refused as ``explain`` refuses it (until review R91c passed over).
-            self._open_latest(latest)  # raises: no note signs a size that is no integer
-        if latest is not None and latest[0] > (end := self._end()):
-            raise self._short_of_checkpoint(end, latest)
+        if latest is not None:
+            if type(latest[0]) is not int:
+                # A size SQLite sorts above every integer (text, a fraction) hides the real latest
+                # checkpoint: refused as ``explain`` refuses it (until review R91c passed over).
+                self._open_latest(latest)  # raises: no note signs a size that is no integer
+            if latest[0] > (end := self._end()):
+                raise self._short_of_checkpoint(end, latest)
         related = self._related(index, None)
         return [related[idx][2] for idx in sorted(related)]
 
