@@ -100,7 +100,7 @@ its start is redacted only where it is twice ``_FRAGMENT`` long)."""
 
 
 def _scrub_start(
-    text: str, key: str | None, prompts: Sequence[str], limit: int, escaped: Sequence[str] = ()
+    text: str, key: str | None, prompts: Sequence[str], limit: int, *, in_repr: bool = False
 ) -> str:
     """The first ``limit`` characters of ``text`` scrubbed (``_scrub``): what every quote of the
     backend's words that are text scrubs, so the scrub's work stays bounded by ``limit``. The
@@ -112,9 +112,14 @@ def _scrub_start(
     Until a regression review of R91 the text was cut first and scrubbed as cut there (``cut``),
     which hides only a start of the key or a prompt at the cut: an inner piece of the key shorter
     than twice ``_FRAGMENT`` standing there (an echo of the key less its first characters,
-    begun 15 characters before the cut) was quoted."""
-    scrubbed = _scrub(text[: limit + _SEEN_PAST_THE_CUT], key, prompts, upto=limit, escaped=escaped)
-    return _cut_whole(scrubbed, limit)
+    begun 15 characters before the cut) was quoted.
+
+    Where ``in_repr`` (a parser's refusal quoting a line with ``repr``, ``_failure_text``), the
+    prompts and the key are also looked for as ``repr`` writes them (``_repr_texts``, from what
+    the scrub reads)."""
+    seen = text[: limit + _SEEN_PAST_THE_CUT]
+    escaped = _repr_texts(seen, prompts, key) if in_repr else ()
+    return _cut_whole(_scrub(seen, key, prompts, upto=limit, escaped=escaped), limit)
 
 
 _MARKER = "[redacted]"

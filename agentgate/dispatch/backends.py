@@ -66,7 +66,6 @@ from agentgate.dispatch._redaction import (
     _SEEN_PAST_THE_CUT,
     _cut_whole,
     _prompt_texts,
-    _repr_texts,
     _scrub,
     _scrub_start,
 )
@@ -965,9 +964,7 @@ def _failure_text(exc: BaseException, payload: Mapping[str, Any], key: str | Non
         return _encoding_refused(exc.encoding, payload, key)
     said = f"{exc.message}" if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
     if not isinstance(exc, ValueError):
-        prompts = _prompt_texts(payload)
-        seen = said[: _QUOTED + _SEEN_PAST_THE_CUT]
-        said = _scrub_start(said, key, prompts, _QUOTED, _repr_texts(seen, prompts, key))
+        said = _scrub_start(said, key, _prompt_texts(payload), _QUOTED, in_repr=True)
     if isinstance(exc, aiohttp.ClientResponseError):
         said = f"the answer is not HTTP that can be read: {said}"
     lines = (line.strip() for line in said.splitlines())
