@@ -436,7 +436,7 @@ def _echo_written(value: object, key: str | None, prompts: Sequence[str], limit:
                 walk(each)
             write("]")
         elif _echoed_as_integer(item, key, prompts):
-            write("[redacted]")
+            write(_MARKER)
         else:  # a number, ``True``, ``None``: its ``repr`` is searched as a text is
             write(_scrub(quoted(item, 16 * limit), key, prompts))
 
