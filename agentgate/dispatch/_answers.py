@@ -85,8 +85,7 @@ def _reject_error(
         return
     detail = error.get("message", error) if isinstance(error, Mapping) else error or body.get("message")
     said = detail if isinstance(detail, str) else orjson.dumps(detail).decode()
-    prompts = _prompt_texts(request) if request is not None else ()
-    excerpt = _cut_whole(_scrub_start(said, key, prompts, 1024), 200)
+    excerpt = _cut_whole(_scrub_start(said, key, _prompt_texts(request), 1024), 200)
     raise BackendFailed(f"{backend}: the backend reported an error: {excerpt!r}")
 
 

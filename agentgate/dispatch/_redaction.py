@@ -280,13 +280,14 @@ def _common(text: str, other: str) -> int:
     return low
 
 
-def _prompt_texts(payload: Mapping[str, Any]) -> list[str]:
+def _prompt_texts(payload: Mapping[str, Any] | None) -> list[str]:
     """The texts of the request's messages that ``_scrub`` redacts: each ``_FRAGMENT`` characters
     or longer, as sent and as JSON writes it (an echo inside a JSON body keeps its escapes), with
     characters past ASCII as they are (FastAPI's, vLLM's) and escaped (Python's ``json`` by
     default, Flask's), each text once however many messages hold it (until review R89 a body of
-    N messages alike gave N texts alike, and ``_scrub`` looked for each)."""
-    messages = payload.get("messages")
+    N messages alike gave N texts alike, and ``_scrub`` looked for each). None for no payload (a
+    call without a body)."""
+    messages = payload.get("messages") if payload is not None else None
     found: dict[str, None] = {}
     seen: set[str] = set()
     for message in messages if isinstance(messages, list) else ():
@@ -388,7 +389,7 @@ def _quoted_echo(
     never from the message whole: until a regression review of R89 ``BackendClient._shown``
     scrubbed it from all of it, agentgate's own words too (the prompt ``request 0: hello`` made a
     stream's failure read ``no first token within 0.5s of the [redacted](first_token_s)``)."""
-    prompts = _prompt_texts(request) if request is not None else ()
+    prompts = _prompt_texts(request)
     if not prompts and not key:
         return quoted(value, limit)
     text = _echo_written(value, key, prompts, limit)

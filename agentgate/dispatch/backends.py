@@ -234,8 +234,7 @@ def _encoding_shown(encoding: str, request: Mapping[str, Any] | None, key: str |
     ``[redacted], gzip``)."""
     said = _latin_1_where_not_utf_8(encoding[: _QUOTED_HEADER + _SEEN_PAST_THE_CUT])
     if request is not None or key:
-        prompts = _prompt_texts(request) if request is not None else ()
-        said = _scrub_start(said, key, prompts, _QUOTED_HEADER)
+        said = _scrub_start(said, key, _prompt_texts(request), _QUOTED_HEADER)
     return escaped(_cut_whole(said, 40))
 
 
