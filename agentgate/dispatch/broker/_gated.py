@@ -476,6 +476,11 @@ class GatedBroker(_Recording):
                 ) from exc
             held = _held(auth)
             link = functools.partial(self._link, identity, lease_id, resource, auth, held)
+            # The renewal's allow as it is closed if the broker does not renew the lease
+            # (``LeaseLost``, or raised before it renewed it): its reservation returned.
+            renewal = LeaseDecision(
+                lease_id, identity.did, identity.grant_id, resource, auth.audit_index, None, held
+            )
             acted = False  # whether the broker renewed the lease: the rule of the docstring
             try:
                 self.gate.trace_allowed(auth)
@@ -497,9 +502,6 @@ class GatedBroker(_Recording):
                 # outcome, its reservation returned, in one transaction. A store that refuses it
                 # leaves the allow open, its reservation held (settled by hand), and the caller
                 # is told the lease is lost: a ``StoreError`` here would say renewed.
-                renewal = LeaseDecision(
-                    lease_id, identity.did, identity.grant_id, resource, auth.audit_index, None, held
-                )
                 try:
                     index = self._close_lost(renewal)
                 except (StoreError, AuditError) as exc:
@@ -523,9 +525,6 @@ class GatedBroker(_Recording):
             except BaseException as exc:  # an interrupt too (Ctrl-C, a signal handler's exit)
                 if acted:  # the lease runs the time this renewal added: it keeps its reservation
                     _closed(exc, link)
-                renewal = LeaseDecision(
-                    lease_id, identity.did, identity.grant_id, resource, auth.audit_index, None, held
-                )
                 reason = f"lease {quoted(lease_id)} was not renewed: {_reason(exc, 'the broker renewed it')}"
                 _closed(exc, lambda: self._abandon(renewal, reason))
             try:
