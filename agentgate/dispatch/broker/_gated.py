@@ -541,12 +541,9 @@ class GatedBroker(_Recording):
     def _close_lost(self, renewal: LeaseDecision) -> int:
         """Close the allow of ``renewal``, whose lease ended before the broker renewed it
         (``renew``): its reservation returned and an ``error`` outcome appended, in one
-        transaction; the outcome's index."""
-        with self.gate.store.transaction() as tx:
-            self.gate.audit.lock(tx)
-            self._settle(tx, renewal, None)
-            ended = f"lease {quoted(renewal.request_id)} ended before it was renewed"
-            return self._append(renewal, "error", ended, 0, tx)
+        transaction (``_close_allow``: the lease's own decision row, another allow's, is kept);
+        the outcome's index."""
+        return self._close_allow(renewal, f"lease {quoted(renewal.request_id)} ended before it was renewed")
 
     def _close_lost_again(self, renewal: LeaseDecision) -> None:
         """``_close_lost`` once more after an interrupt in it, which may have come after its

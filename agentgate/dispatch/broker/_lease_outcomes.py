@@ -190,14 +190,18 @@ class _Recording:
     def _abandon(self, decided: LeaseDecision, reason: str) -> None:
         """Return the reservations of an allow the broker never saw and append its ``error``
         outcome, in one transaction; its decision's row, if it is this allow's, is forgotten."""
+        self._outcome_span(decided, "error", self._close_allow(decided, reason))
+
+    def _close_allow(self, decided: LeaseDecision, reason: str) -> int:
+        """``_abandon`` but for the outcome's span, the caller's to make: the ``error`` outcome's
+        index."""
         with self.gate.store.transaction() as tx:
             self.gate.audit.lock(tx)
             recorded = self.decisions.get(decided.request_id, tx)
             if recorded is not None and recorded.audit_index == decided.audit_index:
                 self.decisions.remove(decided.request_id, tx)  # written, though the store said not
             self._settle(tx, decided, None)  # returns all: nothing charged
-            index = self._append(decided, "error", reason, 0, tx)
-        self._outcome_span(decided, "error", index)
+            return self._append(decided, "error", reason, 0, tx)
 
     def _end(
         self,
