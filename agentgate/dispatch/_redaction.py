@@ -139,7 +139,7 @@ _KEY_PIECE_AT_THE_CUT = 4
 """The shortest piece of the key, other than its start, that ``_scrub`` leaves out at the end
 of words cut there (``_cut_start``). A key is random, so the backend's own words end in a piece
 of it this long rarely (some 50 pieces of 4 among 62 ** 4 = 14.8 million strings of letters and
-digits: docs/dispatch.md and docs/gateway.md cut at each character never did for 200 random keys of 24; once in 1.6
+digits: in a review's scratch run, docs/dispatch.md and docs/gateway.md cut at each character never did for 200 random keys of 24; once in 1.6
 million cuts for hex keys, once in 10,000 for keys starting ``sk-proj-``, whose ``proj`` a word
 may end in), and then lose at most 15 characters where they are cut anyway; a shorter piece
 standing there is quoted (3 characters of a random key tell little)."""
