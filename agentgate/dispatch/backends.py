@@ -1145,5 +1145,12 @@ async def _quoted(
     ``BackendFailed`` of the error answer, and a prompt's start in its last 7 characters quoted."""
     if not _encoded(encoding):
         return await read()
+    return _not_decoded_words(encoding, request, key)
+
+
+def _not_decoded_words(encoding: str, request: Mapping[str, Any] | None, key: str | None) -> bytes:
+    """What is quoted of an error answer sent with the ``Content-Encoding`` ``encoding`` (other
+    than ``identity``): words that say so, whole, the header quoted as ``_encoding_shown`` quotes
+    it (scrubbed of ``key`` and the prompt of ``request``); ``_quoted``'s, the gateway pool's too."""
     said = f"(a body with Content-Encoding: {_encoding_shown(encoding, request, key)}, not decoded)"
     return WholeBody(said.encode())  # our words, whole

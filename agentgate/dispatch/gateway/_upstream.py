@@ -44,6 +44,7 @@ from agentgate.dispatch.backends import (
     WholeBody,
     _encoded,
     _encoding_shown,
+    _not_decoded_words,
     split_lines,
 )
 from agentgate.errors import AnswerTooLarge
@@ -541,8 +542,7 @@ async def _not_decoded(
     if request is None:
         request = await asyncio.to_thread(_json_object, sent)
     key = authorization.removeprefix("Bearer ") if authorization is not None else None
-    said = _encoding_shown(encoding, request, key)
-    return WholeBody(f"(a body with Content-Encoding: {said}, not decoded)".encode())
+    return _not_decoded_words(encoding, request, key)
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
