@@ -478,9 +478,8 @@ class Gateway:
                 return await self._refuse_slow_body(str(exc)), False
             except BodyTooLarge as exc:
                 return await self._refuse_large_body(str(exc)), False
-            except InputError as exc:
-                param = exc.param if isinstance(exc, FieldError) else None
-                return await self._refuse_body(str(exc), param), False
+            except InputError as exc:  # its encoding or content type (a body read is refused in its step)
+                return await self._refuse_body(str(exc)), False
         except asyncio.CancelledError:
             # The shutdown grace ran out before the call was decided (its body still arriving,
             # or waiting for a worker thread): nothing was decided, sent or charged.
@@ -722,13 +721,13 @@ class Gateway:
         window = quota.window_s
         return {"Retry-After": str(max(1, math.ceil(window - time.time() % window)))}
 
-    async def _refuse_body(self, reason: str, param: str | None) -> Response:
+    async def _refuse_body(self, reason: str) -> Response:
         """The answer to a chat request refused before its body is read (an encoding or a
         content type it cannot be read in): as ``_malformed``, audited as a refusal (nothing
         decided). A body refused once read is audited in its reading's own worker step
         (``_read_and_decide``)."""
         await self._blocking(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
-        return _malformed(reason, param)
+        return _malformed(reason, None)
 
     async def _refuse_large_body(self, reason: str) -> Response:
         """The answer to a call whose body is over ``max_body_bytes`` (read, or declared by a caller
