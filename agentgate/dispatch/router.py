@@ -103,7 +103,6 @@ class _Waiter:
 
     key: tuple[int, float, float]
     """(priority class, arrival, sequence): the line's order."""
-    model: str
     tenant: str
     cost: float
     """What its tenant's token bucket pays for it (``_cost``)."""
@@ -368,7 +367,6 @@ class Router(RoutingPolicy):
             key = (request.priority, _arrival(request, now), next(self._arrivals))
             waiter = self._waiters[request.id] = _Waiter(
                 key=key,
-                model=request.model,
                 tenant=request.tenant,
                 cost=cost,
                 paid=paid_before(request),
