@@ -400,8 +400,8 @@ class Router(RoutingPolicy):
         quiet = self._quiet
         while quiet and now - quiet[0][0] > WAITER_TIMEOUT_S:
             asked, key, request_id = heapq.heappop(quiet)
-            waiter = self._waiters.get(request_id)
-            if waiter is None or waiter.key != key or waiter.watched != asked:
+            waiter = self._in_line(key, request_id)
+            if waiter is None or waiter.watched != asked:
                 continue  # it left the line, or asked earlier than this entry says since
             waiter.watched = None
             if waiter.found_gone:
@@ -414,8 +414,8 @@ class Router(RoutingPolicy):
         overdue = self._overdue
         while overdue and now > overdue[0][0] + WAITER_TIMEOUT_S:
             _, key, request_id = heapq.heappop(overdue)
-            waiter = self._waiters.get(request_id)
-            if waiter is None or waiter.key != key:
+            waiter = self._in_line(key, request_id)
+            if waiter is None:
                 continue
             waiter.overdue_listed = False
             if not waiter.found_gone:
@@ -429,8 +429,8 @@ class Router(RoutingPolicy):
         found = self._found
         while found and (before is None or found[0][0] < before):
             key, request_id = heapq.heappop(found)
-            waiter = self._waiters.get(request_id)
-            if waiter is None or waiter.key != key:
+            waiter = self._in_line(key, request_id)
+            if waiter is None:
                 continue
             waiter.found_gone = False
             if self._gone(waiter, now):
@@ -438,29 +438,30 @@ class Router(RoutingPolicy):
             else:
                 self._watch(waiter, request_id)
 
+    def _in_line(self, key: tuple[int, float, float], request_id: str) -> _Waiter | None:
+        """Waiter ``request_id`` if it is in line under ``key`` (an entry of ``_quiet``,
+        ``_overdue`` or ``_found`` for one that left the line, or left and came back, is stale)."""
+        waiter = self._waiters.get(request_id)
+        return waiter if waiter is not None and waiter.key == key else None
+
     def _tidy(self) -> None:
         """Drop the entries of waiters that left the line from ``_quiet``, ``_overdue`` and
         ``_found``, and those a later entry of the waiter replaced (each waiter keeps at most one
         in each)."""
-
-        def kept(key: tuple[int, float, float], request_id: str) -> _Waiter | None:
-            waiter = self._waiters.get(request_id)
-            return waiter if waiter is not None and waiter.key == key else None
-
         self._quiet = [
             entry
             for entry in self._quiet
-            if (waiter := kept(entry[1], entry[2])) is not None and waiter.watched == entry[0]
+            if (waiter := self._in_line(entry[1], entry[2])) is not None and waiter.watched == entry[0]
         ]
         self._overdue = [
             entry
             for entry in self._overdue
-            if (waiter := kept(entry[1], entry[2])) is not None and waiter.overdue_listed
+            if (waiter := self._in_line(entry[1], entry[2])) is not None and waiter.overdue_listed
         ]
         self._found = [
             entry
             for entry in self._found
-            if (waiter := kept(entry[0], entry[1])) is not None and waiter.found_gone
+            if (waiter := self._in_line(entry[0], entry[1])) is not None and waiter.found_gone
         ]
         heapq.heapify(self._quiet)
         heapq.heapify(self._overdue)
