@@ -123,32 +123,19 @@ def _within(names: frozenset[str]) -> AllowedBackend:
     return allowed
 
 
+def _half(rng: random.Random) -> AllowedBackend:
+    """An ``allowed`` that admits a random half of the ``ENGINES`` engines."""
+    return _within(frozenset(f"e{k}" for k in rng.sample(range(ENGINES), ENGINES // 2)))
+
+
 def per_slot_s(waiting: int, calls: int) -> float:
     """Seconds per freed slot (finished, ``due``, taken by a call of class 0) with ``waiting``
     calls in line, each allowed a random half of ``ENGINES`` engines (all at one instant)."""
-    inventory = inventory_from_mapping(
-        {
-            "backends": [
-                {
-                    "name": f"e{i}",
-                    "url": f"http://127.0.0.1:{9000 + i}",
-                    "models": ["m"],
-                    "max_concurrency": 1,
-                }
-                for i in range(ENGINES)
-            ]
-        }
-    )
-    router = Router(inventory)
-    holders = [f"h{i}" for i in range(ENGINES)]
-    for i, holder in enumerate(holders):
-        plan = router.route(_call(holder, "m"), 0.0, _within(frozenset({f"e{i}"})))
-        if plan.backend != f"e{i}":
-            raise SystemExit(f"router_line: the holder of e{i}'s slot was not dispatched there")
+    router = _engines(ENGINES)
+    holders = _held(router)
     rng = random.Random(1)
     for i in range(waiting):
-        may = frozenset(f"e{k}" for k in rng.sample(range(ENGINES), ENGINES // 2))
-        if router.route(_call(f"w{i}", "m"), 0.0, _within(may)).action != "wait":
+        if router.route(_call(f"w{i}", "m"), 0.0, _half(rng)).action != "wait":
             raise SystemExit(f"router_line: waiter {i} was not put in line")
     takers = [
         RouteRequest(id=f"t{j}", model="m", prompt_tokens=10, priority=0, slo_ttft_s=3600.0, arrived_at=0.0)
@@ -187,21 +174,27 @@ def _engines(count: int) -> Router:
     )
 
 
+def _held(router: Router) -> list[str]:
+    """The calls routed to hold the one slot of each of ``ENGINES`` engines, ``h{i}`` on ``e{i}``."""
+    holders = [f"h{i}" for i in range(ENGINES)]
+    for i, holder in enumerate(holders):
+        if router.route(_call(holder, "m"), 0.0, _within(frozenset({f"e{i}"}))).backend != f"e{i}":
+            raise SystemExit(f"router_line: the holder of e{i}'s slot was not dispatched there")
+    return holders
+
+
 def per_taken_s(waiting: int, calls: int) -> float:
     """Seconds per slot taken by a waiter of the line (finished, ``due``, the waiter it names
     asks again and is dispatched, a new waiter joins the back) with ``waiting`` calls in line,
     each allowed a random half of ``ENGINES`` engines (all at one instant)."""
     router = _engines(ENGINES)
-    holders = [f"h{i}" for i in range(ENGINES)]
-    for i, holder in enumerate(holders):
-        if router.route(_call(holder, "m"), 0.0, _within(frozenset({f"e{i}"}))).backend != f"e{i}":
-            raise SystemExit(f"router_line: the holder of e{i}'s slot was not dispatched there")
+    holders = _held(router)
     rng = random.Random(2)
     rules: dict[str, AllowedBackend] = {}
     calls_of: dict[str, RouteRequest] = {}
 
     def join(name: str) -> None:
-        rules[name] = _within(frozenset(f"e{k}" for k in rng.sample(range(ENGINES), ENGINES // 2)))
+        rules[name] = _half(rng)
         calls_of[name] = _call(name, "m")
         if router.route(calls_of[name], 0.0, rules[name]).action != "wait":
             raise SystemExit(f"router_line: waiter {name} was not put in line")
@@ -210,7 +203,7 @@ def per_taken_s(waiting: int, calls: int) -> float:
         join(f"w{i}")
     joining = [f"n{j}" for j in range(calls)]
     for name in joining:  # their ``allowed`` drawn before the clock starts
-        rules[name] = _within(frozenset(f"e{k}" for k in rng.sample(range(ENGINES), ENGINES // 2)))
+        rules[name] = _half(rng)
         calls_of[name] = _call(name, "m")
     gc.collect()
     started = time.perf_counter()
