@@ -260,8 +260,7 @@ class _StoreWork:
 
     def _background_done(self, work: asyncio.Future[None]) -> None:
         self._background.discard(work)
-        if not work.cancelled():
-            work.exception()  # retrieved: counted by the work itself
+        _retrieved(work)  # its failure is counted by the work itself
 
     # --- breaker transitions: counted, published to the other processes, adopted from them ------
 
