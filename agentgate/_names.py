@@ -19,6 +19,8 @@ from agentgate.errors import InputError
 BUDGET_UNIT = re.compile(r"[a-z][a-z0-9_]{0,31}", re.ASCII)
 """What a budget unit may be called, in a token (``authority._grant``) and in a store's reservation
 row (``store.held`` reads a stored unit only when it is one): here, below both."""
+BUDGET_UNIT_RULE = "a lowercase letter first, then lowercase letters, digits or '_', at most 32 characters"
+"""``BUDGET_UNIT`` in words, for a refusal of a unit (a token's, ``BudgetLedger.reserve``'s)."""
 
 BudgetUnit = Literal["usd_micros", "tokens", "calls"]
 """The units agentgate meters, written once here, below every layer: what a policy's budgets and

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from agentgate._names import BUDGET_UNIT, BUDGET_UNITS, METERED_IN_WORDS
+from agentgate._names import BUDGET_UNIT, BUDGET_UNIT_RULE, BUDGET_UNITS, METERED_IN_WORDS
 from agentgate._names import MAX_PURPOSE as MAX_PURPOSE  # read here with the other token limits
 from agentgate.authority._encoding import b64url_encode
 from agentgate.capabilities import Capability, format_capability
@@ -39,7 +39,6 @@ a grant's not-before, and an invocation's signing time, mean nothing (review R53
 allowed an invocation dated three hours ahead)."""
 
 _UNIT = BUDGET_UNIT
-_UNIT_RULE = "a lowercase letter first, then lowercase letters, digits or '_', at most 32 characters"
 
 
 def _shown_amount(amount: object) -> str:
@@ -79,7 +78,7 @@ class Budget:
         if not isinstance(self.unit, str):
             raise TokenFormatError(f"budget unit must be text, got {type(self.unit).__name__}")
         if not _UNIT.fullmatch(self.unit):
-            raise TokenFormatError(f"budget unit {_quoted(self.unit)} is not a unit name: {_UNIT_RULE}")
+            raise TokenFormatError(f"budget unit {_quoted(self.unit)} is not a unit name: {BUDGET_UNIT_RULE}")
 
     @classmethod
     def parse(cls, text: str, *, metered: bool = False) -> Budget:

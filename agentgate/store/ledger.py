@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeGuard
 
-from agentgate._names import BUDGET_UNIT, _unicode
+from agentgate._names import BUDGET_UNIT, BUDGET_UNIT_RULE, _unicode
 from agentgate._shown import quoted
 from agentgate.audit.entry import AuditEntry, format_time, utc_now
 from agentgate.errors import BudgetExceeded, InputError, MalformedRow, NotHeld
@@ -246,8 +246,6 @@ def _reservation_id() -> str:
 
 MAX_AMOUNT = 2**63 - 1
 """The largest amount a budget can hold (a 64-bit signed column on both stores)."""
-_UNIT_RULE = "a lowercase letter first, then lowercase letters, digits or '_', at most 32 characters"
-"""``BUDGET_UNIT`` in words, for ``reserve``'s refusal of a unit."""
 
 
 def _named(reservation: object) -> str:
@@ -483,7 +481,9 @@ class BudgetLedger:
                 f"at most {_GRANT_ID_CHARS} characters), root first"
             )
         if unit is not None and stored_unit(unit) is None:
-            raise InputError(f"unit must be None or a budget unit name ({_UNIT_RULE}), got {quoted(unit)}")
+            raise InputError(
+                f"unit must be None or a budget unit name ({BUDGET_UNIT_RULE}), got {quoted(unit)}"
+            )
         # Every cap checked before any statement: a malformed one refuses with nothing written.
         budgets = [(grant_id, _cap(caps[grant_id], grant_id)) for grant_id in chain if grant_id in caps]
         if tx is not None:  # the gate's path: no context manager layer per call
