@@ -165,15 +165,20 @@ class AgentNames:
         for reading in ordered:
             tx.execute(_CLAIM, (reading, name, now))
         held = _holders(tx, ordered)
-        earlier = next((holder for _, holder in held if holder != name), None)
-        return Claimed(earlier, min((at for at, holder in held if holder == name), default=now))
+        return Claimed(_other(held, name), min((at for at, holder in held if holder == name), default=now))
 
     def earlier(self, tx: Transaction, name: str, readings: Collection[str]) -> str | None:
         """Another name that holds one of ``readings``, read in ``tx`` and claiming nothing: the
         one ``claim`` would tell (``Claimed.earlier``), else ``None``. What a Gate that refuses
         ``name`` from its own memory names (``_Delegation._read_alike``): its memory does not
         hold the names other processes granted."""
-        return next((holder for _, holder in _holders(tx, sorted(readings)) if holder != name), None)
+        return _other(_holders(tx, sorted(readings)), name)
+
+
+def _other(held: list[tuple[int, str]], name: str) -> str | None:
+    """The first of ``held`` (``_holders``) that is not ``name``: the name ``claim`` and
+    ``earlier`` tell; ``None`` where there is none."""
+    return next((holder for _, holder in held if holder != name), None)
 
 
 def _holders(tx: Transaction, readings: Collection[str]) -> list[tuple[int, str]]:
