@@ -15,7 +15,7 @@ import asyncio
 import httpx
 import pytest
 from _raw_server import RawServer
-from test_dispatch_r91_encoding_key_cut import ANSWERS, HEADERS, KEY, _keyed_client
+from test_dispatch_r91_encoding_key_cut import ANSWERS, HEADERS, KEY, _answering, _client_answered
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import BackendClient
@@ -34,7 +34,7 @@ async def test_a_stream_refused_for_its_encoding_quotes_no_piece_of_the_key(
     monkeypatch: pytest.MonkeyPatch, header: str, path: str, status: bytes
 ) -> None:
     monkeypatch.setenv("R91_KEY", KEY)
-    async with _keyed_client(path, header, status) as client, asyncio.timeout(10):
+    async with _client_answered(path, _answering(header, status), "R91_KEY") as client, asyncio.timeout(10):
         with pytest.raises(BackendFailed) as raised:
             async for _ in client.stream(PAYLOAD):
                 pass
