@@ -66,6 +66,20 @@ a decision, never a condition of it: a span processor or sampler that raises as 
 ends (the SDK calls them in the caller's thread and lets what they raise out) is logged as a
 warning on the ``agentgate.audit.spans`` logger, and the call goes on as if untraced (a span that
 could not start is ``INVALID_SPAN``, which records nothing).
+
+What the helpers are given: every text is cut and escaped (``_cut``), every integer checked
+(``_attribute_int``). A value recorded on a span that is not what it should be (a non-integer
+count, and since review R92 a non-text id, model, reason, status or error type, ``call_id=5``
+or ``record_outcome(span, None)``) is left off (``_text``): the ``record_*`` functions run after
+the caller's work did, and what they are given must not turn a call that ran into an exception.
+The text that names a span (``invoke_agent_span``'s ``name``, ``execute_tool_span``'s ``name``,
+``chat_span``'s ``model``, ``decision_span``'s ``resource`` and ``action``, ``grant_span``'s
+``action`` and ``name``, ``approval_span``'s ``resource``, ``lease_outcome_span``'s ``resource``
+and ``status``) is no attribute to leave off: a non-text one is an ``InputError`` naming the
+parameter, raised as the ``with`` statement enters, before the block (the caller's work) starts
+and before any span does (``_name``). The ``Gate`` never passes one (``Call`` refuses a
+non-text resource or action); until review R92 each of these raised a bare ``TypeError`` from
+``_cut``, from a ``record_*`` function inside the caller's block after the call had run.
 """
 
 from __future__ import annotations
@@ -184,6 +198,20 @@ def _cut(text: str) -> str:
         # Each character is escaped alone, so this is the first characters of the log's text.
         return cut.encode("utf-8", "backslashreplace").decode()[:MAX_CALL_ID_CHARS]
     return cut
+
+
+def _text(value: object) -> str | None:
+    """``value`` as a span records it (``_cut``) when it is text; else ``None``: the attribute is
+    left off, as ``_attribute_int`` leaves off what is no integer OTLP carries."""
+    return _cut(value) if isinstance(value, str) else None
+
+
+def _name(parameter: str, value: object) -> str:
+    """``value``, the text that names a span, cut (``_cut``); an ``InputError`` naming
+    ``parameter`` when it is not text (a span opener calls this before its span starts)."""
+    if not isinstance(value, str):
+        raise InputError(f"{parameter}: a span's name is text, got {type(value).__name__}")
+    return _cut(value)
 
 
 def _bounded_content(attribute: str, text: str) -> dict[str, Any]:
@@ -436,11 +464,11 @@ def invoke_agent_span(
 ) -> Iterator[Span]:
     """A span for one run of the agent ``name`` (``agent_id``: its did, for example; the name cut
     to ``MAX_CALL_ID_CHARS`` characters)."""
-    name = _cut(name)
+    name = _name("name", name)
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": name,
-        "gen_ai.agent.id": _cut(agent_id) if agent_id is not None else None,
+        "gen_ai.agent.id": _text(agent_id),
     }
     with _span(f"invoke_agent {name}", SpanKind.INTERNAL, attributes, tracer) as span:
         yield span
@@ -459,12 +487,12 @@ def execute_tool_span(
     """A span for one tool call. ``arguments`` are recorded only if content capture is opted in;
     ``name``, ``call_id`` and ``tool_type`` up to ``MAX_CALL_ID_CHARS`` characters (``_cut``;
     until review R68 ``tool_type`` was set as given)."""
-    name = _cut(name)
+    name = _name("name", name)
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": name,
-        "gen_ai.tool.call.id": _cut(call_id) if call_id is not None else None,
-        "gen_ai.tool.type": _cut(tool_type),
+        "gen_ai.tool.call.id": _text(call_id),
+        "gen_ai.tool.type": _text(tool_type),
     }
     if arguments is not None and _capture(record_content):
         # Arguments without a canonical form (NaN, a lone surrogate...) are not recorded; the call goes on.
@@ -497,11 +525,11 @@ def record_tool_result(span: Span, result: Any, *, record_content: bool | None =
 def chat_span(model: str, *, provider: str | None = None, tracer: Tracer | None = None) -> Iterator[Span]:
     """A span for one chat model call to ``model`` (``provider``: e.g. ``openai``, ``vllm``; the
     model's name cut to ``MAX_CALL_ID_CHARS`` characters)."""
-    model = _cut(model)
+    model = _name("model", model)
     attributes = {
         "gen_ai.operation.name": "chat",
         "gen_ai.request.model": model,
-        "gen_ai.provider.name": _cut(provider) if provider is not None else None,
+        "gen_ai.provider.name": _text(provider),
     }
     with _span(f"chat {model}", SpanKind.CLIENT, attributes, tracer) as span:
         yield span
@@ -513,7 +541,7 @@ def decision_span(resource: str, action: str, *, tracer: Tracer | None = None) -
     leases): ``{action} {resource}`` (INTERNAL) with ``agentgate.resource`` and
     ``agentgate.action``, each cut to ``MAX_CALL_ID_CHARS`` characters; no ``gen_ai.*``
     attribute, since it is no GenAI operation."""
-    resource, action = _cut(resource), _cut(action)
+    resource, action = _name("resource", resource), _name("action", action)
     attributes = {"agentgate.resource": resource, "agentgate.action": action}
     with _span(f"{action} {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
         yield span
@@ -536,18 +564,20 @@ def grant_span(
     ``MAX_GRANT_RESOURCES`` distinct ``resources`` of its capabilities. ``name`` (the caller's,
     of any length) is cut to ``MAX_CALL_ID_CHARS`` characters. The decision is
     ``record_decision``'s: the new grant as ``capability_id``, or the refusal."""
-    resource, action = f"agent:{_cut(name)}", _cut(action)
+    action, resource = _name("action", action), f"agent:{_name('name', name)}"
     listed: dict[str, None] = {}
     for named in resources:
         if len(listed) == MAX_GRANT_RESOURCES:
             break
-        listed[_cut(named)] = None
+        text = _text(named)
+        if text is not None:
+            listed[text] = None
     attributes = {
         "agentgate.resource": resource,
         "agentgate.action": action,
-        "agentgate.grant.issuer": _cut(issuer),
-        "agentgate.grant.audience": _cut(audience),
-        "agentgate.grant.parent": _cut(parent) if parent is not None else None,
+        "agentgate.grant.issuer": _text(issuer),
+        "agentgate.grant.audience": _text(audience),
+        "agentgate.grant.parent": _text(parent),
         "agentgate.grant.resources": list(listed) or None,
     }
     with _span(f"{action} {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
@@ -562,7 +592,7 @@ def revoke_span(by: str, *, holder: bool = False, tracer: Tracer | None = None) 
     key's did, and the counts). ``agentgate.action`` is ``revoke``; ``agentgate.revoke.by`` who
     revokes (as the ``revoke`` entry's principal, cut to ``MAX_CALL_ID_CHARS`` characters). The
     reason is not recorded (free text). What was revoked is ``record_revocation``'s."""
-    attributes = {"agentgate.action": "revoke", "agentgate.revoke.by": _cut(by)}
+    attributes = {"agentgate.action": "revoke", "agentgate.revoke.by": _text(by)}
     with _span("revoke holder" if holder else "revoke grant", SpanKind.INTERNAL, attributes, tracer) as span:
         yield span
 
@@ -577,12 +607,12 @@ def approval_span(
     ``agentgate.approval.request`` (the request answered; both cut to ``MAX_CALL_ID_CHARS``
     characters) and ``agentgate.audit.index`` (its ``approval_given`` entry). No
     ``agentgate.decision``: the decision is the call's, on the call's own span."""
-    resource = _cut(resource)
+    resource = _name("resource", resource)
     attributes = {
         "agentgate.action": "approve",
         "agentgate.resource": resource,
-        "agentgate.approval.approver": _cut(approver),
-        "agentgate.approval.request": _cut(request_id),
+        "agentgate.approval.approver": _text(approver),
+        "agentgate.approval.request": _text(request_id),
         "agentgate.audit.index": _attribute_int(audit_index),
     }
     with _span(f"approve {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
@@ -608,11 +638,11 @@ def lease_outcome_span(
     ``agentgate.audit.ref`` (the decision it refers to, when it has one). An ``error`` outcome
     marks the span ERROR (``record_outcome``). No ``agentgate.decision``: the decision is on
     its own ``lease {resource}`` span."""
-    resource, status = _cut(resource), _cut(status)
+    resource, status = _name("resource", resource), _name("status", status)
     attributes = {
         "agentgate.resource": resource,
         "agentgate.action": "lease",
-        "agentgate.lease.id": _cut(lease_id),
+        "agentgate.lease.id": _text(lease_id),
         "agentgate.audit.index": _attribute_int(audit_index),
         "agentgate.audit.ref": _attribute_int(ref),
     }
@@ -636,7 +666,7 @@ def record_revocation(
     (how many grants recorded below it are dead with it) and ``agentgate.audit.index`` (its
     ``revoke`` entry)."""
     values: dict[str, Any] = {
-        "agentgate.capability.id": _cut(grant_id),
+        "agentgate.capability.id": _text(grant_id),
         "agentgate.revoke.already": already,
         "agentgate.revoke.descendants": _attribute_int(descendants),
         "agentgate.audit.index": _attribute_int(audit_index),
@@ -649,7 +679,9 @@ def record_agent_name(span: Span, name: str) -> None:
     escaped as every name: ``_cut``). Until review R67 the ``Gate`` set the name's first
     characters itself, and the refusal of an identity built by hand under a name holding a lone
     surrogate put the surrogate on its span."""
-    span.set_attribute("gen_ai.agent.name", _cut(name))
+    text = _text(name)
+    if text is not None:
+        span.set_attribute("gen_ai.agent.name", text)
 
 
 def record_usage(
@@ -666,8 +698,9 @@ def record_usage(
     if _token_count(input_tokens) and _token_count(output_tokens):
         span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
-    if response_model is not None:
-        span.set_attribute("gen_ai.response.model", _cut(response_model))
+    model = _text(response_model)
+    if model is not None:
+        span.set_attribute("gen_ai.response.model", model)
 
 
 def _attribute_int(value: object) -> int | None:
@@ -712,8 +745,8 @@ def record_decision(
     ``audit_index`` are set only when each is an integer OTLP carries (``_attribute_int``): until
     review R68 a count past 2**63 - 1, a bool, a fraction or text was set as given."""
     values: dict[str, Any] = {
-        "agentgate.policy.id": _cut(policy_id) if policy_id is not None else None,
-        "agentgate.capability.id": _cut(capability_id) if capability_id is not None else None,
+        "agentgate.policy.id": _text(policy_id),
+        "agentgate.capability.id": _text(capability_id),
         "agentgate.chain.depth": _attribute_int(chain_depth),
         "agentgate.budget.remaining": _attribute_int(budget_remaining),
         "agentgate.audit.index": _attribute_int(audit_index),
@@ -723,10 +756,12 @@ def record_decision(
         values["agentgate.finding.kinds"] = [kind for kind, _ in listed]
         values["agentgate.finding.codes"] = [code for _, code in listed]
     essential = {k: v for k, v in values.items() if v is not None}
-    essential["agentgate.decision"] = _cut(decision)
+    decided = _text(decision)
+    if decided is not None:
+        essential["agentgate.decision"] = decided
     if decision == "deny":
         essential["error.type"] = DENIED
-        span.set_status(Status(StatusCode.ERROR, _cut(reason) if reason else "denied by agentgate"))
+        span.set_status(Status(StatusCode.ERROR, _text(reason) or "denied by agentgate"))
     _record(span, essential)
 
 
@@ -735,10 +770,14 @@ def record_outcome(span: Span, status: str, *, error_type: str | None = None) ->
     (``ok``, ``error``, ``paused``). An ``error`` marks the span ERROR with ``error.type``:
     ``error_type`` (an exception's class name, cut as every name) or ``agentgate.failed`` (the
     call returned a failure). ``status`` is cut as every name (until review R68 it was set as
-    given). ``ok`` and ``paused`` leave the status as it is, and after
+    given); one that is not text records nothing, a non-text ``error_type`` is
+    ``agentgate.failed`` (``_text``, review R92). ``ok`` and ``paused`` leave the status as it is, and after
     ``paused`` an exception leaving the span (the one that carries the pause out) does not mark
     it ERROR."""
-    status = _cut(status)
+    text = _text(status)
+    if text is None:
+        return
+    status = text
     waiting = _AWAITING.get(span)
     if waiting is not None and not waiting.settled:
         # Set once the outcome is written (``outcome_written``); known here, for ``_span``.
@@ -748,7 +787,7 @@ def record_outcome(span: Span, status: str, *, error_type: str | None = None) ->
     else:
         outcome = {"agentgate.outcome": status}
     if status == "error":
-        kind = _cut(error_type) if error_type else FAILED
+        kind = _text(error_type) or FAILED
         _record(span, {**outcome, "error.type": kind})
         span.set_status(Status(StatusCode.ERROR, kind))
     else:
