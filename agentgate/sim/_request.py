@@ -28,6 +28,7 @@ import json
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from agentgate._json import INT64, integral
 from agentgate.dispatch.prefix import estimate_prompt_tokens, prompt_text
@@ -98,6 +99,29 @@ class ChatRequest(BaseModel):
     """Streaming only: end with a usage chunk."""
 
 
+_JSON_NAMES: dict[type, str] = {
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    type(None): "null",
+}
+"""What a parsed JSON value was, in the words of JSON, for a refusal that names it."""
+
+
+def _refusal(error: ErrorDetails) -> str:
+    """The message for the first validation error: where it is, then what is wrong. Where an
+    object was expected (the body, a message, ``stream_options``), it says so in plain words
+    rather than pydantic's, which names the private model (until review R92 a body of ``[1, 2]``
+    got "Input should be a valid dictionary or instance of _Body")."""
+    where = ".".join(str(part) for part in error["loc"]) or "the body"
+    if error["type"] != "model_type":
+        return f"{where}: {error['msg']}"
+    given = _JSON_NAMES.get(type(error["input"]), "another type")
+    return f"{where} must be a JSON object, not {given}"
+
+
 def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -141,9 +165,7 @@ def parse_chat(raw: bytes, max_model_len: int) -> ChatRequest:
     try:
         body = _Body.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise InputError(f"{where}: {first['msg']}") from None
+        raise InputError(_refusal(exc.errors()[0])) from None
     for name in _ONE_CHOICE:
         value = getattr(body, name)
         if value is not None and value != 1:
