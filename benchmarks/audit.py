@@ -6,7 +6,9 @@ Measured side by side in one run:
   per entry) against a bare ``INSERT`` of the same bytes into a plain table, one commit per row,
   through the same store and at the same durability (SQLite ``synchronous=FULL``, PostgreSQL
   ``fsync=on``). Also with group commit: ``append_many`` of 32 entries per transaction against
-  32 bare INSERTs per transaction. Rounds alternate between contenders so machine load hits both.
+  32 bare INSERTs per transaction. Rounds interleave the contenders so machine load hits both,
+  and alternate which of each pair goes first (``round_order``). ``--quick`` (200 appends, 8
+  rounds of 25) is a smoke check: a single slow fsync moves its ratio by tenths.
   PostgreSQL runs on a throwaway server this script starts (initdb/pg_ctl, unix socket), or is
   reported as skipped when initdb is absent.
 - verify: ``AuditLog.verify()`` of N entries in SQLite (allow/outcome pairs; read every row,
@@ -79,6 +81,21 @@ def _fields(i: int) -> dict[str, Any]:
     }
 
 
+def round_order(index: int) -> tuple[str, ...]:
+    """The order in which round ``index`` times the append contenders: each pair (one commit per
+    entry, then ``GROUP`` per commit) bare INSERT first in even rounds and the audit log first in
+    odd ones, so that neither side is always timed first, in a colder store (until review R92 the
+    bare INSERT always was: one of the causes of --quick ratios from 0.25x to 1.85x)."""
+    pairs = (("bare", "append"), ("bare_group", "append_group"))
+    return tuple(name for pair in pairs for name in (pair if index % 2 == 0 else pair[::-1]))
+
+
+def per_entry(us: float) -> str:
+    """Latency the audit log adds per entry, signed: "+120 us/entry", or "-40 us/entry" where
+    the append was faster than the bare INSERT (until review R92 printed "+-40")."""
+    return f"{us:+.0f} us/entry"
+
+
 def _bench_appends(store: Store, n: int, rounds: int) -> dict[str, float]:
     store.ensure_schema("bench_bare", BARE_DDL)  # type: ignore[arg-type]
     log = AuditLog(store, SigningKey.generate(), "bench.example/audit")
@@ -112,12 +129,17 @@ def _bench_appends(store: Store, n: int, rounds: int) -> dict[str, float]:
 
     per_round = max(n // rounds, 1)
     groups = max(per_round // GROUP, 1)
-    totals = {"bare": 0.0, "append": 0.0, "bare_group": 0.0, "append_group": 0.0}
-    for _ in range(rounds):
-        totals["bare"] += timed(bare_one, per_round)
-        totals["append"] += timed(append_one, per_round)
-        totals["bare_group"] += timed(bare_group, groups)
-        totals["append_group"] += timed(append_group, groups)
+    contenders = {
+        "bare": (bare_one, per_round),
+        "append": (append_one, per_round),
+        "bare_group": (bare_group, groups),
+        "append_group": (append_group, groups),
+    }
+    totals = dict.fromkeys(contenders, 0.0)
+    for i in range(rounds):
+        for name in round_order(i):
+            fn, calls = contenders[name]
+            totals[name] += timed(fn, calls)
     single = per_round * rounds
     grouped = groups * GROUP * rounds
     return {
@@ -358,7 +380,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     appends = 200 if args.quick else 2000
-    rounds = 4 if args.quick else 10
+    rounds = 8 if args.quick else 10
     n_verify = args.entries if args.entries is not None else 50_000 if args.quick else 1_000_000
     n_explain = 20_000 if args.quick else 100_000
 
@@ -386,6 +408,9 @@ def main() -> int:
         figures["explain"] = _bench_explain(n_explain, Path(tmp), 3)
         figures["verify_memory"] = _bench_verify_memory(n_explain, Path(tmp))
 
+    # A quick run's appends are few (8 rounds of 25): a smoke check, as one slow fsync moves its
+    # ratio by tenths; the full run (10 rounds of 200) is the one to read.
+    smoke = " [--quick: smoke check]" if args.quick else ""
     for name in ("sqlite", "postgresql"):
         f = figures[name]
         if f is None:
@@ -394,12 +419,15 @@ def main() -> int:
         rows.append((f"{name} bare INSERT, 1 commit each", f"{f['bare_per_s']:,.0f} /s"))
         rows.append((f"{name} AuditLog.append, 1 commit each", f"{f['append_per_s']:,.0f} /s"))
         rows.append(
-            (f"{name}   ratio (goal >= 0.5)", f"{f['ratio']:.2f} x, +{f['added_latency_us']:.0f} us/entry")
+            (
+                f"{name}   ratio (goal >= 0.5){smoke}",
+                f"{f['ratio']:.2f} x, {per_entry(f['added_latency_us'])}",
+            )
         )
         rows.append((f"{name} bare INSERT, {GROUP} per commit", f"{f['bare_group_per_s']:,.0f} /s"))
         rows.append((f"{name} append_many, {GROUP} per commit", f"{f['append_group_per_s']:,.0f} /s"))
         rows.append(
-            (f"{name}   ratio", f"{f['group_ratio']:.2f} x, +{f['group_added_latency_us']:.0f} us/entry")
+            (f"{name}   ratio{smoke}", f"{f['group_ratio']:.2f} x, {per_entry(f['group_added_latency_us'])}")
         )
     v = figures["verify"]
     n_text = f"{v['n']:,} entries of {v['entry_bytes']:.0f} B"
