@@ -132,6 +132,9 @@ _APPEND_LOCK_HOLDER = (
 its high and low 32 bits, ``objsubid`` 1) in this database, its state and since when; or, where
 a prepared transaction holds it (``pid`` null: no process of its own), that one's gid and when it
 was prepared (found by the lock on its own transaction id, which has the same virtual one)."""
+ROLLED_BACK = "the transaction was rolled back, nothing was written"
+"""What a ``StoreError`` adds where the server ended the transaction's session before it read the
+COMMIT (``PostgresStore._ended_idle``, ``PostgresStore._lost``): nothing of it was written."""
 _PLACEHOLDER = re.compile(r"\?")
 _PROBE_TIMEOUT_S = 2
 """How long the direct attempt that finds why the pool got no connection may take (seconds)."""
@@ -448,8 +451,9 @@ class PostgresStore(Store):
         A statement's driver error may be caught inside the block only to roll back to a
         savepoint (``Transaction.savepoint``): a block that goes on past one without it ends in
         ``StoreError``, nothing committed (PostgreSQL aborts the transaction at the error). A
-        connection lost once the COMMIT was sent raises ``CommitUnknown``: the server may have
-        committed (``lost_commit``)."""
+        connection lost before the COMMIT was sent raises ``StoreError`` saying so and that
+        nothing was written (``_lost``); one lost once the COMMIT was sent raises
+        ``CommitUnknown``: the server may have committed (``lost_commit``)."""
         used: psycopg.Connection[Any] | None = None
         session: int | None = None  # the server process of ``used``
         committing = False
@@ -487,8 +491,12 @@ class PostgresStore(Store):
                 _redact(self.url) not in str(exc)  # not the store's own (``ensure_schema``'s)
             ):
                 raise StoreError(self._no_privilege(str(exc))) from exc.__cause__  # in the part's words
-            if used is not None and used.broken:  # a lost connection said in a part's words
+            if used is not None and used.broken and isinstance(exc.__cause__, psycopg.Error):
+                # A lost connection said in a part's words (``cannot record the revocation:
+                # terminating connection ...``): said as the store says it (review R92). Never
+                # at the COMMIT, which no part runs.
                 recheck(self.pool)
+                raise StoreError(self._lost(driver_error_line(exc.__cause__))) from exc.__cause__
             raise
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.errors.LockNotAvailable):
@@ -505,6 +513,7 @@ class PostgresStore(Store):
                     raise CommitUnknown(
                         lost_commit(_redact(self.url), driver_error_line(exc)), session=session
                     ) from exc
+                raise StoreError(self._lost(driver_error_line(exc))) from exc
             if self.read_only and isinstance(exc, psycopg.errors.UndefinedColumn):
                 # Opened to read only, a part's tables are not brought up to this version.
                 raise StoreError(
@@ -617,7 +626,19 @@ class PostgresStore(Store):
             f"the PostgreSQL server ended a session of the store {_redact(self.url)} that sat idle in "
             "transaction for longer than idle_in_transaction_session_timeout "
             f"({IDLE_IN_TRANSACTION_TIMEOUT_S:g} s unless the server, database, role or URL sets one; "
-            "docs/operations.md): the transaction was rolled back, nothing was written"
+            f"docs/operations.md): {ROLLED_BACK}"
+        )
+
+    def _lost(self, said: str) -> str:
+        """Why a transaction failed whose connection was lost before its COMMIT was sent (a
+        DBA's ``pg_terminate_backend``, a server stopped or restarted, a network cut; ``said``:
+        libpq's word for it): the server rolls back the transaction of a session that ends.
+        Until review R92 it was libpq's words alone (``PostgreSQL error: terminating connection
+        due to administrator command``), naming no store nor what was written. Once the COMMIT
+        was sent the outcome is not known: ``lost_commit``."""
+        return (
+            f"the connection to the PostgreSQL store {_redact(self.url)} was lost before the "
+            f"transaction committed ({said[:300]}): {ROLLED_BACK}"
         )
 
     def may_be_committing(self, session: int, tx: Transaction) -> bool:
