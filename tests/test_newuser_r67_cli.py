@@ -110,11 +110,11 @@ def test_every_store_flag_names_the_default_store_file() -> None:
         if "--store" in action.option_strings
     }
     assert len(helps) == 22
-    # ``approval sign --store`` (review R70) reads no default store file: without the flag or
-    # AGENTGATE_STORE, nothing is checked.
+    # ``approval sign --store`` (review R70) checks against the default store file only where it
+    # exists (review R92): with none, nothing is checked, and the description says so.
     assert helps.pop("agentgate approval sign") == (
-        "check what PAYLOAD shows against the Gate's store (default: AGENTGATE_STORE when set; "
-        "neither: not checked)"
+        "check what PAYLOAD shows against the Gate's store (default: AGENTGATE_STORE, else "
+        ".agentgate/agentgate.db where it exists; none: not checked, and said so)"
     )
     assert set(helps.values()) == {
         "store URL or SQLite path (default: AGENTGATE_STORE, else .agentgate/agentgate.db)"

@@ -52,7 +52,7 @@ def register(subparsers: Any) -> None:
         "--store",
         type=given,
         metavar="URL",
-        help="check what PAYLOAD shows against the Gate's store (default: AGENTGATE_STORE when set; "
-        "neither: not checked)",
+        help="check what PAYLOAD shows against the Gate's store (default: AGENTGATE_STORE, else "
+        ".agentgate/agentgate.db where it exists; none: not checked, and said so)",
     )
     sign.set_defaults(handler=handled_by(_APPROVAL, "_sign"))

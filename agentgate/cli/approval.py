@@ -5,9 +5,10 @@
 ``agentgate approval sign PAYLOAD --as KEYFILE [--out FILE] [--store URL]`` shows what the request in
 PAYLOAD asks (the JSON that ``interrupt()`` carried, or the request inside it; ``-`` reads standard
 input) and writes the signed approval: the value to resume the run with
-(``Command(resume=approval)``). With a store (``--store``, else ``AGENTGATE_STORE`` when set), what
-the payload shows is first checked against the store's request and its ``approval_required``
-audit entry (``_against_store``). Exit codes: 0 signed (or listed), 1 refused (the request expired,
+(``Command(resume=approval)``). With a store (``--store``, else ``AGENTGATE_STORE`` when set, else
+``.agentgate/agentgate.db`` where it exists), what the payload shows is first checked against the
+store's request and its ``approval_required`` audit entry (``_against_store``); with none, the
+description says it was not checked. Exit codes: 0 signed (or listed), 1 refused (the request expired,
 or the signer is the requester, or its call_hash is not the hash of the call it shows, or it
 is used, closed or already approved by the signer (with a store), or it
 shows what the store does not hold), 2
@@ -58,6 +59,7 @@ from agentgate.gate import Approval, approval_call_hash
 from agentgate.gate._records import PLACEHOLDERS, UNCOUNTED
 from agentgate.keys import load_signing_key, read_regular_file, replace_file, shown_path
 from agentgate.policy._index import gate_named
+from agentgate.store import DEFAULT_PATH
 from agentgate.store.approvals import Approval as StoredRequest
 from agentgate.store.approvals import ApprovalStore, how_closed
 
@@ -105,7 +107,7 @@ def _sign(args: argparse.Namespace) -> int:
     key = load_signing_key(args.key)
     refusal = _refusal(request, key.did)
     logged = None
-    if refusal is None and (args.store is not None or "AGENTGATE_STORE" in os.environ):
+    if refusal is None and _store_to_check(args.store):
         refusal, logged = _against_store(request, args.store, key.did)
     if refusal is not None:
         # Named as every other line of the verb names it: the file given, then the request in it
@@ -131,6 +133,15 @@ def _sign(args: argparse.Namespace) -> int:
         sys.stderr.write(_describe(request, key.did, logged))
         sys.stdout.write(text)
     return 0
+
+
+def _store_to_check(url: str | None) -> bool:
+    """Whether ``approval sign`` checks the payload against a store: the one ``url`` (``--store``)
+    or ``AGENTGATE_STORE`` names, else the default store (``DEFAULT_PATH``) where a file is there,
+    as every other verb opens it. Until review R92 the default store was never read, so with
+    neither given a payload edited on its way was signed as shown, without a word; where there is
+    no default store either, ``_describe`` says the payload was not checked and how to check it."""
+    return url is not None or "AGENTGATE_STORE" in os.environ or os.path.lexists(DEFAULT_PATH)
 
 
 def _refusal(request: dict[str, Any], signer: str) -> str | None:
@@ -571,7 +582,16 @@ def _describe(request: dict[str, Any], signer: str, logged: _Logged | None = Non
         f"  expires    {utc(request['expires_at'])}",
         f"  signed by  {signer}",
     ]
-    if entry is not None:
+    if entry is None:
+        # Signed without a store (``_store_to_check``): said, so that an approver who gave none
+        # does not read the lines above as checked (until review R92 nothing said so).
+        lines.insert(
+            -3,
+            f"  checked    against no store: no --store, AGENTGATE_STORE is not set and there is "
+            f"no store at {DEFAULT_PATH}; what it shows is the payload's word (give --store, the "
+            "Gate's store, to check it)",
+        )
+    else:
         lines.insert(
             -3,
             f"  checked    against the store's request and audit entry {entry.index}: call, requester "
