@@ -148,8 +148,9 @@ def register(subparsers: Any) -> None:
         "--trust",
         action="append",
         type=given,
-        metavar="PUBFILE",
-        help="a trust anchor (repeatable): mark a root issued by none of them untrusted_root",
+        metavar="PUBFILE|DID",
+        help="a trust anchor, a public key file or a did:key (repeatable): mark a root issued by none "
+        "of them untrusted_root",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
     p.set_defaults(handler=handled_by(_GRANT, "_inspect"))
@@ -158,7 +159,7 @@ def register(subparsers: Any) -> None:
         "check",
         help="sign an invocation and decide it under its chain alone (exit 0 allow, 1 deny)",
         description="Sign an invocation of TOOL with ARGS as KEYFILE under the chain in TOKENFILE and decide it "
-        "against the trust anchor PUBFILE, with revocation and replay checked in the store. It reads no "
+        "against the trust anchor PUBFILE|DID, with revocation and replay checked in the store. It reads no "
         "policy: a call the policy refuses or puts behind an approval gate can be allowed here; "
         "agentgate policy explain answers for the policy.",
         epilog=_EPILOG,
@@ -176,7 +177,12 @@ def register(subparsers: Any) -> None:
         help="the holder's private key, which signs the invocation",
     )
     p.add_argument(
-        "--trust", required=True, action="append", type=given, metavar="PUBFILE", help="root key (repeatable)"
+        "--trust",
+        required=True,
+        action="append",
+        type=given,
+        metavar="PUBFILE|DID",
+        help="root key, a public key file or a did:key (repeatable)",
     )
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--tool", type=given_utf8, metavar="NAME", help="tool name, e.g. payments.refund")
