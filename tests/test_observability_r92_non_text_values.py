@@ -179,3 +179,52 @@ def test_a_non_text_span_name_is_an_input_error_before_the_block(
         ran.append(True)
     assert ran == []
     assert exporter.get_finished_spans() == ()
+
+
+class _EqualsAll:
+    """A value whose own ``==`` says yes to everything (as ``mock.ANY``)."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+
+class _EqualsRaises:
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("its == ran")
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize("decision", [_EqualsAll(), _EqualsRaises()], ids=["equals-all", "equals-raises"])
+def test_a_non_text_decision_is_not_compared_with_its_own_equality(
+    tracer: Tracer, exporter: InMemorySpanExporter, decision: object
+) -> None:
+    """R92's regression review: the deny check compared the raw value, so an object equal to
+    everything marked the span a deny with no decision on it, and one whose ``==`` raises raised
+    in the caller's block after its work ran."""
+    with execute_tool_span("lookup", tracer=tracer) as span:
+        record_decision(span, decision)  # type: ignore[arg-type]
+    (finished,) = exporter.get_finished_spans()
+    assert finished.status.status_code is StatusCode.UNSET
+    assert "error.type" not in (finished.attributes or {})
+
+
+@pytest.mark.parametrize("findings", [None, ["scope_creep:x", 5]], ids=["none", "not-findings"])
+def test_findings_that_are_none_or_not_findings_are_left_off(
+    tracer: Tracer, exporter: InMemorySpanExporter, findings: Any
+) -> None:
+    with execute_tool_span("lookup", tracer=tracer) as span:
+        record_decision(span, "allow", findings=findings)
+    (finished,) = exporter.get_finished_spans()
+    attributes = finished.attributes or {}
+    assert attributes["agentgate.decision"] == "allow"
+    assert "agentgate.finding.codes" not in attributes
+
+
+def test_a_grant_span_with_resources_none_lists_none(tracer: Tracer, exporter: InMemorySpanExporter) -> None:
+    with grant_span("issue", "a", issuer="did:i", audience="did:a", resources=None, tracer=tracer):  # type: ignore[arg-type]
+        pass
+    (finished,) = exporter.get_finished_spans()
+    assert "agentgate.grant.resources" not in (finished.attributes or {})

@@ -566,7 +566,7 @@ def grant_span(
     ``record_decision``'s: the new grant as ``capability_id``, or the refusal."""
     action, resource = _name("action", action), f"agent:{_name('name', name)}"
     listed: dict[str, None] = {}
-    for named in resources:
+    for named in resources or ():
         if len(listed) == MAX_GRANT_RESOURCES:
             break
         text = _text(named)
@@ -751,6 +751,9 @@ def record_decision(
         "agentgate.budget.remaining": _attribute_int(budget_remaining),
         "agentgate.audit.index": _attribute_int(audit_index),
     }
+    # None or an element that is no ``Finding`` is left off as every value not what it should be
+    # (review R92: a TypeError or AttributeError in the caller's block, after its work ran).
+    findings = (f for f in findings or () if isinstance(f, Finding))
     listed = [(str(f.kind), _cut(f.code)) for f in itertools.islice(findings, MAX_SPAN_FINDINGS)]
     if listed:
         values["agentgate.finding.kinds"] = [kind for kind, _ in listed]
@@ -759,7 +762,7 @@ def record_decision(
     decided = _text(decision)
     if decided is not None:
         essential["agentgate.decision"] = decided
-    if decision == "deny":
+    if decided == "deny":  # the text's ``==``, not a value's own (review R92)
         essential["error.type"] = DENIED
         span.set_status(Status(StatusCode.ERROR, _text(reason) or "denied by agentgate"))
     _record(span, essential)
