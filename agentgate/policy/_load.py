@@ -61,9 +61,10 @@ MAX_ROLES_HELD = 256
 """A role and the roles it inherits, directly or not: at most this many (lint reads every role's
 rules with those of the roles it inherits, so the work is at most this many times the roles)."""
 MAX_RULES_ON_ONE_RESOURCE = 64
-"""Rules a role holds, inherited ones included, that name one resource pattern a rule of its own
-names: at most this many (``shadowed_rule`` compares a rule with each of them; a decision on the
-resource reads them in turn)."""
+"""Rules a role holds, inherited ones included, on any one resource pattern; and on a pattern a
+rule of its own names and the wildcard patterns over it together: at most this many
+(``shadowed_rule`` compares a rule with those on its pattern and over it; a decision on a resource
+reads, of each role, those on each pattern naming it)."""
 
 
 _SYMBOLS = {"eq": "=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -139,6 +140,21 @@ def _rule_name(loc: Sequence[str | int]) -> str:
     index = loc[-3]
     assert isinstance(index, int)
     return f"role {loc[1]} {delegation}rule {index + 1}, argument {arg}"
+
+
+def wild_ancestors(resource: str) -> list[str]:
+    """The wildcard patterns that name the resource ``resource`` (as ``pattern_matches``), or,
+    for a pattern ``resource``, that hold it (as ``pattern_within``, itself included): ``kind:*``
+    and ``stem.*`` for each stem of it that ends at a ``:`` or ``.``, broadest first.
+
+    Every wildcard a policy can hold is of one of these two forms (``Capability``), so the
+    wildcard rules, gates or quotas that name a resource are found by looking these few patterns
+    up in a dict keyed by pattern, instead of by matching each wildcard of the policy in turn.
+    """
+    wild = resource.endswith((":*", ".*"))
+    stem = resource[:-1] if wild else resource
+    end = len(stem) if wild else len(stem) - 1
+    return [stem[: i + 1] + "*" for i, c in enumerate(stem) if (c == ":" or c == ".") and i < end]
 
 
 def _closure(roles: Mapping[str, schema.Role], role: str) -> Iterator[str]:
@@ -1027,12 +1043,23 @@ class _Compiler:
                     pending.append(iter(roles[parent].inherits))
 
     def _held(self, rules: Mapping[str, tuple[RuleRef, ...]]) -> None:
-        """Refuse a role that holds more than ``MAX_ROLES_HELD`` roles, or a rule whose resource
-        pattern more than ``MAX_RULES_ON_ONE_RESOURCE`` rules of its role name (inherited ones
-        included). Linear: each role's closure is followed at most ``MAX_ROLES_HELD`` roles
-        deep, and only the patterns of its own rules are counted in it."""
+        """Refuse a role that holds more than ``MAX_ROLES_HELD`` roles, or more than
+        ``MAX_RULES_ON_ONE_RESOURCE`` rules (its own and inherited ones together) on one pattern,
+        or on a pattern one of its own rules names and the wildcard patterns over it together.
+
+        Every pattern a role holds rules on is counted, not only those its own rules name: until
+        review R92 a role without rules inheriting many roles' ``tool:*`` rules held thousands
+        there, each read by a decision of its holder and compared by ``shadowed_rule`` with
+        every rule of every role inheriting it.
+
+        Linear in the rules held where they change: each role's closure is followed at most
+        ``MAX_ROLES_HELD`` roles deep; its own patterns are counted in it (with their few
+        ``wild_ancestors``); the inherited patterns are counted only at a role that inherits
+        from several roles, once per set of rule-holding roles it inherits (a role with one
+        parent holds what its parent holds on every pattern its own rules do not name)."""
         roles = self.doc.roles
         counts = {role: Counter(r.capability.resource for r in own) for role, own in rules.items() if own}
+        merged: set[frozenset[str]] = set()
         for name in roles:
             held = list(itertools.islice(_closure(roles, name), MAX_ROLES_HELD + 1))
             if len(held) > MAX_ROLES_HELD:
@@ -1042,19 +1069,39 @@ class _Compiler:
                     f"at most {MAX_ROLES_HELD} roles, itself and those it inherits directly or not",
                     "merge roles, or give principals several roles instead of one chain",
                 )
-            own = counts.get(name)
-            if own is None:
-                continue
-            for pattern in own:
-                count = sum(counts[r].get(pattern, 0) for r in held if r in counts)
+            holding = [counts[r] for r in held if r in counts]
+            for pattern in counts.get(name, ()):
+                over = [p for p in wild_ancestors(pattern) if p != pattern]
+                count = sum(c.get(p, 0) for c in holding for p in (pattern, *over))
                 if count > MAX_RULES_ON_ONE_RESOURCE:
                     first = next(r for r in rules[name] if r.capability.resource == pattern)
-                    raise self.error(
-                        ("roles", name, "capabilities", first.index),
-                        f"role {name} holds {count} rules on {pattern}, its own and inherited ones",
-                        f"at most {MAX_RULES_ON_ONE_RESOURCE} rules of a role on one resource pattern",
-                        "merge rules: an 'in' list or a wider bound allows what several rules do",
+                    wider = [p for p in over if any(p in c for c in holding)]
+                    on = f"{pattern} and {', '.join(wider)} over it" if wider else pattern
+                    raise self._too_many(
+                        ("roles", name, "capabilities", first.index), name, count, on, own=True
                     )
+            inherited = frozenset(r for r in held[1:] if r in counts)
+            if len(roles[name].inherits) < 2 or inherited in merged:
+                continue
+            merged.add(inherited)
+            total: Counter[str] = Counter()
+            for r in inherited:
+                total.update(counts[r])
+            pattern, count = max(total.items(), key=operator.itemgetter(1), default=("", 0))
+            if count > MAX_RULES_ON_ONE_RESOURCE:
+                raise self._too_many(("roles", name, "inherits"), name, count, pattern, own=False)
+
+    def _too_many(
+        self, loc: Sequence[str | int], role: str, count: int, on: str, *, own: bool
+    ) -> PolicyError:
+        whose = "its own and inherited ones" if own else "inherited ones"
+        return self.error(
+            loc,
+            f"role {role} holds {count} rules on {on}, {whose}",
+            f"at most {MAX_RULES_ON_ONE_RESOURCE} rules of a role on one resource pattern, and on a "
+            "pattern its own rules name and the wildcard patterns over it together",
+            "merge rules: an 'in' list or a wider bound allows what several rules do",
+        )
 
     def _did(self, loc: tuple[str, str], did: str | None, key: str | None) -> str | None:
         resolved: str | None = None
