@@ -665,7 +665,8 @@ def replace_file(
     between a caller's look and the rename was replaced). Once the data is written, the name is
     taken (``_name_taken``: an empty placeholder made with ``O_CREAT | O_EXCL``, 0600, or the
     empty file there, held with ``flock`` until the end, which another exclusive writer is
-    refused by, ``HeldFile``) before ``before_rename`` runs; then the data is linked in the
+    refused by, ``HeldFile``; an empty file the user may not open is taken without a lock and
+    looked at again just before the rename) before ``before_rename`` runs; then the data is linked in the
     placeholder's place (``_put``: a file put there meanwhile by a writer that took no lock is
     kept, ``FilledFile``). A file already there that is not empty raises ``FilledFile`` and nothing
     is written; the placeholder is removed if ``before_rename`` or the link fails. A crash leaves
@@ -685,37 +686,76 @@ def replace_file(
                 before_rename()
             os.replace(temporary, path)
             return
-        with _name_taken(path) as made:
+        with _name_taken(path) as taken:
             if before_rename is not None:
                 before_rename()
-            _put(temporary, path, made)
+            _put(temporary, path, taken)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):  # linked and unlinked already (``_put``)
             os.unlink(temporary)
         raise
 
 
+@dataclass(frozen=True)
+class _Taken:
+    """The name ``path`` as ``_name_taken`` holds it for ``_put``."""
+
+    file: os.stat_result
+    """The status of the empty file at the name when it was taken."""
+    made: bool
+    """Whether that file is the placeholder made there (``False``: an empty file found there)."""
+
+
+_TAKING_TRIES = 3
+"""How many times ``_name_taken`` looks again at a name whose file is removed as it is looked at."""
+
+
 @contextlib.contextmanager
-def _name_taken(path: Path) -> Iterator[os.stat_result | None]:
-    """Hold the name ``path`` for ``replace_file(..., exclusive=True)``: create it empty (0600)
-    and yield the new file's status, or, where an empty regular file is there already, yield
-    ``None``; in both cases with an exclusive ``flock`` on that file until the block ends, so that
-    another exclusive writer (another ``grant issue --out`` of the same file) is refused and does
-    not take the placeholder for an empty file a user left (review R72: it did, and the two
-    tokens were renamed over each other, both said written). Raises ``FilledFile`` for a file
-    that is not empty, or one another writer holds. The placeholder made here is removed if the
-    block fails while it is still there, empty."""
-    created = True
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        created = False
+def _name_taken(path: Path) -> Iterator[_Taken]:
+    """Hold the name ``path`` for ``replace_file(..., exclusive=True)``: create it empty (0600),
+    or, where an empty regular file is there already, take that one; in both cases with an
+    exclusive ``flock`` on that file until the block ends, so that another exclusive writer
+    (another ``grant issue --out`` of the same file) is refused and does not take the placeholder
+    for an empty file a user left (review R72: it did, and the two tokens were renamed over each
+    other, both said written). An empty file the user may not open (another user's, mode 0600)
+    is taken without a lock, as every other ``--out`` replaces it: ``_put`` looks at it again just
+    before the rename (until review R92 it was refused as "a file that is not empty"). A file
+    removed between the look and the open is nothing to lose: the name is taken again (until
+    review R92 it too was told as "not empty"). Raises ``FilledFile`` for a file that is not
+    empty, and ``HeldFile`` for one another writer holds (or that is made and removed each time it
+    is looked at). The placeholder made here is removed if the block fails while it is still
+    there, empty."""
+    fd, created, unopened = -1, False, None
+    for _ in range(_TAKING_TRIES):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            created = True
+            break
         try:  # O_NONBLOCK: a FIFO made there since is not waited on (it is refused below)
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:  # a symbolic link (ELOOP) or nothing any more: not the empty file looked at
+        except FileNotFoundError:  # removed since: taken again
+            continue
+        except PermissionError:  # the user may not open it: no lock can be held on it
+            with contextlib.suppress(FileNotFoundError):
+                unopened = os.lstat(path)
+            if unopened is not None:
+                break
+            continue
+        except OSError:  # a symbolic link (ELOOP): not the empty file looked at
             raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path)) from None
+        break
+    else:
+        raise HeldFile(errno.EEXIST, "another command is writing it", str(path))
+    if unopened is not None:
+        if not (stat.S_ISREG(unopened.st_mode) and unopened.st_size == 0):
+            raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path))
+        yield _Taken(unopened, made=False)
+        return
     try:
-        made = os.fstat(fd) if created else None
+        taken = _Taken(os.fstat(fd), made=created)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -724,22 +764,22 @@ def _name_taken(path: Path) -> Iterator[os.stat_result | None]:
         if not (stat.S_ISREG(held.st_mode) and held.st_size == 0 and _is_there(path, held)):
             raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path))
         try:
-            yield made
+            yield taken
         except BaseException:
-            if made is not None:
-                _remove_placeholder(path, made)
+            if taken.made:
+                _remove_placeholder(path, taken.file)
             raise
     finally:
         os.close(fd)  # releases the lock
 
 
-def _put(temporary: str, path: Path, made: os.stat_result | None) -> None:
+def _put(temporary: str, path: Path, taken: _Taken) -> None:
     """Put the written file ``temporary`` at ``path``, held by ``_name_taken``: the placeholder
     made there is removed and the file linked in its place, which fails rather than replace a
     file put there meanwhile by a writer that took no lock (a ``mv`` over it); an empty file that
     was there is replaced if it is still that file, empty. Raises ``FilledFile`` otherwise."""
-    if made is not None:
-        _remove_placeholder(path, made)
+    if taken.made:
+        _remove_placeholder(path, taken.file)
         try:
             os.link(temporary, path)
         except FileExistsError:
@@ -757,9 +797,13 @@ def _put(temporary: str, path: Path, made: os.stat_result | None) -> None:
             return
         os.unlink(temporary)
         return
-    there = os.lstat(path)
-    if not (stat.S_ISREG(there.st_mode) and there.st_size == 0):
-        raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path))
+    try:
+        there = os.lstat(path)
+    except FileNotFoundError:  # removed since: nothing there to lose
+        os.replace(temporary, path)
+        return
+    if (there.st_dev, there.st_ino) != (taken.file.st_dev, taken.file.st_ino) or there.st_size != 0:
+        raise FilledFile(errno.EEXIST, "a file was put there while it was written", str(path))
     os.replace(temporary, path)
 
 

@@ -1,0 +1,133 @@
+"""Review R92 of ``grant issue --out`` (agentgate/keys.py, ``_name_taken``): the exclusive write
+took the name ``--out`` gives by opening the empty file there to lock it, and read any failure of
+that open as "a file that is not empty is there". An empty file the user may not open (another
+user's, mode 0600, in a directory the user may write to) was refused so, exit 2 with a line
+pointing to ``--force``, where docs/cli.md says an empty file is written without ``--force`` and
+every other ``--out`` replaces it; and so was a file removed between the look and the open. Both
+are now written: the empty file the user may not open is looked at again just before the rename
+(no lock can be held on it), and kept if another file took its place meanwhile.
+
+The refusal of the open is made certain here, whatever the user: an ``os.open`` of FILE that does
+not create it fails with ``EACCES`` (``tests/_unreadable_file.py``'s ``fail_reading`` fails the
+creating open too, which is not the case of a file that is there)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _cli import cli
+
+from agentgate.keys import FilledFile, replace_file
+
+
+def _refuse_opening(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """Make every ``os.open`` of ``path`` that would not create it fail with ``EACCES``."""
+    real_open = os.open
+
+    def refusing_open(opening: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if Path(os.fspath(opening)).absolute() == path and not flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(opening))
+        return real_open(opening, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+
+
+def _leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".agentgate-"))
+
+
+@pytest.fixture
+def grant_argv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "st.db"))
+    for name in ("ops-root", "bob"):
+        assert cli(capsys, "keys", "new", name, "--dir", "keys")[0] == 0
+    argv = ["grant", "issue", "--issuer", "keys/ops-root.key", "--to", "keys/bob.pub", "--allow", "tool:x"]
+    return [*argv, "--ttl", "1h", "--out", "new.tok"]
+
+
+def test_an_empty_out_file_the_user_may_not_open_is_written_without_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, grant_argv: list[str]
+) -> None:
+    out_file = tmp_path / "new.tok"
+    out_file.write_bytes(b"")
+    _refuse_opening(monkeypatch, out_file)
+    code, out, err = cli(capsys, *grant_argv)
+    monkeypatch.undo()
+    assert (code, err) == (0, ""), (code, out, err)
+    assert out.startswith("wrote new.tok (grant ")
+    assert out_file.read_text(encoding="ascii").startswith("ag1.")
+    assert _leftovers(tmp_path) == []
+
+
+def test_an_out_file_removed_as_it_is_opened_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, grant_argv: list[str]
+) -> None:
+    out_file = tmp_path / "new.tok"
+    out_file.write_bytes(b"")
+    real_open = os.open
+    removed: list[bool] = []
+
+    def removing_open(opening: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        # the open of the file found there that _name_taken locks (O_NOFOLLOW, without O_CREAT)
+        taking = flags & os.O_NOFOLLOW and not flags & os.O_CREAT
+        if taking and Path(os.fspath(opening)).absolute() == out_file and not removed:
+            out_file.unlink()
+            removed.append(True)
+        return real_open(opening, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", removing_open)
+    code, out, err = cli(capsys, *grant_argv)
+    monkeypatch.undo()
+    assert removed == [True]
+    assert (code, err) == (0, ""), (code, out, err)
+    assert out_file.read_text(encoding="ascii").startswith("ag1.")
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_file_put_in_place_of_the_unopened_empty_one_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No lock can be held on an empty file the user may not open: a file moved over it while
+    the output is written (here in ``before_rename``, where ``grant issue`` records the grant) is
+    kept, the write refused."""
+    out_file = tmp_path / "new.tok"
+    out_file.write_bytes(b"")
+    _refuse_opening(monkeypatch, out_file)
+
+    def moved_over() -> None:
+        (tmp_path / "theirs").write_bytes(b"theirs\n")
+        os.replace(tmp_path / "theirs", out_file)
+
+    with pytest.raises(FilledFile):
+        replace_file(out_file, b"ours\n", 0o600, moved_over, exclusive=True)
+    monkeypatch.undo()
+    assert out_file.read_bytes() == b"theirs\n"
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_file_the_user_may_not_open_that_is_not_empty_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Made not empty between ``replace_file``'s first look and the taking of the name."""
+    out_file = tmp_path / "new.tok"
+    out_file.write_bytes(b"")
+    _refuse_opening(monkeypatch, out_file)
+    real_mkstemp = __import__("tempfile").mkstemp
+
+    def filled_then_mkstemp(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        out_file.write_bytes(b"theirs\n")
+        return real_mkstemp(*args, **kwargs)
+
+    monkeypatch.setattr("tempfile.mkstemp", filled_then_mkstemp)
+    with pytest.raises(FilledFile):
+        replace_file(out_file, b"ours\n", 0o600, exclusive=True)
+    monkeypatch.undo()
+    assert out_file.read_bytes() == b"theirs\n"
+    assert _leftovers(tmp_path) == []
