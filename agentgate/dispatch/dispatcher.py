@@ -660,6 +660,10 @@ class Dispatcher:
                 finally:
                     self._waiting.pop(request.id, None)
             else:
+                # Its SLO met nowhere, it turned down the free slot it was offered: the router
+                # gives it to the next in line, who is woken to take it (until review R92 the
+                # slot stayed idle meanwhile).
+                self._slot_freed()
                 await self._pause(plan.wait_s)
 
     def _could_come_back(self, request: RouteRequest, allowed: AllowedBackend | None, by: float) -> bool:

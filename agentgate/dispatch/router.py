@@ -22,7 +22,9 @@ any. Then:
    SLO even idle (its uncached prefill alone is longer) is dispatched to the best backend too,
    since neither waiting nor a retry could meet it; otherwise class 1 waits (a ``wait`` plan)
    while its SLO budget lasts, then is shed; classes 2 and lower are shed at once. Shed requests
-   count as misses in every figure.
+   count as misses in every figure. A waiter in line that waits so turns down the slot it was
+   offered: it keeps its place, but is given no slot until it asks again (``_Waiter.declined``),
+   so the slot goes to the next in line (until review R92 it kept the slot, idle, until shed).
 
 *Saturation*: when every usable backend holds ``max_concurrency`` requests, classes 0 and 1 wait
 for a slot (``RoutingPolicy._saturated``) and the router remembers them in line: class 0 before
@@ -123,6 +125,10 @@ class _Waiter:
     NaN deadline)."""
     found_gone: bool = False
     """Whether it is in ``Router._found``: found gone, not yet withdrawn."""
+    declined: bool = False
+    """Whether at its last ask it turned down the free slot offered to it (``choose``: its SLO
+    met nowhere, class 1 waits): until it asks again it keeps its place in line but is given no
+    slot, so the slot goes to the next in line that may take it."""
 
 
 def _checked_quotas(quotas: object) -> dict[str, TenantQuota]:
@@ -242,6 +248,7 @@ class Router(RoutingPolicy):
         waiter = self._waiters.get(request.id)
         if waiter is not None:
             waiter.asked = now
+            waiter.declined = False  # asking again, it is offered a slot at its place in line
             if not waiter.found_gone and (waiter.watched is None or now < waiter.watched):
                 self._watch(waiter, request.id)  # ``now`` earlier than its entry (or it had none)
                 # A clock going backwards pushes an entry at each ask, the last one stale: until
@@ -254,10 +261,14 @@ class Router(RoutingPolicy):
             raise
         if plan.action == "dispatch":
             self.withdraw(request.id)
-        elif request.id in self._waiters:
+        elif (waiter := self._waiters.get(request.id)) is not None:
             # In the queues of the backends its ``allowed`` admits now (asked once per ask, not
             # at every walk down the line).
             self._file(request.id, self._backends(request.model, allowed))
+            # A wait from ``choose``, not for a slot: it turned down the one it was offered.
+            # Until review R92 it kept it, and the slot stayed idle, the next in line told to
+            # wait, until it was shed.
+            waiter.declined = not plan.until_freed
         return plan
 
     def withdraw(self, request_id: str) -> None:
@@ -470,7 +481,8 @@ class Router(RoutingPolicy):
     def due(self, now: float) -> list[str]:
         """The waiters in line that the free slots go to (matched as ``_free`` matches them, in
         order of the line): the ones worth waking when a slot frees; the rest would be told to
-        wait. Waiters that stopped asking are passed over."""
+        wait. Waiters that stopped asking, and those that turned down the slot they were offered
+        at their last ask (``_Waiter.declined``), are passed over."""
         given, _, _ = self._match((math.inf, math.inf, math.inf), now)
         return [name for names in given.values() for name in names]
 
@@ -519,7 +531,8 @@ class Router(RoutingPolicy):
         engines each of those may use, and the free slots of each engine (``_spare``, counted
         once per ask); the walk stops once every free slot is given. A waiter
         whose tenant's token bucket cannot pay for it now is given none (it is shed at its next
-        ask unless a slot is left over for it).
+        ask unless a slot is left over for it), nor is one that turned down the slot it was
+        offered at its last ask (``_Waiter.declined``; asking again, it is offered one again).
 
         The walk merges the queues of the backends that may take a slot (healthy, on an engine
         with a free one) in order of the line, each waiter once, so it visits only waiters that
@@ -533,9 +546,9 @@ class Router(RoutingPolicy):
         passed (until a regression review of R91 only those the walk looked at were: one that
         stopped asking kept its place, and asking again took a slot from one that never
         stopped). So an ask costs, besides one look at each backend, a heap step for each waiter
-        given a slot, each one given none (at most one per engine), each in debt that it passes
-        and each gone, however long the line and however many sets of backends its waiters may
-        use. Until review R91 the walk went through every waiter ahead, rebuilding the engines each may use
+        given a slot, each one given none (at most one per engine), each in debt or that turned
+        its slot down (``_Waiter.declined``) that it passes and each gone, however long the line
+        and however many sets of backends its waiters may use. Until review R91 the walk went through every waiter ahead, rebuilding the engines each may use
         from every backend, while a free slot was left that none of them could use: each ask,
         and each slot freed, cost as much as the line was long; until a regression review of R91
         it merged one line per set of backends the waiters may use, and cost as much as there
@@ -579,8 +592,10 @@ class Router(RoutingPolicy):
                 seen.add(name)
                 waiter = self._waiters[name]
                 # One gone is withdrawn after the walk (``_withdraw_gone``): the queues stay as walked.
-                if not self._gone(waiter, now) and not self._in_debt(
-                    waiter.tenant, waiter.cost, now, paid=waiter.paid
+                if (
+                    not waiter.declined
+                    and not self._gone(waiter, now)
+                    and not self._in_debt(waiter.tenant, waiter.cost, now, paid=waiter.paid)
                 ):
                     usable[name] = {
                         engine
