@@ -453,9 +453,12 @@ class PostgresStore(Store):
         ``StoreError``, nothing committed (PostgreSQL aborts the transaction at the error). A
         connection lost before the COMMIT was sent raises ``StoreError`` saying so and that
         nothing was written (``_lost``); one lost once the COMMIT was sent raises
-        ``CommitUnknown``: the server may have committed (``lost_commit``)."""
+        ``CommitUnknown``: the server may have committed (``lost_commit``). An error a part met
+        on another connection inside the block (a ``CommitUnknown`` above all) is raised as it
+        is."""
         used: psycopg.Connection[Any] | None = None
         session: int | None = None  # the server process of ``used``
+        tx: _PgTransaction | None = None
         committing = False
         try:
             with self._connection() as conn:
@@ -478,6 +481,10 @@ class PostgresStore(Store):
         except PoolTimeout as exc:  # a psycopg.Error too: its message alone does not say why
             raise StoreError(self._no_connection()) from exc
         except StoreError as exc:
+            if isinstance(exc, CommitUnknown):
+                # Another connection's write whose outcome is unknown (an unbound part's own
+                # autocommit statement, a nested transaction's COMMIT): its words and type stand.
+                raise
             # A part that met the lock inside the block said so in its own words (``cannot read
             # revocations: canceling statement due to lock timeout``): said as the store says it.
             if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
@@ -491,10 +498,18 @@ class PostgresStore(Store):
                 _redact(self.url) not in str(exc)  # not the store's own (``ensure_schema``'s)
             ):
                 raise StoreError(self._no_privilege(str(exc))) from exc.__cause__  # in the part's words
-            if used is not None and used.broken and isinstance(exc.__cause__, psycopg.Error):
+            if (
+                used is not None
+                and used.broken
+                and tx is not None
+                and tx.failure is not None
+                and exc.__cause__ is tx.failure
+            ):
                 # A lost connection said in a part's words (``cannot record the revocation:
                 # terminating connection ...``): said as the store says it (review R92). Never
-                # at the COMMIT, which no part runs.
+                # at the COMMIT, which no part runs. Only this transaction's own statement's
+                # error: one a part met on another connection, lost with this one, keeps its
+                # words (R92's regression review).
                 recheck(self.pool)
                 raise StoreError(self._lost(driver_error_line(exc.__cause__))) from exc.__cause__
             raise
