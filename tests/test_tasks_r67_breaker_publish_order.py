@@ -183,7 +183,7 @@ async def _background_done(scheduler: Scheduler) -> None:
     callbacks take them out of ``_background``. ``gather`` of futures already done returns
     without yielding from Python 3.12 (it completes eagerly), and a loop around it then spun
     forever (review R77, the suite on 3.13)."""
-    await asyncio.wait(list(scheduler._background))
+    await scheduler._landed(scheduler._background.copy())
 
 
 async def test_a_transition_after_a_row_from_a_clock_ahead_is_written(stores: tuple[Store, Store]) -> None:

@@ -6,12 +6,13 @@ becomes a dead letter. The sync facade's attempt loop (``_sync.py``) takes these
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import random
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from agentgate._shown import quoted
 from agentgate.errors import (
@@ -32,8 +33,6 @@ from agentgate.tasks._config import ToolLimits
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import Failure, RetryRule, rule_for
 from agentgate.tasks._waiter import Waiter
-
-T = TypeVar("T")
 
 _DEAD_LETTERS_KEPT = 1_000
 
@@ -87,9 +86,7 @@ class _Failures:
 
     if TYPE_CHECKING:  # what this part calls of the scheduler's other parts
 
-        def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]: ...
-
-        def _in_background(self, work: asyncio.Future[None]) -> None: ...
+        def _background_job(self, fn: Callable[..., None], *args: Any) -> concurrent.futures.Future[None]: ...
 
     def dead_letters(self) -> list[DeadLetter]:
         """Dead letters recorded by this scheduler (the newest 1,000), oldest first."""
@@ -226,9 +223,8 @@ class _Failures:
         ``dead_letter_not_stored``."""
         letter = self._record_dead(call, key, errors, reason)
         if self._dead_store is not None:
-            storing = self._blocking(self._store_dead, letter)
-            self._in_background(storing)  # ``_store_dead`` counts its failure
-            await asyncio.shield(storing)
+            storing = self._background_job(self._store_dead, letter)  # it counts its failure
+            await asyncio.shield(asyncio.wrap_future(storing))
 
     def _store_dead(self, letter: DeadLetter) -> None:
         """Persist ``letter`` (blocking; there is a dead-letter store). Any failure is counted as

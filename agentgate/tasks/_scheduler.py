@@ -188,7 +188,7 @@ class Scheduler(_StoreWork, _Failures):
         self._rates = SharedRateLimits(store) if store is not None else None
         self._shared_breakers = SharedBreakers(store) if store is not None else None
         self._breaker_seen: dict[str, float] = {}  # key -> when its row is read next (loop time)
-        self._background: set[asyncio.Future[None]] = set()
+        self._background: set[concurrent.futures.Future[None]] = set()  # ``_background_job``s running
         # The pool the store work runs on (``_store_pool``): made on first use, shut down by ``aclose``.
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -243,10 +243,10 @@ class Scheduler(_StoreWork, _Failures):
         waiting, its leases are given back, and the limits it made itself (none given) are closed.
         A call whose event loop was closed under it can never run or be cancelled: it is neither
         waited for nor cancelled, only forgotten (asyncio reports its task as destroyed while
-        pending when it is collected); so is the store work such a loop left behind (a dead
-        letter's write, a lease given back), whose job still runs to its end on the store pool,
-        unwaited, and counts its failure. A ``timeout_s`` that is not a number, or NaN, raises
-        ``InputError`` before anything stops, as does a ``drain`` that is not True or False. Awaited on another event loop than the live one
+        pending when it is collected). The store work its calls left running (a dead letter's
+        write, a lease given back) is waited for to its end, whichever event loop it was started
+        from, live or closed: it runs on the scheduler's own pool and counts its own failure. A
+        ``timeout_s`` that is not a number, or NaN, raises ``InputError`` before anything stops, as does a ``drain`` that is not True or False. Awaited on another event loop than the live one
         calls of this scheduler run on (in another thread), it raises ``SchedulingError`` before
         anything stops: those calls can only be waited for and cancelled from their own loop.
         """
@@ -282,9 +282,10 @@ class Scheduler(_StoreWork, _Failures):
             await asyncio.wait(pending)
         if self._owns_limits:
             self.shared.close()
-        self._forget_dead_background()
-        if self._background:
-            await asyncio.wait(list(self._background))
+        # Its store work of any loop (this one, another one live in another thread, one closed
+        # since): each job's end is the pool's to tell, not its loop's (until review R92 waited
+        # for on that loop, from this thread; ``_background_job``).
+        await self._landed(self._background.copy())
         if self._leases is not None:
             await self._blocking(self.release_leases)
         with self._pool_lock:
@@ -306,19 +307,6 @@ class Scheduler(_StoreWork, _Failures):
             self._tasks -= dead
             for task in dead:
                 self._nested.pop(task, None)
-
-    def _forget_dead_background(self) -> None:
-        """Drop the store work (``_in_background``: a dead letter's write, a lease or a probe's
-        claim given back, a breaker published) whose event loop was closed under it.
-
-        Its job still runs to its end on the store pool, and counts its own failure (``_counting``,
-        ``_store_dead``), but its future is never settled (the loop that would settle it is
-        closed), so waiting for it never ended: until review R91b ``aclose`` on a later loop hung
-        for good behind the dead letter of a caller cancelled as its loop closed (``asyncio.run``
-        returning), as it did behind such a caller's lease given back, and until review R91c such
-        a lease's failed give-back (or a breaker's failed publication) was not counted.
-        """
-        self._background -= {work for work in self._background if work.get_loop().is_closed()}
 
     # --- the call -------------------------------------------------------------------------------
 
@@ -827,7 +815,7 @@ class Scheduler(_StoreWork, _Failures):
                         # ``CircuitOpen`` ("its probe(s) run") though no probe ran. A failed
                         # give-back is counted by ``_end_probe``; the claim then expires.
                         if giving_back is not None and task.cancelling() <= cancelling:
-                            await asyncio.wait((giving_back,))
+                            await self._landed((giving_back,))
                     # 4. back off with every slot released (``aclose`` cuts it short), then try again
                     await self._back_off(delay)
                 except _GiveUp as stop:

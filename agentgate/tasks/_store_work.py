@@ -17,7 +17,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from agentgate._shown import quoted
@@ -55,7 +55,7 @@ class _StoreWork:
     _rates: SharedRateLimits | None
     _shared_breakers: SharedBreakers | None
     _breaker_seen: dict[str, float]
-    _background: set[asyncio.Future[None]]
+    _background: set[concurrent.futures.Future[None]]
     _pool: concurrent.futures.ThreadPoolExecutor | None
     _pool_lock: threading.Lock
 
@@ -76,18 +76,34 @@ class _StoreWork:
                     )
         return pool
 
-    def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    def _submitted(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
         """``fn(*args)`` on the store pool in the caller's context (as ``asyncio.to_thread``: an
-        event it records lands on the call's span), submitted now: a future of the running loop,
-        not a task. A job a worker has begun runs to its end; one still queued behind busy workers
-        is dropped when the future is cancelled, as it is when the task awaiting it is cancelled
-        (a caller gone, ``aclose``, the loop's shutdown). Work that must happen whatever becomes
-        of its caller is therefore awaited through ``asyncio.shield`` (a lease's release), kept
-        for ``aclose`` to wait for (``_in_background``: a lease or a probe's claim given back), or
-        both (a dead letter's write). Until review R91 this said every job ran to its end, and a
-        cancelled caller's dead letter was dropped unwritten and uncounted."""
+        event it records lands on the call's span), submitted now."""
         context = contextvars.copy_context()
-        return asyncio.wrap_future(self._store_pool().submit(context.run, fn, *args))
+        return self._store_pool().submit(context.run, fn, *args)
+
+    def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """``fn(*args)`` on the store pool (``_submitted``) as a future of the running loop, not a
+        task. A job a worker has begun runs to its end; one still queued behind busy workers is
+        dropped when the future is cancelled, as it is when the task awaiting it is cancelled (a
+        caller gone, ``aclose``, the loop's shutdown). Work that must happen whatever becomes of
+        its caller is a ``_background_job`` instead. Until review R91 this said every job ran to
+        its end, and a cancelled caller's dead letter was dropped unwritten and uncounted."""
+        return asyncio.wrap_future(self._submitted(fn, *args))
+
+    def _background_job(self, fn: Callable[..., None], *args: Any) -> concurrent.futures.Future[None]:
+        """``fn(*args)`` on the store pool (``_submitted``), work that must happen whatever becomes
+        of the call that asked for it (a dead letter's write, a lease or a probe's claim given
+        back, a breaker published; ``fn`` counts its own failure: ``_counting``, ``_store_dead``),
+        kept until it ends for ``aclose`` to wait for (``_landed``). Kept as the pool's future,
+        bound to no event loop: nothing cancels it, its worker settles it, and ``aclose`` waits
+        for it from whichever loop it runs on. Until review R92 it was kept as a future of the
+        loop that asked: ``aclose`` on another loop waited on it from the wrong thread, for good
+        while that loop ran in another thread, and forgot it once that loop had closed."""
+        job = self._submitted(fn, *args)
+        self._background.add(job)
+        job.add_done_callback(self._background.discard)  # its failure is counted by ``fn``
+        return job
 
     def release_leases(self) -> None:
         """Stop renewing this scheduler's cross-process leases and give them back, from any thread
@@ -98,15 +114,18 @@ class _StoreWork:
             _close_leases(self._leases, self.metrics)
 
     async def _release_lease(self, manager: LeaseManager, lease: Lease) -> None:
-        """Release an attempt's cross-process lease, to the end even if the call is cancelled.
-        A failure is counted by the job (``_counting``), also for a call cancelled meanwhile."""
-        releasing = self._blocking(self._counting, "lease_not_released", lease.key, manager.release, lease)
+        """Release an attempt's cross-process lease, to the end even if the call is cancelled
+        (``aclose`` waits for it then: until review R92 it did not). A failure is counted by the
+        job (``_counting``), also for a call cancelled meanwhile."""
+        releasing = self._background_job(
+            self._counting, "lease_not_released", lease.key, manager.release, lease
+        )
         with contextlib.suppress(StoreError):
             # The attempt has ended: its result, or its error, stands. Raised here, the store's
             # error replaced them, and a tool that ran and succeeded was recorded as failed (its
             # caller told so too). Not given back, the lease is not renewed either (``release``
             # forgot it first): it expires within lease_ttl_s, as ``_give_back``'s.
-            await asyncio.shield(releasing)
+            await asyncio.shield(asyncio.wrap_future(releasing))
 
     async def _shared_token(
         self, key: str, limits: ToolLimits, loop: asyncio.AbstractEventLoop, deadline: float | None
@@ -213,11 +232,11 @@ class _StoreWork:
             )
         return claim
 
-    def _end_probe(self, claim: Lease, breaker: CircuitBreaker) -> asyncio.Future[None]:
+    def _end_probe(self, claim: Lease, breaker: CircuitBreaker) -> concurrent.futures.Future[None]:
         """Give back a probe's claim, submitted now; the give-back is returned for the call to
-        await when it is not cancelled (``aclose`` waits for it too). When the breaker is OPEN now
-        (the probe failed), the same transaction writes its opening to the store first, so no
-        other process probes before the store says open."""
+        wait for (``_landed``) when it is not cancelled (``aclose`` waits for it too). When the
+        breaker is OPEN now (the probe failed), the same transaction writes its opening to the
+        store first, so no other process probes before the store says open."""
         assert self._leases is not None
         before = None
         if breaker.state is BreakerState.OPEN:
@@ -225,25 +244,21 @@ class _StoreWork:
             if opened_at is not None:
                 before = SharedBreakers.reopen(breaker.key, opened_at)
         release = functools.partial(self._leases.release, claim, before=before)
-        releasing = self._blocking(self._counting, "lease_not_released", claim.key, release)
-        self._in_background(releasing)
-        return releasing
+        return self._background_job(self._counting, "lease_not_released", claim.key, release)
 
     def _give_back(self, manager: LeaseManager, lease: Lease) -> None:
         """Release ``lease`` (taken by ``manager``) on the store pool, submitted now, without
         waiting for it: for a call that cannot wait (cancelled). ``aclose`` waits for it."""
         # Not given back when it fails: it expires within lease_ttl_s once the heartbeat stops
         # renewing it, which ``LeaseManager.release`` ensures by forgetting it first.
-        self._in_background(
-            self._blocking(self._counting, "lease_not_released", lease.key, manager.release, lease)
-        )
+        self._background_job(self._counting, "lease_not_released", lease.key, manager.release, lease)
 
     def _counting(self, failure: str, key: str, fn: Callable[..., None], *args: Any) -> None:
         """``fn(*args)`` (a store worker), counting ``failure`` for ``key`` when it raises, whatever
         the error, then raising it. The job counts, not the loop that asked: a loop closed before
-        the job ended never settles its future (``_forget_dead_background``), and until review
-        R91c a lease given back or a breaker published from such a loop failed uncounted (as did
-        the release of a call cancelled while it waited). The job that gives back a lease taken
+        the job ended never learns how it ended, and until review R91c a lease given back or a
+        breaker published from such a loop failed uncounted (as did the release of a call
+        cancelled while it waited). The job that gives back a lease taken
         after its call was given up (``_Taking``) counts through here too (until review R91d it
         did not)."""
         try:
@@ -252,15 +267,15 @@ class _StoreWork:
             self.metrics.tally(failure, key)
             raise
 
-    def _in_background(self, work: asyncio.Future[None]) -> None:
-        """Keep ``work`` (store work nobody awaits, which counts its own failure: ``_counting``,
-        ``_store_dead``) for ``aclose`` to wait for."""
-        self._background.add(work)
-        work.add_done_callback(self._background_done)
-
-    def _background_done(self, work: asyncio.Future[None]) -> None:
-        self._background.discard(work)
-        _retrieved(work)  # its failure is counted by the work itself
+    @staticmethod
+    async def _landed(jobs: Iterable[concurrent.futures.Future[None]]) -> None:
+        """Wait until each of ``jobs`` (``_background_job``s, of any loop) has ended, from the
+        running loop; a failure is not raised (each job counts its own)."""
+        waiting = [asyncio.wrap_future(job) for job in jobs]
+        for landing in waiting:
+            landing.add_done_callback(_retrieved)  # also when the wait is cancelled first
+        if waiting:
+            await asyncio.wait(waiting)
 
     # --- breaker transitions: counted, published to the other processes, adopted from them ------
 
@@ -293,15 +308,12 @@ class _StoreWork:
         if not self.shared.queue_publication(key, state, opened_at, generation):
             return  # the job writing this key now writes this transition next
         try:
-            publishing = self._blocking(
-                self._counting, "breaker_not_shared", key, self._publish_in_order, key
-            )
+            self._background_job(self._counting, "breaker_not_shared", key, self._publish_in_order, key)
         except BaseException:
             # Not written: the key's next check or transition starts a job again.
             while (dropped := self.shared.next_publication(key)) is not None:
                 self.shared.unwritten(key, dropped)
             raise
-        self._in_background(publishing)
 
     def _publish_in_order(self, key: str) -> None:
         """Write ``key``'s transitions to the store one by one, each time the latest one queued,

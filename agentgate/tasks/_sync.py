@@ -830,15 +830,14 @@ class SyncScheduler:
             # ``CircuitOpen`` ("its probe(s) run") though no probe ran.
             token = otel_context.attach(caller_context)
             core = self.scheduler
-            running = set(core._background)
+            running = core._background.copy()  # its jobs end in the store pool's threads
             try:
                 return await core.submit(call, hand_to_caller), None
             except asyncio.CancelledError:
                 raise  # the call cancelled (``stop_waiting``, a close): told by ``outcome``
             except BaseException as exc:
-                left = core._background - running
-                if left:
-                    await asyncio.wait(left)  # each job runs to its end; a failure is counted
+                # each job runs to its end; a failure is counted
+                await core._landed(core._background - running)
                 return None, exc
             finally:
                 otel_context.detach(token)
