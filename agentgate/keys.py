@@ -639,6 +639,11 @@ class HeldFile(FilledFile):
     there at this moment)."""
 
 
+class UnopenableFile(FilledFile):
+    """``replace_file(..., exclusive=True)``: an empty file the user may not open is at the path: no
+    lock can be held on it while the new one is written, so it is not replaced."""
+
+
 def replace_file(
     path: Path,
     data: bytes,
@@ -665,8 +670,8 @@ def replace_file(
     between a caller's look and the rename was replaced). Once the data is written, the name is
     taken (``_name_taken``: an empty placeholder made with ``O_CREAT | O_EXCL``, 0600, or the
     empty file there, held with ``flock`` until the end, which another exclusive writer is
-    refused by, ``HeldFile``; an empty file the user may not open is taken without a lock and
-    looked at again just before the rename) before ``before_rename`` runs; then the data is linked in the
+    refused by, ``HeldFile``; an empty file the user may not open cannot be held so and is not
+    replaced, ``UnopenableFile``) before ``before_rename`` runs; then the data is linked in the
     placeholder's place (``_put``: a file put there meanwhile by a writer that took no lock is
     kept, ``FilledFile``). A file already there that is not empty raises ``FilledFile`` and nothing
     is written; the placeholder is removed if ``before_rename`` or the link fails. A crash leaves
@@ -718,14 +723,15 @@ def _name_taken(path: Path) -> Iterator[_Taken]:
     (another ``grant issue --out`` of the same file) is refused and does not take the placeholder
     for an empty file a user left (review R72: it did, and the two tokens were renamed over each
     other, both said written). An empty file the user may not open (another user's, mode 0600)
-    is taken without a lock, as every other ``--out`` replaces it: ``_put`` looks at it again just
-    before the rename (until review R92 it was refused as "a file that is not empty"). A file
-    removed between the look and the open is nothing to lose: the name is taken again (until
-    review R92 it too was told as "not empty"). Raises ``FilledFile`` for a file that is not
-    empty, and ``HeldFile`` for one another writer holds (or that is made and removed each time it
-    is looked at). The placeholder made here is removed if the block fails while it is still
-    there, empty."""
-    fd, created, unopened = -1, False, None
+    cannot be held so: it is refused, ``UnopenableFile``, before ``before_rename`` runs (review
+    R92 took it without a lock, and review R92b found that unsafe: in a sticky directory such as
+    /tmp, or where the file is immutable, the rename failed once the grant was recorded, and two
+    writers of it were no longer kept apart). A file removed between the look and the open is
+    nothing to lose: the name is taken again (until review R92 it was told as "not empty").
+    Raises ``FilledFile`` for a file that is not empty, and ``HeldFile`` for one another writer
+    holds (or that is made and removed each time it is looked at). The placeholder made here is
+    removed if the block fails while it is still there, empty."""
+    fd, created = -1, False
     for _ in range(_TAKING_TRIES):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -739,21 +745,22 @@ def _name_taken(path: Path) -> Iterator[_Taken]:
         except FileNotFoundError:  # removed since: taken again
             continue
         except PermissionError:  # the user may not open it: no lock can be held on it
-            with contextlib.suppress(FileNotFoundError):
-                unopened = os.lstat(path)
-            if unopened is not None:
-                break
-            continue
+            try:
+                there = os.lstat(path)
+            except FileNotFoundError:  # removed since: taken again
+                continue
+            if stat.S_ISREG(there.st_mode) and there.st_size == 0:
+                raise UnopenableFile(
+                    errno.EEXIST,
+                    "a file you may not open is there: it cannot be held while written",
+                    str(path),
+                ) from None
+            raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path)) from None
         except OSError:  # a symbolic link (ELOOP): not the empty file looked at
             raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path)) from None
         break
     else:
         raise HeldFile(errno.EEXIST, "another command is writing it", str(path))
-    if unopened is not None:
-        if not (stat.S_ISREG(unopened.st_mode) and unopened.st_size == 0):
-            raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path))
-        yield _Taken(unopened, made=False)
-        return
     try:
         taken = _Taken(os.fstat(fd), made=created)
         try:

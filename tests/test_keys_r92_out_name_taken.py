@@ -1,11 +1,9 @@
 """Review R92 of ``grant issue --out`` (agentgate/keys.py, ``_name_taken``): the exclusive write
 took the name ``--out`` gives by opening the empty file there to lock it, and read any failure of
-that open as "a file that is not empty is there". An empty file the user may not open (another
-user's, mode 0600, in a directory the user may write to) was refused so, exit 2 with a line
-pointing to ``--force``, where docs/cli.md says an empty file is written without ``--force`` and
-every other ``--out`` replaces it; and so was a file removed between the look and the open. Both
-are now written: the empty file the user may not open is looked at again just before the rename
-(no lock can be held on it), and kept if another file took its place meanwhile.
+that open as "a file that is not empty is there", so a file removed between the look and the open
+was refused with a false message pointing to ``--force``: it is now written. (R92 also took an
+empty file the user may not open without a lock; review R92b found that unsafe, and it is refused
+with a true message: tests/test_keys_r92b_out_unopenable.py.)
 
 The refusal of the open is made certain here, whatever the user: an ``os.open`` of FILE that does
 not create it fails with ``EACCES`` (``tests/_unreadable_file.py``'s ``fail_reading`` fails the
@@ -52,20 +50,6 @@ def grant_argv(
     return [*argv, "--ttl", "1h", "--out", "new.tok"]
 
 
-def test_an_empty_out_file_the_user_may_not_open_is_written_without_force(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, grant_argv: list[str]
-) -> None:
-    out_file = tmp_path / "new.tok"
-    out_file.write_bytes(b"")
-    _refuse_opening(monkeypatch, out_file)
-    code, out, err = cli(capsys, *grant_argv)
-    monkeypatch.undo()
-    assert (code, err) == (0, ""), (code, out, err)
-    assert out.startswith("wrote new.tok (grant ")
-    assert out_file.read_text(encoding="ascii").startswith("ag1.")
-    assert _leftovers(tmp_path) == []
-
-
 def test_an_out_file_removed_as_it_is_opened_is_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, grant_argv: list[str]
 ) -> None:
@@ -88,27 +72,6 @@ def test_an_out_file_removed_as_it_is_opened_is_written(
     assert removed == [True]
     assert (code, err) == (0, ""), (code, out, err)
     assert out_file.read_text(encoding="ascii").startswith("ag1.")
-    assert _leftovers(tmp_path) == []
-
-
-def test_a_file_put_in_place_of_the_unopened_empty_one_is_kept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """No lock can be held on an empty file the user may not open: a file moved over it while
-    the output is written (here in ``before_rename``, where ``grant issue`` records the grant) is
-    kept, the write refused."""
-    out_file = tmp_path / "new.tok"
-    out_file.write_bytes(b"")
-    _refuse_opening(monkeypatch, out_file)
-
-    def moved_over() -> None:
-        (tmp_path / "theirs").write_bytes(b"theirs\n")
-        os.replace(tmp_path / "theirs", out_file)
-
-    with pytest.raises(FilledFile):
-        replace_file(out_file, b"ours\n", 0o600, moved_over, exclusive=True)
-    monkeypatch.undo()
-    assert out_file.read_bytes() == b"theirs\n"
     assert _leftovers(tmp_path) == []
 
 

@@ -74,6 +74,7 @@ from agentgate.keys import (
     FilledFile,
     HeldFile,
     PublicKey,
+    UnopenableFile,
     load_public_key,
     load_signing_key,
     read_regular_file,
@@ -280,6 +281,12 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, 
         raise InputError(
             f"{shown_path(out)}: another command is writing a token to it at this moment; nothing "
             "recorded: name another file"
+        ) from None
+    except UnopenableFile:
+        raise InputError(
+            f"{shown_path(out)}: a file you may not open is there: it cannot be held while the token is "
+            "written, so it is not replaced; nothing recorded: name another file, or give --force to "
+            "replace it if you may (not another user's file in a sticky directory such as /tmp)"
         ) from None
     except FilledFile:
         if recorded:  # a writer that took no lock put a file there while the grant was recorded

@@ -1,0 +1,101 @@
+"""Review R92b of ``grant issue --out`` (agentgate/keys.py, ``_name_taken``): review R92 took an
+empty file at ``--out`` that the user may not open (another user's ``mktemp``, mode 0600) without a
+lock, recorded the grant, and renamed the token over it. In a sticky directory such as /tmp, or
+for an immutable file, that rename fails (``EPERM``) once the grant is recorded: the token was
+written nowhere and the user not told to revoke it; and two commands writing such a file were no
+longer kept apart (review R72's defect). Such a file cannot be held while the token is written,
+so it is refused before anything is recorded, with a message that says so (not "a file that is
+not empty is there", as before R92), and ``--force`` replaces it where the user may.
+
+The refusal of the open is made certain here, whatever the user: an ``os.open`` of FILE that does
+not create it fails with ``EACCES``."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _cli import cli
+from _raw_sqlite import query
+
+from agentgate.keys import UnopenableFile, replace_file
+
+
+def _refuse_opening(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """Make every ``os.open`` of ``path`` that would not create it fail with ``EACCES``."""
+    real_open = os.open
+
+    def refusing_open(opening: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if Path(os.fspath(opening)).absolute() == path and not flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(opening))
+        return real_open(opening, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+
+
+def _leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".agentgate-"))
+
+
+@pytest.fixture
+def grant_argv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "st.db"))
+    for name in ("ops-root", "bob"):
+        assert cli(capsys, "keys", "new", name, "--dir", "keys")[0] == 0
+    argv = ["grant", "issue", "--issuer", "keys/ops-root.key", "--to", "keys/bob.pub", "--allow", "tool:x"]
+    return [*argv, "--ttl", "1h", "--out", "new.tok"]
+
+
+def test_an_empty_file_the_user_may_not_open_is_refused_before_anything_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out_file = tmp_path / "new.tok"
+    out_file.write_bytes(b"")
+    _refuse_opening(monkeypatch, out_file)
+    ran: list[bool] = []
+    with pytest.raises(UnopenableFile):
+        replace_file(out_file, b"ours\n", 0o600, lambda: ran.append(True), exclusive=True)
+    monkeypatch.undo()
+    assert ran == []  # where grant issue records the grant
+    assert out_file.read_bytes() == b""
+    assert _leftovers(tmp_path) == []
+
+
+def test_grant_issue_refuses_it_with_a_true_message_and_records_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, grant_argv: list[str]
+) -> None:
+    out_file = tmp_path / "new.tok"
+    out_file.write_bytes(b"")
+    _refuse_opening(monkeypatch, out_file)
+    code, out, err = cli(capsys, *grant_argv)
+    monkeypatch.undo()
+    assert (code, out) == (2, ""), (code, out, err)
+    assert err.count("\n") == 1, err
+    assert err.startswith("agentgate: error: new.tok: a file you may not open is there: it cannot be held"), (
+        err
+    )
+    assert "not empty" not in err and "nothing recorded" in err and "--force" in err, err
+    assert query(tmp_path / "st.db", "SELECT count(*) FROM agentgate_grants") == [(0,)]
+    assert out_file.read_bytes() == b""
+    assert _leftovers(tmp_path) == []
+
+
+def test_force_replaces_it_where_the_user_may(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, grant_argv: list[str]
+) -> None:
+    """What the refusal says of ``--force`` holds."""
+    out_file = tmp_path / "new.tok"
+    out_file.write_bytes(b"")
+    _refuse_opening(monkeypatch, out_file)
+    code, out, err = cli(capsys, *grant_argv, "--force")
+    monkeypatch.undo()
+    assert (code, err) == (0, ""), (code, out, err)
+    assert out.startswith("wrote new.tok (grant ")
+    assert out_file.read_text(encoding="ascii").startswith("ag1.")
+    assert _leftovers(tmp_path) == []
