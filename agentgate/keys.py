@@ -782,36 +782,42 @@ def _name_taken(path: Path) -> Iterator[_Taken]:
 
 def _put(temporary: str, path: Path, taken: _Taken) -> None:
     """Put the written file ``temporary`` at ``path``, held by ``_name_taken``: the placeholder
-    made there is removed and the file linked in its place, which fails rather than replace a
-    file put there meanwhile by a writer that took no lock (a ``mv`` over it); an empty file that
-    was there is replaced if it is still that file, empty. Raises ``FilledFile`` otherwise."""
+    made there is removed and the file linked in its place (``_link_in``), which fails rather
+    than replace a file put there meanwhile by a writer that took no lock (a ``mv`` over it); an
+    empty file that was there is replaced if it is still that file, empty, and linked in the same
+    way if it is gone (until review R92b it was renamed there, over whatever was put there since
+    it was found gone). Raises ``FilledFile`` otherwise."""
     if taken.made:
         _remove_placeholder(path, taken.file)
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            raise FilledFile(errno.EEXIST, "a file was put there while it was written", str(path)) from None
-        except OSError as exc:
-            if exc.errno not in _NO_HARD_LINKS:
-                raise
-            # A file system without hard links (FAT, some network mounts): renamed, if nothing
-            # was put there since the placeholder was removed a moment ago.
-            if os.path.lexists(path):
-                raise FilledFile(
-                    errno.EEXIST, "a file was put there while it was written", str(path)
-                ) from None
-            os.replace(temporary, path)
-            return
-        os.unlink(temporary)
+        _link_in(temporary, path)
         return
     try:
         there = os.lstat(path)
-    except FileNotFoundError:  # removed since: nothing there to lose
-        os.replace(temporary, path)
+    except FileNotFoundError:  # removed since by its owner
+        _link_in(temporary, path)
         return
     if (there.st_dev, there.st_ino) != (taken.file.st_dev, taken.file.st_ino) or there.st_size != 0:
         raise FilledFile(errno.EEXIST, "a file was put there while it was written", str(path))
     os.replace(temporary, path)
+
+
+def _link_in(temporary: str, path: Path) -> None:
+    """Give the written file ``temporary`` the name ``path``, where nothing was a moment ago, and
+    take its own name away: linked, which fails rather than replace a file put there since
+    (``FilledFile``), or, on a file system without hard links (FAT, some network mounts), renamed
+    if nothing is there."""
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        raise FilledFile(errno.EEXIST, "a file was put there while it was written", str(path)) from None
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINKS:
+            raise
+        if os.path.lexists(path):
+            raise FilledFile(errno.EEXIST, "a file was put there while it was written", str(path)) from None
+        os.replace(temporary, path)
+        return
+    os.unlink(temporary)
 
 
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
