@@ -255,8 +255,11 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, 
     writer that took no lock put there meanwhile: then the grant stays recorded, its token
     unwritten, and the error says to revoke it).
     Only a regular file at ``out`` is replaced (a symbolic link, directory or FIFO is refused). Raises ``InputError`` when ``out`` cannot be
-    written (then nothing is recorded) and ``StoreError`` when the store fails (then ``out`` is
-    untouched).
+    written: nothing is recorded, except where the rename itself fails once the grant is recorded
+    (``EPERM``: another user's file in a sticky directory such as /tmp, or an immutable file, which
+    no cheap look before recording tells for certain), and then the error names the grant and says
+    to revoke it (until review R92b it said only "cannot write token"). Raises ``StoreError`` when
+    the store fails (then ``out`` is untouched).
     """
     if out is None:
         # Recorded in a transaction committed once the token is written: one that cannot be
@@ -286,19 +289,30 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None, *, 
         raise InputError(
             f"{shown_path(out)}: a file you may not open is there: it cannot be held while the token is "
             "written, so it is not replaced; nothing recorded: name another file, or give --force to "
-            "replace it if you may (not another user's file in a sticky directory such as /tmp)"
+            "replace it if you may (not another user's file in a sticky directory such as /tmp, nor an "
+            "immutable file)"
         ) from None
     except FilledFile:
         if recorded:  # a writer that took no lock put a file there while the grant was recorded
             raise InputError(
                 f"{shown_path(out)}: a file was put there while grant {chain.id} was recorded: it is kept, "
-                f"and the grant's token was not written; revoke it (agentgate grant revoke {chain.id}) "
-                "and issue another to a file of its own"
+                f"and the grant's token was not written; {_revoke_it(chain)}"
             ) from None
         raise _filled(out) from None
     except OSError as exc:
+        if recorded:  # the rename refused (EPERM: another user's file in a sticky directory, immutable)
+            raise InputError(
+                f"{shown_path(out)}: cannot write token: {exc.strerror or exc}; grant {chain.id} was "
+                f"recorded and its token not written; {_revoke_it(chain)}"
+            ) from None
         raise InputError(f"{out}: cannot write token: {exc.strerror}") from None
     say_written(f"wrote {shown_path(out)} (grant {chain.id})")
+
+
+def _revoke_it(chain: Chain) -> str:
+    """What a user whose grant ``chain`` is recorded but whose token was not written is to do: no
+    verb gives the token back from the store, and the grant stays valid until it expires."""
+    return f"revoke it (agentgate grant revoke {chain.id}) and issue another to a file of its own"
 
 
 @contextlib.contextmanager
