@@ -419,7 +419,8 @@ class GatedBroker(_Recording):
         with self._lock:
             self._record([])
             self._holder_request(identity, lease_id)
-            self._record(self.broker.release(lease_id))
+            self._take(functools.partial(self.broker.release, lease_id))
+            self._record([])
             return self._delivered()
 
     def renew(self, identity: AgentIdentity, lease_id: str) -> Lease:
@@ -608,7 +609,8 @@ class GatedBroker(_Recording):
         audited, and returned with those of earlier calls that returned none (``_delivered``)."""
         with self._lock:
             self._record([])
-            self._record(self.broker.advance())
+            self._take(self.broker.advance)
+            self._record([])
             return self._delivered()
 
     def _applied(self, apply: Callable[[], list[BrokerEvent]]) -> StoreError | None:
@@ -619,10 +621,10 @@ class GatedBroker(_Recording):
         renewal of an outage did, the others failing here, the lease unrenewed). Raises only the
         store's error recording an event (it is recorded first at the next call, ``_record``)."""
         try:
-            events = apply()
+            self._take(apply)
         except StoreError as exc:
             return exc
-        self._record(events)
+        self._record([])
         return None
 
     def reconcile(self) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from typing import Literal, NoReturn
 
 from agentgate.audit.spans import lease_outcome_span
@@ -64,9 +65,23 @@ class _Recording:
         broker for its next call, as any call's events; an outcome that cannot be recorded leaves
         them with this GatedBroker, recorded first at its next call (the renewal stands)."""
         try:
-            self._record(self.broker.advance())
+            self._take(self.broker.advance)
+            self._record([])
         except (StoreError, AuditError):  # an outcome entry the log refused: as the store's error
             return
+
+    def _take(self, call: Callable[[], list[BrokerEvent]]) -> None:
+        """Make the broker call ``call`` (``Broker.release``, ``advance``, ``end_due``) and keep
+        the events it gives out with this ``GatedBroker`` (``_unrecorded``, recorded by the next
+        ``_record``) before the broker's lock is released. ``Broker`` gives out each event once,
+        and a Ctrl-C that CPython handles as that lock is released (where a pending signal is
+        handled) would otherwise drop them as the call returns: until a regression review of R92
+        a lease released so was never audited as ended, its decision and reservation held until
+        ``reconcile`` charged it all it reserved. ``submit`` and ``renew`` take the lock
+        themselves around their broker call, for what they read of it. Raises what ``call``
+        raises, nothing kept then (the broker keeps its events: ``Broker.undelivered``)."""
+        with self.broker._lock:
+            self._unrecorded.extend(call())
 
     def _link(
         self,
