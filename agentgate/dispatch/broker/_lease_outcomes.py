@@ -157,11 +157,48 @@ class _Recording:
         """Audit ``events``, after those an earlier call could not record. An outcome that cannot
         be recorded (``StoreError``) raises, and it and the events after it stay unrecorded, to
         be recorded first at the next call (until review R40 they were lost: the lease's
-        reservation stayed held and its allow had no end)."""
+        reservation stayed held and its allow had no end).
+
+        An event leaves ``_unrecorded`` once its outcome's transaction has committed, before the
+        outcome's span is made; an interrupt raised out of the transaction's end (a Ctrl-C
+        handled after the block) leaves it there only if the log does not hold its outcome
+        (``_logged``). Until a regression review of R92 it left only once the span was made, and
+        an interrupt in between recorded it again at the next call: two ends of one lease in the
+        signed log."""
         self._unrecorded.extend(events)
         while self._unrecorded:
-            self._record_one(self._unrecorded[0])
-            self._undelivered.append(self._unrecorded.popleft())
+            event = self._unrecorded[0]
+            written: tuple[LeaseDecision, str, int] | None = None
+            try:
+                with self.gate.store.transaction() as tx:
+                    self.gate.audit.lock(tx)  # before any row, as every Gate write (docs/operations.md)
+                    written = self._record_one(event, tx)
+                self._undelivered.append(self._unrecorded.popleft())
+            except BaseException as exc:
+                # The store's error there is its commit refused; an interrupt (no ``Exception``)
+                # may have come after the commit, or after the event left.
+                interrupted = not isinstance(exc, Exception)
+                still_first = bool(self._unrecorded) and self._unrecorded[0] is event
+                if written is not None and interrupted and still_first and self._logged(*written):
+                    self._undelivered.append(self._unrecorded.popleft())
+                raise
+            self._outcome_span(*written)
+
+    def _logged(self, decided: LeaseDecision, status: str, index: int) -> bool:
+        """Whether the log holds, at ``index``, the outcome ``status`` of ``decided`` that a
+        transaction interrupted at its end wrote there: it committed. Read again, a store that
+        fails says no: an event recorded twice rather than never."""
+        try:
+            entry = self.gate.audit.entry(index)
+        except Exception:
+            return False
+        return (
+            entry.kind == "outcome"
+            and entry.status == status
+            and entry.ref == decided.audit_index
+            and entry.principal == decided.principal
+            and entry.resource == decided.resource
+        )
 
     def _delivered(self) -> list[BrokerEvent]:
         """The events recorded since a call last returned them, for the call that returns them
@@ -174,7 +211,9 @@ class _Recording:
         events, self._undelivered = self._undelivered, []
         return events
 
-    def _record_one(self, event: BrokerEvent) -> None:
+    def _record_one(self, event: BrokerEvent, tx: Transaction) -> tuple[LeaseDecision, str, int]:
+        """Write ``event``'s outcome (its lease's end settled) in ``tx``; what its span is made of:
+        the decision it refers to, its status and its index."""
         status, reason = _describe(event)
         if isinstance(event, LeaseEnded):
             lease = event.lease
@@ -184,16 +223,21 @@ class _Recording:
             ended = self.broker.clock() if event.at is None else event.at
             end = min(ended, lease.expires_at, deadline)
             held = (len(lease.gpus), max(0.0, end - lease.granted_at))
-            self._end(lease.id, lease.request.holder, _resource_or_any(lease.request), status, reason, held)
-        elif isinstance(event, TimedOut | Withdrawn):
+            closed, index = self._ended(
+                tx, lease.id, lease.request.holder, _resource_or_any(lease.request), status, reason, held
+            )
+            return closed, status, index
+        if isinstance(event, TimedOut | Withdrawn):
             request = event.request
-            self._end(request.id, request.holder, _resource_or_any(request), status, reason)
-        else:
-            request = event.lease.request
-            decided = self.decisions.get(request.id)
-            if decided is None:  # queued around the gate
-                decided = _unlinked(request.id, request.holder, _resource_or_any(request))
-            self._outcome_span(decided, status, self._append(decided, status, reason, 0))
+            closed, index = self._ended(
+                tx, request.id, request.holder, _resource_or_any(request), status, reason
+            )
+            return closed, status, index
+        request = event.lease.request
+        decided = self.decisions.get(request.id, tx)
+        if decided is None:  # queued around the gate
+            decided = _unlinked(request.id, request.holder, _resource_or_any(request))
+        return decided, status, self._append(decided, status, reason, 0, tx)
 
     def _refuse_taken(self, decided: LeaseDecision) -> NoReturn:
         """Return an allowed request's reservations and record its ``error`` outcome, its id being
@@ -232,14 +276,28 @@ class _Recording:
         forgotten and the outcome appended, in one transaction; then the outcome's span."""
         with self.gate.store.transaction() as tx:
             self.gate.audit.lock(tx)  # before any row, as every Gate write (docs/operations.md)
-            decided = self.decisions.get(request_id, tx)
-            delta, charges = 0, Charges()
-            if decided is not None:
-                delta, charges = self._settle(tx, decided, held)
-                self.decisions.remove(request_id, tx)
-            ended = decided or _unlinked(request_id, holder, resource)
-            index = self._append(ended, status, reason, delta, tx, charges)
+            ended, index = self._ended(tx, request_id, holder, resource, status, reason, held)
         self._outcome_span(ended, status, index)
+
+    def _ended(
+        self,
+        tx: Transaction,
+        request_id: str,
+        holder: str,
+        resource: str,
+        status: str,
+        reason: str,
+        held: Held = None,
+    ) -> tuple[LeaseDecision, int]:
+        """``_end`` in ``tx``, the audit log's lock taken, but for the span: the decision the
+        outcome refers to (one ``_unlinked`` where there is none) and the outcome's index."""
+        decided = self.decisions.get(request_id, tx)
+        delta, charges = 0, Charges()
+        if decided is not None:
+            delta, charges = self._settle(tx, decided, held)
+            self.decisions.remove(request_id, tx)
+        ended = decided or _unlinked(request_id, holder, resource)
+        return ended, self._append(ended, status, reason, delta, tx, charges)
 
     def _settle(self, tx: Transaction, decided: LeaseDecision, held: Held) -> tuple[int, Charges]:
         """Commit what the lease used of its reservations and return the rest; the amount committed

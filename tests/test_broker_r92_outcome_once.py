@@ -1,0 +1,114 @@
+"""Regression review of R92 (item 2): an event left ``GatedBroker._unrecorded`` only once its
+outcome's span was made, after the outcome's transaction committed, so an interrupt in between
+(a Ctrl-C handled in the span, or as the transaction ended) recorded the event again at the next
+call: a lease with two ends in the signed log. Now it leaves once the transaction committed, and
+an interrupt at the transaction's end keeps it only where the log does not hold its outcome."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_broker_restart_budget import World
+
+from agentgate.dispatch.broker import GangRequest, LeaseEnded
+from agentgate.dispatch.broker._gated import GatedBroker
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    made = World(f"sqlite:///{tmp_path / 'agentgate.db'}", budget=10_000_000)
+    made.process.gated.submit(made.trainer, GangRequest("job1", "x", 4, gpu_type="H100"))
+    made.clock.now += 10
+    yield made
+    made.process.gate.close()
+
+
+def _ends(world: World) -> list[tuple[str | None, int | None]]:
+    return [(e.status, e.ref) for e in world.process.entries() if e.kind == "outcome"][1:]
+
+
+def test_an_interrupt_in_the_outcomes_span_records_the_end_once(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gated = world.process.gated
+    real = GatedBroker._outcome_span
+
+    def interrupted_once(self: GatedBroker, *args: object) -> None:
+        monkeypatch.setattr(GatedBroker, "_outcome_span", real)
+        raise KeyboardInterrupt  # handled as the span is made, the entry committed
+
+    monkeypatch.setattr(GatedBroker, "_outcome_span", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        gated.release(world.trainer, "job1")
+    assert list(gated._unrecorded) == []
+    assert [type(event) for event in gated.advance()] == [LeaseEnded]  # given out once, all the same
+    allow = next(e.index for e in world.process.entries() if e.kind == "allow")
+    assert _ends(world) == [("lease_released", allow)]
+    assert world.spent() == 4 * 10 * 1000
+
+
+def test_an_interrupt_as_the_outcomes_transaction_ends_records_the_end_once(world: World) -> None:
+    gated = world.process.gated
+    store = gated.gate.store
+    real = store.transaction
+
+    class _InterruptedAfterCommit:
+        def __init__(self) -> None:
+            self.inner = real()
+
+        def __enter__(self) -> object:
+            return self.inner.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            self.inner.__exit__(*exc)  # type: ignore[arg-type]
+            store.transaction = real  # type: ignore[method-assign]
+            raise KeyboardInterrupt  # handled as the store's end returns, committed
+
+    release = world.process.broker.release
+
+    def released(lease_id: str) -> object:
+        events = release(lease_id)
+        store.transaction = lambda **_: _InterruptedAfterCommit()  # type: ignore[method-assign]
+        return events
+
+    world.process.broker.release = released  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        gated.release(world.trainer, "job1")
+    assert list(gated._unrecorded) == []
+    gated.advance()
+    allow = next(e.index for e in world.process.entries() if e.kind == "allow")
+    assert _ends(world) == [("lease_released", allow)]
+
+
+def test_a_commit_the_store_refuses_keeps_the_event(world: World) -> None:
+    gated = world.process.gated
+    store = gated.gate.store
+    real = store.transaction
+
+    class _Refused:
+        def __enter__(self) -> object:
+            self.inner = real()
+            return self.inner.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            store.transaction = real  # type: ignore[method-assign]
+            self.inner.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)  # rolled back
+            raise KeyboardInterrupt  # before the commit
+
+    release = world.process.broker.release
+
+    def released(lease_id: str) -> object:
+        events = release(lease_id)
+        store.transaction = lambda **_: _Refused()  # type: ignore[method-assign]
+        return events
+
+    world.process.broker.release = released  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        gated.release(world.trainer, "job1")
+    assert [type(event) for event in gated._unrecorded] == [LeaseEnded]  # not in the log: kept
+    gated.advance()
+    allow = next(e.index for e in world.process.entries() if e.kind == "allow")
+    assert _ends(world) == [("lease_released", allow)]
+    assert world.spent() == 4 * 10 * 1000
