@@ -88,6 +88,9 @@ class _Failures:
 
         def _background_job(self, fn: Callable[..., None], *args: Any) -> concurrent.futures.Future[None]: ...
 
+        @staticmethod
+        def _followed(job: concurrent.futures.Future[None]) -> asyncio.Future[None]: ...
+
     def dead_letters(self) -> list[DeadLetter]:
         """Dead letters recorded by this scheduler (the newest 1,000), oldest first."""
         return list(self._dead)
@@ -224,7 +227,7 @@ class _Failures:
         letter = self._record_dead(call, key, errors, reason)
         if self._dead_store is not None:
             storing = self._background_job(self._store_dead, letter)  # it counts its failure
-            await asyncio.shield(asyncio.wrap_future(storing))
+            await asyncio.shield(self._followed(storing))
 
     def _store_dead(self, letter: DeadLetter) -> None:
         """Persist ``letter`` (blocking; there is a dead-letter store). Any failure is counted as

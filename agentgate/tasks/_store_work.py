@@ -125,7 +125,7 @@ class _StoreWork:
             # error replaced them, and a tool that ran and succeeded was recorded as failed (its
             # caller told so too). Not given back, the lease is not renewed either (``release``
             # forgot it first): it expires within lease_ttl_s, as ``_give_back``'s.
-            await asyncio.shield(asyncio.wrap_future(releasing))
+            await asyncio.shield(self._followed(releasing))
 
     async def _shared_token(
         self, key: str, limits: ToolLimits, loop: asyncio.AbstractEventLoop, deadline: float | None
@@ -268,12 +268,21 @@ class _StoreWork:
             raise
 
     @staticmethod
-    async def _landed(jobs: Iterable[concurrent.futures.Future[None]]) -> None:
+    def _followed(job: concurrent.futures.Future[T]) -> asyncio.Future[T]:
+        """``job`` (a ``_background_job``, of any loop) as a future of the running loop whose
+        outcome is read even where nothing awaits it any more (a caller cancelled while it awaited
+        it through ``asyncio.shield``, a wait cut short): the job counts its own failure, and
+        until a regression review of R92 a cancelled caller's failed dead-letter write or lease
+        release was also logged by asyncio as "Future exception was never retrieved"."""
+        landing = asyncio.wrap_future(job)
+        landing.add_done_callback(_retrieved)
+        return landing
+
+    @classmethod
+    async def _landed(cls, jobs: Iterable[concurrent.futures.Future[None]]) -> None:
         """Wait until each of ``jobs`` (``_background_job``s, of any loop) has ended, from the
         running loop; a failure is not raised (each job counts its own)."""
-        waiting = [asyncio.wrap_future(job) for job in jobs]
-        for landing in waiting:
-            landing.add_done_callback(_retrieved)  # also when the wait is cancelled first
+        waiting = [cls._followed(job) for job in jobs]
         if waiting:
             await asyncio.wait(waiting)
 
