@@ -245,28 +245,14 @@ def _plain_id(value: str | None) -> str | None:
 _NO_FN = object()
 """``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
 
-_Ids = tuple[str, str, str, str | None, asyncio.AbstractEventLoop | None]
-"""A tool call's resource, run (the grant's id when none is given), call id and arguments digest
-(the decision's), as the scheduler keys its idempotency with them (``_same_ids``), and the event
-loop of its scheduler (``None``: the sync one): a call joins a twin of its own scheduler only,
-with its very arguments. Until review R91c the digest was left out, so that a call waiting on a
-twin kept the failures of every call with its ids and other arguments, which it cannot join."""
-
-
-def _same_ids(
-    auth: Authorization,
-    call_id: str | None,
-    run_id: str | None,
-    loop: asyncio.AbstractEventLoop | None = None,
-) -> _Ids | None:
-    """The ids under which the scheduler may join a ``run``/``arun`` tool call to a running
-    twin (``_Running._tool_call``: a ``call_id`` given, the run defaulting to the grant), or
-    ``None``: a model call, or a tool call with no ``call_id``, is never joined."""
-    identity = auth.identity
-    if not call_id or identity is None or not auth.call.resource.startswith("tool:"):
-        return None
-    digest = auth.decision.args_digest if auth.decision is not None else None
-    return (auth.call.resource, run_id or identity.grant_id, call_id, digest, loop)
+_Ids = tuple[str, asyncio.AbstractEventLoop | None]
+"""A tool call's idempotency key, the scheduler's own (``ToolCall.idempotency_key``: tenant,
+principal, grant, run, tool, call id and arguments digest), and the event loop of its scheduler
+(``None``: the sync one): a call joins a twin of its own scheduler only, with that very key. Until
+review R91c the digest was left out, so that a call waiting on a twin kept the failures of every
+call with its ids and other arguments, which it cannot join; until review R92 the tenant, the
+principal and the grant were, and it kept those of every call with its ids under another grant,
+agent or tenant."""
 
 
 class _Keyed:
@@ -488,9 +474,8 @@ class _Running:
         call_id, run_id = _plain_id(call_id), _plain_id(run_id)
         self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
-        ids = _same_ids(auth, call_id, run_id)
-        keyed = None if ids is None else _Keyed(ids, raised)
-        self._begin_run(auth, keyed=keyed)
+        keyed: _Keyed | None = None  # among the calls with its idempotency key (``_join_twins``)
+        self._begin_run(auth)
         started = False  # whether an attempt reached ``fn``
         forget: Callable[[T], None] | None = None  # drops a failed result from the scheduler's cache
         try:
@@ -513,6 +498,7 @@ class _Running:
                             return value
 
                         scheduler, call = self._sync(), self._tool_call(auth, call_id, run_id, paused)
+                        keyed = self._join_twins(call, raised)
                         forget = partial(scheduler.forget_result, call)
                         result = scheduler.submit(call, attempt)
                     else:
@@ -522,7 +508,7 @@ class _Running:
                             started = False
                             raise _async_fn(auth.call.resource)
                 except BaseException as exc:
-                    self._fail_after(span, auth, exc, paused, started, raised, ids)
+                    self._fail_after(span, auth, exc, paused, started, raised, keyed)
                     raise
                 # Returned with no attempt entered: the scheduler served another call's result.
                 self._finish(span, auth, result, failed, spent, reused=not started, forget=forget)
@@ -586,9 +572,8 @@ class _Running:
         )
         loop = asyncio.get_running_loop()
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
-        ids = _same_ids(auth, call_id, run_id, loop)
-        keyed = None if ids is None else _Keyed(ids, raised)
-        self._begin_run(auth, loop, keyed=keyed)
+        keyed: _Keyed | None = None  # among the calls with its idempotency key (``_join_twins``)
+        self._begin_run(auth, loop)
         started = False  # whether an attempt reached ``fn``
         returned: list[T] = []  # what an attempt returned, should a cancellation follow it
         forget: Callable[[T], None] | None = None  # drops a failed result from the scheduler's cache
@@ -623,6 +608,7 @@ class _Running:
 
                         scheduler = await self._async()
                         call = self._tool_call(auth, call_id, run_id, paused)
+                        keyed = self._join_twins(call, raised, loop)
                         forget = partial(scheduler.forget_result, call)
                         result = await scheduler.submit(call, attempt, preemptible=preemptible)
                     else:
@@ -644,7 +630,7 @@ class _Running:
                             self._fail(span, auth, exc, paused, started=started)
                     raise
                 except BaseException as exc:
-                    self._fail_after(span, auth, exc, paused, started, raised, ids)
+                    self._fail_after(span, auth, exc, paused, started, raised, keyed)
                     raise
                 # Returned with no attempt entered: the scheduler served another call's result.
                 self._finish(span, auth, result, failed, spent, reused=not started, forget=forget)
@@ -652,25 +638,12 @@ class _Running:
         finally:
             self._end_run(loop, keyed)
 
-    def _begin_run(
-        self,
-        auth: Authorization,
-        loop: asyncio.AbstractEventLoop | None = None,
-        *,
-        keyed: _Keyed | None = None,
-    ) -> None:
-        """Count a ``run``/``arun`` in flight (``close`` waits for it to settle), and a tool call
-        that may join a twin among the calls with its ids (``keyed``: ``_SameIds``). Once
-        ``close`` began, refuse it: record an ``error`` outcome (while outcomes are still
-        written) and raise ``SchedulingError``."""
+    def _begin_run(self, auth: Authorization, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Count a ``run``/``arun`` in flight (``close`` waits for it to settle). Once ``close``
+        began, refuse it: record an ``error`` outcome (while outcomes are still written) and
+        raise ``SchedulingError``."""
         with self._runs_changed:
             if not self._closing:
-                # The ids first: the counts ``close`` waits on are taken only once nothing can fail.
-                if keyed is not None:
-                    same = self._same_ids.get(keyed.ids)
-                    if same is None:
-                        same = self._same_ids[keyed.ids] = _SameIds()
-                    same.join(keyed)
                 self._runs += 1
                 if loop is not None:
                     self._loop_runs[loop] = self._loop_runs.get(loop, 0) + 1
@@ -678,8 +651,28 @@ class _Running:
         self._settle_not_run(auth, "SchedulingError", "SchedulingError")
         raise SchedulingError(f"{auth.call.resource}: the gate is closed; the call was not run")
 
+    def _join_twins(
+        self, call: ToolCall, raised: list[BaseException], loop: asyncio.AbstractEventLoop | None = None
+    ) -> _Keyed | None:
+        """Count a ``run``/``arun`` tool call in flight (``_begin_run``), about to be submitted
+        to its scheduler (``loop``'s; ``None``: the sync one), among the calls that share its
+        idempotency key (``_SameIds``), of which it may join a running twin; ``raised``: what its
+        ``fn`` raises. ``None`` for a call with no key (no ``call_id``), which joins none. The key
+        is the scheduler's own, computed once with the call (``ToolCall.idempotency_key``): the
+        calls kept together are those the scheduler may join, no more (review R92)."""
+        key = call.idempotency_key()
+        if key is None:
+            return None
+        keyed = _Keyed((key, loop), raised)
+        with self._runs_changed:
+            same = self._same_ids.get(keyed.ids)
+            if same is None:
+                same = self._same_ids[keyed.ids] = _SameIds()
+            same.join(keyed)
+        return keyed
+
     def _entered(self, keyed: _Keyed) -> None:
-        """A tool call counted among the calls with its ids (``_begin_run``) entered its ``fn``."""
+        """A tool call counted among the calls with its key (``_join_twins``) entered its ``fn``."""
         with self._runs_changed:
             same = self._same_ids.get(keyed.ids)
             if same is not None:
@@ -822,22 +815,20 @@ class _Running:
         paused: Callable[[BaseException], bool] | None,
         started: bool,
         raised: list[BaseException],
-        ids: _Ids | None,
+        keyed: _Keyed | None,
     ) -> None:
         """``_fail`` of a ``run``/``arun`` that ``exc`` ended, given what its ``fn`` ``raised``:
-        one that no attempt of its own entered and that ended with what a twin with its ``ids``
-        raised (``_raised_by_twin``) joined that twin and was handed its failure."""
+        one that no attempt of its own entered and that ended with what a twin with its key
+        (``keyed``) raised (``_raised_by_twin``) joined that twin and was handed its failure."""
         ran = _raised_by_fn(exc, raised)
-        reused = not started and not ran and self._raised_by_twin(ids, exc)
+        reused = not started and not ran and keyed is not None and self._raised_by_twin(keyed.ids, exc)
         self._fail(span, auth, exc, paused, started=started, ran=ran, reused=reused)
 
-    def _raised_by_twin(self, ids: _Ids | None, exc: BaseException) -> bool:
+    def _raised_by_twin(self, ids: _Ids, exc: BaseException) -> bool:
         """Whether ``exc``, or the error it chains (``__cause__``: the scheduler's refusal of a
         retry after the tool failed), is one that the ``fn`` of a tool call with ``ids`` in flight
         raised, compared by identity (``_raised_by_fn``). A ``__cause__`` that cannot be read
         (a property that raises) is none: its error must not replace the call's own."""
-        if ids is None:
-            return False
         try:
             cause = exc.__cause__
         except Exception:

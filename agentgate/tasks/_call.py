@@ -30,6 +30,8 @@ from agentgate.errors import InputError
 
 #: ``ToolCall``'s default ``arguments``, a marker: each call made without arguments gets a new dict.
 _NO_ARGUMENTS: Mapping[str, Any] = MappingProxyType({})
+#: Where a ``ToolCall`` keeps its idempotency key once computed: not a field (not compared or shown).
+_KEY = "_idempotency_key"
 
 OTHER = "_other"
 """The name metrics count the tools, tenants and breaker keys past their label bound under, and
@@ -448,18 +450,24 @@ class ToolCall:
         return self.arguments_digest or argument_digest(self.arguments)
 
     def idempotency_key(self) -> str | None:
-        """The call's idempotency key, or None when ``run_id`` or ``call_id`` is missing."""
+        """The call's idempotency key, or None when ``run_id`` or ``call_id`` is missing.
+        Computed once and kept with the call (its fields are frozen): ``Gate.run`` keys the
+        calls that may join a twin by it, and the scheduler's ``submit`` reads it again."""
         if not self.run_id or not self.call_id:
             return None
-        return idempotency_key(
-            self.run_id,
-            self.tool,
-            self.call_id,
-            self.digest(),
-            tenant=self.tenant,
-            principal=self.principal,
-            grant=self.authority_chain[-1] if self.authority_chain else "",
-        )
+        values = self.__dict__
+        key: str | None = values.get(_KEY)
+        if key is None:
+            key = values[_KEY] = idempotency_key(
+                self.run_id,
+                self.tool,
+                self.call_id,
+                self.digest(),
+                tenant=self.tenant,
+                principal=self.principal,
+                grant=self.authority_chain[-1] if self.authority_chain else "",
+            )
+        return key
 
     def absolute_deadline(self) -> float | None:
         """The earlier of ``deadline`` and ``grant_expires_at``, in Unix seconds (None: none)."""
