@@ -412,6 +412,9 @@ def _agent_run(
             assert answer, "the model's chunks reached the consumer"
         else:
             agent.invoke(request, context=team.supervisor)
+        # The last model call's outcome is committed by the background writer within linger_s
+        # (docs/architecture.md): counted unflushed it was there or not by timing (7 or 6).
+        team.gate.flush()
         entries = [e for e in team.gate.audit.entries() if e.kind in ("allow", "outcome")]
         assert team.gate.verify().first_bad_index is None
         return team.ran, sorted(team.gate.budget_usage(team.supervisor).values()), len(entries)
@@ -426,6 +429,7 @@ def test_an_agent_streamed_through_the_dispatcher_runs_and_spends_as_under_invok
     invoked = _agent_run(tmp_path / "invoke", scripted, stream=False)
     assert streamed[0] == ["search:kv cache"]
     assert streamed[1] == [(20, 1_000_000)]  # two model calls at their reported 10 tokens each
+    assert streamed[2] == 7  # the allow, and an allow and an outcome for each of 3 calls
     assert streamed == invoked
 
 
