@@ -184,7 +184,7 @@ def test_a_group_named_first_is_parsed_as_before() -> None:
     done = agentgate("grant", "inspect")
     assert done.returncode == 2
     assert done.stderr.startswith(
-        "usage: agentgate grant inspect [-h] [--trust PUBFILE] [--json] TOKENFILE\n"
+        "usage: agentgate grant inspect [-h] [--trust PUBFILE|DID] [--json] TOKENFILE\n"
     )
     assert done.stderr.endswith("agentgate: error: the following arguments are required: TOKENFILE\n")
 
