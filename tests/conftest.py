@@ -52,6 +52,16 @@ _files_in_memory()
 
 
 @pytest.fixture
+def no_default_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory of its own (``tmp_path``), with no AGENTGATE_STORE: a verb given no
+    --store finds no default store, ``.agentgate/agentgate.db`` of the working directory (since
+    review R92 ``approval sign`` checks against it), whatever the checkout or the shell holds."""
+    monkeypatch.delenv("AGENTGATE_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
 def default_sigint() -> Iterator[None]:
     """Ctrl-C raises ``KeyboardInterrupt`` in the main thread, as in a program run by hand (the
     tests that press it: a worker's handler may be another)."""

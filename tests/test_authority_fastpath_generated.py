@@ -366,6 +366,7 @@ approvals:
 """
 
 
+@pytest.mark.usefixtures("no_default_store")
 def test_approval_sign_shows_the_action_it_signs_for(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

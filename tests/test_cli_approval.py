@@ -75,6 +75,7 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
     made.gate.close()
 
 
+@pytest.mark.usefixtures("no_default_store")
 def test_a_signed_approval_from_the_cli_lets_the_call_run(
     setup: Setup, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -102,6 +103,7 @@ def test_a_signed_approval_from_the_cli_lets_the_call_run(
     assert (code, out) == (0, "no open approval requests\n")
 
 
+@pytest.mark.usefixtures("no_default_store")
 def test_the_approval_is_for_that_call_only(setup: Setup, capsys: pytest.CaptureFixture[str]) -> None:
     asked = setup.ask()
     code, out, _ = cli(

@@ -106,6 +106,7 @@ def test_non_utf8_on_stdin_exits_2(key: Path, tmp_path: Path) -> None:
     assert_refused_cleanly(*sign(payload, key, tmp_path, stdin=True))
 
 
+@pytest.mark.usefixtures("no_default_store")
 def test_an_unwritable_out_file_exits_2(key: Path, tmp_path: Path) -> None:
     code, _out, err = sign(request(), key, tmp_path, "--out", str(tmp_path / "no-such-dir" / "approval.json"))
     assert "Traceback" not in err, err[-600:]
@@ -114,6 +115,7 @@ def test_an_unwritable_out_file_exits_2(key: Path, tmp_path: Path) -> None:
     assert code == 2 and len(err.splitlines()) == 1 and "cannot write" in err, err
 
 
+@pytest.mark.usefixtures("no_default_store")
 def test_arguments_not_all_shown_are_said_so(key: Path, tmp_path: Path) -> None:
     # Only loggable arguments are shown; the digest that is signed covers all of them. The human
     # is told when what is shown is not the whole call.

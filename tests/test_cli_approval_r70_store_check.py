@@ -170,6 +170,7 @@ def test_a_payload_changed_on_its_way_is_refused(
     assert not out_file.exists()
 
 
+@pytest.mark.usefixtures("no_default_store")
 def test_without_a_store_the_unchecked_arguments_say_how_to_check_them(
     asked: Asked, capsys: pytest.CaptureFixture[str]
 ) -> None:

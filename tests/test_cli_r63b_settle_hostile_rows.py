@@ -85,6 +85,7 @@ def test_tasks_settle_says_a_stored_key_escaped_on_one_line(
     assert out.count("\n") == 1 and "\x1b" not in out and out.startswith(f"settled {SHOWN} "), out
 
 
+@pytest.mark.usefixtures("no_default_store")
 def test_approval_sign_names_its_out_file_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Review R63: approval sign's 'approval written to FILE' line wrote the --out name raw, where
     its error lines name a file escaped (_shown.shown_path): a name holding an escape sequence

@@ -73,6 +73,7 @@ def test_issue_and_delegate_refuse_an_out_that_is_the_audiences_key(
     assert _grants(here) == 1
 
 
+@pytest.mark.usefixtures("no_default_store")
 def test_approval_sign_refuses_an_out_that_is_its_payload(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -45,6 +45,7 @@ def test_grant_issue_and_delegate_say_what_they_wrote_on_stdout(
     assert out.startswith("wrote b.tok (grant ") and out.count("\n") == 1 and err == "", (out, err)
 
 
+@pytest.mark.usefixtures("no_default_store")
 def test_approval_sign_says_what_it_wrote_on_stdout(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,18 +12,10 @@ from test_cli_approval_r70_store_check import Asked
 
 
 @pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working directory of its own, with no AGENTGATE_STORE."""
-    monkeypatch.delenv("AGENTGATE_STORE", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
-def asked_in_default(here: Path) -> Iterator[Asked]:
+def asked_in_default(no_default_store: Path) -> Iterator[Asked]:
     """A Gate whose store is the default one of the working directory, .agentgate/agentgate.db."""
-    (here / ".agentgate").mkdir()
-    made = Asked(here / ".agentgate")
+    (no_default_store / ".agentgate").mkdir()
+    made = Asked(no_default_store / ".agentgate")
     yield made
     made.gate.close()
 
@@ -48,7 +40,7 @@ def test_an_untouched_payload_is_checked_against_the_default_store(
 
 
 def test_with_no_store_anywhere_the_description_says_nothing_was_checked(
-    here: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+    no_default_store: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Review R92: signed with no store to check against, the description now says so, and how to
     check (--store); the approval is written all the same, exit 0."""
@@ -60,4 +52,4 @@ def test_with_no_store_anywhere_the_description_says_nothing_was_checked(
     assert code == 0 and out, err
     line = next(each for each in err.splitlines() if each.lstrip().startswith("checked"))
     assert "against no store" in line and "--store" in line
-    assert not (here / ".agentgate").exists()
+    assert not (no_default_store / ".agentgate").exists()

@@ -420,6 +420,7 @@ def test_hostile_token_sends_no_escape_sequence_in_the_error_line(
     assert_no_terminal_control(err.encode())
 
 
+@pytest.mark.usefixtures("no_default_store")
 def test_approval_payload_encodings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     keys = {n: SigningKey.generate() for n in ("root", "agent", "lead")}
     save_key(keys["lead"], tmp_path / "k", "lead")

@@ -36,6 +36,7 @@ def _payload(shown: dict[str, object], called: dict[str, object]) -> str:
     return json.dumps({"agentgate": "approval_required", "request": request})
 
 
+@pytest.mark.usefixtures("no_default_store")
 def test_shown_arguments_that_are_not_the_call_are_not_explained_as_loggable_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
