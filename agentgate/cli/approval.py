@@ -109,6 +109,10 @@ def _sign(args: argparse.Namespace) -> int:
     logged = None
     if refusal is None and _store_to_check(args.store):
         refusal, logged = _against_store(request, args.store, key.did)
+        if refusal is not None and _default_store_only(args.store):
+            # The approver named no store: until review R92's second reading the refusal said
+            # "the store" without saying which was read, nor how to name the Gate's.
+            refusal += f" (checked against the default store {DEFAULT_PATH} of the working directory: give --store, the Gate's store)"
     if refusal is not None:
         # Named as every other line of the verb names it: the file given, then the request in it
         # (until review R59 a refusal named only the request, not the file it was read from).
@@ -141,7 +145,14 @@ def _store_to_check(url: str | None) -> bool:
     as every other verb opens it. Until review R92 the default store was never read, so with
     neither given a payload edited on its way was signed as shown, without a word; where there is
     no default store either, ``_describe`` says the payload was not checked and how to check it."""
-    return url is not None or "AGENTGATE_STORE" in os.environ or os.path.lexists(DEFAULT_PATH)
+    return not _default_store_only(url) or os.path.lexists(DEFAULT_PATH)
+
+
+def _default_store_only(url: str | None) -> bool:
+    """Whether neither ``url`` (``--store``) nor ``AGENTGATE_STORE`` names a store, so that the
+    only one ``approval sign`` may read is the default one (``DEFAULT_PATH``) of the working
+    directory."""
+    return url is None and "AGENTGATE_STORE" not in os.environ
 
 
 def _refusal(request: dict[str, Any], signer: str) -> str | None:
