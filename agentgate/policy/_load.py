@@ -61,10 +61,10 @@ MAX_ROLES_HELD = 256
 """A role and the roles it inherits, directly or not: at most this many (lint reads every role's
 rules with those of the roles it inherits, so the work is at most this many times the roles)."""
 MAX_RULES_ON_ONE_RESOURCE = 64
-"""Rules a role holds, inherited ones included, on any one resource pattern; and on a pattern a
-rule of its own names and the wildcard patterns over it together: at most this many
-(``shadowed_rule`` compares a rule with those on its pattern and over it; a decision on a resource
-reads, of each role, those on each pattern naming it)."""
+"""Rules a role holds, inherited ones included, on any one resource pattern: at most this many
+(``shadowed_rule`` compares a rule with those on its pattern and on each wildcard pattern over it;
+a decision on a resource reads, of each role held, those on each pattern naming it). Rules on
+different patterns are not added up; a principal listing several roles reads those of each."""
 
 
 _SYMBOLS = {"eq": "=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -170,6 +170,27 @@ def _closure(roles: Mapping[str, schema.Role], role: str) -> Iterator[str]:
         seen.add(name)
         yield name
         stack.extend(reversed(roles[name].inherits))
+
+
+def _most_inherited(held: Sequence[Counter[str]]) -> tuple[str, int]:
+    """Of the patterns two or more of ``held`` (the rules of some roles, counted by pattern) name,
+    one they hold the most rules on together, and that count; ``("", 0)`` for none.
+
+    Each of them holds at most ``MAX_RULES_ON_ONE_RESOURCE`` rules on any one pattern (checked at
+    it first), so only a pattern two of them name can exceed it together: only the patterns of all
+    but the one with the most patterns are counted, each looked up in that one. So a large role
+    inherited with each of many small ones is not counted again at each (quadratic until review
+    R92's regression review: a common role plus one per tenant)."""
+    largest = max(held, key=len, default=Counter[str]())
+    total: Counter[str] = Counter()
+    for count in held:
+        if count is not largest:
+            total.update(count)
+    return max(
+        ((pattern, n + largest.get(pattern, 0)) for pattern, n in total.items()),
+        key=operator.itemgetter(1),
+        default=("", 0),
+    )
 
 
 @dataclass(frozen=True)
@@ -822,7 +843,7 @@ class _Compiler:
         doc = self.doc
         self._names()
         self._tool_arguments()
-        self._references()
+        parents_first = self._references()
         anchors = {
             name: self._did(("trust_anchors", name), a.did, a.key) for name, a in doc.trust_anchors.items()
         }
@@ -859,7 +880,7 @@ class _Compiler:
             for role, spec in doc.roles.items()
             if spec.delegation is not None
         }
-        self._held(rules)
+        self._held(rules, parents_first)
         gates = {}
         for name, gate in doc.approvals.items():
             self._pattern(("approvals", name, "resource"), gate.resource)
@@ -973,7 +994,9 @@ class _Compiler:
                     "remove the repeat, or write the role that was meant",
                 )
 
-    def _references(self) -> None:
+    def _references(self) -> list[str]:
+        """Refuse a name that names nothing, a role listed twice, an inheritance cycle or a quorum
+        over the approvers; return the roles, each after every role it inherits (``_cycles``)."""
         doc = self.doc
         for name, p in doc.principals.items():
             if p.tenant is not None:
@@ -985,7 +1008,7 @@ class _Compiler:
             self._roles_once(("roles", name, "inherits"), role.inherits, f"role {name}", " in inherits")
             for i, parent in enumerate(role.inherits):
                 self._ref(("roles", name, "inherits", i), parent, "roles")
-        self._cycles()
+        parents_first = self._cycles()
         for name, model in doc.models.items():
             for i, cls in enumerate(model.priority_classes):
                 self._ref(("models", name, "priority_classes", i), cls, "priority_classes")
@@ -1007,15 +1030,16 @@ class _Compiler:
                     f"a quorum of at most {len(set(gate.approvers))}",
                     "name more approvers or lower the quorum; otherwise no call could ever be approved",
                 )
+        return parents_first
 
-    def _cycles(self) -> None:
+    def _cycles(self) -> list[str]:
         """Refuse an inheritance cycle, naming it (``a -> b -> a``) at the ``inherits`` of the
-        role its search started from. One iterative depth-first search over all roles, each role
-        finished once: linear, where following every path from every role took exponential time
+        role its search started from; return the roles, each after every role it inherits. One
+        iterative depth-first search over all roles, each role finished once: linear, where following every path from every role took exponential time
         on a lattice of diamonds (30 levels in a 2 KB file hung loading) and recursed past
         Python's limit on a chain a thousand roles deep."""
         roles = self.doc.roles
-        done: set[str] = set()
+        done: dict[str, None] = {}
         for start in roles:
             if start in done:
                 continue
@@ -1026,7 +1050,7 @@ class _Compiler:
                 if parent is None:
                     finished = path.pop()
                     on_path.discard(finished)
-                    done.add(finished)
+                    done[finished] = None
                     pending.pop()
                     continue
                 if parent in on_path:
@@ -1041,26 +1065,31 @@ class _Compiler:
                     path.append(parent)
                     on_path.add(parent)
                     pending.append(iter(roles[parent].inherits))
+        return list(done)
 
-    def _held(self, rules: Mapping[str, tuple[RuleRef, ...]]) -> None:
+    def _held(self, rules: Mapping[str, tuple[RuleRef, ...]], parents_first: Sequence[str]) -> None:
         """Refuse a role that holds more than ``MAX_ROLES_HELD`` roles, or more than
-        ``MAX_RULES_ON_ONE_RESOURCE`` rules (its own and inherited ones together) on one pattern,
-        or on a pattern one of its own rules names and the wildcard patterns over it together.
+        ``MAX_RULES_ON_ONE_RESOURCE`` rules (its own and inherited ones together) on one pattern:
+        at its first rule on a pattern its own rules name, else at its ``inherits``. The roles are
+        checked in ``parents_first`` order, so the refusal names the role that first exceeds, not a
+        role inheriting it.
 
         Every pattern a role holds rules on is counted, not only those its own rules name: until
         review R92 a role without rules inheriting many roles' ``tool:*`` rules held thousands
         there, each read by a decision of its holder and compared by ``shadowed_rule`` with
-        every rule of every role inheriting it.
+        every rule of every role inheriting it. Rules on different patterns are not added up (a
+        role may hold 64 on ``tool:*`` and 64 on ``tool:x``).
 
         Linear in the rules held where they change: each role's closure is followed at most
-        ``MAX_ROLES_HELD`` roles deep; its own patterns are counted in it (with their few
-        ``wild_ancestors``); the inherited patterns are counted only at a role that inherits
-        from several roles, once per set of rule-holding roles it inherits (a role with one
-        parent holds what its parent holds on every pattern its own rules do not name)."""
+        ``MAX_ROLES_HELD`` roles deep, and its own patterns are counted in it. The inherited
+        patterns are counted only at a role that inherits from several roles, once per set of
+        rule-holding roles it inherits (a role with one parent holds what its parent holds on every
+        pattern its own rules do not name), and there only the patterns of the set's roles but the
+        one with the most (``_most_inherited``)."""
         roles = self.doc.roles
         counts = {role: Counter(r.capability.resource for r in own) for role, own in rules.items() if own}
         merged: set[frozenset[str]] = set()
-        for name in roles:
+        for name in parents_first:
             held = list(itertools.islice(_closure(roles, name), MAX_ROLES_HELD + 1))
             if len(held) > MAX_ROLES_HELD:
                 raise self.error(
@@ -1071,35 +1100,28 @@ class _Compiler:
                 )
             holding = [counts[r] for r in held if r in counts]
             for pattern in counts.get(name, ()):
-                over = [p for p in wild_ancestors(pattern) if p != pattern]
-                count = sum(c.get(p, 0) for c in holding for p in (pattern, *over))
+                count = sum(c.get(pattern, 0) for c in holding)
                 if count > MAX_RULES_ON_ONE_RESOURCE:
                     first = next(r for r in rules[name] if r.capability.resource == pattern)
-                    wider = [p for p in over if any(p in c for c in holding)]
-                    on = f"{pattern} and {', '.join(wider)} over it" if wider else pattern
                     raise self._too_many(
-                        ("roles", name, "capabilities", first.index), name, count, on, own=True
+                        ("roles", name, "capabilities", first.index), name, count, pattern, own=True
                     )
             inherited = frozenset(r for r in held[1:] if r in counts)
             if len(roles[name].inherits) < 2 or inherited in merged:
                 continue
             merged.add(inherited)
-            total: Counter[str] = Counter()
-            for r in inherited:
-                total.update(counts[r])
-            pattern, count = max(total.items(), key=operator.itemgetter(1), default=("", 0))
+            pattern, count = _most_inherited([counts[r] for r in inherited])
             if count > MAX_RULES_ON_ONE_RESOURCE:
                 raise self._too_many(("roles", name, "inherits"), name, count, pattern, own=False)
 
     def _too_many(
-        self, loc: Sequence[str | int], role: str, count: int, on: str, *, own: bool
+        self, loc: Sequence[str | int], role: str, count: int, pattern: str, *, own: bool
     ) -> PolicyError:
         whose = "its own and inherited ones" if own else "inherited ones"
         return self.error(
             loc,
-            f"role {role} holds {count} rules on {on}, {whose}",
-            f"at most {MAX_RULES_ON_ONE_RESOURCE} rules of a role on one resource pattern, and on a "
-            "pattern its own rules name and the wildcard patterns over it together",
+            f"role {role} holds {count} rules on {pattern}, {whose}",
+            f"at most {MAX_RULES_ON_ONE_RESOURCE} rules of a role on one resource pattern",
             "merge rules: an 'in' list or a wider bound allows what several rules do",
         )
 

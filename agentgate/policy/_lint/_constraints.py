@@ -212,8 +212,8 @@ class ShadowedRule(LintRule):
 
     def check(self, policy: Policy) -> Iterator[Finding]:
         # A role's rules are looked up in those of the roles it holds (at most MAX_ROLES_HELD),
-        # and each rule meets at most MAX_RULES_ON_ONE_RESOURCE on its own pattern and the
-        # wildcard patterns over it together (counted at load since review R92).
+        # and each rule meets at most MAX_RULES_ON_ONE_RESOURCE on its own pattern and on each
+        # wildcard pattern over it that the role holds rules on (each pattern capped at load).
         # Only a role's own rules can be shadowed: roles without rules have none to check.
         for role, held in _held_by_role(policy, (r for r, rules in policy.rules.items() if rules)).items():
             for rule in policy.rules[role]:
