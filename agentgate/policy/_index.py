@@ -33,7 +33,7 @@ from agentgate.capabilities import (
 )
 from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Finding, FindingKind, Outcome
-from agentgate.policy._load import Policy, RuleRef, describe_constraint, wild_ancestors
+from agentgate.policy._load import Policy, RuleRef, describe_constraint
 from agentgate.policy._schema import Budget, Delegation
 
 # Exact types: a bool is not an integer here, and a str subclass is not a string.
@@ -786,6 +786,21 @@ def _index_principals(policy: Policy) -> dict[str, _Principal]:
         if did is not None:
             principals.setdefault(did, entry)
     return principals
+
+
+def wild_ancestors(resource: str) -> list[str]:
+    """The wildcard patterns that name the resource ``resource`` (as ``pattern_matches``), or,
+    for a pattern ``resource``, that hold it (as ``pattern_within``, itself included): ``kind:*``
+    and ``stem.*`` for each stem of it that ends at a ``:`` or ``.``, broadest first.
+
+    Every wildcard a policy can hold is of one of these two forms (``Capability``), so the
+    wildcard rules, gates or quotas that name a resource are found by looking these few patterns
+    up in a dict keyed by pattern, instead of by matching each wildcard of the policy in turn.
+    """
+    wild = resource.endswith((":*", ".*"))
+    stem = resource[:-1] if wild else resource
+    end = len(stem) if wild else len(stem) - 1
+    return [stem[: i + 1] + "*" for i, c in enumerate(stem) if (c == ":" or c == ".") and i < end]
 
 
 def _combined_requirement(

@@ -142,21 +142,6 @@ def _rule_name(loc: Sequence[str | int]) -> str:
     return f"role {loc[1]} {delegation}rule {index + 1}, argument {arg}"
 
 
-def wild_ancestors(resource: str) -> list[str]:
-    """The wildcard patterns that name the resource ``resource`` (as ``pattern_matches``), or,
-    for a pattern ``resource``, that hold it (as ``pattern_within``, itself included): ``kind:*``
-    and ``stem.*`` for each stem of it that ends at a ``:`` or ``.``, broadest first.
-
-    Every wildcard a policy can hold is of one of these two forms (``Capability``), so the
-    wildcard rules, gates or quotas that name a resource are found by looking these few patterns
-    up in a dict keyed by pattern, instead of by matching each wildcard of the policy in turn.
-    """
-    wild = resource.endswith((":*", ".*"))
-    stem = resource[:-1] if wild else resource
-    end = len(stem) if wild else len(stem) - 1
-    return [stem[: i + 1] + "*" for i, c in enumerate(stem) if (c == ":" or c == ".") and i < end]
-
-
 def _closure(roles: Mapping[str, schema.Role], role: str) -> Iterator[str]:
     """``role``, then every role it inherits, depth first (pre-order, parents in the order
     written), each once; a name that is no role is skipped. Lazy, so a caller may stop early

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from agentgate.capabilities import Capability, Constraint, Scalar, attenuates, intersects, pattern_matches
 from agentgate.findings import Finding, Severity
-from agentgate.policy._index import _INT_RANGE, _comparable
+from agentgate.policy._index import _INT_RANGE, _comparable, wild_ancestors
 from agentgate.policy._lint._common import (
     _LISTED,
     INHERIT,
@@ -35,7 +35,7 @@ from agentgate.policy._lint._common import (
     _tools_by_pattern,
     _tools_named,
 )
-from agentgate.policy._load import Policy, RuleRef, wild_ancestors
+from agentgate.policy._load import Policy, RuleRef
 from agentgate.policy._schema import Argument, Tool
 
 

@@ -17,8 +17,8 @@ from typing import ClassVar
 
 from agentgate.capabilities import Constraint
 from agentgate.findings import Finding, FindingKind, Severity
-from agentgate.policy._index import _INT_RANGE
-from agentgate.policy._load import Policy, RuleRef, wild_ancestors
+from agentgate.policy._index import _INT_RANGE, wild_ancestors
+from agentgate.policy._load import Policy, RuleRef
 
 SCOPE = FindingKind.SCOPE_CREEP
 INHERIT = FindingKind.IMPLICIT_TRUST_INHERITANCE

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 
 from agentgate.findings import Finding, Severity
+from agentgate.policy._index import wild_ancestors
 from agentgate.policy._lint._common import OPAQUE, LintRule, _declared, _named_patterns
-from agentgate.policy._load import Policy, wild_ancestors
+from agentgate.policy._load import Policy
 
 
 class ToolWithoutRule(LintRule):
