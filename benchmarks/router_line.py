@@ -17,6 +17,14 @@ waiter ``due`` names, which asks again and is dispatched (so it leaves the line:
 in the queue of every backend it may use), and a new waiter joins the back of the line, so that
 its length stays. Against: the same with 32 waiting.
 
+Waiters turning down their slot: one engine (``max_concurrency`` 1, held) and ``--waiting`` calls
+of class 1 in line whose SLO no slot meets (the predictor says 3 s, their SLO is 3.2 s), then one
+whose SLO it meets; the slot frees and each of the first asks again and turns it down. Then
+``--calls`` times one of them (in turn) asks again, turns the slot down again, and the router is
+asked whom it goes to (``due``, as the dispatcher asks when a call turns its slot down: the one at
+the back). Against: the same with one such waiter. Until a regression review of R92 they stayed
+in the queues, and each ask and each ``due`` walked past every one ahead.
+
 Each figure is the time per call, the median of ``--repeat`` rounds; in each round the line
 full and the line empty (or short) are measured one after the other, in turns (empty first in
 one round, full first in the next), so that neither is measured only in a colder process.
@@ -24,7 +32,8 @@ one round, full first in the next), so that neither is measured only in a colder
 Goals: with the line full, a call of the other model costs at most 2.0 x a call with nobody waiting
 (``waiting_over_empty``), and so does a freed slot among waiters with many sets of backends
 (``allowed_sets_over_empty``) and a slot taken by a waiter of the line
-(``taken_from_line_over_short``). Until review R91 the router walked every waiter ahead that could
+(``taken_from_line_over_short``), and an ask of a waiter turning down its slot, with ``due``
+(``declined_over_one``). Until review R91 the router walked every waiter ahead that could
 use none of the free slots, and each call of the other model cost time in proportion to the line:
 3.5 ms at 1,000 waiting, 33 ms at 8,000, against 0.03 ms with nobody waiting (about 1,000 x).
 Until a regression review of R91 the walk cost a step for every set of backends waiters may use:
@@ -56,6 +65,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's agen
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.inventory import Backend
 from agentgate.dispatch.router import AllowedBackend, Router, RouteRequest
+from agentgate.dispatch.scorers import Scorer
+from agentgate.dispatch.state import BackendState
 from benchmarks._args import whole_up_to
 
 MAX_WAITING = 1_000_000
@@ -155,7 +166,7 @@ def per_slot_s(waiting: int, calls: int) -> float:
     return elapsed / calls
 
 
-def _engines(count: int) -> Router:
+def _engines(count: int, predictor: Scorer | None = None) -> Router:
     """A router over ``count`` engines of model ``m``, ``max_concurrency`` 1 each."""
     return Router(
         inventory_from_mapping(
@@ -170,7 +181,8 @@ def _engines(count: int) -> Router:
                     for i in range(count)
                 ]
             }
-        )
+        ),
+        predictor=predictor,
     )
 
 
@@ -219,6 +231,43 @@ def per_taken_s(waiting: int, calls: int) -> float:
     elapsed = time.perf_counter() - started
     if len(router._waiters) != waiting:
         raise SystemExit("router_line: the line did not keep its length")
+    return elapsed / calls
+
+
+class _DeclinedSlow(Scorer):
+    """Predicts 3 s to first token for the calls whose id starts with ``d``, else none."""
+
+    def __call__(self, state: BackendState, request: RouteRequest, now: float) -> float:
+        return 3.0 if request.id.startswith("d") else 0.0
+
+
+def _declining(name: str) -> RouteRequest:
+    return RouteRequest(id=name, model="m", prompt_tokens=10, priority=1, slo_ttft_s=3.2, arrived_at=0.0)
+
+
+def per_declined_s(waiting: int, calls: int) -> float:
+    """Seconds per ask of a waiter turning down its slot, with ``due`` after it, with ``waiting``
+    such waiters ahead of one that would take it (all asked at one instant)."""
+    router = _engines(1, _DeclinedSlow())
+    if router.route(_call("holder", "m"), 0.0).action != "dispatch":
+        raise SystemExit("router_line: the holder of the slot was not dispatched")
+    asks = [_declining(f"d{i}") for i in range(waiting)]
+    for ask in asks:
+        if not router.route(ask, 0.0).until_freed:
+            raise SystemExit(f"router_line: waiter {ask.id} was not put in line")
+    if not router.route(_call("back", "m"), 0.0).until_freed:
+        raise SystemExit("router_line: the waiter at the back was not put in line")
+    router.finished("holder", 0.5)
+    for ask in asks:
+        router.route(ask, 0.5)  # each turns the slot down
+    gc.collect()
+    started = time.perf_counter()
+    for j in range(calls):
+        router.route(asks[j % waiting], 0.5)
+        router.due(0.5)
+    elapsed = time.perf_counter() - started
+    if router.due(0.5) != ["back"]:
+        raise SystemExit("router_line: the slot turned down did not go to the waiter at the back")
     return elapsed / calls
 
 
@@ -272,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     slot_ratio = slot_full / slot_empty
     taken_short, taken_long = _paired(per_taken_s, SHORT, waiting, args.calls, repeat)
     taken_ratio = taken_long / taken_short
+    declined_one, declined_full = _paired(per_declined_s, 1, waiting, args.calls, repeat)
+    declined_ratio = declined_full / declined_one
     print(f"{'calls of small, per call (median of ' + str(repeat) + ')':<50} {'us':>10}")
     print(f"{'nobody waiting for big':<50} {empty * 1e6:>10.2f}")
     print(f"{f'{waiting:,} waiting for big':<50} {full * 1e6:>10.2f}")
@@ -284,6 +335,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"{f'{SHORT} waiting':<50} {taken_short * 1e6:>10.2f}")
     print(f"{f'{waiting:,} waiting':<50} {taken_long * 1e6:>10.2f}")
     print(f"{'ratio (goal <= ' + str(GOAL) + ')':<50} {taken_ratio:>10.2f}")
+    print(f"{f'asks turning the slot down, + due (median of {repeat})':<50} {'us':>10}")
+    print(f"{'1 such waiting':<50} {declined_one * 1e6:>10.2f}")
+    print(f"{f'{waiting:,} such waiting':<50} {declined_full * 1e6:>10.2f}")
+    print(f"{'ratio (goal <= ' + str(GOAL) + ')':<50} {declined_ratio:>10.2f}")
     figures = {
         "waiting": waiting,
         "calls": args.calls,
@@ -296,11 +351,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "taken_from_line_short": SHORT,
         "taken_from_line_short_per_slot_us": round(taken_short * 1e6, 3),
         "taken_from_line_full_per_slot_us": round(taken_long * 1e6, 3),
+        "declined_one_per_ask_us": round(declined_one * 1e6, 3),
+        "declined_full_per_ask_us": round(declined_full * 1e6, 3),
     }
     goals = {
         "waiting_over_empty": {"value": round(ratio, 3), "limit": GOAL, "better": "lower"},
         "allowed_sets_over_empty": {"value": round(slot_ratio, 3), "limit": GOAL, "better": "lower"},
         "taken_from_line_over_short": {"value": round(taken_ratio, 3), "limit": GOAL, "better": "lower"},
+        "declined_over_one": {"value": round(declined_ratio, 3), "limit": GOAL, "better": "lower"},
     }
     print(json.dumps({"benchmark": "router_line", "figures": figures, "goals": goals}))
 

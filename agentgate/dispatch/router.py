@@ -23,8 +23,10 @@ any. Then:
    since neither waiting nor a retry could meet it; otherwise class 1 waits (a ``wait`` plan)
    while its SLO budget lasts, then is shed; classes 2 and lower are shed at once. Shed requests
    count as misses in every figure. A waiter in line that waits so turns down the slot it was
-   offered: it keeps its place, but is given no slot until it asks again (``_Waiter.declined``),
-   so the slot goes to the next in line (until review R92 it kept the slot, idle, until shed).
+   offered: it keeps its place (its key), but leaves the queues until it asks again, so the slot
+   goes to the next in line (until review R92 it kept the slot, idle, until shed) and no walk
+   down the line passes it (until a regression review of R92 it stayed in them, passed at a step
+   each by every ask and every ``due``: as much as the line was long).
 
 *Saturation*: when every usable backend holds ``max_concurrency`` requests, classes 0 and 1 wait
 for a slot (``RoutingPolicy._saturated``) and the router remembers them in line: class 0 before
@@ -125,10 +127,6 @@ class _Waiter:
     NaN deadline)."""
     found_gone: bool = False
     """Whether it is in ``Router._found``: found gone, not yet withdrawn."""
-    declined: bool = False
-    """Whether at its last ask it turned down the free slot offered to it (``choose``: its SLO
-    met nowhere, class 1 waits): until it asks again it keeps its place in line but is given no
-    slot, so the slot goes to the next in line that may take it."""
 
 
 def _checked_quotas(quotas: object) -> dict[str, TenantQuota]:
@@ -248,7 +246,6 @@ class Router(RoutingPolicy):
         waiter = self._waiters.get(request.id)
         if waiter is not None:
             waiter.asked = now
-            waiter.declined = False  # asking again, it is offered a slot at its place in line
             if not waiter.found_gone and (waiter.watched is None or now < waiter.watched):
                 self._watch(waiter, request.id)  # ``now`` earlier than its entry (or it had none)
                 # A clock going backwards pushes an entry at each ask, the last one stale: until
@@ -261,14 +258,16 @@ class Router(RoutingPolicy):
             raise
         if plan.action == "dispatch":
             self.withdraw(request.id)
-        elif (waiter := self._waiters.get(request.id)) is not None:
+        elif request.id in self._waiters:
             # In the queues of the backends its ``allowed`` admits now (asked once per ask, not
-            # at every walk down the line).
-            self._file(request.id, self._backends(request.model, allowed))
-            # A wait from ``choose``, not for a slot: it turned down the one it was offered.
-            # Until review R92 it kept it, and the slot stayed idle, the next in line told to
-            # wait, until it was shed.
-            waiter.declined = not plan.until_freed
+            # at every walk down the line). A wait from ``choose``, not for a slot, turned down
+            # the slot it was offered: in none then, so the slot goes to the next in line, and
+            # no walk passes it, until it asks again (its key kept: then it is offered a slot at
+            # its place in line, and filed there if it waits for one). Until review R92 it kept
+            # the slot, idle, the next in line told to wait, until it was shed; until a
+            # regression review of R92 it stayed in the queues, marked, and every ask and every
+            # ``due`` walked past each one so waiting ahead: as much as the line was long.
+            self._file(request.id, self._backends(request.model, allowed) if plan.until_freed else ())
         return plan
 
     def withdraw(self, request_id: str) -> None:
@@ -481,8 +480,8 @@ class Router(RoutingPolicy):
     def due(self, now: float) -> list[str]:
         """The waiters in line that the free slots go to (matched as ``_free`` matches them, in
         order of the line): the ones worth waking when a slot frees; the rest would be told to
-        wait. Waiters that stopped asking, and those that turned down the slot they were offered
-        at their last ask (``_Waiter.declined``), are passed over."""
+        wait. Waiters that stopped asking are passed over; those that turned down the slot they
+        were offered at their last ask are in no queue until they ask again (``route``)."""
         given, _, _ = self._match((math.inf, math.inf, math.inf), now)
         return [name for names in given.values() for name in names]
 
@@ -531,8 +530,8 @@ class Router(RoutingPolicy):
         engines each of those may use, and the free slots of each engine (``_spare``, counted
         once per ask); the walk stops once every free slot is given. A waiter
         whose tenant's token bucket cannot pay for it now is given none (it is shed at its next
-        ask unless a slot is left over for it), nor is one that turned down the slot it was
-        offered at its last ask (``_Waiter.declined``; asking again, it is offered one again).
+        ask unless a slot is left over for it); one that turned down the slot it was offered at
+        its last ask is in no queue, and not walked past, until it asks again (``route``).
 
         The walk merges the queues of the backends that may take a slot (healthy, on an engine
         with a free one) in order of the line, each waiter once, so it visits only waiters that
@@ -546,9 +545,9 @@ class Router(RoutingPolicy):
         passed (until a regression review of R91 only those the walk looked at were: one that
         stopped asking kept its place, and asking again took a slot from one that never
         stopped). So an ask costs, besides one look at each backend, a heap step for each waiter
-        given a slot, each one given none (at most one per engine), each in debt or that turned
-        its slot down (``_Waiter.declined``) that it passes and each gone, however long the line
-        and however many sets of backends its waiters may use. Until review R91 the walk went through every waiter ahead, rebuilding the engines each may use
+        given a slot, each one given none (at most one per engine), each in debt that it passes
+        and each gone, however long the line and however many sets of backends its waiters may
+        use (until a regression review of R92 also each that had turned its slot down). Until review R91 the walk went through every waiter ahead, rebuilding the engines each may use
         from every backend, while a free slot was left that none of them could use: each ask,
         and each slot freed, cost as much as the line was long; until a regression review of R91
         it merged one line per set of backends the waiters may use, and cost as much as there
@@ -592,10 +591,8 @@ class Router(RoutingPolicy):
                 seen.add(name)
                 waiter = self._waiters[name]
                 # One gone is withdrawn after the walk (``_withdraw_gone``): the queues stay as walked.
-                if (
-                    not waiter.declined
-                    and not self._gone(waiter, now)
-                    and not self._in_debt(waiter.tenant, waiter.cost, now, paid=waiter.paid)
+                if not self._gone(waiter, now) and not self._in_debt(
+                    waiter.tenant, waiter.cost, now, paid=waiter.paid
                 ):
                     usable[name] = {
                         engine
