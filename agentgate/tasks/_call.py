@@ -30,7 +30,8 @@ from agentgate.errors import InputError
 
 #: ``ToolCall``'s default ``arguments``, a marker: each call made without arguments gets a new dict.
 _NO_ARGUMENTS: Mapping[str, Any] = MappingProxyType({})
-#: Where a ``ToolCall`` keeps its idempotency key once computed: not a field (not compared or shown).
+#: Where a ``ToolCall`` with an ``arguments_digest`` keeps its idempotency key once computed: not a
+#: field (not compared or shown).
 _KEY = "_idempotency_key"
 
 OTHER = "_other"
@@ -451,14 +452,17 @@ class ToolCall:
 
     def idempotency_key(self) -> str | None:
         """The call's idempotency key, or None when ``run_id`` or ``call_id`` is missing.
-        Computed once and kept with the call (its fields are frozen): ``Gate.run`` keys the
-        calls that may join a twin by it, and the scheduler's ``submit`` reads it again."""
+        With an ``arguments_digest`` given (the Gate's calls) it is computed once and kept with
+        the call, whose fields are frozen: ``Gate.run`` keys the calls that may join a twin by it,
+        and the scheduler's ``submit`` reads it again. Without one it is computed at each read,
+        from the ``arguments`` as they are then: a dict, which its owner may change between two
+        submits (a regression review of R92: kept, the second submit got the first's result)."""
         if not self.run_id or not self.call_id:
             return None
         values = self.__dict__
         key: str | None = values.get(_KEY)
         if key is None:
-            key = values[_KEY] = idempotency_key(
+            key = idempotency_key(
                 self.run_id,
                 self.tool,
                 self.call_id,
@@ -467,6 +471,8 @@ class ToolCall:
                 principal=self.principal,
                 grant=self.authority_chain[-1] if self.authority_chain else "",
             )
+            if self.arguments_digest:
+                values[_KEY] = key
         return key
 
     def absolute_deadline(self) -> float | None:
