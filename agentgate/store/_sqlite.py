@@ -207,6 +207,14 @@ def _busy(exc: BaseException | None) -> bool:
     return isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF == sqlite3.SQLITE_BUSY
 
 
+def _settled(conn: sqlite3.Connection) -> bool:
+    """Whether ``conn`` is open and outside a transaction: what the pool may hand out again."""
+    try:
+        return not conn.in_transaction
+    except sqlite3.ProgrammingError:  # closed (a fork inside its transaction)
+        return False
+
+
 def _wal(conn: sqlite3.Connection, wait_s: float) -> None:
     """Put the file in WAL mode. Switching a new file takes an exclusive lock, and SQLite answers
     ``database is locked`` at once, without its busy handler, while another connection holds the
@@ -793,9 +801,9 @@ class SQLiteStore(Store):
 
     def disconnect(self, conn: sqlite3.Connection) -> None:
         """Close ``conn``, a connection of ``connect``."""
+        conn.close()  # first: an interrupt after it leaves nothing open (the write lock, if held)
         with self._lock:
             self._made.discard(conn)
-        conn.close()
 
     def _leave_inherited(self) -> None:
         """Close, in a child process (``fork``: multiprocessing's default on Linux, a daemon's
@@ -871,13 +879,32 @@ class SQLiteStore(Store):
                 return
         self.disconnect(conn)
 
+    def _put_back(self, conn: sqlite3.Connection, usable: bool) -> None:
+        """Return ``conn`` to the pool at the end of a transaction, or close it: where it could not
+        roll back (``usable`` false) and where its transaction is still open, as a
+        ``KeyboardInterrupt`` (any ``BaseException``) leaves it that stopped the transaction
+        before its COMMIT or ROLLBACK ran (just after its BEGIN, in ``check_in_place``, in the
+        ROLLBACK of an earlier one). Closing ends that transaction with nothing of it written
+        (SQLite rolls back what a closing connection left open) and lets go of the write lock,
+        without another statement that a second interrupt could stop half-way; until review R92
+        the connection went back to the pool inside it, and every transaction that took it
+        failed with ``cannot start a transaction within a transaction``."""
+        if usable and _settled(conn):
+            self._release(conn)
+        else:
+            self.disconnect(conn)
+
     @contextmanager
     def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
         """As ``Store.transaction``. A statement's ``sqlite3.Error`` may be caught inside the
         block (the transaction stays usable, as SQLite leaves it); one that leaves the block rolls
         the transaction back and becomes ``StoreError``, like every other store failure. One of
         ``_ENDS_TRANSACTION`` (a full disk) ends the transaction even if caught: every later
-        statement of the block raises ``StoreError``, and so does its end, nothing committed."""
+        statement of the block raises ``StoreError``, and so does its end, nothing committed.
+        A ``KeyboardInterrupt`` (any ``BaseException``) before the COMMIT ran rolls the
+        transaction back too; one during the COMMIT, which SQLite runs to its end before Python
+        raises it, leaves the transaction committed where the COMMIT succeeded (see
+        ``_put_back``)."""
         conn = self._acquire()
         usable = True
         try:
@@ -920,10 +947,7 @@ class SQLiteStore(Store):
                     f"commit failed on {self.path}: {driver_error_line(exc)}"
                 ) from exc
         finally:
-            if usable:
-                self._release(conn)
-            else:
-                self.disconnect(conn)
+            self._put_back(conn, usable)
 
     def busy(self, exc: BaseException | None) -> StoreError | None:
         """The ``StoreError`` for ``exc`` when it is SQLite's ``SQLITE_BUSY`` (``None`` for any
@@ -998,10 +1022,7 @@ class SQLiteStore(Store):
                 f"cannot create the {name} tables in {self.path}: {driver_error_line(exc)}"
             ) from exc
         finally:
-            if usable:
-                self._release(conn)
-            else:
-                self.disconnect(conn)
+            self._put_back(conn, usable)
         self._schemas.add(name)
 
     def _check_schema(self, name: str, ddl: str) -> None:
