@@ -5,6 +5,7 @@ event's chunk (``_parse_chunk``), and what a chunk brings (``carries_output``, `
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,14 @@ MAX_CHARS_PER_TOKEN = 1024
 ``max_tokens`` may bring before the stream is taken for a backend that ignores ``max_tokens``:
 a bound against a stream without end, set some hundred times above the few characters a token
 usually decodes to, so that an answer keeping to its limit is not cut."""
+LINES_PER_TURN = 256
+"""The most lines ``split_lines`` hands out before it lets the event loop run once (``await
+asyncio.sleep(0)``): aiohttp's ``iter_any`` and httpx's ``aiter_raw`` hand over what is already
+buffered without suspending, so a backend flooding keep-alive comments or empty events would
+otherwise hold the loop for as long as its lines last. 256 lines, each costing the stream's
+reader a few microseconds, bound that hold to about a millisecond, while one turn of the loop
+(tens of microseconds) spread over 256 lines keeps the cost per line flat; and a count down from
+256 stays within the integers Python keeps cached, so counting allocates nothing per line."""
 _SSE_IGNORED = (":", "event:", "id:", "retry:")
 """Stream lines that carry no chunk: SSE comments and the fields other than ``data``."""
 
@@ -52,8 +61,14 @@ async def split_lines(
     from where the unfinished line before it ended, and each line copied once (cutting the rest
     of the buffer off after every line copied the piece once per line: a piece of 256 KiB of
     short lines held the event loop for seconds).
+
+    Lets the event loop run after every ``LINES_PER_TURN`` lines, whatever they are (comments and
+    empty lines too, which the stream's reader skips): until review R92 a backend flooding
+    ``":"`` lines as fast as loopback carried them held the loop, every other call, the gateway
+    and its health probes, for 1-2 s at a time, and a stream's ``first_token_s`` fired that late.
     """
     buffer = bytearray()
+    until_turn = LINES_PER_TURN
     after_cr = False  # the last piece ended with a \r: a \n starting this one belongs to it
     try:
         async for piece in pieces:
@@ -79,6 +94,10 @@ async def split_lines(
                 if end - begin > limit:  # whole in one piece (a decompressed one may be megabytes)
                     raise too_long(f"a streamed line is over {limit} bytes")
                 yield buffer[begin:end].decode("utf-8", "replace")
+                until_turn -= 1
+                if not until_turn:
+                    until_turn = LINES_PER_TURN
+                    await asyncio.sleep(0)
                 begin = search = after
                 if 0 <= lf < search:
                     lf = buffer.find(b"\n", search)
