@@ -336,8 +336,8 @@ def _composed(
     text: str, source: str, error: type[SourceError], max_nodes: int, parser: type[Any]
 ) -> yaml.Node | None:
     """The node tree of ``text`` as ``parser`` (libyaml's or PyYAML's own) composes it. Raises
-    ``error`` for a character YAML does not allow, a lone surrogate, more than ``max_nodes``
-    nodes or nesting too deep for PyYAML's composer; PyYAML's other errors propagate."""
+    ``error`` for a character YAML does not allow, a lone surrogate or more than ``max_nodes``
+    nodes; PyYAML's other errors propagate, ``_TooDeep`` among them (PyYAML's own composer)."""
     loader = None
     try:
         if len(text) > _COUNT_ABOVE:
@@ -348,17 +348,12 @@ def _composed(
             loader.dispose()
             loader = None
         loader = parser(text)
+        if isinstance(loader, yaml.composer.Composer):
+            _limit_depth(loader)
         node: yaml.Node | None = loader.get_single_node()
         return node
     except UnicodeEncodeError as exc:  # libyaml reads UTF-8: a lone surrogate cannot be encoded
         raise _lone_surrogate(error, source, exc.start) from None
-    except RecursionError:  # PyYAML's pure-Python composer recurses per level (libyaml stops at 1000)
-        raise error(
-            f"malformed YAML: nested more than {MAX_DEPTH} levels deep",
-            file=source,
-            expected="a YAML mapping",
-            hint="flatten the structure; no agentgate file nests this deep",
-        ) from None
     except (ValueError, OverflowError):
         # PyYAML's own scanner turns a ``\U`` escape into a character unchecked: one above
         # U+10FFFF raised Python's error (until review R82 a traceback, from ``policy lint`` too,
@@ -396,6 +391,37 @@ def _composed(
     finally:
         if loader is not None:
             loader.dispose()
+
+
+class _TooDeep(yaml.MarkedYAMLError):
+    """PyYAML's own composer met a collection nested deeper than ``MAX_DEPTH`` (``_limit_depth``)."""
+
+    def __init__(self, mark: Any) -> None:
+        super().__init__(problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=mark)
+
+
+def _limit_depth(loader: Any) -> None:
+    """Makes PyYAML's own composer raise ``_TooDeep`` at the start of a collection nested deeper
+    than ``MAX_DEPTH``, where ``_Builder.build`` refuses one libyaml composed. That composer recurses
+    in Python, several calls a level: until review R92 a file nested about 500 deep reached Python's
+    recursion limit and was refused with no line or column (with libyaml, a malformed one, whose
+    error the re-read in ``_refused`` was to locate), and its real error was never named."""
+    compose_node = loader.compose_node
+    depth = 0
+
+    def limited(parent: Any, index: Any) -> Any:
+        nonlocal depth
+        if not loader.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+            return compose_node(parent, index)
+        if depth >= MAX_DEPTH:
+            raise _TooDeep(loader.peek_event().start_mark)
+        depth += 1
+        try:
+            return compose_node(parent, index)
+        finally:
+            depth -= 1
+
+    loader.compose_node = limited
 
 
 class _PastWindow(Exception):
@@ -497,6 +523,8 @@ def _refused(
     upto = _mark_index(text, mark) if mark is not None else len(text)
     tag = _misread_tag(text, pure) if pure is not None else None
     disagreed = _disagreed(text, source, error, upto, yaml.SafeLoader, tag)
+    if disagreed is None and isinstance(pure, _TooDeep):
+        return _nested_too_deep(error, source, pure.problem_mark)
     return disagreed or _malformed(pure or exc, text, source, error)
 
 
@@ -1156,6 +1184,18 @@ def _written_exactly(text: str, value: float) -> bool:
         return False
 
 
+def _nested_too_deep(error: type[SourceError], source: str, mark: Any) -> SourceError:
+    """``error`` for a collection nested deeper than ``MAX_DEPTH``, which starts at ``mark``."""
+    return error(
+        f"nested more than {MAX_DEPTH} levels deep",
+        file=source,
+        line=mark.line + 1,
+        column=mark.column + 1,
+        expected="a file of sane structure",
+        hint="flatten the structure; no agentgate file nests this deep",
+    )
+
+
 class _Builder:
     def __init__(
         self, text: str, source: str, locations: Locations, error: type[SourceError], max_nodes: int
@@ -1245,12 +1285,7 @@ class _Builder:
                 self.locations.inexact[path] = (node.value, value)
             return value
         if len(path) >= MAX_DEPTH:
-            raise self.error_at(
-                alias_at or node.start_mark,
-                f"nested more than {MAX_DEPTH} levels deep",
-                "a file of sane structure",
-                "flatten the structure; no agentgate file nests this deep",
-            )
+            raise _nested_too_deep(self.error_type, self.source, self.alias_at or alias_at or node.start_mark)
         # Only collections expand when aliased, so only they are counted.
         if alias_at is not None:
             self._alias(alias_at)

@@ -1,0 +1,42 @@
+"""Review R92: a file nested deeper than PyYAML's own composer can recurse (about 500 levels)
+was refused with no line or column: "nested more than 100 levels deep" and nothing else, with
+libyaml for a malformed file (the re-read that locates libyaml's error recursed), and without
+libyaml for any such file. PyYAML's own composer now counts the depth and refuses the collection
+past ``MAX_DEPTH`` at its start, where the builder refuses one libyaml composed
+(agentgate/_yaml.py)."""
+
+from __future__ import annotations
+
+import pytest
+from test_yaml import _error, parser  # noqa: F401 (the fixture)
+
+DEPTHS = [150, 600, 900]
+
+
+@pytest.mark.usefixtures("parser")
+@pytest.mark.parametrize("depth", DEPTHS)
+def test_a_malformed_file_nested_deep_is_refused_where_it_nests_too_deep(depth: int) -> None:
+    error = _error("version: 1\nx: " + "[" * depth + "a, b: c: d" + "]" * depth + "\n")
+    assert (error.line, error.column) == (2, 103), error
+    assert "nested more than 100 levels deep" in error.message, error.message
+
+
+@pytest.mark.usefixtures("parser")
+@pytest.mark.parametrize("depth", DEPTHS)
+def test_a_well_formed_file_nested_deep_is_refused_where_it_nests_too_deep(depth: int) -> None:
+    error = _error("version: 1\nx: " + "[" * depth + "]" * depth + "\n")
+    assert (error.line, error.column) == (2, 103), error
+
+
+@pytest.mark.usefixtures("parser")
+def test_a_block_file_nested_deep_is_refused_where_it_nests_too_deep() -> None:
+    text = "".join(" " * i + "-\n" for i in range(600))
+    error = _error(text)
+    assert (error.line, error.column) == (101, 101), error
+
+
+@pytest.mark.usefixtures("parser")
+def test_an_error_before_the_nesting_limit_is_still_named() -> None:
+    error = _error("version: 1\nx: " + "[" * 50 + "a, b: c: d" + "]" * 50 + "\n")
+    assert (error.line, error.column) == (2, 61), error
+    assert error.message.startswith("malformed YAML"), error.message
