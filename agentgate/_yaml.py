@@ -1276,7 +1276,13 @@ class _Builder:
                 "remove aliases that repeat large structures",
             )
         alias_at = self.alias_mark(node) if self.is_alias(node) else None
-        self.locations.values.setdefault(path, alias_at or self.alias_at or node.start_mark)
+        at = alias_at or self.alias_at or node.start_mark
+        if at.index >= len(self.text):
+            # An empty value at the end of a text without a final line break (``? ttl_s``): libyaml
+            # marks it on the line after the last, PyYAML's own parser at the text's end (until
+            # review R92 a policy of 4 lines had a null value refused at 5:1 with libyaml).
+            at = _clamped(self.text, at)
+        self.locations.values.setdefault(path, at)
         if self.verbatim:
             self._refuse_verbatim_non_specific(node)
         if isinstance(node, yaml.ScalarNode):
