@@ -816,16 +816,7 @@ def _disagreed(
             found.append((upto, "%#"))  # the same for a directive's version (``%YAML 1.2#``)
     if tag is not None:  # PyYAML refused the tag, so made no token
         found.append(tag)
-    comments: dict[int, int] = {}
-    tab = next(
-        (
-            i
-            for i in _tabs(text, upto)
-            if not _inside(i, quoted) and not _in_comment(text, i, starts, scalars, comments)
-        ),
-        None,
-    )
-    if tab is not None:
+    if (tab := _first_tab(text, upto, quoted, starts, scalars)) is not None:
         found.append((tab, "\t"))
     first = min((place for place in found if place[0] <= upto), default=None)
     if first is None:
@@ -998,12 +989,35 @@ def _block_content(text: str, start: int, end: int) -> tuple[int, int | None]:
     return content, None
 
 
-def _tabs(text: str, upto: int) -> Iterator[int]:
-    """The index of each tab in ``text`` up to ``upto``, ``upto`` included."""
+def _first_tab(
+    text: str,
+    upto: int,
+    quoted: Sequence[tuple[int, int]],
+    starts: Sequence[int],
+    scalars: Sequence[tuple[int, int]],
+) -> int | None:
+    """The index of the first tab in ``text`` up to ``upto`` (included) outside every span of
+    ``quoted`` (in order, none overlapping) and every comment (``_in_comment``). A tab inside a
+    span skips the rest of it, one in a comment the rest of its line: until review R92 every tab
+    was looked up, and 8 MiB of comments holding a tab took 9.5 s to load, 7 times as long as
+    8 MiB without one."""
+    comments: dict[int, int] = {}
+    span = 0
     at = text.find("\t", 0, upto + 1)
     while at != -1:
-        yield at
-        at = text.find("\t", at + 1, upto + 1)
+        while span < len(quoted) and quoted[span][1] <= at:
+            span += 1
+        if span < len(quoted) and quoted[span][0] <= at:
+            at = quoted[span][1]
+        elif _in_comment(text, at, starts, scalars, comments):
+            line_end = _BREAK.search(text, at)
+            if line_end is None:
+                return None
+            at = line_end.start()
+        else:
+            return at
+        at = text.find("\t", at, upto + 1)
+    return None
 
 
 def _inside(index: int, spans: Sequence[tuple[int, int]]) -> bool:
