@@ -22,13 +22,20 @@ from agentgate.dispatch.broker import BrokerEvent, GangRequest
 
 
 class _InterruptedAtRelease:
-    """The broker's lock, whose outermost release raises ``KeyboardInterrupt`` once ``armed``:
-    a SIGINT that arrived while the broker worked, handled at the call of the lock's exit."""
+    """The broker's lock, which raises ``KeyboardInterrupt`` once ``arm``-ed at the first release
+    that leaves it held no deeper than when it was armed: a SIGINT that arrived while the broker
+    worked, handled at the call of the lock's exit, the first that CPython reaches (the exit of
+    the broker call's own ``with``, at whatever depth the caller holds the lock, or of the
+    caller's ``with`` for one armed after the broker call returned). Until a second regression
+    review of R92 it raised at the outermost release only, and missed the broker call's exit."""
 
     def __init__(self, real: threading.RLock) -> None:
         self.real = real
         self.depth = 0
-        self.armed = False
+        self.armed_at: int | None = None
+
+    def arm(self) -> None:
+        self.armed_at = self.depth
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         taken = self.real.acquire(blocking, timeout)
@@ -38,8 +45,8 @@ class _InterruptedAtRelease:
     def release(self) -> None:
         self.depth -= 1
         self.real.release()
-        if self.depth == 0 and self.armed:
-            self.armed = False
+        if self.armed_at is not None and self.depth <= self.armed_at:
+            self.armed_at = None
             raise KeyboardInterrupt
 
     def __enter__(self) -> bool:
@@ -69,7 +76,7 @@ def _interrupt_after(world: World, call: str) -> None:
     def returned(*args: object, **kwargs: object) -> object:
         setattr(broker, call, real)
         answer = real(*args, **kwargs)
-        lock.armed = True
+        lock.arm()
         return answer
 
     setattr(broker, call, returned)

@@ -34,7 +34,7 @@ def _interrupt_in(world: World, call: str) -> None:
 
     def armed(*args: object, **kwargs: object) -> object:
         setattr(broker, call, real)
-        lock.armed = True
+        lock.arm()
         return real(*args, **kwargs)
 
     setattr(broker, call, armed)

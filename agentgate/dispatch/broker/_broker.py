@@ -47,7 +47,7 @@ import dataclasses
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableSequence, Sequence
 from typing import NoReturn, Protocol
 
 from agentgate._numbers import finite, is_number
@@ -216,6 +216,14 @@ class Broker(_Restoring, _Preempting):
         nothing else does (a preemption candidate's grace no longer ending before its wait does),
         ``-inf`` when it must be tried at the next call (``grant_check`` could not be read)."""
         self._outbox: list[BrokerEvent] = []
+        self.sink: MutableSequence[BrokerEvent] | None = None
+        """Where each call that returns events (``submit``, ``release``, ``advance``, ``end_due``)
+        also puts them, before it releases its lock (``_drain``); ``None``: returned only.
+        ``GatedBroker`` sets it, around each call it makes, to the events it is to record: a
+        Ctrl-C that CPython handles at the release of the lock (where a pending signal is
+        handled) would otherwise drop the events as the call returns, the outbox emptied (until
+        a second regression review of R92 a lease released so was never audited as ended, its
+        decision and reservation held until ``reconcile`` charged it all it reserved)."""
         self._dirty = False
         self._due = False
         """Whether a lease granted or notified in this call is due already (``_schedule``)."""
@@ -908,7 +916,12 @@ class Broker(_Restoring, _Preempting):
     # --- output -------------------------------------------------------------------------------
 
     def _drain(self) -> list[BrokerEvent]:
+        """The events since the last call that returned some, taken out of the outbox and put in
+        ``sink`` too. No call comes between the two (where CPython would handle a pending
+        signal): each event is in one of them whatever is raised."""
         events, self._outbox = self._outbox, []
+        if self.sink is not None:
+            self.sink.extend(events)
         return events
 
     def _save(self, now: float) -> None:

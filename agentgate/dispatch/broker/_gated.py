@@ -131,8 +131,8 @@ class GatedBroker(_Recording):
         self.decisions = BrokerDecisionStore(gate.store, name)
         self._lock = threading.RLock()
         self._unrecorded: deque[BrokerEvent] = deque()
-        """Events taken from the broker whose outcome is not recorded yet (the store failed, or
-        an interrupt came first, ``submit``): recorded first at the next call, in order (a
+        """Events the broker gave out (``_take``) whose outcome is not recorded yet (the
+        store failed, or an interrupt came first): recorded first at the next call, in order (a
         deque: each is taken from the front, which a list did in time growing with the backlog
         behind it)."""
         self._undelivered: list[BrokerEvent] = []
@@ -334,11 +334,10 @@ class GatedBroker(_Recording):
                     queued_directly = self.broker.holds(request.id) or self._end_in_broker(request.id)
                     try:
                         if not queued_directly:
-                            # Its events go where the next call records them as soon as it
-                            # returns, and ``acted`` is set then: an interrupt after this (at
-                            # the lock's release, where CPython handles a pending signal) keeps
-                            # both the request and its events.
-                            self._unrecorded.extend(self.broker.submit(owned, wait_s=wait_s))
+                            # Its events are kept before the broker releases its lock (``_take``),
+                            # and an interrupt after it returned (at a release of the lock, where
+                            # CPython handles a pending signal) finds the request taken (``_took``).
+                            self._take(functools.partial(self.broker.submit, owned, wait_s=wait_s))
                             acted = True
                     except BaseException:
                         acted = self._took(owned)

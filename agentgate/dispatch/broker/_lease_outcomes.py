@@ -70,18 +70,24 @@ class _Recording:
         except (StoreError, AuditError):  # an outcome entry the log refused: as the store's error
             return
 
-    def _take(self, call: Callable[[], list[BrokerEvent]]) -> None:
-        """Make the broker call ``call`` (``Broker.release``, ``advance``, ``end_due``) and keep
-        the events it gives out with this ``GatedBroker`` (``_unrecorded``, recorded by the next
-        ``_record``) before the broker's lock is released. ``Broker`` gives out each event once,
-        and a Ctrl-C that CPython handles as that lock is released (where a pending signal is
-        handled) would otherwise drop them as the call returns: until a regression review of R92
-        a lease released so was never audited as ended, its decision and reservation held until
-        ``reconcile`` charged it all it reserved. ``submit`` and ``renew`` take the lock
-        themselves around their broker call, for what they read of it. Raises what ``call``
-        raises, nothing kept then (the broker keeps its events: ``Broker.undelivered``)."""
+    def _take(self, call: Callable[[], object]) -> None:
+        """Make the broker call ``call`` (``Broker.submit``, ``release``, ``advance``,
+        ``end_due``) with the events it gives out put in ``_unrecorded`` (recorded by the next
+        ``_record``) inside the broker's own locked section (``Broker.sink``, set for this call
+        only: a call made on the broker directly keeps its events to itself). ``Broker`` gives
+        out each event once, and a Ctrl-C that CPython handles at a release of the broker's lock
+        (where a pending signal is handled, at any depth) would otherwise drop them as the call
+        returns: until a regression review of R92 a lease released so was never audited as
+        ended, its decision and reservation held until ``reconcile`` charged it all it reserved,
+        and until a second one they were kept only once the call returned, lost to an interrupt
+        at the exit of its own ``with``. Raises what ``call`` raises, nothing kept where it raised
+        before its events were given out (the broker keeps them: ``Broker.undelivered``)."""
         with self.broker._lock:
-            self._unrecorded.extend(call())
+            self.broker.sink = self._unrecorded
+            try:
+                call()
+            finally:
+                self.broker.sink = None
 
     def _link(
         self,
