@@ -137,6 +137,10 @@ class GatedBroker(_Recording):
         behind it)."""
         self._undelivered: list[BrokerEvent] = []
         """Events recorded that no call has returned yet (``_delivered``)."""
+        self._commit_unknown: tuple[BrokerEvent, tuple[LeaseDecision, str, int]] | None = None
+        """The first of ``_unrecorded`` whose outcome's transaction ended unknown (an interrupt,
+        ``CommitUnknown``) and was not found in the log then, with where it was written
+        (``_logged``): looked for again before it is written again (``_record``)."""
         broker.grant_check = self._revoked_grant
 
     def _revoked_grant(self, request: GangRequest) -> str | None:

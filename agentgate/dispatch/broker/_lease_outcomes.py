@@ -23,7 +23,7 @@ from agentgate.dispatch.broker._model import (
     Withdrawn,
 )
 from agentgate.dispatch.broker._quoting import quoted
-from agentgate.errors import AuditError, BrokerError, StoreError
+from agentgate.errors import AuditError, BrokerError, CommitUnknown, StoreError
 from agentgate.gate import AgentIdentity, Authorization, Gate
 from agentgate.gate._records import recordable
 from agentgate.policy._schema import lease_cost
@@ -51,6 +51,7 @@ class _Recording:
     decisions: BrokerDecisionStore
     _unrecorded: deque[BrokerEvent]
     _undelivered: list[BrokerEvent]
+    _commit_unknown: tuple[BrokerEvent, tuple[LeaseDecision, str, int]] | None
 
     def _price(self, resource: str) -> int | None:
         spec = self.gate.policy.document.gpus.get(resource.removeprefix("gpu:"))
@@ -170,10 +171,19 @@ class _Recording:
         handled after the block) leaves it there only if the log does not hold its outcome
         (``_logged``). Until a regression review of R92 it left only once the span was made, and
         an interrupt in between recorded it again at the next call: two ends of one lease in the
-        signed log."""
+        signed log. So for a ``CommitUnknown`` (the connection lost once COMMIT was sent: the
+        server may have committed), and the log is read again for either before the event is
+        written again at the next call (``_commit_unknown``), as the Gate does for its outcomes
+        (until a second regression review of R92 such an outcome was written again: a second,
+        unlinked end of the lease)."""
         self._unrecorded.extend(events)
         while self._unrecorded:
             event = self._unrecorded[0]
+            unknown, self._commit_unknown = self._commit_unknown, None
+            if unknown is not None and unknown[0] is event and self._logged(*unknown[1]):
+                self._undelivered.append(self._unrecorded.popleft())  # committed after all
+                self._outcome_span(*unknown[1])
+                continue
             written: tuple[LeaseDecision, str, int] | None = None
             try:
                 with self.gate.store.transaction() as tx:
@@ -181,12 +191,16 @@ class _Recording:
                     written = self._record_one(event, tx)
                 self._undelivered.append(self._unrecorded.popleft())
             except BaseException as exc:
-                # The store's error there is its commit refused; an interrupt (no ``Exception``)
-                # may have come after the commit, or after the event left.
-                interrupted = not isinstance(exc, Exception)
+                # A store error there is its commit refused, nothing written, but for
+                # ``CommitUnknown`` (the server may have committed); an interrupt (no
+                # ``Exception``) may have come after the commit, or after the event left.
+                unknown_end = not isinstance(exc, Exception) or isinstance(exc, CommitUnknown)
                 still_first = bool(self._unrecorded) and self._unrecorded[0] is event
-                if written is not None and interrupted and still_first and self._logged(*written):
-                    self._undelivered.append(self._unrecorded.popleft())
+                if written is not None and unknown_end and still_first:
+                    if self._logged(*written):
+                        self._undelivered.append(self._unrecorded.popleft())
+                    else:  # asked again before it is written again: a commit may show by then
+                        self._commit_unknown = (event, written)
                 raise
             self._outcome_span(*written)
 
