@@ -78,3 +78,60 @@ def test_an_outcome_committed_with_its_answer_lost_is_recorded_once(world: World
     assert [type(event).__name__ for event in gated.advance()] == ["LeaseEnded"]
     assert _outcomes(world) == [("lease_granted", allow), ("lease_released", allow)]  # no second end
     assert world.spent() == 4 * 10 * 1000
+
+
+@pytest.mark.parametrize("calls_while_out", [1, 3])
+def test_an_outcome_committed_as_the_store_went_out_is_recorded_once_when_it_is_back(
+    world: World, calls_while_out: int
+) -> None:
+    """Third regression review of R92: the log read again at the next call, with the store still
+    out, dropped what it was to look for (the read's failure taken for 'not there'), and the call
+    after wrote the outcome again: a second, unlinked end of the lease. Now the read's failure
+    keeps it, the event kept, until the log can be read."""
+    gated = world.process.gated
+    allow = next(e.index for e in world.process.entries() if e.kind == "allow")
+    store, audit = gated.gate.store, gated.gate.audit
+    real_transaction, real_entry = store.transaction, audit.entry
+    down = [False]
+
+    def transaction(**kwargs: Any) -> Any:
+        if down[0]:
+            raise StoreError("store unreachable")
+        return real_transaction(**kwargs)
+
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        if down[0]:
+            raise StoreError("store unreachable")
+        return real_entry(*args, **kwargs)
+
+    class CommittedThenOut:
+        def __enter__(self) -> Any:
+            self.inner = real_transaction()
+            return self.inner.__enter__()
+
+        def __exit__(self, *exc: Any) -> None:
+            self.inner.__exit__(*exc)
+            store.transaction = transaction  # type: ignore[method-assign]
+            down[0] = True
+            raise CommitUnknown("connection lost after COMMIT was sent")
+
+    audit.entry = entry  # type: ignore[method-assign]
+    broker = world.process.broker
+    release = broker.release
+
+    def released(lease_id: str) -> Any:
+        broker.release = release  # type: ignore[method-assign]
+        events = release(lease_id)
+        store.transaction = lambda **_: CommittedThenOut()  # type: ignore[method-assign]
+        return events
+
+    broker.release = released  # type: ignore[method-assign]
+    with pytest.raises(CommitUnknown):
+        gated.release(world.trainer, "job1")
+    for _ in range(calls_while_out):
+        with pytest.raises(StoreError):
+            gated.advance()
+    down[0] = False
+    assert [type(event).__name__ for event in gated.advance()] == ["LeaseEnded"]
+    assert _outcomes(world) == [("lease_granted", allow), ("lease_released", allow)]  # no second end
+    assert world.spent() == 4 * 10 * 1000

@@ -6,6 +6,7 @@ lease's decision."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import deque
 from collections.abc import Callable
@@ -179,11 +180,18 @@ class _Recording:
         self._unrecorded.extend(events)
         while self._unrecorded:
             event = self._unrecorded[0]
-            unknown, self._commit_unknown = self._commit_unknown, None
-            if unknown is not None and unknown[0] is event and self._logged(*unknown[1]):
-                self._undelivered.append(self._unrecorded.popleft())  # committed after all
-                self._outcome_span(*unknown[1])
-                continue
+            unknown = self._commit_unknown
+            if unknown is not None:
+                # Kept until the log is read (``_logged`` raising the store's error keeps it,
+                # as does an interrupt meanwhile): until a third regression review of R92 it was
+                # dropped first, and a store still out at this call had it written again at the
+                # next, a second end of the lease.
+                found = unknown[0] is event and self._logged(*unknown[1])
+                self._commit_unknown = None
+                if found:
+                    self._undelivered.append(self._unrecorded.popleft())  # committed after all
+                    self._outcome_span(*unknown[1])
+                    continue
             written: tuple[LeaseDecision, str, int] | None = None
             try:
                 with self.gate.store.transaction() as tx:
@@ -197,20 +205,26 @@ class _Recording:
                 unknown_end = not isinstance(exc, Exception) or isinstance(exc, CommitUnknown)
                 still_first = bool(self._unrecorded) and self._unrecorded[0] is event
                 if written is not None and unknown_end and still_first:
-                    if self._logged(*written):
-                        self._undelivered.append(self._unrecorded.popleft())
-                    else:  # asked again before it is written again: a commit may show by then
-                        self._commit_unknown = (event, written)
+                    # Asked again before it is written again where the log does not show it now
+                    # (or cannot be read): a commit may show by then.
+                    self._commit_unknown = (event, written)
+                    with contextlib.suppress(StoreError):
+                        if self._logged(*written):
+                            self._commit_unknown = None
+                            self._undelivered.append(self._unrecorded.popleft())
                 raise
             self._outcome_span(*written)
 
     def _logged(self, decided: LeaseDecision, status: str, index: int) -> bool:
         """Whether the log holds, at ``index``, the outcome ``status`` of ``decided`` that a
-        transaction interrupted at its end wrote there: it committed. Read again, a store that
-        fails says no: an event recorded twice rather than never."""
+        transaction whose end is unknown wrote there: it committed. Raises the store's error
+        where the log cannot be read (still unknown then); an entry that cannot be read for
+        another reason (tampered) says no: an event recorded twice rather than never."""
         try:
             entry = self.gate.audit.entry(index)
-        except Exception:
+        except StoreError:
+            raise
+        except Exception:  # past the log's end (``BeyondLogEnd``: not written), tampered
             return False
         return (
             entry.kind == "outcome"
