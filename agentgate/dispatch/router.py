@@ -114,7 +114,8 @@ class _Waiter:
     """For a call failed over: the tokens its bucket took for it already (``RouteRequest.paid``)."""
     backends: tuple[str, ...]
     """The backends serving its model that its caller's ``allowed`` admitted when it last asked,
-    in inventory order: it is in the queue of each (``Router._queues``)."""
+    in inventory order: it is in the queue of each (``Router._queues``); none while it has turned
+    down the slot it was offered at its last ask (``Router.route``)."""
     deadline: float
     """When its SLO budget is spent (it is shed at its next ask)."""
     asked: float
