@@ -157,25 +157,23 @@ def _closure(roles: Mapping[str, schema.Role], role: str) -> Iterator[str]:
         stack.extend(reversed(roles[name].inherits))
 
 
-def _most_inherited(held: Sequence[Counter[str]]) -> tuple[str, int]:
-    """Of the patterns two or more of ``held`` (the rules of some roles, counted by pattern) name,
-    one they hold the most rules on together, and that count; ``("", 0)`` for none.
+def _most_inherited(base: Sequence[Counter[str]], rest: Sequence[Counter[str]]) -> tuple[str, int]:
+    """Of the patterns ``rest`` names, one ``base`` and ``rest`` together (the rules of some roles,
+    counted by pattern) hold the most rules on, and that count; ``("", 0)`` for none.
 
-    Each of them holds at most ``MAX_RULES_ON_ONE_RESOURCE`` rules on any one pattern (checked at
-    it first), so only a pattern two of them name can exceed it together: only the patterns of all
-    but the one with the most patterns are counted, each looked up in that one. So a large role
-    inherited with each of many small ones is not counted again at each (quadratic until review
-    R92's regression review: a common role plus one per tenant)."""
-    largest = max(held, key=len, default=Counter[str]())
+    ``base`` is the rule-holding closure of one role already checked, so it holds at most
+    ``MAX_RULES_ON_ONE_RESOURCE`` rules on any pattern only it names: only the patterns of
+    ``rest`` are counted, each looked up in each of ``base`` by a set intersection, which walks
+    the smaller side. So a common role (or a hub of many) inherited with each of many small
+    ones is not counted again at each (until review R92's second regression review a hub's
+    closure was, all but its largest role: patterns times tenants)."""
     total: Counter[str] = Counter()
-    for count in held:
-        if count is not largest:
-            total.update(count)
-    return max(
-        ((pattern, n + largest.get(pattern, 0)) for pattern, n in total.items()),
-        key=operator.itemgetter(1),
-        default=("", 0),
-    )
+    for count in rest:
+        total.update(count)
+    for count in base:
+        for pattern in total.keys() & count.keys():
+            total[pattern] += count[pattern]
+    return max(total.items(), key=operator.itemgetter(1), default=("", 0))
 
 
 @dataclass(frozen=True)
@@ -1069,11 +1067,13 @@ class _Compiler:
         ``MAX_ROLES_HELD`` roles deep, and its own patterns are counted in it. The inherited
         patterns are counted only at a role that inherits from several roles, once per set of
         rule-holding roles it inherits (a role with one parent holds what its parent holds on every
-        pattern its own rules do not name), and there only the patterns of the set's roles but the
-        one with the most (``_most_inherited``)."""
+        pattern its own rules do not name), and there only the patterns of the set's roles outside
+        the closure of the parent whose closure holds the most patterns: that parent was checked
+        first, so it holds at most ``MAX_RULES_ON_ONE_RESOURCE`` on each (``_most_inherited``)."""
         roles = self.doc.roles
         counts = {role: Counter(r.capability.resource for r in own) for role, own in rules.items() if own}
         merged: set[frozenset[str]] = set()
+        patterns: dict[str, int] = {}  # per role, the patterns of the rule-holding roles it holds
         for name in parents_first:
             held = list(itertools.islice(_closure(roles, name), MAX_ROLES_HELD + 1))
             if len(held) > MAX_ROLES_HELD:
@@ -1084,6 +1084,7 @@ class _Compiler:
                     "merge roles, or give principals several roles instead of one chain",
                 )
             holding = [counts[r] for r in held if r in counts]
+            patterns[name] = sum(map(len, holding))
             for pattern in counts.get(name, ()):
                 count = sum(c.get(pattern, 0) for c in holding)
                 if count > MAX_RULES_ON_ONE_RESOURCE:
@@ -1095,7 +1096,12 @@ class _Compiler:
             if len(roles[name].inherits) < 2 or inherited in merged:
                 continue
             merged.add(inherited)
-            pattern, count = _most_inherited([counts[r] for r in inherited])
+            base = max(roles[name].inherits, key=lambda parent: patterns.get(parent, 0))
+            in_base = {r for r in _closure(roles, base) if r in counts}
+            pattern, count = _most_inherited(
+                [counts[r] for r in in_base],
+                [counts[r] for r in held[1:] if r in counts and r not in in_base],
+            )
             if count > MAX_RULES_ON_ONE_RESOURCE:
                 raise self._too_many(("roles", name, "inherits"), name, count, pattern, own=False)
 
