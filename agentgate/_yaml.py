@@ -354,6 +354,13 @@ def _composed(
         return node
     except UnicodeEncodeError as exc:  # libyaml reads UTF-8: a lone surrogate cannot be encoded
         raise _lone_surrogate(error, source, exc.start) from None
+    except RecursionError:  # a caller deeper than ``_COMPOSER_DEPTH`` leaves room for: unlocated
+        raise error(
+            f"malformed YAML: nested more than {MAX_DEPTH} levels deep",
+            file=source,
+            expected="a YAML mapping",
+            hint="flatten the structure; no agentgate file nests this deep",
+        ) from None
     except (ValueError, OverflowError):
         # PyYAML's own scanner turns a ``\U`` escape into a character unchecked: one above
         # U+10FFFF raised Python's error (until review R82 a traceback, from ``policy lint`` too,
@@ -400,21 +407,36 @@ class _TooDeep(yaml.MarkedYAMLError):
         super().__init__(problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=mark)
 
 
+_COMPOSER_DEPTH = 200
+"""How deep PyYAML's own composer may nest before ``_limit_depth`` stops it: above ``MAX_DEPTH``,
+so that a file nested past ``MAX_DEPTH`` but not this deep is read whole and goes through the
+checks libyaml's tree goes through, in the same order (``_disagreed``, ``_Builder.build``), and
+gets the same error from either parser; well below Python's recursion limit (1,000 frames), which
+that composer, three calls a level with ``_limit_depth``'s, reaches at about 325 levels from an
+empty stack: 200 leaves some 400 frames to the caller's own."""
+
+
 def _limit_depth(loader: Any) -> None:
-    """Makes PyYAML's own composer raise ``_TooDeep`` at the start of a collection nested deeper
-    than ``MAX_DEPTH``, where ``_Builder.build`` refuses one libyaml composed. That composer recurses
-    in Python, several calls a level: until review R92 a file nested about 500 deep reached Python's
-    recursion limit and was refused with no line or column (with libyaml, a malformed one, whose
-    error the re-read in ``_refused`` was to locate), and its real error was never named."""
+    """Makes PyYAML's own composer raise ``_TooDeep`` at a collection nested deeper than
+    ``_COMPOSER_DEPTH``, located at the first collection it met nested deeper than ``MAX_DEPTH``,
+    where ``_Builder.build`` refuses a file libyaml composed. That composer recurses in Python:
+    until review R92 a file nested about 500 deep reached Python's recursion limit and was refused
+    with no line or column (with libyaml, a malformed one, whose error the re-read in ``_refused``
+    was to locate), its real error never named; and R92's first limit, at ``MAX_DEPTH`` itself,
+    refused a file nested 101 to 200 deep before checks that libyaml's path runs first (a merge
+    key, a tab), so the two parsers named different errors (a regression review of R92)."""
     compose_node = loader.compose_node
     depth = 0
+    too_deep: list[Any] = []  # the start of the first collection nested deeper than MAX_DEPTH
 
     def limited(parent: Any, index: Any) -> Any:
         nonlocal depth
         if not loader.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
             return compose_node(parent, index)
-        if depth >= MAX_DEPTH:
-            raise _TooDeep(loader.peek_event().start_mark)
+        if depth >= MAX_DEPTH and not too_deep:
+            too_deep.append(loader.peek_event().start_mark)
+        if depth >= _COMPOSER_DEPTH:
+            raise _TooDeep(too_deep[0])
         depth += 1
         try:
             return compose_node(parent, index)

@@ -14,11 +14,40 @@ DEPTHS = [150, 600, 900]
 
 
 @pytest.mark.usefixtures("parser")
-@pytest.mark.parametrize("depth", DEPTHS)
-def test_a_malformed_file_nested_deep_is_refused_where_it_nests_too_deep(depth: int) -> None:
+@pytest.mark.parametrize("depth", [250, 600, 900])
+def test_a_malformed_file_nested_deeper_than_the_composer_goes_is_refused_where_it_nests_too_deep(
+    depth: int,
+) -> None:
     error = _error("version: 1\nx: " + "[" * depth + "a, b: c: d" + "]" * depth + "\n")
     assert (error.line, error.column) == (2, 103), error
     assert "nested more than 100 levels deep" in error.message, error.message
+
+
+@pytest.mark.usefixtures("parser")
+def test_a_malformed_file_nested_past_the_limit_but_not_past_the_composers_names_its_error() -> None:
+    error = _error("version: 1\nx: " + "[" * 150 + "a, b: c: d" + "]" * 150 + "\n")
+    assert error.message.startswith("malformed YAML"), error.message
+    assert (error.line, error.column) == (2, 161), error
+
+
+NESTED_150 = "[" * 150 + "]" * 150
+EARLIER_OR_OTHER = [
+    pytest.param("<<: {}\nx: " + NESTED_150 + "\n", (1, 1), "merge keys", id="merge-key-then-deep"),
+    pytest.param("x: 1\nx: 2\ny: " + NESTED_150 + "\n", (2, 1), "duplicate key", id="duplicate-then-deep"),
+    pytest.param("x: " + NESTED_150 + "\ny:\t1\n", (2, 3), "tab", id="deep-then-tab"),
+]
+
+
+@pytest.mark.usefixtures("parser")
+@pytest.mark.parametrize(("text", "where", "said"), EARLIER_OR_OTHER)
+def test_a_file_nested_past_the_limit_gets_the_error_libyaml_gets(
+    text: str, where: tuple[int, int], said: str
+) -> None:
+    """A regression review of R92: PyYAML's own composer stopped at 101 levels, before the checks
+    libyaml's tree goes through first, so the two parsers named different errors."""
+    error = _error(text)
+    assert (error.line, error.column) == where, error
+    assert said in error.message, error.message
 
 
 @pytest.mark.usefixtures("parser")
