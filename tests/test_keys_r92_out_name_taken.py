@@ -50,11 +50,29 @@ def grant_argv(
     return [*argv, "--ttl", "1h", "--out", "new.tok"]
 
 
-def test_an_out_file_removed_as_it_is_opened_is_written(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, grant_argv: list[str]
-) -> None:
+@pytest.fixture
+def empty_out(tmp_path: Path) -> Path:
+    """The empty file at ``new.tok``, the ``--out`` of ``grant_argv``."""
     out_file = tmp_path / "new.tok"
     out_file.write_bytes(b"")
+    return out_file
+
+
+@pytest.fixture
+def unopenable_out(empty_out: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``empty_out``, which the user may not open without creating it (``_refuse_opening``)."""
+    _refuse_opening(monkeypatch, empty_out)
+    return empty_out
+
+
+def test_an_out_file_removed_as_it_is_opened_is_written(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    grant_argv: list[str],
+    empty_out: Path,
+) -> None:
+    out_file = empty_out
     real_open = os.open
     removed: list[bool] = []
 
@@ -76,12 +94,10 @@ def test_an_out_file_removed_as_it_is_opened_is_written(
 
 
 def test_a_file_the_user_may_not_open_that_is_not_empty_is_kept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unopenable_out: Path
 ) -> None:
     """Made not empty between ``replace_file``'s first look and the taking of the name."""
-    out_file = tmp_path / "new.tok"
-    out_file.write_bytes(b"")
-    _refuse_opening(monkeypatch, out_file)
+    out_file = unopenable_out
     real_mkstemp = __import__("tempfile").mkstemp
 
     def filled_then_mkstemp(*args: Any, **kwargs: Any) -> tuple[int, str]:

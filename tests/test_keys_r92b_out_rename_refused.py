@@ -18,18 +18,7 @@ from typing import Any
 import pytest
 from _cli import cli
 from _raw_sqlite import query
-
-
-@pytest.fixture
-def grant_argv(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> list[str]:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "st.db"))
-    for name in ("ops-root", "bob"):
-        assert cli(capsys, "keys", "new", name, "--dir", "keys")[0] == 0
-    argv = ["grant", "issue", "--issuer", "keys/ops-root.key", "--to", "keys/bob.pub", "--allow", "tool:x"]
-    return [*argv, "--ttl", "1h", "--out", "new.tok"]
+from test_keys_r92_out_name_taken import _leftovers, empty_out, grant_argv  # noqa: F401 (the fixtures)
 
 
 @pytest.mark.parametrize("force", [False, True], ids=["exclusive", "force"])
@@ -37,11 +26,11 @@ def test_a_rename_refused_once_the_grant_is_recorded_says_to_revoke_it(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-    grant_argv: list[str],
+    grant_argv: list[str],  # noqa: F811 (the fixture)
     force: bool,
+    empty_out: Path,  # noqa: F811 (the fixture)
 ) -> None:
-    out_file = tmp_path / "new.tok"
-    out_file.write_bytes(b"")
+    out_file = empty_out
     real_replace = os.replace
 
     def refused_replace(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
@@ -59,4 +48,4 @@ def test_a_rename_refused_once_the_grant_is_recorded_says_to_revoke_it(
     assert f"grant {grant_id} was recorded and its token not written" in err, err
     assert f"revoke it (agentgate grant revoke {grant_id})" in err, err
     assert out_file.read_bytes() == b""
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".agentgate-")) == []
+    assert _leftovers(tmp_path) == []

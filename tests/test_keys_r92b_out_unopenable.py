@@ -12,52 +12,22 @@ not create it fails with ``EACCES``."""
 
 from __future__ import annotations
 
-import errno
-import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 from _cli import cli
 from _raw_sqlite import query
+from test_keys_r92_out_name_taken import _leftovers, empty_out, grant_argv, unopenable_out  # noqa: F401 (the fixtures)
 
 from agentgate.keys import UnopenableFile, replace_file
 
 
-def _refuse_opening(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
-    """Make every ``os.open`` of ``path`` that would not create it fail with ``EACCES``."""
-    real_open = os.open
-
-    def refusing_open(opening: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if Path(os.fspath(opening)).absolute() == path and not flags & os.O_CREAT:
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(opening))
-        return real_open(opening, flags, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", refusing_open)
-
-
-def _leftovers(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".agentgate-"))
-
-
-@pytest.fixture
-def grant_argv(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> list[str]:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "st.db"))
-    for name in ("ops-root", "bob"):
-        assert cli(capsys, "keys", "new", name, "--dir", "keys")[0] == 0
-    argv = ["grant", "issue", "--issuer", "keys/ops-root.key", "--to", "keys/bob.pub", "--allow", "tool:x"]
-    return [*argv, "--ttl", "1h", "--out", "new.tok"]
-
-
 def test_an_empty_file_the_user_may_not_open_is_refused_before_anything_is_done(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    unopenable_out: Path,  # noqa: F811 (the fixture)
 ) -> None:
-    out_file = tmp_path / "new.tok"
-    out_file.write_bytes(b"")
-    _refuse_opening(monkeypatch, out_file)
+    out_file = unopenable_out
     ran: list[bool] = []
     with pytest.raises(UnopenableFile):
         replace_file(out_file, b"ours\n", 0o600, lambda: ran.append(True), exclusive=True)
@@ -68,11 +38,13 @@ def test_an_empty_file_the_user_may_not_open_is_refused_before_anything_is_done(
 
 
 def test_grant_issue_refuses_it_with_a_true_message_and_records_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, grant_argv: list[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    grant_argv: list[str],  # noqa: F811 (the fixture)
+    unopenable_out: Path,  # noqa: F811 (the fixture)
 ) -> None:
-    out_file = tmp_path / "new.tok"
-    out_file.write_bytes(b"")
-    _refuse_opening(monkeypatch, out_file)
+    out_file = unopenable_out
     code, out, err = cli(capsys, *grant_argv)
     monkeypatch.undo()
     assert (code, out) == (2, ""), (code, out, err)
@@ -87,12 +59,14 @@ def test_grant_issue_refuses_it_with_a_true_message_and_records_nothing(
 
 
 def test_force_replaces_it_where_the_user_may(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, grant_argv: list[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    grant_argv: list[str],  # noqa: F811 (the fixture)
+    unopenable_out: Path,  # noqa: F811 (the fixture)
 ) -> None:
     """What the refusal says of ``--force`` holds."""
-    out_file = tmp_path / "new.tok"
-    out_file.write_bytes(b"")
-    _refuse_opening(monkeypatch, out_file)
+    out_file = unopenable_out
     code, out, err = cli(capsys, *grant_argv, "--force")
     monkeypatch.undo()
     assert (code, err) == (0, ""), (code, out, err)

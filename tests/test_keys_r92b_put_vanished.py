@@ -11,19 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_keys_r92_out_name_taken import _leftovers, empty_out  # noqa: F401 (the fixture)
 
 from agentgate.keys import FilledFile, replace_file
 
 
-def _leftovers(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".agentgate-"))
-
-
 def test_a_file_put_where_the_taken_one_was_removed_is_kept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    empty_out: Path,  # noqa: F811 (the fixture)
 ) -> None:
-    out_file = tmp_path / "new.tok"
-    out_file.write_bytes(b"")
+    out_file = empty_out
     real_lstat = os.lstat
     put: list[bool] = []
 
@@ -45,9 +43,11 @@ def test_a_file_put_where_the_taken_one_was_removed_is_kept(
     assert _leftovers(tmp_path) == []
 
 
-def test_a_taken_file_removed_before_the_data_is_put_is_written(tmp_path: Path) -> None:
-    out_file = tmp_path / "new.tok"
-    out_file.write_bytes(b"")
+def test_a_taken_file_removed_before_the_data_is_put_is_written(
+    tmp_path: Path,
+    empty_out: Path,  # noqa: F811 (the fixture)
+) -> None:
+    out_file = empty_out
     replace_file(out_file, b"ours\n", 0o600, out_file.unlink, exclusive=True)
     assert out_file.read_bytes() == b"ours\n"
     assert out_file.stat().st_mode & 0o777 == 0o600
