@@ -65,28 +65,34 @@ def world(tmp_path: Path) -> Iterator[World]:
     made.process.gate.close()
 
 
-def _interrupt_after(world: World, call: str) -> None:
-    """Make the broker's next ``call`` (``renew``, ``submit``) return, then an interrupt land as
-    the gated broker releases the broker's lock."""
+def _interrupt_at_release(world: World, call: str, *, once_returned: bool = False) -> _InterruptedAtRelease:
+    """The broker's lock, raising ``KeyboardInterrupt`` at the exit of the broker's next ``call``
+    (armed at the depth the call is made at: raised at its own ``with``'s exit), or, with
+    ``once_returned``, once that call returned: an interrupt landing as the gated broker releases
+    the broker's lock (``renew``, ``submit``). Shared with the R92 regression tests."""
     broker = world.process.broker
     lock = _InterruptedAtRelease(broker._lock)
     broker._lock = lock  # type: ignore[assignment]
     real = getattr(broker, call)
 
-    def returned(*args: object, **kwargs: object) -> object:
+    def armed(*args: object, **kwargs: object) -> object:
         setattr(broker, call, real)
+        if not once_returned:
+            lock.arm()
         answer = real(*args, **kwargs)
-        lock.arm()
+        if once_returned:
+            lock.arm()
         return answer
 
-    setattr(broker, call, returned)
+    setattr(broker, call, armed)
+    return lock
 
 
 def test_a_renewal_interrupted_after_the_broker_renewed_is_linked(world: World) -> None:
     process = world.process
     process.gated.submit(world.trainer, GangRequest("job1", "x", 4, gpu_type="H100"))  # until 1060
     world.clock.now += 30
-    _interrupt_after(world, "renew")
+    _interrupt_at_release(world, "renew", once_returned=True)
     with pytest.raises(KeyboardInterrupt):
         process.gated.renew(world.trainer, "job1")
     assert [lease.expires_at for lease in process.broker.leases()] == [1090.0]  # renewed
@@ -100,7 +106,7 @@ def test_a_renewal_interrupted_after_the_broker_renewed_is_linked(world: World) 
 
 def test_a_submit_interrupted_after_the_broker_took_it_stands_and_keeps_its_events(world: World) -> None:
     process = world.process
-    _interrupt_after(world, "submit")
+    _interrupt_at_release(world, "submit", once_returned=True)
     with pytest.raises(KeyboardInterrupt):
         process.gated.submit(world.trainer, GangRequest("job2", "x", 2, gpu_type="H100"))
     allow = next(e.index for e in process.entries() if e.kind == "allow")

@@ -12,34 +12,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_broker_r91d_lock_release_interrupt import _InterruptedAtRelease
+from test_broker_r91d_lock_release_interrupt import _interrupt_at_release, _InterruptedAtRelease
 from test_broker_restart_budget import World
 
 from agentgate.dispatch.broker import GangRequest
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
+def _holding_job1(tmp_path: Path, held_s: int = 0) -> Iterator[World]:
+    """A World whose trainer holds ``job1`` (4 H100, until 1060), the clock ``held_s`` on; its
+    Gate closed after. Shared with the other R92 broker regression tests."""
     made = World(f"sqlite:///{tmp_path / 'agentgate.db'}", budget=10_000_000)
     made.process.gated.submit(made.trainer, GangRequest("job1", "x", 4, gpu_type="H100"))  # until 1060
+    made.clock.now += held_s
     yield made
     made.process.gate.close()
 
 
-def _interrupted_at_its_exit(world: World, call: str) -> _InterruptedAtRelease:
-    """The broker's lock, raising ``KeyboardInterrupt`` at the exit of the broker's next ``call``."""
-    broker = world.process.broker
-    lock = _InterruptedAtRelease(broker._lock)
-    broker._lock = lock  # type: ignore[assignment]
-    real = getattr(broker, call)
-
-    def armed(*args: object, **kwargs: object) -> object:
-        setattr(broker, call, real)
-        lock.arm()  # at the depth the call is made at: raised at its own ``with``'s exit
-        return real(*args, **kwargs)
-
-    setattr(broker, call, armed)
-    return lock
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    yield from _holding_job1(tmp_path)
 
 
 def _held(lock: _InterruptedAtRelease, depth: int) -> None:
@@ -53,15 +44,19 @@ def _outcomes(world: World) -> list[str]:
 
 @pytest.mark.parametrize("depth", [0, 1, 2])
 def test_a_release_interrupted_at_the_broker_calls_own_exit_is_audited(world: World, depth: int) -> None:
+    """At depth 0 also the regression review of R92 (item 1)'s release interrupted as the broker
+    returns (test_broker_r92_events_kept, merged here): audited at the time held."""
     process = world.process
     world.clock.now += 10
-    lock = _interrupted_at_its_exit(world, "release")
+    lock = _interrupt_at_release(world, "release")
     _held(lock, depth)  # the caller holds the broker's lock around the call, as often as this
     with pytest.raises(KeyboardInterrupt):
         process.gated.release(world.trainer, "job1")
     assert process.broker.leases() == []
-    assert [type(event).__name__ for event in process.gated.advance()] == ["LeaseEnded"]
+    ended = process.gated.advance()  # the release's end, kept for this call
+    assert [type(event).__name__ for event in ended] == ["LeaseEnded"]
     assert _outcomes(world) == ["lease_granted", "lease_released"]
+    assert process.gated.decisions.get("job1") is None
     assert process.gated.reconcile() == []  # not lost: charged the 10 s held, not the 60 reserved
     assert world.spent() == 4 * 10 * 1000
     assert world.remaining() == world.budget - world.spent()
@@ -71,14 +66,17 @@ def test_a_release_interrupted_at_the_broker_calls_own_exit_is_audited(world: Wo
 def test_an_advance_interrupted_at_the_broker_calls_own_exit_keeps_the_expiry(
     world: World, depth: int
 ) -> None:
+    """At depth 0 also the regression review of R92 (item 1)'s advance interrupted as the broker
+    returns (test_broker_r92_events_kept, merged here): the expiry kept."""
     process = world.process
     world.clock.now += 100  # expired at 1060
-    _held(_interrupted_at_its_exit(world, "advance"), depth)
+    _held(_interrupt_at_release(world, "advance"), depth)
     with pytest.raises(KeyboardInterrupt):
         process.gated.advance()
     assert [type(event).__name__ for event in process.gated.advance()] == ["LeaseEnded"]
     assert _outcomes(world) == ["lease_granted", "lease_expired"]
     assert world.spent() == 4 * 60 * 1000
+    assert world.remaining() == world.budget - world.spent()
 
 
 @pytest.mark.parametrize("depth", [0, 1])
@@ -86,7 +84,7 @@ def test_a_submit_interrupted_at_the_broker_calls_own_exit_stands_and_keeps_its_
     world: World, depth: int
 ) -> None:
     process = world.process
-    _held(_interrupted_at_its_exit(world, "submit"), depth)
+    _held(_interrupt_at_release(world, "submit"), depth)
     with pytest.raises(KeyboardInterrupt):
         process.gated.submit(world.trainer, GangRequest("job2", "x", 2, gpu_type="H100"))
     assert sorted(lease.id for lease in process.broker.leases()) == ["job1", "job2"]
