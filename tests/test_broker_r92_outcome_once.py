@@ -6,23 +6,35 @@ an interrupt at the transaction's end keeps it only where the log does not hold 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from test_broker_r92b_lock_exit_any_depth import _holding_job1
 from test_broker_restart_budget import World
 
-from agentgate.dispatch.broker import GangRequest, LeaseEnded
+from agentgate.dispatch.broker import LeaseEnded
 from agentgate.dispatch.broker._gated import GatedBroker
 
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    made = World(f"sqlite:///{tmp_path / 'agentgate.db'}", budget=10_000_000)
-    made.process.gated.submit(made.trainer, GangRequest("job1", "x", 4, gpu_type="H100"))
-    made.clock.now += 10
-    yield made
-    made.process.gate.close()
+    yield from _holding_job1(tmp_path, held_s=10)
+
+
+def _then_after_release(world: World, then: Callable[[], object]) -> None:
+    """Make the broker's next ``release`` return its events, then call ``then`` (once). Shared
+    with test_broker_r92b_commit_unknown."""
+    broker = world.process.broker
+    release = broker.release
+
+    def released(lease_id: str) -> object:
+        broker.release = release  # type: ignore[method-assign]
+        events = release(lease_id)
+        then()
+        return events
+
+    broker.release = released  # type: ignore[method-assign]
 
 
 def _ends(world: World) -> list[tuple[str | None, int | None]]:
@@ -66,14 +78,7 @@ def test_an_interrupt_as_the_outcomes_transaction_ends_records_the_end_once(worl
             store.transaction = real  # type: ignore[method-assign]
             raise KeyboardInterrupt  # handled as the store's end returns, committed
 
-    release = world.process.broker.release
-
-    def released(lease_id: str) -> object:
-        events = release(lease_id)
-        store.transaction = lambda **_: _InterruptedAfterCommit()  # type: ignore[method-assign]
-        return events
-
-    world.process.broker.release = released  # type: ignore[method-assign]
+    _then_after_release(world, lambda: setattr(store, "transaction", lambda **_: _InterruptedAfterCommit()))
     with pytest.raises(KeyboardInterrupt):
         gated.release(world.trainer, "job1")
     assert list(gated._unrecorded) == []
@@ -97,14 +102,7 @@ def test_a_commit_the_store_refuses_keeps_the_event(world: World) -> None:
             self.inner.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)  # rolled back
             raise KeyboardInterrupt  # before the commit
 
-    release = world.process.broker.release
-
-    def released(lease_id: str) -> object:
-        events = release(lease_id)
-        store.transaction = lambda **_: _Refused()  # type: ignore[method-assign]
-        return events
-
-    world.process.broker.release = released  # type: ignore[method-assign]
+    _then_after_release(world, lambda: setattr(store, "transaction", lambda **_: _Refused()))
     with pytest.raises(KeyboardInterrupt):
         gated.release(world.trainer, "job1")
     assert [type(event) for event in gated._unrecorded] == [LeaseEnded]  # not in the log: kept

@@ -11,19 +11,16 @@ from types import TracebackType
 from typing import Any
 
 import pytest
+from test_broker_r92_outcome_once import _then_after_release
+from test_broker_r92b_lock_exit_any_depth import _holding_job1
 from test_broker_restart_budget import World
 
-from agentgate.dispatch.broker import GangRequest
 from agentgate.errors import CommitUnknown, StoreError
 
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    made = World(f"sqlite:///{tmp_path / 'agentgate.db'}", budget=10_000_000)
-    made.process.gated.submit(made.trainer, GangRequest("job1", "x", 4, gpu_type="H100"))
-    made.clock.now += 10
-    yield made
-    made.process.gate.close()
+    yield from _holding_job1(tmp_path, held_s=10)
 
 
 def _next_commit_unknown(world: World) -> None:
@@ -63,16 +60,7 @@ def test_an_outcome_committed_with_its_answer_lost_is_recorded_once(world: World
             raise StoreError("store unreachable")
 
         audit.entry = unreadable  # type: ignore[method-assign]
-    broker = world.process.broker
-    release = broker.release
-
-    def released(lease_id: str) -> Any:
-        broker.release = release  # type: ignore[method-assign]
-        events = release(lease_id)
-        _next_commit_unknown(world)
-        return events
-
-    broker.release = released  # type: ignore[method-assign]
+    _then_after_release(world, lambda: _next_commit_unknown(world))
     with pytest.raises(CommitUnknown):
         gated.release(world.trainer, "job1")
     assert [type(event).__name__ for event in gated.advance()] == ["LeaseEnded"]
@@ -116,16 +104,7 @@ def test_an_outcome_committed_as_the_store_went_out_is_recorded_once_when_it_is_
             raise CommitUnknown("connection lost after COMMIT was sent")
 
     audit.entry = entry  # type: ignore[method-assign]
-    broker = world.process.broker
-    release = broker.release
-
-    def released(lease_id: str) -> Any:
-        broker.release = release  # type: ignore[method-assign]
-        events = release(lease_id)
-        store.transaction = lambda **_: CommittedThenOut()  # type: ignore[method-assign]
-        return events
-
-    broker.release = released  # type: ignore[method-assign]
+    _then_after_release(world, lambda: setattr(store, "transaction", lambda **_: CommittedThenOut()))
     with pytest.raises(CommitUnknown):
         gated.release(world.trainer, "job1")
     for _ in range(calls_while_out):
