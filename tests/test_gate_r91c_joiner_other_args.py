@@ -13,13 +13,14 @@ import gc
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from test_gate import Setup
 
 from agentgate.capabilities import Call
+from agentgate.gate import Authorization
 
 IDS = {"call_id": "c1", "run_id": "r1"}
 
@@ -39,7 +40,10 @@ def _fail() -> str:
     raise Boom("down")
 
 
-def test_a_joiner_keeps_no_failure_of_calls_with_other_arguments(setup: Setup) -> None:
+def assert_joiner_keeps_no_failure(setup: Setup, other: Callable[[int], Authorization]) -> None:
+    """While a joiner waits on a long-running twin, five failed calls ``other(i)`` (authorized
+    with ``IDS``, keyed apart from the twin by the scheduler) are not kept: none outlives its end.
+    Shared with ``test_gate_r92_twin_key_authority``."""
     gate, entered, release = setup.gate, threading.Event(), threading.Event()
 
     def long_tool() -> str:
@@ -63,9 +67,8 @@ def test_a_joiner_keeps_no_failure_of_calls_with_other_arguments(setup: Setup) -
             time.sleep(0.002)
         failures = []
         for i in range(5):
-            other = gate.authorize(setup.agent, Call.tool("lookup", {"id": f"other{i}"}), **IDS)
             with pytest.raises(Boom) as failed:
-                gate.run(other, _fail, **IDS)
+                gate.run(other(i), _fail, **IDS)
             failures.append(weakref.ref(failed.value))
             del failed
         gc.collect()
@@ -75,3 +78,10 @@ def test_a_joiner_keeps_no_failure_of_calls_with_other_arguments(setup: Setup) -
         for thread in threads:
             thread.join(5)
     assert not gate._same_ids
+
+
+def test_a_joiner_keeps_no_failure_of_calls_with_other_arguments(setup: Setup) -> None:
+    assert_joiner_keeps_no_failure(
+        setup,
+        lambda i: setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": f"other{i}"}), **IDS),
+    )
