@@ -12,8 +12,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+import test_audit_spans
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Span, StatusCode, Tracer
 
@@ -22,7 +21,6 @@ from agentgate.audit.spans import (
     chat_span,
     decision_span,
     execute_tool_span,
-    get_tracer,
     grant_span,
     invoke_agent_span,
     lease_outcome_span,
@@ -35,17 +33,10 @@ from agentgate.audit.spans import (
 )
 from agentgate.errors import InputError
 
+exporter = test_audit_spans.exporter  # the fixtures, shared: a tracer exporting into memory
+tracer = test_audit_spans.tracer
 
-@pytest.fixture
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
-
-
-@pytest.fixture
-def tracer(exporter: InMemorySpanExporter) -> Tracer:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return get_tracer(provider)
+Opener = Callable[[Tracer], AbstractContextManager[Span]]  # a span opener given the tracer
 
 
 RECORDS: list[Any] = [
@@ -124,7 +115,7 @@ OPENER_ATTRIBUTES: list[Any] = [
 def test_a_non_text_attribute_of_an_opener_is_left_off(
     tracer: Tracer,
     exporter: InMemorySpanExporter,
-    opener: Callable[[Tracer], AbstractContextManager[Span]],
+    opener: Opener,
     attribute: str,
 ) -> None:
     with opener(tracer):
@@ -171,7 +162,7 @@ NAMES: list[Any] = [
 def test_a_non_text_span_name_is_an_input_error_before_the_block(
     tracer: Tracer,
     exporter: InMemorySpanExporter,
-    opener: Callable[[Tracer], AbstractContextManager[Span]],
+    opener: Opener,
     parameter: str,
 ) -> None:
     ran = []
