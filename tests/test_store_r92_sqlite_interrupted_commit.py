@@ -6,7 +6,9 @@ transaction"."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,36 +40,38 @@ def _after_the_interrupt_only_later_writes_are_kept(store: SQLiteStore) -> None:
     assert all(not conn.in_transaction for conn in store._idle)
 
 
-def test_an_interrupt_between_the_block_and_the_commit_writes_nothing_and_leaves_the_store_usable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _insert(tx: Any) -> None:
+    tx.execute("INSERT INTO t (x) VALUES (1)")
+
+
+def _insert_then_interrupt(tx: Any) -> None:
+    tx.execute("INSERT INTO t (x) VALUES (1)")
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    ("owner", "name", "block"),
+    [
+        # an interrupt between the block and the commit writes nothing
+        pytest.param(lambda store: store, "check_in_place", _insert, id="between-block-and-commit"),
+        pytest.param(lambda store: _sqlite, "_SQLiteTransaction", lambda tx: None, id="right-after-begin"),
+        # a second interrupt during the rollback writes nothing
+        pytest.param(
+            lambda store: SQLiteStore, "_rollback", _insert_then_interrupt, id="second-during-rollback"
+        ),
+    ],
+)
+def test_an_interrupt_in_a_transaction_writes_nothing_and_leaves_the_store_usable(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    owner: Callable[[SQLiteStore], object],
+    name: str,
+    block: Callable[[Any], None],
 ) -> None:
     store = _store(tmp_path)
-    _interrupt_once(monkeypatch, store, "check_in_place")
+    _interrupt_once(monkeypatch, owner(store), name)
     with pytest.raises(KeyboardInterrupt), store.transaction() as tx:
-        tx.execute("INSERT INTO t (x) VALUES (1)")
-    _after_the_interrupt_only_later_writes_are_kept(store)
-    store.close()
-
-
-def test_an_interrupt_right_after_begin_leaves_the_store_usable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = _store(tmp_path)
-    _interrupt_once(monkeypatch, _sqlite, "_SQLiteTransaction")
-    with pytest.raises(KeyboardInterrupt), store.transaction():
-        pass
-    _after_the_interrupt_only_later_writes_are_kept(store)
-    store.close()
-
-
-def test_a_second_interrupt_during_the_rollback_writes_nothing_and_leaves_the_store_usable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = _store(tmp_path)
-    _interrupt_once(monkeypatch, SQLiteStore, "_rollback")
-    with pytest.raises(KeyboardInterrupt), store.transaction() as tx:
-        tx.execute("INSERT INTO t (x) VALUES (1)")
-        raise KeyboardInterrupt
+        block(tx)
     _after_the_interrupt_only_later_writes_are_kept(store)
     store.close()
 
