@@ -42,6 +42,19 @@ def _refusal(text: str) -> PolicyError:
     return caught.value
 
 
+def _counting(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:
+    """Count the calls of ``module.name`` (patched for the test): the count is the list's item."""
+    calls = [0]
+    real = getattr(module, name)
+
+    def counting(*args: object) -> object:
+        calls[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
 def test_a_rule_less_role_inheriting_more_wildcard_rules_than_the_cap_is_refused_at_its_inherits() -> None:
     text = _hub([MOST, MOST, 1], 3)
     error = _refusal(text)
@@ -71,24 +84,10 @@ def test_shadowed_rule_and_a_decision_read_at_most_the_cap_per_rule(
         parse_policy(_hub([MOST] * bases, heirs), source="p.yaml")
     share, rest = divmod(MOST - 1, bases)
     policy = parse_policy(_hub([share + (b < rest) for b in range(bases)], heirs), source="p.yaml")
-    compared = [0]
-    real_attenuates = constraints.attenuates
-
-    def counting_attenuates(parent: object, child: object) -> bool:
-        compared[0] += 1
-        return real_attenuates(parent, child)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(constraints, "attenuates", counting_attenuates)
+    compared = _counting(monkeypatch, constraints, "attenuates")
     list(ShadowedRule().check(policy))
     assert compared[0] <= 2 * MOST * heirs  # at most two comparisons with each rule it meets
-    read = [0]
-    real_passes = index_module._passes
-
-    def counting_passes(compiled: object, args: object) -> bool:
-        read[0] += 1
-        return real_passes(compiled, args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(index_module, "_passes", counting_passes)
+    read = _counting(monkeypatch, index_module, "_passes")
     decision = PolicyIndex(policy).evaluate("q", Call.tool("x", {"n": 10**12}))
     assert decision.outcome.value == "deny"
     assert read[0] <= MOST
