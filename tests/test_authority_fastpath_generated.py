@@ -641,11 +641,14 @@ def test_an_inheritance_chain_thousands_deep_is_no_recursion_error(
 ) -> None:
     """3000 roles each inheriting the next: RecursionError out of load_policy (``policy lint``
     printed a traceback); now it is a ``PolicyError`` (a role holds at most MAX_ROLES_HELD
-    roles: review R51), and a cycle closing the chain is found and named."""
+    roles: review R51), and a cycle closing the chain is found and named. Roles are checked
+    parents first (review R92), so the refusal names the first role past the bound going up the
+    chain (r2743 holds itself and the 256 below it), not its top."""
     from agentgate.policy._load import MAX_ROLES_HELD
 
     inherits = {f"r{i}": [f"r{i + 1}"] for i in range(2999)} | {"r2999": []}
-    with pytest.raises(PolicyError, match=f"role r0 holds more than {MAX_ROLES_HELD} roles"):
+    first_over = f"r{2999 - MAX_ROLES_HELD}"
+    with pytest.raises(PolicyError, match=f"role {first_over} holds more than {MAX_ROLES_HELD} roles"):
         parse_policy(_roles_policy(inherits), source="chain.yaml")
     held = {f"r{i}": [f"r{i + 1}"] for i in range(MAX_ROLES_HELD - 1)} | {f"r{MAX_ROLES_HELD - 1}": []}
     policy = parse_policy(_roles_policy(held), source="chain.yaml")

@@ -38,5 +38,6 @@ def test_the_json_line_names_the_goal_of_slots_taken_from_the_line(
         "waiting_over_empty",
         "allowed_sets_over_empty",
         "taken_from_line_over_short",
+        "declined_over_one",
     }
     assert result["figures"]["taken_from_line_short"] == router_line.SHORT
