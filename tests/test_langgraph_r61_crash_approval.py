@@ -33,8 +33,15 @@ GO = {"messages": [{"role": "user", "content": "go"}]}
 
 # The child resumes the paused run with the approval; its publish tool kills the process before
 # it writes its effect, as a power cut or an OOM kill would, after the Gate committed the allow.
+# LangGraph saves the resume value (the approval) from a background thread, even with
+# durability="sync", so the tool may start before it is on disk: the tool waits until it is, so
+# that the run resumed later is presented the used approval again (as the tests below expect),
+# whatever the load. (Killed before, the resumed run is never shown the approval, which is used,
+# and asks anew without saying why; nothing counts twice either way.) The child's saver is slowed
+# down, as on a loaded machine, so that the tool always starts before the resume value is saved.
 _CHILD = """
-import json, os, signal, sqlite3, sys
+import json, os, signal, sqlite3, sys, time
+from contextlib import closing
 from pathlib import Path
 d = Path(sys.argv[1])
 sys.path.insert(0, sys.argv[2])
@@ -42,14 +49,31 @@ from test_langgraph_r61_crash_approval import _agent, _gate_and_agent_identity
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
+def _resume_saved() -> bool:
+    with closing(sqlite3.connect(d / "checkpoints.sqlite")) as c:
+        return bool(c.execute(
+            "SELECT 1 FROM writes WHERE thread_id = 'crash' AND channel = '__resume__'"
+        ).fetchone())
+
 def publish(path: str) -> str:
+    deadline = time.monotonic() + 60
+    while not _resume_saved():
+        if time.monotonic() > deadline:
+            sys.stderr.write("the resume value was never saved to the checkpoint")
+            os._exit(3)
+        time.sleep(0.01)
     os.kill(os.getpid(), signal.SIGKILL)
     return "unreachable"
+
+class _SlowSaver(SqliteSaver):
+    def put_writes(self, *args, **kwargs):
+        time.sleep(0.2)
+        return super().put_writes(*args, **kwargs)
 
 gate, supervisor = _gate_and_agent_identity(d)
 conn = sqlite3.connect(d / "checkpoints.sqlite", check_same_thread=False)
 approval = json.loads((d / "approval.json").read_text())
-_agent(gate, SqliteSaver(conn), publish).invoke(
+_agent(gate, _SlowSaver(conn), publish).invoke(
     Command(resume=approval), {"configurable": {"thread_id": "crash"}}, context=supervisor, durability="sync"
 )
 """
