@@ -112,7 +112,10 @@ def _sign(args: argparse.Namespace) -> int:
         if refusal is not None and _default_store_only(args.store):
             # The approver named no store: until review R92's second reading the refusal said
             # "the store" without saying which was read, nor how to name the Gate's.
-            refusal += f" (checked against the default store {DEFAULT_PATH} of the working directory: give --store, the Gate's store)"
+            refusal += (
+                f" (checked against the default store {DEFAULT_PATH} of the working directory: "
+                "give --store, the Gate's store)"
+            )
     if refusal is not None:
         # Named as every other line of the verb names it: the file given, then the request in it
         # (until review R59 a refusal named only the request, not the file it was read from).

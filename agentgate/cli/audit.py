@@ -215,10 +215,11 @@ def _write_checked(path: str, text: str, what: str, earlier: bool, look_again: C
     which the command looked at before it read the log, so that what it judged there is what is
     replaced. Where nothing or an empty file was there (``earlier`` false), the write is
     ``replace_file``'s ``exclusive`` one (a file put there meanwhile is kept); where an earlier
-    output was there (or an empty file the user may not read), ``path`` is looked at again once ``text`` is written beside it, just before
-    the rename: still a regular file (``_refuse_unwritable``: until review R74 a symbolic link put
-    in its place was replaced), and still what ``look_again`` accepts (it raises ``InputError``
-    otherwise). Raises ``InputError``."""
+    output was there (or an empty file the user may not read), ``path`` is looked at again once
+    ``text`` is written beside it, just before the rename: still a regular file
+    (``_refuse_unwritable``: until review R74 a symbolic link put in its place was replaced), and
+    still what ``look_again`` accepts (it raises ``InputError`` otherwise). Raises
+    ``InputError``."""
 
     def still_there() -> None:
         _refuse_unwritable(path)
