@@ -31,4 +31,3 @@ def test_a_value_that_is_not_an_object_is_refused_in_plain_words(raw: bytes, sai
     with pytest.raises(InputError) as refused:
         parse_chat(raw, 4096)
     assert str(refused.value) == said
-    assert "_Body" not in said and "instance of" not in str(refused.value)
