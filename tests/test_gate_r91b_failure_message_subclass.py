@@ -8,11 +8,9 @@ Real components: a Gate on a SQLite file (``test_gate``'s policy and budget)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from test_gate import Setup
+from test_gate import setup as setup  # the fixture
 from test_gate_r91_hostile_failure import _raised_from_the_call
 
 from agentgate.capabilities import Call
@@ -40,13 +38,6 @@ class DownNoBackend(NoBackend):
 class CutBackendFailed(BackendFailed):
     def __str__(self) -> str:
         return RaisingSlice("stream cut")
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _outcome(setup: Setup) -> tuple[str, tuple[str, ...]]:

@@ -13,11 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from test_gate import Setup
+from test_gate import setup as setup  # the fixture
 from test_gate_r91_twin_failure import _until_joined
 
 from agentgate.audit.entry import AuditEntry
@@ -27,13 +26,6 @@ from agentgate.gate._outcomes import RESULT_REUSED
 from agentgate.tasks import SyncScheduler, ToolCall
 
 IDS = {"call_id": "c1", "run_id": "r1"}
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _outcome(setup: Setup, auth: Authorization) -> AuditEntry:

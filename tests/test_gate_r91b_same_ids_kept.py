@@ -14,11 +14,11 @@ import asyncio
 import gc
 import threading
 import weakref
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from test_gate import Setup
+from test_gate import setup as setup  # the fixture
 from test_gate_r91_twin_failure import _until_joined
 
 from agentgate.audit.entry import AuditEntry
@@ -32,13 +32,6 @@ IDS = {"call_id": "c1", "run_id": "r1"}
 
 class Boom(Exception):
     """A tool's failure (a class of its own: built-in exceptions cannot be weakly referenced)."""
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def _outcome(setup: Setup, auth: Authorization) -> AuditEntry:

@@ -9,11 +9,9 @@ Real components: a Gate on a SQLite file (``test_gate``'s policy)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from test_gate import Setup
+from test_gate import setup as setup  # the fixture
 
 from agentgate.capabilities import Call
 from agentgate.errors import InputError
@@ -38,13 +36,6 @@ class Hostile(str):
         raise RuntimeError("hostile __ne__")
 
     __hash__ = str.__hash__
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[Setup]:
-    made = Setup(tmp_path)
-    yield made
-    made.gate.close()
 
 
 def test_an_id_decided_as_a_subclass_is_plain_text(setup: Setup) -> None:
