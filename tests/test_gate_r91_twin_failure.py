@@ -41,14 +41,15 @@ def _outcomes(setup: Setup) -> list[AuditEntry]:
     return [entry for entry in setup.entries() if entry.kind == "outcome"]
 
 
-def _until_joined(scheduler: Scheduler | SyncScheduler) -> None:
-    """Wait until a call has joined its running twin (the scheduler counted the reuse)."""
+def _until_joined(scheduler: Scheduler | SyncScheduler, joiners: int = 1) -> None:
+    """Wait until ``joiners`` calls have joined their running twin (the scheduler counted each
+    reuse); fails after about five seconds."""
     metrics = scheduler.scheduler.metrics if isinstance(scheduler, SyncScheduler) else scheduler.metrics
     for _ in range(2500):
-        if metrics.count("reused", "lookup"):
+        if metrics.count("reused", "lookup") >= joiners:
             return
         time.sleep(0.002)
-    raise AssertionError("the second call never joined its twin")
+    raise AssertionError("the calls never joined their twin")
 
 
 class UnreadableCause(RuntimeError):

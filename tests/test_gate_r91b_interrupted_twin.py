@@ -14,6 +14,7 @@ import asyncio
 from pathlib import Path
 
 from test_gate import Setup
+from test_gate_r91_twin_failure import _until_joined
 
 from agentgate.capabilities import Call
 from agentgate.errors import SchedulingError
@@ -50,9 +51,7 @@ def test_a_joiner_of_a_cancelled_twin_whose_work_then_failed_is_recorded_as_its_
         twin = asyncio.create_task(setup.gate.arun(first, work, preemptible=False, **IDS))
         await entered.wait()
         joiner = asyncio.create_task(setup.gate.arun(second, never, **IDS))
-        metrics = (await setup.gate._async()).metrics
-        while not metrics.count("reused", "lookup"):
-            await asyncio.sleep(0.002)
+        await asyncio.to_thread(_until_joined, await setup.gate._async())
         twin.cancel()
         for _ in range(20):  # the cancellation reaches the twin's caller, which waits for the work
             await asyncio.sleep(0)

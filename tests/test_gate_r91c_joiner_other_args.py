@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from test_gate import Setup
+from test_gate_r91_twin_failure import _until_joined
 
 from agentgate.capabilities import Call
 from agentgate.gate import Authorization
@@ -61,10 +61,7 @@ def assert_joiner_keeps_no_failure(setup: Setup, other: Callable[[int], Authoriz
     try:
         assert entered.wait(5)
         threads[1].start()
-        deadline = time.monotonic() + 5
-        while not gate._sync().scheduler.metrics.count("reused", "lookup"):  # the joiner joined
-            assert time.monotonic() < deadline
-            time.sleep(0.002)
+        _until_joined(gate._sync())
         failures = []
         for i in range(5):
             with pytest.raises(Boom) as failed:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from test_gate import Setup
+from test_gate_r91_twin_failure import _until_joined
 
 from agentgate.capabilities import Call
 
@@ -57,9 +58,7 @@ def _steps(setup: Setup, joiners: int, fail: bool) -> int:
         twin = asyncio.create_task(gate.arun(auths[0], work, **IDS))
         await entered.wait()
         waiting = [asyncio.create_task(gate.arun(auth, never, **IDS)) for auth in auths[1:]]
-        metrics = (await gate._async()).metrics
-        while metrics.count("reused", "lookup") < joiners:
-            await asyncio.sleep(0.001)
+        await asyncio.to_thread(_until_joined, await gate._async(), joiners)
         sys.settrace(tracer)
         try:
             release.set()
