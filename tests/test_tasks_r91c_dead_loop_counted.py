@@ -94,33 +94,24 @@ def _queued_on_a_live_loop(scheduler: Scheduler, queue: Callable[[], None]) -> N
     asyncio.run(queued_then_closed())
 
 
-def test_a_lease_give_back_failing_after_its_loop_closed_is_counted(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+_Queue = Callable[[Scheduler, pytest.MonkeyPatch], Callable[[], None]]
+
+
+@pytest.mark.parametrize(
+    ("refused", "counted"),
+    [(_refused_give_back, "lease_not_released"), (_refused_publication, "breaker_not_shared")],
+    ids=["lease_give_back", "breaker_publication"],
+)
+@pytest.mark.parametrize(
+    "queued", [_queued_on_a_loop_that_closes, _queued_on_a_live_loop], ids=["loop_closed", "live_loop"]
+)
+def test_store_work_failing_is_counted_once_whatever_became_of_its_loop(
+    store: SQLiteStore,
+    monkeypatch: pytest.MonkeyPatch,
+    refused: _Queue,
+    counted: str,
+    queued: Callable[[Scheduler, Callable[[], None]], None],
 ) -> None:
     scheduler = Scheduler(store=store)
-    _queued_on_a_loop_that_closes(scheduler, _refused_give_back(scheduler, monkeypatch))
-    assert scheduler.metrics.count("lease_not_released", "tool:t") == 1
-
-
-def test_a_breaker_publication_failing_after_its_loop_closed_is_counted(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    scheduler = Scheduler(store=store)
-    _queued_on_a_loop_that_closes(scheduler, _refused_publication(scheduler, monkeypatch))
-    assert scheduler.metrics.count("breaker_not_shared", "tool:t") == 1
-
-
-def test_a_lease_give_back_failing_on_a_live_loop_is_counted_once(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    scheduler = Scheduler(store=store)
-    _queued_on_a_live_loop(scheduler, _refused_give_back(scheduler, monkeypatch))
-    assert scheduler.metrics.count("lease_not_released", "tool:t") == 1
-
-
-def test_a_breaker_publication_failing_on_a_live_loop_is_counted_once(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    scheduler = Scheduler(store=store)
-    _queued_on_a_live_loop(scheduler, _refused_publication(scheduler, monkeypatch))
-    assert scheduler.metrics.count("breaker_not_shared", "tool:t") == 1
+    queued(scheduler, refused(scheduler, monkeypatch))
+    assert scheduler.metrics.count(counted, "tool:t") == 1
