@@ -12,13 +12,13 @@ session's real PostgreSQL server, two Gates on one store."""
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from test_policy_r91c_first_granted_named import POLICY, ROOT, WORKER
+from test_policy_r91c_first_granted_named import POLICY, ROOT, WORKER, _named
+from test_policy_r91c_first_granted_named import clock as clock  # the fixture
 
 from agentgate.errors import Denied
 from agentgate.gate import Gate
@@ -33,34 +33,8 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("postgres_url"))
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], None]:
-    """Set the wall clock ``seconds`` past the test's start, without waiting."""
-    start = time.time()
-    now = [start]
-    monkeypatch.setattr(time, "time", lambda: now[0])
-
-    def at(seconds: float) -> None:
-        now[0] = start + seconds
-
-    return at
-
-
 def _gate(url: str) -> Gate:
     return Gate(parse_policy(POLICY, source="p.yaml"), open_store(url))
-
-
-def _named(gate: Gate) -> str:
-    """The agent granted before that the refusal of ``Gate.issue(name="bobI")`` names, and says
-    to issue under."""
-    with pytest.raises(Denied) as refused:
-        gate.issue(ROOT, name="bobI", key=WORKER, role="r")
-    assert refused.value.finding is not None
-    assert refused.value.finding.code == "name_reads_alike"
-    message = str(refused.value)
-    named = message.partition("reads as ")[2].partition(",")[0].strip("'")
-    assert f"issue under {named!r} itself" in message
-    return named
 
 
 def test_the_first_granted_by_another_gate_is_named(url: str, clock: Callable[[float], None]) -> None:
