@@ -74,7 +74,7 @@ from agentgate.gate._outcomes import PendingOutcomes
 from agentgate.gate._policy_chain import PolicyChains
 from agentgate.gate._recording import _Recording
 from agentgate.gate._records import ran_before
-from agentgate.gate._running import _Ids, _plain_id, _Running, _SameIds
+from agentgate.gate._running import _plain_id, _Running, _SameIds, _TwinKey
 from agentgate.gate._settlement import _Settlement
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex, load_policy
@@ -229,7 +229,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         self._runs = 0
         self._loop_runs: dict[asyncio.AbstractEventLoop, int] = {}
         """``arun`` calls in flight per event loop (``close`` cannot wait for its own loop's)."""
-        self._same_ids: dict[_Ids, _SameIds] = {}
+        self._same_ids: dict[_TwinKey, _SameIds] = {}
         """Tool calls in flight per ids the scheduler may join them by (``_Running._fail_after``)."""
         self._closing = False
         self._outcomes_closed = False

@@ -245,7 +245,7 @@ def _plain_id(value: str | None) -> str | None:
 _NO_FN = object()
 """``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
 
-_Ids = tuple[str, asyncio.AbstractEventLoop | None]
+_TwinKey = tuple[str, asyncio.AbstractEventLoop | None]
 """A tool call's idempotency key, the scheduler's own (``ToolCall.idempotency_key``: tenant,
 principal, grant, run, tool, call id and arguments digest), and the event loop of its scheduler
 (``None``: the sync one): a call joins a twin of its own scheduler only, with that very key. Until
@@ -263,7 +263,7 @@ class _Keyed:
 
     __slots__ = ("began", "entered", "ids", "left", "raised")
 
-    def __init__(self, ids: _Ids, raised: list[BaseException]) -> None:
+    def __init__(self, ids: _TwinKey, raised: list[BaseException]) -> None:
         self.ids = ids
         self.raised = raised
         self.entered = False
@@ -272,7 +272,7 @@ class _Keyed:
 
 
 class _SameIds:
-    """The tool calls with one ``_Ids`` in flight through a Gate (``running``, a count), and
+    """The tool calls with one ``_TwinKey`` in flight through a Gate (``running``, a count), and
     what the ``fn`` of those that ended raised, while a call that may have joined it has not
     ended (``ended``). A call that joined its running twin (the scheduler's call with the same
     idempotency key) is handed what the twin ended with, the very exception its ``fn`` raised (or
@@ -357,7 +357,7 @@ class _Running:
     _runs_changed: threading.Condition
     _runs: int
     _loop_runs: dict[asyncio.AbstractEventLoop, int]
-    _same_ids: dict[_Ids, _SameIds]
+    _same_ids: dict[_TwinKey, _SameIds]
     _closing: bool
     _outcomes_closed: bool
 
@@ -824,7 +824,7 @@ class _Running:
         reused = not started and not ran and keyed is not None and self._raised_by_twin(keyed.ids, exc)
         self._fail(span, auth, exc, paused, started=started, ran=ran, reused=reused)
 
-    def _raised_by_twin(self, ids: _Ids, exc: BaseException) -> bool:
+    def _raised_by_twin(self, ids: _TwinKey, exc: BaseException) -> bool:
         """Whether ``exc``, or the error it chains (``__cause__``: the scheduler's refusal of a
         retry after the tool failed), is one that the ``fn`` of a tool call with ``ids`` in flight
         raised, compared by identity (``_raised_by_fn``). A ``__cause__`` that cannot be read
