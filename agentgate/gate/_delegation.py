@@ -925,10 +925,11 @@ class _Delegation:
     def _claim_unknown_name(self, name: str) -> int | None:
         """Claim ``name`` for a grant handed on again (``_delegated_before``), in a transaction of
         its own, when this Gate has not granted it (``_claim_name``; ``Denied`` when it reads as
-        another); returns when it was first granted, ``None`` where nothing was claimed. The grant's signed purpose names its name, so its first grant claimed it
-        unless a version before review R69 made it: until review R69 such a name was kept as
-        this Gate's (``_remember_name``) unclaimed, and later grants under it, which then skip
-        the claim, left the store without it: another Gate granted a name that reads as it."""
+        another); returns when it was first granted, ``None`` where nothing was claimed. The
+        grant's signed purpose names its name, so its first grant claimed it unless a version
+        before review R69 made it: until review R69 such a name was kept as this Gate's
+        (``_remember_name``) unclaimed, and later grants under it, which then skip the claim, left
+        the store without it: another Gate granted a name that reads as it."""
         if name in self._agent_names or principal_named(self.policy, name) is not None:
             return None
         names = self._names_part()

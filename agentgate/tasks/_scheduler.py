@@ -246,7 +246,8 @@ class Scheduler(_StoreWork, _Failures):
         pending when it is collected). The store work its calls left running (a dead letter's
         write, a lease given back) is waited for to its end, whichever event loop it was started
         from, live or closed: it runs on the scheduler's own pool and counts its own failure. A
-        ``timeout_s`` that is not a number, or NaN, raises ``InputError`` before anything stops, as does a ``drain`` that is not True or False. Awaited on another event loop than the live one
+        ``timeout_s`` that is not a number, or NaN, raises ``InputError`` before anything stops,
+        as does a ``drain`` that is not True or False. Awaited on another event loop than the live one
         calls of this scheduler run on (in another thread), it raises ``SchedulingError`` before
         anything stops: those calls can only be waited for and cancelled from their own loop.
         """

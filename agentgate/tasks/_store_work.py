@@ -258,9 +258,8 @@ class _StoreWork:
         the error, then raising it. The job counts, not the loop that asked: a loop closed before
         the job ended never learns how it ended, and until review R91c a lease given back or a
         breaker published from such a loop failed uncounted (as did the release of a call
-        cancelled while it waited). The job that gives back a lease taken
-        after its call was given up (``_Taking``) counts through here too (until review R91d it
-        did not)."""
+        cancelled while it waited). The job that gives back a lease taken after its call was given
+        up (``_Taking``) counts through here too (until review R91d it did not)."""
         try:
             fn(*args)
         except BaseException:
