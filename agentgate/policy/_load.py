@@ -1018,11 +1018,12 @@ class _Compiler:
     def _cycles(self) -> list[str]:
         """Refuse an inheritance cycle, naming it (``a -> b -> a``) at the ``inherits`` of the
         role its search started from; return the roles, each after every role it inherits. One
-        iterative depth-first search over all roles, each role finished once: linear, where following every path from every role took exponential time
-        on a lattice of diamonds (30 levels in a 2 KB file hung loading) and recursed past
-        Python's limit on a chain a thousand roles deep."""
+        iterative depth-first search over all roles, each role finished once: linear, where
+        following every path from every role took exponential time on a lattice of diamonds (30
+        levels in a 2 KB file hung loading) and recursed past Python's limit on a chain a thousand
+        roles deep."""
         roles = self.doc.roles
-        done: dict[str, None] = {}
+        done: dict[str, None] = {}  # the roles finished, in order: each after its parents
         for start in roles:
             if start in done:
                 continue
