@@ -6,6 +6,7 @@ of every role inheriting the hub (25-35 s of lint for a 300 KB policy). Work is 
 from __future__ import annotations
 
 import pytest
+from _call_counts import calls_of
 
 import agentgate.policy._index as index_module
 import agentgate.policy._lint._constraints as constraints
@@ -42,19 +43,6 @@ def _refusal(text: str) -> PolicyError:
     return caught.value
 
 
-def _counting(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:
-    """Count the calls of ``module.name`` (patched for the test): the count is the list's item."""
-    calls = [0]
-    real = getattr(module, name)
-
-    def counting(*args: object) -> object:
-        calls[0] += 1
-        return real(*args)
-
-    monkeypatch.setattr(module, name, counting)
-    return calls
-
-
 def test_a_rule_less_role_inheriting_more_wildcard_rules_than_the_cap_is_refused_at_its_inherits() -> None:
     text = _hub([MOST, MOST, 1], 3)
     error = _refusal(text)
@@ -84,10 +72,10 @@ def test_shadowed_rule_and_a_decision_read_at_most_the_cap_per_rule(
         parse_policy(_hub([MOST] * bases, heirs), source="p.yaml")
     share, rest = divmod(MOST - 1, bases)
     policy = parse_policy(_hub([share + (b < rest) for b in range(bases)], heirs), source="p.yaml")
-    compared = _counting(monkeypatch, constraints, "attenuates")
+    compared = calls_of(monkeypatch, constraints, "attenuates")
     list(ShadowedRule().check(policy))
     assert compared[0] <= 2 * MOST * heirs  # at most two comparisons with each rule it meets
-    read = _counting(monkeypatch, index_module, "_passes")
+    read = calls_of(monkeypatch, index_module, "_passes")
     decision = PolicyIndex(policy).evaluate("q", Call.tool("x", {"n": 10**12}))
     assert decision.outcome.value == "deny"
     assert read[0] <= MOST

@@ -6,36 +6,23 @@ in look-ups, not timed."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from _call_counts import calls_of
 from test_yaml import _error, parser  # noqa: F401 (the fixture)
 
 import agentgate._yaml
 from agentgate._yaml import load_yaml
 
 
-def _counted(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
-    calls = [0]
-    original = getattr(agentgate._yaml, name)
-
-    def counting(*args: Any) -> Any:
-        calls[0] += 1
-        return original(*args)
-
-    monkeypatch.setattr(agentgate._yaml, name, counting)
-    return calls
-
-
 def test_tabs_in_a_comment_are_looked_up_once_a_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _counted(monkeypatch, "_in_comment")
+    calls = calls_of(monkeypatch, agentgate._yaml, "_in_comment")
     data, _ = load_yaml("a: 1 # ?" + "\t" * 500 + "\nb: 2 #\t\t\t\n", source="p.yaml")
     assert data == {"a": 1, "b": 2}
     assert calls[0] == 2
 
 
 def test_tabs_in_a_quoted_scalar_are_not_looked_up_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _counted(monkeypatch, "_inside")
+    calls = calls_of(monkeypatch, agentgate._yaml, "_inside")
     data, _ = load_yaml('a: "?' + "\t" * 500 + '"\n', source="p.yaml")
     assert data == {"a": "?" + "\t" * 500}
     assert calls[0] <= 1
