@@ -1,9 +1,10 @@
 """Review R92: a file nested deeper than PyYAML's own composer can recurse (about 500 levels)
 was refused with no line or column: "nested more than 100 levels deep" and nothing else, with
 libyaml for a malformed file (the re-read that locates libyaml's error recursed), and without
-libyaml for any such file. PyYAML's own composer now counts the depth and refuses the collection
-past ``MAX_DEPTH`` at its start, where the builder refuses one libyaml composed
-(agentgate/_yaml.py)."""
+libyaml for any such file. PyYAML's own composer now counts the depth and stops at 200 levels
+(``_COMPOSER_DEPTH``), refusing the file at the start of the first collection past ``MAX_DEPTH``,
+where the builder refuses one libyaml composed; a file nested 101 to 200 deep is read whole, so
+it gets the error libyaml's path names first (agentgate/_yaml.py, ``_limit_depth``)."""
 
 from __future__ import annotations
 
