@@ -12,6 +12,7 @@ The refusal is made certain here, whatever the user: every ``os.open`` of FILE f
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,16 +26,36 @@ VERBS = {"prove": ("prove", "1"), "report": ("report",)}
 STARTS = {"prove": "c2sp.org/tlog-proof@v1\n", "report": "<!DOCTYPE html>"}
 
 
-@pytest.mark.parametrize("verb", list(VERBS))
-def test_an_empty_out_file_the_user_may_not_read_is_replaced(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, verb: str
-) -> None:
+def run_audit_out(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    verb: str,
+    interfere: Callable[[Path], None],
+) -> Path:
+    """Run ``audit VERB --out FILE`` on a signed log, FILE empty and ``interfere(FILE)`` done just
+    before; check that it wrote what VERB writes, and return FILE (used by
+    tests/test_keys_r91d_audit_out_gone.py)."""
     db = tmp_path / "agentgate.db"
     signed_log(db, 3, after=2)
     out_file = tmp_path / "out.txt"
     out_file.write_text("", encoding="utf-8")
-    fail_reading(monkeypatch, out_file, "open", errno.EACCES)
+    interfere(out_file)
     code, out, err = cli(capsys, "audit", *VERBS[verb], "--store", str(db), "--out", str(out_file))
     monkeypatch.undo()
     assert (code, err) == (0, ""), (code, out, err)
     assert out_file.read_text(encoding="utf-8").startswith(STARTS[verb])
+    return out_file
+
+
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_an_empty_out_file_the_user_may_not_read_is_replaced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, verb: str
+) -> None:
+    run_audit_out(
+        tmp_path,
+        capsys,
+        monkeypatch,
+        verb,
+        lambda out_file: fail_reading(monkeypatch, out_file, "open", errno.EACCES),
+    )

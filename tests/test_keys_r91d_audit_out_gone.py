@@ -15,35 +15,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli import cli
-from _signed_log import log_environment, signed_log
+from _signed_log import log_environment
+from test_keys_r91d_audit_out_empty_unreadable import VERBS, run_audit_out
 
 assert log_environment  # the autouse fixture, imported to apply here
-
-VERBS = {"prove": ("prove", "1"), "report": ("report",)}
-STARTS = {"prove": "c2sp.org/tlog-proof@v1\n", "report": "<!DOCTYPE html>"}
 
 
 @pytest.mark.parametrize("verb", list(VERBS))
 def test_an_out_file_removed_before_its_check_is_taken_as_none(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, verb: str
 ) -> None:
-    db = tmp_path / "agentgate.db"
-    signed_log(db, 3, after=2)
-    out_file = tmp_path / "out.txt"
-    out_file.write_text("", encoding="utf-8")
     real_open = os.open
     removed: list[bool] = []
 
-    def open_once_removed(path: Any, *args: Any, **kwargs: Any) -> int:
-        if os.fspath(path) == str(out_file) and not removed:
-            removed.append(True)
-            out_file.unlink()
-        return real_open(path, *args, **kwargs)
+    def remove_at_first_open(out_file: Path) -> None:
+        def open_once_removed(path: Any, *args: Any, **kwargs: Any) -> int:
+            if os.fspath(path) == str(out_file) and not removed:
+                removed.append(True)
+                out_file.unlink()
+            return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(os, "open", open_once_removed)
-    code, out, err = cli(capsys, "audit", *VERBS[verb], "--store", str(db), "--out", str(out_file))
-    monkeypatch.undo()
+        monkeypatch.setattr(os, "open", open_once_removed)
+
+    run_audit_out(tmp_path, capsys, monkeypatch, verb, remove_at_first_open)
     assert removed
-    assert (code, err) == (0, ""), (code, out, err)
-    assert out_file.read_text(encoding="utf-8").startswith(STARTS[verb])
