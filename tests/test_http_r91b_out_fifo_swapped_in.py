@@ -22,6 +22,31 @@ from agentgate.keys import replace_file
 WAIT_S = 1.5  # far past what the refusal takes (milliseconds): only a blocked open reaches it
 
 
+def write_unless_blocked(
+    monkeypatch: pytest.MonkeyPatch, out: Path, data: bytes, when: str
+) -> list[BaseException]:
+    """``replace_file(out, data)`` in a thread; fail the test if it is still blocked (on a FIFO at
+    ``out``) after WAIT_S, else return what it raised. ``monkeypatch`` is undone first. Used by
+    tests/test_keys_r91d_lease_fifo_swap.py."""
+    raised: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            replace_file(out, data, 0o644)
+        except BaseException as exc:
+            raised.append(exc)
+
+    writing = threading.Thread(target=write, daemon=True)
+    writing.start()
+    writing.join(WAIT_S)
+    monkeypatch.undo()
+    if writing.is_alive():  # blocked opening the FIFO: a writer coming and going ends the wait
+        os.close(os.open(out, os.O_WRONLY | os.O_NONBLOCK))
+        writing.join(WAIT_S)
+        pytest.fail(f"replace_file waited on the FIFO put at its path{when}")
+    return raised
+
+
 def test_a_fifo_swapped_in_after_the_look_is_refused_without_waiting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -38,22 +63,7 @@ def test_a_fifo_swapped_in_after_the_look_is_refused_without_waiting(
         return real_lstat(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "lstat", lstat_before_the_swap)
-    raised: list[BaseException] = []
-
-    def write() -> None:
-        try:
-            replace_file(out, b'{"written": true}', 0o644)
-        except BaseException as exc:
-            raised.append(exc)
-
-    writing = threading.Thread(target=write, daemon=True)
-    writing.start()
-    writing.join(WAIT_S)
-    if writing.is_alive():  # blocked opening the FIFO: a writer coming and going ends the wait
-        os.close(os.open(out, os.O_WRONLY | os.O_NONBLOCK))
-        writing.join(WAIT_S)
-        pytest.fail("replace_file waited on the FIFO put at its path")
-    monkeypatch.undo()
+    raised = write_unless_blocked(monkeypatch, out, b'{"written": true}', "")
     assert len(raised) == 1 and isinstance(raised[0], OSError), raised
     assert "not a regular file is there" in str(raised[0])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["schema.json"]  # the FIFO, nothing written

@@ -14,15 +14,11 @@ from __future__ import annotations
 
 import errno
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from agentgate.keys import replace_file
-
-WAIT_S = 1.5  # far past what the check takes (milliseconds): only a blocked open reaches it
+from test_http_r91b_out_fifo_swapped_in import write_unless_blocked
 
 
 @pytest.mark.skipif(not hasattr(os, "O_PATH"), reason="kernel leases are Linux's")
@@ -55,22 +51,7 @@ def test_a_fifo_swapped_in_while_a_lease_breaks_is_not_waited_on(
 
     monkeypatch.setattr(os, "open", open_as_under_a_lease)
     monkeypatch.setattr(os, "lstat", lstat_then_swap)
-    raised: list[BaseException] = []
-
-    def write() -> None:
-        try:
-            replace_file(out, b'{"written": true}\n', 0o644)
-        except BaseException as exc:
-            raised.append(exc)
-
-    writing = threading.Thread(target=write, daemon=True)
-    writing.start()
-    writing.join(WAIT_S)
-    monkeypatch.undo()
-    if writing.is_alive():  # blocked opening the FIFO: a writer coming and going ends the wait
-        os.close(os.open(out, os.O_WRONLY | os.O_NONBLOCK))
-        writing.join(WAIT_S)
-        pytest.fail("replace_file waited on the FIFO put at its path as the lease broke")
+    raised = write_unless_blocked(monkeypatch, out, b'{"written": true}\n', " as the lease broke")
     assert refused and not fifo.exists(), "the lease's refusal and the swap both happened"
     assert raised == []
     assert out.read_bytes() == b'{"written": true}\n'  # the file checked was the regular one
