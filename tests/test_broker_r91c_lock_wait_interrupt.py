@@ -23,13 +23,35 @@ from agentgate.gate import Authorization
 from agentgate.store.broker_decisions import LeaseDecision
 
 
-class _HungLock:
+class LockStandIn:
+    """The broker's lock as a test stands in for it: ``real``'s, taken and let go as ``real`` is
+    (subclasses change ``acquire`` or ``release``; also tests/test_broker_r91d_lock_release_interrupt.py's)."""
+
+    def __init__(self, real: threading.RLock) -> None:
+        self.real = real
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self.real.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self.real.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+class _HungLock(LockStandIn):
     """The broker's lock, into which ``hang`` puts another thread (a journal write that hangs)
     until the test frees it, or a second passes; the next wait for it after ``hang`` is
     interrupted, as a Ctrl-C pressed during that wait interrupts it."""
 
     def __init__(self, real: threading.RLock) -> None:
-        self.real = real
+        super().__init__(real)
         self.interrupt = False
         self.free = threading.Event()
         self.released = threading.Event()
@@ -51,22 +73,12 @@ class _HungLock:
         if self.interrupt:
             self.interrupt = False
             raise KeyboardInterrupt
-        return self.real.acquire(blocking, timeout)
-
-    def release(self) -> None:
-        self.real.release()
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.release()
+        return super().acquire(blocking, timeout)
 
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
+    """A broker world on a SQLite file (also tests/test_broker_r91d_lock_release_interrupt.py's)."""
     made = World(f"sqlite:///{tmp_path / 'agentgate.db'}", budget=10_000_000)
     yield made
     made.process.gate.close()

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
-from pathlib import Path
-from types import TracebackType
+from collections.abc import Iterable
 
 import pytest
+from test_broker_r91c_lock_wait_interrupt import LockStandIn, world  # noqa: F401 (the fixture)
 from test_broker_restart_budget import World
 
 from agentgate.dispatch.broker import BrokerEvent, GangRequest
 
 
-class _InterruptedAtRelease:
+class _InterruptedAtRelease(LockStandIn):
     """The broker's lock, which raises ``KeyboardInterrupt`` once ``arm``-ed at the first release
     that leaves it held no deeper than when it was armed: a SIGINT that arrived while the broker
     worked, handled at the call of the lock's exit, the first that CPython reaches (the exit of
@@ -30,7 +29,7 @@ class _InterruptedAtRelease:
     review of R92 it raised at the outermost release only, and missed the broker call's exit."""
 
     def __init__(self, real: threading.RLock) -> None:
-        self.real = real
+        super().__init__(real)
         self.depth = 0
         self.armed_at: int | None = None
 
@@ -49,23 +48,13 @@ class _InterruptedAtRelease:
             self.armed_at = None
             raise KeyboardInterrupt
 
-    def __enter__(self) -> bool:
-        return self.acquire()
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.release()
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    made = World(f"sqlite:///{tmp_path / 'agentgate.db'}", budget=10_000_000)
-    yield made
-    made.process.gate.close()
-
-
-def _interrupt_at_release(world: World, call: str, *, once_returned: bool = False) -> _InterruptedAtRelease:
+def _interrupt_at_release(
+    world: World,  # noqa: F811 (the fixture's name)
+    call: str,
+    *,
+    once_returned: bool = False,
+) -> _InterruptedAtRelease:
     """The broker's lock, raising ``KeyboardInterrupt`` at the exit of the broker's next ``call``
     (armed at the depth the call is made at: raised at its own ``with``'s exit), or, with
     ``once_returned``, once that call returned: an interrupt landing as the gated broker releases
@@ -88,7 +77,9 @@ def _interrupt_at_release(world: World, call: str, *, once_returned: bool = Fals
     return lock
 
 
-def test_a_renewal_interrupted_after_the_broker_renewed_is_linked(world: World) -> None:
+def test_a_renewal_interrupted_after_the_broker_renewed_is_linked(
+    world: World,  # noqa: F811 (the fixture)
+) -> None:
     process = world.process
     process.gated.submit(world.trainer, GangRequest("job1", "x", 4, gpu_type="H100"))  # until 1060
     world.clock.now += 30
@@ -104,7 +95,9 @@ def test_a_renewal_interrupted_after_the_broker_renewed_is_linked(world: World) 
     assert world.remaining() == world.budget - world.spent()  # nothing left reserved
 
 
-def test_a_submit_interrupted_after_the_broker_took_it_stands_and_keeps_its_events(world: World) -> None:
+def test_a_submit_interrupted_after_the_broker_took_it_stands_and_keeps_its_events(
+    world: World,  # noqa: F811 (the fixture)
+) -> None:
     process = world.process
     _interrupt_at_release(world, "submit", once_returned=True)
     with pytest.raises(KeyboardInterrupt):
@@ -136,7 +129,9 @@ class _InterruptedAfterExtend(deque[BrokerEvent]):
             raise KeyboardInterrupt
 
 
-def test_a_request_withdrawn_in_its_pass_then_interrupted_keeps_its_own_end(world: World) -> None:
+def test_a_request_withdrawn_in_its_pass_then_interrupted_keeps_its_own_end(
+    world: World,  # noqa: F811 (the fixture)
+) -> None:
     process = world.process
     broker = process.broker
     check = broker.grant_check
