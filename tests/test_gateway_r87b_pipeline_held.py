@@ -34,10 +34,17 @@ class _Served:
     """uvicorn with the bounded protocol (``limits`` as given), whose app answers each request
     with its path and its body's size, and holds ``/held`` until ``release``."""
 
-    def __init__(self, loop: str = "asyncio", limits: HttpLimits | None = None) -> None:
+    def __init__(
+        self,
+        loop: str = "asyncio",
+        limits: HttpLimits | None = None,
+        protocol: type[BoundedHttpToolsProtocol] | None = None,
+    ) -> None:
+        """``protocol``, if given, is served instead of the bounded one with ``limits`` (as
+        tests/test_http_r91c_queued_refusal_unsent.py's counting one)."""
         self.released = threading.Event()
         self.lost = threading.Event()
-        protocol = BoundedHttpToolsProtocol.with_limits(limits or HttpLimits())
+        protocol = protocol or BoundedHttpToolsProtocol.with_limits(limits or HttpLimits())
         config = EmbeddedConfig(
             self._app, http=protocol, interface="asgi3", lifespan="off", log_level="critical", loop=loop
         )

@@ -15,18 +15,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
+from test_gateway_r87b_pipeline_held import HELD, _until
+from test_gateway_r87b_pipeline_held import _Served as _HeldServed
 
-from agentgate._bounded_http import ON_LOST, BoundedHttpToolsProtocol, EmbeddedConfig
+from agentgate._bounded_http import ON_LOST, BoundedHttpToolsProtocol
 from agentgate._http_limits import HttpLimits
 
-HELD = b"GET /held HTTP/1.1\r\nHost: x\r\n\r\n"
 MALFORMED = b"POST /next HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
 
 
@@ -40,22 +38,15 @@ class _Counting(BoundedHttpToolsProtocol):
         return super().refusal_body(status, text)
 
 
-class _Served:
+class _Served(_HeldServed):
     """uvicorn serving ``_Counting``; ``/held`` is answered once ``released`` is set, or not at all
     once its caller is gone (``lost``)."""
 
     def __init__(self) -> None:
         self.made: list[int] = []
-        self.released = threading.Event()
-        self.lost = threading.Event()
-        protocol = type("_Counting", (_Counting.with_limits(HttpLimits()),), {"made": self.made})
-        config = EmbeddedConfig(
-            self._app, http=protocol, interface="asgi3", lifespan="off", log_level="critical"
-        )
-        self.server = uvicorn.Server(config)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.listener]}, daemon=True
+        super().__init__(
+            loop="auto",  # uvicorn's default, as before the class was shared
+            protocol=type("_Counting", (_Counting.with_limits(HttpLimits()),), {"made": self.made}),
         )
 
     async def _app(self, scope: Any, receive: Any, send: Any) -> None:
@@ -69,23 +60,6 @@ class _Served:
             return
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"ok"})
-
-    def __enter__(self) -> _Served:
-        self.thread.start()
-        _until(lambda: self.server.started)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.released.set()
-        self.server.should_exit = True
-        self.thread.join(10)
-
-
-def _until(done: Callable[[], bool], within_s: float = 10.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not done():
-        assert time.monotonic() < deadline, "not within the time allowed"
-        time.sleep(0.005)
 
 
 @pytest.fixture
