@@ -9,9 +9,8 @@ entries each call went from about 0.1 ms to 27 ms. The size is counted only for 
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from test_audit_r70_verify_reads import _spied
 from test_audit_tamper import KEY, ORIGIN, _attack
 
 from agentgate.errors import TamperDetected
@@ -19,19 +18,6 @@ from agentgate.store import Store
 from agentgate.store.audit import AuditLog
 
 CALL = {"principal": "did:key:zAlice", "resource": "gpu:h100"}
-
-
-def _spied(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The SQL of each query ``store`` runs from now on (the store runs them as before)."""
-    sent: list[str] = []
-    real = store.query
-
-    def query(sql: str, params: Any = ()) -> Any:
-        sent.append(sql)
-        return real(sql, params)
-
-    monkeypatch.setattr(store, "query", query)
-    return sent
 
 
 def _granted(store: Store) -> tuple[AuditLog, int, int]:
