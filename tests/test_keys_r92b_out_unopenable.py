@@ -22,6 +22,21 @@ from test_keys_r92_out_name_taken import _leftovers, empty_out, grant_argv, unop
 from agentgate.keys import UnopenableFile, replace_file
 
 
+def _untouched(tmp_path: Path, out_file: Path) -> None:
+    """The empty file left as it was, and nothing else written beside it."""
+    assert out_file.read_bytes() == b""
+    assert _leftovers(tmp_path) == []
+
+
+def _grant_issue(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *argv: str
+) -> tuple[int, str, str]:
+    """``agentgate`` run with ``argv``, the refusal of opening FILE undone after it."""
+    ran = cli(capsys, *argv)
+    monkeypatch.undo()
+    return ran
+
+
 def test_an_empty_file_the_user_may_not_open_is_refused_before_anything_is_done(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -33,8 +48,7 @@ def test_an_empty_file_the_user_may_not_open_is_refused_before_anything_is_done(
         replace_file(out_file, b"ours\n", 0o600, lambda: ran.append(True), exclusive=True)
     monkeypatch.undo()
     assert ran == []  # where grant issue records the grant
-    assert out_file.read_bytes() == b""
-    assert _leftovers(tmp_path) == []
+    _untouched(tmp_path, out_file)
 
 
 def test_grant_issue_refuses_it_with_a_true_message_and_records_nothing(
@@ -45,8 +59,7 @@ def test_grant_issue_refuses_it_with_a_true_message_and_records_nothing(
     unopenable_out: Path,  # noqa: F811 (the fixture)
 ) -> None:
     out_file = unopenable_out
-    code, out, err = cli(capsys, *grant_argv)
-    monkeypatch.undo()
+    code, out, err = _grant_issue(capsys, monkeypatch, *grant_argv)
     assert (code, out) == (2, ""), (code, out, err)
     assert err.count("\n") == 1, err
     assert err.startswith("agentgate: error: new.tok: a file you may not open is there: it cannot be held"), (
@@ -54,8 +67,7 @@ def test_grant_issue_refuses_it_with_a_true_message_and_records_nothing(
     )
     assert "not empty" not in err and "nothing recorded" in err and "--force" in err, err
     assert query(tmp_path / "st.db", "SELECT count(*) FROM agentgate_grants") == [(0,)]
-    assert out_file.read_bytes() == b""
-    assert _leftovers(tmp_path) == []
+    _untouched(tmp_path, out_file)
 
 
 def test_force_replaces_it_where_the_user_may(
@@ -67,8 +79,7 @@ def test_force_replaces_it_where_the_user_may(
 ) -> None:
     """What the refusal says of ``--force`` holds."""
     out_file = unopenable_out
-    code, out, err = cli(capsys, *grant_argv, "--force")
-    monkeypatch.undo()
+    code, out, err = _grant_issue(capsys, monkeypatch, *grant_argv, "--force")
     assert (code, err) == (0, ""), (code, out, err)
     assert out.startswith("wrote new.tok (grant ")
     assert out_file.read_text(encoding="ascii").startswith("ag1.")
