@@ -14,23 +14,16 @@ reads no checkpoint, and the command signs again, as docs/cli.md says it does.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+import test_cli_approval_r70_store_check
 from _cli import cli
 from test_audit_tamper import _attack
 from test_cli_approval_r70_store_check import Asked
 
 from agentgate.store import SQLiteStore
 
-
-@pytest.fixture
-def asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Asked]:
-    monkeypatch.delenv("AGENTGATE_STORE", raising=False)
-    made = Asked(tmp_path)
-    yield made
-    made.gate.close()
+asked = test_cli_approval_r70_store_check.asked  # the fixture, shared
 
 
 def _asked_index(asked: Asked) -> int:

@@ -11,10 +11,8 @@ refuses the payload as one the store holds no entry for, and blames no key.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
+import test_cli_approval_r70_store_check
 from _cli import cli
 from test_audit_tamper import _attack
 from test_cli_approval_r70_store_check import Asked
@@ -22,13 +20,7 @@ from test_cli_approval_r70_store_check import Asked
 from agentgate.errors import BeyondLogEnd, TamperDetected
 from agentgate.store import SQLiteStore
 
-
-@pytest.fixture
-def asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Asked]:
-    monkeypatch.delenv("AGENTGATE_STORE", raising=False)
-    made = Asked(tmp_path)
-    yield made
-    made.gate.close()
+asked = test_cli_approval_r70_store_check.asked  # the fixture, shared
 
 
 def _delete_newest_under_a_checkpoint(asked: Asked) -> int:
