@@ -10,45 +10,33 @@ blank line that ends the proof) is written again, and verifying it is INVALID.
 from __future__ import annotations
 
 import base64
-from pathlib import Path
-from typing import Any
 
 import pytest
+import test_audit_r91_proofbundle_text
+from test_audit_r91_proofbundle_text import _with
 from test_audit_tamper import KEY, ORIGIN
 
 from agentgate.audit import ProofBundle, verify_bundle
 from agentgate.errors import TamperDetected
-from agentgate.store import SQLiteStore
-from agentgate.store.audit import AuditLog
 
-
-@pytest.fixture
-def bundle(tmp_path: Path) -> ProofBundle:
-    with SQLiteStore(tmp_path / "audit.db") as store:
-        log = AuditLog(store, KEY, ORIGIN)
-        log.append_many([{"kind": "deny", "principal": "did:key:zAlice"}] * 3)
-        return log.prove(1)
-
-
-def _with_proof(bundle: ProofBundle, proof: Any) -> ProofBundle:
-    return ProofBundle(bundle.index, bundle.entry, proof, bundle.checkpoint_note)
+bundle = test_audit_r91_proofbundle_text.bundle  # the fixture, shared
 
 
 def test_a_proof_given_as_a_generator_is_written_and_verifies(bundle: ProofBundle) -> None:
-    written = _with_proof(bundle, (h for h in bundle.proof)).text()
+    written = _with(bundle, proof=(h for h in bundle.proof)).text()
     assert written == bundle.text()
     assert verify_bundle(written, KEY.public, ORIGIN)[0].index == 1
 
 
 def test_a_proof_given_as_a_numpy_array_is_written_and_verifies(bundle: ProofBundle) -> None:
     numpy = pytest.importorskip("numpy")
-    written = _with_proof(bundle, numpy.array(list(bundle.proof), dtype=object)).text()
+    written = _with(bundle, proof=numpy.array(list(bundle.proof), dtype=object)).text()
     assert written == bundle.text()
 
 
 def test_a_bundle_parse_reads_with_a_short_hash_is_written_again_and_is_invalid(bundle: ProofBundle) -> None:
     short = bundle.proof[0][:31]
-    text = _with_proof(bundle, (short, *bundle.proof[1:])).text()
+    text = _with(bundle, proof=(short, *bundle.proof[1:])).text()
     assert base64.b64encode(short).decode() in text.split("\n")
     parsed = ProofBundle.parse(text)
     assert parsed.proof[0] == short and parsed.text() == text
