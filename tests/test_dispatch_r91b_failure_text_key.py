@@ -13,21 +13,11 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from test_dispatch_r91b_inner_key_cut import KEY, _pieces
 
 from agentgate.dispatch.backends import _QUOTED, _failure_text
 
-KEY = "Zq7Vw3XkP9mR2tLs8YbN4cHd"
 PAYLOAD = {"model": "m", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8}
-
-
-def _pieces(text: str) -> list[str]:
-    """Every piece of ``KEY`` of 3 characters or more found in ``text``."""
-    return [
-        KEY[i : i + n]
-        for n in range(3, len(KEY) + 1)
-        for i in range(len(KEY) - n + 1)
-        if KEY[i : i + n] in text
-    ]
 
 
 @pytest.mark.parametrize("before_cut", [3, 5, 7, 12, 15])

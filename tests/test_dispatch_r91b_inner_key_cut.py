@@ -35,11 +35,12 @@ PROMPT = "Summarise the quarterly report for the board, " * 30
 PAYLOAD = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 8}
 
 
-def _pieces(text: str) -> list[str]:
-    """Every piece of ``KEY`` of 3 characters or more found in ``text``."""
+def _pieces(text: str, shortest: int = 3) -> list[str]:
+    """Every piece of ``KEY`` of ``shortest`` (3) characters or more found in ``text`` (also
+    tests/test_dispatch_r91b_failure_text_key.py's and tests/test_dispatch_r91c_key_piece_at_the_read.py's)."""
     return [
         KEY[i : i + n]
-        for n in range(3, len(KEY) + 1)
+        for n in range(shortest, len(KEY) + 1)
         for i in range(len(KEY) - n + 1)
         if KEY[i : i + n] in text
     ]
