@@ -3,6 +3,8 @@ words, for any call ``PolicyIndex.evaluate`` decides."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentgate.capabilities import Call
 from agentgate.findings import Outcome
 from agentgate.policy import PolicyIndex, explain, parse_policy
@@ -45,3 +47,18 @@ def test_a_call_holding_an_integer_too_long_to_write_is_explained() -> None:
     # Denied since review R86c, as the Gate denies it: no canonical JSON writes such an integer.
     assert decision.outcome is Outcome.DENY and "(args_not_canonical)" in said
     assert '{"max_tokens": 5, "stop": <list with an integer of too many digits to write>}' in said
+
+
+def test_a_bytes_principal_is_named_as_given_not_as_the_principal_it_spells() -> None:
+    """Review R93: a principal given as bytes (from a Python caller) is denied, its reason quoting
+    ``b'bot'``; the account's first line decoded the bytes and read "DENY: bot calling ...",
+    naming a principal that is allowed the call. It now quotes the value as the reason does."""
+    index = PolicyIndex(parse_policy(POLICY, source="p.yaml"))
+    call = Call.tool("t", {"x": 7})
+    given: Any = b"bot"
+    decision, said = explain(index, given, call)
+    assert decision.outcome is Outcome.DENY
+    assert said.splitlines()[0] == "DENY: b'bot' calling tool:t with {\"x\": 7}"
+    decision, said = explain(index, "bot", call)
+    assert decision.outcome is Outcome.ALLOW
+    assert said.splitlines()[0] == 'ALLOW: bot calling tool:t with {"x": 7}'
