@@ -106,7 +106,8 @@ def test_bad_inventory_is_rejected_with_file_and_line(text: str, line: int, word
         (
             ("engine: vllm", "engine: vllm\n    api_key_env: 1KEY"),
             14,
-            "'1KEY' must be an environment variable's name",
+            "api_key_env: the value given (not shown: it may be the key itself) must be an "
+            "environment variable's name",
         ),
     ],
 )

@@ -835,7 +835,15 @@ def inventory_from_mapping(
         elif err["type"] == "string_pattern_mismatch" and (
             said := _PATTERNS_SAID.get((err.get("ctx") or {}).get("pattern", ""))
         ):
-            message = f"{field}: {shortened(str(err['input']))!r} must be {said}"
+            # An api_key_env that is no variable's name is most likely the key itself, pasted in
+            # its place (most keys hold a "-": sk-proj-...), so it is not quoted, as a relative
+            # api_key_file is not; until review R93 it was, whole, on the terminal and in logs.
+            given = (
+                "the value given (not shown: it may be the key itself)"
+                if loc[-1:] == ("api_key_env",)
+                else repr(shortened(str(err["input"])))
+            )
+            message = f"{field}: {given} must be {said}"
         # A key at fault is located at the key, not at its value (maybe on the line below).
         raise _located(source, lines, loc, message, key=unknown or bad_key) from None
 
