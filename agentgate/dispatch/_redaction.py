@@ -286,19 +286,35 @@ def _prompt_texts(payload: Mapping[str, Any] | None) -> list[str]:
     characters past ASCII as they are (FastAPI's, vLLM's) and escaped (Python's ``json`` by
     default, Flask's), each text once however many messages hold it (until review R89 a body of
     N messages alike gave N texts alike, and ``_scrub`` looked for each). None for no payload (a
-    call without a body)."""
+    call without a body). A message's texts are its content (a text, or the ``text`` of each of
+    its parts), its ``reasoning_content`` and ``refusal``, and the ``arguments`` of each of its
+    ``tool_calls`` (model output built from the user's data: until review R93 a backend's 400
+    echoing them was quoted, while the gate keeps the same values out of the audit log)."""
     messages = payload.get("messages") if payload is not None else None
     found: dict[str, None] = {}
     seen: set[str] = set()
     for message in messages if isinstance(messages, list) else ():
-        content = message.get("content") if isinstance(message, Mapping) else None
-        parts = content if isinstance(content, list) else [content]
-        for part in parts:
-            text = part.get("text") if isinstance(part, Mapping) else part
+        for text in _message_texts(message):
             if isinstance(text, str) and len(text) >= _FRAGMENT and text not in seen:
                 seen.add(text)
                 found.update(dict.fromkeys(_written(text)))
     return list(found)
+
+
+def _message_texts(message: object) -> list[object]:
+    """The values of ``message`` (one of a request's ``messages``, of any shape) that may hold a
+    text of the prompt (``_prompt_texts`` keeps those that are text)."""
+    if not isinstance(message, Mapping):
+        return []
+    content = message.get("content")
+    parts = content if isinstance(content, list) else [content]
+    texts = [part.get("text") if isinstance(part, Mapping) else part for part in parts]
+    texts += [message.get("reasoning_content"), message.get("refusal")]
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, Mapping) else None
+        texts.append(function.get("arguments") if isinstance(function, Mapping) else None)
+    return texts
 
 
 def _written(text: str) -> tuple[str, ...]:
