@@ -190,9 +190,17 @@ class _Approvals:
         ``call_key``: the framework call asking (``_scoped_call_key``); an approval of a request
         keyed to another (the same call hash asked in another LangGraph thread) is that run's,
         whatever became of it: a resumed node replays the answers it was given in order, so an
-        approval not counted once must not count later (once its own run used it, say)."""
+        approval not counted once must not count later (once its own run used it, say).
+
+        The store's request of the approval's id must be for this call too: the signature covers
+        the call hash, not the id. Until review R93 an approval whose id was changed on its way to
+        another pending request's reached the vote, which re-tallied that request under this
+        call's rule (its quorum, voters and state) before refusing it, and the change committed.
+        A request the store does not hold is refused where the approval is used (``consume``)."""
         if approval.call_hash != request["call_hash"]:
             return "approval not counted: it was given for another call"
+        if self._asked_for_another_call(approval.request, request["call_hash"]):
+            return f"approval not counted: it was given for another call (request {approval.request[:100]!r})"
         if call_key is not None and self.approvals.call_key_of(approval.request) not in (None, call_key):
             # Until review R55 two threads asking the same call shared one request: an approval
             # shown in one thread's interrupt ran the call in the other.
@@ -203,6 +211,14 @@ class _Approvals:
         if not approval.verify():
             return f"approval not counted: its signature is not {approval.approver}'s"
         return None
+
+    def _asked_for_another_call(self, request_id: str, call_hash: str) -> bool:
+        """Whether the store holds request ``request_id`` and it was asked for a call other than
+        ``call_hash`` (a request's call hash never changes once asked)."""
+        try:
+            return self.approvals.get(request_id).call_hash != call_hash
+        except InputError:  # no such request
+            return False
 
     @staticmethod
     def _signer_refusal(approver: str, requester_did: object, voters: Collection[str] | None) -> str | None:
