@@ -552,7 +552,8 @@ class ApprovalStore:
         denied or used, ``InputError`` if there is no such request. A request approved and not yet
         used still takes a vote (one more approver on record; under a ``rule`` that has since
         raised the quorum, one it needs). With ``call_hash``, the yes counts only if the request
-        is for that call.
+        is for that call; a request for another call is refused (``Denied``) before anything of it
+        is written, ``rule``'s quorum and voters included.
         """
         now = time.time() if now is None else now
         if tx is None:
@@ -564,6 +565,13 @@ class ApprovalStore:
         # second's count sees the first's vote. Each counting only its own, at READ COMMITTED,
         # left a request of quorum 2 pending for good with both votes in. Under ``rule`` the update
         # also brings the request to the policy in force.
+        if call_hash is not None and not tx.execute(
+            "SELECT 1 FROM approvals WHERE id = ? AND call_hash = ?", (approval_id, call_hash)
+        ):
+            # Refused before ``_retally``: until review R93 another call's request was brought to
+            # this call's rule (quorum, counted voters, state), and a caller that caught the
+            # refusal (a vote not counted) committed that.
+            self._explain(tx, approval_id, now, approver=approver, call_hash=call_hash)
         if rule is None:
             self._run(
                 tx, "UPDATE approvals SET state = state WHERE id = ? AND state = 'pending'", (approval_id,)
