@@ -12,7 +12,8 @@ server on its own thread and event loop. Engine steps take their simulated durat
   a 400 with an OpenAI error body
   (``_request.py``); a body over ``MAX_BODY_BYTES`` (16 MiB) is a 413 as soon as it passes the
   limit (the rest is not buffered), and one that has not arrived in full ``body_timeout_s``
-  (default 30) seconds after its headers is a 408.
+  (default 30) seconds after its headers is a 408. A ``model`` other than ``model_name`` is a
+  404 of type ``"not_found_error"``, the name quoted to 60 characters.
   A request head (line and headers) must arrive within ``head_timeout_s`` (default 10) seconds and
   be at most ``max_head_bytes`` (default 4 MiB), else a bare 408 or 431 and the connection is
   closed. The server speaks the bounded HTTP protocol the gateway also speaks
@@ -616,7 +617,7 @@ class SimServer:
         except ClientDisconnect:
             return _error(400, "invalid_request_error", "the client went away")
         if chat.model is not None and chat.model != self.model_name:
-            return _error(404, "not_found_error", f"model {chat.model!r} not served")
+            return _error(404, "not_found_error", f"model {quoted(chat.model, 60)} not served")
         runner = self._runner
         assert runner is not None
         rid = f"chatcmpl-sim{self.port}-{next(self._ids)}"
