@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from agentgate._numbers import finite
+from agentgate._shown import quoted
 from agentgate.errors import InputError
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -62,9 +63,12 @@ def chain_hashes(ids: Iterable[object]) -> tuple[int, ...]:
 
 
 def load_trace(path: str | Path, limit: int | None = None) -> list[TraceRequest]:
-    """Read an Azure CSV or Mooncake JSONL trace (chosen by suffix), first ``limit`` requests.
+    """Read an Azure CSV or Mooncake JSONL trace (chosen by suffix), first ``limit`` requests
+    (``None``: all of them).
 
-    Raises ``InputError`` naming the file and line for unreadable or malformed rows.
+    Raises ``InputError`` naming the file and line for unreadable or malformed rows, and for a
+    ``limit`` that is not ``None`` or an integer of 0 or more (until review R93 ``"2"`` was a bare
+    ``TypeError`` from the read loop, ``-1`` read nothing and ``1.5`` read two rows).
     """
     p = Path(path)
     if p.suffix == ".csv":
@@ -74,8 +78,15 @@ def load_trace(path: str | Path, limit: int | None = None) -> list[TraceRequest]
     raise InputError(f"{p}: unknown trace format (expected .csv or .jsonl)")
 
 
+def _check_limit(limit: object) -> None:
+    """Refuse a ``limit`` of requests that is not ``None`` or an integer of 0 or more."""
+    if limit is not None and not (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0):
+        raise InputError(f"limit must be None or an integer of 0 or more, not {quoted(limit, 40)}")
+
+
 def load_mooncake(path: Path, limit: int | None = None) -> list[TraceRequest]:
     """Read a Mooncake JSONL trace (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``)."""
+    _check_limit(limit)
     out: list[TraceRequest] = []
     try:
         with path.open("rb") as fh:
@@ -114,6 +125,7 @@ def load_azure(path: Path, limit: int | None = None) -> list[TraceRequest]:
     UTC), never in the loading machine's zone, so that arrivals are the same everywhere; one with
     a zone, in its zone (until review R82 a stamp with a fraction of a second lost it: the text
     was cut at 26 characters, which ``fromisoformat`` has not needed since Python 3.11)."""
+    _check_limit(limit)
     out: list[TraceRequest] = []
     try:
         with path.open("rb") as fh:
