@@ -213,7 +213,9 @@ def replay(
     with a ``KeyError`` midway, or gave the second's outcome for both), and for a request whose
     ``hashes`` are of other blocks than an engine's ``block_tokens`` (until review R66 an engine
     read them at its own size: a Mooncake trace's 512-token shared blocks were cached as 16 tokens
-    each on a default engine).
+    each on a default engine), and for ``requests`` that are not a sequence (a generator) or
+    ``engines`` that are not a mapping of names to ``Engine`` (until review R93 a bare
+    ``TypeError`` or ``AttributeError``).
     """
     if not (
         (finite(scrape_interval) or scrape_interval == math.inf) and scrape_interval >= MIN_SCRAPE_INTERVAL_S
@@ -228,6 +230,20 @@ def replay(
         raise InputError(
             f"max_wait_s must be a number of seconds, 0 or more (inf: no limit), not {quoted(max_wait_s, 40)}"
         )
+    if not isinstance(requests, Sequence):
+        # A generator was used up by the checks below, then had no len() (until review R93).
+        raise InputError(
+            f"requests must be a sequence of TraceRequest (a list, a tuple), not {shown(requests)}"
+        )
+    if not isinstance(engines, Mapping):
+        raise InputError(f"engines must be a mapping of backend names to Engine, not {shown(engines)}")
+    for name, engine in engines.items():
+        if not isinstance(engine, Engine):
+            # Until review R93 a LatencyModel given for its Engine was a bare AttributeError midway.
+            raise InputError(
+                f"engines[{quoted(name, 60)}] must be an Engine (Engine(model, config) runs a "
+                f"LatencyModel), not {shown(engine)}"
+            )
     ids: set[str] = set()
     for position, r in enumerate(requests):
         _check_request(position, r)
