@@ -142,6 +142,11 @@ class Authorization:
     quota_never_fits: bool = False
     """With ``quota_exceeded``: the call alone counts more than the quota's whole limit, so no
     window can ever hold it (retrying is pointless)."""
+    unmetered: bool = False
+    """Refused because a budget of the chain, or a policy quota, cannot meter the call (a budget
+    in a unit agentgate does not charge; a budget or quota in tokens or money, for a model call
+    without its token estimate): the Gate fails closed, and retrying is pointless. Until review
+    R93 nothing told this refusal from a used approval's, which the gateway answered it as."""
     once_key: str | None = None
     """For an allowed call of a non-idempotent tool with a call id: its idempotency key, under
     which the Gate records that it ran (``store.once``), so that it never runs twice. For such a

@@ -294,19 +294,21 @@ class _Recording:
         amounts = self._cost(auth.call, tokens)
         by_unit = self._caps(decision)
         if not by_unit.keys() <= _METERED:
-            return self._write_refusal(replace(auth, reasons=(self._unmetered(by_unit),)), tx)
+            refused = replace(auth, reasons=(self._unmetered(by_unit),), unmetered=True)
+            return self._write_refusal(refused, tx)
         if tokens is None and auth.call.resource.startswith("model:"):
             # Without its estimate a model call costs no tokens and no money (``_cost``): a budget
             # or a quota in those units could not charge it, nor ever refuse it. Fail closed.
             if by_unit.keys() & _METERED_BY_TOKENS:
-                return self._write_refusal(replace(auth, reasons=(self._unmetered(by_unit),)), tx)
+                refused = replace(auth, reasons=(self._unmetered(by_unit),), unmetered=True)
+                return self._write_refusal(refused, tx)
             unmetered = next((q for q in quotas if q.unit in _METERED_BY_TOKENS), None)
             if unmetered is not None:
                 reason = (
                     f"quota {unmetered.name} counts {unmetered.unit}: a model call it counts needs "
                     "its token estimate (tokens=)"
                 )
-                return self._write_refusal(replace(auth, reasons=(reason,)), tx)
+                return self._write_refusal(replace(auth, reasons=(reason,), unmetered=True), tx)
         reserve = [
             (unit, caps, amounts.get(unit, 0)) for unit, caps in by_unit.items() if amounts.get(unit, 0) > 0
         ]

@@ -387,8 +387,11 @@ class GatewayGate(Gate):
             prompt_tokens=prompt_most,
         )
         if not recorded.allowed:
-            # The authority allowed the call; the ledger could not hold its reservation, a policy
-            # quota's window is full, or the approval was used or expired meanwhile.
+            # The authority allowed the call; the chain's budget cannot meter it, the ledger could
+            # not hold its reservation, a policy quota's window is full, or the approval was used
+            # or expired meanwhile (until review R93 an unmetered budget was answered as that).
+            if recorded.unmetered:
+                return GatewayDecision(recorded, 403, "budget_not_metered")
             if recorded.budget_exhausted:
                 return GatewayDecision(recorded, 402, "budget_exhausted")
             if recorded.budget_never_fits:  # not spent: the call alone is more than it holds
