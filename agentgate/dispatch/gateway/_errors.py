@@ -110,8 +110,9 @@ def _dispatch_error(exc: AgentGateError) -> Response:
     remote callers; when every backend that could serve the call is held down by its own
     ``Retry-After``, the seconds until the first is tried again (rounded up) are its
     ``Retry-After`` and in its message. A request the backend refused as invalid keeps the
-    backend's message, it is about the request, but not the backend's name. An answer over
-    ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``) is 400 ``answer_too_large``, charged its reservation:
+    backend's message, it is about the request, but not the backend's name; any other error,
+    the dispatcher's own included, is 503 ``not_served`` with a fixed message, its text logged.
+    An answer over ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``) is 400 ``answer_too_large``, charged its reservation:
     the call asked for it (a 4xx, which the OpenAI SDKs do not retry, each retry generating it again).
     An answer whose usage is not token counts (``UsageUnreadable``) is 502 ``backend_failed``,
     charged its reservation: the backend ran the call (until review R68 "nothing was charged").
@@ -151,17 +152,18 @@ def _dispatch_error(exc: AgentGateError) -> Response:
             "does not read: ask for fewer tokens or log-probabilities; the call was charged its reservation"
         )
         return error_response(400, message, "answer_too_large")
-    if isinstance(exc, DispatchError):
+    if isinstance(exc, DispatchError) and " rejected the request: " in str(exc):
         # The backend's words are about the request, the caller's to read; which backend said
         # them (``BackendClient``'s "<name> rejected the request: ...") is the log's.
-        _, named, words = str(exc).partition(" rejected the request: ")
-        if named:
-            _log.info("agentgate gateway: %s", exc)
-        message = f"the backend rejected the request: {words}" if named else str(exc)
-        return error_response(400, message, "rejected_by_backend")
-    # An error that is not the dispatcher's (an ``InputError`` for a routing argument, say) has a
-    # fixed code: its class name, the code until review R83, made the metrics' label set as open
-    # as the exceptions that can get here.
+        _log.info("agentgate gateway: %s", exc)
+        words = str(exc).partition(" rejected the request: ")[2]
+        return error_response(400, f"the backend rejected the request: {words}", "rejected_by_backend")
+    # Any other error (an ``InputError`` for a routing argument; the dispatcher's own, such as
+    # "the dispatcher is not started" where the ASGI server ran no lifespan) has a fixed code and
+    # message: its class name, the code until review R83, made the metrics' label set as open as
+    # the exceptions that can get here, and until review R93 a ``DispatchError`` no backend
+    # raised was answered 400 ``rejected_by_backend`` with its own text, which told the caller
+    # its request was invalid (the SDKs do not retry a 400) and passed it the gateway's internals.
     _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
     return error_response(503, "the call could not be served; nothing was charged", NOT_SERVED)
 
