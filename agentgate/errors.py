@@ -270,6 +270,14 @@ class BackendFailed(DispatchError):
         self.after_output = after_output
 
 
+class RequestRejected(DispatchError):
+    """A backend refused the request itself as invalid (HTTP 400, 413 or 422): the caller's to
+    fix, not retried on another backend, the backend not marked down. Its message is the
+    backend's name and words: "NAME rejected the request: HTTP 400: ...". The gateway answers it
+    400 ``rejected_by_backend`` (until review R93 it matched that wording in any
+    ``DispatchError``)."""
+
+
 class BackendRejectedCredentials(BackendFailed):
     """A backend answered 401 or 403: it refused the credentials agentgate sent it (or wants some
     and none are configured). The dispatcher stops using it until it accepts them again."""

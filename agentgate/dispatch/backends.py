@@ -5,7 +5,8 @@ One pooled ``httpx.AsyncClient`` serves every backend; chat calls (streamed or n
 1 ms less per call than httpx's async client). Whatever goes wrong below this module
 (refused connection, timeout, a connection cut mid-stream, an HTTP error, bytes that are not the
 JSON or SSE promised) surfaces as ``BackendFailed``, which the dispatcher answers by failing
-over; a 4xx that says the request itself is bad surfaces as ``DispatchError`` and is not retried.
+over; a 4xx that says the request itself is bad surfaces as ``RequestRejected`` (a ``DispatchError``)
+and is not retried.
 A 401 or 403 is about agentgate's credentials, not the caller's request: it surfaces as
 ``BackendRejectedCredentials`` (a ``BackendFailed``).
 
@@ -105,6 +106,7 @@ from agentgate.errors import (
     BackendRejectedCredentials,
     DispatchError,
     InputError,
+    RequestRejected,
     UsageUnreadable,
 )
 
@@ -425,7 +427,7 @@ class BackendClient:
         ``BackendFailed`` on any transport failure, timeout, redirect, 5xx/429, an error
         reported with HTTP 200 (``_reject_error``) or a malformed body (a body that is not JSON, a
         choice that is not an object with a message object, any choice whose content is neither a string, null nor absent, a ``finish_reason`` that is not a string, usage that is
-        not counts: see ``_usage``); ``DispatchError`` when the backend rejects the request as
+        not counts: see ``_usage``); ``RequestRejected`` when the backend rejects the request as
         invalid (400, 422, ...); ``BackendRejectedCredentials`` for 401/403; ``FieldError`` before
         anything is sent for a payload value JSON cannot write (``_encode``). No message holds the
         backend's key (``_shown``).
@@ -841,7 +843,7 @@ class BackendClient:
 
     def _check_status(self, status: int, text: str, retry_after: str | None = None) -> None:
         """Raise for an answer that is not a success: ``BackendRejectedCredentials`` for 401/403
-        (the backend's text left out), ``DispatchError`` quoting ``text`` for a request the
+        (the backend's text left out), ``RequestRejected`` quoting ``text`` for a request the
         backend calls invalid, else ``BackendFailed`` quoting it; for a 429 or 503, with the time
         its ``retry_after`` header asks for (``retry_after_s``) as ``retry_after_s``."""
         if status < 300:
@@ -856,7 +858,7 @@ class BackendClient:
                 f"{self.backend.name} rejected our credentials: HTTP {status} for {configured}"
             )
         if status in _CALLER_ERRORS:
-            raise DispatchError(f"{self.backend.name} rejected the request: HTTP {status}: {text}")
+            raise RequestRejected(f"{self.backend.name} rejected the request: HTTP {status}: {text}")
         wait = retry_after_s(retry_after) if status in _BUSY else None
         asked = "" if wait is None else f" (Retry-After: {wait:g} s)"
         raise BackendFailed(f"{self.backend.name}: HTTP {status}{asked}: {text}", retry_after_s=wait)

@@ -20,8 +20,8 @@ from agentgate.errors import (
     AgentGateError,
     AnswerTooLarge,
     BackendFailed,
-    DispatchError,
     NoBackend,
+    RequestRejected,
     Shed,
     UnknownModel,
     UsageUnreadable,
@@ -152,7 +152,7 @@ def _dispatch_error(exc: AgentGateError) -> Response:
             "does not read: ask for fewer tokens or log-probabilities; the call was charged its reservation"
         )
         return error_response(400, message, "answer_too_large")
-    if isinstance(exc, DispatchError) and " rejected the request: " in str(exc):
+    if isinstance(exc, RequestRejected):
         # The backend's words are about the request, the caller's to read; which backend said
         # them (``BackendClient``'s "<name> rejected the request: ...") is the log's.
         _log.info("agentgate gateway: %s", exc)
