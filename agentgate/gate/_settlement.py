@@ -113,14 +113,12 @@ class _Settlement:
             # (review R62, sixteenth performance pass, docs/langgraph.md).
             yield from self._carried(carried)
         except BaseException as exc:
-            self._written_unknown(carried, exc)
             self._outcomes.restore(carried)
             if isinstance(exc, CommitUnknown):
                 self._settle_unknown(deciding.allowed, exc.session)
             raise
         finally:
             _DECIDING.reset(token)
-        self._written_unknown(carried, None)
         for span in deciding.spans:
             span()
 
@@ -234,7 +232,7 @@ class _Settlement:
             refused = self._carry(tx, batch, dropped)
             yield tx
         self._outcomes.restore(refused, retry_after_s=OUTCOME_RETRY_S)  # committed: try them again
-        if self._outcome_spans or self._decided_unknown:
+        if self._outcome_spans or self._decided_unknown or self._outcome_at:
             for outcome, exc in dropped:
                 self._span_refused(outcome[0], exc)
             kept = {id(outcome) for outcome in refused}
@@ -242,8 +240,12 @@ class _Settlement:
 
     def _forget_written(self, written: list[PendingOutcome]) -> None:
         """Forget what ``written`` outcomes, committed, waited for: whether a lost decision
-        committed (``_decided_unknown``, read in the transaction that wrote them); their call
+        committed (``_decided_unknown``, read in the transaction that wrote them), where an
+        earlier transaction whose end is not known appended them (``_outcome_at``); their call
         spans say so and end (``_outcome_spans``)."""
+        if self._outcome_at:
+            for outcome in written:
+                self._outcome_at.pop(id(outcome[0]), None)
         if self._decided_unknown:
             for outcome in written:
                 self._decided_unknown.pop(id(outcome[0]), None)
@@ -300,24 +302,11 @@ class _Settlement:
         except AgentGateError as exc:
             # Kept, not dropped: a store that was restarted or unreachable takes them at a later
             # commit (a decision's, or this thread's, retried once a second).
-            self._written_unknown(batch, exc)
             self._outcomes.restore(batch, retry_after_s=OUTCOME_RETRY_S)
             _log.error("agentgate: %d outcomes not recorded yet (kept, retried): %s", len(batch), exc)
-        except BaseException as exc:  # Ctrl-C or SIGTERM in the commit: kept for the flush at exit
-            self._written_unknown(batch, exc)
+        except BaseException:  # Ctrl-C or SIGTERM in the commit: kept for the flush at exit
             self._outcomes.restore(batch)
             raise
-        else:
-            self._written_unknown(batch, None)
-
-    def _written_unknown(self, batch: list[PendingOutcome], failed: BaseException | None) -> None:
-        """Forget where the outcomes of ``batch`` were appended, once the transaction that wrote
-        them has ended (``failed``: how, ``None`` when it committed), unless its end is not known
-        (``CommitUnknown``): the server may have committed them, and ``_write_outcome`` then
-        looks there before it writes one again."""
-        if self._outcome_at and not isinstance(failed, CommitUnknown):
-            for outcome in batch:
-                self._outcome_at.pop(id(outcome[0]), None)
 
     def _carry_all(self, tx: Transaction, batch: list[PendingOutcome]) -> None:
         """Write every outcome of ``batch`` first thing in ``tx``, without a savepoint; raise
@@ -401,19 +390,24 @@ class _Settlement:
         """Whether an outcome that ``exc`` kept from being written is to be tried again (see
         ``_carry``); logged when it is."""
         if isinstance(exc, MalformedRow) or not isinstance(exc, (StoreError, *self.store.driver_errors)):
-            self._outcome_refused_at.pop(id(auth), None)  # dropped: its id may name another one later
-            self._decided_unknown.pop(id(auth), None)
+            self._dropped(auth)
             return False
         now = time.monotonic()
         first = self._outcome_refused_at.setdefault(id(auth), now)
         if now - first > OUTCOME_RETRY_FOR_S:
-            del self._outcome_refused_at[id(auth)]
-            self._decided_unknown.pop(id(auth), None)
+            self._dropped(auth)
             return False
         _log.warning(
             "agentgate: outcome of audit entry %s not recorded yet (kept, retried): %s", auth.audit_index, exc
         )
         return True
+
+    def _dropped(self, auth: Authorization) -> None:
+        """Forget what ``auth``'s outcome, dropped for good (``_try_again``), waited for: its id
+        may name another one later."""
+        self._outcome_refused_at.pop(id(auth), None)
+        self._decided_unknown.pop(id(auth), None)
+        self._outcome_at.pop(id(auth), None)
 
     def _write_outcome(
         self,
@@ -494,9 +488,13 @@ class _Settlement:
 
     def _in_log(self, tx: Transaction, auth: Authorization) -> bool:
         """Whether ``auth``'s outcome is the entry at the index an earlier transaction appended it
-        at (``_outcome_at``: kept only while that transaction's end is unknown), read in ``tx``.
-        The entry's time tells it from another one there (that transaction rolled back, and
-        another writer's entry took the index)."""
+        at (``_outcome_at``), read in ``tx``. The entry's time tells it from another one there
+        (that transaction rolled back, and another writer's entry took the index). It is kept
+        until a transaction that wrote or found the outcome commits (``_forget_written``), or
+        the outcome is dropped (``_dropped``): until review R93 any end but ``CommitUnknown``
+        forgot it, and when the retry after a lost COMMIT's answer failed too (its BEGIN, a lock
+        timeout, Ctrl-C) the next commit wrote the outcome a second time, saying its reservation
+        "was settled before this outcome"."""
         at = self._outcome_at.get(id(auth))
         if at is None:
             return False
