@@ -122,10 +122,20 @@ class GatedBroker(_Recording):
     ``name`` is the broker's name in the store, the same as its journal's
     (``BrokerLeaseStore(store, broker=name)``). Calls are serialized: each one decides through the
     Gate, whose decisions run one at a time anyway. It sets ``broker.grant_check``
-    (``_revoked_grant``): one ``GatedBroker`` per broker.
+    (``_revoked_grant``): one ``GatedBroker`` per broker. Raises ``BrokerError`` for a ``broker``
+    another ``GatedBroker`` holds already (its ``grant_check``): until review R93 the second
+    took the check over, found no decision of the first's requests in its store, and let a waiting
+    request of a revoked grant take GPUs; and each took the other's events.
     """
 
     def __init__(self, gate: Gate, broker: Broker, *, name: str = "default") -> None:
+        holder = getattr(broker.grant_check, "__self__", None)
+        if isinstance(holder, GatedBroker):
+            raise BrokerError(
+                f"the broker is behind a GatedBroker already (name {holder.decisions.broker!r}): "
+                f"a second one (name {name!r}) would take its grant_check and its events over; "
+                "one GatedBroker per broker"
+            )
         self.gate = gate
         self.broker = broker
         self.decisions = BrokerDecisionStore(gate.store, name)
