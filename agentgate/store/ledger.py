@@ -468,7 +468,11 @@ class BudgetLedger:
         PostgreSQL's index of the ledger cannot hold (until review R87 SQLite reserved against it).
         A cap in ``caps`` of a grant of ``chain`` that is not a whole number of minor units from 0
         to ``MAX_AMOUNT`` is an ``InputError`` too, nothing written (until review R91 one past
-        ``MAX_AMOUNT`` overflowed the column: a ``StoreError``). A reservation against one grant's
+        ``MAX_AMOUNT`` overflowed the column: a ``StoreError``). ``caps`` that is not a mapping,
+        or names no grant of ``chain``, is an ``InputError``, nothing written: until review R93
+        such a reservation charged no budget, bounded no amount, and was stored with an empty
+        chain that only this ledger could settle (any other read it as a malformed row).
+        A reservation against one grant's
         budget writes nothing when it raises: a caller may go on in ``tx`` without a savepoint.
         """
         amount = _amount(amount, "amount")
@@ -484,8 +488,12 @@ class BudgetLedger:
             raise InputError(
                 f"unit must be None or a budget unit name ({BUDGET_UNIT_RULE}), got {quoted(unit)}"
             )
+        if not isinstance(caps, Mapping):
+            raise InputError(f"caps must be a mapping of grant id to cap, got {quoted(caps, 60)}")
         # Every cap checked before any statement: a malformed one refuses with nothing written.
         budgets = [(grant_id, _cap(caps[grant_id], grant_id)) for grant_id in chain if grant_id in caps]
+        if not budgets:
+            raise InputError("no grant of the chain has a cap in caps: there is no budget to reserve against")
         if tx is not None:  # the gate's path: no context manager layer per call
             return self._reserve(tx, budgets, amount, unit)
         with self.store.transaction() as own:
