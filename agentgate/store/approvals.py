@@ -51,6 +51,7 @@ from agentgate.store._base import (
     unix_time,
 )
 from agentgate.store.grants import GRANTS_DDL
+from agentgate.store.ledger import may_be_stored
 
 _DIALECT_FREE_DDL = """CREATE TABLE IF NOT EXISTS approval_grants (
     approval_id TEXT NOT NULL REFERENCES approvals (id),
@@ -211,6 +212,16 @@ class QuorumRule:
             return "1 = 0", ()
         ordered = tuple(sorted(self.voters))
         return f"approver IN ({', '.join('?' * len(ordered))})", ordered
+
+
+def _request_id(approval_id: object) -> str:
+    """``approval_id`` as a request's id: text that a stored id may be (``ledger.may_be_stored``:
+    no NUL character nor lone surrogate); else ``InputError``, as for an id no request has. Until
+    review R93 a list was a ``StoreError`` about the parameter's type and a lone surrogate a
+    ``StoreError`` too: to a caller that fails closed, the store failing."""
+    if not (isinstance(approval_id, str) and may_be_stored(approval_id)):
+        raise InputError(f"no approval request {quoted(approval_id, 60)}")
+    return approval_id
 
 
 class ApprovalStore:
@@ -555,6 +566,7 @@ class ApprovalStore:
         is for that call; a request for another call is refused (``Denied``) before anything of it
         is written, ``rule``'s quorum and voters included.
         """
+        approval_id = _request_id(approval_id)
         now = time.time() if now is None else now
         if tx is None:
             with self.store.transaction() as own:
@@ -622,6 +634,7 @@ class ApprovalStore:
 
         Same rules and errors as ``approve``.
         """
+        approval_id = _request_id(approval_id)
         now = time.time() if now is None else now
         changed = self._run(
             tx,
@@ -668,6 +681,7 @@ class ApprovalStore:
         was given for another call; ``Expired`` if it has expired; ``Revoked`` if a grant of its
         call is revoked; ``InputError`` if there is no such approval.
         """
+        approval_id = _request_id(approval_id)
         now = time.time() if now is None else now
         if rule is not None:
             if tx is None:
@@ -787,6 +801,7 @@ class ApprovalStore:
 
     def get(self, approval_id: str) -> Approval:
         """One request; ``InputError`` if there is none."""
+        approval_id = _request_id(approval_id)
         with self.store.transaction(immediate=False) as tx:
             return self._get(tx, approval_id)
 

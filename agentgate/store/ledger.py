@@ -460,7 +460,8 @@ class BudgetLedger:
         with its cap (later caps for the same grant are ignored: a grant's budget is fixed when
         it is signed). Returns the reservation id. Raises ``BudgetExceeded`` naming the first
         grant that lacks the amount (nothing is reserved then, once the transaction rolls back)
-        and ``InputError`` for a malformed chain or amount: a grant id holding a NUL character
+        and ``InputError`` for a malformed chain or amount: a chain that is not a list or tuple
+        (a generator, a set, a string; until review R93 a generator was a bare ``TypeError``), a grant id holding a NUL character
         too, which no grant's id (hexadecimal) has and PostgreSQL's text cannot hold (until review
         R85 SQLite reserved against it and PostgreSQL refused it with a ``StoreError``; written
         ``\\x00`` instead, as a dead letter's text is, it would share the budget of a grant id
@@ -478,9 +479,14 @@ class BudgetLedger:
         amount = _amount(amount, "amount")
         if amount > MAX_AMOUNT:
             raise _too_large(amount)
-        if not chain or any(not _is_grant_id(g) for g in chain) or len(set(chain)) != len(chain):
+        if (
+            not isinstance(chain, (list, tuple))
+            or not chain
+            or any(not _is_grant_id(g) for g in chain)
+            or len(set(chain)) != len(chain)
+        ):
             raise InputError(
-                "chain must be a non-empty list of distinct grant ids (text without a NUL character or lone "
+                "chain must be a non-empty list or tuple of distinct grant ids (text without a NUL character or lone "
                 "surrogate, of "
                 f"at most {_GRANT_ID_CHARS} characters), root first"
             )
