@@ -22,7 +22,8 @@ from agentgate.capabilities import Call
 from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
+from agentgate.store import SQLiteStore, Store
+from agentgate.store._postgres import PostgresStore
 
 POLICY = """
 version: 1
@@ -58,10 +59,10 @@ class Office:
     other: AgentIdentity
 
 
-def _office(tmp_path: Path, pay_quorum: int) -> Office:
+def _office(tmp_path: Path, pay_quorum: int, store: Store | None = None) -> Office:
     keys = {n: SigningKey.generate() for n in ("root", "bot", "other", "carol", "dave", "erin")}
     text = POLICY.format(pay_quorum=pay_quorum, **{n: k.did for n, k in keys.items()})
-    gate = Gate(parse_policy(text), SQLiteStore(tmp_path / "s.db"))
+    gate = Gate(parse_policy(text), store or SQLiteStore(tmp_path / "s.db"))
     bot = gate.issue(keys["root"], name="bot", key=keys["bot"], role="worker")
     other = gate.issue(keys["root"], name="other", key=keys["other"], role="worker")
     return Office(gate, keys, bot, other)
@@ -123,3 +124,20 @@ def test_the_answer_asks_the_calls_own_request_and_its_entry_refers_to_it(office
         if answer.allowed:
             break
     assert answer.allowed
+
+
+@pytest.mark.postgres
+def test_the_check_reads_in_the_decisions_transaction_on_a_pool_of_one(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Regression review of R93: the check read the request in a transaction of its own, opened
+    inside the decision's: on PostgreSQL a second pool connection, which a pool of one never
+    gives. A valid approval waited out the pool's timeout and failed with ``StoreError``."""
+    office = _office(tmp_path, 1, PostgresStore(postgres_url, max_size=1, timeout_s=2))
+    try:
+        asked = office.gate.authorize(office.bot, PAY, call_id="p1")
+        assert asked.request is not None
+        given = Approval.parse(office.gate.approve(asked.request, office.keys["carol"]))
+        assert office.gate.authorize(office.bot, PAY, call_id="p1", approval=given).allowed
+    finally:
+        office.gate.close()

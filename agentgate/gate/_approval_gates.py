@@ -184,7 +184,12 @@ class _Approvals:
         return QuorumRule(gate.quorum, frozenset(did for did in gate.approver_dids if did) - {requester_did})
 
     def _approval_invalid(
-        self, approval: Approval, request: Mapping[str, Any], rule: QuorumRule, call_key: str | None = None
+        self,
+        approval: Approval,
+        request: Mapping[str, Any],
+        rule: QuorumRule,
+        call_key: str | None = None,
+        tx: Transaction | None = None,
     ) -> str | None:
         """Why ``approval`` cannot count for ``request`` under ``rule``, or ``None`` when it can.
         ``call_key``: the framework call asking (``_scoped_call_key``); an approval of a request
@@ -196,12 +201,17 @@ class _Approvals:
         the call hash, not the id. Until review R93 an approval whose id was changed on its way to
         another pending request's reached the vote, which re-tallied that request under this
         call's rule (its quorum, voters and state) before refusing it, and the change committed.
-        A request the store does not hold is refused where the approval is used (``consume``)."""
+        A request the store does not hold is refused where the approval is used (``consume``).
+        ``tx``: the transaction the caller is in, read in (none opened inside it: on PostgreSQL a
+        second pool connection, which a pool of one never gives)."""
         if approval.call_hash != request["call_hash"]:
             return "approval not counted: it was given for another call"
-        if self._asked_for_another_call(approval.request, request["call_hash"]):
+        if self.approvals.call_hash_of(approval.request, tx=tx) not in (None, request["call_hash"]):
             return f"approval not counted: it was given for another call (request {approval.request[:100]!r})"
-        if call_key is not None and self.approvals.call_key_of(approval.request) not in (None, call_key):
+        if call_key is not None and self.approvals.call_key_of(approval.request, tx=tx) not in (
+            None,
+            call_key,
+        ):
             # Until review R55 two threads asking the same call shared one request: an approval
             # shown in one thread's interrupt ran the call in the other.
             return "approval not counted: it was given for this call in another run (another thread)"
@@ -211,14 +221,6 @@ class _Approvals:
         if not approval.verify():
             return f"approval not counted: its signature is not {approval.approver}'s"
         return None
-
-    def _asked_for_another_call(self, request_id: str, call_hash: str) -> bool:
-        """Whether the store holds request ``request_id`` and it was asked for a call other than
-        ``call_hash`` (a request's call hash never changes once asked)."""
-        try:
-            return self.approvals.get(request_id).call_hash != call_hash
-        except InputError:  # no such request
-            return False
 
     @staticmethod
     def _signer_refusal(approver: str, requester_did: object, voters: Collection[str] | None) -> str | None:
@@ -239,14 +241,15 @@ class _Approvals:
         request: Mapping[str, Any] | None,
         rule: QuorumRule | None,
         call_key: str | None = None,
+        tx: Transaction | None = None,
     ) -> bool:
         """Whether ``approval`` is one no approver of ``rule`` gave for ``request``'s call
-        (``_approval_invalid``): another call's, a key the gate does not list, the requester's
-        own, a bad signature. Not an approval given and no longer usable (a repeated yes, one
-        that expired), which a run replays when it resumes."""
+        (``_approval_invalid``, read in ``tx``): another call's, a key the gate does not list, the
+        requester's own, a bad signature. Not an approval given and no longer usable (a repeated
+        yes, one that expired), which a run replays when it resumes."""
         if approval is None or request is None or rule is None:
             return False
-        return self._approval_invalid(approval, request, rule, call_key) is not None
+        return self._approval_invalid(approval, request, rule, call_key, tx) is not None
 
     def _superseded(
         self,

@@ -605,7 +605,7 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             ):
                 # Refused before a person is asked to approve a call that cannot run again.
                 auth = self._refuse_ran_before(auth, once, last)
-            uncounted = self._refused_approval(approval, request, rule, scope)
+            uncounted = self._refused_approval(approval, request, rule, scope, tx)
             if (
                 auth.needs_approval
                 and not uncounted

@@ -451,6 +451,15 @@ class ApprovalStore:
         params = (approval_id, call_hash)
         return bool(tx.execute(sql, params) if tx is not None else self.store.query(sql, params))
 
+    def call_hash_of(self, approval_id: str, *, tx: Transaction | None = None) -> str | None:
+        """The call hash request ``approval_id`` was asked for (it never changes once asked), or
+        ``None`` when there is no such request (an id no request may have included)."""
+        if not (isinstance(approval_id, str) and may_be_stored(approval_id)):
+            return None
+        sql = "SELECT call_hash FROM approvals WHERE id = ?"
+        rows = tx.execute(sql, (approval_id,)) if tx is not None else self.store.query(sql, (approval_id,))
+        return str(rows[0][0]) if rows else None
+
     def call_key_of(self, approval_id: str, *, tx: Transaction | None = None) -> str | None:
         """The framework call request ``approval_id`` is keyed to (``request``'s ``call_key``,
         ``keep_call``), or ``None`` when it is keyed to none (or there is no such request)."""
