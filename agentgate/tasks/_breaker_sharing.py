@@ -96,6 +96,15 @@ class _BreakerSharing:
         with self._listeners_lock:
             self._listeners.add(scheduler)
 
+    def detach(self, scheduler: Scheduler) -> None:
+        """Tell ``scheduler`` (closed: ``aclose``) no more transitions: the schedulers still
+        attached count them and publish them, each to the end of its own ``aclose``. Until review
+        R93 a closed scheduler stayed attached, and when it came first it published another
+        scheduler's transition on a pool it made anew and never shut down, which no ``aclose``
+        waited for (its failure counted in the closed scheduler's metrics)."""
+        with self._listeners_lock:
+            self._listeners.discard(scheduler)
+
     def queue_publication(self, key: str, state: str, opened_at: float, generation: int) -> bool:
         """Make ``state`` (this process's transition ``generation`` of ``key``) the next one to
         write to the store, replacing one not written yet. True when no worker is writing ``key``

@@ -191,6 +191,7 @@ class Scheduler(_StoreWork, _Failures):
         self._background: set[concurrent.futures.Future[None]] = set()  # ``_background_job``s running
         # The pool the store work runs on (``_store_pool``): made on first use, shut down by ``aclose``.
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool_shut = False  # set by ``aclose``: no pool is made after it
         self._pool_lock = threading.Lock()
         self.metrics = SchedulerMetrics(
             registry,
@@ -281,18 +282,21 @@ class Scheduler(_StoreWork, _Failures):
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+        # Its calls have ended: the transitions of the breakers it shares are the other
+        # schedulers' to count and publish from now on (each waits for its own in its ``aclose``).
+        self.shared.detach(self)
         if self._owns_limits:
             self.shared.close()
         # Its store work of any loop (this one, another one live in another thread, one closed
         # since): each job's end is the pool's to tell, not its loop's (until review R92 waited
         # for on that loop, from this thread; ``_background_job``).
         await self._landed(self._background.copy())
-        if self._leases is not None:
+        if self._leases is not None and not self._pool_shut:  # else an earlier aclose gave them back
             await self._blocking(self.release_leases)
         with self._pool_lock:
-            pool, self._pool = self._pool, None
+            pool, self._pool, self._pool_shut = self._pool, None, True
         if pool is not None:
-            pool.shutdown(wait=False)  # idle now; a later use (a breaker to publish) makes another
+            pool.shutdown(wait=False)  # idle now, and no later use makes another (``_store_pool``)
 
     def _forget_dead_tasks(self) -> None:
         """Drop the calls whose event loop was closed under them: nothing can end them any more.

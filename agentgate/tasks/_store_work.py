@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from agentgate._shown import quoted
-from agentgate.errors import CircuitOpen, DeadlineExceeded, StoreError
+from agentgate.errors import CircuitOpen, DeadlineExceeded, SchedulingError, StoreError
 from agentgate.store._base import Transaction
 from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
 from agentgate.tasks._breaker import BreakerState, CircuitBreaker
@@ -57,6 +57,7 @@ class _StoreWork:
     _breaker_seen: dict[str, float]
     _background: set[concurrent.futures.Future[None]]
     _pool: concurrent.futures.ThreadPoolExecutor | None
+    _pool_shut: bool
     _pool_lock: threading.Lock
 
     def _store_pool(self) -> concurrent.futures.ThreadPoolExecutor:
@@ -65,11 +66,15 @@ class _StoreWork:
         Not the loop's default executor: its workers may all be held by callers that wait for a
         slot this scheduler's calls hold (``Gate.run`` in ``asyncio.to_thread``), and a call
         holding that slot that needed a worker to take or give back its lease waited for ever.
-        Its jobs never wait for a slot, so they always end."""
+        Its jobs never wait for a slot, so they always end. Once ``aclose`` has shut it down it
+        raises ``SchedulingError``: nothing would shut down a pool made after that, nor wait for
+        its jobs (until review R93 a breaker transition published by a closed scheduler made one)."""
         pool = self._pool
         if pool is None:
             with self._pool_lock:
                 pool = self._pool
+                if self._pool_shut:
+                    raise SchedulingError("the scheduler is closed: its store work has ended")
                 if pool is None:
                     pool = self._pool = concurrent.futures.ThreadPoolExecutor(
                         _STORE_WORKERS, thread_name_prefix="agentgate-scheduler-store"
@@ -297,9 +302,9 @@ class _StoreWork:
 
     def _publish_breaker(self, key: str, new: BreakerState, opened_at: float, generation: int) -> bool:
         """Publish this process's transition ``generation`` of ``key`` to the other processes
-        from this scheduler's loop; False if it cannot."""
+        from this scheduler's loop; False if it cannot (no store, its loop gone, or closed)."""
         loop = self._loop() if self._loop is not None else None
-        if self._shared_breakers is None or loop is None or loop.is_closed():
+        if self._shared_breakers is None or self._pool_shut or loop is None or loop.is_closed():
             return False
         state = "open" if new is BreakerState.OPEN else "closed"
         try:
@@ -313,6 +318,10 @@ class _StoreWork:
         # One job per key at a time writes its transitions in the order they were made: a job
         # per transition, on a pool of several workers, could write a breaker's close before its
         # open, and the other processes then saw it open until its next transition.
+        if self._pool_shut:
+            # Closed since ``_publish_breaker`` said yes: the key's next check writes it.
+            self.shared.unwritten(key, (state, opened_at, generation))
+            return
         if not self.shared.queue_publication(key, state, opened_at, generation):
             return  # the job writing this key now writes this transition next
         try:
