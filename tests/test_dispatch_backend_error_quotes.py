@@ -264,8 +264,9 @@ def test_a_prompt_echoed_by_a_failing_backend_reaches_no_audit_entry_or_span(
 def test_a_request_refused_as_invalid_keeps_the_echoed_prompt_out_of_the_audit(
     raw: Raw, tmp_path: Path
 ) -> None:
-    """A 400 echoing the prompt is ``DispatchError``: its words go back to the caller (their own
-    request), and the audit outcome keeps its class only, never its message."""
+    """A 400 echoing the prompt is ``RequestRejected`` (a ``DispatchError``; its class name in
+    the outcome since review R93): its words go back to the caller (their own request), and the
+    audit outcome keeps its class only, never its message."""
     raw.chat(_echo(), status=400)
     sweep = Sweep(tmp_path)
     try:
@@ -279,4 +280,4 @@ def test_a_request_refused_as_invalid_keeps_the_echoed_prompt_out_of_the_audit(
     finally:
         sweep.gate.close()
     assert "could not process input" in str(raised.value)
-    assert outcome.status == "error" and list(outcome.reasons) == ["DispatchError"], outcome.reasons
+    assert outcome.status == "error" and list(outcome.reasons) == ["RequestRejected"], outcome.reasons

@@ -4,7 +4,8 @@ of the conversation is scrubbed of them.
 The prompt texts scrubbed from a backend's words (``_prompt_texts``) were each message's content
 only: an assistant message's ``tool_calls[].function.arguments`` (model output built from the
 user's data: a card number, an address, the values the policy keeps out of the audit log),
-its ``reasoning_content`` and its ``refusal`` were quoted in full when a 400 or 422 echoed them,
+its ``reasoning`` / ``reasoning_content`` and its ``refusal``, and a deprecated
+``function_call``'s arguments were quoted in full when a 400 or 422 echoed them,
 into the ``DispatchError``, the gateway's log and the model call's audit outcome, while the same
 echo of a tool message's content was redacted. They are now prompt texts like the content.
 """
@@ -26,13 +27,16 @@ ARGUMENTS = json.dumps({"card": "4111111111111111", "ssn": "078-05-1120", "note"
 
 def _assistant(field: str) -> dict[str, Any]:
     """An assistant message holding ``SECRET`` in ``field`` only."""
+    function = {"name": "pay", "arguments": ARGUMENTS}
     if field == "arguments":
-        call = {"id": "c1", "type": "function", "function": {"name": "pay", "arguments": ARGUMENTS}}
+        call = {"id": "c1", "type": "function", "function": function}
         return {"role": "assistant", "content": None, "tool_calls": [call]}
+    if field == "function_call":  # deprecated, as tool_calls (a regression review of R93)
+        return {"role": "assistant", "content": None, "function_call": function}
     return {"role": "assistant", "content": "ok", field: f"The user's record: {SECRET}"}
 
 
-FIELDS = ["arguments", "reasoning_content", "refusal"]
+FIELDS = ["arguments", "function_call", "reasoning", "reasoning_content", "refusal"]
 
 
 def _leaks(message: str) -> bool:
@@ -48,7 +52,7 @@ async def test_an_echo_of_an_assistant_messages_texts_is_not_quoted(
     stream: bool,
 ) -> None:
     assistant = _assistant(field)
-    echoed = ARGUMENTS if field == "arguments" else assistant[field]
+    echoed = ARGUMENTS if field in ("arguments", "function_call") else assistant[field]
     request = {
         "model": "m",
         "messages": [{"role": "user", "content": "pay my bill please"}, assistant],

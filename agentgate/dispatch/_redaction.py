@@ -287,8 +287,8 @@ def _prompt_texts(payload: Mapping[str, Any] | None) -> list[str]:
     default, Flask's), each text once however many messages hold it (until review R89 a body of
     N messages alike gave N texts alike, and ``_scrub`` looked for each). None for no payload (a
     call without a body). A message's texts are its content (a text, or the ``text`` of each of
-    its parts), its ``reasoning_content`` and ``refusal``, and the ``arguments`` of each of its
-    ``tool_calls`` (model output built from the user's data: until review R93 a backend's 400
+    its parts), its ``reasoning`` (vLLM's name now), ``reasoning_content`` and ``refusal``, and
+    the ``arguments`` of each of its ``tool_calls`` and of its ``function_call`` (deprecated) (model output built from the user's data: until review R93 a backend's 400
     echoing them was quoted, while the gate keeps the same values out of the audit log)."""
     messages = payload.get("messages") if payload is not None else None
     found: dict[str, None] = {}
@@ -309,11 +309,16 @@ def _message_texts(message: object) -> list[object]:
     content = message.get("content")
     parts = content if isinstance(content, list) else [content]
     texts = [part.get("text") if isinstance(part, Mapping) else part for part in parts]
-    texts += [message.get("reasoning_content"), message.get("refusal")]
+    texts += [message.get("reasoning"), message.get("reasoning_content"), message.get("refusal")]
     calls = message.get("tool_calls")
-    for call in calls if isinstance(calls, list) else ():
-        function = call.get("function") if isinstance(call, Mapping) else None
-        texts.append(function.get("arguments") if isinstance(function, Mapping) else None)
+    functions = (
+        [call.get("function") if isinstance(call, Mapping) else None for call in calls]
+        if isinstance(calls, list)
+        else []
+    )
+    # The deprecated ``function_call`` carries what ``tool_calls`` do (a regression review of R93).
+    functions.append(message.get("function_call"))
+    texts += [function.get("arguments") for function in functions if isinstance(function, Mapping)]
     return texts
 
 
