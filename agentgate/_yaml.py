@@ -482,6 +482,30 @@ class _Window(yaml.SafeLoader):
             raise self._past()
         super().fetch_more_tokens()
 
+    # PyYAML's own scanner looks at every possible simple key (one a flow level, up to 1,024
+    # characters back) for every token: a line of '[' cost a re-read of libyaml's text about 2 s
+    # (35 s under tracemalloc). The keys are held in the order of their flow levels, which is the
+    # order they were saved in (a deeper level's key goes when the level closes), so those gone
+    # stale are the first ones, and the first holds the least token number: these two read only
+    # as far as they need, and do what PyYAML's own do.
+    def next_possible_simple_key(self) -> int | None:
+        for key in self.possible_simple_keys.values():
+            return int(key.token_number)
+        return None
+
+    def stale_possible_simple_keys(self) -> None:
+        keys = self.possible_simple_keys
+        while keys:
+            level = next(iter(keys))
+            key = keys[level]
+            if key.line == self.line and self.index - key.index <= 1024:
+                return
+            if key.required:
+                raise yaml.scanner.ScannerError(
+                    "while scanning a simple key", key.mark, "could not find expected ':'", self.get_mark()
+                )
+            del keys[level]
+
     def peek(self, index: int = 0) -> str:
         try:
             return str(self.buffer[self.pointer + index])
@@ -517,11 +541,12 @@ def _refused(
     where the two parted before it. Until review R89 PyYAML's own parser read the whole file
     again, two or three times: an unclosed quote in an 8 MiB file took 26 s to refuse."""
     pure: yaml.YAMLError | None = exc
-    if "nesting depth" in str(getattr(exc, "problem", "")):
-        # libyaml's depth limit, which PyYAML's own parser lacks: parsing such a text again (1 MB
-        # of '[') took minutes and recursed to Python's limit (its test's failure could not even
-        # be reported). Refused where libyaml stopped.
-        return _malformed(exc, text, source, error)
+    # A text past libyaml's own depth limit (1,000 levels) is parsed again too, and refused where
+    # PyYAML's own parser refuses it: at the collection past ``MAX_DEPTH``, or at an error before
+    # it. Until review R93 it was refused where libyaml stopped, in libyaml's words (2:1003,
+    # "exceeded maximum nesting depth", where PyYAML's own parser says 2:103, "nested more than
+    # 100 levels deep"): parsing it again had taken minutes and recursed to Python's limit, which
+    # ``_limit_depth`` and ``_refuse_too_many_nodes`` now stop at ``_COMPOSER_DEPTH``.
     if _Loader is not yaml.SafeLoader:
         try:
             _composed(text, source, error, max_nodes, _Window)
