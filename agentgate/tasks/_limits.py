@@ -73,6 +73,9 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         self.tenant_in_flight: dict[str, int] = {}
         self.principal_in_flight: dict[tuple[str, str], int] = {}
         self.buckets: dict[str, TokenBucket] = {}
+        #: ``buckets`` size at which the full ones are dropped; then twice the buckets kept (at
+        #: least ``PER_NAME_STATE``), so each new tool name costs amortized O(1) (review R93).
+        self.buckets_sweep_at = PER_NAME_STATE
         self.limits_cache: dict[str, ToolLimits] = {}
         self.shares: dict[str, TenantShare] = {}
         self.breakers: dict[str, CircuitBreaker] = {}
@@ -387,8 +390,12 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         bucket = self.buckets.get(tool)
         if bucket is None:
             assert limits.rate is not None
-            if len(self.buckets) >= PER_NAME_STATE:  # a full bucket is what a new one would be
+            if len(self.buckets) >= self.buckets_sweep_at:  # a full bucket is what a new one would be
                 self.buckets = {name: kept for name, kept in self.buckets.items() if kept.level < kept.burst}
+                # Until review R93 the next new name swept again when none was full: a scan of
+                # every bucket per new name, without end while invented names came faster than
+                # buckets refilled.
+                self.buckets_sweep_at = max(PER_NAME_STATE, 2 * len(self.buckets))
             bucket = self.buckets[tool] = TokenBucket(limits.rate.per_second, limits.rate.burst)
         return bucket
 
