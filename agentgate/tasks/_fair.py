@@ -24,7 +24,9 @@ Within an agent the tool FIFOs are merged by arrival order, skipping tools that 
 (at their concurrency limit, out of rate tokens; the caller passes the set of tools that can): a call never waits behind a call to another,
 saturated tool, and calls to the same tool from one agent start in arrival order (FIFO within
 class and tenant for calls that compete for the same limits). Tenants and agents at their own
-concurrency limit are skipped the same way, which keeps the queue work-conserving.
+concurrency limit are skipped the same way, which keeps the queue work-conserving; a caller that
+knows only one tenant's calls can start (``pop``'s ``only_tenant``) has that tenant looked up
+alone, not walked to past the others (review R93).
 
 A node with many waiting children keeps them in a heap by (pass, creation order), the order a
 stable sort by pass gives, and walks it lazily, so choosing among them does not cost a sort.
@@ -397,7 +399,11 @@ class FairQueue(Generic[T]):
             fifo.insert(at, entry)
 
     def pop(
-        self, open_tools: set[str], tenant_blocked: Blocked | None, agent_blocked: AgentBlocked | None
+        self,
+        open_tools: set[str],
+        tenant_blocked: Blocked | None,
+        agent_blocked: AgentBlocked | None,
+        only_tenant: str | None = None,
     ) -> T | None:
         """Remove and return the next item that can start, or None when none can.
 
@@ -408,6 +414,12 @@ class FairQueue(Generic[T]):
         agents of one tenant all waiting cost a dispatch tens of microseconds, not a sort. The
         predicates say whether a tenant, or an agent (tenant, agent), cannot start a call now
         (None: no such limits).
+
+        ``only_tenant``: the caller knows that no other tenant's calls can start (a finish freed
+        only this tenant's and agent's slots, after a dispatch left nothing that could start), so
+        the walk looks up that tenant under each class instead of walking the class's tenants in
+        turn, past every one at its limit (review R93). What it returns is what the full walk
+        would: the others would all be skipped.
         """
         if not open_tools:
             return None
@@ -419,7 +431,13 @@ class FairQueue(Generic[T]):
             if not root.backlog or open_tools.isdisjoint(root.tools):
                 continue
             for klass in _by_turn(root, open_tools):
-                for tenant in _by_turn(klass, open_tools):
+                tenants: Iterable[_Node]
+                if only_tenant is None:
+                    tenants = _by_turn(klass, open_tools)
+                else:
+                    found = klass.children.get(only_tenant)
+                    tenants = () if found is None or open_tools.isdisjoint(found.tools) else (found,)
+                for tenant in tenants:
                     if tenant_blocked is not None and tenant_blocked(tenant.key):
                         continue
                     for agent in _by_turn(tenant, open_tools):
