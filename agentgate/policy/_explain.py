@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from agentgate._shown import quoted
 from agentgate.capabilities import Call
 from agentgate.findings import Outcome
 from agentgate.keys import shown_path
-from agentgate.policy._index import PolicyDecision, PolicyIndex, _shown
+from agentgate.policy._index import PolicyDecision, PolicyIndex, _shown, named_principal
 from agentgate.policy._load import describe_constraint, json_text
 
 _VERDICT = {
@@ -47,9 +46,12 @@ def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecis
         decision = replace(decision, reasons=(note, *decision.reasons))
     # A name that is no principal of the policy is the caller's text: shown with its line breaks
     # and escapes escaped (as a path is), so that it cannot add a line to the account (review R55).
-    # A name that is not text (bytes, from a Python caller) is quoted as the reason quotes it:
-    # until review R93 ``b"p"`` read as "DENY: p", naming a principal that is allowed the call.
-    who = decision.principal or (shown_path(principal) if isinstance(principal, str) else quoted(principal))
+    # A name that is not text (from a Python caller) is named as the reason names it, its type
+    # said: until review R93 ``b"p"`` read as "DENY: p", and ``123`` as "DENY: 123", naming a
+    # principal of the policy ("p", "123") that is allowed the call.
+    who = decision.principal or (
+        shown_path(principal) if isinstance(principal, str) else named_principal(principal)
+    )
     args = "{" + ", ".join(f"{_json(name)}: {_json(value)}" for name, value in call.args.items()) + "}"
     lines = [f"{_VERDICT[decision.outcome]}: {who} calling {call.resource} with {args}"]
     if decision.principal is not None:

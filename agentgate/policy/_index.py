@@ -520,7 +520,7 @@ class PolicyIndex:
                 Outcome.DENY,
                 None,
                 resource,
-                reasons=(f"{quoted(principal)} is not a principal of this policy",),
+                reasons=(f"{named_principal(principal)} is not a principal of this policy",),
             )
         slot = self._slots.get(resource)
         if slot is None:
@@ -690,6 +690,15 @@ class PolicyIndex:
         return PolicyDecision(
             Outcome.ALLOW, entry.name, resource, rule.role, rule, budget, quotas, None, (allowed_by,), held
         )
+
+
+def named_principal(principal: object) -> str:
+    """``principal`` as a decision names one it does not know: quoted, and one that is not text
+    (from a Python caller) with its type, so that ``123`` or ``None`` never reads as the
+    principal ``"123"`` or ``"None"`` of the policy (a regression review of R93)."""
+    if isinstance(principal, str):
+        return quoted(principal)
+    return f"{quoted(principal)} (a {type(principal).__name__}, not text)"
 
 
 def gate_reason(req: ApprovalRequirement) -> str:
