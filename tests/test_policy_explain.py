@@ -58,13 +58,13 @@ def test_a_bytes_principal_is_named_as_given_not_as_the_principal_it_spells() ->
     given: Any = b"bot"
     decision, said = explain(index, given, call)
     assert decision.outcome is Outcome.DENY
-    assert said.splitlines()[0] == "DENY: b'bot' (a bytes, not text) calling tool:t with {\"x\": 7}"
-    assert decision.reasons == ("b'bot' (a bytes, not text) is not a principal of this policy",)
+    assert said.splitlines()[0] == "DENY: b'bot' (of type bytes, not text) calling tool:t with {\"x\": 7}"
+    assert decision.reasons == ("b'bot' (of type bytes, not text) is not a principal of this policy",)
     # A number or None reads as none of the policy's principals ("123", "None") either.
     for given in (123, None):
         decision, said = explain(index, given, call)
         kind = type(given).__name__
-        assert said.startswith(f"DENY: {given} (a {kind}, not text) calling tool:t"), said
+        assert said.startswith(f"DENY: {given} (of type {kind}, not text) calling tool:t"), said
     decision, said = explain(index, "bot", call)
     assert decision.outcome is Outcome.ALLOW
     assert said.splitlines()[0] == 'ALLOW: bot calling tool:t with {"x": 7}'

@@ -698,7 +698,7 @@ def named_principal(principal: object) -> str:
     principal ``"123"`` or ``"None"`` of the policy (a regression review of R93)."""
     if isinstance(principal, str):
         return quoted(principal)
-    return f"{quoted(principal)} (a {type(principal).__name__}, not text)"
+    return f"{quoted(principal)} (of type {type(principal).__name__}, not text)"
 
 
 def gate_reason(req: ApprovalRequirement) -> str:
