@@ -317,8 +317,8 @@ def test_the_postgres_backup_restores_as_the_owner_and_the_application_role_work
 ) -> None:
     """ "PostgreSQL set-up" (owner, ``store init``, ``audit checkpoint``, the application role and
     its grants), the gateways as the application role, ``pg_dump -Fc`` as the owner; the database
-    being replaced renamed (kept for step 2), ``createdb --owner`` and ``pg_restore -d`` as the
-    owner. The restored database keeps its triggers and the application role's rights; the
+    being replaced renamed (kept for step 2), ``createdb --owner`` as the superuser (the owner
+    may not create databases) and ``pg_restore -d`` as the owner. The restored database keeps its triggers and the application role's rights; the
     revocations of the lost period are redone from the renamed database, as the application role."""
     for tool in ("pg_dump", "pg_restore", "createdb", "psql"):
         if pg_binary(tool) is None:
