@@ -191,7 +191,10 @@ class Scheduler(_StoreWork, _Failures):
         self._background: set[concurrent.futures.Future[None]] = set()  # ``_background_job``s running
         # The pool the store work runs on (``_store_pool``): made on first use, shut down by ``aclose``.
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._pool_shut = False  # set by ``aclose``: no pool is made after it
+        self._pool_shut = False  # set by ``aclose``: no pool is made after it but for ``_closer``'s work
+        # The call that closed its own scheduler (``aclose(drain=False)`` from its tool), while it
+        # runs on: its own store work still has the pool, shut down when it ends (``_closer_ended``).
+        self._closer: asyncio.Task[Any] | None = None
         self._pool_lock = threading.Lock()
         self.metrics = SchedulerMetrics(
             registry,
@@ -247,6 +250,9 @@ class Scheduler(_StoreWork, _Failures):
         pending when it is collected). The store work its calls left running (a dead letter's
         write, a lease given back) is waited for to its end, whichever event loop it was started
         from, live or closed: it runs on the scheduler's own pool and counts its own failure. A
+        call that closes its own scheduler (its tool awaits ``aclose(drain=False)``) is neither
+        waited for nor cancelled: it runs on, and its own store work (its dead letter, its lease or
+        probe's claim given back) is done on that pool, shut down once the call has ended. A
         ``timeout_s`` that is not a number, or NaN, raises ``InputError`` before anything stops,
         as does a ``drain`` that is not True or False. Awaited on another event loop than the live one
         calls of this scheduler run on (in another thread), it raises ``SchedulingError`` before
@@ -294,7 +300,14 @@ class Scheduler(_StoreWork, _Failures):
         if self._leases is not None and not self._pool_shut:  # else an earlier aclose gave them back
             await self._blocking(self.release_leases)
         with self._pool_lock:
-            pool, self._pool, self._pool_shut = self._pool, None, True
+            self._pool_shut = True
+            if current is not None and current in self._tasks:
+                # Closed by its own call (drain=False), which runs on: its dead letter, lease and
+                # probe's claim still go through the pool, shut down when it ends (until a
+                # regression review of R93 ``_store_pool`` raised ``SchedulingError`` into it).
+                self._closer, pool = current, None
+            else:
+                self._closer, pool, self._pool = None, self._pool, None
         if pool is not None:
             pool.shutdown(wait=False)  # idle now, and no later use makes another (``_store_pool``)
 
@@ -842,6 +855,8 @@ class Scheduler(_StoreWork, _Failures):
                     del self._nested[task]
             else:
                 self._tasks.discard(task)
+                if task is self._closer:
+                    self._closer_ended()
                 if not self._tasks and self._idle is not None and not self._idle[0].is_closed():
                     # A call collected after its loop was closed under a drain ends here too
                     # (review R74: setting the event raised "Event loop is closed" at collection).

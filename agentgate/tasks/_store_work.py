@@ -58,6 +58,7 @@ class _StoreWork:
     _background: set[concurrent.futures.Future[None]]
     _pool: concurrent.futures.ThreadPoolExecutor | None
     _pool_shut: bool
+    _closer: asyncio.Task[Any] | None
     _pool_lock: threading.Lock
 
     def _store_pool(self) -> concurrent.futures.ThreadPoolExecutor:
@@ -68,18 +69,28 @@ class _StoreWork:
         holding that slot that needed a worker to take or give back its lease waited for ever.
         Its jobs never wait for a slot, so they always end. Once ``aclose`` has shut it down it
         raises ``SchedulingError``: nothing would shut down a pool made after that, nor wait for
-        its jobs (until review R93 a breaker transition published by a closed scheduler made one)."""
+        its jobs (until review R93 a breaker transition published by a closed scheduler made one).
+        Not while the call that closed its own scheduler runs on (``_closer``): its store work is
+        done on the pool, kept or made anew, that ``_closer_ended`` shuts down when it ends."""
         pool = self._pool
         if pool is None:
             with self._pool_lock:
                 pool = self._pool
-                if self._pool_shut:
+                if pool is None and self._pool_shut and self._closer is None:
                     raise SchedulingError("the scheduler is closed: its store work has ended")
                 if pool is None:
                     pool = self._pool = concurrent.futures.ThreadPoolExecutor(
                         _STORE_WORKERS, thread_name_prefix="agentgate-scheduler-store"
                     )
         return pool
+
+    def _closer_ended(self) -> None:
+        """The call that closed its own scheduler has ended: shut its pool down (its jobs still
+        queued or running end first, and ``aclose`` waits for them, ``_background``)."""
+        with self._pool_lock:
+            pool, self._pool, self._closer = self._pool, None, None
+        if pool is not None:
+            pool.shutdown(wait=False)
 
     def _submitted(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
         """``fn(*args)`` on the store pool in the caller's context (as ``asyncio.to_thread``: an
