@@ -52,8 +52,40 @@ MAX_DEPTH = 100
 """Deepest nesting of mappings and lists (a policy needs about ten): building the data recurses."""
 Path_ = tuple[str | int, ...]
 
+
+class _PureLoader(yaml.SafeLoader):
+    """PyYAML's own parser: ``_Loader`` without libyaml, and the one that reads again a text libyaml
+    refused (``_Window``, ``_refused``). It reads what ``yaml.SafeLoader`` reads, with the same
+    tokens, events, errors and marks, and walks its possible simple keys only as far as it needs."""
+
+    # PyYAML's own scanner looks at every possible simple key (one a flow level, up to 1,024
+    # characters back) for every token: a line of '[' cost a re-read of libyaml's text about 2 s
+    # (35 s under tracemalloc), and, without libyaml, 17,000 '[' 1.7 s to refuse (until a
+    # regression review of R93 only the re-read walked them as below). The keys are held in the order of their flow levels, which is the
+    # order they were saved in (a deeper level's key goes when the level closes), so those gone
+    # stale are the first ones, and the first holds the least token number: these two read only
+    # as far as they need, and do what PyYAML's own do.
+    def next_possible_simple_key(self) -> int | None:
+        for key in self.possible_simple_keys.values():
+            return int(key.token_number)
+        return None
+
+    def stale_possible_simple_keys(self) -> None:
+        keys = self.possible_simple_keys
+        while keys:
+            level = next(iter(keys))
+            key = keys[level]
+            if key.line == self.line and self.index - key.index <= 1024:
+                return
+            if key.required:
+                raise yaml.scanner.ScannerError(
+                    "while scanning a simple key", key.mark, "could not find expected ':'", self.get_mark()
+                )
+            del keys[level]
+
+
 # libyaml's parser when PyYAML was built with it (about 20x faster), else the pure-Python one.
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Loader = getattr(yaml, "CSafeLoader", _PureLoader)
 _SCALAR_TAGS = frozenset("tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null"))
 _STR = "tag:yaml.org,2002:str"
 _BOOL, _INT, _FLOAT = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
@@ -456,7 +488,7 @@ class _PastWindow(Exception):
         self.at = at
 
 
-class _Window(yaml.SafeLoader):
+class _Window(_PureLoader):
     """PyYAML's own parser, reading at most the first ``_REREAD_CHARACTERS`` characters of its text
     in at most ``_REREAD_STEPS`` steps and making at most ``_REREAD_TOKENS`` tokens of them: asked
     to go further, it raises ``_PastWindow`` (and keeps where it was, ``stopped_at``). Until then it
@@ -481,30 +513,6 @@ class _Window(yaml.SafeLoader):
         if self.fetched > _REREAD_TOKENS:
             raise self._past()
         super().fetch_more_tokens()
-
-    # PyYAML's own scanner looks at every possible simple key (one a flow level, up to 1,024
-    # characters back) for every token: a line of '[' cost a re-read of libyaml's text about 2 s
-    # (35 s under tracemalloc). The keys are held in the order of their flow levels, which is the
-    # order they were saved in (a deeper level's key goes when the level closes), so those gone
-    # stale are the first ones, and the first holds the least token number: these two read only
-    # as far as they need, and do what PyYAML's own do.
-    def next_possible_simple_key(self) -> int | None:
-        for key in self.possible_simple_keys.values():
-            return int(key.token_number)
-        return None
-
-    def stale_possible_simple_keys(self) -> None:
-        keys = self.possible_simple_keys
-        while keys:
-            level = next(iter(keys))
-            key = keys[level]
-            if key.line == self.line and self.index - key.index <= 1024:
-                return
-            if key.required:
-                raise yaml.scanner.ScannerError(
-                    "while scanning a simple key", key.mark, "could not find expected ':'", self.get_mark()
-                )
-            del keys[level]
 
     def peek(self, index: int = 0) -> str:
         try:
@@ -547,7 +555,7 @@ def _refused(
     # "exceeded maximum nesting depth", where PyYAML's own parser says 2:103, "nested more than
     # 100 levels deep"): parsing it again had taken minutes and recursed to Python's limit, which
     # ``_limit_depth`` and ``_refuse_too_many_nodes`` now stop at ``_COMPOSER_DEPTH``.
-    if _Loader is not yaml.SafeLoader:
+    if not issubclass(_Loader, yaml.reader.Reader):  # libyaml's
         try:
             _composed(text, source, error, max_nodes, _Window)
             pure = None  # libyaml alone refused it: ``_disagreed`` says where they part
@@ -571,7 +579,7 @@ def _refused(
     mark = getattr(pure, "problem_mark", None)
     upto = _mark_index(text, mark) if mark is not None else len(text)
     tag = _misread_tag(text, pure) if pure is not None else None
-    disagreed = _disagreed(text, source, error, upto, yaml.SafeLoader, tag)
+    disagreed = _disagreed(text, source, error, upto, _PureLoader, tag)
     if disagreed is None and isinstance(pure, _TooDeep):
         return _nested_too_deep(error, source, pure.problem_mark)
     return disagreed or _malformed(pure or exc, text, source, error)
@@ -1097,7 +1105,7 @@ def _in_comment(
 
 
 def _malformed(
-    exc: yaml.YAMLError, text: str, source: str, error: type[SourceError], parser: type[Any] = yaml.SafeLoader
+    exc: yaml.YAMLError, text: str, source: str, error: type[SourceError], parser: type[Any] = _PureLoader
 ) -> SourceError:
     """``error`` for what PyYAML could not parse. PyYAML says what it found and where (the
     problem), and often what it was reading and where that began (the context: ``while scanning

@@ -3,10 +3,19 @@ minutes to refuse (17,000 '[': 92 s; 1 MiB of them: 276 s). The pass that counts
 (``_refuse_too_many_nodes``) read every event, with no depth bound, before the composer's
 depth limit (``_limit_depth``, 200 levels) applied; PyYAML's own scanner does work for each
 token that grows with the flow level. The count now stops where the composer stops, and the file
-is refused where it nests too deep, as a smaller one is (agentgate/_yaml.py)."""
+is refused where it nests too deep, as a smaller one is (agentgate/_yaml.py).
+
+A regression review of R93: the scanner's cheap walk of its possible simple keys was written for
+the re-read of a text libyaml refused (``_Window``) alone; without libyaml the count and compose
+passes still looked at every key for every token (17,000 '[': 1.7 s to refuse). The parser used
+without libyaml (``_PureLoader``) now has it, and ``_Window`` inherits it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 
 import pytest
@@ -46,3 +55,40 @@ def test_counting_a_long_file_stops_where_the_composer_stops(events_read: list[i
     _error(DEEP_AND_LONG)
     # Two passes (count, then compose), each up to the collection past ``_COMPOSER_DEPTH``.
     assert events_read[0] <= 2 * (agentgate._yaml._COMPOSER_DEPTH + 10), events_read[0]
+
+
+def test_without_libyaml_the_loader_walks_only_the_simple_keys_it_needs() -> None:
+    # A fresh interpreter, where PyYAML has no libyaml when agentgate._yaml picks its parser:
+    # PyYAML's own walk of every possible simple key is never called, and the error is the same.
+    code = textwrap.dedent(
+        """
+        import yaml
+        del yaml.CSafeLoader
+        from yaml.scanner import Scanner
+        import agentgate._yaml as Y
+        from agentgate.errors import PolicyError
+        from agentgate.policy import parse_policy
+
+        assert issubclass(Y._Window, Y._Loader)  # the re-read is the same parser, bounded
+        calls = []
+        for name in ("next_possible_simple_key", "stale_possible_simple_keys"):
+            walk = getattr(Scanner, name)
+            setattr(Scanner, name, lambda self, walk=walk, name=name: calls.append(name) or walk(self))
+        try:
+            parse_policy("a: " + "[" * 17000, source="p.yaml")
+        except PolicyError as error:
+            print(error.line, error.column, error.message)
+        print(len(calls))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    located, calls = result.stdout.splitlines()
+    assert located.startswith("1 103 nested more than 100 levels deep"), located
+    assert calls == "0", calls
