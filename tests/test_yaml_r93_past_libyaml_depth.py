@@ -11,7 +11,8 @@ import pytest
 import yaml
 from test_yaml import _error, parser  # noqa: F401 (the fixture)
 
-from agentgate._yaml import _Window
+import agentgate._yaml
+from agentgate._yaml import _PureLoader, _Window
 
 DEPTH = 1200
 """Past libyaml's own limit of 1,000 levels."""
@@ -55,8 +56,9 @@ SCANNED = [
 
 @pytest.mark.parametrize("text", SCANNED)
 def test_the_rereads_scanner_makes_the_tokens_and_errors_pyyamls_own_does(text: str) -> None:
-    """``_Window`` looks at possible simple keys only as far as it needs (so that re-reading a
-    line of '[' past libyaml's limit is cheap): its tokens and errors are PyYAML's own."""
+    """``_PureLoader`` (the parser without libyaml) and ``_Window`` (its bounded re-read) look at
+    possible simple keys only as far as they need (so that reading a line of '[' is cheap): their
+    tokens and errors are PyYAML's own."""
 
     def scanned(loader: yaml.SafeLoader) -> list[object]:
         out: list[object] = []
@@ -70,3 +72,20 @@ def test_the_rereads_scanner_makes_the_tokens_and_errors_pyyamls_own_does(text: 
         return out
 
     assert scanned(_Window(text)) == scanned(yaml.SafeLoader(text))
+    assert scanned(_PureLoader(text)) == scanned(yaml.SafeLoader(text))
+
+
+@pytest.mark.skipif(not hasattr(yaml, "CSafeLoader"), reason="PyYAML is built without libyaml")
+def test_past_the_reread_window_libyamls_depth_error_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented exception (docs/policy-reference.md): a file that nests past libyaml's
+    limit only beyond the part read again (``_REREAD_CHARACTERS``) is refused where libyaml
+    stopped, in its words; without libyaml, where it nests past ``MAX_DEPTH``."""
+    text = 'a: "' + "q" * agentgate._yaml._REREAD_CHARACTERS + '"\nx: ' + "[" * DEPTH + "\n"
+    monkeypatch.setattr(agentgate._yaml, "_Loader", yaml.CSafeLoader)
+    error = _error(text)
+    assert "exceeded maximum nesting depth" in error.message, error.message
+    assert (error.line, error.column) == (2, 1003), error
+    monkeypatch.setattr(agentgate._yaml, "_Loader", _PureLoader)
+    error = _error(text)
+    assert "nested more than 100 levels deep" in error.message, error.message
+    assert (error.line, error.column) == (2, 103), error
