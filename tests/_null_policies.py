@@ -21,7 +21,7 @@ def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> N
             pytest.skip("PyYAML is installed without libyaml")
         monkeypatch.setattr(_yaml, "_Loader", yaml.CSafeLoader)
     else:
-        monkeypatch.setattr(_yaml, "_Loader", yaml.SafeLoader)
+        monkeypatch.setattr(_yaml, "_Loader", _yaml._PureLoader)
 
 
 def assert_null_quoted(text: str, written: str, at: tuple[int, int]) -> None:

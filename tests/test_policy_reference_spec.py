@@ -452,7 +452,7 @@ def test_a_deeply_nested_file_is_a_policy_error_not_a_recursion_error(
     # 2 KB of brackets: building the data recursed past Python's limit (RecursionError, a
     # traceback from `agentgate policy lint`), below libyaml's own limit of 1,000 levels.
     if parser == "pure-python":
-        monkeypatch.setattr(agentgate._yaml, "_Loader", yaml.SafeLoader)
+        monkeypatch.setattr(agentgate._yaml, "_Loader", agentgate._yaml._PureLoader)
     with pytest.raises(PolicyError, match=r"^deep\.yaml:.*nested more than 100 levels deep"):
         parse_policy(f"version: 1\nname: {nested}\n", source="deep.yaml")
     # Ninety-odd levels are still read (the file is refused for its content, not its depth).
@@ -707,7 +707,7 @@ def test_a_lone_surrogate_in_policy_or_inventory_text_is_a_typed_error(
     # parse_policy and parse_inventory take str: a lone surrogate (from a JSON "\ud800" escape)
     # raised UnicodeEncodeError from the encoder, or from libyaml, instead of their error.
     if parser == "pure-python":
-        monkeypatch.setattr(agentgate._yaml, "_Loader", yaml.SafeLoader)
+        monkeypatch.setattr(agentgate._yaml, "_Loader", agentgate._yaml._PureLoader)
     with pytest.raises(PolicyError, match=r"^s\.yaml: not UTF-8 text"):
         parse_policy("version: 1\nname: \ud800\n", source="s.yaml")
     with pytest.raises(InventoryError, match=r"^i\.yaml: .*(not UTF-8 text|unacceptable character)"):

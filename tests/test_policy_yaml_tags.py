@@ -4,7 +4,6 @@ fit the store, lifetimes of roles that only inherit, and empty or misplaced acti
 from __future__ import annotations
 
 import pytest
-import yaml
 
 import agentgate._yaml
 from agentgate._yaml import load_yaml
@@ -19,7 +18,7 @@ DID = "did:key:z6MkkNV2MQswkwEnXrUkeM7T8qYE3qWB163VBePnsLBSTAru"
 def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both parsers agentgate may run on: their marks count differently (bytes or characters)."""
     if request.param == "pure-python":
-        monkeypatch.setattr(agentgate._yaml, "_Loader", yaml.SafeLoader)
+        monkeypatch.setattr(agentgate._yaml, "_Loader", agentgate._yaml._PureLoader)
     return str(request.param)
 
 

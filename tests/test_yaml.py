@@ -5,7 +5,6 @@ as YAML 1.2 reads them."""
 from __future__ import annotations
 
 import pytest
-import yaml
 
 import agentgate._yaml
 from agentgate._yaml import MAX_ALIASES, load_yaml
@@ -17,7 +16,7 @@ from agentgate.policy import parse_policy
 def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both parsers agentgate may run on."""
     if request.param == "pure-python":
-        monkeypatch.setattr(agentgate._yaml, "_Loader", yaml.SafeLoader)
+        monkeypatch.setattr(agentgate._yaml, "_Loader", agentgate._yaml._PureLoader)
     return str(request.param)
 
 

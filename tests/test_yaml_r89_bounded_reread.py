@@ -72,7 +72,7 @@ def test_an_error_early_in_a_long_file_is_where_pyyamls_own_parser_stops(
     assert furthest_read[0] < len(text) // 4
     # PyYAML's own parser, which reads the comments after it to the end, says of the first line
     # alone what it says of the long file.
-    monkeypatch.setattr(agentgate._yaml, "_Loader", yaml.SafeLoader)
+    monkeypatch.setattr(agentgate._yaml, "_Loader", agentgate._yaml._PureLoader)
     with_pyyaml = _error(start + "\n")
     assert (with_libyaml.line, with_libyaml.column) == (with_pyyaml.line, with_pyyaml.column) == at
     assert with_libyaml.message == with_pyyaml.message
