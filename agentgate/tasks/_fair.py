@@ -25,8 +25,9 @@ Within an agent the tool FIFOs are merged by arrival order, skipping tools that 
 saturated tool, and calls to the same tool from one agent start in arrival order (FIFO within
 class and tenant for calls that compete for the same limits). Tenants and agents at their own
 concurrency limit are skipped the same way, which keeps the queue work-conserving; a caller that
-knows only one tenant's calls can start (``pop``'s ``only_tenant``) has that tenant looked up
-alone, not walked to past the others (review R93).
+knows only one tenant's calls can start (``pop``'s ``only_tenant``), or one agent's
+(``only_agent``), has that tenant or agent looked up alone, not walked to past the others
+(review R93).
 
 A node with many waiting children keeps them in a heap by (pass, creation order), the order a
 stable sort by pass gives, and walks it lazily, so choosing among them does not cost a sort.
@@ -404,6 +405,7 @@ class FairQueue(Generic[T]):
         tenant_blocked: Blocked | None,
         agent_blocked: AgentBlocked | None,
         only_tenant: str | None = None,
+        only_agent: str | None = None,
     ) -> T | None:
         """Remove and return the next item that can start, or None when none can.
 
@@ -418,8 +420,10 @@ class FairQueue(Generic[T]):
         ``only_tenant``: the caller knows that no other tenant's calls can start (a finish freed
         only this tenant's and agent's slots, after a dispatch left nothing that could start), so
         the walk looks up that tenant under each class instead of walking the class's tenants in
-        turn, past every one at its limit (review R93). What it returns is what the full walk
-        would: the others would all be skipped.
+        turn, past every one at its limit (review R93). ``only_agent`` (with ``only_tenant``: one
+        of its agents): the finish freed only that agent's slot, its tenant having had room, so
+        that agent is looked up alone under the tenant, not walked to past every agent at its
+        limit. What it returns is what the full walk would: the others would all be skipped.
         """
         if not open_tools:
             return None
@@ -431,16 +435,18 @@ class FairQueue(Generic[T]):
             if not root.backlog or open_tools.isdisjoint(root.tools):
                 continue
             for klass in _by_turn(root, open_tools):
-                tenants: Iterable[_Node]
                 if only_tenant is None:
                     tenants = _by_turn(klass, open_tools)
                 else:
-                    found = klass.children.get(only_tenant)
-                    tenants = () if found is None or open_tools.isdisjoint(found.tools) else (found,)
+                    tenants = _alone(klass, only_tenant, open_tools)
                 for tenant in tenants:
                     if tenant_blocked is not None and tenant_blocked(tenant.key):
                         continue
-                    for agent in _by_turn(tenant, open_tools):
+                    if only_agent is None or only_tenant is None:
+                        agents = _by_turn(tenant, open_tools)
+                    else:
+                        agents = _alone(tenant, only_agent, open_tools)
+                    for agent in agents:
                         if agent_blocked is not None and agent_blocked(tenant.key, agent.key):
                             continue
                         entry = self._pick_tool(agent, open_tools)
@@ -640,6 +646,13 @@ def _by_turn(node: _Node, open_tools: set[str]) -> Iterable[_Node]:
     if len(active) > 1:
         active.sort(key=_by_pass)
     return active
+
+
+def _alone(node: _Node, key: str, open_tools: set[str]) -> Iterable[_Node]:
+    """``_by_turn(node, open_tools)`` narrowed to the child ``key``: it alone, if it has waiting
+    calls to an open tool (``pop``'s ``only_tenant`` and ``only_agent``)."""
+    child = node.children.get(key)
+    return () if child is None or open_tools.isdisjoint(child.tools) else (child,)
 
 
 def _others_waiting(entry: Entry[Any]) -> bool:
