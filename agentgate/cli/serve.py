@@ -12,7 +12,8 @@ inventory without backends, a ``--host`` that does not resolve
 and an address that cannot be bound (a port in use) are a one-line error and exit code 2; the
 socket is bound before "serving" is printed. It stops on SIGINT (Ctrl-C) or SIGTERM (what
 service managers send) alike: calls in flight get ``--shutdown-grace-s`` (default 10), then are
-cut and settled, and every outcome is committed before it exits 0.
+cut and settled, and every outcome is committed before it exits 0. A SIGINT during the grace ends
+it at once; any signal after that (the store still committing) is the same stop, waited for.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import re
 import signal
 import socket
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentgate._http_limits import LEAST_HEAD_BYTES, MOST_HEAD_BYTES, MOST_PORT, MOST_SECONDS
 from agentgate._numbers import LEAST_DECODE_RATE
@@ -38,6 +39,9 @@ from agentgate.cli._common import (
     shown_source_error,
 )
 from agentgate.errors import InputError, InventoryError
+
+if TYPE_CHECKING:
+    import uvicorn
 
 T = TypeVar("T")
 
@@ -206,13 +210,6 @@ _grace = _parsed(
 )
 
 
-def _terminated(signum: int, frame: object) -> None:
-    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again once its own
-    # handlers are gone: by default that killed the process before the gate committed the
-    # outcomes of the calls the shutdown cut. Here it ends the command as Ctrl-C does.
-    raise KeyboardInterrupt
-
-
 def _serve(args: argparse.Namespace) -> int:
     # Imported here: the other commands need neither the gateway nor its web server.
     from agentgate.dispatch.backends import Timeouts
@@ -252,20 +249,41 @@ def _serve(args: argparse.Namespace) -> int:
                 ),
             )
             sys.stderr.write(f"agentgate: serving {', '.join(server.gateway.models)} on {server.url}\n")
-            # uvicorn shuts down gracefully on Ctrl-C (or SIGTERM), then raises it again: that is
-            # the way this command ends (docs/cli.md: "runs until interrupted (exit 0)"), after
-            # ``gate.close()`` has committed every outcome.
-            previous = signal.signal(signal.SIGTERM, _terminated)
-            try:
-                with contextlib.suppress(KeyboardInterrupt):
+            with _stopped_by_signals(server.server):
+                try:
                     server.server.run(sockets=[listener])
-            finally:
-                signal.signal(signal.SIGTERM, previous)
+                finally:
+                    gate.close()
         finally:
-            gate.close()
+            gate.close()  # idempotent: here for a server that could not be made
     finally:
         listener.close()
     return 0
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(server: uvicorn.Server) -> Iterator[None]:
+    """SIGINT and SIGTERM are ``server``'s stop request (uvicorn's ``handle_exit``: the first
+    begins the shutdown grace, a SIGINT after it ends the grace at once) from before it runs
+    until the gate has closed; then the handlers before are put back.
+
+    uvicorn takes the signals only while it serves: once its shutdown is done it puts back the
+    handlers it found and raises the signals it caught again. Those were Python's (Ctrl-C's
+    ``KeyboardInterrupt``) and the command's (SIGTERM's ``Terminated``), so that until review R93
+    a signal during the rest of the shutdown raised where it landed: a Ctrl-C while ``gate.close()``
+    waited for a busy store threw its last commit away (an allow's outcome unrecorded, its
+    reservation held for ever, exit 130), and a second SIGTERM while ``asyncio.run`` waited for a
+    worker thread closed the loop under it (uvloop's traceback on stderr). Held here, a signal
+    after the shutdown began only asks again for what is under way: the command ends, exit 0,
+    once every outcome is committed. The wait for the store is bounded by its busy timeout.
+    """
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, server.handle_exit) for signum in held}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _given(**settings: Any) -> dict[str, Any]:
