@@ -52,7 +52,7 @@ def test_a_grant_id_with_a_lone_surrogate_is_refused_as_one_with_nul(
             InputError, match="a grant id must be non-empty text without a NUL character or lone"
         ):
             read()
-    with pytest.raises(InputError, match="chain must be a non-empty list of distinct grant ids"):
+    with pytest.raises(InputError, match="chain must be a non-empty list or tuple of distinct grant ids"):
         ledger.reserve(None, [GRANT, "\ud800"], {"\ud800": 10}, 1)
 
 
