@@ -26,7 +26,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agentgate._numbers import finite
-from agentgate.errors import CommitUnknown, InputError, StoreError
+from agentgate.errors import AuditError, CommitUnknown, InputError, StoreError
 from agentgate.store._base import (
     Dialect,
     Row,
@@ -452,7 +452,8 @@ class PostgresStore(Store):
         savepoint (``Transaction.savepoint``): a block that goes on past one without it ends in
         ``StoreError``, nothing committed (PostgreSQL aborts the transaction at the error). A
         connection lost before the COMMIT was sent raises ``StoreError`` saying so and that
-        nothing was written (``_lost``); one lost once the COMMIT was sent raises
+        nothing was written (``_lost``; an ``AuditError`` in the same words where the audit
+        log's statement found it); one lost once the COMMIT was sent raises
         ``CommitUnknown``: the server may have committed (``lost_commit``). An error a part met
         on another connection inside the block (a ``CommitUnknown`` above all) is raised as it
         is."""
@@ -498,21 +499,26 @@ class PostgresStore(Store):
                 _redact(self.url) not in str(exc)  # not the store's own (``ensure_schema``'s)
             ):
                 raise StoreError(self._no_privilege(str(exc))) from exc.__cause__  # in the part's words
-            if (
-                used is not None
-                and used.broken
-                and tx is not None
-                and tx.failure is not None
-                and exc.__cause__ is tx.failure
-            ):
+            lost = _lost_by_own_statement(exc, used, tx)
+            if lost is not None:
                 # A lost connection said in a part's words (``cannot record the revocation:
                 # terminating connection ...``): said as the store says it (review R92). Never
                 # at the COMMIT, which no part runs. Only this transaction's own statement's
                 # error: one a part met on another connection, lost with this one, keeps its
                 # words (R92's regression review).
                 recheck(self.pool)
-                raise StoreError(self._lost(driver_error_line(exc.__cause__))) from exc.__cause__
+                raise StoreError(self._lost(driver_error_line(lost))) from lost
             raise
+        except AuditError as exc:
+            lost = _lost_by_own_statement(exc, used, tx)
+            if lost is None:
+                raise
+            # The audit append's statements say a driver error as an ``AuditError``, the type
+            # docs/operations.md gives: a lost connection keeps it, said as the store says it
+            # and with the pool's idle connections tested (until review R93 ``audit log: a
+            # statement failed: terminating connection ...``, naming no store, no recheck).
+            recheck(self.pool)
+            raise AuditError(f"audit log: {self._lost(driver_error_line(lost))}") from lost
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.errors.LockNotAvailable):
                 raise self.busy() from exc
@@ -992,6 +998,18 @@ def _mark_idle(conn: psycopg.Connection[Any]) -> None:
     """Note when ``conn`` went (back) into the pool (the pool's ``reset`` callback, and
     ``_read_committed`` for a new one)."""
     conn._agentgate_idle_since = time.monotonic()  # type: ignore[attr-defined]
+
+
+def _lost_by_own_statement(
+    exc: Exception, used: psycopg.Connection[Any] | None, tx: _PgTransaction | None
+) -> psycopg.Error | None:
+    """The driver error of a statement of ``PostgresStore.transaction``'s own transaction
+    (``tx``, on ``used``) that found the connection lost, where ``exc``, a part's error raised
+    inside it, is the part's word for it; else ``None`` (an error a part met on another
+    connection among them)."""
+    if used is None or not used.broken or tx is None or tx.failure is None:
+        return None
+    return tx.failure if exc.__cause__ is tx.failure else None
 
 
 def recheck(pool: ConnectionPool) -> None:
