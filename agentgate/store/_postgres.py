@@ -564,11 +564,16 @@ class PostgresStore(Store):
         connection in steady use is taken as it is. Raises ``PoolTimeout`` as ``getconn``, and
         ``StoreError`` when a child process cannot open its own pool (``_own_pool``)."""
         self._own_pool()
-        held: psycopg.Connection[Any] | None = self.pool.getconn()
-        with self._lent_lock:
-            self._lent += 1
+        held: psycopg.Connection[Any] | None = None
+        lent = False
         try:
-            assert held is not None
+            # Taken inside the ``try``: until review R93 a Ctrl-C landing between ``getconn`` and
+            # it kept the connection from the pool for good (``max_size`` of them, and every
+            # transaction waited out its timeout). A window of one assignment remains.
+            held = self.pool.getconn()
+            with self._lent_lock:
+                self._lent += 1
+                lent = True
             idle_check_s = getattr(held, "_agentgate_idle_check_s", IDLE_CHECK_S)
             if time.monotonic() - getattr(held, "_agentgate_idle_since", 0.0) > idle_check_s:
                 try:
@@ -580,8 +585,9 @@ class PostgresStore(Store):
                     held = self.pool.getconn()
             yield held
         finally:
-            with self._lent_lock:
-                self._lent -= 1
+            if lent:
+                with self._lent_lock:
+                    self._lent -= 1
             if held is not None:
                 self.pool.putconn(held)
 
