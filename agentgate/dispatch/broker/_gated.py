@@ -151,6 +151,9 @@ class GatedBroker(_Recording):
         """The first of ``_unrecorded`` whose outcome's transaction ended unknown (an interrupt,
         ``CommitUnknown``) and was not found in the log then, with where it was written
         (``_logged``): looked for again before it is written again (``_record``)."""
+        self._unlinked: deque[Callable[[], None]] = deque()
+        """Links of renewals the broker made whose write failed (``_link_kept``): written first at
+        the next call (``_record``), so before their lease's end is settled."""
         broker.grant_check = self._revoked_grant
 
     def _revoked_grant(self, request: GangRequest) -> str | None:
@@ -453,18 +456,23 @@ class GatedBroker(_Recording):
         log's error), and
         ``StoreError`` only once the broker renewed the lease (its journal write or the
         renewal's link to the lease failed: the lease is renewed all the same, and its extension
-        reserved).
+        reserved; a failed link is kept and written at the next call).
 
         An allowed renewal is settled by one rule, whatever is raised (an error, or an interrupt:
         a Ctrl-C's ``KeyboardInterrupt``, a signal handler's ``SystemExit``). Until the broker
         renewed the lease, its allow is closed with an ``error`` outcome and its reservation
         returned, as for ``LeaseLost``, before the error is raised as is. Once it renewed it, the
-        extension's reservation is linked to the lease, settled at its end, before the error is
-        raised. The broker renewed the lease once ``Broker.renew`` returned, an interrupt after
-        that (at the release of the broker's lock, or in the link itself, which is written again)
-        included, or, where ``Broker.renew`` raised (its journal's ``StoreError``, its pass over
-        the queue raising, an interrupt), when it replaced the lease in that call
-        (``_extended``), whatever was raised. (Until a regression review (d) of R91 an interrupt at
+        extension's reservation is linked to the lease, settled at its end: the link is written
+        before the error is raised or, where the store fails it, kept with this ``GatedBroker``
+        and written first at its next call, before any lease's end is settled (``_link_kept``;
+        until review R93 it was dropped, the extension never charged and its reservation held for
+        ever). A process that stops before that write leaves the extension's reservation held, tied
+        to no decision (``reconcile`` does not see it), and the lease charged at most its earlier
+        reservations: settle it by hand (``agentgate budget settle``). The broker renewed the
+        lease once ``Broker.renew`` returned, an interrupt after that (at the release of the
+        broker's lock, or in the link itself, which is written again) included, or, where
+        ``Broker.renew`` raised (its journal's ``StoreError``, its pass over the queue raising, an
+        interrupt), when it replaced the lease in that call (``_extended``), whatever was raised. (Until a regression review (d) of R91 an interrupt at
         that release closed the allow of a lease that ran the extension, charged no more than
         before it.) An interrupt in the closing of a ``LeaseLost`` renewal's allow closes it
         again, unless it committed first; an interrupt is raised even where the store refuses
@@ -538,17 +546,19 @@ class GatedBroker(_Recording):
                 raise
             except BaseException as exc:  # an interrupt too (Ctrl-C, a signal handler's exit)
                 if acted:  # the lease runs the time this renewal added: it keeps its reservation
-                    _closed(exc, link)
+                    _closed(exc, functools.partial(self._link_kept, link))
                 reason = f"lease {quoted(lease_id)} was not renewed: {_reason(exc, 'the broker renewed it')}"
                 _closed(exc, lambda: self._abandon(renewal, reason))
             try:
-                link()
+                self._link_kept(link)
             except BaseException as exc:
                 if not _interrupt(exc):
-                    raise  # the store's error: renewed all the same (the docstring)
+                    # The store's error: renewed all the same (the docstring), the link kept
+                    # and written at the next call, before the lease's end is settled.
+                    raise
                 # A Ctrl-C at a store that hangs lands in the link's own transaction and rolls it
                 # back: linked again (``_link`` links only what is still held, never twice).
-                _closed(exc, link)
+                _closed(exc, self._write_links)
             self._record_pending()
         return renewed
 

@@ -53,6 +53,7 @@ class _Recording:
     _unrecorded: deque[BrokerEvent]
     _undelivered: list[BrokerEvent]
     _commit_unknown: tuple[BrokerEvent, tuple[LeaseDecision, str, int]] | None
+    _unlinked: deque[Callable[[], None]]
 
     def _price(self, resource: str) -> int | None:
         spec = self.gate.policy.document.gpus.get(resource.removeprefix("gpu:"))
@@ -139,6 +140,24 @@ class _Recording:
             )
         self._outcome_span(linked, "lease_granted", index)
 
+    def _link_kept(self, link: Callable[[], None]) -> None:
+        """Write ``link`` (a renewal's ``_link``, once the broker renewed its lease), kept in
+        ``_unlinked`` until it commits: one the store fails (or an interrupt rolls back) is written
+        first at the next ``_record``, before any event, so before the lease's end settles it.
+        Until review R93 a ``StoreError`` in the link was raised and the link dropped: the
+        extension was never charged and its reservation stayed held for ever, tied to nothing."""
+        self._unlinked.append(link)
+        self._write_links()
+
+    def _write_links(self) -> None:
+        """Write the renewals' links kept in ``_unlinked``, in order; raises the store's error of
+        the first that fails, it and those after it kept. A link is left only once it committed,
+        and written again after an interrupt that may have come after its commit (``_merge``
+        links a reservation once)."""
+        while self._unlinked:
+            self._unlinked[0]()
+            self._unlinked.popleft()
+
     def _merge(self, lease_id: str, held: tuple[Reservation, ...], tx: Transaction) -> bool:
         """Merge ``held`` into ``lease_id``'s decision (``_link``), in ``tx``; False if it has none
         (or ``held`` is empty). A reservation the decision holds already is left as it is, so that
@@ -176,8 +195,12 @@ class _Recording:
         server may have committed), and the log is read again for either before the event is
         written again at the next call (``_commit_unknown``), as the Gate does for its outcomes
         (until a second regression review of R92 such an outcome was written again: a second,
-        unlinked end of the lease)."""
+        unlinked end of the lease).
+
+        The renewals' links a failed store left (``_unlinked``) are written first: an event may
+        be the end of their lease, which settles what its decision holds."""
         self._unrecorded.extend(events)
+        self._write_links()
         while self._unrecorded:
             event = self._unrecorded[0]
             unknown = self._commit_unknown

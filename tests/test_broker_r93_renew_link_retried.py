@@ -1,0 +1,72 @@
+"""Review R93 (brokerleases, item 1): a renewal whose link to its lease's decision failed with
+the store's error (after ``Broker.renew`` extended the lease) raised it and dropped the link: the
+extension was never charged and its reservation stayed ``reserved`` for ever. Now the link is kept
+and written at the next call, before the lease's end settles it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_broker_restart_budget import World, lease
+
+from agentgate.errors import StoreError
+
+PRICE_PER_GPU_SECOND = 1000  # the PRICED policy: 2 GPUs x 60 s reserve 120,000
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    made = World("sqlite:///" + str(tmp_path / "a.db"))
+    yield made
+    made.process.gate.close()
+
+
+def _link_fails_once(world: World) -> None:
+    """The store's next transaction after ``Broker.renew`` returns (the renewal's link) fails,
+    nothing written."""
+    broker = world.process.broker
+    store = world.process.gated.gate.store
+    real_renew, real_transaction = broker.renew, store.transaction
+
+    def failing(**_: Any) -> Any:
+        store.transaction = real_transaction  # type: ignore[method-assign]
+        raise StoreError("the connection to the store was lost before the transaction committed")
+
+    def renew(lease_id: str) -> Any:
+        renewed = real_renew(lease_id)
+        store.transaction = failing  # type: ignore[method-assign]
+        return renewed
+
+    broker.renew = renew  # type: ignore[method-assign]
+
+
+def _reserved(world: World) -> list[Any]:
+    return list(
+        world.process.gate.store.query("SELECT amount FROM budget_reservations WHERE state = 'reserved'")
+    )
+
+
+@pytest.mark.parametrize("end", ["release", "expiry"])
+def test_a_renewal_whose_link_failed_is_charged_at_its_lease_end(world: World, end: str) -> None:
+    gated = world.process.gated
+    gated.submit(world.trainer, lease("ft-1"))  # granted at 1000, reserves 120,000
+    world.clock.now += 30
+    _link_fails_once(world)
+    with pytest.raises(StoreError):  # renewed all the same (the docstring)
+        gated.renew(world.trainer, "ft-1")
+    assert [held.expires_at for held in world.process.broker.leases()] == [world.clock.now + 60]
+    if end == "release":
+        world.clock.now += 50
+        gated.release(world.trainer, "ft-1")
+        held_s = 80
+    else:
+        world.clock.now += 100
+        gated.advance()
+        held_s = 90  # to the renewed expiry, not the first one
+    assert world.spent() == 2 * held_s * PRICE_PER_GPU_SECOND
+    assert _reserved(world) == []  # the extension's reservation settled with the lease
+    assert world.remaining() == world.budget - world.spent()
+    assert gated.decisions.all() == []
