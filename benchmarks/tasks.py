@@ -25,6 +25,16 @@ Opcodes (``--opcodes N``, no goal): the Python opcodes each side runs per call o
 (``sys.settrace`` with ``f_trace_opcodes``), a count a loaded machine does not move, where the
 timings move by several percent: what docs/tasks.md's reviews of the scheduler's hot path give.
 
+Held at a limit (``SharedLimits`` driven directly, under its lock, as the scheduler drives it): N
+holders each run one call to one tool and have ``HELD_WAITING`` more waiting; every running call
+finishes in turn and its holder's next starts. Microseconds per finish (and the dispatch it makes),
+best of the repeats, at N = 100 and 1,000, for (a) N tenants each at ``TenantShare(concurrency=1)``,
+(b) one tenant, N agents at ``principal_concurrency=1``, (c) case (a) with the tool rate limited
+(a token always there, but a token may have come since the last dispatch, so every finish walks
+the whole queue: no goal, the cost the shortcut of review R93 does not reach). Goals: the cost at
+1,000 over the cost at 100 for (a) and (b), measured side by side, <= 3 (before review R93 a finish
+walked every holder ahead of the freed one, and the cost grew with N).
+
     .venv/bin/python benchmarks/tasks.py [--quick] [--json] [--calls N] [--repeat R] [--opcodes N]
 
 ``--quick`` runs 2,000 calls and 2 repeats where ``--calls`` and ``--repeat`` name none.
@@ -47,16 +57,24 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's agentgate, not an installed one
 
+from prometheus_client import CollectorRegistry
+
 from agentgate.tasks import (
     Attempt,
     PriorityClass,
     Scheduler,
     SchedulerConfig,
     SyncScheduler,
+    TenantShare,
     ToolCall,
     ToolLimits,
     argument_digest,
 )
+from agentgate.tasks._config import RateLimit
+from agentgate.tasks._limits import SharedLimits
+from agentgate.tasks._metrics import SchedulerMetrics
+from agentgate.tasks._sync import _Wake
+from agentgate.tasks._waiter import Waiter
 from benchmarks._args import whole_up_to
 
 MAX_CALLS = 1_000_000
@@ -177,6 +195,68 @@ def sync_contended(calls: int) -> tuple[float, float]:
     return sched_us, bare_us
 
 
+HELD_SIZES = (100, 1_000)
+HELD_WAITING = 2
+"""Calls each holder has waiting behind its running one: each round of finishes starts one."""
+HELD_CASES: dict[str, tuple[SchedulerConfig, Callable[[int], str]]] = {
+    "blocked_tenants": (SchedulerConfig(tenant=TenantShare(concurrency=1)), lambda i: f"t{i}"),
+    "blocked_agents": (SchedulerConfig(principal_concurrency=1), lambda i: "t"),
+    "blocked_tenants_rate_limited": (
+        SchedulerConfig(
+            tenant=TenantShare(concurrency=1),
+            tools={"x": ToolLimits(rate=RateLimit(per_second=1e9, burst=10**9))},
+        ),
+        lambda i: f"t{i}",
+    ),
+}
+
+
+def held_finish_us(config: SchedulerConfig, tenant_of: Callable[[int], str], holders: int) -> float:
+    """Microseconds per finish (and its dispatch) with ``holders`` agents (``p<i>`` of tenant
+    ``tenant_of(i)``) each running one call to ``x`` at its limit and ``HELD_WAITING`` waiting."""
+    shared = SharedLimits(config)
+    metrics = SchedulerMetrics(CollectorRegistry(), queue_depth=dict, in_flight={}, breakers=list)
+    default = PriorityClass("default")
+    limits = shared.tool_limits("x")
+    try:
+        with shared.lock:
+            # Every holder's first call starts while the queue is empty; then its others queue.
+            calls = [ToolCall("x", tenant=tenant_of(i), principal=f"p{i}") for i in range(holders)]
+            held: list[list[Waiter]] = []
+            for call in calls:
+                first = shared.start_now(call, limits)
+                if first is None:
+                    raise RuntimeError("held: a holder's first call did not start")
+                held.append([first])
+            for call, waiters in zip(calls, held, strict=True):
+                for _ in range(HELD_WAITING):
+                    waiters.append(shared.enqueue(call, limits, default, False, _Wake(), metrics))
+            gc.collect()
+            start = time.perf_counter()
+            for k in range(HELD_WAITING):
+                for waiters in held:
+                    shared.finish(waiters[k])
+            elapsed = time.perf_counter() - start
+            if not all(waiters[-1].granted for waiters in held):
+                raise RuntimeError("held: a finish did not start its holder's next call")
+    finally:
+        shared.close()
+    return elapsed / (holders * HELD_WAITING) * 1e6
+
+
+def held_figures(repeat: int) -> dict[str, float]:
+    """``<case>_<N>_us`` for every case of ``HELD_CASES`` and N of ``HELD_SIZES``, best of
+    ``repeat``; the sizes of one case alternate, so a ratio is measured side by side."""
+    best: dict[str, float] = {}
+    for _ in range(repeat):
+        for case, (config, tenant_of) in HELD_CASES.items():
+            for holders in HELD_SIZES:
+                name = f"{case}_{holders}_us"
+                us = held_finish_us(config, tenant_of, holders)
+                best[name] = min(us, best.get(name, us))
+    return best
+
+
 def opcodes_per_call(run: Callable[[int], Awaitable[float]], calls: int) -> float:
     """The Python opcodes ``run(calls)`` runs per call, counted by ``sys.settrace`` with
     ``f_trace_opcodes`` in every frame it enters (the event loop's Python frames included)."""
@@ -270,6 +350,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"sync, 8 threads, limit 2: scheduler {sync_busy:.1f} us/call, "
         f"BoundedSemaphore {semaphore_busy:.1f} us/call ({sync_calls // 4} calls)"
     )
+    held = held_figures(min(repeat, 3))
+    small, large = HELD_SIZES
+    held_ratio = {
+        case: held[f"{case}_{large}_us"] / held[f"{case}_{small}_us"]
+        for case in ("blocked_tenants", "blocked_agents")
+    }
+    print(
+        f"held at a limit, us per finish and its dispatch (N = {small:,} / {large:,}), best of {min(repeat, 3)}:"
+    )
+    for case in HELD_CASES:
+        print(f"  {case:<30} {held[f'{case}_{small}_us']:>9.1f} {held[f'{case}_{large}_us']:>9.1f}")
     counted = {}
     if args.opcodes:
         counted = {
@@ -296,10 +387,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "sync_submit_keyed_digested_us": round(sync_digested, 2),
                     "sync_contended_us": round(sync_busy, 2),
                     "semaphore_contended_us": round(semaphore_busy, 2),
+                    **{name: round(us, 2) for name, us in held.items()},
                     **counted,
                 },
                 "goals": {
-                    "scheduler_vs_bare_ratio": {"value": round(ratio, 3), "limit": 2.0, "better": "lower"}
+                    "scheduler_vs_bare_ratio": {"value": round(ratio, 3), "limit": 2.0, "better": "lower"},
+                    **{
+                        f"{case}_{large}_over_{small}": {
+                            "value": round(value, 3),
+                            "limit": 3.0,
+                            "better": "lower",
+                        }
+                        for case, value in held_ratio.items()
+                    },
                 },
             }
         )

@@ -36,7 +36,11 @@ ISSUE_GOALS: dict[str, dict[str, tuple[float, str]]] = {
         "flatness_p50_1000_over_10": (1.5, "lower"),
         "load_and_lint_1000_rules_s": (1.0, "lower"),
     },
-    "tasks": {"scheduler_vs_bare_ratio": (2.0, "lower")},
+    "tasks": {
+        "scheduler_vs_bare_ratio": (2.0, "lower"),
+        "blocked_tenants_1000_over_100": (3.0, "lower"),
+        "blocked_agents_1000_over_100": (3.0, "lower"),
+    },
     "authority": {
         "cold_decision_over_biscuit": (1.25, "lower"),
         "warm_decision_over_biscuit": (0.5, "lower"),
