@@ -5,13 +5,16 @@ and written at the next call, before the lease's end settles it."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
 from test_broker_restart_budget import World, lease
 
+from agentgate.dispatch.broker import _lease_outcomes
 from agentgate.errors import StoreError
 
 PRICE_PER_GPU_SECOND = 1000  # the PRICED policy: 2 GPUs x 60 s reserve 120,000
@@ -70,3 +73,31 @@ def test_a_renewal_whose_link_failed_is_charged_at_its_lease_end(world: World, e
     assert _reserved(world) == []  # the extension's reservation settled with the lease
     assert world.remaining() == world.budget - world.spent()
     assert gated.decisions.all() == []
+
+
+def test_a_ctrl_c_as_the_link_is_first_kept_still_links_it(world: World) -> None:
+    """Regression review of R93: a Ctrl-C handled as ``_link_kept`` began (before it kept the
+    link) left nothing kept, and the handler wrote only the links kept already: the extension
+    was never charged. The handler keeps the link first."""
+    gated = world.process.gated
+    gated.submit(world.trainer, lease("ft-1"))
+    world.clock.now += 30
+    code = _lease_outcomes._Recording._link_kept.__code__
+    armed = [True]
+
+    def tracer(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code is code and armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt  # as a pending SIGINT is handled on entering a function
+
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            gated.renew(world.trainer, "ft-1")
+    finally:
+        sys.settrace(None)
+    assert not armed[0]
+    world.clock.now += 50
+    gated.release(world.trainer, "ft-1")
+    assert world.spent() == 2 * 80 * PRICE_PER_GPU_SECOND
+    assert _reserved(world) == []

@@ -557,8 +557,10 @@ class GatedBroker(_Recording):
                     # and written at the next call, before the lease's end is settled.
                     raise
                 # A Ctrl-C at a store that hangs lands in the link's own transaction and rolls it
-                # back: linked again (``_link`` links only what is still held, never twice).
-                _closed(exc, self._write_links)
+                # back: linked again (``_link`` links only what is still held, never twice). Kept
+                # first if it was not yet: a Ctrl-C as ``_link_kept`` began dropped it (until a
+                # regression review of R93 this wrote only the links kept already).
+                _closed(exc, functools.partial(self._link_kept, link))
             self._record_pending()
         return renewed
 

@@ -146,7 +146,8 @@ class _Recording:
         first at the next ``_record``, before any event, so before the lease's end settles it.
         Until review R93 a ``StoreError`` in the link was raised and the link dropped: the
         extension was never charged and its reservation stayed held for ever, tied to nothing."""
-        self._unlinked.append(link)
+        if link not in self._unlinked:  # kept once: written again after an interrupt
+            self._unlinked.append(link)
         self._write_links()
 
     def _write_links(self) -> None:
