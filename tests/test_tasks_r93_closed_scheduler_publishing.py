@@ -11,24 +11,15 @@ scheduler's metrics. Now ``aclose`` detaches the scheduler, and a closed one mak
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from agentgate.store import Store, open_store
+from agentgate.store import SQLiteStore, Store
 from agentgate.store.leases import SharedBreakers
 from agentgate.tasks import Attempt, BreakerPolicy, Scheduler, SchedulerConfig, ToolCall
 from agentgate.tasks._limits import SharedLimits
 
 KEY = "tool:t"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = open_store(str(tmp_path / "agentgate.db"))
-    yield opened
-    opened.close()
 
 
 async def _ok(attempt: Attempt) -> int:
@@ -58,10 +49,10 @@ def _recording(scheduler: Scheduler, name: str, written: list[str]) -> None:
     shared.publish = recorded  # type: ignore[method-assign]
 
 
-def test_a_closed_scheduler_leaves_the_open_one_to_publish_and_wait(store: Store) -> None:
+def test_a_closed_scheduler_leaves_the_open_one_to_publish_and_wait(sqlite_store: SQLiteStore) -> None:
     """B's breaker opening is written by B, before B's ``aclose`` returns; closed A makes no pool."""
     limits = SharedLimits(SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=60.0)))
-    closed, open_ = _first_and_second(limits, store)
+    closed, open_ = _first_and_second(limits, sqlite_store)
     written: list[str] = []
     _recording(closed, "closed", written)
     _recording(open_, "open", written)
@@ -76,15 +67,15 @@ def test_a_closed_scheduler_leaves_the_open_one_to_publish_and_wait(store: Store
     asyncio.run(main())
     assert written == ["open"]
     assert closed._pool is None  # no pool made after its aclose, none left running
-    row = SharedBreakers(store).read(KEY)
+    row = SharedBreakers(sqlite_store).read(KEY)
     assert row is not None and row.state == "open"
 
 
-def test_aclose_twice_with_a_store_returns(store: Store) -> None:
+def test_aclose_twice_with_a_store_returns(sqlite_store: SQLiteStore) -> None:
     """A second ``aclose`` finds the leases given back and the pool shut down: it returns."""
 
     async def main() -> None:
-        scheduler = Scheduler(store=store)
+        scheduler = Scheduler(store=sqlite_store)
         assert await scheduler.submit(ToolCall("ok", {}), _ok) == 1
         await scheduler.aclose()
         await scheduler.aclose()

@@ -10,8 +10,6 @@ dead letter was not written. The pool is now kept for that call's work, and shut
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -19,13 +17,6 @@ from agentgate.errors import SchedulingError
 from agentgate.store import SQLiteStore
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.tasks import Attempt, Scheduler, SchedulerConfig, ToolCall, ToolLimits
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    store = SQLiteStore(tmp_path / "s.db")
-    yield store
-    store.close()
 
 
 def _pools_made(scheduler: Scheduler) -> list[concurrent.futures.ThreadPoolExecutor]:
@@ -54,9 +45,9 @@ def _assert_shut_down(scheduler: Scheduler, pools: list[concurrent.futures.Threa
 
 
 async def test_a_self_closing_call_that_fails_gets_its_error_and_its_dead_letter_written(
-    store: SQLiteStore,
+    sqlite_store: SQLiteStore,
 ) -> None:
-    scheduler = Scheduler(store=store)
+    scheduler = Scheduler(store=sqlite_store)
     pools = _pools_made(scheduler)
 
     async def tool(attempt: Attempt) -> None:
@@ -65,7 +56,7 @@ async def test_a_self_closing_call_that_fails_gets_its_error_and_its_dead_letter
 
     with pytest.raises(ConnectionError, match="down after close"):
         await scheduler.submit(ToolCall("t", {}), tool)
-    assert [letter.id for letter in DeadLetterStore(store).recent()] == [
+    assert [letter.id for letter in DeadLetterStore(sqlite_store).recent()] == [
         letter.id for letter in scheduler.dead_letters()
     ]
     assert len(scheduler.dead_letters()) == 1
@@ -74,9 +65,9 @@ async def test_a_self_closing_call_that_fails_gets_its_error_and_its_dead_letter
 
 
 async def test_a_self_closing_call_holding_a_lease_gives_it_back_and_returns_its_result(
-    store: SQLiteStore,
+    sqlite_store: SQLiteStore,
 ) -> None:
-    scheduler = Scheduler(SchedulerConfig(tools={"t": ToolLimits(concurrency=1)}), store=store)
+    scheduler = Scheduler(SchedulerConfig(tools={"t": ToolLimits(concurrency=1)}), store=sqlite_store)
     pools = _pools_made(scheduler)
 
     async def tool(attempt: Attempt) -> str:
