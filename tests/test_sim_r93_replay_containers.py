@@ -43,3 +43,5 @@ def test_engines_that_are_no_mapping_are_refused() -> None:
 def test_a_tuple_of_requests_is_replayed_as_the_list() -> None:
     outcomes = replay(tuple(_TRACE), {"b": Engine(LLAMA_8B_H100)}, _SendAllBounded())  # type: ignore[arg-type]
     assert [(o.request.id, o.rejected) for o in outcomes] == [("q0", None), ("q1", None), ("q2", None)]
+    as_list = replay(list(_TRACE), {"b": Engine(LLAMA_8B_H100)}, _SendAllBounded())  # type: ignore[arg-type]
+    assert outcomes == as_list
