@@ -462,17 +462,18 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             else:
                 del counts[call.tool]
             if not self.per_tool_only:
-                tenant_full = self._tenant_blocked(call.tenant)
-                _decrement(self.tenant_in_flight, call.tenant)
-                _decrement(self.principal_in_flight, (call.tenant, call.agent_key))
                 limits = waiter.limits
                 # Neither the global slot nor the tool's (its slot, or a rate token ``unused``
                 # gave back) was what held waiting calls back: only its tenant's and agent's were.
-                if (
+                narrow = (
                     not global_full
                     and limits.rate is None
-                    and (limits.concurrency is None or running <= limits.concurrency - 1)
-                ):
+                    and (limits.concurrency is None or running < limits.concurrency)
+                )
+                tenant_full = narrow and self._tenant_blocked(call.tenant)  # before its slot is given back
+                _decrement(self.tenant_in_flight, call.tenant)
+                _decrement(self.principal_in_flight, (call.tenant, call.agent_key))
+                if narrow:
                     only_tenant = call.tenant
                     if not tenant_full:  # nor its tenant's: only its agent's slot came free
                         only_agent = call.agent_key
