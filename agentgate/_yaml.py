@@ -61,10 +61,10 @@ class _PureLoader(yaml.SafeLoader):
     # PyYAML's own scanner looks at every possible simple key (one a flow level, up to 1,024
     # characters back) for every token: a line of '[' cost a re-read of libyaml's text about 2 s
     # (35 s under tracemalloc), and, without libyaml, 17,000 '[' 1.7 s to refuse (until a
-    # regression review of R93 only the re-read walked them as below). The keys are held in the order of their flow levels, which is the
-    # order they were saved in (a deeper level's key goes when the level closes), so those gone
-    # stale are the first ones, and the first holds the least token number: these two read only
-    # as far as they need, and do what PyYAML's own do.
+    # regression review of R93 only the re-read walked them as below). The keys are held in the
+    # order of their flow levels, which is the order they were saved in (a deeper level's key goes
+    # when the level closes), so those gone stale are the first ones, and the first holds the
+    # least token number: these two read only as far as they need, and do what PyYAML's own do.
     def next_possible_simple_key(self) -> int | None:
         for key in self.possible_simple_keys.values():
             return int(key.token_number)
@@ -1198,7 +1198,7 @@ def _refuse_too_many_nodes(events: Any, source: str, error: type[SourceError], m
     memory for one event. PyYAML's errors propagate as they are. PyYAML's own parser is counted
     only up to a collection nested deeper than ``_COMPOSER_DEPTH``, where its composer stops
     (``_limit_depth``) with the located error: its scanner's work for a token grows with the flow
-    level, and until review R93 this count read on to the end, so that 17,000 '[' (16 KiB) took
+    level, and until review R93 this count read on to the end, so that 17,000 '[' (16.6 KiB) took
     92 s to refuse and 1 MiB of them 276 s, where libyaml, whose own limit is 1,000 levels,
     refuses them at once."""
     count = depth = 0
