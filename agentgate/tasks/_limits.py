@@ -407,9 +407,11 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         limit = self.config.principal_concurrency
         return limit is not None and self.principal_in_flight.get((tenant, principal), 0) >= limit
 
-    def _tool_open(self, tool: str) -> bool:
-        """Can ``tool`` start an attempt now? Notes the earliest rate-token time when it cannot."""
-        limits = self.limits_cache.get(tool) or self.tool_limits(tool)
+    def _tool_open(self, tool: str, limits: ToolLimits | None = None) -> bool:
+        """Can ``tool`` start an attempt now? Notes the earliest rate-token time when it cannot.
+        ``limits``: the tool's, when the caller has looked them up already."""
+        if limits is None:
+            limits = self.limits_cache.get(tool) or self.tool_limits(tool)
         if limits.concurrency is not None and self.tool_in_flight.get(tool, 0) >= limits.concurrency:
             return False
         if limits.rate is not None:
@@ -551,7 +553,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
                 limits = self.limits_cache.get(name) or self.tool_limits(name)
                 if limits.rate is not None:
                     only_tenant = only_agent = None
-                if self._tool_open(name):
+                if self._tool_open(name, limits):
                     open_tools.add(name)
         per_tool_only = self.per_tool_only
         while open_tools and (max_concurrency is None or self.in_flight < max_concurrency):
