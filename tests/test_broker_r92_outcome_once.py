@@ -37,6 +37,29 @@ def _then_after_release(world: World, then: Callable[[], object]) -> None:
     broker.release = released  # type: ignore[method-assign]
 
 
+def _next_transaction_raises(world: World, error: BaseException, *, committed: bool = True) -> None:
+    """The next transaction of the Gate's store ends (committed, or rolled back where not
+    ``committed``), gives the store its own transactions back, then raises ``error``: an interrupt
+    or a lost connection as the store's end returns. Shared with test_broker_r92b_commit_unknown."""
+    store = world.process.gated.gate.store
+    real = store.transaction
+
+    class _Ended:
+        def __enter__(self) -> object:
+            self.inner = real()
+            return self.inner.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            store.transaction = real  # type: ignore[method-assign]
+            if committed:
+                self.inner.__exit__(*exc)  # type: ignore[arg-type]
+            else:
+                self.inner.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)  # rolled back
+            raise error
+
+    store.transaction = lambda **_: _Ended()  # type: ignore[method-assign]
+
+
 def _ends(world: World) -> list[tuple[str | None, int | None]]:
     return [(e.status, e.ref) for e in world.process.entries() if e.kind == "outcome"][1:]
 
@@ -63,22 +86,7 @@ def test_an_interrupt_in_the_outcomes_span_records_the_end_once(
 
 def test_an_interrupt_as_the_outcomes_transaction_ends_records_the_end_once(world: World) -> None:
     gated = world.process.gated
-    store = gated.gate.store
-    real = store.transaction
-
-    class _InterruptedAfterCommit:
-        def __init__(self) -> None:
-            self.inner = real()
-
-        def __enter__(self) -> object:
-            return self.inner.__enter__()
-
-        def __exit__(self, *exc: object) -> None:
-            self.inner.__exit__(*exc)  # type: ignore[arg-type]
-            store.transaction = real  # type: ignore[method-assign]
-            raise KeyboardInterrupt  # handled as the store's end returns, committed
-
-    _then_after_release(world, lambda: setattr(store, "transaction", lambda **_: _InterruptedAfterCommit()))
+    _then_after_release(world, lambda: _next_transaction_raises(world, KeyboardInterrupt()))  # committed
     with pytest.raises(KeyboardInterrupt):
         gated.release(world.trainer, "job1")
     assert list(gated._unrecorded) == []
@@ -89,20 +97,7 @@ def test_an_interrupt_as_the_outcomes_transaction_ends_records_the_end_once(worl
 
 def test_a_commit_the_store_refuses_keeps_the_event(world: World) -> None:
     gated = world.process.gated
-    store = gated.gate.store
-    real = store.transaction
-
-    class _Refused:
-        def __enter__(self) -> object:
-            self.inner = real()
-            return self.inner.__enter__()
-
-        def __exit__(self, *exc: object) -> None:
-            store.transaction = real  # type: ignore[method-assign]
-            self.inner.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)  # rolled back
-            raise KeyboardInterrupt  # before the commit
-
-    _then_after_release(world, lambda: setattr(store, "transaction", lambda **_: _Refused()))
+    _then_after_release(world, lambda: _next_transaction_raises(world, KeyboardInterrupt(), committed=False))
     with pytest.raises(KeyboardInterrupt):
         gated.release(world.trainer, "job1")
     assert [type(event) for event in gated._unrecorded] == [LeaseEnded]  # not in the log: kept

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import pytest
-from test_broker_r92_outcome_once import _then_after_release
+from test_broker_r92_outcome_once import _next_transaction_raises, _then_after_release
 from test_broker_r92b_lock_exit_any_depth import _holding_job1
 from test_broker_restart_budget import World
 
@@ -25,22 +24,7 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 def _next_commit_unknown(world: World) -> None:
     """The next transaction of the Gate's store commits, then raises ``CommitUnknown``."""
-    store = world.process.gated.gate.store
-    real = store.transaction
-
-    class Committed:
-        def __enter__(self) -> Any:
-            self.inner = real()
-            return self.inner.__enter__()
-
-        def __exit__(
-            self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
-        ) -> None:
-            self.inner.__exit__(*exc)
-            store.transaction = real  # type: ignore[method-assign]
-            raise CommitUnknown("connection lost after COMMIT was sent")
-
-    store.transaction = lambda **_: Committed()  # type: ignore[method-assign]
+    _next_transaction_raises(world, CommitUnknown("connection lost after COMMIT was sent"))
 
 
 def _outcomes(world: World) -> list[tuple[str, int | None]]:
