@@ -586,9 +586,7 @@ class ApprovalStore:
         # second's count sees the first's vote. Each counting only its own, at READ COMMITTED,
         # left a request of quorum 2 pending for good with both votes in. Under ``rule`` the update
         # also brings the request to the policy in force.
-        if call_hash is not None and not tx.execute(
-            "SELECT 1 FROM approvals WHERE id = ? AND call_hash = ?", (approval_id, call_hash)
-        ):
+        if call_hash is not None and self.call_hash_of(approval_id, tx=tx) != call_hash:
             # Refused before ``_retally``: until review R93 another call's request was brought to
             # this call's rule (quorum, counted voters, state), and a caller that caught the
             # refusal (a vote not counted) committed that.
