@@ -37,6 +37,7 @@ import time
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from agentgate._numbers import finite
 from agentgate._shown import quoted
@@ -214,12 +215,17 @@ class QuorumRule:
         return f"approver IN ({', '.join('?' * len(ordered))})", ordered
 
 
+def _may_be_request_id(approval_id: object) -> TypeGuard[str]:
+    """Whether ``approval_id`` is text that a stored id may be (``ledger.may_be_stored``: no NUL
+    character nor lone surrogate); no request has any other."""
+    return isinstance(approval_id, str) and may_be_stored(approval_id)
+
+
 def _request_id(approval_id: object) -> str:
-    """``approval_id`` as a request's id: text that a stored id may be (``ledger.may_be_stored``:
-    no NUL character nor lone surrogate); else ``InputError``, as for an id no request has. Until
-    review R93 a list was a ``StoreError`` about the parameter's type and a lone surrogate a
-    ``StoreError`` too: to a caller that fails closed, the store failing."""
-    if not (isinstance(approval_id, str) and may_be_stored(approval_id)):
+    """``approval_id`` as a request's id (``_may_be_request_id``); else ``InputError``, as for an
+    id no request has. Until review R93 a list was a ``StoreError`` about the parameter's type and
+    a lone surrogate a ``StoreError`` too: to a caller that fails closed, the store failing."""
+    if not _may_be_request_id(approval_id):
         raise InputError(f"no approval request {quoted(approval_id, 60)}")
     return approval_id
 
@@ -454,7 +460,7 @@ class ApprovalStore:
     def call_hash_of(self, approval_id: str, *, tx: Transaction | None = None) -> str | None:
         """The call hash request ``approval_id`` was asked for (it never changes once asked), or
         ``None`` when there is no such request (an id no request may have included)."""
-        if not (isinstance(approval_id, str) and may_be_stored(approval_id)):
+        if not _may_be_request_id(approval_id):
             return None
         sql = "SELECT call_hash FROM approvals WHERE id = ?"
         rows = tx.execute(sql, (approval_id,)) if tx is not None else self.store.query(sql, (approval_id,))
