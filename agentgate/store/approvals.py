@@ -468,10 +468,10 @@ class ApprovalStore:
 
     def call_key_of(self, approval_id: str, *, tx: Transaction | None = None) -> str | None:
         """The framework call request ``approval_id`` is keyed to (``request``'s ``call_key``,
-        ``keep_call``), or ``None`` when it is keyed to none (or there is no such request)."""
-        sql = "SELECT call_key FROM approval_calls WHERE approval_id = ?"
-        rows = tx.execute(sql, (approval_id,)) if tx is not None else self.store.query(sql, (approval_id,))
-        return str(rows[0][0]) if rows else None
+        ``keep_call``), or ``None`` when it is keyed to none (or there is no such request): the key
+        of ``asked_call``."""
+        asked = self.asked_call(approval_id, tx=tx)
+        return asked[0] if asked is not None else None
 
     def void_standing_on(
         self, grant_ids: Collection[str], *, now: float | None = None, tx: Transaction | None = None
