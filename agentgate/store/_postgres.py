@@ -1013,9 +1013,9 @@ def _lost_by_own_statement(
     (``tx``, on ``used``) that found the connection lost, where ``exc``, a part's error raised
     inside it, is the part's word for it; else ``None`` (an error a part met on another
     connection among them)."""
-    if used is None or not used.broken or tx is None or tx.failure is None:
+    if used is None or not used.broken or tx is None or exc.__cause__ is not tx.failure:
         return None
-    return tx.failure if exc.__cause__ is tx.failure else None
+    return tx.failure
 
 
 def recheck(pool: ConnectionPool) -> None:
