@@ -238,7 +238,7 @@ class GatedBroker(_Recording):
         expect(identity, _IDENTITY_OR_NONE, "identity", _IDENTITY + " or None")
         resource = _resource(request)
         with self._lock:
-            self._record([])  # what an earlier call could not record comes first
+            self._record()  # what an earlier call could not record comes first
             earlier = self.decisions.get(request.id)
             live = self.broker.is_live(request.id)  # asked without moving the broker
             unjournaled = None
@@ -366,7 +366,7 @@ class GatedBroker(_Recording):
                 _closed(exc, lambda: self._end(request.id, decided.principal, resource, "error", reason))
             if queued_directly:
                 self._refuse_taken(decided)  # the row just added is this allow's: forgotten
-            self._record([])
+            self._record()
             return GatedRequest(auth, tuple(self._delivered()))
 
     def _took(self, request: GangRequest) -> bool:
@@ -433,10 +433,10 @@ class GatedBroker(_Recording):
         needs no decision: giving GPUs back is always allowed.
         """
         with self._lock:
-            self._record([])
+            self._record()
             self._holder_request(identity, lease_id)
             self._take(functools.partial(self.broker.release, lease_id))
-            self._record([])
+            self._record()
             return self._delivered()
 
     def renew(self, identity: AgentIdentity, lease_id: str) -> Lease:
@@ -585,7 +585,7 @@ class GatedBroker(_Recording):
         store's failure as ``StoreError`` or, for an outcome the audit log refused outside a
         transaction, ``AuditError`` (each of which ``renew`` gives as ``NotRenewed``, but
         ``TamperDetected`` as is)."""
-        self._record([])
+        self._record()
         self._applied(self.broker.advance)  # a lease that expired meanwhile is not renewed
         request = self._holder_request(identity, lease_id)
         lease = next((held for held in self.broker.leases() if held.id == lease_id), None)
@@ -633,9 +633,9 @@ class GatedBroker(_Recording):
         """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are
         audited, and returned with those of earlier calls that returned none (``_delivered``)."""
         with self._lock:
-            self._record([])
+            self._record()
             self._take(self.broker.advance)
-            self._record([])
+            self._record()
             return self._delivered()
 
     def _applied(self, apply: Callable[[], list[BrokerEvent]]) -> StoreError | None:
@@ -649,7 +649,7 @@ class GatedBroker(_Recording):
             self._take(apply)
         except StoreError as exc:
             return exc
-        self._record([])
+        self._record()
         return None
 
     def reconcile(self) -> list[str]:
@@ -667,7 +667,7 @@ class GatedBroker(_Recording):
         restart was never charged for the time it held.)
         """
         with self._lock:
-            self._record([])  # an end not recorded yet is settled at its time held, not as lost
+            self._record()  # an end not recorded yet is settled at its time held, not as lost
             live = {lease.id for lease in self.broker.leases()} | {q.request.id for q in self.broker.queue()}
             # An end the broker has not given out yet (a call that raised after it) closes its
             # decision at the next call, at the time held: the request is not lost.

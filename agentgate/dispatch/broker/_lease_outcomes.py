@@ -69,7 +69,7 @@ class _Recording:
         them with this GatedBroker, recorded first at its next call (the renewal stands)."""
         try:
             self._take(self.broker.advance)
-            self._record([])
+            self._record()
         except (StoreError, AuditError):  # an outcome entry the log refused: as the store's error
             return
 
@@ -181,11 +181,11 @@ class _Recording:
         self.decisions.set_reservations(lease_id, kept, tx)
         return True
 
-    def _record(self, events: list[BrokerEvent]) -> None:
-        """Audit ``events``, after those an earlier call could not record. An outcome that cannot
-        be recorded (``StoreError``) raises, and it and the events after it stay unrecorded, to
-        be recorded first at the next call (until review R40 they were lost: the lease's
-        reservation stayed held and its allow had no end).
+    def _record(self) -> None:
+        """Audit the events the broker gave out (``_unrecorded``, kept there by ``_take``), in
+        order. An outcome that cannot be recorded (``StoreError``) raises, and it and the events
+        after it stay unrecorded, to be recorded first at the next call (until review R40 they
+        were lost: the lease's reservation stayed held and its allow had no end).
 
         An event leaves ``_unrecorded`` once its outcome's transaction has committed, before the
         outcome's span is made; an interrupt raised out of the transaction's end (a Ctrl-C
@@ -200,7 +200,6 @@ class _Recording:
 
         The renewals' links a failed store left (``_unlinked``) are written first: an event may
         be the end of their lease, which settles what its decision holds."""
-        self._unrecorded.extend(events)
         self._write_links()
         while self._unrecorded:
             event = self._unrecorded[0]
