@@ -206,12 +206,10 @@ class _Approvals:
         second pool connection, which a pool of one never gives)."""
         if approval.call_hash != request["call_hash"]:
             return "approval not counted: it was given for another call"
-        if self.approvals.call_hash_of(approval.request, tx=tx) not in (None, request["call_hash"]):
+        asked = self.approvals.call_of(approval.request, tx=tx)  # its call hash and call key
+        if asked is not None and asked[0] != request["call_hash"]:
             return f"approval not counted: it was given for another call (request {approval.request[:100]!r})"
-        if call_key is not None and self.approvals.call_key_of(approval.request, tx=tx) not in (
-            None,
-            call_key,
-        ):
+        if call_key is not None and asked is not None and asked[1] not in (None, call_key):
             # Until review R55 two threads asking the same call shared one request: an approval
             # shown in one thread's interrupt ran the call in the other.
             return "approval not counted: it was given for this call in another run (another thread)"

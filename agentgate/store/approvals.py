@@ -457,21 +457,22 @@ class ApprovalStore:
         params = (approval_id, call_hash)
         return bool(tx.execute(sql, params) if tx is not None else self.store.query(sql, params))
 
-    def call_hash_of(self, approval_id: str, *, tx: Transaction | None = None) -> str | None:
-        """The call hash request ``approval_id`` was asked for (it never changes once asked), or
-        ``None`` when there is no such request (an id no request may have included)."""
-        if not _may_be_request_id(approval_id):
+    def call_of(self, approval_id: str, *, tx: Transaction | None = None) -> tuple[str, str | None] | None:
+        """The call hash request ``approval_id`` was asked for (it never changes once asked) and
+        the framework call it is keyed to (``request``'s ``call_key``, ``keep_call``; ``None``
+        when it is keyed to none), read at once; ``None`` when there is no such request (an id no
+        request may have included)."""
+        if not (isinstance(approval_id, str) and may_be_stored(approval_id)):
             return None
-        sql = "SELECT call_hash FROM approvals WHERE id = ?"
+        sql = (
+            "SELECT a.call_hash, c.call_key FROM approvals a "
+            "LEFT JOIN approval_calls c ON c.approval_id = a.id WHERE a.id = ?"
+        )
         rows = tx.execute(sql, (approval_id,)) if tx is not None else self.store.query(sql, (approval_id,))
-        return str(rows[0][0]) if rows else None
-
-    def call_key_of(self, approval_id: str, *, tx: Transaction | None = None) -> str | None:
-        """The framework call request ``approval_id`` is keyed to (``request``'s ``call_key``,
-        ``keep_call``), or ``None`` when it is keyed to none (or there is no such request): the key
-        of ``asked_call``."""
-        asked = self.asked_call(approval_id, tx=tx)
-        return asked[0] if asked is not None else None
+        if not rows:
+            return None
+        call_hash, call_key = rows[0]
+        return str(call_hash), None if call_key is None else str(call_key)
 
     def void_standing_on(
         self, grant_ids: Collection[str], *, now: float | None = None, tx: Transaction | None = None
@@ -587,16 +588,17 @@ class ApprovalStore:
             with self.store.transaction() as own:
                 self.approve(approval_id, approver, call_hash=call_hash, now=now, tx=own, rule=rule)
             return
+        asked = self.call_of(approval_id, tx=tx) if call_hash is not None else None
+        if call_hash is not None and (asked is None or asked[0] != call_hash):
+            # Refused before ``_retally``: until review R93 another call's request was brought to
+            # this call's rule (quorum, counted voters, state), and a caller that caught the
+            # refusal (a vote not counted) committed that.
+            self._explain(tx, approval_id, now, approver=approver, call_hash=call_hash)
         # The request's row first (an update: PostgreSQL locks the row, SQLite's write lock is
         # held already): two approvers voting at once are then taken one after the other, and the
         # second's count sees the first's vote. Each counting only its own, at READ COMMITTED,
         # left a request of quorum 2 pending for good with both votes in. Under ``rule`` the update
         # also brings the request to the policy in force.
-        if call_hash is not None and self.call_hash_of(approval_id, tx=tx) != call_hash:
-            # Refused before ``_retally``: until review R93 another call's request was brought to
-            # this call's rule (quorum, counted voters, state), and a caller that caught the
-            # refusal (a vote not counted) committed that.
-            self._explain(tx, approval_id, now, approver=approver, call_hash=call_hash)
         if rule is None:
             self._run(
                 tx, "UPDATE approvals SET state = state WHERE id = ? AND state = 'pending'", (approval_id,)
