@@ -548,8 +548,9 @@ class Router(RoutingPolicy):
         stopped). So an ask costs, besides one look at each backend, a heap step for each waiter
         given a slot, each one given none (at most one per engine), each in debt that it passes
         and each gone, however long the line and however many sets of backends its waiters may
-        use (until a regression review of R92 also each that had turned its slot down). Until review R91 the walk went through every waiter ahead, rebuilding the engines each may use
-        from every backend, while a free slot was left that none of them could use: each ask,
+        use (until a regression review of R92 also each that had turned its slot down). Until review
+        R91 the walk went through every waiter ahead, rebuilding the engines each may use from every
+        backend, while a free slot was left that none of them could use: each ask,
         and each slot freed, cost as much as the line was long; until a regression review of R91
         it merged one line per set of backends the waiters may use, and cost as much as there
         were such sets (every waiter with its own ``allowed``: as much as the line was long)."""

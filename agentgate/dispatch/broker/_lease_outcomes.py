@@ -209,12 +209,14 @@ class _Recording:
                 # as does an interrupt meanwhile): until a third regression review of R92 it was
                 # dropped first, and a store still out at this call had it written again at the
                 # next, a second end of the lease.
-                found = unknown[0] is event and self._logged(*unknown[1])
-                self._commit_unknown = None
-                if found:
+                if unknown[0] is event and self._logged(*unknown[1]):
+                    # The event leaves before its marker: an interrupt between the two leaves a
+                    # marker naming no event first (ignored), never an event without its marker.
                     self._undelivered.append(self._unrecorded.popleft())  # committed after all
+                    self._commit_unknown = None
                     self._outcome_span(*unknown[1])
                     continue
+                self._commit_unknown = None
             written: tuple[LeaseDecision, str, int] | None = None
             try:
                 with self.gate.store.transaction() as tx:
@@ -233,8 +235,8 @@ class _Recording:
                     self._commit_unknown = (event, written)
                     with contextlib.suppress(StoreError):
                         if self._logged(*written):
-                            self._commit_unknown = None
                             self._undelivered.append(self._unrecorded.popleft())
+                            self._commit_unknown = None
                 raise
             self._outcome_span(*written)
 
