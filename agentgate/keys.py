@@ -762,7 +762,6 @@ def _name_taken(path: Path) -> Iterator[_Taken]:
     else:
         raise HeldFile(errno.EEXIST, "another command is writing it", str(path))
     try:
-        taken = _Taken(os.fstat(fd), made=created)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -770,6 +769,7 @@ def _name_taken(path: Path) -> Iterator[_Taken]:
         held = os.fstat(fd)
         if not (stat.S_ISREG(held.st_mode) and held.st_size == 0 and _is_there(path, held)):
             raise FilledFile(errno.EEXIST, "a file that is not empty is there", str(path))
+        taken = _Taken(held, made=created)
         try:
             yield taken
         except BaseException:
