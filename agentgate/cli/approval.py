@@ -174,10 +174,11 @@ def _refusal(request: dict[str, Any], signer: str) -> str | None:
 def _against_store(
     request: dict[str, Any], url: str | None, signer: str
 ) -> tuple[str | None, _Logged | None]:
-    """Why what ``request`` shows is not what the store ``url`` (``None``: ``AGENTGATE_STORE``)
-    holds of it, or why ``signer`` may not sign it (the store's requester), or ``None``; and, for
-    ``None``, what the log holds of the request (``_Logged``): its ``approval_required`` entry and
-    the later ones referring to it that say an approval presented did not count.
+    """Why what ``request`` shows is not what the store ``url`` (``None``: ``AGENTGATE_STORE``,
+    else ``DEFAULT_PATH``, ``_store_to_check``) holds of it, or why ``signer`` may not sign it (the
+    store's requester), or ``None``; and, for ``None``, what the log holds of the request
+    (``_Logged``): its ``approval_required`` entry and the later ones referring to it that say an
+    approval presented did not count.
 
     The payload reaches the approver through the application (a UI, a queue): until review R70
     nothing the approver could run checked the arguments and reasons it shows, so an amount edited
