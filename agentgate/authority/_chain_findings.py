@@ -8,7 +8,7 @@ every link must attenuate its parent. Time is checked apart (``time_finding``), 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from agentgate._shown import shown
 from agentgate._time import when
@@ -193,108 +193,108 @@ def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding
 
 
 def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
-    """Everything that stops ``child`` from attenuating the chain ``links`` (signatures aside)."""
+    """Everything that stops ``child`` from attenuating the chain ``links`` (signatures aside),
+    for ``agentgate grant inspect`` and ``audit explain``; a decision needs only the first
+    (``first_link_finding``)."""
+    return list(_link_findings(links, child))
+
+
+def first_link_finding(links: Sequence[Grant], child: Grant) -> Finding | None:
+    """The first of ``link_findings(links, child)``, found without looking for the rest.
+
+    Until review R94 a decision, ``verify_chain`` and ``delegate`` built every finding of a
+    refused link and used the first: a widened link of 16 constrained capabilities ran the
+    witness search of each (about 20 times the work), on every presentation, since a refused
+    chain is not cached."""
+    return next(_link_findings(links, child), None)
+
+
+def _link_findings(links: Sequence[Grant], child: Grant) -> Iterator[Finding]:
+    """``link_findings``, one at a time in their order, each found only when asked for."""
     parent = links[-1]
-    out: list[Finding] = []
     if child.parent != parent.id:
-        out.append(
-            _finding(
-                _OPACITY,
-                "parent_mismatch",
-                "link does not name the previous link as its parent "
-                f"(links reordered, spliced from another chain, or one dropped); {_PRESENT_AS_DELEGATED}",
-                child,
-                "parent",
-            )
+        yield _finding(
+            _OPACITY,
+            "parent_mismatch",
+            "link does not name the previous link as its parent "
+            f"(links reordered, spliced from another chain, or one dropped); {_PRESENT_AS_DELEGATED}",
+            child,
+            "parent",
         )
-        return out
+        return
     if child.issuer != parent.audience:
-        out.append(
-            _finding(
-                _OPACITY,
-                "issuer_not_parent_audience",
-                f"link is signed by {_short(child.issuer)}, but "
-                f"the parent grant was given to {_short(parent.audience)}; only the parent's holder "
-                "may delegate it: sign the link with the key the parent grant was given to, or "
-                "delegate from a grant of the signer's own",
-                child,
-                "issuer",
-            )
+        yield _finding(
+            _OPACITY,
+            "issuer_not_parent_audience",
+            f"link is signed by {_short(child.issuer)}, but "
+            f"the parent grant was given to {_short(parent.audience)}; only the parent's holder "
+            "may delegate it: sign the link with the key the parent grant was given to, or "
+            "delegate from a grant of the signer's own",
+            child,
+            "issuer",
         )
-        return out
+        return
     if child.audience == child.issuer:
-        out.append(
-            _finding(
-                _TRUST,
-                "self_delegation",
-                "a principal delegated to itself; delegate to the sub-agent's own key instead",
-                child,
-                "audience",
-            )
+        yield _finding(
+            _TRUST,
+            "self_delegation",
+            "a principal delegated to itself; delegate to the sub-agent's own key instead",
+            child,
+            "audience",
         )
     elif child.audience in {link.issuer for link in links} | {link.audience for link in links}:
-        out.append(
-            _finding(
-                _TRUST,
-                "delegation_cycle",
-                f"{_short(child.audience)} already appears in this chain; "
-                "authority may not flow back to an earlier holder: that holder uses the grant it already "
-                "holds, and a delegation goes to a key not yet in the chain",
-                child,
-                "audience",
-            )
+        yield _finding(
+            _TRUST,
+            "delegation_cycle",
+            f"{_short(child.audience)} already appears in this chain; "
+            "authority may not flow back to an earlier holder: that holder uses the grant it already "
+            "holds, and a delegation goes to a key not yet in the chain",
+            child,
+            "audience",
         )
     if parent.max_depth == 0:
-        out.append(_finding(_SCOPE, "delegation_not_allowed", NO_FURTHER_DELEGATION, child, "max_depth"))
+        yield _finding(_SCOPE, "delegation_not_allowed", NO_FURTHER_DELEGATION, child, "max_depth")
     elif child.max_depth > parent.max_depth - 1:
-        out.append(
-            _finding(
-                _SCOPE,
-                "depth_widened",
-                f"child allows {child.max_depth} further delegation levels; "
-                f"the parent leaves at most {parent.max_depth - 1}: give it a max depth of at most "
-                f"{parent.max_depth - 1}",
-                child,
-                "max_depth",
-            )
+        yield _finding(
+            _SCOPE,
+            "depth_widened",
+            f"child allows {child.max_depth} further delegation levels; "
+            f"the parent leaves at most {parent.max_depth - 1}: give it a max depth of at most "
+            f"{parent.max_depth - 1}",
+            child,
+            "max_depth",
         )
     for cap in child.capabilities:
         found = _capability_finding(parent, child, cap)
         if found is not None:
-            out.append(found)
+            yield found
     if parent.budget is not None:
         if child.budget is None:
-            out.append(
-                _finding(
-                    _SCOPE,
-                    "budget_widened",
-                    f"child has no budget limit; the parent is limited to {parent.budget}: give the "
-                    "child a budget of at most the parent's",
-                    child,
-                    "budget",
-                )
+            yield _finding(
+                _SCOPE,
+                "budget_widened",
+                f"child has no budget limit; the parent is limited to {parent.budget}: give the "
+                "child a budget of at most the parent's",
+                child,
+                "budget",
             )
         elif child.budget.unit != parent.budget.unit:
-            out.append(
-                _finding(
-                    _SCOPE,
-                    "budget_unit_changed",
-                    f"child budget is in {child.budget.unit}, the parent's in {parent.budget.unit}: "
-                    f"give the child a budget in {parent.budget.unit}, at most the parent's",
-                    child,
-                    "budget",
-                )
+            yield _finding(
+                _SCOPE,
+                "budget_unit_changed",
+                f"child budget is in {child.budget.unit}, the parent's in {parent.budget.unit}: "
+                f"give the child a budget in {parent.budget.unit}, at most the parent's",
+                child,
+                "budget",
             )
         elif child.budget.amount > parent.budget.amount:
-            out.append(
-                _finding(
-                    _SCOPE,
-                    "budget_widened",
-                    f"child budget {child.budget} exceeds the parent's {parent.budget}: lower it to "
-                    "at most the parent's",
-                    child,
-                    "budget",
-                )
+            yield _finding(
+                _SCOPE,
+                "budget_widened",
+                f"child budget {child.budget} exceeds the parent's {parent.budget}: lower it to "
+                "at most the parent's",
+                child,
+                "budget",
             )
     if child.expires > parent.expires:
         left = parent.expires - child.not_before
@@ -303,29 +303,24 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
             if left > 0
             else ": the parent has expired when it starts; delegate from a grant still valid then"
         )
-        out.append(
-            _finding(
-                _REVOCABLE,
-                "outlives_parent",
-                f"child expires at {when(child.expires)}, after its parent "
-                f"({when(parent.expires)}); a child never outlives its parent{fix}",
-                child,
-                "expiry",
-            )
+        yield _finding(
+            _REVOCABLE,
+            "outlives_parent",
+            f"child expires at {when(child.expires)}, after its parent "
+            f"({when(parent.expires)}); a child never outlives its parent{fix}",
+            child,
+            "expiry",
         )
     if child.not_before < parent.not_before:
-        out.append(
-            _finding(
-                _SCOPE,
-                "starts_before_parent",
-                f"child becomes valid at {when(child.not_before)}, before its parent "
-                f"({when(parent.not_before)}); a child starts no earlier than its parent: sign it "
-                f"with a not-before of {when(parent.not_before)} or later",
-                child,
-                "not_before",
-            )
+        yield _finding(
+            _SCOPE,
+            "starts_before_parent",
+            f"child becomes valid at {when(child.not_before)}, before its parent "
+            f"({when(parent.not_before)}); a child starts no earlier than its parent: sign it "
+            f"with a not-before of {when(parent.not_before)} or later",
+            child,
+            "not_before",
         )
-    return out
 
 
 def root_findings(root: Grant) -> list[Finding]:
@@ -394,9 +389,9 @@ def _signatures_and_links(chain: Chain, root_key: bytes | None) -> Finding | Non
                 "signature",
             )
     for i in range(1, len(chain.links)):
-        found = link_findings(chain.links[:i], chain.links[i])
-        if found:
-            return found[0]
+        found = first_link_finding(chain.links[:i], chain.links[i])
+        if found is not None:
+            return found
     return None
 
 

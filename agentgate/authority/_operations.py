@@ -26,7 +26,7 @@ from agentgate.authority._chain_findings import (
     _short,
     chain_finding,
     error_for,
-    link_findings,
+    first_link_finding,
     time_finding,
     unsound_finding,
 )
@@ -339,9 +339,9 @@ def delegate(
         parent=tip.id,
         chain_bytes=len(chain.token),
     )
-    found_all = link_findings(chain.links, grant)
-    if found_all:
-        raise error_for(found_all[0])
+    refused = first_link_finding(chain.links, grant)
+    if refused is not None:
+        raise error_for(refused)
     links = (*chain.links, grant)
     return Chain(links, _encode_chain(links))
 
