@@ -74,11 +74,41 @@ _UNREADABLE_FIX = "present the token exactly as it was written (grant issue, gra
 
 @dataclass(frozen=True)
 class ApprovalRequirement:
-    """What the approval hook asks for: who may approve, how many of them, and why."""
+    """What the approval hook asks for: who may approve, how many of them, and why.
+
+    Raises ``InputError`` naming the field for ``approvers`` that is not a tuple of strings (a
+    string alone, ``"alice"`` for ``("alice",)``, was read letter by letter until
+    review R94), a ``quorum`` that is not a whole number from 1 to the number of approvers (1
+    when none is named), or a ``reason`` that is not a string. A hook that builds a bad one fails
+    closed: its decision is an ``approval_check_failed`` deny.
+    """
 
     approvers: tuple[str, ...]
     quorum: int = 1
     reason: str = ""
+
+    def __post_init__(self) -> None:
+        approvers: object = self.approvers
+        if not isinstance(approvers, tuple):
+            raise InputError(
+                f"ApprovalRequirement approvers must be a tuple of approver names, not "
+                f"{type(approvers).__name__}: name one as approvers=('alice',)"
+            )
+        for i, name in enumerate(approvers):
+            if not isinstance(name, str):
+                raise InputError(
+                    f"ApprovalRequirement approvers[{i}] must be an approver's name, not {type(name).__name__}"
+                )
+        quorum: object = self.quorum
+        most = max(len(approvers), 1)
+        if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= most:
+            what = repr(quorum) if isinstance(quorum, int) else type(quorum).__name__
+            raise InputError(
+                f"ApprovalRequirement quorum must be a whole number from 1 to {most} (the approvers "
+                f"named), not {what}"
+            )
+        if not isinstance(self.reason, str):
+            raise InputError(f"ApprovalRequirement reason must be a string, not {type(self.reason).__name__}")
 
     @property
     def asked(self) -> str:
@@ -558,6 +588,9 @@ def _conclude(
         if requirement is not None and not isinstance(requirement, ApprovalRequirement):
             # ``False`` for "no approval needed" is an easy slip; it is no answer, not an allow.
             raise _NoAnswer(f"it answered a {type(requirement).__name__}, not an ApprovalRequirement or None")
+        # Worded here, in the try: an answer that cannot be (one built around ``__init__``'s
+        # checks) is refused as the hook's failure, not raised from the decision.
+        asked = None if requirement is None else requirement.asked
     except Exception as exc:  # a failing approval check must not let the call through: fail closed
         return deny(_approval_check_failed(exc, call, tip.id))
     try:
@@ -601,8 +634,8 @@ def _conclude(
     outcome = Outcome.ALLOW if requirement is None else Outcome.APPROVAL_REQUIRED
     reason = (
         f"{call.resource} {call.action} is covered by grant {tip.id[:16]}... held by {principal}"
-        if requirement is None
-        else requirement.asked
+        if asked is None
+        else asked
     )
     # Every field given, each of its declared type: built without the frozen dataclass's
     # ``__init__`` (13 ``object.__setattr__`` calls, ~6 us of a ~230 us warm decision).
