@@ -68,7 +68,7 @@ from agentgate.dispatch.backends import (
     output_limit,
 )
 from agentgate.dispatch.inventory import Inventory
-from agentgate.dispatch.prefix import block_hashes, estimate_prompt_tokens, prompt_text
+from agentgate.dispatch.prefix import estimate_prompt_tokens, prompt_block_hashes
 from agentgate.errors import (
     AnswerTooLarge,
     BackendFailed,
@@ -407,7 +407,7 @@ class Dispatcher:
         # An entry that is not an object is no message (prompt_text passes over it), and a
         # message that cannot be written is named by its position in the caller's list (until
         # review R84 its position among the objects only).
-        text = prompt_text(messages)
+        prefix_hashes = prompt_block_hashes(messages, self.router.block_tokens)
         max_tokens = output_limit(payload) or DEFAULT_OUTPUT_TOKENS
         # A value JSON cannot write is refused here, before anything is debited (after the
         # messages' own checks, which name the message).
@@ -423,7 +423,7 @@ class Dispatcher:
             model=model,
             prompt_tokens=estimate_prompt_tokens(messages),
             max_output_tokens=max_tokens,
-            prefix_hashes=block_hashes(text, self.router.block_tokens),
+            prefix_hashes=prefix_hashes,
             tenant=tenant,
             priority=priority,
             slo_ttft_s=self.slo_ttft(model) if slo_ttft_s is None else slo_ttft_s,

@@ -7,7 +7,9 @@ was some 330,000 tokens): an image is ``IMAGE_TOKENS`` whatever its size, audio 
 its duration (``audio_tokens``), a file (OpenAI's ``file`` part, a PDF) is ``FILE_TOKENS``
 (``estimate_prompt_tokens``). Parts of any other type count by their characters. Block hashes are
 chained (block ``i``'s hash covers every block before it), so equal hashes mean equal prefixes;
-this is what vLLM's prefix cache keys on, at the router's chosen block size.
+this is what vLLM's prefix cache keys on, at the router's chosen block size. A media part is
+hashed as a digest of it spanning its estimated tokens (``prompt_block_hashes``), never as its
+base64 text.
 """
 
 from __future__ import annotations
@@ -209,6 +211,35 @@ def _wav_bytes_per_second(data: str) -> int | None:
             return channels * rate * -(-bits // 8)
         at += 8 + size + (size & 1)
     return None
+
+
+def prompt_block_hashes(messages: Iterable[object], block_tokens: int) -> tuple[int, ...]:
+    """``block_hashes`` of chat ``messages``: their ``prompt_text`` with each media content part
+    (``media_part_tokens``) standing as text of its estimated tokens (``CHARS_PER_TOKEN`` a
+    token) that opens with a digest of the part, so that a repeated image matches and another
+    one does not, and the blocks number about ``estimate_prompt_tokens``'s. Until review R94 the
+    router hashed a part's base64 as text: one 6 MiB image, estimated at 1,458 tokens, was 131,073
+    blocks, which filled the backend's prefix index and pushed every other prompt out of it.
+
+    Raises ``InputError`` as ``prompt_text`` does, a media part that cannot be written named as
+    its message's content."""
+    kept: list[object] = []
+    for position, message in enumerate(messages):
+        if isinstance(message, Mapping) and isinstance(content := message.get("content"), list):
+            message = {**message, "content": [_media_stand_in(part, position) for part in content]}
+        kept.append(message)
+    return block_hashes(prompt_text(kept), block_tokens)
+
+
+def _media_stand_in(part: object, position: int) -> object:
+    """``part`` itself unless it carries media; else text of its tokens' characters, opening with
+    a digest of the part as written (message ``position``'s content, for ``_written``)."""
+    tokens = media_part_tokens(part) if isinstance(part, Mapping) else None
+    if tokens is None:
+        return part
+    written = _written(part, repr, position, "content").encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(written, digest_size=16).hexdigest()
+    return f"<media {digest}>".ljust(tokens * CHARS_PER_TOKEN, ".")
 
 
 def estimate_tokens(text: str) -> int:
