@@ -381,18 +381,9 @@ class Backend(_Frozen):
         bad = next((c for c in value if not c.isprintable() or c.isspace()), None)
         if bad is not None:
             raise ValueError(f"the URL holds the character {bad!r}")
-        try:
-            parts = urlsplit(value)
-            # ``port`` raises ValueError when it is out of range or not a number
-            host = parts.hostname if parts.port is None or parts.port > 0 else None
-        except ValueError as exc:  # its words quote the port or host whole: cut, as quotes are
-            raise ValueError(f"not a usable URL: {shortened(str(exc))}") from None
-        if not host:
-            raise ValueError("the URL names no host, or port 0")
-        if parts.username is not None or parts.password is not None:
-            # HTTP clients log the URL they call (httpx at INFO): a password in it would be
-            # written on every health probe and every call.
-            raise ValueError("the URL carries credentials (user:password@), which would be logged")
+        # Credentials and a query string are refused before the URL is parsed, whose errors quote
+        # its host part whole: until review R94 ``http://admin:SECRET\u2100PW@host`` was refused
+        # with its password in the words (urlsplit's NFKC check).
         if "?" in value or "#" in value:  # a bare one too: the chat path would follow it
             # The same for a token in a query string (``/metrics?token=...``); the chat URL is made
             # by appending a path, which a query string would end up behind.
@@ -400,6 +391,21 @@ class Backend(_Frozen):
                 "the URL has a query string or fragment (?... or #...), which would be logged with every "
                 "call: give the backend's key as api_key_env or api_key_file (sent as a header)"
             )
+        if "@" in value.partition("//")[2].partition("/")[0]:  # urlsplit's netloc, as ? # are out
+            # HTTP clients log the URL they call (httpx at INFO): a password in it would be
+            # written on every health probe and every call.
+            raise ValueError("the URL carries credentials (user:password@), which would be logged")
+        try:
+            parts = urlsplit(value)
+            # ``port`` raises ValueError when it is out of range or not a number
+            host = parts.hostname if parts.port is None or parts.port > 0 else None
+        except ValueError as exc:  # its words quote the port or host whole: cut, as quotes are
+            # A "@" after a "/" may still be a password's end (``admin:pass/word@host``, read as
+            # the port "pass"): such words are not quoted.
+            said = "its host or port cannot be read" if "@" in value else shortened(str(exc))
+            raise ValueError(f"not a usable URL: {said}") from None
+        if not host:
+            raise ValueError("the URL names no host, or port 0")
         return value
 
     @field_validator("url")
@@ -432,6 +438,21 @@ class Backend(_Frozen):
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _shown_url(url: str) -> str:
+    """``url`` as an error may quote it: its ``user:password@`` (everything before its last ``@``
+    after the scheme, as a password may hold a ``/``) shown as ``...@``, and what follows its
+    first ``?`` or ``#`` as ``...``; the rest as written. It is not parsed, so that a URL no
+    parser takes is shown too."""
+    cut = min((at for at in (url.find("?"), url.find("#")) if at >= 0), default=-1)
+    shown = url if cut < 0 else url[: cut + 1] + "..."
+    scheme, sep, rest = shown.partition("://")
+    if not sep:
+        scheme, rest = "", shown
+    if "@" in rest:
+        rest = "...@" + rest.rpartition("@")[2]
+    return f"{scheme}{sep}{rest}"
 
 
 def engine_key(url: str) -> str:
@@ -838,9 +859,14 @@ def inventory_from_mapping(
             # An api_key_env that is no variable's name is most likely the key itself, pasted in
             # its place (most keys hold a "-": sk-proj-...), so it is not quoted, as a relative
             # api_key_file is not; until review R93 it was, whole, on the terminal and in logs.
+            # A URL is quoted without its user:password@, query and fragment (``_shown_url``),
+            # which the URL checks refuse as they would be logged: until review R94 a URL with a
+            # bad scheme was quoted whole, password or ``?token=`` included.
             given = (
                 "the value given (not shown: it may be the key itself)"
                 if loc[-1:] == ("api_key_env",)
+                else repr(shortened(_shown_url(str(err["input"]))))
+                if said == _PATTERNS_SAID[_URL]
                 else repr(shortened(str(err["input"])))
             )
             message = f"{field}: {given} must be {said}"
