@@ -92,7 +92,9 @@ class PlacementPolicy(Protocol):
     name: str
 
     def place(self, request: GangRequest, free: FreeIndex, *, loosen: bool) -> list[int] | None:
-        """GPU numbers for the whole gang, or ``None``; never a part of it.
+        """GPU numbers for the whole gang, or ``None``; never a part of it. Only GPUs that pass
+        the request's filters (``eligibility``): the broker's what-if placements for preemption
+        count and give back no others (``could_hold``).
 
         ``loosen``: the request has waited out the locality wait, so a preferred constraint may
         be relaxed.
@@ -137,6 +139,26 @@ def levels_to_try(request: GangRequest, *, loosen: bool) -> list[Level | None]:
     if request.gpus > 1 and request.hint.kind == "inference":
         return ["node", None]
     return [None]
+
+
+def could_hold(
+    policy: PlacementPolicy, request: GangRequest, free: FreeIndex, more: Iterable[int], *, loosen: bool
+) -> bool:
+    """Whether ``policy`` might place ``request`` were the GPUs ``more`` (not free, each passing the
+    request's filters) free too: ``False`` only where counting shows it could not, since a
+    placement takes GPUs that pass the filters (``eligibility``), and with ``TopologyAware`` one
+    that does not spread takes them inside one group of the outermost level it tries. Costs a
+    count of the free GPUs, not a copy of ``free``: the test before a what-if placement."""
+    topology = free.topology
+    eligible = eligibility(request, topology)
+    # The outermost level last; ``None`` (the whole cluster) is counted by NVLink domain.
+    outermost = levels_to_try(request, loosen=loosen)[-1] if isinstance(policy, TopologyAware) else None
+    level: Level = "nvlink_domain" if outermost is None else outermost
+    counts = [len(g) if eligible is None else sum(1 for i in g if eligible(i)) for g in free.groups(level)]
+    of = topology.group_of[level]
+    for i in more:
+        counts[of[i]] += 1
+    return (sum(counts) if outermost is None else max(counts)) >= request.gpus
 
 
 class TopologyAware:
