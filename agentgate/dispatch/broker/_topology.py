@@ -73,7 +73,8 @@ class Topology:
     NVLink domain may span the nodes of a rack: GB200 NVL72). Raises ``InventoryError`` for an
     empty list, a duplicate GPU id, a name that is not text of 1 to ``MAX_GPU_NAME_CHARS``
     printable characters, a type that is not ASCII or a ``memory_gb`` that is no positive finite number, naming the field
-    and the GPU's position (``gpus[3].id``).
+    and the GPU's position (``gpus[3].id``), and for ``gpus`` that are not an iterable of
+    ``GpuSpec`` (``gpus[3]: must be a GpuSpec, not str``). ``gpus`` is kept as a tuple.
     """
 
     gpus: tuple[GpuSpec, ...]
@@ -87,6 +88,13 @@ class Topology:
     lease of it is decided and priced as (``gpu:h100`` for ``H100``)."""
 
     def __post_init__(self) -> None:
+        # A list is kept as a tuple, so that the topology stays immutable; until review R94 a list
+        # was kept as given, and raw rows (a str, a dict) or a non-iterable raised an
+        # ``AttributeError`` or a ``TypeError`` where the docs promise an ``InventoryError``.
+        gpus: object = self.gpus
+        if isinstance(gpus, str | bytes) or not isinstance(gpus, Iterable):
+            raise InventoryError(f"gpus: must be an iterable of GpuSpec, not {type(gpus).__name__}")
+        object.__setattr__(self, "gpus", tuple(gpus))
         if not self.gpus:
             raise InventoryError("the broker needs at least one GPU")
         index: dict[str, int] = {}
@@ -153,6 +161,8 @@ def _check_gpu(i: int, gpu: GpuSpec) -> None:
     request could be compared with. Until review R62 a GPU id of 10,000 characters, or one with
     control characters, went whole into the broker's errors (``duplicate gpu``, ``unknown gpu``);
     a ``GpuSpec`` is a plain dataclass, so the topology checks what it is given."""
+    if not isinstance(gpu, GpuSpec):
+        raise InventoryError(f"gpus[{i}]: must be a GpuSpec, not {type(gpu).__name__}")
     for name in _NAMES:
         value = getattr(gpu, name)
         if not (isinstance(value, str) and 0 < len(value) <= MAX_GPU_NAME_CHARS and value.isprintable()):
