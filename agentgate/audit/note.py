@@ -52,6 +52,26 @@ def given_text(value: object, argument: str, what: str) -> str:
     raise InputError(f"{argument} must be {what} as text (str), got {type(value).__name__}{hint}")
 
 
+def canonical_base64(text: str, where: str) -> bytes:
+    """The bytes that ``text``, standard padded base64, holds, when ``text`` is their one
+    canonical encoding (the text ``base64.b64encode`` writes for them). Raises
+    ``TamperDetected`` naming ``where`` (``proof bundle line 4 (proof hash)``) for text that is
+    not base64, and for base64 that is not canonical: Python's decoder (like Go's) ignores the
+    unused bits of the character before the ``=`` padding and accepts padding added after it,
+    so until review R94 an edited hash or signature line of a bundle or saved checkpoint still
+    verified, and two different files were the same evidence."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise TamperDetected(f"{where} is not base64") from exc
+    if base64.b64encode(raw).decode() != text:
+        raise TamperDetected(
+            f"{where} is not canonical base64 (unused bits before its '=' padding set, or padding "
+            f"added): the {len(raw)} bytes it holds are written {quoted(base64.b64encode(raw).decode(), 100)}"
+        )
+    return raw
+
+
 def _is_utf8(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -150,10 +170,7 @@ class Checkpoint:
             raise TamperDetected("checkpoint body must be at least three non-empty lines ending in newline")
         origin, size_text, root_text = lines[0], lines[1], lines[2]
         size = tree_number(size_text, "checkpoint line 2 (tree size)")
-        try:
-            root = base64.b64decode(root_text, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise TamperDetected("checkpoint root hash is not base64") from exc
+        root = canonical_base64(root_text, "checkpoint line 3 (root hash)")
         if len(root) != HASH_SIZE:
             raise TamperDetected(f"checkpoint root hash is {len(root)} bytes, not {HASH_SIZE}")
         return cls(origin, size, root)
@@ -233,10 +250,7 @@ def open_note(note: str, public_key: PublicKey, name: str, previous_keys: Iterab
         parts = line.split(" ")
         if len(parts) != 3 or parts[0] != _EM_DASH:
             raise TamperDetected(f"malformed signature line {line[:80]!r}")
-        try:
-            blob = base64.b64decode(parts[2], validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise TamperDetected("signature line is not base64") from exc
+        blob = canonical_base64(parts[2], f"signature line {line[:80]!r}")
         if len(blob) < 5:
             raise TamperDetected(f"malformed signature line {line[:80]!r}: no key id and signature")
         if parts[1] != name or blob[:4] not in known:
@@ -284,8 +298,8 @@ def signer_key_ids(note: str, name: str) -> tuple[str, ...]:
         if len(parts) != 3 or parts[0] != _EM_DASH or parts[1] != name:
             continue
         try:
-            blob = base64.b64decode(parts[2], validate=True)
-        except (binascii.Error, ValueError):
+            blob = canonical_base64(parts[2], "signature line")
+        except TamperDetected:
             continue
         if len(blob) == 4 + 64:
             ids.append(blob[:4].hex())

@@ -16,7 +16,6 @@ whose key I hold, and what does it say?" with nothing but the log's public key.
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from agentgate.audit.note import (
     MAX_TREE_SIZE,
     Checkpoint,
     _public_key,
+    canonical_base64,
     given_text,
     open_checkpoint,
     tree_number,
@@ -79,8 +79,9 @@ class ProofBundle:
 
     @classmethod
     def parse(cls, text: str) -> ProofBundle:
-        """Parse tlog-proof text; raises ``TamperDetected`` when it is malformed, ``InputError``
-        when it is not text (``given_text``)."""
+        """Parse tlog-proof text; raises ``TamperDetected`` when it is malformed (an ``extra`` or
+        proof hash line that is not canonical base64 named by its line number,
+        ``canonical_base64``), ``InputError`` when it is not text (``given_text``)."""
         if len(given_text(text, "text", "a proof bundle")) > _MAX_BUNDLE:
             raise TamperDetected("proof bundle is too large")
         head, sep, note = text.partition("\n\n")
@@ -96,15 +97,16 @@ class ProofBundle:
         _refuse_blank_line_in_proof(len(lines) + 1, note)
         rest = lines[1:]
         entry = b""
-        try:
-            if rest and rest[0].startswith("extra "):
-                entry = base64.b64decode(rest.pop(0)[6:], validate=True)
-            if not rest or not rest[0].startswith("index "):
-                raise TamperDetected("proof bundle has no valid 'index N' line")
-            index = tree_number(rest.pop(0)[6:], f"proof bundle line {len(lines) - len(rest)} (index)")
-            proof = tuple(base64.b64decode(line, validate=True) for line in rest)
-        except (binascii.Error, ValueError) as exc:
-            raise TamperDetected("proof bundle holds a line that is not base64") from exc
+        if rest and rest[0].startswith("extra "):
+            entry = canonical_base64(rest.pop(0)[6:], "proof bundle line 2 (extra)")
+        if not rest or not rest[0].startswith("index "):
+            raise TamperDetected("proof bundle has no valid 'index N' line")
+        index = tree_number(rest.pop(0)[6:], f"proof bundle line {len(lines) - len(rest)} (index)")
+        first = len(lines) - len(rest) + 1  # the line number of the first proof hash
+        proof = tuple(
+            canonical_base64(line, f"proof bundle line {first + position} (proof hash)")
+            for position, line in enumerate(rest)
+        )
         if not entry:
             raise TamperDetected("proof bundle carries no entry (extra line)")
         return cls(index, entry, proof, note)
@@ -174,8 +176,8 @@ def _refuse_blank_line_in_proof(blank: int, note: str) -> None:
 
 def _is_hash(line: str) -> bool:
     try:
-        return len(base64.b64decode(line, validate=True)) == HASH_SIZE
-    except (binascii.Error, ValueError):
+        return len(canonical_base64(line, "line")) == HASH_SIZE
+    except TamperDetected:
         return False
 
 
