@@ -232,8 +232,8 @@ def test_a_tool_that_runs_its_agent_again_on_its_thread_does_not_hang(rig: Rig) 
     hung = runner.is_alive()
     if hung:  # let the stuck waiter go, so that the gate can close
         for mw in _middlewares():
-            with mw._results_lock:
-                events = list(mw._in_flight.values())
+            with mw._calls._lock:
+                events = list(mw._calls._in_flight.values())
             for event in events:
                 event.set()
         runner.join(15)

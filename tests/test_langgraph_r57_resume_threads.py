@@ -24,7 +24,6 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from test_langgraph import Team, _calls, _entries
 
@@ -98,13 +97,13 @@ async def test_a_resumed_run_waits_for_its_first_runs_calls_without_taking_their
     asked: list[str] = []
     ran_here = middleware._ran_here
 
-    def counted(request: ToolCallRequest) -> Any:
-        found = ran_here(request)
-        if request.tool_call["name"] == "search" and found is not None:
-            asked.append(request.tool_call["id"])
+    def counted(key: tuple[str | None, str | None, str]) -> Any:
+        mine, busy = ran_here(key)
+        if key[2].startswith("search") and busy is not None and key[2] not in asked:
+            asked.append(key[2])
             if len(asked) == SEARCHES:
                 all_asked_again.set()
-        return found
+        return mine, busy
 
     middleware._ran_here = counted  # type: ignore[method-assign]
     agent = tools_graph(middleware_tool_node(middleware, search, publish))

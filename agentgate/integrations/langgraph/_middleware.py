@@ -1,6 +1,7 @@
 """``GateMiddleware``: every tool call and model call of one agent decided, asked for approval,
-scheduled and audited through a ``Gate``, and how many answers of calls that must run once it
-keeps (``KEPT_RESULTS``). Its tool-call half is here; it inherits one part per concern: the
+scheduled and audited through a ``Gate``, and what this process knows of the Gate's calls that must
+run once (``_CallsOfGate``: their answers, ``KEPT_RESULTS`` of them, and their attempts running
+now). Its tool-call half is here; it inherits one part per concern: the
 approval loop (``_approving._ApprovalLoop``) and the model-call half
 (``_model_calls._ModelCalls``). What a tool-call request asks is read by ``_tool_calls``, and what
 the model is told (a refusal, a failure) is made by ``_replies``."""
@@ -100,8 +101,69 @@ def _own_cancellation(task: asyncio.Task[Any] | None, cancelling: int) -> bool:
 
 
 KEPT_RESULTS = 256
-"""How many answers of calls that must run once, and ran, a ``GateMiddleware`` keeps (the
+"""How many answers of calls that must run once, and ran, this process keeps for each ``Gate`` (the
 newest), to answer them again when their tools node is run again (``_answer_again``)."""
+
+_RunningKey = tuple[str | None, str | None, str]
+
+
+class _CallsOfGate:
+    """What this process knows of one Gate's calls that must run once, shared by every
+    ``GateMiddleware`` on that Gate (``_calls_of``): the answers of those that ran to completion
+    (the newest ``KEPT_RESULTS``, by call-once key) and the attempts running now (by
+    ``_running_key``). Until review R94 each middleware object kept its own: a run resumed through
+    a new graph object (an agent built per request, the same Gate and checkpointer) neither waited
+    for a call still running nor got the answer of one that ran, and told the model it failed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._results: collections.OrderedDict[str, ToolResult] = collections.OrderedDict()
+        self._in_flight: dict[_RunningKey, _AttemptEnd] = {}
+
+    def keep(self, once_key: str, result: ToolResult) -> None:
+        """Keep ``result`` as the answer of the call ``once_key``, dropping the oldest past
+        ``KEPT_RESULTS``."""
+        with self._lock:
+            self._results[once_key] = result
+            while len(self._results) > KEPT_RESULTS:
+                self._results.popitem(last=False)
+
+    def kept(self, once_key: str) -> ToolResult | None:
+        """The kept answer of the call ``once_key``, if any."""
+        with self._lock:
+            return self._results.get(once_key)
+
+    def claim(self, key: _RunningKey) -> tuple[_AttemptEnd | None, _AttemptEnd | None]:
+        """``(mine, None)``: a new attempt of the call ``key`` registered, its end for the caller
+        to ``release``; or ``(None, running)``: the end of the attempt of it that runs now, to wait
+        for before claiming again. The check and the registration are one step: of two runs
+        deciding one call at once (two resumes of one thread), one waits for the other."""
+        with self._lock:
+            running = self._in_flight.get(key)
+            if running is not None:
+                return None, running
+            self._in_flight[key] = mine = _AttemptEnd()
+            return mine, None
+
+    def release(self, key: _RunningKey, mine: _AttemptEnd) -> None:
+        """The attempt ``mine`` of the call ``key`` ended: forget it and wake its waiters."""
+        with self._lock:
+            if self._in_flight.get(key) is mine:
+                del self._in_flight[key]
+        mine.set()
+
+
+_GATES_CALLS: weakref.WeakKeyDictionary[Gate, _CallsOfGate] = weakref.WeakKeyDictionary()
+_GATES_CALLS_LOCK = threading.Lock()
+
+
+def _calls_of(gate: Gate) -> _CallsOfGate:
+    """The one ``_CallsOfGate`` of ``gate`` in this process (gone with the Gate)."""
+    with _GATES_CALLS_LOCK:
+        calls = _GATES_CALLS.get(gate)
+        if calls is None:
+            calls = _GATES_CALLS[gate] = _CallsOfGate()
+        return calls
 
 
 class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any]):
@@ -167,9 +229,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         self.max_tokens = limit
         self._usage_copies: dict[int, tuple[weakref.ref[BaseChatModel], BaseChatModel]] = {}
         self._schema_sizes: dict[int, tuple[weakref.ref[BaseTool], int]] = {}
-        self._results: collections.OrderedDict[str, ToolResult] = collections.OrderedDict()
-        self._results_lock = threading.Lock()
-        self._in_flight: dict[tuple[str | None, str | None, str], _AttemptEnd] = {}
+        self._calls = _calls_of(gate)
 
     @property
     def name(self) -> str:
@@ -183,43 +243,36 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         state update; until review R42 it was lost when the node ran again), or the list of them a
         tool may answer with (until review R51 not kept); ``result`` as it is."""
         if auth.once_key is not None and _answers_a_call(result) and not _failed(result):
-            with self._results_lock:
-                self._results[auth.once_key] = result
-                while len(self._results) > KEPT_RESULTS:
-                    self._results.popitem(last=False)
+            self._calls.keep(auth.once_key, result)
         return result
 
     @contextlib.contextmanager
-    def _running(self, request: ToolCallRequest) -> Iterator[None]:
-        """Mark the call of ``request`` running in this process while the block runs (its
-        decision, then the allowed call until its outcome is handed to the gate), for
-        ``_ran_here`` to wait for. From the decision on: a call still being decided when another
-        call of its node paused the run has its allow recorded (the call started) before it runs,
-        and the run resumed meanwhile would decide it between the two (refused as started, its
-        outcome not recorded)."""
-        key, done = _running_key(request), _AttemptEnd()
-        with self._results_lock:
-            self._in_flight[key] = done
+    def _running(self, key: _RunningKey, mine: _AttemptEnd | None) -> Iterator[None]:
+        """Mark the call ``key`` running in this context while the block runs (its decision,
+        then the allowed call until its outcome is handed to the gate), and release the attempt
+        ``mine`` claimed for it (``_ran_here``) at its end. From the decision on: a call still
+        being decided when another call of its node paused the run has its allow recorded (the
+        call started) before it runs, and the run resumed meanwhile would decide it between the
+        two (refused as started, its outcome not recorded)."""
         own = _RUNNING_HERE.set(_RUNNING_HERE.get() | {key})
         try:
             yield
         finally:
             _RUNNING_HERE.reset(own)
-            with self._results_lock:
-                if self._in_flight.get(key) is done:
-                    del self._in_flight[key]
-            done.set()
+            if mine is not None:
+                self._calls.release(key, mine)
 
-    def _ran_here(self, request: ToolCallRequest) -> _AttemptEnd | None:
-        """The end of the same call's attempt, when one runs in this process now: LangGraph's
-        async tools node leaves a call running when another call of the node pauses the run (an
-        approval), and the run resumed at once would decide the call while it runs (refused as
-        started, its outcome not recorded yet). The caller waits for it, then decides."""
-        key = _running_key(request)
-        if key in _RUNNING_HERE.get():  # a run inside the call itself (its tool runs the agent again)
-            return None
-        with self._results_lock:
-            return self._in_flight.get(key)
+    def _ran_here(self, key: _RunningKey) -> tuple[_AttemptEnd | None, _AttemptEnd | None]:
+        """``_CallsOfGate.claim`` for the call ``key``: its attempt claimed, or the end of the
+        same call's attempt that runs in this process now, through any middleware object on this
+        Gate, for the caller to wait for and claim again: LangGraph's async tools node leaves a
+        call running when another call of the node pauses the run (an approval), and the run
+        resumed at once (by this graph object or a new one) would decide the call while it runs
+        (refused as started, its outcome not recorded yet). ``(None, None)`` inside the call's
+        own run (its tool runs the agent again): the attempt is the outer one."""
+        if key in _RUNNING_HERE.get():
+            return None, None
+        return self._calls.claim(key)
 
     def _answer_again(
         self, auth: Authorization, request: ToolCallRequest, call_id: str, name: str
@@ -229,11 +282,8 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         resume, after another of its calls paused for an approval: LangGraph re-runs the node, and
         the call that ran would lose its result), else the refusal. The refusal is recorded
         either way (the call does not run again)."""
-        if auth.once_key is not None:
-            with self._results_lock:
-                kept = self._results.get(auth.once_key)
-            if kept is not None:
-                return _copied(kept)
+        if auth.once_key is not None and (kept := self._calls.kept(auth.once_key)) is not None:
+            return _copied(kept)
         return _refusal(auth, call_id, name, self.gate, _injected_names(request))
 
     def _authorize_tool(self, request: ToolCallRequest) -> Authorization:
@@ -395,9 +445,12 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
                 return self._delegation_failed(request, call_id, name, exc)
         if _async_only(request.tool):
             return self._refuse_undecidable(request, call_id, name, InputError(_ASYNC_ONLY.format(name=name)))
-        if (busy := self._ran_here(request)) is not None:
+        key = _running_key(request)
+        mine, busy = self._ran_here(key)
+        while busy is not None:
             busy.wait()
-        with self._running(request):  # from its decision on: a run resumed meanwhile waits for it
+            mine, busy = self._ran_here(key)
+        with self._running(key, mine):  # from its decision on: a run resumed meanwhile waits for it
             return self._decide_and_run(request, handler, call_id, name)
 
     def _decide_and_run(
@@ -463,9 +516,12 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
                 if _invalid_resume(exc):
                     raise
                 return self._delegation_failed(request, call_id, name, exc)
-        if (busy := self._ran_here(request)) is not None:
+        key = _running_key(request)
+        mine, busy = self._ran_here(key)
+        while busy is not None:
             await busy.until_set()  # holding no worker thread: the call waited for may need one
-        with self._running(request):  # from its decision on: a run resumed meanwhile waits for it
+            mine, busy = self._ran_here(key)
+        with self._running(key, mine):  # from its decision on: a run resumed meanwhile waits for it
             return await self._adecide_and_run(request, handler, call_id, name)
 
     async def _adecide_and_run(
