@@ -18,8 +18,9 @@ What holds (asserted below):
   writes (generation 1), and a broker that loaded the state before that write can no longer
   take it over.
 - Trace context through the gateway under concurrency: concurrent calls each carrying their own
-  ``traceparent`` each reach the backend in their own trace (none in another caller's), and a
-  concurrent call that sent none gets a trace of its own, not a neighbour's.
+  ``traceparent`` each reach the backend in a trace of the gateway's own whose span links that
+  caller's (none another caller's; review R94: linked, no longer continued), and a concurrent
+  call that sent none gets a trace of its own, linked to nothing.
 
 Fixed by the lead (were strict xfails):
 
@@ -275,7 +276,11 @@ def test_concurrent_gateway_calls_each_reach_the_backend_in_their_own_trace(
         thread.join(30)
     assert answers == dict.fromkeys(range(len(traces) + 1), 200)
     received = [tracing._traceparent(dict(h)).trace_id for h in gateway.backend.trace_headers]
-    assert len(received) == len(traces) + 1
-    assert sorted(t for t in received if t in traces) == sorted(traces)  # each once
-    (own,) = [t for t in received if t not in traces]  # the call that sent none: a trace of its own
-    assert int(own, 16) != 0
+    assert len(set(received)) == len(traces) + 1  # each call a trace of the gateway's own
+    assert not set(received) & set(traces) and all(int(t, 16) != 0 for t in received)
+    gateway.gate.flush()
+    spans = [s for s in gateway.exporter.get_finished_spans() if s.name == f"chat {tracing.MODEL}"]
+    linked = [format(link.context.trace_id, "032x") for s in spans for link in s.links]
+    assert sorted(linked) == sorted(
+        traces
+    )  # each caller's span linked once, the call that sent none: no link

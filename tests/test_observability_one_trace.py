@@ -18,9 +18,12 @@ What holds (tested here):
   ``Dispatcher.chat`` / ``stream`` sends the caller's current span; a sampled-out span is sent
   as not sampled; no span at all sends no header; no ``baggage`` (application data) and no
   prompt text ever reaches a backend's headers or a span;
+- the gateway's ``chat`` span links the ``traceparent`` (and ``tracestate``) its caller sent,
+  in a trace of its own (since review R94: the caller's sampled flag is not the gateway's to
+  follow, tests/test_observability_r94_caller_sampling.py);
 - the gateway answers calls carrying hostile ``traceparent`` / ``tracestate`` headers (garbage,
   all-zero ids, version ``ff``, upper-case hex, 16 KiB values, non-ASCII) as any other: no
-  error, no span parented on them, nothing of them forwarded upstream.
+  error, no span parented on or linked to them, nothing of them forwarded upstream.
 
 Fixed in this round (agentgate/dispatch/backends.py, dispatcher.py; docs/dispatch.md "Tracing"):
 no model call carried any trace context to its backend, and ``Gate.dispatch`` lost the caller's
@@ -28,7 +31,7 @@ context on the dispatcher's loop thread.
 
 Fixed by the lead from this review's patch (were strict xfails):
 - the gateway ignored the ``traceparent`` its caller sent: its ``chat`` span started a new trace
-  (agentgate/dispatch/gateway/_app.py);
+  (agentgate/dispatch/gateway/_app.py; since review R94 a new trace again, linked to the caller's);
 - the gateway's lean upstream pool sent no trace headers, so a plain-http backend behind the
   gateway never joined the gateway's trace (agentgate/dispatch/gateway/_upstream.py).
 """
@@ -425,19 +428,22 @@ def _body(stream: bool = False) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("kind", ["json", "stream", "refused"])
-def test_the_gateway_continues_the_trace_its_caller_sent(gateway: GatewayEnv, kind: str) -> None:
+def test_the_gateway_links_the_trace_its_caller_sent(gateway: GatewayEnv, kind: str) -> None:
     """docs/gateway.md: a client of the gateway (an agent in another language, a service) sends
-    W3C ``traceparent``: the gateway's ``chat`` span must be its child, in its trace, with its
-    ``tracestate``, for an answered call and a refused one (``max_tokens`` over the grant's 512:
-    403) alike; the gateway started a trace of its own for every call."""
+    W3C ``traceparent``: the gateway's ``chat`` span must link its span (trace id, span id,
+    ``tracestate``), for an answered call and a refused one (``max_tokens`` over the grant's 512:
+    403) alike. The span is a root of the gateway's own trace, never the caller's child: the
+    header is unauthenticated, and its sampled flag must not decide whether the call has a span
+    (review R94; tests/test_observability_r94_caller_sampling.py)."""
     body = {**_body(kind == "stream"), "max_tokens": 1000 if kind == "refused" else 4}
     answer = gateway.post(body, [(k, v.encode()) for k, v in UPSTREAM.items()])
     assert answer.status_code == (403 if kind == "refused" else 200), answer.text
     span = gateway.chat_span()
     assert (span.attributes or {}).get("agentgate.decision") == ("deny" if kind == "refused" else "allow")
-    assert span.context is not None and _hex(span.context.trace_id, 32) == TRACE
-    assert span.parent is not None and _hex(span.parent.span_id, 16) == PARENT
-    assert span.context.trace_state.to_header() == UPSTREAM["tracestate"]
+    assert span.parent is None and span.context is not None and _hex(span.context.trace_id, 32) != TRACE
+    (link,) = span.links
+    assert (_hex(link.context.trace_id, 32), _hex(link.context.span_id, 16)) == (TRACE, PARENT)
+    assert link.context.trace_state.to_header() == UPSTREAM["tracestate"]
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -483,6 +489,7 @@ def test_hostile_trace_headers_are_ignored_never_an_error(gateway: GatewayEnv, c
     span = gateway.chat_span()
     assert span.context is not None and span.context.trace_id != 0 and span.context.span_id != 0
     assert span.parent is None, span.parent
+    assert not span.links, span.links
     assert _hex(span.context.trace_id, 32) != _ZERO_TRACE
     for received in gateway.backend.trace_headers:
         for _, value in HOSTILE[case]:

@@ -98,10 +98,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import (
     INVALID_SPAN,
+    Link,
     Span,
+    SpanContext,
     SpanKind,
     Status,
     StatusCode,
@@ -167,6 +170,9 @@ _ENDS_HELD: ContextVar[tuple[int, list[Callable[[], None]]] | None] = ContextVar
     "agentgate_span_ends_held", default=None
 )
 """The thread that holds span ends back (``ends_held``) and the ends it holds, in order."""
+_CALLER_SPAN = otel_context.create_key("agentgate-caller-span")
+"""The context key of a remote caller's span context (``caller_linked``): the span a root span
+started under it links to."""
 _log = logging.getLogger(__name__)
 _EXPORTERS = ("none", "console", "otlp")
 """The values ``configure_from_env`` reads in ``OTEL_TRACES_EXPORTER`` (any case)."""
@@ -404,15 +410,46 @@ class ends_held:  # lower case: called as the function it replaced was, as conte
             end()
 
 
+def caller_linked(caller: otel_context.Context) -> otel_context.Context:
+    """The current context, for work done for a remote, unauthenticated caller whose W3C trace
+    context ``caller`` holds (a propagator's ``extract`` into an empty ``Context``): a span started
+    in it with no span above it is a root of a trace of its own, sampled by the tracer
+    provider's own sampler, with a ``Link`` to the caller's span (its trace id, span id, flags and
+    ``tracestate``). A span continued the caller's trace until review R94, and an SDK sampler
+    follows a remote parent's sampled flag (``ParentBased``, the default) or reads its trace id
+    (``TraceIdRatioBased``): a caller that sent ``traceparent ...-00`` had no span made for its
+    calls, its refusals included, and one that sent ``-01`` had every call sampled. With no
+    valid span in ``caller`` (no header, or one the propagator refused), the current context
+    as it is: the span starts a trace of its own, linked to nothing."""
+    remote = trace.get_current_span(caller).get_span_context()
+    if not remote.is_valid:
+        return otel_context.get_current()
+    return otel_context.set_value(_CALLER_SPAN, remote, trace.set_span_in_context(INVALID_SPAN))
+
+
+def _caller_links() -> tuple[Link, ...] | None:
+    """The ``Link`` to a remote caller's span (``caller_linked``) of a span starting now as a root,
+    else None (a child span has its parent, which links it already)."""
+    caller = otel_context.get_value(_CALLER_SPAN)
+    if not isinstance(caller, SpanContext) or trace.get_current_span().get_span_context().is_valid:
+        return None
+    return (Link(caller),)
+
+
 def _started(tracer: Tracer, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Span | None:
     """The span ``name`` started, or None when starting it raised: the SDK calls every span
     processor's ``on_start`` (and the sampler) in the caller's thread and lets what they raise out.
     A span is evidence of a decision, never a condition of it: until review R60 a processor that raised made ``Gate.run`` raise before its tool ran,
     leaving the allow used up and its reservation held, and ``Gate.issue`` raise with the grant
-    recorded."""
+    recorded. A root span started for a remote caller links the caller's span (``caller_linked``)."""
     try:
         return tracer.start_span(
-            name, kind=kind, attributes=attributes, record_exception=False, set_status_on_exception=False
+            name,
+            kind=kind,
+            attributes=attributes,
+            links=_caller_links(),
+            record_exception=False,
+            set_status_on_exception=False,
         )
     except Exception:
         _log.warning("agentgate: span %r was not started: the tracer raised", name, exc_info=True)

@@ -71,6 +71,7 @@ from agentgate._bounded_http import LOST, STALLED
 from agentgate._http_limits import positive_seconds
 from agentgate._numbers import check_positive_finite
 from agentgate._shown import quoted
+from agentgate.audit.spans import caller_linked
 from agentgate.capabilities import Call
 from agentgate.dispatch._engine_fields import FieldError
 from agentgate.dispatch._policy import RoutingPolicy
@@ -439,12 +440,16 @@ class Gateway:
     async def _answer(self, request: Request) -> tuple[Response, bool]:
         """The answer to one chat call, and whether an allowed call's outcome was left to commit.
 
-        A caller that sent W3C ``traceparent`` (and ``tracestate``) has the call's span made in
-        its trace, as a child of its span; a header the W3C propagator refuses (malformed,
-        all-zero ids, ...) is ignored and the call's span starts a trace of its own."""
+        The call's span starts a trace of its own, sampled by the gateway's tracer provider
+        alone; a caller that sent W3C ``traceparent`` (and ``tracestate``) has it linked to its
+        span (``caller_linked``: the header is unauthenticated, and until review R94 its sampled
+        flag decided whether the call, a refusal included, had a span). A header the W3C
+        propagator refuses (malformed, all-zero ids, ...) is ignored: no link."""
         if "traceparent" not in request.headers:
             return await self._answer_in_trace(request)
-        token = otel_context.attach(_TRACE_CONTEXT.extract(request.headers))
+        token = otel_context.attach(
+            caller_linked(_TRACE_CONTEXT.extract(request.headers, otel_context.Context()))
+        )
         try:
             return await self._answer_in_trace(request)
         finally:

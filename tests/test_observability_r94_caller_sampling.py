@@ -1,0 +1,102 @@
+"""A gateway caller's W3C ``traceparent`` must not decide whether the gateway's decision spans are
+recorded (review R94): the header is unauthenticated, and it reaches the gateway before the
+bearer is read. The gateway's ``chat`` span is a root of a trace of its own, sampled by the
+gateway's tracer provider alone, and links the caller's span (docs/gateway.md, "Metrics").
+
+Until review R94 the gateway made the span the caller's child: the SDK's default sampler
+(``ParentBased``) follows a remote parent's flag, so ``traceparent ...-00`` left every call of
+that caller, refusals of a forged bearer included, with no exported span, and ``...-01`` had
+every call sampled whatever the gateway's sampler said."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import _http
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+from test_gateway import MODEL, NAMES, _policy_text
+
+from agentgate.audit.spans import get_tracer
+from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.sim import SimServer
+from agentgate.store import SQLiteStore
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+PARENT = "b7ad6b7169203331"
+BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[SimServer]:
+    server = SimServer(model_name=MODEL, time_scale=0.001).start()
+    yield server
+    server.stop()
+
+
+def _decisions(tmp_path: Path, backend: SimServer, sampler: Any, traceparent: str) -> list[tuple[int, Any]]:
+    """The answers to a forged bearer (401), a call over its grant (403) and an allowed call
+    (200), each sent with ``traceparent``, and the ``chat`` spans exported: (status, span)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}), source="gateway.yaml")
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"), tracer=get_tracer(provider))
+    inventory = inventory_from_mapping(
+        {"backends": [{"name": "sim", "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
+    )
+    server = GatewayServer(Gateway(gate, inventory), port=0).start()
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+        url = f"{server.url}/chat/completions"
+        over = {**BODY, "max_tokens": 1000}
+        sent = [
+            (BODY, {"Authorization": "Bearer ag1.forged"}),
+            (over, invocation_headers(agent.key, agent.chain, over)),
+            (BODY, invocation_headers(agent.key, agent.chain, BODY)),
+        ]
+        statuses = [
+            _http.post(
+                url, json=body, headers={**headers, "traceparent": traceparent}, timeout=20
+            ).status_code
+            for body, headers in sent
+        ]
+        gate.flush()  # a call's span ends once its outcome is written
+        spans = [s for s in exporter.get_finished_spans() if s.name == f"chat {MODEL}"]
+    finally:
+        server.stop()
+        gate.close()
+        provider.shutdown()
+    assert statuses == [401, 403, 200]
+    return [((s.attributes or {}).get("agentgate.decision"), s) for s in spans]
+
+
+def test_an_unsampled_traceparent_does_not_hide_the_gateway_s_decision_spans(
+    tmp_path: Path, backend: SimServer
+) -> None:
+    """``traceparent ...-00`` with the SDK's default sampler: each call, the forged bearer's 401
+    and the 403 included, still has its ``chat`` span, a root linked to the caller's span."""
+    decided = _decisions(tmp_path, backend, None, f"00-{TRACE}-{PARENT}-00")
+    assert [decision for decision, _ in decided] == ["deny", "deny", "allow"]
+    for _, span in decided:
+        assert span.parent is None
+        (link,) = span.links
+        assert (f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") == (TRACE, PARENT)
+        assert not link.context.trace_flags.sampled
+
+
+def test_a_sampled_traceparent_does_not_override_the_gateway_s_sampler(
+    tmp_path: Path, backend: SimServer
+) -> None:
+    """``traceparent ...-01`` to a gateway whose sampler records nothing of its own
+    (``ParentBased(ALWAYS_OFF)``): no span; the caller does not decide what the gateway traces."""
+    assert _decisions(tmp_path, backend, ParentBased(ALWAYS_OFF), f"00-{TRACE}-{PARENT}-01") == []
