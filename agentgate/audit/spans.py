@@ -96,7 +96,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -115,6 +115,9 @@ from opentelemetry.util.types import AttributeValue
 from agentgate._json import canonical_json
 from agentgate.errors import InputError
 from agentgate.findings import Finding
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 SEMCONV_VERSION = "1.44.0"
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
@@ -176,6 +179,20 @@ started under it links to."""
 _log = logging.getLogger(__name__)
 _EXPORTERS = ("none", "console", "otlp")
 """The values ``configure_from_env`` reads in ``OTEL_TRACES_EXPORTER`` (any case)."""
+_OTLP_PROTOCOLS = {
+    "http/protobuf": (
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+        "opentelemetry-exporter-otlp-proto-http",
+    ),
+    "grpc": (
+        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+        "opentelemetry-exporter-otlp-proto-grpc",
+    ),
+}
+"""The OTLP protocols ``configure_from_env`` reads (any case) in ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``,
+else ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``http/protobuf`` when neither is set): the module of each
+one's span exporter, and the package that holds it (``opentelemetry-exporter-otlp`` holds both).
+OpenTelemetry's ``http/json`` has no Python exporter."""
 
 
 def _cut(text: str) -> str:
@@ -834,6 +851,32 @@ def record_outcome(span: Span, status: str, *, error_type: str | None = None) ->
         _record(span, outcome)
 
 
+def _otlp_exporter(exporters: str) -> SpanExporter:
+    """The OTLP span exporter of the protocol the environment names (``_OTLP_PROTOCOLS``), made
+    with no argument: the exporter reads its endpoint, headers and the rest from ``OTEL_*``
+    itself. Raises ``InputError`` naming the variable for a protocol not in ``_OTLP_PROTOCOLS``,
+    and naming the package to install when the protocol's exporter is not importable. Until
+    review R94 the protocol was not read: ``grpc`` (a collector's port 4317) got the
+    http/protobuf exporter, and every span was lost."""
+    variable, protocol = "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        if value := os.environ.get(name, "").strip():  # empty is unset, as the specification reads it
+            variable, protocol = name, value
+            break
+    if protocol.lower() not in _OTLP_PROTOCOLS:
+        raise InputError(f"{variable}={protocol!r} is not supported ({', '.join(_OTLP_PROTOCOLS)})")
+    module, package = _OTLP_PROTOCOLS[protocol.lower()]
+    try:  # optional package: imported by name so that agentgate does not require it
+        otlp = importlib.import_module(module)
+    except ImportError as exc:
+        raise InputError(
+            f"OTEL_TRACES_EXPORTER={exporters!r} names otlp, and {variable}={protocol!r}, which needs: "
+            f"pip install {package} (or opentelemetry-exporter-otlp, which holds both protocols)"
+        ) from exc
+    exporter: SpanExporter = otlp.OTLPSpanExporter()
+    return exporter
+
+
 def configure_from_env() -> trace.TracerProvider:
     """Install a TracerProvider built from the standard ``OTEL_*`` variables, and return it.
 
@@ -841,9 +884,12 @@ def configure_from_env() -> trace.TracerProvider:
     ``OTEL_TRACES_EXPORTER`` is ``none`` (default, also when empty), ``console`` or ``otlp``, or a
     comma-separated list of them, in any case (the OpenTelemetry specification reads enumerated
     values case-insensitively; surrounding white space, a CRLF env file's carriage return among it, is
-    ignored); ``otlp`` needs the ``opentelemetry-exporter-otlp`` package. Any other name, or
-    ``otlp`` without the package, is an ``InputError`` naming the variable and its value, raised
-    before anything is built or installed (no exporter thread is left running). Applications that
+    ignored); ``otlp`` exports by the protocol ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``, else
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``, names: ``http/protobuf`` (default) or ``grpc`` (any case),
+    and needs that protocol's exporter package (``opentelemetry-exporter-otlp`` holds both). Any
+    other exporter name or protocol, or ``otlp`` without the package, is an ``InputError``
+    naming the variable and its value, raised before anything is built or installed (no
+    exporter thread is left running). Applications that
     configure OpenTelemetry themselves should not call this; if a provider is installed already
     (an earlier call, the application's own), that one is returned and nothing is built:
     OpenTelemetry never replaces an installed provider, so a second one would export nothing and
@@ -851,7 +897,7 @@ def configure_from_env() -> trace.TracerProvider:
     """
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
     installed = trace.get_tracer_provider()
     if not isinstance(installed, trace.ProxyTracerProvider):
@@ -871,13 +917,7 @@ def configure_from_env() -> trace.TracerProvider:
         if name == "console":
             exporters.append(ConsoleSpanExporter())
         elif name == "otlp":
-            try:  # optional package: imported by name so that agentgate does not require it
-                otlp = importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
-            except ImportError as exc:
-                raise InputError(
-                    f"OTEL_TRACES_EXPORTER={raw!r} names otlp, which needs: pip install opentelemetry-exporter-otlp"
-                ) from exc
-            exporters.append(otlp.OTLPSpanExporter())
+            exporters.append(_otlp_exporter(raw))
     provider = TracerProvider(resource=Resource.create())
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
