@@ -68,7 +68,9 @@ def run() -> NoReturn:
     """Run the command of ``sys.argv`` and exit with its code; Ctrl-C before ``main`` catches it
     is ``agentgate: interrupted`` and exit 130, SIGTERM ``agentgate: terminated`` and 143
     (``terminate_on_sigterm``: in the main thread, where SIGTERM is not ignored). Either is held
-    back while a native module initialises (``_native``), which an exception would crash."""
+    back while a native module initialises (``_native``), which an exception would crash. Once
+    the command has ended, its output flushed, both are ignored (``_ignored_until_exit``) for the
+    interpreter's shutdown that follows."""
     restore = terminate_on_sigterm()
     loader_put_back = _nothing
     try:
@@ -83,9 +85,28 @@ def run() -> NoReturn:
     except KeyboardInterrupt as exc:
         code = _said(*ending(exc))
     finally:
+        if not _ignored_until_exit():
+            restore()
         loader_put_back()
-        restore()
     raise SystemExit(code)
+
+
+def _ignored_until_exit() -> bool:
+    """Ignore SIGINT and SIGTERM for the rest of the process: the command has ended, its output
+    flushed, and what is left is the interpreter's shutdown (some 200 ms), in which a signal
+    would only turn the command's exit code into a death by that signal, nothing said (until
+    review R94 the handlers before ``run`` were put back there, SIG_DFL for SIGTERM: a SIGTERM
+    or Ctrl-C after an ``audit verify`` printed ``intact`` or a ``budget settle`` committed ended
+    it 143 or 130 all the same, without the line those codes come with). False, nothing changed,
+    outside the main thread (Python sets a handler only there)."""
+    import signal
+
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        return False
+    return True
 
 
 def ending(exc: KeyboardInterrupt) -> tuple[str, int]:
