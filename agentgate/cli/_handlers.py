@@ -33,6 +33,19 @@ def _imported(module: str) -> ModuleType:
     thread runs signal handlers: elsewhere it imports as is."""
     if threading.current_thread() is not threading.main_thread():
         return importlib.import_module(module)
+    held, caught = holding()
+    try:
+        return importlib.import_module(module)
+    finally:
+        _put_back(held)
+        for number, frame in caught[:1]:
+            held[signal.Signals(number)](number, frame)
+
+
+def holding() -> tuple[_Handlers, list[tuple[int, Any]]]:
+    """Hold SIGINT and SIGTERM (main thread only): the first that comes is noted in the list
+    returned, its handler not run; a second puts the handlers back and acts at once (the operator
+    insisting). Returns the handlers replaced, for ``_put_back``, and that list."""
     caught: list[tuple[int, Any]] = []
     with _blocked():
         before = {signum: signal.getsignal(signum) for signum in _HELD}
@@ -48,12 +61,30 @@ def _imported(module: str) -> ModuleType:
 
         for signum in held:
             signal.signal(signum, hold)
+    return held, caught
+
+
+@contextlib.contextmanager
+def committed_work_held() -> Iterator[Callable[[], None]]:
+    """The block of a verb that commits work and then says it: yields ``committed``, to call as
+    the work commits (inside its transaction, or as the call that commits returns). From then
+    until the block ends (the store closed, the line said) the first Ctrl-C or SIGTERM is held
+    (``holding``) and dropped: the work is done, and the verb exits as it went, its line said;
+    a second acts at once. Before ``committed`` a signal acts as ever (the transaction rolls back).
+    Until review R94 a SIGTERM while ``store prune`` closed the store after its commit said
+    ``agentgate: terminated``, exit 143, and no counts, though the rows were gone. Outside the
+    main thread nothing is held."""
+    taken: list[_Handlers] = []
+
+    def committed() -> None:
+        if not taken and threading.current_thread() is threading.main_thread():
+            taken.append(holding()[0])
+
     try:
-        return importlib.import_module(module)
+        yield committed
     finally:
-        _put_back(held)
-        for number, frame in caught[:1]:
-            held[signal.Signals(number)](number, frame)
+        for held in taken:
+            _put_back(held)
 
 
 def _put_back(held: _Handlers) -> None:

@@ -26,6 +26,7 @@ from agentgate.cli._common import (
     unix,
     utc,
 )
+from agentgate.cli._handlers import committed_work_held
 from agentgate.errors import SettlementRefused
 from agentgate.store.held import HeldReservation, held_rows, holds_ledger, settle_held
 
@@ -91,20 +92,24 @@ def _seconds(stored: str) -> float | None:
 def _settle(args: argparse.Namespace) -> int:
     # A store that holds no budget ledger gets no log: settle_held refuses there (review R83).
     store, audit = open_audit_log(args.store, reads=False, create_log=holds_ledger)
-    try:
-        reservation, index = settle_held(
-            store, audit, args.id, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than
+    with committed_work_held() as committed:
+        try:
+            reservation, index = settle_held(
+                store, audit, args.id, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than
+            )
+            committed()  # settled: a signal from here leaves it done, its line said
+        except SettlementRefused as exc:
+            sys.stdout.write(refusal(str(exc)))
+            return 1
+        finally:
+            store.close()
+        amount = f"{reservation.amount} {_unit(reservation)}"
+        verdict = f"charged {amount}" if args.ran else f"released {amount}"
+        made = (
+            "" if reservation.allow_index is None else f", allowed by audit entry {reservation.allow_index}"
         )
-    except SettlementRefused as exc:
-        sys.stdout.write(refusal(str(exc)))
-        return 1
-    finally:
-        store.close()
-    amount = f"{reservation.amount} {_unit(reservation)}"
-    verdict = f"charged {amount}" if args.ran else f"released {amount}"
-    made = "" if reservation.allow_index is None else f", allowed by audit entry {reservation.allow_index}"
-    say_written(  # committed: exit 0 whether or not the line can be written, as tasks settle
-        f"settled reservation {reservation.id} of grant {printable(reservation.grant_id)}{made}: {verdict} "
-        f"(audit entry {index})"
-    )
-    return 0
+        say_written(  # committed: exit 0 whether or not the line can be written, as tasks settle
+            f"settled reservation {reservation.id} of grant {printable(reservation.grant_id)}{made}: {verdict} "
+            f"(audit entry {index})"
+        )
+        return 0

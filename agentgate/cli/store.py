@@ -21,6 +21,7 @@ from typing import Any
 from agentgate._durations import parse_duration
 from agentgate.cli import warn
 from agentgate.cli._common import open_existing_store, say_written, work_done_said, write_json
+from agentgate.cli._handlers import committed_work_held
 from agentgate.cli._store_parser import register as register
 from agentgate.errors import StoreError
 from agentgate.store import Store, open_store
@@ -74,7 +75,30 @@ def _prune(args: argparse.Namespace) -> int:
     # Whole seconds, as --json prints it (docs/cli.md, Output conventions): the cutoff a script
     # reads back is the one applied.
     before = int(time.time()) - parse_duration(args.older_than)
-    store = open_existing_store(args.store)
+    with committed_work_held() as committed:
+        pruned, refused = _pruned(args.store, before, committed)
+        if refused is not None:
+            warn(
+                f"expired grants not pruned: {refused}; this role may not delete grants or "
+                "revocations (docs/operations.md, PostgreSQL set-up): run `agentgate store prune` as "
+                "the role that owns the schema to prune them"
+            )
+        with work_done_said():  # committed: exit 0 whether or not this can be written (review R83)
+            if args.json:
+                write_json({"before": before, "pruned": pruned}, indent=None)
+            else:
+                for name, count in pruned.items():
+                    shown = "not pruned" if count is None else f"{count} pruned"
+                    sys.stdout.write(f"{name.replace('_', ' ')}: {shown}\n")
+    return 0
+
+
+def _pruned(
+    target: str | None, before: float, committed: Callable[[], None]
+) -> tuple[dict[str, int | None], str | None]:
+    """``_prune_parts`` on the store ``target``, opened and closed; ``committed`` is called as
+    the prune commits."""
+    store = open_existing_store(target)
     try:
         # Every part opened before anything is deleted: a part whose tables are missing and that
         # this role may not make (PostgreSQL's application role after an upgrade) is refused with
@@ -83,27 +107,13 @@ def _prune(args: argparse.Namespace) -> int:
         approvals, ledger, letters = ApprovalStore(store), BudgetLedger(store), DeadLetterStore(store)
         repo = GrantRepository(store)
         try:
-            pruned, refused = _prune_parts(store, approvals, ledger, letters, repo, before)
+            return _prune_parts(store, approvals, ledger, letters, repo, before, committed)
         finally:
             repo.close()
     except StoreError as exc:
         raise StoreError(f"nothing was pruned: {exc}") from exc
     finally:
         store.close()
-    if refused is not None:
-        warn(
-            f"expired grants not pruned: {refused}; this role may not delete grants or "
-            "revocations (docs/operations.md, PostgreSQL set-up): run `agentgate store prune` as "
-            "the role that owns the schema to prune them"
-        )
-    with work_done_said():  # committed: exit 0 whether or not this can be written (review R83)
-        if args.json:
-            write_json({"before": before, "pruned": pruned}, indent=None)
-        else:
-            for name, count in pruned.items():
-                shown = "not pruned" if count is None else f"{count} pruned"
-                sys.stdout.write(f"{name.replace('_', ' ')}: {shown}\n")
-    return 0
 
 
 def _prune_parts(
@@ -113,6 +123,7 @@ def _prune_parts(
     letters: DeadLetterStore,
     repo: GrantRepository,
     before: float,
+    committed: Callable[[], None],
 ) -> tuple[dict[str, int | None], str | None]:
     """Prune every part in one transaction: a failure in any part (a lock another process
     holds, a full disk) rolls back them all, so an operator never has to find out which parts
@@ -144,6 +155,7 @@ def _prune_parts(
             pruned["expired_grants"] = pruned["expired_grant_revocations"] = None
         else:
             pruned["expired_grants"], pruned["expired_grant_revocations"] = grants
+        committed()  # the transaction commits as it ends: a signal from here leaves it done
     return pruned, refused
 
 

@@ -27,6 +27,7 @@ from agentgate.cli._common import (
     unix,
     utc,
 )
+from agentgate.cli._handlers import committed_work_held
 from agentgate.cli._tasks_parser import register as register
 from agentgate.errors import InputError, MalformedRow, SettlementRefused
 from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
@@ -162,17 +163,27 @@ def _settle(args: argparse.Namespace) -> int:
         raise InputError("say who settles the call (--by)")  # input, not a refusal: exit 2
     # A store that holds no call that must run once gets no log: settle refuses there.
     store, audit = open_audit_log(args.store, reads=False, create_log=holds_once_calls)
-    try:
-        record = settle(
-            store, audit, args.key, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than
+    with committed_work_held() as committed:
+        try:
+            record = settle(
+                store,
+                audit,
+                args.key,
+                ran=args.ran,
+                by=args.by,
+                reason=args.reason,
+                min_age_s=args.older_than,
+            )
+            committed()  # settled: a signal from here leaves it done, its line said
+        except SettlementRefused as exc:
+            sys.stdout.write(refusal(str(exc)))
+            return 1
+        finally:
+            store.close()
+        verdict = "ran: it is never run again" if args.ran else "did not run: it may run again"
+        # Committed: a line that cannot be written leaves exit 0 (until review R83 exit 2, and a
+        # script retrying on it was refused, exit 1: not unsettled).
+        say_written(
+            f"settled {printable(record.key)} (allowed by audit entry {record.allow_index}): {verdict}"
         )
-    except SettlementRefused as exc:
-        sys.stdout.write(refusal(str(exc)))
-        return 1
-    finally:
-        store.close()
-    verdict = "ran: it is never run again" if args.ran else "did not run: it may run again"
-    # Committed: a line that cannot be written leaves exit 0 (until review R83 exit 2, and a
-    # script retrying on it was refused, exit 1: not unsettled).
-    say_written(f"settled {printable(record.key)} (allowed by audit entry {record.allow_index}): {verdict}")
-    return 0
+        return 0
