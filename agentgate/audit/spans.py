@@ -858,19 +858,19 @@ def _otlp_exporter(exporters: str) -> SpanExporter:
     and naming the package to install when the protocol's exporter is not importable. Until
     review R94 the protocol was not read: ``grpc`` (a collector's port 4317) got the
     http/protobuf exporter, and every span was lost."""
-    variable, protocol = "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
+    protocol, named = "http/protobuf", "its protocol the default, http/protobuf"
     for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
         if value := os.environ.get(name, "").strip():  # empty is unset, as the specification reads it
-            variable, protocol = name, value
+            protocol, named = value, f"{name}={value!r}"
             break
     if protocol.lower() not in _OTLP_PROTOCOLS:
-        raise InputError(f"{variable}={protocol!r} is not supported ({', '.join(_OTLP_PROTOCOLS)})")
+        raise InputError(f"{named} is not supported ({', '.join(_OTLP_PROTOCOLS)})")
     module, package = _OTLP_PROTOCOLS[protocol.lower()]
     try:  # optional package: imported by name so that agentgate does not require it
         otlp = importlib.import_module(module)
     except ImportError as exc:
         raise InputError(
-            f"OTEL_TRACES_EXPORTER={exporters!r} names otlp, and {variable}={protocol!r}, which needs: "
+            f"OTEL_TRACES_EXPORTER={exporters!r} names otlp, and {named}, which needs: "
             f"pip install {package} (or opentelemetry-exporter-otlp, which holds both protocols)"
         ) from exc
     exporter: SpanExporter = otlp.OTLPSpanExporter()
