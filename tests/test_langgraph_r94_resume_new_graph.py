@@ -156,3 +156,24 @@ def test_two_resumes_through_two_agents_at_once_wait_for_each_other(
         thread.join(3 * WAIT_S)
     assert ran == ["reports/a"]
     assert answers == {0: [("success", "ok")], 1: [("success", "ok")]}
+
+
+def test_an_interrupt_between_the_claim_and_the_run_releases_the_attempt(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C after a call's attempt was claimed and before the block that runs it: until the
+    # regression review of R94 the claim stayed, and every later run of that call on any graph
+    # object on the Gate waited for it for good.
+    from agentgate.integrations.langgraph import _middleware
+
+    running = _middleware.GateMiddleware._running
+
+    def interrupted(self: Any, key: Any) -> Any:
+        monkeypatch.setattr(_middleware.GateMiddleware, "_running", running)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_middleware.GateMiddleware, "_running", interrupted)
+    saver, config = InMemorySaver(), _thread("interrupted-claim")
+    with pytest.raises(KeyboardInterrupt):
+        _graph(rig, rig.tools(), saver).invoke({"messages": [PAY_AND_PUBLISH]}, config, context=rig.agent)
+    assert not _middleware._calls_of(rig.gate)._in_flight

@@ -247,20 +247,19 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         return result
 
     @contextlib.contextmanager
-    def _running(self, key: _RunningKey, mine: _AttemptEnd | None) -> Iterator[None]:
+    def _running(self, key: _RunningKey) -> Iterator[None]:
         """Mark the call ``key`` running in this context while the block runs (its decision,
-        then the allowed call until its outcome is handed to the gate), and release the attempt
-        ``mine`` claimed for it (``_ran_here``) at its end. From the decision on: a call still
-        being decided when another call of its node paused the run has its allow recorded (the
-        call started) before it runs, and the run resumed meanwhile would decide it between the
-        two (refused as started, its outcome not recorded)."""
+        then the allowed call until its outcome is handed to the gate), its attempt claimed
+        (``_ran_here``; released by the caller's ``finally``, which also covers the steps
+        between the claim and this block). From the decision on: a call still being decided
+        when another call of its node paused the run has its allow recorded (the call started)
+        before it runs, and the run resumed meanwhile would decide it between the two (refused
+        as started, its outcome not recorded)."""
         own = _RUNNING_HERE.set(_RUNNING_HERE.get() | {key})
         try:
             yield
         finally:
             _RUNNING_HERE.reset(own)
-            if mine is not None:
-                self._calls.release(key, mine)
 
     def _ran_here(self, key: _RunningKey) -> tuple[_AttemptEnd | None, _AttemptEnd | None]:
         """``_CallsOfGate.claim`` for the call ``key``: its attempt claimed, or the end of the
@@ -445,13 +444,17 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
                 return self._delegation_failed(request, call_id, name, exc)
         if _async_only(request.tool):
             return self._refuse_undecidable(request, call_id, name, InputError(_ASYNC_ONLY.format(name=name)))
-        key = _running_key(request)
-        mine, busy = self._ran_here(key)
-        while busy is not None:
-            busy.wait()
+        key, mine = _running_key(request), None
+        try:  # from the claim on: an interrupt anywhere after it releases the attempt
             mine, busy = self._ran_here(key)
-        with self._running(key, mine):  # from its decision on: a run resumed meanwhile waits for it
-            return self._decide_and_run(request, handler, call_id, name)
+            while busy is not None:
+                busy.wait()
+                mine, busy = self._ran_here(key)
+            with self._running(key):  # from its decision on: a run resumed meanwhile waits for it
+                return self._decide_and_run(request, handler, call_id, name)
+        finally:
+            if mine is not None:
+                self._calls.release(key, mine)
 
     def _decide_and_run(
         self,
@@ -516,13 +519,17 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
                 if _invalid_resume(exc):
                     raise
                 return self._delegation_failed(request, call_id, name, exc)
-        key = _running_key(request)
-        mine, busy = self._ran_here(key)
-        while busy is not None:
-            await busy.until_set()  # holding no worker thread: the call waited for may need one
+        key, mine = _running_key(request), None
+        try:  # from the claim on: an interrupt anywhere after it releases the attempt
             mine, busy = self._ran_here(key)
-        with self._running(key, mine):  # from its decision on: a run resumed meanwhile waits for it
-            return await self._adecide_and_run(request, handler, call_id, name)
+            while busy is not None:
+                await busy.until_set()  # holding no worker thread: the call waited for may need one
+                mine, busy = self._ran_here(key)
+            with self._running(key):  # from its decision on: a run resumed meanwhile waits for it
+                return await self._adecide_and_run(request, handler, call_id, name)
+        finally:
+            if mine is not None:
+                self._calls.release(key, mine)
 
     async def _adecide_and_run(
         self,
