@@ -70,3 +70,13 @@ def test_a_well_formed_requirement_still_asks_its_approvers(sqlite_store: SQLite
     assert d.outcome is Outcome.APPROVAL_REQUIRED
     assert d.reasons == ("approval required from alice, bob: refunds",)
     assert ApprovalRequirement(()).asked == "approval required from an approver"
+
+
+@pytest.mark.parametrize("quorum", [10**5000, -(10**5000)], ids=["huge", "huge-negative"])
+def test_a_quorum_too_large_to_write_is_refused_by_its_size(quorum: int) -> None:
+    # Regression review of R94: the refusal wrote the quorum with repr, which raised a bare
+    # ValueError past 4,300 digits.
+    with pytest.raises(
+        InputError, match=r"quorum must be a whole number from 1 to 1 .*an integer of 16610 bits"
+    ):
+        ApprovalRequirement(("alice",), quorum)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentgate._shown import quoted
 from agentgate._time import when
 from agentgate.authority._chain_cache import _SHARED_CACHE, ChainCache
 from agentgate.authority._chain_findings import (
@@ -102,7 +103,7 @@ class ApprovalRequirement:
         quorum: object = self.quorum
         most = max(len(approvers), 1)
         if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= most:
-            what = repr(quorum) if isinstance(quorum, int) else type(quorum).__name__
+            what = quoted(quorum) if isinstance(quorum, int) else type(quorum).__name__
             raise InputError(
                 f"ApprovalRequirement quorum must be a whole number from 1 to {most} (the approvers "
                 f"named), not {what}"
