@@ -44,9 +44,9 @@ def test_an_image_call_keeps_the_backends_cached_prefixes() -> None:
 
 def test_a_media_part_spans_its_estimated_tokens_and_matches_only_itself() -> None:
     block = 16
-    one = _image_call(b"one" * 1_000)["messages"]
-    again = _image_call(b"one" * 1_000, "and this?")["messages"]
-    other = _image_call(b"two" * 1_000)["messages"]
+    one = _image_call(b"one" * 3_000)["messages"]  # 12,000 base64 characters: past IMAGE_TOKENS'
+    again = _image_call(b"one" * 3_000, "and this?")["messages"]
+    other = _image_call(b"two" * 3_000)["messages"]
     hashes = prompt_block_hashes(one, block)
     assert abs(len(hashes) - estimate_prompt_tokens(one) // block) <= 1
     # The question comes first and differs, so compare with the image first.

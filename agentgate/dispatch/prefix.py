@@ -221,6 +221,13 @@ def prompt_block_hashes(messages: Iterable[object], block_tokens: int) -> tuple[
     router hashed a part's base64 as text: one 6 MiB image, estimated at 1,458 tokens, was 131,073
     blocks, which filled the backend's prefix index and pushed every other prompt out of it.
 
+    A part spans no more characters than it is written with (its ``repr``, as ``prompt_text``
+    writes it), so the text hashed, and the blocks, stay bounded by the prompt's size as plain
+    text is: its estimate is the client's to state (a bare ``{"type": "image_url"}`` is
+    ``IMAGE_TOKENS``, a WAV header may claim a byte a second), and until review R94 a 460 KB
+    body of bare image parts was 1.8 million blocks. A part by URL, or a small one, therefore
+    spans fewer blocks than its estimate; an image as a data URL of more than about 6 KB spans all.
+
     Raises ``InputError`` as ``prompt_text`` does, a media part that cannot be written named as
     its message's content."""
     kept: list[object] = []
@@ -232,14 +239,17 @@ def prompt_block_hashes(messages: Iterable[object], block_tokens: int) -> tuple[
 
 
 def _media_stand_in(part: object, position: int) -> object:
-    """``part`` itself unless it carries media; else text of its tokens' characters, opening with
-    a digest of the part as written (message ``position``'s content, for ``_written``)."""
+    """``part`` itself unless it carries media; else text of its tokens' characters, or of its
+    own where fewer, opening with a digest of the part as written (cut to that length: a part
+    written in fewer characters than the digest's) (message ``position``'s content, for
+    ``_written``)."""
     tokens = media_part_tokens(part) if isinstance(part, Mapping) else None
     if tokens is None:
         return part
-    written = _written(part, repr, position, "content").encode("utf-8", "surrogatepass")
-    digest = hashlib.blake2b(written, digest_size=16).hexdigest()
-    return f"<media {digest}>".ljust(tokens * CHARS_PER_TOKEN, ".")
+    written = _written(part, repr, position, "content")
+    digest = hashlib.blake2b(written.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    width = min(tokens * CHARS_PER_TOKEN, len(written))
+    return f"<media {digest}>".ljust(width, ".")[:width]
 
 
 def estimate_tokens(text: str) -> int:
