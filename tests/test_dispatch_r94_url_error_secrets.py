@@ -25,6 +25,16 @@ from agentgate.errors import InventoryError
             r"'tcp://h:1/metrics\?\.\.\.' must be an http://",
         ),
         ("metrics_url", "http://h:1/m#SECRET@h", "query string or fragment"),
+        # A password holding ? or #: its userinfo is hidden before the query is cut (until review
+        # R94 the cut took the @ with it, and the user and password up to the ? were quoted).
+        ("url", "ftp://admin:SECRETPW?x@host:8000", r"'ftp://\.\.\.@host:8000' must be an http://"),
+        ("url", "ftp://admin:SECRET#PW@host:8000", r"'ftp://\.\.\.@host:8000' must be an http://"),
+        ("url", "http://admin:SECRET?PW@host x", r"'http://\.\.\.@host x' must be an http://"),
+        (
+            "metrics_url",
+            "tcp://adm:SECRET/?PW@h:1/m?token=x",
+            r"'tcp://\.\.\.@h:1/m\?\.\.\.' must be an http://",
+        ),
     ],
 )
 def test_a_url_error_never_quotes_its_credentials_or_query(field: str, url: str, said: str) -> None:

@@ -442,16 +442,20 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 def _shown_url(url: str) -> str:
     """``url`` as an error may quote it: its ``user:password@`` (everything before its last ``@``
-    after the scheme, as a password may hold a ``/``) shown as ``...@``, and what follows its
-    first ``?`` or ``#`` as ``...``; the rest as written. It is not parsed, so that a URL no
-    parser takes is shown too."""
-    cut = min((at for at in (url.find("?"), url.find("#")) if at >= 0), default=-1)
-    shown = url if cut < 0 else url[: cut + 1] + "..."
-    scheme, sep, rest = shown.partition("://")
+    after the scheme, as a password may hold a ``/``, ``?`` or ``#``) shown as ``...@``, then
+    what follows its first ``?`` or ``#`` as ``...``; the rest as written. The userinfo goes
+    first: until review R94 the URL was cut at a ``?`` or ``#`` first, and the ``@`` behind it
+    went with the cut, so ``ftp://admin:PW?x@host`` was quoted ``ftp://admin:PW?...`` (an ``@``
+    in a query hides the text before it too, which does no harm). It is not parsed, so that a
+    URL no parser takes is shown too."""
+    scheme, sep, rest = url.partition("://")
     if not sep:
-        scheme, rest = "", shown
+        scheme, rest = "", url
     if "@" in rest:
         rest = "...@" + rest.rpartition("@")[2]
+    cut = min((at for at in (rest.find("?"), rest.find("#")) if at >= 0), default=-1)
+    if cut >= 0:
+        rest = rest[: cut + 1] + "..."
     return f"{scheme}{sep}{rest}"
 
 
