@@ -791,7 +791,10 @@ def _not_json(content_type: str | None) -> JSONResponse | None:
 
 def _prompt_hashes(text: str, prompt_tokens: int, block_tokens: int) -> tuple[int, ...]:
     """The block hashes of a prompt the engine can read: those of its first ``prompt_tokens //
-    block_tokens`` blocks, the leading ones of ``block_hashes(text)`` as the router cuts them.
+    block_tokens`` blocks, the leading ones of ``block_hashes(text)``. For a text prompt they
+    are the router's (``prompt_block_hashes``); a media part's data URL is hashed here as its
+    text, where the router hashes a digest of the part, so two images sharing their first bytes
+    share blocks here that the router predicts are not shared (review R94).
 
     A media part counts as a fixed number of tokens but its text (a data URL) may be megabytes:
     until review R93 all of it was hashed, on the event loop, a 15 MiB image 245,761 hashes (half
