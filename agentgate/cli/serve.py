@@ -41,6 +41,8 @@ from agentgate.cli._common import (
 from agentgate.errors import InputError, InventoryError
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     import uvicorn
 
 T = TypeVar("T")
@@ -276,9 +278,25 @@ def _stopped_by_signals(server: uvicorn.Server) -> Iterator[None]:
     worker thread closed the loop under it (uvloop's traceback on stderr). Held here, a signal
     after the shutdown began only asks again for what is under way: the command ends, exit 0,
     once every outcome is committed. The wait for the store is bounded by its busy timeout.
+
+    A signal ignored when the command began (SIG_IGN from whoever started it: ``trap '' TERM``,
+    or the SIGINT a non-interactive shell ignores for a background job ``agentgate serve ... &``)
+    stays ignored for the whole run, as for the other commands (``terminate_on_sigterm``): until
+    review R94 this and uvicorn's ``capture_signals``, which installs ``server.handle_exit`` for
+    both signals whatever they were, made it a stop request, so the Ctrl-C meant for the script
+    that started the gateway in the background stopped the gateway too.
     """
     held = (signal.SIGINT, signal.SIGTERM)
-    previous = {signum: signal.signal(signum, server.handle_exit) for signum in held}
+    ignored = {signum for signum in held if signal.getsignal(signum) == signal.SIG_IGN}
+    stop = server.handle_exit
+
+    def handle_exit(signum: int, frame: FrameType | None) -> None:
+        if signum not in ignored:
+            stop(signum, frame)
+
+    # On the instance, where uvicorn's ``capture_signals`` takes it from (``self.handle_exit``).
+    server.handle_exit = handle_exit  # type: ignore[method-assign,assignment]
+    previous = {signum: signal.signal(signum, handle_exit) for signum in held if signum not in ignored}
     try:
         yield
     finally:
