@@ -450,6 +450,11 @@ that composer, three calls a level with ``_limit_depth``'s, reaches at about 325
 empty stack: 200 leaves some 400 frames to the caller's own."""
 
 
+_LIBYAML_DEPTH = 1000
+"""The deepest nesting libyaml parses: it refuses a collection deeper ("exceeded maximum nesting
+depth"), so ``_refuse_too_many_nodes`` counts PyYAML's own parser no deeper."""
+
+
 def _limit_depth(loader: Any) -> None:
     """Makes PyYAML's own composer raise ``_TooDeep`` at a collection nested deeper than
     ``_COMPOSER_DEPTH``, located at the first collection it met nested deeper than ``MAX_DEPTH``,
@@ -554,7 +559,8 @@ def _refused(
     # it. Until review R93 it was refused where libyaml stopped, in libyaml's words (2:1003,
     # "exceeded maximum nesting depth", where PyYAML's own parser says 2:103, "nested more than
     # 100 levels deep"): parsing it again had taken minutes and recursed to Python's limit, which
-    # ``_limit_depth`` and ``_refuse_too_many_nodes`` now stop at ``_COMPOSER_DEPTH``.
+    # ``_limit_depth`` now stops at ``_COMPOSER_DEPTH`` and ``_refuse_too_many_nodes`` at libyaml's
+    # own limit (``_LIBYAML_DEPTH``).
     if not issubclass(_Loader, yaml.reader.Reader):  # libyaml's
         try:
             _composed(text, source, error, max_nodes, _Window)
@@ -1195,21 +1201,39 @@ def _clamped(text: str, mark: Any) -> Any:
 def _refuse_too_many_nodes(events: Any, source: str, error: type[SourceError], max_nodes: int) -> None:
     """Raise ``error`` at the node past ``max_nodes``, counting the events of the parser
     ``events`` (the caller's, which it disposes of) and keeping none: time up to the budget, and
-    memory for one event. PyYAML's errors propagate as they are. PyYAML's own parser is counted
-    only up to a collection nested deeper than ``_COMPOSER_DEPTH``, where its composer stops
-    (``_limit_depth``) with the located error: its scanner's work for a token grows with the flow
-    level, and until review R93 this count read on to the end, so that 17,000 '[' (16.6 KiB) took
-    92 s to refuse and 1 MiB of them 276 s, where libyaml, whose own limit is 1,000 levels,
-    refuses them at once."""
+    memory for one event. PyYAML's errors propagate as they are.
+
+    PyYAML's own parser, whose composer stops with the located error at a collection nested
+    deeper than ``_COMPOSER_DEPTH`` (``_limit_depth``), is counted past it as libyaml is, up to
+    libyaml's own depth limit (``_LIBYAML_DEPTH``), so that a file with too many nodes after such
+    a collection gets the node-count error from either parser (a regression review of R93: this
+    count stopped at the collection, and without libyaml the file was refused as nested too
+    deep). An error of PyYAML's anywhere after that collection, or the end of the re-read's window
+    (``_Window``), ends the count: the nesting error, which comes first in the file, stands, as
+    libyaml's own error there is refused so (``_refused``). The
+    count is bounded by ``max_nodes`` events, each cheap at any flow level since ``_PureLoader``
+    walks only the simple keys it needs; until review R93, when that scanner's work for a token
+    grew with the flow level and this count read on to the end, 17,000 '[' (16.6 KiB) took 92 s
+    to refuse and 1 MiB of them 276 s."""
     count = depth = 0
     limited = isinstance(events, yaml.composer.Composer)
-    while (event := events.get_event()) is not None:
+    composer_stops = False  # once a collection past ``_COMPOSER_DEPTH`` is read: the composer stops there
+    while True:
+        try:
+            event = events.get_event()
+        except (yaml.YAMLError, ValueError, OverflowError, _PastWindow):
+            if composer_stops:
+                return
+            raise
+        if event is None:
+            return
         if isinstance(event, _COLLECTION_ENDS):
             depth -= 1
         elif isinstance(event, _NODE_EVENTS):
             if isinstance(event, _COLLECTION_STARTS):
                 depth += 1
-                if limited and depth > _COMPOSER_DEPTH:
+                composer_stops = composer_stops or (limited and depth > _COMPOSER_DEPTH)
+                if limited and depth > _LIBYAML_DEPTH:
                     return
             count += 1
             if count > max_nodes:
