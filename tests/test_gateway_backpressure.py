@@ -17,9 +17,10 @@ from pathlib import Path
 from agentgate.authority import Invocation
 from agentgate.capabilities import Call
 from agentgate.dispatch.backends import ChatChunk
-from agentgate.dispatch.gateway._authority import STREAM_AHEAD, GatewayDecision, GatewayGate
+from agentgate.dispatch.gateway._authority import GatewayDecision, GatewayGate
 from agentgate.dispatch.gateway._upstream import HIGH_WATER, UpstreamPool
 from agentgate.gate import AgentIdentity
+from agentgate.gate._dispatching import STREAM_AHEAD
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore

@@ -50,6 +50,9 @@ class ChatChunk:
     (a reasoning model's ``delta.reasoning_content``, ``logprobs``, its ``id``); empty if not kept."""
     backend: str = ""
     """The name of the backend that sent it (empty for a chunk made elsewhere)."""
+    size: int = 0
+    """The length of the event as the backend sent it (its ``data``, in characters; 0 for a chunk
+    made elsewhere): what holding it costs, counted against ``STREAM_AHEAD_BYTES``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,12 +160,12 @@ def _parse_chunk(
         raw_choices = event.get("choices")
         choices = _checked_choices([] if raw_choices is None else raw_choices, "delta", asked, request, key)
         if not choices:
-            return ChatChunk("", None, usage, event=event, backend=backend) if usage else None
+            return ChatChunk("", None, usage, event=event, backend=backend, size=len(data)) if usage else None
         choice = choices[0]
         delta = choice.get("delta") or {}  # an object, or absent or null (``_checked_choices``)
         # Its content, tool calls and finish_reason were checked with the others' (``_checked_choices``).
         return ChatChunk(
-            _content(delta), choice.get("finish_reason"), usage, _tool_calls(delta), event, backend
+            _content(delta), choice.get("finish_reason"), usage, _tool_calls(delta), event, backend, len(data)
         )
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None

@@ -29,9 +29,15 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 STREAM_AHEAD = 64
-"""Chunks of a streamed answer read ahead of its reader: from the dispatcher ahead of the reader
-of ``dispatch_stream`` / ``adispatch_stream`` (``_relay``), and from the backend ahead of the
-gateway's caller (``gateway._authority``, ``gated_stream``)."""
+"""Chunks of a streamed answer read ahead of its reader, at most (``_Ahead``): from the dispatcher
+ahead of the reader of ``dispatch_stream`` / ``adispatch_stream`` (``_relay``), and from the
+backend ahead of the gateway's caller (``gateway._authority``, ``gated_stream``)."""
+STREAM_AHEAD_BYTES = 1 << 20
+"""The most of those chunks' events, by their size as the backend sent them (``ChatChunk.size``),
+read ahead of the reader, though one chunk is always let through, however large (up to the
+dispatcher's ``MAX_LINE_BYTES``, 1 MiB). 64 chunks of a few kB (an event with top
+log-probabilities) fit; until review R94 only the count was bounded, and 64 events of 1 MiB,
+each some twenty times that once decoded, held over 1 GB for one reader that stopped reading."""
 
 
 class _Dispatching:
@@ -176,7 +182,7 @@ class _Dispatching:
         (blocking iterator). Raises as ``dispatch`` does, before or between chunks (a stream that
         breaks after output: ``BackendFailed``). Leaving the loop early, or closing the iterator,
         cancels the call on the backend. The backend's stream is read at most ``STREAM_AHEAD``
-        chunks ahead of the reader (``_relay``)."""
+        chunks, and ``STREAM_AHEAD_BYTES`` of their events, ahead of the reader (``_relay``)."""
         check_tenant(tenant)
         check_session(session)
         chunks: queue.SimpleQueue[ChatChunk | BaseException | None] = queue.SimpleQueue()
@@ -186,7 +192,7 @@ class _Dispatching:
             while (item := chunks.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
-                ahead.taken()
+                ahead.taken(item.size)
                 yield item
         finally:
             relay.cancel()
@@ -210,7 +216,7 @@ class _Dispatching:
             while (item := await chunks.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
-                ahead.taken()
+                ahead.taken(item.size)
                 yield item
         finally:
             relay.cancel()
@@ -229,8 +235,9 @@ class _Dispatching:
         which closes the backend's connection. The stream carries the trace context of the span
         current where it is asked for (``Dispatcher.stream``), not the loop thread's.
 
-        A chunk is handed over only while fewer than ``STREAM_AHEAD`` handed over are not yet
-        taken (the reader calls ``ahead.taken()`` for each one it takes): a reader that reads
+        A chunk is handed over only while those handed over and not yet taken stay within
+        ``STREAM_AHEAD`` chunks and ``STREAM_AHEAD_BYTES`` (``_Ahead``; the reader calls
+        ``ahead.taken(chunk.size)`` for each one it takes): a reader that reads
         slowly slows the read of the backend down, instead of having the answer pile up in this
         process's memory (until review R89 the whole answer was queued, however slowly it was
         read). A reader that stops reading without closing the stream holds the call until it
@@ -241,7 +248,7 @@ class _Dispatching:
             traced = otel_context.attach(caller)  # this task's own context: detached when it ends
             try:
                 async for chunk in dispatcher.stream(payload, tenant=tenant, session=session):
-                    await ahead.room()
+                    await ahead.room(chunk.size)
                     put(chunk)
             except BaseException as exc:  # CancelledError too: the reader is gone, or the gate closes
                 put(exc)
@@ -290,13 +297,15 @@ class _Dispatching:
 
 
 class _Ahead:
-    """How far a stream's pump (``_relay``) has read ahead of its reader: the chunks it handed
-    over that the reader has not taken yet, at most ``STREAM_AHEAD``. ``room`` waits, on the
-    dispatcher's loop (the pump's), until one more may be handed over; ``taken``, called by the
-    reader on its own thread or loop for each chunk it takes, makes room for one. The count is
-    kept under a lock, so ``taken`` wakes the pump's loop (a callback handed to it from another
-    thread, a write to its self-pipe) only when the pump waits: until a regression review of R89
-    every chunk taken cost one, however far behind the reader was.
+    """How far a stream's pump has read ahead of its reader: the chunks it handed over that the
+    reader has not taken yet, at most ``STREAM_AHEAD`` of them and ``STREAM_AHEAD_BYTES`` of their
+    sizes (``ChatChunk.size``), or one chunk of any size (``_fits``). Used by the gate's streams
+    (``_relay``) and the gateway's (``gated_stream``). ``room(size)`` waits, on the pump's loop
+    (the dispatcher's, or the gateway's), until a chunk of ``size`` may be handed over;
+    ``taken(size)``, called by the reader on its own thread or loop for each chunk it takes, makes
+    room for it. The count is kept under a lock, so ``taken`` wakes the pump's loop (a callback
+    handed to it from another thread, a write to its self-pipe) only when the pump waits: until a
+    regression review of R89 every chunk taken cost one, however far behind the reader was.
 
     Once the gate's dispatcher stops (``read_on``, for every stream of its loop), no pump waits:
     each reads on, and the dispatcher's close ends its stream as it ends one being read
@@ -306,18 +315,24 @@ class _Ahead:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ahead = 0  # under ``_lock``: added to on the pump's loop, taken from on the reader's thread
+        self._size = 0  # under ``_lock``: the sizes of those ``_ahead`` chunks
         self._room: asyncio.Future[None] | None = None  # under ``_lock``: while the pump waits
 
-    async def room(self) -> None:
+    def _fits(self, size: int) -> bool:
+        """Whether a chunk of ``size`` may be handed over now. Called under ``_lock``."""
+        return self._ahead == 0 or (self._ahead < STREAM_AHEAD and self._size + size <= STREAM_AHEAD_BYTES)
+
+    async def room(self, size: int = 0) -> None:
         with self._lock:
-            if self._ahead < STREAM_AHEAD:
+            if self._fits(size):
                 self._ahead += 1
+                self._size += size
                 return
         loop = asyncio.get_running_loop()
         pumps = _pumps_of(loop)
         while not pumps.reading_on:
             with self._lock:
-                if self._ahead < STREAM_AHEAD:
+                if self._fits(size):
                     break
                 # Set under the lock the count was read under: a chunk taken since sees it.
                 room = self._room = loop.create_future()
@@ -331,10 +346,12 @@ class _Ahead:
                         self._room = None
         with self._lock:
             self._ahead += 1
+            self._size += size
 
-    def taken(self) -> None:
+    def taken(self, size: int = 0) -> None:
         with self._lock:
             self._ahead -= 1
+            self._size -= size
             room, self._room = self._room, None  # woken once, however many are taken meanwhile
         if room is not None:
             with contextlib.suppress(RuntimeError):  # that loop closed with the gate: nothing pumps
@@ -363,8 +380,9 @@ def _resolve(room: asyncio.Future[None]) -> None:
 
 
 class _Pumps:
-    """The pumps of one dispatcher loop's streams that wait for their readers (``_Ahead``), and
-    whether none waits any more (``reading_on``: the dispatcher stops). Used on that loop only."""
+    """The pumps of one loop's streams that wait for their readers (``_Ahead``), and whether none
+    waits any more (``reading_on``: the gate's dispatcher, whose loop it is, stops). Used on that
+    loop only."""
 
     def __init__(self) -> None:
         self.waiting: set[_Ahead] = set()

@@ -37,7 +37,7 @@ from agentgate.errors import InputError, NoBackend, TokenFormatError, UsageUnrea
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.gate._authorization import COVERAGE_CODES, revoked_refusal
-from agentgate.gate._dispatching import STREAM_AHEAD  # one bound, the gate's streams' too
+from agentgate.gate._dispatching import _Ahead  # one bound, the gate's streams' too
 from agentgate.gate._outcomes import USAGE_UNREAD, never_sent
 from agentgate.gate._running import _failure_reason
 from agentgate.keys import PublicKey, SigningKey
@@ -431,8 +431,10 @@ class GatewayGate(Gate):
 
         The backend stream is read by a task of its own, so that the call's span is entered and
         left in one context (a web server may resume this generator from another task). It reads
-        at most ``STREAM_AHEAD`` chunks ahead of the caller: a caller that reads slowly slows the
-        backend read down instead of having its answer pile up in the gateway's memory.
+        at most ``STREAM_AHEAD`` chunks, and ``STREAM_AHEAD_BYTES`` of their events, ahead of the
+        caller (``_Ahead``): a caller that reads slowly slows the backend read down instead of
+        having its answer pile up in the gateway's memory (until review R94 only the chunks were
+        counted: 64 events of 1 MiB, over 1 GB decoded, for a caller that stopped reading).
 
         ``left``, when given, is asked why the caller went away when the stream is abandoned
         (e.g. it stopped reading and its connection was cut); its answer is the outcome's reason
@@ -445,12 +447,14 @@ class GatewayGate(Gate):
         usage event closes before the count). Not called for a call settled without a usage.
         """
         self._check_allowed(auth)
-        queue: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue(STREAM_AHEAD)
-        pump = asyncio.create_task(self._pump(auth, chunks, queue, left, unsent, settled))
+        queue: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue()  # bounded by ``ahead``
+        ahead = _Ahead()
+        pump = asyncio.create_task(self._pump(auth, chunks, queue, ahead, left, unsent, settled))
         try:
             while (item := await queue.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
+                ahead.taken(item.size)
                 yield item
         finally:
             if not pump.done():
@@ -463,6 +467,7 @@ class GatewayGate(Gate):
         auth: Authorization,
         chunks: AsyncIterator[ChatChunk],
         queue: asyncio.Queue[ChatChunk | BaseException | None],
+        ahead: _Ahead,
         left: Callable[[], str | None] | None,
         unsent: Callable[[], bool] | None,
         settled: Callable[[tuple[int, int]], None] | None = None,
@@ -480,7 +485,8 @@ class GatewayGate(Gate):
                 async for chunk in chunks:
                     reported.see(chunk)
                     delivered = delivered or carries_output(chunk)
-                    await queue.put(chunk)  # waits while the caller is STREAM_AHEAD chunks behind
+                    await ahead.room(chunk.size)  # waits while the caller is that far behind
+                    queue.put_nowait(chunk)
             except Exception as exc:
                 error, error_type = _failure_reason(exc), type(exc).__name__  # why, as ``Gate`` keeps it
                 last = exc
@@ -534,7 +540,7 @@ class GatewayGate(Gate):
                 )
                 if settled is not None and usage is not None and usage is not USAGE_UNREAD:
                     settled(usage)
-        await queue.put(last)
+        queue.put_nowait(last)
 
     def _authority_refusal(
         self, decision: Decision, call: Call, identity: CallerIdentity
