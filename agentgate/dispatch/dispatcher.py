@@ -524,7 +524,8 @@ class Dispatcher:
 
         Raises as ``chat`` does; a failure after output was delivered raises ``BackendFailed``
         with ``after_output`` (until review R68 without: ``Gate.run`` released the call, the
-        output delivered free).
+        output delivered free), a ``UsageUnreadable`` for a usage that is not token counts
+        (until review R94 a plain ``BackendFailed``).
         """
         self._require_started(sent=False)
         request = self.route_request(payload, **route)
@@ -566,7 +567,10 @@ class Dispatcher:
                         raise
                     if delivered:
                         broke = f"stream from {plan.backend} broke after output: {exc}"
-                        raise BackendFailed(broke, after_output=True) from None
+                        # Its kind kept: a usage that cannot be read is told so to the caller
+                        # (until review R94 the gateway's said "no usage was reported").
+                        kind = UsageUnreadable if isinstance(exc, UsageUnreadable) else BackendFailed
+                        raise kind(broke, after_output=True) from None
                     request = failed_over(request, plan)  # its tenant paid once (``RouteRequest.paid``)
                     continue
                 finally:

@@ -900,7 +900,11 @@ class Gateway:
             # one that failed before any output is released, nothing charged); the error event
             # stays the last (an SDK raises at it), so a comment alone.
             so_far = _stream_charged(reported)
-            ran = so_far is not None or delivered or isinstance(exc, UsageUnreadable)
+            if so_far is None and isinstance(exc, UsageUnreadable):
+                # A usage came that cannot be read: the caller is told so, as the audit log
+                # says (until review R94 it was told that no usage was reported).
+                so_far = USAGE_UNREAD
+            ran = so_far is not None or delivered
             # (Charged the usage it reported, one covering its output: counted where it is
             # settled, ``_count_settled``.)
             if (why := _reserved_why(so_far, auth) if ran else None) is not None:
