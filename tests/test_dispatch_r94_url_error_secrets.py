@@ -35,6 +35,11 @@ from agentgate.errors import InventoryError
             "tcp://adm:SECRET/?PW@h:1/m?token=x",
             r"'tcp://\.\.\.@h:1/m\?\.\.\.' must be an http://",
         ),
+        # A "://" further on is no scheme's end (a regression review of R94: all before it was
+        # quoted as the scheme, password and token included).
+        ("url", "admin:SECRETPW@gpu1:8000/v1?next=http://x", r"'\.\.\.@gpu1:8000/v1\?\.\.\.' must be"),
+        ("url", "http:/admin:SECRETPW@gpu1:8000/#http://x", r"'\.\.\.@gpu1:8000/#\.\.\.' must be"),
+        ("metrics_url", "h:1/metrics?token=SECRETKEY&next=http://x", r"'h:1/metrics\?\.\.\.' must be"),
     ],
 )
 def test_a_url_error_never_quotes_its_credentials_or_query(field: str, url: str, said: str) -> None:

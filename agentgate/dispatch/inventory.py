@@ -438,6 +438,8 @@ class Backend(_Frozen):
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
+"""A URL scheme's spelling (RFC 3986, section 3.1), for ``_shown_url``."""
 
 
 def _shown_url(url: str) -> str:
@@ -447,10 +449,13 @@ def _shown_url(url: str) -> str:
     first: until review R94 the URL was cut at a ``?`` or ``#`` first, and the ``@`` behind it
     went with the cut, so ``ftp://admin:PW?x@host`` was quoted ``ftp://admin:PW?...`` (an ``@``
     in a query hides the text before it too, which does no harm). It is not parsed, so that a
-    URL no parser takes is shown too."""
+    URL no parser takes is shown too; the text before its first ``://`` is its scheme only when it
+    reads as one (RFC 3986: a letter, then letters, digits, ``+``, ``-``, ``.``): a ``://`` further
+    on (``host:1/v1?next=http://x``, ``http:/user:pw@host/#http://x``) showed all before it, as
+    the scheme, until a regression review of R94."""
     scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
+    if not sep or _SCHEME.fullmatch(scheme) is None:
+        scheme, sep, rest = "", "", url
     if "@" in rest:
         rest = "...@" + rest.rpartition("@")[2]
     cut = min((at for at in (rest.find("?"), rest.find("#")) if at >= 0), default=-1)

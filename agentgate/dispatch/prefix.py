@@ -8,8 +8,8 @@ its duration (``audio_tokens``), a file (OpenAI's ``file`` part, a PDF) is ``FIL
 (``estimate_prompt_tokens``). Parts of any other type count by their characters. Block hashes are
 chained (block ``i``'s hash covers every block before it), so equal hashes mean equal prefixes;
 this is what vLLM's prefix cache keys on, at the router's chosen block size. A media part is
-hashed as a digest of it spanning its estimated tokens (``prompt_block_hashes``), never as its
-base64 text.
+hashed as a digest of it spanning its estimated tokens, or its written length where shorter
+(``prompt_block_hashes``), never as its base64 text.
 """
 
 from __future__ import annotations
@@ -216,8 +216,9 @@ def _wav_bytes_per_second(data: str) -> int | None:
 def prompt_block_hashes(messages: Iterable[object], block_tokens: int) -> tuple[int, ...]:
     """``block_hashes`` of chat ``messages``: their ``prompt_text`` with each media content part
     (``media_part_tokens``) standing as text of its estimated tokens (``CHARS_PER_TOKEN`` a
-    token) that opens with a digest of the part, so that a repeated image matches and another
-    one does not, and the blocks number about ``estimate_prompt_tokens``'s. Until review R94 the
+    token), or of its written length where shorter (below), that opens with a digest of the
+    part, so that a repeated image matches and another one does not, and the blocks number at
+    most about ``estimate_prompt_tokens``'s. Until review R94 the
     router hashed a part's base64 as text: one 6 MiB image, estimated at 1,458 tokens, was 131,073
     blocks, which filled the backend's prefix index and pushed every other prompt out of it.
 
