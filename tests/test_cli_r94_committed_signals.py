@@ -3,7 +3,12 @@
 ``store prune`` committed its transaction, then closed the store and only then printed its
 counts: a SIGTERM while the store closed said ``agentgate: terminated``, exit 143, no counts,
 though the rows were gone (``budget settle`` and ``tasks settle`` had the same window). The
-signal is sent from the grants' repository's ``close`` (after the commit): deterministic."""
+signal is sent from the grants' repository's ``close`` (after the commit): deterministic.
+
+``budget settle`` and ``tasks settle`` then held a signal only once the call that commits had
+returned: one during the COMMIT (SQLite runs it to its end, then Python runs the handler) still
+said ``agentgate: terminated``, exit 143, no line, though the settlement was stored (review R94's
+regression pass). The signal is sent as the COMMIT after the verb's UPDATE returns."""
 
 from __future__ import annotations
 
@@ -15,10 +20,14 @@ from typing import Any
 
 import pytest
 from test_cli_r64_store_prune_atomic import _counts, _over
+from test_cli_r83_committed_then_unwritable import _allowed
+from test_gate_once import PAY
 
+from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.store import open_store
+from agentgate.store import SQLiteStore, _sqlite, open_store
 from agentgate.store.grants import GrantRepository
+from agentgate.store.once import OnceCalls
 
 
 def _signalling_close(monkeypatch: pytest.MonkeyPatch, times: int) -> None:
@@ -67,3 +76,60 @@ def test_a_second_sigterm_after_the_commit_acts_at_once(
     code = main(["store", "prune", "--older-than", "30d", "--store", path])
     out, err = capsys.readouterr()
     assert (code, out, err) == (143, "", "agentgate: terminated\n")
+
+
+def _signalling_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM as the first COMMIT after an UPDATE (the settlement's) returns: where a signal
+    delivered during SQLite's COMMIT has Python run its handler."""
+    armed: list[str] = []
+
+    class Signalling(_sqlite._Connection):
+        def execute(self, sql: str, *args: Any) -> Any:
+            result = super().execute(sql, *args)
+            if sql.lstrip().upper().startswith("UPDATE"):
+                armed.append(sql)
+            elif sql == "COMMIT" and armed:
+                armed.clear()
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):
+                    pass  # where the interpreter runs the signal's Python handler
+            return result
+
+    monkeypatch.setattr(_sqlite, "_Connection", Signalling)
+
+
+def test_a_sigterm_during_budget_settles_commit_leaves_it_said_and_exit_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rule: a signal from the settlement's COMMIT on is dropped: its line is said, exit 0."""
+    path, reservation, _ = _allowed(tmp_path, Call.tool("lookup", {"id": "o-1"}))  # not once-only
+    capsys.readouterr()
+    before = signal.getsignal(signal.SIGTERM)
+    _signalling_commit(monkeypatch)
+    argv = ["budget", "settle", reservation, "--not-run", "--by", "ops", "--older-than", "0"]
+    code = main([*argv, "--store", str(path)])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, ""), err
+    assert out.startswith(f"settled reservation {reservation} "), out
+    assert signal.getsignal(signal.SIGTERM) == before
+    with SQLiteStore(path) as store:
+        assert store.query("SELECT state FROM budget_reservations WHERE id = ?", (reservation,)) == [
+            ("released",)
+        ]
+
+
+def test_a_sigterm_during_tasks_settles_commit_leaves_it_said_and_exit_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rule: as ``budget settle``: the call settled, its line said, exit 0."""
+    path, _, _ = _allowed(tmp_path, PAY)
+    with SQLiteStore(path) as store:
+        ((key,),) = store.query("SELECT key FROM agentgate_once")
+    capsys.readouterr()
+    _signalling_commit(monkeypatch)
+    code = main(["tasks", "settle", key, "--ran", "--by", "ops", "--older-than", "0", "--store", str(path)])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, ""), err
+    assert out.startswith(f"settled {key} "), out
+    with SQLiteStore(path) as store:
+        assert OnceCalls(store).unsettled() == []

@@ -67,7 +67,9 @@ def holding() -> tuple[_Handlers, list[tuple[int, Any]]]:
 @contextlib.contextmanager
 def committed_work_held() -> Iterator[Callable[[], None]]:
     """The block of a verb that commits work and then says it: yields ``committed``, to call as
-    the work commits (inside its transaction, or as the call that commits returns). From then
+    the work commits (last inside its transaction: a signal during the COMMIT, which SQLite runs
+    to its end before Python acts on it, is held too; until review R94's regression pass the
+    settle verbs called it once the call that commits returned). From then
     until the block ends (the store closed, the line said) the first Ctrl-C or SIGTERM is held
     (``holding``) and dropped: the work is done, and the verb exits as it went, its line said;
     a second acts at once. Before ``committed`` a signal acts as ever (the transaction rolls back).

@@ -95,9 +95,15 @@ def _settle(args: argparse.Namespace) -> int:
     with committed_work_held() as committed:
         try:
             reservation, index = settle_held(
-                store, audit, args.id, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than
+                store,
+                audit,
+                args.id,
+                ran=args.ran,
+                by=args.by,
+                reason=args.reason,
+                min_age_s=args.older_than,
+                committed=committed,  # called as it commits: a signal from there leaves it done, said
             )
-            committed()  # settled: a signal from here leaves it done, its line said
         except SettlementRefused as exc:
             sys.stdout.write(refusal(str(exc)))
             return 1

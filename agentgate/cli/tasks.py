@@ -173,8 +173,8 @@ def _settle(args: argparse.Namespace) -> int:
                 by=args.by,
                 reason=args.reason,
                 min_age_s=args.older_than,
+                committed=committed,  # called as it commits: a signal from there leaves it done, said
             )
-            committed()  # settled: a signal from here leaves it done, its line said
         except SettlementRefused as exc:
             sys.stdout.write(refusal(str(exc)))
             return 1

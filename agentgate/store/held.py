@@ -34,7 +34,7 @@ after the reservation's time, within 5 s.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -173,6 +173,7 @@ def settle_held(
     by: str,
     reason: str = "",
     min_age_s: float = SETTLE_MIN_AGE_S,
+    committed: Callable[[], None] | None = None,
 ) -> tuple[HeldReservation, int]:
     """Settle by hand a reservation left held; the reservation as it was and the index of the
     ``outcome`` entry that records it.
@@ -188,7 +189,8 @@ def settle_held(
     made less than ``min_age_s`` seconds ago (its call may still be running; an age of 0 bounds
     nothing, ``_cut``). Each refusal quotes the value as ``quoted`` does, cut at 60 characters
     (until review R88 a reservation or ``by`` nested past the recursion limit was a bare
-    ``RecursionError``).
+    ``RecursionError``). ``committed``, where given, is called last inside the transaction, as
+    it commits (``agentgate budget settle`` holds a signal from there until its line is said).
     """
     if not isinstance(reservation, str) or not _ID.match(reservation):
         raise InputError(
@@ -272,6 +274,8 @@ def settle_held(
             },
             tx,
         )
+        if committed is not None:
+            committed()  # the transaction commits as it ends
     return found, index
 
 

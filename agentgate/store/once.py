@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, cast
@@ -210,6 +210,7 @@ def settle(
     by: str,
     reason: str = "",
     min_age_s: float = SETTLE_MIN_AGE_S,
+    committed: Callable[[], None] | None = None,
 ) -> OnceRecord:
     """Settle by hand a call that must run once and is ``UNSETTLED``; the record as it was.
 
@@ -237,6 +238,8 @@ def settle(
     1 MB key was written whole into ``SettlementRefused``, and a key nested past the recursion
     limit was a bare ``RecursionError``), the key of a call found too (until review R88's third
     regression pass a stored 1 MB key, or one holding a line break, was written as it is).
+    ``committed``, where given, is called last inside the transaction, as it commits
+    (``agentgate tasks settle`` holds a signal from there until its line is said).
     """
     if not isinstance(key, str):
         raise InputError(f"the key of a call that must run once is text, got {quoted(key, 60)}")
@@ -333,6 +336,8 @@ def settle(
             },
             tx,
         )
+        if committed is not None:
+            committed()  # the transaction commits as it ends
     return record
 
 
