@@ -42,8 +42,13 @@ def test_a_wav_header_claiming_a_byte_a_second_makes_no_more_blocks_than_its_dat
     assert len(prompt_block_hashes(messages, BLOCK)) <= _bound(messages)
 
 
-def test_bare_image_parts_still_differ_from_text_and_match_themselves() -> None:
-    images: list[dict[str, object]] = [{"role": "user", "content": [{"type": "image_url"}] * 8}]
-    audio: list[dict[str, object]] = [{"role": "user", "content": [{"type": "file"}] * 8}]
-    assert prompt_block_hashes(images, BLOCK) == prompt_block_hashes(images, BLOCK)
-    assert prompt_block_hashes(images, BLOCK)[0] != prompt_block_hashes(audio, BLOCK)[0]
+def _parts(part: dict[str, object], count: int) -> list[dict[str, object]]:
+    return [{"role": "user", "content": [part] * count}]
+
+
+def test_bare_image_parts_still_differ_from_other_media_and_match_themselves() -> None:
+    images = prompt_block_hashes(_parts({"type": "image_url"}, 8), BLOCK)
+    assert images  # a prompt of them makes full blocks to compare
+    # One more image after them: its prompt opens with the same blocks.
+    assert prompt_block_hashes(_parts({"type": "image_url"}, 9), BLOCK)[: len(images)] == images
+    assert images[0] != prompt_block_hashes(_parts({"type": "file"}, 8), BLOCK)[0]
