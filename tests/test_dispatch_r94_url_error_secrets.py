@@ -43,9 +43,8 @@ from agentgate.errors import InventoryError
     ],
 )
 def test_a_url_error_never_quotes_its_credentials_or_query(field: str, url: str, said: str) -> None:
-    text = f'backends:\n  - {{name: b, url: "http://h:1", models: [m], {field}: "{url}"}}\n'
-    if field == "url":
-        text = f'backends:\n  - {{name: b, url: "{url}", models: [m]}}\n'
+    fields = f'url: "{url}"' if field == "url" else f'url: "http://h:1", {field}: "{url}"'
+    text = f"backends:\n  - {{name: b, {fields}, models: [m]}}\n"
     with pytest.raises(InventoryError, match=rf"^<inventory>:2:\d+: backends\.0\.{field}: .*{said}") as info:
         parse_inventory(text)
     assert "SEC" not in str(info.value)
