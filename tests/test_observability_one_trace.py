@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, Sampler
 from opentelemetry.trace import Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from test_gateway import MODEL, NAMES, _policy_text
@@ -396,26 +397,36 @@ def model_backend() -> Iterator[SimServer]:
     server.stop()
 
 
-@pytest.fixture
-def gateway(tmp_path: Path, model_backend: SimServer) -> Iterator[GatewayEnv]:
-    model_backend.trace_headers.clear()
+@contextmanager
+def traced_gateway(
+    tmp_path: Path, backend: SimServer, sampler: Sampler | None = None
+) -> Iterator[GatewayEnv]:
+    """A gateway in front of ``backend`` whose spans its own tracer provider (``sampler``, else
+    the SDK's default) exports to memory, with a ``chat`` grant issued to its ``agent``."""
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
+    provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     keys = {name: SigningKey.generate() for name in NAMES}
     policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}), source="gateway.yaml")
     gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"), tracer=get_tracer(provider))
     inventory = inventory_from_mapping(
-        {"backends": [{"name": "sim", "url": model_backend.url, "engine": "vllm", "models": [MODEL]}]}
+        {"backends": [{"name": "sim", "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
     )
     server = GatewayServer(Gateway(gate, inventory), port=0).start()
     try:
         agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
-        yield GatewayEnv(gate, server, agent, exporter, model_backend)
+        yield GatewayEnv(gate, server, agent, exporter, backend)
     finally:
         server.stop()
         gate.close()
         provider.shutdown()
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, model_backend: SimServer) -> Iterator[GatewayEnv]:
+    model_backend.trace_headers.clear()
+    with traced_gateway(tmp_path, model_backend) as env:
+        yield env
 
 
 def _body(stream: bool = False) -> dict[str, Any]:

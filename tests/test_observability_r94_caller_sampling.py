@@ -16,19 +16,12 @@ from typing import Any
 
 import _http
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
-from test_gateway import MODEL, NAMES, _policy_text
+from test_gateway import MODEL
+from test_observability_one_trace import traced_gateway
 
-from agentgate.audit.spans import get_tracer
-from agentgate.dispatch import inventory_from_mapping
-from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
-from agentgate.keys import SigningKey
-from agentgate.policy import parse_policy
+from agentgate.dispatch.gateway import invocation_headers
 from agentgate.sim import SimServer
-from agentgate.store import SQLiteStore
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 PARENT = "b7ad6b7169203331"
@@ -45,24 +38,13 @@ def backend() -> Iterator[SimServer]:
 def _decisions(tmp_path: Path, backend: SimServer, sampler: Any, traceparent: str) -> list[tuple[int, Any]]:
     """The answers to a forged bearer (401), a call over its grant (403) and an allowed call
     (200), each sent with ``traceparent``, and the ``chat`` spans exported: (status, span)."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(sampler=sampler)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    keys = {name: SigningKey.generate() for name in NAMES}
-    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}), source="gateway.yaml")
-    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"), tracer=get_tracer(provider))
-    inventory = inventory_from_mapping(
-        {"backends": [{"name": "sim", "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
-    )
-    server = GatewayServer(Gateway(gate, inventory), port=0).start()
-    try:
-        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
-        url = f"{server.url}/chat/completions"
+    with traced_gateway(tmp_path, backend, sampler) as gateway:
+        url = f"{gateway.server.url}/chat/completions"
         over = {**BODY, "max_tokens": 1000}
         sent = [
             (BODY, {"Authorization": "Bearer ag1.forged"}),
-            (over, invocation_headers(agent.key, agent.chain, over)),
-            (BODY, invocation_headers(agent.key, agent.chain, BODY)),
+            (over, invocation_headers(gateway.agent.key, gateway.agent.chain, over)),
+            (BODY, invocation_headers(gateway.agent.key, gateway.agent.chain, BODY)),
         ]
         statuses = [
             _http.post(
@@ -70,12 +52,8 @@ def _decisions(tmp_path: Path, backend: SimServer, sampler: Any, traceparent: st
             ).status_code
             for body, headers in sent
         ]
-        gate.flush()  # a call's span ends once its outcome is written
-        spans = [s for s in exporter.get_finished_spans() if s.name == f"chat {MODEL}"]
-    finally:
-        server.stop()
-        gate.close()
-        provider.shutdown()
+        gateway.gate.flush()  # a call's span ends once its outcome is written
+        spans = [s for s in gateway.exporter.get_finished_spans() if s.name == f"chat {MODEL}"]
     assert statuses == [401, 403, 200]
     return [((s.attributes or {}).get("agentgate.decision"), s) for s in spans]
 
