@@ -35,20 +35,25 @@ run()
 """
 
 
+def _child(cwd: Path, program: str) -> subprocess.CompletedProcess[str]:
+    """``program`` run by a child interpreter that imports this checkout's ``agentgate``."""
+    return subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=cwd,
+    )
+
+
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
 def test_a_signal_after_the_command_ended_leaves_its_exit_code(tmp_path: Path, name: str) -> None:
     """Review R94: a SIGTERM after the command ended killed it (-15, shell 143), a Ctrl-C printed
     a traceback from the shutdown. Rule: once the command has ended and its output is flushed,
     SIGINT and SIGTERM are ignored: it exits with its own code, its output whole, nothing more on
     standard error."""
-    done = subprocess.run(
-        [sys.executable, "-c", _PROGRAM.format(signal=name)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        cwd=tmp_path,
-    )
+    done = _child(tmp_path, _PROGRAM.format(signal=name))
     assert (done.returncode, done.stderr) == (0, ""), (done.returncode, done.stderr)
     assert done.stdout.startswith("{") and done.stdout.endswith("}\n"), done.stdout[-200:]
 
@@ -72,12 +77,5 @@ def test_a_terminated_command_keeps_its_code_through_the_shutdown(tmp_path: Path
     """Review R94: the same for a command that a SIGTERM ended (its line, 143): a second one in
     the shutdown killed it by the signal. Rule: exit 143, its one line."""
     program = _PROGRAM.format(signal="SIGTERM").replace("run()\n", _INTERRUPTED_AT_IMPORT)
-    done = subprocess.run(
-        [sys.executable, "-c", program],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        cwd=tmp_path,
-    )
+    done = _child(tmp_path, program)
     assert (done.returncode, done.stdout, done.stderr) == (143, "", "agentgate: terminated\n")
