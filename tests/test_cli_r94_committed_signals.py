@@ -30,15 +30,20 @@ from agentgate.store.grants import GrantRepository
 from agentgate.store.once import OnceCalls
 
 
+def _sigterm() -> None:
+    """A SIGTERM to this process, then bytecode where the interpreter runs its Python handler."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(1000):
+        pass
+
+
 def _signalling_close(monkeypatch: pytest.MonkeyPatch, times: int) -> None:
     close: Callable[[Any], None] = GrantRepository.close
 
     def signalled(self: Any) -> None:
         close(self)
         for _ in range(times):
-            os.kill(os.getpid(), signal.SIGTERM)
-            for _ in range(1000):
-                pass  # where the interpreter runs the signal's Python handler
+            _sigterm()
 
     monkeypatch.setattr(GrantRepository, "close", signalled)
 
@@ -90,9 +95,7 @@ def _signalling_commit(monkeypatch: pytest.MonkeyPatch) -> None:
                 armed.append(sql)
             elif sql == "COMMIT" and armed:
                 armed.clear()
-                os.kill(os.getpid(), signal.SIGTERM)
-                for _ in range(1000):
-                    pass  # where the interpreter runs the signal's Python handler
+                _sigterm()
             return result
 
     monkeypatch.setattr(_sqlite, "_Connection", Signalling)
