@@ -2,7 +2,7 @@
 shutdown, after the command has ended.
 
 ``run`` put back the handlers it found (SIG_DFL for SIGTERM, Python's for SIGINT) as soon as
-``main`` returned, and the interpreter then takes some 200 ms to shut down: a SIGTERM or Ctrl-C
+``main`` returned, and the interpreter then shuts down: a SIGTERM or Ctrl-C
 there ended a command whose work was done and whose output was written as a death by that signal,
 nothing said. Each test runs a real child interpreter whose ``atexit`` hook (run in that shutdown,
 after ``run`` has raised its ``SystemExit``) sends the signal to its own process: deterministic,

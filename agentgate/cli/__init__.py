@@ -93,7 +93,7 @@ def run() -> NoReturn:
 
 def _ignored_until_exit() -> bool:
     """Ignore SIGINT and SIGTERM for the rest of the process: the command has ended, its output
-    flushed, and what is left is the interpreter's shutdown (some 200 ms), in which a signal
+    flushed, and what is left is the interpreter's shutdown, in which a signal
     would only turn the command's exit code into a death by that signal, nothing said (until
     review R94 the handlers before ``run`` were put back there, SIG_DFL for SIGTERM: a SIGTERM
     or Ctrl-C after an ``audit verify`` printed ``intact`` or a ``budget settle`` committed ended
