@@ -179,7 +179,7 @@ def _timing_parts(repo: GrantRepository, spent: dict[str, int]) -> Iterator[None
         (_signatures, "_sign_open", "signatures"),
         (_signatures, "did_public_key", "did_keys"),
         (_decision, "parse_chain", "parse"),
-        (_chain_findings, "link_findings", "links"),
+        (_chain_findings, "first_link_finding", "links"),
         (repo, "consume_nonce", "store"),
     ]
     originals = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in patches]
