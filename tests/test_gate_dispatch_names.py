@@ -17,6 +17,7 @@ from langchain_core.messages import HumanMessage
 from test_gate_dispatch_tenants import PAYLOAD, _collect
 
 from agentgate.dispatch import Dispatcher, inventory_from_mapping
+from agentgate.dispatch._answers import ChatChunk
 from agentgate.dispatch.router import Router
 from agentgate.errors import InputError
 from agentgate.gate import Gate
@@ -41,9 +42,9 @@ class _Sessions:
         self.sessions.append(session)
         return "served"
 
-    async def stream(self, payload: Any, *, tenant: str, session: str | None) -> AsyncIterator[str]:
+    async def stream(self, payload: Any, *, tenant: str, session: str | None) -> AsyncIterator[ChatChunk]:
         self.sessions.append(session)
-        yield "chunk"
+        yield ChatChunk("chunk")  # a chunk as the dispatcher streams it (its size read, since R94)
 
 
 _CALLS: dict[str, Callable[[Gate, Any], object]] = {

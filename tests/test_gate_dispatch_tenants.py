@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agentgate.dispatch._answers import ChatChunk
 from agentgate.errors import InputError
 from agentgate.gate import MAX_AGENT_NAME_CHARS, Gate
 from agentgate.integrations.langgraph import DispatchedChatModel
@@ -37,9 +38,9 @@ class _Recording:
         self.tenants.append(tenant)
         return "served"
 
-    async def stream(self, payload: Any, *, tenant: str, session: str | None) -> AsyncIterator[str]:
+    async def stream(self, payload: Any, *, tenant: str, session: str | None) -> AsyncIterator[ChatChunk]:
         self.tenants.append(tenant)
-        yield "chunk"
+        yield ChatChunk("chunk")  # a chunk as the dispatcher streams it (its size read, since R94)
 
 
 async def _collect(chunks: AsyncIterator[Any]) -> list[Any]:
