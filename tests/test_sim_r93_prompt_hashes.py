@@ -4,8 +4,9 @@ An image content part counts as a fixed 1,445 tokens, but the prompt's text hold
 URL: the server hashed all of it into 64-character blocks, on its event loop, a 15 MiB image
 245,761 chained hashes (half a second, 10 MB kept per request in flight) of which the engine
 read at most 90. The server now hashes the prompt's first ``prompt_tokens // block_tokens``
-blocks only; they are the leading hashes the router cuts from the same text, so the router and
-the backend still agree on what a prefix is.
+blocks only: the leading hashes of the prompt's whole text. For a text prompt those are the
+router's (``prompt_block_hashes``); for a media part they are not, as the router hashes a digest
+of the part since review R94 (tests/test_dispatch_r94_sim_prefix_agreement.py, where they agree).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import _http
 import pytest
 
-from agentgate.dispatch.prefix import block_hashes, estimate_prompt_tokens, prompt_text
+from agentgate.dispatch.prefix import block_hashes, estimate_prompt_tokens, prompt_block_hashes, prompt_text
 from agentgate.sim import SimServer
 from agentgate.sim._engine import SimRequest
 
@@ -55,10 +56,11 @@ def test_an_image_prompt_is_hashed_no_further_than_its_tokens(monkeypatch: pytes
     tokens = estimate_prompt_tokens(messages)
     hashes = _served_hashes(messages, monkeypatch)
     assert len(hashes) == tokens // 16
-    # The router hashes the whole text: the server's are its leading ones.
+    # The whole text's hashes, data URL included (the router's differ there since R94): the
+    # server's are their leading ones.
     assert hashes == block_hashes(prompt_text(messages), 16)[: len(hashes)]
 
 
 def test_a_text_prompt_is_hashed_as_the_router_hashes_it(monkeypatch: pytest.MonkeyPatch) -> None:
     messages = [{"role": "system", "content": "s" * 1000}, {"role": "user", "content": "é" * 3001}]
-    assert _served_hashes(messages, monkeypatch) == block_hashes(prompt_text(messages), 16)
+    assert _served_hashes(messages, monkeypatch) == prompt_block_hashes(messages, 16)
