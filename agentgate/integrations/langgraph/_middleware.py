@@ -65,6 +65,7 @@ from agentgate.integrations.langgraph._scope import (
     _request_identity,
     _run_id,
     _running_key,
+    _RunningKey,
 )
 from agentgate.integrations.langgraph._stops import _disowned
 from agentgate.integrations.langgraph._tool_calls import (
@@ -103,8 +104,6 @@ def _own_cancellation(task: asyncio.Task[Any] | None, cancelling: int) -> bool:
 KEPT_RESULTS = 256
 """How many answers of calls that must run once, and ran, this process keeps for each ``Gate`` (the
 newest), to answer them again when their tools node is run again (``_answer_again``)."""
-
-_RunningKey = tuple[str | None, str | None, str]
 
 
 class _CallsOfGate:

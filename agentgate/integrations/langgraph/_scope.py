@@ -282,13 +282,14 @@ def _asked_in(request: ToolCallRequest) -> tuple[str, str] | None:
     return None if version is None else (scope, version)
 
 
-_RUNNING_HERE: ContextVar[frozenset[tuple[str | None, str | None, str]]] = ContextVar(
-    "agentgate_running_here", default=frozenset()
-)
+_RunningKey = tuple[str | None, str | None, str]
+"""A tool call as ``_running_key`` names it: its holder, run scope and id."""
+
+_RUNNING_HERE: ContextVar[frozenset[_RunningKey]] = ContextVar("agentgate_running_here", default=frozenset())
 """The calls (``_running_key``) whose run the current context is inside: never waited for."""
 
 
-def _running_key(request: ToolCallRequest) -> tuple[str | None, str | None, str]:
+def _running_key(request: ToolCallRequest) -> _RunningKey:
     """The holder, run scope and id of a tool call: which call ``GateMiddleware._running`` marks."""
     identity = _request_identity(request)
     return (identity.did if identity else None, _run_id(request), str(request.tool_call.get("id")))
