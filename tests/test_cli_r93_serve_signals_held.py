@@ -29,7 +29,7 @@ from typing import Any
 import _http
 import httpx
 import pytest
-from test_cli_signals import CLI, ENV, ROOT, chat_world  # noqa: F401 (chat_world: a fixture)
+from test_cli_signals import ENV, ROOT, chat_world, serve_command  # noqa: F401 (chat_world: a fixture)
 from test_gateway import _free_port, wait_until_serving
 from test_gateway_stall import MODEL
 
@@ -42,12 +42,12 @@ def test_a_signal_while_the_shutdown_waits_on_the_store_loses_no_outcome(
     chat_world: tuple[Path, Path, Path, SimServer, GatewayGate, Any],  # noqa: F811
     second: signal.Signals,
 ) -> None:
-    policy, inventory, store, _sim, issuer, agent = chat_world
+    _, _, store, _sim, issuer, agent = chat_world
     port = _free_port()
-    command = [*CLI, "serve", "--policy", str(policy), "--inventory", str(inventory)]
-    command += ["--store", str(store), "--port", str(port), "--shutdown-grace-s", "0"]
     env = {**ENV, "AGENTGATE_SQLITE_BUSY_TIMEOUT": "60"}  # the wait outlasts the test's lock
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    process = subprocess.Popen(
+        serve_command(chat_world, port, grace=0), stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me everything."}]}
     body |= {"max_tokens": 100_000, "stream": True}
     events: list[str] = []

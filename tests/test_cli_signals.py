@@ -111,6 +111,15 @@ def chat_world(tmp_path: Path) -> Iterator[tuple[Path, Path, Path, SimServer, Ga
             issuer.close()
 
 
+def serve_command(
+    world: tuple[Path, Path, Path, SimServer, GatewayGate, Any], port: int, grace: int
+) -> list[str]:
+    """``agentgate serve`` on ``chat_world``'s policy, inventory and store, at ``port``."""
+    policy, inventory, store, *_ = world
+    command = [*CLI, "serve", "--policy", str(policy), "--inventory", str(inventory)]
+    return [*command, "--store", str(store), "--port", str(port), "--shutdown-grace-s", str(grace)]
+
+
 def _until_closed(port: int) -> None:
     """Return once nothing accepts connections on ``port`` (a stopping server closed it)."""
     deadline = time.monotonic() + 20
@@ -147,13 +156,13 @@ def test_serve_stopped_with_a_call_in_flight_settles_it_and_prints_no_traceback(
     grace of 120 s, only the second signal (uvicorn's forced exit) can end the wait within the
     30 s the test gives the process: before the fix it did, but printed uvicorn's traceback of
     the cancelled lifespan task, and never closed the dispatcher."""
-    policy, inventory, store, sim, issuer, agent = chat_world
+    *_, sim, issuer, agent = chat_world
     if not stream:
         sim.fault = "hang"  # accepts the request, never answers
     port = _free_port()
-    command = [*CLI, "serve", "--policy", str(policy), "--inventory", str(inventory)]
-    command += ["--store", str(store), "--port", str(port), "--shutdown-grace-s", str(grace)]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+    process = subprocess.Popen(
+        serve_command(chat_world, port, grace), stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT
+    )
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": "Tell me everything."}],

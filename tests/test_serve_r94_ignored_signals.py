@@ -18,7 +18,7 @@ from typing import Any
 
 import _http
 import pytest
-from test_cli_signals import CLI, ENV, ROOT, chat_world  # noqa: F401 (chat_world: a fixture)
+from test_cli_signals import ENV, ROOT, chat_world, serve_command  # noqa: F401 (chat_world: a fixture)
 from test_gateway import _free_port, wait_until_serving
 
 from agentgate.dispatch.gateway import GatewayGate
@@ -39,13 +39,10 @@ def test_a_signal_ignored_at_start_does_not_stop_the_gateway(
     ignored: signal.Signals,
     stop: signal.Signals,
 ) -> None:
-    policy, inventory, store, *_ = chat_world
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    command = [*CLI, "serve", "--policy", str(policy), "--inventory", str(inventory)]
-    command += ["--store", str(store), "--port", str(port), "--shutdown-grace-s", "0"]
     process = subprocess.Popen(
-        command,
+        serve_command(chat_world, port, grace=0),
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
