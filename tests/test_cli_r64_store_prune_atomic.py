@@ -51,6 +51,14 @@ def _over(store: Store) -> str:
     return request
 
 
+def _pruneable(tmp_path: Path) -> str:
+    """The path of a new SQLite store holding ``_over``'s rows, each over for 90 days."""
+    path = str(tmp_path / "agentgate.db")
+    with open_store(path) as store:
+        _over(store)
+    return path
+
+
 def _counts(store: Store) -> tuple[int, int, int]:
     return tuple(  # type: ignore[return-value]
         int(store.query(f"SELECT count(*) FROM {table}")[0][0])
@@ -109,9 +117,7 @@ def test_prune_failing_on_a_lock_on_postgresql_prunes_nothing(
 
 def test_prune_succeeding_prunes_every_part(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Review R64: in one transaction, every part is still pruned and counted."""
-    path = str(tmp_path / "agentgate.db")
-    with open_store(path) as store:
-        _over(store)
+    path = _pruneable(tmp_path)
     capsys.readouterr()
     assert main(["store", "prune", "--older-than", "30d", "--store", path]) == 0
     out = capsys.readouterr().out

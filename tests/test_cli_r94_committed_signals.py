@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli_r64_store_prune_atomic import _counts, _over
+from test_cli_r64_store_prune_atomic import _counts, _pruneable
 from test_cli_r83_committed_then_unwritable import _allowed
 from test_gate_once import PAY
 
@@ -53,9 +53,7 @@ def test_a_sigterm_after_the_prune_committed_leaves_it_said_and_exit_0(
 ) -> None:
     """Rule: from the commit until the counts are said, the first signal is dropped: the counts
     are printed, exit 0; SIGTERM's handler is put back as it was once the command ends."""
-    path = str(tmp_path / "agentgate.db")
-    with open_store(path) as store:
-        _over(store)
+    path = _pruneable(tmp_path)
     capsys.readouterr()
     before = signal.getsignal(signal.SIGTERM)
     _signalling_close(monkeypatch, times=1)
@@ -73,9 +71,7 @@ def test_a_second_sigterm_after_the_commit_acts_at_once(
 ) -> None:
     """Rule: the operator insisting (a second signal) ends the command at once, as ever: its
     line, exit 143."""
-    path = str(tmp_path / "agentgate.db")
-    with open_store(path) as store:
-        _over(store)
+    path = _pruneable(tmp_path)
     capsys.readouterr()
     _signalling_close(monkeypatch, times=2)
     code = main(["store", "prune", "--older-than", "30d", "--store", path])

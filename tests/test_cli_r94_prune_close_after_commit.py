@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli_r64_store_prune_atomic import _counts, _over
+from test_cli_r64_store_prune_atomic import _counts, _pruneable
 
 from agentgate.cli.main import main
 from agentgate.errors import StoreError
@@ -22,9 +22,7 @@ from agentgate.store.grants import GrantRepository
 def test_a_close_failing_after_the_prune_committed_says_so_and_exits_0(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], owner: type[Any]
 ) -> None:
-    path = str(tmp_path / "agentgate.db")
-    with open_store(path) as store:
-        _over(store)
+    path = _pruneable(tmp_path)
     capsys.readouterr()
     close: Callable[[Any], None] = owner.close
 
