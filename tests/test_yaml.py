@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import agentgate._yaml
-from agentgate._yaml import MAX_ALIASES, load_yaml
+from agentgate._yaml import MAX_ALIASES, MAX_NODES, load_yaml
 from agentgate.errors import PolicyError
 from agentgate.policy import parse_policy
 
@@ -20,9 +20,9 @@ def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     return str(request.param)
 
 
-def _error(text: str) -> PolicyError:
+def _error(text: str, max_nodes: int = MAX_NODES) -> PolicyError:
     with pytest.raises(PolicyError) as info:
-        load_yaml(text, source="p.yaml")
+        load_yaml(text, source="p.yaml", max_nodes=max_nodes)
     return info.value
 
 

@@ -13,10 +13,9 @@ PyYAML's there ends it, and the nesting error stands, as with libyaml.
 from __future__ import annotations
 
 import pytest
-from test_yaml import parser  # noqa: F401 (the fixture)
+from test_yaml import _error, parser  # noqa: F401 (the fixture)
 
-from agentgate._yaml import _COUNT_ABOVE, load_yaml
-from agentgate.errors import PolicyError
+from agentgate._yaml import _COUNT_ABOVE
 
 DEEP = "[" * 201 + "1" + "]" * 201
 """A collection nested past ``_COMPOSER_DEPTH``, on line 1."""
@@ -28,7 +27,7 @@ MANY = "a: [" + ", ".join(["x"] * 9000) + "]\n"
 def test_too_many_nodes_after_a_deep_collection_is_the_node_count_error() -> None:
     text = "b: " + DEEP + "\n" + MANY
     assert len(text) > _COUNT_ABOVE
-    error = _counted(text, 5000)
+    error = _error(text, 5000)
     assert "more than 5000 YAML nodes" in error.message, error.message
     assert (error.line, error.column) == (2, 14387), error
 
@@ -44,7 +43,7 @@ def test_too_many_nodes_after_a_deep_collection_is_the_node_count_error() -> Non
 )
 def test_a_malformed_file_past_the_deep_collection_is_still_refused_as_nested_too_deep(text: str) -> None:
     # PyYAML's error after the deep collection ends the count; the nesting error comes first.
-    error = _counted(text, 50_000)
+    error = _error(text, 50_000)
     assert "nested more than 100 levels deep" in error.message, error.message
     assert (error.line, error.column) == (1, 103), error
 
@@ -53,12 +52,6 @@ def test_a_malformed_file_past_the_deep_collection_is_still_refused_as_nested_to
 def test_a_file_past_libyaml_depth_is_refused_as_nested_too_deep_before_its_nodes() -> None:
     # libyaml refuses a collection nested deeper than 1,000 levels before it counts on.
     text = "b: " + "[" * 1001 + "1" + "]" * 1001 + "\n" + MANY
-    error = _counted(text, 5000)
+    error = _error(text, 5000)
     assert "nested more than 100 levels deep" in error.message, error.message
     assert (error.line, error.column) == (1, 103), error
-
-
-def _counted(text: str, max_nodes: int) -> PolicyError:
-    with pytest.raises(PolicyError) as info:
-        load_yaml(text, source="p.yaml", max_nodes=max_nodes)
-    return info.value
