@@ -10,15 +10,13 @@ every call sampled whatever the gateway's sampler said."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import _http
-import pytest
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from test_gateway import MODEL
-from test_observability_one_trace import traced_gateway
+from test_observability_one_trace import model_backend, traced_gateway  # noqa: F401 (a fixture)
 
 from agentgate.dispatch.gateway import invocation_headers
 from agentgate.sim import SimServer
@@ -26,13 +24,6 @@ from agentgate.sim import SimServer
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 PARENT = "b7ad6b7169203331"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-
-
-@pytest.fixture(scope="module")
-def backend() -> Iterator[SimServer]:
-    server = SimServer(model_name=MODEL, time_scale=0.001).start()
-    yield server
-    server.stop()
 
 
 def _decisions(tmp_path: Path, backend: SimServer, sampler: Any, traceparent: str) -> list[tuple[int, Any]]:
@@ -59,11 +50,12 @@ def _decisions(tmp_path: Path, backend: SimServer, sampler: Any, traceparent: st
 
 
 def test_an_unsampled_traceparent_does_not_hide_the_gateway_s_decision_spans(
-    tmp_path: Path, backend: SimServer
+    tmp_path: Path,
+    model_backend: SimServer,  # noqa: F811
 ) -> None:
     """``traceparent ...-00`` with the SDK's default sampler: each call, the forged bearer's 401
     and the 403 included, still has its ``chat`` span, a root linked to the caller's span."""
-    decided = _decisions(tmp_path, backend, None, f"00-{TRACE}-{PARENT}-00")
+    decided = _decisions(tmp_path, model_backend, None, f"00-{TRACE}-{PARENT}-00")
     assert [decision for decision, _ in decided] == ["deny", "deny", "allow"]
     for _, span in decided:
         assert span.parent is None
@@ -73,8 +65,9 @@ def test_an_unsampled_traceparent_does_not_hide_the_gateway_s_decision_spans(
 
 
 def test_a_sampled_traceparent_does_not_override_the_gateway_s_sampler(
-    tmp_path: Path, backend: SimServer
+    tmp_path: Path,
+    model_backend: SimServer,  # noqa: F811
 ) -> None:
     """``traceparent ...-01`` to a gateway whose sampler records nothing of its own
     (``ParentBased(ALWAYS_OFF)``): no span; the caller does not decide what the gateway traces."""
-    assert _decisions(tmp_path, backend, ParentBased(ALWAYS_OFF), f"00-{TRACE}-{PARENT}-01") == []
+    assert _decisions(tmp_path, model_backend, ParentBased(ALWAYS_OFF), f"00-{TRACE}-{PARENT}-01") == []
