@@ -462,7 +462,7 @@ class ApprovalStore:
         the framework call it is keyed to (``request``'s ``call_key``, ``keep_call``; ``None``
         when it is keyed to none), read at once; ``None`` when there is no such request (an id no
         request may have included)."""
-        if not (isinstance(approval_id, str) and may_be_stored(approval_id)):
+        if not _may_be_request_id(approval_id):
             return None
         sql = (
             "SELECT a.call_hash, c.call_key FROM approvals a "
