@@ -24,7 +24,7 @@ from agentgate._shown import character_named, not_printable, quoted
 from agentgate._time import unix as unix
 from agentgate._time import utc_text
 from agentgate.cli._lines import shortened
-from agentgate.errors import InputError, KeyFileError, NoStore, SourceError
+from agentgate.errors import InputError, KeyFileError, NoStore, SourceError, StoreError
 
 if TYPE_CHECKING:  # imported where used: every verb group imports this module, few use these
     from agentgate.keys import PublicKey, SigningKey
@@ -641,6 +641,24 @@ def work_done_said() -> Iterator[None]:
         from agentgate.cli.main import _drop_stdout  # on the error path only
 
         _drop_stdout()  # what could not be written is not written again at exit
+
+
+def closed_once_committed(close: Callable[[], None], *, committed: bool, work: str) -> None:
+    """``close()``, of the store (or a part) a verb did its ``work`` in (``the prune``, ``the
+    settlement``); once that work ``committed``, a ``StoreError`` from it is a warning that says
+    so, and the verb says its line and exits as its work went: 0 (until review R94's regression
+    pass ``store prune`` said ``agentgate: error: nothing was pruned: ...``, exit 2, though the
+    rows were gone, and ``budget settle`` and ``tasks settle`` the store's error, exit 2, no line,
+    though the settlement was stored). Before the commit it raises as ever."""
+    if not committed:
+        close()
+        return
+    try:
+        close()
+    except StoreError as exc:
+        from agentgate.cli import warn  # said when the command ends
+
+        warn(f"{work} committed, but the store could not be closed: {exc}")
 
 
 def write_json(value: object, indent: int | None = 2) -> None:

@@ -17,6 +17,7 @@ from agentgate.cli._budget_parser import (
     register as register,
 )
 from agentgate.cli._common import (
+    closed_once_committed,
     error_line,
     listed,
     open_audit_log,
@@ -93,8 +94,9 @@ def _settle(args: argparse.Namespace) -> int:
     # A store that holds no budget ledger gets no log: settle_held refuses there (review R83).
     store, audit = open_audit_log(args.store, reads=False, create_log=holds_ledger)
     with committed_work_held() as committed:
+        settled: tuple[HeldReservation, int] | None = None
         try:
-            reservation, index = settle_held(
+            settled = settle_held(
                 store,
                 audit,
                 args.id,
@@ -107,8 +109,9 @@ def _settle(args: argparse.Namespace) -> int:
         except SettlementRefused as exc:
             sys.stdout.write(refusal(str(exc)))
             return 1
-        finally:
-            store.close()
+        finally:  # once it committed, a store that cannot be closed is a warning, the line said
+            closed_once_committed(store.close, committed=settled is not None, work="the settlement")
+        reservation, index = settled
         amount = f"{reservation.amount} {_unit(reservation)}"
         verdict = f"charged {amount}" if args.ran else f"released {amount}"
         made = (

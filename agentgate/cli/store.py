@@ -20,7 +20,13 @@ from typing import Any
 
 from agentgate._durations import parse_duration
 from agentgate.cli import warn
-from agentgate.cli._common import open_existing_store, say_written, work_done_said, write_json
+from agentgate.cli._common import (
+    closed_once_committed,
+    open_existing_store,
+    say_written,
+    work_done_said,
+    write_json,
+)
 from agentgate.cli._handlers import committed_work_held
 from agentgate.cli._store_parser import register as register
 from agentgate.errors import StoreError
@@ -98,7 +104,7 @@ def _pruned(
 ) -> tuple[dict[str, int | None], str | None]:
     """``_prune_parts`` on the store ``target``, opened and closed; ``committed`` is called as
     the prune commits. A store that cannot be closed once the prune committed is a warning
-    (``_closed``), not ``nothing was pruned``."""
+    (``closed_once_committed``), not ``nothing was pruned``."""
     store = open_existing_store(target)
     done: tuple[dict[str, int | None], str | None] | None = None
     try:
@@ -111,25 +117,12 @@ def _pruned(
         try:
             done = _prune_parts(store, approvals, ledger, letters, repo, before, committed)
         finally:
-            _closed(repo.close, committed=done is not None)
+            closed_once_committed(repo.close, committed=done is not None, work="the prune")
         return done
     except StoreError as exc:
         raise StoreError(f"nothing was pruned: {exc}") from exc
     finally:
-        _closed(store.close, committed=done is not None)
-
-
-def _closed(close: Callable[[], None], *, committed: bool) -> None:
-    """``close()``; once the prune ``committed``, a ``StoreError`` from it is a warning that says
-    so, and the counts are said, exit 0 (the rows are gone: until review R94's regression pass
-    it said ``nothing was pruned``, exit 2, or the store's error without the counts)."""
-    if not committed:
-        close()
-        return
-    try:
-        close()
-    except StoreError as exc:
-        warn(f"the prune committed, but the store could not be closed: {exc}")
+        closed_once_committed(store.close, committed=done is not None, work="the prune")
 
 
 def _prune_parts(

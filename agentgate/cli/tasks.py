@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from agentgate.cli._common import (
+    closed_once_committed,
     error_line,
     listed,
     open_audit_log,
@@ -32,7 +33,14 @@ from agentgate.cli._tasks_parser import register as register
 from agentgate.errors import InputError, MalformedRow, SettlementRefused
 from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
 from agentgate.store.leases import SharedBreakers
-from agentgate.store.once import OnceCalls, beyond_log_end, checked_allow, holds_once_calls, settle
+from agentgate.store.once import (
+    OnceCalls,
+    OnceRecord,
+    beyond_log_end,
+    checked_allow,
+    holds_once_calls,
+    settle,
+)
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
@@ -164,6 +172,7 @@ def _settle(args: argparse.Namespace) -> int:
     # A store that holds no call that must run once gets no log: settle refuses there.
     store, audit = open_audit_log(args.store, reads=False, create_log=holds_once_calls)
     with committed_work_held() as committed:
+        record: OnceRecord | None = None
         try:
             record = settle(
                 store,
@@ -178,8 +187,8 @@ def _settle(args: argparse.Namespace) -> int:
         except SettlementRefused as exc:
             sys.stdout.write(refusal(str(exc)))
             return 1
-        finally:
-            store.close()
+        finally:  # once it committed, a store that cannot be closed is a warning, the line said
+            closed_once_committed(store.close, committed=record is not None, work="the settlement")
         verdict = "ran: it is never run again" if args.ran else "did not run: it may run again"
         # Committed: a line that cannot be written leaves exit 0 (until review R83 exit 2, and a
         # script retrying on it was refused, exit 1: not unsettled).
