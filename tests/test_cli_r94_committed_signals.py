@@ -97,38 +97,65 @@ def _signalling_commit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_sqlite, "_Connection", Signalling)
 
 
-def test_a_sigterm_during_budget_settles_commit_leaves_it_said_and_exit_0(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Rule: a signal from the settlement's COMMIT on is dropped: its line is said, exit 0."""
-    path, reservation, _ = _allowed(tmp_path, Call.tool("lookup", {"id": "o-1"}))  # not once-only
+def budget_settled(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    disturb: Callable[[pytest.MonkeyPatch], None],
+) -> str:
+    """``budget settle`` of a held reservation (of a call not once-only), ``disturb`` applied to
+    ``monkeypatch`` first and undone once the command ends; checks exit 0, its settled line and
+    the reservation released, and returns what it said on stderr."""
+    path, reservation, _ = _allowed(tmp_path, Call.tool("lookup", {"id": "o-1"}))
     capsys.readouterr()
-    before = signal.getsignal(signal.SIGTERM)
-    _signalling_commit(monkeypatch)
+    disturb(monkeypatch)
     argv = ["budget", "settle", reservation, "--not-run", "--by", "ops", "--older-than", "0"]
     code = main([*argv, "--store", str(path)])
+    monkeypatch.undo()
     out, err = capsys.readouterr()
-    assert (code, err) == (0, ""), err
+    assert code == 0, err
     assert out.startswith(f"settled reservation {reservation} "), out
-    assert signal.getsignal(signal.SIGTERM) == before
     with SQLiteStore(path) as store:
         assert store.query("SELECT state FROM budget_reservations WHERE id = ?", (reservation,)) == [
             ("released",)
         ]
+    return err
+
+
+def tasks_settled(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    disturb: Callable[[pytest.MonkeyPatch], None],
+) -> str:
+    """``tasks settle`` of an unsettled call that must run once, as ``budget_settled``: checks
+    exit 0, its settled line and no call left unsettled, and returns its stderr."""
+    path, _, _ = _allowed(tmp_path, PAY)
+    with SQLiteStore(path) as store:
+        ((key,),) = store.query("SELECT key FROM agentgate_once")
+    capsys.readouterr()
+    disturb(monkeypatch)
+    code = main(["tasks", "settle", key, "--ran", "--by", "ops", "--older-than", "0", "--store", str(path)])
+    monkeypatch.undo()
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.startswith(f"settled {key} "), out
+    with SQLiteStore(path) as store:
+        assert OnceCalls(store).unsettled() == []
+    return err
+
+
+def test_a_sigterm_during_budget_settles_commit_leaves_it_said_and_exit_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rule: a signal from the settlement's COMMIT on is dropped: its line is said, exit 0."""
+    before = signal.getsignal(signal.SIGTERM)
+    assert budget_settled(tmp_path, monkeypatch, capsys, _signalling_commit) == ""
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 def test_a_sigterm_during_tasks_settles_commit_leaves_it_said_and_exit_0(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Rule: as ``budget settle``: the call settled, its line said, exit 0."""
-    path, _, _ = _allowed(tmp_path, PAY)
-    with SQLiteStore(path) as store:
-        ((key,),) = store.query("SELECT key FROM agentgate_once")
-    capsys.readouterr()
-    _signalling_commit(monkeypatch)
-    code = main(["tasks", "settle", key, "--ran", "--by", "ops", "--older-than", "0", "--store", str(path)])
-    out, err = capsys.readouterr()
-    assert (code, err) == (0, ""), err
-    assert out.startswith(f"settled {key} "), out
-    with SQLiteStore(path) as store:
-        assert OnceCalls(store).unsettled() == []
+    assert tasks_settled(tmp_path, monkeypatch, capsys, _signalling_commit) == ""
