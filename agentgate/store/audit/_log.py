@@ -405,12 +405,14 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
 
     # --- reading ------------------------------------------------------------------------------
 
-    def size(self) -> int:
-        """Entries in the log: indexes of 0 or more that a row holds, each once (a row below 0,
-        inserted outside agentgate, is no entry: no tree holds it; nor is a second row of one
-        index, in a table whose primary key was dropped: ``verify`` reads one row of it. Counted,
-        either would make ``audit show --last N`` start past the newest entries)."""
-        return int(self.store.query("SELECT COUNT(DISTINCT idx) FROM audit_log WHERE idx >= 0")[0][0])
+    def size(self, tx: Transaction | None = None) -> int:
+        """Entries in the log (read in ``tx`` when given): indexes of 0 or more that a row holds,
+        each once (a row below 0, inserted outside agentgate, is no entry: no tree holds it; nor
+        is a second row of one index, in a table whose primary key was dropped: ``verify`` reads
+        one row of it. Counted, either would make ``audit show --last N`` start past the newest
+        entries)."""
+        read = self.store.query if tx is None else tx.execute
+        return int(read("SELECT COUNT(DISTINCT idx) FROM audit_log WHERE idx >= 0")[0][0])
 
     def entry_bytes(self, index: int) -> bytes:
         """The stored bytes of entry ``index``; raises ``InputError`` if there is none
@@ -442,7 +444,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         that ``TamperDetected`` when the row is still absent; returns ``_absent``'s other error
         (an index past the log's end, or below 0) for the caller to raise or pass over;
         ``against_checkpoint`` as ``_absent`` takes it."""
-        refused = self._absent(index, against_checkpoint=against_checkpoint)
+        refused = self._absent(index, tx, against_checkpoint=against_checkpoint)
         if not isinstance(refused, TamperDetected):
             return refused
         rows = self._read_rows([index], tx)
@@ -450,7 +452,9 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             raise refused
         return rows[index]
 
-    def _absent(self, index: int, *, against_checkpoint: bool = True) -> InputError | TamperDetected:
+    def _absent(
+        self, index: int, tx: Transaction | None = None, *, against_checkpoint: bool = True
+    ) -> InputError | TamperDetected:
         """The error for entry ``index``, which no row holds: ``TamperDetected`` where it is below
         the log's end (its row deleted, as ``verify`` names it) or covered by the latest stored
         checkpoint, its signature checked (``_open_latest``: the newest rows deleted, or the
@@ -458,19 +462,23 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         and ``InputError`` below 0. Until review R89 an index below the end was ``InputError``,
         ``audit log has no entry N`` (``explain`` and ``prove``: exit 2, as for unusable input).
         ``against_checkpoint=False`` reads no checkpoint (``referring``'s, for a reader without
-        the log key): past the end is then ``BeyondLogEnd``."""
+        the log key): past the end is then ``BeyondLogEnd``. Read in ``tx`` when given: a
+        transaction that holds the audit append lock and read on another connection waited on
+        its own lock behind any session queued for the table (on PostgreSQL a lock timeout that
+        no deadlock check sees), and took a second connection from the pool (until the session
+        after review R94, which CI's failed run found)."""
         if index < 0:
             return no_entry(index)
-        end = self._end()
+        end = self._end(tx)
         if index < end:
             return TamperDetected(
                 f"audit log: entry {index} is missing from the log, which holds entries up to index "
                 f"{end - 1} (its row was deleted)"
             )
-        latest = self._latest_checkpoint_row() if against_checkpoint else None
+        latest = self._latest_checkpoint_row(tx) if against_checkpoint else None
         if latest is not None and type(latest[0]) is int and index < latest[0]:
-            return self._short_of_checkpoint(index, latest)
-        return BeyondLogEnd(index, self.size(), "entry")
+            return self._short_of_checkpoint(index, latest, tx)
+        return BeyondLogEnd(index, self.size(tx), "entry")
 
     def entry(
         self, index: int, tx: Transaction | None = None, *, against_checkpoint: bool = True
@@ -546,8 +554,8 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         row = self._latest_checkpoint_row()
         return _note(row[2]) if row else None
 
-    def _latest_checkpoint_row(self) -> Row | None:
-        return latest_checkpoint_row(self.store)
+    def _latest_checkpoint_row(self, tx: Transaction | None = None) -> Row | None:
+        return latest_checkpoint_row(self.store, tx)
 
     def _row_batches(
         self, *, include_entry_from: int, start: int = 0
@@ -641,12 +649,14 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             raise TamperDetected(f"audit log has {start} entries, fewer than {size}")
         return [acc.root() for acc in accumulators]
 
-    def _end(self) -> int:
+    def _end(self, tx: Transaction | None = None) -> int:
         """One past the largest stored index (the log's size, unless rows are missing). Summed
         here, not in SQL: past a row at 2**63 - 1 it is 2**63, which PostgreSQL's bigint refused
         (``StoreError``) and SQLite made a float (until review R90). Only numbers are read (SQLite
-        sorts text and bytes, which a table made again without its key may hold, after them)."""
-        top = self.store.query("SELECT MAX(idx) FROM audit_log WHERE idx <= ?", (_MAX_INDEX,))[0][0]
+        sorts text and bytes, which a table made again without its key may hold, after them). Read
+        in ``tx`` when given."""
+        read = self.store.query if tx is None else tx.execute
+        top = read("SELECT MAX(idx) FROM audit_log WHERE idx <= ?", (_MAX_INDEX,))[0][0]
         return 0 if top is None else int(top) + 1
 
     def _read_rows(

@@ -65,7 +65,7 @@ class _Proofs:
         @property
         def public_key(self) -> PublicKey: ...
 
-        def size(self) -> int: ...
+        def size(self, tx: Transaction | None = None) -> int: ...
 
         def checkpoint(self, saved: str | None = None) -> str: ...
 
@@ -77,15 +77,17 @@ class _Proofs:
             self, index: int, tx: Transaction | None = None, *, against_checkpoint: bool = True
         ) -> tuple[bytes, bytes]: ...
 
-        def _latest_checkpoint_row(self) -> Row | None: ...
+        def _latest_checkpoint_row(self, tx: Transaction | None = None) -> Row | None: ...
 
         def _batches(self, start: int = 0) -> Iterator[list[tuple[int, bytes, bytes]]]: ...
 
         def _subtree_roots(self, ranges: Sequence[tuple[int, int]], size: int) -> list[bytes]: ...
 
-        def _end(self) -> int: ...
+        def _end(self, tx: Transaction | None = None) -> int: ...
 
-        def _absent(self, index: int, *, against_checkpoint: bool = True) -> InputError | TamperDetected: ...
+        def _absent(
+            self, index: int, tx: Transaction | None = None, *, against_checkpoint: bool = True
+        ) -> InputError | TamperDetected: ...
 
         def _read_again(
             self, index: int, tx: Transaction | None = None, *, against_checkpoint: bool = True
@@ -347,15 +349,15 @@ class _Proofs:
             raise TamperDetected("audit log: the latest checkpoint row does not match its signed note")
         return signed
 
-    def _short_of_checkpoint(self, index: int, latest: Row) -> TamperDetected:
+    def _short_of_checkpoint(self, index: int, latest: Row, tx: Transaction | None = None) -> TamperDetected:
         """The error for entry ``index``, which no row holds, covered by the latest stored
         checkpoint ``latest`` (a row read before the log's end was): its signature checked
         (``_open_latest``, whose ``TamperDetected`` is raised when it does not open), the log is
         shorter than what it signs, its newest rows deleted or the database restored from an
-        older copy."""
+        older copy. Counted in ``tx`` when given."""
         signed = self._open_latest(latest)
         return TamperDetected(
-            f"audit log: entry {index} is missing from the log, which has {self.size()} entries, but "
+            f"audit log: entry {index} is missing from the log, which has {self.size(tx)} entries, but "
             f"its latest signed checkpoint covers {signed.size} (entries deleted, or the database "
             "restored from an older copy)"
         )

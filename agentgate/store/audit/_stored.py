@@ -18,7 +18,7 @@ from agentgate.audit.merkle import leaf_hash, tree_integer
 from agentgate.errors import InputError, TamperDetected
 
 if TYPE_CHECKING:
-    from agentgate.store._base import Row, Store
+    from agentgate.store._base import Row, Store, Transaction
 
 
 def blob_column(store: Store, name: str) -> str:
@@ -33,11 +33,12 @@ def no_entry(index: int) -> InputError:
     return InputError(f"audit log has no entry {quoted(index)}")
 
 
-def latest_checkpoint_row(store: Store) -> Row | None:
-    """``(size, root, note)`` of ``store``'s latest checkpoint, the largest tree and the last
-    stored of those (root and note read as bytes whatever type SQLite holds); ``None`` for none.
-    ``AuditLog`` and the log key's rotation rule (``_keys._may_make_key``) read it so."""
-    rows = store.query(
+def latest_checkpoint_row(store: Store, tx: Transaction | None = None) -> Row | None:
+    """``(size, root, note)`` of ``store``'s latest checkpoint (read in ``tx`` when given), the
+    largest tree and the last stored of those (root and note read as bytes whatever type SQLite
+    holds); ``None`` for none. ``AuditLog`` and the log key's rotation rule
+    (``_keys._may_make_key``) read it so."""
+    rows = (store.query if tx is None else tx.execute)(
         f"SELECT size, {blob_column(store, 'root')}, {blob_column(store, 'note')} FROM audit_checkpoints "
         "ORDER BY size DESC, id DESC LIMIT 1"
     )
