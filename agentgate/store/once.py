@@ -274,7 +274,7 @@ def settle(
             raise SettlementRefused(
                 f"call {quoted(key, 60)} is {record.state}, not unsettled: there is nothing to settle"
             )
-        allowed = _allow_entry(audit, record)
+        allowed = _allow_entry(audit, record, tx)
         if record.state == "started" and min_age_s > 0:  # 0: any age, also one stamped ahead
             age = time.time() - datetime.fromisoformat(allowed.time).timestamp()
             if age < min_age_s:
@@ -347,7 +347,7 @@ def holds_once_calls(store: Store) -> bool:
     return bool(tables_held(store.query, store.dialect, ("agentgate_once",)))
 
 
-def _allow_entry(audit: AuditLog, record: OnceRecord) -> AuditEntry:
+def _allow_entry(audit: AuditLog, record: OnceRecord, tx: Transaction) -> AuditEntry:
     """The ``allow`` entry that let ``record``'s call run; ``StoreError`` naming the row when its
     ``allow_index`` is past the end of the log or names an entry that is no ``allow`` of a tool
     call (the only calls the Gate records as once-only; a row edited outside agentgate). Until
@@ -355,9 +355,12 @@ def _allow_entry(audit: AuditLog, record: OnceRecord) -> AuditEntry:
     as "allowed by audit entry 0", its outcome naming that entry's principal and resource. An
     entry whose bytes were edited raises the log's ``TamperDetected``, canonical bytes that do not
     match its leaf hash included (until review R83 their fields were copied into the outcome). Another tool call's
-    ``allow`` is not told apart: the entry does not hold the run and call id the key is made of."""
+    ``allow`` is not told apart: the entry does not hold the run and call id the key is made of.
+    Read in ``tx``, which holds the audit append lock: until the session after review R94 it was
+    read on a second pooled connection, which kept the lock (and every Gate's decisions) waiting
+    on whatever that read waited for, and explained a missing row from another snapshot."""
     try:
-        allowed = audit.entry(record.allow_index)
+        allowed = audit.entry(record.allow_index, tx)
     except BeyondLogEnd:
         raise beyond_log_end(record) from None
     return checked_allow(record, allowed)
