@@ -24,7 +24,7 @@ from agentgate._shown import character_named, not_printable, quoted
 from agentgate._time import unix as unix
 from agentgate._time import utc_text
 from agentgate.cli._lines import shortened
-from agentgate.errors import InputError, KeyFileError, NoStore, SourceError, StoreError
+from agentgate.errors import InputError, KeyFileError, NoStore, SourceError, StoreError, TamperDetected
 
 if TYPE_CHECKING:  # imported where used: every verb group imports this module, few use these
     from agentgate.keys import PublicKey, SigningKey
@@ -457,9 +457,11 @@ def open_audit_log(
     command takes ``--key PUBFILE`` instead (``True``), signs with the key (``False``), or
     neither (``None``). ``check_first``: called with the log before a log key is created (read
     with a public key nothing was signed with, and the rotated-out keys), so that a command it
-    refuses (by raising) leaves no key behind. ``create_log``: make the log's tables in a store
-    that has none yet; ``False`` for a verb that only reads, which creates nothing there (the
-    log's ``exists`` is then ``False``); or a function of the store, asked before the log is
+    refuses (by raising) leaves no key behind; where it raises ``TamperDetected`` and the key was
+    made meanwhile by another process (which signed the checkpoint no such key opens), it is
+    called again with the log read with that key, whose verdict stands. ``create_log``: make the
+    log's tables in a store that has none yet; ``False`` for a verb that only reads, which creates
+    nothing there (the log's ``exists`` is then ``False``); or a function of the store, asked before the log is
     opened, for a verb that writes only where the store holds what it changes (``tasks settle``,
     ``budget settle``: refused, they make no log). A log that was dropped is ``LogDropped``
     either way.
@@ -478,6 +480,7 @@ def open_audit_log(
     from agentgate.store.audit._keys import refuse_new_log_key
 
     store = open_existing_store(url, read_only=read_only)
+    check_again: Callable[[AuditLog], object] | None = None  # check_first, with the key made meanwhile
     try:
         key: PublicKey | SigningKey
         if public_key:
@@ -490,11 +493,20 @@ def open_audit_log(
                 _refuse_missing_log_key(path, reads=reads)
             elif check_first is not None and not os.path.lexists(path):
                 refuse_new_log_key(store, path)  # as open_log_key would, before the log is read
-                check_first(
-                    AuditLog(
-                        store, SigningKey.generate().public, log_origin(), previous_keys=previous_log_keys()
-                    )
+                keyless = AuditLog(
+                    store, SigningKey.generate().public, log_origin(), previous_keys=previous_log_keys()
                 )
+                try:
+                    check_first(keyless)
+                except TamperDetected:
+                    # Another process made the key since lexists and signed a checkpoint with it,
+                    # which no throwaway key opens: that checkpoint is judged with the key, below
+                    # (until review R95 it was called tampering, exit 1, on an intact log). Its
+                    # key file is linked before its first checkpoint is stored, so a checkpoint
+                    # read here that it signed finds the file there now.
+                    if not os.path.lexists(path):
+                        raise
+                    check_again = check_first
             key = open_log_key(store, create=create_key)
             if signs or create_key:
                 _warn_default_log_key(store, path)
@@ -505,6 +517,8 @@ def open_audit_log(
         log = AuditLog(
             store, key, log_origin(), previous_keys=previous_log_keys(), create=create, key_named=named
         )
+        if check_again is not None:
+            check_again(log)
         return store, log
     except BaseException:
         store.close()
