@@ -167,8 +167,12 @@ def _left_half_made(path: Path, store: Store) -> bool:
     would lose the log key later. ``save_key`` then takes it away and makes a whole pair. A key
     without ``.pub`` that is linked nowhere else (one installed by hand, a mounted secret) is the
     log key, and so is such a key on a log with checkpoints (a version without this check may
-    have signed them with it).
+    have signed them with it), and so is a key of any other name than ``*.key``, which
+    ``save_key`` never makes (until review R95 one with a second link, a backup made with ``ln``
+    or ``cp -al``, was taken for half made, and the new key then refused for its name).
     """
+    if path.suffix != ".key":
+        return False
     try:
         if path.stat().st_nlink < 2 or path.with_suffix(".pub").exists():
             return False
