@@ -68,15 +68,16 @@ _MADE_HERE = ".agentgate-demo"
 def demo_dir(name: str) -> Path:
     """``AGENTGATE_DEMO_DIR/NAME`` (default ``.agentgate/demo/NAME`` under the current directory),
     emptied: each run starts fresh. Under another ``AGENTGATE_DEMO_DIR``, a directory ``NAME`` that
-    an example did not make is never emptied (the run stops instead); an empty value is the default.
-    A directory it cannot empty or make ends the example with one line saying which, and status 2."""
+    an example did not make is never emptied; an empty value is the default. Such a directory, or
+    one it cannot empty or make, ends the example with one line saying which, and status 2 (a
+    setting it cannot use, as every other: never 1, which means the model endpoint failed)."""
     base = Path(os.environ.get("AGENTGATE_DEMO_DIR", "").strip() or DEFAULT_DEMO_DIR)
     path = base / name
     # Looking is inside the try: a name too long for the file system (ENAMETOOLONG) or a place it
     # may not look into fails already there (review R85).
     try:
         if path.exists() and base != DEFAULT_DEMO_DIR and not (path / _MADE_HERE).exists():
-            sys.exit(
+            _misconfigured(
                 f"{path} exists and was not made by an agentgate example: move it, or point "
                 "AGENTGATE_DEMO_DIR elsewhere (nothing was removed)"
             )

@@ -671,7 +671,7 @@ def demo_dir(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_demo_dir_empties_its_own_and_never_a_users(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_dir: Any
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], demo_dir: Any
 ) -> None:
     said = " ".join(section("quickstart.md", "## Running the examples").split())
     assert "`$AGENTGATE_DEMO_DIR/NAME/`, emptied at each run" in said
@@ -683,8 +683,9 @@ def test_demo_dir_empties_its_own_and_never_a_users(
     mine = tmp_path / "demos" / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("the user's")
-    with pytest.raises(SystemExit, match="nothing was removed"):
+    with pytest.raises(SystemExit) as stopped:
         demo_dir("mine")
+    assert stopped.value.code == 2 and "nothing was removed" in capsys.readouterr().err
     assert (mine / "notes.txt").read_text() == "the user's"
     monkeypatch.delenv("AGENTGATE_DEMO_DIR")  # the default: .agentgate/demo/NAME, emptied
     default = tmp_path / ".agentgate" / "demo" / "mine"
