@@ -118,19 +118,22 @@ def test_the_gateway_pages_walk_through_runs_as_printed(
     env.pop("AGENTGATE_STORE", None)
     *set_up, serve = _block(GATEWAY, "To try the examples below", "sh").replace("\\\n", " ").splitlines()
     made = subprocess.run(
-        ["bash", "-euc", "\n".join(set_up)], cwd=tmp_path, env=env, capture_output=True, text=True
+        ["bash", "-euc", "\n".join([*set_up, "pwd"])], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert made.returncode == 0, made.stderr
+    # Where the block leaves its shell (it changes into a directory git ignores): serve and the
+    # page's examples run there.
+    here = Path(made.stdout.splitlines()[-1])
 
     port = _free_port()
     command = [str(bin_dir / "agentgate"), *shlex.split(serve)[1:], "--port", str(port)]
     process = subprocess.Popen(
-        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command, cwd=here, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until_serving(base, process)
-        monkeypatch.chdir(tmp_path)
+        monkeypatch.chdir(here)
         monkeypatch.delenv("AGENTGATE_STORE", raising=False)  # the store the page's serve uses
         namespace: dict[str, Any] = {}
         for after in (
