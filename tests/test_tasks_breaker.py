@@ -542,13 +542,26 @@ async def test_a_stale_shared_row_never_closes_the_breaker_this_process_just_ope
     async def up(attempt: Attempt) -> str:
         return "ran"
 
+    started, failing = asyncio.Event(), asyncio.Event()
+
+    async def down_when_told(attempt: Attempt) -> None:
+        started.set()
+        await failing.wait()
+        raise ConnectionRefusedError("upstream down")
+
     try:
-        # 1. The "closed" row is read, then this process opens the breaker and writes "open".
+        # 1. The "closed" row is read, then a call admitted before the read began fails: this
+        # process opens the breaker and writes "open". (A call made during the read waits for it,
+        # since review R95: the transition comes from a call already running.)
+        running = asyncio.create_task(scheduler.submit(ToolCall("a"), down_when_told))
+        await started.wait()
+        scheduler._breaker_seen.clear()  # read the row again now, not 0.25 s later
         held.hold_read = True
         reading = asyncio.create_task(scheduler.submit(ToolCall("a"), up))
         assert await asyncio.to_thread(held.reading.wait, 10)
+        failing.set()
         with pytest.raises(ConnectionRefusedError):
-            await scheduler.submit(ToolCall("a"), down)
+            await running
         assert await asyncio.to_thread(held.wrote.wait, 10)
         held.read_go.set()
         with pytest.raises(CircuitOpen):

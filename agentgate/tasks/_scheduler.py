@@ -188,6 +188,8 @@ class Scheduler(_StoreWork, _Failures):
         self._rates = SharedRateLimits(store) if store is not None else None
         self._shared_breakers = SharedBreakers(store) if store is not None else None
         self._breaker_seen: dict[str, float] = {}  # key -> when its row is read next (loop time)
+        # key -> its read in flight (``_sync_breaker``): True once read, False if given up unread
+        self._breaker_reads: dict[str, asyncio.Future[bool]] = {}
         self._background: set[concurrent.futures.Future[None]] = set()  # ``_background_job``s running
         # The pool the store work runs on (``_store_pool``): made on first use, shut down by ``aclose``.
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None

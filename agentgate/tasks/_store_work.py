@@ -55,6 +55,7 @@ class _StoreWork:
     _rates: SharedRateLimits | None
     _shared_breakers: SharedBreakers | None
     _breaker_seen: dict[str, float]
+    _breaker_reads: dict[str, asyncio.Future[bool]]
     _background: set[concurrent.futures.Future[None]]
     _pool: concurrent.futures.ThreadPoolExecutor | None
     _pool_shut: bool
@@ -373,7 +374,48 @@ class _StoreWork:
             raise failed
 
     async def _sync_breaker(self, breaker: CircuitBreaker, loop: asyncio.AbstractEventLoop) -> None:
-        """Adopt a newer breaker state another process published (read at most every _BREAKER_SYNC_S).
+        """Adopt a newer breaker state another process published, before a call's admission: read
+        unless a read of the key ended less than _BREAKER_SYNC_S ago (the fast path, no await).
+
+        One read of a key is in flight at a time (``_breaker_reads``, per event loop: a call on
+        another loop reads on its own), and every call that arrives during it awaits it, so none is
+        admitted on a local state older than that. Until review R95 the key was marked read as
+        its read began, and the calls arriving during the read skipped it: admitted on the state of
+        the previous read, of any age (a burst after a quiet spell ran on a backend the store said
+        was open, or was refused by a half-open breaker the store said was closed). A waiting call
+        gets the read's error as its reader does (``_read_breaker_row``); a reader cancelled (or
+        interrupted) before its read ended wakes its waiters, and one of them reads for the rest.
+        """
+        key = breaker.key
+        next_read = self._breaker_seen.get(key)
+        if next_read is not None and loop.time() < next_read:
+            return
+        while (reading := self._breaker_reads.get(key)) is not None and reading.get_loop() is loop:
+            # Shielded: a waiter cancelled is its own affair, not the read's.
+            if await asyncio.shield(reading):
+                return
+            # Its reader was cancelled before the read ended: this call reads, or awaits the one that does.
+        reading = loop.create_future()
+        self._breaker_reads[key] = reading
+        try:
+            await self._read_breaker_row(breaker, loop)
+        except Exception as exc:
+            reading.set_exception(exc)
+            reading.exception()  # not logged as never retrieved when no call waited for it
+            raise
+        except BaseException:
+            reading.set_result(False)  # cancelled or interrupted: a waiter reads again
+            raise
+        else:
+            reading.set_result(True)
+        finally:
+            if self._breaker_reads.get(key) is reading:
+                del self._breaker_reads[key]
+
+    async def _read_breaker_row(self, breaker: CircuitBreaker, loop: asyncio.AbstractEventLoop) -> None:
+        """``_sync_breaker``'s read of the key's row, and its adoption; the next one is due
+        _BREAKER_SYNC_S after it ended (unless it was cancelled or interrupted). A row that the
+        store cannot read (``StoreError``) is no error: the local breaker still protects.
 
         Never a row that may be older than a transition of this process: none is read while one
         is not written yet, and a row read while one was made is not adopted (read again next
@@ -387,23 +429,23 @@ class _StoreWork:
         transitions until the version passed the old one."""
         assert self._shared_breakers is not None
         key = breaker.key
-        now = loop.time()
-        next_read = self._breaker_seen.get(key)
-        if next_read is not None and now < next_read:
-            return
-        self._breaker_seen[key] = now + _BREAKER_SYNC_S
         own = self.shared.own_transitions(key)
         if own is None:
             # The store does not have this process's latest transition yet: its row is older.
             # One whose write failed is written again now (at most every _BREAKER_SYNC_S).
+            self._breaker_seen[key] = loop.time() + _BREAKER_SYNC_S
             failed = self.shared.to_write_again(key)
             if failed is not None:
                 self._publish_on_loop(key, *failed)
             return
+        asking = self._blocking(self._shared_breakers.read, key)
         try:
-            remote = await self._blocking(self._shared_breakers.read, key)
+            remote = await asking
         except StoreError:
             return  # the local breaker still protects this process
+        finally:
+            if not asking.cancelled():  # a read cancelled is due again now
+                self._breaker_seen[key] = loop.time() + _BREAKER_SYNC_S
         if remote is None or not self.shared.newer_than_known(
             key, (remote.opened_at, remote.state == "open"), own
         ):
