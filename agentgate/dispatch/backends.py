@@ -62,6 +62,7 @@ from agentgate.dispatch._answers import (
     _usage,
     output_limit,
 )
+from agentgate.dispatch._connector import posted
 from agentgate.dispatch._engine_fields import FieldError
 from agentgate.dispatch._redaction import (
     _SEEN_PAST_THE_CUT,
@@ -506,7 +507,8 @@ class BackendClient:
             return got[0], got[1], got[2] if len(got) > 2 else None
         headers = self._with_trace(self._chat_headers, trace)
         if self.session is not None:
-            async with self.session.post(
+            async with await posted(
+                self.session,
                 self.backend.chat_url,
                 data=content,
                 headers=headers,
@@ -715,7 +717,8 @@ class BackendClient:
             return
         headers = self._with_trace(self._chat_headers, trace)
         if self.session is not None:
-            async with self.session.post(
+            async with await posted(
+                self.session,
                 self.backend.chat_url,
                 data=_encode(body),
                 headers=headers,

@@ -12,7 +12,11 @@ only: the gateway leaves https backends on aiohttp. Timeouts are the caller's
 A connection carries one request at a time and goes back to the pool only after a complete answer
 that allows keep-alive; anything else (an error, a cancelled call, a server that closes) closes
 it. An idle connection is not reused after ``idle_s`` (below uvicorn's 5 s keep-alive, so that a
-backend does not close it under a request).
+backend does not close it under a request). A backend whose keep-alive is shorter may: a request
+sent on an idle connection as the backend closes it fails before any byte of an answer, never
+read, and is sent once more on a new connection (``_send``; review R95, as the dispatcher's
+aiohttp pool does it, ``dispatch/_connector.py``, whose docstring says why that is safe for a
+chat call's POST). Once a byte of the answer has arrived, or on a new connection, it is not.
 
 The request carries only what the caller of ``post`` or ``stream`` gives: the URL, the JSON body
 and the backend's ``authorization`` (``BackendClient`` passes its API key's ``Bearer`` value);
@@ -95,6 +99,8 @@ class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.idle_since = 0.0
+        self.heard = False
+        """Whether any byte has arrived since the last request was sent (``open``)."""
         self._parser = httptools.HttpResponseParser(self)
         self._wake: asyncio.Future[None] | None = None
         self._paused = False  # the socket is not being read (back-pressure, see ``on_body``)
@@ -124,6 +130,7 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
 
     def data_received(self, data: bytes) -> None:
+        self.heard = True
         self._framing += len(data)  # back to 0 at each body byte (``on_body``)
         if self._framing > MAX_FRAMING_BYTES:
             self._fail(UpstreamError(f"over {MAX_FRAMING_BYTES} bytes of head or framing without any body"))
@@ -255,6 +262,7 @@ class _Connection(asyncio.Protocol):
         if self.transport is None:
             raise UpstreamError("the connection is closed")
         self._reset()
+        self.heard = False
         self.transport.write(data)
         await self._until(lambda: self._headers_done)
         return self._status
@@ -429,17 +437,29 @@ class UpstreamPool:
         headers: Mapping[str, str] | None = None,
     ) -> tuple[tuple[str, int], _Connection, int]:
         """Send the request on an idle or new connection to ``url``'s origin: origin, connection
-        and the answer's status (its body not yet read). Closes the connection if that fails."""
+        and the answer's status (its body not yet read). Closes the connection if that fails; an
+        idle one that failed before any byte of an answer arrived (the backend closed it for
+        being idle) is left for a new connection, the request sent once more on that."""
         if (mark := SENDING.get()) is not None:
             mark.sent = True
         origin, head = self._head(url, authorization)
         if headers:  # the call's trace context (BackendClient): before Content-Length, which ends the head
             head = head.removesuffix(b"Content-Length: ") + _header_lines(headers) + b"Content-Length: "
+        request = head + str(len(body)).encode() + b"\r\n\r\n" + body
         connection = self._take(origin)
-        if connection is None:
-            connection = await self._connect(origin)
+        if connection is not None:
+            try:
+                return origin, connection, await connection.open(request)
+            except UpstreamError:
+                connection.close()
+                if connection.heard:
+                    raise
+            except BaseException:
+                connection.close()
+                raise
+        connection = await self._connect(origin)
         try:
-            status = await connection.open(head + str(len(body)).encode() + b"\r\n\r\n" + body)
+            status = await connection.open(request)
         except BaseException:
             connection.close()
             raise
