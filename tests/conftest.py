@@ -8,6 +8,7 @@ afterwards. Both, and every test's ``tmp_path``, live in memory where the machin
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import tempfile
@@ -49,6 +50,17 @@ def _files_in_memory() -> None:
 
 
 _files_in_memory()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The objects the collection made (every test module, ~16,000 items: about a million objects
+    in each xdist worker) are moved out of the garbage collector's sight (``gc.freeze``), its
+    garbage collected first. They live until the worker ends, yet each full collection walked
+    all of them: 0.5-1.2 s each, ~90 in the 29 files that call ``gc.collect()`` (to see a
+    finalizer run or a leak go), 40-68 s of their run, 3-4 s once frozen. What a test makes is
+    collected as before."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture
