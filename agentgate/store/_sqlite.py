@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agentgate._paths import make_private_directories, remove_made, unmade_above
 from agentgate._shown import shown_path
@@ -67,6 +67,8 @@ starts over: with 1000, the first ~200 decisions of every process paid the deare
 fewer pages, checkpoints come more often (each syncs the database file once), so relaxed stores,
 which do not sync commits, keep SQLite's default."""
 _MAX_IDLE = 8
+
+T = TypeVar("T")
 
 
 _ENDS_TRANSACTION = frozenset(
@@ -466,13 +468,26 @@ def _from_root(path: Path) -> str:
         ) from None
 
 
-def sqlite_tables_read_only(
-    path: str | Path, *, unless_wal: bool = False
-) -> list[tuple[str, frozenset[str]]] | None:
+def sqlite_tables_read_only(path: str | Path) -> list[tuple[str, frozenset[str]]] | None:
     """The tables of the SQLite file at ``path`` with their columns, read through a read-only
-    connection that changes nothing in it; ``None`` when it cannot be read so (opening it as a
-    store then says why), and with ``unless_wal`` when the file is in WAL mode (every store
-    agentgate opened is; one that is not was made by another application, or copied without it).
+    connection that changes nothing in it (``read_sqlite_file``); ``None`` when it cannot be read
+    so (opening it as a store then says why)."""
+    return read_sqlite_file(path, _tables_and_columns_of)
+
+
+def _tables_and_columns_of(conn: sqlite3.Connection) -> list[tuple[str, frozenset[str]]]:
+    return tables_and_columns(lambda sql: conn.execute(sql).fetchall())
+
+
+def read_sqlite_file(
+    path: str | Path, read: Callable[[sqlite3.Connection], T], *, unless_wal: bool = False
+) -> T | None:
+    """What ``read`` reads from the SQLite file at ``path`` through a read-only connection that
+    changes nothing in it; ``None`` when it cannot be read so (``read`` meeting a SQLite error
+    too: opening it as a store then says why), and with ``unless_wal`` when the file is in WAL
+    mode (every store agentgate opened is; one that is not was made by another application,
+    copied without it, or set back by hand). What else ``read`` raises (a refusal) is raised, the
+    connection closed.
 
     Never by opening the file itself: closing any descriptor of a file drops every POSIX lock the
     process holds on it, those of its other SQLite connections included (a Gate's, in the same
@@ -495,12 +510,12 @@ def sqlite_tables_read_only(
     try:
         if unless_wal and str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
             return None
-        tables = tables_and_columns(lambda sql: conn.execute(sql).fetchall())
+        found = read(conn)
     except sqlite3.Error:
         return None
     finally:
         conn.close()
-    return None if immutable and not unchanged_since(path, state) else tables
+    return None if immutable and not unchanged_since(path, state) else found
 
 
 def tables_and_columns(query: Callable[[str], Sequence[Sequence[Any]]]) -> list[tuple[str, frozenset[str]]]:
@@ -624,14 +639,14 @@ class SQLiteStore(Store):
         self.read_only = read_only
         tables_read = create or refuse_missing_sqlite(self.path)
         _prepare_file(self.path, create=create)
-        # Another application's file is refused before anything is written in it. Before the
-        # first connection switches it to WAL mode, a change to the file's header, when it is
-        # not in WAL mode; read there, a file in WAL mode would get a ``-wal`` and a ``-shm``
-        # beside it that a read-only connection leaves (``read_only_uri``), so such a file is
-        # read through the first connection, which changes nothing in it, below.
-        tables = None if read_only else sqlite_tables_read_only(self.path, unless_wal=True)
-        if tables:  # none in a new file: nothing to refuse, and no part imported to say so
-            self._refuse_foreign_file(tables)
+        # Another application's file, and one a newer agentgate wrote, are refused before
+        # anything is written in it. Before the first connection switches it to WAL mode, a
+        # change to the file's header, when it is not in WAL mode (until review R95 a newer
+        # store's version was read only after that switch); read there, a file in WAL mode would
+        # get a ``-wal`` and a ``-shm`` beside it that a read-only connection leaves
+        # (``read_only_uri``), so such a file is read through the first connection, which
+        # changes nothing in it, below.
+        tables = None if read_only else read_sqlite_file(self.path, self._refuse_unopenable, unless_wal=True)
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._made: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()
@@ -1071,6 +1086,17 @@ class SQLiteStore(Store):
             f"column {', '.join(missing)}); is it another application's database? Check --store "
             "or AGENTGATE_STORE"
         )
+
+    def _refuse_unopenable(self, conn: sqlite3.Connection) -> list[tuple[str, frozenset[str]]]:
+        """The tables of the file (with their columns) that ``conn``, a read-only connection made
+        before the first writable one, reads; ``StoreError`` when one is another application's
+        (``_refuse_foreign_file``), then ``NewerStore`` or ``MalformedRow`` for the version row
+        (``refuse_newer``)."""
+        tables = _tables_and_columns_of(conn)
+        if tables:  # none in a new file: nothing to refuse, and no part imported to say so
+            self._refuse_foreign_file(tables)
+            refuse_newer(str(self.path), recorded_version(_SQLiteTransaction(conn), "sqlite"))
+        return tables
 
     def _refuse_foreign_file(self, tables: Sequence[tuple[str, frozenset[str]]]) -> None:
         """Raise ``StoreError`` when ``tables`` (the file's, with their columns) hold a table of
