@@ -51,7 +51,8 @@ def _layout(url: str) -> str:
 
 def _version_2_store(url: str, keys: dict[str, SigningKey], *names: str) -> None:
     """A store as schema version 2 left it, whose grants named ``names``: every part's tables
-    but ``agentgate_agent_names``, the schema row at version 2, and the grants in its log."""
+    but ``agentgate_agent_names`` (and the index ``approval_grants_grant`` of version 4), the
+    schema row at version 2, and the grants in its log."""
     _init(url)
     gate = _gate(url, keys)
     try:
@@ -63,6 +64,7 @@ def _version_2_store(url: str, keys: dict[str, SigningKey], *names: str) -> None
     try:
         with store.transaction() as tx:
             tx.execute("DROP TABLE agentgate_agent_names")
+            tx.execute("DROP INDEX approval_grants_grant")  # schema version 4's (review R95)
             tx.execute("UPDATE agentgate_schema SET version = 1, newest = 2")
     finally:
         store.close()

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from agentgate.errors import MalformedRow, NewerStore
 from agentgate.store._base import Dialect, Transaction, sqlite_name
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """This code's schema version. Raise it whenever the DDL of any part changes (a table, column,
 index, constraint, trigger or function), and record the new layout
 (``tests/test_store_r68_schema_fingerprint.py`` fails until both are done)."""
@@ -48,7 +48,8 @@ Version 2 added ``newest`` to ``agentgate_schema``, which version 1 never reads.
 ``agentgate_agent_names`` (the free agent names granted, ``agentgate.store.agent_names``), which
 versions 1 and 2 never read nor write: their grants are not claimed there, so a Gate of version 3
 does not know the names they grant (as no Gate knew another's before), and nothing they decide
-reads it."""
+reads it. Version 4 added the index ``approval_grants_grant`` (review R95), which earlier versions
+keep up as they write and need not know."""
 
 VERSION_TABLE = "agentgate_schema"
 
