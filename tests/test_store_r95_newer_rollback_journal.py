@@ -69,3 +69,23 @@ def test_an_agentgate_store_in_rollback_journal_mode_still_opens(tmp_path: Path)
     with open_store(path) as store:
         assert store.schema_version == SCHEMA_VERSION
     assert query(path, "PRAGMA journal_mode") == [("wal",)]
+
+
+@pytest.mark.parametrize("journal", ["DELETE", "WAL"])
+def test_a_newer_store_whose_table_changed_layout_is_refused_as_newer_in_either_mode(
+    tmp_path: Path, journal: str
+) -> None:
+    """R95's regression review: a newer agentgate's table of another layout (a column renamed) in
+    a file not in WAL mode was refused as another application's table; in WAL mode as a newer
+    store. Both now say the newer store, and leave the file as it was."""
+    path = tmp_path / "s.db"
+    _rolled_back_store(path, SCHEMA_VERSION + 1)
+    with opened(path) as db:
+        db.execute("ALTER TABLE approval_grants RENAME COLUMN grant_id TO grant_ref")
+    with opened(path, isolation_level=None) as db:
+        db.execute(f"PRAGMA journal_mode={journal}")
+    before = path.read_bytes()
+    with pytest.raises(NewerStore, match="was written by a newer agentgate"):
+        open_store(path)
+    assert path.read_bytes() == before
+    assert query(path, "PRAGMA journal_mode") == [(journal.lower(),)]

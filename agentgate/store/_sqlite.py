@@ -1089,13 +1089,16 @@ class SQLiteStore(Store):
 
     def _refuse_unopenable(self, conn: sqlite3.Connection) -> list[tuple[str, frozenset[str]]]:
         """The tables of the file (with their columns) that ``conn``, a read-only connection made
-        before the first writable one, reads; ``StoreError`` when one is another application's
-        (``_refuse_foreign_file``), then ``NewerStore`` or ``MalformedRow`` for the version row
-        (``refuse_newer``)."""
+        before the first writable one, reads; ``NewerStore`` or ``MalformedRow`` for the version
+        row (``refuse_newer``) of a file that holds one, then ``StoreError`` when a table is
+        another application's (``_refuse_foreign_file``). The version first, as a file in WAL mode
+        is refused below: a newer agentgate's table of another layout is no other application's
+        (until R95's regression review such a file not in WAL mode was called one)."""
         tables = _tables_and_columns_of(conn)
+        if any(sqlite_name(name) == VERSION_TABLE for name, _ in tables):
+            refuse_newer(str(self.path), recorded_version(_SQLiteTransaction(conn), "sqlite"))
         if tables:  # none in a new file: nothing to refuse, and no part imported to say so
             self._refuse_foreign_file(tables)
-            refuse_newer(str(self.path), recorded_version(_SQLiteTransaction(conn), "sqlite"))
         return tables
 
     def _refuse_foreign_file(self, tables: Sequence[tuple[str, frozenset[str]]]) -> None:
