@@ -196,3 +196,42 @@ async def test_an_error_of_the_read_is_every_waiting_calls_error(store: Store) -
         assert held.reads == 1
     finally:
         await scheduler.aclose()
+
+
+async def test_a_reader_cancelled_as_its_read_ends_leaves_the_key_due(store: Store) -> None:
+    """R95's regression review: the row read, its reader cancelled before it resumed (in the same
+    turn of the loop) adopted nothing, yet the key was marked read: for 0.25 s the calls after it
+    skipped the read and ran on the local breaker the store said was open. Now a read whose row
+    was not adopted leaves the key due, and the next calls read it again."""
+    scheduler = Scheduler(_config(), store=store)
+    try:
+        await _closed_and_read(scheduler)
+        SharedBreakers(store).publish(KEY, "open", time.time())
+        loop = asyncio.get_running_loop()
+        assert scheduler._shared_breakers is not None
+        read, blocking = scheduler._shared_breakers.read, scheduler._blocking
+        ended: list[asyncio.Future[object]] = []
+        row: list[object] = []
+
+        def first_read_held(function: Callable[..., object], *args: object) -> asyncio.Future[object]:
+            if function == read and not ended:
+                row.append(function(*args))  # read now; handed over when the test says
+                ended.append(loop.create_future())
+                return ended[0]
+            return blocking(function, *args)  # type: ignore[arg-type]
+
+        scheduler._blocking = first_read_held  # type: ignore[assignment, method-assign]
+        first = asyncio.create_task(scheduler.submit(ToolCall("t", call_id="first"), _never))
+        while not ended:
+            await asyncio.sleep(0)
+        ended[0].set_result(row[0])
+        first.cancel()  # the read ended; its reader cancelled before it resumed
+        await asyncio.wait([first])
+        assert first.cancelled()
+        outcomes = await asyncio.gather(
+            *(scheduler.submit(ToolCall("t", call_id=f"c{i}"), _never) for i in range(BESIDE)),
+            return_exceptions=True,
+        )
+        assert [type(outcome) for outcome in outcomes] == [CircuitOpen] * BESIDE
+    finally:
+        await scheduler.aclose()

@@ -438,14 +438,16 @@ class _StoreWork:
             if failed is not None:
                 self._publish_on_loop(key, *failed)
             return
-        asking = self._blocking(self._shared_breakers.read, key)
         try:
-            remote = await asking
+            remote = await self._blocking(self._shared_breakers.read, key)
         except StoreError:
+            self._breaker_seen[key] = loop.time() + _BREAKER_SYNC_S
             return  # the local breaker still protects this process
-        finally:
-            if not asking.cancelled():  # a read cancelled is due again now
-                self._breaker_seen[key] = loop.time() + _BREAKER_SYNC_S
+        # Read, and adopted below with no await between: only now is the key read. A reader
+        # cancelled, even as its read ended (resumed with CancelledError, the row dropped), or
+        # any other error leaves it due at once (until R95's regression review a read that had
+        # ended counted, and the calls of the next 0.25 s skipped it on the stale local state).
+        self._breaker_seen[key] = loop.time() + _BREAKER_SYNC_S
         if remote is None or not self.shared.newer_than_known(
             key, (remote.opened_at, remote.state == "open"), own
         ):
