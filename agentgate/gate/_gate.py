@@ -102,6 +102,9 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("agentgate.gate")
 
+#: How often ``Gate.close`` looks again whether the event loop of a call it waits for was closed.
+_CLOSED_LOOP_POLL_S = 0.05
+
 
 # The approval gate the policy set for the call being decided in this context: the authority
 # engine asks its hook after verifying the chain and before reading revocation.
@@ -310,7 +313,10 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         (its reservation stays held, so a budget is never overspent). Called from an event
         loop's thread, it cannot wait for that loop's own ``arun`` calls (they cannot progress
         while it blocks): their outcomes are lost too; close the gate after they end, or from
-        another thread. Whatever its last commit of outcomes raises (Ctrl-C), the spans of the
+        another thread. Nor does it wait for ``arun`` calls whose event loop was closed under them
+        (``loop.close()`` cancels no task: they never end): logged, their outcomes lost and their
+        reservations held as those of calls still running when it returns, and their slots
+        given back (``SharedLimits.reclaim_closed``). Whatever its last commit of outcomes raises (Ctrl-C), the spans of the
         outcomes left unwritten end, saying so, and the store is closed before it is raised.
         Ctrl-C while it waits for the calls running ends that wait as ``timeout_s`` would: the
         gate is closed, then it is raised.
@@ -341,11 +347,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             here = None
         interrupted: BaseException | None = None
         with self._runs_changed:
-            # ``arun`` calls of the loop that called close() cannot progress while it waits.
-            own = self._loop_runs.get(here, 0) if here is not None else 0
             settled = False
-            try:  # in steps (until review R87b a bound past time_t, 1e10, raised OverflowError)
-                settled = wait_until(self._runs_changed, lambda: self._runs <= own, deadline)
+            try:
+                settled = self._wait_runs(here, deadline)
             except BaseException as exc:  # Ctrl-C: it ends the wait as the timeout does
                 # The gate is closed all the same, then it is raised: until review R70 it left
                 # the threads running and the store open, and a second close() (the gate was
@@ -355,10 +359,19 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             if self._runs:
                 if interrupted is not None:
                     why = f"its wait was interrupted ({type(interrupted).__name__})"
-                elif settled:  # what is left are this loop's own calls
-                    why = (
-                        "they are arun calls of the event loop it was called from, which cannot "
-                        "progress while it waits"
+                elif settled:  # what is left are this loop's own calls, and those of closed loops
+                    dead = sum(count for loop, count in self._loop_runs.items() if loop.is_closed())
+                    why = "; ".join(
+                        reason
+                        for count, reason in (
+                            (
+                                self._runs - dead,
+                                "arun calls of the event loop it was called from, which cannot progress "
+                                "while it waits",
+                            ),
+                            (dead, f"{dead} arun calls of event loops closed under them, which never end"),
+                        )
+                        if count
                     )
                 else:
                     why = f"it waited {bound:g}s"
@@ -372,6 +385,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             if self._sync_scheduler is not None:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 self._sync_scheduler.close(timeout_s=left)
+            with self._limits.lock:  # the slots of calls of loops closed under them go back
+                self._limits.reclaim_closed()
             self._limits.close()
             # Each event loop's scheduler: its loop may be another thread's, or gone, so its
             # leases are given back from here (their heartbeat would outlive the store).
@@ -397,6 +412,34 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
                 self._close_store(None)
         if interrupted is not None:
             raise interrupted
+
+    def _wait_runs(self, here: asyncio.AbstractEventLoop | None, deadline: float | None) -> bool:
+        """``close``'s wait (``_runs_changed`` held) until the ``run``/``arun`` calls in flight have
+        settled, but for those that cannot: the ``arun`` calls of ``here`` (the loop that called
+        ``close``, which cannot progress while it waits) and of event loops closed under them (no
+        task of such a loop runs again: until review R95 ``close`` waited its whole ``timeout_s``
+        for them). True once only such calls are left; False when the monotonic ``deadline``
+        passed first (None: none). Nothing tells it of a loop closed while it waits: while calls
+        of other loops run, it looks again every ``_CLOSED_LOOP_POLL_S``. In steps (until review
+        R87b a bound past time_t, 1e10, raised ``OverflowError``: ``wait_until``)."""
+
+        def settled() -> bool:
+            left = self._runs
+            for loop, count in self._loop_runs.items():
+                if loop is here or loop.is_closed():
+                    left -= count
+            return left <= 0
+
+        while True:
+            polled = any(loop is not here for loop in self._loop_runs)
+            until = deadline
+            if polled:
+                poll = time.monotonic() + _CLOSED_LOOP_POLL_S
+                until = poll if deadline is None else min(poll, deadline)
+            if wait_until(self._runs_changed, settled, until):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
     def _close_store(self, failure: str | None) -> None:
         """The end of ``close``, once its last commit of outcomes is done (``failure``: the class

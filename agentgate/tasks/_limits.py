@@ -132,6 +132,10 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         #: Queued nested calls waiting at a class more urgent than their own, lent by calls
         #: waiting for their ancestors' slots: moved back down when those leave (``take_back``).
         self.lifted: dict[Waiter, None] = {}
+        #: The event loops schedulers of these limits have run calls on, not yet found closed
+        #: (weakly: a Gate's scheduler lives as long as its loop). ``reclaim_closed`` gives back
+        #: the slots of the calls of one found closed under them.
+        self.loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
 
     @property
     def queued(self) -> int:
@@ -150,6 +154,26 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         return found
 
     # --- admission (all with ``lock`` held) -----------------------------------------------------
+
+    def note_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A scheduler of these limits runs calls on ``loop`` (once per scheduler and loop)."""
+        if all(known() is not loop for known in self.loops):
+            self.loops.append(weakref.ref(loop))
+
+    def reclaim_closed(self) -> None:
+        """Give back the slots (leases, half-open probes) of calls whose event loop was closed
+        under them, in every scheduler of these limits (``Scheduler._reclaim_closed``): no task of
+        a closed loop runs again, and its calls would keep their slots for good. Asked when a call
+        must wait for a slot (``enqueue``) and by ``aclose``; a loop found closed is forgotten
+        (it never runs another call), so it costs a look at each live loop's ``is_closed``."""
+        closed = [known for known in self.loops if (loop := known()) is None or loop.is_closed()]
+        if not closed:
+            return
+        self.loops = [known for known in self.loops if known not in closed]
+        with self._listeners_lock:
+            schedulers = list(self._listeners)
+        for scheduler in schedulers:
+            scheduler._reclaim_closed()
 
     def start_now(self, call: ToolCall, limits: ToolLimits, parent: Waiter | None = None) -> Waiter | None:
         """The fast path: start ``call`` at once when nothing waits (in any scheduler: else it
@@ -207,6 +231,8 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         """
         if self.refusing is not None:
             raise SchedulingError(self.refusing)
+        if self.loops:
+            self.reclaim_closed()  # a slot held by a call of a closed loop is free to take
         own = priority
         lent = False
         if parent is not None:  # its ancestors wait for it, holding their slots

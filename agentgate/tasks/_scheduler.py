@@ -64,7 +64,7 @@ from agentgate.errors import AgentGateError, DeadlineExceeded, InputError, Sched
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
-from agentgate.tasks._breaker import BreakerSnapshot, CircuitBreaker
+from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
 from agentgate.tasks._call import Attempt, ToolCall, require_flag, require_tool_call, require_tool_function
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits, _declared
@@ -163,6 +163,14 @@ class Scheduler(_StoreWork, _Failures):
         #: until ``_submit_keyed`` tells the calls joined to them.
         self._out_of_time: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()  # tasks inside a call of this scheduler
+        #: Attempt waiting for or holding slots -> its event loop: given back by ``_reclaim_closed``
+        #: once that loop is found closed under it (no task of it runs again). Taken out, under the
+        #: limits' lock, by whoever gives its slots back (``_closed_under``); a non-preemptible
+        #: attempt leaves once its work begins (that work may run on in a thread: see ``submit``).
+        self._holding: dict[Waiter, asyncio.AbstractEventLoop] = {}
+        #: Attempt holding a half-open probe -> its breaker, the probe's period and its claim
+        #: across processes (None: none yet), for ``_closed_under`` to give back.
+        self._probes: dict[Waiter, tuple[CircuitBreaker, int, Lease | None]] = {}
         self._nested: dict[asyncio.Task[Any], int] = {}  # those inside more than one (a tool that submits)
         self._dead: list[DeadLetter] = []
         # The loop it is used on, held weakly: a Gate maps loops to their schedulers in a
@@ -317,11 +325,13 @@ class Scheduler(_StoreWork, _Failures):
         """Drop the calls whose event loop was closed under them: nothing can end them any more.
 
         Such a call never finishes, and cancelling it needs its closed loop (``RuntimeError``):
-        draining waited for it forever. Its slot and queue place are the limits' to reclaim
-        (they drop a closed loop's waiter at its turn); what is left is a pending task for the
-        collector, which asyncio reports as destroyed while pending, as it does for any task of a
-        loop closed under it.
+        draining waited for it forever. Its slots, lease, probe and queue place are given back
+        first (``SharedLimits.reclaim_closed``, for the calls of every scheduler sharing the
+        limits); what is left is a pending task for the collector, which asyncio reports as
+        destroyed while pending, as it does for any task of a loop closed under it.
         """
+        with self.shared.lock:
+            self.shared.reclaim_closed()
         dead = {task for task in self._tasks if task.get_loop().is_closed()}
         if dead:
             self._tasks -= dead
@@ -583,6 +593,8 @@ class Scheduler(_StoreWork, _Failures):
             # first loop only, a scheduler serving a later ``asyncio.run`` published nothing (its
             # first loop closed, or collected), and other processes never saw its breakers open.
             self._loop = weakref.ref(loop)
+            with self.shared.lock:
+                self.shared.note_loop(loop)  # found closed under its calls, their slots go back
         task = asyncio.current_task()
         assert task is not None  # awaited inside a task
         if task in self._tasks:
@@ -645,6 +657,7 @@ class Scheduler(_StoreWork, _Failures):
                                 # nested calls its tool makes inherit (review R68).
                                 waiter.urgency = self._twin_classes.get(key)
                                 self._twin_waiters[key] = waiter
+                            self._holding[waiter] = loop
                         if not waiter.queued:
                             self.metrics.observe_wait(0.0)
                         else:
@@ -675,12 +688,15 @@ class Scheduler(_StoreWork, _Failures):
                     cancelling = task.cancelling()  # raised when the attempt fails: its caller was cancelled
                     try:
                         if not breaker.closed:
-                            admitted = breaker.admission()
+                            admitted = self._admission(breaker)
                             if isinstance(admitted, BreakerSnapshot):
                                 raise _circuit_open(breaker, tool, admitted)
                             held = probing = admitted
-                            if held and self._leases is not None:
-                                claim = await self._probe_claim(breaker, tool)
+                            if held:
+                                self._probes[waiter] = (breaker, held, None)
+                                if self._leases is not None:
+                                    claim = await self._probe_claim(breaker, tool)
+                                    self._probes[waiter] = (breaker, held, claim)
                         # Running under an ancestor's tool slot: under its lease too (it waits for this
                         # call; should it finish first, the slot and its lease pass to this call,
                         # which may have happened already, before this call resumed).
@@ -729,6 +745,9 @@ class Scheduler(_StoreWork, _Failures):
                             if type(work) is not CoroutineType:
                                 work = _awaitable(work)  # a plain function: it has run
                             if not preemptible:  # no cancellation stops it: slots held to its end
+                                # Nor does a loop closed under it (its thread runs on, unheard):
+                                # its slots are never reclaimed from here on (``_reclaim_closed``).
+                                self._holding.pop(waiter, None)
                                 result = await self._to_its_end(work, key)
                             elif attempt_deadline is None or not self._preemptive:
                                 result = await work
@@ -798,7 +817,7 @@ class Scheduler(_StoreWork, _Failures):
                         # Cancelled, or interrupted (KeyboardInterrupt, SystemExit): says nothing
                         # about the tool, and its half-open probe goes back (kept, the breaker
                         # stayed half open with every probe taken and refused every call for good).
-                        if held and not probing:
+                        if held and not probing and not loop.is_closed():  # else ``_closed_under``'s
                             breaker.release(held)
                         raise
                     else:
@@ -810,32 +829,42 @@ class Scheduler(_StoreWork, _Failures):
                             breaker.record_success(period=held)
                         return result
                     finally:
-                        if probing:
-                            breaker.release(held)
-                        giving_back = None if claim is None else self._end_probe(claim, breaker)
-                        # The local slot first: a second cancellation during the lease's release
-                        # must not skip it. The release itself runs to the end, shielded.
-                        with lock:
-                            # Refused before its attempt (its breaker open, its probe claimed
-                            # elsewhere, its deadline passed, cancelled): its rate token was
-                            # never used (until review R81 only a passed deadline gave it back).
-                            if not attempted:
-                                shared.unused(waiter)
-                            shared.finish(waiter)  # starts the fairest waiting call, of any scheduler
-                            # Its own lease, or one passed on with a lender's slot; None once this
-                            # attempt's lease passed on to a nested call still running.
-                            held_lease, waiter.lease = waiter.lease, None
-                        if held_lease is not None:
-                            await self._release_lease(*held_lease)
-                        # Its caller is told (its result, its error, its pause) once the probe's
-                        # claim is back, unless it was cancelled: a probe that ended without
-                        # telling the breaker (an interrupt in its classifier or ``pauses``, a
-                        # pause) leaves it half open, and until review R90c a call made right
-                        # after could find the claim still held and be refused with
-                        # ``CircuitOpen`` ("its probe(s) run") though no probe ran. A failed
-                        # give-back is counted by ``_end_probe``; the claim then expires.
-                        if giving_back is not None and task.cancelling() <= cancelling:
-                            await self._landed((giving_back,))
+                        if loop.is_closed():
+                            # Closed under it: its coroutine is closed as it is collected, and
+                            # nothing of the loop can be awaited. Its slots, lease and probe go
+                            # back now, unless ``_reclaim_closed`` gave them back already.
+                            with lock:
+                                self._closed_under(waiter)
+                        else:
+                            if probing:
+                                breaker.release(held)
+                            giving_back = None if claim is None else self._end_probe(claim, breaker)
+                            # The local slot first: a second cancellation during the lease's release
+                            # must not skip it. The release itself runs to the end, shielded.
+                            with lock:
+                                # Refused before its attempt (its breaker open, its probe claimed
+                                # elsewhere, its deadline passed, cancelled): its rate token was
+                                # never used (until review R81 only a passed deadline gave it back).
+                                if not attempted:
+                                    shared.unused(waiter)
+                                shared.finish(waiter)  # starts the fairest waiting call, of any scheduler
+                                # Its own lease, or one passed on with a lender's slot; None once this
+                                # attempt's lease passed on to a nested call still running.
+                                held_lease, waiter.lease = waiter.lease, None
+                                self._holding.pop(waiter, None)
+                                if self._probes:
+                                    self._probes.pop(waiter, None)
+                            if held_lease is not None:
+                                await self._release_lease(*held_lease)
+                            # Its caller is told (its result, its error, its pause) once the probe's
+                            # claim is back, unless it was cancelled: a probe that ended without
+                            # telling the breaker (an interrupt in its classifier or ``pauses``, a
+                            # pause) leaves it half open, and until review R90c a call made right
+                            # after could find the claim still held and be refused with
+                            # ``CircuitOpen`` ("its probe(s) run") though no probe ran. A failed
+                            # give-back is counted by ``_end_probe``; the claim then expires.
+                            if giving_back is not None and task.cancelling() <= cancelling:
+                                await self._landed((giving_back,))
                     # 4. back off with every slot released (``aclose`` cuts it short), then try again
                     await self._back_off(delay)
                 except _GiveUp as stop:
@@ -880,11 +909,17 @@ class Scheduler(_StoreWork, _Failures):
     def _left_queue(self, waiter: Waiter, exc: BaseException, tool: str) -> None:
         """``waiter`` stopped waiting for its turn with ``exc`` (its deadline's ``TimeoutError``, a
         cancellation): it abandons its place and gives back a lease it inherited meanwhile. The
-        deadline raises ``DeadlineExceeded`` (from ``exc``); otherwise the caller re-raises ``exc``."""
+        deadline raises ``DeadlineExceeded`` (from ``exc``); otherwise the caller re-raises ``exc``.
+        Its loop closed under it (its coroutine closed as it is collected): ``_closed_under``'s."""
+        assert waiter.loop is not None  # queued by ``_run`` on its loop
         with self.shared.lock:
+            if waiter.loop.is_closed():
+                self._closed_under(waiter)
+                return
             # Read before the call leaves: the limit it waited for, named in its error.
             holding = self.shared.holding_back(waiter) if isinstance(exc, TimeoutError) else ""
             self.shared.abandon(waiter)
+            self._holding.pop(waiter, None)
             # Granted at the last moment under a lender's slot, which
             # ended since: the slot's lease passed to this call.
             inherited, waiter.lease = waiter.lease, None
@@ -898,6 +933,61 @@ class Scheduler(_StoreWork, _Failures):
                 tool=tool,
                 waited_s=waited,
             ) from exc
+
+    def _admission(self, breaker: CircuitBreaker) -> int | BreakerSnapshot:
+        """``breaker.admission()``; when it refuses as half open (its probes all taken), asked
+        again once the probes held by calls of event loops closed under them went back
+        (``SharedLimits.reclaim_closed``): such a probe never ends."""
+        admitted = breaker.admission()
+        if (
+            isinstance(admitted, BreakerSnapshot)
+            and admitted.state is BreakerState.HALF_OPEN
+            and self.shared.loops
+        ):
+            with self.shared.lock:
+                self.shared.reclaim_closed()
+            admitted = breaker.admission()
+        return admitted
+
+    def _reclaim_closed(self) -> None:
+        """Give back the slots, leases and half-open probes of this scheduler's attempts whose
+        event loop is closed (lock held): no task of such a loop runs again (``loop.close()``
+        cancels nothing), so until review R95 such an attempt kept its slot for good, and every
+        later call of its tool waited. ``SharedLimits.reclaim_closed`` calls it when a call must
+        wait for a slot; ``aclose`` through it. A non-preemptible attempt whose work began is not
+        among them: that work (a sync function in a worker thread) may run on after its loop
+        closed, and its end can no longer be heard, so its slots stay taken."""
+        for waiter, loop in list(self._holding.items()):
+            if loop.is_closed():
+                self._closed_under(waiter)
+
+    def _closed_under(self, waiter: Waiter) -> None:
+        """``waiter``'s event loop was closed under it: give back what it holds, once (lock held).
+
+        Called by ``_reclaim_closed`` and by the attempt itself when its coroutine is closed as it
+        is collected (whichever comes first: the other finds it gone from ``_holding``). A waiting
+        call leaves the queue; a granted one gives its slots back (its rate token stays spent: its
+        attempt may have begun), its half-open probe goes back to the breaker as a call that says
+        nothing of the tool, and its lease and probe's claim across processes are given back on
+        the store pool (after ``aclose`` shut it down: they expire within ``lease_ttl_s``)."""
+        if self._holding.pop(waiter, None) is None:
+            return  # given back already, or kept (a non-preemptible attempt's work began)
+        shared = self.shared
+        if waiter.granted:
+            shared.finish(waiter)
+        else:
+            shared.abandon(waiter)
+        probe = self._probes.pop(waiter, None) if self._probes else None
+        lease, waiter.lease = waiter.lease, None
+        if probe is not None:
+            breaker, period, claim = probe
+            breaker.release(period)
+            if claim is not None:
+                with contextlib.suppress(SchedulingError):  # the store pool is shut: it expires
+                    self._end_probe(claim, breaker)
+        if lease is not None:
+            with contextlib.suppress(SchedulingError):
+                self._give_back(*lease)
 
     # --- the steps of an attempt loop, shared with the sync facade's (``_sync.py``) --------------
 

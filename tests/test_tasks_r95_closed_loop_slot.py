@@ -1,0 +1,144 @@
+"""Review R95: a call running (holding its slot, maybe a half-open probe) when its event loop was
+closed (``loop.close()`` cancels no task) kept its slot for good: every later call of its tool,
+on any loop or from a thread, waited, and a half-open breaker whose probe it held refused every
+call. Its slot and probe now go back once that is noticed: when a call must wait for a slot (or
+is refused for want of a probe), and at ``aclose``. A non-preemptible attempt's work (a sync
+function in a thread) may run on after its loop closed: its slot stays taken.
+
+Real schedulers on one ``SharedLimits``, a real second loop in a real thread, closed while the
+call awaits an event nobody sets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import gc
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from agentgate.tasks import (
+    Attempt,
+    BreakerPolicy,
+    BreakerState,
+    Scheduler,
+    SchedulerConfig,
+    SharedLimits,
+    SyncScheduler,
+    ToolCall,
+    ToolLimits,
+)
+
+WAIT_S = 10.0
+CONFIG = SchedulerConfig(tools={"t": ToolLimits(concurrency=1)})
+
+
+def _run_then_close_loop(
+    scheduler: Scheduler, limits: SharedLimits, *, preemptible: bool = True
+) -> list[Any]:
+    """Start a call of ``scheduler`` on a new loop in a thread, wait until its tool runs (awaiting
+    an event nobody sets), close that loop. Returns its task, kept (so it is not collected)."""
+    kept: list[Any] = []
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+
+        async def start() -> None:
+            entered = asyncio.Event()
+
+            async def hold(_attempt: Attempt) -> None:
+                entered.set()
+                await asyncio.Event().wait()
+
+            kept.append(asyncio.ensure_future(scheduler.submit(ToolCall("t"), hold, preemptible=preemptible)))
+            await entered.wait()
+
+        contextvars.Context().run(loop.run_until_complete, start())
+        loop.close()  # the call is pending for good
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(WAIT_S)
+    assert not thread.is_alive() and limits.tool_in_flight == {"t": 1}
+    return kept
+
+
+async def _ran(_attempt: Attempt) -> str:
+    return "ran"
+
+
+async def test_a_call_waiting_for_the_slot_of_a_closed_loops_call_gets_it() -> None:
+    limits = SharedLimits(CONFIG)
+    dead_side = Scheduler(limits=limits)
+    here = Scheduler(limits=limits)
+    kept = await asyncio.to_thread(_run_then_close_loop, dead_side, limits)
+
+    assert await asyncio.wait_for(here.submit(ToolCall("t"), _ran), WAIT_S) == "ran"  # waited for good
+    assert limits.tool_in_flight == {} and limits.in_flight == 0
+
+    kept.clear()  # collected now, its coroutine closed: nothing given back twice
+    gc.collect()
+    assert limits.in_flight == 0 and limits.tool_in_flight == {}
+    await here.aclose()
+    await dead_side.aclose()
+
+
+def test_a_sync_call_gets_the_slot_of_a_closed_loops_call() -> None:
+    limits = SharedLimits(CONFIG)
+    dead_side = Scheduler(limits=limits)
+    kept = _run_then_close_loop(dead_side, limits)
+    with SyncScheduler(limits=limits) as scheduler:
+        assert scheduler.submit(ToolCall("t"), lambda _attempt: "ran") == "ran"
+    assert limits.in_flight == 0
+    del kept
+
+
+async def test_aclose_gives_back_the_slot_of_a_closed_loops_call() -> None:
+    limits = SharedLimits(CONFIG)
+    dead_side = Scheduler(limits=limits)
+    kept = await asyncio.to_thread(_run_then_close_loop, dead_side, limits)
+    await dead_side.aclose()
+    assert limits.in_flight == 0 and limits.tool_in_flight == {}
+    del kept
+
+
+async def test_a_non_preemptible_call_of_a_closed_loop_keeps_its_slot() -> None:
+    """Its work may run on in a worker thread after its loop closed: its slot is not reclaimed."""
+    limits = SharedLimits(CONFIG)
+    dead_side = Scheduler(limits=limits)
+    kept = await asyncio.to_thread(_run_then_close_loop, dead_side, limits, preemptible=False)
+    with limits.lock:
+        limits.reclaim_closed()
+    assert limits.tool_in_flight == {"t": 1}
+    kept.clear()
+    gc.collect()
+    assert limits.tool_in_flight == {"t": 1}
+
+
+RESET_S = 0.01
+BREAKING = SchedulerConfig(
+    breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=RESET_S, half_open_max_calls=1)
+)
+
+
+async def test_a_half_open_probe_held_by_a_closed_loops_call_goes_back() -> None:
+    limits = SharedLimits(BREAKING)
+    dead_side = Scheduler(limits=limits)
+    here = Scheduler(limits=limits)
+
+    async def down(_attempt: Attempt) -> str:
+        raise ConnectionRefusedError("down")
+
+    with pytest.raises(ConnectionRefusedError):
+        await here.submit(ToolCall("t"), down)  # opens the breaker
+    time.sleep(RESET_S * 2)  # half open: the next call is its one probe
+    kept = await asyncio.to_thread(_run_then_close_loop, dead_side, limits)
+    assert here.breakers()[0].state is BreakerState.HALF_OPEN
+
+    assert await here.submit(ToolCall("t"), _ran) == "ran"  # was CircuitOpen for good
+    assert here.breakers()[0].state is BreakerState.CLOSED
+    del kept
+    await here.aclose()
+    await dead_side.aclose()
