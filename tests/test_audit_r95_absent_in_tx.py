@@ -13,6 +13,7 @@ the transaction's own entries.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -54,17 +55,23 @@ def test_a_deleted_entry_found_in_a_transaction_is_still_tampering(store: Store)
         log.entry(1, tx)
 
 
+@pytest.mark.postgres
 def test_a_missing_entry_in_a_transaction_does_not_wait_behind_a_session_queued_for_the_log(
-    store: Store,
+    postgres_url: str,
 ) -> None:
-    """The gate's case: its transaction reads the log (holding it, on PostgreSQL, against a session
-    that wants the whole table), another session queues for the table, then the lookup misses."""
-    if store.dialect != "postgresql":
-        pytest.skip("the lock queue is PostgreSQL's; SQLite's readers never wait for a writer (WAL)")
+    """The gate's case: its transaction reads the log (holding it against a session that wants the
+    whole table), another session queues for the table, then the lookup misses. PostgreSQL's
+    alone: SQLite's readers never wait for a writer (WAL)."""
+    from agentgate.store._postgres import PostgresStore
+
+    with contextlib.closing(PostgresStore(postgres_url)) as store:
+        _queued_behind(store, postgres_url)
+
+
+def _queued_behind(store: Store, url: str) -> None:
     import psycopg
 
     log = _log(store)
-    url = store.url  # type: ignore[attr-defined]
     queued = threading.Event()
     locker_error: list[BaseException] = []
 
