@@ -102,13 +102,7 @@ def _old_store(path: Path) -> None:
 def test_a_store_made_before_the_index_gets_it_when_opened_to_write(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     _old_store(path)
-    with opened(path) as conn:
-        (plan,) = [
-            str(row[-1])
-            for row in conn.execute(
-                "EXPLAIN QUERY PLAN SELECT approval_id FROM approval_grants WHERE grant_id = ?", ("g",)
-            )
-        ]
+    (plan,) = _plan(path, "SELECT approval_id FROM approval_grants WHERE grant_id = ?", ("g",))
     assert plan.startswith("SCAN")  # what a revocation did on it
     store = open_store(str(path))
     try:
