@@ -75,7 +75,8 @@ CREATE INDEX IF NOT EXISTS approval_grants_grant ON approval_grants (grant_id);
 ``approval_grants_grant`` is what a revocation looks a grant's requests up by
 (``void_standing_on``), and what the grants' prune asks whether a request still names an
 expired grant's revocation by (``GrantRepository.prune``): without it each was a scan of every
-request's grants under the write lock (review R95: 0.5 to 0.9 s a revocation at a million requests).
+request's grants under the write lock (review R95: 0.5 s a revocation at a million requests, as
+docs/operations.md's Growth and pruning measured it).
 A store made before it gets it at its first writable open (``ensure_schema``) or
 ``agentgate store init``, schema version 4; it comes last, so that a store that also lacks
 ``approval_calls`` (made before review R42) is told of that table first."""
