@@ -101,6 +101,21 @@ def test_the_dispatcher_block_routes_answers_and_streams(backend: SimServer) -> 
 # --- docs/gateway.md -------------------------------------------------------------------------------
 
 
+def gateway_set_up(checkout: Path) -> tuple[Path, str, dict[str, str]]:
+    """Run the set-up lines of gateway.md's walk-through ("To try the examples below") in
+    ``checkout``, with this interpreter's ``agentgate`` first on PATH and no AGENTGATE_STORE: the
+    directory where the block leaves its shell (it changes into one git ignores: serve and the
+    page's examples run there), the block's last line (its ``agentgate serve``), and that env."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("AGENTGATE_STORE", None)
+    *set_up, serve = _block(GATEWAY, "To try the examples below", "sh").replace("\\\n", " ").splitlines()
+    made = subprocess.run(
+        ["bash", "-euc", "\n".join([*set_up, "pwd"])], cwd=checkout, env=env, capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
+    return Path(made.stdout.splitlines()[-1]), serve, env
+
+
 # The block's `asyncio.run(chat.ainvoke(...))` leaves the async client's connection to a loop that
 # has ended, as any script that does so; it is collected inside this test, not in a later one.
 @pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
@@ -113,17 +128,8 @@ def test_the_gateway_pages_walk_through_runs_as_printed(
     (tmp_path / "policies" / "inventory.yaml").write_text(
         f"backends:\n  - {{name: sim, url: '{backend.url}', engine: vllm, models: [{MODEL}]}}\n"
     )
+    here, serve, env = gateway_set_up(tmp_path)
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("AGENTGATE_STORE", None)
-    *set_up, serve = _block(GATEWAY, "To try the examples below", "sh").replace("\\\n", " ").splitlines()
-    made = subprocess.run(
-        ["bash", "-euc", "\n".join([*set_up, "pwd"])], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
-    assert made.returncode == 0, made.stderr
-    # Where the block leaves its shell (it changes into a directory git ignores): serve and the
-    # page's examples run there.
-    here = Path(made.stdout.splitlines()[-1])
 
     port = _free_port()
     command = [str(bin_dir / "agentgate"), *shlex.split(serve)[1:], "--port", str(port)]

@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_docs_dispatch_blocks import GATEWAY, ROOT, _block
+from test_docs_dispatch_blocks import ROOT, gateway_set_up
 
 if shutil.which("git") is None:
     pytest.skip("git is not installed", allow_module_level=True)
@@ -40,15 +39,8 @@ def checkout(tmp_path: Path) -> Path:
 
 
 def test_the_gateway_walk_through_leaves_nothing_for_git_to_stage(checkout: Path) -> None:
-    *set_up, serve = _block(GATEWAY, "To try the examples below", "sh").replace("\\\n", " ").splitlines()
+    here, serve, _ = gateway_set_up(checkout)
     assert serve.startswith("agentgate serve ")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("AGENTGATE_STORE", None)
-    made = subprocess.run(
-        ["bash", "-euc", "\n".join([*set_up, "pwd"])], cwd=checkout, env=env, capture_output=True, text=True
-    )
-    assert made.returncode == 0, made.stderr
-    here = Path(made.stdout.splitlines()[-1])
     for name in ("platform-root.key", "agent.key", "agent.token", "platform.yaml"):
         assert (here / name).is_file(), name  # what the page's examples read, where they run
     assert _git(checkout, "status", "--porcelain", "--untracked-files=all").splitlines() == [
