@@ -316,8 +316,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         another thread. Nor does it wait for ``arun`` calls whose event loop was closed under them
         (``loop.close()`` cancels no task: they never end): logged, their outcomes lost and their
         reservations held as those of calls still running when it returns, and their slots
-        given back (``SharedLimits.reclaim_closed``). Whatever its last commit of outcomes raises (Ctrl-C), the spans of the
-        outcomes left unwritten end, saying so, and the store is closed before it is raised.
+        given back (``SharedLimits.reclaim_closed``). Whatever its last commit of outcomes raises
+        (Ctrl-C), the spans of the outcomes left unwritten end, saying so, and the store is closed
+        before it is raised.
         Ctrl-C while it waits for the calls running ends that wait as ``timeout_s`` would: the
         gate is closed, then it is raised.
 

@@ -164,8 +164,10 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         """Give back the slots (leases, half-open probes) of calls whose event loop was closed
         under them, in every scheduler of these limits (``Scheduler._reclaim_closed``): no task of
         a closed loop runs again, and its calls would keep their slots for good. Asked when a call
-        must wait for a slot (``enqueue``) and by ``aclose``; a loop found closed is forgotten
-        (it never runs another call), so it costs a look at each live loop's ``is_closed``."""
+        must wait for a slot (``enqueue``), when a half-open breaker refuses for want of a probe
+        (``Scheduler._admission``), by ``Scheduler.aclose`` and by ``Gate.close``; a loop found
+        closed is forgotten (it never runs another call), so it costs a look at each live loop's
+        ``is_closed``."""
         closed = [known for known in self.loops if (loop := known()) is None or loop.is_closed()]
         if not closed:
             return

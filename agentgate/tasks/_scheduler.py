@@ -953,8 +953,8 @@ class Scheduler(_StoreWork, _Failures):
         """Give back the slots, leases and half-open probes of this scheduler's attempts whose
         event loop is closed (lock held): no task of such a loop runs again (``loop.close()``
         cancels nothing), so until review R95 such an attempt kept its slot for good, and every
-        later call of its tool waited. ``SharedLimits.reclaim_closed`` calls it when a call must
-        wait for a slot; ``aclose`` through it. A non-preemptible attempt whose work began is not
+        later call of its tool waited. Called through ``SharedLimits.reclaim_closed`` (which says
+        when it is asked) only. A non-preemptible attempt whose work began is not
         among them: that work (a sync function in a worker thread) may run on after its loop
         closed, and its end can no longer be heard, so its slots stay taken."""
         for waiter, loop in list(self._holding.items()):
