@@ -362,18 +362,15 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
                     why = f"its wait was interrupted ({type(interrupted).__name__})"
                 elif settled:  # what is left are this loop's own calls, and those of closed loops
                     dead = sum(count for loop, count in self._loop_runs.items() if loop.is_closed())
-                    why = "; ".join(
-                        reason
-                        for count, reason in (
-                            (
-                                self._runs - dead,
-                                "arun calls of the event loop it was called from, which cannot progress "
-                                "while it waits",
-                            ),
-                            (dead, f"{dead} arun calls of event loops closed under them, which never end"),
+                    reasons = []
+                    if self._runs > dead:
+                        reasons.append(
+                            "arun calls of the event loop it was called from, which cannot progress "
+                            "while it waits"
                         )
-                        if count
-                    )
+                    if dead:
+                        reasons.append(f"{dead} arun calls of event loops closed under them, which never end")
+                    why = "; ".join(reasons)
                 else:
                     why = f"it waited {bound:g}s"
                 _log.error(
