@@ -142,3 +142,34 @@ async def test_a_half_open_probe_held_by_a_closed_loops_call_goes_back() -> None
     del kept
     await here.aclose()
     await dead_side.aclose()
+
+
+def test_a_sync_call_gets_back_the_half_open_probe_of_a_closed_loops_call() -> None:
+    """R95's regression review: only the async scheduler asked again once the probes of closed
+    loops' calls went back; a process of sync calls alone (``Gate.run``) was refused with
+    ``CircuitOpen`` until an async call or a close reclaimed the probe."""
+    limits = SharedLimits(BREAKING)
+    dead_side = Scheduler(limits=limits)
+    with SyncScheduler(limits=limits) as scheduler:
+
+        def down(_attempt: Attempt) -> str:
+            raise ConnectionRefusedError("down")
+
+        with pytest.raises(ConnectionRefusedError):
+            scheduler.submit(ToolCall("t"), down)  # opens the breaker
+        time.sleep(RESET_S * 2)  # half open: the next call is its one probe
+        kept = _run_then_close_loop(dead_side, limits)
+        assert scheduler.submit(ToolCall("t"), lambda _attempt: "ran") == "ran"
+        assert scheduler.breakers()[0].state is BreakerState.CLOSED
+    del kept
+
+
+def test_the_loops_of_calls_run_one_asyncio_run_each_are_not_kept() -> None:
+    """R95's regression review: each event loop a scheduler ran a call on was kept in the limits'
+    list until a call had to wait, and each new loop read the whole list: a process running each
+    request in an ``asyncio.run`` of its own, no call ever waiting, kept one a request."""
+    limits = SharedLimits(CONFIG)
+    scheduler = Scheduler(limits=limits)
+    for _ in range(20):
+        assert asyncio.run(scheduler.submit(ToolCall("t"), _ran)) == "ran"
+    assert len(limits.loops) <= 1

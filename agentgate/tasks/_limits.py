@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from agentgate._shown import quoted
 from agentgate.errors import InputError, Overloaded, SchedulingError
-from agentgate.tasks._breaker import CircuitBreaker
+from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
 from agentgate.tasks._breaker_sharing import _BreakerSharing
 from agentgate.tasks._call import PER_NAME_STATE, ToolCall
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, TenantShare, ToolLimits
@@ -156,16 +156,33 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
     # --- admission (all with ``lock`` held) -----------------------------------------------------
 
     def note_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """A scheduler of these limits runs calls on ``loop`` (once per scheduler and loop)."""
+        """A scheduler of these limits runs calls on ``loop`` (once per scheduler and loop). The
+        loops found closed meanwhile are given up first (``reclaim_closed``): a process that runs
+        each request in an ``asyncio.run`` of its own keeps about one here, not one per request
+        (until R95's regression review the list grew by one a loop, and each new loop read it all)."""
+        self.reclaim_closed()
         if all(known() is not loop for known in self.loops):
             self.loops.append(weakref.ref(loop))
+
+    def admission(self, breaker: CircuitBreaker) -> int | BreakerSnapshot:
+        """``breaker.admission()`` for a call of either scheduler (lock not held); when it refuses
+        as half open (its probes all taken), asked again once the probes held by calls of event
+        loops closed under them went back (``reclaim_closed``): such a probe never ends. (Until
+        R95's regression review only the async scheduler asked again: a process of sync calls
+        alone, ``Gate.run``, was refused until an async call or a close reclaimed the probe.)"""
+        admitted = breaker.admission()
+        if isinstance(admitted, BreakerSnapshot) and admitted.state is BreakerState.HALF_OPEN and self.loops:
+            with self.lock:
+                self.reclaim_closed()
+            admitted = breaker.admission()
+        return admitted
 
     def reclaim_closed(self) -> None:
         """Give back the slots (leases, half-open probes) of calls whose event loop was closed
         under them, in every scheduler of these limits (``Scheduler._reclaim_closed``): no task of
         a closed loop runs again, and its calls would keep their slots for good. Asked when a call
         must wait for a slot (``enqueue``), when a half-open breaker refuses for want of a probe
-        (``Scheduler._admission``), by ``Scheduler.aclose`` and by ``Gate.close``; a loop found
+        (``admission``), by ``Scheduler.aclose`` and by ``Gate.close``; a loop found
         closed is forgotten (it never runs another call), so it costs a look at each live loop's
         ``is_closed``."""
         closed = [known for known in self.loops if (loop := known()) is None or loop.is_closed()]

@@ -64,7 +64,7 @@ from agentgate.errors import AgentGateError, DeadlineExceeded, InputError, Sched
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
-from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
+from agentgate.tasks._breaker import BreakerSnapshot, CircuitBreaker
 from agentgate.tasks._call import Attempt, ToolCall, require_flag, require_tool_call, require_tool_function
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits, _declared
@@ -688,7 +688,7 @@ class Scheduler(_StoreWork, _Failures):
                     cancelling = task.cancelling()  # raised when the attempt fails: its caller was cancelled
                     try:
                         if not breaker.closed:
-                            admitted = self._admission(breaker)
+                            admitted = self.shared.admission(breaker)
                             if isinstance(admitted, BreakerSnapshot):
                                 raise _circuit_open(breaker, tool, admitted)
                             held = probing = admitted
@@ -933,21 +933,6 @@ class Scheduler(_StoreWork, _Failures):
                 tool=tool,
                 waited_s=waited,
             ) from exc
-
-    def _admission(self, breaker: CircuitBreaker) -> int | BreakerSnapshot:
-        """``breaker.admission()``; when it refuses as half open (its probes all taken), asked
-        again once the probes held by calls of event loops closed under them went back
-        (``SharedLimits.reclaim_closed``): such a probe never ends."""
-        admitted = breaker.admission()
-        if (
-            isinstance(admitted, BreakerSnapshot)
-            and admitted.state is BreakerState.HALF_OPEN
-            and self.shared.loops
-        ):
-            with self.shared.lock:
-                self.shared.reclaim_closed()
-            admitted = breaker.admission()
-        return admitted
 
     def _reclaim_closed(self) -> None:
         """Give back the slots, leases and half-open probes of this scheduler's attempts whose

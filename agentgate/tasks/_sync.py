@@ -590,7 +590,7 @@ class SyncScheduler:
                 attempted = False  # whether the attempt began: else its rate token goes back
                 try:
                     if not breaker.closed:
-                        admitted = breaker.admission()
+                        admitted = shared.admission(breaker)
                         if isinstance(admitted, BreakerSnapshot):
                             raise _circuit_open(breaker, tool, admitted)
                         held = probing = admitted
