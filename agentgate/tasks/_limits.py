@@ -185,9 +185,12 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         (``admission``), by ``Scheduler.aclose`` and by ``Gate.close``; a loop found
         closed is forgotten (it never runs another call), so it costs a look at each live loop's
         ``is_closed``."""
-        closed = [known for known in self.loops if (loop := known()) is None or loop.is_closed()]
-        if not closed:
+        for known in self.loops:  # the common case, none closed: no list made (a queued call's cost)
+            if (loop := known()) is None or loop.is_closed():
+                break
+        else:
             return
+        closed = [known for known in self.loops if (loop := known()) is None or loop.is_closed()]
         self.loops = [known for known in self.loops if known not in closed]
         with self._listeners_lock:
             schedulers = list(self._listeners)
