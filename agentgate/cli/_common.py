@@ -14,7 +14,7 @@ import shlex
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentgate._durations import parse_duration
 from agentgate._json import MAX_DEPTH, exact_float, first_inexact, inexact_said, once_each
@@ -23,8 +23,17 @@ from agentgate._names import MAX_FREE_TEXT as MAX_FREE_TEXT  # a free-text flag'
 from agentgate._shown import character_named, not_printable, quoted
 from agentgate._time import unix as unix
 from agentgate._time import utc_text
+from agentgate.cli._handlers import committed_work_held
 from agentgate.cli._lines import shortened
-from agentgate.errors import InputError, KeyFileError, NoStore, SourceError, StoreError, TamperDetected
+from agentgate.errors import (
+    InputError,
+    KeyFileError,
+    NoStore,
+    SettlementRefused,
+    SourceError,
+    StoreError,
+    TamperDetected,
+)
 
 if TYPE_CHECKING:  # imported where used: every verb group imports this module, few use these
     from agentgate.keys import PublicKey, SigningKey
@@ -673,6 +682,34 @@ def closed_once_committed(close: Callable[[], None], *, committed: bool, work: s
         from agentgate.cli import warn  # said when the command ends
 
         warn(f"{work} committed, but the store could not be closed: {exc}")
+
+
+_Settled = TypeVar("_Settled")
+
+
+def settled_by_hand(
+    close: Callable[[], None],
+    settle: Callable[[Callable[[], None]], _Settled],
+    said: Callable[[_Settled], str],
+) -> int:
+    """A settlement by hand (``budget settle``, ``tasks settle``): ``settle(committed)``, the
+    signals from its COMMIT on held until its line is said (``committed_work_held``: ``committed``
+    is called as it commits); the store closed (``close``) as ``closed_once_committed`` closes it;
+    then ``said(what settle returned)`` on standard output (``say_written``: exit 0 whether or not
+    it can be written). Exit 0 settled, 1 for its ``SettlementRefused``: ``REFUSED: ...`` on
+    standard output, nothing written."""
+    with committed_work_held() as committed:
+        done = False
+        try:
+            settled = settle(committed)
+            done = True
+        except SettlementRefused as exc:
+            sys.stdout.write(refusal(str(exc)))
+            return 1
+        finally:  # once it committed, a store that cannot be closed is a warning, the line said
+            closed_once_committed(close, committed=done, work="the settlement")
+        say_written(said(settled))
+        return 0
 
 
 def write_json(value: object, indent: int | None = 2) -> None:

@@ -17,18 +17,14 @@ from agentgate.cli._budget_parser import (
     register as register,
 )
 from agentgate.cli._common import (
-    closed_once_committed,
     error_line,
     listed,
     open_audit_log,
     printable,
-    refusal,
-    say_written,
+    settled_by_hand,
     unix,
     utc,
 )
-from agentgate.cli._handlers import committed_work_held
-from agentgate.errors import SettlementRefused
 from agentgate.store.held import HeldReservation, held_rows, holds_ledger, settle_held
 
 
@@ -93,32 +89,30 @@ def _seconds(stored: str) -> float | None:
 def _settle(args: argparse.Namespace) -> int:
     # A store that holds no budget ledger gets no log: settle_held refuses there (review R83).
     store, audit = open_audit_log(args.store, reads=False, create_log=holds_ledger)
-    with committed_work_held() as committed:
-        settled: tuple[HeldReservation, int] | None = None
-        try:
-            settled = settle_held(
-                store,
-                audit,
-                args.id,
-                ran=args.ran,
-                by=args.by,
-                reason=args.reason,
-                min_age_s=args.older_than,
-                committed=committed,  # called as it commits: a signal from there leaves it done, said
-            )
-        except SettlementRefused as exc:
-            sys.stdout.write(refusal(str(exc)))
-            return 1
-        finally:  # once it committed, a store that cannot be closed is a warning, the line said
-            closed_once_committed(store.close, committed=settled is not None, work="the settlement")
+
+    def said(settled: tuple[HeldReservation, int]) -> str:
         reservation, index = settled
         amount = f"{reservation.amount} {_unit(reservation)}"
         verdict = f"charged {amount}" if args.ran else f"released {amount}"
         made = (
             "" if reservation.allow_index is None else f", allowed by audit entry {reservation.allow_index}"
         )
-        say_written(  # committed: exit 0 whether or not the line can be written, as tasks settle
+        return (
             f"settled reservation {reservation.id} of grant {printable(reservation.grant_id)}{made}: {verdict} "
             f"(audit entry {index})"
         )
-        return 0
+
+    return settled_by_hand(
+        store.close,
+        lambda committed: settle_held(
+            store,
+            audit,
+            args.id,
+            ran=args.ran,
+            by=args.by,
+            reason=args.reason,
+            min_age_s=args.older_than,
+            committed=committed,  # called as it commits: a signal from there leaves it done, said
+        ),
+        said,
+    )

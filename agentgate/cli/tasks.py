@@ -17,25 +17,21 @@ import sys
 from typing import Any
 
 from agentgate.cli._common import (
-    closed_once_committed,
     error_line,
     listed,
     open_audit_log,
     open_existing_store,
     printable,
-    refusal,
-    say_written,
+    settled_by_hand,
     unix,
     utc,
 )
-from agentgate.cli._handlers import committed_work_held
 from agentgate.cli._tasks_parser import register as register
-from agentgate.errors import InputError, MalformedRow, SettlementRefused
+from agentgate.errors import InputError, MalformedRow
 from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
 from agentgate.store.leases import SharedBreakers
 from agentgate.store.once import (
     OnceCalls,
-    OnceRecord,
     beyond_log_end,
     checked_allow,
     holds_once_calls,
@@ -171,28 +167,20 @@ def _settle(args: argparse.Namespace) -> int:
         raise InputError("say who settles the call (--by)")  # input, not a refusal: exit 2
     # A store that holds no call that must run once gets no log: settle refuses there.
     store, audit = open_audit_log(args.store, reads=False, create_log=holds_once_calls)
-    with committed_work_held() as committed:
-        record: OnceRecord | None = None
-        try:
-            record = settle(
-                store,
-                audit,
-                args.key,
-                ran=args.ran,
-                by=args.by,
-                reason=args.reason,
-                min_age_s=args.older_than,
-                committed=committed,  # called as it commits: a signal from there leaves it done, said
-            )
-        except SettlementRefused as exc:
-            sys.stdout.write(refusal(str(exc)))
-            return 1
-        finally:  # once it committed, a store that cannot be closed is a warning, the line said
-            closed_once_committed(store.close, committed=record is not None, work="the settlement")
-        verdict = "ran: it is never run again" if args.ran else "did not run: it may run again"
-        # Committed: a line that cannot be written leaves exit 0 (until review R83 exit 2, and a
-        # script retrying on it was refused, exit 1: not unsettled).
-        say_written(
+    verdict = "ran: it is never run again" if args.ran else "did not run: it may run again"
+    return settled_by_hand(
+        store.close,
+        lambda committed: settle(
+            store,
+            audit,
+            args.key,
+            ran=args.ran,
+            by=args.by,
+            reason=args.reason,
+            min_age_s=args.older_than,
+            committed=committed,  # called as it commits: a signal from there leaves it done, said
+        ),
+        lambda record: (
             f"settled {printable(record.key)} (allowed by audit entry {record.allow_index}): {verdict}"
-        )
-        return 0
+        ),
+    )
