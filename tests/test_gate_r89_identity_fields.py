@@ -38,9 +38,9 @@ roles:
     capabilities: [{{resource: tool:lookup}}]{budget}
     ttl_s: 600
 """
-"""One agent's policy with one tool, ``lookup`` (here and in test_gate_r89_registry_tracer and
-test_gate_r89_exception_eq): ``policy_text`` fills in the DIDs and the lines ``lookup`` and
-``budget`` add to the tool and the role."""
+"""One agent's policy with one tool, ``lookup`` (here and in test_gate_r89_registry_tracer,
+test_gate_r89_exception_eq and test_gate_r95_closed_loop_close): ``policy_text`` fills in the
+DIDs and the lines ``lookup`` and ``budget`` add to the tool and the role."""
 
 BUDGET = "\n    budget: {limit: 5, unit: calls}"
 

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_gate_r89_identity_fields import policy_text
 
 from agentgate.capabilities import Call
 from agentgate.gate import Gate
@@ -20,29 +21,13 @@ from agentgate.tasks import SchedulerConfig, ToolLimits
 
 WAIT_S = 10.0
 KEYS = {name: SigningKey.generate() for name in ("root", "agent")}
-POLICY = f"""
-version: 1
-trust_anchors:
-  root: {{did: "{KEYS["root"].did}"}}
-principals:
-  agent: {{kind: agent, did: "{KEYS["agent"].did}", roles: [worker]}}
-tools:
-  lookup:
-    args: {{id: {{type: string, required: true}}}}
-roles:
-  worker:
-    kind: agent
-    capabilities:
-      - resource: tool:lookup
-    ttl_s: 600
-"""
 
 
 def test_close_does_not_wait_for_a_call_whose_loop_was_closed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     gate = Gate(
-        parse_policy(POLICY),
+        parse_policy(policy_text(KEYS, budget="")),
         SQLiteStore(tmp_path / "g.db"),
         scheduler=SchedulerConfig(tools={"lookup": ToolLimits(concurrency=1, timeout_s=None)}),
     )
