@@ -87,6 +87,13 @@ _PATTERNS_SAID = {
 }
 """Each field pattern of the inventory said in words, for its error (pydantic quotes the regex)."""
 
+_QUERY_IS_LOGGED = (
+    "a query string or fragment (?... or #...), which would be logged with every call: give the "
+    "backend's key as api_key_env or api_key_file (sent as a header)"
+)
+"""Why a ``url``, ``metrics_url`` or ``health_path`` holding ``?`` or ``#`` is refused: some hosted
+endpoints take their key as ``?key=...``, and HTTP clients log the URL they call."""
+
 MAX_API_KEY_FILE_BYTES = 8192
 """The most an ``api_key_file`` may hold: API keys are tens to a few hundred characters."""
 
@@ -387,10 +394,7 @@ class Backend(_Frozen):
         if "?" in value or "#" in value:  # a bare one too: the chat path would follow it
             # The same for a token in a query string (``/metrics?token=...``); the chat URL is made
             # by appending a path, which a query string would end up behind.
-            raise ValueError(
-                "the URL has a query string or fragment (?... or #...), which would be logged with every "
-                "call: give the backend's key as api_key_env or api_key_file (sent as a header)"
-            )
+            raise ValueError(f"the URL has {_QUERY_IS_LOGGED}")
         if "@" in value.partition("//")[2].partition("/")[0]:  # urlsplit's netloc, as ? # are out
             # HTTP clients log the URL they call (httpx at INFO): a password in it would be
             # written on every health probe and every call.
@@ -406,6 +410,17 @@ class Backend(_Frozen):
             raise ValueError(f"not a usable URL: {said}") from None
         if not host:
             raise ValueError("the URL names no host, or port 0")
+        return value
+
+    @field_validator("health_path", mode="before")
+    @classmethod
+    def _no_query_in_health_path(cls, value: Any) -> Any:
+        """Refuse a ``health_path`` holding ``?`` or ``#`` before its pattern is checked, whose
+        error quotes the value: a hosted endpoint's key written as ``/v1beta/models?key=...``
+        (Gemini's takes one so) was quoted whole, on the terminal and in logs, until review R96.
+        The message names the fault, never the value, as for ``url`` and ``metrics_url``."""
+        if isinstance(value, str) and ("?" in value or "#" in value):
+            raise ValueError(f"the path has {_QUERY_IS_LOGGED}")
         return value
 
     @field_validator("url")
