@@ -263,11 +263,23 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+_STOP_SIGNALS: tuple[signal.Signals, ...] = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()),  # Windows has none
+)
+"""The signals that stop ``agentgate serve`` gracefully (``_stopped_by_signals``)."""
+
+
 @contextlib.contextmanager
 def _stopped_by_signals(server: uvicorn.Server) -> Iterator[None]:
-    """SIGINT and SIGTERM are ``server``'s stop request (uvicorn's ``handle_exit``: the first
-    begins the shutdown grace, a SIGINT after it ends the grace at once) from before it runs
-    until the gate has closed; then the handlers before are put back.
+    """SIGINT, SIGTERM and SIGHUP (``_STOP_SIGNALS``) are ``server``'s stop request (uvicorn's
+    ``handle_exit``: the first begins the shutdown grace, a SIGINT after it ends the grace at
+    once) from before it runs until the gate has closed; then the handlers before are put back.
+    SIGHUP, which a gateway gets when the terminal or SSH session it runs in closes (and which
+    some supervisors send), stops it as SIGTERM does: until review R96 it was left to its default
+    action, which killed the process at once, its calls in flight with no outcome and their
+    reservations held.
 
     uvicorn takes the signals only while it serves: once its shutdown is done it puts back the
     handlers it found and raises the signals it caught again. Those were Python's (Ctrl-C's
@@ -284,10 +296,10 @@ def _stopped_by_signals(server: uvicorn.Server) -> Iterator[None]:
     stays ignored for the whole run, as for the other commands (``terminate_on_sigterm``): until
     review R94 this and uvicorn's ``capture_signals``, which installs ``server.handle_exit`` for
     both signals whatever they were, made it a stop request, so the Ctrl-C meant for the script
-    that started the gateway in the background stopped the gateway too.
+    that started the gateway in the background stopped the gateway too. So does a SIGHUP ignored
+    at start (``nohup agentgate serve ...``): the gateway outlives the terminal, as asked.
     """
-    held = (signal.SIGINT, signal.SIGTERM)
-    ignored = {signum for signum in held if signal.getsignal(signum) == signal.SIG_IGN}
+    ignored = {signum for signum in _STOP_SIGNALS if signal.getsignal(signum) == signal.SIG_IGN}
     stop = server.handle_exit
 
     def handle_exit(signum: int, frame: FrameType | None) -> None:
@@ -296,7 +308,9 @@ def _stopped_by_signals(server: uvicorn.Server) -> Iterator[None]:
 
     # On the instance, where uvicorn's ``capture_signals`` takes it from (``self.handle_exit``).
     server.handle_exit = handle_exit  # type: ignore[method-assign,assignment]
-    previous = {signum: signal.signal(signum, handle_exit) for signum in held if signum not in ignored}
+    previous = {
+        signum: signal.signal(signum, handle_exit) for signum in _STOP_SIGNALS if signum not in ignored
+    }
     try:
         yield
     finally:
