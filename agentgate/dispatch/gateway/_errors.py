@@ -83,6 +83,7 @@ _PROTOCOL_CODES = {
     408: "request_timeout",
     431: "request_header_fields_too_large",
     501: "transfer_coding_not_supported",
+    503: "shutting_down",
     505: "http_version_not_supported",
 }
 """The codes of the HTTP protocol's refusals (``agentgate/_bounded_http.py``), by status."""

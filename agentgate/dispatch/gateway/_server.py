@@ -32,6 +32,11 @@ from agentgate.errors import DispatchError, InputError
 if TYPE_CHECKING:
     from agentgate.dispatch.gateway._app import Gateway
 
+_HEAD_CUT = (
+    "the gateway is shutting down: the request's head had not all arrived; nothing was decided or charged"
+)
+"""The 503 ``shutting_down`` message of a request whose head was still arriving when the stop began."""
+
 
 class _GatewayHttp(BoundedHttpToolsProtocol):
     """The bounded HTTP protocol whose own refusals (431, 408, 400, 501, 505: before the app sees
@@ -50,6 +55,18 @@ class _GatewayHttp(BoundedHttpToolsProtocol):
         answer = protocol_error(status, text)
         self.gateway._count_error(status, answer.code)
         return "application/json", bytes(answer.body)
+
+    def shutdown(self) -> None:
+        """uvicorn's start of the shutdown for this connection, but a request head partly read,
+        with no answer before it still running, is answered 503 ``shutting_down`` (``connection:
+        close``) rather than closed with none. uvicorn closes every connection with no request
+        running at once: until review R96 a caller that had sent part of its head got EOF, which it
+        could not tell from a crash, and a POST is not safe to send again after one. Nothing of it
+        was decided, charged or audited, and nothing is now. A head behind an answer still running
+        is a pipelined request: the connection closes after that answer (docs/gateway.md)."""
+        if self._reading_head and self._head_bytes and self._refusal is None and not self._answering():
+            self._refuse(503, "Service Unavailable", _HEAD_CUT)
+        super().shutdown()
 
 
 class _Server(uvicorn.Server):
