@@ -92,7 +92,7 @@ def run() -> NoReturn:
 
 
 def _ignored_until_exit() -> bool:
-    """Ignore SIGINT and SIGTERM for the rest of the process: the command has ended, its output
+    """Ignore SIGINT, SIGTERM and SIGHUP for the rest of the process: the command has ended, its output
     flushed, and what is left is the interpreter's shutdown, in which a signal
     would only turn the command's exit code into a death by that signal, nothing said (until
     review R94 the handlers before ``run`` were put back there, SIG_DFL for SIGTERM: a SIGTERM
@@ -102,7 +102,13 @@ def _ignored_until_exit() -> bool:
     import signal
 
     try:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP too: ``serve`` stops on it (review R96), and one after its gate closed would
+        # otherwise kill the process, its outcomes all committed, with the wrong exit status.
+        for signum in (
+            signal.SIGINT,
+            signal.SIGTERM,
+            *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()),
+        ):
             signal.signal(signum, signal.SIG_IGN)
     except ValueError:  # not the main thread
         return False
