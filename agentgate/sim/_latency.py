@@ -1,4 +1,4 @@
-"""The iteration latency model of a vLLM-like engine, calibrated from published figures and measurements.
+"""The iteration latency model of a vLLM-like engine: profiles from published figures, measurements, or (one) illustrative.
 
 One engine iteration (a "step") runs the whole batch through the model once. Its time is::
 
@@ -144,9 +144,7 @@ LLAMA_8B_H200 = LatencyModel(
     kv_capacity_tokens=920_000,
 )
 
-# Qwen3-32B: a 10,000-token prompt takes 4.3 s to first token uncached (the published figure);
-# 10,000 x 0.41 ms + 4e-9 x 10,000^2 / 2 + 12 ms = 4.3 s. KV: 64 layers x 8 KV heads x 128 x 2 x 2
-# bytes = 256 KiB per token.
+# KV: 64 layers x 8 KV heads x 128 x 2 x 2 bytes = 256 KiB per token.
 QWEN3_32B = LatencyModel(
     name="qwen3-32b",
     base_s=12e-3,
@@ -156,6 +154,15 @@ QWEN3_32B = LatencyModel(
     attention_pair_s=4e-9,
     kv_capacity_tokens=200_000,
 )
+"""Illustrative, not calibrated: a larger model whose 10,000-token prompt takes 4.31 s to first
+token uncached and well under a second with most of it cached (12 ms + 10,000 x 0.41 ms +
+4e-9 x 10,000^2 / 2), for tests and examples of long prompts and prefix caching. No source is
+known for those two figures, and no single GPU and precision gives all of its coefficients by
+docs/simulation.md's rules: in BF16 (65.6 GB of weights) the weight read alone is 19.6 ms on an
+H100 and 13.7 ms on an H200, above ``base_s``; ``kv_read_s`` is an H100's bandwidth, whose 80 GB
+hold about 50k tokens of KV, not 200k; ``prefill_token_s`` is 16% of an H100's BF16 peak (the
+8B profiles take about 53%). Use the Llama-3.1-8B profiles for figures that claim to be real
+(review R96: until then it was documented as coming from published figures, with none named)."""
 
 PROFILES: dict[str, LatencyModel] = {m.name: m for m in (LLAMA_8B_H100, LLAMA_8B_H200, QWEN3_32B)}
 """Every built-in profile by name."""
