@@ -3,7 +3,8 @@
 Everything a client sends is checked here, before the engine sees it, so that a malformed or
 hostile body is an ``InputError`` (HTTP 400) and never a 500 or unbounded work: the body must be
 strict JSON (no ``NaN``/``Infinity``, nesting within the parser's depth), a JSON object whose
-``messages`` are a non-empty list of objects with a string ``role``, holding at most
+``messages`` are a non-empty list of objects with a string ``role`` and a ``content`` that is a
+string, null or a list of objects (a ``text`` part's ``text`` a string, as vLLM requires), holding at most
 ``MAX_PROMPT_ITEMS`` messages and content parts in all; ``max_tokens`` (or
 ``max_completion_tokens``) an integer from 1 to the context limit, defaulting to 16; ``stream`` a
 boolean and ``stream_options`` an object, and only with ``stream`` true (unless empty), as vLLM
@@ -25,9 +26,9 @@ refused where an integer is meant, as JSON types are everywhere else here.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationError
 from pydantic_core import ErrorDetails
 
 from agentgate._json import INT64, integral
@@ -50,11 +51,58 @@ Integral = Annotated[int, BeforeValidator(integral)]
 """An integer field: an ``int`` (never a ``bool``, never text) or a float with no fraction."""
 
 
+class _TextPart(BaseModel):
+    """A content part of type ``text``: its ``text`` a string, as vLLM's typed parts require
+    (until review R96 ``{"type": "text", "text": 5}`` was served)."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="allow")
+
+    type: Literal["text"]
+    text: str
+
+
+_TEXT_PART = "<text part>"
+_OTHER_PART = "<other part>"
+_TEXT = "<text>"
+_PARTS = "<parts>"
+_NULL = "<null>"
+_TAGS = frozenset({_TEXT_PART, _OTHER_PART, _TEXT, _PARTS, _NULL})
+"""The branches of the tagged unions below, which pydantic puts in an error's ``loc``: never a
+field's name, so ``_refusal`` leaves them out of the field it names."""
+
+
+def _part_kind(part: object) -> str:
+    return _TEXT_PART if isinstance(part, dict) and part.get("type") == "text" else _OTHER_PART
+
+
+def _content_kind(content: object) -> str | None:
+    kinds = {str: _TEXT, list: _PARTS, type(None): _NULL}
+    return kinds.get(type(content))
+
+
+_Part = Annotated[
+    Annotated[_TextPart, Tag(_TEXT_PART)] | Annotated[dict[str, Any], Tag(_OTHER_PART)],
+    Discriminator(_part_kind),
+]
+"""A content part: a JSON object, checked further where it is a text part (other parts, images
+and the rest, are taken as they are)."""
+_Content = Annotated[
+    Annotated[str, Tag(_TEXT)] | Annotated[list[_Part], Tag(_PARTS)] | Annotated[None, Tag(_NULL)],
+    Discriminator(
+        _content_kind,
+        custom_error_type="content_type",
+        custom_error_message="a string, a list of content parts, or null",
+    ),
+]
+"""A message's ``content``, one branch chosen by the JSON type sent, so that a refusal is that
+branch's (until review R96 a list of numbers was told that content should be a string)."""
+
+
 class _Message(BaseModel):
     model_config = ConfigDict(frozen=True, strict=True, extra="allow")
 
     role: str
-    content: str | list[dict[str, Any]] | None = ""
+    content: _Content = ""
 
 
 class _StreamOptions(BaseModel):
@@ -100,6 +148,7 @@ class ChatRequest(BaseModel):
 
 
 _JSON_NAMES: dict[type, str] = {
+    dict: "an object",
     list: "an array",
     str: "a string",
     bool: "a boolean",
@@ -110,16 +159,27 @@ _JSON_NAMES: dict[type, str] = {
 """What a parsed JSON value was, in the words of JSON, for a refusal that names it."""
 
 
+_MUST_BE = {
+    "model_type": "a JSON object",
+    "dict_type": "a JSON object",
+    "content_type": "a string, a list of content parts, or null",
+}
+"""What a field of each of these error types takes, in plain words."""
+
+
 def _refusal(error: ErrorDetails) -> str:
-    """The message for the first validation error: where it is, then what is wrong. Where an
-    object was expected (the body, a message, ``stream_options``), it says so in plain words
-    rather than pydantic's, which names the private model (until review R92 a body of ``[1, 2]``
-    got "Input should be a valid dictionary or instance of _Body")."""
-    where = ".".join(str(part) for part in error["loc"]) or "the body"
-    if error["type"] != "model_type":
+    """The message for the first validation error: where it is (the field of the body, never a
+    union's branch), then what is wrong. Where an object was expected (the body, a message,
+    ``stream_options``, a content part) or a message's content is of no type it takes, it says so
+    in plain words rather than pydantic's, which names the private model (until review R92 a body
+    of ``[1, 2]`` got "Input should be a valid dictionary or instance of _Body"; until review R96
+    content of ``[1]`` got "messages.0.content.str: Input should be a valid string")."""
+    where = ".".join(str(part) for part in error["loc"] if part not in _TAGS) or "the body"
+    must_be = _MUST_BE.get(error["type"])
+    if must_be is None:
         return f"{where}: {error['msg']}"
     given = _JSON_NAMES.get(type(error["input"]), "another type")
-    return f"{where} must be a JSON object, not {given}"
+    return f"{where} must be {must_be}, not {given}"
 
 
 def _no_constant(name: str) -> float:
