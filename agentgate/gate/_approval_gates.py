@@ -167,8 +167,13 @@ class _Approvals:
             "approvers": list(gate.approvers),
             "quorum": gate.quorum,
             # Whole seconds rounded up, so it holds ``expiry_s`` at least (until review R82 the
-            # asking's second was rounded down: one asked at X.9 with ``expiry_s: 1`` held 0.1 s).
-            "expires_at": math.ceil(time.time()) + gate.expiry_s,
+            # asking's second was rounded down: one asked at X.9 with ``expiry_s: 1`` held 0.1 s),
+            # and never past the chain's earliest expiry: the call hash binds the grant, no call
+            # is made on an expired one, so no approval of the request could be used after it.
+            # Until review R96 a sub-agent's request outlived its delegated grant: resumed after
+            # it, the delegation issued a fresh grant, the call was asked for again under a new
+            # request, and the old one stayed pending, listed and signable, until ``expiry_s``.
+            "expires_at": min(math.ceil(time.time()) + gate.expiry_s, identity.chain.expires),
             "reasons": list(verdict.reasons),
         }
 
@@ -204,9 +209,11 @@ class _Approvals:
         A request the store does not hold is refused where the approval is used (``consume``).
         ``tx``: the transaction the caller is in, read in (none opened inside it: on PostgreSQL a
         second pool connection, which a pool of one never gives)."""
-        if approval.call_hash != request["call_hash"]:
-            return "approval not counted: it was given for another call"
         asked = self.approvals.call_of(approval.request, tx=tx)  # its call hash and call key
+        if approval.call_hash != request["call_hash"]:
+            if asked == (approval.call_hash, call_key) and call_key is not None:
+                return self._other_grant_refusal(approval)
+            return "approval not counted: it was given for another call"
         if asked is not None and asked[0] != request["call_hash"]:
             return f"approval not counted: it was given for another call (request {approval.request[:100]!r})"
         if call_key is not None and asked is not None and asked[1] not in (None, call_key):
@@ -219,6 +226,24 @@ class _Approvals:
         if not approval.verify():
             return f"approval not counted: its signature is not {approval.approver}'s"
         return None
+
+    def _other_grant_refusal(self, approval: Approval) -> str:
+        """Why ``approval``, of a request asked for this very framework call (its call key) under
+        another call hash, is not counted: the grant the call stood on expired, and with it the
+        request (it lasts no longer than its chain), and the call now stands on a fresh grant (a
+        sub-agent's delegation issues one in place of an expired one); else the call was changed.
+        Until review R96 both read "given for another call"."""
+        try:
+            own = self.approvals.get(approval.request)
+        except InputError:  # gone meanwhile
+            own = None
+        if own is not None and own.state != "consumed" and own.expires_at <= time.time():
+            return (
+                f"approval not counted: request {approval.request[:100]!r} expired before the call was "
+                "made (a request lasts no longer than the grant it was asked under); the call is asked "
+                "for again"
+            )
+        return "approval not counted: it was given for another call"
 
     @staticmethod
     def _signer_refusal(approver: str, requester_did: object, voters: Collection[str] | None) -> str | None:
