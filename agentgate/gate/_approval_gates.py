@@ -212,7 +212,7 @@ class _Approvals:
         asked = self.approvals.call_of(approval.request, tx=tx)  # its call hash and call key
         if approval.call_hash != request["call_hash"]:
             if asked == (approval.call_hash, call_key) and call_key is not None:
-                return self._other_grant_refusal(approval)
+                return self._other_grant_refusal(approval, tx)
             return "approval not counted: it was given for another call"
         if asked is not None and asked[0] != request["call_hash"]:
             return f"approval not counted: it was given for another call (request {approval.request[:100]!r})"
@@ -227,14 +227,14 @@ class _Approvals:
             return f"approval not counted: its signature is not {approval.approver}'s"
         return None
 
-    def _other_grant_refusal(self, approval: Approval) -> str:
+    def _other_grant_refusal(self, approval: Approval, tx: Transaction | None) -> str:
         """Why ``approval``, of a request asked for this very framework call (its call key) under
         another call hash, is not counted: the grant the call stood on expired, and with it the
         request (it lasts no longer than its chain), and the call now stands on a fresh grant (a
         sub-agent's delegation issues one in place of an expired one); else the call was changed.
-        Until review R96 both read "given for another call"."""
+        Until review R96 both read "given for another call". ``tx``: as ``_refusal``'s."""
         try:
-            own = self.approvals.get(approval.request)
+            own = self.approvals.get(approval.request, tx=tx)
         except InputError:  # gone meanwhile
             own = None
         if own is not None and own.state != "consumed" and own.expires_at <= time.time():

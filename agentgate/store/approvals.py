@@ -823,11 +823,14 @@ class ApprovalStore:
             work.execute("DELETE FROM approvals WHERE expires_at < ?", (before,))
             return work.rowcount
 
-    def get(self, approval_id: str) -> Approval:
-        """One request; ``InputError`` if there is none."""
+    def get(self, approval_id: str, *, tx: Transaction | None = None) -> Approval:
+        """One request; ``InputError`` if there is none. ``tx``: the caller's transaction, read in
+        (none opened beside it: on PostgreSQL that would be a second pool connection)."""
         approval_id = _request_id(approval_id)
-        with self.store.transaction(immediate=False) as tx:
+        if tx is not None:
             return self._get(tx, approval_id)
+        with self.store.transaction(immediate=False) as own:
+            return self._get(own, approval_id)
 
     def _get(self, tx: Transaction, approval_id: str) -> Approval:
         rows = tx.execute(
