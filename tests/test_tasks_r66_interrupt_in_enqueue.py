@@ -32,9 +32,11 @@ import pytest
 
 from agentgate.errors import DeadlineExceeded, SchedulingError
 from agentgate.tasks import RateLimit, SchedulerConfig, SyncScheduler, ToolCall, ToolLimits
+from agentgate.tasks._sync import _wait_event, _Wake
 
 TASKS = str(Path(__file__).resolve().parent.parent / "agentgate" / "tasks")
 WAIT_S = 10.0  # bound on every wait: only a bug comes near it
+JOIN_WAIT_S = 0.02  # how long a joiner armed with an interrupt waits for its deadline (see below)
 SLOW = RateLimit(per_second=1e-6, burst=5)  # no token comes back by itself during the test
 
 
@@ -43,6 +45,26 @@ def _default_sigint() -> Iterator[None]:
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, before)
+
+
+def _wait_no_wall_time(frame: FrameType, event: str, arg: Any) -> None:
+    """Make the armed thread's waits for its deadline end at once, through the very same points:
+    a queued call's ``_Wake.wait`` gets a timeout of zero as it begins (its lock is then tried,
+    not waited on), and a joiner's ``_wait_event`` a deadline ``JOIN_WAIT_S`` away (its first
+    step waits that long, the next one finds the deadline passed: the same points as a longer
+    wait, unless the thread is held off the CPU that long between the two readings of the clock,
+    when the first step is skipped and this run's later points come two earlier). Each run
+    past the point where the call waits (tens of them in a sweep) used to sleep until the call's
+    deadline; nothing wakes these calls meanwhile, so they end as they did, without the sleep.
+    (A profile function's changes to ``frame.f_locals`` are written back to the frame.)"""
+    code = frame.f_code
+    if event == "call" and code is _Wake.wait.__code__:
+        if frame.f_locals["timeout"] is not None:
+            frame.f_locals["timeout"] = 0.0
+    elif event == "call" and code is _wait_event.__code__:
+        deadline, soon = frame.f_locals["deadline"], time.monotonic() + JOIN_WAIT_S
+        if deadline is not None and deadline > soon:
+            frame.f_locals["deadline"] = soon
 
 
 def _interrupt_at(k: int) -> tuple[Callable[[FrameType, str, Any], Any], list[int]]:
@@ -54,6 +76,7 @@ def _interrupt_at(k: int) -> tuple[Callable[[FrameType, str, Any], Any], list[in
     count = [0]
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
+        _wait_no_wall_time(frame, event, arg)
         if event in ("call", "return", "c_return") and frame.f_code.co_filename.startswith(TASKS):
             count[0] += 1
             if count[0] == k:
