@@ -86,12 +86,18 @@ def test_a_head_partly_in_when_the_stop_begins_is_answered_503_shutting_down(
     assert len(env.entries()) == before  # nothing decided or audited
 
 
-def test_an_idle_kept_alive_connection_is_closed_with_no_answer(env: Env) -> None:
+@pytest.mark.parametrize("blank_line", [False, True], ids=["nothing-more", "a-blank-line-after"])
+def test_an_idle_kept_alive_connection_is_closed_with_no_answer(env: Env, blank_line: bool) -> None:
+    """Blank lines before a request line begin no request (RFC 9112 section 2.2): a connection
+    that sent one after its answer is idle too, closed with no answer."""
     server = GatewayServer(Gateway(env.gate, env.server.gateway.inventory), port=0, shutdown_grace_s=1)
     server.start()
     connection = socket.create_connection((server.host, server.port))
     try:
         _healthz(connection)
+        if blank_line:
+            connection.sendall(b"\r\n")
+            _head_bytes_read(server, 2)
     finally:
         server.stop()
     try:

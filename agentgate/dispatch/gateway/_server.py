@@ -63,8 +63,10 @@ class _GatewayHttp(BoundedHttpToolsProtocol):
         running at once: until review R96 a caller that had sent part of its head got EOF, which it
         could not tell from a crash, and a POST is not safe to send again after one. Nothing of it
         was decided, charged or audited, and nothing is now. A head behind an answer still running
-        is a pipelined request: the connection closes after that answer (docs/gateway.md)."""
-        if self._reading_head and self._head_bytes and self._refusal is None and not self._answering():
+        is a pipelined request: the connection closes after that answer (docs/gateway.md). A head
+        has begun at its request line: blank lines before one, which HTTP says to ignore, begin
+        none (counted as head bytes, they made an idle connection's close a 503 answering nothing)."""
+        if self._reading_head and self._head_begun and self._refusal is None and not self._answering():
             self._refuse(503, "Service Unavailable", _HEAD_CUT)
         super().shutdown()
 
