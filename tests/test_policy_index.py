@@ -33,7 +33,7 @@ def test_support_agent_small_refund_is_allowed_with_budget_and_quotas() -> None:
     decision = PolicyIndex(SUPPORT).evaluate("support-agent", _refund(80))
     assert decision.outcome is Outcome.ALLOW and decision.allowed
     assert decision.role == "support-agent" and decision.rule is not None and decision.rule.line is not None
-    assert decision.budget is not None and decision.budget.limit == 50_000_000
+    assert decision.budget is not None and (decision.budget.limit, decision.budget.unit) == (500, "calls")
     assert {q.name for q in decision.quotas} == {"agent-refunds-per-hour", "acme-calls-per-minute"}
 
 

@@ -34,6 +34,7 @@ from agentgate.policy._lint._constraints import (
     ShadowedRule,
 )
 from agentgate.policy._lint._declarations import (
+    BudgetCountsNothing,
     LoggableUndeclaredArgument,
     QuotaCountsNothing,
     RuleForUndeclaredResource,
@@ -89,6 +90,7 @@ RULES: tuple[LintRule, ...] = (
     RoleNeverHeld(),
     RuleForUndeclaredResource(),
     QuotaCountsNothing(),
+    BudgetCountsNothing(),
     ConstraintOnUndeclaredArgument(),
     ContradictoryConstraint(),
     EmptyPrefix(),

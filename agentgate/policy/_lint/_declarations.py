@@ -1,7 +1,7 @@
 """Lint rules on what a policy declares and names (authority_chain_opacity): a tool no role can
 call or that is not audited, a rule or a quota that names an undeclared resource, a quota that
-counts nothing (no resources, or a unit none of their calls use), and a loggable argument a tool
-does not declare.
+counts nothing (no resources, or a unit none of their calls use), a role or delegation budget in a
+unit none of the calls it is charged for use, and a loggable argument a tool does not declare.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Set as AbstractSet
 
 from agentgate.findings import Finding, Severity
 from agentgate.policy._index import wild_ancestors
-from agentgate.policy._lint._common import OPAQUE, LintRule, _declared, _named_patterns
-from agentgate.policy._load import Policy
+from agentgate.policy._lint._common import OPAQUE, LintRule, _declared, _listed, _named_patterns
+from agentgate.policy._load import Policy, RuleRef
 
 
 class ToolWithoutRule(LintRule):
@@ -99,8 +99,7 @@ class QuotaCountsNothing(LintRule):
         # tool call costs one call and nothing else, a lease money only for a GPU type priced
         # under gpus. A quota in a unit none of its resources' calls use counts nothing: the
         # calls it was written to limit run without limit, and the policy reads as if they were.
-        priced_gpus = [f"gpu:{n}" for n, gpu in policy.document.gpus.items() if gpu.cost_per_gpu_hour > 0]
-        priced = frozenset(priced_gpus) | _named_patterns(priced_gpus)  # looked up, not matched in turn
+        priced = _priced_patterns(policy)
         for name, quota in policy.document.quotas.items():
             if not quota.resources:
                 yield self.finding(
@@ -129,6 +128,57 @@ class QuotaCountsNothing(LintRule):
                     policy.line_of("quotas", name, "resources", at),
                     severity=Severity.WARNING,
                 )
+
+
+class BudgetCountsNothing(LintRule):
+    code = "budget_counts_nothing"
+    kind = OPAQUE
+    hint = (
+        "budget the unit the role's calls cost (calls: every call; tokens: models; usd_micros: models "
+        "and GPU types priced under gpus), or drop the budget"
+    )
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        # The same cost model as ``quota_counts_nothing``: a grant for a role carries the role's
+        # budget, and a call on it is charged what it costs in the budget's unit. A role whose
+        # rules (its own and those it inherits, decided as it: ``held_role``) name only tools,
+        # budgeted in ``usd_micros`` (the unit's default) or ``tokens``, is charged nothing: its
+        # grants spend without limit while the policy reads as if capped. Likewise a
+        # delegation's budget, against what the delegation hands on. Until review R96 lint said
+        # nothing, and policies/support.yaml capped a tools-only agent at 50 USD it never spent.
+        priced = _priced_patterns(policy)
+        for name, role in policy.document.roles.items():
+            bounds: list[tuple[str, tuple[RuleRef, ...], tuple[str, ...], str, str]] = []
+            if role.budget is not None:
+                bounds.append(
+                    (role.budget.unit, policy.effective_rules(name), ("budget",), "budget", "its rules allow")
+                )
+            if role.delegation is not None and role.delegation.budget is not None:
+                bounds.append(
+                    (
+                        role.delegation.budget.unit,
+                        policy.delegable.get(name, ()),
+                        ("delegation", "budget"),
+                        "delegation budget",
+                        "it may delegate",
+                    )
+                )
+            for unit, rules, at, what, calls in bounds:
+                patterns = list(dict.fromkeys(r.capability.resource for r in rules))
+                if patterns and not any(_costs_in(unit, p, priced) for p in patterns):
+                    yield self.finding(
+                        policy,
+                        f"role {name}'s {what} is in {unit}, which no call {calls} ({_listed(patterns)}) "
+                        "costs: it limits nothing, and the grants it bounds spend without limit",
+                        policy.line_of("roles", name, *at, key=True),
+                    )
+
+
+def _priced_patterns(policy: Policy) -> frozenset[str]:
+    """The GPU types ``policy`` prices (``cost_per_gpu_hour`` above 0) and every wildcard pattern
+    that names one: what ``_costs_in`` looks a pattern up in for ``usd_micros``."""
+    priced_gpus = [f"gpu:{n}" for n, gpu in policy.document.gpus.items() if gpu.cost_per_gpu_hour > 0]
+    return frozenset(priced_gpus) | _named_patterns(priced_gpus)  # looked up, not matched in turn
 
 
 def _costs_in(unit: str, pattern: str, priced: AbstractSet[str]) -> bool:
