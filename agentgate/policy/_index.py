@@ -165,6 +165,9 @@ class PolicyIndex:
         self.policy = policy
         doc = policy.document
         self._budgets: dict[str, Budget | None] = {name: role.budget for name, role in doc.roles.items()}
+        # Roles that hold a rule, themselves or through ``inherits``: only these decide a call, so
+        # only these bound a root grant (``_bounding_roles``).
+        self._ruling = frozenset(name for name in doc.roles if policy.effective_rules(name))
         self._priced_gpus = frozenset(
             f"gpu:{name}" for name, gpu in doc.gpus.items() if gpu.cost_per_gpu_hour > 0
         )
@@ -274,23 +277,33 @@ class PolicyIndex:
         principal = self.policy.document.principals.get(name) if name else None
         return tuple(principal.roles) if principal else ()
 
+    def _bounding_roles(self, did: str) -> tuple[str, ...]:
+        """The held roles (``_held_roles``) whose terms bound a root grant to ``did``: those that
+        hold a rule, themselves or through ``inherits``. A role that holds none allows no call,
+        so no decision is ever made as it; until review R96 its ``ttl_s``, its budget (none) and
+        its ``delegation.max_depth`` still lifted the bounds of every grant to its holder: a
+        description-only role next to one of 600 s and 3 calls let a grant live 86,400 s with
+        no budget, and one with ``max_depth: 5`` let a chain run five links deep."""
+        return tuple(role for role in self._held_roles(did) if role in self._ruling)
+
     def root_ttl_s(self, holder: str) -> int:
         """The longest a root grant to ``holder`` (a did:key) may live: the longest ``ttl_s`` of
-        the roles it holds, each capped by ``settings.max_ttl_s`` (``role_grant_template``);
-        ``settings.max_ttl_s`` for a key the policy does not name or that holds no role."""
-        roles = self._held_roles(holder)
+        the roles it holds that hold a rule (``_bounding_roles``), each capped by
+        ``settings.max_ttl_s`` (``role_grant_template``); ``settings.max_ttl_s`` for a key the
+        policy does not name or that holds no such role (the policy's verdict refuses its calls)."""
+        roles = self._bounding_roles(holder)
         if not roles:
             return self.policy.document.settings.max_ttl_s
         return max(role_grant_template(self.policy, role).ttl_s for role in roles)
 
     def root_budgets(self, holder: str) -> tuple[Budget, ...] | None:
         """The budgets a root grant to ``holder`` (a did:key) may carry: the ``budget`` of each role
-        it holds (``role_grant_template``); the grant must carry one in the unit of one of them, no
-        larger than its ``limit``. ``None`` (no bound) when one of its roles has no budget, and for
-        a key the policy does not name or that holds no role (the policy's verdict refuses its
-        calls)."""
+        it holds that holds a rule (``_bounding_roles``, ``role_grant_template``); the grant must
+        carry one in the unit of one of them, no larger than its ``limit``. ``None`` (no bound)
+        when one of those roles has no budget, and for a key the policy does not name or that
+        holds no such role (the policy's verdict refuses its calls)."""
         budgets: list[Budget] = []
-        for role in self._held_roles(holder):
+        for role in self._bounding_roles(holder):
             budget = self._budgets[role]
             if budget is None:
                 return None
@@ -328,10 +341,11 @@ class PolicyIndex:
 
     def delegation_depth(self, holder: str) -> int:
         """How many delegation steps may follow a root grant to ``holder`` (a did:key): the
-        deepest ``delegation.max_depth`` of the roles it holds (``role_grant_template``), 0 for a
-        key the policy does not name or whose roles delegate nothing."""
+        deepest ``delegation.max_depth`` of the roles it holds that hold a rule
+        (``_bounding_roles``, ``role_grant_template``), 0 for a key the policy does not name or
+        whose roles delegate nothing."""
         return max(
-            (role_grant_template(self.policy, role).max_depth for role in self._held_roles(holder)),
+            (role_grant_template(self.policy, role).max_depth for role in self._bounding_roles(holder)),
             default=0,
         )
 
