@@ -58,21 +58,21 @@ class WildcardCapabilityForAgent(LintRule):
     hint = "name the tools the agent needs; a wildcard also grants every tool added later"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
+        # What any role delegates goes to a sub-agent (a grant is handed on to an agent acting
+        # for its first holder), whatever the role's kind: until review R96 a human role's
+        # ``delegation.capabilities: [tool:*]`` handed every sub-agent every tool unreported.
         for name in policy.document.roles:
-            if not policy.is_agent_role(name):
-                continue
-            for rule in policy.rules.get(name, ()):
+            held = policy.rules.get(name, ()) if policy.is_agent_role(name) else ()
+            for rule, holder in (
+                *((r, f"agent role {name} holds") for r in held),
+                *((r, f"role {name} delegates to sub-agents") for r in policy.delegable.get(name, ())),
+            ):
                 pattern = rule.capability.resource
                 if pattern.endswith(":*"):
-                    yield self.finding(
-                        policy, f"agent role {name} holds every {pattern[:-2]}: {pattern}", rule.line
-                    )
+                    yield self.finding(policy, f"{holder} every {pattern[:-2]}: {pattern}", rule.line)
                 elif pattern.endswith(".*"):
                     yield self.finding(
-                        policy,
-                        f"agent role {name} holds the wildcard {pattern}",
-                        rule.line,
-                        severity=Severity.WARNING,
+                        policy, f"{holder} the wildcard {pattern}", rule.line, severity=Severity.WARNING
                     )
 
 
