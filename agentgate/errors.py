@@ -338,6 +338,13 @@ class MalformedRow(StoreError):
     the same row, so nothing retries it; the message names the table and the row."""
 
 
+class NotWriter(StoreError):
+    """A GPU broker's journal is not (or no longer) its broker name's writer: another broker
+    process took the name over, or wrote the state this broker restored since (review R96).
+    Nothing was written, and this broker is not the authority: what it holds in memory does not
+    stand (``Broker.renew`` raises ``LeaseLost`` for it, not this); stop it."""
+
+
 class CommitUnknown(StoreError):
     """The connection to the store was lost while its transaction committed (PostgreSQL): the
     server may have committed it or not, and the client cannot tell which; nothing was retried.

@@ -38,13 +38,15 @@ overwrite each other's state. A journal therefore writes only while it is the na
 first write after ``take_over`` (which ``Broker.restore`` calls: a restarted broker takes over)
 makes a journal the writer; any other write succeeds only if it was the writer already, or if
 the name has none. The process taken over from fails closed: its next write raises
-``StoreError`` (its broker's events stay queued, never returned), and so does a fresh broker
-that did not restore the name's state.
+``NotWriter``, a ``StoreError`` (its broker's events stay queued, never returned), and so does a
+fresh broker that did not restore the name's state. ``NotWriter`` is told apart from a store that
+fails (review R96): the broker is not the authority, so ``Broker.renew`` answers ``LeaseLost``,
+not the ``StoreError`` that says renewed.
 
 Taking over is tied to the state restored (review R40): ``load`` remembers the ``generation`` it
 read, and the claiming write succeeds only while the stored generation is still that one. A write
 of the old process between the new one's ``load`` and its first write (or a second replica that
-took over first) changes it, and the claiming write raises ``StoreError``, writing nothing: the
+took over first) changes it, and the claiming write raises ``NotWriter``, writing nothing: the
 new broker must load the state again. A journal that restores a snapshot it did not load itself
 takes over only if the stored state is that snapshot (or there is none).
 
@@ -79,7 +81,7 @@ from agentgate.dispatch.broker import (
     WorkloadHint,
 )
 from agentgate.dispatch.broker._model import LEASE_TIMES, taken_at_refused, time_refused
-from agentgate.errors import BrokerError, MalformedRow, StoreError
+from agentgate.errors import BrokerError, MalformedRow, NotWriter, StoreError
 from agentgate.store._base import MAX_STORED_INTEGER, Dialect, Row, Store, Transaction, add_sqlite_columns
 
 _TABLES = """
@@ -222,10 +224,11 @@ class BrokerLeaseStore:
     def save(self, snapshot: BrokerSnapshot) -> None:
         """Replace this broker's stored state with ``snapshot``, atomically.
 
-        Raises ``StoreError``, writing nothing, when another journal is the broker name's writer
-        and this one has not restored the state since, or when it restored a state that was
-        written over since (module docstring, "One writer"), or when ``snapshot`` names one
-        lease or waiting request id twice (until review R90 the store's unique key refused it).
+        Raises ``NotWriter`` (a ``StoreError``), writing nothing, when another journal is the
+        broker name's writer and this one has not restored the state since, or when it restored
+        a state that was written over since (module docstring, "One writer"); ``StoreError`` when
+        ``snapshot`` names one lease or waiting request id twice (until review R90 the store's
+        unique key refused it), or when the store fails.
         """
         leases = {lease.id: self._lease_row(lease) for lease in snapshot.leases}
         queue = {q.request.id: self._queue_row(q, position) for position, q in enumerate(snapshot.queue)}
@@ -243,7 +246,7 @@ class BrokerLeaseStore:
                 claim += " WHERE broker_writer.writer = excluded.writer"
             tx.execute(claim, (self.broker, self.writer))
             if tx.rowcount != 1:
-                raise StoreError(
+                raise NotWriter(
                     f"broker {self.broker!r} is journaled by another broker process: two brokers "
                     "under one name would grant the same GPUs; restore its saved state to take "
                     "over (a restart), or give this broker another name"
@@ -252,7 +255,7 @@ class BrokerLeaseStore:
             # one at a time from here, and this read sees the last one committed.
             generation = _generation(tx, self.broker)
             if self._taking_over and not self._may_take_over(tx, generation):
-                raise StoreError(
+                raise NotWriter(
                     f"broker {self.broker!r}: its saved state was written over since this broker "
                     "restored it (another broker process still writes it, or took the name over "
                     "first): two brokers under one name would grant the same GPUs; stop the other "

@@ -82,7 +82,7 @@ from agentgate.dispatch.broker._quoting import quoted
 from agentgate.dispatch.broker._restore import _Restoring
 from agentgate.dispatch.broker._topology import Topology
 from agentgate.dispatch.broker._waiting import _Queue, _Waiting
-from agentgate.errors import BrokerError, LeaseLost, StoreError
+from agentgate.errors import BrokerError, LeaseLost, NotWriter, StoreError
 
 Clock = Callable[[], float]
 
@@ -312,7 +312,9 @@ class Broker(_Restoring, _Preempting):
         A notified lease still ends at its notice deadline. Raises ``LeaseLost`` when the lease
         is not live (a holder that renews too late learns here that its GPUs are gone), its id
         is not text, or the queue this call tries preempts it with no grace, whether or not the
-        journal write then fails (its error the cause); ``StoreError`` when the journal write fails, the lease renewed
+        journal write then fails (its error the cause), or the journal is not the broker name's
+        writer (another broker process took the name over: ``NotWriter`` the cause, the renewal
+        stands nowhere); ``StoreError`` when the journal write fails otherwise, the lease renewed
         all the same (in memory, journaled by the next write that succeeds).
         """
         _an_id(lease_id)
@@ -334,10 +336,13 @@ class Broker(_Restoring, _Preempting):
             except StoreError as exc:
                 unwritten = exc
             renewed = self._leases.get(lease_id)
-            if renewed is None:
+            if renewed is None or isinstance(unwritten, NotWriter):
                 # Preempted with no grace by a request the queue placed now: not held, whether or
                 # not the journal then took it (until a regression review of R85 a failed write
-                # raised ``StoreError``, which says the lease renewed).
+                # raised ``StoreError``, which says the lease renewed). Or this broker is no
+                # longer its name's writer: the one that took the name over ends the lease at
+                # its old expiry and hands its GPUs on (until review R96 the journal's
+                # ``StoreError`` said renewed, and a holder that believed it ran on them).
                 raise lost from unwritten
             if unwritten is not None:
                 raise unwritten

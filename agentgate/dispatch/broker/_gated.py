@@ -67,6 +67,7 @@ from agentgate.errors import (
     Denied,
     LeaseLost,
     NotRenewed,
+    NotWriter,
     StoreError,
     TamperDetected,
 )
@@ -217,7 +218,9 @@ class GatedBroker(_Recording):
         broker's lock) included, or, where ``Broker.submit`` raised (its journal's ``StoreError``,
         its pass over the queue raising: the placement policy, ``grant_check``; an interrupt),
         when it holds this very request or ended it in that call (``_took``: withdrawn by
-        ``grant_check``, its event closes the decision at the next call), whatever was raised.
+        ``grant_check``, its event closes the decision at the next call), whatever was raised,
+        unless it raised ``NotWriter`` (another broker process took the name over: this broker
+        is no authority, and nothing it took stands).
         (Until a regression review (d) of R91 an interrupt at that release closed the allow of a
         request the broker had granted, its lease run unlinked, never charged, and its events
         never audited.) Raised before the broker took it: ``BrokerError`` for an id another
@@ -356,8 +359,11 @@ class GatedBroker(_Recording):
                             # CPython handles a pending signal) finds the request taken (``_took``).
                             self._take(functools.partial(self.broker.submit, owned, wait_s=wait_s))
                             acted = True
-                    except BaseException:
-                        acted = self._took(owned)
+                    except BaseException as failed:
+                        # A broker whose journal is not its name's writer is no authority: what
+                        # it took stands nowhere, and its allow is closed (until review R96 it
+                        # stayed open, linked to a request the writing broker never had).
+                        acted = not isinstance(failed, NotWriter) and self._took(owned)
                         raise
             except BaseException as exc:  # an interrupt too (Ctrl-C, a signal handler's exit)
                 if acted:
@@ -447,7 +453,9 @@ class GatedBroker(_Recording):
         renewal is refused (the grant was revoked or has expired, no longer covers the lease,
         expires before ``ttl_s`` from now, or its budget cannot pay for the extension),
         ``LeaseLost`` when it is not live or is another holder's, an ``identity`` of ``None``
-        holding none (nothing is decided or reserved then), ``NotRenewed`` when the store or
+        holding none (nothing is decided or reserved then), or when the broker's journal is not
+        its name's writer (``NotWriter`` the cause: another broker process took the name over and
+        ends the lease at its old expiry; the renewal's allow is closed), ``NotRenewed`` when the store or
         the audit log fails before the broker renews (it cannot record the renewal's decision,
         the outcomes an earlier call left unrecorded, or those of the clock applied first, a
         grant included: the lease still ends when it did, renew it again), ``TamperDetected``
