@@ -397,6 +397,16 @@ class Broker(_Restoring, _Preempting):
             self._save(now)
             return self._drain()
 
+    def write_journal(self) -> None:
+        """Write the state to the journal now, changed or not, applying no clock: the journal's
+        writer check runs now. Raises ``NotWriter`` (a ``StoreError``) when another broker
+        process is the name's writer, or wrote the state this broker restored since, and
+        ``StoreError`` when the store fails: for a caller that must know this broker is the
+        authority before it acts on what it holds (``GatedBroker.reconcile``, review R96)."""
+        with self._lock:
+            self._dirty = True
+            self._save(self.clock())
+
     def holds(self, request_id: str) -> bool:
         """Whether ``request_id`` is a lease or a waiting request of the broker's, live or ended
         by the clock since the broker's last call (``is_live`` tells which). Changes nothing; an id

@@ -673,9 +673,17 @@ class GatedBroker(_Recording):
         waited held nothing, and its reservations are returned. (Until review R42 every lost
         lease's reservations were returned: a lease whose end the store refused just before a
         restart was never charged for the time it held.)
+
+        Raises ``NotWriter`` (a ``StoreError``), ending nothing, when the broker's journal is not
+        its name's writer: another broker process writes the name, or wrote it since this broker
+        restored it, and its live leases are not lost (until review R96 they were ended as
+        ``lease_lost``, charged whole, while that process ran them); ``StoreError`` when the
+        store fails. The journal is written first, so this call takes the name over.
         """
         with self._lock:
             self._record()  # an end not recorded yet is settled at its time held, not as lost
+            if self.broker.journal is not None:
+                self.broker.write_journal()
             live = {lease.id for lease in self.broker.leases()} | {q.request.id for q in self.broker.queue()}
             # An end the broker has not given out yet (a call that raised after it) closes its
             # decision at the next call, at the time held: the request is not lost.
