@@ -249,7 +249,8 @@ class BrokerLeaseStore:
                 raise NotWriter(
                     f"broker {self.broker!r} is journaled by another broker process: two brokers "
                     "under one name would grant the same GPUs; restore its saved state to take "
-                    "over (a restart), or give this broker another name"
+                    "over (a restart); another name is only for another cluster's GPUs (a second "
+                    "name over these GPUs grants them twice)"
                 )
             # After the claim, which locks the name's writer row: every write of this name runs
             # one at a time from here, and this read sees the last one committed.
