@@ -79,7 +79,7 @@ from agentgate.dispatch.broker._placement import (
 from agentgate.dispatch.broker._preemption import _Preempting
 from agentgate.dispatch.broker._quota import QuotaBook
 from agentgate.dispatch.broker._quoting import quoted
-from agentgate.dispatch.broker._restore import _Restoring
+from agentgate.dispatch.broker._restore import _check_snapshot_shapes, _Restoring
 from agentgate.dispatch.broker._topology import Topology
 from agentgate.dispatch.broker._waiting import _Queue, _Waiting
 from agentgate.errors import BrokerError, LeaseLost, NotWriter, StoreError
@@ -532,7 +532,9 @@ class Broker(_Restoring, _Preempting):
         """Take over the leases and queue of a saved snapshot (a restarted broker).
 
         Only on a broker that has done nothing yet. Leases keep their expiry and notice
-        deadlines, so a lease whose holder died while the broker was down ends at the next call.
+        deadlines, so a lease whose holder died while the broker was down ends at the next call;
+        one that ended by the clock's now and names a GPU this topology lacks (a node removed
+        while the broker was down) is not restored (logged; review R96).
         The queue taken over is untried: ``next_deadline`` is now while a request waits, until a
         call tries it, which grants, after ``grant_check``, a nominated request whose victims are
         gone and a request that fits now (this cluster or these quotas larger than the snapshot's,
@@ -552,6 +554,8 @@ class Broker(_Restoring, _Preempting):
         with self._lock:
             if self._leases or self._waiting or self._seq:
                 raise BrokerError("restore needs a broker that has done nothing yet")
+            _check_snapshot_shapes(snapshot)
+            snapshot = self._without_ended_on_unknown_gpus(snapshot, self.clock())
             self._check_snapshot(snapshot)
             if isinstance(self.clock, SteadyWallClock):  # an injected clock is the caller's to keep
                 self.clock.not_before(snapshot.taken_at)

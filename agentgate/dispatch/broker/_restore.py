@@ -4,6 +4,9 @@ GPUs, reservations and quota charges included. ``Broker.restore`` calls them in 
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import get_args
@@ -26,6 +29,8 @@ from agentgate.dispatch.broker._quoting import quoted
 from agentgate.dispatch.broker._topology import LEVELS, Topology
 from agentgate.dispatch.broker._waiting import _Queue, _Waiting
 from agentgate.errors import BrokerError
+
+_log = logging.getLogger("agentgate.broker")
 
 
 class _Restoring:
@@ -103,6 +108,36 @@ class _Restoring:
             why = time_refused("submitted_at", q.submitted_at) or queued_deadline_refused(q.deadline)
             if why is not None:
                 raise BrokerError(f"snapshot: request {quoted(q.request.id)}: {why}")
+
+    def _without_ended_on_unknown_gpus(self, snapshot: BrokerSnapshot, now: float) -> BrokerSnapshot:
+        """``snapshot`` less its leases that ended by ``now`` (their expiry or notice deadline
+        passed) and name a GPU this topology lacks: a node taken out of the inventory while the
+        broker was down (review R96: until then such a lease, long expired, made ``restore``
+        refuse the whole state, and no broker without that node could start). Each is logged as
+        a warning of ``agentgate.broker``; a ``GatedBroker``'s ``reconcile`` ends its decision as
+        ``lease_lost``. A lease still live on an unknown GPU is refused as before."""
+        kept = []
+        for lease in snapshot.leases:
+            ends = (
+                lease.expires_at
+                if lease.notice_deadline is None
+                else min(lease.expires_at, lease.notice_deadline)
+            )
+            unknown = [g for g in lease.gpus if g not in self.topology.index]
+            # ``<=`` is False for NaN: a time that is none is refused by the checks, not dropped.
+            if unknown and isinstance(ends, int | float) and not math.isnan(ends) and ends <= now:
+                _log.warning(
+                    "restore: lease %s ended before the restart and names unknown gpu %s: not restored",
+                    quoted(lease.id),
+                    quoted(unknown[0]),
+                )
+                continue
+            kept.append(lease)
+        return (
+            snapshot
+            if len(kept) == len(snapshot.leases)
+            else dataclasses.replace(snapshot, leases=tuple(kept))
+        )
 
     def _claim_snapshot_gpus(
         self, owner: str, gpus: Sequence[str], size: int, into: dict[int, str], *, may_be_none: bool
