@@ -161,7 +161,7 @@ known for those two figures, and no single GPU and precision gives all of its co
 docs/simulation.md's rules: in BF16 (65.6 GB of weights) the weight read alone is 19.6 ms on an
 H100 and 13.7 ms on an H200, above ``base_s``; ``kv_read_s`` is an H100's bandwidth, whose 80 GB
 hold about 50k tokens of KV, not 200k; ``prefill_token_s`` is 16% of an H100's BF16 peak (the
-8B profiles take about 53%). Use the Llama-3.1-8B profiles for figures that claim to be real
+8B profiles take about 54% on an H100 and 64% on an H200). Use the Llama-3.1-8B profiles for figures that claim to be real
 (review R96: until then it was documented as coming from published figures, with none named)."""
 
 PROFILES: dict[str, LatencyModel] = {m.name: m for m in (LLAMA_8B_H100, LLAMA_8B_H200, QWEN3_32B)}
