@@ -21,6 +21,7 @@ principals:
   lead: {{kind: agent, did: {LEAD}, roles: [planner]}}
 tools:
   web.fetch: {{args: {{url: {{type: string}}}}}}
+  web.search: {{args: {{q: {{type: string}}}}}}
 roles:
   worker:
     ttl_s: 600
@@ -30,6 +31,10 @@ roles:
       max_ttl_s: 300
       capabilities: [{{resource: tool:web.fetch}}]
   helper:
+    ttl_s: 600
+    capabilities: [{{resource: tool:web.search}}]
+    delegation: {{max_depth: 1, max_ttl_s: 300}}
+  pager:
     ttl_s: 600
     delegation: {{max_depth: 1, max_ttl_s: 300}}
   planner:
@@ -76,6 +81,16 @@ def test_a_holder_that_holds_a_role_delegating_further_is_no_finding() -> None:
     fetch = parse_capability("tool:web.fetch")
     assert index.delegation_depth(BOT) == 1
     assert index.delegation_fault(BOT, BOT, [fetch], 60, None, "bot") is None
+
+
+def test_a_held_role_that_holds_no_rule_delegates_nothing_further() -> None:
+    """Review R96: a role holding no rule (pager) decides no call, so its depth lifts no bound
+    (``Policy.ruling_roles``): bot's grant takes no step, and lint says worker's entries are
+    never handed on, as the decisions read it (until then lint and the decisions took pager's
+    depth of 1)."""
+    text = policy_text(0, also=", pager")
+    assert len(_found(text)) == 1
+    assert PolicyIndex(parse_policy(text, source="p.yaml")).delegation_depth(BOT) == 0
 
 
 def test_a_chain_two_steps_deep_elsewhere_is_no_finding() -> None:

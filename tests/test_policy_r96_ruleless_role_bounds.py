@@ -88,3 +88,24 @@ def test_a_role_that_holds_a_rule_still_bounds_as_before(tmp_path: Path, inherit
     on_call = RULED if not inherited else RULELESS + "    inherits: [fetcher]\n    ttl_s: 86400\n"
     assert _verdict(tmp_path, on_call, 0, ttl=86400) == ("allow", [])
     assert _verdict(tmp_path, on_call, 3, ttl=600, max_depth=5) == ("allow", [])
+
+
+def test_a_ruleless_role_s_delegation_rule_does_not_loosen_what_its_holder_hands_on(tmp_path: Path) -> None:
+    """Nor its ``delegation`` rule's lifetime and budget (the R96 regression review): fetcher's
+    links last 300 s with 10 calls at most; on-call, holding no rule, declared links of 86,400 s
+    with no budget, and a link of 500 s with none was allowed."""
+    on_call = "    delegation: {max_depth: 1, max_ttl_s: 86400, capabilities: [{resource: tool:web.fetch}]}\n"
+    with Gate(parse_policy(_policy(on_call), source="p.yaml"), SQLiteStore(tmp_path / "s.db")) as gate:
+        chain = issue(
+            KEYS["root"],
+            KEYS["agent"].public,
+            ["tool:web.fetch"],
+            ttl=600,
+            max_depth=1,
+            budget=Budget(100, "calls"),
+        )
+        chain = delegate(chain, KEYS["agent"], KEYS["k1"].public, ["tool:web.fetch"], ttl=500)
+        auth = gate.authorize(AgentIdentity(name="k1", key=KEYS["k1"], chain=chain), FETCH)
+    assert (auth.verdict, [f.code for f in auth.findings]) == ("deny", ["delegation_ttl_above_policy"]), (
+        auth.reasons
+    )

@@ -165,9 +165,6 @@ class PolicyIndex:
         self.policy = policy
         doc = policy.document
         self._budgets: dict[str, Budget | None] = {name: role.budget for name, role in doc.roles.items()}
-        # Roles that hold a rule, themselves or through ``inherits``: only these decide a call, so
-        # only these bound a root grant (``_bounding_roles``).
-        self._ruling = frozenset(name for name in doc.roles if policy.effective_rules(name))
         self._priced_gpus = frozenset(
             f"gpu:{name}" for name, gpu in doc.gpus.items() if gpu.cost_per_gpu_hour > 0
         )
@@ -278,13 +275,15 @@ class PolicyIndex:
         return tuple(principal.roles) if principal else ()
 
     def _bounding_roles(self, did: str) -> tuple[str, ...]:
-        """The held roles (``_held_roles``) whose terms bound a root grant to ``did``: those that
-        hold a rule, themselves or through ``inherits``. A role that holds none allows no call,
+        """The held roles (``_held_roles``) whose terms bound a root grant to ``did`` and what it
+        may hand on (``delegation_fault``, ``delegation_budget_unit``): those that hold a rule,
+        themselves or through ``inherits``. A role that holds none allows no call,
         so no decision is ever made as it; until review R96 its ``ttl_s``, its budget (none) and
         its ``delegation.max_depth`` still lifted the bounds of every grant to its holder: a
         description-only role next to one of 600 s and 3 calls let a grant live 86,400 s with
-        no budget, and one with ``max_depth: 5`` let a chain run five links deep."""
-        return tuple(role for role in self._held_roles(did) if role in self._ruling)
+        no budget, and one with ``max_depth: 5`` let a chain run five links deep (and, until the
+        R96 regression review, its ``delegation`` rule's lifetime and budget still held)."""
+        return tuple(role for role in self._held_roles(did) if role in self.policy.ruling_roles)
 
     def root_ttl_s(self, holder: str) -> int:
         """The longest a root grant to ``holder`` (a did:key) may live: the longest ``ttl_s`` of
@@ -373,7 +372,7 @@ class PolicyIndex:
         principal lists its roles, admitting or not: a parent holding ``[a, b]``, whose rules allow
         10 ``calls`` and 1000 ``usd_micros``, was refused a budget of 500 that a chain made outside
         the Gate carried in ``usd_micros`` and was allowed at every call."""
-        held = set(self._held_roles(delegator))
+        held = set(self._bounding_roles(delegator))
         roles = [r for r, role in self.policy.document.roles.items() if r in held and role.delegation]
         per_cap = [self._delegation_rules(roles, cap) for cap in capabilities]
         handing = {id(rule) for rules in per_cap for rule in rules}
@@ -422,7 +421,7 @@ class PolicyIndex:
         ``Gate.delegate`` (a new grant) and the Gate's decisions (each link of a chain presented)
         ask this, so that a chain made outside the Gate is held to the same rules."""
         unit = None if unit is None else policy_unit(unit)
-        roles = [r for r in self._held_roles(delegator) if self.policy.document.roles[r].delegation]
+        roles = [r for r in self._bounding_roles(delegator) if self.policy.document.roles[r].delegation]
 
         def refuse(code: str, message: str, kind: FindingKind = FindingKind.SCOPE_CREEP) -> Finding:
             return Finding(kind=kind, code=code, message=message)

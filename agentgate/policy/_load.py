@@ -7,6 +7,7 @@ once (capabilities per role, resolved keys, where each rule is in the file).
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import itertools
 import json
@@ -247,6 +248,18 @@ class Policy:
         written), each once. Iterative and linear in the roles and ``inherits`` entries reached, so
         an inheritance chain thousands deep, or a lattice of diamonds, costs no more than its size."""
         return tuple(_closure(self.document.roles, role))
+
+    @functools.cached_property
+    def ruling_roles(self) -> frozenset[str]:
+        """The roles that hold a rule, themselves or through ``inherits``: only these decide a
+        call, so only these bound a grant to their holder (its lifetime, budget and delegation
+        depth) and what it hands on (review R96: until then a role holding none, which allows
+        nothing, lifted every one of those bounds for its holder)."""
+        return frozenset(
+            name
+            for name in self.document.roles
+            if any(self.rules.get(held) for held in self.role_closure(name))
+        )
 
     def effective_rules(self, role: str) -> tuple[RuleRef, ...]:
         """The rules a holder of ``role`` has: its own, then those of the roles it inherits."""

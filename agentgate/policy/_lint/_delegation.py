@@ -141,9 +141,11 @@ class DelegationWithoutDepth(LintRule):
     def check(self, policy: Policy) -> Iterator[Finding]:
         document = policy.document
         depth = {
-            name: role.delegation.max_depth if role.delegation else 0 for name, role in document.roles.items()
+            name: role.delegation.max_depth if role.delegation and name in policy.ruling_roles else 0
+            for name, role in document.roles.items()
         }
-        # A grant goes as deep as the deepest role its holder holds, and each held role's entries
+        # A grant goes as deep as the deepest role its holder holds that holds a rule (a role
+        # holding none lifts no bound: ``Policy.ruling_roles``), and each held role's entries
         # bound what the holder hands on (PolicyIndex.delegation_fault): a role at depth 0 still
         # hands on its capabilities for a holder that holds a deeper role too, or that is
         # delegated to in a chain two steps deep or more, which any principal's roles may allow.
