@@ -3,11 +3,16 @@ lease on it that already ended (review R96); one still live there is refused as 
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 from test_broker import FakeClock
 
 from agentgate.dispatch.broker import Broker, GangRequest, TenantQuota, synthetic_topology
 from agentgate.errors import BrokerError
+from agentgate.store import SQLiteStore
+from agentgate.store.broker_leases import BrokerLeaseStore
 
 
 def _saved(clock: FakeClock) -> Broker:
@@ -36,3 +41,47 @@ def test_a_live_lease_on_a_removed_node_is_still_refused() -> None:
     new = Broker(synthetic_topology(nodes=1, gpus_per_node=1), [TenantQuota("t", 2)], clock=clock)
     with pytest.raises(BrokerError, match="names unknown gpu"):
         new.restore(snapshot)
+
+
+def test_a_restart_through_the_journal_after_a_node_was_removed_writes_again(tmp_path: Path) -> None:
+    """The journal takes over the state it loaded, not the copy without the dropped lease (the
+    R96 regression review: it found the stored state "written over", and every write of the
+    restarted broker raised ``NotWriter``)."""
+    clock = FakeClock()
+    store = SQLiteStore(tmp_path / "s.db")
+    try:
+        old = Broker(
+            synthetic_topology(nodes=2, gpus_per_node=1),
+            [TenantQuota("t", 2)],
+            clock=clock,
+            ttl_s=1,
+            journal=BrokerLeaseStore(store),
+        )
+        old.submit(GangRequest("a", "t", 1))
+        old.submit(GangRequest("b", "t", 1, ttl_s=100))
+        clock.now += 200
+        journal = BrokerLeaseStore(store)
+        new = Broker(
+            synthetic_topology(nodes=1, gpus_per_node=1), [TenantQuota("t", 2)], clock=clock, journal=journal
+        )
+        new.restore(journal.load())
+        assert [event.lease.id for event in new.advance()] == ["a"]  # written, and a ended
+        assert BrokerLeaseStore(store).load().leases == ()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("expires_at", ["soon", float("-inf"), True], ids=["text", "minus-inf", "bool"])
+def test_a_lease_time_that_is_none_is_refused_before_any_lease_is_dropped(expires_at: object) -> None:
+    """Times are checked before a lease on a removed node is dropped (the R96 regression review:
+    text was a ``TypeError``, and ``-inf`` or ``True`` dropped the lease with a warning)."""
+    clock = FakeClock()
+    snapshot = _saved(clock).snapshot()
+    b = snapshot.leases[1]
+    bad = dataclasses.replace(
+        snapshot, leases=(snapshot.leases[0], dataclasses.replace(b, expires_at=expires_at))
+    )
+    clock.now += 200
+    new = Broker(synthetic_topology(nodes=1, gpus_per_node=1), [TenantQuota("t", 2)], clock=clock)
+    with pytest.raises(BrokerError, match="expires_at"):
+        new.restore(bad)

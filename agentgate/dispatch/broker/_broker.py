@@ -554,13 +554,18 @@ class Broker(_Restoring, _Preempting):
         with self._lock:
             if self._leases or self._waiting or self._seq:
                 raise BrokerError("restore needs a broker that has done nothing yet")
+            # Its fields and times checked before a lease is dropped, which reads its times; the
+            # journal takes over the snapshot as given, which it compares with the state stored
+            # (the regression review of R96: handed the copy without the dropped leases, it
+            # found the stored state "written over" and refused every write).
             _check_snapshot_shapes(snapshot)
-            snapshot = self._without_ended_on_unknown_gpus(snapshot, self.clock())
-            self._check_snapshot(snapshot)
+            self._check_snapshot_times(snapshot)
+            kept = self._without_ended_on_unknown_gpus(snapshot, self.clock())
+            self._check_snapshot(kept)
             if isinstance(self.clock, SteadyWallClock):  # an injected clock is the caller's to keep
-                self.clock.not_before(snapshot.taken_at)
-            self._restore_leases(snapshot.leases)
-            self._restore_queue(snapshot.queue)
+                self.clock.not_before(kept.taken_at)
+            self._restore_leases(kept.leases)
+            self._restore_queue(kept.queue)
             self._dirty = True
             self._moves += 1
             if self.journal is not None:

@@ -51,11 +51,9 @@ class _Restoring:
         """Raise ``BrokerError`` unless ``snapshot`` fits this topology and these quotas: each id
         live once, each lease granting its own request, known tenants and GPUs, no GPU held or
         nominated twice, gangs of their request's size, no request draining with no GPUs
-        nominated; and unless its fields are of their types
-        (``_check_snapshot_shapes``) and its times are times, as the journal's ``load`` reads
-        them (``taken_at_refused``, ``time_refused``)."""
-        _check_snapshot_shapes(snapshot)
-        self._check_snapshot_times(snapshot)
+        nominated. Its fields' types (``_check_snapshot_shapes``) and its times
+        (``_check_snapshot_times``, as the journal's ``load`` reads them) are checked before, by
+        ``restore``."""
         holders: dict[int, str] = {}
         reserved: dict[int, str] = {}
         for lease in snapshot.leases:
