@@ -75,7 +75,10 @@ def test_an_expired_approval_is_asked_for_again_and_no_request_is_left_pending(
     second = again["__interrupt__"][0].value  # asked again, not refused
     assert second["request"]["id"] != first["request"]["id"] and team.ran == []
     publish = [e for e in _entries(team.gate) if e.resource == "tool:publish"]
-    assert [e.kind for e in publish] == ["approval_required", "approval_required"]
+    # The new request closes the expired one, its entry answered (a ``deny`` referring to it):
+    # until review R96's regression review it stayed pending for good.
+    assert [e.kind for e in publish] == ["approval_required", "approval_required", "deny"]
+    assert publish[2].ref == publish[0].index
 
     done = agent.invoke(
         Command(resume=team.gate.approve(second, team.keys["dana"])), CONFIG, context=team.supervisor
@@ -85,12 +88,13 @@ def test_an_expired_approval_is_asked_for_again_and_no_request_is_left_pending(
     assert [e.kind for e in publish] == [
         "approval_required",
         "approval_required",
+        "deny",
         "approval_given",
         "allow",
         "outcome",
     ]
     open_requests = team.gate.store.query("SELECT id FROM approvals WHERE state = 'pending'")
-    assert [tuple(r) for r in open_requests] == [(first["request"]["id"],)]  # only the expired one
+    assert [tuple(r) for r in open_requests] == []  # the expired one closed as superseded
 
 
 def test_an_expired_approval_sent_alone_is_still_refused_as_not_usable(

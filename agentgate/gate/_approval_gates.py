@@ -425,7 +425,9 @@ class _Approvals:
         (the store's rule: it counts while ``expires_at > now``; the message says to invoke the
         run again without a resume value, with its config and context: until review R72's second
         reading it left the context out, and the gated agent so invoked carries no identity and
-        refuses the call; so invoked it asks for the call under a new request), or
+        refuses the call; so invoked it asks for the call under a new request; one that expired
+        with the grant chain it was asked under says the call needs a new grant first: since
+        review R96's regression review), or
         ``approver``'s yes is counted on it already while the votes that count are fewer than
         the policy's quorum (a quorum counts each approver once; the message names who may still
         sign). Until review R71 such an approval was signed and
@@ -461,7 +463,7 @@ class _Approvals:
             )
         if asked.call_hash != approval.call_hash:
             return "the store's request of this id was asked for another call than the payload shows"
-        above, revoked = self._chain_above(request["grant"])
+        above, revoked, chain_expires = self._chain_above(request["grant"])
         if revoked is not None:
             return (
                 f"the request is void (grant {revoked[:100]!r} of its call was revoked): nothing waits for it"
@@ -483,7 +485,7 @@ class _Approvals:
         closed = how_closed(asked)
         if closed is not None:
             return f"the request {closed}"
-        return self._spent(approval, asked, gates, voters)
+        return self._spent(approval, asked, gates, voters, chain_expires)
 
     def _spent(
         self,
@@ -491,6 +493,7 @@ class _Approvals:
         asked: StoredRequest,
         gates: Sequence[PolicyApproval],
         voters: Collection[str] | None,
+        chain_expires: float | None = None,
     ) -> str | None:
         """Why ``approval`` of the open request ``asked`` never counts though its signer may sign
         it (``_unusable``), or ``None``: the request was used, its deadline passed, or the signer's
@@ -502,7 +505,12 @@ class _Approvals:
         (``_least_quorum``): a policy that lowered the quorum to the votes in makes any
         approver's yes, a repeated one too, use the request (``_consume_approval``). Until review
         R72's second reading that yes was refused, and the message counted a vote of a key the
-        policy no longer lists, against the quorum the request was last counted under."""
+        policy no longer lists, against the quorum the request was last counted under.
+        ``chain_expires``: the earliest expiry of the grant chain the request was asked under, as
+        the store records it (``None``: not known); a request expired with it is not told that
+        invoking the run again asks for its call under a new request, which a supervisor on its
+        own expired grant never does (the run is refused ``grant_expired``): since review R96's
+        regression review the message says a new grant is needed first."""
         if asked.state == "consumed":
             return (
                 "the request was already used: an approval is single use, and the store consumed this "
@@ -510,6 +518,15 @@ class _Approvals:
                 "counts again the approvals it was given; a call made again is a new request: sign that one)"
             )
         if asked.expires_at <= time.time():  # the store's rule: a request counts while expires_at > now
+            if chain_expires is not None and chain_expires <= asked.expires_at:
+                return (
+                    f"the request expired at {when(int(asked.expires_at))} with the grant chain it was "
+                    "asked under (a request lasts no longer than its grant): a late yes never counts; "
+                    "the call can be made again only under a new grant (its issuer issues one; a "
+                    "sub-agent's delegation issues one when the run is invoked again without a resume "
+                    "value, with its config and context), and it is then asked for under a new "
+                    "request: sign that one"
+                )
             return (
                 f"the request expired at {when(int(asked.expires_at))}: a late yes never counts; "
                 "invoke the run again without a resume value, with its config and context "
@@ -528,18 +545,22 @@ class _Approvals:
             )
         return None
 
-    def _chain_above(self, grant_id: str) -> tuple[list[str], str | None]:
+    def _chain_above(self, grant_id: str) -> tuple[list[str], str | None, float | None]:
         """The holders of the grants above ``grant_id`` in its chain, as the store records it (the
-        Gate records a call's chain with its approval request), and a revoked grant of the
-        chain (``None``: none is). Revocation is for good, so a void request never counts."""
+        Gate records a call's chain with its approval request), a revoked grant of the
+        chain (``None``: none is) and the chain's earliest expiry (``None``: no link records
+        one). Revocation is for good, so a void request never counts."""
         above: list[str] = []
         revoked = None
+        expires: float | None = None
         for row in GrantRepository.recorded_chain(self.store, grant_id):
             if row.revoked and revoked is None:
                 revoked = row.id
             if row.id != grant_id:
                 above.append(row.audience)
-        return above, revoked
+            if isinstance(row.expires, (int, float)) and not isinstance(row.expires, bool):
+                expires = row.expires if expires is None else min(expires, row.expires)
+        return above, revoked, expires
 
     @_serialized
     def decline(self, auth: Authorization, reason: str = "no approval was given") -> Authorization:
@@ -660,6 +681,14 @@ class _Approvals:
         )
         if known is None:
             void = self.approvals.void_for(call_hash, identity.did, call_key=call_key, tx=tx)
+            if void is None and tool_call:
+                # Expired while the run waited: a request lasts no longer than its grant chain, so
+                # a call refused because its own grant expired finds its request expired too.
+                # Until review R96's regression review it stayed ``pending`` for good, and the
+                # refusal referred to nothing.
+                void = self.approvals.close_expired_for(
+                    call_hash, identity.did, "agentgate:refused", call_key=call_key, tx=tx
+                )
             if void is None:
                 return None
             with self._lock:
@@ -782,6 +811,16 @@ class _Approvals:
             reason = (
                 f"approval request {old_id} superseded by request {request_id}: tool call "
                 f"{request['call_id']!r} was changed and asked for again"
+            )
+            self._answer_superseded(old_id, asked_index, reason, request["action"], request["call_id"], tx)
+        # The call's requests that expired unanswered (by ``expiry_s``, or with the grant chain
+        # they were asked under: a sub-agent's call resumed after its delegated grant expired is
+        # asked for again under a fresh grant) are answered too: until review R96's regression
+        # review they stayed ``pending`` for good, their ``approval_required`` entries unanswered.
+        for old_id, _, asked_index in self.approvals.supersede_expired(call_key[0], tx=tx):
+            reason = (
+                f"approval request {old_id} superseded by request {request_id}: it expired before "
+                f"tool call {request['call_id']!r} was made, and the call was asked for again"
             )
             self._answer_superseded(old_id, asked_index, reason, request["action"], request["call_id"], tx)
 

@@ -174,7 +174,10 @@ def how_closed(request: Approval) -> str | None:
     if request.approver == VOIDED:
         return "is void (a grant of its call was revoked): nothing waits for it"
     if request.approver == SUPERSEDED:
-        return "was closed as superseded (its call was changed and asked for again): sign the new request"
+        return (
+            "was closed as superseded (its call was changed, or it expired, and the call was asked for "
+            "again): sign the new request"
+        )
     return "was declined: nothing waits for it"
 
 
@@ -360,20 +363,40 @@ class ApprovalStore:
         pending, listed to approvers, until they expired. Returns as ``supersede``."""
         return self._close_superseded("", (call_key,), now, tx)
 
+    def supersede_expired(
+        self, call_key: str, *, now: float | None = None, tx: Transaction | None = None
+    ) -> list[tuple[str, str, int | None]]:
+        """Close, as ``supersede`` does, the requests keyed to the framework's call ``call_key``
+        that expired while still open (pending, or approved and not used), whatever version asked
+        them: the call is asked for again under a new request, which supersedes them. A request
+        lasts no longer than the grant chain it was asked under, so a sub-agent's call resumed
+        after its delegated grant expired is asked for again under a fresh grant (another call
+        hash): until review R96's regression review the old request stayed ``pending`` for good,
+        its ``approval_required`` entry never answered. Returns as ``supersede``."""
+        return self._close_superseded("", (call_key,), now, tx, expired=True)
+
     def _close_superseded(
-        self, versions: str, params: tuple[str, ...], now: float | None, tx: Transaction | None
+        self,
+        versions: str,
+        params: tuple[str, ...],
+        now: float | None,
+        tx: Transaction | None,
+        *,
+        expired: bool = False,
     ) -> list[tuple[str, str, int | None]]:
         """Close, as denied by ``agentgate:superseded``, the open requests keyed to the call
         ``params[0]`` (and the further condition ``versions`` on ``c.asked_in`` with the rest of
-        ``params``): ``supersede`` and ``close_call``."""
+        ``params``), unexpired ones or (``expired``) expired ones: ``supersede``, ``close_call``
+        and ``supersede_expired``."""
         now = time.time() if now is None else now
+        deadline = "a.expires_at <= ?" if expired else "a.expires_at > ?"
         with self.store.within(tx) as t:
             rows = t.execute(
                 "SELECT a.id, a.call_hash, k.audit_index FROM approval_calls c "
                 "JOIN approvals a ON a.id = c.approval_id "
                 "LEFT JOIN approval_asked k ON k.approval_id = a.id "
                 f"WHERE c.call_key = ? {versions}AND a.state IN ('pending', 'approved') "
-                "AND a.expires_at > ? ORDER BY a.created, a.id",
+                f"AND {deadline} ORDER BY a.created, a.id",
                 (*params, now),
             )
             closed: list[tuple[str, str, int | None]] = []
@@ -688,6 +711,42 @@ class ApprovalStore:
             )
             == 1
         )
+
+    def close_expired_for(
+        self,
+        call_hash: str,
+        requester: str,
+        approver: str,
+        *,
+        call_key: str | None = None,
+        now: float | None = None,
+        tx: Transaction | None = None,
+    ) -> tuple[str, int | None] | None:
+        """Close, as denied by ``approver`` (``close_expired``), the newest request for the call
+        ``call_hash`` by ``requester`` that expired while still open, keyed as ``open_for``'s
+        (``call_key``): for a call refused after its request expired, which ``open_for`` no longer
+        finds. Returns its id and the index of its ``approval_required`` entry (``None`` when it
+        was not recorded), or ``None`` when there is none. A request lasts no longer than the grant
+        chain it was asked under, so a run paused for an approval and resumed after its own grant
+        expired is refused with its request expired: until review R96's regression review that
+        request stayed ``pending`` for good, and the refusal referred to nothing."""
+        now = time.time() if now is None else now
+        keyed = "" if call_key is None else _KEYED_TO_CALL
+        params: tuple[object, ...] = (call_hash, requester, now)
+        if call_key is not None:
+            params = (*params, call_key)
+        with self.store.within(tx) as t:
+            rows = t.execute(
+                "SELECT a.id, k.audit_index FROM approvals a "
+                "LEFT JOIN approval_asked k ON k.approval_id = a.id "
+                "WHERE a.call_hash = ? AND a.requester = ? AND a.state IN ('pending', 'approved') "
+                f"AND a.expires_at <= ? {keyed}ORDER BY a.created DESC, a.id LIMIT 1",
+                params,
+            )
+            if not rows or not self.close_expired(str(rows[0][0]), approver, now=now, tx=t):
+                return None
+        approval_id, index = rows[0]
+        return str(approval_id), None if index is None else int(index)
 
     def consume(
         self,

@@ -1,0 +1,122 @@
+"""An approval request that expired with the grant chain it was asked under is still answered in
+the log (review R96's regression review): a supervisor whose own grant expires while the run is
+paused is refused ``grant_expired``, and that refusal closes the call's request (denied) with a
+``deny`` entry referring to its ``approval_required`` entry, as before requests were capped at
+their chain's expiry; a sub-agent's call asked for again under a fresh delegated grant closes the
+request on the expired grant as superseded, answered alike; and ``Gate.approve`` of such a request
+says that the call needs a new grant, not that invoking the run again asks for it anew."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+from test_langgraph import (
+    NAMES,
+    Team,
+    _calls,
+    _entries,
+    _make_team,
+    _policy_text,
+    _researcher,
+    _tool_messages,
+    _tools,
+)
+
+from agentgate.errors import InputError
+from agentgate.gate import Gate
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+GO = {"messages": [{"role": "user", "content": "go"}]}
+
+
+def _short_lived_team(tmp_path: Path) -> Team:
+    """A team whose supervisor's own grant lasts 60 s, less than the approval gate's 600 s."""
+    keys = {name: SigningKey.generate() for name in NAMES}
+    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000, "usd_micros")
+    assert "ttl_s: 3600" in text
+    policy = parse_policy(text.replace("ttl_s: 3600", "ttl_s: 60", 1), source="team.yaml")
+    gate = Gate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+    return Team(gate, keys, supervisor, tmp_path, [])
+
+
+def _rows(team: Team) -> list[tuple[object, ...]]:
+    with team.gate.store.transaction(immediate=False) as tx:
+        return [tuple(r) for r in tx.execute("SELECT id, state, approver FROM approvals ORDER BY created")]
+
+
+def test_the_supervisors_own_expired_grant_closes_its_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    team = _short_lived_team(tmp_path)
+    model = ScriptedChatModel(turns=[_calls(("publish", {"path": "reports/x"}))])
+    agent = create_gated_agent(
+        team.gate, name="supervisor", model=model, tools=_tools(team), checkpointer=InMemorySaver()
+    )
+    config = {"configurable": {"thread_id": "t"}}
+    (paused,) = agent.invoke(GO, config, context=team.supervisor)["__interrupt__"]
+    request = paused.value["request"]
+    assert request["expires_at"] == team.supervisor.chain.expires  # capped at the grant's expiry
+    approval = team.gate.approve(paused.value, team.keys["dana"])
+    wall = time.time
+    monkeypatch.setattr(time, "time", lambda: wall() + 120)  # the grant expired while paused
+
+    with pytest.raises(InputError, match="only under a new grant") as refused:
+        team.gate.approve(paused.value, team.keys["dana"])
+    assert "invoke the run again without a resume value, with its config and context (graph" not in str(
+        refused.value
+    )
+
+    result = agent.invoke(Command(resume=approval), config, context=team.supervisor)
+    assert "__interrupt__" not in result
+    (message,) = _tool_messages(result)
+    assert message.status == "error" and "grant_expired" in str(message.content)
+    assert team.ran == []
+    assert _rows(team) == [(request["id"], "denied", "agentgate:refused")]
+    entries = _entries(team.gate)
+    (asked,) = [e.index for e in entries if e.kind == "approval_required"]
+    (deny,) = [e for e in entries if e.kind == "deny"]
+    assert deny.ref == asked
+    team.gate.close()
+
+
+def test_a_sub_agents_request_on_an_expired_grant_is_answered_when_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    team = _make_team(tmp_path)
+    ask = delegation_tool(
+        team.gate,
+        name="researcher",
+        agent=_researcher(team),
+        key=team.keys["researcher"],
+        capabilities=["tool:search", "tool:publish?path^=reports/", "model:scripted"],
+        ttl=timedelta(seconds=3),
+    )
+    model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find and publish"}))])
+    sup = create_gated_agent(
+        team.gate, name="supervisor", model=model, tools=[ask], checkpointer=InMemorySaver()
+    )
+    config = {"configurable": {"thread_id": "t"}}
+    (paused,) = sup.invoke(GO, config, context=team.supervisor)["__interrupt__"]
+    old = paused.value["request"]
+    approval = team.gate.approve(paused.value, team.keys["dana"])
+    wall = time.time
+    monkeypatch.setattr(time, "time", lambda: wall() + 5)  # the delegated grant expired
+
+    (again,) = sup.invoke(Command(resume=approval), config, context=team.supervisor)["__interrupt__"]
+    new = again.value["request"]
+    assert _rows(team) == [(old["id"], "denied", "agentgate:superseded"), (new["id"], "pending", None)]
+    entries = _entries(team.gate)
+    old_asked = next(e.index for e in entries if e.kind == "approval_required" and e.ref is None)
+    (deny,) = [e for e in entries if e.kind == "deny"]
+    assert deny.ref == old_asked
+    assert "expired before" in deny.reasons[0] and new["id"] in deny.reasons[0]
+    team.gate.close()
