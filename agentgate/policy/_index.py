@@ -716,7 +716,10 @@ def named_principal(principal: object) -> str:
 
 def gate_reason(req: ApprovalRequirement) -> str:
     """The reason a call that needs ``req`` is asked for approval, which its ``approval_required``
-    audit entry records: the gate, the quorum, the approvers and the expiry."""
+    audit entry records: the gate, the quorum, the approvers and the expiry. The expiry is the
+    gate's ``expiry_s``: the request's own deadline (``expires_at``) is no later than the grant
+    chain's expiry (review R96), which the policy does not know; the text is parsed back
+    (``_GATE_REASON``, ``agentgate approval``), so it stays the policy's."""
     approvers = ", ".join(req.approvers)
     return (
         f"approval gate {req.gate} applies: {req.quorum} of {approvers} must approve within {req.expiry_s}s"
