@@ -24,6 +24,7 @@ thread that starts rate-limited waiting calls. A waiting call is a ``Waiter`` (`
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import threading
 import time
@@ -136,6 +137,10 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         #: (weakly: a Gate's scheduler lives as long as its loop). ``reclaim_closed`` gives back
         #: the slots of the calls of one found closed under them.
         self.loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+        #: Calls of a closed loop whose coroutine, collected while the lock was taken, left their
+        #: give-back to the lock's next holder (``Scheduler._give_back_closed``; appended without
+        #: the lock): ``reclaim_closed`` gives them back.
+        self.closed_calls: collections.deque[tuple[Scheduler, Waiter]] = collections.deque()
 
     @property
     def queued(self) -> int:
@@ -171,7 +176,11 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         R95's regression review only the async scheduler asked again: a process of sync calls
         alone, ``Gate.run``, was refused until an async call or a close reclaimed the probe.)"""
         admitted = breaker.admission()
-        if isinstance(admitted, BreakerSnapshot) and admitted.state is BreakerState.HALF_OPEN and self.loops:
+        if (
+            isinstance(admitted, BreakerSnapshot)
+            and admitted.state is BreakerState.HALF_OPEN
+            and (self.loops or self.closed_calls)
+        ):
             with self.lock:
                 self.reclaim_closed()
             admitted = breaker.admission()
@@ -184,7 +193,11 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         must wait for a slot (``enqueue``), when a half-open breaker refuses for want of a probe
         (``admission``), by ``Scheduler.aclose`` and by ``Gate.close``; a loop found
         closed is forgotten (it never runs another call), so it costs a look at each live loop's
-        ``is_closed``."""
+        ``is_closed``. The calls left in ``closed_calls`` are given back first."""
+        closed_calls = self.closed_calls
+        while closed_calls:
+            scheduler, waiter = closed_calls.popleft()
+            scheduler._closed_under(waiter)
         for known in self.loops:  # the common case, none closed: no list made (a queued call's cost)
             if (loop := known()) is None or loop.is_closed():
                 break
@@ -253,7 +266,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         """
         if self.refusing is not None:
             raise SchedulingError(self.refusing)
-        if self.loops:
+        if self.loops or self.closed_calls:
             self.reclaim_closed()  # a slot held by a call of a closed loop is free to take
         own = priority
         lent = False

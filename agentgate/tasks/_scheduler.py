@@ -832,9 +832,9 @@ class Scheduler(_StoreWork, _Failures):
                         if loop.is_closed():
                             # Closed under it: its coroutine is closed as it is collected, and
                             # nothing of the loop can be awaited. Its slots, lease and probe go
-                            # back now, unless ``_reclaim_closed`` gave them back already.
-                            with lock:
-                                self._closed_under(waiter)
+                            # back now, unless ``_reclaim_closed`` gave them back already;
+                            # never waiting for the lock (``_give_back_closed``).
+                            self._give_back_closed(waiter)
                         else:
                             if probing:
                                 breaker.release(held)
@@ -912,10 +912,10 @@ class Scheduler(_StoreWork, _Failures):
         deadline raises ``DeadlineExceeded`` (from ``exc``); otherwise the caller re-raises ``exc``.
         Its loop closed under it (its coroutine closed as it is collected): ``_closed_under``'s."""
         assert waiter.loop is not None  # queued by ``_run`` on its loop
+        if waiter.loop.is_closed():  # not closed meanwhile: its coroutine runs on it now
+            self._give_back_closed(waiter)
+            return
         with self.shared.lock:
-            if waiter.loop.is_closed():
-                self._closed_under(waiter)
-                return
             # Read before the call leaves: the limit it waited for, named in its error.
             holding = self.shared.holding_back(waiter) if isinstance(exc, TimeoutError) else ""
             self.shared.abandon(waiter)
@@ -945,6 +945,22 @@ class Scheduler(_StoreWork, _Failures):
         for waiter, loop in list(self._holding.items()):
             if loop.is_closed():
                 self._closed_under(waiter)
+
+    def _give_back_closed(self, waiter: Waiter) -> None:
+        """``_closed_under(waiter)`` from its own coroutine, closed as it is collected (lock not
+        held), without ever waiting for the lock: the collector runs on whichever thread allocates,
+        and that thread may hold the lock (a ``threading.Lock``, not reentrant), so until review
+        R96 waiting for it there hung every caller of these limits for good. When the lock is
+        taken, the call is left to its next holder instead (``SharedLimits.closed_calls``, drained
+        by ``reclaim_closed``: before a call queues, and by the poll of ``_poll_closed``)."""
+        shared = self.shared
+        if shared.lock.acquire(blocking=False):
+            try:
+                self._closed_under(waiter)
+            finally:
+                shared.lock.release()
+        else:
+            shared.closed_calls.append((self, waiter))  # atomic: no lock needed
 
     def _closed_under(self, waiter: Waiter) -> None:
         """``waiter``'s event loop was closed under it: give back what it holds, once (lock held).
