@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from agentgate._paths import make_private_directories, remove_made, unmade_above
 from agentgate._shown import shown_path
-from agentgate.errors import InputError, StoreError
+from agentgate.errors import InputError, MalformedRow, StoreError
 from agentgate.store._base import (
     Dialect,
     Row,
@@ -1093,10 +1093,21 @@ class SQLiteStore(Store):
         row (``refuse_newer``) of a file that holds one, then ``StoreError`` when a table is
         another application's (``_refuse_foreign_file``). The version first, as a file in WAL mode
         is refused below: a newer agentgate's table of another layout is no other application's
-        (until R95's regression review such a file not in WAL mode was called one)."""
+        (until R95's regression review such a file not in WAL mode was called one). Only a version
+        table with agentgate's columns (``id``, ``version``) is read, and a version that is not a
+        number is refused as malformed only when no table is another application's: until review
+        R96 a version table without them failed the read, which skipped every refusal, so the
+        other application's file was switched to WAL before ``no such column: version``."""
         tables = _tables_and_columns_of(conn)
-        if any(sqlite_name(name) == VERSION_TABLE for name, _ in tables):
-            refuse_newer(str(self.path), recorded_version(_SQLiteTransaction(conn), "sqlite"))
+        if any(
+            sqlite_name(name) == VERSION_TABLE and {"id", "version"} <= {sqlite_name(c) for c in columns}
+            for name, columns in tables
+        ):
+            try:
+                refuse_newer(str(self.path), recorded_version(_SQLiteTransaction(conn), "sqlite"))
+            except MalformedRow:
+                self._refuse_foreign_file(tables)  # another application's file: say that first
+                raise
         if tables:  # none in a new file: nothing to refuse, and no part imported to say so
             self._refuse_foreign_file(tables)
         return tables
