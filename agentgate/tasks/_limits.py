@@ -49,6 +49,11 @@ if TYPE_CHECKING:
     from agentgate.tasks._scheduler import Scheduler
 
 
+#: How often the timer thread looks for loops closed under their calls while calls that may wait
+#: for them are queued (as ``Gate.close`` does while it waits for calls of other loops).
+CLOSED_LOOP_POLL_S = 0.05
+
+
 def _resolve(future: Signal) -> None:
     if not future.done():
         future.set_result(None)
@@ -137,6 +142,8 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         #: (weakly: a Gate's scheduler lives as long as its loop). ``reclaim_closed`` gives back
         #: the slots of the calls of one found closed under them.
         self.loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+        #: Whether the timer thread looks for closed loops (``poll_closed``).
+        self.polling_closed = False
         #: Calls of a closed loop whose coroutine, collected while the lock was taken, left their
         #: give-back to the lock's next holder (``Scheduler._give_back_closed``; appended without
         #: the lock): ``reclaim_closed`` gives them back.
@@ -268,6 +275,12 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             raise SchedulingError(self.refusing)
         if self.loops or self.closed_calls:
             self.reclaim_closed()  # a slot held by a call of a closed loop is free to take
+            if loop is None or len(self.loops) > 1:
+                # It may wait for a call of another loop (its own is among ``loops``), and nothing
+                # tells of that loop's close: the timer thread looks every ``CLOSED_LOOP_POLL_S``
+                # while calls wait (``poll_closed``). Not for the one loop of a process.
+                self.polling_closed = True
+                self._arm(time.monotonic() + CLOSED_LOOP_POLL_S)
         own = priority
         lent = False
         if parent is not None:  # its ancestors wait for it, holding their slots
@@ -342,6 +355,18 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             # could not at the last dispatch or finish, and since then slots were only taken.
             self.dispatch(call.tool, () if parent is None else (waiter,))
         return waiter
+
+    def poll_closed(self) -> None:
+        """The timer thread's look for loops closed under their calls while calls wait (lock held):
+        until review R96 a call queued before the slot holder's loop closed waited until another
+        call queued (a hang in a quiet process). Armed by ``enqueue`` only for a call that may wait
+        for another loop's call (a sync call, or a call of one loop among several): a process of
+        one event loop, or of sync calls alone, never polls."""
+        self.reclaim_closed()
+        if self.queue.size and self.loops:
+            self._arm(time.monotonic() + CLOSED_LOOP_POLL_S)
+        else:
+            self.polling_closed = False
 
     def hasten(self, waiter: Waiter, priority: PriorityClass) -> None:
         """A call joined the outcome of ``waiter``'s call (its twin: the same idempotency key) at

@@ -27,10 +27,13 @@ class _RateTimer:
     _timer_wake: threading.Condition
     _timer: threading.Thread | None
     _stopped: bool
+    polling_closed: bool
 
     if TYPE_CHECKING:  # what this part calls of the limits' other parts
 
         def dispatch(self, tool: str | None = None) -> None: ...
+
+        def poll_closed(self) -> None: ...
 
     def _arm(self, at: float) -> None:
         """Have the timer thread dispatch at ``at`` (monotonic) unless it will sooner (lock held)."""
@@ -70,6 +73,8 @@ def _run_timer(ref: weakref.ref[SharedLimits], lock: threading.Lock, wake: threa
             delay = limits._timer_at - time.monotonic()
             if delay <= 0:
                 limits._timer_at = _NEVER
+                if limits.polling_closed:  # calls wait that a loop closed under its call may hold
+                    limits.poll_closed()
                 limits.dispatch()
                 continue
             # At most a day at once: a lock cannot wait longer (a token due in 1e300 s)
