@@ -37,12 +37,14 @@ from agentgate.store import SQLiteStore
 GO = {"messages": [{"role": "user", "content": "go"}]}
 
 
-def _short_lived_team(tmp_path: Path) -> Team:
-    """A team whose supervisor's own grant lasts 60 s, less than the approval gate's 600 s."""
+def _short_lived_team(tmp_path: Path, expiry_s: int = 600) -> Team:
+    """A team whose supervisor's own grant lasts 60 s, less than the approval gate's ``expiry_s``
+    (600 s) unless it is given shorter."""
     keys = {name: SigningKey.generate() for name in NAMES}
     text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000, "usd_micros")
-    assert "ttl_s: 3600" in text
-    policy = parse_policy(text.replace("ttl_s: 3600", "ttl_s: 60", 1), source="team.yaml")
+    assert "ttl_s: 3600" in text and "expiry_s: 600" in text
+    text = text.replace("ttl_s: 3600", "ttl_s: 60", 1).replace("expiry_s: 600", f"expiry_s: {expiry_s}")
+    policy = parse_policy(text, source="team.yaml")
     gate = Gate(policy, SQLiteStore(tmp_path / "agentgate.db"))
     supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
     return Team(gate, keys, supervisor, tmp_path, [])
@@ -85,6 +87,33 @@ def test_the_supervisors_own_expired_grant_closes_its_request(
     (asked,) = [e.index for e in entries if e.kind == "approval_required"]
     (deny,) = [e for e in entries if e.kind == "deny"]
     assert deny.ref == asked
+    # Closed by the refusal, not declined by anyone (the regression review of these fixes).
+    with pytest.raises(InputError, match="was closed when its call was refused"):
+        team.gate.approve(paused.value, team.keys["dana"])
+    team.gate.close()
+
+
+def test_a_request_expired_before_its_grant_says_a_new_grant_is_needed_once_the_grant_expired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request's own expiry_s (30 s) ended first, then the grant (60 s): invoking the run again
+    is refused ``grant_expired`` and asks for nothing, so the message says a new grant is needed."""
+    team = _short_lived_team(tmp_path, expiry_s=30)
+    model = ScriptedChatModel(turns=[_calls(("publish", {"path": "reports/x"}))])
+    agent = create_gated_agent(
+        team.gate, name="supervisor", model=model, tools=_tools(team), checkpointer=InMemorySaver()
+    )
+    (paused,) = agent.invoke(GO, {"configurable": {"thread_id": "t"}}, context=team.supervisor)[
+        "__interrupt__"
+    ]
+    assert paused.value["request"]["expires_at"] < team.supervisor.chain.expires
+    wall = time.time
+    monkeypatch.setattr(time, "time", lambda: wall() + 45)  # the request expired, the grant lives
+    with pytest.raises(InputError, match="invoke the run again without a resume value"):
+        team.gate.approve(paused.value, team.keys["dana"])
+    monkeypatch.setattr(time, "time", lambda: wall() + 120)  # and now the grant too
+    with pytest.raises(InputError, match="only under a new grant"):
+        team.gate.approve(paused.value, team.keys["dana"])
     team.gate.close()
 
 

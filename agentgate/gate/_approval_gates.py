@@ -38,8 +38,8 @@ from agentgate.keys import SigningKey
 from agentgate.policy import ApprovalRequirement as PolicyApproval
 from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex
 from agentgate.store import Store, Transaction
+from agentgate.store.approvals import REFUSED, ApprovalStore, QuorumRule, how_closed
 from agentgate.store.approvals import Approval as StoredRequest
-from agentgate.store.approvals import ApprovalStore, QuorumRule, how_closed
 from agentgate.store.audit import AuditLog
 from agentgate.store.grants import GrantRepository
 from agentgate.store.once import RUN_AGAIN, OnceCalls
@@ -518,10 +518,10 @@ class _Approvals:
                 "counts again the approvals it was given; a call made again is a new request: sign that one)"
             )
         if asked.expires_at <= time.time():  # the store's rule: a request counts while expires_at > now
-            if chain_expires is not None and chain_expires <= asked.expires_at:
+            if chain_expires is not None and chain_expires <= time.time():  # whichever came first
                 return (
-                    f"the request expired at {when(int(asked.expires_at))} with the grant chain it was "
-                    "asked under (a request lasts no longer than its grant): a late yes never counts; "
+                    f"the request expired at {when(int(asked.expires_at))}, and so has the grant chain "
+                    "it was asked under (a request lasts no longer than its grant): a late yes never counts; "
                     "the call can be made again only under a new grant (its issuer issues one; a "
                     "sub-agent's delegation issues one when the run is invoked again without a resume "
                     "value, with its config and context), and it is then asked for under a new "
@@ -687,7 +687,7 @@ class _Approvals:
                 # Until review R96's regression review it stayed ``pending`` for good, and the
                 # refusal referred to nothing.
                 void = self.approvals.close_expired_for(
-                    call_hash, identity.did, "agentgate:refused", call_key=call_key, tx=tx
+                    call_hash, identity.did, REFUSED, call_key=call_key, tx=tx
                 )
             if void is None:
                 return None
@@ -695,7 +695,7 @@ class _Approvals:
                 self._open_requests.pop(void[0], None)
             return void[1]
         with contextlib.suppress(Denied, Expired, Revoked, InputError):  # decided meanwhile
-            self.approvals.deny(known[0], "agentgate:refused", tx=tx)
+            self.approvals.deny(known[0], REFUSED, tx=tx)
         with self._lock:
             self._open_requests.pop(known[0], None)
         return known[1]

@@ -164,6 +164,10 @@ VOIDED = "agentgate:revoked"
 """Who closed a void request (a grant of its call revoked): the revocation (``void_standing_on``),
 or the refusal of its call (``void``)."""
 
+REFUSED = "agentgate:refused"
+"""Who closed a request when its call was refused: still open (``Gate``'s refusal of the call
+asked), or expired (``close_expired_for``: with the grant chain it was asked under, say)."""
+
 
 def how_closed(request: Approval) -> str | None:
     """How ``request`` was closed (declined, void or superseded), in words that follow "the request"
@@ -177,6 +181,11 @@ def how_closed(request: Approval) -> str | None:
         return (
             "was closed as superseded (its call was changed, or it expired, and the call was asked for "
             "again): sign the new request"
+        )
+    if request.approver == REFUSED:
+        return (
+            "was closed when its call was refused (a grant of its chain expired, say): nothing waits "
+            "for it; a call made again under a new grant is asked for under a new request"
         )
     return "was declined: nothing waits for it"
 
