@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import get_args
@@ -122,8 +121,7 @@ class _Restoring:
                 else min(lease.expires_at, lease.notice_deadline)
             )
             unknown = [g for g in lease.gpus if g not in self.topology.index]
-            # ``<=`` is False for NaN: a time that is none is refused by the checks, not dropped.
-            if unknown and isinstance(ends, int | float) and not math.isnan(ends) and ends <= now:
+            if unknown and ends <= now:  # its times are finite: ``restore`` checked them first
                 _log.warning(
                     "restore: lease %s ended before the restart and names unknown gpu %s: not restored",
                     quoted(lease.id),
