@@ -91,11 +91,16 @@ class Setup:
         """A new broker (and ``GatedBroker``) on the same clock and gate: ``nodes`` nodes of 8
         GPUs, team-a's quota ``team_a`` and team-b's 8, leases of 60 s, ``journal`` when given.
         The same, called again, is a restart whose broker lost what it held."""
-        quotas = [TenantQuota("team-a", team_a, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
-        topology = synthetic_topology(nodes=nodes, gpus_per_node=8)
-        self.broker = Broker(topology, quotas, clock=self.clock, ttl_s=60, journal=journal)
+        self.broker = self.new_broker(nodes, team_a, journal)
         self.gated = GatedBroker(self.gate, self.broker)
         return self
+
+    def new_broker(self, nodes: int = 3, team_a: int = 16, journal: LeaseJournal | None = None) -> Broker:
+        """A broker as ``rebroker`` makes one, not put in place: another broker process over the
+        same store (a replica, a restart) beside this one."""
+        quotas = [TenantQuota("team-a", team_a, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
+        topology = synthetic_topology(nodes=nodes, gpus_per_node=8)
+        return Broker(topology, quotas, clock=self.clock, ttl_s=60, journal=journal)
 
     def entries(self) -> list[AuditEntry]:
         """The entries of calls (the grants' own ``agent:NAME`` entries left out)."""

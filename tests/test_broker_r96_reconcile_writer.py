@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_broker_gated import Setup
 
-from agentgate.dispatch.broker import Broker, GangRequest, GatedBroker, TenantQuota, synthetic_topology
+from agentgate.dispatch.broker import GangRequest, GatedBroker
 from agentgate.errors import NotWriter
 from agentgate.store.broker_leases import BrokerLeaseStore
 
@@ -23,10 +23,7 @@ def test_reconcile_of_a_replica_taken_over_meanwhile_ends_no_live_lease(tmp_path
         journal = BrokerLeaseStore(setup.gate.store)
         saved = journal.load()  # the replica loads while the running broker still runs
         assert setup.gated.submit(trainer, GangRequest("ft-2", "team-a", 8, gpu_type="H100")).lease()
-        quotas = [TenantQuota("team-a", 16, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
-        replica = Broker(
-            synthetic_topology(nodes=3, gpus_per_node=8), quotas, clock=setup.clock, ttl_s=60, journal=journal
-        )
+        replica = setup.new_broker(journal=journal)
         replica.restore(saved)
         with pytest.raises(NotWriter, match="written over since"):
             GatedBroker(setup.gate, replica).reconcile()

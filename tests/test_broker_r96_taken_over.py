@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_broker_gated import Setup
 
-from agentgate.dispatch.broker import Broker, GangRequest, TenantQuota, synthetic_topology
+from agentgate.dispatch.broker import Broker, GangRequest
 from agentgate.errors import LeaseLost, NotWriter, StoreError
 from agentgate.store.broker_leases import BrokerLeaseStore
 
@@ -23,10 +23,7 @@ def taken_over(tmp_path: Path) -> Iterator[tuple[Setup, Broker]]:
     answer = setup.gated.submit(setup.ids["trainer"], GangRequest("ft-1", "team-a", 8, gpu_type="H100"))
     assert answer.lease() is not None
     journal = BrokerLeaseStore(setup.gate.store)
-    quotas = [TenantQuota("team-a", 16, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
-    new = Broker(
-        synthetic_topology(nodes=3, gpus_per_node=8), quotas, clock=setup.clock, ttl_s=60, journal=journal
-    )
+    new = setup.new_broker(journal=journal)
     new.restore(journal.load())
     new.advance()  # its first write takes the name over
     yield setup, new
