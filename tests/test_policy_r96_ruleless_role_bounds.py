@@ -25,6 +25,7 @@ from agentgate.store import SQLiteStore
 
 KEYS = {name: SigningKey.generate() for name in ("root", "agent", "k1", "k2", "k3")}
 FETCH = Call.tool("web.fetch", {"url": "x"})
+LINK_BUDGET = Budget(10, "calls")  # within fetcher's delegation rule
 
 
 def _policy(on_call: str) -> str:
@@ -56,13 +57,23 @@ RULELESS = "    delegation: {max_depth: 5, max_ttl_s: 300}\n"
 RULED = RULELESS + "    capabilities: [{resource: tool:web.fetch}]\n    ttl_s: 86400\n"
 
 
-def _verdict(tmp_path: Path, on_call: str, chain_of: int, **root: object) -> tuple[str, list[str]]:
+def _verdict(
+    tmp_path: Path,
+    on_call: str,
+    chain_of: int,
+    *,
+    link_ttl: int = 300,
+    link_budget: Budget | None = LINK_BUDGET,
+    **root: object,
+) -> tuple[str, list[str]]:
+    """The verdict and finding codes of a fetch by the last of ``chain_of`` links (each living
+    ``link_ttl`` with ``link_budget``) below a root grant to agent with the terms ``root``."""
     with Gate(parse_policy(_policy(on_call), source="p.yaml"), SQLiteStore(tmp_path / "s.db")) as gate:
         chain = issue(KEYS["root"], KEYS["agent"].public, ["tool:web.fetch"], **root)  # type: ignore[arg-type]
         holder = "agent"
         for k in ("k1", "k2", "k3")[:chain_of]:
             chain = delegate(
-                chain, KEYS[holder], KEYS[k].public, ["tool:web.fetch"], ttl=300, budget=Budget(10, "calls")
+                chain, KEYS[holder], KEYS[k].public, ["tool:web.fetch"], ttl=link_ttl, budget=link_budget
             )
             holder = k
         auth = gate.authorize(AgentIdentity(name=holder, key=KEYS[holder], chain=chain), FETCH)
@@ -95,17 +106,8 @@ def test_a_ruleless_role_s_delegation_rule_does_not_loosen_what_its_holder_hands
     links last 300 s with 10 calls at most; on-call, holding no rule, declared links of 86,400 s
     with no budget, and a link of 500 s with none was allowed."""
     on_call = "    delegation: {max_depth: 1, max_ttl_s: 86400, capabilities: [{resource: tool:web.fetch}]}\n"
-    with Gate(parse_policy(_policy(on_call), source="p.yaml"), SQLiteStore(tmp_path / "s.db")) as gate:
-        chain = issue(
-            KEYS["root"],
-            KEYS["agent"].public,
-            ["tool:web.fetch"],
-            ttl=600,
-            max_depth=1,
-            budget=Budget(100, "calls"),
-        )
-        chain = delegate(chain, KEYS["agent"], KEYS["k1"].public, ["tool:web.fetch"], ttl=500)
-        auth = gate.authorize(AgentIdentity(name="k1", key=KEYS["k1"], chain=chain), FETCH)
-    assert (auth.verdict, [f.code for f in auth.findings]) == ("deny", ["delegation_ttl_above_policy"]), (
-        auth.reasons
+    root = {"ttl": 600, "max_depth": 1, "budget": Budget(100, "calls")}
+    assert _verdict(tmp_path, on_call, 1, link_ttl=500, link_budget=None, **root) == (
+        "deny",
+        ["delegation_ttl_above_policy"],
     )
