@@ -1,4 +1,4 @@
-"""Real processes stopped with SIGINT and SIGTERM at chosen moments.
+"""Real processes stopped with SIGINT, SIGTERM and SIGHUP at chosen moments.
 
 Each test runs a real process (``python -m agentgate serve`` over a real simulated backend on
 loopback, a script using the ``Gate`` on a real SQLite file or PostgreSQL database, ``python -m
@@ -7,7 +7,7 @@ where the signal should land: never a sleep to guess the moment.
 
 What holds:
 
-- ``agentgate serve`` stopped by SIGTERM with a JSON call waiting for its backend: the call is
+- ``agentgate serve`` stopped by SIGTERM (or SIGHUP) with a JSON call waiting for its backend: the call is
   answered 503 ``shutting_down``, its outcome is audited ``GatewayStopped``, its reservation
   charged, the process exits 0 with no traceback, and the log verifies.
 - A Ctrl-C on a ``Gate`` script (SQLite store) while a call waits in the queue for the only slot
@@ -143,8 +143,12 @@ def _chat_requests(sim: SimServer) -> int:
         (False, (signal.SIGTERM,), 1),
         (False, (signal.SIGTERM, signal.SIGINT), 120),
         (True, (signal.SIGTERM, signal.SIGINT), 120),
+        # SIGHUP (a closed terminal or SSH session, some supervisors) stops it as SIGTERM does:
+        # until review R96 its default action killed the process, the call in flight with no
+        # outcome and its reservation held.
+        (False, (signal.SIGHUP,), 0),
     ],
-    ids=["json-sigterm", "json-sigterm-then-ctrl-c", "stream-sigterm-then-ctrl-c"],
+    ids=["json-sigterm", "json-sigterm-then-ctrl-c", "stream-sigterm-then-ctrl-c", "json-sighup"],
 )
 def test_serve_stopped_with_a_call_in_flight_settles_it_and_prints_no_traceback(
     chat_world: tuple[Path, Path, Path, SimServer, GatewayGate, Any],

@@ -31,8 +31,10 @@ WATCH_S = 0.6
 
 @pytest.mark.parametrize(
     ("ignored", "stop"),
-    [(signal.SIGINT, signal.SIGTERM), (signal.SIGTERM, signal.SIGINT)],
-    ids=["sigint-ignored", "sigterm-ignored"],
+    # SIGHUP ignored at start is ``nohup agentgate serve ...``: the gateway outlives the terminal
+    # (review R96, when SIGHUP became a stop request).
+    [(signal.SIGINT, signal.SIGTERM), (signal.SIGTERM, signal.SIGINT), (signal.SIGHUP, signal.SIGTERM)],
+    ids=["sigint-ignored", "sigterm-ignored", "sighup-ignored"],
 )
 def test_a_signal_ignored_at_start_does_not_stop_the_gateway(
     chat_world: tuple[Path, Path, Path, SimServer, GatewayGate, Any],  # noqa: F811
