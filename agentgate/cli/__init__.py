@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
+    import signal
     from collections.abc import Callable
 
 
@@ -104,15 +105,20 @@ def _ignored_until_exit() -> bool:
     try:
         # SIGHUP too: ``serve`` stops on it (review R96), and one after its gate closed would
         # otherwise kill the process, its outcomes all committed, with the wrong exit status.
-        for signum in (
-            signal.SIGINT,
-            signal.SIGTERM,
-            *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()),
-        ):
+        for signum in stop_signals():
             signal.signal(signum, signal.SIG_IGN)
     except ValueError:  # not the main thread
         return False
     return True
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """SIGINT, SIGTERM and SIGHUP (where the platform has it: Windows has none): the signals that
+    stop ``agentgate serve`` gracefully, and that ``run`` ignores once a command has ended
+    (``_ignored_until_exit``), so that every stop request ``serve`` takes is ignored after it."""
+    import signal  # here, not at the top: importing this package loads no module more
+
+    return (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
 
 
 def ending(exc: KeyboardInterrupt) -> tuple[str, int]:

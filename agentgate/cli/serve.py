@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentgate._http_limits import LEAST_HEAD_BYTES, MOST_HEAD_BYTES, MOST_PORT, MOST_SECONDS
 from agentgate._numbers import LEAST_DECODE_RATE
+from agentgate.cli import stop_signals
 from agentgate.cli._common import (
     STORE_HELP,
     ascii_whole,
@@ -263,11 +264,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-_STOP_SIGNALS: tuple[signal.Signals, ...] = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()),  # Windows has none
-)
+_STOP_SIGNALS = stop_signals()
 """The signals that stop ``agentgate serve`` gracefully (``_stopped_by_signals``)."""
 
 
