@@ -86,9 +86,11 @@ def _part_kind(part: object) -> str:
     return _TEXT_PART if isinstance(part, dict) and part.get("type") == "text" else _OTHER_PART
 
 
+_CONTENT_KINDS: dict[type, str] = {str: _TEXT, list: _PARTS, type(None): _NULL}
+
+
 def _content_kind(content: object) -> str | None:
-    kinds = {str: _TEXT, list: _PARTS, type(None): _NULL}
-    return kinds.get(type(content))
+    return _CONTENT_KINDS.get(type(content))
 
 
 _Part = Annotated[
