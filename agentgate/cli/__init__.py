@@ -70,7 +70,7 @@ def run() -> NoReturn:
     is ``agentgate: interrupted`` and exit 130, SIGTERM ``agentgate: terminated`` and 143
     (``terminate_on_sigterm``: in the main thread, where SIGTERM is not ignored). Either is held
     back while a native module initialises (``_native``), which an exception would crash. Once
-    the command has ended, its output flushed, both are ignored (``_ignored_until_exit``) for the
+    the command has ended, its output flushed, they and SIGHUP are ignored (``_ignored_until_exit``) for the
     interpreter's shutdown that follows."""
     restore = terminate_on_sigterm()
     loader_put_back = _nothing
