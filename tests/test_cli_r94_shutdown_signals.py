@@ -47,12 +47,13 @@ def _child(cwd: Path, program: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_after_the_command_ended_leaves_its_exit_code(tmp_path: Path, name: str) -> None:
     """Review R94: a SIGTERM after the command ended killed it (-15, shell 143), a Ctrl-C printed
     a traceback from the shutdown. Rule: once the command has ended and its output is flushed,
     SIGINT and SIGTERM are ignored: it exits with its own code, its output whole, nothing more on
-    standard error."""
+    standard error. SIGHUP too since review R96, when ``serve`` began to stop on it: one after
+    its gate closed killed the process (-1), every outcome committed."""
     done = _child(tmp_path, _PROGRAM.format(signal=name))
     assert (done.returncode, done.stderr) == (0, ""), (done.returncode, done.stderr)
     assert done.stdout.startswith("{") and done.stdout.endswith("}\n"), done.stdout[-200:]
