@@ -952,7 +952,7 @@ class Scheduler(_StoreWork, _Failures):
         and that thread may hold the lock (a ``threading.Lock``, not reentrant), so until review
         R96 waiting for it there hung every caller of these limits for good. When the lock is
         taken, the call is left to its next holder instead (``SharedLimits.closed_calls``, drained
-        by ``reclaim_closed``: before a call queues, and by the poll of ``_poll_closed``)."""
+        by ``reclaim_closed``: before a call queues, and by the poll of ``poll_closed``)."""
         shared = self.shared
         if shared.lock.acquire(blocking=False):
             try:
