@@ -9,27 +9,17 @@ says that the call needs a new grant, not that invoking the run again asks for i
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from test_langgraph import (
-    NAMES,
-    Team,
-    _calls,
-    _entries,
-    _make_team,
-    _policy_text,
-    _researcher,
-    _tool_messages,
-    _tools,
-)
+from test_langgraph import NAMES, Team, _calls, _entries, _make_team, _policy_text, _tool_messages, _tools
+from test_langgraph_r96_sub_agent_grant_expiry import resumed_past_the_delegated_grant
 
 from agentgate.errors import InputError
 from agentgate.gate import Gate
-from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -121,26 +111,9 @@ def test_a_sub_agents_request_on_an_expired_grant_is_answered_when_asked_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     team = _make_team(tmp_path)
-    ask = delegation_tool(
-        team.gate,
-        name="researcher",
-        agent=_researcher(team),
-        key=team.keys["researcher"],
-        capabilities=["tool:search", "tool:publish?path^=reports/", "model:scripted"],
-        ttl=timedelta(seconds=3),
-    )
-    model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find and publish"}))])
-    sup = create_gated_agent(
-        team.gate, name="supervisor", model=model, tools=[ask], checkpointer=InMemorySaver()
-    )
-    config = {"configurable": {"thread_id": "t"}}
-    (paused,) = sup.invoke(GO, config, context=team.supervisor)["__interrupt__"]
+    paused, result = resumed_past_the_delegated_grant(team, monkeypatch, use_async=False)
     old = paused.value["request"]
-    approval = team.gate.approve(paused.value, team.keys["dana"])
-    wall = time.time
-    monkeypatch.setattr(time, "time", lambda: wall() + 5)  # the delegated grant expired
-
-    (again,) = sup.invoke(Command(resume=approval), config, context=team.supervisor)["__interrupt__"]
+    (again,) = result["__interrupt__"]
     new = again.value["request"]
     assert _rows(team) == [(old["id"], "denied", "agentgate:superseded"), (new["id"], "pending", None)]
     entries = _entries(team.gate)

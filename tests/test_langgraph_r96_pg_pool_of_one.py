@@ -6,21 +6,14 @@ timeout and returned no new interrupt (review R96's regression review: no test c
 
 from __future__ import annotations
 
-import asyncio
-import time
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
-from test_langgraph import _calls, _make_team, _researcher
+from test_langgraph import _make_team
+from test_langgraph_r96_sub_agent_grant_expiry import resumed_past_the_delegated_grant
 
 from agentgate.gate import Gate
-from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
 from agentgate.store._postgres import PostgresStore
-
-GO = {"messages": [{"role": "user", "content": "go"}]}
 
 
 @pytest.mark.postgres
@@ -34,32 +27,8 @@ def test_the_expired_request_reason_is_read_on_a_pool_of_one(
     team.supervisor = team.gate.issue(
         team.keys["root"], name="supervisor", key=team.keys["supervisor"], role="supervisor"
     )
-    ask = delegation_tool(
-        team.gate,
-        name="researcher",
-        agent=_researcher(team),
-        key=team.keys["researcher"],
-        capabilities=["tool:search", "tool:publish?path^=reports/", "model:scripted"],
-        ttl=timedelta(seconds=3),
-    )
-    model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find and publish"}))])
-    sup = create_gated_agent(
-        team.gate, name="supervisor", model=model, tools=[ask], checkpointer=InMemorySaver()
-    )
-    config = {"configurable": {"thread_id": "t"}}
-
-    def run(value: object) -> dict:
-        if use_async:
-            return asyncio.run(sup.ainvoke(value, config, context=team.supervisor))
-        return sup.invoke(value, config, context=team.supervisor)
-
-    (paused,) = run(GO)["__interrupt__"]
+    paused, result = resumed_past_the_delegated_grant(team, monkeypatch, use_async)
     request = paused.value["request"]
-    approval = team.gate.approve(paused.value, team.keys["dana"])
-    wall = time.time
-    monkeypatch.setattr(time, "time", lambda: wall() + 5)  # the delegated grant expired
-
-    result = run(Command(resume=approval))
     assert "__interrupt__" in result, result["messages"][-1]
     (again,) = result["__interrupt__"]
     assert any(
