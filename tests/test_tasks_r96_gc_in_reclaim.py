@@ -10,8 +10,6 @@ holder on a real second loop in a thread."""
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import gc
 import threading
 import time
@@ -19,8 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from test_tasks_r95_closed_loop_slot import CONFIG, WAIT_S
+from test_tasks_r96_queued_before_close import _hold_until_closed
 
-from agentgate.tasks import Attempt, Scheduler, SharedLimits, SyncScheduler, ToolCall
+from agentgate.tasks import SharedLimits, SyncScheduler, ToolCall
 
 
 class _CollectedInThePass(list[Any]):
@@ -35,34 +34,12 @@ class _CollectedInThePass(list[Any]):
         return super().__iter__()
 
 
-def _holder(limits: SharedLimits, close_now: threading.Event, entered: threading.Event) -> None:
-    """A call of a scheduler on a new loop holds the slot; the loop closes once ``close_now`` is
-    set, nothing of it kept (its task is garbage once the loop is gone)."""
-    scheduler = Scheduler(limits=limits)
-    loop = asyncio.new_event_loop()
-
-    async def start() -> None:
-        async def hold(_attempt: Attempt) -> None:
-            entered.set()
-            await asyncio.Event().wait()
-
-        asyncio.ensure_future(scheduler.submit(ToolCall("t"), hold))  # noqa: RUF006 (kept by nothing: its loop closes under it)
-        while not entered.is_set():
-            await asyncio.sleep(0)
-
-    contextvars.Context().run(loop.run_until_complete, start())
-    close_now.wait(WAIT_S)
-    loop.close()
-
-
 def test_a_call_left_to_the_lock_holder_during_the_pass_is_given_back_by_it() -> None:
     limits = SharedLimits(CONFIG)
-    close_now, entered = threading.Event(), threading.Event()
-    holder = threading.Thread(target=_holder, args=(limits, close_now, entered))
+    close_now = threading.Event()
     gc.disable()  # the one collection is the test's
     try:
-        holder.start()
-        assert entered.wait(WAIT_S)
+        holder = _hold_until_closed(limits, close_now, None)
 
         def close_then_collect_in_the_next_pass() -> None:
             time.sleep(0.2)  # the sync call below is queued by then

@@ -18,13 +18,17 @@ from test_tasks_r95_closed_loop_slot import CONFIG, WAIT_S
 from agentgate.tasks import Attempt, Scheduler, SharedLimits, SyncScheduler, ToolCall
 
 
-def _hold_until_closed(limits: SharedLimits, close_now: threading.Event, kept: list[Any]) -> threading.Thread:
+def _hold_until_closed(
+    limits: SharedLimits, close_now: threading.Event, kept: list[Any] | None
+) -> threading.Thread:
     """A call of a scheduler on a new loop in a thread holds the slot; its loop closes once
-    ``close_now`` is set."""
-    scheduler = Scheduler(limits=limits)
+    ``close_now`` is set. ``kept``: its task and scheduler are appended (``None``: nothing of them
+    is kept, so its task is garbage once the loop is gone; also used by
+    test_tasks_r96_gc_in_reclaim)."""
     entered = threading.Event()
 
     def run() -> None:
+        scheduler = Scheduler(limits=limits)
         loop = asyncio.new_event_loop()
 
         async def start() -> None:
@@ -32,7 +36,9 @@ def _hold_until_closed(limits: SharedLimits, close_now: threading.Event, kept: l
                 entered.set()
                 await asyncio.Event().wait()
 
-            kept.append(asyncio.ensure_future(scheduler.submit(ToolCall("t"), hold)))
+            task = asyncio.ensure_future(scheduler.submit(ToolCall("t"), hold))
+            if kept is not None:
+                kept.extend((task, scheduler))
             while not entered.is_set():
                 await asyncio.sleep(0)
 
@@ -43,7 +49,6 @@ def _hold_until_closed(limits: SharedLimits, close_now: threading.Event, kept: l
     thread = threading.Thread(target=run)
     thread.start()
     assert entered.wait(WAIT_S)
-    kept.append(scheduler)
     return thread
 
 
