@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
@@ -40,6 +41,18 @@ def _short_lived_team(tmp_path: Path, expiry_s: int = 600) -> Team:
     return Team(gate, keys, supervisor, tmp_path, [])
 
 
+def _paused_publish(team: Team) -> tuple[Any, dict[str, Any], Any]:
+    """The supervisor's publish, paused for an approval: its agent, the run's config and the
+    interrupt."""
+    model = ScriptedChatModel(turns=[_calls(("publish", {"path": "reports/x"}))])
+    agent = create_gated_agent(
+        team.gate, name="supervisor", model=model, tools=_tools(team), checkpointer=InMemorySaver()
+    )
+    config = {"configurable": {"thread_id": "t"}}
+    (paused,) = agent.invoke(GO, config, context=team.supervisor)["__interrupt__"]
+    return agent, config, paused
+
+
 def _rows(team: Team) -> list[tuple[object, ...]]:
     with team.gate.store.transaction(immediate=False) as tx:
         return [tuple(r) for r in tx.execute("SELECT id, state, approver FROM approvals ORDER BY created")]
@@ -49,12 +62,7 @@ def test_the_supervisors_own_expired_grant_closes_its_request(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     team = _short_lived_team(tmp_path)
-    model = ScriptedChatModel(turns=[_calls(("publish", {"path": "reports/x"}))])
-    agent = create_gated_agent(
-        team.gate, name="supervisor", model=model, tools=_tools(team), checkpointer=InMemorySaver()
-    )
-    config = {"configurable": {"thread_id": "t"}}
-    (paused,) = agent.invoke(GO, config, context=team.supervisor)["__interrupt__"]
+    agent, config, paused = _paused_publish(team)
     request = paused.value["request"]
     assert request["expires_at"] == team.supervisor.chain.expires  # capped at the grant's expiry
     approval = team.gate.approve(paused.value, team.keys["dana"])
@@ -89,13 +97,7 @@ def test_a_request_expired_before_its_grant_says_a_new_grant_is_needed_once_the_
     """The request's own expiry_s (30 s) ended first, then the grant (60 s): invoking the run again
     is refused ``grant_expired`` and asks for nothing, so the message says a new grant is needed."""
     team = _short_lived_team(tmp_path, expiry_s=30)
-    model = ScriptedChatModel(turns=[_calls(("publish", {"path": "reports/x"}))])
-    agent = create_gated_agent(
-        team.gate, name="supervisor", model=model, tools=_tools(team), checkpointer=InMemorySaver()
-    )
-    (paused,) = agent.invoke(GO, {"configurable": {"thread_id": "t"}}, context=team.supervisor)[
-        "__interrupt__"
-    ]
+    _, _, paused = _paused_publish(team)
     assert paused.value["request"]["expires_at"] < team.supervisor.chain.expires
     wall = time.time
     monkeypatch.setattr(time, "time", lambda: wall() + 45)  # the request expired, the grant lives
