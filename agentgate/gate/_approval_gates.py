@@ -634,10 +634,13 @@ class _Approvals:
         the table, and the refusal referred to nothing. ``call_key``: the framework call refused
         (``_scoped_call_key``); only its own requests are closed, never another run's.
 
-        An open request is closed only for a tool call with an id. A void one is closed for any
-        call refused as revoked (one without an id, a model call, a GPU lease): no caller can use
-        it any more, and until review R56 such a request stayed ``pending`` for good when the
-        revocation was written straight into the store. Other refusals of those calls read nothing.
+        An open request is closed only for a tool call with an id, and so is one that expired
+        while still open (denied by ``agentgate:refused``, ``ApprovalStore.close_expired_for``: a
+        request lasts no longer than its grant chain; since review R96's regression review). A
+        void one is closed for any call refused as revoked (one without an id, a model call, a GPU
+        lease): no caller can use it any more, and until review R56 such a request stayed
+        ``pending`` for good when the revocation was written straight into the store. Other
+        refusals of those calls read nothing.
 
         A tool call refused with its ``call_key`` also closes the requests still open for that
         framework call under other arguments or another tool, asked before its answer was edited
@@ -803,7 +806,9 @@ class _Approvals:
         """Close the requests still open for the framework call ``call_key`` that were asked in
         another version of the answer that asked for it: the answer was edited in the run's state
         (LangGraph ``update_state``) before the call was asked for again, so no run will make the
-        call they name, and they would stay listed to approvers until they expire (review R40).
+        call they name, and they would stay listed to approvers until they expire (review R40);
+        and those of the call that expired while still open, whatever version asked them
+        (``ApprovalStore.supersede_expired``: since review R96's regression review, below).
         Each is closed as denied, and a ``deny`` entry of the call it named refers to its
         ``approval_required`` entry, as a declined request's does; once ``tx`` commits, each
         such entry has its refusal span (``_superseded_span``)."""
