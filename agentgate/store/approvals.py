@@ -158,7 +158,8 @@ APPROVAL_CHILDREN = (
 """The tables that hold rows of a request (``approval_id``), forgotten with it."""
 
 SUPERSEDED = "agentgate:superseded"
-"""Who closed a request whose call was changed and asked for again (``supersede``)."""
+"""Who closed a request whose call was changed and asked for again (``supersede``), or that
+expired still open before its call was asked for again (``supersede_expired``)."""
 
 VOIDED = "agentgate:revoked"
 """Who closed a void request (a grant of its call revoked): the revocation (``void_standing_on``),
@@ -170,9 +171,9 @@ asked), or expired (``close_expired_for``: with the grant chain it was asked und
 
 
 def how_closed(request: Approval) -> str | None:
-    """How ``request`` was closed (declined, void or superseded), in words that follow "the request"
-    in a refusal, or ``None`` when it is not closed: ``Gate.approve`` and ``approval sign --store``
-    say it alike (review R72: each wrote its own)."""
+    """How ``request`` was closed (declined, void, superseded or by its call's refusal), in words
+    that follow "the request" in a refusal, or ``None`` when it is not closed: ``Gate.approve``
+    and ``approval sign --store`` say it alike (review R72: each wrote its own)."""
     if request.state != "denied":
         return None
     if request.approver == VOIDED:
