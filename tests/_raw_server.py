@@ -82,3 +82,16 @@ def _connections(server: asyncio.Server) -> int:
     the size of its ``_clients`` from 3.13 (review R77: the suite on 3.13)."""
     count = getattr(server, "_active_count", None)
     return len(server._clients) if count is None else int(count)  # type: ignore[attr-defined]
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """Read one request off ``reader``: its head, up to the blank line (its request line too,
+    unless the caller read that already), and its body, as long as its Content-Length says (none
+    without one); the head and the body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return head, await reader.readexactly(length)

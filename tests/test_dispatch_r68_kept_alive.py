@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 
 import _http
 import pytest
+from _raw_server import read_request
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch._connector import chat_session
@@ -134,13 +135,7 @@ class KeptAlive:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, index: int
     ) -> None:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            await reader.readexactly(length)
+            await read_request(reader)
             self.requests[index] += 1
             if sum(self.requests) == 1:
                 failing, rest = self.first(self.stream)

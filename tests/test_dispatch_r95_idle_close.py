@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 
 import _http
 import pytest
-from _raw_server import RawServer
+from _raw_server import RawServer, read_request
 
 from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
 from agentgate.dispatch._connector import chat_session
@@ -81,7 +81,7 @@ class ClosesReused:
             if chat and (answered or (self.answering is not None and self.connections > self.answering)):
                 await self._end(reader, writer)
                 return
-            await _rest_of_request(reader)
+            await read_request(reader)
             if chat:
                 answered = True
                 writer.write(_answer(self.stream))
@@ -95,22 +95,11 @@ class ClosesReused:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()
             return
-        await _rest_of_request(reader)  # read whole: the close is a FIN, not a reset
+        await read_request(reader)  # read whole: the close is a FIN, not a reset
         if self.how == "head":
             writer.write(b"HTTP/1.1 200")
             await writer.drain()
         writer.close()
-
-
-async def _rest_of_request(reader: asyncio.StreamReader) -> None:
-    """Read a request's headers (its line read already) and its body."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    await reader.readexactly(length)
 
 
 @contextlib.asynccontextmanager

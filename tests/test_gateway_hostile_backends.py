@@ -19,7 +19,7 @@ from typing import Any
 import _http
 import httpx
 import pytest
-from _raw_server import RawServer
+from _raw_server import RawServer, read_request
 from test_gateway import MODEL, NAMES, _policy_text
 from test_gateway_end_to_end import _body
 
@@ -88,13 +88,8 @@ class Hostile:
         self.open += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                body = json.loads(await reader.readexactly(length)) if length else {}
+                head, raw = await read_request(reader)
+                body = json.loads(raw) if raw else {}
                 path = head.split(b" ")[1]
                 if path != b"/v1/chat/completions":
                     writer.write(_json(b"ok", ctype="text/plain"))
