@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import socket
 import struct
 from collections.abc import AsyncIterator
@@ -23,6 +22,7 @@ from collections.abc import AsyncIterator
 import _http
 import pytest
 from _raw_server import RawServer, read_request
+from test_dispatch_r68_kept_alive import _answer
 
 from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
 from agentgate.dispatch._connector import chat_session
@@ -34,19 +34,6 @@ from agentgate.errors import BackendFailed
 PAYLOAD = {"model": "small", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
 TIMEOUTS = Timeouts(connect_s=2, first_token_s=5, idle_s=5, answer_max_s=5, decode_tokens_per_s=1000)
 CHAT_PATH = b"/v1/chat/completions"
-
-
-def _answer(stream: bool) -> bytes:
-    """A whole answer saying ``OK``, kept alive."""
-    if stream:
-        event = {"id": "c", "choices": [{"index": 0, "delta": {"content": "OK"}, "finish_reason": "stop"}]}
-        body, kind = b"data: " + json.dumps(event).encode() + b"\n\ndata: [DONE]\n\n", "text/event-stream"
-    else:
-        choice = {"index": 0, "message": {"role": "assistant", "content": "OK"}, "finish_reason": "stop"}
-        usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
-        body = json.dumps({"id": "c", "choices": [choice], "usage": usage}).encode()
-        kind = "application/json"
-    return f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {len(body)}\r\n\r\n".encode() + body
 
 
 class ClosesReused:
@@ -84,7 +71,7 @@ class ClosesReused:
             await read_request(reader)
             if chat:
                 answered = True
-                writer.write(_answer(self.stream))
+                writer.write(_answer("OK", self.stream))
             else:
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
             await writer.drain()
