@@ -19,15 +19,17 @@ from agentgate.store.broker_leases import BrokerLeaseStore
 def taken_over(tmp_path: Path) -> Iterator[tuple[Setup, Broker]]:
     """OLD (``setup.gated``) holds ft-1; NEW restored the state and took the name over."""
     setup = Setup(tmp_path)
-    setup.rebroker(journal=BrokerLeaseStore(setup.gate.store))
-    answer = setup.gated.submit(setup.ids["trainer"], GangRequest("ft-1", "team-a", 8, gpu_type="H100"))
-    assert answer.lease() is not None
-    journal = BrokerLeaseStore(setup.gate.store)
-    new = setup.new_broker(journal=journal)
-    new.restore(journal.load())
-    new.advance()  # its first write takes the name over
-    yield setup, new
-    setup.gate.close()
+    try:
+        setup.rebroker(journal=BrokerLeaseStore(setup.gate.store))
+        answer = setup.gated.submit(setup.ids["trainer"], GangRequest("ft-1", "team-a", 8, gpu_type="H100"))
+        assert answer.lease() is not None
+        journal = BrokerLeaseStore(setup.gate.store)
+        new = setup.new_broker(journal=journal)
+        new.restore(journal.load())
+        new.advance()  # its first write takes the name over
+        yield setup, new
+    finally:  # a set-up that fails closes the gate too
+        setup.gate.close()
 
 
 def test_the_old_brokers_journal_refuses_as_not_writer(taken_over: tuple[Setup, Broker]) -> None:
