@@ -207,8 +207,9 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             self._give_back_left()
         for known in self.loops:  # the common case, none closed: no list made (a queued call's cost)
             if (loop := known()) is None or loop.is_closed():
-                closed = [known for known in self.loops if (loop := known()) is None or loop.is_closed()]
-                self.loops = [known for known in self.loops if known not in closed]
+                self.loops = [
+                    known for known in self.loops if (live := known()) is not None and not live.is_closed()
+                ]
                 with self._listeners_lock:
                     schedulers = list(self._listeners)
                 for scheduler in schedulers:
