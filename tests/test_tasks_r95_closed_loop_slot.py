@@ -35,31 +35,60 @@ WAIT_S = 10.0
 CONFIG = SchedulerConfig(tools={"t": ToolLimits(concurrency=1)})
 
 
-def _run_then_close_loop(
-    scheduler: Scheduler, limits: SharedLimits, *, preemptible: bool = True
-) -> list[Any]:
-    """Start a call of ``scheduler`` on a new loop in a thread, wait until its tool runs (awaiting
-    an event nobody sets), close that loop. Returns its task, kept (so it is not collected)."""
-    kept: list[Any] = []
+def _start_then_close_loop(
+    limits: SharedLimits,
+    scheduler: Scheduler | None = None,
+    *,
+    calls: int = 1,
+    preemptible: bool = True,
+    close_now: threading.Event | None = None,
+    kept: list[Any] | None = None,
+) -> threading.Thread:
+    """Start ``calls`` calls of tool "t" of ``scheduler`` (None: one made in the thread) on a new
+    loop in a thread: the first holds the slot (its tool awaits an event nobody sets), the others
+    queue; then close that loop (once ``close_now`` is set, when given). ``kept``: their tasks,
+    and a scheduler made here, are appended (``None``: nothing of them is kept, so they are
+    garbage once the loop is gone). Returns the thread once the first call's tool runs (used by
+    the test_tasks_r96_* closed-loop tests too)."""
+    entered = threading.Event()
 
     def run() -> None:
+        made = Scheduler(limits=limits) if scheduler is None else scheduler
         loop = asyncio.new_event_loop()
 
         async def start() -> None:
-            entered = asyncio.Event()
-
             async def hold(_attempt: Attempt) -> None:
                 entered.set()
                 await asyncio.Event().wait()
 
-            kept.append(asyncio.ensure_future(scheduler.submit(ToolCall("t"), hold, preemptible=preemptible)))
-            await entered.wait()
+            for _ in range(calls):
+                task = asyncio.ensure_future(made.submit(ToolCall("t"), hold, preemptible=preemptible))
+                if kept is not None:
+                    kept.append(task)
+            if kept is not None and scheduler is None:
+                kept.append(made)
+            while not entered.is_set():
+                await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the other calls queue
 
         contextvars.Context().run(loop.run_until_complete, start())
-        loop.close()  # the call is pending for good
+        if close_now is not None:
+            close_now.wait(WAIT_S)
+        loop.close()  # the calls are pending for good
 
     thread = threading.Thread(target=run)
     thread.start()
+    assert entered.wait(WAIT_S)
+    return thread
+
+
+def _run_then_close_loop(
+    scheduler: Scheduler, limits: SharedLimits, *, preemptible: bool = True
+) -> list[Any]:
+    """A call of ``scheduler`` holds the slot on a new loop in a thread, which is closed under it.
+    Returns its task, kept (so it is not collected)."""
+    kept: list[Any] = []
+    thread = _start_then_close_loop(limits, scheduler, preemptible=preemptible, kept=kept)
     thread.join(WAIT_S)
     assert not thread.is_alive() and limits.tool_in_flight == {"t": 1}
     return kept

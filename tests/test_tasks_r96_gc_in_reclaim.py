@@ -16,8 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from test_tasks_r95_closed_loop_slot import CONFIG, WAIT_S
-from test_tasks_r96_queued_before_close import _hold_until_closed
+from test_tasks_r95_closed_loop_slot import CONFIG, WAIT_S, _start_then_close_loop
 
 from agentgate.tasks import SharedLimits, SyncScheduler, ToolCall
 
@@ -39,7 +38,7 @@ def test_a_call_left_to_the_lock_holder_during_the_pass_is_given_back_by_it() ->
     close_now = threading.Event()
     gc.disable()  # the one collection is the test's
     try:
-        holder = _hold_until_closed(limits, close_now, None)
+        holder = _start_then_close_loop(limits, close_now=close_now)
 
         def close_then_collect_in_the_next_pass() -> None:
             time.sleep(0.2)  # the sync call below is queued by then

@@ -10,45 +10,12 @@ made explicitly with the lock held (as an allocation inside any ``with limits.lo
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import gc
 import threading
 
-from test_tasks_r95_closed_loop_slot import CONFIG, WAIT_S
+from test_tasks_r95_closed_loop_slot import CONFIG, WAIT_S, _start_then_close_loop
 
-from agentgate.tasks import Attempt, Scheduler, SharedLimits, SyncScheduler, ToolCall
-
-
-def _calls_on_a_closed_loop(limits: SharedLimits, calls: int) -> None:
-    """Start ``calls`` calls of one tool (concurrency 1: the first holds the slot, the others
-    queue) of a scheduler on a new loop in a thread, then close that loop and drop the scheduler
-    and its tasks (as when a scheduler is dropped): they are cyclic garbage."""
-
-    def run() -> None:
-        scheduler = Scheduler(limits=limits)
-        loop = asyncio.new_event_loop()
-
-        async def start() -> None:
-            entered = asyncio.Event()
-
-            async def hold(_attempt: Attempt) -> None:
-                entered.set()
-                await asyncio.Event().wait()
-
-            for _ in range(calls):
-                asyncio.ensure_future(scheduler.submit(ToolCall("t"), hold))  # noqa: RUF006  (garbage on purpose)
-            await entered.wait()
-            await asyncio.sleep(0)
-
-        contextvars.Context().run(loop.run_until_complete, start())
-        loop.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(WAIT_S)
-    assert not thread.is_alive() and limits.tool_in_flight == {"t": 1}
-    assert limits.queued == calls - 1
+from agentgate.tasks import SharedLimits, SyncScheduler, ToolCall
 
 
 def _collect_holding_the_lock(limits: SharedLimits) -> bool:
@@ -69,7 +36,12 @@ def _check(calls: int) -> None:
     enabled = gc.isenabled()
     gc.disable()  # collected below only, with the lock held
     try:
-        _calls_on_a_closed_loop(limits, calls)
+        # The scheduler and its tasks are dropped with the loop (as when a scheduler is
+        # dropped): cyclic garbage.
+        thread = _start_then_close_loop(limits, calls=calls)
+        thread.join(WAIT_S)
+        assert not thread.is_alive() and limits.tool_in_flight == {"t": 1}
+        assert limits.queued == calls - 1
         if calls > 1:
             # A queued call is kept alive by the queue (its future) until its loop is found
             # closed: its slots go back then, and only then is its task garbage.

@@ -8,59 +8,19 @@ Real schedulers on one ``SharedLimits``, the holder on a real second loop in a t
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import threading
 import time
-from typing import Any
 
-from test_tasks_r95_closed_loop_slot import CONFIG, WAIT_S
+from test_tasks_r95_closed_loop_slot import CONFIG, WAIT_S, _ran, _start_then_close_loop
 
-from agentgate.tasks import Attempt, Scheduler, SharedLimits, SyncScheduler, ToolCall
-
-
-def _hold_until_closed(
-    limits: SharedLimits, close_now: threading.Event, kept: list[Any] | None
-) -> threading.Thread:
-    """A call of a scheduler on a new loop in a thread holds the slot; its loop closes once
-    ``close_now`` is set. ``kept``: its task and scheduler are appended (``None``: nothing of them
-    is kept, so its task is garbage once the loop is gone; also used by
-    test_tasks_r96_gc_in_reclaim)."""
-    entered = threading.Event()
-
-    def run() -> None:
-        scheduler = Scheduler(limits=limits)
-        loop = asyncio.new_event_loop()
-
-        async def start() -> None:
-            async def hold(_attempt: Attempt) -> None:
-                entered.set()
-                await asyncio.Event().wait()
-
-            task = asyncio.ensure_future(scheduler.submit(ToolCall("t"), hold))
-            if kept is not None:
-                kept.extend((task, scheduler))
-            while not entered.is_set():
-                await asyncio.sleep(0)
-
-        contextvars.Context().run(loop.run_until_complete, start())
-        close_now.wait(WAIT_S)
-        loop.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    assert entered.wait(WAIT_S)
-    return thread
-
-
-async def _ran(_attempt: Attempt) -> str:
-    return "ran"
+from agentgate.tasks import Scheduler, SharedLimits, SyncScheduler, ToolCall
 
 
 async def test_an_async_call_queued_before_the_holders_loop_closed_starts() -> None:
     limits = SharedLimits(CONFIG)
     here = Scheduler(limits=limits)
     close_now, kept = threading.Event(), []
-    thread = await asyncio.to_thread(_hold_until_closed, limits, close_now, kept)
+    thread = await asyncio.to_thread(_start_then_close_loop, limits, close_now=close_now, kept=kept)
     queued = asyncio.ensure_future(here.submit(ToolCall("t"), _ran))
     while not limits.queued:
         await asyncio.sleep(0.001)
@@ -75,7 +35,7 @@ async def test_an_async_call_queued_before_the_holders_loop_closed_starts() -> N
 def test_a_sync_call_queued_before_the_holders_loop_closed_starts() -> None:
     limits = SharedLimits(CONFIG)
     close_now, kept = threading.Event(), []
-    thread = _hold_until_closed(limits, close_now, kept)
+    thread = _start_then_close_loop(limits, close_now=close_now, kept=kept)
     timer = threading.Timer(0.05, close_now.set)  # closed while the sync call below waits
     timer.start()
     with SyncScheduler(limits=limits) as scheduler:
