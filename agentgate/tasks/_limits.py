@@ -198,7 +198,8 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         under them, in every scheduler of these limits (``Scheduler._reclaim_closed``): no task of
         a closed loop runs again, and its calls would keep their slots for good. Asked when a call
         must wait for a slot (``enqueue``), when a half-open breaker refuses for want of a probe
-        (``admission``), by ``Scheduler.aclose`` and by ``Gate.close``; a loop found
+        (``admission``), when a scheduler notes a new loop (``note_loop``), by the timer thread's
+        poll (``poll_closed``), by ``Scheduler.aclose`` and by ``Gate.close``; a loop found
         closed is forgotten (it never runs another call), so it costs a look at each live loop's
         ``is_closed``. The calls left in ``closed_calls`` are given back first, and again last:
         a collection during the pass (on this thread, the lock held) may leave one there, its
