@@ -493,7 +493,7 @@ class _Approvals:
         asked: StoredRequest,
         gates: Sequence[PolicyApproval],
         voters: Collection[str] | None,
-        chain_expires: float | None = None,
+        chain_expires: float | None,
     ) -> str | None:
         """Why ``approval`` of the open request ``asked`` never counts though its signer may sign
         it (``_unusable``), or ``None``: the request was used, its deadline passed, or the signer's
